@@ -1,0 +1,13 @@
+import type { ActivityDeps } from './deps';
+import { selfCheckActivities } from './selfcheck';
+
+export type { ActivityDeps };
+
+/** Every activity the worker registers; workflows import only the type. */
+export function createActivities(deps: ActivityDeps) {
+  return {
+    ...selfCheckActivities(deps),
+  };
+}
+
+export type Activities = ReturnType<typeof createActivities>;

@@ -1,0 +1,52 @@
+import js from '@eslint/js';
+import tseslint from 'typescript-eslint';
+
+const nodeBuiltins = [
+  'assert', 'buffer', 'child_process', 'cluster', 'crypto', 'dgram', 'dns', 'events', 'fs', 'fs/promises',
+  'http', 'http2', 'https', 'net', 'os', 'path', 'perf_hooks', 'process', 'readline', 'stream', 'timers',
+  'tls', 'url', 'util', 'v8', 'vm', 'worker_threads', 'zlib',
+];
+
+export default tseslint.config(
+  { ignores: ['dist/', 'node_modules/', 'coverage/', '.data/', 'jest.config.js', 'eslint.config.mjs'] },
+  js.configs.recommended,
+  ...tseslint.configs.recommendedTypeChecked,
+  {
+    languageOptions: { parserOptions: { projectService: true, tsconfigRootDir: import.meta.dirname } },
+    rules: {
+      '@typescript-eslint/no-floating-promises': 'error',
+      '@typescript-eslint/no-misused-promises': ['error', { checksVoidReturn: { arguments: false } }],
+      '@typescript-eslint/no-unused-vars': ['error', { argsIgnorePattern: '^_' }],
+    },
+  },
+  {
+    // Workflow code is replayed deterministically inside the Temporal sandbox:
+    // no Node built-ins, no I/O libraries and no zod (validation belongs at the edge).
+    files: ['workflows/**/*.ts'],
+    rules: {
+      'no-restricted-imports': ['error', {
+        paths: [
+          ...nodeBuiltins.map((name) => ({ name, message: 'Node built-ins are not allowed in workflow code.' })),
+          ...nodeBuiltins.map((name) => ({ name: `node:${name}`, message: 'Node built-ins are not allowed in workflow code.' })),
+          { name: 'zod', message: 'Validate at the edge (API, activity inputs), not in workflows.' },
+          { name: 'pg', message: 'No I/O in workflows: use an activity.' },
+          { name: 'express', message: 'No I/O in workflows.' },
+          { name: 'pino', message: 'Use the workflow logger (log from @temporalio/workflow).' },
+        ],
+        patterns: [
+          { group: ['**/src/db/**', '**/src/api/**', '**/activities', '**/activities/**', '**/worker/**'], allowTypeImports: true, message: 'Workflows may import only types from I/O modules.' },
+        ],
+      }],
+    },
+  },
+  {
+    files: ['test/**/*.ts'],
+    rules: {
+      // Tests assert on loosely typed JSON bodies.
+      '@typescript-eslint/no-unsafe-assignment': 'off',
+      '@typescript-eslint/no-unsafe-member-access': 'off',
+      '@typescript-eslint/no-unsafe-argument': 'off',
+      '@typescript-eslint/no-unsafe-return': 'off',
+    },
+  },
+);

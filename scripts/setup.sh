@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# `npm run setup`: installs everything leasekeeper needs, idempotently (safe to run again):
+# Debian packages, the Temporal CLI (built with Go), npm packages, the build, and the local database.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# --- Debian packages -------------------------------------------------------------------------
+missing=()
+compgen -G "/usr/lib/postgresql/*/bin/postgres" >/dev/null || missing+=(postgresql)
+compgen -G "/usr/share/postgresql/*/extension/btree_gist.control" >/dev/null || missing+=(postgresql-contrib)
+command -v setpriv >/dev/null || missing+=(util-linux)
+[ -x /usr/bin/blazar ] || missing+=(python3-blazarclient)   # the real Blazar client, driven by our tests
+
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing Debian packages: ${missing[*]}"
+  SUDO=""
+  if [ "$(id -u)" != 0 ]; then
+    command -v sudo >/dev/null || { echo "setup: run as root, or install: apt-get install ${missing[*]}" >&2; exit 1; }
+    SUDO="sudo"
+  fi
+  # Keep package scripts from starting system services (e.g. a postgresql@15-main cluster on 5432).
+  added_policy=""
+  if [ ! -e /usr/sbin/policy-rc.d ]; then
+    printf '#!/bin/sh\nexit 101\n' | $SUDO tee /usr/sbin/policy-rc.d >/dev/null
+    $SUDO chmod +x /usr/sbin/policy-rc.d
+    added_policy=1
+  fi
+  $SUDO apt-get update -qq
+  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  [ -n "$added_policy" ] && $SUDO rm -f /usr/sbin/policy-rc.d
+fi
+
+# --- Temporal CLI (dev server + Web UI) ------------------------------------------------------
+if [ -n "${TEMPORAL_ADDRESS:-}" ]; then
+  echo "setup: TEMPORAL_ADDRESS is set ($TEMPORAL_ADDRESS): not building the Temporal CLI"
+else
+  bash scripts/build-temporal-cli.sh
+fi
+
+# --- npm packages and build ------------------------------------------------------------------
+npm ci --no-audit --no-fund
+npm run build
+
+# --- database: local cluster (unless DATABASE_URL) and migrations ----------------------------
+node dist/scripts/init-db.js
+echo "setup: done. Next: npm start (dev stack) or npm test."

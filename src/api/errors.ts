@@ -1,0 +1,42 @@
+import type { ErrorRequestHandler, RequestHandler } from 'express';
+
+/**
+ * An error with Blazar's error body: `{"error_code": 404, "error_message": "...", "error_name": 404}`.
+ * python-blazarclient prints `error_message` for any status >= 400.
+ */
+export class ApiError extends Error {
+  constructor(
+    readonly status: number,
+    message: string,
+    readonly errorName: string | number = status,
+  ) {
+    super(message);
+  }
+}
+
+export function errorBody(status: number, message: string, errorName: string | number = status) {
+  return { error_code: status, error_message: message, error_name: errorName };
+}
+
+export const notFoundRoute: RequestHandler = (req, _res, next) => {
+  next(new ApiError(404, `The resource could not be found: ${req.method} ${req.path}`));
+};
+
+/** Turns every error into Blazar's error body; anything unexpected is logged and becomes a 500 without internals. */
+export function errorHandler(log: { error: (obj: object, msg: string) => void }): ErrorRequestHandler {
+  return (err: unknown, req, res, _next) => {
+    if (err instanceof ApiError) {
+      res.status(err.status).json(errorBody(err.status, err.message, err.errorName));
+      return;
+    }
+    // body-parser errors carry an HTTP status (malformed JSON, body too large, bad charset).
+    const status = (err as { status?: unknown }).status;
+    if (typeof status === 'number' && status >= 400 && status < 500) {
+      const detail = (err as { type?: string }).type === 'entity.parse.failed' ? 'Malformed JSON in request body' : (err as Error).message;
+      res.status(status).json(errorBody(status, detail));
+      return;
+    }
+    log.error({ err, method: req.method, path: req.path }, 'unhandled API error');
+    res.status(500).json(errorBody(500, 'Internal server error: see the leasekeeper-api log'));
+  };
+}

@@ -1,0 +1,44 @@
+/** The leasekeeper API process: Blazar's v1 REST API in front of the lease workflows. */
+import type { Server } from 'node:http';
+import { loadConfigOrExit } from '../config';
+import { migrate } from '../db/migrate';
+import { createPool } from '../db/pool';
+import { createLogger } from '../log';
+import { connectTemporal } from '../temporal';
+import { createApp } from './app';
+
+async function main(): Promise<void> {
+  const config = loadConfigOrExit();
+  const log = createLogger(config, 'api');
+  const pool = createPool(config, 'leasekeeper-api');
+  await migrate(pool);
+  const { connection, client } = connectTemporal(config);
+  const app = createApp({ config, log, pool, connection, client });
+
+  const server: Server = app.listen(config.api.port, config.api.host, () => {
+    log.info({ url: `http://${config.api.host}:${config.api.port}` }, 'api listening');
+  });
+  server.on('error', (err) => {
+    log.fatal({ err }, 'api cannot listen');
+    process.exit(1);
+  });
+
+  let stopping = false;
+  const stop = (signal: string) => {
+    if (stopping) return;
+    stopping = true;
+    log.info({ signal }, 'api stopping');
+    server.close(() => {
+      void Promise.allSettled([connection.close(), pool.end()]).then(() => process.exit(0));
+    });
+    server.closeIdleConnections();
+    setTimeout(() => process.exit(0), 10_000).unref(); // do not hang on a stuck client
+  };
+  process.on('SIGINT', () => stop('SIGINT'));
+  process.on('SIGTERM', () => stop('SIGTERM'));
+}
+
+main().catch((err: unknown) => {
+  process.stderr.write(`leasekeeper api: ${err instanceof Error ? err.stack ?? err.message : String(err)}\n`);
+  process.exit(1);
+});

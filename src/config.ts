@@ -1,0 +1,103 @@
+/**
+ * Every setting leasekeeper reads, from the environment, with its default.
+ * Validated once at start: a bad value stops the process with one line naming the variable.
+ * The README's "Configuration" table mirrors this file.
+ */
+import os from 'node:os';
+import path from 'node:path';
+import { z } from 'zod';
+import { REPO_ROOT } from './paths';
+
+const port = z.coerce.number().int().min(1).max(65535);
+const positiveInt = z.coerce.number().int().positive();
+const millis = z.coerce.number().int().min(0);
+
+const envSchema = z.object({
+  LK_LOG_LEVEL: z.enum(['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent']).default('info'),
+  LK_API_HOST: z.string().min(1).default('127.0.0.1'),
+  LK_API_PORT: port.default(1234),
+  LK_DATA_DIR: z.string().min(1).default(path.join(REPO_ROOT, '.data')),
+  LK_CACHE_DIR: z.string().min(1).optional(),
+  HOME: z.string().min(1).optional(),
+
+  // Temporal. When TEMPORAL_ADDRESS is unset, `npm start` runs a dev server on LK_TEMPORAL_PORT.
+  TEMPORAL_ADDRESS: z.string().regex(/^[^\s:]+:\d+$/, 'expected host:port').optional(),
+  TEMPORAL_NAMESPACE: z.string().min(1).default('default'),
+  LK_TASK_QUEUE: z.string().min(1).default('leasekeeper'),
+  LK_TEMPORAL_PORT: port.default(7233),
+  LK_TEMPORAL_UI_PORT: port.default(8233),
+
+  // PostgreSQL. When DATABASE_URL is unset, the scripts run a project-local cluster on LK_PG_PORT.
+  DATABASE_URL: z.url({ protocol: /^postgres(ql)?$/, error: 'expected postgres://user[:password]@host:port/database' }).optional(),
+  LK_PG_PORT: port.default(15432),
+  LK_DB_POOL_SIZE: positiveInt.default(10),
+
+  // Worker.
+  LK_WORKFLOW_BUNDLE: z.string().min(1).default(path.join(REPO_ROOT, 'dist', 'workflow-bundle.js')),
+  LK_WORKER_MAX_CACHED_WORKFLOWS: positiveInt.default(500),
+  LK_WORKER_SHUTDOWN_GRACE_MS: millis.default(30_000),
+
+  // How long a health check may wait for each dependency.
+  LK_HEALTH_TIMEOUT_MS: positiveInt.default(2_000),
+});
+
+export type Config = ReturnType<typeof toConfig>;
+
+export class ConfigError extends Error {
+  override readonly name = 'ConfigError';
+}
+
+function toConfig(env: z.infer<typeof envSchema>) {
+  return {
+    logLevel: env.LK_LOG_LEVEL,
+    api: { host: env.LK_API_HOST, port: env.LK_API_PORT },
+    dataDir: env.LK_DATA_DIR,
+    cacheDir: env.LK_CACHE_DIR ?? path.join(env.HOME ?? os.homedir(), '.cache', 'leasekeeper'),
+    temporal: {
+      address: env.TEMPORAL_ADDRESS ?? `127.0.0.1:${env.LK_TEMPORAL_PORT}`,
+      external: env.TEMPORAL_ADDRESS !== undefined,
+      namespace: env.TEMPORAL_NAMESPACE,
+      taskQueue: env.LK_TASK_QUEUE,
+      devServerPort: env.LK_TEMPORAL_PORT,
+      uiPort: env.LK_TEMPORAL_UI_PORT,
+    },
+    database: {
+      url: env.DATABASE_URL ?? `postgres://leasekeeper@127.0.0.1:${env.LK_PG_PORT}/leasekeeper`,
+      external: env.DATABASE_URL !== undefined,
+      localPort: env.LK_PG_PORT,
+      poolSize: env.LK_DB_POOL_SIZE,
+    },
+    worker: {
+      workflowBundle: env.LK_WORKFLOW_BUNDLE,
+      maxCachedWorkflows: env.LK_WORKER_MAX_CACHED_WORKFLOWS,
+      shutdownGraceMs: env.LK_WORKER_SHUTDOWN_GRACE_MS,
+    },
+    healthTimeoutMs: env.LK_HEALTH_TIMEOUT_MS,
+  };
+}
+
+/** Parses the environment; throws ConfigError whose message is one line naming the variable. */
+export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
+  // An empty variable means "use the default", as in most shells' ${VAR:-default}.
+  const present = Object.fromEntries(Object.entries(env).filter(([, value]) => value !== ''));
+  const parsed = envSchema.safeParse(present);
+  if (!parsed.success) {
+    const issue = parsed.error.issues[0];
+    const name = String(issue.path[0]);
+    throw new ConfigError(`invalid configuration: ${name}=${JSON.stringify(env[name] ?? '')}: ${issue.message}`);
+  }
+  return toConfig(parsed.data);
+}
+
+/** For process entry points: a bad setting ends the process with a one-line message. */
+export function loadConfigOrExit(env: NodeJS.ProcessEnv = process.env): Config {
+  try {
+    return loadConfig(env);
+  } catch (err) {
+    if (err instanceof ConfigError) {
+      process.stderr.write(`leasekeeper: ${err.message}\n`);
+      process.exit(2);
+    }
+    throw err;
+  }
+}

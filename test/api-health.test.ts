@@ -1,0 +1,95 @@
+import type { AddressInfo } from 'node:net';
+import type { Server } from 'node:http';
+import { Client, Connection } from '@temporalio/client';
+import { Worker } from '@temporalio/worker';
+import { Pool } from 'pg';
+import pino from 'pino';
+import { createApp } from '../src/api/app';
+import { migrate } from '../src/db/migrate';
+import { createWorker, WORKFLOWS_PATH } from '../worker/create-worker';
+import { createTestDatabase, type TestDatabase } from './support/db';
+import { json } from './support/http';
+import { freePort } from './support/ports';
+import { connectTestTemporal, testConfig } from './support/temporal';
+
+const silent = pino({ level: 'silent' });
+
+async function listen(app: ReturnType<typeof createApp>): Promise<{ server: Server; url: string }> {
+  return new Promise((resolve) => {
+    const server = app.listen(0, '127.0.0.1', () => resolve({ server, url: `http://127.0.0.1:${(server.address() as AddressInfo).port}` }));
+  });
+}
+
+describe('API health and error bodies', () => {
+  const config = testConfig({ LK_HEALTH_TIMEOUT_MS: '1500' });
+  let db: TestDatabase;
+  let temporal: Awaited<ReturnType<typeof connectTestTemporal>>;
+  let server: Server;
+  let url: string;
+
+  beforeAll(async () => {
+    db = await createTestDatabase();
+    await migrate(db.pool);
+    temporal = await connectTestTemporal(config);
+    ({ server, url } = await listen(createApp({ config, log: silent, pool: db.pool, connection: temporal.connection, client: temporal.client })));
+  });
+  afterAll(async () => {
+    server?.close();
+    await temporal?.close();
+    await db?.drop();
+  });
+
+  it('answers 200 when Temporal and PostgreSQL are reachable', async () => {
+    const res = await fetch(`${url}/healthz`);
+    expect(res.status).toBe(200);
+    const body = await json(res);
+    expect(body.status).toBe('ok');
+    expect(body.checks.temporal).toMatchObject({ ok: true, detail: { server_version: expect.any(String) } });
+    expect(body.checks.database.ok).toBe(true);
+  });
+
+  it('deep check: 503 while no worker polls, 200 once one does', async () => {
+    const withoutWorker = await fetch(`${url}/healthz?deep=1`);
+    expect(withoutWorker.status).toBe(503);
+    expect((await json(withoutWorker)).checks.worker.ok).toBe(false);
+
+    const worker: Worker = await createWorker({ connection: temporal.nativeConnection, config, deps: { pool: db.pool }, workflows: { workflowsPath: WORKFLOWS_PATH } });
+    const body = await worker.runUntil(async () => {
+      const res = await fetch(`${url}/healthz?deep=true`);
+      expect(res.status).toBe(200);
+      return json(res);
+    });
+    expect(body.checks.worker).toMatchObject({ ok: true, detail: { schemaVersion: expect.any(Number) } });
+  });
+
+  it('answers 503 naming the dependency that is down', async () => {
+    const deadPort = await freePort();
+    const deadPool = new Pool({ connectionString: `postgres://nobody@127.0.0.1:${deadPort}/none`, connectionTimeoutMillis: 1000 });
+    const deadConnection = Connection.lazy({ address: `127.0.0.1:${await freePort()}` });
+    const app = createApp({ config, log: silent, pool: deadPool, connection: deadConnection, client: new Client({ connection: deadConnection }) });
+    const { server: downServer, url: downUrl } = await listen(app);
+    try {
+      const res = await fetch(`${downUrl}/healthz`);
+      expect(res.status).toBe(503);
+      const body = await json(res);
+      expect(body.status).toBe('unavailable');
+      expect(body.checks.database).toMatchObject({ ok: false, error: expect.stringContaining('ECONNREFUSED') });
+      expect(body.checks.temporal.ok).toBe(false);
+    } finally {
+      downServer.close();
+      await deadPool.end();
+    }
+  });
+
+  it("answers unknown routes with Blazar's error body", async () => {
+    const res = await fetch(`${url}/v1/nothing-here`);
+    expect(res.status).toBe(404);
+    expect(await json(res)).toEqual({ error_code: 404, error_message: 'The resource could not be found: GET /v1/nothing-here', error_name: 404 });
+  });
+
+  it('answers malformed JSON with 400, not 500', async () => {
+    const res = await fetch(`${url}/v1/leases`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"lease": ' });
+    expect(res.status).toBe(400);
+    expect(await json(res)).toEqual({ error_code: 400, error_message: 'Malformed JSON in request body', error_name: 400 });
+  });
+});

@@ -1,0 +1,8 @@
+import fs from 'node:fs';
+
+export default async function globalTeardown(): Promise<void> {
+  const servers = globalThis.__LK_TEST_SERVERS__;
+  if (!servers) return;
+  await Promise.all(servers.processes.map((proc) => proc.stop()));
+  fs.rmSync(servers.tmpDir, { recursive: true, force: true });
+}

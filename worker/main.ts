@@ -1,0 +1,61 @@
+/**
+ * The leasekeeper worker process: runs lease workflows and their activities.
+ * SIGINT/SIGTERM drain it gracefully: no new tasks are polled, running activities get
+ * LK_WORKER_SHUTDOWN_GRACE_MS to finish, then the process exits 0.
+ */
+import fs from 'node:fs';
+import { NativeConnection, Runtime } from '@temporalio/worker';
+import { loadConfigOrExit, type Config } from '../src/config';
+import { migrate } from '../src/db/migrate';
+import { createPool } from '../src/db/pool';
+import { createLogger, type Logger } from '../src/log';
+import { connectTemporal, ensureSearchAttributes } from '../src/temporal';
+import { createWorker } from './create-worker';
+import { PinoTemporalLogger } from './temporal-logger';
+
+async function main(): Promise<void> {
+  const config = loadConfigOrExit();
+  const log = createLogger(config, 'worker');
+  Runtime.install({ logger: new PinoTemporalLogger(log), shutdownSignals: ['SIGINT', 'SIGTERM'] });
+
+  if (!fs.existsSync(config.worker.workflowBundle)) {
+    log.fatal({ path: config.worker.workflowBundle }, 'workflow bundle missing: run `npm run build`');
+    process.exit(1);
+  }
+  const pool = createPool(config, 'leasekeeper-worker');
+  const { version } = await migrate(pool);
+  const connection = await NativeConnection.connect({ address: config.temporal.address });
+  await registerSearchAttributes(config, log);
+  const worker = await createWorker({
+    connection,
+    config,
+    deps: { pool },
+    workflows: { bundlePath: config.worker.workflowBundle },
+  });
+  log.info({ address: config.temporal.address, taskQueue: config.temporal.taskQueue, schemaVersion: version }, 'worker ready');
+  try {
+    await worker.run(); // resolves once a shutdown signal has drained the worker
+  } finally {
+    await connection.close();
+    await pool.end();
+    log.info('worker stopped');
+  }
+}
+
+/** Operators filter leases by these in the Web UI; a server without them would reject lease workflows. */
+async function registerSearchAttributes(config: Config, log: Logger): Promise<void> {
+  const { connection } = connectTemporal(config);
+  try {
+    const added = await ensureSearchAttributes(connection, config.temporal.namespace);
+    if (added.length) log.info({ added }, 'registered search attributes');
+  } catch (err) {
+    log.warn({ err }, 'could not check or register search attributes (no operator access?): register them by hand, see README');
+  } finally {
+    await connection.close();
+  }
+}
+
+main().catch((err: unknown) => {
+  process.stderr.write(`leasekeeper worker: ${err instanceof Error ? err.stack ?? err.message : String(err)}\n`);
+  process.exit(1);
+});
