@@ -25,8 +25,9 @@ if [ ${#missing[@]} -gt 0 ]; then
     $SUDO chmod +x /usr/sbin/policy-rc.d
     added_policy=1
   fi
-  $SUDO apt-get update -qq
-  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  # Wait for another apt/dpkg run (e.g. unattended upgrades) instead of failing at once.
+  $SUDO apt-get -o DPkg::Lock::Timeout=600 update -qq
+  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends "${missing[@]}"
   [ -n "$added_policy" ] && $SUDO rm -f /usr/sbin/policy-rc.d
 fi
 
