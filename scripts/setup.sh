@@ -39,7 +39,13 @@ else
 fi
 
 # --- npm packages and build ------------------------------------------------------------------
-npm ci --no-audit --no-fund
+# `npm ci` refuses a lockfile that lacks other platforms' optional binaries (e.g. @swc/core-darwin-*),
+# which a registry mirror without those packages cannot record; then install the same locked
+# versions without touching the lockfile.
+if ! npm ci --no-audit --no-fund; then
+  echo "setup: npm ci refused the lockfile (see above); installing the locked versions with npm install --no-save"
+  npm install --no-save --no-audit --no-fund
+fi
 npm run build
 
 # --- database: local cluster (unless DATABASE_URL) and migrations ----------------------------
