@@ -10,4 +10,5 @@ module.exports = {
   // known ShutdownError when several files share a Runtime, and suits 2 cores.
   maxWorkers: 1,
   testTimeout: 60_000,
+  reporters: ['default', '<rootDir>/test/support/summary-reporter.js'],
 };

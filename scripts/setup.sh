@@ -42,10 +42,15 @@ fi
 # `npm ci` refuses a lockfile that lacks other platforms' optional binaries (e.g. @swc/core-darwin-*),
 # which a registry mirror without those packages cannot record; then install the same locked
 # versions without touching the lockfile.
-if ! npm ci --no-audit --no-fund; then
-  echo "setup: npm ci refused the lockfile (see above); installing the locked versions with npm install --no-save"
+npm_log="$(mktemp)"
+if ! npm ci --no-audit --no-fund >"$npm_log" 2>&1; then
+  grep -m 3 -E "Missing:|ERR|error code" "$npm_log" | sed 's/^/setup: npm ci: /' || true
+  echo "setup: npm ci refused the lockfile; installing the locked versions with npm install --no-save"
   npm install --no-save --no-audit --no-fund
+else
+  tail -n 2 "$npm_log"
 fi
+rm -f "$npm_log"
 npm run build
 
 # --- database: local cluster (unless DATABASE_URL) and migrations ----------------------------

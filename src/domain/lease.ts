@@ -1,0 +1,219 @@
+/**
+ * The lease as the workflow holds it, and Blazar's rules for changing it. Pure and deterministic:
+ * the workflow, its update validators and the API all use these functions.
+ * Times are epoch milliseconds (UTC); the API formats them the way Blazar does.
+ */
+import { ApplicationFailure } from '@temporalio/common';
+
+export const LEASE_STATUSES = ['PENDING', 'STARTING', 'ACTIVE', 'TERMINATING', 'TERMINATED', 'ERROR', 'DELETING'] as const;
+export type LeaseStatus = (typeof LEASE_STATUSES)[number];
+
+export const EVENT_TYPES = ['start_lease', 'before_end_lease', 'end_lease'] as const;
+export type EventType = (typeof EVENT_TYPES)[number];
+export type EventStatus = 'UNDONE' | 'IN_PROGRESS' | 'DONE' | 'ERROR';
+
+export interface LeaseEvent {
+  id: string;
+  event_type: EventType;
+  /** When the event is due. */
+  time: number;
+  status: EventStatus;
+  /** When it actually began and finished: start lag = startedAt − time. */
+  startedAt?: number;
+  finishedAt?: number;
+}
+
+export type ReservationStatus = 'pending' | 'active' | 'deleted' | 'error';
+
+export interface Reservation {
+  id: string;
+  resource_type: string;
+  status: ReservationStatus;
+  /** The request's parameters, as validated at the API by the resource type's schema. */
+  params: Record<string, unknown>;
+  /** What the resource type reserved (hosts, amounts…): shown in the lease JSON. */
+  allocation?: Record<string, unknown>;
+  /** The resources this reservation holds (e.g. `host:3`), for back-to-back ordering. */
+  resourceKeys?: string[];
+  missing_resources?: boolean;
+  resources_changed?: boolean;
+}
+
+export interface Lease {
+  id: string;
+  name: string;
+  projectId: string;
+  userId: string;
+  startMs: number;
+  endMs: number;
+  /** Set by the user; otherwise derived from the end date (see beforeEndTime). */
+  beforeEndMs?: number;
+  status: LeaseStatus;
+  statusReason?: string;
+  degraded: boolean;
+  reservations: Reservation[];
+  events: LeaseEvent[];
+  createdMs: number;
+  updatedMs: number;
+  /** Grows with every change recorded in PostgreSQL. */
+  version: number;
+}
+
+export const BEFORE_END_LEAD_MS = 60 * 60 * 1000;
+
+/** Blazar's default: one hour before the end, but never before the start. */
+export function beforeEndTime(lease: Pick<Lease, 'startMs' | 'endMs' | 'beforeEndMs'>): number {
+  return lease.beforeEndMs ?? Math.max(lease.startMs, lease.endMs - BEFORE_END_LEAD_MS);
+}
+
+export function leaseResourceTypes(lease: Pick<Lease, 'reservations'>): string[] {
+  return [...new Set(lease.reservations.map((r) => r.resource_type))].sort();
+}
+
+/** Error types carried by ApplicationFailure; the API maps them to HTTP statuses. */
+export const LeaseErrorType = {
+  invalid: 'InvalidLease', // 400
+  conflict: 'LeaseConflict', // 409
+  notFound: 'LeaseNotFound', // 404
+} as const;
+
+export function invalidLease(message: string): ApplicationFailure {
+  return ApplicationFailure.create({ type: LeaseErrorType.invalid, message, nonRetryable: true });
+}
+
+export function leaseConflict(message: string): ApplicationFailure {
+  return ApplicationFailure.create({ type: LeaseErrorType.conflict, message, nonRetryable: true });
+}
+
+export interface NewLeaseRequest {
+  id: string;
+  name: string;
+  projectId: string;
+  userId: string;
+  /** 'now' means the time the request arrived (`requestedMs`). */
+  start: number | 'now';
+  end: number;
+  beforeEnd?: number;
+  reservations: Array<Pick<Reservation, 'id' | 'resource_type' | 'params'>>;
+  requestedMs: number;
+}
+
+const MINUTE_MS = 60_000;
+
+/**
+ * Blazar's dates have minute precision, so a start within the current minute counts as "now"
+ * rather than as the past.
+ */
+function startOfMinute(ms: number): number {
+  return ms - (ms % MINUTE_MS);
+}
+
+/** Builds a PENDING lease from a create request, enforcing Blazar's date rules. */
+export function newLease(request: NewLeaseRequest): Lease {
+  const now = request.requestedMs;
+  const startMs = request.start === 'now' ? now : request.start;
+  if (startMs < startOfMinute(now)) throw invalidLease('start_date must be "now" or later than the current date');
+  if (request.end <= startMs) throw invalidLease('end_date must be later than start_date');
+  if (request.beforeEnd !== undefined && (request.beforeEnd < startMs || request.beforeEnd > request.end)) {
+    throw invalidLease('before_end_date must be between start_date and end_date');
+  }
+  const lease: Lease = {
+    id: request.id,
+    name: request.name,
+    projectId: request.projectId,
+    userId: request.userId,
+    startMs,
+    endMs: request.end,
+    beforeEndMs: request.beforeEnd,
+    status: 'PENDING',
+    degraded: false,
+    reservations: request.reservations.map((r) => ({ ...r, status: 'pending' })),
+    events: [],
+    createdMs: now,
+    updatedMs: now,
+    version: 0,
+  };
+  lease.events = EVENT_TYPES.map((type) => ({ id: `${request.id}:${type}`, event_type: type, time: 0, status: 'UNDONE' }));
+  return withEventTimes(lease);
+}
+
+/** Keeps the due times of the events that have not run in step with the lease's dates. */
+export function withEventTimes(lease: Lease): Lease {
+  const due: Record<EventType, number> = { start_lease: lease.startMs, before_end_lease: beforeEndTime(lease), end_lease: lease.endMs };
+  return { ...lease, events: lease.events.map((e) => (e.status === 'UNDONE' ? { ...e, time: due[e.event_type] } : e)) };
+}
+
+export interface LeaseUpdateRequest {
+  name?: string;
+  start?: number | 'now';
+  end?: number | 'now';
+  beforeEnd?: number;
+  /** Changes to existing reservations, by id (resource types interpret the rest). */
+  reservations?: Array<{ id: string } & Record<string, unknown>>;
+}
+
+export function hasEnded(status: LeaseStatus): boolean {
+  return status === 'TERMINATED' || status === 'ERROR' || status === 'DELETING';
+}
+
+/**
+ * Blazar's update rules: the name can always change; the start only before the lease starts, and
+ * not into the past; the end not before now nor before the start ("now" ends an active lease
+ * early); an ended lease can only be renamed. Returns the changed lease (events re-timed), or
+ * throws an ApplicationFailure of type InvalidLease.
+ */
+export function applyLeaseUpdate(lease: Lease, update: LeaseUpdateRequest, nowMs: number): Lease {
+  const changesDates = update.start !== undefined || update.end !== undefined || update.beforeEnd !== undefined;
+  if (hasEnded(lease.status) && (changesDates || update.reservations?.length)) {
+    throw invalidLease(`lease ${lease.name} is ${lease.status}: only its name can change`);
+  }
+  if (update.name !== undefined && update.name.trim() === '') throw invalidLease('name must not be empty');
+
+  let startMs = lease.startMs;
+  if (update.start !== undefined) {
+    const requested = update.start === 'now' ? nowMs : update.start;
+    if (requested !== lease.startMs) {
+      if (lease.status !== 'PENDING') throw invalidLease('the start date of a lease that has started cannot change');
+      if (requested < startOfMinute(nowMs)) throw invalidLease('start_date must be "now" or later than the current date');
+      startMs = Math.max(requested, nowMs);
+    }
+  }
+
+  let endMs = lease.endMs;
+  if (update.end !== undefined) {
+    const requested = update.end === 'now' ? nowMs : update.end;
+    if (requested !== lease.endMs) {
+      if (update.end === 'now' && lease.status === 'PENDING') {
+        throw invalidLease('end_date "now" ends an active lease early; to drop a pending lease, delete it');
+      }
+      if (requested < startOfMinute(nowMs)) throw invalidLease('end_date must be "now" or later than the current date');
+      endMs = Math.max(requested, nowMs);
+    }
+  }
+  if (endMs <= startMs) throw invalidLease('end_date must be later than start_date');
+
+  let beforeEndMs = lease.beforeEndMs;
+  if (update.beforeEnd !== undefined) beforeEndMs = update.beforeEnd;
+  if (beforeEndMs !== undefined && (beforeEndMs < startMs || beforeEndMs > endMs)) {
+    if (update.beforeEnd !== undefined) throw invalidLease('before_end_date must be between start_date and end_date');
+    beforeEndMs = undefined; // a user-set before-end that the new dates exclude falls back to the default
+  }
+
+  for (const change of update.reservations ?? []) {
+    if (!lease.reservations.some((r) => r.id === change.id)) throw invalidLease(`lease ${lease.name} has no reservation ${change.id}`);
+  }
+
+  const next: Lease = { ...lease, name: update.name ?? lease.name, startMs, endMs, beforeEndMs };
+  // A before-end action that already ran runs again if an extension moved its time into the future.
+  next.events = next.events.map((e) =>
+    e.event_type === 'before_end_lease' && e.status !== 'UNDONE' && lease.status === 'ACTIVE' && beforeEndTime(next) > nowMs && endMs > lease.endMs
+      ? { id: e.id, event_type: e.event_type, time: e.time, status: 'UNDONE' }
+      : e,
+  );
+  return withEventTimes(next);
+}
+
+/** Whether an update changes the window the reservations must hold. */
+export function windowChanged(before: Lease, after: Lease): boolean {
+  return before.startMs !== after.startMs || before.endMs !== after.endMs;
+}

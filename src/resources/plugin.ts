@@ -1,0 +1,55 @@
+/**
+ * A resource type (physical host, instance, bandwidth, floating IP) plugs in behind this one small
+ * interface, as in Blazar's resource plugins. The lease workflow calls each hook through a generic
+ * activity (activities/reservations.ts), so every hook runs with Temporal's timeouts and retries and
+ * must be idempotent, keyed by the reservation id.
+ */
+import type { z } from 'zod';
+import type { Reservation } from '../domain/lease';
+
+export interface ReservationContext {
+  leaseId: string;
+  leaseName: string;
+  projectId: string;
+  userId: string;
+  reservation: Reservation;
+  startMs: number;
+  endMs: number;
+}
+
+export interface ReserveResult {
+  /** Shown in the lease JSON under the reservation (hosts, amounts, aggregate…). */
+  allocation: Record<string, unknown>;
+  /** The resources held, e.g. `host:3`: leases sharing a key start only after the earlier one ended. */
+  resourceKeys: string[];
+}
+
+export interface HealResult {
+  /** Resources that failed and could not be replaced. */
+  missingResources: boolean;
+  /** Resources that were replaced by others. */
+  resourcesChanged: boolean;
+}
+
+export interface ResourcePlugin {
+  /** Blazar's resource_type, e.g. `physical:host`. */
+  readonly resourceType: string;
+  /** Validates a reservation's parameters at the API edge; zod issues become a 400. */
+  readonly paramsSchema: z.ZodType<Record<string, unknown>>;
+  /** Books capacity for [start, end] (again, for a new window, when the lease is updated); 409 when it is not free. */
+  reserve(ctx: ReservationContext): Promise<ReserveResult>;
+  /** Makes the reserved resources usable by the lessee. */
+  start(ctx: ReservationContext): Promise<void>;
+  /** The before-end action (snapshot, notify…). */
+  beforeEnd(ctx: ReservationContext): Promise<void>;
+  /** Takes the resources back and frees the booking; `started` is false for a lease deleted before it started. */
+  end(ctx: ReservationContext & { started: boolean }): Promise<void>;
+  /** Replaces failed resources where it can. */
+  heal(ctx: ReservationContext): Promise<HealResult>;
+}
+
+export type ResourcePlugins = ReadonlyMap<string, ResourcePlugin>;
+
+export function pluginRegistry(plugins: ResourcePlugin[]): ResourcePlugins {
+  return new Map(plugins.map((plugin) => [plugin.resourceType, plugin]));
+}
