@@ -1,4 +1,6 @@
 import type { ActivityDeps } from './deps';
+import { leaseActivities } from './leases';
+import { reservationActivities } from './reservations';
 import { selfCheckActivities } from './selfcheck';
 
 export type { ActivityDeps };
@@ -7,6 +9,8 @@ export type { ActivityDeps };
 export function createActivities(deps: ActivityDeps) {
   return {
     ...selfCheckActivities(deps),
+    ...leaseActivities(deps),
+    ...reservationActivities(deps),
   };
 }
 

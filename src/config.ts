@@ -37,6 +37,10 @@ const envSchema = z.object({
   LK_WORKER_MAX_CACHED_WORKFLOWS: positiveInt.default(500),
   LK_WORKER_SHUTDOWN_GRACE_MS: millis.default(30_000),
 
+  // API: how callers are identified, and how long a REST call waits for a lease workflow.
+  LK_AUTH_STRATEGY: z.enum(['noauth']).default('noauth'),
+  LK_API_WORKFLOW_TIMEOUT_MS: positiveInt.default(30_000),
+
   // How long a health check may wait for each dependency.
   LK_HEALTH_TIMEOUT_MS: positiveInt.default(2_000),
 });
@@ -50,7 +54,7 @@ export class ConfigError extends Error {
 function toConfig(env: z.infer<typeof envSchema>) {
   return {
     logLevel: env.LK_LOG_LEVEL,
-    api: { host: env.LK_API_HOST, port: env.LK_API_PORT },
+    api: { host: env.LK_API_HOST, port: env.LK_API_PORT, authStrategy: env.LK_AUTH_STRATEGY, workflowTimeoutMs: env.LK_API_WORKFLOW_TIMEOUT_MS },
     dataDir: env.LK_DATA_DIR,
     cacheDir: env.LK_CACHE_DIR ?? path.join(env.HOME ?? os.homedir(), '.cache', 'leasekeeper'),
     temporal: {

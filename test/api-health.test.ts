@@ -6,6 +6,7 @@ import { Pool } from 'pg';
 import pino from 'pino';
 import { createApp } from '../src/api/app';
 import { migrate } from '../src/db/migrate';
+import { pluginRegistry } from '../src/resources/plugin';
 import { createWorker, WORKFLOWS_PATH } from '../worker/create-worker';
 import { createTestDatabase, type TestDatabase } from './support/db';
 import { json } from './support/http';
@@ -31,7 +32,7 @@ describe('API health and error bodies', () => {
     db = await createTestDatabase();
     await migrate(db.pool);
     temporal = await connectTestTemporal(config);
-    ({ server, url } = await listen(createApp({ config, log: silent, pool: db.pool, connection: temporal.connection, client: temporal.client })));
+    ({ server, url } = await listen(createApp({ config, log: silent, pool: db.pool, connection: temporal.connection, client: temporal.client, plugins: pluginRegistry([]) })));
   });
   afterAll(async () => {
     server?.close();
@@ -53,7 +54,7 @@ describe('API health and error bodies', () => {
     expect(withoutWorker.status).toBe(503);
     expect((await json(withoutWorker)).checks.worker.ok).toBe(false);
 
-    const worker: Worker = await createWorker({ connection: temporal.nativeConnection, config, deps: { pool: db.pool }, workflows: { workflowsPath: WORKFLOWS_PATH } });
+    const worker: Worker = await createWorker({ connection: temporal.nativeConnection, config, deps: { pool: db.pool, plugins: pluginRegistry([]) }, workflows: { workflowsPath: WORKFLOWS_PATH } });
     const body = await worker.runUntil(async () => {
       const res = await fetch(`${url}/healthz?deep=true`);
       expect(res.status).toBe(200);
@@ -66,7 +67,7 @@ describe('API health and error bodies', () => {
     const deadPort = await freePort();
     const deadPool = new Pool({ connectionString: `postgres://nobody@127.0.0.1:${deadPort}/none`, connectionTimeoutMillis: 1000 });
     const deadConnection = Connection.lazy({ address: `127.0.0.1:${await freePort()}` });
-    const app = createApp({ config, log: silent, pool: deadPool, connection: deadConnection, client: new Client({ connection: deadConnection }) });
+    const app = createApp({ config, log: silent, pool: deadPool, connection: deadConnection, client: new Client({ connection: deadConnection }), plugins: pluginRegistry([]) });
     const { server: downServer, url: downUrl } = await listen(app);
     try {
       const res = await fetch(`${downUrl}/healthz`);
@@ -84,7 +85,7 @@ describe('API health and error bodies', () => {
   it("answers unknown routes with Blazar's error body", async () => {
     const res = await fetch(`${url}/v1/nothing-here`);
     expect(res.status).toBe(404);
-    expect(await json(res)).toEqual({ error_code: 404, error_message: 'The resource could not be found: GET /v1/nothing-here', error_name: 404 });
+    expect(await json(res)).toEqual({ error_code: 404, error_message: 'The resource could not be found: GET /nothing-here', error_name: 404 });
   });
 
   it('answers malformed JSON with 400, not 500', async () => {

@@ -46,7 +46,7 @@ describe('docker-compose.yml', () => {
       expect(entry).toMatch(/^dist\/.*\.js$/);
       expect(fs.existsSync(path.join(ROOT, entry.replace(/^dist\//, '').replace(/\.js$/, '.ts')))).toBe(true);
     }
-    expect(loadConfig(services['leasekeeper-api'].environment ?? {}).api).toEqual({ host: '0.0.0.0', port: 1234 });
+    expect(loadConfig(services['leasekeeper-api'].environment ?? {}).api).toMatchObject({ host: '0.0.0.0', port: 1234 });
     expect(services['temporal-ui'].environment?.TEMPORAL_ADDRESS).toBe('temporal:7233');
   });
 

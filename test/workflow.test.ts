@@ -4,6 +4,7 @@ import { Worker } from '@temporalio/worker';
 import { migrate, readMigrations } from '../src/db/migrate';
 import { LEASE_SEARCH_ATTRIBUTES } from '../src/domain/search-attributes';
 import { ensureSearchAttributes } from '../src/temporal';
+import { pluginRegistry } from '../src/resources/plugin';
 import { createWorker, WORKFLOWS_PATH } from '../worker/create-worker';
 import type { selfCheckWorkflow } from '../workflows';
 import { createTestDatabase, type TestDatabase } from './support/db';
@@ -19,7 +20,7 @@ describe('a workflow on the real Temporal dev server, through the real worker', 
     db = await createTestDatabase();
     await migrate(db.pool);
     temporal = await connectTestTemporal(config);
-    worker = await createWorker({ connection: temporal.nativeConnection, config, deps: { pool: db.pool }, workflows: { workflowsPath: WORKFLOWS_PATH } });
+    worker = await createWorker({ connection: temporal.nativeConnection, config, deps: { pool: db.pool, plugins: pluginRegistry([]) }, workflows: { workflowsPath: WORKFLOWS_PATH } });
   });
   afterAll(async () => {
     await temporal?.close();

@@ -9,6 +9,7 @@ import { loadConfigOrExit, type Config } from '../src/config';
 import { migrate } from '../src/db/migrate';
 import { createPool } from '../src/db/pool';
 import { createLogger, type Logger } from '../src/log';
+import { productionPlugins } from '../src/resources';
 import { connectTemporal, ensureSearchAttributes } from '../src/temporal';
 import { createWorker } from './create-worker';
 import { PinoTemporalLogger } from './temporal-logger';
@@ -29,7 +30,7 @@ async function main(): Promise<void> {
   const worker = await createWorker({
     connection,
     config,
-    deps: { pool },
+    deps: { pool, plugins: productionPlugins() },
     workflows: { bundlePath: config.worker.workflowBundle },
   });
   log.info({ address: config.temporal.address, taskQueue: config.temporal.taskQueue, schemaVersion: version }, 'worker ready');

@@ -3,22 +3,31 @@ import type { Client, Connection } from '@temporalio/client';
 import type { Config } from '../config';
 import type { Pool } from '../db/pool';
 import type { Logger } from '../log';
-import { errorHandler, notFoundRoute } from './errors';
+import type { ResourcePlugins } from '../resources/plugin';
+import { authenticate, noAuth, type Authenticator } from './auth';
+import { ApiError, errorHandler, notFoundRoute } from './errors';
 import { checkHealth } from './health';
+import { leasesRouter } from './leases';
+import { versionsRouter } from './versions';
 
 export interface AppDeps {
-  config: Pick<Config, 'temporal' | 'healthTimeoutMs'>;
+  config: Pick<Config, 'temporal' | 'healthTimeoutMs' | 'api'>;
   log: Logger;
   pool: Pool;
   connection: Connection;
   client: Client;
+  plugins: ResourcePlugins;
+  authenticator?: Authenticator;
 }
+
+const API_VERSION_HEADER = 'OpenStack-API-Version';
 
 export function createApp(deps: AppDeps): express.Express {
   const { config, log } = deps;
   const app = express();
   app.disable('x-powered-by');
   app.set('etag', false);
+  app.set('query parser', 'simple');
 
   app.use((req, res, next) => {
     const started = performance.now();
@@ -27,16 +36,44 @@ export function createApp(deps: AppDeps): express.Express {
     });
     next();
   });
-  app.use(express.json({ limit: '1mb' }));
+
+  // Blazar answers every route with a `.json` suffix too.
+  app.use((req, _res, next) => {
+    req.url = req.url.replace(/\.json(?=$|\?)/, '');
+    next();
+  });
+
+  // Microversions: Blazar has only 1.0; `latest` means it.
+  app.use((req, res, next) => {
+    res.set(API_VERSION_HEADER, 'reservation 1.0');
+    res.set('Vary', API_VERSION_HEADER);
+    const requested = req.get(API_VERSION_HEADER);
+    const match = requested && /^\s*reservation\s+(\S+)\s*$/i.exec(requested);
+    if (match && !['1.0', 'latest'].includes(match[1].toLowerCase())) {
+      next(new ApiError(406, `API version ${match[1]} is not supported: this server supports reservation 1.0`));
+      return;
+    }
+    next();
+  });
+
+  app.use(express.json({ limit: '1mb', type: () => true }));
 
   app.get('/healthz', async (req, res) => {
     const deep = typeof req.query.deep === 'string' && ['1', 'true', 'yes'].includes(req.query.deep.toLowerCase());
-    const health = await checkHealth(
-      { ...deps, taskQueue: config.temporal.taskQueue, timeoutMs: config.healthTimeoutMs },
-      deep,
-    );
+    const health = await checkHealth({ ...deps, taskQueue: config.temporal.taskQueue, timeoutMs: config.healthTimeoutMs }, deep);
     res.status(health.status === 'ok' ? 200 : 503).json(health);
   });
+
+  app.use(versionsRouter());
+  app.use(
+    '/v1',
+    authenticate(deps.authenticator ?? noAuth),
+    leasesRouter({
+      pool: deps.pool,
+      plugins: deps.plugins,
+      commands: { client: deps.client, taskQueue: config.temporal.taskQueue, timeoutMs: config.api.workflowTimeoutMs },
+    }),
+  );
 
   app.use(notFoundRoute);
   app.use(errorHandler(log));

@@ -1,4 +1,6 @@
+import { ApplicationFailure } from '@temporalio/common';
 import type { ErrorRequestHandler, RequestHandler } from 'express';
+import { LeaseErrorType } from '../domain/lease';
 
 /**
  * An error with Blazar's error body: `{"error_code": 404, "error_message": "...", "error_name": 404}`.
@@ -14,6 +16,13 @@ export class ApiError extends Error {
   }
 }
 
+/** HTTP statuses for the lease rules' failure types (src/domain/lease.ts). */
+export const STATUS_BY_FAILURE_TYPE: Record<string, number> = {
+  [LeaseErrorType.invalid]: 400,
+  [LeaseErrorType.conflict]: 409,
+  [LeaseErrorType.notFound]: 404,
+};
+
 export function errorBody(status: number, message: string, errorName: string | number = status) {
   return { error_code: status, error_message: message, error_name: errorName };
 }
@@ -27,6 +36,11 @@ export function errorHandler(log: { error: (obj: object, msg: string) => void })
   return (err: unknown, req, res, _next) => {
     if (err instanceof ApiError) {
       res.status(err.status).json(errorBody(err.status, err.message, err.errorName));
+      return;
+    }
+    const failureStatus = err instanceof ApplicationFailure ? STATUS_BY_FAILURE_TYPE[err.type ?? ''] : undefined;
+    if (failureStatus) {
+      res.status(failureStatus).json(errorBody(failureStatus, (err as Error).message));
       return;
     }
     // body-parser errors carry an HTTP status (malformed JSON, body too large, bad charset).

@@ -4,6 +4,7 @@ import { loadConfigOrExit } from '../config';
 import { migrate } from '../db/migrate';
 import { createPool } from '../db/pool';
 import { createLogger } from '../log';
+import { productionPlugins } from '../resources';
 import { connectTemporal } from '../temporal';
 import { createApp } from './app';
 
@@ -13,7 +14,7 @@ async function main(): Promise<void> {
   const pool = createPool(config, 'leasekeeper-api');
   await migrate(pool);
   const { connection, client } = connectTemporal(config);
-  const app = createApp({ config, log, pool, connection, client });
+  const app = createApp({ config, log, pool, connection, client, plugins: productionPlugins() });
 
   const server: Server = app.listen(config.api.port, config.api.host, () => {
     log.info({ url: `http://${config.api.host}:${config.api.port}` }, 'api listening');

@@ -10,6 +10,8 @@ CREATE TABLE leases (
   start_at    timestamptz NOT NULL,
   end_at      timestamptz NOT NULL,
   version     bigint NOT NULL,
+  -- What the lease's reservations hold (e.g. 'host:3'): leases sharing a key run back to back.
+  resource_keys text[] NOT NULL DEFAULT '{}',
   document    jsonb NOT NULL,
   created_at  timestamptz NOT NULL,
   updated_at  timestamptz NOT NULL,
@@ -22,3 +24,4 @@ CREATE UNIQUE INDEX leases_live_name ON leases (project_id, name) WHERE deleted_
 CREATE INDEX leases_live_by_project ON leases (project_id, created_at DESC, id DESC) WHERE deleted_at IS NULL;
 CREATE INDEX leases_live_by_created ON leases (created_at DESC, id DESC) WHERE deleted_at IS NULL;
 CREATE INDEX leases_live_by_status ON leases (status) WHERE deleted_at IS NULL;
+CREATE INDEX leases_live_resource_keys ON leases USING gin (resource_keys) WHERE deleted_at IS NULL;

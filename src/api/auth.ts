@@ -1,0 +1,55 @@
+/**
+ * Who is calling. `noauth` (development) reads the identity from headers, as Nova's noauth does;
+ * a Keystone token validator fills the same interface later (AUTH_STRATEGY=keystone).
+ */
+import type { RequestHandler } from 'express';
+
+export interface Identity {
+  projectId: string;
+  userId: string;
+  roles: string[];
+  isAdmin: boolean;
+}
+
+export interface Authenticator {
+  /** Resolves the caller, or throws ApiError(401). */
+  authenticate(headers: Record<string, string | string[] | undefined>): Promise<Identity>;
+}
+
+function header(headers: Record<string, string | string[] | undefined>, name: string): string | undefined {
+  const value = headers[name];
+  return (Array.isArray(value) ? value[0] : value)?.trim() || undefined;
+}
+
+/**
+ * Development only. `X-Auth-Token: admin` → admin. Otherwise `X-Project-Id`, `X-User-Id` and
+ * `X-Roles` (comma-separated) say who the caller is. A request with none of these (e.g.
+ * `blazar --os-auth-type none`) is the development admin of project `admin`.
+ */
+export const noAuth: Authenticator = {
+  authenticate(headers) {
+    const token = header(headers, 'x-auth-token');
+    const projectId = header(headers, 'x-project-id') ?? header(headers, 'x-tenant-id');
+    const roles = (header(headers, 'x-roles') ?? '').split(',').map((r) => r.trim().toLowerCase()).filter(Boolean);
+    if (token === 'admin' || projectId === undefined) {
+      return Promise.resolve({ projectId: projectId ?? 'admin', userId: header(headers, 'x-user-id') ?? 'admin', roles: ['admin', ...roles], isAdmin: true });
+    }
+    return Promise.resolve({ projectId, userId: header(headers, 'x-user-id') ?? projectId, roles, isAdmin: roles.includes('admin') });
+  },
+};
+
+export function authenticate(authenticator: Authenticator): RequestHandler {
+  return (req, res, next) => {
+    authenticator.authenticate(req.headers).then(
+      (identity) => {
+        res.locals.identity = identity;
+        next();
+      },
+      next,
+    );
+  };
+}
+
+export function identityOf(res: { locals: Record<string, unknown> }): Identity {
+  return res.locals.identity as Identity;
+}

@@ -1,0 +1,173 @@
+import { formatLeaseDate } from '../src/api/blazar-format';
+import { LeaseStatusKey } from '../src/domain/search-attributes';
+import { leaseWorkflowId } from '../workflows/lease';
+import { RecordingPlugin } from './support/recording-plugin';
+import { apiClient, eventually, inSeconds, startTestStack, type TestStack } from './support/stack';
+
+describe('lease lifecycle on the real Temporal server', () => {
+  const plugin = new RecordingPlugin();
+  let stack: TestStack;
+  let api: ReturnType<typeof apiClient>;
+
+  beforeAll(async () => {
+    stack = await startTestStack([plugin]);
+    api = apiClient(stack.url);
+  });
+  afterAll(async () => {
+    await stack?.stop();
+  });
+
+  async function statusOf(id: string): Promise<string | undefined> {
+    const res = await api('GET', `/v1/leases/${id}`);
+    return res.status === 404 ? 'GONE' : (res.body.lease.status as string);
+  }
+
+  async function waitForStatus(id: string, status: string, timeoutMs = 30_000): Promise<void> {
+    await eventually(async () => ((await statusOf(id)) === status ? true : undefined), timeoutMs);
+  }
+
+  it('runs a short lease PENDING → ACTIVE → TERMINATED with every event DONE, on time', async () => {
+    const created = await api('POST', '/v1/leases', { name: 'short', start_date: inSeconds(5), end_date: inSeconds(15), reservations: [], events: [] });
+    expect(created.status).toBe(201);
+    const lease = created.body.lease;
+    expect(lease).toMatchObject({ name: 'short', status: 'PENDING', project_id: 'admin', reservations: [] });
+    expect(lease.events.map((e: { event_type: string; status: string }) => [e.event_type, e.status])).toEqual([
+      ['start_lease', 'UNDONE'],
+      ['before_end_lease', 'UNDONE'],
+      ['end_lease', 'UNDONE'],
+    ]);
+
+    const seen = new Set<string>();
+    await eventually(async () => {
+      const status = await statusOf(lease.id);
+      if (status) seen.add(status);
+      return status === 'TERMINATED' ? true : undefined;
+    }, 40_000);
+    expect([...seen].filter((s) => ['PENDING', 'ACTIVE', 'TERMINATED'].includes(s))).toEqual(['PENDING', 'ACTIVE', 'TERMINATED']);
+
+    const final = (await api('GET', `/v1/leases/${lease.id}`)).body.lease;
+    expect(final.events.map((e: { status: string }) => e.status)).toEqual(['DONE', 'DONE', 'DONE']);
+
+    const { rows } = await stack.db.pool.query('SELECT document FROM leases WHERE id = $1', [lease.id]);
+    const start = rows[0].document.events.find((e: { event_type: string }) => e.event_type === 'start_lease');
+    const end = rows[0].document.events.find((e: { event_type: string }) => e.event_type === 'end_lease');
+    const startLag = start.startedAt - start.time;
+    const endLag = end.startedAt - end.time;
+    console.log(`short lease: start lag ${startLag} ms, end lag ${endLag} ms`);
+    expect(startLag).toBeGreaterThanOrEqual(0);
+    expect(endLag).toBeGreaterThanOrEqual(0);
+
+    const description = await stack.temporal.client.workflow.getHandle(leaseWorkflowId(lease.id)).describe();
+    expect(description.typedSearchAttributes.get(LeaseStatusKey)).toBe('TERMINATED');
+    expect(await description.staticSummary()).toBe(`lease short · project admin · ${final.start_date.slice(0, 16).replace('T', ' ')} UTC → ${final.end_date.slice(0, 16).replace('T', ' ')} UTC`);
+  }, 60_000);
+
+  it('starts a "now" lease at once', async () => {
+    const created = await api('POST', '/v1/leases', { name: 'now-lease', start_date: 'now', end_date: inSeconds(3600) });
+    expect(created.status).toBe(201);
+    await waitForStatus(created.body.lease.id, 'ACTIVE', 10_000);
+  });
+
+  it('moves dates and renames while pending; refuses what Blazar refuses', async () => {
+    const { body } = await api('POST', '/v1/leases', { name: 'movable', start_date: inSeconds(3600), end_date: inSeconds(7200) });
+    const id = body.lease.id;
+    const newStart = inSeconds(1800);
+    const moved = await api('PUT', `/v1/leases/${id}`, { name: 'moved', start_date: newStart, end_date: inSeconds(5400) });
+    expect(moved.status).toBe(200);
+    expect(moved.body.lease).toMatchObject({ name: 'moved', start_date: `${newStart.replace(' ', 'T')}.000000`, status: 'PENDING' });
+    expect((await api('GET', `/v1/leases/${id}`)).body.lease.name).toBe('moved');
+
+    const past = await api('PUT', `/v1/leases/${id}`, { start_date: '2001-01-01 00:00' });
+    expect(past).toEqual({ status: 400, body: { error_code: 400, error_message: 'start_date must be "now" or later than the current date', error_name: 400 } });
+    const inverted = await api('PUT', `/v1/leases/${id}`, { end_date: inSeconds(60) });
+    expect(inverted.status).toBe(400);
+    expect(inverted.body.error_message).toBe('end_date must be later than start_date');
+    const early = await api('PUT', `/v1/leases/${id}`, { end_date: 'now' });
+    expect(early.status).toBe(400);
+  });
+
+  it('ends an active lease early with end_date "now", and then only allows renaming', async () => {
+    const { body } = await api('POST', '/v1/leases', { name: 'early', start_date: 'now', end_date: inSeconds(3600) });
+    const id = body.lease.id;
+    await waitForStatus(id, 'ACTIVE', 10_000);
+    const ended = await api('PUT', `/v1/leases/${id}`, { end_date: 'now' });
+    expect(ended.status).toBe(200);
+    await waitForStatus(id, 'TERMINATED', 10_000);
+    const renamed = await api('PUT', `/v1/leases/${id}`, { name: 'early-ended' });
+    expect(renamed.status).toBe(200);
+    expect(renamed.body.lease).toMatchObject({ name: 'early-ended', status: 'TERMINATED' });
+    const extend = await api('PUT', `/v1/leases/${id}`, { end_date: inSeconds(7200) });
+    expect(extend.status).toBe(400);
+    expect(extend.body.error_message).toMatch(/only its name can change/);
+  });
+
+  it('extends an active lease: the end moves and the lease stays active', async () => {
+    const { body } = await api('POST', '/v1/leases', { name: 'extend', start_date: 'now', end_date: inSeconds(4) });
+    const id = body.lease.id;
+    await waitForStatus(id, 'ACTIVE', 10_000);
+    const longer = await api('PUT', `/v1/leases/${id}`, { end_date: inSeconds(3600) });
+    expect(longer.status).toBe(200);
+    await new Promise((resolve) => setTimeout(resolve, 5_000));
+    expect(await statusOf(id)).toBe('ACTIVE');
+  });
+
+  it('deletes a pending lease, freeing its booking without starting it', async () => {
+    const { body } = await api('POST', '/v1/leases', { name: 'drop-pending', start_date: inSeconds(3600), end_date: inSeconds(7200), reservations: [{ resource_type: 'test:recording' }] });
+    const id = body.lease.id;
+    expect((await api('DELETE', `/v1/leases/${id}`)).status).toBe(204);
+    await waitForStatus(id, 'GONE', 10_000);
+    expect(plugin.callsFor(id).map((c) => [c.hook, c.started])).toEqual([['reserve', undefined], ['end', false]]);
+    const result = await stack.temporal.client.workflow.getHandle(leaseWorkflowId(id)).result();
+    expect(result).toEqual({ id, status: 'DELETED' });
+  });
+
+  it('deletes an active lease, taking its resources back', async () => {
+    const { body } = await api('POST', '/v1/leases', { name: 'drop-active', start_date: 'now', end_date: inSeconds(3600), reservations: [{ resource_type: 'test:recording' }] });
+    const id = body.lease.id;
+    await waitForStatus(id, 'ACTIVE', 10_000);
+    expect((await api('DELETE', `/v1/leases/${id}`)).status).toBe(204);
+    await waitForStatus(id, 'GONE', 10_000);
+    expect(plugin.callsFor(id).map((c) => c.hook)).toEqual(['reserve', 'start', 'beforeEnd', 'end']);
+    expect(plugin.callsFor(id, 'end')[0].started).toBe(true);
+  });
+
+  it('puts a lease whose start fails in ERROR with the reason, and frees what it held', async () => {
+    const { body } = await api('POST', '/v1/leases', {
+      name: 'doomed',
+      start_date: 'now',
+      end_date: inSeconds(3600),
+      reservations: [{ resource_type: 'test:recording' }, { resource_type: 'test:recording', fail_start: true }],
+    });
+    const id = body.lease.id;
+    await waitForStatus(id, 'ERROR', 10_000);
+    const lease = (await api('GET', `/v1/leases/${id}`)).body.lease;
+    expect(lease.status_reason).toBe('start failed: the test resource refused to start');
+    expect(lease.events.find((e: { event_type: string }) => e.event_type === 'start_lease').status).toBe('ERROR');
+    const ends = plugin.callsFor(id, 'end').map((c) => c.started);
+    expect(ends).toEqual([true, false]); // the first had started and is taken back; the second only unbooked
+  });
+
+  it('refuses a lease that cannot be booked with 409 and keeps nothing of it', async () => {
+    const res = await api('POST', '/v1/leases', { name: 'too-big', start_date: inSeconds(60), end_date: inSeconds(120), reservations: [{ resource_type: 'test:recording', fail_reserve: true }] });
+    expect(res).toEqual({ status: 409, body: { error_code: 409, error_message: 'not enough test:recording capacity for this window', error_name: 409 } });
+    const list = await api('GET', '/v1/leases?name=too-big');
+    expect(list.body.leases).toEqual([]);
+  });
+
+  it('runs back-to-back leases on the same resources in order: the earlier end before the later start', async () => {
+    const t = Date.now() + 4_000;
+    const reservation = { resource_type: 'test:recording', keys: ['thing-1'], hook_ms: 1_500 };
+    const first = await api('POST', '/v1/leases', { name: 'first', start_date: inSeconds(0, t), end_date: inSeconds(3, t), reservations: [reservation] });
+    const second = await api('POST', '/v1/leases', { name: 'second', start_date: inSeconds(3, t), end_date: inSeconds(6, t), reservations: [reservation] });
+    expect([first.status, second.status]).toEqual([201, 201]);
+    await waitForStatus(second.body.lease.id, 'TERMINATED', 30_000);
+    const firstEnd = plugin.callsFor(first.body.lease.id, 'end')[0];
+    const secondStart = plugin.callsFor(second.body.lease.id, 'start')[0];
+    expect(firstEnd.finishedAt).toBeDefined();
+    expect(secondStart.startedAt).toBeGreaterThanOrEqual(firstEnd.finishedAt!);
+  }, 45_000);
+
+  it('formats dates exactly as Blazar does', () => {
+    expect(formatLeaseDate(Date.UTC(2026, 10, 21, 9, 15, 7, 42))).toBe('2026-11-21T09:15:07.042000');
+  });
+});

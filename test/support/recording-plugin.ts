@@ -1,0 +1,79 @@
+/**
+ * A resource type for tests of the lease life itself: it holds nothing in any cloud, records every
+ * hook call with its time, and fails on request. The real resource types have their own tests
+ * against OpenStack.
+ */
+import { ApplicationFailure } from '@temporalio/common';
+import { z } from 'zod';
+import { leaseConflict } from '../../src/domain/lease';
+import type { ReservationContext, ResourcePlugin } from '../../src/resources/plugin';
+
+export interface HookCall {
+  hook: 'reserve' | 'start' | 'beforeEnd' | 'end' | 'heal';
+  leaseId: string;
+  reservationId: string;
+  startedAt: number;
+  finishedAt?: number;
+  started?: boolean;
+  window: [number, number];
+}
+
+const params = z.strictObject({
+  keys: z.array(z.string()).default([]),
+  fail_reserve: z.boolean().default(false),
+  fail_start: z.boolean().default(false),
+  /** How long start and end take, to make ordering observable. */
+  hook_ms: z.number().int().min(0).max(10_000).default(0),
+});
+
+export class RecordingPlugin implements ResourcePlugin {
+  readonly resourceType = 'test:recording';
+  readonly paramsSchema = params;
+  readonly calls: HookCall[] = [];
+
+  callsFor(leaseId: string, hook?: HookCall['hook']): HookCall[] {
+    return this.calls.filter((c) => c.leaseId === leaseId && (!hook || c.hook === hook));
+  }
+
+  private async run<T>(hook: HookCall['hook'], ctx: ReservationContext, extra: Partial<HookCall>, body: () => T | Promise<T>): Promise<T> {
+    const call: HookCall = { hook, leaseId: ctx.leaseId, reservationId: ctx.reservation.id, startedAt: Date.now(), window: [ctx.startMs, ctx.endMs], ...extra };
+    this.calls.push(call);
+    const result = await body();
+    call.finishedAt = Date.now();
+    return result;
+  }
+
+  private params(ctx: ReservationContext) {
+    return params.parse(ctx.reservation.params);
+  }
+
+  reserve(ctx: ReservationContext) {
+    return this.run('reserve', ctx, {}, () => {
+      const p = this.params(ctx);
+      if (p.fail_reserve) throw leaseConflict('not enough test:recording capacity for this window');
+      return { allocation: { held_keys: p.keys }, resourceKeys: p.keys };
+    });
+  }
+
+  start(ctx: ReservationContext) {
+    return this.run('start', ctx, {}, async () => {
+      const p = this.params(ctx);
+      await new Promise((resolve) => setTimeout(resolve, p.hook_ms));
+      if (p.fail_start) throw ApplicationFailure.nonRetryable('the test resource refused to start', 'TestStartRefused');
+    });
+  }
+
+  beforeEnd(ctx: ReservationContext) {
+    return this.run('beforeEnd', ctx, {}, () => undefined);
+  }
+
+  end(ctx: ReservationContext & { started: boolean }) {
+    return this.run('end', ctx, { started: ctx.started }, async () => {
+      await new Promise((resolve) => setTimeout(resolve, this.params(ctx).hook_ms));
+    });
+  }
+
+  heal(ctx: ReservationContext) {
+    return this.run('heal', ctx, {}, () => ({ missingResources: false, resourcesChanged: false }));
+  }
+}

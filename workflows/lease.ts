@@ -1,0 +1,470 @@
+/**
+ * One lease, its whole life, as one durable workflow (id `lease-<uuid>`):
+ *
+ *   admission ─ PENDING ──(start)── STARTING ── ACTIVE ──(before end)──(end)── TERMINATING ── TERMINATED
+ *                  │                   │           │                               │
+ *                  └──── delete ───────┴──── DELETING (cleanup for the phase) ─────┴─── row removed, done
+ *
+ * Timers, not polling: the workflow sleeps until each event is due and wakes early when an update
+ * moves a date or a delete arrives. Every transition is written to PostgreSQL (the API reads
+ * leases from there) and to search attributes and the Web UI's current details.
+ * Resource types act through the reservation hooks (reserve / start / before-end / end); a lease
+ * with no reservations is valid and goes through the same life.
+ */
+import {
+  ApplicationFailure,
+  CancellationScope,
+  condition,
+  continueAsNew,
+  defineQuery,
+  defineSignal,
+  defineUpdate,
+  getExternalWorkflowHandle,
+  isCancellation,
+  allHandlersFinished,
+  log,
+  proxyActivities,
+  setCurrentDetails,
+  setHandler,
+  upsertSearchAttributes,
+  workflowInfo,
+  ActivityFailure,
+} from '@temporalio/workflow';
+import type { Activities } from '../activities';
+import {
+  applyLeaseUpdate,
+  hasEnded,
+  leaseConflict,
+  leaseResourceTypes,
+  newLease,
+  windowChanged,
+  type EventType,
+  type Lease,
+  type LeaseUpdateRequest,
+  type NewLeaseRequest,
+  type Reservation,
+} from '../src/domain/lease';
+import { LeaseEndKey, LeaseStartKey, LeaseStatusKey, ProjectIdKey, ResourceTypesKey } from '../src/domain/search-attributes';
+import type { ReservationContext } from '../src/resources/plugin';
+
+// ─── Messages: the API imports these ────────────────────────────────────────────────────────────
+
+export interface AdmitRequest {
+  /** Hash of the create request: a reused Idempotency-Key with another body is refused. */
+  requestHash: string;
+}
+/** Sent with Update-with-Start: books the reservations and records the lease, or fails with 409/400. */
+export const admitLease = defineUpdate<Lease, [AdmitRequest]>('admit');
+/** Blazar's lease update (rename, move dates, end now); validated synchronously before it is accepted. */
+export const updateLease = defineUpdate<Lease, [LeaseUpdateRequest]>('updateLease');
+/** Deletes the lease, running the cleanup its phase needs; returns once the deletion has begun. */
+export const deleteLease = defineUpdate<Lease, []>('deleteLease');
+export const getLease = defineQuery<Lease>('getLease');
+/** From a lease on the same resources that has just ended: this lease may start. */
+export const predecessorEnded = defineSignal<[string]>('predecessorEnded');
+
+export interface LeaseWorkflowInput {
+  request: NewLeaseRequest;
+  requestHash: string;
+  /** Set when the workflow continues as new: the lease as it was. */
+  carried?: Lease;
+}
+
+export interface LeaseOutcome {
+  id: string;
+  status: Lease['status'] | 'REJECTED' | 'NOT_ADMITTED' | 'DELETED';
+  reason?: string;
+}
+
+export const leaseWorkflowId = (leaseId: string) => `lease-${leaseId}`;
+
+// ─── Activities, with the timeouts and retries each kind of step deserves ──────────────────────
+
+/** Admission answers a waiting REST call: a few quick tries, then fail the request. */
+const admitting = proxyActivities<Activities>({
+  startToCloseTimeout: '20 seconds',
+  retry: { initialInterval: '200 milliseconds', maximumAttempts: 3, nonRetryableErrorTypes: ['LeaseConflict', 'InvalidLease'] },
+});
+/** Recording state must eventually succeed (the workflow is the source of truth): retry until it does. */
+const records = proxyActivities<Activities>({
+  startToCloseTimeout: '15 seconds',
+  retry: { initialInterval: '500 milliseconds', maximumInterval: '30 seconds' },
+});
+/** Starting resources: keep trying for a while, then put the lease in ERROR. */
+const starting = proxyActivities<Activities>({
+  startToCloseTimeout: '5 minutes',
+  scheduleToCloseTimeout: '30 minutes',
+  retry: { initialInterval: '1 second', maximumInterval: '1 minute' },
+});
+/** Taking resources back must finish: retry for a day before giving up with ERROR. */
+const cleanup = proxyActivities<Activities>({
+  startToCloseTimeout: '15 minutes',
+  scheduleToCloseTimeout: '24 hours',
+  retry: { initialInterval: '1 second', maximumInterval: '5 minutes' },
+});
+
+/** How long a started workflow waits for its admit update before giving up (the REST call died). */
+const ADMISSION_WAIT_MS = 5 * 60_000;
+/** How long to wait for a predecessor's signal before looking at its row again. */
+const PREDECESSOR_RECHECK_MS = 60_000;
+
+// ─── The lease's life ──────────────────────────────────────────────────────────────────────────
+
+export async function leaseWorkflow(input: LeaseWorkflowInput): Promise<LeaseOutcome> {
+  let lease: Lease = input.carried ?? newLease(input.request);
+  let admission: 'pending' | 'admitted' | 'rejected' = input.carried ? 'admitted' : 'pending';
+  let rejection: ApplicationFailure | undefined;
+  let deletion: 'none' | 'requested' | 'done' = 'none';
+  let revision = 0; // bumped by every accepted update: sleeping loops recompute their deadlines
+  const endedPredecessors = new Set<string>();
+  const lock = new Lock(); // one change at a time: transitions, updates and deletes never interleave
+
+  setHandler(getLease, () => lease);
+  setHandler(predecessorEnded, (leaseId) => void endedPredecessors.add(leaseId));
+
+  setHandler(admitLease, ({ requestHash }) =>
+    lock.run(async () => {
+      if (requestHash !== input.requestHash) throw leaseConflict('this Idempotency-Key was already used for a different request');
+      if (admission === 'admitted') return lease;
+      if (admission === 'rejected') throw rejection!;
+      try {
+        await record({ ...lease, reservations: await book(lease) }, 'admission');
+        admission = 'admitted';
+        return lease;
+      } catch (err) {
+        await CancellationScope.nonCancellable(() => releaseAll(lease, false));
+        admission = 'rejected';
+        rejection = asFailure(err);
+        throw rejection;
+      }
+    }),
+  );
+
+  setHandler(
+    updateLease,
+    (update) =>
+      lock.run(async () => {
+        const before = lease;
+        let next = applyLeaseUpdate(before, update, Date.now()); // again: the lease may have moved on while queued
+        const rebook = windowChanged(before, next) && !hasEnded(next.status);
+        try {
+          if (rebook) next = { ...next, reservations: await book(next, before) };
+          await record(next);
+        } catch (err) {
+          if (rebook) await book(before); // put the bookings back as they were
+          throw asFailure(err);
+        }
+        revision++;
+        return lease;
+      }),
+    {
+      validator: (update: LeaseUpdateRequest) => {
+        assertAdmitted();
+        applyLeaseUpdate(lease, update, Date.now());
+      },
+    },
+  );
+
+  setHandler(
+    deleteLease,
+    async () => {
+      if (deletion === 'none') deletion = 'requested';
+      await condition(() => lease.status === 'DELETING' || deletion === 'done');
+      return lease;
+    },
+    { validator: assertAdmitted },
+  );
+
+  // Admission comes with the start (Update-with-Start); a start without it means the REST call died.
+  if (!(await condition(() => admission !== 'pending', ADMISSION_WAIT_MS))) {
+    return { id: lease.id, status: 'NOT_ADMITTED', reason: 'no admit update arrived' };
+  }
+  if (admission !== 'admitted') return { id: lease.id, status: 'REJECTED', reason: rejection?.message };
+
+  try {
+    if (lease.status === 'PENDING') {
+      if ((await sleepUntil(() => ({ type: 'start_lease', time: lease.startMs }))) === 'delete') return await remove();
+      await startLease();
+    }
+    while (lease.status === 'ACTIVE') {
+      if ((await sleepUntil(nextActiveEvent)) === 'delete') return await remove();
+      if (nextActiveEvent().type === 'before_end_lease') await runBeforeEnd();
+      else await endLease();
+    }
+    // TERMINATED or ERROR: the lease can still be renamed (updates above) and deleted.
+    for (;;) {
+      await condition(() => deletion !== 'none' || workflowInfo().continueAsNewSuggested);
+      if (deletion !== 'none') return await remove();
+      await continueAsNewWhenIdle();
+    }
+  } catch (err) {
+    if (!isCancellation(err)) throw err;
+    // Cancelled from the Web UI or CLI: treat as a delete, and finish it whatever happens.
+    await CancellationScope.nonCancellable(remove);
+    throw err;
+  }
+
+  // ─── Phases ─────────────────────────────────────────────────────────────────────────────────
+
+  async function startLease(): Promise<void> {
+    await lock.run(async () => {
+      await transition({ status: 'STARTING' }, 'start_lease', 'IN_PROGRESS');
+      await waitForPredecessors();
+      const started: Reservation[] = [];
+      try {
+        for (const reservation of lease.reservations) {
+          await starting.startReservation(context(lease, reservation));
+          started.push(reservation);
+        }
+      } catch (err) {
+        // Never half-started: take back what started, free every booking, and say why.
+        const reason = `start failed: ${failureMessage(err)}`;
+        log.error('lease start failed', { leaseId: lease.id, reason });
+        await CancellationScope.nonCancellable(async () => {
+          for (const reservation of lease.reservations) {
+            await cleanup.endReservation({ ...context(lease, reservation), started: started.includes(reservation) });
+          }
+        });
+        const reservations = lease.reservations.map((r) => ({ ...r, status: 'error' as const }));
+        await transition({ status: 'ERROR', statusReason: reason, reservations }, 'start_lease', 'ERROR');
+        return;
+      }
+      const reservations = lease.reservations.map((r) => ({ ...r, status: 'active' as const }));
+      await transition({ status: 'ACTIVE', reservations }, 'start_lease', 'DONE');
+    });
+  }
+
+  async function runBeforeEnd(): Promise<void> {
+    await lock.run(async () => {
+      await transition({}, 'before_end_lease', 'IN_PROGRESS');
+      try {
+        for (const reservation of lease.reservations) await starting.beforeEndReservation(context(lease, reservation));
+        await transition({}, 'before_end_lease', 'DONE');
+      } catch (err) {
+        // The before-end action is a courtesy (snapshot, notice): its failure does not end the lease.
+        await transition({ statusReason: `before_end failed: ${failureMessage(err)}` }, 'before_end_lease', 'ERROR');
+      }
+    });
+  }
+
+  async function endLease(): Promise<void> {
+    await lock.run(async () => {
+      await transition({ status: 'TERMINATING' }, 'end_lease', 'IN_PROGRESS');
+      try {
+        await releaseAll(lease, true);
+      } catch (err) {
+        const reservations = lease.reservations.map((r) => ({ ...r, status: 'error' as const }));
+        await transition({ status: 'ERROR', statusReason: `end failed: ${failureMessage(err)}`, reservations }, 'end_lease', 'ERROR');
+        return;
+      }
+      await notifySuccessors();
+      const reservations = lease.reservations.map((r) => ({ ...r, status: 'deleted' as const }));
+      await transition({ status: 'TERMINATED', reservations }, 'end_lease', 'DONE');
+    });
+  }
+
+  /** Deletion from any phase: take back what the phase holds, then remove the lease's row. */
+  async function remove(): Promise<LeaseOutcome> {
+    await lock.run(async () => {
+      const wasActive = lease.status === 'ACTIVE';
+      const holdsBookings = lease.status === 'PENDING' || wasActive;
+      await transition({ status: 'DELETING' });
+      if (holdsBookings) {
+        await releaseAll(lease, wasActive);
+        await notifySuccessors();
+      }
+      lease = { ...lease, version: lease.version + 1, updatedMs: Date.now() };
+      await records.recordLeaseDeleted(lease);
+      deletion = 'done';
+      upsertSearchAttributes([{ key: LeaseStatusKey, value: 'DELETED' }]);
+      setCurrentDetails(`**DELETED** at ${utc(Date.now())}`);
+    });
+    return { id: lease.id, status: 'DELETED' };
+  }
+
+  // ─── Steps shared by the phases ─────────────────────────────────────────────────────────────
+
+  /**
+   * Sleeps until the next event is due, re-reading it after every accepted update, unless a
+   * delete arrives first. Long lives with many updates continue as new here, at rest.
+   */
+  async function sleepUntil(next: () => { type: EventType; time: number }): Promise<'due' | 'delete'> {
+    for (;;) {
+      if (deletion !== 'none') return 'delete';
+      const { type, time } = next();
+      const remaining = time - Date.now();
+      if (remaining <= 0) return 'due';
+      if (workflowInfo().continueAsNewSuggested) await continueAsNewWhenIdle();
+      const seen = revision;
+      await condition(() => revision !== seen || deletion !== 'none' || workflowInfo().continueAsNewSuggested, remaining, { summary: `until ${type}` });
+    }
+  }
+
+  /** While active: the before-end action if it has not run (it is never due after the end), else the end. */
+  function nextActiveEvent(): { type: EventType; time: number } {
+    const beforeEnd = lease.events.find((e) => e.event_type === 'before_end_lease')!;
+    return beforeEnd.status === 'UNDONE' && beforeEnd.time <= lease.endMs ? { type: 'before_end_lease', time: beforeEnd.time } : { type: 'end_lease', time: lease.endMs };
+  }
+
+  function assertAdmitted(): void {
+    if (admission !== 'admitted' || deletion === 'done') {
+      throw ApplicationFailure.create({ type: 'LeaseNotFound', message: `lease ${lease.id} not found`, nonRetryable: true });
+    }
+  }
+
+  async function continueAsNewWhenIdle(): Promise<never> {
+    await condition(() => allHandlersFinished() && !lock.held);
+    return continueAsNew<typeof leaseWorkflow>({ ...input, carried: lease });
+  }
+
+  /**
+   * Books every reservation for `target`'s window (reserve is idempotent per reservation, so
+   * booking again moves the booking). If one fails, the ones already moved go back to `fallback`.
+   */
+  async function book(target: Lease, fallback?: Lease): Promise<Reservation[]> {
+    const booked: Reservation[] = [];
+    try {
+      for (const reservation of target.reservations) {
+        const { allocation, resourceKeys } = await admitting.reserveReservation(context(target, reservation));
+        booked.push({ ...reservation, allocation, resourceKeys });
+      }
+      return booked;
+    } catch (err) {
+      if (fallback) {
+        for (const reservation of booked) await cleanup.reserveReservation(context(fallback, reservation));
+      }
+      throw err;
+    }
+  }
+
+  /** Runs every reservation's end hook: takes resources back (if started) and frees the bookings. */
+  async function releaseAll(of: Lease, started: boolean): Promise<void> {
+    for (const reservation of of.reservations) {
+      if (reservation.status === 'deleted') continue;
+      await cleanup.endReservation({ ...context(of, reservation), started });
+    }
+  }
+
+  /** Back-to-back leases on the same resources: wait until every earlier lease on them has ended. */
+  async function waitForPredecessors(): Promise<void> {
+    const keys = leaseResourceKeys(lease);
+    if (keys.length === 0) return;
+    for (;;) {
+      const waiting = (await records.findPredecessors({ leaseId: lease.id, keys, startMs: lease.startMs })).filter((id) => !endedPredecessors.has(id));
+      if (waiting.length === 0) return;
+      setCurrentDetails(`**STARTING** · waiting for ${waiting.length} earlier lease(s) on the same resources to end: ${waiting.join(', ')}`);
+      await condition(() => waiting.every((id) => endedPredecessors.has(id)), PREDECESSOR_RECHECK_MS, { summary: 'until earlier leases end' });
+    }
+  }
+
+  async function notifySuccessors(): Promise<void> {
+    const keys = leaseResourceKeys(lease);
+    if (keys.length === 0) return;
+    const successors = await records.findSuccessors({ leaseId: lease.id, keys, startMs: lease.startMs });
+    for (const id of successors) {
+      try {
+        await getExternalWorkflowHandle(leaseWorkflowId(id)).signal(predecessorEnded, lease.id);
+      } catch (err) {
+        log.warn('could not tell a later lease that this one ended', { successor: id, error: failureMessage(err) });
+      }
+    }
+  }
+
+  /** Changes the lease, marks an event, and records it everywhere (PostgreSQL, search attributes, Web UI). */
+  async function transition(change: Partial<Lease>, eventType?: EventType, eventStatus?: Lease['events'][number]['status']): Promise<void> {
+    const now = Date.now();
+    const next: Lease = { ...lease, ...change };
+    if (eventType && eventStatus) {
+      next.events = next.events.map((e) => {
+        if (e.event_type !== eventType) return e;
+        return eventStatus === 'IN_PROGRESS' ? { ...e, status: eventStatus, startedAt: now } : { ...e, status: eventStatus, finishedAt: now };
+      });
+    }
+    await record(next);
+  }
+
+  /** Writes `next` (one version up) to PostgreSQL, then makes it the lease. */
+  async function record(next: Lease, phase: 'admission' | 'life' = 'life'): Promise<void> {
+    const versioned: Lease = { ...next, version: lease.version + 1, updatedMs: Date.now() };
+    await (phase === 'admission' ? admitting : records).recordLease(versioned);
+    lease = versioned;
+    upsertSearchAttributes([
+      { key: LeaseStatusKey, value: lease.status },
+      { key: ProjectIdKey, value: lease.projectId },
+      { key: LeaseStartKey, value: new Date(lease.startMs) },
+      { key: LeaseEndKey, value: new Date(lease.endMs) },
+      { key: ResourceTypesKey, value: leaseResourceTypes(lease) },
+    ]);
+    setCurrentDetails(describe(lease));
+  }
+}
+
+// ─── Helpers (pure) ────────────────────────────────────────────────────────────────────────────
+
+function context(lease: Lease, reservation: Reservation): ReservationContext {
+  return {
+    leaseId: lease.id,
+    leaseName: lease.name,
+    projectId: lease.projectId,
+    userId: lease.userId,
+    reservation,
+    startMs: lease.startMs,
+    endMs: lease.endMs,
+  };
+}
+
+function leaseResourceKeys(lease: Lease): string[] {
+  return [...new Set(lease.reservations.flatMap((r) => r.resourceKeys ?? []))];
+}
+
+/** The Web UI's summary, fixed at start (≤ 200 bytes). */
+export function staticSummary(lease: Pick<Lease, 'name' | 'projectId' | 'startMs' | 'endMs'>): string {
+  const name = lease.name.length > 60 ? `${lease.name.slice(0, 57)}...` : lease.name;
+  return `lease ${name} · project ${lease.projectId.slice(0, 40)} · ${utc(lease.startMs)} → ${utc(lease.endMs)}`;
+}
+
+/** The Web UI's current details: status, reason and the events table. */
+function describe(lease: Lease): string {
+  const rows = lease.events.map((e) => `| ${e.event_type} | ${utc(e.time)} | ${e.status} |`);
+  return [
+    `**${lease.status}**${lease.statusReason ? ` — ${lease.statusReason}` : ''}`,
+    `lease ${lease.name} · ${lease.reservations.length} reservation(s) · version ${lease.version}`,
+    '',
+    '| event | due | status |',
+    '| --- | --- | --- |',
+    ...rows,
+  ].join('\n');
+}
+
+function utc(ms: number): string {
+  return `${new Date(ms).toISOString().slice(0, 16).replace('T', ' ')} UTC`;
+}
+
+function failureMessage(err: unknown): string {
+  if (err instanceof ActivityFailure && err.cause) return err.cause.message;
+  return err instanceof Error ? err.message : String(err);
+}
+
+/** Surfaces an activity's ApplicationFailure (its type maps to an HTTP status) to an update's caller. */
+function asFailure(err: unknown): ApplicationFailure {
+  if (err instanceof ApplicationFailure) return err;
+  if (err instanceof ActivityFailure && err.cause instanceof ApplicationFailure) {
+    return ApplicationFailure.create({ type: err.cause.type ?? 'LeaseError', message: err.cause.message, nonRetryable: true });
+  }
+  return ApplicationFailure.create({ type: 'LeaseError', message: failureMessage(err), nonRetryable: true });
+}
+
+/** A mutex for workflow code (deterministic: it only waits on workflow state). */
+class Lock {
+  held = false;
+
+  async run<T>(fn: () => Promise<T>): Promise<T> {
+    await condition(() => !this.held);
+    this.held = true;
+    try {
+      return await fn();
+    } finally {
+      this.held = false;
+    }
+  }
+}
