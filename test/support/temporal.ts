@@ -10,12 +10,15 @@ export function testConfig(env: Record<string, string> = {}): Config {
 
 let runtimeInstalled = false;
 
+/** Only warnings from the SDK: its INFO lines (worker state changes) drown the test report. */
+export function quietTemporalRuntime(): void {
+  if (runtimeInstalled) return;
+  Runtime.install({ logger: new DefaultLogger('WARN'), shutdownSignals: [] });
+  runtimeInstalled = true;
+}
+
 export async function connectTestTemporal(config: Config) {
-  if (!runtimeInstalled) {
-    // Only warnings from the SDK: its INFO lines (worker state changes) drown the test report.
-    Runtime.install({ logger: new DefaultLogger('WARN'), shutdownSignals: [] });
-    runtimeInstalled = true;
-  }
+  quietTemporalRuntime();
   const nativeConnection = await NativeConnection.connect({ address: config.temporal.address });
   const connection = await Connection.connect({ address: config.temporal.address });
   const client = new Client({ connection, namespace: config.temporal.namespace });

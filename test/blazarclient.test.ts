@@ -1,0 +1,65 @@
+/**
+ * The real client, unchanged: Debian's python3-blazarclient (`blazar`) against our API.
+ */
+import { execFile } from 'node:child_process';
+import fs from 'node:fs';
+import { promisify } from 'node:util';
+import { eventually, startTestStack, type TestStack } from './support/stack';
+
+const run = promisify(execFile);
+const BLAZAR = '/usr/bin/blazar';
+
+/** `YYYY-MM-DD HH:MM` (UTC), `minutes` from now, as the client expects. */
+function minutesFromNow(minutes: number): string {
+  return new Date(Date.now() + minutes * 60_000).toISOString().slice(0, 16).replace('T', ' ');
+}
+
+describe('python3-blazarclient drives the API unchanged', () => {
+  let stack: TestStack;
+  let blazar: (...args: string[]) => Promise<string>;
+
+  beforeAll(async () => {
+    expect(fs.existsSync(BLAZAR)).toBe(true); // installed by `npm run setup` (python3-blazarclient)
+    stack = await startTestStack();
+    blazar = async (...args: string[]) => {
+      const { stdout } = await run(BLAZAR, ['--os-auth-type', 'none', '--os-endpoint', `${stack.url}/v1`, ...args], { timeout: 60_000 });
+      return stdout;
+    };
+  });
+  afterAll(async () => {
+    await stack?.stop();
+  });
+
+  it('lease-create, lease-list, lease-show, lease-update --prolong-for, lease-delete', async () => {
+    const start = minutesFromNow(2);
+    const end = minutesFromNow(4);
+    const created = await blazar('lease-create', '--start-date', start, '--end-date', end, 'L1');
+    expect(created).toMatch(/Created a new lease:/);
+    expect(created).toMatch(/\|\s+name\s+\|\s+L1\s+\|/);
+    expect(created).toMatch(/\|\s+status\s+\|\s+PENDING\s+\|/);
+    const id = /\|\s+id\s+\|\s+([0-9a-f-]{36})\s+\|/.exec(created)?.[1];
+    expect(id).toBeDefined();
+
+    const list = await blazar('lease-list');
+    expect(list).toMatch(new RegExp(`\\|\\s+${id}\\s+\\|\\s+L1\\s+\\|\\s+${start.replace(' ', 'T')}:00.000000\\s+\\|\\s+${end.replace(' ', 'T')}:00.000000\\s+\\|`));
+
+    const shown = await blazar('lease-show', 'L1'); // by name: the client lists and matches
+    expect(shown).toContain(id);
+    expect(shown).toMatch(/start_lease/);
+
+    const updated = await blazar('lease-update', '--prolong-for', '1m', 'L1');
+    expect(updated).toMatch(/Updated lease: L1/);
+    const newEnd = new Date(Date.parse(`${end.replace(' ', 'T')}:00Z`) + 60_000).toISOString().slice(0, 16);
+    expect(await blazar('lease-show', id!)).toMatch(new RegExp(`\\|\\s+end_date\\s+\\|\\s+${newEnd}:00.000000\\s+\\|`));
+
+    const deleted = await blazar('lease-delete', 'L1');
+    expect(deleted).toMatch(/Deleted lease: L1/);
+    await eventually(async () => (!(await blazar('lease-list')).includes(id!) ? true : undefined), 10_000);
+  }, 90_000);
+
+  it('prints our error message for a request the API refuses', async () => {
+    const failure = await run(BLAZAR, ['--os-auth-type', 'none', '--os-endpoint', `${stack.url}/v1`, 'lease-create', '--start-date', '2001-01-01 00:00', '--end-date', '2001-01-02 00:00', 'old'], { timeout: 60_000 }).catch((err: { stderr: string; code: number }) => err);
+    expect((failure as { code: number }).code).not.toBe(0);
+    expect((failure as { stderr: string }).stderr).toContain('start_date must be "now" or later than the current date');
+  }, 60_000);
+});

@@ -1,0 +1,111 @@
+/**
+ * `npm run histories:record`: runs the lease scenarios that guard workflow changes on a real
+ * Temporal server and writes their histories to test/histories/<scenario>.json. Run it after a
+ * deliberate, patched change to the lease workflow, and commit the new files beside the old ones.
+ */
+import { execFileSync } from 'node:child_process';
+import fs from 'node:fs';
+import path from 'node:path';
+import { temporalBinary } from '../../scripts/lib/temporal-dev-server';
+import globalSetup from '../global-setup';
+import globalTeardown from '../global-teardown';
+import { RecordingPlugin } from '../support/recording-plugin';
+import { apiClient, eventually, inSeconds, startTestStack, type TestStack } from '../support/stack';
+import { leaseWorkflowId } from '../../workflows/lease';
+
+type Api = ReturnType<typeof apiClient>;
+const HISTORY_DIR = path.join(__dirname, '..', '..', '..', 'test', 'histories');
+
+async function waitFor(api: Api, id: string, status: string): Promise<void> {
+  await eventually(async () => {
+    const res = await api('GET', `/v1/leases/${id}`);
+    const current = res.status === 404 ? 'GONE' : res.body.lease.status;
+    return current === status ? true : undefined;
+  }, 60_000);
+}
+
+const reservation = { resource_type: 'test:recording', keys: ['recorded-thing'] };
+
+/** Each scenario returns the lease id once its workflow has closed. */
+export const SCENARIOS: Record<string, (api: Api) => Promise<string>> = {
+  'whole-life': async (api) => {
+    const { body } = await api('POST', '/v1/leases', { name: 'whole-life', start_date: inSeconds(2), end_date: inSeconds(5), reservations: [reservation] });
+    await waitFor(api, body.lease.id, 'TERMINATED');
+    await api('DELETE', `/v1/leases/${body.lease.id}`);
+    return body.lease.id;
+  },
+  'update-while-pending': async (api) => {
+    const { body } = await api('POST', '/v1/leases', { name: 'update-pending', start_date: inSeconds(3600), end_date: inSeconds(7200), reservations: [reservation] });
+    await api('PUT', `/v1/leases/${body.lease.id}`, { name: 'updated-pending', start_date: inSeconds(2), end_date: inSeconds(4) });
+    await waitFor(api, body.lease.id, 'TERMINATED');
+    await api('DELETE', `/v1/leases/${body.lease.id}`);
+    return body.lease.id;
+  },
+  'extend-while-active': async (api) => {
+    const { body } = await api('POST', '/v1/leases', { name: 'extend-active', start_date: 'now', end_date: inSeconds(3), reservations: [reservation] });
+    await waitFor(api, body.lease.id, 'ACTIVE');
+    await api('PUT', `/v1/leases/${body.lease.id}`, { end_date: inSeconds(5) });
+    await waitFor(api, body.lease.id, 'TERMINATED');
+    await api('DELETE', `/v1/leases/${body.lease.id}`);
+    return body.lease.id;
+  },
+  'delete-while-pending': async (api) => {
+    const { body } = await api('POST', '/v1/leases', { name: 'delete-pending', start_date: inSeconds(3600), end_date: inSeconds(7200), reservations: [reservation] });
+    await api('DELETE', `/v1/leases/${body.lease.id}`);
+    return body.lease.id;
+  },
+  'delete-while-active': async (api) => {
+    const { body } = await api('POST', '/v1/leases', { name: 'delete-active', start_date: 'now', end_date: inSeconds(3600), reservations: [reservation] });
+    await waitFor(api, body.lease.id, 'ACTIVE');
+    await api('DELETE', `/v1/leases/${body.lease.id}`);
+    return body.lease.id;
+  },
+  'failed-start': async (api) => {
+    const { body } = await api('POST', '/v1/leases', {
+      name: 'failed-start',
+      start_date: 'now',
+      end_date: inSeconds(3600),
+      reservations: [reservation, { resource_type: 'test:recording', fail_start: true }],
+    });
+    await waitFor(api, body.lease.id, 'ERROR');
+    await api('DELETE', `/v1/leases/${body.lease.id}`);
+    return body.lease.id;
+  },
+};
+
+async function record(stack: TestStack): Promise<void> {
+  const api = apiClient(stack.url);
+  fs.mkdirSync(HISTORY_DIR, { recursive: true });
+  for (const [name, scenario] of Object.entries(SCENARIOS)) {
+    const id = await scenario(api);
+    const handle = stack.temporal.client.workflow.getHandle(leaseWorkflowId(id));
+    await handle.result();
+    // The CLI writes the proto3 JSON that replay reads (historyFromJSON).
+    const json = execFileSync(temporalBinary(stack.config.cacheDir), [
+      'workflow', 'show', '--workflow-id', handle.workflowId, '--address', stack.config.temporal.address,
+      '--namespace', stack.config.temporal.namespace, '--output', 'json',
+    ], { encoding: 'utf8', maxBuffer: 64 * 1024 * 1024 });
+    const history = JSON.parse(json) as { events: unknown[] };
+    const file = path.join(HISTORY_DIR, `${name}.json`);
+    fs.writeFileSync(file, `${JSON.stringify(history, null, 1)}\n`);
+    console.log(`${name}: ${history.events.length} events → ${path.relative(process.cwd(), file)}`);
+  }
+}
+
+async function main(): Promise<void> {
+  await globalSetup();
+  const stack = await startTestStack([new RecordingPlugin()]);
+  try {
+    await record(stack);
+  } finally {
+    await stack.stop();
+    await globalTeardown();
+  }
+}
+
+if (require.main === module) {
+  main().catch((err: unknown) => {
+    console.error(err);
+    process.exit(1);
+  });
+}
