@@ -1,6 +1,6 @@
 import { formatLeaseDate } from '../src/api/blazar-format';
 import { LeaseStatusKey } from '../src/domain/search-attributes';
-import { leaseWorkflowId } from '../workflows/lease';
+import { getLease, leaseWorkflowId } from '../workflows/lease';
 import { RecordingPlugin } from './support/recording-plugin';
 import { apiClient, eventually, inSeconds, startTestStack, type TestStack } from './support/stack';
 
@@ -57,8 +57,13 @@ describe('lease lifecycle on the real Temporal server', () => {
     expect(startLag).toBeGreaterThanOrEqual(0);
     expect(endLag).toBeGreaterThanOrEqual(0);
 
-    const description = await stack.temporal.client.workflow.getHandle(leaseWorkflowId(lease.id)).describe();
+    const handle = stack.temporal.client.workflow.getHandle(leaseWorkflowId(lease.id));
+    const description = await handle.describe();
     expect(description.typedSearchAttributes.get(LeaseStatusKey)).toBe('TERMINATED');
+    expect((await handle.query(getLease)).status).toBe('TERMINATED');
+    const metadata: { currentDetails: string } = await handle.query('__temporal_workflow_metadata');
+    expect(metadata.currentDetails).toContain('**TERMINATED**');
+    expect(metadata.currentDetails).toContain('| end_lease |');
     expect(await description.staticSummary()).toBe(`lease short · project admin · ${final.start_date.slice(0, 16).replace('T', ' ')} UTC → ${final.end_date.slice(0, 16).replace('T', ' ')} UTC`);
   }, 60_000);
 
@@ -129,6 +134,17 @@ describe('lease lifecycle on the real Temporal server', () => {
     await waitForStatus(id, 'GONE', 10_000);
     expect(plugin.callsFor(id).map((c) => c.hook)).toEqual(['reserve', 'start', 'beforeEnd', 'end']);
     expect(plugin.callsFor(id, 'end')[0].started).toBe(true);
+  });
+
+  it('treats cancelling the workflow (Web UI, CLI) as a delete and still cleans up', async () => {
+    const { body } = await api('POST', '/v1/leases', { name: 'cancelled', start_date: 'now', end_date: inSeconds(3600), reservations: [{ resource_type: 'test:recording' }] });
+    const id = body.lease.id;
+    await waitForStatus(id, 'ACTIVE', 10_000);
+    const handle = stack.temporal.client.workflow.getHandle(leaseWorkflowId(id));
+    await handle.cancel();
+    await expect(handle.result()).rejects.toThrow();
+    expect(await statusOf(id)).toBe('GONE');
+    expect(plugin.callsFor(id, 'end').map((c) => c.started)).toEqual([true]);
   });
 
   it('puts a lease whose start fails in ERROR with the reason, and frees what it held', async () => {
