@@ -85,7 +85,7 @@ describe('API health and error bodies', () => {
   it("answers unknown routes with Blazar's error body", async () => {
     const res = await fetch(`${url}/v1/nothing-here`);
     expect(res.status).toBe(404);
-    expect(await json(res)).toEqual({ error_code: 404, error_message: 'The resource could not be found: GET /nothing-here', error_name: 404 });
+    expect(await json(res)).toEqual({ error_code: 404, error_message: 'The resource could not be found: GET /v1/nothing-here', error_name: 404 });
   });
 
   it('answers malformed JSON with 400, not 500', async () => {

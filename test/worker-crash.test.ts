@@ -33,6 +33,15 @@ describe('worker killed with -9 mid-lease', () => {
     return proc;
   }
 
+  /** On a time-out, show the workflow's history: where did the time go? */
+  function explain(id: string) {
+    return async (err: Error) => {
+      const history = await stack.temporal.client.workflow.getHandle(leaseWorkflowId(id)).fetchHistory();
+      const lines = (history.events ?? []).map((e) => `${new Date(Number(e.eventTime?.seconds ?? 0) * 1000).toISOString()} ${String(e.eventType)}`);
+      throw new Error(`${err.message}\nhistory:\n${lines.join('\n')}\nworker:\n${worker?.tail() ?? ''}`);
+    };
+  }
+
   function killHard(proc: ManagedProcess): Promise<number | null> {
     proc.child.kill('SIGKILL');
     return proc.exited;
@@ -52,7 +61,7 @@ describe('worker killed with -9 mid-lease', () => {
 
     worker = await startWorker();
     let restarted = Date.now();
-    await eventually(async () => ((await status(id)) === 'ACTIVE' ? true : undefined), 60_000);
+    await eventually(async () => ((await status(id)) === 'ACTIVE' ? true : undefined), 60_000).catch(explain(id));
     const startRecovery = Date.now() - restarted;
     await killHard(worker);
 
@@ -61,7 +70,7 @@ describe('worker killed with -9 mid-lease', () => {
 
     worker = await startWorker();
     restarted = Date.now();
-    await eventually(async () => ((await status(id)) === 'TERMINATED' ? true : undefined), 60_000);
+    await eventually(async () => ((await status(id)) === 'TERMINATED' ? true : undefined), 60_000).catch(explain(id));
     // A task held by the dead worker's sticky queue moves to the shared queue after its schedule-to-start timeout (10 s).
     console.log(`after restart: started in ${startRecovery} ms, ended in ${Date.now() - restarted} ms`);
     const lease = (await api('GET', `/v1/leases/${id}`)).body.lease;
