@@ -89,6 +89,11 @@ describe('lease lifecycle on the real Temporal server', () => {
     expect(inverted.body.error_message).toBe('end_date must be later than start_date');
     const early = await api('PUT', `/v1/leases/${id}`, { end_date: 'now' });
     expect(early.status).toBe(400);
+
+    // The sleeping workflow wakes for the new dates: start in 2 s instead of half an hour.
+    expect((await api('PUT', `/v1/leases/${id}`, { start_date: inSeconds(2), end_date: inSeconds(4) })).status).toBe(200);
+    await waitForStatus(id, 'ACTIVE', 10_000);
+    await waitForStatus(id, 'TERMINATED', 10_000);
   });
 
   it('ends an active lease early with end_date "now", and then only allows renaming', async () => {

@@ -52,7 +52,7 @@ describe('worker killed with -9 mid-lease', () => {
     const status = async (id: string) => (await api('GET', `/v1/leases/${id}`)).body.lease.status as string;
 
     worker = await startWorker();
-    const { body } = await api('POST', '/v1/leases', { name: 'survivor', start_date: inSeconds(4), end_date: inSeconds(12) });
+    const { body } = await api('POST', '/v1/leases', { name: 'survivor', start_date: inSeconds(4), end_date: inSeconds(35) });
     const id = body.lease.id;
     await killHard(worker);
 

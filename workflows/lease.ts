@@ -24,6 +24,7 @@ import {
   allHandlersFinished,
   log,
   proxyActivities,
+  proxyLocalActivities,
   setCurrentDetails,
   setHandler,
   upsertSearchAttributes,
@@ -80,8 +81,11 @@ export const leaseWorkflowId = (leaseId: string) => `lease-${leaseId}`;
 
 // ─── Activities, with the timeouts and retries each kind of step deserves ──────────────────────
 
-/** Admission answers a waiting REST call: a few quick tries, then fail the request. */
-const admitting = proxyActivities<Activities>({
+/**
+ * Admission answers a waiting REST call: local activities (run in the worker, no extra round trip
+ * through the server), a few quick tries, then fail the request.
+ */
+const admitting = proxyLocalActivities<Activities>({
   startToCloseTimeout: '20 seconds',
   retry: { initialInterval: '200 milliseconds', maximumAttempts: 3, nonRetryableErrorTypes: ['LeaseConflict', 'InvalidLease'] },
 });
