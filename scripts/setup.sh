@@ -5,19 +5,20 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # --- Debian packages -------------------------------------------------------------------------
+SUDO=""
+if [ "$(id -u)" != 0 ]; then
+  command -v sudo >/dev/null || { echo "setup: run as root (or with sudo available): Debian packages are needed" >&2; exit 1; }
+  SUDO="sudo"
+fi
+# The OpenStack test rig's packages (MariaDB, RabbitMQ, Nova, Placement, Neutron, Glance, Keystone
+# libraries) and the real Blazar client; idempotent.
+$SUDO bash scripts/openstack/install.sh
 missing=()
 compgen -G "/usr/lib/postgresql/*/bin/postgres" >/dev/null || missing+=(postgresql)
 compgen -G "/usr/share/postgresql/*/extension/btree_gist.control" >/dev/null || missing+=(postgresql-contrib)
 command -v setpriv >/dev/null || missing+=(util-linux)
-[ -x /usr/bin/blazar ] || missing+=(python3-blazarclient)   # the real Blazar client, driven by our tests
-
 if [ ${#missing[@]} -gt 0 ]; then
   echo "setup: installing Debian packages: ${missing[*]}"
-  SUDO=""
-  if [ "$(id -u)" != 0 ]; then
-    command -v sudo >/dev/null || { echo "setup: run as root, or install: apt-get install ${missing[*]}" >&2; exit 1; }
-    SUDO="sudo"
-  fi
   # Keep package scripts from starting system services (e.g. a postgresql@15-main cluster on 5432).
   added_policy=""
   if [ ! -e /usr/sbin/policy-rc.d ]; then

@@ -17,7 +17,7 @@
 #   LK_OS_PASSWORD    password of every rig user (default lk-secret)
 #   LK_OS_READY_TIMEOUT  seconds to wait for readiness (default 180)
 #   LK_NOVA_LIMIT_TENANTS_TO_AGGREGATE  [scheduler]
-#                     limit_tenants_to_placement_aggregate (default true)
+#                     limit_tenants_to_placement_aggregate (default false)
 set -euo pipefail
 
 # shellcheck source=lib.sh
