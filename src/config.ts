@@ -41,6 +41,11 @@ const envSchema = z.object({
   LK_AUTH_STRATEGY: z.enum(['noauth']).default('noauth'),
   LK_API_WORKFLOW_TIMEOUT_MS: positiveInt.default(30_000),
 
+  // The host calendar: a gap between consecutive leases on a host (Blazar's cleaning_time), and
+  // whether to pick among equally good hosts at random instead of by id.
+  LK_HOST_CLEANING_TIME_MINUTES: z.coerce.number().min(0).max(24 * 60).default(0),
+  LK_HOST_RANDOM_CHOICE: z.enum(['true', 'false']).default('false'),
+
   // How long a health check may wait for each dependency.
   LK_HEALTH_TIMEOUT_MS: positiveInt.default(2_000),
 });
@@ -76,6 +81,7 @@ function toConfig(env: z.infer<typeof envSchema>) {
       maxCachedWorkflows: env.LK_WORKER_MAX_CACHED_WORKFLOWS,
       shutdownGraceMs: env.LK_WORKER_SHUTDOWN_GRACE_MS,
     },
+    hosts: { cleaningMs: env.LK_HOST_CLEANING_TIME_MINUTES * 60_000, randomChoice: env.LK_HOST_RANDOM_CHOICE === 'true' },
     healthTimeoutMs: env.LK_HEALTH_TIMEOUT_MS,
   };
 }

@@ -23,14 +23,14 @@ async function main(): Promise<void> {
     log.fatal({ path: config.worker.workflowBundle }, 'workflow bundle missing: run `npm run build`');
     process.exit(1);
   }
-  const pool = createPool(config, 'leasekeeper-worker');
+  const pool = createPool(config, 'leasekeeper-worker', (err) => log.warn({ err }, 'idle database connection lost'));
   const { version } = await migrate(pool);
   const connection = await NativeConnection.connect({ address: config.temporal.address });
   await registerSearchAttributes(config, log);
   const worker = await createWorker({
     connection,
     config,
-    deps: { pool, plugins: productionPlugins() },
+    deps: { pool, plugins: productionPlugins({ pool, config }) },
     workflows: { bundlePath: config.worker.workflowBundle },
   });
   log.info({ address: config.temporal.address, taskQueue: config.temporal.taskQueue, schemaVersion: version }, 'worker ready');

@@ -411,7 +411,9 @@ function context(lease: Lease, reservation: Reservation): ReservationContext {
     leaseName: lease.name,
     projectId: lease.projectId,
     userId: lease.userId,
+    leaseStatus: lease.status,
     reservation,
+    leaseReservations: lease.reservations,
     startMs: lease.startMs,
     endMs: lease.endMs,
   };

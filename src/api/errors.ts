@@ -11,6 +11,8 @@ export class ApiError extends Error {
     readonly status: number,
     message: string,
     readonly errorName: string | number = status,
+    /** Extra, machine-readable fields (e.g. `earliest_start`) beside Blazar's three. */
+    readonly extra?: Record<string, unknown>,
   ) {
     super(message);
   }
@@ -35,7 +37,7 @@ export const notFoundRoute: RequestHandler = (req, _res, next) => {
 export function errorHandler(log: { error: (obj: object, msg: string) => void }): ErrorRequestHandler {
   return (err: unknown, req, res, _next) => {
     if (err instanceof ApiError) {
-      res.status(err.status).json(errorBody(err.status, err.message, err.errorName));
+      res.status(err.status).json({ ...errorBody(err.status, err.message, err.errorName), ...err.extra });
       return;
     }
     const failureStatus = err instanceof ApplicationFailure ? STATUS_BY_FAILURE_TYPE[err.type ?? ''] : undefined;

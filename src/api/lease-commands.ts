@@ -43,7 +43,8 @@ function toApiError(err: unknown, timeoutMs: number): ApiError {
   if (err instanceof ApiError) return err;
   if (err instanceof WorkflowUpdateFailedError && err.cause instanceof ApplicationFailure) {
     const status = STATUS_BY_FAILURE_TYPE[err.cause.type ?? ''];
-    if (status) return new ApiError(status, err.cause.message);
+    const details: unknown = err.cause.details?.[0];
+    if (status) return new ApiError(status, err.cause.message, status, details && typeof details === 'object' ? (details as Record<string, unknown>) : undefined);
     return new ApiError(503, `the lease could not be changed: ${err.cause.message}`);
   }
   if (err instanceof WorkflowNotFoundError) return new ApiError(404, 'Lease not found');

@@ -11,10 +11,10 @@ import { createApp } from './app';
 async function main(): Promise<void> {
   const config = loadConfigOrExit();
   const log = createLogger(config, 'api');
-  const pool = createPool(config, 'leasekeeper-api');
+  const pool = createPool(config, 'leasekeeper-api', (err) => log.warn({ err }, 'idle database connection lost'));
   await migrate(pool);
   const { connection, client } = connectTemporal(config);
-  const app = createApp({ config, log, pool, connection, client, plugins: productionPlugins() });
+  const app = createApp({ config, log, pool, connection, client, plugins: productionPlugins({ pool, config }) });
 
   const server: Server = app.listen(config.api.port, config.api.host, () => {
     log.info({ url: `http://${config.api.host}:${config.api.port}` }, 'api listening');

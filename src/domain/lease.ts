@@ -81,8 +81,9 @@ export function invalidLease(message: string): ApplicationFailure {
   return ApplicationFailure.create({ type: LeaseErrorType.invalid, message, nonRetryable: true });
 }
 
-export function leaseConflict(message: string): ApplicationFailure {
-  return ApplicationFailure.create({ type: LeaseErrorType.conflict, message, nonRetryable: true });
+/** `details` (JSON) reaches the API's error body, e.g. the earliest start at which a request fits. */
+export function leaseConflict(message: string, details?: Record<string, unknown>): ApplicationFailure {
+  return ApplicationFailure.create({ type: LeaseErrorType.conflict, message, nonRetryable: true, details: details ? [details] : undefined });
 }
 
 export interface NewLeaseRequest {

@@ -1,10 +1,9 @@
-/**
- * The resource types this build of leasekeeper supports. Each later resource type
- * (physical:host, virtual:server, network:bandwidth, …) is added to this list.
- */
-import { pluginRegistry, type ResourcePlugin, type ResourcePlugins } from './plugin';
+/** The resource types this build of leasekeeper supports, configured from the settings. */
+import type { Config } from '../config';
+import type { Pool } from '../db/pool';
+import { physicalHostPlugin } from './physical-host';
+import { pluginRegistry, type ResourcePlugins } from './plugin';
 
-export function productionPlugins(): ResourcePlugins {
-  const plugins: ResourcePlugin[] = [];
-  return pluginRegistry(plugins);
+export function productionPlugins(deps: { pool: Pool; config: Pick<Config, 'hosts'> }): ResourcePlugins {
+  return pluginRegistry([physicalHostPlugin({ pool: deps.pool, settings: deps.config.hosts })]);
 }

@@ -5,14 +5,18 @@
  * must be idempotent, keyed by the reservation id.
  */
 import type { z } from 'zod';
-import type { Reservation } from '../domain/lease';
+import type { LeaseStatus, Reservation } from '../domain/lease';
 
 export interface ReservationContext {
   leaseId: string;
   leaseName: string;
   projectId: string;
   userId: string;
+  /** The lease's status when the hook runs: an ACTIVE lease keeps its resources when re-booked. */
+  leaseStatus: LeaseStatus;
   reservation: Reservation;
+  /** Every reservation of the lease (this one included), for types that book them jointly. */
+  leaseReservations: Reservation[];
   startMs: number;
   endMs: number;
 }

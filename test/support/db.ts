@@ -29,6 +29,7 @@ export async function createTestDatabase(): Promise<TestDatabase> {
   await adminQuery(`CREATE DATABASE ${name}`);
   const url = serverUrl(name);
   const pool = new Pool({ connectionString: url, max: 5 });
+  pool.on('error', () => undefined); // idle connections are cut when the database is dropped
   return {
     url,
     pool,

@@ -25,12 +25,17 @@ export interface TestStack {
   stop(): Promise<void>;
 }
 
-export async function startTestStack(plugins: ResourcePlugin[] = [], env: Record<string, string> = {}): Promise<TestStack> {
+export async function startTestStack(
+  plugins: ResourcePlugin[] = [],
+  env: Record<string, string> = {},
+  /** Plugins that need the stack's database. */
+  withPool: (pool: TestDatabase['pool']) => ResourcePlugin[] = () => [],
+): Promise<TestStack> {
   const config = testConfig(env);
   const db = await createTestDatabase();
   await migrate(db.pool);
   const temporal = await connectTestTemporal(config);
-  const registry = pluginRegistry(plugins);
+  const registry = pluginRegistry([...plugins, ...withPool(db.pool)]);
   const app = createApp({ config, log: pino({ level: 'silent' }), pool: db.pool, connection: temporal.connection, client: temporal.client, plugins: registry });
   const server: Server = await new Promise((resolve) => {
     const s = app.listen(0, '127.0.0.1', () => resolve(s));

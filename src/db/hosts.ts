@@ -1,0 +1,53 @@
+/** Reservable hosts and their capabilities, as the calendar and the os-hosts API see them. */
+import type { PoolClient } from 'pg';
+import type { Pool } from './pool';
+
+/** The hypervisor fields a `hypervisor_properties` query can use. */
+export const HYPERVISOR_FIELDS = [
+  'hypervisor_hostname', 'hypervisor_type', 'hypervisor_version', 'service_name', 'vcpus', 'memory_mb', 'local_gb', 'cpu_info', 'availability_zone',
+] as const;
+
+export interface HostRecord {
+  id: string;
+  hypervisor_hostname: string;
+  nova_hypervisor_id: string;
+  hypervisor_type: string | null;
+  hypervisor_version: string | null;
+  service_name: string | null;
+  vcpus: number;
+  memory_mb: number;
+  local_gb: number;
+  cpu_info: string | null;
+  availability_zone: string | null;
+  reservable: boolean;
+  created_at: Date;
+  updated_at: Date;
+  capabilities: Record<string, string>;
+}
+
+type Queryable = Pool | PoolClient;
+
+export async function listHosts(db: Queryable, filter: { reservableOnly?: boolean; id?: string } = {}): Promise<HostRecord[]> {
+  const where: string[] = [];
+  const params: unknown[] = [];
+  if (filter.reservableOnly) where.push('h.reservable');
+  if (filter.id !== undefined) {
+    params.push(filter.id);
+    where.push(`h.id = $${params.length}`);
+  }
+  const { rows } = await db.query<Omit<HostRecord, 'id'> & { id: string }>(
+    `SELECT h.id::text AS id, h.hypervisor_hostname, h.nova_hypervisor_id, h.hypervisor_type, h.hypervisor_version, h.service_name,
+            h.vcpus, h.memory_mb, h.local_gb, h.cpu_info, h.availability_zone, h.reservable, h.created_at, h.updated_at,
+            COALESCE(jsonb_object_agg(c.name, c.value) FILTER (WHERE c.name IS NOT NULL), '{}') AS capabilities
+     FROM hosts h LEFT JOIN host_capabilities c ON c.host_id = h.id
+     ${where.length ? `WHERE ${where.join(' AND ')}` : ''}
+     GROUP BY h.id ORDER BY h.id`,
+    params,
+  );
+  return rows;
+}
+
+/** The values a `hypervisor_properties` query compares against. */
+export function hypervisorProperties(host: HostRecord): Record<string, string> {
+  return Object.fromEntries(HYPERVISOR_FIELDS.flatMap((field) => (host[field] === null ? [] : [[field, String(host[field])]])));
+}

@@ -1,0 +1,233 @@
+/**
+ * The host calendar in PostgreSQL. Booking runs in one transaction, idempotent per lease: it books
+ * every `physical:host` reservation of the lease together (a matching, so that reservations that
+ * compete for the same hosts all get their minimum when that is possible at all). The exclusion
+ * constraint `host_allocations_no_double_booking` is the last word: if a concurrent transaction
+ * took a chosen host first, this one retries with a fresh choice.
+ */
+import { DatabaseError, type PoolClient } from 'pg';
+import { leaseConflict, invalidLease, type Reservation } from '../../domain/lease';
+import {
+  assignHosts,
+  earliestFit,
+  freeHosts,
+  longestFit,
+  preferenceOrder,
+  type Blocked,
+  type CalendarSnapshot,
+  type HostRequest,
+} from '../../domain/host-calendar';
+import { matchesQuery, parsePropertyQuery, queryKeys, type PropertyQuery } from '../../domain/property-query';
+import { hypervisorProperties, listHosts, HYPERVISOR_FIELDS, type HostRecord } from '../../db/hosts';
+import type { Pool } from '../../db/pool';
+import type { ReservationContext } from '../plugin';
+import { physicalHostParams } from './params';
+
+export const PHYSICAL_HOST = 'physical:host';
+const MAX_ATTEMPTS = 8;
+
+export interface BookedHost {
+  id: string;
+  hypervisor_hostname: string;
+}
+
+export interface CalendarSettings {
+  cleaningMs: number;
+  randomChoice: boolean;
+}
+
+interface AllocationRow {
+  reservation_id: string;
+  host_id: string;
+  hypervisor_hostname: string;
+  start_ms: number;
+  end_ms: number;
+}
+
+const isExclusionViolation = (err: unknown) => err instanceof DatabaseError && err.code === '23P01';
+/** Lost a race with a concurrent booking: exclusion violation, or a deadlock between two of them. */
+const lostRace = (err: unknown) => err instanceof DatabaseError && ['23P01', '40P01', '40001'].includes(err.code ?? '');
+
+function shuffle(ids: string[]): string[] {
+  const copy = [...ids];
+  for (let i = copy.length - 1; i > 0; i--) {
+    const j = Math.floor(Math.random() * (i + 1));
+    [copy[i], copy[j]] = [copy[j], copy[i]];
+  }
+  return copy;
+}
+
+/** Blazar's request date format, with seconds when they matter. */
+function when(ms: number): string {
+  const iso = new Date(ms).toISOString();
+  return ms % 60_000 === 0 ? iso.slice(0, 16).replace('T', ' ') : iso.slice(0, 19).replace('T', ' ');
+}
+
+export class HostCalendar {
+  constructor(
+    private readonly pool: Pool,
+    private readonly settings: CalendarSettings,
+  ) {}
+
+  /** Books the lease's host reservations for [ctx.startMs, ctx.endMs); returns this reservation's hosts. */
+  async book(ctx: ReservationContext): Promise<BookedHost[]> {
+    for (let attempt = 1; ; attempt++) {
+      const client = await this.pool.connect();
+      try {
+        await client.query('BEGIN');
+        const hosts = await this.bookInTransaction(client, ctx);
+        await client.query('COMMIT');
+        return hosts;
+      } catch (err) {
+        await client.query('ROLLBACK').catch(() => undefined);
+        if (lostRace(err) && attempt < MAX_ATTEMPTS) continue; // choose again, seeing the winner's booking
+        throw err;
+      } finally {
+        client.release();
+      }
+    }
+  }
+
+  /** Frees the reservation's booking: all of it if it never started, the rest of the window if it ends early. */
+  async release(ctx: ReservationContext, started: boolean, nowMs = Date.now()): Promise<void> {
+    if (!started) {
+      await this.pool.query('DELETE FROM host_allocations WHERE reservation_id = $1', [ctx.reservation.id]);
+      return;
+    }
+    await this.pool.query(
+      `UPDATE host_allocations
+       SET during = tstzrange(lower(during), to_timestamp($2 / 1000.0)),
+           blocks = tstzrange(lower(during), to_timestamp($2 / 1000.0) + $3 * interval '1 millisecond')
+       WHERE reservation_id = $1 AND upper(during) > to_timestamp($2 / 1000.0) AND lower(during) < to_timestamp($2 / 1000.0)`,
+      [ctx.reservation.id, nowMs, this.settings.cleaningMs],
+    );
+    // A booking that had not begun by now (ended before its start) is dropped whole.
+    await this.pool.query('DELETE FROM host_allocations WHERE reservation_id = $1 AND lower(during) >= to_timestamp($2 / 1000.0)', [ctx.reservation.id, nowMs]);
+  }
+
+  private async bookInTransaction(client: PoolClient, ctx: ReservationContext): Promise<BookedHost[]> {
+    const reservations = ctx.leaseReservations.filter((r) => r.resource_type === PHYSICAL_HOST);
+    const { rows: existing } = await client.query<AllocationRow>(
+      `SELECT a.reservation_id::text, a.host_id::text, h.hypervisor_hostname,
+              (extract(epoch FROM lower(a.during)) * 1000)::float8 AS start_ms, (extract(epoch FROM upper(a.during)) * 1000)::float8 AS end_ms
+       FROM host_allocations a JOIN hosts h ON h.id = a.host_id WHERE a.lease_id = $1 FOR UPDATE OF a`,
+      [ctx.leaseId],
+    );
+    const mine = (reservationId: string) => existing.filter((row) => row.reservation_id === reservationId);
+    const booked = (reservationId: string) => mine(reservationId).map((row) => ({ id: row.host_id, hypervisor_hostname: row.hypervisor_hostname }));
+
+    // Already booked for exactly this window (a sibling's call booked us, or a retry): nothing to do.
+    const current = reservations.every((r) => mine(r.id).length > 0 && mine(r.id).every((row) => row.start_ms === ctx.startMs && row.end_ms === ctx.endMs));
+    if (current) return booked(ctx.reservation.id);
+
+    if (ctx.leaseStatus !== 'PENDING' && existing.length > 0) {
+      await this.resizeKeepingHosts(client, ctx, existing);
+      return booked(ctx.reservation.id);
+    }
+
+    await client.query('DELETE FROM host_allocations WHERE lease_id = $1', [ctx.leaseId]);
+    const hosts = await listHosts(client, { reservableOnly: true });
+    const requests = reservations.map((r) => this.request(r, hosts));
+    const calendar = await this.snapshot(client, hosts, ctx.startMs, ctx.endMs);
+    const previouslyHeld = [...new Set(existing.map((row) => row.host_id))];
+    const preference = [...previouslyHeld, ...preferenceOrder(calendar, Date.now(), this.settings.randomChoice ? shuffle : undefined)];
+    const assignment = assignHosts(requests, freeHosts(calendar, ctx.startMs, ctx.endMs), [...new Set(preference)]);
+    if (!assignment) throw await this.explainShortage(client, hosts, requests, ctx);
+
+    const byId = new Map(hosts.map((h) => [h.id, h]));
+    for (const [reservationId, hostIds] of assignment) {
+      for (const hostId of hostIds) {
+        await client.query(
+          `INSERT INTO host_allocations (host_id, reservation_id, lease_id, project_id, during, blocks)
+           VALUES ($1, $2, $3, $4, tstzrange(to_timestamp($5 / 1000.0), to_timestamp($6 / 1000.0)),
+                   tstzrange(to_timestamp($5 / 1000.0), to_timestamp($6 / 1000.0) + $7 * interval '1 millisecond'))`,
+          [hostId, reservationId, ctx.leaseId, ctx.projectId, ctx.startMs, ctx.endMs, this.settings.cleaningMs],
+        );
+      }
+    }
+    return (assignment.get(ctx.reservation.id) ?? []).map((id) => ({ id, hypervisor_hostname: byId.get(id)!.hypervisor_hostname }));
+  }
+
+  /** An active lease keeps its hosts: only its end moves; a collision says how far it can go. */
+  private async resizeKeepingHosts(client: PoolClient, ctx: ReservationContext, existing: AllocationRow[]): Promise<void> {
+    await client.query('SAVEPOINT resize');
+    try {
+      await client.query(
+        `UPDATE host_allocations
+         SET during = tstzrange(lower(during), to_timestamp($2 / 1000.0)),
+             blocks = tstzrange(lower(during), to_timestamp($2 / 1000.0) + $3 * interval '1 millisecond')
+         WHERE lease_id = $1`,
+        [ctx.leaseId, ctx.endMs, this.settings.cleaningMs],
+      );
+    } catch (err) {
+      if (!isExclusionViolation(err)) throw err;
+      await client.query('ROLLBACK TO SAVEPOINT resize');
+      const hostIds = [...new Set(existing.map((row) => row.host_id))];
+      const { rows } = await client.query<{ hypervisor_hostname: string; next_ms: number }>(
+        `SELECT h.hypervisor_hostname, (extract(epoch FROM min(lower(a.blocks))) * 1000)::float8 AS next_ms
+         FROM host_allocations a JOIN hosts h ON h.id = a.host_id
+         WHERE a.host_id = ANY($1) AND a.lease_id <> $2 AND lower(a.blocks) >= to_timestamp($3 / 1000.0)
+         GROUP BY h.hypervisor_hostname ORDER BY next_ms LIMIT 1`,
+        [hostIds, ctx.leaseId, Math.min(...existing.map((row) => row.end_ms))],
+      );
+      const latestEnd = rows[0] ? rows[0].next_ms - this.settings.cleaningMs : undefined;
+      throw leaseConflict(
+        `cannot extend lease ${ctx.leaseName} to ${when(ctx.endMs)}: host ${rows[0]?.hypervisor_hostname ?? '?'} is booked from ${rows[0] ? when(rows[0].next_ms) : '?'}` +
+          (latestEnd !== undefined ? `; the latest possible end is ${when(latestEnd)}` : ''),
+        { latest_end: latestEnd !== undefined ? when(latestEnd) : null },
+      );
+    }
+  }
+
+  private request(reservation: Reservation, hosts: HostRecord[]): HostRequest {
+    const params = physicalHostParams.parse(reservation.params);
+    const hypervisorQuery = parsePropertyQuery(params.hypervisor_properties);
+    const resourceQuery = parsePropertyQuery(params.resource_properties);
+    checkKeys(hypervisorQuery, new Set(HYPERVISOR_FIELDS), 'hypervisor_properties');
+    checkKeys(resourceQuery, new Set(hosts.flatMap((h) => Object.keys(h.capabilities))), 'resource_properties');
+    const matching = new Set(
+      hosts.filter((h) => matchesQuery(hypervisorQuery, hypervisorProperties(h)) && matchesQuery(resourceQuery, h.capabilities)).map((h) => h.id),
+    );
+    return { reservationId: reservation.id, min: params.min, max: params.max, matches: (id) => matching.has(id) };
+  }
+
+  /** The bookings that matter for [start, end): those overlapping it, with their cleaning gaps. */
+  private async snapshot(client: PoolClient, hosts: HostRecord[], start: number, end: number | null): Promise<CalendarSnapshot> {
+    const { rows } = await client.query<{ host_id: string; start_ms: number; end_ms: number }>(
+      `SELECT host_id::text, (extract(epoch FROM lower(blocks)) * 1000)::float8 AS start_ms, (extract(epoch FROM upper(blocks)) * 1000)::float8 AS end_ms
+       FROM host_allocations
+       WHERE blocks && tstzrange(to_timestamp($1 / 1000.0), ${end === null ? 'NULL' : `to_timestamp($2 / 1000.0) + $3 * interval '1 millisecond'`})`,
+      end === null ? [start] : [start, end, this.settings.cleaningMs],
+    );
+    const blocked: Blocked[] = rows.map((r) => ({ hostId: r.host_id, start: r.start_ms, end: r.end_ms }));
+    return { hostIds: hosts.map((h) => h.id), blocked, cleaningMs: this.settings.cleaningMs };
+  }
+
+  /** 409 that says what was short, when the same request would fit, and how long it can be from the asked start. */
+  private async explainShortage(client: PoolClient, hosts: HostRecord[], requests: HostRequest[], ctx: ReservationContext) {
+    const future = await this.snapshot(client, hosts, ctx.startMs, null);
+    const duration = ctx.endMs - ctx.startMs;
+    const earliest = earliestFit(requests, future, ctx.startMs, duration);
+    const longest = longestFit(requests, future, ctx.startMs);
+    const free = freeHosts(future, ctx.startMs, ctx.endMs);
+    const short = requests
+      .map((r) => `at least ${r.min} host(s) matching reservation ${r.reservationId} (${hosts.filter((h) => r.matches(h.id)).length} match, ${hosts.filter((h) => r.matches(h.id) && free.has(h.id)).length} free)`)
+      .join('; ');
+    const parts = [`not enough hosts free from ${when(ctx.startMs)} to ${when(ctx.endMs)}: needs ${short}`];
+    if (earliest !== undefined) parts.push(`the same lease fits from ${when(earliest)} to ${when(earliest + duration)}`);
+    else parts.push('it never fits: not enough hosts match');
+    if (longest > 0 && longest !== Infinity) parts.push(`from the requested start it fits until ${when(ctx.startMs + longest)}`);
+    return leaseConflict(`${parts.join('; ')}.`, {
+      earliest_start: earliest !== undefined ? when(earliest) : null,
+      earliest_end: earliest !== undefined ? when(earliest + duration) : null,
+      longest_end: longest > 0 && longest !== Infinity ? when(ctx.startMs + longest) : null,
+    });
+  }
+}
+
+function checkKeys(query: PropertyQuery, known: Set<string>, field: string): void {
+  const unknown = queryKeys(query).filter((key) => !known.has(key));
+  if (unknown.length > 0) {
+    throw invalidLease(`${field}: unknown property ${unknown.map((k) => `$${k}`).join(', ')} (known: ${[...known].sort().map((k) => `$${k}`).join(', ') || 'none'})`);
+  }
+}

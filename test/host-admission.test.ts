@@ -1,0 +1,109 @@
+/**
+ * Host leases through the API and the real worker, booked in the PostgreSQL calendar
+ * (hosts are put in the inventory directly; enrolment through Nova has its own tests).
+ */
+import { physicalHostPlugin } from '../src/resources/physical-host';
+import { doubleBookings, insertHost } from './support/hosts';
+import { apiClient, eventually, inSeconds, startTestStack, type TestStack } from './support/stack';
+
+describe('host leases: admission without double booking', () => {
+  let stack: TestStack;
+  let api: ReturnType<typeof apiClient>;
+  const hostIds: Record<string, string> = {};
+
+  beforeAll(async () => {
+    // The stack builds its own pool; the plugin needs it, so it is created from the stack's database.
+    stack = await startTestStack([], {}, (pool) => [physicalHostPlugin({ pool, settings: { cleaningMs: 0, randomChoice: false } })]);
+    api = apiClient(stack.url);
+    for (const [name, vcpus, gpu] of [['small', 2, undefined], ['medium', 4, undefined], ['large', 16, 'a100']] as const) {
+      hostIds[name] = await insertHost(stack.db.pool, { name, vcpus, capabilities: gpu ? { gpu } : {} });
+    }
+  });
+  afterAll(async () => {
+    await stack?.stop();
+  });
+
+  const hostLease = (name: string, start: string, end: string, params: Record<string, unknown>) =>
+    api('POST', '/v1/leases', { name, start_date: start, end_date: end, reservations: [{ resource_type: 'physical:host', min: '1', max: '1', hypervisor_properties: '', resource_properties: '', ...params }] });
+
+  it('books matching hosts, numbers compared as numbers, and shows them in the lease', async () => {
+    const res = await hostLease('big-cpu', '2099-01-01 10:00', '2099-01-01 12:00', { min: 1, max: 3, hypervisor_properties: '[">=", "$vcpus", "4"]' });
+    expect(res.status).toBe(201);
+    expect(res.body.lease.reservations[0]).toMatchObject({ resource_type: 'physical:host', min: 1, max: 3, hosts: ['medium', 'large'], status: 'pending' });
+    const gpu = await hostLease('gpu', '2099-01-02 10:00', '2099-01-02 12:00', { resource_properties: '["==", "$gpu", "a100"]' });
+    expect(gpu.body.lease.reservations[0].hosts).toEqual(['large']);
+  });
+
+  it('prefers hosts with no future bookings', async () => {
+    // small has no booking yet; medium and large do (previous test)
+    const res = await hostLease('prefers-idle', '2099-02-01 10:00', '2099-02-01 11:00', {});
+    expect(res.body.lease.reservations[0].hosts).toEqual(['small']);
+  });
+
+  it('refuses with 409, the earliest start at which the same lease fits, and the longest window from the asked start', async () => {
+    await hostLease('all-1', '2099-03-01 10:00', '2099-03-01 12:00', { min: 3, max: 3 });
+    await hostLease('one-more', '2099-03-01 12:00', '2099-03-01 14:00', { min: 1, max: 1 });
+    const res = await hostLease('too-many', '2099-03-01 09:00', '2099-03-01 11:00', { min: 3, max: 3 });
+    expect(res.status).toBe(409);
+    // all three are free again from 12:00, but one of them is taken until 14:00 → 14:00
+    expect(res.body).toMatchObject({ error_code: 409, earliest_start: '2099-03-01 14:00', earliest_end: '2099-03-01 16:00', longest_end: '2099-03-01 10:00' });
+    expect(res.body.error_message).toMatch(/^not enough hosts free from 2099-03-01 09:00 to 2099-03-01 11:00: needs at least 3 host\(s\) matching reservation .* \(3 match, 0 free\); the same lease fits from 2099-03-01 14:00 to 2099-03-01 16:00; from the requested start it fits until 2099-03-01 10:00\.$/);
+    const retry = await hostLease('too-many', res.body.earliest_start, res.body.earliest_end, { min: 3, max: 3 });
+    expect(retry.status).toBe(201);
+  });
+
+  it('says when a request can never fit, and refuses unknown properties with 400', async () => {
+    const never = await hostLease('never', '2099-04-01 10:00', '2099-04-01 11:00', { min: 4, max: 4 });
+    expect(never.status).toBe(409);
+    expect(never.body.earliest_start).toBeNull();
+    expect(never.body.error_message).toMatch(/it never fits: not enough hosts match/);
+    const unknown = await hostLease('unknown', '2099-04-01 10:00', '2099-04-01 11:00', { resource_properties: '["==", "$colour", "blue"]' });
+    expect(unknown.status).toBe(400);
+    expect(unknown.body.error_message).toBe('resource_properties: unknown property $colour (known: $gpu)');
+    const malformed = await hostLease('malformed', '2099-04-01 10:00', '2099-04-01 11:00', { hypervisor_properties: '[">=", "$vcpus"' });
+    expect(malformed.body.error_message).toBe('reservations[0].hypervisor_properties: not valid JSON: [">=", "$vcpus"');
+    const minMax = await hostLease('min-max', '2099-04-01 10:00', '2099-04-01 11:00', { min: 3, max: 2 });
+    expect(minMax.body.error_message).toBe('reservations[0].min: min must not be greater than max');
+  });
+
+  it('allows back-to-back leases on a host', async () => {
+    const a = await hostLease('b2b-a', '2099-05-01 10:00', '2099-05-01 11:00', { min: 3, max: 3 });
+    const b = await hostLease('b2b-b', '2099-05-01 11:00', '2099-05-01 12:00', { min: 3, max: 3 });
+    expect([a.status, b.status]).toEqual([201, 201]);
+  });
+
+  it('moves a pending lease, keeping the hosts that still fit; deletion frees the booking', async () => {
+    const lease = (await hostLease('mover', '2099-06-01 10:00', '2099-06-01 11:00', { min: 1, max: 1, hypervisor_properties: '[">=", "$vcpus", "4"]' })).body.lease;
+    const before = lease.reservations[0].hosts;
+    const moved = await api('PUT', `/v1/leases/${lease.id}`, { start_date: '2099-06-02 10:00', end_date: '2099-06-02 11:00' });
+    expect(moved.status).toBe(200);
+    expect(moved.body.lease.reservations[0].hosts).toEqual(before);
+    const { rows } = await stack.db.pool.query("SELECT lower(during) AS start FROM host_allocations WHERE lease_id = $1", [lease.id]);
+    expect(rows.map((r) => new Date(r.start).toISOString())).toEqual(['2099-06-02T10:00:00.000Z']);
+    expect((await api('DELETE', `/v1/leases/${lease.id}`)).status).toBe(204);
+    await eventually(async () => ((await stack.db.pool.query('SELECT 1 FROM host_allocations WHERE lease_id = $1', [lease.id])).rowCount === 0 ? true : undefined), 10_000);
+  });
+
+  it('refuses to extend an active lease into a booked window, saying the latest possible end', async () => {
+    const active = (await hostLease('active-ext', 'now', inSeconds(600), { min: 3, max: 3 })).body.lease;
+    await eventually(async () => ((await api('GET', `/v1/leases/${active.id}`)).body.lease.status === 'ACTIVE' ? true : undefined), 10_000);
+    const blockerStart = new Date(Date.parse(`${active.end_date}Z`) + 60 * 60_000).toISOString().slice(0, 16).replace('T', ' ');
+    const blockerEnd = new Date(Date.parse(`${active.end_date}Z`) + 120 * 60_000).toISOString().slice(0, 16).replace('T', ' ');
+    expect((await hostLease('blocker', blockerStart, blockerEnd, { min: 1, max: 1 })).status).toBe(201);
+    const tooFar = await api('PUT', `/v1/leases/${active.id}`, { end_date: blockerEnd });
+    expect(tooFar.status).toBe(409);
+    expect(tooFar.body.latest_end).toBe(blockerStart);
+    expect(tooFar.body.error_message).toMatch(new RegExp(`is booked from ${blockerStart}; the latest possible end is ${blockerStart}$`));
+    const fine = await api('PUT', `/v1/leases/${active.id}`, { end_date: blockerStart });
+    expect(fine.status).toBe(200);
+    // ending it now releases the rest of its window
+    await api('PUT', `/v1/leases/${active.id}`, { end_date: 'now' });
+    await eventually(async () => ((await api('GET', `/v1/leases/${active.id}`)).body.lease.status === 'TERMINATED' ? true : undefined), 10_000);
+    const { rows } = await stack.db.pool.query('SELECT upper(during) AS until FROM host_allocations WHERE lease_id = $1', [active.id]);
+    for (const row of rows) expect(new Date(row.until).getTime()).toBeLessThanOrEqual(Date.now());
+  });
+
+  it('never double-books', async () => {
+    expect(await doubleBookings(stack.db.pool)).toEqual([]);
+  });
+});

@@ -1,0 +1,31 @@
+import type { Pool } from 'pg';
+
+export interface TestHost {
+  name: string;
+  vcpus?: number;
+  memory_mb?: number;
+  local_gb?: number;
+  capabilities?: Record<string, string>;
+}
+
+/** Puts a host straight into the inventory (the os-hosts API does this after asking Nova). */
+export async function insertHost(pool: Pool, host: TestHost): Promise<string> {
+  const { rows } = await pool.query<{ id: string }>(
+    `INSERT INTO hosts (hypervisor_hostname, nova_hypervisor_id, hypervisor_type, vcpus, memory_mb, local_gb)
+     VALUES ($1, $1, 'fake', $2, $3, $4) RETURNING id::text`,
+    [host.name, host.vcpus ?? 8, host.memory_mb ?? 16_384, host.local_gb ?? 100],
+  );
+  for (const [name, value] of Object.entries(host.capabilities ?? {})) {
+    await pool.query('INSERT INTO host_capabilities (host_id, name, value) VALUES ($1, $2, $3)', [rows[0].id, name, value]);
+  }
+  return rows[0].id;
+}
+
+/** Pairs of bookings of one host whose blocked ranges overlap: must always be empty. */
+export async function doubleBookings(pool: Pool): Promise<Array<{ host_id: string; a: string; b: string }>> {
+  const { rows } = await pool.query<{ host_id: string; a: string; b: string }>(
+    `SELECT x.host_id::text, x.reservation_id::text AS a, y.reservation_id::text AS b
+     FROM host_allocations x JOIN host_allocations y ON x.host_id = y.host_id AND x.id < y.id AND x.blocks && y.blocks`,
+  );
+  return rows;
+}
