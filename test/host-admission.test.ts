@@ -103,6 +103,51 @@ describe('host leases: admission without double booking', () => {
     for (const row of rows) expect(new Date(row.until).getTime()).toBeLessThanOrEqual(Date.now());
   });
 
+  it('shows bookings in the allocations API: admins all, projects their own', async () => {
+    const lease = (await hostLease('alloc', '2099-07-01 10:00', '2099-07-01 11:00', { min: 2, max: 2 })).body.lease;
+    const all = await api('GET', `/v1/os-hosts/allocations?lease_id=${lease.id}`);
+    expect(all.status).toBe(200);
+    expect(all.body.allocations).toEqual(
+      lease.reservations[0].host_ids.map((id: string, i: number) => ({
+        resource_id: id,
+        hypervisor_hostname: lease.reservations[0].hosts[i],
+        reservations: [{ id: lease.reservations[0].id, lease_id: lease.id, project_id: 'admin', start_date: '2099-07-01T10:00:00.000000', end_date: '2099-07-01T11:00:00.000000' }],
+      })),
+    );
+    const other = apiClient(stack.url, { 'x-project-id': 'someone-else', 'x-user-id': 'eve' });
+    expect((await other('GET', `/v1/os-hosts/allocations?lease_id=${lease.id}`)).body.allocations).toEqual([]);
+    const one = await api('GET', `/v1/os-hosts/${lease.reservations[0].host_ids[0]}/allocation.json`);
+    expect(one.body.allocation.reservations.map((r: { lease_id: string }) => r.lease_id)).toContain(lease.id);
+    expect((await api('GET', '/v1/os-hosts/999999/allocation')).status).toBe(404);
+    expect((await api('GET', '/v1/os-hosts/allocations?lease_id=nope')).body.error_message).toBe('lease_id: expected a lease id');
+  });
+
+  it('answers availability: free intervals per host, and where a lease would fit', async () => {
+    await hostLease('avail-busy', '2099-08-01 10:00', '2099-08-01 12:00', { min: 1, max: 1, resource_properties: '["==", "$gpu", "a100"]' });
+    const res = await api('GET', `/v1/availability?start=${encodeURIComponent('2099-08-01 08:00')}&end=${encodeURIComponent('2099-08-01 14:00')}&resource_properties=${encodeURIComponent('["==", "$gpu", "a100"]')}`);
+    expect(res.status).toBe(200);
+    expect(res.body.availability).toEqual([
+      {
+        host_id: hostIds.large,
+        hypervisor_hostname: 'large',
+        free: [
+          { start_date: '2099-08-01T08:00:00.000000', end_date: '2099-08-01T10:00:00.000000' },
+          { start_date: '2099-08-01T12:00:00.000000', end_date: '2099-08-01T14:00:00.000000' },
+        ],
+      },
+    ]);
+    const search = await api('POST', '/v1/availability/search', {
+      start_date: '2099-08-01 09:00',
+      end_date: '2099-08-01 11:00',
+      reservations: [{ resource_type: 'physical:host', min: 3, max: 3 }],
+    });
+    expect(search.body).toEqual({
+      earliest: { start_date: '2099-08-01T12:00:00.000000', end_date: '2099-08-01T14:00:00.000000' },
+      longest_from_start: { start_date: '2099-08-01T09:00:00.000000', end_date: '2099-08-01T10:00:00.000000' },
+    });
+    expect((await api('GET', '/v1/availability?start=2099-08-01%2010:00')).body.error_message).toBe('end: end is required ("YYYY-MM-DD HH:MM", UTC)');
+  });
+
   it('never double-books', async () => {
     expect(await doubleBookings(stack.db.pool)).toEqual([]);
   });

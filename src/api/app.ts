@@ -7,11 +7,14 @@ import type { ResourcePlugins } from '../resources/plugin';
 import { authenticate, noAuth, type Authenticator } from './auth';
 import { ApiError, errorHandler, notFoundRoute } from './errors';
 import { checkHealth } from './health';
+import { HostCalendar } from '../resources/physical-host/calendar';
+import { availabilityRouter } from './availability';
+import { hostAllocationsRouter } from './host-allocations';
 import { leasesRouter } from './leases';
 import { versionsRouter } from './versions';
 
 export interface AppDeps {
-  config: Pick<Config, 'temporal' | 'healthTimeoutMs' | 'api'>;
+  config: Pick<Config, 'temporal' | 'healthTimeoutMs' | 'api' | 'hosts'>;
   log: Logger;
   pool: Pool;
   connection: Connection;
@@ -73,6 +76,8 @@ export function createApp(deps: AppDeps): express.Express {
       plugins: deps.plugins,
       commands: { client: deps.client, taskQueue: config.temporal.taskQueue, timeoutMs: config.api.workflowTimeoutMs },
     }),
+    hostAllocationsRouter({ pool: deps.pool }),
+    availabilityRouter({ calendar: new HostCalendar(deps.pool, config.hosts), plugins: deps.plugins }),
   );
 
   app.use(notFoundRoute);

@@ -179,6 +179,48 @@ export class HostCalendar {
     }
   }
 
+  /**
+   * Per matching host, the intervals within [from, to) where a lease could sit: after a booking's
+   * cleaning gap, and ending early enough to leave the gap before the next booking.
+   */
+  async freeIntervals(from: number, to: number, params: { hypervisor_properties?: string; resource_properties?: string }) {
+    const hosts = await listHosts(this.pool, { reservableOnly: true });
+    const request = this.request({ id: 'query', resource_type: PHYSICAL_HOST, status: 'pending', params: { min: 1, max: 1, ...params } }, hosts);
+    const client = await this.pool.connect();
+    try {
+      const calendar = await this.snapshot(client, hosts, from - this.settings.cleaningMs, to);
+      return hosts
+        .filter((h) => request.matches(h.id))
+        .map((host) => {
+          const blocked = calendar.blocked.filter((b) => b.hostId === host.id).sort((a, b) => a.start - b.start);
+          const free: Array<{ start: number; end: number }> = [];
+          let cursor = from;
+          for (const b of blocked) {
+            const end = Math.min(to, b.start - this.settings.cleaningMs);
+            if (end > cursor) free.push({ start: cursor, end });
+            cursor = Math.max(cursor, b.end);
+          }
+          if (to > cursor) free.push({ start: cursor, end: to });
+          return { host, free };
+        });
+    } finally {
+      client.release();
+    }
+  }
+
+  /** Where a lease of these reservations could go: the earliest fit from `start`, and the longest from `start`. */
+  async search(reservations: Reservation[], start: number, durationMs: number): Promise<{ earliest?: number; longestMs: number }> {
+    const hosts = await listHosts(this.pool, { reservableOnly: true });
+    const requests = reservations.filter((r) => r.resource_type === PHYSICAL_HOST).map((r) => this.request(r, hosts));
+    const client = await this.pool.connect();
+    try {
+      const future = await this.snapshot(client, hosts, start, null);
+      return { earliest: earliestFit(requests, future, start, durationMs), longestMs: longestFit(requests, future, start) };
+    } finally {
+      client.release();
+    }
+  }
+
   private request(reservation: Reservation, hosts: HostRecord[]): HostRequest {
     const params = physicalHostParams.parse(reservation.params);
     const hypervisorQuery = parsePropertyQuery(params.hypervisor_properties);
@@ -192,7 +234,7 @@ export class HostCalendar {
   }
 
   /** The bookings that matter for [start, end): those overlapping it, with their cleaning gaps. */
-  private async snapshot(client: PoolClient, hosts: HostRecord[], start: number, end: number | null): Promise<CalendarSnapshot> {
+  private async snapshot(client: PoolClient | Pool, hosts: HostRecord[], start: number, end: number | null): Promise<CalendarSnapshot> {
     const { rows } = await client.query<{ host_id: string; start_ms: number; end_ms: number }>(
       `SELECT host_id::text, (extract(epoch FROM lower(blocks)) * 1000)::float8 AS start_ms, (extract(epoch FROM upper(blocks)) * 1000)::float8 AS end_ms
        FROM host_allocations
