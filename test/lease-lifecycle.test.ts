@@ -58,8 +58,11 @@ describe('lease lifecycle on the real Temporal server', () => {
     expect(endLag).toBeGreaterThanOrEqual(0);
 
     const handle = stack.temporal.client.workflow.getHandle(leaseWorkflowId(lease.id));
-    const description = await handle.describe();
-    expect(description.typedSearchAttributes.get(LeaseStatusKey)).toBe('TERMINATED');
+    // The row is written by the activity; the search attributes follow in the next workflow task.
+    const description = await eventually(async () => {
+      const d = await handle.describe();
+      return d.typedSearchAttributes.get(LeaseStatusKey) === 'TERMINATED' ? d : undefined;
+    }, 10_000);
     expect((await handle.query(getLease)).status).toBe('TERMINATED');
     const metadata: { currentDetails: string } = await handle.query('__temporal_workflow_metadata');
     expect(metadata.currentDetails).toContain('**TERMINATED**');

@@ -7,20 +7,25 @@ import type { ResourcePlugins } from '../resources/plugin';
 import { authenticate, noAuth, type Authenticator } from './auth';
 import { ApiError, errorHandler, notFoundRoute } from './errors';
 import { checkHealth } from './health';
+import type { OpenStackClients } from '../openstack';
 import { HostCalendar } from '../resources/physical-host/calendar';
+import { HostInventory } from '../resources/physical-host/inventory';
 import { availabilityRouter } from './availability';
 import { hostAllocationsRouter } from './host-allocations';
+import { hostsRouter } from './hosts';
 import { leasesRouter } from './leases';
 import { versionsRouter } from './versions';
 
 export interface AppDeps {
-  config: Pick<Config, 'temporal' | 'healthTimeoutMs' | 'api' | 'hosts'>;
+  config: Pick<Config, 'temporal' | 'healthTimeoutMs' | 'api' | 'hosts' | 'inventory'>;
   log: Logger;
   pool: Pool;
   connection: Connection;
   client: Client;
   plugins: ResourcePlugins;
   authenticator?: Authenticator;
+  /** The OpenStack clients, built on first use (os-hosts needs Nova; the rest of the API does not). */
+  openstack?: () => OpenStackClients;
 }
 
 const API_VERSION_HEADER = 'OpenStack-API-Version';
@@ -77,10 +82,20 @@ export function createApp(deps: AppDeps): express.Express {
       commands: { client: deps.client, taskQueue: config.temporal.taskQueue, timeoutMs: config.api.workflowTimeoutMs },
     }),
     hostAllocationsRouter({ pool: deps.pool }),
+    hostsRouter({ pool: deps.pool, inventory: lazyInventory(deps) }),
     availabilityRouter({ calendar: new HostCalendar(deps.pool, config.hosts), plugins: deps.plugins }),
   );
 
   app.use(notFoundRoute);
   app.use(errorHandler(log));
   return app;
+}
+
+function lazyInventory(deps: AppDeps): () => HostInventory {
+  let inventory: HostInventory | undefined;
+  return () => {
+    if (!deps.openstack) throw new ApiError(503, 'OpenStack is not configured: set OS_CLOUD (clouds.yaml) or OS_AUTH_URL and credentials');
+    inventory ??= new HostInventory(deps.pool, deps.openstack().nova, deps.config.inventory);
+    return inventory;
+  };
 }

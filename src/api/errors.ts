@@ -1,6 +1,7 @@
 import { ApplicationFailure } from '@temporalio/common';
 import type { ErrorRequestHandler, RequestHandler } from 'express';
 import { LeaseErrorType } from '../domain/lease';
+import { OpenStackConfigError, OpenStackError } from '../openstack/errors';
 
 /**
  * An error with Blazar's error body: `{"error_code": 404, "error_message": "...", "error_name": 404}`.
@@ -43,6 +44,15 @@ export function errorHandler(log: { error: (obj: object, msg: string) => void })
     const failureStatus = err instanceof ApplicationFailure ? STATUS_BY_FAILURE_TYPE[err.type ?? ''] : undefined;
     if (failureStatus) {
       res.status(failureStatus).json(errorBody(failureStatus, (err as Error).message));
+      return;
+    }
+    if (err instanceof OpenStackConfigError) {
+      res.status(503).json(errorBody(503, `OpenStack is not configured: ${err.message}`));
+      return;
+    }
+    if (err instanceof OpenStackError) {
+      log.error({ err, service: err.service, requestId: err.requestId }, 'OpenStack call failed');
+      res.status(502).json(errorBody(502, `${err.service} answered ${err.message}${err.requestId ? ` (request ${err.requestId})` : ''}`));
       return;
     }
     // body-parser errors carry an HTTP status (malformed JSON, body too large, bad charset).

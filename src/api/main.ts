@@ -4,6 +4,7 @@ import { loadConfigOrExit } from '../config';
 import { migrate } from '../db/migrate';
 import { createPool } from '../db/pool';
 import { createLogger } from '../log';
+import { openStackClients, type OpenStackClients } from '../openstack';
 import { productionPlugins } from '../resources';
 import { connectTemporal } from '../temporal';
 import { createApp } from './app';
@@ -14,7 +15,9 @@ async function main(): Promise<void> {
   const pool = createPool(config, 'leasekeeper-api', (err) => log.warn({ err }, 'idle database connection lost'));
   await migrate(pool);
   const { connection, client } = connectTemporal(config);
-  const app = createApp({ config, log, pool, connection, client, plugins: productionPlugins({ pool, config }) });
+  let clients: OpenStackClients | undefined;
+  const openstack = () => (clients ??= openStackClients({ logger: (event) => log.debug(event, 'openstack request') }));
+  const app = createApp({ config, log, pool, connection, client, plugins: productionPlugins({ pool, config }), openstack });
 
   const server: Server = app.listen(config.api.port, config.api.host, () => {
     log.info({ url: `http://${config.api.host}:${config.api.port}` }, 'api listening');

@@ -1,0 +1,104 @@
+/**
+ * Blazar's os-hosts API (admin only): enrol hosts from Nova into the reservable pool, change their
+ * extra capabilities, remove them; and the capability ("resource property") list.
+ */
+import { Router, type Response } from 'express';
+import { z } from 'zod';
+import { listHosts, type HostRecord } from '../db/hosts';
+import type { Pool } from '../db/pool';
+import type { HostInventory } from '../resources/physical-host/inventory';
+import { identityOf } from './auth';
+import { formatTimestamp } from './blazar-format';
+import { ApiError } from './errors';
+import { describeIssues } from './lease-schemas';
+
+function requireAdmin(res: Response, action: string): void {
+  if (!identityOf(res).isAdmin) throw new ApiError(403, `Policy doesn't allow blazar:oshosts:${action} to be performed.`);
+}
+
+export function toBlazarHost(host: HostRecord) {
+  return {
+    ...host.capabilities,
+    id: host.id,
+    hypervisor_hostname: host.hypervisor_hostname,
+    hypervisor_type: host.hypervisor_type,
+    hypervisor_version: host.hypervisor_version,
+    service_name: host.service_name,
+    vcpus: host.vcpus,
+    memory_mb: host.memory_mb,
+    local_gb: host.local_gb,
+    cpu_info: host.cpu_info,
+    availability_zone: host.availability_zone,
+    reservable: host.reservable,
+    trust_id: null,
+    created_at: formatTimestamp(host.created_at.getTime()),
+    updated_at: formatTimestamp(host.updated_at.getTime()),
+  };
+}
+
+const enrolBody = z.looseObject({ name: z.string({ error: 'name: expected the hypervisor hostname' }).min(1, 'name: must not be empty') });
+const truthy = (value: unknown) => typeof value === 'string' && ['1', 'true', 'yes'].includes(value.toLowerCase());
+
+export function hostsRouter(deps: { pool: Pool; inventory: () => HostInventory }): Router {
+  const router = Router();
+
+  router.get('/os-hosts/properties', async (req, res) => {
+    const identity = identityOf(res);
+    const showPrivate = identity.isAdmin && truthy(req.query.all);
+    const { rows } = await deps.pool.query<{ property: string; private: boolean; values: string[] }>(
+      `SELECT c.name AS property, COALESCE(s.private, false) AS private, array_agg(DISTINCT c.value ORDER BY c.value) AS values
+       FROM host_capabilities c LEFT JOIN capability_settings s ON s.name = c.name
+       GROUP BY c.name, s.private ORDER BY c.name`,
+    );
+    const visible = rows.filter((r) => showPrivate || !r.private);
+    res.json({ resource_properties: truthy(req.query.detail) ? visible : visible.map((r) => ({ property: r.property })) });
+  });
+
+  router.patch('/os-hosts/properties/:name', async (req, res) => {
+    requireAdmin(res, 'update_resource_properties');
+    const parsed = z.strictObject({ private: z.boolean({ error: 'expected true or false' }) }).safeParse(req.body);
+    if (!parsed.success) throw new ApiError(400, describeIssues(parsed.error));
+    const { rowCount } = await deps.pool.query('SELECT 1 FROM host_capabilities WHERE name = $1 LIMIT 1', [req.params.name]);
+    if (!rowCount) throw new ApiError(404, `Resource property ${req.params.name} not found`);
+    await deps.pool.query(
+      'INSERT INTO capability_settings (name, private) VALUES ($1, $2) ON CONFLICT (name) DO UPDATE SET private = EXCLUDED.private',
+      [req.params.name, parsed.data.private],
+    );
+    res.json({ resource_property: { property: req.params.name, private: parsed.data.private } });
+  });
+
+  router.get('/os-hosts', async (_req, res) => {
+    requireAdmin(res, 'get');
+    res.json({ hosts: (await listHosts(deps.pool)).map(toBlazarHost) });
+  });
+
+  router.post('/os-hosts', async (req, res) => {
+    requireAdmin(res, 'post');
+    const parsed = enrolBody.safeParse(req.body);
+    if (!parsed.success) throw new ApiError(400, describeIssues(parsed.error));
+    const { name, ...capabilities } = parsed.data;
+    res.status(201).json({ host: toBlazarHost(await deps.inventory().enrol(name, capabilities)) });
+  });
+
+  router.get('/os-hosts/:id', async (req, res) => {
+    requireAdmin(res, 'get');
+    res.json({ host: toBlazarHost(await deps.inventory().get(req.params.id)) });
+  });
+
+  router.put('/os-hosts/:id', async (req, res) => {
+    requireAdmin(res, 'put');
+    const body: unknown = req.body;
+    if (!body || typeof body !== 'object' || Array.isArray(body)) throw new ApiError(400, 'expected a JSON object of capabilities, e.g. {"gpu": "a100"}');
+    // blazarclient sends the capabilities themselves; Blazar's API docs wrap them in "values".
+    const values = 'values' in body && typeof body.values === 'object' && body.values !== null ? (body.values as Record<string, unknown>) : (body as Record<string, unknown>);
+    res.json({ host: toBlazarHost(await deps.inventory().update(req.params.id, values)) });
+  });
+
+  router.delete('/os-hosts/:id', async (req, res) => {
+    requireAdmin(res, 'delete');
+    await deps.inventory().remove(req.params.id);
+    res.status(204).end();
+  });
+
+  return router;
+}
