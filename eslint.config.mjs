@@ -40,7 +40,7 @@ export default tseslint.config(
     },
   },
   {
-    files: ['test/**/*.ts'],
+    files: ['test/**/*.ts', 'bench/**/*.ts'],
     rules: {
       // Tests assert on loosely typed JSON bodies.
       '@typescript-eslint/no-unsafe-assignment': 'off',

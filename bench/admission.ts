@@ -30,7 +30,7 @@ async function main(): Promise<void> {
     if (!Number.isInteger(value) || value < 1 || value > max) throw new Error(`${name} must be 1..${max}`);
   }
   await globalSetup();
-  const stack = await startTestStack([], {}, (pool) => [physicalHostPlugin({ pool, settings: { cleaningMs: 0, randomChoice: false } })]);
+  const stack = await startTestStack({ withPool: (pool) => [physicalHostPlugin({ pool, settings: { cleaningMs: 0, randomChoice: false } })] });
   try {
     for (let i = 0; i < HOSTS; i++) await insertHost(stack.db.pool, { name: `bench-host-${i}`, vcpus: [2, 4, 8, 16][i % 4] });
     const api = apiClient(stack.url);

@@ -38,7 +38,8 @@ const envSchema = z.object({
   LK_WORKER_SHUTDOWN_GRACE_MS: millis.default(30_000),
 
   // API: how callers are identified, and how long a REST call waits for a lease workflow.
-  LK_AUTH_STRATEGY: z.enum(['noauth']).default('noauth'),
+  LK_AUTH_STRATEGY: z.enum(['noauth', 'keystone']).default('noauth'),
+  LK_AUTH_CACHE_SECONDS: z.coerce.number().int().min(0).max(3600).default(60),
   LK_API_WORKFLOW_TIMEOUT_MS: positiveInt.default(30_000),
 
   // The host calendar: a gap between consecutive leases on a host (Blazar's cleaning_time), and
@@ -63,7 +64,7 @@ export class ConfigError extends Error {
 function toConfig(env: z.infer<typeof envSchema>) {
   return {
     logLevel: env.LK_LOG_LEVEL,
-    api: { host: env.LK_API_HOST, port: env.LK_API_PORT, authStrategy: env.LK_AUTH_STRATEGY, workflowTimeoutMs: env.LK_API_WORKFLOW_TIMEOUT_MS },
+    api: { host: env.LK_API_HOST, port: env.LK_API_PORT, authStrategy: env.LK_AUTH_STRATEGY, authCacheMs: env.LK_AUTH_CACHE_SECONDS * 1000, workflowTimeoutMs: env.LK_API_WORKFLOW_TIMEOUT_MS },
     dataDir: env.LK_DATA_DIR,
     cacheDir: env.LK_CACHE_DIR ?? path.join(env.HOME ?? os.homedir(), '.cache', 'leasekeeper'),
     temporal: {

@@ -5,7 +5,7 @@ import { ConfigError, loadConfig } from '../src/config';
 describe('configuration', () => {
   it('has documented defaults for an empty environment', () => {
     const config = loadConfig({ HOME: '/home/someone' });
-    expect(config.api).toEqual({ host: '127.0.0.1', port: 1234, authStrategy: 'noauth', workflowTimeoutMs: 30_000 });
+    expect(config.api).toEqual({ host: '127.0.0.1', port: 1234, authStrategy: 'noauth', authCacheMs: 60_000, workflowTimeoutMs: 30_000 });
     expect(config.temporal).toMatchObject({ address: '127.0.0.1:7233', external: false, namespace: 'default', taskQueue: 'leasekeeper', uiPort: 8233 });
     expect(config.database).toMatchObject({ url: 'postgres://leasekeeper@127.0.0.1:15432/leasekeeper', external: false });
     expect(config.cacheDir).toBe('/home/someone/.cache/leasekeeper');

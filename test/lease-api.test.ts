@@ -13,7 +13,7 @@ describe('Blazar v1 lease API: validation, policy, paging, idempotency', () => {
   const later = () => ({ start_date: inSeconds(3600), end_date: inSeconds(7200) });
 
   beforeAll(async () => {
-    stack = await startTestStack([new RecordingPlugin()]);
+    stack = await startTestStack({ plugins: [new RecordingPlugin()] });
     asA = apiClient(stack.url, PROJECT_A);
     asB = apiClient(stack.url, PROJECT_B);
     asAdmin = apiClient(stack.url, ADMIN);
@@ -130,7 +130,7 @@ describe('Blazar v1 lease API: validation, policy, paging, idempotency', () => {
   });
 
   it('answers 503 naming the cause when no worker runs, and creates nothing', async () => {
-    const quick = await startTestStack([], { LK_API_WORKFLOW_TIMEOUT_MS: '1500' });
+    const quick = await startTestStack({ env: { LK_API_WORKFLOW_TIMEOUT_MS: '1500' } });
     try {
       await quick.stopWorker();
       const res = await apiClient(quick.url)('POST', '/v1/leases', { name: 'orphan', ...later() });

@@ -10,7 +10,7 @@ describe('lease lifecycle on the real Temporal server', () => {
   let api: ReturnType<typeof apiClient>;
 
   beforeAll(async () => {
-    stack = await startTestStack([plugin]);
+    stack = await startTestStack({ plugins: [plugin] });
     api = apiClient(stack.url);
   });
   afterAll(async () => {

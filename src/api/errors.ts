@@ -52,7 +52,7 @@ export function errorHandler(log: { error: (obj: object, msg: string) => void })
     }
     if (err instanceof OpenStackError) {
       log.error({ err, service: err.service, requestId: err.requestId }, 'OpenStack call failed');
-      res.status(502).json(errorBody(502, `${err.service} answered ${err.message}${err.requestId ? ` (request ${err.requestId})` : ''}`));
+      res.status(502).json(errorBody(502, `${err.service} failed: ${err.message}`));
       return;
     }
     // body-parser errors carry an HTTP status (malformed JSON, body too large, bad charset).

@@ -14,7 +14,7 @@ export interface ValidatedToken {
 }
 
 export interface TokenValidator {
-  /** Resolves the token's scope and roles; rejects with an error whose `status` is 401 or 404 for a bad token. */
+  /** Resolves the token's scope and roles; rejects with an error whose `status` is 404 for a bad token. */
   validateToken(token: string): Promise<ValidatedToken>;
 }
 
@@ -36,7 +36,9 @@ export function keystoneAuthenticator(validator: TokenValidator, options: Keysto
       validated = await validator.validateToken(token);
     } catch (err) {
       const status = (err as { status?: number }).status;
-      if (status === 401 || status === 404) throw new ApiError(401, 'The request you have made requires authentication: the token is invalid or has expired');
+      // Keystone answers 404 for a token that is unknown, revoked or expired; anything else is
+      // Keystone (or our own service credentials) failing, not the caller's fault.
+      if (status === 404) throw new ApiError(401, 'The request you have made requires authentication: the token is invalid or has expired');
       throw new ApiError(503, `cannot validate the token: Keystone is unavailable (${(err as Error).message})`);
     }
     const roles = validated.roles.map((r) => r.toLowerCase());

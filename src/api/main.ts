@@ -8,6 +8,8 @@ import { openStackClients, type OpenStackClients } from '../openstack';
 import { productionPlugins } from '../resources';
 import { connectTemporal } from '../temporal';
 import { createApp } from './app';
+import { noAuth } from './auth';
+import { keystoneAuthenticator } from './keystone-auth';
 
 async function main(): Promise<void> {
   const config = loadConfigOrExit();
@@ -17,7 +19,11 @@ async function main(): Promise<void> {
   const { connection, client } = connectTemporal(config);
   let clients: OpenStackClients | undefined;
   const openstack = () => (clients ??= openStackClients({ logger: (event) => log.debug(event, 'openstack request') }));
-  const app = createApp({ config, log, pool, connection, client, plugins: productionPlugins({ pool, config }), openstack });
+  // Keystone mode validates callers' tokens with our own service credentials (OS_CLOUD / OS_*).
+  const authenticator =
+    config.api.authStrategy === 'keystone' ? keystoneAuthenticator({ validateToken: (token) => openstack().keystone.validateToken(token) }, { cacheMs: config.api.authCacheMs }) : noAuth;
+  if (config.api.authStrategy === 'keystone') openstack(); // fail at start, not at the first request, when credentials are missing
+  const app = createApp({ config, log, pool, connection, client, plugins: productionPlugins({ pool, config }), openstack, authenticator });
 
   const server: Server = app.listen(config.api.port, config.api.host, () => {
     log.info({ url: `http://${config.api.host}:${config.api.port}` }, 'api listening');

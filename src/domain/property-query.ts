@@ -21,10 +21,10 @@ export class PropertyQueryError extends Error {
 /** Parses a query given as JSON text (as the API receives it) or as an already-parsed value. */
 export function parsePropertyQuery(input: unknown): PropertyQuery {
   if (input === undefined || input === null || input === '') return { kind: 'any' };
-  let value = input;
+  let value: unknown = input;
   if (typeof input === 'string') {
     try {
-      value = JSON.parse(input);
+      value = JSON.parse(input) as unknown;
     } catch {
       throw new PropertyQueryError(`not valid JSON: ${input}`);
     }

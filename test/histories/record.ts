@@ -94,7 +94,7 @@ async function record(stack: TestStack): Promise<void> {
 
 async function main(): Promise<void> {
   await globalSetup();
-  const stack = await startTestStack([new RecordingPlugin()]);
+  const stack = await startTestStack({ plugins: [new RecordingPlugin()] });
   try {
     await record(stack);
   } finally {

@@ -7,8 +7,10 @@ import type { AddressInfo } from 'node:net';
 import type { Worker } from '@temporalio/worker';
 import pino from 'pino';
 import { createApp } from '../../src/api/app';
+import type { Authenticator } from '../../src/api/auth';
 import type { Config } from '../../src/config';
 import { migrate } from '../../src/db/migrate';
+import type { OpenStackClients } from '../../src/openstack';
 import { pluginRegistry, type ResourcePlugin } from '../../src/resources/plugin';
 import { createWorker, WORKFLOWS_PATH } from '../../worker/create-worker';
 import { createTestDatabase, type TestDatabase } from './db';
@@ -25,18 +27,24 @@ export interface TestStack {
   stop(): Promise<void>;
 }
 
-export async function startTestStack(
-  plugins: ResourcePlugin[] = [],
-  env: Record<string, string> = {},
+export interface TestStackOptions {
+  plugins?: ResourcePlugin[];
+  env?: Record<string, string>;
   /** Plugins that need the stack's database. */
-  withPool: (pool: TestDatabase['pool']) => ResourcePlugin[] = () => [],
-): Promise<TestStack> {
+  withPool?: (pool: TestDatabase['pool']) => ResourcePlugin[];
+  /** OpenStack clients for the API (os-hosts), when a test has a cloud. */
+  openstack?: () => OpenStackClients;
+  authenticator?: Authenticator;
+}
+
+export async function startTestStack(options: TestStackOptions = {}): Promise<TestStack> {
+  const { plugins = [], env = {}, withPool = () => [], openstack, authenticator } = options;
   const config = testConfig(env);
   const db = await createTestDatabase();
   await migrate(db.pool);
   const temporal = await connectTestTemporal(config);
   const registry = pluginRegistry([...plugins, ...withPool(db.pool)]);
-  const app = createApp({ config, log: pino({ level: 'silent' }), pool: db.pool, connection: temporal.connection, client: temporal.client, plugins: registry });
+  const app = createApp({ config, log: pino({ level: 'silent' }), pool: db.pool, connection: temporal.connection, client: temporal.client, plugins: registry, openstack, authenticator });
   const server: Server = await new Promise((resolve) => {
     const s = app.listen(0, '127.0.0.1', () => resolve(s));
   });

@@ -32,8 +32,8 @@ export function physicalHostPlugin(deps: { pool: Pool; settings: CalendarSetting
     async end(ctx) {
       await calendar.release(ctx, ctx.started);
     },
-    async heal() {
-      return { missingResources: false, resourcesChanged: false };
+    heal() {
+      return Promise.resolve({ missingResources: false, resourcesChanged: false });
     },
   };
 }

@@ -4,7 +4,7 @@
  * whose `filter_tenant_id` keeps ordinary servers off it (Nova's AggregateMultiTenancyIsolation).
  */
 import { ApplicationFailure } from '@temporalio/common';
-import { ConflictError, NotFoundError, type Aggregate, type NovaClient } from '../../openstack';
+import { ConflictError, ignoreNotFound, NotFoundError, type Aggregate, type NovaClient } from '../../openstack';
 import { leaseConflict, invalidLease, type Lease } from '../../domain/lease';
 import { parsePropertyQuery, queryKeys } from '../../domain/property-query';
 import { listHosts, type HostRecord } from '../../db/hosts';
@@ -54,7 +54,9 @@ export class HostInventory {
 
   async enrol(name: string, capabilities: Record<string, unknown>): Promise<HostRecord> {
     const extra = checkCapabilities(capabilities);
-    const hypervisor = (await this.nova.listHypervisors({ hypervisor_hostname_pattern: name, with_servers: true })).find((h) => h.hypervisor_hostname === name || h.service.host === name);
+    // Nova answers 404 when the pattern matches no hypervisor at all.
+    const candidates = (await ignoreNotFound(this.nova.listHypervisors({ hypervisor_hostname_pattern: name, with_servers: true }))) ?? [];
+    const hypervisor = candidates.find((h) => h.hypervisor_hostname === name || h.service.host === name);
     if (!hypervisor) throw notFound(`no hypervisor named ${name} in Nova`);
     if ((hypervisor.servers?.length ?? 0) > 0) {
       throw leaseConflict(`host ${name} runs ${hypervisor.servers!.length} server(s): only an empty host can be made reservable`);

@@ -1,0 +1,269 @@
+/**
+ * Neutron (networking API v2.0): networks, subnets, ports (with port binding), QoS policies and
+ * their minimum-bandwidth rules. A port whose QoS policy has a minimum-bandwidth rule carries a
+ * `resource_request` that Nova turns into Placement allocations on the bandwidth provider.
+ */
+import { type CallOptions, type QueryParams, ServiceHttp, type Session, seg } from './http';
+
+export interface Network {
+  id: string;
+  name: string;
+  project_id: string;
+  tenant_id?: string;
+  status: string;
+  admin_state_up: boolean;
+  shared: boolean;
+  subnets: string[];
+  mtu?: number;
+  'router:external'?: boolean;
+  'provider:network_type'?: string | null;
+  'provider:physical_network'?: string | null;
+  'provider:segmentation_id'?: number | null;
+  availability_zones?: string[];
+  qos_policy_id?: string | null;
+  port_security_enabled?: boolean;
+  description?: string;
+  tags?: string[];
+  created_at?: string;
+  updated_at?: string;
+  revision_number?: number;
+}
+
+export interface CreateNetworkRequest {
+  name?: string;
+  project_id?: string;
+  admin_state_up?: boolean;
+  shared?: boolean;
+  description?: string;
+  'router:external'?: boolean;
+  'provider:network_type'?: 'flat' | 'vlan' | 'vxlan' | 'geneve' | 'gre' | 'local';
+  'provider:physical_network'?: string;
+  'provider:segmentation_id'?: number;
+  qos_policy_id?: string;
+  port_security_enabled?: boolean;
+  mtu?: number;
+}
+
+export interface Subnet {
+  id: string;
+  name: string;
+  network_id: string;
+  project_id: string;
+  cidr: string;
+  ip_version: 4 | 6;
+  gateway_ip: string | null;
+  enable_dhcp: boolean;
+  allocation_pools: Array<{ start: string; end: string }>;
+  dns_nameservers: string[];
+  host_routes: Array<{ destination: string; nexthop: string }>;
+  description?: string;
+}
+
+export interface CreateSubnetRequest {
+  network_id: string;
+  cidr: string;
+  ip_version: 4 | 6;
+  name?: string;
+  project_id?: string;
+  gateway_ip?: string | null;
+  enable_dhcp?: boolean;
+  allocation_pools?: Array<{ start: string; end: string }>;
+  dns_nameservers?: string[];
+  description?: string;
+}
+
+/** A request group of a port's `resource_request` (resource class amounts + traits). */
+export interface PortRequestGroup {
+  id: string;
+  required: string[];
+  resources: Record<string, number>;
+}
+
+/**
+ * The Placement resources a port needs. With the `port-resource-request-groups` extension (Neutron
+ * ≥ Yoga) it is `{ request_groups, same_subtree }`; before, one group `{ required, resources }`.
+ */
+export type PortResourceRequest = { request_groups: PortRequestGroup[]; same_subtree: string[] } | { required: string[]; resources: Record<string, number> };
+
+/** The request groups of a resource request, whichever format Neutron used. */
+export function resourceRequestGroups(request: PortResourceRequest | null | undefined): Array<Omit<PortRequestGroup, 'id'> & { id?: string }> {
+  if (request === null || request === undefined) return [];
+  return 'request_groups' in request ? request.request_groups : [request];
+}
+
+export type VnicType = 'normal' | 'direct' | 'macvtap' | 'baremetal' | 'direct-physical' | 'virtio-forwarder' | 'smart-nic' | 'remote-managed';
+
+export interface Port {
+  id: string;
+  name: string;
+  network_id: string;
+  project_id: string;
+  tenant_id?: string;
+  mac_address: string;
+  admin_state_up: boolean;
+  status: string;
+  device_id: string;
+  device_owner: string;
+  fixed_ips: Array<{ subnet_id: string; ip_address: string }>;
+  security_groups?: string[];
+  port_security_enabled?: boolean;
+  qos_policy_id?: string | null;
+  qos_network_policy_id?: string | null;
+  /** Null when the port needs no Placement resources. */
+  resource_request?: PortResourceRequest | null;
+  'binding:host_id'?: string;
+  'binding:profile'?: Record<string, unknown>;
+  'binding:vif_type'?: string;
+  'binding:vif_details'?: Record<string, unknown>;
+  'binding:vnic_type'?: VnicType;
+  description?: string;
+  tags?: string[];
+  created_at?: string;
+  updated_at?: string;
+  revision_number?: number;
+}
+
+export interface CreatePortRequest {
+  network_id: string;
+  name?: string;
+  project_id?: string;
+  admin_state_up?: boolean;
+  device_id?: string;
+  device_owner?: string;
+  fixed_ips?: Array<{ subnet_id?: string; ip_address?: string }>;
+  security_groups?: string[];
+  port_security_enabled?: boolean;
+  qos_policy_id?: string | null;
+  'binding:host_id'?: string;
+  'binding:profile'?: Record<string, unknown>;
+  'binding:vnic_type'?: VnicType;
+  description?: string;
+}
+
+export type UpdatePortRequest = Partial<Omit<CreatePortRequest, 'network_id' | 'project_id'>>;
+
+export interface ListPortsFilters {
+  network_id?: string;
+  device_id?: string;
+  device_owner?: string;
+  project_id?: string;
+  name?: string;
+  'binding:host_id'?: string;
+  status?: string;
+}
+
+export interface QosPolicy {
+  id: string;
+  name: string;
+  project_id: string;
+  shared: boolean;
+  is_default?: boolean;
+  description?: string;
+  rules: Array<{ id: string; type: string; [key: string]: unknown }>;
+}
+
+export interface MinimumBandwidthRule {
+  id: string;
+  min_kbps: number;
+  direction: 'egress' | 'ingress';
+  qos_policy_id?: string;
+}
+
+export class NeutronClient {
+  readonly http: ServiceHttp;
+
+  constructor(session: Session) {
+    this.http = new ServiceHttp('network', session, { versionPath: '/v2.0' });
+  }
+
+  // --- networks ------------------------------------------------------------------------------------
+
+  async createNetwork(request: CreateNetworkRequest, options: CallOptions = {}): Promise<Network> {
+    return (await this.http.post<{ network: Network }>('/networks', { network: request }, options)).network;
+  }
+
+  async getNetwork(id: string, options: CallOptions = {}): Promise<Network> {
+    return (await this.http.get<{ network: Network }>(`/networks/${seg(id)}`, undefined, options)).network;
+  }
+
+  async listNetworks(filters: { name?: string; project_id?: string; shared?: boolean; 'router:external'?: boolean } = {}, options: CallOptions = {}): Promise<Network[]> {
+    return (await this.http.get<{ networks: Network[] }>('/networks', filters, options)).networks;
+  }
+
+  async deleteNetwork(id: string, options: CallOptions = {}): Promise<void> {
+    await this.http.delete(`/networks/${seg(id)}`, options);
+  }
+
+  // --- subnets -------------------------------------------------------------------------------------
+
+  async createSubnet(request: CreateSubnetRequest, options: CallOptions = {}): Promise<Subnet> {
+    return (await this.http.post<{ subnet: Subnet }>('/subnets', { subnet: request }, options)).subnet;
+  }
+
+  async getSubnet(id: string, options: CallOptions = {}): Promise<Subnet> {
+    return (await this.http.get<{ subnet: Subnet }>(`/subnets/${seg(id)}`, undefined, options)).subnet;
+  }
+
+  async deleteSubnet(id: string, options: CallOptions = {}): Promise<void> {
+    await this.http.delete(`/subnets/${seg(id)}`, options);
+  }
+
+  // --- ports ---------------------------------------------------------------------------------------
+
+  async createPort(request: CreatePortRequest, options: CallOptions = {}): Promise<Port> {
+    return (await this.http.post<{ port: Port }>('/ports', { port: request }, options)).port;
+  }
+
+  async getPort(id: string, options: CallOptions = {}): Promise<Port> {
+    return (await this.http.get<{ port: Port }>(`/ports/${seg(id)}`, undefined, options)).port;
+  }
+
+  /** Updates the given attributes, e.g. `binding:host_id` to bind the port to a host. */
+  async updatePort(id: string, changes: UpdatePortRequest, options: CallOptions = {}): Promise<Port> {
+    return (await this.http.put<{ port: Port }>(`/ports/${seg(id)}`, { port: changes }, options)).port;
+  }
+
+  async deletePort(id: string, options: CallOptions = {}): Promise<void> {
+    await this.http.delete(`/ports/${seg(id)}`, options);
+  }
+
+  async listPorts(filters: ListPortsFilters = {}, options: CallOptions = {}): Promise<Port[]> {
+    return (await this.http.get<{ ports: Port[] }>('/ports', filters as QueryParams, options)).ports;
+  }
+
+  // --- QoS -----------------------------------------------------------------------------------------
+
+  async createQosPolicy(request: { name: string; project_id?: string; shared?: boolean; description?: string; is_default?: boolean }, options: CallOptions = {}): Promise<QosPolicy> {
+    return (await this.http.post<{ policy: QosPolicy }>('/qos/policies', { policy: request }, options)).policy;
+  }
+
+  async getQosPolicy(id: string, options: CallOptions = {}): Promise<QosPolicy> {
+    return (await this.http.get<{ policy: QosPolicy }>(`/qos/policies/${seg(id)}`, undefined, options)).policy;
+  }
+
+  async deleteQosPolicy(id: string, options: CallOptions = {}): Promise<void> {
+    await this.http.delete(`/qos/policies/${seg(id)}`, options);
+  }
+
+  async createMinimumBandwidthRule(
+    policyId: string,
+    rule: { min_kbps: number; direction?: 'egress' | 'ingress' },
+    options: CallOptions = {},
+  ): Promise<MinimumBandwidthRule> {
+    const body = await this.http.post<{ minimum_bandwidth_rule: MinimumBandwidthRule }>(
+      `/qos/policies/${seg(policyId)}/minimum_bandwidth_rules`,
+      { minimum_bandwidth_rule: rule },
+      options,
+    );
+    return body.minimum_bandwidth_rule;
+  }
+
+  async listMinimumBandwidthRules(policyId: string, options: CallOptions = {}): Promise<MinimumBandwidthRule[]> {
+    const body = await this.http.get<{ minimum_bandwidth_rules: MinimumBandwidthRule[] }>(`/qos/policies/${seg(policyId)}/minimum_bandwidth_rules`, undefined, options);
+    return body.minimum_bandwidth_rules;
+  }
+
+  async deleteMinimumBandwidthRule(policyId: string, ruleId: string, options: CallOptions = {}): Promise<void> {
+    await this.http.delete(`/qos/policies/${seg(policyId)}/minimum_bandwidth_rules/${seg(ruleId)}`, options);
+  }
+}

@@ -1,0 +1,117 @@
+/**
+ * Shared helpers of the OpenStack contract tests: clients built from the rig's clouds.yaml
+ * (scripts/openstack/up.sh writes it), unique names, a cleanup stack and a request-counting fetch.
+ */
+import { randomUUID } from 'node:crypto';
+import fs from 'node:fs';
+import path from 'node:path';
+import {
+  ignoreNotFound,
+  loadCredentials,
+  openStackClients,
+  type OpenStackClients,
+  type OpenStackClientsOptions,
+  type PasswordCredentials,
+  type PlacementClient,
+  type ResourceProvider,
+} from '../../src/openstack';
+
+export const REPO_ROOT = path.resolve(__dirname, '..', '..');
+export const RIG_DIR = process.env.LK_OPENSTACK_DIR ?? path.join(REPO_ROOT, '.data', 'openstack');
+export const CLOUDS_FILE = path.join(RIG_DIR, 'clouds.yaml');
+
+export type RigCloud = 'leasekeeper-admin' | 'leasekeeper-project-a' | 'leasekeeper-project-b';
+
+export const FLAVOR = 'm1.tiny';
+export const IMAGE = 'fake-image';
+
+function requireRig(): void {
+  if (!fs.existsSync(CLOUDS_FILE)) {
+    throw new Error(`${CLOUDS_FILE} is missing: the OpenStack rig is not up (bash scripts/openstack/up.sh)`);
+  }
+}
+
+/** The rig's credentials for one of its clouds. */
+export function rigCredentials(cloud: RigCloud): PasswordCredentials {
+  requireRig();
+  const credentials = loadCredentials({ cloud, cloudsFiles: [CLOUDS_FILE], env: {} });
+  if (credentials.type !== 'password') throw new Error(`${cloud} in ${CLOUDS_FILE} is not a password cloud`);
+  return credentials;
+}
+
+/** Clients for one of the rig's clouds (admin, project-a, project-b). */
+export function rigClients(cloud: RigCloud, options: Omit<OpenStackClientsOptions, 'cloud' | 'cloudsFiles'> = {}): OpenStackClients {
+  return openStackClients({ credentials: rigCredentials(cloud), timeoutMs: 30_000, ...options });
+}
+
+/** The variables up.sh wrote to env.sh (LK_NOVA_URL, LK_PLACEMENT_URL, …). */
+export function rigEnv(): Record<string, string> {
+  requireRig();
+  const vars: Record<string, string> = {};
+  const text = fs.readFileSync(path.join(RIG_DIR, 'env.sh'), 'utf8');
+  for (const line of text.split('\n')) {
+    const match = /^export ([A-Z0-9_]+)=(?:"([^"]*)"|(\S*))$/.exec(line.trim());
+    if (match?.[1]) vars[match[1]] = match[2] ?? match[3] ?? '';
+  }
+  return vars;
+}
+
+/** A name no other run uses: `lk-test-<what>-<8 hex>`. */
+export function uniqueName(what: string): string {
+  return `lk-test-${what}-${randomUUID().slice(0, 8)}`;
+}
+
+/** Cleanups run in reverse order at the end; resources already gone are fine. */
+export class Cleanup {
+  private readonly steps: Array<{ what: string; run: () => Promise<unknown> }> = [];
+
+  add(what: string, run: () => Promise<unknown>): void {
+    this.steps.push({ what, run });
+  }
+
+  async run(): Promise<void> {
+    const failures: string[] = [];
+    while (this.steps.length > 0) {
+      const step = this.steps.pop();
+      if (step === undefined) break;
+      try {
+        await ignoreNotFound(step.run());
+      } catch (error) {
+        failures.push(`${step.what}: ${(error as Error).message}`);
+      }
+    }
+    if (failures.length > 0) throw new Error(`cleanup failed:\n${failures.join('\n')}`);
+  }
+}
+
+export interface RecordedRequest {
+  method: string;
+  url: string;
+}
+
+/** A fetch that records each request before passing it to the real one. */
+export function recordingFetch(): { fetch: typeof fetch; requests: RecordedRequest[] } {
+  const requests: RecordedRequest[] = [];
+  const wrapped: typeof fetch = (input, init) => {
+    const url = typeof input === 'string' ? input : input instanceof URL ? input.href : input.url;
+    requests.push({ method: init?.method ?? 'GET', url });
+    return fetch(input, init);
+  };
+  return { fetch: wrapped, requests };
+}
+
+export function isAuthRequest(request: RecordedRequest): boolean {
+  return request.method === 'POST' && request.url.endsWith('/auth/tokens');
+}
+
+/** The Placement resource provider with this exact name. */
+export async function providerNamed(placement: PlacementClient, name: string): Promise<ResourceProvider> {
+  const [provider] = await placement.listResourceProviders({ name });
+  if (provider === undefined) throw new Error(`no resource provider named ${name}`);
+  return provider;
+}
+
+/** The bandwidth provider Neutron's placement plugin made for a host's br-ex. */
+export function bandwidthProviderName(host: string): string {
+  return `${host}:Open vSwitch agent:br-ex`;
+}
