@@ -18,6 +18,8 @@ declare global {
 }
 
 export default async function globalSetup(): Promise<void> {
+  // Both jest projects call this: the servers are started once and shared.
+  if (globalThis.__LK_TEST_SERVERS__) return;
   const config = loadConfig();
   const tmpDir = fs.mkdtempSync(path.join(os.tmpdir(), 'leasekeeper-test-'));
   fs.chmodSync(tmpDir, 0o755); // the postgres system user must reach its data dir below

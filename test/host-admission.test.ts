@@ -86,7 +86,7 @@ describe('host leases: admission without double booking', () => {
 
   it('refuses to extend an active lease into a booked window, saying the latest possible end', async () => {
     const active = (await hostLease('active-ext', 'now', inSeconds(600), { min: 3, max: 3 })).body.lease;
-    await eventually(async () => ((await api('GET', `/v1/leases/${active.id}`)).body.lease.status === 'ACTIVE' ? true : undefined), 10_000);
+    await eventually(async () => ((await api('GET', `/v1/leases/${active.id}`)).body.lease.status === 'ACTIVE' ? true : undefined), 10_000).catch(async (err: Error) => { throw new Error(`${err.message}: ${JSON.stringify((await api('GET', `/v1/leases/${active.id}`)).body)}`); });
     const blockerStart = new Date(Date.parse(`${active.end_date}Z`) + 60 * 60_000).toISOString().slice(0, 16).replace('T', ' ');
     const blockerEnd = new Date(Date.parse(`${active.end_date}Z`) + 120 * 60_000).toISOString().slice(0, 16).replace('T', ' ');
     expect((await hostLease('blocker', blockerStart, blockerEnd, { min: 1, max: 1 })).status).toBe(201);
@@ -97,8 +97,8 @@ describe('host leases: admission without double booking', () => {
     const fine = await api('PUT', `/v1/leases/${active.id}`, { end_date: blockerStart });
     expect(fine.status).toBe(200);
     // ending it now releases the rest of its window
-    await api('PUT', `/v1/leases/${active.id}`, { end_date: 'now' });
-    await eventually(async () => ((await api('GET', `/v1/leases/${active.id}`)).body.lease.status === 'TERMINATED' ? true : undefined), 10_000);
+    expect((await api('PUT', `/v1/leases/${active.id}`, { end_date: 'now' })).status).toBe(200);
+    await eventually(async () => ((await api('GET', `/v1/leases/${active.id}`)).body.lease.status === 'TERMINATED' ? true : undefined), 10_000).catch(async (err: Error) => { throw new Error(`${err.message}: ${JSON.stringify((await api('GET', `/v1/leases/${active.id}`)).body.lease)}`); });
     const { rows } = await stack.db.pool.query('SELECT upper(during) AS until FROM host_allocations WHERE lease_id = $1', [active.id]);
     for (const row of rows) expect(new Date(row.until).getTime()).toBeLessThanOrEqual(Date.now());
   });
@@ -146,6 +146,44 @@ describe('host leases: admission without double booking', () => {
       longest_from_start: { start_date: '2099-08-01T09:00:00.000000', end_date: '2099-08-01T10:00:00.000000' },
     });
     expect((await api('GET', '/v1/availability?start=2099-08-01%2010:00')).body.error_message).toBe('end: end is required ("YYYY-MM-DD HH:MM", UTC)');
+  });
+
+  it('re-books a pending lease whose reservation changes, keeping the hosts that still fit', async () => {
+    const lease = (await hostLease('resize-pending', '2099-09-01 10:00', '2099-09-01 11:00', { min: 1, max: 1 })).body.lease;
+    const reservation = lease.reservations[0];
+    const bigger = await api('PUT', `/v1/leases/${lease.id}`, { reservations: [{ id: reservation.id, max: 3 }] });
+    expect(bigger.status).toBe(200);
+    expect(bigger.body.lease.reservations[0]).toMatchObject({ min: 1, max: 3 });
+    expect(bigger.body.lease.reservations[0].hosts).toHaveLength(3);
+    expect(bigger.body.lease.reservations[0].hosts).toContain(reservation.hosts[0]);
+    const narrower = await api('PUT', `/v1/leases/${lease.id}`, { reservations: [{ id: reservation.id, min: 1, max: 1, resource_properties: '["==", "$gpu", "a100"]' }] });
+    expect(narrower.body.lease.reservations[0].hosts).toEqual(['large']);
+    const bad = await api('PUT', `/v1/leases/${lease.id}`, { reservations: [{ id: reservation.id, max: 'lots' }] });
+    expect(bad).toMatchObject({ status: 400, body: { error_message: 'reservations[0].max: expected a whole number' } });
+  });
+
+  it('grows an active lease with free hosts from now on, and never takes hosts away from it', async () => {
+    const lease = (await hostLease('grow-active', 'now', inSeconds(1200), { min: 1, max: 1, resource_properties: '' })).body.lease;
+    await eventually(async () => ((await api('GET', `/v1/leases/${lease.id}`)).body.lease.status === 'ACTIVE' ? true : undefined), 10_000);
+    const grown = await api('PUT', `/v1/leases/${lease.id}`, { reservations: [{ id: lease.reservations[0].id, max: 2 }] });
+    expect(grown.status).toBe(200);
+    expect(grown.body.lease.reservations[0].hosts).toHaveLength(2);
+    expect(grown.body.lease.reservations[0].hosts).toContain(lease.reservations[0].hosts[0]);
+    const shrink = await api('PUT', `/v1/leases/${lease.id}`, { reservations: [{ id: lease.reservations[0].id, min: 1, max: 1 }] });
+    expect(shrink.status).toBe(400);
+    expect(shrink.body.error_message).toMatch(/holds 2 host\(s\) while the lease is active: max cannot go below 2/);
+    await api('DELETE', `/v1/leases/${lease.id}`);
+  });
+
+  it('lists capabilities and hides private ones from non-admins', async () => {
+    const patched = await api('PATCH', '/v1/os-hosts/properties/gpu', { private: true });
+    expect(patched).toEqual({ status: 200, body: { resource_property: { property: 'gpu', private: true } } });
+    const user = apiClient(stack.url, { 'x-project-id': 'p', 'x-user-id': 'u' });
+    expect((await user('GET', '/v1/os-hosts/properties?detail=True&all=True')).body.resource_properties).toEqual([]);
+    expect((await api('GET', '/v1/os-hosts/properties?detail=True&all=True')).body.resource_properties).toEqual([{ property: 'gpu', private: true, values: ['a100'] }]);
+    expect((await user('PATCH', '/v1/os-hosts/properties/gpu', { private: false })).status).toBe(403);
+    expect((await api('PATCH', '/v1/os-hosts/properties/colour', { private: false })).status).toBe(404);
+    await api('PATCH', '/v1/os-hosts/properties/gpu', { private: false });
   });
 
   it('never double-books', async () => {

@@ -126,7 +126,7 @@ describe('Blazar v1 lease API: validation, policy, paging, idempotency', () => {
     expect((await asA('PUT', `/v1/leases/${lease.id}`, { status: 'ACTIVE' })).body.error_message).toBe('unknown field(s) "status"');
     expect((await asA('PUT', '/v1/leases/00000000-0000-4000-8000-000000000000', { name: 'x' })).status).toBe(404);
     expect((await asA('GET', '/v1/leases/not-a-uuid')).status).toBe(404);
-    expect((await asA('PUT', `/v1/leases/${lease.id}`, { reservations: [{ id: 'nope' }] })).body.error_message).toBe(`lease upd has no reservation nope`);
+    expect((await asA('PUT', `/v1/leases/${lease.id}`, { reservations: [{ id: 'nope' }] })).body.error_message).toBe('reservations[0].id: lease upd has no reservation nope');
   });
 
   it('answers 503 naming the cause when no worker runs, and creates nothing', async () => {

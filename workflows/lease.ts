@@ -38,7 +38,7 @@ import {
   leaseConflict,
   leaseResourceTypes,
   newLease,
-  windowChanged,
+  bookingChanged,
   type EventType,
   type Lease,
   type LeaseUpdateRequest,
@@ -150,7 +150,7 @@ export async function leaseWorkflow(input: LeaseWorkflowInput): Promise<LeaseOut
       lock.run(async () => {
         const before = lease;
         let next = applyLeaseUpdate(before, update, Date.now()); // again: the lease may have moved on while queued
-        const rebook = windowChanged(before, next) && !hasEnded(next.status);
+        const rebook = bookingChanged(before, next) && !hasEnded(next.status);
         try {
           if (rebook) next = { ...next, reservations: await book(next, before) };
           await record(next);

@@ -104,7 +104,7 @@ export function leasesRouter(deps: { pool: Pool; plugins: ResourcePlugins; comma
       start: body.start_date,
       end: body.end_date,
       beforeEnd: body.before_end_date,
-      reservations: body.reservations,
+      reservations: body.reservations?.map((change, i) => changedReservation(current, change, i, deps.plugins)),
     };
     res.json({ lease: toBlazarLease(await changeLease(commands, current.id, update)) });
   });
@@ -116,6 +116,17 @@ export function leasesRouter(deps: { pool: Pool; plugins: ResourcePlugins; comma
   });
 
   return router;
+}
+
+/** A reservation's parameters with the change applied, checked by its resource type as at creation. */
+function changedReservation(lease: Lease, change: { id: string } & Record<string, unknown>, index: number, plugins: ResourcePlugins) {
+  const { id, ...fields } = change;
+  const reservation = lease.reservations.find((r) => r.id === id);
+  if (!reservation) throw new ApiError(400, `reservations[${index}].id: lease ${lease.name} has no reservation ${id}`);
+  delete fields.resource_type; // a reservation keeps its type
+  const plugin = plugins.get(reservation.resource_type);
+  if (!plugin) throw new ApiError(400, `reservations[${index}]: resource type ${reservation.resource_type} is not supported by this deployment`);
+  return { id, params: parse(plugin.paramsSchema, { ...reservation.params, ...fields }, `reservations[${index}]`) };
 }
 
 function nextPageHref(req: Request, marker: string): string {

@@ -149,8 +149,8 @@ export interface LeaseUpdateRequest {
   start?: number | 'now';
   end?: number | 'now';
   beforeEnd?: number;
-  /** Changes to existing reservations, by id (resource types interpret the rest). */
-  reservations?: Array<{ id: string } & Record<string, unknown>>;
+  /** New parameters of existing reservations, by id: complete and already checked by the resource type's schema. */
+  reservations?: Array<{ id: string; params: Record<string, unknown> }>;
 }
 
 export function hasEnded(status: LeaseStatus): boolean {
@@ -200,11 +200,13 @@ export function applyLeaseUpdate(lease: Lease, update: LeaseUpdateRequest, nowMs
     beforeEndMs = undefined; // a user-set before-end that the new dates exclude falls back to the default
   }
 
-  for (const change of update.reservations ?? []) {
-    if (!lease.reservations.some((r) => r.id === change.id)) throw invalidLease(`lease ${lease.name} has no reservation ${change.id}`);
+  const changes = new Map((update.reservations ?? []).map((change) => [change.id, change.params]));
+  for (const id of changes.keys()) {
+    if (!lease.reservations.some((r) => r.id === id)) throw invalidLease(`lease ${lease.name} has no reservation ${id}`);
   }
+  const reservations = lease.reservations.map((r) => (changes.has(r.id) ? { ...r, params: changes.get(r.id)! } : r));
 
-  const next: Lease = { ...lease, name: update.name ?? lease.name, startMs, endMs, beforeEndMs };
+  const next: Lease = { ...lease, name: update.name ?? lease.name, startMs, endMs, beforeEndMs, reservations };
   // A before-end action that already ran runs again if an extension moved its time into the future.
   next.events = next.events.map((e) =>
     e.event_type === 'before_end_lease' && e.status !== 'UNDONE' && lease.status === 'ACTIVE' && beforeEndTime(next) > nowMs && endMs > lease.endMs
@@ -214,7 +216,11 @@ export function applyLeaseUpdate(lease: Lease, update: LeaseUpdateRequest, nowMs
   return withEventTimes(next);
 }
 
-/** Whether an update changes the window the reservations must hold. */
-export function windowChanged(before: Lease, after: Lease): boolean {
-  return before.startMs !== after.startMs || before.endMs !== after.endMs;
+/** Whether an update changes what the reservations must hold: their window or their parameters. */
+export function bookingChanged(before: Lease, after: Lease): boolean {
+  return (
+    before.startMs !== after.startMs ||
+    before.endMs !== after.endMs ||
+    before.reservations.some((r, i) => JSON.stringify(r.params) !== JSON.stringify(after.reservations[i]?.params))
+  );
 }

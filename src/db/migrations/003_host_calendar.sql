@@ -40,6 +40,7 @@ CREATE TABLE host_allocations (
   project_id      text NOT NULL,
   during          tstzrange NOT NULL,  -- the lease window [start, end)
   blocks          tstzrange NOT NULL,  -- [start, end + cleaning time): what no other booking may touch
+  booking_key     text NOT NULL,       -- which request (window and parameters) this booking answers
   CHECK (NOT isempty(during) AND lower(blocks) = lower(during) AND upper(blocks) >= upper(during)),
   CONSTRAINT host_allocations_no_double_booking EXCLUDE USING gist (host_id WITH =, blocks WITH &&)
 );

@@ -5,6 +5,7 @@
  * constraint `host_allocations_no_double_booking` is the last word: if a concurrent transaction
  * took a chosen host first, this one retries with a fresh choice.
  */
+import { createHash } from 'node:crypto';
 import { DatabaseError, type PoolClient } from 'pg';
 import { leaseConflict, invalidLease, type Reservation } from '../../domain/lease';
 import {
@@ -38,6 +39,7 @@ export interface CalendarSettings {
 
 interface AllocationRow {
   reservation_id: string;
+  booking_key: string;
   host_id: string;
   hypervisor_hostname: string;
   start_ms: number;
@@ -108,7 +110,7 @@ export class HostCalendar {
   private async bookInTransaction(client: PoolClient, ctx: ReservationContext): Promise<BookedHost[]> {
     const reservations = ctx.leaseReservations.filter((r) => r.resource_type === PHYSICAL_HOST);
     const { rows: existing } = await client.query<AllocationRow>(
-      `SELECT a.reservation_id::text, a.host_id::text, h.hypervisor_hostname,
+      `SELECT a.reservation_id::text, a.booking_key, a.host_id::text, h.hypervisor_hostname,
               (extract(epoch FROM lower(a.during)) * 1000)::float8 AS start_ms, (extract(epoch FROM upper(a.during)) * 1000)::float8 AS end_ms
        FROM host_allocations a JOIN hosts h ON h.id = a.host_id WHERE a.lease_id = $1 FOR UPDATE OF a`,
       [ctx.leaseId],
@@ -116,13 +118,19 @@ export class HostCalendar {
     const mine = (reservationId: string) => existing.filter((row) => row.reservation_id === reservationId);
     const booked = (reservationId: string) => mine(reservationId).map((row) => ({ id: row.host_id, hypervisor_hostname: row.hypervisor_hostname }));
 
-    // Already booked for exactly this window (a sibling's call booked us, or a retry): nothing to do.
-    const current = reservations.every((r) => mine(r.id).length > 0 && mine(r.id).every((row) => row.start_ms === ctx.startMs && row.end_ms === ctx.endMs));
-    if (current) return booked(ctx.reservation.id);
+    // Already booked for exactly this request (a sibling's call booked us, or a retry): nothing to do.
+    const key = bookingKey(ctx, reservations);
+    if (existing.length > 0 && existing.every((row) => row.booking_key === key)) return booked(ctx.reservation.id);
 
     if (ctx.leaseStatus !== 'PENDING' && existing.length > 0) {
       await this.resizeKeepingHosts(client, ctx, existing);
-      return booked(ctx.reservation.id);
+      await this.growActive(client, ctx, reservations, existing, key);
+      await client.query('UPDATE host_allocations SET booking_key = $2 WHERE lease_id = $1', [ctx.leaseId, key]);
+      const { rows } = await client.query<{ host_id: string; hypervisor_hostname: string }>(
+        'SELECT a.host_id::text, h.hypervisor_hostname FROM host_allocations a JOIN hosts h ON h.id = a.host_id WHERE a.reservation_id = $1 ORDER BY a.host_id',
+        [ctx.reservation.id],
+      );
+      return rows.map((r) => ({ id: r.host_id, hypervisor_hostname: r.hypervisor_hostname }));
     }
 
     await client.query('DELETE FROM host_allocations WHERE lease_id = $1', [ctx.leaseId]);
@@ -138,10 +146,10 @@ export class HostCalendar {
     for (const [reservationId, hostIds] of assignment) {
       for (const hostId of hostIds) {
         await client.query(
-          `INSERT INTO host_allocations (host_id, reservation_id, lease_id, project_id, during, blocks)
+          `INSERT INTO host_allocations (host_id, reservation_id, lease_id, project_id, during, blocks, booking_key)
            VALUES ($1, $2, $3, $4, tstzrange(to_timestamp($5 / 1000.0), to_timestamp($6 / 1000.0)),
-                   tstzrange(to_timestamp($5 / 1000.0), to_timestamp($6 / 1000.0) + $7 * interval '1 millisecond'))`,
-          [hostId, reservationId, ctx.leaseId, ctx.projectId, ctx.startMs, ctx.endMs, this.settings.cleaningMs],
+                   tstzrange(to_timestamp($5 / 1000.0), to_timestamp($6 / 1000.0) + $7 * interval '1 millisecond'), $8)`,
+          [hostId, reservationId, ctx.leaseId, ctx.projectId, ctx.startMs, ctx.endMs, this.settings.cleaningMs, key],
         );
       }
     }
@@ -221,6 +229,40 @@ export class HostCalendar {
     }
   }
 
+  /**
+   * An active lease whose reservations ask for more hosts gets them from now to its end, if free;
+   * it never loses hosts it holds (a lower max than it holds is refused).
+   */
+  private async growActive(client: PoolClient, ctx: ReservationContext, reservations: Reservation[], existing: AllocationRow[], key: string): Promise<void> {
+    const hosts = await listHosts(client, { reservableOnly: true });
+    const from = Math.max(Date.now(), ctx.startMs);
+    const wants: HostRequest[] = [];
+    for (const reservation of reservations) {
+      const request = this.request(reservation, hosts);
+      const count = existing.filter((row) => row.reservation_id === reservation.id).length;
+      if (request.max < count) {
+        throw invalidLease(`reservation ${reservation.id} holds ${count} host(s) while the lease is active: max cannot go below ${count}`);
+      }
+      if (request.max > count) wants.push({ ...request, min: Math.max(0, request.min - count), max: request.max - count });
+    }
+    if (wants.length === 0 || from >= ctx.endMs) return;
+    const calendar = await this.snapshot(client, hosts, from, ctx.endMs);
+    const held = new Set(existing.map((row) => row.host_id));
+    const free = new Set([...freeHosts(calendar, from, ctx.endMs)].filter((id) => !held.has(id)));
+    const extra = assignHosts(wants, free, preferenceOrder(calendar, Date.now()));
+    if (!extra) throw leaseConflict(`not enough free hosts to grow lease ${ctx.leaseName} now: ${wants.map((w) => `${w.min} more for reservation ${w.reservationId}`).join(', ')}`);
+    for (const [reservationId, hostIds] of extra) {
+      for (const hostId of hostIds) {
+        await client.query(
+          `INSERT INTO host_allocations (host_id, reservation_id, lease_id, project_id, during, blocks, booking_key)
+           VALUES ($1, $2, $3, $4, tstzrange(to_timestamp($5 / 1000.0), to_timestamp($6 / 1000.0)),
+                   tstzrange(to_timestamp($5 / 1000.0), to_timestamp($6 / 1000.0) + $7 * interval '1 millisecond'), $8)`,
+          [hostId, reservationId, ctx.leaseId, ctx.projectId, from, ctx.endMs, this.settings.cleaningMs, key],
+        );
+      }
+    }
+  }
+
   private request(reservation: Reservation, hosts: HostRecord[]): HostRequest {
     const params = physicalHostParams.parse(reservation.params);
     const hypervisorQuery = parsePropertyQuery(params.hypervisor_properties);
@@ -265,6 +307,11 @@ export class HostCalendar {
       longest_end: longest > 0 && longest !== Infinity ? when(ctx.startMs + longest) : null,
     });
   }
+}
+
+/** Identifies one booking request of a lease: its window and its host reservations' parameters. */
+function bookingKey(ctx: ReservationContext, reservations: Reservation[]): string {
+  return createHash('sha256').update(JSON.stringify([ctx.startMs, ctx.endMs, reservations.map((r) => [r.id, r.params])])).digest('hex').slice(0, 32);
 }
 
 function checkKeys(query: PropertyQuery, known: Set<string>, field: string): void {
