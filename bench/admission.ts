@@ -4,32 +4,67 @@
  * admissions/s, create latency and the number of double bookings found afterwards (must be 0);
  * writes bench/results/admission.json. LK_BENCH_SECONDS / LK_BENCH_CLIENTS / LK_BENCH_HOSTS override.
  */
-import fs from 'node:fs';
-import os from 'node:os';
-import path from 'node:path';
-import globalSetup from '../test/global-setup';
-import globalTeardown from '../test/global-teardown';
 import { doubleBookings, insertHost } from '../test/support/hosts';
 import { apiClient, startTestStack } from '../test/support/stack';
+import { randomUUID } from 'node:crypto';
+import { ApplicationFailure } from '@temporalio/common';
+import type { Reservation } from '../src/domain/lease';
 import { physicalHostPlugin } from '../src/resources/physical-host';
+import { HostCalendar } from '../src/resources/physical-host/calendar';
+import type { ReservationContext } from '../src/resources/plugin';
+import { runBenchmark, summary } from './common';
 
 const SECONDS = Number(process.env.LK_BENCH_SECONDS ?? 60);
 const CLIENTS = Number(process.env.LK_BENCH_CLIENTS ?? 50);
 const HOSTS = Number(process.env.LK_BENCH_HOSTS ?? 100);
 
-function percentile(sorted: number[], p: number): number {
-  return sorted.length ? sorted[Math.min(sorted.length - 1, Math.ceil((p / 100) * sorted.length) - 1)] : NaN;
+/** A random host request like the clients make: within one month, 1–8 h, 1–3 hosts. */
+function randomRequest(i: number, horizon: number) {
+  const start = horizon + Math.floor(Math.random() * 30 * 24) * 3_600_000;
+  const hours = 1 + Math.floor(Math.random() * 8);
+  const hosts = 1 + Math.floor(Math.random() * 3);
+  return { start, end: start + hours * 3_600_000, hosts, query: i % 2 ? '[">=", "$vcpus", "4"]' : '' };
+}
+
+/**
+ * The same workload straight on the calendar (no Temporal, no HTTP): the database's share of an
+ * admission, to tell where the time goes.
+ */
+async function calendarOnly(calendar: HostCalendar, seconds: number, horizon: number) {
+  const latencies: number[] = [];
+  let admitted = 0;
+  let serial = 0;
+  const deadline = Date.now() + seconds * 1000;
+  await Promise.all(
+    Array.from({ length: CLIENTS }, async () => {
+      while (Date.now() < deadline) {
+        const i = serial++;
+        const r = randomRequest(i, horizon);
+        const reservation: Reservation = { id: randomUUID(), resource_type: 'physical:host', status: 'pending', params: { min: r.hosts, max: r.hosts, hypervisor_properties: r.query, resource_properties: '', before_end: 'default' } };
+        const ctx: ReservationContext = { leaseId: randomUUID(), leaseName: `direct-${i}`, projectId: 'bench', userId: 'bench', leaseStatus: 'PENDING', reservation, leaseReservations: [reservation], startMs: r.start, endMs: r.end };
+        const t = performance.now();
+        try {
+          await calendar.book(ctx);
+          admitted++;
+          if (i % 2 === 0) await calendar.release(ctx, false);
+        } catch (err) {
+          if (!(err instanceof ApplicationFailure)) throw err;
+        }
+        latencies.push(performance.now() - t);
+      }
+    }),
+  );
+  return { admitted, admissionsPerSecond: Math.round((admitted / seconds) * 10) / 10, latencyMs: summary(latencies) };
 }
 
 function date(ms: number): string {
   return new Date(ms).toISOString().slice(0, 16).replace('T', ' ');
 }
 
-async function main(): Promise<void> {
+runBenchmark('admission', async () => {
   for (const [name, value, max] of [['LK_BENCH_SECONDS', SECONDS, 600], ['LK_BENCH_CLIENTS', CLIENTS, 500], ['LK_BENCH_HOSTS', HOSTS, 10_000]] as const) {
     if (!Number.isInteger(value) || value < 1 || value > max) throw new Error(`${name} must be 1..${max}`);
   }
-  await globalSetup();
   const stack = await startTestStack({ withPool: (pool) => [physicalHostPlugin({ pool, settings: { cleaningMs: 0, randomChoice: false } })] });
   try {
     for (let i = 0; i < HOSTS; i++) await insertHost(stack.db.pool, { name: `bench-host-${i}`, vcpus: [2, 4, 8, 16][i % 4] });
@@ -46,15 +81,13 @@ async function main(): Promise<void> {
         while (Date.now() < deadline) {
           const i = serial++;
           // Windows fall within one month, one to eight hours long, in whole hours: many overlap.
-          const start = horizon + Math.floor(Math.random() * 30 * 24) * 3_600_000;
-          const hours = 1 + Math.floor(Math.random() * 8);
-          const hosts = 1 + Math.floor(Math.random() * 3);
+          const r = randomRequest(i, horizon);
           const t = performance.now();
           const res = await api('POST', '/v1/leases', {
             name: `bench-${i}`,
-            start_date: date(start),
-            end_date: date(start + hours * 3_600_000),
-            reservations: [{ resource_type: 'physical:host', min: hosts, max: hosts, hypervisor_properties: i % 2 ? '[">=", "$vcpus", "4"]' : '' }],
+            start_date: date(r.start),
+            end_date: date(r.end),
+            reservations: [{ resource_type: 'physical:host', min: r.hosts, max: r.hosts, hypervisor_properties: r.query }],
           });
           latencies.push(performance.now() - t);
           if (res.status === 201) {
@@ -72,40 +105,33 @@ async function main(): Promise<void> {
       }),
     );
 
-    const sorted = latencies.map(Math.round).sort((a, b) => a - b);
+    // The database's share: the same workload on the calendar alone, a year later (no overlap with the above).
+    const direct = await calendarOnly(new HostCalendar(stack.db.pool, { cleaningMs: 0, randomChoice: false }), Math.min(SECONDS, 20), horizon + 365 * 86_400_000);
+
     const result = {
-      benchmark: 'admission',
-      date: new Date().toISOString(),
-      machine: `${os.cpus().length} cores, ${Math.round(os.totalmem() / 2 ** 30)} GiB, ${os.cpus()[0]?.model ?? 'unknown cpu'}`,
       seconds: SECONDS,
       clients: CLIENTS,
       hosts: HOSTS,
       ...counts,
       admissionsPerSecond: Math.round((counts.admitted / SECONDS) * 10) / 10,
       requestsPerSecond: Math.round((latencies.length / SECONDS) * 10) / 10,
-      createLatencyMs: { p50: percentile(sorted, 50), p99: percentile(sorted, 99), max: sorted[sorted.length - 1] },
+      createLatencyMs: summary(latencies),
+      calendarOnly: direct,
       doubleBookings: (await doubleBookings(stack.db.pool)).length,
       errorKinds: Object.fromEntries(errors),
     };
-    console.log(`\nadmission: ${CLIENTS} clients, ${HOSTS} hosts, ${SECONDS} s (${result.machine})`);
+    console.log(`\nadmission: ${CLIENTS} clients, ${HOSTS} hosts, ${SECONDS} s`);
     console.table({
       'admitted / refused (409) / errors': { value: `${counts.admitted} / ${counts.refused} / ${counts.errors}` },
       'admissions per second': { value: result.admissionsPerSecond },
       'create latency p50 / p99 / max (ms)': { value: `${result.createLatencyMs.p50} / ${result.createLatencyMs.p99} / ${result.createLatencyMs.max}` },
+      'calendar alone (no Temporal/HTTP): admissions/s, p50 / p99 (ms)': { value: `${direct.admissionsPerSecond}, ${direct.latencyMs.p50} / ${direct.latencyMs.p99}` },
       'double bookings afterwards': { value: result.doubleBookings },
     });
     if (errors.size) console.log('errors:', result.errorKinds);
-    const out = path.join(__dirname, '..', '..', 'bench', 'results', 'admission.json');
-    fs.mkdirSync(path.dirname(out), { recursive: true });
-    fs.writeFileSync(out, `${JSON.stringify(result, null, 2)}\n`);
     if (result.doubleBookings !== 0) process.exitCode = 1;
+    return result;
   } finally {
     await stack.stop();
-    await globalTeardown();
   }
-}
-
-main().catch((err: unknown) => {
-  console.error(err);
-  process.exit(1);
 });

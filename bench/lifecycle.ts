@@ -3,32 +3,17 @@
  * minute, on the real Temporal dev server with the real worker and API. Prints start and end lag
  * (when the event began − when it was due) and the create latency; writes bench/results/lifecycle.json.
  */
-import fs from 'node:fs';
-import os from 'node:os';
-import path from 'node:path';
-import globalSetup from '../test/global-setup';
-import globalTeardown from '../test/global-teardown';
 import { apiClient, inSeconds, startTestStack } from '../test/support/stack';
 import type { Lease } from '../src/domain/lease';
+import { runBenchmark, summary } from './common';
 
 const count = Number(process.argv[2] ?? process.env.LK_BENCH_LEASES ?? 200);
 const CONCURRENCY = 10;
 const SPREAD_S = 60; // every start falls within one minute
 const DURATION_S = 30;
 
-function percentile(sorted: number[], p: number): number {
-  if (sorted.length === 0) return NaN;
-  return sorted[Math.min(sorted.length - 1, Math.ceil((p / 100) * sorted.length) - 1)];
-}
-
-function summary(values: number[]) {
-  const sorted = [...values].sort((a, b) => a - b);
-  return { n: sorted.length, p50: percentile(sorted, 50), p99: percentile(sorted, 99), max: sorted[sorted.length - 1] };
-}
-
-async function main(): Promise<void> {
+runBenchmark('lifecycle', async () => {
   if (!Number.isInteger(count) || count < 1 || count > 100_000) throw new Error(`lease count must be 1..100000, got ${process.argv[2]}`);
-  await globalSetup();
   const stack = await startTestStack();
   try {
     const api = apiClient(stack.url);
@@ -68,33 +53,22 @@ async function main(): Promise<void> {
       return event.startedAt! - event.time;
     });
     const result = {
-      benchmark: 'lifecycle',
-      date: new Date().toISOString(),
-      machine: `${os.cpus().length} cores, ${Math.round(os.totalmem() / 2 ** 30)} GiB, ${os.cpus()[0]?.model ?? 'unknown cpu'}`,
       leases: count,
       startsWithinSeconds: SPREAD_S,
       createPerSecond: Math.round(count / createSeconds),
-      createLatencyMs: summary(createLatency.map(Math.round)),
+      createLatencyMs: summary(createLatency),
       startLagMs: summary(lag('start_lease')),
       endLagMs: summary(lag('end_lease')),
     };
-    console.log(`\nlifecycle: ${count} leases, starts spread over ${SPREAD_S} s, ${DURATION_S} s each (${result.machine})`);
+    console.log(`\nlifecycle: ${count} leases, starts spread over ${SPREAD_S} s, ${DURATION_S} s each`);
     console.table({
       'create latency (ms)': result.createLatencyMs,
       'start lag (ms)': result.startLagMs,
       'end lag (ms)': result.endLagMs,
     });
     console.log(`created at ${result.createPerSecond} leases/s`);
-    const out = path.join(__dirname, '..', '..', 'bench', 'results', 'lifecycle.json');
-    fs.mkdirSync(path.dirname(out), { recursive: true });
-    fs.writeFileSync(out, `${JSON.stringify(result, null, 2)}\n`);
+    return result;
   } finally {
     await stack.stop();
-    await globalTeardown();
   }
-}
-
-main().catch((err: unknown) => {
-  console.error(err);
-  process.exit(1);
 });

@@ -145,7 +145,7 @@ describe('host leases: admission without double booking', () => {
       earliest: { start_date: '2099-08-01T12:00:00.000000', end_date: '2099-08-01T14:00:00.000000' },
       longest_from_start: { start_date: '2099-08-01T09:00:00.000000', end_date: '2099-08-01T10:00:00.000000' },
     });
-    expect((await api('GET', '/v1/availability?start=2099-08-01%2010:00')).body.error_message).toBe('end: end is required ("YYYY-MM-DD HH:MM", UTC)');
+    expect((await api('GET', '/v1/availability?start=2099-08-01%2010:00')).body.error_message).toBe('end: expected "YYYY-MM-DD HH:MM" (UTC)');
   });
 
   it('re-books a pending lease whose reservation changes, keeping the hosts that still fit', async () => {

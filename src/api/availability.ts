@@ -10,23 +10,13 @@ import { z } from 'zod';
 import type { Reservation } from '../domain/lease';
 import type { HostCalendar } from '../resources/physical-host/calendar';
 import type { ResourcePlugins } from '../resources/plugin';
-import { formatLeaseDate, parseRequestDate } from './blazar-format';
+import { formatLeaseDate } from './blazar-format';
 import { ApiError } from './errors';
-import { createLeaseSchema, describeIssues } from './lease-schemas';
-
-const date = (field: string) =>
-  z.string({ error: `${field} is required ("YYYY-MM-DD HH:MM", UTC)` }).transform((text, ctx) => {
-    const ms = parseRequestDate(text);
-    if (ms === undefined) {
-      ctx.addIssue({ code: 'custom', message: `expected "YYYY-MM-DD HH:MM" (UTC), got ${JSON.stringify(text)}` });
-      return z.NEVER;
-    }
-    return ms;
-  });
+import { createLeaseSchema, describeIssues, requestDate } from './lease-schemas';
 
 const availabilityQuery = z.strictObject({
-  start: date('start'),
-  end: date('end'),
+  start: requestDate,
+  end: requestDate,
   hypervisor_properties: z.string().optional(),
   resource_properties: z.string().optional(),
 });

@@ -7,24 +7,15 @@ import { z } from 'zod';
 import { listAllocations, type AllocationEntry } from '../db/allocations';
 import type { Pool } from '../db/pool';
 import { identityOf } from './auth';
-import { formatLeaseDate, parseRequestDate } from './blazar-format';
+import { formatLeaseDate } from './blazar-format';
 import { ApiError } from './errors';
-import { describeIssues } from './lease-schemas';
-
-const queryDate = z.string().transform((text, ctx) => {
-  const ms = parseRequestDate(text);
-  if (ms === undefined) {
-    ctx.addIssue({ code: 'custom', message: `expected "YYYY-MM-DD HH:MM" (UTC), got ${JSON.stringify(text)}` });
-    return z.NEVER;
-  }
-  return ms;
-});
+import { describeIssues, requestDate } from './lease-schemas';
 
 const allocationQuery = z.strictObject({
   lease_id: z.uuid({ error: 'expected a lease id' }).optional(),
   reservation_id: z.uuid({ error: 'expected a reservation id' }).optional(),
-  from: queryDate.optional(),
-  to: queryDate.optional(),
+  from: requestDate.optional(),
+  to: requestDate.optional(),
 });
 
 /** Blazar's shape: one entry per host, with the reservations booked on it. */

@@ -9,7 +9,8 @@ import { parseRequestDate } from './blazar-format';
 
 const DATE_HINT = 'expected "YYYY-MM-DD HH:MM" (UTC)';
 
-const requestDate = z.string({ error: DATE_HINT }).transform((text, ctx) => {
+/** A request date ("YYYY-MM-DD HH:MM", UTC) as epoch ms; the one parser for bodies and query strings. */
+export const requestDate = z.string({ error: DATE_HINT }).transform((text, ctx) => {
   const ms = parseRequestDate(text);
   if (ms === undefined) {
     ctx.addIssue({ code: 'custom', message: `${DATE_HINT}, got ${JSON.stringify(text)}` });
@@ -66,15 +67,6 @@ export const updateLeaseSchema = z
   })
   .refine((body) => Object.keys(body).length > 0, { message: 'nothing to update: give name, start_date, end_date, before_end_date or reservations' });
 
-const queryDate = z.string().transform((text, ctx) => {
-  const ms = parseRequestDate(text);
-  if (ms === undefined) {
-    ctx.addIssue({ code: 'custom', message: `${DATE_HINT}, got ${JSON.stringify(text)}` });
-    return z.NEVER;
-  }
-  return ms;
-});
-
 export const listLeasesQuery = z.strictObject({
   limit: z.coerce.number({ error: 'expected a number' }).int('expected a whole number').min(1).max(1000).optional(),
   marker: z.uuid({ error: 'expected the id of a lease' }).optional(),
@@ -82,8 +74,8 @@ export const listLeasesQuery = z.strictObject({
   project_id: z.string().min(1).optional(),
   name: z.string().min(1).optional(),
   /** Leases whose window overlaps [from, to]. */
-  from: queryDate.optional(),
-  to: queryDate.optional(),
+  from: requestDate.optional(),
+  to: requestDate.optional(),
 });
 
 /** The first problem, as "field: what is wrong", for Blazar's error body. */

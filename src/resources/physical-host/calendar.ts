@@ -143,16 +143,7 @@ export class HostCalendar {
     if (!assignment) throw await this.explainShortage(client, hosts, requests, ctx);
 
     const byId = new Map(hosts.map((h) => [h.id, h]));
-    for (const [reservationId, hostIds] of assignment) {
-      for (const hostId of hostIds) {
-        await client.query(
-          `INSERT INTO host_allocations (host_id, reservation_id, lease_id, project_id, during, blocks, booking_key)
-           VALUES ($1, $2, $3, $4, tstzrange(to_timestamp($5 / 1000.0), to_timestamp($6 / 1000.0)),
-                   tstzrange(to_timestamp($5 / 1000.0), to_timestamp($6 / 1000.0) + $7 * interval '1 millisecond'), $8)`,
-          [hostId, reservationId, ctx.leaseId, ctx.projectId, ctx.startMs, ctx.endMs, this.settings.cleaningMs, key],
-        );
-      }
-    }
+    await this.insert(client, ctx, assignment, ctx.startMs, key);
     return (assignment.get(ctx.reservation.id) ?? []).map((id) => ({ id, hypervisor_hostname: byId.get(id)!.hypervisor_hostname }));
   }
 
@@ -251,7 +242,12 @@ export class HostCalendar {
     const free = new Set([...freeHosts(calendar, from, ctx.endMs)].filter((id) => !held.has(id)));
     const extra = assignHosts(wants, free, preferenceOrder(calendar, Date.now()));
     if (!extra) throw leaseConflict(`not enough free hosts to grow lease ${ctx.leaseName} now: ${wants.map((w) => `${w.min} more for reservation ${w.reservationId}`).join(', ')}`);
-    for (const [reservationId, hostIds] of extra) {
+    await this.insert(client, ctx, extra, from, key);
+  }
+
+  /** Books the assigned hosts from `from` to the lease's end; the exclusion constraint has the last word. */
+  private async insert(client: PoolClient, ctx: ReservationContext, assignment: Map<string, string[]>, from: number, key: string): Promise<void> {
+    for (const [reservationId, hostIds] of assignment) {
       for (const hostId of hostIds) {
         await client.query(
           `INSERT INTO host_allocations (host_id, reservation_id, lease_id, project_id, during, blocks, booking_key)
