@@ -7,6 +7,7 @@ import {
   serverHost,
 } from '../../src/openstack';
 import { Cleanup, FLAVOR, IMAGE, providerNamed, rigClients, uniqueName } from './support';
+import { pollUntil } from '../../src/openstack/wait';
 
 const admin = rigClients('leasekeeper-admin');
 const { nova, placement, glance } = admin;
@@ -87,9 +88,11 @@ test('a server on a chosen host: shelve-offload frees Placement, unshelve onto a
   expect(await nova.listServers({ all_tenants: true, host: 'fake-1', name })).toEqual([]);
 
   await nova.shelve(created.id);
-  const offloaded = await nova.waitForServer(created.id, (s) => s.status === 'SHELVED_OFFLOADED', { timeoutMs: 60_000 });
+  // Nova reports SHELVED_OFFLOADED a moment before it clears the host and the allocations: wait for the task to end.
+  const offloaded = await nova.waitForServer(created.id, (s: Server) => s.status === 'SHELVED_OFFLOADED' && s['OS-EXT-STS:task_state'] === null, { timeoutMs: 60_000 });
   expect(serverHost(offloaded)).toBeNull();
-  expect((await placement.getAllocations(created.id)).allocations).toEqual({});
+  const freed = await pollUntil(() => placement.getAllocations(created.id), (a) => Object.keys(a.allocations).length === 0, { timeoutMs: 30_000, intervalMs: 250, what: 'allocations freed' });
+  expect(freed.allocations).toEqual({});
 
   await nova.unshelve(created.id, { host: 'fake-3' });
   const moved = await nova.waitForServer(created.id, (s: Server) => s.status === 'ACTIVE' && s['OS-EXT-STS:task_state'] === null, { timeoutMs: 60_000 });
