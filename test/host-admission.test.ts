@@ -72,7 +72,7 @@ describe('host leases: admission without double booking', () => {
     expect([a.status, b.status]).toEqual([201, 201]);
   });
 
-  it('moves a pending lease, keeping the hosts that still fit; deletion frees the booking', async () => {
+  it('moves and shortens a pending lease, keeping the hosts that still fit; deletion frees the booking', async () => {
     const lease = (await hostLease('mover', '2099-06-01 10:00', '2099-06-01 11:00', { min: 1, max: 1, hypervisor_properties: '[">=", "$vcpus", "4"]' })).body.lease;
     const before = lease.reservations[0].hosts;
     const moved = await api('PUT', `/v1/leases/${lease.id}`, { start_date: '2099-06-02 10:00', end_date: '2099-06-02 11:00' });
@@ -80,6 +80,10 @@ describe('host leases: admission without double booking', () => {
     expect(moved.body.lease.reservations[0].hosts).toEqual(before);
     const { rows } = await stack.db.pool.query("SELECT lower(during) AS start FROM host_allocations WHERE lease_id = $1", [lease.id]);
     expect(rows.map((r) => new Date(r.start).toISOString())).toEqual(['2099-06-02T10:00:00.000Z']);
+    const shorter = await api('PUT', `/v1/leases/${lease.id}`, { end_date: '2099-06-02 10:30' });
+    expect(shorter.body.lease.reservations[0].hosts).toEqual(before);
+    const { rows: after } = await stack.db.pool.query('SELECT upper(during) AS until FROM host_allocations WHERE lease_id = $1', [lease.id]);
+    expect(after.map((r) => new Date(r.until).toISOString())).toEqual(['2099-06-02T10:30:00.000Z']);
     expect((await api('DELETE', `/v1/leases/${lease.id}`)).status).toBe(204);
     await eventually(async () => ((await stack.db.pool.query('SELECT 1 FROM host_allocations WHERE lease_id = $1', [lease.id])).rowCount === 0 ? true : undefined), 10_000);
   });

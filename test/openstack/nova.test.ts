@@ -88,8 +88,9 @@ test('a server on a chosen host: shelve-offload frees Placement, unshelve onto a
   expect(await nova.listServers({ all_tenants: true, host: 'fake-1', name })).toEqual([]);
 
   await nova.shelve(created.id);
-  // Nova reports SHELVED_OFFLOADED a moment before it clears the host and the allocations: wait for the task to end.
-  const offloaded = await nova.waitForServer(created.id, (s: Server) => s.status === 'SHELVED_OFFLOADED' && s['OS-EXT-STS:task_state'] === null, { timeoutMs: 60_000 });
+  // Nova saves SHELVED_OFFLOADED first, frees the resources, and only then clears the host (compute
+  // manager's _shelve_offload_instance): offloading is over when the host is gone.
+  const offloaded = await nova.waitForServer(created.id, (s: Server) => s.status === 'SHELVED_OFFLOADED' && serverHost(s) === null, { timeoutMs: 60_000 });
   expect(serverHost(offloaded)).toBeNull();
   const freed = await pollUntil(() => placement.getAllocations(created.id), (a) => Object.keys(a.allocations).length === 0, { timeoutMs: 30_000, intervalMs: 250, what: 'allocations freed' });
   expect(freed.allocations).toEqual({});

@@ -35,6 +35,13 @@ export function checkCapabilities(capabilities: Record<string, unknown>): Record
   return result;
 }
 
+/** Nova gives cpu_info as an object since microversion 2.28 (a JSON string before): stored as JSON text. */
+function cpuInfo(hypervisor: object): string | null {
+  const value = (hypervisor as { cpu_info?: unknown }).cpu_info;
+  if (value === undefined || value === null) return null;
+  return typeof value === 'string' ? value : JSON.stringify(value);
+}
+
 export class HostInventory {
   constructor(
     private readonly pool: Pool,
@@ -81,7 +88,7 @@ export class HostInventory {
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING id::text`,
         [
           hypervisor.hypervisor_hostname, hypervisor.id, hypervisor.hypervisor_type, String(hypervisor.hypervisor_version), hypervisor.service.host,
-          hypervisor.vcpus ?? 0, hypervisor.memory_mb ?? 0, hypervisor.local_gb ?? 0, null, zone,
+          hypervisor.vcpus ?? 0, hypervisor.memory_mb ?? 0, hypervisor.local_gb ?? 0, cpuInfo(hypervisor), zone,
         ],
       );
       for (const [key, value] of Object.entries(extra)) {
