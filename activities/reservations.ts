@@ -1,9 +1,23 @@
 /**
  * The resource plugins' hooks as activities: the lease workflow calls these with the reservation,
- * and each dispatches to the plugin for the reservation's resource type.
+ * and each dispatches to the plugin for the reservation's resource type. An OpenStack failure that
+ * cannot succeed by trying again (4xx, missing settings) becomes non-retryable here; 5xx, time-outs
+ * and Placement generation conflicts are left to the workflow's retry policies.
  */
 import { ApplicationFailure } from '@temporalio/common';
+import { OpenStackConfigError, OpenStackError } from '../src/openstack/errors';
 import type { HealResult, ReservationContext, ReserveResult, ResourcePlugin, ResourcePlugins } from '../src/resources/plugin';
+
+async function classified<T>(hook: () => Promise<T>): Promise<T> {
+  try {
+    return await hook();
+  } catch (err) {
+    if ((err instanceof OpenStackError && !err.retryable) || err instanceof OpenStackConfigError) {
+      throw ApplicationFailure.nonRetryable(err.message, err.name);
+    }
+    throw err;
+  }
+}
 
 export function reservationActivities({ plugins }: { plugins: ResourcePlugins }) {
   function pluginFor(ctx: ReservationContext): ResourcePlugin {
@@ -14,10 +28,10 @@ export function reservationActivities({ plugins }: { plugins: ResourcePlugins })
     return plugin;
   }
   return {
-    reserveReservation: (ctx: ReservationContext): Promise<ReserveResult> => pluginFor(ctx).reserve(ctx),
-    startReservation: (ctx: ReservationContext): Promise<void> => pluginFor(ctx).start(ctx),
-    beforeEndReservation: (ctx: ReservationContext): Promise<void> => pluginFor(ctx).beforeEnd(ctx),
-    endReservation: (ctx: ReservationContext & { started: boolean }): Promise<void> => pluginFor(ctx).end(ctx),
-    healReservation: (ctx: ReservationContext): Promise<HealResult> => pluginFor(ctx).heal(ctx),
+    reserveReservation: (ctx: ReservationContext): Promise<ReserveResult> => classified(() => pluginFor(ctx).reserve(ctx)),
+    startReservation: (ctx: ReservationContext): Promise<void> => classified(() => pluginFor(ctx).start(ctx)),
+    beforeEndReservation: (ctx: ReservationContext): Promise<void> => classified(() => pluginFor(ctx).beforeEnd(ctx)),
+    endReservation: (ctx: ReservationContext & { started: boolean }): Promise<void> => classified(() => pluginFor(ctx).end(ctx)),
+    healReservation: (ctx: ReservationContext): Promise<HealResult> => classified(() => pluginFor(ctx).heal(ctx)),
   };
 }

@@ -9,6 +9,7 @@ import { loadConfigOrExit, type Config } from '../src/config';
 import { migrate } from '../src/db/migrate';
 import { createPool } from '../src/db/pool';
 import { createLogger, type Logger } from '../src/log';
+import { lazyOpenStackClients } from '../src/openstack';
 import { productionPlugins } from '../src/resources';
 import { connectTemporal, ensureSearchAttributes } from '../src/temporal';
 import { createWorker } from './create-worker';
@@ -23,6 +24,7 @@ async function main(): Promise<void> {
     log.fatal({ path: config.worker.workflowBundle }, 'workflow bundle missing: run `npm run build`');
     process.exit(1);
   }
+  const openstack = lazyOpenStackClients({ logger: (event) => log.debug(event, 'openstack request') });
   const pool = createPool(config, 'leasekeeper-worker', (err) => log.warn({ err }, 'idle database connection lost'));
   const { version } = await migrate(pool);
   const connection = await NativeConnection.connect({ address: config.temporal.address });
@@ -30,7 +32,7 @@ async function main(): Promise<void> {
   const worker = await createWorker({
     connection,
     config,
-    deps: { pool, plugins: productionPlugins({ pool, config }) },
+    deps: { pool, plugins: productionPlugins({ pool, config, nova: () => openstack().nova }) },
     workflows: { bundlePath: config.worker.workflowBundle },
   });
   log.info({ address: config.temporal.address, taskQueue: config.temporal.taskQueue, schemaVersion: version }, 'worker ready');

@@ -4,7 +4,7 @@ import { loadConfigOrExit } from '../config';
 import { migrate } from '../db/migrate';
 import { createPool } from '../db/pool';
 import { createLogger } from '../log';
-import { openStackClients, type OpenStackClients } from '../openstack';
+import { lazyOpenStackClients } from '../openstack';
 import { productionPlugins } from '../resources';
 import { connectTemporal } from '../temporal';
 import { createApp } from './app';
@@ -17,13 +17,12 @@ async function main(): Promise<void> {
   const pool = createPool(config, 'leasekeeper-api', (err) => log.warn({ err }, 'idle database connection lost'));
   await migrate(pool);
   const { connection, client } = connectTemporal(config);
-  let clients: OpenStackClients | undefined;
-  const openstack = () => (clients ??= openStackClients({ logger: (event) => log.debug(event, 'openstack request') }));
+  const openstack = lazyOpenStackClients({ logger: (event) => log.debug(event, 'openstack request') });
   // Keystone mode validates callers' tokens with our own service credentials (OS_CLOUD / OS_*).
   const authenticator =
     config.api.authStrategy === 'keystone' ? keystoneAuthenticator({ validateToken: (token) => openstack().keystone.validateToken(token) }, { cacheMs: config.api.authCacheMs }) : noAuth;
   if (config.api.authStrategy === 'keystone') openstack(); // fail at start, not at the first request, when credentials are missing
-  const app = createApp({ config, log, pool, connection, client, plugins: productionPlugins({ pool, config }), openstack, authenticator });
+  const app = createApp({ config, log, pool, connection, client, plugins: productionPlugins({ pool, config, nova: () => openstack().nova }), openstack, authenticator });
 
   const server: Server = app.listen(config.api.port, config.api.host, () => {
     log.info({ url: `http://${config.api.host}:${config.api.port}` }, 'api listening');

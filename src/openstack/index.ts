@@ -71,3 +71,12 @@ export function openStackClients(options: OpenStackClientsOptions = {}): OpenSta
     glance: new GlanceClient(session),
   };
 }
+
+/**
+ * The clients, built on first use: processes start without OpenStack settings and fail (with
+ * OpenStackConfigError naming the missing setting) only when something needs the cloud.
+ */
+export function lazyOpenStackClients(options: OpenStackClientsOptions = {}): () => OpenStackClients {
+  let clients: OpenStackClients | undefined;
+  return () => (clients ??= openStackClients(options));
+}

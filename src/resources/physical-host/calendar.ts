@@ -25,7 +25,7 @@ import type { ReservationContext } from '../plugin';
 import { physicalHostParams } from './params';
 
 export const PHYSICAL_HOST = 'physical:host';
-const MAX_ATTEMPTS = 8;
+const MAX_ATTEMPTS = 20;
 
 export interface BookedHost {
   id: string;
@@ -82,7 +82,11 @@ export class HostCalendar {
         return hosts;
       } catch (err) {
         await client.query('ROLLBACK').catch(() => undefined);
-        if (lostRace(err) && attempt < MAX_ATTEMPTS) continue; // choose again, seeing the winner's booking
+        if (lostRace(err) && attempt < MAX_ATTEMPTS) {
+          // Choose again, seeing the winner's booking; a random pause keeps the losers from colliding again at once.
+          await new Promise((resolve) => setTimeout(resolve, Math.random() * 20 * attempt));
+          continue;
+        }
         throw err;
       } finally {
         client.release();
@@ -247,15 +251,16 @@ export class HostCalendar {
 
   /** Books the assigned hosts from `from` to the lease's end; the exclusion constraint has the last word. */
   private async insert(client: PoolClient, ctx: ReservationContext, assignment: Map<string, string[]>, from: number, key: string): Promise<void> {
-    for (const [reservationId, hostIds] of assignment) {
-      for (const hostId of hostIds) {
-        await client.query(
-          `INSERT INTO host_allocations (host_id, reservation_id, lease_id, project_id, during, blocks, booking_key)
-           VALUES ($1, $2, $3, $4, tstzrange(to_timestamp($5 / 1000.0), to_timestamp($6 / 1000.0)),
-                   tstzrange(to_timestamp($5 / 1000.0), to_timestamp($6 / 1000.0) + $7 * interval '1 millisecond'), $8)`,
-          [hostId, reservationId, ctx.leaseId, ctx.projectId, from, ctx.endMs, this.settings.cleaningMs, key],
-        );
-      }
+    // Every transaction takes hosts in the same order (by id): two that want the same hosts then
+    // queue on the first one instead of deadlocking.
+    const rows = [...assignment].flatMap(([reservationId, hostIds]) => hostIds.map((hostId) => ({ reservationId, hostId }))).sort((a, b) => Number(a.hostId) - Number(b.hostId));
+    for (const { reservationId, hostId } of rows) {
+      await client.query(
+        `INSERT INTO host_allocations (host_id, reservation_id, lease_id, project_id, during, blocks, booking_key)
+         VALUES ($1, $2, $3, $4, tstzrange(to_timestamp($5 / 1000.0), to_timestamp($6 / 1000.0)),
+                 tstzrange(to_timestamp($5 / 1000.0), to_timestamp($6 / 1000.0) + $7 * interval '1 millisecond'), $8)`,
+        [hostId, reservationId, ctx.leaseId, ctx.projectId, from, ctx.endMs, this.settings.cleaningMs, key],
+      );
     }
   }
 

@@ -1,0 +1,100 @@
+/**
+ * A host lease carried out in Nova, with the real scheduler: before the start the host sits in the
+ * reservable pool where nobody's servers land; at the start it moves into the lease's aggregate,
+ * whose zone takes the lessee's servers and refuses everyone else's; at the end the lessee's
+ * servers are deleted and the host goes back to the pool.
+ */
+import { physicalHostPlugin } from '../../src/resources/physical-host';
+import type { OpenStackClients, Server } from '../../src/openstack';
+import { KeystoneSession, serverHost } from '../../src/openstack';
+import { apiClient, eventually, inSeconds, startTestStack, type TestStack } from '../support/stack';
+import { FLAVOR, IMAGE, rigClients, rigCredentials, uniqueName } from './support';
+
+describe('a host lease in Nova', () => {
+  const admin = rigClients('leasekeeper-admin');
+  const projectA = rigClients('leasekeeper-project-a');
+  const projectB = rigClients('leasekeeper-project-b');
+  const freepool = uniqueName('freepool');
+  const servers: Array<{ clients: OpenStackClients; id: string }> = [];
+  let stack: TestStack;
+  let api: ReturnType<typeof apiClient>;
+  let hostId: string;
+
+  const aggregateNamed = async (name: string) => (await admin.nova.listAggregates()).find((a) => a.name === name);
+
+  async function boot(clients: OpenStackClients, zone?: string): Promise<Server> {
+    const flavor = (await clients.nova.listFlavors()).find((f) => f.name === FLAVOR)!;
+    const image = (await clients.glance.listImages({ name: IMAGE }))[0];
+    const created = await clients.nova.createServer({ name: uniqueName('srv'), flavorRef: flavor.id, imageRef: image.id, networks: 'none', ...(zone ? { availability_zone: zone } : {}) });
+    servers.push({ clients, id: created.id });
+    return clients.nova.waitForServer(created.id, (s) => s.status === 'ACTIVE' || s.status === 'ERROR', { timeoutMs: 90_000, failOnError: false });
+  }
+
+  beforeAll(async () => {
+    stack = await startTestStack({
+      env: { LK_FREEPOOL_AGGREGATE: freepool },
+      withPool: (pool) => [physicalHostPlugin({ pool, settings: { cleaningMs: 0, randomChoice: false }, nova: () => admin.nova, freepool })],
+      openstack: () => admin,
+    });
+    api = apiClient(stack.url);
+    const enrolled = await api('POST', '/v1/os-hosts', { name: 'fake-1' });
+    expect(enrolled.status).toBe(201);
+    hostId = enrolled.body.host.id;
+  });
+
+  afterAll(async () => {
+    for (const lease of (await api('GET', '/v1/leases')).body?.leases ?? []) await api('DELETE', `/v1/leases/${lease.id}`);
+    await eventually(async () => (((await api('GET', '/v1/leases')).body?.leases ?? []).length === 0 ? true : undefined), 120_000).catch(() => undefined);
+    for (const { clients, id } of servers) await clients.nova.deleteServer(id).catch(() => undefined);
+    for (const { clients, id } of servers) await clients.nova.waitForServerDeleted(id, { timeoutMs: 60_000 }).catch(() => undefined);
+    if (hostId) await api('DELETE', `/v1/os-hosts/${hostId}`);
+    const pool = await aggregateNamed(freepool);
+    if (pool) {
+      for (const host of pool.hosts) await admin.nova.removeHostFromAggregate(pool.id, host);
+      await admin.nova.deleteAggregate(pool.id);
+    }
+    await stack?.stop();
+  });
+
+  it('moves the host into the lease aggregate at start, takes only the lessee, and returns it at the end', async () => {
+    const projectAId = (await new KeystoneSession({ credentials: rigCredentials('leasekeeper-project-a') }).authenticate()).projectId;
+    const asA = apiClient(stack.url, { 'x-project-id': projectAId, 'x-user-id': 'user-a' });
+    const created = await asA('POST', '/v1/leases', {
+      name: uniqueName('nova-lease'),
+      start_date: inSeconds(8),
+      end_date: inSeconds(3600),
+      reservations: [{ resource_type: 'physical:host', min: 1, max: 1, hypervisor_properties: '', resource_properties: '' }],
+    });
+    expect(created.status).toBe(201);
+    const lease = created.body.lease;
+    const { aggregate, availability_zone: zone, hosts } = lease.reservations[0];
+    expect(hosts).toEqual(['fake-1']);
+    expect(zone).toBe(`lease-${lease.reservations[0].id}`);
+
+    // Pending: in the pool, no lease aggregate yet.
+    expect((await aggregateNamed(freepool))?.hosts).toEqual(['fake-1']);
+    expect(await aggregateNamed(aggregate)).toBeUndefined();
+
+    const scheduledStart = Date.parse(`${lease.start_date}Z`);
+    await eventually(async () => ((await asA('GET', `/v1/leases/${lease.id}`)).body.lease.status === 'ACTIVE' ? true : undefined), 60_000);
+    const inLease = await aggregateNamed(aggregate);
+    console.log(`host in the lease aggregate ${Date.now() - scheduledStart} ms after the scheduled start (upper bound: includes polling)`);
+    expect(inLease).toMatchObject({ hosts: ['fake-1'], availability_zone: zone, metadata: expect.objectContaining({ filter_tenant_id: projectAId, 'blazar:owner': projectAId }) });
+    expect((await aggregateNamed(freepool))?.hosts).toEqual([]);
+
+    const mine = await boot(projectA, zone);
+    expect(mine.status).toBe('ACTIVE');
+    expect(serverHost(await admin.nova.getServer(mine.id))).toBe('fake-1'); // the host is an admin-only attribute
+    const theirs = await boot(projectB, zone);
+    expect(theirs.status).toBe('ERROR');
+
+    // End it now: the lessee's server is deleted, the host goes back, the aggregate is removed.
+    const endRequested = Date.now();
+    expect((await asA('PUT', `/v1/leases/${lease.id}`, { end_date: 'now' })).status).toBe(200);
+    await eventually(async () => ((await asA('GET', `/v1/leases/${lease.id}`)).body.lease.status === 'TERMINATED' ? true : undefined), 120_000);
+    console.log(`host back in the pool ${Date.now() - endRequested} ms after the end (including deleting one server)`);
+    expect((await aggregateNamed(freepool))?.hosts).toEqual(['fake-1']);
+    expect(await aggregateNamed(aggregate)).toBeUndefined();
+    expect(await admin.nova.listServers({ all_tenants: true, host: 'fake-1' })).toEqual([]);
+  }, 240_000);
+});
