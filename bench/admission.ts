@@ -65,7 +65,7 @@ runBenchmark('admission', async () => {
   for (const [name, value, max] of [['LK_BENCH_SECONDS', SECONDS, 600], ['LK_BENCH_CLIENTS', CLIENTS, 500], ['LK_BENCH_HOSTS', HOSTS, 10_000]] as const) {
     if (!Number.isInteger(value) || value < 1 || value > max) throw new Error(`${name} must be 1..${max}`);
   }
-  const stack = await startTestStack({ withPool: (pool) => [physicalHostPlugin({ pool, settings: { cleaningMs: 0, randomChoice: false }, nova: 'calendar-only' })] });
+  const stack = await startTestStack({ withPool: (pool) => [physicalHostPlugin({ pool, settings: { cleaningMs: 0, randomChoice: false }, cloud: 'calendar-only' })] });
   try {
     for (let i = 0; i < HOSTS; i++) await insertHost(stack.db.pool, { name: `bench-host-${i}`, vcpus: [2, 4, 8, 16][i % 4] });
     const api = apiClient(stack.url);

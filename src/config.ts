@@ -46,6 +46,8 @@ const envSchema = z.object({
   // whether to pick among equally good hosts at random instead of by id.
   LK_HOST_CLEANING_TIME_MINUTES: z.coerce.number().min(0).max(24 * 60).default(0),
   LK_HOST_RANDOM_CHOICE: z.enum(['true', 'false']).default('false'),
+  // What a host reservation's `before_end: default` does: nothing, or snapshot every server.
+  LK_HOST_BEFORE_END_DEFAULT: z.enum(['', 'snapshot']).default(''),
   // The Nova aggregate that holds reservable hosts while no lease has them, and the project named in
   // its filter_tenant_id (no real project by default, so no ordinary server lands there).
   LK_FREEPOOL_AGGREGATE: z.string().min(1).max(255).default('freepool'),
@@ -86,7 +88,11 @@ function toConfig(env: z.infer<typeof envSchema>) {
       maxCachedWorkflows: env.LK_WORKER_MAX_CACHED_WORKFLOWS,
       shutdownGraceMs: env.LK_WORKER_SHUTDOWN_GRACE_MS,
     },
-    hosts: { cleaningMs: env.LK_HOST_CLEANING_TIME_MINUTES * 60_000, randomChoice: env.LK_HOST_RANDOM_CHOICE === 'true' },
+    hosts: {
+      cleaningMs: env.LK_HOST_CLEANING_TIME_MINUTES * 60_000,
+      randomChoice: env.LK_HOST_RANDOM_CHOICE === 'true',
+      beforeEndDefault: env.LK_HOST_BEFORE_END_DEFAULT,
+    },
     inventory: { freepoolAggregate: env.LK_FREEPOOL_AGGREGATE, freepoolProjectId: env.LK_FREEPOOL_PROJECT_ID },
     healthTimeoutMs: env.LK_HEALTH_TIMEOUT_MS,
   };

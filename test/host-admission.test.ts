@@ -13,7 +13,7 @@ describe('host leases: admission without double booking', () => {
 
   beforeAll(async () => {
     // The stack builds its own pool; the plugin needs it, so it is created from the stack's database.
-    stack = await startTestStack({ withPool: (pool) => [physicalHostPlugin({ pool, settings: { cleaningMs: 0, randomChoice: false }, nova: 'calendar-only' })] });
+    stack = await startTestStack({ withPool: (pool) => [physicalHostPlugin({ pool, settings: { cleaningMs: 0, randomChoice: false }, cloud: 'calendar-only' })] });
     api = apiClient(stack.url);
     for (const [name, vcpus, gpu] of [['small', 2, undefined], ['medium', 4, undefined], ['large', 16, 'a100']] as const) {
       hostIds[name] = await insertHost(stack.db.pool, { name, vcpus, capabilities: gpu ? { gpu } : {} });

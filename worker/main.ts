@@ -32,7 +32,7 @@ async function main(): Promise<void> {
   const worker = await createWorker({
     connection,
     config,
-    deps: { pool, plugins: productionPlugins({ pool, config, nova: () => openstack().nova }) },
+    deps: { pool, plugins: productionPlugins({ pool, config, openstack }) },
     workflows: { bundlePath: config.worker.workflowBundle },
   });
   log.info({ address: config.temporal.address, taskQueue: config.temporal.taskQueue, schemaVersion: version }, 'worker ready');

@@ -22,7 +22,7 @@ async function main(): Promise<void> {
   const authenticator =
     config.api.authStrategy === 'keystone' ? keystoneAuthenticator({ validateToken: (token) => openstack().keystone.validateToken(token) }, { cacheMs: config.api.authCacheMs }) : noAuth;
   if (config.api.authStrategy === 'keystone') openstack(); // fail at start, not at the first request, when credentials are missing
-  const app = createApp({ config, log, pool, connection, client, plugins: productionPlugins({ pool, config, nova: () => openstack().nova }), openstack, authenticator });
+  const app = createApp({ config, log, pool, connection, client, plugins: productionPlugins({ pool, config, openstack }), openstack, authenticator });
 
   const server: Server = app.listen(config.api.port, config.api.host, () => {
     log.info({ url: `http://${config.api.host}:${config.api.port}` }, 'api listening');

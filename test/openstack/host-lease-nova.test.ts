@@ -7,6 +7,7 @@
 import { physicalHostPlugin } from '../../src/resources/physical-host';
 import type { OpenStackClients, Server } from '../../src/openstack';
 import { KeystoneSession, serverHost } from '../../src/openstack';
+import { snapshotName } from '../../activities/server-snapshots';
 import { apiClient, eventually, inSeconds, startTestStack, type TestStack } from '../support/stack';
 import { FLAVOR, IMAGE, rigClients, rigCredentials, uniqueName } from './support';
 
@@ -16,6 +17,7 @@ describe('a host lease in Nova', () => {
   const projectB = rigClients('leasekeeper-project-b');
   const freepool = uniqueName('freepool');
   const servers: Array<{ clients: OpenStackClients; id: string }> = [];
+  const snapshots: string[] = [];
   let stack: TestStack;
   let api: ReturnType<typeof apiClient>;
   let hostId: string;
@@ -33,7 +35,7 @@ describe('a host lease in Nova', () => {
   beforeAll(async () => {
     stack = await startTestStack({
       env: { LK_FREEPOOL_AGGREGATE: freepool },
-      withPool: (pool) => [physicalHostPlugin({ pool, settings: { cleaningMs: 0, randomChoice: false }, nova: () => admin.nova, freepool })],
+      withPool: (pool) => [physicalHostPlugin({ pool, settings: { cleaningMs: 0, randomChoice: false }, cloud: () => admin, freepool })],
       openstack: () => admin,
     });
     api = apiClient(stack.url);
@@ -47,6 +49,7 @@ describe('a host lease in Nova', () => {
     await eventually(async () => (((await api('GET', '/v1/leases')).body?.leases ?? []).length === 0 ? true : undefined), 120_000).catch(() => undefined);
     for (const { clients, id } of servers) await clients.nova.deleteServer(id).catch(() => undefined);
     for (const { clients, id } of servers) await clients.nova.waitForServerDeleted(id, { timeoutMs: 60_000 }).catch(() => undefined);
+    for (const id of snapshots) await admin.glance.deleteImage(id).catch(() => undefined);
     if (hostId) await api('DELETE', `/v1/os-hosts/${hostId}`);
     const pool = await aggregateNamed(freepool);
     if (pool) {
@@ -59,11 +62,12 @@ describe('a host lease in Nova', () => {
   it('moves the host into the lease aggregate at start, takes only the lessee, and returns it at the end', async () => {
     const projectAId = (await new KeystoneSession({ credentials: rigCredentials('leasekeeper-project-a') }).authenticate()).projectId;
     const asA = apiClient(stack.url, { 'x-project-id': projectAId, 'x-user-id': 'user-a' });
+    const leaseName = uniqueName('nova-lease');
     const created = await asA('POST', '/v1/leases', {
-      name: uniqueName('nova-lease'),
+      name: leaseName,
       start_date: inSeconds(8),
-      end_date: inSeconds(3600),
-      reservations: [{ resource_type: 'physical:host', min: 1, max: 1, hypervisor_properties: '', resource_properties: '' }],
+      end_date: inSeconds(7200), // before_end (end − 60 min) comes after the start, so the server exists by then
+      reservations: [{ resource_type: 'physical:host', min: 1, max: 1, hypervisor_properties: '', resource_properties: '', before_end: 'snapshot' }],
     });
     expect(created.status).toBe(201);
     const lease = created.body.lease;
@@ -96,5 +100,12 @@ describe('a host lease in Nova', () => {
     expect((await aggregateNamed(freepool))?.hosts).toEqual(['fake-1']);
     expect(await aggregateNamed(aggregate)).toBeUndefined();
     expect(await admin.nova.listServers({ all_tenants: true, host: 'fake-1' })).toEqual([]);
+
+    // before_end: snapshot ran before the end deleted the server: an image record of it, marked with the lease.
+    const images = await admin.glance.listImages({ name: snapshotName(mine.name, leaseName), visibility: 'all' });
+    images.forEach((image) => snapshots.push(image.id));
+    expect(images.map((image) => [image.leasekeeper_lease, image.leasekeeper_server])).toEqual([[lease.id, mine.id]]);
+    const events = (await asA('GET', `/v1/leases/${lease.id}`)).body.lease.events.map((e: { event_type: string; status: string }) => [e.event_type, e.status]);
+    expect(events).toEqual([['start_lease', 'DONE'], ['before_end_lease', 'DONE'], ['end_lease', 'DONE']]);
   }, 240_000);
 });

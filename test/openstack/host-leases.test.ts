@@ -28,7 +28,7 @@ describe('hosts and host leases with the OpenStack rig', () => {
   beforeAll(async () => {
     stack = await startTestStack({
       env: { LK_FREEPOOL_AGGREGATE: freepool },
-      withPool: (pool) => [physicalHostPlugin({ pool, settings: { cleaningMs: 0, randomChoice: false }, nova: 'calendar-only' })],
+      withPool: (pool) => [physicalHostPlugin({ pool, settings: { cleaningMs: 0, randomChoice: false }, cloud: 'calendar-only' })],
       openstack: () => admin,
     });
     api = apiClient(stack.url);

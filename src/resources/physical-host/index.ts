@@ -4,8 +4,9 @@
  * the lessee targets). At the end every server on them is deleted and they return to the pool.
  */
 import { deleteServersOnHosts, leaseAggregateFor, moveHostsIntoLease, returnHostsToPool } from '../../../activities/host-aggregates';
+import { snapshotServersOnHosts } from '../../../activities/server-snapshots';
 import type { Pool } from '../../db/pool';
-import type { NovaClient } from '../../openstack';
+import type { GlanceClient, NovaClient } from '../../openstack';
 import type { ReservationContext, ResourcePlugin } from '../plugin';
 import { HostCalendar, PHYSICAL_HOST, type CalendarSettings } from './calendar';
 import { physicalHostParams } from './params';
@@ -16,11 +17,13 @@ export interface PhysicalHostDeps {
   pool: Pool;
   settings: CalendarSettings;
   /**
-   * Nova, for carrying leases out; 'calendar-only' for tests of booking alone, where start and end
-   * touch no cloud.
+   * Nova and Glance, for carrying leases out; 'calendar-only' for tests of booking alone, where
+   * start and end touch no cloud.
    */
-  nova: (() => NovaClient) | 'calendar-only';
+  cloud: (() => { nova: NovaClient; glance: GlanceClient }) | 'calendar-only';
   freepool?: string;
+  /** What `before_end: default` means ('' = nothing, or 'snapshot'). */
+  beforeEndDefault?: '' | 'snapshot';
   /** How long the end waits for the lessee's servers to be deleted. */
   serverDeleteTimeoutMs?: number;
 }
@@ -59,15 +62,19 @@ export function physicalHostPlugin(deps: PhysicalHostDeps): ResourcePlugin {
       };
     },
     async start(ctx) {
-      if (deps.nova === 'calendar-only') return;
-      await moveHostsIntoLease(deps.nova(), await move(ctx));
+      if (deps.cloud === 'calendar-only') return;
+      await moveHostsIntoLease(deps.cloud().nova, await move(ctx));
     },
-    async beforeEnd() {
-      // The snapshot / notify before-end actions come with the end policies.
+    async beforeEnd(ctx) {
+      const { before_end: requested } = physicalHostParams.parse(ctx.reservation.params);
+      const action = requested === 'default' ? (deps.beforeEndDefault ?? '') : requested;
+      if (action !== 'snapshot' || deps.cloud === 'calendar-only') return;
+      const { nova, glance } = deps.cloud();
+      await snapshotServersOnHosts(nova, glance, { hosts: await computeHosts(ctx), leaseId: ctx.leaseId, leaseName: ctx.leaseName, reservationId: ctx.reservation.id });
     },
     async end(ctx) {
-      if (deps.nova !== 'calendar-only') {
-        const nova = deps.nova();
+      if (deps.cloud !== 'calendar-only') {
+        const { nova } = deps.cloud();
         const hosts = await move(ctx);
         if (ctx.started) await deleteServersOnHosts(nova, hosts.hosts, deps.serverDeleteTimeoutMs ?? 10 * 60_000);
         // Also after a start that failed half way: whatever moved goes back (idempotent).

@@ -29,7 +29,8 @@ export const physicalHostParams = z
     max: count,
     hypervisor_properties: query,
     resource_properties: query,
-    before_end: z.enum(['', 'default', 'snapshot', 'notify'], { error: 'expected "", "default", "snapshot" or "notify"' }).nullish().transform((v) => v ?? 'default'),
+    /** Before the end: nothing (''), a snapshot of every server on the hosts, or the deployment's default. */
+    before_end: z.enum(['', 'default', 'snapshot'], { error: 'expected "", "default" or "snapshot"' }).nullish().transform((v) => v ?? 'default'),
   })
   .refine((p) => p.min <= p.max, { message: 'min must not be greater than max', path: ['min'] });
 

@@ -1,0 +1,41 @@
+/**
+ * The `snapshot` before-end action: an image of every server on the lease's hosts, named after the
+ * server and the lease, carrying the lease in its metadata. Idempotent: an image this lease already
+ * made of a server (same name and lease property) is not made again. Waits for the image record,
+ * not for `active` (some drivers, like Nova's fake one, never upload bytes).
+ */
+import { Context } from '@temporalio/activity';
+import type { GlanceClient, NovaClient } from '../src/openstack';
+
+export interface SnapshotRequest {
+  hosts: string[];
+  leaseId: string;
+  leaseName: string;
+  reservationId: string;
+}
+
+export function snapshotName(serverName: string, leaseName: string): string {
+  return `${serverName}-${leaseName}-before-end`.slice(0, 255);
+}
+
+export async function snapshotServersOnHosts(nova: NovaClient, glance: GlanceClient, request: SnapshotRequest): Promise<string[]> {
+  const servers = (await Promise.all(request.hosts.map((host) => nova.listServers({ all_tenants: true, host })))).flat();
+  const imageIds: string[] = [];
+  for (const server of servers) {
+    const name = snapshotName(server.name, request.leaseName);
+    const existing = (await glance.listImages({ name, visibility: 'all' })).find((image) => image.leasekeeper_lease === request.leaseId);
+    if (existing) {
+      imageIds.push(existing.id);
+      continue;
+    }
+    const { imageId } = await nova.createImage(server.id, name, {
+      leasekeeper_lease: request.leaseId,
+      leasekeeper_reservation: request.reservationId,
+      leasekeeper_server: server.id,
+    });
+    await glance.waitForImage(imageId, () => true, { timeoutMs: 120_000 });
+    imageIds.push(imageId);
+    Context.current().heartbeat({ snapshots: imageIds.length, of: servers.length });
+  }
+  return imageIds;
+}
