@@ -45,15 +45,19 @@ stop_stage() {
   left+=" $(alive | xargs)"
 }
 
-services=() infra=()
+services=() broker=() infra=()
 for f in "$RUN"/pids/*.pid; do
   case "$(basename "$f" .pid)" in
-    rabbitmq|epmd|mariadb) infra+=("$f") ;;
+    rabbitmq) broker+=("$f") ;;
+    epmd|mariadb) infra+=("$f") ;;
     *) services+=("$f") ;;
   esac
 done
 total=0 left=""
 [ "${#services[@]}" -eq 0 ] || stop_stage "${services[@]}"
+# RabbitMQ's shutdown still talks to epmd: were ours gone, Erlang would start a detached
+# `epmd -daemon` on our port and leave it behind. So the broker stops first, on its own.
+[ "${#broker[@]}" -eq 0 ] || stop_stage "${broker[@]}"
 [ "${#infra[@]}" -eq 0 ] || stop_stage "${infra[@]}"
 left=$(echo $left)
 if [ -n "$left" ]; then

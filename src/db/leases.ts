@@ -43,8 +43,3 @@ export async function listLeases(pool: Pool, filter: LeaseFilter): Promise<Lease
   );
   return rows.map((row) => row.document);
 }
-
-export async function leaseExists(pool: Pool, id: string): Promise<boolean> {
-  const { rowCount } = await pool.query('SELECT 1 FROM leases WHERE id = $1', [id]);
-  return (rowCount ?? 0) > 0;
-}
