@@ -10,6 +10,7 @@ import { loadConfig } from '../src/config';
 import { ensureCluster, ensureDatabase, localUrl, startPostgres } from '../scripts/lib/postgres-local';
 import type { ManagedProcess } from '../scripts/lib/processes';
 import { startTemporalDevServer, temporalBinary, waitForTemporal } from '../scripts/lib/temporal-dev-server';
+import globalTeardown from './global-teardown';
 import { freePort } from './support/ports';
 
 declare global {
@@ -48,5 +49,10 @@ export default async function globalSetup(): Promise<void> {
     process.env.TEMPORAL_ADDRESS = `127.0.0.1:${port}`;
     waits.push(waitForTemporal(process.env.TEMPORAL_ADDRESS, config.temporal.namespace));
   }
-  await Promise.all(waits);
+  try {
+    await Promise.all(waits);
+  } catch (err) {
+    await globalTeardown(); // jest runs no teardown after a failed setup: stop what started
+    throw err;
+  }
 }

@@ -24,10 +24,17 @@ describe('a host lease in Nova', () => {
 
   const aggregateNamed = async (name: string) => (await admin.nova.listAggregates()).find((a) => a.name === name);
 
-  async function boot(clients: OpenStackClients, zone?: string): Promise<Server> {
+  async function boot(clients: OpenStackClients, where: { zone?: string; host?: string } = {}): Promise<Server> {
     const flavor = (await clients.nova.listFlavors()).find((f) => f.name === FLAVOR)!;
     const image = (await clients.glance.listImages({ name: IMAGE }))[0];
-    const created = await clients.nova.createServer({ name: uniqueName('srv'), flavorRef: flavor.id, imageRef: image.id, networks: 'none', ...(zone ? { availability_zone: zone } : {}) });
+    const created = await clients.nova.createServer({
+      name: uniqueName('srv'),
+      flavorRef: flavor.id,
+      imageRef: image.id,
+      networks: 'none',
+      ...(where.zone ? { availability_zone: where.zone } : {}),
+      ...(where.host ? { host: where.host } : {}),
+    });
     servers.push({ clients, id: created.id });
     return clients.nova.waitForServer(created.id, (s) => s.status === 'ACTIVE' || s.status === 'ERROR', { timeoutMs: 90_000, failOnError: false });
   }
@@ -65,7 +72,7 @@ describe('a host lease in Nova', () => {
     const leaseName = uniqueName('nova-lease');
     const created = await asA('POST', '/v1/leases', {
       name: leaseName,
-      start_date: inSeconds(8),
+      start_date: inSeconds(15),
       end_date: inSeconds(7200), // before_end (end − 60 min) comes after the start, so the server exists by then
       reservations: [{ resource_type: 'physical:host', min: 1, max: 1, hypervisor_properties: '', resource_properties: '', before_end: 'snapshot' }],
     });
@@ -75,9 +82,11 @@ describe('a host lease in Nova', () => {
     expect(hosts).toEqual(['fake-1']);
     expect(zone).toBe(`lease-${lease.reservations[0].id}`);
 
-    // Pending: in the pool, no lease aggregate yet.
+    // Pending: in the pool, no lease aggregate yet, and no ordinary server lands on the host, even
+    // when asked for it by name (the scheduler still applies the pool's filter_tenant_id).
     expect((await aggregateNamed(freepool))?.hosts).toEqual(['fake-1']);
     expect(await aggregateNamed(aggregate)).toBeUndefined();
+    expect((await boot(admin, { host: 'fake-1' })).status).toBe('ERROR');
 
     const scheduledStart = Date.parse(`${lease.start_date}Z`);
     await eventually(async () => ((await asA('GET', `/v1/leases/${lease.id}`)).body.lease.status === 'ACTIVE' ? true : undefined), 60_000);
@@ -86,10 +95,10 @@ describe('a host lease in Nova', () => {
     expect(inLease).toMatchObject({ hosts: ['fake-1'], availability_zone: zone, metadata: expect.objectContaining({ filter_tenant_id: projectAId, 'blazar:owner': projectAId }) });
     expect((await aggregateNamed(freepool))?.hosts).toEqual([]);
 
-    const mine = await boot(projectA, zone);
+    const mine = await boot(projectA, { zone });
     expect(mine.status).toBe('ACTIVE');
     expect(serverHost(await admin.nova.getServer(mine.id))).toBe('fake-1'); // the host is an admin-only attribute
-    const theirs = await boot(projectB, zone);
+    const theirs = await boot(projectB, { zone });
     expect(theirs.status).toBe('ERROR');
 
     // End it now: the lessee's server is deleted, the host goes back, the aggregate is removed.
