@@ -24,15 +24,18 @@ export async function snapshotServersOnHosts(nova: NovaClient, glance: GlanceCli
   for (const server of servers) {
     const name = snapshotName(server.name, request.leaseName);
     const existing = (await glance.listImages({ name, visibility: 'all' })).find((image) => image.leasekeeper_lease === request.leaseId);
-    if (existing) {
-      imageIds.push(existing.id);
-      continue;
-    }
-    const { imageId } = await nova.createImage(server.id, name, {
-      leasekeeper_lease: request.leaseId,
-      leasekeeper_reservation: request.reservationId,
-      leasekeeper_server: server.id,
-    });
+    const imageId =
+      existing?.id ??
+      (
+        await nova.createImage(server.id, name, {
+          leasekeeper_lease: request.leaseId,
+          leasekeeper_reservation: request.reservationId,
+          leasekeeper_server: server.id,
+        })
+      ).imageId;
+    // The snapshot is done when the server's task (image_snapshot, image_uploading) is over: deleting
+    // the server before that makes Nova abort the snapshot and delete the image.
+    await nova.waitForServer(server.id, (s) => s['OS-EXT-STS:task_state'] === null, { timeoutMs: 10 * 60_000, failOnError: false });
     await glance.waitForImage(imageId, () => true, { timeoutMs: 120_000 });
     imageIds.push(imageId);
     Context.current().heartbeat({ snapshots: imageIds.length, of: servers.length });
