@@ -1,9 +1,11 @@
 /**
  * What a host lease does in Nova, step by step, each step idempotent (keyed by the reservation id):
  * the lease's aggregate (named after the reservation, with an availability zone of its own and
- * the lessee's filter_tenant_id), hosts moved from the reservable pool into it and back, and the
- * servers on them deleted at the end. A host is always added to its new aggregate before it leaves
- * the old one, so it is never in no aggregate (a Blazar bug).
+ * the lessee's filter_tenant_id), hosts moved from the reservable pool into it, and at the end one
+ * of three policies: `delete` the servers and return the hosts; `recycle` (hosts wait in a closed
+ * aggregate until their last server is gone); `release` (hosts and servers handed to the shared
+ * cloud, flagged). A host is always added to its new aggregate before it leaves the old one, so it
+ * is never in no aggregate (a Blazar bug).
  */
 import { Context } from '@temporalio/activity';
 import { ConflictError, ignoreNotFound, type Aggregate, type NovaClient } from '../src/openstack';
@@ -20,6 +22,22 @@ export function leaseAggregateFor(reservationId: string): LeaseAggregate {
 
 async function findAggregate(nova: NovaClient, name: string): Promise<Aggregate | undefined> {
   return (await nova.listAggregates()).find((a) => a.name === name);
+}
+
+/** The named aggregate with (at least) this metadata, created if missing; safe to run twice at once. */
+export async function ensureAggregate(nova: NovaClient, name: string, metadata: Record<string, string>, availabilityZone?: string): Promise<Aggregate> {
+  let aggregate = await findAggregate(nova, name);
+  if (!aggregate) {
+    try {
+      aggregate = await nova.createAggregate({ name, ...(availabilityZone ? { availability_zone: availabilityZone } : {}) });
+    } catch (err) {
+      if (!(err instanceof ConflictError)) throw err;
+      aggregate = await findAggregate(nova, name); // created by an earlier attempt or a concurrent one
+      if (!aggregate) throw err;
+    }
+  }
+  const stale = Object.entries(metadata).some(([key, value]) => aggregate.metadata?.[key] !== value);
+  return stale ? nova.setAggregateMetadata(aggregate.id, metadata) : aggregate;
 }
 
 async function addHost(nova: NovaClient, aggregate: Aggregate, host: string): Promise<void> {
@@ -50,22 +68,12 @@ export interface HostMove {
 /** At start: the lease aggregate (created if missing), hosts in, then out of the pool. */
 export async function moveHostsIntoLease(nova: NovaClient, move: HostMove): Promise<LeaseAggregate> {
   const names = leaseAggregateFor(move.reservationId);
-  let aggregate = await findAggregate(nova, names.name);
-  if (!aggregate) {
-    try {
-      aggregate = await nova.createAggregate({ name: names.name, availability_zone: names.availabilityZone });
-    } catch (err) {
-      if (!(err instanceof ConflictError)) throw err;
-      aggregate = await findAggregate(nova, names.name); // created by an earlier attempt
-      if (!aggregate) throw err;
-    }
-  }
-  aggregate = await nova.setAggregateMetadata(aggregate.id, {
-    filter_tenant_id: move.projectId,
-    'blazar:owner': move.projectId,
-    'leasekeeper:reservation': move.reservationId,
-    'leasekeeper:lease': move.leaseId,
-  });
+  const aggregate = await ensureAggregate(
+    nova,
+    names.name,
+    { filter_tenant_id: move.projectId, 'blazar:owner': move.projectId, 'leasekeeper:reservation': move.reservationId, 'leasekeeper:lease': move.leaseId },
+    names.availabilityZone,
+  );
   const pool = await findAggregate(nova, move.freepool);
   for (const host of move.hosts) {
     await addHost(nova, aggregate, host);
@@ -104,4 +112,80 @@ export async function deleteServersOnHosts(nova: NovaClient, hosts: string[], ti
     Context.current().heartbeat({ serversLeft: left }); // progress shows in the workflow's pending activity
   }
   return servers.length;
+}
+
+/** Where hosts go at the end under `recycle` and `release`. */
+export interface EndAggregates {
+  /** Closed: its filter_tenant_id names no real project, so no new server lands there. */
+  recycling: string;
+  /** Open to every project: the shared cloud. Its hosts are no longer reservable. */
+  released: string;
+  /** The project named in closed aggregates' filter_tenant_id (the pool's). */
+  closedProjectId: string;
+}
+
+/** Moves every host still in the lease aggregate to `target`, then removes the lease aggregate. */
+async function moveOutOfLease(nova: NovaClient, move: HostMove, target: Aggregate): Promise<void> {
+  const aggregate = await findAggregate(nova, leaseAggregateFor(move.reservationId).name);
+  if (!aggregate) return;
+  for (const host of move.hosts.filter((h) => aggregate.hosts.includes(h))) {
+    await addHost(nova, target, host);
+    await removeHost(nova, aggregate, host);
+    Context.current().heartbeat({ moved: host, to: target.name });
+  }
+  await ignoreNotFound(nova.deleteAggregate(aggregate.id));
+}
+
+export interface RecycleRequest extends HostMove {
+  aggregates: EndAggregates;
+  /** Per host, when to stop waiting and delete what still runs there (grace end, or the host's next booking). */
+  deleteServersAt: Map<string, number>;
+  /** Delete what runs now, whatever the deadlines (the lease is being deleted). */
+  force: boolean;
+  serverDeleteTimeoutMs: number;
+}
+
+export interface RecycleProgress {
+  /** Hosts still waiting in the recycling aggregate, with how many servers each still runs. */
+  waiting: Array<{ host: string; servers: number; deleteAt?: number }>;
+}
+
+/**
+ * The `recycle` end policy, one pass: hosts leave the lease aggregate for the recycling one (the
+ * lessee's servers keep running, nobody can start new ones); each recycling host with no server
+ * left, or whose deadline has come (then its servers are deleted), returns to the pool.
+ */
+export async function recycleHosts(nova: NovaClient, request: RecycleRequest): Promise<RecycleProgress> {
+  const recycling = await ensureAggregate(nova, request.aggregates.recycling, {
+    filter_tenant_id: request.aggregates.closedProjectId,
+    'blazar:owner': 'leasekeeper',
+    'leasekeeper:pool': 'recycling',
+  });
+  await moveOutOfLease(nova, request, recycling);
+  const current = (await findAggregate(nova, request.aggregates.recycling)) ?? recycling;
+  const pool = await findAggregate(nova, request.freepool);
+  if (!pool) throw new Error(`the reservable pool aggregate ${request.freepool} is missing`);
+  const waiting: RecycleProgress['waiting'] = [];
+  for (const host of request.hosts.filter((h) => current.hosts.includes(h))) {
+    const servers = await nova.listServers({ all_tenants: true, host });
+    const deleteAt = request.deleteServersAt.get(host);
+    if (servers.length > 0 && !request.force && (deleteAt === undefined || Date.now() < deleteAt)) {
+      waiting.push({ host, servers: servers.length, deleteAt });
+      continue;
+    }
+    if (servers.length > 0) await deleteServersOnHosts(nova, [host], request.serverDeleteTimeoutMs);
+    await addHost(nova, pool, host);
+    await removeHost(nova, current, host);
+    Context.current().heartbeat({ returned: host });
+  }
+  return { waiting };
+}
+
+/**
+ * The `release` end policy: hosts, with their servers, go from the lease aggregate to the open
+ * `released` aggregate (the shared cloud; the aggregate's name flags them for the operator).
+ */
+export async function releaseHosts(nova: NovaClient, move: HostMove, aggregates: EndAggregates): Promise<void> {
+  const released = await ensureAggregate(nova, aggregates.released, { 'blazar:owner': 'leasekeeper', 'leasekeeper:pool': 'released' });
+  await moveOutOfLease(nova, move, released);
 }

@@ -6,7 +6,7 @@
  */
 import { ApplicationFailure } from '@temporalio/common';
 import { OpenStackConfigError, OpenStackError } from '../src/openstack/errors';
-import type { HealResult, ReservationContext, ReserveResult, ResourcePlugin, ResourcePlugins } from '../src/resources/plugin';
+import type { EndContext, EndOutcome, HealResult, ReservationContext, ReserveResult, ResourcePlugin, ResourcePlugins } from '../src/resources/plugin';
 
 async function classified<T>(hook: () => Promise<T>): Promise<T> {
   try {
@@ -31,7 +31,12 @@ export function reservationActivities({ plugins }: { plugins: ResourcePlugins })
     reserveReservation: (ctx: ReservationContext): Promise<ReserveResult> => classified(() => pluginFor(ctx).reserve(ctx)),
     startReservation: (ctx: ReservationContext): Promise<void> => classified(() => pluginFor(ctx).start(ctx)),
     beforeEndReservation: (ctx: ReservationContext): Promise<void> => classified(() => pluginFor(ctx).beforeEnd(ctx)),
-    endReservation: (ctx: ReservationContext & { started: boolean }): Promise<void> => classified(() => pluginFor(ctx).end(ctx)),
+    endReservation: (ctx: EndContext): Promise<EndOutcome> => classified(() => pluginFor(ctx).end(ctx)),
+    /** The end hook again, as a poll: fails (to be retried by the workflow's policy) until nothing is left to wait for. */
+    awaitReservationEnd: async (ctx: EndContext): Promise<void> => {
+      const { waitingFor } = await classified(() => pluginFor(ctx).end(ctx));
+      if (waitingFor) throw ApplicationFailure.retryable(waitingFor, 'ResourcesStillInUse');
+    },
     healReservation: (ctx: ReservationContext): Promise<HealResult> => classified(() => pluginFor(ctx).heal(ctx)),
   };
 }

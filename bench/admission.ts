@@ -41,7 +41,7 @@ async function calendarOnly(calendar: HostCalendar, seconds: number, horizon: nu
         const i = serial++;
         const r = randomRequest(i, horizon);
         const reservation: Reservation = { id: randomUUID(), resource_type: 'physical:host', status: 'pending', params: { min: r.hosts, max: r.hosts, hypervisor_properties: r.query, resource_properties: '', before_end: 'default' } };
-        const ctx: ReservationContext = { leaseId: randomUUID(), leaseName: `direct-${i}`, projectId: 'bench', userId: 'bench', leaseStatus: 'PENDING', reservation, leaseReservations: [reservation], startMs: r.start, endMs: r.end };
+        const ctx: ReservationContext = { leaseId: randomUUID(), leaseName: `direct-${i}`, projectId: 'bench', userId: 'bench', leaseStatus: 'PENDING', reservation, leaseReservations: [reservation], startMs: r.start, endMs: r.end, provisioningLeadMs: 0 };
         const t = performance.now();
         try {
           await calendar.book(ctx);

@@ -46,12 +46,24 @@ const envSchema = z.object({
   // whether to pick among equally good hosts at random instead of by id.
   LK_HOST_CLEANING_TIME_MINUTES: z.coerce.number().min(0).max(24 * 60).default(0),
   LK_HOST_RANDOM_CHOICE: z.enum(['true', 'false']).default('false'),
-  // What a host reservation's `before_end: default` does: nothing, or snapshot every server.
-  LK_HOST_BEFORE_END_DEFAULT: z.enum(['', 'snapshot']).default(''),
+  // What a host reservation's `before_end: default` does: nothing, snapshot every server, or notify.
+  LK_HOST_BEFORE_END_DEFAULT: z.enum(['', 'snapshot', 'notify']).default(''),
+  // What a host reservation's `on_end: default` does with the hosts and their servers at the end, and
+  // how long `recycle` waits for the last servers before deleting them (unset: until the host's next booking).
+  LK_HOST_ON_END_DEFAULT: z.enum(['delete', 'recycle', 'release']).default('delete'),
+  LK_HOST_RECYCLE_GRACE_SECONDS: z.coerce.number().int().min(0).max(30 * 86_400).optional(),
+  // Resources are made ready this long before a lease's start (its hosts are the lessee's from then on).
+  LK_PROVISIONING_LEAD_TIME_SECONDS: z.coerce.number().int().min(0).max(86_400).default(0),
+  // Where `before_end: notify` posts its JSON notice (a webhook); unset: notify is refused at the edge.
+  LK_NOTIFY_URL: z.url({ protocol: /^https?$/ }).optional(),
   // The Nova aggregate that holds reservable hosts while no lease has them, and the project named in
   // its filter_tenant_id (no real project by default, so no ordinary server lands there).
   LK_FREEPOOL_AGGREGATE: z.string().min(1).max(255).default('freepool'),
   LK_FREEPOOL_PROJECT_ID: z.string().min(1).default('leasekeeper-freepool'),
+  // Hosts ending under `recycle` wait here (no new server lands: the pool's filter_tenant_id) for their
+  // last servers; hosts ending under `release` go here, open to everyone and flagged for the operator.
+  LK_RECYCLING_AGGREGATE: z.string().min(1).max(255).default('leasekeeper-recycling'),
+  LK_RELEASED_AGGREGATE: z.string().min(1).max(255).default('leasekeeper-released'),
 
   // How long a health check may wait for each dependency.
   LK_HEALTH_TIMEOUT_MS: positiveInt.default(2_000),
@@ -92,8 +104,17 @@ function toConfig(env: z.infer<typeof envSchema>) {
       cleaningMs: env.LK_HOST_CLEANING_TIME_MINUTES * 60_000,
       randomChoice: env.LK_HOST_RANDOM_CHOICE === 'true',
       beforeEndDefault: env.LK_HOST_BEFORE_END_DEFAULT,
+      onEndDefault: env.LK_HOST_ON_END_DEFAULT,
+      recycleGraceMs: env.LK_HOST_RECYCLE_GRACE_SECONDS === undefined ? undefined : env.LK_HOST_RECYCLE_GRACE_SECONDS * 1000,
     },
-    inventory: { freepoolAggregate: env.LK_FREEPOOL_AGGREGATE, freepoolProjectId: env.LK_FREEPOOL_PROJECT_ID },
+    provisioningLeadMs: env.LK_PROVISIONING_LEAD_TIME_SECONDS * 1000,
+    notifyUrl: env.LK_NOTIFY_URL,
+    inventory: {
+      freepoolAggregate: env.LK_FREEPOOL_AGGREGATE,
+      freepoolProjectId: env.LK_FREEPOOL_PROJECT_ID,
+      recyclingAggregate: env.LK_RECYCLING_AGGREGATE,
+      releasedAggregate: env.LK_RELEASED_AGGREGATE,
+    },
     healthTimeoutMs: env.LK_HEALTH_TIMEOUT_MS,
   };
 }

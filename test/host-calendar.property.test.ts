@@ -59,6 +59,7 @@ function context(spec: LeaseSpec): ReservationContext[] {
     leaseReservations: reservations,
     startMs,
     endMs: startMs + spec.hours * H,
+    provisioningLeadMs: 0,
   }));
 }
 

@@ -46,7 +46,7 @@ import {
   type Reservation,
 } from '../src/domain/lease';
 import { LeaseEndKey, LeaseStartKey, LeaseStatusKey, ProjectIdKey, ResourceTypesKey } from '../src/domain/search-attributes';
-import type { ReservationContext } from '../src/resources/plugin';
+import type { EndOutcome, ReservationContext } from '../src/resources/plugin';
 
 // ─── Messages: the API imports these ────────────────────────────────────────────────────────────
 
@@ -187,7 +187,9 @@ export async function leaseWorkflow(input: LeaseWorkflowInput): Promise<LeaseOut
 
   try {
     if (lease.status === 'PENDING') {
-      if ((await sleepUntil(() => ({ type: 'start_lease', time: lease.startMs }))) === 'delete') return await remove();
+      // Resources are made ready a provisioning lead time before the start (0 by default).
+      const startAt = () => ({ type: 'start_lease' as const, time: lease.startMs - (lease.provisioningLeadMs ?? 0) });
+      if ((await sleepUntil(startAt)) === 'delete') return await remove();
       await startLease();
     }
     while (lease.status === 'ACTIVE') {
@@ -274,7 +276,7 @@ export async function leaseWorkflow(input: LeaseWorkflowInput): Promise<LeaseOut
       const holdsBookings = lease.status === 'PENDING' || wasActive;
       await transition({ status: 'DELETING' });
       if (holdsBookings) {
-        await releaseAll(lease, wasActive);
+        await releaseAll(lease, wasActive, true);
         await notifySuccessors();
       }
       lease = { ...lease, version: lease.version + 1, updatedMs: Date.now() };
@@ -341,12 +343,36 @@ export async function leaseWorkflow(input: LeaseWorkflowInput): Promise<LeaseOut
     }
   }
 
-  /** Runs every reservation's end hook: takes resources back (if started) and frees the bookings. */
-  async function releaseAll(of: Lease, started: boolean): Promise<void> {
+  /**
+   * Runs every reservation's end hook: takes resources back (if started) and frees the bookings.
+   * A hook that is still waiting (e.g. recycling hosts until their last server is gone) is polled
+   * until it is done; a delete meanwhile (or `force`) makes it take everything back at once.
+   */
+  async function releaseAll(of: Lease, started: boolean, force = false): Promise<void> {
     for (const reservation of of.reservations) {
       if (reservation.status === 'deleted') continue;
-      await cleanup.endReservation({ ...context(of, reservation), started });
+      const ctx = { ...context(of, reservation), started, force };
+      const outcome = await cleanup.endReservation(ctx);
+      if (outcome?.waitingFor) await waitForEnd(ctx, outcome); // (histories from before end outcomes carry none)
     }
+  }
+
+  async function waitForEnd(ctx: ReservationContext & { started: boolean }, outcome: EndOutcome): Promise<void> {
+    setCurrentDetails(`${describe(lease)}\n\nWaiting: ${outcome.waitingFor}`);
+    const interval = Math.min(Math.max(outcome.recheckAfterMs ?? 15_000, 1_000), 5 * 60_000);
+    // A poll by retries: the activity fails while something is still in use, and its retries add
+    // nothing to the history however long the wait.
+    const polling = proxyActivities<Activities>({
+      startToCloseTimeout: '5 minutes',
+      retry: { initialInterval: interval, backoffCoefficient: 1, maximumInterval: interval },
+    });
+    const scope = new CancellationScope();
+    const done = scope.run(() => polling.awaitReservationEnd(ctx));
+    const deleted = condition(() => deletion !== 'none');
+    if ((await Promise.race([done.then(() => 'done' as const), deleted.then(() => 'deleted' as const)])) === 'done') return;
+    scope.cancel();
+    await done.catch(() => undefined);
+    await cleanup.endReservation({ ...ctx, force: true });
   }
 
   /** Back-to-back leases on the same resources: wait until every earlier lease on them has ended. */
@@ -416,6 +442,7 @@ function context(lease: Lease, reservation: Reservation): ReservationContext {
     leaseReservations: lease.reservations,
     startMs: lease.startMs,
     endMs: lease.endMs,
+    provisioningLeadMs: lease.provisioningLeadMs ?? 0,
   };
 }
 

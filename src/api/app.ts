@@ -17,7 +17,7 @@ import { leasesRouter } from './leases';
 import { versionsRouter } from './versions';
 
 export interface AppDeps {
-  config: Pick<Config, 'temporal' | 'healthTimeoutMs' | 'api' | 'hosts' | 'inventory'>;
+  config: Pick<Config, 'temporal' | 'healthTimeoutMs' | 'api' | 'hosts' | 'inventory' | 'provisioningLeadMs'>;
   log: Logger;
   pool: Pool;
   connection: Connection;
@@ -80,10 +80,11 @@ export function createApp(deps: AppDeps): express.Express {
       pool: deps.pool,
       plugins: deps.plugins,
       commands: { client: deps.client, taskQueue: config.temporal.taskQueue, timeoutMs: config.api.workflowTimeoutMs },
+      provisioningLeadMs: config.provisioningLeadMs,
     }),
     hostAllocationsRouter({ pool: deps.pool }),
     hostsRouter({ pool: deps.pool, inventory: lazyInventory(deps) }),
-    availabilityRouter({ calendar: new HostCalendar(deps.pool, config.hosts), plugins: deps.plugins }),
+    availabilityRouter({ calendar: new HostCalendar(deps.pool, { ...config.hosts, provisioningLeadMs: config.provisioningLeadMs }), plugins: deps.plugins }),
   );
 
   app.use(notFoundRoute);

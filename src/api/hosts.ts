@@ -30,6 +30,8 @@ export function toBlazarHost(host: HostRecord) {
     cpu_info: host.cpu_info,
     availability_zone: host.availability_zone,
     reservable: host.reservable,
+    released_at: host.released_at ? formatTimestamp(host.released_at.getTime()) : null,
+    released_by_lease: host.released_by_lease,
     trust_id: null,
     created_at: formatTimestamp(host.created_at.getTime()),
     updated_at: formatTimestamp(host.updated_at.getTime()),

@@ -37,7 +37,7 @@ async function visibleLease(pool: Pool, identity: Identity, id: string): Promise
   return lease;
 }
 
-export function leasesRouter(deps: { pool: Pool; plugins: ResourcePlugins; commands: LeaseCommandOptions }): Router {
+export function leasesRouter(deps: { pool: Pool; plugins: ResourcePlugins; commands: LeaseCommandOptions; provisioningLeadMs: number }): Router {
   const { pool, commands } = deps;
   const createSchema = createLeaseSchema(deps.plugins);
   const router = Router();
@@ -85,6 +85,7 @@ export function leasesRouter(deps: { pool: Pool; plugins: ResourcePlugins; comma
         start: body.start_date,
         end: body.end_date,
         beforeEnd: body.before_end_date ?? undefined,
+        provisioningLeadMs: deps.provisioningLeadMs,
         // A retry with the same Idempotency-Key reaches the first request's workflow, with its reservation ids.
         reservations: (body.reservations ?? []).map((r) => ({ id: randomUUID(), resource_type: r.resource_type, params: r.params })),
         requestedMs: Date.now(),

@@ -20,6 +20,9 @@ export interface HostRecord {
   cpu_info: string | null;
   availability_zone: string | null;
   reservable: boolean;
+  /** Set when a lease's `release` policy handed the host to the shared cloud. */
+  released_at: Date | null;
+  released_by_lease: string | null;
   created_at: Date;
   updated_at: Date;
   capabilities: Record<string, string>;
@@ -37,7 +40,7 @@ export async function listHosts(db: Queryable, filter: { reservableOnly?: boolea
   }
   const { rows } = await db.query<Omit<HostRecord, 'id'> & { id: string }>(
     `SELECT h.id::text AS id, h.hypervisor_hostname, h.nova_hypervisor_id, h.hypervisor_type, h.hypervisor_version, h.service_name,
-            h.vcpus, h.memory_mb, h.local_gb, h.cpu_info, h.availability_zone, h.reservable, h.created_at, h.updated_at,
+            h.vcpus, h.memory_mb, h.local_gb, h.cpu_info, h.availability_zone, h.reservable, h.released_at, h.released_by_lease::text, h.created_at, h.updated_at,
             COALESCE(jsonb_object_agg(c.name, c.value) FILTER (WHERE c.name IS NOT NULL), '{}') AS capabilities
      FROM hosts h LEFT JOIN host_capabilities c ON c.host_id = h.id
      ${where.length ? `WHERE ${where.join(' AND ')}` : ''}
@@ -50,4 +53,13 @@ export async function listHosts(db: Queryable, filter: { reservableOnly?: boolea
 /** The values a `hypervisor_properties` query compares against. */
 export function hypervisorProperties(host: HostRecord): Record<string, string> {
   return Object.fromEntries(HYPERVISOR_FIELDS.flatMap((field) => (host[field] === null ? [] : [[field, String(host[field])]])));
+}
+
+/** Flags hosts handed to the shared cloud at a lease's end: no longer reservable. */
+export async function markReleased(db: Queryable, hostIds: string[], leaseId: string): Promise<void> {
+  await db.query(
+    `UPDATE hosts SET reservable = false, released_at = COALESCE(released_at, now()), released_by_lease = $2, updated_at = now()
+     WHERE id = ANY($1::bigint[])`,
+    [hostIds, leaseId],
+  );
 }

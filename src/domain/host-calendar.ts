@@ -16,7 +16,7 @@ export interface HostRequest {
   matches: (hostId: string) => boolean;
 }
 
-/** A host's blocked interval: [start, end) with the cleaning gap already added to end. */
+/** A host's blocked interval: [start, end) with the cleaning gap already added to end (Infinity: blocked for good). */
 export interface Blocked {
   hostId: string;
   start: number;
@@ -104,7 +104,7 @@ export function fitsAt(requests: HostRequest[], calendar: CalendarSnapshot, star
  * intervals can be the answer: availability changes nowhere else.
  */
 export function earliestFit(requests: HostRequest[], calendar: CalendarSnapshot, from: number, durationMs: number): number | undefined {
-  const starts = [...new Set([from, ...calendar.blocked.map((b) => b.end).filter((end) => end > from)])].sort((a, b) => a - b);
+  const starts = [...new Set([from, ...calendar.blocked.map((b) => b.end).filter((end) => end > from && Number.isFinite(end))])].sort((a, b) => a - b);
   return starts.find((start) => fitsAt(requests, calendar, start, start + durationMs));
 }
 
@@ -115,7 +115,7 @@ export function earliestFit(requests: HostRequest[], calendar: CalendarSnapshot,
  */
 export function longestFit(requests: HostRequest[], calendar: CalendarSnapshot, start: number): number {
   const lengths = [...new Set(calendar.blocked.map((b) => b.start - calendar.cleaningMs - start).filter((length) => length > 0))].sort((a, b) => a - b);
-  const horizon = Math.max(start, ...calendar.blocked.map((b) => b.end)) + 1;
+  const horizon = Math.max(start, ...calendar.blocked.map((b) => (Number.isFinite(b.end) ? b.end : b.start))) + 1;
   if (fitsAt(requests, calendar, start, horizon)) return Infinity;
   let lo = 0;
   let hi = lengths.length - 1;

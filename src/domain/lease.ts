@@ -48,6 +48,8 @@ export interface Lease {
   endMs: number;
   /** Set by the user; otherwise derived from the end date (see beforeEndTime). */
   beforeEndMs?: number;
+  /** The deployment's provisioning lead time when the lease was created: it starts this long before startMs. */
+  provisioningLeadMs?: number;
   status: LeaseStatus;
   statusReason?: string;
   degraded: boolean;
@@ -95,6 +97,7 @@ export interface NewLeaseRequest {
   start: number | 'now';
   end: number;
   beforeEnd?: number;
+  provisioningLeadMs?: number;
   reservations: Array<Pick<Reservation, 'id' | 'resource_type' | 'params'>>;
   requestedMs: number;
 }
@@ -126,6 +129,7 @@ export function newLease(request: NewLeaseRequest): Lease {
     startMs,
     endMs: request.end,
     beforeEndMs: request.beforeEnd,
+    ...(request.provisioningLeadMs ? { provisioningLeadMs: request.provisioningLeadMs } : {}),
     status: 'PENDING',
     degraded: false,
     reservations: request.reservations.map((r) => ({ ...r, status: 'pending' })),

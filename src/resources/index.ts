@@ -5,14 +5,20 @@ import type { OpenStackClients } from '../openstack';
 import { physicalHostPlugin } from './physical-host';
 import { pluginRegistry, type ResourcePlugins } from './plugin';
 
-export function productionPlugins(deps: { pool: Pool; config: Pick<Config, 'hosts' | 'inventory'>; openstack: () => OpenStackClients }): ResourcePlugins {
+export function productionPlugins(deps: {
+  pool: Pool;
+  config: Pick<Config, 'hosts' | 'inventory' | 'notifyUrl' | 'provisioningLeadMs'>;
+  openstack: () => OpenStackClients;
+}): ResourcePlugins {
+  const { hosts, inventory, notifyUrl } = deps.config;
   return pluginRegistry([
     physicalHostPlugin({
       pool: deps.pool,
-      settings: deps.config.hosts,
+      settings: { ...hosts, provisioningLeadMs: deps.config.provisioningLeadMs },
       cloud: deps.openstack,
-      freepool: deps.config.inventory.freepoolAggregate,
-      beforeEndDefault: deps.config.hosts.beforeEndDefault,
+      freepool: inventory.freepoolAggregate,
+      endAggregates: { recycling: inventory.recyclingAggregate, released: inventory.releasedAggregate, closedProjectId: inventory.freepoolProjectId },
+      notices: notifyUrl ? { url: notifyUrl } : undefined,
     }),
   ]);
 }

@@ -19,7 +19,27 @@ export interface ReservationContext {
   leaseReservations: Reservation[];
   startMs: number;
   endMs: number;
+  /** Resources are made ready this long before startMs (and booked from then). */
+  provisioningLeadMs: number;
 }
+
+/** What an end hook left to do. */
+export interface EndOutcome {
+  /**
+   * Set while some resources are not back yet (e.g. recycling hosts that still run servers): the
+   * workflow calls the hook again later, and with `force` when the lease is deleted meanwhile.
+   */
+  waitingFor?: string;
+  /** When to look again (the workflow keeps it between 1 s and 5 min; 15 s when unset). */
+  recheckAfterMs?: number;
+}
+
+export type EndContext = ReservationContext & {
+  /** False for a lease deleted before it started (or whose start failed: then undo what moved). */
+  started: boolean;
+  /** Do not wait for anything: take everything back now. */
+  force?: boolean;
+};
 
 export interface ReserveResult {
   /** Shown in the lease JSON under the reservation (hosts, amounts, aggregate…). */
@@ -46,8 +66,8 @@ export interface ResourcePlugin {
   start(ctx: ReservationContext): Promise<void>;
   /** The before-end action (snapshot, notify…). */
   beforeEnd(ctx: ReservationContext): Promise<void>;
-  /** Takes the resources back and frees the booking; `started` is false for a lease deleted before it started. */
-  end(ctx: ReservationContext & { started: boolean }): Promise<void>;
+  /** Takes the resources back and frees the booking, or says what it is still waiting for. */
+  end(ctx: EndContext): Promise<EndOutcome>;
   /** Replaces failed resources where it can. */
   heal(ctx: ReservationContext): Promise<HealResult>;
 }

@@ -71,7 +71,33 @@ export const SCENARIOS: Record<string, (api: Api) => Promise<string>> = {
     await api('DELETE', `/v1/leases/${body.lease.id}`);
     return body.lease.id;
   },
+  'end-waits-for-resources': async (api) => {
+    // Like hosts recycling until their last server is gone: the end hook reports twice that it waits.
+    const { body } = await api('POST', '/v1/leases', {
+      name: 'end-waits',
+      start_date: 'now',
+      end_date: inSeconds(3),
+      reservations: [{ ...reservation, end_waits: 2 }],
+    });
+    await waitFor(api, body.lease.id, 'TERMINATED');
+    await api('DELETE', `/v1/leases/${body.lease.id}`);
+    return body.lease.id;
+  },
+  'delete-while-end-waits': async (api) => {
+    const { body } = await api('POST', '/v1/leases', {
+      name: 'delete-end-waits',
+      start_date: 'now',
+      end_date: inSeconds(2),
+      reservations: [{ ...reservation, end_waits: 100 }],
+    });
+    await waitFor(api, body.lease.id, 'TERMINATING');
+    await api('DELETE', `/v1/leases/${body.lease.id}`);
+    return body.lease.id;
+  },
 };
+
+/** The recorder's deployment starts leases this long before their start (so every scenario covers it). */
+export const RECORDED_LEAD_SECONDS = 1;
 
 async function record(stack: TestStack): Promise<void> {
   const api = apiClient(stack.url);
@@ -94,7 +120,7 @@ async function record(stack: TestStack): Promise<void> {
 
 async function main(): Promise<void> {
   await globalSetup();
-  const stack = await startTestStack({ plugins: [new RecordingPlugin()] });
+  const stack = await startTestStack({ plugins: [new RecordingPlugin()], env: { LK_PROVISIONING_LEAD_TIME_SECONDS: String(RECORDED_LEAD_SECONDS) } });
   try {
     await record(stack);
   } finally {

@@ -6,7 +6,7 @@
 import { ApplicationFailure } from '@temporalio/common';
 import { z } from 'zod';
 import { leaseConflict } from '../../src/domain/lease';
-import type { ReservationContext, ResourcePlugin } from '../../src/resources/plugin';
+import type { EndContext, EndOutcome, ReservationContext, ResourcePlugin } from '../../src/resources/plugin';
 
 export interface HookCall {
   hook: 'reserve' | 'start' | 'beforeEnd' | 'end' | 'heal';
@@ -15,6 +15,7 @@ export interface HookCall {
   startedAt: number;
   finishedAt?: number;
   started?: boolean;
+  force?: boolean;
   window: [number, number];
 }
 
@@ -24,6 +25,8 @@ const params = z.strictObject({
   fail_start: z.boolean().default(false),
   /** How long start and end take, to make ordering observable. */
   hook_ms: z.number().int().min(0).max(10_000).default(0),
+  /** How many calls of the end hook report something still in use before it finishes (like recycling hosts). */
+  end_waits: z.number().int().min(0).max(100).default(0),
 });
 
 export class RecordingPlugin implements ResourcePlugin {
@@ -67,9 +70,13 @@ export class RecordingPlugin implements ResourcePlugin {
     return this.run('beforeEnd', ctx, {}, () => undefined);
   }
 
-  end(ctx: ReservationContext & { started: boolean }) {
-    return this.run('end', ctx, { started: ctx.started }, async () => {
-      await new Promise((resolve) => setTimeout(resolve, this.params(ctx).hook_ms));
+  end(ctx: EndContext): Promise<EndOutcome> {
+    return this.run('end', ctx, { started: ctx.started, force: ctx.force }, async () => {
+      const p = this.params(ctx);
+      await new Promise((resolve) => setTimeout(resolve, p.hook_ms));
+      const calls = this.callsFor(ctx.leaseId, 'end').filter((c) => c.reservationId === ctx.reservation.id).length;
+      if (ctx.started && !ctx.force && calls <= p.end_waits) return { waitingFor: `test resource still in use (end call ${calls} of ${p.end_waits + 1})`, recheckAfterMs: 1_000 };
+      return {};
     });
   }
 

@@ -22,7 +22,7 @@ import { matchesQuery, parsePropertyQuery, queryKeys, type PropertyQuery } from 
 import { hypervisorProperties, listHosts, HYPERVISOR_FIELDS, type HostRecord } from '../../db/hosts';
 import type { Pool } from '../../db/pool';
 import type { ReservationContext } from '../plugin';
-import { physicalHostParams } from './params';
+import { endPolicyOf, physicalHostParams, type EndPolicy } from './params';
 
 export const PHYSICAL_HOST = 'physical:host';
 const MAX_ATTEMPTS = 20;
@@ -35,6 +35,10 @@ export interface BookedHost {
 export interface CalendarSettings {
   cleaningMs: number;
   randomChoice: boolean;
+  /** For availability queries: the lead time new leases get (a booking's own comes with its lease). */
+  provisioningLeadMs?: number;
+  /** What `on_end: default` means: a `release` booking blocks its hosts for good. */
+  onEndDefault?: EndPolicy;
 }
 
 interface AllocationRow {
@@ -45,6 +49,9 @@ interface AllocationRow {
   start_ms: number;
   end_ms: number;
 }
+
+/** SQL for a booking's new blocked end (`end` + cleaning `ms`), except that a `release` booking stays blocked for good. */
+const KEEP_UNBOUNDED = (end: string, cleaningMs: string) => `CASE WHEN upper_inf(blocks) THEN NULL ELSE ${end} + ${cleaningMs} * interval '1 millisecond' END`;
 
 const isExclusionViolation = (err: unknown) => err instanceof DatabaseError && err.code === '23P01';
 /** Lost a race with a concurrent booking: exclusion violation, or a deadlock between two of them. */
@@ -94,6 +101,18 @@ export class HostCalendar {
     }
   }
 
+  /** Per host of the reservation, when another lease's booking of it next begins (its lead time included). */
+  async nextBookings(reservationId: string): Promise<Map<string, number>> {
+    const { rows } = await this.pool.query<{ host_id: string; next_ms: number }>(
+      `SELECT mine.host_id::text, (extract(epoch FROM min(lower(other.blocks))) * 1000)::float8 AS next_ms
+       FROM host_allocations mine JOIN host_allocations other ON other.host_id = mine.host_id AND other.lease_id <> mine.lease_id
+       WHERE mine.reservation_id = $1 AND lower(other.blocks) >= lower(mine.during)
+       GROUP BY mine.host_id`,
+      [reservationId],
+    );
+    return new Map(rows.map((r) => [r.host_id, r.next_ms]));
+  }
+
   /** Frees the reservation's booking: all of it if it never started, the rest of the window if it ends early. */
   async release(ctx: ReservationContext, started: boolean, nowMs = Date.now()): Promise<void> {
     if (!started) {
@@ -103,7 +122,7 @@ export class HostCalendar {
     await this.pool.query(
       `UPDATE host_allocations
        SET during = tstzrange(lower(during), to_timestamp($2 / 1000.0)),
-           blocks = tstzrange(lower(during), to_timestamp($2 / 1000.0) + $3 * interval '1 millisecond')
+           blocks = tstzrange(lower(blocks), ${KEEP_UNBOUNDED('to_timestamp($2 / 1000.0)', '$3')})
        WHERE reservation_id = $1 AND upper(during) > to_timestamp($2 / 1000.0) AND lower(during) < to_timestamp($2 / 1000.0)`,
       [ctx.reservation.id, nowMs, this.settings.cleaningMs],
     );
@@ -139,15 +158,19 @@ export class HostCalendar {
 
     await client.query('DELETE FROM host_allocations WHERE lease_id = $1', [ctx.leaseId]);
     const hosts = await listHosts(client, { reservableOnly: true });
-    const requests = reservations.map((r) => this.request(r, hosts));
-    const calendar = await this.snapshot(client, hosts, ctx.startMs, ctx.endMs);
+    const lead = ctx.provisioningLeadMs;
+    const calendar = await this.snapshot(client, hosts, ctx.startMs, ctx.endMs, lead);
+    // A `release` reservation keeps its hosts for good: only hosts with nothing booked later will do.
+    const releasing = reservations.filter((r) => this.endPolicy(r) === 'release');
+    const bookedLater = releasing.length ? new Set((await this.snapshot(client, hosts, ctx.startMs, null, lead)).blocked.filter((b) => b.end > ctx.startMs).map((b) => b.hostId)) : new Set<string>();
+    const requests = reservations.map((r) => this.request(r, hosts, releasing.includes(r) ? bookedLater : undefined));
     const previouslyHeld = [...new Set(existing.map((row) => row.host_id))];
     const preference = [...previouslyHeld, ...preferenceOrder(calendar, Date.now(), this.settings.randomChoice ? shuffle : undefined)];
     const assignment = assignHosts(requests, freeHosts(calendar, ctx.startMs, ctx.endMs), [...new Set(preference)]);
     if (!assignment) throw await this.explainShortage(client, hosts, requests, ctx);
 
     const byId = new Map(hosts.map((h) => [h.id, h]));
-    await this.insert(client, ctx, assignment, ctx.startMs, key);
+    await this.insert(client, ctx, assignment, ctx.startMs, key, lead);
     return (assignment.get(ctx.reservation.id) ?? []).map((id) => ({ id, hypervisor_hostname: byId.get(id)!.hypervisor_hostname }));
   }
 
@@ -158,7 +181,7 @@ export class HostCalendar {
       await client.query(
         `UPDATE host_allocations
          SET during = tstzrange(lower(during), to_timestamp($2 / 1000.0)),
-             blocks = tstzrange(lower(during), to_timestamp($2 / 1000.0) + $3 * interval '1 millisecond')
+             blocks = tstzrange(lower(blocks), ${KEEP_UNBOUNDED('to_timestamp($2 / 1000.0)', '$3')})
          WHERE lease_id = $1`,
         [ctx.leaseId, ctx.endMs, this.settings.cleaningMs],
       );
@@ -191,7 +214,7 @@ export class HostCalendar {
     const request = this.request({ id: 'query', resource_type: PHYSICAL_HOST, status: 'pending', params: { min: 1, max: 1, ...params } }, hosts);
     const client = await this.pool.connect();
     try {
-      const calendar = await this.snapshot(client, hosts, from - this.settings.cleaningMs, to);
+      const calendar = await this.snapshot(client, hosts, from - this.settings.cleaningMs, to, this.settings.provisioningLeadMs ?? 0);
       return hosts
         .filter((h) => request.matches(h.id))
         .map((host) => {
@@ -199,7 +222,7 @@ export class HostCalendar {
           const free: Array<{ start: number; end: number }> = [];
           let cursor = from;
           for (const b of blocked) {
-            const end = Math.min(to, b.start - this.settings.cleaningMs);
+            const end = Math.min(to, b.start - calendar.cleaningMs);
             if (end > cursor) free.push({ start: cursor, end });
             cursor = Math.max(cursor, b.end);
           }
@@ -217,7 +240,7 @@ export class HostCalendar {
     const requests = reservations.filter((r) => r.resource_type === PHYSICAL_HOST).map((r) => this.request(r, hosts));
     const client = await this.pool.connect();
     try {
-      const future = await this.snapshot(client, hosts, start, null);
+      const future = await this.snapshot(client, hosts, start, null, this.settings.provisioningLeadMs ?? 0);
       return { earliest: earliestFit(requests, future, start, durationMs), longestMs: longestFit(requests, future, start) };
     } finally {
       client.release();
@@ -241,16 +264,17 @@ export class HostCalendar {
       if (request.max > count) wants.push({ ...request, min: Math.max(0, request.min - count), max: request.max - count });
     }
     if (wants.length === 0 || from >= ctx.endMs) return;
-    const calendar = await this.snapshot(client, hosts, from, ctx.endMs);
+    const calendar = await this.snapshot(client, hosts, from, ctx.endMs, 0);
     const held = new Set(existing.map((row) => row.host_id));
     const free = new Set([...freeHosts(calendar, from, ctx.endMs)].filter((id) => !held.has(id)));
     const extra = assignHosts(wants, free, preferenceOrder(calendar, Date.now()));
     if (!extra) throw leaseConflict(`not enough free hosts to grow lease ${ctx.leaseName} now: ${wants.map((w) => `${w.min} more for reservation ${w.reservationId}`).join(', ')}`);
-    await this.insert(client, ctx, extra, from, key);
+    await this.insert(client, ctx, extra, from, key, 0);
   }
 
   /** Books the assigned hosts from `from` to the lease's end; the exclusion constraint has the last word. */
-  private async insert(client: PoolClient, ctx: ReservationContext, assignment: Map<string, string[]>, from: number, key: string): Promise<void> {
+  private async insert(client: PoolClient, ctx: ReservationContext, assignment: Map<string, string[]>, from: number, key: string, leadMs: number): Promise<void> {
+    const unbounded = new Set(ctx.leaseReservations.filter((r) => r.resource_type === PHYSICAL_HOST && this.endPolicy(r) === 'release').map((r) => r.id));
     // Every transaction takes hosts in the same order (by id): two that want the same hosts then
     // queue on the first one instead of deadlocking.
     const rows = [...assignment].flatMap(([reservationId, hostIds]) => hostIds.map((hostId) => ({ reservationId, hostId }))).sort((a, b) => Number(a.hostId) - Number(b.hostId));
@@ -258,39 +282,53 @@ export class HostCalendar {
       await client.query(
         `INSERT INTO host_allocations (host_id, reservation_id, lease_id, project_id, during, blocks, booking_key)
          VALUES ($1, $2, $3, $4, tstzrange(to_timestamp($5 / 1000.0), to_timestamp($6 / 1000.0)),
-                 tstzrange(to_timestamp($5 / 1000.0), to_timestamp($6 / 1000.0) + $7 * interval '1 millisecond'), $8)`,
-        [hostId, reservationId, ctx.leaseId, ctx.projectId, from, ctx.endMs, this.settings.cleaningMs, key],
+                 tstzrange(to_timestamp($5 / 1000.0) - $9 * interval '1 millisecond',
+                           CASE WHEN $10 THEN NULL ELSE to_timestamp($6 / 1000.0) + $7 * interval '1 millisecond' END), $8)`,
+        [hostId, reservationId, ctx.leaseId, ctx.projectId, from, ctx.endMs, this.settings.cleaningMs, key, leadMs, unbounded.has(reservationId)],
       );
     }
   }
 
-  private request(reservation: Reservation, hosts: HostRecord[]): HostRequest {
+  private endPolicy(reservation: Reservation): EndPolicy {
+    return endPolicyOf(physicalHostParams.parse(reservation.params), this.settings.onEndDefault);
+  }
+
+  /** A reservation's host request; `excluded` hosts cannot serve it. */
+  private request(reservation: Reservation, hosts: HostRecord[], excluded?: Set<string>): HostRequest {
     const params = physicalHostParams.parse(reservation.params);
     const hypervisorQuery = parsePropertyQuery(params.hypervisor_properties);
     const resourceQuery = parsePropertyQuery(params.resource_properties);
     checkKeys(hypervisorQuery, new Set(HYPERVISOR_FIELDS), 'hypervisor_properties');
     checkKeys(resourceQuery, new Set(hosts.flatMap((h) => Object.keys(h.capabilities))), 'resource_properties');
     const matching = new Set(
-      hosts.filter((h) => matchesQuery(hypervisorQuery, hypervisorProperties(h)) && matchesQuery(resourceQuery, h.capabilities)).map((h) => h.id),
+      hosts
+        .filter((h) => !excluded?.has(h.id) && matchesQuery(hypervisorQuery, hypervisorProperties(h)) && matchesQuery(resourceQuery, h.capabilities))
+        .map((h) => h.id),
     );
     return { reservationId: reservation.id, min: params.min, max: params.max, matches: (id) => matching.has(id) };
   }
 
-  /** The bookings that matter for [start, end): those overlapping it, with their cleaning gaps. */
-  private async snapshot(client: PoolClient | Pool, hosts: HostRecord[], start: number, end: number | null): Promise<CalendarSnapshot> {
+  /**
+   * The bookings that matter for a lease over [start, end) made ready `leadMs` before its start:
+   * those overlapping [start − lead, end + cleaning). Each is shifted by the lead and the gap after
+   * it grows by the lead, so the pure calendar functions (which know only a gap after bookings)
+   * answer for the lead too: a new lease must begin its lead time after a booking's blocked end.
+   */
+  private async snapshot(client: PoolClient | Pool, hosts: HostRecord[], start: number, end: number | null, leadMs: number): Promise<CalendarSnapshot> {
     const { rows } = await client.query<{ host_id: string; start_ms: number; end_ms: number }>(
-      `SELECT host_id::text, (extract(epoch FROM lower(blocks)) * 1000)::float8 AS start_ms, (extract(epoch FROM upper(blocks)) * 1000)::float8 AS end_ms
+      `SELECT host_id::text, (extract(epoch FROM lower(blocks)) * 1000)::float8 AS start_ms,
+              COALESCE((extract(epoch FROM upper(blocks)) * 1000)::float8, 'Infinity') AS end_ms
        FROM host_allocations
        WHERE blocks && tstzrange(to_timestamp($1 / 1000.0), ${end === null ? 'NULL' : `to_timestamp($2 / 1000.0) + $3 * interval '1 millisecond'`})`,
-      end === null ? [start] : [start, end, this.settings.cleaningMs],
+      end === null ? [start - leadMs] : [start - leadMs, end, this.settings.cleaningMs],
     );
-    const blocked: Blocked[] = rows.map((r) => ({ hostId: r.host_id, start: r.start_ms, end: r.end_ms }));
-    return { hostIds: hosts.map((h) => h.id), blocked, cleaningMs: this.settings.cleaningMs };
+    const blocked: Blocked[] = rows.map((r) => ({ hostId: r.host_id, start: r.start_ms + leadMs, end: r.end_ms + leadMs }));
+    return { hostIds: hosts.map((h) => h.id), blocked, cleaningMs: this.settings.cleaningMs + leadMs };
   }
 
   /** 409 that says what was short, when the same request would fit, and how long it can be from the asked start. */
   private async explainShortage(client: PoolClient, hosts: HostRecord[], requests: HostRequest[], ctx: ReservationContext) {
-    const future = await this.snapshot(client, hosts, ctx.startMs, null);
+    const future = await this.snapshot(client, hosts, ctx.startMs, null, ctx.provisioningLeadMs);
     const duration = ctx.endMs - ctx.startMs;
     const earliest = earliestFit(requests, future, ctx.startMs, duration);
     const longest = longestFit(requests, future, ctx.startMs);

@@ -1,63 +1,145 @@
 /**
- * `physical:host`: whole compute hosts, booked in the host calendar and, from start to end, moved
- * out of the reservable pool into the lease's own Nova aggregate (its availability zone is what
- * the lessee targets). At the end every server on them is deleted and they return to the pool.
+ * `physical:host`: whole compute hosts, booked in the host calendar and, from start (less the
+ * provisioning lead time) to end, moved out of the reservable pool into the lease's own Nova
+ * aggregate (its availability zone is what the lessee targets). Before the end: a snapshot of every
+ * server, or a notice. At the end, per reservation (`on_end`): `delete` every server and return the
+ * hosts; `recycle` — hosts wait in a closed aggregate until their last server is gone (or a grace
+ * period, or the host's next booking, comes); `release` — hosts and servers go to the shared cloud.
  */
-import { deleteServersOnHosts, leaseAggregateFor, moveHostsIntoLease, returnHostsToPool } from '../../../activities/host-aggregates';
+import { leaseAggregateFor, deleteServersOnHosts, moveHostsIntoLease, recycleHosts, releaseHosts, returnHostsToPool, type EndAggregates } from '../../../activities/host-aggregates';
+import { sendLeaseNotice, type NoticeSettings } from '../../../activities/notifications';
 import { snapshotServersOnHosts } from '../../../activities/server-snapshots';
+import { markReleased } from '../../db/hosts';
 import type { Pool } from '../../db/pool';
 import type { GlanceClient, NovaClient } from '../../openstack';
-import type { ReservationContext, ResourcePlugin } from '../plugin';
+import type { EndContext, EndOutcome, ReservationContext, ResourcePlugin } from '../plugin';
 import { HostCalendar, PHYSICAL_HOST, type CalendarSettings } from './calendar';
-import { physicalHostParams } from './params';
+import { endPolicyOf, physicalHostParams, type EndPolicy } from './params';
 
 export { PHYSICAL_HOST };
 
 export interface PhysicalHostDeps {
   pool: Pool;
-  settings: CalendarSettings;
+  settings: CalendarSettings & {
+    /** What `before_end: default` means. */
+    beforeEndDefault?: '' | 'snapshot' | 'notify';
+    /** `recycle`: how long hosts wait for their last servers when the reservation names no grace period (unset: until their next booking). */
+    recycleGraceMs?: number;
+  };
   /**
    * Nova and Glance, for carrying leases out; 'calendar-only' for tests of booking alone, where
    * start and end touch no cloud.
    */
   cloud: (() => { nova: NovaClient; glance: GlanceClient }) | 'calendar-only';
   freepool?: string;
-  /** What `before_end: default` means ('' = nothing, or 'snapshot'). */
-  beforeEndDefault?: '' | 'snapshot';
-  /** How long the end waits for the lessee's servers to be deleted. */
+  /** Where `recycle` and `release` put hosts (defaults: leasekeeper-recycling, leasekeeper-released, the pool's project). */
+  endAggregates?: Partial<EndAggregates>;
+  /** Where `before_end: notify` posts (unset: `notify` is refused when the lease is created). */
+  notices?: NoticeSettings;
+  /** How long the end waits for deleted servers to be gone. */
   serverDeleteTimeoutMs?: number;
+  /** How often a recycling end looks at its hosts again. */
+  recyclePollMs?: number;
 }
 
 export function physicalHostPlugin(deps: PhysicalHostDeps): ResourcePlugin {
   const calendar = new HostCalendar(deps.pool, deps.settings);
   const freepool = deps.freepool ?? 'freepool';
+  const endAggregates: EndAggregates = {
+    recycling: 'leasekeeper-recycling',
+    released: 'leasekeeper-released',
+    closedProjectId: 'leasekeeper-freepool',
+    ...deps.endAggregates,
+  };
+  const serverDeleteTimeoutMs = deps.serverDeleteTimeoutMs ?? 10 * 60_000;
+  const beforeEndOf = (ctx: ReservationContext) => {
+    const { before_end: requested } = physicalHostParams.parse(ctx.reservation.params);
+    return requested === 'default' ? (deps.settings.beforeEndDefault ?? '') : requested;
+  };
 
-  /** The compute host names of the reservation's current booking. */
-  async function computeHosts(ctx: ReservationContext): Promise<string[]> {
-    const { rows } = await deps.pool.query<{ host: string }>(
-      `SELECT DISTINCT COALESCE(h.service_name, h.hypervisor_hostname) AS host
-       FROM host_allocations a JOIN hosts h ON h.id = a.host_id WHERE a.reservation_id = $1 ORDER BY 1`,
+  /** The reservation's hosts (id and compute host name) in its current booking. */
+  async function bookedHosts(ctx: ReservationContext): Promise<Array<{ id: string; host: string }>> {
+    const { rows } = await deps.pool.query<{ id: string; host: string }>(
+      `SELECT DISTINCT h.id::text, COALESCE(h.service_name, h.hypervisor_hostname) AS host
+       FROM host_allocations a JOIN hosts h ON h.id = a.host_id WHERE a.reservation_id = $1 ORDER BY 2`,
       [ctx.reservation.id],
     );
-    return rows.map((r) => r.host);
+    return rows;
   }
 
   const move = async (ctx: ReservationContext) => ({
     reservationId: ctx.reservation.id,
     leaseId: ctx.leaseId,
     projectId: ctx.projectId,
-    hosts: await computeHosts(ctx),
+    hosts: (await bookedHosts(ctx)).map((h) => h.host),
     freepool,
   });
 
+  /** The policy decided at booking (shown in the lease JSON), so a changed default does not change a booked lease. */
+  function endPolicy(ctx: ReservationContext): EndPolicy {
+    const booked = ctx.reservation.allocation?.on_end;
+    return booked === 'delete' || booked === 'recycle' || booked === 'release' ? booked : endPolicyOf(physicalHostParams.parse(ctx.reservation.params), deps.settings.onEndDefault);
+  }
+
+  /** `recycle`: per host, when waiting stops: the grace period's end, or the host's next booking, whichever is first. */
+  async function recycleDeadlines(ctx: ReservationContext): Promise<Map<string, number>> {
+    const params = physicalHostParams.parse(ctx.reservation.params);
+    const graceMs = params.recycle_grace_seconds !== null && params.recycle_grace_seconds !== undefined ? params.recycle_grace_seconds * 1000 : deps.settings.recycleGraceMs;
+    const next = await calendar.nextBookings(ctx.reservation.id);
+    const deadlines = new Map<string, number>();
+    for (const { id, host } of await bookedHosts(ctx)) {
+      const candidates = [graceMs === undefined ? Infinity : ctx.endMs + graceMs, next.get(id) ?? Infinity];
+      const deadline = Math.min(...candidates);
+      if (deadline !== Infinity) deadlines.set(host, deadline);
+    }
+    return deadlines;
+  }
+
+  async function endInCloud(ctx: EndContext, nova: NovaClient): Promise<EndOutcome> {
+    const hosts = await move(ctx);
+    // Not started (deleted while pending, or a start that failed half way): put back whatever moved.
+    if (!ctx.started) return returnHostsToPool(nova, hosts).then(() => ({}));
+    switch (endPolicy(ctx)) {
+      case 'delete':
+        await deleteServersOnHosts(nova, hosts.hosts, serverDeleteTimeoutMs);
+        await returnHostsToPool(nova, hosts);
+        return {};
+      case 'release':
+        await releaseHosts(nova, hosts, endAggregates);
+        await markReleased(deps.pool, (await bookedHosts(ctx)).map((h) => h.id), ctx.leaseId);
+        return {};
+      case 'recycle': {
+        const { waiting } = await recycleHosts(nova, { ...hosts, aggregates: endAggregates, deleteServersAt: await recycleDeadlines(ctx), force: ctx.force ?? false, serverDeleteTimeoutMs });
+        if (waiting.length === 0) return {};
+        const what = waiting.map((w) => `${w.host} (${w.servers} server(s)${w.deleteAt ? `, deleted at ${new Date(w.deleteAt).toISOString()}` : ''})`).join(', ');
+        const soonest = Math.min(...waiting.map((w) => w.deleteAt ?? Infinity));
+        return {
+          waitingFor: `recycling: waiting for the last servers on ${what}`,
+          recheckAfterMs: Math.max(1_000, Math.min(deps.recyclePollMs ?? 15_000, soonest - Date.now())),
+        };
+      }
+    }
+  }
+
   return {
     resourceType: PHYSICAL_HOST,
-    paramsSchema: physicalHostParams,
+    paramsSchema: physicalHostParams.superRefine((params, issues) => {
+      const beforeEnd = params.before_end === 'default' ? (deps.settings.beforeEndDefault ?? '') : params.before_end;
+      if (beforeEnd === 'notify' && !deps.notices) {
+        issues.addIssue({ code: 'custom', path: ['before_end'], message: 'notify needs a notification endpoint, and this deployment has none (LK_NOTIFY_URL)' });
+      }
+    }),
     async reserve(ctx) {
       const hosts = await calendar.book(ctx);
       const aggregate = leaseAggregateFor(ctx.reservation.id);
       return {
-        allocation: { hosts: hosts.map((h) => h.hypervisor_hostname), host_ids: hosts.map((h) => h.id), aggregate: aggregate.name, availability_zone: aggregate.availabilityZone },
+        allocation: {
+          hosts: hosts.map((h) => h.hypervisor_hostname),
+          host_ids: hosts.map((h) => h.id),
+          aggregate: aggregate.name,
+          availability_zone: aggregate.availabilityZone,
+          on_end: endPolicyOf(physicalHostParams.parse(ctx.reservation.params), deps.settings.onEndDefault),
+        },
         resourceKeys: hosts.map((h) => `host:${h.id}`),
       };
     },
@@ -66,21 +148,22 @@ export function physicalHostPlugin(deps: PhysicalHostDeps): ResourcePlugin {
       await moveHostsIntoLease(deps.cloud().nova, await move(ctx));
     },
     async beforeEnd(ctx) {
-      const { before_end: requested } = physicalHostParams.parse(ctx.reservation.params);
-      const action = requested === 'default' ? (deps.beforeEndDefault ?? '') : requested;
+      const action = beforeEndOf(ctx);
+      if (action === 'notify') {
+        await sendLeaseNotice(deps.notices, { event: 'before_end_lease', ctx, details: { hosts: (await bookedHosts(ctx)).map((h) => h.host) } });
+        return;
+      }
       if (action !== 'snapshot' || deps.cloud === 'calendar-only') return;
       const { nova, glance } = deps.cloud();
-      await snapshotServersOnHosts(nova, glance, { hosts: await computeHosts(ctx), leaseId: ctx.leaseId, leaseName: ctx.leaseName, reservationId: ctx.reservation.id });
+      await snapshotServersOnHosts(nova, glance, { hosts: (await move(ctx)).hosts, leaseId: ctx.leaseId, leaseName: ctx.leaseName, reservationId: ctx.reservation.id });
     },
     async end(ctx) {
       if (deps.cloud !== 'calendar-only') {
-        const { nova } = deps.cloud();
-        const hosts = await move(ctx);
-        if (ctx.started) await deleteServersOnHosts(nova, hosts.hosts, deps.serverDeleteTimeoutMs ?? 10 * 60_000);
-        // Also after a start that failed half way: whatever moved goes back (idempotent).
-        await returnHostsToPool(nova, hosts);
+        const outcome = await endInCloud(ctx, deps.cloud().nova);
+        if (outcome.waitingFor) return outcome; // the booking holds the hosts until they are back
       }
       await calendar.release(ctx, ctx.started);
+      return {};
     },
     heal() {
       return Promise.resolve({ missingResources: false, resourcesChanged: false });

@@ -4,6 +4,7 @@
  * whose `filter_tenant_id` keeps ordinary servers off it (Nova's AggregateMultiTenancyIsolation).
  */
 import { ApplicationFailure } from '@temporalio/common';
+import { ensureAggregate } from '../../../activities/host-aggregates';
 import { ConflictError, ignoreNotFound, NotFoundError, type Aggregate, type NovaClient } from '../../openstack';
 import { leaseConflict, invalidLease, type Lease } from '../../domain/lease';
 import { parsePropertyQuery, queryKeys } from '../../domain/property-query';
@@ -15,6 +16,8 @@ export interface InventorySettings {
   freepoolAggregate: string;
   /** The project named in the pool's filter_tenant_id: nobody else's servers land there. */
   freepoolProjectId: string;
+  /** Where hosts released at a lease's end sit (see the `release` end policy). */
+  releasedAggregate: string;
 }
 
 export const MAX_CAPABILITY_NAME = 64;
@@ -50,13 +53,8 @@ export class HostInventory {
   ) {}
 
   /** The pool aggregate, created and set up if missing. */
-  async freepool(): Promise<Aggregate> {
-    const existing = (await this.nova.listAggregates()).find((a) => a.name === this.settings.freepoolAggregate);
-    const aggregate = existing ?? (await this.nova.createAggregate({ name: this.settings.freepoolAggregate }));
-    if (aggregate.metadata?.filter_tenant_id !== this.settings.freepoolProjectId || aggregate.metadata?.['blazar:owner'] === undefined) {
-      return this.nova.setAggregateMetadata(aggregate.id, { filter_tenant_id: this.settings.freepoolProjectId, 'blazar:owner': 'leasekeeper', 'leasekeeper:pool': 'free' });
-    }
-    return aggregate;
+  freepool(): Promise<Aggregate> {
+    return ensureAggregate(this.nova, this.settings.freepoolAggregate, { filter_tenant_id: this.settings.freepoolProjectId, 'blazar:owner': 'leasekeeper', 'leasekeeper:pool': 'free' });
   }
 
   async enrol(name: string, capabilities: Record<string, unknown>): Promise<HostRecord> {
@@ -68,8 +66,11 @@ export class HostInventory {
     if ((hypervisor.servers?.length ?? 0) > 0) {
       throw leaseConflict(`host ${name} runs ${hypervisor.servers!.length} server(s): only an empty host can be made reservable`);
     }
-    const { rowCount } = await this.pool.query('SELECT 1 FROM hosts WHERE hypervisor_hostname = $1', [hypervisor.hypervisor_hostname]);
-    if (rowCount) throw leaseConflict(`host ${hypervisor.hypervisor_hostname} is already reservable`);
+    const { rows: known } = await this.pool.query<{ id: string; released: boolean }>('SELECT id::text, released_at IS NOT NULL AS released FROM hosts WHERE hypervisor_hostname = $1', [
+      hypervisor.hypervisor_hostname,
+    ]);
+    if (known[0] && !known[0].released) throw leaseConflict(`host ${hypervisor.hypervisor_hostname} is already reservable`);
+    if (known[0]) return this.reenrol(known[0].id, hypervisor.service.host);
 
     const zone = (await this.nova.listServices({ binary: 'nova-compute', host: hypervisor.service.host }))[0]?.zone ?? null;
     const pool = await this.freepool();
@@ -80,6 +81,7 @@ export class HostInventory {
         if (!(err instanceof ConflictError)) throw err; // already there
       }
     }
+
     const client = await this.pool.connect();
     try {
       await client.query('BEGIN');
@@ -103,6 +105,26 @@ export class HostInventory {
     } finally {
       client.release();
     }
+  }
+
+  /**
+   * A host released at a lease's end, now empty, becomes reservable again: back into the pool, and
+   * the releasing booking (which blocked it for good) ends with its lease.
+   */
+  private async reenrol(id: string, computeHost: string): Promise<HostRecord> {
+    const pool = await this.freepool();
+    if (!pool.hosts.includes(computeHost)) {
+      try {
+        await this.nova.addHostToAggregate(pool.id, computeHost);
+      } catch (err) {
+        if (!(err instanceof ConflictError)) throw err;
+      }
+    }
+    const released = (await this.nova.listAggregates()).find((a) => a.name === this.settings.releasedAggregate);
+    if (released?.hosts.includes(computeHost)) await ignoreNotFound(this.nova.removeHostFromAggregate(released.id, computeHost));
+    await this.pool.query('UPDATE host_allocations SET blocks = tstzrange(lower(blocks), upper(during)) WHERE host_id = $1 AND upper_inf(blocks)', [id]);
+    await this.pool.query('UPDATE hosts SET reservable = true, released_at = NULL, released_by_lease = NULL, updated_at = now() WHERE id = $1', [id]);
+    return this.get(id);
   }
 
   async get(id: string): Promise<HostRecord> {

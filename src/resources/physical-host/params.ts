@@ -2,6 +2,10 @@
 import { z } from 'zod';
 import { parsePropertyQuery, PropertyQueryError } from '../../domain/property-query';
 
+export const END_POLICIES = ['delete', 'recycle', 'release'] as const;
+export type EndPolicy = (typeof END_POLICIES)[number];
+const MAX_GRACE_SECONDS = 30 * 86_400;
+
 const count = z
   .union([z.number(), z.string().regex(/^\s*\d+\s*$/, 'expected a whole number')], { error: 'expected a whole number' })
   .transform(Number)
@@ -29,9 +33,32 @@ export const physicalHostParams = z
     max: count,
     hypervisor_properties: query,
     resource_properties: query,
-    /** Before the end: nothing (''), a snapshot of every server on the hosts, or the deployment's default. */
-    before_end: z.enum(['', 'default', 'snapshot'], { error: 'expected "", "default" or "snapshot"' }).nullish().transform((v) => v ?? 'default'),
+    /** Before the end: nothing (''), a snapshot of every server on the hosts, a notice, or the deployment's default. */
+    before_end: z
+      .enum(['', 'default', 'snapshot', 'notify'], { error: 'expected "", "default", "snapshot" or "notify"' })
+      .nullish()
+      .transform((v) => v ?? 'default'),
+    /** At the end: delete the servers, recycle the hosts (wait for the servers to go), release the hosts with their servers. */
+    on_end: z
+      .enum(['default', ...END_POLICIES], { error: 'expected "default", "delete", "recycle" or "release"' })
+      .nullish()
+      .transform((v) => v ?? 'default'),
+    /** `recycle` only: how long the hosts wait for their last servers before those are deleted. */
+    recycle_grace_seconds: z
+      .union([z.number(), z.string().regex(/^\s*\d+\s*$/, 'expected a whole number of seconds')], { error: 'expected a whole number of seconds' })
+      .transform(Number)
+      .pipe(z.number().int('expected a whole number of seconds').min(0).max(MAX_GRACE_SECONDS, `must be at most ${MAX_GRACE_SECONDS} (30 days)`))
+      .nullish(),
   })
-  .refine((p) => p.min <= p.max, { message: 'min must not be greater than max', path: ['min'] });
+  .refine((p) => p.min <= p.max, { message: 'min must not be greater than max', path: ['min'] })
+  .refine((p) => p.recycle_grace_seconds === null || p.recycle_grace_seconds === undefined || p.on_end === 'recycle' || p.on_end === 'default', {
+    message: 'recycle_grace_seconds applies only to on_end "recycle"',
+    path: ['recycle_grace_seconds'],
+  });
 
 export type PhysicalHostParams = z.output<typeof physicalHostParams>;
+
+/** The end policy a reservation gets: its own, or the deployment's default (`delete` unless configured). */
+export function endPolicyOf(params: Pick<PhysicalHostParams, 'on_end'>, defaultPolicy: EndPolicy = 'delete'): EndPolicy {
+  return params.on_end === 'default' ? defaultPolicy : params.on_end;
+}

@@ -1,0 +1,53 @@
+/**
+ * Lease notices (`before_end: notify`): a JSON POST to the deployment's webhook, in the shape of
+ * Blazar's notifications (`event_type` lease.event.<event>, a payload with the lease and the
+ * reservation). Carries an Idempotency-Key per lease, reservation and event, so a retried
+ * activity lets the receiver drop the duplicate. 5xx and network errors are retried by the
+ * activity's policy; 4xx is final.
+ */
+import { ApplicationFailure } from '@temporalio/common';
+import type { ReservationContext } from '../src/resources/plugin';
+
+export interface NoticeSettings {
+  url: string;
+  timeoutMs?: number;
+}
+
+export interface LeaseNotice {
+  event: 'before_end_lease';
+  ctx: ReservationContext;
+  details: Record<string, unknown>;
+}
+
+export async function sendLeaseNotice(settings: NoticeSettings | undefined, notice: LeaseNotice): Promise<void> {
+  if (!settings) throw ApplicationFailure.nonRetryable('notify needs a notification endpoint (LK_NOTIFY_URL), and none is set', 'NoticesNotConfigured');
+  const { ctx } = notice;
+  const body = {
+    event_type: `lease.event.${notice.event}`,
+    payload: {
+      lease_id: ctx.leaseId,
+      lease_name: ctx.leaseName,
+      project_id: ctx.projectId,
+      user_id: ctx.userId,
+      reservation_id: ctx.reservation.id,
+      resource_type: ctx.reservation.resource_type,
+      start_date: new Date(ctx.startMs).toISOString(),
+      end_date: new Date(ctx.endMs).toISOString(),
+      ...notice.details,
+    },
+  };
+  let res: Response;
+  try {
+    res = await fetch(settings.url, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', 'idempotency-key': `${ctx.leaseId}:${ctx.reservation.id}:${notice.event}` },
+      body: JSON.stringify(body),
+      signal: AbortSignal.timeout(settings.timeoutMs ?? 10_000),
+    });
+  } catch (err) {
+    throw new Error(`notice to ${settings.url} failed: ${(err as Error).message}`); // retried
+  }
+  await res.arrayBuffer().catch(() => undefined);
+  if (res.status >= 400 && res.status < 500) throw ApplicationFailure.nonRetryable(`notice to ${settings.url} refused: HTTP ${res.status}`, 'NoticeRefused');
+  if (!res.ok) throw new Error(`notice to ${settings.url} failed: HTTP ${res.status}`);
+}
