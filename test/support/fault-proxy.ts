@@ -181,7 +181,7 @@ export class FaultProxy {
       }
       this.waiters.clear();
       this.server.close(() => resolve());
-      void this.sockets;
+      for (const socket of this.sockets) socket.destroy();
       this.agent.destroy();
     });
     return this.stopping;

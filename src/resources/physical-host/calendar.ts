@@ -167,7 +167,7 @@ export class HostCalendar {
     const previouslyHeld = [...new Set(existing.map((row) => row.host_id))];
     const preference = [...previouslyHeld, ...preferenceOrder(calendar, Date.now(), this.settings.randomChoice ? shuffle : undefined)];
     const assignment = assignHosts(requests, freeHosts(calendar, ctx.startMs, ctx.endMs), [...new Set(preference)]);
-    if (!assignment) throw await this.explainShortage(client, hosts, requests, ctx);
+    if (!assignment) throw await this.explainShortage(client, hosts, requests, ctx, releasing.length > 0);
 
     const byId = new Map(hosts.map((h) => [h.id, h]));
     await this.insert(client, ctx, assignment, ctx.startMs, key, lead);
@@ -327,7 +327,7 @@ export class HostCalendar {
   }
 
   /** 409 that says what was short, when the same request would fit, and how long it can be from the asked start. */
-  private async explainShortage(client: PoolClient, hosts: HostRecord[], requests: HostRequest[], ctx: ReservationContext) {
+  private async explainShortage(client: PoolClient, hosts: HostRecord[], requests: HostRequest[], ctx: ReservationContext, releasing = false) {
     const future = await this.snapshot(client, hosts, ctx.startMs, null, ctx.provisioningLeadMs);
     const duration = ctx.endMs - ctx.startMs;
     const earliest = earliestFit(requests, future, ctx.startMs, duration);
@@ -338,7 +338,7 @@ export class HostCalendar {
       .join('; ');
     const parts = [`not enough hosts free from ${when(ctx.startMs)} to ${when(ctx.endMs)}: needs ${short}`];
     if (earliest !== undefined) parts.push(`the same lease fits from ${when(earliest)} to ${when(earliest + duration)}`);
-    else parts.push('it never fits: not enough hosts match');
+    else parts.push(releasing ? 'it never fits: on_end "release" needs hosts with nothing booked after its start' : 'it never fits: not enough hosts match');
     if (longest > 0 && longest !== Infinity) parts.push(`from the requested start it fits until ${when(ctx.startMs + longest)}`);
     return leaseConflict(`${parts.join('; ')}.`, {
       earliest_start: earliest !== undefined ? when(earliest) : null,
