@@ -9,7 +9,7 @@ import type { OpenStackClients, Server } from '../../src/openstack';
 import { KeystoneSession, serverHost } from '../../src/openstack';
 import { snapshotName } from '../../activities/server-snapshots';
 import { apiClient, eventually, inSeconds, startTestStack, type TestStack } from '../support/stack';
-import { FLAVOR, IMAGE, rigClients, rigCredentials, uniqueName } from './support';
+import { bootServer, rigClients, rigCredentials, uniqueName } from './support';
 
 describe('a host lease in Nova', () => {
   const admin = rigClients('leasekeeper-admin');
@@ -24,20 +24,7 @@ describe('a host lease in Nova', () => {
 
   const aggregateNamed = async (name: string) => (await admin.nova.listAggregates()).find((a) => a.name === name);
 
-  async function boot(clients: OpenStackClients, where: { zone?: string; host?: string } = {}): Promise<Server> {
-    const flavor = (await clients.nova.listFlavors()).find((f) => f.name === FLAVOR)!;
-    const image = (await clients.glance.listImages({ name: IMAGE }))[0];
-    const created = await clients.nova.createServer({
-      name: uniqueName('srv'),
-      flavorRef: flavor.id,
-      imageRef: image.id,
-      networks: 'none',
-      ...(where.zone ? { availability_zone: where.zone } : {}),
-      ...(where.host ? { host: where.host } : {}),
-    });
-    servers.push({ clients, id: created.id });
-    return clients.nova.waitForServer(created.id, (s) => s.status === 'ACTIVE' || s.status === 'ERROR', { timeoutMs: 90_000, failOnError: false });
-  }
+  const boot = (clients: OpenStackClients, where: { zone?: string; host?: string } = {}): Promise<Server> => bootServer(clients, where, (id) => servers.push({ clients, id }));
 
   beforeAll(async () => {
     stack = await startTestStack({

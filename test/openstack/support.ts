@@ -14,6 +14,7 @@ import {
   type PasswordCredentials,
   type PlacementClient,
   type ResourceProvider,
+  type Server,
 } from '../../src/openstack';
 
 export const REPO_ROOT = path.resolve(__dirname, '..', '..');
@@ -114,4 +115,20 @@ export async function providerNamed(placement: PlacementClient, name: string): P
 /** The bandwidth provider Neutron's placement plugin made for a host's br-ex. */
 export function bandwidthProviderName(host: string): string {
   return `${host}:Open vSwitch agent:br-ex`;
+}
+
+/** Boots a tiny server (no network), optionally into a zone or onto a host, and waits until it is ACTIVE or ERROR. */
+export async function bootServer(clients: OpenStackClients, where: { zone?: string; host?: string } = {}, onCreated?: (id: string) => void): Promise<Server> {
+  const flavor = (await clients.nova.listFlavors()).find((f) => f.name === FLAVOR)!;
+  const image = (await clients.glance.listImages({ name: IMAGE }))[0];
+  const created = await clients.nova.createServer({
+    name: uniqueName('srv'),
+    flavorRef: flavor.id,
+    imageRef: image.id,
+    networks: 'none',
+    ...(where.zone ? { availability_zone: where.zone } : {}),
+    ...(where.host ? { host: where.host } : {}),
+  });
+  onCreated?.(created.id);
+  return clients.nova.waitForServer(created.id, (s) => s.status === 'ACTIVE' || s.status === 'ERROR', { timeoutMs: 90_000, failOnError: false });
 }

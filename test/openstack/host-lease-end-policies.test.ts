@@ -1,0 +1,152 @@
+/**
+ * The end policies of a host lease in Nova, with the real scheduler: `recycle` (the host waits in a
+ * closed aggregate while the lessee's server runs, returns when it is gone or when the grace period
+ * deletes it) and `release` (host and server handed to the shared cloud, no longer reservable;
+ * enrolling it again once empty makes it reservable).
+ */
+import { KeystoneSession, type OpenStackClients, type Server } from '../../src/openstack';
+import { physicalHostPlugin } from '../../src/resources/physical-host';
+import { apiClient, eventually, inSeconds, startTestStack, type TestStack } from '../support/stack';
+import { bootServer, rigClients, rigCredentials, uniqueName } from './support';
+
+const HOST = 'fake-2';
+
+describe('host lease end policies in Nova', () => {
+  const admin = rigClients('leasekeeper-admin');
+  const projectA = rigClients('leasekeeper-project-a');
+  const aggregates = { freepool: uniqueName('freepool'), recycling: uniqueName('recycling'), released: uniqueName('released') };
+  const servers: Array<{ clients: OpenStackClients; id: string }> = [];
+  let stack: TestStack;
+  let api: ReturnType<typeof apiClient>;
+  let asA: ReturnType<typeof apiClient>;
+  let hostId: string;
+
+  const aggregateNamed = async (name: string) => (await admin.nova.listAggregates()).find((a) => a.name === name);
+  const hostsOf = async (name: string) => (await aggregateNamed(name))?.hosts ?? [];
+  const boot = (where: { zone?: string }): Promise<Server> => bootServer(projectA, where, (id) => servers.push({ clients: projectA, id }));
+  const statusOf = async (id: string) => (await asA('GET', `/v1/leases/${id}`)).body.lease.status as string;
+
+  beforeAll(async () => {
+    stack = await startTestStack({
+      env: { LK_FREEPOOL_AGGREGATE: aggregates.freepool, LK_RECYCLING_AGGREGATE: aggregates.recycling, LK_RELEASED_AGGREGATE: aggregates.released },
+      withPool: (pool) => [
+        physicalHostPlugin({
+          pool,
+          settings: { cleaningMs: 0, randomChoice: false },
+          cloud: () => admin,
+          freepool: aggregates.freepool,
+          endAggregates: { recycling: aggregates.recycling, released: aggregates.released, closedProjectId: 'leasekeeper-freepool' },
+          recyclePollMs: 1_000,
+        }),
+      ],
+      openstack: () => admin,
+    });
+    api = apiClient(stack.url);
+    const projectAId = (await new KeystoneSession({ credentials: rigCredentials('leasekeeper-project-a') }).authenticate()).projectId;
+    asA = apiClient(stack.url, { 'x-project-id': projectAId, 'x-user-id': 'user-a' });
+    const enrolled = await api('POST', '/v1/os-hosts', { name: HOST });
+    expect(enrolled.status).toBe(201);
+    hostId = enrolled.body.host.id;
+  });
+
+  afterAll(async () => {
+    for (const lease of (await api('GET', '/v1/leases')).body?.leases ?? []) await api('DELETE', `/v1/leases/${lease.id}`);
+    await eventually(async () => (((await api('GET', '/v1/leases')).body?.leases ?? []).length === 0 ? true : undefined), 120_000).catch(() => undefined);
+    for (const { clients, id } of servers) await clients.nova.deleteServer(id).catch(() => undefined);
+    for (const { clients, id } of servers) await clients.nova.waitForServerDeleted(id, { timeoutMs: 60_000 }).catch(() => undefined);
+    if (hostId) await api('DELETE', `/v1/os-hosts/${hostId}`);
+    for (const name of Object.values(aggregates)) {
+      const aggregate = await aggregateNamed(name);
+      if (!aggregate) continue;
+      for (const host of aggregate.hosts) await admin.nova.removeHostFromAggregate(aggregate.id, host);
+      await admin.nova.deleteAggregate(aggregate.id);
+    }
+    await stack?.stop();
+  });
+
+  /** A lease of project A on the host, active, with one of A's servers running in its zone. */
+  async function activeLeaseWithServer(params: Record<string, unknown>): Promise<{ id: string; server: Server }> {
+    const created = await asA('POST', '/v1/leases', {
+      name: uniqueName('policy'),
+      start_date: inSeconds(3),
+      end_date: inSeconds(7200),
+      reservations: [{ resource_type: 'physical:host', min: 1, max: 1, hypervisor_properties: '', resource_properties: '', before_end: '', ...params }],
+    });
+    expect(created.status).toBe(201);
+    const { id } = created.body.lease;
+    await eventually(async () => ((await statusOf(id)) === 'ACTIVE' ? true : undefined), 60_000);
+    const server = await boot({ zone: created.body.lease.reservations[0].availability_zone });
+    expect(server.status).toBe('ACTIVE');
+    return { id, server };
+  }
+
+  it('recycle: the host waits, closed, while the server runs; returns when the lessee deletes it', async () => {
+    const { id, server } = await activeLeaseWithServer({ on_end: 'recycle' });
+    expect((await asA('PUT', `/v1/leases/${id}`, { end_date: 'now' })).status).toBe(200);
+    await eventually(async () => ((await hostsOf(aggregates.recycling)).includes(HOST) ? true : undefined), 60_000);
+    expect(await statusOf(id)).toBe('TERMINATING');
+    expect(await hostsOf(aggregates.freepool)).not.toContain(HOST);
+    expect((await admin.nova.getServer(server.id)).status).toBe('ACTIVE'); // the lessee's server keeps running
+    // Nobody can start a new server there: the recycling aggregate names no real project.
+    const intruder = await bootServer(admin, { host: HOST }, (sid) => servers.push({ clients: admin, id: sid }));
+    expect(intruder.status).toBe('ERROR');
+    await new Promise((resolve) => setTimeout(resolve, 3_000));
+    expect(await statusOf(id)).toBe('TERMINATING'); // still waiting: no grace period
+
+    await projectA.nova.deleteServer(server.id);
+    const deleted = Date.now();
+    await eventually(async () => ((await statusOf(id)) === 'TERMINATED' ? true : undefined), 60_000);
+    console.log(`recycle: host back in the pool ${Date.now() - deleted} ms after its last server was deleted`);
+    expect(await hostsOf(aggregates.freepool)).toContain(HOST);
+    expect(await hostsOf(aggregates.recycling)).not.toContain(HOST);
+  }, 240_000);
+
+  it('recycle with a grace period: what still runs when it expires is deleted, then the host returns', async () => {
+    const { id, server } = await activeLeaseWithServer({ on_end: 'recycle', recycle_grace_seconds: 8 });
+    const ended = Date.now();
+    expect((await asA('PUT', `/v1/leases/${id}`, { end_date: 'now' })).status).toBe(200);
+    await eventually(async () => ((await hostsOf(aggregates.recycling)).includes(HOST) ? true : undefined), 60_000);
+    await eventually(async () => ((await statusOf(id)) === 'TERMINATED' ? true : undefined), 90_000);
+    const took = Date.now() - ended;
+    console.log(`recycle with 8 s grace: host back in the pool ${took} ms after the end`);
+    expect(took).toBeGreaterThanOrEqual(7_000);
+    await expect(admin.nova.getServer(server.id)).rejects.toThrow(/not be found|404/i);
+    expect(await hostsOf(aggregates.freepool)).toContain(HOST);
+  }, 240_000);
+
+  it('release: host and server go to the shared cloud at once; the host is no longer reservable until enrolled again', async () => {
+    const { id, server } = await activeLeaseWithServer({ on_end: 'release' });
+    expect((await asA('PUT', `/v1/leases/${id}`, { end_date: 'now' })).status).toBe(200);
+    await eventually(async () => ((await statusOf(id)) === 'TERMINATED' ? true : undefined), 60_000);
+    expect(await hostsOf(aggregates.released)).toEqual([HOST]);
+    expect(await hostsOf(aggregates.freepool)).not.toContain(HOST);
+    expect((await admin.nova.getServer(server.id)).status).toBe('ACTIVE');
+    const host = (await api('GET', `/v1/os-hosts/${hostId}`)).body.host;
+    expect(host).toMatchObject({ reservable: false, released_by_lease: id });
+    expect(host.released_at).toEqual(expect.any(String));
+    const refused = await asA('POST', '/v1/leases', {
+      name: uniqueName('after-release'),
+      start_date: inSeconds(600),
+      end_date: inSeconds(1200),
+      reservations: [{ resource_type: 'physical:host', min: 1, max: 1, hypervisor_properties: '', resource_properties: '' }],
+    });
+    expect(refused.status).toBe(409);
+
+    // Enrolling it again: refused while the server runs, accepted once the host is empty.
+    expect((await api('POST', '/v1/os-hosts', { name: HOST })).status).toBe(409);
+    await projectA.nova.deleteServer(server.id);
+    await projectA.nova.waitForServerDeleted(server.id, { timeoutMs: 60_000 });
+    const again = await api('POST', '/v1/os-hosts', { name: HOST });
+    expect(again.status).toBe(201);
+    expect(again.body.host).toMatchObject({ id: hostId, reservable: true, released_by_lease: null });
+    expect(await hostsOf(aggregates.freepool)).toContain(HOST);
+    expect(await hostsOf(aggregates.released)).not.toContain(HOST);
+    const bookable = await asA('POST', '/v1/leases', {
+      name: uniqueName('after-reenrol'),
+      start_date: inSeconds(600),
+      end_date: inSeconds(1200),
+      reservations: [{ resource_type: 'physical:host', min: 1, max: 1, hypervisor_properties: '', resource_properties: '' }],
+    });
+    expect(bookable.status).toBe(201);
+  }, 240_000);
+});
