@@ -3,9 +3,11 @@
  * start less the lead) and with the `release` end policy (its hosts leave the reservable pool at
  * the end, so nothing may be booked on them after it); and the edge's checks of the end options.
  */
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { physicalHostPlugin } from '../src/resources/physical-host';
 import { insertHost } from './support/hosts';
-import { apiClient, startTestStack, type TestStack } from './support/stack';
+import { apiClient, eventually, inSeconds, startTestStack, type TestStack } from './support/stack';
 
 const LEAD_MINUTES = 30;
 
@@ -96,3 +98,61 @@ async function expectEventually(check: () => Promise<boolean>, timeoutMs = 15_00
     await new Promise((resolve) => setTimeout(resolve, 200));
   }
 }
+
+describe('before_end: notify', () => {
+  const received: Array<{ headers: http.IncomingHttpHeaders; body: { event_type: string; payload: Record<string, unknown> } }> = [];
+  let failuresLeft = 1; // the first delivery gets a 503: the activity must retry it
+  let receiver: http.Server;
+  let stack: TestStack;
+
+  beforeAll(async () => {
+    receiver = http.createServer((req, res) => {
+      let text = '';
+      req.on('data', (chunk: Buffer) => (text += chunk.toString()));
+      req.on('end', () => {
+        if (failuresLeft-- > 0) {
+          res.writeHead(503).end();
+          return;
+        }
+        received.push({ headers: req.headers, body: JSON.parse(text) });
+        res.writeHead(204).end();
+      });
+    });
+    await new Promise<void>((resolve) => receiver.listen(0, '127.0.0.1', resolve));
+    const url = `http://127.0.0.1:${(receiver.address() as AddressInfo).port}/hooks/leases`;
+    stack = await startTestStack({
+      withPool: (pool) => [physicalHostPlugin({ pool, settings: { cleaningMs: 0, randomChoice: false }, cloud: 'calendar-only', notices: { url } })],
+    });
+    await insertHost(stack.db.pool, { name: 'notify-host', vcpus: 4 });
+  });
+  afterAll(async () => {
+    await stack?.stop();
+    await new Promise((resolve) => receiver.close(resolve));
+  });
+
+  it('posts a Blazar-style notice before the end, retried until delivered, once', async () => {
+    const api = apiClient(stack.url);
+    const created = await api('POST', '/v1/leases', {
+      name: 'notify-me',
+      start_date: 'now',
+      before_end_date: inSeconds(2),
+      end_date: inSeconds(3600),
+      reservations: [{ resource_type: 'physical:host', min: 1, max: 1, hypervisor_properties: '', resource_properties: '', before_end: 'notify' }],
+    });
+    expect(created.status).toBe(201);
+    const lease = created.body.lease;
+    await eventually(async () => (received.length > 0 ? true : undefined), 30_000);
+    expect(received).toHaveLength(1);
+    expect(received[0].headers['idempotency-key']).toBe(`${lease.id}:${lease.reservations[0].id}:before_end_lease`);
+    expect(received[0].body).toMatchObject({
+      event_type: 'lease.event.before_end_lease',
+      payload: { lease_id: lease.id, lease_name: 'notify-me', project_id: 'admin', reservation_id: lease.reservations[0].id, resource_type: 'physical:host', hosts: ['notify-host'] },
+    });
+    await eventually(async () => {
+      const events = (await api('GET', `/v1/leases/${lease.id}`)).body.lease.events as Array<{ event_type: string; status: string }>;
+      return events.find((e) => e.event_type === 'before_end_lease')?.status === 'DONE' ? true : undefined;
+    }, 10_000);
+    expect(failuresLeft).toBeLessThan(0); // the 503 was seen, and then the retry delivered
+    await api('DELETE', `/v1/leases/${lease.id}`);
+  }, 60_000);
+});
