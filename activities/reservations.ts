@@ -4,11 +4,19 @@
  * cannot succeed by trying again (4xx, missing settings) becomes non-retryable here; 5xx, time-outs
  * and Placement generation conflicts are left to the workflow's retry policies.
  */
+import { Context } from '@temporalio/activity';
 import { ApplicationFailure } from '@temporalio/common';
 import { OpenStackConfigError, OpenStackError } from '../src/openstack/errors';
 import type { EndContext, EndOutcome, HealResult, ReservationContext, ReserveResult, ResourcePlugin, ResourcePlugins } from '../src/resources/plugin';
 
+/** How often a running hook tells the server its worker is alive (the workflow sets a heartbeat timeout a few times longer). */
+export const LIVENESS_HEARTBEAT_MS = 5_000;
+
 async function classified<T>(hook: () => Promise<T>): Promise<T> {
+  // A worker killed mid-hook is noticed by its missing heartbeats, and the hook retried elsewhere
+  // within the heartbeat timeout instead of after the whole start-to-close timeout.
+  const context = Context.current();
+  const alive = context.info.isLocal ? undefined : setInterval(() => context.heartbeat(), LIVENESS_HEARTBEAT_MS);
   try {
     return await hook();
   } catch (err) {
@@ -16,6 +24,8 @@ async function classified<T>(hook: () => Promise<T>): Promise<T> {
       throw ApplicationFailure.nonRetryable(err.message, err.name);
     }
     throw err;
+  } finally {
+    clearInterval(alive);
   }
 }
 

@@ -94,16 +94,23 @@ const records = proxyActivities<Activities>({
   startToCloseTimeout: '15 seconds',
   retry: { initialInterval: '500 milliseconds', maximumInterval: '30 seconds' },
 });
+/**
+ * Resource hooks heartbeat while they run (activities/reservations.ts): a worker that dies mid-hook
+ * is noticed within this timeout and the hook runs again on another worker.
+ */
+const HOOK_HEARTBEAT_TIMEOUT = '20 seconds';
 /** Starting resources: keep trying for a while, then put the lease in ERROR. */
 const starting = proxyActivities<Activities>({
   startToCloseTimeout: '5 minutes',
   scheduleToCloseTimeout: '30 minutes',
+  heartbeatTimeout: HOOK_HEARTBEAT_TIMEOUT,
   retry: { initialInterval: '1 second', maximumInterval: '1 minute' },
 });
 /** Taking resources back must finish: retry for a day before giving up with ERROR. */
 const cleanup = proxyActivities<Activities>({
   startToCloseTimeout: '15 minutes',
   scheduleToCloseTimeout: '24 hours',
+  heartbeatTimeout: HOOK_HEARTBEAT_TIMEOUT,
   retry: { initialInterval: '1 second', maximumInterval: '5 minutes' },
 });
 
@@ -364,6 +371,7 @@ export async function leaseWorkflow(input: LeaseWorkflowInput): Promise<LeaseOut
     // nothing to the history however long the wait.
     const polling = proxyActivities<Activities>({
       startToCloseTimeout: '5 minutes',
+      heartbeatTimeout: HOOK_HEARTBEAT_TIMEOUT,
       retry: { initialInterval: interval, backoffCoefficient: 1, maximumInterval: interval },
     });
     const scope = new CancellationScope();
