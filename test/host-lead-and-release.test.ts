@@ -141,7 +141,7 @@ describe('before_end: notify', () => {
     });
     expect(created.status).toBe(201);
     const lease = created.body.lease;
-    await eventually(async () => (received.length > 0 ? true : undefined), 30_000);
+    await eventually(() => Promise.resolve(received.length > 0 ? true : undefined), 30_000);
     expect(received).toHaveLength(1);
     expect(received[0].headers['idempotency-key']).toBe(`${lease.id}:${lease.reservations[0].id}:before_end_lease`);
     expect(received[0].body).toMatchObject({
