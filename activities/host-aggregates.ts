@@ -99,20 +99,28 @@ export async function returnHostsToPool(nova: NovaClient, move: HostMove): Promi
   await ignoreNotFound(nova.deleteAggregate(aggregate.id));
 }
 
-/** The `delete` end policy: every server on the hosts, of any project, deleted and waited for. */
-export async function deleteServersOnHosts(nova: NovaClient, hosts: string[], timeoutMs: number): Promise<number> {
-  const servers = (await Promise.all(hosts.map((host) => nova.listServers({ all_tenants: true, host })))).flat();
-  for (const server of servers) await ignoreNotFound(nova.deleteServer(server.id));
-  const deadline = Date.now() + timeoutMs;
-  let left = servers.length;
-  while (left > 0) {
-    if (Date.now() > deadline) throw new Error(`${left} server(s) still on ${hosts.join(', ')} after ${timeoutMs / 1000} s`);
+/**
+ * The `delete` end policy, one pass: every server on the hosts (of any project) is asked to go, then
+ * up to `waitMs` passes for them to be gone. Returns how many are still there (the caller polls
+ * again later, showing the progress, instead of holding one activity for minutes).
+ */
+export async function deleteServersOnHosts(nova: NovaClient, hosts: string[], waitMs: number): Promise<number> {
+  const list = async () => (await Promise.all(hosts.map((host) => nova.listServers({ all_tenants: true, host })))).flat();
+  let servers = await list();
+  for (const server of servers) {
+    if (server['OS-EXT-STS:task_state'] !== 'deleting') await ignoreNotFound(nova.deleteServer(server.id));
+  }
+  const deadline = Date.now() + waitMs;
+  while (servers.length > 0 && Date.now() < deadline) {
     await new Promise((resolve) => setTimeout(resolve, 1000));
-    left = (await Promise.all(hosts.map((host) => nova.listServers({ all_tenants: true, host })))).flat().length;
-    Context.current().heartbeat({ serversLeft: left }); // progress shows in the workflow's pending activity
+    servers = await list();
+    Context.current().heartbeat({ serversLeft: servers.length });
   }
   return servers.length;
 }
+
+/** How long one pass of an end waits for deleted servers before reporting progress and polling again. */
+export const SERVER_DELETE_PASS_MS = 10_000;
 
 /** Where hosts go at the end under `recycle` and `release`. */
 export interface EndAggregates {
@@ -142,12 +150,11 @@ export interface RecycleRequest extends HostMove {
   deleteServersAt: Map<string, number>;
   /** Delete what runs now, whatever the deadlines (the lease is being deleted). */
   force: boolean;
-  serverDeleteTimeoutMs: number;
 }
 
 export interface RecycleProgress {
-  /** Hosts still waiting in the recycling aggregate, with how many servers each still runs. */
-  waiting: Array<{ host: string; servers: number; deleteAt?: number }>;
+  /** Hosts still waiting in the recycling aggregate, with how many servers each still runs (`deleting`: being deleted). */
+  waiting: Array<{ host: string; servers: number; deleteAt?: number; deleting?: boolean }>;
 }
 
 /**
@@ -173,7 +180,11 @@ export async function recycleHosts(nova: NovaClient, request: RecycleRequest): P
       waiting.push({ host, servers: servers.length, deleteAt });
       continue;
     }
-    if (servers.length > 0) await deleteServersOnHosts(nova, [host], request.serverDeleteTimeoutMs);
+    const left = servers.length > 0 ? await deleteServersOnHosts(nova, [host], SERVER_DELETE_PASS_MS) : 0;
+    if (left > 0) {
+      waiting.push({ host, servers: left, deleting: true });
+      continue;
+    }
     await addHost(nova, pool, host);
     await removeHost(nova, current, host);
     Context.current().heartbeat({ returned: host });

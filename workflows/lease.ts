@@ -27,6 +27,7 @@ import {
   proxyLocalActivities,
   setCurrentDetails,
   setHandler,
+  sleep,
   upsertSearchAttributes,
   workflowInfo,
   ActivityFailure,
@@ -364,23 +365,34 @@ export async function leaseWorkflow(input: LeaseWorkflowInput): Promise<LeaseOut
     }
   }
 
-  async function waitForEnd(ctx: ReservationContext & { started: boolean }, outcome: EndOutcome): Promise<void> {
-    setCurrentDetails(`${describe(lease)}\n\nWaiting: ${outcome.waitingFor}`);
-    const interval = Math.min(Math.max(outcome.recheckAfterMs ?? 15_000, 1_000), 5 * 60_000);
-    // A poll by retries: the activity fails while something is still in use, and its retries add
-    // nothing to the history however long the wait.
-    const polling = proxyActivities<Activities>({
-      startToCloseTimeout: '5 minutes',
-      heartbeatTimeout: HOOK_HEARTBEAT_TIMEOUT,
-      retry: { initialInterval: interval, backoffCoefficient: 1, maximumInterval: interval },
-    });
-    const scope = new CancellationScope();
-    const done = scope.run(() => polling.awaitReservationEnd(ctx));
-    const deleted = condition(() => deletion !== 'none');
-    if ((await Promise.race([done.then(() => 'done' as const), deleted.then(() => 'deleted' as const)])) === 'done') return;
-    scope.cancel();
-    await done.catch(() => undefined);
-    await cleanup.endReservation({ ...ctx, force: true });
+  async function waitForEnd(ctx: ReservationContext & { started: boolean; force: boolean }, outcome: EndOutcome): Promise<void> {
+    const show = (o: EndOutcome) => setCurrentDetails(`${describe(lease)}\n\nWaiting: ${o.waitingFor}`);
+    const intervalOf = (o: EndOutcome) => Math.min(Math.max(o.recheckAfterMs ?? 15_000, 1_000), 5 * 60_000);
+    show(outcome);
+    let next: EndOutcome | undefined = outcome;
+    if (!ctx.force) {
+      // A poll by retries: the activity fails while something is still in use, and its retries add
+      // nothing to the history however long the wait.
+      const interval = intervalOf(outcome);
+      const polling = proxyActivities<Activities>({
+        startToCloseTimeout: '5 minutes',
+        heartbeatTimeout: HOOK_HEARTBEAT_TIMEOUT,
+        retry: { initialInterval: interval, backoffCoefficient: 1, maximumInterval: interval },
+      });
+      const scope = new CancellationScope();
+      const done = scope.run(() => polling.awaitReservationEnd(ctx));
+      const deleted = condition(() => deletion !== 'none');
+      if ((await Promise.race([done.then(() => 'done' as const), deleted.then(() => 'deleted' as const)])) === 'done') return;
+      scope.cancel();
+      await done.catch(() => undefined);
+      next = await cleanup.endReservation({ ...ctx, force: true });
+    }
+    // Forced: nothing waits for its owner any more, only for what cannot be hurried (servers being deleted).
+    while (next?.waitingFor) {
+      show(next);
+      await sleep(intervalOf(next));
+      next = await cleanup.endReservation({ ...ctx, force: true });
+    }
   }
 
   /** Back-to-back leases on the same resources: wait until every earlier lease on them has ended. */

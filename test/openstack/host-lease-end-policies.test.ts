@@ -92,6 +92,8 @@ describe('host lease end policies in Nova', () => {
     expect(intruder.status).toBe('ERROR');
     await new Promise((resolve) => setTimeout(resolve, 3_000));
     expect(await statusOf(id)).toBe('TERMINATING'); // still waiting: no grace period
+    const metadata = await stack.temporal.client.workflow.getHandle(`lease-${id}`).query<{ currentDetails: string }>('__temporal_workflow_metadata');
+    expect(metadata.currentDetails).toContain(`Waiting: recycling: waiting for the last servers on ${HOST} (1 server(s))`);
 
     await projectA.nova.deleteServer(server.id);
     const deleted = Date.now();

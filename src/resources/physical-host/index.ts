@@ -6,7 +6,17 @@
  * hosts; `recycle` — hosts wait in a closed aggregate until their last server is gone (or a grace
  * period, or the host's next booking, comes); `release` — hosts and servers go to the shared cloud.
  */
-import { leaseAggregateFor, deleteServersOnHosts, moveHostsIntoLease, recycleHosts, releaseHosts, returnHostsToPool, type EndAggregates } from '../../../activities/host-aggregates';
+import { ApplicationFailure } from '@temporalio/common';
+import {
+  deleteServersOnHosts,
+  leaseAggregateFor,
+  moveHostsIntoLease,
+  recycleHosts,
+  releaseHosts,
+  returnHostsToPool,
+  SERVER_DELETE_PASS_MS,
+  type EndAggregates,
+} from '../../../activities/host-aggregates';
 import { sendLeaseNotice, type NoticeSettings } from '../../../activities/notifications';
 import { snapshotServersOnHosts } from '../../../activities/server-snapshots';
 import { markReleased } from '../../db/hosts';
@@ -95,22 +105,34 @@ export function physicalHostPlugin(deps: PhysicalHostDeps): ResourcePlugin {
     return deadlines;
   }
 
+  /** Servers being deleted: progress for the workflow to show, bounded by the delete time-out after `since` (when given). */
+  function stillDeleting(left: number, on: string[], since?: number): EndOutcome {
+    if (since !== undefined && Date.now() > since + serverDeleteTimeoutMs) {
+      throw ApplicationFailure.nonRetryable(`${left} server(s) still on ${on.join(', ')} ${serverDeleteTimeoutMs / 1000} s after the end`, 'ServersNotDeleted');
+    }
+    return { waitingFor: `deleting servers: ${left} still on ${on.join(', ')}`, recheckAfterMs: 2_000 };
+  }
+
   async function endInCloud(ctx: EndContext, nova: NovaClient): Promise<EndOutcome> {
     const hosts = await move(ctx);
     // Not started (deleted while pending, or a start that failed half way): put back whatever moved.
     if (!ctx.started) return returnHostsToPool(nova, hosts).then(() => ({}));
     switch (endPolicy(ctx)) {
-      case 'delete':
-        await deleteServersOnHosts(nova, hosts.hosts, serverDeleteTimeoutMs);
+      case 'delete': {
+        const left = await deleteServersOnHosts(nova, hosts.hosts, SERVER_DELETE_PASS_MS);
+        if (left > 0) return stillDeleting(left, hosts.hosts, ctx.endMs);
         await returnHostsToPool(nova, hosts);
         return {};
+      }
       case 'release':
         await releaseHosts(nova, hosts, endAggregates);
         await markReleased(deps.pool, (await bookedHosts(ctx)).map((h) => h.id), ctx.leaseId);
         return {};
       case 'recycle': {
-        const { waiting } = await recycleHosts(nova, { ...hosts, aggregates: endAggregates, deleteServersAt: await recycleDeadlines(ctx), force: ctx.force ?? false, serverDeleteTimeoutMs });
+        const { waiting } = await recycleHosts(nova, { ...hosts, aggregates: endAggregates, deleteServersAt: await recycleDeadlines(ctx), force: ctx.force ?? false });
         if (waiting.length === 0) return {};
+        const deleting = waiting.filter((w) => w.deleting);
+        if (deleting.length > 0) return stillDeleting(deleting.reduce((n, w) => n + w.servers, 0), deleting.map((w) => w.host));
         const what = waiting.map((w) => `${w.host} (${w.servers} server(s)${w.deleteAt ? `, deleted at ${new Date(w.deleteAt).toISOString()}` : ''})`).join(', ');
         const soonest = Math.min(...waiting.map((w) => w.deleteAt ?? Infinity));
         return {
