@@ -7,7 +7,7 @@
 import { Context } from '@temporalio/activity';
 import { ApplicationFailure } from '@temporalio/common';
 import { OpenStackConfigError, OpenStackError } from '../src/openstack/errors';
-import type { EndContext, EndOutcome, HealResult, ReservationContext, ReserveResult, ResourcePlugin, ResourcePlugins } from '../src/resources/plugin';
+import type { EndContext, EndOutcome, HealResult, ReservationContext, ReserveResult, ResourcePlugin, ResourcePlugins, StartOutcome } from '../src/resources/plugin';
 
 /** How often a running hook tells the server its worker is alive (the workflow sets a heartbeat timeout a few times longer). */
 export const LIVENESS_HEARTBEAT_MS = 5_000;
@@ -39,7 +39,11 @@ export function reservationActivities({ plugins }: { plugins: ResourcePlugins })
   }
   return {
     reserveReservation: (ctx: ReservationContext): Promise<ReserveResult> => classified(() => pluginFor(ctx).reserve(ctx)),
-    startReservation: (ctx: ReservationContext): Promise<void> => classified(() => pluginFor(ctx).start(ctx)),
+    holdReservation: (ctx: ReservationContext): Promise<void> =>
+      classified(async () => {
+        await pluginFor(ctx).hold?.(ctx);
+      }),
+    startReservation: (ctx: ReservationContext): Promise<StartOutcome> => classified(async () => (await pluginFor(ctx).start(ctx)) ?? {}),
     beforeEndReservation: (ctx: ReservationContext): Promise<void> => classified(() => pluginFor(ctx).beforeEnd(ctx)),
     endReservation: (ctx: EndContext): Promise<EndOutcome> => classified(() => pluginFor(ctx).end(ctx)),
     /** The end hook again, as a poll: fails (to be retried by the workflow's policy) until nothing is left to wait for. */

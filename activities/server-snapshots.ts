@@ -5,39 +5,48 @@
  * not for `active` (some drivers, like Nova's fake one, never upload bytes).
  */
 import { Context } from '@temporalio/activity';
-import type { GlanceClient, NovaClient } from '../src/openstack';
+import type { GlanceClient, NovaClient, Server } from '../src/openstack';
 
-export interface SnapshotRequest {
+export interface SnapshotRequest extends SnapshotOwner {
   hosts: string[];
-  leaseId: string;
-  leaseName: string;
-  reservationId: string;
 }
 
 export function snapshotName(serverName: string, leaseName: string): string {
   return `${serverName}-${leaseName}-before-end`.slice(0, 255);
 }
 
+export interface SnapshotOwner {
+  leaseId: string;
+  leaseName: string;
+  reservationId: string;
+}
+
+/** An image of one server, once per lease (found again by name and lease when retried). */
+export async function snapshotServer(nova: NovaClient, glance: GlanceClient, server: Pick<Server, 'id' | 'name'>, owner: SnapshotOwner): Promise<string> {
+  const imageId = (await findSnapshot(glance, server.name, owner.leaseName, owner.leaseId)) ?? (
+    await nova.createImage(server.id, snapshotName(server.name, owner.leaseName), {
+      leasekeeper_lease: owner.leaseId,
+      leasekeeper_reservation: owner.reservationId,
+      leasekeeper_server: server.id,
+    })
+  ).imageId;
+  // The snapshot is done when the server's task (image_snapshot, image_uploading) is over: deleting
+  // the server before that makes Nova abort the snapshot and delete the image.
+  await nova.waitForServer(server.id, (s) => s['OS-EXT-STS:task_state'] === null, { timeoutMs: 10 * 60_000, failOnError: false });
+  await glance.waitForImage(imageId, () => true, { timeoutMs: 120_000 });
+  return imageId;
+}
+
+/** The image this lease already made of the server, if any. */
+export async function findSnapshot(glance: GlanceClient, serverName: string, leaseName: string, leaseId: string): Promise<string | undefined> {
+  return (await glance.listImages({ name: snapshotName(serverName, leaseName), visibility: 'all' })).find((image) => image.leasekeeper_lease === leaseId)?.id;
+}
+
 export async function snapshotServersOnHosts(nova: NovaClient, glance: GlanceClient, request: SnapshotRequest): Promise<string[]> {
   const servers = (await Promise.all(request.hosts.map((host) => nova.listServers({ all_tenants: true, host })))).flat();
   const imageIds: string[] = [];
   for (const server of servers) {
-    const name = snapshotName(server.name, request.leaseName);
-    const existing = (await glance.listImages({ name, visibility: 'all' })).find((image) => image.leasekeeper_lease === request.leaseId);
-    const imageId =
-      existing?.id ??
-      (
-        await nova.createImage(server.id, name, {
-          leasekeeper_lease: request.leaseId,
-          leasekeeper_reservation: request.reservationId,
-          leasekeeper_server: server.id,
-        })
-      ).imageId;
-    // The snapshot is done when the server's task (image_snapshot, image_uploading) is over: deleting
-    // the server before that makes Nova abort the snapshot and delete the image.
-    await nova.waitForServer(server.id, (s) => s['OS-EXT-STS:task_state'] === null, { timeoutMs: 10 * 60_000, failOnError: false });
-    await glance.waitForImage(imageId, () => true, { timeoutMs: 120_000 });
-    imageIds.push(imageId);
+    imageIds.push(await snapshotServer(nova, glance, server, request));
     Context.current().heartbeat({ snapshots: imageIds.length, of: servers.length });
   }
   return imageIds;

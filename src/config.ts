@@ -65,6 +65,12 @@ const envSchema = z.object({
   LK_RECYCLING_AGGREGATE: z.string().min(1).max(255).default('leasekeeper-recycling'),
   LK_RELEASED_AGGREGATE: z.string().min(1).max(255).default('leasekeeper-released'),
 
+  // Server reservations (`virtual:server`): what the start does when on-demand servers took the
+  // reserved host's room (move to another host with room, or fail with the reason), and how long
+  // the hosts' capacities read from Placement serve admissions before being read again.
+  LK_SERVER_HOST_FULL_POLICY: z.enum(['move', 'fail']).default('move'),
+  LK_CAPACITY_REFRESH_SECONDS: z.coerce.number().int().min(0).max(86_400).default(60),
+
   // How long a health check may wait for each dependency.
   LK_HEALTH_TIMEOUT_MS: positiveInt.default(2_000),
 });
@@ -107,6 +113,7 @@ function toConfig(env: z.infer<typeof envSchema>) {
       onEndDefault: env.LK_HOST_ON_END_DEFAULT,
       recycleGraceMs: env.LK_HOST_RECYCLE_GRACE_SECONDS === undefined ? undefined : env.LK_HOST_RECYCLE_GRACE_SECONDS * 1000,
     },
+    servers: { hostFullPolicy: env.LK_SERVER_HOST_FULL_POLICY, capacityRefreshMs: env.LK_CAPACITY_REFRESH_SECONDS * 1000 },
     provisioningLeadMs: env.LK_PROVISIONING_LEAD_TIME_SECONDS * 1000,
     notifyUrl: env.LK_NOTIFY_URL,
     inventory: {

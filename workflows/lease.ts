@@ -195,6 +195,9 @@ export async function leaseWorkflow(input: LeaseWorkflowInput): Promise<LeaseOut
 
   try {
     if (lease.status === 'PENDING') {
+      if (lease.reservations.some((r) => r.hold === 'due')) await holdUntilStart();
+    }
+    if (lease.status === 'PENDING') {
       // Resources are made ready a provisioning lead time before the start (0 by default).
       const startAt = () => ({ type: 'start_lease' as const, time: lease.startMs - (lease.provisioningLeadMs ?? 0) });
       if ((await sleepUntil(startAt)) === 'delete') return await remove();
@@ -220,14 +223,39 @@ export async function leaseWorkflow(input: LeaseWorkflowInput): Promise<LeaseOut
 
   // ─── Phases ─────────────────────────────────────────────────────────────────────────────────
 
+  /**
+   * Right after admission: reservations whose resources wait out of use until the start (a server
+   * shelved, its host free for others) are set aside. If that cannot be done, the lease is ERROR.
+   */
+  async function holdUntilStart(): Promise<void> {
+    await lock.run(async () => {
+      if (deletion !== 'none') return; // the delete takes everything back as it is
+      try {
+        for (const reservation of lease.reservations) {
+          if (reservation.hold === 'due') await starting.holdReservation(context(lease, reservation));
+        }
+      } catch (err) {
+        const reason = `hold until start failed: ${failureMessage(err)}`;
+        log.error('lease hold failed', { leaseId: lease.id, reason });
+        await CancellationScope.nonCancellable(() => releaseAll(lease, false));
+        const reservations = lease.reservations.map((r) => ({ ...r, status: 'error' as const }));
+        await transition({ status: 'ERROR', statusReason: reason, reservations });
+        return;
+      }
+      await transition({ reservations: lease.reservations.map((r) => (r.hold === 'due' ? { ...r, hold: 'done' as const } : r)) });
+    });
+  }
+
   async function startLease(): Promise<void> {
     await lock.run(async () => {
       await transition({ status: 'STARTING' }, 'start_lease', 'IN_PROGRESS');
       await waitForPredecessors();
       const started: Reservation[] = [];
+      const allocations = new Map<string, Record<string, unknown>>();
       try {
         for (const reservation of lease.reservations) {
-          await starting.startReservation(context(lease, reservation));
+          const outcome = await starting.startReservation(context(lease, reservation));
+          if (outcome?.allocation) allocations.set(reservation.id, outcome.allocation);
           started.push(reservation);
         }
       } catch (err) {
@@ -243,7 +271,7 @@ export async function leaseWorkflow(input: LeaseWorkflowInput): Promise<LeaseOut
         await transition({ status: 'ERROR', statusReason: reason, reservations }, 'start_lease', 'ERROR');
         return;
       }
-      const reservations = lease.reservations.map((r) => ({ ...r, status: 'active' as const }));
+      const reservations = withAllocations(lease.reservations, allocations).map((r) => ({ ...r, status: 'active' as const }));
       await transition({ status: 'ACTIVE', reservations }, 'start_lease', 'DONE');
     });
   }
@@ -264,15 +292,16 @@ export async function leaseWorkflow(input: LeaseWorkflowInput): Promise<LeaseOut
   async function endLease(): Promise<void> {
     await lock.run(async () => {
       await transition({ status: 'TERMINATING' }, 'end_lease', 'IN_PROGRESS');
+      let allocations: Map<string, Record<string, unknown>>;
       try {
-        await releaseAll(lease, true);
+        allocations = await releaseAll(lease, true);
       } catch (err) {
         const reservations = lease.reservations.map((r) => ({ ...r, status: 'error' as const }));
         await transition({ status: 'ERROR', statusReason: `end failed: ${failureMessage(err)}`, reservations }, 'end_lease', 'ERROR');
         return;
       }
       await notifySuccessors();
-      const reservations = lease.reservations.map((r) => ({ ...r, status: 'deleted' as const }));
+      const reservations = withAllocations(lease.reservations, allocations).map((r) => ({ ...r, status: 'deleted' as const }));
       await transition({ status: 'TERMINATED', reservations }, 'end_lease', 'DONE');
     });
   }
@@ -339,8 +368,8 @@ export async function leaseWorkflow(input: LeaseWorkflowInput): Promise<LeaseOut
     const booked: Reservation[] = [];
     try {
       for (const reservation of target.reservations) {
-        const { allocation, resourceKeys } = await admitting.reserveReservation(context(target, reservation));
-        booked.push({ ...reservation, allocation, resourceKeys });
+        const { allocation, resourceKeys, holdUntilStart } = await admitting.reserveReservation(context(target, reservation));
+        booked.push({ ...reservation, allocation: { ...reservation.allocation, ...allocation }, resourceKeys, ...(holdUntilStart && !reservation.hold ? { hold: 'due' as const } : {}) });
       }
       return booked;
     } catch (err) {
@@ -356,16 +385,20 @@ export async function leaseWorkflow(input: LeaseWorkflowInput): Promise<LeaseOut
    * A hook that is still waiting (e.g. recycling hosts until their last server is gone) is polled
    * until it is done; a delete meanwhile (or `force`) makes it take everything back at once.
    */
-  async function releaseAll(of: Lease, started: boolean, force = false): Promise<void> {
+  async function releaseAll(of: Lease, started: boolean, force = false): Promise<Map<string, Record<string, unknown>>> {
+    const allocations = new Map<string, Record<string, unknown>>();
     for (const reservation of of.reservations) {
       if (reservation.status === 'deleted') continue;
       const ctx = { ...context(of, reservation), started, force };
-      const outcome = await cleanup.endReservation(ctx);
-      if (outcome?.waitingFor) await waitForEnd(ctx, outcome); // (histories from before end outcomes carry none)
+      let outcome: EndOutcome | undefined = await cleanup.endReservation(ctx);
+      if (outcome?.waitingFor) outcome = await waitForEnd(ctx, outcome); // (histories from before end outcomes carry none)
+      if (outcome?.allocation) allocations.set(reservation.id, outcome.allocation);
     }
+    return allocations;
   }
 
-  async function waitForEnd(ctx: ReservationContext & { started: boolean; force: boolean }, outcome: EndOutcome): Promise<void> {
+  /** Polls a waiting end hook until it is done; returns its last outcome. */
+  async function waitForEnd(ctx: ReservationContext & { started: boolean; force: boolean }, outcome: EndOutcome): Promise<EndOutcome | undefined> {
     const show = (o: EndOutcome) => setCurrentDetails(`${describe(lease)}\n\nWaiting: ${o.waitingFor}`);
     const intervalOf = (o: EndOutcome) => Math.min(Math.max(o.recheckAfterMs ?? 15_000, 1_000), 5 * 60_000);
     show(outcome);
@@ -382,7 +415,7 @@ export async function leaseWorkflow(input: LeaseWorkflowInput): Promise<LeaseOut
       const scope = new CancellationScope();
       const done = scope.run(() => polling.awaitReservationEnd(ctx));
       const deleted = condition(() => deletion !== 'none');
-      if ((await Promise.race([done.then(() => 'done' as const), deleted.then(() => 'deleted' as const)])) === 'done') return;
+      if ((await Promise.race([done.then(() => 'done' as const), deleted.then(() => 'deleted' as const)])) === 'done') return undefined;
       scope.cancel();
       await done.catch(() => undefined);
       next = await cleanup.endReservation({ ...ctx, force: true });
@@ -393,6 +426,7 @@ export async function leaseWorkflow(input: LeaseWorkflowInput): Promise<LeaseOut
       await sleep(intervalOf(next));
       next = await cleanup.endReservation({ ...ctx, force: true });
     }
+    return next;
   }
 
   /** Back-to-back leases on the same resources: wait until every earlier lease on them has ended. */
@@ -464,6 +498,11 @@ function context(lease: Lease, reservation: Reservation): ReservationContext {
     endMs: lease.endMs,
     provisioningLeadMs: lease.provisioningLeadMs ?? 0,
   };
+}
+
+/** Reservations with what their hooks reported merged into their allocations. */
+function withAllocations(reservations: Reservation[], allocations: Map<string, Record<string, unknown>>): Reservation[] {
+  return reservations.map((r) => (allocations.has(r.id) ? { ...r, allocation: { ...r.allocation, ...allocations.get(r.id) } } : r));
 }
 
 function leaseResourceKeys(lease: Lease): string[] {

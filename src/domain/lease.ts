@@ -35,6 +35,8 @@ export interface Reservation {
   allocation?: Record<string, unknown>;
   /** The resources this reservation holds (e.g. `host:3`), for back-to-back ordering. */
   resourceKeys?: string[];
+  /** Set aside between admission and start (its plugin's `hold`): due, or done. */
+  hold?: 'due' | 'done';
   missing_resources?: boolean;
   resources_changed?: boolean;
 }
@@ -81,6 +83,12 @@ export const LeaseErrorType = {
 
 export function invalidLease(message: string): ApplicationFailure {
   return ApplicationFailure.create({ type: LeaseErrorType.invalid, message, nonRetryable: true });
+}
+
+/** Blazar's request date format (`YYYY-MM-DD HH:MM`), with seconds when they matter: for error messages. */
+export function requestDate(ms: number): string {
+  const iso = new Date(ms).toISOString();
+  return ms % 60_000 === 0 ? iso.slice(0, 16).replace('T', ' ') : iso.slice(0, 19).replace('T', ' ');
 }
 
 /** `details` (JSON) reaches the API's error body, e.g. the earliest start at which a request fits. */

@@ -4,10 +4,11 @@ import type { Pool } from '../db/pool';
 import type { OpenStackClients } from '../openstack';
 import { physicalHostPlugin } from './physical-host';
 import { pluginRegistry, type ResourcePlugins } from './plugin';
+import { virtualServerPlugin } from './virtual-server';
 
 export function productionPlugins(deps: {
   pool: Pool;
-  config: Pick<Config, 'hosts' | 'inventory' | 'notifyUrl' | 'provisioningLeadMs'>;
+  config: Pick<Config, 'hosts' | 'inventory' | 'notifyUrl' | 'provisioningLeadMs' | 'servers'>;
   openstack: () => OpenStackClients;
 }): ResourcePlugins {
   const { hosts, inventory, notifyUrl } = deps.config;
@@ -20,5 +21,6 @@ export function productionPlugins(deps: {
       endAggregates: { recycling: inventory.recyclingAggregate, released: inventory.releasedAggregate, closedProjectId: inventory.freepoolProjectId },
       notices: notifyUrl ? { url: notifyUrl } : undefined,
     }),
+    virtualServerPlugin({ pool: deps.pool, cloud: deps.openstack, settings: deps.config.servers }),
   ]);
 }

@@ -32,6 +32,13 @@ export interface EndOutcome {
   waitingFor?: string;
   /** When to look again (the workflow keeps it between 1 s and 5 min; 15 s when unset). */
   recheckAfterMs?: number;
+  /** Merged into the reservation's allocation in the lease JSON (e.g. the snapshot image taken). */
+  allocation?: Record<string, unknown>;
+}
+
+export interface StartOutcome {
+  /** Merged into the reservation's allocation in the lease JSON (e.g. the host a server ended up on). */
+  allocation?: Record<string, unknown>;
 }
 
 export type EndContext = ReservationContext & {
@@ -46,6 +53,8 @@ export interface ReserveResult {
   allocation: Record<string, unknown>;
   /** The resources held, e.g. `host:3`: leases sharing a key start only after the earlier one ended. */
   resourceKeys: string[];
+  /** The plugin's `hold` hook is to run right after admission (e.g. to shelve a server until start). */
+  holdUntilStart?: boolean;
 }
 
 export interface HealResult {
@@ -62,8 +71,13 @@ export interface ResourcePlugin {
   readonly paramsSchema: z.ZodType<Record<string, unknown>>;
   /** Books capacity for [start, end] (again, for a new window, when the lease is updated); 409 when it is not free. */
   reserve(ctx: ReservationContext): Promise<ReserveResult>;
+  /**
+   * Right after admission, when reserve asked for it: sets the resources aside until the start, so
+   * that others can use the capacity meanwhile (a server is shelved and offloaded).
+   */
+  hold?(ctx: ReservationContext): Promise<void>;
   /** Makes the reserved resources usable by the lessee. */
-  start(ctx: ReservationContext): Promise<void>;
+  start(ctx: ReservationContext): Promise<StartOutcome | void>;
   /** The before-end action (snapshot, notify…). */
   beforeEnd(ctx: ReservationContext): Promise<void>;
   /** Takes the resources back and frees the booking, or says what it is still waiting for. */

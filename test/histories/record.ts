@@ -94,6 +94,29 @@ export const SCENARIOS: Record<string, (api: Api) => Promise<string>> = {
     await api('DELETE', `/v1/leases/${body.lease.id}`);
     return body.lease.id;
   },
+  'hold-until-start': async (api) => {
+    // Like a server shelved after admission and unshelved at start: hold, then start and end report details.
+    const { body } = await api('POST', '/v1/leases', {
+      name: 'hold-until-start',
+      start_date: inSeconds(3),
+      end_date: inSeconds(5),
+      reservations: [{ ...reservation, hold: true, report: true }],
+    });
+    await waitFor(api, body.lease.id, 'TERMINATED');
+    await api('DELETE', `/v1/leases/${body.lease.id}`);
+    return body.lease.id;
+  },
+  'failed-hold': async (api) => {
+    const { body } = await api('POST', '/v1/leases', {
+      name: 'failed-hold',
+      start_date: inSeconds(3600),
+      end_date: inSeconds(7200),
+      reservations: [reservation, { resource_type: 'test:recording', hold: true, fail_hold: true }],
+    });
+    await waitFor(api, body.lease.id, 'ERROR');
+    await api('DELETE', `/v1/leases/${body.lease.id}`);
+    return body.lease.id;
+  },
 };
 
 /** The recorder's deployment starts leases this long before their start (so every scenario covers it). */

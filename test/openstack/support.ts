@@ -117,9 +117,13 @@ export function bandwidthProviderName(host: string): string {
   return `${host}:Open vSwitch agent:br-ex`;
 }
 
-/** Boots a tiny server (no network), optionally into a zone or onto a host, and waits until it is ACTIVE or ERROR. */
-export async function bootServer(clients: OpenStackClients, where: { zone?: string; host?: string } = {}, onCreated?: (id: string) => void): Promise<Server> {
-  const flavor = (await clients.nova.listFlavors()).find((f) => f.name === FLAVOR)!;
+/** Boots a server (tiny unless a flavor is named; no network), optionally into a zone or onto a host, and waits until it is ACTIVE or ERROR. */
+export async function bootServer(
+  clients: OpenStackClients,
+  where: { zone?: string; host?: string; flavor?: string } = {},
+  onCreated?: (id: string) => void,
+): Promise<Server> {
+  const flavor = (await clients.nova.listFlavors()).find((f) => f.name === (where.flavor ?? FLAVOR))!;
   const image = (await clients.glance.listImages({ name: IMAGE }))[0];
   const created = await clients.nova.createServer({
     name: uniqueName('srv'),

@@ -9,7 +9,7 @@ import { leaseConflict } from '../../src/domain/lease';
 import type { EndContext, EndOutcome, ReservationContext, ResourcePlugin } from '../../src/resources/plugin';
 
 export interface HookCall {
-  hook: 'reserve' | 'start' | 'beforeEnd' | 'end' | 'heal';
+  hook: 'reserve' | 'hold' | 'start' | 'beforeEnd' | 'end' | 'heal';
   leaseId: string;
   reservationId: string;
   startedAt: number;
@@ -27,6 +27,11 @@ const params = z.strictObject({
   hook_ms: z.number().int().min(0).max(10_000).default(0),
   /** How many calls of the end hook report something still in use before it finishes (like recycling hosts). */
   end_waits: z.number().int().min(0).max(100).default(0),
+  /** Ask for the hold hook after admission (like a server shelved until start), and fail it. */
+  hold: z.boolean().default(false),
+  fail_hold: z.boolean().default(false),
+  /** Start and end report allocation details (like the host a server landed on, its snapshot). */
+  report: z.boolean().default(false),
 });
 
 export class RecordingPlugin implements ResourcePlugin {
@@ -54,7 +59,13 @@ export class RecordingPlugin implements ResourcePlugin {
     return this.run('reserve', ctx, {}, () => {
       const p = this.params(ctx);
       if (p.fail_reserve) throw leaseConflict('not enough test:recording capacity for this window');
-      return { allocation: { held_keys: p.keys }, resourceKeys: p.keys };
+      return { allocation: { held_keys: p.keys }, resourceKeys: p.keys, ...(p.hold ? { holdUntilStart: true } : {}) };
+    });
+  }
+
+  hold(ctx: ReservationContext) {
+    return this.run('hold', ctx, {}, () => {
+      if (this.params(ctx).fail_hold) throw ApplicationFailure.nonRetryable('the test resource cannot be set aside', 'TestHoldRefused');
     });
   }
 
@@ -63,6 +74,7 @@ export class RecordingPlugin implements ResourcePlugin {
       const p = this.params(ctx);
       await new Promise((resolve) => setTimeout(resolve, p.hook_ms));
       if (p.fail_start) throw ApplicationFailure.nonRetryable('the test resource refused to start', 'TestStartRefused');
+      return p.report ? { allocation: { started_on: `node-${this.callsFor(ctx.leaseId, 'start').length}` } } : undefined;
     });
   }
 
@@ -76,7 +88,7 @@ export class RecordingPlugin implements ResourcePlugin {
       await new Promise((resolve) => setTimeout(resolve, p.hook_ms));
       const calls = this.callsFor(ctx.leaseId, 'end').filter((c) => c.reservationId === ctx.reservation.id).length;
       if (ctx.started && !ctx.force && calls <= p.end_waits) return { waitingFor: `test resource still in use (end call ${calls} of ${p.end_waits + 1})`, recheckAfterMs: 1_000 };
-      return {};
+      return p.report && ctx.started ? { allocation: { left_behind: `image-of-${ctx.reservation.id.slice(0, 8)}` } } : {};
     });
   }
 

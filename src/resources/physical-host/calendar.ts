@@ -7,7 +7,7 @@
  */
 import { createHash } from 'node:crypto';
 import { DatabaseError, type PoolClient } from 'pg';
-import { leaseConflict, invalidLease, type Reservation } from '../../domain/lease';
+import { leaseConflict, invalidLease, requestDate as when, type Reservation } from '../../domain/lease';
 import {
   assignHosts,
   earliestFit,
@@ -66,11 +66,6 @@ function shuffle(ids: string[]): string[] {
   return copy;
 }
 
-/** Blazar's request date format, with seconds when they matter. */
-function when(ms: number): string {
-  const iso = new Date(ms).toISOString();
-  return ms % 60_000 === 0 ? iso.slice(0, 16).replace('T', ' ') : iso.slice(0, 19).replace('T', ' ');
-}
 
 export class HostCalendar {
   constructor(

@@ -70,6 +70,13 @@ export class HostInventory {
       hypervisor.hypervisor_hostname,
     ]);
     if (known[0] && !known[0].released) throw leaseConflict(`host ${hypervisor.hypervisor_hostname} is already reservable`);
+    // Server reservations book room on shared hosts: a host they still count on cannot become a whole-host one.
+    const { rows: booked } = await this.pool.query<{ n: number }>(
+      `SELECT count(DISTINCT a.reservation_id)::int AS n FROM quantity_allocations a JOIN capacity_providers p ON p.uuid = a.provider_uuid
+       WHERE (p.name = $1 OR p.host = $2) AND upper(a.blocks) > now()`,
+      [hypervisor.hypervisor_hostname, hypervisor.service.host],
+    );
+    if (booked[0].n > 0) throw leaseConflict(`host ${name} is booked by ${booked[0].n} server reservation(s) that have not ended: it can be made reservable once they have`);
     if (known[0]) return this.reenrol(known[0].id, hypervisor.service.host);
 
     const zone = (await this.nova.listServices({ binary: 'nova-compute', host: hypervisor.service.host }))[0]?.zone ?? null;

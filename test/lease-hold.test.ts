@@ -1,0 +1,103 @@
+/**
+ * Two parts of the lease life that server reservations lean on: the hold right after admission
+ * (a server shelved until its start), and start/end hooks that report what they did (the host a
+ * server landed on, the snapshot it left), merged into the lease JSON.
+ */
+import { RecordingPlugin } from './support/recording-plugin';
+import { apiClient, eventually, inSeconds, startTestStack, type TestStack } from './support/stack';
+
+describe('hold until start, and hooks that report', () => {
+  const plugin = new RecordingPlugin();
+  let stack: TestStack;
+  let api: ReturnType<typeof apiClient>;
+
+  beforeAll(async () => {
+    stack = await startTestStack({ plugins: [plugin] });
+    api = apiClient(stack.url);
+  });
+  afterAll(async () => {
+    await stack?.stop();
+  });
+
+  const leaseOf = async (id: string) => {
+    const res = await api('GET', `/v1/leases/${id}`);
+    return res.status === 404 ? undefined : res.body.lease;
+  };
+  const waitForStatus = (id: string, status: string, timeoutMs = 30_000) =>
+    eventually(async () => ((await leaseOf(id))?.status === status || (status === 'GONE' && !(await leaseOf(id))) ? true : undefined), timeoutMs);
+
+  it('holds right after admission, starts later, and shows what start and end reported', async () => {
+    const created = await api('POST', '/v1/leases', {
+      name: 'held',
+      start_date: inSeconds(4),
+      end_date: inSeconds(7),
+      reservations: [
+        { resource_type: 'test:recording', hold: true, report: true },
+        { resource_type: 'test:recording' },
+      ],
+    });
+    expect(created.status).toBe(201);
+    const lease = created.body.lease;
+    const [held, plain] = lease.reservations;
+    const scheduledStart = Date.parse(`${lease.start_date}Z`);
+    await eventually(() => Promise.resolve(plugin.callsFor(lease.id, 'hold').length > 0 ? true : undefined), 10_000);
+    const holds = plugin.callsFor(lease.id, 'hold');
+    // Only the reservation that asked for it is held, once, well before the start.
+    expect(holds.map((c) => c.reservationId)).toEqual([held.id]);
+    expect(holds[0].startedAt).toBeLessThan(scheduledStart - 1_000);
+    expect((await leaseOf(lease.id)).status).toBe('PENDING');
+
+    await waitForStatus(lease.id, 'ACTIVE');
+    const active = await leaseOf(lease.id);
+    expect(active.reservations.find((r: { id: string }) => r.id === held.id).started_on).toBe('node-1');
+    expect(active.reservations.find((r: { id: string }) => r.id === plain.id).started_on).toBeUndefined();
+
+    await waitForStatus(lease.id, 'TERMINATED');
+    const ended = await leaseOf(lease.id);
+    const heldAfter = ended.reservations.find((r: { id: string }) => r.id === held.id);
+    expect(heldAfter.left_behind).toBe(`image-of-${held.id.slice(0, 8)}`);
+    expect(heldAfter.started_on).toBe('node-1'); // earlier reports stay
+    expect(plugin.callsFor(lease.id, 'hold')).toHaveLength(1);
+    await api('DELETE', `/v1/leases/${lease.id}`);
+    await waitForStatus(lease.id, 'GONE');
+  }, 60_000);
+
+  it('a hold that cannot be done puts the lease in ERROR with the reason and frees every booking', async () => {
+    const created = await api('POST', '/v1/leases', {
+      name: 'hold-fails',
+      start_date: inSeconds(3600),
+      end_date: inSeconds(7200),
+      reservations: [
+        { resource_type: 'test:recording', keys: ['thing-1'] },
+        { resource_type: 'test:recording', hold: true, fail_hold: true },
+      ],
+    });
+    expect(created.status).toBe(201);
+    const id = created.body.lease.id;
+    await waitForStatus(id, 'ERROR');
+    const lease = await leaseOf(id);
+    expect(lease.status_reason).toBe('hold until start failed: the test resource cannot be set aside');
+    expect(lease.reservations.map((r: { status: string }) => r.status)).toEqual(['error', 'error']);
+    // Both bookings were released as never started, and nothing started.
+    expect(plugin.callsFor(id, 'end').map((c) => c.started)).toEqual([false, false]);
+    expect(plugin.callsFor(id, 'start')).toEqual([]);
+    await api('DELETE', `/v1/leases/${id}`);
+    await waitForStatus(id, 'GONE');
+  }, 60_000);
+
+  it('a delete right after admission gives the resource back as never started, and nothing starts', async () => {
+    const created = await api('POST', '/v1/leases', {
+      name: 'hold-then-delete',
+      start_date: inSeconds(3600),
+      end_date: inSeconds(7200),
+      reservations: [{ resource_type: 'test:recording', hold: true, hook_ms: 0 }],
+    });
+    expect(created.status).toBe(201);
+    const id = created.body.lease.id;
+    expect((await api('DELETE', `/v1/leases/${id}`)).status).toBe(204);
+    await waitForStatus(id, 'GONE');
+    const calls = plugin.calls.filter((c) => c.leaseId === id).map((c) => c.hook);
+    expect(calls.filter((h) => h === 'start')).toEqual([]);
+    expect(plugin.callsFor(id, 'end').map((c) => c.started)).toEqual([false]);
+  }, 60_000);
+});

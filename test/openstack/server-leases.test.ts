@@ -1,0 +1,201 @@
+/**
+ * Server leases (`virtual:server`) in Nova, with the real scheduler and Placement: the server is
+ * shelved and offloaded after admission (its host's room is free for others), unshelved onto the
+ * reserved host at the start, snapshotted and deleted at the end. The capacity is guaranteed by
+ * the calendar: overlapping leases that do not fit together are refused with the earliest start;
+ * on-demand servers that took the reserved host's room meanwhile make the start move the server
+ * to a host with room, or fail with the reason, as the policy says. Nova calls from the activities
+ * go through a fault-injecting proxy.
+ */
+import { KeystoneSession, openStackClients, serverHost, type Flavor, type OpenStackClients, type Server } from '../../src/openstack';
+import { virtualServerPlugin } from '../../src/resources/virtual-server';
+import { findServer } from '../../activities/servers';
+import { FaultProxy } from '../support/fault-proxy';
+import { apiClient, eventually, inSeconds, startTestStack, type TestStack } from '../support/stack';
+import { bootServer, rigClients, rigCredentials, rigEnv, uniqueName } from './support';
+
+const SERVER_ACTION = /\/servers\/[0-9a-f-]+\/action$/;
+
+describe('server leases in Nova', () => {
+  const admin = rigClients('leasekeeper-admin');
+  const projectA = rigClients('leasekeeper-project-a');
+  const servers: Array<{ clients: OpenStackClients; id: string }> = [];
+  const images: string[] = [];
+  let half: Flavor; // 8192 MB: two of them never fit one fake host (12288 MB)
+  let proxy: FaultProxy;
+  let stack: TestStack;
+  let asA: ReturnType<typeof apiClient>;
+
+  const boot = (clients: OpenStackClients, where: { host?: string; flavor?: string } = {}): Promise<Server> => bootServer(clients, where, (id) => servers.push({ clients, id }));
+  const lease = async (id: string) => (await asA('GET', `/v1/leases/${id}`)).body.lease;
+  const waitForStatus = (id: string, status: string, timeoutMs = 120_000) => eventually(async () => ((await lease(id))?.status === status ? true : undefined), timeoutMs);
+  const waitForServer = (id: string, ok: (s: Server | undefined) => boolean, timeoutMs = 60_000) =>
+    eventually(async () => {
+      const server = await findServer(admin.nova, id);
+      return ok(server) ? (server ?? ({} as Server)) : undefined;
+    }, timeoutMs);
+  const offloaded = (s: Server | undefined) => s?.status === 'SHELVED_OFFLOADED' && serverHost(s) === null && !s['OS-EXT-STS:task_state'];
+  const serverLease = (serverId: string, start: string, end: string, extra: Record<string, unknown> = {}) =>
+    asA('POST', '/v1/leases', { name: uniqueName('vm'), start_date: start, end_date: end, reservations: [{ resource_type: 'virtual:server', server_id: serverId, ...extra }] });
+  const onHost = (host: string) => ({ resource_properties: JSON.stringify(['=', '$hypervisor_hostname', host]) });
+
+  beforeAll(async () => {
+    proxy = await FaultProxy.start(rigEnv().LK_NOVA_URL);
+    const throughProxy = openStackClients({ credentials: { ...rigCredentials('leasekeeper-admin'), endpointOverride: { compute: proxy.url } }, timeoutMs: 5_000 });
+    stack = await startTestStack({ withPool: (pool) => [virtualServerPlugin({ pool, cloud: () => throughProxy, settings: { capacityRefreshMs: 0 } })] });
+    const projectAId = (await new KeystoneSession({ credentials: rigCredentials('leasekeeper-project-a') }).authenticate()).projectId;
+    asA = apiClient(stack.url, { 'x-project-id': projectAId, 'x-user-id': 'user-a' });
+    half = await admin.nova.createFlavor({ name: uniqueName('half'), vcpus: 1, ram: 8192, disk: 1 });
+  });
+
+  // Each test starts on empty hosts: its leases and servers are gone before the next.
+  afterEach(async () => {
+    proxy?.clear();
+    for (const item of (await asA('GET', '/v1/leases')).body?.leases ?? []) await asA('DELETE', `/v1/leases/${item.id}`);
+    await eventually(async () => (((await asA('GET', '/v1/leases')).body?.leases ?? []).length === 0 ? true : undefined), 120_000).catch(() => undefined);
+    for (const { clients, id } of servers) await clients.nova.deleteServer(id).catch(() => undefined);
+    for (const { clients, id } of servers.splice(0)) await clients.nova.waitForServerDeleted(id, { timeoutMs: 60_000 }).catch(() => undefined);
+  }, 240_000);
+
+  afterAll(async () => {
+    for (const id of images) await admin.glance.deleteImage(id).catch(() => undefined);
+    if (half) await admin.nova.deleteFlavor(half.id).catch(() => undefined);
+    await stack?.stop();
+    await proxy?.stop();
+  });
+
+  it('shelves the server after admission, unshelves it on the reserved host at the start, snapshots and deletes it at the end', async () => {
+    const server = await boot(projectA);
+    expect(server.status).toBe('ACTIVE');
+    const created = await serverLease(server.id, inSeconds(20), inSeconds(32), onHost('fake-2'));
+    expect(created.status).toBe(201);
+    const { id } = created.body.lease;
+    const [reservation] = created.body.lease.reservations;
+    expect(reservation).toMatchObject({ server_id: server.id, server_name: server.name, host: 'fake-2', on_end: 'snapshot_and_delete', footprint: { VCPU: 1, MEMORY_MB: 512, DISK_GB: 1 } });
+
+    // Pending: shelved and offloaded, nothing allocated in Placement, the host free for others.
+    await waitForServer(server.id, offloaded);
+    expect((await admin.placement.getAllocations(server.id)).allocations).toEqual({});
+    expect((await lease(id)).status).toBe('PENDING');
+
+    const scheduledStart = Date.parse(`${created.body.lease.start_date}Z`);
+    await waitForStatus(id, 'ACTIVE', 60_000);
+    const running = await admin.nova.getServer(server.id);
+    console.log(`server ACTIVE on the reserved host ${Date.now() - scheduledStart} ms after the scheduled start (upper bound: includes polling)`);
+    expect(running.status).toBe('ACTIVE');
+    expect(serverHost(running)).toBe('fake-2');
+    expect((await lease(id)).reservations[0].host).toBe('fake-2');
+
+    await waitForStatus(id, 'TERMINATED', 60_000);
+    const ended = (await lease(id)).reservations[0];
+    expect(ended.snapshot_image_id).toEqual(expect.any(String));
+    images.push(ended.snapshot_image_id);
+    const image = await admin.glance.getImage(ended.snapshot_image_id);
+    expect(image.leasekeeper_lease).toBe(id);
+    expect(await findServer(admin.nova, server.id)).toBeUndefined();
+  }, 180_000);
+
+  it('admits leases that fit only one after the other, refuses the overlap with the earliest start, and gives servers back when deleted', async () => {
+    const first = await boot(projectA, { flavor: half.name });
+    const second = await boot(projectA, { flavor: half.name });
+    const hour = 3600;
+    const one = await serverLease(first.id, inSeconds(hour), inSeconds(2 * hour), onHost('fake-3'));
+    expect(one.status).toBe(201);
+    expect(one.body.lease.reservations[0].host).toBe('fake-3');
+
+    const overlapping = await serverLease(second.id, inSeconds(1.5 * hour), inSeconds(2.5 * hour), onHost('fake-3'));
+    expect(overlapping.status).toBe(409);
+    expect(overlapping.body.error_message).toMatch(/not enough room for server .* on any of 1 matching host/);
+    expect(overlapping.body.earliest_start).toBe(one.body.lease.end_date.replace('T', ' ').slice(0, 19));
+
+    const after = await serverLease(second.id, overlapping.body.earliest_start, overlapping.body.earliest_end, onHost('fake-3'));
+    expect(after.status).toBe(201);
+    // The same server cannot be in two overlapping leases, and another project's server is not found.
+    expect((await serverLease(first.id, inSeconds(1.2 * hour), inSeconds(1.4 * hour))).status).toBe(409);
+    const adminServer = await boot(admin);
+    const foreign = await serverLease(adminServer.id, inSeconds(hour), inSeconds(2 * hour));
+    expect(foreign.status).toBe(400);
+    expect(foreign.body.error_message).toBe(`server ${adminServer.id} not found in project ${one.body.lease.project_id}`);
+
+    // Deleted before their start, the leases give the servers back: unshelved wherever Nova chooses.
+    await waitForServer(first.id, offloaded);
+    await waitForServer(second.id, offloaded);
+    for (const l of [one, after]) expect((await asA('DELETE', `/v1/leases/${l.body.lease.id}`)).status).toBe(204);
+    for (const s of [first, second]) await waitForServer(s.id, (x) => x?.status === 'ACTIVE' && !x['OS-EXT-STS:task_state']);
+  }, 180_000);
+
+  it('moves the server to a host with room when on-demand servers took the reserved one (policy move)', async () => {
+    const server = await boot(projectA, { flavor: half.name });
+    const created = await serverLease(server.id, inSeconds(25), inSeconds(3600), { on_end: 'delete' });
+    expect(created.status).toBe(201);
+    const { id } = created.body.lease;
+    const reserved = created.body.lease.reservations[0].host as string;
+    expect(created.body.lease.reservations[0].host_full).toBe('move');
+    await waitForServer(server.id, offloaded);
+
+    // An on-demand server takes the room the lease counted on.
+    const intruder = await boot(admin, { host: reserved, flavor: half.name });
+    expect(intruder.status).toBe('ACTIVE');
+
+    await waitForStatus(id, 'ACTIVE', 90_000);
+    const moved = (await lease(id)).reservations[0];
+    expect(moved.moved_from).toBe(reserved);
+    expect(moved.host).not.toBe(reserved);
+    const running = await admin.nova.getServer(server.id);
+    expect(running.status).toBe('ACTIVE');
+    expect(serverHost(running)).toBe(moved.host);
+
+    expect((await asA('PUT', `/v1/leases/${id}`, { end_date: 'now' })).status).toBe(200);
+    await waitForStatus(id, 'TERMINATED', 60_000);
+    expect(await findServer(admin.nova, server.id)).toBeUndefined(); // on_end: delete, no snapshot
+    expect((await lease(id)).reservations[0].snapshot_image_id).toBeUndefined();
+  }, 180_000);
+
+  it('fails the start with the reason when the reserved host is full and the policy is fail, and gives the server back', async () => {
+    const server = await boot(projectA, { flavor: half.name });
+    const created = await serverLease(server.id, inSeconds(25), inSeconds(3600), { host_full: 'fail', ...onHost('fake-1') });
+    expect(created.status).toBe(201);
+    const { id } = created.body.lease;
+    const reservationId = created.body.lease.reservations[0].id;
+    await waitForServer(server.id, offloaded);
+    const intruder = await boot(admin, { host: 'fake-1', flavor: half.name });
+    expect(intruder.status).toBe('ACTIVE');
+
+    await waitForStatus(id, 'ERROR', 90_000);
+    const failed = await lease(id);
+    expect(failed.status_reason).toMatch(/^start failed: reserved host fake-1 has no room for server .* any more \(MEMORY_MB \d+ free of 8192 needed: taken by on-demand servers\); the policy is to fail the start$/);
+    // Never a silent failure: the booking is freed and the owner has the server back (Nova placed it elsewhere).
+    const { rows } = await stack.db.pool.query('SELECT 1 FROM quantity_allocations WHERE reservation_id = $1', [reservationId]);
+    expect(rows).toEqual([]);
+    const back = await waitForServer(server.id, (s) => s?.status === 'ACTIVE' && !s['OS-EXT-STS:task_state']);
+    expect(serverHost(back)).not.toBe('fake-1');
+  }, 180_000);
+
+  it('retries a Nova 503 on unshelve; a server deleted by its owner before the start puts the lease in ERROR', async () => {
+    const server = await boot(projectA);
+    const faultsBefore = proxy.injected();
+    proxy.inject({ method: 'POST', path: SERVER_ACTION, bodyIncludes: '"unshelve"', fault: { kind: 'status', status: 503 }, times: 2 });
+    const created = await serverLease(server.id, inSeconds(15), inSeconds(3600), { on_end: 'shelve' });
+    expect(created.status).toBe(201);
+    const { id } = created.body.lease;
+    await waitForStatus(id, 'ACTIVE', 90_000);
+    expect(proxy.injected() - faultsBefore).toBe(2);
+    expect((await admin.nova.getServer(server.id)).status).toBe('ACTIVE');
+    // on_end: shelve — the owner keeps the server, shelved, holding no host.
+    expect((await asA('PUT', `/v1/leases/${id}`, { end_date: 'now' })).status).toBe(200);
+    await waitForStatus(id, 'TERMINATED', 60_000);
+    await waitForServer(server.id, offloaded);
+
+    const doomed = await boot(projectA);
+    const second = await serverLease(doomed.id, inSeconds(15), inSeconds(3600));
+    expect(second.status).toBe(201);
+    await waitForServer(doomed.id, offloaded);
+    await projectA.nova.deleteServer(doomed.id);
+    await projectA.nova.waitForServerDeleted(doomed.id);
+    await waitForStatus(second.body.lease.id, 'ERROR', 60_000);
+    // Deleted while being shelved, or afterwards: either way the reason names it.
+    expect((await lease(second.body.lease.id)).status_reason).toMatch(
+      new RegExp(`^(hold until start|start) failed: server ${doomed.id} no longer exists \\(deleted by its owner before the lease started\\?\\)$`),
+    );
+  }, 240_000);
+});

@@ -1,0 +1,164 @@
+/**
+ * The quantity calendar (server footprints now, bandwidth next) proved two ways:
+ * - pure: peakUsage and earliestQuantityFit against a brute force over every minute;
+ * - against the real PostgreSQL: random providers and random requests booked concurrently over
+ *   separate connections, some deleted meanwhile. Invariants: at no instant does any provider carry
+ *   more than its capacity of any resource class; every refusal was right (nothing fitted then);
+ *   a server is never in two overlapping bookings.
+ */
+import { randomUUID } from 'node:crypto';
+import fc from 'fast-check';
+import { ApplicationFailure } from '@temporalio/common';
+import { migrate } from '../src/db/migrate';
+import { earliestQuantityFit, fits, peakUsage, type QuantityBooking } from '../src/domain/quantity-calendar';
+import type { Reservation } from '../src/domain/lease';
+import type { ReservationContext } from '../src/resources/plugin';
+import { QuantityCalendar, type CapacityProvider } from '../src/resources/quantity-calendar';
+import { createTestDatabase, type TestDatabase } from './support/db';
+
+const M = 60_000;
+const H = 60 * M;
+const T0 = Date.UTC(2099, 0, 1);
+
+const booking = (providerId: string) =>
+  fc.record({ start: fc.integer({ min: 0, max: 20 }), length: fc.integer({ min: 1, max: 8 }), vcpu: fc.integer({ min: 1, max: 6 }) }).map(
+    ({ start, length, vcpu }): QuantityBooking => ({ providerId, start: start * M, end: (start + length) * M, amounts: { VCPU: vcpu } }),
+  );
+
+/** The total at each whole minute (bookings here start and end on whole minutes). */
+function bruteUsage(bookings: QuantityBooking[], minute: number): number {
+  return bookings.filter((b) => b.start <= minute * M && minute * M < b.end).reduce((sum, b) => sum + (b.amounts.VCPU ?? 0), 0);
+}
+
+describe('quantity calendar, pure', () => {
+  it('peakUsage is the highest total at any instant of the window', () => {
+    fc.assert(
+      fc.property(fc.array(booking('p'), { maxLength: 12 }), fc.integer({ min: 0, max: 25 }), fc.integer({ min: 1, max: 10 }), (bookings, from, length) => {
+        let brute = 0;
+        for (let minute = from; minute < from + length; minute++) brute = Math.max(brute, bruteUsage(bookings, minute));
+        expect(peakUsage(bookings, from * M, (from + length) * M).VCPU ?? 0).toBe(brute);
+      }),
+      { numRuns: 300 },
+    );
+  });
+
+  it('earliestQuantityFit finds the first minute where some provider fits, and none earlier', () => {
+    fc.assert(
+      fc.property(
+        fc.array(booking('a'), { maxLength: 8 }),
+        fc.array(booking('b'), { maxLength: 8 }),
+        fc.integer({ min: 1, max: 12 }),
+        fc.integer({ min: 1, max: 6 }),
+        (onA, onB, vcpu, length) => {
+          const providers = [
+            { id: 'a', capacity: { VCPU: 10 } },
+            { id: 'b', capacity: { VCPU: 8 } },
+          ];
+          const bookings = [...onA, ...onB];
+          const found = earliestQuantityFit(providers, bookings, { VCPU: vcpu }, 0, length * M);
+          const fitsAt = (minute: number) => providers.some((p) => fits(p, bookings, { VCPU: vcpu }, minute * M, (minute + length) * M));
+          let brute: number | undefined;
+          for (let minute = 0; minute <= 40; minute++) {
+            if (fitsAt(minute)) {
+              brute = minute * M;
+              break;
+            }
+          }
+          expect(found?.start).toBe(brute);
+          if (found) expect(fits(providers.find((p) => p.id === found.providerId)!, bookings, { VCPU: vcpu }, found.start, found.start + length * M)).toBe(true);
+        },
+      ),
+      { numRuns: 300 },
+    );
+  });
+});
+
+describe('quantity calendar in PostgreSQL, concurrent bookings', () => {
+  let db: TestDatabase;
+  let calendar: QuantityCalendar;
+
+  beforeAll(async () => {
+    db = await createTestDatabase();
+    await migrate(db.pool);
+    calendar = new QuantityCalendar(db.pool);
+  });
+  afterAll(async () => db?.drop());
+
+  const request = { start: fc.integer({ min: 0, max: 10 }), hours: fc.integer({ min: 1, max: 4 }), vcpu: fc.integer({ min: 1, max: 8 }), server: fc.integer({ min: 0, max: 5 }) };
+  const scenario = fc.record({
+    capacities: fc.array(fc.integer({ min: 4, max: 16 }), { minLength: 1, maxLength: 3 }),
+    requests: fc.array(fc.record(request), { minLength: 4, maxLength: 14 }),
+    deleteEvery: fc.integer({ min: 2, max: 4 }),
+  });
+
+  it('never overfills a provider and never refuses what fitted', async () => {
+    await fc.assert(
+      fc.asyncProperty(scenario, async ({ capacities, requests, deleteEvery }) => {
+        await db.pool.query('TRUNCATE quantity_allocations, capacity_providers');
+        const providers: CapacityProvider[] = capacities.map((vcpu, i) => ({ uuid: randomUUID(), name: `node-${i}`, host: `node-${i}`, capacity: { VCPU: vcpu }, traits: [] }));
+        await calendar.syncProviders('compute', providers);
+        const servers = Array.from({ length: 6 }, () => randomUUID());
+
+        const outcomes = await Promise.all(
+          requests.map(async (r, i) => {
+            const ctx = contextFor(r.start, r.hours);
+            try {
+              await calendar.book(ctx, { kind: 'compute', amounts: { VCPU: r.vcpu }, subject: servers[r.server], describe: `request ${i}`, matches: () => true });
+              if (i % deleteEvery === 0) await calendar.release(ctx.reservation.id, false);
+              return { ok: true as const };
+            } catch (err) {
+              if (!(err instanceof ApplicationFailure) || err.type !== 'LeaseConflict') throw err;
+              return { ok: false as const, r };
+            }
+          }),
+        );
+
+        const { rows } = await db.pool.query<{ provider_uuid: string; subject: string; vcpu: number; start_ms: number; end_ms: number }>(
+          `SELECT provider_uuid, subject, (amounts->>'VCPU')::int AS vcpu, (extract(epoch FROM lower(blocks)) * 1000)::float8 AS start_ms,
+                  (extract(epoch FROM upper(blocks)) * 1000)::float8 AS end_ms FROM quantity_allocations`,
+        );
+        const booked: QuantityBooking[] = rows.map((row) => ({ providerId: row.provider_uuid, start: row.start_ms, end: row.end_ms, amounts: { VCPU: row.vcpu } }));
+        // Capacity holds at every instant where something begins.
+        for (const p of providers) {
+          const mine = booked.filter((b) => b.providerId === p.uuid);
+          for (const b of mine) expect(peakUsage(mine, b.start, b.end).VCPU ?? 0).toBeLessThanOrEqual(p.capacity.VCPU);
+        }
+        // A server is in at most one booking at any instant.
+        for (const a of rows) {
+          const clash = rows.filter((b) => b !== a && b.subject === a.subject && b.start_ms < a.end_ms && a.start_ms < b.end_ms);
+          expect(clash).toEqual([]);
+        }
+        // Every refusal: even with the final bookings (a subset of what it saw, minus deletions), either no
+        // provider fits, its server is booked over the window, or a deleted booking held the room then.
+        const deletedSomething = requests.some((_, i) => i % deleteEvery === 0);
+        for (const outcome of outcomes) {
+          if (outcome.ok || deletedSomething) continue;
+          const { r } = outcome;
+          const from = T0 + r.start * H;
+          const to = from + r.hours * H;
+          const serverTaken = rows.some((row) => row.subject === servers[r.server] && row.start_ms < to && from < row.end_ms);
+          const anyFits = providers.some((p) => fits({ id: p.uuid, capacity: p.capacity }, booked, { VCPU: r.vcpu }, from, to));
+          expect(serverTaken || !anyFits).toBe(true);
+        }
+      }),
+      { numRuns: 25 },
+    );
+  });
+});
+
+function contextFor(startHour: number, hours: number): ReservationContext {
+  const reservation: Reservation = { id: randomUUID(), resource_type: 'virtual:server', status: 'pending', params: {} };
+  const leaseId = randomUUID();
+  return {
+    leaseId,
+    leaseName: leaseId,
+    projectId: 'p',
+    userId: 'u',
+    leaseStatus: 'PENDING',
+    reservation,
+    leaseReservations: [reservation],
+    startMs: T0 + startHour * H,
+    endMs: T0 + (startHour + hours) * H,
+    provisioningLeadMs: 0,
+  };
+}
