@@ -7,14 +7,12 @@
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import YAML from 'yaml';
-import { ManagedProcess } from '../../scripts/lib/processes';
+import type { ManagedProcess } from '../../scripts/lib/processes';
 import { physicalHostPlugin } from '../../src/resources/physical-host';
 import { FaultProxy, type ProxiedRequest } from '../support/fault-proxy';
 import { apiClient, eventually, inSeconds, startTestStack, type TestStack } from '../support/stack';
-import { CLOUDS_FILE, REPO_ROOT, rigClients, rigEnv, uniqueName } from './support';
+import { rigClients, rigEnv, startWorkerProcess, uniqueName } from './support';
 
-const WORKER = path.join(REPO_ROOT, 'dist', 'worker', 'main.js');
 const HOST = 'fake-2';
 const AGGREGATE_ACTION = /\/os-aggregates\/\d+\/action$/;
 
@@ -33,10 +31,6 @@ describe('worker killed with -9 mid-start and mid-end of a host lease', () => {
 
   beforeAll(async () => {
     proxy = await FaultProxy.start(rigEnv().LK_NOVA_URL);
-    // The worker process reads the rig's clouds.yaml, with Nova behind the proxy.
-    const clouds = YAML.parse(fs.readFileSync(CLOUDS_FILE, 'utf8')) as { clouds: Record<string, Record<string, unknown>> };
-    clouds.clouds['leasekeeper-admin'].compute_endpoint_override = proxy.url;
-    fs.writeFileSync(path.join(tmp, 'clouds.yaml'), YAML.stringify(clouds), { mode: 0o600 });
 
     stack = await startTestStack({
       env: { LK_FREEPOOL_AGGREGATE: freepool },
@@ -67,25 +61,7 @@ describe('worker killed with -9 mid-start and mid-end of a host lease', () => {
     fs.rmSync(tmp, { recursive: true, force: true });
   });
 
-  async function startWorker(): Promise<ManagedProcess> {
-    const proc = new ManagedProcess({
-      name: 'worker',
-      command: process.execPath,
-      args: [WORKER],
-      env: {
-        ...process.env,
-        DATABASE_URL: stack.db.url,
-        TEMPORAL_ADDRESS: stack.config.temporal.address,
-        LK_TASK_QUEUE: stack.config.temporal.taskQueue,
-        LK_FREEPOOL_AGGREGATE: freepool,
-        OS_CLIENT_CONFIG_FILE: path.join(tmp, 'clouds.yaml'),
-        OS_CLOUD: 'leasekeeper-admin',
-        LK_LOG_LEVEL: 'info',
-      },
-    });
-    await proc.waitForLine(/"msg":"worker ready"/, 30_000);
-    return proc;
-  }
+  const startWorker = () => startWorkerProcess(stack, { novaUrl: proxy.url, dir: tmp, env: { LK_FREEPOOL_AGGREGATE: freepool } });
 
   /** Holds the next matching Nova call, kills the worker once it has been sent, and starts a new worker. */
   async function killDuring(match: (r: ProxiedRequest) => boolean, bodyIncludes: string, trigger: () => Promise<void>): Promise<number> {
