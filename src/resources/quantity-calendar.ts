@@ -248,7 +248,7 @@ export class QuantityCalendar {
       const others = (await this.bookingsOn(client, providers, from, ctx.endMs)).filter((b) => b.reservationId !== ctx.reservation.id);
       if (!fits(asProvider(providers[0]), others, request.amounts, from, ctx.endMs)) {
         const longest = longestQuantityFit([asProvider(providers[0])], others, request.amounts, from);
-        const latestEnd = longest > 0 && longest !== Infinity ? from + longest : undefined;
+        const latestEnd = longest === Infinity ? undefined : from + longest; // 0: it cannot go past its current end
         throw leaseConflict(
           `cannot extend lease ${ctx.leaseName} to ${when(ctx.endMs)}: host ${existing.host} has no room for ${request.describe} after that` +
             (latestEnd !== undefined ? `; the latest possible end is ${when(latestEnd)}` : ''),
