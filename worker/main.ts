@@ -9,7 +9,7 @@ import { loadConfigOrExit, type Config } from '../src/config';
 import { migrate } from '../src/db/migrate';
 import { createPool } from '../src/db/pool';
 import { createLogger, type Logger } from '../src/log';
-import { lazyOpenStackClients } from '../src/openstack';
+import { lazyOpenStackClients, projectScopedClients } from '../src/openstack';
 import { productionPlugins } from '../src/resources';
 import { connectTemporal, ensureSearchAttributes } from '../src/temporal';
 import { createWorker } from './create-worker';
@@ -32,7 +32,7 @@ async function main(): Promise<void> {
   const worker = await createWorker({
     connection,
     config,
-    deps: { pool, plugins: productionPlugins({ pool, config, openstack }) },
+    deps: { pool, plugins: productionPlugins({ pool, config, openstack, openstackForProject: projectScopedClients() }) },
     workflows: { bundlePath: config.worker.workflowBundle },
   });
   log.info({ address: config.temporal.address, taskQueue: config.temporal.taskQueue, schemaVersion: version }, 'worker ready');

@@ -2,7 +2,9 @@
 
 Creates, if missing: the `service` project with service users nova,
 placement, neutron, glance (role admin); projects project-a / project-b with
-users user-a / user-b (role member; role reader exists from bootstrap); the
+users user-a / user-b (role member; role reader exists from bootstrap); an
+admin role for user admin inherited by every project of the domain (what
+leasekeeper's service user needs to act in lessee projects); the
 compute, placement, image and network services with public, internal and
 admin endpoints in RegionOne.  Idempotent.
 
@@ -73,6 +75,12 @@ def main():
                             dict(dom, password=PASSWORD,
                                  default_project_id=pid))
         assign(pid, uid, roles["member"])
+
+    # leasekeeper's service user (admin here) acts in lessee projects, e.g. to create a leased
+    # server on its reserved host: an admin role inherited by every project of the domain.
+    admin_uid = get("/users", "users", name="admin")[0]["id"]
+    sess.put("/OS-INHERIT/domains/default/users/%s/roles/%s/inherited_to_projects"
+             % (admin_uid, roles["admin"]), **ep)
 
     existing = get("/endpoints", "endpoints")
     for stype, (sname, url) in ENDPOINTS.items():

@@ -4,7 +4,7 @@ import { loadConfigOrExit } from '../config';
 import { migrate } from '../db/migrate';
 import { createPool } from '../db/pool';
 import { createLogger } from '../log';
-import { lazyOpenStackClients } from '../openstack';
+import { lazyOpenStackClients, projectScopedClients } from '../openstack';
 import { productionPlugins } from '../resources';
 import { connectTemporal } from '../temporal';
 import { createApp } from './app';
@@ -22,7 +22,7 @@ async function main(): Promise<void> {
   const authenticator =
     config.api.authStrategy === 'keystone' ? keystoneAuthenticator({ validateToken: (token) => openstack().keystone.validateToken(token) }, { cacheMs: config.api.authCacheMs }) : noAuth;
   if (config.api.authStrategy === 'keystone') openstack(); // fail at start, not at the first request, when credentials are missing
-  const app = createApp({ config, log, pool, connection, client, plugins: productionPlugins({ pool, config, openstack }), openstack, authenticator });
+  const app = createApp({ config, log, pool, connection, client, plugins: productionPlugins({ pool, config, openstack, openstackForProject: projectScopedClients() }), openstack, authenticator });
 
   const server: Server = app.listen(config.api.port, config.api.host, () => {
     log.info({ url: `http://${config.api.host}:${config.api.port}` }, 'api listening');

@@ -8,6 +8,7 @@
  *   const os = openStackClients({ credentials: { type: 'static', endpoints: { compute: url }, token } });
  */
 import { loadCredentials, type LoadCredentialsOptions, type OpenStackCredentials } from './auth';
+import { OpenStackConfigError } from './errors';
 import { GlanceClient } from './glance';
 import type { HttpOptions, Session } from './http';
 import { KeystoneClient, KeystoneSession, StaticSession } from './keystone';
@@ -69,6 +70,26 @@ export function openStackClients(options: OpenStackClientsOptions = {}): OpenSta
     placement: new PlacementClient(session, { microversion: options.microversions?.placement }),
     neutron: new NeutronClient(session),
     glance: new GlanceClient(session),
+  };
+}
+
+/**
+ * The same service credentials scoped to another project, e.g. to create a server in a lessee's
+ * project (the service user needs a role there: an inherited role on the domain does for all).
+ * Built on first use per project, and kept.
+ */
+export function projectScopedClients(options: OpenStackClientsOptions = {}): (projectId: string) => OpenStackClients {
+  const byProject = new Map<string, OpenStackClients>();
+  return (projectId) => {
+    let clients = byProject.get(projectId);
+    if (!clients) {
+      const credentials = options.credentials ?? loadCredentials(options);
+      if (credentials.type !== 'password') throw new OpenStackConfigError('acting in a lessee project needs Keystone password credentials');
+      const scoped = { ...credentials, projectId, projectName: undefined, projectDomainId: undefined, projectDomainName: undefined };
+      clients = openStackClients({ ...options, credentials: scoped });
+      byProject.set(projectId, clients);
+    }
+    return clients;
   };
 }
 

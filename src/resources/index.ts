@@ -10,6 +10,8 @@ export function productionPlugins(deps: {
   pool: Pool;
   config: Pick<Config, 'hosts' | 'inventory' | 'notifyUrl' | 'provisioningLeadMs' | 'servers'>;
   openstack: () => OpenStackClients;
+  /** The same credentials in a lessee's project (server leases that create their server). */
+  openstackForProject?: (projectId: string) => OpenStackClients;
 }): ResourcePlugins {
   const { hosts, inventory, notifyUrl } = deps.config;
   return pluginRegistry([
@@ -21,6 +23,6 @@ export function productionPlugins(deps: {
       endAggregates: { recycling: inventory.recyclingAggregate, released: inventory.releasedAggregate, closedProjectId: inventory.freepoolProjectId },
       notices: notifyUrl ? { url: notifyUrl } : undefined,
     }),
-    virtualServerPlugin({ pool: deps.pool, cloud: deps.openstack, settings: deps.config.servers }),
+    virtualServerPlugin({ pool: deps.pool, cloud: deps.openstack, projectCloud: deps.openstackForProject, settings: deps.config.servers }),
   ]);
 }

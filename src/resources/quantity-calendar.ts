@@ -11,9 +11,9 @@ import { DatabaseError, type PoolClient } from 'pg';
 import { invalidLease, leaseConflict, requestDate as when } from '../domain/lease';
 import { earliestQuantityFit, fits, loadWith, longestQuantityFit, shortfall, type Amounts, type QuantityBooking, type QuantityProvider } from '../domain/quantity-calendar';
 import type { Pool } from '../db/pool';
+import { inTransaction } from '../db/transaction';
 import type { ReservationContext } from './plugin';
 
-const MAX_ATTEMPTS = 20;
 
 export interface CapacityProvider {
   uuid: string;
@@ -57,9 +57,7 @@ export class QuantityCalendar {
    * bookings refer to them) but are no longer usable for new bookings.
    */
   async syncProviders(kind: string, providers: CapacityProvider[]): Promise<void> {
-    const client = await this.pool.connect();
-    try {
-      await client.query('BEGIN');
+    await inTransaction(this.pool, async (client) => {
       for (const p of [...providers].sort((a, b) => a.uuid.localeCompare(b.uuid))) {
         await client.query(
           `INSERT INTO capacity_providers (uuid, name, host, kind, capacity, traits, usable, refreshed_at)
@@ -69,13 +67,7 @@ export class QuantityCalendar {
         );
       }
       await client.query('UPDATE capacity_providers SET usable = false WHERE kind = $1 AND NOT (uuid = ANY($2))', [kind, providers.map((p) => p.uuid)]);
-      await client.query('COMMIT');
-    } catch (err) {
-      await client.query('ROLLBACK').catch(() => undefined);
-      throw err;
-    } finally {
-      client.release();
-    }
+    });
   }
 
   /** When the providers of `kind` were last copied from Placement (undefined: never). */
@@ -175,24 +167,11 @@ export class QuantityCalendar {
   // ─── Inside a transaction ───────────────────────────────────────────────────────────────────
 
   private async transaction<T>(work: (client: PoolClient) => Promise<T>): Promise<T> {
-    for (let attempt = 1; ; attempt++) {
-      const client = await this.pool.connect();
-      try {
-        await client.query('BEGIN');
-        const result = await work(client);
-        await client.query('COMMIT');
-        return result;
-      } catch (err) {
-        await client.query('ROLLBACK').catch(() => undefined);
-        if (subjectTaken(err)) throw leaseConflict('this server is already booked by another lease over an overlapping window');
-        if (lostRace(err) && attempt < MAX_ATTEMPTS) {
-          await new Promise((resolve) => setTimeout(resolve, Math.random() * 20 * attempt));
-          continue;
-        }
-        throw err;
-      } finally {
-        client.release();
-      }
+    try {
+      return await inTransaction(this.pool, work, { retryOn: lostRace });
+    } catch (err) {
+      if (subjectTaken(err)) throw leaseConflict('this server is already booked by another lease over an overlapping window');
+      throw err;
     }
   }
 

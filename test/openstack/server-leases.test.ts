@@ -9,7 +9,7 @@
  */
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
-import { KeystoneSession, openStackClients, serverHost, type Flavor, type OpenStackClients, type Server } from '../../src/openstack';
+import { KeystoneSession, openStackClients, projectScopedClients, serverHost, type Flavor, type OpenStackClients, type Server } from '../../src/openstack';
 import { virtualServerPlugin } from '../../src/resources/virtual-server';
 import { findServer } from '../../activities/servers';
 import { FaultProxy } from '../support/fault-proxy';
@@ -68,8 +68,11 @@ describe('server leases in Nova', () => {
 
   beforeAll(async () => {
     proxy = await FaultProxy.start(rigEnv().LK_NOVA_URL);
-    const throughProxy = openStackClients({ credentials: { ...rigCredentials('leasekeeper-admin'), endpointOverride: { compute: proxy.url } }, timeoutMs: 5_000 });
-    stack = await startTestStack({ withPool: (pool) => [virtualServerPlugin({ pool, cloud: () => throughProxy, settings: { capacityRefreshMs: 0 } })] });
+    const viaProxy = { credentials: { ...rigCredentials('leasekeeper-admin'), endpointOverride: { compute: proxy.url } }, timeoutMs: 5_000 };
+    const throughProxy = openStackClients(viaProxy);
+    // Servers created for leases are made in the lessee's project (the rig's admin has an inherited admin role).
+    const inProject = projectScopedClients(viaProxy);
+    stack = await startTestStack({ withPool: (pool) => [virtualServerPlugin({ pool, cloud: () => throughProxy, projectCloud: inProject, settings: { capacityRefreshMs: 0 } })] });
     projectAId = (await new KeystoneSession({ credentials: rigCredentials('leasekeeper-project-a') }).authenticate()).projectId;
     asA = apiClient(stack.url, { 'x-project-id': projectAId, 'x-user-id': 'user-a' });
     half = await admin.nova.createFlavor({ name: uniqueName('half'), vcpus: 1, ram: 8192, disk: 1 });
@@ -120,6 +123,40 @@ describe('server leases in Nova', () => {
     const image = await admin.glance.getImage(ended.snapshot_image_id);
     expect(image.leasekeeper_lease).toBe(id);
     expect(await findServer(admin.nova, server.id)).toBeUndefined();
+  }, 180_000);
+
+  it('creates the server at the start from a flavor and an image, in the lessee project on the reserved host, and deletes it at the end', async () => {
+    const tiny = (await admin.nova.listFlavors()).find((f) => f.name === 'm1.tiny')!;
+    const [image] = await admin.glance.listImages({ name: 'fake-image' });
+    const toCreate = { flavor_id: tiny.id, image_id: image.id, networks: 'none' };
+    const missingFlavor = await asA('POST', '/v1/leases', { name: uniqueName('vm'), start_date: inSeconds(600), end_date: inSeconds(900), reservations: [{ resource_type: 'virtual:server', ...toCreate, flavor_id: 'no-such-flavor' }] });
+    expect(missingFlavor.status).toBe(400);
+    expect(missingFlavor.body.error_message).toBe('flavor no-such-flavor not found');
+    const both = await asA('POST', '/v1/leases', { name: uniqueName('vm'), start_date: inSeconds(600), end_date: inSeconds(900), reservations: [{ resource_type: 'virtual:server', ...toCreate, server_id: image.id }] });
+    expect(both.status).toBe(400);
+    expect(both.body.error_message).toContain('give either server_id, or flavor_id and image_id (with networks), not both');
+
+    const created = await asA('POST', '/v1/leases', {
+      name: uniqueName('vm-create'),
+      start_date: inSeconds(10),
+      end_date: inSeconds(30),
+      reservations: [{ resource_type: 'virtual:server', ...toCreate, on_end: 'delete', ...onHost('fake-1') }],
+    });
+    expect(created.status).toBe(201);
+    const { id } = created.body.lease;
+    const [reservation] = created.body.lease.reservations;
+    expect(reservation).toMatchObject({ server_id: null, host: 'fake-1', image_id: image.id, footprint: { VCPU: 1, MEMORY_MB: 512, DISK_GB: 1 } });
+
+    await waitForStatus(id, 'ACTIVE', 90_000);
+    const active = (await lease(id)).reservations[0];
+    expect(active.server_name).toBe(`lease-${reservation.id}`);
+    servers.push({ clients: admin, id: active.server_id });
+    const server = await admin.nova.getServer(active.server_id);
+    expect(server).toMatchObject({ status: 'ACTIVE', tenant_id: projectAId, metadata: { leasekeeper_lease: id, leasekeeper_reservation: reservation.id } });
+    expect(serverHost(server)).toBe('fake-1');
+
+    await waitForStatus(id, 'TERMINATED', 60_000);
+    expect(await findServer(admin.nova, active.server_id)).toBeUndefined();
   }, 180_000);
 
   it('admits leases that fit only one after the other, refuses the overlap with the earliest start, and gives servers back when deleted', async () => {

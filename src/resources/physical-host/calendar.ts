@@ -21,11 +21,11 @@ import {
 import { matchesQuery, parsePropertyQuery, queryKeys, type PropertyQuery } from '../../domain/property-query';
 import { hypervisorProperties, listHosts, HYPERVISOR_FIELDS, type HostRecord } from '../../db/hosts';
 import type { Pool } from '../../db/pool';
+import { inTransaction } from '../../db/transaction';
 import type { ReservationContext } from '../plugin';
 import { endPolicyOf, physicalHostParams, type EndPolicy } from './params';
 
 export const PHYSICAL_HOST = 'physical:host';
-const MAX_ATTEMPTS = 20;
 
 export interface BookedHost {
   id: string;
@@ -75,25 +75,8 @@ export class HostCalendar {
 
   /** Books the lease's host reservations for [ctx.startMs, ctx.endMs); returns this reservation's hosts. */
   async book(ctx: ReservationContext): Promise<BookedHost[]> {
-    for (let attempt = 1; ; attempt++) {
-      const client = await this.pool.connect();
-      try {
-        await client.query('BEGIN');
-        const hosts = await this.bookInTransaction(client, ctx);
-        await client.query('COMMIT');
-        return hosts;
-      } catch (err) {
-        await client.query('ROLLBACK').catch(() => undefined);
-        if (lostRace(err) && attempt < MAX_ATTEMPTS) {
-          // Choose again, seeing the winner's booking; a random pause keeps the losers from colliding again at once.
-          await new Promise((resolve) => setTimeout(resolve, Math.random() * 20 * attempt));
-          continue;
-        }
-        throw err;
-      } finally {
-        client.release();
-      }
-    }
+    // A concurrent booking that took a chosen host first: choose again, seeing the winner's booking.
+    return inTransaction(this.pool, (client) => this.bookInTransaction(client, ctx), { retryOn: lostRace });
   }
 
   /** Per host of the reservation, when another lease's booking of it next begins (its lead time included). */

@@ -10,6 +10,7 @@ import { leaseConflict, invalidLease, type Lease } from '../../domain/lease';
 import { parsePropertyQuery, queryKeys } from '../../domain/property-query';
 import { listHosts, type HostRecord } from '../../db/hosts';
 import type { Pool } from '../../db/pool';
+import { inTransaction } from '../../db/transaction';
 
 export interface InventorySettings {
   /** The aggregate that holds reservable hosts while no lease has them. */
@@ -89,28 +90,25 @@ export class HostInventory {
       }
     }
 
-    const client = await this.pool.connect();
     try {
-      await client.query('BEGIN');
-      const { rows } = await client.query<{ id: string }>(
-        `INSERT INTO hosts (hypervisor_hostname, nova_hypervisor_id, hypervisor_type, hypervisor_version, service_name, vcpus, memory_mb, local_gb, cpu_info, availability_zone)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING id::text`,
-        [
-          hypervisor.hypervisor_hostname, hypervisor.id, hypervisor.hypervisor_type, String(hypervisor.hypervisor_version), hypervisor.service.host,
-          hypervisor.vcpus ?? 0, hypervisor.memory_mb ?? 0, hypervisor.local_gb ?? 0, cpuInfo(hypervisor), zone,
-        ],
-      );
-      for (const [key, value] of Object.entries(extra)) {
-        await client.query('INSERT INTO host_capabilities (host_id, name, value) VALUES ($1, $2, $3)', [rows[0].id, key, value]);
-      }
-      await client.query('COMMIT');
-      return (await listHosts(this.pool, { id: rows[0].id }))[0];
+      const id = await inTransaction(this.pool, async (client) => {
+        const { rows } = await client.query<{ id: string }>(
+          `INSERT INTO hosts (hypervisor_hostname, nova_hypervisor_id, hypervisor_type, hypervisor_version, service_name, vcpus, memory_mb, local_gb, cpu_info, availability_zone)
+           VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING id::text`,
+          [
+            hypervisor.hypervisor_hostname, hypervisor.id, hypervisor.hypervisor_type, String(hypervisor.hypervisor_version), hypervisor.service.host,
+            hypervisor.vcpus ?? 0, hypervisor.memory_mb ?? 0, hypervisor.local_gb ?? 0, cpuInfo(hypervisor), zone,
+          ],
+        );
+        for (const [key, value] of Object.entries(extra)) {
+          await client.query('INSERT INTO host_capabilities (host_id, name, value) VALUES ($1, $2, $3)', [rows[0].id, key, value]);
+        }
+        return rows[0].id;
+      });
+      return (await listHosts(this.pool, { id }))[0];
     } catch (err) {
-      await client.query('ROLLBACK').catch(() => undefined);
       await this.nova.removeHostFromAggregate(pool.id, hypervisor.service.host).catch(() => undefined); // undo: nothing half-enrolled
       throw err;
-    } finally {
-      client.release();
     }
   }
 
@@ -160,9 +158,7 @@ export class HostInventory {
       const hit = changed.find((key) => relied.includes(key));
       if (hit) throw leaseConflict(`capability ${hit} of host ${host.hypervisor_hostname} is used by lease ${lease.name} (${lease.id}), which holds the host now or later`);
     }
-    const client = await this.pool.connect();
-    try {
-      await client.query('BEGIN');
+    await inTransaction(this.pool, async (client) => {
       for (const [key, value] of Object.entries(changes)) {
         await client.query(
           'INSERT INTO host_capabilities (host_id, name, value) VALUES ($1, $2, $3) ON CONFLICT (host_id, name) DO UPDATE SET value = EXCLUDED.value',
@@ -170,13 +166,7 @@ export class HostInventory {
         );
       }
       await client.query('UPDATE hosts SET updated_at = now() WHERE id = $1', [id]);
-      await client.query('COMMIT');
-    } catch (err) {
-      await client.query('ROLLBACK').catch(() => undefined);
-      throw err;
-    } finally {
-      client.release();
-    }
+    });
     return this.get(id);
   }
 

@@ -1,6 +1,6 @@
 /** The `physical:host` reservation's parameters, as blazarclient sends them (numbers may come as strings). */
 import { z } from 'zod';
-import { parsePropertyQuery, PropertyQueryError } from '../../domain/property-query';
+import { propertyQueryParam } from '../params';
 
 export const END_POLICIES = ['delete', 'recycle', 'release'] as const;
 export type EndPolicy = (typeof END_POLICIES)[number];
@@ -11,21 +11,7 @@ const count = z
   .transform(Number)
   .pipe(z.number().int('expected a whole number').min(1, 'must be at least 1').max(10_000, 'must be at most 10000'));
 
-/** A property query, kept as the JSON text the user gave (shown back in the lease), checked for syntax here. */
-const query = z
-  .union([z.string(), z.array(z.unknown())], { error: 'expected a JSON query such as [">=", "$memory_mb", "4096"]' })
-  .nullish()
-  .transform((value, ctx) => {
-    const text = value === null || value === undefined ? '' : typeof value === 'string' ? value : JSON.stringify(value);
-    try {
-      parsePropertyQuery(text);
-    } catch (err) {
-      if (!(err instanceof PropertyQueryError)) throw err;
-      ctx.addIssue({ code: 'custom', message: err.message });
-      return z.NEVER;
-    }
-    return text;
-  });
+const query = propertyQueryParam('[">=", "$memory_mb", "4096"]');
 
 export const physicalHostParams = z
   .strictObject({

@@ -15,6 +15,7 @@
 import { ApplicationFailure } from '@temporalio/common';
 import {
   deleteServerAndWait,
+  type UnshelveResult,
   findServer,
   LEASABLE_STATUSES,
   shelveAndOffload,
@@ -27,7 +28,7 @@ import { invalidLease } from '../../domain/lease';
 import { matchesQuery, parsePropertyQuery, queryKeys } from '../../domain/property-query';
 import type { Amounts } from '../../domain/quantity-calendar';
 import type { Pool } from '../../db/pool';
-import { serverHost, type GlanceClient, type NovaClient, type PlacementClient, type Server } from '../../openstack';
+import { NotFoundError, serverHost, type GlanceClient, type NovaClient, type PlacementClient, type Server } from '../../openstack';
 import type { ReservationContext, ResourcePlugin, StartOutcome } from '../plugin';
 import { QuantityCalendar, type CapacityProvider, type QuantityBookingRow, type QuantityRequest } from '../quantity-calendar';
 import { virtualServerParams } from './params';
@@ -42,6 +43,8 @@ export type HostFullPolicy = 'move' | 'fail';
 export interface VirtualServerDeps {
   pool: Pool;
   cloud: () => { nova: NovaClient; placement: PlacementClient; glance: GlanceClient };
+  /** Nova in a lessee's project, to create servers there (flavor_id + image_id); unset: that form is refused. */
+  projectCloud?: (projectId: string) => { nova: NovaClient };
   settings?: {
     hostFullPolicy?: HostFullPolicy;
     /** How long the hosts' capacities copied from Placement serve admissions before being read again (default 60 s). */
@@ -51,8 +54,11 @@ export interface VirtualServerDeps {
 
 /** The reservation's allocation, as shown in the lease JSON. */
 interface ServerAllocation {
-  server_id: string;
-  server_name: string;
+  /** The server (for a created one: from the start). */
+  server_id: string | null;
+  server_name: string | null;
+  /** Created by leasekeeper from this image (flavor_id + image_id). */
+  image_id?: string;
   flavor: string;
   footprint: Amounts;
   /** Where the server runs (from the start) or is to run. */
@@ -65,13 +71,22 @@ interface ServerAllocation {
 
 const allocationOf = (ctx: ReservationContext) => (ctx.reservation.allocation ?? {}) as Partial<ServerAllocation>;
 
+/** `server <name>`, or `a server of flavor <name>` before a created one exists: for messages. */
+function describeServer(ctx: ReservationContext): string {
+  const { server_id: id, server_name: name, flavor } = allocationOf(ctx);
+  return id ? `server ${name ?? id}` : `a server of flavor ${flavor}`;
+}
+
 /** What a flavor takes on its host, as Nova allocates it in Placement. */
-export function flavorFootprint(flavor: Server['flavor']): Record<string, number> {
+export function flavorFootprint(flavor: { vcpus: number; ram: number; disk: number; ephemeral?: number; swap?: number | '' }): Record<string, number> {
   const disk = flavor.disk + (flavor.ephemeral ?? 0) + Math.ceil((flavor.swap || 0) / 1024);
   const footprint: Record<string, number> = { VCPU: flavor.vcpus, MEMORY_MB: flavor.ram };
   if (disk > 0) footprint.DISK_GB = disk;
   return footprint;
 }
+
+/** The name of the server leasekeeper creates for a reservation (found again by it when a start is retried). */
+export const createdServerName = (reservationId: string) => `lease-${reservationId}`;
 
 /** A provider's usable capacity per resource class: (total − reserved) × allocation ratio. */
 function capacityOf(inventories: Record<string, { total: number; reserved?: number; allocation_ratio?: number }>): Record<string, number> {
@@ -129,7 +144,7 @@ export function virtualServerPlugin(deps: VirtualServerDeps): ResourcePlugin {
     return {
       kind: KIND,
       amounts: footprint,
-      subject: params.server_id,
+      subject: params.server_id ?? undefined,
       describe,
       matches: (p) => !enrolled.has(p.name) && !enrolled.has(p.host) && matchesQuery(query, hostProperties(p)),
     };
@@ -137,8 +152,7 @@ export function virtualServerPlugin(deps: VirtualServerDeps): ResourcePlugin {
 
   /** The booked footprint, as reserve recorded it in the allocation. */
   function bookedRequest(ctx: ReservationContext): Promise<QuantityRequest> {
-    const allocation = allocationOf(ctx);
-    return requestFor(ctx, allocation.footprint ?? {}, `server ${allocation.server_name ?? allocation.server_id}`);
+    return requestFor(ctx, allocationOf(ctx).footprint ?? {}, describeServer(ctx));
   }
 
   /** Whether the host has room for the footprint right now, as Placement counts it (on-demand servers included). */
@@ -154,9 +168,10 @@ export function virtualServerPlugin(deps: VirtualServerDeps): ResourcePlugin {
 
   /** The reserved host lost its room: the policy moves the booking to a host with room now and for the rest of the window, or fails. */
   async function relocate(ctx: ReservationContext, from: QuantityBookingRow, why: string): Promise<QuantityBookingRow> {
-    const { server_id: serverId, host_full: policy } = allocationOf(ctx);
+    const { host_full: policy } = allocationOf(ctx);
+    const what = describeServer(ctx);
     if (policy === 'fail') {
-      throw ApplicationFailure.nonRetryable(`reserved host ${from.host} has no room for server ${serverId} any more (${why}); the policy is to fail the start`, 'ReservedHostFull');
+      throw ApplicationFailure.nonRetryable(`reserved host ${from.host} has no room for ${what} any more (${why}); the policy is to fail the start`, 'ReservedHostFull');
     }
     const request = await bookedRequest(ctx);
     const others = (await calendar.providers(KIND)).filter((p) => p.uuid !== from.providerUuid && request.matches(p));
@@ -165,34 +180,117 @@ export function virtualServerPlugin(deps: VirtualServerDeps): ResourcePlugin {
     const moved = withRoom.length > 0 ? await calendar.move(ctx, request, withRoom, Date.now()) : undefined;
     if (!moved) {
       throw ApplicationFailure.nonRetryable(
-        `reserved host ${from.host} has no room for server ${serverId} any more (${why}), and no other matching host has room until the lease's end`,
+        `reserved host ${from.host} has no room for ${what} any more (${why}), and no other matching host has room until the lease's end`,
         'NoHostWithRoom',
       );
     }
     return moved;
   }
 
+  /** The server leasekeeper created for the reservation, if any. */
+  async function createdServer(ctx: ReservationContext): Promise<Server | undefined> {
+    const name = createdServerName(ctx.reservation.id);
+    const found = await deps.cloud().nova.listServers({ all_tenants: true, name: `^${name}$` });
+    return found.find((s) => s.metadata.leasekeeper_reservation === ctx.reservation.id && s.status !== 'DELETED');
+  }
+
+  /** The reservation's server id: given, or created at the start (undefined before). */
+  async function serverIdOf(ctx: ReservationContext): Promise<string | undefined> {
+    const params = virtualServerParams.parse(ctx.reservation.params);
+    return params.server_id ?? allocationOf(ctx).server_id ?? (await createdServer(ctx))?.id;
+  }
+
+  /** The room check at the start: on the reserved host, or where the policy moves the booking. */
+  async function hostWithRoom(ctx: ReservationContext, reserved: QuantityBookingRow): Promise<QuantityBookingRow> {
+    const room = await roomNow(reserved.providerUuid, allocationOf(ctx).footprint ?? {});
+    return room.ok ? reserved : relocate(ctx, reserved, `${room.short}: taken by on-demand servers`);
+  }
+
+  /**
+   * Puts the server on `target` (unshelve, or create) and retries there or elsewhere when Nova
+   * refuses the host: between the room check and Nova's scheduling an on-demand server may still
+   * take the room, and then the policy is applied again on what Placement says.
+   */
+  async function placeOnHost(ctx: ReservationContext, first: QuantityBookingRow, place: (host: string) => Promise<UnshelveResult>): Promise<{ server: Server; host: QuantityBookingRow }> {
+    let target = first;
+    for (let attempt = 1; ; attempt++) {
+      const result = await place(target.host);
+      if (result.ok) return { server: result.server, host: target };
+      const now = await roomNow(target.providerUuid, allocationOf(ctx).footprint ?? {});
+      if (now.ok && attempt < 3) continue;
+      if (now.ok) throw ApplicationFailure.retryable(`Nova did not place the server on ${target.host}: ${result.reason}`, 'PlacementRefused');
+      target = await relocate(ctx, target, `${now.short}; Nova: ${result.reason}`);
+    }
+  }
+
+  /** Creates the reservation's server in the lessee's project on `host` (or finds the one an earlier try made) and waits for it. */
+  async function createOn(ctx: ReservationContext, host: string): Promise<UnshelveResult> {
+    const params = virtualServerParams.parse(ctx.reservation.params);
+    if (!deps.projectCloud) throw ApplicationFailure.nonRetryable('this deployment cannot create servers in lessee projects', 'NoProjectCredentials');
+    const { nova } = deps.cloud();
+    let server = await createdServer(ctx);
+    if (server?.status === 'ERROR') {
+      await deleteServerAndWait(nova, server.id); // a failed build on a refused host: start over
+      server = undefined;
+    }
+    if (!server) {
+      const created = await deps.projectCloud(ctx.projectId).nova.createServer({
+        name: createdServerName(ctx.reservation.id),
+        flavorRef: params.flavor_id!,
+        imageRef: params.image_id!,
+        networks: params.networks ? (Array.isArray(params.networks) ? params.networks.map((uuid) => ({ uuid })) : params.networks) : 'auto',
+        host,
+        metadata: { leasekeeper_lease: ctx.leaseId, leasekeeper_reservation: ctx.reservation.id },
+      });
+      server = await nova.getServer(created.id);
+    }
+    const built = await nova.waitForServer(server.id, (s) => s.status === 'ACTIVE' || s.status === 'ERROR', { timeoutMs: 5 * 60_000, failOnError: false });
+    if (built.status === 'ACTIVE') return { ok: true, server: built };
+    return { ok: false, reason: built.fault?.message ?? 'the build failed' };
+  }
+
   return {
     resourceType: VIRTUAL_SERVER,
-    paramsSchema: virtualServerParams,
+    paramsSchema: virtualServerParams.superRefine((params, issues) => {
+      if (!params.server_id && !deps.projectCloud) {
+        issues.addIssue({ code: 'custom', path: ['flavor_id'], message: 'this deployment cannot create servers in your project: give the server_id of an existing server' });
+      }
+    }),
 
     async reserve(ctx) {
       const params = virtualServerParams.parse(ctx.reservation.params);
-      const { nova } = deps.cloud();
-      const server = await findServer(nova, params.server_id);
-      // Another project's server is reported as missing: its existence is not the lessee's business.
-      if (!server || server.tenant_id !== ctx.projectId) throw invalidLease(`server ${params.server_id} not found in project ${ctx.projectId}`);
+      const { nova, glance } = deps.cloud();
       const running = ctx.leaseStatus !== 'PENDING'; // an active lease's server is running: it is only re-booked
-      if (!running && !LEASABLE_STATUSES.includes(server.status)) {
-        throw invalidLease(`server ${params.server_id} is ${server.status}: only a server that is ${LEASABLE_STATUSES.join(', ')} can be leased`);
+      let server: Server | undefined;
+      let flavor: { name: string; footprint: Amounts };
+      if (params.server_id) {
+        server = await findServer(nova, params.server_id);
+        // Another project's server is reported as missing: its existence is not the lessee's business.
+        if (!server || server.tenant_id !== ctx.projectId) throw invalidLease(`server ${params.server_id} not found in project ${ctx.projectId}`);
+        if (!running && !LEASABLE_STATUSES.includes(server.status)) {
+          throw invalidLease(`server ${params.server_id} is ${server.status}: only a server that is ${LEASABLE_STATUSES.join(', ')} can be leased`);
+        }
+        flavor = { name: server.flavor.original_name, footprint: flavorFootprint(server.flavor) };
+      } else {
+        const found = await nova.getFlavor(params.flavor_id!).catch((err: unknown) => {
+          if (err instanceof NotFoundError) throw invalidLease(`flavor ${params.flavor_id} not found`);
+          throw err;
+        });
+        await glance.getImage(params.image_id!).catch((err: unknown) => {
+          if (err instanceof NotFoundError) throw invalidLease(`image ${params.image_id} not found`);
+          throw err;
+        });
+        flavor = { name: found.name, footprint: flavorFootprint({ ...found, ephemeral: found['OS-FLV-EXT-DATA:ephemeral'] }) };
       }
       await refreshProviders();
-      const footprint = allocationOf(ctx).footprint ?? flavorFootprint(server.flavor);
-      const booking = await calendar.book(ctx, await requestFor(ctx, footprint, `server ${server.name} (flavor ${server.flavor.original_name})`));
+      const footprint = allocationOf(ctx).footprint ?? flavor.footprint;
+      const what = server ? `server ${server.name} (flavor ${flavor.name})` : `a server of flavor ${flavor.name}`;
+      const booking = await calendar.book(ctx, await requestFor(ctx, footprint, what));
       const allocation: ServerAllocation = {
-        server_id: server.id,
-        server_name: server.name,
-        flavor: server.flavor.original_name,
+        server_id: server?.id ?? allocationOf(ctx).server_id ?? null,
+        server_name: server?.name ?? allocationOf(ctx).server_name ?? null,
+        ...(params.image_id ? { image_id: params.image_id } : {}),
+        flavor: flavor.name,
         footprint,
         host: booking.host,
         on_end: params.on_end,
@@ -201,13 +299,15 @@ export function virtualServerPlugin(deps: VirtualServerDeps): ResourcePlugin {
       };
       return {
         allocation: { ...allocation },
-        resourceKeys: [`server:${server.id}`],
-        holdUntilStart: true,
+        resourceKeys: server ? [`server:${server.id}`] : [],
+        // An existing server is shelved until the start; a server to create does not exist yet.
+        holdUntilStart: Boolean(server),
       };
     },
 
     async hold(ctx) {
-      await shelveAndOffload(deps.cloud().nova, virtualServerParams.parse(ctx.reservation.params).server_id);
+      const { server_id: serverId } = virtualServerParams.parse(ctx.reservation.params);
+      if (serverId) await shelveAndOffload(deps.cloud().nova, serverId);
     },
 
     async start(ctx): Promise<StartOutcome> {
@@ -215,27 +315,20 @@ export function virtualServerPlugin(deps: VirtualServerDeps): ResourcePlugin {
       const { nova } = deps.cloud();
       const reserved = await calendar.bookingFor(ctx.reservation.id);
       if (!reserved) throw ApplicationFailure.nonRetryable(`reservation ${ctx.reservation.id} has no booking`, 'BookingMissing');
+      const movedFrom = (placed: QuantityBookingRow) => (placed.providerUuid !== reserved.providerUuid ? { moved_from: reserved.host } : {});
+
+      if (!serverId) {
+        const existing = await createdServer(ctx);
+        if (existing?.status === 'ACTIVE') return { allocation: { server_id: existing.id, server_name: existing.name, host: serverHost(existing) } }; // an earlier try made it
+        const placed = await placeOnHost(ctx, existing ? reserved : await hostWithRoom(ctx, reserved), (host) => createOn(ctx, host));
+        return { allocation: { server_id: placed.server.id, server_name: placed.server.name, host: serverHost(placed.server) ?? placed.host.host, ...movedFrom(placed.host) } };
+      }
+
       const server = await findServer(nova, serverId);
       if (!server) throw ApplicationFailure.nonRetryable(`server ${serverId} no longer exists (deleted by its owner before the lease started?)`, 'ServerGone');
       if (server.status === 'ACTIVE' && serverHost(server)) return { allocation: { host: serverHost(server) } }; // already started
-
-      const footprint = allocationOf(ctx).footprint ?? {};
-      let target = reserved;
-      const room = await roomNow(target.providerUuid, footprint);
-      if (!room.ok) target = await relocate(ctx, target, `${room.short}: taken by on-demand servers`);
-      // Between the check and the unshelve an on-demand server may still take the room: Nova then
-      // refuses the host, and the policy is applied again on what Placement says then.
-      for (let attempt = 1; ; attempt++) {
-        const result = await unshelveOnto(nova, serverId, target.host);
-        if (result.ok) {
-          const moved = target.providerUuid !== reserved.providerUuid;
-          return { allocation: { host: serverHost(result.server) ?? target.host, ...(moved ? { moved_from: reserved.host } : {}) } };
-        }
-        const now = await roomNow(target.providerUuid, footprint);
-        if (now.ok && attempt < 3) continue;
-        if (now.ok) throw ApplicationFailure.retryable(`Nova did not unshelve server ${serverId} onto ${target.host}: ${result.reason}`, 'UnshelveRefused');
-        target = await relocate(ctx, target, `${now.short}; Nova: ${result.reason}`);
-      }
+      const placed = await placeOnHost(ctx, await hostWithRoom(ctx, reserved), (host) => unshelveOnto(nova, serverId, host));
+      return { allocation: { host: serverHost(placed.server) ?? placed.host.host, ...movedFrom(placed.host) } };
     },
 
     async beforeEnd() {
@@ -245,22 +338,28 @@ export function virtualServerPlugin(deps: VirtualServerDeps): ResourcePlugin {
     async end(ctx) {
       const params = virtualServerParams.parse(ctx.reservation.params);
       const { nova, glance } = deps.cloud();
+      const serverId = await serverIdOf(ctx);
       let allocation: Record<string, unknown> | undefined;
       if (!ctx.started) {
-        // Only a reservation that was admitted (and so set the server aside) gives it back: a
-        // refused admission never touched the server, which may be another lease's.
-        if (ctx.reservation.hold === undefined) {
-          // nothing to give back
-        } else if (params.on_cancel === 'delete') await deleteServerAndWait(nova, params.server_id);
-        else await unshelveAnywhere(nova, params.server_id);
+        if (!params.server_id) {
+          // A start that failed half way may have created the server: it was never the lessee's.
+          if (serverId) await deleteServerAndWait(nova, serverId);
+        } else if (ctx.reservation.hold !== undefined) {
+          // Only an admitted reservation (which set the server aside) gives it back: a refused
+          // admission never touched the server, which may be another lease's.
+          if (params.on_cancel === 'delete') await deleteServerAndWait(nova, params.server_id);
+          else await unshelveAnywhere(nova, params.server_id);
+        }
+      } else if (!serverId) {
+        // Started without a server: nothing in the cloud to take back.
       } else if (params.on_end === 'snapshot_and_delete') {
-        const name = allocationOf(ctx).server_name ?? params.server_id;
-        const imageId = await snapshotAndDelete(nova, glance, params.server_id, name, { leaseId: ctx.leaseId, leaseName: ctx.leaseName, reservationId: ctx.reservation.id });
+        const name = allocationOf(ctx).server_name ?? (await findServer(nova, serverId))?.name ?? serverId;
+        const imageId = await snapshotAndDelete(nova, glance, serverId, name, { leaseId: ctx.leaseId, leaseName: ctx.leaseName, reservationId: ctx.reservation.id });
         allocation = { snapshot_image_id: imageId ?? null };
       } else if (params.on_end === 'delete') {
-        await deleteServerAndWait(nova, params.server_id);
+        await deleteServerAndWait(nova, serverId);
       } else {
-        await shelveForOwner(nova, params.server_id);
+        await shelveForOwner(nova, serverId);
       }
       await calendar.release(ctx.reservation.id, ctx.started);
       return allocation ? { allocation } : {};
