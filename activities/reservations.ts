@@ -7,7 +7,7 @@
 import { Context } from '@temporalio/activity';
 import { ApplicationFailure } from '@temporalio/common';
 import { OpenStackConfigError, OpenStackError } from '../src/openstack/errors';
-import type { EndContext, EndOutcome, HealResult, ReservationContext, ReserveResult, ResourcePlugin, ResourcePlugins, StartOutcome } from '../src/resources/plugin';
+import type { EndContext, EndOutcome, HealResult, ReservationContext, ReserveResult, ResourcePlugin, ResourcePlugins, StartOutcome, StepOutcome } from '../src/resources/plugin';
 
 /** How often a running hook tells the server its worker is alive (the workflow sets a heartbeat timeout a few times longer). */
 export const LIVENESS_HEARTBEAT_MS = 5_000;
@@ -44,6 +44,13 @@ export function reservationActivities({ plugins }: { plugins: ResourcePlugins })
         await pluginFor(ctx).hold?.(ctx);
       }),
     startReservation: (ctx: ReservationContext): Promise<StartOutcome> => classified(async () => (await pluginFor(ctx).start(ctx)) ?? {}),
+    startReservationStep: (input: ReservationContext & { step: string; state: Record<string, unknown> }): Promise<StepOutcome> =>
+      classified(() => {
+        const { step, state, ...ctx } = input;
+        const plugin = pluginFor(ctx);
+        if (!plugin.startStep) throw ApplicationFailure.nonRetryable(`${ctx.reservation.resource_type} has no start steps`, 'UnknownStartStep');
+        return plugin.startStep(step, ctx, state);
+      }),
     beforeEndReservation: (ctx: ReservationContext): Promise<void> => classified(() => pluginFor(ctx).beforeEnd(ctx)),
     endReservation: (ctx: EndContext): Promise<EndOutcome> => classified(() => pluginFor(ctx).end(ctx)),
     /** The end hook again, as a poll: fails (to be retried by the workflow's policy) until nothing is left to wait for. */

@@ -70,6 +70,8 @@ const envSchema = z.object({
   // the hosts' capacities read from Placement serve admissions before being read again.
   LK_SERVER_HOST_FULL_POLICY: z.enum(['move', 'fail']).default('move'),
   LK_CAPACITY_REFRESH_SECONDS: z.coerce.number().int().min(0).max(86_400).default(60),
+  // Bandwidth reservations (`network:bandwidth`): how many candidate hosts the start tries to bind the ports on.
+  LK_BANDWIDTH_BIND_ATTEMPTS: z.coerce.number().int().min(1).max(20).default(3),
 
   // How long a health check may wait for each dependency.
   LK_HEALTH_TIMEOUT_MS: positiveInt.default(2_000),
@@ -114,6 +116,7 @@ function toConfig(env: z.infer<typeof envSchema>) {
       recycleGraceMs: env.LK_HOST_RECYCLE_GRACE_SECONDS === undefined ? undefined : env.LK_HOST_RECYCLE_GRACE_SECONDS * 1000,
     },
     servers: { hostFullPolicy: env.LK_SERVER_HOST_FULL_POLICY, capacityRefreshMs: env.LK_CAPACITY_REFRESH_SECONDS * 1000 },
+    bandwidth: { bindAttempts: env.LK_BANDWIDTH_BIND_ATTEMPTS, capacityRefreshMs: env.LK_CAPACITY_REFRESH_SECONDS * 1000 },
     provisioningLeadMs: env.LK_PROVISIONING_LEAD_TIME_SECONDS * 1000,
     notifyUrl: env.LK_NOTIFY_URL,
     inventory: {

@@ -1,7 +1,8 @@
 /**
- * Two parts of the lease life that server reservations lean on: the hold right after admission
- * (a server shelved until its start), and start/end hooks that report what they did (the host a
- * server landed on, the snapshot it left), merged into the lease JSON.
+ * Parts of the lease life that server and bandwidth reservations lean on: the hold right after
+ * admission (a server shelved until its start), start/end hooks that report what they did (the
+ * host a server landed on, the snapshot it left) merged into the lease JSON, and a start made of
+ * steps, each its own activity (ports, candidates, binding, allocations).
  */
 import { RecordingPlugin } from './support/recording-plugin';
 import { apiClient, eventually, inSeconds, startTestStack, type TestStack } from './support/stack';
@@ -60,6 +61,42 @@ describe('hold until start, and hooks that report', () => {
     expect(plugin.callsFor(lease.id, 'hold')).toHaveLength(1);
     await api('DELETE', `/v1/leases/${lease.id}`);
     await waitForStatus(lease.id, 'GONE');
+  }, 60_000);
+
+  it('a start in steps runs each step as its own activity, in order, each seeing what the earlier handed on', async () => {
+    const created = await api('POST', '/v1/leases', {
+      name: 'stepped',
+      start_date: 'now',
+      end_date: inSeconds(3600),
+      reservations: [{ resource_type: 'test:recording', steps: ['make', 'choose', 'bind'] }],
+    });
+    expect(created.status).toBe(201);
+    const { id } = created.body.lease;
+    await waitForStatus(id, 'ACTIVE');
+    const steps = plugin.callsFor(id, 'startStep');
+    expect(steps.map((c) => [c.step, c.state])).toEqual([
+      ['make', {}],
+      ['choose', { done: ['make'] }],
+      ['bind', { done: ['make', 'choose'] }],
+    ]);
+    expect(plugin.callsFor(id, 'start')).toEqual([]); // the steps replace the single start
+    expect((await leaseOf(id)).reservations[0]).toMatchObject({ last_step: 'bind', make_saw: 0, choose_saw: 1, bind_saw: 2 });
+    // Each step was its own activity in the history.
+    const history = await stack.temporal.client.workflow.getHandle(`lease-${id}`).fetchHistory();
+    const scheduled = (history.events ?? []).filter((e) => e.activityTaskScheduledEventAttributes?.activityType?.name === 'startReservationStep');
+    expect(scheduled).toHaveLength(3);
+
+    const failing = await api('POST', '/v1/leases', {
+      name: 'stepped-fails',
+      start_date: 'now',
+      end_date: inSeconds(3600),
+      reservations: [{ resource_type: 'test:recording', steps: ['make', 'choose', 'bind'], fail_step: 'choose' }],
+    });
+    await waitForStatus(failing.body.lease.id, 'ERROR');
+    expect((await leaseOf(failing.body.lease.id)).status_reason).toBe('start failed: the test resource failed step choose');
+    expect(plugin.callsFor(failing.body.lease.id, 'startStep').map((c) => c.step)).toEqual(['make', 'choose']);
+    expect(plugin.callsFor(failing.body.lease.id, 'end').map((c) => c.started)).toEqual([false]);
+    for (const leaseId of [id, failing.body.lease.id]) await api('DELETE', `/v1/leases/${leaseId}`);
   }, 60_000);
 
   it('a hold that cannot be done puts the lease in ERROR with the reason and frees every booking', async () => {

@@ -254,7 +254,9 @@ export async function leaseWorkflow(input: LeaseWorkflowInput): Promise<LeaseOut
       const allocations = new Map<string, Record<string, unknown>>();
       try {
         for (const reservation of lease.reservations) {
-          const outcome = await starting.startReservation(context(lease, reservation));
+          // Later reservations see what earlier ones reported (e.g. the server a bandwidth reservation's ports are for).
+          const ctx = context({ ...lease, reservations: withAllocations(lease.reservations, allocations) }, reservation);
+          const outcome = reservation.startSteps?.length ? await runStartSteps(ctx, reservation.startSteps) : await starting.startReservation(ctx);
           if (outcome?.allocation) allocations.set(reservation.id, outcome.allocation);
           started.push(reservation);
         }
@@ -274,6 +276,24 @@ export async function leaseWorkflow(input: LeaseWorkflowInput): Promise<LeaseOut
       const reservations = withAllocations(lease.reservations, allocations).map((r) => ({ ...r, status: 'active' as const }));
       await transition({ status: 'ACTIVE', reservations }, 'start_lease', 'DONE');
     });
+  }
+
+  /** A start made of steps: each its own activity with the step's time-out and retries; each hands its state to the next. */
+  async function runStartSteps(ctx: ReservationContext, steps: NonNullable<Reservation['startSteps']>): Promise<{ allocation: Record<string, unknown> }> {
+    let state: Record<string, unknown> = {};
+    let allocation: Record<string, unknown> = {};
+    for (const [index, step] of steps.entries()) {
+      setCurrentDetails(`${describe(lease)}\n\nStarting reservation ${ctx.reservation.id}: step ${index + 1} of ${steps.length}, ${step.name}`);
+      const run = proxyActivities<Activities>({
+        startToCloseTimeout: step.timeoutSeconds * 1000,
+        heartbeatTimeout: HOOK_HEARTBEAT_TIMEOUT,
+        retry: { initialInterval: step.retryIntervalSeconds * 1000, maximumInterval: '1 minute', maximumAttempts: step.maximumAttempts },
+      });
+      const outcome = await run.startReservationStep({ ...ctx, step: step.name, state });
+      state = outcome.state;
+      allocation = { ...allocation, ...outcome.allocation };
+    }
+    return { allocation };
   }
 
   async function runBeforeEnd(): Promise<void> {
@@ -368,8 +388,14 @@ export async function leaseWorkflow(input: LeaseWorkflowInput): Promise<LeaseOut
     const booked: Reservation[] = [];
     try {
       for (const reservation of target.reservations) {
-        const { allocation, resourceKeys, holdUntilStart } = await admitting.reserveReservation(context(target, reservation));
-        booked.push({ ...reservation, allocation: { ...reservation.allocation, ...allocation }, resourceKeys, ...(holdUntilStart && !reservation.hold ? { hold: 'due' as const } : {}) });
+        const { allocation, resourceKeys, holdUntilStart, startSteps } = await admitting.reserveReservation(context(target, reservation));
+        booked.push({
+          ...reservation,
+          allocation: { ...reservation.allocation, ...allocation },
+          resourceKeys,
+          ...(startSteps ? { startSteps } : {}),
+          ...(holdUntilStart && !reservation.hold ? { hold: 'due' as const } : {}),
+        });
       }
       return booked;
     } catch (err) {

@@ -7,7 +7,7 @@ resource providers with NET_BW_EGR/IGR_KILOBIT_PER_SEC inventory.  No
 switch is touched.
 
     /usr/bin/python3 fake_ovs_agent.py --config-file neutron.conf \
-        --hosts fake-1,fake-2,fake-3 [--interval 10] \
+        --hosts fake-1,fake-2,fake-3 [--interval 10] [--stopped-file F] \
         [--bridge-mapping physnet1:br-ex] [--bandwidth br-ex:1000000:1000000]
 """
 import argparse
@@ -75,6 +75,9 @@ def main():
     parser.add_argument("--bridge-mapping", default="physnet1:br-ex")
     parser.add_argument("--bandwidth", action="append",
                         help="DEVICE:EGRESS_KBPS:INGRESS_KBPS")
+    parser.add_argument("--stopped-file",
+                        help="hosts listed in this file (one per line) get no "
+                             "reports, as if their agent were stopped")
     args = parser.parse_args()
 
     common_config.register_common_config_options()
@@ -91,8 +94,21 @@ def main():
     rpc = agent_rpc.PluginReportStateAPI(topics.REPORTS)
     ctx = n_context.get_admin_context_without_session()
 
+    def stopped_hosts():
+        try:
+            with open(args.stopped_file) as f:
+                return {line.strip() for line in f if line.strip()}
+        except (TypeError, OSError):
+            return set()
+
     while True:
-        for host, state in states.items():
+        stopped = stopped_hosts()
+        for host in hosts:
+            if host in stopped:
+                # Started again later like a real agent: with start_flag.
+                states[host] = agent_state(host, mappings, bandwidths)
+                continue
+            state = states[host]
             try:
                 rpc.report_state(ctx, state, use_call=True)
             except Exception as exc:  # server not up yet, RabbitMQ blip...

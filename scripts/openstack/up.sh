@@ -272,7 +272,8 @@ log "computes registered; starting the fake OVS agent, discovering hosts"
 # failed sync at the next heartbeat anyway).
 start_bg fake-ovs-agent "$PY" "$D/fake_ovs_agent.py" \
   --config-file "$RUN/etc/neutron/neutron.conf" --hosts "${COMPUTE_HOSTS// /,}" \
-  --interval 10 --bridge-mapping physnet1:br-ex --bandwidth br-ex:1000000:1000000
+  --interval 10 --bridge-mapping physnet1:br-ex --bandwidth br-ex:1000000:1000000 \
+  --stopped-file "$RUN/fake-agents-stopped"
 step discover-hosts "${ENTRY[@]}" nova-manage nova.cmd.manage:main "${NOVA_DB_CONF[@]}" \
   cell_v2 discover_hosts
 

@@ -35,6 +35,8 @@ export interface Reservation {
   allocation?: Record<string, unknown>;
   /** The resources this reservation holds (e.g. `host:3`), for back-to-back ordering. */
   resourceKeys?: string[];
+  /** The start's steps, when its resource type starts in several (each its own activity). */
+  startSteps?: Array<{ name: string; timeoutSeconds: number; maximumAttempts: number; retryIntervalSeconds: number }>;
   /** Set aside between admission and start (its plugin's `hold`): due, or done. */
   hold?: 'due' | 'done';
   missing_resources?: boolean;

@@ -169,6 +169,16 @@ export interface MinimumBandwidthRule {
   qos_policy_id?: string;
 }
 
+export interface Agent {
+  id: string;
+  agent_type: string;
+  host: string;
+  alive: boolean;
+  admin_state_up: boolean;
+  binary?: string;
+  resources_synced?: boolean | null;
+}
+
 export class NeutronClient {
   readonly http: ServiceHttp;
 
@@ -235,6 +245,23 @@ export class NeutronClient {
 
   async createQosPolicy(request: { name: string; project_id?: string; shared?: boolean; description?: string; is_default?: boolean }, options: CallOptions = {}): Promise<QosPolicy> {
     return (await this.http.post<{ policy: QosPolicy }>('/qos/policies', { policy: request }, options)).policy;
+  }
+
+  async listAgents(filters: { host?: string; agent_type?: string } = {}, options: CallOptions = {}): Promise<Agent[]> {
+    return (await this.http.get<{ agents: Agent[] }>('/agents', filters, options)).agents;
+  }
+
+  /** An agent taken out of service (`admin_state_up: false`), or back in. */
+  async updateAgent(id: string, changes: { admin_state_up?: boolean; description?: string }, options: CallOptions = {}): Promise<Agent> {
+    return (await this.http.put<{ agent: Agent }>(`/agents/${seg(id)}`, { agent: changes }, options)).agent;
+  }
+
+  async deleteAgent(id: string, options: CallOptions = {}): Promise<void> {
+    await this.http.delete(`/agents/${seg(id)}`, options);
+  }
+
+  async listQosPolicies(filters: { name?: string; project_id?: string } = {}, options: CallOptions = {}): Promise<QosPolicy[]> {
+    return (await this.http.get<{ policies: QosPolicy[] }>('/qos/policies', filters, options)).policies;
   }
 
   async getQosPolicy(id: string, options: CallOptions = {}): Promise<QosPolicy> {

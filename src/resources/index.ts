@@ -2,13 +2,14 @@
 import type { Config } from '../config';
 import type { Pool } from '../db/pool';
 import type { OpenStackClients } from '../openstack';
+import { bandwidthPlugin } from './bandwidth';
 import { physicalHostPlugin } from './physical-host';
 import { pluginRegistry, type ResourcePlugins } from './plugin';
 import { virtualServerPlugin } from './virtual-server';
 
 export function productionPlugins(deps: {
   pool: Pool;
-  config: Pick<Config, 'hosts' | 'inventory' | 'notifyUrl' | 'provisioningLeadMs' | 'servers'>;
+  config: Pick<Config, 'hosts' | 'inventory' | 'notifyUrl' | 'provisioningLeadMs' | 'servers' | 'bandwidth'>;
   openstack: () => OpenStackClients;
   /** The same credentials in a lessee's project (server leases that create their server). */
   openstackForProject?: (projectId: string) => OpenStackClients;
@@ -24,5 +25,6 @@ export function productionPlugins(deps: {
       notices: notifyUrl ? { url: notifyUrl } : undefined,
     }),
     virtualServerPlugin({ pool: deps.pool, cloud: deps.openstack, projectCloud: deps.openstackForProject, settings: deps.config.servers }),
+    bandwidthPlugin({ pool: deps.pool, cloud: deps.openstack, settings: deps.config.bandwidth }),
   ]);
 }

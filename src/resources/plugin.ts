@@ -55,6 +55,25 @@ export interface ReserveResult {
   resourceKeys: string[];
   /** The plugin's `hold` hook is to run right after admission (e.g. to shelve a server until start). */
   holdUntilStart?: boolean;
+  /** Start in these steps (`startStep`), each its own activity with its own retries, instead of one `start`. */
+  startSteps?: StartStep[];
+}
+
+/** One step of a start made of several: its own activity, time-out and retry policy. */
+export interface StartStep {
+  name: string;
+  /** How long one try may take. */
+  timeoutSeconds: number;
+  /** Tries before the start fails (1: none again). */
+  maximumAttempts: number;
+  /** Pause before the first retry; it doubles after each. */
+  retryIntervalSeconds: number;
+}
+
+/** What a step hands to the next (ids of what it made, choices), and what it shows in the lease JSON. */
+export interface StepOutcome {
+  state: Record<string, unknown>;
+  allocation?: Record<string, unknown>;
 }
 
 export interface HealResult {
@@ -78,6 +97,8 @@ export interface ResourcePlugin {
   hold?(ctx: ReservationContext): Promise<void>;
   /** Makes the reserved resources usable by the lessee. */
   start(ctx: ReservationContext): Promise<StartOutcome | void>;
+  /** One of the steps reserve listed in `startSteps`, given what the earlier steps handed on. */
+  startStep?(step: string, ctx: ReservationContext, state: Record<string, unknown>): Promise<StepOutcome>;
   /** The before-end action (snapshot, notify…). */
   beforeEnd(ctx: ReservationContext): Promise<void>;
   /** Takes the resources back and frees the booking, or says what it is still waiting for. */

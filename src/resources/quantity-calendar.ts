@@ -11,6 +11,7 @@ import { DatabaseError, type PoolClient } from 'pg';
 import { invalidLease, leaseConflict, requestDate as when } from '../domain/lease';
 import { earliestQuantityFit, fits, loadWith, longestQuantityFit, shortfall, type Amounts, type QuantityBooking, type QuantityProvider } from '../domain/quantity-calendar';
 import type { Pool } from '../db/pool';
+import { matchesQuery, parsePropertyQuery, queryKeys } from '../domain/property-query';
 import { inTransaction } from '../db/transaction';
 import type { ReservationContext } from './plugin';
 
@@ -95,7 +96,7 @@ export class QuantityCalendar {
         return existing;
       }
 
-      const providers = (await this.lockProviders(client, request.kind)).filter(request.matches);
+      const providers = await this.lockProviders(client, request.kind, request.matches);
       if (providers.length === 0) throw invalidLease(`no host can ever take ${request.describe}: none matches the reservation's properties`);
       await client.query('DELETE FROM quantity_allocations WHERE reservation_id = $1', [ctx.reservation.id]);
       const from = ctx.startMs - ctx.provisioningLeadMs;
@@ -117,7 +118,7 @@ export class QuantityCalendar {
    */
   async move(ctx: ReservationContext, request: QuantityRequest, candidates: string[], fromMs: number): Promise<QuantityBookingRow | undefined> {
     return this.transaction(async (client) => {
-      const providers = (await this.lockProviders(client, request.kind)).filter((p) => candidates.includes(p.uuid));
+      const providers = await this.lockProviders(client, request.kind, (p) => candidates.includes(p.uuid));
       const bookings = (await this.bookingsOn(client, providers, fromMs, ctx.endMs)).filter((b) => b.reservationId !== ctx.reservation.id);
       const byPreference = [...providers].sort((a, b) => candidates.indexOf(a.uuid) - candidates.indexOf(b.uuid));
       const chosen = byPreference.find((p) => fits(asProvider(p), bookings, request.amounts, fromMs, ctx.endMs));
@@ -175,11 +176,15 @@ export class QuantityCalendar {
     }
   }
 
-  /** Every usable provider of the kind, locked for this transaction (in uuid order: no deadlocks). */
-  private async lockProviders(client: PoolClient, kind: string): Promise<CapacityProvider[]> {
+  /**
+   * The usable providers of the kind that `wanted` accepts, locked for this transaction (in uuid
+   * order: no deadlocks). Only those: admissions that cannot compete for a provider do not queue.
+   */
+  private async lockProviders(client: PoolClient, kind: string, wanted: (p: CapacityProvider) => boolean): Promise<CapacityProvider[]> {
+    const candidates = (await this.usableProviders(client, kind)).filter(wanted).map((p) => p.uuid);
     const { rows } = await client.query<CapacityProvider>(
-      `SELECT uuid, name, host, capacity, traits FROM capacity_providers WHERE kind = $1 AND usable ORDER BY uuid FOR UPDATE`,
-      [kind],
+      `SELECT uuid, name, host, capacity, traits FROM capacity_providers WHERE uuid = ANY($1) AND usable ORDER BY uuid FOR UPDATE`,
+      [candidates],
     );
     return rows;
   }
@@ -221,7 +226,7 @@ export class QuantityCalendar {
 
   /** An active lease keeps its provider: only its end moves; a collision says how far it can go. */
   private async resizeKeepingProvider(client: PoolClient, ctx: ReservationContext, request: QuantityRequest, existing: QuantityBookingRow & { endMs: number }, key: string): Promise<void> {
-    const providers = (await this.lockProviders(client, request.kind)).filter((p) => p.uuid === existing.providerUuid);
+    const providers = await this.lockProviders(client, request.kind, (p) => p.uuid === existing.providerUuid);
     const from = Math.max(Date.now(), existing.endMs);
     if (ctx.endMs > from && providers[0]) {
       const others = (await this.bookingsOn(client, providers, from, ctx.endMs)).filter((b) => b.reservationId !== ctx.reservation.id);
@@ -269,6 +274,24 @@ export class QuantityCalendar {
     });
   }
 }
+
+/**
+ * A reservation's `resource_properties` over providers: a predicate on the properties
+ * `propertiesOf` gives each (their Placement traits among them, as `"true"`). A key that no
+ * provider has is a 400 naming the known ones.
+ */
+export function providerQuery(text: string, providers: CapacityProvider[], propertiesOf: (p: CapacityProvider) => Record<string, string>): (p: CapacityProvider) => boolean {
+  const query = parsePropertyQuery(text);
+  const known = new Set(providers.flatMap((p) => Object.keys(propertiesOf(p))));
+  const unknown = queryKeys(query).filter((key) => !known.has(key));
+  if (unknown.length > 0) {
+    throw invalidLease(`resource_properties: unknown property ${unknown.map((k) => `$${k}`).join(', ')} (known: ${[...known].sort().map((k) => `$${k}`).join(', ') || 'none'})`);
+  }
+  return (p) => matchesQuery(query, propertiesOf(p));
+}
+
+/** Placement traits as properties a query can test (`["=", "$CUSTOM_FAST", "true"]`). */
+export const traitProperties = (p: CapacityProvider): Record<string, string> => Object.fromEntries(p.traits.map((trait) => [trait, 'true']));
 
 function asProvider(p: CapacityProvider): QuantityProvider {
   return { id: p.uuid, capacity: p.capacity };

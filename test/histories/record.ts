@@ -106,6 +106,18 @@ export const SCENARIOS: Record<string, (api: Api) => Promise<string>> = {
     await api('DELETE', `/v1/leases/${body.lease.id}`);
     return body.lease.id;
   },
+  'start-in-steps': async (api) => {
+    // Like a bandwidth reservation: the start runs as three activities, each handing its state on.
+    const { body } = await api('POST', '/v1/leases', {
+      name: 'start-in-steps',
+      start_date: inSeconds(2),
+      end_date: inSeconds(4),
+      reservations: [{ ...reservation, steps: ['make', 'choose', 'bind'] }],
+    });
+    await waitFor(api, body.lease.id, 'TERMINATED');
+    await api('DELETE', `/v1/leases/${body.lease.id}`);
+    return body.lease.id;
+  },
   'failed-hold': async (api) => {
     const { body } = await api('POST', '/v1/leases', {
       name: 'failed-hold',

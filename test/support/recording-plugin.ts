@@ -9,7 +9,10 @@ import { leaseConflict } from '../../src/domain/lease';
 import type { EndContext, EndOutcome, ReservationContext, ResourcePlugin } from '../../src/resources/plugin';
 
 export interface HookCall {
-  hook: 'reserve' | 'hold' | 'start' | 'beforeEnd' | 'end' | 'heal';
+  hook: 'reserve' | 'hold' | 'start' | 'startStep' | 'beforeEnd' | 'end' | 'heal';
+  /** startStep: which step, and what the earlier steps handed on. */
+  step?: string;
+  state?: Record<string, unknown>;
   leaseId: string;
   reservationId: string;
   startedAt: number;
@@ -32,6 +35,9 @@ const params = z.strictObject({
   fail_hold: z.boolean().default(false),
   /** Start and end report allocation details (like the host a server landed on, its snapshot). */
   report: z.boolean().default(false),
+  /** Start in these steps (each its own activity), and fail the one named. */
+  steps: z.array(z.string()).default([]),
+  fail_step: z.string().optional(),
 });
 
 export class RecordingPlugin implements ResourcePlugin {
@@ -59,7 +65,12 @@ export class RecordingPlugin implements ResourcePlugin {
     return this.run('reserve', ctx, {}, () => {
       const p = this.params(ctx);
       if (p.fail_reserve) throw leaseConflict('not enough test:recording capacity for this window');
-      return { allocation: { held_keys: p.keys }, resourceKeys: p.keys, ...(p.hold ? { holdUntilStart: true } : {}) };
+      return {
+        allocation: { held_keys: p.keys },
+        resourceKeys: p.keys,
+        ...(p.hold ? { holdUntilStart: true } : {}),
+        ...(p.steps.length ? { startSteps: p.steps.map((name) => ({ name, timeoutSeconds: 10, maximumAttempts: 3, retryIntervalSeconds: 1 })) } : {}),
+      };
     });
   }
 
@@ -75,6 +86,14 @@ export class RecordingPlugin implements ResourcePlugin {
       await new Promise((resolve) => setTimeout(resolve, p.hook_ms));
       if (p.fail_start) throw ApplicationFailure.nonRetryable('the test resource refused to start', 'TestStartRefused');
       return p.report ? { allocation: { started_on: `node-${this.callsFor(ctx.leaseId, 'start').length}` } } : undefined;
+    });
+  }
+
+  startStep(step: string, ctx: ReservationContext, state: Record<string, unknown>) {
+    return this.run('startStep', ctx, { step, state }, () => {
+      if (this.params(ctx).fail_step === step) throw ApplicationFailure.nonRetryable(`the test resource failed step ${step}`, 'TestStepFailed');
+      const done = [...((state.done as string[] | undefined) ?? []), step];
+      return { state: { done }, allocation: { last_step: step, [`${step}_saw`]: done.length - 1 } };
     });
   }
 

@@ -25,12 +25,11 @@ import {
   unshelveOnto,
 } from '../../../activities/servers';
 import { invalidLease } from '../../domain/lease';
-import { matchesQuery, parsePropertyQuery, queryKeys } from '../../domain/property-query';
 import type { Amounts } from '../../domain/quantity-calendar';
 import type { Pool } from '../../db/pool';
 import { NotFoundError, serverHost, type GlanceClient, type NovaClient, type PlacementClient, type Server } from '../../openstack';
 import type { ReservationContext, ResourcePlugin, StartOutcome } from '../plugin';
-import { QuantityCalendar, type CapacityProvider, type QuantityBookingRow, type QuantityRequest } from '../quantity-calendar';
+import { providerQuery, QuantityCalendar, traitProperties, type CapacityProvider, type QuantityBookingRow, type QuantityRequest } from '../quantity-calendar';
 import { virtualServerParams } from './params';
 
 export const VIRTUAL_SERVER = 'virtual:server';
@@ -99,7 +98,7 @@ function capacityOf(inventories: Record<string, { total: number; reserved?: numb
 }
 
 function hostProperties(provider: CapacityProvider): Record<string, string> {
-  return { hypervisor_hostname: provider.name, host: provider.host, ...Object.fromEntries(provider.traits.map((trait) => [trait, 'true'])) };
+  return { hypervisor_hostname: provider.name, host: provider.host, ...traitProperties(provider) };
 }
 
 export function virtualServerPlugin(deps: VirtualServerDeps): ResourcePlugin {
@@ -133,20 +132,14 @@ export function virtualServerPlugin(deps: VirtualServerDeps): ResourcePlugin {
 
   async function requestFor(ctx: ReservationContext, footprint: Amounts, describe: string): Promise<QuantityRequest> {
     const params = virtualServerParams.parse(ctx.reservation.params);
-    const query = parsePropertyQuery(params.resource_properties);
-    const providers = await calendar.providers(KIND);
-    const known = new Set(['hypervisor_hostname', 'host', ...providers.flatMap((p) => p.traits)]);
-    const unknown = queryKeys(query).filter((key) => !known.has(key));
-    if (unknown.length > 0) {
-      throw invalidLease(`resource_properties: unknown property ${unknown.map((k) => `$${k}`).join(', ')} (known: $hypervisor_hostname, $host and the hosts' Placement traits)`);
-    }
+    const matchesQuery = providerQuery(params.resource_properties, await calendar.providers(KIND), hostProperties);
     const enrolled = await enrolledHosts();
     return {
       kind: KIND,
       amounts: footprint,
       subject: params.server_id ?? undefined,
       describe,
-      matches: (p) => !enrolled.has(p.name) && !enrolled.has(p.host) && matchesQuery(query, hostProperties(p)),
+      matches: (p) => !enrolled.has(p.name) && !enrolled.has(p.host) && matchesQuery(p),
     };
   }
 
