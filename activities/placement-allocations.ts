@@ -24,6 +24,8 @@ export interface Candidate {
   /** Request group id → the provider that satisfies it. */
   groupProviders: Record<string, string>;
   allocations: AllocationsByProvider;
+  /** Per provider of the candidate, what Placement has left of each resource class (capacity − used). */
+  free: Record<string, Record<string, number>>;
 }
 
 /** Placement's candidates for all groups at once (each its own granular group), optionally within one tree. */
@@ -37,7 +39,13 @@ export async function allocationCandidates(placement: PlacementClient, groups: R
   return answer.allocation_requests.map((request) => {
     const groupProviders = Object.fromEntries(groups.map((g, i) => [g.groupId, request.mappings?.[suffix(i)]?.[0] ?? '']));
     const anyProvider = Object.keys(request.allocations)[0];
-    return { rootUuid: answer.provider_summaries[anyProvider]?.root_provider_uuid ?? anyProvider, groupProviders, allocations: request.allocations };
+    const free = Object.fromEntries(
+      Object.keys(request.allocations).map((rp) => [
+        rp,
+        Object.fromEntries(Object.entries(answer.provider_summaries[rp]?.resources ?? {}).map(([rc, { capacity, used }]) => [rc, capacity - used])),
+      ]),
+    );
+    return { rootUuid: answer.provider_summaries[anyProvider]?.root_provider_uuid ?? anyProvider, groupProviders, allocations: request.allocations, free };
   });
 }
 

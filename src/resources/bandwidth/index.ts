@@ -184,14 +184,18 @@ export function bandwidthPlugin(deps: BandwidthDeps): ResourcePlugin {
       // Only providers the reservation may use (traits, linked host, resource_properties).
       const request = await requestFor(ctx);
       const providers = new Map((await calendar.providers(KIND)).filter(request.matches).map((p) => [p.uuid, p]));
+      // Ports for a linked reservation's (single) host: ask Placement within that host's tree only.
+      const hosts = new Set([...providers.values()].map((p) => p.host));
+      const tree = hosts.size === 1 ? (await placement.listResourceProviders({ name: [...hosts][0] }))[0]?.uuid : undefined;
       // Every group of every port on one bandwidth provider (the calendar books one), on a host it knows.
-      const candidates = (await allocationCandidates(placement, state.groups ?? []))
+      const candidates = (await allocationCandidates(placement, state.groups ?? [], tree))
         .map((c) => ({ ...c, providerUuid: Object.values(c.groupProviders)[0] }))
         .filter((c) => Object.values(c.groupProviders).every((rp) => rp === c.providerUuid) && providers.has(c.providerUuid))
         .map((c) => ({ ...c, host: providers.get(c.providerUuid)!.host }));
       // The weighing: the booked provider first, then the others with the most room left in Placement.
+      const freeEgress = (c: (typeof candidates)[number]) => c.free[c.providerUuid]?.[EGRESS] ?? 0;
       const unique = [...new Map(candidates.map((c) => [c.providerUuid, c])).values()].sort(
-        (a, b) => Number(b.providerUuid === booked.providerUuid) - Number(a.providerUuid === booked.providerUuid),
+        (a, b) => Number(b.providerUuid === booked.providerUuid) - Number(a.providerUuid === booked.providerUuid) || freeEgress(b) - freeEgress(a),
       );
       if (unique.length === 0) throw ApplicationFailure.nonRetryable('Placement has no allocation candidate for the ports', 'NoAllocationCandidates');
       return { state: { ...state, candidates: unique } };
