@@ -11,7 +11,7 @@ import { KeystoneSession, openStackClients, type Network } from '../../src/opens
 import { bandwidthPlugin } from '../../src/resources/bandwidth';
 import { virtualServerPlugin } from '../../src/resources/virtual-server';
 import { FaultProxy } from '../support/fault-proxy';
-import { apiClient, eventually, inSeconds, startTestStack, type TestStack } from '../support/stack';
+import { apiClient, deleteAllLeases, eventually, inSeconds, startTestStack, type TestStack } from '../support/stack';
 import { bandwidthProviderName, bootServer, providerNamed, RIG_DIR, rigClients, rigCredentials, rigEnv, uniqueName } from './support';
 
 const EGRESS = 'NET_BW_EGR_KILOBIT_PER_SEC';
@@ -57,8 +57,7 @@ describe('bandwidth leases in Neutron and Placement', () => {
       fs.rmSync(STOPPED_AGENTS);
       await eventually(async () => ((await agentOf('fake-2'))?.alive ? true : undefined), 60_000); // reports again within its 10 s interval
     }
-    for (const item of (await asA('GET', '/v1/leases')).body?.leases ?? []) await asA('DELETE', `/v1/leases/${item.id}`);
-    await eventually(async () => (((await asA('GET', '/v1/leases')).body?.leases ?? []).length === 0 ? true : undefined), 120_000).catch(() => undefined);
+    await deleteAllLeases(asA);
   }, 180_000);
 
   afterAll(async () => {

@@ -6,7 +6,7 @@
  */
 import { KeystoneSession, type OpenStackClients, type Server } from '../../src/openstack';
 import { physicalHostPlugin } from '../../src/resources/physical-host';
-import { apiClient, eventually, inSeconds, startTestStack, type TestStack } from '../support/stack';
+import { apiClient, deleteAllLeases, eventually, inSeconds, startTestStack, type TestStack } from '../support/stack';
 import { bootServer, rigClients, rigCredentials, uniqueName } from './support';
 
 const HOST = 'fake-2';
@@ -50,8 +50,7 @@ describe('host lease end policies in Nova', () => {
   });
 
   afterAll(async () => {
-    for (const lease of (await api('GET', '/v1/leases')).body?.leases ?? []) await api('DELETE', `/v1/leases/${lease.id}`);
-    await eventually(async () => (((await api('GET', '/v1/leases')).body?.leases ?? []).length === 0 ? true : undefined), 120_000).catch(() => undefined);
+    await deleteAllLeases(api);
     for (const { clients, id } of servers) await clients.nova.deleteServer(id).catch(() => undefined);
     for (const { clients, id } of servers) await clients.nova.waitForServerDeleted(id, { timeoutMs: 60_000 }).catch(() => undefined);
     if (hostId) await api('DELETE', `/v1/os-hosts/${hostId}`);

@@ -8,7 +8,7 @@
 import { openStackClients } from '../../src/openstack';
 import { physicalHostPlugin } from '../../src/resources/physical-host';
 import { FaultProxy } from '../support/fault-proxy';
-import { apiClient, eventually, inSeconds, startTestStack, type TestStack } from '../support/stack';
+import { apiClient, deleteAllLeases, eventually, inSeconds, startTestStack, type TestStack } from '../support/stack';
 import { rigClients, rigCredentials, rigEnv, uniqueName } from './support';
 
 const HOSTS = ['fake-2', 'fake-3'];
@@ -44,8 +44,7 @@ describe('host leases through Nova faults', () => {
 
   afterAll(async () => {
     proxy?.clear();
-    for (const item of (await api('GET', '/v1/leases')).body?.leases ?? []) await api('DELETE', `/v1/leases/${item.id}`);
-    await eventually(async () => (((await api('GET', '/v1/leases')).body?.leases ?? []).length === 0 ? true : undefined), 120_000).catch(() => undefined);
+    await deleteAllLeases(api);
     for (const id of hostIds) await api('DELETE', `/v1/os-hosts/${id}`);
     for (const aggregate of await admin.nova.listAggregates()) {
       if (aggregate.name !== freepool && !aggregate.name.startsWith('reservation-')) continue;

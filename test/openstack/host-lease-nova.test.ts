@@ -8,7 +8,7 @@ import { physicalHostPlugin } from '../../src/resources/physical-host';
 import type { OpenStackClients, Server } from '../../src/openstack';
 import { KeystoneSession, serverHost } from '../../src/openstack';
 import { snapshotName } from '../../activities/server-snapshots';
-import { apiClient, eventually, inSeconds, startTestStack, type TestStack } from '../support/stack';
+import { apiClient, deleteAllLeases, eventually, inSeconds, startTestStack, type TestStack } from '../support/stack';
 import { bootServer, rigClients, rigCredentials, uniqueName } from './support';
 
 describe('a host lease in Nova', () => {
@@ -39,8 +39,7 @@ describe('a host lease in Nova', () => {
   });
 
   afterAll(async () => {
-    for (const lease of (await api('GET', '/v1/leases')).body?.leases ?? []) await api('DELETE', `/v1/leases/${lease.id}`);
-    await eventually(async () => (((await api('GET', '/v1/leases')).body?.leases ?? []).length === 0 ? true : undefined), 120_000).catch(() => undefined);
+    await deleteAllLeases(api);
     for (const { clients, id } of servers) await clients.nova.deleteServer(id).catch(() => undefined);
     for (const { clients, id } of servers) await clients.nova.waitForServerDeleted(id, { timeoutMs: 60_000 }).catch(() => undefined);
     for (const id of snapshots) await admin.glance.deleteImage(id).catch(() => undefined);

@@ -10,7 +10,7 @@ import path from 'node:path';
 import type { ManagedProcess } from '../../scripts/lib/processes';
 import { physicalHostPlugin } from '../../src/resources/physical-host';
 import { FaultProxy, type ProxiedRequest } from '../support/fault-proxy';
-import { apiClient, eventually, inSeconds, startTestStack, type TestStack } from '../support/stack';
+import { apiClient, deleteAllLeases, eventually, inSeconds, startTestStack, type TestStack } from '../support/stack';
 import { rigClients, rigEnv, startWorkerProcess, uniqueName } from './support';
 
 const HOST = 'fake-2';
@@ -47,8 +47,7 @@ describe('worker killed with -9 mid-start and mid-end of a host lease', () => {
   afterAll(async () => {
     proxy?.clear();
     if (!worker || worker.child.exitCode !== null) worker = await startWorker().catch(() => undefined);
-    for (const lease of (await api('GET', '/v1/leases')).body?.leases ?? []) await api('DELETE', `/v1/leases/${lease.id}`);
-    await eventually(async () => (((await api('GET', '/v1/leases')).body?.leases ?? []).length === 0 ? true : undefined), 120_000).catch(() => undefined);
+    await deleteAllLeases(api);
     await worker?.stop();
     if (hostId) await api('DELETE', `/v1/os-hosts/${hostId}`);
     const pool = await aggregateNamed(freepool);

@@ -11,7 +11,7 @@ import type { ManagedProcess } from '../../scripts/lib/processes';
 import { serverHost, type OpenStackClients, type Server } from '../../src/openstack';
 import { virtualServerPlugin } from '../../src/resources/virtual-server';
 import { FaultProxy, type ProxiedRequest } from '../support/fault-proxy';
-import { apiClient, eventually, inSeconds, startTestStack, type TestStack } from '../support/stack';
+import { apiClient, deleteAllLeases, eventually, inSeconds, startTestStack, type TestStack } from '../support/stack';
 import { KeystoneSession } from '../../src/openstack';
 import { bootServer, rigClients, rigCredentials, rigEnv, startWorkerProcess, uniqueName } from './support';
 
@@ -44,8 +44,7 @@ describe('worker killed with -9 mid-unshelve of a server lease', () => {
   afterAll(async () => {
     proxy?.clear();
     if (!worker || worker.child.exitCode !== null) worker = await startWorker().catch(() => undefined);
-    for (const lease of (await asA('GET', '/v1/leases')).body?.leases ?? []) await asA('DELETE', `/v1/leases/${lease.id}`);
-    await eventually(async () => (((await asA('GET', '/v1/leases')).body?.leases ?? []).length === 0 ? true : undefined), 120_000).catch(() => undefined);
+    await deleteAllLeases(asA);
     await worker?.stop();
     for (const id of servers) await admin.nova.deleteServer(id).catch(() => undefined);
     for (const id of servers) await admin.nova.waitForServerDeleted(id, { timeoutMs: 60_000 }).catch(() => undefined);

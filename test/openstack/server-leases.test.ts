@@ -13,7 +13,7 @@ import { KeystoneSession, openStackClients, projectScopedClients, serverHost, ty
 import { virtualServerPlugin } from '../../src/resources/virtual-server';
 import { findServer } from '../../activities/servers';
 import { FaultProxy } from '../support/fault-proxy';
-import { apiClient, eventually, inSeconds, startTestStack, type TestStack } from '../support/stack';
+import { apiClient, deleteAllLeases, eventually, inSeconds, startTestStack, type TestStack } from '../support/stack';
 import { bootServer, rigClients, rigCredentials, rigEnv, uniqueName } from './support';
 
 const SERVER_ACTION = /\/servers\/[0-9a-f-]+\/action$/;
@@ -81,8 +81,7 @@ describe('server leases in Nova', () => {
   // Each test starts on empty hosts: its leases and servers are gone before the next.
   afterEach(async () => {
     proxy?.clear();
-    for (const item of (await asA('GET', '/v1/leases')).body?.leases ?? []) await asA('DELETE', `/v1/leases/${item.id}`);
-    await eventually(async () => (((await asA('GET', '/v1/leases')).body?.leases ?? []).length === 0 ? true : undefined), 120_000).catch(() => undefined);
+    await deleteAllLeases(asA);
     for (const { clients, id } of servers) await clients.nova.deleteServer(id).catch(() => undefined);
     for (const { clients, id } of servers.splice(0)) await clients.nova.waitForServerDeleted(id, { timeoutMs: 60_000 }).catch(() => undefined);
   }, 240_000);

@@ -109,3 +109,9 @@ export async function eventually<T>(check: () => Promise<T | undefined>, timeout
     await new Promise((resolve) => setTimeout(resolve, intervalMs));
   }
 }
+
+/** Deletes every lease the caller sees and waits (up to 2 min) until they are gone: cleanup after a test. */
+export async function deleteAllLeases(api: ReturnType<typeof apiClient>): Promise<void> {
+  for (const lease of (await api('GET', '/v1/leases')).body?.leases ?? []) await api('DELETE', `/v1/leases/${lease.id}`);
+  await eventually(async () => (((await api('GET', '/v1/leases')).body?.leases ?? []).length === 0 ? true : undefined), 120_000).catch(() => undefined);
+}
