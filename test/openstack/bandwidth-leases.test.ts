@@ -168,6 +168,31 @@ describe('bandwidth leases in Neutron and Placement', () => {
     expect((await admin.placement.getAllocations(reservationId)).allocations).toEqual({ [bandwidthRp.uuid]: expect.objectContaining({ resources: { [EGRESS]: 700 } }) });
   }, 180_000);
 
+  it('refuses bad parameters with the reason, and a lease deleted while pending leaves nothing behind', async () => {
+    const bad = async (params: Record<string, unknown>) => (await bandwidthLease(inSeconds(600), inSeconds(900), params)).body;
+    expect(await bad({ egress_kbps: 'fast' })).toMatchObject({ error_code: 400, error_message: expect.stringContaining('egress_kbps') });
+    expect(await bad({ egress_kbps: 100, amount: 0 })).toMatchObject({ error_code: 400, error_message: expect.stringContaining('amount') });
+    expect(await bad({ egress_kbps: 100, vnic_type: 'warp' })).toMatchObject({ error_code: 400, error_message: expect.stringContaining('vnic_type') });
+    expect(await bad({ egress_kbps: 100, on_host_of: 0 })).toMatchObject({ error_code: 400, error_message: 'on_host_of: the lease has no other reservation 0' });
+    const otherNetwork = await asA('POST', '/v1/leases', {
+      name: uniqueName('bw'),
+      start_date: inSeconds(600),
+      end_date: inSeconds(900),
+      reservations: [{ resource_type: 'network:bandwidth', network_id: '00000000-0000-4000-8000-000000000000', egress_kbps: 100 }],
+    });
+    expect(otherNetwork.body).toMatchObject({ error_code: 400, error_message: 'network 00000000-0000-4000-8000-000000000000 not found' });
+
+    const pending = await bandwidthLease(inSeconds(600), inSeconds(900), { egress_kbps: 100, amount: 2 });
+    expect(pending.status).toBe(201);
+    const reservationId = pending.body.lease.reservations[0].id;
+    expect((await asA('DELETE', `/v1/leases/${pending.body.lease.id}`)).status).toBe(204);
+    await eventually(async () => ((await asA('GET', `/v1/leases/${pending.body.lease.id}`)).status === 404 ? true : undefined), 60_000);
+    expect(await portsNamed(reservationId)).toEqual([]);
+    expect((await admin.placement.getAllocations(reservationId)).allocations).toEqual({});
+    const { rows } = await stack.db.pool.query('SELECT 1 FROM quantity_allocations WHERE reservation_id = $1', [reservationId]);
+    expect(rows).toEqual([]);
+  }, 120_000);
+
   it('refuses bandwidth beyond a provider over overlapping windows with the earliest start, and admits it after', async () => {
     const hour = 3600;
     const big = { egress_kbps: 600_000, ...onHost('fake-3') };
