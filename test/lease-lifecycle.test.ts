@@ -191,6 +191,24 @@ describe('lease lifecycle on the real Temporal server', () => {
     expect(secondStart.startedAt).toBeGreaterThanOrEqual(firstEnd.finishedAt!);
   }, 45_000);
 
+  it('deletes a lease that waits for an earlier lease on the same resources at once, without waiting for that one to end', async () => {
+    const reservation = { resource_type: 'test:recording', keys: ['thing-2'] };
+    const earlier = await api('POST', '/v1/leases', { name: 'earlier', start_date: 'now', end_date: inSeconds(3600), reservations: [reservation] });
+    const later = await api('POST', '/v1/leases', { name: 'later', start_date: inSeconds(1), end_date: inSeconds(7200), reservations: [reservation] });
+    expect([earlier.status, later.status]).toEqual([201, 201]);
+    await waitForStatus(earlier.body.lease.id, 'ACTIVE');
+    await waitForStatus(later.body.lease.id, 'STARTING'); // waits for the earlier lease's end, an hour away
+    const asked = Date.now();
+    expect((await api('DELETE', `/v1/leases/${later.body.lease.id}`)).status).toBe(204);
+    await waitForStatus(later.body.lease.id, 'GONE', 10_000);
+    console.log(`a lease waiting for its predecessor deleted in ${Date.now() - asked} ms`);
+    expect(plugin.callsFor(later.body.lease.id, 'start')).toEqual([]);
+    expect(plugin.callsFor(later.body.lease.id, 'end').map((c) => c.started)).toEqual([false]);
+    expect(await statusOf(earlier.body.lease.id)).toBe('ACTIVE');
+    await api('DELETE', `/v1/leases/${earlier.body.lease.id}`);
+    await waitForStatus(earlier.body.lease.id, 'GONE');
+  }, 45_000);
+
   it('formats dates exactly as Blazar does', () => {
     expect(formatLeaseDate(Date.UTC(2026, 10, 21, 9, 15, 7, 42))).toBe('2026-11-21T09:15:07.042000');
   });

@@ -23,6 +23,7 @@ import {
   isCancellation,
   allHandlersFinished,
   log,
+  patched,
   proxyActivities,
   proxyLocalActivities,
   setCurrentDetails,
@@ -249,7 +250,10 @@ export async function leaseWorkflow(input: LeaseWorkflowInput): Promise<LeaseOut
   async function startLease(): Promise<void> {
     await lock.run(async () => {
       await transition({ status: 'STARTING' }, 'start_lease', 'IN_PROGRESS');
-      await waitForPredecessors();
+      if ((await waitForPredecessors()) === 'deleted') {
+        await transition({ status: 'PENDING' }); // nothing started: the delete frees the bookings as for a pending lease
+        return;
+      }
       const started: Reservation[] = [];
       const allocations = new Map<string, Record<string, unknown>>();
       try {
@@ -455,15 +459,20 @@ export async function leaseWorkflow(input: LeaseWorkflowInput): Promise<LeaseOut
     return next;
   }
 
-  /** Back-to-back leases on the same resources: wait until every earlier lease on them has ended. */
-  async function waitForPredecessors(): Promise<void> {
+  /** Back-to-back leases on the same resources: wait until every earlier lease on them has ended, unless this one is deleted meanwhile. */
+  async function waitForPredecessors(): Promise<'ready' | 'deleted'> {
     const keys = leaseResourceKeys(lease);
-    if (keys.length === 0) return;
+    if (keys.length === 0) return 'ready';
+    // A delete used to wait for the predecessors to end (it needs the lock this wait holds).
+    const deleteInterrupts = patched('delete-interrupts-predecessor-wait');
     for (;;) {
+      if (deleteInterrupts && deletion !== 'none') return 'deleted';
       const waiting = (await records.findPredecessors({ leaseId: lease.id, keys, startMs: lease.startMs })).filter((id) => !endedPredecessors.has(id));
-      if (waiting.length === 0) return;
+      if (waiting.length === 0) return 'ready';
       setCurrentDetails(`**STARTING** · waiting for ${waiting.length} earlier lease(s) on the same resources to end: ${waiting.join(', ')}`);
-      await condition(() => waiting.every((id) => endedPredecessors.has(id)), PREDECESSOR_RECHECK_MS, { summary: 'until earlier leases end' });
+      await condition(() => waiting.every((id) => endedPredecessors.has(id)) || (deleteInterrupts && deletion !== 'none'), PREDECESSOR_RECHECK_MS, {
+        summary: 'until earlier leases end',
+      });
     }
   }
 

@@ -2,6 +2,7 @@
  * `npm run histories:record`: runs the lease scenarios that guard workflow changes on a real
  * Temporal server and writes their histories to test/histories/<scenario>.json. Run it after a
  * deliberate, patched change to the lease workflow, and commit the new files beside the old ones.
+ * With scenario names as arguments, only those are recorded.
  */
 import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
@@ -118,6 +119,17 @@ export const SCENARIOS: Record<string, (api: Api) => Promise<string>> = {
     await api('DELETE', `/v1/leases/${body.lease.id}`);
     return body.lease.id;
   },
+  'delete-while-waiting-for-predecessor': async (api) => {
+    // Back to back on the same resource: the later lease waits in STARTING, and is deleted there.
+    const earlier = await api('POST', '/v1/leases', { name: 'earlier', start_date: 'now', end_date: inSeconds(3600), reservations: [reservation] });
+    const { body } = await api('POST', '/v1/leases', { name: 'waits-then-deleted', start_date: inSeconds(1), end_date: inSeconds(7200), reservations: [reservation] });
+    await waitFor(api, body.lease.id, 'STARTING');
+    await api('DELETE', `/v1/leases/${body.lease.id}`);
+    await waitFor(api, body.lease.id, 'GONE');
+    await api('DELETE', `/v1/leases/${earlier.body.lease.id}`);
+    await waitFor(api, earlier.body.lease.id, 'GONE');
+    return body.lease.id;
+  },
   'failed-hold': async (api) => {
     const { body } = await api('POST', '/v1/leases', {
       name: 'failed-hold',
@@ -137,7 +149,10 @@ export const RECORDED_LEAD_SECONDS = 1;
 async function record(stack: TestStack): Promise<void> {
   const api = apiClient(stack.url);
   fs.mkdirSync(HISTORY_DIR, { recursive: true });
+  // `npm run histories:record -- <scenario> …` records only those (the others keep their files).
+  const only = process.argv.slice(2);
   for (const [name, scenario] of Object.entries(SCENARIOS)) {
+    if (only.length > 0 && !only.includes(name)) continue;
     const id = await scenario(api);
     const handle = stack.temporal.client.workflow.getHandle(leaseWorkflowId(id));
     await handle.result();
