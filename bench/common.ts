@@ -12,6 +12,32 @@ export function summary(values: number[]) {
   return { n: sorted.length, p50: at(50), p99: at(99), max: sorted[sorted.length - 1] ?? NaN };
 }
 
+/** CPU seconds used so far and resident memory of a process, from /proc (Linux). */
+export function processStats(pid: number): { cpuSeconds: number; rssMb: number; peakRssMb: number } {
+  // Fields after the command name (which may contain spaces): utime and stime are the 12th and 13th.
+  const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
+  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  const ticks = Number(fields[11]) + Number(fields[12]);
+  const status = fs.readFileSync(`/proc/${pid}/status`, 'utf8');
+  const kb = (key: string) => Number(new RegExp(`^${key}:\\s+(\\d+) kB`, 'm').exec(status)?.[1] ?? NaN);
+  return { cpuSeconds: Math.round((ticks / CLOCK_TICKS) * 10) / 10, rssMb: Math.round(kb('VmRSS') / 1024), peakRssMb: Math.round(kb('VmHWM') / 1024) };
+}
+const CLOCK_TICKS = 100; // USER_HZ on Linux
+
+/** The throw-away Temporal dev server the benchmark runs against (test/global-setup.ts). */
+export function temporalServer(): { pid: number; dbFile: string } {
+  const servers = globalThis.__LK_TEST_SERVERS__;
+  const proc = servers?.processes.find((p) => p.options.name === 'temporal');
+  if (!servers || !proc?.child.pid) throw new Error('no Temporal dev server of this benchmark (TEMPORAL_ADDRESS set?)');
+  return { pid: proc.child.pid, dbFile: path.join(servers.tmpDir, 'temporal.db') };
+}
+
+/** Size of a SQLite database with its write-ahead log, in MB. */
+export function sqliteMb(dbFile: string): number {
+  const bytes = ['', '-wal', '-shm'].reduce((sum, suffix) => sum + (fs.existsSync(dbFile + suffix) ? fs.statSync(dbFile + suffix).size : 0), 0);
+  return Math.round(bytes / 2 ** 20);
+}
+
 export function machine(): string {
   return `${os.cpus().length} cores, ${Math.round(os.totalmem() / 2 ** 30)} GiB, ${os.cpus()[0]?.model ?? 'unknown cpu'}`;
 }

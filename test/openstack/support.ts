@@ -6,7 +6,8 @@ import { randomUUID } from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
 import YAML from 'yaml';
-import { ManagedProcess } from '../../scripts/lib/processes';
+import type { ManagedProcess } from '../../scripts/lib/processes';
+import { startWorkerProcess as startPlainWorkerProcess, type WorkerProcessTarget } from '../support/worker-process';
 import {
   ignoreNotFound,
   loadCredentials,
@@ -140,32 +141,15 @@ export async function bootServer(
 }
 
 /**
- * The real worker process (dist/worker/main.js) for a test stack, with Nova behind `novaUrl` (a
- * fault proxy): it reads a copy of the rig's clouds.yaml with the compute endpoint overridden.
- * Kill it with `child.kill('SIGKILL')`; stop it with `stop()`.
+ * The real worker process for a test stack, with Nova behind `novaUrl` (a fault proxy): it reads a
+ * copy of the rig's clouds.yaml with the compute endpoint overridden.
  */
-export async function startWorkerProcess(stack: { db: { url: string }; config: { temporal: { address: string; taskQueue: string } } }, options: { novaUrl: string; dir: string; env?: Record<string, string> }): Promise<ManagedProcess> {
+export async function startWorkerProcess(stack: WorkerProcessTarget, options: { novaUrl: string; dir: string; env?: Record<string, string> }): Promise<ManagedProcess> {
   const cloudsFile = path.join(options.dir, 'clouds.yaml');
   if (!fs.existsSync(cloudsFile)) {
     const clouds = YAML.parse(fs.readFileSync(CLOUDS_FILE, 'utf8')) as { clouds: Record<string, Record<string, unknown>> };
     clouds.clouds['leasekeeper-admin'].compute_endpoint_override = options.novaUrl;
     fs.writeFileSync(cloudsFile, YAML.stringify(clouds), { mode: 0o600 });
   }
-  const proc = new ManagedProcess({
-    name: 'worker',
-    command: process.execPath,
-    args: [path.join(REPO_ROOT, 'dist', 'worker', 'main.js')],
-    env: {
-      ...process.env,
-      DATABASE_URL: stack.db.url,
-      TEMPORAL_ADDRESS: stack.config.temporal.address,
-      LK_TASK_QUEUE: stack.config.temporal.taskQueue,
-      OS_CLIENT_CONFIG_FILE: cloudsFile,
-      OS_CLOUD: 'leasekeeper-admin',
-      LK_LOG_LEVEL: 'info',
-      ...options.env,
-    },
-  });
-  await proc.waitForLine(/"msg":"worker ready"/, 30_000);
-  return proc;
+  return startPlainWorkerProcess(stack, { OS_CLIENT_CONFIG_FILE: cloudsFile, OS_CLOUD: 'leasekeeper-admin', ...options.env });
 }

@@ -35,10 +35,12 @@ export interface TestStackOptions {
   /** OpenStack clients for the API (os-hosts), when a test has a cloud. */
   openstack?: () => OpenStackClients;
   authenticator?: Authenticator;
+  /** Start no worker in this process (the test runs the worker process, test/support/worker-process.ts). */
+  noWorker?: boolean;
 }
 
 export async function startTestStack(options: TestStackOptions = {}): Promise<TestStack> {
-  const { plugins = [], env = {}, withPool = () => [], openstack, authenticator } = options;
+  const { plugins = [], env = {}, withPool = () => [], openstack, authenticator, noWorker = false } = options;
   const config = testConfig(env);
   const db = await createTestDatabase();
   await migrate(db.pool);
@@ -72,7 +74,7 @@ export async function startTestStack(options: TestStackOptions = {}): Promise<Te
       await db.drop();
     },
   };
-  await stack.startWorker();
+  if (!noWorker) await stack.startWorker();
   return stack;
 }
 

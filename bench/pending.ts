@@ -1,0 +1,146 @@
+/**
+ * `npm run bench:pending [N]`: N pending leases (default 100 000, starting in 2099) created through
+ * the API, each its own sleeping workflow, with the worker as its own process. Prints the create
+ * rate, the worker's and the Temporal server's memory as the count grows (the worker keeps no
+ * sleeping lease in memory: it should stay flat), the databases' growth, and list latency with
+ * paging and filters; writes bench/results/pending.json.
+ * LK_BENCH_CLIENTS (default 32) concurrent creators; LK_BENCH_MAX_MINUTES (default 120) bounds the run.
+ */
+import type { ManagedProcess } from '../scripts/lib/processes';
+import { apiClient, startTestStack } from '../test/support/stack';
+import { startWorkerProcess } from '../test/support/worker-process';
+import { processStats, runBenchmark, sqliteMb, summary, temporalServer } from './common';
+
+const COUNT = Number(process.argv[2] ?? process.env.LK_BENCH_PENDING ?? 100_000);
+const CLIENTS = Number(process.env.LK_BENCH_CLIENTS ?? 32);
+const MAX_MINUTES = Number(process.env.LK_BENCH_MAX_MINUTES ?? 120);
+const PROJECTS = 10;
+const LIST_SAMPLES = 200;
+const FIRST_START = Date.UTC(2099, 0, 1);
+const MINUTE = 60_000;
+
+function date(ms: number): string {
+  return new Date(ms).toISOString().slice(0, 16).replace('T', ' ');
+}
+
+runBenchmark('pending', async () => {
+  for (const [name, value, max] of [['lease count', COUNT, 1_000_000], ['LK_BENCH_CLIENTS', CLIENTS, 500], ['LK_BENCH_MAX_MINUTES', MAX_MINUTES, 600]] as const) {
+    if (!Number.isInteger(value) || value < 1 || value > max) throw new Error(`${name} must be 1..${max}`);
+  }
+  const stack = await startTestStack({ noWorker: true });
+  let worker: ManagedProcess | undefined;
+  try {
+    worker = await startWorkerProcess(stack);
+    const workerPid = worker.child.pid!;
+    const server = temporalServer();
+    const dbMb = async () => {
+      const { rows } = await stack.db.pool.query<{ bytes: string }>('SELECT pg_database_size(current_database()) AS bytes');
+      return Math.round(Number(rows[0].bytes) / 2 ** 20);
+    };
+    const sample = async (created: number, seconds: number) => ({
+      created,
+      seconds: Math.round(seconds),
+      workerRssMb: processStats(workerPid).rssMb,
+      serverRssMb: processStats(server.pid).rssMb,
+      temporalDbMb: sqliteMb(server.dbFile),
+      postgresDbMb: await dbMb(),
+    });
+
+    const admin = apiClient(stack.url);
+    const member = (project: number) => apiClient(stack.url, { 'X-Project-Id': `bench-project-${project}`, 'X-Roles': 'member' });
+    const members = Array.from({ length: PROJECTS }, (_, p) => member(p));
+    const ids: string[][] = Array.from({ length: PROJECTS }, () => []);
+    const createLatency: number[] = [];
+    const growth = [await sample(0, 0)];
+    const began = Date.now();
+    const deadline = began + MAX_MINUTES * MINUTE;
+    let next = 0;
+    let created = 0;
+    let nextSample = Math.ceil(COUNT / 10);
+    await Promise.all(
+      Array.from({ length: CLIENTS }, async () => {
+        while (next < COUNT && Date.now() < deadline) {
+          const i = next++;
+          const project = i % PROJECTS;
+          // One lease a minute from 2099 on, an hour long: far in the future, never overlapping much.
+          const start = FIRST_START + i * MINUTE;
+          const t = performance.now();
+          const res = await members[project]('POST', '/v1/leases', { name: `pending-${i}`, start_date: date(start), end_date: date(start + 60 * MINUTE) });
+          createLatency.push(performance.now() - t);
+          if (res.status !== 201) throw new Error(`create ${i}: ${res.status} ${JSON.stringify(res.body)}`);
+          ids[project].push(res.body.lease.id);
+          created++;
+          if (created >= nextSample) {
+            nextSample += Math.ceil(COUNT / 10);
+            growth.push(await sample(created, (Date.now() - began) / 1000));
+            const last = growth[growth.length - 1];
+            console.log(`${last.created} created in ${last.seconds} s · worker ${last.workerRssMb} MB · server ${last.serverRssMb} MB · temporal db ${last.temporalDbMb} MB · postgres ${last.postgresDbMb} MB`);
+          }
+        }
+      }),
+    );
+    const createSeconds = (Date.now() - began) / 1000;
+    // A minute at rest: whatever the worker still holds after the burst.
+    await new Promise((resolve) => setTimeout(resolve, 60_000));
+    const atRest = await sample(created, (Date.now() - began) / 1000);
+
+    const pick = <T>(values: T[]) => values[Math.floor(Math.random() * values.length)];
+    const windowFrom = () => FIRST_START + Math.floor(Math.random() * created) * MINUTE;
+    const queries: Record<string, () => [ReturnType<typeof apiClient>, string]> = {
+      'admin, first page of 100': () => [admin, '/v1/leases?limit=100'],
+      'admin, a page of 100 anywhere (marker)': () => [admin, `/v1/leases?limit=100&marker=${pick(pick(ids))}`],
+      'project member, own page of 100 (marker)': () => {
+        const p = Math.floor(Math.random() * PROJECTS);
+        return [members[p], `/v1/leases?limit=100&marker=${pick(ids[p])}`];
+      },
+      'admin, project + status filter, page of 100': () => [admin, `/v1/leases?limit=100&status=PENDING&project_id=bench-project-${Math.floor(Math.random() * PROJECTS)}`],
+      'admin, by name': () => [admin, `/v1/leases?name=pending-${Math.floor(Math.random() * created)}`],
+      'admin, leases overlapping one day, page of 100': () => {
+        const from = windowFrom();
+        return [admin, `/v1/leases?limit=100&from=${encodeURIComponent(date(from))}&to=${encodeURIComponent(date(from + 1440 * MINUTE))}`];
+      },
+      'project member, one lease by id': () => {
+        const p = Math.floor(Math.random() * PROJECTS);
+        return [members[p], `/v1/leases/${pick(ids[p])}`];
+      },
+    };
+    const listLatencyMs: Record<string, ReturnType<typeof summary>> = {};
+    for (const [label, query] of Object.entries(queries)) {
+      const latencies: number[] = [];
+      for (let i = 0; i < LIST_SAMPLES; i++) {
+        const [call, path] = query();
+        const t = performance.now();
+        const res = await call('GET', path);
+        latencies.push(performance.now() - t);
+        if (res.status !== 200) throw new Error(`GET ${path}: ${res.status} ${JSON.stringify(res.body)}`);
+      }
+      listLatencyMs[label] = summary(latencies);
+    }
+
+    const result = {
+      leases: created,
+      requested: COUNT,
+      clients: CLIENTS,
+      createSeconds: Math.round(createSeconds),
+      createPerSecond: Math.round((created / createSeconds) * 10) / 10,
+      createLatencyMs: summary(createLatency),
+      growth,
+      atRest,
+      workerCpuSeconds: processStats(workerPid).cpuSeconds,
+      serverCpuSeconds: processStats(server.pid).cpuSeconds,
+      workerPeakRssMb: processStats(workerPid).peakRssMb,
+      listLatencyMs,
+    };
+    console.log(`\npending: ${created} of ${COUNT} leases created in ${result.createSeconds} s (${result.createPerSecond}/s, ${CLIENTS} clients)`);
+    console.table(Object.fromEntries([...growth, atRest].map((g, i) => [i === growth.length ? 'after 60 s at rest' : `${g.created} leases`, { 'worker RSS (MB)': g.workerRssMb, 'server RSS (MB)': g.serverRssMb, 'temporal db (MB)': g.temporalDbMb, 'postgres db (MB)': g.postgresDbMb }])));
+    console.table(listLatencyMs);
+    if (created < COUNT) {
+      console.warn(`only ${created} of ${COUNT} leases were created within ${MAX_MINUTES} min`);
+      process.exitCode = 1;
+    }
+    return result;
+  } finally {
+    await worker?.stop();
+    await stack.stop();
+  }
+});
