@@ -24,6 +24,32 @@ export function processStats(pid: number): { cpuSeconds: number; rssMb: number; 
 }
 const CLOCK_TICKS = 100; // USER_HZ on Linux
 
+/** CPU seconds of a process, its exited children (reaped) and its live children: e.g. PostgreSQL and its backends. */
+export function processTreeCpuSeconds(pid: number): number {
+  const ticksOf = (stat: string, fields: number[]) => {
+    const rest = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    return fields.reduce((sum, i) => sum + Number(rest[i]), 0);
+  };
+  let ticks = ticksOf(fs.readFileSync(`/proc/${pid}/stat`, 'utf8'), [11, 12, 13, 14]);
+  for (const entry of fs.readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      const stat = fs.readFileSync(`/proc/${entry}/stat`, 'utf8');
+      if (Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]) === pid) ticks += ticksOf(stat, [11, 12]);
+    } catch {
+      // gone meanwhile
+    }
+  }
+  return ticks / CLOCK_TICKS;
+}
+
+/** The throw-away PostgreSQL server the benchmark runs against (test/global-setup.ts). */
+export function postgresServerPid(): number {
+  const proc = globalThis.__LK_TEST_SERVERS__?.processes.find((p) => p.options.name === 'postgres');
+  if (!proc?.child.pid) throw new Error('no PostgreSQL server of this benchmark (DATABASE_URL set?)');
+  return proc.child.pid;
+}
+
 /** The throw-away Temporal dev server the benchmark runs against (test/global-setup.ts). */
 export function temporalServer(): { pid: number; dbFile: string } {
   const servers = globalThis.__LK_TEST_SERVERS__;
@@ -42,8 +68,24 @@ export function machine(): string {
   return `${os.cpus().length} cores, ${Math.round(os.totalmem() / 2 ** 30)} GiB, ${os.cpus()[0]?.model ?? 'unknown cpu'}`;
 }
 
+/** What a benchmark started beside the shared servers (e.g. a worker process): stopped on Ctrl-C too. */
+const extraStops = new Set<() => Promise<unknown>>();
+export function stopOnExit(stop: () => Promise<unknown>): void {
+  extraStops.add(stop);
+}
+
 /** Runs a benchmark between a throw-away PostgreSQL and Temporal dev server, and saves its result. */
 export function runBenchmark(name: string, body: () => Promise<Record<string, unknown>>): void {
+  const stopEverything = async () => {
+    for (const stop of extraStops) await stop().catch(() => undefined);
+    await globalTeardown();
+  };
+  for (const signal of ['SIGINT', 'SIGTERM'] as const) {
+    process.once(signal, () => {
+      console.error(`${signal}: stopping the benchmark's servers`);
+      void stopEverything().finally(() => process.exit(130));
+    });
+  }
   const main = async () => {
     await globalSetup();
     try {
@@ -53,7 +95,7 @@ export function runBenchmark(name: string, body: () => Promise<Record<string, un
       fs.writeFileSync(out, `${JSON.stringify(result, null, 2)}\n`);
       console.log(`results: ${path.relative(REPO_ROOT, out)}`);
     } finally {
-      await globalTeardown();
+      await stopEverything();
     }
   };
   main().catch((err: unknown) => {

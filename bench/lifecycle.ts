@@ -1,23 +1,33 @@
 /**
- * `npm run bench:lifecycle [N]`: N leases (default 200, no resources) all starting within the same
- * minute, on the real Temporal dev server with the real worker and API. Prints start and end lag
- * (when the event began − when it was due) and the create latency; writes bench/results/lifecycle.json.
+ * `npm run bench:lifecycle [N]`: N leases (default 1 000, no resources) all starting within the
+ * same minute, on the real Temporal dev server with the worker as its own process and the API.
+ * Prints start and end lag (when the event began − when it was due), the create latency, and the
+ * CPU time and peak memory of the worker and of the Temporal server over the run; writes
+ * bench/results/lifecycle.json.
  */
+import type { ManagedProcess } from '../scripts/lib/processes';
 import { apiClient, inSeconds, startTestStack } from '../test/support/stack';
+import { startWorkerProcess } from '../test/support/worker-process';
 import type { Lease } from '../src/domain/lease';
-import { runBenchmark, summary } from './common';
+import { processStats, runBenchmark, stopOnExit, summary, temporalServer } from './common';
 
-const count = Number(process.argv[2] ?? process.env.LK_BENCH_LEASES ?? 200);
+const count = Number(process.argv[2] ?? process.env.LK_BENCH_LEASES ?? 1_000);
 const CONCURRENCY = 10;
 const SPREAD_S = 60; // every start falls within one minute
 const DURATION_S = 30;
 
 runBenchmark('lifecycle', async () => {
   if (!Number.isInteger(count) || count < 1 || count > 100_000) throw new Error(`lease count must be 1..100000, got ${process.argv[2]}`);
-  const stack = await startTestStack();
+  const stack = await startTestStack({ noWorker: true });
+  let worker: ManagedProcess | undefined;
   try {
+    worker = await startWorkerProcess(stack);
+    stopOnExit(() => worker!.stop());
+    const workerPid = worker.child.pid!;
+    const serverPid = temporalServer().pid;
+    const cpuBefore = { worker: processStats(workerPid).cpuSeconds, server: processStats(serverPid).cpuSeconds };
     const api = apiClient(stack.url);
-    const creationBudgetS = Math.ceil(count / 40) + 5; // time to create them all before the first start
+    const creationBudgetS = Math.ceil(count / 30) + 10; // time to create them all before the first start
     const firstStart = Date.now() + creationBudgetS * 1000;
     const createLatency: number[] = [];
     let next = 0;
@@ -52,8 +62,17 @@ runBenchmark('lifecycle', async () => {
       const event = l.events.find((e) => e.event_type === type)!;
       return event.startedAt! - event.time;
     });
+    const runSeconds = (Date.now() - createdAt) / 1000;
+    const usage = (pid: number, before: number) => {
+      const stats = processStats(pid);
+      const cpuSeconds = Math.round((stats.cpuSeconds - before) * 10) / 10;
+      return { cpuSeconds, cpuPercentOfOneCore: Math.round((cpuSeconds / runSeconds) * 100), peakRssMb: stats.peakRssMb, rssMb: stats.rssMb };
+    };
     const result = {
       leases: count,
+      runSeconds: Math.round(runSeconds),
+      worker: usage(workerPid, cpuBefore.worker),
+      temporalServer: usage(serverPid, cpuBefore.server),
       startsWithinSeconds: SPREAD_S,
       createPerSecond: Math.round(count / createSeconds),
       createLatencyMs: summary(createLatency),
@@ -66,9 +85,11 @@ runBenchmark('lifecycle', async () => {
       'start lag (ms)': result.startLagMs,
       'end lag (ms)': result.endLagMs,
     });
+    console.table({ worker: result.worker, 'Temporal server': result.temporalServer });
     console.log(`created at ${result.createPerSecond} leases/s`);
     return result;
   } finally {
+    await worker?.stop();
     await stack.stop();
   }
 });

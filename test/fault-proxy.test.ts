@@ -172,6 +172,30 @@ describe('FaultProxy', () => {
     expect(() => proxy.inject({ path: /x/, fault: { kind: 'status', status: 500 }, times: -1 })).toThrow(/times/);
     expect(() => proxy.inject({ path: /x/, fault: { kind: 'status', status: 42 }, times: 1 })).toThrow(/status/);
     expect(() => proxy.inject({ path: /x/, fault: { kind: 'delay', ms: NaN }, times: 1 })).toThrow(/delay/);
+    expect(() => proxy.inject({ path: /x/, fault: { kind: 'status', status: 500 }, times: 1, fraction: 0 })).toThrow(/fraction/);
+    expect(() => proxy.inject({ path: /x/, fault: { kind: 'status', status: 500 }, times: 1, fraction: 1.5 })).toThrow(/fraction/);
+  }, TEST_TIMEOUT_MS);
+
+  it('faults about the given fraction of matching requests, the same ones on every run, with a body of the test\'s choice', async () => {
+    const placementConflict = { errors: [{ status: 409, title: 'Conflict', code: 'placement.concurrent_update', detail: 'consumer generation conflict' }] };
+    const run = async () => {
+      proxy.clear();
+      proxy.inject({ path: /\/allocations\//, fault: { kind: 'status', status: 409, body: placementConflict }, times: Infinity, fraction: 0.3 });
+      const statuses: number[] = [];
+      for (let i = 0; i < 200; i += 1) {
+        const res = await fetch(`${proxy.url}/allocations/c-${i}`);
+        statuses.push(res.status);
+        const body = await json(res);
+        if (res.status === 409) expect(body).toEqual(placementConflict);
+      }
+      return statuses;
+    };
+    const first = await run();
+    const conflicts = first.filter((s) => s === 409).length;
+    expect(conflicts).toBeGreaterThan(40); // 30 % of 200, give or take
+    expect(conflicts).toBeLessThan(80);
+    expect(first.filter((s) => s !== 409).every((s) => s === 200)).toBe(true);
+    expect(await run()).toEqual(first);
   }, TEST_TIMEOUT_MS);
 
   it('resets the connection for a reset fault, so fetch rejects', async () => {

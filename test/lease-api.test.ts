@@ -135,7 +135,7 @@ describe('Blazar v1 lease API: validation, policy, paging, idempotency', () => {
       await quick.stopWorker();
       const res = await apiClient(quick.url)('POST', '/v1/leases', { name: 'orphan', ...later() });
       expect(res.status).toBe(503);
-      expect(res.body.error_message).toBe('the lease workflow did not answer within 1.5 s: is a leasekeeper worker running?');
+      expect(res.body.error_message).toBe('the lease workflow did not answer within 1.5 s: is a leasekeeper worker running, and is the database up?');
       expect((await apiClient(quick.url)('GET', '/v1/leases')).body.leases).toEqual([]);
     } finally {
       await quick.stop();

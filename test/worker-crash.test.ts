@@ -2,36 +2,24 @@
  * Crash safety with the real worker process: kill -9 it while a lease is pending and while it is
  * active, start it again, and the lease carries on from where it was.
  */
-import path from 'node:path';
-import { ManagedProcess } from '../scripts/lib/processes';
+import type { ManagedProcess } from '../scripts/lib/processes';
 import { leaseWorkflowId } from '../workflows/lease';
 import { apiClient, eventually, inSeconds, startTestStack, type TestStack } from './support/stack';
-
-const WORKER = path.join(__dirname, '..', 'dist', 'worker', 'main.js');
+import { startWorkerProcess } from './support/worker-process';
 
 describe('worker killed with -9 mid-lease', () => {
   let stack: TestStack;
   let worker: ManagedProcess | undefined;
 
   beforeAll(async () => {
-    stack = await startTestStack();
-    await stack.stopWorker(); // only the real worker process runs this lease
+    stack = await startTestStack({ noWorker: true }); // only the real worker process runs this lease
   });
   afterAll(async () => {
     await worker?.stop();
     await stack?.stop();
   });
 
-  async function startWorker(): Promise<ManagedProcess> {
-    const proc = new ManagedProcess({
-      name: 'worker',
-      command: process.execPath,
-      args: [WORKER],
-      env: { ...process.env, DATABASE_URL: stack.db.url, TEMPORAL_ADDRESS: stack.config.temporal.address, LK_TASK_QUEUE: stack.config.temporal.taskQueue, LK_LOG_LEVEL: 'info' },
-    });
-    await proc.waitForLine(/"msg":"worker ready"/, 30_000);
-    return proc;
-  }
+  const startWorker = () => startWorkerProcess(stack);
 
   /** On a time-out, show the workflow's history: where did the time go? */
   function explain(id: string) {

@@ -1,6 +1,7 @@
 import { ApplicationFailure } from '@temporalio/common';
 import type { ErrorRequestHandler, RequestHandler } from 'express';
 import { LeaseErrorType } from '../domain/lease';
+import { isDatabaseUnavailable } from '../db/pool';
 import { OpenStackConfigError, OpenStackError } from '../openstack/errors';
 
 /**
@@ -24,6 +25,7 @@ export const STATUS_BY_FAILURE_TYPE: Record<string, number> = {
   [LeaseErrorType.invalid]: 400,
   [LeaseErrorType.conflict]: 409,
   [LeaseErrorType.notFound]: 404,
+  [LeaseErrorType.unavailable]: 503,
 };
 
 export function errorBody(status: number, message: string, errorName: string | number = status) {
@@ -44,6 +46,11 @@ export function errorHandler(log: { error: (obj: object, msg: string) => void })
     const failureStatus = err instanceof ApplicationFailure ? STATUS_BY_FAILURE_TYPE[err.type ?? ''] : undefined;
     if (failureStatus) {
       res.status(failureStatus).json(errorBody(failureStatus, (err as Error).message));
+      return;
+    }
+    if (isDatabaseUnavailable(err)) {
+      log.error({ err, method: req.method, path: req.path }, 'database unavailable');
+      res.status(503).json(errorBody(503, 'the database is unavailable: try again shortly'));
       return;
     }
     if (err instanceof OpenStackConfigError) {

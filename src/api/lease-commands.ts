@@ -50,7 +50,7 @@ function toApiError(err: unknown, timeoutMs: number): ApiError {
   if (err instanceof WorkflowNotFoundError) return new ApiError(404, 'Lease not found');
   if (err instanceof WorkflowExecutionAlreadyStartedError) return new ApiError(409, 'a lease with this id already exists');
   if (err instanceof WorkflowUpdateRPCTimeoutOrCancelledError || isGrpcDeadlineError(err)) {
-    return new ApiError(503, `the lease workflow did not answer within ${timeoutMs / 1000} s: is a leasekeeper worker running?`);
+    return new ApiError(503, `the lease workflow did not answer within ${timeoutMs / 1000} s: is a leasekeeper worker running, and is the database up?`);
   }
   if (isGrpcServiceError(err)) return new ApiError(503, `Temporal is unavailable: ${err.details || err.message}`);
   throw err;

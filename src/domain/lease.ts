@@ -81,6 +81,7 @@ export const LeaseErrorType = {
   invalid: 'InvalidLease', // 400
   conflict: 'LeaseConflict', // 409
   notFound: 'LeaseNotFound', // 404
+  unavailable: 'DatabaseUnavailable', // 503: try again
 } as const;
 
 export function invalidLease(message: string): ApplicationFailure {

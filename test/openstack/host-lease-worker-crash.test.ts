@@ -1,22 +1,25 @@
 /**
- * The real worker process killed with -9 in the middle of a host lease's start and of its end (a
- * proxy in front of Nova holds the aggregate call, so the kill lands inside the activity). After a
- * restart the lease completes and the host ends where it belongs: in the lease aggregate while
- * active, back in the pool after the end, never in no aggregate.
+ * The real worker process killed with -9 at each step of a host lease's life: during admission,
+ * before the start (down while the start falls due), mid-start and mid-end (a proxy in front of
+ * Nova holds the aggregate call, so the kill lands inside the activity), and while active. After
+ * each restart the lease goes on to the state it would have reached; the host is always where it
+ * belongs (the lease aggregate while active, the pool otherwise, never both or neither), and no
+ * booking is left behind in PostgreSQL.
  */
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import type { ManagedProcess } from '../../scripts/lib/processes';
 import { physicalHostPlugin } from '../../src/resources/physical-host';
-import { FaultProxy, type ProxiedRequest } from '../support/fault-proxy';
+import { FaultProxy } from '../support/fault-proxy';
+import { orphanBookings } from '../support/hosts';
 import { apiClient, deleteAllLeases, eventually, inSeconds, startTestStack, type TestStack } from '../support/stack';
 import { rigClients, rigEnv, startWorkerProcess, uniqueName } from './support';
 
 const HOST = 'fake-2';
 const AGGREGATE_ACTION = /\/os-aggregates\/\d+\/action$/;
 
-describe('worker killed with -9 mid-start and mid-end of a host lease', () => {
+describe('worker killed with -9 at each step of a host lease', () => {
   const admin = rigClients('leasekeeper-admin');
   const freepool = uniqueName('freepool');
   const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'lk-crash-'));
@@ -33,11 +36,11 @@ describe('worker killed with -9 mid-start and mid-end of a host lease', () => {
     proxy = await FaultProxy.start(rigEnv().LK_NOVA_URL);
 
     stack = await startTestStack({
-      env: { LK_FREEPOOL_AGGREGATE: freepool },
+      env: { LK_FREEPOOL_AGGREGATE: freepool, LK_API_WORKFLOW_TIMEOUT_MS: '15000' },
       withPool: (pool) => [physicalHostPlugin({ pool, settings: { cleaningMs: 0, randomChoice: false }, cloud: 'calendar-only', freepool })],
       openstack: () => admin,
+      noWorker: true, // only the worker process runs leases here
     });
-    await stack.stopWorker(); // only the worker process runs leases here
     api = apiClient(stack.url);
     const enrolled = await api('POST', '/v1/os-hosts', { name: HOST });
     expect(enrolled.status).toBe(201);
@@ -46,7 +49,7 @@ describe('worker killed with -9 mid-start and mid-end of a host lease', () => {
 
   afterAll(async () => {
     proxy?.clear();
-    if (!worker || worker.child.exitCode !== null) worker = await startWorker().catch(() => undefined);
+    if (!worker || worker.child.exitCode !== null || worker.child.signalCode !== null) worker = await startWorker().catch(() => undefined);
     await deleteAllLeases(api);
     await worker?.stop();
     if (hostId) await api('DELETE', `/v1/os-hosts/${hostId}`);
@@ -62,41 +65,82 @@ describe('worker killed with -9 mid-start and mid-end of a host lease', () => {
 
   const startWorker = () => startWorkerProcess(stack, { novaUrl: proxy.url, dir: tmp, env: { LK_FREEPOOL_AGGREGATE: freepool } });
 
-  /** Holds the next matching Nova call, kills the worker once it has been sent, and starts a new worker. */
-  async function killDuring(match: (r: ProxiedRequest) => boolean, bodyIncludes: string, trigger: () => Promise<void>): Promise<number> {
+  async function killWorker(): Promise<void> {
+    worker!.child.kill('SIGKILL');
+    await worker!.exited;
+  }
+
+  /** Holds the next aggregate call with `bodyIncludes`, runs `trigger`, kills the worker once Nova got the call, and starts a new worker. */
+  async function killDuring(bodyIncludes: string, trigger: () => Promise<void>): Promise<number> {
     proxy.inject({ method: 'POST', path: AGGREGATE_ACTION, bodyIncludes, fault: { kind: 'delay', ms: 10_000 }, times: 1 });
     const since = Date.now();
     await trigger();
-    await proxy.waitForRequest((r) => r.at >= since && match(r), 60_000);
-    worker!.child.kill('SIGKILL');
-    await worker!.exited;
+    await proxy.waitForRequest((r) => r.at >= since && r.method === 'POST' && AGGREGATE_ACTION.test(r.path) && r.body.includes(bodyIncludes), 60_000);
+    await killWorker();
     worker = await startWorker();
     return Date.now();
   }
 
-  it('completes the start and the end after each crash, with the host where it belongs', async () => {
+  /** The host is in exactly one of the two aggregates: the lease's while it is active, the pool otherwise. */
+  async function expectHostIn(where: 'pool' | 'lease', leaseAggregate: string): Promise<void> {
+    const inPool = (await aggregateNamed(freepool))?.hosts ?? [];
+    const inLease = (await aggregateNamed(leaseAggregate))?.hosts ?? [];
+    expect({ inPool, inLease }).toEqual(where === 'pool' ? { inPool: [HOST], inLease: [] } : { inPool: [], inLease: [HOST] });
+  }
+
+  it('after every kill and restart the lease goes on, with the host where it belongs and no booking left over', async () => {
     worker = await startWorker();
-    let lease: { id: string; start_date: string; reservations: Array<{ aggregate: string }> } | undefined;
-    const addsHost = (r: ProxiedRequest) => r.method === 'POST' && r.body.includes('add_host');
-    let restarted = await killDuring(addsHost, 'add_host', async () => {
-      const created = await api('POST', '/v1/leases', {
-        name: uniqueName('crash'),
-        start_date: inSeconds(2),
-        end_date: inSeconds(7200),
-        reservations: [{ resource_type: 'physical:host', min: 1, max: 1, hypervisor_properties: '', resource_properties: '', before_end: '' }],
-      });
-      expect(created.status).toBe(201);
-      lease = created.body.lease;
+    const body = {
+      name: uniqueName('crash'),
+      start_date: inSeconds(25),
+      end_date: inSeconds(7200),
+      reservations: [{ resource_type: 'physical:host', min: 1, max: 1, hypervisor_properties: '', resource_properties: '', before_end: '' }],
+    };
+    const create = () => api('POST', '/v1/leases', body, { 'Idempotency-Key': body.name });
+
+    // 1. Admission: killed while the create request is in flight. The client's retry with the same
+    //    Idempotency-Key converges on one lease, whatever the kill interrupted.
+    const inFlight = create();
+    await new Promise((resolve) => setTimeout(resolve, 20));
+    await killWorker();
+    worker = await startWorker();
+    let created = await inFlight;
+    const firstAnswer = created.status;
+    for (let tries = 0; created.status !== 201 && tries < 5; tries++) created = await create();
+    expect(created.status).toBe(201);
+    console.log(`killed during admission: first answer ${firstAnswer}, lease admitted`);
+    const { id } = created.body.lease;
+    const aggregate: string = created.body.lease.reservations[0].aggregate;
+    expect((await api('GET', `/v1/leases?name=${body.name}`)).body.leases.map((l: { id: string }) => l.id)).toEqual([id]);
+    const bookings = await stack.db.pool.query('SELECT 1 FROM host_allocations WHERE lease_id = $1', [id]);
+    expect(bookings.rowCount).toBe(1);
+    expect(await statusOf(id)).toBe('PENDING');
+
+    // 2. Before the start: down while the start falls due; nothing starts without a worker.
+    await killWorker();
+    await new Promise((resolve) => setTimeout(resolve, Math.max(0, Date.parse(`${created.body.lease.start_date}Z`) - Date.now() + 2_000)));
+    expect(await statusOf(id)).toBe('PENDING');
+    await expectHostIn('pool', aggregate);
+
+    // 3. Mid-start: the restarted worker starts the overdue lease; killed while Nova adds the host.
+    let restarted = await killDuring('add_host', async () => {
+      worker = await startWorker();
     });
-    const { id } = lease!;
-    const aggregate = lease!.reservations[0].aggregate;
     await eventually(async () => ((await statusOf(id)) === 'ACTIVE' ? true : undefined), 120_000);
     console.log(`killed mid-start: ACTIVE ${Date.now() - restarted} ms after the restart`);
-    expect((await aggregateNamed(aggregate))?.hosts).toEqual([HOST]);
-    expect((await aggregateNamed(freepool))?.hosts).toEqual([]);
+    await expectHostIn('lease', aggregate);
 
-    const removesHost = (r: ProxiedRequest) => r.method === 'POST' && r.body.includes('remove_host');
-    restarted = await killDuring(removesHost, 'remove_host', async () => {
+    // 4. Active: killed and down for a while; the lease stays active and nothing runs twice.
+    await killWorker();
+    await new Promise((resolve) => setTimeout(resolve, 3_000));
+    expect(await statusOf(id)).toBe('ACTIVE');
+    worker = await startWorker();
+    await new Promise((resolve) => setTimeout(resolve, 3_000));
+    expect(await statusOf(id)).toBe('ACTIVE');
+    await expectHostIn('lease', aggregate);
+
+    // 5. Mid-end: ended early; killed while Nova removes the host.
+    restarted = await killDuring('remove_host', async () => {
       expect((await api('PUT', `/v1/leases/${id}`, { end_date: 'now' })).status).toBe(200);
     });
     await eventually(async () => ((await statusOf(id)) === 'TERMINATED' ? true : undefined), 120_000);
@@ -105,5 +149,6 @@ describe('worker killed with -9 mid-start and mid-end of a host lease', () => {
     expect(await aggregateNamed(aggregate)).toBeUndefined();
     const events = (await api('GET', `/v1/leases/${id}`)).body.lease.events.map((e: { status: string }) => e.status);
     expect(events).toEqual(['DONE', 'DONE', 'DONE']);
-  }, 300_000);
+    expect(await orphanBookings(stack.db.pool)).toEqual([]);
+  }, 360_000);
 });

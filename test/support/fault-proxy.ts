@@ -11,7 +11,8 @@ import type net from 'node:net';
 import { pipeline } from 'node:stream';
 
 export type Fault =
-  | { kind: 'status'; status: number }
+  /** An error answer; `body` (JSON) replaces Nova's fault body, e.g. to speak Placement's error shape. */
+  | { kind: 'status'; status: number; body?: unknown }
   | { kind: 'hang' }
   | { kind: 'reset' }
   | { kind: 'delay'; ms: number };
@@ -26,6 +27,11 @@ export interface FaultRule {
   fault: Fault;
   /** How many matching requests get the fault; Infinity for a permanent fault. */
   times: number;
+  /**
+   * Only this share (0–1] of the matching requests get the fault, drawn from a fixed-seed sequence
+   * per rule, so that a run repeats; the others pass through and use up none of `times`.
+   */
+  fraction?: number;
 }
 
 export interface ProxiedRequest {
@@ -41,6 +47,19 @@ export interface ProxiedRequest {
 
 interface ActiveRule extends FaultRule {
   remaining: number;
+  draw: () => number;
+}
+
+/** mulberry32: a small seeded PRNG, uniform in [0, 1). */
+function seededRandom(seed: number): () => number {
+  let state = seed >>> 0;
+  return () => {
+    state = (state + 0x6d2b79f5) >>> 0;
+    let t = state;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4_294_967_296;
+  };
 }
 
 interface RequestWaiter {
@@ -138,7 +157,10 @@ export class FaultProxy {
     if (rule.fault.kind === 'delay' && !(rule.fault.ms >= 0 && Number.isFinite(rule.fault.ms))) {
       throw new Error(`FaultProxy: delay ms must be a finite non-negative number, got ${rule.fault.ms}`);
     }
-    this.rules.push({ ...rule, remaining: rule.times });
+    if (rule.fraction !== undefined && !(rule.fraction > 0 && rule.fraction <= 1)) {
+      throw new Error(`FaultProxy: fraction must be in (0, 1], got ${rule.fraction}`);
+    }
+    this.rules.push({ ...rule, remaining: rule.times, draw: seededRandom(this.rules.length + 1) });
   }
 
   /** Drops all rules; requests already hanging stay hung until stop(). */
@@ -226,7 +248,8 @@ export class FaultProxy {
       if (candidate.method !== undefined && candidate.method.toUpperCase() !== request.method.toUpperCase()) return false;
       candidate.path.lastIndex = 0; // a /g or /y RegExp would otherwise carry state between requests
       if (!candidate.path.test(request.path)) return false;
-      return candidate.bodyIncludes === undefined || request.body.includes(candidate.bodyIncludes);
+      if (candidate.bodyIncludes !== undefined && !request.body.includes(candidate.bodyIncludes)) return false;
+      return candidate.fraction === undefined || candidate.draw() < candidate.fraction;
     });
     if (rule) rule.remaining -= 1;
     return rule;
@@ -248,7 +271,7 @@ export class FaultProxy {
         this.forward(req, res, body, record);
         return;
       case 'status':
-        FaultProxy.answerWithFault(res, fault.status);
+        FaultProxy.answerWithFault(res, fault.status, fault.body);
         return;
       case 'hang':
         // Never answer: the socket is closed by the client giving up or by stop().
@@ -268,9 +291,9 @@ export class FaultProxy {
     }
   }
 
-  private static answerWithFault(res: http.ServerResponse, status: number): void {
+  private static answerWithFault(res: http.ServerResponse, status: number, body?: unknown): void {
     const name = NOVA_FAULT_NAMES[status] ?? 'computeFault';
-    const payload = JSON.stringify({ [name]: { code: status, message: 'injected fault' } });
+    const payload = JSON.stringify(body ?? { [name]: { code: status, message: 'injected fault' } });
     res.writeHead(status, {
       'content-type': 'application/json',
       'content-length': Buffer.byteLength(payload),

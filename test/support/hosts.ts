@@ -29,3 +29,19 @@ export async function doubleBookings(pool: Pool): Promise<Array<{ host_id: strin
   );
   return rows;
 }
+
+/**
+ * Bookings that still block time ahead but belong to no lease holding resources (deleted, ended,
+ * failed, or never recorded): must be empty once leases have settled. A host released at a
+ * lease's end stays blocked on purpose (an unbounded booking of a TERMINATED lease).
+ */
+export async function orphanBookings(pool: Pool): Promise<Array<{ reservation_id: string; lease_id: string; status: string | null }>> {
+  const { rows } = await pool.query<{ reservation_id: string; lease_id: string; status: string | null }>(
+    `SELECT a.reservation_id::text, a.lease_id::text, l.status
+     FROM host_allocations a LEFT JOIN leases l ON l.id = a.lease_id AND l.deleted_at IS NULL
+     WHERE (upper_inf(a.blocks) OR upper(a.blocks) > now())
+       AND (l.id IS NULL OR l.status NOT IN ('PENDING', 'STARTING', 'ACTIVE'))
+       AND NOT (upper_inf(a.blocks) AND l.status = 'TERMINATED')`,
+  );
+  return rows;
+}

@@ -35,14 +35,16 @@ export interface TestStackOptions {
   /** OpenStack clients for the API (os-hosts), when a test has a cloud. */
   openstack?: () => OpenStackClients;
   authenticator?: Authenticator;
+  /** A PostgreSQL server of the test's own (URL) instead of the shared test server. */
+  databaseServer?: string;
   /** Start no worker in this process (the test runs the worker process, test/support/worker-process.ts). */
   noWorker?: boolean;
 }
 
 export async function startTestStack(options: TestStackOptions = {}): Promise<TestStack> {
-  const { plugins = [], env = {}, withPool = () => [], openstack, authenticator, noWorker = false } = options;
+  const { plugins = [], env = {}, withPool = () => [], openstack, authenticator, noWorker = false, databaseServer } = options;
   const config = testConfig(env);
-  const db = await createTestDatabase();
+  const db = await createTestDatabase(databaseServer);
   await migrate(db.pool);
   const temporal = await connectTestTemporal(config);
   const registry = pluginRegistry([...plugins, ...withPool(db.pool)]);

@@ -26,6 +26,11 @@ export async function startWorkerProcess(stack: WorkerProcessTarget, env: Record
       ...env,
     },
   });
-  await proc.waitForLine(/"msg":"worker ready"/, 30_000);
+  try {
+    await proc.waitForLine(/"msg":"worker ready"/, 30_000);
+  } catch (err) {
+    await proc.stop(); // a worker that never got ready must not linger
+    throw err;
+  }
   return proc;
 }

@@ -1,0 +1,114 @@
+/**
+ * `npm run bench:calendar`: availability and earliest-slot queries through the API with 100 000
+ * bookings over 1 000 hosts (100 per host over one year, 1 h to 2 days each). Prints p50/p99 per
+ * query kind, and the calendar's own share (no HTTP) for the one-host window; writes
+ * bench/results/calendar.json. LK_BENCH_HOSTS / LK_BENCH_PER_HOST / LK_BENCH_SAMPLES override.
+ */
+import { physicalHostPlugin } from '../src/resources/physical-host';
+import { HostCalendar } from '../src/resources/physical-host/calendar';
+import { doubleBookings, insertHost } from '../test/support/hosts';
+import { apiClient, startTestStack } from '../test/support/stack';
+import { runBenchmark, summary } from './common';
+
+const HOSTS = Number(process.env.LK_BENCH_HOSTS ?? 1_000);
+const PER_HOST = Number(process.env.LK_BENCH_PER_HOST ?? 100);
+const SAMPLES = Number(process.env.LK_BENCH_SAMPLES ?? 500);
+const DAY = 86_400_000;
+const YEAR_START = Date.UTC(2099, 0, 1);
+const SLOT_MS = Math.floor((365 * DAY) / PER_HOST);
+
+function date(ms: number): string {
+  return new Date(ms).toISOString().slice(0, 16).replace('T', ' ');
+}
+
+runBenchmark('calendar', async () => {
+  for (const [name, value, max] of [['LK_BENCH_HOSTS', HOSTS, 10_000], ['LK_BENCH_PER_HOST', PER_HOST, 1_000], ['LK_BENCH_SAMPLES', SAMPLES, 100_000]] as const) {
+    if (!Number.isInteger(value) || value < 1 || value > max) throw new Error(`${name} must be 1..${max}`);
+  }
+  const settings = { cleaningMs: 0, randomChoice: false };
+  const stack = await startTestStack({ noWorker: true, withPool: (pool) => [physicalHostPlugin({ pool, settings, cloud: 'calendar-only' })] });
+  try {
+    const { pool } = stack.db;
+    const loadStarted = Date.now();
+    for (let i = 0; i < HOSTS; i++) await insertHost(pool, { name: `bench-host-${i}`, vcpus: [2, 4, 8, 16][i % 4], capabilities: { rack: `r${i % 20}` } });
+    // One booking per slot of each host (slots of a year / PER_HOST): starts somewhere in the first
+    // 30 % of the slot, lasts 1 h to 60 % of it (at most 2 days), so bookings of a host never overlap.
+    await pool.query('SELECT setseed(0.42)');
+    await pool.query(
+      `INSERT INTO host_allocations (host_id, reservation_id, lease_id, project_id, during, blocks, booking_key)
+       SELECT id, gen_random_uuid(), gen_random_uuid(), 'bench', tstzrange(s, e), tstzrange(s, e), 'bench'
+       FROM (SELECT h.id,
+                    to_timestamp(($1 + k * $2 + floor(random() * 0.3 * $2)) / 1000.0) AS s,
+                    to_timestamp(($1 + k * $2 + floor(random() * 0.3 * $2) + 3600000 + floor(random() * least(0.6 * $2, $3)))  / 1000.0) AS e
+             FROM hosts h CROSS JOIN generate_series(0, $4 - 1) AS k) AS slots`,
+      [YEAR_START, SLOT_MS, 2 * DAY, PER_HOST],
+    );
+    await pool.query('ANALYZE');
+    const loadSeconds = Math.round((Date.now() - loadStarted) / 100) / 10;
+    const { rows } = await pool.query<{ n: string }>('SELECT count(*) AS n FROM host_allocations');
+    const bookings = Number(rows[0].n);
+
+    const api = apiClient(stack.url);
+    const calendar = new HostCalendar(pool, settings);
+    const anyTime = (span: number) => YEAR_START + Math.floor(Math.random() * (365 * DAY - span));
+    const oneHost = () => `["==", "$hypervisor_hostname", "bench-host-${Math.floor(Math.random() * HOSTS)}"]`;
+    const check = (status: number, body: unknown, what: string) => {
+      if (status !== 200) throw new Error(`${what}: ${status} ${JSON.stringify(body)}`);
+    };
+    const kinds: Record<string, () => Promise<unknown>> = {
+      'one host, one week: free intervals (API)': async () => {
+        const from = anyTime(7 * DAY);
+        const res = await api('GET', `/v1/availability?start=${encodeURIComponent(date(from))}&end=${encodeURIComponent(date(from + 7 * DAY))}&hypervisor_properties=${encodeURIComponent(oneHost())}`);
+        check(res.status, res.body, 'availability');
+        if (res.body.availability.length !== 1) throw new Error(`expected one host, got ${res.body.availability.length}`);
+      },
+      'one host, one week: free intervals (calendar, no HTTP)': async () => {
+        const from = anyTime(7 * DAY);
+        const hosts = await calendar.freeIntervals(from, from + 7 * DAY, { hypervisor_properties: oneHost() });
+        if (hosts.length !== 1) throw new Error(`expected one host, got ${hosts.length}`);
+      },
+      'all hosts, one day: free intervals (API)': async () => {
+        const from = anyTime(DAY);
+        const res = await api('GET', `/v1/availability?start=${encodeURIComponent(date(from))}&end=${encodeURIComponent(date(from + DAY))}`);
+        check(res.status, res.body, 'availability');
+        if (res.body.availability.length !== HOSTS) throw new Error(`expected ${HOSTS} hosts, got ${res.body.availability.length}`);
+      },
+      'earliest slot: one given host, 1 day (API)': async () => {
+        const from = anyTime(DAY);
+        const res = await api('POST', '/v1/availability/search', {
+          start_date: date(from),
+          end_date: date(from + DAY),
+          reservations: [{ resource_type: 'physical:host', min: 1, max: 1, hypervisor_properties: oneHost() }],
+        });
+        check(res.status, res.body, 'search');
+      },
+      'earliest slot: 10 hosts with ≥ 8 vCPUs, 3 days (API)': async () => {
+        const from = anyTime(3 * DAY);
+        const res = await api('POST', '/v1/availability/search', {
+          start_date: date(from),
+          end_date: date(from + 3 * DAY),
+          reservations: [{ resource_type: 'physical:host', min: 10, max: 10, hypervisor_properties: '[">=", "$vcpus", "8"]' }],
+        });
+        check(res.status, res.body, 'search');
+      },
+    };
+    const latencyMs: Record<string, ReturnType<typeof summary>> = {};
+    for (const [label, query] of Object.entries(kinds)) {
+      for (let i = 0; i < 20; i++) await query(); // warm-up: connections, plans
+      const latencies: number[] = [];
+      for (let i = 0; i < SAMPLES; i++) {
+        const t = performance.now();
+        await query();
+        latencies.push(performance.now() - t);
+      }
+      latencyMs[label] = summary(latencies);
+    }
+
+    const result = { hosts: HOSTS, bookings, loadSeconds, samples: SAMPLES, latencyMs, doubleBookings: (await doubleBookings(pool)).length };
+    console.log(`\ncalendar: ${bookings} bookings over ${HOSTS} hosts (loaded in ${loadSeconds} s), ${SAMPLES} queries of each kind, one at a time`);
+    console.table(latencyMs);
+    return result;
+  } finally {
+    await stack.stop();
+  }
+});

@@ -1,0 +1,86 @@
+/**
+ * `npm run bench:report` (and the end of `npm run bench`): every figure of the latest results in
+ * bench/results/ against its goal, as one table; writes bench/results/summary.json.
+ */
+import fs from 'node:fs';
+import path from 'node:path';
+import { REPO_ROOT } from '../src/paths';
+
+type Json = Record<string, any>; // eslint-disable-line @typescript-eslint/no-explicit-any
+
+interface Row {
+  benchmark: string;
+  figure: string;
+  goal: string;
+  measured: string;
+  met: 'yes' | 'NO' | '—';
+}
+
+const RESULTS = path.join(REPO_ROOT, 'bench', 'results');
+
+function load(name: string): Json | undefined {
+  const file = path.join(RESULTS, `${name}.json`);
+  return fs.existsSync(file) ? (JSON.parse(fs.readFileSync(file, 'utf8')) as Json) : undefined;
+}
+
+const atMost = (value: number, goal: number) => (value <= goal ? 'yes' : 'NO');
+const atLeast = (value: number, goal: number) => (value >= goal ? 'yes' : 'NO');
+
+function rows(): Row[] {
+  const out: Row[] = [];
+  const add = (benchmark: string, figure: string, goal: string, measured: string, met: Row['met']) => out.push({ benchmark, figure, goal, measured, met });
+
+  const lifecycle = load('lifecycle');
+  if (lifecycle) {
+    const b = `lifecycle (${lifecycle.leases} leases)`;
+    add(b, 'start lag p50 / p99 / max', 'p99 ≤ 1000 ms', `${lifecycle.startLagMs.p50} / ${lifecycle.startLagMs.p99} / ${lifecycle.startLagMs.max} ms`, atMost(lifecycle.startLagMs.p99, 1000));
+    add(b, 'end lag p50 / p99 / max', 'p99 ≤ 1000 ms', `${lifecycle.endLagMs.p50} / ${lifecycle.endLagMs.p99} / ${lifecycle.endLagMs.max} ms`, atMost(lifecycle.endLagMs.p99, 1000));
+    if (lifecycle.worker) {
+      add(b, 'worker CPU / peak RSS', 'reported', `${lifecycle.worker.cpuSeconds} s (${lifecycle.worker.cpuPercentOfOneCore} % of a core) / ${lifecycle.worker.peakRssMb} MB`, '—');
+      add(b, 'Temporal server CPU / peak RSS', 'reported', `${lifecycle.temporalServer.cpuSeconds} s (${lifecycle.temporalServer.cpuPercentOfOneCore} % of a core) / ${lifecycle.temporalServer.peakRssMb} MB`, '—');
+    }
+  }
+  const admission = load('admission');
+  if (admission) {
+    const b = `admission (${admission.clients} clients, ${admission.hosts} hosts, ${admission.seconds} s)`;
+    add(b, 'admissions per second', '≥ 100 /s', `${admission.admissionsPerSecond} /s`, atLeast(admission.admissionsPerSecond, 100));
+    add(b, 'create latency p50 / p99', 'p99 ≤ 100 ms', `${admission.createLatencyMs.p50} / ${admission.createLatencyMs.p99} ms`, atMost(admission.createLatencyMs.p99, 100));
+    add(b, 'double bookings afterwards', '0', String(admission.doubleBookings), admission.doubleBookings === 0 ? 'yes' : 'NO');
+    add(b, 'calendar alone: admissions/s, p99', 'reported', `${admission.calendarOnly.admissionsPerSecond} /s, ${admission.calendarOnly.latencyMs.p99} ms`, '—');
+    if (admission.cpuMsPerAdmission) {
+      const c = admission.cpuMsPerAdmission;
+      add(b, 'CPU ms per admission: API+worker+clients / Temporal / PostgreSQL', 'reported', `${c.apiWorkerAndClients} / ${c.temporalServer} / ${c.postgres} ms`, '—');
+    }
+  }
+  const pending = load('pending');
+  if (pending) {
+    const b = `pending (${pending.leases} leases)`;
+    const growth = pending.growth as Array<{ created: number; workerRssMb: number }>;
+    const baseline = (pending.restAfterFirstTenth ?? growth[1] ?? growth[0]) as { created: number; workerRssMb: number };
+    const rise = pending.atRest.workerRssMb - baseline.workerRssMb;
+    add(b, `worker RSS at rest: ${baseline.created} → ${pending.atRest.created} leases`, 'flat (±25 %)', `${baseline.workerRssMb} → ${pending.atRest.workerRssMb} MB (${rise >= 0 ? '+' : ''}${rise}); busy peak ${Math.max(...growth.map((g) => g.workerRssMb))} MB`, Math.abs(rise) <= 0.25 * baseline.workerRssMb ? 'yes' : 'NO');
+    add(b, 'Temporal DB / PostgreSQL growth', 'reported', `${pending.growth[0].temporalDbMb} → ${pending.atRest.temporalDbMb} MB / ${pending.growth[0].postgresDbMb} → ${pending.atRest.postgresDbMb} MB`, '—');
+    add(b, 'time to create', 'reported', `${pending.createSeconds} s (${pending.createPerSecond} /s)`, '—');
+    const lists = Object.entries(pending.listLatencyMs as Record<string, { p99: number }>);
+    const worst = lists.reduce((a, b) => (b[1].p99 > a[1].p99 ? b : a));
+    add(b, `list p99, worst of ${lists.length} kinds (${worst[0]})`, 'p99 ≤ 50 ms', `${worst[1].p99} ms`, atMost(worst[1].p99, 50));
+  }
+  const calendar = load('calendar');
+  if (calendar) {
+    const b = `calendar (${calendar.bookings} bookings, ${calendar.hosts} hosts)`;
+    for (const [kind, latency] of Object.entries(calendar.latencyMs as Record<string, { p50: number; p99: number }>)) {
+      const oneHost = kind.startsWith('one host, one week: free intervals (API)');
+      add(b, `${kind} p50 / p99`, oneHost ? 'p99 ≤ 10 ms' : 'reported', `${latency.p50} / ${latency.p99} ms`, oneHost ? atMost(latency.p99, 10) : '—');
+    }
+  }
+  return out;
+}
+
+const table = rows();
+if (table.length === 0) {
+  console.log('no results yet: run npm run bench (or one of bench:lifecycle, bench:admission, bench:pending, bench:calendar)');
+} else {
+  console.log('\nfigures against goals (bench/results/*.json):');
+  console.table(table);
+  fs.writeFileSync(path.join(RESULTS, 'summary.json'), `${JSON.stringify({ date: new Date().toISOString(), rows: table }, null, 2)}\n`);
+}

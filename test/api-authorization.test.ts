@@ -1,0 +1,180 @@
+/**
+ * Who may do what, on every route of the API: project A against project B's leases (read, list,
+ * page from, update, delete: all as if they did not exist), non-admins against os-hosts (403 on
+ * every change and on the host list; only public resource properties), allocations filtered to
+ * the caller's project, and the admin who sees and changes everything. A route added to the API
+ * without a case here fails the last test.
+ */
+import pino from 'pino';
+import { createApp } from '../src/api/app';
+import { physicalHostPlugin } from '../src/resources/physical-host';
+import { pluginRegistry } from '../src/resources/plugin';
+import { insertHost } from './support/hosts';
+import { apiClient, type ApiCall, eventually, startTestStack, type TestStack } from './support/stack';
+
+type Caller = 'A' | 'B' | 'admin';
+const HEADERS: Record<Caller, Record<string, string>> = {
+  A: { 'x-project-id': 'project-a', 'x-user-id': 'alice', 'x-roles': 'member' },
+  B: { 'x-project-id': 'project-b', 'x-user-id': 'bob', 'x-roles': 'member' },
+  admin: { 'x-auth-token': 'admin' },
+};
+const other = (caller: 'A' | 'B'): 'A' | 'B' => (caller === 'A' ? 'B' : 'A');
+const POLICY = (action: string) => ({ error_code: 403, error_name: 403, error_message: `Policy doesn't allow blazar:oshosts:${action} to be performed.` });
+
+describe('authorization on every route', () => {
+  let stack: TestStack;
+  const call = (caller: Caller, method: string, path: string, body?: unknown): Promise<ApiCall> => apiClient(stack.url, HEADERS[caller])(method, path, body);
+  const leases: Record<'A' | 'B', { id: string; name: string; reservationId: string }> = {} as never;
+  let hostIds: string[];
+  /** Every (method, route) a case below exercised: compared with the app's routes at the end. */
+  const exercised = new Set<string>();
+  const exercise = (route: string) => exercised.add(route);
+
+  beforeAll(async () => {
+    stack = await startTestStack({ withPool: (pool) => [physicalHostPlugin({ pool, settings: { cleaningMs: 0, randomChoice: false }, cloud: 'calendar-only' })] });
+    hostIds = [await insertHost(stack.db.pool, { name: 'auth-host-1', capabilities: { rack: 'r1', secret_tag: 'x' } }), await insertHost(stack.db.pool, { name: 'auth-host-2', capabilities: { rack: 'r2' } })];
+    expect((await call('admin', 'PATCH', '/v1/os-hosts/properties/secret_tag', { private: true })).status).toBe(200);
+    for (const [caller, day] of [['A', 1], ['B', 2]] as const) {
+      const res = await call(caller, 'POST', '/v1/leases', {
+        name: `lease-of-${caller}`,
+        start_date: `2099-03-0${day} 10:00`,
+        end_date: `2099-03-0${day} 12:00`,
+        reservations: [{ resource_type: 'physical:host', min: 2, max: 2 }],
+      });
+      expect(res.status).toBe(201);
+      leases[caller] = { id: res.body.lease.id, name: res.body.lease.name, reservationId: res.body.lease.reservations[0].id };
+    }
+  });
+  afterAll(async () => {
+    await stack?.stop();
+  });
+
+  describe.each(['A', 'B'] as const)('project %s against the other project', (caller) => {
+    const mine = () => leases[caller];
+    const theirs = () => leases[other(caller)];
+    const notFound = (id: string) => ({ status: 404, body: { error_code: 404, error_name: 404, error_message: `Lease ${id} not found` } });
+
+    it('lists only its own leases, and may not ask for the other project or page from its lease', async () => {
+      exercise('GET /leases');
+      const listed = await call(caller, 'GET', '/v1/leases');
+      expect(listed.body.leases.map((l: { id: string }) => l.id)).toEqual([mine().id]);
+      expect(await call(caller, 'GET', `/v1/leases?project_id=project-${other(caller).toLowerCase()}`)).toEqual({
+        status: 403,
+        body: { error_code: 403, error_name: 403, error_message: "only admins can list other projects' leases" },
+      });
+      expect(await call(caller, 'GET', `/v1/leases?marker=${theirs().id}`)).toEqual(notFound(theirs().id));
+      expect((await call(caller, 'GET', `/v1/leases?name=${theirs().name}`)).body.leases).toEqual([]);
+    });
+
+    it('cannot read, update or delete the other lease, which stays as it was', async () => {
+      exercise('GET /leases/:id');
+      exercise('PUT /leases/:id');
+      exercise('DELETE /leases/:id');
+      expect((await call(caller, 'GET', `/v1/leases/${mine().id}`)).status).toBe(200);
+      expect(await call(caller, 'GET', `/v1/leases/${theirs().id}`)).toEqual(notFound(theirs().id));
+      expect(await call(caller, 'PUT', `/v1/leases/${theirs().id}`, { name: 'hijacked' })).toEqual(notFound(theirs().id));
+      expect(await call(caller, 'PUT', `/v1/leases/${theirs().id}`, { end_date: '2099-03-05 12:00' })).toEqual(notFound(theirs().id));
+      expect(await call(caller, 'DELETE', `/v1/leases/${theirs().id}`)).toEqual(notFound(theirs().id));
+      const after = (await call('admin', 'GET', `/v1/leases/${theirs().id}`)).body.lease;
+      expect({ name: after.name, status: after.status, end_date: after.end_date }).toEqual({ name: theirs().name, status: 'PENDING', end_date: expect.stringMatching(/^2099-03-0[12]T12:00/) });
+    });
+
+    it('creates leases only in its own project', async () => {
+      exercise('POST /leases');
+      const created = await call(caller, 'POST', '/v1/leases', { name: 'mine-too', start_date: '2099-06-01 10:00', end_date: '2099-06-01 11:00' });
+      expect(created.status).toBe(201);
+      expect(created.body.lease.project_id).toBe(`project-${caller.toLowerCase()}`);
+      expect((await call(caller, 'POST', '/v1/leases', { name: 'theirs', project_id: 'project-x', start_date: '2099-06-01 10:00', end_date: '2099-06-01 11:00' })).status).toBe(400);
+      expect((await call(caller, 'DELETE', `/v1/leases/${created.body.lease.id}`)).status).toBe(204);
+      await eventually(async () => ((await call(caller, 'GET', `/v1/leases/${created.body.lease.id}`)).status === 404 ? true : undefined));
+    });
+
+    it('sees only its own project\'s host allocations', async () => {
+      exercise('GET /os-hosts/allocations');
+      exercise('GET /os-hosts/:id/allocation');
+      const reservationsIn = (allocations: Array<{ reservations: Array<{ lease_id: string; project_id: string }> }>) => allocations.flatMap((a) => a.reservations);
+      const all = await call(caller, 'GET', '/v1/os-hosts/allocations');
+      expect(all.status).toBe(200);
+      expect(new Set(reservationsIn(all.body.allocations).map((r) => r.lease_id))).toEqual(new Set([mine().id]));
+      expect(reservationsIn((await call(caller, 'GET', `/v1/os-hosts/allocations?lease_id=${theirs().id}`)).body.allocations)).toEqual([]);
+      for (const hostId of hostIds) {
+        const one = await call(caller, 'GET', `/v1/os-hosts/${hostId}/allocation`);
+        expect(one.status).toBe(200);
+        expect(one.body.allocation.reservations.map((r: { lease_id: string }) => r.lease_id)).toEqual([mine().id]);
+      }
+    });
+
+    it('may ask when capacity is free, and learns no other project\'s lease from it', async () => {
+      exercise('GET /availability');
+      exercise('POST /availability/search');
+      const free = await call(caller, 'GET', '/v1/availability?start=2099-03-01 00:00&end=2099-03-03 00:00');
+      expect(free.status).toBe(200);
+      expect(free.body.availability).toHaveLength(2);
+      const search = await call(caller, 'POST', '/v1/availability/search', { start_date: '2099-03-01 10:00', end_date: '2099-03-01 11:00', reservations: [{ resource_type: 'physical:host', min: 1, max: 1 }] });
+      expect(search.status).toBe(200);
+      for (const res of [free, search]) expect(JSON.stringify(res.body)).not.toContain(theirs().id);
+    });
+  });
+
+  describe('a non-admin and os-hosts', () => {
+    it.each([
+      ['GET', '/os-hosts', 'get'],
+      ['POST', '/os-hosts', 'post'],
+      ['GET', '/os-hosts/:id', 'get'],
+      ['PUT', '/os-hosts/:id', 'put'],
+      ['DELETE', '/os-hosts/:id', 'delete'],
+      ['PATCH', '/os-hosts/properties/:name', 'update_resource_properties'],
+    ])('%s %s → 403, nothing changes', async (method, route, action) => {
+      exercise(`${method} ${route}`);
+      const path = `/v1${route.replace(':id', hostIds[0]).replace(':name', 'rack')}`;
+      const body = method === 'POST' ? { name: 'some-hypervisor' } : method === 'PUT' ? { rack: 'stolen' } : method === 'PATCH' ? { private: true } : undefined;
+      const before = (await call('admin', 'GET', '/v1/os-hosts')).body.hosts;
+      const beforeProperties = (await call('admin', 'GET', '/v1/os-hosts/properties?detail=1&all=1')).body;
+      for (const caller of ['A', 'B'] as const) expect(await call(caller, method, path, body)).toEqual({ status: 403, body: POLICY(action) });
+      expect((await call('admin', 'GET', '/v1/os-hosts')).body.hosts).toEqual(before);
+      expect((await call('admin', 'GET', '/v1/os-hosts/properties?detail=1&all=1')).body).toEqual(beforeProperties);
+    });
+
+    it('GET /os-hosts/properties shows non-admins the public properties only', async () => {
+      exercise('GET /os-hosts/properties');
+      const names = (res: ApiCall) => res.body.resource_properties.map((p: { property: string }) => p.property);
+      expect(names(await call('A', 'GET', '/v1/os-hosts/properties?all=1'))).toEqual(['rack']);
+      expect(names(await call('admin', 'GET', '/v1/os-hosts/properties?all=1'))).toEqual(['rack', 'secret_tag']);
+    });
+  });
+
+  describe('the admin', () => {
+    it('sees every project\'s leases and allocations, and changes any lease', async () => {
+      const listed = await call('admin', 'GET', '/v1/leases');
+      expect(new Set(listed.body.leases.map((l: { id: string }) => l.id))).toEqual(new Set([leases.A.id, leases.B.id]));
+      expect((await call('admin', 'GET', '/v1/leases?project_id=project-b')).body.leases.map((l: { id: string }) => l.id)).toEqual([leases.B.id]);
+      const lessees = (await call('admin', 'GET', '/v1/os-hosts/allocations')).body.allocations.flatMap((a: { reservations: Array<{ lease_id: string }> }) => a.reservations.map((r) => r.lease_id));
+      expect(new Set(lessees)).toEqual(new Set([leases.A.id, leases.B.id]));
+      const renamed = await call('admin', 'PUT', `/v1/leases/${leases.B.id}`, { name: 'renamed-by-admin' });
+      expect(renamed.status).toBe(200);
+      expect(renamed.body.lease.name).toBe('renamed-by-admin');
+      expect((await call('B', 'GET', `/v1/leases/${leases.B.id}`)).body.lease.name).toBe('renamed-by-admin');
+      expect((await call('admin', 'GET', `/v1/os-hosts/${hostIds[0]}`)).status).toBe(200);
+    });
+  });
+
+  it('every route of the API was checked above (or is public)', () => {
+    const app = createApp({ config: stack.config, log: pino({ level: 'silent' }), pool: stack.db.pool, connection: stack.temporal.connection, client: stack.temporal.client, plugins: pluginRegistry([]) });
+    const publicRoutes = new Set(['GET /', 'GET /versions', 'GET /healthz']);
+    const routes = routesOf((app as unknown as { router: RouterLike }).router);
+    expect(routes.length).toBeGreaterThan(15);
+    expect(routes.filter((r) => !publicRoutes.has(r) && !exercised.has(r))).toEqual([]);
+  });
+});
+
+interface RouterLike {
+  stack: Array<{ route?: { path: string; methods: Record<string, boolean> }; handle?: Partial<RouterLike> }>;
+}
+
+/** "METHOD /path" of every route in an express app's router, nested routers included (mount paths left out). */
+function routesOf(router: RouterLike): string[] {
+  return router.stack.flatMap((layer) => {
+    if (layer.route) return Object.keys(layer.route.methods).filter((m) => m !== '_all').map((m) => `${m.toUpperCase()} ${layer.route!.path}`);
+    return layer.handle?.stack ? routesOf(layer.handle as RouterLike) : [];
+  });
+}

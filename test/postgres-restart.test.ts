@@ -1,0 +1,119 @@
+/**
+ * PostgreSQL stopped for a few seconds and started again while clients keep creating host leases.
+ * Every request either succeeds or fails cleanly (503 with Blazar's error body, or a genuine 409);
+ * nothing is half-written: a retry with the same Idempotency-Key converges, every booking belongs
+ * to a live lease, every live lease's row agrees with its workflow, and no host is booked twice.
+ */
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { delay, type ManagedProcess } from '../scripts/lib/processes';
+import { ensureCluster, ensureDatabase, localUrl, startPostgres } from '../scripts/lib/postgres-local';
+import { physicalHostPlugin } from '../src/resources/physical-host';
+import { getLease, leaseWorkflowId } from '../workflows/lease';
+import { doubleBookings, insertHost } from './support/hosts';
+import { freePort } from './support/ports';
+import { apiClient, startTestStack, type ApiCall, type TestStack } from './support/stack';
+
+const HOSTS = 10;
+const CLIENTS = 8;
+const LOAD_MS = 12_000;
+const OUTAGE_AFTER_MS = 3_000;
+const OUTAGE_MS = 3_000;
+const DAY = 86_400_000;
+
+describe('PostgreSQL restarted mid-admission', () => {
+  const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'lk-pg-restart-'));
+  fs.chmodSync(tmp, 0o755); // the postgres system user must reach its data dir below
+  const dataDir = path.join(tmp, 'postgres');
+  let port: number;
+  let postgres: ManagedProcess | undefined;
+  let stack: TestStack | undefined;
+
+  beforeAll(async () => {
+    port = await freePort();
+    ensureCluster(dataDir);
+    postgres = startPostgres({ dataDir, port, durable: true });
+    await ensureDatabase(localUrl(port, 'leasekeeper'));
+    stack = await startTestStack({
+      databaseServer: localUrl(port, 'leasekeeper'),
+      env: { LK_API_WORKFLOW_TIMEOUT_MS: '20000' },
+      withPool: (pool) => [physicalHostPlugin({ pool, settings: { cleaningMs: 0, randomChoice: false }, cloud: 'calendar-only' })],
+    });
+    for (let i = 0; i < HOSTS; i++) await insertHost(stack.db.pool, { name: `pg-host-${i}` });
+  }, 120_000);
+
+  afterAll(async () => {
+    await stack?.stop();
+    await postgres?.stop();
+    fs.rmSync(tmp, { recursive: true, force: true });
+  });
+
+  it('answers every request with success, a 409 or a clean 503, and leaves nothing half-written', async () => {
+    const api = apiClient(stack!.url);
+    const horizon = Date.UTC(2099, 0, 1);
+    const bodyOf = (i: number) => {
+      // Windows of 1–3 days within two months over 10 hosts: many fit, some conflict.
+      const start = horizon + (i * 7919 % 60) * DAY;
+      const end = start + (1 + (i % 3)) * DAY;
+      const date = (ms: number) => new Date(ms).toISOString().slice(0, 16).replace('T', ' ');
+      return { name: `pg-${i}`, start_date: date(start), end_date: date(end), reservations: [{ resource_type: 'physical:host', min: 1, max: 1 }] };
+    };
+    const create = (i: number) => api('POST', '/v1/leases', bodyOf(i), { 'Idempotency-Key': `pg-${i}` });
+
+    const answers = new Map<number, ApiCall>();
+    const outage = { began: 0, ended: 0, readDuring: undefined as ApiCall | undefined };
+    let serial = 0;
+    const began = Date.now();
+    const restart = (async () => {
+      await delay(OUTAGE_AFTER_MS);
+      outage.began = Date.now();
+      await postgres!.stop(); // fast shutdown: open transactions are rolled back, connections cut
+      outage.readDuring = await api('GET', '/v1/leases');
+      await delay(OUTAGE_MS);
+      postgres = startPostgres({ dataDir, port, durable: true });
+      await ensureDatabase(localUrl(port, 'leasekeeper'));
+      outage.ended = Date.now();
+    })();
+    await Promise.all(
+      Array.from({ length: CLIENTS }, async () => {
+        while (Date.now() - began < LOAD_MS) {
+          const i = serial++;
+          answers.set(i, await create(i));
+        }
+      }),
+    );
+    await restart;
+
+    const statuses = [...answers.values()].map((a) => a.status);
+    const count = (status: number) => statuses.filter((s) => s === status).length;
+    console.log(`PostgreSQL down ${outage.ended - outage.began} ms; ${answers.size} creates: ${count(201)} × 201, ${count(409)} × 409, ${count(503)} × 503`);
+    expect(outage.readDuring).toEqual({ status: 503, body: { error_code: 503, error_name: 503, error_message: 'the database is unavailable: try again shortly' } });
+    for (const answer of answers.values()) {
+      expect([201, 409, 503]).toContain(answer.status);
+      if (answer.status !== 201) expect(answer.body).toEqual({ error_code: answer.status, error_name: answer.status, error_message: expect.any(String) });
+    }
+    expect(count(503)).toBeGreaterThan(0); // the outage was hit
+    expect(count(201)).toBeGreaterThan(0);
+
+    // Clients retry what failed with its Idempotency-Key: each converges to a lease or a genuine 409.
+    const leaseIds = new Set<string>();
+    for (const [i, answer] of answers) {
+      let final = answer;
+      if (answer.status === 503) final = await create(i);
+      expect([201, 409]).toContain(final.status);
+      if (final.status === 201) leaseIds.add(final.body.lease.id);
+    }
+
+    const { pool } = stack!.db;
+    const { rows: live } = await pool.query<{ id: string; status: string; version: number }>("SELECT id::text, status, version FROM leases WHERE deleted_at IS NULL");
+    expect(new Set(live.map((l) => l.id))).toEqual(leaseIds);
+    const { rows: bookings } = await pool.query<{ lease_id: string; n: string }>('SELECT lease_id::text, count(*) AS n FROM host_allocations GROUP BY lease_id');
+    expect(new Map(bookings.map((b) => [b.lease_id, Number(b.n)]))).toEqual(new Map([...leaseIds].map((id) => [id, 1])));
+    expect(await doubleBookings(pool)).toEqual([]);
+    for (const row of live) {
+      const lease = await stack!.temporal.client.workflow.getHandle(leaseWorkflowId(row.id)).query(getLease);
+      expect({ status: lease.status, version: lease.version }).toEqual({ status: 'PENDING', version: row.version });
+    }
+  }, 180_000);
+});

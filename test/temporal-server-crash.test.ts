@@ -1,0 +1,85 @@
+/**
+ * The Temporal dev server killed with -9 mid-lease and started again on the same SQLite file and
+ * port: the worker process and the API reconnect by themselves, and the leases carry on. A lease
+ * whose start fell due while the server was down starts once it is back; an active one ends.
+ * While it is down, reads still answer (they come from PostgreSQL) and changes get a 503 with
+ * Blazar's error body.
+ */
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import type { ManagedProcess } from '../scripts/lib/processes';
+import { startTemporalDevServer, temporalBinary, waitForTemporal } from '../scripts/lib/temporal-dev-server';
+import { loadConfig } from '../src/config';
+import { freePort } from './support/ports';
+import { apiClient, eventually, inSeconds, startTestStack, type TestStack } from './support/stack';
+import { startWorkerProcess } from './support/worker-process';
+
+describe('Temporal dev server killed with -9 mid-lease', () => {
+  const config = loadConfig();
+  const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'lk-temporal-crash-'));
+  const dbFile = path.join(tmp, 'temporal.db');
+  let port: number;
+  let server: ManagedProcess | undefined;
+  let stack: TestStack | undefined;
+  let worker: ManagedProcess | undefined;
+
+  const startServer = async () => {
+    const proc = startTemporalDevServer({ binary: temporalBinary(config.cacheDir), dbFile, port, uiPort: await freePort(), namespace: config.temporal.namespace, headless: true });
+    await waitForTemporal(`127.0.0.1:${port}`, config.temporal.namespace);
+    return proc;
+  };
+
+  beforeAll(async () => {
+    port = await freePort();
+    server = await startServer();
+    stack = await startTestStack({ noWorker: true, env: { TEMPORAL_ADDRESS: `127.0.0.1:${port}`, LK_API_WORKFLOW_TIMEOUT_MS: '3000' } });
+    worker = await startWorkerProcess(stack);
+  });
+
+  afterAll(async () => {
+    await worker?.stop();
+    await stack?.stop();
+    await server?.stop();
+    fs.rmSync(tmp, { recursive: true, force: true });
+  });
+
+  it('leases continue after a restart on the same database file; meanwhile reads answer and changes get 503', async () => {
+    const api = apiClient(stack!.url);
+    const lease = async (id: string) => (await api('GET', `/v1/leases/${id}`)).body.lease;
+    const until = (id: string, status: string, timeoutMs: number) => eventually(async () => ((await lease(id)).status === status ? true : undefined), timeoutMs, 250);
+
+    const active = (await api('POST', '/v1/leases', { name: 'active-through-crash', start_date: inSeconds(1), end_date: inSeconds(30) })).body.lease;
+    const pending = (await api('POST', '/v1/leases', { name: 'due-during-crash', start_date: inSeconds(10), end_date: inSeconds(40) })).body.lease;
+    await until(active.id, 'ACTIVE', 30_000);
+
+    server!.child.kill('SIGKILL');
+    await server!.exited;
+
+    expect((await lease(pending.id)).status).toBe('PENDING');
+    const refused = await api('POST', '/v1/leases', { name: 'while-down', start_date: inSeconds(60), end_date: inSeconds(120) });
+    expect(refused.status).toBe(503);
+    expect(refused.body).toEqual({ error_code: 503, error_name: 503, error_message: expect.stringMatching(/Temporal is unavailable|did not answer within/) });
+    const deleteRefused = await api('DELETE', `/v1/leases/${pending.id}`);
+    expect(deleteRefused.status).toBe(503);
+
+    // Down past the pending lease's start.
+    await new Promise((resolve) => setTimeout(resolve, Math.max(0, Date.parse(`${pending.start_date}Z`) - Date.now() + 2_000)));
+    expect((await lease(pending.id)).status).toBe('PENDING');
+    server = await startServer();
+    const restarted = Date.now();
+
+    await until(pending.id, 'ACTIVE', 60_000);
+    console.log(`Temporal restarted: the overdue lease was ACTIVE ${Date.now() - restarted} ms later`);
+    expect(worker!.child.exitCode).toBeNull(); // the worker rode out the outage
+
+    await until(active.id, 'TERMINATED', 60_000);
+    await until(pending.id, 'TERMINATED', 60_000);
+    for (const id of [active.id, pending.id]) {
+      expect((await lease(id)).events.map((e: { status: string }) => e.status)).toEqual(['DONE', 'DONE', 'DONE']);
+    }
+    // The request refused while the server was down left nothing behind, and can be made now.
+    expect((await api('GET', '/v1/leases?name=while-down')).body.leases).toEqual([]);
+    expect((await api('POST', '/v1/leases', { name: 'while-down', start_date: inSeconds(60), end_date: inSeconds(120) })).status).toBe(201);
+  }, 240_000);
+});
