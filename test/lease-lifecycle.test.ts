@@ -178,6 +178,22 @@ describe('lease lifecycle on the real Temporal server', () => {
     expect(list.body.leases).toEqual([]);
   });
 
+  it('admits a lease whose first admission attempt found the database unreachable: frees what it held, then books again', async () => {
+    const res = await api('POST', '/v1/leases', { name: 'after-outage', start_date: inSeconds(60), end_date: inSeconds(120), reservations: [{ resource_type: 'test:recording', unavailable_reserves: 3 }] });
+    expect(res.status).toBe(201);
+    const id = res.body.lease.id;
+    // Three tries of the first attempt, the release that waited for the database, then the fourth try books.
+    expect(plugin.callsFor(id).map((c) => c.hook)).toEqual(['reserve', 'reserve', 'reserve', 'end', 'reserve']);
+    expect((await api('GET', `/v1/leases/${id}`)).body.lease.status).toBe('PENDING');
+  });
+
+  it('answers 503 with the reason when the database stays unreachable through every admission attempt, and keeps nothing', async () => {
+    const res = await api('POST', '/v1/leases', { name: 'never-reachable', start_date: inSeconds(60), end_date: inSeconds(120), reservations: [{ resource_type: 'test:recording', unavailable_reserves: 20 }] });
+    expect(res.status).toBe(503);
+    expect(res.body).toEqual({ error_code: 503, error_name: 503, error_message: expect.stringMatching(/^the database is unavailable \(connect ECONNREFUSED/) });
+    expect((await api('GET', '/v1/leases?name=never-reachable')).body.leases).toEqual([]);
+  }, 60_000);
+
   it('runs back-to-back leases on the same resources in order: the earlier end before the later start', async () => {
     const t = Date.now() + 4_000;
     const reservation = { resource_type: 'test:recording', keys: ['thing-1'], hook_ms: 1_500 };

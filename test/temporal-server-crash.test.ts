@@ -66,11 +66,11 @@ describe('Temporal dev server killed with -9 mid-lease', () => {
     // Down past the pending lease's start.
     await new Promise((resolve) => setTimeout(resolve, Math.max(0, Date.parse(`${pending.start_date}Z`) - Date.now() + 2_000)));
     expect((await lease(pending.id)).status).toBe('PENDING');
-    server = await startServer();
     const restarted = Date.now();
+    server = await startServer();
 
     await until(pending.id, 'ACTIVE', 60_000);
-    console.log(`Temporal restarted: the overdue lease was ACTIVE ${Date.now() - restarted} ms later`);
+    console.log(`Temporal restarted: the overdue lease was ACTIVE ${Date.now() - restarted} ms after the server was started again`);
     expect(worker!.child.exitCode).toBeNull(); // the worker rode out the outage
 
     await until(active.id, 'TERMINATED', 60_000);

@@ -38,6 +38,7 @@ import {
   applyLeaseUpdate,
   hasEnded,
   leaseConflict,
+  LeaseErrorType,
   leaseResourceTypes,
   newLease,
   bookingChanged,
@@ -116,6 +117,8 @@ const cleanup = proxyActivities<Activities>({
   retry: { initialInterval: '1 second', maximumInterval: '5 minutes' },
 });
 
+/** Admission tries again after a database outage, this many times in all. */
+const ADMISSION_ATTEMPTS = 5;
 /** How long a started workflow waits for its admit update before giving up (the REST call died). */
 const ADMISSION_WAIT_MS = 5 * 60_000;
 /** How long to wait for a predecessor's signal before looking at its row again. */
@@ -140,15 +143,20 @@ export async function leaseWorkflow(input: LeaseWorkflowInput): Promise<LeaseOut
       if (requestHash !== input.requestHash) throw leaseConflict('this Idempotency-Key was already used for a different request');
       if (admission === 'admitted') return lease;
       if (admission === 'rejected') throw rejection!;
-      try {
-        await record({ ...lease, reservations: await book(lease) }, 'admission');
-        admission = 'admitted';
-        return lease;
-      } catch (err) {
-        await CancellationScope.nonCancellable(() => releaseAll(lease, false));
-        admission = 'rejected';
-        rejection = asFailure(err);
-        throw rejection;
+      for (let attempt = 1; ; attempt++) {
+        try {
+          await record({ ...lease, reservations: await book(lease) }, 'admission');
+          admission = 'admitted';
+          return lease;
+        } catch (err) {
+          await CancellationScope.nonCancellable(() => releaseAll(lease, false));
+          const failure = asFailure(err);
+          // PostgreSQL was unreachable: freeing the bookings above waited until it answered again, so try again.
+          if (failure.type === LeaseErrorType.unavailable && attempt < ADMISSION_ATTEMPTS) continue;
+          admission = 'rejected';
+          rejection = failure;
+          throw rejection;
+        }
       }
     }),
   );

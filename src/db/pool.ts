@@ -1,7 +1,30 @@
-import { Pool } from 'pg';
+import { Pool, type PoolClient } from 'pg';
 import type { Config } from '../config';
 
 export type { Pool };
+
+/**
+ * Runs `use` on one connection of the pool. A connection lost meanwhile surfaces as the next
+ * query's error (never as an unhandled 'error' event, which would end the process), and a broken
+ * connection is discarded instead of going back to the pool.
+ */
+export async function withConnection<T>(pool: Pool, use: (client: PoolClient) => Promise<T>): Promise<T> {
+  const client = await pool.connect();
+  let broken: Error | undefined;
+  const onError = (err: Error) => {
+    broken = err;
+  };
+  client.on('error', onError);
+  try {
+    return await use(client);
+  } catch (err) {
+    if (isDatabaseUnavailable(err)) broken ??= err as Error;
+    throw err;
+  } finally {
+    client.off('error', onError);
+    client.release(broken);
+  }
+}
 
 export function createPool(config: Pick<Config, 'database'>, applicationName: string, onIdleError?: (err: Error) => void): Pool {
   const pool = new Pool({
@@ -26,9 +49,10 @@ const UNAVAILABLE_ERRNOS = new Set(['ECONNREFUSED', 'ECONNRESET', 'EPIPE', 'ETIM
  * the request may be tried again later.
  */
 export function isDatabaseUnavailable(err: unknown): boolean {
-  if (!(err instanceof Error)) return false;
-  const code = (err as { code?: unknown }).code;
+  // Duck-typed: socket errors come from Node's own realm, where `instanceof Error` can be false (vm contexts, jest).
+  if (typeof err !== 'object' || err === null) return false;
+  const { code, message } = err as { code?: unknown; message?: unknown };
   if (typeof code === 'string' && (code.startsWith('08') || UNAVAILABLE_SQLSTATES.has(code) || UNAVAILABLE_ERRNOS.has(code))) return true;
   // node-postgres reports a connection cut mid-query, or a pool that could not connect in time, by message only.
-  return /Connection terminated|timeout exceeded when trying to connect|Client has encountered a connection error/i.test(err.message);
+  return typeof message === 'string' && /Connection terminated|timeout exceeded when trying to connect|not queryable|terminating connection/i.test(message);
 }

@@ -1,5 +1,5 @@
 import type { PoolClient } from 'pg';
-import type { Pool } from './pool';
+import { withConnection, type Pool } from './pool';
 
 export interface TransactionOptions {
   /** Errors after which the whole transaction runs again (a lost race: it then sees the winner's rows). */
@@ -16,21 +16,19 @@ export interface TransactionOptions {
 export async function inTransaction<T>(pool: Pool, work: (client: PoolClient) => Promise<T>, options: TransactionOptions = {}): Promise<T> {
   const attempts = options.attempts ?? 20;
   for (let attempt = 1; ; attempt++) {
-    const client = await pool.connect();
-    try {
-      await client.query('BEGIN');
-      const result = await work(client);
-      await client.query('COMMIT');
-      return result;
-    } catch (err) {
-      await client.query('ROLLBACK').catch(() => undefined);
-      if (options.retryOn?.(err) && attempt < attempts) {
-        await new Promise((resolve) => setTimeout(resolve, Math.random() * 20 * attempt));
-        continue;
+    const outcome = await withConnection(pool, async (client): Promise<{ done: true; result: T } | { done: false }> => {
+      try {
+        await client.query('BEGIN');
+        const result = await work(client);
+        await client.query('COMMIT');
+        return { done: true, result };
+      } catch (err) {
+        await client.query('ROLLBACK').catch(() => undefined);
+        if (options.retryOn?.(err) && attempt < attempts) return { done: false };
+        throw err;
       }
-      throw err;
-    } finally {
-      client.release();
-    }
+    });
+    if (outcome.done) return outcome.result;
+    await new Promise((resolve) => setTimeout(resolve, Math.random() * 20 * attempt));
   }
 }

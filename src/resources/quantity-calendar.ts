@@ -10,7 +10,7 @@ import { createHash } from 'node:crypto';
 import { DatabaseError, type PoolClient } from 'pg';
 import { invalidLease, leaseConflict, requestDate as when } from '../domain/lease';
 import { earliestQuantityFit, fits, loadWith, longestQuantityFit, shortfall, type Amounts, type QuantityBooking, type QuantityProvider } from '../domain/quantity-calendar';
-import type { Pool } from '../db/pool';
+import { withConnection, type Pool } from '../db/pool';
 import { matchesQuery, parsePropertyQuery, queryKeys } from '../domain/property-query';
 import { inTransaction } from '../db/transaction';
 import type { ReservationContext } from './plugin';
@@ -129,12 +129,9 @@ export class QuantityCalendar {
   }
 
   async bookingFor(reservationId: string): Promise<QuantityBookingRow | undefined> {
-    const client = await this.pool.connect();
-    try {
+    return withConnection(this.pool, async (client) => {
       return await this.bookingOf(client, reservationId);
-    } finally {
-      client.release();
-    }
+    });
   }
 
   /** Frees the booking: all of it if the lease never started, the rest of the window if it ends early. */
@@ -155,14 +152,11 @@ export class QuantityCalendar {
 
   /** Where a request for [start, start + duration) could go: the earliest fit from `start`. */
   async earliest(request: QuantityRequest, start: number, durationMs: number, leadMs: number): Promise<number | undefined> {
-    const client = await this.pool.connect();
-    try {
+    return withConnection(this.pool, async (client) => {
       const providers = (await this.usableProviders(client, request.kind)).filter(request.matches);
       const bookings = await this.bookingsOn(client, providers, start - leadMs, Infinity);
       return earliestQuantityFit(providers.map(asProvider), bookings, request.amounts, start - leadMs, durationMs + leadMs)?.start;
-    } finally {
-      client.release();
-    }
+    });
   }
 
   // ─── Inside a transaction ───────────────────────────────────────────────────────────────────

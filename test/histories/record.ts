@@ -35,6 +35,18 @@ export const SCENARIOS: Record<string, (api: Api) => Promise<string>> = {
     await api('DELETE', `/v1/leases/${body.lease.id}`);
     return body.lease.id;
   },
+  'admission-after-database-outage': async (api) => {
+    // The first admission attempt fails (three tries) as if PostgreSQL were down; the second books.
+    const { body } = await api('POST', '/v1/leases', {
+      name: 'after-outage',
+      start_date: inSeconds(2),
+      end_date: inSeconds(4),
+      reservations: [{ ...reservation, unavailable_reserves: 3 }],
+    });
+    await waitFor(api, body.lease.id, 'TERMINATED');
+    await api('DELETE', `/v1/leases/${body.lease.id}`);
+    return body.lease.id;
+  },
   'update-while-pending': async (api) => {
     const { body } = await api('POST', '/v1/leases', { name: 'update-pending', start_date: inSeconds(3600), end_date: inSeconds(7200), reservations: [reservation] });
     await api('PUT', `/v1/leases/${body.lease.id}`, { name: 'updated-pending', start_date: inSeconds(2), end_date: inSeconds(4) });

@@ -25,6 +25,8 @@ export interface HookCall {
 const params = z.strictObject({
   keys: z.array(z.string()).default([]),
   fail_reserve: z.boolean().default(false),
+  /** The first N reserve calls of the reservation fail as if PostgreSQL were down (connection refused). */
+  unavailable_reserves: z.number().int().min(0).max(20).default(0),
   fail_start: z.boolean().default(false),
   /** How long start and end take, to make ordering observable. */
   hook_ms: z.number().int().min(0).max(10_000).default(0),
@@ -65,6 +67,9 @@ export class RecordingPlugin implements ResourcePlugin {
     return this.run('reserve', ctx, {}, () => {
       const p = this.params(ctx);
       if (p.fail_reserve) throw leaseConflict('not enough test:recording capacity for this window');
+      if (this.callsFor(ctx.leaseId, 'reserve').length <= p.unavailable_reserves) {
+        throw Object.assign(new Error('connect ECONNREFUSED 127.0.0.1:5432 (test:recording)'), { code: 'ECONNREFUSED' });
+      }
       return {
         allocation: { held_keys: p.keys },
         resourceKeys: p.keys,

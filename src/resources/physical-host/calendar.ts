@@ -20,7 +20,7 @@ import {
 } from '../../domain/host-calendar';
 import { matchesQuery, parsePropertyQuery, queryKeys, type PropertyQuery } from '../../domain/property-query';
 import { hypervisorProperties, listHosts, HYPERVISOR_FIELDS, type HostRecord } from '../../db/hosts';
-import type { Pool } from '../../db/pool';
+import { withConnection, type Pool } from '../../db/pool';
 import { inTransaction } from '../../db/transaction';
 import type { ReservationContext } from '../plugin';
 import { endPolicyOf, physicalHostParams, type EndPolicy } from './params';
@@ -190,8 +190,7 @@ export class HostCalendar {
   async freeIntervals(from: number, to: number, params: { hypervisor_properties?: string; resource_properties?: string }) {
     const hosts = await listHosts(this.pool, { reservableOnly: true });
     const request = this.request({ id: 'query', resource_type: PHYSICAL_HOST, status: 'pending', params: { min: 1, max: 1, ...params } }, hosts);
-    const client = await this.pool.connect();
-    try {
+    return withConnection(this.pool, async (client) => {
       const calendar = await this.snapshot(client, hosts, from - this.settings.cleaningMs, to, this.settings.provisioningLeadMs ?? 0);
       return hosts
         .filter((h) => request.matches(h.id))
@@ -207,22 +206,17 @@ export class HostCalendar {
           if (to > cursor) free.push({ start: cursor, end: to });
           return { host, free };
         });
-    } finally {
-      client.release();
-    }
+    });
   }
 
   /** Where a lease of these reservations could go: the earliest fit from `start`, and the longest from `start`. */
   async search(reservations: Reservation[], start: number, durationMs: number): Promise<{ earliest?: number; longestMs: number }> {
     const hosts = await listHosts(this.pool, { reservableOnly: true });
     const requests = reservations.filter((r) => r.resource_type === PHYSICAL_HOST).map((r) => this.request(r, hosts));
-    const client = await this.pool.connect();
-    try {
+    return withConnection(this.pool, async (client) => {
       const future = await this.snapshot(client, hosts, start, null, this.settings.provisioningLeadMs ?? 0);
       return { earliest: earliestFit(requests, future, start, durationMs), longestMs: longestFit(requests, future, start) };
-    } finally {
-      client.release();
-    }
+    });
   }
 
   /**
