@@ -98,17 +98,33 @@ describe('worker killed with -9 at each step of a host lease', () => {
     };
     const create = () => api('POST', '/v1/leases', body, { 'Idempotency-Key': body.name });
 
-    // 1. Admission: killed while the create request is in flight. The client's retry with the same
-    //    Idempotency-Key converges on one lease, whatever the kill interrupted.
-    const inFlight = create();
-    await new Promise((resolve) => setTimeout(resolve, 20));
-    await killWorker();
+    // 1. Admission: killed while its booking transaction waits on a lock this test holds on the
+    //    calendar. The client's retry with the same Idempotency-Key converges on one lease.
+    const locker = await stack.db.pool.connect();
+    locker.on('error', () => undefined); // cut when the test database is dropped after a failure
+    let inFlight: Promise<Awaited<ReturnType<typeof create>>>;
+    try {
+      await locker.query('BEGIN');
+      await locker.query('LOCK TABLE host_allocations IN EXCLUSIVE MODE');
+      inFlight = create();
+      await eventually(async () => {
+        const { rows } = await locker.query("SELECT 1 FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() AND wait_event_type = 'Lock'");
+        return rows.length > 0 ? true : undefined;
+      }, 30_000).catch(async (err: Error) => {
+        const { rows } = await locker.query('SELECT pid, state, wait_event_type, wait_event, left(query, 120) AS query FROM pg_stat_activity WHERE datname = current_database()');
+        throw new Error(`${err.message}: no admission waited on the lock; sessions: ${JSON.stringify(rows)}`);
+      });
+      await killWorker();
+    } finally {
+      await locker.query('COMMIT').catch(() => undefined);
+      locker.release();
+    }
     worker = await startWorker();
     let created = await inFlight;
     const firstAnswer = created.status;
     for (let tries = 0; created.status !== 201 && tries < 5; tries++) created = await create();
     expect(created.status).toBe(201);
-    console.log(`killed during admission: first answer ${firstAnswer}, lease admitted`);
+    console.log(`killed mid-admission: first answer ${firstAnswer}, lease admitted`);
     const { id } = created.body.lease;
     const aggregate: string = created.body.lease.reservations[0].aggregate;
     expect((await api('GET', `/v1/leases?name=${body.name}`)).body.leases.map((l: { id: string }) => l.id)).toEqual([id]);

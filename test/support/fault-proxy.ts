@@ -28,8 +28,9 @@ export interface FaultRule {
   /** How many matching requests get the fault; Infinity for a permanent fault. */
   times: number;
   /**
-   * Only this share (0–1] of the matching requests get the fault, drawn from a fixed-seed sequence
-   * per rule, so that a run repeats; the others pass through and use up none of `times`.
+   * Only this share (0–1] of the matching requests get the fault, spread evenly: the first one,
+   * then one every 1/fraction on average (0.25: the 1st, 5th, 9th…). The others pass through and use up none
+   * of `times`. Runs repeat exactly.
    */
   fraction?: number;
 }
@@ -47,19 +48,14 @@ export interface ProxiedRequest {
 
 interface ActiveRule extends FaultRule {
   remaining: number;
-  draw: () => number;
+  /** Matching requests seen so far (for `fraction`). */
+  seen: number;
 }
 
-/** mulberry32: a small seeded PRNG, uniform in [0, 1). */
-function seededRandom(seed: number): () => number {
-  let state = seed >>> 0;
-  return () => {
-    state = (state + 0x6d2b79f5) >>> 0;
-    let t = state;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4_294_967_296;
-  };
+/** Whether the n-th (from 0) matching request is one of the evenly spread `fraction` that get the fault. */
+function inFraction(n: number, fraction: number): boolean {
+  // A tiny epsilon keeps float error (3 × 0.1 = 0.30000000000000004) from shifting the pattern.
+  return Math.ceil((n + 1) * fraction - 1e-9) > Math.ceil(n * fraction - 1e-9);
 }
 
 interface RequestWaiter {
@@ -160,7 +156,7 @@ export class FaultProxy {
     if (rule.fraction !== undefined && !(rule.fraction > 0 && rule.fraction <= 1)) {
       throw new Error(`FaultProxy: fraction must be in (0, 1], got ${rule.fraction}`);
     }
-    this.rules.push({ ...rule, remaining: rule.times, draw: seededRandom(this.rules.length + 1) });
+    this.rules.push({ ...rule, remaining: rule.times, seen: 0 });
   }
 
   /** Drops all rules; requests already hanging stay hung until stop(). */
@@ -249,7 +245,7 @@ export class FaultProxy {
       candidate.path.lastIndex = 0; // a /g or /y RegExp would otherwise carry state between requests
       if (!candidate.path.test(request.path)) return false;
       if (candidate.bodyIncludes !== undefined && !request.body.includes(candidate.bodyIncludes)) return false;
-      return candidate.fraction === undefined || candidate.draw() < candidate.fraction;
+      return candidate.fraction === undefined || inFraction(candidate.seen++, candidate.fraction);
     });
     if (rule) rule.remaining -= 1;
     return rule;
