@@ -9,13 +9,12 @@
 import type { ManagedProcess } from '../scripts/lib/processes';
 import { apiClient, startTestStack } from '../test/support/stack';
 import { startWorkerProcess } from '../test/support/worker-process';
+import { listLatency, memberOf, PROJECTS } from './list-queries';
 import { processStats, runBenchmark, stopOnExit, sqliteMb, summary, temporalServer } from './common';
 
 const COUNT = Number(process.argv[2] ?? process.env.LK_BENCH_PENDING ?? 100_000);
 const CLIENTS = Number(process.env.LK_BENCH_CLIENTS ?? 32);
 const MAX_MINUTES = Number(process.env.LK_BENCH_MAX_MINUTES ?? 120);
-const PROJECTS = 10;
-const LIST_SAMPLES = 200;
 const FIRST_START = Date.UTC(2099, 0, 1);
 const MINUTE = 60_000;
 const REST_MS = 60_000;
@@ -49,8 +48,7 @@ runBenchmark('pending', async () => {
     });
 
     const admin = apiClient(stack.url);
-    const member = (project: number) => apiClient(stack.url, { 'X-Project-Id': `bench-project-${project}`, 'X-Roles': 'member' });
-    const members = Array.from({ length: PROJECTS }, (_, p) => member(p));
+    const members = Array.from({ length: PROJECTS }, (_, p) => memberOf(stack.url, p));
     const ids: string[][] = Array.from({ length: PROJECTS }, () => []);
     const createLatency: number[] = [];
     const growth = [await sample(0, 0)];
@@ -98,38 +96,8 @@ runBenchmark('pending', async () => {
     await new Promise((resolve) => setTimeout(resolve, REST_MS));
     const atRest = await sample(created, (Date.now() - began) / 1000);
 
-    const pick = <T>(values: T[]) => values[Math.floor(Math.random() * values.length)];
-    const windowFrom = () => FIRST_START + Math.floor(Math.random() * created) * MINUTE;
-    const queries: Record<string, () => [ReturnType<typeof apiClient>, string]> = {
-      'admin, first page of 100': () => [admin, '/v1/leases?limit=100'],
-      'admin, a page of 100 anywhere (marker)': () => [admin, `/v1/leases?limit=100&marker=${pick(pick(ids))}`],
-      'project member, own page of 100 (marker)': () => {
-        const p = Math.floor(Math.random() * PROJECTS);
-        return [members[p], `/v1/leases?limit=100&marker=${pick(ids[p])}`];
-      },
-      'admin, project + status filter, page of 100': () => [admin, `/v1/leases?limit=100&status=PENDING&project_id=bench-project-${Math.floor(Math.random() * PROJECTS)}`],
-      'admin, by name': () => [admin, `/v1/leases?name=pending-${Math.floor(Math.random() * created)}`],
-      'admin, leases overlapping one day, page of 100': () => {
-        const from = windowFrom();
-        return [admin, `/v1/leases?limit=100&from=${encodeURIComponent(date(from))}&to=${encodeURIComponent(date(from + 1440 * MINUTE))}`];
-      },
-      'project member, one lease by id': () => {
-        const p = Math.floor(Math.random() * PROJECTS);
-        return [members[p], `/v1/leases/${pick(ids[p])}`];
-      },
-    };
-    const listLatencyMs: Record<string, ReturnType<typeof summary>> = {};
-    for (const [label, query] of Object.entries(queries)) {
-      const latencies: number[] = [];
-      for (let i = 0; i < LIST_SAMPLES; i++) {
-        const [call, path] = query();
-        const t = performance.now();
-        const res = await call('GET', path);
-        latencies.push(performance.now() - t);
-        if (res.status !== 200) throw new Error(`GET ${path}: ${res.status} ${JSON.stringify(res.body)}`);
-      }
-      listLatencyMs[label] = summary(latencies);
-    }
+    const listLatencyMs = await listLatency(stack.url, { admin, members, ids, created, firstStart: FIRST_START });
+    console.table(listLatencyMs);
 
     const result = {
       leases: created,
@@ -153,7 +121,6 @@ runBenchmark('pending', async () => {
       ...(restAfterFirstTenth ? { [`${restAfterFirstTenth.created} leases, 60 s at rest`]: row(restAfterFirstTenth) } : {}),
       [`${atRest.created} leases, 60 s at rest`]: row(atRest),
     });
-    console.table(listLatencyMs);
     if (created < COUNT) {
       console.warn(`only ${created} of ${COUNT} leases were created within ${MAX_MINUTES} min`);
       process.exitCode = 1;

@@ -62,7 +62,14 @@ function rows(): Row[] {
     add(b, 'Temporal DB / PostgreSQL growth', 'reported', `${pending.growth[0].temporalDbMb} → ${pending.atRest.temporalDbMb} MB / ${pending.growth[0].postgresDbMb} → ${pending.atRest.postgresDbMb} MB`, '—');
     add(b, 'time to create', 'reported', `${pending.createSeconds} s (${pending.createPerSecond} /s)`, '—');
     const lists = Object.entries(pending.listLatencyMs as Record<string, { p99: number }>);
-    const worst = lists.reduce((a, b) => (b[1].p99 > a[1].p99 ? b : a));
+    const worst = lists.reduce((a, c) => (c[1].p99 > a[1].p99 ? c : a));
+    add(b, `list p99, worst of ${lists.length} kinds (${worst[0]})`, 'p99 ≤ 50 ms', `${worst[1].p99} ms`, atMost(worst[1].p99, 50));
+  }
+  const list = load('list');
+  if (list) {
+    const b = `list (${list.leases} lease rows, no workflows)`;
+    const lists = Object.entries(list.listLatencyMs as Record<string, { p99: number }>);
+    const worst = lists.reduce((a, c) => (c[1].p99 > a[1].p99 ? c : a));
     add(b, `list p99, worst of ${lists.length} kinds (${worst[0]})`, 'p99 ≤ 50 ms', `${worst[1].p99} ms`, atMost(worst[1].p99, 50));
   }
   const calendar = load('calendar');

@@ -31,8 +31,11 @@ export async function listLeases(pool: Pool, filter: LeaseFilter): Promise<Lease
   if (filter.projectId !== undefined) where.push(`project_id = ${param(filter.projectId)}`);
   if (filter.status !== undefined) where.push(`status = ${param(filter.status)}`);
   if (filter.name !== undefined) where.push(`name = ${param(filter.name)}`);
-  if (filter.from !== undefined) where.push(`end_at >= to_timestamp(${param(filter.from)} / 1000.0)`);
-  if (filter.to !== undefined) where.push(`start_at <= to_timestamp(${param(filter.to)} / 1000.0)`);
+  if (filter.from !== undefined || filter.to !== undefined) {
+    // The same expression as the leases_live_window index; a missing bound is open.
+    const bound = (ms: number | undefined) => (ms === undefined ? 'NULL' : `to_timestamp(${param(ms)} / 1000.0)`);
+    where.push(`tstzrange(start_at, end_at, '[]') && tstzrange(${bound(filter.from)}, ${bound(filter.to)}, '[]')`);
+  }
   if (filter.marker !== undefined) {
     where.push(`(created_at, id) > (SELECT created_at, id FROM leases WHERE id = ${param(filter.marker)})`);
   }

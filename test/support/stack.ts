@@ -48,6 +48,7 @@ export async function startTestStack(options: TestStackOptions = {}): Promise<Te
   await migrate(db.pool);
   const temporal = await connectTestTemporal(config);
   const registry = pluginRegistry([...plugins, ...withPool(db.pool)]);
+  // LK_TEST_API_LOG=error (or info…) shows the API's log when a test needs explaining.
   const app = createApp({ config, log: pino({ level: process.env.LK_TEST_API_LOG ?? 'silent' }), pool: db.pool, connection: temporal.connection, client: temporal.client, plugins: registry, openstack, authenticator });
   const server: Server = await new Promise((resolve) => {
     const s = app.listen(0, '127.0.0.1', () => resolve(s));
