@@ -37,10 +37,9 @@ runBenchmark('calendar', async () => {
     await pool.query(
       `INSERT INTO host_allocations (host_id, reservation_id, lease_id, project_id, during, blocks, booking_key)
        SELECT id, gen_random_uuid(), gen_random_uuid(), 'bench', tstzrange(s, e), tstzrange(s, e), 'bench'
-       FROM (SELECT h.id,
-                    to_timestamp(($1 + k * $2 + floor(random() * 0.3 * $2)) / 1000.0) AS s,
-                    to_timestamp(($1 + k * $2 + floor(random() * 0.3 * $2) + 3600000 + floor(random() * least(0.6 * $2, $3)))  / 1000.0) AS e
-             FROM hosts h CROSS JOIN generate_series(0, $4 - 1) AS k) AS slots`,
+       FROM (SELECT id, to_timestamp(s_ms / 1000.0) AS s, to_timestamp((s_ms + 3600000 + floor(random() * least(0.6 * $2::float8, $3::float8))) / 1000.0) AS e
+             FROM (SELECT h.id, $1::float8 + k * $2::float8 + floor(random() * 0.3 * $2::float8) AS s_ms
+                   FROM hosts h CROSS JOIN generate_series(0, $4::int - 1) AS k) AS starts) AS slots`,
       [YEAR_START, SLOT_MS, 2 * DAY, PER_HOST],
     );
     await pool.query('ANALYZE');

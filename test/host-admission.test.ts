@@ -152,6 +152,23 @@ describe('host leases: admission without double booking', () => {
     expect((await api('GET', '/v1/availability?start=2099-08-01%2010:00')).body.error_message).toBe('end: expected "YYYY-MM-DD HH:MM" (UTC)');
   });
 
+  it('answers availability from a host list it reads again whenever the inventory changes, whoever changes it', async () => {
+    const withTag = async () => {
+      const res = await api('GET', `/v1/availability?start=${encodeURIComponent('2099-09-01 08:00')}&end=${encodeURIComponent('2099-09-01 09:00')}&resource_properties=${encodeURIComponent('["==", "$tag", "fresh"]')}`);
+      return res.body.availability?.map((h: { hypervisor_hostname: string }) => h.hypervisor_hostname);
+    };
+    await stack.db.pool.query("INSERT INTO host_capabilities (host_id, name, value) VALUES ($1, 'tag', 'stale')", [hostIds.small]);
+    expect(await withTag()).toEqual([]); // the host list is now cached
+    // Changed behind the API's back (plain SQL, as an operator might): the next answer sees it.
+    await stack.db.pool.query("UPDATE host_capabilities SET value = 'fresh' WHERE host_id = $1 AND name = 'tag'", [hostIds.small]);
+    expect(await withTag()).toEqual(['small']);
+    const added = await insertHost(stack.db.pool, { name: 'late', capabilities: { tag: 'fresh' } });
+    expect(await withTag()).toEqual(['small', 'late']);
+    await stack.db.pool.query('DELETE FROM hosts WHERE id = $1', [added]);
+    await stack.db.pool.query("DELETE FROM host_capabilities WHERE host_id = $1 AND name = 'tag'", [hostIds.small]);
+    expect(await withTag()).toBeUndefined(); // no host has the tag any more: an unknown property (400)
+  });
+
   it('re-books a pending lease whose reservation changes, keeping the hosts that still fit', async () => {
     const lease = (await hostLease('resize-pending', '2099-09-01 10:00', '2099-09-01 11:00', { min: 1, max: 1 })).body.lease;
     const reservation = lease.reservations[0];

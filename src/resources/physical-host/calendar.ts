@@ -68,10 +68,25 @@ function shuffle(ids: string[]): string[] {
 
 
 export class HostCalendar {
+  /** Reservable hosts as of an inventory version (migration 007), for the read-only queries. */
+  private hostsSeen?: { version: string; hosts: Promise<HostRecord[]> };
+
   constructor(
     private readonly pool: Pool,
     private readonly settings: CalendarSettings,
   ) {}
+
+  /** The reservable hosts, read again only when the inventory changed. Booking reads them afresh in its transaction. */
+  private async reservableHosts(): Promise<HostRecord[]> {
+    const { rows } = await this.pool.query<{ version: string }>('SELECT version::text FROM inventory_version');
+    const version = rows[0]?.version ?? 'none';
+    if (this.hostsSeen?.version !== version) {
+      const hosts = listHosts(this.pool, { reservableOnly: true });
+      this.hostsSeen = { version, hosts };
+      hosts.catch(() => (this.hostsSeen = undefined)); // a failed read is not kept
+    }
+    return this.hostsSeen.hosts;
+  }
 
   /** Books the lease's host reservations for [ctx.startMs, ctx.endMs); returns this reservation's hosts. */
   async book(ctx: ReservationContext): Promise<BookedHost[]> {
@@ -188,14 +203,16 @@ export class HostCalendar {
    * cleaning gap, and ending early enough to leave the gap before the next booking.
    */
   async freeIntervals(from: number, to: number, params: { hypervisor_properties?: string; resource_properties?: string }) {
-    const hosts = await listHosts(this.pool, { reservableOnly: true });
+    const hosts = await this.reservableHosts();
     const request = this.request({ id: 'query', resource_type: PHYSICAL_HOST, status: 'pending', params: { min: 1, max: 1, ...params } }, hosts);
+    const matching = hosts.filter((h) => request.matches(h.id));
     return withConnection(this.pool, async (client) => {
-      const calendar = await this.snapshot(client, hosts, from - this.settings.cleaningMs, to, this.settings.provisioningLeadMs ?? 0);
-      return hosts
-        .filter((h) => request.matches(h.id))
+      const calendar = await this.snapshot(client, matching, from - this.settings.cleaningMs, to, this.settings.provisioningLeadMs ?? 0, true);
+      const blockedByHost = new Map<string, Blocked[]>();
+      for (const b of calendar.blocked) blockedByHost.set(b.hostId, [...(blockedByHost.get(b.hostId) ?? []), b]);
+      return matching
         .map((host) => {
-          const blocked = calendar.blocked.filter((b) => b.hostId === host.id).sort((a, b) => a.start - b.start);
+          const blocked = (blockedByHost.get(host.id) ?? []).sort((a, b) => a.start - b.start);
           const free: Array<{ start: number; end: number }> = [];
           let cursor = from;
           for (const b of blocked) {
@@ -211,10 +228,11 @@ export class HostCalendar {
 
   /** Where a lease of these reservations could go: the earliest fit from `start`, and the longest from `start`. */
   async search(reservations: Reservation[], start: number, durationMs: number): Promise<{ earliest?: number; longestMs: number }> {
-    const hosts = await listHosts(this.pool, { reservableOnly: true });
+    const hosts = await this.reservableHosts();
     const requests = reservations.filter((r) => r.resource_type === PHYSICAL_HOST).map((r) => this.request(r, hosts));
+    const candidates = hosts.filter((h) => requests.some((r) => r.matches(h.id)));
     return withConnection(this.pool, async (client) => {
-      const future = await this.snapshot(client, hosts, start, null, this.settings.provisioningLeadMs ?? 0);
+      const future = await this.snapshot(client, candidates, start, null, this.settings.provisioningLeadMs ?? 0, true);
       return { earliest: earliestFit(requests, future, start, durationMs), longestMs: longestFit(requests, future, start) };
     });
   }
@@ -286,13 +304,17 @@ export class HostCalendar {
    * it grows by the lead, so the pure calendar functions (which know only a gap after bookings)
    * answer for the lead too: a new lease must begin its lead time after a booking's blocked end.
    */
-  private async snapshot(client: PoolClient | Pool, hosts: HostRecord[], start: number, end: number | null, leadMs: number): Promise<CalendarSnapshot> {
+  private async snapshot(client: PoolClient | Pool, hosts: HostRecord[], start: number, end: number | null, leadMs: number, onlyTheseHosts = false): Promise<CalendarSnapshot> {
+    const params: unknown[] = [start - leadMs];
+    const upper = end === null ? 'NULL' : `to_timestamp($${params.push(end)} / 1000.0) + $${params.push(this.settings.cleaningMs)} * interval '1 millisecond'`;
+    // Queries about a few hosts read only their bookings (the window's bookings of 1 000 hosts cost tens of ms).
+    const hostFilter = onlyTheseHosts ? ` AND host_id = ANY($${params.push(hosts.map((h) => h.id))}::bigint[])` : '';
     const { rows } = await client.query<{ host_id: string; start_ms: number; end_ms: number }>(
       `SELECT host_id::text, (extract(epoch FROM lower(blocks)) * 1000)::float8 AS start_ms,
               COALESCE((extract(epoch FROM upper(blocks)) * 1000)::float8, 'Infinity') AS end_ms
        FROM host_allocations
-       WHERE blocks && tstzrange(to_timestamp($1 / 1000.0), ${end === null ? 'NULL' : `to_timestamp($2 / 1000.0) + $3 * interval '1 millisecond'`})`,
-      end === null ? [start - leadMs] : [start - leadMs, end, this.settings.cleaningMs],
+       WHERE blocks && tstzrange(to_timestamp($1 / 1000.0), ${upper})${hostFilter}`,
+      params,
     );
     const blocked: Blocked[] = rows.map((r) => ({ hostId: r.host_id, start: r.start_ms + leadMs, end: r.end_ms + leadMs }));
     return { hostIds: hosts.map((h) => h.id), blocked, cleaningMs: this.settings.cleaningMs + leadMs };
