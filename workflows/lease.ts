@@ -93,10 +93,13 @@ const admitting = proxyLocalActivities<Activities>({
   retry: { initialInterval: '200 milliseconds', maximumAttempts: 3, nonRetryableErrorTypes: ['LeaseConflict', 'InvalidLease'] },
 });
 /** Recording state must eventually succeed (the workflow is the source of truth): retry until it does. */
-const records = proxyActivities<Activities>({
-  startToCloseTimeout: '15 seconds',
-  retry: { initialInterval: '500 milliseconds', maximumInterval: '30 seconds' },
-});
+const RECORD_OPTIONS = { startToCloseTimeout: '15 seconds', retry: { initialInterval: '500 milliseconds', maximumInterval: '30 seconds' } } as const;
+const records = proxyActivities<Activities>(RECORD_OPTIONS);
+/**
+ * The same as local activities: a transition is then one workflow task instead of three (schedule,
+ * run, resume), which is most of what the server does per start or end (patch 'record-locally').
+ */
+const recordsLocally = proxyLocalActivities<Activities>(RECORD_OPTIONS);
 /**
  * Resource hooks heartbeat while they run (activities/reservations.ts): a worker that dies mid-hook
  * is noticed within this timeout and the hook runs again on another worker.
@@ -349,7 +352,7 @@ export async function leaseWorkflow(input: LeaseWorkflowInput): Promise<LeaseOut
         await notifySuccessors();
       }
       lease = { ...lease, version: lease.version + 1, updatedMs: Date.now() };
-      await records.recordLeaseDeleted(lease);
+      await recorder().recordLeaseDeleted(lease);
       deletion = 'done';
       upsertSearchAttributes([{ key: LeaseStatusKey, value: 'DELETED' }]);
       setCurrentDetails(`**DELETED** at ${utc(Date.now())}`);
@@ -510,10 +513,15 @@ export async function leaseWorkflow(input: LeaseWorkflowInput): Promise<LeaseOut
     await record(next);
   }
 
+  /** Histories from before the patch recorded transitions with (remote) activities. */
+  function recorder() {
+    return patched('record-locally') ? recordsLocally : records;
+  }
+
   /** Writes `next` (one version up) to PostgreSQL, then makes it the lease. */
   async function record(next: Lease, phase: 'admission' | 'life' = 'life'): Promise<void> {
     const versioned: Lease = { ...next, version: lease.version + 1, updatedMs: Date.now() };
-    await (phase === 'admission' ? admitting : records).recordLease(versioned);
+    await (phase === 'admission' ? admitting : recorder()).recordLease(versioned);
     lease = versioned;
     upsertSearchAttributes([
       { key: LeaseStatusKey, value: lease.status },
