@@ -34,7 +34,7 @@ const envSchema = z.object({
 
   // Worker.
   LK_WORKFLOW_BUNDLE: z.string().min(1).default(path.join(REPO_ROOT, 'dist', 'workflow-bundle.js')),
-  LK_WORKER_MAX_CACHED_WORKFLOWS: positiveInt.default(500),
+  LK_WORKER_MAX_CACHED_WORKFLOWS: positiveInt.default(2_000),
   LK_WORKER_SHUTDOWN_GRACE_MS: millis.default(30_000),
 
   // API: how callers are identified, and how long a REST call waits for a lease workflow.

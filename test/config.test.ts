@@ -9,7 +9,7 @@ describe('configuration', () => {
     expect(config.temporal).toMatchObject({ address: '127.0.0.1:7233', external: false, namespace: 'default', taskQueue: 'leasekeeper', uiPort: 8233 });
     expect(config.database).toMatchObject({ url: 'postgres://leasekeeper@127.0.0.1:15432/leasekeeper', external: false });
     expect(config.cacheDir).toBe('/home/someone/.cache/leasekeeper');
-    expect(config.worker.maxCachedWorkflows).toBe(500);
+    expect(config.worker.maxCachedWorkflows).toBe(2_000);
   });
 
   it('derives the local database and Temporal addresses from their ports', () => {
