@@ -52,13 +52,17 @@ export function leaseActivities({ pool }: ActivityDeps) {
       return rows.map((row) => row.id);
     },
 
-    /** Leases waiting to start on one of `keys` after `startMs`: they are told when this lease has ended. */
-    async findSuccessors(input: { leaseId: string; keys: string[]; startMs: number }): Promise<string[]> {
+    /**
+     * Later leases on one of `keys` (starting after `startMs`): they are told when this lease has
+     * ended. `waitingOnly`: just those already waiting in STARTING (few; the status index finds
+     * them), not every PENDING lease booked after this one.
+     */
+    async findSuccessors(input: { leaseId: string; keys: string[]; startMs: number; waitingOnly?: boolean }): Promise<string[]> {
       const { rows } = await pool.query<{ id: string }>(
         `SELECT id FROM leases
          WHERE deleted_at IS NULL AND id <> $1 AND resource_keys && $2 AND start_at > to_timestamp($3 / 1000.0)
-           AND status IN ('PENDING', 'STARTING')`,
-        [input.leaseId, input.keys, input.startMs],
+           AND status = ANY ($4)`,
+        [input.leaseId, input.keys, input.startMs, input.waitingOnly ? ['STARTING'] : ['PENDING', 'STARTING']],
       );
       return rows.map((row) => row.id);
     },

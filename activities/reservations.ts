@@ -6,7 +6,7 @@
  */
 import { Context } from '@temporalio/activity';
 import { ApplicationFailure } from '@temporalio/common';
-import { OpenStackConfigError, OpenStackError } from '../src/openstack/errors';
+import { OpenStackConfigError, OpenStackError, publicMessage, ResourceFailedError, WaitTimeoutError, withoutInternals } from '../src/openstack/errors';
 import type { EndContext, EndOutcome, HealResult, ReservationContext, ReserveResult, ResourcePlugin, ResourcePlugins, StartOutcome, StepOutcome } from '../src/resources/plugin';
 
 /** How often a running hook tells the server its worker is alive (the workflow sets a heartbeat timeout a few times longer). */
@@ -20,8 +20,15 @@ async function classified<T>(hook: () => Promise<T>): Promise<T> {
   try {
     return await hook();
   } catch (err) {
-    if ((err instanceof OpenStackError && !err.retryable) || err instanceof OpenStackConfigError) {
-      throw ApplicationFailure.nonRetryable(err.message, err.name);
+    if (err instanceof OpenStackConfigError) throw ApplicationFailure.nonRetryable(err.message, err.name);
+    if (err instanceof OpenStackError) {
+      // The lease's status_reason and the API's errors get the class, status and reason; the log gets where the call went.
+      context.log.warn('OpenStack call failed', { error: err.message, service: err.service, requestId: err.requestId, retryable: err.retryable });
+      throw ApplicationFailure.create({ message: publicMessage(err), type: err.name, nonRetryable: !err.retryable });
+    }
+    if (err instanceof WaitTimeoutError || err instanceof ResourceFailedError) {
+      context.log.warn('waiting for an OpenStack resource failed', { error: err.message, lastSeen: err.lastSeen });
+      throw ApplicationFailure.create({ message: withoutInternals(err.message), type: err.name, nonRetryable: !err.retryable });
     }
     throw err;
   } finally {

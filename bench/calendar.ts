@@ -3,9 +3,14 @@
  * bookings over 1 000 hosts (100 per host over one year, 1 h to 2 days each). Prints p50/p99 per
  * query kind, and the calendar's own share (no HTTP) for the one-host window; writes
  * bench/results/calendar.json. LK_BENCH_HOSTS / LK_BENCH_PER_HOST / LK_BENCH_SAMPLES override.
+ * Also (issue 15): the earliest-slot search alone over 100 000 bookings on one host and over 10
+ * hosts (the time it holds the event loop), and the hostile searches of 2 000 / 16 000
+ * reservations of 10 000 hosts each and a lease of 50 of them (time of the answer, API RSS).
  */
+import { searchEarliestFit, type Blocked, type HostRequest } from '../src/domain/host-calendar';
+import { wholeMinuteUp } from '../src/domain/lease';
 import { physicalHostPlugin } from '../src/resources/physical-host';
-import { HostCalendar } from '../src/resources/physical-host/calendar';
+import { HostCalendar, SEARCH_WORK_BUDGET } from '../src/resources/physical-host/calendar';
 import { doubleBookings, insertHost } from '../test/support/hosts';
 import { apiClient, startTestStack } from '../test/support/stack';
 import { runBenchmark, summary } from './common';
@@ -103,11 +108,70 @@ runBenchmark('calendar', async () => {
       latencyMs[label] = summary(latencies);
     }
 
-    const result = { hosts: HOSTS, bookings, loadSeconds, samples: SAMPLES, latencyMs, doubleBookings: (await doubleBookings(pool)).length };
+    const result = {
+      hosts: HOSTS,
+      bookings,
+      loadSeconds,
+      samples: SAMPLES,
+      latencyMs,
+      doubleBookings: (await doubleBookings(pool)).length,
+      longSearchMs: longSearches(),
+      hostile: await hostileSearches(api),
+    };
     console.log(`\ncalendar: ${bookings} bookings over ${HOSTS} hosts (loaded in ${loadSeconds} s), ${SAMPLES} queries of each kind, one at a time`);
     console.table(latencyMs);
+    console.table(result.longSearchMs);
+    console.table(result.hostile.requests);
+    console.log(`API RSS: ${result.hostile.apiRssMbBefore} MB before the hostile searches, ${result.hostile.apiRssMbAfter} MB after`);
     return result;
   } finally {
     await stack.stop();
   }
 });
+
+/**
+ * The earliest-slot search alone (what holds the event loop), with the API's limits, over 100 000
+ * back-to-back 1-minute bookings with one 3-minute hole at their end: on one host (with 2 free
+ * hosts beside it), and spread over 10 hosts; 10 runs each.
+ */
+function longSearches(): Record<string, ReturnType<typeof summary> & { found: boolean }> {
+  const MINUTE = 60_000;
+  const out: Record<string, ReturnType<typeof summary> & { found: boolean }> = {};
+  for (const spread of [1, 10]) {
+    const hostIds = Array.from({ length: Math.max(3, spread) }, (_, i) => `h${i}`);
+    const blocked: Blocked[] = [];
+    const rows = 100_000 / spread;
+    for (let k = 0; k < 100_000; k++) blocked.push({ hostId: hostIds[k % spread], start: Math.floor(k / spread) * MINUTE, end: (Math.floor(k / spread) + 1) * MINUTE });
+    const request: HostRequest = { reservationId: 'r', min: hostIds.length, max: hostIds.length, matches: () => true };
+    const times: number[] = [];
+    let found = false;
+    for (let run = 0; run < 10; run++) {
+      const t = performance.now();
+      const answer = searchEarliestFit([request], { hostIds, blocked, cleaningMs: 0 }, 0, 2 * MINUTE, { align: wholeMinuteUp, workBudget: SEARCH_WORK_BUDGET });
+      times.push(performance.now() - t);
+      found = answer.start === rows * MINUTE;
+    }
+    out[`earliest slot, 100 000 bookings ${spread === 1 ? 'on one host' : `over ${spread} hosts`} (search alone)`] = { ...summary(times), found };
+  }
+  return out;
+}
+
+/** Issue 15's requests that took the service down: how long each answer takes, and the API's RSS (it runs in this process). */
+async function hostileSearches(api: ReturnType<typeof apiClient>) {
+  const huge = { resource_type: 'physical:host', min: 10_000, max: 10_000 };
+  const window = { start_date: '2099-06-01 10:00', end_date: '2099-06-01 11:00' };
+  const rss = () => Math.round(process.memoryUsage().rss / 1_048_576);
+  const apiRssMbBefore = rss();
+  const requests: Record<string, { status: number; ms: number }> = {};
+  for (const [label, path, count] of [
+    ['search, 16 000 × min 10 000 (1 MB)', '/v1/availability/search', 16_000],
+    ['search, 2 000 × min 10 000', '/v1/availability/search', 2_000],
+    ['search, 50 × min 10 000', '/v1/availability/search', 50],
+    ['create, 9 000 × min 10 000 (refused at the edge: no worker involved)', '/v1/leases', 9_000],
+  ] as const) {
+    const t = performance.now();
+    const res = await api('POST', path, { name: 'hostile', ...window, reservations: Array.from({ length: count }, () => huge) });
+    requests[label] = { status: res.status, ms: Math.round(performance.now() - t) };
+  }
+  return { requests, apiRssMbBefore, apiRssMbAfter: rss() };
+}

@@ -79,6 +79,36 @@ function rows(): Row[] {
       const oneHost = kind.startsWith('one host, one week: free intervals (API)');
       add(b, `${kind} p50 / p99`, oneHost ? 'p99 ≤ 10 ms' : 'reported', `${latency.p50} / ${latency.p99} ms`, oneHost ? atMost(latency.p99, 10) : '—');
     }
+    // Issue 15: what holds the event loop must stay under ~100 ms.
+    for (const [kind, latency] of Object.entries((calendar.longSearchMs ?? {}) as Record<string, { p50: number; max: number }>)) {
+      add(b, `${kind} p50 / max`, 'max ≤ 100 ms', `${latency.p50} / ${latency.max} ms`, atMost(latency.max, 100));
+    }
+    for (const [kind, answer] of Object.entries((calendar.hostile?.requests ?? {}) as Record<string, { status: number; ms: number }>)) {
+      add(b, `hostile ${kind}`, '4xx, ≤ 100 ms', `${answer.status} in ${answer.ms} ms`, answer.status >= 400 && answer.status < 500 && answer.ms <= 100 ? 'yes' : 'NO');
+    }
+    if (calendar.hostile) add(b, 'API RSS before / after the hostile requests', 'reported', `${calendar.hostile.apiRssMbBefore} / ${calendar.hostile.apiRssMbAfter} MB`, '—');
+  }
+  const deletion = load('delete');
+  if (deletion) {
+    const b = `delete (${deletion.leases} pending leases on ${deletion.hosts} hosts)`;
+    const runs = Object.entries(deletion.runs as Record<string, { leases: number; secondsUntilGone: number; msPerLease: number }>);
+    const slowest = Math.max(...runs.map(([, r]) => r.msPerLease));
+    const fastest = Math.min(...runs.map(([, r]) => r.msPerLease));
+    for (const [order, run] of runs) add(b, `${order}: ${run.leases} deleted until gone`, 'reported', `${run.secondsUntilGone} s (${run.msPerLease} ms per lease)`, '—');
+    // Linear whatever the order: no order may cost much more per lease than another (earliest first was N²).
+    add(b, 'slowest order per lease / fastest', '≤ 2×', `${Math.round((slowest / fastest) * 10) / 10}×`, atMost(slowest / fastest, 2));
+  }
+  const listAll = load('list-all');
+  if (listAll) {
+    type Case = { parallel: number; seconds: number; bodyMb: number; apiPeakRssMb: number; healthzMs: { max: number } };
+    for (const [what, cases] of [[`GET /v1/leases, ${listAll.leases} leases of one project`, listAll.list], [`GET /v1/os-hosts/allocations, ${listAll.bookings} bookings`, listAll.allocations]] as Array<[string, Case[]]>) {
+      const b = `list-all (${what})`;
+      for (const c of cases) {
+        // Streamed: the API's memory must not follow the answer's size (a list of 100 000 leases is ~140 MB of JSON).
+        add(b, `${c.parallel} at once: API peak RSS`, '≤ 300 MB', `${c.apiPeakRssMb} MB (${c.bodyMb} MB answer each)`, atMost(c.apiPeakRssMb, 300));
+        add(b, `${c.parallel} at once: time / slowest /healthz meanwhile`, '/healthz ≤ 1000 ms', `${c.seconds} s / ${c.healthzMs.max} ms`, atMost(c.healthzMs.max, 1000));
+      }
+    }
   }
   return out;
 }

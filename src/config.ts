@@ -39,8 +39,30 @@ const envSchema = z.object({
 
   // API: how callers are identified, and how long a REST call waits for a lease workflow.
   LK_AUTH_STRATEGY: z.enum(['noauth', 'keystone']).default('noauth'),
-  LK_AUTH_CACHE_SECONDS: z.coerce.number().int().min(0).max(3600).default(60),
+  // At most 5 minutes: a revoked token keeps working until its cached validation expires.
+  LK_AUTH_CACHE_SECONDS: z.coerce.number().int().min(0).max(300).default(60),
   LK_API_WORKFLOW_TIMEOUT_MS: positiveInt.default(30_000),
+  // Exposure of the API: the base URL of the links it hands out (never the caller's Host header);
+  // noauth trusts identity headers, so it listens on loopback only unless explicitly allowed.
+  LK_PUBLIC_URL: z.url({ protocol: /^https?$/ }).optional(),
+  LK_ALLOW_NOAUTH_REMOTE: z.enum(['true', 'false']).default('false'),
+  // Keystone mode: the `admin` role makes a global admin only in this project (by id, or by name
+  // and domain id: Keystone's bootstrap project `admin` in domain `default`), and how long a token
+  // validation may take before the caller gets 503.
+  LK_ADMIN_PROJECT_ID: z.string().min(1).max(255).optional(),
+  LK_ADMIN_PROJECT_NAME: z.string().min(1).max(255).default('admin'),
+  LK_ADMIN_PROJECT_DOMAIN_ID: z.string().min(1).max(255).default('default'),
+  LK_AUTH_TIMEOUT_MS: positiveInt.max(60_000).default(5_000),
+  // The HTTP server: a whole request (headers and body) must arrive within the request timeout, its
+  // headers within the headers timeout; at most this many connections are open at once.
+  LK_API_REQUEST_TIMEOUT_MS: positiveInt.default(30_000),
+  LK_API_HEADERS_TIMEOUT_MS: positiveInt.default(10_000),
+  LK_API_MAX_CONNECTIONS: positiveInt.default(1_000),
+  // Members' leases (admins are exempt): longest duration, and how far ahead a lease may start.
+  LK_MAX_LEASE_DURATION_DAYS: z.coerce.number().positive().max(36_500).default(365),
+  LK_MAX_ADVANCE_DAYS: z.coerce.number().min(0).max(36_500).default(365),
+  // Reservations in one lease (create and availability search): Blazar needs a handful; each costs the calendar's search work.
+  LK_MAX_RESERVATIONS_PER_LEASE: positiveInt.max(1_000).default(50),
 
   // The host calendar: a gap between consecutive leases on a host (Blazar's cleaning_time), and
   // whether to pick among equally good hosts at random instead of by id.
@@ -73,8 +95,10 @@ const envSchema = z.object({
   // Bandwidth reservations (`network:bandwidth`): how many candidate hosts the start tries to bind the ports on.
   LK_BANDWIDTH_BIND_ATTEMPTS: z.coerce.number().int().min(1).max(20).default(3),
 
-  // How long a health check may wait for each dependency.
+  // How long a health check may wait for each dependency; a deep check (a workflow) runs at most
+  // once per interval, its result shared by every caller meanwhile.
   LK_HEALTH_TIMEOUT_MS: positiveInt.default(2_000),
+  LK_HEALTH_DEEP_INTERVAL_SECONDS: z.coerce.number().int().min(0).max(3_600).default(10),
 });
 
 export type Config = ReturnType<typeof toConfig>;
@@ -86,7 +110,19 @@ export class ConfigError extends Error {
 function toConfig(env: z.infer<typeof envSchema>) {
   return {
     logLevel: env.LK_LOG_LEVEL,
-    api: { host: env.LK_API_HOST, port: env.LK_API_PORT, authStrategy: env.LK_AUTH_STRATEGY, authCacheMs: env.LK_AUTH_CACHE_SECONDS * 1000, workflowTimeoutMs: env.LK_API_WORKFLOW_TIMEOUT_MS },
+    api: {
+      host: env.LK_API_HOST,
+      port: env.LK_API_PORT,
+      authStrategy: env.LK_AUTH_STRATEGY,
+      authCacheMs: env.LK_AUTH_CACHE_SECONDS * 1000,
+      authTimeoutMs: env.LK_AUTH_TIMEOUT_MS,
+      adminProject: { id: env.LK_ADMIN_PROJECT_ID, name: env.LK_ADMIN_PROJECT_NAME, domainId: env.LK_ADMIN_PROJECT_DOMAIN_ID },
+      workflowTimeoutMs: env.LK_API_WORKFLOW_TIMEOUT_MS,
+      publicUrl: (env.LK_PUBLIC_URL ?? `http://${env.LK_API_HOST.includes(':') ? `[${env.LK_API_HOST}]` : env.LK_API_HOST}:${env.LK_API_PORT}`).replace(/\/+$/, ''),
+      server: { requestTimeoutMs: env.LK_API_REQUEST_TIMEOUT_MS, headersTimeoutMs: env.LK_API_HEADERS_TIMEOUT_MS, maxConnections: env.LK_API_MAX_CONNECTIONS },
+    },
+    maxReservationsPerLease: env.LK_MAX_RESERVATIONS_PER_LEASE,
+    leaseLimits: { maxDurationMs: env.LK_MAX_LEASE_DURATION_DAYS * 86_400_000, maxAdvanceMs: env.LK_MAX_ADVANCE_DAYS * 86_400_000 },
     dataDir: env.LK_DATA_DIR,
     cacheDir: env.LK_CACHE_DIR ?? path.join(env.HOME ?? os.homedir(), '.cache', 'leasekeeper'),
     temporal: {
@@ -126,7 +162,12 @@ function toConfig(env: z.infer<typeof envSchema>) {
       releasedAggregate: env.LK_RELEASED_AGGREGATE,
     },
     healthTimeoutMs: env.LK_HEALTH_TIMEOUT_MS,
+    healthDeepIntervalMs: env.LK_HEALTH_DEEP_INTERVAL_SECONDS * 1000,
   };
+}
+
+function isLoopback(host: string): boolean {
+  return host === 'localhost' || host === '::1' || /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(host);
 }
 
 /** Parses the environment; throws ConfigError whose message is one line naming the variable. */
@@ -138,6 +179,12 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     const issue = parsed.error.issues[0];
     const name = String(issue.path[0]);
     throw new ConfigError(`invalid configuration: ${name}=${JSON.stringify(env[name] ?? '')}: ${issue.message}`);
+  }
+  const { LK_AUTH_STRATEGY, LK_API_HOST, LK_ALLOW_NOAUTH_REMOTE } = parsed.data;
+  if (LK_AUTH_STRATEGY === 'noauth' && !isLoopback(LK_API_HOST) && LK_ALLOW_NOAUTH_REMOTE !== 'true') {
+    throw new ConfigError(
+      `invalid configuration: LK_API_HOST=${JSON.stringify(LK_API_HOST)}: noauth (LK_AUTH_STRATEGY) trusts identity headers, so it listens on loopback only; set LK_AUTH_STRATEGY=keystone, or LK_ALLOW_NOAUTH_REMOTE=true if the address is reachable only by trusted callers`,
+    );
   }
   return toConfig(parsed.data);
 }

@@ -31,7 +31,8 @@ describe('authorization on every route', () => {
   const exercise = (route: string) => exercised.add(route);
 
   beforeAll(async () => {
-    stack = await startTestStack({ withPool: (pool) => [physicalHostPlugin({ pool, settings: { cleaningMs: 0, randomChoice: false }, cloud: 'calendar-only' })] });
+    // Members book in 2099 here: far beyond the default maximum advance booking (test/lease-policy.test.ts).
+    stack = await startTestStack({ env: { LK_MAX_ADVANCE_DAYS: '36500' }, withPool: (pool) => [physicalHostPlugin({ pool, settings: { cleaningMs: 0, randomChoice: false }, cloud: 'calendar-only' })] });
     hostIds = [await insertHost(stack.db.pool, { name: 'auth-host-1', capabilities: { rack: 'r1', secret_tag: 'x' } }), await insertHost(stack.db.pool, { name: 'auth-host-2', capabilities: { rack: 'r2' } })];
     expect((await call('admin', 'PATCH', '/v1/os-hosts/properties/secret_tag', { private: true })).status).toBe(200);
     for (const [caller, day] of [['A', 1], ['B', 2]] as const) {

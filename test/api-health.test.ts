@@ -22,7 +22,8 @@ async function listen(app: ReturnType<typeof createApp>): Promise<{ server: Serv
 }
 
 describe('API health and error bodies', () => {
-  const config = testConfig({ LK_HEALTH_TIMEOUT_MS: '1500' });
+  // Every deep check runs its own round trip here (0 s interval): the first sees no worker, the next one does.
+  const config = testConfig({ LK_HEALTH_TIMEOUT_MS: '1500', LK_HEALTH_DEEP_INTERVAL_SECONDS: '0' });
   let db: TestDatabase;
   let temporal: Awaited<ReturnType<typeof connectTestTemporal>>;
   let server: Server;
@@ -79,6 +80,21 @@ describe('API health and error bodies', () => {
     } finally {
       downServer.close();
       await deadPool.end();
+    }
+  });
+
+  it('runs at most one deep check per interval: 100 callers share one workflow', async () => {
+    const shared = testConfig({ LK_HEALTH_TIMEOUT_MS: '1000', LK_HEALTH_DEEP_INTERVAL_SECONDS: '60' }); // a task queue no worker polls
+    const { server: sharedServer, url: sharedUrl } = await listen(createApp({ config: shared, log: silent, pool: db.pool, connection: temporal.connection, client: temporal.client, plugins: pluginRegistry([]) }));
+    try {
+      const answers = await Promise.all(Array.from({ length: 100 }, () => fetch(`${sharedUrl}/healthz?deep=1`).then(json)));
+      const again = await fetch(`${sharedUrl}/healthz?deep=1`).then(json);
+      expect(new Set([...answers, again].map((body) => JSON.stringify(body.checks.worker))).size).toBe(1);
+      expect(again.checks.worker.ok).toBe(false);
+      const started = await temporal.client.workflow.count(`TaskQueue = '${shared.temporal.taskQueue}'`);
+      expect(started.count).toBe(1);
+    } finally {
+      sharedServer.close();
     }
   });
 

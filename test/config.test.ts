@@ -5,7 +5,19 @@ import { ConfigError, loadConfig } from '../src/config';
 describe('configuration', () => {
   it('has documented defaults for an empty environment', () => {
     const config = loadConfig({ HOME: '/home/someone' });
-    expect(config.api).toEqual({ host: '127.0.0.1', port: 1234, authStrategy: 'noauth', authCacheMs: 60_000, workflowTimeoutMs: 30_000 });
+    expect(config.api).toEqual({
+      host: '127.0.0.1',
+      port: 1234,
+      authStrategy: 'noauth',
+      authCacheMs: 60_000,
+      authTimeoutMs: 5_000,
+      adminProject: { id: undefined, name: 'admin', domainId: 'default' },
+      workflowTimeoutMs: 30_000,
+      publicUrl: 'http://127.0.0.1:1234',
+      server: { requestTimeoutMs: 30_000, headersTimeoutMs: 10_000, maxConnections: 1_000 },
+    });
+    expect(config.leaseLimits).toEqual({ maxDurationMs: 365 * 86_400_000, maxAdvanceMs: 365 * 86_400_000 });
+    expect(config.healthDeepIntervalMs).toBe(10_000);
     expect(config.temporal).toMatchObject({ address: '127.0.0.1:7233', external: false, namespace: 'default', taskQueue: 'leasekeeper', uiPort: 8233 });
     expect(config.database).toMatchObject({ url: 'postgres://leasekeeper@127.0.0.1:15432/leasekeeper', external: false });
     expect(config.cacheDir).toBe('/home/someone/.cache/leasekeeper');
@@ -22,6 +34,29 @@ describe('configuration', () => {
     const config = loadConfig({ TEMPORAL_ADDRESS: 'temporal.internal:7233', DATABASE_URL: 'postgresql://u:p@db:5432/lk' });
     expect(config.temporal).toMatchObject({ address: 'temporal.internal:7233', external: true });
     expect(config.database).toMatchObject({ url: 'postgresql://u:p@db:5432/lk', external: true });
+  });
+
+  it('links to the public URL, by default the listen address', () => {
+    expect(loadConfig({ LK_API_HOST: '127.0.0.2', LK_API_PORT: '8080' }).api.publicUrl).toBe('http://127.0.0.2:8080');
+    expect(loadConfig({ LK_API_HOST: '::1' }).api.publicUrl).toBe('http://[::1]:1234');
+    expect(loadConfig({ LK_PUBLIC_URL: 'https://reservation.example.org/' }).api.publicUrl).toBe('https://reservation.example.org');
+  });
+
+  it('refuses noauth on a non-loopback address unless allowed', () => {
+    expect(() => loadConfig({ LK_API_HOST: '0.0.0.0' })).toThrow(
+      new ConfigError(
+        'invalid configuration: LK_API_HOST="0.0.0.0": noauth (LK_AUTH_STRATEGY) trusts identity headers, so it listens on loopback only; set LK_AUTH_STRATEGY=keystone, or LK_ALLOW_NOAUTH_REMOTE=true if the address is reachable only by trusted callers',
+      ),
+    );
+    expect(() => loadConfig({ LK_API_HOST: '192.0.2.7' })).toThrow(ConfigError);
+    expect(loadConfig({ LK_API_HOST: '0.0.0.0', LK_ALLOW_NOAUTH_REMOTE: 'true' }).api.host).toBe('0.0.0.0');
+    expect(loadConfig({ LK_API_HOST: '0.0.0.0', LK_AUTH_STRATEGY: 'keystone' }).api.host).toBe('0.0.0.0');
+    for (const host of ['127.0.0.1', 'localhost', '::1', '127.1.2.3']) expect(loadConfig({ LK_API_HOST: host }).api.host).toBe(host);
+  });
+
+  it('caps the Keystone validation cache at 5 minutes', () => {
+    expect(loadConfig({ LK_AUTH_CACHE_SECONDS: '300' }).api.authCacheMs).toBe(300_000);
+    expect(() => loadConfig({ LK_AUTH_CACHE_SECONDS: '301' })).toThrow(/^invalid configuration: LK_AUTH_CACHE_SECONDS="301": /);
   });
 
   it('treats an empty variable as unset', () => {

@@ -56,7 +56,12 @@ describe('host leases: admission without double booking', () => {
     const never = await hostLease('never', '2099-04-01 10:00', '2099-04-01 11:00', { min: 4, max: 4 });
     expect(never.status).toBe(409);
     expect(never.body.earliest_start).toBeNull();
-    expect(never.body.error_message).toMatch(/it never fits: not enough hosts match/);
+    // More than are enrolled: refused before any search, saying so.
+    expect(never.body.error_message).toMatch(/^it never fits: reservation .* needs at least 4 host\(s\) \(3 match its properties\); only 3 reservable host\(s\) are enrolled\.$/);
+    const tooFewMatch = await hostLease('never-gpu', '2099-04-01 10:00', '2099-04-01 11:00', { min: 2, max: 2, resource_properties: '["==", "$gpu", "a100"]' });
+    expect(tooFewMatch.status).toBe(409);
+    expect(tooFewMatch.body.earliest_start).toBeNull();
+    expect(tooFewMatch.body.error_message).toMatch(/it never fits: not enough hosts match/);
     const unknown = await hostLease('unknown', '2099-04-01 10:00', '2099-04-01 11:00', { resource_properties: '["==", "$colour", "blue"]' });
     expect(unknown.status).toBe(400);
     expect(unknown.body.error_message).toBe('resource_properties: unknown property $colour (known: $gpu)');
@@ -135,8 +140,8 @@ describe('host leases: admission without double booking', () => {
         host_id: hostIds.large,
         hypervisor_hostname: 'large',
         free: [
-          { start_date: '2099-08-01T08:00:00.000000', end_date: '2099-08-01T10:00:00.000000' },
-          { start_date: '2099-08-01T12:00:00.000000', end_date: '2099-08-01T14:00:00.000000' },
+          { start_date: '2099-08-01T08:00:00.000000', end_date: '2099-08-01T10:00:00.000000', start: '2099-08-01 08:00', end: '2099-08-01 10:00' },
+          { start_date: '2099-08-01T12:00:00.000000', end_date: '2099-08-01T14:00:00.000000', start: '2099-08-01 12:00', end: '2099-08-01 14:00' },
         ],
       },
     ]);
@@ -146,8 +151,8 @@ describe('host leases: admission without double booking', () => {
       reservations: [{ resource_type: 'physical:host', min: 3, max: 3 }],
     });
     expect(search.body).toEqual({
-      earliest: { start_date: '2099-08-01T12:00:00.000000', end_date: '2099-08-01T14:00:00.000000' },
-      longest_from_start: { start_date: '2099-08-01T09:00:00.000000', end_date: '2099-08-01T10:00:00.000000' },
+      earliest: { start_date: '2099-08-01 12:00', end_date: '2099-08-01 14:00' },
+      longest_from_start: { start_date: '2099-08-01 09:00', end_date: '2099-08-01 10:00' },
     });
     expect((await api('GET', '/v1/availability?start=2099-08-01%2010:00')).body.error_message).toBe('end: expected "YYYY-MM-DD HH:MM" (UTC)');
   });

@@ -7,11 +7,10 @@
 import { randomUUID } from 'node:crypto';
 import fc from 'fast-check';
 import { ApplicationFailure } from '@temporalio/common';
-import { migrate } from '../src/db/migrate';
 import type { Reservation } from '../src/domain/lease';
 import { HostCalendar } from '../src/resources/physical-host/calendar';
 import type { ReservationContext } from '../src/resources/plugin';
-import { createTestDatabase, type TestDatabase } from './support/db';
+import { useMigratedTestDatabase } from './support/db';
 import { doubleBookings, insertHost } from './support/hosts';
 
 const H = 3_600_000;
@@ -105,28 +104,21 @@ function fitsByBruteForce(spec: LeaseSpec, hostVcpus: Map<string, number>, booki
 }
 
 describe('host calendar under concurrency (property-based, real PostgreSQL)', () => {
-  let db: TestDatabase;
-  beforeAll(async () => {
-    db = await createTestDatabase();
-    await migrate(db.pool);
-  });
-  afterAll(async () => {
-    await db?.drop();
-  });
+  const database = useMigratedTestDatabase();
 
   it('never double-books, respects min/max and queries, and refuses only what cannot fit', async () => {
     await fc.assert(
       fc.asyncProperty(scenario, async ({ hosts, cleaningMinutes, first, second, deleteEvery }) => {
-        await db.pool.query('TRUNCATE host_allocations, host_capabilities, hosts RESTART IDENTITY CASCADE');
+        await database().pool.query('TRUNCATE host_allocations, host_capabilities, hosts RESTART IDENTITY CASCADE');
         const hostVcpus = new Map<string, number>();
-        for (const [i, vcpus] of hosts.entries()) hostVcpus.set(await insertHost(db.pool, { name: `h${i}`, vcpus }), vcpus);
+        for (const [i, vcpus] of hosts.entries()) hostVcpus.set(await insertHost(database().pool, { name: `h${i}`, vcpus }), vcpus);
         const cleaningMs = cleaningMinutes * 60_000;
-        const calendar = new HostCalendar(db.pool, { cleaningMs, randomChoice: true });
+        const calendar = new HostCalendar(database().pool, { cleaningMs, randomChoice: true });
 
         // Wave 1: concurrent creations only, so the final state holds everything any refusal saw.
         const firstContexts = first.map(context);
         const outcomes = await Promise.all(firstContexts.map((contexts) => bookLease(calendar, contexts)));
-        const { rows } = await db.pool.query<{ host: string; start: Date; end: Date; reservation_id: string }>(
+        const { rows } = await database().pool.query<{ host: string; start: Date; end: Date; reservation_id: string }>(
           'SELECT host_id::text AS host, lower(during) AS start, upper(during) AS "end", reservation_id::text FROM host_allocations',
         );
         const bookings = rows.map((r) => ({ host: r.host, start: r.start.getTime(), end: r.end.getTime() + cleaningMs }));
@@ -142,7 +134,7 @@ describe('host calendar under concurrency (property-based, real PostgreSQL)', ()
             });
           }
         });
-        expect(await doubleBookings(db.pool)).toEqual([]);
+        expect(await doubleBookings(database().pool)).toEqual([]);
 
         // Wave 2: deletions, moves and new creations, all at once.
         const admitted = firstContexts.filter((_, i) => outcomes[i] === 'admitted');
@@ -154,7 +146,7 @@ describe('host calendar under concurrency (property-based, real PostgreSQL)', ()
           ),
           ...second.map((spec) => bookLease(calendar, context(spec))),
         ]);
-        expect(await doubleBookings(db.pool)).toEqual([]);
+        expect(await doubleBookings(database().pool)).toEqual([]);
       }),
       { numRuns: 25 },
     );

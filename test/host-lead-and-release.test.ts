@@ -53,8 +53,8 @@ describe('host calendar: provisioning lead time and the release policy', () => {
     const host = free.body.availability.find((h: { hypervisor_hostname: string }) => h.hypervisor_hostname === 'lead-host');
     // Free for a lease: until 07:30 (the 08:00 lease's lead), and from 14:00 (13:30 + its own lead).
     expect(host.free).toEqual([
-      { start_date: '2099-05-01T07:00:00.000000', end_date: '2099-05-01T07:30:00.000000' },
-      { start_date: '2099-05-01T14:00:00.000000', end_date: '2099-05-01T16:00:00.000000' },
+      { start_date: '2099-05-01T07:00:00.000000', end_date: '2099-05-01T07:30:00.000000', start: '2099-05-01 07:00', end: '2099-05-01 07:30' },
+      { start_date: '2099-05-01T14:00:00.000000', end_date: '2099-05-01T16:00:00.000000', start: '2099-05-01 14:00', end: '2099-05-01 16:00' },
     ]);
   });
 

@@ -27,7 +27,7 @@ describe('Blazar v1 lease API: validation, policy, paging, idempotency', () => {
       const res = await fetch(`${stack.url}${path}`);
       expect(res.status).toBe(300);
       const body = await res.json();
-      expect(body).toEqual({ versions: [{ id: 'v1.0', status: 'CURRENT', min_version: '1.0', max_version: '1.0', links: [{ rel: 'self', href: `${stack.url}/v1/` }] }] });
+      expect(body).toEqual({ versions: [{ id: 'v1.0', status: 'CURRENT', min_version: '1.0', max_version: '1.0', links: [{ rel: 'self', href: `${stack.config.api.publicUrl}/v1/` }] }] });
     }
   });
 

@@ -10,7 +10,8 @@ import { randomUUID } from 'node:crypto';
 import fc from 'fast-check';
 import { ApplicationFailure } from '@temporalio/common';
 import { migrate } from '../src/db/migrate';
-import { earliestQuantityFit, fits, peakUsage, type QuantityBooking } from '../src/domain/quantity-calendar';
+import { earliestQuantityFit, fits, longestQuantityFit, peakUsage, searchEarliestQuantityFit, type QuantityBooking } from '../src/domain/quantity-calendar';
+import { wholeMinuteUp } from '../src/domain/lease';
 import type { Reservation } from '../src/domain/lease';
 import type { ReservationContext } from '../src/resources/plugin';
 import { QuantityCalendar, type CapacityProvider } from '../src/resources/quantity-calendar';
@@ -70,6 +71,50 @@ describe('quantity calendar, pure', () => {
       ),
       { numRuns: 300 },
     );
+  });
+
+  it('longestQuantityFit runs until the first minute the request no longer fits on the best provider', () => {
+    fc.assert(
+      fc.property(fc.array(booking('a'), { maxLength: 10 }), fc.integer({ min: 1, max: 12 }), fc.integer({ min: 0, max: 25 }), (bookings, vcpu, from) => {
+        let brute = Infinity;
+        for (let minute = from; minute <= 40; minute++) {
+          if (bruteUsage(bookings, minute) + vcpu > 10) {
+            brute = (minute - from) * M;
+            break;
+          }
+        }
+        expect(longestQuantityFit([{ id: 'a', capacity: { VCPU: 10 } }], bookings, { VCPU: vcpu }, from * M)).toBe(brute);
+      }),
+      { numRuns: 300 },
+    );
+  });
+
+  it('with starts on whole minutes, finds the first whole minute that fits after bookings ending on seconds', () => {
+    fc.assert(
+      fc.property(fc.array(booking('a'), { maxLength: 8 }), fc.integer({ min: 1, max: 59 }), fc.integer({ min: 1, max: 10 }), fc.integer({ min: 1, max: 6 }), (minutes, seconds, vcpu, length) => {
+        const bookings = minutes.map((b) => ({ ...b, end: b.end + seconds * 1000 })); // end on seconds
+        const provider = { id: 'a', capacity: { VCPU: 10 } };
+        const found = searchEarliestQuantityFit([provider], bookings, { VCPU: vcpu }, 0, length * M, { align: wholeMinuteUp }).fit;
+        let brute: number | undefined;
+        for (let minute = 0; minute <= 40; minute++) {
+          if (fits(provider, bookings, { VCPU: vcpu }, minute * M, (minute + length) * M)) {
+            brute = minute * M;
+            break;
+          }
+        }
+        expect(found?.start).toBe(brute);
+      }),
+      { numRuns: 300 },
+    );
+  });
+
+  it('gives up on its work budget and says how far it looked', () => {
+    const bookings = Array.from({ length: 1_000 }, (_, k): QuantityBooking => ({ providerId: 'a', start: k * M, end: (k + 2) * M, amounts: { VCPU: 6 } }));
+    const provider = { id: 'a', capacity: { VCPU: 10 } };
+    expect(searchEarliestQuantityFit([provider], bookings, { VCPU: 6 }, 0, M).fit).toEqual({ start: 1_001 * M, providerId: 'a' });
+    const bounded = searchEarliestQuantityFit([provider], bookings, { VCPU: 6 }, 0, M, { workBudget: 10_000 });
+    expect(bounded).toMatchObject({ fit: undefined, cutShort: true });
+    expect(bounded.lastTried).toBeLessThan(1_001 * M);
   });
 });
 

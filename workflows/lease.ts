@@ -48,6 +48,7 @@ import {
   type NewLeaseRequest,
   type Reservation,
 } from '../src/domain/lease';
+import { markdownText } from '../src/domain/markdown';
 import { LeaseEndKey, LeaseStartKey, LeaseStatusKey, ProjectIdKey, ResourceTypesKey } from '../src/domain/search-attributes';
 import type { EndOutcome, ReservationContext } from '../src/resources/plugin';
 
@@ -124,6 +125,8 @@ const cleanup = proxyActivities<Activities>({
 const ADMISSION_ATTEMPTS = 5;
 /** How long a started workflow waits for its admit update before giving up (the REST call died). */
 const ADMISSION_WAIT_MS = 5 * 60_000;
+/** Patch: a lease tells only the later leases that wait for it, after recording its own end. */
+const TELL_WAITING_SUCCESSORS = 'tell-waiting-successors-after-record';
 /** How long to wait for a predecessor's signal before looking at its row again. */
 const PREDECESSOR_RECHECK_MS = 60_000;
 
@@ -152,7 +155,7 @@ export async function leaseWorkflow(input: LeaseWorkflowInput): Promise<LeaseOut
           admission = 'admitted';
           return lease;
         } catch (err) {
-          await CancellationScope.nonCancellable(() => releaseAll(lease, false));
+          await compensate('freeing the bookings of a refused admission', () => CancellationScope.nonCancellable(() => releaseAll(lease, false)));
           const failure = asFailure(err);
           // PostgreSQL was unreachable: freeing the bookings above waited until it answered again, so try again.
           if (failure.type === LeaseErrorType.unavailable && attempt < ADMISSION_ATTEMPTS) continue;
@@ -175,7 +178,7 @@ export async function leaseWorkflow(input: LeaseWorkflowInput): Promise<LeaseOut
           if (rebook) next = { ...next, reservations: await book(next, before) };
           await record(next);
         } catch (err) {
-          if (rebook) await book(before); // put the bookings back as they were
+          if (rebook) await compensate('putting the bookings back', () => book(before)); // as they were
           throw asFailure(err);
         }
         revision++;
@@ -286,6 +289,7 @@ export async function leaseWorkflow(input: LeaseWorkflowInput): Promise<LeaseOut
         });
         const reservations = lease.reservations.map((r) => ({ ...r, status: 'error' as const }));
         await transition({ status: 'ERROR', statusReason: reason, reservations }, 'start_lease', 'ERROR');
+        if (patched(TELL_WAITING_SUCCESSORS)) await notifySuccessors();
         return;
       }
       const reservations = withAllocations(lease.reservations, allocations).map((r) => ({ ...r, status: 'active' as const }));
@@ -333,11 +337,15 @@ export async function leaseWorkflow(input: LeaseWorkflowInput): Promise<LeaseOut
       } catch (err) {
         const reservations = lease.reservations.map((r) => ({ ...r, status: 'error' as const }));
         await transition({ status: 'ERROR', statusReason: `end failed: ${failureMessage(err)}`, reservations }, 'end_lease', 'ERROR');
+        // An ERROR lease no longer counts as a predecessor (findPredecessors): whoever waits may go.
+        if (patched(TELL_WAITING_SUCCESSORS)) await notifySuccessors();
         return;
       }
-      await notifySuccessors();
+      const toldFirst = !patched(TELL_WAITING_SUCCESSORS);
+      if (toldFirst) await notifySuccessors();
       const reservations = withAllocations(lease.reservations, allocations).map((r) => ({ ...r, status: 'deleted' as const }));
       await transition({ status: 'TERMINATED', reservations }, 'end_lease', 'DONE');
+      if (!toldFirst) await notifySuccessors();
     });
   }
 
@@ -347,12 +355,14 @@ export async function leaseWorkflow(input: LeaseWorkflowInput): Promise<LeaseOut
       const wasActive = lease.status === 'ACTIVE';
       const holdsBookings = lease.status === 'PENDING' || wasActive;
       await transition({ status: 'DELETING' });
+      const toldFirst = !patched(TELL_WAITING_SUCCESSORS);
       if (holdsBookings) {
         await releaseAll(lease, wasActive, true);
-        await notifySuccessors();
+        if (toldFirst) await notifySuccessors();
       }
       lease = { ...lease, version: lease.version + 1, updatedMs: Date.now() };
       await recorder().recordLeaseDeleted(lease);
+      if (holdsBookings && !toldFirst) await notifySuccessors();
       deletion = 'done';
       upsertSearchAttributes([{ key: LeaseStatusKey, value: 'DELETED' }]);
       setCurrentDetails(`**DELETED** at ${utc(Date.now())}`);
@@ -415,7 +425,9 @@ export async function leaseWorkflow(input: LeaseWorkflowInput): Promise<LeaseOut
       return booked;
     } catch (err) {
       if (fallback) {
-        for (const reservation of booked) await cleanup.reserveReservation(context(fallback, reservation));
+        await compensate('putting moved bookings back', async () => {
+          for (const reservation of booked) await cleanup.reserveReservation(context(fallback, reservation));
+        });
       }
       throw err;
     }
@@ -487,15 +499,26 @@ export async function leaseWorkflow(input: LeaseWorkflowInput): Promise<LeaseOut
     }
   }
 
+  /**
+   * Tells the later leases on the same resources that this one has ended. Since the patch, only
+   * those already waiting (STARTING), and only after this lease's end is recorded: a later lease
+   * that reads its predecessors before that record is STARTING before this query runs, so it is
+   * told; one that reads after it sees this lease ended. Leases still PENDING find out from the
+   * table when their start comes. Telling every later lease made deleting N leases on a host cost
+   * N² signals (issue 23).
+   */
   async function notifySuccessors(): Promise<void> {
     const keys = leaseResourceKeys(lease);
     if (keys.length === 0) return;
-    const successors = await records.findSuccessors({ leaseId: lease.id, keys, startMs: lease.startMs });
+    const waitingOnly = patched(TELL_WAITING_SUCCESSORS);
+    const successors = await records.findSuccessors({ leaseId: lease.id, keys, startMs: lease.startMs, ...(waitingOnly ? { waitingOnly } : {}) });
     for (const id of successors) {
       try {
         await getExternalWorkflowHandle(leaseWorkflowId(id)).signal(predecessorEnded, lease.id);
       } catch (err) {
-        log.warn('could not tell a later lease that this one ended', { successor: id, error: failureMessage(err) });
+        // A later lease that finished meanwhile (deleted) has nothing to wait for: not an error.
+        if (waitingOnly) log.debug('a later lease was gone before it could be told', { successor: id, error: failureMessage(err) });
+        else log.warn('could not tell a later lease that this one ended', { successor: id, error: failureMessage(err) });
       }
     }
   }
@@ -510,7 +533,30 @@ export async function leaseWorkflow(input: LeaseWorkflowInput): Promise<LeaseOut
         return eventStatus === 'IN_PROGRESS' ? { ...e, status: eventStatus, startedAt: now } : { ...e, status: eventStatus, finishedAt: now };
       });
     }
-    await record(next);
+    try {
+      await record(next);
+    } catch (err) {
+      // A state that cannot be stored (refused by the database, or failing record after record) must not stop the
+      // lease's life: the end must still free its resources. It carries on unrecorded; the row keeps the last state
+      // stored, and a delete still removes it. (Before the patch a record never failed: it was retried for ever.)
+      if (isCancellation(err) || !patched('transition-survives-failed-record')) throw err;
+      log.error('a lease transition could not be recorded', { leaseId: lease.id, status: next.status, error: failureMessage(err) });
+      lease = { ...next, version: lease.version + 1, updatedMs: Date.now() };
+    }
+  }
+
+  /**
+   * Runs a compensation (freeing or putting back bookings after a failure). Should it fail too, the
+   * failure is logged and the original error is what the caller gets (before the patch the
+   * compensation's error replaced it).
+   */
+  async function compensate(what: string, undo: () => Promise<unknown>): Promise<void> {
+    try {
+      await undo();
+    } catch (err) {
+      if (isCancellation(err) || !patched('compensation-keeps-original-error')) throw err;
+      log.error(`${what} failed`, { leaseId: lease.id, error: failureMessage(err) });
+    }
   }
 
   /** Histories from before the patch recorded transitions with (remote) activities. */
@@ -563,15 +609,15 @@ function leaseResourceKeys(lease: Lease): string[] {
 /** The Web UI's summary, fixed at start (≤ 200 bytes). */
 export function staticSummary(lease: Pick<Lease, 'name' | 'projectId' | 'startMs' | 'endMs'>): string {
   const name = lease.name.length > 60 ? `${lease.name.slice(0, 57)}...` : lease.name;
-  return `lease ${name} · project ${lease.projectId.slice(0, 40)} · ${utc(lease.startMs)} → ${utc(lease.endMs)}`;
+  return `lease ${markdownText(name)} · project ${markdownText(lease.projectId.slice(0, 40))} · ${utc(lease.startMs)} → ${utc(lease.endMs)}`;
 }
 
 /** The Web UI's current details: status, reason and the events table. */
 function describe(lease: Lease): string {
   const rows = lease.events.map((e) => `| ${e.event_type} | ${utc(e.time)} | ${e.status} |`);
   return [
-    `**${lease.status}**${lease.statusReason ? ` — ${lease.statusReason}` : ''}`,
-    `lease ${lease.name} · ${lease.reservations.length} reservation(s) · version ${lease.version}`,
+    `**${lease.status}**${lease.statusReason ? ` — ${markdownText(lease.statusReason)}` : ''}`,
+    `lease ${markdownText(lease.name)} · ${lease.reservations.length} reservation(s) · version ${lease.version}`,
     '',
     '| event | due | status |',
     '| --- | --- | --- |',

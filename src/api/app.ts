@@ -6,7 +6,8 @@ import type { Logger } from '../log';
 import type { ResourcePlugins } from '../resources/plugin';
 import { authenticate, noAuth, type Authenticator } from './auth';
 import { ApiError, errorHandler, notFoundRoute } from './errors';
-import { checkHealth } from './health';
+import { checkHealth, checkWorker, sharedCheck } from './health';
+import { checkRequestInput } from './input-check';
 import type { OpenStackClients } from '../openstack';
 import { HostCalendar } from '../resources/physical-host/calendar';
 import { HostInventory } from '../resources/physical-host/inventory';
@@ -17,7 +18,7 @@ import { leasesRouter } from './leases';
 import { versionsRouter } from './versions';
 
 export interface AppDeps {
-  config: Pick<Config, 'temporal' | 'healthTimeoutMs' | 'api' | 'hosts' | 'inventory' | 'provisioningLeadMs'>;
+  config: Pick<Config, 'temporal' | 'healthTimeoutMs' | 'healthDeepIntervalMs' | 'leaseLimits' | 'maxReservationsPerLease' | 'api' | 'hosts' | 'inventory' | 'provisioningLeadMs'>;
   log: Logger;
   pool: Pool;
   connection: Connection;
@@ -64,15 +65,28 @@ export function createApp(deps: AppDeps): express.Express {
     next();
   });
 
+  // Bodies must say they are JSON: a web page can send text/plain or a form to a loopback API
+  // without a CORS preflight, but never application/json (no cross-site request forgery).
+  app.use((req, _res, next) => {
+    const emptyBody = req.headers['content-length'] === '0'; // blazarclient's DELETE sends `Content-Length: 0` and no type
+    if (!emptyBody && req.is('application/json') === false) {
+      next(new ApiError(415, `Unsupported Content-Type ${JSON.stringify((req.get('content-type') ?? '').slice(0, 100))}: request bodies must be application/json`));
+      return;
+    }
+    next();
+  });
   app.use(express.json({ limit: '1mb', type: () => true }));
 
+  const healthDeps = { ...deps, taskQueue: config.temporal.taskQueue, timeoutMs: config.healthTimeoutMs };
+  const deepCheck = sharedCheck(() => checkWorker(healthDeps), config.healthDeepIntervalMs);
   app.get('/healthz', async (req, res) => {
     const deep = typeof req.query.deep === 'string' && ['1', 'true', 'yes'].includes(req.query.deep.toLowerCase());
-    const health = await checkHealth({ ...deps, taskQueue: config.temporal.taskQueue, timeoutMs: config.healthTimeoutMs }, deep);
+    const health = await checkHealth(healthDeps, deep ? deepCheck : undefined);
     res.status(health.status === 'ok' ? 200 : 503).json(health);
   });
 
-  app.use(versionsRouter());
+  app.use(checkRequestInput); // control characters, lone surrogates, deep nesting: 400 before any route
+  app.use(versionsRouter(config.api.publicUrl));
   app.use(
     '/v1',
     authenticate(deps.authenticator ?? noAuth),
@@ -81,10 +95,17 @@ export function createApp(deps: AppDeps): express.Express {
       plugins: deps.plugins,
       commands: { client: deps.client, taskQueue: config.temporal.taskQueue, timeoutMs: config.api.workflowTimeoutMs },
       provisioningLeadMs: config.provisioningLeadMs,
+      limits: config.leaseLimits,
+      maxReservationsPerLease: config.maxReservationsPerLease,
     }),
     hostAllocationsRouter({ pool: deps.pool }),
     hostsRouter({ pool: deps.pool, inventory: lazyInventory(deps) }),
-    availabilityRouter({ calendar: new HostCalendar(deps.pool, { ...config.hosts, provisioningLeadMs: config.provisioningLeadMs }), plugins: deps.plugins }),
+    availabilityRouter({
+      pool: deps.pool,
+      calendar: new HostCalendar(deps.pool, { ...config.hosts, provisioningLeadMs: config.provisioningLeadMs }),
+      plugins: deps.plugins,
+      maxReservationsPerLease: config.maxReservationsPerLease,
+    }),
   );
 
   app.use(notFoundRoute);

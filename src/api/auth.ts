@@ -3,6 +3,7 @@
  * a Keystone token validator fills the same interface later (AUTH_STRATEGY=keystone).
  */
 import type { RequestHandler } from 'express';
+import { ApiError } from './errors';
 
 export interface Identity {
   projectId: string;
@@ -16,9 +17,17 @@ export interface Authenticator {
   authenticate(headers: Record<string, string | string[] | undefined>): Promise<Identity>;
 }
 
+/** Identity headers are names: they reach the database, search attributes and logs, so they are short and printable. */
+const MAX_IDENTITY_HEADER = 255;
+const PRINTABLE_ASCII = /^[\x20-\x7e]*$/;
+
 function header(headers: Record<string, string | string[] | undefined>, name: string): string | undefined {
   const value = headers[name];
-  return (Array.isArray(value) ? value[0] : value)?.trim() || undefined;
+  const text = (Array.isArray(value) ? value[0] : value)?.trim() || undefined;
+  if (text !== undefined && (text.length > MAX_IDENTITY_HEADER || !PRINTABLE_ASCII.test(text))) {
+    throw new ApiError(400, `${name.replace(/\b\w/g, (c) => c.toUpperCase())}: expected at most ${MAX_IDENTITY_HEADER} printable ASCII characters`);
+  }
+  return text;
 }
 
 /**

@@ -1,29 +1,37 @@
 /**
  * Our extension: when is capacity free?
  * - `GET /v1/availability?start=…&end=…[&hypervisor_properties=…][&resource_properties=…]`:
- *   per matching host, the free intervals in the window.
+ *   per matching host, the free intervals in the window: exact (`start_date`/`end_date`, Blazar's
+ *   response format) and as request dates a lease can use (`start`/`end`: whole minutes inside
+ *   the interval; null when it holds no whole minute).
  * - `POST /v1/availability/search` with a lease-create body: the earliest window where the whole
- *   lease fits (from its start_date), and the longest lease that fits from that start.
+ *   lease fits (from its start_date), and the longest lease that fits from that start, as request
+ *   dates a client can send back.
  */
 import { Router } from 'express';
 import { z } from 'zod';
-import type { Reservation } from '../domain/lease';
+import { requestDate as when, reuseEnd, reuseStart, wholeMinuteDown, wholeMinuteUp, type Reservation } from '../domain/lease';
 import type { HostCalendar } from '../resources/physical-host/calendar';
 import type { ResourcePlugins } from '../resources/plugin';
+import type { Pool } from '../db/pool';
+import { identityOf } from './auth';
 import { formatLeaseDate } from './blazar-format';
 import { ApiError } from './errors';
+import { propertyQueryParam } from '../resources/params';
 import { createLeaseSchema, describeIssues, requestDate } from './lease-schemas';
+import { hostPropertyQueries, refusePrivateProperties } from './private-properties';
 
 const availabilityQuery = z.strictObject({
   start: requestDate,
   end: requestDate,
-  hypervisor_properties: z.string().optional(),
-  resource_properties: z.string().optional(),
+  // Checked here as in a reservation (syntax, depth): a bad one is a 400 naming it.
+  hypervisor_properties: propertyQueryParam('["==", "$vcpus", "8"]'),
+  resource_properties: propertyQueryParam('["==", "$gpu", "a100"]'),
 });
 
-export function availabilityRouter(deps: { calendar: HostCalendar; plugins: ResourcePlugins }): Router {
+export function availabilityRouter(deps: { calendar: HostCalendar; plugins: ResourcePlugins; pool: Pool; maxReservationsPerLease?: number }): Router {
   const router = Router();
-  const leaseBody = createLeaseSchema(deps.plugins);
+  const leaseBody = createLeaseSchema(deps.plugins, deps.maxReservationsPerLease);
 
   router.get('/availability', async (req, res) => {
     const parsed = availabilityQuery.safeParse(req.query);
@@ -31,12 +39,16 @@ export function availabilityRouter(deps: { calendar: HostCalendar; plugins: Reso
     const { start, end, ...queries } = parsed.data;
     if (end <= start) throw new ApiError(400, 'end must be later than start');
     if (end - start > 366 * 86_400_000) throw new ApiError(400, 'the window may span at most 366 days');
+    await refusePrivateProperties(deps.pool, identityOf(res), [queries.resource_properties]);
     const hosts = await deps.calendar.freeIntervals(start, end, queries);
     res.json({
       availability: hosts.map(({ host, free }) => ({
         host_id: host.id,
         hypervisor_hostname: host.hypervisor_hostname,
-        free: free.map((f) => ({ start_date: formatLeaseDate(f.start), end_date: formatLeaseDate(f.end) })),
+        free: free.map((f) => {
+          const usable = wholeMinuteUp(f.start) < wholeMinuteDown(f.end);
+          return { start_date: formatLeaseDate(f.start), end_date: formatLeaseDate(f.end), start: usable ? reuseStart(f.start) : null, end: usable ? reuseEnd(f.end) : null };
+        }),
       })),
     });
   });
@@ -47,11 +59,17 @@ export function availabilityRouter(deps: { calendar: HostCalendar; plugins: Reso
     const body = parsed.data;
     const start = body.start_date === 'now' ? Date.now() : body.start_date;
     if (body.end_date <= start) throw new ApiError(400, 'end_date must be later than start_date');
+    await refusePrivateProperties(deps.pool, identityOf(res), hostPropertyQueries(body.reservations ?? []));
     const reservations: Reservation[] = (body.reservations ?? []).map((r, i) => ({ id: `search-${i}`, resource_type: r.resource_type, status: 'pending', params: r.params }));
-    const { earliest, longestMs } = await deps.calendar.search(reservations, start, body.end_date - start);
+    const duration = body.end_date - start;
+    const { earliest, longestMs, cutShort, tried, searchedUntil } = await deps.calendar.search(reservations, start, duration);
+    // Dates for reuse: request dates on whole minutes (the earliest start is one), ends rounded down so that they still fit.
+    const longestEnd = longestMs === Infinity ? Infinity : wholeMinuteDown(start + longestMs);
     res.json({
-      earliest: earliest === undefined ? null : { start_date: formatLeaseDate(earliest), end_date: formatLeaseDate(earliest + (body.end_date - start)) },
-      longest_from_start: longestMs === 0 ? null : { start_date: formatLeaseDate(start), end_date: longestMs === Infinity ? null : formatLeaseDate(start + longestMs) },
+      earliest: earliest === undefined ? null : { start_date: reuseStart(earliest), end_date: reuseEnd(earliest + duration) },
+      longest_from_start:
+        longestMs === 0 || longestEnd <= wholeMinuteUp(start) ? null : { start_date: reuseStart(start), end_date: longestEnd === Infinity ? null : reuseEnd(longestEnd) },
+      ...(cutShort ? { note: `no fit found within the first ${tried} candidate starts (until ${when(searchedUntil!)}): search again from a later start_date` } : {}),
     });
   });
 

@@ -1,8 +1,10 @@
 import { ApplicationFailure } from '@temporalio/common';
 import type { ErrorRequestHandler, RequestHandler } from 'express';
+import { ZodError } from 'zod';
 import { LeaseErrorType } from '../domain/lease';
-import { isDatabaseUnavailable } from '../db/pool';
-import { OpenStackConfigError, OpenStackError } from '../openstack/errors';
+import { databaseDataError, isDatabaseUnavailable } from '../db/pool';
+import { OpenStackConfigError, OpenStackError, publicMessage } from '../openstack/errors';
+import { describeIssues } from './lease-schemas';
 
 /**
  * An error with Blazar's error body: `{"error_code": 404, "error_message": "...", "error_name": 404}`.
@@ -15,8 +17,10 @@ export class ApiError extends Error {
     readonly errorName: string | number = status,
     /** Extra, machine-readable fields (e.g. `earliest_start`) beside Blazar's three. */
     readonly extra?: Record<string, unknown>,
+    /** What went wrong inside, for the log only (callers get `message`). */
+    cause?: unknown,
   ) {
-    super(message);
+    super(message, cause === undefined ? undefined : { cause });
   }
 }
 
@@ -26,6 +30,8 @@ export const STATUS_BY_FAILURE_TYPE: Record<string, number> = {
   [LeaseErrorType.conflict]: 409,
   [LeaseErrorType.notFound]: 404,
   [LeaseErrorType.unavailable]: 503,
+  // A resource type needs OpenStack and the deployment has no credentials: a missing dependency.
+  OpenStackConfigError: 503,
 };
 
 export function errorBody(status: number, message: string, errorName: string | number = status) {
@@ -39,7 +45,15 @@ export const notFoundRoute: RequestHandler = (req, _res, next) => {
 /** Turns every error into Blazar's error body; anything unexpected is logged and becomes a 500 without internals. */
 export function errorHandler(log: { error: (obj: object, msg: string) => void }): ErrorRequestHandler {
   return (err: unknown, req, res, _next) => {
+    if (res.headersSent) {
+      // An answer already under way (a streamed list) cannot turn into an error answer: the connection is
+      // ended abruptly, so that the client sees a broken body rather than valid but truncated JSON.
+      log.error({ err, method: req.method, path: req.path }, 'request failed after its answer began: connection ended');
+      res.destroy();
+      return;
+    }
     if (err instanceof ApiError) {
+      if (err.cause !== undefined) log.error({ err: err.cause, method: req.method, path: req.path, status: err.status }, 'request failed');
       res.status(err.status).json({ ...errorBody(err.status, err.message, err.errorName), ...err.extra });
       return;
     }
@@ -53,13 +67,25 @@ export function errorHandler(log: { error: (obj: object, msg: string) => void })
       res.status(503).json(errorBody(503, 'the database is unavailable: try again shortly'));
       return;
     }
+    // A parameter checked again deeper down (a resource type's schema): the request's fault, said as at the edge.
+    if (err instanceof ZodError) {
+      log.error({ err, method: req.method, path: req.path }, 'request refused by a schema past the API edge');
+      res.status(400).json(errorBody(400, describeIssues(err)));
+      return;
+    }
+    const dataError = databaseDataError(err);
+    if (dataError) {
+      log.error({ err, method: req.method, path: req.path }, 'the database refused a value of the request');
+      res.status(400).json(errorBody(400, `the database refused a value of the request: ${dataError}`));
+      return;
+    }
     if (err instanceof OpenStackConfigError) {
       res.status(503).json(errorBody(503, `OpenStack is not configured: ${err.message}`));
       return;
     }
     if (err instanceof OpenStackError) {
       log.error({ err, service: err.service, requestId: err.requestId }, 'OpenStack call failed');
-      res.status(502).json(errorBody(502, `${err.service} failed: ${err.message}`));
+      res.status(502).json(errorBody(502, `OpenStack failed: ${publicMessage(err)}`));
       return;
     }
     // body-parser errors carry an HTTP status (malformed JSON, body too large, bad charset).

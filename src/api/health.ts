@@ -36,12 +36,43 @@ export interface HealthDeps {
   timeoutMs: number;
 }
 
+/** A round trip through a worker (a self-check workflow whose activity reads the schema version), proving leases can progress. */
+export function checkWorker(deps: Pick<HealthDeps, 'client' | 'taskQueue' | 'timeoutMs'>): Promise<CheckResult> {
+  return timed(async () => {
+    const result = await deps.client.workflow.execute<typeof selfCheckWorkflow>('selfCheckWorkflow', {
+      taskQueue: deps.taskQueue,
+      workflowId: `selfcheck-${randomUUID()}`,
+      workflowExecutionTimeout: deps.timeoutMs,
+    });
+    return { ...result };
+  });
+}
+
 /**
- * Reachability of Temporal and PostgreSQL; with `deep`, also a round trip through a worker
- * (a self-check workflow whose activity reads the schema version), proving leases can progress.
+ * At most one run of `check` at a time and per `intervalMs` after it finished: callers meanwhile
+ * share the running or the last result (an unauthenticated caller cannot start a workflow per call).
  */
-export async function checkHealth(deps: HealthDeps, deep: boolean) {
-  const { pool, connection, client, timeoutMs } = deps;
+export function sharedCheck<T>(check: () => Promise<T>, intervalMs: number, now: () => number = () => performance.now()): () => Promise<T> {
+  let running: Promise<T> | undefined;
+  let last: { result: T; at: number } | undefined;
+  return () => {
+    if (running) return running;
+    if (last && now() - last.at < intervalMs) return Promise.resolve(last.result);
+    running = check()
+      .then((result) => {
+        last = { result, at: now() };
+        return result;
+      })
+      .finally(() => {
+        running = undefined;
+      });
+    return running;
+  };
+}
+
+/** Reachability of Temporal and PostgreSQL; with `workerCheck` (a deep check), also that of a worker. */
+export async function checkHealth(deps: Pick<HealthDeps, 'pool' | 'connection' | 'timeoutMs'>, workerCheck?: () => Promise<CheckResult>) {
+  const { pool, connection, timeoutMs } = deps;
   const [temporal, database, worker] = await Promise.all([
     timed(async () => {
       const info = await connection.withDeadline(Date.now() + timeoutMs, () => connection.workflowService.getSystemInfo({}));
@@ -50,16 +81,7 @@ export async function checkHealth(deps: HealthDeps, deep: boolean) {
     timed(async () => {
       await withTimeout(pool.query('SELECT 1'), timeoutMs, 'PostgreSQL');
     }),
-    deep
-      ? timed(async () => {
-          const result = await client.workflow.execute<typeof selfCheckWorkflow>('selfCheckWorkflow', {
-            taskQueue: deps.taskQueue,
-            workflowId: `selfcheck-${randomUUID()}`,
-            workflowExecutionTimeout: timeoutMs,
-          });
-          return { ...result };
-        })
-      : Promise.resolve(undefined),
+    workerCheck ? workerCheck() : Promise.resolve(undefined),
   ]);
   const checks = { temporal, database, ...(worker ? { worker } : {}) };
   const ok = Object.values(checks).every((check) => check.ok);

@@ -4,7 +4,7 @@
  */
 import { Router, type Response } from 'express';
 import { z } from 'zod';
-import { listHosts, type HostRecord } from '../db/hosts';
+import { listHosts, setCapabilityPrivate, type HostRecord } from '../db/hosts';
 import type { Pool } from '../db/pool';
 import type { HostInventory } from '../resources/physical-host/inventory';
 import { identityOf } from './auth';
@@ -62,10 +62,7 @@ export function hostsRouter(deps: { pool: Pool; inventory: () => HostInventory }
     if (!parsed.success) throw new ApiError(400, describeIssues(parsed.error));
     const { rowCount } = await deps.pool.query('SELECT 1 FROM host_capabilities WHERE name = $1 LIMIT 1', [req.params.name]);
     if (!rowCount) throw new ApiError(404, `Resource property ${req.params.name} not found`);
-    await deps.pool.query(
-      'INSERT INTO capability_settings (name, private) VALUES ($1, $2) ON CONFLICT (name) DO UPDATE SET private = EXCLUDED.private',
-      [req.params.name, parsed.data.private],
-    );
+    await setCapabilityPrivate(deps.pool, req.params.name, parsed.data.private);
     res.json({ resource_property: { property: req.params.name, private: parsed.data.private } });
   });
 

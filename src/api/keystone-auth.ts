@@ -1,16 +1,23 @@
 /**
  * AUTH_STRATEGY=keystone: every request carries a Keystone token in X-Auth-Token, validated with
- * our service token (GET /v3/auth/tokens). Validations are cached briefly (and never past the
- * token's own expiry), so a burst of calls costs Keystone one validation.
+ * our service token (GET /v3/auth/tokens). Validations are cached briefly (at most 5 minutes, never
+ * past the token's own expiry; a token Keystone refused for a few seconds), concurrent validations
+ * of one token share one call, and a validation that takes too long is a 503: a burst of calls
+ * costs Keystone one validation, and a slow Keystone holds no request for long.
  */
+import { createHash } from 'node:crypto';
 import type { Authenticator, Identity } from './auth';
 import { ApiError } from './errors';
 
 export interface ValidatedToken {
   projectId: string;
+  projectName?: string;
+  projectDomainId?: string;
   userId: string;
   roles: string[];
   expiresAt: Date;
+  /** Keystone's `is_admin_project`: false for every project but the cloud's admin project, when Keystone has one configured. */
+  isAdminProject?: boolean;
 }
 
 export interface TokenValidator {
@@ -18,33 +25,83 @@ export interface TokenValidator {
   validateToken(token: string): Promise<ValidatedToken>;
 }
 
+/** The project whose `admin` role makes a global admin: by id, or else by name within a domain. */
+export interface AdminProject {
+  id?: string;
+  name?: string;
+  domainId?: string;
+}
+
 export interface KeystoneAuthOptions {
   cacheMs?: number;
+  /** How long a token Keystone refused is refused without asking again. */
+  negativeCacheMs?: number;
   maxCachedTokens?: number;
+  /** How long a validation may take before the caller gets 503. */
+  timeoutMs?: number;
+  adminProject?: AdminProject;
+  log?: { warn(obj: object, msg: string): void };
   now?: () => number;
 }
 
-export function keystoneAuthenticator(validator: TokenValidator, options: KeystoneAuthOptions = {}): Authenticator {
-  const cacheMs = options.cacheMs ?? 60_000;
-  const maxCached = options.maxCachedTokens ?? 10_000;
-  const now = options.now ?? Date.now;
-  const cache = new Map<string, { identity: Identity; until: number }>();
+/** A revoked token keeps working until its cached validation expires: never longer than this. */
+export const MAX_AUTH_CACHE_MS = 300_000;
 
-  async function validate(token: string): Promise<Identity> {
+const INVALID_TOKEN = 'The request you have made requires authentication: the token is invalid or has expired';
+const KEYSTONE_UNAVAILABLE = 'Keystone is unavailable: try again shortly';
+
+/** Keystone's bootstrap admin project: `admin` in the default domain. */
+const DEFAULT_ADMIN_PROJECT: AdminProject = { name: 'admin', domainId: 'default' };
+
+function inAdminProject(token: ValidatedToken, admin: AdminProject): boolean {
+  if (token.isAdminProject === false) return false; // Keystone knows its admin project better than our settings
+  if (admin.id !== undefined) return token.projectId === admin.id;
+  return admin.name !== undefined && token.projectName === admin.name && token.projectDomainId === (admin.domainId ?? 'default');
+}
+
+export function keystoneAuthenticator(validator: TokenValidator, options: KeystoneAuthOptions = {}): Authenticator {
+  const cacheMs = Math.min(options.cacheMs ?? 60_000, MAX_AUTH_CACHE_MS);
+  const negativeCacheMs = options.negativeCacheMs ?? 5_000;
+  const maxCached = options.maxCachedTokens ?? 10_000;
+  const timeoutMs = options.timeoutMs ?? 5_000;
+  const adminProject = options.adminProject ?? DEFAULT_ADMIN_PROJECT;
+  const now = options.now ?? Date.now;
+  // Keyed by the token's hash: the caches hold no credentials. Map order is insertion order: oldest first.
+  const cache = new Map<string, { identity?: Identity; until: number }>();
+  const validating = new Map<string, Promise<Identity>>();
+
+  function remember(key: string, entry: { identity?: Identity; until: number }): void {
+    cache.delete(key);
+    if (cache.size >= maxCached) cache.delete(cache.keys().next().value!);
+    cache.set(key, entry);
+  }
+
+  function withTimeout<T>(promise: Promise<T>): Promise<T> {
+    let timer: NodeJS.Timeout | undefined;
+    const timeout = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => reject(new Error(`no answer within ${timeoutMs} ms`)), timeoutMs);
+    });
+    return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
+  }
+
+  async function validate(key: string, token: string): Promise<Identity> {
     let validated: ValidatedToken;
     try {
-      validated = await validator.validateToken(token);
+      validated = await withTimeout(validator.validateToken(token));
     } catch (err) {
-      const status = (err as { status?: number }).status;
       // Keystone answers 404 for a token that is unknown, revoked or expired; anything else is
-      // Keystone (or our own service credentials) failing, not the caller's fault.
-      if (status === 404) throw new ApiError(401, 'The request you have made requires authentication: the token is invalid or has expired');
-      throw new ApiError(503, `cannot validate the token: Keystone is unavailable (${(err as Error).message})`);
+      // Keystone (or our own service credentials) failing, not the caller's fault. The caller
+      // learns nothing of Keystone's internals: the log has them.
+      if ((err as { status?: number }).status === 404) {
+        remember(key, { until: now() + negativeCacheMs });
+        throw new ApiError(401, INVALID_TOKEN);
+      }
+      options.log?.warn({ err }, 'Keystone token validation failed');
+      throw new ApiError(503, KEYSTONE_UNAVAILABLE);
     }
     const roles = validated.roles.map((r) => r.toLowerCase());
-    const identity: Identity = { projectId: validated.projectId, userId: validated.userId, roles, isAdmin: roles.includes('admin') };
-    if (cache.size >= maxCached) cache.delete(cache.keys().next().value!); // oldest first
-    cache.set(token, { identity, until: Math.min(now() + cacheMs, validated.expiresAt.getTime()) });
+    const identity: Identity = { projectId: validated.projectId, userId: validated.userId, roles, isAdmin: roles.includes('admin') && inAdminProject(validated, adminProject) };
+    remember(key, { identity, until: Math.min(now() + cacheMs, validated.expiresAt.getTime()) });
     return identity;
   }
 
@@ -53,10 +110,19 @@ export function keystoneAuthenticator(validator: TokenValidator, options: Keysto
       const raw = headers['x-auth-token'];
       const token = (Array.isArray(raw) ? raw[0] : raw)?.trim();
       if (!token) throw new ApiError(401, 'The request you have made requires authentication: send a Keystone token in X-Auth-Token');
-      const cached = cache.get(token);
-      if (cached && cached.until > now()) return cached.identity;
-      cache.delete(token);
-      return validate(token);
+      const key = createHash('sha256').update(token).digest('hex');
+      const cached = cache.get(key);
+      if (cached && cached.until > now()) {
+        if (!cached.identity) throw new ApiError(401, INVALID_TOKEN);
+        return cached.identity;
+      }
+      cache.delete(key);
+      let pending = validating.get(key);
+      if (!pending) {
+        pending = validate(key, token).finally(() => validating.delete(key));
+        validating.set(key, pending);
+      }
+      return pending;
     },
   };
 }

@@ -16,6 +16,7 @@ import {
 } from '@temporalio/client';
 import { ApplicationFailure, TypedSearchAttributes } from '@temporalio/common';
 import { leaseResourceTypes, newLease, type Lease, type LeaseUpdateRequest, type NewLeaseRequest } from '../domain/lease';
+import { markdownText } from '../domain/markdown';
 import { LeaseEndKey, LeaseStartKey, LeaseStatusKey, ProjectIdKey, ResourceTypesKey } from '../domain/search-attributes';
 import { admitLease, deleteLease, leaseWorkflow, leaseWorkflowId, staticSummary, updateLease } from '../../workflows/lease';
 import { ApiError, STATUS_BY_FAILURE_TYPE } from './errors';
@@ -32,18 +33,25 @@ export function requestHash(projectId: string, body: unknown): string {
   return createHash('sha256').update(JSON.stringify([projectId, body])).digest('hex');
 }
 
-/** A lease id derived from (project, Idempotency-Key): a retried request reaches the same workflow. */
-export function idempotentLeaseId(projectId: string, key: string): string {
-  const hex = createHash('sha256').update(`${projectId}\n${key}`).digest('hex');
+/**
+ * A lease id derived from (project, user, Idempotency-Key): a retried request reaches the same
+ * workflow; another user of the project using the same key gets a lease of their own.
+ */
+export function idempotentLeaseId(projectId: string, userId: string, key: string): string {
+  const hex = createHash('sha256').update(JSON.stringify([projectId, userId, key])).digest('hex');
   // Shaped as a version-4-like UUID so that clients matching UUIDs accept it.
   return `${hex.slice(0, 8)}-${hex.slice(8, 12)}-4${hex.slice(13, 16)}-${((parseInt(hex[16], 16) & 3) | 8).toString(16)}${hex.slice(17, 20)}-${hex.slice(20, 32)}`;
 }
+
+/** gRPC statuses with which Temporal refuses a request as such: INVALID_ARGUMENT, FAILED_PRECONDITION, OUT_OF_RANGE. */
+const GRPC_REFUSED_REQUEST = new Set([3, 9, 11]);
 
 function toApiError(err: unknown, timeoutMs: number): ApiError {
   if (err instanceof ApiError) return err;
   if (err instanceof WorkflowUpdateFailedError && err.cause instanceof ApplicationFailure) {
     const status = STATUS_BY_FAILURE_TYPE[err.cause.type ?? ''];
     const details: unknown = err.cause.details?.[0];
+    if (err.cause.type === 'OpenStackConfigError') return new ApiError(503, `OpenStack is not configured: ${err.cause.message}`);
     if (status) return new ApiError(status, err.cause.message, status, details && typeof details === 'object' ? (details as Record<string, unknown>) : undefined);
     return new ApiError(503, `the lease could not be changed: ${err.cause.message}`);
   }
@@ -52,7 +60,13 @@ function toApiError(err: unknown, timeoutMs: number): ApiError {
   if (err instanceof WorkflowUpdateRPCTimeoutOrCancelledError || isGrpcDeadlineError(err)) {
     return new ApiError(503, `the lease workflow did not answer within ${timeoutMs / 1000} s: is a leasekeeper worker running, and is the database up?`);
   }
-  if (isGrpcServiceError(err)) return new ApiError(503, `Temporal is unavailable: ${err.details || err.message}`);
+  if (isGrpcServiceError(err)) {
+    // The server refused the request itself (a payload or search attribute over its limits): not an outage.
+    if (GRPC_REFUSED_REQUEST.has(err.code)) {
+      return new ApiError(400, 'the workflow service refused the request: it is too large or holds a value it does not accept', 400, undefined, err);
+    }
+    return new ApiError(503, 'Temporal is unavailable: try again shortly', 503, undefined, err);
+  }
   throw err;
 }
 
@@ -73,7 +87,7 @@ export async function createLease(options: LeaseCommandOptions, request: NewLeas
     args: [{ request, requestHash: hash }],
     workflowIdConflictPolicy: idempotent ? 'USE_EXISTING' : 'FAIL',
     staticSummary: staticSummary(draft),
-    staticDetails: `Lease ${draft.id} of project ${draft.projectId}, created by user ${draft.userId}.`,
+    staticDetails: `Lease ${draft.id} of project ${markdownText(draft.projectId)}, created by user ${markdownText(draft.userId)}.`,
     typedSearchAttributes: new TypedSearchAttributes([
       { key: LeaseStatusKey, value: draft.status },
       { key: ProjectIdKey, value: draft.projectId },

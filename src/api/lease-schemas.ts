@@ -46,13 +46,21 @@ function reservationSchema(plugins: ResourcePlugins) {
   });
 }
 
-export function createLeaseSchema(plugins: ResourcePlugins) {
+/** Reservations per lease unless configured (LK_MAX_RESERVATIONS_PER_LEASE): every one costs the calendar's search work. */
+export const DEFAULT_MAX_RESERVATIONS_PER_LEASE = 50;
+
+export function createLeaseSchema(plugins: ResourcePlugins, maxReservations = DEFAULT_MAX_RESERVATIONS_PER_LEASE) {
   return z.strictObject({
     name: leaseName,
     start_date: requestDateOrNow,
     end_date: requestDate,
     before_end_date: requestDate.nullish(),
-    reservations: z.array(reservationSchema(plugins)).nullish(),
+    // Counted before any reservation is parsed: 16 000 of them must cost nothing.
+    reservations: z
+      .array(z.unknown())
+      .max(maxReservations, `at most ${maxReservations} reservations per lease`)
+      .pipe(z.array(reservationSchema(plugins)))
+      .nullish(),
     events: z.array(z.unknown()).nullish(), // accepted and ignored, as Blazar does
   });
 }
@@ -76,7 +84,7 @@ export const listLeasesQuery = z.strictObject({
   /** Leases whose window overlaps [from, to]. */
   from: requestDate.optional(),
   to: requestDate.optional(),
-});
+}).refine((q) => q.from === undefined || q.to === undefined || q.from <= q.to, { path: ['to'], message: 'must not be earlier than from' });
 
 /** The first problem, as "field: what is wrong", for Blazar's error body. */
 export function describeIssues(error: z.ZodError, prefix = ''): string {

@@ -5,15 +5,20 @@
 import { randomUUID } from 'node:crypto';
 import { Router, type Request } from 'express';
 import type { z } from 'zod';
-import type { Lease, LeaseUpdateRequest } from '../domain/lease';
-import { findLease, listLeases } from '../db/leases';
+import { newLease, type Lease, type LeaseUpdateRequest, type NewLeaseRequest } from '../domain/lease';
+import { findLease, isLeaseDeleted, leaseBatches, listLeases } from '../db/leases';
 import type { Pool } from '../db/pool';
 import type { ResourcePlugins } from '../resources/plugin';
 import { identityOf, type Identity } from './auth';
 import { toBlazarLease } from './blazar-format';
 import { ApiError } from './errors';
+import { jsonArrayParts, sendJsonParts } from './json-stream';
 import { changeLease, createLease, idempotentLeaseId, removeLease, requestHash, type LeaseCommandOptions } from './lease-commands';
 import { createLeaseSchema, describeIssues, listLeasesQuery, updateLeaseSchema } from './lease-schemas';
+import { hostPropertyQueries, refusePrivateProperties } from './private-properties';
+
+/** Leases per query of a list without `limit` (~1 KB of JSON each). */
+const LIST_BATCH_SIZE = 250;
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
@@ -37,9 +42,40 @@ async function visibleLease(pool: Pool, identity: Identity, id: string): Promise
   return lease;
 }
 
-export function leasesRouter(deps: { pool: Pool; plugins: ResourcePlugins; commands: LeaseCommandOptions; provisioningLeadMs: number }): Router {
+/** How long a member's lease may last, and how far ahead it may start (config.leaseLimits). */
+export interface LeaseLimits {
+  maxDurationMs: number;
+  maxAdvanceMs: number;
+}
+
+/** End policies that give hosts away (to every project, for good): only admins may ask for them. */
+const ADMIN_ONLY_END_POLICIES = new Set(['release']);
+
+/** Blazar's policy refusal (403), plus what was refused. */
+function refuseAdminOnlyPolicies(identity: Identity, rule: string, reservations: Array<Record<string, unknown>> = []): void {
+  if (identity.isAdmin) return;
+  reservations.forEach((fields, i) => {
+    if (typeof fields.on_end === 'string' && ADMIN_ONLY_END_POLICIES.has(fields.on_end)) {
+      throw new ApiError(403, `Policy doesn't allow ${rule} to be performed: reservations[${i}].on_end ${JSON.stringify(fields.on_end)} gives the hosts away and is for admins only.`);
+    }
+  });
+}
+
+/** Blazar's max_lease_duration (its wording), and how far ahead a start may be; admins are exempt. */
+function checkLeaseLimits(identity: Identity, limits: LeaseLimits, startMs: number, endMs: number, nowMs: number): void {
+  if (identity.isAdmin) return;
+  const seconds = (ms: number) => Math.round(ms / 1000);
+  if (endMs - startMs > limits.maxDurationMs) {
+    throw new ApiError(400, `Lease duration of ${seconds(endMs - startMs)} seconds must be less than or equal to the maximum lease duration of ${seconds(limits.maxDurationMs)} seconds.`);
+  }
+  if (startMs - nowMs > limits.maxAdvanceMs) {
+    throw new ApiError(400, `Lease start of ${seconds(startMs - nowMs)} seconds ahead must be less than or equal to the maximum advance booking of ${seconds(limits.maxAdvanceMs)} seconds.`);
+  }
+}
+
+export function leasesRouter(deps: { pool: Pool; plugins: ResourcePlugins; commands: LeaseCommandOptions; provisioningLeadMs: number; limits: LeaseLimits; maxReservationsPerLease?: number }): Router {
   const { pool, commands } = deps;
-  const createSchema = createLeaseSchema(deps.plugins);
+  const createSchema = createLeaseSchema(deps.plugins, deps.maxReservationsPerLease);
   const router = Router();
 
   router.get('/leases', async (req, res) => {
@@ -49,15 +85,20 @@ export function leasesRouter(deps: { pool: Pool; plugins: ResourcePlugins; comma
       throw new ApiError(403, 'only admins can list other projects\' leases');
     }
     if (query.marker !== undefined) await visibleLease(pool, identity, query.marker);
-    const leases = await listLeases(pool, {
+    const filter = {
       projectId: identity.isAdmin ? query.project_id : identity.projectId,
       status: query.status,
       name: query.name,
       from: query.from,
       to: query.to,
       marker: query.marker,
-      limit: query.limit,
-    });
+    };
+    if (query.limit === undefined) {
+      // Every lease, as Blazar answers (blazarclient's lease-list follows no links): streamed, memory one batch.
+      await sendJsonParts(res, jsonArrayParts('leases', leaseBatches(pool, filter, LIST_BATCH_SIZE), toBlazarLease));
+      return;
+    }
+    const leases = await listLeases(pool, { ...filter, limit: query.limit });
     const more = query.limit !== undefined && leases.length > query.limit;
     const page = more ? leases.slice(0, query.limit) : leases;
     const links = more ? [{ rel: 'next', href: nextPageHref(req, page[page.length - 1].id) }] : undefined;
@@ -72,34 +113,43 @@ export function leasesRouter(deps: { pool: Pool; plugins: ResourcePlugins; comma
     const identity = identityOf(res);
     const raw = bodyOf(req);
     const body = parse(createSchema, raw);
+    refuseAdminOnlyPolicies(identity, 'blazar:leases:post', body.reservations?.map((r) => r.params));
     const key = req.get('Idempotency-Key')?.trim();
     if (key !== undefined && (key.length === 0 || key.length > 255)) throw new ApiError(400, 'Idempotency-Key: expected 1 to 255 characters');
-    const id = key ? idempotentLeaseId(identity.projectId, key) : randomUUID();
-    const lease = await createLease(
-      commands,
-      {
-        id,
-        name: body.name,
-        projectId: identity.projectId,
-        userId: identity.userId,
-        start: body.start_date,
-        end: body.end_date,
-        beforeEnd: body.before_end_date ?? undefined,
-        provisioningLeadMs: deps.provisioningLeadMs,
-        // A retry with the same Idempotency-Key reaches the first request's workflow, with its reservation ids.
-        reservations: (body.reservations ?? []).map((r) => ({ id: randomUUID(), resource_type: r.resource_type, params: r.params })),
-        requestedMs: Date.now(),
-      },
-      requestHash(identity.projectId, raw),
-      key !== undefined,
-    );
+    const id = key ? idempotentLeaseId(identity.projectId, identity.userId, key) : randomUUID();
+    const request: NewLeaseRequest = {
+      id,
+      name: body.name,
+      projectId: identity.projectId,
+      userId: identity.userId,
+      start: body.start_date,
+      end: body.end_date,
+      beforeEnd: body.before_end_date ?? undefined,
+      provisioningLeadMs: deps.provisioningLeadMs,
+      // A retry with the same Idempotency-Key reaches the first request's workflow, with its reservation ids.
+      reservations: (body.reservations ?? []).map((r) => ({ id: randomUUID(), resource_type: r.resource_type, params: r.params })),
+      requestedMs: Date.now(),
+    };
+    const draft = newLease(request); // Blazar's date rules (400) before the deployment's limits
+    checkLeaseLimits(identity, deps.limits, draft.startMs, draft.endMs, request.requestedMs);
+    await refusePrivateProperties(pool, identity, hostPropertyQueries(body.reservations ?? []));
+    if (key && (await isLeaseDeleted(pool, id))) throw new ApiError(410, `Lease ${id}, created with this Idempotency-Key, was deleted: use another key for a new lease`);
+    const lease = await createLease(commands, request, requestHash(identity.projectId, raw), key !== undefined);
     res.status(201).json({ lease: toBlazarLease(lease) });
   });
 
   router.put('/leases/:id', async (req, res) => {
     const identity = identityOf(res);
     const body = parse(updateLeaseSchema, bodyOf(req));
+    refuseAdminOnlyPolicies(identity, 'blazar:leases:put', body.reservations);
     const current = await visibleLease(pool, identity, req.params.id);
+    if (body.start_date !== undefined || body.end_date !== undefined) {
+      const nowMs = Date.now();
+      const dateOf = (date: number | 'now' | undefined, currentMs: number) => (date === 'now' ? nowMs : date ?? currentMs);
+      checkLeaseLimits(identity, deps.limits, dateOf(body.start_date, current.startMs), dateOf(body.end_date, current.endMs), nowMs);
+    }
+    const changedTypes = (body.reservations ?? []).map((change) => ({ resource_type: current.reservations.find((r) => r.id === change.id)?.resource_type ?? '', params: change }));
+    await refusePrivateProperties(pool, identity, hostPropertyQueries(changedTypes));
     const update: LeaseUpdateRequest = {
       name: body.name,
       start: body.start_date,

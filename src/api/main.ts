@@ -10,6 +10,7 @@ import { connectTemporal } from '../temporal';
 import { createApp } from './app';
 import { noAuth } from './auth';
 import { keystoneAuthenticator } from './keystone-auth';
+import { createApiServer } from './server';
 
 async function main(): Promise<void> {
   const config = loadConfigOrExit();
@@ -20,11 +21,16 @@ async function main(): Promise<void> {
   const openstack = lazyOpenStackClients({ logger: (event) => log.debug(event, 'openstack request') });
   // Keystone mode validates callers' tokens with our own service credentials (OS_CLOUD / OS_*).
   const authenticator =
-    config.api.authStrategy === 'keystone' ? keystoneAuthenticator({ validateToken: (token) => openstack().keystone.validateToken(token) }, { cacheMs: config.api.authCacheMs }) : noAuth;
+    config.api.authStrategy === 'keystone'
+      ? keystoneAuthenticator(
+          { validateToken: (token) => openstack().keystone.validateToken(token, { timeoutMs: config.api.authTimeoutMs }) },
+          { cacheMs: config.api.authCacheMs, timeoutMs: config.api.authTimeoutMs, adminProject: config.api.adminProject, log },
+        )
+      : noAuth;
   if (config.api.authStrategy === 'keystone') openstack(); // fail at start, not at the first request, when credentials are missing
   const app = createApp({ config, log, pool, connection, client, plugins: productionPlugins({ pool, config, openstack, openstackForProject: projectScopedClients() }), openstack, authenticator });
 
-  const server: Server = app.listen(config.api.port, config.api.host, () => {
+  const server: Server = createApiServer(app, config.api.server).listen(config.api.port, config.api.host, () => {
     log.info({ url: `http://${config.api.host}:${config.api.port}` }, 'api listening');
   });
   server.on('error', (err) => {

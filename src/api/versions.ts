@@ -1,10 +1,13 @@
 import { Router, type RequestHandler } from 'express';
 
-/** `GET /` and `GET /versions`: Blazar answers 300 Multiple Choices with its one version. */
-export function versionsRouter(): Router {
+/**
+ * `GET /` and `GET /versions`: Blazar answers 300 Multiple Choices with its one version. The links
+ * use the configured public URL (LK_PUBLIC_URL), never the caller's Host header: a forged Host must
+ * not make the API hand out links to another site.
+ */
+export function versionsRouter(publicUrl: string): Router {
   const router = Router();
-  const handler: RequestHandler = (req, res) => {
-    const base = `${req.protocol}://${req.get('host') ?? '127.0.0.1'}`;
+  const handler: RequestHandler = (_req, res) => {
     res.status(300).json({
       versions: [
         {
@@ -12,7 +15,7 @@ export function versionsRouter(): Router {
           status: 'CURRENT',
           min_version: '1.0',
           max_version: '1.0',
-          links: [{ rel: 'self', href: `${base}/v1/` }],
+          links: [{ rel: 'self', href: `${publicUrl}/v1/` }],
         },
       ],
     });

@@ -56,3 +56,35 @@ export function isDatabaseUnavailable(err: unknown): boolean {
   // node-postgres reports a connection cut mid-query, or a pool that could not connect in time, by message only.
   return typeof message === 'string' && /Connection terminated|timeout exceeded when trying to connect|not queryable|terminating connection/i.test(message);
 }
+
+/**
+ * Conflicts that callers rely on (the calendar's exclusion constraint, unique names): they are
+ * races or answers, handled where they happen, never "bad data".
+ */
+const EXPECTED_CONFLICTS = new Set(['23505', '23P01']);
+const DATA_ERROR_DESCRIPTIONS: Record<string, string> = {
+  '22001': 'a text is too long',
+  '22003': 'a number is out of range',
+  '22007': 'a date is not valid',
+  '22008': 'a date is out of range',
+  '22021': 'a text contains a character that cannot be stored (NUL or invalid Unicode)',
+  '22P02': 'a value has the wrong form (invalid text, number or JSON)',
+  '22P05': 'a text contains a character that cannot be stored (NUL or invalid Unicode)',
+  '23502': 'a required value is missing',
+  '23503': 'it refers to something that no longer exists',
+  '23514': 'a value breaks a rule of the database',
+  '54000': 'a value is too large',
+};
+
+/**
+ * When PostgreSQL refused a query because of the values in it (SQLSTATE class 22 data exceptions,
+ * class 23 integrity violations other than the expected conflicts, class 54 limits): trying again
+ * cannot succeed. Answers a short description for callers (no SQL, no values), else undefined.
+ */
+export function databaseDataError(err: unknown): string | undefined {
+  if (typeof err !== 'object' || err === null) return undefined;
+  const { code, severity } = err as { code?: unknown; severity?: unknown };
+  // `severity` tells a PostgreSQL error from a Node error with a code (ECONNRESET…).
+  if (typeof code !== 'string' || typeof severity !== 'string' || !/^(22|23|54)/.test(code) || EXPECTED_CONFLICTS.has(code)) return undefined;
+  return DATA_ERROR_DESCRIPTIONS[code] ?? 'a value is not valid';
+}

@@ -46,7 +46,8 @@ export function assignHosts(requests: HostRequest[], free: Set<string>, preferen
   const candidates = requests.map((r) => ordered.filter((id) => r.matches(id)));
   const taken = new Set<string>();
   const result = new Map<string, string[]>(requests.map((r) => [r.reservationId, []]));
-  if (!minimumsFeasible(requests, candidates, taken, result)) return undefined;
+  const minimums = new MinimumsWitness(candidates, taken);
+  if (!minimums.reach(requests.map((r) => r.min))) return undefined;
   // First every minimum (in request order), then top up to the maximums.
   for (const phase of ['min', 'max'] as const) {
     requests.forEach((request, i) => {
@@ -56,11 +57,8 @@ export function assignHosts(requests: HostRequest[], free: Set<string>, preferen
         if (mine.length >= target) break;
         if (taken.has(host)) continue;
         taken.add(host);
-        mine.push(host);
-        if (!minimumsFeasible(requests, candidates, taken, result)) {
-          taken.delete(host);
-          mine.pop();
-        }
+        if (minimums.take(i, host, mine.length < request.min)) mine.push(host);
+        else taken.delete(host);
       }
     });
   }
@@ -68,54 +66,234 @@ export function assignHosts(requests: HostRequest[], free: Set<string>, preferen
 }
 
 /**
- * Whether every request can still reach its minimum with hosts not yet taken: a bipartite
- * b-matching, checked with augmenting paths (Ford–Fulkerson on unit host capacities).
+ * Whether every request can still reach its minimum with hosts not yet taken: a flow from each
+ * request (capacity: its minimum still missing) to its untaken candidate hosts (capacity 1),
+ * kept as a witness — the hosts set aside for each request — and grown by augmenting paths.
+ * Capacities, not one slot per host needed: memory and time do not grow with `min`, and a
+ * request's minimum larger than its candidates fails at once.
  */
-function minimumsFeasible(requests: HostRequest[], candidates: string[][], taken: Set<string>, assigned: Map<string, string[]>): boolean {
-  const slots: number[] = []; // one entry per still-needed host, holding its request index
-  requests.forEach((request, i) => {
-    const missing = request.min - assigned.get(request.reservationId)!.length;
-    for (let k = 0; k < missing; k++) slots.push(i);
-  });
-  const slotOf = new Map<string, number>(); // host → slot index
-  function augment(slot: number, seen: Set<string>): boolean {
-    for (const host of candidates[slots[slot]]) {
-      if (taken.has(host) || seen.has(host)) continue;
+class MinimumsWitness {
+  /** Host → the request it is set aside for. */
+  private readonly owner = new Map<string, number>();
+  /** Per request, the hosts set aside for it: exactly its minimum still missing. */
+  private readonly held: Array<Set<string>>;
+
+  constructor(
+    private readonly candidates: string[][],
+    private readonly taken: Set<string>,
+  ) {
+    this.held = candidates.map(() => new Set());
+  }
+
+  /** Sets aside `missing[i]` hosts for every request i; false when that is impossible. */
+  reach(missing: number[]): boolean {
+    const reachable = new Set(this.candidates.flat().filter((host) => !this.taken.has(host)));
+    if (missing.reduce((sum, n) => sum + n, 0) > reachable.size) return false; // not enough hosts at all
+    return missing.every((count, i) => count <= this.candidates[i].length && this.grow(i, count));
+  }
+
+  /**
+   * Request i takes `host` (already added to `taken`), lowering its missing minimum when `needed`.
+   * True when every minimum stays reachable; otherwise the witness is left as it was.
+   */
+  take(i: number, host: string, needed: boolean): boolean {
+    const holder = this.owner.get(host);
+    if (holder !== undefined) this.release(host);
+    // i needs one host fewer: it gives up one it held (unless it just gave up `host` itself).
+    const dropped = needed && holder !== i ? this.held[i].values().next().value : undefined;
+    if (dropped !== undefined) this.release(dropped);
+    if (holder === undefined || holder === i || this.augment(holder, new Set())) return true;
+    if (dropped !== undefined) this.hold(dropped, i);
+    this.hold(host, holder);
+    return false;
+  }
+
+  private grow(i: number, count: number): boolean {
+    for (let k = 0; k < count; k++) if (!this.augment(i, new Set())) return false;
+    return true;
+  }
+
+  /** One more host for request i, moving other requests' hosts along a path (Kuhn); changes nothing when it fails. */
+  private augment(i: number, seen: Set<string>): boolean {
+    for (const host of this.candidates[i]) {
+      if (this.taken.has(host) || seen.has(host)) continue;
       seen.add(host);
-      const holder = slotOf.get(host);
-      if (holder === undefined || augment(holder, seen)) {
-        slotOf.set(host, slot);
+      const holder = this.owner.get(host);
+      if (holder === undefined || this.augment(holder, seen)) {
+        if (holder !== undefined) this.release(host);
+        this.hold(host, i);
         return true;
       }
     }
     return false;
   }
-  return slots.every((_, slot) => augment(slot, new Set()));
+
+  private hold(host: string, i: number): void {
+    this.owner.set(host, i);
+    this.held[i].add(host);
+  }
+
+  private release(host: string): void {
+    this.held[this.owner.get(host)!].delete(host);
+    this.owner.delete(host);
+  }
+}
+
+/** Whether the minimums fit together on `free` hosts (the first step of assignHosts, alone). */
+function minimumsFit(requests: HostRequest[], free: Iterable<string>): boolean {
+  const hosts = [...free];
+  return new MinimumsWitness(
+    requests.map((r) => hosts.filter((id) => r.matches(id))),
+    new Set(),
+  ).reach(requests.map((r) => r.min));
 }
 
 /** Whether all requests fit together over [start, end). */
 export function fitsAt(requests: HostRequest[], calendar: CalendarSnapshot, start: number, end: number): boolean {
-  return assignHosts(requests, freeHosts(calendar, start, end), calendar.hostIds) !== undefined;
+  return minimumsFit(requests, freeHosts(calendar, start, end));
 }
 
 /**
- * The earliest start ≥ `from` at which the same requests fit for `durationMs`, or undefined if
- * they never do (not enough matching hosts at all). Only `from` and the ends of blocked
- * intervals can be the answer: availability changes nowhere else.
+ * Whether the requests could fit at all with every host free: each minimum within its matching
+ * hosts, and all minimums within the hosts matching any of them. Cheap; searches start with it.
  */
+export function canEverFit(requests: HostRequest[], hostIds: string[]): boolean {
+  const matching = requests.map((r) => hostIds.filter((id) => r.matches(id)).length);
+  const matchingAny = hostIds.filter((id) => requests.some((r) => r.matches(id))).length;
+  return requests.every((r, i) => r.min <= matching[i]) && requests.reduce((sum, r) => sum + r.min, 0) <= matchingAny;
+}
+
+export interface EarliestSearchLimits {
+  /**
+   * How much matching work the search may do (about host × request pairs examined) before it
+   * gives up: a request must not hold the event loop (~100 ms). Unlimited by default.
+   */
+  workBudget?: number;
+  /** Maps a candidate start to the first acceptable one at or after it (e.g. the next whole minute). Monotonic. */
+  align?: (ms: number) => number;
+}
+
+export interface EarliestSearch {
+  /** The earliest start found, if any. */
+  start: number | undefined;
+  /** The search stopped on its work budget before trying every candidate start (`start` is then undefined). */
+  cutShort: boolean;
+  /** How many candidate starts it went through, and the last one. */
+  tried: number;
+  lastTried: number | undefined;
+}
+
+/**
+ * The earliest start ≥ `from` at which the requests fit for `durationMs`. Only `from` and the
+ * ends of blocked intervals (aligned) can be the answer: availability changes nowhere else.
+ * One sweep over the candidate starts in order, keeping per host how many blocked intervals
+ * overlap the window [start, start + duration + cleaning): intervals enter by start and leave by
+ * end, each once (n log n for the sorts). The matching runs only when a host became free since
+ * the last failed try (with fewer free hosts a failed request still fails).
+ */
+export function searchEarliestFit(requests: HostRequest[], calendar: CalendarSnapshot, from: number, durationMs: number, limits: EarliestSearchLimits = {}): EarliestSearch {
+  const align = limits.align ?? ((ms: number) => ms);
+  const budget = limits.workBudget ?? Infinity;
+  const none: EarliestSearch = { start: undefined, cutShort: false, tried: 0, lastTried: undefined };
+  if (!canEverFit(requests, calendar.hostIds)) return none;
+  const relevantIds = calendar.hostIds.filter((id) => requests.some((r) => r.matches(id)));
+  const indexOf = new Map(relevantIds.map((id, i) => [id, i]));
+  const blocked = calendar.blocked.filter((b) => indexOf.has(b.hostId));
+  // Typed arrays and plain loops: 100 000 intervals in a few ms, and the sweep touches only numbers.
+  const hostOf = new Int32Array(blocked.length);
+  const startOf = new Float64Array(blocked.length);
+  const endOf = new Float64Array(blocked.length);
+  const candidates = new Float64Array(blocked.length + 1);
+  let count = 0;
+  candidates[count++] = align(from);
+  for (let i = 0; i < blocked.length; i++) {
+    hostOf[i] = indexOf.get(blocked[i].hostId)!;
+    startOf[i] = blocked[i].start;
+    endOf[i] = blocked[i].end;
+    if (endOf[i] > from && Number.isFinite(endOf[i])) candidates[count++] = align(endOf[i]);
+  }
+  const starts = uniqueSorted(candidates.subarray(0, count));
+  const byStart = orderOf(startOf);
+  const byEnd = orderOf(endOf);
+  const windowMs = durationMs + calendar.cleaningMs;
+  const overlapping = new Int32Array(relevantIds.length); // per host: blocked intervals overlapping the window
+  const neededHosts = requests.reduce((sum, r) => sum + r.min, 0);
+  let freeCount = relevantIds.length;
+  let gainedSinceTry = true;
+  let entered = 0;
+  let left = 0;
+  let work = 0;
+  let tried = 0;
+  for (const start of starts) {
+    if (work > budget) return { start: undefined, cutShort: true, tried, lastTried: starts[tried - 1] };
+    tried++;
+    for (; entered < byStart.length && startOf[byStart[entered]] < start + windowMs; entered++) {
+      if (++overlapping[hostOf[byStart[entered]]] === 1) freeCount--;
+    }
+    // Every interval ending by `start` began before it, so it has entered already.
+    for (; left < byEnd.length && endOf[byEnd[left]] <= start; left++) {
+      if (--overlapping[hostOf[byEnd[left]]] === 0) {
+        freeCount++;
+        gainedSinceTry = true;
+      }
+    }
+    work += 1;
+    if (!gainedSinceTry || freeCount < neededHosts) continue;
+    gainedSinceTry = false;
+    const free = relevantIds.filter((_, i) => overlapping[i] === 0);
+    work += free.length * requests.length;
+    if (minimumsFit(requests, free)) return { start, cutShort: false, tried, lastTried: start };
+  }
+  return { ...none, tried, lastTried: starts[tried - 1] };
+}
+
+/** The distinct values, ascending. */
+function uniqueSorted(values: Float64Array): Float64Array {
+  const sorted = values.slice().sort();
+  let kept = 0;
+  for (let i = 0; i < sorted.length; i++) if (i === 0 || sorted[i] !== sorted[kept - 1]) sorted[kept++] = sorted[i];
+  return sorted.subarray(0, kept);
+}
+
+/**
+ * The indices of `keys` in ascending order of their keys. A comparator sort of 100 000 indices
+ * takes V8 hundreds of ms; this sorts the numbers natively and places each index by binary search.
+ */
+function orderOf(keys: Float64Array): Uint32Array {
+  const sorted = keys.slice().sort();
+  const placed = new Uint32Array(keys.length); // per first position of a value: how many of it are placed
+  const order = new Uint32Array(keys.length);
+  for (let i = 0; i < keys.length; i++) {
+    let lo = 0;
+    let hi = sorted.length;
+    while (lo < hi) {
+      const mid = (lo + hi) >>> 1;
+      if (sorted[mid] < keys[i]) lo = mid + 1;
+      else hi = mid;
+    }
+    order[lo + placed[lo]++] = i;
+  }
+  return order;
+}
+
+/** The earliest start ≥ `from` at which the same requests fit for `durationMs`, or undefined if they never do. Exact, unbounded. */
 export function earliestFit(requests: HostRequest[], calendar: CalendarSnapshot, from: number, durationMs: number): number | undefined {
-  const starts = [...new Set([from, ...calendar.blocked.map((b) => b.end).filter((end) => end > from && Number.isFinite(end))])].sort((a, b) => a - b);
-  return starts.find((start) => fitsAt(requests, calendar, start, start + durationMs));
+  return searchEarliestFit(requests, calendar, from, durationMs).start;
 }
 
 /**
  * The longest lease (ms) that fits starting at `start` (Infinity if nothing ever blocks it,
  * 0 if nothing fits at all). Candidate lengths end where a blocking interval begins, less the
- * cleaning gap; fitting only gets harder as the lease grows, so a binary search is exact.
+ * cleaning gap; fitting only gets harder as the lease grows, so a binary search is exact
+ * (log n matchings over n bookings).
  */
 export function longestFit(requests: HostRequest[], calendar: CalendarSnapshot, start: number): number {
-  const lengths = [...new Set(calendar.blocked.map((b) => b.start - calendar.cleaningMs - start).filter((length) => length > 0))].sort((a, b) => a - b);
-  const horizon = Math.max(start, ...calendar.blocked.map((b) => (Number.isFinite(b.end) ? b.end : b.start))) + 1;
+  if (!canEverFit(requests, calendar.hostIds)) return 0;
+  const lengths = uniqueSorted(Float64Array.from(calendar.blocked.map((b) => b.start - calendar.cleaningMs - start).filter((length) => length > 0)));
+  // A loop, not Math.max(...): 100 000 arguments overflow the stack.
+  let horizon = start;
+  for (const b of calendar.blocked) horizon = Math.max(horizon, Number.isFinite(b.end) ? b.end : b.start);
+  horizon += 1;
   if (fitsAt(requests, calendar, start, horizon)) return Infinity;
   let lo = 0;
   let hi = lengths.length - 1;

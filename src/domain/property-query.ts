@@ -14,6 +14,9 @@ export type PropertyQuery =
 
 const COMPARISONS = new Set<string>(['==', '=', '!=', '>=', '<=', '>', '<']);
 
+/** Deeper queries are refused: real ones are a few levels deep, and every step over a query recurses. */
+export const MAX_QUERY_DEPTH = 32;
+
 export class PropertyQueryError extends Error {
   override readonly name = 'PropertyQueryError';
 }
@@ -26,34 +29,46 @@ export function parsePropertyQuery(input: unknown): PropertyQuery {
     try {
       value = JSON.parse(input) as unknown;
     } catch {
-      throw new PropertyQueryError(`not valid JSON: ${input}`);
+      throw new PropertyQueryError(`not valid JSON: ${shown(input)}`);
     }
   }
   if (Array.isArray(value) && value.length === 0) return { kind: 'any' };
-  return parseNode(value);
+  return parseNode(value, 1);
 }
 
-function parseNode(node: unknown): PropertyQuery {
+/** A part of a query for an error message: short, whatever its size. */
+function shown(node: unknown): string {
+  let text: string;
+  try {
+    text = JSON.stringify(node) ?? String(node);
+  } catch {
+    return 'a value too deeply nested to show'; // JSON.stringify overflows the stack first
+  }
+  return text.length > 120 ? `${text.slice(0, 117)}...` : text;
+}
+
+function parseNode(node: unknown, depth: number): PropertyQuery {
+  if (depth > MAX_QUERY_DEPTH) throw new PropertyQueryError(`the query is nested too deeply (at most ${MAX_QUERY_DEPTH} levels)`);
   if (!Array.isArray(node) || node.length === 0 || typeof node[0] !== 'string') {
-    throw new PropertyQueryError(`expected ["op", "$key", "value"] or ["and", …], got ${JSON.stringify(node)}`);
+    throw new PropertyQueryError(`expected ["op", "$key", "value"] or ["and", …], got ${shown(node)}`);
   }
   const [op, ...args] = node as [string, ...unknown[]];
   if (op === 'and' || op === 'or') {
     if (args.length === 0) throw new PropertyQueryError(`"${op}" needs at least one query`);
-    return { kind: op, parts: args.map(parseNode) };
+    return { kind: op, parts: args.map((arg) => parseNode(arg, depth + 1)) };
   }
   if (op === 'not') {
     if (args.length !== 1) throw new PropertyQueryError('"not" takes exactly one query');
-    return { kind: 'not', part: parseNode(args[0]) };
+    return { kind: 'not', part: parseNode(args[0], depth + 1) };
   }
   if (!COMPARISONS.has(op)) throw new PropertyQueryError(`unknown operator ${JSON.stringify(op)} (use == = != >= <= > < and or not)`);
-  if (args.length !== 2) throw new PropertyQueryError(`${JSON.stringify(node)}: a comparison is ["${op}", "$key", "value"]`);
+  if (args.length !== 2) throw new PropertyQueryError(`${shown(node)}: a comparison is ["${op}", "$key", "value"]`);
   const [key, operand] = args;
   if (typeof key !== 'string' || !key.startsWith('$') || key.length < 2) {
-    throw new PropertyQueryError(`${JSON.stringify(node)}: the second element must name a property, like "$memory_mb"`);
+    throw new PropertyQueryError(`${shown(node)}: the second element must name a property, like "$memory_mb"`);
   }
   if (typeof operand !== 'string' && typeof operand !== 'number' && typeof operand !== 'boolean') {
-    throw new PropertyQueryError(`${JSON.stringify(node)}: the value must be a string or a number`);
+    throw new PropertyQueryError(`${shown(node)}: the value must be a string or a number`);
   }
   return { kind: 'compare', op: op as Comparison, key: key.slice(1), value: String(operand) };
 }

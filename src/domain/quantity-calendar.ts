@@ -25,17 +25,20 @@ export interface QuantityProvider {
 /** Per resource class, the highest total booked at any instant of [from, to) by these bookings (of one provider). */
 export function peakUsage(bookings: readonly QuantityBooking[], from: number, to: number): Record<string, number> {
   const inside = bookings.filter((b) => b.start < to && from < b.end);
+  // One sweep over the bookings' starts and ends (n log n): the total only rises where a booking
+  // begins (or at `from`); at the same instant an end comes first, [start, end) being half-open.
+  const events = inside.flatMap((b) => [
+    { at: Math.max(b.start, from), sign: 1, amounts: b.amounts },
+    { at: b.end, sign: -1, amounts: b.amounts },
+  ]);
+  events.sort((x, y) => x.at - y.at || x.sign - y.sign);
+  const total: Record<string, number> = {};
   const peak: Record<string, number> = {};
-  // The total only rises where a booking begins: the peak is at `from` or at one of those starts.
-  const instants = [from, ...inside.map((b) => b.start).filter((t) => t > from)];
-  for (const instant of instants) {
-    const total: Record<string, number> = {};
-    for (const b of inside) {
-      if (b.start <= instant && instant < b.end) {
-        for (const [resourceClass, amount] of Object.entries(b.amounts)) total[resourceClass] = (total[resourceClass] ?? 0) + amount;
-      }
+  for (const { sign, amounts } of events) {
+    for (const [resourceClass, amount] of Object.entries(amounts)) {
+      total[resourceClass] = (total[resourceClass] ?? 0) + sign * amount;
+      if (sign > 0) peak[resourceClass] = Math.max(peak[resourceClass] ?? 0, total[resourceClass]);
     }
-    for (const [resourceClass, amount] of Object.entries(total)) peak[resourceClass] = Math.max(peak[resourceClass] ?? 0, amount);
   }
   return peak;
 }
@@ -75,11 +78,54 @@ export function loadWith(provider: QuantityProvider, bookings: readonly Quantity
   return load;
 }
 
+export interface QuantitySearchLimits {
+  /** How many bookings the search may examine before it gives up: a request must not hold the event loop (~100 ms). Unlimited by default. */
+  workBudget?: number;
+  /** Maps a candidate instant to the first acceptable one at or after it (e.g. the lease start on a whole minute). Monotonic. */
+  align?: (ms: number) => number;
+}
+
+export interface QuantitySearch {
+  fit: { start: number; providerId: string } | undefined;
+  /** Stopped on its work budget before trying every candidate instant (`fit` is then undefined). */
+  cutShort: boolean;
+  tried: number;
+  lastTried: number | undefined;
+}
+
 /**
  * The earliest start ≥ `from` at which some provider can take `request` for `durationMs`, and on
- * which provider; undefined if none ever can. A fit can only begin at `from` or where a booking
- * ends, so those are the only instants tried.
+ * which provider. A fit can only begin at `from` or where a booking ends (aligned), so those are
+ * the only instants tried; each try looks at the provider's own bookings only.
  */
+export function searchEarliestQuantityFit(
+  providers: readonly QuantityProvider[],
+  bookings: readonly QuantityBooking[],
+  request: Amounts,
+  from: number,
+  durationMs: number,
+  limits: QuantitySearchLimits = {},
+): QuantitySearch {
+  const align = limits.align ?? ((ms: number) => ms);
+  const budget = limits.workBudget ?? Infinity;
+  const byProvider = new Map<string, QuantityBooking[]>(providers.map((p) => [p.id, []]));
+  for (const b of bookings) byProvider.get(b.providerId)?.push(b);
+  const instants = [...new Set([align(from), ...bookings.filter((b) => b.end > from && b.end !== Infinity && byProvider.has(b.providerId)).map((b) => align(b.end))])].sort((a, b) => a - b);
+  let work = 0;
+  let tried = 0;
+  for (const start of instants) {
+    if (work > budget) return { fit: undefined, cutShort: true, tried, lastTried: instants[tried - 1] };
+    tried++;
+    for (const provider of providers) {
+      const own = byProvider.get(provider.id)!;
+      work += own.length + 1;
+      if (fits(provider, own, request, start, start + durationMs)) return { fit: { start, providerId: provider.id }, cutShort: false, tried, lastTried: start };
+    }
+  }
+  return { fit: undefined, cutShort: false, tried, lastTried: instants[tried - 1] };
+}
+
+/** The earliest start ≥ `from` at which some provider can take `request` for `durationMs` (exact, unbounded); undefined if none ever can. */
 export function earliestQuantityFit(
   providers: readonly QuantityProvider[],
   bookings: readonly QuantityBooking[],
@@ -87,28 +133,32 @@ export function earliestQuantityFit(
   from: number,
   durationMs: number,
 ): { start: number; providerId: string } | undefined {
-  const instants = [...new Set([from, ...bookings.map((b) => b.end).filter((t) => t > from && t !== Infinity)])].sort((a, b) => a - b);
-  for (const start of instants) {
-    const provider = providers.find((p) => fits(p, bookings, request, start, start + durationMs));
-    if (provider) return { start, providerId: provider.id };
-  }
-  return undefined;
+  return searchEarliestQuantityFit(providers, bookings, request, from, durationMs).fit;
 }
 
-/** How long from `from` the request fits on the best provider (Infinity: for ever; 0: not at all). */
+/**
+ * How long from `from` the request fits on the best provider (Infinity: for ever; 0: not at all).
+ * Per provider one sweep (n log n): the fit can only break where a booking on it begins.
+ */
 export function longestQuantityFit(providers: readonly QuantityProvider[], bookings: readonly QuantityBooking[], request: Amounts, from: number): number {
   let best = 0;
+  const wanted = Object.entries(request).filter(([, amount]) => amount > 0);
   for (const provider of providers) {
-    if (!fits(provider, bookings, request, from, from + 1)) continue;
-    // The fit can only break where a booking on this provider begins.
-    const starts = bookings
-      .filter((b) => b.providerId === provider.id && b.start > from)
-      .map((b) => b.start)
-      .sort((a, b) => a - b);
+    const own = bookings.filter((b) => b.providerId === provider.id && b.end > from);
+    const total: Record<string, number> = {};
+    const add = (amounts: Amounts, sign: number) => {
+      for (const [resourceClass, amount] of Object.entries(amounts)) total[resourceClass] = (total[resourceClass] ?? 0) + sign * amount;
+    };
+    const overflows = () => wanted.some(([resourceClass, amount]) => (total[resourceClass] ?? 0) + amount > (provider.capacity[resourceClass] ?? 0));
+    for (const b of own) if (b.start <= from) add(b.amounts, 1);
+    if (overflows()) continue;
+    const events = own.flatMap((b) => [...(b.start > from ? [{ at: b.start, sign: 1, amounts: b.amounts }] : []), ...(b.end !== Infinity ? [{ at: b.end, sign: -1, amounts: b.amounts }] : [])]);
+    events.sort((x, y) => x.at - y.at || x.sign - y.sign); // at one instant ends first: [start, end)
     let until = Infinity;
-    for (const start of starts) {
-      if (!fits(provider, bookings, request, from, start + 1)) {
-        until = start;
+    for (const { at, sign, amounts } of events) {
+      add(amounts, sign);
+      if (sign > 0 && overflows()) {
+        until = at;
         break;
       }
     }

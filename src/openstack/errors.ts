@@ -190,3 +190,29 @@ export async function ignoreNotFound<T>(promise: Promise<T>): Promise<T | undefi
     throw error;
   }
 }
+
+const URL_PATTERN = /\b[a-z][a-z0-9+.-]*:\/\/[^\s"'<>()]+/gi;
+// A host name starts with a letter (so that times such as 12:03 stay).
+const HOST_PORT_PATTERN = /\b(?:\d{1,3}(?:\.\d{1,3}){3}|[a-z][a-z0-9-]*(?:\.[a-z0-9-]+)*):\d{2,5}\b/gi;
+const IPV4_PATTERN = /\b\d{1,3}(?:\.\d{1,3}){3}\b/g;
+const MAX_PUBLIC_REASON = 200;
+
+/** A text from a cloud with what locates its internals (URLs, host:port, IP addresses) taken out, and kept short. */
+export function withoutInternals(text: string): string {
+  const cleaned = text.replace(URL_PATTERN, '<url>').replace(HOST_PORT_PATTERN, '<host>').replace(IPV4_PATTERN, '<host>').replace(/\s+/g, ' ').trim();
+  return cleaned.length > MAX_PUBLIC_REASON ? `${cleaned.slice(0, MAX_PUBLIC_REASON - 1)}…` : cleaned;
+}
+
+/**
+ * What a caller (or a lease's status_reason) may see of an OpenStack failure: the service, the
+ * error's class and HTTP status, and the service's own short reason without internal addresses.
+ * The full message (method, URL, request id) is for the log.
+ */
+export function publicMessage(error: OpenStackError): string {
+  // The clients append where the call went: " (<service> <METHOD> <url> → <status>…)" or "<service> <METHOD> <url>: …".
+  const located = error.message.lastIndexOf(` (${error.service} ${error.method} `);
+  let reason = located >= 0 ? error.message.slice(0, located) : error.message;
+  const prefix = `${error.service} ${error.method} ${error.url}`;
+  if (reason.startsWith(prefix)) reason = reason.slice(prefix.length).replace(/^:\s*/, '');
+  return `${error.service} ${error.name}${error.status === undefined ? '' : ` (HTTP ${error.status})`}: ${withoutInternals(reason) || 'no reason given'}`;
+}

@@ -1,4 +1,4 @@
-/** Glance (image API v2): show, list with filters (all pages), delete, and waiting for an image. */
+/** Glance (image API v2): create, show, list with filters (all pages), delete, image members, and waiting for an image. */
 import { NotFoundError } from './errors';
 import { type CallOptions, type QueryParams, ServiceHttp, type Session, seg } from './http';
 import { pollUntil } from './wait';
@@ -31,6 +31,29 @@ export interface Image {
   [property: string]: unknown;
 }
 
+/** A project an image is shared with (visibility `shared`). */
+export interface ImageMember {
+  image_id: string;
+  member_id: string;
+  /** Only changes whether the image is listed for the member: a member may use it in any status. */
+  status: 'pending' | 'accepted' | 'rejected';
+  created_at: string;
+  updated_at: string;
+}
+
+/** `POST /v2/images`: the record only (no data is uploaded). */
+export interface CreateImageRequest {
+  name?: string;
+  visibility?: ImageVisibility;
+  disk_format?: string;
+  container_format?: string;
+  min_disk?: number;
+  min_ram?: number;
+  tags?: string[];
+  /** Free-form properties. */
+  [property: string]: unknown;
+}
+
 export interface ListImagesFilters {
   name?: string;
   status?: ImageStatus;
@@ -50,6 +73,10 @@ export class GlanceClient {
 
   constructor(session: Session) {
     this.http = new ServiceHttp('image', session, { versionPath: '/v2' });
+  }
+
+  async createImage(request: CreateImageRequest, options: CallOptions = {}): Promise<Image> {
+    return this.http.post<Image>('/images', request, options);
   }
 
   async getImage(id: string, options: CallOptions = {}): Promise<Image> {
@@ -72,6 +99,26 @@ export class GlanceClient {
 
   async deleteImage(id: string, options: CallOptions = {}): Promise<void> {
     await this.http.delete(`/images/${seg(id)}`, options);
+  }
+
+  /** The image's membership of one project; NotFoundError when the image is not shared with it. */
+  async getImageMember(imageId: string, projectId: string, options: CallOptions = {}): Promise<ImageMember> {
+    return this.http.get<ImageMember>(`/images/${seg(imageId)}/members/${seg(projectId)}`, undefined, options);
+  }
+
+  /** Shares a `shared` image with a project (by its owner; the member starts `pending`). */
+  async addImageMember(imageId: string, projectId: string, options: CallOptions = {}): Promise<ImageMember> {
+    return this.http.post<ImageMember>(`/images/${seg(imageId)}/members`, { member: projectId }, options);
+  }
+
+  /** Withdraws the share (by the image's owner). */
+  async removeImageMember(imageId: string, projectId: string, options: CallOptions = {}): Promise<void> {
+    await this.http.delete(`/images/${seg(imageId)}/members/${seg(projectId)}`, options);
+  }
+
+  /** The member project accepts, rejects (or resets to pending) a share. */
+  async updateImageMember(imageId: string, projectId: string, status: ImageMember['status'], options: CallOptions = {}): Promise<ImageMember> {
+    return this.http.put<ImageMember>(`/images/${seg(imageId)}/members/${seg(projectId)}`, { status }, options);
   }
 
   /**

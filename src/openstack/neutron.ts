@@ -169,6 +169,18 @@ export interface MinimumBandwidthRule {
   qos_policy_id?: string;
 }
 
+/** A Neutron RBAC policy: `object_type`'s object `object_id` is shared (`action`) with `target_tenant` (a project, or `*` for all). */
+export interface RbacPolicy {
+  id: string;
+  /** `network`, `qos_policy`, `security_group`, `address_scope`, `subnetpool`, … */
+  object_type: string;
+  object_id: string;
+  /** `access_as_shared`, or `access_as_external` (networks). */
+  action: string;
+  target_tenant: string;
+  project_id: string;
+}
+
 export interface Agent {
   id: string;
   agent_type: string;
@@ -202,6 +214,23 @@ export class NeutronClient {
 
   async deleteNetwork(id: string, options: CallOptions = {}): Promise<void> {
     await this.http.delete(`/networks/${seg(id)}`, options);
+  }
+
+  // --- RBAC policies ------------------------------------------------------------------------------
+
+  async listRbacPolicies(
+    filters: { object_type?: string; object_id?: string; action?: string; target_tenant?: string } = {},
+    options: CallOptions = {},
+  ): Promise<RbacPolicy[]> {
+    return (await this.http.get<{ rbac_policies: RbacPolicy[] }>('/rbac-policies', filters, options)).rbac_policies;
+  }
+
+  async createRbacPolicy(request: { object_type: string; object_id: string; action: string; target_tenant: string }, options: CallOptions = {}): Promise<RbacPolicy> {
+    return (await this.http.post<{ rbac_policy: RbacPolicy }>('/rbac-policies', { rbac_policy: request }, options)).rbac_policy;
+  }
+
+  async deleteRbacPolicy(id: string, options: CallOptions = {}): Promise<void> {
+    await this.http.delete(`/rbac-policies/${seg(id)}`, options);
   }
 
   // --- subnets -------------------------------------------------------------------------------------

@@ -142,6 +142,17 @@ export const SCENARIOS: Record<string, (api: Api) => Promise<string>> = {
     await waitFor(api, earlier.body.lease.id, 'GONE');
     return body.lease.id;
   },
+  'predecessor-tells-waiting-successor': async (api) => {
+    // The earlier lease's end outlasts the later lease's start (its end hook waits twice): the later
+    // lease waits in STARTING and is told when the earlier one has recorded its end.
+    const earlier = await api('POST', '/v1/leases', { name: 'slow-end', start_date: 'now', end_date: inSeconds(2), reservations: [{ ...reservation, end_waits: 2 }] });
+    const later = await api('POST', '/v1/leases', { name: 'waits-for-slow-end', start_date: inSeconds(3), end_date: inSeconds(5), reservations: [reservation] });
+    await waitFor(api, earlier.body.lease.id, 'TERMINATED');
+    await waitFor(api, later.body.lease.id, 'TERMINATED');
+    await api('DELETE', `/v1/leases/${later.body.lease.id}`);
+    await api('DELETE', `/v1/leases/${earlier.body.lease.id}`);
+    return earlier.body.lease.id;
+  },
   'failed-hold': async (api) => {
     const { body } = await api('POST', '/v1/leases', {
       name: 'failed-hold',

@@ -7,6 +7,8 @@
  */
 import fs from 'node:fs';
 import path from 'node:path';
+import { parseRequestDate } from '../../src/api/blazar-format';
+import { reuseStart } from '../../src/domain/lease';
 import { KeystoneSession, openStackClients, type Network } from '../../src/openstack';
 import { bandwidthPlugin } from '../../src/resources/bandwidth';
 import { virtualServerPlugin } from '../../src/resources/virtual-server';
@@ -230,11 +232,13 @@ describe('bandwidth leases in Neutron and Placement', () => {
     const overlapping = await bandwidthLease(inSeconds(1.5 * hour), inSeconds(2.5 * hour), big);
     expect(overlapping.status).toBe(409);
     expect(overlapping.body.error_message).toContain(`not enough room for 1 port(s) of 600000 kbps on network ${network.name}`);
-    expect(overlapping.body.earliest_start).toBe(first.body.lease.end_date.replace('T', ' ').slice(0, 19));
+    // The first lease ends at a time with seconds (inSeconds): the earliest start is the next whole minute.
+    expect(overlapping.body.earliest_start).toBe(reuseStart(parseRequestDate(first.body.lease.end_date)!));
     const after = await bandwidthLease(overlapping.body.earliest_start, overlapping.body.earliest_end, big);
     expect(after.status).toBe(201);
-    // Two that fit together (2 × 400 000 ≤ 1 000 000) are admitted side by side.
-    expect((await bandwidthLease(inSeconds(3 * hour), inSeconds(4 * hour), { egress_kbps: 400_000, ...onHost('fake-3') })).status).toBe(201);
-    expect((await bandwidthLease(inSeconds(3 * hour), inSeconds(4 * hour), { egress_kbps: 400_000, ...onHost('fake-3') })).status).toBe(201);
+    // Two that fit together (2 × 400 000 ≤ 1 000 000) are admitted side by side, after `after` (which
+    // began on the whole minute after the first's end, so it ends up to a minute past 3 h from now).
+    expect((await bandwidthLease(inSeconds(3 * hour + 60), inSeconds(4 * hour), { egress_kbps: 400_000, ...onHost('fake-3') })).status).toBe(201);
+    expect((await bandwidthLease(inSeconds(3 * hour + 60), inSeconds(4 * hour), { egress_kbps: 400_000, ...onHost('fake-3') })).status).toBe(201);
   }, 120_000);
 });

@@ -19,6 +19,8 @@ describe('host lease end policies in Nova', () => {
   let stack: TestStack;
   let api: ReturnType<typeof apiClient>;
   let asA: ReturnType<typeof apiClient>;
+  /** An admin working in project A: only admins may give hosts away (`on_end: release`). */
+  let asAdminOfA: ReturnType<typeof apiClient>;
   let hostId: string;
 
   const aggregateNamed = async (name: string) => (await admin.nova.listAggregates()).find((a) => a.name === name);
@@ -44,6 +46,7 @@ describe('host lease end policies in Nova', () => {
     api = apiClient(stack.url);
     const projectAId = (await new KeystoneSession({ credentials: rigCredentials('leasekeeper-project-a') }).authenticate()).projectId;
     asA = apiClient(stack.url, { 'x-project-id': projectAId, 'x-user-id': 'user-a' });
+    asAdminOfA = apiClient(stack.url, { 'x-project-id': projectAId, 'x-user-id': 'user-a', 'x-roles': 'admin' });
     const enrolled = await api('POST', '/v1/os-hosts', { name: HOST });
     expect(enrolled.status).toBe(201);
     hostId = enrolled.body.host.id;
@@ -64,8 +67,8 @@ describe('host lease end policies in Nova', () => {
   });
 
   /** A lease of project A on the host, active, with one of A's servers running in its zone. */
-  async function activeLeaseWithServer(params: Record<string, unknown>): Promise<{ id: string; server: Server }> {
-    const created = await asA('POST', '/v1/leases', {
+  async function activeLeaseWithServer(params: Record<string, unknown>, caller = asA): Promise<{ id: string; server: Server }> {
+    const created = await caller('POST', '/v1/leases', {
       name: uniqueName('policy'),
       start_date: inSeconds(3),
       end_date: inSeconds(7200),
@@ -116,7 +119,7 @@ describe('host lease end policies in Nova', () => {
   }, 240_000);
 
   it('release: host and server go to the shared cloud at once; the host is no longer reservable until enrolled again', async () => {
-    const { id, server } = await activeLeaseWithServer({ on_end: 'release' });
+    const { id, server } = await activeLeaseWithServer({ on_end: 'release' }, asAdminOfA);
     expect((await asA('PUT', `/v1/leases/${id}`, { end_date: 'now' })).status).toBe(200);
     await eventually(async () => ((await statusOf(id)) === 'TERMINATED' ? true : undefined), 60_000);
     expect(await hostsOf(aggregates.released)).toEqual([HOST]);

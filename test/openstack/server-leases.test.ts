@@ -9,6 +9,8 @@
  */
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
+import { parseRequestDate } from '../../src/api/blazar-format';
+import { reuseStart } from '../../src/domain/lease';
 import { KeystoneSession, openStackClients, projectScopedClients, serverHost, type Flavor, type OpenStackClients, type Server } from '../../src/openstack';
 import { virtualServerPlugin } from '../../src/resources/virtual-server';
 import { findServer } from '../../activities/servers';
@@ -130,7 +132,7 @@ describe('server leases in Nova', () => {
     const toCreate = { flavor_id: tiny.id, image_id: image.id, networks: 'none' };
     const missingFlavor = await asA('POST', '/v1/leases', { name: uniqueName('vm'), start_date: inSeconds(600), end_date: inSeconds(900), reservations: [{ resource_type: 'virtual:server', ...toCreate, flavor_id: 'no-such-flavor' }] });
     expect(missingFlavor.status).toBe(400);
-    expect(missingFlavor.body.error_message).toBe('flavor no-such-flavor not found');
+    expect(missingFlavor.body.error_message).toBe(`flavor_id: flavor no-such-flavor not found or not visible to project ${projectAId}`);
     const both = await asA('POST', '/v1/leases', { name: uniqueName('vm'), start_date: inSeconds(600), end_date: inSeconds(900), reservations: [{ resource_type: 'virtual:server', ...toCreate, server_id: image.id }] });
     expect(both.status).toBe(400);
     expect(both.body.error_message).toContain('give either server_id, or flavor_id and image_id (with networks), not both');
@@ -169,7 +171,8 @@ describe('server leases in Nova', () => {
     const overlapping = await serverLease(second.id, inSeconds(1.5 * hour), inSeconds(2.5 * hour), onHost('fake-3'));
     expect(overlapping.status).toBe(409);
     expect(overlapping.body.error_message).toMatch(/not enough room for server .* on any of 1 matching host/);
-    expect(overlapping.body.earliest_start).toBe(one.body.lease.end_date.replace('T', ' ').slice(0, 19));
+    // The first lease ends at a time with seconds (inSeconds): the earliest start is the next whole minute.
+    expect(overlapping.body.earliest_start).toBe(reuseStart(parseRequestDate(one.body.lease.end_date)!));
 
     const after = await serverLease(second.id, overlapping.body.earliest_start, overlapping.body.earliest_end, onHost('fake-3'));
     expect(after.status).toBe(201);

@@ -1,5 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { Client, Pool } from 'pg';
+import { migrate } from '../../src/db/migrate';
 
 function serverUrl(database: string, server = process.env.DATABASE_URL ?? ''): string {
   const url = new URL(server);
@@ -37,5 +38,24 @@ export async function createTestDatabase(server?: string): Promise<TestDatabase>
       await pool.end();
       await adminQuery(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`, server);
     },
+  };
+}
+
+/**
+ * For a test file (or describe block) that needs only a migrated database: creates it before the
+ * tests and drops it after them; the returned function gives it to the tests.
+ */
+export function useMigratedTestDatabase(): () => TestDatabase {
+  let db: TestDatabase | undefined;
+  beforeAll(async () => {
+    db = await createTestDatabase();
+    await migrate(db.pool);
+  });
+  afterAll(async () => {
+    await db?.drop();
+  });
+  return () => {
+    if (!db) throw new Error('the test database is not ready: useMigratedTestDatabase() must be called in a describe block, outside the tests');
+    return db;
   };
 }

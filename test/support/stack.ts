@@ -8,6 +8,7 @@ import type { Worker } from '@temporalio/worker';
 import pino from 'pino';
 import { createApp } from '../../src/api/app';
 import type { Authenticator } from '../../src/api/auth';
+import { createApiServer } from '../../src/api/server';
 import type { Config } from '../../src/config';
 import { migrate } from '../../src/db/migrate';
 import type { OpenStackClients } from '../../src/openstack';
@@ -51,7 +52,7 @@ export async function startTestStack(options: TestStackOptions = {}): Promise<Te
   // LK_TEST_API_LOG=error (or info…) shows the API's log when a test needs explaining.
   const app = createApp({ config, log: pino({ level: process.env.LK_TEST_API_LOG ?? 'silent' }), pool: db.pool, connection: temporal.connection, client: temporal.client, plugins: registry, openstack, authenticator });
   const server: Server = await new Promise((resolve) => {
-    const s = app.listen(0, '127.0.0.1', () => resolve(s));
+    const s = createApiServer(app, config.api.server).listen(0, '127.0.0.1', () => resolve(s));
   });
 
   let worker: Worker | undefined;

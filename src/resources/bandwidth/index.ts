@@ -25,9 +25,10 @@ import {
 import { bindPorts, deletePorts, ensurePorts, recordAllocation, unbindPorts } from '../../../activities/ports';
 import { invalidLease } from '../../domain/lease';
 import type { Pool } from '../../db/pool';
-import { NotFoundError, resourceRequestGroups, type AllocationsByProvider, type NeutronClient, type PlacementClient } from '../../openstack';
+import { resourceRequestGroups, type AllocationsByProvider, type NeutronClient, type PlacementClient } from '../../openstack';
 import type { ReservationContext, ResourcePlugin, StartStep, StepOutcome } from '../plugin';
 import { providerQuery, QuantityCalendar, traitProperties, type CapacityProvider, type QuantityRequest } from '../quantity-calendar';
+import { networkVisibleTo } from '../visibility';
 import { bandwidthParams, customTrait, type BandwidthParams } from './params';
 
 export const NETWORK_BANDWIDTH = 'network:bandwidth';
@@ -115,12 +116,9 @@ export function bandwidthPlugin(deps: BandwidthDeps): ResourcePlugin {
   async function requestFor(ctx: ReservationContext): Promise<QuantityRequest> {
     const params = bandwidthParams.parse(ctx.reservation.params);
     const { neutron } = deps.cloud();
-    const network = await neutron.getNetwork(params.network_id).catch((err: unknown) => {
-      if (err instanceof NotFoundError) throw invalidLease(`network ${params.network_id} not found`);
-      throw err;
-    });
     // Another project's private network is reported as missing.
-    if (network.project_id !== ctx.projectId && !network.shared) throw invalidLease(`network ${params.network_id} not found`);
+    const network = await networkVisibleTo(neutron, params.network_id, ctx.projectId);
+    if (!network) throw invalidLease(`network ${params.network_id} not found`);
     const physnet = network['provider:physical_network'];
     if (!physnet) throw invalidLease(`network ${params.network_id} has no physical network: guaranteed bandwidth needs a flat or VLAN network`);
     const traits = [customTrait('PHYSNET', physnet), customTrait('VNIC_TYPE', params.vnic_type)];

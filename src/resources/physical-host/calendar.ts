@@ -7,13 +7,13 @@
  */
 import { createHash } from 'node:crypto';
 import { DatabaseError, type PoolClient } from 'pg';
-import { leaseConflict, invalidLease, requestDate as when, type Reservation } from '../../domain/lease';
+import { leaseConflict, invalidLease, requestDate as when, reuseEnd, reuseStart, wholeMinuteDown, wholeMinuteUp, type Reservation } from '../../domain/lease';
 import {
   assignHosts,
-  earliestFit,
   freeHosts,
   longestFit,
   preferenceOrder,
+  searchEarliestFit,
   type Blocked,
   type CalendarSnapshot,
   type HostRequest,
@@ -52,6 +52,17 @@ interface AllocationRow {
 
 /** SQL for a booking's new blocked end (`end` + cleaning `ms`), except that a `release` booking stays blocked for good. */
 const KEEP_UNBOUNDED = (end: string, cleaningMs: string) => `CASE WHEN upper_inf(blocks) THEN NULL ELSE ${end} + ${cleaningMs} * interval '1 millisecond' END`;
+
+/**
+ * The matching work (about host × request pairs examined) one earliest-slot search may do: with
+ * 1 000 hosts and 100 000 bookings an unbounded search could hold the event loop for seconds, and
+ * everyone else's requests with it. This keeps one search under ~100 ms (bench:calendar); past it,
+ * the answer says how far it looked.
+ */
+export const SEARCH_WORK_BUDGET = 2_000_000;
+
+/** A request that can never fit, in the details the API hands back (nothing to retry with). */
+const NEVER_FITS = { earliest_start: null, earliest_end: null, longest_end: null };
 
 const isExclusionViolation = (err: unknown) => err instanceof DatabaseError && err.code === '23P01';
 /** Lost a race with a concurrent booking: exclusion violation, or a deadlock between two of them. */
@@ -156,6 +167,7 @@ export class HostCalendar {
     // A `release` reservation keeps its hosts for good: only hosts with nothing booked later will do.
     const releasing = reservations.filter((r) => this.endPolicy(r) === 'release');
     const bookedLater = releasing.length ? new Set((await this.snapshot(client, hosts, ctx.startMs, null, lead)).blocked.filter((b) => b.end > ctx.startMs).map((b) => b.hostId)) : new Set<string>();
+    this.refuseMoreThanEnrolled(reservations, hosts);
     const requests = reservations.map((r) => this.request(r, hosts, releasing.includes(r) ? bookedLater : undefined));
     const previouslyHeld = [...new Set(existing.map((row) => row.host_id))];
     const preference = [...previouslyHeld, ...preferenceOrder(calendar, Date.now(), this.settings.randomChoice ? shuffle : undefined)];
@@ -192,8 +204,8 @@ export class HostCalendar {
       const latestEnd = rows[0] ? rows[0].next_ms - this.settings.cleaningMs : undefined;
       throw leaseConflict(
         `cannot extend lease ${ctx.leaseName} to ${when(ctx.endMs)}: host ${rows[0]?.hypervisor_hostname ?? '?'} is booked from ${rows[0] ? when(rows[0].next_ms) : '?'}` +
-          (latestEnd !== undefined ? `; the latest possible end is ${when(latestEnd)}` : ''),
-        { latest_end: latestEnd !== undefined ? when(latestEnd) : null },
+          (latestEnd !== undefined ? `; the latest possible end is ${reuseEnd(latestEnd)}` : ''),
+        { latest_end: latestEnd !== undefined ? reuseEnd(latestEnd) : null },
       );
     }
   }
@@ -209,7 +221,11 @@ export class HostCalendar {
     return withConnection(this.pool, async (client) => {
       const calendar = await this.snapshot(client, matching, from - this.settings.cleaningMs, to, this.settings.provisioningLeadMs ?? 0, true);
       const blockedByHost = new Map<string, Blocked[]>();
-      for (const b of calendar.blocked) blockedByHost.set(b.hostId, [...(blockedByHost.get(b.hostId) ?? []), b]);
+      for (const b of calendar.blocked) {
+        const own = blockedByHost.get(b.hostId);
+        if (own) own.push(b);
+        else blockedByHost.set(b.hostId, [b]);
+      }
       return matching
         .map((host) => {
           const blocked = (blockedByHost.get(host.id) ?? []).sort((a, b) => a.start - b.start);
@@ -226,14 +242,21 @@ export class HostCalendar {
     });
   }
 
-  /** Where a lease of these reservations could go: the earliest fit from `start`, and the longest from `start`. */
-  async search(reservations: Reservation[], start: number, durationMs: number): Promise<{ earliest?: number; longestMs: number }> {
+  /**
+   * Where a lease of these reservations could go: the earliest fit from `start` (on a whole minute,
+   * within the search budget: `cutShort` when it gave up, having looked until `searchedUntil`), and
+   * the longest from `start`.
+   */
+  async search(reservations: Reservation[], start: number, durationMs: number): Promise<{ earliest?: number; longestMs: number; cutShort: boolean; tried: number; searchedUntil?: number }> {
     const hosts = await this.reservableHosts();
-    const requests = reservations.filter((r) => r.resource_type === PHYSICAL_HOST).map((r) => this.request(r, hosts));
+    const hostReservations = reservations.filter((r) => r.resource_type === PHYSICAL_HOST);
+    this.refuseMoreThanEnrolled(hostReservations, hosts);
+    const requests = hostReservations.map((r) => this.request(r, hosts));
     const candidates = hosts.filter((h) => requests.some((r) => r.matches(h.id)));
     return withConnection(this.pool, async (client) => {
       const future = await this.snapshot(client, candidates, start, null, this.settings.provisioningLeadMs ?? 0, true);
-      return { earliest: earliestFit(requests, future, start, durationMs), longestMs: longestFit(requests, future, start) };
+      const earliest = searchEarliestFit(requests, future, start, durationMs, { align: wholeMinuteUp, workBudget: SEARCH_WORK_BUDGET });
+      return { earliest: earliest.start, longestMs: longestFit(requests, future, start), cutShort: earliest.cutShort, tried: earliest.tried, searchedUntil: earliest.lastTried };
     });
   }
 
@@ -279,6 +302,21 @@ export class HostCalendar {
     }
   }
 
+  /**
+   * Refuses, before any search (and before matching every host against every reservation), a
+   * reservation asking for more hosts than are enrolled: it can never fit.
+   */
+  private refuseMoreThanEnrolled(reservations: Reservation[], hosts: HostRecord[]): void {
+    const tooMany = reservations.find((r) => physicalHostParams.parse(r.params).min > hosts.length);
+    if (!tooMany) return;
+    const request = this.request(tooMany, hosts);
+    const matching = hosts.filter((h) => request.matches(h.id)).length;
+    throw leaseConflict(
+      `it never fits: reservation ${tooMany.id} needs at least ${request.min} host(s) (${matching} match its properties); only ${hosts.length} reservable host(s) are enrolled.`,
+      NEVER_FITS,
+    );
+  }
+
   private endPolicy(reservation: Reservation): EndPolicy {
     return endPolicyOf(physicalHostParams.parse(reservation.params), this.settings.onEndDefault);
   }
@@ -289,7 +327,7 @@ export class HostCalendar {
     const hypervisorQuery = parsePropertyQuery(params.hypervisor_properties);
     const resourceQuery = parsePropertyQuery(params.resource_properties);
     checkKeys(hypervisorQuery, new Set(HYPERVISOR_FIELDS), 'hypervisor_properties');
-    checkKeys(resourceQuery, new Set(hosts.flatMap((h) => Object.keys(h.capabilities))), 'resource_properties');
+    checkKeys(resourceQuery, new Set(hosts.flatMap((h) => Object.keys(h.capabilities))), 'resource_properties', new Set(hosts.flatMap((h) => h.private_capabilities)));
     const matching = new Set(
       hosts
         .filter((h) => !excluded?.has(h.id) && matchesQuery(hypervisorQuery, hypervisorProperties(h)) && matchesQuery(resourceQuery, h.capabilities))
@@ -324,20 +362,25 @@ export class HostCalendar {
   private async explainShortage(client: PoolClient, hosts: HostRecord[], requests: HostRequest[], ctx: ReservationContext, releasing = false) {
     const future = await this.snapshot(client, hosts, ctx.startMs, null, ctx.provisioningLeadMs);
     const duration = ctx.endMs - ctx.startMs;
-    const earliest = earliestFit(requests, future, ctx.startMs, duration);
+    const search = searchEarliestFit(requests, future, ctx.startMs, duration, { align: wholeMinuteUp, workBudget: SEARCH_WORK_BUDGET });
+    const earliest = search.start;
+    // Handed back for reuse: whole minutes (the start is one already), the end rounded down so that it still fits.
+    const earliestEnd = earliest !== undefined ? wholeMinuteDown(earliest + duration) : undefined;
     const longest = longestFit(requests, future, ctx.startMs);
+    const longestEnd = longest > 0 && longest !== Infinity && wholeMinuteDown(ctx.startMs + longest) > ctx.startMs ? wholeMinuteDown(ctx.startMs + longest) : undefined;
     const free = freeHosts(future, ctx.startMs, ctx.endMs);
     const short = requests
       .map((r) => `at least ${r.min} host(s) matching reservation ${r.reservationId} (${hosts.filter((h) => r.matches(h.id)).length} match, ${hosts.filter((h) => r.matches(h.id) && free.has(h.id)).length} free)`)
       .join('; ');
     const parts = [`not enough hosts free from ${when(ctx.startMs)} to ${when(ctx.endMs)}: needs ${short}`];
-    if (earliest !== undefined) parts.push(`the same lease fits from ${when(earliest)} to ${when(earliest + duration)}`);
+    if (earliest !== undefined && earliestEnd !== undefined) parts.push(`the same lease fits from ${reuseStart(earliest)} to ${reuseEnd(earliestEnd)}`);
+    else if (search.cutShort) parts.push(`no fit found within the first ${search.tried} candidate starts (until ${when(search.lastTried!)}): try a later start`);
     else parts.push(releasing ? 'it never fits: on_end "release" needs hosts with nothing booked after its start' : 'it never fits: not enough hosts match');
-    if (longest > 0 && longest !== Infinity) parts.push(`from the requested start it fits until ${when(ctx.startMs + longest)}`);
+    if (longestEnd !== undefined) parts.push(`from the requested start it fits until ${reuseEnd(longestEnd)}`);
     return leaseConflict(`${parts.join('; ')}.`, {
-      earliest_start: earliest !== undefined ? when(earliest) : null,
-      earliest_end: earliest !== undefined ? when(earliest + duration) : null,
-      longest_end: longest > 0 && longest !== Infinity ? when(ctx.startMs + longest) : null,
+      earliest_start: earliest !== undefined ? reuseStart(earliest) : null,
+      earliest_end: earliestEnd !== undefined ? reuseEnd(earliestEnd) : null,
+      longest_end: longestEnd !== undefined ? reuseEnd(longestEnd) : null,
     });
   }
 }
@@ -347,9 +390,11 @@ function bookingKey(ctx: ReservationContext, reservations: Reservation[]): strin
   return createHash('sha256').update(JSON.stringify([ctx.startMs, ctx.endMs, reservations.map((r) => [r.id, r.params])])).digest('hex').slice(0, 32);
 }
 
-function checkKeys(query: PropertyQuery, known: Set<string>, field: string): void {
+/** A 400 for keys not in `known`; keys in `unlisted` (private capabilities) are never named among the known ones. */
+export function checkKeys(query: PropertyQuery, known: Set<string>, field: string, unlisted: Set<string> = new Set()): void {
   const unknown = queryKeys(query).filter((key) => !known.has(key));
   if (unknown.length > 0) {
-    throw invalidLease(`${field}: unknown property ${unknown.map((k) => `$${k}`).join(', ')} (known: ${[...known].sort().map((k) => `$${k}`).join(', ') || 'none'})`);
+    const listed = [...known].filter((k) => !unlisted.has(k)).sort();
+    throw invalidLease(`${field}: unknown property ${unknown.map((k) => `$${k}`).join(', ')} (known: ${listed.map((k) => `$${k}`).join(', ') || 'none'})`);
   }
 }

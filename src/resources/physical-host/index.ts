@@ -152,6 +152,8 @@ export function physicalHostPlugin(deps: PhysicalHostDeps): ResourcePlugin {
       }
     }),
     async reserve(ctx) {
+      // Without OpenStack credentials the lease could never start: refused now (OpenStackConfigError, 503 naming the setting).
+      if (deps.cloud !== 'calendar-only') deps.cloud();
       const hosts = await calendar.book(ctx);
       const aggregate = leaseAggregateFor(ctx.reservation.id);
       return {

@@ -8,7 +8,7 @@ import { ensureAggregate } from '../../../activities/host-aggregates';
 import { ConflictError, ignoreNotFound, NotFoundError, type Aggregate, type NovaClient } from '../../openstack';
 import { leaseConflict, invalidLease, type Lease } from '../../domain/lease';
 import { parsePropertyQuery, queryKeys } from '../../domain/property-query';
-import { listHosts, type HostRecord } from '../../db/hosts';
+import { isHostId, listHosts, type HostRecord } from '../../db/hosts';
 import type { Pool } from '../../db/pool';
 import { inTransaction } from '../../db/transaction';
 
@@ -133,7 +133,7 @@ export class HostInventory {
   }
 
   async get(id: string): Promise<HostRecord> {
-    const host = /^\d+$/.test(id) ? (await listHosts(this.pool, { id }))[0] : undefined;
+    const host = isHostId(id) ? (await listHosts(this.pool, { id }))[0] : undefined;
     if (!host) throw notFound(`Host ${id} not found`);
     return host;
   }

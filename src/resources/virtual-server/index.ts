@@ -27,10 +27,11 @@ import {
 import { invalidLease } from '../../domain/lease';
 import type { Amounts } from '../../domain/quantity-calendar';
 import type { Pool } from '../../db/pool';
-import { NotFoundError, serverHost, type GlanceClient, type NovaClient, type PlacementClient, type Server } from '../../openstack';
+import { serverHost, type GlanceClient, type NeutronClient, type NovaClient, type PlacementClient, type Server } from '../../openstack';
 import type { ReservationContext, ResourcePlugin, StartOutcome } from '../plugin';
 import { providerQuery, QuantityCalendar, traitProperties, type CapacityProvider, type QuantityBookingRow, type QuantityRequest } from '../quantity-calendar';
-import { virtualServerParams } from './params';
+import { flavorVisibleTo, imageVisibleTo, networkVisibleTo } from '../visibility';
+import { virtualServerParams, type VirtualServerParams } from './params';
 
 export const VIRTUAL_SERVER = 'virtual:server';
 const KIND = 'compute';
@@ -41,7 +42,7 @@ export type HostFullPolicy = 'move' | 'fail';
 
 export interface VirtualServerDeps {
   pool: Pool;
-  cloud: () => { nova: NovaClient; placement: PlacementClient; glance: GlanceClient };
+  cloud: () => { nova: NovaClient; placement: PlacementClient; glance: GlanceClient; neutron: NeutronClient };
   /** Nova in a lessee's project, to create servers there (flavor_id + image_id); unset: that form is refused. */
   projectCloud?: (projectId: string) => { nova: NovaClient };
   settings?: {
@@ -187,6 +188,24 @@ export function virtualServerPlugin(deps: VirtualServerDeps): ResourcePlugin {
     return found.find((s) => s.metadata.leasekeeper_reservation === ctx.reservation.id && s.status !== 'DELETED');
   }
 
+  /**
+   * The flavor, image and networks of a server to create, as the lessee's project sees them: the
+   * server is created there with the service user's admin role, which would see every project's.
+   * Missing and invisible are answered alike (another project's private things are not confirmed).
+   * Returns the flavor; `fail` makes the error (invalid lease at admission, final failure at the start).
+   */
+  async function usableByLessee(params: VirtualServerParams, projectId: string, fail: (message: string) => Error): Promise<{ name: string; footprint: Amounts }> {
+    const { nova, glance, neutron } = deps.cloud();
+    const hidden = (field: string, what: string, id: string) => fail(`${field}: ${what} ${id} not found or not visible to project ${projectId}`);
+    const [flavor, image] = await Promise.all([flavorVisibleTo(nova, params.flavor_id!, projectId), imageVisibleTo(glance, params.image_id!, projectId)]);
+    if (!flavor) throw hidden('flavor_id', 'flavor', params.flavor_id!);
+    if (!image) throw hidden('image_id', 'image', params.image_id!);
+    for (const networkId of Array.isArray(params.networks) ? params.networks : []) {
+      if (!(await networkVisibleTo(neutron, networkId, projectId))) throw hidden('networks', 'network', networkId);
+    }
+    return { name: flavor.name, footprint: flavorFootprint({ ...flavor, ephemeral: flavor['OS-FLV-EXT-DATA:ephemeral'] }) };
+  }
+
   /** The reservation's server id: given, or created at the start (undefined before). */
   async function serverIdOf(ctx: ReservationContext): Promise<string | undefined> {
     const params = virtualServerParams.parse(ctx.reservation.params);
@@ -227,6 +246,8 @@ export function virtualServerPlugin(deps: VirtualServerDeps): ResourcePlugin {
       server = undefined;
     }
     if (!server) {
+      // Again at the start: a share withdrawn since the admission no longer lets the lessee use them.
+      await usableByLessee(params, ctx.projectId, (message) => ApplicationFailure.nonRetryable(message, 'NotVisibleToLessee'));
       const created = await deps.projectCloud(ctx.projectId).nova.createServer({
         name: createdServerName(ctx.reservation.id),
         flavorRef: params.flavor_id!,
@@ -252,7 +273,7 @@ export function virtualServerPlugin(deps: VirtualServerDeps): ResourcePlugin {
 
     async reserve(ctx) {
       const params = virtualServerParams.parse(ctx.reservation.params);
-      const { nova, glance } = deps.cloud();
+      const { nova } = deps.cloud();
       const running = ctx.leaseStatus !== 'PENDING'; // an active lease's server is running: it is only re-booked
       let server: Server | undefined;
       let flavor: { name: string; footprint: Amounts };
@@ -264,16 +285,11 @@ export function virtualServerPlugin(deps: VirtualServerDeps): ResourcePlugin {
           throw invalidLease(`server ${params.server_id} is ${server.status}: only a server that is ${LEASABLE_STATUSES.join(', ')} can be leased`);
         }
         flavor = { name: server.flavor.original_name, footprint: flavorFootprint(server.flavor) };
+      } else if (running) {
+        // Its server exists already: the booked flavor stays, and nothing more is created.
+        flavor = { name: allocationOf(ctx).flavor ?? params.flavor_id!, footprint: allocationOf(ctx).footprint ?? {} };
       } else {
-        const found = await nova.getFlavor(params.flavor_id!).catch((err: unknown) => {
-          if (err instanceof NotFoundError) throw invalidLease(`flavor ${params.flavor_id} not found`);
-          throw err;
-        });
-        await glance.getImage(params.image_id!).catch((err: unknown) => {
-          if (err instanceof NotFoundError) throw invalidLease(`image ${params.image_id} not found`);
-          throw err;
-        });
-        flavor = { name: found.name, footprint: flavorFootprint({ ...found, ephemeral: found['OS-FLV-EXT-DATA:ephemeral'] }) };
+        flavor = await usableByLessee(params, ctx.projectId, invalidLease);
       }
       await refreshProviders();
       const footprint = allocationOf(ctx).footprint ?? flavor.footprint;

@@ -1,0 +1,13 @@
+/** Lease rows written straight into PostgreSQL, as the workflows write them, without their workflows: for list tests and benchmarks. */
+import type { Pool } from 'pg';
+import type { Lease } from '../../src/domain/lease';
+
+export async function insertLeaseRows(pool: Pool, leases: Lease[]): Promise<void> {
+  await pool.query(
+    `INSERT INTO leases (id, name, project_id, user_id, status, start_at, end_at, version, document, created_at, updated_at)
+     SELECT l.id, l.name, l.project_id, l.user_id, l.status, to_timestamp(l.start_ms / 1000.0), to_timestamp(l.end_ms / 1000.0), 1, l.document,
+            to_timestamp(l.created_ms / 1000.0), to_timestamp(l.created_ms / 1000.0)
+     FROM jsonb_to_recordset($1::jsonb) AS l(id uuid, name text, project_id text, user_id text, status text, start_ms float8, end_ms float8, created_ms float8, document jsonb)`,
+    [JSON.stringify(leases.map((l) => ({ id: l.id, name: l.name, project_id: l.projectId, user_id: l.userId, status: l.status, start_ms: l.startMs, end_ms: l.endMs, created_ms: l.createdMs, document: l })))],
+  );
+}
