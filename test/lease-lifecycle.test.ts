@@ -1,4 +1,6 @@
 import { formatLeaseDate } from '../src/api/blazar-format';
+import type { ApiError } from '../src/api/errors';
+import { changeLease } from '../src/api/lease-commands';
 import { LeaseStatusKey } from '../src/domain/search-attributes';
 import { getLease, leaseWorkflowId } from '../workflows/lease';
 import { RecordingPlugin } from './support/recording-plugin';
@@ -214,6 +216,13 @@ describe('lease lifecycle on the real Temporal server', () => {
     expect([earlier.status, later.status]).toEqual([201, 201]);
     await waitForStatus(earlier.body.lease.id, 'ACTIVE');
     await waitForStatus(later.body.lease.id, 'STARTING'); // waits for the earlier lease's end, an hour away
+    // A change now would queue behind that wait, past the request's deadline: refused at once instead.
+    const rename = await api('PUT', `/v1/leases/${later.body.lease.id}`, { name: 'renamed-while-waiting' });
+    expect(rename).toEqual({ status: 409, body: { error_code: 409, error_name: 409, error_message: 'Invalid lease status. Lease later is STARTING: try again once it is ACTIVE.' } });
+    // The workflow's own validator says the same to a caller that goes past the API (or read a stale row).
+    const commands = { client: stack.temporal.client, taskQueue: stack.config.temporal.taskQueue, timeoutMs: 20_000 };
+    const direct = await changeLease(commands, later.body.lease.id, { name: 'renamed-directly' }).then(() => undefined, (err: unknown) => err as ApiError);
+    expect([direct?.status, direct?.message]).toEqual([409, 'Invalid lease status. Lease later is STARTING: try again once it is ACTIVE.']);
     const asked = Date.now();
     expect((await api('DELETE', `/v1/leases/${later.body.lease.id}`)).status).toBe(204);
     await waitForStatus(later.body.lease.id, 'GONE', 10_000);

@@ -36,6 +36,7 @@ import {
 import type { Activities } from '../activities';
 import {
   applyLeaseUpdate,
+  assertSettled,
   hasEnded,
   leaseConflict,
   LeaseErrorType,
@@ -187,6 +188,7 @@ export async function leaseWorkflow(input: LeaseWorkflowInput): Promise<LeaseOut
     {
       validator: (update: LeaseUpdateRequest) => {
         assertAdmitted();
+        assertSettled(lease); // validators do not run on replay: old histories are unaffected
         applyLeaseUpdate(lease, update, Date.now());
       },
     },

@@ -5,7 +5,7 @@
 import { randomUUID } from 'node:crypto';
 import { Router, type Request } from 'express';
 import type { z } from 'zod';
-import { newLease, type Lease, type LeaseUpdateRequest, type NewLeaseRequest } from '../domain/lease';
+import { assertSettled, newLease, type Lease, type LeaseUpdateRequest, type NewLeaseRequest } from '../domain/lease';
 import { findLease, isLeaseDeleted, leaseBatches, listLeases } from '../db/leases';
 import type { Pool } from '../db/pool';
 import type { ResourcePlugins } from '../resources/plugin';
@@ -143,6 +143,7 @@ export function leasesRouter(deps: { pool: Pool; plugins: ResourcePlugins; comma
     const body = parse(updateLeaseSchema, bodyOf(req));
     refuseAdminOnlyPolicies(identity, 'blazar:leases:put', body.reservations);
     const current = await visibleLease(pool, identity, req.params.id);
+    assertSettled(current); // 409 at once rather than a 503 after the deadline, queued behind cloud work
     if (body.start_date !== undefined || body.end_date !== undefined) {
       const nowMs = Date.now();
       const dateOf = (date: number | 'now' | undefined, currentMs: number) => (date === 'now' ? nowMs : date ?? currentMs);

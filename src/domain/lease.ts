@@ -178,6 +178,19 @@ export interface LeaseUpdateRequest {
   reservations?: Array<{ id: string; params: Record<string, unknown> }>;
 }
 
+/** Where a lease in a transition is heading. */
+const SETTLES_AS: Partial<Record<LeaseStatus, string>> = { STARTING: 'ACTIVE', TERMINATING: 'TERMINATED', DELETING: 'gone' };
+
+/**
+ * A lease that is starting, ending or being deleted cannot be changed now: its workflow is busy
+ * with cloud work (or waits for an earlier lease to end) that may outlast any request, and a
+ * change would queue behind it. Blazar refuses too ("Invalid lease status.").
+ */
+export function assertSettled(lease: Pick<Lease, 'name' | 'status'>): void {
+  const next = SETTLES_AS[lease.status];
+  if (next) throw leaseConflict(`Invalid lease status. Lease ${lease.name} is ${lease.status}: ${next === 'gone' ? 'it is being deleted' : `try again once it is ${next}`}.`);
+}
+
 export function hasEnded(status: LeaseStatus): boolean {
   return status === 'TERMINATED' || status === 'ERROR' || status === 'DELETING';
 }

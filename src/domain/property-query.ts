@@ -29,7 +29,7 @@ export function parsePropertyQuery(input: unknown): PropertyQuery {
     try {
       value = JSON.parse(input) as unknown;
     } catch {
-      throw new PropertyQueryError(`not valid JSON: ${shown(input)}`);
+      throw new PropertyQueryError(`not valid JSON: ${truncated(input)}`);
     }
   }
   if (Array.isArray(value) && value.length === 0) return { kind: 'any' };
@@ -44,6 +44,10 @@ function shown(node: unknown): string {
   } catch {
     return 'a value too deeply nested to show'; // JSON.stringify overflows the stack first
   }
+  return truncated(text);
+}
+
+function truncated(text: string): string {
   return text.length > 120 ? `${text.slice(0, 117)}...` : text;
 }
 
