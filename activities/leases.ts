@@ -3,7 +3,8 @@
  * lease's version, so a retried or late write of an older state changes nothing (idempotent).
  */
 import { DatabaseError } from 'pg';
-import { leaseConflict, type Lease } from '../src/domain/lease';
+import { ApplicationFailure } from '@temporalio/common';
+import { leaseConflict, LeaseErrorType, type Lease } from '../src/domain/lease';
 import type { ActivityDeps } from './deps';
 
 const ENDED = ['TERMINATED', 'ERROR'];
@@ -16,7 +17,7 @@ export function leaseActivities({ pool }: ActivityDeps) {
   return {
     async recordLease(lease: Lease): Promise<void> {
       try {
-        await pool.query(
+        const { rowCount } = await pool.query(
           `INSERT INTO leases (id, name, project_id, user_id, status, start_at, end_at, version, resource_keys, document, created_at, updated_at)
            VALUES ($1, $2, $3, $4, $5, to_timestamp($6 / 1000.0), to_timestamp($7 / 1000.0), $8, $9, $10, to_timestamp($11 / 1000.0), to_timestamp($12 / 1000.0))
            ON CONFLICT (id) DO UPDATE SET
@@ -25,6 +26,11 @@ export function leaseActivities({ pool }: ActivityDeps) {
            WHERE leases.version < EXCLUDED.version AND leases.deleted_at IS NULL`,
           [lease.id, lease.name, lease.projectId, lease.userId, lease.status, lease.startMs, lease.endMs, lease.version, resourceKeys(lease), lease, lease.createdMs, lease.updatedMs],
         );
+        // Nothing written: a stale retry (fine), or the lease was deleted — a new workflow under a
+        // deleted lease's id (its Idempotency-Key reused) must not live on with no row: final.
+        if (rowCount === 0 && (await pool.query('SELECT 1 FROM leases WHERE id = $1 AND deleted_at IS NOT NULL', [lease.id])).rowCount) {
+          throw ApplicationFailure.nonRetryable(`Lease ${lease.id}, created with this Idempotency-Key, was deleted: use another key for a new lease`, LeaseErrorType.deleted);
+        }
       } catch (err) {
         if (err instanceof DatabaseError && err.code === '23505' && err.constraint === 'leases_live_name') {
           throw leaseConflict(`a lease named "${lease.name}" already exists in project ${lease.projectId}`);

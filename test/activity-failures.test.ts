@@ -46,6 +46,21 @@ describe('activity failures: final, retryable, or bounded', () => {
     await expect(failureOf(1, () => recordLease(lease('fine')))).resolves.toBeUndefined();
   });
 
+  it("refuses for good to record a lease that was deleted (a deleted lease's Idempotency-Key reused during a database outage)", async () => {
+    const activities = createActivities({ pool: database().pool, plugins: pluginRegistry([]) });
+    const gone = { ...lease('gone'), id: randomUUID() };
+    await activities.recordLease(gone);
+    await activities.recordLeaseDeleted({ ...gone, version: gone.version + 1 });
+    // The same id admitted again by a new workflow: its first record must not pass silently (no row, bookings orphaned).
+    const failure = await failureOf(1, () => activities.recordLease({ ...gone, version: 1 }));
+    expect(failure).toBeInstanceOf(ApplicationFailure);
+    expect({ type: (failure as ApplicationFailure).type, nonRetryable: (failure as ApplicationFailure).nonRetryable }).toEqual({ type: 'LeaseDeleted', nonRetryable: true });
+    // A stale retry of a live lease's record still changes nothing, quietly.
+    const live = { ...lease('live'), id: randomUUID(), version: 2 };
+    await activities.recordLease(live);
+    await expect(failureOf(1, () => activities.recordLease({ ...live, version: 1 }))).resolves.toBeUndefined();
+  });
+
   it('gives up a record that keeps failing for another reason than an outage after 10 attempts; an outage stays retryable', async () => {
     const broken = { query: () => Promise.reject(Object.assign(new Error('column "nope" does not exist'), { code: '42703', severity: 'ERROR' })) } as unknown as Pool;
     const activities = createActivities({ pool: broken, plugins: pluginRegistry([]) });

@@ -29,6 +29,7 @@ export const STATUS_BY_FAILURE_TYPE: Record<string, number> = {
   [LeaseErrorType.invalid]: 400,
   [LeaseErrorType.conflict]: 409,
   [LeaseErrorType.notFound]: 404,
+  [LeaseErrorType.deleted]: 410,
   [LeaseErrorType.unavailable]: 503,
   // A resource type needs OpenStack and the deployment has no credentials: a missing dependency.
   OpenStackConfigError: 503,

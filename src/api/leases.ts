@@ -7,7 +7,7 @@ import { Router, type Request } from 'express';
 import type { z } from 'zod';
 import { assertSettled, newLease, type Lease, type LeaseUpdateRequest, type NewLeaseRequest } from '../domain/lease';
 import { findLease, isLeaseDeleted, leaseBatches, listLeases } from '../db/leases';
-import type { Pool } from '../db/pool';
+import { isDatabaseUnavailable, type Pool } from '../db/pool';
 import type { ResourcePlugins } from '../resources/plugin';
 import { identityOf, type Identity } from './auth';
 import { toBlazarLease } from './blazar-format';
@@ -133,7 +133,15 @@ export function leasesRouter(deps: { pool: Pool; plugins: ResourcePlugins; comma
     const draft = newLease(request); // Blazar's date rules (400) before the deployment's limits
     checkLeaseLimits(identity, deps.limits, draft.startMs, draft.endMs, request.requestedMs);
     await refusePrivateProperties(pool, identity, hostPropertyQueries(body.reservations ?? []));
-    if (key && (await isLeaseDeleted(pool, id))) throw new ApiError(410, `Lease ${id}, created with this Idempotency-Key, was deleted: use another key for a new lease`);
+    // A fast answer for a deleted lease's key; during a database outage the workflow rides the
+    // outage out and its record refuses a deleted lease itself (activities/leases.ts).
+    const keyOfDeletedLease = key
+      ? await isLeaseDeleted(pool, id).catch((err: unknown) => {
+          if (isDatabaseUnavailable(err)) return false;
+          throw err;
+        })
+      : false;
+    if (keyOfDeletedLease) throw new ApiError(410, `Lease ${id}, created with this Idempotency-Key, was deleted: use another key for a new lease`);
     const lease = await createLease(commands, request, requestHash(identity.projectId, raw), key !== undefined);
     res.status(201).json({ lease: toBlazarLease(lease) });
   });

@@ -81,6 +81,8 @@ export const LeaseErrorType = {
   invalid: 'InvalidLease', // 400
   conflict: 'LeaseConflict', // 409
   notFound: 'LeaseNotFound', // 404
+  /** The lease (and its Idempotency-Key) was deleted: a new lease needs a new key. */
+  deleted: 'LeaseDeleted', // 410
   unavailable: 'DatabaseUnavailable', // 503: try again
 } as const;
 
