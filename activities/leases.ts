@@ -5,6 +5,7 @@
 import { DatabaseError } from 'pg';
 import { ApplicationFailure } from '@temporalio/common';
 import { leaseConflict, LeaseErrorType, type Lease } from '../src/domain/lease';
+import { isLeaseDeleted } from '../src/db/leases';
 import type { ActivityDeps } from './deps';
 
 const ENDED = ['TERMINATED', 'ERROR'];
@@ -28,7 +29,7 @@ export function leaseActivities({ pool }: ActivityDeps) {
         );
         // Nothing written: a stale retry (fine), or the lease was deleted — a new workflow under a
         // deleted lease's id (its Idempotency-Key reused) must not live on with no row: final.
-        if (rowCount === 0 && (await pool.query('SELECT 1 FROM leases WHERE id = $1 AND deleted_at IS NOT NULL', [lease.id])).rowCount) {
+        if (rowCount === 0 && (await isLeaseDeleted(pool, lease.id))) {
           throw ApplicationFailure.nonRetryable(`Lease ${lease.id}, created with this Idempotency-Key, was deleted: use another key for a new lease`, LeaseErrorType.deleted);
         }
       } catch (err) {
