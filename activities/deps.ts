@@ -1,5 +1,5 @@
 import type { Pool } from '../src/db/pool';
-import type { ResourcePlugins } from '../src/resources/plugin';
+import type { ResourcePlugins } from '../src/domain/resource-plugin';
 
 /** What activities are given by the worker that hosts them. */
 export interface ActivityDeps {

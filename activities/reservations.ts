@@ -7,7 +7,7 @@
 import { Context } from '@temporalio/activity';
 import { ApplicationFailure } from '@temporalio/common';
 import { OpenStackConfigError, OpenStackError, publicMessage, ResourceFailedError, WaitTimeoutError, withoutInternals } from '../src/openstack/errors';
-import type { EndContext, EndOutcome, HealResult, ReservationContext, ReserveResult, ResourcePlugin, ResourcePlugins, StartOutcome, StepOutcome } from '../src/resources/plugin';
+import type { EndContext, EndOutcome, HealResult, ReservationContext, ReserveResult, ResourcePlugin, ResourcePlugins, StartOutcome, StepOutcome } from '../src/domain/resource-plugin';
 
 /** How often a running hook tells the server its worker is alive (the workflow sets a heartbeat timeout a few times longer). */
 export const LIVENESS_HEARTBEAT_MS = 5_000;

@@ -11,7 +11,7 @@ import { ApplicationFailure } from '@temporalio/common';
 import type { Reservation } from '../src/domain/lease';
 import { physicalHostPlugin } from '../src/resources/physical-host';
 import { HostCalendar } from '../src/resources/physical-host/calendar';
-import type { ReservationContext } from '../src/resources/plugin';
+import type { ReservationContext } from '../src/domain/resource-plugin';
 import { postgresServerPid, processTreeCpuSeconds, runBenchmark, summary, temporalServer } from './common';
 
 const SECONDS = Number(process.env.LK_BENCH_SECONDS ?? 60);

@@ -10,7 +10,7 @@ import { MockActivityEnvironment } from '@temporalio/testing';
 import type { Pool } from 'pg';
 import { createActivities } from '../activities';
 import { newLease, type Lease } from '../src/domain/lease';
-import { pluginRegistry } from '../src/resources/plugin';
+import { pluginRegistry } from '../src/domain/resource-plugin';
 import { useMigratedTestDatabase } from './support/db';
 
 function lease(name: string): Lease {

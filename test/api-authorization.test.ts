@@ -8,7 +8,7 @@
 import pino from 'pino';
 import { createApp } from '../src/api/app';
 import { physicalHostPlugin } from '../src/resources/physical-host';
-import { pluginRegistry } from '../src/resources/plugin';
+import { pluginRegistry } from '../src/domain/resource-plugin';
 import { insertHost } from './support/hosts';
 import { apiClient, type ApiCall, eventually, startTestStack, type TestStack } from './support/stack';
 

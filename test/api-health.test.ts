@@ -6,7 +6,7 @@ import { Pool } from 'pg';
 import pino from 'pino';
 import { createApp } from '../src/api/app';
 import { migrate } from '../src/db/migrate';
-import { pluginRegistry } from '../src/resources/plugin';
+import { pluginRegistry } from '../src/domain/resource-plugin';
 import { createWorker, WORKFLOWS_PATH } from '../worker/create-worker';
 import { createTestDatabase, type TestDatabase } from './support/db';
 import { json } from './support/http';

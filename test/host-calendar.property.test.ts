@@ -9,7 +9,7 @@ import fc from 'fast-check';
 import { ApplicationFailure } from '@temporalio/common';
 import type { Reservation } from '../src/domain/lease';
 import { HostCalendar } from '../src/resources/physical-host/calendar';
-import type { ReservationContext } from '../src/resources/plugin';
+import type { ReservationContext } from '../src/domain/resource-plugin';
 import { useMigratedTestDatabase } from './support/db';
 import { doubleBookings, insertHost } from './support/hosts';
 

@@ -16,7 +16,7 @@ import type { OpenStackClients } from '../src/openstack';
 import { OpenStackConfigError } from '../src/openstack/errors';
 import { sendRequest } from '../src/openstack/http';
 import { physicalHostPlugin } from '../src/resources/physical-host';
-import type { ResourcePlugin } from '../src/resources/plugin';
+import type { ResourcePlugin } from '../src/domain/resource-plugin';
 import { insertHost } from './support/hosts';
 import { RecordingPlugin } from './support/recording-plugin';
 import { apiClient, eventually, inSeconds, startTestStack, type TestStack } from './support/stack';

@@ -13,8 +13,8 @@ import { migrate } from '../src/db/migrate';
 import { earliestQuantityFit, fits, longestQuantityFit, peakUsage, searchEarliestQuantityFit, type QuantityBooking } from '../src/domain/quantity-calendar';
 import { wholeMinuteUp } from '../src/domain/lease';
 import type { Reservation } from '../src/domain/lease';
-import type { ReservationContext } from '../src/resources/plugin';
-import { QuantityCalendar, type CapacityProvider } from '../src/resources/quantity-calendar';
+import type { ReservationContext } from '../src/domain/resource-plugin';
+import { QuantityCalendar, type CapacityProvider } from '../src/resources/shared/quantity-bookings';
 import { createTestDatabase, type TestDatabase } from './support/db';
 
 const M = 60_000;

@@ -8,8 +8,8 @@ import { randomUUID } from 'node:crypto';
 import { ApplicationFailure } from '@temporalio/common';
 import { migrate } from '../src/db/migrate';
 import type { LeaseStatus, Reservation } from '../src/domain/lease';
-import type { ReservationContext } from '../src/resources/plugin';
-import { QuantityCalendar, type CapacityProvider, type QuantityRequest } from '../src/resources/quantity-calendar';
+import type { ReservationContext } from '../src/domain/resource-plugin';
+import { QuantityCalendar, type CapacityProvider, type QuantityRequest } from '../src/resources/shared/quantity-bookings';
 import { createTestDatabase, type TestDatabase } from './support/db';
 
 const H = 3_600_000;

@@ -4,7 +4,7 @@ import { Worker } from '@temporalio/worker';
 import { migrate, readMigrations } from '../src/db/migrate';
 import { LEASE_SEARCH_ATTRIBUTES } from '../src/domain/search-attributes';
 import { ensureSearchAttributes } from '../src/temporal';
-import { pluginRegistry } from '../src/resources/plugin';
+import { pluginRegistry } from '../src/domain/resource-plugin';
 import { createWorker, WORKFLOWS_PATH } from '../worker/create-worker';
 import type { selfCheckWorkflow } from '../workflows';
 import { createTestDatabase, type TestDatabase } from './support/db';

@@ -51,7 +51,7 @@ import {
 } from '../src/domain/lease';
 import { markdownText } from '../src/domain/markdown';
 import { LeaseEndKey, LeaseStartKey, LeaseStatusKey, ProjectIdKey, ResourceTypesKey } from '../src/domain/search-attributes';
-import type { EndOutcome, ReservationContext } from '../src/resources/plugin';
+import type { EndOutcome, ReservationContext } from '../src/domain/resource-plugin';
 
 // ─── Messages: the API imports these ────────────────────────────────────────────────────────────
 

@@ -3,7 +3,7 @@ import type { Client, Connection } from '@temporalio/client';
 import type { Config } from '../config';
 import type { Pool } from '../db/pool';
 import type { Logger } from '../log';
-import type { ResourcePlugins } from '../resources/plugin';
+import type { ResourcePlugins } from '../domain/resource-plugin';
 import { authenticate, noAuth, type Authenticator } from './auth';
 import { ApiError, errorHandler, notFoundRoute } from './errors';
 import { checkHealth, checkWorker, sharedCheck } from './health';

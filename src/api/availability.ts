@@ -12,12 +12,12 @@ import { Router } from 'express';
 import { z } from 'zod';
 import { requestDate as when, reuseEnd, reuseStart, wholeMinuteDown, wholeMinuteUp, type Reservation } from '../domain/lease';
 import type { HostCalendar } from '../resources/physical-host/calendar';
-import type { ResourcePlugins } from '../resources/plugin';
+import type { ResourcePlugins } from '../domain/resource-plugin';
 import type { Pool } from '../db/pool';
 import { identityOf } from './auth';
 import { formatLeaseDate } from './blazar-format';
 import { ApiError } from './errors';
-import { propertyQueryParam } from '../resources/params';
+import { propertyQueryParam } from '../resources/shared/params';
 import { createLeaseSchema, describeIssues, requestDate } from './lease-schemas';
 import { hostPropertyQueries, refusePrivateProperties } from './private-properties';
 

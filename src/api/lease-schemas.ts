@@ -4,7 +4,7 @@
  */
 import { z } from 'zod';
 import { LEASE_STATUSES } from '../domain/lease';
-import type { ResourcePlugins } from '../resources/plugin';
+import type { ResourcePlugins } from '../domain/resource-plugin';
 import { parseRequestDate } from './blazar-format';
 
 const DATE_HINT = 'expected "YYYY-MM-DD HH:MM" (UTC)';

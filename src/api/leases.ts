@@ -8,7 +8,7 @@ import type { z } from 'zod';
 import { assertSettled, newLease, type Lease, type LeaseUpdateRequest, type NewLeaseRequest } from '../domain/lease';
 import { findLease, isLeaseDeleted, leaseBatches, listLeases } from '../db/leases';
 import { isDatabaseUnavailable, type Pool } from '../db/pool';
-import type { ResourcePlugins } from '../resources/plugin';
+import type { ResourcePlugins } from '../domain/resource-plugin';
 import { identityOf, type Identity } from './auth';
 import { toBlazarLease } from './blazar-format';
 import { ApiError } from './errors';

@@ -4,7 +4,7 @@ import type { Pool } from '../db/pool';
 import type { OpenStackClients } from '../openstack';
 import { bandwidthPlugin } from './bandwidth';
 import { physicalHostPlugin } from './physical-host';
-import { pluginRegistry, type ResourcePlugins } from './plugin';
+import { pluginRegistry, type ResourcePlugins } from '../domain/resource-plugin';
 import { virtualServerPlugin } from './virtual-server';
 
 export function productionPlugins(deps: {

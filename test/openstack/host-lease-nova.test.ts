@@ -7,7 +7,7 @@
 import { physicalHostPlugin } from '../../src/resources/physical-host';
 import type { OpenStackClients, Server } from '../../src/openstack';
 import { KeystoneSession, serverHost } from '../../src/openstack';
-import { snapshotName } from '../../activities/server-snapshots';
+import { snapshotName } from '../../src/resources/shared/server-snapshots';
 import { apiClient, deleteAllLeases, eventually, inSeconds, startTestStack, type TestStack } from '../support/stack';
 import { bootServer, rigClients, rigCredentials, uniqueName } from './support';
 

@@ -13,7 +13,7 @@ import { parseRequestDate } from '../../src/api/blazar-format';
 import { reuseStart } from '../../src/domain/lease';
 import { KeystoneSession, openStackClients, projectScopedClients, serverHost, type Flavor, type OpenStackClients, type Server } from '../../src/openstack';
 import { virtualServerPlugin } from '../../src/resources/virtual-server';
-import { findServer } from '../../activities/servers';
+import { findServer } from '../../src/resources/virtual-server/servers';
 import { FaultProxy } from '../support/fault-proxy';
 import { apiClient, deleteAllLeases, eventually, inSeconds, startTestStack, type TestStack } from '../support/stack';
 import { bootServer, rigClients, rigCredentials, rigEnv, uniqueName } from './support';

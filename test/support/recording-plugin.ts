@@ -6,7 +6,7 @@
 import { ApplicationFailure } from '@temporalio/common';
 import { z } from 'zod';
 import { leaseConflict } from '../../src/domain/lease';
-import type { EndContext, EndOutcome, ReservationContext, ResourcePlugin } from '../../src/resources/plugin';
+import type { EndContext, EndOutcome, ReservationContext, ResourcePlugin } from '../../src/domain/resource-plugin';
 
 export interface HookCall {
   hook: 'reserve' | 'hold' | 'start' | 'startStep' | 'beforeEnd' | 'end' | 'heal';

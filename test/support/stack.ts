@@ -12,7 +12,7 @@ import { createApiServer } from '../../src/api/server';
 import type { Config } from '../../src/config';
 import { migrate } from '../../src/db/migrate';
 import type { OpenStackClients } from '../../src/openstack';
-import { pluginRegistry, type ResourcePlugin } from '../../src/resources/plugin';
+import { pluginRegistry, type ResourcePlugin } from '../../src/domain/resource-plugin';
 import { createWorker, WORKFLOWS_PATH } from '../../worker/create-worker';
 import { createTestDatabase, type TestDatabase } from './db';
 import { connectTestTemporal, testConfig } from './temporal';

@@ -21,14 +21,14 @@ import {
   writeAllocations,
   type Candidate,
   type RequestGroup,
-} from '../../../activities/placement-allocations';
-import { bindPorts, deletePorts, ensurePorts, recordAllocation, unbindPorts } from '../../../activities/ports';
+} from './placement-allocations';
+import { bindPorts, deletePorts, ensurePorts, recordAllocation, unbindPorts } from './ports';
 import { invalidLease } from '../../domain/lease';
 import type { Pool } from '../../db/pool';
 import { resourceRequestGroups, type AllocationsByProvider, type NeutronClient, type PlacementClient } from '../../openstack';
-import type { ReservationContext, ResourcePlugin, StartStep, StepOutcome } from '../plugin';
-import { providerQuery, QuantityCalendar, traitProperties, type CapacityProvider, type QuantityRequest } from '../quantity-calendar';
-import { networkVisibleTo } from '../visibility';
+import type { ReservationContext, ResourcePlugin, StartStep, StepOutcome } from '../../domain/resource-plugin';
+import { providerQuery, QuantityCalendar, traitProperties, type CapacityProvider, type QuantityRequest } from '../shared/quantity-bookings';
+import { networkVisibleTo } from '../shared/visibility';
 import { bandwidthParams, customTrait, type BandwidthParams } from './params';
 
 export const NETWORK_BANDWIDTH = 'network:bandwidth';

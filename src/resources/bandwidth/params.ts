@@ -1,6 +1,6 @@
 /** The `network:bandwidth` reservation's parameters, as blazarclient sends them (numbers may come as strings). */
 import { z } from 'zod';
-import { propertyQueryParam } from '../params';
+import { propertyQueryParam } from '../shared/params';
 
 const VNIC_TYPES = ['normal', 'direct', 'macvtap', 'direct-physical', 'virtio-forwarder', 'smart-nic', 'remote-managed'] as const;
 const MAX_KBPS = 1_000_000_000; // 1 Tbit/s

@@ -22,7 +22,7 @@ import { matchesQuery, parsePropertyQuery, queryKeys, type PropertyQuery } from 
 import { hypervisorProperties, listHosts, HYPERVISOR_FIELDS, type HostRecord } from '../../db/hosts';
 import { withConnection, type Pool } from '../../db/pool';
 import { inTransaction } from '../../db/transaction';
-import type { ReservationContext } from '../plugin';
+import type { ReservationContext } from '../../domain/resource-plugin';
 import { endPolicyOf, physicalHostParams, type EndPolicy } from './params';
 
 export const PHYSICAL_HOST = 'physical:host';

@@ -16,13 +16,13 @@ import {
   returnHostsToPool,
   SERVER_DELETE_PASS_MS,
   type EndAggregates,
-} from '../../../activities/host-aggregates';
-import { sendLeaseNotice, type NoticeSettings } from '../../../activities/notifications';
-import { snapshotServersOnHosts } from '../../../activities/server-snapshots';
+} from './aggregates';
+import { sendLeaseNotice, type NoticeSettings } from '../shared/notifications';
+import { snapshotServersOnHosts } from '../shared/server-snapshots';
 import { markReleased } from '../../db/hosts';
 import type { Pool } from '../../db/pool';
 import type { GlanceClient, NovaClient } from '../../openstack';
-import type { EndContext, EndOutcome, ReservationContext, ResourcePlugin } from '../plugin';
+import type { EndContext, EndOutcome, ReservationContext, ResourcePlugin } from '../../domain/resource-plugin';
 import { HostCalendar, PHYSICAL_HOST, type CalendarSettings } from './calendar';
 import { endPolicyOf, physicalHostParams, type EndPolicy } from './params';
 

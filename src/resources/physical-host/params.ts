@@ -1,6 +1,6 @@
 /** The `physical:host` reservation's parameters, as blazarclient sends them (numbers may come as strings). */
 import { z } from 'zod';
-import { propertyQueryParam } from '../params';
+import { propertyQueryParam } from '../shared/params';
 
 export const END_POLICIES = ['delete', 'recycle', 'release'] as const;
 export type EndPolicy = (typeof END_POLICIES)[number];

@@ -23,14 +23,14 @@ import {
   snapshotAndDelete,
   unshelveAnywhere,
   unshelveOnto,
-} from '../../../activities/servers';
+} from './servers';
 import { invalidLease } from '../../domain/lease';
 import type { Amounts } from '../../domain/quantity-calendar';
 import type { Pool } from '../../db/pool';
 import { serverHost, type GlanceClient, type NeutronClient, type NovaClient, type PlacementClient, type Server } from '../../openstack';
-import type { ReservationContext, ResourcePlugin, StartOutcome } from '../plugin';
-import { providerQuery, QuantityCalendar, traitProperties, type CapacityProvider, type QuantityBookingRow, type QuantityRequest } from '../quantity-calendar';
-import { flavorVisibleTo, imageVisibleTo, networkVisibleTo } from '../visibility';
+import type { ReservationContext, ResourcePlugin, StartOutcome } from '../../domain/resource-plugin';
+import { providerQuery, QuantityCalendar, traitProperties, type CapacityProvider, type QuantityBookingRow, type QuantityRequest } from '../shared/quantity-bookings';
+import { flavorVisibleTo, imageVisibleTo, networkVisibleTo } from '../shared/visibility';
 import { virtualServerParams, type VirtualServerParams } from './params';
 
 export const VIRTUAL_SERVER = 'virtual:server';

@@ -1,6 +1,6 @@
 /** The `virtual:server` reservation's parameters, as blazarclient sends them. */
 import { z } from 'zod';
-import { propertyQueryParam } from '../params';
+import { propertyQueryParam } from '../shared/params';
 
 export const END_ACTIONS = ['snapshot_and_delete', 'delete', 'shelve'] as const;
 export type ServerEndAction = (typeof END_ACTIONS)[number];

@@ -4,7 +4,7 @@
  * one PUT, then taken out at the end. The consumer is the server the ports are for (a linked server
  * reservation's), as Nova does it, or else the reservation itself (consumer type LEASE).
  */
-import { ConflictError, NotFoundError, type AllocationsByProvider, type PlacementClient } from '../src/openstack';
+import { ConflictError, NotFoundError, type AllocationsByProvider, type PlacementClient } from '../../openstack';
 
 export const LEASE_CONSUMER_TYPE = 'LEASE';
 export const SERVER_CONSUMER_TYPE = 'INSTANCE';

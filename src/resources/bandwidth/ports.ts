@@ -4,7 +4,7 @@
  * Everything is named after the reservation (`lk-<reservation id>`, ports `…-<n>`), so each action
  * finds what an earlier try made instead of making it twice.
  */
-import { NotFoundError, type NeutronClient, type Port, type VnicType } from '../src/openstack';
+import { NotFoundError, type NeutronClient, type Port, type VnicType } from '../../openstack';
 
 export interface PortSpec {
   reservationId: string;

@@ -8,7 +8,7 @@
  * is never in no aggregate (a Blazar bug).
  */
 import { Context } from '@temporalio/activity';
-import { ConflictError, ignoreNotFound, type Aggregate, type NovaClient } from '../src/openstack';
+import { ConflictError, ignoreNotFound, type Aggregate, type NovaClient } from '../../openstack';
 
 export interface LeaseAggregate {
   name: string;

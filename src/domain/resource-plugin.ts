@@ -5,7 +5,7 @@
  * must be idempotent, keyed by the reservation id.
  */
 import type { z } from 'zod';
-import type { LeaseStatus, Reservation } from '../domain/lease';
+import type { LeaseStatus, Reservation } from './lease';
 
 export interface ReservationContext {
   leaseId: string;

@@ -8,12 +8,12 @@
  */
 import { createHash } from 'node:crypto';
 import { DatabaseError, type PoolClient } from 'pg';
-import { invalidLease, leaseConflict, requestDate as when, reuseEnd, reuseStart, wholeMinuteDown, wholeMinuteUp } from '../domain/lease';
-import { fits, loadWith, longestQuantityFit, searchEarliestQuantityFit, shortfall, type Amounts, type QuantityBooking, type QuantityProvider } from '../domain/quantity-calendar';
-import { withConnection, type Pool } from '../db/pool';
-import { matchesQuery, parsePropertyQuery, queryKeys } from '../domain/property-query';
-import { inTransaction } from '../db/transaction';
-import type { ReservationContext } from './plugin';
+import { invalidLease, leaseConflict, requestDate as when, reuseEnd, reuseStart, wholeMinuteDown, wholeMinuteUp } from '../../domain/lease';
+import { fits, loadWith, longestQuantityFit, searchEarliestQuantityFit, shortfall, type Amounts, type QuantityBooking, type QuantityProvider } from '../../domain/quantity-calendar';
+import { withConnection, type Pool } from '../../db/pool';
+import { matchesQuery, parsePropertyQuery, queryKeys } from '../../domain/property-query';
+import { inTransaction } from '../../db/transaction';
+import type { ReservationContext } from '../../domain/resource-plugin';
 
 
 export interface CapacityProvider {

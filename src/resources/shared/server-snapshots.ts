@@ -5,7 +5,7 @@
  * not for `active` (some drivers, like Nova's fake one, never upload bytes).
  */
 import { Context } from '@temporalio/activity';
-import type { GlanceClient, NovaClient, Server } from '../src/openstack';
+import type { GlanceClient, NovaClient, Server } from '../../openstack';
 
 export interface SnapshotRequest extends SnapshotOwner {
   hosts: string[];

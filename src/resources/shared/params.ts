@@ -1,6 +1,6 @@
 /** Reservation parameters that several resource types share, as blazarclient sends them. */
 import { z } from 'zod';
-import { parsePropertyQuery, PropertyQueryError } from '../domain/property-query';
+import { parsePropertyQuery, PropertyQueryError } from '../../domain/property-query';
 
 /** A property query, kept as the JSON text the user gave (shown back in the lease), checked for syntax here. */
 export function propertyQueryParam(example: string) {

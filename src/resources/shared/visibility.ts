@@ -6,7 +6,7 @@
  * Each answers undefined alike for a missing thing and for another project's, so that a caller's
  * message never confirms that another project's private resource exists.
  */
-import { ignoreNotFound, type Flavor, type GlanceClient, type Image, type Network, type NeutronClient, type NovaClient } from '../openstack';
+import { ignoreNotFound, type Flavor, type GlanceClient, type Image, type Network, type NeutronClient, type NovaClient } from '../../openstack';
 
 /**
  * Glance v2: a public or community image is everyone's; a shared one its owner's and its members'

@@ -5,8 +5,8 @@
  * worker picks up where the last try stopped. Nova's own transitions are awaited, never assumed.
  */
 import { ApplicationFailure } from '@temporalio/common';
-import { NotFoundError, serverHost, type GlanceClient, type NovaClient, type Server } from '../src/openstack';
-import { findSnapshot, snapshotServer, type SnapshotOwner } from './server-snapshots';
+import { NotFoundError, serverHost, type GlanceClient, type NovaClient, type Server } from '../../openstack';
+import { findSnapshot, snapshotServer, type SnapshotOwner } from '../shared/server-snapshots';
 
 /** Nova's states from which a server can be shelved. */
 const SHELVABLE = new Set(['ACTIVE', 'SHUTOFF', 'PAUSED', 'SUSPENDED']);

@@ -6,7 +6,7 @@
  * activity's policy; 4xx is final.
  */
 import { ApplicationFailure } from '@temporalio/common';
-import type { ReservationContext } from '../src/resources/plugin';
+import type { ReservationContext } from '../../domain/resource-plugin';
 
 export interface NoticeSettings {
   url: string;
