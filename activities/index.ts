@@ -1,3 +1,4 @@
+/** The activities, thin: each runs one hook of one resource plugin (reservations.ts) or records the lease (leases.ts). */
 import { ApplicationFailure } from '@temporalio/common';
 import { Context } from '@temporalio/activity';
 import { databaseDataError, isDatabaseUnavailable } from '../src/db/pool';

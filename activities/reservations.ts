@@ -7,7 +7,8 @@
 import { Context } from '@temporalio/activity';
 import { ApplicationFailure } from '@temporalio/common';
 import { OpenStackConfigError, OpenStackError, publicMessage, ResourceFailedError, WaitTimeoutError, withoutInternals } from '../src/openstack/errors';
-import type { EndContext, EndOutcome, HealResult, ReservationContext, ReserveResult, ResourcePlugin, ResourcePlugins, StartOutcome, StepOutcome } from '../src/domain/resource-plugin';
+import { invalidLease } from '../src/domain/lease';
+import type { EndOutcome, EndRequest, HookContext, ReservationContext, ReserveResult, ResourcePlugin, ResourcePlugins, StartOutcome, StepOutcome } from '../src/domain/resource-plugin';
 
 /** How often a running hook tells the server its worker is alive (the workflow sets a heartbeat timeout a few times longer). */
 export const LIVENESS_HEARTBEAT_MS = 5_000;
@@ -44,27 +45,47 @@ export function reservationActivities({ plugins }: { plugins: ResourcePlugins })
     }
     return plugin;
   }
+
+  /** The hook's view of the world beyond its reservation: progress reports to this activity, and the other reservations' types. */
+  function hookContext<T extends ReservationContext>(ctx: T): T & HookContext {
+    return {
+      ...ctx,
+      reportProgress: (details) => {
+        const activity = Context.current();
+        if (!activity.info.isLocal) activity.heartbeat(details);
+      },
+      placementOf: async (reservationId) => {
+        const other = ctx.leaseReservations.find((r) => r.id === reservationId);
+        if (!other) throw invalidLease(`the lease has no reservation ${reservationId}`);
+        const type = pluginFor({ ...ctx, reservation: other });
+        return type.placementOf ? type.placementOf(hookContext({ ...ctx, reservation: other })) : { hosts: [] };
+      },
+    };
+  }
+
+  /** Runs one hook of the reservation's plugin, classified and kept alive (see `classified`). */
+  const run = <C extends ReservationContext, T>(ctx: C, hook: (plugin: ResourcePlugin, ctx: C & HookContext) => Promise<T>): Promise<T> =>
+    classified(() => hook(pluginFor(ctx), hookContext(ctx)));
+
   return {
-    reserveReservation: (ctx: ReservationContext): Promise<ReserveResult> => classified(() => pluginFor(ctx).reserve(ctx)),
-    holdReservation: (ctx: ReservationContext): Promise<void> =>
-      classified(async () => {
-        await pluginFor(ctx).hold?.(ctx);
+    reserveReservation: (ctx: ReservationContext): Promise<ReserveResult> => run(ctx, (plugin, hookCtx) => plugin.reserve(hookCtx)),
+    holdReservation: (ctx: ReservationContext): Promise<void> => run(ctx, async (plugin, hookCtx) => void (await plugin.hold?.(hookCtx))),
+    startReservation: (ctx: ReservationContext): Promise<StartOutcome> =>
+      run(ctx, async (plugin, hookCtx) => {
+        if (!plugin.start) throw ApplicationFailure.nonRetryable(`${ctx.reservation.resource_type} starts in steps, not in one`, 'NoStartHook');
+        return (await plugin.start(hookCtx)) ?? {};
       }),
-    startReservation: (ctx: ReservationContext): Promise<StartOutcome> => classified(async () => (await pluginFor(ctx).start(ctx)) ?? {}),
-    startReservationStep: (input: ReservationContext & { step: string; state: Record<string, unknown> }): Promise<StepOutcome> =>
-      classified(() => {
-        const { step, state, ...ctx } = input;
-        const plugin = pluginFor(ctx);
+    startReservationStep: ({ step, state, ...ctx }: ReservationContext & { step: string; state: Record<string, unknown> }): Promise<StepOutcome> =>
+      run(ctx, (plugin, hookCtx) => {
         if (!plugin.startStep) throw ApplicationFailure.nonRetryable(`${ctx.reservation.resource_type} has no start steps`, 'UnknownStartStep');
-        return plugin.startStep(step, ctx, state);
+        return plugin.startStep(step, hookCtx, state);
       }),
-    beforeEndReservation: (ctx: ReservationContext): Promise<void> => classified(() => pluginFor(ctx).beforeEnd(ctx)),
-    endReservation: (ctx: EndContext): Promise<EndOutcome> => classified(() => pluginFor(ctx).end(ctx)),
+    beforeEndReservation: (ctx: ReservationContext): Promise<void> => run(ctx, async (plugin, hookCtx) => void (await plugin.beforeEnd?.(hookCtx))),
+    endReservation: (ctx: EndRequest): Promise<EndOutcome> => run(ctx, (plugin, hookCtx) => plugin.end(hookCtx)),
     /** The end hook again, as a poll: fails (to be retried by the workflow's policy) until nothing is left to wait for. */
-    awaitReservationEnd: async (ctx: EndContext): Promise<void> => {
-      const { waitingFor } = await classified(() => pluginFor(ctx).end(ctx));
+    awaitReservationEnd: async (ctx: EndRequest): Promise<void> => {
+      const { waitingFor } = await run(ctx, (plugin, hookCtx) => plugin.end(hookCtx));
       if (waitingFor) throw ApplicationFailure.retryable(waitingFor, 'ResourcesStillInUse');
     },
-    healReservation: (ctx: ReservationContext): Promise<HealResult> => classified(() => pluginFor(ctx).heal(ctx)),
   };
 }

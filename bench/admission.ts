@@ -4,14 +4,12 @@
  * admissions/s, create latency and the number of double bookings found afterwards (must be 0);
  * writes bench/results/admission.json. LK_BENCH_SECONDS / LK_BENCH_CLIENTS / LK_BENCH_HOSTS override.
  */
+import { hostReservation, pendingReservation, reservationContext } from '../test/support/builders';
 import { doubleBookings, insertHost } from '../test/support/hosts';
 import { apiClient, startTestStack } from '../test/support/stack';
-import { randomUUID } from 'node:crypto';
 import { ApplicationFailure } from '@temporalio/common';
-import type { Reservation } from '../src/domain/lease';
 import { physicalHostPlugin } from '../src/resources/physical-host';
 import { HostCalendar } from '../src/resources/physical-host/calendar';
-import type { ReservationContext } from '../src/domain/resource-plugin';
 import { postgresServerPid, processTreeCpuSeconds, runBenchmark, summary, temporalServer } from './common';
 
 const SECONDS = Number(process.env.LK_BENCH_SECONDS ?? 60);
@@ -40,8 +38,8 @@ async function calendarOnly(calendar: HostCalendar, seconds: number, horizon: nu
       while (Date.now() < deadline) {
         const i = serial++;
         const r = randomRequest(i, horizon);
-        const reservation: Reservation = { id: randomUUID(), resource_type: 'physical:host', status: 'pending', params: { min: r.hosts, max: r.hosts, hypervisor_properties: r.query, resource_properties: '', before_end: 'default' } };
-        const ctx: ReservationContext = { leaseId: randomUUID(), leaseName: `direct-${i}`, projectId: 'bench', userId: 'bench', leaseStatus: 'PENDING', reservation, leaseReservations: [reservation], startMs: r.start, endMs: r.end, provisioningLeadMs: 0 };
+        const reservation = pendingReservation('physical:host', { min: r.hosts, max: r.hosts, hypervisor_properties: r.query, resource_properties: '', before_end: 'default' });
+        const ctx = reservationContext({ leaseName: `direct-${i}`, projectId: 'bench', userId: 'bench', reservation, startMs: r.start, endMs: r.end });
         const t = performance.now();
         try {
           await calendar.book(ctx);
@@ -90,7 +88,7 @@ runBenchmark('admission', async () => {
             name: `bench-${i}`,
             start_date: date(r.start),
             end_date: date(r.end),
-            reservations: [{ resource_type: 'physical:host', min: r.hosts, max: r.hosts, hypervisor_properties: r.query }],
+            reservations: [hostReservation({ min: r.hosts, max: r.hosts, hypervisor_properties: r.query })],
           });
           latencies.push(performance.now() - t);
           if (res.status === 201) {

@@ -11,6 +11,7 @@ import { searchEarliestFit, type Blocked, type HostRequest } from '../src/domain
 import { wholeMinuteUp } from '../src/domain/lease';
 import { physicalHostPlugin } from '../src/resources/physical-host';
 import { HostCalendar, SEARCH_WORK_BUDGET } from '../src/resources/physical-host/calendar';
+import { hostReservation } from '../test/support/builders';
 import { doubleBookings, insertHost } from '../test/support/hosts';
 import { apiClient, startTestStack } from '../test/support/stack';
 import { runBenchmark, summary } from './common';
@@ -82,7 +83,7 @@ runBenchmark('calendar', async () => {
         const res = await api('POST', '/v1/availability/search', {
           start_date: date(from),
           end_date: date(from + DAY),
-          reservations: [{ resource_type: 'physical:host', min: 1, max: 1, hypervisor_properties: oneHost() }],
+          reservations: [hostReservation({ hypervisor_properties: oneHost() })],
         });
         check(res.status, res.body, 'search');
       },
@@ -91,7 +92,7 @@ runBenchmark('calendar', async () => {
         const res = await api('POST', '/v1/availability/search', {
           start_date: date(from),
           end_date: date(from + 3 * DAY),
-          reservations: [{ resource_type: 'physical:host', min: 10, max: 10, hypervisor_properties: '[">=", "$vcpus", "8"]' }],
+          reservations: [hostReservation({ min: 10, max: 10, hypervisor_properties: '[">=", "$vcpus", "8"]' })],
         });
         check(res.status, res.body, 'search');
       },
@@ -158,7 +159,7 @@ function longSearches(): Record<string, ReturnType<typeof summary> & { found: bo
 
 /** Issue 15's requests that took the service down: how long each answer takes, and the API's RSS (it runs in this process). */
 async function hostileSearches(api: ReturnType<typeof apiClient>) {
-  const huge = { resource_type: 'physical:host', min: 10_000, max: 10_000 };
+  const huge = hostReservation({ min: 10_000, max: 10_000 });
   const window = { start_date: '2099-06-01 10:00', end_date: '2099-06-01 11:00' };
   const rss = () => Math.round(process.memoryUsage().rss / 1_048_576);
   const apiRssMbBefore = rss();

@@ -6,6 +6,7 @@
  * time per delete staying flat as N grows. Writes bench/results/delete.json.
  * LK_BENCH_CLIENTS (default 16) concurrent clients; LK_BENCH_HOSTS (default 10).
  */
+import { hostReservation } from '../test/support/builders';
 import { insertHost } from '../test/support/hosts';
 import { apiClient, eventually, startTestStack } from '../test/support/stack';
 import { physicalHostPlugin } from '../src/resources/physical-host';
@@ -55,7 +56,7 @@ runBenchmark('delete', async () => {
     const order = Array.from({ length: COUNT }, (_, i) => i).sort((a, b) => (a % HOSTS) - (b % HOSTS) || a - b);
     await concurrently(order, async (i) => {
       const start = first + Math.floor(i / HOSTS) * HOUR;
-      const res = await api('POST', '/v1/leases', { name: `queued-${i}`, start_date: date(start), end_date: date(start + HOUR), reservations: [{ resource_type: 'physical:host', min: 1, max: 1 }] });
+      const res = await api('POST', '/v1/leases', { name: `queued-${i}`, start_date: date(start), end_date: date(start + HOUR), reservations: [hostReservation()] });
       if (res.status !== 201) throw new Error(`create ${i}: ${res.status} ${JSON.stringify(res.body)}`);
       leases.push({ id: res.body.lease.id, start });
     });

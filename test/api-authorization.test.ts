@@ -9,8 +9,9 @@ import pino from 'pino';
 import { createApp } from '../src/api/app';
 import { physicalHostPlugin } from '../src/resources/physical-host';
 import { pluginRegistry } from '../src/domain/resource-plugin';
+import { hostReservation } from './support/builders';
 import { insertHost } from './support/hosts';
-import { apiClient, type ApiCall, eventually, startTestStack, type TestStack } from './support/stack';
+import { apiClient, type ApiCall, eventually, useTestStack } from './support/stack';
 
 type Caller = 'A' | 'B' | 'admin';
 const HEADERS: Record<Caller, Record<string, string>> = {
@@ -22,8 +23,9 @@ const other = (caller: 'A' | 'B'): 'A' | 'B' => (caller === 'A' ? 'B' : 'A');
 const POLICY = (action: string) => ({ error_code: 403, error_name: 403, error_message: `Policy doesn't allow blazar:oshosts:${action} to be performed.` });
 
 describe('authorization on every route', () => {
-  let stack: TestStack;
-  const call = (caller: Caller, method: string, path: string, body?: unknown): Promise<ApiCall> => apiClient(stack.url, HEADERS[caller])(method, path, body);
+  // Members book in 2099 here: far beyond the default maximum advance booking (test/lease-policy.test.ts).
+  const stack = useTestStack({ env: { LK_MAX_ADVANCE_DAYS: '36500' }, withPool: (pool) => [physicalHostPlugin({ pool, settings: { cleaningMs: 0, randomChoice: false }, cloud: 'calendar-only' })] });
+  const call = (caller: Caller, method: string, path: string, body?: unknown): Promise<ApiCall> => apiClient(stack().url, HEADERS[caller])(method, path, body);
   const leases: Record<'A' | 'B', { id: string; name: string; reservationId: string }> = {} as never;
   let hostIds: string[];
   /** Every (method, route) a case below exercised: compared with the app's routes at the end. */
@@ -31,23 +33,18 @@ describe('authorization on every route', () => {
   const exercise = (route: string) => exercised.add(route);
 
   beforeAll(async () => {
-    // Members book in 2099 here: far beyond the default maximum advance booking (test/lease-policy.test.ts).
-    stack = await startTestStack({ env: { LK_MAX_ADVANCE_DAYS: '36500' }, withPool: (pool) => [physicalHostPlugin({ pool, settings: { cleaningMs: 0, randomChoice: false }, cloud: 'calendar-only' })] });
-    hostIds = [await insertHost(stack.db.pool, { name: 'auth-host-1', capabilities: { rack: 'r1', secret_tag: 'x' } }), await insertHost(stack.db.pool, { name: 'auth-host-2', capabilities: { rack: 'r2' } })];
+    hostIds = [await insertHost(stack().db.pool, { name: 'auth-host-1', capabilities: { rack: 'r1', secret_tag: 'x' } }), await insertHost(stack().db.pool, { name: 'auth-host-2', capabilities: { rack: 'r2' } })];
     expect((await call('admin', 'PATCH', '/v1/os-hosts/properties/secret_tag', { private: true })).status).toBe(200);
     for (const [caller, day] of [['A', 1], ['B', 2]] as const) {
       const res = await call(caller, 'POST', '/v1/leases', {
         name: `lease-of-${caller}`,
         start_date: `2099-03-0${day} 10:00`,
         end_date: `2099-03-0${day} 12:00`,
-        reservations: [{ resource_type: 'physical:host', min: 2, max: 2 }],
+        reservations: [hostReservation({ min: 2, max: 2 })],
       });
       expect(res.status).toBe(201);
       leases[caller] = { id: res.body.lease.id, name: res.body.lease.name, reservationId: res.body.lease.reservations[0].id };
     }
-  });
-  afterAll(async () => {
-    await stack?.stop();
   });
 
   describe.each(['A', 'B'] as const)('project %s against the other project', (caller) => {
@@ -111,7 +108,7 @@ describe('authorization on every route', () => {
       const free = await call(caller, 'GET', '/v1/availability?start=2099-03-01 00:00&end=2099-03-03 00:00');
       expect(free.status).toBe(200);
       expect(free.body.availability).toHaveLength(2);
-      const search = await call(caller, 'POST', '/v1/availability/search', { start_date: '2099-03-01 10:00', end_date: '2099-03-01 11:00', reservations: [{ resource_type: 'physical:host', min: 1, max: 1 }] });
+      const search = await call(caller, 'POST', '/v1/availability/search', { start_date: '2099-03-01 10:00', end_date: '2099-03-01 11:00', reservations: [hostReservation()] });
       expect(search.status).toBe(200);
       for (const res of [free, search]) expect(JSON.stringify(res.body)).not.toContain(theirs().id);
     });
@@ -162,7 +159,7 @@ describe('authorization on every route', () => {
   });
 
   it('every route of the API was checked above (or is public)', () => {
-    const app = createApp({ config: stack.config, log: pino({ level: 'silent' }), pool: stack.db.pool, connection: stack.temporal.connection, client: stack.temporal.client, plugins: pluginRegistry([]) });
+    const app = createApp({ config: stack().config, log: pino({ level: 'silent' }), pool: stack().db.pool, connection: stack().temporal.connection, client: stack().temporal.client, types: pluginRegistry([]) });
     const publicRoutes = new Set(['GET /', 'GET /versions', 'GET /healthz']);
     const routes = routesOf((app as unknown as { router: RouterLike }).router);
     expect(routes.length).toBeGreaterThan(15);

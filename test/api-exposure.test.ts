@@ -7,7 +7,7 @@ import http from 'node:http';
 import net from 'node:net';
 import type { AddressInfo } from 'node:net';
 import { createApiServer, type ServerLimits } from '../src/api/server';
-import { apiClient, startTestStack, type TestStack } from './support/stack';
+import { apiClient, useTestStack } from './support/stack';
 import { testConfig } from './support/temporal';
 
 function listen(server: http.Server): Promise<number> {
@@ -40,19 +40,12 @@ function trickle(port: number, head: string, trickled: string): Promise<{ answer
 }
 
 describe('API exposure', () => {
-  let stack: TestStack;
-
-  beforeAll(async () => {
-    stack = await startTestStack({ noWorker: true, env: { LK_PUBLIC_URL: 'https://reservation.example.org/' } });
-  });
-  afterAll(async () => {
-    await stack?.stop();
-  });
+  const stack = useTestStack({ noWorker: true, env: { LK_PUBLIC_URL: 'https://reservation.example.org/' } });
 
   it('links to the configured public URL, never to the Host header', async () => {
     const body = await new Promise<{ versions: Array<{ links: unknown }> }>((resolve, reject) => {
       http
-        .get(`${stack.url}/`, { headers: { host: 'evil.example.com' } }, (res) => {
+        .get(`${stack().url}/`, { headers: { host: 'evil.example.com' } }, (res) => {
           let text = '';
           res.on('data', (chunk: Buffer) => (text += chunk.toString()));
           res.on('end', () => resolve(JSON.parse(text)));
@@ -65,15 +58,15 @@ describe('API exposure', () => {
   it('refuses request bodies that are not application/json with 415 (a web page cannot post them cross-site as JSON)', async () => {
     const lease = JSON.stringify({ name: 'csrf', start_date: 'now', end_date: '2099-01-01 10:00' });
     for (const type of ['text/plain;charset=UTF-8', 'application/x-www-form-urlencoded', 'multipart/form-data; boundary=x']) {
-      const res = await fetch(`${stack.url}/v1/leases`, { method: 'POST', headers: { 'content-type': type }, body: lease });
+      const res = await fetch(`${stack().url}/v1/leases`, { method: 'POST', headers: { 'content-type': type }, body: lease });
       expect([res.status, await res.json()]).toEqual([415, { error_code: 415, error_name: 415, error_message: `Unsupported Content-Type ${JSON.stringify(type)}: request bodies must be application/json` }]);
     }
     // JSON with a charset is JSON; requests without a body need no type.
-    const invalid = await fetch(`${stack.url}/v1/leases`, { method: 'POST', headers: { 'content-type': 'application/json; charset=utf-8' }, body: '{}' });
+    const invalid = await fetch(`${stack().url}/v1/leases`, { method: 'POST', headers: { 'content-type': 'application/json; charset=utf-8' }, body: '{}' });
     expect(invalid.status).toBe(400);
-    expect((await fetch(`${stack.url}/v1/leases`)).status).toBe(200);
-    expect((await fetch(`${stack.url}/v1/leases/${'0'.repeat(8)}`, { method: 'DELETE', headers: { 'content-length': '0' } })).status).toBe(404); // blazarclient's DELETE
-    expect((await apiClient(stack.url)('GET', '/v1/leases')).status).toBe(200);
+    expect((await fetch(`${stack().url}/v1/leases`)).status).toBe(200);
+    expect((await fetch(`${stack().url}/v1/leases/${'0'.repeat(8)}`, { method: 'DELETE', headers: { 'content-length': '0' } })).status).toBe(404); // blazarclient's DELETE
+    expect((await apiClient(stack().url)('GET', '/v1/leases')).status).toBe(200);
   });
 
   describe('the HTTP server (createApiServer, as main.ts and the test stack build it)', () => {

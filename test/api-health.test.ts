@@ -5,10 +5,9 @@ import { Worker } from '@temporalio/worker';
 import { Pool } from 'pg';
 import pino from 'pino';
 import { createApp } from '../src/api/app';
-import { migrate } from '../src/db/migrate';
 import { pluginRegistry } from '../src/domain/resource-plugin';
 import { createWorker, WORKFLOWS_PATH } from '../worker/create-worker';
-import { createTestDatabase, type TestDatabase } from './support/db';
+import { useMigratedTestDatabase } from './support/db';
 import { json } from './support/http';
 import { freePort } from './support/ports';
 import { connectTestTemporal, testConfig } from './support/temporal';
@@ -24,21 +23,18 @@ async function listen(app: ReturnType<typeof createApp>): Promise<{ server: Serv
 describe('API health and error bodies', () => {
   // Every deep check runs its own round trip here (0 s interval): the first sees no worker, the next one does.
   const config = testConfig({ LK_HEALTH_TIMEOUT_MS: '1500', LK_HEALTH_DEEP_INTERVAL_SECONDS: '0' });
-  let db: TestDatabase;
+  const database = useMigratedTestDatabase();
   let temporal: Awaited<ReturnType<typeof connectTestTemporal>>;
   let server: Server;
   let url: string;
 
   beforeAll(async () => {
-    db = await createTestDatabase();
-    await migrate(db.pool);
     temporal = await connectTestTemporal(config);
-    ({ server, url } = await listen(createApp({ config, log: silent, pool: db.pool, connection: temporal.connection, client: temporal.client, plugins: pluginRegistry([]) })));
+    ({ server, url } = await listen(createApp({ config, log: silent, pool: database().pool, connection: temporal.connection, client: temporal.client, types: pluginRegistry([]) })));
   });
   afterAll(async () => {
     server?.close();
     await temporal?.close();
-    await db?.drop();
   });
 
   it('answers 200 when Temporal and PostgreSQL are reachable', async () => {
@@ -55,7 +51,7 @@ describe('API health and error bodies', () => {
     expect(withoutWorker.status).toBe(503);
     expect((await json(withoutWorker)).checks.worker.ok).toBe(false);
 
-    const worker: Worker = await createWorker({ connection: temporal.nativeConnection, config, deps: { pool: db.pool, plugins: pluginRegistry([]) }, workflows: { workflowsPath: WORKFLOWS_PATH } });
+    const worker: Worker = await createWorker({ connection: temporal.nativeConnection, config, deps: { pool: database().pool, plugins: pluginRegistry([]) }, workflows: { workflowsPath: WORKFLOWS_PATH } });
     const body = await worker.runUntil(async () => {
       const res = await fetch(`${url}/healthz?deep=true`);
       expect(res.status).toBe(200);
@@ -68,7 +64,7 @@ describe('API health and error bodies', () => {
     const deadPort = await freePort();
     const deadPool = new Pool({ connectionString: `postgres://nobody@127.0.0.1:${deadPort}/none`, connectionTimeoutMillis: 1000 });
     const deadConnection = Connection.lazy({ address: `127.0.0.1:${await freePort()}` });
-    const app = createApp({ config, log: silent, pool: deadPool, connection: deadConnection, client: new Client({ connection: deadConnection }), plugins: pluginRegistry([]) });
+    const app = createApp({ config, log: silent, pool: deadPool, connection: deadConnection, client: new Client({ connection: deadConnection }), types: pluginRegistry([]) });
     const { server: downServer, url: downUrl } = await listen(app);
     try {
       const res = await fetch(`${downUrl}/healthz`);
@@ -85,7 +81,7 @@ describe('API health and error bodies', () => {
 
   it('runs at most one deep check per interval: 100 callers share one workflow', async () => {
     const shared = testConfig({ LK_HEALTH_TIMEOUT_MS: '1000', LK_HEALTH_DEEP_INTERVAL_SECONDS: '60' }); // a task queue no worker polls
-    const { server: sharedServer, url: sharedUrl } = await listen(createApp({ config: shared, log: silent, pool: db.pool, connection: temporal.connection, client: temporal.client, plugins: pluginRegistry([]) }));
+    const { server: sharedServer, url: sharedUrl } = await listen(createApp({ config: shared, log: silent, pool: database().pool, connection: temporal.connection, client: temporal.client, types: pluginRegistry([]) }));
     try {
       const answers = await Promise.all(Array.from({ length: 100 }, () => fetch(`${sharedUrl}/healthz?deep=1`).then(json)));
       const again = await fetch(`${sharedUrl}/healthz?deep=1`).then(json);

@@ -4,7 +4,7 @@
 import { execFile } from 'node:child_process';
 import fs from 'node:fs';
 import { promisify } from 'node:util';
-import { eventually, startTestStack, type TestStack } from './support/stack';
+import { eventually, useTestStack } from './support/stack';
 
 const run = promisify(execFile);
 const BLAZAR = '/usr/bin/blazar';
@@ -15,20 +15,14 @@ function minutesFromNow(minutes: number): string {
 }
 
 describe('python3-blazarclient drives the API unchanged', () => {
-  let stack: TestStack;
-  let blazar: (...args: string[]) => Promise<string>;
-
-  beforeAll(async () => {
+  beforeAll(() => {
     expect(fs.existsSync(BLAZAR)).toBe(true); // installed by `npm run setup` (python3-blazarclient)
-    stack = await startTestStack();
-    blazar = async (...args: string[]) => {
-      const { stdout } = await run(BLAZAR, ['--os-auth-type', 'none', '--os-endpoint', `${stack.url}/v1`, ...args], { timeout: 60_000 });
-      return stdout;
-    };
   });
-  afterAll(async () => {
-    await stack?.stop();
-  });
+  const stack = useTestStack();
+  const blazar = async (...args: string[]): Promise<string> => {
+    const { stdout } = await run(BLAZAR, ['--os-auth-type', 'none', '--os-endpoint', `${stack().url}/v1`, ...args], { timeout: 60_000 });
+    return stdout;
+  };
 
   it('lease-create, lease-list, lease-show, lease-update --prolong-for, lease-delete', async () => {
     const start = minutesFromNow(2);
@@ -58,7 +52,7 @@ describe('python3-blazarclient drives the API unchanged', () => {
   }, 90_000);
 
   it('prints our error message for a request the API refuses', async () => {
-    const failure = await run(BLAZAR, ['--os-auth-type', 'none', '--os-endpoint', `${stack.url}/v1`, 'lease-create', '--start-date', '2001-01-01 00:00', '--end-date', '2001-01-02 00:00', 'old'], { timeout: 60_000 }).catch((err: { stderr: string; code: number }) => err);
+    const failure = await run(BLAZAR, ['--os-auth-type', 'none', '--os-endpoint', `${stack().url}/v1`, 'lease-create', '--start-date', '2001-01-01 00:00', '--end-date', '2001-01-02 00:00', 'old'], { timeout: 60_000 }).catch((err: { stderr: string; code: number }) => err);
     expect((failure as { code: number }).code).not.toBe(0);
     expect((failure as { stderr: string }).stderr).toContain('start_date must be "now" or later than the current date');
   }, 60_000);

@@ -5,24 +5,19 @@
  * request date on a whole minute that is still valid.
  */
 import { physicalHostPlugin } from '../src/resources/physical-host';
+import { hostReservation } from './support/builders';
 import { insertHost } from './support/hosts';
-import { apiClient, startTestStack, type TestStack } from './support/stack';
+import { apiClient, useTestStack } from './support/stack';
 
 describe('calendar limits: one request cannot stop the service', () => {
-  let stack: TestStack;
-  let api: ReturnType<typeof apiClient>;
-
+  const stack = useTestStack({ withPool: (pool) => [physicalHostPlugin({ pool, settings: { cleaningMs: 0, randomChoice: false }, cloud: 'calendar-only' })] });
+  const api = apiClient(() => stack().url);
   beforeAll(async () => {
-    stack = await startTestStack({ withPool: (pool) => [physicalHostPlugin({ pool, settings: { cleaningMs: 0, randomChoice: false }, cloud: 'calendar-only' })] });
-    api = apiClient(stack.url);
-    for (const name of ['limit-a', 'limit-b', 'odd-seconds']) await insertHost(stack.db.pool, { name });
-  });
-  afterAll(async () => {
-    await stack?.stop();
+    for (const name of ['limit-a', 'limit-b', 'odd-seconds']) await insertHost(stack().db.pool, { name });
   });
 
-  const huge = { resource_type: 'physical:host', min: 10_000, max: 10_000 };
-  const one = { resource_type: 'physical:host', min: 1, max: 1, hypervisor_properties: '["==", "$hypervisor_hostname", "limit-a"]' };
+  const huge = hostReservation({ min: 10_000, max: 10_000 });
+  const one = hostReservation({ hypervisor_properties: '["==", "$hypervisor_hostname", "limit-a"]' });
   const window = { start_date: '2099-01-01 10:00', end_date: '2099-01-01 11:00' };
 
   it('refuses 16 000 reservations (1 MB) with a 400 naming the field, and keeps answering others', async () => {
@@ -40,7 +35,7 @@ describe('calendar limits: one request cannot stop the service', () => {
     const fifty = await api('POST', '/v1/availability/search', { ...window, reservations: Array.from({ length: 50 }, () => ({ ...one, min: 0 })) });
     expect(fifty.status).toBe(400); // min 0 is refused by the host schema: the cap let it through to the reservations' own checks
     expect(fifty.body.error_message).toBe('reservations[0].min: must be at least 1');
-    const fiftyOk = await api('POST', '/v1/availability/search', { ...window, reservations: [one, ...Array.from({ length: 49 }, () => ({ resource_type: 'physical:host', min: 1, max: 1, hypervisor_properties: '["==", "$hypervisor_hostname", "nowhere"]' }))] });
+    const fiftyOk = await api('POST', '/v1/availability/search', { ...window, reservations: [one, ...Array.from({ length: 49 }, () => hostReservation({ hypervisor_properties: '["==", "$hypervisor_hostname", "nowhere"]' }))] });
     expect(fiftyOk.status).toBe(200);
     expect(fiftyOk.body.earliest).toBeNull();
     const fiftyOne = Array.from({ length: 51 }, () => one);
@@ -53,10 +48,10 @@ describe('calendar limits: one request cannot stop the service', () => {
   });
 
   it('refuses a minimum larger than the enrolled hosts before any search, with a clear 409', async () => {
-    const search = await api('POST', '/v1/availability/search', { ...window, reservations: [{ resource_type: 'physical:host', min: 500, max: 500 }] });
+    const search = await api('POST', '/v1/availability/search', { ...window, reservations: [hostReservation({ min: 500, max: 500 })] });
     expect(search.status).toBe(409);
     expect(search.body.error_message).toMatch(/^it never fits: reservation search-0 needs at least 500 host\(s\) \(3 match its properties\); only 3 reservable host\(s\) are enrolled\.$/);
-    const create = await api('POST', '/v1/leases', { name: 'too-big', ...window, reservations: [{ resource_type: 'physical:host', min: 4, max: 4 }] });
+    const create = await api('POST', '/v1/leases', { name: 'too-big', ...window, reservations: [hostReservation({ min: 4, max: 4 })] });
     expect(create.status).toBe(409);
     expect(create.body).toMatchObject({ earliest_start: null, earliest_end: null, longest_end: null });
     expect(create.body.error_message).toMatch(/needs at least 4 host\(s\) \(3 match its properties\); only 3 reservable host\(s\) are enrolled/);
@@ -73,28 +68,23 @@ describe('calendar limits: one request cannot stop the service', () => {
 });
 
 describe('dates handed back for reuse: request dates on whole minutes that are still valid', () => {
-  let stack: TestStack;
-  let api: ReturnType<typeof apiClient>;
-  const odd = { resource_type: 'physical:host', min: 1, max: 1, hypervisor_properties: '["==", "$hypervisor_hostname", "odd-seconds"]' };
+  const stack = useTestStack({ withPool: (pool) => [physicalHostPlugin({ pool, settings: { cleaningMs: 0, randomChoice: false }, cloud: 'calendar-only' })] });
+  const api = apiClient(() => stack().url);
+  const odd = hostReservation({ hypervisor_properties: '["==", "$hypervisor_hostname", "odd-seconds"]' });
 
   beforeAll(async () => {
-    stack = await startTestStack({ withPool: (pool) => [physicalHostPlugin({ pool, settings: { cleaningMs: 0, randomChoice: false }, cloud: 'calendar-only' })] });
-    api = apiClient(stack.url);
-    const hostId = await insertHost(stack.db.pool, { name: 'odd-seconds' });
+    const hostId = await insertHost(stack().db.pool, { name: 'odd-seconds' });
     // Bookings with seconds (a lease started "now" has them): 10:00:00–11:00:30, and 10:00:30–11:00:00 the next day.
     for (const [start, end] of [
       ['2099-01-10 10:00:00+00', '2099-01-10 11:00:30+00'],
       ['2099-01-11 10:00:30+00', '2099-01-11 11:00:00+00'],
     ]) {
-      await stack.db.pool.query(
+      await stack().db.pool.query(
         `INSERT INTO host_allocations (host_id, reservation_id, lease_id, project_id, during, blocks, booking_key)
          VALUES ($1, gen_random_uuid(), gen_random_uuid(), 'other', tstzrange($2, $3), tstzrange($2, $3), 'test')`,
         [hostId, start, end],
       );
     }
-  });
-  afterAll(async () => {
-    await stack?.stop();
   });
 
   const lease = (name: string, start: string, end: string) => api('POST', '/v1/leases', { name, start_date: start, end_date: end, reservations: [odd] });

@@ -3,28 +3,24 @@
  * (hosts are put in the inventory directly; enrolment through Nova has its own tests).
  */
 import { physicalHostPlugin } from '../src/resources/physical-host';
+import { blazarHostReservation, hostReservation } from './support/builders';
 import { doubleBookings, insertHost } from './support/hosts';
-import { apiClient, eventually, inSeconds, startTestStack, type TestStack } from './support/stack';
+import { apiClient, eventually, inSeconds, useTestStack } from './support/stack';
 
 describe('host leases: admission without double booking', () => {
-  let stack: TestStack;
-  let api: ReturnType<typeof apiClient>;
+  // The stack builds its own pool; the plugin needs it, so it is created from the stack's database.
+  const stack = useTestStack({ withPool: (pool) => [physicalHostPlugin({ pool, settings: { cleaningMs: 0, randomChoice: false }, cloud: 'calendar-only' })] });
+  const api = apiClient(() => stack().url);
   const hostIds: Record<string, string> = {};
 
   beforeAll(async () => {
-    // The stack builds its own pool; the plugin needs it, so it is created from the stack's database.
-    stack = await startTestStack({ withPool: (pool) => [physicalHostPlugin({ pool, settings: { cleaningMs: 0, randomChoice: false }, cloud: 'calendar-only' })] });
-    api = apiClient(stack.url);
     for (const [name, vcpus, gpu] of [['small', 2, undefined], ['medium', 4, undefined], ['large', 16, 'a100']] as const) {
-      hostIds[name] = await insertHost(stack.db.pool, { name, vcpus, capabilities: gpu ? { gpu } : {} });
+      hostIds[name] = await insertHost(stack().db.pool, { name, vcpus, capabilities: gpu ? { gpu } : {} });
     }
-  });
-  afterAll(async () => {
-    await stack?.stop();
   });
 
   const hostLease = (name: string, start: string, end: string, params: Record<string, unknown>) =>
-    api('POST', '/v1/leases', { name, start_date: start, end_date: end, reservations: [{ resource_type: 'physical:host', min: '1', max: '1', hypervisor_properties: '', resource_properties: '', ...params }] });
+    api('POST', '/v1/leases', { name, start_date: start, end_date: end, reservations: [blazarHostReservation({ min: '1', max: '1', ...params })] });
 
   it('books matching hosts, numbers compared as numbers, and shows them in the lease', async () => {
     const res = await hostLease('big-cpu', '2099-01-01 10:00', '2099-01-01 12:00', { min: 1, max: 3, hypervisor_properties: '[">=", "$vcpus", "4"]' });
@@ -83,14 +79,14 @@ describe('host leases: admission without double booking', () => {
     const moved = await api('PUT', `/v1/leases/${lease.id}`, { start_date: '2099-06-02 10:00', end_date: '2099-06-02 11:00' });
     expect(moved.status).toBe(200);
     expect(moved.body.lease.reservations[0].hosts).toEqual(before);
-    const { rows } = await stack.db.pool.query("SELECT lower(during) AS start FROM host_allocations WHERE lease_id = $1", [lease.id]);
+    const { rows } = await stack().db.pool.query("SELECT lower(during) AS start FROM host_allocations WHERE lease_id = $1", [lease.id]);
     expect(rows.map((r) => new Date(r.start).toISOString())).toEqual(['2099-06-02T10:00:00.000Z']);
     const shorter = await api('PUT', `/v1/leases/${lease.id}`, { end_date: '2099-06-02 10:30' });
     expect(shorter.body.lease.reservations[0].hosts).toEqual(before);
-    const { rows: after } = await stack.db.pool.query('SELECT upper(during) AS until FROM host_allocations WHERE lease_id = $1', [lease.id]);
+    const { rows: after } = await stack().db.pool.query('SELECT upper(during) AS until FROM host_allocations WHERE lease_id = $1', [lease.id]);
     expect(after.map((r) => new Date(r.until).toISOString())).toEqual(['2099-06-02T10:30:00.000Z']);
     expect((await api('DELETE', `/v1/leases/${lease.id}`)).status).toBe(204);
-    await eventually(async () => ((await stack.db.pool.query('SELECT 1 FROM host_allocations WHERE lease_id = $1', [lease.id])).rowCount === 0 ? true : undefined), 10_000);
+    await eventually(async () => ((await stack().db.pool.query('SELECT 1 FROM host_allocations WHERE lease_id = $1', [lease.id])).rowCount === 0 ? true : undefined), 10_000);
   });
 
   it('refuses to extend an active lease into a booked window, saying the latest possible end', async () => {
@@ -108,7 +104,7 @@ describe('host leases: admission without double booking', () => {
     // ending it now releases the rest of its window
     expect((await api('PUT', `/v1/leases/${active.id}`, { end_date: 'now' })).status).toBe(200);
     await eventually(async () => ((await api('GET', `/v1/leases/${active.id}`)).body.lease.status === 'TERMINATED' ? true : undefined), 10_000).catch(async (err: Error) => { throw new Error(`${err.message}: ${JSON.stringify((await api('GET', `/v1/leases/${active.id}`)).body.lease)}`); });
-    const { rows } = await stack.db.pool.query('SELECT upper(during) AS until FROM host_allocations WHERE lease_id = $1', [active.id]);
+    const { rows } = await stack().db.pool.query('SELECT upper(during) AS until FROM host_allocations WHERE lease_id = $1', [active.id]);
     for (const row of rows) expect(new Date(row.until).getTime()).toBeLessThanOrEqual(Date.now());
   });
 
@@ -123,7 +119,7 @@ describe('host leases: admission without double booking', () => {
         reservations: [{ id: lease.reservations[0].id, lease_id: lease.id, project_id: 'admin', start_date: '2099-07-01T10:00:00.000000', end_date: '2099-07-01T11:00:00.000000' }],
       })),
     );
-    const other = apiClient(stack.url, { 'x-project-id': 'someone-else', 'x-user-id': 'eve' });
+    const other = apiClient(stack().url, { 'x-project-id': 'someone-else', 'x-user-id': 'eve' });
     expect((await other('GET', `/v1/os-hosts/allocations?lease_id=${lease.id}`)).body.allocations).toEqual([]);
     const one = await api('GET', `/v1/os-hosts/${lease.reservations[0].host_ids[0]}/allocation.json`);
     expect(one.body.allocation.reservations.map((r: { lease_id: string }) => r.lease_id)).toContain(lease.id);
@@ -148,7 +144,7 @@ describe('host leases: admission without double booking', () => {
     const search = await api('POST', '/v1/availability/search', {
       start_date: '2099-08-01 09:00',
       end_date: '2099-08-01 11:00',
-      reservations: [{ resource_type: 'physical:host', min: 3, max: 3 }],
+      reservations: [hostReservation({ min: 3, max: 3 })],
     });
     expect(search.body).toEqual({
       earliest: { start_date: '2099-08-01 12:00', end_date: '2099-08-01 14:00' },
@@ -162,15 +158,15 @@ describe('host leases: admission without double booking', () => {
       const res = await api('GET', `/v1/availability?start=${encodeURIComponent('2099-09-01 08:00')}&end=${encodeURIComponent('2099-09-01 09:00')}&resource_properties=${encodeURIComponent('["==", "$tag", "fresh"]')}`);
       return res.body.availability?.map((h: { hypervisor_hostname: string }) => h.hypervisor_hostname);
     };
-    await stack.db.pool.query("INSERT INTO host_capabilities (host_id, name, value) VALUES ($1, 'tag', 'stale')", [hostIds.small]);
+    await stack().db.pool.query("INSERT INTO host_capabilities (host_id, name, value) VALUES ($1, 'tag', 'stale')", [hostIds.small]);
     expect(await withTag()).toEqual([]); // the host list is now cached
     // Changed behind the API's back (plain SQL, as an operator might): the next answer sees it.
-    await stack.db.pool.query("UPDATE host_capabilities SET value = 'fresh' WHERE host_id = $1 AND name = 'tag'", [hostIds.small]);
+    await stack().db.pool.query("UPDATE host_capabilities SET value = 'fresh' WHERE host_id = $1 AND name = 'tag'", [hostIds.small]);
     expect(await withTag()).toEqual(['small']);
-    const added = await insertHost(stack.db.pool, { name: 'late', capabilities: { tag: 'fresh' } });
+    const added = await insertHost(stack().db.pool, { name: 'late', capabilities: { tag: 'fresh' } });
     expect(await withTag()).toEqual(['small', 'late']);
-    await stack.db.pool.query('DELETE FROM hosts WHERE id = $1', [added]);
-    await stack.db.pool.query("DELETE FROM host_capabilities WHERE host_id = $1 AND name = 'tag'", [hostIds.small]);
+    await stack().db.pool.query('DELETE FROM hosts WHERE id = $1', [added]);
+    await stack().db.pool.query("DELETE FROM host_capabilities WHERE host_id = $1 AND name = 'tag'", [hostIds.small]);
     expect(await withTag()).toBeUndefined(); // no host has the tag any more: an unknown property (400)
   });
 
@@ -204,7 +200,7 @@ describe('host leases: admission without double booking', () => {
   it('lists capabilities and hides private ones from non-admins', async () => {
     const patched = await api('PATCH', '/v1/os-hosts/properties/gpu', { private: true });
     expect(patched).toEqual({ status: 200, body: { resource_property: { property: 'gpu', private: true } } });
-    const user = apiClient(stack.url, { 'x-project-id': 'p', 'x-user-id': 'u' });
+    const user = apiClient(stack().url, { 'x-project-id': 'p', 'x-user-id': 'u' });
     expect((await user('GET', '/v1/os-hosts/properties?detail=True&all=True')).body.resource_properties).toEqual([]);
     expect((await api('GET', '/v1/os-hosts/properties?detail=True&all=True')).body.resource_properties).toEqual([{ property: 'gpu', private: true, values: ['a100'] }]);
     expect((await user('PATCH', '/v1/os-hosts/properties/gpu', { private: false })).status).toBe(403);
@@ -213,6 +209,6 @@ describe('host leases: admission without double booking', () => {
   });
 
   it('never double-books', async () => {
-    expect(await doubleBookings(stack.db.pool)).toEqual([]);
+    expect(await doubleBookings(stack().db.pool)).toEqual([]);
   });
 });

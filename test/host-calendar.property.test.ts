@@ -7,9 +7,9 @@
 import { randomUUID } from 'node:crypto';
 import fc from 'fast-check';
 import { ApplicationFailure } from '@temporalio/common';
-import type { Reservation } from '../src/domain/lease';
 import { HostCalendar } from '../src/resources/physical-host/calendar';
 import type { ReservationContext } from '../src/domain/resource-plugin';
+import { pendingReservation, reservationContext } from './support/builders';
 import { useMigratedTestDatabase } from './support/db';
 import { doubleBookings, insertHost } from './support/hosts';
 
@@ -41,25 +41,11 @@ const scenario = fc.record({
 
 function context(spec: LeaseSpec): ReservationContext[] {
   const leaseId = randomUUID();
-  const reservations: Reservation[] = spec.reservations.map((r) => ({
-    id: randomUUID(),
-    resource_type: 'physical:host',
-    status: 'pending',
-    params: { min: r.min, max: r.max, hypervisor_properties: r.minVcpus ? JSON.stringify(['>=', '$vcpus', String(r.minVcpus)]) : '', resource_properties: '', before_end: 'default' },
-  }));
+  const reservations = spec.reservations.map((r) =>
+    pendingReservation('physical:host', { min: r.min, max: r.max, hypervisor_properties: r.minVcpus ? JSON.stringify(['>=', '$vcpus', String(r.minVcpus)]) : '', resource_properties: '', before_end: 'default' }),
+  );
   const startMs = T0 + spec.start * H;
-  return reservations.map((reservation) => ({
-    leaseId,
-    leaseName: leaseId,
-    projectId: 'p',
-    userId: 'u',
-    leaseStatus: 'PENDING',
-    reservation,
-    leaseReservations: reservations,
-    startMs,
-    endMs: startMs + spec.hours * H,
-    provisioningLeadMs: 0,
-  }));
+  return reservations.map((reservation) => reservationContext({ leaseId, reservation, leaseReservations: reservations, startMs, endMs: startMs + spec.hours * H }));
 }
 
 /** Books every reservation of the lease the way the workflow does: one call each, in order. */

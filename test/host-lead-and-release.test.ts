@@ -6,25 +6,20 @@
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { physicalHostPlugin } from '../src/resources/physical-host';
+import { blazarHostReservation } from './support/builders';
 import { insertHost } from './support/hosts';
-import { apiClient, eventually, inSeconds, startTestStack, type TestStack } from './support/stack';
+import { apiClient, eventually, inSeconds, useTestStack } from './support/stack';
 
 const LEAD_MINUTES = 30;
 
 describe('host calendar: provisioning lead time and the release policy', () => {
-  let stack: TestStack;
-  let api: ReturnType<typeof apiClient>;
-
-  beforeAll(async () => {
-    stack = await startTestStack({
-      env: { LK_PROVISIONING_LEAD_TIME_SECONDS: String(LEAD_MINUTES * 60) },
-      withPool: (pool) => [physicalHostPlugin({ pool, settings: { cleaningMs: 0, randomChoice: false, provisioningLeadMs: LEAD_MINUTES * 60_000 }, cloud: 'calendar-only' })],
-    });
-    api = apiClient(stack.url);
-    for (const name of ['lead-host', 'release-host']) await insertHost(stack.db.pool, { name, vcpus: 4 });
+  const stack = useTestStack({
+    env: { LK_PROVISIONING_LEAD_TIME_SECONDS: String(LEAD_MINUTES * 60) },
+    withPool: (pool) => [physicalHostPlugin({ pool, settings: { cleaningMs: 0, randomChoice: false, provisioningLeadMs: LEAD_MINUTES * 60_000 }, cloud: 'calendar-only' })],
   });
-  afterAll(async () => {
-    await stack?.stop();
+  const api = apiClient(() => stack().url);
+  beforeAll(async () => {
+    for (const name of ['lead-host', 'release-host']) await insertHost(stack().db.pool, { name, vcpus: 4 });
   });
 
   const on = (host: string, name: string, start: string, end: string, params: Record<string, unknown> = {}) =>
@@ -32,7 +27,7 @@ describe('host calendar: provisioning lead time and the release policy', () => {
       name,
       start_date: start,
       end_date: end,
-      reservations: [{ resource_type: 'physical:host', min: 1, max: 1, hypervisor_properties: `["==", "$hypervisor_hostname", "${host}"]`, resource_properties: '', ...params }],
+      reservations: [blazarHostReservation({ hypervisor_properties: `["==", "$hypervisor_hostname", "${host}"]`, ...params })],
     });
 
   it('books the lead time before the start: a lease right after another must leave room for it', async () => {
@@ -103,7 +98,7 @@ describe('before_end: notify', () => {
   const received: Array<{ headers: http.IncomingHttpHeaders; body: { event_type: string; payload: Record<string, unknown> } }> = [];
   let failuresLeft = 1; // the first delivery gets a 503: the activity must retry it
   let receiver: http.Server;
-  let stack: TestStack;
+  let noticesUrl: string;
 
   beforeAll(async () => {
     receiver = http.createServer((req, res) => {
@@ -119,25 +114,26 @@ describe('before_end: notify', () => {
       });
     });
     await new Promise<void>((resolve) => receiver.listen(0, '127.0.0.1', resolve));
-    const url = `http://127.0.0.1:${(receiver.address() as AddressInfo).port}/hooks/leases`;
-    stack = await startTestStack({
-      withPool: (pool) => [physicalHostPlugin({ pool, settings: { cleaningMs: 0, randomChoice: false }, cloud: 'calendar-only', notices: { url } })],
-    });
-    await insertHost(stack.db.pool, { name: 'notify-host', vcpus: 4 });
+    noticesUrl = `http://127.0.0.1:${(receiver.address() as AddressInfo).port}/hooks/leases`;
+  });
+  const stack = useTestStack(() => ({
+    withPool: (pool) => [physicalHostPlugin({ pool, settings: { cleaningMs: 0, randomChoice: false }, cloud: 'calendar-only', notices: { url: noticesUrl } })],
+  }));
+  beforeAll(async () => {
+    await insertHost(stack().db.pool, { name: 'notify-host', vcpus: 4 });
   });
   afterAll(async () => {
-    await stack?.stop();
     await new Promise((resolve) => receiver.close(resolve));
   });
 
   it('posts a Blazar-style notice before the end, retried until delivered, once', async () => {
-    const api = apiClient(stack.url);
+    const api = apiClient(stack().url);
     const created = await api('POST', '/v1/leases', {
       name: 'notify-me',
       start_date: 'now',
       before_end_date: inSeconds(2),
       end_date: inSeconds(3600),
-      reservations: [{ resource_type: 'physical:host', min: 1, max: 1, hypervisor_properties: '', resource_properties: '', before_end: 'notify' }],
+      reservations: [blazarHostReservation({ before_end: 'notify' })],
     });
     expect(created.status).toBe(201);
     const lease = created.body.lease;

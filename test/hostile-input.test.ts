@@ -17,9 +17,10 @@ import { OpenStackConfigError } from '../src/openstack/errors';
 import { sendRequest } from '../src/openstack/http';
 import { physicalHostPlugin } from '../src/resources/physical-host';
 import type { ResourcePlugin } from '../src/domain/resource-plugin';
+import { hostReservation } from './support/builders';
 import { insertHost } from './support/hosts';
 import { RecordingPlugin } from './support/recording-plugin';
-import { apiClient, eventually, inSeconds, startTestStack, type TestStack } from './support/stack';
+import { apiClient, eventually, inSeconds, useTestStack } from './support/stack';
 
 const HOSTILE = 'must not contain control characters or invalid Unicode';
 
@@ -28,10 +29,9 @@ const brokenCleanupPlugin: ResourcePlugin = {
   resourceType: 'test:broken-cleanup',
   paramsSchema: z.strictObject({}),
   reserve: () => Promise.reject(leaseConflict('no test:broken-cleanup capacity for this window')),
+  earliest: () => Promise.resolve({ longestMs: 0, cutShort: false, tried: 1 }),
   start: () => Promise.resolve(),
-  beforeEnd: () => Promise.resolve(),
   end: () => Promise.reject(ApplicationFailure.nonRetryable('the cleanup cannot reach its cloud', 'CleanupBroken')),
-  heal: () => Promise.resolve({ missingResources: false, resourcesChanged: false }),
 };
 
 /** A Nova that refuses every call with an error that names its internal addresses. */
@@ -69,37 +69,34 @@ const unstorableStartPlugin: ResourcePlugin = {
 
 describe('hostile input: a clear 4xx at the edge, never a wedged lease', () => {
   const plugin = new RecordingPlugin();
-  let stack: TestStack;
-  let api: ReturnType<typeof apiClient>;
 
   beforeAll(async () => {
     await new Promise<void>((resolve) => cloud.listen(0, '127.0.0.1', resolve));
     cloudUrl = `http://127.0.0.1:${(cloud.address() as AddressInfo).port}`;
-    stack = await startTestStack({
-      plugins: [plugin, brokenCleanupPlugin, cloudFailurePlugin, unstorableStartPlugin],
-      // A deployment without OpenStack credentials: host leases cannot be carried out.
-      withPool: (pool) => [
-        physicalHostPlugin({
-          pool,
-          settings: { cleaningMs: 0, randomChoice: false },
-          cloud: () => {
-            throw new OpenStackConfigError('no OpenStack credentials: set OS_CLOUD (clouds.yaml) or OS_AUTH_URL');
-          },
-        }),
-      ],
-      // os-hosts routes need Nova only for what a bad id never reaches.
-      openstack: () => ({}) as OpenStackClients,
-    });
-    api = apiClient(stack.url);
   });
+  const stack = useTestStack({
+    plugins: [plugin, brokenCleanupPlugin, cloudFailurePlugin, unstorableStartPlugin],
+    // A deployment without OpenStack credentials: host leases cannot be carried out.
+    withPool: (pool) => [
+      physicalHostPlugin({
+        pool,
+        settings: { cleaningMs: 0, randomChoice: false },
+        cloud: () => {
+          throw new OpenStackConfigError('no OpenStack credentials: set OS_CLOUD (clouds.yaml) or OS_AUTH_URL');
+        },
+      }),
+    ],
+    // os-hosts routes need Nova only for what a bad id never reaches.
+    openstack: () => ({}) as OpenStackClients,
+  });
+  const api = apiClient(() => stack().url);
   afterAll(async () => {
-    await stack?.stop();
     await new Promise((resolve) => cloud.close(resolve));
   });
 
   /** A request with a raw JSON text body: `\u0000` and `\udc00` escapes arrive as JSON has them. */
   async function raw(method: string, path: string, body: string, headers: Record<string, string> = {}) {
-    const res = await fetch(`${stack.url}${path}`, { method, headers: { 'content-type': 'application/json', ...headers }, body });
+    const res = await fetch(`${stack().url}${path}`, { method, headers: { 'content-type': 'application/json', ...headers }, body });
     const text = await res.text();
     return { status: res.status, body: text ? JSON.parse(text) : undefined };
   }
@@ -174,8 +171,8 @@ describe('hostile input: a clear 4xx at the edge, never a wedged lease', () => {
 
     const chain = (op: 'not' | 'and', depth: number) => `${`["${op}", `.repeat(depth)}["==", "$vcpus", "8"]${']'.repeat(depth)}`;
     const window = { start_date: inSeconds(3600), end_date: inSeconds(7200) };
-    const search = (query: unknown) => api('POST', '/v1/availability/search', { ...window, reservations: [{ resource_type: 'physical:host', min: 1, max: 1, hypervisor_properties: query }] });
-    const create = (query: unknown) => api('POST', '/v1/leases', { name: 'deep-query', ...window, reservations: [{ resource_type: 'physical:host', min: 1, max: 1, resource_properties: query }] });
+    const search = (query: unknown) => api('POST', '/v1/availability/search', { ...window, reservations: [hostReservation({ hypervisor_properties: query })] });
+    const create = (query: unknown) => api('POST', '/v1/leases', { name: 'deep-query', ...window, reservations: [hostReservation({ resource_properties: query })] });
     // The deepest query allowed: 31 operators around a comparison (32 levels), as JSON text and as an array (no host: 409 or an empty answer).
     for (const query of [chain('not', 31), JSON.parse(chain('and', 31)) as unknown]) expect([200, 409]).toContain((await search(query)).status);
     for (const op of ['not', 'and'] as const) {
@@ -220,14 +217,14 @@ describe('hostile input: a clear 4xx at the edge, never a wedged lease', () => {
     const strange = await api('GET', '/v1/leases', undefined, { 'x-project-id': 'p', 'x-user-id': 'caf\u00e9' });
     expect(strange.body.error_message).toBe('X-User-Id: expected at most 255 printable ASCII characters');
     // All headers together beyond 16 KiB: refused by the HTTP server.
-    const res = await fetch(`${stack.url}/v1/leases`, { headers: { 'x-padding': 'p'.repeat(17 * 1024) } });
+    const res = await fetch(`${stack().url}/v1/leases`, { headers: { 'x-padding': 'p'.repeat(17 * 1024) } });
     expect(res.status).toBe(431);
     expect(await res.json()).toEqual({ error_code: 431, error_name: 431, error_message: 'request headers too large: at most 16384 bytes in all' });
   });
 
   it('answers a request that Temporal refuses as too large with a 400 and no internals', async () => {
     // Past the API's checks (which would refuse it): a project id far beyond a search attribute's size.
-    const commands = { client: stack.temporal.client, taskQueue: stack.config.temporal.taskQueue, timeoutMs: 20_000 };
+    const commands = { client: stack().temporal.client, taskQueue: stack().config.temporal.taskQueue, timeoutMs: 20_000 };
     const id = randomUUID();
     const request = { id, name: 'too-large', projectId: 'p'.repeat(8_000), userId: 'u', start: Date.now() + 3_600_000, end: Date.now() + 7_200_000, reservations: [], requestedMs: Date.now() };
     const failure = await createLease(commands, request, 'hash', false).then(
@@ -243,7 +240,7 @@ describe('hostile input: a clear 4xx at the edge, never a wedged lease', () => {
 
   it('fails an update whose state PostgreSQL refuses (bypassing the API) with a 400 at once, leaves the lease as it was, and the lease ends on time', async () => {
     const lease = await activeLease('refused-by-postgres', 15);
-    const commands = { client: stack.temporal.client, taskQueue: stack.config.temporal.taskQueue, timeoutMs: 20_000 };
+    const commands = { client: stack().temporal.client, taskQueue: stack().config.temporal.taskQueue, timeoutMs: 20_000 };
     for (const name of ['z\u0000', '\udc00']) {
       const failure = await changeLease(commands, lease.id, { name }).then(
         () => undefined,
@@ -268,8 +265,8 @@ describe('hostile input: a clear 4xx at the edge, never a wedged lease', () => {
   });
 
   it('answers a host lease on a deployment without OpenStack credentials with a 503 naming what is missing', async () => {
-    await insertHost(stack.db.pool, { name: 'compute-without-cloud' });
-    const res = await api('POST', '/v1/leases', { name: 'host-without-cloud', start_date: inSeconds(3600), end_date: inSeconds(7200), reservations: [{ resource_type: 'physical:host', min: 1, max: 1 }] });
+    await insertHost(stack().db.pool, { name: 'compute-without-cloud' });
+    const res = await api('POST', '/v1/leases', { name: 'host-without-cloud', start_date: inSeconds(3600), end_date: inSeconds(7200), reservations: [hostReservation()] });
     expect(res).toEqual({ status: 503, body: { error_code: 503, error_name: 503, error_message: 'OpenStack is not configured: no OpenStack credentials: set OS_CLOUD (clouds.yaml) or OS_AUTH_URL' } });
     expect((await api('GET', '/v1/leases?name=host-without-cloud')).body.leases).toEqual([]);
   });

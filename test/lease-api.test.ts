@@ -1,41 +1,31 @@
 import { RecordingPlugin } from './support/recording-plugin';
-import { apiClient, inSeconds, startTestStack, type TestStack } from './support/stack';
+import { apiClient, inSeconds, startTestStack, useTestStack } from './support/stack';
 
 const PROJECT_A = { 'x-project-id': 'project-a', 'x-user-id': 'alice', 'x-auth-token': 'notused' };
 const PROJECT_B = { 'x-project-id': 'project-b', 'x-user-id': 'bob', 'x-auth-token': 'notused' };
 const ADMIN = { 'x-auth-token': 'admin' };
 
 describe('Blazar v1 lease API: validation, policy, paging, idempotency', () => {
-  let stack: TestStack;
-  let asA: ReturnType<typeof apiClient>;
-  let asB: ReturnType<typeof apiClient>;
-  let asAdmin: ReturnType<typeof apiClient>;
+  const stack = useTestStack({ plugins: [new RecordingPlugin()] });
+  const asA = apiClient(() => stack().url, PROJECT_A);
+  const asB = apiClient(() => stack().url, PROJECT_B);
+  const asAdmin = apiClient(() => stack().url, ADMIN);
   const later = () => ({ start_date: inSeconds(3600), end_date: inSeconds(7200) });
-
-  beforeAll(async () => {
-    stack = await startTestStack({ plugins: [new RecordingPlugin()] });
-    asA = apiClient(stack.url, PROJECT_A);
-    asB = apiClient(stack.url, PROJECT_B);
-    asAdmin = apiClient(stack.url, ADMIN);
-  });
-  afterAll(async () => {
-    await stack?.stop();
-  });
 
   it('answers / and /versions with 300 and the v1.0 document', async () => {
     for (const path of ['/', '/versions']) {
-      const res = await fetch(`${stack.url}${path}`);
+      const res = await fetch(`${stack().url}${path}`);
       expect(res.status).toBe(300);
       const body = await res.json();
-      expect(body).toEqual({ versions: [{ id: 'v1.0', status: 'CURRENT', min_version: '1.0', max_version: '1.0', links: [{ rel: 'self', href: `${stack.config.api.publicUrl}/v1/` }] }] });
+      expect(body).toEqual({ versions: [{ id: 'v1.0', status: 'CURRENT', min_version: '1.0', max_version: '1.0', links: [{ rel: 'self', href: `${stack().config.api.publicUrl}/v1/` }] }] });
     }
   });
 
   it('accepts the .json suffix and answers the microversion header', async () => {
-    const res = await fetch(`${stack.url}/v1/leases.json`, { headers: PROJECT_A });
+    const res = await fetch(`${stack().url}/v1/leases.json`, { headers: PROJECT_A });
     expect(res.status).toBe(200);
     expect(res.headers.get('openstack-api-version')).toBe('reservation 1.0');
-    const bad = await fetch(`${stack.url}/v1/leases`, { headers: { ...PROJECT_A, 'OpenStack-API-Version': 'reservation 2.7' } });
+    const bad = await fetch(`${stack().url}/v1/leases`, { headers: { ...PROJECT_A, 'OpenStack-API-Version': 'reservation 2.7' } });
     expect(bad.status).toBe(406);
   });
 
@@ -84,7 +74,7 @@ describe('Blazar v1 lease API: validation, policy, paging, idempotency', () => {
   });
 
   it('pages with limit and marker, and filters by status, name and time window', async () => {
-    const pager = apiClient(stack.url, { 'x-project-id': 'pager', 'x-user-id': 'p' });
+    const pager = apiClient(stack().url, { 'x-project-id': 'pager', 'x-user-id': 'p' });
     const ids: string[] = [];
     for (let i = 0; i < 5; i++) ids.push((await pager('POST', '/v1/leases', { name: `page-${i}`, start_date: inSeconds(3600 * (i + 1)), end_date: inSeconds(3600 * (i + 2)) })).body.lease.id);
     const first = await pager('GET', '/v1/leases?limit=2');

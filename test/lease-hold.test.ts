@@ -5,20 +5,12 @@
  * steps, each its own activity (ports, candidates, binding, allocations).
  */
 import { RecordingPlugin } from './support/recording-plugin';
-import { apiClient, eventually, inSeconds, startTestStack, type TestStack } from './support/stack';
+import { apiClient, eventually, inSeconds, useTestStack } from './support/stack';
 
 describe('hold until start, and hooks that report', () => {
   const plugin = new RecordingPlugin();
-  let stack: TestStack;
-  let api: ReturnType<typeof apiClient>;
-
-  beforeAll(async () => {
-    stack = await startTestStack({ plugins: [plugin] });
-    api = apiClient(stack.url);
-  });
-  afterAll(async () => {
-    await stack?.stop();
-  });
+  const stack = useTestStack({ plugins: [plugin] });
+  const api = apiClient(() => stack().url);
 
   const leaseOf = async (id: string) => {
     const res = await api('GET', `/v1/leases/${id}`);
@@ -82,7 +74,7 @@ describe('hold until start, and hooks that report', () => {
     expect(plugin.callsFor(id, 'start')).toEqual([]); // the steps replace the single start
     expect((await leaseOf(id)).reservations[0]).toMatchObject({ last_step: 'bind', make_saw: 0, choose_saw: 1, bind_saw: 2 });
     // Each step was its own activity in the history.
-    const history = await stack.temporal.client.workflow.getHandle(`lease-${id}`).fetchHistory();
+    const history = await stack().temporal.client.workflow.getHandle(`lease-${id}`).fetchHistory();
     const scheduled = (history.events ?? []).filter((e) => e.activityTaskScheduledEventAttributes?.activityType?.name === 'startReservationStep');
     expect(scheduled).toHaveLength(3);
 

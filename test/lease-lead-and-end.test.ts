@@ -4,22 +4,14 @@
  * server is gone), including a delete that arrives while the end waits.
  */
 import { RecordingPlugin } from './support/recording-plugin';
-import { apiClient, eventually, inSeconds, startTestStack, type TestStack } from './support/stack';
+import { apiClient, eventually, inSeconds, useTestStack } from './support/stack';
 
 const LEAD_SECONDS = 4;
 
 describe('provisioning lead time and waiting end hooks', () => {
   const plugin = new RecordingPlugin();
-  let stack: TestStack;
-  let api: ReturnType<typeof apiClient>;
-
-  beforeAll(async () => {
-    stack = await startTestStack({ plugins: [plugin], env: { LK_PROVISIONING_LEAD_TIME_SECONDS: String(LEAD_SECONDS) } });
-    api = apiClient(stack.url);
-  });
-  afterAll(async () => {
-    await stack?.stop();
-  });
+  const stack = useTestStack({ plugins: [plugin], env: { LK_PROVISIONING_LEAD_TIME_SECONDS: String(LEAD_SECONDS) } });
+  const api = apiClient(() => stack().url);
 
   const statusOf = async (id: string) => {
     const res = await api('GET', `/v1/leases/${id}`);
@@ -49,7 +41,7 @@ describe('provisioning lead time and waiting end hooks', () => {
     expect(created.status).toBe(201);
     const id = created.body.lease.id;
     await waitForStatus(id, 'TERMINATING');
-    const waiting = await stack.temporal.client.workflow.getHandle(`lease-${id}`).describe();
+    const waiting = await stack().temporal.client.workflow.getHandle(`lease-${id}`).describe();
     expect(waiting.status.name).toBe('RUNNING');
     await waitForStatus(id, 'TERMINATED');
     const ends = plugin.callsFor(id, 'end');

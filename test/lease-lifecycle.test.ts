@@ -2,22 +2,14 @@ import { formatLeaseDate } from '../src/api/blazar-format';
 import type { ApiError } from '../src/api/errors';
 import { changeLease } from '../src/api/lease-commands';
 import { LeaseStatusKey } from '../src/domain/search-attributes';
-import { getLease, leaseWorkflowId } from '../workflows/lease';
+import { getLease, leaseWorkflowId } from '../workflows/lease/messages';
 import { RecordingPlugin } from './support/recording-plugin';
-import { apiClient, eventually, inSeconds, startTestStack, type TestStack } from './support/stack';
+import { apiClient, eventually, inSeconds, useTestStack } from './support/stack';
 
 describe('lease lifecycle on the real Temporal server', () => {
   const plugin = new RecordingPlugin();
-  let stack: TestStack;
-  let api: ReturnType<typeof apiClient>;
-
-  beforeAll(async () => {
-    stack = await startTestStack({ plugins: [plugin] });
-    api = apiClient(stack.url);
-  });
-  afterAll(async () => {
-    await stack?.stop();
-  });
+  const stack = useTestStack({ plugins: [plugin] });
+  const api = apiClient(() => stack().url);
 
   async function statusOf(id: string): Promise<string | undefined> {
     const res = await api('GET', `/v1/leases/${id}`);
@@ -50,7 +42,7 @@ describe('lease lifecycle on the real Temporal server', () => {
     const final = (await api('GET', `/v1/leases/${lease.id}`)).body.lease;
     expect(final.events.map((e: { status: string }) => e.status)).toEqual(['DONE', 'DONE', 'DONE']);
 
-    const { rows } = await stack.db.pool.query('SELECT document FROM leases WHERE id = $1', [lease.id]);
+    const { rows } = await stack().db.pool.query('SELECT document FROM leases WHERE id = $1', [lease.id]);
     const start = rows[0].document.events.find((e: { event_type: string }) => e.event_type === 'start_lease');
     const end = rows[0].document.events.find((e: { event_type: string }) => e.event_type === 'end_lease');
     const startLag = start.startedAt - start.time;
@@ -59,7 +51,7 @@ describe('lease lifecycle on the real Temporal server', () => {
     expect(startLag).toBeGreaterThanOrEqual(0);
     expect(endLag).toBeGreaterThanOrEqual(0);
 
-    const handle = stack.temporal.client.workflow.getHandle(leaseWorkflowId(lease.id));
+    const handle = stack().temporal.client.workflow.getHandle(leaseWorkflowId(lease.id));
     // The row is written by the activity; the search attributes follow in the next workflow task.
     const description = await eventually(async () => {
       const d = await handle.describe();
@@ -132,7 +124,7 @@ describe('lease lifecycle on the real Temporal server', () => {
     expect((await api('DELETE', `/v1/leases/${id}`)).status).toBe(204);
     await waitForStatus(id, 'GONE', 10_000);
     expect(plugin.callsFor(id).map((c) => [c.hook, c.started])).toEqual([['reserve', undefined], ['end', false]]);
-    const result = await stack.temporal.client.workflow.getHandle(leaseWorkflowId(id)).result();
+    const result = await stack().temporal.client.workflow.getHandle(leaseWorkflowId(id)).result();
     expect(result).toEqual({ id, status: 'DELETED' });
   });
 
@@ -150,7 +142,7 @@ describe('lease lifecycle on the real Temporal server', () => {
     const { body } = await api('POST', '/v1/leases', { name: 'cancelled', start_date: 'now', end_date: inSeconds(3600), reservations: [{ resource_type: 'test:recording' }] });
     const id = body.lease.id;
     await waitForStatus(id, 'ACTIVE', 10_000);
-    const handle = stack.temporal.client.workflow.getHandle(leaseWorkflowId(id));
+    const handle = stack().temporal.client.workflow.getHandle(leaseWorkflowId(id));
     await handle.cancel();
     await expect(handle.result()).rejects.toThrow();
     expect(await statusOf(id)).toBe('GONE');
@@ -220,7 +212,7 @@ describe('lease lifecycle on the real Temporal server', () => {
     const rename = await api('PUT', `/v1/leases/${later.body.lease.id}`, { name: 'renamed-while-waiting' });
     expect(rename).toEqual({ status: 409, body: { error_code: 409, error_name: 409, error_message: 'Invalid lease status. Lease later is STARTING: try again once it is ACTIVE.' } });
     // The workflow's own validator says the same to a caller that goes past the API (or read a stale row).
-    const commands = { client: stack.temporal.client, taskQueue: stack.config.temporal.taskQueue, timeoutMs: 20_000 };
+    const commands = { client: stack().temporal.client, taskQueue: stack().config.temporal.taskQueue, timeoutMs: 20_000 };
     const direct = await changeLease(commands, later.body.lease.id, { name: 'renamed-directly' }).then(() => undefined, (err: unknown) => err as ApiError);
     expect([direct?.status, direct?.message]).toEqual([409, 'Invalid lease status. Lease later is STARTING: try again once it is ACTIVE.']);
     const asked = Date.now();
@@ -243,7 +235,7 @@ describe('lease lifecycle on the real Temporal server', () => {
       ids.push(res.body.lease.id);
     }
     expect((await api('DELETE', `/v1/leases/${ids[0]}`)).status).toBe(204);
-    const handle = stack.temporal.client.workflow.getHandle(leaseWorkflowId(ids[0]));
+    const handle = stack().temporal.client.workflow.getHandle(leaseWorkflowId(ids[0]));
     await handle.result();
     const { events } = await handle.fetchHistory();
     // Before: one signal to each of the four later leases, at every delete (N² in all).

@@ -5,9 +5,10 @@
  * capabilities. Admins may do all of it.
  */
 import { physicalHostPlugin } from '../src/resources/physical-host';
-import { leaseWorkflowId } from '../workflows/lease';
+import { leaseWorkflowId } from '../workflows/lease/messages';
+import { hostReservation } from './support/builders';
 import { insertHost } from './support/hosts';
-import { apiClient, eventually, inSeconds, startTestStack, type TestStack } from './support/stack';
+import { apiClient, eventually, inSeconds, useTestStack } from './support/stack';
 
 const ALICE = { 'x-project-id': 'project-a', 'x-user-id': 'alice', 'x-roles': 'member' };
 const CAROL = { 'x-project-id': 'project-a', 'x-user-id': 'carol', 'x-roles': 'member' };
@@ -15,24 +16,16 @@ const ADMIN = { 'x-auth-token': 'admin' };
 const YEAR_S = 365 * 86_400;
 
 describe('lease policy for project members', () => {
-  let stack: TestStack;
-  let asAlice: ReturnType<typeof apiClient>;
-  let asCarol: ReturnType<typeof apiClient>;
-  let asAdmin: ReturnType<typeof apiClient>;
+  const stack = useTestStack({ withPool: (pool) => [physicalHostPlugin({ pool, settings: { cleaningMs: 0, randomChoice: false }, cloud: 'calendar-only' })] });
+  const asAlice = apiClient(() => stack().url, ALICE);
+  const asCarol = apiClient(() => stack().url, CAROL);
+  const asAdmin = apiClient(() => stack().url, ADMIN);
   const soon = () => ({ start_date: inSeconds(3600), end_date: inSeconds(7200) });
-  const hostReservation = (params: Record<string, unknown> = {}) => ({ resource_type: 'physical:host', min: 1, max: 1, ...params });
 
   beforeAll(async () => {
-    stack = await startTestStack({ withPool: (pool) => [physicalHostPlugin({ pool, settings: { cleaningMs: 0, randomChoice: false }, cloud: 'calendar-only' })] });
-    await insertHost(stack.db.pool, { name: 'policy-host-1', capabilities: { gpu: 'a100', secret_rack: 'cage-7' } });
-    await insertHost(stack.db.pool, { name: 'policy-host-2', capabilities: { gpu: 'h100' } });
-    asAlice = apiClient(stack.url, ALICE);
-    asCarol = apiClient(stack.url, CAROL);
-    asAdmin = apiClient(stack.url, ADMIN);
+    await insertHost(stack().db.pool, { name: 'policy-host-1', capabilities: { gpu: 'a100', secret_rack: 'cage-7' } });
+    await insertHost(stack().db.pool, { name: 'policy-host-2', capabilities: { gpu: 'h100' } });
     expect((await asAdmin('PATCH', '/v1/os-hosts/properties/secret_rack', { private: true })).status).toBe(200);
-  });
-  afterAll(async () => {
-    await stack?.stop();
   });
 
   it('refuses on_end "release" to members with Blazar\'s policy error, at creation and at update; admins may', async () => {
@@ -100,9 +93,9 @@ describe('lease policy for project members', () => {
 
   it('cannot put markup into the Web UI: names and ids are escaped in the summary and details', async () => {
     const name = '**x** [click](http://evil.example.com) <img src=x>';
-    const asMallory = apiClient(stack.url, { 'x-project-id': 'p<b>', 'x-user-id': 'u](x)', 'x-roles': 'member' });
+    const asMallory = apiClient(stack().url, { 'x-project-id': 'p<b>', 'x-user-id': 'u](x)', 'x-roles': 'member' });
     const lease = (await asMallory('POST', '/v1/leases', { name, ...soon() })).body.lease;
-    const handle = stack.temporal.client.workflow.getHandle(leaseWorkflowId(lease.id));
+    const handle = stack().temporal.client.workflow.getHandle(leaseWorkflowId(lease.id));
     const description = await handle.describe();
     const escapedName = String.raw`\*\*x\*\* \[click\]\(http\:\/\/evil\.example\.com\) \<img src\=x\>`;
     expect(await description.staticSummary()).toContain(String.raw`lease ${escapedName} · project p\<b\> · `);

@@ -12,7 +12,7 @@ import type { Pool } from 'pg';
 import { newLease, type Lease } from '../src/domain/lease';
 import { insertHost } from './support/hosts';
 import { insertLeaseRows } from './support/lease-rows';
-import { apiClient, eventually, startTestStack, type TestStack } from './support/stack';
+import { apiClient, eventually, useTestStack } from './support/stack';
 
 const LEASES = 2_500;
 const LEASE_LIST_SQL = /ORDER BY created_at, id/;
@@ -59,15 +59,12 @@ function firstChunk(url: string, headers: Record<string, string>): Promise<{ sta
 }
 
 describe('lists without limit are streamed', () => {
-  let stack: TestStack;
-  let asMember: ReturnType<typeof apiClient>;
-  let asAdmin: ReturnType<typeof apiClient>;
+  const stack = useTestStack({ noWorker: true });
+  const asMember = apiClient(() => stack().url, member);
+  const asAdmin = apiClient(() => stack().url, admin);
   const projectA: Lease[] = [];
 
   beforeAll(async () => {
-    stack = await startTestStack({ noWorker: true });
-    asMember = apiClient(stack.url, member);
-    asAdmin = apiClient(stack.url, admin);
     const requested = Date.UTC(2026, 0, 1);
     const leases = Array.from({ length: LEASES + 100 }, (_, i) => {
       const start = Date.UTC(2099, 0, 1) + i * 60_000;
@@ -75,13 +72,9 @@ describe('lists without limit are streamed', () => {
       const reservations = [{ id: randomUUID(), resource_type: 'physical:host', params: { min: 1, max: 1, hypervisor_properties: '', resource_properties: '', note: `é ${i} "quoted" \u2028` } }];
       return { ...newLease({ id: randomUUID(), name: `lease-${i}`, projectId, userId: 'user-a', start, end: start + 3_600_000, reservations, requestedMs: requested + i }), version: 1 };
     });
-    await insertLeaseRows(stack.db.pool, leases);
+    await insertLeaseRows(stack().db.pool, leases);
     projectA.push(...leases.filter((l) => l.projectId === 'project-a'));
   }, 60_000);
-
-  afterAll(async () => {
-    await stack?.stop();
-  });
 
   afterEach(() => {
     jest.restoreAllMocks();
@@ -101,8 +94,8 @@ describe('lists without limit are streamed', () => {
   }
 
   it('answers every lease of the project as one JSON document, read in batches, equal to the paged list', async () => {
-    const queries = watchQueries(stack.db.pool, LEASE_LIST_SQL);
-    const res = await fetch(`${stack.url}/v1/leases`, { headers: member });
+    const queries = watchQueries(stack().db.pool, LEASE_LIST_SQL);
+    const res = await fetch(`${stack().url}/v1/leases`, { headers: member });
     expect(res.status).toBe(200);
     expect(res.headers.get('content-type')).toMatch(/^application\/json/);
     expect(res.headers.get('transfer-encoding')).toBe('chunked'); // written as read, not built whole
@@ -130,34 +123,34 @@ describe('lists without limit are streamed', () => {
 
   it('stops reading when the client goes away, and every connection goes back to the pool', async () => {
     // Slow batches, so that the answer is far from done when the client leaves.
-    const queries = watchQueries(stack.db.pool, LEASE_LIST_SQL, () => new Promise((resolve) => setTimeout(resolve, 100)));
-    const { status, request } = await firstChunk(`${stack.url}/v1/leases`, member);
+    const queries = watchQueries(stack().db.pool, LEASE_LIST_SQL, () => new Promise((resolve) => setTimeout(resolve, 100)));
+    const { status, request } = await firstChunk(`${stack().url}/v1/leases`, member);
     expect(status).toBe(200);
     request.destroy();
     const readWhenLeft = queries.seen.length;
-    await eventually(() => Promise.resolve(poolAtRest(stack.db.pool) ? true : undefined), 10_000);
+    await eventually(() => Promise.resolve(poolAtRest(stack().db.pool) ? true : undefined), 10_000);
     await new Promise((resolve) => setTimeout(resolve, 500)); // time for 5 more batches, were it still reading
     expect(queries.seen.length).toBeLessThanOrEqual(readWhenLeft + 1);
     expect(queries.seen.length).toBeLessThan(LEASES / 250);
-    expect(poolAtRest(stack.db.pool)).toBe(true);
+    expect(poolAtRest(stack().db.pool)).toBe(true);
     queries.restore();
     expect((await asMember('GET', '/v1/leases')).body.leases).toHaveLength(LEASES);
   });
 
   it('ends the connection abruptly when reading fails after the answer began: a broken body, not a 500 nor truncated valid JSON', async () => {
-    const queries = watchQueries(stack.db.pool, LEASE_LIST_SQL, (n) => (n === 3 ? Promise.reject(new Error('the third batch fails')) : Promise.resolve()));
-    const res = await fetch(`${stack.url}/v1/leases`, { headers: member });
+    const queries = watchQueries(stack().db.pool, LEASE_LIST_SQL, (n) => (n === 3 ? Promise.reject(new Error('the third batch fails')) : Promise.resolve()));
+    const res = await fetch(`${stack().url}/v1/leases`, { headers: member });
     expect(res.status).toBe(200);
     await expect(res.text()).rejects.toThrow(); // the body broke off
     expect(queries.seen).toHaveLength(3);
     queries.restore();
-    await eventually(() => Promise.resolve(poolAtRest(stack.db.pool) ? true : undefined), 10_000);
+    await eventually(() => Promise.resolve(poolAtRest(stack().db.pool) ? true : undefined), 10_000);
     expect((await asMember('GET', '/v1/leases')).body.leases).toHaveLength(LEASES);
   });
 
   it('still answers an ordinary error when reading fails before anything was sent', async () => {
     const unavailable = Object.assign(new Error('terminating connection due to administrator command'), { code: '57P01' });
-    watchQueries(stack.db.pool, LEASE_LIST_SQL, () => Promise.reject(unavailable));
+    watchQueries(stack().db.pool, LEASE_LIST_SQL, () => Promise.reject(unavailable));
     const res = await asMember('GET', '/v1/leases');
     expect(res.status).toBe(503);
     expect(res.body).toEqual({ error_code: 503, error_message: 'the database is unavailable: try again shortly', error_name: 503 });
@@ -165,17 +158,17 @@ describe('lists without limit are streamed', () => {
 
   it('streams the host allocations grouped by host, as the per-host answers show them', async () => {
     const hosts: string[] = [];
-    for (let h = 0; h < 3; h++) hosts.push(await insertHost(stack.db.pool, { name: `stream-host-${h}` }));
+    for (let h = 0; h < 3; h++) hosts.push(await insertHost(stack().db.pool, { name: `stream-host-${h}` }));
     // 3 × 700 bookings: batches end in the middle of a host.
-    await stack.db.pool.query(
+    await stack().db.pool.query(
       `INSERT INTO host_allocations (host_id, reservation_id, lease_id, project_id, during, blocks, booking_key)
        SELECT h, gen_random_uuid(), gen_random_uuid(), CASE WHEN g % 7 = 0 THEN 'project-a' ELSE 'project-b' END,
               tstzrange(t, t + interval '1 hour'), tstzrange(t, t + interval '1 hour'), 'test'
        FROM unnest($1::bigint[]) h, generate_series(0, 699) g, LATERAL (SELECT timestamptz '2099-01-01 00:00+00' + g * interval '1 hour' AS t) x`,
       [hosts],
     );
-    const queries = watchQueries(stack.db.pool, ALLOCATION_LIST_SQL);
-    const res = await fetch(`${stack.url}/v1/os-hosts/allocations`, { headers: admin });
+    const queries = watchQueries(stack().db.pool, ALLOCATION_LIST_SQL);
+    const res = await fetch(`${stack().url}/v1/os-hosts/allocations`, { headers: admin });
     expect(res.headers.get('transfer-encoding')).toBe('chunked');
     const { allocations } = (await res.json()) as { allocations: Array<{ resource_id: string; reservations: unknown[] }> };
     expect(queries.seen.length).toBeGreaterThanOrEqual(3);
@@ -187,6 +180,6 @@ describe('lists without limit are streamed', () => {
     // A member sees its own project's bookings only; none at all is an empty list.
     const own = (await asMember('GET', '/v1/os-hosts/allocations')).body.allocations;
     expect(own.map((a: { reservations: unknown[] }) => a.reservations.length)).toEqual([100, 100, 100]);
-    expect((await apiClient(stack.url, { 'x-project-id': 'project-c' })('GET', '/v1/os-hosts/allocations')).body).toEqual({ allocations: [] });
+    expect((await apiClient(stack().url, { 'x-project-id': 'project-c' })('GET', '/v1/os-hosts/allocations')).body).toEqual({ allocations: [] });
   });
 });

@@ -10,10 +10,11 @@ import path from 'node:path';
 import { delay, type ManagedProcess } from '../scripts/lib/processes';
 import { ensureCluster, ensureDatabase, localUrl, startPostgres } from '../scripts/lib/postgres-local';
 import { physicalHostPlugin } from '../src/resources/physical-host';
-import { getLease, leaseWorkflowId } from '../workflows/lease';
+import { getLease, leaseWorkflowId } from '../workflows/lease/messages';
+import { hostReservation } from './support/builders';
 import { doubleBookings, insertHost } from './support/hosts';
 import { freePort } from './support/ports';
-import { apiClient, startTestStack, type ApiCall, type TestStack } from './support/stack';
+import { apiClient, useTestStack, type ApiCall } from './support/stack';
 
 const HOSTS = 10;
 const CLIENTS = 8;
@@ -28,36 +29,39 @@ describe('PostgreSQL restarted mid-admission', () => {
   const dataDir = path.join(tmp, 'postgres');
   let port: number;
   let postgres: ManagedProcess | undefined;
-  let stack: TestStack | undefined;
 
   beforeAll(async () => {
     port = await freePort();
     ensureCluster(dataDir);
     postgres = startPostgres({ dataDir, port, durable: true });
     await ensureDatabase(localUrl(port, 'leasekeeper'));
-    stack = await startTestStack({
+  }, 120_000);
+  const stack = useTestStack(
+    () => ({
       databaseServer: localUrl(port, 'leasekeeper'),
       env: { LK_API_WORKFLOW_TIMEOUT_MS: '20000' },
       withPool: (pool) => [physicalHostPlugin({ pool, settings: { cleaningMs: 0, randomChoice: false }, cloud: 'calendar-only' })],
-    });
-    for (let i = 0; i < HOSTS; i++) await insertHost(stack.db.pool, { name: `pg-host-${i}` });
-  }, 120_000);
+    }),
+    { timeoutMs: 120_000 },
+  );
+  beforeAll(async () => {
+    for (let i = 0; i < HOSTS; i++) await insertHost(stack().db.pool, { name: `pg-host-${i}` });
+  });
 
   afterAll(async () => {
-    await stack?.stop();
     await postgres?.stop();
     fs.rmSync(tmp, { recursive: true, force: true });
   });
 
   it('answers every request with success, a 409 or a clean 503, and leaves nothing half-written', async () => {
-    const api = apiClient(stack!.url);
+    const api = apiClient(stack().url);
     const horizon = Date.UTC(2099, 0, 1);
     const bodyOf = (i: number) => {
       // Windows of 1–3 days within two months over 10 hosts: many fit, some conflict.
       const start = horizon + (i * 7919 % 60) * DAY;
       const end = start + (1 + (i % 3)) * DAY;
       const date = (ms: number) => new Date(ms).toISOString().slice(0, 16).replace('T', ' ');
-      return { name: `pg-${i}`, start_date: date(start), end_date: date(end), reservations: [{ resource_type: 'physical:host', min: 1, max: 1 }] };
+      return { name: `pg-${i}`, start_date: date(start), end_date: date(end), reservations: [hostReservation()] };
     };
     const create = (i: number) => api('POST', '/v1/leases', bodyOf(i), { 'Idempotency-Key': `pg-${i}` });
 
@@ -109,14 +113,14 @@ describe('PostgreSQL restarted mid-admission', () => {
       if (final.status === 201) leaseIds.add(final.body.lease.id);
     }
 
-    const { pool } = stack!.db;
+    const { pool } = stack().db;
     const { rows: live } = await pool.query<{ id: string; status: string; version: number }>("SELECT id::text, status, version FROM leases WHERE deleted_at IS NULL");
     expect(new Set(live.map((l) => l.id))).toEqual(leaseIds);
     const { rows: bookings } = await pool.query<{ lease_id: string; n: string }>('SELECT lease_id::text, count(*) AS n FROM host_allocations GROUP BY lease_id');
     expect(new Map(bookings.map((b) => [b.lease_id, Number(b.n)]))).toEqual(new Map([...leaseIds].map((id) => [id, 1])));
     expect(await doubleBookings(pool)).toEqual([]);
     for (const row of live) {
-      const lease = await stack!.temporal.client.workflow.getHandle(leaseWorkflowId(row.id)).query(getLease);
+      const lease = await stack().temporal.client.workflow.getHandle(leaseWorkflowId(row.id)).query(getLease);
       expect({ status: lease.status, version: lease.version }).toEqual({ status: 'PENDING', version: Number(row.version) });
     }
   }, 180_000);

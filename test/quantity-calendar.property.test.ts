@@ -9,13 +9,12 @@
 import { randomUUID } from 'node:crypto';
 import fc from 'fast-check';
 import { ApplicationFailure } from '@temporalio/common';
-import { migrate } from '../src/db/migrate';
 import { earliestQuantityFit, fits, longestQuantityFit, peakUsage, searchEarliestQuantityFit, type QuantityBooking } from '../src/domain/quantity-calendar';
 import { wholeMinuteUp } from '../src/domain/lease';
-import type { Reservation } from '../src/domain/lease';
 import type { ReservationContext } from '../src/domain/resource-plugin';
 import { QuantityCalendar, type CapacityProvider } from '../src/resources/shared/quantity-bookings';
-import { createTestDatabase, type TestDatabase } from './support/db';
+import { pendingReservation, reservationContext } from './support/builders';
+import { useMigratedTestDatabase } from './support/db';
 
 const M = 60_000;
 const H = 60 * M;
@@ -119,15 +118,12 @@ describe('quantity calendar, pure', () => {
 });
 
 describe('quantity calendar in PostgreSQL, concurrent bookings', () => {
-  let db: TestDatabase;
+  const database = useMigratedTestDatabase();
   let calendar: QuantityCalendar;
 
-  beforeAll(async () => {
-    db = await createTestDatabase();
-    await migrate(db.pool);
-    calendar = new QuantityCalendar(db.pool);
+  beforeAll(() => {
+    calendar = new QuantityCalendar(database().pool);
   });
-  afterAll(async () => db?.drop());
 
   // Two resource classes (like a bandwidth provider's egress and ingress): each must hold on its own.
   const EGR = 'NET_BW_EGR_KILOBIT_PER_SEC';
@@ -151,7 +147,7 @@ describe('quantity calendar in PostgreSQL, concurrent bookings', () => {
     let refusalsChecked = 0;
     await fc.assert(
       fc.asyncProperty(scenario, async ({ capacities, requests, deleteEvery }) => {
-        await db.pool.query('TRUNCATE quantity_allocations, capacity_providers');
+        await database().pool.query('TRUNCATE quantity_allocations, capacity_providers');
         const providers: CapacityProvider[] = capacities.map((c, i) => ({ uuid: randomUUID(), name: `node-${i}`, host: `node-${i}`, capacity: { [EGR]: c.egress, [IGR]: c.ingress }, traits: [] }));
         await calendar.syncProviders('bandwidth', providers);
         const servers = Array.from({ length: 6 }, () => randomUUID());
@@ -170,7 +166,7 @@ describe('quantity calendar in PostgreSQL, concurrent bookings', () => {
           }),
         );
 
-        const { rows } = await db.pool.query<{ provider_uuid: string; subject: string; amounts: Record<string, number>; start_ms: number; end_ms: number }>(
+        const { rows } = await database().pool.query<{ provider_uuid: string; subject: string; amounts: Record<string, number>; start_ms: number; end_ms: number }>(
           `SELECT provider_uuid, subject, amounts, (extract(epoch FROM lower(blocks)) * 1000)::float8 AS start_ms,
                   (extract(epoch FROM upper(blocks)) * 1000)::float8 AS end_ms FROM quantity_allocations`,
         );
@@ -210,18 +206,5 @@ describe('quantity calendar in PostgreSQL, concurrent bookings', () => {
 });
 
 function contextFor(startHour: number, hours: number): ReservationContext {
-  const reservation: Reservation = { id: randomUUID(), resource_type: 'virtual:server', status: 'pending', params: {} };
-  const leaseId = randomUUID();
-  return {
-    leaseId,
-    leaseName: leaseId,
-    projectId: 'p',
-    userId: 'u',
-    leaseStatus: 'PENDING',
-    reservation,
-    leaseReservations: [reservation],
-    startMs: T0 + startHour * H,
-    endMs: T0 + (startHour + hours) * H,
-    provisioningLeadMs: 0,
-  };
+  return reservationContext({ reservation: pendingReservation('virtual:server'), startMs: T0 + startHour * H, endMs: T0 + (startHour + hours) * H });
 }

@@ -6,29 +6,24 @@
  */
 import { randomUUID } from 'node:crypto';
 import { ApplicationFailure } from '@temporalio/common';
-import { migrate } from '../src/db/migrate';
-import type { LeaseStatus, Reservation } from '../src/domain/lease';
+import type { LeaseStatus } from '../src/domain/lease';
 import type { ReservationContext } from '../src/domain/resource-plugin';
 import { QuantityCalendar, type CapacityProvider, type QuantityRequest } from '../src/resources/shared/quantity-bookings';
-import { createTestDatabase, type TestDatabase } from './support/db';
+import { pendingReservation, reservationContext } from './support/builders';
+import { useMigratedTestDatabase } from './support/db';
 
 const H = 3_600_000;
 const T0 = Date.UTC(2099, 5, 1);
 
 function ctxFor(startH: number, endH: number, options: { status?: LeaseStatus; leadMs?: number; reservationId?: string } = {}): ReservationContext {
-  const reservation: Reservation = { id: options.reservationId ?? randomUUID(), resource_type: 'virtual:server', status: 'pending', params: {} };
-  return {
-    leaseId: randomUUID(),
+  return reservationContext({
+    reservation: pendingReservation('virtual:server', {}, options.reservationId),
     leaseName: 'l',
-    projectId: 'p',
-    userId: 'u',
     leaseStatus: options.status ?? 'PENDING',
-    reservation,
-    leaseReservations: [reservation],
     startMs: T0 + startH * H,
     endMs: T0 + endH * H,
     provisioningLeadMs: options.leadMs ?? 0,
-  };
+  });
 }
 
 const vcpus = (n: number, subject?: string): QuantityRequest => ({ kind: 'compute', amounts: { VCPU: n }, subject, describe: `${n} vcpus`, matches: () => true });
@@ -44,21 +39,18 @@ async function conflict(promise: Promise<unknown>): Promise<ApplicationFailure> 
 }
 
 describe('quantity calendar', () => {
-  let db: TestDatabase;
+  const database = useMigratedTestDatabase();
   let calendar: QuantityCalendar;
   const providers: CapacityProvider[] = [
     { uuid: 'aaaaaaaa-0000-0000-0000-000000000001', name: 'node-1', host: 'node-1', capacity: { VCPU: 8 }, traits: [] },
     { uuid: 'aaaaaaaa-0000-0000-0000-000000000002', name: 'node-2', host: 'node-2', capacity: { VCPU: 4 }, traits: [] },
   ];
 
-  beforeAll(async () => {
-    db = await createTestDatabase();
-    await migrate(db.pool);
-    calendar = new QuantityCalendar(db.pool);
+  beforeAll(() => {
+    calendar = new QuantityCalendar(database().pool);
   });
-  afterAll(async () => db?.drop());
   beforeEach(async () => {
-    await db.pool.query('TRUNCATE quantity_allocations, capacity_providers');
+    await database().pool.query('TRUNCATE quantity_allocations, capacity_providers');
     await calendar.syncProviders('compute', providers);
   });
 
@@ -83,7 +75,7 @@ describe('quantity calendar', () => {
     expect(tight.details).toEqual([{ earliest_start: '2099-06-01 02:30', earliest_end: '2099-06-01 03:30', longest_end: null }]);
     const fitting = ctxFor(2.5, 3.5, { leadMs: H / 2 });
     await calendar.book(fitting, vcpus(4));
-    const { rows } = await db.pool.query<{ blocks: string }>(`SELECT to_char(lower(blocks) AT TIME ZONE 'UTC', 'HH24:MI') AS blocks FROM quantity_allocations WHERE reservation_id = $1`, [
+    const { rows } = await database().pool.query<{ blocks: string }>(`SELECT to_char(lower(blocks) AT TIME ZONE 'UTC', 'HH24:MI') AS blocks FROM quantity_allocations WHERE reservation_id = $1`, [
       fitting.reservation.id,
     ]);
     expect(rows).toEqual([{ blocks: '02:00' }]);

@@ -12,7 +12,7 @@ import type { ManagedProcess } from '../scripts/lib/processes';
 import { startTemporalDevServer, temporalBinary, waitForTemporal } from '../scripts/lib/temporal-dev-server';
 import { loadConfig } from '../src/config';
 import { freePort } from './support/ports';
-import { apiClient, eventually, inSeconds, startTestStack, type TestStack } from './support/stack';
+import { apiClient, eventually, inSeconds, useTestStack } from './support/stack';
 import { startWorkerProcess } from './support/worker-process';
 
 describe('Temporal dev server killed with -9 mid-lease', () => {
@@ -21,7 +21,6 @@ describe('Temporal dev server killed with -9 mid-lease', () => {
   const dbFile = path.join(tmp, 'temporal.db');
   let port: number;
   let server: ManagedProcess | undefined;
-  let stack: TestStack | undefined;
   let worker: ManagedProcess | undefined;
 
   const startServer = async () => {
@@ -33,19 +32,19 @@ describe('Temporal dev server killed with -9 mid-lease', () => {
   beforeAll(async () => {
     port = await freePort();
     server = await startServer();
-    stack = await startTestStack({ noWorker: true, env: { TEMPORAL_ADDRESS: `127.0.0.1:${port}`, LK_API_WORKFLOW_TIMEOUT_MS: '3000' } });
-    worker = await startWorkerProcess(stack);
+  });
+  const stack = useTestStack(() => ({ noWorker: true, env: { TEMPORAL_ADDRESS: `127.0.0.1:${port}`, LK_API_WORKFLOW_TIMEOUT_MS: '3000' } }), { beforeStop: async () => worker?.stop() });
+  beforeAll(async () => {
+    worker = await startWorkerProcess(stack());
   });
 
   afterAll(async () => {
-    await worker?.stop();
-    await stack?.stop();
     await server?.stop();
     fs.rmSync(tmp, { recursive: true, force: true });
   });
 
   it('leases continue after a restart on the same database file; meanwhile reads answer and changes get 503', async () => {
-    const api = apiClient(stack!.url);
+    const api = apiClient(stack().url);
     const lease = async (id: string) => (await api('GET', `/v1/leases/${id}`)).body.lease;
     const until = (id: string, status: string, timeoutMs: number) => eventually(async () => ((await lease(id)).status === status ? true : undefined), timeoutMs, 250);
 

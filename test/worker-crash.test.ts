@@ -3,28 +3,21 @@
  * active, start it again, and the lease carries on from where it was.
  */
 import type { ManagedProcess } from '../scripts/lib/processes';
-import { leaseWorkflowId } from '../workflows/lease';
-import { apiClient, eventually, inSeconds, startTestStack, type TestStack } from './support/stack';
+import { leaseWorkflowId } from '../workflows/lease/messages';
+import { apiClient, eventually, inSeconds, useTestStack } from './support/stack';
 import { startWorkerProcess } from './support/worker-process';
 
 describe('worker killed with -9 mid-lease', () => {
-  let stack: TestStack;
   let worker: ManagedProcess | undefined;
+  // Only the real worker process runs this lease.
+  const stack = useTestStack({ noWorker: true }, { beforeStop: async () => worker?.stop() });
 
-  beforeAll(async () => {
-    stack = await startTestStack({ noWorker: true }); // only the real worker process runs this lease
-  });
-  afterAll(async () => {
-    await worker?.stop();
-    await stack?.stop();
-  });
-
-  const startWorker = () => startWorkerProcess(stack);
+  const startWorker = () => startWorkerProcess(stack());
 
   /** On a time-out, show the workflow's history: where did the time go? */
   function explain(id: string) {
     return async (err: Error) => {
-      const history = await stack.temporal.client.workflow.getHandle(leaseWorkflowId(id)).fetchHistory();
+      const history = await stack().temporal.client.workflow.getHandle(leaseWorkflowId(id)).fetchHistory();
       const lines = (history.events ?? []).map((e) => `${new Date(Number(e.eventTime?.seconds ?? 0) * 1000).toISOString()} ${String(e.eventType)}`);
       throw new Error(`${err.message}\nhistory:\n${lines.join('\n')}\nworker:\n${worker?.tail() ?? ''}`);
     };
@@ -36,7 +29,7 @@ describe('worker killed with -9 mid-lease', () => {
   }
 
   it('continues the lease after each crash and restart', async () => {
-    const api = apiClient(stack.url);
+    const api = apiClient(stack().url);
     const status = async (id: string) => (await api('GET', `/v1/leases/${id}`)).body.lease.status as string;
 
     worker = await startWorker();
@@ -64,7 +57,7 @@ describe('worker killed with -9 mid-lease', () => {
     const lease = (await api('GET', `/v1/leases/${id}`)).body.lease;
     expect(lease.events.map((e: { status: string }) => e.status)).toEqual(['DONE', 'DONE', 'DONE']);
 
-    const description = await stack.temporal.client.workflow.getHandle(leaseWorkflowId(id)).describe();
+    const description = await stack().temporal.client.workflow.getHandle(leaseWorkflowId(id)).describe();
     expect(description.status.name).toBe('RUNNING'); // still there to rename or delete the ended lease
   }, 180_000);
 });

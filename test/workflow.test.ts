@@ -1,30 +1,27 @@
 import { randomUUID } from 'node:crypto';
 import { msToTs } from '@temporalio/common/lib/time';
 import { Worker } from '@temporalio/worker';
-import { migrate, readMigrations } from '../src/db/migrate';
+import { readMigrations } from '../src/db/migrate';
 import { LEASE_SEARCH_ATTRIBUTES } from '../src/domain/search-attributes';
 import { ensureSearchAttributes } from '../src/temporal';
 import { pluginRegistry } from '../src/domain/resource-plugin';
 import { createWorker, WORKFLOWS_PATH } from '../worker/create-worker';
 import type { selfCheckWorkflow } from '../workflows';
-import { createTestDatabase, type TestDatabase } from './support/db';
+import { useMigratedTestDatabase } from './support/db';
 import { connectTestTemporal, testConfig } from './support/temporal';
 
 describe('a workflow on the real Temporal dev server, through the real worker', () => {
   const config = testConfig();
-  let db: TestDatabase;
+  const database = useMigratedTestDatabase();
   let temporal: Awaited<ReturnType<typeof connectTestTemporal>>;
   let worker: Worker;
 
   beforeAll(async () => {
-    db = await createTestDatabase();
-    await migrate(db.pool);
     temporal = await connectTestTemporal(config);
-    worker = await createWorker({ connection: temporal.nativeConnection, config, deps: { pool: db.pool, plugins: pluginRegistry([]) }, workflows: { workflowsPath: WORKFLOWS_PATH } });
+    worker = await createWorker({ connection: temporal.nativeConnection, config, deps: { pool: database().pool, plugins: pluginRegistry([]) }, workflows: { workflowsPath: WORKFLOWS_PATH } });
   });
   afterAll(async () => {
     await temporal?.close();
-    await db?.drop();
   });
 
   it('runs the self-check workflow end to end and returns the schema version from PostgreSQL', async () => {

@@ -1,3 +1,3 @@
 // Every workflow the worker runs. The worker bundles this file.
-export { leaseWorkflow } from './lease';
-export { selfCheckWorkflow } from './selfcheck';
+export { leaseWorkflow } from './lease/lease';
+export { selfCheckWorkflow } from './selfcheck/selfcheck';

@@ -3,7 +3,7 @@ import type { Client, Connection } from '@temporalio/client';
 import type { Config } from '../config';
 import type { Pool } from '../db/pool';
 import type { Logger } from '../log';
-import type { ResourcePlugins } from '../domain/resource-plugin';
+import type { ResourceTypes } from '../domain/resource-plugin';
 import { authenticate, noAuth, type Authenticator } from './auth';
 import { ApiError, errorHandler, notFoundRoute } from './errors';
 import { checkHealth, checkWorker, sharedCheck } from './health';
@@ -23,7 +23,7 @@ export interface AppDeps {
   pool: Pool;
   connection: Connection;
   client: Client;
-  plugins: ResourcePlugins;
+  types: ResourceTypes;
   authenticator?: Authenticator;
   /** The OpenStack clients, built on first use (os-hosts needs Nova; the rest of the API does not). */
   openstack?: () => OpenStackClients;
@@ -92,7 +92,7 @@ export function createApp(deps: AppDeps): express.Express {
     authenticate(deps.authenticator ?? noAuth),
     leasesRouter({
       pool: deps.pool,
-      plugins: deps.plugins,
+      types: deps.types,
       commands: { client: deps.client, taskQueue: config.temporal.taskQueue, timeoutMs: config.api.workflowTimeoutMs },
       provisioningLeadMs: config.provisioningLeadMs,
       limits: config.leaseLimits,
@@ -103,7 +103,8 @@ export function createApp(deps: AppDeps): express.Express {
     availabilityRouter({
       pool: deps.pool,
       calendar: new HostCalendar(deps.pool, { ...config.hosts, provisioningLeadMs: config.provisioningLeadMs }),
-      plugins: deps.plugins,
+      types: deps.types,
+      provisioningLeadMs: config.provisioningLeadMs,
       maxReservationsPerLease: config.maxReservationsPerLease,
     }),
   );

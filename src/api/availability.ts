@@ -6,13 +6,14 @@
  *   the interval; null when it holds no whole minute).
  * - `POST /v1/availability/search` with a lease-create body: the earliest window where the whole
  *   lease fits (from its start_date), and the longest lease that fits from that start, as request
- *   dates a client can send back.
+ *   dates a client can send back. Every resource type answers for its own reservations.
  */
 import { Router } from 'express';
 import { z } from 'zod';
+import { earliestCommonFit } from '../domain/fit-search';
 import { requestDate as when, reuseEnd, reuseStart, wholeMinuteDown, wholeMinuteUp, type Reservation } from '../domain/lease';
 import type { HostCalendar } from '../resources/physical-host/calendar';
-import type { ResourcePlugins } from '../domain/resource-plugin';
+import type { FitSearch, ResourceTypes } from '../domain/resource-plugin';
 import type { Pool } from '../db/pool';
 import { identityOf } from './auth';
 import { formatLeaseDate } from './blazar-format';
@@ -29,9 +30,9 @@ const availabilityQuery = z.strictObject({
   resource_properties: propertyQueryParam('["==", "$gpu", "a100"]'),
 });
 
-export function availabilityRouter(deps: { calendar: HostCalendar; plugins: ResourcePlugins; pool: Pool; maxReservationsPerLease?: number }): Router {
+export function availabilityRouter(deps: { calendar: HostCalendar; types: ResourceTypes; pool: Pool; provisioningLeadMs: number; maxReservationsPerLease?: number }): Router {
   const router = Router();
-  const leaseBody = createLeaseSchema(deps.plugins, deps.maxReservationsPerLease);
+  const leaseBody = createLeaseSchema(deps.types, deps.maxReservationsPerLease);
 
   router.get('/availability', async (req, res) => {
     const parsed = availabilityQuery.safeParse(req.query);
@@ -62,7 +63,7 @@ export function availabilityRouter(deps: { calendar: HostCalendar; plugins: Reso
     await refusePrivateProperties(deps.pool, identityOf(res), hostPropertyQueries(body.reservations ?? []));
     const reservations: Reservation[] = (body.reservations ?? []).map((r, i) => ({ id: `search-${i}`, resource_type: r.resource_type, status: 'pending', params: r.params }));
     const duration = body.end_date - start;
-    const { earliest, longestMs, cutShort, tried, searchedUntil } = await deps.calendar.search(reservations, start, duration);
+    const { earliest, longestMs, cutShort, tried, searchedUntil } = await searchLease(deps.types, identityOf(res).projectId, reservations, start, duration, deps.provisioningLeadMs);
     // Dates for reuse: request dates on whole minutes (the earliest start is one), ends rounded down so that they still fit.
     const longestEnd = longestMs === Infinity ? Infinity : wholeMinuteDown(start + longestMs);
     res.json({
@@ -74,4 +75,12 @@ export function availabilityRouter(deps: { calendar: HostCalendar; plugins: Reso
   });
 
   return router;
+}
+
+/** Every resource type answers for its own reservations; the lease fits where they all do. */
+function searchLease(types: ResourceTypes, projectId: string, reservations: Reservation[], startMs: number, durationMs: number, provisioningLeadMs: number): Promise<FitSearch> {
+  const byType = new Map<string, Reservation[]>();
+  for (const r of reservations) byType.set(r.resource_type, [...(byType.get(r.resource_type) ?? []), r]);
+  const searches = [...byType].map(([type, ofType]) => (from: number) => types.get(type)!.earliest({ projectId, reservations: ofType, startMs: from, durationMs, provisioningLeadMs }));
+  return earliestCommonFit(searches, startMs);
 }

@@ -59,7 +59,8 @@ export function toBlazarLease(lease: Lease) {
     end_date: formatLeaseDate(lease.endMs),
     status: lease.status,
     ...(lease.statusReason ? { status_reason: lease.statusReason } : {}),
-    degraded: lease.degraded,
+    // As Blazar: a lease is degraded when one of its reservations lost or changed resources (what the plugins reported).
+    degraded: lease.reservations.some((r) => r.missing_resources === true || r.resources_changed === true),
     trust_id: null,
     reservations: lease.reservations.map((r) => toBlazarReservation(lease, r)),
     events: lease.events.map((e) => ({

@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { Client, Connection } from '@temporalio/client';
-import type { Pool } from '../db/pool';
-import type { selfCheckWorkflow } from '../../workflows';
+import { ping, type Pool } from '../db/pool';
+import { selfCheckWorkflowType, type SelfCheckResult } from '../../workflows/selfcheck/messages';
 
 export interface CheckResult {
   ok: boolean;
@@ -39,7 +39,7 @@ export interface HealthDeps {
 /** A round trip through a worker (a self-check workflow whose activity reads the schema version), proving leases can progress. */
 export function checkWorker(deps: Pick<HealthDeps, 'client' | 'taskQueue' | 'timeoutMs'>): Promise<CheckResult> {
   return timed(async () => {
-    const result = await deps.client.workflow.execute<typeof selfCheckWorkflow>('selfCheckWorkflow', {
+    const result = await deps.client.workflow.execute<() => Promise<SelfCheckResult>>(selfCheckWorkflowType, {
       taskQueue: deps.taskQueue,
       workflowId: `selfcheck-${randomUUID()}`,
       workflowExecutionTimeout: deps.timeoutMs,
@@ -79,7 +79,7 @@ export async function checkHealth(deps: Pick<HealthDeps, 'pool' | 'connection' |
       return { server_version: info.serverVersion };
     }),
     timed(async () => {
-      await withTimeout(pool.query('SELECT 1'), timeoutMs, 'PostgreSQL');
+      await withTimeout(ping(pool), timeoutMs, 'PostgreSQL');
     }),
     workerCheck ? workerCheck() : Promise.resolve(undefined),
   ]);

@@ -4,8 +4,8 @@
  */
 import { Router } from 'express';
 import { z } from 'zod';
-import { allocationBatches, listAllocations, type AllocationEntry } from '../db/allocations';
-import { isHostId } from '../db/hosts';
+import { allocationBatches, listAllocations, type AllocationEntry } from '../db/host-allocations';
+import { hostExists, isHostId } from '../db/hosts';
 import type { Pool } from '../db/pool';
 import { identityOf } from './auth';
 import { formatLeaseDate } from './blazar-format';
@@ -72,8 +72,7 @@ export function hostAllocationsRouter(deps: { pool: Pool }): Router {
 
   router.get('/os-hosts/:id/allocation', async (req, res) => {
     if (!isHostId(req.params.id)) throw new ApiError(404, `Host ${req.params.id} not found`);
-    const { rowCount } = await deps.pool.query('SELECT 1 FROM hosts WHERE id = $1', [req.params.id]);
-    if (!rowCount) throw new ApiError(404, `Host ${req.params.id} not found`);
+    if (!(await hostExists(deps.pool, req.params.id))) throw new ApiError(404, `Host ${req.params.id} not found`);
     const identity = identityOf(res);
     const entries = await listAllocations(deps.pool, { hostId: req.params.id, projectId: identity.isAdmin ? undefined : identity.projectId });
     res.json({ allocation: byHost(entries)[0] ?? { resource_id: req.params.id, reservations: [] } });

@@ -4,7 +4,7 @@
  */
 import { Router, type Response } from 'express';
 import { z } from 'zod';
-import { listHosts, setCapabilityPrivate, type HostRecord } from '../db/hosts';
+import { capabilityExists, capabilityProperties, listHosts, setCapabilityPrivate, type HostRecord } from '../db/hosts';
 import type { Pool } from '../db/pool';
 import type { HostInventory } from '../resources/physical-host/inventory';
 import { identityOf } from './auth';
@@ -47,12 +47,7 @@ export function hostsRouter(deps: { pool: Pool; inventory: () => HostInventory }
   router.get('/os-hosts/properties', async (req, res) => {
     const identity = identityOf(res);
     const showPrivate = identity.isAdmin && truthy(req.query.all);
-    const { rows } = await deps.pool.query<{ property: string; private: boolean; values: string[] }>(
-      `SELECT c.name AS property, COALESCE(s.private, false) AS private, array_agg(DISTINCT c.value ORDER BY c.value) AS values
-       FROM host_capabilities c LEFT JOIN capability_settings s ON s.name = c.name
-       GROUP BY c.name, s.private ORDER BY c.name`,
-    );
-    const visible = rows.filter((r) => showPrivate || !r.private);
+    const visible = (await capabilityProperties(deps.pool)).filter((r) => showPrivate || !r.private);
     res.json({ resource_properties: truthy(req.query.detail) ? visible : visible.map((r) => ({ property: r.property })) });
   });
 
@@ -60,8 +55,7 @@ export function hostsRouter(deps: { pool: Pool; inventory: () => HostInventory }
     requireAdmin(res, 'update_resource_properties');
     const parsed = z.strictObject({ private: z.boolean({ error: 'expected true or false' }) }).safeParse(req.body);
     if (!parsed.success) throw new ApiError(400, describeIssues(parsed.error));
-    const { rowCount } = await deps.pool.query('SELECT 1 FROM host_capabilities WHERE name = $1 LIMIT 1', [req.params.name]);
-    if (!rowCount) throw new ApiError(404, `Resource property ${req.params.name} not found`);
+    if (!(await capabilityExists(deps.pool, req.params.name))) throw new ApiError(404, `Resource property ${req.params.name} not found`);
     await setCapabilityPrivate(deps.pool, req.params.name, parsed.data.private);
     res.json({ resource_property: { property: req.params.name, private: parsed.data.private } });
   });

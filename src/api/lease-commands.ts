@@ -18,7 +18,7 @@ import { ApplicationFailure, TypedSearchAttributes } from '@temporalio/common';
 import { leaseResourceTypes, newLease, type Lease, type LeaseUpdateRequest, type NewLeaseRequest } from '../domain/lease';
 import { markdownText } from '../domain/markdown';
 import { LeaseEndKey, LeaseStartKey, LeaseStatusKey, ProjectIdKey, ResourceTypesKey } from '../domain/search-attributes';
-import { admitLease, deleteLease, leaseWorkflow, leaseWorkflowId, staticSummary, updateLease } from '../../workflows/lease';
+import { admitLease, deleteLease, leaseWorkflowId, leaseWorkflowType, staticSummary, updateLease, type LeaseWorkflow } from '../../workflows/lease/messages';
 import { ApiError, STATUS_BY_FAILURE_TYPE } from './errors';
 
 export interface LeaseCommandOptions {
@@ -81,7 +81,7 @@ async function withDeadline<T>(options: LeaseCommandOptions, fn: () => Promise<T
 /** Starts the lease's workflow and admits the lease in one call; answers with the admitted lease. */
 export async function createLease(options: LeaseCommandOptions, request: NewLeaseRequest, hash: string, idempotent: boolean): Promise<Lease> {
   const draft = newLease(request); // Blazar's date rules, checked before anything starts (400)
-  const start = new WithStartWorkflowOperation(leaseWorkflow, {
+  const start = new WithStartWorkflowOperation<LeaseWorkflow>(leaseWorkflowType, {
     workflowId: leaseWorkflowId(request.id),
     taskQueue: options.taskQueue,
     args: [{ request, requestHash: hash }],

@@ -4,7 +4,7 @@
  */
 import { z } from 'zod';
 import { LEASE_STATUSES } from '../domain/lease';
-import type { ResourcePlugins } from '../domain/resource-plugin';
+import type { ResourceTypes } from '../domain/resource-plugin';
 import { parseRequestDate } from './blazar-format';
 
 const DATE_HINT = 'expected "YYYY-MM-DD HH:MM" (UTC)';
@@ -24,12 +24,12 @@ const requestDateOrNow = z.union([z.literal('now'), requestDate], { error: `expe
 const leaseName = z.string({ error: 'expected a string' }).trim().min(1, 'must not be empty').max(80, 'must be at most 80 characters');
 
 /** A reservation's parameters are checked by its resource type's own schema. */
-function reservationSchema(plugins: ResourcePlugins) {
-  const supported = [...plugins.keys()].sort();
+function reservationSchema(types: ResourceTypes) {
+  const supported = [...types.keys()].sort();
   return z.looseObject({ resource_type: z.string({ error: 'expected a resource type' }) }).transform((raw, ctx) => {
     const { resource_type: resourceType, ...params } = raw;
-    const plugin = plugins.get(resourceType);
-    if (!plugin) {
+    const type = types.get(resourceType);
+    if (!type) {
       ctx.addIssue({
         code: 'custom',
         path: ['resource_type'],
@@ -37,7 +37,7 @@ function reservationSchema(plugins: ResourcePlugins) {
       });
       return z.NEVER;
     }
-    const parsed = plugin.paramsSchema.safeParse(params);
+    const parsed = type.paramsSchema.safeParse(params);
     if (!parsed.success) {
       for (const issue of parsed.error.issues) ctx.addIssue({ code: 'custom', path: issue.path, message: issue.message });
       return z.NEVER;
@@ -49,7 +49,7 @@ function reservationSchema(plugins: ResourcePlugins) {
 /** Reservations per lease unless configured (LK_MAX_RESERVATIONS_PER_LEASE): every one costs the calendar's search work. */
 export const DEFAULT_MAX_RESERVATIONS_PER_LEASE = 50;
 
-export function createLeaseSchema(plugins: ResourcePlugins, maxReservations = DEFAULT_MAX_RESERVATIONS_PER_LEASE) {
+export function createLeaseSchema(types: ResourceTypes, maxReservations = DEFAULT_MAX_RESERVATIONS_PER_LEASE) {
   return z.strictObject({
     name: leaseName,
     start_date: requestDateOrNow,
@@ -59,7 +59,7 @@ export function createLeaseSchema(plugins: ResourcePlugins, maxReservations = DE
     reservations: z
       .array(z.unknown())
       .max(maxReservations, `at most ${maxReservations} reservations per lease`)
-      .pipe(z.array(reservationSchema(plugins)))
+      .pipe(z.array(reservationSchema(types)))
       .nullish(),
     events: z.array(z.unknown()).nullish(), // accepted and ignored, as Blazar does
   });

@@ -8,7 +8,7 @@ import type { z } from 'zod';
 import { assertSettled, newLease, type Lease, type LeaseUpdateRequest, type NewLeaseRequest } from '../domain/lease';
 import { findLease, isLeaseDeleted, leaseBatches, listLeases } from '../db/leases';
 import { isDatabaseUnavailable, type Pool } from '../db/pool';
-import type { ResourcePlugins } from '../domain/resource-plugin';
+import type { ResourceTypes } from '../domain/resource-plugin';
 import { identityOf, type Identity } from './auth';
 import { toBlazarLease } from './blazar-format';
 import { ApiError } from './errors';
@@ -73,9 +73,9 @@ function checkLeaseLimits(identity: Identity, limits: LeaseLimits, startMs: numb
   }
 }
 
-export function leasesRouter(deps: { pool: Pool; plugins: ResourcePlugins; commands: LeaseCommandOptions; provisioningLeadMs: number; limits: LeaseLimits; maxReservationsPerLease?: number }): Router {
+export function leasesRouter(deps: { pool: Pool; types: ResourceTypes; commands: LeaseCommandOptions; provisioningLeadMs: number; limits: LeaseLimits; maxReservationsPerLease?: number }): Router {
   const { pool, commands } = deps;
-  const createSchema = createLeaseSchema(deps.plugins, deps.maxReservationsPerLease);
+  const createSchema = createLeaseSchema(deps.types, deps.maxReservationsPerLease);
   const router = Router();
 
   router.get('/leases', async (req, res) => {
@@ -164,7 +164,7 @@ export function leasesRouter(deps: { pool: Pool; plugins: ResourcePlugins; comma
       start: body.start_date,
       end: body.end_date,
       beforeEnd: body.before_end_date,
-      reservations: body.reservations?.map((change, i) => changedReservation(current, change, i, deps.plugins)),
+      reservations: body.reservations?.map((change, i) => changedReservation(current, change, i, deps.types)),
     };
     res.json({ lease: toBlazarLease(await changeLease(commands, current.id, update)) });
   });
@@ -179,14 +179,14 @@ export function leasesRouter(deps: { pool: Pool; plugins: ResourcePlugins; comma
 }
 
 /** A reservation's parameters with the change applied, checked by its resource type as at creation. */
-function changedReservation(lease: Lease, change: { id: string } & Record<string, unknown>, index: number, plugins: ResourcePlugins) {
+function changedReservation(lease: Lease, change: { id: string } & Record<string, unknown>, index: number, types: ResourceTypes) {
   const { id, ...fields } = change;
   const reservation = lease.reservations.find((r) => r.id === id);
   if (!reservation) throw new ApiError(400, `reservations[${index}].id: lease ${lease.name} has no reservation ${id}`);
   delete fields.resource_type; // a reservation keeps its type
-  const plugin = plugins.get(reservation.resource_type);
-  if (!plugin) throw new ApiError(400, `reservations[${index}]: resource type ${reservation.resource_type} is not supported by this deployment`);
-  return { id, params: parse(plugin.paramsSchema, { ...reservation.params, ...fields }, `reservations[${index}]`) };
+  const type = types.get(reservation.resource_type);
+  if (!type) throw new ApiError(400, `reservations[${index}]: resource type ${reservation.resource_type} is not supported by this deployment`);
+  return { id, params: parse(type.paramsSchema, { ...reservation.params, ...fields }, `reservations[${index}]`) };
 }
 
 function nextPageHref(req: Request, marker: string): string {

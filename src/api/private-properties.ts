@@ -6,7 +6,8 @@
 import { reservableCapabilityNames } from '../db/hosts';
 import type { Pool } from '../db/pool';
 import { parsePropertyQuery, queryKeys } from '../domain/property-query';
-import { checkKeys, PHYSICAL_HOST } from '../resources/physical-host/calendar';
+import { PHYSICAL_HOST } from '../resources/physical-host/calendar';
+import { checkKeys } from '../resources/shared/booking';
 import type { Identity } from './auth';
 
 /** The `resource_properties` of a request's host reservations (other types query Placement traits, not capabilities). */

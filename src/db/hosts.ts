@@ -1,6 +1,10 @@
-/** Reservable hosts and their capabilities, as the calendar and the os-hosts API see them. */
+/**
+ * Reservable hosts and their capabilities, as the calendar and the os-hosts API see them: the
+ * tables hosts, host_capabilities, capability_settings, and inventory_version (their change counter).
+ */
 import type { PoolClient } from 'pg';
 import type { Pool } from './pool';
+import { inTransaction } from './transaction';
 
 /** The hypervisor fields a `hypervisor_properties` query can use. */
 export const HYPERVISOR_FIELDS = [
@@ -58,6 +62,92 @@ export async function listHosts(db: Queryable, filter: { reservableOnly?: boolea
   return rows;
 }
 
+/** Whether a host (reservable or released) has this id; `id` must pass `isHostId`. */
+export async function hostExists(db: Queryable, id: string): Promise<boolean> {
+  const { rowCount } = await db.query('SELECT 1 FROM hosts WHERE id = $1', [id]);
+  return (rowCount ?? 0) > 0;
+}
+
+/** The host enrolled under this hypervisor name, if any; `released`: handed to the shared cloud at a lease's end. */
+export async function findHostByHypervisor(db: Queryable, hypervisorHostname: string): Promise<{ id: string; released: boolean } | undefined> {
+  const { rows } = await db.query<{ id: string; released: boolean }>('SELECT id::text, released_at IS NOT NULL AS released FROM hosts WHERE hypervisor_hostname = $1', [
+    hypervisorHostname,
+  ]);
+  return rows[0];
+}
+
+/** What Nova tells of a hypervisor, as a new host's row keeps it. */
+export type NewHost = Pick<
+  HostRecord,
+  'hypervisor_hostname' | 'nova_hypervisor_id' | 'hypervisor_type' | 'hypervisor_version' | 'service_name' | 'vcpus' | 'memory_mb' | 'local_gb' | 'cpu_info' | 'availability_zone'
+>;
+
+/** Adds a reservable host with its capabilities, in one transaction; answers its id. */
+export async function insertHost(pool: Pool, host: NewHost, capabilities: Record<string, string>): Promise<string> {
+  return inTransaction(pool, async (client) => {
+    const { rows } = await client.query<{ id: string }>(
+      `INSERT INTO hosts (hypervisor_hostname, nova_hypervisor_id, hypervisor_type, hypervisor_version, service_name, vcpus, memory_mb, local_gb, cpu_info, availability_zone)
+       VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING id::text`,
+      [
+        host.hypervisor_hostname, host.nova_hypervisor_id, host.hypervisor_type, host.hypervisor_version, host.service_name,
+        host.vcpus, host.memory_mb, host.local_gb, host.cpu_info, host.availability_zone,
+      ],
+    );
+    for (const [key, value] of Object.entries(capabilities)) {
+      await client.query('INSERT INTO host_capabilities (host_id, name, value) VALUES ($1, $2, $3)', [rows[0].id, key, value]);
+    }
+    return rows[0].id;
+  });
+}
+
+/** Sets (adds or replaces) some of a host's capabilities, in one transaction; the others stay. */
+export async function setHostCapabilities(pool: Pool, id: string, capabilities: Record<string, string>): Promise<void> {
+  await inTransaction(pool, async (client) => {
+    for (const [key, value] of Object.entries(capabilities)) {
+      await client.query(
+        'INSERT INTO host_capabilities (host_id, name, value) VALUES ($1, $2, $3) ON CONFLICT (host_id, name) DO UPDATE SET value = EXCLUDED.value',
+        [id, key, value],
+      );
+    }
+    await client.query('UPDATE hosts SET updated_at = now() WHERE id = $1', [id]);
+  });
+}
+
+/** Removes the host and its capabilities; its bookings must be gone first (host_allocations refers to it). */
+export async function deleteHost(db: Queryable, id: string): Promise<void> {
+  await db.query('DELETE FROM hosts WHERE id = $1', [id]);
+}
+
+/** The names (hypervisor and compute service) of hosts enrolled and not released: whole-host leases' hosts, not shared. */
+export async function enrolledHostNames(db: Queryable): Promise<Set<string>> {
+  const { rows } = await db.query<{ name: string }>(
+    `SELECT hypervisor_hostname AS name FROM hosts WHERE released_at IS NULL UNION SELECT service_name FROM hosts WHERE released_at IS NULL AND service_name IS NOT NULL`,
+  );
+  return new Set(rows.map((r) => r.name));
+}
+
+/** The counter that every change of hosts or capabilities bumps (migration 007), as text; undefined if missing. */
+export async function inventoryVersion(db: Queryable): Promise<string | undefined> {
+  const { rows } = await db.query<{ version: string }>('SELECT version::text FROM inventory_version');
+  return rows[0]?.version;
+}
+
+/** Blazar's resource properties: each capability name, whether it is private, and the values hosts give it. */
+export async function capabilityProperties(db: Queryable): Promise<Array<{ property: string; private: boolean; values: string[] }>> {
+  const { rows } = await db.query<{ property: string; private: boolean; values: string[] }>(
+    `SELECT c.name AS property, COALESCE(s.private, false) AS private, array_agg(DISTINCT c.value ORDER BY c.value) AS values
+     FROM host_capabilities c LEFT JOIN capability_settings s ON s.name = c.name
+     GROUP BY c.name, s.private ORDER BY c.name`,
+  );
+  return rows;
+}
+
+/** Whether some host has a capability of this name. */
+export async function capabilityExists(db: Queryable, name: string): Promise<boolean> {
+  const { rowCount } = await db.query('SELECT 1 FROM host_capabilities WHERE name = $1 LIMIT 1', [name]);
+  return (rowCount ?? 0) > 0;
+}
+
 /** The capability names of reservable hosts, public and private (capability_settings): what a non-admin's query may name. */
 export async function reservableCapabilityNames(db: Queryable): Promise<{ public: Set<string>; private: Set<string> }> {
   const { rows } = await db.query<{ name: string; private: boolean }>(
@@ -81,6 +171,11 @@ export async function setCapabilityPrivate(db: Queryable, name: string, isPrivat
 /** The values a `hypervisor_properties` query compares against. */
 export function hypervisorProperties(host: HostRecord): Record<string, string> {
   return Object.fromEntries(HYPERVISOR_FIELDS.flatMap((field) => (host[field] === null ? [] : [[field, String(host[field])]])));
+}
+
+/** A released host made reservable again (its release flags cleared). */
+export async function markReservableAgain(db: Queryable, id: string): Promise<void> {
+  await db.query('UPDATE hosts SET reservable = true, released_at = NULL, released_by_lease = NULL, updated_at = now() WHERE id = $1', [id]);
 }
 
 /** Flags hosts handed to the shared cloud at a lease's end: no longer reservable. */

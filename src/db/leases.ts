@@ -1,4 +1,8 @@
-/** The API's reads of the leases table (the lease workflows are its only writers). */
+/**
+ * The leases table: one row per lease, the lease's JSON document with the columns that lists and
+ * ordering need. The API reads it; only the lease's own workflow writes it (through its activities).
+ */
+import { DatabaseError } from 'pg';
 import type { Lease, LeaseStatus } from '../domain/lease';
 import type { Pool } from './pool';
 
@@ -83,4 +87,72 @@ async function queryLeases(pool: Pool, filter: LeaseFilter & { after?: LeaseList
     params,
   );
   return rows;
+}
+
+/** What `saveLease` did: `stale` when the row already holds this version or a later one. */
+export type SaveLeaseOutcome = 'saved' | 'stale' | 'deleted' | 'name-taken';
+
+/** The keys of every resource the lease's reservations hold, each once, sorted. */
+function resourceKeys(lease: Lease): string[] {
+  return [...new Set(lease.reservations.flatMap((r) => r.resourceKeys ?? []))].sort();
+}
+
+/**
+ * Writes the lease's row, unless it already holds this version or a later one (a retried or late
+ * write of an older state changes nothing) or the lease was deleted. `name-taken`: another live
+ * lease of the project has its name.
+ */
+export async function saveLease(pool: Pool, lease: Lease): Promise<SaveLeaseOutcome> {
+  try {
+    const { rowCount } = await pool.query(
+      `INSERT INTO leases (id, name, project_id, user_id, status, start_at, end_at, version, resource_keys, document, created_at, updated_at)
+       VALUES ($1, $2, $3, $4, $5, to_timestamp($6 / 1000.0), to_timestamp($7 / 1000.0), $8, $9, $10, to_timestamp($11 / 1000.0), to_timestamp($12 / 1000.0))
+       ON CONFLICT (id) DO UPDATE SET
+         name = EXCLUDED.name, status = EXCLUDED.status, start_at = EXCLUDED.start_at, end_at = EXCLUDED.end_at,
+         version = EXCLUDED.version, resource_keys = EXCLUDED.resource_keys, document = EXCLUDED.document, updated_at = EXCLUDED.updated_at
+       WHERE leases.version < EXCLUDED.version AND leases.deleted_at IS NULL`,
+      [lease.id, lease.name, lease.projectId, lease.userId, lease.status, lease.startMs, lease.endMs, lease.version, resourceKeys(lease), lease, lease.createdMs, lease.updatedMs],
+    );
+    if (rowCount !== 0) return 'saved';
+    return (await isLeaseDeleted(pool, lease.id)) ? 'deleted' : 'stale';
+  } catch (err) {
+    if (err instanceof DatabaseError && err.code === '23505' && err.constraint === 'leases_live_name') return 'name-taken';
+    throw err;
+  }
+}
+
+/** Marks the lease's row deleted (it stays, so that its id is not reused); a second call changes nothing. */
+export async function markLeaseDeleted(pool: Pool, lease: Pick<Lease, 'id' | 'version'>): Promise<void> {
+  await pool.query(
+    `UPDATE leases SET deleted_at = now(), status = 'DELETED', version = $2, updated_at = now()
+     WHERE id = $1 AND deleted_at IS NULL`,
+    [lease.id, lease.version],
+  );
+}
+
+const ENDED: LeaseStatus[] = ['TERMINATED', 'ERROR'];
+
+/** Live leases other than `leaseId` that hold one of `keys` and started before `startMs` (not ended): they must end before it starts. */
+export async function findPredecessors(pool: Pool, input: { leaseId: string; keys: string[]; startMs: number }): Promise<string[]> {
+  const { rows } = await pool.query<{ id: string }>(
+    `SELECT id FROM leases
+     WHERE deleted_at IS NULL AND id <> $1 AND resource_keys && $2 AND start_at < to_timestamp($3 / 1000.0)
+       AND status <> ALL ($4)`,
+    [input.leaseId, input.keys, input.startMs, ENDED],
+  );
+  return rows.map((row) => row.id);
+}
+
+/**
+ * Later leases on one of `keys` (starting after `startMs`) that wait for it: PENDING or STARTING
+ * (`waitingOnly`: STARTING only, few, found by the status index).
+ */
+export async function findSuccessors(pool: Pool, input: { leaseId: string; keys: string[]; startMs: number; waitingOnly?: boolean }): Promise<string[]> {
+  const { rows } = await pool.query<{ id: string }>(
+    `SELECT id FROM leases
+     WHERE deleted_at IS NULL AND id <> $1 AND resource_keys && $2 AND start_at > to_timestamp($3 / 1000.0)
+       AND status = ANY ($4)`,
+    [input.leaseId, input.keys, input.startMs, input.waitingOnly ? ['STARTING'] : ['PENDING', 'STARTING']],
+  );
+  return rows.map((row) => row.id);
 }

@@ -1,3 +1,4 @@
+/** The PostgreSQL connection pool: creating it, borrowing one connection, and telling an outage from bad data. */
 import { Pool, type PoolClient } from 'pg';
 import type { Config } from '../config';
 
@@ -24,6 +25,11 @@ export async function withConnection<T>(pool: Pool, use: (client: PoolClient) =>
     client.off('error', onError);
     client.release(broken);
   }
+}
+
+/** Whether PostgreSQL answers: resolves, or fails as a query would. */
+export async function ping(pool: Pool): Promise<void> {
+  await pool.query('SELECT 1');
 }
 
 export function createPool(config: Pick<Config, 'database'>, applicationName: string, onIdleError?: (err: Error) => void): Pool {

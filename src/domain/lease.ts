@@ -39,7 +39,9 @@ export interface Reservation {
   startSteps?: Array<{ name: string; timeoutSeconds: number; maximumAttempts: number; retryIntervalSeconds: number }>;
   /** Set aside between admission and start (its plugin's `hold`): due, or done. */
   hold?: 'due' | 'done';
+  /** Set only from what the reservation's plugin reports (healing, in a later issue): some resources failed and were not replaced. */
   missing_resources?: boolean;
+  /** Likewise: some resources failed and were replaced by others. */
   resources_changed?: boolean;
 }
 
@@ -56,7 +58,6 @@ export interface Lease {
   provisioningLeadMs?: number;
   status: LeaseStatus;
   statusReason?: string;
-  degraded: boolean;
   reservations: Reservation[];
   events: LeaseEvent[];
   createdMs: number;
@@ -154,7 +155,6 @@ export function newLease(request: NewLeaseRequest): Lease {
     beforeEndMs: request.beforeEnd,
     ...(request.provisioningLeadMs ? { provisioningLeadMs: request.provisioningLeadMs } : {}),
     status: 'PENDING',
-    degraded: false,
     reservations: request.reservations.map((r) => ({ ...r, status: 'pending' })),
     events: [],
     createdMs: now,

@@ -1,8 +1,11 @@
 /**
- * A resource type (physical host, instance, bandwidth, floating IP) plugs in behind this one small
- * interface, as in Blazar's resource plugins. The lease workflow calls each hook through a generic
- * activity (activities/reservations.ts), so every hook runs with Temporal's timeouts and retries and
- * must be idempotent, keyed by the reservation id.
+ * The contract every resource type (physical host, server, bandwidth; later instances and floating
+ * IPs) plugs in behind, as Blazar's resource plugins do. Two faces:
+ * - `ResourceType`, what the API needs of a type: its parameter schema, and where a lease of it
+ *   fits (availability search). The API builds only these.
+ * - `ResourcePlugin`, what the worker runs: the lease workflow calls each hook through one generic
+ *   activity (activities/reservations.ts), so every hook runs with Temporal's timeouts and retries
+ *   and must be idempotent, keyed by the reservation id. Only `reserve` and `end` are required.
  */
 import type { z } from 'zod';
 import type { LeaseStatus, Reservation } from './lease';
@@ -41,12 +44,36 @@ export interface StartOutcome {
   allocation?: Record<string, unknown>;
 }
 
-export type EndContext = ReservationContext & {
+/** What the workflow sends an end hook: the reservation, and how far its lease got. */
+export type EndRequest = ReservationContext & {
   /** False for a lease deleted before it started (or whose start failed: then undo what moved). */
   started: boolean;
   /** Do not wait for anything: take everything back now. */
   force?: boolean;
 };
+
+/** Where a reservation's resources are, for another reservation of its lease placed with it (`on_host_of`). */
+export interface ReservationPlacement {
+  /** The compute hosts (Nova's service host names) the reservation holds. */
+  hosts: string[];
+  /** The server it holds, once there is one: resources placed with it are allocated to the server in Placement. */
+  serverId?: string;
+}
+
+/** Tells the worker a hook is still making progress (a long loop over hosts or servers): keeps its activity alive. */
+export type ReportProgress = (details?: Record<string, unknown>) => void;
+
+/**
+ * What a hook is given besides the reservation: the ways it may reach beyond its own type, passed
+ * in by the activity that runs it (so that no hook depends on running inside an activity).
+ */
+export interface HookContext extends ReservationContext {
+  reportProgress: ReportProgress;
+  /** Where another reservation of the lease is, asked of its own resource type (no hosts: a type without placement). */
+  placementOf(reservationId: string): Promise<ReservationPlacement>;
+}
+
+export type EndContext = HookContext & Pick<EndRequest, 'started' | 'force'>;
 
 export interface ReserveResult {
   /** Shown in the lease JSON under the reservation (hosts, amounts, aggregate…). */
@@ -76,39 +103,65 @@ export interface StepOutcome {
   allocation?: Record<string, unknown>;
 }
 
-export interface HealResult {
-  /** Resources that failed and could not be replaced. */
-  missingResources: boolean;
-  /** Resources that were replaced by others. */
-  resourcesChanged: boolean;
+/** Where a lease of some reservations of one type fits, from a given start (availability search, 409s). */
+export interface FitSearch {
+  /** The earliest start (from the one asked, on a whole minute) where they fit for the whole duration; undefined: never, or not within the search budget. */
+  earliest?: number;
+  /** How long they fit from the asked start (0: not at all; Infinity: without end). */
+  longestMs: number;
+  /** The search gave up within its work budget: `tried` candidate starts, the last at `searchedUntil`. */
+  cutShort: boolean;
+  tried: number;
+  searchedUntil?: number;
 }
 
-export interface ResourcePlugin {
+export interface FitQuery {
+  projectId: string;
+  /** The lease's reservations of this type (the others are searched by their own types). */
+  reservations: Reservation[];
+  startMs: number;
+  durationMs: number;
+  /** The lead time a new lease gets (its resources are booked from start − lead). */
+  provisioningLeadMs: number;
+}
+
+/** What the API needs of a resource type. */
+export interface ResourceType {
   /** Blazar's resource_type, e.g. `physical:host`. */
   readonly resourceType: string;
   /** Validates a reservation's parameters at the API edge; zod issues become a 400. */
   readonly paramsSchema: z.ZodType<Record<string, unknown>>;
+  /** Where these reservations fit: the earliest start from `startMs` and the longest lease from it. */
+  earliest(query: FitQuery): Promise<FitSearch>;
+}
+
+/** What the worker runs for a resource type: the hooks of a reservation's life. */
+export interface ResourcePlugin extends ResourceType {
   /** Books capacity for [start, end] (again, for a new window, when the lease is updated); 409 when it is not free. */
-  reserve(ctx: ReservationContext): Promise<ReserveResult>;
+  reserve(ctx: HookContext): Promise<ReserveResult>;
   /**
    * Right after admission, when reserve asked for it: sets the resources aside until the start, so
    * that others can use the capacity meanwhile (a server is shelved and offloaded).
    */
-  hold?(ctx: ReservationContext): Promise<void>;
-  /** Makes the reserved resources usable by the lessee. */
-  start(ctx: ReservationContext): Promise<StartOutcome | void>;
+  hold?(ctx: HookContext): Promise<void>;
+  /** Makes the reserved resources usable by the lessee (unless reserve listed `startSteps`). */
+  start?(ctx: HookContext): Promise<StartOutcome | void>;
   /** One of the steps reserve listed in `startSteps`, given what the earlier steps handed on. */
-  startStep?(step: string, ctx: ReservationContext, state: Record<string, unknown>): Promise<StepOutcome>;
+  startStep?(step: string, ctx: HookContext, state: Record<string, unknown>): Promise<StepOutcome>;
   /** The before-end action (snapshot, notify…). */
-  beforeEnd(ctx: ReservationContext): Promise<void>;
+  beforeEnd?(ctx: HookContext): Promise<void>;
   /** Takes the resources back and frees the booking, or says what it is still waiting for. */
   end(ctx: EndContext): Promise<EndOutcome>;
-  /** Replaces failed resources where it can. */
-  heal(ctx: ReservationContext): Promise<HealResult>;
+  /** Where the reservation's resources are (for `on_host_of`); types without hosts leave it out. */
+  placementOf?(ctx: HookContext): Promise<ReservationPlacement>;
 }
 
+export type ResourceTypes = ReadonlyMap<string, ResourceType>;
 export type ResourcePlugins = ReadonlyMap<string, ResourcePlugin>;
 
-export function pluginRegistry(plugins: ResourcePlugin[]): ResourcePlugins {
-  return new Map(plugins.map((plugin) => [plugin.resourceType, plugin]));
+/** Resource types (or plugins) by resource_type. */
+export function registry<T extends ResourceType>(types: T[]): ReadonlyMap<string, T> {
+  return new Map(types.map((type) => [type.resourceType, type]));
 }
+
+export const pluginRegistry = (plugins: ResourcePlugin[]): ResourcePlugins => registry(plugins);

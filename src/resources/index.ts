@@ -1,29 +1,49 @@
-/** The resource types this build of leasekeeper supports, configured from the settings. */
+/**
+ * The resource types: one folder each (the plugin and the cloud operations it owns), shared
+ * operations in shared/. This file configures them from the settings: `resourceTypes` for the API
+ * (parameters, availability), `productionPlugins` for the worker (the hooks of a lease's life).
+ */
 import type { Config } from '../config';
 import type { Pool } from '../db/pool';
+import { registry, type ResourcePlugins, type ResourceTypes } from '../domain/resource-plugin';
 import type { OpenStackClients } from '../openstack';
-import { bandwidthPlugin } from './bandwidth';
-import { physicalHostPlugin } from './physical-host';
-import { pluginRegistry, type ResourcePlugins } from '../domain/resource-plugin';
-import { virtualServerPlugin } from './virtual-server';
+import { bandwidthPlugin, bandwidthType } from './bandwidth';
+import { physicalHostPlugin, physicalHostType, type PhysicalHostDeps } from './physical-host';
+import { virtualServerPlugin, virtualServerType } from './virtual-server';
 
-export function productionPlugins(deps: {
+export interface ResourceDeps {
   pool: Pool;
   config: Pick<Config, 'hosts' | 'inventory' | 'notifyUrl' | 'provisioningLeadMs' | 'servers' | 'bandwidth'>;
   openstack: () => OpenStackClients;
   /** The same credentials in a lessee's project (server leases that create their server). */
   openstackForProject?: (projectId: string) => OpenStackClients;
-}): ResourcePlugins {
-  const { hosts, inventory, notifyUrl } = deps.config;
-  return pluginRegistry([
-    physicalHostPlugin({
-      pool: deps.pool,
-      settings: { ...hosts, provisioningLeadMs: deps.config.provisioningLeadMs },
-      cloud: deps.openstack,
-      freepool: inventory.freepoolAggregate,
-      endAggregates: { recycling: inventory.recyclingAggregate, released: inventory.releasedAggregate, closedProjectId: inventory.freepoolProjectId },
-      notices: notifyUrl ? { url: notifyUrl } : undefined,
-    }),
+}
+
+function hostDeps({ pool, config, openstack }: ResourceDeps): PhysicalHostDeps {
+  const { hosts, inventory, notifyUrl } = config;
+  return {
+    pool,
+    settings: { ...hosts, provisioningLeadMs: config.provisioningLeadMs },
+    cloud: openstack,
+    freepool: inventory.freepoolAggregate,
+    endAggregates: { recycling: inventory.recyclingAggregate, released: inventory.releasedAggregate, closedProjectId: inventory.freepoolProjectId },
+    notices: notifyUrl ? { url: notifyUrl } : undefined,
+  };
+}
+
+/** What the API needs of each type: parameter schemas and availability search (read-only lookups, no hooks). */
+export function resourceTypes(deps: ResourceDeps): ResourceTypes {
+  return registry([
+    physicalHostType(hostDeps(deps)),
+    virtualServerType({ pool: deps.pool, cloud: deps.openstack, projectCloud: deps.openstackForProject, settings: deps.config.servers }),
+    bandwidthType({ pool: deps.pool, cloud: deps.openstack, settings: deps.config.bandwidth }),
+  ]);
+}
+
+/** Every type's plugin, for the worker. */
+export function productionPlugins(deps: ResourceDeps): ResourcePlugins {
+  return registry([
+    physicalHostPlugin(hostDeps(deps)),
     virtualServerPlugin({ pool: deps.pool, cloud: deps.openstack, projectCloud: deps.openstackForProject, settings: deps.config.servers }),
     bandwidthPlugin({ pool: deps.pool, cloud: deps.openstack, settings: deps.config.bandwidth }),
   ]);

@@ -12,7 +12,7 @@ import globalSetup from '../global-setup';
 import globalTeardown from '../global-teardown';
 import { RecordingPlugin } from '../support/recording-plugin';
 import { apiClient, eventually, inSeconds, startTestStack, type TestStack } from '../support/stack';
-import { leaseWorkflowId } from '../../workflows/lease';
+import { leaseWorkflowId } from '../../workflows/lease/messages';
 
 type Api = ReturnType<typeof apiClient>;
 const HISTORY_DIR = path.join(__dirname, '..', '..', '..', 'test', 'histories');

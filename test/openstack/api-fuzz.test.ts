@@ -12,7 +12,7 @@ import { bandwidthPlugin } from '../../src/resources/bandwidth';
 import { physicalHostPlugin } from '../../src/resources/physical-host';
 import { virtualServerPlugin } from '../../src/resources/virtual-server';
 import { RecordingPlugin } from '../support/recording-plugin';
-import { apiClient, deleteAllLeases, inSeconds, startTestStack, type TestStack } from '../support/stack';
+import { apiClient, deleteAllLeases, inSeconds, useTestStack } from '../support/stack';
 import { rigClients, uniqueName } from './support';
 
 const RUNS = Number(process.env.LK_FUZZ_RUNS ?? 1500);
@@ -151,21 +151,14 @@ const hostileRename = fc.record({
 
 describe('REST fuzzing: only 2xx or 4xx with the Blazar error body, never a stuck lease', () => {
   const admin = rigClients('leasekeeper-admin');
-  let stack: TestStack;
-
-  beforeAll(async () => {
-    stack = await startTestStack({
-      plugins: [new RecordingPlugin()],
-      withPool: (pool) => [
-        physicalHostPlugin({ pool, settings: { cleaningMs: 0, randomChoice: false }, cloud: () => admin, freepool: uniqueName('freepool') }),
-        virtualServerPlugin({ pool, cloud: () => admin }),
-        bandwidthPlugin({ pool, cloud: () => admin }),
-      ],
-      openstack: () => admin,
-    });
-  });
-  afterAll(async () => {
-    await stack?.stop();
+  const stack = useTestStack({
+    plugins: [new RecordingPlugin()],
+    withPool: (pool) => [
+      physicalHostPlugin({ pool, settings: { cleaningMs: 0, randomChoice: false }, cloud: () => admin, freepool: uniqueName('freepool') }),
+      virtualServerPlugin({ pool, cloud: () => admin }),
+      bandwidthPlugin({ pool, cloud: () => admin }),
+    ],
+    openstack: () => admin,
   });
 
   it(`${RUNS} random requests`, async () => {
@@ -179,7 +172,7 @@ describe('REST fuzzing: only 2xx or 4xx with the Blazar error body, never a stuc
         const headers: Record<string, string> = { ...r.identity };
         if (r.contentType) headers['content-type'] = r.contentType;
         if (r.idempotencyKey !== undefined) headers['idempotency-key'] = r.idempotencyKey;
-        const res = await fetch(`${stack.url}${path}`, {
+        const res = await fetch(`${stack().url}${path}`, {
           method: r.method,
           headers,
           body: r.body === undefined || r.method === 'GET' || r.method === 'HEAD' ? undefined : r.body,
@@ -209,7 +202,7 @@ describe('REST fuzzing: only 2xx or 4xx with the Blazar error body, never a stuc
     console.log(`statuses: ${JSON.stringify(Object.fromEntries([...statuses].sort((a, b) => a[0] - b[0])))}`);
 
     // Whatever the fuzzing admitted can be deleted, and goes.
-    const asAdmin = apiClient(stack.url, { 'x-auth-token': 'admin' });
+    const asAdmin = apiClient(stack().url, { 'x-auth-token': 'admin' });
     const made = (await asAdmin('GET', '/v1/leases')).body.leases as Array<{ id: string; status: string }>;
     const since = Date.now();
     await deleteAllLeases(asAdmin);

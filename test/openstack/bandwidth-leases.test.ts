@@ -13,8 +13,8 @@ import { KeystoneSession, openStackClients, type Network } from '../../src/opens
 import { bandwidthPlugin } from '../../src/resources/bandwidth';
 import { virtualServerPlugin } from '../../src/resources/virtual-server';
 import { FaultProxy } from '../support/fault-proxy';
-import { apiClient, deleteAllLeases, eventually, inSeconds, startTestStack, type TestStack } from '../support/stack';
-import { bandwidthProviderName, bootServer, providerNamed, RIG_DIR, rigClients, rigCredentials, rigEnv, uniqueName } from './support';
+import { apiClient, deleteAllLeases, eventually, inSeconds, useTestStack } from '../support/stack';
+import { bandwidthProviderName, bootServer, deleteServers, providerNamed, RIG_DIR, rigClients, rigCredentials, rigEnv, uniqueName } from './support';
 
 const EGRESS = 'NET_BW_EGR_KILOBIT_PER_SEC';
 /** Hosts listed here get no reports from the rig's fake Open vSwitch agent (scripts/openstack/fake_ovs_agent.py). */
@@ -25,7 +25,6 @@ describe('bandwidth leases in Neutron and Placement', () => {
   const projectA = rigClients('leasekeeper-project-a');
   const servers: string[] = [];
   let proxy: FaultProxy;
-  let stack: TestStack;
   let asA: ReturnType<typeof apiClient>;
   let projectAId: string;
   let network: Network;
@@ -40,15 +39,29 @@ describe('bandwidth leases in Neutron and Placement', () => {
 
   beforeAll(async () => {
     proxy = await FaultProxy.start(rigEnv().LK_PLACEMENT_URL);
-    const throughProxy = openStackClients({ credentials: { ...rigCredentials('leasekeeper-admin'), endpointOverride: { placement: proxy.url } }, timeoutMs: 5_000 });
-    stack = await startTestStack({
-      withPool: (pool) => [
-        bandwidthPlugin({ pool, cloud: () => throughProxy, settings: { capacityRefreshMs: 0 } }),
-        virtualServerPlugin({ pool, cloud: () => admin, settings: { capacityRefreshMs: 0 } }),
-      ],
-    });
+  });
+  const stack = useTestStack(
+    () => {
+      const throughProxy = openStackClients({ credentials: { ...rigCredentials('leasekeeper-admin'), endpointOverride: { placement: proxy.url } }, timeoutMs: 5_000 });
+      return {
+        withPool: (pool) => [
+          bandwidthPlugin({ pool, cloud: () => throughProxy, settings: { capacityRefreshMs: 0 } }),
+          virtualServerPlugin({ pool, cloud: () => admin, settings: { capacityRefreshMs: 0 } }),
+        ],
+      };
+    },
+    {
+      beforeStop: async () => {
+        await deleteServers(servers.map((id) => ({ clients: admin, id })));
+        for (const port of network ? await admin.neutron.listPorts({ network_id: network.id }) : []) await admin.neutron.deletePort(port.id).catch(() => undefined);
+        if (network) await admin.neutron.deleteNetwork(network.id).catch(() => undefined);
+      },
+    },
+  );
+
+  beforeAll(async () => {
     projectAId = (await new KeystoneSession({ credentials: rigCredentials('leasekeeper-project-a') }).authenticate()).projectId;
-    asA = apiClient(stack.url, { 'x-project-id': projectAId, 'x-user-id': 'user-a' });
+    asA = apiClient(stack().url, { 'x-project-id': projectAId, 'x-user-id': 'user-a' });
     network = await admin.neutron.createNetwork({ name: uniqueName('bw-net'), project_id: projectAId });
     await admin.neutron.createSubnet({ network_id: network.id, cidr: '10.97.0.0/24', ip_version: 4, project_id: projectAId, enable_dhcp: false });
   });
@@ -63,11 +76,6 @@ describe('bandwidth leases in Neutron and Placement', () => {
   }, 180_000);
 
   afterAll(async () => {
-    for (const id of servers) await admin.nova.deleteServer(id).catch(() => undefined);
-    for (const id of servers) await admin.nova.waitForServerDeleted(id, { timeoutMs: 60_000 }).catch(() => undefined);
-    for (const port of network ? await admin.neutron.listPorts({ network_id: network.id }) : []) await admin.neutron.deletePort(port.id).catch(() => undefined);
-    if (network) await admin.neutron.deleteNetwork(network.id).catch(() => undefined);
-    await stack?.stop();
     await proxy?.stop();
   });
 
@@ -220,7 +228,7 @@ describe('bandwidth leases in Neutron and Placement', () => {
     await eventually(async () => ((await asA('GET', `/v1/leases/${pending.body.lease.id}`)).status === 404 ? true : undefined), 60_000);
     expect(await portsNamed(reservationId)).toEqual([]);
     expect((await admin.placement.getAllocations(reservationId)).allocations).toEqual({});
-    const { rows } = await stack.db.pool.query('SELECT 1 FROM quantity_allocations WHERE reservation_id = $1', [reservationId]);
+    const { rows } = await stack().db.pool.query('SELECT 1 FROM quantity_allocations WHERE reservation_id = $1', [reservationId]);
     expect(rows).toEqual([]);
   }, 120_000);
 
@@ -240,5 +248,35 @@ describe('bandwidth leases in Neutron and Placement', () => {
     // began on the whole minute after the first's end, so it ends up to a minute past 3 h from now).
     expect((await bandwidthLease(inSeconds(3 * hour + 60), inSeconds(4 * hour), { egress_kbps: 400_000, ...onHost('fake-3') })).status).toBe(201);
     expect((await bandwidthLease(inSeconds(3 * hour + 60), inSeconds(4 * hour), { egress_kbps: 400_000, ...onHost('fake-3') })).status).toBe(201);
+  }, 120_000);
+
+  it('availability search says where a bandwidth lease fits: after the booking that fills the provider, or nowhere', async () => {
+    const hour = 3600;
+    const big = { egress_kbps: 600_000, ...onHost('fake-3') };
+    const search = (start: string, end: string, params: Record<string, unknown>) =>
+      asA('POST', '/v1/availability/search', { start_date: start, end_date: end, reservations: [{ resource_type: 'network:bandwidth', network_id: network.id, ...params }] });
+    const first = await bandwidthLease(inSeconds(hour), inSeconds(2 * hour), big);
+    expect(first.status).toBe(201);
+    const firstStart = parseRequestDate(first.body.lease.start_date)!;
+    const firstEnd = parseRequestDate(first.body.lease.end_date)!;
+
+    // Overlapping the booking: not from the asked start, but from the next whole minute after it ends.
+    const overlapping = await search(inSeconds(1.5 * hour), inSeconds(2.5 * hour), big);
+    expect(overlapping.status).toBe(200);
+    expect(overlapping.body.longest_from_start).toBeNull();
+    expect(overlapping.body.earliest.start_date).toBe(reuseStart(firstEnd));
+    // The same answer as the refused create gives.
+    expect((await bandwidthLease(inSeconds(1.5 * hour), inSeconds(2.5 * hour), big)).body.earliest_start).toBe(overlapping.body.earliest.start_date);
+
+    // Before the booking: it fits from the asked start, until the booking begins.
+    const before = await search(inSeconds(0.25 * hour), inSeconds(1.5 * hour), big);
+    expect(before.status).toBe(200);
+    expect(parseRequestDate(before.body.longest_from_start.end_date)!).toBeLessThanOrEqual(firstStart);
+    expect(parseRequestDate(before.body.earliest.start_date)!).toBeGreaterThanOrEqual(firstEnd);
+
+    // More than any provider holds: never.
+    const never = await search(inSeconds(hour), inSeconds(2 * hour), { egress_kbps: 2_000_000, ...onHost('fake-3') });
+    expect(never.status).toBe(200);
+    expect(never.body).toMatchObject({ earliest: null, longest_from_start: null });
   }, 120_000);
 });

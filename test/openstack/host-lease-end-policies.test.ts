@@ -6,8 +6,10 @@
  */
 import { KeystoneSession, type OpenStackClients, type Server } from '../../src/openstack';
 import { physicalHostPlugin } from '../../src/resources/physical-host';
-import { apiClient, deleteAllLeases, eventually, inSeconds, startTestStack, type TestStack } from '../support/stack';
-import { bootServer, rigClients, rigCredentials, uniqueName } from './support';
+import { blazarHostReservation } from '../support/builders';
+import { enrolHost } from '../support/hosts';
+import { apiClient, deleteAllLeases, eventually, inSeconds, useTestStack } from '../support/stack';
+import { bootServer, deleteAggregateNamed, deleteServers, rigClients, rigCredentials, uniqueName } from './support';
 
 const HOST = 'fake-2';
 
@@ -16,8 +18,6 @@ describe('host lease end policies in Nova', () => {
   const projectA = rigClients('leasekeeper-project-a');
   const aggregates = { freepool: uniqueName('freepool'), recycling: uniqueName('recycling'), released: uniqueName('released') };
   const servers: Array<{ clients: OpenStackClients; id: string }> = [];
-  let stack: TestStack;
-  let api: ReturnType<typeof apiClient>;
   let asA: ReturnType<typeof apiClient>;
   /** An admin working in project A: only admins may give hosts away (`on_end: release`). */
   let asAdminOfA: ReturnType<typeof apiClient>;
@@ -28,8 +28,8 @@ describe('host lease end policies in Nova', () => {
   const boot = (where: { zone?: string }): Promise<Server> => bootServer(projectA, where, (id) => servers.push({ clients: projectA, id }));
   const statusOf = async (id: string) => (await asA('GET', `/v1/leases/${id}`)).body.lease.status as string;
 
-  beforeAll(async () => {
-    stack = await startTestStack({
+  const stack = useTestStack(
+    {
       env: { LK_FREEPOOL_AGGREGATE: aggregates.freepool, LK_RECYCLING_AGGREGATE: aggregates.recycling, LK_RELEASED_AGGREGATE: aggregates.released },
       withPool: (pool) => [
         physicalHostPlugin({
@@ -42,28 +42,23 @@ describe('host lease end policies in Nova', () => {
         }),
       ],
       openstack: () => admin,
-    });
-    api = apiClient(stack.url);
-    const projectAId = (await new KeystoneSession({ credentials: rigCredentials('leasekeeper-project-a') }).authenticate()).projectId;
-    asA = apiClient(stack.url, { 'x-project-id': projectAId, 'x-user-id': 'user-a' });
-    asAdminOfA = apiClient(stack.url, { 'x-project-id': projectAId, 'x-user-id': 'user-a', 'x-roles': 'admin' });
-    const enrolled = await api('POST', '/v1/os-hosts', { name: HOST });
-    expect(enrolled.status).toBe(201);
-    hostId = enrolled.body.host.id;
-  });
+    },
+    {
+      beforeStop: async () => {
+        await deleteAllLeases(api);
+        await deleteServers(servers);
+        if (hostId) await api('DELETE', `/v1/os-hosts/${hostId}`);
+        for (const name of Object.values(aggregates)) await deleteAggregateNamed(admin, name);
+      },
+    },
+  );
+  const api = apiClient(() => stack().url);
 
-  afterAll(async () => {
-    await deleteAllLeases(api);
-    for (const { clients, id } of servers) await clients.nova.deleteServer(id).catch(() => undefined);
-    for (const { clients, id } of servers) await clients.nova.waitForServerDeleted(id, { timeoutMs: 60_000 }).catch(() => undefined);
-    if (hostId) await api('DELETE', `/v1/os-hosts/${hostId}`);
-    for (const name of Object.values(aggregates)) {
-      const aggregate = await aggregateNamed(name);
-      if (!aggregate) continue;
-      for (const host of aggregate.hosts) await admin.nova.removeHostFromAggregate(aggregate.id, host);
-      await admin.nova.deleteAggregate(aggregate.id);
-    }
-    await stack?.stop();
+  beforeAll(async () => {
+    const projectAId = (await new KeystoneSession({ credentials: rigCredentials('leasekeeper-project-a') }).authenticate()).projectId;
+    asA = apiClient(stack().url, { 'x-project-id': projectAId, 'x-user-id': 'user-a' });
+    asAdminOfA = apiClient(stack().url, { 'x-project-id': projectAId, 'x-user-id': 'user-a', 'x-roles': 'admin' });
+    hostId = await enrolHost(api, HOST);
   });
 
   /** A lease of project A on the host, active, with one of A's servers running in its zone. */
@@ -72,7 +67,7 @@ describe('host lease end policies in Nova', () => {
       name: uniqueName('policy'),
       start_date: inSeconds(3),
       end_date: inSeconds(7200),
-      reservations: [{ resource_type: 'physical:host', min: 1, max: 1, hypervisor_properties: '', resource_properties: '', before_end: '', ...params }],
+      reservations: [blazarHostReservation({ before_end: '', ...params })],
     });
     expect(created.status).toBe(201);
     const { id } = created.body.lease;
@@ -94,7 +89,7 @@ describe('host lease end policies in Nova', () => {
     expect(intruder.status).toBe('ERROR');
     await new Promise((resolve) => setTimeout(resolve, 3_000));
     expect(await statusOf(id)).toBe('TERMINATING'); // still waiting: no grace period
-    const metadata = await stack.temporal.client.workflow.getHandle(`lease-${id}`).query<{ currentDetails: string }>('__temporal_workflow_metadata');
+    const metadata = await stack().temporal.client.workflow.getHandle(`lease-${id}`).query<{ currentDetails: string }>('__temporal_workflow_metadata');
     expect(metadata.currentDetails).toContain(`Waiting: recycling: waiting for the last servers on ${HOST} (1 server(s))`);
 
     await projectA.nova.deleteServer(server.id);
@@ -132,7 +127,7 @@ describe('host lease end policies in Nova', () => {
       name: uniqueName('after-release'),
       start_date: inSeconds(600),
       end_date: inSeconds(1200),
-      reservations: [{ resource_type: 'physical:host', min: 1, max: 1, hypervisor_properties: '', resource_properties: '' }],
+      reservations: [blazarHostReservation()],
     });
     expect(refused.status).toBe(409);
 
@@ -149,7 +144,7 @@ describe('host lease end policies in Nova', () => {
       name: uniqueName('after-reenrol'),
       start_date: inSeconds(600),
       end_date: inSeconds(1200),
-      reservations: [{ resource_type: 'physical:host', min: 1, max: 1, hypervisor_properties: '', resource_properties: '' }],
+      reservations: [blazarHostReservation()],
     });
     expect(bookable.status).toBe(201);
   }, 240_000);

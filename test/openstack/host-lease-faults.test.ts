@@ -7,8 +7,10 @@
  */
 import { openStackClients } from '../../src/openstack';
 import { physicalHostPlugin } from '../../src/resources/physical-host';
+import { blazarHostReservation } from '../support/builders';
 import { FaultProxy } from '../support/fault-proxy';
-import { apiClient, deleteAllLeases, eventually, inSeconds, startTestStack, type TestStack } from '../support/stack';
+import { enrolHost } from '../support/hosts';
+import { apiClient, deleteAllLeases, eventually, inSeconds, useTestStack } from '../support/stack';
 import { rigClients, rigCredentials, rigEnv, uniqueName } from './support';
 
 const HOSTS = ['fake-2', 'fake-3'];
@@ -19,40 +21,43 @@ describe('host leases through Nova faults', () => {
   const freepool = uniqueName('freepool');
   const hostIds: string[] = [];
   let proxy: FaultProxy;
-  let stack: TestStack;
-  let api: ReturnType<typeof apiClient>;
 
   const aggregateNamed = async (name: string) => (await admin.nova.listAggregates()).find((a) => a.name === name);
   const lease = async (id: string) => (await api('GET', `/v1/leases/${id}`)).body.lease;
 
   beforeAll(async () => {
     proxy = await FaultProxy.start(rigEnv().LK_NOVA_URL);
-    // The activities' Nova is the proxy; a short client timeout turns a hang into a retryable time-out.
-    const throughProxy = openStackClients({ credentials: { ...rigCredentials('leasekeeper-admin'), endpointOverride: { compute: proxy.url } }, timeoutMs: 3_000 });
-    stack = await startTestStack({
-      env: { LK_FREEPOOL_AGGREGATE: freepool },
-      withPool: (pool) => [physicalHostPlugin({ pool, settings: { cleaningMs: 0, randomChoice: false }, cloud: () => throughProxy, freepool })],
-      openstack: () => admin, // enrolment (os-hosts) goes straight to Nova
-    });
-    api = apiClient(stack.url);
-    for (const name of HOSTS) {
-      const enrolled = await api('POST', '/v1/os-hosts', { name });
-      expect(enrolled.status).toBe(201);
-      hostIds.push(enrolled.body.host.id);
-    }
   });
+  const stack = useTestStack(
+    () => {
+      // The activities' Nova is the proxy; a short client timeout turns a hang into a retryable time-out.
+      const throughProxy = openStackClients({ credentials: { ...rigCredentials('leasekeeper-admin'), endpointOverride: { compute: proxy.url } }, timeoutMs: 3_000 });
+      return {
+        env: { LK_FREEPOOL_AGGREGATE: freepool },
+        withPool: (pool) => [physicalHostPlugin({ pool, settings: { cleaningMs: 0, randomChoice: false }, cloud: () => throughProxy, freepool })],
+        openstack: () => admin, // enrolment (os-hosts) goes straight to Nova
+      };
+    },
+    {
+      beforeStop: async () => {
+        proxy?.clear();
+        await deleteAllLeases(api);
+        for (const id of hostIds) await api('DELETE', `/v1/os-hosts/${id}`);
+        for (const aggregate of await admin.nova.listAggregates()) {
+          if (aggregate.name !== freepool && !aggregate.name.startsWith('reservation-')) continue;
+          if (aggregate.name !== freepool && !aggregate.hosts.some((h) => HOSTS.includes(h))) continue;
+          for (const host of aggregate.hosts) await admin.nova.removeHostFromAggregate(aggregate.id, host).catch(() => undefined);
+          await admin.nova.deleteAggregate(aggregate.id).catch(() => undefined);
+        }
+      },
+    },
+  );
+  const api = apiClient(() => stack().url);
 
+  beforeAll(async () => {
+    for (const name of HOSTS) hostIds.push(await enrolHost(api, name));
+  });
   afterAll(async () => {
-    proxy?.clear();
-    await deleteAllLeases(api);
-    for (const id of hostIds) await api('DELETE', `/v1/os-hosts/${id}`);
-    for (const aggregate of await admin.nova.listAggregates()) {
-      if (aggregate.name !== freepool && !aggregate.name.startsWith('reservation-')) continue;
-      if (aggregate.name !== freepool && !aggregate.hosts.some((h) => HOSTS.includes(h))) continue;
-      for (const host of aggregate.hosts) await admin.nova.removeHostFromAggregate(aggregate.id, host).catch(() => undefined);
-      await admin.nova.deleteAggregate(aggregate.id).catch(() => undefined);
-    }
-    await stack?.stop();
     await proxy?.stop();
   });
 
@@ -68,7 +73,7 @@ describe('host leases through Nova faults', () => {
       name: uniqueName('faulty'),
       start_date: inSeconds(2),
       end_date: inSeconds(7200),
-      reservations: [{ resource_type: 'physical:host', min: 2, max: 2, hypervisor_properties: '', resource_properties: '', before_end: '' }],
+      reservations: [blazarHostReservation({ min: 2, max: 2, before_end: '' })],
     });
     expect(created.status).toBe(201);
     const { id } = created.body.lease;
@@ -97,7 +102,7 @@ describe('host leases through Nova faults', () => {
       name: uniqueName('doomed'),
       start_date: inSeconds(2),
       end_date: inSeconds(7200),
-      reservations: [{ resource_type: 'physical:host', min: 2, max: 2, hypervisor_properties: '', resource_properties: '' }],
+      reservations: [blazarHostReservation({ min: 2, max: 2 })],
     });
     expect(created.status).toBe(201);
     const { id } = created.body.lease;
@@ -115,7 +120,7 @@ describe('host leases through Nova faults', () => {
       name: uniqueName('after-error'),
       start_date: inSeconds(3600),
       end_date: inSeconds(7200),
-      reservations: [{ resource_type: 'physical:host', min: 2, max: 2, hypervisor_properties: '', resource_properties: '' }],
+      reservations: [blazarHostReservation({ min: 2, max: 2 })],
     });
     expect(next.status).toBe(201);
   }, 240_000);

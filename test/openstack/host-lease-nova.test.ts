@@ -8,8 +8,10 @@ import { physicalHostPlugin } from '../../src/resources/physical-host';
 import type { OpenStackClients, Server } from '../../src/openstack';
 import { KeystoneSession, serverHost } from '../../src/openstack';
 import { snapshotName } from '../../src/resources/shared/server-snapshots';
-import { apiClient, deleteAllLeases, eventually, inSeconds, startTestStack, type TestStack } from '../support/stack';
-import { bootServer, rigClients, rigCredentials, uniqueName } from './support';
+import { apiClient, deleteAllLeases, eventually, inSeconds, useTestStack } from '../support/stack';
+import { blazarHostReservation } from '../support/builders';
+import { enrolHost } from '../support/hosts';
+import { bootServer, deleteAggregateNamed, deleteServers, rigClients, rigCredentials, uniqueName } from './support';
 
 describe('a host lease in Nova', () => {
   const admin = rigClients('leasekeeper-admin');
@@ -18,49 +20,43 @@ describe('a host lease in Nova', () => {
   const freepool = uniqueName('freepool');
   const servers: Array<{ clients: OpenStackClients; id: string }> = [];
   const snapshots: string[] = [];
-  let stack: TestStack;
-  let api: ReturnType<typeof apiClient>;
   let hostId: string;
 
   const aggregateNamed = async (name: string) => (await admin.nova.listAggregates()).find((a) => a.name === name);
 
   const boot = (clients: OpenStackClients, where: { zone?: string; host?: string } = {}): Promise<Server> => bootServer(clients, where, (id) => servers.push({ clients, id }));
 
-  beforeAll(async () => {
-    stack = await startTestStack({
+  const stack = useTestStack(
+    {
       env: { LK_FREEPOOL_AGGREGATE: freepool },
       withPool: (pool) => [physicalHostPlugin({ pool, settings: { cleaningMs: 0, randomChoice: false }, cloud: () => admin, freepool })],
       openstack: () => admin,
-    });
-    api = apiClient(stack.url);
-    const enrolled = await api('POST', '/v1/os-hosts', { name: 'fake-1' });
-    expect(enrolled.status).toBe(201);
-    hostId = enrolled.body.host.id;
-  });
+    },
+    {
+      beforeStop: async () => {
+        await deleteAllLeases(api);
+        await deleteServers(servers);
+        for (const id of snapshots) await admin.glance.deleteImage(id).catch(() => undefined);
+        if (hostId) await api('DELETE', `/v1/os-hosts/${hostId}`);
+        await deleteAggregateNamed(admin, freepool);
+      },
+    },
+  );
+  const api = apiClient(() => stack().url);
 
-  afterAll(async () => {
-    await deleteAllLeases(api);
-    for (const { clients, id } of servers) await clients.nova.deleteServer(id).catch(() => undefined);
-    for (const { clients, id } of servers) await clients.nova.waitForServerDeleted(id, { timeoutMs: 60_000 }).catch(() => undefined);
-    for (const id of snapshots) await admin.glance.deleteImage(id).catch(() => undefined);
-    if (hostId) await api('DELETE', `/v1/os-hosts/${hostId}`);
-    const pool = await aggregateNamed(freepool);
-    if (pool) {
-      for (const host of pool.hosts) await admin.nova.removeHostFromAggregate(pool.id, host);
-      await admin.nova.deleteAggregate(pool.id);
-    }
-    await stack?.stop();
+  beforeAll(async () => {
+    hostId = await enrolHost(api, 'fake-1');
   });
 
   it('moves the host into the lease aggregate at start, takes only the lessee, and returns it at the end', async () => {
     const projectAId = (await new KeystoneSession({ credentials: rigCredentials('leasekeeper-project-a') }).authenticate()).projectId;
-    const asA = apiClient(stack.url, { 'x-project-id': projectAId, 'x-user-id': 'user-a' });
+    const asA = apiClient(stack().url, { 'x-project-id': projectAId, 'x-user-id': 'user-a' });
     const leaseName = uniqueName('nova-lease');
     const created = await asA('POST', '/v1/leases', {
       name: leaseName,
       start_date: inSeconds(15),
       end_date: inSeconds(7200), // before_end (end − 60 min) comes after the start, so the server exists by then
-      reservations: [{ resource_type: 'physical:host', min: 1, max: 1, hypervisor_properties: '', resource_properties: '', before_end: 'snapshot' }],
+      reservations: [blazarHostReservation({ before_end: 'snapshot' })],
     });
     expect(created.status).toBe(201);
     const lease = created.body.lease;

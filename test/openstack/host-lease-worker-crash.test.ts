@@ -12,9 +12,10 @@ import path from 'node:path';
 import type { ManagedProcess } from '../../scripts/lib/processes';
 import { physicalHostPlugin } from '../../src/resources/physical-host';
 import { FaultProxy } from '../support/fault-proxy';
-import { orphanBookings } from '../support/hosts';
-import { apiClient, deleteAllLeases, eventually, inSeconds, startTestStack, type TestStack } from '../support/stack';
-import { rigClients, rigEnv, startWorkerProcess, uniqueName } from './support';
+import { blazarHostReservation } from '../support/builders';
+import { enrolHost, orphanBookings } from '../support/hosts';
+import { apiClient, deleteAllLeases, eventually, inSeconds, useTestStack } from '../support/stack';
+import { deleteAggregateNamed, rigClients, rigEnv, startWorkerProcess, uniqueName } from './support';
 
 const HOST = 'fake-2';
 const AGGREGATE_ACTION = /\/os-aggregates\/\d+\/action$/;
@@ -24,8 +25,6 @@ describe('worker killed with -9 at each step of a host lease', () => {
   const freepool = uniqueName('freepool');
   const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'lk-crash-'));
   let proxy: FaultProxy;
-  let stack: TestStack;
-  let api: ReturnType<typeof apiClient>;
   let worker: ManagedProcess | undefined;
   let hostId: string | undefined;
 
@@ -34,36 +33,40 @@ describe('worker killed with -9 at each step of a host lease', () => {
 
   beforeAll(async () => {
     proxy = await FaultProxy.start(rigEnv().LK_NOVA_URL);
-
-    stack = await startTestStack({
+  });
+  const stack = useTestStack(
+    {
       env: { LK_FREEPOOL_AGGREGATE: freepool, LK_API_WORKFLOW_TIMEOUT_MS: '15000' },
       withPool: (pool) => [physicalHostPlugin({ pool, settings: { cleaningMs: 0, randomChoice: false }, cloud: 'calendar-only', freepool })],
       openstack: () => admin,
       noWorker: true, // only the worker process runs leases here
-    });
-    api = apiClient(stack.url);
-    const enrolled = await api('POST', '/v1/os-hosts', { name: HOST });
-    expect(enrolled.status).toBe(201);
-    hostId = enrolled.body.host.id;
+    },
+    {
+      beforeStop: async () => {
+        proxy?.clear();
+        if (!worker || worker.child.exitCode !== null || worker.child.signalCode !== null) worker = await startWorker().catch(() => undefined);
+        try {
+          await deleteAllLeases(api);
+        } finally {
+          await worker?.stop();
+        }
+        if (hostId) await api('DELETE', `/v1/os-hosts/${hostId}`);
+        await deleteAggregateNamed(admin, freepool);
+      },
+    },
+  );
+  const api = apiClient(() => stack().url);
+
+  beforeAll(async () => {
+    hostId = await enrolHost(api, HOST);
   });
 
   afterAll(async () => {
-    proxy?.clear();
-    if (!worker || worker.child.exitCode !== null || worker.child.signalCode !== null) worker = await startWorker().catch(() => undefined);
-    await deleteAllLeases(api);
-    await worker?.stop();
-    if (hostId) await api('DELETE', `/v1/os-hosts/${hostId}`);
-    const pool = await aggregateNamed(freepool);
-    if (pool) {
-      for (const host of pool.hosts) await admin.nova.removeHostFromAggregate(pool.id, host);
-      await admin.nova.deleteAggregate(pool.id);
-    }
-    await stack?.stop();
     await proxy?.stop();
     fs.rmSync(tmp, { recursive: true, force: true });
   });
 
-  const startWorker = () => startWorkerProcess(stack, { novaUrl: proxy.url, dir: tmp, env: { LK_FREEPOOL_AGGREGATE: freepool } });
+  const startWorker = () => startWorkerProcess(stack(), { novaUrl: proxy.url, dir: tmp, env: { LK_FREEPOOL_AGGREGATE: freepool } });
 
   async function killWorker(): Promise<void> {
     worker!.child.kill('SIGKILL');
@@ -94,13 +97,13 @@ describe('worker killed with -9 at each step of a host lease', () => {
       name: uniqueName('crash'),
       start_date: inSeconds(25),
       end_date: inSeconds(7200),
-      reservations: [{ resource_type: 'physical:host', min: 1, max: 1, hypervisor_properties: '', resource_properties: '', before_end: '' }],
+      reservations: [blazarHostReservation({ before_end: '' })],
     };
     const create = () => api('POST', '/v1/leases', body, { 'Idempotency-Key': body.name });
 
     // 1. Admission: killed while its booking transaction waits on a lock this test holds on the
     //    calendar. The client's retry with the same Idempotency-Key converges on one lease.
-    const locker = await stack.db.pool.connect();
+    const locker = await stack().db.pool.connect();
     locker.on('error', () => undefined); // cut when the test database is dropped after a failure
     let inFlight: Promise<Awaited<ReturnType<typeof create>>>;
     try {
@@ -128,7 +131,7 @@ describe('worker killed with -9 at each step of a host lease', () => {
     const { id } = created.body.lease;
     const aggregate: string = created.body.lease.reservations[0].aggregate;
     expect((await api('GET', `/v1/leases?name=${body.name}`)).body.leases.map((l: { id: string }) => l.id)).toEqual([id]);
-    const bookings = await stack.db.pool.query('SELECT 1 FROM host_allocations WHERE lease_id = $1', [id]);
+    const bookings = await stack().db.pool.query('SELECT 1 FROM host_allocations WHERE lease_id = $1', [id]);
     expect(bookings.rowCount).toBe(1);
     expect(await statusOf(id)).toBe('PENDING');
 
@@ -165,6 +168,6 @@ describe('worker killed with -9 at each step of a host lease', () => {
     expect(await aggregateNamed(aggregate)).toBeUndefined();
     const events = (await api('GET', `/v1/leases/${id}`)).body.lease.events.map((e: { status: string }) => e.status);
     expect(events).toEqual(['DONE', 'DONE', 'DONE']);
-    expect(await orphanBookings(stack.db.pool)).toEqual([]);
+    expect(await orphanBookings(stack().db.pool)).toEqual([]);
   }, 360_000);
 });

@@ -6,8 +6,9 @@
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
 import { physicalHostPlugin } from '../../src/resources/physical-host';
-import { apiClient, startTestStack, type TestStack } from '../support/stack';
-import { FLAVOR, IMAGE, rigClients, uniqueName } from './support';
+import { blazarHostReservation } from '../support/builders';
+import { apiClient, useTestStack } from '../support/stack';
+import { deleteAggregateNamed, FLAVOR, IMAGE, rigClients, uniqueName } from './support';
 
 const run = promisify(execFile);
 const HOSTS = ['fake-1', 'fake-2', 'fake-3'];
@@ -21,33 +22,25 @@ function day(offsetDays: number, hour: number): string {
 describe('hosts and host leases with the OpenStack rig', () => {
   const admin = rigClients('leasekeeper-admin');
   const freepool = uniqueName('freepool');
-  let stack: TestStack;
-  let api: ReturnType<typeof apiClient>;
-  let blazar: (...args: string[]) => Promise<{ stdout: string; stderr: string }>;
-
-  beforeAll(async () => {
-    stack = await startTestStack({
+  const stack = useTestStack(
+    {
       env: { LK_FREEPOOL_AGGREGATE: freepool },
       withPool: (pool) => [physicalHostPlugin({ pool, settings: { cleaningMs: 0, randomChoice: false }, cloud: 'calendar-only' })],
       openstack: () => admin,
-    });
-    api = apiClient(stack.url);
-    blazar = (...args) => run('/usr/bin/blazar', ['--os-auth-type', 'none', '--os-endpoint', `${stack.url}/v1`, ...args], { timeout: 60_000 });
-  });
-
-  afterAll(async () => {
-    // Leave the rig as we found it: hosts out of our pool aggregate, the aggregate gone.
-    const hosts = (await api('GET', '/v1/os-hosts')).body?.hosts ?? [];
-    for (const lease of (await api('GET', '/v1/leases')).body?.leases ?? []) await api('DELETE', `/v1/leases/${lease.id}`);
-    await new Promise((resolve) => setTimeout(resolve, 1000));
-    for (const host of hosts) await api('DELETE', `/v1/os-hosts/${host.id}`);
-    const aggregate = (await admin.nova.listAggregates()).find((a) => a.name === freepool);
-    if (aggregate) {
-      for (const host of aggregate.hosts) await admin.nova.removeHostFromAggregate(aggregate.id, host);
-      await admin.nova.deleteAggregate(aggregate.id);
-    }
-    await stack?.stop();
-  });
+    },
+    {
+      // Leave the rig as we found it: hosts out of our pool aggregate, the aggregate gone.
+      beforeStop: async () => {
+        const hosts = (await api('GET', '/v1/os-hosts')).body?.hosts ?? [];
+        for (const lease of (await api('GET', '/v1/leases')).body?.leases ?? []) await api('DELETE', `/v1/leases/${lease.id}`);
+        await new Promise((resolve) => setTimeout(resolve, 1000));
+        for (const host of hosts) await api('DELETE', `/v1/os-hosts/${host.id}`);
+        await deleteAggregateNamed(admin, freepool);
+      },
+    },
+  );
+  const api = apiClient(() => stack().url);
+  const blazar = (...args: string[]) => run('/usr/bin/blazar', ['--os-auth-type', 'none', '--os-endpoint', `${stack().url}/v1`, ...args], { timeout: 60_000 });
 
   it('refuses an unknown hypervisor (404) and a host that runs servers (409)', async () => {
     const unknown = await api('POST', '/v1/os-hosts', { name: 'no-such-host' });
@@ -106,7 +99,7 @@ describe('hosts and host leases with the OpenStack rig', () => {
     // numeric comparison: rack 10 >= 9 (Blazar would compare "10" and "9" as text)
     const res = await api('POST', '/v1/leases', {
       name: 'rack', start_date: day(40, 9), end_date: day(40, 10),
-      reservations: [{ resource_type: 'physical:host', min: 1, max: 3, hypervisor_properties: '', resource_properties: '[">=", "$rack", "10"]' }],
+      reservations: [blazarHostReservation({ max: 3, resource_properties: '[">=", "$rack", "10"]' })],
     });
     expect(res.body.lease.reservations[0].hosts).toEqual(['fake-1']);
 

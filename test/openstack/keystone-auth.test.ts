@@ -3,28 +3,24 @@
  * an admin token sees all, a bad or missing token is a 401 with Blazar's error body.
  */
 import { keystoneAuthenticator } from '../../src/api/keystone-auth';
-import { apiClient, inSeconds, startTestStack, type TestStack } from '../support/stack';
+import { apiClient, inSeconds, useTestStack } from '../support/stack';
 import { KeystoneSession } from '../../src/openstack';
 import { rigCredentials, rigClients } from './support';
 
 describe('Keystone authentication of API callers', () => {
   const service = rigClients('leasekeeper-admin');
-  let stack: TestStack;
+  const stack = useTestStack({ authenticator: keystoneAuthenticator({ validateToken: (token) => service.keystone.validateToken(token) }) });
   let tokens: { a: string; b: string; admin: string };
 
   beforeAll(async () => {
-    stack = await startTestStack({ authenticator: keystoneAuthenticator({ validateToken: (token) => service.keystone.validateToken(token) }) });
     const tokenOf = async (cloud: 'leasekeeper-project-a' | 'leasekeeper-project-b' | 'leasekeeper-admin') => (await new KeystoneSession({ credentials: rigCredentials(cloud) }).authenticate()).token;
     tokens = { a: await tokenOf('leasekeeper-project-a'), b: await tokenOf('leasekeeper-project-b'), admin: await tokenOf('leasekeeper-admin') };
   });
-  afterAll(async () => {
-    await stack?.stop();
-  });
 
   it("lets project A see its own leases only, and an admin all of them", async () => {
-    const asA = apiClient(stack.url, { 'x-auth-token': tokens.a });
-    const asB = apiClient(stack.url, { 'x-auth-token': tokens.b });
-    const asAdmin = apiClient(stack.url, { 'x-auth-token': tokens.admin });
+    const asA = apiClient(stack().url, { 'x-auth-token': tokens.a });
+    const asB = apiClient(stack().url, { 'x-auth-token': tokens.b });
+    const asAdmin = apiClient(stack().url, { 'x-auth-token': tokens.admin });
     const a = await asA('POST', '/v1/leases', { name: 'keystone-a', start_date: inSeconds(3600), end_date: inSeconds(7200) });
     const b = await asB('POST', '/v1/leases', { name: 'keystone-b', start_date: inSeconds(3600), end_date: inSeconds(7200) });
     expect([a.status, b.status]).toEqual([201, 201]);
@@ -39,9 +35,9 @@ describe('Keystone authentication of API callers', () => {
   });
 
   it('answers 401 with the Blazar error body for an invalid or missing token', async () => {
-    const invalid = await apiClient(stack.url, { 'x-auth-token': 'gAAAAAnot-a-real-token' })('GET', '/v1/leases');
+    const invalid = await apiClient(stack().url, { 'x-auth-token': 'gAAAAAnot-a-real-token' })('GET', '/v1/leases');
     expect(invalid).toEqual({ status: 401, body: { error_code: 401, error_message: 'The request you have made requires authentication: the token is invalid or has expired', error_name: 401 } });
-    const missing = await apiClient(stack.url)('GET', '/v1/leases');
+    const missing = await apiClient(stack().url)('GET', '/v1/leases');
     expect(missing.status).toBe(401);
     expect(missing.body.error_message).toBe('The request you have made requires authentication: send a Keystone token in X-Auth-Token');
   });

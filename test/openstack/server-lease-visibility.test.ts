@@ -7,7 +7,7 @@
  */
 import { KeystoneSession, projectScopedClients, type Flavor, type Image, type Network } from '../../src/openstack';
 import { virtualServerPlugin } from '../../src/resources/virtual-server';
-import { apiClient, deleteAllLeases, eventually, inSeconds, startTestStack, type TestStack } from '../support/stack';
+import { apiClient, deleteAllLeases, eventually, inSeconds, useTestStack } from '../support/stack';
 import { Cleanup, FLAVOR, IMAGE, rigClients, rigCredentials, uniqueName } from './support';
 
 describe('server leases use only the images, flavors and networks the lessee may use', () => {
@@ -15,7 +15,6 @@ describe('server leases use only the images, flavors and networks the lessee may
   const projectA = rigClients('leasekeeper-project-a');
   const projectB = rigClients('leasekeeper-project-b');
   const cleanup = new Cleanup();
-  let stack: TestStack;
   let asA: ReturnType<typeof apiClient>;
   let projectAId: string;
   let projectBId: string;
@@ -48,11 +47,12 @@ describe('server leases use only the images, flavors and networks the lessee may
     });
   const hidden = (field: string, what: string, id: string) => `${field}: ${what} ${id} not found or not visible to project ${projectAId}`;
 
+  // Servers are created in the lessee's project with the rig admin's inherited admin role: the role the checks must see past.
+  const stack = useTestStack({ withPool: (pool) => [virtualServerPlugin({ pool, cloud: () => admin, projectCloud: projectScopedClients({ credentials: rigCredentials('leasekeeper-admin') }), settings: { capacityRefreshMs: 0 } })] });
+
   beforeAll(async () => {
-    // Servers are created in the lessee's project with the rig admin's inherited admin role: the role the checks must see past.
-    stack = await startTestStack({ withPool: (pool) => [virtualServerPlugin({ pool, cloud: () => admin, projectCloud: projectScopedClients({ credentials: rigCredentials('leasekeeper-admin') }), settings: { capacityRefreshMs: 0 } })] });
     [projectAId, projectBId] = await Promise.all([projectIdOf('leasekeeper-project-a'), projectIdOf('leasekeeper-project-b')]);
-    asA = apiClient(stack.url, { 'x-project-id': projectAId, 'x-user-id': 'user-a' });
+    asA = apiClient(stack().url, { 'x-project-id': projectAId, 'x-user-id': 'user-a' });
     tiny = (await admin.nova.listFlavors()).find((f) => f.name === FLAVOR)!;
     [publicImage] = await admin.glance.listImages({ name: IMAGE });
   });
@@ -62,7 +62,6 @@ describe('server leases use only the images, flavors and networks the lessee may
   }, 180_000);
 
   afterAll(async () => {
-    await stack?.stop();
     await cleanup.run();
   });
 

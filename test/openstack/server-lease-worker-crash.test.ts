@@ -11,9 +11,9 @@ import type { ManagedProcess } from '../../scripts/lib/processes';
 import { serverHost, type OpenStackClients, type Server } from '../../src/openstack';
 import { virtualServerPlugin } from '../../src/resources/virtual-server';
 import { FaultProxy, type ProxiedRequest } from '../support/fault-proxy';
-import { apiClient, deleteAllLeases, eventually, inSeconds, startTestStack, type TestStack } from '../support/stack';
+import { apiClient, deleteAllLeases, eventually, inSeconds, useTestStack } from '../support/stack';
 import { KeystoneSession } from '../../src/openstack';
-import { bootServer, rigClients, rigCredentials, rigEnv, startWorkerProcess, uniqueName } from './support';
+import { bootServer, deleteServers, rigClients, rigCredentials, rigEnv, startWorkerProcess, uniqueName } from './support';
 
 const SERVER_ACTION = /\/servers\/[0-9a-f-]+\/action$/;
 
@@ -23,32 +23,41 @@ describe('worker killed with -9 mid-unshelve of a server lease', () => {
   const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'lk-vm-crash-'));
   const servers: string[] = [];
   let proxy: FaultProxy;
-  let stack: TestStack;
   let asA: ReturnType<typeof apiClient>;
   let worker: ManagedProcess | undefined;
 
-  const startWorker = () => startWorkerProcess(stack, { novaUrl: proxy.url, dir: tmp, env: { LK_CAPACITY_REFRESH_SECONDS: '0' } });
+  const startWorker = () => startWorkerProcess(stack(), { novaUrl: proxy.url, dir: tmp, env: { LK_CAPACITY_REFRESH_SECONDS: '0' } });
   const statusOf = async (id: string) => (await asA('GET', `/v1/leases/${id}`)).body.lease.status as string;
   const boot = (clients: OpenStackClients): Promise<Server> => bootServer(clients, {}, (id) => servers.push(id));
   const unshelveOf = (serverId: string) => (r: ProxiedRequest) => r.method === 'POST' && r.path.includes(serverId) && r.body.includes('"unshelve"');
 
   beforeAll(async () => {
     proxy = await FaultProxy.start(rigEnv().LK_NOVA_URL);
-    // The API validates with the plugin; only the worker process runs leases.
-    stack = await startTestStack({ withPool: (pool) => [virtualServerPlugin({ pool, cloud: () => admin })] });
-    await stack.stopWorker();
+  });
+  // The API validates with the plugin; only the worker process runs leases.
+  const stack = useTestStack(
+    { withPool: (pool) => [virtualServerPlugin({ pool, cloud: () => admin })] },
+    {
+      beforeStop: async () => {
+        proxy?.clear();
+        if (!worker || worker.child.exitCode !== null) worker = await startWorker().catch(() => undefined);
+        try {
+          await deleteAllLeases(asA);
+        } finally {
+          await worker?.stop();
+        }
+        await deleteServers(servers.map((id) => ({ clients: admin, id })));
+      },
+    },
+  );
+
+  beforeAll(async () => {
+    await stack().stopWorker();
     const projectAId = (await new KeystoneSession({ credentials: rigCredentials('leasekeeper-project-a') }).authenticate()).projectId;
-    asA = apiClient(stack.url, { 'x-project-id': projectAId, 'x-user-id': 'user-a' });
+    asA = apiClient(stack().url, { 'x-project-id': projectAId, 'x-user-id': 'user-a' });
   });
 
   afterAll(async () => {
-    proxy?.clear();
-    if (!worker || worker.child.exitCode !== null) worker = await startWorker().catch(() => undefined);
-    await deleteAllLeases(asA);
-    await worker?.stop();
-    for (const id of servers) await admin.nova.deleteServer(id).catch(() => undefined);
-    for (const id of servers) await admin.nova.waitForServerDeleted(id, { timeoutMs: 60_000 }).catch(() => undefined);
-    await stack?.stop();
     await proxy?.stop();
     fs.rmSync(tmp, { recursive: true, force: true });
   });

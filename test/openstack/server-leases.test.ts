@@ -15,8 +15,8 @@ import { KeystoneSession, openStackClients, projectScopedClients, serverHost, ty
 import { virtualServerPlugin } from '../../src/resources/virtual-server';
 import { findServer } from '../../src/resources/virtual-server/servers';
 import { FaultProxy } from '../support/fault-proxy';
-import { apiClient, deleteAllLeases, eventually, inSeconds, startTestStack, type TestStack } from '../support/stack';
-import { bootServer, rigClients, rigCredentials, rigEnv, uniqueName } from './support';
+import { apiClient, deleteAllLeases, eventually, inSeconds, useTestStack } from '../support/stack';
+import { bootServer, deleteServers, rigClients, rigCredentials, rigEnv, uniqueName } from './support';
 
 const SERVER_ACTION = /\/servers\/[0-9a-f-]+\/action$/;
 const run = promisify(execFile);
@@ -47,12 +47,11 @@ describe('server leases in Nova', () => {
   const images: string[] = [];
   let half: Flavor; // 8192 MB: two of them never fit one fake host (12288 MB)
   let proxy: FaultProxy;
-  let stack: TestStack;
   let asA: ReturnType<typeof apiClient>;
   let projectAId: string;
 
   const blazarclient = async (action: 'create' | 'show' | 'delete', arg: string, extra: Record<string, unknown> = {}) => {
-    const { stdout } = await run('/usr/bin/python3', ['-c', BLAZARCLIENT_SCRIPT, `${stack.url}/v1`, projectAId, action, arg, JSON.stringify(extra)], { timeout: 60_000 });
+    const { stdout } = await run('/usr/bin/python3', ['-c', BLAZARCLIENT_SCRIPT, `${stack().url}/v1`, projectAId, action, arg, JSON.stringify(extra)], { timeout: 60_000 });
     return stdout.trim() ? JSON.parse(stdout) : undefined;
   };
   const boot = (clients: OpenStackClients, where: { host?: string; flavor?: string } = {}): Promise<Server> => bootServer(clients, where, (id) => servers.push({ clients, id }));
@@ -70,13 +69,26 @@ describe('server leases in Nova', () => {
 
   beforeAll(async () => {
     proxy = await FaultProxy.start(rigEnv().LK_NOVA_URL);
-    const viaProxy = { credentials: { ...rigCredentials('leasekeeper-admin'), endpointOverride: { compute: proxy.url } }, timeoutMs: 5_000 };
-    const throughProxy = openStackClients(viaProxy);
-    // Servers created for leases are made in the lessee's project (the rig's admin has an inherited admin role).
-    const inProject = projectScopedClients(viaProxy);
-    stack = await startTestStack({ withPool: (pool) => [virtualServerPlugin({ pool, cloud: () => throughProxy, projectCloud: inProject, settings: { capacityRefreshMs: 0 } })] });
+  });
+  const stack = useTestStack(
+    () => {
+      const viaProxy = { credentials: { ...rigCredentials('leasekeeper-admin'), endpointOverride: { compute: proxy.url } }, timeoutMs: 5_000 };
+      const throughProxy = openStackClients(viaProxy);
+      // Servers created for leases are made in the lessee's project (the rig's admin has an inherited admin role).
+      const inProject = projectScopedClients(viaProxy);
+      return { withPool: (pool) => [virtualServerPlugin({ pool, cloud: () => throughProxy, projectCloud: inProject, settings: { capacityRefreshMs: 0 } })] };
+    },
+    {
+      beforeStop: async () => {
+        for (const id of images) await admin.glance.deleteImage(id).catch(() => undefined);
+        if (half) await admin.nova.deleteFlavor(half.id).catch(() => undefined);
+      },
+    },
+  );
+
+  beforeAll(async () => {
     projectAId = (await new KeystoneSession({ credentials: rigCredentials('leasekeeper-project-a') }).authenticate()).projectId;
-    asA = apiClient(stack.url, { 'x-project-id': projectAId, 'x-user-id': 'user-a' });
+    asA = apiClient(stack().url, { 'x-project-id': projectAId, 'x-user-id': 'user-a' });
     half = await admin.nova.createFlavor({ name: uniqueName('half'), vcpus: 1, ram: 8192, disk: 1 });
   });
 
@@ -84,14 +96,10 @@ describe('server leases in Nova', () => {
   afterEach(async () => {
     proxy?.clear();
     await deleteAllLeases(asA);
-    for (const { clients, id } of servers) await clients.nova.deleteServer(id).catch(() => undefined);
-    for (const { clients, id } of servers.splice(0)) await clients.nova.waitForServerDeleted(id, { timeoutMs: 60_000 }).catch(() => undefined);
+    await deleteServers(servers.splice(0));
   }, 240_000);
 
   afterAll(async () => {
-    for (const id of images) await admin.glance.deleteImage(id).catch(() => undefined);
-    if (half) await admin.nova.deleteFlavor(half.id).catch(() => undefined);
-    await stack?.stop();
     await proxy?.stop();
   });
 
@@ -190,6 +198,39 @@ describe('server leases in Nova', () => {
     for (const s of [first, second]) await waitForServer(s.id, (x) => x?.status === 'ACTIVE' && !x['OS-EXT-STS:task_state']);
   }, 180_000);
 
+  it('availability search says where a server lease fits: after the booking that fills the host, or nowhere', async () => {
+    const first = await boot(projectA, { flavor: half.name });
+    const second = await boot(projectA, { flavor: half.name });
+    const hour = 3600;
+    const search = (serverId: string, start: string, end: string, extra: Record<string, unknown>) =>
+      asA('POST', '/v1/availability/search', { start_date: start, end_date: end, reservations: [{ resource_type: 'virtual:server', server_id: serverId, ...extra }] });
+    const one = await serverLease(first.id, inSeconds(hour), inSeconds(2 * hour), onHost('fake-3'));
+    expect(one.status).toBe(201);
+    const oneStart = parseRequestDate(one.body.lease.start_date)!;
+    const oneEnd = parseRequestDate(one.body.lease.end_date)!;
+
+    // Overlapping the booking (two halves never fit one host): from the next whole minute after it ends.
+    const overlapping = await search(second.id, inSeconds(1.5 * hour), inSeconds(2.5 * hour), onHost('fake-3'));
+    expect(overlapping.status).toBe(200);
+    expect(overlapping.body.longest_from_start).toBeNull();
+    expect(overlapping.body.earliest.start_date).toBe(reuseStart(oneEnd));
+
+    // Before the booking: it fits from the asked start, until the booking begins.
+    const before = await search(second.id, inSeconds(0.25 * hour), inSeconds(1.5 * hour), onHost('fake-3'));
+    expect(before.status).toBe(200);
+    expect(parseRequestDate(before.body.longest_from_start.end_date)!).toBeLessThanOrEqual(oneStart);
+    expect(parseRequestDate(before.body.earliest.start_date)!).toBeGreaterThanOrEqual(oneEnd);
+
+    // On a host that does not exist: never; another project's server: not found, as at creation.
+    const nowhere = await search(second.id, inSeconds(hour), inSeconds(2 * hour), onHost('no-such-host'));
+    expect(nowhere.status).toBe(200);
+    expect(nowhere.body).toMatchObject({ earliest: null, longest_from_start: null });
+    const adminServer = await boot(admin);
+    const foreign = await search(adminServer.id, inSeconds(hour), inSeconds(2 * hour), {});
+    expect(foreign.status).toBe(400);
+    expect(foreign.body.error_message).toBe(`server ${adminServer.id} not found in project ${one.body.lease.project_id}`);
+  }, 180_000);
+
   it('moves the server to a host with room when on-demand servers took the reserved one (policy move)', async () => {
     const server = await boot(projectA, { flavor: half.name });
     const created = await serverLease(server.id, inSeconds(25), inSeconds(3600), { on_end: 'delete' });
@@ -231,7 +272,7 @@ describe('server leases in Nova', () => {
     const failed = await lease(id);
     expect(failed.status_reason).toMatch(/^start failed: reserved host fake-1 has no room for server .* any more \(MEMORY_MB \d+ free of 8192 needed: taken by on-demand servers\); the policy is to fail the start$/);
     // Never a silent failure: the booking is freed and the owner has the server back (Nova placed it elsewhere).
-    const { rows } = await stack.db.pool.query('SELECT 1 FROM quantity_allocations WHERE reservation_id = $1', [reservationId]);
+    const { rows } = await stack().db.pool.query('SELECT 1 FROM quantity_allocations WHERE reservation_id = $1', [reservationId]);
     expect(rows).toEqual([]);
     const back = await waitForServer(server.id, (s) => s?.status === 'ACTIVE' && !s['OS-EXT-STS:task_state']);
     expect(serverHost(back)).not.toBe('fake-1');

@@ -65,6 +65,20 @@ export function uniqueName(what: string): string {
   return `lk-test-${what}-${randomUUID().slice(0, 8)}`;
 }
 
+/** Deletes a test's servers, each with the clients that made it, and waits until they are gone; failures are ignored. */
+export async function deleteServers(servers: Array<{ clients: OpenStackClients; id: string }>): Promise<void> {
+  for (const { clients, id } of servers) await clients.nova.deleteServer(id).catch(() => undefined);
+  for (const { clients, id } of servers) await clients.nova.waitForServerDeleted(id, { timeoutMs: 60_000 }).catch(() => undefined);
+}
+
+/** Empties the aggregate named `name` and deletes it, when Nova has it: a test's own aggregate, at the end. */
+export async function deleteAggregateNamed(clients: OpenStackClients, name: string): Promise<void> {
+  const aggregate = (await clients.nova.listAggregates()).find((a) => a.name === name);
+  if (!aggregate) return;
+  for (const host of aggregate.hosts) await clients.nova.removeHostFromAggregate(aggregate.id, host);
+  await clients.nova.deleteAggregate(aggregate.id);
+}
+
 /** Cleanups run in reverse order at the end; resources already gone are fine. */
 export class Cleanup {
   private readonly steps: Array<{ what: string; run: () => Promise<unknown> }> = [];

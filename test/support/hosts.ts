@@ -1,4 +1,6 @@
+/** Hosts for tests: put straight into the inventory or enrolled through the API, and the checks on their bookings. */
 import type { Pool } from 'pg';
+import type { apiClient } from './stack';
 
 export interface TestHost {
   name: string;
@@ -19,6 +21,13 @@ export async function insertHost(pool: Pool, host: TestHost): Promise<string> {
     await pool.query('INSERT INTO host_capabilities (host_id, name, value) VALUES ($1, $2, $3)', [rows[0].id, name, value]);
   }
   return rows[0].id;
+}
+
+/** Enrols the hypervisor `name` through the API (os-hosts, which asks Nova) and gives the host's id. */
+export async function enrolHost(api: ReturnType<typeof apiClient>, name: string): Promise<string> {
+  const enrolled = await api('POST', '/v1/os-hosts', { name });
+  expect(enrolled.status).toBe(201);
+  return enrolled.body.host.id;
 }
 
 /** Pairs of bookings of one host whose blocked ranges overlap: must always be empty. */

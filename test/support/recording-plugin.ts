@@ -6,10 +6,10 @@
 import { ApplicationFailure } from '@temporalio/common';
 import { z } from 'zod';
 import { leaseConflict } from '../../src/domain/lease';
-import type { EndContext, EndOutcome, ReservationContext, ResourcePlugin } from '../../src/domain/resource-plugin';
+import type { EndContext, EndOutcome, FitQuery, FitSearch, ReservationContext, ResourcePlugin } from '../../src/domain/resource-plugin';
 
 export interface HookCall {
-  hook: 'reserve' | 'hold' | 'start' | 'startStep' | 'beforeEnd' | 'end' | 'heal';
+  hook: 'reserve' | 'hold' | 'start' | 'startStep' | 'beforeEnd' | 'end';
   /** startStep: which step, and what the earlier steps handed on. */
   step?: string;
   state?: Record<string, unknown>;
@@ -116,7 +116,9 @@ export class RecordingPlugin implements ResourcePlugin {
     });
   }
 
-  heal(ctx: ReservationContext) {
-    return this.run('heal', ctx, {}, () => ({ missingResources: false, resourcesChanged: false }));
+  /** Unlimited capacity, except for reservations that ask to be refused. */
+  earliest({ reservations, startMs }: FitQuery): Promise<FitSearch> {
+    const refused = reservations.some((r) => params.parse(r.params).fail_reserve);
+    return Promise.resolve(refused ? { longestMs: 0, cutShort: false, tried: 1 } : { earliest: startMs, longestMs: Infinity, cutShort: false, tried: 1 });
   }
 }

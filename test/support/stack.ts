@@ -1,6 +1,7 @@
 /**
  * leasekeeper in-process for a test file: a fresh database, a real worker on the test Temporal
- * server (bundling the workflow sources), and the API on a free loopback port.
+ * server (bundling the workflow sources), and the API on a free loopback port (useTestStack starts
+ * it before a file's tests and stops it after them); a client for its API, and cleanup.
  */
 import type { Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -50,7 +51,7 @@ export async function startTestStack(options: TestStackOptions = {}): Promise<Te
   const temporal = await connectTestTemporal(config);
   const registry = pluginRegistry([...plugins, ...withPool(db.pool)]);
   // LK_TEST_API_LOG=error (or info…) shows the API's log when a test needs explaining.
-  const app = createApp({ config, log: pino({ level: process.env.LK_TEST_API_LOG ?? 'silent' }), pool: db.pool, connection: temporal.connection, client: temporal.client, plugins: registry, openstack, authenticator });
+  const app = createApp({ config, log: pino({ level: process.env.LK_TEST_API_LOG ?? 'silent' }), pool: db.pool, connection: temporal.connection, client: temporal.client, types: registry, openstack, authenticator });
   const server: Server = await new Promise((resolve) => {
     const s = createApiServer(app, config.api.server).listen(0, '127.0.0.1', () => resolve(s));
   });
@@ -82,6 +83,40 @@ export async function startTestStack(options: TestStackOptions = {}): Promise<Te
   return stack;
 }
 
+/** What a file does with its stack around the stack's own start and stop. */
+export interface TestStackHooks {
+  /** Runs before the stack stops (and stops it even if it fails): clean-up that needs the API, e.g. deleteAllLeases. */
+  beforeStop?: (stack: TestStack) => Promise<void>;
+  /** For the start and the stop, when they take longer than Jest's default. */
+  timeoutMs?: number;
+}
+
+/**
+ * The stack for a test file (or describe block): started before its tests, stopped after them; the
+ * returned function gives it to the tests. Its beforeAll/afterAll go where it is called (Jest runs
+ * both in the order declared), so a hook declared before it runs before the stack starts and, at
+ * the end, before it stops; one declared after it, after. `options` may be a function, for options
+ * known only once an earlier beforeAll ran (a port, a server of the test's own).
+ */
+export function useTestStack(options: TestStackOptions | (() => TestStackOptions) = {}, hooks: TestStackHooks = {}): () => TestStack {
+  let stack: TestStack | undefined;
+  beforeAll(async () => {
+    stack = await startTestStack(typeof options === 'function' ? options() : options);
+  }, hooks.timeoutMs);
+  afterAll(async () => {
+    if (!stack) return;
+    try {
+      await hooks.beforeStop?.(stack);
+    } finally {
+      await stack.stop();
+    }
+  }, hooks.timeoutMs);
+  return () => {
+    if (!stack) throw new Error('the test stack is not started: useTestStack() must be called in a describe block, outside the tests');
+    return stack;
+  };
+}
+
 /** Blazar's request date for `ms` from now, with seconds (an extension Blazar's format lacks). */
 export function inSeconds(seconds: number, from = Date.now()): string {
   return new Date(from + seconds * 1000).toISOString().slice(0, 19).replace('T', ' ');
@@ -93,9 +128,10 @@ export interface ApiCall {
   body: any;
 }
 
-export function apiClient(url: string, headers: Record<string, string> = {}) {
+/** Calls the API at `url`: a function of it when the stack starts later (`() => stack().url`). */
+export function apiClient(url: string | (() => string), headers: Record<string, string> = {}) {
   return async function call(method: string, path: string, body?: unknown, extraHeaders: Record<string, string> = {}): Promise<ApiCall> {
-    const res = await fetch(`${url}${path}`, {
+    const res = await fetch(`${typeof url === 'function' ? url() : url}${path}`, {
       method,
       headers: { 'content-type': 'application/json', ...headers, ...extraHeaders },
       body: body === undefined ? undefined : JSON.stringify(body),
@@ -105,19 +141,26 @@ export function apiClient(url: string, headers: Record<string, string> = {}) {
   };
 }
 
-/** Polls until `check` returns a value (bounded). */
-export async function eventually<T>(check: () => Promise<T | undefined>, timeoutMs = 30_000, intervalMs = 100): Promise<T> {
+/** Polls until `check` returns a value (bounded); `explain` says what was not met when time runs out. */
+export async function eventually<T>(check: () => Promise<T | undefined>, timeoutMs = 30_000, intervalMs = 100, explain = () => 'condition not met'): Promise<T> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     const value = await check();
     if (value !== undefined) return value;
-    if (Date.now() > deadline) throw new Error(`condition not met within ${timeoutMs} ms`);
+    if (Date.now() > deadline) throw new Error(`${explain()} within ${timeoutMs} ms`);
     await new Promise((resolve) => setTimeout(resolve, intervalMs));
   }
 }
 
-/** Deletes every lease the caller sees and waits (up to 2 min) until they are gone: cleanup after a test. */
-export async function deleteAllLeases(api: ReturnType<typeof apiClient>): Promise<void> {
-  for (const lease of (await api('GET', '/v1/leases')).body?.leases ?? []) await api('DELETE', `/v1/leases/${lease.id}`);
-  await eventually(async () => (((await api('GET', '/v1/leases')).body?.leases ?? []).length === 0 ? true : undefined), 120_000).catch(() => undefined);
+/**
+ * Deletes every lease the caller sees and waits (up to 2 min) until they are gone: cleanup after a
+ * test. Throws, naming the leases (id and status) still there, when some are not: the next test
+ * would otherwise start on what they still hold.
+ */
+export async function deleteAllLeases(api: ReturnType<typeof apiClient>, timeoutMs = 120_000): Promise<void> {
+  type Listed = Array<{ id: string; status: string }>;
+  const listed = async (): Promise<Listed> => (await api('GET', '/v1/leases')).body?.leases ?? [];
+  for (const lease of await listed()) await api('DELETE', `/v1/leases/${lease.id}`);
+  let left: Listed = [];
+  await eventually(async () => ((left = await listed()).length === 0 ? true : undefined), timeoutMs, 100, () => `leases left behind: ${left.map((lease) => `${lease.id} (${lease.status})`).join(', ')}; not gone`);
 }

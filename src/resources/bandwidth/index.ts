@@ -26,8 +26,9 @@ import { bindPorts, deletePorts, ensurePorts, recordAllocation, unbindPorts } fr
 import { invalidLease } from '../../domain/lease';
 import type { Pool } from '../../db/pool';
 import { resourceRequestGroups, type AllocationsByProvider, type NeutronClient, type PlacementClient } from '../../openstack';
-import type { ReservationContext, ResourcePlugin, StartStep, StepOutcome } from '../../domain/resource-plugin';
-import { providerQuery, QuantityCalendar, traitProperties, type CapacityProvider, type QuantityRequest } from '../shared/quantity-bookings';
+import { earliestCommonFit } from '../../domain/fit-search';
+import type { HookContext, ResourcePlugin, ResourceType, StartStep, StepOutcome } from '../../domain/resource-plugin';
+import { placementCapacity, providerQuery, QuantityCalendar, traitProperties, type CapacityProvider, type QuantityRequest } from '../shared/quantity-bookings';
 import { networkVisibleTo } from '../shared/visibility';
 import { bandwidthParams, customTrait, type BandwidthParams } from './params';
 
@@ -70,60 +71,35 @@ function providerProperties(p: CapacityProvider): Record<string, string> {
   return { host: p.host, name: p.name, ...traitProperties(p) };
 }
 
-export function bandwidthPlugin(deps: BandwidthDeps): ResourcePlugin {
+/** Neutron's bandwidth providers in Placement: capacity, traits, and the host (their root provider's name). */
+async function readBandwidthProviders(placement: PlacementClient): Promise<CapacityProvider[]> {
+  const found = await placement.listResourceProviders({ resources: { [EGRESS]: 1 } });
+  const rootNames = new Map<string, string>();
+  const providers: CapacityProvider[] = [];
+  for (const rp of found) {
+    if (!rootNames.has(rp.root_provider_uuid)) rootNames.set(rp.root_provider_uuid, (await placement.getResourceProvider(rp.root_provider_uuid)).name);
+    const [{ inventories }, { traits }] = await Promise.all([placement.getInventories(rp.uuid), placement.getProviderTraits(rp.uuid)]);
+    providers.push({ uuid: rp.uuid, name: rp.name, host: rootNames.get(rp.root_provider_uuid)!, capacity: placementCapacity(inventories, [EGRESS, INGRESS]), traits });
+  }
+  return providers;
+}
+
+/** What both faces of the type need: the bandwidth providers' capacities, and what a reservation books. */
+function bandwidthBookings(deps: BandwidthDeps) {
   const calendar = new QuantityCalendar(deps.pool);
-  const refreshMs = deps.settings?.capacityRefreshMs ?? 60_000;
-  const bindAttempts = deps.settings?.bindAttempts ?? 3;
+  /** Copies the bandwidth providers from Placement again when the copy is older than the refresh interval. */
+  const refreshProviders = () => calendar.refreshProviders(KIND, deps.settings?.capacityRefreshMs ?? 60_000, () => readBandwidthProviders(deps.cloud().placement));
 
-  /** Copies Neutron's bandwidth providers (capacity, traits, host) from Placement when the copy is older than refreshMs. */
-  async function refreshProviders(): Promise<void> {
-    const last = await calendar.refreshedAt(KIND);
-    if (last !== undefined && Date.now() - last < refreshMs) return;
-    const { placement } = deps.cloud();
-    const found = await placement.listResourceProviders({ resources: { [EGRESS]: 1 } });
-    const rootNames = new Map<string, string>();
-    const providers: CapacityProvider[] = [];
-    for (const rp of found) {
-      if (!rootNames.has(rp.root_provider_uuid)) rootNames.set(rp.root_provider_uuid, (await placement.getResourceProvider(rp.root_provider_uuid)).name);
-      const [{ inventories }, { traits }] = await Promise.all([placement.getInventories(rp.uuid), placement.getProviderTraits(rp.uuid)]);
-      const capacity: Record<string, number> = {};
-      for (const rc of [EGRESS, INGRESS]) {
-        const inv = inventories[rc];
-        if (inv) capacity[rc] = Math.floor((inv.total - (inv.reserved ?? 0)) * (inv.allocation_ratio ?? 1));
-      }
-      providers.push({ uuid: rp.uuid, name: rp.name, host: rootNames.get(rp.root_provider_uuid)!, capacity, traits });
-    }
-    await calendar.syncProviders(KIND, providers);
-  }
-
-  /** The hosts of the linked reservation (booked earlier in the same admission), if the reservation names one. */
-  async function linkedHosts(ctx: ReservationContext, params: BandwidthParams): Promise<Set<string> | undefined> {
-    if (params.on_host_of === null || params.on_host_of === undefined) return undefined;
-    const own = ctx.leaseReservations.findIndex((r) => r.id === ctx.reservation.id);
-    const position = typeof params.on_host_of === 'number' ? params.on_host_of : ctx.leaseReservations.findIndex((r) => r.id === params.on_host_of);
-    const linked = ctx.leaseReservations[position];
-    if (!linked || position === own) throw invalidLease(`on_host_of: the lease has no other reservation ${String(params.on_host_of)}`);
-    if (position > own) throw invalidLease('on_host_of: the linked reservation must come before this one in the lease');
-    const { rows } = await deps.pool.query<{ host: string }>(
-      `SELECT COALESCE(h.service_name, h.hypervisor_hostname) AS host FROM host_allocations a JOIN hosts h ON h.id = a.host_id WHERE a.reservation_id = $1
-       UNION SELECT p.host FROM quantity_allocations q JOIN capacity_providers p ON p.uuid = q.provider_uuid WHERE q.reservation_id = $1 AND p.kind = 'compute'`,
-      [linked.id],
-    );
-    if (rows.length === 0) throw invalidLease(`on_host_of: reservation ${linked.id} (${linked.resource_type}) holds no host`);
-    return new Set(rows.map((r) => r.host));
-  }
-
-  async function requestFor(ctx: ReservationContext): Promise<QuantityRequest> {
-    const params = bandwidthParams.parse(ctx.reservation.params);
+  /** What a reservation of `params` books in the quantity calendar: on providers with its network's physnet and vnic type, on `hosts` when given. */
+  async function requestFor(params: BandwidthParams, projectId: string, hosts?: Set<string>): Promise<QuantityRequest> {
     const { neutron } = deps.cloud();
     // Another project's private network is reported as missing.
-    const network = await networkVisibleTo(neutron, params.network_id, ctx.projectId);
+    const network = await networkVisibleTo(neutron, params.network_id, projectId);
     if (!network) throw invalidLease(`network ${params.network_id} not found`);
     const physnet = network['provider:physical_network'];
     if (!physnet) throw invalidLease(`network ${params.network_id} has no physical network: guaranteed bandwidth needs a flat or VLAN network`);
     const traits = [customTrait('PHYSNET', physnet), customTrait('VNIC_TYPE', params.vnic_type)];
     const matchesQuery = providerQuery(params.resource_properties, await calendar.providers(KIND), providerProperties);
-    const hosts = await linkedHosts(ctx, params);
     const amounts: Record<string, number> = { [EGRESS]: params.amount * params.egress_kbps };
     if (params.ingress_kbps) amounts[INGRESS] = params.amount * params.ingress_kbps;
     return {
@@ -134,18 +110,60 @@ export function bandwidthPlugin(deps: BandwidthDeps): ResourcePlugin {
     };
   }
 
+  return { calendar, refreshProviders, requestFor };
+}
+
+/** What the API needs of `network:bandwidth`: the parameters, and where the bandwidth fits. */
+export function bandwidthType(deps: BandwidthDeps, bookings = bandwidthBookings(deps)): ResourceType {
+  const { calendar, refreshProviders, requestFor } = bookings;
+  return {
+    resourceType: NETWORK_BANDWIDTH,
+    paramsSchema: bandwidthParams,
+    async earliest({ projectId, reservations, startMs, durationMs, provisioningLeadMs }) {
+      await refreshProviders();
+      // A reservation placed with another one (on_host_of) is searched on any host: the other is not booked yet.
+      const requests = await Promise.all(reservations.map((reservation) => requestFor(bandwidthParams.parse(reservation.params), projectId)));
+      return earliestCommonFit(requests.map((request) => (from: number) => calendar.search(request, from, durationMs, provisioningLeadMs)), startMs);
+    },
+  };
+}
+
+export function bandwidthPlugin(deps: BandwidthDeps): ResourcePlugin {
+  const bookings = bandwidthBookings(deps);
+  const { calendar, refreshProviders } = bookings;
+  const bindAttempts = deps.settings?.bindAttempts ?? 3;
+
+  /** The hosts of the linked reservation (booked earlier in the same admission, asked of its own type), if the reservation names one. */
+  async function linkedHosts(ctx: HookContext, params: BandwidthParams): Promise<Set<string> | undefined> {
+    if (params.on_host_of === null || params.on_host_of === undefined) return undefined;
+    const own = ctx.leaseReservations.findIndex((r) => r.id === ctx.reservation.id);
+    const position = typeof params.on_host_of === 'number' ? params.on_host_of : ctx.leaseReservations.findIndex((r) => r.id === params.on_host_of);
+    const linked = ctx.leaseReservations[position];
+    if (!linked || position === own) throw invalidLease(`on_host_of: the lease has no other reservation ${String(params.on_host_of)}`);
+    if (position > own) throw invalidLease('on_host_of: the linked reservation must come before this one in the lease');
+    const { hosts } = await ctx.placementOf(linked.id);
+    if (hosts.length === 0) throw invalidLease(`on_host_of: reservation ${linked.id} (${linked.resource_type}) holds no host`);
+    return new Set(hosts);
+  }
+
+  /** The request of the reservation in `ctx`, on its linked reservation's hosts when it names one. */
+  async function requestOf(ctx: HookContext): Promise<QuantityRequest> {
+    const params = bandwidthParams.parse(ctx.reservation.params);
+    return bookings.requestFor(params, ctx.projectId, await linkedHosts(ctx, params));
+  }
+
   /**
    * Whose allocations the ports' bandwidth joins: the server of a linked server reservation (as
    * Nova allocates a server's ports with it), else the reservation itself.
    */
-  function consumerOf(ctx: ReservationContext): { id: string; type: string } {
+  async function consumerOf(ctx: HookContext): Promise<{ id: string; type: string }> {
     const { on_host_of: link } = bandwidthParams.parse(ctx.reservation.params);
     const linked = typeof link === 'number' ? ctx.leaseReservations[link] : ctx.leaseReservations.find((r) => r.id === link);
-    const serverId = linked?.resource_type === 'virtual:server' ? linked.allocation?.server_id : undefined;
-    return typeof serverId === 'string' ? { id: serverId, type: SERVER_CONSUMER_TYPE } : { id: ctx.reservation.id, type: LEASE_CONSUMER_TYPE };
+    const serverId = linked && linked.id !== ctx.reservation.id ? (await ctx.placementOf(linked.id)).serverId : undefined;
+    return serverId ? { id: serverId, type: SERVER_CONSUMER_TYPE } : { id: ctx.reservation.id, type: LEASE_CONSUMER_TYPE };
   }
 
-  const portSpec = (ctx: ReservationContext, params: BandwidthParams) => ({
+  const portSpec = (ctx: HookContext, params: BandwidthParams) => ({
     reservationId: ctx.reservation.id,
     projectId: ctx.projectId,
     networkId: params.network_id,
@@ -155,7 +173,7 @@ export function bandwidthPlugin(deps: BandwidthDeps): ResourcePlugin {
     vnicType: params.vnic_type,
   });
 
-  const steps: Record<string, (ctx: ReservationContext, state: StartState, params: BandwidthParams) => Promise<StepOutcome>> = {
+  const steps: Record<string, (ctx: HookContext, state: StartState, params: BandwidthParams) => Promise<StepOutcome>> = {
     async 'create-ports'(ctx, state, params) {
       const { policyId, portIds } = await ensurePorts(deps.cloud().neutron, portSpec(ctx, params));
       return { state: { ...state, policyId, portIds }, allocation: { ports: portIds, qos_policy_id: policyId } };
@@ -180,7 +198,7 @@ export function bandwidthPlugin(deps: BandwidthDeps): ResourcePlugin {
       const booked = await calendar.bookingFor(ctx.reservation.id);
       if (!booked) throw ApplicationFailure.nonRetryable(`reservation ${ctx.reservation.id} has no booking`, 'BookingMissing');
       // Only providers the reservation may use (traits, linked host, resource_properties).
-      const request = await requestFor(ctx);
+      const request = await requestOf(ctx);
       const providers = new Map((await calendar.providers(KIND)).filter(request.matches).map((p) => [p.uuid, p]));
       // Ports for a linked reservation's (single) host: ask Placement within that host's tree only.
       const hosts = new Set([...providers.values()].map((p) => p.host));
@@ -202,7 +220,7 @@ export function bandwidthPlugin(deps: BandwidthDeps): ResourcePlugin {
     async 'bind-ports'(ctx, state) {
       const { neutron } = deps.cloud();
       const portIds = state.portIds ?? [];
-      const request = await requestFor(ctx);
+      const request = await requestOf(ctx);
       const booked = await calendar.bookingFor(ctx.reservation.id);
       const failures: string[] = [];
       let tried = 0;
@@ -223,7 +241,7 @@ export function bandwidthPlugin(deps: BandwidthDeps): ResourcePlugin {
     },
 
     async 'write-allocations'(ctx, state) {
-      const consumer = consumerOf(ctx);
+      const consumer = await consumerOf(ctx);
       const owner = { projectId: ctx.projectId, userId: ctx.userId, consumerType: consumer.type };
       const writes = await writeAllocations(deps.cloud().placement, consumer.id, state.chosen!.allocations, owner);
       return { state, allocation: { consumer: consumer.id, allocations: state.chosen!.allocations, allocation_writes: writes } };
@@ -240,19 +258,18 @@ export function bandwidthPlugin(deps: BandwidthDeps): ResourcePlugin {
     },
   };
 
-  function runStep(name: string, ctx: ReservationContext, state: Record<string, unknown>): Promise<StepOutcome> {
+  function runStep(name: string, ctx: HookContext, state: Record<string, unknown>): Promise<StepOutcome> {
     const step = steps[name];
     if (!step) throw ApplicationFailure.nonRetryable(`network:bandwidth has no start step ${name}`, 'UnknownStartStep');
     return step(ctx, state, bandwidthParams.parse(ctx.reservation.params));
   }
 
   return {
-    resourceType: NETWORK_BANDWIDTH,
-    paramsSchema: bandwidthParams,
+    ...bandwidthType(deps, bookings),
 
     async reserve(ctx) {
       await refreshProviders();
-      const request = await requestFor(ctx);
+      const request = await requestOf(ctx);
       const booking = await calendar.book(ctx, request);
       return {
         allocation: { host: booking.host, provider: booking.providerUuid, bandwidth: request.amounts },
@@ -261,23 +278,8 @@ export function bandwidthPlugin(deps: BandwidthDeps): ResourcePlugin {
       };
     },
 
-    /** All the steps in one activity, for a caller that does not run them one by one. */
-    async start(ctx) {
-      let state: Record<string, unknown> = {};
-      let allocation: Record<string, unknown> = {};
-      for (const { name } of BANDWIDTH_START_STEPS) {
-        const outcome = await runStep(name, ctx, state);
-        state = outcome.state;
-        allocation = { ...allocation, ...outcome.allocation };
-      }
-      return { allocation };
-    },
-
+    // No `start`: reserve always lists the start's steps, each its own activity.
     startStep: runStep,
-
-    async beforeEnd() {
-      // Nothing before the end.
-    },
 
     async end(ctx) {
       const params = bandwidthParams.parse(ctx.reservation.params);
@@ -286,15 +288,11 @@ export function bandwidthPlugin(deps: BandwidthDeps): ResourcePlugin {
       // What the start wrote (or, if it failed before the lease recorded it, what it would have written).
       const booked = ctx.reservation.allocation ?? {};
       const ours = (booked.allocations as AllocationsByProvider | undefined) ?? { [String(booked.provider)]: { resources: (booked.bandwidth as Record<string, number>) ?? {} } };
-      const consumer = consumerOf(ctx);
+      const consumer = await consumerOf(ctx);
       await removeAllocations(placement, consumer.id, ours, consumer.type);
       await deletePorts(neutron, portSpec(ctx, params));
       await calendar.release(ctx.reservation.id, ctx.started);
       return {};
-    },
-
-    heal() {
-      return Promise.resolve({ missingResources: false, resourcesChanged: false });
     },
   };
 }

@@ -7,7 +7,7 @@
  * cloud, flagged). A host is always added to its new aggregate before it leaves the old one, so it
  * is never in no aggregate (a Blazar bug).
  */
-import { Context } from '@temporalio/activity';
+import type { ReportProgress } from '../../domain/resource-plugin';
 import { ConflictError, ignoreNotFound, type Aggregate, type NovaClient } from '../../openstack';
 
 export interface LeaseAggregate {
@@ -20,7 +20,7 @@ export function leaseAggregateFor(reservationId: string): LeaseAggregate {
   return { name: `reservation-${reservationId}`, availabilityZone: `lease-${reservationId}` };
 }
 
-async function findAggregate(nova: NovaClient, name: string): Promise<Aggregate | undefined> {
+export async function findAggregate(nova: NovaClient, name: string): Promise<Aggregate | undefined> {
   return (await nova.listAggregates()).find((a) => a.name === name);
 }
 
@@ -40,7 +40,8 @@ export async function ensureAggregate(nova: NovaClient, name: string, metadata: 
   return stale ? nova.setAggregateMetadata(aggregate.id, metadata) : aggregate;
 }
 
-async function addHost(nova: NovaClient, aggregate: Aggregate, host: string): Promise<void> {
+/** Puts the compute host into the aggregate, unless it is there already; safe to run twice. */
+export async function addHost(nova: NovaClient, aggregate: Aggregate, host: string): Promise<void> {
   if (aggregate.hosts.includes(host)) return;
   try {
     await nova.addHostToAggregate(aggregate.id, host);
@@ -51,7 +52,8 @@ async function addHost(nova: NovaClient, aggregate: Aggregate, host: string): Pr
   }
 }
 
-async function removeHost(nova: NovaClient, aggregate: Aggregate | undefined, host: string): Promise<void> {
+/** Takes the compute host out of the aggregate (if there is one and the host is in it); safe to run twice. */
+export async function removeHost(nova: NovaClient, aggregate: Aggregate | undefined, host: string): Promise<void> {
   if (!aggregate?.hosts.includes(host)) return;
   await ignoreNotFound(nova.removeHostFromAggregate(aggregate.id, host));
 }
@@ -63,6 +65,8 @@ export interface HostMove {
   /** Compute host names (Nova's service host). */
   hosts: string[];
   freepool: string;
+  /** Called after each host: a move of many hosts is long. */
+  progress: ReportProgress;
 }
 
 /** At start: the lease aggregate (created if missing), hosts in, then out of the pool. */
@@ -78,7 +82,7 @@ export async function moveHostsIntoLease(nova: NovaClient, move: HostMove): Prom
   for (const host of move.hosts) {
     await addHost(nova, aggregate, host);
     await removeHost(nova, pool, host);
-    Context.current().heartbeat({ moved: host });
+    move.progress({ moved: host });
   }
   return names;
 }
@@ -94,7 +98,7 @@ export async function returnHostsToPool(nova: NovaClient, move: HostMove): Promi
   for (const host of move.hosts) {
     await addHost(nova, pool, host);
     await removeHost(nova, aggregate, host);
-    Context.current().heartbeat({ returned: host });
+    move.progress({ returned: host });
   }
   await ignoreNotFound(nova.deleteAggregate(aggregate.id));
 }
@@ -104,7 +108,7 @@ export async function returnHostsToPool(nova: NovaClient, move: HostMove): Promi
  * up to `waitMs` passes for them to be gone. Returns how many are still there (the caller polls
  * again later, showing the progress, instead of holding one activity for minutes).
  */
-export async function deleteServersOnHosts(nova: NovaClient, hosts: string[], waitMs: number): Promise<number> {
+export async function deleteServersOnHosts(nova: NovaClient, hosts: string[], waitMs: number, progress: ReportProgress): Promise<number> {
   const list = async () => (await Promise.all(hosts.map((host) => nova.listServers({ all_tenants: true, host })))).flat();
   let servers = await list();
   for (const server of servers) {
@@ -114,7 +118,7 @@ export async function deleteServersOnHosts(nova: NovaClient, hosts: string[], wa
   while (servers.length > 0 && Date.now() < deadline) {
     await new Promise((resolve) => setTimeout(resolve, 1000));
     servers = await list();
-    Context.current().heartbeat({ serversLeft: servers.length });
+    progress({ serversLeft: servers.length });
   }
   return servers.length;
 }
@@ -139,7 +143,7 @@ async function moveOutOfLease(nova: NovaClient, move: HostMove, target: Aggregat
   for (const host of move.hosts.filter((h) => aggregate.hosts.includes(h))) {
     await addHost(nova, target, host);
     await removeHost(nova, aggregate, host);
-    Context.current().heartbeat({ moved: host, to: target.name });
+    move.progress({ moved: host, to: target.name });
   }
   await ignoreNotFound(nova.deleteAggregate(aggregate.id));
 }
@@ -180,14 +184,14 @@ export async function recycleHosts(nova: NovaClient, request: RecycleRequest): P
       waiting.push({ host, servers: servers.length, deleteAt });
       continue;
     }
-    const left = servers.length > 0 ? await deleteServersOnHosts(nova, [host], SERVER_DELETE_PASS_MS) : 0;
+    const left = servers.length > 0 ? await deleteServersOnHosts(nova, [host], SERVER_DELETE_PASS_MS, request.progress) : 0;
     if (left > 0) {
       waiting.push({ host, servers: left, deleting: true });
       continue;
     }
     await addHost(nova, pool, host);
     await removeHost(nova, current, host);
-    Context.current().heartbeat({ returned: host });
+    request.progress({ returned: host });
   }
   return { waiting };
 }

@@ -3,11 +3,11 @@
  * every `physical:host` reservation of the lease together (a matching, so that reservations that
  * compete for the same hosts all get their minimum when that is possible at all). The exclusion
  * constraint `host_allocations_no_double_booking` is the last word: if a concurrent transaction
- * took a chosen host first, this one retries with a fresh choice.
+ * took a chosen host first, this one retries with a fresh choice. The SQL is the store's
+ * (src/db/host-allocations.ts); what both calendars share is in ../shared/booking.ts.
  */
-import { createHash } from 'node:crypto';
-import { DatabaseError, type PoolClient } from 'pg';
-import { leaseConflict, invalidLease, requestDate as when, reuseEnd, reuseStart, wholeMinuteDown, wholeMinuteUp, type Reservation } from '../../domain/lease';
+import type { PoolClient } from 'pg';
+import { leaseConflict, invalidLease, requestDate as when, wholeMinuteUp, type Reservation } from '../../domain/lease';
 import {
   assignHosts,
   freeHosts,
@@ -18,11 +18,25 @@ import {
   type CalendarSnapshot,
   type HostRequest,
 } from '../../domain/host-calendar';
-import { matchesQuery, parsePropertyQuery, queryKeys, type PropertyQuery } from '../../domain/property-query';
-import { hypervisorProperties, listHosts, HYPERVISOR_FIELDS, type HostRecord } from '../../db/hosts';
-import { withConnection, type Pool } from '../../db/pool';
-import { inTransaction } from '../../db/transaction';
-import type { ReservationContext } from '../../domain/resource-plugin';
+import { matchesQuery, parsePropertyQuery } from '../../domain/property-query';
+import type { FitSearch, ReservationContext } from '../../domain/resource-plugin';
+import {
+  blockedIntervals,
+  deleteLeaseBookings,
+  deleteReservationHostBookings,
+  endReservationHostBookingsAt,
+  firstOtherBookingFrom,
+  hostsOfReservation,
+  insertHostBooking,
+  lockLeaseBookings,
+  moveLeaseBookingsEnd,
+  nextBookingsOfOthers,
+  setLeaseBookingKey,
+  type LeaseBookingRow,
+} from '../../db/host-allocations';
+import { hypervisorProperties, inventoryVersion, listHosts, HYPERVISOR_FIELDS, type HostRecord } from '../../db/hosts';
+import type { Pool } from '../../db/pool';
+import { bookInTransaction, bookingKey, checkKeys, extensionRefused, releaseBooking, shortage } from '../shared/booking';
 import { endPolicyOf, physicalHostParams, type EndPolicy } from './params';
 
 export const PHYSICAL_HOST = 'physical:host';
@@ -41,18 +55,6 @@ export interface CalendarSettings {
   onEndDefault?: EndPolicy;
 }
 
-interface AllocationRow {
-  reservation_id: string;
-  booking_key: string;
-  host_id: string;
-  hypervisor_hostname: string;
-  start_ms: number;
-  end_ms: number;
-}
-
-/** SQL for a booking's new blocked end (`end` + cleaning `ms`), except that a `release` booking stays blocked for good. */
-const KEEP_UNBOUNDED = (end: string, cleaningMs: string) => `CASE WHEN upper_inf(blocks) THEN NULL ELSE ${end} + ${cleaningMs} * interval '1 millisecond' END`;
-
 /**
  * The matching work (about host × request pairs examined) one earliest-slot search may do: with
  * 1 000 hosts and 100 000 bookings an unbounded search could hold the event loop for seconds, and
@@ -63,10 +65,6 @@ export const SEARCH_WORK_BUDGET = 2_000_000;
 
 /** A request that can never fit, in the details the API hands back (nothing to retry with). */
 const NEVER_FITS = { earliest_start: null, earliest_end: null, longest_end: null };
-
-const isExclusionViolation = (err: unknown) => err instanceof DatabaseError && err.code === '23P01';
-/** Lost a race with a concurrent booking: exclusion violation, or a deadlock between two of them. */
-const lostRace = (err: unknown) => err instanceof DatabaseError && ['23P01', '40P01', '40001'].includes(err.code ?? '');
 
 function shuffle(ids: string[]): string[] {
   const copy = [...ids];
@@ -89,8 +87,7 @@ export class HostCalendar {
 
   /** The reservable hosts, read again only when the inventory changed. Booking reads them afresh in its transaction. */
   private async reservableHosts(): Promise<HostRecord[]> {
-    const { rows } = await this.pool.query<{ version: string }>('SELECT version::text FROM inventory_version');
-    const version = rows[0]?.version ?? 'none';
+    const version = (await inventoryVersion(this.pool)) ?? 'none';
     if (this.hostsSeen?.version !== version) {
       const hosts = listHosts(this.pool, { reservableOnly: true });
       this.hostsSeen = { version, hosts };
@@ -102,65 +99,42 @@ export class HostCalendar {
   /** Books the lease's host reservations for [ctx.startMs, ctx.endMs); returns this reservation's hosts. */
   async book(ctx: ReservationContext): Promise<BookedHost[]> {
     // A concurrent booking that took a chosen host first: choose again, seeing the winner's booking.
-    return inTransaction(this.pool, (client) => this.bookInTransaction(client, ctx), { retryOn: lostRace });
+    return bookInTransaction(this.pool, (client) => this.bookIn(client, ctx), { retryExclusion: true });
   }
 
   /** Per host of the reservation, when another lease's booking of it next begins (its lead time included). */
   async nextBookings(reservationId: string): Promise<Map<string, number>> {
-    const { rows } = await this.pool.query<{ host_id: string; next_ms: number }>(
-      `SELECT mine.host_id::text, (extract(epoch FROM min(lower(other.blocks))) * 1000)::float8 AS next_ms
-       FROM host_allocations mine JOIN host_allocations other ON other.host_id = mine.host_id AND other.lease_id <> mine.lease_id
-       WHERE mine.reservation_id = $1 AND lower(other.blocks) >= lower(mine.during)
-       GROUP BY mine.host_id`,
-      [reservationId],
-    );
+    const rows = await nextBookingsOfOthers(this.pool, reservationId);
     return new Map(rows.map((r) => [r.host_id, r.next_ms]));
   }
 
   /** Frees the reservation's booking: all of it if it never started, the rest of the window if it ends early. */
   async release(ctx: ReservationContext, started: boolean, nowMs = Date.now()): Promise<void> {
-    if (!started) {
-      await this.pool.query('DELETE FROM host_allocations WHERE reservation_id = $1', [ctx.reservation.id]);
-      return;
-    }
-    await this.pool.query(
-      `UPDATE host_allocations
-       SET during = tstzrange(lower(during), to_timestamp($2 / 1000.0)),
-           blocks = tstzrange(lower(blocks), ${KEEP_UNBOUNDED('to_timestamp($2 / 1000.0)', '$3')})
-       WHERE reservation_id = $1 AND upper(during) > to_timestamp($2 / 1000.0) AND lower(during) < to_timestamp($2 / 1000.0)`,
-      [ctx.reservation.id, nowMs, this.settings.cleaningMs],
-    );
-    // A booking that had not begun by now (ended before its start) is dropped whole.
-    await this.pool.query('DELETE FROM host_allocations WHERE reservation_id = $1 AND lower(during) >= to_timestamp($2 / 1000.0)', [ctx.reservation.id, nowMs]);
+    const reservationId = ctx.reservation.id;
+    await releaseBooking(started, nowMs, {
+      deleteAll: () => deleteReservationHostBookings(this.pool, reservationId),
+      endAt: (at) => endReservationHostBookingsAt(this.pool, reservationId, at, this.settings.cleaningMs),
+    });
   }
 
-  private async bookInTransaction(client: PoolClient, ctx: ReservationContext): Promise<BookedHost[]> {
+  private async bookIn(client: PoolClient, ctx: ReservationContext): Promise<BookedHost[]> {
     const reservations = ctx.leaseReservations.filter((r) => r.resource_type === PHYSICAL_HOST);
-    const { rows: existing } = await client.query<AllocationRow>(
-      `SELECT a.reservation_id::text, a.booking_key, a.host_id::text, h.hypervisor_hostname,
-              (extract(epoch FROM lower(a.during)) * 1000)::float8 AS start_ms, (extract(epoch FROM upper(a.during)) * 1000)::float8 AS end_ms
-       FROM host_allocations a JOIN hosts h ON h.id = a.host_id WHERE a.lease_id = $1 FOR UPDATE OF a`,
-      [ctx.leaseId],
-    );
+    const existing = await lockLeaseBookings(client, ctx.leaseId);
     const mine = (reservationId: string) => existing.filter((row) => row.reservation_id === reservationId);
     const booked = (reservationId: string) => mine(reservationId).map((row) => ({ id: row.host_id, hypervisor_hostname: row.hypervisor_hostname }));
 
     // Already booked for exactly this request (a sibling's call booked us, or a retry): nothing to do.
-    const key = bookingKey(ctx, reservations);
+    const key = hostBookingKey(ctx, reservations);
     if (existing.length > 0 && existing.every((row) => row.booking_key === key)) return booked(ctx.reservation.id);
 
     if (ctx.leaseStatus !== 'PENDING' && existing.length > 0) {
       await this.resizeKeepingHosts(client, ctx, existing);
       await this.growActive(client, ctx, reservations, existing, key);
-      await client.query('UPDATE host_allocations SET booking_key = $2 WHERE lease_id = $1', [ctx.leaseId, key]);
-      const { rows } = await client.query<{ host_id: string; hypervisor_hostname: string }>(
-        'SELECT a.host_id::text, h.hypervisor_hostname FROM host_allocations a JOIN hosts h ON h.id = a.host_id WHERE a.reservation_id = $1 ORDER BY a.host_id',
-        [ctx.reservation.id],
-      );
-      return rows.map((r) => ({ id: r.host_id, hypervisor_hostname: r.hypervisor_hostname }));
+      await setLeaseBookingKey(client, ctx.leaseId, key);
+      return hostsOfReservation(client, ctx.reservation.id);
     }
 
-    await client.query('DELETE FROM host_allocations WHERE lease_id = $1', [ctx.leaseId]);
+    await deleteLeaseBookings(client, ctx.leaseId);
     const hosts = await listHosts(client, { reservableOnly: true });
     const lead = ctx.provisioningLeadMs;
     const calendar = await this.snapshot(client, hosts, ctx.startMs, ctx.endMs, lead);
@@ -180,34 +154,12 @@ export class HostCalendar {
   }
 
   /** An active lease keeps its hosts: only its end moves; a collision says how far it can go. */
-  private async resizeKeepingHosts(client: PoolClient, ctx: ReservationContext, existing: AllocationRow[]): Promise<void> {
-    await client.query('SAVEPOINT resize');
-    try {
-      await client.query(
-        `UPDATE host_allocations
-         SET during = tstzrange(lower(during), to_timestamp($2 / 1000.0)),
-             blocks = tstzrange(lower(blocks), ${KEEP_UNBOUNDED('to_timestamp($2 / 1000.0)', '$3')})
-         WHERE lease_id = $1`,
-        [ctx.leaseId, ctx.endMs, this.settings.cleaningMs],
-      );
-    } catch (err) {
-      if (!isExclusionViolation(err)) throw err;
-      await client.query('ROLLBACK TO SAVEPOINT resize');
-      const hostIds = [...new Set(existing.map((row) => row.host_id))];
-      const { rows } = await client.query<{ hypervisor_hostname: string; next_ms: number }>(
-        `SELECT h.hypervisor_hostname, (extract(epoch FROM min(lower(a.blocks))) * 1000)::float8 AS next_ms
-         FROM host_allocations a JOIN hosts h ON h.id = a.host_id
-         WHERE a.host_id = ANY($1) AND a.lease_id <> $2 AND lower(a.blocks) >= to_timestamp($3 / 1000.0)
-         GROUP BY h.hypervisor_hostname ORDER BY next_ms LIMIT 1`,
-        [hostIds, ctx.leaseId, Math.min(...existing.map((row) => row.end_ms))],
-      );
-      const latestEnd = rows[0] ? rows[0].next_ms - this.settings.cleaningMs : undefined;
-      throw leaseConflict(
-        `cannot extend lease ${ctx.leaseName} to ${when(ctx.endMs)}: host ${rows[0]?.hypervisor_hostname ?? '?'} is booked from ${rows[0] ? when(rows[0].next_ms) : '?'}` +
-          (latestEnd !== undefined ? `; the latest possible end is ${reuseEnd(latestEnd)}` : ''),
-        { latest_end: latestEnd !== undefined ? reuseEnd(latestEnd) : null },
-      );
-    }
+  private async resizeKeepingHosts(client: PoolClient, ctx: ReservationContext, existing: LeaseBookingRow[]): Promise<void> {
+    if (await moveLeaseBookingsEnd(client, ctx.leaseId, ctx.endMs, this.settings.cleaningMs)) return;
+    const hostIds = [...new Set(existing.map((row) => row.host_id))];
+    const next = await firstOtherBookingFrom(client, hostIds, ctx.leaseId, Math.min(...existing.map((row) => row.end_ms)));
+    const latestEnd = next ? next.next_ms - this.settings.cleaningMs : undefined;
+    throw extensionRefused(ctx, `host ${next?.hypervisor_hostname ?? '?'} is booked from ${next ? when(next.next_ms) : '?'}`, latestEnd);
   }
 
   /**
@@ -218,27 +170,24 @@ export class HostCalendar {
     const hosts = await this.reservableHosts();
     const request = this.request({ id: 'query', resource_type: PHYSICAL_HOST, status: 'pending', params: { min: 1, max: 1, ...params } }, hosts);
     const matching = hosts.filter((h) => request.matches(h.id));
-    return withConnection(this.pool, async (client) => {
-      const calendar = await this.snapshot(client, matching, from - this.settings.cleaningMs, to, this.settings.provisioningLeadMs ?? 0, true);
-      const blockedByHost = new Map<string, Blocked[]>();
-      for (const b of calendar.blocked) {
-        const own = blockedByHost.get(b.hostId);
-        if (own) own.push(b);
-        else blockedByHost.set(b.hostId, [b]);
+    const calendar = await this.snapshot(this.pool, matching, from - this.settings.cleaningMs, to, this.settings.provisioningLeadMs ?? 0, true);
+    const blockedByHost = new Map<string, Blocked[]>();
+    for (const b of calendar.blocked) {
+      const own = blockedByHost.get(b.hostId);
+      if (own) own.push(b);
+      else blockedByHost.set(b.hostId, [b]);
+    }
+    return matching.map((host) => {
+      const blocked = (blockedByHost.get(host.id) ?? []).sort((a, b) => a.start - b.start);
+      const free: Array<{ start: number; end: number }> = [];
+      let cursor = from;
+      for (const b of blocked) {
+        const end = Math.min(to, b.start - calendar.cleaningMs);
+        if (end > cursor) free.push({ start: cursor, end });
+        cursor = Math.max(cursor, b.end);
       }
-      return matching
-        .map((host) => {
-          const blocked = (blockedByHost.get(host.id) ?? []).sort((a, b) => a.start - b.start);
-          const free: Array<{ start: number; end: number }> = [];
-          let cursor = from;
-          for (const b of blocked) {
-            const end = Math.min(to, b.start - calendar.cleaningMs);
-            if (end > cursor) free.push({ start: cursor, end });
-            cursor = Math.max(cursor, b.end);
-          }
-          if (to > cursor) free.push({ start: cursor, end: to });
-          return { host, free };
-        });
+      if (to > cursor) free.push({ start: cursor, end: to });
+      return { host, free };
     });
   }
 
@@ -247,24 +196,21 @@ export class HostCalendar {
    * within the search budget: `cutShort` when it gave up, having looked until `searchedUntil`), and
    * the longest from `start`.
    */
-  async search(reservations: Reservation[], start: number, durationMs: number): Promise<{ earliest?: number; longestMs: number; cutShort: boolean; tried: number; searchedUntil?: number }> {
+  async search(reservations: Reservation[], start: number, durationMs: number): Promise<FitSearch> {
     const hosts = await this.reservableHosts();
     const hostReservations = reservations.filter((r) => r.resource_type === PHYSICAL_HOST);
     this.refuseMoreThanEnrolled(hostReservations, hosts);
     const requests = hostReservations.map((r) => this.request(r, hosts));
     const candidates = hosts.filter((h) => requests.some((r) => r.matches(h.id)));
-    return withConnection(this.pool, async (client) => {
-      const future = await this.snapshot(client, candidates, start, null, this.settings.provisioningLeadMs ?? 0, true);
-      const earliest = searchEarliestFit(requests, future, start, durationMs, { align: wholeMinuteUp, workBudget: SEARCH_WORK_BUDGET });
-      return { earliest: earliest.start, longestMs: longestFit(requests, future, start), cutShort: earliest.cutShort, tried: earliest.tried, searchedUntil: earliest.lastTried };
-    });
+    const future = await this.snapshot(this.pool, candidates, start, null, this.settings.provisioningLeadMs ?? 0, true);
+    return fitSearch(requests, future, start, durationMs);
   }
 
   /**
    * An active lease whose reservations ask for more hosts gets them from now to its end, if free;
    * it never loses hosts it holds (a lower max than it holds is refused).
    */
-  private async growActive(client: PoolClient, ctx: ReservationContext, reservations: Reservation[], existing: AllocationRow[], key: string): Promise<void> {
+  private async growActive(client: PoolClient, ctx: ReservationContext, reservations: Reservation[], existing: LeaseBookingRow[], key: string): Promise<void> {
     const hosts = await listHosts(client, { reservableOnly: true });
     const from = Math.max(Date.now(), ctx.startMs);
     const wants: HostRequest[] = [];
@@ -292,13 +238,18 @@ export class HostCalendar {
     // queue on the first one instead of deadlocking.
     const rows = [...assignment].flatMap(([reservationId, hostIds]) => hostIds.map((hostId) => ({ reservationId, hostId }))).sort((a, b) => Number(a.hostId) - Number(b.hostId));
     for (const { reservationId, hostId } of rows) {
-      await client.query(
-        `INSERT INTO host_allocations (host_id, reservation_id, lease_id, project_id, during, blocks, booking_key)
-         VALUES ($1, $2, $3, $4, tstzrange(to_timestamp($5 / 1000.0), to_timestamp($6 / 1000.0)),
-                 tstzrange(to_timestamp($5 / 1000.0) - $9 * interval '1 millisecond',
-                           CASE WHEN $10 THEN NULL ELSE to_timestamp($6 / 1000.0) + $7 * interval '1 millisecond' END), $8)`,
-        [hostId, reservationId, ctx.leaseId, ctx.projectId, from, ctx.endMs, this.settings.cleaningMs, key, leadMs, unbounded.has(reservationId)],
-      );
+      await insertHostBooking(client, {
+        hostId,
+        reservationId,
+        leaseId: ctx.leaseId,
+        projectId: ctx.projectId,
+        fromMs: from,
+        endMs: ctx.endMs,
+        leadMs,
+        cleaningMs: this.settings.cleaningMs,
+        unbounded: unbounded.has(reservationId),
+        bookingKey: key,
+      });
     }
   }
 
@@ -342,18 +293,8 @@ export class HostCalendar {
    * it grows by the lead, so the pure calendar functions (which know only a gap after bookings)
    * answer for the lead too: a new lease must begin its lead time after a booking's blocked end.
    */
-  private async snapshot(client: PoolClient | Pool, hosts: HostRecord[], start: number, end: number | null, leadMs: number, onlyTheseHosts = false): Promise<CalendarSnapshot> {
-    const params: unknown[] = [start - leadMs];
-    const upper = end === null ? 'NULL' : `to_timestamp($${params.push(end)} / 1000.0) + $${params.push(this.settings.cleaningMs)} * interval '1 millisecond'`;
-    // Queries about a few hosts read only their bookings (the window's bookings of 1 000 hosts cost tens of ms).
-    const hostFilter = onlyTheseHosts ? ` AND host_id = ANY($${params.push(hosts.map((h) => h.id))}::bigint[])` : '';
-    const { rows } = await client.query<{ host_id: string; start_ms: number; end_ms: number }>(
-      `SELECT host_id::text, (extract(epoch FROM lower(blocks)) * 1000)::float8 AS start_ms,
-              COALESCE((extract(epoch FROM upper(blocks)) * 1000)::float8, 'Infinity') AS end_ms
-       FROM host_allocations
-       WHERE blocks && tstzrange(to_timestamp($1 / 1000.0), ${upper})${hostFilter}`,
-      params,
-    );
+  private async snapshot(db: PoolClient | Pool, hosts: HostRecord[], start: number, end: number | null, leadMs: number, onlyTheseHosts = false): Promise<CalendarSnapshot> {
+    const rows = await blockedIntervals(db, { fromMs: start - leadMs, toMs: end, cleaningMs: this.settings.cleaningMs, hostIds: onlyTheseHosts ? hosts.map((h) => h.id) : undefined });
     const blocked: Blocked[] = rows.map((r) => ({ hostId: r.host_id, start: r.start_ms + leadMs, end: r.end_ms + leadMs }));
     return { hostIds: hosts.map((h) => h.id), blocked, cleaningMs: this.settings.cleaningMs + leadMs };
   }
@@ -361,40 +302,26 @@ export class HostCalendar {
   /** 409 that says what was short, when the same request would fit, and how long it can be from the asked start. */
   private async explainShortage(client: PoolClient, hosts: HostRecord[], requests: HostRequest[], ctx: ReservationContext, releasing = false) {
     const future = await this.snapshot(client, hosts, ctx.startMs, null, ctx.provisioningLeadMs);
-    const duration = ctx.endMs - ctx.startMs;
-    const search = searchEarliestFit(requests, future, ctx.startMs, duration, { align: wholeMinuteUp, workBudget: SEARCH_WORK_BUDGET });
-    const earliest = search.start;
-    // Handed back for reuse: whole minutes (the start is one already), the end rounded down so that it still fits.
-    const earliestEnd = earliest !== undefined ? wholeMinuteDown(earliest + duration) : undefined;
-    const longest = longestFit(requests, future, ctx.startMs);
-    const longestEnd = longest > 0 && longest !== Infinity && wholeMinuteDown(ctx.startMs + longest) > ctx.startMs ? wholeMinuteDown(ctx.startMs + longest) : undefined;
     const free = freeHosts(future, ctx.startMs, ctx.endMs);
     const short = requests
       .map((r) => `at least ${r.min} host(s) matching reservation ${r.reservationId} (${hosts.filter((h) => r.matches(h.id)).length} match, ${hosts.filter((h) => r.matches(h.id) && free.has(h.id)).length} free)`)
       .join('; ');
-    const parts = [`not enough hosts free from ${when(ctx.startMs)} to ${when(ctx.endMs)}: needs ${short}`];
-    if (earliest !== undefined && earliestEnd !== undefined) parts.push(`the same lease fits from ${reuseStart(earliest)} to ${reuseEnd(earliestEnd)}`);
-    else if (search.cutShort) parts.push(`no fit found within the first ${search.tried} candidate starts (until ${when(search.lastTried!)}): try a later start`);
-    else parts.push(releasing ? 'it never fits: on_end "release" needs hosts with nothing booked after its start' : 'it never fits: not enough hosts match');
-    if (longestEnd !== undefined) parts.push(`from the requested start it fits until ${reuseEnd(longestEnd)}`);
-    return leaseConflict(`${parts.join('; ')}.`, {
-      earliest_start: earliest !== undefined ? reuseStart(earliest) : null,
-      earliest_end: earliestEnd !== undefined ? reuseEnd(earliestEnd) : null,
-      longest_end: longestEnd !== undefined ? reuseEnd(longestEnd) : null,
-    });
+    return shortage(
+      ctx,
+      [`not enough hosts free from ${when(ctx.startMs)} to ${when(ctx.endMs)}: needs ${short}`],
+      fitSearch(requests, future, ctx.startMs, ctx.endMs - ctx.startMs),
+      releasing ? 'it never fits: on_end "release" needs hosts with nothing booked after its start' : 'it never fits: not enough hosts match',
+    );
   }
+}
+
+/** Where the requests fit in the calendar from `start`: the earliest whole-minute start (within the search budget) and the longest lease. */
+function fitSearch(requests: HostRequest[], future: CalendarSnapshot, start: number, durationMs: number): FitSearch {
+  const earliest = searchEarliestFit(requests, future, start, durationMs, { align: wholeMinuteUp, workBudget: SEARCH_WORK_BUDGET });
+  return { earliest: earliest.start, longestMs: longestFit(requests, future, start), cutShort: earliest.cutShort, tried: earliest.tried, searchedUntil: earliest.lastTried };
 }
 
 /** Identifies one booking request of a lease: its window and its host reservations' parameters. */
-function bookingKey(ctx: ReservationContext, reservations: Reservation[]): string {
-  return createHash('sha256').update(JSON.stringify([ctx.startMs, ctx.endMs, reservations.map((r) => [r.id, r.params])])).digest('hex').slice(0, 32);
-}
-
-/** A 400 for keys not in `known`; keys in `unlisted` (private capabilities) are never named among the known ones. */
-export function checkKeys(query: PropertyQuery, known: Set<string>, field: string, unlisted: Set<string> = new Set()): void {
-  const unknown = queryKeys(query).filter((key) => !known.has(key));
-  if (unknown.length > 0) {
-    const listed = [...known].filter((k) => !unlisted.has(k)).sort();
-    throw invalidLease(`${field}: unknown property ${unknown.map((k) => `$${k}`).join(', ')} (known: ${listed.map((k) => `$${k}`).join(', ') || 'none'})`);
-  }
+function hostBookingKey(ctx: ReservationContext, reservations: Reservation[]): string {
+  return bookingKey([ctx.startMs, ctx.endMs, reservations.map((r) => [r.id, r.params])]);
 }

@@ -19,10 +19,11 @@ import {
 } from './aggregates';
 import { sendLeaseNotice, type NoticeSettings } from '../shared/notifications';
 import { snapshotServersOnHosts } from '../shared/server-snapshots';
+import { computeHostsOfReservation } from '../../db/host-allocations';
 import { markReleased } from '../../db/hosts';
 import type { Pool } from '../../db/pool';
 import type { GlanceClient, NovaClient } from '../../openstack';
-import type { EndContext, EndOutcome, ReservationContext, ResourcePlugin } from '../../domain/resource-plugin';
+import type { EndContext, EndOutcome, HookContext, ReservationContext, ResourcePlugin, ResourceType } from '../../domain/resource-plugin';
 import { HostCalendar, PHYSICAL_HOST, type CalendarSettings } from './calendar';
 import { endPolicyOf, physicalHostParams, type EndPolicy } from './params';
 
@@ -52,6 +53,20 @@ export interface PhysicalHostDeps {
   recyclePollMs?: number;
 }
 
+/** What the API needs of `physical:host`: the parameters, and where hosts are free (no cloud). */
+export function physicalHostType(deps: Pick<PhysicalHostDeps, 'pool' | 'settings' | 'notices'>, calendar = new HostCalendar(deps.pool, deps.settings)): ResourceType {
+  return {
+    resourceType: PHYSICAL_HOST,
+    paramsSchema: physicalHostParams.superRefine((params, issues) => {
+      const beforeEnd = params.before_end === 'default' ? (deps.settings.beforeEndDefault ?? '') : params.before_end;
+      if (beforeEnd === 'notify' && !deps.notices) {
+        issues.addIssue({ code: 'custom', path: ['before_end'], message: 'notify needs a notification endpoint, and this deployment has none (LK_NOTIFY_URL)' });
+      }
+    }),
+    earliest: ({ reservations, startMs, durationMs }) => calendar.search(reservations, startMs, durationMs),
+  };
+}
+
 export function physicalHostPlugin(deps: PhysicalHostDeps): ResourcePlugin {
   const calendar = new HostCalendar(deps.pool, deps.settings);
   const freepool = deps.freepool ?? 'freepool';
@@ -68,21 +83,17 @@ export function physicalHostPlugin(deps: PhysicalHostDeps): ResourcePlugin {
   };
 
   /** The reservation's hosts (id and compute host name) in its current booking. */
-  async function bookedHosts(ctx: ReservationContext): Promise<Array<{ id: string; host: string }>> {
-    const { rows } = await deps.pool.query<{ id: string; host: string }>(
-      `SELECT DISTINCT h.id::text, COALESCE(h.service_name, h.hypervisor_hostname) AS host
-       FROM host_allocations a JOIN hosts h ON h.id = a.host_id WHERE a.reservation_id = $1 ORDER BY 2`,
-      [ctx.reservation.id],
-    );
-    return rows;
+  function bookedHosts(ctx: ReservationContext): Promise<Array<{ id: string; host: string }>> {
+    return computeHostsOfReservation(deps.pool, ctx.reservation.id);
   }
 
-  const move = async (ctx: ReservationContext) => ({
+  const move = async (ctx: HookContext) => ({
     reservationId: ctx.reservation.id,
     leaseId: ctx.leaseId,
     projectId: ctx.projectId,
     hosts: (await bookedHosts(ctx)).map((h) => h.host),
     freepool,
+    progress: ctx.reportProgress,
   });
 
   /** The policy decided at booking (shown in the lease JSON), so a changed default does not change a booked lease. */
@@ -119,7 +130,7 @@ export function physicalHostPlugin(deps: PhysicalHostDeps): ResourcePlugin {
     if (!ctx.started) return returnHostsToPool(nova, hosts).then(() => ({}));
     switch (endPolicy(ctx)) {
       case 'delete': {
-        const left = await deleteServersOnHosts(nova, hosts.hosts, SERVER_DELETE_PASS_MS);
+        const left = await deleteServersOnHosts(nova, hosts.hosts, SERVER_DELETE_PASS_MS, ctx.reportProgress);
         if (left > 0) return stillDeleting(left, hosts.hosts, ctx.endMs);
         await returnHostsToPool(nova, hosts);
         return {};
@@ -144,13 +155,7 @@ export function physicalHostPlugin(deps: PhysicalHostDeps): ResourcePlugin {
   }
 
   return {
-    resourceType: PHYSICAL_HOST,
-    paramsSchema: physicalHostParams.superRefine((params, issues) => {
-      const beforeEnd = params.before_end === 'default' ? (deps.settings.beforeEndDefault ?? '') : params.before_end;
-      if (beforeEnd === 'notify' && !deps.notices) {
-        issues.addIssue({ code: 'custom', path: ['before_end'], message: 'notify needs a notification endpoint, and this deployment has none (LK_NOTIFY_URL)' });
-      }
-    }),
+    ...physicalHostType(deps, calendar),
     async reserve(ctx) {
       // Without OpenStack credentials the lease could never start: refused now (OpenStackConfigError, 503 naming the setting).
       if (deps.cloud !== 'calendar-only') deps.cloud();
@@ -179,7 +184,7 @@ export function physicalHostPlugin(deps: PhysicalHostDeps): ResourcePlugin {
       }
       if (action !== 'snapshot' || deps.cloud === 'calendar-only') return;
       const { nova, glance } = deps.cloud();
-      await snapshotServersOnHosts(nova, glance, { hosts: (await move(ctx)).hosts, leaseId: ctx.leaseId, leaseName: ctx.leaseName, reservationId: ctx.reservation.id });
+      await snapshotServersOnHosts(nova, glance, { hosts: (await move(ctx)).hosts, leaseId: ctx.leaseId, leaseName: ctx.leaseName, reservationId: ctx.reservation.id, progress: ctx.reportProgress });
     },
     async end(ctx) {
       if (deps.cloud !== 'calendar-only') {
@@ -189,8 +194,8 @@ export function physicalHostPlugin(deps: PhysicalHostDeps): ResourcePlugin {
       await calendar.release(ctx, ctx.started);
       return {};
     },
-    heal() {
-      return Promise.resolve({ missingResources: false, resourcesChanged: false });
+    async placementOf(ctx) {
+      return { hosts: (await bookedHosts(ctx)).map((h) => h.host) };
     },
   };
 }

@@ -4,11 +4,13 @@
  * made of a server (same name and lease property) is not made again. Waits for the image record,
  * not for `active` (some drivers, like Nova's fake one, never upload bytes).
  */
-import { Context } from '@temporalio/activity';
+import type { ReportProgress } from '../../domain/resource-plugin';
 import type { GlanceClient, NovaClient, Server } from '../../openstack';
 
 export interface SnapshotRequest extends SnapshotOwner {
   hosts: string[];
+  /** Called after each image: snapshotting many servers is long. */
+  progress: ReportProgress;
 }
 
 export function snapshotName(serverName: string, leaseName: string): string {
@@ -47,7 +49,7 @@ export async function snapshotServersOnHosts(nova: NovaClient, glance: GlanceCli
   const imageIds: string[] = [];
   for (const server of servers) {
     imageIds.push(await snapshotServer(nova, glance, server, request));
-    Context.current().heartbeat({ snapshots: imageIds.length, of: servers.length });
+    request.progress({ snapshots: imageIds.length, of: servers.length });
   }
   return imageIds;
 }

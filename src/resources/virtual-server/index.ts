@@ -26,10 +26,12 @@ import {
 } from './servers';
 import { invalidLease } from '../../domain/lease';
 import type { Amounts } from '../../domain/quantity-calendar';
+import { enrolledHostNames } from '../../db/hosts';
 import type { Pool } from '../../db/pool';
 import { serverHost, type GlanceClient, type NeutronClient, type NovaClient, type PlacementClient, type Server } from '../../openstack';
-import type { ReservationContext, ResourcePlugin, StartOutcome } from '../../domain/resource-plugin';
-import { providerQuery, QuantityCalendar, traitProperties, type CapacityProvider, type QuantityBookingRow, type QuantityRequest } from '../shared/quantity-bookings';
+import { earliestCommonFit } from '../../domain/fit-search';
+import type { ReservationContext, ResourcePlugin, ResourceType, StartOutcome } from '../../domain/resource-plugin';
+import { placementCapacity, providerQuery, QuantityCalendar, traitProperties, type CapacityProvider, type QuantityBookingRow, type QuantityRequest } from '../shared/quantity-bookings';
 import { flavorVisibleTo, imageVisibleTo, networkVisibleTo } from '../shared/visibility';
 import { virtualServerParams, type VirtualServerParams } from './params';
 
@@ -88,53 +90,37 @@ export function flavorFootprint(flavor: { vcpus: number; ram: number; disk: numb
 /** The name of the server leasekeeper creates for a reservation (found again by it when a start is retried). */
 export const createdServerName = (reservationId: string) => `lease-${reservationId}`;
 
-/** A provider's usable capacity per resource class: (total − reserved) × allocation ratio. */
-function capacityOf(inventories: Record<string, { total: number; reserved?: number; allocation_ratio?: number }>): Record<string, number> {
-  const capacity: Record<string, number> = {};
-  for (const resourceClass of RESOURCE_CLASSES) {
-    const inventory = inventories[resourceClass];
-    if (inventory) capacity[resourceClass] = Math.floor((inventory.total - (inventory.reserved ?? 0)) * (inventory.allocation_ratio ?? 1));
-  }
-  return capacity;
-}
+/** A compute host's usable capacity per resource class a server takes. */
+const capacityOf = (inventories: Parameters<typeof placementCapacity>[0]) => placementCapacity(inventories, RESOURCE_CLASSES);
 
 function hostProperties(provider: CapacityProvider): Record<string, string> {
   return { hypervisor_hostname: provider.name, host: provider.host, ...traitProperties(provider) };
 }
 
-export function virtualServerPlugin(deps: VirtualServerDeps): ResourcePlugin {
+/** The compute hosts that are up and enabled, with their capacities and traits from Placement. */
+async function readComputeProviders({ nova, placement }: { nova: NovaClient; placement: PlacementClient }): Promise<CapacityProvider[]> {
+  const hypervisors = (await nova.listHypervisors()).filter((h) => h.state === 'up' && h.status === 'enabled');
+  return Promise.all(
+    hypervisors.map(async (h): Promise<CapacityProvider> => {
+      // Since compute microversion 2.53 a hypervisor's id is its compute node's UUID, which is its Placement provider's.
+      const [{ inventories }, { traits }] = await Promise.all([placement.getInventories(h.id), placement.getProviderTraits(h.id)]);
+      return { uuid: h.id, name: h.hypervisor_hostname, host: h.service.host, capacity: capacityOf(inventories), traits };
+    }),
+  );
+}
+
+/** What both faces of the type need: the hosts' capacities, and what a reservation books (read-only lookups in the cloud). */
+function serverBookings(deps: VirtualServerDeps) {
   const calendar = new QuantityCalendar(deps.pool);
-  const hostFullPolicy = deps.settings?.hostFullPolicy ?? 'move';
-  const refreshMs = deps.settings?.capacityRefreshMs ?? 60_000;
+  /** Copies the compute hosts' capacities from Nova and Placement again when the copy is older than the refresh interval. */
+  const refreshProviders = () =>
+    calendar.refreshProviders(KIND, deps.settings?.capacityRefreshMs ?? 60_000, () => readComputeProviders(deps.cloud()));
 
-  /** Copies the compute hosts' capacities from Nova and Placement when the copy is older than refreshMs. */
-  async function refreshProviders(): Promise<void> {
-    const last = await calendar.refreshedAt(KIND);
-    if (last !== undefined && Date.now() - last < refreshMs) return;
-    const { nova, placement } = deps.cloud();
-    const hypervisors = (await nova.listHypervisors()).filter((h) => h.state === 'up' && h.status === 'enabled');
-    const providers = await Promise.all(
-      hypervisors.map(async (h): Promise<CapacityProvider> => {
-        // Since compute microversion 2.53 a hypervisor's id is its compute node's UUID, which is its Placement provider's.
-        const [{ inventories }, { traits }] = await Promise.all([placement.getInventories(h.id), placement.getProviderTraits(h.id)]);
-        return { uuid: h.id, name: h.hypervisor_hostname, host: h.service.host, capacity: capacityOf(inventories), traits };
-      }),
-    );
-    await calendar.syncProviders(KIND, providers);
-  }
-
-  /** Hosts enrolled for whole-host leases (and not released): their capacity is not shared. */
-  async function enrolledHosts(): Promise<Set<string>> {
-    const { rows } = await deps.pool.query<{ name: string }>(
-      `SELECT hypervisor_hostname AS name FROM hosts WHERE released_at IS NULL UNION SELECT service_name FROM hosts WHERE released_at IS NULL AND service_name IS NOT NULL`,
-    );
-    return new Set(rows.map((r) => r.name));
-  }
-
-  async function requestFor(ctx: ReservationContext, footprint: Amounts, describe: string): Promise<QuantityRequest> {
-    const params = virtualServerParams.parse(ctx.reservation.params);
+  /** What a reservation of `params` books in the quantity calendar, on which hosts. */
+  async function requestFor(params: VirtualServerParams, footprint: Amounts, describe: string): Promise<QuantityRequest> {
     const matchesQuery = providerQuery(params.resource_properties, await calendar.providers(KIND), hostProperties);
-    const enrolled = await enrolledHosts();
+    // Hosts enrolled for whole-host leases (and not released): their capacity is not shared.
+    const enrolled = await enrolledHostNames(deps.pool);
     return {
       kind: KIND,
       amounts: footprint,
@@ -144,9 +130,77 @@ export function virtualServerPlugin(deps: VirtualServerDeps): ResourcePlugin {
     };
   }
 
+  /**
+   * The flavor, image and networks of a server to create, as the lessee's project sees them: the
+   * server is created there with the service user's admin role, which would see every project's.
+   * Missing and invisible are answered alike (another project's private things are not confirmed).
+   * Returns the flavor; `fail` makes the error (invalid lease at admission, final failure at the start).
+   */
+  async function usableByLessee(params: VirtualServerParams, projectId: string, fail: (message: string) => Error): Promise<{ name: string; footprint: Amounts }> {
+    const { nova, glance, neutron } = deps.cloud();
+    const hidden = (field: string, what: string, id: string) => fail(`${field}: ${what} ${id} not found or not visible to project ${projectId}`);
+    const [flavor, image] = await Promise.all([flavorVisibleTo(nova, params.flavor_id!, projectId), imageVisibleTo(glance, params.image_id!, projectId)]);
+    if (!flavor) throw hidden('flavor_id', 'flavor', params.flavor_id!);
+    if (!image) throw hidden('image_id', 'image', params.image_id!);
+    for (const networkId of Array.isArray(params.networks) ? params.networks : []) {
+      if (!(await networkVisibleTo(neutron, networkId, projectId))) throw hidden('networks', 'network', networkId);
+    }
+    return { name: flavor.name, footprint: flavorFootprint({ ...flavor, ephemeral: flavor['OS-FLV-EXT-DATA:ephemeral'] }) };
+  }
+
+  /**
+   * The flavor a reservation books: its server's (the server must be the project's; `leasable`:
+   * and in a state that can be leased), or that of the server to create, as the lessee sees it.
+   */
+  async function flavorFor(params: VirtualServerParams, projectId: string, leasable: boolean): Promise<{ server?: Server; flavor: { name: string; footprint: Amounts } }> {
+    if (!params.server_id) return { flavor: await usableByLessee(params, projectId, invalidLease) };
+    const server = await findServer(deps.cloud().nova, params.server_id);
+    // Another project's server is reported as missing: its existence is not the lessee's business.
+    if (!server || server.tenant_id !== projectId) throw invalidLease(`server ${params.server_id} not found in project ${projectId}`);
+    if (leasable && !LEASABLE_STATUSES.includes(server.status)) {
+      throw invalidLease(`server ${params.server_id} is ${server.status}: only a server that is ${LEASABLE_STATUSES.join(', ')} can be leased`);
+    }
+    return { server, flavor: { name: server.flavor.original_name, footprint: flavorFootprint(server.flavor) } };
+  }
+
+  const describeRequest = (server: Server | undefined, flavor: { name: string }) => (server ? `server ${server.name} (flavor ${flavor.name})` : `a server of flavor ${flavor.name}`);
+
+  return { calendar, refreshProviders, requestFor, usableByLessee, flavorFor, describeRequest };
+}
+
+/** What the API needs of `virtual:server`: the parameters, and where the servers' flavors fit. */
+export function virtualServerType(deps: VirtualServerDeps, bookings = serverBookings(deps)): ResourceType {
+  const { calendar, refreshProviders, requestFor, flavorFor, describeRequest } = bookings;
+  return {
+    resourceType: VIRTUAL_SERVER,
+    paramsSchema: virtualServerParams.superRefine((params, issues) => {
+      if (!params.server_id && !deps.projectCloud) {
+        issues.addIssue({ code: 'custom', path: ['flavor_id'], message: 'this deployment cannot create servers in your project: give the server_id of an existing server' });
+      }
+    }),
+    async earliest({ projectId, reservations, startMs, durationMs, provisioningLeadMs }) {
+      await refreshProviders();
+      const requests = await Promise.all(
+        reservations.map(async (reservation) => {
+          const params = virtualServerParams.parse(reservation.params);
+          const { server, flavor } = await flavorFor(params, projectId, true);
+          return requestFor(params, flavor.footprint, describeRequest(server, flavor));
+        }),
+      );
+      // Each server on its own host's calendar; several servers of one lease are searched one by one (not jointly).
+      return earliestCommonFit(requests.map((request) => (from: number) => calendar.search(request, from, durationMs, provisioningLeadMs)), startMs);
+    },
+  };
+}
+
+export function virtualServerPlugin(deps: VirtualServerDeps): ResourcePlugin {
+  const bookings = serverBookings(deps);
+  const { calendar, refreshProviders, requestFor, usableByLessee, flavorFor, describeRequest } = bookings;
+  const hostFullPolicy = deps.settings?.hostFullPolicy ?? 'move';
+
   /** The booked footprint, as reserve recorded it in the allocation. */
   function bookedRequest(ctx: ReservationContext): Promise<QuantityRequest> {
-    return requestFor(ctx, allocationOf(ctx).footprint ?? {}, describeServer(ctx));
+    return requestFor(virtualServerParams.parse(ctx.reservation.params), allocationOf(ctx).footprint ?? {}, describeServer(ctx));
   }
 
   /** Whether the host has room for the footprint right now, as Placement counts it (on-demand servers included). */
@@ -186,24 +240,6 @@ export function virtualServerPlugin(deps: VirtualServerDeps): ResourcePlugin {
     const name = createdServerName(ctx.reservation.id);
     const found = await deps.cloud().nova.listServers({ all_tenants: true, name: `^${name}$` });
     return found.find((s) => s.metadata.leasekeeper_reservation === ctx.reservation.id && s.status !== 'DELETED');
-  }
-
-  /**
-   * The flavor, image and networks of a server to create, as the lessee's project sees them: the
-   * server is created there with the service user's admin role, which would see every project's.
-   * Missing and invisible are answered alike (another project's private things are not confirmed).
-   * Returns the flavor; `fail` makes the error (invalid lease at admission, final failure at the start).
-   */
-  async function usableByLessee(params: VirtualServerParams, projectId: string, fail: (message: string) => Error): Promise<{ name: string; footprint: Amounts }> {
-    const { nova, glance, neutron } = deps.cloud();
-    const hidden = (field: string, what: string, id: string) => fail(`${field}: ${what} ${id} not found or not visible to project ${projectId}`);
-    const [flavor, image] = await Promise.all([flavorVisibleTo(nova, params.flavor_id!, projectId), imageVisibleTo(glance, params.image_id!, projectId)]);
-    if (!flavor) throw hidden('flavor_id', 'flavor', params.flavor_id!);
-    if (!image) throw hidden('image_id', 'image', params.image_id!);
-    for (const networkId of Array.isArray(params.networks) ? params.networks : []) {
-      if (!(await networkVisibleTo(neutron, networkId, projectId))) throw hidden('networks', 'network', networkId);
-    }
-    return { name: flavor.name, footprint: flavorFootprint({ ...flavor, ephemeral: flavor['OS-FLV-EXT-DATA:ephemeral'] }) };
   }
 
   /** The reservation's server id: given, or created at the start (undefined before). */
@@ -264,37 +300,19 @@ export function virtualServerPlugin(deps: VirtualServerDeps): ResourcePlugin {
   }
 
   return {
-    resourceType: VIRTUAL_SERVER,
-    paramsSchema: virtualServerParams.superRefine((params, issues) => {
-      if (!params.server_id && !deps.projectCloud) {
-        issues.addIssue({ code: 'custom', path: ['flavor_id'], message: 'this deployment cannot create servers in your project: give the server_id of an existing server' });
-      }
-    }),
+    ...virtualServerType(deps, bookings),
 
     async reserve(ctx) {
       const params = virtualServerParams.parse(ctx.reservation.params);
-      const { nova } = deps.cloud();
       const running = ctx.leaseStatus !== 'PENDING'; // an active lease's server is running: it is only re-booked
       let server: Server | undefined;
       let flavor: { name: string; footprint: Amounts };
-      if (params.server_id) {
-        server = await findServer(nova, params.server_id);
-        // Another project's server is reported as missing: its existence is not the lessee's business.
-        if (!server || server.tenant_id !== ctx.projectId) throw invalidLease(`server ${params.server_id} not found in project ${ctx.projectId}`);
-        if (!running && !LEASABLE_STATUSES.includes(server.status)) {
-          throw invalidLease(`server ${params.server_id} is ${server.status}: only a server that is ${LEASABLE_STATUSES.join(', ')} can be leased`);
-        }
-        flavor = { name: server.flavor.original_name, footprint: flavorFootprint(server.flavor) };
-      } else if (running) {
-        // Its server exists already: the booked flavor stays, and nothing more is created.
-        flavor = { name: allocationOf(ctx).flavor ?? params.flavor_id!, footprint: allocationOf(ctx).footprint ?? {} };
-      } else {
-        flavor = await usableByLessee(params, ctx.projectId, invalidLease);
-      }
+      if (params.server_id || !running) ({ server, flavor } = await flavorFor(params, ctx.projectId, !running));
+      // Its server exists already: the booked flavor stays, and nothing more is created.
+      else flavor = { name: allocationOf(ctx).flavor ?? params.flavor_id!, footprint: allocationOf(ctx).footprint ?? {} };
       await refreshProviders();
       const footprint = allocationOf(ctx).footprint ?? flavor.footprint;
-      const what = server ? `server ${server.name} (flavor ${flavor.name})` : `a server of flavor ${flavor.name}`;
-      const booking = await calendar.book(ctx, await requestFor(ctx, footprint, what));
+      const booking = await calendar.book(ctx, await requestFor(params, footprint, describeRequest(server, flavor)));
       const allocation: ServerAllocation = {
         server_id: server?.id ?? allocationOf(ctx).server_id ?? null,
         server_name: server?.name ?? allocationOf(ctx).server_name ?? null,
@@ -340,10 +358,6 @@ export function virtualServerPlugin(deps: VirtualServerDeps): ResourcePlugin {
       return { allocation: { host: serverHost(placed.server) ?? placed.host.host, ...movedFrom(placed.host) } };
     },
 
-    async beforeEnd() {
-      // Nothing before the end: the end itself snapshots (on_end) while the server still exists.
-    },
-
     async end(ctx) {
       const params = virtualServerParams.parse(ctx.reservation.params);
       const { nova, glance } = deps.cloud();
@@ -374,8 +388,11 @@ export function virtualServerPlugin(deps: VirtualServerDeps): ResourcePlugin {
       return allocation ? { allocation } : {};
     },
 
-    heal() {
-      return Promise.resolve({ missingResources: false, resourcesChanged: false });
+    /** The host the server is booked on (its allocation once started: a start may have moved it). */
+    async placementOf(ctx) {
+      const booking = await calendar.bookingFor(ctx.reservation.id);
+      const serverId = allocationOf(ctx).server_id ?? undefined;
+      return { hosts: booking ? [booking.host] : [], ...(serverId ? { serverId } : {}) };
     },
   };
 }

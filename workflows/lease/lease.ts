@@ -16,24 +16,17 @@ import {
   CancellationScope,
   condition,
   continueAsNew,
-  defineQuery,
-  defineSignal,
-  defineUpdate,
   getExternalWorkflowHandle,
   isCancellation,
   allHandlersFinished,
   log,
   patched,
-  proxyActivities,
-  proxyLocalActivities,
   setCurrentDetails,
   setHandler,
   sleep,
   upsertSearchAttributes,
   workflowInfo,
-  ActivityFailure,
 } from '@temporalio/workflow';
-import type { Activities } from '../activities';
 import {
   applyLeaseUpdate,
   assertSettled,
@@ -46,81 +39,24 @@ import {
   type EventType,
   type Lease,
   type LeaseUpdateRequest,
-  type NewLeaseRequest,
   type Reservation,
-} from '../src/domain/lease';
-import { markdownText } from '../src/domain/markdown';
-import { LeaseEndKey, LeaseStartKey, LeaseStatusKey, ProjectIdKey, ResourceTypesKey } from '../src/domain/search-attributes';
-import type { EndOutcome, ReservationContext } from '../src/domain/resource-plugin';
-
-// ─── Messages: the API imports these ────────────────────────────────────────────────────────────
-
-export interface AdmitRequest {
-  /** Hash of the create request: a reused Idempotency-Key with another body is refused. */
-  requestHash: string;
-}
-/** Sent with Update-with-Start: books the reservations and records the lease, or fails with 409/400. */
-export const admitLease = defineUpdate<Lease, [AdmitRequest]>('admit');
-/** Blazar's lease update (rename, move dates, end now); validated synchronously before it is accepted. */
-export const updateLease = defineUpdate<Lease, [LeaseUpdateRequest]>('updateLease');
-/** Deletes the lease, running the cleanup its phase needs; returns once the deletion has begun. */
-export const deleteLease = defineUpdate<Lease, []>('deleteLease');
-export const getLease = defineQuery<Lease>('getLease');
-/** From a lease on the same resources that has just ended: this lease may start. */
-export const predecessorEnded = defineSignal<[string]>('predecessorEnded');
-
-export interface LeaseWorkflowInput {
-  request: NewLeaseRequest;
-  requestHash: string;
-  /** Set when the workflow continues as new: the lease as it was. */
-  carried?: Lease;
-}
-
-export interface LeaseOutcome {
-  id: string;
-  status: Lease['status'] | 'REJECTED' | 'NOT_ADMITTED' | 'DELETED';
-  reason?: string;
-}
-
-export const leaseWorkflowId = (leaseId: string) => `lease-${leaseId}`;
-
-// ─── Activities, with the timeouts and retries each kind of step deserves ──────────────────────
-
-/**
- * Admission answers a waiting REST call: local activities (run in the worker, no extra round trip
- * through the server), a few quick tries, then fail the request.
- */
-const admitting = proxyLocalActivities<Activities>({
-  startToCloseTimeout: '20 seconds',
-  retry: { initialInterval: '200 milliseconds', maximumAttempts: 3, nonRetryableErrorTypes: ['LeaseConflict', 'InvalidLease'] },
-});
-/** Recording state must eventually succeed (the workflow is the source of truth): retry until it does. */
-const RECORD_OPTIONS = { startToCloseTimeout: '15 seconds', retry: { initialInterval: '500 milliseconds', maximumInterval: '30 seconds' } } as const;
-const records = proxyActivities<Activities>(RECORD_OPTIONS);
-/**
- * The same as local activities: a transition is then one workflow task instead of three (schedule,
- * run, resume), which is most of what the server does per start or end (patch 'record-locally').
- */
-const recordsLocally = proxyLocalActivities<Activities>(RECORD_OPTIONS);
-/**
- * Resource hooks heartbeat while they run (activities/reservations.ts): a worker that dies mid-hook
- * is noticed within this timeout and the hook runs again on another worker.
- */
-const HOOK_HEARTBEAT_TIMEOUT = '20 seconds';
-/** Starting resources: keep trying for a while, then put the lease in ERROR. */
-const starting = proxyActivities<Activities>({
-  startToCloseTimeout: '5 minutes',
-  scheduleToCloseTimeout: '30 minutes',
-  heartbeatTimeout: HOOK_HEARTBEAT_TIMEOUT,
-  retry: { initialInterval: '1 second', maximumInterval: '1 minute' },
-});
-/** Taking resources back must finish: retry for a day before giving up with ERROR. */
-const cleanup = proxyActivities<Activities>({
-  startToCloseTimeout: '15 minutes',
-  scheduleToCloseTimeout: '24 hours',
-  heartbeatTimeout: HOOK_HEARTBEAT_TIMEOUT,
-  retry: { initialInterval: '1 second', maximumInterval: '5 minutes' },
-});
+} from '../../src/domain/lease';
+import { LeaseEndKey, LeaseStartKey, LeaseStatusKey, ProjectIdKey, ResourceTypesKey } from '../../src/domain/search-attributes';
+import type { EndOutcome, ReservationContext } from '../../src/domain/resource-plugin';
+import { forStep, mustFinish, patient, polling, quick, recording, recordingLocally } from './activity-options';
+import { asFailure, failureMessage } from './failures';
+import { Lock } from './lock';
+import {
+  admitLease,
+  deleteLease,
+  getLease,
+  predecessorEnded,
+  updateLease,
+  leaseWorkflowId,
+  type LeaseOutcome,
+  type LeaseWorkflowInput,
+} from './messages';
+import { describe, describeDeleted, describeStartStep, describeWaitingForEnd, describeWaitingForPredecessors } from './web-ui';
 
 /** Admission tries again after a database outage, this many times in all. */
 const ADMISSION_ATTEMPTS = 5;
@@ -128,6 +64,8 @@ const ADMISSION_ATTEMPTS = 5;
 const ADMISSION_WAIT_MS = 5 * 60_000;
 /** Patch: a lease tells only the later leases that wait for it, after recording its own end. */
 const TELL_WAITING_SUCCESSORS = 'tell-waiting-successors-after-record';
+/** Patch: a failed update puts the bookings back once, all of them as they were (before, the ones already moved went back twice). */
+const ONE_ROLLBACK_FOR_UPDATES = 'one-rollback-for-updates';
 /** How long to wait for a predecessor's signal before looking at its row again. */
 const PREDECESSOR_RECHECK_MS = 60_000;
 
@@ -142,67 +80,7 @@ export async function leaseWorkflow(input: LeaseWorkflowInput): Promise<LeaseOut
   const endedPredecessors = new Set<string>();
   const lock = new Lock(); // one change at a time: transitions, updates and deletes never interleave
 
-  setHandler(getLease, () => lease);
-  setHandler(predecessorEnded, (leaseId) => void endedPredecessors.add(leaseId));
-
-  setHandler(admitLease, ({ requestHash }) =>
-    lock.run(async () => {
-      if (requestHash !== input.requestHash) throw leaseConflict('this Idempotency-Key was already used for a different request');
-      if (admission === 'admitted') return lease;
-      if (admission === 'rejected') throw rejection!;
-      for (let attempt = 1; ; attempt++) {
-        try {
-          await record({ ...lease, reservations: await book(lease) }, 'admission');
-          admission = 'admitted';
-          return lease;
-        } catch (err) {
-          await compensate('freeing the bookings of a refused admission', () => CancellationScope.nonCancellable(() => releaseAll(lease, false)));
-          const failure = asFailure(err);
-          // PostgreSQL was unreachable: freeing the bookings above waited until it answered again, so try again.
-          if (failure.type === LeaseErrorType.unavailable && attempt < ADMISSION_ATTEMPTS) continue;
-          admission = 'rejected';
-          rejection = failure;
-          throw rejection;
-        }
-      }
-    }),
-  );
-
-  setHandler(
-    updateLease,
-    (update) =>
-      lock.run(async () => {
-        const before = lease;
-        let next = applyLeaseUpdate(before, update, Date.now()); // again: the lease may have moved on while queued
-        const rebook = bookingChanged(before, next) && !hasEnded(next.status);
-        try {
-          if (rebook) next = { ...next, reservations: await book(next, before) };
-          await record(next);
-        } catch (err) {
-          if (rebook) await compensate('putting the bookings back', () => book(before)); // as they were
-          throw asFailure(err);
-        }
-        revision++;
-        return lease;
-      }),
-    {
-      validator: (update: LeaseUpdateRequest) => {
-        assertAdmitted();
-        assertSettled(lease); // validators do not run on replay: old histories are unaffected
-        applyLeaseUpdate(lease, update, Date.now());
-      },
-    },
-  );
-
-  setHandler(
-    deleteLease,
-    async () => {
-      if (deletion === 'none') deletion = 'requested';
-      await condition(() => lease.status === 'DELETING' || deletion === 'done');
-      return lease;
-    },
-    { validator: assertAdmitted },
-  );
+  answerMessages();
 
   // Admission comes with the start (Update-with-Start); a start without it means the REST call died.
   if (!(await condition(() => admission !== 'pending', ADMISSION_WAIT_MS))) {
@@ -225,7 +103,7 @@ export async function leaseWorkflow(input: LeaseWorkflowInput): Promise<LeaseOut
       if (nextActiveEvent().type === 'before_end_lease') await runBeforeEnd();
       else await endLease();
     }
-    // TERMINATED or ERROR: the lease can still be renamed (updates above) and deleted.
+    // TERMINATED or ERROR: the lease can still be renamed (answerMessages) and deleted.
     for (;;) {
       await condition(() => deletion !== 'none' || workflowInfo().continueAsNewSuggested);
       if (deletion !== 'none') return await remove();
@@ -236,6 +114,75 @@ export async function leaseWorkflow(input: LeaseWorkflowInput): Promise<LeaseOut
     // Cancelled from the Web UI or CLI: treat as a delete, and finish it whatever happens.
     await CancellationScope.nonCancellable(remove);
     throw err;
+  }
+
+  // ─── Messages: admit, update, delete, and the queries and signals ──────────────────────────────
+
+  /** Registered before the first wait, so that the admit update sent with the start finds its handler. */
+  function answerMessages(): void {
+    setHandler(getLease, () => lease);
+    setHandler(predecessorEnded, (leaseId) => void endedPredecessors.add(leaseId));
+
+    setHandler(admitLease, ({ requestHash }) =>
+      lock.run(async () => {
+        if (requestHash !== input.requestHash) throw leaseConflict('this Idempotency-Key was already used for a different request');
+        if (admission === 'admitted') return lease;
+        if (admission === 'rejected') throw rejection!;
+        for (let attempt = 1; ; attempt++) {
+          try {
+            await record({ ...lease, reservations: await book(lease) }, 'admission');
+            admission = 'admitted';
+            return lease;
+          } catch (err) {
+            await compensate('freeing the bookings of a refused admission', () => CancellationScope.nonCancellable(() => releaseAll(lease, false)));
+            const failure = asFailure(err);
+            // PostgreSQL was unreachable: freeing the bookings above waited until it answered again, so try again.
+            if (failure.type === LeaseErrorType.unavailable && attempt < ADMISSION_ATTEMPTS) continue;
+            admission = 'rejected';
+            rejection = failure;
+            throw rejection;
+          }
+        }
+      }),
+    );
+
+    setHandler(
+      updateLease,
+      (update) =>
+        lock.run(async () => {
+          const before = lease;
+          let next = applyLeaseUpdate(before, update, Date.now()); // again: the lease may have moved on while queued
+          const rebook = bookingChanged(before, next) && !hasEnded(next.status);
+          try {
+            if (rebook) next = { ...next, reservations: await book(next, before) };
+            await record(next);
+          } catch (err) {
+            // The one rollback, whether booking or recording failed: every booking as it was. It must
+            // finish (the lease's record says the old window), so since the patch it retries as cleanups do.
+            if (rebook) await compensate('putting the bookings back', () => book(before, undefined, patched(ONE_ROLLBACK_FOR_UPDATES) ? mustFinish : quick));
+            throw asFailure(err);
+          }
+          revision++;
+          return lease;
+        }),
+      {
+        validator: (update: LeaseUpdateRequest) => {
+          assertAdmitted();
+          assertSettled(lease); // validators do not run on replay: old histories are unaffected
+          applyLeaseUpdate(lease, update, Date.now());
+        },
+      },
+    );
+
+    setHandler(
+      deleteLease,
+      async () => {
+        if (deletion === 'none') deletion = 'requested';
+        await condition(() => lease.status === 'DELETING' || deletion === 'done');
+        return lease;
+      },
+      { validator: assertAdmitted },
+    );
   }
 
   // ─── Phases ─────────────────────────────────────────────────────────────────────────────────
@@ -249,7 +196,7 @@ export async function leaseWorkflow(input: LeaseWorkflowInput): Promise<LeaseOut
       if (deletion !== 'none') return; // the delete takes everything back as it is
       try {
         for (const reservation of lease.reservations) {
-          if (reservation.hold === 'due') await starting.holdReservation(context(lease, reservation));
+          if (reservation.hold === 'due') await patient.holdReservation(context(lease, reservation));
         }
       } catch (err) {
         const reason = `hold until start failed: ${failureMessage(err)}`;
@@ -276,7 +223,7 @@ export async function leaseWorkflow(input: LeaseWorkflowInput): Promise<LeaseOut
         for (const reservation of lease.reservations) {
           // Later reservations see what earlier ones reported (e.g. the server a bandwidth reservation's ports are for).
           const ctx = context({ ...lease, reservations: withAllocations(lease.reservations, allocations) }, reservation);
-          const outcome = reservation.startSteps?.length ? await runStartSteps(ctx, reservation.startSteps) : await starting.startReservation(ctx);
+          const outcome = reservation.startSteps?.length ? await runStartSteps(ctx, reservation.startSteps) : await patient.startReservation(ctx);
           if (outcome?.allocation) allocations.set(reservation.id, outcome.allocation);
           started.push(reservation);
         }
@@ -286,7 +233,7 @@ export async function leaseWorkflow(input: LeaseWorkflowInput): Promise<LeaseOut
         log.error('lease start failed', { leaseId: lease.id, reason });
         await CancellationScope.nonCancellable(async () => {
           for (const reservation of lease.reservations) {
-            await cleanup.endReservation({ ...context(lease, reservation), started: started.includes(reservation) });
+            await mustFinish.endReservation({ ...context(lease, reservation), started: started.includes(reservation) });
           }
         });
         const reservations = lease.reservations.map((r) => ({ ...r, status: 'error' as const }));
@@ -304,13 +251,8 @@ export async function leaseWorkflow(input: LeaseWorkflowInput): Promise<LeaseOut
     let state: Record<string, unknown> = {};
     let allocation: Record<string, unknown> = {};
     for (const [index, step] of steps.entries()) {
-      setCurrentDetails(`${describe(lease)}\n\nStarting reservation ${ctx.reservation.id}: step ${index + 1} of ${steps.length}, ${step.name}`);
-      const run = proxyActivities<Activities>({
-        startToCloseTimeout: step.timeoutSeconds * 1000,
-        heartbeatTimeout: HOOK_HEARTBEAT_TIMEOUT,
-        retry: { initialInterval: step.retryIntervalSeconds * 1000, maximumInterval: '1 minute', maximumAttempts: step.maximumAttempts },
-      });
-      const outcome = await run.startReservationStep({ ...ctx, step: step.name, state });
+      setCurrentDetails(describeStartStep(lease, ctx.reservation.id, index, steps.length, step.name));
+      const outcome = await forStep(step).startReservationStep({ ...ctx, step: step.name, state });
       state = outcome.state;
       allocation = { ...allocation, ...outcome.allocation };
     }
@@ -321,7 +263,7 @@ export async function leaseWorkflow(input: LeaseWorkflowInput): Promise<LeaseOut
     await lock.run(async () => {
       await transition({}, 'before_end_lease', 'IN_PROGRESS');
       try {
-        for (const reservation of lease.reservations) await starting.beforeEndReservation(context(lease, reservation));
+        for (const reservation of lease.reservations) await patient.beforeEndReservation(context(lease, reservation));
         await transition({}, 'before_end_lease', 'DONE');
       } catch (err) {
         // The before-end action is a courtesy (snapshot, notice): its failure does not end the lease.
@@ -367,7 +309,7 @@ export async function leaseWorkflow(input: LeaseWorkflowInput): Promise<LeaseOut
       if (holdsBookings && !toldFirst) await notifySuccessors();
       deletion = 'done';
       upsertSearchAttributes([{ key: LeaseStatusKey, value: 'DELETED' }]);
-      setCurrentDetails(`**DELETED** at ${utc(Date.now())}`);
+      setCurrentDetails(describeDeleted(Date.now()));
     });
     return { id: lease.id, status: 'DELETED' };
   }
@@ -409,13 +351,15 @@ export async function leaseWorkflow(input: LeaseWorkflowInput): Promise<LeaseOut
 
   /**
    * Books every reservation for `target`'s window (reserve is idempotent per reservation, so
-   * booking again moves the booking). If one fails, the ones already moved go back to `fallback`.
+   * booking again moves the booking). `movedFrom`: histories from before the patch put the bookings
+   * already moved back to it here, before the update's own rollback did it again. `via`: quick
+   * for a booking someone waits for, mustFinish for a rollback.
    */
-  async function book(target: Lease, fallback?: Lease): Promise<Reservation[]> {
+  async function book(target: Lease, movedFrom?: Lease, via: typeof quick = quick): Promise<Reservation[]> {
     const booked: Reservation[] = [];
     try {
       for (const reservation of target.reservations) {
-        const { allocation, resourceKeys, holdUntilStart, startSteps } = await admitting.reserveReservation(context(target, reservation));
+        const { allocation, resourceKeys, holdUntilStart, startSteps } = await via.reserveReservation(context(target, reservation));
         booked.push({
           ...reservation,
           allocation: { ...reservation.allocation, ...allocation },
@@ -426,9 +370,9 @@ export async function leaseWorkflow(input: LeaseWorkflowInput): Promise<LeaseOut
       }
       return booked;
     } catch (err) {
-      if (fallback) {
+      if (movedFrom && !patched(ONE_ROLLBACK_FOR_UPDATES)) {
         await compensate('putting moved bookings back', async () => {
-          for (const reservation of booked) await cleanup.reserveReservation(context(fallback, reservation));
+          for (const reservation of booked) await mustFinish.reserveReservation(context(movedFrom, reservation));
         });
       }
       throw err;
@@ -445,7 +389,7 @@ export async function leaseWorkflow(input: LeaseWorkflowInput): Promise<LeaseOut
     for (const reservation of of.reservations) {
       if (reservation.status === 'deleted') continue;
       const ctx = { ...context(of, reservation), started, force };
-      let outcome: EndOutcome | undefined = await cleanup.endReservation(ctx);
+      let outcome: EndOutcome | undefined = await mustFinish.endReservation(ctx);
       if (outcome?.waitingFor) outcome = await waitForEnd(ctx, outcome); // (histories from before end outcomes carry none)
       if (outcome?.allocation) allocations.set(reservation.id, outcome.allocation);
     }
@@ -454,32 +398,25 @@ export async function leaseWorkflow(input: LeaseWorkflowInput): Promise<LeaseOut
 
   /** Polls a waiting end hook until it is done; returns its last outcome. */
   async function waitForEnd(ctx: ReservationContext & { started: boolean; force: boolean }, outcome: EndOutcome): Promise<EndOutcome | undefined> {
-    const show = (o: EndOutcome) => setCurrentDetails(`${describe(lease)}\n\nWaiting: ${o.waitingFor}`);
+    const show = (o: EndOutcome) => setCurrentDetails(describeWaitingForEnd(lease, o.waitingFor!));
     const intervalOf = (o: EndOutcome) => Math.min(Math.max(o.recheckAfterMs ?? 15_000, 1_000), 5 * 60_000);
     show(outcome);
     let next: EndOutcome | undefined = outcome;
     if (!ctx.force) {
-      // A poll by retries: the activity fails while something is still in use, and its retries add
-      // nothing to the history however long the wait.
-      const interval = intervalOf(outcome);
-      const polling = proxyActivities<Activities>({
-        startToCloseTimeout: '5 minutes',
-        heartbeatTimeout: HOOK_HEARTBEAT_TIMEOUT,
-        retry: { initialInterval: interval, backoffCoefficient: 1, maximumInterval: interval },
-      });
+      // Polled by retries of one activity until its owner lets go, unless a delete comes first.
       const scope = new CancellationScope();
-      const done = scope.run(() => polling.awaitReservationEnd(ctx));
+      const done = scope.run(() => polling(intervalOf(outcome)).awaitReservationEnd(ctx));
       const deleted = condition(() => deletion !== 'none');
       if ((await Promise.race([done.then(() => 'done' as const), deleted.then(() => 'deleted' as const)])) === 'done') return undefined;
       scope.cancel();
       await done.catch(() => undefined);
-      next = await cleanup.endReservation({ ...ctx, force: true });
+      next = await mustFinish.endReservation({ ...ctx, force: true });
     }
     // Forced: nothing waits for its owner any more, only for what cannot be hurried (servers being deleted).
     while (next?.waitingFor) {
       show(next);
       await sleep(intervalOf(next));
-      next = await cleanup.endReservation({ ...ctx, force: true });
+      next = await mustFinish.endReservation({ ...ctx, force: true });
     }
     return next;
   }
@@ -492,9 +429,9 @@ export async function leaseWorkflow(input: LeaseWorkflowInput): Promise<LeaseOut
     const deleteInterrupts = patched('delete-interrupts-predecessor-wait');
     for (;;) {
       if (deleteInterrupts && deletion !== 'none') return 'deleted';
-      const waiting = (await records.findPredecessors({ leaseId: lease.id, keys, startMs: lease.startMs })).filter((id) => !endedPredecessors.has(id));
+      const waiting = (await recording.findPredecessors({ leaseId: lease.id, keys, startMs: lease.startMs })).filter((id) => !endedPredecessors.has(id));
       if (waiting.length === 0) return 'ready';
-      setCurrentDetails(`**STARTING** · waiting for ${waiting.length} earlier lease(s) on the same resources to end: ${waiting.join(', ')}`);
+      setCurrentDetails(describeWaitingForPredecessors(waiting));
       await condition(() => waiting.every((id) => endedPredecessors.has(id)) || (deleteInterrupts && deletion !== 'none'), PREDECESSOR_RECHECK_MS, {
         summary: 'until earlier leases end',
       });
@@ -513,7 +450,7 @@ export async function leaseWorkflow(input: LeaseWorkflowInput): Promise<LeaseOut
     const keys = leaseResourceKeys(lease);
     if (keys.length === 0) return;
     const waitingOnly = patched(TELL_WAITING_SUCCESSORS);
-    const successors = await records.findSuccessors({ leaseId: lease.id, keys, startMs: lease.startMs, ...(waitingOnly ? { waitingOnly } : {}) });
+    const successors = await recording.findSuccessors({ leaseId: lease.id, keys, startMs: lease.startMs, ...(waitingOnly ? { waitingOnly } : {}) });
     for (const id of successors) {
       try {
         await getExternalWorkflowHandle(leaseWorkflowId(id)).signal(predecessorEnded, lease.id);
@@ -563,13 +500,13 @@ export async function leaseWorkflow(input: LeaseWorkflowInput): Promise<LeaseOut
 
   /** Histories from before the patch recorded transitions with (remote) activities. */
   function recorder() {
-    return patched('record-locally') ? recordsLocally : records;
+    return patched('record-locally') ? recordingLocally : recording;
   }
 
   /** Writes `next` (one version up) to PostgreSQL, then makes it the lease. */
   async function record(next: Lease, phase: 'admission' | 'life' = 'life'): Promise<void> {
     const versioned: Lease = { ...next, version: lease.version + 1, updatedMs: Date.now() };
-    await (phase === 'admission' ? admitting : recorder()).recordLease(versioned);
+    await (phase === 'admission' ? quick : recorder()).recordLease(versioned);
     lease = versioned;
     upsertSearchAttributes([
       { key: LeaseStatusKey, value: lease.status },
@@ -606,56 +543,4 @@ function withAllocations(reservations: Reservation[], allocations: Map<string, R
 
 function leaseResourceKeys(lease: Lease): string[] {
   return [...new Set(lease.reservations.flatMap((r) => r.resourceKeys ?? []))];
-}
-
-/** The Web UI's summary, fixed at start (≤ 200 bytes). */
-export function staticSummary(lease: Pick<Lease, 'name' | 'projectId' | 'startMs' | 'endMs'>): string {
-  const name = lease.name.length > 60 ? `${lease.name.slice(0, 57)}...` : lease.name;
-  return `lease ${markdownText(name)} · project ${markdownText(lease.projectId.slice(0, 40))} · ${utc(lease.startMs)} → ${utc(lease.endMs)}`;
-}
-
-/** The Web UI's current details: status, reason and the events table. */
-function describe(lease: Lease): string {
-  const rows = lease.events.map((e) => `| ${e.event_type} | ${utc(e.time)} | ${e.status} |`);
-  return [
-    `**${lease.status}**${lease.statusReason ? ` — ${markdownText(lease.statusReason)}` : ''}`,
-    `lease ${markdownText(lease.name)} · ${lease.reservations.length} reservation(s) · version ${lease.version}`,
-    '',
-    '| event | due | status |',
-    '| --- | --- | --- |',
-    ...rows,
-  ].join('\n');
-}
-
-function utc(ms: number): string {
-  return `${new Date(ms).toISOString().slice(0, 16).replace('T', ' ')} UTC`;
-}
-
-function failureMessage(err: unknown): string {
-  if (err instanceof ActivityFailure && err.cause) return err.cause.message;
-  return err instanceof Error ? err.message : String(err);
-}
-
-/** Surfaces an activity's ApplicationFailure (its type maps to an HTTP status) to an update's caller. */
-function asFailure(err: unknown): ApplicationFailure {
-  if (err instanceof ApplicationFailure) return err;
-  if (err instanceof ActivityFailure && err.cause instanceof ApplicationFailure) {
-    return ApplicationFailure.create({ type: err.cause.type ?? 'LeaseError', message: err.cause.message, nonRetryable: true });
-  }
-  return ApplicationFailure.create({ type: 'LeaseError', message: failureMessage(err), nonRetryable: true });
-}
-
-/** A mutex for workflow code (deterministic: it only waits on workflow state). */
-class Lock {
-  held = false;
-
-  async run<T>(fn: () => Promise<T>): Promise<T> {
-    await condition(() => !this.held);
-    this.held = true;
-    try {
-      return await fn();
-    } finally {
-      this.held = false;
-    }
-  }
 }

@@ -1,0 +1,62 @@
+/**
+ * The layer rule: imports run one way, top to bottom (README, "Architecture"). A file may import
+ * its own folder and the layers its row lists; anything else is an upward or sideways arrow and
+ * fails the lint. Tests, benchmarks and scripts stand outside the layers.
+ */
+const fs = require('node:fs');
+const path = require('node:path');
+
+const ROOT = path.resolve(__dirname, '..');
+
+/** Process-wide helpers every layer above the domain may use. */
+const PLATFORM = ['src/config.ts', 'src/log.ts', 'src/paths.ts', 'src/temporal.ts'];
+
+/** Each layer (a folder, or a file), with what it may import (folders, files, or patterns of files); `typesOnly`: allowed as `import type` only. */
+const LAYERS = [
+  { layer: 'src/api', may: [/^workflows\/[^/]+\/messages\.ts$/, 'src/resources', 'src/db', 'src/openstack', 'src/domain', ...PLATFORM] },
+  { layer: 'worker', may: ['activities', 'workflows', 'src/resources', 'src/db', 'src/openstack', 'src/domain', ...PLATFORM] },
+  { layer: 'workflows', may: ['src/domain'], typesOnly: ['activities'] },
+  { layer: 'activities', may: ['src/resources', 'src/db', 'src/openstack', 'src/domain', ...PLATFORM] },
+  { layer: 'src/resources', may: ['src/db', 'src/openstack', 'src/domain', ...PLATFORM] },
+  { layer: 'src/db', may: ['src/domain', ...PLATFORM] },
+  { layer: 'src/openstack', may: ['src/domain', ...PLATFORM] },
+  { layer: 'src/temporal.ts', may: ['src/domain', 'src/config.ts'] },
+  { layer: 'src/log.ts', may: ['src/config.ts'] },
+  { layer: 'src/config.ts', may: ['src/paths.ts'] },
+  { layer: 'src/paths.ts', may: [] },
+  { layer: 'src/domain', may: [] },
+];
+
+const within = (file, place) => (place instanceof RegExp ? place.test(file) : file === place || file.startsWith(place.endsWith('.ts') ? place : `${place}/`));
+/** The file an import names, relative to the repository: `x.ts`, or a folder's `index.ts`. */
+function resolved(absolute) {
+  const file = [absolute, `${absolute}.ts`, path.join(absolute, 'index.ts')].find((candidate) => candidate.endsWith('.ts') && fs.existsSync(candidate)) ?? absolute;
+  return path.relative(ROOT, file).split(path.sep).join('/');
+}
+const layerOf = (file) => LAYERS.find(({ layer }) => within(file, layer));
+
+const noUpwardImport = {
+  meta: {
+    type: 'problem',
+    docs: { description: 'imports run one way through the layers: api → workflow messages; worker → activities → resources → openstack clients and db stores → domain' },
+    schema: [],
+  },
+  create(context) {
+    const importer = path.relative(ROOT, context.filename).split(path.sep).join('/');
+    const own = layerOf(importer);
+    if (!own) return {};
+    function check(node) {
+      const source = node.source?.value;
+      if (typeof source !== 'string' || !source.startsWith('.')) return;
+      const target = resolved(path.resolve(path.dirname(context.filename), source));
+      const theirs = layerOf(target);
+      if (!theirs || theirs === own) return;
+      const typeOnly = node.importKind === 'type' || node.exportKind === 'type';
+      const allowed = own.may.some((place) => within(target, place)) || (typeOnly && (own.typesOnly ?? []).some((place) => within(target, place)));
+      if (!allowed) context.report({ node: node.source, message: `${own.layer} may not import ${theirs.layer} (${source}): layers import downwards only (see README, Architecture)` });
+    }
+    return { ImportDeclaration: check, ExportNamedDeclaration: check, ExportAllDeclaration: check };
+  },
+};
+
+module.exports = { rules: { 'no-upward-import': noUpwardImport }, LAYERS };

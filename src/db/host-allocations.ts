@@ -1,0 +1,274 @@
+/**
+ * The host calendar's bookings (table `host_allocations`): one row per host of a reservation over
+ * its window `during`, and `blocks`, the window plus the cleaning gap (unbounded for a booking that
+ * keeps its host for good). The exclusion constraint `host_allocations_no_double_booking` keeps
+ * two bookings of one host from overlapping. Instants cross this boundary as epoch milliseconds.
+ * Read here for the host calendar, the host inventory and the allocations API.
+ */
+import { DatabaseError, type PoolClient } from 'pg';
+import type { Lease } from '../domain/lease';
+import type { Pool } from './pool';
+
+type Queryable = Pool | PoolClient;
+
+/** One host of a lease's booking, as the calendar reads it before changing the booking. */
+export interface LeaseBookingRow {
+  reservation_id: string;
+  booking_key: string;
+  host_id: string;
+  hypervisor_hostname: string;
+  start_ms: number;
+  end_ms: number;
+}
+
+/** A host's blocked interval [start_ms, end_ms) (end_ms Infinity: blocked for good). */
+export interface BlockedRow {
+  host_id: string;
+  start_ms: number;
+  end_ms: number;
+}
+
+/** A new booking of one host: from `fromMs` to `endMs`, blocking from `leadMs` before to `cleaningMs` after (or for good: `unbounded`). */
+export interface NewHostBooking {
+  hostId: string;
+  reservationId: string;
+  leaseId: string;
+  projectId: string;
+  fromMs: number;
+  endMs: number;
+  leadMs: number;
+  cleaningMs: number;
+  unbounded: boolean;
+  bookingKey: string;
+}
+
+/** The lease's bookings, locked for the rest of the transaction. */
+export async function lockLeaseBookings(client: PoolClient, leaseId: string): Promise<LeaseBookingRow[]> {
+  const { rows } = await client.query<LeaseBookingRow>(
+    `SELECT a.reservation_id::text, a.booking_key, a.host_id::text, h.hypervisor_hostname,
+            (extract(epoch FROM lower(a.during)) * 1000)::float8 AS start_ms, (extract(epoch FROM upper(a.during)) * 1000)::float8 AS end_ms
+     FROM host_allocations a JOIN hosts h ON h.id = a.host_id WHERE a.lease_id = $1 FOR UPDATE OF a`,
+    [leaseId],
+  );
+  return rows;
+}
+
+/** The hosts a reservation's booking holds, by host id. */
+export async function hostsOfReservation(db: Queryable, reservationId: string): Promise<Array<{ id: string; hypervisor_hostname: string }>> {
+  const { rows } = await db.query<{ id: string; hypervisor_hostname: string }>(
+    'SELECT a.host_id::text AS id, h.hypervisor_hostname FROM host_allocations a JOIN hosts h ON h.id = a.host_id WHERE a.reservation_id = $1 ORDER BY a.host_id',
+    [reservationId],
+  );
+  return rows;
+}
+
+/** The hosts a reservation's booking holds: id and compute host name (Nova's service host), by that name. */
+export async function computeHostsOfReservation(db: Queryable, reservationId: string): Promise<Array<{ id: string; host: string }>> {
+  const { rows } = await db.query<{ id: string; host: string }>(
+    `SELECT DISTINCT h.id::text, COALESCE(h.service_name, h.hypervisor_hostname) AS host
+     FROM host_allocations a JOIN hosts h ON h.id = a.host_id WHERE a.reservation_id = $1 ORDER BY 2`,
+    [reservationId],
+  );
+  return rows;
+}
+
+/** Per host of the reservation, when another lease's booking of it next begins (its lead time included). */
+export async function nextBookingsOfOthers(db: Queryable, reservationId: string): Promise<Array<{ host_id: string; next_ms: number }>> {
+  const { rows } = await db.query<{ host_id: string; next_ms: number }>(
+    `SELECT mine.host_id::text, (extract(epoch FROM min(lower(other.blocks))) * 1000)::float8 AS next_ms
+     FROM host_allocations mine JOIN host_allocations other ON other.host_id = mine.host_id AND other.lease_id <> mine.lease_id
+     WHERE mine.reservation_id = $1 AND lower(other.blocks) >= lower(mine.during)
+     GROUP BY mine.host_id`,
+    [reservationId],
+  );
+  return rows;
+}
+
+/** Among the hosts, the first booking of another lease blocking from `fromMs` on (undefined: none). */
+export async function firstOtherBookingFrom(db: Queryable, hostIds: string[], leaseId: string, fromMs: number): Promise<{ hypervisor_hostname: string; next_ms: number } | undefined> {
+  const { rows } = await db.query<{ hypervisor_hostname: string; next_ms: number }>(
+    `SELECT h.hypervisor_hostname, (extract(epoch FROM min(lower(a.blocks))) * 1000)::float8 AS next_ms
+     FROM host_allocations a JOIN hosts h ON h.id = a.host_id
+     WHERE a.host_id = ANY($1) AND a.lease_id <> $2 AND lower(a.blocks) >= to_timestamp($3 / 1000.0)
+     GROUP BY h.hypervisor_hostname ORDER BY next_ms LIMIT 1`,
+    [hostIds, leaseId, fromMs],
+  );
+  return rows[0];
+}
+
+/**
+ * The blocked intervals overlapping [fromMs, toMs + cleaningMs) (toMs null: from `fromMs` on), of
+ * every host, or only of `hostIds` (a query about a few hosts reads only theirs: the window's
+ * bookings of 1 000 hosts cost tens of ms).
+ */
+export async function blockedIntervals(db: Queryable, window: { fromMs: number; toMs: number | null; cleaningMs: number; hostIds?: string[] }): Promise<BlockedRow[]> {
+  const { rows } = await db.query<BlockedRow>(
+    `SELECT host_id::text, (extract(epoch FROM lower(blocks)) * 1000)::float8 AS start_ms,
+            COALESCE((extract(epoch FROM upper(blocks)) * 1000)::float8, 'Infinity') AS end_ms
+     FROM host_allocations
+     WHERE blocks && tstzrange(to_timestamp($1 / 1000.0), to_timestamp($2::numeric / 1000.0) + $3 * interval '1 millisecond')
+       AND ($4::bigint[] IS NULL OR host_id = ANY($4::bigint[]))`,
+    [window.fromMs, window.toMs, window.cleaningMs, window.hostIds ?? null],
+  );
+  return rows;
+}
+
+/** Books one host; the exclusion constraint refuses it (23P01) when another booking took the host meanwhile. */
+export async function insertHostBooking(client: PoolClient, booking: NewHostBooking): Promise<void> {
+  await client.query(
+    `INSERT INTO host_allocations (host_id, reservation_id, lease_id, project_id, during, blocks, booking_key)
+     VALUES ($1, $2, $3, $4, tstzrange(to_timestamp($5 / 1000.0), to_timestamp($6 / 1000.0)),
+             tstzrange(to_timestamp($5 / 1000.0) - $9 * interval '1 millisecond',
+                       CASE WHEN $10 THEN NULL ELSE to_timestamp($6 / 1000.0) + $7 * interval '1 millisecond' END), $8)`,
+    [booking.hostId, booking.reservationId, booking.leaseId, booking.projectId, booking.fromMs, booking.endMs, booking.cleaningMs, booking.bookingKey, booking.leadMs, booking.unbounded],
+  );
+}
+
+/**
+ * Moves the end of every booking of the lease to `endMs` (blocked `cleaningMs` after; a booking
+ * blocked for good stays so). False, with nothing changed and the transaction still usable, when
+ * that would overlap another booking.
+ */
+export async function moveLeaseBookingsEnd(client: PoolClient, leaseId: string, endMs: number, cleaningMs: number): Promise<boolean> {
+  await client.query('SAVEPOINT move_end');
+  try {
+    await client.query(
+      `UPDATE host_allocations
+       SET during = tstzrange(lower(during), to_timestamp($2 / 1000.0)),
+           blocks = tstzrange(lower(blocks), CASE WHEN upper_inf(blocks) THEN NULL ELSE to_timestamp($2 / 1000.0) + $3 * interval '1 millisecond' END)
+       WHERE lease_id = $1`,
+      [leaseId, endMs, cleaningMs],
+    );
+    return true;
+  } catch (err) {
+    if (!(err instanceof DatabaseError && err.code === '23P01')) throw err;
+    await client.query('ROLLBACK TO SAVEPOINT move_end');
+    return false;
+  }
+}
+
+export async function setLeaseBookingKey(client: PoolClient, leaseId: string, bookingKey: string): Promise<void> {
+  await client.query('UPDATE host_allocations SET booking_key = $2 WHERE lease_id = $1', [leaseId, bookingKey]);
+}
+
+export async function deleteLeaseBookings(client: PoolClient, leaseId: string): Promise<void> {
+  await client.query('DELETE FROM host_allocations WHERE lease_id = $1', [leaseId]);
+}
+
+export async function deleteReservationHostBookings(db: Queryable, reservationId: string): Promise<void> {
+  await db.query('DELETE FROM host_allocations WHERE reservation_id = $1', [reservationId]);
+}
+
+/**
+ * Ends the reservation's booking at `atMs` (blocked `cleaningMs` more; a booking blocked for good
+ * stays so); a booking that had not begun by then is dropped whole.
+ */
+export async function endReservationHostBookingsAt(db: Queryable, reservationId: string, atMs: number, cleaningMs: number): Promise<void> {
+  await db.query(
+    `UPDATE host_allocations
+     SET during = tstzrange(lower(during), to_timestamp($2 / 1000.0)),
+         blocks = tstzrange(lower(blocks), CASE WHEN upper_inf(blocks) THEN NULL ELSE to_timestamp($2 / 1000.0) + $3 * interval '1 millisecond' END)
+     WHERE reservation_id = $1 AND upper(during) > to_timestamp($2 / 1000.0) AND lower(during) < to_timestamp($2 / 1000.0)`,
+    [reservationId, atMs, cleaningMs],
+  );
+  await db.query('DELETE FROM host_allocations WHERE reservation_id = $1 AND lower(during) >= to_timestamp($2 / 1000.0)', [reservationId, atMs]);
+}
+
+/** Leases (not deleted) whose booking holds the host now or later, with the reservation that books it. */
+export async function liveBookingsOfHost(db: Queryable, hostId: string): Promise<Array<{ lease: Lease; reservationId: string }>> {
+  const { rows } = await db.query<{ document: Lease; reservation_id: string }>(
+    `SELECT DISTINCT a.reservation_id::text, l.document FROM host_allocations a JOIN leases l ON l.id = a.lease_id
+     WHERE a.host_id = $1 AND upper(a.during) > now() AND l.deleted_at IS NULL`,
+    [hostId],
+  );
+  return rows.map((r) => ({ lease: r.document, reservationId: r.reservation_id }));
+}
+
+/** A host enrolled again after a lease released it: the booking that blocked it for good ends with its lease. */
+export async function endBlockedForGood(db: Queryable, hostId: string): Promise<void> {
+  await db.query('UPDATE host_allocations SET blocks = tstzrange(lower(blocks), upper(during)) WHERE host_id = $1 AND upper_inf(blocks)', [hostId]);
+}
+
+/** A host leaving the pool takes its past bookings with it. */
+export async function deleteHostBookings(db: Queryable, hostId: string): Promise<void> {
+  await db.query('DELETE FROM host_allocations WHERE host_id = $1', [hostId]);
+}
+
+// ─── The allocations API (Blazar's os-hosts allocations) ─────────────────────────────────────
+
+export interface AllocationEntry {
+  host_id: string;
+  hypervisor_hostname: string;
+  reservation_id: string;
+  lease_id: string;
+  project_id: string;
+  start_ms: number;
+  end_ms: number;
+  blocked_until_ms: number;
+}
+
+export interface AllocationFilter {
+  hostId?: string;
+  leaseId?: string;
+  reservationId?: string;
+  projectId?: string;
+  /** Bookings overlapping [from, to]. */
+  from?: number;
+  to?: number;
+}
+
+/** Where a batch ended: its last booking's (host_id, start, id), the start as PostgreSQL's text (exact to the microsecond). */
+interface AllocationPosition {
+  hostId: string;
+  start: string;
+  id: string;
+}
+
+/** Ordered by host, then start. */
+export async function listAllocations(pool: Pool, filter: AllocationFilter): Promise<AllocationEntry[]> {
+  const rows = await queryAllocations(pool, filter, undefined);
+  return rows.map(({ position_start: _start, position_id: _id, ...entry }) => entry);
+}
+
+/**
+ * Every booking the filter matches, ordered by host then start, in batches of at most
+ * `batchSize`: each batch one query resuming after the previous batch's last booking (keyset), so
+ * memory holds one batch whatever the count and no connection is held between batches.
+ */
+export async function* allocationBatches(pool: Pool, filter: AllocationFilter, batchSize: number): AsyncGenerator<AllocationEntry[]> {
+  let after: AllocationPosition | undefined;
+  // Ends: every batch starts strictly after the previous one, and a short batch is the last.
+  for (;;) {
+    const rows = await queryAllocations(pool, { ...filter, after }, batchSize);
+    if (rows.length > 0) yield rows.map(({ position_start: _start, position_id: _id, ...entry }) => entry);
+    if (rows.length < batchSize) return;
+    const last = rows[rows.length - 1];
+    after = { hostId: last.host_id, start: last.position_start, id: last.position_id };
+  }
+}
+
+/** One batch (or all, `rowLimit` null) of the bookings the filter matches, ordered by host, then start, then id, from after `after`. */
+async function queryAllocations(pool: Pool, filter: AllocationFilter & { after?: AllocationPosition }, rowLimit: number | undefined) {
+  const { after } = filter;
+  const { rows } = await pool.query<AllocationEntry & { position_start: string; position_id: string }>(
+    `SELECT a.host_id::text, h.hypervisor_hostname, a.reservation_id::text, a.lease_id::text, a.project_id,
+            (extract(epoch FROM lower(a.during)) * 1000)::float8 AS start_ms, (extract(epoch FROM upper(a.during)) * 1000)::float8 AS end_ms,
+            (extract(epoch FROM upper(a.blocks)) * 1000)::float8 AS blocked_until_ms,
+            lower(a.during)::text AS position_start, a.id::text AS position_id
+     FROM host_allocations a JOIN hosts h ON h.id = a.host_id
+     WHERE ($1::bigint IS NULL OR a.host_id = $1::bigint)
+       AND ($2::uuid IS NULL OR a.lease_id = $2::uuid)
+       AND ($3::uuid IS NULL OR a.reservation_id = $3::uuid)
+       AND ($4::text IS NULL OR a.project_id = $4::text)
+       AND ($5::numeric IS NULL OR upper(a.during) > to_timestamp($5::numeric / 1000.0))
+       AND ($6::numeric IS NULL OR lower(a.during) < to_timestamp($6::numeric / 1000.0))
+       AND ($7::bigint IS NULL OR (a.host_id, lower(a.during), a.id) > ($7::bigint, $8::timestamptz, $9::bigint))
+     ORDER BY a.host_id, lower(a.during), a.id
+     LIMIT $10::bigint`,
+    [
+      filter.hostId ?? null, filter.leaseId ?? null, filter.reservationId ?? null, filter.projectId ?? null, filter.from ?? null, filter.to ?? null,
+      after?.hostId ?? null, after?.start ?? null, after?.id ?? null, rowLimit ?? null,
+    ],
+  );
+  return rows;
+}

@@ -1,0 +1,162 @@
+/**
+ * The quantity calendar's tables: `capacity_providers` (Placement resource providers and their
+ * capacities, copied per kind: 'compute', 'bandwidth') and `quantity_allocations` (amounts booked
+ * on one provider over a window `during`, blocking from the lead time before: `blocks`). The
+ * exclusion constraint `quantity_allocations_one_booking_per_subject` keeps one subject (a server)
+ * in one booking at a time. Instants cross this boundary as epoch milliseconds.
+ */
+import type { PoolClient } from 'pg';
+import type { Amounts } from '../domain/quantity-calendar';
+import type { Pool } from './pool';
+import { inTransaction } from './transaction';
+
+type Queryable = Pool | PoolClient;
+
+export interface CapacityProvider {
+  uuid: string;
+  name: string;
+  host: string;
+  capacity: Amounts;
+  traits: string[];
+}
+
+/** A reservation's booking: on which provider, and the window it blocks. */
+export interface QuantityBookingRecord {
+  providerUuid: string;
+  host: string;
+  name: string;
+  booking_key: string;
+  startMs: number;
+  endMs: number;
+}
+
+/** A booking on a provider over [start_ms, end_ms) (end_ms Infinity: unbounded). */
+export interface ProviderBookingRow {
+  provider_uuid: string;
+  reservation_id: string;
+  amounts: Amounts;
+  start_ms: number;
+  end_ms: number;
+}
+
+/** A new booking: `amounts` on the provider over [startMs, endMs), blocking from `blocksFromMs`. */
+export interface NewQuantityBooking {
+  providerUuid: string;
+  reservationId: string;
+  leaseId: string;
+  projectId: string;
+  subject: string | null;
+  amounts: Amounts;
+  startMs: number;
+  endMs: number;
+  blocksFromMs: number;
+  bookingKey: string;
+}
+
+/** Records the providers of `kind` as they are now; the others of the kind stay (old bookings refer to them) but are no longer usable. */
+export async function syncCapacityProviders(pool: Pool, kind: string, providers: CapacityProvider[]): Promise<void> {
+  await inTransaction(pool, async (client) => {
+    for (const p of [...providers].sort((a, b) => a.uuid.localeCompare(b.uuid))) {
+      await client.query(
+        `INSERT INTO capacity_providers (uuid, name, host, kind, capacity, traits, usable, refreshed_at)
+         VALUES ($1, $2, $3, $4, $5, $6, true, now())
+         ON CONFLICT (uuid) DO UPDATE SET name = $2, host = $3, kind = $4, capacity = $5, traits = $6, usable = true, refreshed_at = now()`,
+        [p.uuid, p.name, p.host, kind, JSON.stringify(p.capacity), p.traits],
+      );
+    }
+    await client.query('UPDATE capacity_providers SET usable = false WHERE kind = $1 AND NOT (uuid = ANY($2))', [kind, providers.map((p) => p.uuid)]);
+  });
+}
+
+/** When the providers of `kind` were last copied (undefined: never). */
+export async function providersRefreshedAt(db: Queryable, kind: string): Promise<number | undefined> {
+  const { rows } = await db.query<{ ms: number | null }>(`SELECT (extract(epoch FROM max(refreshed_at)) * 1000)::float8 AS ms FROM capacity_providers WHERE kind = $1`, [kind]);
+  return rows[0]?.ms ?? undefined;
+}
+
+/** The usable providers of `kind`, by name (as shown) or by uuid (the order bookings lock them in). */
+export async function usableProviders(db: Queryable, kind: string, order: 'name' | 'uuid'): Promise<CapacityProvider[]> {
+  const { rows } = await db.query<CapacityProvider>(
+    order === 'name'
+      ? 'SELECT uuid, name, host, capacity, traits FROM capacity_providers WHERE kind = $1 AND usable ORDER BY name'
+      : 'SELECT uuid, name, host, capacity, traits FROM capacity_providers WHERE kind = $1 AND usable ORDER BY uuid',
+    [kind],
+  );
+  return rows;
+}
+
+/** The providers among `uuids` still usable, locked for the transaction in uuid order (concurrent bookings queue instead of deadlocking). */
+export async function lockProviders(client: PoolClient, uuids: string[]): Promise<CapacityProvider[]> {
+  const { rows } = await client.query<CapacityProvider>(`SELECT uuid, name, host, capacity, traits FROM capacity_providers WHERE uuid = ANY($1) AND usable ORDER BY uuid FOR UPDATE`, [uuids]);
+  return rows;
+}
+
+export async function bookingOfReservation(db: Queryable, reservationId: string): Promise<QuantityBookingRecord | undefined> {
+  const { rows } = await db.query<QuantityBookingRecord>(
+    `SELECT a.provider_uuid AS "providerUuid", p.host, p.name, a.booking_key,
+            (extract(epoch FROM lower(a.blocks)) * 1000)::float8 AS "startMs", (extract(epoch FROM upper(a.blocks)) * 1000)::float8 AS "endMs"
+     FROM quantity_allocations a JOIN capacity_providers p ON p.uuid = a.provider_uuid WHERE a.reservation_id = $1 LIMIT 1`,
+    [reservationId],
+  );
+  return rows[0];
+}
+
+/** The bookings on the providers blocking within [fromMs, toMs) (toMs Infinity: from `fromMs` on). */
+export async function bookingsOnProviders(db: Queryable, providerUuids: string[], fromMs: number, toMs: number): Promise<ProviderBookingRow[]> {
+  const { rows } = await db.query<ProviderBookingRow>(
+    `SELECT provider_uuid, reservation_id::text, amounts, (extract(epoch FROM lower(blocks)) * 1000)::float8 AS start_ms,
+            COALESCE((extract(epoch FROM upper(blocks)) * 1000)::float8, 'Infinity') AS end_ms
+     FROM quantity_allocations
+     WHERE provider_uuid = ANY($1) AND blocks && tstzrange(to_timestamp($2 / 1000.0), to_timestamp($3::numeric / 1000.0))`,
+    [providerUuids, fromMs, toMs === Infinity ? null : toMs],
+  );
+  return rows;
+}
+
+/** Books the amounts; the exclusion constraint refuses a subject already booked over an overlapping window. */
+export async function insertQuantityBooking(client: PoolClient, booking: NewQuantityBooking): Promise<void> {
+  await client.query(
+    `INSERT INTO quantity_allocations (provider_uuid, reservation_id, lease_id, project_id, subject, amounts, during, blocks, booking_key)
+     VALUES ($1, $2, $3, $4, $5, $6, tstzrange(to_timestamp($7 / 1000.0), to_timestamp($8 / 1000.0)),
+             tstzrange(to_timestamp($9 / 1000.0), to_timestamp($8 / 1000.0)), $10)`,
+    [booking.providerUuid, booking.reservationId, booking.leaseId, booking.projectId, booking.subject, JSON.stringify(booking.amounts), booking.startMs, booking.endMs, booking.blocksFromMs, booking.bookingKey],
+  );
+}
+
+export async function moveBookingToProvider(client: PoolClient, reservationId: string, providerUuid: string): Promise<void> {
+  await client.query('UPDATE quantity_allocations SET provider_uuid = $2 WHERE reservation_id = $1', [reservationId, providerUuid]);
+}
+
+/** Moves the end of the reservation's booking to `endMs`, for the request `bookingKey` names. */
+export async function moveBookingEnd(client: PoolClient, reservationId: string, endMs: number, bookingKey: string): Promise<void> {
+  await client.query(
+    `UPDATE quantity_allocations SET during = tstzrange(lower(during), to_timestamp($2 / 1000.0)), blocks = tstzrange(lower(blocks), to_timestamp($2 / 1000.0)), booking_key = $3
+     WHERE reservation_id = $1`,
+    [reservationId, endMs, bookingKey],
+  );
+}
+
+export async function deleteReservationQuantityBookings(db: Queryable, reservationId: string): Promise<void> {
+  await db.query('DELETE FROM quantity_allocations WHERE reservation_id = $1', [reservationId]);
+}
+
+/** Ends the reservation's booking at `atMs`; a booking that had not begun by then is dropped whole. */
+export async function endReservationQuantityBookingsAt(db: Queryable, reservationId: string, atMs: number): Promise<void> {
+  await db.query(
+    `UPDATE quantity_allocations
+     SET during = tstzrange(lower(during), to_timestamp($2 / 1000.0)), blocks = tstzrange(lower(blocks), to_timestamp($2 / 1000.0))
+     WHERE reservation_id = $1 AND upper(during) > to_timestamp($2 / 1000.0) AND lower(during) < to_timestamp($2 / 1000.0)`,
+    [reservationId, atMs],
+  );
+  await db.query('DELETE FROM quantity_allocations WHERE reservation_id = $1 AND lower(during) >= to_timestamp($2 / 1000.0)', [reservationId, atMs]);
+}
+
+/** How many reservations book room on the host (by hypervisor or compute host name) and have not ended. */
+export async function liveReservationsOnHost(db: Queryable, hypervisorHostname: string, computeHost: string): Promise<number> {
+  const { rows } = await db.query<{ n: number }>(
+    `SELECT count(DISTINCT a.reservation_id)::int AS n FROM quantity_allocations a JOIN capacity_providers p ON p.uuid = a.provider_uuid
+     WHERE (p.name = $1 OR p.host = $2) AND upper(a.blocks) > now()`,
+    [hypervisorHostname, computeHost],
+  );
+  return rows[0].n;
+}

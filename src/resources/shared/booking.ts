@@ -1,0 +1,75 @@
+/**
+ * What the host calendar and the quantity calendar do alike: identify a booking request, run a
+ * booking again when it lost a race with a concurrent one, free a booking, check a property query's
+ * keys, and explain a refusal (409: when the same lease fits, and how long from the asked start).
+ */
+import { createHash } from 'node:crypto';
+import { DatabaseError, type PoolClient } from 'pg';
+import { invalidLease, leaseConflict, requestDate as when, reuseEnd, reuseStart, wholeMinuteDown } from '../../domain/lease';
+import { queryKeys, type PropertyQuery } from '../../domain/property-query';
+import type { Pool } from '../../db/pool';
+import type { FitSearch } from '../../domain/resource-plugin';
+import { inTransaction } from '../../db/transaction';
+
+/** Identifies one booking request (its window and what it asks for): a booking already made for it is not made again. */
+export function bookingKey(request: unknown[]): string {
+  return createHash('sha256').update(JSON.stringify(request)).digest('hex').slice(0, 32);
+}
+
+const isExclusionViolation = (err: unknown) => err instanceof DatabaseError && err.code === '23P01';
+const isDeadlockOrSerialization = (err: unknown) => err instanceof DatabaseError && ['40P01', '40001'].includes(err.code ?? '');
+
+/**
+ * Runs a booking in one transaction, again from the start when it lost a race with a concurrent
+ * booking (a deadlock between them, or, with `retryExclusion`, the other took a chosen resource
+ * first): the next run sees the winner's booking.
+ */
+export function bookInTransaction<T>(pool: Pool, work: (client: PoolClient) => Promise<T>, options: { retryExclusion: boolean }): Promise<T> {
+  const lostRace = (err: unknown) => isDeadlockOrSerialization(err) || (options.retryExclusion && isExclusionViolation(err));
+  return inTransaction(pool, work, { retryOn: lostRace });
+}
+
+/** Frees a booking: all of it if its lease never started, else from `nowMs` on. */
+export async function releaseBooking(started: boolean, nowMs: number, bookings: { deleteAll: () => Promise<void>; endAt: (nowMs: number) => Promise<void> }): Promise<void> {
+  if (started) await bookings.endAt(nowMs);
+  else await bookings.deleteAll();
+}
+
+/** A 400 for keys not in `known`; keys in `unlisted` (private capabilities) are never named among the known ones. */
+export function checkKeys(query: PropertyQuery, known: Set<string>, field: string, unlisted: Set<string> = new Set()): void {
+  const unknown = queryKeys(query).filter((key) => !known.has(key));
+  if (unknown.length > 0) {
+    const listed = [...known].filter((k) => !unlisted.has(k)).sort();
+    throw invalidLease(`${field}: unknown property ${unknown.map((k) => `$${k}`).join(', ')} (known: ${listed.map((k) => `$${k}`).join(', ') || 'none'})`);
+  }
+}
+
+/**
+ * The 409 for a lease that does not fit over [startMs, endMs): `what` says what was short, then
+ * when the same lease fits (or that it never does: `neverFits`), and until when it fits from the
+ * asked start. Dates are handed back for reuse: whole minutes, ends rounded down so that they still fit.
+ */
+export function shortage(window: { startMs: number; endMs: number }, what: string[], fit: FitSearch, neverFits: string) {
+  const duration = window.endMs - window.startMs;
+  const earliestEnd = fit.earliest !== undefined ? wholeMinuteDown(fit.earliest + duration) : undefined;
+  const longestEnd = wholeMinuteDown(window.startMs + fit.longestMs);
+  const fitsUntil = fit.longestMs > 0 && fit.longestMs !== Infinity && longestEnd > window.startMs ? longestEnd : undefined;
+  const parts = [...what];
+  if (fit.earliest !== undefined && earliestEnd !== undefined) parts.push(`the same lease fits from ${reuseStart(fit.earliest)} to ${reuseEnd(earliestEnd)}`);
+  else if (fit.cutShort) parts.push(`no fit found within the first ${fit.tried} candidate starts (until ${when(fit.searchedUntil!)}): try a later start`);
+  else parts.push(neverFits);
+  if (fitsUntil !== undefined) parts.push(`from the requested start it fits until ${reuseEnd(fitsUntil)}`);
+  return leaseConflict(`${parts.join('; ')}.`, {
+    earliest_start: fit.earliest !== undefined ? reuseStart(fit.earliest) : null,
+    earliest_end: earliestEnd !== undefined ? reuseEnd(earliestEnd) : null,
+    longest_end: fitsUntil !== undefined ? reuseEnd(fitsUntil) : null,
+  });
+}
+
+/** The 409 for an active lease that cannot be extended to `endMs`: why, and the latest end possible (if any). */
+export function extensionRefused(lease: { leaseName: string; endMs: number }, why: string, latestEnd: number | undefined) {
+  return leaseConflict(
+    `cannot extend lease ${lease.leaseName} to ${when(lease.endMs)}: ${why}` + (latestEnd !== undefined ? `; the latest possible end is ${reuseEnd(latestEnd)}` : ''),
+    { latest_end: latestEnd !== undefined ? reuseEnd(latestEnd) : null },
+  );
+}

@@ -1,0 +1,68 @@
+/**
+ * The lease workflow's activities, one proxy per retry policy: a step picks the policy its failure
+ * calls for (answer a waiting caller fast, never give up, keep trying for a while…), whatever its phase.
+ */
+import { proxyActivities, proxyLocalActivities } from '@temporalio/workflow';
+import type { Activities } from '../../activities';
+import type { Reservation } from '../../src/domain/lease';
+
+/**
+ * For a waiting REST call (admission, updates): local activities (run in the worker, no extra round
+ * trip through the server), a few quick tries, then fail the request.
+ */
+export const quick = proxyLocalActivities<Activities>({
+  startToCloseTimeout: '20 seconds',
+  retry: { initialInterval: '200 milliseconds', maximumAttempts: 3, nonRetryableErrorTypes: ['LeaseConflict', 'InvalidLease'] },
+});
+
+/** Recording state must eventually succeed (the workflow is the source of truth): retry until it does. */
+const RECORDING = { startToCloseTimeout: '15 seconds', retry: { initialInterval: '500 milliseconds', maximumInterval: '30 seconds' } } as const;
+export const recording = proxyActivities<Activities>(RECORDING);
+/**
+ * The same as local activities: a transition is then one workflow task instead of three (schedule,
+ * run, resume), which is most of what the server does per start or end (patch 'record-locally').
+ */
+export const recordingLocally = proxyLocalActivities<Activities>(RECORDING);
+
+/**
+ * Resource hooks heartbeat while they run (activities/reservations.ts): a worker that dies mid-hook
+ * is noticed within this timeout and the hook runs again on another worker.
+ */
+const HOOK_HEARTBEAT_TIMEOUT = '20 seconds';
+
+/** Keep trying for a while (starting resources), then let the lease fail. */
+export const patient = proxyActivities<Activities>({
+  startToCloseTimeout: '5 minutes',
+  scheduleToCloseTimeout: '30 minutes',
+  heartbeatTimeout: HOOK_HEARTBEAT_TIMEOUT,
+  retry: { initialInterval: '1 second', maximumInterval: '1 minute' },
+});
+
+/** Must finish (taking resources back): retry for a day before giving up. */
+export const mustFinish = proxyActivities<Activities>({
+  startToCloseTimeout: '15 minutes',
+  scheduleToCloseTimeout: '24 hours',
+  heartbeatTimeout: HOOK_HEARTBEAT_TIMEOUT,
+  retry: { initialInterval: '1 second', maximumInterval: '5 minutes' },
+});
+
+/** One start step, with the time-out and retries its plugin chose for it. */
+export function forStep(step: NonNullable<Reservation['startSteps']>[number]) {
+  return proxyActivities<Activities>({
+    startToCloseTimeout: step.timeoutSeconds * 1000,
+    heartbeatTimeout: HOOK_HEARTBEAT_TIMEOUT,
+    retry: { initialInterval: step.retryIntervalSeconds * 1000, maximumInterval: '1 minute', maximumAttempts: step.maximumAttempts },
+  });
+}
+
+/**
+ * A poll by retries: the activity fails while what it waits for is not done, and its retries, every
+ * `intervalMs`, add nothing to the history however long the wait.
+ */
+export function polling(intervalMs: number) {
+  return proxyActivities<Activities>({
+    startToCloseTimeout: '5 minutes',
+    heartbeatTimeout: HOOK_HEARTBEAT_TIMEOUT,
+    retry: { initialInterval: intervalMs, backoffCoefficient: 1, maximumInterval: intervalMs },
+  });
+}

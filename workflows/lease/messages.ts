@@ -1,0 +1,41 @@
+/**
+ * What the API knows of the lease workflow, and all it imports from workflows: the messages it sends,
+ * the workflow's input and outcome, its id and type name, and the Web UI summary it is started with.
+ */
+import { defineQuery, defineSignal, defineUpdate } from '@temporalio/workflow';
+import type { Lease, LeaseUpdateRequest, NewLeaseRequest } from '../../src/domain/lease';
+
+export { staticSummary } from './web-ui';
+
+export interface AdmitRequest {
+  /** Hash of the create request: a reused Idempotency-Key with another body is refused. */
+  requestHash: string;
+}
+/** Sent with Update-with-Start: books the reservations and records the lease, or fails with 409/400. */
+export const admitLease = defineUpdate<Lease, [AdmitRequest]>('admit');
+/** Blazar's lease update (rename, move dates, end now); validated synchronously before it is accepted. */
+export const updateLease = defineUpdate<Lease, [LeaseUpdateRequest]>('updateLease');
+/** Deletes the lease, running the cleanup its phase needs; returns once the deletion has begun. */
+export const deleteLease = defineUpdate<Lease, []>('deleteLease');
+export const getLease = defineQuery<Lease>('getLease');
+/** From a lease on the same resources that has just ended: this lease may start. */
+export const predecessorEnded = defineSignal<[string]>('predecessorEnded');
+
+export interface LeaseWorkflowInput {
+  request: NewLeaseRequest;
+  requestHash: string;
+  /** Set when the workflow continues as new: the lease as it was. */
+  carried?: Lease;
+}
+
+export interface LeaseOutcome {
+  id: string;
+  status: Lease['status'] | 'REJECTED' | 'NOT_ADMITTED' | 'DELETED';
+  reason?: string;
+}
+
+/** The workflow's signature and registered name (lease.ts exports it under this name), to start it without loading its code. */
+export type LeaseWorkflow = (input: LeaseWorkflowInput) => Promise<LeaseOutcome>;
+export const leaseWorkflowType = 'leaseWorkflow';
+
+export const leaseWorkflowId = (leaseId: string) => `lease-${leaseId}`;
