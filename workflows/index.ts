@@ -1,3 +1,3 @@
-// Every workflow the worker runs. The worker bundles this file.
+/** Every workflow the worker runs (it bundles this file). The API imports only each workflow's messages.ts. */
 export { leaseWorkflow } from './lease/lease';
 export { selfCheckWorkflow } from './selfcheck/selfcheck';

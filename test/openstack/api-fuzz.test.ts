@@ -16,6 +16,8 @@ import { apiClient, deleteAllLeases, inSeconds, useTestStack } from '../support/
 import { rigClients, uniqueName } from './support';
 
 const RUNS = Number(process.env.LK_FUZZ_RUNS ?? 1500);
+/** A failing run prints its seed: LK_FUZZ_SEED=<seed> runs the same requests again. */
+const SEED = process.env.LK_FUZZ_SEED ? Number(process.env.LK_FUZZ_SEED) : undefined;
 
 /** Strings PostgreSQL cannot store or that no name should hold: NUL, C0/C1 controls, DEL, lone surrogates. */
 const hostileString = fc.oneof(
@@ -197,7 +199,7 @@ describe('REST fuzzing: only 2xx or 4xx with the Blazar error body, never a stuc
         }
       }),
       // No shrinking: every step is a live request, and a shrink could outlast the test; the first failure is reported as it came.
-      { numRuns: RUNS, endOnFailure: true },
+      { numRuns: RUNS, endOnFailure: true, ...(SEED !== undefined ? { seed: SEED } : {}) },
     );
     console.log(`statuses: ${JSON.stringify(Object.fromEntries([...statuses].sort((a, b) => a[0] - b[0])))}`);
 

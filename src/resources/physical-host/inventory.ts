@@ -24,6 +24,9 @@ export interface InventorySettings {
 
 export const MAX_CAPABILITY_NAME = 64;
 
+/** What Nova accepts in `hypervisor_hostname_pattern`. */
+const NOVA_HOSTNAME_PATTERN = /^[a-zA-Z0-9-._]*$/;
+
 function notFound(message: string): ApplicationFailure {
   return ApplicationFailure.create({ type: 'LeaseNotFound', message, nonRetryable: true });
 }
@@ -61,8 +64,10 @@ export class HostInventory {
 
   async enrol(name: string, capabilities: Record<string, unknown>): Promise<HostRecord> {
     const extra = checkCapabilities(capabilities);
-    // Nova answers 404 when the pattern matches no hypervisor at all.
-    const candidates = (await ignoreNotFound(this.nova.listHypervisors({ hypervisor_hostname_pattern: name, with_servers: true }))) ?? [];
+    // Nova answers 404 when the pattern matches no hypervisor at all, and 400 to a pattern with other
+    // characters than its own: such a name is looked for in the whole list.
+    const filter = NOVA_HOSTNAME_PATTERN.test(name) ? { hypervisor_hostname_pattern: name } : {};
+    const candidates = (await ignoreNotFound(this.nova.listHypervisors({ ...filter, with_servers: true }))) ?? [];
     const hypervisor = candidates.find((h) => h.hypervisor_hostname === name || h.service.host === name);
     if (!hypervisor) throw notFound(`no hypervisor named ${name} in Nova`);
     if ((hypervisor.servers?.length ?? 0) > 0) {
