@@ -16,7 +16,7 @@ export function leaseActivities({ pool }: ActivityDeps) {
       if (outcome === 'deleted') {
         throw ApplicationFailure.nonRetryable(`Lease ${lease.id}, created with this Idempotency-Key, was deleted: use another key for a new lease`, LeaseErrorType.deleted);
       }
-      if (outcome === 'name-taken') throw leaseConflict(`a lease named "${lease.name}" already exists in project ${lease.projectId}`);
+      if (outcome === 'name-taken') throw leaseConflict(`The lease with name: ${lease.name} already exists. Names are unique per project (${lease.projectId}).`);
     },
 
     async recordLeaseDeleted(lease: Lease): Promise<void> {

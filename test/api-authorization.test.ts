@@ -50,7 +50,7 @@ describe('authorization on every route', () => {
   describe.each(['A', 'B'] as const)('project %s against the other project', (caller) => {
     const mine = () => leases[caller];
     const theirs = () => leases[other(caller)];
-    const notFound = (id: string) => ({ status: 404, body: { error_code: 404, error_name: 404, error_message: `Lease ${id} not found` } });
+    const notFound = (id: string) => ({ status: 404, body: { error_code: 404, error_name: 404, error_message: `Object with {'lease_id': '${id}'} not found` } });
 
     it('lists only its own leases, and may not ask for the other project or page from its lease', async () => {
       exercise('GET /leases');

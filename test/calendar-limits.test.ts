@@ -50,7 +50,7 @@ describe('calendar limits: one request cannot stop the service', () => {
   it('refuses a minimum larger than the enrolled hosts before any search, with a clear 409', async () => {
     const search = await api('POST', '/v1/availability/search', { ...window, reservations: [hostReservation({ min: 500, max: 500 })] });
     expect(search.status).toBe(409);
-    expect(search.body.error_message).toMatch(/^it never fits: reservation search-0 needs at least 500 host\(s\) \(3 match its properties\); only 3 reservable host\(s\) are enrolled\.$/);
+    expect(search.body.error_message).toMatch(/^Not enough hosts available\. It never fits: reservation search-0 needs at least 500 host\(s\) \(3 match its properties\); only 3 reservable host\(s\) are enrolled\.$/);
     const create = await api('POST', '/v1/leases', { name: 'too-big', ...window, reservations: [hostReservation({ min: 4, max: 4 })] });
     expect(create.status).toBe(409);
     expect(create.body).toMatchObject({ earliest_start: null, earliest_end: null, longest_end: null });

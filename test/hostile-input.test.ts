@@ -150,6 +150,10 @@ describe('hostile input: a clear 4xx at the edge, never a wedged lease', () => {
       ['/v1/leases?name=%00', 'name'],
       ['/v1/leases?status=ACTIVE&project_id=a%1Fb', 'project_id'],
       ['/v1/os-hosts/allocations?lease_id=%0a', 'lease_id'],
+      // Unknown parameters are ignored (as Blazar does), but their values are checked like any other.
+      ['/v1/leases?detail=%00', 'detail'],
+      ['/v1/os-hosts/allocations?x=%0a', 'x'],
+      ['/v1/os-hosts?x=%7F', 'x'],
       [`/v1/availability?start=${encodeURIComponent(inSeconds(60))}&end=${encodeURIComponent(inSeconds(120))}&resource_properties=%00`, 'resource_properties'],
       ['/v1/os-hosts/properties?detail=%7F', 'detail'],
     ]) {

@@ -64,10 +64,28 @@ describe('lease lifecycle on the real Temporal server', () => {
     expect(await description.staticSummary()).toBe(`lease short · project admin · ${final.start_date.slice(0, 16).replace('T', ' ')} UTC → ${final.end_date.slice(0, 16).replace('T', ' ')} UTC`);
   }, 60_000);
 
-  it('starts a "now" lease at once', async () => {
-    const created = await api('POST', '/v1/leases', { name: 'now-lease', start_date: 'now', end_date: inSeconds(3600) });
+  it('starts a "now" lease at once, dated the current minute as Blazar does', async () => {
+    const before = Date.now();
+    const created = await api('POST', '/v1/leases', { name: 'now-lease', start_date: 'now', end_date: inSeconds(3600), reservations: [{ resource_type: 'test:recording' }] });
+    const after = Date.now();
     expect(created.status).toBe(201);
+    expect(created.body.lease.start_date).toMatch(/:00\.000000$/);
+    const minuteOf = (ms: number) => ms - (ms % 60_000);
+    expect([minuteOf(before), minuteOf(after)]).toContain(Date.parse(`${created.body.lease.start_date.slice(0, 19)}Z`));
+    // Booked from the request, not from the minute's start: the part gone may still be held by a lease that ended in it.
+    const [reserve] = plugin.callsFor(created.body.lease.id, 'reserve');
+    expect(reserve.window[0]).toBeGreaterThanOrEqual(before);
+    expect(reserve.window[0]).toBeLessThanOrEqual(after);
     await waitForStatus(created.body.lease.id, 'ACTIVE', 10_000);
+  });
+
+  it('shows updated_at null until the lease changes after its creation, as Blazar', async () => {
+    const created = await api('POST', '/v1/leases', { name: 'untouched', start_date: inSeconds(3600), end_date: inSeconds(7200) });
+    expect(created.body.lease.updated_at).toBeNull();
+    expect(created.body.lease.events.map((e: { updated_at: unknown }) => e.updated_at)).toEqual([null, null, null]);
+    expect((await api('GET', `/v1/leases/${created.body.lease.id}`)).body.lease.updated_at).toBeNull();
+    const renamed = await api('PUT', `/v1/leases/${created.body.lease.id}`, { name: 'touched' });
+    expect(renamed.body.lease.updated_at).toMatch(/^\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}$/);
   });
 
   it('moves dates and renames while pending; refuses what Blazar refuses', async () => {
@@ -80,10 +98,10 @@ describe('lease lifecycle on the real Temporal server', () => {
     expect((await api('GET', `/v1/leases/${id}`)).body.lease.name).toBe('moved');
 
     const past = await api('PUT', `/v1/leases/${id}`, { start_date: '2001-01-01 00:00' });
-    expect(past).toEqual({ status: 400, body: { error_code: 400, error_message: 'start_date must be "now" or later than the current date', error_name: 400 } });
+    expect(past).toEqual({ status: 400, body: { error_code: 400, error_message: 'Start date must be later than current date. start_date must be "now" or a later date.', error_name: 400 } });
     const inverted = await api('PUT', `/v1/leases/${id}`, { end_date: inSeconds(60) });
     expect(inverted.status).toBe(400);
-    expect(inverted.body.error_message).toBe('end_date must be later than start_date');
+    expect(inverted.body.error_message).toBe('End date must be later than current and start date. end_date must be later than start_date.');
     const early = await api('PUT', `/v1/leases/${id}`, { end_date: 'now' });
     expect(early.status).toBe(400);
 
@@ -105,7 +123,7 @@ describe('lease lifecycle on the real Temporal server', () => {
     expect(renamed.body.lease).toMatchObject({ name: 'early-ended', status: 'TERMINATED' });
     const extend = await api('PUT', `/v1/leases/${id}`, { end_date: inSeconds(7200) });
     expect(extend.status).toBe(400);
-    expect(extend.body.error_message).toMatch(/only its name can change/);
+    expect(extend.body.error_message).toMatch(/^Terminated leases can only be renamed\./);
   });
 
   it('extends an active lease: the end moves and the lease stays active', async () => {

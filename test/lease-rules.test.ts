@@ -1,5 +1,5 @@
 import { ApplicationFailure } from '@temporalio/common';
-import { applyLeaseUpdate, beforeEndTime, newLease, type Lease } from '../src/domain/lease';
+import { applyLeaseUpdate, beforeEndTime, bookingStartMs, newLease, type Lease } from '../src/domain/lease';
 
 const MIN = 60_000;
 const HOUR = 60 * MIN;
@@ -31,17 +31,21 @@ describe("Blazar's lease rules", () => {
     ]);
   });
 
-  it('takes "now" as the request time and a start within the current minute as now', () => {
-    expect(lease({ start: 'now' }).startMs).toBe(NOW);
+  it('takes "now" as the minute of the request, as Blazar, and a start within the current minute as now', () => {
+    const now = lease({ start: 'now' });
+    expect(now.startMs).toBe(NOW - 30_000); // 12:00, requested at 12:00:30
+    expect(now.events.find((e) => e.event_type === 'start_lease')?.time).toBe(NOW - 30_000);
+    expect(bookingStartMs(now)).toBe(NOW); // the part of the minute already gone is not booked
+    expect(bookingStartMs(lease())).toBe(NOW + HOUR);
     expect(lease({ start: NOW - 30_000 }).startMs).toBe(NOW - 30_000); // 12:00, requested at 12:00:30
-    expect(failure(() => lease({ start: NOW - 31_000 }))).toBe('InvalidLease: start_date must be "now" or later than the current date');
+    expect(failure(() => lease({ start: NOW - 31_000 }))).toBe('InvalidLease: Start date must be later than current date. start_date must be "now" or a later date.');
   });
 
   it('moves the start only before the lease starts, and re-times the events', () => {
     const moved = applyLeaseUpdate(lease(), { start: NOW + 2 * HOUR }, NOW);
     expect(moved.events[0].time).toBe(NOW + 2 * HOUR);
     const active = { ...lease(), status: 'ACTIVE' as const };
-    expect(failure(() => applyLeaseUpdate(active, { start: NOW + 2 * HOUR }, NOW))).toBe('InvalidLease: the start date of a lease that has started cannot change');
+    expect(failure(() => applyLeaseUpdate(active, { start: NOW + 2 * HOUR }, NOW))).toMatch(/^InvalidLease: Cannot modify the start date of already started leases\. /);
     expect(applyLeaseUpdate(active, { start: active.startMs, name: 'same start is no change' }, NOW).name).toBe('same start is no change');
   });
 
@@ -52,14 +56,14 @@ describe("Blazar's lease rules", () => {
   });
 
   it('refuses an end in the past or not after the start', () => {
-    expect(failure(() => applyLeaseUpdate(lease(), { end: NOW - 2 * MIN }, NOW))).toBe('InvalidLease: end_date must be "now" or later than the current date');
-    expect(failure(() => applyLeaseUpdate(lease(), { end: NOW + HOUR }, NOW))).toBe('InvalidLease: end_date must be later than start_date');
+    expect(failure(() => applyLeaseUpdate(lease(), { end: NOW - 2 * MIN }, NOW))).toBe('InvalidLease: End date must be later than current and start date. end_date must be "now" or a later date.');
+    expect(failure(() => applyLeaseUpdate(lease(), { end: NOW + HOUR }, NOW))).toBe('InvalidLease: End date must be later than current and start date. end_date must be later than start_date.');
   });
 
   it('lets an ended lease be renamed only', () => {
     const ended = { ...lease(), status: 'TERMINATED' as const };
     expect(applyLeaseUpdate(ended, { name: 'renamed' }, NOW).name).toBe('renamed');
-    expect(failure(() => applyLeaseUpdate(ended, { end: NOW + 9 * HOUR }, NOW))).toBe('InvalidLease: lease rules is TERMINATED: only its name can change');
+    expect(failure(() => applyLeaseUpdate(ended, { end: NOW + 9 * HOUR }, NOW))).toBe('InvalidLease: Terminated leases can only be renamed. Lease rules is TERMINATED.');
   });
 
   it('runs the before-end action again when an extension moves it into the future', () => {
@@ -72,6 +76,6 @@ describe("Blazar's lease rules", () => {
   it('drops a user-set before_end that new dates exclude, and refuses one given outside them', () => {
     const withBeforeEnd = lease({ beforeEnd: NOW + 4 * HOUR });
     expect(applyLeaseUpdate(withBeforeEnd, { end: NOW + 3 * HOUR }, NOW).beforeEndMs).toBeUndefined();
-    expect(failure(() => applyLeaseUpdate(withBeforeEnd, { beforeEnd: NOW + 6 * HOUR }, NOW))).toBe('InvalidLease: before_end_date must be between start_date and end_date');
+    expect(failure(() => applyLeaseUpdate(withBeforeEnd, { beforeEnd: NOW + 6 * HOUR }, NOW))).toBe('InvalidLease: Datetime is out of lease limits. before_end_date must be between start_date and end_date.');
   });
 });

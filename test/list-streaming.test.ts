@@ -156,9 +156,18 @@ describe('lists without limit are streamed', () => {
     expect(res.body).toEqual({ error_code: 503, error_message: 'the database is unavailable: try again shortly', error_name: 503 });
   });
 
-  it('streams the host allocations grouped by host, as the per-host answers show them', async () => {
+  it('streams the host allocations grouped by host, as the per-host answers show them, with every host for an admin as Blazar lists them', async () => {
     const hosts: string[] = [];
-    for (let h = 0; h < 3; h++) hosts.push(await insertHost(stack().db.pool, { name: `stream-host-${h}` }));
+    // Hosts with no booking before, between and after the booked ones; the last 1 000 in a row fill more than one part of the answer.
+    const unbooked = async (prefix: string, count: number) => {
+      for (let i = 0; i < count; i += 50) await Promise.all(Array.from({ length: Math.min(50, count - i) }, (_, j) => insertHost(stack().db.pool, { name: `${prefix}-${i + j}` })));
+    };
+    await unbooked('idle-before', 2);
+    for (let h = 0; h < 3; h++) {
+      hosts.push(await insertHost(stack().db.pool, { name: `stream-host-${h}` }));
+      if (h === 0) await unbooked('idle-between', 2);
+    }
+    await unbooked('idle-after', 1_000);
     // 3 × 700 bookings: batches end in the middle of a host.
     await stack().db.pool.query(
       `INSERT INTO host_allocations (host_id, reservation_id, lease_id, project_id, during, blocks, booking_key)
@@ -173,13 +182,25 @@ describe('lists without limit are streamed', () => {
     const { allocations } = (await res.json()) as { allocations: Array<{ resource_id: string; reservations: unknown[] }> };
     expect(queries.seen.length).toBeGreaterThanOrEqual(3);
     queries.restore();
-    const perHost = await Promise.all(hosts.map(async (id) => (await asAdmin('GET', `/v1/os-hosts/${id}/allocation`)).body.allocation));
-    expect(allocations).toEqual(perHost);
-    expect(allocations.map((a) => a.reservations.length)).toEqual([700, 700, 700]);
+    const perHost = new Map(await Promise.all(hosts.map(async (id) => [id, (await asAdmin('GET', `/v1/os-hosts/${id}/allocation`)).body.allocation] as const)));
+    const everyHost: Array<{ id: string; hypervisor_hostname: string }> = (await asAdmin('GET', '/v1/os-hosts')).body.hosts;
+    expect(everyHost).toHaveLength(1_007);
+    const unfiltered = everyHost.map((h) => perHost.get(h.id) ?? { resource_id: h.id, hypervisor_hostname: h.hypervisor_hostname, reservations: [] });
+    expect(allocations).toEqual(unfiltered);
+    expect(allocations.filter((a) => hosts.includes(a.resource_id)).map((a) => a.reservations.length)).toEqual([700, 700, 700]);
+    // Unknown parameters are ignored, as Blazar does.
+    expect((await asAdmin('GET', '/v1/os-hosts/allocations?detail=true&x=y')).body).toEqual({ allocations: unfiltered });
 
-    // A member sees its own project's bookings only; none at all is an empty list.
+    // Filtered by lease or reservation: still every host, as Blazar's; only the matching booking is shown.
+    const one = perHost.get(hosts[1]).reservations[350];
+    const onlyThatBooking = everyHost.map((h) => ({ resource_id: h.id, hypervisor_hostname: h.hypervisor_hostname, reservations: h.id === hosts[1] ? [one] : [] }));
+    expect((await asAdmin('GET', `/v1/os-hosts/allocations?lease_id=${one.lease_id}`)).body).toEqual({ allocations: onlyThatBooking });
+    expect((await asAdmin('GET', `/v1/os-hosts/allocations?reservation_id=${one.id}`)).body).toEqual({ allocations: onlyThatBooking });
+    expect((await asAdmin('GET', `/v1/os-hosts/allocations?lease_id=${randomUUID()}`)).body).toEqual({ allocations: onlyThatBooking.map((a) => ({ ...a, reservations: [] })) });
+
+    // A member sees its own project's bookings only, and only the hosts holding them; none at all is an empty list.
     const own = (await asMember('GET', '/v1/os-hosts/allocations')).body.allocations;
-    expect(own.map((a: { reservations: unknown[] }) => a.reservations.length)).toEqual([100, 100, 100]);
+    expect(own.map((a: { resource_id: string; reservations: unknown[] }) => [a.resource_id, a.reservations.length])).toEqual(hosts.map((id) => [id, 100]));
     expect((await apiClient(stack().url, { 'x-project-id': 'project-c' })('GET', '/v1/os-hosts/allocations')).body).toEqual({ allocations: [] });
   });
 });

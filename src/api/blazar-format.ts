@@ -1,7 +1,7 @@
 /**
  * Blazar's wire formats, exactly: request dates `"now"` or `"YYYY-MM-DD HH:MM"` (UTC), response
  * dates `"YYYY-MM-DDTHH:MM:SS.ffffff"` (python-blazarclient parses exactly this) and
- * `created_at`/`updated_at` as `"YYYY-MM-DD HH:MM:SS"`.
+ * `created_at`/`updated_at` as `"YYYY-MM-DD HH:MM:SS"` (`updated_at` null until a change, as Blazar's).
  */
 import type { Lease, Reservation } from '../domain/lease';
 
@@ -48,6 +48,11 @@ function toBlazarReservation(lease: Lease, reservation: Reservation) {
   };
 }
 
+/** Blazar's `updated_at`: null until the lease changes after its creation (version 1 is the lease as admitted). */
+function updatedAt(lease: Lease): string | null {
+  return lease.version <= 1 ? null : formatTimestamp(lease.updatedMs);
+}
+
 /** The lease as Blazar's API shows it (plus `status_reason` when something failed). */
 export function toBlazarLease(lease: Lease) {
   return {
@@ -70,9 +75,9 @@ export function toBlazarLease(lease: Lease) {
       time: formatLeaseDate(e.time),
       status: e.status,
       created_at: formatTimestamp(lease.createdMs),
-      updated_at: formatTimestamp(lease.updatedMs),
+      updated_at: updatedAt(lease),
     })),
     created_at: formatTimestamp(lease.createdMs),
-    updated_at: formatTimestamp(lease.updatedMs),
+    updated_at: updatedAt(lease),
   };
 }

@@ -1,11 +1,12 @@
 /**
  * Blazar's host allocations: `GET /v1/os-hosts/allocations` and `GET /v1/os-hosts/{id}/allocation`.
- * Admins see every booking; others see their own project's (Blazar shows these to admins only).
+ * Admins see every booking, and in the list every host (Blazar's answer); others see their own project's
+ * bookings and only the hosts holding them (Blazar shows these to admins only).
  */
 import { Router } from 'express';
 import { z } from 'zod';
 import { allocationBatches, listAllocations, type AllocationEntry } from '../db/host-allocations';
-import { hostExists, isHostId } from '../db/hosts';
+import { hostExists, isHostId, listHosts, type HostRecord } from '../db/hosts';
 import type { Pool } from '../db/pool';
 import { identityOf } from './auth';
 import { formatLeaseDate } from './blazar-format';
@@ -13,7 +14,8 @@ import { ApiError } from './errors';
 import { sendJsonParts } from './json-stream';
 import { describeIssues, requestDate } from './lease-schemas';
 
-const allocationQuery = z.strictObject({
+/** Unknown parameters are dropped, as Blazar does. */
+const allocationQuery = z.object({
   lease_id: z.uuid({ error: 'expected a lease id' }).optional(),
   reservation_id: z.uuid({ error: 'expected a reservation id' }).optional(),
   from: requestDate.optional(),
@@ -36,16 +38,46 @@ function byHost(entries: AllocationEntry[]) {
   return [...hosts.values()];
 }
 
-/** The same shape, `{"allocations":[…]}`, written batch by batch: the bookings come ordered by host, so a host's entry closes when the next begins. */
-async function* byHostParts(batches: AsyncIterable<AllocationEntry[]>): AsyncGenerator<string> {
+/** A host the list shows even with no booking (`reservations: []`). */
+type ListedHost = Pick<HostRecord, 'id' | 'hypervisor_hostname'>;
+
+/** Whether host id `a` comes before `b` in PostgreSQL's order of host ids (bigints, here as text). */
+const hostIdBefore = (a: string, b: string) => BigInt(a) < BigInt(b);
+
+/** JSON held before it is written when hosts without bookings come in a row (no batch ends them): ~800 hosts. */
+const PART_CHARS = 64 * 1024;
+
+/**
+ * The same shape, `{"allocations":[…]}`, written batch by batch: the bookings come ordered by host, so a host's entry
+ * closes when the next begins. The `listed` hosts (ordered by id) without a booking are merged in by id, as entries with no reservations.
+ */
+async function* byHostParts(batches: AsyncIterable<AllocationEntry[]>, listed: readonly ListedHost[]): AsyncGenerator<string> {
   let text = '{"allocations":[';
-  let host: string | undefined;
+  let hostsBegun = 0;
+  let nextListed = 0; // the first of `listed` not written yet
+  let open: string | undefined; // the host whose reservations are being written
+  const beginHost = (id: string, hypervisorHostname: string) => {
+    text += `${hostsBegun++ > 0 ? ',' : ''}${JSON.stringify({ resource_id: id, hypervisor_hostname: hypervisorHostname }).slice(0, -1)},"reservations":[`;
+  };
+  /** Writes the listed hosts before `hostId` (every one left: undefined), which have no booking, and passes over `hostId` itself. */
+  function* unbookedBefore(hostId?: string): Generator<string> {
+    for (; nextListed < listed.length && (hostId === undefined || hostIdBefore(listed[nextListed].id, hostId)); nextListed++) {
+      beginHost(listed[nextListed].id, listed[nextListed].hypervisor_hostname);
+      text += ']}';
+      if (text.length >= PART_CHARS) {
+        yield text;
+        text = '';
+      }
+    }
+    if (hostId !== undefined && listed[nextListed]?.id === hostId) nextListed++;
+  }
   for await (const batch of batches) {
     for (const e of batch) {
-      if (e.host_id !== host) {
-        if (host !== undefined) text += ']},';
-        text += `${JSON.stringify({ resource_id: e.host_id, hypervisor_hostname: e.hypervisor_hostname }).slice(0, -1)},"reservations":[`;
-        host = e.host_id;
+      if (e.host_id !== open) {
+        if (open !== undefined) text += ']}';
+        yield* unbookedBefore(e.host_id);
+        beginHost(e.host_id, e.hypervisor_hostname);
+        open = e.host_id;
       } else {
         text += ',';
       }
@@ -54,7 +86,9 @@ async function* byHostParts(batches: AsyncIterable<AllocationEntry[]>): AsyncGen
     yield text;
     text = '';
   }
-  yield `${text}${host === undefined ? '' : ']}'}]}`;
+  if (open !== undefined) text += ']}';
+  yield* unbookedBefore();
+  yield `${text}]}`;
 }
 
 export function hostAllocationsRouter(deps: { pool: Pool }): Router {
@@ -66,8 +100,11 @@ export function hostAllocationsRouter(deps: { pool: Pool }): Router {
     const identity = identityOf(res);
     const q = parsed.data;
     const filter = { leaseId: q.lease_id, reservationId: q.reservation_id, from: q.from, to: q.to, projectId: identity.isAdmin ? undefined : identity.projectId };
+    // As Blazar's, an admin's list has every host, whatever the filter, those with no matching booking with `reservations: []`
+    // (the inventory is in memory, as for GET /os-hosts). Others see only the hosts of their own bookings: the inventory is the admins'.
+    const listed = identity.isAdmin ? await listHosts(deps.pool) : [];
     // Every booking of the cloud for an admin: streamed, memory one batch.
-    await sendJsonParts(res, byHostParts(allocationBatches(deps.pool, filter, LIST_BATCH_SIZE)));
+    await sendJsonParts(res, byHostParts(allocationBatches(deps.pool, filter, LIST_BATCH_SIZE), listed));
   });
 
   router.get('/os-hosts/:id/allocation', async (req, res) => {

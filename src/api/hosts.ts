@@ -16,13 +16,24 @@ function requireAdmin(res: Response, action: string): void {
   if (!identityOf(res).isAdmin) throw new ApiError(403, `Policy doesn't allow blazar:oshosts:${action} to be performed.`);
 }
 
+/**
+ * Nova's and Blazar's `hypervisor_version` is an integer; our hosts table keeps it as text. Text
+ * that is no safe integer (never written from Nova; an imported or hand-made row) is shown as it
+ * is rather than lost; none stays null.
+ */
+function hypervisorVersion(text: string | null): number | string | null {
+  if (text === null || !/^-?\d+$/.test(text)) return text;
+  const version = Number(text);
+  return Number.isSafeInteger(version) ? version : text;
+}
+
 export function toBlazarHost(host: HostRecord) {
   return {
     ...host.capabilities,
     id: host.id,
     hypervisor_hostname: host.hypervisor_hostname,
     hypervisor_type: host.hypervisor_type,
-    hypervisor_version: host.hypervisor_version,
+    hypervisor_version: hypervisorVersion(host.hypervisor_version),
     service_name: host.service_name,
     vcpus: host.vcpus,
     memory_mb: host.memory_mb,
@@ -30,6 +41,8 @@ export function toBlazarHost(host: HostRecord) {
     cpu_info: host.cpu_info,
     availability_zone: host.availability_zone,
     reservable: host.reservable,
+    // Blazar's computehosts.status: a column nothing in Blazar writes (its monitor changes `reservable`), so always null there too.
+    status: null,
     released_at: host.released_at ? formatTimestamp(host.released_at.getTime()) : null,
     released_by_lease: host.released_by_lease,
     trust_id: null,
@@ -38,7 +51,8 @@ export function toBlazarHost(host: HostRecord) {
   };
 }
 
-const enrolBody = z.looseObject({ name: z.string({ error: 'name: expected the hypervisor hostname' }).min(1, 'name: must not be empty') });
+// The path is added by describeIssues; an absent name falls through to "Missing parameter name".
+const enrolBody = z.looseObject({ name: z.string({ error: (issue) => (issue.input === undefined ? undefined : 'expected the hypervisor hostname') }).min(1, 'must not be empty') });
 const truthy = (value: unknown) => typeof value === 'string' && ['1', 'true', 'yes'].includes(value.toLowerCase());
 
 export function hostsRouter(deps: { pool: Pool; inventory: () => HostInventory }): Router {

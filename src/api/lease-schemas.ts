@@ -8,38 +8,59 @@ import type { ResourceTypes } from '../domain/resource-plugin';
 import { parseRequestDate } from './blazar-format';
 
 const DATE_HINT = 'expected "YYYY-MM-DD HH:MM" (UTC)';
+const DATE_OR_NOW_HINT = 'expected "now" or "YYYY-MM-DD HH:MM" (UTC)';
 
-/** A request date ("YYYY-MM-DD HH:MM", UTC) as epoch ms; the one parser for bodies and query strings. */
-export const requestDate = z.string({ error: DATE_HINT }).transform((text, ctx) => {
-  const ms = parseRequestDate(text);
-  if (ms === undefined) {
-    ctx.addIssue({ code: 'custom', message: `${DATE_HINT}, got ${JSON.stringify(text)}` });
-    return z.NEVER;
-  }
-  return ms;
+/** Marks an absent required field; describeIssues turns it into Blazar's "Missing parameter <field>". */
+const MISSING = 'missing';
+
+/** A field's own wording for a wrong value; an absent one falls through to the wording below. */
+const unlessMissing = (message: string) => (issue: { input?: unknown }) => (issue.input === undefined ? undefined : message);
+
+const KINDS: Record<string, string> = { array: 'a list', object: 'an object', string: 'a string', number: 'a number', boolean: 'true or false' };
+
+// Our wording wherever a schema gives none, so that no library text reaches a caller.
+z.config({
+  customError: (issue) => {
+    if (issue.input === undefined) return MISSING;
+    if (issue.code === 'invalid_type') return `expected ${KINDS[issue.expected] ?? issue.expected}`;
+    return undefined;
+  },
 });
 
-const requestDateOrNow = z.union([z.literal('now'), requestDate], { error: `expected "now" or "YYYY-MM-DD HH:MM" (UTC)` });
+/** Blazar's words for a malformed date, then ours. */
+function dateOf(text: string, hint: string, ctx: z.RefinementCtx): number {
+  const ms = parseRequestDate(text);
+  if (ms === undefined) ctx.addIssue({ code: 'custom', message: hint, params: { blazar: `${text} is an invalid date. Required format: %Y-%m-%d %H:%M` } });
+  return ms ?? z.NEVER;
+}
 
-const leaseName = z.string({ error: 'expected a string' }).trim().min(1, 'must not be empty').max(80, 'must be at most 80 characters');
+/** A request date ("YYYY-MM-DD HH:MM", UTC) as epoch ms; the one parser for bodies and query strings. */
+export const requestDate = z.string({ error: unlessMissing(DATE_HINT) }).transform((text, ctx) => dateOf(text, DATE_HINT, ctx));
+
+const requestDateOrNow = z
+  .string({ error: unlessMissing(DATE_OR_NOW_HINT) })
+  .transform((text, ctx): number | 'now' => (text === 'now' ? 'now' : dateOf(text, DATE_OR_NOW_HINT, ctx)));
+
+const leaseName = z.string({ error: unlessMissing('expected a string') }).trim().min(1, 'must not be empty').max(80, 'must be at most 80 characters');
 
 /** A reservation's parameters are checked by its resource type's own schema. */
 function reservationSchema(types: ResourceTypes) {
   const supported = [...types.keys()].sort();
-  return z.looseObject({ resource_type: z.string({ error: 'expected a resource type' }) }).transform((raw, ctx) => {
+  return z.looseObject({ resource_type: z.string({ error: unlessMissing('expected a resource type') }) }, { error: unlessMissing('expected an object') }).transform((raw, ctx) => {
     const { resource_type: resourceType, ...params } = raw;
     const type = types.get(resourceType);
     if (!type) {
       ctx.addIssue({
         code: 'custom',
         path: ['resource_type'],
-        message: `unsupported resource type ${JSON.stringify(resourceType)} (supported: ${supported.length ? supported.join(', ') : 'none in this deployment'})`,
+        message: `supported: ${supported.length ? supported.join(', ') : 'none in this deployment'}`,
+        params: { blazar: `The ${resourceType} resource type is not supported` },
       });
       return z.NEVER;
     }
     const parsed = type.paramsSchema.safeParse(params);
     if (!parsed.success) {
-      for (const issue of parsed.error.issues) ctx.addIssue({ code: 'custom', path: issue.path, message: issue.message });
+      for (const issue of parsed.error.issues) ctx.addIssue({ code: 'custom', path: issue.path, message: issue.message, params: issue.code === 'custom' ? issue.params : undefined });
       return z.NEVER;
     }
     return { resource_type: resourceType, params: parsed.data };
@@ -75,7 +96,8 @@ export const updateLeaseSchema = z
   })
   .refine((body) => Object.keys(body).length > 0, { message: 'nothing to update: give name, start_date, end_date, before_end_date or reservations' });
 
-export const listLeasesQuery = z.strictObject({
+/** Unknown parameters (`?detail=true`) are dropped, as Blazar does; their values were still checked by the input check. */
+export const listLeasesQuery = z.object({
   limit: z.coerce.number({ error: 'expected a number' }).int('expected a whole number').min(1).max(1000).optional(),
   marker: z.uuid({ error: 'expected the id of a lease' }).optional(),
   status: z.enum(LEASE_STATUSES, { error: `expected one of ${LEASE_STATUSES.join(', ')}` }).optional(),
@@ -86,10 +108,16 @@ export const listLeasesQuery = z.strictObject({
   to: requestDate.optional(),
 }).refine((q) => q.from === undefined || q.to === undefined || q.from <= q.to, { path: ['to'], message: 'must not be earlier than from' });
 
-/** The first problem, as "field: what is wrong", for Blazar's error body. */
+/**
+ * The first problem for Blazar's error body: Blazar's own sentence where it has one for the case
+ * ("Missing parameter end_date", "x is an invalid date. …"), then ours as "field: what is wrong".
+ */
 export function describeIssues(error: z.ZodError, prefix = ''): string {
   const issue = error.issues[0];
   const path = issue.path.reduce<string>((text, part) => (typeof part === 'number' ? `${text}[${part}]` : text ? `${text}.${String(part)}` : String(part)), prefix);
   if (issue.code === 'unrecognized_keys') return `${path ? `${path}: ` : ''}unknown field(s) ${issue.keys.map((k) => JSON.stringify(k)).join(', ')}`;
-  return path ? `${path}: ${issue.message}` : issue.message;
+  if (issue.message === MISSING) return `Missing parameter ${path || 'body'}`;
+  const ours = path ? `${path}: ${issue.message}` : issue.message;
+  const blazar: unknown = issue.code === 'custom' ? issue.params?.blazar : undefined;
+  return typeof blazar === 'string' ? `${blazar}. ${ours}` : ours;
 }

@@ -35,10 +35,10 @@ function bodyOf(req: Request): unknown {
   return req.body;
 }
 
-/** Others' leases do not exist for a non-admin (404, not 403: ids are not confirmed). */
+/** Others' leases do not exist for a non-admin (404, not 403: ids are not confirmed). Blazar's wording. */
 async function visibleLease(pool: Pool, identity: Identity, id: string): Promise<Lease> {
   const lease = UUID.test(id) ? await findLease(pool, id.toLowerCase()) : undefined;
-  if (!lease || (!identity.isAdmin && lease.projectId !== identity.projectId)) throw new ApiError(404, `Lease ${id} not found`);
+  if (!lease || (!identity.isAdmin && lease.projectId !== identity.projectId)) throw new ApiError(404, `Object with {'lease_id': '${id}'} not found`);
   return lease;
 }
 
@@ -182,7 +182,7 @@ export function leasesRouter(deps: { pool: Pool; types: ResourceTypes; commands:
 function changedReservation(lease: Lease, change: { id: string } & Record<string, unknown>, index: number, types: ResourceTypes) {
   const { id, ...fields } = change;
   const reservation = lease.reservations.find((r) => r.id === id);
-  if (!reservation) throw new ApiError(400, `reservations[${index}].id: lease ${lease.name} has no reservation ${id}`);
+  if (!reservation) throw new ApiError(400, `Please enter valid reservation IDs. Invalid reservation IDs are: ${id}. reservations[${index}].id: lease ${lease.name} has no such reservation.`);
   delete fields.resource_type; // a reservation keeps its type
   const type = types.get(reservation.resource_type);
   if (!type) throw new ApiError(400, `reservations[${index}]: resource type ${reservation.resource_type} is not supported by this deployment`);

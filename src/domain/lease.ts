@@ -117,7 +117,7 @@ export interface NewLeaseRequest {
   name: string;
   projectId: string;
   userId: string;
-  /** 'now' means the time the request arrived (`requestedMs`). */
+  /** 'now' means the minute the request arrived in (`requestedMs`), as Blazar truncates it. */
   start: number | 'now';
   end: number;
   beforeEnd?: number;
@@ -136,15 +136,18 @@ function startOfMinute(ms: number): number {
   return ms - (ms % MINUTE_MS);
 }
 
+// Blazar's sentences first (its clients and tests read them), then ours.
+const START_IN_PAST = 'Start date must be later than current date. start_date must be "now" or a later date.';
+const END_BEFORE_NOW_OR_START = 'End date must be later than current and start date.';
+const BEFORE_END_OUTSIDE = 'Datetime is out of lease limits. before_end_date must be between start_date and end_date.';
+
 /** Builds a PENDING lease from a create request, enforcing Blazar's date rules. */
 export function newLease(request: NewLeaseRequest): Lease {
   const now = request.requestedMs;
-  const startMs = request.start === 'now' ? now : request.start;
-  if (startMs < startOfMinute(now)) throw invalidLease('start_date must be "now" or later than the current date');
-  if (request.end <= startMs) throw invalidLease('end_date must be later than start_date');
-  if (request.beforeEnd !== undefined && (request.beforeEnd < startMs || request.beforeEnd > request.end)) {
-    throw invalidLease('before_end_date must be between start_date and end_date');
-  }
+  const startMs = request.start === 'now' ? startOfMinute(now) : request.start;
+  if (startMs < startOfMinute(now)) throw invalidLease(START_IN_PAST);
+  if (request.end <= startMs) throw invalidLease('End date must be later than start date.');
+  if (request.beforeEnd !== undefined && (request.beforeEnd < startMs || request.beforeEnd > request.end)) throw invalidLease(BEFORE_END_OUTSIDE);
   const lease: Lease = {
     id: request.id,
     name: request.name,
@@ -163,6 +166,15 @@ export function newLease(request: NewLeaseRequest): Lease {
   };
   lease.events = EVENT_TYPES.map((type) => ({ id: `${request.id}:${type}`, event_type: type, time: 0, status: 'UNDONE' }));
   return withEventTimes(lease);
+}
+
+/**
+ * Where a lease's resources are booked from: its start, or the moment it was asked for if it is
+ * dated earlier. A "now" lease is dated from the start of the minute, as Blazar's; the part of
+ * the minute already gone cannot be used, and a lease that ended in it may still hold the resources.
+ */
+export function bookingStartMs(lease: Pick<Lease, 'startMs' | 'createdMs'>): number {
+  return Math.max(lease.startMs, lease.createdMs);
 }
 
 /** Keeps the due times of the events that have not run in step with the lease's dates. */
@@ -206,7 +218,7 @@ export function hasEnded(status: LeaseStatus): boolean {
 export function applyLeaseUpdate(lease: Lease, update: LeaseUpdateRequest, nowMs: number): Lease {
   const changesDates = update.start !== undefined || update.end !== undefined || update.beforeEnd !== undefined;
   if (hasEnded(lease.status) && (changesDates || update.reservations?.length)) {
-    throw invalidLease(`lease ${lease.name} is ${lease.status}: only its name can change`);
+    throw invalidLease(`Terminated leases can only be renamed. Lease ${lease.name} is ${lease.status}.`);
   }
   if (update.name !== undefined && update.name.trim() === '') throw invalidLease('name must not be empty');
 
@@ -214,8 +226,8 @@ export function applyLeaseUpdate(lease: Lease, update: LeaseUpdateRequest, nowMs
   if (update.start !== undefined) {
     const requested = update.start === 'now' ? nowMs : update.start;
     if (requested !== lease.startMs) {
-      if (lease.status !== 'PENDING') throw invalidLease('the start date of a lease that has started cannot change');
-      if (requested < startOfMinute(nowMs)) throw invalidLease('start_date must be "now" or later than the current date');
+      if (lease.status !== 'PENDING') throw invalidLease(`Cannot modify the start date of already started leases. Lease ${lease.name} is ${lease.status}.`);
+      if (requested < startOfMinute(nowMs)) throw invalidLease(START_IN_PAST);
       startMs = Math.max(requested, nowMs);
     }
   }
@@ -227,22 +239,22 @@ export function applyLeaseUpdate(lease: Lease, update: LeaseUpdateRequest, nowMs
       if (update.end === 'now' && lease.status === 'PENDING') {
         throw invalidLease('end_date "now" ends an active lease early; to drop a pending lease, delete it');
       }
-      if (requested < startOfMinute(nowMs)) throw invalidLease('end_date must be "now" or later than the current date');
+      if (requested < startOfMinute(nowMs)) throw invalidLease(`${END_BEFORE_NOW_OR_START} end_date must be "now" or a later date.`);
       endMs = Math.max(requested, nowMs);
     }
   }
-  if (endMs <= startMs) throw invalidLease('end_date must be later than start_date');
+  if (endMs <= startMs) throw invalidLease(`${END_BEFORE_NOW_OR_START} end_date must be later than start_date.`);
 
   let beforeEndMs = lease.beforeEndMs;
   if (update.beforeEnd !== undefined) beforeEndMs = update.beforeEnd;
   if (beforeEndMs !== undefined && (beforeEndMs < startMs || beforeEndMs > endMs)) {
-    if (update.beforeEnd !== undefined) throw invalidLease('before_end_date must be between start_date and end_date');
+    if (update.beforeEnd !== undefined) throw invalidLease(BEFORE_END_OUTSIDE);
     beforeEndMs = undefined; // a user-set before-end that the new dates exclude falls back to the default
   }
 
   const changes = new Map((update.reservations ?? []).map((change) => [change.id, change.params]));
   for (const id of changes.keys()) {
-    if (!lease.reservations.some((r) => r.id === id)) throw invalidLease(`lease ${lease.name} has no reservation ${id}`);
+    if (!lease.reservations.some((r) => r.id === id)) throw invalidLease(`Please enter valid reservation IDs. Invalid reservation IDs are: ${id}. Lease ${lease.name} has no such reservation.`);
   }
   const reservations = lease.reservations.map((r) => (changes.has(r.id) ? { ...r, params: changes.get(r.id)! } : r));
 

@@ -44,10 +44,10 @@ describe('hosts and host leases with the OpenStack rig', () => {
 
   it('refuses an unknown hypervisor (404) and a host that runs servers (409)', async () => {
     const unknown = await api('POST', '/v1/os-hosts', { name: 'no-such-host' });
-    expect(unknown).toMatchObject({ status: 404, body: { error_message: 'no hypervisor named no-such-host in Nova' } });
+    expect(unknown).toMatchObject({ status: 404, body: { error_message: "Host 'no-such-host' not found! Nova has no hypervisor of that name." } });
     // Nova refuses such a pattern (400): the name is looked for in the whole list (the fuzzer found a 502 here).
     const oddName = await api('POST', '/v1/os-hosts', { name: 'Q7w>pt' });
-    expect(oddName).toMatchObject({ status: 404, body: { error_code: 404, error_message: 'no hypervisor named Q7w>pt in Nova' } });
+    expect(oddName).toMatchObject({ status: 404, body: { error_code: 404, error_message: "Host 'Q7w>pt' not found! Nova has no hypervisor of that name." } });
 
     const flavor = (await admin.nova.listFlavors()).find((f) => f.name === FLAVOR)!;
     const image = (await admin.glance.listImages({ name: IMAGE }))[0];
@@ -56,7 +56,7 @@ describe('hosts and host leases with the OpenStack rig', () => {
       await admin.nova.waitForServer(server.id, (s) => s.status === 'ACTIVE', { timeoutMs: 60_000 });
       const busy = await api('POST', '/v1/os-hosts', { name: 'fake-3' });
       expect(busy.status).toBe(409);
-      expect(busy.body.error_message).toBe('host fake-3 runs 1 server(s): only an empty host can be made reservable');
+      expect(busy.body.error_message).toMatch(/^Servers \[[0-9a-f-]{36}\] found for host fake-3\. Only an empty host can be made reservable\.$/);
     } finally {
       await admin.nova.deleteServer(server.id);
       await admin.nova.waitForServerDeleted(server.id, { timeoutMs: 60_000 });
@@ -77,6 +77,11 @@ describe('hosts and host leases with the OpenStack rig', () => {
     expect((await api('POST', '/v1/os-hosts', { name: 'fake-1', ['x'.repeat(65)]: 'v' })).status).toBe(400);
     const properties = await api('GET', '/v1/os-hosts/properties?detail=True');
     expect(properties.body.resource_properties).toEqual([{ property: 'rack', private: false, values: ['10', '9'] }]);
+    // Blazar's host JSON: Nova's hypervisor_version, an integer, and `status` (null: Blazar never sets it).
+    const versions = new Map((await admin.nova.listHypervisors()).map((h) => [h.hypervisor_hostname, h.hypervisor_version]));
+    const hosts = (await api('GET', '/v1/os-hosts')).body.hosts as Array<{ hypervisor_hostname: string; hypervisor_version: unknown; status: unknown }>;
+    expect(hosts.map((h) => [h.hypervisor_hostname, h.hypervisor_version, h.status])).toEqual(HOSTS.map((name) => [name, versions.get(name), null]));
+    expect(typeof hosts[0].hypervisor_version).toBe('number');
   });
 
   it('leases hosts with blazarclient, shows the bookings, and answers 409 with the earliest start when all are taken', async () => {
@@ -90,7 +95,7 @@ describe('hosts and host leases with the OpenStack rig', () => {
       expect(stdout).toMatch(/Created a new lease/);
     }
     const allocations = await api('GET', '/v1/os-hosts/allocations');
-    expect(allocations.body.allocations.map((a: { hypervisor_hostname: string }) => a.hypervisor_hostname).sort()).toEqual(HOSTS);
+    expect(allocations.body.allocations.map((a: { hypervisor_hostname: string; reservations: unknown[] }) => [a.hypervisor_hostname, a.reservations.length]).sort()).toEqual(HOSTS.map((h) => [h, 1]));
 
     const fourth = await blazar(
       'lease-create', '--physical-reservation', 'min=1,max=1,hypervisor_properties=[">=", "$vcpus", "2"],resource_properties=',

@@ -7,15 +7,17 @@ export interface TestHost {
   vcpus?: number;
   memory_mb?: number;
   local_gb?: number;
+  /** As the hosts table keeps it: text (none when absent). */
+  hypervisor_version?: string;
   capabilities?: Record<string, string>;
 }
 
 /** Puts a host straight into the inventory (the os-hosts API does this after asking Nova). */
 export async function insertHost(pool: Pool, host: TestHost): Promise<string> {
   const { rows } = await pool.query<{ id: string }>(
-    `INSERT INTO hosts (hypervisor_hostname, nova_hypervisor_id, hypervisor_type, vcpus, memory_mb, local_gb)
-     VALUES ($1, $1, 'fake', $2, $3, $4) RETURNING id::text`,
-    [host.name, host.vcpus ?? 8, host.memory_mb ?? 16_384, host.local_gb ?? 100],
+    `INSERT INTO hosts (hypervisor_hostname, nova_hypervisor_id, hypervisor_type, vcpus, memory_mb, local_gb, hypervisor_version)
+     VALUES ($1, $1, 'fake', $2, $3, $4, $5) RETURNING id::text`,
+    [host.name, host.vcpus ?? 8, host.memory_mb ?? 16_384, host.local_gb ?? 100, host.hypervisor_version ?? null],
   );
   for (const [name, value] of Object.entries(host.capabilities ?? {})) {
     await pool.query('INSERT INTO host_capabilities (host_id, name, value) VALUES ($1, $2, $3)', [rows[0].id, name, value]);

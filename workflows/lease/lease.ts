@@ -30,6 +30,7 @@ import {
 import {
   applyLeaseUpdate,
   assertSettled,
+  bookingStartMs,
   hasEnded,
   leaseConflict,
   LeaseErrorType,
@@ -530,7 +531,7 @@ function context(lease: Lease, reservation: Reservation): ReservationContext {
     leaseStatus: lease.status,
     reservation,
     leaseReservations: lease.reservations,
-    startMs: lease.startMs,
+    startMs: bookingStartMs(lease),
     endMs: lease.endMs,
     provisioningLeadMs: lease.provisioningLeadMs ?? 0,
   };

@@ -227,7 +227,7 @@ export class HostCalendar {
     const held = new Set(existing.map((row) => row.host_id));
     const free = new Set([...freeHosts(calendar, from, ctx.endMs)].filter((id) => !held.has(id)));
     const extra = assignHosts(wants, free, preferenceOrder(calendar, Date.now()));
-    if (!extra) throw leaseConflict(`not enough free hosts to grow lease ${ctx.leaseName} now: ${wants.map((w) => `${w.min} more for reservation ${w.reservationId}`).join(', ')}`);
+    if (!extra) throw leaseConflict(`Not enough hosts available. Not enough free hosts to grow lease ${ctx.leaseName} now: ${wants.map((w) => `${w.min} more for reservation ${w.reservationId}`).join(', ')}`);
     await this.insert(client, ctx, extra, from, key, 0);
   }
 
@@ -263,7 +263,7 @@ export class HostCalendar {
     const request = this.request(tooMany, hosts);
     const matching = hosts.filter((h) => request.matches(h.id)).length;
     throw leaseConflict(
-      `it never fits: reservation ${tooMany.id} needs at least ${request.min} host(s) (${matching} match its properties); only ${hosts.length} reservable host(s) are enrolled.`,
+      `Not enough hosts available. It never fits: reservation ${tooMany.id} needs at least ${request.min} host(s) (${matching} match its properties); only ${hosts.length} reservable host(s) are enrolled.`,
       NEVER_FITS,
     );
   }
@@ -308,7 +308,7 @@ export class HostCalendar {
       .join('; ');
     return shortage(
       ctx,
-      [`not enough hosts free from ${when(ctx.startMs)} to ${when(ctx.endMs)}: needs ${short}`],
+      [`Not enough hosts available. Not enough hosts free from ${when(ctx.startMs)} to ${when(ctx.endMs)}: needs ${short}`],
       fitSearch(requests, future, ctx.startMs, ctx.endMs - ctx.startMs),
       releasing ? 'it never fits: on_end "release" needs hosts with nothing booked after its start' : 'it never fits: not enough hosts match',
     );

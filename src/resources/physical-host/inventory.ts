@@ -34,7 +34,7 @@ function notFound(message: string): ApplicationFailure {
 export function checkCapabilities(capabilities: Record<string, unknown>): Record<string, string> {
   const result: Record<string, string> = {};
   for (const [name, value] of Object.entries(capabilities)) {
-    if (name.length === 0 || name.length > MAX_CAPABILITY_NAME) throw invalidLease(`capability names must be 1 to ${MAX_CAPABILITY_NAME} characters: ${JSON.stringify(name.slice(0, 80))}`);
+    if (name.length === 0 || name.length > MAX_CAPABILITY_NAME) throw invalidLease(`Extra capability key too long. Capability names must be 1 to ${MAX_CAPABILITY_NAME} characters: ${JSON.stringify(name.slice(0, 80))}.`);
     if (typeof value !== 'string' && typeof value !== 'number' && typeof value !== 'boolean') {
       throw invalidLease(`capability ${name}: expected a string value`);
     }
@@ -69,9 +69,9 @@ export class HostInventory {
     const filter = NOVA_HOSTNAME_PATTERN.test(name) ? { hypervisor_hostname_pattern: name } : {};
     const candidates = (await ignoreNotFound(this.nova.listHypervisors({ ...filter, with_servers: true }))) ?? [];
     const hypervisor = candidates.find((h) => h.hypervisor_hostname === name || h.service.host === name);
-    if (!hypervisor) throw notFound(`no hypervisor named ${name} in Nova`);
+    if (!hypervisor) throw notFound(`Host '${name}' not found! Nova has no hypervisor of that name.`);
     if ((hypervisor.servers?.length ?? 0) > 0) {
-      throw leaseConflict(`host ${name} runs ${hypervisor.servers!.length} server(s): only an empty host can be made reservable`);
+      throw leaseConflict(`Servers [${hypervisor.servers!.map((server) => server.uuid).join(', ')}] found for host ${name}. Only an empty host can be made reservable.`);
     }
     const known = await findHostByHypervisor(this.pool, hypervisor.hypervisor_hostname);
     if (known && !known.released) throw leaseConflict(`host ${hypervisor.hypervisor_hostname} is already reservable`);
@@ -122,7 +122,7 @@ export class HostInventory {
 
   async get(id: string): Promise<HostRecord> {
     const host = isHostId(id) ? (await listHosts(this.pool, { id }))[0] : undefined;
-    if (!host) throw notFound(`Host ${id} not found`);
+    if (!host) throw notFound(`Object with {'host_id': '${id}'} not found`);
     return host;
   }
 
@@ -149,7 +149,7 @@ export class HostInventory {
     const host = await this.get(id);
     const live = await this.liveReservations(id);
     if (live.length > 0) {
-      throw leaseConflict(`host ${host.hypervisor_hostname} is booked now or later by ${live.map((l) => `lease ${l.lease.name} (${l.lease.id})`).join(', ')}: end or move those leases first`);
+      throw leaseConflict(`Can't delete host ${id}. The host is reserved. Host ${host.hypervisor_hostname} is booked now or later by ${live.map((l) => `lease ${l.lease.name} (${l.lease.id})`).join(', ')}: end or move those leases first.`);
     }
     await removeHost(this.nova, await findAggregate(this.nova, this.settings.freepoolAggregate), host.service_name ?? host.hypervisor_hostname);
     // Past bookings stay in history only as long as the host does.

@@ -7,7 +7,8 @@ export type EndPolicy = (typeof END_POLICIES)[number];
 const MAX_GRACE_SECONDS = 30 * 86_400;
 
 const count = z
-  .union([z.number(), z.string().regex(/^\s*\d+\s*$/, 'expected a whole number')], { error: 'expected a whole number' })
+  // An absent count is left to the API's wording (Blazar's "Missing parameter").
+  .union([z.number(), z.string().regex(/^\s*\d+\s*$/, 'expected a whole number')], { error: (issue) => (issue.input === undefined ? undefined : 'expected a whole number') })
   .transform(Number)
   .pipe(z.number().int('expected a whole number').min(1, 'must be at least 1').max(10_000, 'must be at most 10000'));
 
@@ -36,7 +37,11 @@ export const physicalHostParams = z
       .pipe(z.number().int('expected a whole number of seconds').min(0).max(MAX_GRACE_SECONDS, `must be at most ${MAX_GRACE_SECONDS} (30 days)`))
       .nullish(),
   })
-  .refine((p) => p.min <= p.max, { message: 'min must not be greater than max', path: ['min'] })
+  .refine((p) => p.min <= p.max, {
+    message: 'must not be greater than max',
+    path: ['min'],
+    params: { blazar: 'Invalid values for min/max of hosts. Max must be equal to or larger than min' },
+  })
   .refine((p) => p.recycle_grace_seconds === null || p.recycle_grace_seconds === undefined || p.on_end === 'recycle' || p.on_end === 'default', {
     message: 'recycle_grace_seconds applies only to on_end "recycle"',
     path: ['recycle_grace_seconds'],
