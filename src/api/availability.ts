@@ -19,7 +19,7 @@ import { identityOf } from './auth';
 import { formatLeaseDate } from './blazar-format';
 import { ApiError } from './errors';
 import { propertyQueryParam } from '../resources/shared/params';
-import { createLeaseSchema, describeIssues, requestDate } from './lease-schemas';
+import { createLeaseSchema, describeIssues, requestDate, requestWording } from './lease-schemas';
 import { hostPropertyQueries, refusePrivateProperties } from './private-properties';
 
 const availabilityQuery = z.strictObject({
@@ -35,7 +35,7 @@ export function availabilityRouter(deps: { calendar: HostCalendar; types: Resour
   const leaseBody = createLeaseSchema(deps.types, deps.maxReservationsPerLease);
 
   router.get('/availability', async (req, res) => {
-    const parsed = availabilityQuery.safeParse(req.query);
+    const parsed = availabilityQuery.safeParse(req.query, { error: requestWording });
     if (!parsed.success) throw new ApiError(400, describeIssues(parsed.error));
     const { start, end, ...queries } = parsed.data;
     if (end <= start) throw new ApiError(400, 'end must be later than start');
@@ -55,7 +55,7 @@ export function availabilityRouter(deps: { calendar: HostCalendar; types: Resour
   });
 
   router.post('/availability/search', async (req, res) => {
-    const parsed = leaseBody.safeParse({ name: 'search', ...(req.body as object) });
+    const parsed = leaseBody.safeParse({ name: 'search', ...(req.body as object) }, { error: requestWording });
     if (!parsed.success) throw new ApiError(400, describeIssues(parsed.error));
     const body = parsed.data;
     const start = body.start_date === 'now' ? Date.now() : body.start_date;

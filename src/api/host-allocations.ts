@@ -12,7 +12,7 @@ import { identityOf } from './auth';
 import { formatLeaseDate } from './blazar-format';
 import { ApiError } from './errors';
 import { sendJsonParts } from './json-stream';
-import { describeIssues, requestDate } from './lease-schemas';
+import { describeIssues, requestDate, requestWording } from './lease-schemas';
 
 /** Unknown parameters are dropped, as Blazar does. */
 const allocationQuery = z.object({
@@ -95,7 +95,7 @@ export function hostAllocationsRouter(deps: { pool: Pool }): Router {
   const router = Router();
 
   router.get('/os-hosts/allocations', async (req, res) => {
-    const parsed = allocationQuery.safeParse(req.query);
+    const parsed = allocationQuery.safeParse(req.query, { error: requestWording });
     if (!parsed.success) throw new ApiError(400, describeIssues(parsed.error));
     const identity = identityOf(res);
     const q = parsed.data;

@@ -10,7 +10,7 @@ import type { HostInventory } from '../resources/physical-host/inventory';
 import { identityOf } from './auth';
 import { formatTimestamp } from './blazar-format';
 import { ApiError } from './errors';
-import { describeIssues } from './lease-schemas';
+import { describeIssues, requestWording } from './lease-schemas';
 
 function requireAdmin(res: Response, action: string): void {
   if (!identityOf(res).isAdmin) throw new ApiError(403, `Policy doesn't allow blazar:oshosts:${action} to be performed.`);
@@ -67,7 +67,7 @@ export function hostsRouter(deps: { pool: Pool; inventory: () => HostInventory }
 
   router.patch('/os-hosts/properties/:name', async (req, res) => {
     requireAdmin(res, 'update_resource_properties');
-    const parsed = z.strictObject({ private: z.boolean({ error: 'expected true or false' }) }).safeParse(req.body);
+    const parsed = z.strictObject({ private: z.boolean({ error: 'expected true or false' }) }).safeParse(req.body, { error: requestWording });
     if (!parsed.success) throw new ApiError(400, describeIssues(parsed.error));
     if (!(await capabilityExists(deps.pool, req.params.name))) throw new ApiError(404, `Resource property ${req.params.name} not found`);
     await setCapabilityPrivate(deps.pool, req.params.name, parsed.data.private);
@@ -81,7 +81,7 @@ export function hostsRouter(deps: { pool: Pool; inventory: () => HostInventory }
 
   router.post('/os-hosts', async (req, res) => {
     requireAdmin(res, 'post');
-    const parsed = enrolBody.safeParse(req.body);
+    const parsed = enrolBody.safeParse(req.body, { error: requestWording });
     if (!parsed.success) throw new ApiError(400, describeIssues(parsed.error));
     const { name, ...capabilities } = parsed.data;
     res.status(201).json({ host: toBlazarHost(await deps.inventory().enrol(name, capabilities)) });

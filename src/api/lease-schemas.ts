@@ -18,14 +18,16 @@ const unlessMissing = (message: string) => (issue: { input?: unknown }) => (issu
 
 const KINDS: Record<string, string> = { array: 'a list', object: 'an object', string: 'a string', number: 'a number', boolean: 'true or false' };
 
-// Our wording wherever a schema gives none, so that no library text reaches a caller.
-z.config({
-  customError: (issue) => {
-    if (issue.input === undefined) return MISSING;
-    if (issue.code === 'invalid_type') return `expected ${KINDS[issue.expected] ?? issue.expected}`;
-    return undefined;
-  },
-});
+/**
+ * Our wording wherever a schema gives none, so that no library text reaches a caller. Given to
+ * every parse of a request (`{ error: requestWording }`), not set globally: other modules' schemas
+ * (configuration, clouds.yaml) keep their own words.
+ */
+export const requestWording = (issue: { input?: unknown; code?: string; expected?: string }): string | undefined => {
+  if (issue.input === undefined) return MISSING;
+  if (issue.code === 'invalid_type' && issue.expected) return `expected ${KINDS[issue.expected] ?? issue.expected}`;
+  return undefined;
+};
 
 /** Blazar's words for a malformed date, then ours. */
 function dateOf(text: string, hint: string, ctx: z.RefinementCtx): number {
@@ -58,7 +60,7 @@ function reservationSchema(types: ResourceTypes) {
       });
       return z.NEVER;
     }
-    const parsed = type.paramsSchema.safeParse(params);
+    const parsed = type.paramsSchema.safeParse(params, { error: requestWording });
     if (!parsed.success) {
       for (const issue of parsed.error.issues) ctx.addIssue({ code: 'custom', path: issue.path, message: issue.message, params: issue.code === 'custom' ? issue.params : undefined });
       return z.NEVER;

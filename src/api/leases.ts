@@ -14,7 +14,7 @@ import { toBlazarLease } from './blazar-format';
 import { ApiError } from './errors';
 import { jsonArrayParts, sendJsonParts } from './json-stream';
 import { changeLease, createLease, idempotentLeaseId, removeLease, requestHash, type LeaseCommandOptions } from './lease-commands';
-import { createLeaseSchema, describeIssues, listLeasesQuery, updateLeaseSchema } from './lease-schemas';
+import { createLeaseSchema, describeIssues, listLeasesQuery, requestWording, updateLeaseSchema } from './lease-schemas';
 import { hostPropertyQueries, refusePrivateProperties } from './private-properties';
 
 /** Leases per query of a list without `limit` (~1 KB of JSON each). */
@@ -23,7 +23,7 @@ const LIST_BATCH_SIZE = 250;
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
 function parse<S extends z.ZodType>(schema: S, input: unknown, prefix = ''): z.output<S> {
-  const result = schema.safeParse(input);
+  const result = schema.safeParse(input, { error: requestWording });
   if (!result.success) throw new ApiError(400, describeIssues(result.error, prefix));
   return result.data;
 }
