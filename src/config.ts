@@ -82,9 +82,7 @@ const envSchema = z.object({
   // its filter_tenant_id (no real project by default, so no ordinary server lands there).
   LK_FREEPOOL_AGGREGATE: z.string().min(1).max(255).default('freepool'),
   LK_FREEPOOL_PROJECT_ID: z.string().min(1).default('leasekeeper-freepool'),
-  // Hosts ending under `recycle` wait here (no new server lands: the pool's filter_tenant_id) for their
-  // last servers; hosts ending under `release` go here, open to everyone and flagged for the operator.
-  LK_RECYCLING_AGGREGATE: z.string().min(1).max(255).default('leasekeeper-recycling'),
+  // Hosts ending under `release` go here, open to everyone and flagged for the operator.
   LK_RELEASED_AGGREGATE: z.string().min(1).max(255).default('leasekeeper-released'),
 
   // Server reservations (`virtual:server`): what the start does when on-demand servers took the
@@ -158,7 +156,6 @@ function toConfig(env: z.infer<typeof envSchema>) {
     inventory: {
       freepoolAggregate: env.LK_FREEPOOL_AGGREGATE,
       freepoolProjectId: env.LK_FREEPOOL_PROJECT_ID,
-      recyclingAggregate: env.LK_RECYCLING_AGGREGATE,
       releasedAggregate: env.LK_RELEASED_AGGREGATE,
     },
     healthTimeoutMs: env.LK_HEALTH_TIMEOUT_MS,

@@ -34,7 +34,7 @@ describe('calendar limits: one request cannot stop the service', () => {
   it('allows 50 reservations and refuses 51, on create and on search', async () => {
     const fifty = await api('POST', '/v1/availability/search', { ...window, reservations: Array.from({ length: 50 }, () => ({ ...one, min: 0 })) });
     expect(fifty.status).toBe(400); // min 0 is refused by the host schema: the cap let it through to the reservations' own checks
-    expect(fifty.body.error_message).toBe('reservations[0].min: must be at least 1');
+    expect(fifty.body.error_message).toBe('Malformed parameter min and max (must be greater than or equal to 1). reservations[0].min: must be at least 1');
     const fiftyOk = await api('POST', '/v1/availability/search', { ...window, reservations: [one, ...Array.from({ length: 49 }, () => hostReservation({ hypervisor_properties: '["==", "$hypervisor_hostname", "nowhere"]' }))] });
     expect(fiftyOk.status).toBe(200);
     expect(fiftyOk.body.earliest).toBeNull();

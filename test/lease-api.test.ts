@@ -57,6 +57,17 @@ describe('Blazar v1 lease API: validation, policy, paging, idempotency', () => {
     expect((await asA('POST', '/v1/leases', [1, 2])).body.error_message).toBe('expected a JSON object body (Content-Type: application/json)');
   });
 
+  it("gives events UUIDs as Blazar does, one per event, the same on every read", async () => {
+    const created = (await asA('POST', '/v1/leases', { name: 'event-ids', ...later() })).body.lease;
+    const ids = created.events.map((e: { id: string }) => e.id);
+    expect(ids).toHaveLength(3);
+    for (const id of ids) expect(id).toMatch(/^[0-9a-f]{8}-[0-9a-f]{4}-5[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/);
+    expect(new Set(ids).size).toBe(3);
+    expect((await asA('GET', `/v1/leases/${created.id}`)).body.lease.events.map((e: { id: string }) => e.id)).toEqual(ids);
+    const listed = (await asA('GET', '/v1/leases')).body.leases.find((l: { id: string }) => l.id === created.id);
+    expect(listed.events.map((e: { id: string }) => e.id)).toEqual(ids);
+  });
+
   it('keeps lease names unique per project', async () => {
     expect((await asA('POST', '/v1/leases', { name: 'unique', ...later() })).status).toBe(201);
     const again = await asA('POST', '/v1/leases', { name: 'unique', ...later() });

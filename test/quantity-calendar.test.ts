@@ -88,7 +88,7 @@ describe('quantity calendar', () => {
     const extended = await calendar.book({ ...active, leaseStatus: 'ACTIVE', endMs: T0 + 3 * H }, vcpus(6));
     expect(extended.providerUuid).toBe(held.providerUuid);
     const refused = await conflict(calendar.book({ ...active, leaseStatus: 'ACTIVE', endMs: T0 + 4 * H }, vcpus(6)));
-    expect(refused.message).toContain('cannot extend lease l to 2099-06-01 04:00: host node-1 has no room for 6 vcpus after that; the latest possible end is 2099-06-01 03:00');
+    expect(refused.message).toContain('Not enough hosts available. Cannot extend lease l to 2099-06-01 04:00: host node-1 has no room for 6 vcpus after that; the latest possible end is 2099-06-01 03:00');
     expect(refused.details).toEqual([{ latest_end: '2099-06-01 03:00' }]);
   });
 

@@ -58,7 +58,8 @@ export function availabilityRouter(deps: { calendar: HostCalendar; types: Resour
     const parsed = leaseBody.safeParse({ name: 'search', ...(req.body as object) }, { error: requestWording });
     if (!parsed.success) throw new ApiError(400, describeIssues(parsed.error));
     const body = parsed.data;
-    const start = body.start_date === 'now' ? Date.now() : body.start_date;
+    // "now" as a create takes it (Blazar's): the current minute, so that the answer is what the create would book.
+    const start = body.start_date === 'now' ? wholeMinuteDown(Date.now()) : body.start_date;
     if (body.end_date <= start) throw new ApiError(400, 'end_date must be later than start_date');
     await refusePrivateProperties(deps.pool, identityOf(res), hostPropertyQueries(body.reservations ?? []));
     const reservations: Reservation[] = (body.reservations ?? []).map((r, i) => ({ id: `search-${i}`, resource_type: r.resource_type, status: 'pending', params: r.params }));

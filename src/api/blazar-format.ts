@@ -3,6 +3,7 @@
  * dates `"YYYY-MM-DDTHH:MM:SS.ffffff"` (python-blazarclient parses exactly this) and
  * `created_at`/`updated_at` as `"YYYY-MM-DD HH:MM:SS"` (`updated_at` null until a change, as Blazar's).
  */
+import { createHash } from 'node:crypto';
 import type { Lease, Reservation } from '../domain/lease';
 
 const REQUEST_DATE = /^(\d{4})-(\d{2})-(\d{2})[ T](\d{2}):(\d{2})(?::(\d{2})(?:\.(\d{1,6}))?)?Z?$/;
@@ -69,7 +70,7 @@ export function toBlazarLease(lease: Lease) {
     trust_id: null,
     reservations: lease.reservations.map((r) => toBlazarReservation(lease, r)),
     events: lease.events.map((e) => ({
-      id: e.id,
+      id: eventUuid(lease.id, e.event_type),
       lease_id: lease.id,
       event_type: e.event_type,
       time: formatLeaseDate(e.time),
@@ -80,4 +81,18 @@ export function toBlazarLease(lease: Lease) {
     created_at: formatTimestamp(lease.createdMs),
     updated_at: updatedAt(lease),
   };
+}
+
+/**
+ * An event's id as Blazar shows it, a UUID: derived from the lease and the event type (a name-based
+ * UUID, version 5's layout), so it is the same on every read and needs no storage.
+ */
+export function eventUuid(leaseId: string, eventType: string): string {
+  return uuidShaped(createHash('sha1').update(`${leaseId}:${eventType}`).digest('hex'), 5);
+}
+
+/** A hash (hex, at least 32 digits) laid out as a UUID of the given version, so that clients matching UUIDs accept it. */
+export function uuidShaped(hex: string, version: 4 | 5): string {
+  const variant = ((parseInt(hex[16], 16) & 3) | 8).toString(16);
+  return `${hex.slice(0, 8)}-${hex.slice(8, 12)}-${version}${hex.slice(13, 16)}-${variant}${hex.slice(17, 20)}-${hex.slice(20, 32)}`;
 }

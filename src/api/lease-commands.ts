@@ -19,6 +19,7 @@ import { leaseResourceTypes, newLease, type Lease, type LeaseUpdateRequest, type
 import { markdownText } from '../domain/markdown';
 import { LeaseEndKey, LeaseStartKey, LeaseStatusKey, ProjectIdKey, ResourceTypesKey } from '../domain/search-attributes';
 import { admitLease, deleteLease, leaseWorkflowId, leaseWorkflowType, staticSummary, updateLease, type LeaseWorkflow } from '../../workflows/lease/messages';
+import { uuidShaped } from './blazar-format';
 import { ApiError, STATUS_BY_FAILURE_TYPE } from './errors';
 
 export interface LeaseCommandOptions {
@@ -38,9 +39,7 @@ export function requestHash(projectId: string, body: unknown): string {
  * workflow; another user of the project using the same key gets a lease of their own.
  */
 export function idempotentLeaseId(projectId: string, userId: string, key: string): string {
-  const hex = createHash('sha256').update(JSON.stringify([projectId, userId, key])).digest('hex');
-  // Shaped as a version-4-like UUID so that clients matching UUIDs accept it.
-  return `${hex.slice(0, 8)}-${hex.slice(8, 12)}-4${hex.slice(13, 16)}-${((parseInt(hex[16], 16) & 3) | 8).toString(16)}${hex.slice(17, 20)}-${hex.slice(20, 32)}`;
+  return uuidShaped(createHash('sha256').update(JSON.stringify([projectId, userId, key])).digest('hex'), 4);
 }
 
 /** gRPC statuses with which Temporal refuses a request as such: INVALID_ARGUMENT, FAILED_PRECONDITION, OUT_OF_RANGE. */
@@ -57,9 +56,7 @@ function toApiError(err: unknown, timeoutMs: number): ApiError {
   }
   if (err instanceof WorkflowNotFoundError) return new ApiError(404, 'Lease not found');
   if (err instanceof WorkflowExecutionAlreadyStartedError) return new ApiError(409, 'a lease with this id already exists');
-  if (err instanceof WorkflowUpdateRPCTimeoutOrCancelledError || isGrpcDeadlineError(err)) {
-    return new ApiError(503, `the lease workflow did not answer within ${timeoutMs / 1000} s: is a leasekeeper worker running, and is the database up?`);
-  }
+  if (isPastDeadline(err)) return noAnswerInTime(timeoutMs);
   if (isGrpcServiceError(err)) {
     // The server refused the request itself (a payload or search attribute over its limits): not an outage.
     if (GRPC_REFUSED_REQUEST.has(err.code)) {
@@ -70,12 +67,37 @@ function toApiError(err: unknown, timeoutMs: number): ApiError {
   throw err;
 }
 
+/** The workflow did not answer within the REST call's deadline. */
+export const noAnswerInTime = (timeoutMs: number) =>
+  new ApiError(503, `the lease workflow did not answer within ${timeoutMs / 1000} s: is a leasekeeper worker running, and is the database up?`);
+
+const isPastDeadline = (err: unknown) => err instanceof WorkflowUpdateRPCTimeoutOrCancelledError || isGrpcDeadlineError(err);
+
 async function withDeadline<T>(options: LeaseCommandOptions, fn: () => Promise<T>): Promise<T> {
   try {
     return await options.client.connection.withDeadline(Date.now() + options.timeoutMs, fn);
   } catch (err) {
     throw toApiError(err, options.timeoutMs);
   }
+}
+
+/**
+ * What a lease workflow is started with besides its input: the Web UI's summary and details
+ * (`origin`: how the lease came, e.g. "created by user …"), and the search attributes that lists
+ * and the Web UI filter on until its first transition sets them again.
+ */
+export function leaseWorkflowLabels(lease: Lease, origin: string) {
+  return {
+    staticSummary: staticSummary(lease),
+    staticDetails: `Lease ${lease.id} of project ${markdownText(lease.projectId)}, ${origin}.`,
+    typedSearchAttributes: new TypedSearchAttributes([
+      { key: LeaseStatusKey, value: lease.status },
+      { key: ProjectIdKey, value: lease.projectId },
+      { key: LeaseStartKey, value: new Date(lease.startMs) },
+      { key: LeaseEndKey, value: new Date(lease.endMs) },
+      { key: ResourceTypesKey, value: leaseResourceTypes(lease) },
+    ]),
+  };
 }
 
 /** Starts the lease's workflow and admits the lease in one call; answers with the admitted lease. */
@@ -86,15 +108,7 @@ export async function createLease(options: LeaseCommandOptions, request: NewLeas
     taskQueue: options.taskQueue,
     args: [{ request, requestHash: hash }],
     workflowIdConflictPolicy: idempotent ? 'USE_EXISTING' : 'FAIL',
-    staticSummary: staticSummary(draft),
-    staticDetails: `Lease ${draft.id} of project ${markdownText(draft.projectId)}, created by user ${markdownText(draft.userId)}.`,
-    typedSearchAttributes: new TypedSearchAttributes([
-      { key: LeaseStatusKey, value: draft.status },
-      { key: ProjectIdKey, value: draft.projectId },
-      { key: LeaseStartKey, value: new Date(draft.startMs) },
-      { key: LeaseEndKey, value: new Date(draft.endMs) },
-      { key: ResourceTypesKey, value: leaseResourceTypes(draft) },
-    ]),
+    ...leaseWorkflowLabels(draft, `created by user ${markdownText(draft.userId)}`),
   });
   return withDeadline(options, () =>
     options.client.workflow.executeUpdateWithStart(admitLease, {
@@ -110,6 +124,17 @@ export async function changeLease(options: LeaseCommandOptions, leaseId: string,
   return withDeadline(options, () => options.client.workflow.getHandle(leaseWorkflowId(leaseId)).executeUpdate(updateLease, { args: [update] }));
 }
 
-export async function removeLease(options: LeaseCommandOptions, leaseId: string): Promise<Lease> {
-  return withDeadline(options, () => options.client.workflow.getHandle(leaseWorkflowId(leaseId)).executeUpdate(deleteLease));
+/**
+ * Deletes the lease and waits until it is gone (its bookings freed, its row removed), as Blazar's
+ * delete is synchronous. `past-deadline`: no answer in time, which the caller tells apart by the
+ * lease's row (a cleanup still running in a slow cloud, or no worker at all).
+ */
+export async function removeLease(options: LeaseCommandOptions, leaseId: string): Promise<'gone' | 'past-deadline'> {
+  try {
+    await options.client.connection.withDeadline(Date.now() + options.timeoutMs, () => options.client.workflow.getHandle(leaseWorkflowId(leaseId)).executeUpdate(deleteLease));
+    return 'gone';
+  } catch (err) {
+    if (isPastDeadline(err)) return 'past-deadline';
+    throw toApiError(err, options.timeoutMs);
+  }
 }

@@ -13,7 +13,7 @@ import { identityOf, type Identity } from './auth';
 import { toBlazarLease } from './blazar-format';
 import { ApiError } from './errors';
 import { jsonArrayParts, sendJsonParts } from './json-stream';
-import { changeLease, createLease, idempotentLeaseId, removeLease, requestHash, type LeaseCommandOptions } from './lease-commands';
+import { changeLease, createLease, idempotentLeaseId, noAnswerInTime, removeLease, requestHash, type LeaseCommandOptions } from './lease-commands';
 import { createLeaseSchema, describeIssues, listLeasesQuery, requestWording, updateLeaseSchema } from './lease-schemas';
 import { hostPropertyQueries, refusePrivateProperties } from './private-properties';
 
@@ -171,7 +171,16 @@ export function leasesRouter(deps: { pool: Pool; types: ResourceTypes; commands:
 
   router.delete('/leases/:id', async (req, res) => {
     const current = await visibleLease(pool, identityOf(res), req.params.id);
-    await removeLease(commands, current.id);
+    if ((await removeLease(commands, current.id)) === 'past-deadline') {
+      const now = await findLease(pool, current.id);
+      // The cleanup of an active lease outlasts the deadline (a slow cloud): accepted, still shown as
+      // DELETING until its hosts are back, so that nobody wonders why they are still held.
+      if (now?.status === 'DELETING') {
+        res.status(202).json({ lease: toBlazarLease(now) });
+        return;
+      }
+      if (now) throw noAnswerInTime(commands.timeoutMs);
+    }
     res.status(204).end();
   });
 

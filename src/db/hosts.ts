@@ -82,17 +82,23 @@ export type NewHost = Pick<
   'hypervisor_hostname' | 'nova_hypervisor_id' | 'hypervisor_type' | 'hypervisor_version' | 'service_name' | 'vcpus' | 'memory_mb' | 'local_gb' | 'cpu_info' | 'availability_zone'
 >;
 
-/** Adds a reservable host with its capabilities, in one transaction; answers its id. */
-export async function insertHost(pool: Pool, host: NewHost, capabilities: Record<string, string>): Promise<string> {
+/**
+ * Adds a reservable host with its capabilities, in one transaction; answers its id. `id`: the id it
+ * must have (a host brought from Blazar keeps its id; it must pass `isHostId` and be free), the
+ * id sequence moved past it.
+ */
+export async function insertHost(pool: Pool, host: NewHost, capabilities: Record<string, string>, id?: string): Promise<string> {
   return inTransaction(pool, async (client) => {
     const { rows } = await client.query<{ id: string }>(
-      `INSERT INTO hosts (hypervisor_hostname, nova_hypervisor_id, hypervisor_type, hypervisor_version, service_name, vcpus, memory_mb, local_gb, cpu_info, availability_zone)
-       VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING id::text`,
+      `INSERT INTO hosts (id, hypervisor_hostname, nova_hypervisor_id, hypervisor_type, hypervisor_version, service_name, vcpus, memory_mb, local_gb, cpu_info, availability_zone)
+       VALUES (COALESCE($11::bigint, nextval(pg_get_serial_sequence('hosts', 'id'))), $1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING id::text`,
       [
         host.hypervisor_hostname, host.nova_hypervisor_id, host.hypervisor_type, host.hypervisor_version, host.service_name,
-        host.vcpus, host.memory_mb, host.local_gb, host.cpu_info, host.availability_zone,
+        host.vcpus, host.memory_mb, host.local_gb, host.cpu_info, host.availability_zone, id ?? null,
       ],
     );
+    // Past the given id, never back (nextval spends one number: a gap, not a reused id).
+    if (id !== undefined) await client.query(`SELECT setval(pg_get_serial_sequence('hosts', 'id'), GREATEST($1::bigint, nextval(pg_get_serial_sequence('hosts', 'id'))))`, [id]);
     for (const [key, value] of Object.entries(capabilities)) {
       await client.query('INSERT INTO host_capabilities (host_id, name, value) VALUES ($1, $2, $3)', [rows[0].id, key, value]);
     }

@@ -26,7 +26,7 @@ function hostDeps({ pool, config, openstack }: ResourceDeps): PhysicalHostDeps {
     settings: { ...hosts, provisioningLeadMs: config.provisioningLeadMs },
     cloud: openstack,
     freepool: inventory.freepoolAggregate,
-    endAggregates: { recycling: inventory.recyclingAggregate, released: inventory.releasedAggregate, closedProjectId: inventory.freepoolProjectId },
+    endAggregates: { released: inventory.releasedAggregate, closedProjectId: inventory.freepoolProjectId },
     notices: notifyUrl ? { url: notifyUrl } : undefined,
   };
 }

@@ -1,22 +1,21 @@
 /**
- * The end policies of a host lease in Nova, with the real scheduler: `recycle` (the host waits in a
- * closed aggregate while the lessee's server runs, returns when it is gone or when the grace period
- * deletes it) and `release` (host and server handed to the shared cloud, no longer reservable;
+ * The end policies of a host lease in Nova, with the real scheduler: `recycle` (the host waits in the
+ * lease's own aggregate, closed, while the lessee's server runs, returns when it is gone or when the
+ * grace period deletes it; the aggregate goes once empty) and `release` (host and server handed to the shared cloud, no longer reservable;
  * enrolling it again once empty makes it reservable).
  */
 import { KeystoneSession, type OpenStackClients, type Server } from '../../src/openstack';
-import { physicalHostPlugin } from '../../src/resources/physical-host';
 import { blazarHostReservation } from '../support/builders';
 import { enrolHost } from '../support/hosts';
-import { apiClient, deleteAllLeases, eventually, inSeconds, useTestStack } from '../support/stack';
-import { bootServer, deleteAggregateNamed, deleteServers, rigClients, rigCredentials, uniqueName } from './support';
+import { apiClient, deleteAllLeases, eventually, inSeconds } from '../support/stack';
+import { bootServer, deleteServers, hostLeaseStack, rigClients, rigCredentials, uniqueName } from './support';
 
 const HOST = 'fake-2';
 
 describe('host lease end policies in Nova', () => {
   const admin = rigClients('leasekeeper-admin');
   const projectA = rigClients('leasekeeper-project-a');
-  const aggregates = { freepool: uniqueName('freepool'), recycling: uniqueName('recycling'), released: uniqueName('released') };
+  const aggregates = { freepool: uniqueName('freepool'), released: uniqueName('released') };
   const servers: Array<{ clients: OpenStackClients; id: string }> = [];
   let asA: ReturnType<typeof apiClient>;
   /** An admin working in project A: only admins may give hosts away (`on_end: release`). */
@@ -27,31 +26,18 @@ describe('host lease end policies in Nova', () => {
   const hostsOf = async (name: string) => (await aggregateNamed(name))?.hosts ?? [];
   const boot = (where: { zone?: string }): Promise<Server> => bootServer(projectA, where, (id) => servers.push({ clients: projectA, id }));
   const statusOf = async (id: string) => (await asA('GET', `/v1/leases/${id}`)).body.lease.status as string;
+  /** Once the end has closed the lease's aggregate with the host still in it: the aggregate. */
+  const closedWithHost = (name: string) =>
+    eventually(async () => {
+      const aggregate = await aggregateNamed(name);
+      return aggregate?.metadata['leasekeeper:pool'] === 'recycling' && aggregate.hosts.includes(HOST) ? aggregate : undefined;
+    }, 60_000);
 
-  const stack = useTestStack(
-    {
-      env: { LK_FREEPOOL_AGGREGATE: aggregates.freepool, LK_RECYCLING_AGGREGATE: aggregates.recycling, LK_RELEASED_AGGREGATE: aggregates.released },
-      withPool: (pool) => [
-        physicalHostPlugin({
-          pool,
-          settings: { cleaningMs: 0, randomChoice: false },
-          cloud: () => admin,
-          freepool: aggregates.freepool,
-          endAggregates: { recycling: aggregates.recycling, released: aggregates.released, closedProjectId: 'leasekeeper-freepool' },
-          recyclePollMs: 1_000,
-        }),
-      ],
-      openstack: () => admin,
-    },
-    {
-      beforeStop: async () => {
-        await deleteAllLeases(api);
-        await deleteServers(servers);
-        if (hostId) await api('DELETE', `/v1/os-hosts/${hostId}`);
-        for (const name of Object.values(aggregates)) await deleteAggregateNamed(admin, name);
-      },
-    },
-  );
+  const stack = hostLeaseStack(admin, aggregates, async () => {
+    await deleteAllLeases(api);
+    await deleteServers(servers);
+    if (hostId) await api('DELETE', `/v1/os-hosts/${hostId}`);
+  });
   const api = apiClient(() => stack().url);
 
   beforeAll(async () => {
@@ -62,7 +48,7 @@ describe('host lease end policies in Nova', () => {
   });
 
   /** A lease of project A on the host, active, with one of A's servers running in its zone. */
-  async function activeLeaseWithServer(params: Record<string, unknown>, caller = asA): Promise<{ id: string; server: Server }> {
+  async function activeLeaseWithServer(params: Record<string, unknown>, caller = asA): Promise<{ id: string; server: Server; aggregate: string; zone: string }> {
     const created = await caller('POST', '/v1/leases', {
       name: uniqueName('policy'),
       start_date: inSeconds(3),
@@ -72,21 +58,24 @@ describe('host lease end policies in Nova', () => {
     expect(created.status).toBe(201);
     const { id } = created.body.lease;
     await eventually(async () => ((await statusOf(id)) === 'ACTIVE' ? true : undefined), 60_000);
-    const server = await boot({ zone: created.body.lease.reservations[0].availability_zone });
+    const { aggregate, availability_zone: zone } = created.body.lease.reservations[0];
+    const server = await boot({ zone });
     expect(server.status).toBe('ACTIVE');
-    return { id, server };
+    return { id, server, aggregate, zone };
   }
 
   it('recycle: the host waits, closed, while the server runs; returns when the lessee deletes it', async () => {
-    const { id, server } = await activeLeaseWithServer({ on_end: 'recycle' });
+    const { id, server, aggregate, zone } = await activeLeaseWithServer({ on_end: 'recycle' });
     expect((await asA('PUT', `/v1/leases/${id}`, { end_date: 'now' })).status).toBe(200);
-    await eventually(async () => ((await hostsOf(aggregates.recycling)).includes(HOST) ? true : undefined), 60_000);
+    const closed = await closedWithHost(aggregate);
+    expect(closed).toMatchObject({ availability_zone: zone, metadata: { filter_tenant_id: 'leasekeeper-freepool', 'blazar:owner': 'leasekeeper' } });
     expect(await statusOf(id)).toBe('TERMINATING');
     expect(await hostsOf(aggregates.freepool)).not.toContain(HOST);
     expect((await admin.nova.getServer(server.id)).status).toBe('ACTIVE'); // the lessee's server keeps running
-    // Nobody can start a new server there: the recycling aggregate names no real project.
+    // Nobody can start a new server there, not even the lessee through its zone: the aggregate names no real project.
     const intruder = await bootServer(admin, { host: HOST }, (sid) => servers.push({ clients: admin, id: sid }));
     expect(intruder.status).toBe('ERROR');
+    expect((await boot({ zone })).status).toBe('ERROR');
     await new Promise((resolve) => setTimeout(resolve, 3_000));
     expect(await statusOf(id)).toBe('TERMINATING'); // still waiting: no grace period
     const metadata = await stack().temporal.client.workflow.getHandle(`lease-${id}`).query<{ currentDetails: string }>('__temporal_workflow_metadata');
@@ -97,20 +86,21 @@ describe('host lease end policies in Nova', () => {
     await eventually(async () => ((await statusOf(id)) === 'TERMINATED' ? true : undefined), 60_000);
     console.log(`recycle: host back in the pool ${Date.now() - deleted} ms after its last server was deleted`);
     expect(await hostsOf(aggregates.freepool)).toContain(HOST);
-    expect(await hostsOf(aggregates.recycling)).not.toContain(HOST);
+    expect(await aggregateNamed(aggregate)).toBeUndefined();
   }, 240_000);
 
   it('recycle with a grace period: what still runs when it expires is deleted, then the host returns', async () => {
-    const { id, server } = await activeLeaseWithServer({ on_end: 'recycle', recycle_grace_seconds: 8 });
+    const { id, server, aggregate } = await activeLeaseWithServer({ on_end: 'recycle', recycle_grace_seconds: 8 });
     const ended = Date.now();
     expect((await asA('PUT', `/v1/leases/${id}`, { end_date: 'now' })).status).toBe(200);
-    await eventually(async () => ((await hostsOf(aggregates.recycling)).includes(HOST) ? true : undefined), 60_000);
+    await closedWithHost(aggregate);
     await eventually(async () => ((await statusOf(id)) === 'TERMINATED' ? true : undefined), 90_000);
     const took = Date.now() - ended;
     console.log(`recycle with 8 s grace: host back in the pool ${took} ms after the end`);
     expect(took).toBeGreaterThanOrEqual(7_000);
     await expect(admin.nova.getServer(server.id)).rejects.toThrow(/not be found|404/i);
     expect(await hostsOf(aggregates.freepool)).toContain(HOST);
+    expect(await aggregateNamed(aggregate)).toBeUndefined();
   }, 240_000);
 
   it('release: host and server go to the shared cloud at once; the host is no longer reservable until enrolled again', async () => {

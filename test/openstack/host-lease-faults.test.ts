@@ -44,7 +44,7 @@ describe('host leases through Nova faults', () => {
         await deleteAllLeases(api);
         for (const id of hostIds) await api('DELETE', `/v1/os-hosts/${id}`);
         for (const aggregate of await admin.nova.listAggregates()) {
-          if (aggregate.name !== freepool && !aggregate.name.startsWith('reservation-')) continue;
+          if (aggregate.name !== freepool && !aggregate.metadata?.['leasekeeper:reservation']) continue;
           if (aggregate.name !== freepool && !aggregate.hosts.some((h) => HOSTS.includes(h))) continue;
           for (const host of aggregate.hosts) await admin.nova.removeHostFromAggregate(aggregate.id, host).catch(() => undefined);
           await admin.nova.deleteAggregate(aggregate.id).catch(() => undefined);

@@ -33,7 +33,6 @@ describe('hosts and host leases with the OpenStack rig', () => {
       beforeStop: async () => {
         const hosts = (await api('GET', '/v1/os-hosts')).body?.hosts ?? [];
         for (const lease of (await api('GET', '/v1/leases')).body?.leases ?? []) await api('DELETE', `/v1/leases/${lease.id}`);
-        await new Promise((resolve) => setTimeout(resolve, 1000));
         for (const host of hosts) await api('DELETE', `/v1/os-hosts/${host.id}`);
         await deleteAggregateNamed(admin, freepool);
       },
@@ -117,5 +116,11 @@ describe('hosts and host leases with the OpenStack rig', () => {
     expect(change.status).toBe(409);
     expect(change.body.error_message).toMatch(/^capability rack of host fake-1 is used by lease rack/);
     expect((await api('DELETE', `/v1/os-hosts/${fake1.id}`)).status).toBe(409);
+
+    // As Blazar's own API tests do: delete the host's leases, then the host at once (a lease delete is synchronous).
+    const held = (await api('GET', `/v1/os-hosts/${fake1.id}/allocation`)).body.allocation.reservations as Array<{ lease_id: string }>;
+    expect(held.length).toBeGreaterThan(0);
+    for (const { lease_id } of held) expect((await api('DELETE', `/v1/leases/${lease_id}`)).status).toBe(204);
+    expect((await api('DELETE', `/v1/os-hosts/${fake1.id}`)).status).toBe(204);
   }, 120_000);
 });

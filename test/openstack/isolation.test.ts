@@ -1,10 +1,11 @@
 /**
  * Lease isolation with the real scheduler, done through our clients: fake-1 in an aggregate set up
- * as leasekeeper does for a lease of project A (AZ `lease-<uuid>`, `filter_tenant_id` and ownership
+ * as leasekeeper does for a lease of project A (named after the reservation, AZ `blazar_<reservation>`, `filter_tenant_id` and ownership
  * metadata). Project A reaches fake-1 through the AZ; project B never lands there and cannot use the AZ.
  */
 import { randomUUID } from 'node:crypto';
 import { ignoreNotFound, type KeystoneSession, type NovaClient, type OpenStackClients, serverHost } from '../../src/openstack';
+import { leaseAggregateFor } from '../../src/resources/physical-host/aggregates';
 import { Cleanup, FLAVOR, IMAGE, providerNamed, rigClients, uniqueName } from './support';
 
 const admin = rigClients('leasekeeper-admin');
@@ -37,10 +38,10 @@ async function deleteAndWait(nova: NovaClient, id: string): Promise<void> {
 }
 
 test('a leased host takes the lessee through its AZ and keeps everyone else out', async () => {
-  const lease = `lease-${randomUUID()}`;
+  const { name, availabilityZone: lease } = leaseAggregateFor(randomUUID());
   const projectAId = (await (projectA.session as KeystoneSession).authenticate()).projectId;
 
-  const aggregate = await admin.nova.createAggregate({ name: lease, availability_zone: lease });
+  const aggregate = await admin.nova.createAggregate({ name, availability_zone: lease });
   cleanup.add(`aggregate ${lease}`, () => admin.nova.deleteAggregate(aggregate.id));
   await admin.nova.addHostToAggregate(aggregate.id, 'fake-1');
   cleanup.add(`fake-1 out of ${lease}`, () => admin.nova.removeHostFromAggregate(aggregate.id, 'fake-1'));

@@ -7,6 +7,8 @@ import fs from 'node:fs';
 import path from 'node:path';
 import YAML from 'yaml';
 import type { ManagedProcess } from '../../scripts/lib/processes';
+import { physicalHostPlugin } from '../../src/resources/physical-host';
+import { useTestStack, type TestStack } from '../support/stack';
 import { startWorkerProcess as startPlainWorkerProcess, type WorkerProcessTarget } from '../support/worker-process';
 import {
   ignoreNotFound,
@@ -166,4 +168,34 @@ export async function startWorkerProcess(stack: WorkerProcessTarget, options: { 
     fs.writeFileSync(cloudsFile, YAML.stringify(clouds), { mode: 0o600 });
   }
   return startPlainWorkerProcess(stack, { OS_CLIENT_CONFIG_FILE: cloudsFile, OS_CLOUD: 'leasekeeper-admin', ...options.env });
+}
+
+/**
+ * A test stack whose host leases act in the rig's Nova, with aggregates of the test's own (pool and
+ * released) and a fast recycle poll; `cleanUp` runs before it stops (leases, servers, hosts), then
+ * the aggregates go.
+ */
+export function hostLeaseStack(admin: OpenStackClients, aggregates: { freepool: string; released: string }, cleanUp: () => Promise<void>): () => TestStack {
+  return useTestStack(
+    {
+      env: { LK_FREEPOOL_AGGREGATE: aggregates.freepool, LK_RELEASED_AGGREGATE: aggregates.released },
+      withPool: (pool) => [
+        physicalHostPlugin({
+          pool,
+          settings: { cleaningMs: 0, randomChoice: false },
+          cloud: () => admin,
+          freepool: aggregates.freepool,
+          endAggregates: { released: aggregates.released, closedProjectId: 'leasekeeper-freepool' },
+          recyclePollMs: 1_000,
+        }),
+      ],
+      openstack: () => admin,
+    },
+    {
+      beforeStop: async () => {
+        await cleanUp();
+        for (const name of Object.values(aggregates)) await deleteAggregateNamed(admin, name);
+      },
+    },
+  );
 }

@@ -67,6 +67,11 @@ const ADMISSION_WAIT_MS = 5 * 60_000;
 const TELL_WAITING_SUCCESSORS = 'tell-waiting-successors-after-record';
 /** Patch: a failed update puts the bookings back once, all of them as they were (before, the ones already moved went back twice). */
 const ONE_ROLLBACK_FOR_UPDATES = 'one-rollback-for-updates';
+/**
+ * Patch: a delete is answered once the lease is gone (its bookings freed, its row removed), as
+ * Blazar's delete is synchronous; before, it was answered as soon as the deletion began.
+ */
+const DELETE_ANSWERED_WHEN_GONE = 'delete-answered-when-gone';
 /** How long to wait for a predecessor's signal before looking at its row again. */
 const PREDECESSOR_RECHECK_MS = 60_000;
 
@@ -78,6 +83,7 @@ export async function leaseWorkflow(input: LeaseWorkflowInput): Promise<LeaseOut
   let rejection: ApplicationFailure | undefined;
   let deletion: 'none' | 'requested' | 'done' = 'none';
   let revision = 0; // bumped by every accepted update: sleeping loops recompute their deadlines
+  let deletesAnswering = 0; // delete updates not yet answered: the workflow ends only after them
   const endedPredecessors = new Set<string>();
   const lock = new Lock(); // one change at a time: transitions, updates and deletes never interleave
 
@@ -179,7 +185,13 @@ export async function leaseWorkflow(input: LeaseWorkflowInput): Promise<LeaseOut
       deleteLease,
       async () => {
         if (deletion === 'none') deletion = 'requested';
-        await condition(() => lease.status === 'DELETING' || deletion === 'done');
+        const untilGone = patched(DELETE_ANSWERED_WHEN_GONE);
+        deletesAnswering++;
+        try {
+          await condition(() => deletion === 'done' || (!untilGone && lease.status === 'DELETING'));
+        } finally {
+          deletesAnswering--;
+        }
         return lease;
       },
       { validator: assertAdmitted },
@@ -312,6 +324,8 @@ export async function leaseWorkflow(input: LeaseWorkflowInput): Promise<LeaseOut
       upsertSearchAttributes([{ key: LeaseStatusKey, value: 'DELETED' }]);
       setCurrentDetails(describeDeleted(Date.now()));
     });
+    // Whoever asked for the delete hears that it is done before the workflow ends.
+    if (patched(DELETE_ANSWERED_WHEN_GONE)) await condition(() => deletesAnswering === 0);
     return { id: lease.id, status: 'DELETED' };
   }
 

@@ -15,7 +15,7 @@ export interface AdmitRequest {
 export const admitLease = defineUpdate<Lease, [AdmitRequest]>('admit');
 /** Blazar's lease update (rename, move dates, end now); validated synchronously before it is accepted. */
 export const updateLease = defineUpdate<Lease, [LeaseUpdateRequest]>('updateLease');
-/** Deletes the lease, running the cleanup its phase needs; returns once the deletion has begun. */
+/** Deletes the lease, running the cleanup its phase needs; returns once the lease is gone (bookings freed, row removed). */
 export const deleteLease = defineUpdate<Lease, []>('deleteLease');
 export const getLease = defineQuery<Lease>('getLease');
 /** From a lease on the same resources that has just ended: this lease may start. */

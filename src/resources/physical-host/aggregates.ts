@@ -2,8 +2,8 @@
  * What a host lease does in Nova, step by step, each step idempotent (keyed by the reservation id):
  * the lease's aggregate (named after the reservation, with an availability zone of its own and
  * the lessee's filter_tenant_id), hosts moved from the reservable pool into it, and at the end one
- * of three policies: `delete` the servers and return the hosts; `recycle` (hosts wait in a closed
- * aggregate until their last server is gone); `release` (hosts and servers handed to the shared
+ * of three policies: `delete` the servers and return the hosts; `recycle` (hosts wait in the lease's
+ * aggregate, closed, until their last server is gone); `release` (hosts and servers handed to the shared
  * cloud, flagged). A host is always added to its new aggregate before it leaves the old one, so it
  * is never in no aggregate (a Blazar bug).
  */
@@ -15,13 +15,31 @@ export interface LeaseAggregate {
   availabilityZone: string;
 }
 
-/** The names leasekeeper gives a reservation's aggregate and zone (shown in the lease JSON). */
+/**
+ * A reservation's aggregate and zone (shown in the lease JSON), named as Blazar names them: the
+ * aggregate after the reservation id (the value of the `reservation` scheduler hint BlazarFilter
+ * matches) and the zone with BlazarFilter's prefix `blazar_` (a host in such a zone takes no server
+ * without the hint). So a deployment that runs BlazarFilter works unchanged, and leases imported
+ * from Blazar are adopted as they are.
+ */
 export function leaseAggregateFor(reservationId: string): LeaseAggregate {
-  return { name: `reservation-${reservationId}`, availabilityZone: `lease-${reservationId}` };
+  return { name: reservationId, availabilityZone: `${BLAZAR_ZONE_PREFIX}${reservationId}` };
 }
+
+/** BlazarFilter's `blazar_az_prefix` (its default): hosts in a zone so named are reserved. */
+export const BLAZAR_ZONE_PREFIX = 'blazar_';
+
+/** The name leasekeeper gave a reservation's aggregate before it took Blazar's layout (leases started then still end in it). */
+const legacyLeaseAggregateName = (reservationId: string) => `reservation-${reservationId}`;
 
 export async function findAggregate(nova: NovaClient, name: string): Promise<Aggregate | undefined> {
   return (await nova.listAggregates()).find((a) => a.name === name);
+}
+
+/** The reservation's aggregate, under its name or the legacy one. */
+export async function findLeaseAggregate(nova: NovaClient, reservationId: string): Promise<Aggregate | undefined> {
+  const names = [leaseAggregateFor(reservationId).name, legacyLeaseAggregateName(reservationId)];
+  return (await nova.listAggregates()).find((a) => names.includes(a.name));
 }
 
 /** The named aggregate with (at least) this metadata, created if missing; safe to run twice at once. */
@@ -36,6 +54,11 @@ export async function ensureAggregate(nova: NovaClient, name: string, metadata: 
       if (!aggregate) throw err;
     }
   }
+  return withMetadata(nova, aggregate, metadata);
+}
+
+/** The aggregate with (at least) this metadata: set only when some of it differs. */
+async function withMetadata(nova: NovaClient, aggregate: Aggregate, metadata: Record<string, string>): Promise<Aggregate> {
   const stale = Object.entries(metadata).some(([key, value]) => aggregate.metadata?.[key] !== value);
   return stale ? nova.setAggregateMetadata(aggregate.id, metadata) : aggregate;
 }
@@ -71,7 +94,9 @@ export interface HostMove {
 
 /** At start: the lease aggregate (created if missing), hosts in, then out of the pool. */
 export async function moveHostsIntoLease(nova: NovaClient, move: HostMove): Promise<LeaseAggregate> {
-  const names = leaseAggregateFor(move.reservationId);
+  // A start begun under the legacy names carries on in the aggregate it made.
+  const existing = await findLeaseAggregate(nova, move.reservationId);
+  const names = existing?.availability_zone ? { name: existing.name, availabilityZone: existing.availability_zone } : leaseAggregateFor(move.reservationId);
   const aggregate = await ensureAggregate(
     nova,
     names.name,
@@ -89,7 +114,7 @@ export async function moveHostsIntoLease(nova: NovaClient, move: HostMove): Prom
 
 /** At the end (or after a start that failed half way): hosts back into the pool, then the lease aggregate removed. */
 export async function returnHostsToPool(nova: NovaClient, move: HostMove): Promise<void> {
-  const aggregate = await findAggregate(nova, leaseAggregateFor(move.reservationId).name);
+  const aggregate = await findLeaseAggregate(nova, move.reservationId);
   // No lease aggregate: nothing of this reservation ever moved (e.g. deleted before its start), and
   // its hosts may be serving another lease right now: leave them alone.
   if (!aggregate) return;
@@ -128,8 +153,6 @@ export const SERVER_DELETE_PASS_MS = 10_000;
 
 /** Where hosts go at the end under `recycle` and `release`. */
 export interface EndAggregates {
-  /** Closed: its filter_tenant_id names no real project, so no new server lands there. */
-  recycling: string;
   /** Open to every project: the shared cloud. Its hosts are no longer reservable. */
   released: string;
   /** The project named in closed aggregates' filter_tenant_id (the pool's). */
@@ -138,7 +161,7 @@ export interface EndAggregates {
 
 /** Moves every host still in the lease aggregate to `target`, then removes the lease aggregate. */
 async function moveOutOfLease(nova: NovaClient, move: HostMove, target: Aggregate): Promise<void> {
-  const aggregate = await findAggregate(nova, leaseAggregateFor(move.reservationId).name);
+  const aggregate = await findLeaseAggregate(nova, move.reservationId);
   if (!aggregate) return;
   for (const host of move.hosts.filter((h) => aggregate.hosts.includes(h))) {
     await addHost(nova, target, host);
@@ -157,42 +180,60 @@ export interface RecycleRequest extends HostMove {
 }
 
 export interface RecycleProgress {
-  /** Hosts still waiting in the recycling aggregate, with how many servers each still runs (`deleting`: being deleted). */
+  /** Hosts still waiting in the closed aggregate, with how many servers each still runs (`deleting`: being deleted). */
   waiting: Array<{ host: string; servers: number; deleteAt?: number; deleting?: boolean }>;
 }
 
+/** The `leasekeeper:pool` metadata value of an aggregate whose hosts wait for their last servers. */
+const RECYCLING = 'recycling';
+
 /**
- * The `recycle` end policy, one pass: hosts leave the lease aggregate for the recycling one (the
- * lessee's servers keep running, nobody can start new ones); each recycling host with no server
- * left, or whose deadline has come (then its servers are deleted), returns to the pool.
+ * The aggregates where this reservation's hosts wait: its own, closed, and — for a recycle begun
+ * before hosts waited in their lease's aggregate — the shared recycling aggregate of old (found by
+ * its metadata, as it may have any name).
+ */
+function recyclingAggregatesOf(aggregates: Aggregate[], own: Aggregate | undefined): Aggregate[] {
+  const legacyShared = aggregates.filter((a) => a.metadata?.['leasekeeper:pool'] === RECYCLING && !a.metadata['leasekeeper:reservation']);
+  return own ? [own, ...legacyShared] : legacyShared;
+}
+
+/**
+ * The `recycle` end policy, one pass. The lease's aggregate is closed where it is (the lessee's
+ * servers keep running and keep their zone, but its filter_tenant_id and `blazar:owner` name no
+ * project, so nobody starts a new server there, by zone or by BlazarFilter's `reservation` hint);
+ * each of its hosts with no server left, or whose deadline has come (then its servers are deleted),
+ * returns to the pool; the aggregate is removed once empty. (The hosts cannot move to a shared
+ * closed aggregate instead: with no `blazar_` zone it would be no pool for BlazarFilter, so hint-less
+ * servers could land there, and a host cannot be in two aggregates of different zones.)
  */
 export async function recycleHosts(nova: NovaClient, request: RecycleRequest): Promise<RecycleProgress> {
-  const recycling = await ensureAggregate(nova, request.aggregates.recycling, {
-    filter_tenant_id: request.aggregates.closedProjectId,
-    'blazar:owner': 'leasekeeper',
-    'leasekeeper:pool': 'recycling',
-  });
-  await moveOutOfLease(nova, request, recycling);
-  const current = (await findAggregate(nova, request.aggregates.recycling)) ?? recycling;
+  const own = await findLeaseAggregate(nova, request.reservationId);
+  if (own) {
+    // (Gone meanwhile: a retried pass that already emptied and removed it.)
+    await ignoreNotFound(withMetadata(nova, own, { filter_tenant_id: request.aggregates.closedProjectId, 'blazar:owner': 'leasekeeper', 'leasekeeper:pool': RECYCLING }));
+  }
   const pool = await findAggregate(nova, request.freepool);
   if (!pool) throw new Error(`the reservable pool aggregate ${request.freepool} is missing`);
   const waiting: RecycleProgress['waiting'] = [];
-  for (const host of request.hosts.filter((h) => current.hosts.includes(h))) {
-    const servers = await nova.listServers({ all_tenants: true, host });
-    const deleteAt = request.deleteServersAt.get(host);
-    if (servers.length > 0 && !request.force && (deleteAt === undefined || Date.now() < deleteAt)) {
-      waiting.push({ host, servers: servers.length, deleteAt });
-      continue;
+  for (const recycling of recyclingAggregatesOf(await nova.listAggregates(), own)) {
+    for (const host of request.hosts.filter((h) => recycling.hosts.includes(h))) {
+      const servers = await nova.listServers({ all_tenants: true, host });
+      const deleteAt = request.deleteServersAt.get(host);
+      if (servers.length > 0 && !request.force && (deleteAt === undefined || Date.now() < deleteAt)) {
+        waiting.push({ host, servers: servers.length, deleteAt });
+        continue;
+      }
+      const left = servers.length > 0 ? await deleteServersOnHosts(nova, [host], SERVER_DELETE_PASS_MS, request.progress) : 0;
+      if (left > 0) {
+        waiting.push({ host, servers: left, deleting: true });
+        continue;
+      }
+      await addHost(nova, pool, host);
+      await removeHost(nova, recycling, host);
+      request.progress({ returned: host });
     }
-    const left = servers.length > 0 ? await deleteServersOnHosts(nova, [host], SERVER_DELETE_PASS_MS, request.progress) : 0;
-    if (left > 0) {
-      waiting.push({ host, servers: left, deleting: true });
-      continue;
-    }
-    await addHost(nova, pool, host);
-    await removeHost(nova, current, host);
-    request.progress({ returned: host });
   }
+  if (own && waiting.length === 0) await ignoreNotFound(nova.deleteAggregate(own.id));
   return { waiting };
 }
 

@@ -159,7 +159,7 @@ export class HostCalendar {
     const hostIds = [...new Set(existing.map((row) => row.host_id))];
     const next = await firstOtherBookingFrom(client, hostIds, ctx.leaseId, Math.min(...existing.map((row) => row.end_ms)));
     const latestEnd = next ? next.next_ms - this.settings.cleaningMs : undefined;
-    throw extensionRefused(ctx, `host ${next?.hypervisor_hostname ?? '?'} is booked from ${next ? when(next.next_ms) : '?'}`, latestEnd);
+    throw extensionRefused(ctx, 'Not enough hosts available.', `host ${next?.hypervisor_hostname ?? '?'} is booked from ${next ? when(next.next_ms) : '?'}`, latestEnd);
   }
 
   /**
@@ -322,6 +322,6 @@ function fitSearch(requests: HostRequest[], future: CalendarSnapshot, start: num
 }
 
 /** Identifies one booking request of a lease: its window and its host reservations' parameters. */
-function hostBookingKey(ctx: ReservationContext, reservations: Reservation[]): string {
+export function hostBookingKey(ctx: Pick<ReservationContext, 'startMs' | 'endMs'>, reservations: Reservation[]): string {
   return bookingKey([ctx.startMs, ctx.endMs, reservations.map((r) => [r.id, r.params])]);
 }

@@ -3,7 +3,7 @@
  * provisioning lead time) to end, moved out of the reservable pool into the lease's own Nova
  * aggregate (its availability zone is what the lessee targets). Before the end: a snapshot of every
  * server, or a notice. At the end, per reservation (`on_end`): `delete` every server and return the
- * hosts; `recycle` — hosts wait in a closed aggregate until their last server is gone (or a grace
+ * hosts; `recycle` — hosts wait in the lease's aggregate, closed, until their last server is gone (or a grace
  * period, or the host's next booking, comes); `release` — hosts and servers go to the shared cloud.
  */
 import { ApplicationFailure } from '@temporalio/common';
@@ -43,7 +43,7 @@ export interface PhysicalHostDeps {
    */
   cloud: (() => { nova: NovaClient; glance: GlanceClient }) | 'calendar-only';
   freepool?: string;
-  /** Where `recycle` and `release` put hosts (defaults: leasekeeper-recycling, leasekeeper-released, the pool's project). */
+  /** Where `release` puts hosts, and the project `recycle` names in the closed lease aggregate (defaults: leasekeeper-released, the pool's project). */
   endAggregates?: Partial<EndAggregates>;
   /** Where `before_end: notify` posts (unset: `notify` is refused when the lease is created). */
   notices?: NoticeSettings;
@@ -71,7 +71,6 @@ export function physicalHostPlugin(deps: PhysicalHostDeps): ResourcePlugin {
   const calendar = new HostCalendar(deps.pool, deps.settings);
   const freepool = deps.freepool ?? 'freepool';
   const endAggregates: EndAggregates = {
-    recycling: 'leasekeeper-recycling',
     released: 'leasekeeper-released',
     closedProjectId: 'leasekeeper-freepool',
     ...deps.endAggregates,
@@ -160,7 +159,9 @@ export function physicalHostPlugin(deps: PhysicalHostDeps): ResourcePlugin {
       // Without OpenStack credentials the lease could never start: refused now (OpenStackConfigError, 503 naming the setting).
       if (deps.cloud !== 'calendar-only') deps.cloud();
       const hosts = await calendar.book(ctx);
-      const aggregate = leaseAggregateFor(ctx.reservation.id);
+      // A booking moved keeps the names it was given (a lease started under legacy names is in that aggregate).
+      const { allocation: booked } = ctx.reservation;
+      const aggregate = typeof booked?.aggregate === 'string' && typeof booked.availability_zone === 'string' ? { name: booked.aggregate, availabilityZone: booked.availability_zone } : leaseAggregateFor(ctx.reservation.id);
       return {
         allocation: {
           hosts: hosts.map((h) => h.hypervisor_hostname),

@@ -6,18 +6,33 @@ export const END_POLICIES = ['delete', 'recycle', 'release'] as const;
 export type EndPolicy = (typeof END_POLICIES)[number];
 const MAX_GRACE_SECONDS = 30 * 86_400;
 
-const count = z
-  // An absent count is left to the API's wording (Blazar's "Missing parameter").
-  .union([z.number(), z.string().regex(/^\s*\d+\s*$/, 'expected a whole number')], { error: (issue) => (issue.input === undefined ? undefined : 'expected a whole number') })
-  .transform(Number)
-  .pipe(z.number().int('expected a whole number').min(1, 'must be at least 1').max(10_000, 'must be at most 10000'));
+const MAX_COUNT = 10_000;
+
+/** A host count, with Blazar's sentences first ("Malformed parameter min", as its _convert_int_param and range check say). */
+const count = (name: 'min' | 'max') =>
+  z
+    // An absent count is left to the API's wording (Blazar's "Missing parameter").
+    .union([z.number(), z.string()], { error: (issue) => (issue.input === undefined ? undefined : 'expected a whole number') })
+    .transform((input, ctx) => {
+      const value = typeof input === 'number' ? input : /^\s*-?\d{1,16}\s*$/.test(input) ? Number(input) : NaN;
+      const problem = !Number.isInteger(value)
+        ? { message: 'expected a whole number', blazar: `Malformed parameter ${name}` }
+        : value < 1
+          ? { message: 'must be at least 1', blazar: 'Malformed parameter min and max (must be greater than or equal to 1)' }
+          : value > MAX_COUNT
+            ? { message: `must be at most ${MAX_COUNT}` }
+            : undefined;
+      if (!problem) return value;
+      ctx.addIssue({ code: 'custom', message: problem.message, ...(problem.blazar ? { params: { blazar: problem.blazar } } : {}) });
+      return z.NEVER;
+    });
 
 const query = propertyQueryParam('[">=", "$memory_mb", "4096"]');
 
 export const physicalHostParams = z
   .strictObject({
-    min: count,
-    max: count,
+    min: count('min'),
+    max: count('max'),
     hypervisor_properties: query,
     resource_properties: query,
     /** Before the end: nothing (''), a snapshot of every server on the hosts, a notice, or the deployment's default. */

@@ -66,10 +66,13 @@ export function shortage(window: { startMs: number; endMs: number }, what: strin
   });
 }
 
-/** The 409 for an active lease that cannot be extended to `endMs`: why, and the latest end possible (if any). */
-export function extensionRefused(lease: { leaseName: string; endMs: number }, why: string, latestEnd: number | undefined) {
+/**
+ * The 409 for an active lease that cannot be extended to `endMs`: Blazar's sentence for the type
+ * (e.g. "Not enough hosts available."), why, and the latest end possible (if any).
+ */
+export function extensionRefused(lease: { leaseName: string; endMs: number }, blazarSentence: string, why: string, latestEnd: number | undefined) {
   return leaseConflict(
-    `cannot extend lease ${lease.leaseName} to ${when(lease.endMs)}: ${why}` + (latestEnd !== undefined ? `; the latest possible end is ${reuseEnd(latestEnd)}` : ''),
+    `${blazarSentence} Cannot extend lease ${lease.leaseName} to ${when(lease.endMs)}: ${why}` + (latestEnd !== undefined ? `; the latest possible end is ${reuseEnd(latestEnd)}` : ''),
     { latest_end: latestEnd !== undefined ? reuseEnd(latestEnd) : null },
   );
 }

@@ -206,7 +206,7 @@ export class QuantityCalendar {
       if (!fits(asProvider(providers[0]), others, request.amounts, from, ctx.endMs)) {
         const longest = longestQuantityFit([asProvider(providers[0])], others, request.amounts, from);
         const latestEnd = longest === Infinity ? undefined : from + longest; // 0: it cannot go past its current end
-        throw extensionRefused(ctx, `host ${existing.host} has no room for ${request.describe} after that`, latestEnd);
+        throw extensionRefused(ctx, 'Not enough hosts available.', `host ${existing.host} has no room for ${request.describe} after that`, latestEnd);
       }
     }
     await moveBookingEnd(client, ctx.reservation.id, ctx.endMs, key);
