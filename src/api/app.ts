@@ -9,7 +9,8 @@ import { ApiError, errorHandler, notFoundRoute } from './errors';
 import { checkHealth, checkWorker, sharedCheck } from './health';
 import { checkRequestInput } from './input-check';
 import type { OpenStackClients } from '../openstack';
-import { HostCalendar } from '../resources/physical-host/calendar';
+import { hostCalendar } from '../resources';
+import type { HostCalendar } from '../resources/physical-host/calendar';
 import { HostInventory } from '../resources/physical-host/inventory';
 import { availabilityRouter } from './availability';
 import { hostAllocationsRouter } from './host-allocations';
@@ -24,6 +25,8 @@ export interface AppDeps {
   connection: Connection;
   client: Client;
   types: ResourceTypes;
+  /** The host calendar behind GET /v1/availability: the one `types` searches (see main.ts); made from the settings when absent. */
+  calendar?: HostCalendar;
   authenticator?: Authenticator;
   /** The OpenStack clients, built on first use (os-hosts needs Nova; the rest of the API does not). */
   openstack?: () => OpenStackClients;
@@ -102,7 +105,7 @@ export function createApp(deps: AppDeps): express.Express {
     hostsRouter({ pool: deps.pool, inventory: lazyInventory(deps) }),
     availabilityRouter({
       pool: deps.pool,
-      calendar: new HostCalendar(deps.pool, { ...config.hosts, provisioningLeadMs: config.provisioningLeadMs }),
+      calendar: deps.calendar ?? hostCalendar(deps.pool, config),
       types: deps.types,
       provisioningLeadMs: config.provisioningLeadMs,
       maxReservationsPerLease: config.maxReservationsPerLease,

@@ -17,9 +17,9 @@ import type { FitSearch, ResourceTypes } from '../domain/resource-plugin';
 import type { Pool } from '../db/pool';
 import { identityOf } from './auth';
 import { formatLeaseDate } from './blazar-format';
-import { ApiError } from './errors';
+import { ApiError, parseRequest } from './errors';
 import { propertyQueryParam } from '../resources/shared/params';
-import { createLeaseSchema, describeIssues, requestDate, requestWording } from './lease-schemas';
+import { createLeaseSchema, requestDate } from './lease-schemas';
 import { hostPropertyQueries, refusePrivateProperties } from './private-properties';
 
 const availabilityQuery = z.strictObject({
@@ -35,9 +35,7 @@ export function availabilityRouter(deps: { calendar: HostCalendar; types: Resour
   const leaseBody = createLeaseSchema(deps.types, deps.maxReservationsPerLease);
 
   router.get('/availability', async (req, res) => {
-    const parsed = availabilityQuery.safeParse(req.query, { error: requestWording });
-    if (!parsed.success) throw new ApiError(400, describeIssues(parsed.error));
-    const { start, end, ...queries } = parsed.data;
+    const { start, end, ...queries } = parseRequest(availabilityQuery, req.query);
     if (end <= start) throw new ApiError(400, 'end must be later than start');
     if (end - start > 366 * 86_400_000) throw new ApiError(400, 'the window may span at most 366 days');
     await refusePrivateProperties(deps.pool, identityOf(res), [queries.resource_properties]);
@@ -55,9 +53,7 @@ export function availabilityRouter(deps: { calendar: HostCalendar; types: Resour
   });
 
   router.post('/availability/search', async (req, res) => {
-    const parsed = leaseBody.safeParse({ name: 'search', ...(req.body as object) }, { error: requestWording });
-    if (!parsed.success) throw new ApiError(400, describeIssues(parsed.error));
-    const body = parsed.data;
+    const body = parseRequest(leaseBody, { name: 'search', ...(req.body as object) });
     // "now" as a create takes it (Blazar's): the current minute, so that the answer is what the create would book.
     const start = body.start_date === 'now' ? wholeMinuteDown(Date.now()) : body.start_date;
     if (body.end_date <= start) throw new ApiError(400, 'end_date must be later than start_date');

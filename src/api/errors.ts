@@ -1,10 +1,10 @@
 import { ApplicationFailure } from '@temporalio/common';
 import type { ErrorRequestHandler, RequestHandler } from 'express';
-import { ZodError } from 'zod';
+import { ZodError, type z } from 'zod';
 import { LeaseErrorType } from '../domain/lease';
 import { databaseDataError, isDatabaseUnavailable } from '../db/pool';
 import { OpenStackConfigError, OpenStackError, publicMessage } from '../openstack/errors';
-import { describeIssues } from './lease-schemas';
+import { describeIssues, requestWording } from './lease-schemas';
 
 /**
  * An error with Blazar's error body: `{"error_code": 404, "error_message": "...", "error_name": 404}`.
@@ -22,6 +22,16 @@ export class ApiError extends Error {
   ) {
     super(message, cause === undefined ? undefined : { cause });
   }
+}
+
+/**
+ * A request's input (body, query, parameters) checked by its schema in our wording, or a 400 naming
+ * the first problem; `prefix` places the fields inside the request (`reservations[0]`).
+ */
+export function parseRequest<S extends z.ZodType>(schema: S, input: unknown, prefix = ''): z.output<S> {
+  const result = schema.safeParse(input, { error: requestWording });
+  if (!result.success) throw new ApiError(400, describeIssues(result.error, prefix));
+  return result.data;
 }
 
 /** HTTP statuses for the lease rules' failure types (src/domain/lease.ts). */

@@ -10,9 +10,9 @@ import { hostExists, isHostId, listHosts, type HostRecord } from '../db/hosts';
 import type { Pool } from '../db/pool';
 import { identityOf } from './auth';
 import { formatLeaseDate } from './blazar-format';
-import { ApiError } from './errors';
+import { ApiError, parseRequest } from './errors';
 import { sendJsonParts } from './json-stream';
-import { describeIssues, requestDate, requestWording } from './lease-schemas';
+import { requestDate } from './lease-schemas';
 
 /** Unknown parameters are dropped, as Blazar does. */
 const allocationQuery = z.object({
@@ -95,10 +95,8 @@ export function hostAllocationsRouter(deps: { pool: Pool }): Router {
   const router = Router();
 
   router.get('/os-hosts/allocations', async (req, res) => {
-    const parsed = allocationQuery.safeParse(req.query, { error: requestWording });
-    if (!parsed.success) throw new ApiError(400, describeIssues(parsed.error));
+    const q = parseRequest(allocationQuery, req.query);
     const identity = identityOf(res);
-    const q = parsed.data;
     const filter = { leaseId: q.lease_id, reservationId: q.reservation_id, from: q.from, to: q.to, projectId: identity.isAdmin ? undefined : identity.projectId };
     // As Blazar's, an admin's list has every host, whatever the filter, those with no matching booking with `reservations: []`
     // (the inventory is in memory, as for GET /os-hosts). Others see only the hosts of their own bookings: the inventory is the admins'.

@@ -9,8 +9,7 @@ import type { Pool } from '../db/pool';
 import type { HostInventory } from '../resources/physical-host/inventory';
 import { identityOf } from './auth';
 import { formatTimestamp } from './blazar-format';
-import { ApiError } from './errors';
-import { describeIssues, requestWording } from './lease-schemas';
+import { ApiError, parseRequest } from './errors';
 
 function requireAdmin(res: Response, action: string): void {
   if (!identityOf(res).isAdmin) throw new ApiError(403, `Policy doesn't allow blazar:oshosts:${action} to be performed.`);
@@ -67,11 +66,10 @@ export function hostsRouter(deps: { pool: Pool; inventory: () => HostInventory }
 
   router.patch('/os-hosts/properties/:name', async (req, res) => {
     requireAdmin(res, 'update_resource_properties');
-    const parsed = z.strictObject({ private: z.boolean({ error: 'expected true or false' }) }).safeParse(req.body, { error: requestWording });
-    if (!parsed.success) throw new ApiError(400, describeIssues(parsed.error));
+    const body = parseRequest(z.strictObject({ private: z.boolean({ error: 'expected true or false' }) }), req.body);
     if (!(await capabilityExists(deps.pool, req.params.name))) throw new ApiError(404, `Resource property ${req.params.name} not found`);
-    await setCapabilityPrivate(deps.pool, req.params.name, parsed.data.private);
-    res.json({ resource_property: { property: req.params.name, private: parsed.data.private } });
+    await setCapabilityPrivate(deps.pool, req.params.name, body.private);
+    res.json({ resource_property: { property: req.params.name, private: body.private } });
   });
 
   router.get('/os-hosts', async (_req, res) => {
@@ -81,9 +79,7 @@ export function hostsRouter(deps: { pool: Pool; inventory: () => HostInventory }
 
   router.post('/os-hosts', async (req, res) => {
     requireAdmin(res, 'post');
-    const parsed = enrolBody.safeParse(req.body, { error: requestWording });
-    if (!parsed.success) throw new ApiError(400, describeIssues(parsed.error));
-    const { name, ...capabilities } = parsed.data;
+    const { name, ...capabilities } = parseRequest(enrolBody, req.body);
     res.status(201).json({ host: toBlazarHost(await deps.inventory().enrol(name, capabilities)) });
   });
 

@@ -20,7 +20,7 @@ const KINDS: Record<string, string> = { array: 'a list', object: 'an object', st
 
 /**
  * Our wording wherever a schema gives none, so that no library text reaches a caller. Given to
- * every parse of a request (`{ error: requestWording }`), not set globally: other modules' schemas
+ * every parse of a request (parseRequest in errors.ts, a reservation's parameters below), not set globally: other modules' schemas
  * (configuration, clouds.yaml) keep their own words.
  */
 export const requestWording = (issue: { input?: unknown; code?: string; expected?: string }): string | undefined => {

@@ -4,29 +4,22 @@
  */
 import { randomUUID } from 'node:crypto';
 import { Router, type Request } from 'express';
-import type { z } from 'zod';
 import { assertSettled, newLease, type Lease, type LeaseUpdateRequest, type NewLeaseRequest } from '../domain/lease';
 import { findLease, isLeaseDeleted, leaseBatches, listLeases } from '../db/leases';
 import { isDatabaseUnavailable, type Pool } from '../db/pool';
 import type { ResourceTypes } from '../domain/resource-plugin';
 import { identityOf, type Identity } from './auth';
 import { toBlazarLease } from './blazar-format';
-import { ApiError } from './errors';
+import { ApiError, parseRequest } from './errors';
 import { jsonArrayParts, sendJsonParts } from './json-stream';
 import { changeLease, createLease, idempotentLeaseId, noAnswerInTime, removeLease, requestHash, type LeaseCommandOptions } from './lease-commands';
-import { createLeaseSchema, describeIssues, listLeasesQuery, requestWording, updateLeaseSchema } from './lease-schemas';
+import { createLeaseSchema, listLeasesQuery, updateLeaseSchema } from './lease-schemas';
 import { hostPropertyQueries, refusePrivateProperties } from './private-properties';
 
 /** Leases per query of a list without `limit` (~1 KB of JSON each). */
 const LIST_BATCH_SIZE = 250;
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
-
-function parse<S extends z.ZodType>(schema: S, input: unknown, prefix = ''): z.output<S> {
-  const result = schema.safeParse(input, { error: requestWording });
-  if (!result.success) throw new ApiError(400, describeIssues(result.error, prefix));
-  return result.data;
-}
 
 function bodyOf(req: Request): unknown {
   if (req.body === undefined || req.body === null || typeof req.body !== 'object' || Array.isArray(req.body)) {
@@ -80,7 +73,7 @@ export function leasesRouter(deps: { pool: Pool; types: ResourceTypes; commands:
 
   router.get('/leases', async (req, res) => {
     const identity = identityOf(res);
-    const query = parse(listLeasesQuery, req.query);
+    const query = parseRequest(listLeasesQuery, req.query);
     if (!identity.isAdmin && query.project_id !== undefined && query.project_id !== identity.projectId) {
       throw new ApiError(403, 'only admins can list other projects\' leases');
     }
@@ -112,7 +105,7 @@ export function leasesRouter(deps: { pool: Pool; types: ResourceTypes; commands:
   router.post('/leases', async (req, res) => {
     const identity = identityOf(res);
     const raw = bodyOf(req);
-    const body = parse(createSchema, raw);
+    const body = parseRequest(createSchema, raw);
     refuseAdminOnlyPolicies(identity, 'blazar:leases:post', body.reservations?.map((r) => r.params));
     const key = req.get('Idempotency-Key')?.trim();
     if (key !== undefined && (key.length === 0 || key.length > 255)) throw new ApiError(400, 'Idempotency-Key: expected 1 to 255 characters');
@@ -148,7 +141,7 @@ export function leasesRouter(deps: { pool: Pool; types: ResourceTypes; commands:
 
   router.put('/leases/:id', async (req, res) => {
     const identity = identityOf(res);
-    const body = parse(updateLeaseSchema, bodyOf(req));
+    const body = parseRequest(updateLeaseSchema, bodyOf(req));
     refuseAdminOnlyPolicies(identity, 'blazar:leases:put', body.reservations);
     const current = await visibleLease(pool, identity, req.params.id);
     assertSettled(current); // 409 at once rather than a 503 after the deadline, queued behind cloud work
@@ -195,7 +188,7 @@ function changedReservation(lease: Lease, change: { id: string } & Record<string
   delete fields.resource_type; // a reservation keeps its type
   const type = types.get(reservation.resource_type);
   if (!type) throw new ApiError(400, `reservations[${index}]: resource type ${reservation.resource_type} is not supported by this deployment`);
-  return { id, params: parse(type.paramsSchema, { ...reservation.params, ...fields }, `reservations[${index}]`) };
+  return { id, params: parseRequest(type.paramsSchema, { ...reservation.params, ...fields }, `reservations[${index}]`) };
 }
 
 function nextPageHref(req: Request, marker: string): string {

@@ -5,7 +5,7 @@ import { migrate } from '../db/migrate';
 import { createPool } from '../db/pool';
 import { createLogger } from '../log';
 import { lazyOpenStackClients, projectScopedClients } from '../openstack';
-import { resourceTypes } from '../resources';
+import { hostCalendar, resourceTypes } from '../resources';
 import { connectTemporal } from '../temporal';
 import { createApp } from './app';
 import { noAuth } from './auth';
@@ -28,7 +28,10 @@ async function main(): Promise<void> {
         )
       : noAuth;
   if (config.api.authStrategy === 'keystone') openstack(); // fail at start, not at the first request, when credentials are missing
-  const app = createApp({ config, log, pool, connection, client, types: resourceTypes({ pool, config, openstack, openstackForProject: projectScopedClients() }), openstack, authenticator });
+  // One host calendar for the physical:host type's searches and GET /v1/availability.
+  const calendar = hostCalendar(pool, config);
+  const types = resourceTypes({ pool, config, openstack, openstackForProject: projectScopedClients() }, calendar);
+  const app = createApp({ config, log, pool, connection, client, types, calendar, openstack, authenticator });
 
   const server: Server = createApiServer(app, config.api.server).listen(config.api.port, config.api.host, () => {
     log.info({ url: `http://${config.api.host}:${config.api.port}` }, 'api listening');

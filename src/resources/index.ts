@@ -7,6 +7,7 @@ import type { Config } from '../config';
 import type { Pool } from '../db/pool';
 import { registry, type ResourcePlugins, type ResourceTypes } from '../domain/resource-plugin';
 import type { OpenStackClients } from '../openstack';
+import { HostCalendar } from './physical-host/calendar';
 import { bandwidthPlugin, bandwidthType } from './bandwidth';
 import { physicalHostPlugin, physicalHostType, type PhysicalHostDeps } from './physical-host';
 import { virtualServerPlugin, virtualServerType } from './virtual-server';
@@ -19,11 +20,20 @@ export interface ResourceDeps {
   openstackForProject?: (projectId: string) => OpenStackClients;
 }
 
+function hostSettings(config: Pick<Config, 'hosts' | 'provisioningLeadMs'>): PhysicalHostDeps['settings'] {
+  return { ...config.hosts, provisioningLeadMs: config.provisioningLeadMs };
+}
+
+/** The host calendar from the settings: the API makes one and hands it to both `resourceTypes` and its availability route. */
+export function hostCalendar(pool: Pool, config: Pick<Config, 'hosts' | 'provisioningLeadMs'>): HostCalendar {
+  return new HostCalendar(pool, hostSettings(config));
+}
+
 function hostDeps({ pool, config, openstack }: ResourceDeps): PhysicalHostDeps {
-  const { hosts, inventory, notifyUrl } = config;
+  const { inventory, notifyUrl } = config;
   return {
     pool,
-    settings: { ...hosts, provisioningLeadMs: config.provisioningLeadMs },
+    settings: hostSettings(config),
     cloud: openstack,
     freepool: inventory.freepoolAggregate,
     endAggregates: { released: inventory.releasedAggregate, closedProjectId: inventory.freepoolProjectId },
@@ -31,10 +41,13 @@ function hostDeps({ pool, config, openstack }: ResourceDeps): PhysicalHostDeps {
   };
 }
 
-/** What the API needs of each type: parameter schemas and availability search (read-only lookups, no hooks). */
-export function resourceTypes(deps: ResourceDeps): ResourceTypes {
+/**
+ * What the API needs of each type: parameter schemas and availability search (read-only lookups, no hooks).
+ * `calendar`: the host calendar to search when the caller uses it too (one per process); else physical:host makes its own.
+ */
+export function resourceTypes(deps: ResourceDeps, calendar?: HostCalendar): ResourceTypes {
   return registry([
-    physicalHostType(hostDeps(deps)),
+    physicalHostType(hostDeps(deps), calendar),
     virtualServerType({ pool: deps.pool, cloud: deps.openstack, projectCloud: deps.openstackForProject, settings: deps.config.servers }),
     bandwidthType({ pool: deps.pool, cloud: deps.openstack, settings: deps.config.bandwidth }),
   ]);
