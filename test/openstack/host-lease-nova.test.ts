@@ -62,7 +62,9 @@ describe('a host lease in Nova', () => {
     const lease = created.body.lease;
     const { aggregate, availability_zone: zone, hosts } = lease.reservations[0];
     expect(hosts).toEqual(['fake-1']);
-    expect(zone).toBe(`lease-${lease.reservations[0].id}`);
+    // Blazar's layout: the aggregate named after the reservation, the zone with BlazarFilter's prefix.
+    expect(aggregate).toBe(lease.reservations[0].id);
+    expect(zone).toBe(`blazar_${lease.reservations[0].id}`);
 
     // Pending: in the pool, no lease aggregate yet, and no ordinary server lands on the host, even
     // when asked for it by name (the scheduler still applies the pool's filter_tenant_id).
