@@ -5,11 +5,10 @@
  * that leave Placement, and hosts enrolled for whole-host leases refusing while servers count on them.
  */
 import { randomUUID } from 'node:crypto';
-import { ApplicationFailure } from '@temporalio/common';
 import type { LeaseStatus } from '../src/domain/lease';
 import type { ReservationContext } from '../src/domain/resource-plugin';
 import { QuantityCalendar, type CapacityProvider, type QuantityRequest } from '../src/resources/shared/quantity-bookings';
-import { pendingReservation, reservationContext } from './support/builders';
+import { pendingReservation, refusal, reservationContext } from './support/builders';
 import { useMigratedTestDatabase } from './support/db';
 
 const H = 3_600_000;
@@ -28,15 +27,6 @@ function ctxFor(startH: number, endH: number, options: { status?: LeaseStatus; l
 
 const vcpus = (n: number, subject?: string): QuantityRequest => ({ kind: 'compute', amounts: { VCPU: n }, subject, describe: `${n} vcpus`, matches: () => true });
 
-async function conflict(promise: Promise<unknown>): Promise<ApplicationFailure> {
-  try {
-    await promise;
-  } catch (err) {
-    if (err instanceof ApplicationFailure) return err;
-    throw err;
-  }
-  throw new Error('expected a refusal');
-}
 
 describe('quantity calendar', () => {
   const database = useMigratedTestDatabase();
@@ -57,21 +47,21 @@ describe('quantity calendar', () => {
   it('spreads bookings, refuses what fits nowhere with the earliest start and the longest end, and books it then', async () => {
     expect((await calendar.book(ctxFor(0, 4), vcpus(6))).name).toBe('node-1');
     expect((await calendar.book(ctxFor(0, 2), vcpus(3))).name).toBe('node-2'); // node-1 would be fuller
-    const refused = await conflict(calendar.book(ctxFor(1, 3), vcpus(4)));
+    const refused = await refusal(calendar.book(ctxFor(1, 3), vcpus(4)));
     expect(refused.type).toBe('LeaseConflict');
     expect(refused.message).toContain('not enough room for 4 vcpus (VCPU 4) on any of 2 matching host(s) from 2099-06-01 01:00 to 2099-06-01 03:00');
     expect(refused.message).toContain('the same lease fits from 2099-06-01 02:00 to 2099-06-01 04:00');
     expect(refused.details).toEqual([{ earliest_start: '2099-06-01 02:00', earliest_end: '2099-06-01 04:00', longest_end: null }]);
     expect((await calendar.book(ctxFor(2, 4), vcpus(4))).name).toBe('node-2');
     // Never: bigger than any host.
-    const never = await conflict(calendar.book(ctxFor(0, 1), vcpus(9)));
+    const never = await refusal(calendar.book(ctxFor(0, 1), vcpus(9)));
     expect(never.details).toEqual([{ earliest_start: null, earliest_end: null, longest_end: null }]);
   });
 
   it('books from the start less the lead time, so a booking right after another must leave room for it', async () => {
     await calendar.book(ctxFor(0, 2), vcpus(8));
     await calendar.book(ctxFor(0, 2), vcpus(4));
-    const tight = await conflict(calendar.book(ctxFor(2, 3, { leadMs: H / 2 }), vcpus(4)));
+    const tight = await refusal(calendar.book(ctxFor(2, 3, { leadMs: H / 2 }), vcpus(4)));
     expect(tight.details).toEqual([{ earliest_start: '2099-06-01 02:30', earliest_end: '2099-06-01 03:30', longest_end: null }]);
     const fitting = ctxFor(2.5, 3.5, { leadMs: H / 2 });
     await calendar.book(fitting, vcpus(4));
@@ -87,7 +77,7 @@ describe('quantity calendar', () => {
     await calendar.book(ctxFor(3, 5), vcpus(8)); // node-1 is full from 03:00 (node-2 has only 4)
     const extended = await calendar.book({ ...active, leaseStatus: 'ACTIVE', endMs: T0 + 3 * H }, vcpus(6));
     expect(extended.providerUuid).toBe(held.providerUuid);
-    const refused = await conflict(calendar.book({ ...active, leaseStatus: 'ACTIVE', endMs: T0 + 4 * H }, vcpus(6)));
+    const refused = await refusal(calendar.book({ ...active, leaseStatus: 'ACTIVE', endMs: T0 + 4 * H }, vcpus(6)));
     expect(refused.message).toContain('Not enough hosts available. Cannot extend lease l to 2099-06-01 04:00: host node-1 has no room for 6 vcpus after that; the latest possible end is 2099-06-01 03:00');
     expect(refused.details).toEqual([{ latest_end: '2099-06-01 03:00' }]);
   });
@@ -117,7 +107,7 @@ describe('quantity calendar', () => {
   it('one server is never in two overlapping bookings', async () => {
     const server = randomUUID();
     await calendar.book(ctxFor(0, 2), vcpus(1, server));
-    const twice = await conflict(calendar.book(ctxFor(1, 3), vcpus(1, server)));
+    const twice = await refusal(calendar.book(ctxFor(1, 3), vcpus(1, server)));
     expect(twice.message).toBe('this server is already booked by another lease over an overlapping window');
     expect((await calendar.book(ctxFor(2, 3), vcpus(1, server))).name).toBeDefined();
   });
@@ -128,7 +118,7 @@ describe('quantity calendar', () => {
     await calendar.syncProviders('compute', [providers[1]]);
     expect((await calendar.providers('compute')).map((p) => p.name)).toEqual(['node-2']);
     expect((await calendar.bookingFor(ctx.reservation.id))?.name).toBe('node-1');
-    const refused = await conflict(calendar.book(ctxFor(0, 2), vcpus(5)));
+    const refused = await refusal(calendar.book(ctxFor(0, 2), vcpus(5)));
     expect(refused.message).toContain('on any of 1 matching host(s)');
   });
 });

@@ -11,9 +11,11 @@ import { checkRequestInput } from './input-check';
 import type { OpenStackClients } from '../openstack';
 import { hostCalendar } from '../resources';
 import type { HostCalendar } from '../resources/physical-host/calendar';
+import { FloatingIpInventory } from '../resources/floating-ip/inventory';
 import { HostInventory } from '../resources/physical-host/inventory';
 import { availabilityRouter } from './availability';
 import { hostAllocationsRouter } from './host-allocations';
+import { floatingIpsRouter } from './floating-ips';
 import { hostsRouter } from './hosts';
 import { leasesRouter } from './leases';
 import { versionsRouter } from './versions';
@@ -103,6 +105,7 @@ export function createApp(deps: AppDeps): express.Express {
     }),
     hostAllocationsRouter({ pool: deps.pool }),
     hostsRouter({ pool: deps.pool, inventory: lazyInventory(deps) }),
+    floatingIpsRouter({ pool: deps.pool, inventory: lazyFloatingIpInventory(deps) }),
     availabilityRouter({
       pool: deps.pool,
       calendar: deps.calendar ?? hostCalendar(deps.pool, config),
@@ -117,11 +120,18 @@ export function createApp(deps: AppDeps): express.Express {
   return app;
 }
 
+function openstackOf(deps: AppDeps): NonNullable<AppDeps['openstack']> {
+  if (!deps.openstack) throw new ApiError(503, 'OpenStack is not configured: set OS_CLOUD (clouds.yaml) or OS_AUTH_URL and credentials');
+  return deps.openstack;
+}
+
 function lazyInventory(deps: AppDeps): () => HostInventory {
   let inventory: HostInventory | undefined;
-  return () => {
-    if (!deps.openstack) throw new ApiError(503, 'OpenStack is not configured: set OS_CLOUD (clouds.yaml) or OS_AUTH_URL and credentials');
-    inventory ??= new HostInventory(deps.pool, deps.openstack().nova, deps.config.inventory);
-    return inventory;
-  };
+  return () => (inventory ??= new HostInventory(deps.pool, openstackOf(deps)().nova, deps.config.inventory));
+}
+
+/** The enrolled addresses are read without OpenStack; enrolling one asks Neutron. */
+function lazyFloatingIpInventory(deps: AppDeps): () => FloatingIpInventory {
+  const inventory = new FloatingIpInventory(deps.pool, () => openstackOf(deps)().neutron);
+  return () => inventory;
 }

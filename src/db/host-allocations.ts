@@ -2,12 +2,14 @@
  * The host calendar's bookings (table `host_allocations`): one row per host of a reservation over
  * its window `during`, and `blocks`, the window plus the cleaning gap (unbounded for a booking that
  * keeps its host for good). The exclusion constraint `host_allocations_no_double_booking` keeps
- * two bookings of one host from overlapping. Instants cross this boundary as epoch milliseconds.
+ * two bookings of one host from overlapping; instance slots book their hosts as `shared` rows, which
+ * overlap one another but never a whole-host booking (`host_allocations_shared_only_with_shared`).
+ * Instants cross this boundary as epoch milliseconds.
  * Read here for the host calendar, the host inventory and the allocations API.
  */
-import { DatabaseError, type PoolClient } from 'pg';
+import type { PoolClient } from 'pg';
 import type { Lease } from '../domain/lease';
-import type { Pool } from './pool';
+import { isExclusionViolation, type Pool } from './pool';
 
 type Queryable = Pool | PoolClient;
 
@@ -40,14 +42,16 @@ export interface NewHostBooking {
   cleaningMs: number;
   unbounded: boolean;
   bookingKey: string;
+  /** Instance slots: the host is shared with other instance reservations, never with a whole-host lease. */
+  shared?: boolean;
 }
 
-/** The lease's bookings, locked for the rest of the transaction. */
+/** The lease's whole-host bookings, locked for the rest of the transaction (its instance slots' shared rows are their calendar's). */
 export async function lockLeaseBookings(client: PoolClient, leaseId: string): Promise<LeaseBookingRow[]> {
   const { rows } = await client.query<LeaseBookingRow>(
     `SELECT a.reservation_id::text, a.booking_key, a.host_id::text, h.hypervisor_hostname,
             (extract(epoch FROM lower(a.during)) * 1000)::float8 AS start_ms, (extract(epoch FROM upper(a.during)) * 1000)::float8 AS end_ms
-     FROM host_allocations a JOIN hosts h ON h.id = a.host_id WHERE a.lease_id = $1 FOR UPDATE OF a`,
+     FROM host_allocations a JOIN hosts h ON h.id = a.host_id WHERE a.lease_id = $1 AND NOT a.shared FOR UPDATE OF a`,
     [leaseId],
   );
   return rows;
@@ -101,14 +105,14 @@ export async function firstOtherBookingFrom(db: Queryable, hostIds: string[], le
  * every host, or only of `hostIds` (a query about a few hosts reads only theirs: the window's
  * bookings of 1 000 hosts cost tens of ms).
  */
-export async function blockedIntervals(db: Queryable, window: { fromMs: number; toMs: number | null; cleaningMs: number; hostIds?: string[] }): Promise<BlockedRow[]> {
+export async function blockedIntervals(db: Queryable, window: { fromMs: number; toMs: number | null; cleaningMs: number; hostIds?: string[]; wholeHostOnly?: boolean }): Promise<BlockedRow[]> {
   const { rows } = await db.query<BlockedRow>(
     `SELECT host_id::text, (extract(epoch FROM lower(blocks)) * 1000)::float8 AS start_ms,
             COALESCE((extract(epoch FROM upper(blocks)) * 1000)::float8, 'Infinity') AS end_ms
      FROM host_allocations
      WHERE blocks && tstzrange(to_timestamp($1 / 1000.0), to_timestamp($2::numeric / 1000.0) + $3 * interval '1 millisecond')
-       AND ($4::bigint[] IS NULL OR host_id = ANY($4::bigint[]))`,
-    [window.fromMs, window.toMs, window.cleaningMs, window.hostIds ?? null],
+       AND ($4::bigint[] IS NULL OR host_id = ANY($4::bigint[])) AND NOT ($5 AND shared)`,
+    [window.fromMs, window.toMs, window.cleaningMs, window.hostIds ?? null, window.wholeHostOnly ?? false],
   );
   return rows;
 }
@@ -116,11 +120,11 @@ export async function blockedIntervals(db: Queryable, window: { fromMs: number; 
 /** Books one host; the exclusion constraint refuses it (23P01) when another booking took the host meanwhile. */
 export async function insertHostBooking(client: PoolClient, booking: NewHostBooking): Promise<void> {
   await client.query(
-    `INSERT INTO host_allocations (host_id, reservation_id, lease_id, project_id, during, blocks, booking_key)
+    `INSERT INTO host_allocations (host_id, reservation_id, lease_id, project_id, during, blocks, booking_key, shared)
      VALUES ($1, $2, $3, $4, tstzrange(to_timestamp($5 / 1000.0), to_timestamp($6 / 1000.0)),
              tstzrange(to_timestamp($5 / 1000.0) - $9 * interval '1 millisecond',
-                       CASE WHEN $10 THEN NULL ELSE to_timestamp($6 / 1000.0) + $7 * interval '1 millisecond' END), $8)`,
-    [booking.hostId, booking.reservationId, booking.leaseId, booking.projectId, booking.fromMs, booking.endMs, booking.cleaningMs, booking.bookingKey, booking.leadMs, booking.unbounded],
+                       CASE WHEN $10 THEN NULL ELSE to_timestamp($6 / 1000.0) + $7 * interval '1 millisecond' END), $8, $11)`,
+    [booking.hostId, booking.reservationId, booking.leaseId, booking.projectId, booking.fromMs, booking.endMs, booking.cleaningMs, booking.bookingKey, booking.leadMs, booking.unbounded, booking.shared ?? false],
   );
 }
 
@@ -136,23 +140,23 @@ export async function moveLeaseBookingsEnd(client: PoolClient, leaseId: string, 
       `UPDATE host_allocations
        SET during = tstzrange(lower(during), to_timestamp($2 / 1000.0)),
            blocks = tstzrange(lower(blocks), CASE WHEN upper_inf(blocks) THEN NULL ELSE to_timestamp($2 / 1000.0) + $3 * interval '1 millisecond' END)
-       WHERE lease_id = $1`,
+       WHERE lease_id = $1 AND NOT shared`,
       [leaseId, endMs, cleaningMs],
     );
     return true;
   } catch (err) {
-    if (!(err instanceof DatabaseError && err.code === '23P01')) throw err;
+    if (!isExclusionViolation(err)) throw err;
     await client.query('ROLLBACK TO SAVEPOINT move_end');
     return false;
   }
 }
 
 export async function setLeaseBookingKey(client: PoolClient, leaseId: string, bookingKey: string): Promise<void> {
-  await client.query('UPDATE host_allocations SET booking_key = $2 WHERE lease_id = $1', [leaseId, bookingKey]);
+  await client.query('UPDATE host_allocations SET booking_key = $2 WHERE lease_id = $1 AND NOT shared', [leaseId, bookingKey]);
 }
 
 export async function deleteLeaseBookings(client: PoolClient, leaseId: string): Promise<void> {
-  await client.query('DELETE FROM host_allocations WHERE lease_id = $1', [leaseId]);
+  await client.query('DELETE FROM host_allocations WHERE lease_id = $1 AND NOT shared', [leaseId]);
 }
 
 export async function deleteReservationHostBookings(db: Queryable, reservationId: string): Promise<void> {

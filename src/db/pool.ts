@@ -1,5 +1,5 @@
 /** The PostgreSQL connection pool: creating it, borrowing one connection, and telling an outage from bad data. */
-import { Pool, type PoolClient } from 'pg';
+import { DatabaseError, Pool, type PoolClient } from 'pg';
 import type { Config } from '../config';
 
 export type { Pool };
@@ -68,6 +68,9 @@ export function isDatabaseUnavailable(err: unknown): boolean {
  * races or answers, handled where they happen, never "bad data".
  */
 const EXPECTED_CONFLICTS = new Set(['23505', '23P01']);
+
+/** The calendar's exclusion constraint refused a booking: another one holds the resource for an overlapping time. */
+export const isExclusionViolation = (err: unknown): boolean => err instanceof DatabaseError && err.code === '23P01';
 const DATA_ERROR_DESCRIPTIONS: Record<string, string> = {
   '22001': 'a text is too long',
   '22003': 'a number is out of range',

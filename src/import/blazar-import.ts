@@ -7,7 +7,6 @@
  * there. Applying is idempotent: each step looks for its own result before it acts.
  */
 import { WorkflowExecutionAlreadyStartedError, WorkflowNotFoundError, type Client } from '@temporalio/client';
-import { DatabaseError } from 'pg';
 import {
   beforeEndTime,
   bookingStartMs,
@@ -24,7 +23,7 @@ import { markdownText } from '../domain/markdown';
 import { hostsOfReservation, insertHostBooking, listAllocations, deleteReservationHostBookings } from '../db/host-allocations';
 import { findHostByHypervisor, hostExists, insertHost, isHostId, setCapabilityPrivate } from '../db/hosts';
 import { findLease, isLeaseDeleted, listLeases, saveLease } from '../db/leases';
-import type { Pool } from '../db/pool';
+import { isExclusionViolation, type Pool } from '../db/pool';
 import { inTransaction } from '../db/transaction';
 import { leaseWorkflowLabels, requestHash } from '../api/lease-commands';
 import { leaseWorkflowId, leaseWorkflowType, type LeaseWorkflow, type LeaseWorkflowInput } from '../../workflows/lease/messages';
@@ -548,7 +547,7 @@ async function bookHosts(deps: ImportDeps, lease: Lease): Promise<string | undef
     });
     return undefined;
   } catch (err) {
-    if (err instanceof DatabaseError && err.code === '23P01') {
+    if (isExclusionViolation(err)) {
       return `its hosts (${lease.reservations.flatMap((r) => r.allocation?.hosts as string[]).join(', ')}) were booked in leasekeeper since the plan was made, ${requestDate(fromMs)} → ${requestDate(lease.endMs)}: import again to see by whom`;
     }
     throw err;

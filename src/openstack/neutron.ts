@@ -1,6 +1,6 @@
 /**
- * Neutron (networking API v2.0): networks, subnets, ports (with port binding), QoS policies and
- * their minimum-bandwidth rules. A port whose QoS policy has a minimum-bandwidth rule carries a
+ * Neutron (networking API v2.0): networks, subnets, ports (with port binding), floating IPs, QoS
+ * policies and their minimum-bandwidth rules. A port whose QoS policy has a minimum-bandwidth rule carries a
  * `resource_request` that Nova turns into Placement allocations on the bandwidth provider.
  */
 import { type CallOptions, type QueryParams, ServiceHttp, type Session, seg } from './http';
@@ -150,6 +150,39 @@ export interface ListPortsFilters {
   name?: string;
   'binding:host_id'?: string;
   status?: string;
+  /** e.g. `ip_address=203.0.113.5`: ports holding that fixed address. */
+  fixed_ips?: string;
+}
+
+export interface FloatingIp {
+  id: string;
+  floating_ip_address: string;
+  floating_network_id: string;
+  project_id: string;
+  port_id: string | null;
+  fixed_ip_address: string | null;
+  router_id: string | null;
+  status: string;
+  description?: string;
+  tags?: string[];
+}
+
+export interface CreateFloatingIpRequest {
+  floating_network_id: string;
+  /** A chosen address: an admin's right (Neutron's policy), as is `project_id`. */
+  floating_ip_address?: string;
+  subnet_id?: string;
+  project_id?: string;
+  description?: string;
+}
+
+export interface ListFloatingIpsFilters {
+  floating_ip_address?: string;
+  floating_network_id?: string;
+  project_id?: string;
+  port_id?: string;
+  /** Floating IPs carrying all these tags (comma-separated in the query). */
+  tags?: string;
 }
 
 export interface QosPolicy {
@@ -321,5 +354,29 @@ export class NeutronClient {
 
   async deleteMinimumBandwidthRule(policyId: string, ruleId: string, options: CallOptions = {}): Promise<void> {
     await this.http.delete(`/qos/policies/${seg(policyId)}/minimum_bandwidth_rules/${seg(ruleId)}`, options);
+  }
+
+  // --- floating IPs --------------------------------------------------------------------------------
+
+  async createFloatingIp(request: CreateFloatingIpRequest, options: CallOptions = {}): Promise<FloatingIp> {
+    return (await this.http.post<{ floatingip: FloatingIp }>('/floatingips', { floatingip: request }, options)).floatingip;
+  }
+
+  async listFloatingIps(filters: ListFloatingIpsFilters = {}, options: CallOptions = {}): Promise<FloatingIp[]> {
+    return (await this.http.get<{ floatingips: FloatingIp[] }>('/floatingips', filters as QueryParams, options)).floatingips;
+  }
+
+  /** Associates the floating IP with a port, or (null) takes it off its port. */
+  async setFloatingIpPort(id: string, portId: string | null, options: CallOptions = {}): Promise<FloatingIp> {
+    return (await this.http.put<{ floatingip: FloatingIp }>(`/floatingips/${seg(id)}`, { floatingip: { port_id: portId } }, options)).floatingip;
+  }
+
+  async deleteFloatingIp(id: string, options: CallOptions = {}): Promise<void> {
+    await this.http.delete(`/floatingips/${seg(id)}`, options);
+  }
+
+  /** Replaces a resource's tags (Neutron's standard-attr tag extension), e.g. `floatingips`. */
+  async replaceTags(collection: 'floatingips' | 'ports' | 'networks', id: string, tags: string[], options: CallOptions = {}): Promise<void> {
+    await this.http.put(`/${collection}/${seg(id)}/tags`, { tags }, options);
   }
 }

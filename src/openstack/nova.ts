@@ -145,6 +145,8 @@ export interface ListServersFilters {
   project_id?: string;
   availability_zone?: string;
   changes_since?: string;
+  /** Servers of this flavor (its id). */
+  flavor?: string;
   /** Page size; the client follows the pages to the end. */
   limit?: number;
 }
@@ -230,6 +232,16 @@ export interface Flavor {
   /** Since 2.61. */
   extra_specs?: Record<string, string>;
   links: Link[];
+}
+
+export type ServerGroupPolicy = 'affinity' | 'anti-affinity';
+
+export interface ServerGroup {
+  id: string;
+  name: string;
+  policy: ServerGroupPolicy;
+  members: string[];
+  project_id?: string;
 }
 
 export interface CreateFlavorRequest {
@@ -465,6 +477,22 @@ export class NovaClient {
 
   async deleteFlavorExtraSpec(id: string, key: string, options: CallOptions = {}): Promise<void> {
     await this.http.delete(`/flavors/${seg(id)}/os-extra_specs/${seg(key)}`, options);
+  }
+
+  // --- server groups ---------------------------------------------------------------------------
+
+  /** Creates a server group in the caller's project (policy `affinity` or `anti-affinity`; 2.64+ takes `policy`). */
+  async createServerGroup(request: { name: string; policy: ServerGroupPolicy }, options: CallOptions = {}): Promise<ServerGroup> {
+    return (await this.http.post<{ server_group: ServerGroup }>('/os-server-groups', { server_group: request }, options)).server_group;
+  }
+
+  /** Server groups; `all_projects` (admin) lists every project's. */
+  async listServerGroups(filters: { all_projects?: boolean } = {}, options: CallOptions = {}): Promise<ServerGroup[]> {
+    return this.paged<ServerGroup>('/os-server-groups', 'server_groups', { all_projects: filters.all_projects ? 'True' : undefined }, options);
+  }
+
+  async deleteServerGroup(id: string, options: CallOptions = {}): Promise<void> {
+    await this.http.delete(`/os-server-groups/${seg(id)}`, options);
   }
 
   // --- paging ----------------------------------------------------------------------------------

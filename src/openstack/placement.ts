@@ -209,6 +209,18 @@ export class PlacementClient {
     await this.http.delete(`/traits/${seg(name)}`, options);
   }
 
+  // --- resource classes -----------------------------------------------------------------------------
+
+  /** Creates a custom resource class (`CUSTOM_…`); succeeds when it exists already (1.7+). */
+  async createResourceClass(name: string, options: CallOptions = {}): Promise<void> {
+    await this.http.request<unknown>({ method: 'PUT', path: `/resource_classes/${seg(name)}`, ...options });
+  }
+
+  /** Deletes a custom resource class; Placement refuses (409) while an inventory has it. */
+  async deleteResourceClass(name: string, options: CallOptions = {}): Promise<void> {
+    await this.http.delete(`/resource_classes/${seg(name)}`, options);
+  }
+
   async getProviderTraits(uuid: string, options: CallOptions = {}): Promise<ProviderTraits> {
     return this.http.get<ProviderTraits>(`/resource_providers/${seg(uuid)}/traits`, undefined, options);
   }

@@ -9,7 +9,9 @@ import { registry, type ResourcePlugins, type ResourceTypes } from '../domain/re
 import type { OpenStackClients } from '../openstack';
 import { HostCalendar } from './physical-host/calendar';
 import { bandwidthPlugin, bandwidthType } from './bandwidth';
+import { floatingIpPlugin, floatingIpType } from './floating-ip';
 import { physicalHostPlugin, physicalHostType, type PhysicalHostDeps } from './physical-host';
+import { virtualInstancePlugin, virtualInstanceType, type VirtualInstanceDeps } from './virtual-instance';
 import { virtualServerPlugin, virtualServerType } from './virtual-server';
 
 export interface ResourceDeps {
@@ -41,6 +43,10 @@ function hostDeps({ pool, config, openstack }: ResourceDeps): PhysicalHostDeps {
   };
 }
 
+function instanceDeps({ pool, config, openstack, openstackForProject }: ResourceDeps): VirtualInstanceDeps {
+  return { pool, settings: { cleaningMs: config.hosts.cleaningMs, capacityRefreshMs: config.servers.capacityRefreshMs }, cloud: openstack, projectCloud: openstackForProject };
+}
+
 /**
  * What the API needs of each type: parameter schemas and availability search (read-only lookups, no hooks).
  * `calendar`: the host calendar to search when the caller uses it too (one per process); else physical:host makes its own.
@@ -50,6 +56,8 @@ export function resourceTypes(deps: ResourceDeps, calendar?: HostCalendar): Reso
     physicalHostType(hostDeps(deps), calendar),
     virtualServerType({ pool: deps.pool, cloud: deps.openstack, projectCloud: deps.openstackForProject, settings: deps.config.servers }),
     bandwidthType({ pool: deps.pool, cloud: deps.openstack, settings: deps.config.bandwidth }),
+    floatingIpType({ pool: deps.pool }),
+    virtualInstanceType(instanceDeps(deps)),
   ]);
 }
 
@@ -59,5 +67,7 @@ export function productionPlugins(deps: ResourceDeps): ResourcePlugins {
     physicalHostPlugin(hostDeps(deps)),
     virtualServerPlugin({ pool: deps.pool, cloud: deps.openstack, projectCloud: deps.openstackForProject, settings: deps.config.servers }),
     bandwidthPlugin({ pool: deps.pool, cloud: deps.openstack, settings: deps.config.bandwidth }),
+    floatingIpPlugin({ pool: deps.pool, cloud: deps.openstack }),
+    virtualInstancePlugin(instanceDeps(deps)),
   ]);
 }

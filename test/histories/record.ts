@@ -10,6 +10,12 @@ import path from 'node:path';
 import { temporalBinary } from '../../scripts/lib/temporal-dev-server';
 import globalSetup from '../global-setup';
 import globalTeardown from '../global-teardown';
+import { randomUUID } from 'node:crypto';
+import { insertFloatingIp } from '../../src/db/floating-ips';
+import { floatingIpPlugin } from '../../src/resources/floating-ip';
+import { syncCapacityProviders } from '../../src/db/quantity-allocations';
+import { COMPUTE_KIND } from '../../src/resources/shared/compute-providers';
+import { virtualInstancePlugin } from '../../src/resources/virtual-instance';
 import { RecordingPlugin } from '../support/recording-plugin';
 import { apiClient, eventually, inSeconds, startTestStack, type TestStack } from '../support/stack';
 import { leaseWorkflowId } from '../../workflows/lease/messages';
@@ -28,7 +34,7 @@ async function waitFor(api: Api, id: string, status: string): Promise<void> {
 const reservation = { resource_type: 'test:recording', keys: ['recorded-thing'] };
 
 /** Each scenario returns the lease id once its workflow has closed. */
-export const SCENARIOS: Record<string, (api: Api) => Promise<string>> = {
+export const SCENARIOS: Record<string, (api: Api, stack: TestStack) => Promise<string>> = {
   'whole-life': async (api) => {
     const { body } = await api('POST', '/v1/leases', { name: 'whole-life', start_date: inSeconds(2), end_date: inSeconds(5), reservations: [reservation] });
     await waitFor(api, body.lease.id, 'TERMINATED');
@@ -164,6 +170,41 @@ export const SCENARIOS: Record<string, (api: Api) => Promise<string>> = {
     await api('DELETE', `/v1/leases/${body.lease.id}`);
     return body.lease.id;
   },
+  // A real resource type (floating IPs, calendar only): booked, grown while active, freed.
+  'floating-ip-life': async (api, stack) => {
+    const network = randomUUID();
+    for (const address of ['203.0.113.200', '203.0.113.201']) await insertFloatingIp(stack.db.pool, { id: randomUUID(), networkId: network, subnetId: 'subnet', address });
+    const { body } = await api('POST', '/v1/leases', {
+      name: 'floating-ip-life',
+      start_date: 'now',
+      end_date: inSeconds(4),
+      reservations: [{ resource_type: 'virtual:floatingip', network_id: network, amount: 1 }],
+    });
+    await waitFor(api, body.lease.id, 'ACTIVE');
+    const grown = await api('PUT', `/v1/leases/${body.lease.id}`, { reservations: [{ id: body.lease.reservations[0].id, amount: 2 }] });
+    if (grown.status !== 200) throw new Error(`growing the active lease: ${grown.status} ${JSON.stringify(grown.body)}`);
+    await waitFor(api, body.lease.id, 'TERMINATED');
+    await api('DELETE', `/v1/leases/${body.lease.id}`);
+    return body.lease.id;
+  },
+  // A real resource type (instance slots, calendar only): booked on an enrolled host, grown while active, freed.
+  'instance-life': async (api, stack) => {
+    const name = `recorded-${randomUUID().slice(0, 8)}`;
+    await stack.db.pool.query(`INSERT INTO hosts (hypervisor_hostname, nova_hypervisor_id, vcpus, memory_mb, local_gb) VALUES ($1, $1, 8, 16384, 100)`, [name]);
+    await syncCapacityProviders(stack.db.pool, COMPUTE_KIND, [{ uuid: randomUUID(), name, host: name, capacity: { VCPU: 8, MEMORY_MB: 16_384, DISK_GB: 100 }, traits: [] }]);
+    const { body } = await api('POST', '/v1/leases', {
+      name: 'instance-life',
+      start_date: 'now',
+      end_date: inSeconds(4),
+      reservations: [{ resource_type: 'virtual:instance', vcpus: 1, memory_mb: 512, disk_gb: 1, amount: 2, affinity: 'None' }],
+    });
+    await waitFor(api, body.lease.id, 'ACTIVE');
+    const grown = await api('PUT', `/v1/leases/${body.lease.id}`, { reservations: [{ id: body.lease.reservations[0].id, amount: 3 }] });
+    if (grown.status !== 200) throw new Error(`growing the active lease: ${grown.status} ${JSON.stringify(grown.body)}`);
+    await waitFor(api, body.lease.id, 'TERMINATED');
+    await api('DELETE', `/v1/leases/${body.lease.id}`);
+    return body.lease.id;
+  },
 };
 
 /** The recorder's deployment starts leases this long before their start (so every scenario covers it). */
@@ -176,7 +217,7 @@ async function record(stack: TestStack): Promise<void> {
   const only = process.argv.slice(2);
   for (const [name, scenario] of Object.entries(SCENARIOS)) {
     if (only.length > 0 && !only.includes(name)) continue;
-    const id = await scenario(api);
+    const id = await scenario(api, stack);
     const handle = stack.temporal.client.workflow.getHandle(leaseWorkflowId(id));
     await handle.result();
     // The CLI writes the proto3 JSON that replay reads (historyFromJSON).
@@ -193,7 +234,7 @@ async function record(stack: TestStack): Promise<void> {
 
 async function main(): Promise<void> {
   await globalSetup();
-  const stack = await startTestStack({ plugins: [new RecordingPlugin()], env: { LK_PROVISIONING_LEAD_TIME_SECONDS: String(RECORDED_LEAD_SECONDS) } });
+  const stack = await startTestStack({ plugins: [new RecordingPlugin()], withPool: (pool) => [floatingIpPlugin({ pool, cloud: 'calendar-only' }), virtualInstancePlugin({ pool, settings: { cleaningMs: 0 }, cloud: 'calendar-only' })], env: { LK_PROVISIONING_LEAD_TIME_SECONDS: String(RECORDED_LEAD_SECONDS) } });
   try {
     await record(stack);
   } finally {

@@ -1,8 +1,9 @@
 /**
  * What tests and benchmarks write again and again: a host reservation in a request body, a stored
- * reservation, and the context a plugin hook gets for one.
+ * reservation, the context a plugin hook gets for one, and the refusal a booking ends in.
  */
 import { randomUUID } from 'node:crypto';
+import { ApplicationFailure } from '@temporalio/common';
 import type { Reservation } from '../../src/domain/lease';
 import type { ReservationContext } from '../../src/domain/resource-plugin';
 
@@ -27,5 +28,16 @@ export function pendingReservation(resourceType: string, params: Record<string, 
  */
 export function reservationContext(fields: Pick<ReservationContext, 'reservation' | 'startMs' | 'endMs'> & Partial<ReservationContext>): ReservationContext {
   const leaseId = fields.leaseId ?? randomUUID();
-  return { leaseId, leaseName: leaseId, projectId: 'p', userId: 'u', leaseStatus: 'PENDING', leaseReservations: [fields.reservation], provisioningLeadMs: 0, ...fields };
+  return { leaseName: leaseId, projectId: 'p', userId: 'u', leaseStatus: 'PENDING', leaseReservations: [fields.reservation], provisioningLeadMs: 0, ...fields, leaseId };
+}
+
+/** The ApplicationFailure (e.g. a 409 LeaseConflict) that `promise` is refused with; anything else fails the test. */
+export async function refusal(promise: Promise<unknown>): Promise<ApplicationFailure> {
+  try {
+    await promise;
+  } catch (err) {
+    if (err instanceof ApplicationFailure) return err;
+    throw err;
+  }
+  throw new Error('expected a refusal');
 }

@@ -36,7 +36,7 @@ export async function enrolHost(api: ReturnType<typeof apiClient>, name: string)
 export async function doubleBookings(pool: Pool): Promise<Array<{ host_id: string; a: string; b: string }>> {
   const { rows } = await pool.query<{ host_id: string; a: string; b: string }>(
     `SELECT x.host_id::text, x.reservation_id::text AS a, y.reservation_id::text AS b
-     FROM host_allocations x JOIN host_allocations y ON x.host_id = y.host_id AND x.id < y.id AND x.blocks && y.blocks`,
+     FROM host_allocations x JOIN host_allocations y ON x.host_id = y.host_id AND x.id < y.id AND x.blocks && y.blocks AND NOT (x.shared AND y.shared)`,
   );
   return rows;
 }

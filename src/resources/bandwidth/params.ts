@@ -1,15 +1,10 @@
 /** The `network:bandwidth` reservation's parameters, as blazarclient sends them (numbers may come as strings). */
 import { z } from 'zod';
-import { propertyQueryParam } from '../shared/params';
+import { propertyQueryParam, whole } from '../shared/params';
 
 const VNIC_TYPES = ['normal', 'direct', 'macvtap', 'direct-physical', 'virtio-forwarder', 'smart-nic', 'remote-managed'] as const;
 const MAX_KBPS = 1_000_000_000; // 1 Tbit/s
 
-const whole = (what: string, min: number, max: number) =>
-  z
-    .union([z.number(), z.string().regex(/^\s*\d+\s*$/, `expected a whole number of ${what}`)], { error: `expected a whole number of ${what}` })
-    .transform(Number)
-    .pipe(z.number().int(`expected a whole number of ${what}`).min(min, `must be at least ${min}`).max(max, `must be at most ${max}`));
 
 export const bandwidthParams = z.strictObject({
   /** The network the ports are made on (the lessee's or a shared one). */

@@ -8,7 +8,8 @@
  * is never in no aggregate (a Blazar bug).
  */
 import type { ReportProgress } from '../../domain/resource-plugin';
-import { ConflictError, ignoreNotFound, type Aggregate, type NovaClient } from '../../openstack';
+import { ignoreNotFound, type Aggregate, type NovaClient } from '../../openstack';
+import { addHost, ensureAggregate, findAggregate, removeHost, withMetadata } from '../shared/aggregates';
 
 export interface LeaseAggregate {
   name: string;
@@ -32,53 +33,10 @@ export const BLAZAR_ZONE_PREFIX = 'blazar_';
 /** The name leasekeeper gave a reservation's aggregate before it took Blazar's layout (leases started then still end in it). */
 const legacyLeaseAggregateName = (reservationId: string) => `reservation-${reservationId}`;
 
-export async function findAggregate(nova: NovaClient, name: string): Promise<Aggregate | undefined> {
-  return (await nova.listAggregates()).find((a) => a.name === name);
-}
-
 /** The reservation's aggregate, under its name or the legacy one. */
 export async function findLeaseAggregate(nova: NovaClient, reservationId: string): Promise<Aggregate | undefined> {
   const names = [leaseAggregateFor(reservationId).name, legacyLeaseAggregateName(reservationId)];
   return (await nova.listAggregates()).find((a) => names.includes(a.name));
-}
-
-/** The named aggregate with (at least) this metadata, created if missing; safe to run twice at once. */
-export async function ensureAggregate(nova: NovaClient, name: string, metadata: Record<string, string>, availabilityZone?: string): Promise<Aggregate> {
-  let aggregate = await findAggregate(nova, name);
-  if (!aggregate) {
-    try {
-      aggregate = await nova.createAggregate({ name, ...(availabilityZone ? { availability_zone: availabilityZone } : {}) });
-    } catch (err) {
-      if (!(err instanceof ConflictError)) throw err;
-      aggregate = await findAggregate(nova, name); // created by an earlier attempt or a concurrent one
-      if (!aggregate) throw err;
-    }
-  }
-  return withMetadata(nova, aggregate, metadata);
-}
-
-/** The aggregate with (at least) this metadata: set only when some of it differs. */
-async function withMetadata(nova: NovaClient, aggregate: Aggregate, metadata: Record<string, string>): Promise<Aggregate> {
-  const stale = Object.entries(metadata).some(([key, value]) => aggregate.metadata?.[key] !== value);
-  return stale ? nova.setAggregateMetadata(aggregate.id, metadata) : aggregate;
-}
-
-/** Puts the compute host into the aggregate, unless it is there already; safe to run twice. */
-export async function addHost(nova: NovaClient, aggregate: Aggregate, host: string): Promise<void> {
-  if (aggregate.hosts.includes(host)) return;
-  try {
-    await nova.addHostToAggregate(aggregate.id, host);
-  } catch (err) {
-    // 409 is fine only when the host is already a member (a retried step); Nova also answers 409
-    // when the host sits in an aggregate of another availability zone, which must not be hidden.
-    if (!(err instanceof ConflictError) || !(await nova.getAggregate(aggregate.id)).hosts.includes(host)) throw err;
-  }
-}
-
-/** Takes the compute host out of the aggregate (if there is one and the host is in it); safe to run twice. */
-export async function removeHost(nova: NovaClient, aggregate: Aggregate | undefined, host: string): Promise<void> {
-  if (!aggregate?.hosts.includes(host)) return;
-  await ignoreNotFound(nova.removeHostFromAggregate(aggregate.id, host));
 }
 
 export interface HostMove {

@@ -7,13 +7,11 @@
  * (src/db/host-allocations.ts); what both calendars share is in ../shared/booking.ts.
  */
 import type { PoolClient } from 'pg';
-import { leaseConflict, invalidLease, requestDate as when, wholeMinuteUp, type Reservation } from '../../domain/lease';
+import { leaseConflict, invalidLease, requestDate as when, type Reservation } from '../../domain/lease';
 import {
   assignHosts,
   freeHosts,
-  longestFit,
   preferenceOrder,
-  searchEarliestFit,
   type Blocked,
   type CalendarSnapshot,
   type HostRequest,
@@ -36,7 +34,7 @@ import {
 } from '../../db/host-allocations';
 import { hypervisorProperties, inventoryVersion, listHosts, HYPERVISOR_FIELDS, type HostRecord } from '../../db/hosts';
 import type { Pool } from '../../db/pool';
-import { bookInTransaction, bookingKey, checkKeys, extensionRefused, releaseBooking, shortage } from '../shared/booking';
+import { bookInTransaction, bookingKey, checkKeys, extensionRefused, releaseBooking, SEARCH_WORK_BUDGET, shortage, wholeResourceFit } from '../shared/booking';
 import { endPolicyOf, physicalHostParams, type EndPolicy } from './params';
 
 export const PHYSICAL_HOST = 'physical:host';
@@ -55,13 +53,7 @@ export interface CalendarSettings {
   onEndDefault?: EndPolicy;
 }
 
-/**
- * The matching work (about host × request pairs examined) one earliest-slot search may do: with
- * 1 000 hosts and 100 000 bookings an unbounded search could hold the event loop for seconds, and
- * everyone else's requests with it. This keeps one search under ~100 ms (bench:calendar); past it,
- * the answer says how far it looked.
- */
-export const SEARCH_WORK_BUDGET = 2_000_000;
+export { SEARCH_WORK_BUDGET };
 
 /** A request that can never fit, in the details the API hands back (nothing to retry with). */
 const NEVER_FITS = { earliest_start: null, earliest_end: null, longest_end: null };
@@ -203,7 +195,7 @@ export class HostCalendar {
     const requests = hostReservations.map((r) => this.request(r, hosts));
     const candidates = hosts.filter((h) => requests.some((r) => r.matches(h.id)));
     const future = await this.snapshot(this.pool, candidates, start, null, this.settings.provisioningLeadMs ?? 0, true);
-    return fitSearch(requests, future, start, durationMs);
+    return wholeResourceFit(requests, future, start, durationMs);
   }
 
   /**
@@ -309,16 +301,10 @@ export class HostCalendar {
     return shortage(
       ctx,
       [`Not enough hosts available. Not enough hosts free from ${when(ctx.startMs)} to ${when(ctx.endMs)}: needs ${short}`],
-      fitSearch(requests, future, ctx.startMs, ctx.endMs - ctx.startMs),
+      wholeResourceFit(requests, future, ctx.startMs, ctx.endMs - ctx.startMs),
       releasing ? 'it never fits: on_end "release" needs hosts with nothing booked after its start' : 'it never fits: not enough hosts match',
     );
   }
-}
-
-/** Where the requests fit in the calendar from `start`: the earliest whole-minute start (within the search budget) and the longest lease. */
-function fitSearch(requests: HostRequest[], future: CalendarSnapshot, start: number, durationMs: number): FitSearch {
-  const earliest = searchEarliestFit(requests, future, start, durationMs, { align: wholeMinuteUp, workBudget: SEARCH_WORK_BUDGET });
-  return { earliest: earliest.start, longestMs: longestFit(requests, future, start), cutShort: earliest.cutShort, tried: earliest.tried, searchedUntil: earliest.lastTried };
 }
 
 /** Identifies one booking request of a lease: its window and its host reservations' parameters. */

@@ -4,7 +4,7 @@
  * whose `filter_tenant_id` keeps ordinary servers off it (Nova's AggregateMultiTenancyIsolation).
  */
 import { ApplicationFailure } from '@temporalio/common';
-import { addHost, ensureAggregate, findAggregate, removeHost } from './aggregates';
+import { addHost, ensureAggregate, findAggregate, removeHost } from '../shared/aggregates';
 import { ignoreNotFound, type Aggregate, type NovaClient } from '../../openstack';
 import { leaseConflict, invalidLease, type Lease } from '../../domain/lease';
 import { parsePropertyQuery, queryKeys } from '../../domain/property-query';

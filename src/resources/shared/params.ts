@@ -19,3 +19,10 @@ export function propertyQueryParam(example: string) {
       return text;
     });
 }
+
+/** A whole number within [min, max], as a number or as the digits blazarclient's CLI may send. */
+export const whole = (what: string, min: number, max: number) =>
+  z
+    .union([z.number(), z.string().regex(/^\s*\d+\s*$/, `expected a whole number of ${what}`)], { error: `expected a whole number of ${what}` })
+    .transform(Number)
+    .pipe(z.number().int(`expected a whole number of ${what}`).min(min, `must be at least ${min}`).max(max, `must be at most ${max}`));

@@ -31,13 +31,13 @@ import type { Pool } from '../../db/pool';
 import { serverHost, type GlanceClient, type NeutronClient, type NovaClient, type PlacementClient, type Server } from '../../openstack';
 import { earliestCommonFit } from '../../domain/fit-search';
 import type { ReservationContext, ResourcePlugin, ResourceType, StartOutcome } from '../../domain/resource-plugin';
-import { placementCapacity, providerQuery, QuantityCalendar, traitProperties, type CapacityProvider, type QuantityBookingRow, type QuantityRequest } from '../shared/quantity-bookings';
+import { providerQuery, QuantityCalendar, traitProperties, type CapacityProvider, type QuantityBookingRow, type QuantityRequest } from '../shared/quantity-bookings';
+import { capacityOf, COMPUTE_KIND, readComputeProviders } from '../shared/compute-providers';
 import { flavorVisibleTo, imageVisibleTo, networkVisibleTo } from '../shared/visibility';
 import { virtualServerParams, type VirtualServerParams } from './params';
 
 export const VIRTUAL_SERVER = 'virtual:server';
-const KIND = 'compute';
-const RESOURCE_CLASSES = ['VCPU', 'MEMORY_MB', 'DISK_GB'] as const;
+const KIND = COMPUTE_KIND;
 
 /** What to do at the start when on-demand servers took the reserved host's room. */
 export type HostFullPolicy = 'move' | 'fail';
@@ -90,23 +90,8 @@ export function flavorFootprint(flavor: { vcpus: number; ram: number; disk: numb
 /** The name of the server leasekeeper creates for a reservation (found again by it when a start is retried). */
 export const createdServerName = (reservationId: string) => `lease-${reservationId}`;
 
-/** A compute host's usable capacity per resource class a server takes. */
-const capacityOf = (inventories: Parameters<typeof placementCapacity>[0]) => placementCapacity(inventories, RESOURCE_CLASSES);
-
 function hostProperties(provider: CapacityProvider): Record<string, string> {
   return { hypervisor_hostname: provider.name, host: provider.host, ...traitProperties(provider) };
-}
-
-/** The compute hosts that are up and enabled, with their capacities and traits from Placement. */
-async function readComputeProviders({ nova, placement }: { nova: NovaClient; placement: PlacementClient }): Promise<CapacityProvider[]> {
-  const hypervisors = (await nova.listHypervisors()).filter((h) => h.state === 'up' && h.status === 'enabled');
-  return Promise.all(
-    hypervisors.map(async (h): Promise<CapacityProvider> => {
-      // Since compute microversion 2.53 a hypervisor's id is its compute node's UUID, which is its Placement provider's.
-      const [{ inventories }, { traits }] = await Promise.all([placement.getInventories(h.id), placement.getProviderTraits(h.id)]);
-      return { uuid: h.id, name: h.hypervisor_hostname, host: h.service.host, capacity: capacityOf(inventories), traits };
-    }),
-  );
 }
 
 /** What both faces of the type need: the hosts' capacities, and what a reservation books (read-only lookups in the cloud). */

@@ -1,0 +1,223 @@
+/**
+ * Floating IP addresses enrolled for reservation (table `floating_ips`, Blazar's floatingips) and
+ * their calendar (table `floating_ip_allocations`): one row per address of a reservation over its
+ * window `during`, and `blocks`, the window from the provisioning lead on. The exclusion constraint
+ * `floating_ip_allocations_no_double_booking` keeps two bookings of one address from overlapping.
+ * Instants cross this boundary as epoch milliseconds.
+ */
+import type { PoolClient } from 'pg';
+import type { Lease } from '../domain/lease';
+import { isExclusionViolation, type Pool } from './pool';
+
+type Queryable = Pool | PoolClient;
+
+export interface FloatingIpRecord {
+  id: string;
+  floating_network_id: string;
+  subnet_id: string;
+  floating_ip_address: string;
+  reservable: boolean;
+  created_at: Date;
+  updated_at: Date | null;
+}
+
+/** The columns of `floating_ips` as FloatingIpRecord, of the table under the alias `f`. */
+const COLUMNS = 'f.id::text, f.floating_network_id, f.subnet_id, host(f.floating_ip_address) AS floating_ip_address, f.reservable, f.created_at, f.updated_at';
+
+/** Enrols an address; false when the network already has it enrolled. */
+export async function insertFloatingIp(db: Queryable, ip: { id: string; networkId: string; subnetId: string; address: string }): Promise<FloatingIpRecord | undefined> {
+  const { rows } = await db.query<FloatingIpRecord>(
+    `INSERT INTO floating_ips AS f (id, floating_network_id, subnet_id, floating_ip_address) VALUES ($1, $2, $3, $4)
+     ON CONFLICT ON CONSTRAINT floating_ips_one_per_address DO NOTHING RETURNING ${COLUMNS}`,
+    [ip.id, ip.networkId, ip.subnetId, ip.address],
+  );
+  return rows[0];
+}
+
+export async function listFloatingIps(db: Queryable, filter: { networkId?: string; reservableOnly?: boolean } = {}): Promise<FloatingIpRecord[]> {
+  const { rows } = await db.query<FloatingIpRecord>(
+    `SELECT ${COLUMNS} FROM floating_ips f WHERE ($1::text IS NULL OR floating_network_id = $1) AND (NOT $2 OR reservable)
+     ORDER BY floating_network_id, floating_ip_address`,
+    [filter.networkId ?? null, filter.reservableOnly ?? false],
+  );
+  return rows;
+}
+
+export async function getFloatingIp(db: Queryable, id: string): Promise<FloatingIpRecord | undefined> {
+  const { rows } = await db.query<FloatingIpRecord>(`SELECT ${COLUMNS} FROM floating_ips f WHERE f.id = $1`, [id]);
+  return rows[0];
+}
+
+/**
+ * Removes an enrolled address and its past bookings, in one transaction, unless a booking holds it
+ * now or later: then nothing is removed and the leases holding it are returned.
+ */
+export async function deleteFloatingIpUnlessBooked(client: PoolClient, id: string): Promise<{ deleted: boolean; heldBy: Array<{ leaseId: string; leaseName: string }> }> {
+  await client.query('SELECT 1 FROM floating_ips WHERE id = $1 FOR UPDATE', [id]);
+  const { rows } = await client.query<{ document: Lease }>(
+    `SELECT DISTINCT l.document FROM floating_ip_allocations a JOIN leases l ON l.id = a.lease_id
+     WHERE a.floating_ip_id = $1 AND upper(a.blocks) > now() AND l.deleted_at IS NULL`,
+    [id],
+  );
+  if (rows.length > 0) return { deleted: false, heldBy: rows.map((r) => ({ leaseId: r.document.id, leaseName: r.document.name })) };
+  await client.query('DELETE FROM floating_ip_allocations WHERE floating_ip_id = $1', [id]);
+  const { rowCount } = await client.query('DELETE FROM floating_ips WHERE id = $1', [id]);
+  return { deleted: (rowCount ?? 0) > 0, heldBy: [] };
+}
+
+/** One address of a lease's booking, as the calendar reads it before changing the booking. */
+export interface FloatingIpBookingRow {
+  reservation_id: string;
+  booking_key: string;
+  floating_ip_id: string;
+  floating_ip_address: string;
+  start_ms: number;
+  end_ms: number;
+}
+
+/** The lease's bookings, locked for the rest of the transaction. */
+export async function lockLeaseFloatingIpBookings(client: PoolClient, leaseId: string): Promise<FloatingIpBookingRow[]> {
+  const { rows } = await client.query<FloatingIpBookingRow>(
+    `SELECT a.reservation_id::text, a.booking_key, a.floating_ip_id::text, host(f.floating_ip_address) AS floating_ip_address,
+            (extract(epoch FROM lower(a.during)) * 1000)::float8 AS start_ms, (extract(epoch FROM upper(a.during)) * 1000)::float8 AS end_ms
+     FROM floating_ip_allocations a JOIN floating_ips f ON f.id = a.floating_ip_id WHERE a.lease_id = $1
+     ORDER BY a.id FOR UPDATE OF a`,
+    [leaseId],
+  );
+  return rows;
+}
+
+/** The addresses a reservation's booking holds. */
+export async function floatingIpsOfReservation(db: Queryable, reservationId: string): Promise<FloatingIpRecord[]> {
+  const { rows } = await db.query<FloatingIpRecord>(
+    `SELECT ${COLUMNS}
+     FROM floating_ip_allocations a JOIN floating_ips f ON f.id = a.floating_ip_id WHERE a.reservation_id = $1 ORDER BY f.floating_ip_address`,
+    [reservationId],
+  );
+  return rows;
+}
+
+/** An address's blocked interval [start_ms, end_ms). */
+export interface FloatingIpBlockedRow {
+  floating_ip_id: string;
+  start_ms: number;
+  end_ms: number;
+}
+
+/** The blocked intervals overlapping [fromMs, toMs) (toMs null: from `fromMs` on) of the given addresses. */
+export async function blockedFloatingIpIntervals(db: Queryable, window: { fromMs: number; toMs: number | null; ids: string[] }): Promise<FloatingIpBlockedRow[]> {
+  const { rows } = await db.query<FloatingIpBlockedRow>(
+    `SELECT floating_ip_id::text, (extract(epoch FROM lower(blocks)) * 1000)::float8 AS start_ms, (extract(epoch FROM upper(blocks)) * 1000)::float8 AS end_ms
+     FROM floating_ip_allocations
+     WHERE blocks && tstzrange(to_timestamp($1 / 1000.0), to_timestamp($2::numeric / 1000.0)) AND floating_ip_id = ANY($3::uuid[])`,
+    [window.fromMs, window.toMs, window.ids],
+  );
+  return rows;
+}
+
+export interface NewFloatingIpBooking {
+  floatingIpId: string;
+  reservationId: string;
+  leaseId: string;
+  projectId: string;
+  fromMs: number;
+  endMs: number;
+  leadMs: number;
+  bookingKey: string;
+}
+
+/** Books one address; the exclusion constraint refuses it (23P01) when another booking took it meanwhile. */
+export async function insertFloatingIpBooking(client: PoolClient, booking: NewFloatingIpBooking): Promise<void> {
+  await client.query(
+    `INSERT INTO floating_ip_allocations (floating_ip_id, reservation_id, lease_id, project_id, during, blocks, booking_key)
+     VALUES ($1, $2, $3, $4, tstzrange(to_timestamp($5 / 1000.0), to_timestamp($6 / 1000.0)),
+             tstzrange(to_timestamp($5 / 1000.0) - $7 * interval '1 millisecond', to_timestamp($6 / 1000.0)), $8)`,
+    [booking.floatingIpId, booking.reservationId, booking.leaseId, booking.projectId, booking.fromMs, booking.endMs, booking.leadMs, booking.bookingKey],
+  );
+}
+
+/** Moves the end of every booking of the lease to `endMs`; false (nothing changed, transaction usable) when that would overlap another booking. */
+export async function moveLeaseFloatingIpBookingsEnd(client: PoolClient, leaseId: string, endMs: number): Promise<boolean> {
+  await client.query('SAVEPOINT move_fip_end');
+  try {
+    await client.query(
+      `UPDATE floating_ip_allocations
+       SET during = tstzrange(lower(during), to_timestamp($2 / 1000.0)), blocks = tstzrange(lower(blocks), to_timestamp($2 / 1000.0))
+       WHERE lease_id = $1`,
+      [leaseId, endMs],
+    );
+    return true;
+  } catch (err) {
+    if (!isExclusionViolation(err)) throw err;
+    await client.query('ROLLBACK TO SAVEPOINT move_fip_end');
+    return false;
+  }
+}
+
+/** Among the addresses, the first booking of another lease blocking from `fromMs` on (undefined: none). */
+export async function firstOtherFloatingIpBookingFrom(db: Queryable, ids: string[], leaseId: string, fromMs: number): Promise<{ floating_ip_address: string; next_ms: number } | undefined> {
+  const { rows } = await db.query<{ floating_ip_address: string; next_ms: number }>(
+    `SELECT host(f.floating_ip_address) AS floating_ip_address, (extract(epoch FROM min(lower(a.blocks))) * 1000)::float8 AS next_ms
+     FROM floating_ip_allocations a JOIN floating_ips f ON f.id = a.floating_ip_id
+     WHERE a.floating_ip_id = ANY($1::uuid[]) AND a.lease_id <> $2 AND lower(a.blocks) >= to_timestamp($3 / 1000.0)
+     GROUP BY f.floating_ip_address ORDER BY next_ms LIMIT 1`,
+    [ids, leaseId, fromMs],
+  );
+  return rows[0];
+}
+
+export async function setLeaseFloatingIpBookingKey(client: PoolClient, leaseId: string, bookingKey: string): Promise<void> {
+  await client.query('UPDATE floating_ip_allocations SET booking_key = $2 WHERE lease_id = $1', [leaseId, bookingKey]);
+}
+
+export async function deleteLeaseFloatingIpBookings(client: PoolClient, leaseId: string): Promise<void> {
+  await client.query('DELETE FROM floating_ip_allocations WHERE lease_id = $1', [leaseId]);
+}
+
+/** Frees some addresses of a reservation (an active lease shrinking). */
+export async function deleteFloatingIpBookings(client: PoolClient, reservationId: string, floatingIpIds: string[]): Promise<void> {
+  await client.query('DELETE FROM floating_ip_allocations WHERE reservation_id = $1 AND floating_ip_id = ANY($2::uuid[])', [reservationId, floatingIpIds]);
+}
+
+export async function deleteReservationFloatingIpBookings(db: Queryable, reservationId: string): Promise<void> {
+  await db.query('DELETE FROM floating_ip_allocations WHERE reservation_id = $1', [reservationId]);
+}
+
+/** Ends the reservation's booking at `atMs`; a booking that had not begun by then is dropped whole. */
+export async function endReservationFloatingIpBookingsAt(db: Queryable, reservationId: string, atMs: number): Promise<void> {
+  await db.query(
+    `UPDATE floating_ip_allocations
+     SET during = tstzrange(lower(during), to_timestamp($2 / 1000.0)), blocks = tstzrange(lower(blocks), to_timestamp($2 / 1000.0))
+     WHERE reservation_id = $1 AND upper(during) > to_timestamp($2 / 1000.0) AND lower(during) < to_timestamp($2 / 1000.0)`,
+    [reservationId, atMs],
+  );
+  await db.query('DELETE FROM floating_ip_allocations WHERE reservation_id = $1 AND lower(during) >= to_timestamp($2 / 1000.0)', [reservationId, atMs]);
+}
+
+/** Blazar's floating IP allocations: per enrolled address, the reservations holding it from now on (optionally of one lease or reservation). */
+export interface FloatingIpAllocationRow {
+  floating_ip_id: string;
+  reservation_id: string;
+  lease_id: string;
+  project_id: string;
+  lease_name: string;
+  start_ms: number;
+  end_ms: number;
+}
+
+export async function floatingIpAllocations(
+  db: Queryable,
+  filter: { leaseId?: string; reservationId?: string; floatingIpId?: string; projectId?: string },
+): Promise<FloatingIpAllocationRow[]> {
+  const { rows } = await db.query<FloatingIpAllocationRow>(
+    `SELECT a.floating_ip_id::text, a.reservation_id::text, a.lease_id::text, a.project_id, l.document->>'name' AS lease_name,
+            (extract(epoch FROM lower(a.during)) * 1000)::float8 AS start_ms, (extract(epoch FROM upper(a.during)) * 1000)::float8 AS end_ms
+     FROM floating_ip_allocations a JOIN leases l ON l.id = a.lease_id
+     WHERE upper(a.during) > now() AND l.deleted_at IS NULL
+       AND ($1::uuid IS NULL OR a.lease_id = $1) AND ($2::uuid IS NULL OR a.reservation_id = $2)
+       AND ($3::uuid IS NULL OR a.floating_ip_id = $3) AND ($4::text IS NULL OR a.project_id = $4)
+     ORDER BY lower(a.during), a.id LIMIT 10000`,
+    [filter.leaseId ?? null, filter.reservationId ?? null, filter.floatingIpId ?? null, filter.projectId ?? null],
+  );
+  return rows;
+}

@@ -1,0 +1,166 @@
+/**
+ * The instance-slot calendar's decisions, as pure functions: a `virtual:instance` reservation asks
+ * for `amount` slots of one size (VCPU, MEMORY_MB, DISK_GB) on enrolled hosts over a window. A host
+ * serves slots of many instance reservations at once, within its capacity (Placement's, allocation
+ * ratios and reserved amounts applied), but never while a whole-host lease holds it (its blocks
+ * carry the cleaning gap, as in the host calendar).
+ *
+ * Times are epoch ms; a booking occupies [start, end) (end may be Infinity).
+ */
+import type { Blocked } from './host-calendar';
+import { peakUsage, type Amounts, type QuantityBooking } from './quantity-calendar';
+
+export interface SlotHost {
+  id: string;
+  capacity: Amounts;
+}
+
+export interface SlotCalendar {
+  /** The hosts that may serve the request (enrolled, reservable, matching its properties). */
+  hosts: SlotHost[];
+  /** Other instance reservations' slots (providerId = host id), one booking per slot or per host. */
+  slots: QuantityBooking[];
+  /** Whole-host bookings (host leases), their cleaning gap included. */
+  wholeHost: Blocked[];
+  cleaningMs: number;
+}
+
+/** `true`: every slot on one host; `false`: each on a different host; `null`: slots may share hosts. */
+export type Affinity = boolean | null;
+
+export interface SlotRequest {
+  slot: Amounts;
+  amount: number;
+  affinity: Affinity;
+}
+
+/** How many slots of `slot` the host has free over [from, to) besides `slots` (0 while a host lease holds it). */
+export function freeSlots(host: SlotHost, calendar: Pick<SlotCalendar, 'slots' | 'wholeHost' | 'cleaningMs'>, slot: Amounts, from: number, to: number): number {
+  const blockedUntil = to + calendar.cleaningMs;
+  if (calendar.wholeHost.some((b) => b.hostId === host.id && b.start < blockedUntil && from < b.end)) return 0;
+  const peak = peakUsage(
+    calendar.slots.filter((b) => b.providerId === host.id),
+    from,
+    to,
+  );
+  let free = Infinity;
+  for (const [resourceClass, size] of Object.entries(slot)) {
+    if (size <= 0) continue;
+    const left = (host.capacity[resourceClass] ?? 0) - (peak[resourceClass] ?? 0);
+    free = Math.min(free, Math.max(0, Math.floor(left / size)));
+  }
+  return free === Infinity ? 0 : free;
+}
+
+export interface PlaceOptions {
+  /** Hosts the reservation holds (a pending reservation updated): taken first. */
+  held?: ReadonlySet<string>;
+  /** Slots that must stay where they are (an active reservation's, servers may run there): host id → slots. */
+  fixed?: ReadonlyMap<string, number>;
+}
+
+/**
+ * Where the slots go over [from, to): host id → slots, or undefined when they do not fit. `fixed`
+ * slots stay on their hosts (and must still fit there); the rest take hosts in this order: those in
+ * `held` or `fixed`, then hosts already serving other instance reservations in the window (packing,
+ * as Blazar does: whole hosts stay free for host leases), then the others; by id within each group.
+ */
+export function placeSlots(request: SlotRequest, calendar: SlotCalendar, from: number, to: number, options: PlaceOptions = {}): Map<string, number> | undefined {
+  const fixed = options.fixed ?? new Map<string, number>();
+  const held = new Set([...(options.held ?? []), ...fixed.keys()]);
+  const byId = new Map(calendar.hosts.map((h) => [h.id, h]));
+  const free = new Map<string, number>();
+  for (const host of calendar.hosts) free.set(host.id, freeSlots(host, calendar, request.slot, from, to));
+
+  const placed = new Map<string, number>();
+  let left = request.amount;
+  for (const [hostId, slots] of fixed) {
+    if (!byId.has(hostId) || free.get(hostId)! < slots) return undefined;
+    placed.set(hostId, slots);
+    left -= slots;
+  }
+  if (left < 0) return undefined;
+  if (request.affinity === true && placed.size > 1) return undefined;
+  if (request.affinity === false && [...placed.values()].some((n) => n > 1)) return undefined;
+
+  const busy = new Set(calendar.slots.filter((b) => b.start < to && from < b.end).map((b) => b.providerId));
+  const rank = (id: string) => (held.has(id) ? 0 : busy.has(id) ? 1 : 2);
+  const ordered = [...calendar.hosts].sort((a, b) => rank(a.id) - rank(b.id) || a.id.localeCompare(b.id, 'en', { numeric: true }));
+  if (request.affinity === true) {
+    // One host for all: the one already holding slots, else the first with room for every slot.
+    const candidates = placed.size === 1 ? [...placed.keys()] : ordered.map((h) => h.id);
+    const host = candidates.find((id) => free.get(id)! >= request.amount);
+    return host === undefined ? undefined : new Map([[host, request.amount]]);
+  }
+  for (const host of ordered) {
+    if (left === 0) break;
+    const room = free.get(host.id)! - (placed.get(host.id) ?? 0);
+    const take = request.affinity === false ? (placed.has(host.id) ? 0 : Math.min(room, 1)) : Math.min(room, left);
+    if (take > 0) placed.set(host.id, (placed.get(host.id) ?? 0) + take);
+    left -= Math.max(0, take);
+  }
+  return left === 0 ? placed : undefined;
+}
+
+/** Whether the slots could ever fit: on an empty calendar. */
+export function canEverPlace(request: SlotRequest, hosts: SlotHost[]): boolean {
+  return placeSlots(request, { hosts, slots: [], wholeHost: [], cleaningMs: 0 }, 0, 1) !== undefined;
+}
+
+export interface SlotSearchLimits {
+  /** Bookings examined before the search gives up (a request must not hold the event loop). */
+  workBudget: number;
+  /** The first acceptable instant at or after a candidate (lease starts fall on whole minutes). Monotonic. */
+  align: (ms: number) => number;
+}
+
+export interface SlotSearch {
+  earliest: number | undefined;
+  cutShort: boolean;
+  tried: number;
+  lastTried: number | undefined;
+}
+
+/**
+ * The earliest instant ≥ `from` from which the slots fit for `durationMs`. A fit can only begin at
+ * `from` or where some booking ends, so those are the only instants tried.
+ */
+export function searchEarliestSlots(request: SlotRequest, calendar: SlotCalendar, from: number, durationMs: number, limits: SlotSearchLimits): SlotSearch {
+  const hostIds = new Set(calendar.hosts.map((h) => h.id));
+  const ends = [
+    ...calendar.slots.filter((b) => hostIds.has(b.providerId)).map((b) => b.end),
+    ...calendar.wholeHost.filter((b) => hostIds.has(b.hostId)).map((b) => b.end),
+  ].filter((end) => end > from && end !== Infinity);
+  const instants = [...new Set([from, ...ends].map(limits.align))].sort((a, b) => a - b);
+  const workPerTry = calendar.slots.length + calendar.wholeHost.length + calendar.hosts.length;
+  let tried = 0;
+  for (const start of instants) {
+    if (tried * workPerTry > limits.workBudget) return { earliest: undefined, cutShort: true, tried, lastTried: instants[tried - 1] };
+    tried++;
+    if (placeSlots(request, calendar, start, start + durationMs)) return { earliest: start, cutShort: false, tried, lastTried: start };
+  }
+  return { earliest: undefined, cutShort: false, tried, lastTried: instants[tried - 1] };
+}
+
+/**
+ * How long from `from` the slots fit (Infinity: for ever; 0: not at all). The fit can only break
+ * where a booking begins, so the window is grown to each such instant in turn; past the work
+ * budget the answer is what was verified so far (a lower bound).
+ */
+export function longestSlots(request: SlotRequest, calendar: SlotCalendar, from: number, workBudget = Infinity): number {
+  const starts = [
+    ...calendar.slots.map((b) => b.start),
+    // A host lease blocking from s takes the host from slots whose window ends after s − cleaning.
+    ...calendar.wholeHost.map((b) => b.start - calendar.cleaningMs),
+  ].filter((s) => s > from);
+  const boundaries = [...new Set(starts)].sort((a, b) => a - b);
+  if (!placeSlots(request, calendar, from, from + 1)) return 0;
+  const workPerTry = calendar.slots.length + calendar.wholeHost.length + calendar.hosts.length;
+  let tried = 0;
+  for (const boundary of boundaries) {
+    // [from, boundary) fits; does the window still fit once it takes in what begins at `boundary`?
+    if (!placeSlots(request, calendar, from, boundary + 1)) return boundary - from;
+    if (++tried * workPerTry > workBudget) return boundary - from;
+  }
+  return Infinity;
+}

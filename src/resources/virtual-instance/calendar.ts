@@ -1,0 +1,317 @@
+/**
+ * The instance-slot calendar in PostgreSQL: `amount` slots of one flavor size on enrolled hosts,
+ * counted against each host's Placement capacity (allocation ratios and reserved amounts applied:
+ * the compute providers the server type copies from Placement), never on a host a whole-host lease
+ * holds (cleaning gap included). A booking locks the candidate hosts' provider rows (instance
+ * admissions on a host go one by one) and writes one shared host row per host: the exclusion
+ * constraints of host_allocations keep host leases off it, whatever races. The decisions are
+ * src/domain/instance-slots.ts.
+ */
+import type { PoolClient } from 'pg';
+import { invalidLease, leaseConflict, requestDate as when, wholeMinuteUp } from '../../domain/lease';
+import { canEverPlace, freeSlots, longestSlots, placeSlots, searchEarliestSlots, type SlotCalendar, type SlotHost, type SlotRequest } from '../../domain/instance-slots';
+import { matchesQuery, parsePropertyQuery } from '../../domain/property-query';
+import type { FitSearch, ReservationContext } from '../../domain/resource-plugin';
+import type { Reservation } from '../../domain/lease';
+import { blockedIntervals, deleteReservationHostBookings, endReservationHostBookingsAt, insertHostBooking } from '../../db/host-allocations';
+import { listHosts, type HostRecord } from '../../db/hosts';
+import { endSharedHostRowsAt, liveSharedHosts, liveSlots, moveSharedHostRowsEnd, type LiveSlots } from '../../db/instance-slots';
+import type { Pool } from '../../db/pool';
+import { bookingsOnProviders, deleteReservationQuantityBookings, endReservationQuantityBookingsAt, insertQuantityBooking, lockProviders, usableProviders, type CapacityProvider } from '../../db/quantity-allocations';
+import { bookInTransaction, bookingKey, checkKeys, extensionRefused, releaseBooking, SEARCH_WORK_BUDGET, shortage } from '../shared/booking';
+import { COMPUTE_KIND } from '../shared/compute-providers';
+import { slotAmounts, virtualInstanceParams, type VirtualInstanceParams } from './params';
+
+export const VIRTUAL_INSTANCE = 'virtual:instance';
+/** Blazar's sentence when instance slots do not fit. */
+const NOT_ENOUGH = 'Not enough hosts available.';
+
+export interface InstanceCalendarSettings {
+  /** The gap a host keeps between a whole-host lease and slots (Blazar's cleaning_time). */
+  cleaningMs: number;
+}
+
+/** Where a reservation's slots are: per host, how many. */
+export interface SlotPlacement {
+  hostId: string;
+  /** The hypervisor host name (Placement's compute node name). */
+  hypervisorHostname: string;
+  /** Nova's compute service host (what aggregates take). */
+  computeHost: string;
+  providerUuid: string;
+  slots: number;
+}
+
+interface Candidate {
+  host: HostRecord;
+  provider: CapacityProvider;
+}
+
+export class InstanceSlotCalendar {
+  constructor(
+    private readonly pool: Pool,
+    private readonly settings: InstanceCalendarSettings,
+  ) {}
+
+  /**
+   * Books the slots for the lease window (from start − lead); idempotent per request. A pending
+   * reservation is booked anew (its hosts preferred); an active one keeps its slots where they are
+   * (servers may run there), drops `dropFrom` slots first when it shrinks, and books new ones from now.
+   */
+  async book(ctx: ReservationContext, options: { keepOn?: ReadonlyMap<string, number> } = {}): Promise<SlotPlacement[]> {
+    const params = virtualInstanceParams.parse(ctx.reservation.params);
+    return bookInTransaction(
+      this.pool,
+      async (client) => {
+        const now = Date.now();
+        const key = bookingKey([ctx.startMs, ctx.endMs, ctx.provisioningLeadMs, ctx.reservation.params]);
+        const live = await liveSlots(client, ctx.reservation.id, now);
+        if (live.length > 0 && live.every((l) => l.bookingKey === key)) return this.placementsOf(client, live);
+
+        const candidates = await this.candidates(client, params);
+        if (candidates.length === 0) throw invalidLease(`no enrolled host can take instance slots: none matches the reservation's resource_properties, or none has a compute node in Placement`);
+        await lockProviders(
+          client,
+          candidates.map((c) => c.provider.uuid),
+        );
+        const request: SlotRequest = { slot: slotAmounts(params), amount: params.amount, affinity: params.affinity };
+        if (!canEverPlace(request, candidates.map(slotHost))) {
+          throw leaseConflict(`${NOT_ENOUGH} ${params.amount} instance(s) of ${describeSlot(request)} can never fit on the ${candidates.length} matching host(s)${params.affinity === false ? ' (each on a different host)' : params.affinity ? ' (all on one host)' : ''}.`);
+        }
+        const active = ctx.leaseStatus !== 'PENDING' && live.length > 0;
+        return active ? this.rebookActive(client, ctx, request, candidates, live, key, now, options.keepOn) : this.bookPending(client, ctx, request, candidates, live, key);
+      },
+      { retryExclusion: true },
+    );
+  }
+
+  /** The reservation's slots now (or, before its start, as booked), per host. */
+  async placement(reservationId: string, atMs = Date.now()): Promise<SlotPlacement[]> {
+    return this.placementsOf(this.pool, await liveSlots(this.pool, reservationId, atMs));
+  }
+
+  /** Frees the booking: all of it if the lease never started, the rest of the window if it ends early. */
+  async release(reservationId: string, started: boolean, nowMs = Date.now()): Promise<void> {
+    await releaseBooking(started, nowMs, {
+      deleteAll: async () => {
+        await deleteReservationQuantityBookings(this.pool, reservationId);
+        await deleteReservationHostBookings(this.pool, reservationId);
+      },
+      endAt: async (at) => {
+        await endReservationQuantityBookingsAt(this.pool, reservationId, at);
+        await endReservationHostBookingsAt(this.pool, reservationId, at, this.settings.cleaningMs);
+      },
+    });
+  }
+
+  /** Where the lease's instance reservations fit from `start`: the earliest whole-minute start, and the longest lease from it. */
+  async search(reservations: Reservation[], start: number, durationMs: number, leadMs: number): Promise<FitSearch> {
+    let result: FitSearch = { earliest: start, longestMs: Infinity, cutShort: false, tried: 0 };
+    for (const reservation of reservations) {
+      const params = virtualInstanceParams.parse(reservation.params);
+      const candidates = await this.candidates(this.pool, params);
+      const request: SlotRequest = { slot: slotAmounts(params), amount: params.amount, affinity: params.affinity };
+      const calendar = await this.calendarOf(this.pool, candidates, start - leadMs, null, reservation.id);
+      const fit = slotFit(request, calendar, start, durationMs, leadMs);
+      result = {
+        earliest: result.earliest === undefined || fit.earliest === undefined ? undefined : Math.max(result.earliest, fit.earliest),
+        longestMs: Math.min(result.longestMs, fit.longestMs),
+        cutShort: result.cutShort || fit.cutShort,
+        tried: result.tried + fit.tried,
+        searchedUntil: fit.searchedUntil ?? result.searchedUntil,
+      };
+    }
+    return result;
+  }
+
+  // ─── Inside a transaction ───────────────────────────────────────────────────────────────────
+
+  private async bookPending(client: PoolClient, ctx: ReservationContext, request: SlotRequest, candidates: Candidate[], live: LiveSlots[], key: string): Promise<SlotPlacement[]> {
+    await deleteReservationQuantityBookings(client, ctx.reservation.id);
+    await deleteReservationHostBookings(client, ctx.reservation.id);
+    const from = ctx.startMs - ctx.provisioningLeadMs;
+    const calendar = await this.calendarOf(client, candidates, from, ctx.endMs, ctx.reservation.id);
+    const held = new Set(candidates.filter((c) => live.some((l) => l.providerUuid === c.provider.uuid)).map((c) => c.host.id));
+    const placed = placeSlots(request, calendar, from, ctx.endMs, { held });
+    if (!placed) throw await this.explainShortage(client, ctx, request, candidates);
+    return this.insert(client, ctx, candidates, placed, from, new Set(), key);
+  }
+
+  /**
+   * An active reservation: its slots stay on their hosts (less those it gives up, first where
+   * `keepOn` says nothing runs), its end moves, new slots are booked from now.
+   */
+  private async rebookActive(
+    client: PoolClient,
+    ctx: ReservationContext,
+    request: SlotRequest,
+    candidates: Candidate[],
+    live: LiveSlots[],
+    key: string,
+    now: number,
+    keepOn: ReadonlyMap<string, number> = new Map(),
+  ): Promise<SlotPlacement[]> {
+    const hostOf = new Map(candidates.map((c) => [c.provider.uuid, c.host.id]));
+    const current = new Map<string, number>();
+    for (const l of live) {
+      const hostId = hostOf.get(l.providerUuid);
+      // A host that no longer matches (or left Placement): its slots cannot be kept.
+      if (hostId !== undefined) current.set(hostId, l.slots);
+    }
+    const fixed = giveUp(current, request.amount, keepOn);
+    const from = Math.max(now, ctx.startMs - ctx.provisioningLeadMs);
+    const calendar = await this.calendarOf(client, candidates, from, ctx.endMs, ctx.reservation.id);
+    const placed = placeSlots(request, calendar, from, ctx.endMs, { fixed });
+    if (!placed) {
+      const keptFit = placeSlots({ ...request, amount: [...fixed.values()].reduce((a, b) => a + b, 0) }, calendar, from, ctx.endMs, { fixed });
+      if (!keptFit) {
+        const latest = from + longestSlots({ ...request, amount: [...fixed.values()].reduce((a, b) => a + b, 0) }, calendar, from, SEARCH_WORK_BUDGET);
+        throw extensionRefused(ctx, NOT_ENOUGH, 'the hosts of its slots are booked by others after that', latest > from ? latest : undefined);
+      }
+      throw leaseConflict(`${NOT_ENOUGH} No room now for ${request.amount - [...fixed.values()].reduce((a, b) => a + b, 0)} more instance(s) of the size of reservation ${ctx.reservation.id} until ${when(ctx.endMs)}.`);
+    }
+    // The slots live now end now; the new placement is booked from now (the kept ones included).
+    const keptHosts = new Set([...placed.keys()].filter((id) => current.has(id)));
+    const dropped = [...current.keys()].filter((id) => !placed.has(id));
+    await endReservationQuantityBookingsAt(client, ctx.reservation.id, from);
+    if (dropped.length > 0) await endSharedHostRowsAt(client, ctx.reservation.id, dropped, from, this.settings.cleaningMs);
+    await moveSharedHostRowsEnd(client, ctx.reservation.id, from, ctx.endMs, this.settings.cleaningMs);
+    const stillShared = new Set(await liveSharedHosts(client, ctx.reservation.id, from));
+    return this.insert(client, ctx, candidates, placed, from, new Set([...keptHosts].filter((id) => stillShared.has(id))), key);
+  }
+
+  /** Books the placement from `from` to the lease's end: a row per slot, a shared host row per host not already booked. */
+  private async insert(client: PoolClient, ctx: ReservationContext, candidates: Candidate[], placed: Map<string, number>, from: number, hostsBooked: Set<string>, key: string): Promise<SlotPlacement[]> {
+    const byHost = new Map(candidates.map((c) => [c.host.id, c]));
+    const slot = slotAmounts(virtualInstanceParams.parse(ctx.reservation.params));
+    const result: SlotPlacement[] = [];
+    for (const [hostId, slots] of [...placed].sort(([a], [b]) => a.localeCompare(b, 'en', { numeric: true }))) {
+      const { host, provider } = byHost.get(hostId)!;
+      for (let i = 0; i < slots; i++) {
+        await insertQuantityBooking(client, {
+          providerUuid: provider.uuid,
+          reservationId: ctx.reservation.id,
+          leaseId: ctx.leaseId,
+          projectId: ctx.projectId,
+          subject: null,
+          amounts: slot,
+          startMs: Math.max(from, ctx.startMs),
+          endMs: ctx.endMs,
+          blocksFromMs: from,
+          bookingKey: key,
+        });
+      }
+      if (!hostsBooked.has(hostId)) {
+        await insertHostBooking(client, {
+          hostId,
+          reservationId: ctx.reservation.id,
+          leaseId: ctx.leaseId,
+          projectId: ctx.projectId,
+          fromMs: Math.max(from, ctx.startMs),
+          endMs: ctx.endMs,
+          leadMs: Math.max(from, ctx.startMs) - from,
+          cleaningMs: this.settings.cleaningMs,
+          unbounded: false,
+          bookingKey: key,
+          shared: true,
+        });
+      }
+      result.push({ hostId, hypervisorHostname: host.hypervisor_hostname, computeHost: host.service_name ?? host.hypervisor_hostname, providerUuid: provider.uuid, slots });
+    }
+    return result;
+  }
+
+  /** Enrolled, reservable hosts with a compute provider in Placement, matching the reservation's `resource_properties`. */
+  private async candidates(db: Pool | PoolClient, params: VirtualInstanceParams): Promise<Candidate[]> {
+    const hosts = (await listHosts(db, { reservableOnly: true })).filter((h) => h.released_at === null);
+    const query = parsePropertyQuery(params.resource_properties);
+    checkKeys(query, new Set(hosts.flatMap((h) => Object.keys(h.capabilities))), 'resource_properties', new Set(hosts.flatMap((h) => h.private_capabilities)));
+    const providers = await usableProviders(db, COMPUTE_KIND, 'uuid');
+    const byName = new Map(providers.map((p) => [p.name, p]));
+    const candidates: Candidate[] = [];
+    for (const host of hosts) {
+      const provider = byName.get(host.hypervisor_hostname);
+      if (provider && matchesQuery(query, host.capabilities)) candidates.push({ host, provider });
+    }
+    return candidates;
+  }
+
+  /** The hosts' other slot bookings and whole-host blocks over [from, to) (to null: from `from` on). */
+  private async calendarOf(db: Pool | PoolClient, candidates: Candidate[], from: number, to: number | null, ownReservationId: string): Promise<SlotCalendar> {
+    const hostOf = new Map(candidates.map((c) => [c.provider.uuid, c.host.id]));
+    const slotRows = await bookingsOnProviders(db, [...hostOf.keys()], from, to ?? Infinity);
+    const blocked = await blockedIntervals(db, { fromMs: from, toMs: to, cleaningMs: this.settings.cleaningMs, hostIds: candidates.map((c) => c.host.id), wholeHostOnly: true });
+    return {
+      hosts: candidates.map(slotHost),
+      slots: slotRows.filter((r) => r.reservation_id !== ownReservationId).map((r) => ({ providerId: hostOf.get(r.provider_uuid)!, start: r.start_ms, end: r.end_ms, amounts: r.amounts })),
+      wholeHost: blocked.map((b) => ({ hostId: b.host_id, start: b.start_ms, end: b.end_ms })),
+      cleaningMs: this.settings.cleaningMs,
+    };
+  }
+
+  private async placementsOf(db: Pool | PoolClient, live: LiveSlots[]): Promise<SlotPlacement[]> {
+    if (live.length === 0) return [];
+    const hosts = await listHosts(db);
+    const byName = new Map(hosts.map((h) => [h.hypervisor_hostname, h]));
+    return live.map((l) => {
+      const host = byName.get(l.name);
+      return { hostId: host?.id ?? '', hypervisorHostname: l.name, computeHost: host?.service_name ?? l.host, providerUuid: l.providerUuid, slots: l.slots };
+    });
+  }
+
+  /** 409 that says what is short, when the same request would fit, and how long from the asked start. */
+  private async explainShortage(client: PoolClient, ctx: ReservationContext, request: SlotRequest, candidates: Candidate[]) {
+    const lead = ctx.provisioningLeadMs;
+    const future = await this.calendarOf(client, candidates, ctx.startMs - lead, null, ctx.reservation.id);
+    const from = ctx.startMs - lead;
+    const free = candidates.map((c) => freeSlots(slotHost(c), future, request.slot, from, ctx.endMs));
+    const what = [
+      `${NOT_ENOUGH} Not enough room for ${request.amount} instance(s) of ${describeSlot(request)}${request.affinity === false ? ' on different hosts' : request.affinity ? ' on one host' : ''} from ${when(ctx.startMs)} to ${when(ctx.endMs)}`,
+      `free slots of that size: ${candidates.map((c, i) => `${c.host.hypervisor_hostname} ${free[i]}`).join(', ')}`,
+    ];
+    return shortage(ctx, what, slotFit(request, future, ctx.startMs, ctx.endMs - ctx.startMs, lead), 'it never fits');
+  }
+}
+
+function slotHost(c: Candidate): SlotHost {
+  return { id: c.host.id, capacity: c.provider.capacity };
+}
+
+/** Where the slots fit for a lease from `start` for `durationMs`, made ready `leadMs` before (answers in lease starts). */
+function slotFit(request: SlotRequest, calendar: SlotCalendar, start: number, durationMs: number, leadMs: number): FitSearch {
+  const from = start - leadMs;
+  const align = (ms: number) => wholeMinuteUp(ms + leadMs) - leadMs;
+  const search = searchEarliestSlots(request, calendar, from, durationMs + leadMs, { align, workBudget: SEARCH_WORK_BUDGET });
+  const longest = longestSlots(request, calendar, from, SEARCH_WORK_BUDGET);
+  return {
+    earliest: search.earliest !== undefined ? search.earliest + leadMs : undefined,
+    longestMs: Math.max(0, longest - leadMs),
+    cutShort: search.cutShort,
+    tried: search.tried,
+    searchedUntil: search.lastTried !== undefined ? search.lastTried + leadMs : undefined,
+  };
+}
+
+/**
+ * The slots an active reservation keeps when its amount becomes `amount`: all of them when it
+ * grows; when it shrinks, it gives up first slots where nothing runs (`inUse`: servers per host).
+ */
+export function giveUp(current: ReadonlyMap<string, number>, amount: number, inUse: ReadonlyMap<string, number>): Map<string, number> {
+  const kept = new Map(current);
+  let excess = [...current.values()].reduce((a, b) => a + b, 0) - amount;
+  // Idle slots first, from the hosts with the most idle slots; then any (the plugin refuses a shrink below the servers running).
+  const idle = (id: string) => (kept.get(id) ?? 0) - (inUse.get(id) ?? 0);
+  while (excess > 0) {
+    const hosts = [...kept.keys()].filter((id) => kept.get(id)! > 0);
+    if (hosts.length === 0) break;
+    const next = hosts.sort((a, b) => idle(b) - idle(a) || a.localeCompare(b, 'en', { numeric: true }))[0];
+    kept.set(next, kept.get(next)! - 1);
+    if (kept.get(next) === 0) kept.delete(next);
+    excess--;
+  }
+  return kept;
+}
+
+function describeSlot(request: SlotRequest): string {
+  return `${request.slot.VCPU} vCPU, ${request.slot.MEMORY_MB} MiB, ${request.slot.DISK_GB} GiB`;
+}

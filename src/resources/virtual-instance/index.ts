@@ -1,0 +1,159 @@
+/**
+ * `virtual:instance` (Blazar's instance reservation): `amount` slots of one size (vcpus, memory_mb,
+ * disk_gb) on enrolled hosts, booked in the instance-slot calendar, used through a flavor made for
+ * the reservation.
+ *
+ * - reserve: the slots are booked (packed onto hosts already serving instance reservations; each
+ *   on its own host with `affinity: False`, all on one with `True`); the flavor, aggregate, server
+ *   group and resource class are made at once, so the user sees the flavor id in the lease. An
+ *   active reservation keeps its slots in place, grows from now, and shrinks only down to the
+ *   servers that use its flavor (Blazar's only grow).
+ * - start: the lessee gets the flavor; hosts join the aggregate; each host's slots become Placement
+ *   inventory of the reservation's class, so Nova schedules at most `amount` servers, on those hosts.
+ * - end: the flavor is taken away and every server of it deleted (the end looks again until all
+ *   are gone); then the inventory, aggregate, server group, flavor and class go.
+ */
+import { leaseConflict } from '../../domain/lease';
+import type { HookContext, ReservationContext, ResourcePlugin, ResourceType } from '../../domain/resource-plugin';
+import { slotHostsEver } from '../../db/instance-slots';
+import type { Pool } from '../../db/pool';
+import { serverHost, type NovaClient } from '../../openstack';
+import { COMPUTE_KIND, readComputeProviders } from '../shared/compute-providers';
+import { QuantityCalendar } from '../shared/quantity-bookings';
+import { InstanceSlotCalendar, VIRTUAL_INSTANCE, type SlotPlacement } from './calendar';
+import { closeSlots, ensureReservationResources, openSlots, removeReservationResources, serversOfFlavor, type HostSlots, type InstanceCloud, type InstanceSpec } from './nova-resources';
+import { virtualInstanceParams } from './params';
+
+export { VIRTUAL_INSTANCE };
+
+export interface VirtualInstanceDeps {
+  pool: Pool;
+  settings: {
+    /** The gap between a whole-host lease and slots on one host (Blazar's cleaning_time). */
+    cleaningMs: number;
+    /** How old the copy of the hosts' capacities may be before a booking reads Placement again. */
+    capacityRefreshMs?: number;
+  };
+  /** Nova and Placement, for carrying leases out; 'calendar-only' for tests of booking alone. */
+  cloud: (() => InstanceCloud) | 'calendar-only';
+  /** Nova in a lessee's project (the server group is theirs, as Blazar makes it). */
+  projectCloud?: (projectId: string) => { nova: NovaClient };
+}
+
+/** How often an end looks again while servers of the flavor are still being deleted. */
+const SERVER_DELETE_RECHECK_MS = 2_000;
+
+function slotCalendar(deps: VirtualInstanceDeps): { calendar: InstanceSlotCalendar; refresh: () => Promise<void> } {
+  const calendar = new InstanceSlotCalendar(deps.pool, { cleaningMs: deps.settings.cleaningMs });
+  const capacities = new QuantityCalendar(deps.pool);
+  const { cloud } = deps;
+  const refresh = async () => {
+    if (cloud === 'calendar-only') return;
+    await capacities.refreshProviders(COMPUTE_KIND, deps.settings.capacityRefreshMs ?? 60_000, () => readComputeProviders(cloud()));
+  };
+  return { calendar, refresh };
+}
+
+/** What the API needs of `virtual:instance`: the parameters, and where slots are free. */
+export function virtualInstanceType(deps: VirtualInstanceDeps, made = slotCalendar(deps)): ResourceType {
+  return {
+    resourceType: VIRTUAL_INSTANCE,
+    paramsSchema: virtualInstanceParams,
+    earliest: async ({ reservations, startMs, durationMs, provisioningLeadMs }) => {
+      await made.refresh();
+      return made.calendar.search(reservations, startMs, durationMs, provisioningLeadMs);
+    },
+  };
+}
+
+export function virtualInstancePlugin(deps: VirtualInstanceDeps): ResourcePlugin {
+  const made = slotCalendar(deps);
+  const { calendar } = made;
+  const cloud = () => (deps.cloud === 'calendar-only' ? undefined : deps.cloud());
+  const lesseeNova = (ctx: ReservationContext, admin: NovaClient) => deps.projectCloud?.(ctx.projectId).nova ?? admin;
+
+  const specOf = (ctx: ReservationContext): InstanceSpec => ({ reservationId: ctx.reservation.id, projectId: ctx.projectId, params: virtualInstanceParams.parse(ctx.reservation.params) });
+  const hostSlots = (placement: SlotPlacement[]): HostSlots[] =>
+    placement.map((p) => ({ computeHost: p.computeHost, hypervisorHostname: p.hypervisorHostname, computeNodeUuid: p.providerUuid, slots: p.slots }));
+  const shown = (placement: SlotPlacement[]) => ({
+    hosts: placement.map((p) => p.hypervisorHostname),
+    slots_per_host: Object.fromEntries(placement.map((p) => [p.hypervisorHostname, p.slots])),
+  });
+
+  /**
+   * An active reservation shrinking: never below the servers its flavor runs (409), and the slots
+   * it keeps are where they run (host id → servers).
+   */
+  async function serversInUse(ctx: ReservationContext, nova: NovaClient, current: SlotPlacement[]): Promise<Map<string, number>> {
+    // A server that failed to schedule (ERROR, no host) holds no slot.
+    const servers = (await serversOfFlavor(nova, ctx.reservation.id)).filter((s) => s.status !== 'ERROR' || serverHost(s) !== null);
+    const amount = virtualInstanceParams.parse(ctx.reservation.params).amount;
+    const held = current.reduce((n, p) => n + p.slots, 0);
+    // Only a shrink is checked: the same or more slots (a refused update put back) never are.
+    if (amount < held && servers.length > amount) {
+      throw leaseConflict(
+        `Instance reservation ${ctx.reservation.id} cannot shrink to ${amount} instance(s): ${servers.length} server(s) use its flavor ${ctx.reservation.id}; delete some first (none is deleted for you).`,
+      );
+    }
+    const hostIdOf = new Map(current.map((p) => [p.computeHost, p.hostId]));
+    const perHost = new Map<string, number>();
+    for (const server of servers) {
+      const hostId = hostIdOf.get(serverHost(server) ?? '');
+      if (hostId !== undefined) perHost.set(hostId, (perHost.get(hostId) ?? 0) + 1);
+    }
+    return perHost;
+  }
+
+  return {
+    ...virtualInstanceType(deps, made),
+
+    async reserve(ctx: HookContext) {
+      await made.refresh();
+      const clients = cloud();
+      const active = ctx.leaseStatus === 'ACTIVE';
+      const before = active ? await calendar.placement(ctx.reservation.id) : [];
+      const keepOn = active && clients ? await serversInUse(ctx, clients.nova, before) : undefined;
+      const placement = await calendar.book(ctx, { keepOn });
+      let resources = {};
+      if (clients) {
+        const spec = specOf(ctx);
+        resources = active
+          ? await openSlots(clients, spec, hostSlots(placement), hostSlots(before), ctx.reportProgress)
+          : await ensureReservationResources(clients, lesseeNova(ctx, clients.nova), spec);
+      }
+      return { allocation: { ...resources, ...shown(placement) }, resourceKeys: [] };
+    },
+
+    async start(ctx) {
+      const clients = cloud();
+      const placement = await calendar.placement(ctx.reservation.id);
+      if (!clients) return { allocation: shown(placement) };
+      const spec = specOf(ctx);
+      // Made at admission; made again here if an operator removed them meanwhile.
+      await ensureReservationResources(clients, lesseeNova(ctx, clients.nova), spec);
+      const resources = await openSlots(clients, spec, hostSlots(placement), [], ctx.reportProgress);
+      return { allocation: { ...resources, ...shown(placement) } };
+    },
+
+    async end(ctx) {
+      const clients = cloud();
+      if (clients) {
+        const spec = specOf(ctx);
+        const left = await closeSlots(clients.nova, spec);
+        ctx.reportProgress({ serversLeft: left });
+        // Even a forced end waits for these: servers being deleted cannot be hurried, and the slots cannot go before them.
+        if (left > 0) return { waitingFor: `${left} server(s) of flavor reservation:${ctx.reservation.id} to be deleted`, recheckAfterMs: SERVER_DELETE_RECHECK_MS };
+        const hosts = (await slotHostsEver(deps.pool, ctx.reservation.id)).map((h) => ({ computeHost: h.host, hypervisorHostname: h.name, computeNodeUuid: h.providerUuid, slots: 0 }));
+        const removed = await removeReservationResources(clients, spec, hosts);
+        // Nova frees a deleted server's Placement allocation just after the server is gone from its list.
+        if (!removed) return { waitingFor: `Placement to free the slots of reservation ${ctx.reservation.id}`, recheckAfterMs: SERVER_DELETE_RECHECK_MS };
+      }
+      await calendar.release(ctx.reservation.id, ctx.started);
+      return {};
+    },
+
+    async placementOf(ctx) {
+      return { hosts: (await calendar.placement(ctx.reservation.id)).map((p) => p.computeHost) };
+    },
+  };
+}

@@ -1,0 +1,219 @@
+/**
+ * What an instance reservation is in Nova and Placement, laid out as Blazar lays it (so that its
+ * users' scripts and a deployment's Nova settings work unchanged):
+ * - a private flavor `reservation:<id>` whose id is the reservation id, with the extra specs
+ *   `aggregate_instance_extra_specs:reservation=<id>` (AggregateInstanceExtraSpecsFilter sends it
+ *   to the reservation's hosts only) and `resources:CUSTOM_RESERVATION_<ID>=1` (each server takes
+ *   one slot in Placement), `affinity_id` naming the server group when there is one;
+ * - an aggregate named after the reservation, metadata `reservation=<id>` and
+ *   `filter_tenant_id=<project>`; the hosts join it at the start and stay in their other aggregates;
+ * - the resource class `CUSTOM_RESERVATION_<ID>`, whose inventory on each host is its slot count,
+ *   on a provider `blazar_<hypervisor>` nested under the compute node (Blazar's choice, kept: the
+ *   compute node's own inventories stay Nova's to write, and Blazar's tools find the slots where
+ *   they look);
+ * - with `affinity` set, a server group `reservation:<id>` (affinity or anti-affinity) in the
+ *   lessee's project.
+ * Every step is idempotent: a retried activity finds what an earlier try made.
+ */
+import { ConflictError, NotFoundError, type Aggregate, type NovaClient, type PlacementClient, type ServerGroup } from '../../openstack';
+import type { ReportProgress } from '../../domain/resource-plugin';
+import { addHost, ensureAggregate, findAggregate, removeHost } from '../shared/aggregates';
+import type { VirtualInstanceParams } from './params';
+
+export const reservationFlavorName = (reservationId: string) => `reservation:${reservationId}`;
+/** Placement takes upper case, digits and `_` only. */
+export const reservationResourceClass = (reservationId: string) => `CUSTOM_RESERVATION_${reservationId.toUpperCase().replace(/-/g, '_')}`;
+export const reservationProviderName = (hypervisorHostname: string) => `blazar_${hypervisorHostname}`;
+export const FLAVOR_AGGREGATE_SPEC = 'aggregate_instance_extra_specs:reservation';
+
+export interface InstanceCloud {
+  nova: NovaClient;
+  placement: PlacementClient;
+}
+
+export interface InstanceSpec {
+  reservationId: string;
+  projectId: string;
+  params: VirtualInstanceParams;
+}
+
+export interface ReservationResources {
+  flavor_id: string;
+  aggregate_id: number;
+  server_group_id: string | null;
+}
+
+/** One host's slots: where it is in Nova (compute host) and Placement (compute node provider). */
+export interface HostSlots {
+  computeHost: string;
+  hypervisorHostname: string;
+  computeNodeUuid: string;
+  slots: number;
+}
+
+const ignore = async (call: Promise<unknown>, ...errors: Array<new (...args: never[]) => Error>) => {
+  try {
+    await call;
+  } catch (err) {
+    if (!errors.some((type) => err instanceof type)) throw err;
+  }
+};
+
+/**
+ * Made at admission (the user sees the flavor at once): the server group, the flavor and its extra
+ * specs, the aggregate, the resource class. A pending reservation whose size changed gets its flavor
+ * made again (no server can use it before the start: nobody has access yet).
+ */
+export async function ensureReservationResources(cloud: InstanceCloud, lessee: NovaClient, spec: InstanceSpec): Promise<ReservationResources> {
+  const { nova, placement } = cloud;
+  const resourceClass = reservationResourceClass(spec.reservationId);
+  await placement.createResourceClass(resourceClass);
+  const group = spec.params.affinity === null ? undefined : await ensureServerGroup(nova, lessee, spec);
+  await ensureFlavor(nova, spec, {
+    [FLAVOR_AGGREGATE_SPEC]: spec.reservationId,
+    [`resources:${resourceClass}`]: '1',
+    ...(group ? { affinity_id: group.id } : {}),
+  });
+  const aggregate = await ensureAggregate(nova, spec.reservationId, {
+    reservation: spec.reservationId,
+    filter_tenant_id: spec.projectId,
+    ...(group ? { affinity_id: group.id } : {}),
+  });
+  return { flavor_id: spec.reservationId, aggregate_id: aggregate.id, server_group_id: group?.id ?? null };
+}
+
+async function ensureServerGroup(admin: NovaClient, lessee: NovaClient, spec: InstanceSpec): Promise<ServerGroup> {
+  const name = reservationFlavorName(spec.reservationId);
+  const policy = spec.params.affinity ? 'affinity' : 'anti-affinity';
+  const existing = (await admin.listServerGroups({ all_projects: true })).find((g) => g.name === name);
+  if (existing && existing.policy === policy) return existing;
+  if (existing) await ignore(admin.deleteServerGroup(existing.id), NotFoundError);
+  return lessee.createServerGroup({ name, policy });
+}
+
+async function ensureFlavor(nova: NovaClient, spec: InstanceSpec, extraSpecs: Record<string, string>): Promise<void> {
+  const { reservationId, params } = spec;
+  let flavor = await nova.getFlavor(reservationId).catch((err: unknown) => {
+    if (err instanceof NotFoundError) return undefined;
+    throw err;
+  });
+  if (flavor && (flavor.vcpus !== params.vcpus || flavor.ram !== params.memory_mb || flavor.disk !== params.disk_gb)) {
+    await ignore(nova.deleteFlavor(reservationId), NotFoundError);
+    flavor = undefined;
+  }
+  if (!flavor) {
+    try {
+      await nova.createFlavor({ id: reservationId, name: reservationFlavorName(reservationId), vcpus: params.vcpus, ram: params.memory_mb, disk: params.disk_gb, is_public: false });
+    } catch (err) {
+      if (!(err instanceof ConflictError)) throw err; // an earlier try made it
+    }
+  }
+  const current = await nova.getFlavorExtraSpecs(reservationId);
+  if (Object.entries(extraSpecs).some(([key, value]) => current[key] !== value)) await nova.setFlavorExtraSpecs(reservationId, extraSpecs);
+  for (const key of Object.keys(current)) if (key === 'affinity_id' && !(key in extraSpecs)) await ignore(nova.deleteFlavorExtraSpec(reservationId, key), NotFoundError);
+}
+
+/**
+ * At start (and after an active reservation changed): the lessee may use the flavor; each host of
+ * the placement is in the aggregate with its slot count as inventory; hosts it no longer has are
+ * out of both.
+ */
+export async function openSlots(cloud: InstanceCloud, spec: InstanceSpec, hosts: HostSlots[], formerHosts: HostSlots[], progress: ReportProgress): Promise<ReservationResources> {
+  const { nova, placement } = cloud;
+  const resources = await ensureReservationResources(cloud, nova, spec);
+  await ignore(nova.addFlavorAccess(spec.reservationId, spec.projectId), ConflictError);
+  let aggregate = await aggregateOf(nova, spec.reservationId);
+  for (const host of hosts) {
+    await addHost(nova, aggregate, host.computeHost);
+    await setSlotInventory(placement, host, reservationResourceClass(spec.reservationId), host.slots);
+    progress({ host: host.computeHost });
+  }
+  const kept = new Set(hosts.map((h) => h.computeHost));
+  aggregate = await aggregateOf(nova, spec.reservationId);
+  for (const host of formerHosts.filter((h) => !kept.has(h.computeHost))) {
+    await setSlotInventory(placement, host, reservationResourceClass(spec.reservationId), 0);
+    await removeHost(nova, aggregate, host.computeHost);
+  }
+  return resources;
+}
+
+async function aggregateOf(nova: NovaClient, reservationId: string): Promise<Aggregate> {
+  const aggregate = await findAggregate(nova, reservationId);
+  if (!aggregate) throw new Error(`the aggregate of reservation ${reservationId} is gone (made at admission)`);
+  return aggregate;
+}
+
+/**
+ * The reservation's inventory on the host's `blazar_<hypervisor>` provider (made under the compute
+ * node if missing): `slots` of the class, or none (0). Placement's generation guards the write; a
+ * concurrent writer makes it fail with 409, and the activity's retry reads again.
+ */
+async function setSlotInventory(placement: PlacementClient, host: HostSlots, resourceClass: string, slots: number): Promise<void> {
+  const name = reservationProviderName(host.hypervisorHostname);
+  let provider = (await placement.listResourceProviders({ name }))[0];
+  if (!provider) {
+    if (slots === 0) return;
+    try {
+      provider = await placement.createResourceProvider({ name, parent_provider_uuid: host.computeNodeUuid });
+    } catch (err) {
+      if (!(err instanceof ConflictError)) throw err;
+      provider = (await placement.listResourceProviders({ name }))[0];
+      if (!provider) throw err;
+    }
+  }
+  const current = await placement.getInventories(provider.uuid);
+  const { [resourceClass]: mine, ...others } = current.inventories;
+  if (slots === 0 && !mine) return;
+  if (mine && mine.total === slots) return;
+  const inventories = slots === 0 ? others : { ...others, [resourceClass]: { total: slots, reserved: 0, min_unit: 1, max_unit: 1, step_size: 1, allocation_ratio: 1 } };
+  await placement.putInventories(provider.uuid, current.resource_provider_generation, inventories);
+}
+
+/** The servers using the reservation's flavor, in every project (not deleted yet). */
+export async function serversOfFlavor(nova: NovaClient, reservationId: string) {
+  return nova.listServers({ all_tenants: true, flavor: reservationId });
+}
+
+/**
+ * At the end: the lessee loses the flavor, and every server of the flavor is deleted. Returns how
+ * many are still there (the end looks again later until none is left).
+ */
+export async function closeSlots(nova: NovaClient, spec: InstanceSpec): Promise<number> {
+  await ignore(nova.removeFlavorAccess(spec.reservationId, spec.projectId), NotFoundError, ConflictError);
+  const servers = await serversOfFlavor(nova, spec.reservationId).catch((err: unknown) => {
+    if (err instanceof NotFoundError) return []; // the flavor is gone: so are its servers
+    throw err;
+  });
+  for (const server of servers) {
+    if (server['OS-EXT-STS:task_state'] !== 'deleting') await ignore(nova.deleteServer(server.id), NotFoundError);
+  }
+  return servers.length;
+}
+
+/**
+ * Once no server uses the slots: inventories, aggregate, server group, flavor and resource class go.
+ * False, with the rest left for a later call, while Placement still counts allocations on the slots
+ * (its 409 `placement.inventory.inuse`).
+ */
+export async function removeReservationResources(cloud: InstanceCloud, spec: InstanceSpec, hosts: HostSlots[]): Promise<boolean> {
+  const { nova, placement } = cloud;
+  const resourceClass = reservationResourceClass(spec.reservationId);
+  for (const host of hosts) {
+    try {
+      await setSlotInventory(placement, host, resourceClass, 0);
+    } catch (err) {
+      if (err instanceof ConflictError && err.code === 'placement.inventory.inuse') return false;
+      throw err;
+    }
+  }
+  const aggregate = await findAggregate(nova, spec.reservationId);
+  if (aggregate) {
+    for (const host of aggregate.hosts) await removeHost(nova, aggregate, host);
+    await ignore(nova.deleteAggregate(aggregate.id), NotFoundError);
+  }
+  const group = (await nova.listServerGroups({ all_projects: true })).find((g) => g.name === reservationFlavorName(spec.reservationId));
+  if (group) await ignore(nova.deleteServerGroup(group.id), NotFoundError);
+  await ignore(nova.deleteFlavor(spec.reservationId), NotFoundError);
+  await ignore(placement.deleteResourceClass(resourceClass), NotFoundError);
+  return true;
+}
