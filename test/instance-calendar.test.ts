@@ -13,6 +13,7 @@ import { physicalHostParams } from '../src/resources/physical-host/params';
 import { COMPUTE_KIND } from '../src/resources/shared/compute-providers';
 import { InstanceSlotCalendar, VIRTUAL_INSTANCE } from '../src/resources/virtual-instance/calendar';
 import { virtualInstanceParams } from '../src/resources/virtual-instance/params';
+import { virtualInstance } from '../src/resources/virtual-instance';
 import { pendingReservation, refusal, reservationContext } from './support/builders';
 import { useMigratedTestDatabase } from './support/db';
 import { doubleBookings, insertHost } from './support/hosts';
@@ -38,6 +39,9 @@ describe('instance-slot calendar', () => {
   let slots: InstanceSlotCalendar;
   let hosts: HostCalendar;
 
+  /** Books as the plugin does: the reservation described by its type. */
+  const book = async (ctx: ReservationContext, options?: { keepOn?: Map<string, number> }) => slots.book(ctx, (await virtualInstance.describe(ctx.reservation, ctx.projectId)).spec, options);
+
   beforeAll(() => {
     slots = new InstanceSlotCalendar(database().pool, { cleaningMs: CLEANING });
     hosts = new HostCalendar(database().pool, { cleaningMs: CLEANING, randomChoice: false });
@@ -56,26 +60,26 @@ describe('instance-slot calendar', () => {
   });
 
   it('books slots within capacity, packs them, spreads them with affinity False, and honours resource_properties', async () => {
-    const packed = await slots.book(ctxFor(instances({ amount: 3 }), 0, 2));
+    const packed = await book(ctxFor(instances({ amount: 3 }), 0, 2));
     expect(packed.map((p) => [p.hypervisorHostname, p.slots])).toEqual([['node-1', 3]]);
-    const next = await slots.book(ctxFor(instances({ amount: 2 }), 1, 3));
+    const next = await book(ctxFor(instances({ amount: 2 }), 1, 3));
     expect(next.map((p) => [p.hypervisorHostname, p.slots])).toEqual([['node-1', 1], ['node-2', 1]]); // node-1 first: it already serves slots
-    const spread = await slots.book(ctxFor(instances({ amount: 3, affinity: 'False' }), 10, 12));
+    const spread = await book(ctxFor(instances({ amount: 3, affinity: 'False' }), 10, 12));
     expect(spread.map((p) => p.slots)).toEqual([1, 1, 1]);
-    const gpu = await slots.book(ctxFor(instances({ amount: 2, resource_properties: '["==", "$gpu", "true"]' }), 5, 6));
+    const gpu = await book(ctxFor(instances({ amount: 2, resource_properties: '["==", "$gpu", "true"]' }), 5, 6));
     expect(gpu.map((p) => p.hypervisorHostname)).toEqual(['node-3']);
-    const tooMany = await refusal(slots.book(ctxFor(instances({ amount: 13 }), 10, 11)));
+    const tooMany = await refusal(book(ctxFor(instances({ amount: 13 }), 10, 11)));
     expect(tooMany.type).toBe('LeaseConflict');
     expect(tooMany.message).toContain('can never fit on the 3 matching host(s)');
   });
 
   it('refuses with the earliest start when full, and two leases that fit only one after the other', async () => {
-    await slots.book(ctxFor(instances({ amount: 12 }), 0, 2));
-    const refused = await refusal(slots.book(ctxFor(instances({ amount: 1 }), 1, 3)));
+    await book(ctxFor(instances({ amount: 12 }), 0, 2));
+    const refused = await refusal(book(ctxFor(instances({ amount: 1 }), 1, 3)));
     expect(refused.type).toBe('LeaseConflict');
     expect(refused.message).toContain('Not enough hosts available.');
     expect(refused.details?.[0]).toMatchObject({ earliest_start: expect.stringMatching(/^2099-06-01 02:00$/) });
-    const after = await slots.book(ctxFor(instances({ amount: 12 }), 2, 4));
+    const after = await book(ctxFor(instances({ amount: 12 }), 2, 4));
     expect(total(after)).toBe(12);
   });
 
@@ -83,14 +87,14 @@ describe('instance-slot calendar', () => {
     // A host lease takes node-1 and node-2 for hours 0–2.
     const hostLease = pendingReservation('physical:host', physicalHostParams.parse({ min: 2, max: 2, hypervisor_properties: '', resource_properties: '' }));
     await hosts.book(ctxFor(hostLease, 0, 2));
-    const during = await slots.book(ctxFor(instances({ amount: 2 }), 1, 2));
+    const during = await book(ctxFor(instances({ amount: 2 }), 1, 2));
     expect(during.map((p) => p.hypervisorHostname)).toEqual(['node-3']);
     // Within the cleaning gap after the host lease: node-3 only; once it has passed, node-1 again.
-    expect((await slots.book(ctxFor(instances({ amount: 4 }), 2.25, 3))).map((p) => [p.hypervisorHostname, p.slots])).toEqual([['node-3', 4]]);
-    const refused = await refusal(slots.book(ctxFor(instances({ amount: 1 }), 2.25, 3)));
+    expect((await book(ctxFor(instances({ amount: 4 }), 2.25, 3))).map((p) => [p.hypervisorHostname, p.slots])).toEqual([['node-3', 4]]);
+    const refused = await refusal(book(ctxFor(instances({ amount: 1 }), 2.25, 3)));
     expect(refused.message).toContain('Not enough hosts available.');
     expect(refused.details?.[0]).toMatchObject({ earliest_start: '2099-06-01 02:30' });
-    expect((await slots.book(ctxFor(instances({ amount: 1 }), 2.5, 3))).map((p) => p.hypervisorHostname)).toEqual(['node-1']);
+    expect((await book(ctxFor(instances({ amount: 1 }), 2.5, 3))).map((p) => p.hypervisorHostname)).toEqual(['node-1']);
     // Now the other way: a host lease wanting every host while slots hold node-3.
     const everyHost = pendingReservation('physical:host', physicalHostParams.parse({ min: 3, max: 3, hypervisor_properties: '', resource_properties: '' }));
     expect((await refusal(hosts.book(ctxFor(everyHost, 1.5, 3)))).type).toBe('LeaseConflict');
@@ -99,7 +103,7 @@ describe('instance-slot calendar', () => {
 
   it('under concurrent admissions, never mixes host leases and slots on a host, nor overbooks a host', async () => {
     const hostLeases = Array.from({ length: 3 }, () => hosts.book(ctxFor(pendingReservation('physical:host', physicalHostParams.parse({ min: 1, max: 1, hypervisor_properties: '', resource_properties: '' })), 0, 2)));
-    const slotLeases = Array.from({ length: 6 }, () => slots.book(ctxFor(instances({ amount: 2, affinity: 'True' }), 1, 3)));
+    const slotLeases = Array.from({ length: 6 }, () => book(ctxFor(instances({ amount: 2, affinity: 'True' }), 1, 3)));
     const results = await Promise.allSettled([...hostLeases, ...slotLeases]);
     const refusedOtherwise = results.filter((r): r is PromiseRejectedResult => r.status === 'rejected' && !(r.reason instanceof ApplicationFailure && r.reason.type === 'LeaseConflict'));
     expect(refusedOtherwise).toEqual([]);
@@ -116,7 +120,7 @@ describe('instance-slot calendar', () => {
     const reservation = instances({ amount: 2, affinity: 'False' });
     const now = Date.now();
     const activeCtx = (amount: number, keepOn?: Map<string, number>) =>
-      slots.book(
+      book(
         reservationContext({
           reservation: { ...reservation, params: { ...reservation.params, amount } },
           leaseId: 'cccccccc-cccc-4ccc-8ccc-cccccccccccc',

@@ -9,6 +9,7 @@ import { registry, type ResourcePlugins, type ResourceTypes } from '../domain/re
 import type { OpenStackClients } from '../openstack';
 import { HostCalendar } from './physical-host/calendar';
 import { bandwidthPlugin, bandwidthType } from './bandwidth';
+import { flavorInstancePlugin, flavorInstanceType } from './flavor-instance';
 import { floatingIpPlugin, floatingIpType } from './floating-ip';
 import { physicalHostPlugin, physicalHostType, type PhysicalHostDeps } from './physical-host';
 import { virtualInstancePlugin, virtualInstanceType, type VirtualInstanceDeps } from './virtual-instance';
@@ -58,6 +59,7 @@ export function resourceTypes(deps: ResourceDeps, calendar?: HostCalendar): Reso
     bandwidthType({ pool: deps.pool, cloud: deps.openstack, settings: deps.config.bandwidth }),
     floatingIpType({ pool: deps.pool }),
     virtualInstanceType(instanceDeps(deps)),
+    flavorInstanceType(instanceDeps(deps)),
   ]);
 }
 
@@ -69,5 +71,6 @@ export function productionPlugins(deps: ResourceDeps): ResourcePlugins {
     bandwidthPlugin({ pool: deps.pool, cloud: deps.openstack, settings: deps.config.bandwidth }),
     floatingIpPlugin({ pool: deps.pool, cloud: deps.openstack }),
     virtualInstancePlugin(instanceDeps(deps)),
+    flavorInstancePlugin(instanceDeps(deps)),
   ]);
 }

@@ -5,7 +5,9 @@
  * fails to schedule, project B neither sees nor uses the flavor, and at the end the servers, the
  * flavor, the aggregate, the inventory and the resource class are gone; `affinity=True` keeps every
  * server on one host; capacity is counted with Placement's allocation ratios; Nova and Placement 5xx
- * answers are retried; the start and end lags are measured.
+ * answers are retried; the start and end lags are measured. `flavor:instance` (through
+ * blazarclient's Python library: its CLI does not know the type) books an existing flavor's
+ * footprint, `resources:*` overrides included, and copies its extra specs to the reservation flavor.
  */
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
@@ -13,6 +15,7 @@ import { keystoneAuthenticator } from '../../src/api/keystone-auth';
 import { KeystoneSession, NotFoundError, openStackClients, type OpenStackClients, type Server } from '../../src/openstack';
 import { reservationProviderName, reservationResourceClass } from '../../src/resources/virtual-instance/nova-resources';
 import { virtualInstancePlugin } from '../../src/resources/virtual-instance';
+import { flavorInstancePlugin } from '../../src/resources/flavor-instance';
 import { FaultProxy } from '../support/fault-proxy';
 import { apiClient, deleteAllLeases, eventually, inSeconds, useTestStack } from '../support/stack';
 import { bootServer, deleteAggregateNamed, rigClients, rigCredentials, rigEnv, uniqueName } from './support';
@@ -43,9 +46,10 @@ describe('instance leases in Nova and Placement', () => {
       });
       return {
         env: { LK_FREEPOOL_AGGREGATE: freepool },
-        withPool: (pool) => [
-          virtualInstancePlugin({ pool, settings: { cleaningMs: 0, capacityRefreshMs: 0 }, cloud: () => throughProxies, projectCloud: (id) => (id === projectAId ? projectA : admin) }),
-        ],
+        withPool: (pool) => {
+          const deps = { pool, settings: { cleaningMs: 0, capacityRefreshMs: 0 }, cloud: () => throughProxies, projectCloud: (id: string) => (id === projectAId ? projectA : admin) };
+          return [virtualInstancePlugin(deps), flavorInstancePlugin(deps)];
+        },
         openstack: () => admin,
         authenticator: keystoneAuthenticator({ validateToken: (token) => admin.keystone.validateToken(token) }),
       };
@@ -214,5 +218,40 @@ describe('instance leases in Nova and Placement', () => {
     // Deleted while active, servers running: the servers go first, then everything the reservation made.
     await deleteAllLeases(asAdmin());
     await expectAllGone(reservation);
+  }, 300_000);
+  it('books an existing flavor with flavor:instance through blazarclient\'s library, copying its extra specs, and refuses a flavor the project may not use', async () => {
+    const source = await admin.nova.createFlavor({ name: uniqueName('source'), vcpus: 2, ram: 512, disk: 1, ephemeral: 1, is_public: true });
+    const hidden = await admin.nova.createFlavor({ name: uniqueName('hidden'), vcpus: 1, ram: 512, disk: 1, is_public: false });
+    try {
+      await admin.nova.setFlavorExtraSpecs(source.id, { 'resources:MEMORY_MB': '1024', 'trait:COMPUTE_STATUS_DISABLED': 'forbidden', 'hw:watchdog_action': 'reset' });
+      const script = [
+        'import json, sys',
+        'from blazarclient import client',
+        'c = client.Client(1, blazar_url=sys.argv[1], auth_token=sys.argv[2])',
+        'print(json.dumps(c.lease.create(sys.argv[3], "now", sys.argv[4], [{"resource_type": "flavor:instance", "flavor_id": sys.argv[5], "amount": 2}], [])))',
+      ].join('\n');
+      const viaLibrary = async (flavorId: string) => run('/usr/bin/python3', ['-c', script, `${stack().url}/v1`, tokens.a, uniqueName('flavor-lease'), inSeconds(3600), flavorId], { timeout: 60_000 });
+      const refused = await viaLibrary(hidden.id).then(() => '', (err: { stderr: string }) => err.stderr);
+      expect(refused).toContain(`Flavor ${hidden.id} could not be found`);
+      const created = JSON.parse((await viaLibrary(source.id)).stdout);
+      const reservation = created.reservations[0];
+      expect(reservation).toMatchObject({ resource_type: 'flavor:instance', flavor_id: reservation.id, source_flavor_id: source.id, amount: 2 });
+      expect(reservation.hosts).toHaveLength(1); // packed
+      const specs = await admin.nova.getFlavorExtraSpecs(reservation.id);
+      expect(specs).toMatchObject({ 'resources:MEMORY_MB': '1024', 'hw:watchdog_action': 'reset', [`resources:${reservationResourceClass(reservation.id)}`]: '1' });
+      const copy = await admin.nova.getFlavor(reservation.id);
+      expect([copy.vcpus, copy.ram, copy.disk, copy['OS-FLV-EXT-DATA:ephemeral']]).toEqual([2, 512, 1, 1]);
+      await waitForStatus(created.id, 'ACTIVE');
+      const flavor = `reservation:${reservation.id}`;
+      await eventually(async () => ((await projectA.nova.listFlavors()).some((f) => f.name === flavor) ? true : undefined), 30_000);
+      expect((await boot(projectA, flavor)).status).toBe('ACTIVE');
+      expect((await boot(projectA, flavor)).status).toBe('ACTIVE');
+      expect((await boot(projectA, flavor)).status).toBe('ERROR');
+      await deleteAllLeases(asAdmin());
+      await expectAllGone(reservation);
+    } finally {
+      await admin.nova.deleteFlavor(source.id).catch(() => undefined);
+      await admin.nova.deleteFlavor(hidden.id).catch(() => undefined);
+    }
   }, 300_000);
 });

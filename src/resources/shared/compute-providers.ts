@@ -7,13 +7,12 @@ import type { NovaClient, PlacementClient } from '../../openstack';
 import { placementCapacity, type CapacityProvider } from './quantity-bookings';
 
 export const COMPUTE_KIND = 'compute';
-export const COMPUTE_RESOURCE_CLASSES = ['VCPU', 'MEMORY_MB', 'DISK_GB'] as const;
 
-/** A compute host's usable capacity per resource class a server takes. */
-export const capacityOf = (inventories: Parameters<typeof placementCapacity>[0]) => placementCapacity(inventories, COMPUTE_RESOURCE_CLASSES);
+/** A compute host's usable capacity in every class it has (VCPU, PCPU, MEMORY_MB, DISK_GB, custom ones a flavor may ask for). */
+export const capacityOf = (inventories: Parameters<typeof placementCapacity>[0]) => placementCapacity(inventories, Object.keys(inventories));
 
-export /** The compute hosts that are up and enabled, with their capacities and traits from Placement. */
-async function readComputeProviders({ nova, placement }: { nova: NovaClient; placement: PlacementClient }): Promise<CapacityProvider[]> {
+/** The compute hosts that are up and enabled, with their capacities and traits from Placement. */
+export async function readComputeProviders({ nova, placement }: { nova: NovaClient; placement: PlacementClient }): Promise<CapacityProvider[]> {
   const hypervisors = (await nova.listHypervisors()).filter((h) => h.state === 'up' && h.status === 'enabled');
   return Promise.all(
     hypervisors.map(async (h): Promise<CapacityProvider> => {

@@ -20,7 +20,8 @@ import type { Pool } from '../../db/pool';
 import { bookingsOnProviders, deleteReservationQuantityBookings, endReservationQuantityBookingsAt, insertQuantityBooking, lockProviders, usableProviders, type CapacityProvider } from '../../db/quantity-allocations';
 import { bookInTransaction, bookingKey, checkKeys, extensionRefused, releaseBooking, SEARCH_WORK_BUDGET, shortage } from '../shared/booking';
 import { COMPUTE_KIND } from '../shared/compute-providers';
-import { slotAmounts, virtualInstanceParams, type VirtualInstanceParams } from './params';
+import type { Amounts } from '../../domain/quantity-calendar';
+import type { Affinity } from '../../domain/instance-slots';
 
 export const VIRTUAL_INSTANCE = 'virtual:instance';
 /** Blazar's sentence when instance slots do not fit. */
@@ -42,6 +43,18 @@ export interface SlotPlacement {
   slots: number;
 }
 
+/** What a reservation books: `amount` slots of `slot`, on hosts its properties and traits allow. */
+export interface SlotSpec {
+  slot: Amounts;
+  amount: number;
+  affinity: Affinity;
+  /** A property query over the hosts' capabilities (as for host leases). */
+  resourceProperties: string;
+  /** Placement traits the host's compute node must have, and must not have (a flavor's `trait:X=required|forbidden`). */
+  requiredTraits?: string[];
+  forbiddenTraits?: string[];
+}
+
 interface Candidate {
   host: HostRecord;
   provider: CapacityProvider;
@@ -58,25 +71,24 @@ export class InstanceSlotCalendar {
    * reservation is booked anew (its hosts preferred); an active one keeps its slots where they are
    * (servers may run there), drops `dropFrom` slots first when it shrinks, and books new ones from now.
    */
-  async book(ctx: ReservationContext, options: { keepOn?: ReadonlyMap<string, number> } = {}): Promise<SlotPlacement[]> {
-    const params = virtualInstanceParams.parse(ctx.reservation.params);
+  async book(ctx: ReservationContext, spec: SlotSpec, options: { keepOn?: ReadonlyMap<string, number> } = {}): Promise<SlotPlacement[]> {
     return bookInTransaction(
       this.pool,
       async (client) => {
         const now = Date.now();
-        const key = bookingKey([ctx.startMs, ctx.endMs, ctx.provisioningLeadMs, ctx.reservation.params]);
+        const key = bookingKey([ctx.startMs, ctx.endMs, ctx.provisioningLeadMs, ctx.reservation.params, spec]);
         const live = await liveSlots(client, ctx.reservation.id, now);
         if (live.length > 0 && live.every((l) => l.bookingKey === key)) return this.placementsOf(client, live);
 
-        const candidates = await this.candidates(client, params);
+        const candidates = await this.candidates(client, spec);
         if (candidates.length === 0) throw invalidLease(`no enrolled host can take instance slots: none matches the reservation's resource_properties, or none has a compute node in Placement`);
         await lockProviders(
           client,
           candidates.map((c) => c.provider.uuid),
         );
-        const request: SlotRequest = { slot: slotAmounts(params), amount: params.amount, affinity: params.affinity };
+        const request: SlotRequest = { slot: spec.slot, amount: spec.amount, affinity: spec.affinity };
         if (!canEverPlace(request, candidates.map(slotHost))) {
-          throw leaseConflict(`${NOT_ENOUGH} ${params.amount} instance(s) of ${describeSlot(request)} can never fit on the ${candidates.length} matching host(s)${params.affinity === false ? ' (each on a different host)' : params.affinity ? ' (all on one host)' : ''}.`);
+          throw leaseConflict(`${NOT_ENOUGH} ${spec.amount} instance(s) of ${describeSlot(request)} can never fit on the ${candidates.length} matching host(s)${spec.affinity === false ? ' (each on a different host)' : spec.affinity ? ' (all on one host)' : ''}.`);
         }
         const active = ctx.leaseStatus !== 'PENDING' && live.length > 0;
         return active ? this.rebookActive(client, ctx, request, candidates, live, key, now, options.keepOn) : this.bookPending(client, ctx, request, candidates, live, key);
@@ -105,12 +117,11 @@ export class InstanceSlotCalendar {
   }
 
   /** Where the lease's instance reservations fit from `start`: the earliest whole-minute start, and the longest lease from it. */
-  async search(reservations: Reservation[], start: number, durationMs: number, leadMs: number): Promise<FitSearch> {
+  async search(reservations: Array<{ reservation: Reservation; spec: SlotSpec }>, start: number, durationMs: number, leadMs: number): Promise<FitSearch> {
     let result: FitSearch = { earliest: start, longestMs: Infinity, cutShort: false, tried: 0 };
-    for (const reservation of reservations) {
-      const params = virtualInstanceParams.parse(reservation.params);
-      const candidates = await this.candidates(this.pool, params);
-      const request: SlotRequest = { slot: slotAmounts(params), amount: params.amount, affinity: params.affinity };
+    for (const { reservation, spec } of reservations) {
+      const candidates = await this.candidates(this.pool, spec);
+      const request: SlotRequest = { slot: spec.slot, amount: spec.amount, affinity: spec.affinity };
       const calendar = await this.calendarOf(this.pool, candidates, start - leadMs, null, reservation.id);
       const fit = slotFit(request, calendar, start, durationMs, leadMs);
       result = {
@@ -134,7 +145,7 @@ export class InstanceSlotCalendar {
     const held = new Set(candidates.filter((c) => live.some((l) => l.providerUuid === c.provider.uuid)).map((c) => c.host.id));
     const placed = placeSlots(request, calendar, from, ctx.endMs, { held });
     if (!placed) throw await this.explainShortage(client, ctx, request, candidates);
-    return this.insert(client, ctx, candidates, placed, from, new Set(), key);
+    return this.insert(client, ctx, candidates, placed, request.slot, from, new Set(), key);
   }
 
   /**
@@ -177,13 +188,12 @@ export class InstanceSlotCalendar {
     if (dropped.length > 0) await endSharedHostRowsAt(client, ctx.reservation.id, dropped, from, this.settings.cleaningMs);
     await moveSharedHostRowsEnd(client, ctx.reservation.id, from, ctx.endMs, this.settings.cleaningMs);
     const stillShared = new Set(await liveSharedHosts(client, ctx.reservation.id, from));
-    return this.insert(client, ctx, candidates, placed, from, new Set([...keptHosts].filter((id) => stillShared.has(id))), key);
+    return this.insert(client, ctx, candidates, placed, request.slot, from, new Set([...keptHosts].filter((id) => stillShared.has(id))), key);
   }
 
   /** Books the placement from `from` to the lease's end: a row per slot, a shared host row per host not already booked. */
-  private async insert(client: PoolClient, ctx: ReservationContext, candidates: Candidate[], placed: Map<string, number>, from: number, hostsBooked: Set<string>, key: string): Promise<SlotPlacement[]> {
+  private async insert(client: PoolClient, ctx: ReservationContext, candidates: Candidate[], placed: Map<string, number>, slot: Amounts, from: number, hostsBooked: Set<string>, key: string): Promise<SlotPlacement[]> {
     const byHost = new Map(candidates.map((c) => [c.host.id, c]));
-    const slot = slotAmounts(virtualInstanceParams.parse(ctx.reservation.params));
     const result: SlotPlacement[] = [];
     for (const [hostId, slots] of [...placed].sort(([a], [b]) => a.localeCompare(b, 'en', { numeric: true }))) {
       const { host, provider } = byHost.get(hostId)!;
@@ -221,17 +231,18 @@ export class InstanceSlotCalendar {
     return result;
   }
 
-  /** Enrolled, reservable hosts with a compute provider in Placement, matching the reservation's `resource_properties`. */
-  private async candidates(db: Pool | PoolClient, params: VirtualInstanceParams): Promise<Candidate[]> {
+  /** Enrolled, reservable hosts with a compute provider in Placement, matching the reservation's properties and traits. */
+  private async candidates(db: Pool | PoolClient, spec: SlotSpec): Promise<Candidate[]> {
     const hosts = (await listHosts(db, { reservableOnly: true })).filter((h) => h.released_at === null);
-    const query = parsePropertyQuery(params.resource_properties);
+    const query = parsePropertyQuery(spec.resourceProperties);
     checkKeys(query, new Set(hosts.flatMap((h) => Object.keys(h.capabilities))), 'resource_properties', new Set(hosts.flatMap((h) => h.private_capabilities)));
     const providers = await usableProviders(db, COMPUTE_KIND, 'uuid');
     const byName = new Map(providers.map((p) => [p.name, p]));
     const candidates: Candidate[] = [];
     for (const host of hosts) {
       const provider = byName.get(host.hypervisor_hostname);
-      if (provider && matchesQuery(query, host.capabilities)) candidates.push({ host, provider });
+      const traitsFit = (spec.requiredTraits ?? []).every((t) => provider?.traits.includes(t)) && !(spec.forbiddenTraits ?? []).some((t) => provider?.traits.includes(t));
+      if (provider && traitsFit && matchesQuery(query, host.capabilities)) candidates.push({ host, provider });
     }
     return candidates;
   }

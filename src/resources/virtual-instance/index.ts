@@ -13,16 +13,17 @@
  * - end: the flavor is taken away and every server of it deleted (the end looks again until all
  *   are gone); then the inventory, aggregate, server group, flavor and class go.
  */
-import { leaseConflict } from '../../domain/lease';
+import type { z } from 'zod';
+import { leaseConflict, type Reservation } from '../../domain/lease';
 import type { HookContext, ReservationContext, ResourcePlugin, ResourceType } from '../../domain/resource-plugin';
 import { slotHostsEver } from '../../db/instance-slots';
 import type { Pool } from '../../db/pool';
 import { serverHost, type NovaClient } from '../../openstack';
 import { COMPUTE_KIND, readComputeProviders } from '../shared/compute-providers';
 import { QuantityCalendar } from '../shared/quantity-bookings';
-import { InstanceSlotCalendar, VIRTUAL_INSTANCE, type SlotPlacement } from './calendar';
-import { closeSlots, ensureReservationResources, openSlots, removeReservationResources, serversOfFlavor, type HostSlots, type InstanceCloud, type InstanceSpec } from './nova-resources';
-import { virtualInstanceParams } from './params';
+import { InstanceSlotCalendar, VIRTUAL_INSTANCE, type SlotPlacement, type SlotSpec } from './calendar';
+import { closeSlots, ensureReservationResources, openSlots, removeReservationResources, serversOfFlavor, type FlavorShape, type HostSlots, type InstanceCloud, type InstanceSpec } from './nova-resources';
+import { slotAmounts, virtualInstanceParams } from './params';
 
 export { VIRTUAL_INSTANCE };
 
@@ -43,6 +44,25 @@ export interface VirtualInstanceDeps {
 /** How often an end looks again while servers of the flavor are still being deleted. */
 const SERVER_DELETE_RECHECK_MS = 2_000;
 
+/** What a slot reservation is, as its type reads it from its parameters (and, for some types, the cloud). */
+export interface SlotReservation {
+  spec: SlotSpec;
+  flavor: FlavorShape;
+  /** Shown in the lease JSON besides what every slot reservation shows (e.g. the source flavor). */
+  shown?: Record<string, unknown>;
+}
+
+/**
+ * A type of slot reservation (`virtual:instance`, `flavor:instance`): its parameters, and how a
+ * reservation becomes slots and a flavor (`describe`, given Nova as the admin and as the lessee when
+ * the deployment has a cloud).
+ */
+export interface SlotType {
+  resourceType: string;
+  paramsSchema: z.ZodType<Record<string, unknown>>;
+  describe(reservation: Reservation, projectId: string, nova?: { admin: NovaClient; lessee: NovaClient }): Promise<SlotReservation>;
+}
+
 function slotCalendar(deps: VirtualInstanceDeps): { calendar: InstanceSlotCalendar; refresh: () => Promise<void> } {
   const calendar = new InstanceSlotCalendar(deps.pool, { cleaningMs: deps.settings.cleaningMs });
   const capacities = new QuantityCalendar(deps.pool);
@@ -54,25 +74,36 @@ function slotCalendar(deps: VirtualInstanceDeps): { calendar: InstanceSlotCalend
   return { calendar, refresh };
 }
 
-/** What the API needs of `virtual:instance`: the parameters, and where slots are free. */
-export function virtualInstanceType(deps: VirtualInstanceDeps, made = slotCalendar(deps)): ResourceType {
+function novaFor(deps: VirtualInstanceDeps, projectId: string): { admin: NovaClient; lessee: NovaClient } | undefined {
+  if (deps.cloud === 'calendar-only') return undefined;
+  const admin = deps.cloud().nova;
+  return { admin, lessee: deps.projectCloud?.(projectId).nova ?? admin };
+}
+
+/** What the API needs of a slot type: the parameters, and where slots are free. */
+export function slotReservationType(type: SlotType, deps: VirtualInstanceDeps, made = slotCalendar(deps)): ResourceType {
   return {
-    resourceType: VIRTUAL_INSTANCE,
-    paramsSchema: virtualInstanceParams,
-    earliest: async ({ reservations, startMs, durationMs, provisioningLeadMs }) => {
+    resourceType: type.resourceType,
+    paramsSchema: type.paramsSchema,
+    earliest: async ({ reservations, projectId, startMs, durationMs, provisioningLeadMs }) => {
       await made.refresh();
-      return made.calendar.search(reservations, startMs, durationMs, provisioningLeadMs);
+      const described = await Promise.all(reservations.map(async (reservation) => ({ reservation, spec: (await type.describe(reservation, projectId, novaFor(deps, projectId))).spec })));
+      return made.calendar.search(described, startMs, durationMs, provisioningLeadMs);
     },
   };
 }
 
-export function virtualInstancePlugin(deps: VirtualInstanceDeps): ResourcePlugin {
+/** The life of a slot reservation, whichever type describes it. */
+export function slotReservationPlugin(type: SlotType, deps: VirtualInstanceDeps): ResourcePlugin {
   const made = slotCalendar(deps);
   const { calendar } = made;
   const cloud = () => (deps.cloud === 'calendar-only' ? undefined : deps.cloud());
-  const lesseeNova = (ctx: ReservationContext, admin: NovaClient) => deps.projectCloud?.(ctx.projectId).nova ?? admin;
 
-  const specOf = (ctx: ReservationContext): InstanceSpec => ({ reservationId: ctx.reservation.id, projectId: ctx.projectId, params: virtualInstanceParams.parse(ctx.reservation.params) });
+  const specOf = async (ctx: ReservationContext): Promise<{ slots: SlotSpec; instance: InstanceSpec; shown: Record<string, unknown> }> => {
+    const { spec, flavor, shown } = await type.describe(ctx.reservation, ctx.projectId, novaFor(deps, ctx.projectId));
+    return { slots: spec, instance: { reservationId: ctx.reservation.id, projectId: ctx.projectId, affinity: spec.affinity, flavor }, shown: shown ?? {} };
+  };
+  const lesseeNova = (ctx: ReservationContext) => novaFor(deps, ctx.projectId)!.lessee;
   const hostSlots = (placement: SlotPlacement[]): HostSlots[] =>
     placement.map((p) => ({ computeHost: p.computeHost, hypervisorHostname: p.hypervisorHostname, computeNodeUuid: p.providerUuid, slots: p.slots }));
   const shown = (placement: SlotPlacement[]) => ({
@@ -84,10 +115,9 @@ export function virtualInstancePlugin(deps: VirtualInstanceDeps): ResourcePlugin
    * An active reservation shrinking: never below the servers its flavor runs (409), and the slots
    * it keeps are where they run (host id → servers).
    */
-  async function serversInUse(ctx: ReservationContext, nova: NovaClient, current: SlotPlacement[]): Promise<Map<string, number>> {
+  async function serversInUse(ctx: ReservationContext, nova: NovaClient, current: SlotPlacement[], amount: number): Promise<Map<string, number>> {
     // A server that failed to schedule (ERROR, no host) holds no slot.
     const servers = (await serversOfFlavor(nova, ctx.reservation.id)).filter((s) => s.status !== 'ERROR' || serverHost(s) !== null);
-    const amount = virtualInstanceParams.parse(ctx.reservation.params).amount;
     const held = current.reduce((n, p) => n + p.slots, 0);
     // Only a shrink is checked: the same or more slots (a refused update put back) never are.
     if (amount < held && servers.length > amount) {
@@ -105,40 +135,41 @@ export function virtualInstancePlugin(deps: VirtualInstanceDeps): ResourcePlugin
   }
 
   return {
-    ...virtualInstanceType(deps, made),
+    ...slotReservationType(type, deps, made),
 
     async reserve(ctx: HookContext) {
       await made.refresh();
       const clients = cloud();
       const active = ctx.leaseStatus === 'ACTIVE';
+      const { slots, instance, shown: described } = await specOf(ctx);
       const before = active ? await calendar.placement(ctx.reservation.id) : [];
-      const keepOn = active && clients ? await serversInUse(ctx, clients.nova, before) : undefined;
-      const placement = await calendar.book(ctx, { keepOn });
+      const keepOn = active && clients ? await serversInUse(ctx, clients.nova, before, slots.amount) : undefined;
+      const placement = await calendar.book(ctx, slots, { keepOn });
       let resources = {};
       if (clients) {
-        const spec = specOf(ctx);
         resources = active
-          ? await openSlots(clients, spec, hostSlots(placement), hostSlots(before), ctx.reportProgress)
-          : await ensureReservationResources(clients, lesseeNova(ctx, clients.nova), spec);
+          ? await openSlots(clients, instance, hostSlots(placement), hostSlots(before), ctx.reportProgress)
+          : await ensureReservationResources(clients, lesseeNova(ctx), instance);
       }
-      return { allocation: { ...resources, ...shown(placement) }, resourceKeys: [] };
+      return { allocation: { ...described, ...resources, ...shown(placement) }, resourceKeys: [] };
     },
 
     async start(ctx) {
       const clients = cloud();
       const placement = await calendar.placement(ctx.reservation.id);
       if (!clients) return { allocation: shown(placement) };
-      const spec = specOf(ctx);
+      const { instance } = await specOf(ctx);
       // Made at admission; made again here if an operator removed them meanwhile.
-      await ensureReservationResources(clients, lesseeNova(ctx, clients.nova), spec);
-      const resources = await openSlots(clients, spec, hostSlots(placement), [], ctx.reportProgress);
+      await ensureReservationResources(clients, lesseeNova(ctx), instance);
+      const resources = await openSlots(clients, instance, hostSlots(placement), [], ctx.reportProgress);
       return { allocation: { ...resources, ...shown(placement) } };
     },
 
     async end(ctx) {
       const clients = cloud();
       if (clients) {
-        const spec = specOf(ctx);
+        // Not described again: the end must not depend on the source flavor (deleted meanwhile, it must not block the end).
+        const spec = { reservationId: ctx.reservation.id, projectId: ctx.projectId };
         const left = await closeSlots(clients.nova, spec);
         ctx.reportProgress({ serversLeft: left });
         // Even a forced end waits for these: servers being deleted cannot be hurried, and the slots cannot go before them.
@@ -157,3 +188,19 @@ export function virtualInstancePlugin(deps: VirtualInstanceDeps): ResourcePlugin
     },
   };
 }
+
+/** `virtual:instance`: the slot's size is in its parameters. */
+export const virtualInstance: SlotType = {
+  resourceType: VIRTUAL_INSTANCE,
+  paramsSchema: virtualInstanceParams,
+  describe(reservation) {
+    const params = virtualInstanceParams.parse(reservation.params);
+    return Promise.resolve({
+      spec: { slot: slotAmounts(params), amount: params.amount, affinity: params.affinity, resourceProperties: params.resource_properties },
+      flavor: { vcpus: params.vcpus, ram: params.memory_mb, disk: params.disk_gb, ephemeral: 0, swap: 0, extraSpecs: {} },
+    });
+  },
+};
+
+export const virtualInstanceType = (deps: VirtualInstanceDeps): ResourceType => slotReservationType(virtualInstance, deps);
+export const virtualInstancePlugin = (deps: VirtualInstanceDeps): ResourcePlugin => slotReservationPlugin(virtualInstance, deps);

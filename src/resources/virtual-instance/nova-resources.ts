@@ -18,7 +18,7 @@
 import { ConflictError, NotFoundError, type Aggregate, type NovaClient, type PlacementClient, type ServerGroup } from '../../openstack';
 import type { ReportProgress } from '../../domain/resource-plugin';
 import { addHost, ensureAggregate, findAggregate, removeHost } from '../shared/aggregates';
-import type { VirtualInstanceParams } from './params';
+import type { Affinity } from '../../domain/instance-slots';
 
 export const reservationFlavorName = (reservationId: string) => `reservation:${reservationId}`;
 /** Placement takes upper case, digits and `_` only. */
@@ -31,10 +31,21 @@ export interface InstanceCloud {
   placement: PlacementClient;
 }
 
+/** The reservation flavor's shape: its sizes and the extra specs it carries besides the reservation's own. */
+export interface FlavorShape {
+  vcpus: number;
+  ram: number;
+  disk: number;
+  ephemeral: number;
+  swap: number;
+  extraSpecs: Record<string, string>;
+}
+
 export interface InstanceSpec {
   reservationId: string;
   projectId: string;
-  params: VirtualInstanceParams;
+  affinity: Affinity;
+  flavor: FlavorShape;
 }
 
 export interface ReservationResources {
@@ -68,8 +79,9 @@ export async function ensureReservationResources(cloud: InstanceCloud, lessee: N
   const { nova, placement } = cloud;
   const resourceClass = reservationResourceClass(spec.reservationId);
   await placement.createResourceClass(resourceClass);
-  const group = spec.params.affinity === null ? undefined : await ensureServerGroup(nova, lessee, spec);
+  const group = spec.affinity === null ? undefined : await ensureServerGroup(nova, lessee, spec);
   await ensureFlavor(nova, spec, {
+    ...spec.flavor.extraSpecs,
     [FLAVOR_AGGREGATE_SPEC]: spec.reservationId,
     [`resources:${resourceClass}`]: '1',
     ...(group ? { affinity_id: group.id } : {}),
@@ -84,7 +96,7 @@ export async function ensureReservationResources(cloud: InstanceCloud, lessee: N
 
 async function ensureServerGroup(admin: NovaClient, lessee: NovaClient, spec: InstanceSpec): Promise<ServerGroup> {
   const name = reservationFlavorName(spec.reservationId);
-  const policy = spec.params.affinity ? 'affinity' : 'anti-affinity';
+  const policy = spec.affinity ? 'affinity' : 'anti-affinity';
   const existing = (await admin.listServerGroups({ all_projects: true })).find((g) => g.name === name);
   if (existing && existing.policy === policy) return existing;
   if (existing) await ignore(admin.deleteServerGroup(existing.id), NotFoundError);
@@ -92,25 +104,36 @@ async function ensureServerGroup(admin: NovaClient, lessee: NovaClient, spec: In
 }
 
 async function ensureFlavor(nova: NovaClient, spec: InstanceSpec, extraSpecs: Record<string, string>): Promise<void> {
-  const { reservationId, params } = spec;
+  const { reservationId, flavor: shape } = spec;
   let flavor = await nova.getFlavor(reservationId).catch((err: unknown) => {
     if (err instanceof NotFoundError) return undefined;
     throw err;
   });
-  if (flavor && (flavor.vcpus !== params.vcpus || flavor.ram !== params.memory_mb || flavor.disk !== params.disk_gb)) {
+  const ephemeralOf = (f: NonNullable<typeof flavor>) => f['OS-FLV-EXT-DATA:ephemeral'] ?? 0;
+  const swapOf = (f: NonNullable<typeof flavor>) => (typeof f.swap === 'number' ? f.swap : 0);
+  if (flavor && (flavor.vcpus !== shape.vcpus || flavor.ram !== shape.ram || flavor.disk !== shape.disk || ephemeralOf(flavor) !== shape.ephemeral || swapOf(flavor) !== shape.swap)) {
     await ignore(nova.deleteFlavor(reservationId), NotFoundError);
     flavor = undefined;
   }
   if (!flavor) {
     try {
-      await nova.createFlavor({ id: reservationId, name: reservationFlavorName(reservationId), vcpus: params.vcpus, ram: params.memory_mb, disk: params.disk_gb, is_public: false });
+      await nova.createFlavor({
+        id: reservationId,
+        name: reservationFlavorName(reservationId),
+        vcpus: shape.vcpus,
+        ram: shape.ram,
+        disk: shape.disk,
+        ephemeral: shape.ephemeral,
+        swap: shape.swap,
+        is_public: false,
+      });
     } catch (err) {
       if (!(err instanceof ConflictError)) throw err; // an earlier try made it
     }
   }
   const current = await nova.getFlavorExtraSpecs(reservationId);
   if (Object.entries(extraSpecs).some(([key, value]) => current[key] !== value)) await nova.setFlavorExtraSpecs(reservationId, extraSpecs);
-  for (const key of Object.keys(current)) if (key === 'affinity_id' && !(key in extraSpecs)) await ignore(nova.deleteFlavorExtraSpec(reservationId, key), NotFoundError);
+  for (const key of Object.keys(current)) if (!(key in extraSpecs)) await ignore(nova.deleteFlavorExtraSpec(reservationId, key), NotFoundError);
 }
 
 /**
@@ -178,7 +201,7 @@ export async function serversOfFlavor(nova: NovaClient, reservationId: string) {
  * At the end: the lessee loses the flavor, and every server of the flavor is deleted. Returns how
  * many are still there (the end looks again later until none is left).
  */
-export async function closeSlots(nova: NovaClient, spec: InstanceSpec): Promise<number> {
+export async function closeSlots(nova: NovaClient, spec: Pick<InstanceSpec, 'reservationId' | 'projectId'>): Promise<number> {
   await ignore(nova.removeFlavorAccess(spec.reservationId, spec.projectId), NotFoundError, ConflictError);
   const servers = await serversOfFlavor(nova, spec.reservationId).catch((err: unknown) => {
     if (err instanceof NotFoundError) return []; // the flavor is gone: so are its servers
@@ -195,7 +218,7 @@ export async function closeSlots(nova: NovaClient, spec: InstanceSpec): Promise<
  * False, with the rest left for a later call, while Placement still counts allocations on the slots
  * (its 409 `placement.inventory.inuse`).
  */
-export async function removeReservationResources(cloud: InstanceCloud, spec: InstanceSpec, hosts: HostSlots[]): Promise<boolean> {
+export async function removeReservationResources(cloud: InstanceCloud, spec: Pick<InstanceSpec, 'reservationId'>, hosts: HostSlots[]): Promise<boolean> {
   const { nova, placement } = cloud;
   const resourceClass = reservationResourceClass(spec.reservationId);
   for (const host of hosts) {

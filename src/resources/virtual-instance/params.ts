@@ -14,7 +14,7 @@ const FALSE_WORDS = ['0', 'f', 'false', 'off', 'n', 'no'];
 const NONE_WORDS = ['none', ''];
 
 /** `true`: all slots on one host; `false`: each on a different host; `null`: they may share hosts. */
-const affinity = z
+export const affinityParam = z
   .union([z.boolean(), z.string().max(8), z.null()], { error: 'expected True, False or None' })
   .optional()
   .transform((value, ctx) => {
@@ -32,7 +32,7 @@ export const virtualInstanceParams = z.strictObject({
   memory_mb: whole('MiB', 1, 2 ** 31 - 1),
   disk_gb: whole('GiB', 0, 2 ** 31 - 1),
   amount: whole('instances', 1, MAX_SLOTS),
-  affinity,
+  affinity: affinityParam,
   resource_properties: propertyQueryParam('["==", "$gpu", "true"]'),
 });
 

@@ -1,0 +1,18 @@
+/** The `flavor:instance` reservation's parameters, as blazarclient's library sends them. */
+import { z } from 'zod';
+import { propertyQueryParam, whole } from '../shared/params';
+import { affinityParam, MAX_SLOTS } from '../virtual-instance/params';
+
+export const flavorInstanceParams = z.strictObject({
+  /** An existing flavor the lessee may use (public, or shared with the project). */
+  flavor_id: z
+    .string({ error: 'expected the id of a flavor' })
+    .min(1, 'expected the id of a flavor')
+    .max(255, 'a flavor id has at most 255 characters')
+    .regex(/^[^\p{Cc}]+$/u, 'a flavor id has no control characters'),
+  amount: whole('instances', 1, MAX_SLOTS),
+  affinity: affinityParam,
+  resource_properties: propertyQueryParam('["==", "$gpu", "true"]'),
+});
+
+export type FlavorInstanceParams = z.output<typeof flavorInstanceParams>;
