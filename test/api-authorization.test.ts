@@ -1,12 +1,15 @@
 /**
  * Who may do what, on every route of the API: project A against project B's leases (read, list,
  * page from, update, delete: all as if they did not exist), non-admins against os-hosts (403 on
- * every change and on the host list; only public resource properties), allocations filtered to
+ * every change and on the host list; only public resource properties), non-admins against
+ * floatingips (403 on enrolment and removal), allocations filtered to
  * the caller's project, and the admin who sees and changes everything. A route added to the API
  * without a case here fails the last test.
  */
 import pino from 'pino';
 import { createApp } from '../src/api/app';
+import { insertFloatingIp } from '../src/db/floating-ips';
+import { floatingIpPlugin } from '../src/resources/floating-ip';
 import { physicalHostPlugin } from '../src/resources/physical-host';
 import { pluginRegistry } from '../src/domain/resource-plugin';
 import { hostReservation } from './support/builders';
@@ -24,7 +27,7 @@ const POLICY = (action: string) => ({ error_code: 403, error_name: 403, error_me
 
 describe('authorization on every route', () => {
   // Members book in 2099 here: far beyond the default maximum advance booking (test/lease-policy.test.ts).
-  const stack = useTestStack({ env: { LK_MAX_ADVANCE_DAYS: '36500' }, withPool: (pool) => [physicalHostPlugin({ pool, settings: { cleaningMs: 0, randomChoice: false }, cloud: 'calendar-only' })] });
+  const stack = useTestStack({ env: { LK_MAX_ADVANCE_DAYS: '36500' }, withPool: (pool) => [physicalHostPlugin({ pool, settings: { cleaningMs: 0, randomChoice: false }, cloud: 'calendar-only' }), floatingIpPlugin({ pool, cloud: 'calendar-only' })] });
   const call = (caller: Caller, method: string, path: string, body?: unknown): Promise<ApiCall> => apiClient(stack().url, HEADERS[caller])(method, path, body);
   const leases: Record<'A' | 'B', { id: string; name: string; reservationId: string }> = {} as never;
   let hostIds: string[];
@@ -138,6 +141,38 @@ describe('authorization on every route', () => {
       const names = (res: ApiCall) => res.body.resource_properties.map((p: { property: string }) => p.property);
       expect(names(await call('A', 'GET', '/v1/os-hosts/properties?all=1'))).toEqual(['rack']);
       expect(names(await call('admin', 'GET', '/v1/os-hosts/properties?all=1'))).toEqual(['rack', 'secret_tag']);
+    });
+  });
+
+  describe('a non-admin and floatingips', () => {
+    const NETWORK = '44444444-4444-4444-8444-444444444444';
+    const FIP_ID = '55555555-5555-4555-8555-555555555555';
+    const FIP_POLICY = (action: string) => ({ error_code: 403, error_name: 403, error_message: `Policy doesn't allow blazar:floatingips:${action} to be performed.` });
+
+    it('may list and show the addresses, may not enrol or remove one, and sees only its own project\'s allocations', async () => {
+      for (const route of ['GET /floatingips', 'POST /floatingips', 'GET /floatingips/:id', 'DELETE /floatingips/:id', 'GET /floatingips/allocations', 'GET /floatingips/:id/allocation']) exercise(route);
+      await insertFloatingIp(stack().db.pool, { id: FIP_ID, networkId: NETWORK, subnetId: 'subnet-1', address: '203.0.113.120' });
+      for (const caller of ['A', 'B'] as const) {
+        expect((await call(caller, 'GET', '/v1/floatingips')).body.floatingips.map((f: { id: string }) => f.id)).toEqual([FIP_ID]);
+        expect((await call(caller, 'GET', `/v1/floatingips/${FIP_ID}`)).status).toBe(200);
+        expect(await call(caller, 'POST', '/v1/floatingips', { floating_network_id: NETWORK, floating_ip_address: '203.0.113.121' })).toEqual({ status: 403, body: FIP_POLICY('post') });
+        expect(await call(caller, 'DELETE', `/v1/floatingips/${FIP_ID}`)).toEqual({ status: 403, body: FIP_POLICY('delete') });
+      }
+      const held = await call('A', 'POST', '/v1/leases', {
+        name: 'address-of-A',
+        start_date: '2099-03-05 10:00',
+        end_date: '2099-03-05 12:00',
+        reservations: [{ resource_type: 'virtual:floatingip', network_id: NETWORK, amount: 1 }],
+      });
+      expect(held.status).toBe(201);
+      const leaseIdsIn = (res: ApiCall) => res.body.allocations.flatMap((a: { reservations: Array<{ lease_id: string }> }) => a.reservations.map((r) => r.lease_id));
+      expect(leaseIdsIn(await call('A', 'GET', '/v1/floatingips/allocations'))).toEqual([held.body.lease.id]);
+      expect(leaseIdsIn(await call('B', 'GET', '/v1/floatingips/allocations'))).toEqual([]);
+      expect(leaseIdsIn(await call('admin', 'GET', '/v1/floatingips/allocations'))).toEqual([held.body.lease.id]);
+      expect((await call('B', 'GET', `/v1/floatingips/${FIP_ID}/allocation`)).body.allocation.reservations).toEqual([]);
+      expect((await call('A', 'GET', `/v1/floatingips/${FIP_ID}/allocation`)).body.allocation.reservations).toHaveLength(1);
+      expect((await call('A', 'DELETE', `/v1/leases/${held.body.lease.id}`)).status).toBe(204);
+      expect((await call('admin', 'DELETE', `/v1/floatingips/${FIP_ID}`)).status).toBe(204);
     });
   });
 

@@ -11,6 +11,8 @@ import { checkRequestInput } from './input-check';
 import type { OpenStackClients } from '../openstack';
 import { hostCalendar } from '../resources';
 import type { HostCalendar } from '../resources/physical-host/calendar';
+import { FloatingIpCalendar } from '../resources/floating-ip/calendar';
+import { InstanceSlotCalendar } from '../resources/virtual-instance/calendar';
 import { FloatingIpInventory } from '../resources/floating-ip/inventory';
 import { HostInventory } from '../resources/physical-host/inventory';
 import { availabilityRouter } from './availability';
@@ -109,6 +111,8 @@ export function createApp(deps: AppDeps): express.Express {
     availabilityRouter({
       pool: deps.pool,
       calendar: deps.calendar ?? hostCalendar(deps.pool, config),
+      slots: new InstanceSlotCalendar(deps.pool, { cleaningMs: config.hosts.cleaningMs }),
+      floatingIps: new FloatingIpCalendar(deps.pool),
       types: deps.types,
       provisioningLeadMs: config.provisioningLeadMs,
       maxReservationsPerLease: config.maxReservationsPerLease,

@@ -3,7 +3,10 @@
  * - `GET /v1/availability?start=…&end=…[&hypervisor_properties=…][&resource_properties=…]`:
  *   per matching host, the free intervals in the window: exact (`start_date`/`end_date`, Blazar's
  *   response format) and as request dates a lease can use (`start`/`end`: whole minutes inside
- *   the interval; null when it holds no whole minute).
+ *   the interval; null when it holds no whole minute). With `vcpus`, `memory_mb` and `disk_gb`,
+ *   each host also says how many instance slots of that size it has free over the whole window
+ *   (`free_slots`); with `network_id`, the answer lists the enrolled floating IPs of that network
+ *   free over the whole window (`floatingips`).
  * - `POST /v1/availability/search` with a lease-create body: the earliest window where the whole
  *   lease fits (from its start_date), and the longest lease that fits from that start, as request
  *   dates a client can send back. Every resource type answers for its own reservations.
@@ -18,7 +21,9 @@ import type { Pool } from '../db/pool';
 import { identityOf } from './auth';
 import { formatLeaseDate } from './blazar-format';
 import { ApiError, parseRequest } from './errors';
-import { propertyQueryParam } from '../resources/shared/params';
+import { propertyQueryParam, whole } from '../resources/shared/params';
+import type { FloatingIpCalendar } from '../resources/floating-ip/calendar';
+import type { InstanceSlotCalendar } from '../resources/virtual-instance/calendar';
 import { createLeaseSchema, requestDate } from './lease-schemas';
 import { hostPropertyQueries, refusePrivateProperties } from './private-properties';
 
@@ -28,18 +33,36 @@ const availabilityQuery = z.strictObject({
   // Checked here as in a reservation (syntax, depth): a bad one is a 400 naming it.
   hypervisor_properties: propertyQueryParam('["==", "$vcpus", "8"]'),
   resource_properties: propertyQueryParam('["==", "$gpu", "a100"]'),
+  // An instance slot's size: free slots per host.
+  vcpus: whole('vCPUs', 1, 2 ** 31 - 1).optional(),
+  memory_mb: whole('MiB', 1, 2 ** 31 - 1).optional(),
+  disk_gb: whole('GiB', 0, 2 ** 31 - 1).optional(),
+  // An external network: its free floating IPs.
+  network_id: z.uuid({ error: 'expected the id (a UUID) of an external network' }).optional(),
 });
 
-export function availabilityRouter(deps: { calendar: HostCalendar; types: ResourceTypes; pool: Pool; provisioningLeadMs: number; maxReservationsPerLease?: number }): Router {
+export function availabilityRouter(deps: {
+  calendar: HostCalendar;
+  slots: InstanceSlotCalendar;
+  floatingIps: FloatingIpCalendar;
+  types: ResourceTypes;
+  pool: Pool;
+  provisioningLeadMs: number;
+  maxReservationsPerLease?: number;
+}): Router {
   const router = Router();
   const leaseBody = createLeaseSchema(deps.types, deps.maxReservationsPerLease);
 
   router.get('/availability', async (req, res) => {
-    const { start, end, ...queries } = parseRequest(availabilityQuery, req.query);
+    const { start, end, vcpus, memory_mb: memoryMb, disk_gb: diskGb, network_id: networkId, ...queries } = parseRequest(availabilityQuery, req.query);
     if (end <= start) throw new ApiError(400, 'end must be later than start');
     if (end - start > 366 * 86_400_000) throw new ApiError(400, 'the window may span at most 366 days');
+    const sized = [vcpus, memoryMb, diskGb].filter((v) => v !== undefined).length;
+    if (sized !== 0 && sized !== 3) throw new ApiError(400, 'free slots need the whole size: vcpus, memory_mb and disk_gb');
     await refusePrivateProperties(deps.pool, identityOf(res), [queries.resource_properties]);
     const hosts = await deps.calendar.freeIntervals(start, end, queries);
+    const slots = sized === 3 ? await deps.slots.freeSlotsPerHost({ VCPU: vcpus!, MEMORY_MB: memoryMb!, DISK_GB: diskGb! }, start, end) : undefined;
+    const addresses = networkId ? await deps.floatingIps.freeAddresses(networkId, start, end) : undefined;
     res.json({
       availability: hosts.map(({ host, free }) => ({
         host_id: host.id,
@@ -48,7 +71,9 @@ export function availabilityRouter(deps: { calendar: HostCalendar; types: Resour
           const usable = wholeMinuteUp(f.start) < wholeMinuteDown(f.end);
           return { start_date: formatLeaseDate(f.start), end_date: formatLeaseDate(f.end), start: usable ? reuseStart(f.start) : null, end: usable ? reuseEnd(f.end) : null };
         }),
+        ...(slots ? { free_slots: slots.get(host.id) ?? 0 } : {}),
       })),
+      ...(addresses && networkId ? { floatingips: { network_id: networkId, free: addresses.map((ip) => ({ id: ip.id, floating_ip_address: ip.floating_ip_address })) } } : {}),
     });
   });
 

@@ -72,6 +72,13 @@ export class FloatingIpCalendar {
   }
 
   /** Where a lease of these reservations could go: the earliest fit from `start` and the longest from it. */
+  /** The network's enrolled addresses free over the whole window [start, end) (availability: what a lease could get). */
+  async freeAddresses(networkId: string, start: number, end: number): Promise<FloatingIpRecord[]> {
+    const enrolled = (await listFloatingIps(this.pool, { reservableOnly: true })).filter((ip) => ip.floating_network_id === networkId);
+    const free = freeHosts(await this.snapshot(this.pool, enrolled, start, end, 0), start, end);
+    return enrolled.filter((ip) => free.has(ip.id));
+  }
+
   async search(reservations: Reservation[], start: number, durationMs: number, leadMs: number): Promise<FitSearch> {
     const enrolled = await listFloatingIps(this.pool, { reservableOnly: true });
     const requests = reservations.filter((r) => r.resource_type === VIRTUAL_FLOATINGIP).flatMap((r) => this.requests(r, enrolled));

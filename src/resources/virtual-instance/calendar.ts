@@ -97,6 +97,13 @@ export class InstanceSlotCalendar {
     );
   }
 
+  /** Per enrolled host (by id), how many slots of `slot` are free over the whole window [from, to) (availability). */
+  async freeSlotsPerHost(slot: Amounts, from: number, to: number): Promise<Map<string, number>> {
+    const candidates = await this.candidates(this.pool, { slot, amount: 1, affinity: null, resourceProperties: '' });
+    const calendar = await this.calendarOf(this.pool, candidates, from, to, '00000000-0000-0000-0000-000000000000');
+    return new Map(candidates.map((c) => [c.host.id, freeSlots(slotHost(c), calendar, slot, from, to)]));
+  }
+
   /** The reservation's slots now (or, before its start, as booked), per host. */
   async placement(reservationId: string, atMs = Date.now()): Promise<SlotPlacement[]> {
     return this.placementsOf(this.pool, await liveSlots(this.pool, reservationId, atMs));

@@ -10,7 +10,7 @@
  * - the resource class `CUSTOM_RESERVATION_<ID>`, whose inventory on each host is its slot count,
  *   on a provider `blazar_<hypervisor>` nested under the compute node (Blazar's choice, kept: the
  *   compute node's own inventories stay Nova's to write, and Blazar's tools find the slots where
- *   they look);
+ *   they look); made with the first slots on the host, removed with the last;
  * - with `affinity` set, a server group `reservation:<id>` (affinity or anti-affinity) in the
  *   lessee's project.
  * Every step is idempotent: a retried activity finds what an earlier try made.
@@ -171,7 +171,17 @@ async function aggregateOf(nova: NovaClient, reservationId: string): Promise<Agg
  * node if missing): `slots` of the class, or none (0). Placement's generation guards the write; a
  * concurrent writer makes it fail with 409, and the activity's retry reads again.
  */
-async function setSlotInventory(placement: PlacementClient, host: HostSlots, resourceClass: string, slots: number): Promise<void> {
+async function setSlotInventory(placement: PlacementClient, host: HostSlots, resourceClass: string, slots: number, attempt = 1): Promise<void> {
+  try {
+    await writeSlotInventory(placement, host, resourceClass, slots);
+  } catch (err) {
+    // The provider went with another reservation's last slots between our read and write: again, from the top.
+    if (!(err instanceof NotFoundError) || attempt >= 3) throw err;
+    await setSlotInventory(placement, host, resourceClass, slots, attempt + 1);
+  }
+}
+
+async function writeSlotInventory(placement: PlacementClient, host: HostSlots, resourceClass: string, slots: number): Promise<void> {
   const name = reservationProviderName(host.hypervisorHostname);
   let provider = (await placement.listResourceProviders({ name }))[0];
   if (!provider) {
@@ -190,6 +200,9 @@ async function setSlotInventory(placement: PlacementClient, host: HostSlots, res
   if (mine && mine.total === slots) return;
   const inventories = slots === 0 ? others : { ...others, [resourceClass]: { total: slots, reserved: 0, min_unit: 1, max_unit: 1, step_size: 1, allocation_ratio: 1 } };
   await placement.putInventories(provider.uuid, current.resource_provider_generation, inventories);
+  // The last reservation's slots gone: so is the provider made for them (the host's tree is left as it was).
+  // Another reservation adding slots meanwhile finds it gone and makes it again (its retry).
+  if (Object.keys(inventories).length === 0) await ignore(placement.deleteResourceProvider(provider.uuid), NotFoundError, ConflictError);
 }
 
 /** The servers using the reservation's flavor, in every project (not deleted yet). */
