@@ -69,8 +69,14 @@ export function placeSlots(request: SlotRequest, calendar: SlotCalendar, from: n
   const fixed = options.fixed ?? new Map<string, number>();
   const held = new Set([...(options.held ?? []), ...fixed.keys()]);
   const byId = new Map(calendar.hosts.map((h) => [h.id, h]));
+  // Each host's own bookings, grouped once: one pass over the calendar, not one per host.
+  const slotsOf = groupBy(calendar.slots, (b) => b.providerId);
+  const blocksOf = groupBy(calendar.wholeHost, (b) => b.hostId);
   const free = new Map<string, number>();
-  for (const host of calendar.hosts) free.set(host.id, freeSlots(host, calendar, request.slot, from, to));
+  for (const host of calendar.hosts) {
+    const own = { slots: slotsOf.get(host.id) ?? [], wholeHost: blocksOf.get(host.id) ?? [], cleaningMs: calendar.cleaningMs };
+    free.set(host.id, freeSlots(host, own, request.slot, from, to));
+  }
 
   const placed = new Map<string, number>();
   let left = request.amount;
@@ -100,6 +106,17 @@ export function placeSlots(request: SlotRequest, calendar: SlotCalendar, from: n
     left -= Math.max(0, take);
   }
   return left === 0 ? placed : undefined;
+}
+
+function groupBy<T>(items: readonly T[], key: (item: T) => string): Map<string, T[]> {
+  const groups = new Map<string, T[]>();
+  for (const item of items) {
+    const k = key(item);
+    const group = groups.get(k);
+    if (group) group.push(item);
+    else groups.set(k, [item]);
+  }
+  return groups;
 }
 
 /** Whether the slots could ever fit: on an empty calendar. */
