@@ -4,7 +4,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import { Router, type Request } from 'express';
-import { assertSettled, newLease, type Lease, type LeaseUpdateRequest, type NewLeaseRequest } from '../domain/lease';
+import { assertSettled, isUuid, newLease, type Lease, type LeaseUpdateRequest, type NewLeaseRequest } from '../domain/lease';
 import { findLease, isLeaseDeleted, leaseBatches, listLeases } from '../db/leases';
 import { isDatabaseUnavailable, type Pool } from '../db/pool';
 import type { ResourceTypes } from '../domain/resource-plugin';
@@ -19,7 +19,6 @@ import { hostPropertyQueries, refusePrivateProperties } from './private-properti
 /** Leases per query of a list without `limit` (~1 KB of JSON each). */
 const LIST_BATCH_SIZE = 250;
 
-const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
 function bodyOf(req: Request): unknown {
   if (req.body === undefined || req.body === null || typeof req.body !== 'object' || Array.isArray(req.body)) {
@@ -30,7 +29,7 @@ function bodyOf(req: Request): unknown {
 
 /** Others' leases do not exist for a non-admin (404, not 403: ids are not confirmed). Blazar's wording. */
 async function visibleLease(pool: Pool, identity: Identity, id: string): Promise<Lease> {
-  const lease = UUID.test(id) ? await findLease(pool, id.toLowerCase()) : undefined;
+  const lease = isUuid(id) ? await findLease(pool, id.toLowerCase()) : undefined;
   if (!lease || (!identity.isAdmin && lease.projectId !== identity.projectId)) throw new ApiError(404, `Object with {'lease_id': '${id}'} not found`);
   return lease;
 }

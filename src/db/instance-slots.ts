@@ -12,6 +12,9 @@ type Queryable = Pool | PoolClient;
 
 /** The reservation's slots on one host at an instant. */
 export interface LiveSlots {
+  /** The enrolled host (its id in `hosts`), and Nova's compute service host for it. */
+  hostId: string;
+  computeHost: string;
   providerUuid: string;
   /** The provider's name: the hypervisor host name. */
   name: string;
@@ -24,10 +27,11 @@ export interface LiveSlots {
 /** The reservation's slots live at `atMs` (those whose window ends after it), per host, by name. */
 export async function liveSlots(db: Queryable, reservationId: string, atMs: number): Promise<LiveSlots[]> {
   const { rows } = await db.query<LiveSlots>(
-    `SELECT a.provider_uuid AS "providerUuid", p.name, p.host, count(*)::int AS slots, min(a.booking_key) AS "bookingKey"
-     FROM quantity_allocations a JOIN capacity_providers p ON p.uuid = a.provider_uuid
+    `SELECT h.id::text AS "hostId", COALESCE(h.service_name, p.host) AS "computeHost", a.provider_uuid AS "providerUuid", p.name, p.host,
+            count(*)::int AS slots, min(a.booking_key) AS "bookingKey"
+     FROM quantity_allocations a JOIN capacity_providers p ON p.uuid = a.provider_uuid JOIN hosts h ON h.hypervisor_hostname = p.name
      WHERE a.reservation_id = $1 AND upper(a.during) > to_timestamp($2 / 1000.0)
-     GROUP BY a.provider_uuid, p.name, p.host ORDER BY p.name`,
+     GROUP BY h.id, a.provider_uuid, p.name, p.host ORDER BY p.name`,
     [reservationId, atMs],
   );
   return rows;

@@ -5,6 +5,9 @@
  */
 import { ApplicationFailure } from '@temporalio/common';
 
+/** Whether `text` is a UUID (the ids of leases, reservations, floating IPs): anything else names nothing, rather than being an error of the database. */
+export const isUuid = (text: string): boolean => /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i.test(text);
+
 export const LEASE_STATUSES = ['PENDING', 'STARTING', 'ACTIVE', 'TERMINATING', 'TERMINATED', 'ERROR', 'DELETING'] as const;
 export type LeaseStatus = (typeof LEASE_STATUSES)[number];
 

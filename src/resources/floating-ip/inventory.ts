@@ -6,14 +6,12 @@
  */
 import { randomUUID } from 'node:crypto';
 import { ApplicationFailure } from '@temporalio/common';
-import { invalidLease, leaseConflict } from '../../domain/lease';
+import { invalidLease, isUuid, leaseConflict } from '../../domain/lease';
 import { deleteFloatingIpUnlessBooked, getFloatingIp, insertFloatingIp, listFloatingIps, type FloatingIpRecord } from '../../db/floating-ips';
 import type { Pool } from '../../db/pool';
 import { inTransaction } from '../../db/transaction';
 import { ignoreNotFound, type NeutronClient } from '../../openstack';
 import { canonicalAddress, inCidr, inRange } from './params';
-
-const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
 function notFound(id: string): ApplicationFailure {
   return ApplicationFailure.create({ type: 'LeaseNotFound', message: `Floating IP ${id} not found.`, nonRetryable: true });
@@ -30,7 +28,7 @@ export class FloatingIpInventory {
   }
 
   async get(id: string): Promise<FloatingIpRecord> {
-    const found = UUID.test(id) ? await getFloatingIp(this.pool, id) : undefined;
+    const found = isUuid(id) ? await getFloatingIp(this.pool, id) : undefined;
     if (!found) throw notFound(id);
     return found;
   }
@@ -39,7 +37,7 @@ export class FloatingIpInventory {
     const address = canonicalAddress(addressText);
     if (address === undefined) throw invalidLease(`IP address ${addressText} is invalid form.`);
     const neutron = this.neutron();
-    const network = UUID.test(networkId) ? await ignoreNotFound(neutron.getNetwork(networkId)) : undefined;
+    const network = isUuid(networkId) ? await ignoreNotFound(neutron.getNetwork(networkId)) : undefined;
     if (!network) throw invalidLease(`Failed to find network ${networkId}`);
     if (!network['router:external']) throw invalidLease(`network ${networkId} is not external (router:external): floating IPs cannot be made on it`);
     let subnetId: string | undefined;

@@ -85,7 +85,7 @@ export class InstanceSlotCalendar {
         const now = Date.now();
         const key = bookingKey([ctx.startMs, ctx.endMs, ctx.provisioningLeadMs, ctx.reservation.params, spec]);
         const live = await liveSlots(client, ctx.reservation.id, now);
-        if (live.length > 0 && live.every((l) => l.bookingKey === key)) return this.placementsOf(client, live);
+        if (live.length > 0 && live.every((l) => l.bookingKey === key)) return this.placementsOf(live);
 
         const candidates = await this.candidates(client, spec);
         if (candidates.length === 0) throw invalidLease(`no enrolled host can take instance slots: none matches the reservation's resource_properties, or none has a compute node in Placement`);
@@ -107,13 +107,13 @@ export class InstanceSlotCalendar {
   /** Per enrolled host (by id), how many slots of `slot` are free over the whole window [from, to) (availability). */
   async freeSlotsPerHost(slot: Amounts, from: number, to: number): Promise<Map<string, number>> {
     const candidates = await this.candidates(this.pool, { slot, amount: 1, affinity: null, resourceProperties: '' });
-    const calendar = await this.calendarOf(this.pool, candidates, from, to, '00000000-0000-0000-0000-000000000000');
+    const calendar = await this.calendarOf(this.pool, candidates, from, to);
     return new Map(candidates.map((c) => [c.host.id, freeSlots(slotHost(c), calendar, slot, from, to)]));
   }
 
   /** The reservation's slots now (or, before its start, as booked), per host. */
   async placement(reservationId: string, atMs = Date.now()): Promise<SlotPlacement[]> {
-    return this.placementsOf(this.pool, await liveSlots(this.pool, reservationId, atMs));
+    return this.placementsOf(await liveSlots(this.pool, reservationId, atMs));
   }
 
   /** Frees the booking: all of it if the lease never started, the rest of the window if it ends early. */
@@ -261,8 +261,8 @@ export class InstanceSlotCalendar {
     return candidates;
   }
 
-  /** The hosts' other slot bookings and whole-host blocks over [from, to) (to null: from `from` on). */
-  private async calendarOf(db: Pool | PoolClient, candidates: Candidate[], from: number, to: number | null, ownReservationId: string): Promise<SlotCalendar> {
+  /** The hosts' slot bookings (but `ownReservationId`'s) and whole-host blocks over [from, to) (to null: from `from` on). */
+  private async calendarOf(db: Pool | PoolClient, candidates: Candidate[], from: number, to: number | null, ownReservationId?: string): Promise<SlotCalendar> {
     const hostOf = new Map(candidates.map((c) => [c.provider.uuid, c.host.id]));
     const slotRows = await bookingsOnProviders(db, [...hostOf.keys()], from, to ?? Infinity);
     const blocked = await blockedIntervals(db, { fromMs: from, toMs: to, cleaningMs: this.settings.cleaningMs, hostIds: candidates.map((c) => c.host.id), wholeHostOnly: true });
@@ -274,14 +274,8 @@ export class InstanceSlotCalendar {
     };
   }
 
-  private async placementsOf(db: Pool | PoolClient, live: LiveSlots[]): Promise<SlotPlacement[]> {
-    if (live.length === 0) return [];
-    const hosts = await listHosts(db);
-    const byName = new Map(hosts.map((h) => [h.hypervisor_hostname, h]));
-    return live.map((l) => {
-      const host = byName.get(l.name);
-      return { hostId: host?.id ?? '', hypervisorHostname: l.name, computeHost: host?.service_name ?? l.host, providerUuid: l.providerUuid, slots: l.slots };
-    });
+  private placementsOf(live: LiveSlots[]): SlotPlacement[] {
+    return live.map((l) => ({ hostId: l.hostId, hypervisorHostname: l.name, computeHost: l.computeHost, providerUuid: l.providerUuid, slots: l.slots }));
   }
 
   /** 409 that says what is short, when the same request would fit, and how long from the asked start. */

@@ -147,9 +147,9 @@ export function slotReservationPlugin(type: SlotType, deps: VirtualInstanceDeps)
       const placement = await calendar.book(ctx, slots, { keepOn });
       let resources = {};
       if (clients) {
-        resources = active
-          ? await openSlots(clients, instance, hostSlots(placement), hostSlots(before), ctx.reportProgress)
-          : await ensureReservationResources(clients, lesseeNova(ctx), instance);
+        resources = await ensureReservationResources(clients, lesseeNova(ctx), instance);
+        // An active reservation's new slots are the lessee's at once (and those it gave up are gone).
+        if (active) await openSlots(clients, instance, hostSlots(placement), hostSlots(before), ctx.reportProgress);
       }
       return { allocation: { ...described, ...resources, ...shown(placement) }, resourceKeys: [] };
     },
@@ -160,8 +160,8 @@ export function slotReservationPlugin(type: SlotType, deps: VirtualInstanceDeps)
       if (!clients) return { allocation: shown(placement) };
       const { instance } = await specOf(ctx);
       // Made at admission; made again here if an operator removed them meanwhile.
-      await ensureReservationResources(clients, lesseeNova(ctx), instance);
-      const resources = await openSlots(clients, instance, hostSlots(placement), [], ctx.reportProgress);
+      const resources = await ensureReservationResources(clients, lesseeNova(ctx), instance);
+      await openSlots(clients, instance, hostSlots(placement), [], ctx.reportProgress);
       return { allocation: { ...resources, ...shown(placement) } };
     },
 

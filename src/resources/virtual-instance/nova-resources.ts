@@ -137,13 +137,12 @@ async function ensureFlavor(nova: NovaClient, spec: InstanceSpec, extraSpecs: Re
 }
 
 /**
- * At start (and after an active reservation changed): the lessee may use the flavor; each host of
- * the placement is in the aggregate with its slot count as inventory; hosts it no longer has are
- * out of both.
+ * At start (and after an active reservation changed), once ensureReservationResources has made
+ * what admission makes: the lessee may use the flavor; each host of the placement is in the
+ * aggregate with its slot count as inventory; hosts it no longer has are out of both.
  */
-export async function openSlots(cloud: InstanceCloud, spec: InstanceSpec, hosts: HostSlots[], formerHosts: HostSlots[], progress: ReportProgress): Promise<ReservationResources> {
+export async function openSlots(cloud: InstanceCloud, spec: Pick<InstanceSpec, 'reservationId' | 'projectId'>, hosts: HostSlots[], formerHosts: HostSlots[], progress: ReportProgress): Promise<void> {
   const { nova, placement } = cloud;
-  const resources = await ensureReservationResources(cloud, nova, spec);
   await ignore(nova.addFlavorAccess(spec.reservationId, spec.projectId), ConflictError);
   let aggregate = await aggregateOf(nova, spec.reservationId);
   for (const host of hosts) {
@@ -157,7 +156,6 @@ export async function openSlots(cloud: InstanceCloud, spec: InstanceSpec, hosts:
     await setSlotInventory(placement, host, reservationResourceClass(spec.reservationId), 0);
     await removeHost(nova, aggregate, host.computeHost);
   }
-  return resources;
 }
 
 async function aggregateOf(nova: NovaClient, reservationId: string): Promise<Aggregate> {
