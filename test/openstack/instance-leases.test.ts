@@ -93,8 +93,7 @@ describe('instance leases in Nova and Placement', () => {
     expect(await flavorGone(reservation.id)).toBe(true);
     expect((await admin.nova.listAggregates()).some((a) => a.name === reservation.id)).toBe(false);
     for (const host of HOSTS) expect(await slotInventory(host, reservationResourceClass(reservation.id))).toBe(0);
-    // The providers made for the slots went with the last of them: each host's tree is as Nova made it.
-    for (const host of HOSTS) expect(await admin.placement.listResourceProviders({ name: reservationProviderName(host) })).toEqual([]);
+    // The providers made for the slots stay, empty of this class (deleting one breaks the compute that cached it, for minutes).
     expect(await resourceClassExists(reservationResourceClass(reservation.id))).toBe(false);
     expect((await admin.nova.listServerGroups({ all_projects: true })).some((g) => g.name === `reservation:${reservation.id}`)).toBe(false);
   };

@@ -10,7 +10,8 @@
  * - the resource class `CUSTOM_RESERVATION_<ID>`, whose inventory on each host is its slot count,
  *   on a provider `blazar_<hypervisor>` nested under the compute node (Blazar's choice, kept: the
  *   compute node's own inventories stay Nova's to write, and Blazar's tools find the slots where
- *   they look); made with the first slots on the host, removed with the last;
+ *   they look); made with the first slots on the host and kept, empty, after the last (a compute
+ *   that cached it fails its builds for minutes once it is gone: see writeSlotInventory);
  * - with `affinity` set, a server group `reservation:<id>` (affinity or anti-affinity) in the
  *   lessee's project.
  * Every step is idempotent: a retried activity finds what an earlier try made.
@@ -173,7 +174,7 @@ async function setSlotInventory(placement: PlacementClient, host: HostSlots, res
   try {
     await writeSlotInventory(placement, host, resourceClass, slots);
   } catch (err) {
-    // The provider went with another reservation's last slots between our read and write: again, from the top.
+    // The provider was deleted (by an operator) between our read and write: again, from the top.
     if (!(err instanceof NotFoundError) || attempt >= 3) throw err;
     await setSlotInventory(placement, host, resourceClass, slots, attempt + 1);
   }
@@ -197,10 +198,11 @@ async function writeSlotInventory(placement: PlacementClient, host: HostSlots, r
   if (slots === 0 && !mine) return;
   if (mine && mine.total === slots) return;
   const inventories = slots === 0 ? others : { ...others, [resourceClass]: { total: slots, reserved: 0, min_unit: 1, max_unit: 1, step_size: 1, allocation_ratio: 1 } };
+  // The provider stays when its last slots go. Nova's compute caches its host's provider tree with
+  // the children, and its report client does not drop a cached child that is gone: it fails on the
+  // 404 in every resource update, builds' claims included (RescheduledException: "Exhausted all
+  // hosts"), until its cache is refreshed minutes later. Blazar keeps these providers too.
   await placement.putInventories(provider.uuid, current.resource_provider_generation, inventories);
-  // The last reservation's slots gone: so is the provider made for them (the host's tree is left as it was).
-  // Another reservation adding slots meanwhile finds it gone and makes it again (its retry).
-  if (Object.keys(inventories).length === 0) await ignore(placement.deleteResourceProvider(provider.uuid), NotFoundError, ConflictError);
 }
 
 /** The servers using the reservation's flavor, in every project (not deleted yet). */
