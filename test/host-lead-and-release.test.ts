@@ -3,11 +3,10 @@
  * start less the lead) and with the `release` end policy (its hosts leave the reservable pool at
  * the end, so nothing may be booked on them after it); and the edge's checks of the end options.
  */
-import http from 'node:http';
-import type { AddressInfo } from 'node:net';
 import { physicalHostPlugin } from '../src/resources/physical-host';
 import { blazarHostReservation } from './support/builders';
 import { insertHost } from './support/hosts';
+import { startNoticeReceiver, type NoticeReceiver } from './support/notice-receiver';
 import { apiClient, eventually, inSeconds, useTestStack } from './support/stack';
 
 const LEAD_MINUTES = 30;
@@ -95,36 +94,17 @@ async function expectEventually(check: () => Promise<boolean>, timeoutMs = 15_00
 }
 
 describe('before_end: notify', () => {
-  const received: Array<{ headers: http.IncomingHttpHeaders; body: { event_type: string; payload: Record<string, unknown> } }> = [];
-  let failuresLeft = 1; // the first delivery gets a 503: the activity must retry it
-  let receiver: http.Server;
-  let noticesUrl: string;
-
+  let receiver: NoticeReceiver;
   beforeAll(async () => {
-    receiver = http.createServer((req, res) => {
-      let text = '';
-      req.on('data', (chunk: Buffer) => (text += chunk.toString()));
-      req.on('end', () => {
-        if (failuresLeft-- > 0) {
-          res.writeHead(503).end();
-          return;
-        }
-        received.push({ headers: req.headers, body: JSON.parse(text) });
-        res.writeHead(204).end();
-      });
-    });
-    await new Promise<void>((resolve) => receiver.listen(0, '127.0.0.1', resolve));
-    noticesUrl = `http://127.0.0.1:${(receiver.address() as AddressInfo).port}/hooks/leases`;
+    receiver = await startNoticeReceiver(1); // the first delivery gets a 503: the activity must retry it
   });
   const stack = useTestStack(() => ({
-    withPool: (pool) => [physicalHostPlugin({ pool, settings: { cleaningMs: 0, randomChoice: false }, cloud: 'calendar-only', notices: { url: noticesUrl } })],
+    withPool: (pool) => [physicalHostPlugin({ pool, settings: { cleaningMs: 0, randomChoice: false }, cloud: 'calendar-only', notices: { url: receiver.url } })],
   }));
   beforeAll(async () => {
     await insertHost(stack().db.pool, { name: 'notify-host', vcpus: 4 });
   });
-  afterAll(async () => {
-    await new Promise((resolve) => receiver.close(resolve));
-  });
+  afterAll(() => receiver.close());
 
   it('posts a Blazar-style notice before the end, retried until delivered, once', async () => {
     const api = apiClient(stack().url);
@@ -137,6 +117,7 @@ describe('before_end: notify', () => {
     });
     expect(created.status).toBe(201);
     const lease = created.body.lease;
+    const { received } = receiver;
     await eventually(() => Promise.resolve(received.length > 0 ? true : undefined), 30_000);
     expect(received).toHaveLength(1);
     expect(received[0].headers['idempotency-key']).toBe(`${lease.id}:${lease.reservations[0].id}:before_end_lease`);
@@ -148,7 +129,7 @@ describe('before_end: notify', () => {
       const events = (await api('GET', `/v1/leases/${lease.id}`)).body.lease.events as Array<{ event_type: string; status: string }>;
       return events.find((e) => e.event_type === 'before_end_lease')?.status === 'DONE' ? true : undefined;
     }, 10_000);
-    expect(failuresLeft).toBeLessThan(0); // the 503 was seen, and then the retry delivered
+    expect(receiver.refused()).toBe(1); // the 503 was seen, and then the retry delivered
     await api('DELETE', `/v1/leases/${lease.id}`);
   }, 60_000);
 });

@@ -11,11 +11,13 @@ import { floatingIpPlugin } from '../src/resources/floating-ip';
 import { COMPUTE_KIND } from '../src/resources/shared/compute-providers';
 import { virtualInstancePlugin } from '../src/resources/virtual-instance';
 import { insertHost } from './support/hosts';
-import { apiClient, deleteAllLeases, useTestStack } from './support/stack';
+import { startNoticeReceiver, type NoticeReceiver } from './support/notice-receiver';
+import { apiClient, deleteAllLeases, eventually, inSeconds, useTestStack } from './support/stack';
 
 const NETWORK = '33333333-3333-4333-8333-333333333333';
 const dayAhead = (days: number) => new Date(Date.now() + days * 86_400_000).toISOString().slice(0, 10);
 const D = dayAhead(40);
+const inDays = (days: number) => new Date(Date.now() + days * 86_400_000).toISOString().slice(0, 16).replace('T', ' ');
 
 describe('instance leases and availability through the API', () => {
   const stack = useTestStack({
@@ -65,4 +67,65 @@ describe('instance leases and availability through the API', () => {
     const later = await query(`${D} 12:00`, `${D} 12:30`, `&network_id=${NETWORK}`);
     expect(later.body.floatingips.free.map((f: { floating_ip_address: string }) => f.floating_ip_address).sort()).toEqual(['203.0.113.150', '203.0.113.151']);
   });
+
+  it('ends active instance and floating IP leases now, freeing their slots and addresses from then', async () => {
+    const slots = await instanceLease('end-now-slots', 'now', inDays(1), { vcpus: 8, memory_mb: 1024, disk_gb: 10, amount: 4 });
+    const addresses = await member('POST', '/v1/leases', { name: 'end-now-fip', start_date: 'now', end_date: inDays(1), reservations: [{ resource_type: 'virtual:floatingip', network_id: NETWORK, amount: 2 }] });
+    expect([slots.status, addresses.status]).toEqual([201, 201]);
+    for (const lease of [slots.body.lease, addresses.body.lease]) {
+      await eventually(async () => ((await member('GET', `/v1/leases/${lease.id}`)).body.lease.status === 'ACTIVE' ? true : undefined), 30_000);
+      const ended = await member('PUT', `/v1/leases/${lease.id}`, { end_date: 'now' });
+      expect([ended.status, ended.body.error_message]).toEqual([200, undefined]);
+      await eventually(async () => ((await member('GET', `/v1/leases/${lease.id}`)).body.lease.status === 'TERMINATED' ? true : undefined), 30_000);
+    }
+    // Everything they held is free again: the same requests fit at once.
+    expect((await instanceLease('after-slots', 'now', inDays(1), { vcpus: 8, memory_mb: 1024, disk_gb: 10, amount: 4 })).status).toBe(201);
+    expect((await member('POST', '/v1/leases', { name: 'after-fip', start_date: 'now', end_date: inDays(1), reservations: [{ resource_type: 'virtual:floatingip', network_id: NETWORK, amount: 2 }] })).status).toBe(201);
+  }, 90_000);
+
+  it('refuses before_end notify where the deployment has no notice endpoint', async () => {
+    const refused = await instanceLease('notify-nowhere', `${D} 10:00`, `${D} 12:00`, { vcpus: 1, memory_mb: 512, disk_gb: 1, amount: 1, before_end: 'notify' });
+    expect(refused.status).toBe(400);
+    expect(refused.body.error_message).toContain('LK_NOTIFY_URL');
+    const unknown = await instanceLease('notify-what', `${D} 10:00`, `${D} 12:00`, { vcpus: 1, memory_mb: 512, disk_gb: 1, amount: 1, before_end: 'email' });
+    expect(unknown.status).toBe(400);
+    expect(unknown.body.error_message).toMatch(/before_end/);
+  });
+});
+
+describe('instance leases: before_end notify', () => {
+  let receiver: NoticeReceiver;
+  beforeAll(async () => {
+    receiver = await startNoticeReceiver();
+  });
+  const stack = useTestStack(() => ({
+    withPool: (pool) => [virtualInstancePlugin({ pool, settings: { cleaningMs: 0 }, cloud: 'calendar-only', notices: { url: receiver.url } })],
+  }));
+  beforeAll(async () => {
+    const { pool } = stack().db;
+    await insertHost(pool, { name: 'notify-slot-host' });
+    await syncCapacityProviders(pool, COMPUTE_KIND, [{ uuid: randomUUID(), name: 'notify-slot-host', host: 'notify-slot-host', capacity: { VCPU: 8, MEMORY_MB: 8_192, DISK_GB: 100 }, traits: [] }]);
+  });
+  afterAll(() => receiver.close());
+
+  it('posts the notice with the reservation flavor and the hosts of its slots', async () => {
+    const api = apiClient(stack().url, { 'x-project-id': 'project-a', 'x-user-id': 'user-a' });
+    const created = await api('POST', '/v1/leases', {
+      name: 'notify-slots',
+      start_date: 'now',
+      before_end_date: inSeconds(2),
+      end_date: inSeconds(3600),
+      reservations: [{ resource_type: 'virtual:instance', vcpus: 2, memory_mb: 1024, disk_gb: 10, amount: 2, before_end: 'notify' }],
+    });
+    expect(created.status).toBe(201);
+    const { id, reservations } = created.body.lease;
+    expect(reservations[0].before_end).toBe('notify');
+    await eventually(() => Promise.resolve(receiver.received.length > 0 ? true : undefined), 30_000);
+    expect(receiver.received).toHaveLength(1);
+    expect(receiver.received[0].body).toMatchObject({
+      event_type: 'lease.event.before_end_lease',
+      payload: { lease_id: id, project_id: 'project-a', reservation_id: reservations[0].id, resource_type: 'virtual:instance', flavor_id: reservations[0].id, hosts: ['notify-slot-host'] },
+    });
+    expect((await api('DELETE', `/v1/leases/${id}`)).status).toBe(204);
+  }, 60_000);
 });

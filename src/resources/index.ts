@@ -45,7 +45,14 @@ function hostDeps({ pool, config, openstack }: ResourceDeps): PhysicalHostDeps {
 }
 
 function instanceDeps({ pool, config, openstack, openstackForProject }: ResourceDeps): VirtualInstanceDeps {
-  return { pool, settings: { cleaningMs: config.hosts.cleaningMs, capacityRefreshMs: config.servers.capacityRefreshMs }, cloud: openstack, projectCloud: openstackForProject };
+  const { hosts, servers, notifyUrl } = config;
+  return {
+    pool,
+    settings: { cleaningMs: hosts.cleaningMs, capacityRefreshMs: servers.capacityRefreshMs, beforeEndDefault: hosts.beforeEndDefault },
+    cloud: openstack,
+    projectCloud: openstackForProject,
+    notices: notifyUrl ? { url: notifyUrl } : undefined,
+  };
 }
 
 /**

@@ -74,7 +74,7 @@ describe('worker killed with -9 mid-start of an instance lease', () => {
       end_date: inSeconds(3600),
       reservations: [{ resource_type: 'virtual:instance', vcpus: 1, memory_mb: 512, disk_gb: 1, amount: 2, affinity: 'None' }],
     });
-    expect(created.status).toBe(201);
+    expect(created).toMatchObject({ status: 201 });
     const leaseId: string = created.body.lease.id;
     const reservation = created.body.lease.reservations[0];
     const [host] = reservation.hosts as string[];

@@ -13,15 +13,18 @@ import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
 import { keystoneAuthenticator } from '../../src/api/keystone-auth';
 import { KeystoneSession, NotFoundError, openStackClients, type OpenStackClients, type Server } from '../../src/openstack';
-import { reservationProviderName, reservationResourceClass } from '../../src/resources/virtual-instance/nova-resources';
+import { snapshotName } from '../../src/resources/shared/server-snapshots';
+import { removeReservationResources, reservationProviderName, reservationResourceClass } from '../../src/resources/virtual-instance/nova-resources';
 import { virtualInstancePlugin } from '../../src/resources/virtual-instance';
 import { flavorInstancePlugin } from '../../src/resources/flavor-instance';
 import { FaultProxy } from '../support/fault-proxy';
 import { apiClient, deleteAllLeases, eventually, inSeconds, useTestStack } from '../support/stack';
-import { bootServer, deleteAggregateNamed, rigClients, rigCredentials, rigEnv, uniqueName } from './support';
+import { bootServer, deleteAggregateNamed, providerNamed, rigClients, rigCredentials, rigEnv, uniqueName } from './support';
 
 const run = promisify(execFile);
 const HOSTS = ['fake-1', 'fake-2', 'fake-3'];
+/** Deleting a fake server takes a second or two; an end gives up this long after its time. */
+const SERVER_DELETE_TIMEOUT_MS = 30_000;
 
 describe('instance leases in Nova and Placement', () => {
   const admin = rigClients('leasekeeper-admin');
@@ -33,6 +36,7 @@ describe('instance leases in Nova and Placement', () => {
   let tokens: { a: string; b: string; admin: string };
   let projectAId: string;
   const servers: Array<{ clients: OpenStackClients; id: string }> = [];
+  const snapshots: string[] = [];
 
   beforeAll(async () => {
     nova = await FaultProxy.start(rigEnv().LK_NOVA_URL);
@@ -47,7 +51,13 @@ describe('instance leases in Nova and Placement', () => {
       return {
         env: { LK_FREEPOOL_AGGREGATE: freepool },
         withPool: (pool) => {
-          const deps = { pool, settings: { cleaningMs: 0, capacityRefreshMs: 0 }, cloud: () => throughProxies, projectCloud: (id: string) => (id === projectAId ? projectA : admin) };
+          const deps = {
+            pool,
+            settings: { cleaningMs: 0, capacityRefreshMs: 0 },
+            cloud: () => throughProxies,
+            projectCloud: (id: string) => (id === projectAId ? projectA : admin),
+            serverDeleteTimeoutMs: SERVER_DELETE_TIMEOUT_MS,
+          };
           return [virtualInstancePlugin(deps), flavorInstancePlugin(deps)];
         },
         openstack: () => admin,
@@ -112,6 +122,7 @@ describe('instance leases in Nova and Placement', () => {
   }, 180_000);
   afterAll(async () => {
     for (const s of servers) await s.clients.nova.deleteServer(s.id).catch(() => undefined);
+    for (const id of snapshots) await admin.glance.deleteImage(id).catch(() => undefined);
     await nova?.stop();
     await placement?.stop();
   });
@@ -254,5 +265,65 @@ describe('instance leases in Nova and Placement', () => {
       await admin.nova.deleteFlavor(source.id).catch(() => undefined);
       await admin.nova.deleteFlavor(hidden.id).catch(() => undefined);
     }
+  }, 300_000);
+
+  it('takes an image of each server before the end (before_end snapshot); an end whose servers are not deleted fails after the time-out, naming them', async () => {
+    const leaseName = uniqueName('snap');
+    const created = await asA()('POST', '/v1/leases', {
+      name: leaseName,
+      start_date: 'now',
+      end_date: inSeconds(7200), // before_end (end − 60 min) comes after the start, so the server exists by then
+      reservations: [{ resource_type: 'virtual:instance', vcpus: 1, memory_mb: 512, disk_gb: 1, amount: 1, before_end: 'snapshot' }],
+    });
+    expect(created.status).toBe(201);
+    const { id: leaseId, reservations } = created.body.lease;
+    const reservation = reservations[0];
+    await waitForStatus(leaseId, 'ACTIVE');
+    const flavor = `reservation:${reservation.id}`;
+    await eventually(async () => ((await projectA.nova.listFlavors()).some((f) => f.name === flavor) ? true : undefined), 30_000);
+    const server = await boot(projectA, flavor);
+    expect(server.status).toBe('ACTIVE');
+    const endNow = await asA()('PUT', `/v1/leases/${leaseId}`, { end_date: 'now' });
+    expect([endNow.status, endNow.body.error_message]).toEqual([200, undefined]);
+    await waitForStatus(leaseId, 'TERMINATED');
+    const images = await admin.glance.listImages({ name: snapshotName(server.name, leaseName), visibility: 'all' });
+    images.forEach((image) => snapshots.push(image.id));
+    expect(images.map((image) => [image.leasekeeper_lease, image.leasekeeper_reservation, image.leasekeeper_server])).toEqual([[leaseId, reservation.id, server.id]]);
+    expect((await lease(leaseId)).events.map((e: { event_type: string; status: string }) => [e.event_type, e.status])).toEqual([
+      ['start_lease', 'DONE'],
+      ['before_end_lease', 'DONE'],
+      ['end_lease', 'DONE'],
+    ]);
+    await expectAllGone(reservation);
+
+    // Nova accepts the deletes but never carries them out: the end waits out its time-out, then ERROR.
+    const stuck = await asA()('POST', '/v1/leases', {
+      name: uniqueName('stuck'),
+      start_date: 'now',
+      end_date: inSeconds(3600),
+      reservations: [{ resource_type: 'virtual:instance', vcpus: 1, memory_mb: 512, disk_gb: 1, amount: 1 }],
+    });
+    expect(stuck.status).toBe(201);
+    const stuckReservation = stuck.body.lease.reservations[0];
+    await waitForStatus(stuck.body.lease.id, 'ACTIVE');
+    await eventually(async () => ((await projectA.nova.listFlavors()).some((f) => f.name === `reservation:${stuckReservation.id}`) ? true : undefined), 30_000);
+    const kept = await boot(projectA, `reservation:${stuckReservation.id}`);
+    expect(kept.status).toBe('ACTIVE');
+    nova.inject({ method: 'DELETE', path: /\/servers\/[0-9a-f-]+$/, fault: { kind: 'status', status: 202, body: {} }, times: Infinity });
+    const ended = Date.now();
+    expect(await asA()('PUT', `/v1/leases/${stuck.body.lease.id}`, { end_date: 'now' })).toMatchObject({ status: 200 });
+    await waitForStatus(stuck.body.lease.id, 'ERROR', SERVER_DELETE_TIMEOUT_MS + 60_000);
+    expect(Date.now() - ended).toBeGreaterThanOrEqual(SERVER_DELETE_TIMEOUT_MS);
+    expect((await lease(stuck.body.lease.id)).status_reason).toBe(`end failed: 1 server(s) of flavor reservation:${stuckReservation.id} still there ${SERVER_DELETE_TIMEOUT_MS / 1000} s after the end`);
+    expect((await admin.nova.getServer(kept.id)).status).toBe('ACTIVE');
+
+    // What an operator does next: the server goes, then what the reservation made.
+    nova.clear();
+    await admin.nova.deleteServer(kept.id);
+    await admin.nova.waitForServerDeleted(kept.id, { timeoutMs: 60_000 });
+    const computeNodes = await Promise.all(HOSTS.map(async (host) => ({ host, uuid: (await providerNamed(admin.placement, host)).uuid })));
+    const hostSlots = computeNodes.map(({ host, uuid }) => ({ computeHost: host, hypervisorHostname: host, computeNodeUuid: uuid, slots: 0 }));
+    await eventually(async () => ((await removeReservationResources(admin, { reservationId: stuckReservation.id }, hostSlots)) ? true : undefined), 30_000);
+    await expectAllGone(stuckReservation);
   }, 300_000);
 });

@@ -1,6 +1,6 @@
 /** The `flavor:instance` reservation's parameters, as blazarclient's library sends them. */
 import { z } from 'zod';
-import { propertyQueryParam, whole } from '../shared/params';
+import { beforeEndParam, propertyQueryParam, whole } from '../shared/params';
 import { affinityParam, MAX_SLOTS } from '../virtual-instance/params';
 
 export const flavorInstanceParams = z.strictObject({
@@ -13,6 +13,8 @@ export const flavorInstanceParams = z.strictObject({
   amount: whole('instances', 1, MAX_SLOTS),
   affinity: affinityParam,
   resource_properties: propertyQueryParam('["==", "$gpu", "true"]'),
+  /** Before the end: nothing (''), an image of every server of the flavor, a notice, or the deployment's default. */
+  before_end: beforeEndParam,
 });
 
 export type FlavorInstanceParams = z.output<typeof flavorInstanceParams>;

@@ -6,7 +6,6 @@
  * hosts; `recycle` — hosts wait in the lease's aggregate, closed, until their last server is gone (or a grace
  * period, or the host's next booking, comes); `release` — hosts and servers go to the shared cloud.
  */
-import { ApplicationFailure } from '@temporalio/common';
 import {
   deleteServersOnHosts,
   leaseAggregateFor,
@@ -18,6 +17,8 @@ import {
   type EndAggregates,
 } from './aggregates';
 import { sendLeaseNotice, type NoticeSettings } from '../shared/notifications';
+import { beforeEndAction, refuseNotifyWithoutEndpoint, type BeforeEndAction } from '../shared/params';
+import { DEFAULT_SERVER_DELETE_TIMEOUT_MS, failIfDeletionOverdue } from '../shared/server-deletion';
 import { snapshotServersOnHosts } from '../shared/server-snapshots';
 import { computeHostsOfReservation } from '../../db/host-allocations';
 import { markReleased } from '../../db/hosts';
@@ -33,7 +34,7 @@ export interface PhysicalHostDeps {
   pool: Pool;
   settings: CalendarSettings & {
     /** What `before_end: default` means. */
-    beforeEndDefault?: '' | 'snapshot' | 'notify';
+    beforeEndDefault?: BeforeEndAction;
     /** `recycle`: how long hosts wait for their last servers when the reservation names no grace period (unset: until their next booking). */
     recycleGraceMs?: number;
   };
@@ -57,12 +58,7 @@ export interface PhysicalHostDeps {
 export function physicalHostType(deps: Pick<PhysicalHostDeps, 'pool' | 'settings' | 'notices'>, calendar = new HostCalendar(deps.pool, deps.settings)): ResourceType {
   return {
     resourceType: PHYSICAL_HOST,
-    paramsSchema: physicalHostParams.superRefine((params, issues) => {
-      const beforeEnd = params.before_end === 'default' ? (deps.settings.beforeEndDefault ?? '') : params.before_end;
-      if (beforeEnd === 'notify' && !deps.notices) {
-        issues.addIssue({ code: 'custom', path: ['before_end'], message: 'notify needs a notification endpoint, and this deployment has none (LK_NOTIFY_URL)' });
-      }
-    }),
+    paramsSchema: physicalHostParams.superRefine(refuseNotifyWithoutEndpoint(deps.settings.beforeEndDefault, deps.notices !== undefined)),
     earliest: ({ reservations, startMs, durationMs }) => calendar.search(reservations, startMs, durationMs),
   };
 }
@@ -75,11 +71,8 @@ export function physicalHostPlugin(deps: PhysicalHostDeps): ResourcePlugin {
     closedProjectId: 'leasekeeper-freepool',
     ...deps.endAggregates,
   };
-  const serverDeleteTimeoutMs = deps.serverDeleteTimeoutMs ?? 10 * 60_000;
-  const beforeEndOf = (ctx: ReservationContext) => {
-    const { before_end: requested } = physicalHostParams.parse(ctx.reservation.params);
-    return requested === 'default' ? (deps.settings.beforeEndDefault ?? '') : requested;
-  };
+  const serverDeleteTimeoutMs = deps.serverDeleteTimeoutMs ?? DEFAULT_SERVER_DELETE_TIMEOUT_MS;
+  const beforeEndOf = (ctx: ReservationContext) => beforeEndAction(physicalHostParams.parse(ctx.reservation.params).before_end, deps.settings.beforeEndDefault);
 
   /** The reservation's hosts (id and compute host name) in its current booking. */
   function bookedHosts(ctx: ReservationContext): Promise<Array<{ id: string; host: string }>> {
@@ -117,9 +110,7 @@ export function physicalHostPlugin(deps: PhysicalHostDeps): ResourcePlugin {
 
   /** Servers being deleted: progress for the workflow to show, bounded by the delete time-out after `since` (when given). */
   function stillDeleting(left: number, on: string[], since?: number): EndOutcome {
-    if (since !== undefined && Date.now() > since + serverDeleteTimeoutMs) {
-      throw ApplicationFailure.nonRetryable(`${left} server(s) still on ${on.join(', ')} ${serverDeleteTimeoutMs / 1000} s after the end`, 'ServersNotDeleted');
-    }
+    if (since !== undefined) failIfDeletionOverdue(`${left} server(s) still on ${on.join(', ')}`, since, serverDeleteTimeoutMs);
     return { waitingFor: `deleting servers: ${left} still on ${on.join(', ')}`, recheckAfterMs: 2_000 };
   }
 

@@ -1,6 +1,6 @@
 /** The `physical:host` reservation's parameters, as blazarclient sends them (numbers may come as strings). */
 import { z } from 'zod';
-import { propertyQueryParam } from '../shared/params';
+import { beforeEndParam, propertyQueryParam } from '../shared/params';
 
 export const END_POLICIES = ['delete', 'recycle', 'release'] as const;
 export type EndPolicy = (typeof END_POLICIES)[number];
@@ -36,10 +36,7 @@ export const physicalHostParams = z
     hypervisor_properties: query,
     resource_properties: query,
     /** Before the end: nothing (''), a snapshot of every server on the hosts, a notice, or the deployment's default. */
-    before_end: z
-      .enum(['', 'default', 'snapshot', 'notify'], { error: 'expected "", "default", "snapshot" or "notify"' })
-      .nullish()
-      .transform((v) => v ?? 'default'),
+    before_end: beforeEndParam,
     /** At the end: delete the servers, recycle the hosts (wait for the servers to go), release the hosts with their servers. */
     on_end: z
       .enum(['default', ...END_POLICIES], { error: 'expected "default", "delete", "recycle" or "release"' })

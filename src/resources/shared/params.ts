@@ -26,3 +26,28 @@ export const whole = (what: string, min: number, max: number) =>
     .union([z.number(), z.string().regex(/^\s*\d+\s*$/, `expected a whole number of ${what}`)], { error: `expected a whole number of ${what}` })
     .transform(Number)
     .pipe(z.number().int(`expected a whole number of ${what}`).min(min, `must be at least ${min}`).max(max, `must be at most ${max}`));
+
+/** What a reservation does before its end: nothing (''), an image of each of its servers, or a notice. */
+export type BeforeEndAction = '' | 'snapshot' | 'notify';
+
+/** `before_end`: an action, or `default` (also when absent): the deployment's choice. */
+export const beforeEndParam = z
+  .enum(['', 'default', 'snapshot', 'notify'], { error: 'expected "", "default", "snapshot" or "notify"' })
+  .nullish()
+  .transform((v) => v ?? 'default');
+
+export function beforeEndAction(requested: z.output<typeof beforeEndParam>, deploymentDefault: BeforeEndAction | undefined): BeforeEndAction {
+  return requested === 'default' ? (deploymentDefault ?? '') : requested;
+}
+
+/**
+ * Refuses `notify` (asked, or the deployment's default) at admission when the deployment has no
+ * endpoint: the notice could never go out.
+ */
+export function refuseNotifyWithoutEndpoint(deploymentDefault: BeforeEndAction | undefined, hasEndpoint: boolean) {
+  return (params: { before_end: z.output<typeof beforeEndParam> }, issues: z.RefinementCtx) => {
+    if (beforeEndAction(params.before_end, deploymentDefault) === 'notify' && !hasEndpoint) {
+      issues.addIssue({ code: 'custom', path: ['before_end'], message: 'notify needs a notification endpoint, and this deployment has none (LK_NOTIFY_URL)' });
+    }
+  };
+}

@@ -183,8 +183,14 @@ export class InstanceSlotCalendar {
       // A host that no longer matches (or left Placement): its slots cannot be kept.
       if (hostId !== undefined) current.set(hostId, l.slots);
     }
-    const fixed = giveUp(current, request.amount, keepOn);
     const from = Math.max(now, ctx.startMs - ctx.provisioningLeadMs);
+    if (ctx.endMs <= from) {
+      // Ends now (`end_date: now`, already past when it gets here): nothing is booked anew, the slots end with the lease.
+      await endReservationQuantityBookingsAt(client, ctx.reservation.id, ctx.endMs);
+      await endReservationHostBookingsAt(client, ctx.reservation.id, ctx.endMs, this.settings.cleaningMs);
+      return this.placementsOf(live);
+    }
+    const fixed = giveUp(current, request.amount, keepOn);
     const calendar = await this.calendarOf(client, candidates, from, ctx.endMs, ctx.reservation.id);
     const placed = placeSlots(request, calendar, from, ctx.endMs, { fixed });
     if (!placed) {

@@ -10,15 +10,21 @@
  *   servers that use its flavor (Blazar's only grow).
  * - start: the lessee gets the flavor; hosts join the aggregate; each host's slots become Placement
  *   inventory of the reservation's class, so Nova schedules at most `amount` servers, on those hosts.
+ * - before end (`before_end`): an image of every server of the flavor, or a notice, as for hosts.
  * - end: the flavor is taken away and every server of it deleted (the end looks again until all
- *   are gone); then the inventory, aggregate, server group, flavor and class go.
+ *   are gone, for at most the delete time-out after the end: then ERROR); then the inventory,
+ *   aggregate, server group, flavor and class go.
  */
 import type { z } from 'zod';
 import { leaseConflict, type Reservation } from '../../domain/lease';
 import type { HookContext, ReservationContext, ResourcePlugin, ResourceType } from '../../domain/resource-plugin';
 import { slotHostsEver } from '../../db/instance-slots';
 import type { Pool } from '../../db/pool';
-import { serverHost, type NovaClient } from '../../openstack';
+import { serverHost, type GlanceClient, type NovaClient } from '../../openstack';
+import { sendLeaseNotice, type NoticeSettings } from '../shared/notifications';
+import { beforeEndAction, refuseNotifyWithoutEndpoint, type BeforeEndAction, type beforeEndParam } from '../shared/params';
+import { DEFAULT_SERVER_DELETE_TIMEOUT_MS, failIfDeletionOverdue } from '../shared/server-deletion';
+import { snapshotServer } from '../shared/server-snapshots';
 import { COMPUTE_KIND, readComputeProviders } from '../shared/compute-providers';
 import { QuantityCalendar } from '../shared/quantity-bookings';
 import { InstanceSlotCalendar, VIRTUAL_INSTANCE, type SlotPlacement, type SlotSpec } from './calendar';
@@ -34,11 +40,17 @@ export interface VirtualInstanceDeps {
     cleaningMs: number;
     /** How old the copy of the hosts' capacities may be before a booking reads Placement again. */
     capacityRefreshMs?: number;
+    /** What `before_end: default` means (the deployment's choice, the same as for hosts). */
+    beforeEndDefault?: BeforeEndAction;
   };
-  /** Nova and Placement, for carrying leases out; 'calendar-only' for tests of booking alone. */
-  cloud: (() => InstanceCloud) | 'calendar-only';
+  /** Nova, Placement and Glance (snapshots), for carrying leases out; 'calendar-only' for tests of booking alone. */
+  cloud: (() => InstanceCloud & { glance: GlanceClient }) | 'calendar-only';
   /** Nova in a lessee's project (the server group is theirs, as Blazar makes it). */
   projectCloud?: (projectId: string) => { nova: NovaClient };
+  /** Where `before_end: notify` posts (unset: `notify` is refused when the lease is created). */
+  notices?: NoticeSettings;
+  /** How long the end waits for the flavor's deleted servers to be gone. */
+  serverDeleteTimeoutMs?: number;
 }
 
 /** How often an end looks again while servers of the flavor are still being deleted. */
@@ -59,7 +71,7 @@ export interface SlotReservation {
  */
 export interface SlotType {
   resourceType: string;
-  paramsSchema: z.ZodType<Record<string, unknown>>;
+  paramsSchema: z.ZodType<{ before_end: z.output<typeof beforeEndParam> } & Record<string, unknown>>;
   describe(reservation: Reservation, projectId: string, nova?: { admin: NovaClient; lessee: NovaClient }): Promise<SlotReservation>;
 }
 
@@ -84,7 +96,7 @@ function novaFor(deps: VirtualInstanceDeps, projectId: string): { admin: NovaCli
 export function slotReservationType(type: SlotType, deps: VirtualInstanceDeps, made = slotCalendar(deps)): ResourceType {
   return {
     resourceType: type.resourceType,
-    paramsSchema: type.paramsSchema,
+    paramsSchema: type.paramsSchema.superRefine(refuseNotifyWithoutEndpoint(deps.settings.beforeEndDefault, deps.notices !== undefined)),
     earliest: async ({ reservations, projectId, startMs, durationMs, provisioningLeadMs }) => {
       await made.refresh();
       const described = await Promise.all(reservations.map(async (reservation) => ({ reservation, spec: (await type.describe(reservation, projectId, novaFor(deps, projectId))).spec })));
@@ -97,6 +109,7 @@ export function slotReservationType(type: SlotType, deps: VirtualInstanceDeps, m
 export function slotReservationPlugin(type: SlotType, deps: VirtualInstanceDeps): ResourcePlugin {
   const made = slotCalendar(deps);
   const { calendar } = made;
+  const serverDeleteTimeoutMs = deps.serverDeleteTimeoutMs ?? DEFAULT_SERVER_DELETE_TIMEOUT_MS;
   const cloud = () => (deps.cloud === 'calendar-only' ? undefined : deps.cloud());
 
   const specOf = async (ctx: ReservationContext): Promise<{ slots: SlotSpec; instance: InstanceSpec; shown: Record<string, unknown> }> => {
@@ -165,6 +178,24 @@ export function slotReservationPlugin(type: SlotType, deps: VirtualInstanceDeps)
       return { allocation: { ...resources, ...shown(placement) } };
     },
 
+    async beforeEnd(ctx) {
+      const action = beforeEndAction(type.paramsSchema.parse(ctx.reservation.params).before_end, deps.settings.beforeEndDefault);
+      if (action === 'notify') {
+        const placement = await calendar.placement(ctx.reservation.id);
+        await sendLeaseNotice(deps.notices, { event: 'before_end_lease', ctx, details: { flavor_id: ctx.reservation.id, hosts: placement.map((p) => p.hypervisorHostname) } });
+        return;
+      }
+      const clients = cloud();
+      if (action !== 'snapshot' || !clients) return;
+      // The servers of the flavor, in every project (the lessee may have shared it): as for hosts, all of them.
+      const servers = (await serversOfFlavor(clients.nova, ctx.reservation.id)).filter((s) => s.status !== 'ERROR' && s['OS-EXT-STS:task_state'] !== 'deleting');
+      const owner = { leaseId: ctx.leaseId, leaseName: ctx.leaseName, reservationId: ctx.reservation.id };
+      for (const [done, server] of servers.entries()) {
+        await snapshotServer(clients.nova, clients.glance, server, owner);
+        ctx.reportProgress({ snapshots: done + 1, of: servers.length });
+      }
+    },
+
     async end(ctx) {
       const clients = cloud();
       if (clients) {
@@ -173,11 +204,17 @@ export function slotReservationPlugin(type: SlotType, deps: VirtualInstanceDeps)
         const left = await closeSlots(clients.nova, spec);
         ctx.reportProgress({ serversLeft: left });
         // Even a forced end waits for these: servers being deleted cannot be hurried, and the slots cannot go before them.
-        if (left > 0) return { waitingFor: `${left} server(s) of flavor reservation:${ctx.reservation.id} to be deleted`, recheckAfterMs: SERVER_DELETE_RECHECK_MS };
+        if (left > 0) {
+          failIfDeletionOverdue(`${left} server(s) of flavor reservation:${ctx.reservation.id} still there`, ctx.endMs, serverDeleteTimeoutMs);
+          return { waitingFor: `${left} server(s) of flavor reservation:${ctx.reservation.id} to be deleted`, recheckAfterMs: SERVER_DELETE_RECHECK_MS };
+        }
         const hosts = (await slotHostsEver(deps.pool, ctx.reservation.id)).map((h) => ({ computeHost: h.host, hypervisorHostname: h.name, computeNodeUuid: h.providerUuid, slots: 0 }));
         const removed = await removeReservationResources(clients, spec, hosts);
         // Nova frees a deleted server's Placement allocation just after the server is gone from its list.
-        if (!removed) return { waitingFor: `Placement to free the slots of reservation ${ctx.reservation.id}`, recheckAfterMs: SERVER_DELETE_RECHECK_MS };
+        if (!removed) {
+          failIfDeletionOverdue(`Placement still counts servers on the slots of reservation ${ctx.reservation.id}`, ctx.endMs, serverDeleteTimeoutMs);
+          return { waitingFor: `Placement to free the slots of reservation ${ctx.reservation.id}`, recheckAfterMs: SERVER_DELETE_RECHECK_MS };
+        }
       }
       await calendar.release(ctx.reservation.id, ctx.started);
       return {};
