@@ -8,6 +8,7 @@
 import type { PoolClient } from 'pg';
 import type { Lease } from '../domain/lease';
 import { isExclusionViolation, type Pool } from './pool';
+import { endReservationBookingsAt } from './quantity-allocations';
 
 type Queryable = Pool | PoolClient;
 
@@ -183,16 +184,7 @@ export async function deleteReservationFloatingIpBookings(db: Queryable, reserva
   await db.query('DELETE FROM floating_ip_allocations WHERE reservation_id = $1', [reservationId]);
 }
 
-/** Ends the reservation's booking at `atMs`; a booking that had not begun by then is dropped whole. */
-export async function endReservationFloatingIpBookingsAt(db: Queryable, reservationId: string, atMs: number): Promise<void> {
-  await db.query(
-    `UPDATE floating_ip_allocations
-     SET during = tstzrange(lower(during), to_timestamp($2 / 1000.0)), blocks = tstzrange(lower(blocks), to_timestamp($2 / 1000.0))
-     WHERE reservation_id = $1 AND upper(during) > to_timestamp($2 / 1000.0) AND lower(during) < to_timestamp($2 / 1000.0)`,
-    [reservationId, atMs],
-  );
-  await db.query('DELETE FROM floating_ip_allocations WHERE reservation_id = $1 AND lower(during) >= to_timestamp($2 / 1000.0)', [reservationId, atMs]);
-}
+export const endReservationFloatingIpBookingsAt = (db: Queryable, reservationId: string, atMs: number) => endReservationBookingsAt(db, 'floating_ip_allocations', reservationId, atMs);
 
 /** Blazar's floating IP allocations: per enrolled address, the reservations holding it from now on (optionally of one lease or reservation). */
 export interface FloatingIpAllocationRow {

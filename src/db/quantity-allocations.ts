@@ -140,16 +140,21 @@ export async function deleteReservationQuantityBookings(db: Queryable, reservati
   await db.query('DELETE FROM quantity_allocations WHERE reservation_id = $1', [reservationId]);
 }
 
+/** The booking tables whose rows (`during`, `blocks`, per reservation) end alike. */
+export type RangeBookingTable = 'quantity_allocations' | 'floating_ip_allocations';
+
 /** Ends the reservation's booking at `atMs`; a booking that had not begun by then is dropped whole. */
-export async function endReservationQuantityBookingsAt(db: Queryable, reservationId: string, atMs: number): Promise<void> {
+export async function endReservationBookingsAt(db: Queryable, table: RangeBookingTable, reservationId: string, atMs: number): Promise<void> {
   await db.query(
-    `UPDATE quantity_allocations
+    `UPDATE ${table}
      SET during = tstzrange(lower(during), to_timestamp($2 / 1000.0)), blocks = tstzrange(lower(blocks), to_timestamp($2 / 1000.0))
      WHERE reservation_id = $1 AND upper(during) > to_timestamp($2 / 1000.0) AND lower(during) < to_timestamp($2 / 1000.0)`,
     [reservationId, atMs],
   );
-  await db.query('DELETE FROM quantity_allocations WHERE reservation_id = $1 AND lower(during) >= to_timestamp($2 / 1000.0)', [reservationId, atMs]);
+  await db.query(`DELETE FROM ${table} WHERE reservation_id = $1 AND lower(during) >= to_timestamp($2 / 1000.0)`, [reservationId, atMs]);
 }
+
+export const endReservationQuantityBookingsAt = (db: Queryable, reservationId: string, atMs: number) => endReservationBookingsAt(db, 'quantity_allocations', reservationId, atMs);
 
 /** How many reservations book room on the host (by hypervisor or compute host name) and have not ended. */
 export async function liveReservationsOnHost(db: Queryable, hypervisorHostname: string, computeHost: string): Promise<number> {
