@@ -1,12 +1,18 @@
 /**
  * `npm start`: the whole dev stack in one terminal — PostgreSQL, Temporal dev server (with Web UI),
- * worker and API — each waited for in turn, logs prefixed by process. Ctrl-C or SIGTERM stops
- * everything it started, in reverse order, by PID. Set DATABASE_URL or TEMPORAL_ADDRESS to use
- * existing servers instead of starting local ones.
+ * the loopback OpenStack with its hosts enrolled, worker and API — each waited for in turn, logs
+ * prefixed by process. Ctrl-C or SIGTERM stops everything it started, in reverse order, by PID.
+ * Set DATABASE_URL or TEMPORAL_ADDRESS to use existing servers instead of starting local ones;
+ * OS_CLOUD or OS_AUTH_URL to use a cloud instead of the rig, LK_OPENSTACK=none for no cloud.
  */
 import path from 'node:path';
 import { loadConfigOrExit } from '../src/config';
+import { createPool } from '../src/db/pool';
+import { KeystoneSession, loadCredentials, openStackClients, type PasswordCredentials } from '../src/openstack';
 import { REPO_ROOT } from '../src/paths';
+import { HostInventory } from '../src/resources/physical-host/inventory';
+import { addHost } from '../src/resources/shared/aggregates';
+import { bringUpRig, chooseCloud, enrolRigHosts, RIG_ADMIN_CLOUD, rigDir, stopRig, type CloudChoice, type Rig } from './lib/openstack-rig';
 import { ensureCluster, ensureDatabase, startPostgres } from './lib/postgres-local';
 import { killStaleProcesses, ManagedProcess, waitUntil } from './lib/processes';
 import { startTemporalDevServer, temporalBinary, waitForTemporal } from './lib/temporal-dev-server';
@@ -16,6 +22,17 @@ const pidDir = path.join(config.dataDir, 'run');
 const started: ManagedProcess[] = [];
 const say = (msg: string) => process.stdout.write(`leasekeeper| ${msg}\n`);
 let stopping: Promise<void> | undefined;
+let cloud: CloudChoice;
+try {
+  cloud = chooseCloud(process.env, process.getuid?.() === 0);
+} catch (err) {
+  say(`start refused: ${(err as Error).message}`);
+  process.exit(2);
+}
+/** up.sh while it runs; the rig once it is up. */
+let rigStarting: ManagedProcess | undefined;
+let rig: Rig | undefined;
+let rigAdmin: RigAdmin | undefined;
 
 /** Stops everything started, once, however many signals or failures ask for it. */
 async function stopAll(exitCode: number): Promise<never> {
@@ -24,6 +41,15 @@ async function stopAll(exitCode: number): Promise<never> {
     // Reverse order: the API stops taking requests, the worker drains, then the servers go.
     for (const proc of [...started].reverse()) {
       await proc.stop(proc.options.name === 'worker' ? config.worker.shutdownGraceMs + 5_000 : 15_000);
+    }
+    if (rigStarting?.running) {
+      // Interrupted while coming up: whatever up.sh started goes too.
+      await rigStarting.stop(20_000);
+      await stopRig(rigDir());
+    } else if (rig?.startedHere) {
+      await stopRig(rig.dir);
+    } else if (rig) {
+      say(`the loopback OpenStack was running before this start: left running (stop: bash scripts/openstack/down.sh)`);
     }
     say('all stopped');
   })();
@@ -49,7 +75,16 @@ async function main(): Promise<void> {
   process.on('SIGTERM', () => void stopAll(0));
   killStaleProcesses(pidDir, say);
 
-  const childEnv = { ...process.env, DATABASE_URL: config.database.url, TEMPORAL_ADDRESS: config.temporal.address };
+  const childEnv: NodeJS.ProcessEnv = { ...process.env, DATABASE_URL: config.database.url, TEMPORAL_ADDRESS: config.temporal.address };
+  // The rig comes up meanwhile (about a minute when it is not running yet).
+  const rigReady = cloud.kind === 'rig' ? bringUpRig((proc) => (rigStarting = proc)) : undefined;
+  rigReady?.catch(() => undefined); // its failure is reported where it is awaited
+  if (cloud.kind === 'none') {
+    say(`OpenStack: none (${cloud.why}); leases that need a cloud are refused (503 naming the setting)`);
+    delete childEnv.OS_CLOUD; // no cloud means none, even with one in the environment
+    delete childEnv.OS_AUTH_URL;
+  }
+  if (cloud.kind === 'external') say(`OpenStack: ${cloud.what}`);
 
   if (config.database.external) {
     say(`PostgreSQL: using DATABASE_URL (${new URL(config.database.url).host})`);
@@ -73,6 +108,15 @@ async function main(): Promise<void> {
   }
   await Promise.all([ensureDatabase(config.database.url), waitForTemporal(config.temporal.address, config.temporal.namespace)]);
   say(`PostgreSQL and Temporal ready after ${elapsed()}`);
+  if (rigReady) {
+    rig = await rigReady;
+    rigStarting = undefined;
+    Object.assign(childEnv, rig.env);
+    rigAdmin = await signInAsRigAdmin(rig);
+    // blazar --os-auth-type none then books for the rig admin's project, whose servers the lease's hosts take.
+    if (config.api.authStrategy === 'noauth' && !process.env.LK_NOAUTH_PROJECT_ID) childEnv.LK_NOAUTH_PROJECT_ID = rigAdmin.projectId;
+    say(`OpenStack (loopback rig, ${rig.startedHere ? 'started' : 'already running'}) ready after ${elapsed()}`);
+  }
 
   const node = process.execPath;
   const worker = supervise(new ManagedProcess({ name: 'worker', command: node, args: [path.join(REPO_ROOT, 'dist/worker/main.js')], env: childEnv, echo: true, pidDir }));
@@ -85,11 +129,47 @@ async function main(): Promise<void> {
     if (res.status !== 200) throw new Error(`healthz ${res.status}: ${await res.text()}`);
   }, 60_000, 250);
 
+  if (rig && rigAdmin) await enrol(api, rig, rigAdmin);
+
   say(`healthy after ${elapsed()}`);
   say(`API (Blazar v1):  ${api}/v1   health: ${api}/healthz`);
   if (!config.temporal.external) say(`Temporal Web UI:  http://127.0.0.1:${config.temporal.uiPort}/namespaces/${config.temporal.namespace}/workflows`);
   say(`Temporal gRPC:    ${config.temporal.address}    PostgreSQL: ${new URL(config.database.url).host}`);
+  if (rig) {
+    say(`OpenStack:        export OS_CLIENT_CONFIG_FILE=${rig.env.OS_CLIENT_CONFIG_FILE}   (clouds ${RIG_ADMIN_CLOUD}, leasekeeper-project-a, leasekeeper-project-b)`);
+    say(`next: book a host, boot a server on it, end the lease: README.md, "Try it"`);
+  }
   say('Ctrl-C stops everything.');
+}
+
+interface RigAdmin {
+  credentials: PasswordCredentials;
+  token: string;
+  projectId: string;
+}
+
+async function signInAsRigAdmin(up: Rig): Promise<RigAdmin> {
+  const credentials = loadCredentials({ cloud: RIG_ADMIN_CLOUD, cloudsFiles: [up.env.OS_CLIENT_CONFIG_FILE], env: {} }) as PasswordCredentials;
+  const { token, projectId } = await new KeystoneSession({ credentials }).authenticate();
+  return { credentials, token, projectId };
+}
+
+/** The rig's hosts into leasekeeper's pool, through the API, as the admin. */
+async function enrol(api: string, up: Rig, admin: RigAdmin): Promise<void> {
+  const headers: Record<string, string> = config.api.authStrategy === 'keystone' ? { 'x-auth-token': admin.token } : {};
+  const addToPool = async (hosts: string[]) => {
+    // A new rig is a new cloud: hosts enrolled by an earlier run go into its pool aggregate.
+    const pool = createPool(config, 'leasekeeper-start');
+    try {
+      const nova = openStackClients({ credentials: admin.credentials }).nova;
+      const aggregate = await new HostInventory(pool, nova, config.inventory).freepool();
+      for (const host of hosts) await addHost(nova, aggregate, host);
+    } finally {
+      await pool.end();
+    }
+  };
+  const { enrolled, already } = await enrolRigHosts(api, up, headers, addToPool);
+  say(`hosts in the pool: ${[...enrolled.map((h) => `${h} (enrolled now)`), ...already].join(', ')}`);
 }
 
 main().catch((err: unknown) => {

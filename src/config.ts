@@ -46,6 +46,8 @@ const envSchema = z.object({
   // noauth trusts identity headers, so it listens on loopback only unless explicitly allowed.
   LK_PUBLIC_URL: z.url({ protocol: /^https?$/ }).optional(),
   LK_ALLOW_NOAUTH_REMOTE: z.enum(['true', 'false']).default('false'),
+  // noauth: the project of a caller that names none (the development admin).
+  LK_NOAUTH_PROJECT_ID: z.string().regex(/^[\x21-\x7e]{1,255}$/, 'expected at most 255 printable ASCII characters, no spaces').default('admin'),
   // Keystone mode: the `admin` role makes a global admin only in this project (by id, or by name
   // and domain id: Keystone's bootstrap project `admin` in domain `default`), and how long a token
   // validation may take before the caller gets 503.
@@ -112,6 +114,7 @@ function toConfig(env: z.infer<typeof envSchema>) {
       host: env.LK_API_HOST,
       port: env.LK_API_PORT,
       authStrategy: env.LK_AUTH_STRATEGY,
+      noauthProjectId: env.LK_NOAUTH_PROJECT_ID,
       authCacheMs: env.LK_AUTH_CACHE_SECONDS * 1000,
       authTimeoutMs: env.LK_AUTH_TIMEOUT_MS,
       adminProject: { id: env.LK_ADMIN_PROJECT_ID, name: env.LK_ADMIN_PROJECT_NAME, domainId: env.LK_ADMIN_PROJECT_DOMAIN_ID },

@@ -9,6 +9,7 @@ describe('configuration', () => {
       host: '127.0.0.1',
       port: 1234,
       authStrategy: 'noauth',
+      noauthProjectId: 'admin',
       authCacheMs: 60_000,
       authTimeoutMs: 5_000,
       adminProject: { id: undefined, name: 'admin', domainId: 'default' },
@@ -70,6 +71,7 @@ describe('configuration', () => {
     ['TEMPORAL_ADDRESS', 'no-port'],
     ['DATABASE_URL', 'mysql://root@db/lk'],
     ['LK_WORKER_MAX_CACHED_WORKFLOWS', '0'],
+    ['LK_NOAUTH_PROJECT_ID', 'has spaces'],
   ])('rejects %s=%s with one line naming the variable', (name, value) => {
     let error: unknown;
     try {

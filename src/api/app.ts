@@ -96,7 +96,7 @@ export function createApp(deps: AppDeps): express.Express {
   app.use(versionsRouter(config.api.publicUrl));
   app.use(
     '/v1',
-    authenticate(deps.authenticator ?? noAuth),
+    authenticate(deps.authenticator ?? noAuth()),
     leasesRouter({
       pool: deps.pool,
       types: deps.types,

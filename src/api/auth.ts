@@ -33,19 +33,23 @@ function header(headers: Record<string, string | string[] | undefined>, name: st
 /**
  * Development only. `X-Auth-Token: admin` → admin. Otherwise `X-Project-Id`, `X-User-Id` and
  * `X-Roles` (comma-separated) say who the caller is. A request with none of these (e.g.
- * `blazar --os-auth-type none`) is the development admin of project `admin`.
+ * `blazar --os-auth-type none`) is the development admin of `defaultProjectId` (LK_NOAUTH_PROJECT_ID;
+ * `npm start` with the loopback OpenStack makes it the rig admin's project, so that a lease made
+ * that way is the rig admin's to boot servers in).
  */
-export const noAuth: Authenticator = {
-  authenticate(headers) {
-    const token = header(headers, 'x-auth-token');
-    const projectId = header(headers, 'x-project-id') ?? header(headers, 'x-tenant-id');
-    const roles = (header(headers, 'x-roles') ?? '').split(',').map((r) => r.trim().toLowerCase()).filter(Boolean);
-    if (token === 'admin' || projectId === undefined) {
-      return Promise.resolve({ projectId: projectId ?? 'admin', userId: header(headers, 'x-user-id') ?? 'admin', roles: ['admin', ...roles], isAdmin: true });
-    }
-    return Promise.resolve({ projectId, userId: header(headers, 'x-user-id') ?? projectId, roles, isAdmin: roles.includes('admin') });
-  },
-};
+export function noAuth(defaultProjectId = 'admin'): Authenticator {
+  return {
+    authenticate(headers) {
+      const token = header(headers, 'x-auth-token');
+      const projectId = header(headers, 'x-project-id') ?? header(headers, 'x-tenant-id');
+      const roles = (header(headers, 'x-roles') ?? '').split(',').map((r) => r.trim().toLowerCase()).filter(Boolean);
+      if (token === 'admin' || projectId === undefined) {
+        return Promise.resolve({ projectId: projectId ?? defaultProjectId, userId: header(headers, 'x-user-id') ?? 'admin', roles: ['admin', ...roles], isAdmin: true });
+      }
+      return Promise.resolve({ projectId, userId: header(headers, 'x-user-id') ?? projectId, roles, isAdmin: roles.includes('admin') });
+    },
+  };
+}
 
 export function authenticate(authenticator: Authenticator): RequestHandler {
   return (req, res, next) => {

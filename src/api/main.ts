@@ -26,7 +26,7 @@ async function main(): Promise<void> {
           { validateToken: (token) => openstack().keystone.validateToken(token, { timeoutMs: config.api.authTimeoutMs }) },
           { cacheMs: config.api.authCacheMs, timeoutMs: config.api.authTimeoutMs, adminProject: config.api.adminProject, log },
         )
-      : noAuth;
+      : noAuth(config.api.noauthProjectId);
   if (config.api.authStrategy === 'keystone') openstack(); // fail at start, not at the first request, when credentials are missing
   // One host calendar for the physical:host type's searches and GET /v1/availability.
   const calendar = hostCalendar(pool, config);

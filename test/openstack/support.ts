@@ -6,6 +6,7 @@ import { randomUUID } from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
 import YAML from 'yaml';
+import { readRigEnv } from '../../scripts/lib/openstack-rig';
 import type { ManagedProcess } from '../../scripts/lib/processes';
 import { physicalHostPlugin } from '../../src/resources/physical-host';
 import { useTestStack, type TestStack } from '../support/stack';
@@ -53,13 +54,7 @@ export function rigClients(cloud: RigCloud, options: Omit<OpenStackClientsOption
 /** The variables up.sh wrote to env.sh (LK_NOVA_URL, LK_PLACEMENT_URL, …). */
 export function rigEnv(): Record<string, string> {
   requireRig();
-  const vars: Record<string, string> = {};
-  const text = fs.readFileSync(path.join(RIG_DIR, 'env.sh'), 'utf8');
-  for (const line of text.split('\n')) {
-    const match = /^export ([A-Z0-9_]+)=(?:"([^"]*)"|(\S*))$/.exec(line.trim());
-    if (match?.[1]) vars[match[1]] = match[2] ?? match[3] ?? '';
-  }
-  return vars;
+  return readRigEnv(RIG_DIR);
 }
 
 /** A name no other run uses: `lk-test-<what>-<8 hex>`. */

@@ -1,0 +1,84 @@
+/**
+ * `npm start` run as a user runs it, for the tests of the dev stack: its own data dir and ports,
+ * its output collected, and what it leaves behind findable by the data dir's path.
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { freePort } from './ports';
+
+export const START_SCRIPT = path.join(__dirname, '..', '..', 'dist', 'scripts', 'start.js');
+
+export function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/** Processes whose command line mentions `marker` (e.g. the stack's data dir), as "pid: cmdline". */
+export function processesUsing(marker: string): string[] {
+  return fs.readdirSync('/proc').filter((entry) => /^\d+$/.test(entry)).flatMap((pid) => {
+    try {
+      const cmdline = fs.readFileSync(`/proc/${pid}/cmdline`, 'utf8').replace(/\0/g, ' ');
+      return cmdline.includes(marker) ? [`${pid}: ${cmdline}`] : [];
+    } catch {
+      return [];
+    }
+  });
+}
+
+export interface DevStack {
+  child: ChildProcess;
+  dataDir: string;
+  ports: { api: number; temporal: number; ui: number; pg: number };
+  apiUrl: string;
+  output: () => string;
+  exited: Promise<number | null>;
+  /** Resolves once the output has `text`; false when `timeoutMs` passed or the stack exited first. */
+  waitForOutput: (text: string, timeoutMs: number) => Promise<boolean>;
+  /** Kills whatever is left (after a failed test): the stack, then every process of its data dir; removes the data dir. */
+  cleanUp: () => void;
+}
+
+export async function startDevStack(env: NodeJS.ProcessEnv): Promise<DevStack> {
+  const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'lk-stack-'));
+  fs.chmodSync(dataDir, 0o755);
+  const ports = { api: await freePort(), temporal: await freePort(), ui: await freePort(), pg: await freePort() };
+  const child = spawn(process.execPath, [START_SCRIPT], {
+    env: {
+      ...env,
+      LK_DATA_DIR: dataDir,
+      LK_API_PORT: String(ports.api),
+      LK_TEMPORAL_PORT: String(ports.temporal),
+      LK_TEMPORAL_UI_PORT: String(ports.ui),
+      LK_PG_PORT: String(ports.pg),
+    },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let output = '';
+  child.stdout.on('data', (chunk: Buffer) => (output += chunk.toString()));
+  child.stderr.on('data', (chunk: Buffer) => (output += chunk.toString()));
+  const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
+  return {
+    child,
+    dataDir,
+    ports,
+    apiUrl: `http://127.0.0.1:${ports.api}`,
+    output: () => output,
+    exited,
+    async waitForOutput(text, timeoutMs) {
+      const started = Date.now();
+      while (!output.includes(text) && Date.now() - started < timeoutMs && child.exitCode === null) await new Promise((r) => setTimeout(r, 200));
+      return output.includes(text);
+    },
+    cleanUp() {
+      if (child.exitCode === null) child.kill('SIGKILL');
+      for (const line of processesUsing(dataDir)) process.kill(Number(line.split(':')[0]), 'SIGKILL');
+      fs.rmSync(dataDir, { recursive: true, force: true });
+    },
+  };
+}
