@@ -14,7 +14,7 @@ import {
   WorkflowUpdateRPCTimeoutOrCancelledError,
   type Client,
 } from '@temporalio/client';
-import { ApplicationFailure, TypedSearchAttributes } from '@temporalio/common';
+import { ApplicationFailure, NamespaceNotFoundError, TypedSearchAttributes } from '@temporalio/common';
 import { leaseResourceTypes, newLease, type Lease, type LeaseUpdateRequest, type NewLeaseRequest } from '../domain/lease';
 import { markdownText } from '../domain/markdown';
 import { LeaseEndKey, LeaseStartKey, LeaseStatusKey, ProjectIdKey, ResourceTypesKey } from '../domain/search-attributes';
@@ -57,7 +57,21 @@ function toApiError(err: unknown, timeoutMs: number): ApiError {
   if (err instanceof WorkflowNotFoundError) return new ApiError(404, 'Lease not found');
   if (err instanceof WorkflowExecutionAlreadyStartedError) return new ApiError(409, 'a lease with this id already exists');
   if (isPastDeadline(err)) return noAnswerInTime(timeoutMs);
+  // Temporal set up without what leasekeeper needs: an operator's fix, named, not an outage to retry.
+  if (err instanceof NamespaceNotFoundError) {
+    return new ApiError(503, `Temporal has no namespace ${JSON.stringify(err.namespace)} (TEMPORAL_NAMESPACE): create it with \`temporal operator namespace create --namespace ${err.namespace}\`, or name one it has`, 503, undefined, err);
+  }
   if (isGrpcServiceError(err)) {
+    const attribute = GRPC_REFUSED_REQUEST.has(err.code) ? /no mapping defined for search attribute (\S+)/.exec(err.message)?.[1] : undefined;
+    if (attribute !== undefined) {
+      return new ApiError(
+        503,
+        `Temporal's namespace has no search attribute ${attribute}, which every lease workflow carries: the worker registers the lease search attributes when it starts (with operator rights), or register them by hand (README, "Using servers you already have"), then try again`,
+        503,
+        undefined,
+        err,
+      );
+    }
     // The server refused the request itself (a payload or search attribute over its limits): not an outage.
     if (GRPC_REFUSED_REQUEST.has(err.code)) {
       return new ApiError(400, 'the workflow service refused the request: it is too large or holds a value it does not accept', 400, undefined, err);
