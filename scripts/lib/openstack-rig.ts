@@ -86,8 +86,8 @@ export interface Enrolment {
 /**
  * Enrols the rig's hosts through the API (`POST /v1/os-hosts`, as an operator would), as the
  * admin (`headers`: none in noauth mode, a rig admin token in keystone mode). Hosts an earlier
- * run enrolled are left as they are, unless the rig is new (`fresh`): then they are put into the
- * new cloud's pool aggregate, which `addToPool` does.
+ * run enrolled are left as they are, unless this start brought the rig up (`startedHere`: a new
+ * cloud): then `addToPool` puts them into its pool aggregate.
  */
 export async function enrolRigHosts(
   apiUrl: string,
