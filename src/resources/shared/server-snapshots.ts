@@ -46,10 +46,15 @@ export async function findSnapshot(glance: GlanceClient, serverName: string, lea
 
 export async function snapshotServersOnHosts(nova: NovaClient, glance: GlanceClient, request: SnapshotRequest): Promise<string[]> {
   const servers = (await Promise.all(request.hosts.map((host) => nova.listServers({ all_tenants: true, host })))).flat();
+  return snapshotServers(nova, glance, servers, request, request.progress);
+}
+
+/** An image of each server, one after the other, the progress told after each. */
+export async function snapshotServers(nova: NovaClient, glance: GlanceClient, servers: Array<Pick<Server, 'id' | 'name'>>, owner: SnapshotOwner, progress: ReportProgress): Promise<string[]> {
   const imageIds: string[] = [];
   for (const server of servers) {
-    imageIds.push(await snapshotServer(nova, glance, server, request));
-    request.progress({ snapshots: imageIds.length, of: servers.length });
+    imageIds.push(await snapshotServer(nova, glance, server, owner));
+    progress({ snapshots: imageIds.length, of: servers.length });
   }
   return imageIds;
 }

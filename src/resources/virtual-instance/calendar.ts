@@ -123,11 +123,14 @@ export class InstanceSlotCalendar {
         await deleteReservationQuantityBookings(this.pool, reservationId);
         await deleteReservationHostBookings(this.pool, reservationId);
       },
-      endAt: async (at) => {
-        await endReservationQuantityBookingsAt(this.pool, reservationId, at);
-        await endReservationHostBookingsAt(this.pool, reservationId, at, this.settings.cleaningMs);
-      },
+      endAt: (at) => this.endBookingsAt(this.pool, reservationId, at),
     });
+  }
+
+  /** The reservation's slots and its shared host rows end at `at` (a host row blocked `cleaningMs` more). */
+  private async endBookingsAt(db: Pool | PoolClient, reservationId: string, at: number): Promise<void> {
+    await endReservationQuantityBookingsAt(db, reservationId, at);
+    await endReservationHostBookingsAt(db, reservationId, at, this.settings.cleaningMs);
   }
 
   /** Where the lease's instance reservations fit from `start`: the earliest whole-minute start, and the longest lease from it. */
@@ -186,8 +189,7 @@ export class InstanceSlotCalendar {
     const from = Math.max(now, ctx.startMs - ctx.provisioningLeadMs);
     if (ctx.endMs <= from) {
       // Ends now (`end_date: now`, already past when it gets here): nothing is booked anew, the slots end with the lease.
-      await endReservationQuantityBookingsAt(client, ctx.reservation.id, ctx.endMs);
-      await endReservationHostBookingsAt(client, ctx.reservation.id, ctx.endMs, this.settings.cleaningMs);
+      await this.endBookingsAt(client, ctx.reservation.id, ctx.endMs);
       return this.placementsOf(live);
     }
     const fixed = giveUp(current, request.amount, keepOn);

@@ -24,7 +24,7 @@ import { serverHost, type GlanceClient, type NovaClient } from '../../openstack'
 import { sendLeaseNotice, type NoticeSettings } from '../shared/notifications';
 import { beforeEndAction, refuseNotifyWithoutEndpoint, type BeforeEndAction, type beforeEndParam } from '../shared/params';
 import { DEFAULT_SERVER_DELETE_TIMEOUT_MS, failIfDeletionOverdue } from '../shared/server-deletion';
-import { snapshotServer } from '../shared/server-snapshots';
+import { snapshotServers } from '../shared/server-snapshots';
 import { COMPUTE_KIND, readComputeProviders } from '../shared/compute-providers';
 import { QuantityCalendar } from '../shared/quantity-bookings';
 import { InstanceSlotCalendar, VIRTUAL_INSTANCE, type SlotPlacement, type SlotSpec } from './calendar';
@@ -189,11 +189,7 @@ export function slotReservationPlugin(type: SlotType, deps: VirtualInstanceDeps)
       if (action !== 'snapshot' || !clients) return;
       // The servers of the flavor, in every project (the lessee may have shared it): as for hosts, all of them.
       const servers = (await serversOfFlavor(clients.nova, ctx.reservation.id)).filter((s) => s.status !== 'ERROR' && s['OS-EXT-STS:task_state'] !== 'deleting');
-      const owner = { leaseId: ctx.leaseId, leaseName: ctx.leaseName, reservationId: ctx.reservation.id };
-      for (const [done, server] of servers.entries()) {
-        await snapshotServer(clients.nova, clients.glance, server, owner);
-        ctx.reportProgress({ snapshots: done + 1, of: servers.length });
-      }
+      await snapshotServers(clients.nova, clients.glance, servers, { leaseId: ctx.leaseId, leaseName: ctx.leaseName, reservationId: ctx.reservation.id }, ctx.reportProgress);
     },
 
     async end(ctx) {
