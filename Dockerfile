@@ -10,6 +10,7 @@ COPY activities ./activities
 COPY worker ./worker
 COPY scripts ./scripts
 COPY test ./test
+COPY web ./web
 RUN npm run build && npm prune --omit=dev
 
 FROM node:20-bookworm-slim

@@ -17,6 +17,9 @@ missing=()
 compgen -G "/usr/lib/postgresql/*/bin/postgres" >/dev/null || missing+=(postgresql)
 compgen -G "/usr/share/postgresql/*/extension/btree_gist.control" >/dev/null || missing+=(postgresql-contrib)
 command -v setpriv >/dev/null || missing+=(util-linux)
+# The calendar page's browser tests and screenshot: Debian's Chromium (no browser download), with a font.
+command -v chromium >/dev/null || missing+=(chromium)
+compgen -G "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf" >/dev/null || missing+=(fonts-dejavu-core)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "setup: installing Debian packages: ${missing[*]}"
   # Keep package scripts from starting system services (e.g. a postgresql@15-main cluster on 5432).

@@ -57,5 +57,7 @@ describe('docker-compose.yml', () => {
     expect(dockerfile).toContain('src/db/migrations');
     const copied = [...dockerfile.matchAll(/^COPY (?!--from)(.+) \S+$/gm)].flatMap((m) => m[1].split(' '));
     for (const source of copied) expect(fs.existsSync(path.join(ROOT, source))).toBe(true);
+    // The build bundles the workflows and the calendar page (scripts/bundle-*.ts) from their sources.
+    expect(copied).toEqual(expect.arrayContaining(['workflows', 'scripts', 'web']));
   });
 });

@@ -16,6 +16,8 @@ import { InstanceSlotCalendar } from '../resources/virtual-instance/calendar';
 import { FloatingIpInventory } from '../resources/floating-ip/inventory';
 import { HostInventory } from '../resources/physical-host/inventory';
 import { availabilityRouter } from './availability';
+import { calendarPage } from './calendar-page';
+import { calendarRouter } from './calendar';
 import { hostAllocationsRouter } from './host-allocations';
 import { floatingIpsRouter } from './floating-ips';
 import { hostsRouter } from './hosts';
@@ -94,6 +96,8 @@ export function createApp(deps: AppDeps): express.Express {
 
   app.use(checkRequestInput); // control characters, lone surrogates, deep nesting: 400 before any route
   app.use(versionsRouter(config.api.publicUrl));
+  app.use('/calendar', calendarPage({ authStrategy: config.api.authStrategy }));
+  const calendar = deps.calendar ?? hostCalendar(deps.pool, config);
   app.use(
     '/v1',
     authenticate(deps.authenticator ?? noAuth()),
@@ -108,9 +112,10 @@ export function createApp(deps: AppDeps): express.Express {
     hostAllocationsRouter({ pool: deps.pool }),
     hostsRouter({ pool: deps.pool, inventory: lazyInventory(deps) }),
     floatingIpsRouter({ pool: deps.pool, inventory: lazyFloatingIpInventory(deps) }),
+    calendarRouter({ pool: deps.pool, calendar }),
     availabilityRouter({
       pool: deps.pool,
-      calendar: deps.calendar ?? hostCalendar(deps.pool, config),
+      calendar,
       slots: new InstanceSlotCalendar(deps.pool, { cleaningMs: config.hosts.cleaningMs }),
       floatingIps: new FloatingIpCalendar(deps.pool),
       types: deps.types,

@@ -39,6 +39,12 @@ import { endPolicyOf, physicalHostParams, type EndPolicy } from './params';
 
 export const PHYSICAL_HOST = 'physical:host';
 
+/** A host reservation's property queries (JSON text), as in its parameters. */
+export interface HostQuery {
+  hypervisor_properties?: string;
+  resource_properties?: string;
+}
+
 export interface BookedHost {
   id: string;
   hypervisor_hostname: string;
@@ -154,14 +160,19 @@ export class HostCalendar {
     throw extensionRefused(ctx, 'Not enough hosts available.', `host ${next?.hypervisor_hostname ?? '?'} is booked from ${next ? when(next.next_ms) : '?'}`, latestEnd);
   }
 
+  /** The reservable hosts that a reservation with these queries could book (a bad query: the reservation's 400). */
+  async matchingHosts(params: HostQuery): Promise<HostRecord[]> {
+    const hosts = await this.reservableHosts();
+    const request = this.request({ id: 'query', resource_type: PHYSICAL_HOST, status: 'pending', params: { min: 1, max: 1, ...params } }, hosts);
+    return hosts.filter((h) => request.matches(h.id));
+  }
+
   /**
    * Per matching host, the intervals within [from, to) where a lease could sit: after a booking's
    * cleaning gap, and ending early enough to leave the gap before the next booking.
    */
-  async freeIntervals(from: number, to: number, params: { hypervisor_properties?: string; resource_properties?: string }) {
-    const hosts = await this.reservableHosts();
-    const request = this.request({ id: 'query', resource_type: PHYSICAL_HOST, status: 'pending', params: { min: 1, max: 1, ...params } }, hosts);
-    const matching = hosts.filter((h) => request.matches(h.id));
+  async freeIntervals(from: number, to: number, params: HostQuery) {
+    const matching = await this.matchingHosts(params);
     const calendar = await this.snapshot(this.pool, matching, from - this.settings.cleaningMs, to, this.settings.provisioningLeadMs ?? 0, true);
     const blockedByHost = new Map<string, Blocked[]>();
     for (const b of calendar.blocked) {

@@ -1,0 +1,86 @@
+/**
+ * Our extension behind the calendar page: `GET /v1/calendar?start=…&end=…[&hypervisor_properties=…][&resource_properties=…]`,
+ * everything the page draws for one visible window in one answer: the matching reservable hosts and
+ * their bookings, and the Placement providers (servers' compute capacity, bandwidth) with the
+ * quantities booked on them. Instants are epoch milliseconds (the page does arithmetic on them).
+ *
+ * Same policy as the rest of the API: a caller's own project's bookings (every booking for an admin)
+ * carry their lease's id, name and status; another project's say only `reserved`. Private host
+ * capabilities are the admins'.
+ */
+import { Router } from 'express';
+import { z } from 'zod';
+import { hostBookingsInWindow, quantityBookingsInWindow, type HostBookingInWindow, type QuantityBookingInWindow } from '../db/calendar-window';
+import type { Pool } from '../db/pool';
+import type { HostCalendar } from '../resources/physical-host/calendar';
+import { propertyQueryParam } from '../resources/shared/params';
+import { identityOf, type Identity } from './auth';
+import { ApiError, parseRequest } from './errors';
+import { requestDate } from './lease-schemas';
+import { refusePrivateProperties } from './private-properties';
+
+const calendarQuery = z.strictObject({
+  start: requestDate,
+  end: requestDate,
+  hypervisor_properties: propertyQueryParam('["==", "$vcpus", "8"]'),
+  resource_properties: propertyQueryParam('["==", "$gpu", "a100"]'),
+});
+
+/** A month view with a week to scroll either side. */
+export const MAX_CALENDAR_WINDOW_MS = 93 * 86_400_000;
+/** Bookings of each kind in one answer (~120 bytes of JSON each): past it the answer says `truncated`. */
+export const MAX_CALENDAR_BOOKINGS = 30_000;
+
+type LeaseColumns = Pick<HostBookingInWindow, 'lease_id' | 'reservation_id' | 'project_id' | 'lease_name' | 'status' | 'start_ms' | 'end_ms'>;
+
+/** Whose booking it is, as far as the caller may know. */
+function visibleLease(identity: Identity, row: LeaseColumns) {
+  const span = { start_ms: row.start_ms, end_ms: row.end_ms };
+  if (!identity.isAdmin && row.project_id !== identity.projectId) return { ...span, reserved: true };
+  return {
+    ...span,
+    lease_id: row.lease_id,
+    reservation_id: row.reservation_id,
+    lease_name: row.lease_name,
+    status: row.status,
+    ...(identity.isAdmin ? { project_id: row.project_id, mine: row.project_id === identity.projectId } : { mine: true }),
+  };
+}
+
+export function calendarRouter(deps: { pool: Pool; calendar: HostCalendar }): Router {
+  const router = Router();
+
+  router.get('/calendar', async (req, res) => {
+    const { start, end, ...queries } = parseRequest(calendarQuery, req.query);
+    if (end <= start) throw new ApiError(400, 'end must be later than start');
+    if (end - start > MAX_CALENDAR_WINDOW_MS) throw new ApiError(400, `the window may span at most ${MAX_CALENDAR_WINDOW_MS / 86_400_000} days`);
+    const identity = identityOf(res);
+    await refusePrivateProperties(deps.pool, identity, [queries.resource_properties]);
+    const hosts = await deps.calendar.matchingHosts(queries);
+    const window = { fromMs: start, toMs: end, limit: MAX_CALENDAR_BOOKINGS + 1 };
+    const [hostBookings, quantities] = await Promise.all([
+      hostBookingsInWindow(deps.pool, { ...window, hostIds: hosts.map((h) => h.id) }),
+      quantityBookingsInWindow(deps.pool, window),
+    ]);
+    const truncated = hostBookings.length > MAX_CALENDAR_BOOKINGS || quantities.bookings.length > MAX_CALENDAR_BOOKINGS;
+    res.json({
+      start_ms: start,
+      end_ms: end,
+      now_ms: Date.now(),
+      hosts: hosts.map((h) => ({
+        id: h.id,
+        hypervisor_hostname: h.hypervisor_hostname,
+        vcpus: h.vcpus,
+        memory_mb: h.memory_mb,
+        local_gb: h.local_gb,
+        properties: identity.isAdmin ? h.capabilities : Object.fromEntries(Object.entries(h.capabilities).filter(([name]) => !h.private_capabilities.includes(name))),
+      })),
+      bookings: hostBookings.slice(0, MAX_CALENDAR_BOOKINGS).map((b) => ({ host_id: b.host_id, ...(b.shared ? { shared: true } : {}), ...visibleLease(identity, b) })),
+      providers: quantities.providers.map((p) => ({ uuid: p.uuid, name: p.name, host: p.host, kind: p.kind, capacity: p.capacity, usable: p.usable })),
+      usage: quantities.bookings.slice(0, MAX_CALENDAR_BOOKINGS).map((b: QuantityBookingInWindow) => ({ provider_uuid: b.provider_uuid, amounts: b.amounts, ...visibleLease(identity, b) })),
+      ...(truncated ? { truncated: true, note: `more than ${MAX_CALENDAR_BOOKINGS} bookings in the window: showing the first; narrow the window or the hosts` } : {}),
+    });
+  });
+
+  return router;
+}

@@ -1,0 +1,181 @@
+/**
+ * The calendar page in a real browser (Debian's Chromium, headless): seeded leases are bars where
+ * their dates say, another project's lease shows without its name, a refused extension offers the
+ * latest possible end, and "find a slot" books a lease that then appears. Screenshots of each page
+ * go to test-artifacts/calendar-page/; axe-core finds no serious accessibility violation.
+ */
+import path from 'node:path';
+import type { Browser, Page } from 'playwright-core';
+import { physicalHostPlugin } from '../src/resources/physical-host';
+import { AXE_SOURCE, artefactDir, launchChromium } from './support/browser';
+import { blazarHostReservation } from './support/builders';
+import { insertHost } from './support/hosts';
+import { apiClient, eventually, useTestStack } from './support/stack';
+
+const DAY = 86_400_000;
+const HOUR = 3_600_000;
+/** Two days after today (UTC): inside the week the page shows first (from yesterday on). */
+const day = Math.floor(Date.now() / DAY) * DAY + 2 * DAY;
+const at = (hour: number) => new Date(day + hour * HOUR).toISOString().slice(0, 16).replace('T', ' ');
+
+/** The part of a browser's canvas element this test reads (the root tsconfig has no DOM types). */
+interface CanvasLike {
+  getContext(kind: '2d'): { getImageData(x: number, y: number, w: number, h: number): { data: Uint8ClampedArray } } | null;
+}
+
+/** Lease status colours of the page (web/src/paint.ts). */
+const PENDING = [0x3d, 0x6f, 0xc4];
+const RESERVED = [0xb4, 0xbc, 0xc6];
+
+describe('the calendar page in Chromium', () => {
+  const stack = useTestStack({ withPool: (pool) => [physicalHostPlugin({ pool, settings: { cleaningMs: 0, randomChoice: false }, cloud: 'calendar-only' })] });
+  const alpha = apiClient(() => stack().url, { 'X-Project-Id': 'alpha', 'X-Roles': 'member' });
+  const beta = apiClient(() => stack().url, { 'X-Project-Id': 'beta', 'X-Roles': 'member' });
+  const artefacts = artefactDir('calendar-page');
+  const hosts: string[] = ['gpu-1', 'gpu-2', 'cpu-1', 'cpu-2', 'cpu-3'];
+  let browser: Browser;
+  let page: Page;
+  const leases: Record<string, string> = {};
+  const calendarAnswers: string[] = [];
+  /** The page's uncaught errors and console errors: none expected. */
+  const pageErrors: string[] = [];
+
+  beforeAll(async () => {
+    for (const name of hosts) await insertHost(stack().db.pool, { name, capabilities: { gpu: name.startsWith('gpu') ? 'a100' : 'none' } });
+    const gpu = (fields: Record<string, unknown> = {}) => blazarHostReservation({ resource_properties: '["==", "$gpu", "a100"]', ...fields });
+    const book = async (who: typeof alpha, name: string, start: number, end: number, reservation: Record<string, unknown>) => {
+      const res = await who('POST', '/v1/leases', { name, start_date: at(start), end_date: at(end), reservations: [reservation] });
+      expect(res.status).toBe(201);
+      leases[name] = res.body.lease.id;
+    };
+    await book(alpha, 'alpha-gpu-run', 10, 12, gpu()); // gpu-1 (no random choice: the first free host)
+    await book(beta, 'beta-secret-experiment', 11, 15, blazarHostReservation({ min: 2, max: 2, resource_properties: '["==", "$gpu", "none"]' }));
+    await book(alpha, 'alpha-to-extend', 13, 14, gpu());
+    await book(beta, 'beta-holds-gpus', 16, 18, gpu({ min: 2, max: 2 }));
+    browser = await launchChromium();
+    const context = await browser.newContext({ viewport: { width: 1400, height: 1000 }, deviceScaleFactor: 1, bypassCSP: true }); // bypassCSP: only so that axe-core can be injected
+    page = await context.newPage();
+    page.on('response', (response) => {
+      if (response.url().includes('/v1/calendar?')) void response.text().then((text) => calendarAnswers.push(text));
+    });
+    page.on('dialog', (dialog) => void dialog.accept());
+    page.on('pageerror', (err) => pageErrors.push(String(err)));
+    page.on('console', (message) => {
+      // A refusal the page shows (e.g. the 409 of an extension) is logged by the browser too: that is no error of the page.
+      if (message.type() === 'error' && !/^Failed to load resource: the server responded with a status of 4\d\d/.test(message.text())) pageErrors.push(message.text());
+    });
+    page.setDefaultTimeout(15_000);
+  }, 60_000);
+
+  afterEach(() => {
+    expect(pageErrors).toEqual([]);
+  });
+
+  afterAll(async () => {
+    await browser?.close();
+    console.log(`calendar page screenshots: ${artefacts}`);
+  });
+
+  /** The Gantt's geometry, from its data attributes: where an instant on a host's row is, in canvas pixels. */
+  async function pointOf(hostName: string, ms: number): Promise<{ x: number; y: number }> {
+    const gantt = page.getByTestId('gantt');
+    const attr = async (name: string) => Number(await gantt.getAttribute(`data-${name}`));
+    const [start, end, labelWidth, axisHeight, rowHeight] = await Promise.all(['view-start', 'view-end', 'label-width', 'axis-height', 'row-height'].map(attr));
+    const width = (await gantt.boundingBox())!.width;
+    return { x: labelWidth + ((ms - start) / (end - start)) * (width - labelWidth), y: axisHeight + hosts.indexOf(hostName) * rowHeight + rowHeight / 2 };
+  }
+
+  async function pixel(point: { x: number; y: number }): Promise<number[]> {
+    return page.getByTestId('gantt').evaluate<number[], { x: number; y: number }, CanvasLike>((canvas, p) => [...canvas.getContext('2d')!.getImageData(Math.round(p.x), Math.round(p.y), 1, 1).data.slice(0, 3)], point);
+  }
+
+  async function hover(point: { x: number; y: number }): Promise<string> {
+    const box = (await page.getByTestId('gantt').boundingBox())!;
+    await page.mouse.move(box.x + point.x, box.y + point.y);
+    return (await page.locator('.status').textContent()) ?? '';
+  }
+
+  async function axeViolations(): Promise<Array<{ id: string; impact: string; help: string }>> {
+    await page.addScriptTag({ content: AXE_SOURCE() });
+    const result = await page.evaluate(async () => {
+      const axe = (globalThis as unknown as { axe: { run(): Promise<{ violations: Array<{ id: string; impact: string; help: string }> }> } }).axe;
+      return (await axe.run()).violations.map((v) => ({ id: v.id, impact: v.impact, help: v.help }));
+    });
+    return result.filter((v) => v.impact === 'serious' || v.impact === 'critical');
+  }
+
+  it('signs in as a project and draws its leases where their dates say, another project\'s without a name', async () => {
+    await page.goto(`${stack().url}/calendar/`);
+    await page.getByLabel('Project').fill('alpha');
+    await page.getByRole('button', { name: 'Sign in' }).click();
+    await page.getByText(`${hosts.length} hosts, 6 bookings loaded`, { exact: false }).waitFor();
+    await page.waitForFunction(() => performance.getEntriesByName('calendar-drawn').length > 0);
+
+    const own = await pointOf('gpu-1', day + 11 * HOUR);
+    expect(await pixel(own)).toEqual(PENDING);
+    expect(await pixel(await pointOf('gpu-1', day + 9 * HOUR))).not.toEqual(PENDING); // before its start: no bar
+    expect(await pixel(await pointOf('gpu-1', day + 12.5 * HOUR))).not.toEqual(PENDING); // after its end
+    expect(await hover(own)).toContain('alpha-gpu-run (PENDING)');
+
+    const other = await pointOf('cpu-1', day + 13 * HOUR);
+    expect(await pixel(other)).toEqual(RESERVED);
+    expect(await hover(other)).toContain('reserved by another project');
+    expect(await page.content()).not.toContain('beta-secret-experiment');
+    expect(calendarAnswers.length).toBeGreaterThan(0);
+    expect(calendarAnswers.join('')).not.toContain('beta-secret-experiment');
+    // The caller's own leases are listed as links too (keyboard and screen readers).
+    await expect(page.getByRole('link', { name: 'alpha-gpu-run' }).count()).resolves.toBe(1);
+    await page.screenshot({ path: path.join(artefacts, 'calendar.png') });
+    expect(await axeViolations()).toEqual([]);
+  });
+
+  it('opens a lease from its bar, and a refused extension offers the latest possible end', async () => {
+    const bar = await pointOf('gpu-1', day + 13.5 * HOUR);
+    const box = (await page.getByTestId('gantt').boundingBox())!;
+    await page.mouse.click(box.x + bar.x, box.y + bar.y);
+    await page.getByRole('heading', { name: /alpha-to-extend/ }).waitFor();
+    expect(page.url()).toContain(`#/leases/${leases['alpha-to-extend']}`);
+    await expect(page.getByRole('list', { name: 'Events' }).textContent()).resolves.toMatch(/Start.*End/);
+
+    // Past beta's booking of both GPU hosts from 16:00: refused, with 16:00 offered.
+    await page.getByLabel('End (UTC)').fill(at(17).replace(' ', 'T'));
+    await page.getByRole('button', { name: 'Change the end' }).click();
+    const alert = page.getByRole('alert');
+    await alert.waitFor();
+    await expect(alert.textContent()).resolves.toContain(`It can be extended until ${at(16)} UTC`);
+    await page.screenshot({ path: path.join(artefacts, 'lease-refused-extension.png') });
+    expect(await axeViolations()).toEqual([]);
+    await page.getByRole('button', { name: 'Extend until then' }).click();
+    await page.getByText(`Extended until ${at(16)}: done.`).waitFor();
+    const lease = await alpha('GET', `/v1/leases/${leases['alpha-to-extend']}`);
+    expect(lease.body.lease.end_date).toBe(`${at(16).replace(' ', 'T')}:00.000000`);
+    await page.screenshot({ path: path.join(artefacts, 'lease.png') });
+  });
+
+  it('finds the earliest windows for two GPU hosts, draws them, and books one that then appears', async () => {
+    await page.getByRole('link', { name: '← Calendar' }).click();
+    await page.getByTestId('gantt').waitFor();
+    const form = page.getByRole('form', { name: 'What you need' });
+    await form.getByLabel('How many hosts').fill('2');
+    await form.getByLabel('Properties').fill('["==", "$gpu", "a100"]');
+    await form.getByLabel('For (hours)').fill('2');
+    await form.getByLabel('From (UTC)').fill(at(9).replace(' ', 'T'));
+    await form.getByLabel('Lease name').fill('alpha-found-slot');
+    await form.getByRole('button', { name: 'Find the earliest windows' }).click();
+    const options = page.getByRole('list', { name: 'Windows that fit' });
+    await options.waitFor();
+    // Both GPU hosts are free together for 2 h first after beta's 16:00–18:00.
+    await expect(options.locator('li').first().textContent()).resolves.toContain(`${at(18)} UTC → ${at(20)} UTC`);
+    await page.waitForTimeout(100); // the ghost bars are drawn on the next animation frame
+    const ghost = await pixel(await pointOf('gpu-2', day + 19 * HOUR));
+    expect(ghost).not.toEqual([255, 255, 255]); // the ghost bar tints the row
+    await page.screenshot({ path: path.join(artefacts, 'find-a-slot.png') });
+    await options.getByRole('button', { name: 'Book this' }).first().click();
+    await page.getByText('Booked lease alpha-found-slot').waitFor();
+    await page.getByRole('link', { name: 'alpha-found-slot' }).waitFor();
+    await eventually(async () => ((await pixel(await pointOf('gpu-2', day + 19 * HOUR))).join() === PENDING.join() ? true : undefined), 10_000);
+    const list = await alpha('GET', '/v1/leases');
+    expect(list.body.leases.map((l: { name: string }) => l.name)).toContain('alpha-found-slot');
+    await page.screenshot({ path: path.join(artefacts, 'booked.png') });
+  });
+});

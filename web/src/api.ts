@@ -1,0 +1,144 @@
+/** The page's calls to leasekeeper's API (same origin), with the user's own identity. */
+
+/** Who the user is: noauth identity headers (development) or their Keystone token. */
+export type Credentials =
+  | { kind: 'noauth'; projectId: string; admin: boolean }
+  | { kind: 'token'; token: string };
+
+export interface CalendarBooking {
+  host_id: string;
+  start_ms: number;
+  end_ms: number;
+  shared?: boolean;
+  /** Another project's booking: nothing else is known. */
+  reserved?: boolean;
+  mine?: boolean;
+  lease_id?: string;
+  reservation_id?: string;
+  lease_name?: string | null;
+  status?: string | null;
+  project_id?: string;
+}
+
+export interface CalendarHost {
+  id: string;
+  hypervisor_hostname: string;
+  vcpus: number;
+  memory_mb: number;
+  local_gb: number;
+  properties: Record<string, string>;
+}
+
+export interface CalendarProvider {
+  uuid: string;
+  name: string;
+  host: string;
+  kind: string;
+  capacity: Record<string, number>;
+  usable: boolean;
+}
+
+export interface CalendarUsage extends Omit<CalendarBooking, 'host_id' | 'shared'> {
+  provider_uuid: string;
+  amounts: Record<string, number>;
+}
+
+export interface CalendarWindow {
+  start_ms: number;
+  end_ms: number;
+  now_ms: number;
+  hosts: CalendarHost[];
+  bookings: CalendarBooking[];
+  providers: CalendarProvider[];
+  usage: CalendarUsage[];
+  truncated?: boolean;
+  note?: string;
+}
+
+export interface LeaseEvent {
+  event_type: string;
+  time: string;
+  status: string;
+}
+
+export interface LeaseReservation {
+  id: string;
+  resource_type: string;
+  status: string;
+  [param: string]: unknown;
+}
+
+export interface Lease {
+  id: string;
+  name: string;
+  project_id: string;
+  start_date: string;
+  end_date: string;
+  status: string;
+  status_reason?: string;
+  degraded: boolean;
+  reservations: LeaseReservation[];
+  events: LeaseEvent[];
+}
+
+export interface FitAnswer {
+  earliest: { start_date: string; end_date: string } | null;
+  longest_from_start: { start_date: string; end_date: string | null } | null;
+  note?: string;
+}
+
+/** An answer other than 2xx, with Blazar's error body's message. */
+export class ApiFailure extends Error {
+  constructor(
+    readonly status: number,
+    message: string,
+    /** The error body: a 409 says what would fit (`latest_end`, `longest_end`, `earliest_start`…). */
+    readonly body: Record<string, unknown> = {},
+  ) {
+    super(message);
+  }
+}
+
+export function authHeaders(credentials: Credentials): Record<string, string> {
+  if (credentials.kind === 'token') return { 'X-Auth-Token': credentials.token };
+  if (credentials.admin) return { 'X-Auth-Token': 'admin', 'X-Project-Id': credentials.projectId };
+  return { 'X-Project-Id': credentials.projectId, 'X-User-Id': `${credentials.projectId}-user`, 'X-Roles': 'member' };
+}
+
+export async function call<T>(credentials: Credentials, method: string, path: string, body?: unknown): Promise<T> {
+  const response = await fetch(path, {
+    method,
+    headers: { ...authHeaders(credentials), Accept: 'application/json', ...(body === undefined ? {} : { 'Content-Type': 'application/json' }) },
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  const text = await response.text();
+  const parsed = text ? (JSON.parse(text) as unknown) : undefined;
+  if (!response.ok) {
+    const message = (parsed as { error_message?: unknown } | undefined)?.error_message;
+    throw new ApiFailure(response.status, typeof message === 'string' ? message : `${response.status} ${response.statusText}`, (parsed ?? {}) as Record<string, unknown>);
+  }
+  return parsed as T;
+}
+
+export const requestDate = (ms: number): string => new Date(ms).toISOString().slice(0, 16).replace('T', ' ');
+
+/** Blazar's dates: "YYYY-MM-DD HH:MM" (a request date) or "YYYY-MM-DDTHH:MM:SS.ffffff" (a response date), UTC. */
+export function parseDate(text: string): number {
+  const m = /^(\d{4})-(\d{2})-(\d{2})[ T](\d{2}):(\d{2})(?::(\d{2}))?/.exec(text);
+  if (!m) return NaN;
+  return Date.UTC(+m[1], +m[2] - 1, +m[3], +m[4], +m[5], m[6] ? +m[6] : 0);
+}
+
+export const fetchCalendar = (credentials: Credentials, startMs: number, endMs: number, resourceProperties: string) =>
+  call<CalendarWindow>(
+    credentials,
+    'GET',
+    `/v1/calendar?${new URLSearchParams({ start: new Date(startMs).toISOString(), end: new Date(endMs).toISOString(), ...(resourceProperties ? { resource_properties: resourceProperties } : {}) })}`,
+  );
+
+export const fetchLease = async (credentials: Credentials, id: string) => (await call<{ lease: Lease }>(credentials, 'GET', `/v1/leases/${encodeURIComponent(id)}`)).lease;
+
+export async function hostsOfLease(credentials: Credentials, leaseId: string): Promise<string[]> {
+  const answer = await call<{ allocations: Array<{ hypervisor_hostname: string; reservations: unknown[] }> }>(credentials, 'GET', `/v1/os-hosts/allocations?lease_id=${encodeURIComponent(leaseId)}`);
+  return answer.allocations.filter((a) => a.reservations.length > 0).map((a) => a.hypervisor_hostname);
+}

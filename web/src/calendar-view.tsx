@@ -1,0 +1,268 @@
+/** The calendar: hosts × time, servers' and bandwidth's booked share, and "find a slot". */
+import { useEffect, useMemo, useRef, useState } from 'preact/hooks';
+import { ApiFailure, fetchCalendar, type CalendarBooking, type CalendarUsage, type CalendarWindow, type Credentials } from './api';
+import { bookingsByHost, describeBooking, describeUsage, hostRows, paintHostRow, paintProviderRow, providerRows, STATUS_COLORS, RESERVED_COLOR, type Ghost, type HostRow, type ProviderRow } from './paint';
+import { FindSlot } from './find-slot';
+import { AXIS_HEIGHT, LABEL_WIDTH, Timeline } from './timeline';
+import { formatRange, formatWhen, viewStartAround, ZOOM_SPAN, type Zoom } from './time';
+
+/** How far around the view a load reaches, so that scrolling a little needs no new load. */
+const LOAD_MARGIN = 0.5;
+const MAX_LOAD_MS = 93 * 86_400_000;
+
+function bookingAt(list: CalendarBooking[] | undefined, atMs: number): CalendarBooking | undefined {
+  return list?.find((b) => b.start_ms <= atMs && atMs < b.end_ms);
+}
+
+export function CalendarView(props: { credentials: Credentials }) {
+  const [zoom, setZoom] = useState<Zoom>('week');
+  const [viewStart, setViewStart] = useState(() => viewStartAround(Date.now(), 'week'));
+  const [query, setQuery] = useState('');
+  const [queryDraft, setQueryDraft] = useState('');
+  const [groupBy, setGroupBy] = useState('');
+  const [data, setData] = useState<CalendarWindow>();
+  const [loadError, setLoadError] = useState<string>();
+  const [reloads, setReloads] = useState(0);
+  const [status, setStatus] = useState('');
+  const [ghosts, setGhosts] = useState<Ghost[]>([]);
+  const ganttCanvas = useRef<HTMLCanvasElement>(null);
+  const capacityCanvas = useRef<HTMLCanvasElement>(null);
+  const gantt = useRef<Timeline<HostRow>>();
+  const capacity = useRef<Timeline<ProviderRow>>();
+  const loading = useRef<{ start: number; end: number; key: string }>();
+  const span = ZOOM_SPAN[zoom];
+  const viewEnd = viewStart + span;
+
+  const byHost = useMemo(() => (data ? bookingsByHost(data) : new Map<string, CalendarBooking[]>()), [data]);
+  const byProvider = useMemo(() => {
+    const map = new Map<string, CalendarUsage[]>();
+    for (const u of data?.usage ?? []) map.set(u.provider_uuid, [...(map.get(u.provider_uuid) ?? []), u]);
+    return map;
+  }, [data]);
+  const rows = useMemo(() => hostRows(data?.hosts ?? [], groupBy), [data, groupBy]);
+  const providers = useMemo(() => providerRows(data?.providers ?? []), [data]);
+  const propertyNames = useMemo(() => [...new Set((data?.hosts ?? []).flatMap((h) => Object.keys(h.properties)))].sort(), [data]);
+
+  // Loads the window around the view when the view leaves what was loaded (or the filter changed).
+  useEffect(() => {
+    const key = `${query}|${reloads}`;
+    const have = loading.current;
+    if (have && have.key === key && have.start <= viewStart && have.end >= viewEnd) return;
+    const start = viewStart - span * LOAD_MARGIN;
+    const end = Math.min(start + MAX_LOAD_MS, viewEnd + span * LOAD_MARGIN);
+    loading.current = { start, end, key };
+    performance.mark('calendar-fetch');
+    fetchCalendar(props.credentials, start, end, query).then(
+      (window) => {
+        if (loading.current?.key !== key || loading.current.start !== start) return; // a later load replaced this one
+        performance.mark('calendar-data');
+        setLoadError(undefined);
+        setData(window);
+      },
+      (err: unknown) => {
+        loading.current = undefined;
+        setLoadError(err instanceof ApiFailure ? err.message : String(err));
+      },
+    );
+  }, [viewStart, viewEnd, span, query, reloads, props.credentials]);
+
+  // The timelines are made once; their handlers read the latest state through this ref.
+  const latest = useRef({ byHost, byProvider, ghosts, span });
+  latest.current = { byHost, byProvider, ghosts, span };
+  useEffect(() => {
+    const pan = (delta: number) => setViewStart((s) => s + delta);
+    const zoomBy = (direction: 1 | -1) => setZoom((z) => (['day', 'week', 'month'] as Zoom[])[Math.max(0, Math.min(2, ['day', 'week', 'month'].indexOf(z) + direction))]);
+    gantt.current = new Timeline<HostRow>(ganttCanvas.current!, {
+      paintRow: (ctx, row, g, from, to) => paintHostRow(ctx, latest.current.byHost.get(row.key), latest.current.ghosts, row, g, from, to),
+      onPan: pan,
+      onZoom: zoomBy,
+      describe: (row, at) => {
+        const b = bookingAt(latest.current.byHost.get(row.key), at);
+        return `${row.label} · ${formatWhen(at)}${b ? ` · ${describeBooking(b)}` : ' · free'}`;
+      },
+      onDescribe: setStatus,
+      onPick: (row, at) => {
+        const b = bookingAt(latest.current.byHost.get(row.key), at);
+        if (b?.lease_id) location.hash = `#/leases/${b.lease_id}`;
+      },
+    });
+    capacity.current = new Timeline<ProviderRow>(
+      capacityCanvas.current!,
+      {
+        paintRow: (ctx, row, g, from, to) => paintProviderRow(ctx, latest.current.byProvider.get(row.key), row, g, from, to),
+        onPan: pan,
+        onZoom: zoomBy,
+        describe: (row, at) => `${formatWhen(at)} · ${describeUsage(latest.current.byProvider.get(row.key), row.provider!, at)}`,
+        onDescribe: setStatus,
+      },
+      24,
+      () => Math.max(120, Math.round(window.innerHeight * 0.3)),
+    );
+    return () => {
+      gantt.current?.destroy();
+      capacity.current?.destroy();
+    };
+  }, []);
+
+  // Redraw on every change of what is shown; the first draw after new data is measured.
+  useEffect(() => {
+    const now = data ? data.now_ms + (performance.now() - (performance.getEntriesByName('calendar-data').at(-1)?.startTime ?? performance.now())) : Date.now();
+    const show = <R extends HostRow | ProviderRow>(timeline: Timeline<R> | undefined, timelineRows: R[]) => {
+      if (!timeline) return;
+      timeline.rows = timelineRows;
+      timeline.viewStart = viewStart;
+      timeline.viewEnd = viewEnd;
+      timeline.nowMs = now;
+    };
+    show(gantt.current, rows);
+    show(capacity.current, providers);
+    gantt.current?.draw();
+    capacity.current?.draw();
+    if (data) performance.mark('calendar-drawn');
+  }, [data, rows, providers, viewStart, viewEnd, ghosts]);
+
+  const myLeases = useMemo(() => {
+    const seen = new Map<string, CalendarBooking>();
+    for (const b of data?.bookings ?? []) if (b.lease_id && b.mine && b.end_ms > viewStart && b.start_ms < viewEnd && !seen.has(b.lease_id)) seen.set(b.lease_id, b);
+    return [...seen.values()].sort((a, b) => a.start_ms - b.start_ms);
+  }, [data, viewStart, viewEnd]);
+
+  const go = (to: number) => setViewStart(to);
+  return (
+    <div class="calendar">
+      <section class="toolbar" aria-label="View">
+        <div class="group" role="group" aria-label="Move in time">
+          <button type="button" onClick={() => go(viewStart - span / 2)} aria-label="Earlier">
+            ◀
+          </button>
+          <button type="button" onClick={() => go(viewStartAround(Date.now(), zoom))}>
+            Now
+          </button>
+          <button type="button" onClick={() => go(viewStart + span / 2)} aria-label="Later">
+            ▶
+          </button>
+        </div>
+        <div class="group" role="group" aria-label="Zoom">
+          {(['day', 'week', 'month'] as Zoom[]).map((z) => (
+            <button
+              type="button"
+              key={z}
+              aria-pressed={z === zoom}
+              onClick={() => {
+                setZoom(z);
+                setViewStart(viewStartAround(viewStart + span / 2, z));
+              }}
+            >
+              {z[0].toUpperCase() + z.slice(1)}
+            </button>
+          ))}
+        </div>
+        <form
+          class="group"
+          aria-label="Filter hosts"
+          onSubmit={(e) => {
+            e.preventDefault();
+            setQuery(queryDraft.trim());
+          }}
+        >
+          <label>
+            Hosts where <input name="resource_properties" value={queryDraft} maxLength={1000} placeholder='["==", "$gpu", "a100"]' onInput={(e) => setQueryDraft(e.currentTarget.value)} />
+          </label>
+          <button type="submit">Filter</button>
+        </form>
+        <label class="group">
+          Group by{' '}
+          <select name="group" value={groupBy} onChange={(e) => setGroupBy(e.currentTarget.value)}>
+            <option value="">nothing</option>
+            {propertyNames.map((name) => (
+              <option value={name} key={name}>
+                {name}
+              </option>
+            ))}
+          </select>
+        </label>
+        <span class="range">{formatRange(viewStart, viewEnd)}</span>
+      </section>
+      {loadError && (
+        <p role="alert" class="error">
+          {loadError}
+        </p>
+      )}
+      {data?.note && <p class="note">{data.note}</p>}
+      <section aria-label="Hosts over time" class="timeline">
+        <h2>
+          Hosts <span class="count">{data ? `${data.hosts.length} hosts, ${data.bookings.length} bookings loaded` : 'loading…'}</span>
+        </h2>
+        <Legend />
+        <div class="canvas-holder">
+          <canvas
+            ref={ganttCanvas}
+            tabIndex={0}
+            role="img"
+            data-testid="gantt"
+            data-view-start={viewStart}
+            data-view-end={viewEnd}
+            data-label-width={LABEL_WIDTH}
+            data-axis-height={AXIS_HEIGHT}
+            data-row-height={gantt.current?.rowHeight ?? 24}
+            aria-label={`Hosts over time, ${formatRange(viewStart, viewEnd)}. Arrow keys move in time and through hosts; + and - zoom. Your leases in view are listed below.`}
+          />
+        </div>
+        <p class="status" aria-live="polite">
+          {status || '\u00a0'}
+        </p>
+      </section>
+      <section aria-label="Your leases in view" class="my-leases">
+        <h2>Your leases in view</h2>
+        {myLeases.length === 0 ? (
+          <p>None.</p>
+        ) : (
+          <ul>
+            {myLeases.map((b) => (
+              <li key={b.lease_id}>
+                <a href={`#/leases/${b.lease_id}`}>{b.lease_name}</a> <span class={`badge status-${b.status}`}>{b.status}</span> {formatRange(b.start_ms, b.end_ms)}
+              </li>
+            ))}
+          </ul>
+        )}
+      </section>
+      <FindSlot
+        credentials={props.credentials}
+        calendar={data}
+        byHost={byHost}
+        onGhosts={(g) => {
+          setGhosts(g);
+          if (g[0] && (g[0].startMs < viewStart || g[0].startMs > viewEnd)) setViewStart(viewStartAround(g[0].startMs, zoom));
+        }}
+        onBooked={() => setReloads((n) => n + 1)}
+      />
+      <section aria-label="Servers and bandwidth over time" class="timeline">
+        <h2>
+          Servers and bandwidth <span class="count">booked share of each provider's capacity (yours in green)</span>
+        </h2>
+        {data && providers.length === 0 && <p>No compute or bandwidth provider is known yet (they are read from Placement when a server or bandwidth reservation is first made).</p>}
+        <div class="canvas-holder" hidden={providers.length === 0}>
+          <canvas ref={capacityCanvas} tabIndex={0} role="img" data-testid="capacity" aria-label="Booked share of each compute and bandwidth provider over time" />
+        </div>
+      </section>
+    </div>
+  );
+}
+
+function Legend() {
+  return (
+    <ul class="legend" aria-label="Legend">
+      {['PENDING', 'ACTIVE', 'STARTING', 'ERROR', 'TERMINATED'].map((s) => (
+        <li key={s}>
+          <span class="swatch" style={{ background: STATUS_COLORS[s].fill }} /> {s.toLowerCase()}
+        </li>
+      ))}
+      <li>
+        <span class="swatch" style={{ background: RESERVED_COLOR.fill }} /> reserved by another project
+      </li>
+      <li>
+        <span class="swatch ghost" /> a window that fits
+      </li>
+    </ul>
+  );
+}

@@ -1,0 +1,215 @@
+/**
+ * One lease: its reservations and hosts, its events as a timeline, its status reason, and the
+ * changes a lessee makes (extend, shorten, end now, delete) through the API. A refusal is shown with
+ * what would work ("can be extended until …", from the 409's latest possible end).
+ */
+import { useEffect, useState } from 'preact/hooks';
+import { ApiFailure, call, fetchLease, hostsOfLease, parseDate, requestDate, type Credentials, type Lease } from './api';
+import { formatDuration, formatWhen } from './time';
+
+const EVENT_NAMES: Record<string, string> = { start_lease: 'Start', before_end_lease: 'Before the end', end_lease: 'End' };
+/** Statuses a lease leaves by itself: the page asks again until it settles. */
+const MOVING = new Set(['STARTING', 'TERMINATING', 'DELETING']);
+
+/**
+ * The latest end a refused change offers: an active lease's `latest_end`, or for a pending one the
+ * `longest_end` from its start (both "YYYY-MM-DD HH:MM", UTC).
+ */
+export function latestPossibleEnd(err: ApiFailure): string | undefined {
+  if (err.status !== 409) return undefined;
+  const end = err.body.latest_end ?? err.body.longest_end;
+  return typeof end === 'string' ? end : undefined;
+}
+
+/** A datetime-local value ("2026-11-24T18:00") from epoch ms, in UTC. */
+const localValue = (ms: number) => new Date(ms).toISOString().slice(0, 16);
+
+export function LeasePage(props: { credentials: Credentials; leaseId: string }) {
+  const [lease, setLease] = useState<Lease>();
+  const [hosts, setHosts] = useState<string[]>([]);
+  const [problem, setProblem] = useState<string>();
+  const [outcome, setOutcome] = useState<{ kind: 'error' | 'info'; text: string; suggestion?: string }>();
+  const [newEnd, setNewEnd] = useState('');
+  const [busy, setBusy] = useState(false);
+  const [refresh, setRefresh] = useState(0);
+
+  useEffect(() => {
+    let stopped = false;
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const load = async () => {
+      try {
+        const found = await fetchLease(props.credentials, props.leaseId);
+        if (stopped) return;
+        setLease(found);
+        setProblem(undefined);
+        setNewEnd((current) => current || localValue(parseDate(found.end_date)));
+        setHosts(await hostsOfLease(props.credentials, props.leaseId).catch(() => []));
+        if (MOVING.has(found.status)) timer = setTimeout(() => void load(), 2000);
+      } catch (err) {
+        if (!stopped) setProblem(err instanceof ApiFailure ? err.message : String(err));
+      }
+    };
+    void load();
+    return () => {
+      stopped = true;
+      clearTimeout(timer);
+    };
+  }, [props.leaseId, props.credentials, refresh]);
+
+  async function change(what: string, body: Record<string, unknown> | undefined) {
+    setBusy(true);
+    setOutcome(undefined);
+    try {
+      if (body) await call(props.credentials, 'PUT', `/v1/leases/${props.leaseId}`, body);
+      else await call(props.credentials, 'DELETE', `/v1/leases/${props.leaseId}`);
+      setOutcome({ kind: 'info', text: `${what}: done.` });
+      if (!body) {
+        location.hash = '#/';
+        return;
+      }
+      setNewEnd('');
+      setRefresh((n) => n + 1);
+    } catch (err) {
+      const text = err instanceof ApiFailure ? err.message : String(err);
+      setOutcome({ kind: 'error', text, suggestion: err instanceof ApiFailure ? latestPossibleEnd(err) : undefined });
+    } finally {
+      setBusy(false);
+    }
+  }
+
+  if (problem) {
+    return (
+      <section aria-label="Lease">
+        <p role="alert" class="error">
+          {problem}
+        </p>
+        <a href="#/">Back to the calendar</a>
+      </section>
+    );
+  }
+  if (!lease) return <p>Loading the lease…</p>;
+  const startMs = parseDate(lease.start_date);
+  const endMs = parseDate(lease.end_date);
+  const finished = ['TERMINATED', 'DELETING'].includes(lease.status);
+  return (
+    <article class="lease" aria-label={`Lease ${lease.name}`}>
+      <p>
+        <a href="#/">← Calendar</a>
+      </p>
+      <h2>
+        {lease.name} <span class={`badge status-${lease.status}`}>{lease.status}</span>
+        {lease.degraded && <span class="badge degraded">degraded</span>}
+      </h2>
+      <dl class="facts">
+        <dt>Window</dt>
+        <dd>
+          {formatWhen(startMs)} → {formatWhen(endMs)} ({formatDuration(endMs - startMs)})
+        </dd>
+        <dt>Project</dt>
+        <dd>{lease.project_id}</dd>
+        <dt>Lease id</dt>
+        <dd>
+          <code>{lease.id}</code>
+        </dd>
+        {lease.status_reason && (
+          <>
+            <dt>Status reason</dt>
+            <dd class="reason">{lease.status_reason}</dd>
+          </>
+        )}
+        {hosts.length > 0 && (
+          <>
+            <dt>Hosts</dt>
+            <dd>{hosts.join(', ')}</dd>
+          </>
+        )}
+      </dl>
+      <h3>Events</h3>
+      <ol class="events" aria-label="Events">
+        {[...lease.events]
+          .sort((a, b) => parseDate(a.time) - parseDate(b.time))
+          .map((e) => (
+            <li key={e.event_type} class={`event-${e.status}`}>
+              <strong>{EVENT_NAMES[e.event_type] ?? e.event_type}</strong> {formatWhen(parseDate(e.time))} <span class="badge">{e.status}</span>
+            </li>
+          ))}
+      </ol>
+      <h3>Reservations</h3>
+      <table class="reservations">
+        <thead>
+          <tr>
+            <th scope="col">Type</th>
+            <th scope="col">Status</th>
+            <th scope="col">Parameters</th>
+          </tr>
+        </thead>
+        <tbody>
+          {lease.reservations.map((r) => (
+            <tr key={r.id}>
+              <td>{r.resource_type}</td>
+              <td>{r.status}</td>
+              <td>
+                <code>{parameters(r)}</code>
+              </td>
+            </tr>
+          ))}
+        </tbody>
+      </table>
+      {!finished && (
+        <section aria-label="Change the lease" class="changes">
+          <h3>Change</h3>
+          <form
+            onSubmit={(e) => {
+              e.preventDefault();
+              void change('New end', { end_date: requestDate(parseDate(newEnd)) });
+            }}
+          >
+            <label>
+              End (UTC) <input name="end_date" type="datetime-local" value={newEnd} required onInput={(e) => setNewEnd(e.currentTarget.value)} />
+            </label>
+            <button type="submit" disabled={busy}>
+              Change the end
+            </button>
+          </form>
+          <div class="buttons">
+            <button type="button" disabled={busy} onClick={() => void change('Extended by 1 h', { end_date: requestDate(endMs + 3_600_000) })}>
+              Extend 1 h
+            </button>
+            <button type="button" disabled={busy || endMs - 3_600_000 <= Math.max(startMs, Date.now())} onClick={() => void change('Shortened by 1 h', { end_date: requestDate(endMs - 3_600_000) })}>
+              Shorten 1 h
+            </button>
+            {lease.status === 'ACTIVE' && (
+              <button type="button" disabled={busy} onClick={() => void change('Ended', { end_date: 'now' })}>
+                End now
+              </button>
+            )}
+            <button type="button" class="danger" disabled={busy} onClick={() => confirm(`Delete lease ${lease.name}?`) && void change('Deleted', undefined)}>
+              Delete
+            </button>
+          </div>
+        </section>
+      )}
+      {outcome && (
+        <div role={outcome.kind === 'error' ? 'alert' : 'status'} class={outcome.kind}>
+          <p>{outcome.text}</p>
+          {outcome.suggestion && (
+            <p class="suggestion">
+              It can be extended until <strong>{outcome.suggestion} UTC</strong>.{' '}
+              <button type="button" disabled={busy} onClick={() => void change(`Extended until ${outcome.suggestion}`, { end_date: outcome.suggestion })}>
+                Extend until then
+              </button>
+            </p>
+          )}
+        </div>
+      )}
+    </article>
+  );
+}
+
+function parameters(r: Record<string, unknown>): string {
+  const skip = new Set(['id', 'lease_id', 'resource_type', 'status', 'created_at', 'updated_at', 'missing_resources', 'resources_changed']);
+  return Object.entries(r)
+    .filter(([k, v]) => !skip.has(k) && v !== '' && v !== null && v !== undefined)
+    .map(([k, v]) => `${k}=${typeof v === 'string' ? v : JSON.stringify(v)}`)
+    .join(' ');
+}

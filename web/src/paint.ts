@@ -1,0 +1,173 @@
+/** What the two timelines show: host rows with lease bars, and provider rows with their booked share over time. */
+import type { CalendarBooking, CalendarHost, CalendarProvider, CalendarUsage, CalendarWindow } from './api';
+import { fit, type Row, type RowGeometry } from './timeline';
+import { formatRange } from './time';
+
+/** Colours by lease status; text on them is dark or white by contrast. */
+export const STATUS_COLORS: Record<string, { fill: string; text: string }> = {
+  PENDING: { fill: '#3d6fc4', text: '#ffffff' },
+  STARTING: { fill: '#c98a12', text: '#1d1d1d' },
+  ACTIVE: { fill: '#1f8a4c', text: '#ffffff' },
+  TERMINATING: { fill: '#c98a12', text: '#1d1d1d' },
+  DELETING: { fill: '#c98a12', text: '#1d1d1d' },
+  TERMINATED: { fill: '#8a96a3', text: '#ffffff' },
+  ERROR: { fill: '#c62828', text: '#ffffff' },
+};
+export const RESERVED_COLOR = { fill: '#b4bcc6', text: '#1d2733' };
+export const GHOST_COLOR = '#7b3fc4';
+
+export interface HostRow extends Row {
+  host?: CalendarHost;
+}
+
+export interface ProviderRow extends Row {
+  provider?: CalendarProvider;
+}
+
+/** A proposed window (find a slot) drawn as a ghost bar on these hosts (none: across every row). */
+export interface Ghost {
+  startMs: number;
+  endMs: number;
+  hostIds: Set<string> | null;
+  label: string;
+}
+
+export const bookingLabel = (b: Pick<CalendarBooking, 'reserved' | 'lease_name' | 'status'>) => (b.reserved ? 'reserved' : (b.lease_name ?? 'lease'));
+
+export function describeBooking(b: CalendarBooking): string {
+  const who = b.reserved ? 'reserved by another project' : `${b.lease_name ?? 'lease'} (${b.status ?? 'unknown'})`;
+  return `${who}${b.shared ? ', instance slots' : ''}: ${formatRange(b.start_ms, b.end_ms)}`;
+}
+
+/** The window's bookings per host, by start. */
+export function bookingsByHost(window: CalendarWindow): Map<string, CalendarBooking[]> {
+  const byHost = new Map<string, CalendarBooking[]>();
+  for (const b of window.bookings) {
+    const list = byHost.get(b.host_id);
+    if (list) list.push(b);
+    else byHost.set(b.host_id, [b]);
+  }
+  return byHost;
+}
+
+/** Host rows, optionally grouped under a header per value of one property. */
+export function hostRows(hosts: CalendarHost[], groupBy: string): HostRow[] {
+  const row = (h: CalendarHost): HostRow => ({ key: h.id, label: h.hypervisor_hostname, host: h });
+  if (!groupBy) return hosts.map(row);
+  const groups = new Map<string, CalendarHost[]>();
+  for (const h of hosts) {
+    const value = h.properties[groupBy] ?? (groupBy in h ? String((h as unknown as Record<string, unknown>)[groupBy]) : '(none)');
+    groups.set(value, [...(groups.get(value) ?? []), h]);
+  }
+  return [...groups.entries()]
+    .sort(([a], [b]) => a.localeCompare(b, undefined, { numeric: true }))
+    .flatMap(([value, members]) => [{ key: `group:${value}`, label: `${groupBy} = ${value} (${members.length})`, header: true }, ...members.map(row)]);
+}
+
+export function paintHostRow(ctx: CanvasRenderingContext2D, bookings: CalendarBooking[] | undefined, ghosts: Ghost[], row: HostRow, g: RowGeometry, viewStart: number, viewEnd: number): void {
+  const pad = 3;
+  for (const b of bookings ?? []) {
+    if (b.end_ms <= viewStart || b.start_ms >= viewEnd) continue;
+    const x0 = Math.max(g.left - 2, g.x(b.start_ms));
+    const x1 = Math.min(g.right + 2, g.x(b.end_ms));
+    const width = Math.max(2, x1 - x0);
+    const colors = b.reserved ? RESERVED_COLOR : (STATUS_COLORS[b.status ?? ''] ?? RESERVED_COLOR);
+    const height = b.shared ? (g.height - 2 * pad) / 2 : g.height - 2 * pad;
+    const top = g.top + pad + (b.shared ? height : 0);
+    ctx.fillStyle = colors.fill;
+    ctx.fillRect(x0, top, width, height);
+    if (b.mine) {
+      ctx.strokeStyle = '#0b1f3a';
+      ctx.strokeRect(x0 + 0.5, top + 0.5, width - 1, height - 1);
+    }
+    if (width > 28 && !b.shared) {
+      ctx.fillStyle = colors.text;
+      ctx.fillText(fit(ctx, bookingLabel(b), width - 8), Math.max(x0, g.left) + 4, g.top + g.height / 2);
+    }
+  }
+  for (const ghost of ghosts) {
+    if (ghost.hostIds && !ghost.hostIds.has(row.key)) continue;
+    const x0 = g.x(ghost.startMs);
+    const x1 = g.x(ghost.endMs);
+    ctx.fillStyle = 'rgba(123, 63, 196, 0.18)';
+    ctx.fillRect(x0, g.top + pad, x1 - x0, g.height - 2 * pad);
+    ctx.setLineDash([4, 3]);
+    ctx.strokeStyle = GHOST_COLOR;
+    ctx.strokeRect(x0 + 0.5, g.top + pad + 0.5, x1 - x0 - 1, g.height - 2 * pad - 1);
+    ctx.setLineDash([]);
+  }
+}
+
+/** The resource class a provider row shows: a compute node's vCPUs, a network device's egress bandwidth, or its first class. */
+export function mainClass(provider: CalendarProvider): string | undefined {
+  const classes = Object.keys(provider.capacity);
+  return ['VCPU', 'NET_BW_EGR_KILOBIT_PER_SEC'].find((c) => classes.includes(c)) ?? classes[0];
+}
+
+const UNITS: Record<string, string> = { VCPU: 'vCPUs', MEMORY_MB: 'MiB', DISK_GB: 'GiB', NET_BW_EGR_KILOBIT_PER_SEC: 'kbps out', NET_BW_IGR_KILOBIT_PER_SEC: 'kbps in' };
+export const unitOf = (resourceClass: string) => UNITS[resourceClass] ?? resourceClass;
+
+export function providerRows(providers: CalendarProvider[]): ProviderRow[] {
+  return providers
+    .filter((p) => mainClass(p) !== undefined)
+    .map((p) => ({ key: p.uuid, label: `${p.kind === 'compute' ? 'servers' : p.kind} · ${p.name}`, provider: p }));
+}
+
+/** A provider's booked amount of one class over time: the steps (from each instant on, how much is booked, and how much of it is the caller's). */
+export function usageSteps(usage: CalendarUsage[], resourceClass: string): Array<{ at: number; total: number; mine: number }> {
+  const changes = new Map<number, { total: number; mine: number }>();
+  const add = (at: number, total: number, mine: number) => {
+    const c = changes.get(at) ?? { total: 0, mine: 0 };
+    c.total += total;
+    c.mine += mine;
+    changes.set(at, c);
+  };
+  for (const u of usage) {
+    const amount = u.amounts[resourceClass] ?? 0;
+    if (!amount) continue;
+    add(u.start_ms, amount, u.mine ? amount : 0);
+    add(u.end_ms, -amount, u.mine ? -amount : 0);
+  }
+  let total = 0;
+  let mine = 0;
+  return [...changes.entries()]
+    .sort(([a], [b]) => a - b)
+    .map(([at, c]) => {
+      total += c.total;
+      mine += c.mine;
+      return { at, total, mine };
+    });
+}
+
+export function paintProviderRow(ctx: CanvasRenderingContext2D, usage: CalendarUsage[] | undefined, row: ProviderRow, g: RowGeometry, viewStart: number, viewEnd: number): void {
+  const provider = row.provider!;
+  const resourceClass = mainClass(provider)!;
+  const capacity = provider.capacity[resourceClass] || 1;
+  const steps = usageSteps(usage ?? [], resourceClass);
+  const pad = 3;
+  const inner = g.height - 2 * pad;
+  ctx.fillStyle = provider.usable ? '#e6f2ec' : '#f1e3e3';
+  ctx.fillRect(g.left, g.top + pad, g.right - g.left, inner);
+  for (let i = 0; i < steps.length; i++) {
+    const from = Math.max(viewStart, steps[i].at);
+    const to = Math.min(viewEnd, steps[i + 1]?.at ?? viewEnd);
+    if (to <= from || steps[i].total <= 0) continue;
+    const x0 = g.x(from);
+    const width = g.x(to) - x0;
+    const totalHeight = Math.min(1, steps[i].total / capacity) * inner;
+    const mineHeight = Math.min(1, steps[i].mine / capacity) * inner;
+    ctx.fillStyle = RESERVED_COLOR.fill;
+    ctx.fillRect(x0, g.top + pad + inner - totalHeight, width, totalHeight);
+    ctx.fillStyle = STATUS_COLORS.ACTIVE.fill;
+    ctx.fillRect(x0, g.top + pad + inner - mineHeight, width, mineHeight);
+  }
+}
+
+/** "12 of 16 vCPUs booked" at an instant. */
+export function describeUsage(usage: CalendarUsage[] | undefined, provider: CalendarProvider, atMs: number): string {
+  const resourceClass = mainClass(provider)!;
+  const steps = usageSteps(usage ?? [], resourceClass);
+  let booked = 0;
+  for (const s of steps) if (s.at <= atMs) booked = s.total;
+  return `${provider.name}: ${booked} of ${provider.capacity[resourceClass]} ${unitOf(resourceClass)} booked${provider.usable ? '' : ' (not usable now)'}`;
+}
