@@ -88,6 +88,13 @@ function rows(): Row[] {
     }
     if (calendar.hostile) add(b, 'API RSS before / after the hostile requests', 'reported', `${calendar.hostile.apiRssMbBefore} / ${calendar.hostile.apiRssMbAfter} MB`, '—');
   }
+  const page = load('calendar-page');
+  if (page) {
+    const b = `calendar-page (${page.hosts} hosts, ${page.leases} leases over a month, Chromium)`;
+    add(b, 'month view: answer + render, slowest of 5', '< 1000 ms', `${page.monthView.totalMs.max} ms (answer ${page.monthView.answerMs.max} ms, render ${page.monthView.renderMs.max} ms)`, atMost(page.monthView.totalMs.max, 999));
+    // Smooth: a wheel step shows within two frames at 60 Hz (~33 ms), and no task blocks the page for 50 ms or more.
+    add(b, 'scrolling: wheel step to paint p99 / long tasks', '≤ 50 ms / 0', `${page.scrollStepMs.p99} ms / ${page.longTasks.count}`, page.scrollStepMs.p99 <= 50 && page.longTasks.count === 0 ? 'yes' : 'NO');
+  }
   const deletion = load('delete');
   if (deletion) {
     const b = `delete (${deletion.leases} pending leases on ${deletion.hosts} hosts)`;

@@ -133,6 +133,7 @@ async function main(): Promise<void> {
 
   say(`healthy after ${elapsed()}`);
   say(`API (Blazar v1):  ${api}/v1   health: ${api}/healthz`);
+  say(`Calendar page:    ${api}/calendar/`);
   if (!config.temporal.external) say(`Temporal Web UI:  http://127.0.0.1:${config.temporal.uiPort}/namespaces/${config.temporal.namespace}/workflows`);
   say(`Temporal gRPC:    ${config.temporal.address}    PostgreSQL: ${new URL(config.database.url).host}`);
   if (rig) {

@@ -52,6 +52,15 @@ describe('the calendar page in Chromium', () => {
     await book(beta, 'beta-secret-experiment', 11, 15, blazarHostReservation({ min: 2, max: 2, resource_properties: '["==", "$gpu", "none"]' }));
     await book(alpha, 'alpha-to-extend', 13, 14, gpu());
     await book(beta, 'beta-holds-gpus', 16, 18, gpu({ min: 2, max: 2 }));
+    // A compute provider with 16 vCPUs: 8 booked by alpha's lease from 10:00 to 14:00, 4 by beta's from 11:00 to 15:00.
+    await stack().db.pool.query(`INSERT INTO capacity_providers (uuid, name, host, kind, capacity) VALUES ('p-1', 'cpu-3', 'cpu-3', 'compute', '{"VCPU": 16}')`);
+    for (const [lease, vcpus] of [[leases['alpha-gpu-run'], 8], [leases['beta-secret-experiment'], 4]] as const) {
+      await stack().db.pool.query(
+        `INSERT INTO quantity_allocations (provider_uuid, reservation_id, lease_id, project_id, amounts, during, blocks, booking_key)
+         SELECT 'p-1', gen_random_uuid(), l.id, l.project_id, $2, tstzrange(l.start_at, l.end_at), tstzrange(l.start_at, l.end_at), 'test' FROM leases l WHERE l.id = $1`,
+        [lease, { VCPU: vcpus }],
+      );
+    }
     browser = await launchChromium();
     const context = await browser.newContext({ viewport: { width: 1400, height: 1000 }, deviceScaleFactor: 1, bypassCSP: true }); // bypassCSP: only so that axe-core can be injected
     page = await context.newPage();
@@ -76,21 +85,27 @@ describe('the calendar page in Chromium', () => {
     console.log(`calendar page screenshots: ${artefacts}`);
   });
 
-  /** The Gantt's geometry, from its data attributes: where an instant on a host's row is, in canvas pixels. */
-  async function pointOf(hostName: string, ms: number): Promise<{ x: number; y: number }> {
-    const gantt = page.getByTestId('gantt');
+  /**
+   * The Gantt's geometry, from its data attributes: where an instant on a host's row is, in canvas
+   * pixels; near the top of the row's bar, above the lease name a wide bar is labelled with.
+   */
+  const pointOf = (hostName: string, ms: number) => pointIn('gantt', hosts.indexOf(hostName), ms, -7);
+
+  /** Where an instant on a row of a timeline (gantt, capacity) is, in canvas pixels: the row's middle, or `dy` from it. */
+  async function pointIn(timeline: 'gantt' | 'capacity', row: number, ms: number, dy = 0): Promise<{ x: number; y: number }> {
+    const gantt = page.getByTestId(timeline);
     const attr = async (name: string) => Number(await gantt.getAttribute(`data-${name}`));
     const [start, end, labelWidth, axisHeight, rowHeight] = await Promise.all(['view-start', 'view-end', 'label-width', 'axis-height', 'row-height'].map(attr));
     const width = (await gantt.boundingBox())!.width;
-    return { x: labelWidth + ((ms - start) / (end - start)) * (width - labelWidth), y: axisHeight + hosts.indexOf(hostName) * rowHeight + rowHeight / 2 };
+    return { x: labelWidth + ((ms - start) / (end - start)) * (width - labelWidth), y: axisHeight + row * rowHeight + rowHeight / 2 + dy };
   }
 
-  async function pixel(point: { x: number; y: number }): Promise<number[]> {
-    return page.getByTestId('gantt').evaluate<number[], { x: number; y: number }, CanvasLike>((canvas, p) => [...canvas.getContext('2d')!.getImageData(Math.round(p.x), Math.round(p.y), 1, 1).data.slice(0, 3)], point);
+  async function pixel(point: { x: number; y: number }, timeline: 'gantt' | 'capacity' = 'gantt'): Promise<number[]> {
+    return page.getByTestId(timeline).evaluate<number[], { x: number; y: number }, CanvasLike>((canvas, p) => [...canvas.getContext('2d')!.getImageData(Math.round(p.x), Math.round(p.y), 1, 1).data.slice(0, 3)], point);
   }
 
-  async function hover(point: { x: number; y: number }): Promise<string> {
-    const box = (await page.getByTestId('gantt').boundingBox())!;
+  async function hover(point: { x: number; y: number }, timeline: 'gantt' | 'capacity' = 'gantt'): Promise<string> {
+    const box = (await page.getByTestId(timeline).boundingBox())!;
     await page.mouse.move(box.x + point.x, box.y + point.y);
     return (await page.locator('.status').textContent()) ?? '';
   }
@@ -106,7 +121,11 @@ describe('the calendar page in Chromium', () => {
 
   it('signs in as a project and draws its leases where their dates say, another project\'s without a name', async () => {
     await page.goto(`${stack().url}/calendar/`);
+    // The form offers the development admin's project (what the blazar CLI acts in without headers); a member signs in as alpha.
+    await expect(page.getByLabel('Project').inputValue()).resolves.toBe('admin');
+    await expect(page.getByLabel('admin').isChecked()).resolves.toBe(true);
     await page.getByLabel('Project').fill('alpha');
+    await page.getByLabel('admin').uncheck();
     await page.getByRole('button', { name: 'Sign in' }).click();
     await page.getByText(`${hosts.length} hosts, 6 bookings loaded`, { exact: false }).waitFor();
     await page.waitForFunction(() => performance.getEntriesByName('calendar-drawn').length > 0);
@@ -125,6 +144,17 @@ describe('the calendar page in Chromium', () => {
     expect(calendarAnswers.join('')).not.toContain('beta-secret-experiment');
     // The caller's own leases are listed as links too (keyboard and screen readers).
     await expect(page.getByRole('link', { name: 'alpha-gpu-run' }).count()).resolves.toBe(1);
+    // Servers: the provider's band is filled to its booked share, the caller's part in green, another project's in grey.
+    const ACTIVE = [0x1f, 0x8a, 0x4c];
+    const rowHeight = Number(await page.getByTestId('capacity').getAttribute('data-row-height'));
+    const nearBottom = rowHeight / 2 - 5; // inside the lower half (8 of 16 vCPUs: alpha's)
+    const upperQuarter = -rowHeight / 2 + 5; // the band's top eighth, above 12 of 16 (alpha's 8 + beta's 4): free
+    const busy = await pointIn('capacity', 0, day + 11.5 * HOUR, nearBottom);
+    expect(await pixel(busy, 'capacity')).toEqual(ACTIVE);
+    expect(await pixel(await pointIn('capacity', 0, day + 11.5 * HOUR, -2), 'capacity')).toEqual(RESERVED); // 8..12 of 16: beta's
+    expect(await pixel(await pointIn('capacity', 0, day + 11.5 * HOUR, upperQuarter), 'capacity')).not.toEqual(RESERVED);
+    expect(await pixel(await pointIn('capacity', 0, day + 16 * HOUR, nearBottom), 'capacity')).not.toEqual(ACTIVE); // after both
+    expect(await hover(busy, 'capacity')).toContain('cpu-3: 12 of 16 vCPUs booked');
     await page.screenshot({ path: path.join(artefacts, 'calendar.png') });
     expect(await axeViolations()).toEqual([]);
   });

@@ -27,6 +27,13 @@ describe('npm start (dev stack)', () => {
       expect(ui.status).toBe(200);
       expect(await ui.text()).toMatch(/<!doctype html>/i);
 
+      // The calendar page, as printed: built, with the development sign-in.
+      expect(stack.output()).toContain(`Calendar page:    ${stack.apiUrl}/calendar/`);
+      const page = await fetch(`${stack.apiUrl}/calendar/`);
+      expect(page.status).toBe(200);
+      expect(await page.text()).toContain('<script type="module" src="calendar.js">');
+      expect(await json(await fetch(`${stack.apiUrl}/calendar/settings`))).toEqual({ auth_strategy: 'noauth', default_project_id: 'admin' });
+
       const pidDir = path.join(stack.dataDir, 'run');
       const pids = fs.readdirSync(pidDir).map((file) => Number(fs.readFileSync(path.join(pidDir, file), 'utf8').split(' ')[0]));
       expect(pids).toHaveLength(4); // postgres, temporal, worker, api

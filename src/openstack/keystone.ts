@@ -268,12 +268,48 @@ export interface Project {
   tags?: string[];
 }
 
+/** A user's password sign-in, scoped to one of their projects (domains by name, as the dashboard asks). */
+export interface UserLogin {
+  username: string;
+  password: string;
+  userDomainName: string;
+  projectName: string;
+  projectDomainName: string;
+}
+
 /** Keystone's identity API beyond the session's own token. */
 export class KeystoneClient {
   readonly http: ServiceHttp;
 
   constructor(readonly session: Session) {
     this.http = new ServiceHttp('identity', session, { versionPath: '/v3' });
+  }
+
+  /**
+   * A user's own project-scoped token from their password (`POST /v3/auth/tokens`), for the calendar
+   * page's sign-in. Throws UnauthorizedError (401) for a wrong name, password or project.
+   */
+  async issueUserToken(login: UserLogin, options: CallOptions = {}): Promise<{ token: string; projectId: string; projectName: string; expiresAt: Date }> {
+    const response = await this.http.request<unknown>({
+      method: 'POST',
+      path: '/auth/tokens',
+      query: { nocatalog: '' },
+      body: {
+        auth: {
+          identity: { methods: ['password'], password: { user: { name: login.username, password: login.password, domain: { name: login.userDomainName } } } },
+          scope: { project: { name: login.projectName, domain: { name: login.projectDomainName } } },
+        },
+      },
+      timeoutMs: options.timeoutMs,
+      signal: options.signal,
+    });
+    const token = response.headers.get('x-subject-token');
+    const parsed = tokenBodySchema.safeParse(response.body);
+    const info = parsed.success ? tokenInfoOf(parsed.data.token) : undefined;
+    if (!token || info?.projectId === undefined || info.projectName === undefined) {
+      throw new InvalidResponseError("Keystone's token response is malformed or not scoped to a project", { service: 'identity', method: 'POST', url: '/v3/auth/tokens', status: response.status, requestId: response.requestId });
+    }
+    return { token, projectId: info.projectId, projectName: info.projectName, expiresAt: info.expiresAt };
   }
 
   /**

@@ -37,13 +37,14 @@ const id = fc.oneof(
   hostileString.map((x) => x.replace(/[\ud800-\udfff]/g, '\u0000')).map(encodeURIComponent),
 );
 const path = fc.oneof(
-  fc.constantFrom('/', '/versions', '/v1', '/v1/', '/v1/leases', '/v1/os-hosts', '/v1/os-hosts/properties', '/v1/os-hosts/allocations', '/v1/availability', '/v1/availability/search', '/healthz'),
+  fc.constantFrom('/', '/versions', '/v1', '/v1/', '/v1/leases', '/v1/os-hosts', '/v1/os-hosts/properties', '/v1/os-hosts/allocations', '/v1/availability', '/v1/availability/search', '/v1/calendar', '/calendar/', '/calendar/settings', '/calendar/login', '/healthz'),
+  id.map((x) => `/calendar/${x}`),
   id.map((x) => `/v1/leases/${x}`),
   id.map((x) => `/v1/os-hosts/${x}`),
   id.map((x) => `/v1/os-hosts/${x}/allocation`),
   id.map((x) => `/v1/os-hosts/properties/${x}`),
   fc.tuple(
-    fc.constantFrom('/v1/leases', '/v1/os-hosts/allocations', '/v1/availability', '/v1/os-hosts/properties'),
+    fc.constantFrom('/v1/leases', '/v1/os-hosts/allocations', '/v1/availability', '/v1/os-hosts/properties', '/v1/calendar'),
     fc.dictionary(
       fc.constantFrom('project_id', 'lease_id', 'reservation_id', 'from', 'to', 'start', 'end', 'all', 'detail', 'limit', 'marker', 'status', 'name', 'hypervisor_properties', 'resource_properties'),
       fc.oneof(

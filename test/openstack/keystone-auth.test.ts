@@ -1,7 +1,9 @@
 /**
  * AUTH_STRATEGY=keystone against the rig's real Keystone: tokens of project A see A's leases only,
- * an admin token sees all, a bad or missing token is a 401 with Blazar's error body.
+ * an admin token sees all, a bad or missing token is a 401 with Blazar's error body; the calendar
+ * page signs a user in with their password (their own token, through the API) in Chromium.
  */
+import { launchChromium } from '../support/browser';
 import { keystoneAuthenticator } from '../../src/api/keystone-auth';
 import { apiClient, inSeconds, useTestStack } from '../support/stack';
 import { KeystoneSession } from '../../src/openstack';
@@ -9,7 +11,11 @@ import { rigCredentials, rigClients } from './support';
 
 describe('Keystone authentication of API callers', () => {
   const service = rigClients('leasekeeper-admin');
-  const stack = useTestStack({ authenticator: keystoneAuthenticator({ validateToken: (token) => service.keystone.validateToken(token) }) });
+  const stack = useTestStack({
+    authenticator: keystoneAuthenticator({ validateToken: (token) => service.keystone.validateToken(token) }),
+    openstack: () => service,
+    env: { LK_AUTH_STRATEGY: 'keystone' },
+  });
   let tokens: { a: string; b: string; admin: string };
 
   beforeAll(async () => {
@@ -40,5 +46,41 @@ describe('Keystone authentication of API callers', () => {
     const missing = await apiClient(stack().url)('GET', '/v1/leases');
     expect(missing.status).toBe(401);
     expect(missing.body.error_message).toBe('The request you have made requires authentication: send a Keystone token in X-Auth-Token');
+  });
+
+  it('signs a user in on the calendar page with their password: their own token, which the API then accepts', async () => {
+    const a = rigCredentials('leasekeeper-project-a');
+    const login = { username: a.username, password: a.password, project_name: a.projectName, user_domain_name: a.userDomainName ?? 'Default', project_domain_name: a.projectDomainName ?? 'Default' };
+    const anonymous = apiClient(stack().url);
+    expect((await anonymous('GET', '/calendar/settings')).body).toEqual({ auth_strategy: 'keystone' });
+    const signedIn = await anonymous('POST', '/calendar/login', login);
+    expect(signedIn.status).toBe(200);
+    expect(signedIn.body).toMatchObject({ token: expect.any(String), project_name: a.projectName });
+    const asA = apiClient(stack().url, { 'x-auth-token': signedIn.body.token });
+    const leases = await asA('GET', '/v1/leases');
+    expect(leases.status).toBe(200);
+    expect(leases.body.leases.map((l: { name: string }) => l.name)).toEqual(['keystone-a']);
+
+    const wrong = await anonymous('POST', '/calendar/login', { ...login, password: `${a.password}-wrong` });
+    expect(wrong).toEqual({ status: 401, body: { error_code: 401, error_message: 'Keystone refused the sign-in: check the user name, password, project and domains', error_name: 401 } });
+    const incomplete = await anonymous('POST', '/calendar/login', { username: a.username });
+    expect(incomplete.status).toBe(400);
+    expect(incomplete.body.error_message).toMatch(/password/);
+
+    // The same in the page.
+    const browser = await launchChromium();
+    try {
+      const page = await browser.newPage();
+      await page.goto(`${stack().url}/calendar/`);
+      const form = page.getByRole('form', { name: 'Sign in with Keystone' });
+      await form.getByLabel('User', { exact: true }).fill(login.username!);
+      await form.getByLabel('Password').fill(login.password);
+      await form.getByLabel('Project', { exact: true }).fill(login.project_name!);
+      await form.getByRole('button', { name: 'Sign in' }).click();
+      await page.getByText('Signed in as your Keystone token').waitFor({ timeout: 15_000 });
+      await page.getByRole('link', { name: 'keystone-a' }).waitFor({ timeout: 15_000 }); // A's lease, in the week shown
+    } finally {
+      await browser.close();
+    }
   });
 });

@@ -11,3 +11,14 @@ export async function insertLeaseRows(pool: Pool, leases: Lease[]): Promise<void
     [JSON.stringify(leases.map((l) => ({ id: l.id, name: l.name, project_id: l.projectId, user_id: l.userId, status: l.status, start_ms: l.startMs, end_ms: l.endMs, created_ms: l.createdMs, document: l })))],
   );
 }
+
+/** Host bookings straight into the calendar (host_allocations), for lease rows written as above: one row per host and lease, no lead or cleaning time. */
+export async function insertHostBookingRows(pool: Pool, bookings: Array<{ hostId: string; lease: Lease }>): Promise<void> {
+  await pool.query(
+    `INSERT INTO host_allocations (host_id, reservation_id, lease_id, project_id, during, blocks, booking_key)
+     SELECT b.host::bigint, gen_random_uuid(), b.lease::uuid, b.project, tstzrange(to_timestamp(b.s / 1000.0), to_timestamp(b.e / 1000.0)),
+            tstzrange(to_timestamp(b.s / 1000.0), to_timestamp(b.e / 1000.0)), 'inserted'
+     FROM jsonb_to_recordset($1::jsonb) AS b(host text, lease text, project text, s float8, e float8)`,
+    [JSON.stringify(bookings.map((b) => ({ host: b.hostId, lease: b.lease.id, project: b.lease.projectId, s: b.lease.startMs, e: b.lease.endMs })))],
+  );
+}

@@ -100,7 +100,7 @@ export class ApiFailure extends Error {
 }
 
 export function authHeaders(credentials: Credentials): Record<string, string> {
-  if (credentials.kind === 'token') return { 'X-Auth-Token': credentials.token };
+  if (credentials.kind === 'token') return credentials.token ? { 'X-Auth-Token': credentials.token } : {};
   if (credentials.admin) return { 'X-Auth-Token': 'admin', 'X-Project-Id': credentials.projectId };
   return { 'X-Project-Id': credentials.projectId, 'X-User-Id': `${credentials.projectId}-user`, 'X-Roles': 'member' };
 }

@@ -30,6 +30,7 @@ export function CalendarView(props: { credentials: Credentials }) {
   const gantt = useRef<Timeline<HostRow>>();
   const capacity = useRef<Timeline<ProviderRow>>();
   const loading = useRef<{ start: number; end: number; key: string }>();
+  const drawnData = useRef<CalendarWindow>();
   const span = ZOOM_SPAN[zoom];
   const viewEnd = viewStart + span;
 
@@ -118,7 +119,11 @@ export function CalendarView(props: { credentials: Credentials }) {
     show(capacity.current, providers);
     gantt.current?.draw();
     capacity.current?.draw();
-    if (data) performance.mark('calendar-drawn');
+    // The first paint of each answer, for the browser test and bench:calendar-page.
+    if (data && drawnData.current !== data) {
+      drawnData.current = data;
+      performance.mark('calendar-drawn');
+    }
   }, [data, rows, providers, viewStart, viewEnd, ghosts]);
 
   const myLeases = useMemo(() => {
@@ -194,6 +199,7 @@ export function CalendarView(props: { credentials: Credentials }) {
           Hosts <span class="count">{data ? `${data.hosts.length} hosts, ${data.bookings.length} bookings loaded` : 'loading…'}</span>
         </h2>
         <Legend />
+        {data && data.hosts.length === 0 && <p class="note">{query ? 'No reservable host matches the filter.' : 'No reservable host yet: an admin enrols hosts with `blazar host-create`.'}</p>}
         <div class="canvas-holder">
           <canvas
             ref={ganttCanvas}
@@ -242,7 +248,17 @@ export function CalendarView(props: { credentials: Credentials }) {
         </h2>
         {data && providers.length === 0 && <p>No compute or bandwidth provider is known yet (they are read from Placement when a server or bandwidth reservation is first made).</p>}
         <div class="canvas-holder" hidden={providers.length === 0}>
-          <canvas ref={capacityCanvas} tabIndex={0} role="img" data-testid="capacity" aria-label="Booked share of each compute and bandwidth provider over time" />
+          <canvas
+            ref={capacityCanvas}
+            tabIndex={0}
+            role="img"
+            data-testid="capacity"
+            data-view-start={viewStart}
+            data-view-end={viewEnd}
+            data-label-width={LABEL_WIDTH}
+            data-axis-height={AXIS_HEIGHT}
+            data-row-height={capacity.current?.rowHeight ?? 24}
+            aria-label="Booked share of each compute and bandwidth provider over time" />
         </div>
       </section>
     </div>

@@ -5,12 +5,14 @@
  */
 import { render } from 'preact';
 import { useEffect, useState } from 'preact/hooks';
-import type { Credentials } from './api';
+import { ApiFailure, call, type Credentials } from './api';
 import { CalendarView } from './calendar-view';
 import { LeasePage } from './lease-page';
 
 interface Settings {
   auth_strategy: 'noauth' | 'keystone';
+  /** noauth: the development admin's project (what the blazar CLI acts in without headers). */
+  default_project_id?: string;
 }
 
 const STORAGE_KEY = 'leasekeeper.credentials';
@@ -34,11 +36,63 @@ function useHashRoute(): string {
   return hash;
 }
 
-function SignIn(props: { settings: Settings; current?: Credentials; onChange(c: Credentials | undefined): void }) {
-  const noauth = props.settings.auth_strategy === 'noauth';
-  const [projectId, setProjectId] = useState(props.current?.kind === 'noauth' ? props.current.projectId : 'demo');
-  const [admin, setAdmin] = useState(props.current?.kind === 'noauth' ? props.current.admin : false);
+/** Keystone: a password sign-in through the API (POST /calendar/login), or a pasted token. */
+function KeystoneSignIn(props: { onChange(c: Credentials): void }) {
+  const [fields, setFields] = useState({ username: '', password: '', project_name: '', user_domain_name: 'Default', project_domain_name: 'Default' });
   const [token, setToken] = useState('');
+  const [problem, setProblem] = useState<string>();
+  const field = (name: keyof typeof fields, label: string, type = 'text') => (
+    <label>
+      {label} <input name={name} type={type} value={fields[name]} required maxLength={255} autoComplete={type === 'password' ? 'current-password' : 'off'} onInput={(e) => setFields({ ...fields, [name]: e.currentTarget.value })} />
+    </label>
+  );
+  async function login(event: Event) {
+    event.preventDefault();
+    setProblem(undefined);
+    try {
+      const answer = await call<{ token: string }>({ kind: 'token', token: '' }, 'POST', 'login', fields);
+      props.onChange({ kind: 'token', token: answer.token });
+    } catch (err) {
+      setProblem(err instanceof ApiFailure ? err.message : String(err));
+    }
+  }
+  return (
+    <div class="signin">
+      <form aria-label="Sign in with Keystone" onSubmit={(e) => void login(e)}>
+        {field('username', 'User')}
+        {field('password', 'Password', 'password')}
+        {field('project_name', 'Project')}
+        {field('user_domain_name', 'User domain')}
+        {field('project_domain_name', 'Project domain')}
+        <button type="submit">Sign in</button>
+      </form>
+      <form
+        aria-label="Sign in with a token"
+        onSubmit={(e) => {
+          e.preventDefault();
+          if (token.trim()) props.onChange({ kind: 'token', token: token.trim() });
+        }}
+      >
+        <label>
+          or a token <input name="token" type="password" autoComplete="off" value={token} required onInput={(e) => setToken(e.currentTarget.value)} />
+        </label>
+        <span class="hint">
+          (<code>openstack token issue -f value -c id</code>)
+        </span>
+        <button type="submit">Use the token</button>
+      </form>
+      {problem && (
+        <p role="alert" class="signin-problem">
+          {problem}
+        </p>
+      )}
+    </div>
+  );
+}
+
+function SignIn(props: { settings: Settings; current?: Credentials; onChange(c: Credentials | undefined): void }) {
+  const [projectId, setProjectId] = useState(props.current?.kind === 'noauth' ? props.current.projectId : (props.settings.default_project_id ?? 'admin'));
+  const [admin, setAdmin] = useState(props.current?.kind === 'noauth' ? props.current.admin : true);
   if (props.current) {
     const who = props.current.kind === 'noauth' ? `project ${props.current.projectId}${props.current.admin ? ' (admin)' : ''}` : 'your Keystone token';
     return (
@@ -52,34 +106,23 @@ function SignIn(props: { settings: Settings; current?: Credentials; onChange(c: 
       </div>
     );
   }
+  if (props.settings.auth_strategy === 'keystone') return <KeystoneSignIn onChange={(c) => props.onChange(c)} />;
   return (
     <form
       class="signin"
       aria-label="Sign in"
       onSubmit={(e) => {
         e.preventDefault();
-        if (noauth && projectId.trim()) props.onChange({ kind: 'noauth', projectId: projectId.trim(), admin });
-        if (!noauth && token.trim()) props.onChange({ kind: 'token', token: token.trim() });
+        if (projectId.trim()) props.onChange({ kind: 'noauth', projectId: projectId.trim(), admin });
       }}
     >
-      {noauth ? (
-        <>
-          <label>
-            Project <input name="project" value={projectId} maxLength={64} required onInput={(e) => setProjectId(e.currentTarget.value)} />
-          </label>
-          <label>
-            <input type="checkbox" name="admin" checked={admin} onChange={(e) => setAdmin(e.currentTarget.checked)} /> admin
-          </label>
-          <span class="hint">development sign-in (noauth)</span>
-        </>
-      ) : (
-        <label>
-          Keystone token <input name="token" type="password" autoComplete="off" value={token} required onInput={(e) => setToken(e.currentTarget.value)} />
-          <span class="hint">
-            from <code>openstack token issue -f value -c id</code>
-          </span>
-        </label>
-      )}
+      <label>
+        Project <input name="project" value={projectId} maxLength={64} required onInput={(e) => setProjectId(e.currentTarget.value)} />
+      </label>
+      <label>
+        <input type="checkbox" name="admin" checked={admin} onChange={(e) => setAdmin(e.currentTarget.checked)} /> admin
+      </label>
+      <span class="hint">development sign-in (noauth)</span>
       <button type="submit">Sign in</button>
     </form>
   );
