@@ -159,6 +159,28 @@ describe('the calendar page in Chromium', () => {
     expect(await axeViolations()).toEqual([]);
   });
 
+  it('moves and zooms with the keyboard', async () => {
+    const gantt = page.getByTestId('gantt');
+    const viewStart = async () => Number(await gantt.getAttribute('data-view-start'));
+    const viewStartBecomes = (ms: number) => eventually(async () => ((await viewStart()) === ms ? true : undefined), 5_000, 50, () => `the view does not start at ${new Date(ms).toISOString()}`);
+    const before = await viewStart();
+    await gantt.focus();
+    await page.keyboard.press('ArrowRight');
+    await viewStartBecomes(before + (7 * DAY) / 8); // an eighth of the week later
+    await page.keyboard.press('ArrowLeft');
+    await viewStartBecomes(before);
+    await page.keyboard.press('-');
+    await expect(page.getByRole('button', { name: 'Month' }).getAttribute('aria-pressed')).resolves.toBe('true');
+    await page.keyboard.press('+');
+    await expect(page.getByRole('button', { name: 'Week' }).getAttribute('aria-pressed')).resolves.toBe('true');
+    await page.getByRole('button', { name: 'Now' }).click();
+    // Back to a week holding now (whatever the day: no dependence on when the test runs).
+    await eventually(async () => {
+      const [start, end] = [await viewStart(), Number(await gantt.getAttribute('data-view-end'))];
+      return start <= Date.now() && Date.now() < end && end - start === 7 * DAY ? true : undefined;
+    }, 5_000);
+  });
+
   it('opens a lease from its bar, and a refused extension offers the latest possible end', async () => {
     const bar = await pointOf('gpu-1', day + 13.5 * HOUR);
     const box = (await page.getByTestId('gantt').boundingBox())!;
@@ -207,5 +229,30 @@ describe('the calendar page in Chromium', () => {
     const list = await alpha('GET', '/v1/leases');
     expect(list.body.leases.map((l: { name: string }) => l.name)).toContain('alpha-found-slot');
     await page.screenshot({ path: path.join(artefacts, 'booked.png') });
+  });
+
+  it('opens a lease with a tap on a touch screen, and deletes it from its page', async () => {
+    const touch = await browser.newContext({ viewport: { width: 1000, height: 900 }, hasTouch: true, isMobile: true, deviceScaleFactor: 1 });
+    try {
+      const phone = await touch.newPage();
+      phone.on('dialog', (dialog) => void dialog.accept());
+      await phone.goto(`${stack().url}/calendar/`);
+      await phone.getByLabel('Project').fill('alpha');
+      await phone.getByLabel('admin').uncheck();
+      await phone.getByRole('button', { name: 'Sign in' }).tap();
+      await phone.waitForFunction(() => performance.getEntriesByName('calendar-drawn').length > 0);
+      const gantt = phone.getByTestId('gantt');
+      const attr = async (name: string) => Number(await gantt.getAttribute(`data-${name}`));
+      const [start, end, labelWidth, axisHeight, rowHeight] = await Promise.all(['view-start', 'view-end', 'label-width', 'axis-height', 'row-height'].map(attr));
+      const box = (await gantt.boundingBox())!;
+      const x = labelWidth + ((day + 19 * HOUR - start) / (end - start)) * (box.width - labelWidth);
+      await phone.touchscreen.tap(box.x + x, box.y + axisHeight + hosts.indexOf('gpu-2') * rowHeight + rowHeight / 2);
+      await phone.getByRole('heading', { name: /alpha-found-slot/ }).waitFor();
+      await phone.getByRole('button', { name: 'Delete' }).tap();
+      await phone.getByRole('list', { name: 'Legend' }).waitFor(); // back on the calendar
+      await eventually(async () => ((await alpha('GET', '/v1/leases')).body.leases.some((l: { name: string }) => l.name === 'alpha-found-slot') ? undefined : true), 30_000);
+    } finally {
+      await touch.close();
+    }
   });
 });

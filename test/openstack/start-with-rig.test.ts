@@ -3,6 +3,7 @@
  * test run brought up, which the stack reuses, enrols, books, and leaves running when stopped.
  * (A rig the stack starts itself it also stops: measured by hand, see the README.)
  */
+import { launchChromium } from '../support/browser';
 import { startDevStack } from '../support/dev-stack';
 import { blazarHostReservation } from '../support/builders';
 import { apiClient, eventually, inSeconds } from '../support/stack';
@@ -42,6 +43,21 @@ describe('npm start with the loopback OpenStack', () => {
       const server = await bootServer(admin, { zone: reservations[0].availability_zone }, (serverId) => servers.push(serverId));
       expect(server.status).toBe('ACTIVE');
       expect(serverHost(await admin.nova.getServer(server.id))).toBe(host);
+      // The same in the calendar page, signed in as the form offers (the rig admin's project, as the CLI acts).
+      const browser = await launchChromium();
+      try {
+        const page = await browser.newPage();
+        page.setDefaultTimeout(20_000);
+        await page.goto(`${stack.apiUrl}/calendar/`);
+        await expect(page.getByLabel('Project').inputValue()).resolves.toBe(projectId);
+        await page.getByRole('button', { name: 'Sign in' }).click();
+        const listed = page.getByRole('region', { name: 'Your leases in view' }).getByRole('listitem').filter({ hasText: created.body.lease.name });
+        await expect(listed.textContent()).resolves.toContain('ACTIVE');
+        await listed.getByRole('link').click();
+        await expect(page.locator('dl.facts').textContent()).resolves.toContain(host);
+      } finally {
+        await browser.close();
+      }
       expect((await api('DELETE', `/v1/leases/${id}`)).status).toBe(204);
       await eventually(async () => ((await hostsIn(freepool)).includes(host) ? true : undefined), 60_000);
       await admin.nova.waitForServerDeleted(server.id, { timeoutMs: 60_000 }); // the lease's end deleted it

@@ -57,7 +57,9 @@ export function hostRows(hosts: CalendarHost[], groupBy: string): HostRow[] {
   const groups = new Map<string, CalendarHost[]>();
   for (const h of hosts) {
     const value = h.properties[groupBy] ?? (groupBy in h ? String((h as unknown as Record<string, unknown>)[groupBy]) : '(none)');
-    groups.set(value, [...(groups.get(value) ?? []), h]);
+    const members = groups.get(value);
+    if (members) members.push(h);
+    else groups.set(value, [h]);
   }
   return [...groups.entries()]
     .sort(([a], [b]) => a.localeCompare(b, undefined, { numeric: true }))
@@ -114,7 +116,25 @@ export function providerRows(providers: CalendarProvider[]): ProviderRow[] {
 }
 
 /** A provider's booked amount of one class over time: the steps (from each instant on, how much is booked, and how much of it is the caller's). */
-export function usageSteps(usage: CalendarUsage[], resourceClass: string): Array<{ at: number; total: number; mine: number }> {
+export type UsageSteps = Array<{ at: number; total: number; mine: number }>;
+
+/** Per provider, the steps of its main class: computed once per answer, not at every paint. */
+export function usageStepsByProvider(window: CalendarWindow): Map<string, UsageSteps> {
+  const usage = new Map<string, CalendarUsage[]>();
+  for (const u of window.usage) {
+    const list = usage.get(u.provider_uuid);
+    if (list) list.push(u);
+    else usage.set(u.provider_uuid, [u]);
+  }
+  const steps = new Map<string, UsageSteps>();
+  for (const p of window.providers) {
+    const resourceClass = mainClass(p);
+    if (resourceClass) steps.set(p.uuid, usageSteps(usage.get(p.uuid) ?? [], resourceClass));
+  }
+  return steps;
+}
+
+export function usageSteps(usage: CalendarUsage[], resourceClass: string): UsageSteps {
   const changes = new Map<number, { total: number; mine: number }>();
   const add = (at: number, total: number, mine: number) => {
     const c = changes.get(at) ?? { total: 0, mine: 0 };
@@ -139,11 +159,10 @@ export function usageSteps(usage: CalendarUsage[], resourceClass: string): Array
     });
 }
 
-export function paintProviderRow(ctx: CanvasRenderingContext2D, usage: CalendarUsage[] | undefined, row: ProviderRow, g: RowGeometry, viewStart: number, viewEnd: number): void {
+export function paintProviderRow(ctx: CanvasRenderingContext2D, steps: UsageSteps | undefined = [], row: ProviderRow, g: RowGeometry, viewStart: number, viewEnd: number): void {
   const provider = row.provider!;
   const resourceClass = mainClass(provider)!;
   const capacity = provider.capacity[resourceClass] || 1;
-  const steps = usageSteps(usage ?? [], resourceClass);
   const pad = 3;
   const inner = g.height - 2 * pad;
   ctx.fillStyle = provider.usable ? '#e6f2ec' : '#f1e3e3';
@@ -164,9 +183,8 @@ export function paintProviderRow(ctx: CanvasRenderingContext2D, usage: CalendarU
 }
 
 /** "12 of 16 vCPUs booked" at an instant. */
-export function describeUsage(usage: CalendarUsage[] | undefined, provider: CalendarProvider, atMs: number): string {
+export function describeUsage(steps: UsageSteps | undefined = [], provider: CalendarProvider, atMs: number): string {
   const resourceClass = mainClass(provider)!;
-  const steps = usageSteps(usage ?? [], resourceClass);
   let booked = 0;
   for (const s of steps) if (s.at <= atMs) booked = s.total;
   return `${provider.name}: ${booked} of ${provider.capacity[resourceClass]} ${unitOf(resourceClass)} booked${provider.usable ? '' : ' (not usable now)'}`;
