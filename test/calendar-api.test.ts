@@ -3,6 +3,7 @@
  * project's bookings say only `reserved`; private capabilities are the admins'), bounded and validated.
  */
 import { randomUUID } from 'node:crypto';
+import { MAX_CALENDAR_BOOKINGS } from '../src/api/calendar';
 import { physicalHostPlugin } from '../src/resources/physical-host';
 import { blazarHostReservation } from './support/builders';
 import { insertHost } from './support/hosts';
@@ -93,6 +94,25 @@ describe('GET /v1/calendar', () => {
     const cpus = await alpha('GET', window({ resource_properties: '["==", "$gpu", "none"]' }));
     expect(cpus.body.hosts.map((h: { id: string }) => h.id)).toEqual([hostIds['cpu-1'], hostIds['cpu-2']]);
     expect(cpus.body.bookings.every((b: { reserved?: boolean }) => b.reserved)).toBe(true);
+  });
+
+  it('cuts an answer past its booking limit short, and says so', async () => {
+    // 30 001 one-minute bookings of cpu-2 a week after the others (more than one answer holds).
+    const from = day + 7 * DAY;
+    await stack().db.pool.query(
+      `INSERT INTO host_allocations (host_id, reservation_id, lease_id, project_id, during, blocks, booking_key)
+       SELECT $1, gen_random_uuid(), gen_random_uuid(), 'gamma', tstzrange(t, t + interval '1 minute'), tstzrange(t, t + interval '1 minute'), 'many'
+       FROM generate_series(to_timestamp($2 / 1000.0), to_timestamp($2 / 1000.0) + interval '30000 minutes', interval '1 minute') AS t`,
+      [hostIds['cpu-2'], from],
+    );
+    const res = await alpha('GET', window({ start: iso(from), end: iso(from + 30 * DAY) }));
+    expect(res.status).toBe(200);
+    expect(res.body.bookings).toHaveLength(MAX_CALENDAR_BOOKINGS);
+    expect(res.body).toMatchObject({ truncated: true, note: expect.stringContaining(`more than ${MAX_CALENDAR_BOOKINGS} bookings`) });
+    const fewer = await alpha('GET', window({ start: iso(from), end: iso(from + DAY) }));
+    expect(fewer.body.truncated).toBeUndefined();
+    expect(fewer.body.bookings).toHaveLength(24 * 60);
+    await stack().db.pool.query(`DELETE FROM host_allocations WHERE booking_key = 'many'`);
   });
 
   it('refuses bad windows and queries with a 400 that names the problem', async () => {

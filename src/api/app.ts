@@ -96,11 +96,14 @@ export function createApp(deps: AppDeps): express.Express {
 
   app.use(checkRequestInput); // control characters, lone surrogates, deep nesting: 400 before any route
   app.use(versionsRouter(config.api.publicUrl));
-  app.use('/calendar', calendarPage({
+  app.use(
+    '/calendar',
+    calendarPage({
       authStrategy: config.api.authStrategy,
       noauthProjectId: config.api.noauthProjectId,
       issueUserToken: deps.openstack && ((login) => openstackOf(deps)().keystone.issueUserToken(login, { timeoutMs: config.api.authTimeoutMs })),
-    }));
+    }),
+  );
   const calendar = deps.calendar ?? hostCalendar(deps.pool, config);
   app.use(
     '/v1',
