@@ -1,4 +1,5 @@
 import { Client, Connection } from '@temporalio/client';
+import { msToTs, tsToMs } from '@temporalio/common/lib/time';
 import { encodeSearchAttributeIndexedValueType } from '@temporalio/common/lib/search-attributes';
 import type { Config } from './config';
 import { LEASE_SEARCH_ATTRIBUTES } from './domain/search-attributes';
@@ -23,4 +24,60 @@ export async function ensureSearchAttributes(connection: Connection, namespace: 
     searchAttributes: Object.fromEntries(missing.map((key) => [key.name, encodeSearchAttributeIndexedValueType(key.type)!])),
   });
   return missing.map((key) => key.name);
+}
+
+export interface PreparedNamespace {
+  /** What was done, one line each (nothing when everything was already there). */
+  changes: string[];
+  retentionDays: number;
+  /** How long until a visibility query on the lease attributes answered (the namespace cache). */
+  readyAfterMs: number;
+}
+
+const isNotFound = (err: unknown) => (err as { code?: number }).code === 5; // gRPC NOT_FOUND
+
+/**
+ * Prepares a namespace on an existing Temporal for leasekeeper (`npm run temporal:prepare`):
+ * creates it with the retention if it is missing (or sets the retention when asked), registers
+ * the lease search attributes, and waits until a visibility query on them answers, since a
+ * server's namespace cache takes a few seconds to see new attributes. Safe to run again.
+ */
+export async function prepareNamespace(connection: Connection, options: { namespace: string; retentionDays?: number; timeoutMs?: number }): Promise<PreparedNamespace> {
+  const { namespace } = options;
+  const changes: string[] = [];
+  let retentionMs: number | undefined;
+  try {
+    const described = await connection.workflowService.describeNamespace({ namespace });
+    retentionMs = tsToMs(described.config?.workflowExecutionRetentionTtl);
+    if (options.retentionDays !== undefined && retentionMs !== options.retentionDays * 86_400_000) {
+      await connection.workflowService.updateNamespace({ namespace, config: { workflowExecutionRetentionTtl: msToTs(options.retentionDays * 86_400_000) } });
+      changes.push(`retention of namespace ${namespace}: ${retentionMs / 86_400_000} → ${options.retentionDays} days`);
+      retentionMs = options.retentionDays * 86_400_000;
+    }
+  } catch (err) {
+    if (!isNotFound(err)) throw err;
+    retentionMs = (options.retentionDays ?? 30) * 86_400_000;
+    await connection.workflowService.registerNamespace({ namespace, workflowExecutionRetentionPeriod: msToTs(retentionMs) });
+    changes.push(`created namespace ${namespace} (retention ${retentionMs / 86_400_000} days)`);
+  }
+  const started = Date.now();
+  const deadline = started + (options.timeoutMs ?? 60_000);
+  /** Runs `step` until it succeeds; failures `retryable` says are passing are tried again until the deadline. */
+  const untilDone = async <T>(step: () => Promise<T>, retryable: (err: unknown) => boolean): Promise<T> => {
+    for (;;) {
+      try {
+        return await step();
+      } catch (err) {
+        if (!retryable(err) || Date.now() > deadline) throw err;
+        await new Promise((resolve) => setTimeout(resolve, 250));
+      }
+    }
+  };
+  // A namespace just made is not seen at once by every frontend; a refusal (e.g. over SQL visibility's limits) is final.
+  const added = await untilDone(() => ensureSearchAttributes(connection, namespace), isNotFound);
+  if (added.length > 0) changes.push(`registered search attributes ${added.join(', ')}`);
+  // Every lease attribute in one query: it answers once the namespace cache has them all.
+  const client = new Client({ connection, namespace });
+  await untilDone(() => client.workflow.count(LEASE_SEARCH_ATTRIBUTES.map((key) => `${key.name} IS NULL`).join(' AND ')), () => true);
+  return { changes, retentionDays: (retentionMs ?? 0) / 86_400_000, readyAfterMs: Date.now() - started };
 }

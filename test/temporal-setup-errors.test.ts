@@ -2,14 +2,18 @@
  * A Temporal set up without what leasekeeper needs (its namespace; the lease search attributes):
  * a create is a 503 that names the missing piece and the fix, not a bare "unavailable" or a 500.
  */
+import { spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
+import path from 'node:path';
 import type { AddressInfo } from 'node:net';
 import type { Server } from 'node:http';
 import { Client } from '@temporalio/client';
-import { msToTs } from '@temporalio/common/lib/time';
+import { msToTs, tsToMs } from '@temporalio/common/lib/time';
 import pino from 'pino';
 import { createApp } from '../src/api/app';
 import { pluginRegistry } from '../src/domain/resource-plugin';
+import { LEASE_SEARCH_ATTRIBUTES } from '../src/domain/search-attributes';
+import { REPO_ROOT } from '../src/paths';
 import { physicalHostPlugin } from '../src/resources/physical-host';
 import { blazarHostReservation } from './support/builders';
 import { apiClient, eventually, inSeconds, useTestStack } from './support/stack';
@@ -45,7 +49,7 @@ describe('Temporal without what leasekeeper needs', () => {
     const namespace = `missing-${randomUUID().slice(0, 8)}`;
     const res = await create(await apiOn(namespace));
     expect(res.status).toBe(503);
-    expect(res.body.error_message).toBe(`Temporal has no namespace "${namespace}" (TEMPORAL_NAMESPACE): create it with \`temporal operator namespace create --namespace ${namespace}\`, or name one it has`);
+    expect(res.body.error_message).toBe(`Temporal has no namespace "${namespace}" (TEMPORAL_NAMESPACE): prepare it with \`TEMPORAL_NAMESPACE=${namespace} npm run temporal:prepare\` (or \`temporal operator namespace create --namespace ${namespace}\`), or name one it has`);
   });
 
   it('names the search attribute a namespace lacks', async () => {
@@ -58,6 +62,54 @@ describe('Temporal without what leasekeeper needs', () => {
       return answer.body?.error_message?.startsWith('Temporal has no namespace') ? undefined : answer;
     }, 30_000);
     expect(res.status).toBe(503);
-    expect(res.body.error_message).toMatch(/^Temporal's namespace has no search attribute (LeaseStatus|ProjectId|LeaseStart|LeaseEnd|ResourceTypes), which every lease workflow carries: /);
+    expect(res.body.error_message).toMatch(/^Temporal's namespace has no search attribute (LeaseStatus|ProjectId|LeaseStart|LeaseEnd|ResourceTypes), which every lease workflow carries: .*`npm run temporal:prepare`/);
   }, 60_000);
+
+  describe('npm run temporal:prepare', () => {
+    /** The built command, as an operator runs it, against the test Temporal. */
+    const prepare = (namespace: string, ...args: string[]) =>
+      new Promise<{ code: number | null; output: string }>((resolve) => {
+        const env = { ...process.env, TEMPORAL_ADDRESS: stack().config.temporal.address, TEMPORAL_NAMESPACE: namespace };
+        const child = spawn(process.execPath, [path.join(REPO_ROOT, 'dist', 'scripts', 'prepare-temporal.js'), ...args], { env, stdio: ['ignore', 'pipe', 'pipe'] });
+        let output = '';
+        child.stdout.on('data', (chunk: Buffer) => (output += chunk.toString()));
+        child.stderr.on('data', (chunk: Buffer) => (output += chunk.toString()));
+        child.on('exit', (code) => resolve({ code, output }));
+      });
+
+    it('creates the namespace with its retention and the lease search attributes, ready for queries; again, it changes nothing', async () => {
+      const namespace = `prepared-${randomUUID().slice(0, 8)}`;
+      const first = await prepare(namespace, '--retention-days', '3');
+      expect(first.code).toBe(0);
+      expect(first.output).toContain(`temporal:prepare: created namespace ${namespace} (retention 3 days)`);
+      expect(first.output).toContain('temporal:prepare: registered search attributes LeaseStatus, ProjectId, LeaseStart, LeaseEnd, ResourceTypes');
+      expect(first.output).toMatch(new RegExp(`namespace ${namespace} ready \\(retention 3 days; lease search attributes answer queries after \\d+ ms\\)`));
+      const { connection } = stack().temporal;
+      const described = await connection.workflowService.describeNamespace({ namespace });
+      expect(tsToMs(described.config?.workflowExecutionRetentionTtl)).toBe(3 * 86_400_000);
+      const { customAttributes } = await connection.operatorService.listSearchAttributes({ namespace });
+      expect(Object.keys(customAttributes ?? {})).toEqual(expect.arrayContaining(LEASE_SEARCH_ATTRIBUTES.map((key) => key.name)));
+      // Ready means ready: a query on the lease attributes answers at once.
+      await expect(new Client({ connection, namespace }).workflow.count('LeaseStatus = "ACTIVE" AND ProjectId = "p"')).resolves.toMatchObject({ count: 0 });
+
+      const again = await prepare(namespace);
+      expect(again.code).toBe(0);
+      expect(again.output).toContain(`temporal:prepare: namespace ${namespace} was already prepared`);
+      const longer = await prepare(namespace, '--retention-days', '7');
+      expect(longer.output).toContain(`temporal:prepare: retention of namespace ${namespace}: 3 → 7 days`);
+    }, 90_000);
+
+    it('refuses a bad retention and an unreachable Temporal in one line, with exit code 1', async () => {
+      const bad = await prepare('whatever', '--retention-days', '0');
+      expect(bad).toEqual({ code: 1, output: 'temporal:prepare: --retention-days: expected a whole number of days, 1 to 3650\n' });
+      const unreachable = await new Promise<{ code: number | null; output: string }>((resolve) => {
+        const child = spawn(process.execPath, [path.join(REPO_ROOT, 'dist', 'scripts', 'prepare-temporal.js')], { env: { ...process.env, TEMPORAL_ADDRESS: '127.0.0.1:9' }, stdio: ['ignore', 'pipe', 'pipe'] });
+        let output = '';
+        child.stderr.on('data', (chunk: Buffer) => (output += chunk.toString()));
+        child.on('exit', (code) => resolve({ code, output }));
+      });
+      expect(unreachable.code).toBe(1);
+      expect(unreachable.output).toMatch(/^temporal:prepare: .+\n$/);
+    }, 30_000);
+  });
 });

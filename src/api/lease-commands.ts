@@ -59,14 +59,14 @@ function toApiError(err: unknown, timeoutMs: number): ApiError {
   if (isPastDeadline(err)) return noAnswerInTime(timeoutMs);
   // Temporal set up without what leasekeeper needs: an operator's fix, named, not an outage to retry.
   if (err instanceof NamespaceNotFoundError) {
-    return new ApiError(503, `Temporal has no namespace ${JSON.stringify(err.namespace)} (TEMPORAL_NAMESPACE): create it with \`temporal operator namespace create --namespace ${err.namespace}\`, or name one it has`, 503, undefined, err);
+    return new ApiError(503, `Temporal has no namespace ${JSON.stringify(err.namespace)} (TEMPORAL_NAMESPACE): prepare it with \`TEMPORAL_NAMESPACE=${err.namespace} npm run temporal:prepare\` (or \`temporal operator namespace create --namespace ${err.namespace}\`), or name one it has`, 503, undefined, err);
   }
   if (isGrpcServiceError(err)) {
     const attribute = GRPC_REFUSED_REQUEST.has(err.code) ? /no mapping defined for search attribute (\S+)/.exec(err.message)?.[1] : undefined;
     if (attribute !== undefined) {
       return new ApiError(
         503,
-        `Temporal's namespace has no search attribute ${attribute}, which every lease workflow carries: the worker registers the lease search attributes when it starts (with operator rights), or register them by hand (README, "Using servers you already have"), then try again`,
+        `Temporal's namespace has no search attribute ${attribute}, which every lease workflow carries: the worker registers the lease search attributes when it starts (with operator rights), or \`npm run temporal:prepare\` does, then try again`,
         503,
         undefined,
         err,
