@@ -65,6 +65,8 @@ describe('GET /v1/calendar', () => {
     expect(text).not.toContain('beta-secret-experiment');
     expect(text).not.toContain(betaLease);
     expect(text).not.toContain('"beta"');
+    // Its own project's leases in the window, whatever they book; none of another project's.
+    expect(res.body.leases).toEqual([{ id: alphaLease, name: 'alpha-gpu-run', status: 'PENDING', start_ms: day + 10 * 3_600_000, end_ms: day + 12 * 3_600_000 }]);
     // The private capability is unknown to a member, and known to an admin.
     expect(res.body.hosts[0].properties).toEqual({ gpu: 'a100' });
     // The quantities: own with the lease, the other project's without.
@@ -109,6 +111,7 @@ describe('GET /v1/calendar', () => {
     expect(res.status).toBe(200);
     expect(res.body.bookings).toHaveLength(MAX_CALENDAR_BOOKINGS);
     expect(res.body).toMatchObject({ truncated: true, note: expect.stringContaining(`more than ${MAX_CALENDAR_BOOKINGS} bookings`) });
+    expect(res.body.leases).toEqual([]); // alpha has none that week
     const fewer = await alpha('GET', window({ start: iso(from), end: iso(from + DAY) }));
     expect(fewer.body.truncated).toBeUndefined();
     expect(fewer.body.bookings).toHaveLength(24 * 60);

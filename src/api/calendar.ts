@@ -1,8 +1,8 @@
 /**
  * Our extension behind the calendar page: `GET /v1/calendar?start=…&end=…[&hypervisor_properties=…][&resource_properties=…]`,
  * everything the page draws for one visible window in one answer: the matching reservable hosts and
- * their bookings, and the Placement providers (servers' compute capacity, bandwidth) with the
- * quantities booked on them. Instants are epoch milliseconds (the page does arithmetic on them).
+ * their bookings, the Placement providers (servers' compute capacity, bandwidth) with the
+ * quantities booked on them, and the caller's project's own leases in the window. Instants are epoch milliseconds (the page does arithmetic on them).
  *
  * Same policy as the rest of the API: a caller's own project's bookings (every booking for an admin)
  * carry their lease's id, name and status; another project's say only `reserved`. Private host
@@ -11,6 +11,7 @@
 import { Router } from 'express';
 import { z } from 'zod';
 import { hostBookingsInWindow, quantityBookingsInWindow, type HostBookingInWindow, type QuantityBookingInWindow } from '../db/calendar-window';
+import { listLeases } from '../db/leases';
 import type { Pool } from '../db/pool';
 import type { HostCalendar } from '../resources/physical-host/calendar';
 import { propertyQueryParam } from '../resources/shared/params';
@@ -30,6 +31,8 @@ const calendarQuery = z.strictObject({
 export const MAX_CALENDAR_WINDOW_MS = 93 * 86_400_000;
 /** Bookings of each kind in one answer (~120 bytes of JSON each): past it the answer says `truncated`. */
 export const MAX_CALENDAR_BOOKINGS = 30_000;
+/** The caller's own leases in the window (those without bookings too: a lease of no resources, or being set up). */
+export const MAX_CALENDAR_LEASES = 500;
 
 type LeaseColumns = Pick<HostBookingInWindow, 'lease_id' | 'reservation_id' | 'project_id' | 'lease_name' | 'status' | 'start_ms' | 'end_ms'>;
 
@@ -58,11 +61,12 @@ export function calendarRouter(deps: { pool: Pool; calendar: HostCalendar }): Ro
     await refusePrivateProperties(deps.pool, identity, [queries.resource_properties]);
     const hosts = await deps.calendar.matchingHosts(queries);
     const window = { fromMs: start, toMs: end, limit: MAX_CALENDAR_BOOKINGS + 1 };
-    const [hostBookings, quantities] = await Promise.all([
+    const [hostBookings, quantities, ownLeases] = await Promise.all([
       hostBookingsInWindow(deps.pool, { ...window, hostIds: hosts.map((h) => h.id) }),
       quantityBookingsInWindow(deps.pool, window),
+      listLeases(deps.pool, { projectId: identity.projectId, from: start, to: end, limit: MAX_CALENDAR_LEASES }),
     ]);
-    const truncated = hostBookings.length > MAX_CALENDAR_BOOKINGS || quantities.bookings.length > MAX_CALENDAR_BOOKINGS;
+    const truncated = hostBookings.length > MAX_CALENDAR_BOOKINGS || quantities.bookings.length > MAX_CALENDAR_BOOKINGS || ownLeases.length > MAX_CALENDAR_LEASES;
     res.json({
       start_ms: start,
       end_ms: end,
@@ -78,7 +82,9 @@ export function calendarRouter(deps: { pool: Pool; calendar: HostCalendar }): Ro
       bookings: hostBookings.slice(0, MAX_CALENDAR_BOOKINGS).map((b) => ({ host_id: b.host_id, ...(b.shared ? { shared: true } : {}), ...visibleLease(identity, b) })),
       providers: quantities.providers.map((p) => ({ uuid: p.uuid, name: p.name, host: p.host, kind: p.kind, capacity: p.capacity, usable: p.usable })),
       usage: quantities.bookings.slice(0, MAX_CALENDAR_BOOKINGS).map((b: QuantityBookingInWindow) => ({ provider_uuid: b.provider_uuid, amounts: b.amounts, ...visibleLease(identity, b) })),
-      ...(truncated ? { truncated: true, note: `more than ${MAX_CALENDAR_BOOKINGS} bookings in the window: showing the first; narrow the window or the hosts` } : {}),
+      // The caller's project's leases overlapping the window, booked or not.
+      leases: ownLeases.slice(0, MAX_CALENDAR_LEASES).map((l) => ({ id: l.id, name: l.name, status: l.status, start_ms: l.startMs, end_ms: l.endMs })),
+      ...(truncated ? { truncated: true, note: `more than ${MAX_CALENDAR_BOOKINGS} bookings or ${MAX_CALENDAR_LEASES} of your leases in the window: showing the first; narrow the window or the hosts` } : {}),
     });
   });
 

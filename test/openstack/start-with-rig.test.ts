@@ -54,7 +54,7 @@ describe('npm start with the loopback OpenStack', () => {
         const listed = page.getByRole('region', { name: 'Your leases in view' }).getByRole('listitem').filter({ hasText: created.body.lease.name });
         await expect(listed.textContent()).resolves.toContain('ACTIVE');
         await listed.getByRole('link').click();
-        await expect(page.locator('dl.facts').textContent()).resolves.toContain(host);
+        await page.locator('dl.facts').getByText(host, { exact: true }).waitFor(); // the lease's hosts, read after the lease
       } finally {
         await browser.close();
       }

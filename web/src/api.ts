@@ -51,6 +51,8 @@ export interface CalendarWindow {
   bookings: CalendarBooking[];
   providers: CalendarProvider[];
   usage: CalendarUsage[];
+  /** The caller's project's own leases overlapping the window (booked or not). */
+  leases: Array<{ id: string; name: string; status: string; start_ms: number; end_ms: number }>;
   truncated?: boolean;
   note?: string;
 }

@@ -132,11 +132,7 @@ export function CalendarView(props: { credentials: Credentials }) {
     }
   }, [data, rows, providers, viewStart, viewEnd, ghosts]);
 
-  const myLeases = useMemo(() => {
-    const seen = new Map<string, CalendarBooking>();
-    for (const b of data?.bookings ?? []) if (b.lease_id && b.mine && b.end_ms > viewStart && b.start_ms < viewEnd && !seen.has(b.lease_id)) seen.set(b.lease_id, b);
-    return [...seen.values()].sort((a, b) => a.start_ms - b.start_ms);
-  }, [data, viewStart, viewEnd]);
+  const myLeases = useMemo(() => (data?.leases ?? []).filter((l) => l.end_ms > viewStart && l.start_ms < viewEnd).sort((a, b) => a.start_ms - b.start_ms), [data, viewStart, viewEnd]);
 
   const go = (to: number) => setViewStart(to);
   return (
@@ -230,9 +226,9 @@ export function CalendarView(props: { credentials: Credentials }) {
           <p>None.</p>
         ) : (
           <ul>
-            {myLeases.map((b) => (
-              <li key={b.lease_id}>
-                <a href={`#/leases/${b.lease_id}`}>{b.lease_name}</a> <span class={`badge status-${b.status}`}>{b.status}</span> {formatRange(b.start_ms, b.end_ms)}
+            {myLeases.map((l) => (
+              <li key={l.id}>
+                <a href={`#/leases/${l.id}`}>{l.name}</a> <span class={`badge status-${l.status}`}>{l.status}</span> {formatRange(l.start_ms, l.end_ms)}
               </li>
             ))}
           </ul>
