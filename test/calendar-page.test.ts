@@ -92,8 +92,8 @@ describe('the calendar page in Chromium', () => {
   const pointOf = (hostName: string, ms: number) => pointIn('gantt', hosts.indexOf(hostName), ms, -7);
 
   /** Where an instant on a row of a timeline (gantt, capacity) is, in canvas pixels: the row's middle, or `dy` from it. */
-  async function pointIn(timeline: 'gantt' | 'capacity', row: number, ms: number, dy = 0): Promise<{ x: number; y: number }> {
-    const gantt = page.getByTestId(timeline);
+  async function pointIn(timeline: 'gantt' | 'capacity', row: number, ms: number, dy = 0, on: Page = page): Promise<{ x: number; y: number }> {
+    const gantt = on.getByTestId(timeline);
     const attr = async (name: string) => Number(await gantt.getAttribute(`data-${name}`));
     const [start, end, labelWidth, axisHeight, rowHeight] = await Promise.all(['view-start', 'view-end', 'label-width', 'axis-height', 'row-height'].map(attr));
     const width = (await gantt.boundingBox())!.width;
@@ -241,12 +241,9 @@ describe('the calendar page in Chromium', () => {
       await phone.getByLabel('admin').uncheck();
       await phone.getByRole('button', { name: 'Sign in' }).tap();
       await phone.waitForFunction(() => performance.getEntriesByName('calendar-drawn').length > 0);
-      const gantt = phone.getByTestId('gantt');
-      const attr = async (name: string) => Number(await gantt.getAttribute(`data-${name}`));
-      const [start, end, labelWidth, axisHeight, rowHeight] = await Promise.all(['view-start', 'view-end', 'label-width', 'axis-height', 'row-height'].map(attr));
-      const box = (await gantt.boundingBox())!;
-      const x = labelWidth + ((day + 19 * HOUR - start) / (end - start)) * (box.width - labelWidth);
-      await phone.touchscreen.tap(box.x + x, box.y + axisHeight + hosts.indexOf('gpu-2') * rowHeight + rowHeight / 2);
+      const box = (await phone.getByTestId('gantt').boundingBox())!;
+      const bar = await pointIn('gantt', hosts.indexOf('gpu-2'), day + 19 * HOUR, 0, phone);
+      await phone.touchscreen.tap(box.x + bar.x, box.y + bar.y);
       await phone.getByRole('heading', { name: /alpha-found-slot/ }).waitFor();
       await phone.getByRole('button', { name: 'Delete' }).tap();
       await phone.getByRole('list', { name: 'Legend' }).waitFor(); // back on the calendar

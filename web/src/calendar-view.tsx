@@ -1,9 +1,10 @@
 /** The calendar: hosts × time, servers' and bandwidth's booked share, and "find a slot". */
+import type { RefObject } from 'preact';
 import { useEffect, useMemo, useRef, useState } from 'preact/hooks';
 import { ApiFailure, fetchCalendar, type CalendarBooking, type CalendarWindow, type Credentials } from './api';
 import { bookingsByHost, describeBooking, describeUsage, hostRows, paintHostRow, paintProviderRow, providerRows, STATUS_COLORS, RESERVED_COLOR, usageStepsByProvider, type Ghost, type HostRow, type ProviderRow, type UsageSteps } from './paint';
 import { FindSlot } from './find-slot';
-import { AXIS_HEIGHT, LABEL_WIDTH, Timeline } from './timeline';
+import { AXIS_HEIGHT, LABEL_WIDTH, ROW_HEIGHT, Timeline } from './timeline';
 import { formatRange, formatWhen, viewStartAround, ZOOM_SPAN, type Zoom } from './time';
 
 /** How far around the view a load reaches, so that scrolling a little needs no new load. */
@@ -102,7 +103,7 @@ export function CalendarView(props: { credentials: Credentials }) {
         describe: (row, at) => `${formatWhen(at)} · ${describeUsage(latest.current.byProvider.get(row.key), row.provider!, at)}`,
         onDescribe: setStatus,
       },
-      24,
+      ROW_HEIGHT,
       () => Math.max(120, Math.round(window.innerHeight * 0.3)),
     );
     return () => {
@@ -202,20 +203,13 @@ export function CalendarView(props: { credentials: Credentials }) {
         </h2>
         <Legend />
         {data && data.hosts.length === 0 && <p class="note">{query ? 'No reservable host matches the filter.' : 'No reservable host yet: an admin enrols hosts with `blazar host-create`.'}</p>}
-        <div class="canvas-holder">
-          <canvas
-            ref={ganttCanvas}
-            tabIndex={0}
-            role="img"
-            data-testid="gantt"
-            data-view-start={viewStart}
-            data-view-end={viewEnd}
-            data-label-width={LABEL_WIDTH}
-            data-axis-height={AXIS_HEIGHT}
-            data-row-height={gantt.current?.rowHeight ?? 24}
-            aria-label={`Hosts over time, ${formatRange(viewStart, viewEnd)}. Arrow keys move in time and through hosts; + and - zoom. Your leases in view are listed below.`}
-          />
-        </div>
+        <TimelineCanvas
+          canvasRef={ganttCanvas}
+          testId="gantt"
+          viewStart={viewStart}
+          viewEnd={viewEnd}
+          label={`Hosts over time, ${formatRange(viewStart, viewEnd)}. Arrow keys move in time and through hosts; + and - zoom. Your leases in view are listed below.`}
+        />
         <p class="status" aria-live="polite">
           {status || '\u00a0'}
         </p>
@@ -249,20 +243,38 @@ export function CalendarView(props: { credentials: Credentials }) {
           Servers and bandwidth <span class="count">booked share of each provider's capacity (yours in green)</span>
         </h2>
         {data && providers.length === 0 && <p>No compute or bandwidth provider is known yet (they are read from Placement when a server or bandwidth reservation is first made).</p>}
-        <div class="canvas-holder" hidden={providers.length === 0}>
-          <canvas
-            ref={capacityCanvas}
-            tabIndex={0}
-            role="img"
-            data-testid="capacity"
-            data-view-start={viewStart}
-            data-view-end={viewEnd}
-            data-label-width={LABEL_WIDTH}
-            data-axis-height={AXIS_HEIGHT}
-            data-row-height={capacity.current?.rowHeight ?? 24}
-            aria-label="Booked share of each compute and bandwidth provider over time" />
-        </div>
+        <TimelineCanvas
+          canvasRef={capacityCanvas}
+          testId="capacity"
+          viewStart={viewStart}
+          viewEnd={viewEnd}
+          hidden={providers.length === 0}
+          label="Booked share of each compute and bandwidth provider over time"
+        />
       </section>
+    </div>
+  );
+}
+
+/**
+ * A timeline's canvas, focusable, described for screen readers, and carrying its geometry (the
+ * view, the label column, the axis, the row height) for tests and tools that locate a row and an instant.
+ */
+function TimelineCanvas(props: { canvasRef: RefObject<HTMLCanvasElement>; testId: string; viewStart: number; viewEnd: number; label: string; hidden?: boolean }) {
+  return (
+    <div class="canvas-holder" hidden={props.hidden}>
+      <canvas
+        ref={props.canvasRef}
+        tabIndex={0}
+        role="img"
+        data-testid={props.testId}
+        data-view-start={props.viewStart}
+        data-view-end={props.viewEnd}
+        data-label-width={LABEL_WIDTH}
+        data-axis-height={AXIS_HEIGHT}
+        data-row-height={ROW_HEIGHT}
+        aria-label={props.label}
+      />
     </div>
   );
 }

@@ -34,6 +34,7 @@ export interface TimelineHandlers<R extends Row> {
 }
 
 export const AXIS_HEIGHT = 38;
+export const ROW_HEIGHT = 24;
 export const LABEL_WIDTH = 190;
 
 const COLORS = {
@@ -63,7 +64,7 @@ export class Timeline<R extends Row> {
   constructor(
     readonly canvas: HTMLCanvasElement,
     private readonly handlers: TimelineHandlers<R>,
-    readonly rowHeight = 24,
+    readonly rowHeight = ROW_HEIGHT,
     private readonly maxHeight = () => Math.max(240, Math.round(window.innerHeight * 0.62)),
   ) {
     canvas.style.touchAction = 'none';
