@@ -8,6 +8,7 @@ import net from 'node:net';
 import type { AddressInfo } from 'node:net';
 import { createApiServer, type ServerLimits } from '../src/api/server';
 import { apiClient, useTestStack } from './support/stack';
+import { apiJson } from './support/http';
 import { testConfig } from './support/temporal';
 
 function listen(server: http.Server): Promise<number> {
@@ -59,7 +60,7 @@ describe('API exposure', () => {
     const lease = JSON.stringify({ name: 'csrf', start_date: 'now', end_date: '2099-01-01 10:00' });
     for (const type of ['text/plain;charset=UTF-8', 'application/x-www-form-urlencoded', 'multipart/form-data; boundary=x']) {
       const res = await fetch(`${stack().url}/v1/leases`, { method: 'POST', headers: { 'content-type': type }, body: lease });
-      expect([res.status, await res.json()]).toEqual([415, { error_code: 415, error_name: 415, error_message: `Unsupported Content-Type ${JSON.stringify(type)}: request bodies must be application/json` }]);
+      expect([res.status, await apiJson(res)]).toEqual([415, { error_code: 415, error_name: 415, error_message: `Unsupported Content-Type ${JSON.stringify(type)}: request bodies must be application/json` }]);
     }
     // JSON with a charset is JSON; requests without a body need no type.
     const invalid = await fetch(`${stack().url}/v1/leases`, { method: 'POST', headers: { 'content-type': 'application/json; charset=utf-8' }, body: '{}' });

@@ -8,7 +8,7 @@ import { createApp } from '../src/api/app';
 import { pluginRegistry } from '../src/domain/resource-plugin';
 import { createWorker, WORKFLOWS_PATH } from '../worker/create-worker';
 import { useMigratedTestDatabase } from './support/db';
-import { json } from './support/http';
+import { apiJson, json } from './support/http';
 import { freePort } from './support/ports';
 import { connectTestTemporal, testConfig } from './support/temporal';
 
@@ -97,12 +97,12 @@ describe('API health and error bodies', () => {
   it("answers unknown routes with Blazar's error body", async () => {
     const res = await fetch(`${url}/v1/nothing-here`);
     expect(res.status).toBe(404);
-    expect(await json(res)).toEqual({ error_code: 404, error_message: 'The resource could not be found: GET /v1/nothing-here', error_name: 404 });
+    expect(await apiJson(res)).toEqual({ error_code: 404, error_message: 'The resource could not be found: GET /v1/nothing-here', error_name: 404 });
   });
 
   it('answers malformed JSON with 400, not 500', async () => {
     const res = await fetch(`${url}/v1/leases`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"lease": ' });
     expect(res.status).toBe(400);
-    expect(await json(res)).toEqual({ error_code: 400, error_message: 'Malformed JSON in request body', error_name: 400 });
+    expect(await apiJson(res)).toEqual({ error_code: 400, error_message: 'Malformed JSON in request body', error_name: 400 });
   });
 });

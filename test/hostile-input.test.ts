@@ -20,7 +20,8 @@ import type { ResourcePlugin } from '../src/domain/resource-plugin';
 import { hostReservation } from './support/builders';
 import { insertHost } from './support/hosts';
 import { RecordingPlugin } from './support/recording-plugin';
-import { apiClient, eventually, inSeconds, useTestStack } from './support/stack';
+import { apiClient, eventually, inSeconds, useTestStack, type ApiCall } from './support/stack';
+import { withoutRequestId } from './support/http';
 
 const HOSTILE = 'must not contain control characters or invalid Unicode';
 
@@ -98,7 +99,7 @@ describe('hostile input: a clear 4xx at the edge, never a wedged lease', () => {
   async function raw(method: string, path: string, body: string, headers: Record<string, string> = {}) {
     const res = await fetch(`${stack().url}${path}`, { method, headers: { 'content-type': 'application/json', ...headers }, body });
     const text = await res.text();
-    return { status: res.status, body: text ? JSON.parse(text) : undefined };
+    return { status: res.status, body: withoutRequestId(res, text ? JSON.parse(text) : undefined) as ApiCall['body'] };
   }
 
   async function statusOf(id: string): Promise<string> {

@@ -8,6 +8,7 @@ import { authenticate, noAuth, type Authenticator } from './auth';
 import { ApiError, errorHandler, notFoundRoute } from './errors';
 import { checkHealth, checkWorker, sharedCheck } from './health';
 import { checkRequestInput } from './input-check';
+import { requestIds, requestLog } from './request-id';
 import type { OpenStackClients } from '../openstack';
 import { hostCalendar } from '../resources';
 import type { HostCalendar } from '../resources/physical-host/calendar';
@@ -47,10 +48,11 @@ export function createApp(deps: AppDeps): express.Express {
   app.set('etag', false);
   app.set('query parser', 'simple');
 
+  app.use(requestIds(log));
   app.use((req, res, next) => {
     const started = performance.now();
     res.on('finish', () => {
-      log.info({ method: req.method, path: req.originalUrl, status: res.statusCode, ms: Math.round(performance.now() - started) }, 'request');
+      requestLog(res, log).info({ method: req.method, path: req.originalUrl, status: res.statusCode, ms: Math.round(performance.now() - started) }, 'request');
     });
     next();
   });

@@ -4,7 +4,9 @@ import { ZodError, type z } from 'zod';
 import { LeaseErrorType } from '../domain/lease';
 import { databaseDataError, isDatabaseUnavailable } from '../db/pool';
 import { OpenStackConfigError, OpenStackError, publicMessage } from '../openstack/errors';
+import type { Logger } from '../log';
 import { describeIssues, requestWording } from './lease-schemas';
+import { requestIdOf, requestLog } from './request-id';
 
 /**
  * An error with Blazar's error body: `{"error_code": 404, "error_message": "...", "error_name": 404}`.
@@ -53,9 +55,15 @@ export const notFoundRoute: RequestHandler = (req, _res, next) => {
   next(new ApiError(404, `The resource could not be found: ${req.method} ${req.path}`));
 };
 
-/** Turns every error into Blazar's error body; anything unexpected is logged and becomes a 500 without internals. */
-export function errorHandler(log: { error: (obj: object, msg: string) => void }): ErrorRequestHandler {
+/**
+ * Turns every error into Blazar's error body, with the request's id (`request_id`, also in every
+ * log line of the request); anything unexpected is logged and becomes a 500 without internals.
+ */
+export function errorHandler(baseLog: Logger): ErrorRequestHandler {
   return (err: unknown, req, res, _next) => {
+    const log = requestLog(res, baseLog);
+    const requestId = requestIdOf(res);
+    const send = (status: number, body: object) => res.status(status).json({ ...body, ...(requestId ? { request_id: requestId } : {}) });
     if (res.headersSent) {
       // An answer already under way (a streamed list) cannot turn into an error answer: the connection is
       // ended abruptly, so that the client sees a broken body rather than valid but truncated JSON.
@@ -65,48 +73,48 @@ export function errorHandler(log: { error: (obj: object, msg: string) => void })
     }
     if (err instanceof ApiError) {
       if (err.cause !== undefined) log.error({ err: err.cause, method: req.method, path: req.path, status: err.status }, 'request failed');
-      res.status(err.status).json({ ...errorBody(err.status, err.message, err.errorName), ...err.extra });
+      send(err.status, { ...errorBody(err.status, err.message, err.errorName), ...err.extra });
       return;
     }
     const failureStatus = err instanceof ApplicationFailure ? STATUS_BY_FAILURE_TYPE[err.type ?? ''] : undefined;
     if (failureStatus) {
-      res.status(failureStatus).json(errorBody(failureStatus, (err as Error).message));
+      send(failureStatus, errorBody(failureStatus, (err as Error).message));
       return;
     }
     if (isDatabaseUnavailable(err)) {
       log.error({ err, method: req.method, path: req.path }, 'database unavailable');
-      res.status(503).json(errorBody(503, 'the database is unavailable: try again shortly'));
+      send(503, errorBody(503, 'the database is unavailable: try again shortly'));
       return;
     }
     // A parameter checked again deeper down (a resource type's schema): the request's fault, said as at the edge.
     if (err instanceof ZodError) {
       log.error({ err, method: req.method, path: req.path }, 'request refused by a schema past the API edge');
-      res.status(400).json(errorBody(400, describeIssues(err)));
+      send(400, errorBody(400, describeIssues(err)));
       return;
     }
     const dataError = databaseDataError(err);
     if (dataError) {
       log.error({ err, method: req.method, path: req.path }, 'the database refused a value of the request');
-      res.status(400).json(errorBody(400, `the database refused a value of the request: ${dataError}`));
+      send(400, errorBody(400, `the database refused a value of the request: ${dataError}`));
       return;
     }
     if (err instanceof OpenStackConfigError) {
-      res.status(503).json(errorBody(503, `OpenStack is not configured: ${err.message}`));
+      send(503, errorBody(503, `OpenStack is not configured: ${err.message}`));
       return;
     }
     if (err instanceof OpenStackError) {
-      log.error({ err, service: err.service, requestId: err.requestId }, 'OpenStack call failed');
-      res.status(502).json(errorBody(502, `OpenStack failed: ${publicMessage(err)}`));
+      log.error({ err, service: err.service, openstack_request_id: err.requestId }, 'OpenStack call failed');
+      send(502, errorBody(502, `OpenStack failed: ${publicMessage(err)}`));
       return;
     }
     // body-parser errors carry an HTTP status (malformed JSON, body too large, bad charset).
     const status = (err as { status?: unknown }).status;
     if (typeof status === 'number' && status >= 400 && status < 500) {
       const detail = (err as { type?: string }).type === 'entity.parse.failed' ? 'Malformed JSON in request body' : (err as Error).message;
-      res.status(status).json(errorBody(status, detail));
+      send(status, errorBody(status, detail));
       return;
     }
     log.error({ err, method: req.method, path: req.path }, 'unhandled API error');
-    res.status(500).json(errorBody(500, 'Internal server error: see the leasekeeper-api log'));
+    send(500, errorBody(500, `Internal server error: see the leasekeeper-api log${requestId ? ` (${requestId})` : ''}`));
   };
 }

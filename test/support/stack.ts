@@ -16,6 +16,7 @@ import type { OpenStackClients } from '../../src/openstack';
 import { pluginRegistry, type ResourcePlugin } from '../../src/domain/resource-plugin';
 import { createWorker, WORKFLOWS_PATH } from '../../worker/create-worker';
 import { createTestDatabase, type TestDatabase } from './db';
+import { withoutRequestId } from './http';
 import { connectTestTemporal, testConfig } from './temporal';
 
 export interface TestStack {
@@ -137,9 +138,10 @@ export function apiClient(url: string | (() => string), headers: Record<string, 
       body: body === undefined ? undefined : JSON.stringify(body),
     });
     const text = await res.text();
-    return { status: res.status, body: text ? JSON.parse(text) : undefined };
+    return { status: res.status, body: withoutRequestId(res, text ? JSON.parse(text) : undefined) };
   };
 }
+
 
 /** Polls until `check` returns a value (bounded); `explain` says what was not met when time runs out. */
 export async function eventually<T>(check: () => Promise<T | undefined>, timeoutMs = 30_000, intervalMs = 100, explain = () => 'condition not met'): Promise<T> {
