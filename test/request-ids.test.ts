@@ -51,7 +51,7 @@ describe('request ids', () => {
 
     const unavailable = await fetch(`${url}/v1/nothing`);
     const unavailableId = unavailable.headers.get('x-openstack-request-id');
-    expect((await unavailable.json()) as unknown).toMatchObject({ error_code: 404, request_id: unavailableId });
+    expect(await unavailable.json()).toMatchObject({ error_code: 404, request_id: unavailableId });
 
     await new Promise((resolve) => setImmediate(resolve)); // the answer's log line is written when it finishes
     expect(linesOf(okId)).toEqual([expect.objectContaining({ msg: 'request', method: 'GET', path: '/v1/leases', status: 200 })]);
@@ -76,7 +76,7 @@ describe('request ids', () => {
     // A database that fails unexpectedly (not an outage): the answer is a bare 500 with the id to look for.
     const broken = Object.assign(new Error('relation "leases" does not exist'), { code: '42P01' });
     const query = stack().db.pool.query.bind(stack().db.pool);
-    const spy = jest.spyOn(stack().db.pool, 'query').mockImplementation(((...args: unknown[]) => (String(args[0]).includes('FROM leases') ? Promise.reject(broken) : (query as (...a: unknown[]) => unknown)(...args))) as never);
+    const spy = jest.spyOn(stack().db.pool, 'query').mockImplementation(((...args: unknown[]) => (String(args[0]).includes('FROM leases') ? Promise.reject(broken) : (query as (...a: unknown[]) => unknown)(...args))));
     try {
       const res = await fetch(`${url}/v1/leases`);
       const id = res.headers.get('x-openstack-request-id')!;
