@@ -204,7 +204,7 @@ describe('authorization on every route', () => {
   it('every route of the API was checked above (or is public)', () => {
     const app = createApp({ config: stack().config, log: pino({ level: 'silent' }), pool: stack().db.pool, connection: stack().temporal.connection, client: stack().temporal.client, types: pluginRegistry([]) });
     // The calendar page's sign-in settings and its Keystone password sign-in (to the user's own token) need no identity.
-    const publicRoutes = new Set(['GET /', 'GET /versions', 'GET /healthz', 'GET /settings', 'POST /login']);
+    const publicRoutes = new Set(['GET /', 'GET /versions', 'GET /healthz', 'GET /metrics', 'GET /settings', 'POST /login']);
     const routes = routesOf((app as unknown as { router: RouterLike }).router);
     expect(routes.length).toBeGreaterThan(15);
     expect(routes.filter((r) => !publicRoutes.has(r) && !exercised.has(r))).toEqual([]);

@@ -8,6 +8,7 @@ import { authenticate, noAuth, type Authenticator } from './auth';
 import { ApiError, errorHandler, notFoundRoute } from './errors';
 import { checkHealth, checkWorker, sharedCheck } from './health';
 import { checkRequestInput } from './input-check';
+import { apiMetrics } from './metrics';
 import { requestIds, requestLog } from './request-id';
 import type { OpenStackClients } from '../openstack';
 import { hostCalendar } from '../resources';
@@ -49,6 +50,8 @@ export function createApp(deps: AppDeps): express.Express {
   app.set('query parser', 'simple');
 
   app.use(requestIds(log));
+  const metrics = apiMetrics({ pool: deps.pool });
+  app.use(metrics.measure);
   app.use((req, res, next) => {
     const started = performance.now();
     res.on('finish', () => {
@@ -96,6 +99,7 @@ export function createApp(deps: AppDeps): express.Express {
     res.status(health.status === 'ok' ? 200 : 503).json(health);
   });
 
+  app.get('/metrics', metrics.scrape); // Prometheus; like /healthz, without identity
   app.use(checkRequestInput); // control characters, lone surrogates, deep nesting: 400 before any route
   app.use(versionsRouter(config.api.publicUrl));
   app.use(
