@@ -15,7 +15,7 @@ import globalSetup from '../test/global-setup';
 import globalTeardown from '../test/global-teardown';
 import { launchChromium } from '../test/support/browser';
 import { insertHost } from '../test/support/hosts';
-import { insertHostBookingRows, insertLeaseRows } from '../test/support/lease-rows';
+import { insertHostBookingRows, insertLeaseRows, insertQuantityBookingRow } from '../test/support/lease-rows';
 import { startTestStack } from '../test/support/stack';
 
 const OUT = path.join(REPO_ROOT, 'docs', 'calendar.png');
@@ -60,11 +60,7 @@ async function main(): Promise<void> {
       const usage = [['cp-1', 'demo', { VCPU: 16 }, -10, 40], ['cp-1', 'bio', { VCPU: 32 }, 5, 70], ['cp-2', 'physics', { VCPU: 48 }, -20, 20], ['bw-1', 'demo', { NET_BW_EGR_KILOBIT_PER_SEC: 4_000_000 }, 0, 50]] as const;
       for (const [provider, projectId, amounts, startH, endH] of usage) {
         const owner = leases.find((l) => l.projectId === projectId)!;
-        await pool.query(
-          `INSERT INTO quantity_allocations (provider_uuid, reservation_id, lease_id, project_id, amounts, during, blocks, booking_key)
-           VALUES ($1, $2, $3, $4, $5, tstzrange(to_timestamp($6 / 1000.0), to_timestamp($7 / 1000.0)), tstzrange(to_timestamp($6 / 1000.0), to_timestamp($7 / 1000.0)), 'demo')`,
-          [provider, randomUUID(), owner.id, projectId, amounts, today + startH * HOUR, today + endH * HOUR],
-        );
+        await insertQuantityBookingRow(pool, { providerUuid: provider, leaseId: owner.id, projectId, amounts, startMs: today + startH * HOUR, endMs: today + endH * HOUR });
       }
 
       const context = await browser.newContext({ viewport: { width: 1360, height: 900 }, deviceScaleFactor: 1 });

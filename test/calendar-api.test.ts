@@ -2,11 +2,11 @@
  * GET /v1/calendar: what the calendar page draws for a window, under the API's policy (another
  * project's bookings say only `reserved`; private capabilities are the admins'), bounded and validated.
  */
-import { randomUUID } from 'node:crypto';
 import { MAX_CALENDAR_BOOKINGS } from '../src/api/calendar';
 import { physicalHostPlugin } from '../src/resources/physical-host';
 import { blazarHostReservation } from './support/builders';
 import { insertHost } from './support/hosts';
+import { insertQuantityBookingRow } from './support/lease-rows';
 import { apiClient, useTestStack } from './support/stack';
 
 const DAY = 86_400_000;
@@ -38,12 +38,8 @@ describe('GET /v1/calendar', () => {
     // Quantities on a compute provider: 4 vCPUs of alpha's, 8 of beta's.
     const pool = stack().db.pool;
     await pool.query(`INSERT INTO capacity_providers (uuid, name, host, kind, capacity) VALUES ('p-1', 'cpu-1', 'cpu-1', 'compute', '{"VCPU": 16, "MEMORY_MB": 32768}')`);
-    for (const [lease, project, vcpus] of [[alphaLease, 'alpha', 4], [betaLease, 'beta', 8]] as const) {
-      await pool.query(
-        `INSERT INTO quantity_allocations (provider_uuid, reservation_id, lease_id, project_id, amounts, during, blocks, booking_key)
-         VALUES ('p-1', $1, $2, $3, $4, tstzrange(to_timestamp($5 / 1000.0), to_timestamp($6 / 1000.0)), tstzrange(to_timestamp($5 / 1000.0), to_timestamp($6 / 1000.0)), 'k')`,
-        [randomUUID(), lease, project, { VCPU: vcpus }, day + 13 * 3_600_000, day + 14 * 3_600_000],
-      );
+    for (const [leaseId, projectId, vcpus] of [[alphaLease, 'alpha', 4], [betaLease, 'beta', 8]] as const) {
+      await insertQuantityBookingRow(pool, { providerUuid: 'p-1', leaseId, projectId, amounts: { VCPU: vcpus }, startMs: day + 13 * 3_600_000, endMs: day + 14 * 3_600_000 });
     }
   });
 

@@ -10,6 +10,7 @@ import { physicalHostPlugin } from '../src/resources/physical-host';
 import { AXE_SOURCE, artefactDir, launchChromium } from './support/browser';
 import { blazarHostReservation } from './support/builders';
 import { insertHost } from './support/hosts';
+import { insertQuantityBookingRow } from './support/lease-rows';
 import { apiClient, eventually, useTestStack } from './support/stack';
 
 const DAY = 86_400_000;
@@ -52,14 +53,10 @@ describe('the calendar page in Chromium', () => {
     await book(beta, 'beta-secret-experiment', 11, 15, blazarHostReservation({ min: 2, max: 2, resource_properties: '["==", "$gpu", "none"]' }));
     await book(alpha, 'alpha-to-extend', 13, 14, gpu());
     await book(beta, 'beta-holds-gpus', 16, 18, gpu({ min: 2, max: 2 }));
-    // A compute provider with 16 vCPUs: 8 booked by alpha's lease from 10:00 to 14:00, 4 by beta's from 11:00 to 15:00.
+    // A compute provider with 16 vCPUs: 8 booked by alpha's lease from 10:00 to 12:00, 4 by beta's from 11:00 to 15:00 (their windows).
     await stack().db.pool.query(`INSERT INTO capacity_providers (uuid, name, host, kind, capacity) VALUES ('p-1', 'cpu-3', 'cpu-3', 'compute', '{"VCPU": 16}')`);
-    for (const [lease, vcpus] of [[leases['alpha-gpu-run'], 8], [leases['beta-secret-experiment'], 4]] as const) {
-      await stack().db.pool.query(
-        `INSERT INTO quantity_allocations (provider_uuid, reservation_id, lease_id, project_id, amounts, during, blocks, booking_key)
-         SELECT 'p-1', gen_random_uuid(), l.id, l.project_id, $2, tstzrange(l.start_at, l.end_at), tstzrange(l.start_at, l.end_at), 'test' FROM leases l WHERE l.id = $1`,
-        [lease, { VCPU: vcpus }],
-      );
+    for (const [name, projectId, vcpus, startH, endH] of [['alpha-gpu-run', 'alpha', 8, 10, 12], ['beta-secret-experiment', 'beta', 4, 11, 15]] as const) {
+      await insertQuantityBookingRow(stack().db.pool, { providerUuid: 'p-1', leaseId: leases[name], projectId, amounts: { VCPU: vcpus }, startMs: day + startH * HOUR, endMs: day + endH * HOUR });
     }
     browser = await launchChromium();
     const context = await browser.newContext({ viewport: { width: 1400, height: 1000 }, deviceScaleFactor: 1, bypassCSP: true }); // bypassCSP: only so that axe-core can be injected

@@ -2,7 +2,8 @@
  * Our extension behind the calendar page: `GET /v1/calendar?start=…&end=…[&hypervisor_properties=…][&resource_properties=…]`,
  * everything the page draws for one visible window in one answer: the matching reservable hosts and
  * their bookings, the Placement providers (servers' compute capacity, bandwidth) with the
- * quantities booked on them, and the caller's project's own leases in the window. Instants are epoch milliseconds (the page does arithmetic on them).
+ * quantities booked on them, and the caller's project's own leases in the window. Instants are
+ * epoch milliseconds (the page does arithmetic on them).
  *
  * Same policy as the rest of the API: a caller's own project's bookings (every booking for an admin)
  * carry their lease's id, name and status; another project's say only `reserved`. Private host

@@ -22,3 +22,12 @@ export async function insertHostBookingRows(pool: Pool, bookings: Array<{ hostId
     [JSON.stringify(bookings.map((b) => ({ host: b.hostId, lease: b.lease.id, project: b.lease.projectId, s: b.lease.startMs, e: b.lease.endMs })))],
   );
 }
+
+/** A quantity booked on a Placement provider straight into the quantity calendar (quantity_allocations), no lead time. */
+export async function insertQuantityBookingRow(pool: Pool, booking: { providerUuid: string; leaseId: string; projectId: string; amounts: Record<string, number>; startMs: number; endMs: number }): Promise<void> {
+  await pool.query(
+    `INSERT INTO quantity_allocations (provider_uuid, reservation_id, lease_id, project_id, amounts, during, blocks, booking_key)
+     VALUES ($1, gen_random_uuid(), $2, $3, $4, tstzrange(to_timestamp($5 / 1000.0), to_timestamp($6 / 1000.0)), tstzrange(to_timestamp($5 / 1000.0), to_timestamp($6 / 1000.0)), 'inserted')`,
+    [booking.providerUuid, booking.leaseId, booking.projectId, booking.amounts, booking.startMs, booking.endMs],
+  );
+}
