@@ -11,13 +11,12 @@
  */
 import { randomUUID } from 'node:crypto';
 import http from 'node:http';
-import path from 'node:path';
 import { newLease, type Lease } from '../src/domain/lease';
-import { REPO_ROOT } from '../src/paths';
-import { ManagedProcess } from '../scripts/lib/processes';
+import type { ManagedProcess } from '../scripts/lib/processes';
 import { freePort } from '../test/support/ports';
 import { insertLeaseRows } from '../test/support/lease-rows';
 import { startTestStack, type TestStack } from '../test/support/stack';
+import { startApiProcess } from '../test/support/worker-process';
 import { processStats, runBenchmark, stopOnExit, summary } from './common';
 
 const COUNT = Number(process.argv[2] ?? process.env.LK_BENCH_LIST_ALL ?? 100_000);
@@ -64,19 +63,8 @@ async function insertAllocations(stack: TestStack): Promise<void> {
 /** The API process on the stack's database, listening on a free loopback port. */
 async function startApi(stack: TestStack): Promise<{ proc: ManagedProcess; url: string }> {
   const port = await freePort();
-  const proc = new ManagedProcess({
-    name: 'api',
-    command: process.execPath,
-    args: [path.join(REPO_ROOT, 'dist', 'src', 'api', 'main.js')],
-    env: { ...process.env, DATABASE_URL: stack.db.url, TEMPORAL_ADDRESS: stack.config.temporal.address, LK_TASK_QUEUE: stack.config.temporal.taskQueue, LK_API_HOST: '127.0.0.1', LK_API_PORT: String(port), LK_LOG_LEVEL: 'info' },
-  });
+  const proc = await startApiProcess(stack, port);
   stopOnExit(() => proc.stop());
-  try {
-    await proc.waitForLine(/"msg":"api listening"/, 60_000);
-  } catch (err) {
-    await proc.stop();
-    throw err;
-  }
   return { proc, url: `http://127.0.0.1:${port}` };
 }
 

@@ -35,11 +35,11 @@ if [ ${#missing[@]} -gt 0 ]; then
   [ -n "$added_policy" ] && $SUDO rm -f /usr/sbin/policy-rc.d
 fi
 
-# --- Temporal CLI (dev server + Web UI) ------------------------------------------------------
+# --- Temporal: the CLI (dev server + Web UI) and temporal-server (LK_TEMPORAL=server) --------
 if [ -n "${TEMPORAL_ADDRESS:-}" ]; then
-  echo "setup: TEMPORAL_ADDRESS is set ($TEMPORAL_ADDRESS): not building the Temporal CLI"
+  echo "setup: TEMPORAL_ADDRESS is set ($TEMPORAL_ADDRESS): not building Temporal"
 else
-  bash scripts/build-temporal-cli.sh
+  bash scripts/build-temporal.sh cli server
 fi
 
 # --- npm packages and build ------------------------------------------------------------------

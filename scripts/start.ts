@@ -1,5 +1,6 @@
 /**
- * `npm start`: the whole dev stack in one terminal — PostgreSQL, Temporal dev server (with Web UI),
+ * `npm start`: the whole dev stack in one terminal — PostgreSQL, Temporal (dev server, or temporal-server
+ * on PostgreSQL with LK_TEMPORAL=server; with its Web UI),
  * the loopback OpenStack with its hosts enrolled, worker and API — each waited for in turn, logs
  * prefixed by process. Ctrl-C or SIGTERM stops everything it started, in reverse order, by PID.
  * Set DATABASE_URL or TEMPORAL_ADDRESS to use existing servers instead of starting local ones;
@@ -15,7 +16,8 @@ import { addHost } from '../src/resources/shared/aggregates';
 import { bringUpRig, chooseCloud, enrolRigHosts, RIG_ADMIN_CLOUD, rigDir, stopRig, type CloudChoice, type Rig } from './lib/openstack-rig';
 import { ensureCluster, ensureDatabase, startPostgres } from './lib/postgres-local';
 import { killStaleProcesses, ManagedProcess, waitUntil } from './lib/processes';
-import { startTemporalDevServer, temporalBinary, waitForTemporal } from './lib/temporal-dev-server';
+import { startLocalTemporal } from './lib/local-temporal';
+import { waitForTemporal } from './lib/temporal-dev-server';
 
 const config = loadConfigOrExit();
 const pidDir = path.join(config.dataDir, 'run');
@@ -93,20 +95,26 @@ async function main(): Promise<void> {
     ensureCluster(dataDir);
     supervise(startPostgres({ dataDir, port: config.database.localPort, durable: true, echo: true, pidDir }));
   }
+  const databaseReady = ensureDatabase(config.database.url);
+  let temporalReady: Promise<void>;
   if (config.temporal.external) {
     say(`Temporal: using TEMPORAL_ADDRESS (${config.temporal.address})`);
+    temporalReady = waitForTemporal(config.temporal.address, config.temporal.namespace);
   } else {
-    supervise(startTemporalDevServer({
-      binary: temporalBinary(config.cacheDir),
-      dbFile: path.join(config.dataDir, 'temporal.db'),
+    if (config.temporal.topology === 'server') say('Temporal: temporal-server on PostgreSQL (LK_TEMPORAL=server)');
+    temporalReady = startLocalTemporal({
+      topology: config.temporal.topology,
+      cacheDir: config.cacheDir,
+      stateDir: config.dataDir,
       port: config.temporal.devServerPort,
       uiPort: config.temporal.uiPort,
       namespace: config.temporal.namespace,
+      databaseUrl: config.database.url,
       echo: true,
       pidDir,
-    }));
+    }, supervise);
   }
-  await Promise.all([ensureDatabase(config.database.url), waitForTemporal(config.temporal.address, config.temporal.namespace)]);
+  await Promise.all([databaseReady, temporalReady]);
   say(`PostgreSQL and Temporal ready after ${elapsed()}`);
   if (rigReady) {
     rig = await rigReady;

@@ -20,7 +20,9 @@ const envSchema = z.object({
   LK_CACHE_DIR: z.string().min(1).optional(),
   HOME: z.string().min(1).optional(),
 
-  // Temporal. When TEMPORAL_ADDRESS is unset, `npm start` runs a dev server on LK_TEMPORAL_PORT.
+  // Temporal. When TEMPORAL_ADDRESS is unset, `npm start` (and the tests) run one on LK_TEMPORAL_PORT:
+  // LK_TEMPORAL=dev the CLI's dev server on SQLite, =server temporal-server on PostgreSQL (production's).
+  LK_TEMPORAL: z.enum(['dev', 'server']).default('dev'),
   TEMPORAL_ADDRESS: z.string().regex(/^[^\s:]+:\d+$/, 'expected host:port').optional(),
   TEMPORAL_NAMESPACE: z.string().min(1).default('default'),
   LK_TASK_QUEUE: z.string().min(1).default('leasekeeper'),
@@ -129,6 +131,8 @@ function toConfig(env: z.infer<typeof envSchema>) {
     temporal: {
       address: env.TEMPORAL_ADDRESS ?? `127.0.0.1:${env.LK_TEMPORAL_PORT}`,
       external: env.TEMPORAL_ADDRESS !== undefined,
+      /** Which Temporal the scripts run when it is not external. */
+      topology: env.LK_TEMPORAL,
       namespace: env.TEMPORAL_NAMESPACE,
       taskQueue: env.LK_TASK_QUEUE,
       devServerPort: env.LK_TEMPORAL_PORT,

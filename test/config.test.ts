@@ -19,7 +19,7 @@ describe('configuration', () => {
     });
     expect(config.leaseLimits).toEqual({ maxDurationMs: 365 * 86_400_000, maxAdvanceMs: 365 * 86_400_000 });
     expect(config.healthDeepIntervalMs).toBe(10_000);
-    expect(config.temporal).toMatchObject({ address: '127.0.0.1:7233', external: false, namespace: 'default', taskQueue: 'leasekeeper', uiPort: 8233 });
+    expect(config.temporal).toMatchObject({ address: '127.0.0.1:7233', external: false, topology: 'dev', namespace: 'default', taskQueue: 'leasekeeper', uiPort: 8233 });
     expect(config.database).toMatchObject({ url: 'postgres://leasekeeper@127.0.0.1:15432/leasekeeper', external: false });
     expect(config.cacheDir).toBe('/home/someone/.cache/leasekeeper');
     expect(config.worker.maxCachedWorkflows).toBe(2_000);
@@ -29,6 +29,11 @@ describe('configuration', () => {
     const config = loadConfig({ LK_PG_PORT: '25432', LK_TEMPORAL_PORT: '17233' });
     expect(config.database.url).toBe('postgres://leasekeeper@127.0.0.1:25432/leasekeeper');
     expect(config.temporal.address).toBe('127.0.0.1:17233');
+  });
+
+  it('runs temporal-server on PostgreSQL with LK_TEMPORAL=server, and names the choices for anything else', () => {
+    expect(loadConfig({ LK_TEMPORAL: 'server' }).temporal.topology).toBe('server');
+    expect(() => loadConfig({ LK_TEMPORAL: 'kubernetes' })).toThrow('invalid configuration: LK_TEMPORAL="kubernetes": Invalid option: expected one of "dev"|"server"');
   });
 
   it('uses existing servers when their addresses are given', () => {

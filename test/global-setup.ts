@@ -1,6 +1,7 @@
 /**
  * Starts the real servers the tests use, once per `jest` run: a throw-away PostgreSQL cluster and a
- * Temporal dev server (our built CLI, SQLite file in a temp dir), both on free loopback ports.
+ * Temporal, both on free loopback ports: the dev server (our built CLI, SQLite file in a temp dir),
+ * or with LK_TEMPORAL=server temporal-server on that PostgreSQL (`npm run test:temporal-server`).
  * DATABASE_URL / TEMPORAL_ADDRESS in the environment make the tests use existing servers instead.
  */
 import fs from 'node:fs';
@@ -9,9 +10,9 @@ import path from 'node:path';
 import { loadConfig } from '../src/config';
 import { ensureCluster, ensureDatabase, localUrl, startPostgres } from '../scripts/lib/postgres-local';
 import type { ManagedProcess } from '../scripts/lib/processes';
-import { startTemporalDevServer, temporalBinary, waitForTemporal } from '../scripts/lib/temporal-dev-server';
+import { startLocalTemporal } from '../scripts/lib/local-temporal';
+import { freePort, freeTemporalServerPort } from './support/ports';
 import globalTeardown from './global-teardown';
-import { freePort } from './support/ports';
 
 declare global {
   // Read back by global-teardown.ts (same process).
@@ -37,17 +38,16 @@ export default async function globalSetup(): Promise<void> {
     waits.push(ensureDatabase(process.env.DATABASE_URL));
   }
   if (!process.env.TEMPORAL_ADDRESS) {
-    const port = await freePort();
-    processes.push(startTemporalDevServer({
-      binary: temporalBinary(config.cacheDir),
-      dbFile: path.join(tmpDir, 'temporal.db'),
-      port,
-      uiPort: await freePort(),
-      namespace: config.temporal.namespace,
-      headless: true,
-    }));
+    const port = config.temporal.topology === 'server' ? await freeTemporalServerPort() : await freePort();
     process.env.TEMPORAL_ADDRESS = `127.0.0.1:${port}`;
-    waits.push(waitForTemporal(process.env.TEMPORAL_ADDRESS, config.temporal.namespace));
+    waits.push(startLocalTemporal({
+      topology: config.temporal.topology,
+      cacheDir: config.cacheDir,
+      stateDir: tmpDir,
+      port,
+      namespace: config.temporal.namespace,
+      databaseUrl: process.env.DATABASE_URL,
+    }, (proc) => processes.push(proc)));
   }
   try {
     await Promise.all(waits);

@@ -1,17 +1,25 @@
 /**
- * `npm start` as a user runs it: the whole dev stack on its own ports and data dir, healthy,
- * Web UI served, and after SIGTERM no process of it left. (With the loopback OpenStack:
- * test/openstack/start-with-rig.test.ts.)
+ * `npm start` as a user runs it, on either Temporal topology: the whole dev stack on its own ports
+ * and data dir, healthy, Web UI served, a lease run, and after SIGTERM no process of it left.
+ * (With the loopback OpenStack: test/openstack/start-with-rig.test.ts.)
  */
 import fs from 'node:fs';
 import path from 'node:path';
+import { Client } from 'pg';
+import { localUrl } from '../scripts/lib/postgres-local';
 import { alive, processesUsing, START_SCRIPT, startDevStack } from './support/dev-stack';
+import { leaseWorkflowId } from '../workflows/lease/messages';
 import { json } from './support/http';
+import { apiClient, eventually, inSeconds } from './support/stack';
 
 describe('npm start (dev stack)', () => {
-  it('becomes healthy, serves the Web UI, and leaves no process behind on SIGTERM', async () => {
+  // dev: the CLI's dev server (the default); server: temporal-server on PostgreSQL and the Web UI server.
+  it.each([
+    { topology: 'dev', processes: ['api', 'postgres', 'temporal', 'worker'] },
+    { topology: 'server', processes: ['api', 'postgres', 'temporal', 'temporal-ui', 'worker'] },
+  ])('with LK_TEMPORAL=$topology: becomes healthy, serves the Web UI, runs a lease, and leaves no process behind on SIGTERM', async ({ topology, processes }) => {
     expect(fs.existsSync(START_SCRIPT)).toBe(true); // `npm test` builds first
-    const env: NodeJS.ProcessEnv = { ...process.env, LK_OPENSTACK: 'none' };
+    const env: NodeJS.ProcessEnv = { ...process.env, LK_OPENSTACK: 'none', LK_TEMPORAL: topology };
     delete env.DATABASE_URL; // start local servers, as on a fresh machine
     delete env.TEMPORAL_ADDRESS;
     const stack = await startDevStack(env);
@@ -34,10 +42,34 @@ describe('npm start (dev stack)', () => {
       expect(await page.text()).toContain('<script type="module" src="calendar.js">');
       expect(await json(await fetch(`${stack.apiUrl}/calendar/settings`))).toEqual({ auth_strategy: 'noauth', default_project_id: 'admin' });
 
+      // A lease runs on this Temporal: the namespace and its search attributes are there.
+      const api = apiClient(stack.apiUrl);
+      const created = await api('POST', '/v1/leases', { name: `on-${topology}`, start_date: 'now', end_date: inSeconds(600) });
+      expect(created.status).toBe(201);
+      await eventually(async () => ((await api('GET', `/v1/leases/${created.body.lease.id}`)).body.lease.status === 'ACTIVE' ? true : undefined), 30_000, 250);
+
+      // The Web UI sees it: its API lists the lease's workflow (what the operator's browser shows).
+      const listed = await json(await fetch(`http://127.0.0.1:${stack.ports.ui}/api/v1/namespaces/default/workflows?query=${encodeURIComponent(`WorkflowId="${leaseWorkflowId(created.body.lease.id)}"`)}`));
+      expect(listed.executions.map((run: { execution: { workflowId: string } }) => run.execution.workflowId)).toEqual([leaseWorkflowId(created.body.lease.id)]);
+
       const pidDir = path.join(stack.dataDir, 'run');
-      const pids = fs.readdirSync(pidDir).map((file) => Number(fs.readFileSync(path.join(pidDir, file), 'utf8').split(' ')[0]));
-      expect(pids).toHaveLength(4); // postgres, temporal, worker, api
+      const pidFiles = fs.readdirSync(pidDir).sort();
+      expect(pidFiles).toEqual(processes.map((name) => `${name}.pid`).sort());
+      const pids = pidFiles.map((file) => Number(fs.readFileSync(path.join(pidDir, file), 'utf8').split(' ')[0]));
       expect(pids.every(alive)).toBe(true);
+      const temporalCommand = fs.readFileSync(`/proc/${pids[pidFiles.indexOf('temporal.pid')]}/cmdline`, 'utf8').split('\0')[0];
+      expect(path.basename(temporalCommand)).toBe(topology === 'server' ? 'temporal-server' : 'temporal');
+      if (topology === 'server') {
+        // Temporal's own databases, beside leasekeeper's on the stack's PostgreSQL.
+        const pg = new Client({ connectionString: localUrl(stack.ports.pg, 'postgres') });
+        await pg.connect();
+        try {
+          const { rows } = await pg.query("SELECT datname FROM pg_database WHERE datname LIKE 'temporal%' OR datname = 'leasekeeper' ORDER BY datname");
+          expect(rows.map((row) => row.datname)).toEqual(['leasekeeper', 'temporal', 'temporal_visibility']);
+        } finally {
+          await pg.end();
+        }
+      }
 
       stack.child.kill('SIGTERM');
       expect(await stack.exited).toBe(0);

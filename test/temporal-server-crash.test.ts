@@ -1,38 +1,53 @@
 /**
- * The Temporal dev server killed with -9 mid-lease and started again on the same SQLite file and
- * port: the worker process and the API reconnect by themselves, and the leases carry on. A lease
- * whose start fell due while the server was down starts once it is back; an active one ends.
- * While it is down, reads still answer (they come from PostgreSQL) and changes get a 503 with
- * Blazar's error body.
+ * Temporal killed with -9 mid-lease and started again on the same state and port — the dev server
+ * on its SQLite file, or with LK_TEMPORAL=server temporal-server on its PostgreSQL (a cluster of its
+ * own here, as in production): the worker process and the API reconnect by themselves, and the
+ * leases carry on. A lease whose start fell due while the server was down starts once it is back;
+ * an active one ends. While it is down, reads still answer (they come from PostgreSQL) and changes
+ * get a 503 with Blazar's error body.
  */
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
+import { startLocalTemporal } from '../scripts/lib/local-temporal';
+import { ensureCluster, localUrl, startPostgres } from '../scripts/lib/postgres-local';
 import type { ManagedProcess } from '../scripts/lib/processes';
-import { startTemporalDevServer, temporalBinary, waitForTemporal } from '../scripts/lib/temporal-dev-server';
 import { loadConfig } from '../src/config';
-import { freePort } from './support/ports';
+import { freePort, freeTemporalServerPort } from './support/ports';
 import { apiClient, eventually, inSeconds, useTestStack } from './support/stack';
 import { startWorkerProcess } from './support/worker-process';
 
-describe('Temporal dev server killed with -9 mid-lease', () => {
-  const config = loadConfig();
+const config = loadConfig();
+const topology = config.temporal.topology;
+
+describe(`Temporal (LK_TEMPORAL=${topology}) killed with -9 mid-lease`, () => {
   const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'lk-temporal-crash-'));
-  const dbFile = path.join(tmp, 'temporal.db');
+  fs.chmodSync(tmp, 0o755); // the postgres system user must reach its data dir below
   let port: number;
+  let temporalDatabase: ManagedProcess | undefined;
+  let databaseUrl: string;
   let server: ManagedProcess | undefined;
   let worker: ManagedProcess | undefined;
 
+  /** Starts Temporal on the same state every time; the first process is the server itself. */
   const startServer = async () => {
-    const proc = startTemporalDevServer({ binary: temporalBinary(config.cacheDir), dbFile, port, uiPort: await freePort(), namespace: config.temporal.namespace, headless: true });
-    await waitForTemporal(`127.0.0.1:${port}`, config.temporal.namespace);
-    return proc;
+    const started: ManagedProcess[] = [];
+    await startLocalTemporal({ topology, cacheDir: config.cacheDir, stateDir: tmp, port, namespace: config.temporal.namespace, databaseUrl }, (proc) => started.push(proc));
+    return started[0];
   };
 
   beforeAll(async () => {
-    port = await freePort();
+    port = await freeTemporalServerPort();
+    databaseUrl = process.env.DATABASE_URL!; // the dev server does not use it
+    if (topology === 'server') {
+      const dataDir = path.join(tmp, 'temporal-postgres');
+      ensureCluster(dataDir);
+      const pgPort = await freePort();
+      temporalDatabase = startPostgres({ dataDir, port: pgPort, durable: false });
+      databaseUrl = localUrl(pgPort, 'postgres');
+    }
     server = await startServer();
-  });
+  }, 90_000);
   const stack = useTestStack(() => ({ noWorker: true, env: { TEMPORAL_ADDRESS: `127.0.0.1:${port}`, LK_API_WORKFLOW_TIMEOUT_MS: '3000' } }), { beforeStop: async () => worker?.stop() });
   beforeAll(async () => {
     worker = await startWorkerProcess(stack());
@@ -40,10 +55,11 @@ describe('Temporal dev server killed with -9 mid-lease', () => {
 
   afterAll(async () => {
     await server?.stop();
+    await temporalDatabase?.stop();
     fs.rmSync(tmp, { recursive: true, force: true });
   });
 
-  it('leases continue after a restart on the same database file; meanwhile reads answer and changes get 503', async () => {
+  it('leases continue after a restart on the same state; meanwhile reads answer and changes get 503', async () => {
     const api = apiClient(stack().url);
     const lease = async (id: string) => (await api('GET', `/v1/leases/${id}`)).body.lease;
     const until = (id: string, status: string, timeoutMs: number) => eventually(async () => ((await lease(id)).status === status ? true : undefined), timeoutMs, 250);
@@ -69,7 +85,7 @@ describe('Temporal dev server killed with -9 mid-lease', () => {
     server = await startServer();
 
     await until(pending.id, 'ACTIVE', 60_000);
-    console.log(`Temporal restarted: the overdue lease was ACTIVE ${Date.now() - restarted} ms after the server was started again`);
+    console.log(`Temporal (${topology}) restarted: the overdue lease was ACTIVE ${Date.now() - restarted} ms after the server was started again`);
     expect(worker!.child.exitCode).toBeNull(); // the worker rode out the outage
 
     await until(active.id, 'TERMINATED', 60_000);

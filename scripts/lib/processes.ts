@@ -160,16 +160,17 @@ export function killStaleProcesses(pidDir: string, log: (msg: string) => void): 
   }
 }
 
-/** Polls `check` until it succeeds or `timeoutMs` passes; rethrows the last failure. */
+/** Polls `check` (at least once) until it succeeds or `timeoutMs` passes; rethrows the last failure. */
 export async function waitUntil<T>(what: string, check: () => Promise<T>, timeoutMs: number, intervalMs = 200): Promise<T> {
   const deadline = Date.now() + timeoutMs;
   let lastError: unknown;
-  while (Date.now() < deadline) {
+  for (;;) {
     try {
       return await check();
     } catch (err) {
       lastError = err;
     }
+    if (Date.now() + intervalMs > deadline) break;
     await delay(intervalMs);
   }
   throw new Error(`${what}: not ready after ${timeoutMs} ms: ${lastError instanceof Error ? lastError.message : String(lastError)}`);

@@ -1,6 +1,6 @@
 /**
  * The real Temporal server for development and tests: the Temporal CLI's dev server (built from its
- * Go module by scripts/build-temporal-cli.sh), persisted to a SQLite file, never in memory.
+ * Go module by scripts/build-temporal.sh), persisted to a SQLite file, never in memory.
  */
 import fs from 'node:fs';
 import path from 'node:path';

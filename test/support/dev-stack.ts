@@ -6,7 +6,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { freePort } from './ports';
+import { freePort, freeTemporalServerPort } from './ports';
 
 export const START_SCRIPT = path.join(__dirname, '..', '..', 'dist', 'scripts', 'start.js');
 
@@ -47,7 +47,8 @@ export interface DevStack {
 export async function startDevStack(env: NodeJS.ProcessEnv): Promise<DevStack> {
   const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'lk-stack-'));
   fs.chmodSync(dataDir, 0o755);
-  const ports = { api: await freePort(), temporal: await freePort(), ui: await freePort(), pg: await freePort() };
+  // The Temporal port suits either topology (LK_TEMPORAL=server needs its neighbours free too).
+  const ports = { api: await freePort(), temporal: await freeTemporalServerPort(), ui: await freePort(), pg: await freePort() };
   const child = spawn(process.execPath, [START_SCRIPT], {
     env: {
       ...env,

@@ -1,4 +1,5 @@
 import net from 'node:net';
+import { standardServerPorts } from '../../scripts/lib/temporal-server';
 
 /** A loopback port that was free a moment ago. */
 export function freePort(): Promise<number> {
@@ -10,4 +11,34 @@ export function freePort(): Promise<number> {
       server.close(() => resolve(port));
     });
   });
+}
+
+/** Whether `port` on loopback can be bound right now. */
+function portIsFree(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const server = net.createServer();
+    server.once('error', () => resolve(false));
+    server.listen(port, '127.0.0.1', () => server.close(() => resolve(true)));
+  });
+}
+
+/**
+ * A frontend port for a temporal-server with every port of Temporal's layout around it
+ * (standardServerPorts) free. Below 32768: the server records its members' ports in a PostgreSQL
+ * smallint column, so a port of the kernel's ephemeral range (what freePort hands out) makes it
+ * exit at start.
+ */
+export async function freeTemporalServerPort(): Promise<number> {
+  for (let attempt = 0; attempt < 200; attempt++) {
+    const frontend = 10_000 + Math.floor(Math.random() * 22_000);
+    let free = true;
+    for (const port of Object.values(standardServerPorts(frontend))) {
+      if (!(await portIsFree(port))) {
+        free = false;
+        break;
+      }
+    }
+    if (free) return frontend;
+  }
+  throw new Error('no free loopback ports for a temporal-server between 9700 and 32006');
 }

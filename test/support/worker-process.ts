@@ -1,7 +1,7 @@
 /**
- * The real worker process (dist/worker/main.js) for a test stack or a benchmark: what a deployment
- * runs, so that it can be killed with -9 and measured on its own (CPU, RSS).
- * Kill it with `child.kill('SIGKILL')`; stop it with `stop()`.
+ * The real worker process (dist/worker/main.js) and API process (dist/src/api/main.js) for a test
+ * stack or a benchmark: what a deployment runs, so that they can be killed with -9, run several
+ * at once and measured on their own (CPU, RSS). Kill one with `child.kill('SIGKILL')`; stop it with `stop()`.
  */
 import path from 'node:path';
 import { ManagedProcess } from '../../scripts/lib/processes';
@@ -12,11 +12,20 @@ export interface WorkerProcessTarget {
   config: { temporal: { address: string; taskQueue: string } };
 }
 
-export async function startWorkerProcess(stack: WorkerProcessTarget, env: Record<string, string> = {}): Promise<ManagedProcess> {
+export function startWorkerProcess(stack: WorkerProcessTarget, env: Record<string, string> = {}): Promise<ManagedProcess> {
+  return startProcess('worker', path.join('dist', 'worker', 'main.js'), /"msg":"worker ready"/, stack, env);
+}
+
+/** An API process on `port` (loopback); its URL is `http://127.0.0.1:<port>`. */
+export function startApiProcess(stack: WorkerProcessTarget, port: number, env: Record<string, string> = {}): Promise<ManagedProcess> {
+  return startProcess('api', path.join('dist', 'src', 'api', 'main.js'), /"msg":"api listening"/, stack, { LK_API_HOST: '127.0.0.1', LK_API_PORT: String(port), ...env });
+}
+
+async function startProcess(name: string, script: string, ready: RegExp, stack: WorkerProcessTarget, env: Record<string, string>): Promise<ManagedProcess> {
   const proc = new ManagedProcess({
-    name: 'worker',
+    name,
     command: process.execPath,
-    args: [path.join(REPO_ROOT, 'dist', 'worker', 'main.js')],
+    args: [path.join(REPO_ROOT, script)],
     env: {
       ...process.env,
       DATABASE_URL: stack.db.url,
@@ -27,9 +36,9 @@ export async function startWorkerProcess(stack: WorkerProcessTarget, env: Record
     },
   });
   try {
-    await proc.waitForLine(/"msg":"worker ready"/, 30_000);
+    await proc.waitForLine(ready, 30_000);
   } catch (err) {
-    await proc.stop(); // a worker that never got ready must not linger
+    await proc.stop(); // a process that never got ready must not linger
     throw err;
   }
   return proc;
