@@ -4,6 +4,10 @@ import os from 'node:os';
 import path from 'node:path';
 import globalSetup from '../test/global-setup';
 import globalTeardown from '../test/global-teardown';
+import { Client } from 'pg';
+import type { ManagedProcess } from '../scripts/lib/processes';
+import { startWorkerProcess, type WorkerProcessTarget } from '../test/support/worker-process';
+import { loadConfig } from '../src/config';
 import { REPO_ROOT } from '../src/paths';
 
 export function summary(values: number[]) {
@@ -43,23 +47,83 @@ export function processTreeCpuSeconds(pid: number): number {
   return ticks / CLOCK_TICKS;
 }
 
-/** The throw-away PostgreSQL server the benchmark runs against (test/global-setup.ts). */
-export function postgresServerPid(): number {
-  const proc = globalThis.__LK_TEST_SERVERS__?.processes.find((p) => p.options.name === 'postgres');
-  if (!proc?.child.pid) throw new Error('no PostgreSQL server of this benchmark (DATABASE_URL set?)');
-  return proc.child.pid;
+/** A server the benchmark started (test/global-setup.ts), by process name; none when it uses an existing one. */
+function ownServer(name: string): number | undefined {
+  return globalThis.__LK_TEST_SERVERS__?.processes.find((p) => p.options.name === name)?.child.pid;
 }
 
-/** The throw-away Temporal dev server the benchmark runs against (test/global-setup.ts). */
-export function temporalServer(): { pid: number; dbFile: string } {
+/** The throw-away PostgreSQL server the benchmark runs against (test/global-setup.ts). */
+export function postgresServerPid(): number {
+  const pid = ownServer('postgres');
+  if (!pid) throw new Error('no PostgreSQL server of this benchmark (DATABASE_URL set?)');
+  return pid;
+}
+
+/** Which Temporal the benchmark runs against, for its results. */
+export function temporalUnderTest(): string {
+  if (!ownServer('temporal')) return `existing server at ${process.env.TEMPORAL_ADDRESS ?? '?'} (TEMPORAL_ADDRESS)`;
+  return loadConfig().temporal.topology === 'server' ? 'temporal-server on PostgreSQL (LK_TEMPORAL=server)' : 'the CLI dev server on SQLite';
+}
+
+/**
+ * Starts counting CPU seconds by process: this one (the clients, and the API and worker when they
+ * run in it), each server the benchmark started (Temporal, Temporal's own PostgreSQL with
+ * LK_TEMPORAL=server, leasekeeper's PostgreSQL, each with its children), and `others` (e.g. a
+ * worker process). The returned function reads the seconds used since; a server the benchmark
+ * did not start (TEMPORAL_ADDRESS, DATABASE_URL) is named as not measured.
+ */
+export function cpuMeter(others: Record<string, number> = {}): () => Record<string, number | string> {
+  const pids: Record<string, number> = { ...others };
+  const unmeasured: Record<string, string> = {};
+  for (const [role, name, setting] of [['temporal', 'temporal', 'TEMPORAL_ADDRESS'], ['temporalDatabase', 'temporal-postgres', ''], ['postgres', 'postgres', 'DATABASE_URL']] as const) {
+    const pid = ownServer(name);
+    if (pid) pids[role] = pid;
+    else if (setting) unmeasured[role] = `not measured (an existing server: ${setting})`;
+  }
+  const round = (seconds: number) => Math.round(seconds * 100) / 100;
+  const before = Object.fromEntries(Object.entries(pids).map(([role, pid]) => [role, processTreeCpuSeconds(pid)]));
+  const self = process.cpuUsage();
+  return () => {
+    const used = process.cpuUsage(self);
+    return {
+      benchmarkProcess: round((used.user + used.system) / 1e6),
+      ...Object.fromEntries(Object.entries(pids).map(([role, pid]) => [role, round(processTreeCpuSeconds(pid) - before[role])])),
+      ...unmeasured,
+    };
+  };
+}
+
+/** The real worker as its own process (stopped on Ctrl-C too), and a CPU meter that counts it beside the servers. */
+export async function measuredWorker(stack: WorkerProcessTarget): Promise<{ worker: ManagedProcess; pid: number; cpuUsed: () => Record<string, number | string> }> {
+  const worker = await startWorkerProcess(stack);
+  stopOnExit(() => worker.stop());
+  const pid = worker.child.pid!;
+  return { worker, pid, cpuUsed: cpuMeter({ worker: pid }) };
+}
+
+/** The Temporal server's process stats when the benchmark started it. */
+export function temporalServerStats(): ReturnType<typeof processStats> | undefined {
+  const pid = ownServer('temporal');
+  return pid ? processStats(pid) : undefined;
+}
+
+/** Size of Temporal's storage in MB when the benchmark started it: the SQLite file, or its two PostgreSQL databases. */
+export async function temporalStorageMb(): Promise<number | undefined> {
   const servers = globalThis.__LK_TEST_SERVERS__;
-  const proc = servers?.processes.find((p) => p.options.name === 'temporal');
-  if (!servers || !proc?.child.pid) throw new Error('no Temporal dev server of this benchmark (TEMPORAL_ADDRESS set?)');
-  return { pid: proc.child.pid, dbFile: path.join(servers.tmpDir, 'temporal.db') };
+  if (!servers || !ownServer('temporal')) return undefined;
+  if (!servers.temporalDatabaseUrl) return sqliteMb(path.join(servers.tmpDir, 'temporal.db'));
+  const client = new Client({ connectionString: servers.temporalDatabaseUrl });
+  await client.connect();
+  try {
+    const { rows } = await client.query<{ bytes: string }>("SELECT sum(pg_database_size(datname))::text AS bytes FROM pg_database WHERE datname IN ('temporal', 'temporal_visibility')");
+    return Math.round(Number(rows[0].bytes) / 2 ** 20);
+  } finally {
+    await client.end();
+  }
 }
 
 /** Size of a SQLite database with its write-ahead log, in MB. */
-export function sqliteMb(dbFile: string): number {
+function sqliteMb(dbFile: string): number {
   const bytes = ['', '-wal', '-shm'].reduce((sum, suffix) => sum + (fs.existsSync(dbFile + suffix) ? fs.statSync(dbFile + suffix).size : 0), 0);
   return Math.round(bytes / 2 ** 20);
 }
@@ -74,7 +138,10 @@ export function stopOnExit(stop: () => Promise<unknown>): void {
   extraStops.add(stop);
 }
 
-/** Runs a benchmark between a throw-away PostgreSQL and Temporal dev server, and saves its result. */
+/**
+ * Runs a benchmark between a throw-away PostgreSQL and Temporal (the dev server; temporal-server
+ * with LK_TEMPORAL=server; or the servers DATABASE_URL and TEMPORAL_ADDRESS name), and saves its result.
+ */
 export function runBenchmark(name: string, body: () => Promise<Record<string, unknown>>): void {
   const stopEverything = async () => {
     for (const stop of extraStops) await stop().catch(() => undefined);
@@ -89,8 +156,10 @@ export function runBenchmark(name: string, body: () => Promise<Record<string, un
   const main = async () => {
     await globalSetup();
     try {
-      const result = { benchmark: name, date: new Date().toISOString(), machine: machine(), ...(await body()) };
-      const out = path.join(REPO_ROOT, 'bench', 'results', `${name}.json`);
+      const result = { benchmark: name, date: new Date().toISOString(), machine: machine(), temporal: temporalUnderTest(), ...(await body()) };
+      // One file per Temporal: the dev server's is the reference bench:report reads.
+      const suffix = !ownServer('temporal') ? '-existing-temporal' : loadConfig().temporal.topology === 'server' ? '-temporal-server' : '';
+      const out = path.join(REPO_ROOT, 'bench', 'results', `${name}${suffix}.json`);
       fs.mkdirSync(path.dirname(out), { recursive: true });
       fs.writeFileSync(out, `${JSON.stringify(result, null, 2)}\n`);
       console.log(`results: ${path.relative(REPO_ROOT, out)}`);

@@ -10,7 +10,7 @@ import { hostReservation } from '../test/support/builders';
 import { insertHost } from '../test/support/hosts';
 import { apiClient, eventually, startTestStack } from '../test/support/stack';
 import { physicalHostPlugin } from '../src/resources/physical-host';
-import { processTreeCpuSeconds, runBenchmark, summary, temporalServer } from './common';
+import { cpuMeter, runBenchmark, summary } from './common';
 
 const COUNT = Number(process.argv[2] ?? process.env.LK_BENCH_DELETE ?? 10_000);
 const CLIENTS = Number(process.env.LK_BENCH_CLIENTS ?? 16);
@@ -69,8 +69,7 @@ runBenchmark('delete', async () => {
     const runs: Record<string, unknown> = {};
     for (const [k, order] of ORDERS.entries()) {
       const batch = order === 'earliest first' ? thirds[k] : order === 'latest first' ? [...thirds[k]].reverse() : shuffled(thirds[k]);
-      const temporalCpu = processTreeCpuSeconds(temporalServer().pid);
-      const cpu = process.cpuUsage();
+      const cpuUsed = cpuMeter();
       const latencies: number[] = [];
       const began = Date.now();
       await concurrently(batch, async (lease) => {
@@ -86,13 +85,12 @@ runBenchmark('delete', async () => {
         return rows[0].n === remaining ? true : undefined;
       }, 60 * 60_000, 500);
       const seconds = (Date.now() - began) / 1000;
-      const used = process.cpuUsage(cpu);
       runs[order] = {
         leases: batch.length,
         secondsUntilGone: Math.round(seconds * 10) / 10,
         msPerLease: Math.round((seconds * 1000) / batch.length * 10) / 10,
         deleteLatencyMs: summary(latencies),
-        cpuSeconds: { apiWorkerAndClients: Math.round((used.user + used.system) / 1e5) / 10, temporal: Math.round((processTreeCpuSeconds(temporalServer().pid) - temporalCpu) * 10) / 10 },
+        cpuSeconds: cpuUsed(),
       };
       console.log(`${order}: ${batch.length} deleted and gone in ${Math.round(seconds)} s`, runs[order]);
     }

@@ -7,9 +7,8 @@
  */
 import type { ManagedProcess } from '../scripts/lib/processes';
 import { apiClient, inSeconds, startTestStack } from '../test/support/stack';
-import { startWorkerProcess } from '../test/support/worker-process';
 import type { Lease } from '../src/domain/lease';
-import { processStats, runBenchmark, stopOnExit, summary, temporalServer } from './common';
+import { measuredWorker, processStats, runBenchmark, summary, temporalServerStats } from './common';
 
 const count = Number(process.argv[2] ?? process.env.LK_BENCH_LEASES ?? 1_000);
 const CONCURRENCY = 10;
@@ -21,11 +20,9 @@ runBenchmark('lifecycle', async () => {
   const stack = await startTestStack({ noWorker: true });
   let worker: ManagedProcess | undefined;
   try {
-    worker = await startWorkerProcess(stack);
-    stopOnExit(() => worker!.stop());
-    const workerPid = worker.child.pid!;
-    const serverPid = temporalServer().pid;
-    const cpuBefore = { worker: processStats(workerPid).cpuSeconds, server: processStats(serverPid).cpuSeconds };
+    const measured = await measuredWorker(stack);
+    worker = measured.worker;
+    const { pid: workerPid, cpuUsed } = measured;
     const api = apiClient(stack.url);
     const creationBudgetS = Math.ceil(count / 30) + 10; // time to create them all before the first start
     const firstStart = Date.now() + creationBudgetS * 1000;
@@ -63,16 +60,16 @@ runBenchmark('lifecycle', async () => {
       return event.startedAt! - event.time;
     });
     const runSeconds = (Date.now() - createdAt) / 1000;
-    const usage = (pid: number, before: number) => {
-      const stats = processStats(pid);
-      const cpuSeconds = Math.round((stats.cpuSeconds - before) * 10) / 10;
-      return { cpuSeconds, cpuPercentOfOneCore: Math.round((cpuSeconds / runSeconds) * 100), peakRssMb: stats.peakRssMb, rssMb: stats.rssMb };
-    };
+    // CPU by process (the worker; Temporal and the databases when the benchmark started them), and as a share of one core.
+    const cpuSeconds = cpuUsed();
+    const cpuPercentOfOneCore = Object.fromEntries(Object.entries(cpuSeconds).flatMap(([role, seconds]) => (typeof seconds === 'number' ? [[role, Math.round((seconds / runSeconds) * 100)]] : [])));
+    const memory = (stats: ReturnType<typeof processStats> | undefined) => (stats ? { peakRssMb: stats.peakRssMb, rssMb: stats.rssMb } : 'not measured (an existing server)');
     const result = {
       leases: count,
       runSeconds: Math.round(runSeconds),
-      worker: usage(workerPid, cpuBefore.worker),
-      temporalServer: usage(serverPid, cpuBefore.server),
+      cpuSeconds,
+      cpuPercentOfOneCore,
+      memory: { worker: memory(processStats(workerPid)), temporal: memory(temporalServerStats()) },
       startsWithinSeconds: SPREAD_S,
       createPerSecond: Math.round(count / createSeconds),
       createLatencyMs: summary(createLatency),
@@ -85,7 +82,8 @@ runBenchmark('lifecycle', async () => {
       'start lag (ms)': result.startLagMs,
       'end lag (ms)': result.endLagMs,
     });
-    console.table({ worker: result.worker, 'Temporal server': result.temporalServer });
+    console.table({ 'CPU seconds': result.cpuSeconds, 'CPU % of one core': result.cpuPercentOfOneCore });
+    console.table(result.memory);
     console.log(`created at ${result.createPerSecond} leases/s`);
     return result;
   } finally {

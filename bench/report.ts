@@ -23,6 +23,10 @@ function load(name: string): Json | undefined {
   return fs.existsSync(file) ? (JSON.parse(fs.readFileSync(file, 'utf8')) as Json) : undefined;
 }
 
+/** `role: figure` for each process a benchmark measured (cpuMeter's roles). */
+const byRole = (figures: Record<string, number | string>, show: (role: string, value: number | string) => string) =>
+  Object.entries(figures).map(([role, value]) => `${role}: ${show(role, value)}`).join(', ');
+
 const atMost = (value: number, goal: number) => (value <= goal ? 'yes' : 'NO');
 const atLeast = (value: number, goal: number) => (value >= goal ? 'yes' : 'NO');
 
@@ -32,25 +36,25 @@ function rows(): Row[] {
 
   const lifecycle = load('lifecycle');
   if (lifecycle) {
-    const b = `lifecycle (${lifecycle.leases} leases)`;
+    const b = `lifecycle (${lifecycle.leases} leases${lifecycle.temporal ? `; ${lifecycle.temporal}` : ''})`;
     add(b, 'start lag p50 / p99 / max', 'p99 ≤ 1000 ms', `${lifecycle.startLagMs.p50} / ${lifecycle.startLagMs.p99} / ${lifecycle.startLagMs.max} ms`, atMost(lifecycle.startLagMs.p99, 1000));
     add(b, 'end lag p50 / p99 / max', 'p99 ≤ 1000 ms', `${lifecycle.endLagMs.p50} / ${lifecycle.endLagMs.p99} / ${lifecycle.endLagMs.max} ms`, atMost(lifecycle.endLagMs.p99, 1000));
-    if (lifecycle.worker) {
+    if (lifecycle.cpuSeconds) {
+      add(b, 'CPU seconds by process', 'reported', byRole(lifecycle.cpuSeconds, (role, seconds) => `${seconds} s${typeof seconds === 'number' ? ` (${lifecycle.cpuPercentOfOneCore[role]} % of a core)` : ''}`), '—');
+      add(b, 'peak RSS: worker / Temporal', 'reported', `${lifecycle.memory.worker.peakRssMb} / ${lifecycle.memory.temporal.peakRssMb ?? lifecycle.memory.temporal} MB`, '—');
+    } else if (lifecycle.worker) {
       add(b, 'worker CPU / peak RSS', 'reported', `${lifecycle.worker.cpuSeconds} s (${lifecycle.worker.cpuPercentOfOneCore} % of a core) / ${lifecycle.worker.peakRssMb} MB`, '—');
       add(b, 'Temporal server CPU / peak RSS', 'reported', `${lifecycle.temporalServer.cpuSeconds} s (${lifecycle.temporalServer.cpuPercentOfOneCore} % of a core) / ${lifecycle.temporalServer.peakRssMb} MB`, '—');
     }
   }
   const admission = load('admission');
   if (admission) {
-    const b = `admission (${admission.clients} clients, ${admission.hosts} hosts, ${admission.seconds} s)`;
+    const b = `admission (${admission.clients} clients, ${admission.hosts} hosts, ${admission.seconds} s${admission.temporal ? `; ${admission.temporal}` : ''})`;
     add(b, 'admissions per second', '≥ 100 /s', `${admission.admissionsPerSecond} /s`, atLeast(admission.admissionsPerSecond, 100));
     add(b, 'create latency p50 / p99', 'p99 ≤ 100 ms', `${admission.createLatencyMs.p50} / ${admission.createLatencyMs.p99} ms`, atMost(admission.createLatencyMs.p99, 100));
     add(b, 'double bookings afterwards', '0', String(admission.doubleBookings), admission.doubleBookings === 0 ? 'yes' : 'NO');
     add(b, 'calendar alone: admissions/s, p99', 'reported', `${admission.calendarOnly.admissionsPerSecond} /s, ${admission.calendarOnly.latencyMs.p99} ms`, '—');
-    if (admission.cpuMsPerAdmission) {
-      const c = admission.cpuMsPerAdmission;
-      add(b, 'CPU ms per admission: API+worker+clients / Temporal / PostgreSQL', 'reported', `${c.apiWorkerAndClients} / ${c.temporalServer} / ${c.postgres} ms`, '—');
-    }
+    if (admission.cpuMsPerAdmission) add(b, 'CPU ms per admission by process', 'reported', byRole(admission.cpuMsPerAdmission, (_, ms) => `${ms}${typeof ms === 'number' ? ' ms' : ''}`), '—');
   }
   const pending = load('pending');
   if (pending) {

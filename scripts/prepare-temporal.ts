@@ -6,9 +6,8 @@
  * them. Needs operator rights on the server. Safe to run again: it says what it changed.
  * With --wait-seconds, waits that long for a server that is still starting.
  */
-import { Connection } from '@temporalio/client';
 import { loadConfigOrExit } from '../src/config';
-import { prepareNamespace } from '../src/temporal';
+import { connectAnswering, prepareNamespace } from '../src/temporal';
 import { waitUntil } from './lib/processes';
 
 /** `--name N`: a whole number from `min` to `max`, or undefined when the option is absent. */
@@ -27,16 +26,7 @@ async function main(): Promise<void> {
   const days = wholeNumberOption(argv, '--retention-days', 1, 3650, 'days');
   // A server started a moment ago (docker compose) answers once its services are up.
   const waitSeconds = wholeNumberOption(argv, '--wait-seconds', 0, 600, 'seconds') ?? 0;
-  const connection = await waitUntil(`Temporal at ${address}`, async () => {
-    const candidate = await Connection.connect({ address, connectTimeout: 10_000 });
-    try {
-      await candidate.workflowService.getSystemInfo({});
-      return candidate;
-    } catch (err) {
-      await candidate.close();
-      throw err;
-    }
-  }, waitSeconds * 1000, 1_000);
+  const connection = await waitUntil(`Temporal at ${address}`, () => connectAnswering(address), waitSeconds * 1000, 1_000);
   try {
     const prepared = await prepareNamespace(connection, { namespace, retentionDays: days });
     for (const change of prepared.changes) console.log(`temporal:prepare: ${change}`);

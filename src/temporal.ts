@@ -11,6 +11,18 @@ export function connectTemporal(config: Pick<Config, 'temporal'>): { connection:
   return { connection, client };
 }
 
+/** A connection to a Temporal frontend that answers (one try; callers that wait for a starting server retry it). */
+export async function connectAnswering(address: string): Promise<Connection> {
+  const connection = await Connection.connect({ address, connectTimeout: 10_000 });
+  try {
+    await connection.workflowService.getSystemInfo({});
+    return connection;
+  } catch (err) {
+    await connection.close();
+    throw err;
+  }
+}
+
 /**
  * Registers the lease search attributes on a server that lacks them (docker-compose, a shared
  * cluster); the dev server gets them at start. Returns the names it added.

@@ -1,7 +1,7 @@
 /**
  * Starts the real servers the tests use, once per `jest` run: a throw-away PostgreSQL cluster and a
  * Temporal, both on free loopback ports: the dev server (our built CLI, SQLite file in a temp dir),
- * or with LK_TEMPORAL=server temporal-server on that PostgreSQL (`npm run test:temporal-server`).
+ * or with LK_TEMPORAL=server temporal-server on a PostgreSQL cluster of its own (`npm run test:temporal-server`).
  * DATABASE_URL / TEMPORAL_ADDRESS in the environment make the tests use existing servers instead.
  */
 import fs from 'node:fs';
@@ -16,7 +16,7 @@ import globalTeardown from './global-teardown';
 
 declare global {
   // Read back by global-teardown.ts (same process).
-  var __LK_TEST_SERVERS__: { processes: ManagedProcess[]; tmpDir: string } | undefined;
+  var __LK_TEST_SERVERS__: { processes: ManagedProcess[]; tmpDir: string; temporalDatabaseUrl?: string } | undefined;
 }
 
 export default async function globalSetup(): Promise<void> {
@@ -38,15 +38,26 @@ export default async function globalSetup(): Promise<void> {
     waits.push(ensureDatabase(process.env.DATABASE_URL));
   }
   if (!process.env.TEMPORAL_ADDRESS) {
-    const port = config.temporal.topology === 'server' ? await freeTemporalServerPort() : await freePort();
+    const topology = config.temporal.topology;
+    const port = topology === 'server' ? await freeTemporalServerPort() : await freePort();
     process.env.TEMPORAL_ADDRESS = `127.0.0.1:${port}`;
+    // temporal-server's databases on a PostgreSQL of their own, as in production: the benchmarks
+    // account its CPU apart from leasekeeper's.
+    let temporalDatabaseUrl = process.env.DATABASE_URL; // set above when it was not given
+    if (topology === 'server') {
+      const pgPort = await freePort();
+      const dataDir = path.join(tmpDir, 'temporal-postgres');
+      ensureCluster(dataDir);
+      processes.push(startPostgres({ dataDir, port: pgPort, durable: false, name: 'temporal-postgres' }));
+      temporalDatabaseUrl = globalThis.__LK_TEST_SERVERS__.temporalDatabaseUrl = localUrl(pgPort, 'postgres');
+    }
     waits.push(startLocalTemporal({
-      topology: config.temporal.topology,
+      topology,
       cacheDir: config.cacheDir,
       stateDir: tmpDir,
       port,
       namespace: config.temporal.namespace,
-      databaseUrl: process.env.DATABASE_URL,
+      databaseUrl: temporalDatabaseUrl,
     }, (proc) => processes.push(proc)));
   }
   try {

@@ -6,8 +6,7 @@
  *   prepared as `npm run temporal:prepare` does.
  */
 import path from 'node:path';
-import { Connection } from '@temporalio/client';
-import { prepareNamespace } from '../../src/temporal';
+import { connectAnswering, prepareNamespace } from '../../src/temporal';
 import { ensureDatabase } from './postgres-local';
 import type { ManagedProcess } from './processes';
 import { waitUntil } from './processes';
@@ -76,16 +75,7 @@ export async function startLocalTemporal(options: LocalTemporalOptions, started:
   const exitedEarly = processes[0].exited.then((code) => {
     throw new Error(`temporal-server exited (code ${code}) while starting:\n${processes[0].tail()}`);
   });
-  const connected = waitUntil('temporal-server', async () => {
-    const candidate = await Connection.connect({ address, connectTimeout: 1_000 });
-    try {
-      await candidate.workflowService.getSystemInfo({});
-      return candidate;
-    } catch (err) {
-      await candidate.close();
-      throw err;
-    }
-  }, 60_000, 300).catch((err: Error) => {
+  const connected = waitUntil('temporal-server', () => connectAnswering(address), 60_000, 300).catch((err: Error) => {
     throw new Error(`${err.message}\n${processes[0].tail()}`);
   });
   exitedEarly.catch(() => undefined); // a later exit is the supervisor's to report

@@ -48,6 +48,8 @@ export interface PostgresServerOptions {
   durable: boolean;
   echo?: boolean;
   pidDir?: string;
+  /** The process's name in logs and PID files (default `postgres`). */
+  name?: string;
 }
 
 export function startPostgres(options: PostgresServerOptions): ManagedProcess {
@@ -59,7 +61,7 @@ export function startPostgres(options: PostgresServerOptions): ManagedProcess {
     ...(options.durable ? [] : ['-c', 'fsync=off', '-c', 'synchronous_commit=off', '-c', 'full_page_writes=off']),
   ];
   const { command, args } = asServerUser(path.join(postgresBinDir(), 'postgres'), ['-D', options.dataDir, ...settings]);
-  return new ManagedProcess({ name: 'postgres', command, args, echo: options.echo, pidDir: options.pidDir, stopSignal: 'SIGINT' });
+  return new ManagedProcess({ name: options.name ?? 'postgres', command, args, echo: options.echo, pidDir: options.pidDir, stopSignal: 'SIGINT' });
 }
 
 export function localUrl(port: number, database: string): string {
