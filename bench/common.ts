@@ -29,7 +29,7 @@ export function processStats(pid: number): { cpuSeconds: number; rssMb: number; 
 const CLOCK_TICKS = 100; // USER_HZ on Linux
 
 /** CPU seconds of a process, its exited children (reaped) and its live children: e.g. PostgreSQL and its backends. */
-export function processTreeCpuSeconds(pid: number): number {
+function processTreeCpuSeconds(pid: number): number {
   const ticksOf = (stat: string, fields: number[]) => {
     const rest = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
     return fields.reduce((sum, i) => sum + Number(rest[i]), 0);
@@ -50,13 +50,6 @@ export function processTreeCpuSeconds(pid: number): number {
 /** A server the benchmark started (test/global-setup.ts), by process name; none when it uses an existing one. */
 function ownServer(name: string): number | undefined {
   return globalThis.__LK_TEST_SERVERS__?.processes.find((p) => p.options.name === name)?.child.pid;
-}
-
-/** The throw-away PostgreSQL server the benchmark runs against (test/global-setup.ts). */
-export function postgresServerPid(): number {
-  const pid = ownServer('postgres');
-  if (!pid) throw new Error('no PostgreSQL server of this benchmark (DATABASE_URL set?)');
-  return pid;
 }
 
 /** Which Temporal the benchmark runs against, for its results. */

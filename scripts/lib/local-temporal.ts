@@ -1,9 +1,9 @@
 /**
  * A local Temporal in either topology, for `npm start`, the tests and the benchmarks:
  * - dev: the CLI's dev server on a SQLite file (with its Web UI), the default;
- * - server: temporal-server on PostgreSQL (the production topology), its Web UI beside it, on the
- *   same PostgreSQL server as leasekeeper's database (its own two databases), the namespace
- *   prepared as `npm run temporal:prepare` does.
+ * - server: temporal-server on PostgreSQL (the production topology), its Web UI beside it, its two
+ *   databases on the PostgreSQL server `databaseUrl` names (npm start: leasekeeper's own; the
+ *   tests and benchmarks: a cluster of its own), the namespace prepared as `npm run temporal:prepare` does.
  */
 import path from 'node:path';
 import { connectAnswering, prepareNamespace } from '../../src/temporal';
@@ -25,7 +25,7 @@ export interface LocalTemporalOptions {
   /** The Web UI's port; headless when absent. */
   uiPort?: number;
   namespace: string;
-  /** leasekeeper's PostgreSQL (server topology: Temporal's databases go on the same server). */
+  /** server topology: a PostgreSQL server for Temporal's databases (its login; any database in the URL). */
   databaseUrl: string;
   echo?: boolean;
   pidDir?: string;
