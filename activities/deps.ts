@@ -1,4 +1,5 @@
 import type { Pool } from '../src/db/pool';
+import type { EventType } from '../src/domain/lease';
 import type { ResourcePlugins } from '../src/domain/resource-plugin';
 
 /** What activities are given by the worker that hosts them. */
@@ -6,4 +7,6 @@ export interface ActivityDeps {
   pool: Pool;
   /** The resource types this worker can carry out, by resource_type. */
   plugins: ResourcePlugins;
+  /** Told when a lease event has begun, how late (the worker's metrics); none in tests. */
+  eventStarted?: (eventType: EventType, lagMs: number) => void;
 }

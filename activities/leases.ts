@@ -7,10 +7,16 @@ import { leaseConflict, LeaseErrorType, type Lease } from '../src/domain/lease';
 import * as leaseRows from '../src/db/leases';
 import type { ActivityDeps } from './deps';
 
-export function leaseActivities({ pool }: ActivityDeps) {
+export function leaseActivities({ pool, eventStarted }: ActivityDeps) {
   return {
     async recordLease(lease: Lease): Promise<void> {
       const outcome = await leaseRows.saveLease(pool, lease);
+      if (outcome === 'saved' && eventStarted) {
+        // The write that began an event: the workflow stamps it with the version's own time, and a retry is `stale`.
+        for (const event of lease.events) {
+          if (event.status === 'IN_PROGRESS' && event.startedAt === lease.updatedMs) eventStarted(event.event_type, event.startedAt - event.time);
+        }
+      }
       // `stale`: a retried write (fine). `deleted`: a new workflow under a deleted lease's id (its
       // Idempotency-Key reused) must not live on with no row: final.
       if (outcome === 'deleted') {

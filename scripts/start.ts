@@ -20,6 +20,7 @@ import { startLocalTemporal } from './lib/local-temporal';
 import { waitForTemporal } from './lib/temporal-dev-server';
 
 const config = loadConfigOrExit();
+const DEFAULT_WORKER_METRICS_PORT = 9464;
 const pidDir = path.join(config.dataDir, 'run');
 const started: ManagedProcess[] = [];
 const say = (msg: string) => process.stdout.write(`leasekeeper| ${msg}\n`);
@@ -126,6 +127,8 @@ async function main(): Promise<void> {
     say(`OpenStack (loopback rig, ${rig.startedHere ? 'started' : 'already running'}) ready after ${elapsed()}`);
   }
 
+  // The worker's Prometheus metrics (and the Temporal SDK's on the next port), unless set otherwise.
+  childEnv.LK_WORKER_METRICS_PORT ||= String(DEFAULT_WORKER_METRICS_PORT);
   const node = process.execPath;
   const worker = supervise(new ManagedProcess({ name: 'worker', command: node, args: [path.join(REPO_ROOT, 'dist/worker/main.js')], env: childEnv, echo: true, pidDir }));
   supervise(new ManagedProcess({ name: 'api', command: node, args: [path.join(REPO_ROOT, 'dist/src/api/main.js')], env: childEnv, echo: true, pidDir }));
@@ -143,6 +146,8 @@ async function main(): Promise<void> {
   say(`API (Blazar v1):  ${api}/v1   health: ${api}/healthz`);
   say(`Calendar page:    ${api}/calendar/`);
   if (!config.temporal.external) say(`Temporal Web UI:  http://127.0.0.1:${config.temporal.uiPort}/namespaces/${config.temporal.namespace}/workflows`);
+  const metricsPort = Number(childEnv.LK_WORKER_METRICS_PORT);
+  say(`Metrics:          ${api}/metrics (API)   http://${config.worker.metrics?.host ?? '127.0.0.1'}:${metricsPort}/metrics (worker; the Temporal SDK's on :${metricsPort + 1})`);
   say(`Temporal gRPC:    ${config.temporal.address}    PostgreSQL: ${new URL(config.database.url).host}`);
   if (rig) {
     say(`OpenStack:        export OS_CLIENT_CONFIG_FILE=${rig.env.OS_CLIENT_CONFIG_FILE}   (clouds ${RIG_ADMIN_CLOUD}, leasekeeper-project-a, leasekeeper-project-b)`);

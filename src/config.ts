@@ -27,6 +27,9 @@ const envSchema = z.object({
   TEMPORAL_NAMESPACE: z.string().min(1).default('default'),
   LK_TASK_QUEUE: z.string().min(1).default('leasekeeper'),
   LK_TEMPORAL_PORT: port.default(7233),
+  // The worker's Prometheus metrics on this port (the Temporal SDK's on the next); unset: none.
+  LK_WORKER_METRICS_PORT: port.optional(),
+  LK_WORKER_METRICS_HOST: z.string().min(1).default('127.0.0.1'),
   LK_TEMPORAL_UI_PORT: port.default(8233),
 
   // PostgreSQL. When DATABASE_URL is unset, the scripts run a project-local cluster on LK_PG_PORT.
@@ -148,6 +151,7 @@ function toConfig(env: z.infer<typeof envSchema>) {
       workflowBundle: env.LK_WORKFLOW_BUNDLE,
       maxCachedWorkflows: env.LK_WORKER_MAX_CACHED_WORKFLOWS,
       shutdownGraceMs: env.LK_WORKER_SHUTDOWN_GRACE_MS,
+      metrics: env.LK_WORKER_METRICS_PORT === undefined ? undefined : { host: env.LK_WORKER_METRICS_HOST, port: env.LK_WORKER_METRICS_PORT },
     },
     hosts: {
       cleaningMs: env.LK_HOST_CLEANING_TIME_MINUTES * 60_000,

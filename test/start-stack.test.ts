@@ -48,6 +48,11 @@ describe('npm start (dev stack)', () => {
       expect(created.status).toBe(201);
       await eventually(async () => ((await api('GET', `/v1/leases/${created.body.lease.id}`)).body.lease.status === 'ACTIVE' ? true : undefined), 30_000, 250);
 
+      // The worker's metrics, where the start printed them: the lease's start is counted.
+      expect(stack.output()).toContain(`http://127.0.0.1:${stack.ports.workerMetrics}/metrics (worker`);
+      const workerMetrics = await (await fetch(`http://127.0.0.1:${stack.ports.workerMetrics}/metrics`)).text();
+      expect(workerMetrics).toMatch(/^leasekeeper_lease_event_lag_seconds_count\{event="start_lease"\} 1$/m);
+
       // The Web UI sees it: its API lists the lease's workflow (what the operator's browser shows).
       const listed = await json(await fetch(`http://127.0.0.1:${stack.ports.ui}/api/v1/namespaces/default/workflows?query=${encodeURIComponent(`WorkflowId="${leaseWorkflowId(created.body.lease.id)}"`)}`));
       expect(listed.executions.map((run: { execution: { workflowId: string } }) => run.execution.workflowId)).toEqual([leaseWorkflowId(created.body.lease.id)]);

@@ -1,4 +1,4 @@
-import { NativeConnection, Worker } from '@temporalio/worker';
+import { NativeConnection, Worker, type ActivityInterceptorsFactory } from '@temporalio/worker';
 import { createActivities, type ActivityDeps } from '../activities';
 import type { Config } from '../src/config';
 
@@ -16,6 +16,8 @@ export async function createWorker(options: {
   deps: ActivityDeps;
   workflows: WorkflowSource;
   identity?: string;
+  /** Activity interceptors (the worker's metrics). */
+  activityInterceptors?: ActivityInterceptorsFactory[];
 }): Promise<Worker> {
   const { connection, config, deps, workflows } = options;
   return Worker.create({
@@ -24,6 +26,7 @@ export async function createWorker(options: {
     taskQueue: config.temporal.taskQueue,
     ...(options.identity ? { identity: options.identity } : {}),
     activities: createActivities(deps),
+    ...(options.activityInterceptors ? { interceptors: { activity: options.activityInterceptors } } : {}),
     ...('bundlePath' in workflows ? { workflowBundle: { codePath: workflows.bundlePath } } : { workflowsPath: workflows.workflowsPath }),
     // Pending leases sleep for weeks: keep only recently active ones in memory.
     maxCachedWorkflows: config.worker.maxCachedWorkflows,

@@ -13,18 +13,32 @@ import { lazyOpenStackClients, projectScopedClients } from '../src/openstack';
 import { productionPlugins } from '../src/resources';
 import { connectTemporal, ensureSearchAttributes } from '../src/temporal';
 import { createWorker } from './create-worker';
+import { serveMetrics, workerMetrics } from './metrics';
 import { PinoTemporalLogger } from './temporal-logger';
 
 async function main(): Promise<void> {
   const config = loadConfigOrExit();
   const log = createLogger(config, 'worker');
-  Runtime.install({ logger: new PinoTemporalLogger(log), shutdownSignals: ['SIGINT', 'SIGTERM'] });
+  const metricsAt = config.worker.metrics;
+  Runtime.install({
+    logger: new PinoTemporalLogger(log),
+    shutdownSignals: ['SIGINT', 'SIGTERM'],
+    // The SDK's own metrics (task slots, polls, schedule-to-start latency) on the port after ours.
+    ...(metricsAt ? { telemetryOptions: { metrics: { prometheus: { bindAddress: `${metricsAt.host}:${metricsAt.port + 1}` } } } } : {}),
+  });
+  const metrics = metricsAt ? workerMetrics() : undefined;
+  const metricsServer = metricsAt && metrics ? await serveMetrics(metrics.registry, metricsAt.host, metricsAt.port) : undefined;
 
   if (!fs.existsSync(config.worker.workflowBundle)) {
     log.fatal({ path: config.worker.workflowBundle }, 'workflow bundle missing: run `npm run build`');
     process.exit(1);
   }
-  const openstack = lazyOpenStackClients({ logger: (event) => log.debug(event, 'openstack request') });
+  const openstack = lazyOpenStackClients({
+    logger: (event) => {
+      log.debug(event, 'openstack request');
+      metrics?.openstackRequest(event);
+    },
+  });
   const pool = createPool(config, 'leasekeeper-worker', (err) => log.warn({ err }, 'idle database connection lost'));
   const { version } = await migrate(pool);
   const connection = await NativeConnection.connect({ address: config.temporal.address });
@@ -32,15 +46,18 @@ async function main(): Promise<void> {
   const worker = await createWorker({
     connection,
     config,
-    deps: { pool, plugins: productionPlugins({ pool, config, openstack, openstackForProject: projectScopedClients() }) },
+    deps: { pool, plugins: productionPlugins({ pool, config, openstack, openstackForProject: projectScopedClients() }), eventStarted: metrics?.eventStarted },
     workflows: { bundlePath: config.worker.workflowBundle },
+    activityInterceptors: metrics ? [metrics.activityInterceptor] : undefined,
   });
-  log.info({ address: config.temporal.address, taskQueue: config.temporal.taskQueue, schemaVersion: version }, 'worker ready');
+  const metricsUrls = metricsServer && metricsAt ? { metrics: `http://${metricsAt.host}:${metricsServer.port}/metrics`, sdkMetrics: `http://${metricsAt.host}:${metricsAt.port + 1}/metrics` } : {};
+  log.info({ address: config.temporal.address, taskQueue: config.temporal.taskQueue, schemaVersion: version, ...metricsUrls }, 'worker ready');
   try {
     await worker.run(); // resolves once a shutdown signal has drained the worker
   } finally {
     await connection.close();
     await pool.end();
+    metricsServer?.server.close();
     log.info('worker stopped');
   }
 }

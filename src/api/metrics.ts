@@ -1,8 +1,8 @@
 /**
  * Prometheus metrics of the API at `GET /metrics` (prom-client): the process (CPU, memory, event
  * loop lag), every request's duration by route and status, lease admissions by outcome, and the
- * leases by status (read from the database at each scrape). The worker's own metrics (lags,
- * activity failures, OpenStack calls) are not here yet.
+ * leases by status (read from the database at each scrape). The worker serves its own (event
+ * lags, activities, OpenStack calls): worker/metrics.ts.
  */
 import type { Request, RequestHandler, Response } from 'express';
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';

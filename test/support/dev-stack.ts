@@ -6,7 +6,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { freePort, freeTemporalServerPort } from './ports';
+import { freePort, freePortPair, freeTemporalServerPort } from './ports';
 
 export const START_SCRIPT = path.join(__dirname, '..', '..', 'dist', 'scripts', 'start.js');
 
@@ -34,7 +34,7 @@ export function processesUsing(marker: string): string[] {
 export interface DevStack {
   child: ChildProcess;
   dataDir: string;
-  ports: { api: number; temporal: number; ui: number; pg: number };
+  ports: { api: number; temporal: number; ui: number; pg: number; workerMetrics: number };
   apiUrl: string;
   output: () => string;
   exited: Promise<number | null>;
@@ -48,7 +48,7 @@ export async function startDevStack(env: NodeJS.ProcessEnv): Promise<DevStack> {
   const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'lk-stack-'));
   fs.chmodSync(dataDir, 0o755);
   // The Temporal port suits either topology (LK_TEMPORAL=server needs its neighbours free too).
-  const ports = { api: await freePort(), temporal: await freeTemporalServerPort(), ui: await freePort(), pg: await freePort() };
+  const ports = { api: await freePort(), temporal: await freeTemporalServerPort(), ui: await freePort(), pg: await freePort(), workerMetrics: await freePortPair() };
   const child = spawn(process.execPath, [START_SCRIPT], {
     env: {
       ...env,
@@ -57,6 +57,7 @@ export async function startDevStack(env: NodeJS.ProcessEnv): Promise<DevStack> {
       LK_TEMPORAL_PORT: String(ports.temporal),
       LK_TEMPORAL_UI_PORT: String(ports.ui),
       LK_PG_PORT: String(ports.pg),
+      LK_WORKER_METRICS_PORT: String(ports.workerMetrics),
     },
     stdio: ['ignore', 'pipe', 'pipe'],
   });

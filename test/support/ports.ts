@@ -42,3 +42,12 @@ export async function freeTemporalServerPort(): Promise<number> {
   }
   throw new Error('no free loopback ports for a temporal-server between 9700 and 32006');
 }
+
+/** Two neighbouring free loopback ports (a process that serves on `port` and `port + 1`); gives the first. */
+export async function freePortPair(): Promise<number> {
+  for (let attempt = 0; attempt < 200; attempt++) {
+    const port = 10_000 + Math.floor(Math.random() * 50_000);
+    if ((await portIsFree(port)) && (await portIsFree(port + 1))) return port;
+  }
+  throw new Error('no two neighbouring free loopback ports');
+}
