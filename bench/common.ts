@@ -86,12 +86,16 @@ export function cpuMeter(others: Record<string, number> = {}): () => Record<stri
   };
 }
 
-/** The real worker as its own process (stopped on Ctrl-C too), and a CPU meter that counts it beside the servers. */
-export async function measuredWorker(stack: WorkerProcessTarget): Promise<{ worker: ManagedProcess; pid: number; cpuUsed: () => Record<string, number | string> }> {
-  const worker = await startWorkerProcess(stack);
-  stopOnExit(() => worker.stop());
-  const pid = worker.child.pid!;
-  return { worker, pid, cpuUsed: cpuMeter({ worker: pid }) };
+/**
+ * The real worker as its own process, `count` of them on the same task queue (stopped on Ctrl-C
+ * too), and a CPU meter that counts them (`worker`, or `worker1`, `worker2`…) beside the servers.
+ */
+export async function measuredWorkers(stack: WorkerProcessTarget, count = 1): Promise<{ workers: ManagedProcess[]; pids: number[]; cpuUsed: () => Record<string, number | string> }> {
+  const workers = await Promise.all(Array.from({ length: count }, () => startWorkerProcess(stack)));
+  for (const worker of workers) stopOnExit(() => worker.stop());
+  const pids = workers.map((worker) => worker.child.pid!);
+  const roles = Object.fromEntries(pids.map((pid, i) => [count === 1 ? 'worker' : `worker${i + 1}`, pid]));
+  return { workers, pids, cpuUsed: cpuMeter(roles) };
 }
 
 /** The Temporal server's process stats when the benchmark started it. */

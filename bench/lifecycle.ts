@@ -1,28 +1,30 @@
 /**
  * `npm run bench:lifecycle [N]`: N leases (default 1 000, no resources) all starting within the
- * same minute, on the real Temporal dev server with the worker as its own process and the API.
- * Prints start and end lag (when the event began − when it was due), the create latency, and the
- * CPU time and peak memory of the worker and of the Temporal server over the run; writes
- * bench/results/lifecycle.json.
+ * same minute, on the real Temporal with the worker as its own process (LK_BENCH_WORKERS of them,
+ * default 1, on one task queue) and the API. Prints start and end lag (when the event began − when
+ * it was due), the create latency, and the CPU time and peak memory of the workers and of the
+ * Temporal server over the run; writes bench/results/lifecycle[-N-workers].json.
  */
 import type { ManagedProcess } from '../scripts/lib/processes';
 import { apiClient, inSeconds, startTestStack } from '../test/support/stack';
 import type { Lease } from '../src/domain/lease';
-import { measuredWorker, processStats, runBenchmark, summary, temporalServerStats } from './common';
+import { measuredWorkers, processStats, runBenchmark, summary, temporalServerStats } from './common';
 
 const count = Number(process.argv[2] ?? process.env.LK_BENCH_LEASES ?? 1_000);
 const CONCURRENCY = 10;
 const SPREAD_S = 60; // every start falls within one minute
 const DURATION_S = 30;
+const WORKERS = Number(process.env.LK_BENCH_WORKERS ?? 1);
 
-runBenchmark('lifecycle', async () => {
+runBenchmark(WORKERS === 1 ? 'lifecycle' : `lifecycle-${WORKERS}-workers`, async () => {
   if (!Number.isInteger(count) || count < 1 || count > 100_000) throw new Error(`lease count must be 1..100000, got ${process.argv[2]}`);
+  if (!Number.isInteger(WORKERS) || WORKERS < 1 || WORKERS > 8) throw new Error(`LK_BENCH_WORKERS must be 1..8, got ${process.env.LK_BENCH_WORKERS}`);
   const stack = await startTestStack({ noWorker: true });
-  let worker: ManagedProcess | undefined;
+  let workers: ManagedProcess[] = [];
   try {
-    const measured = await measuredWorker(stack);
-    worker = measured.worker;
-    const { pid: workerPid, cpuUsed } = measured;
+    const measured = await measuredWorkers(stack, WORKERS);
+    ({ workers } = measured);
+    const { pids: workerPids, cpuUsed } = measured;
     const api = apiClient(stack.url);
     const creationBudgetS = Math.ceil(count / 30) + 10; // time to create them all before the first start
     const firstStart = Date.now() + creationBudgetS * 1000;
@@ -69,7 +71,8 @@ runBenchmark('lifecycle', async () => {
       runSeconds: Math.round(runSeconds),
       cpuSeconds,
       cpuPercentOfOneCore,
-      memory: { worker: memory(processStats(workerPid)), temporal: memory(temporalServerStats()) },
+      workers: WORKERS,
+      memory: { ...Object.fromEntries(workerPids.map((pid, i) => [WORKERS === 1 ? 'worker' : `worker${i + 1}`, memory(processStats(pid))])), temporal: memory(temporalServerStats()) },
       startsWithinSeconds: SPREAD_S,
       createPerSecond: Math.round(count / createSeconds),
       createLatencyMs: summary(createLatency),
@@ -87,7 +90,7 @@ runBenchmark('lifecycle', async () => {
     console.log(`created at ${result.createPerSecond} leases/s`);
     return result;
   } finally {
-    await worker?.stop();
+    await Promise.all(workers.map((worker) => worker.stop()));
     await stack.stop();
   }
 });

@@ -9,7 +9,7 @@
 import type { ManagedProcess } from '../scripts/lib/processes';
 import { apiClient, startTestStack } from '../test/support/stack';
 import { listLatency, memberOf, PROJECTS } from './list-queries';
-import { measuredWorker, processStats, runBenchmark, summary, temporalServerStats, temporalStorageMb } from './common';
+import { measuredWorkers, processStats, runBenchmark, summary, temporalServerStats, temporalStorageMb } from './common';
 
 const COUNT = Number(process.argv[2] ?? process.env.LK_BENCH_PENDING ?? 100_000);
 const CLIENTS = Number(process.env.LK_BENCH_CLIENTS ?? 32);
@@ -30,9 +30,9 @@ runBenchmark('pending', async () => {
   const stack = await startTestStack({ noWorker: true, env: { LK_MAX_ADVANCE_DAYS: '36500' } });
   let worker: ManagedProcess | undefined;
   try {
-    const measured = await measuredWorker(stack);
-    worker = measured.worker;
-    const { pid: workerPid, cpuUsed } = measured;
+    const measured = await measuredWorkers(stack);
+    [worker] = measured.workers;
+    const { pids: [workerPid], cpuUsed } = measured;
     const dbMb = async () => {
       const { rows } = await stack.db.pool.query<{ bytes: string }>('SELECT pg_database_size(current_database()) AS bytes');
       return Math.round(Number(rows[0].bytes) / 2 ** 20);
