@@ -27,8 +27,8 @@ const envSchema = z.object({
   TEMPORAL_NAMESPACE: z.string().min(1).default('default'),
   LK_TASK_QUEUE: z.string().min(1).default('leasekeeper'),
   LK_TEMPORAL_PORT: port.default(7233),
-  // The worker's Prometheus metrics on this port (the Temporal SDK's on the next); unset: none.
-  LK_WORKER_METRICS_PORT: port.optional(),
+  // The worker's Prometheus metrics on this port (the Temporal SDK's on the next, hence ≤ 65534); unset: none.
+  LK_WORKER_METRICS_PORT: port.max(65534).optional(),
   LK_WORKER_METRICS_HOST: z.string().min(1).default('127.0.0.1'),
   LK_TEMPORAL_UI_PORT: port.default(8233),
 

@@ -36,6 +36,12 @@ describe('configuration', () => {
     expect(() => loadConfig({ LK_TEMPORAL: 'kubernetes' })).toThrow('invalid configuration: LK_TEMPORAL="kubernetes": Invalid option: expected one of "dev"|"server"');
   });
 
+  it("serves the worker's metrics only on a port that leaves the next one for the SDK's", () => {
+    expect(loadConfig({}).worker.metrics).toBeUndefined();
+    expect(loadConfig({ LK_WORKER_METRICS_PORT: '9464' }).worker.metrics).toEqual({ host: '127.0.0.1', port: 9464 });
+    expect(() => loadConfig({ LK_WORKER_METRICS_PORT: '65535' })).toThrow(/^invalid configuration: LK_WORKER_METRICS_PORT="65535": /);
+  });
+
   it('uses existing servers when their addresses are given', () => {
     const config = loadConfig({ TEMPORAL_ADDRESS: 'temporal.internal:7233', DATABASE_URL: 'postgresql://u:p@db:5432/lk' });
     expect(config.temporal).toMatchObject({ address: 'temporal.internal:7233', external: true });

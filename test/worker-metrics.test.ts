@@ -72,4 +72,8 @@ describe('worker metrics', () => {
     const sdk = await scrape(port + 1);
     expect([...sdk.keys()].some((key) => key.startsWith('temporal_'))).toBe(true);
   }, 90_000);
+
+  it('refuses to start, saying why, when its metrics port is taken', async () => {
+    await expect(startWorkerProcess(stack(), { LK_WORKER_METRICS_PORT: String(port) })).rejects.toThrow(/cannot serve metrics on 127\.0\.0\.1:\d+ \(LK_WORKER_METRICS_PORT\): listen EADDRINUSE/);
+  });
 });

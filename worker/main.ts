@@ -20,14 +20,19 @@ async function main(): Promise<void> {
   const config = loadConfigOrExit();
   const log = createLogger(config, 'worker');
   const metricsAt = config.worker.metrics;
+  const metrics = metricsAt ? workerMetrics() : undefined;
+  const metricsServer = metricsAt && metrics
+    ? await serveMetrics(metrics.registry, metricsAt.host, metricsAt.port).catch((err: Error) => {
+      log.fatal({ err }, `cannot serve metrics on ${metricsAt.host}:${metricsAt.port} (LK_WORKER_METRICS_PORT): ${err.message}`);
+      process.exit(1);
+    })
+    : undefined;
   Runtime.install({
     logger: new PinoTemporalLogger(log),
     shutdownSignals: ['SIGINT', 'SIGTERM'],
     // The SDK's own metrics (task slots, polls, schedule-to-start latency) on the port after ours.
     ...(metricsAt ? { telemetryOptions: { metrics: { prometheus: { bindAddress: `${metricsAt.host}:${metricsAt.port + 1}` } } } } : {}),
   });
-  const metrics = metricsAt ? workerMetrics() : undefined;
-  const metricsServer = metricsAt && metrics ? await serveMetrics(metrics.registry, metricsAt.host, metricsAt.port) : undefined;
 
   if (!fs.existsSync(config.worker.workflowBundle)) {
     log.fatal({ path: config.worker.workflowBundle }, 'workflow bundle missing: run `npm run build`');

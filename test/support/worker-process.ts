@@ -32,6 +32,7 @@ async function startProcess(name: string, script: string, ready: RegExp, stack: 
       TEMPORAL_ADDRESS: stack.config.temporal.address,
       LK_TASK_QUEUE: stack.config.temporal.taskQueue,
       LK_LOG_LEVEL: 'info',
+      LK_WORKER_METRICS_PORT: '', // none unless asked: several workers run at once
       ...env,
     },
   });
