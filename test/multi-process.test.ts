@@ -11,7 +11,7 @@ import { leaseWorkflowId } from '../workflows/lease/messages';
 import { blazarHostReservation } from './support/builders';
 import { doubleBookings, insertHost, orphanBookings } from './support/hosts';
 import { freePort } from './support/ports';
-import { apiClient, eventually, inSeconds, useTestStack } from './support/stack';
+import { apiClient, eventually, inSeconds, useTestStack, withLeaseHistory } from './support/stack';
 import { startApiProcess, startWorkerProcess } from './support/worker-process';
 
 const HOSTS = 8;
@@ -51,13 +51,6 @@ describe('two workers and two APIs on one Temporal and one PostgreSQL', () => {
     }));
     processes.push(...workers, ...apis.map((api) => api.proc));
   }, 60_000);
-
-  /** On a time-out, the history of the lease that did not get there: where did the time go? */
-  const explain = (leaseId: () => string) => async (err: Error) => {
-    const history = await stack().temporal.client.workflow.getHandle(leaseWorkflowId(leaseId())).fetchHistory();
-    const lines = (history.events ?? []).map((e) => `${new Date(Number(e.eventTime?.seconds ?? 0) * 1000).toISOString()} ${String(e.eventType)} ${JSON.stringify(e.activityTaskScheduledEventAttributes?.activityType?.name ?? e.workflowTaskStartedEventAttributes?.identity ?? e.workflowTaskFailedEventAttributes?.cause ?? '')}`);
-    throw new Error(`${err.message}\nhistory of ${leaseId()}:\n${lines.join('\n')}`);
-  };
 
   it('books nothing twice, loses nothing and runs each lease once when one worker and one API are killed under load', async () => {
     const [apiA, apiB] = apis.map((api) => apiClient(api.url));
@@ -122,7 +115,7 @@ describe('two workers and two APIs on one Temporal and one PostgreSQL', () => {
 
     // The short leases ran on the worker that was left: each event once, all done.
     for (const id of short) {
-      await eventually(async () => ((await apiB('GET', `/v1/leases/${id}`)).body.lease.status === 'TERMINATED' ? true : undefined), 90_000, 250, () => `short lease ${id} not TERMINATED`).catch(explain(() => id));
+      await eventually(async () => ((await apiB('GET', `/v1/leases/${id}`)).body.lease.status === 'TERMINATED' ? true : undefined), 90_000, 250, () => `short lease ${id} not TERMINATED`).catch((err: Error) => withLeaseHistory(stack(), id, err));
       const { events } = (await apiB('GET', `/v1/leases/${id}`)).body.lease;
       expect(events.map((event: { event_type: string; status: string }) => `${event.event_type}:${event.status}`).sort()).toEqual(['before_end_lease:DONE', 'end_lease:DONE', 'start_lease:DONE']);
     }

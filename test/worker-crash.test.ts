@@ -4,7 +4,7 @@
  */
 import type { ManagedProcess } from '../scripts/lib/processes';
 import { leaseWorkflowId } from '../workflows/lease/messages';
-import { apiClient, eventually, inSeconds, useTestStack } from './support/stack';
+import { apiClient, eventually, inSeconds, useTestStack, withLeaseHistory } from './support/stack';
 import { startWorkerProcess } from './support/worker-process';
 
 describe('worker killed with -9 mid-lease', () => {
@@ -14,14 +14,8 @@ describe('worker killed with -9 mid-lease', () => {
 
   const startWorker = () => startWorkerProcess(stack());
 
-  /** On a time-out, show the workflow's history: where did the time go? */
-  function explain(id: string) {
-    return async (err: Error) => {
-      const history = await stack().temporal.client.workflow.getHandle(leaseWorkflowId(id)).fetchHistory();
-      const lines = (history.events ?? []).map((e) => `${new Date(Number(e.eventTime?.seconds ?? 0) * 1000).toISOString()} ${String(e.eventType)}`);
-      throw new Error(`${err.message}\nhistory:\n${lines.join('\n')}\nworker:\n${worker?.tail() ?? ''}`);
-    };
-  }
+  /** On a time-out, the lease's history and the worker's last lines. */
+  const explain = (id: string) => (err: Error) => withLeaseHistory(stack(), id, err, `worker:\n${worker?.tail() ?? ''}`);
 
   function killHard(proc: ManagedProcess): Promise<number | null> {
     proc.child.kill('SIGKILL');

@@ -16,6 +16,7 @@ import type { OpenStackClients } from '../../src/openstack';
 import { pluginRegistry, type ResourcePlugin } from '../../src/domain/resource-plugin';
 import { createWorker, WORKFLOWS_PATH } from '../../worker/create-worker';
 import { createTestDatabase, type TestDatabase } from './db';
+import { leaseWorkflowId } from '../../workflows/lease/messages';
 import { withoutRequestId } from './http';
 import { connectTestTemporal, testConfig } from './temporal';
 
@@ -165,4 +166,14 @@ export async function deleteAllLeases(api: ReturnType<typeof apiClient>, timeout
   for (const lease of await listed()) await api('DELETE', `/v1/leases/${lease.id}`);
   let left: Listed = [];
   await eventually(async () => ((left = await listed()).length === 0 ? true : undefined), timeoutMs, 100, () => `leases left behind: ${left.map((lease) => `${lease.id} (${lease.status})`).join(', ')}; not gone`);
+}
+
+/**
+ * For a wait that timed out on a lease: rethrows with the lease workflow's history (when each event
+ * happened, and which activity or worker) and `more` (e.g. a worker's last lines): where did the time go?
+ */
+export async function withLeaseHistory(stack: TestStack, leaseId: string, err: Error, more = ''): Promise<never> {
+  const history = await stack.temporal.client.workflow.getHandle(leaseWorkflowId(leaseId)).fetchHistory();
+  const lines = (history.events ?? []).map((e) => `${new Date(Number(e.eventTime?.seconds ?? 0) * 1000).toISOString()} ${String(e.eventType)} ${e.activityTaskScheduledEventAttributes?.activityType?.name ?? e.workflowTaskStartedEventAttributes?.identity ?? ''}`.trimEnd());
+  throw new Error(`${err.message}\nhistory of lease ${leaseId}:\n${lines.join('\n')}${more ? `\n${more}` : ''}`);
 }
