@@ -9,6 +9,7 @@ import { ApiError, errorHandler, notFoundRoute } from './errors';
 import { checkHealth, checkWorker, sharedCheck } from './health';
 import { checkRequestInput } from './input-check';
 import { apiMetrics } from './metrics';
+import { openApiDocument } from './openapi';
 import { requestIds, requestLog } from './request-id';
 import type { OpenStackClients } from '../openstack';
 import { hostCalendar } from '../resources';
@@ -100,6 +101,10 @@ export function createApp(deps: AppDeps): express.Express {
   });
 
   app.get('/metrics', metrics.scrape); // Prometheus; like /healthz, without identity
+  let description: object | undefined; // made on first use: the same for the app's life
+  app.get('/v1/openapi', (_req, res) => {
+    res.json((description ??= openApiDocument(deps.types, config.api.publicUrl)));
+  }); // `/v1/openapi.json` (the suffix is dropped above); a description needs no identity
   app.use(checkRequestInput); // control characters, lone surrogates, deep nesting: 400 before any route
   app.use(versionsRouter(config.api.publicUrl));
   app.use(

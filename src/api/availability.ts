@@ -27,7 +27,7 @@ import type { InstanceSlotCalendar } from '../resources/virtual-instance/calenda
 import { createLeaseSchema, requestDate } from './lease-schemas';
 import { hostPropertyQueries, refusePrivateProperties } from './private-properties';
 
-const availabilityQuery = z.strictObject({
+export const availabilityQuery = z.strictObject({
   start: requestDate,
   end: requestDate,
   // Checked here as in a reservation (syntax, depth): a bad one is a 400 naming it.

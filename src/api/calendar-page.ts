@@ -28,7 +28,7 @@ export interface CalendarPageSettings {
 /** Keystone's names: short (control characters were refused before any route, by checkRequestInput). */
 const keystoneName = (what: string) => z.string({ error: `expected the ${what}` }).min(1, `expected the ${what}`).max(255, 'must be at most 255 characters');
 
-const loginBody = z.strictObject({
+export const calendarLoginBody = z.strictObject({
   username: keystoneName('user name'),
   password: z.string({ error: 'expected the password' }).min(1, 'expected the password').max(4096, 'must be at most 4096 characters'),
   project_name: keystoneName('project name'),
@@ -54,7 +54,7 @@ export function calendarPage(settings: CalendarPageSettings): Router {
   router.post('/login', async (req, res) => {
     res.set('Cache-Control', 'no-store');
     if (settings.authStrategy !== 'keystone' || !settings.issueUserToken) throw new ApiError(404, 'Signing in with a password is for LK_AUTH_STRATEGY=keystone: with noauth, choose a project');
-    const body = parseRequest(loginBody, req.body);
+    const body = parseRequest(calendarLoginBody, req.body);
     try {
       const issued = await settings.issueUserToken({ username: body.username, password: body.password, userDomainName: body.user_domain_name, projectName: body.project_name, projectDomainName: body.project_domain_name });
       res.json({ token: issued.token, project_id: issued.projectId, project_name: issued.projectName, expires_at: issued.expiresAt.toISOString() });

@@ -21,7 +21,7 @@ import { ApiError, parseRequest } from './errors';
 import { requestDate } from './lease-schemas';
 import { refusePrivateProperties } from './private-properties';
 
-const calendarQuery = z.strictObject({
+export const calendarQuery = z.strictObject({
   start: requestDate,
   end: requestDate,
   hypervisor_properties: propertyQueryParam('["==", "$vcpus", "8"]'),

@@ -32,13 +32,13 @@ export function toBlazarFloatingIp(ip: FloatingIpRecord) {
 
 // An absent field falls through to Blazar's "Missing parameter …".
 const present = (what: string) => (issue: { input: unknown }) => (issue.input === undefined ? undefined : what);
-const enrolBody = z.strictObject({
+export const floatingIpEnrolBody = z.strictObject({
   floating_network_id: z.string({ error: present('expected the id of an external network') }).min(1).max(255),
   floating_ip_address: z.string({ error: present('expected an IP address') }).min(1).max(64),
 });
 
 /** Unknown parameters are dropped, as Blazar does. */
-const allocationQuery = z.object({
+export const floatingIpAllocationQuery = z.object({
   lease_id: z.uuid({ error: 'expected a lease id' }).optional(),
   reservation_id: z.uuid({ error: 'expected a reservation id' }).optional(),
 });
@@ -49,7 +49,7 @@ export function floatingIpsRouter(deps: { pool: Pool; inventory: () => FloatingI
   /** Per address, the reservations that hold it from now on, for the caller to see. */
   async function allocations(res: Response, query: unknown, floatingIpId?: string) {
     const identity = identityOf(res);
-    const filter = parseRequest(allocationQuery, query);
+    const filter = parseRequest(floatingIpAllocationQuery, query);
     const rows = await floatingIpAllocations(deps.pool, {
       leaseId: filter.lease_id,
       reservationId: filter.reservation_id,
@@ -71,7 +71,7 @@ export function floatingIpsRouter(deps: { pool: Pool; inventory: () => FloatingI
 
   router.post('/floatingips', async (req, res) => {
     requireAdmin(res, 'post');
-    const body = parseRequest(enrolBody, req.body);
+    const body = parseRequest(floatingIpEnrolBody, req.body);
     res.status(201).json({ floatingip: toBlazarFloatingIp(await deps.inventory().enrol(body.floating_network_id, body.floating_ip_address)) });
   });
 

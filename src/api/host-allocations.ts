@@ -15,7 +15,7 @@ import { sendJsonParts } from './json-stream';
 import { requestDate } from './lease-schemas';
 
 /** Unknown parameters are dropped, as Blazar does. */
-const allocationQuery = z.object({
+export const hostAllocationQuery = z.object({
   lease_id: z.uuid({ error: 'expected a lease id' }).optional(),
   reservation_id: z.uuid({ error: 'expected a reservation id' }).optional(),
   from: requestDate.optional(),
@@ -95,7 +95,7 @@ export function hostAllocationsRouter(deps: { pool: Pool }): Router {
   const router = Router();
 
   router.get('/os-hosts/allocations', async (req, res) => {
-    const q = parseRequest(allocationQuery, req.query);
+    const q = parseRequest(hostAllocationQuery, req.query);
     const identity = identityOf(res);
     const filter = { leaseId: q.lease_id, reservationId: q.reservation_id, from: q.from, to: q.to, projectId: identity.isAdmin ? undefined : identity.projectId };
     // As Blazar's, an admin's list has every host, whatever the filter, those with no matching booking with `reservations: []`

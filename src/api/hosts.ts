@@ -51,7 +51,9 @@ export function toBlazarHost(host: HostRecord) {
 }
 
 // The path is added by describeIssues; an absent name falls through to "Missing parameter name".
-const enrolBody = z.looseObject({ name: z.string({ error: (issue) => (issue.input === undefined ? undefined : 'expected the hypervisor hostname') }).min(1, 'must not be empty') });
+export const hostEnrolBody = z.looseObject({ name: z.string({ error: (issue) => (issue.input === undefined ? undefined : 'expected the hypervisor hostname') }).min(1, 'must not be empty') });
+/** PATCH /v1/os-hosts/properties/{name}: hide a capability from non-admins, or show it again. */
+export const propertyPrivacyBody = z.strictObject({ private: z.boolean({ error: 'expected true or false' }) });
 const truthy = (value: unknown) => typeof value === 'string' && ['1', 'true', 'yes'].includes(value.toLowerCase());
 
 export function hostsRouter(deps: { pool: Pool; inventory: () => HostInventory }): Router {
@@ -66,7 +68,7 @@ export function hostsRouter(deps: { pool: Pool; inventory: () => HostInventory }
 
   router.patch('/os-hosts/properties/:name', async (req, res) => {
     requireAdmin(res, 'update_resource_properties');
-    const body = parseRequest(z.strictObject({ private: z.boolean({ error: 'expected true or false' }) }), req.body);
+    const body = parseRequest(propertyPrivacyBody, req.body);
     if (!(await capabilityExists(deps.pool, req.params.name))) throw new ApiError(404, `Resource property ${req.params.name} not found`);
     await setCapabilityPrivate(deps.pool, req.params.name, body.private);
     res.json({ resource_property: { property: req.params.name, private: body.private } });
@@ -79,7 +81,7 @@ export function hostsRouter(deps: { pool: Pool; inventory: () => HostInventory }
 
   router.post('/os-hosts', async (req, res) => {
     requireAdmin(res, 'post');
-    const { name, ...capabilities } = parseRequest(enrolBody, req.body);
+    const { name, ...capabilities } = parseRequest(hostEnrolBody, req.body);
     res.status(201).json({ host: toBlazarHost(await deps.inventory().enrol(name, capabilities)) });
   });
 

@@ -1,0 +1,442 @@
+/**
+ * The API's OpenAPI 3.1 description, served at `GET /v1/openapi.json`. Request schemas are the
+ * routes' own zod schemas (the ones that validate every request), so the description cannot drift
+ * from what is accepted; responses are described here, in zod too. test/openapi.test.ts holds the
+ * catalogue to the app: every route described, nothing described that is not a route, real
+ * answers valid against the schemas given here.
+ *
+ * @asteasolutions/zod-to-openapi turns zod 4 schemas into OpenAPI 3.1 (JSON Schema 2020-12),
+ * parameters and all: its generator is what keeps request and description one thing.
+ */
+import { extendZodWithOpenApi, OpenAPIRegistry, OpenApiGeneratorV31, type RouteConfig } from '@asteasolutions/zod-to-openapi';
+import { z } from 'zod';
+import { EVENT_TYPES, LEASE_STATUSES } from '../domain/lease';
+import type { ResourceTypes } from '../domain/resource-plugin';
+import { availabilityQuery } from './availability';
+import { calendarQuery } from './calendar';
+import { calendarLoginBody } from './calendar-page';
+import { floatingIpAllocationQuery, floatingIpEnrolBody } from './floating-ips';
+import { hostAllocationQuery } from './host-allocations';
+import { hostEnrolBody, propertyPrivacyBody } from './hosts';
+import { createLeaseSchema, listLeasesQuery, updateLeaseSchema } from './lease-schemas';
+
+// `.openapi(name)` below: the schemas that become named components.
+extendZodWithOpenApi(z);
+
+const leaseDate = z.string().describe('"YYYY-MM-DD HH:MM" (UTC)');
+const timestamp = z.string().describe('ISO 8601 without a zone, UTC ("2026-11-24T09:00:00.000000")');
+const nullableTimestamp = timestamp.nullable();
+
+/** Blazar's error body, with the request's id and, for some refusals, more (e.g. `earliest_start`). */
+const errorBody = z
+  .looseObject({
+    error_code: z.number().int(),
+    error_message: z.string(),
+    error_name: z.union([z.string(), z.number().int()]),
+    request_id: z.string().optional(),
+  })
+  .openapi('Error');
+
+const reservation = z
+  .looseObject({
+    id: z.string(),
+    lease_id: z.string(),
+    resource_type: z.string(),
+    status: z.enum(['pending', 'active', 'deleted', 'error']),
+    missing_resources: z.boolean(),
+    resources_changed: z.boolean(),
+    created_at: timestamp,
+    updated_at: timestamp,
+  })
+  .describe("A reservation: the request's parameters and what its resource type reserved (e.g. `resource_ids`), beside these fields")
+  .openapi('Reservation');
+
+const leaseEvent = z.strictObject({
+  id: z.string(),
+  lease_id: z.string(),
+  event_type: z.enum(EVENT_TYPES),
+  time: leaseDate,
+  status: z.enum(['UNDONE', 'IN_PROGRESS', 'DONE', 'ERROR']),
+  created_at: timestamp,
+  updated_at: nullableTimestamp,
+});
+
+const lease = z
+  .strictObject({
+    id: z.string(),
+    name: z.string(),
+    user_id: z.string(),
+    project_id: z.string(),
+    start_date: leaseDate,
+    end_date: leaseDate,
+    status: z.enum(LEASE_STATUSES),
+    status_reason: z.string().optional(),
+    degraded: z.boolean(),
+    trust_id: z.null(),
+    reservations: z.array(reservation),
+    events: z.array(leaseEvent),
+    created_at: timestamp,
+    updated_at: nullableTimestamp.describe('null until the lease is first changed, as in Blazar'),
+  })
+  .openapi('Lease');
+
+const host = z
+  .looseObject({
+    id: z.string(),
+    hypervisor_hostname: z.string(),
+    hypervisor_type: z.string().nullable(),
+    hypervisor_version: z.union([z.number().int(), z.string()]).nullable(),
+    service_name: z.string().nullable(),
+    vcpus: z.number().int(),
+    memory_mb: z.number().int(),
+    local_gb: z.number().int(),
+    cpu_info: z.string().nullable(),
+    availability_zone: z.string().nullable(),
+    reservable: z.boolean(),
+    status: z.null(),
+    released_at: nullableTimestamp,
+    released_by_lease: z.string().nullable(),
+    trust_id: z.null(),
+    created_at: timestamp,
+    updated_at: timestamp,
+  })
+  .describe('An enrolled compute host; its extra capabilities are fields beside these')
+  .openapi('Host');
+
+const floatingIp = z
+  .strictObject({
+    id: z.string(),
+    floating_network_id: z.string(),
+    subnet_id: z.string().nullable(),
+    floating_ip_address: z.string(),
+    reservable: z.boolean(),
+    created_at: timestamp,
+    updated_at: nullableTimestamp,
+  })
+  .openapi('FloatingIp');
+
+const allocatedReservation = z.strictObject({ id: z.string(), lease_id: z.string(), project_id: z.string(), start_date: leaseDate, end_date: leaseDate });
+const hostAllocation = z.strictObject({ resource_id: z.string(), hypervisor_hostname: z.string().optional(), reservations: z.array(allocatedReservation) }).openapi('HostAllocation');
+const floatingIpAllocation = z.strictObject({ resource_id: z.string(), floating_ip_address: z.string(), reservations: z.array(allocatedReservation) }).openapi('FloatingIpAllocation');
+
+const versions = z.strictObject({
+  versions: z.array(
+    z.strictObject({
+      id: z.string(),
+      status: z.string(),
+      min_version: z.string(),
+      max_version: z.string(),
+      links: z.array(z.strictObject({ rel: z.string(), href: z.string() })),
+    }),
+  ),
+});
+
+const check = z.looseObject({ ok: z.boolean(), latency_ms: z.number(), error: z.string().optional(), detail: z.record(z.string(), z.unknown()).optional() });
+const health = z.strictObject({ status: z.enum(['ok', 'unavailable']), checks: z.strictObject({ temporal: check, database: check, worker: check.optional() }) });
+
+const freeWindow = z.strictObject({
+  start_date: leaseDate.describe('the free interval as stored, to the second'),
+  end_date: leaseDate,
+  start: leaseDate.nullable().describe('a start date to reuse in a request (whole minutes), null when no whole minute fits'),
+  end: leaseDate.nullable(),
+});
+const availability = z.strictObject({
+  availability: z.array(z.strictObject({ host_id: z.string(), hypervisor_hostname: z.string(), free: z.array(freeWindow), free_slots: z.number().int().optional() })),
+  floatingips: z.strictObject({ network_id: z.string(), free: z.array(z.strictObject({ id: z.string(), floating_ip_address: z.string() })) }).optional(),
+});
+const window = z.strictObject({ start_date: leaseDate, end_date: leaseDate.nullable() });
+const searchAnswer = z.strictObject({ earliest: window.nullable(), longest_from_start: window.nullable(), note: z.string().optional() });
+
+const bookingLease = z.looseObject({ start_ms: z.number(), end_ms: z.number(), reserved: z.boolean().optional(), lease_id: z.string().optional(), mine: z.boolean().optional() });
+const calendar = z.strictObject({
+  start_ms: z.number(),
+  end_ms: z.number(),
+  now_ms: z.number(),
+  hosts: z.array(z.strictObject({ id: z.string(), hypervisor_hostname: z.string(), vcpus: z.number(), memory_mb: z.number(), local_gb: z.number(), properties: z.record(z.string(), z.unknown()) })),
+  bookings: z.array(bookingLease.extend({ host_id: z.string(), shared: z.boolean().optional() })),
+  providers: z.array(z.looseObject({ uuid: z.string(), name: z.string(), kind: z.string() })),
+  usage: z.array(bookingLease.extend({ provider_uuid: z.string(), amounts: z.record(z.string(), z.number()) })),
+  leases: z.array(z.strictObject({ id: z.string(), name: z.string(), status: z.enum(LEASE_STATUSES), start_ms: z.number(), end_ms: z.number() })),
+  truncated: z.boolean().optional(),
+  note: z.string().optional(),
+});
+
+const json = <T extends z.ZodType>(schema: T, description: string) => ({ description, content: { 'application/json': { schema } } });
+const refusal = (description: string) => json(errorBody, description);
+const noContent = (description: string) => ({ description });
+const idParam = (what: string) => z.object({ id: z.string().max(255).describe(what) });
+
+/** The refusals every authenticated route can answer with, beside its own. */
+const COMMON_REFUSALS = {
+  400: refusal('a malformed request: the first problem, naming the field'),
+  401: refusal('no valid X-Auth-Token (keystone)'),
+  503: refusal('a dependency (PostgreSQL, Temporal, OpenStack) did not answer: try again'),
+};
+
+/** Everything under /v1 but the description itself: Keystone tokens, or noauth's identity headers in development. */
+const AUTHENTICATED = [{ keystone: [] }];
+
+/** One documented route. `path` in OpenAPI's form; the test compares it with Express's. */
+type Operation = Omit<RouteConfig, 'responses'> & { summary: string; description: string; tags: [string]; responses: RouteConfig['responses'] };
+
+/**
+ * The reservation body a lease request accepts, by resource type: the types this deployment runs
+ * (the same ones createLeaseSchema checks against), each with its parameters' schema.
+ */
+function reservationRequest(types: ResourceTypes) {
+  const byType = [...types.entries()]
+    .sort(([a], [b]) => a.localeCompare(b))
+    .map(([name, type]) => z.intersection(z.object({ resource_type: z.literal(name) }), type.paramsSchema).describe(`a ${name} reservation`));
+  return byType.length === 0 ? z.never() : byType.length === 1 ? byType[0] : z.union(byType as unknown as [z.ZodType, z.ZodType, ...z.ZodType[]]);
+}
+
+export function apiOperations(types: ResourceTypes): Operation[] {
+  const leaseCreate = createLeaseSchema(types).extend({ reservations: z.array(reservationRequest(types)).nullish() });
+  const leaseBody = json(z.strictObject({ lease }), 'the lease');
+  const notFound = refusal('no such object (or not visible to the caller)');
+  const adminOnly = refusal("the caller is not an admin (Blazar's policy refusal)");
+  return [
+    {
+      method: 'get', path: '/', tags: ['versions'], summary: 'API versions',
+      description: "Blazar's version document: one version, v1.0, linked at the configured public URL (LK_PUBLIC_URL). Also at /versions. Answers 300 Multiple Choices, as Blazar does.",
+      responses: { 300: json(versions, 'the versions') },
+    },
+    {
+      method: 'get', path: '/versions', tags: ['versions'], summary: 'API versions',
+      description: 'The same document as `GET /`.',
+      responses: { 300: json(versions, 'the versions') },
+    },
+    {
+      method: 'get', path: '/healthz', tags: ['operations'], summary: 'Health of the API and what it needs',
+      description: 'Checks Temporal and PostgreSQL (and, with `deep=1`, that a worker answers a self-check workflow; shared between callers for LK_HEALTH_DEEP_INTERVAL_MS). No identity needed.',
+      request: { query: z.object({ deep: z.enum(['1', 'true', 'yes', '0', 'false', 'no']).optional() }) },
+      responses: { 200: json(health, 'all checks passed'), 503: json(health, 'a check failed: which one, and why') },
+    },
+    {
+      method: 'get', path: '/metrics', tags: ['operations'], summary: 'Prometheus metrics of the API',
+      description: 'Requests by route and status, create latency, admissions and refusals by reason, leases by status, calendar query latency, and the Node.js process. No identity needed: scrape it from inside the deployment only.',
+      responses: { 200: { description: 'the Prometheus text format', content: { 'text/plain': { schema: z.string() } } } },
+    },
+    {
+      method: 'get', path: '/v1/openapi.json', tags: ['versions'], summary: 'This description',
+      description: 'The OpenAPI 3.1 description of this API, with the reservation parameters of the resource types this deployment runs. No identity needed.',
+      responses: { 200: { description: 'an OpenAPI 3.1 document', content: { 'application/json': { schema: z.looseObject({ openapi: z.string() }) } } } },
+    },
+    {
+      method: 'get', path: '/v1/leases', tags: ['leases'], summary: 'List leases',
+      description: "The caller's project's leases (an admin's: every project's, or `project_id`'s), newest first. Without `limit` the whole list is streamed; with it, a page and a `leases_links` next link (`marker`). `from`/`to` keep the leases whose window overlaps them.",
+      security: AUTHENTICATED,
+      request: { query: listLeasesQuery },
+      responses: {
+        200: json(z.strictObject({ leases: z.array(lease), leases_links: z.array(z.strictObject({ rel: z.literal('next'), href: z.string() })).optional() }), 'the leases'),
+        ...COMMON_REFUSALS,
+      },
+    },
+    {
+      method: 'post', path: '/v1/leases', tags: ['leases'], summary: 'Create a lease',
+      description:
+        "Admits the lease only if every reservation's resources are free for the whole window (the calendars' constraints decide), then answers with it PENDING (or ACTIVE soon after for `now`). Its workflow starts it on time and cleans up after it. An `Idempotency-Key` header makes a retry return the same lease; the same key with another body is a 409.",
+      security: AUTHENTICATED,
+      request: {
+        headers: z.object({ 'Idempotency-Key': z.string().min(1).max(255).optional() }),
+        body: { content: { 'application/json': { schema: leaseCreate } }, required: true },
+      },
+      responses: {
+        201: leaseBody,
+        ...COMMON_REFUSALS,
+        403: refusal('a policy refused it (too long, too far ahead, an admin-only end policy, a private property)'),
+        409: refusal('the resources are not free for the window (with the earliest start that fits, when one was found), or the name is taken'),
+        410: refusal('the Idempotency-Key belongs to a lease that was deleted'),
+      },
+    },
+    {
+      method: 'get', path: '/v1/leases/{id}', tags: ['leases'], summary: 'Show a lease',
+      description: "The lease as stored by its workflow's last transition. Another project's lease is a 404 for a non-admin.",
+      security: AUTHENTICATED,
+      request: { params: idParam('the lease id') },
+      responses: { 200: leaseBody, ...COMMON_REFUSALS, 404: notFound },
+    },
+    {
+      method: 'put', path: '/v1/leases/{id}', tags: ['leases'], summary: 'Update a lease',
+      description:
+        "Renames it, moves its dates (the bookings move with them, or nothing changes: 409), or ends it now (`end_date: \"now\"`). Blazar's rules: a started lease's start cannot move; `reservations` change a reservation's parameters by id.",
+      security: AUTHENTICATED,
+      request: { params: idParam('the lease id'), body: { content: { 'application/json': { schema: updateLeaseSchema } }, required: true } },
+      responses: { 200: leaseBody, ...COMMON_REFUSALS, 403: refusal('a policy refused the change'), 404: notFound, 409: refusal('the new window is not free, the name is taken, or the lease is changing') },
+    },
+    {
+      method: 'delete', path: '/v1/leases/{id}', tags: ['leases'], summary: 'Delete a lease',
+      description: "Takes back what the lease's phase holds (servers, aggregates, bookings) and removes it, answering once it is gone, as Blazar's delete is synchronous. A cleanup that outlasts the API's deadline in a slow cloud answers 202 with the lease DELETING.",
+      security: AUTHENTICATED,
+      request: { params: idParam('the lease id') },
+      responses: { 204: noContent('the lease is gone'), 202: leaseBody, ...COMMON_REFUSALS, 404: notFound },
+    },
+    {
+      method: 'get', path: '/v1/os-hosts', tags: ['hosts'], summary: 'List enrolled hosts',
+      description: 'Every compute host enrolled for reservations, with its extra capabilities. Admins only.',
+      security: AUTHENTICATED,
+      responses: { 200: json(z.strictObject({ hosts: z.array(host) }), 'the hosts'), ...COMMON_REFUSALS, 403: adminOnly },
+    },
+    {
+      method: 'post', path: '/v1/os-hosts', tags: ['hosts'], summary: 'Enrol a host',
+      description: "Enrols a Nova compute host (by its hypervisor hostname) into the reservable pool; it must have no servers. Other fields become the host's extra capabilities. Admins only.",
+      security: AUTHENTICATED,
+      request: { body: { content: { 'application/json': { schema: hostEnrolBody } }, required: true } },
+      responses: { 201: json(z.strictObject({ host }), 'the enrolled host'), ...COMMON_REFUSALS, 403: adminOnly, 404: refusal('Nova has no such hypervisor'), 409: refusal('already enrolled, or it has servers') },
+    },
+    {
+      method: 'get', path: '/v1/os-hosts/properties', tags: ['hosts'], summary: 'List host capabilities',
+      description: 'The names of the extra capabilities hosts have (`detail=1`: with whether each is private). Private ones are shown to admins only, with `all=1`.',
+      security: AUTHENTICATED,
+      request: { query: z.object({ detail: z.string().optional(), all: z.string().optional() }) },
+      responses: {
+        200: json(z.strictObject({ resource_properties: z.array(z.looseObject({ property: z.string(), private: z.boolean().optional() })) }), 'the capabilities'),
+        ...COMMON_REFUSALS,
+      },
+    },
+    {
+      method: 'patch', path: '/v1/os-hosts/properties/{name}', tags: ['hosts'], summary: 'Make a capability private or public',
+      description: "A private capability is hidden from non-admins: not listed, not shown on hosts, and a non-admin's query that names it is refused. Admins only.",
+      security: AUTHENTICATED,
+      request: { params: z.object({ name: z.string().max(255) }), body: { content: { 'application/json': { schema: propertyPrivacyBody } }, required: true } },
+      responses: { 200: json(z.strictObject({ resource_property: z.strictObject({ property: z.string(), private: z.boolean() }) }), 'the capability'), ...COMMON_REFUSALS, 403: adminOnly, 404: notFound },
+    },
+    {
+      method: 'get', path: '/v1/os-hosts/allocations', tags: ['hosts'], summary: "List hosts' bookings",
+      description: "Every enrolled host with the reservations booked on it (filtered by `lease_id`, `reservation_id`, or a `from`/`to` window), streamed. A non-admin sees only the hosts and bookings of their own project's leases.",
+      security: AUTHENTICATED,
+      request: { query: hostAllocationQuery },
+      responses: { 200: json(z.strictObject({ allocations: z.array(hostAllocation) }), 'the allocations'), ...COMMON_REFUSALS },
+    },
+    {
+      method: 'get', path: '/v1/os-hosts/{id}', tags: ['hosts'], summary: 'Show a host',
+      description: 'One enrolled host with its extra capabilities. Admins only.',
+      security: AUTHENTICATED,
+      request: { params: idParam('the host id') },
+      responses: { 200: json(z.strictObject({ host }), 'the host'), ...COMMON_REFUSALS, 403: adminOnly, 404: notFound },
+    },
+    {
+      method: 'put', path: '/v1/os-hosts/{id}', tags: ['hosts'], summary: "Change a host's capabilities",
+      description: 'Sets extra capabilities (the body itself, as blazarclient sends it, or under `values`, as Blazar\'s API reference writes it). A capability that a live lease\'s query relies on cannot change (409). Admins only.',
+      security: AUTHENTICATED,
+      request: { params: idParam('the host id'), body: { content: { 'application/json': { schema: z.record(z.string(), z.unknown()) } }, required: true } },
+      responses: { 200: json(z.strictObject({ host }), 'the host'), ...COMMON_REFUSALS, 403: adminOnly, 404: notFound, 409: refusal('a lease that holds the host now or later relies on the capability') },
+    },
+    {
+      method: 'delete', path: '/v1/os-hosts/{id}', tags: ['hosts'], summary: 'Remove a host',
+      description: 'Takes the host out of the reservable pool (back to Nova), refused while a lease holds or will hold it. Admins only.',
+      security: AUTHENTICATED,
+      request: { params: idParam('the host id') },
+      responses: { 204: noContent('removed'), ...COMMON_REFUSALS, 403: adminOnly, 404: notFound, 409: refusal('a lease holds or will hold the host') },
+    },
+    {
+      method: 'get', path: '/v1/os-hosts/{id}/allocation', tags: ['hosts'], summary: "Show a host's bookings",
+      description: "The reservations booked on one host; a non-admin sees only their own project's.",
+      security: AUTHENTICATED,
+      request: { params: idParam('the host id'), query: hostAllocationQuery },
+      responses: { 200: json(z.strictObject({ allocation: hostAllocation }), 'the allocation'), ...COMMON_REFUSALS, 404: notFound },
+    },
+    {
+      method: 'get', path: '/v1/floatingips', tags: ['floating IPs'], summary: 'List reservable floating IPs',
+      description: 'Every floating IP address enrolled for reservations.',
+      security: AUTHENTICATED,
+      responses: { 200: json(z.strictObject({ floatingips: z.array(floatingIp) }), 'the addresses'), ...COMMON_REFUSALS },
+    },
+    {
+      method: 'post', path: '/v1/floatingips', tags: ['floating IPs'], summary: 'Enrol a floating IP',
+      description: "Enrols an address of an external network for reservations (Neutron is asked: an external network, one of its subnets, outside their allocation pools and gateway, and not in use). Admins only.",
+      security: AUTHENTICATED,
+      request: { body: { content: { 'application/json': { schema: floatingIpEnrolBody } }, required: true } },
+      responses: { 201: json(z.strictObject({ floatingip: floatingIp }), 'the enrolled address'), ...COMMON_REFUSALS, 403: adminOnly, 409: refusal('already enrolled or in use') },
+    },
+    {
+      method: 'get', path: '/v1/floatingips/allocations', tags: ['floating IPs'], summary: "List floating IPs' bookings",
+      description: "Every enrolled address with the reservations booked on it (filtered by `lease_id` or `reservation_id`). A non-admin sees only the addresses their own project's leases book, and only those bookings.",
+      security: AUTHENTICATED,
+      request: { query: floatingIpAllocationQuery },
+      responses: { 200: json(z.strictObject({ allocations: z.array(floatingIpAllocation) }), 'the allocations'), ...COMMON_REFUSALS },
+    },
+    {
+      method: 'get', path: '/v1/floatingips/{id}', tags: ['floating IPs'], summary: 'Show a floating IP',
+      description: 'One enrolled address.',
+      security: AUTHENTICATED,
+      request: { params: idParam('the floating IP id') },
+      responses: { 200: json(z.strictObject({ floatingip: floatingIp }), 'the address'), ...COMMON_REFUSALS, 404: notFound },
+    },
+    {
+      method: 'delete', path: '/v1/floatingips/{id}', tags: ['floating IPs'], summary: 'Remove a floating IP',
+      description: 'Takes the address out of reservations, refused while a lease holds or will hold it. Admins only.',
+      security: AUTHENTICATED,
+      request: { params: idParam('the floating IP id') },
+      responses: { 204: noContent('removed'), ...COMMON_REFUSALS, 403: adminOnly, 404: notFound, 409: refusal('a lease holds or will hold it') },
+    },
+    {
+      method: 'get', path: '/v1/floatingips/{id}/allocation', tags: ['floating IPs'], summary: "Show a floating IP's bookings",
+      description: "The reservations booked on one address; a non-admin sees only their own project's.",
+      security: AUTHENTICATED,
+      request: { params: idParam('the floating IP id'), query: floatingIpAllocationQuery },
+      responses: { 200: json(z.strictObject({ allocation: floatingIpAllocation }), 'the allocation'), ...COMMON_REFUSALS, 404: notFound },
+    },
+    {
+      method: 'get', path: '/v1/calendar', tags: ['availability'], summary: 'Bookings in a window (extension)',
+      description:
+        "What the calendar page draws: the hosts matching the property queries, their bookings in the window (another project's shown only as `reserved`), quantity providers (bandwidth, instance slots) with their bookings, and the caller's own leases. At most 93 days; past 30 000 bookings the answer says `truncated`.",
+      security: AUTHENTICATED,
+      request: { query: calendarQuery },
+      responses: { 200: json(calendar, 'the window'), ...COMMON_REFUSALS },
+    },
+    {
+      method: 'get', path: '/v1/availability', tags: ['availability'], summary: 'Free intervals per host (extension)',
+      description: 'For each host matching the property queries, its free intervals in the window; with `vcpus`, `memory_mb` and `disk_gb`, how many instance slots of that size are free; with `network_id`, the free floating IPs of that network.',
+      security: AUTHENTICATED,
+      request: { query: availabilityQuery },
+      responses: { 200: json(availability, 'the free intervals'), ...COMMON_REFUSALS },
+    },
+    {
+      method: 'post', path: '/v1/availability/search', tags: ['availability'], summary: 'When would this lease fit? (extension)',
+      description:
+        "Takes a lease request's body (without a name) and answers the earliest window of the same length from `start_date` in which every reservation fits, and how long the lease could last from `start_date` itself. Nothing is booked. The search is bounded: a `note` says where it stopped.",
+      security: AUTHENTICATED,
+      request: { body: { content: { 'application/json': { schema: leaseCreate.omit({ name: true }) } }, required: true } },
+      responses: { 200: json(searchAnswer, 'the earliest fit and the longest lease from the start'), ...COMMON_REFUSALS },
+    },
+    {
+      method: 'get', path: '/calendar/settings', tags: ['calendar page'], summary: "The calendar page's settings",
+      description: 'How the page signs in: `noauth` (with the default project) or `keystone`.',
+      responses: { 200: json(z.union([z.strictObject({ auth_strategy: z.literal('noauth'), default_project_id: z.string() }), z.strictObject({ auth_strategy: z.literal('keystone') })]), 'the settings') },
+    },
+    {
+      method: 'post', path: '/calendar/login', tags: ['calendar page'], summary: 'Sign the calendar page in',
+      description: 'Exchanges a Keystone user name and password for a project-scoped token (keystone deployments only), so that the page calls the API as that user.',
+      request: { body: { content: { 'application/json': { schema: calendarLoginBody } }, required: true } },
+      responses: {
+        200: json(z.strictObject({ token: z.string(), project_id: z.string(), project_name: z.string(), expires_at: z.string() }), 'a token'),
+        400: refusal('a malformed request'),
+        401: refusal('Keystone refused the credentials'),
+        404: refusal('not a keystone deployment'),
+        503: refusal('Keystone did not answer'),
+      },
+    },
+  ];
+}
+
+/** The OpenAPI 3.1 document for a deployment running `types`. */
+export function openApiDocument(types: ResourceTypes, publicUrl: string): ReturnType<OpenApiGeneratorV31['generateDocument']> {
+  const registry = new OpenAPIRegistry();
+  registry.registerComponent('securitySchemes', 'keystone', {
+    type: 'apiKey',
+    in: 'header',
+    name: 'X-Auth-Token',
+    description: 'A Keystone token (LK_AUTH_STRATEGY=keystone). With noauth (development) the identity comes from X-Project-Id, X-User-Id and X-Roles instead.',
+  });
+  for (const operation of apiOperations(types)) registry.registerPath(operation);
+  return new OpenApiGeneratorV31(registry.definitions).generateDocument({
+    openapi: '3.1.0',
+    info: {
+      title: 'leasekeeper',
+      version: '1.0',
+      description: "Time-based reservations of OpenStack resources: OpenStack Blazar's v1 API (python-blazarclient works unchanged) and leasekeeper's extensions. Errors carry Blazar's body: `error_code`, `error_message`, `error_name`, and the request's id.",
+    },
+    servers: [{ url: publicUrl }],
+  });
+}
