@@ -6,6 +6,7 @@
 import type { ManagedProcess } from '../scripts/lib/processes';
 import { physicalHostPlugin } from '../src/resources/physical-host';
 import { blazarHostReservation } from './support/builders';
+import { dashboardProblems, dashboardQueries } from './support/dashboard';
 import { insertHost } from './support/hosts';
 import { freePortPair } from './support/ports';
 import { apiClient, eventually, inSeconds, useTestStack } from './support/stack';
@@ -37,11 +38,12 @@ describe('worker metrics', () => {
     await insertHost(stack().db.pool, { name: 'measured-host' });
   });
 
-  const scrape = async (at: number) => {
+  const scrapeText = async (at: number) => {
     const res = await fetch(`http://127.0.0.1:${at}/metrics`);
     expect(res.status).toBe(200);
-    return samples(await res.text());
+    return res.text();
   };
+  const scrape = async (at: number) => samples(await scrapeText(at));
 
   it('counts event lags, activities, failures by type and OpenStack calls; the SDK serves its own', async () => {
     const api = apiClient(stack().url);
@@ -69,8 +71,13 @@ describe('worker metrics', () => {
     expect(after.get('leasekeeper_openstack_request_duration_seconds_count{service="identity",method="POST",status="error"}')).toBeGreaterThanOrEqual(1);
     expect(after.get('leasekeeper_worker_process_cpu_seconds_total')).toBeGreaterThan(0);
 
-    const sdk = await scrape(port + 1);
-    expect([...sdk.keys()].some((key) => key.startsWith('temporal_'))).toBe(true);
+    const sdkText = await scrapeText(port + 1);
+    expect([...samples(sdkText).keys()].some((key) => key.startsWith('temporal_'))).toBe(true);
+
+    // The Grafana dashboard's worker row queries only what the worker and its SDK expose, by labels they have.
+    const workerRow = dashboardQueries().filter((q) => q.row.startsWith('Worker'));
+    expect(workerRow.length).toBeGreaterThanOrEqual(8);
+    expect(dashboardProblems(workerRow, [await scrapeText(port), sdkText])).toEqual([]);
   }, 90_000);
 
   it('refuses to start, saying why, when its metrics port is taken', async () => {
