@@ -3,18 +3,25 @@
  * hosts for 60 s, through the API, the real worker and the PostgreSQL calendar. Prints
  * admissions/s, create latency and the number of double bookings found afterwards (must be 0);
  * writes bench/results/admission.json. LK_BENCH_SECONDS / LK_BENCH_CLIENTS / LK_BENCH_HOSTS override.
+ * LK_BENCH_WORKERS=N runs the worker as N processes of its own (dist/bench/calendar-only-worker.js)
+ * instead of inside the benchmark, LK_BENCH_APIS=M the API as M processes (the clients take turns),
+ * each measured apart: admission-Nw-Mapi.json.
  */
+import path from 'node:path';
 import { hostReservation, pendingReservation, reservationContext } from '../test/support/builders';
 import { doubleBookings, insertHost } from '../test/support/hosts';
 import { apiClient, startTestStack } from '../test/support/stack';
 import { ApplicationFailure } from '@temporalio/common';
 import { physicalHostPlugin } from '../src/resources/physical-host';
 import { HostCalendar } from '../src/resources/physical-host/calendar';
-import { cpuMeter, runBenchmark, summary } from './common';
+import { measuredWorkers, runBenchmark, summary } from './common';
 
 const SECONDS = Number(process.env.LK_BENCH_SECONDS ?? 60);
 const CLIENTS = Number(process.env.LK_BENCH_CLIENTS ?? 50);
 const HOSTS = Number(process.env.LK_BENCH_HOSTS ?? 100);
+/** Worker and API processes; absent: both run inside this process. */
+const WORKERS = process.env.LK_BENCH_WORKERS === undefined ? undefined : Number(process.env.LK_BENCH_WORKERS);
+const APIS = process.env.LK_BENCH_APIS === undefined ? undefined : Number(process.env.LK_BENCH_APIS);
 
 /** A random host request like the clients make: within one month, 1–8 h, 1–3 hosts. */
 function randomRequest(i: number, horizon: number) {
@@ -59,25 +66,32 @@ function date(ms: number): string {
   return new Date(ms).toISOString().slice(0, 16).replace('T', ' ');
 }
 
-runBenchmark('admission', async () => {
-  for (const [name, value, max] of [['LK_BENCH_SECONDS', SECONDS, 600], ['LK_BENCH_CLIENTS', CLIENTS, 500], ['LK_BENCH_HOSTS', HOSTS, 10_000]] as const) {
+const processes = `${WORKERS === undefined ? '' : `-${WORKERS}w`}${APIS === undefined ? '' : `-${APIS}api`}`;
+
+runBenchmark(`admission${processes}`, async () => {
+  for (const [name, value, max] of [['LK_BENCH_SECONDS', SECONDS, 600], ['LK_BENCH_CLIENTS', CLIENTS, 500], ['LK_BENCH_HOSTS', HOSTS, 10_000], ['LK_BENCH_WORKERS', WORKERS ?? 1, 8], ['LK_BENCH_APIS', APIS ?? 1, 8]] as const) {
     if (!Number.isInteger(value) || value < 1 || value > max) throw new Error(`${name} must be 1..${max}`);
   }
-  const stack = await startTestStack({ withPool: (pool) => [physicalHostPlugin({ pool, settings: { cleaningMs: 0, randomChoice: false }, cloud: 'calendar-only' })] });
+  const stack = await startTestStack({ noWorker: WORKERS !== undefined, withPool: (pool) => [physicalHostPlugin({ pool, settings: { cleaningMs: 0, randomChoice: false }, cloud: 'calendar-only' })] });
+  const measured = await measuredWorkers(stack, WORKERS ?? 0, { script: path.join('dist', 'bench', 'calendar-only-worker.js'), apis: APIS ?? 0 }).catch(async (err: unknown) => {
+    await stack.stop(); // a process that did not start must not leave the stack running
+    throw err;
+  });
   try {
     for (let i = 0; i < HOSTS; i++) await insertHost(stack.db.pool, { name: `bench-host-${i}`, vcpus: [2, 4, 8, 16][i % 4] });
-    const api = apiClient(stack.url);
+    const apis = (measured.apis.length ? measured.apis.map((a) => a.url) : [stack.url]).map((url) => apiClient(url));
     const horizon = Date.UTC(2099, 0, 1);
     const latencies: number[] = [];
     const counts = { admitted: 0, refused: 0, deleted: 0, errors: 0 };
     const errors = new Map<string, number>();
     const deadline = Date.now() + SECONDS * 1000;
     let serial = 0;
-    // Where the CPU goes: this process (API, worker and the clients), Temporal (and its database), PostgreSQL.
-    const cpuUsed = cpuMeter();
+    // Where the CPU goes: this process (the clients, and the API and worker unless they run apart), those apart, Temporal (and its database), PostgreSQL.
+    const cpuUsed = measured.cpuUsed;
 
     await Promise.all(
-      Array.from({ length: CLIENTS }, async () => {
+      Array.from({ length: CLIENTS }, async (_, client) => {
+        const api = apis[client % apis.length];
         while (Date.now() < deadline) {
           const i = serial++;
           // Windows fall within one month, one to eight hours long, in whole hours: many overlap.
@@ -115,6 +129,8 @@ runBenchmark('admission', async () => {
       seconds: SECONDS,
       clients: CLIENTS,
       hosts: HOSTS,
+      workerProcesses: WORKERS ?? 'in the benchmark process',
+      apiProcesses: APIS ?? 'in the benchmark process',
       ...counts,
       admissionsPerSecond: Math.round((counts.admitted / SECONDS) * 10) / 10,
       requestsPerSecond: Math.round((latencies.length / SECONDS) * 10) / 10,
@@ -124,7 +140,7 @@ runBenchmark('admission', async () => {
       doubleBookings: (await doubleBookings(stack.db.pool)).length,
       errorKinds: Object.fromEntries(errors),
     };
-    console.log(`\nadmission: ${CLIENTS} clients, ${HOSTS} hosts, ${SECONDS} s`);
+    console.log(`\nadmission: ${CLIENTS} clients, ${HOSTS} hosts, ${SECONDS} s; workers: ${WORKERS ?? 'in process'}, APIs: ${APIS ?? 'in process'}`);
     console.table({
       'admitted / refused (409) / errors': { value: `${counts.admitted} / ${counts.refused} / ${counts.errors}` },
       'admissions per second': { value: result.admissionsPerSecond },
@@ -137,6 +153,8 @@ runBenchmark('admission', async () => {
     if (result.doubleBookings !== 0) process.exitCode = 1;
     return result;
   } finally {
+    for (const { process: api } of measured.apis) await api.stop();
+    for (const worker of measured.workers) await worker.stop();
     await stack.stop();
   }
 });

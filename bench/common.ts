@@ -6,7 +6,8 @@ import globalSetup from '../test/global-setup';
 import globalTeardown from '../test/global-teardown';
 import { Client } from 'pg';
 import type { ManagedProcess } from '../scripts/lib/processes';
-import { startWorkerProcess, type WorkerProcessTarget } from '../test/support/worker-process';
+import { freePort } from '../test/support/ports';
+import { startApiProcess, startWorkerProcess, type WorkerProcessTarget } from '../test/support/worker-process';
 import { loadConfig } from '../src/config';
 import { REPO_ROOT } from '../src/paths';
 
@@ -87,15 +88,32 @@ export function cpuMeter(others: Record<string, number> = {}): () => Record<stri
 }
 
 /**
- * The real worker as its own process, `count` of them on the same task queue (stopped on Ctrl-C
- * too), and a CPU meter that counts them (`worker`, or `worker1`, `worker2`…) beside the servers.
+ * The real worker as its own process, `count` of them on the same task queue (`script`: a
+ * benchmark's own worker entry, e.g. dist/bench/calendar-only-worker.js), and `apis` API
+ * processes beside them (none unless asked), all stopped on Ctrl-C too; and a CPU meter that
+ * counts them (`worker`, or `worker1`, `worker2`…, and `api1`…) beside the servers.
  */
-export async function measuredWorkers(stack: WorkerProcessTarget, count = 1): Promise<{ workers: ManagedProcess[]; pids: number[]; cpuUsed: () => Record<string, number | string> }> {
-  const workers = await Promise.all(Array.from({ length: count }, () => startWorkerProcess(stack)));
+export async function measuredWorkers(
+  stack: WorkerProcessTarget,
+  count = 1,
+  options: { script?: string; apis?: number } = {},
+): Promise<{ workers: ManagedProcess[]; apis: Array<{ process: ManagedProcess; url: string }>; pids: number[]; cpuUsed: () => Record<string, number | string> }> {
+  const workers = await Promise.all(Array.from({ length: count }, () => startWorkerProcess(stack, {}, options.script)));
   for (const worker of workers) stopOnExit(() => worker.stop());
+  const apis = await Promise.all(
+    Array.from({ length: options.apis ?? 0 }, async () => {
+      const port = await freePort();
+      const api = await startApiProcess(stack, port);
+      stopOnExit(() => api.stop());
+      return { process: api, url: `http://127.0.0.1:${port}` };
+    }),
+  );
   const pids = workers.map((worker) => worker.child.pid!);
-  const roles = Object.fromEntries(pids.map((pid, i) => [count === 1 ? 'worker' : `worker${i + 1}`, pid]));
-  return { workers, pids, cpuUsed: cpuMeter(roles) };
+  const roles = {
+    ...Object.fromEntries(pids.map((pid, i) => [count === 1 ? 'worker' : `worker${i + 1}`, pid])),
+    ...Object.fromEntries(apis.map((api, i) => [`api${i + 1}`, api.process.child.pid!])),
+  };
+  return { workers, apis, pids, cpuUsed: cpuMeter(roles) };
 }
 
 /** The Temporal server's process stats when the benchmark started it. */

@@ -56,6 +56,14 @@ function rows(): Row[] {
     add(b, 'calendar alone: admissions/s, p99', 'reported', `${admission.calendarOnly.admissionsPerSecond} /s, ${admission.calendarOnly.latencyMs.p99} ms`, '—');
     if (admission.cpuMsPerAdmission) add(b, 'CPU ms per admission by process', 'reported', byRole(admission.cpuMsPerAdmission, (_, ms) => `${ms}${typeof ms === 'number' ? ' ms' : ''}`), '—');
   }
+  const starts = load('workflow-start');
+  if (starts) {
+    const b = `workflow-start (${starts.leases} workflows, ${starts.clients} callers${starts.temporal ? `; ${starts.temporal}` : ''})`;
+    add(b, 'starts accepted per second', 'reported', `${starts.startsAcceptedPerSecond} /s`, '—');
+    add(b, 'all running after, per second', 'reported (the ceiling of a workflow per lease)', `${starts.allRunningAfterSeconds} s, ${starts.runningPerSecond} /s`, '—');
+    add(b, 'start → first task lag p50 / p99', 'reported', `${starts.firstTaskLagMs.p50} / ${starts.firstTaskLagMs.p99} ms`, '—');
+    add(b, 'CPU ms per workflow by process', 'reported', byRole(starts.cpuMsPerWorkflow, (_, ms) => `${ms}${typeof ms === 'number' ? ' ms' : ''}`), '—');
+  }
   const pending = load('pending');
   if (pending) {
     const b = `pending (${pending.leases} leases)`;

@@ -12,8 +12,9 @@ export interface WorkerProcessTarget {
   config: { temporal: { address: string; taskQueue: string } };
 }
 
-export function startWorkerProcess(stack: WorkerProcessTarget, env: Record<string, string> = {}): Promise<ManagedProcess> {
-  return startProcess('worker', path.join('dist', 'worker', 'main.js'), /"msg":"worker ready"/, stack, env);
+/** `script`: the worker's entry under dist/, worker/main.js unless a benchmark brings its own (bench/calendar-only-worker.ts). */
+export function startWorkerProcess(stack: WorkerProcessTarget, env: Record<string, string> = {}, script = path.join('dist', 'worker', 'main.js')): Promise<ManagedProcess> {
+  return startProcess('worker', script, /"msg":"worker ready"/, stack, env);
 }
 
 /** An API process on `port` (loopback); its URL is `http://127.0.0.1:<port>`. */
