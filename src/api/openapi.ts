@@ -23,8 +23,10 @@ import { createLeaseSchema, listLeasesQuery, updateLeaseSchema } from './lease-s
 // `.openapi(name)` below: the schemas that become named components.
 extendZodWithOpenApi(z);
 
-const leaseDate = z.string().describe('"YYYY-MM-DD HH:MM" (UTC)');
-const timestamp = z.string().describe('ISO 8601 without a zone, UTC ("2026-11-24T09:00:00.000000")');
+/** Blazar's formats, each checked against real answers by the test: a lease's dates, a record's times, and a date a request takes. */
+const leaseDate = z.string().regex(/^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}$/).describe('UTC, as Blazar writes lease dates: "2026-11-21T09:15:00.000000"');
+const timestamp = z.string().regex(/^\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}$/).describe('UTC, as Blazar writes created_at and updated_at: "2026-11-21 09:15:00"');
+const requestDateText = z.string().regex(/^\d{4}-\d{2}-\d{2} \d{2}:\d{2}$/).describe('UTC, in the form a request takes: "2026-11-21 09:15"');
 const nullableTimestamp = timestamp.nullable();
 
 /** Blazar's error body, with the request's id and, for some refusals, more (e.g. `earliest_start`). */
@@ -137,14 +139,14 @@ const health = z.strictObject({ status: z.enum(['ok', 'unavailable']), checks: z
 const freeWindow = z.strictObject({
   start_date: leaseDate.describe('the free interval as stored, to the second'),
   end_date: leaseDate,
-  start: leaseDate.nullable().describe('a start date to reuse in a request (whole minutes), null when no whole minute fits'),
-  end: leaseDate.nullable(),
+  start: requestDateText.nullable().describe('a start date to reuse in a request (whole minutes), null when no whole minute fits'),
+  end: requestDateText.nullable(),
 });
 const availability = z.strictObject({
   availability: z.array(z.strictObject({ host_id: z.string(), hypervisor_hostname: z.string(), free: z.array(freeWindow), free_slots: z.number().int().optional() })),
   floatingips: z.strictObject({ network_id: z.string(), free: z.array(z.strictObject({ id: z.string(), floating_ip_address: z.string() })) }).optional(),
 });
-const window = z.strictObject({ start_date: leaseDate, end_date: leaseDate.nullable() });
+const window = z.strictObject({ start_date: requestDateText, end_date: requestDateText.nullable() });
 const searchAnswer = z.strictObject({ earliest: window.nullable(), longest_from_start: window.nullable(), note: z.string().optional() });
 
 const bookingLease = z.looseObject({ start_ms: z.number(), end_ms: z.number(), reserved: z.boolean().optional(), lease_id: z.string().optional(), mine: z.boolean().optional() });
