@@ -14,11 +14,14 @@ import { apiClient, startTestStack } from '../test/support/stack';
 import { ApplicationFailure } from '@temporalio/common';
 import { physicalHostPlugin } from '../src/resources/physical-host';
 import { HostCalendar } from '../src/resources/physical-host/calendar';
-import { measuredWorkers, runBenchmark, summary } from './common';
+import { leaseWorkflowId } from '../workflows/lease/messages';
+import { measuredWorkers, runBenchmark, summary, workflowRunningAt } from './common';
 
 const SECONDS = Number(process.env.LK_BENCH_SECONDS ?? 60);
 const CLIENTS = Number(process.env.LK_BENCH_CLIENTS ?? 50);
 const HOSTS = Number(process.env.LK_BENCH_HOSTS ?? 100);
+/** Admitted leases whose workflow's first task is looked up afterwards. */
+const RUNNING_SAMPLE = 200;
 /** Worker and API processes; absent: both run inside this process. */
 const WORKERS = process.env.LK_BENCH_WORKERS === undefined ? undefined : Number(process.env.LK_BENCH_WORKERS);
 const APIS = process.env.LK_BENCH_APIS === undefined ? undefined : Number(process.env.LK_BENCH_APIS);
@@ -86,6 +89,8 @@ runBenchmark(`admission${processes}`, async () => {
     const errors = new Map<string, number>();
     const deadline = Date.now() + SECONDS * 1000;
     let serial = 0;
+    /** Admitted leases (every fifth, up to RUNNING_SAMPLE) and when their 201 arrived: how long after it their workflows ran. */
+    const answered: Array<{ id: string; atMs: number }> = [];
     // Where the CPU goes: this process (the clients, and the API and worker unless they run apart), those apart, Temporal (and its database), PostgreSQL.
     const cpuUsed = measured.cpuUsed;
 
@@ -106,6 +111,7 @@ runBenchmark(`admission${processes}`, async () => {
           latencies.push(performance.now() - t);
           if (res.status === 201) {
             counts.admitted++;
+            if (answered.length < RUNNING_SAMPLE && counts.admitted % 5 === 1) answered.push({ id: res.body.lease.id, atMs: Date.now() });
             // Half the leases stay (the calendar fills up), half are deleted again.
             if (i % 2 === 0 && (await api('DELETE', `/v1/leases/${res.body.lease.id}`)).status === 204) counts.deleted++;
           } else if (res.status === 409) {
@@ -118,6 +124,15 @@ runBenchmark(`admission${processes}`, async () => {
         }
       }),
     );
+
+    // Lag from the 201 to the lease's workflow running (its first workflow task done): below 0 when it ran before the answer.
+    const runningLags: number[] = [];
+    let neverRan = 0;
+    for (const { id, atMs } of answered) {
+      const { firstTaskMs } = await workflowRunningAt(stack.temporal.client, leaseWorkflowId(id));
+      if (firstTaskMs === undefined) neverRan++;
+      else runningLags.push(firstTaskMs - atMs);
+    }
 
     const perAdmission = (seconds: number | string) => (typeof seconds === 'number' ? Math.round((seconds * 1000) / Math.max(1, counts.admitted) * 10) / 10 : seconds);
     const cpuMsPerAdmission = Object.fromEntries(Object.entries(cpuUsed()).map(([role, seconds]) => [role, perAdmission(seconds)]));
@@ -135,6 +150,7 @@ runBenchmark(`admission${processes}`, async () => {
       admissionsPerSecond: Math.round((counts.admitted / SECONDS) * 10) / 10,
       requestsPerSecond: Math.round((latencies.length / SECONDS) * 10) / 10,
       createLatencyMs: summary(latencies),
+      workflowRunningAfterAnswerMs: { ...summary(runningLags), notRunning: neverRan },
       calendarOnly: direct,
       cpuMsPerAdmission,
       doubleBookings: (await doubleBookings(stack.db.pool)).length,
@@ -145,12 +161,13 @@ runBenchmark(`admission${processes}`, async () => {
       'admitted / refused (409) / errors': { value: `${counts.admitted} / ${counts.refused} / ${counts.errors}` },
       'admissions per second': { value: result.admissionsPerSecond },
       'create latency p50 / p99 / max (ms)': { value: `${result.createLatencyMs.p50} / ${result.createLatencyMs.p99} / ${result.createLatencyMs.max}` },
+      'workflow running after the 201 p50 / p99 / max (ms; < 0: before it)': { value: `${result.workflowRunningAfterAnswerMs.p50} / ${result.workflowRunningAfterAnswerMs.p99} / ${result.workflowRunningAfterAnswerMs.max}${neverRan ? `, ${neverRan} not running` : ''}` },
       'calendar alone (no Temporal/HTTP): admissions/s, p50 / p99 (ms)': { value: `${direct.admissionsPerSecond}, ${direct.latencyMs.p50} / ${direct.latencyMs.p99}` },
       'double bookings afterwards': { value: result.doubleBookings },
       ...Object.fromEntries(Object.entries(cpuMsPerAdmission).map(([role, ms]) => [`CPU ms per admission: ${role}`, { value: ms }])),
     });
     if (errors.size) console.log('errors:', result.errorKinds);
-    if (result.doubleBookings !== 0) process.exitCode = 1;
+    if (result.doubleBookings !== 0 || neverRan !== 0) process.exitCode = 1;
     return result;
   } finally {
     for (const { process: api } of measured.apis) await api.stop();

@@ -4,6 +4,7 @@ import os from 'node:os';
 import path from 'node:path';
 import globalSetup from '../test/global-setup';
 import globalTeardown from '../test/global-teardown';
+import type { Client as TemporalClient } from '@temporalio/client';
 import { Client } from 'pg';
 import type { ManagedProcess } from '../scripts/lib/processes';
 import { freePort } from '../test/support/ports';
@@ -114,6 +115,19 @@ export async function measuredWorkers(
     ...Object.fromEntries(apis.map((api, i) => [`api${i + 1}`, api.process.child.pid!])),
   };
   return { workers, apis, pids, cpuUsed: cpuMeter(roles) };
+}
+
+const eventMs = (time: { seconds?: { toNumber(): number } | number | null; nanos?: number | null } | null | undefined) =>
+  Number(typeof time?.seconds === 'object' && time.seconds ? time.seconds.toNumber() : (time?.seconds ?? 0)) * 1000 + (time?.nanos ?? 0) / 1e6;
+
+/**
+ * From a workflow's history: when it was started, and when it first completed a workflow task
+ * (it ran: handlers set, its first timer or activity scheduled), in epoch ms; undefined: not yet.
+ */
+export async function workflowRunningAt(client: TemporalClient, workflowId: string): Promise<{ startedMs: number; firstTaskMs?: number }> {
+  const events = (await client.workflow.getHandle(workflowId).fetchHistory()).events ?? [];
+  const completed = events.find((e) => e.workflowTaskCompletedEventAttributes);
+  return { startedMs: eventMs(events[0]?.eventTime), ...(completed ? { firstTaskMs: eventMs(completed.eventTime) } : {}) };
 }
 
 /** The Temporal server's process stats when the benchmark started it. */

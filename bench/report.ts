@@ -47,17 +47,20 @@ function rows(): Row[] {
       add(b, 'Temporal server CPU / peak RSS', 'reported', `${lifecycle.temporalServer.cpuSeconds} s (${lifecycle.temporalServer.cpuPercentOfOneCore} % of a core) / ${lifecycle.temporalServer.peakRssMb} MB`, '—');
     }
   }
-  const admission = load('admission');
-  if (admission) {
+  // Admission on each Temporal it ran on: the dev server's result, and temporal-server's (LK_TEMPORAL=server).
+  for (const admission of [load('admission'), load('admission-temporal-server')]) {
+    if (!admission) continue;
     const b = `admission (${admission.clients} clients, ${admission.hosts} hosts, ${admission.seconds} s${admission.temporal ? `; ${admission.temporal}` : ''})`;
     add(b, 'admissions per second', '≥ 100 /s', `${admission.admissionsPerSecond} /s`, atLeast(admission.admissionsPerSecond, 100));
     add(b, 'create latency p50 / p99', 'p99 ≤ 100 ms', `${admission.createLatencyMs.p50} / ${admission.createLatencyMs.p99} ms`, atMost(admission.createLatencyMs.p99, 100));
+    const running = admission.workflowRunningAfterAnswerMs;
+    if (running) add(b, 'workflow running after the 201 p50 / p99 (< 0: before it)', 'p99 ≤ 5000 ms', `${running.p50} / ${running.p99} ms${running.notRunning ? `, ${running.notRunning} not running` : ''}`, running.notRunning ? 'NO' : atMost(running.p99, 5000));
     add(b, 'double bookings afterwards', '0', String(admission.doubleBookings), admission.doubleBookings === 0 ? 'yes' : 'NO');
     add(b, 'calendar alone: admissions/s, p99', 'reported', `${admission.calendarOnly.admissionsPerSecond} /s, ${admission.calendarOnly.latencyMs.p99} ms`, '—');
     if (admission.cpuMsPerAdmission) add(b, 'CPU ms per admission by process', 'reported', byRole(admission.cpuMsPerAdmission, (_, ms) => `${ms}${typeof ms === 'number' ? ' ms' : ''}`), '—');
   }
-  const starts = load('workflow-start');
-  if (starts) {
+  for (const starts of [load('workflow-start'), load('workflow-start-temporal-server')]) {
+    if (!starts) continue;
     const b = `workflow-start (${starts.leases} workflows, ${starts.clients} callers${starts.temporal ? `; ${starts.temporal}` : ''})`;
     add(b, 'starts accepted per second', 'reported', `${starts.startsAcceptedPerSecond} /s`, '—');
     add(b, 'all running after, per second', 'reported (the ceiling of a workflow per lease)', `${starts.allRunningAfterSeconds} s, ${starts.runningPerSecond} /s`, '—');

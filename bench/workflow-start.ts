@@ -14,7 +14,7 @@ import { leaseWorkflowLabels } from '../src/api/lease-commands';
 import { newLease, type NewLeaseRequest } from '../src/domain/lease';
 import { startTestStack } from '../test/support/stack';
 import { leaseWorkflowId, leaseWorkflowType, type LeaseWorkflow } from '../workflows/lease/messages';
-import { measuredWorkers, runBenchmark, summary } from './common';
+import { measuredWorkers, runBenchmark, summary, workflowRunningAt } from './common';
 
 const LEASES = Number(process.env.LK_BENCH_LEASES ?? 1_000);
 const CLIENTS = Number(process.env.LK_BENCH_CLIENTS ?? 50);
@@ -23,9 +23,6 @@ const WORKERS = Number(process.env.LK_BENCH_WORKERS ?? 1);
 const CATCH_UP_LIMIT_MS = 10 * 60_000;
 /** Workflows whose history is read for the start-to-first-task lag. */
 const SAMPLED = 200;
-
-const eventMs = (time: { seconds?: { toNumber(): number } | number | null; nanos?: number | null } | null | undefined) =>
-  Number(typeof time?.seconds === 'object' && time.seconds ? time.seconds.toNumber() : (time?.seconds ?? 0)) * 1000 + (time?.nanos ?? 0) / 1e6;
 
 /** Whether the workflow has completed its first workflow task (its history holds more than the start and the task scheduled). */
 async function ranFirstTask(client: Client, leaseId: string): Promise<boolean> {
@@ -83,9 +80,8 @@ runBenchmark(WORKERS === 1 ? 'workflow-start' : `workflow-start-${WORKERS}-worke
     const notRunning = (await Promise.all(ids.map(async (id) => ((await ranFirstTask(client, id)) ? 0 : 1)))).reduce<number>((a, b) => a + b, 0);
     const lags: number[] = [];
     for (const id of ids.filter((_, i) => i % Math.max(1, Math.floor(ids.length / SAMPLED)) === 0).slice(0, SAMPLED)) {
-      const events = (await client.workflow.getHandle(leaseWorkflowId(id)).fetchHistory()).events ?? [];
-      const completed = events.find((e) => e.workflowTaskCompletedEventAttributes);
-      if (completed) lags.push(eventMs(completed.eventTime) - eventMs(events[0].eventTime));
+      const { startedMs, firstTaskMs } = await workflowRunningAt(client, leaseWorkflowId(id));
+      if (firstTaskMs !== undefined) lags.push(firstTaskMs - startedMs);
     }
 
     const perWorkflow = Object.fromEntries(Object.entries(cpu).map(([role, seconds]) => [role, typeof seconds === 'number' ? Math.round((seconds * 1000 * 10) / LEASES) / 10 : seconds]));
