@@ -31,7 +31,7 @@ async function main(): Promise<void> {
     const prepared = await prepareNamespace(connection, { namespace, retentionDays: days });
     for (const change of prepared.changes) console.log(`temporal:prepare: ${change}`);
     if (prepared.changes.length === 0) console.log(`temporal:prepare: namespace ${namespace} was already prepared`);
-    console.log(`temporal:prepare: ${address} namespace ${namespace} ready (retention ${prepared.retentionDays} days; lease search attributes answer queries after ${prepared.readyAfterMs} ms)`);
+    console.log(`temporal:prepare: ${address} namespace ${namespace} ready (retention ${prepared.retentionDays} days; a lease workflow with its search attributes could start after ${prepared.readyAfterMs} ms)`);
   } finally {
     await connection.close();
   }

@@ -1,4 +1,6 @@
 import { Client, Connection } from '@temporalio/client';
+import { randomUUID } from 'node:crypto';
+import { SearchAttributeType, TypedSearchAttributes, type SearchAttributePair } from '@temporalio/common';
 import { msToTs, tsToMs } from '@temporalio/common/lib/time';
 import { encodeSearchAttributeIndexedValueType } from '@temporalio/common/lib/search-attributes';
 import type { Config } from './config';
@@ -42,7 +44,7 @@ export interface PreparedNamespace {
   /** What was done, one line each (nothing when everything was already there). */
   changes: string[];
   retentionDays: number;
-  /** How long until a visibility query on the lease attributes answered (the namespace cache). */
+  /** How long until the namespace took a start carrying every lease attribute (the namespace cache, the history service's shards). */
   readyAfterMs: number;
 }
 
@@ -54,6 +56,25 @@ const isNotFound = (err: unknown) => (err as { code?: number }).code === 5; // g
  * the lease search attributes, and waits until a visibility query on them answers, since a
  * server's namespace cache takes a few seconds to see new attributes. Safe to run again.
  */
+/** The workflow type and task queue of the start prepareNamespace makes to prove a namespace ready (nothing runs it). */
+const NAMESPACE_PROBE = 'leasekeeper-namespace-probe';
+
+/** A value of its type for every lease search attribute. */
+function probeAttributes(): TypedSearchAttributes {
+  return new TypedSearchAttributes(
+    LEASE_SEARCH_ATTRIBUTES.map((key): SearchAttributePair => {
+      switch (key.type) {
+        case SearchAttributeType.DATETIME:
+          return { key, value: new Date(0) };
+        case SearchAttributeType.KEYWORD_LIST:
+          return { key, value: ['probe'] };
+        default:
+          return { key, value: 'probe' };
+      }
+    }),
+  );
+}
+
 export async function prepareNamespace(connection: Connection, options: { namespace: string; retentionDays?: number; timeoutMs?: number }): Promise<PreparedNamespace> {
   const { namespace } = options;
   const changes: string[] = [];
@@ -91,5 +112,14 @@ export async function prepareNamespace(connection: Connection, options: { namesp
   // Every lease attribute in one query: it answers once the namespace cache has them all.
   const client = new Client({ connection, namespace });
   await untilDone(() => client.workflow.count(LEASE_SEARCH_ATTRIBUTES.map((key) => `${key.name} IS NULL`).join(' AND ')), () => true);
+  // A query is the frontend and visibility alone; a lease's start needs the history service too (a
+  // server just started still takes its shards) and the attributes in the start's own path. A start
+  // carrying every lease attribute proves both; the probe (never run: no worker polls its queue) is deleted at once.
+  const probeId = `leasekeeper-namespace-probe-${randomUUID()}`;
+  await untilDone(
+    () => client.workflow.start(NAMESPACE_PROBE, { workflowId: probeId, taskQueue: NAMESPACE_PROBE, typedSearchAttributes: probeAttributes(), workflowIdConflictPolicy: 'USE_EXISTING' }),
+    () => true,
+  );
+  await connection.workflowService.deleteWorkflowExecution({ namespace, workflowExecution: { workflowId: probeId } });
   return { changes, retentionDays: (retentionMs ?? 0) / 86_400_000, readyAfterMs: Date.now() - started };
 }

@@ -64,8 +64,14 @@ describe(`Temporal (LK_TEMPORAL=${topology}) killed with -9 mid-lease`, () => {
     const lease = async (id: string) => (await api('GET', `/v1/leases/${id}`)).body.lease;
     const until = (id: string, status: string, timeoutMs: number) => eventually(async () => ((await lease(id)).status === status ? true : undefined), timeoutMs, 250);
 
-    const active = (await api('POST', '/v1/leases', { name: 'active-through-crash', start_date: inSeconds(1), end_date: inSeconds(30) })).body.lease;
-    const pending = (await api('POST', '/v1/leases', { name: 'due-during-crash', start_date: inSeconds(10), end_date: inSeconds(40) })).body.lease;
+    /** The lease a create answered with; any other answer fails the test with its status and body. */
+    const created = async (body: Record<string, unknown>) => {
+      const res = await api('POST', '/v1/leases', body);
+      expect({ status: res.status, body: res.status === 201 ? 'a lease' : res.body }).toEqual({ status: 201, body: 'a lease' });
+      return res.body.lease;
+    };
+    const active = await created({ name: 'active-through-crash', start_date: inSeconds(1), end_date: inSeconds(30) });
+    const pending = await created({ name: 'due-during-crash', start_date: inSeconds(10), end_date: inSeconds(40) });
     await until(active.id, 'ACTIVE', 30_000);
 
     server!.child.kill('SIGKILL');

@@ -12,7 +12,7 @@ import { msToTs, tsToMs } from '@temporalio/common/lib/time';
 import pino from 'pino';
 import { createApp } from '../src/api/app';
 import { pluginRegistry } from '../src/domain/resource-plugin';
-import { LEASE_SEARCH_ATTRIBUTES } from '../src/domain/search-attributes';
+import { LEASE_SEARCH_ATTRIBUTES, LeaseStatusKey } from '../src/domain/search-attributes';
 import { REPO_ROOT } from '../src/paths';
 import { physicalHostPlugin } from '../src/resources/physical-host';
 import { blazarHostReservation } from './support/builders';
@@ -83,14 +83,19 @@ describe('Temporal without what leasekeeper needs', () => {
       expect(first.code).toBe(0);
       expect(first.output).toContain(`temporal:prepare: created namespace ${namespace} (retention 3 days)`);
       expect(first.output).toContain('temporal:prepare: registered search attributes LeaseStatus, ProjectId, LeaseStart, LeaseEnd, ResourceTypes');
-      expect(first.output).toMatch(new RegExp(`namespace ${namespace} ready \\(retention 3 days; lease search attributes answer queries after \\d+ ms\\)`));
+      expect(first.output).toMatch(new RegExp(`namespace ${namespace} ready \\(retention 3 days; a lease workflow with its search attributes could start after \\d+ ms\\)`));
       const { connection } = stack().temporal;
       const described = await connection.workflowService.describeNamespace({ namespace });
       expect(tsToMs(described.config?.workflowExecutionRetentionTtl)).toBe(3 * 86_400_000);
       const { customAttributes } = await connection.operatorService.listSearchAttributes({ namespace });
       expect(Object.keys(customAttributes ?? {})).toEqual(expect.arrayContaining(LEASE_SEARCH_ATTRIBUTES.map((key) => key.name)));
       // Ready means ready: a query on the lease attributes answers at once.
-      await expect(new Client({ connection, namespace }).workflow.count('LeaseStatus = "ACTIVE" AND ProjectId = "p"')).resolves.toMatchObject({ count: 0 });
+      const client = new Client({ connection, namespace });
+      await expect(client.workflow.count('LeaseStatus = "ACTIVE" AND ProjectId = "p"')).resolves.toMatchObject({ count: 0 });
+      // And a workflow carrying the lease attributes starts at once; the start that proved it was deleted.
+      const started = await client.workflow.start('someWorkflow', { workflowId: `ready-${namespace}`, taskQueue: 'nobody-polls', typedSearchAttributes: [{ key: LeaseStatusKey, value: 'PENDING' }] });
+      await started.terminate('checked');
+      await eventually(async () => ((await client.workflow.count('WorkflowType = "leasekeeper-namespace-probe"')).count === 0 ? true : undefined), 15_000, 250);
 
       const again = await prepare(namespace);
       expect(again.code).toBe(0);
