@@ -89,7 +89,7 @@ runBenchmark(`admission${processes}`, async () => {
     const errors = new Map<string, number>();
     const deadline = Date.now() + SECONDS * 1000;
     let serial = 0;
-    /** Admitted leases (every fifth, up to RUNNING_SAMPLE) and when their 201 arrived: how long after it their workflows ran. */
+    /** Admitted leases (RUNNING_SAMPLE of them) and when their 201 arrived: how long after it their workflows ran. */
     const answered: Array<{ id: string; atMs: number }> = [];
     // Where the CPU goes: this process (the clients, and the API and worker unless they run apart), those apart, Temporal (and its database), PostgreSQL.
     const cpuUsed = measured.cpuUsed;
@@ -111,7 +111,10 @@ runBenchmark(`admission${processes}`, async () => {
           latencies.push(performance.now() - t);
           if (res.status === 201) {
             counts.admitted++;
-            if (answered.length < RUNNING_SAMPLE && counts.admitted % 5 === 1) answered.push({ id: res.body.lease.id, atMs: Date.now() });
+            // A uniform sample over the whole run (reservoir sampling): the k-th admission replaces a kept one with chance RUNNING_SAMPLE / k.
+            const kept = { id: res.body.lease.id as string, atMs: Date.now() };
+            if (answered.length < RUNNING_SAMPLE) answered.push(kept);
+            else if (Math.random() < RUNNING_SAMPLE / counts.admitted) answered[Math.floor(Math.random() * RUNNING_SAMPLE)] = kept;
             // Half the leases stay (the calendar fills up), half are deleted again.
             if (i % 2 === 0 && (await api('DELETE', `/v1/leases/${res.body.lease.id}`)).status === 204) counts.deleted++;
           } else if (res.status === 409) {
