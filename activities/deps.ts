@@ -1,12 +1,14 @@
 import type { Pool } from '../src/db/pool';
 import type { EventType } from '../src/domain/lease';
-import type { ResourcePlugins } from '../src/domain/resource-plugin';
+import type { HostWatch, ResourcePlugins } from '../src/domain/resource-plugin';
 
 /** What activities are given by the worker that hosts them. */
 export interface ActivityDeps {
   pool: Pool;
   /** The resource types this worker can carry out, by resource_type. */
   plugins: ResourcePlugins;
+  /** How the host monitor sees enrolled hosts (none without OpenStack: the monitor is not started). */
+  hostWatch?: HostWatch;
   /** Told when a lease event has begun, how late (the worker's metrics); none in tests. */
   eventStarted?: (eventType: EventType, lagMs: number) => void;
 }

@@ -1,9 +1,10 @@
-/** The activities, thin: each runs one hook of one resource plugin (reservations.ts) or records the lease (leases.ts). */
+/** The activities, thin: each runs one hook of one resource plugin (reservations.ts), records the lease (leases.ts), or serves the host monitor (hosts.ts). */
 import { ApplicationFailure } from '@temporalio/common';
 import { Context } from '@temporalio/activity';
 import { databaseDataError, isDatabaseUnavailable } from '../src/db/pool';
 import { LeaseErrorType } from '../src/domain/lease';
 import type { ActivityDeps } from './deps';
+import { hostActivities } from './hosts';
 import { leaseActivities } from './leases';
 import { reservationActivities } from './reservations';
 import { selfCheckActivities } from './selfcheck';
@@ -16,6 +17,7 @@ export function createActivities(deps: ActivityDeps) {
     ...selfCheckActivities(deps),
     ...leaseActivities(deps),
     ...reservationActivities(deps),
+    ...hostActivities(deps),
   });
 }
 

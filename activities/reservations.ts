@@ -8,7 +8,7 @@ import { Context } from '@temporalio/activity';
 import { ApplicationFailure } from '@temporalio/common';
 import { OpenStackConfigError, OpenStackError, publicMessage, ResourceFailedError, WaitTimeoutError, withoutInternals } from '../src/openstack/errors';
 import { invalidLease } from '../src/domain/lease';
-import type { EndOutcome, EndRequest, HookContext, ReservationContext, ReserveResult, ResourcePlugin, ResourcePlugins, StartOutcome, StepOutcome } from '../src/domain/resource-plugin';
+import type { EndOutcome, EndRequest, HealOutcome, HookContext, ReservationContext, ReserveResult, ResourcePlugin, ResourcePlugins, StartOutcome, StepOutcome } from '../src/domain/resource-plugin';
 
 /** How often a running hook tells the server its worker is alive (the workflow sets a heartbeat timeout a few times longer). */
 export const LIVENESS_HEARTBEAT_MS = 5_000;
@@ -82,6 +82,8 @@ export function reservationActivities({ plugins }: { plugins: ResourcePlugins })
       }),
     beforeEndReservation: (ctx: ReservationContext): Promise<void> => run(ctx, async (plugin, hookCtx) => void (await plugin.beforeEnd?.(hookCtx))),
     endReservation: (ctx: EndRequest): Promise<EndOutcome> => run(ctx, (plugin, hookCtx) => plugin.end(hookCtx)),
+    /** After hosts failed or recovered; a type without a heal hook has nothing to heal (undefined). */
+    healReservation: (ctx: ReservationContext): Promise<HealOutcome | undefined> => run(ctx, async (plugin, hookCtx) => (plugin.heal ? plugin.heal(hookCtx) : undefined)),
     /** The end hook again, as a poll: fails (to be retried by the workflow's policy) until nothing is left to wait for. */
     awaitReservationEnd: async (ctx: EndRequest): Promise<void> => {
       const { waitingFor } = await run(ctx, (plugin, hookCtx) => plugin.end(hookCtx));

@@ -92,6 +92,19 @@ const envSchema = z.object({
   // Hosts ending under `release` go here, open to everyone and flagged for the operator.
   LK_RELEASED_AGGREGATE: z.string().min(1).max(255).default('leasekeeper-released'),
 
+  // A replaced failed host waits here (closed to every project) until it is up again.
+  LK_FAILED_AGGREGATE: z.string().min(1).max(255).default('leasekeeper-failed'),
+
+  // The host monitor (started by the worker when it has OpenStack): how often it looks at Nova, how
+  // long a problem must last before a host counts as failed (a host that flaps is not), how far
+  // ahead pending leases are healed (unset: all of them), and how often leases still booked on a
+  // failed host are told again.
+  LK_HOST_MONITOR: z.enum(['on', 'off']).default('on'),
+  LK_HOST_MONITOR_INTERVAL_SECONDS: z.coerce.number().min(0.1).max(3_600).default(10),
+  LK_HOST_FAIL_GRACE_SECONDS: z.coerce.number().min(0).max(86_400).default(30),
+  LK_HEALING_HORIZON_HOURS: z.coerce.number().positive().max(87_600).optional(),
+  LK_HEALING_RETRY_MINUTES: z.coerce.number().min(0.01).max(1_440).default(5),
+
   // Server reservations (`virtual:server`): what the start does when on-demand servers took the
   // reserved host's room (move to another host with room, or fail with the reason), and how long
   // the hosts' capacities read from Placement serve admissions before being read again.
@@ -168,6 +181,14 @@ function toConfig(env: z.infer<typeof envSchema>) {
       freepoolAggregate: env.LK_FREEPOOL_AGGREGATE,
       freepoolProjectId: env.LK_FREEPOOL_PROJECT_ID,
       releasedAggregate: env.LK_RELEASED_AGGREGATE,
+      failedAggregate: env.LK_FAILED_AGGREGATE,
+    },
+    hostMonitor: {
+      enabled: env.LK_HOST_MONITOR === 'on',
+      intervalMs: Math.round(env.LK_HOST_MONITOR_INTERVAL_SECONDS * 1000),
+      graceMs: Math.round(env.LK_HOST_FAIL_GRACE_SECONDS * 1000),
+      horizonMs: env.LK_HEALING_HORIZON_HOURS === undefined ? undefined : Math.round(env.LK_HEALING_HORIZON_HOURS * 3_600_000),
+      sweepMs: Math.round(env.LK_HEALING_RETRY_MINUTES * 60_000),
     },
     healthTimeoutMs: env.LK_HEALTH_TIMEOUT_MS,
     healthDeepIntervalMs: env.LK_HEALTH_DEEP_INTERVAL_SECONDS * 1000,

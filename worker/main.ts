@@ -9,10 +9,11 @@ import { loadConfigOrExit, type Config } from '../src/config';
 import { migrate } from '../src/db/migrate';
 import { createPool } from '../src/db/pool';
 import { createLogger, type Logger } from '../src/log';
-import { lazyOpenStackClients, projectScopedClients } from '../src/openstack';
-import { productionPlugins } from '../src/resources';
+import { lazyOpenStackClients, OpenStackConfigError, projectScopedClients, type OpenStackClients } from '../src/openstack';
+import { productionHostWatch, productionPlugins } from '../src/resources';
 import { connectTemporal, ensureSearchAttributes } from '../src/temporal';
 import { createWorker } from './create-worker';
+import { ensureHostMonitor } from './host-monitor';
 import { serveMetrics, workerMetrics } from './metrics';
 import { PinoTemporalLogger } from './temporal-logger';
 
@@ -48,23 +49,64 @@ async function main(): Promise<void> {
   const { version } = await migrate(pool);
   const connection = await NativeConnection.connect({ address: config.temporal.address });
   await registerSearchAttributes(config, log);
+  const hostWatch = config.hostMonitor.enabled && hasOpenStack(openstack, log) ? productionHostWatch({ pool, config, openstack }) : undefined;
   const worker = await createWorker({
     connection,
     config,
-    deps: { pool, plugins: productionPlugins({ pool, config, openstack, openstackForProject: projectScopedClients() }), eventStarted: metrics?.eventStarted },
+    deps: { pool, plugins: productionPlugins({ pool, config, openstack, openstackForProject: projectScopedClients() }), hostWatch, eventStarted: metrics?.eventStarted },
     workflows: { bundlePath: config.worker.workflowBundle },
     activityInterceptors: metrics ? [metrics.activityInterceptor] : undefined,
   });
   const metricsUrls = metricsServer && metricsAt ? { metrics: `http://${metricsAt.host}:${metricsServer.port}/metrics`, sdkMetrics: `http://${metricsAt.host}:${metricsAt.port + 1}/metrics` } : {};
   log.info({ address: config.temporal.address, taskQueue: config.temporal.taskQueue, schemaVersion: version, ...metricsUrls }, 'worker ready');
+  const monitor = hostWatch ? startHostMonitor(config, log) : undefined;
   try {
     await worker.run(); // resolves once a shutdown signal has drained the worker
   } finally {
+    monitor?.stop();
     await connection.close();
     await pool.end();
     metricsServer?.server.close();
     log.info('worker stopped');
   }
+}
+
+/** Whether OpenStack settings are there (the host monitor watches Nova); a deployment without them runs no monitor. */
+function hasOpenStack(openstack: () => OpenStackClients, log: Logger): boolean {
+  try {
+    openstack();
+    return true;
+  } catch (err) {
+    if (!(err instanceof OpenStackConfigError)) throw err;
+    log.info({ reason: err.message }, 'host monitor off: no OpenStack settings');
+    return false;
+  }
+}
+
+/** Starts the host monitor workflow unless it runs, trying again every 30 s while Temporal refuses. */
+function startHostMonitor(config: Config, log: Logger): { stop(): void } {
+  const { connection, client } = connectTemporal(config);
+  let timer: NodeJS.Timeout | undefined;
+  let stopped = false;
+  const attempt = async () => {
+    try {
+      const workflowId = await ensureHostMonitor(client, config);
+      log.info({ workflowId }, 'host monitor running');
+      await connection.close();
+    } catch (err) {
+      if (stopped) return;
+      log.warn({ err }, 'could not start the host monitor: trying again in 30 s');
+      timer = setTimeout(() => void attempt(), 30_000);
+    }
+  };
+  void attempt();
+  return {
+    stop() {
+      stopped = true;
+      clearTimeout(timer);
+      void connection.close().catch(() => undefined);
+    },
+  };
 }
 
 /** Operators filter leases by these in the Web UI; a server without them would reject lease workflows. */

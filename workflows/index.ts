@@ -1,3 +1,4 @@
 /** Every workflow the worker runs (it bundles this file). The API imports only each workflow's messages.ts. */
 export { leaseWorkflow } from './lease/lease';
 export { selfCheckWorkflow } from './selfcheck/selfcheck';
+export { hostMonitorWorkflow } from './host-monitor/monitor';

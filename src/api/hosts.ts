@@ -42,6 +42,10 @@ export function toBlazarHost(host: HostRecord) {
     reservable: host.reservable,
     // Blazar's computehosts.status: a column nothing in Blazar writes (its monitor changes `reservable`), so always null there too.
     status: null,
+    // The host monitor's view (an extension): up or failed, since when, and why.
+    state: host.state,
+    state_since: host.state_since ? formatTimestamp(host.state_since.getTime()) : null,
+    state_reason: host.state_reason,
     released_at: host.released_at ? formatTimestamp(host.released_at.getTime()) : null,
     released_by_lease: host.released_by_lease,
     trust_id: null,

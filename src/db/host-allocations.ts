@@ -159,6 +159,11 @@ export async function deleteLeaseBookings(client: PoolClient, leaseId: string): 
   await client.query('DELETE FROM host_allocations WHERE lease_id = $1 AND NOT shared', [leaseId]);
 }
 
+/** One host taken out of a reservation's booking (a failed host replaced by another). */
+export async function deleteHostBookingOfReservation(client: PoolClient, reservationId: string, hostId: string): Promise<void> {
+  await client.query('DELETE FROM host_allocations WHERE reservation_id = $1 AND host_id = $2', [reservationId, hostId]);
+}
+
 export async function deleteReservationHostBookings(db: Queryable, reservationId: string): Promise<void> {
   await db.query('DELETE FROM host_allocations WHERE reservation_id = $1', [reservationId]);
 }
@@ -275,4 +280,19 @@ async function queryAllocations(pool: Pool, filter: AllocationFilter & { after?:
     ],
   );
   return rows;
+}
+
+/**
+ * The leases whose bookings hold any of these hosts at some time from now on (shared instance
+ * slots too), that begin before `untilMs` when given: the leases a host's failure or recovery concerns.
+ */
+export async function leasesHoldingHosts(db: Queryable, hostIds: string[], untilMs?: number): Promise<string[]> {
+  if (hostIds.length === 0) return [];
+  const { rows } = await db.query<{ lease_id: string }>(
+    `SELECT DISTINCT lease_id::text FROM host_allocations
+     WHERE host_id = ANY($1::bigint[]) AND upper(during) > now() AND ($2::float8 IS NULL OR lower(during) < to_timestamp($2::float8 / 1000))
+     ORDER BY 1`,
+    [hostIds, untilMs ?? null],
+  );
+  return rows.map((r) => r.lease_id);
 }

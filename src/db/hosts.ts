@@ -24,6 +24,10 @@ export interface HostRecord {
   cpu_info: string | null;
   availability_zone: string | null;
   reservable: boolean;
+  /** What the host monitor last concluded (migration 011): a failed host takes no new bookings. */
+  state: HostState;
+  state_since: Date | null;
+  state_reason: string | null;
   /** Set when a lease's `release` policy handed the host to the shared cloud. */
   released_at: Date | null;
   released_by_lease: string | null;
@@ -36,22 +40,25 @@ export interface HostRecord {
 
 type Queryable = Pool | PoolClient;
 
+export type HostState = 'up' | 'failed';
+
 /** Whether `text` can be a host's id (a positive bigint): anything else is no host, rather than an error of the database. */
 export function isHostId(text: string): boolean {
   return /^\d{1,19}$/.test(text) && BigInt(text) <= 9_223_372_036_854_775_807n;
 }
 
+/** `reservableOnly`: the hosts new bookings may take (reservable, and not failed). */
 export async function listHosts(db: Queryable, filter: { reservableOnly?: boolean; id?: string } = {}): Promise<HostRecord[]> {
   const where: string[] = [];
   const params: unknown[] = [];
-  if (filter.reservableOnly) where.push('h.reservable');
+  if (filter.reservableOnly) where.push("h.reservable AND h.state = 'up'");
   if (filter.id !== undefined) {
     params.push(filter.id);
     where.push(`h.id = $${params.length}`);
   }
   const { rows } = await db.query<Omit<HostRecord, 'id'> & { id: string }>(
     `SELECT h.id::text AS id, h.hypervisor_hostname, h.nova_hypervisor_id, h.hypervisor_type, h.hypervisor_version, h.service_name,
-            h.vcpus, h.memory_mb, h.local_gb, h.cpu_info, h.availability_zone, h.reservable, h.released_at, h.released_by_lease::text, h.created_at, h.updated_at,
+            h.vcpus, h.memory_mb, h.local_gb, h.cpu_info, h.availability_zone, h.reservable, h.state, h.state_since, h.state_reason, h.released_at, h.released_by_lease::text, h.created_at, h.updated_at,
             COALESCE(jsonb_object_agg(c.name, c.value) FILTER (WHERE c.name IS NOT NULL), '{}') AS capabilities,
             COALESCE(array_agg(c.name) FILTER (WHERE s.private), '{}') AS private_capabilities
      FROM hosts h LEFT JOIN host_capabilities c ON c.host_id = h.id LEFT JOIN capability_settings s ON s.name = c.name
@@ -191,4 +198,47 @@ export async function markReleased(db: Queryable, hostIds: string[], leaseId: st
      WHERE id = ANY($1::bigint[])`,
     [hostIds, leaseId],
   );
+}
+
+/** An enrolled host as the host monitor watches it: its names in Nova, and what was last concluded. */
+export interface MonitoredHost {
+  id: string;
+  hypervisor_hostname: string;
+  /** Nova's compute service host (the name aggregates and services use). */
+  service_name: string | null;
+  state: HostState;
+}
+
+/** Every enrolled host not handed to the shared cloud: those the monitor watches. */
+export async function monitoredHosts(db: Queryable): Promise<MonitoredHost[]> {
+  const { rows } = await db.query<MonitoredHost>(
+    'SELECT id::text, hypervisor_hostname, service_name, state FROM hosts WHERE released_at IS NULL ORDER BY id',
+  );
+  return rows;
+}
+
+/**
+ * Records a host's new state, once: a change already recorded (the same state) is left as it was,
+ * so that a retried or repeated record keeps the first `state_since`. Answers whether it changed.
+ */
+export async function recordHostState(db: Queryable, change: { hostId: string; state: HostState; sinceMs: number; reason: string | null }): Promise<boolean> {
+  const { rowCount } = await db.query(
+    `UPDATE hosts SET state = $2, state_since = to_timestamp($3::float8 / 1000), state_reason = $4, updated_at = now()
+     WHERE id = $1 AND state <> $2`,
+    [change.hostId, change.state, change.sinceMs, change.reason?.slice(0, 1024) ?? null],
+  );
+  return (rowCount ?? 0) > 0;
+}
+
+/** Which of these hosts are failed now. */
+export async function failedHostIds(db: Queryable, hostIds: string[]): Promise<Set<string>> {
+  if (hostIds.length === 0) return new Set();
+  const { rows } = await db.query<{ id: string }>("SELECT id::text FROM hosts WHERE id = ANY($1::bigint[]) AND state = 'failed'", [[...new Set(hostIds)]]);
+  return new Set(rows.map((r) => r.id));
+}
+
+/** The reservable hosts that are failed now (hypervisor names, at most 20): why fewer hosts are up than enrolled. */
+export async function failedReservableHosts(db: Queryable): Promise<string[]> {
+  const { rows } = await db.query<{ name: string }>("SELECT hypervisor_hostname AS name FROM hosts WHERE reservable AND state = 'failed' ORDER BY id LIMIT 20");
+  return rows.map((r) => r.name);
 }

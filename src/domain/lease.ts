@@ -115,6 +115,9 @@ export function leaseConflict(message: string, details?: Record<string, unknown>
   return ApplicationFailure.create({ type: LeaseErrorType.conflict, message, nonRetryable: true, details: details ? [details] : undefined });
 }
 
+/** Whether `err` is the 409 of leaseConflict: what was asked does not fit. */
+export const isLeaseConflict = (err: unknown): boolean => err instanceof ApplicationFailure && err.type === LeaseErrorType.conflict;
+
 export interface NewLeaseRequest {
   id: string;
   name: string;

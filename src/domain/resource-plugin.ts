@@ -6,8 +6,10 @@
  * - `ResourcePlugin`, what the worker runs: the lease workflow calls each hook through one generic
  *   activity (activities/reservations.ts), so every hook runs with Temporal's timeouts and retries
  *   and must be idempotent, keyed by the reservation id. Only `reserve` and `end` are required.
+ * - `HostWatch`, what the host monitor needs of the type that enrols compute hosts.
  */
 import type { z } from 'zod';
+import type { HostObservation, HostStateChange } from './host-health';
 import type { LeaseStatus, Reservation } from './lease';
 
 export interface ReservationContext {
@@ -125,6 +127,33 @@ export interface FitQuery {
   provisioningLeadMs: number;
 }
 
+/**
+ * What a heal hook reports: the reservation as it is now after hosts failed or recovered. It reads
+ * the hosts' states itself (the hosts table), so calling it again changes nothing more.
+ */
+export interface HealOutcome {
+  /** Merged into the reservation's allocation in the lease JSON (the hosts it holds now). */
+  allocation?: Record<string, unknown>;
+  /** The resources held now, replacing the reservation's. */
+  resourceKeys?: string[];
+  /** Some resources failed and nothing replaced them (yet): the lease is degraded. */
+  missingResources: boolean;
+  /** A pending reservation was moved to other resources (shown until its start). */
+  resourcesChanged: boolean;
+}
+
+/** What the host monitor needs of the resource type that enrols compute hosts. */
+export interface HostWatch {
+  /** Every enrolled host as Nova shows it now. */
+  observe(): Promise<HostObservation[]>;
+  /** Records a host's new state (a repeated record keeps the first). */
+  record(change: HostStateChange): Promise<void>;
+  /** A host up again: back where its bookings want it (out of the failed aggregate). */
+  recovered(hostId: string): Promise<void>;
+  /** The leases booked on these hosts from now on (beginning before `untilMs`, when given). */
+  leasesHolding(hostIds: string[], untilMs?: number): Promise<string[]>;
+}
+
 /** What the API needs of a resource type. */
 export interface ResourceType {
   /** Blazar's resource_type, e.g. `physical:host`. */
@@ -152,6 +181,11 @@ export interface ResourcePlugin extends ResourceType {
   beforeEnd?(ctx: HookContext): Promise<void>;
   /** Takes the resources back and frees the booking, or says what it is still waiting for. */
   end(ctx: EndContext): Promise<EndOutcome>;
+  /**
+   * Hosts the reservation holds failed, or came back: re-book a pending reservation elsewhere,
+   * replace failed hosts of an active one, or report what is missing. Types without it are never degraded.
+   */
+  heal?(ctx: HookContext): Promise<HealOutcome>;
   /** Where the reservation's resources are (for `on_host_of`); types without hosts leave it out. */
   placementOf?(ctx: HookContext): Promise<ReservationPlacement>;
 }

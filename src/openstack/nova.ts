@@ -414,6 +414,14 @@ export class NovaClient {
     return (await this.http.get<{ services: ComputeService[] }>('/os-services', filters, options)).services;
   }
 
+  /**
+   * `PUT /os-services/{id}` (by the service's UUID, microversion ≥ 2.53): enable or disable it (with
+   * a reason), or force it down (a fenced host: Nova stops waiting for its heartbeat).
+   */
+  async updateService(id: string, change: { status?: 'enabled' | 'disabled'; disabled_reason?: string; forced_down?: boolean }, options: CallOptions = {}): Promise<ComputeService> {
+    return (await this.http.put<{ service: ComputeService }>(`/os-services/${seg(id)}`, change, options)).service;
+  }
+
   // --- flavors ---------------------------------------------------------------------------------
 
   /** `GET /flavors/detail`; `is_public: 'none'` lists public and private flavors (admin). */

@@ -5,13 +5,14 @@
  */
 import type { Config } from '../config';
 import type { Pool } from '../db/pool';
-import { registry, type ResourcePlugins, type ResourceTypes } from '../domain/resource-plugin';
+import { registry, type HostWatch, type ResourcePlugins, type ResourceTypes } from '../domain/resource-plugin';
 import type { OpenStackClients } from '../openstack';
 import { HostCalendar } from './physical-host/calendar';
 import { bandwidthPlugin, bandwidthType } from './bandwidth';
 import { flavorInstancePlugin, flavorInstanceType } from './flavor-instance';
 import { floatingIpPlugin, floatingIpType } from './floating-ip';
 import { physicalHostPlugin, physicalHostType, type PhysicalHostDeps } from './physical-host';
+import { physicalHostWatch } from './physical-host/health';
 import { virtualInstancePlugin, virtualInstanceType, type VirtualInstanceDeps } from './virtual-instance';
 import { virtualServerPlugin, virtualServerType } from './virtual-server';
 
@@ -40,6 +41,7 @@ function hostDeps({ pool, config, openstack }: ResourceDeps): PhysicalHostDeps {
     cloud: openstack,
     freepool: inventory.freepoolAggregate,
     endAggregates: { released: inventory.releasedAggregate, closedProjectId: inventory.freepoolProjectId },
+    failedAggregate: inventory.failedAggregate,
     notices: notifyUrl ? { url: notifyUrl } : undefined,
   };
 }
@@ -80,4 +82,15 @@ export function productionPlugins(deps: ResourceDeps): ResourcePlugins {
     virtualInstancePlugin(instanceDeps(deps)),
     flavorInstancePlugin(instanceDeps(deps)),
   ]);
+}
+
+/** How the host monitor sees the enrolled hosts: physical:host's watch over Nova. */
+export function productionHostWatch({ pool, config, openstack }: Pick<ResourceDeps, 'pool' | 'config' | 'openstack'>): HostWatch {
+  const { inventory } = config;
+  return physicalHostWatch({
+    pool,
+    source: { nova: () => openstack().nova },
+    freepool: inventory.freepoolAggregate,
+    failed: { name: inventory.failedAggregate, closedProjectId: inventory.freepoolProjectId },
+  });
 }

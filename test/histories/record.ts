@@ -19,6 +19,10 @@ import { virtualInstancePlugin } from '../../src/resources/virtual-instance';
 import { RecordingPlugin } from '../support/recording-plugin';
 import { apiClient, eventually, inSeconds, startTestStack, type TestStack } from '../support/stack';
 import { leaseWorkflowId } from '../../workflows/lease/messages';
+import { hostMonitorWorkflowId } from '../../workflows/host-monitor/messages';
+import { physicalHostPlugin } from '../../src/resources/physical-host';
+import { physicalHostWatch } from '../../src/resources/physical-host/health';
+import { insertHost } from '../support/hosts';
 
 type Api = ReturnType<typeof apiClient>;
 const HISTORY_DIR = path.join(__dirname, '..', '..', '..', 'test', 'histories');
@@ -33,8 +37,26 @@ async function waitFor(api: Api, id: string, status: string): Promise<void> {
 
 const reservation = { resource_type: 'test:recording', keys: ['recorded-thing'] };
 
-/** Each scenario returns the lease id once its workflow has closed. */
-export const SCENARIOS: Record<string, (api: Api, stack: TestStack) => Promise<string>> = {
+/** Hosts the recorder's host watch reports as failed (by hypervisor name): the healing scenarios set them. */
+const hostsDown = new Set<string>();
+
+/** Two hosts of a scenario's own (a capability names the scenario): the first is booked, the second replaces it. */
+async function scenarioHosts(stack: TestStack, scenario: string): Promise<void> {
+  for (const n of [1, 2]) await insertHost(stack.db.pool, { name: `${scenario}-${n}-${randomUUID().slice(0, 8)}`, capabilities: { scenario } });
+}
+
+const hostReservationOf = (scenario: string) => ({ resource_type: 'physical:host', min: 1, max: 1, hypervisor_properties: '', resource_properties: JSON.stringify(['==', '$scenario', scenario]) });
+
+/** Fails the lease's host in the host watch's eyes, and waits until healing moved the lease off it. */
+async function failHostOf(api: Api, leaseId: string): Promise<string> {
+  const booked: string = (await api('GET', `/v1/leases/${leaseId}`)).body.lease.reservations[0].hosts[0];
+  hostsDown.add(booked);
+  await eventually(async () => ((await api('GET', `/v1/leases/${leaseId}`)).body.lease.reservations[0].hosts[0] !== booked ? true : undefined), 30_000);
+  return booked;
+}
+
+/** Each scenario returns the lease id once its workflow has closed, or the id of another workflow (still running). */
+export const SCENARIOS: Record<string, (api: Api, stack: TestStack) => Promise<string | { workflowId: string }>> = {
   'whole-life': async (api) => {
     const { body } = await api('POST', '/v1/leases', { name: 'whole-life', start_date: inSeconds(2), end_date: inSeconds(5), reservations: [reservation] });
     await waitFor(api, body.lease.id, 'TERMINATED');
@@ -205,6 +227,38 @@ export const SCENARIOS: Record<string, (api: Api, stack: TestStack) => Promise<s
     await api('DELETE', `/v1/leases/${body.lease.id}`);
     return body.lease.id;
   },
+  // A pending lease whose host fails: booked again on the other host (the host monitor tells it).
+  'heal-pending': async (api, stack) => {
+    await scenarioHosts(stack, 'heal-pending');
+    const { body } = await api('POST', '/v1/leases', { name: 'heal-pending', start_date: inSeconds(4), end_date: inSeconds(6), reservations: [hostReservationOf('heal-pending')] });
+    const failed = await failHostOf(api, body.lease.id);
+    await waitFor(api, body.lease.id, 'TERMINATED');
+    hostsDown.delete(failed);
+    await api('DELETE', `/v1/leases/${body.lease.id}`);
+    return body.lease.id;
+  },
+  // An active lease whose host fails: the other host replaces it until the end.
+  'heal-active': async (api, stack) => {
+    await scenarioHosts(stack, 'heal-active');
+    const { body } = await api('POST', '/v1/leases', { name: 'heal-active', start_date: 'now', end_date: inSeconds(5), reservations: [hostReservationOf('heal-active')] });
+    await waitFor(api, body.lease.id, 'ACTIVE');
+    const failed = await failHostOf(api, body.lease.id);
+    await waitFor(api, body.lease.id, 'TERMINATED');
+    hostsDown.delete(failed);
+    await api('DELETE', `/v1/leases/${body.lease.id}`);
+    return body.lease.id;
+  },
+  // The host monitor itself: a host fails and recovers (recorded while it runs on).
+  'host-monitor': async (_api, stack) => {
+    const name = `monitored-${randomUUID().slice(0, 8)}`;
+    const hostId = await insertHost(stack.db.pool, { name });
+    const state = async () => (await stack.db.pool.query<{ state: string }>('SELECT state FROM hosts WHERE id = $1', [hostId])).rows[0].state;
+    hostsDown.add(name);
+    await eventually(async () => ((await state()) === 'failed' ? true : undefined), 30_000);
+    hostsDown.delete(name);
+    await eventually(async () => ((await state()) === 'up' ? true : undefined), 30_000);
+    return { workflowId: hostMonitorWorkflowId(stack.config.temporal.taskQueue) };
+  },
 };
 
 /** The recorder's deployment starts leases this long before their start (so every scenario covers it). */
@@ -217,9 +271,9 @@ async function record(stack: TestStack): Promise<void> {
   const only = process.argv.slice(2);
   for (const [name, scenario] of Object.entries(SCENARIOS)) {
     if (only.length > 0 && !only.includes(name)) continue;
-    const id = await scenario(api, stack);
-    const handle = stack.temporal.client.workflow.getHandle(leaseWorkflowId(id));
-    await handle.result();
+    const outcome = await scenario(api, stack);
+    const handle = stack.temporal.client.workflow.getHandle(typeof outcome === 'string' ? leaseWorkflowId(outcome) : outcome.workflowId);
+    if (typeof outcome === 'string') await handle.result();
     // The CLI writes the proto3 JSON that replay reads (historyFromJSON).
     const json = execFileSync(temporalBinary(stack.config.cacheDir), [
       'workflow', 'show', '--workflow-id', handle.workflowId, '--address', stack.config.temporal.address,
@@ -234,7 +288,17 @@ async function record(stack: TestStack): Promise<void> {
 
 async function main(): Promise<void> {
   await globalSetup();
-  const stack = await startTestStack({ plugins: [new RecordingPlugin()], withPool: (pool) => [floatingIpPlugin({ pool, cloud: 'calendar-only' }), virtualInstancePlugin({ pool, settings: { cleaningMs: 0 }, cloud: 'calendar-only' })], env: { LK_PROVISIONING_LEAD_TIME_SECONDS: String(RECORDED_LEAD_SECONDS) } });
+  const stack = await startTestStack({
+    plugins: [new RecordingPlugin()],
+    withPool: (pool) => [
+      floatingIpPlugin({ pool, cloud: 'calendar-only' }),
+      virtualInstancePlugin({ pool, settings: { cleaningMs: 0 }, cloud: 'calendar-only' }),
+      physicalHostPlugin({ pool, settings: { cleaningMs: 0, randomChoice: false }, cloud: 'calendar-only' }),
+    ],
+    hostWatch: (pool) =>
+      physicalHostWatch({ pool, source: { calendarOnly: (host) => (hostsDown.has(host.hypervisor_hostname) ? 'down in the recorded scenario' : undefined) }, freepool: 'freepool', failed: { name: 'failed', closedProjectId: 'nobody' } }),
+    env: { LK_PROVISIONING_LEAD_TIME_SECONDS: String(RECORDED_LEAD_SECONDS), LK_HOST_MONITOR_INTERVAL_SECONDS: '0.2', LK_HOST_FAIL_GRACE_SECONDS: '0', LK_HEALING_RETRY_MINUTES: '60' },
+  });
   try {
     await record(stack);
   } finally {

@@ -13,7 +13,9 @@ import { createApiServer } from '../../src/api/server';
 import type { Config } from '../../src/config';
 import { migrate } from '../../src/db/migrate';
 import type { OpenStackClients } from '../../src/openstack';
-import { pluginRegistry, type ResourcePlugin } from '../../src/domain/resource-plugin';
+import { pluginRegistry, type HostWatch, type ResourcePlugin } from '../../src/domain/resource-plugin';
+import { ensureHostMonitor } from '../../worker/host-monitor';
+import { hostMonitorWorkflowId } from '../../workflows/host-monitor/messages';
 import { createWorker, WORKFLOWS_PATH } from '../../worker/create-worker';
 import { createTestDatabase, type TestDatabase } from './db';
 import { leaseWorkflowId } from '../../workflows/lease/messages';
@@ -43,6 +45,8 @@ export interface TestStackOptions {
   databaseServer?: string;
   /** Start no worker in this process (the test runs the worker process, test/support/worker-process.ts). */
   noWorker?: boolean;
+  /** Run the host monitor (its settings from `env`), watching hosts this way. */
+  hostWatch?: (pool: TestDatabase['pool']) => HostWatch;
 }
 
 export async function startTestStack(options: TestStackOptions = {}): Promise<TestStack> {
@@ -52,6 +56,7 @@ export async function startTestStack(options: TestStackOptions = {}): Promise<Te
   await migrate(db.pool);
   const temporal = await connectTestTemporal(config);
   const registry = pluginRegistry([...plugins, ...withPool(db.pool)]);
+  const watch = options.hostWatch?.(db.pool);
   // LK_TEST_API_LOG=error (or info…) shows the API's log when a test needs explaining.
   const app = createApp({ config, log: pino({ level: process.env.LK_TEST_API_LOG ?? 'silent' }), pool: db.pool, connection: temporal.connection, client: temporal.client, types: registry, openstack, authenticator });
   const server: Server = await new Promise((resolve) => {
@@ -66,8 +71,9 @@ export async function startTestStack(options: TestStackOptions = {}): Promise<Te
     db,
     temporal,
     async startWorker() {
-      worker = await createWorker({ connection: temporal.nativeConnection, config, deps: { pool: db.pool, plugins: registry }, workflows: { workflowsPath: WORKFLOWS_PATH } });
+      worker = await createWorker({ connection: temporal.nativeConnection, config, deps: { pool: db.pool, plugins: registry, hostWatch: watch }, workflows: { workflowsPath: WORKFLOWS_PATH } });
       running = worker.run();
+      if (watch) await ensureHostMonitor(temporal.client, config);
     },
     async stopWorker() {
       if (worker && worker.getState() === 'RUNNING') worker.shutdown();
@@ -75,6 +81,7 @@ export async function startTestStack(options: TestStackOptions = {}): Promise<Te
       worker = undefined;
     },
     async stop() {
+      if (watch) await temporal.client.workflow.getHandle(hostMonitorWorkflowId(config.temporal.taskQueue)).terminate('test over').catch(() => undefined);
       await stack.stopWorker();
       await new Promise((resolve) => server.close(resolve));
       await temporal.close();

@@ -34,6 +34,7 @@ async function startProcess(name: string, script: string, ready: RegExp, stack: 
       LK_TASK_QUEUE: stack.config.temporal.taskQueue,
       LK_LOG_LEVEL: 'info',
       LK_WORKER_METRICS_PORT: '', // none unless asked: several workers run at once
+      LK_HOST_MONITOR: 'off', // unless a test asks for it: a monitor heals leases a test did not mean to change
       ...env,
     },
   });

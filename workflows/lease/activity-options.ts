@@ -38,6 +38,17 @@ export const patient = proxyActivities<Activities>({
   retry: { initialInterval: '1 second', maximumInterval: '1 minute' },
 });
 
+/**
+ * Healing after hosts failed: it holds the lease's lock, so it gives up within minutes (the lease
+ * stays as it was, degraded) and the host monitor's next sweep asks again.
+ */
+export const healing = proxyActivities<Activities>({
+  startToCloseTimeout: '2 minutes',
+  scheduleToCloseTimeout: '5 minutes',
+  heartbeatTimeout: HOOK_HEARTBEAT_TIMEOUT,
+  retry: { initialInterval: '1 second', maximumInterval: '30 seconds', nonRetryableErrorTypes: ['LeaseConflict', 'InvalidLease'] },
+});
+
 /** Must finish (taking resources back): retry for a day before giving up. */
 export const mustFinish = proxyActivities<Activities>({
   startToCloseTimeout: '15 minutes',

@@ -43,14 +43,15 @@ import {
   type Reservation,
 } from '../../src/domain/lease';
 import { LeaseEndKey, LeaseStartKey, LeaseStatusKey, ProjectIdKey, ResourceTypesKey } from '../../src/domain/search-attributes';
-import type { EndOutcome, ReservationContext } from '../../src/domain/resource-plugin';
-import { forStep, mustFinish, patient, polling, quick, recording, recordingLocally } from './activity-options';
+import type { EndOutcome, HealOutcome, ReservationContext } from '../../src/domain/resource-plugin';
+import { forStep, healing, mustFinish, patient, polling, quick, recording, recordingLocally } from './activity-options';
 import { asFailure, failureMessage } from './failures';
 import { Lock } from './lock';
 import {
   admitLease,
   deleteLease,
   getLease,
+  hostsChanged,
   predecessorEnded,
   updateLease,
   leaseWorkflowId,
@@ -129,6 +130,16 @@ export async function leaseWorkflow(input: LeaseWorkflowInput): Promise<LeaseOut
   function answerMessages(): void {
     setHandler(getLease, () => lease);
     setHandler(predecessorEnded, (leaseId) => void endedPredecessors.add(leaseId));
+    // From the host monitor; signals that arrive while a heal waits for the lock join it.
+    let healQueued = false;
+    setHandler(hostsChanged, async ({ hostIds }) => {
+      if (healQueued) return;
+      healQueued = true;
+      await lock.run(async () => {
+        healQueued = false;
+        await heal(hostIds);
+      });
+    });
 
     setHandler(admitLease, ({ requestHash }) =>
       lock.run(async () => {
@@ -254,7 +265,8 @@ export async function leaseWorkflow(input: LeaseWorkflowInput): Promise<LeaseOut
         if (patched(TELL_WAITING_SUCCESSORS)) await notifySuccessors();
         return;
       }
-      const reservations = withAllocations(lease.reservations, allocations).map((r) => ({ ...r, status: 'active' as const }));
+      // A pending reservation moved by healing shows it until its start.
+      const reservations = withAllocations(lease.reservations, allocations).map((r) => ({ ...withoutFlag(r, 'resources_changed'), status: 'active' as const }));
       await transition({ status: 'ACTIVE', reservations }, 'start_lease', 'DONE');
     });
   }
@@ -327,6 +339,28 @@ export async function leaseWorkflow(input: LeaseWorkflowInput): Promise<LeaseOut
     // Whoever asked for the delete hears that it is done before the workflow ends.
     if (patched(DELETE_ANSWERED_WHEN_GONE)) await condition(() => deletesAnswering === 0);
     return { id: lease.id, status: 'DELETED' };
+  }
+
+  /**
+   * Hosts the lease is booked on failed or came back: each reservation's type heals it (re-books a
+   * pending one elsewhere, replaces failed hosts of an active one) and says what is missing. Never
+   * fails the lease: a heal that cannot be done now leaves the reservation as it is (the monitor asks again).
+   */
+  async function heal(hostIds: string[]): Promise<void> {
+    if ((lease.status !== 'PENDING' && lease.status !== 'ACTIVE') || deletion !== 'none') return;
+    const reservations: Reservation[] = [];
+    for (const reservation of lease.reservations) {
+      let outcome: HealOutcome | undefined;
+      try {
+        outcome = await healing.healReservation(context(lease, reservation));
+      } catch (err) {
+        log.warn('healing a reservation failed', { leaseId: lease.id, reservationId: reservation.id, hostIds, error: failureMessage(err) });
+      }
+      reservations.push(outcome ? healed(reservation, outcome) : reservation);
+    }
+    if (JSON.stringify(reservations) === JSON.stringify(lease.reservations)) return;
+    log.info('lease healed', { leaseId: lease.id, hostIds, degraded: reservations.some((r) => r.missing_resources || r.resources_changed) });
+    await transition({ reservations });
   }
 
   // ─── Steps shared by the phases ─────────────────────────────────────────────────────────────
@@ -554,6 +588,24 @@ function context(lease: Lease, reservation: Reservation): ReservationContext {
 /** Reservations with what their hooks reported merged into their allocations. */
 function withAllocations(reservations: Reservation[], allocations: Map<string, Record<string, unknown>>): Reservation[] {
   return reservations.map((r) => (allocations.has(r.id) ? { ...r, allocation: { ...r.allocation, ...allocations.get(r.id) } } : r));
+}
+
+/** The reservation as its type's heal hook reports it now (flags present only when set). */
+function healed(reservation: Reservation, outcome: HealOutcome): Reservation {
+  let next: Reservation = {
+    ...reservation,
+    allocation: { ...reservation.allocation, ...outcome.allocation },
+    resourceKeys: outcome.resourceKeys ?? reservation.resourceKeys,
+  };
+  next = outcome.missingResources ? { ...next, missing_resources: true } : withoutFlag(next, 'missing_resources');
+  return outcome.resourcesChanged ? { ...next, resources_changed: true } : withoutFlag(next, 'resources_changed');
+}
+
+function withoutFlag(reservation: Reservation, flag: 'missing_resources' | 'resources_changed'): Reservation {
+  if (!(flag in reservation)) return reservation;
+  const copy = { ...reservation };
+  delete copy[flag];
+  return copy;
 }
 
 function leaseResourceKeys(lease: Lease): string[] {

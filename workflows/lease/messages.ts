@@ -20,6 +20,8 @@ export const deleteLease = defineUpdate<Lease, []>('deleteLease');
 export const getLease = defineQuery<Lease>('getLease');
 /** From a lease on the same resources that has just ended: this lease may start. */
 export const predecessorEnded = defineSignal<[string]>('predecessorEnded');
+/** From the host monitor: hosts this lease is booked on failed or came back; the lease heals its reservations. */
+export const hostsChanged = defineSignal<[{ hostIds: string[] }]>('hostsChanged');
 
 export interface LeaseWorkflowInput {
   request: NewLeaseRequest;

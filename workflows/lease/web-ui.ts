@@ -11,9 +11,13 @@ export function staticSummary(lease: Pick<Lease, 'name' | 'projectId' | 'startMs
 /** The Web UI's current details: status, reason and the events table. */
 export function describe(lease: Lease): string {
   const rows = lease.events.map((e) => `| ${e.event_type} | ${utc(e.time)} | ${e.status} |`);
+  const missing = lease.reservations.filter((r) => r.missing_resources).length;
+  const moved = lease.reservations.filter((r) => r.resources_changed).length;
+  const degraded = missing || moved ? [`degraded: ${[missing ? `${missing} reservation(s) missing failed hosts` : '', moved ? `${moved} moved off failed hosts` : ''].filter(Boolean).join(', ')}`] : [];
   return [
     `**${lease.status}**${lease.statusReason ? ` — ${markdownText(lease.statusReason)}` : ''}`,
     `lease ${markdownText(lease.name)} · ${lease.reservations.length} reservation(s) · version ${lease.version}`,
+    ...degraded,
     '',
     '| event | due | status |',
     '| --- | --- | --- |',

@@ -7,7 +7,7 @@
  * (src/db/host-allocations.ts); what both calendars share is in ../shared/booking.ts.
  */
 import type { PoolClient } from 'pg';
-import { leaseConflict, invalidLease, requestDate as when, type Reservation } from '../../domain/lease';
+import { isLeaseConflict, leaseConflict, invalidLease, requestDate as when, type Reservation } from '../../domain/lease';
 import {
   assignHosts,
   freeHosts,
@@ -21,6 +21,7 @@ import type { FitSearch, ReservationContext } from '../../domain/resource-plugin
 import {
   blockedIntervals,
   deleteLeaseBookings,
+  deleteHostBookingOfReservation,
   deleteReservationHostBookings,
   endReservationHostBookingsAt,
   firstOtherBookingFrom,
@@ -32,7 +33,7 @@ import {
   setLeaseBookingKey,
   type LeaseBookingRow,
 } from '../../db/host-allocations';
-import { hypervisorProperties, inventoryVersion, listHosts, HYPERVISOR_FIELDS, type HostRecord } from '../../db/hosts';
+import { failedHostIds, failedReservableHosts, hypervisorProperties, inventoryVersion, listHosts, HYPERVISOR_FIELDS, type HostRecord } from '../../db/hosts';
 import type { Pool } from '../../db/pool';
 import { bookInTransaction, bookingKey, checkKeys, extensionRefused, releaseBooking, SEARCH_WORK_BUDGET, shortage, wholeResourceFit } from '../shared/booking';
 import { endPolicyOf, physicalHostParams, type EndPolicy } from './params';
@@ -115,7 +116,56 @@ export class HostCalendar {
     });
   }
 
-  private async bookIn(client: PoolClient, ctx: ReservationContext): Promise<BookedHost[]> {
+  /**
+   * After hosts failed: a pending lease's host bookings are made again on hosts that are up (the
+   * healthy hosts it held first in line), in one transaction, or left as they were when they do
+   * not fit; an active reservation gets replacements for its failed hosts from now to its end, as
+   * far as free hosts allow. Answers the reservation's hosts now, and those of them still failed.
+   * Nothing changes when it holds no failed host, so a retry is harmless.
+   */
+  async heal(ctx: ReservationContext): Promise<{ hosts: BookedHost[]; stillFailed: BookedHost[] }> {
+    return bookInTransaction(
+      this.pool,
+      async (client) => {
+        const existing = await lockLeaseBookings(client, ctx.leaseId);
+        const failed = await failedHostIds(client, existing.map((row) => row.host_id));
+        const holdsFailed = existing.some((row) => row.reservation_id === ctx.reservation.id && failed.has(row.host_id));
+        if (holdsFailed && ctx.leaseStatus === 'PENDING') {
+          await client.query('SAVEPOINT heal');
+          try {
+            await this.bookIn(client, ctx, true);
+          } catch (err) {
+            if (!isLeaseConflict(err)) throw err;
+            await client.query('ROLLBACK TO SAVEPOINT heal'); // no room elsewhere: keep the booking, degraded
+          }
+        } else if (holdsFailed) {
+          await this.replaceFailed(client, ctx, existing, failed);
+        }
+        const hosts = await hostsOfReservation(client, ctx.reservation.id);
+        return { hosts, stillFailed: hosts.filter((h) => failed.has(h.id)) };
+      },
+      { retryExclusion: true },
+    );
+  }
+
+  /** An active reservation's failed hosts, each swapped for a free matching host from now to the end (as many as there are). */
+  private async replaceFailed(client: PoolClient, ctx: ReservationContext, existing: LeaseBookingRow[], failed: Set<string>): Promise<void> {
+    const lost = existing.filter((row) => row.reservation_id === ctx.reservation.id && failed.has(row.host_id));
+    const from = Math.max(Date.now(), ctx.startMs);
+    if (from >= ctx.endMs) return;
+    const hosts = await listHosts(client, { reservableOnly: true });
+    const request = this.request(ctx.reservation, hosts);
+    const calendar = await this.snapshot(client, hosts, from, ctx.endMs, 0);
+    const held = new Set(existing.map((row) => row.host_id));
+    const free = new Set([...freeHosts(calendar, from, ctx.endMs)].filter((id) => !held.has(id)));
+    const replacements = assignHosts([{ ...request, min: 0, max: lost.length }], free, preferenceOrder(calendar, Date.now()))?.get(ctx.reservation.id) ?? [];
+    if (replacements.length === 0) return;
+    const key = existing[0].booking_key;
+    for (const row of lost.slice(0, replacements.length)) await deleteHostBookingOfReservation(client, ctx.reservation.id, row.host_id);
+    await this.insert(client, ctx, new Map([[ctx.reservation.id, replacements]]), from, key, 0);
+  }
+
+  private async bookIn(client: PoolClient, ctx: ReservationContext, rebook = false): Promise<BookedHost[]> {
     const reservations = ctx.leaseReservations.filter((r) => r.resource_type === PHYSICAL_HOST);
     const existing = await lockLeaseBookings(client, ctx.leaseId);
     const mine = (reservationId: string) => existing.filter((row) => row.reservation_id === reservationId);
@@ -123,7 +173,7 @@ export class HostCalendar {
 
     // Already booked for exactly this request (a sibling's call booked us, or a retry): nothing to do.
     const key = hostBookingKey(ctx, reservations);
-    if (existing.length > 0 && existing.every((row) => row.booking_key === key)) return booked(ctx.reservation.id);
+    if (!rebook && existing.length > 0 && existing.every((row) => row.booking_key === key)) return booked(ctx.reservation.id);
 
     if (ctx.leaseStatus !== 'PENDING' && existing.length > 0) {
       await this.resizeKeepingHosts(client, ctx, existing);
@@ -139,7 +189,7 @@ export class HostCalendar {
     // A `release` reservation keeps its hosts for good: only hosts with nothing booked later will do.
     const releasing = reservations.filter((r) => this.endPolicy(r) === 'release');
     const bookedLater = releasing.length ? new Set((await this.snapshot(client, hosts, ctx.startMs, null, lead)).blocked.filter((b) => b.end > ctx.startMs).map((b) => b.hostId)) : new Set<string>();
-    this.refuseMoreThanEnrolled(reservations, hosts);
+    await this.refuseMoreThanEnrolled(client, reservations, hosts);
     const requests = reservations.map((r) => this.request(r, hosts, releasing.includes(r) ? bookedLater : undefined));
     const previouslyHeld = [...new Set(existing.map((row) => row.host_id))];
     const preference = [...previouslyHeld, ...preferenceOrder(calendar, Date.now(), this.settings.randomChoice ? shuffle : undefined)];
@@ -202,7 +252,7 @@ export class HostCalendar {
   async search(reservations: Reservation[], start: number, durationMs: number): Promise<FitSearch> {
     const hosts = await this.reservableHosts();
     const hostReservations = reservations.filter((r) => r.resource_type === PHYSICAL_HOST);
-    this.refuseMoreThanEnrolled(hostReservations, hosts);
+    await this.refuseMoreThanEnrolled(this.pool, hostReservations, hosts);
     const requests = hostReservations.map((r) => this.request(r, hosts));
     const candidates = hosts.filter((h) => requests.some((r) => r.matches(h.id)));
     const future = await this.snapshot(this.pool, candidates, start, null, this.settings.provisioningLeadMs ?? 0, true);
@@ -260,11 +310,19 @@ export class HostCalendar {
    * Refuses, before any search (and before matching every host against every reservation), a
    * reservation asking for more hosts than are enrolled: it can never fit.
    */
-  private refuseMoreThanEnrolled(reservations: Reservation[], hosts: HostRecord[]): void {
+  private async refuseMoreThanEnrolled(db: PoolClient | Pool, reservations: Reservation[], hosts: HostRecord[]): Promise<void> {
     const tooMany = reservations.find((r) => physicalHostParams.parse(r.params).min > hosts.length);
     if (!tooMany) return;
     const request = this.request(tooMany, hosts);
     const matching = hosts.filter((h) => request.matches(h.id)).length;
+    const failed = await failedReservableHosts(db);
+    if (failed.length > 0 && request.min <= hosts.length + failed.length) {
+      // Failed hosts may come back: not "never", but not now either (no earliest start can be promised).
+      throw leaseConflict(
+        `Not enough hosts available. Reservation ${tooMany.id} needs at least ${request.min} host(s); ${hosts.length} reservable host(s) are up (${matching} match its properties) and ${failed.length} failed (${failed.join(', ')}): it may fit once they are back.`,
+        NEVER_FITS,
+      );
+    }
     throw leaseConflict(
       `Not enough hosts available. It never fits: reservation ${tooMany.id} needs at least ${request.min} host(s) (${matching} match its properties); only ${hosts.length} reservable host(s) are enrolled.`,
       NEVER_FITS,

@@ -21,11 +21,12 @@ import { beforeEndAction, refuseNotifyWithoutEndpoint, type BeforeEndAction } fr
 import { DEFAULT_SERVER_DELETE_TIMEOUT_MS, failIfDeletionOverdue } from '../shared/server-deletion';
 import { snapshotServersOnHosts } from '../shared/server-snapshots';
 import { computeHostsOfReservation } from '../../db/host-allocations';
-import { markReleased } from '../../db/hosts';
+import { listHosts, markReleased } from '../../db/hosts';
 import type { Pool } from '../../db/pool';
 import type { GlanceClient, NovaClient } from '../../openstack';
 import type { EndContext, EndOutcome, HookContext, ReservationContext, ResourcePlugin, ResourceType } from '../../domain/resource-plugin';
 import { HostCalendar, PHYSICAL_HOST, type CalendarSettings } from './calendar';
+import { setFailedHostAside } from './health';
 import { endPolicyOf, physicalHostParams, type EndPolicy } from './params';
 
 export { PHYSICAL_HOST };
@@ -46,6 +47,8 @@ export interface PhysicalHostDeps {
   freepool?: string;
   /** Where `release` puts hosts, and the project `recycle` names in the closed lease aggregate (defaults: leasekeeper-released, the pool's project). */
   endAggregates?: Partial<EndAggregates>;
+  /** Where a failed host replaced in an active lease waits until it is up again (default: leasekeeper-failed). */
+  failedAggregate?: string;
   /** Where `before_end: notify` posts (unset: `notify` is refused when the lease is created). */
   notices?: NoticeSettings;
   /** How long the end waits for deleted servers to be gone. */
@@ -71,6 +74,7 @@ export function physicalHostPlugin(deps: PhysicalHostDeps): ResourcePlugin {
     closedProjectId: 'leasekeeper-freepool',
     ...deps.endAggregates,
   };
+  const failedAggregate = deps.failedAggregate ?? 'leasekeeper-failed';
   const serverDeleteTimeoutMs = deps.serverDeleteTimeoutMs ?? DEFAULT_SERVER_DELETE_TIMEOUT_MS;
   const beforeEndOf = (ctx: ReservationContext) => beforeEndAction(physicalHostParams.parse(ctx.reservation.params).before_end, deps.settings.beforeEndDefault);
 
@@ -185,6 +189,30 @@ export function physicalHostPlugin(deps: PhysicalHostDeps): ResourcePlugin {
       }
       await calendar.release(ctx, ctx.started);
       return {};
+    },
+    async heal(ctx) {
+      const recorded = Array.isArray(ctx.reservation.allocation?.host_ids) ? (ctx.reservation.allocation.host_ids as string[]) : [];
+      const { hosts, stillFailed } = await calendar.heal(ctx);
+      const ids = hosts.map((h) => h.id);
+      const changed = ids.length !== recorded.length || ids.some((id) => !recorded.includes(id));
+      if (changed && ctx.leaseStatus !== 'PENDING' && deps.cloud !== 'calendar-only') {
+        // Replacements join the lease's aggregate first; then the hosts they replace are set aside (as at start: never in no aggregate).
+        const nova = deps.cloud().nova;
+        await moveHostsIntoLease(nova, await move(ctx));
+        const aggregate = typeof ctx.reservation.allocation?.aggregate === 'string' ? ctx.reservation.allocation.aggregate : leaseAggregateFor(ctx.reservation.id).name;
+        for (const id of recorded.filter((r) => !ids.includes(r))) {
+          const host = (await listHosts(deps.pool, { id }))[0];
+          if (host) await setFailedHostAside(nova, host.service_name ?? host.hypervisor_hostname, aggregate, { name: failedAggregate, closedProjectId: endAggregates.closedProjectId });
+          ctx.reportProgress({ setAside: id });
+        }
+      }
+      return {
+        allocation: { hosts: hosts.map((h) => h.hypervisor_hostname), host_ids: ids },
+        resourceKeys: ids.map((id) => `host:${id}`),
+        missingResources: stillFailed.length > 0,
+        // Shown on a pending reservation until its start (the workflow clears it then).
+        resourcesChanged: ctx.leaseStatus === 'PENDING' && (ctx.reservation.resources_changed === true || changed),
+      };
     },
     async placementOf(ctx) {
       return { hosts: (await bookedHosts(ctx)).map((h) => h.host) };

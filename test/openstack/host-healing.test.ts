@@ -1,0 +1,184 @@
+/**
+ * The host monitor and healing with the rig's Nova: a compute service forced down (what an
+ * operator or a fencing agent does to a dead host) makes its host failed (os-hosts shows why); a
+ * pending lease on it is booked again on another host; an active lease gets a replacement in its
+ * aggregate while the failed host is set aside; with no spare host the lease is degraded, and the
+ * flag clears when the host comes back. Every service is put back at the end, whatever happens.
+ */
+import { physicalHostPlugin } from '../../src/resources/physical-host';
+import { physicalHostWatch } from '../../src/resources/physical-host/health';
+import { blazarHostReservation } from '../support/builders';
+import { doubleBookings, enrolHost } from '../support/hosts';
+import { apiClient, deleteAllLeases, eventually, inSeconds, useTestStack } from '../support/stack';
+import { deleteAggregateNamed, rigClients, uniqueName } from './support';
+
+const HOSTS = ['fake-1', 'fake-2', 'fake-3'];
+const CLOSED_PROJECT = 'leasekeeper-freepool';
+
+describe('host monitor and healing with the rig', () => {
+  const admin = rigClients('leasekeeper-admin');
+  const freepool = uniqueName('freepool');
+  const failedAggregate = uniqueName('failed');
+  const hostIds = new Map<string, string>();
+  const forced = new Set<string>();
+
+  const stack = useTestStack(
+    {
+      env: {
+        LK_FREEPOOL_AGGREGATE: freepool,
+        LK_FAILED_AGGREGATE: failedAggregate,
+        LK_HOST_MONITOR_INTERVAL_SECONDS: '0.5',
+        LK_HOST_FAIL_GRACE_SECONDS: '1',
+        LK_HEALING_RETRY_MINUTES: '0.05',
+      },
+      withPool: (pool) => [
+        physicalHostPlugin({ pool, settings: { cleaningMs: 0, randomChoice: false }, cloud: () => admin, freepool, failedAggregate, endAggregates: { closedProjectId: CLOSED_PROJECT } }),
+      ],
+      hostWatch: (pool) => physicalHostWatch({ pool, source: { nova: () => admin.nova }, freepool, failed: { name: failedAggregate, closedProjectId: CLOSED_PROJECT } }),
+      openstack: () => admin,
+    },
+    {
+      beforeStop: async () => {
+        for (const host of forced) await forceDown(host, false);
+        await deleteAllLeases(api);
+        for (const id of hostIds.values()) await api('DELETE', `/v1/os-hosts/${id}`);
+        await deleteAggregateNamed(admin, freepool);
+        await deleteAggregateNamed(admin, failedAggregate);
+      },
+      timeoutMs: 180_000,
+    },
+  );
+  const api = apiClient(() => stack().url);
+
+  async function forceDown(host: string, down: boolean): Promise<void> {
+    const [service] = await admin.nova.listServices({ binary: 'nova-compute', host });
+    await admin.nova.updateService(service.id, { forced_down: down });
+    if (down) forced.add(host);
+    else forced.delete(host);
+  }
+
+  const hostJson = async (name: string) => (await api('GET', `/v1/os-hosts/${hostIds.get(name)}`)).body.host;
+  const leaseJson = async (id: string) => (await api('GET', `/v1/leases/${id}`)).body.lease;
+  const aggregateHosts = async (name: string) => [...((await admin.nova.listAggregates()).find((a) => a.name === name)?.hosts ?? [])].sort();
+  const until = <T>(what: string, check: () => Promise<T | undefined>, timeoutMs = 30_000) => eventually(check, timeoutMs, 200, () => `not yet: ${what}`);
+
+  async function createLease(fields: { start: string; end: string; min?: number }): Promise<{ id: string; reservationId: string; hosts: string[] }> {
+    const created = await api('POST', '/v1/leases', {
+      name: uniqueName('heal'),
+      start_date: fields.start,
+      end_date: fields.end,
+      reservations: [blazarHostReservation({ min: fields.min ?? 1, max: fields.min ?? 1 })],
+    });
+    expect(created.status).toBe(201);
+    return { id: created.body.lease.id, reservationId: created.body.lease.reservations[0].id, hosts: created.body.lease.reservations[0].hosts };
+  }
+
+  beforeAll(async () => {
+    for (const host of HOSTS) hostIds.set(host, await enrolHost(api, host));
+  }, 60_000);
+
+  afterEach(async () => {
+    // The next test starts with every host up and no lease.
+    for (const host of [...forced]) await forceDown(host, false);
+    await until('every host up', async () => ((await Promise.all(HOSTS.map(hostJson))).every((h) => h.state === 'up') ? true : undefined));
+    await deleteAllLeases(api);
+  }, 120_000);
+
+  it('fails a forced-down host (os-hosts says why) and re-books a pending lease on it onto another host', async () => {
+    const lease = await createLease({ start: inSeconds(3600), end: inSeconds(7200) });
+    const [failing] = lease.hosts;
+    expect(HOSTS).toContain(failing);
+    expect((await leaseJson(lease.id)).degraded).toBe(false);
+
+    await forceDown(failing, true);
+    const failed = await until('the host failed', async () => {
+      const host = await hostJson(failing);
+      return host.state === 'failed' ? host : undefined;
+    });
+    expect(failed.state_reason).toBe('its compute service is forced down');
+    expect(failed.state_since).toMatch(/^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d$/);
+
+    const healed = await until('the lease re-booked', async () => {
+      const json = await leaseJson(lease.id);
+      return json.reservations[0].hosts[0] !== failing ? json : undefined;
+    });
+    const moved = healed.reservations[0];
+    expect(moved.hosts).toHaveLength(1);
+    expect(HOSTS.filter((h) => h !== failing)).toContain(moved.hosts[0]);
+    expect(moved.host_ids).toEqual([hostIds.get(moved.hosts[0])]);
+    expect(moved).toMatchObject({ resources_changed: true, missing_resources: false });
+    expect(healed.degraded).toBe(true);
+    // The booking moved in the calendar too: the failed host is free, the new one booked, nothing twice.
+    const allocations = (await api('GET', `/v1/os-hosts/allocations?lease_id=${lease.id}`)).body.allocations;
+    const booked = allocations.filter((a: { reservations: unknown[] }) => a.reservations.length > 0).map((a: { resource_id: string }) => a.resource_id);
+    expect(booked).toEqual([hostIds.get(moved.hosts[0])]);
+    expect(await doubleBookings(stack().db.pool)).toEqual([]);
+
+    // A failed host takes no new lease; once back, it does, and the healed lease keeps its new host.
+    const allThree = { name: uniqueName('all'), start_date: inSeconds(3 * 3600), end_date: inSeconds(4 * 3600), reservations: [blazarHostReservation({ min: 3, max: 3 })] };
+    const whileFailed = await api('POST', '/v1/leases', allThree);
+    expect(whileFailed.status).toBe(409);
+    expect(whileFailed.body.error_message).toContain(`2 reservable host(s) are up (2 match its properties) and 1 failed (${failing}): it may fit once they are back.`);
+    await forceDown(failing, false);
+    const recovered = await until('the host up again', async () => {
+      const host = await hostJson(failing);
+      return host.state === 'up' ? host : undefined;
+    });
+    expect(recovered.state_reason).toBe('compute service up and enabled again');
+    expect((await leaseJson(lease.id)).reservations[0].hosts).toEqual(moved.hosts);
+    expect((await api('POST', '/v1/leases', { ...allThree, name: uniqueName('all') })).status).toBe(201);
+  }, 120_000);
+
+  it('replaces a failed host of an active lease in its aggregate and sets the failed one aside until it is back', async () => {
+    const lease = await createLease({ start: 'now', end: inSeconds(3600) });
+    await until('the lease active', async () => ((await leaseJson(lease.id)).status === 'ACTIVE' ? true : undefined));
+    const [failing] = lease.hosts;
+    expect(await aggregateHosts(lease.reservationId)).toEqual([failing]);
+
+    await forceDown(failing, true);
+    const healed = await until('a replacement in the lease', async () => {
+      const json = await leaseJson(lease.id);
+      return json.reservations[0].hosts[0] !== failing ? json : undefined;
+    });
+    const [replacement] = healed.reservations[0].hosts;
+    expect(replacement).not.toBe(failing);
+    expect(healed).toMatchObject({ status: 'ACTIVE', degraded: false });
+    expect(healed.reservations[0]).toMatchObject({ missing_resources: false, resources_changed: false });
+    // Nova: the replacement serves the lease's zone; the failed host sits in the closed failed aggregate, out of the lease and the pool.
+    expect(await aggregateHosts(lease.reservationId)).toEqual([replacement]);
+    expect(await aggregateHosts(failedAggregate)).toEqual([failing]);
+    expect(await aggregateHosts(freepool)).not.toContain(failing);
+    expect(await aggregateHosts(freepool)).not.toContain(replacement);
+    expect(await doubleBookings(stack().db.pool)).toEqual([]);
+
+    await forceDown(failing, false);
+    // Into the pool first, then out of the failed aggregate (never in no aggregate).
+    await until('the recovered host back in the pool only', async () =>
+      (await aggregateHosts(freepool)).includes(failing) && (await aggregateHosts(failedAggregate)).length === 0 ? true : undefined,
+    );
+    expect((await leaseJson(lease.id)).reservations[0].hosts).toEqual([replacement]);
+  }, 120_000);
+
+  it('marks an active lease degraded when no host can replace the failed one, and clears it when the host is back', async () => {
+    const lease = await createLease({ start: 'now', end: inSeconds(3600), min: 3 });
+    await until('the lease active', async () => ((await leaseJson(lease.id)).status === 'ACTIVE' ? true : undefined));
+    const failing = lease.hosts[1];
+
+    await forceDown(failing, true);
+    const degraded = await until('the lease degraded', async () => {
+      const json = await leaseJson(lease.id);
+      return json.degraded ? json : undefined;
+    });
+    // No spare host: the failed one stays booked and in the lease's aggregate, so it returns to the lease when it is back.
+    expect(degraded.reservations[0]).toMatchObject({ missing_resources: true, resources_changed: false, hosts: lease.hosts });
+    expect(await aggregateHosts(lease.reservationId)).toEqual([...HOSTS].sort());
+
+    await forceDown(failing, false);
+    const cleared = await until('the flags cleared', async () => {
+      const json = await leaseJson(lease.id);
+      return json.degraded ? undefined : json;
+    });
+    expect(cleared.reservations[0]).toMatchObject({ missing_resources: false, hosts: lease.hosts });
+    expect((await hostJson(failing)).state).toBe('up');
+  }, 120_000);
+});
