@@ -4,6 +4,8 @@ import os from 'node:os';
 import path from 'node:path';
 import globalSetup from '../test/global-setup';
 import globalTeardown from '../test/global-teardown';
+import openStackSetup from '../test/support/openstack-setup';
+import openStackTeardown from '../test/support/openstack-teardown';
 import type { Client as TemporalClient } from '@temporalio/client';
 import { Client } from 'pg';
 import type { ManagedProcess } from '../scripts/lib/processes';
@@ -171,10 +173,12 @@ export function stopOnExit(stop: () => Promise<unknown>): void {
  * Runs a benchmark between a throw-away PostgreSQL and Temporal (the dev server; temporal-server
  * with LK_TEMPORAL=server; or the servers DATABASE_URL and TEMPORAL_ADDRESS name), and saves its result.
  */
-export function runBenchmark(name: string, body: () => Promise<Record<string, unknown>>): void {
+export function runBenchmark(name: string, body: () => Promise<Record<string, unknown>>, options: { rig?: boolean } = {}): void {
+  // With the rig: the loopback OpenStack too (brought up unless it runs, and stopped again if it was not).
+  const setUp = options.rig ? openStackSetup : globalSetup;
   const stopEverything = async () => {
     for (const stop of extraStops) await stop().catch(() => undefined);
-    await globalTeardown();
+    await (options.rig ? openStackTeardown : globalTeardown)();
   };
   for (const signal of ['SIGINT', 'SIGTERM'] as const) {
     process.once(signal, () => {
@@ -183,7 +187,7 @@ export function runBenchmark(name: string, body: () => Promise<Record<string, un
     });
   }
   const main = async () => {
-    await globalSetup();
+    await setUp();
     try {
       const result = { benchmark: name, date: new Date().toISOString(), machine: machine(), temporal: temporalUnderTest(), ...(await body()) };
       // One file per Temporal: the dev server's is the reference bench:report reads.

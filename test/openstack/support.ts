@@ -7,6 +7,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import YAML from 'yaml';
 import { readRigEnv } from '../../scripts/lib/openstack-rig';
+import { REPO_ROOT } from '../../src/paths';
 import type { ManagedProcess } from '../../scripts/lib/processes';
 import { physicalHostPlugin } from '../../src/resources/physical-host';
 import { useTestStack, type TestStack } from '../support/stack';
@@ -23,7 +24,7 @@ import {
   type Server,
 } from '../../src/openstack';
 
-export const REPO_ROOT = path.resolve(__dirname, '..', '..');
+export { REPO_ROOT };
 export const RIG_DIR = process.env.LK_OPENSTACK_DIR ?? path.join(REPO_ROOT, '.data', 'openstack');
 export const CLOUDS_FILE = path.join(RIG_DIR, 'clouds.yaml');
 
