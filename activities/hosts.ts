@@ -17,5 +17,6 @@ export function hostActivities({ hostWatch }: { hostWatch?: HostWatch }) {
     recordHostState: (change: HostStateChange): Promise<void> => watch().record(change),
     returnRecoveredHost: (hostId: string): Promise<void> => watch().recovered(hostId),
     leasesOnHosts: ({ hostIds, untilMs }: { hostIds: string[]; untilMs?: number }): Promise<string[]> => watch().leasesHolding(hostIds, untilMs),
+    leasesToHeal: ({ untilMs }: { untilMs?: number }): Promise<string[]> => watch().leasesToHeal(untilMs),
   };
 }

@@ -176,7 +176,7 @@ async function enrol(api: string, up: Rig, admin: RigAdmin): Promise<void> {
     const pool = createPool(config, 'leasekeeper-start');
     try {
       const nova = openStackClients({ credentials: admin.credentials }).nova;
-      const aggregate = await new HostInventory(pool, nova, config.inventory).freepool();
+      const aggregate = await new HostInventory(pool, () => nova, config.inventory).freepool();
       for (const host of hosts) await addHost(nova, aggregate, host);
     } finally {
       await pool.end();

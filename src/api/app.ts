@@ -128,7 +128,7 @@ export function createApp(deps: AppDeps): express.Express {
       maxReservationsPerLease: config.maxReservationsPerLease,
     }),
     hostAllocationsRouter({ pool: deps.pool }),
-    hostsRouter({ pool: deps.pool, inventory: lazyInventory(deps) }),
+    hostsRouter({ pool: deps.pool, inventory: lazyInventory(deps), commands: { client: deps.client, taskQueue: config.temporal.taskQueue, timeoutMs: config.api.workflowTimeoutMs } }),
     floatingIpsRouter({ pool: deps.pool, inventory: lazyFloatingIpInventory(deps) }),
     calendarRouter({ pool: deps.pool, calendar }),
     availabilityRouter({
@@ -152,9 +152,10 @@ function openstackOf(deps: AppDeps): NonNullable<AppDeps['openstack']> {
   return deps.openstack;
 }
 
+/** The host inventory: reading and updating hosts needs no cloud; enrolling and removing them asks Nova. */
 function lazyInventory(deps: AppDeps): () => HostInventory {
-  let inventory: HostInventory | undefined;
-  return () => (inventory ??= new HostInventory(deps.pool, openstackOf(deps)().nova, deps.config.inventory));
+  const inventory = new HostInventory(deps.pool, () => openstackOf(deps)().nova, deps.config.inventory);
+  return () => inventory;
 }
 
 /** The enrolled addresses are read without OpenStack; enrolling one asks Neutron. */

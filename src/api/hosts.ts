@@ -1,15 +1,18 @@
 /**
  * Blazar's os-hosts API (admin only): enrol hosts from Nova into the reservable pool, change their
- * extra capabilities, remove them; and the capability ("resource property") list.
+ * extra capabilities, take them out of admission (`reservable`), remove them; and the capability
+ * ("resource property") list.
  */
 import { Router, type Response } from 'express';
 import { z } from 'zod';
+import { leasesHoldingHosts } from '../db/host-allocations';
 import { capabilityExists, capabilityProperties, listHosts, setCapabilityPrivate, type HostRecord } from '../db/hosts';
 import type { Pool } from '../db/pool';
 import type { HostInventory } from '../resources/physical-host/inventory';
 import { identityOf } from './auth';
 import { formatTimestamp } from './blazar-format';
 import { ApiError, parseRequest } from './errors';
+import { tellLeasesHostsChanged, type LeaseCommandOptions } from './lease-commands';
 
 function requireAdmin(res: Response, action: string): void {
   if (!identityOf(res).isAdmin) throw new ApiError(403, `Policy doesn't allow blazar:oshosts:${action} to be performed.`);
@@ -60,7 +63,15 @@ export const hostEnrolBody = z.looseObject({ name: z.string({ error: (issue) => 
 export const propertyPrivacyBody = z.strictObject({ private: z.boolean({ error: 'expected true or false' }) });
 const truthy = (value: unknown) => typeof value === 'string' && ['1', 'true', 'yes'].includes(value.toLowerCase());
 
-export function hostsRouter(deps: { pool: Pool; inventory: () => HostInventory }): Router {
+/** `reservable` in a host update (an extension; blazarclient's `--extra reservable=false` sends text): the admission flag, not a capability. */
+function reservableFlag(value: unknown): boolean | undefined {
+  if (value === undefined) return undefined;
+  if (typeof value === 'boolean') return value;
+  if (typeof value === 'string' && /^(true|false)$/i.test(value)) return value.toLowerCase() === 'true';
+  throw new ApiError(400, 'reservable: expected true or false (whether new leases may book the host)');
+}
+
+export function hostsRouter(deps: { pool: Pool; inventory: () => HostInventory; commands: LeaseCommandOptions }): Router {
   const router = Router();
 
   router.get('/os-hosts/properties', async (req, res) => {
@@ -100,7 +111,13 @@ export function hostsRouter(deps: { pool: Pool; inventory: () => HostInventory }
     if (!body || typeof body !== 'object' || Array.isArray(body)) throw new ApiError(400, 'expected a JSON object of capabilities, e.g. {"gpu": "a100"}');
     // blazarclient sends the capabilities themselves; Blazar's API docs wrap them in "values".
     const values = 'values' in body && typeof body.values === 'object' && body.values !== null ? (body.values as Record<string, unknown>) : (body as Record<string, unknown>);
-    res.json({ host: toBlazarHost(await deps.inventory().update(req.params.id, values)) });
+    const { reservable, ...capabilities } = values;
+    const host = await deps.inventory().update(req.params.id, capabilities, reservableFlag(reservable));
+    if (reservable !== undefined) {
+      // Pending leases on a host taken out of admission move elsewhere (or are flagged); back in, their flags clear.
+      await tellLeasesHostsChanged(deps.commands, await leasesHoldingHosts(deps.pool, [host.id]), [host.id]);
+    }
+    res.json({ host: toBlazarHost(host) });
   });
 
   router.delete('/os-hosts/:id', async (req, res) => {

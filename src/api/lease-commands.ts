@@ -18,7 +18,7 @@ import { ApplicationFailure, NamespaceNotFoundError, TypedSearchAttributes } fro
 import { leaseResourceTypes, newLease, type Lease, type LeaseUpdateRequest, type NewLeaseRequest } from '../domain/lease';
 import { markdownText } from '../domain/markdown';
 import { LeaseEndKey, LeaseStartKey, LeaseStatusKey, ProjectIdKey, ResourceTypesKey } from '../domain/search-attributes';
-import { admitLease, deleteLease, leaseWorkflowId, leaseWorkflowType, staticSummary, updateLease, type LeaseWorkflow } from '../../workflows/lease/messages';
+import { admitLease, deleteLease, hostsChanged, leaseWorkflowId, leaseWorkflowType, staticSummary, updateLease, type LeaseWorkflow } from '../../workflows/lease/messages';
 import { uuidShaped } from './blazar-format';
 import { ApiError, STATUS_BY_FAILURE_TYPE } from './errors';
 
@@ -151,4 +151,22 @@ export async function removeLease(options: LeaseCommandOptions, leaseId: string)
     if (isPastDeadline(err)) return 'past-deadline';
     throw toApiError(err, options.timeoutMs);
   }
+}
+
+/**
+ * Tells the leases booked on these hosts that the hosts changed (an operator took them out of
+ * admission): each heals its reservations as after a failure. A lease whose workflow is gone has
+ * nothing to heal; answers how many were told.
+ */
+export async function tellLeasesHostsChanged(options: LeaseCommandOptions, leaseIds: string[], hostIds: string[]): Promise<number> {
+  let told = 0;
+  for (const leaseId of leaseIds) {
+    try {
+      await withDeadline(options, () => options.client.workflow.getHandle(leaseWorkflowId(leaseId)).signal(hostsChanged, { hostIds }));
+      told++;
+    } catch (err) {
+      if (!(err instanceof WorkflowNotFoundError)) throw err;
+    }
+  }
+  return told;
 }

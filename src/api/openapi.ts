@@ -321,11 +321,12 @@ export function apiOperations(types: ResourceTypes): Operation[] {
       responses: { 200: json(z.strictObject({ host }), 'the host'), ...COMMON_REFUSALS, 403: adminOnly, 404: notFound },
     },
     {
-      method: 'put', path: '/v1/os-hosts/{id}', tags: ['hosts'], summary: "Change a host's capabilities",
-      description: 'Sets extra capabilities (the body itself, as blazarclient sends it, or under `values`, as Blazar\'s API reference writes it). A capability that a live lease\'s query relies on cannot change (409). Admins only.',
+      method: 'put', path: '/v1/os-hosts/{id}', tags: ['hosts'], summary: "Change a host's capabilities, or take it out of admission",
+      description:
+        'Sets extra capabilities (the body itself, as blazarclient sends it, or under `values`, as Blazar\'s API reference writes it). A capability that a live lease\'s query relies on cannot change (409). `reservable` (true or false, also as text) is no capability: false keeps the host enrolled but out of new leases, and its pending leases are booked elsewhere or flagged; a released host cannot be made reservable this way (409: enrol it again). Admins only.',
       security: AUTHENTICATED,
       request: { params: idParam('the host id'), body: { content: { 'application/json': { schema: z.record(z.string(), z.unknown()) } }, required: true } },
-      responses: { 200: json(z.strictObject({ host }), 'the host'), ...COMMON_REFUSALS, 403: adminOnly, 404: notFound, 409: refusal('a lease that holds the host now or later relies on the capability') },
+      responses: { 200: json(z.strictObject({ host }), 'the host'), ...COMMON_REFUSALS, 403: adminOnly, 404: notFound, 409: refusal('a lease that holds the host now or later relies on the capability, or the host was released') },
     },
     {
       method: 'delete', path: '/v1/os-hosts/{id}', tags: ['hosts'], summary: 'Remove a host',

@@ -296,3 +296,19 @@ export async function leasesHoldingHosts(db: Queryable, hostIds: string[], until
   );
   return rows.map((r) => r.lease_id);
 }
+
+/**
+ * The leases that may still have something to heal: booked from now on on a failed host (pending
+ * ones only if they begin before `untilMs`, when given), or pending on a host taken out of admission.
+ */
+export async function leasesOnUnusableHosts(db: Queryable, untilMs?: number): Promise<string[]> {
+  const { rows } = await db.query<{ lease_id: string }>(
+    `SELECT DISTINCT a.lease_id::text FROM host_allocations a JOIN hosts h ON h.id = a.host_id
+     WHERE upper(a.during) > now()
+       AND ($1::float8 IS NULL OR lower(a.during) < to_timestamp($1::float8 / 1000))
+       AND (h.state = 'failed' OR (NOT h.reservable AND h.released_at IS NULL AND lower(a.during) > now()))
+     ORDER BY 1`,
+    [untilMs ?? null],
+  );
+  return rows.map((r) => r.lease_id);
+}

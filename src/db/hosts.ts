@@ -230,10 +230,16 @@ export async function recordHostState(db: Queryable, change: { hostId: string; s
   return (rowCount ?? 0) > 0;
 }
 
-/** Which of these hosts are failed now. */
-export async function failedHostIds(db: Queryable, hostIds: string[]): Promise<Set<string>> {
+/**
+ * Which of these hosts a lease cannot count on: failed ones; for a pending lease also those an
+ * operator took out of admission (`reservable` false, not released: a released host's own lease keeps it).
+ */
+export async function unusableHostIds(db: Queryable, hostIds: string[], forPending: boolean): Promise<Set<string>> {
   if (hostIds.length === 0) return new Set();
-  const { rows } = await db.query<{ id: string }>("SELECT id::text FROM hosts WHERE id = ANY($1::bigint[]) AND state = 'failed'", [[...new Set(hostIds)]]);
+  const { rows } = await db.query<{ id: string }>(
+    "SELECT id::text FROM hosts WHERE id = ANY($1::bigint[]) AND (state = 'failed' OR ($2 AND NOT reservable AND released_at IS NULL))",
+    [[...new Set(hostIds)], forPending],
+  );
   return new Set(rows.map((r) => r.id));
 }
 
@@ -241,4 +247,9 @@ export async function failedHostIds(db: Queryable, hostIds: string[]): Promise<S
 export async function failedReservableHosts(db: Queryable): Promise<string[]> {
   const { rows } = await db.query<{ name: string }>("SELECT hypervisor_hostname AS name FROM hosts WHERE reservable AND state = 'failed' ORDER BY id LIMIT 20");
   return rows.map((r) => r.name);
+}
+
+/** Whether new leases may book the host (an operator's switch; a released host stays as its release left it). */
+export async function setReservable(db: Queryable, id: string, reservable: boolean): Promise<void> {
+  await db.query('UPDATE hosts SET reservable = $2, updated_at = now() WHERE id = $1 AND released_at IS NULL', [id, reservable]);
 }

@@ -152,6 +152,8 @@ export interface HostWatch {
   recovered(hostId: string): Promise<void>;
   /** The leases booked on these hosts from now on (beginning before `untilMs`, when given). */
   leasesHolding(hostIds: string[], untilMs?: number): Promise<string[]>;
+  /** The leases still booked on hosts they cannot count on (failed; pending on a host out of admission). */
+  leasesToHeal(untilMs?: number): Promise<string[]>;
 }
 
 /** What the API needs of a resource type. */

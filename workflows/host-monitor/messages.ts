@@ -10,8 +10,9 @@ export interface HostMonitorInput {
   /** Pending leases are healed only when they start within this (LK_HEALING_HORIZON_HOURS); unset: all. */
   horizonMs?: number;
   /**
-   * How often leases still booked on failed hosts are told again: those booked while the host was
-   * failing, and degraded ones for which a host may have become free.
+   * How often leases still booked on hosts they cannot count on (failed; pending on a host out of
+   * admission) are told again: those booked while the host was failing, and degraded ones for
+   * which a host may have become free. The first look after a start is such a sweep.
    */
   sweepMs: number;
   /** Set when it continues as new: what it knew. */

@@ -3,8 +3,9 @@
  * worker if absent. It looks at every enrolled host in Nova each interval, decides with the pure
  * rules of src/domain/host-health.ts which hosts failed or recovered, records that (the hosts
  * table, shown by os-hosts), and tells the leases booked on those hosts, whose workflows heal their
- * reservations through their resource types. Leases still booked on failed hosts are told again
- * every sweep. It continues as new at rest, carrying what it knows.
+ * reservations through their resource types. Leases still booked on hosts they cannot count on
+ * (failed; pending on a host out of admission) are told again every sweep. It continues as new at
+ * rest, carrying what it knows.
  */
 import { condition, continueAsNew, getExternalWorkflowHandle, log, proxyActivities, setCurrentDetails, setHandler, workflowInfo } from '@temporalio/workflow';
 import type { Activities } from '../../activities';
@@ -86,23 +87,23 @@ export async function hostMonitorWorkflow(input: HostMonitorInput): Promise<void
     const untilMs = input.horizonMs === undefined ? undefined : nowMs + input.horizonMs;
     const sweep = nowMs - lastSweepMs >= input.sweepMs;
     const told = new Set<string>();
-    await tell(failed, untilMs, told);
-    await tell(recovered, undefined, told);
+    const within = untilMs === undefined ? {} : { untilMs };
+    if (failed.length) await tell(failed, () => looking.leasesOnHosts({ hostIds: failed, ...within }), told);
+    if (recovered.length) await tell(recovered, () => looking.leasesOnHosts({ hostIds: recovered }), told);
     if (sweep) {
-      await tell(failedHostIds(health), untilMs, told);
+      await tell([], () => looking.leasesToHeal(within), told);
       lastSweepMs = nowMs;
     }
     show();
   }
 
-  /** Signals every lease booked on these hosts (each once per look) to heal. */
-  async function tell(hostIds: string[], untilMs: number | undefined, told: Set<string>): Promise<void> {
-    if (hostIds.length === 0) return;
+  /** Signals every lease `find` names (each once per look) to heal. */
+  async function tell(hostIds: string[], find: () => Promise<string[]>, told: Set<string>): Promise<void> {
     let leaseIds: string[];
     try {
-      leaseIds = await looking.leasesOnHosts({ hostIds, ...(untilMs === undefined ? {} : { untilMs }) });
+      leaseIds = await find();
     } catch (err) {
-      log.error('could not find the leases booked on changed hosts', { hostIds, error: (err as Error).message });
+      log.error('could not find the leases to heal', { hostIds, error: (err as Error).message });
       return;
     }
     for (const leaseId of leaseIds.filter((id) => !told.has(id))) {

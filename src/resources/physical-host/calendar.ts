@@ -33,7 +33,7 @@ import {
   setLeaseBookingKey,
   type LeaseBookingRow,
 } from '../../db/host-allocations';
-import { failedHostIds, failedReservableHosts, hypervisorProperties, inventoryVersion, listHosts, HYPERVISOR_FIELDS, type HostRecord } from '../../db/hosts';
+import { failedReservableHosts, unusableHostIds, hypervisorProperties, inventoryVersion, listHosts, HYPERVISOR_FIELDS, type HostRecord } from '../../db/hosts';
 import type { Pool } from '../../db/pool';
 import { bookInTransaction, bookingKey, checkKeys, extensionRefused, releaseBooking, SEARCH_WORK_BUDGET, shortage, wholeResourceFit } from '../shared/booking';
 import { endPolicyOf, physicalHostParams, type EndPolicy } from './params';
@@ -117,10 +117,11 @@ export class HostCalendar {
   }
 
   /**
-   * After hosts failed: a pending lease's host bookings are made again on hosts that are up (the
-   * healthy hosts it held first in line), in one transaction, or left as they were when they do
-   * not fit; an active reservation gets replacements for its failed hosts from now to its end, as
-   * far as free hosts allow. Answers the reservation's hosts now, and those of them still failed.
+   * After hosts failed (or, for a pending lease, were taken out of admission): a pending lease's
+   * host bookings are made again on hosts it can count on (the good hosts it held first in line),
+   * in one transaction, or left as they were when they do not fit; an active reservation gets
+   * replacements for its failed hosts from now to its end, as far as free hosts allow. Answers the
+   * reservation's hosts now, and those of them it still cannot count on.
    * Nothing changes when it holds no failed host, so a retry is harmless.
    */
   async heal(ctx: ReservationContext): Promise<{ hosts: BookedHost[]; stillFailed: BookedHost[] }> {
@@ -128,7 +129,7 @@ export class HostCalendar {
       this.pool,
       async (client) => {
         const existing = await lockLeaseBookings(client, ctx.leaseId);
-        const failed = await failedHostIds(client, existing.map((row) => row.host_id));
+        const failed = await unusableHostIds(client, existing.map((row) => row.host_id), ctx.leaseStatus === 'PENDING');
         const holdsFailed = existing.some((row) => row.reservation_id === ctx.reservation.id && failed.has(row.host_id));
         if (holdsFailed && ctx.leaseStatus === 'PENDING') {
           await client.query('SAVEPOINT heal');

@@ -7,7 +7,7 @@
  */
 import type { HostObservation, HostStateChange } from '../../domain/host-health';
 import type { HostWatch } from '../../domain/resource-plugin';
-import { leasesHoldingHosts } from '../../db/host-allocations';
+import { leasesHoldingHosts, leasesOnUnusableHosts } from '../../db/host-allocations';
 import { monitoredHosts, recordHostState, type MonitoredHost } from '../../db/hosts';
 import type { Pool } from '../../db/pool';
 import type { ComputeService, Hypervisor, NovaClient } from '../../openstack';
@@ -76,6 +76,7 @@ export function physicalHostWatch(deps: { pool: Pool; source: HostProblemSource;
     },
 
     leasesHolding: (hostIds, untilMs) => leasesHoldingHosts(deps.pool, hostIds, untilMs),
+    leasesToHeal: (untilMs) => leasesOnUnusableHosts(deps.pool, untilMs),
   };
 }
 

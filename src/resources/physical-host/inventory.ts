@@ -8,7 +8,7 @@ import { addHost, ensureAggregate, findAggregate, removeHost } from '../shared/a
 import { ignoreNotFound, type Aggregate, type NovaClient } from '../../openstack';
 import { leaseConflict, invalidLease, type Lease } from '../../domain/lease';
 import { parsePropertyQuery, queryKeys } from '../../domain/property-query';
-import { deleteHost, findHostByHypervisor, insertHost, isHostId, listHosts, markReservableAgain, setHostCapabilities, type HostRecord } from '../../db/hosts';
+import { deleteHost, findHostByHypervisor, insertHost, isHostId, listHosts, markReservableAgain, setHostCapabilities, setReservable, type HostRecord } from '../../db/hosts';
 import { deleteHostBookings, endBlockedForGood, liveBookingsOfHost } from '../../db/host-allocations';
 import type { Pool } from '../../db/pool';
 import { liveReservationsOnHost } from '../../db/quantity-allocations';
@@ -53,13 +53,14 @@ function cpuInfo(hypervisor: object): string | null {
 export class HostInventory {
   constructor(
     private readonly pool: Pool,
-    private readonly nova: NovaClient,
+    /** Nova, on first use: reading and updating hosts needs no cloud; enrolling and removing them does. */
+    private readonly nova: () => NovaClient,
     private readonly settings: InventorySettings,
   ) {}
 
   /** The pool aggregate, created and set up if missing. */
   freepool(): Promise<Aggregate> {
-    return ensureAggregate(this.nova, this.settings.freepoolAggregate, { filter_tenant_id: this.settings.freepoolProjectId, 'blazar:owner': 'leasekeeper', 'leasekeeper:pool': 'free' });
+    return ensureAggregate(this.nova(), this.settings.freepoolAggregate, { filter_tenant_id: this.settings.freepoolProjectId, 'blazar:owner': 'leasekeeper', 'leasekeeper:pool': 'free' });
   }
 
   async enrol(name: string, capabilities: Record<string, unknown>): Promise<HostRecord> {
@@ -67,7 +68,7 @@ export class HostInventory {
     // Nova answers 404 when the pattern matches no hypervisor at all, and 400 to a pattern with other
     // characters than its own: such a name is looked for in the whole list.
     const filter = NOVA_HOSTNAME_PATTERN.test(name) ? { hypervisor_hostname_pattern: name } : {};
-    const candidates = (await ignoreNotFound(this.nova.listHypervisors({ ...filter, with_servers: true }))) ?? [];
+    const candidates = (await ignoreNotFound(this.nova().listHypervisors({ ...filter, with_servers: true }))) ?? [];
     const hypervisor = candidates.find((h) => h.hypervisor_hostname === name || h.service.host === name);
     if (!hypervisor) throw notFound(`Host '${name}' not found! Nova has no hypervisor of that name.`);
     if ((hypervisor.servers?.length ?? 0) > 0) {
@@ -80,9 +81,9 @@ export class HostInventory {
     if (booked > 0) throw leaseConflict(`host ${name} is booked by ${booked} server reservation(s) that have not ended: it can be made reservable once they have`);
     if (known) return this.reenrol(known.id, hypervisor.service.host);
 
-    const zone = (await this.nova.listServices({ binary: 'nova-compute', host: hypervisor.service.host }))[0]?.zone ?? null;
+    const zone = (await this.nova().listServices({ binary: 'nova-compute', host: hypervisor.service.host }))[0]?.zone ?? null;
     const pool = await this.freepool();
-    await addHost(this.nova, pool, hypervisor.service.host);
+    await addHost(this.nova(), pool, hypervisor.service.host);
 
     try {
       const id = await insertHost(
@@ -103,7 +104,7 @@ export class HostInventory {
       );
       return (await listHosts(this.pool, { id }))[0];
     } catch (err) {
-      await this.nova.removeHostFromAggregate(pool.id, hypervisor.service.host).catch(() => undefined); // undo: nothing half-enrolled
+      await this.nova().removeHostFromAggregate(pool.id, hypervisor.service.host).catch(() => undefined); // undo: nothing half-enrolled
       throw err;
     }
   }
@@ -113,8 +114,8 @@ export class HostInventory {
    * the releasing booking (which blocked it for good) ends with its lease.
    */
   private async reenrol(id: string, computeHost: string): Promise<HostRecord> {
-    await addHost(this.nova, await this.freepool(), computeHost);
-    await removeHost(this.nova, await findAggregate(this.nova, this.settings.releasedAggregate), computeHost);
+    await addHost(this.nova(), await this.freepool(), computeHost);
+    await removeHost(this.nova(), await findAggregate(this.nova(), this.settings.releasedAggregate), computeHost);
     await endBlockedForGood(this.pool, id);
     await markReservableAgain(this.pool, id);
     return this.get(id);
@@ -131,8 +132,12 @@ export class HostInventory {
     return liveBookingsOfHost(this.pool, hostId);
   }
 
-  async update(id: string, capabilities: Record<string, unknown>): Promise<HostRecord> {
+  /** Changes capabilities and, when given, whether new leases may book the host (its leases are told by the caller). */
+  async update(id: string, capabilities: Record<string, unknown>, reservable?: boolean): Promise<HostRecord> {
     const host = await this.get(id);
+    if (reservable === true && host.released_at !== null) {
+      throw leaseConflict(`host ${host.hypervisor_hostname} was released by lease ${host.released_by_lease}: once it is empty, enrol it again (POST /v1/os-hosts) to make it reservable`);
+    }
     const changes = checkCapabilities(capabilities);
     const changed = Object.keys(changes).filter((key) => host.capabilities[key] !== changes[key]);
     for (const { lease, reservationId } of await this.liveReservations(id)) {
@@ -142,6 +147,7 @@ export class HostInventory {
       if (hit) throw leaseConflict(`capability ${hit} of host ${host.hypervisor_hostname} is used by lease ${lease.name} (${lease.id}), which holds the host now or later`);
     }
     await setHostCapabilities(this.pool, id, changes);
+    if (reservable !== undefined && reservable !== host.reservable && host.released_at === null) await setReservable(this.pool, id, reservable);
     return this.get(id);
   }
 
@@ -151,7 +157,7 @@ export class HostInventory {
     if (live.length > 0) {
       throw leaseConflict(`Can't delete host ${id}. The host is reserved. Host ${host.hypervisor_hostname} is booked now or later by ${live.map((l) => `lease ${l.lease.name} (${l.lease.id})`).join(', ')}: end or move those leases first.`);
     }
-    await removeHost(this.nova, await findAggregate(this.nova, this.settings.freepoolAggregate), host.service_name ?? host.hypervisor_hostname);
+    await removeHost(this.nova(), await findAggregate(this.nova(), this.settings.freepoolAggregate), host.service_name ?? host.hypervisor_hostname);
     // Past bookings stay in history only as long as the host does.
     await deleteHostBookings(this.pool, id);
     await deleteHost(this.pool, id);
