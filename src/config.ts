@@ -104,6 +104,10 @@ const envSchema = z.object({
   LK_HOST_FAIL_GRACE_SECONDS: z.coerce.number().min(0).max(86_400).default(30),
   LK_HEALING_HORIZON_HOURS: z.coerce.number().positive().max(87_600).optional(),
   LK_HEALING_RETRY_MINUTES: z.coerce.number().min(0.01).max(1_440).default(5),
+  // How often the monitor checks that every host is in the aggregate the calendar says, and whether
+  // it puts them back (`repair`) or only reports what it finds (`report`).
+  LK_DRIFT_CHECK_MINUTES: z.coerce.number().min(0.01).max(1_440).default(5),
+  LK_DRIFT_REPAIR: z.enum(['repair', 'report']).default('repair'),
 
   // Server reservations (`virtual:server`): what the start does when on-demand servers took the
   // reserved host's room (move to another host with room, or fail with the reason), and how long
@@ -189,6 +193,8 @@ function toConfig(env: z.infer<typeof envSchema>) {
       graceMs: Math.round(env.LK_HOST_FAIL_GRACE_SECONDS * 1000),
       horizonMs: env.LK_HEALING_HORIZON_HOURS === undefined ? undefined : Math.round(env.LK_HEALING_HORIZON_HOURS * 3_600_000),
       sweepMs: Math.round(env.LK_HEALING_RETRY_MINUTES * 60_000),
+      driftMs: Math.round(env.LK_DRIFT_CHECK_MINUTES * 60_000),
+      driftMode: env.LK_DRIFT_REPAIR,
     },
     healthTimeoutMs: env.LK_HEALTH_TIMEOUT_MS,
     healthDeepIntervalMs: env.LK_HEALTH_DEEP_INTERVAL_SECONDS * 1000,

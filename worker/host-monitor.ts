@@ -10,8 +10,8 @@ import type { Config } from '../src/config';
 import { hostMonitorWorkflowId, hostMonitorWorkflowType, type HostMonitorInput } from '../workflows/host-monitor/messages';
 
 export async function ensureHostMonitor(client: Client, config: Pick<Config, 'temporal' | 'hostMonitor'>): Promise<string> {
-  const { intervalMs, graceMs, horizonMs, sweepMs } = config.hostMonitor;
-  const input: HostMonitorInput = { intervalMs, graceMs, sweepMs, ...(horizonMs === undefined ? {} : { horizonMs }) };
+  const { intervalMs, graceMs, horizonMs, sweepMs, driftMs, driftMode } = config.hostMonitor;
+  const input: HostMonitorInput = { intervalMs, graceMs, sweepMs, driftMs, driftMode, ...(horizonMs === undefined ? {} : { horizonMs }) };
   const handle = await client.workflow.start(hostMonitorWorkflowType, {
     workflowId: hostMonitorWorkflowId(config.temporal.taskQueue),
     taskQueue: config.temporal.taskQueue,

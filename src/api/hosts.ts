@@ -49,6 +49,7 @@ export function toBlazarHost(host: HostRecord) {
     state: host.state,
     state_since: host.state_since ? formatTimestamp(host.state_since.getTime()) : null,
     state_reason: host.state_reason,
+    last_repair: host.last_repair,
     released_at: host.released_at ? formatTimestamp(host.released_at.getTime()) : null,
     released_by_lease: host.released_by_lease,
     trust_id: null,

@@ -99,6 +99,10 @@ const host = z
     state: z.enum(['up', 'failed']).describe("the host monitor's view: failed when its compute service is down, disabled or forced down, or its hypervisor gone"),
     state_since: nullableTimestamp.describe('when it entered that state (null: up since it was enrolled)'),
     state_reason: z.string().nullable().describe('why it failed, or that it recovered'),
+    last_repair: z
+      .strictObject({ at: z.iso.datetime(), found: z.string(), action: z.string(), repaired: z.boolean() })
+      .nullable()
+      .describe('the last time the host monitor found the host outside the aggregate the calendar says, and whether it moved it back (LK_DRIFT_REPAIR)'),
     released_at: nullableTimestamp,
     released_by_lease: z.string().nullable(),
     trust_id: z.null(),

@@ -312,3 +312,28 @@ export async function leasesOnUnusableHosts(db: Queryable, untilMs?: number): Pr
   );
   return rows.map((r) => r.lease_id);
 }
+
+/** A booking in force now: its host, reservation and lease, and how far the lease got. */
+export interface CurrentBooking {
+  host_id: string;
+  reservation_id: string;
+  lease_id: string;
+  shared: boolean;
+  lease_status: string;
+  project_id: string;
+  /** The reservation's aggregate and zone as the lease records them (host reservations). */
+  aggregate: string | null;
+  availability_zone: string | null;
+}
+
+/** Every booking whose window contains now, with its lease's status and the reservation's aggregate. */
+export async function currentBookings(db: Queryable): Promise<CurrentBooking[]> {
+  const { rows } = await db.query<CurrentBooking>(
+    `SELECT a.host_id::text, a.reservation_id::text, a.lease_id::text, a.shared, l.status AS lease_status, l.project_id,
+            r.allocation->>'aggregate' AS aggregate, r.allocation->>'availability_zone' AS availability_zone
+     FROM host_allocations a JOIN leases l ON l.id = a.lease_id
+     LEFT JOIN LATERAL (SELECT x->'allocation' AS allocation FROM jsonb_array_elements(l.document->'reservations') x WHERE x->>'id' = a.reservation_id::text LIMIT 1) r ON true
+     WHERE a.during @> now() AND l.deleted_at IS NULL`,
+  );
+  return rows;
+}

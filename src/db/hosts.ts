@@ -28,6 +28,8 @@ export interface HostRecord {
   state: HostState;
   state_since: Date | null;
   state_reason: string | null;
+  /** The last drift the monitor found (migration 012), and what it did. */
+  last_repair: HostRepair | null;
   /** Set when a lease's `release` policy handed the host to the shared cloud. */
   released_at: Date | null;
   released_by_lease: string | null;
@@ -41,6 +43,14 @@ export interface HostRecord {
 type Queryable = Pool | PoolClient;
 
 export type HostState = 'up' | 'failed';
+
+/** A drift found on a host: where it was, where the calendar wants it, and whether it was moved (LK_DRIFT_REPAIR=report: not). */
+export interface HostRepair {
+  at: string;
+  found: string;
+  action: string;
+  repaired: boolean;
+}
 
 /** Whether `text` can be a host's id (a positive bigint): anything else is no host, rather than an error of the database. */
 export function isHostId(text: string): boolean {
@@ -58,7 +68,7 @@ export async function listHosts(db: Queryable, filter: { reservableOnly?: boolea
   }
   const { rows } = await db.query<Omit<HostRecord, 'id'> & { id: string }>(
     `SELECT h.id::text AS id, h.hypervisor_hostname, h.nova_hypervisor_id, h.hypervisor_type, h.hypervisor_version, h.service_name,
-            h.vcpus, h.memory_mb, h.local_gb, h.cpu_info, h.availability_zone, h.reservable, h.state, h.state_since, h.state_reason, h.released_at, h.released_by_lease::text, h.created_at, h.updated_at,
+            h.vcpus, h.memory_mb, h.local_gb, h.cpu_info, h.availability_zone, h.reservable, h.state, h.state_since, h.state_reason, h.last_repair, h.released_at, h.released_by_lease::text, h.created_at, h.updated_at,
             COALESCE(jsonb_object_agg(c.name, c.value) FILTER (WHERE c.name IS NOT NULL), '{}') AS capabilities,
             COALESCE(array_agg(c.name) FILTER (WHERE s.private), '{}') AS private_capabilities
      FROM hosts h LEFT JOIN host_capabilities c ON c.host_id = h.id LEFT JOIN capability_settings s ON s.name = c.name
@@ -252,4 +262,9 @@ export async function failedReservableHosts(db: Queryable): Promise<string[]> {
 /** Whether new leases may book the host (an operator's switch; a released host stays as its release left it). */
 export async function setReservable(db: Queryable, id: string, reservable: boolean): Promise<void> {
   await db.query('UPDATE hosts SET reservable = $2, updated_at = now() WHERE id = $1 AND released_at IS NULL', [id, reservable]);
+}
+
+/** Keeps the last drift found on a host (shown by os-hosts as `last_repair`). */
+export async function recordHostRepair(db: Queryable, hostId: string, repair: HostRepair): Promise<void> {
+  await db.query('UPDATE hosts SET last_repair = $2 WHERE id = $1', [hostId, JSON.stringify(repair)]);
 }

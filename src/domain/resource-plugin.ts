@@ -150,10 +150,26 @@ export interface HostWatch {
   record(change: HostStateChange): Promise<void>;
   /** A host up again: back where its bookings want it (out of the failed aggregate). */
   recovered(hostId: string): Promise<void>;
+  /** Tells the deployment's webhook (`host.failed`, `host.recovered`), if it has one. */
+  notify(change: HostStateChange, leaseIds: string[]): Promise<void>;
   /** The leases booked on these hosts from now on (beginning before `untilMs`, when given). */
   leasesHolding(hostIds: string[], untilMs?: number): Promise<string[]>;
   /** The leases still booked on hosts they cannot count on (failed; pending on a host out of admission). */
   leasesToHeal(untilMs?: number): Promise<string[]>;
+  /**
+   * Hosts not in the aggregate the calendar says: those also seen at the previous check (`previous`,
+   * host id → what was seen) are put back (`report`: only reported); aggregates of ended leases go.
+   */
+  checkDrift(previous: Record<string, string>, mode: 'repair' | 'report'): Promise<DriftCheck>;
+}
+
+/** What a drift check found and did. */
+export interface DriftCheck {
+  /** Host id → the drift seen now (the next check repairs those it sees again). */
+  seen: Record<string, string>;
+  repaired: string[];
+  reported: string[];
+  aggregatesRemoved: string[];
 }
 
 /** What the API needs of a resource type. */

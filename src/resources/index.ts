@@ -92,5 +92,6 @@ export function productionHostWatch({ pool, config, openstack }: Pick<ResourceDe
     source: { nova: () => openstack().nova },
     freepool: inventory.freepoolAggregate,
     failed: { name: inventory.failedAggregate, closedProjectId: inventory.freepoolProjectId },
+    notices: config.notifyUrl ? { url: config.notifyUrl } : undefined,
   });
 }

@@ -3,12 +3,14 @@
  * operator or a fencing agent does to a dead host) makes its host failed (os-hosts shows why); a
  * pending lease on it is booked again on another host; an active lease gets a replacement in its
  * aggregate while the failed host is set aside; with no spare host the lease is degraded, and the
- * flag clears when the host comes back. Every service is put back at the end, whatever happens.
+ * flag clears when the host comes back. Hosts moved by hand go back where the calendar says.
+ * Every service is put back at the end, whatever happens.
  */
 import { physicalHostPlugin } from '../../src/resources/physical-host';
 import { physicalHostWatch } from '../../src/resources/physical-host/health';
 import { blazarHostReservation } from '../support/builders';
 import { doubleBookings, enrolHost } from '../support/hosts';
+import { startNoticeReceiver, type NoticeReceiver } from '../support/notice-receiver';
 import { apiClient, deleteAllLeases, eventually, inSeconds, useTestStack } from '../support/stack';
 import { deleteAggregateNamed, rigClients, uniqueName } from './support';
 
@@ -22,21 +24,28 @@ describe('host monitor and healing with the rig', () => {
   const hostIds = new Map<string, string>();
   const forced = new Set<string>();
 
+  let receiver: NoticeReceiver;
+  beforeAll(async () => {
+    receiver = await startNoticeReceiver();
+  });
+  afterAll(() => receiver?.close());
+
   const stack = useTestStack(
-    {
+    () => ({
       env: {
         LK_FREEPOOL_AGGREGATE: freepool,
         LK_FAILED_AGGREGATE: failedAggregate,
         LK_HOST_MONITOR_INTERVAL_SECONDS: '0.5',
         LK_HOST_FAIL_GRACE_SECONDS: '1',
         LK_HEALING_RETRY_MINUTES: '0.05',
+        LK_DRIFT_CHECK_MINUTES: '0.02',
       },
       withPool: (pool) => [
         physicalHostPlugin({ pool, settings: { cleaningMs: 0, randomChoice: false }, cloud: () => admin, freepool, failedAggregate, endAggregates: { closedProjectId: CLOSED_PROJECT } }),
       ],
-      hostWatch: (pool) => physicalHostWatch({ pool, source: { nova: () => admin.nova }, freepool, failed: { name: failedAggregate, closedProjectId: CLOSED_PROJECT } }),
+      hostWatch: (pool) => physicalHostWatch({ pool, source: { nova: () => admin.nova }, freepool, failed: { name: failedAggregate, closedProjectId: CLOSED_PROJECT }, notices: { url: receiver.url } }),
       openstack: () => admin,
-    },
+    }),
     {
       beforeStop: async () => {
         for (const host of forced) await forceDown(host, false);
@@ -125,6 +134,17 @@ describe('host monitor and healing with the rig', () => {
       return host.state === 'up' ? host : undefined;
     });
     expect(recovered.state_reason).toBe('compute service up and enabled again');
+    // The deployment's webhook heard both, with the lease the failure concerned.
+    const notices = await until('both host notices', () => {
+      const mine = receiver.received.filter((n) => n.body.payload.host_id === hostIds.get(failing));
+      return Promise.resolve(mine.length >= 2 ? mine : undefined);
+    });
+    expect(notices.map((n) => [n.body.event_type, n.body.payload.reason])).toEqual([
+      ['host.failed', 'its compute service is forced down'],
+      ['host.recovered', 'compute service up and enabled again'],
+    ]);
+    expect(notices[0].body.payload.lease_ids).toEqual([lease.id]);
+    expect(notices[0].headers['idempotency-key']).toMatch(new RegExp(`^host:${hostIds.get(failing)}:failed:\\d+$`));
     expect((await leaseJson(lease.id)).reservations[0].hosts).toEqual(moved.hosts);
     expect((await api('POST', '/v1/leases', { ...allThree, name: uniqueName('all') })).status).toBe(201);
   }, 120_000);
@@ -158,6 +178,49 @@ describe('host monitor and healing with the rig', () => {
     );
     expect((await leaseJson(lease.id)).reservations[0].hosts).toEqual([replacement]);
   }, 120_000);
+
+  it('puts a host moved by hand back where the calendar says, and removes an aggregate its ended lease left behind', async () => {
+    const lease = await createLease({ start: 'now', end: inSeconds(3600) });
+    await until('the lease active', async () => ((await leaseJson(lease.id)).status === 'ACTIVE' ? true : undefined));
+    const [host] = lease.hosts;
+    const aggregateId = async (name: string) => (await admin.nova.listAggregates()).find((a) => a.name === name)!.id;
+    // By hand: out of the lease's aggregate, into the pool.
+    await admin.nova.addHostToAggregate(await aggregateId(freepool), host);
+    await admin.nova.removeHostFromAggregate(await aggregateId(lease.reservationId), host);
+    await until('the host back in its lease', async () =>
+      (await aggregateHosts(lease.reservationId)).includes(host) && !(await aggregateHosts(freepool)).includes(host) ? true : undefined,
+    );
+    expect((await hostJson(host)).last_repair).toMatchObject({ found: `in ${freepool}`, action: `belongs in ${lease.reservationId}`, repaired: true });
+
+    // An aggregate of this lease, once deleted, holding an idle host (left behind, as by a crashed script): emptied into the pool and removed.
+    expect((await api('DELETE', `/v1/leases/${lease.id}`)).status).toBe(204);
+    const stale = await admin.nova.createAggregate({ name: uniqueName('stale') });
+    await admin.nova.setAggregateMetadata(stale.id, { 'leasekeeper:reservation': lease.reservationId, 'leasekeeper:lease': lease.id });
+    await admin.nova.addHostToAggregate(stale.id, host);
+    await admin.nova.removeHostFromAggregate(await aggregateId(freepool), host);
+    await until('the stale aggregate gone, its host in the pool', async () =>
+      !(await admin.nova.listAggregates()).some((a) => a.id === stale.id) && (await aggregateHosts(freepool)).includes(host) ? true : undefined,
+    );
+  }, 120_000);
+
+  it('only reports drift with LK_DRIFT_REPAIR=report', async () => {
+    // A watch whose pool is another aggregate: to it every host is in none of its aggregates (the running monitor's view is unchanged).
+    const otherPool = await admin.nova.createAggregate({ name: uniqueName('other-pool') });
+    try {
+      const watch = physicalHostWatch({ pool: stack().db.pool, source: { nova: () => admin.nova }, freepool: otherPool.name, failed: { name: failedAggregate, closedProjectId: CLOSED_PROJECT } });
+      const [host] = HOSTS;
+      const first = await watch.checkDrift({}, 'report');
+      expect(first.seen[hostIds.get(host)!]).toBe(`none>${otherPool.name}`);
+      expect(first.reported).toEqual([]); // seen once: nothing yet
+      const second = await watch.checkDrift(first.seen, 'report');
+      expect(second.reported).toContain(`${host}: in none of its aggregates, belongs in ${otherPool.name}`);
+      expect(second.repaired).toEqual([]);
+      expect(await aggregateHosts(otherPool.name)).toEqual([]);
+      expect((await hostJson(host)).last_repair).toMatchObject({ found: 'in none of its aggregates', action: `belongs in ${otherPool.name}`, repaired: false });
+    } finally {
+      await admin.nova.deleteAggregate(otherPool.id);
+    }
+  }, 60_000);
 
   it('marks an active lease degraded when no host can replace the failed one, and clears it when the host is back', async () => {
     const lease = await createLease({ start: 'now', end: inSeconds(3600), min: 3 });

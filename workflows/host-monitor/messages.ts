@@ -15,8 +15,11 @@ export interface HostMonitorInput {
    * which a host may have become free. The first look after a start is such a sweep.
    */
   sweepMs: number;
+  /** How often it checks that hosts are in the aggregates the calendar says (LK_DRIFT_CHECK_MINUTES), and whether it repairs (LK_DRIFT_REPAIR). */
+  driftMs: number;
+  driftMode: 'repair' | 'report';
   /** Set when it continues as new: what it knew. */
-  carried?: { health: HostHealthMap; lastSweepMs: number };
+  carried?: { health: HostHealthMap; lastSweepMs: number; drift: DriftState };
 }
 
 export const hostMonitorWorkflowType = 'hostMonitorWorkflow';
@@ -27,3 +30,12 @@ export const hostMonitorWorkflowId = (taskQueue: string) => `host-monitor-${task
 export const getHostHealth = defineQuery<HostHealthMap>('getHostHealth');
 /** Look now instead of at the next interval (an operator, or a notification from Nova). */
 export const lookNow = defineSignal('lookNow');
+
+/** Drift checks so far: when the last ran, what it saw (repaired if seen again), and totals. */
+export interface DriftState {
+  lastCheckMs: number;
+  seen: Record<string, string>;
+  repaired: number;
+  reported: number;
+  aggregatesRemoved: number;
+}

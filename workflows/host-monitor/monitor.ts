@@ -2,21 +2,29 @@
  * The host monitor: one workflow per deployment (id `host-monitor-<task queue>`), started by the
  * worker if absent. It looks at every enrolled host in Nova each interval, decides with the pure
  * rules of src/domain/host-health.ts which hosts failed or recovered, records that (the hosts
- * table, shown by os-hosts), and tells the leases booked on those hosts, whose workflows heal their
+ * table, shown by os-hosts), posts `host.failed` / `host.recovered` to the deployment's webhook,
+ * and tells the leases booked on those hosts, whose workflows heal their
  * reservations through their resource types. Leases still booked on hosts they cannot count on
- * (failed; pending on a host out of admission) are told again every sweep. It continues as new at
- * rest, carrying what it knows.
+ * (failed; pending on a host out of admission) are told again every sweep. Every drift check it
+ * puts hosts back in the aggregates the calendar says (src/resources/physical-host/drift.ts). It
+ * continues as new at rest, carrying what it knows.
  */
 import { condition, continueAsNew, getExternalWorkflowHandle, log, proxyActivities, setCurrentDetails, setHandler, workflowInfo } from '@temporalio/workflow';
 import type { Activities } from '../../activities';
 import { assessHosts, failedHostIds, type HostHealthMap, type HostStateChange } from '../../src/domain/host-health';
 import { markdownText } from '../../src/domain/markdown';
 import { hostsChanged, leaseWorkflowId } from '../lease/messages';
-import { getHostHealth, lookNow, type HostMonitorInput } from './messages';
+import { getHostHealth, lookNow, type DriftState, type HostMonitorInput } from './messages';
 
 /** Looks per run before continuing as new (each adds about ten events to the history). */
 const LOOKS_PER_RUN = 500;
 
+/** Host notices to the deployment's webhook: retried for an hour (a 4xx is final). */
+const noticing = proxyActivities<Activities>({
+  startToCloseTimeout: '30 seconds',
+  scheduleToCloseTimeout: '1 hour',
+  retry: { initialInterval: '5 seconds', maximumInterval: '5 minutes', nonRetryableErrorTypes: ['NoticeRefused', 'NoHostWatch'] },
+});
 /** Looking and asking: a few quick tries; the next look tries again anyway. */
 const looking = proxyActivities<Activities>({
   startToCloseTimeout: '1 minute',
@@ -32,6 +40,7 @@ const acting = proxyActivities<Activities>({
 export async function hostMonitorWorkflow(input: HostMonitorInput): Promise<void> {
   let health: HostHealthMap = input.carried?.health ?? {};
   let lastSweepMs = input.carried?.lastSweepMs ?? 0;
+  let drift: DriftState = input.carried?.drift ?? { lastCheckMs: 0, seen: {}, repaired: 0, reported: 0, aggregatesRemoved: 0 };
   let lastLook: { atMs: number; error?: string } | undefined;
   let wake = false;
   setHandler(getHostHealth, () => health);
@@ -41,7 +50,7 @@ export async function hostMonitorWorkflow(input: HostMonitorInput): Promise<void
     wake = false;
     await look();
     if (looks >= LOOKS_PER_RUN || workflowInfo().continueAsNewSuggested) {
-      return continueAsNew<typeof hostMonitorWorkflow>({ ...input, carried: { health, lastSweepMs } });
+      return continueAsNew<typeof hostMonitorWorkflow>({ ...input, carried: { health, lastSweepMs, drift } });
     }
     await condition(() => wake, input.intervalMs, { summary: 'until the next look' });
   }
@@ -75,36 +84,60 @@ export async function hostMonitorWorkflow(input: HostMonitorInput): Promise<void
     health = assessed.health;
     lastLook = { atMs: nowMs };
 
-    const failed = recorded.filter((c) => c.state === 'failed').map((c) => c.hostId);
-    const recovered = recorded.filter((c) => c.state === 'up').map((c) => c.hostId);
-    for (const hostId of recovered) {
+    for (const change of recorded.filter((c) => c.state === 'up')) {
       try {
-        await acting.returnRecoveredHost(hostId);
+        await acting.returnRecoveredHost(change.hostId);
       } catch (err) {
-        log.error('could not return a recovered host to the pool', { hostId, error: (err as Error).message });
+        log.error('could not return a recovered host to the pool', { hostId: change.hostId, error: (err as Error).message });
       }
     }
     const untilMs = input.horizonMs === undefined ? undefined : nowMs + input.horizonMs;
-    const sweep = nowMs - lastSweepMs >= input.sweepMs;
-    const told = new Set<string>();
     const within = untilMs === undefined ? {} : { untilMs };
-    if (failed.length) await tell(failed, () => looking.leasesOnHosts({ hostIds: failed, ...within }), told);
-    if (recovered.length) await tell(recovered, () => looking.leasesOnHosts({ hostIds: recovered }), told);
+    const told = new Set<string>();
+    for (const change of recorded) {
+      const hostIds = [change.hostId];
+      // A recovered host's leases are all told (their flags clear); a failed one's within the healing horizon.
+      const leaseIds = await tell(hostIds, () => looking.leasesOnHosts({ hostIds, ...(change.state === 'failed' ? within : {}) }), told);
+      // The webhook never holds the monitor up: sent beside it, retried for an hour, then dropped.
+      noticing.notifyHostChange({ change, leaseIds }).catch((err: unknown) => log.warn('a host notice was not delivered', { hostId: change.hostId, error: (err as Error).message }));
+    }
+    const sweep = nowMs - lastSweepMs >= input.sweepMs;
     if (sweep) {
       await tell([], () => looking.leasesToHeal(within), told);
       lastSweepMs = nowMs;
     }
+    if (nowMs - drift.lastCheckMs >= input.driftMs) await checkDrift(nowMs);
     show();
   }
 
-  /** Signals every lease `find` names (each once per look) to heal. */
-  async function tell(hostIds: string[], find: () => Promise<string[]>, told: Set<string>): Promise<void> {
+  /** Hosts out of the aggregate the calendar says: repaired (or reported) when the previous check saw the same. */
+  async function checkDrift(nowMs: number): Promise<void> {
+    drift = { ...drift, lastCheckMs: nowMs };
+    try {
+      const check = await acting.checkDrift({ previous: drift.seen, mode: input.driftMode });
+      for (const line of check.repaired) log.warn('drift repaired', { drift: line });
+      for (const line of check.reported) log.warn('drift found (LK_DRIFT_REPAIR=report: left as it is)', { drift: line });
+      for (const name of check.aggregatesRemoved) log.info('removed the aggregate of an ended lease', { aggregate: name });
+      drift = {
+        lastCheckMs: nowMs,
+        seen: check.seen,
+        repaired: drift.repaired + check.repaired.length,
+        reported: drift.reported + check.reported.length,
+        aggregatesRemoved: drift.aggregatesRemoved + check.aggregatesRemoved.length,
+      };
+    } catch (err) {
+      log.error('the drift check failed', { error: (err as Error).message });
+    }
+  }
+
+  /** Signals every lease `find` names (each once per look) to heal; answers the leases found. */
+  async function tell(hostIds: string[], find: () => Promise<string[]>, told: Set<string>): Promise<string[]> {
     let leaseIds: string[];
     try {
       leaseIds = await find();
     } catch (err) {
       log.error('could not find the leases to heal', { hostIds, error: (err as Error).message });
-      return;
+      return [];
     }
     for (const leaseId of leaseIds.filter((id) => !told.has(id))) {
       told.add(leaseId);
@@ -115,6 +148,7 @@ export async function hostMonitorWorkflow(input: HostMonitorInput): Promise<void
         log.debug('a lease booked on a changed host could not be told', { leaseId, error: (err as Error).message });
       }
     }
+    return leaseIds;
   }
 
   /** The Web UI's current details: failed and suspect hosts, and the last look. */
@@ -130,7 +164,8 @@ export async function hostMonitorWorkflow(input: HostMonitorInput): Promise<void
     const header = lastLook?.error
       ? `**cannot look** at ${utc(lastLook.atMs)}: ${markdownText(lastLook.error)}`
       : `**${hosts - failedHostIds(health).length} of ${hosts} host(s) up** · looked at ${lastLook ? utc(lastLook.atMs) : 'never'}`;
-    setCurrentDetails(rows.length ? [header, '', '| id | host | state | why |', '| --- | --- | --- | --- |', ...rows].join('\n') : header);
+    const driftLine = `drift: ${drift.repaired} host move(s) repaired, ${drift.reported} reported, ${drift.aggregatesRemoved} stale aggregate(s) removed · ${Object.keys(drift.seen).length} host(s) out of place at the last check (${utc(drift.lastCheckMs || undefined)})`;
+    setCurrentDetails([header, driftLine, ...(rows.length ? ['', '| id | host | state | why |', '| --- | --- | --- | --- |', ...rows] : [])].join('\n'));
   }
 }
 

@@ -6,12 +6,15 @@
  * up again it returns to the reservable pool.
  */
 import type { HostObservation, HostStateChange } from '../../domain/host-health';
-import type { HostWatch } from '../../domain/resource-plugin';
-import { leasesHoldingHosts, leasesOnUnusableHosts } from '../../db/host-allocations';
-import { monitoredHosts, recordHostState, type MonitoredHost } from '../../db/hosts';
+import type { DriftCheck, HostWatch } from '../../domain/resource-plugin';
+import { currentBookings, leasesHoldingHosts, leasesOnUnusableHosts } from '../../db/host-allocations';
+import { monitoredHosts, recordHostRepair, recordHostState, type MonitoredHost } from '../../db/hosts';
+import { leaseStates } from '../../db/leases';
 import type { Pool } from '../../db/pool';
 import type { ComputeService, Hypervisor, NovaClient } from '../../openstack';
 import { addHost, ensureAggregate, findAggregate, removeHost } from '../shared/aggregates';
+import { sendNotice, type NoticeSettings } from '../shared/notifications';
+import { describeDrift, planDrift, type HostDrift } from './drift';
 
 /** Where replaced failed hosts wait, and the project its filter_tenant_id names (nobody's). */
 export interface FailedAggregate {
@@ -41,7 +44,7 @@ const computeHost = (host: MonitoredHost) => host.service_name ?? host.hyperviso
  */
 export type HostProblemSource = { nova: () => NovaClient } | { calendarOnly: (host: MonitoredHost) => string | undefined };
 
-export function physicalHostWatch(deps: { pool: Pool; source: HostProblemSource; freepool: string; failed: FailedAggregate }): HostWatch {
+export function physicalHostWatch(deps: { pool: Pool; source: HostProblemSource; freepool: string; failed: FailedAggregate; notices?: NoticeSettings }): HostWatch {
   const { source } = deps;
   return {
     async observe(): Promise<HostObservation[]> {
@@ -75,8 +78,43 @@ export function physicalHostWatch(deps: { pool: Pool; source: HostProblemSource;
       await removeHost(nova, failed, computeHost(host));
     },
 
+    async notify(change, leaseIds) {
+      if (!deps.notices) return;
+      await sendNotice(deps.notices, {
+        eventType: change.state === 'failed' ? 'host.failed' : 'host.recovered',
+        payload: { host_id: change.hostId, host: change.host, state: change.state, state_since: new Date(change.sinceMs).toISOString(), reason: change.reason, lease_ids: leaseIds },
+        idempotencyKey: `host:${change.hostId}:${change.state}:${change.sinceMs}`,
+      });
+    },
+
     leasesHolding: (hostIds, untilMs) => leasesHoldingHosts(deps.pool, hostIds, untilMs),
     leasesToHeal: (untilMs) => leasesOnUnusableHosts(deps.pool, untilMs),
+
+    async checkDrift(previous, mode): Promise<DriftCheck> {
+      const hosts = await monitoredHosts(deps.pool);
+      if (!('nova' in source) || hosts.length === 0) return { seen: {}, repaired: [], reported: [], aggregatesRemoved: [] };
+      const nova = source.nova();
+      const aggregates = await nova.listAggregates();
+      const leaseIds = [...new Set(aggregates.map((a) => a.metadata?.['leasekeeper:lease']).filter((id): id is string => typeof id === 'string' && /^[0-9a-f-]{36}$/.test(id)))];
+      const plan = planDrift({ hosts, bookings: await currentBookings(deps.pool), aggregates, leases: await leaseStates(deps.pool, leaseIds), freepool: deps.freepool, failed: deps.failed.name });
+      const check: DriftCheck = { seen: Object.fromEntries(plan.drifts.map((d) => [d.hostId, d.key])), repaired: [], reported: [], aggregatesRemoved: [] };
+      for (const drift of plan.drifts.filter((d) => previous[d.hostId] === d.key)) {
+        const { found, action } = describeDrift(drift);
+        const line = `${drift.host}: ${found}, ${action}`;
+        if (mode === 'repair') await moveBack(nova, drift);
+        (mode === 'repair' ? check.repaired : check.reported).push(line);
+        await recordHostRepair(deps.pool, drift.hostId, { at: new Date().toISOString(), found, action, repaired: mode === 'repair' });
+      }
+      for (const stale of plan.staleAggregates) {
+        const now = await nova.getAggregate(stale.id).catch(() => undefined);
+        if (!now || now.hosts.length > 0) continue; // its hosts leave first (at this check or the next)
+        if (mode === 'repair') {
+          await nova.deleteAggregate(stale.id).catch(() => undefined);
+          check.aggregatesRemoved.push(stale.name);
+        } else check.reported.push(`aggregate ${stale.name}: its lease has ended`);
+      }
+      return check;
+    },
   };
 }
 
@@ -85,4 +123,20 @@ export async function setFailedHostAside(nova: NovaClient, host: string, leaseAg
   const aside = await ensureAggregate(nova, failed.name, { filter_tenant_id: failed.closedProjectId, 'blazar:owner': 'leasekeeper', 'leasekeeper:pool': 'failed' });
   await addHost(nova, aside, host);
   if (leaseAggregateName) await removeHost(nova, await findAggregate(nova, leaseAggregateName), host);
+}
+
+/** Puts a drifted host where the calendar wants it: into the target (made again if a lease's is missing), then out of the others. */
+async function moveBack(nova: NovaClient, drift: HostDrift): Promise<void> {
+  const lease = drift.target.leaseAggregate;
+  const target = lease
+    ? await ensureAggregate(
+        nova,
+        drift.target.name,
+        { filter_tenant_id: lease.projectId, 'blazar:owner': lease.projectId, 'leasekeeper:reservation': lease.reservationId, 'leasekeeper:lease': lease.leaseId },
+        lease.availabilityZone ?? undefined,
+      )
+    : await findAggregate(nova, drift.target.name);
+  if (!target) throw new Error(`aggregate ${drift.target.name} is missing`);
+  await addHost(nova, target, drift.host);
+  for (const name of drift.found.filter((f) => f !== drift.target.name)) await removeHost(nova, await findAggregate(nova, name), drift.host);
 }

@@ -1,8 +1,9 @@
 /**
- * Lease notices (`before_end: notify`): a JSON POST to the deployment's webhook, in the shape of
- * Blazar's notifications (`event_type` lease.event.<event>, a payload with the lease and the
- * reservation). Carries an Idempotency-Key per lease, reservation and event, so a retried
- * activity lets the receiver drop the duplicate. 5xx and network errors are retried by the
+ * Notices to the deployment's webhook (LK_NOTIFY_URL): lease notices (`before_end: notify`), in the
+ * shape of Blazar's notifications (`event_type` lease.event.<event>, a payload with the lease and
+ * the reservation), and host notices (`host.failed`, `host.recovered`). Each carries an
+ * Idempotency-Key (per lease, reservation and event; per host and change), so a retried activity
+ * lets the receiver drop the duplicate. 5xx and network errors are retried by the
  * activity's policy; 4xx is final.
  */
 import { ApplicationFailure } from '@temporalio/common';
@@ -22,8 +23,8 @@ export interface LeaseNotice {
 export async function sendLeaseNotice(settings: NoticeSettings | undefined, notice: LeaseNotice): Promise<void> {
   if (!settings) throw ApplicationFailure.nonRetryable('notify needs a notification endpoint (LK_NOTIFY_URL), and none is set', 'NoticesNotConfigured');
   const { ctx } = notice;
-  const body = {
-    event_type: `lease.event.${notice.event}`,
+  await sendNotice(settings, {
+    eventType: `lease.event.${notice.event}`,
     payload: {
       lease_id: ctx.leaseId,
       lease_name: ctx.leaseName,
@@ -35,13 +36,18 @@ export async function sendLeaseNotice(settings: NoticeSettings | undefined, noti
       end_date: new Date(ctx.endMs).toISOString(),
       ...notice.details,
     },
-  };
+    idempotencyKey: `${ctx.leaseId}:${ctx.reservation.id}:${notice.event}`,
+  });
+}
+
+/** Any notice: `{event_type, payload}` posted to the deployment's endpoint, with its Idempotency-Key. */
+export async function sendNotice(settings: NoticeSettings, notice: { eventType: string; payload: Record<string, unknown>; idempotencyKey: string }): Promise<void> {
   let res: Response;
   try {
     res = await fetch(settings.url, {
       method: 'POST',
-      headers: { 'content-type': 'application/json', 'idempotency-key': `${ctx.leaseId}:${ctx.reservation.id}:${notice.event}` },
-      body: JSON.stringify(body),
+      headers: { 'content-type': 'application/json', 'idempotency-key': notice.idempotencyKey },
+      body: JSON.stringify({ event_type: notice.eventType, payload: notice.payload }),
       signal: AbortSignal.timeout(settings.timeoutMs ?? 10_000),
     });
   } catch (err) {
