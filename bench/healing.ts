@@ -13,18 +13,13 @@ import { physicalHostPlugin } from '../src/resources/physical-host';
 import { physicalHostWatch } from '../src/resources/physical-host/health';
 import { deleteAggregateNamed, rigClients, uniqueName } from '../test/openstack/support';
 import { blazarHostReservation } from '../test/support/builders';
+import { enrolHost } from '../test/support/hosts';
 import { apiClient, eventually, inSeconds, startTestStack } from '../test/support/stack';
 import { runBenchmark, summary } from './common';
 
 const TRIALS = Number(process.env.LK_BENCH_TRIALS ?? 20);
 const HOSTS = ['fake-1', 'fake-2', 'fake-3'];
 const CLOSED_PROJECT = 'leasekeeper-freepool';
-
-async function enrol(api: ReturnType<typeof apiClient>, name: string): Promise<string> {
-  const enrolled = await api('POST', '/v1/os-hosts', { name });
-  if (enrolled.status !== 201) throw new Error(`enrolling ${name}: ${enrolled.status} ${JSON.stringify(enrolled.body)}`);
-  return enrolled.body.host.id;
-}
 
 runBenchmark(
   'healing',
@@ -50,7 +45,7 @@ runBenchmark(
     const healing: number[] = [];
     const total: number[] = [];
     try {
-      for (const host of HOSTS) hostIds.set(host, await enrol(api, host));
+      for (const host of HOSTS) hostIds.set(host, await enrolHost(api, host));
       for (let trial = 1; trial <= TRIALS; trial++) {
         const created = await api('POST', '/v1/leases', { name: `heal-${trial}`, start_date: 'now', end_date: inSeconds(3600), reservations: [blazarHostReservation()] });
         if (created.status !== 201) throw new Error(`trial ${trial}: create answered ${created.status} ${JSON.stringify(created.body)}`);

@@ -52,6 +52,11 @@ export interface HostRepair {
   repaired: boolean;
 }
 
+/** The compute host name Nova's services and aggregates use for an enrolled host (its hypervisor name when Nova gave none). */
+export function computeHostName(host: { service_name: string | null; hypervisor_hostname: string }): string {
+  return host.service_name ?? host.hypervisor_hostname;
+}
+
 /** Whether `text` can be a host's id (a positive bigint): anything else is no host, rather than an error of the database. */
 export function isHostId(text: string): boolean {
   return /^\d{1,19}$/.test(text) && BigInt(text) <= 9_223_372_036_854_775_807n;

@@ -10,7 +10,7 @@
  * one (a move in progress is over by then). With LK_DRIFT_REPAIR=report it is only reported.
  */
 import type { CurrentBooking } from '../../db/host-allocations';
-import type { MonitoredHost } from '../../db/hosts';
+import { computeHostName, type MonitoredHost } from '../../db/hosts';
 import type { Aggregate } from '../../openstack';
 
 export interface DriftInput {
@@ -52,7 +52,7 @@ export function planDrift(input: DriftInput): DriftPlan {
   const unsettledAggregates = new Set(ours.filter((a) => isLeaseAggregate(a) && !leaseOf(a)!.deleted && UNSETTLED.has(leaseOf(a)!.status)).map((a) => a.name));
   const drifts: HostDrift[] = [];
   for (const host of input.hosts) {
-    const name = host.service_name ?? host.hypervisor_hostname;
+    const name = computeHostName(host);
     const bookings = input.bookings.filter((b) => b.host_id === host.id);
     const found = ours.filter((a) => a.hosts.includes(name)).map((a) => a.name).sort();
     if (bookings.some((b) => b.shared || b.lease_status !== 'ACTIVE') || found.some((a) => unsettledAggregates.has(a))) continue;

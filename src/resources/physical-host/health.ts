@@ -8,7 +8,7 @@
 import type { HostObservation, HostStateChange } from '../../domain/host-health';
 import type { DriftCheck, HostWatch } from '../../domain/resource-plugin';
 import { currentBookings, leasesHoldingHosts, leasesOnUnusableHosts } from '../../db/host-allocations';
-import { monitoredHosts, recordHostRepair, recordHostState, type MonitoredHost } from '../../db/hosts';
+import { computeHostName, listHosts, monitoredHosts, recordHostRepair, recordHostState, type MonitoredHost } from '../../db/hosts';
 import { leaseStates } from '../../db/leases';
 import type { Pool } from '../../db/pool';
 import type { ComputeService, Hypervisor, NovaClient } from '../../openstack';
@@ -35,9 +35,6 @@ export function hostProblem(host: MonitoredHost, services: ComputeService[], hyp
   return undefined;
 }
 
-/** The compute host name Nova's aggregates use for an enrolled host. */
-const computeHost = (host: MonitoredHost) => host.service_name ?? host.hypervisor_hostname;
-
 /**
  * Where the watch learns of problems: Nova, or — for tests of booking alone, like a plugin's
  * 'calendar-only' — a function the test controls (and no aggregate is touched).
@@ -58,7 +55,7 @@ export function physicalHostWatch(deps: { pool: Pool; source: HostProblemSource;
       }
       return hosts.map((host) => {
         const problem = problemOf?.(host);
-        return { hostId: host.id, host: computeHost(host), recorded: host.state, ...(problem ? { problem } : {}) };
+        return { hostId: host.id, host: computeHostName(host), recorded: host.state, ...(problem ? { problem } : {}) };
       });
     },
 
@@ -67,15 +64,15 @@ export function physicalHostWatch(deps: { pool: Pool; source: HostProblemSource;
     },
 
     async recovered(hostId: string): Promise<void> {
-      const host = (await monitoredHosts(deps.pool)).find((h) => h.id === hostId);
+      const [host] = await listHosts(deps.pool, { id: hostId });
       if (!host || !('nova' in source)) return;
       const nova = source.nova();
       const failed = await findAggregate(nova, deps.failed.name);
-      if (!failed?.hosts.includes(computeHost(host))) return; // never replaced: it stayed where its bookings put it
+      if (!failed?.hosts.includes(computeHostName(host))) return; // never replaced: it stayed where its bookings put it
       const pool = await findAggregate(nova, deps.freepool);
       if (!pool) throw new Error(`the reservable pool aggregate ${deps.freepool} is missing`);
-      await addHost(nova, pool, computeHost(host));
-      await removeHost(nova, failed, computeHost(host));
+      await addHost(nova, pool, computeHostName(host));
+      await removeHost(nova, failed, computeHostName(host));
     },
 
     async notify(change, leaseIds) {

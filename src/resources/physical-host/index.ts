@@ -21,7 +21,7 @@ import { beforeEndAction, refuseNotifyWithoutEndpoint, type BeforeEndAction } fr
 import { DEFAULT_SERVER_DELETE_TIMEOUT_MS, failIfDeletionOverdue } from '../shared/server-deletion';
 import { snapshotServersOnHosts } from '../shared/server-snapshots';
 import { computeHostsOfReservation } from '../../db/host-allocations';
-import { listHosts, markReleased } from '../../db/hosts';
+import { computeHostName, listHosts, markReleased } from '../../db/hosts';
 import type { Pool } from '../../db/pool';
 import type { GlanceClient, NovaClient } from '../../openstack';
 import type { EndContext, EndOutcome, HookContext, ReservationContext, ResourcePlugin, ResourceType } from '../../domain/resource-plugin';
@@ -202,7 +202,7 @@ export function physicalHostPlugin(deps: PhysicalHostDeps): ResourcePlugin {
         const aggregate = typeof ctx.reservation.allocation?.aggregate === 'string' ? ctx.reservation.allocation.aggregate : leaseAggregateFor(ctx.reservation.id).name;
         for (const id of recorded.filter((r) => !ids.includes(r))) {
           const host = (await listHosts(deps.pool, { id }))[0];
-          if (host) await setFailedHostAside(nova, host.service_name ?? host.hypervisor_hostname, aggregate, { name: failedAggregate, closedProjectId: endAggregates.closedProjectId });
+          if (host) await setFailedHostAside(nova, computeHostName(host), aggregate, { name: failedAggregate, closedProjectId: endAggregates.closedProjectId });
           ctx.reportProgress({ setAside: id });
         }
       }

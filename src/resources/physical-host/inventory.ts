@@ -8,7 +8,7 @@ import { addHost, ensureAggregate, findAggregate, removeHost } from '../shared/a
 import { ignoreNotFound, type Aggregate, type NovaClient } from '../../openstack';
 import { leaseConflict, invalidLease, type Lease } from '../../domain/lease';
 import { parsePropertyQuery, queryKeys } from '../../domain/property-query';
-import { deleteHost, findHostByHypervisor, insertHost, isHostId, listHosts, markReservableAgain, setHostCapabilities, setReservable, type HostRecord } from '../../db/hosts';
+import { computeHostName, deleteHost, findHostByHypervisor, insertHost, isHostId, listHosts, markReservableAgain, setHostCapabilities, setReservable, type HostRecord } from '../../db/hosts';
 import { deleteHostBookings, endBlockedForGood, liveBookingsOfHost } from '../../db/host-allocations';
 import type { Pool } from '../../db/pool';
 import { liveReservationsOnHost } from '../../db/quantity-allocations';
@@ -157,7 +157,7 @@ export class HostInventory {
     if (live.length > 0) {
       throw leaseConflict(`Can't delete host ${id}. The host is reserved. Host ${host.hypervisor_hostname} is booked now or later by ${live.map((l) => `lease ${l.lease.name} (${l.lease.id})`).join(', ')}: end or move those leases first.`);
     }
-    await removeHost(this.nova(), await findAggregate(this.nova(), this.settings.freepoolAggregate), host.service_name ?? host.hypervisor_hostname);
+    await removeHost(this.nova(), await findAggregate(this.nova(), this.settings.freepoolAggregate), computeHostName(host));
     // Past bookings stay in history only as long as the host does.
     await deleteHostBookings(this.pool, id);
     await deleteHost(this.pool, id);

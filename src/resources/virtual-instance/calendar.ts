@@ -14,7 +14,7 @@ import { matchesQuery, parsePropertyQuery } from '../../domain/property-query';
 import type { FitSearch, ReservationContext } from '../../domain/resource-plugin';
 import type { Reservation } from '../../domain/lease';
 import { blockedIntervals, deleteReservationHostBookings, endReservationHostBookingsAt, insertHostBooking } from '../../db/host-allocations';
-import { listHosts, type HostRecord } from '../../db/hosts';
+import { computeHostName, listHosts, type HostRecord } from '../../db/hosts';
 import { endSharedHostRowsAt, liveSharedHosts, liveSlots, moveSharedHostRowsEnd, type LiveSlots } from '../../db/instance-slots';
 import type { Pool } from '../../db/pool';
 import { bookingsOnProviders, deleteReservationQuantityBookings, endReservationQuantityBookingsAt, insertQuantityBooking, lockProviders, usableProviders, type CapacityProvider } from '../../db/quantity-allocations';
@@ -248,7 +248,7 @@ export class InstanceSlotCalendar {
           shared: true,
         });
       }
-      result.push({ hostId, hypervisorHostname: host.hypervisor_hostname, computeHost: host.service_name ?? host.hypervisor_hostname, providerUuid: provider.uuid, slots });
+      result.push({ hostId, hypervisorHostname: host.hypervisor_hostname, computeHost: computeHostName(host), providerUuid: provider.uuid, slots });
     }
     return result;
   }
