@@ -5,7 +5,7 @@
  */
 import { ApplicationFailure } from '@temporalio/common';
 import type { HostObservation, HostStateChange } from '../src/domain/host-health';
-import type { DriftCheck, HostWatch } from '../src/domain/resource-plugin';
+import type { DriftCheck, HostWatch, MaintenanceBegun } from '../src/domain/resource-plugin';
 
 export function hostActivities({ hostWatch }: { hostWatch?: HostWatch }) {
   const watch = (): HostWatch => {
@@ -19,6 +19,8 @@ export function hostActivities({ hostWatch }: { hostWatch?: HostWatch }) {
     notifyHostChange: ({ change, leaseIds }: { change: HostStateChange; leaseIds: string[] }): Promise<void> => watch().notify(change, leaseIds),
     leasesOnHosts: ({ hostIds, untilMs }: { hostIds: string[]; untilMs?: number }): Promise<string[]> => watch().leasesHolding(hostIds, untilMs),
     leasesToHeal: ({ untilMs }: { untilMs?: number }): Promise<string[]> => watch().leasesToHeal(untilMs),
+    beginMaintenance: (windowId: string): Promise<MaintenanceBegun> => watch().beginMaintenance(windowId),
+    endMaintenance: (end: { windowId: string; hostId: string; computeHost?: string }): Promise<{ leaseIds: string[] }> => watch().endMaintenance(end),
     checkDrift: ({ previous, mode }: { previous: Record<string, string>; mode: 'repair' | 'report' }): Promise<DriftCheck> => watch().checkDrift(previous, mode),
   };
 }

@@ -134,15 +134,25 @@ describe('authorization on every route', () => {
       ['PUT', '/os-hosts/:id', 'put'],
       ['DELETE', '/os-hosts/:id', 'delete'],
       ['PATCH', '/os-hosts/properties/:name', 'update_resource_properties'],
+      ['POST', '/os-hosts/:id/maintenance', 'maintenance:post'],
+      ['GET', '/os-hosts/:id/maintenance', 'maintenance:get'],
+      ['GET', '/os-hosts/:id/maintenance/:windowId', 'maintenance:get'],
+      ['DELETE', '/os-hosts/:id/maintenance/:windowId', 'maintenance:delete'],
+      ['GET', '/maintenance', 'maintenance:get'],
+      ['GET', '/maintenance/:windowId', 'maintenance:get'],
+      ['DELETE', '/maintenance/:windowId', 'maintenance:delete'],
     ])('%s %s → 403, nothing changes', async (method, route, action) => {
       exercise(`${method} ${route}`);
-      const path = `/v1${route.replace(':id', hostIds[0]).replace(':name', 'rack')}`;
-      const body = method === 'POST' ? { name: 'some-hypervisor' } : method === 'PUT' ? { rack: 'stolen' } : method === 'PATCH' ? { private: true } : undefined;
+      const path = `/v1${route.replace(':id', hostIds[0]).replace(':name', 'rack').replace(':windowId', '00000000-0000-4000-8000-00000000000a')}`;
+      const body = route.endsWith('/maintenance') && method === 'POST' ? { start_date: '2099-01-01 00:00', end_date: '2099-01-02 00:00', reason: 'theirs' }
+        : method === 'POST' ? { name: 'some-hypervisor' } : method === 'PUT' ? { rack: 'stolen' } : method === 'PATCH' ? { private: true } : undefined;
+      const beforeWindows = (await call('admin', 'GET', '/v1/maintenance?all=true')).body;
       const before = (await call('admin', 'GET', '/v1/os-hosts')).body.hosts;
       const beforeProperties = (await call('admin', 'GET', '/v1/os-hosts/properties?detail=1&all=1')).body;
       for (const caller of ['A', 'B'] as const) expect(await call(caller, method, path, body)).toEqual({ status: 403, body: POLICY(action) });
       expect((await call('admin', 'GET', '/v1/os-hosts')).body.hosts).toEqual(before);
       expect((await call('admin', 'GET', '/v1/os-hosts/properties?detail=1&all=1')).body).toEqual(beforeProperties);
+      expect((await call('admin', 'GET', '/v1/maintenance?all=true')).body).toEqual(beforeWindows);
     });
 
     it('GET /os-hosts/properties shows non-admins the public properties only', async () => {

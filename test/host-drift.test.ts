@@ -4,7 +4,9 @@ import type { MonitoredHost } from '../src/db/hosts';
 import type { Aggregate } from '../src/openstack';
 import { planDrift, type DriftInput } from '../src/resources/physical-host/drift';
 
-const host = (id: string, state: 'up' | 'failed' = 'up'): MonitoredHost => ({ id, hypervisor_hostname: `node-${id}`, service_name: `node-${id}`, state });
+const host = (id: string, state: 'up' | 'failed' = 'up', inMaintenance = false): MonitoredHost => ({
+  id, hypervisor_hostname: `node-${id}`, service_name: `node-${id}`, state, in_maintenance: inMaintenance, compute_disabled_for_maintenance: false,
+});
 const aggregate = (id: number, name: string, hosts: string[], metadata: Record<string, string> = {}): Aggregate => ({ id, name, hosts, metadata }) as unknown as Aggregate;
 const leaseAggregate = (id: number, reservation: string, lease: string, hosts: string[]) => aggregate(id, reservation, hosts, { 'leasekeeper:reservation': reservation, 'leasekeeper:lease': lease });
 const booking = (hostId: string, status: string, fields: Partial<CurrentBooking> = {}): CurrentBooking => ({
@@ -45,6 +47,12 @@ describe('drift plan', () => {
   it('lets a failed host wait in the failed aggregate, and ignores aggregates of leases it does not know', () => {
     const { drifts } = plan({ hosts: [host('1', 'failed'), host('2')], aggregates: [aggregate(1, 'pool', ['node-2']), aggregate(3, 'failed', ['node-1']), leaseAggregate(5, 'rx', 'unknown-lease', ['node-2'])] });
     expect(drifts).toEqual([]);
+  });
+
+  it('lets a host in maintenance wait in the failed aggregate, and takes it back once the window is over', () => {
+    const aside = [aggregate(1, 'pool', []), aggregate(3, 'failed', ['node-1'])];
+    expect(plan({ hosts: [host('1', 'up', true)], aggregates: aside }).drifts).toEqual([]);
+    expect(plan({ hosts: [host('1', 'up', false)], aggregates: aside }).drifts.map((d) => d.key)).toEqual(['failed>pool']);
   });
 
   it('names the aggregates of ended or deleted leases as stale, and takes their hosts back to the pool', () => {

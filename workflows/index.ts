@@ -2,3 +2,4 @@
 export { leaseWorkflow } from './lease/lease';
 export { selfCheckWorkflow } from './selfcheck/selfcheck';
 export { hostMonitorWorkflow } from './host-monitor/monitor';
+export { maintenanceWindowWorkflow } from './maintenance/window';

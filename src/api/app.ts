@@ -24,6 +24,7 @@ import { calendarRouter } from './calendar';
 import { hostAllocationsRouter } from './host-allocations';
 import { floatingIpsRouter } from './floating-ips';
 import { hostsRouter } from './hosts';
+import { maintenanceRouter } from './maintenance';
 import { leasesRouter } from './leases';
 import { versionsRouter } from './versions';
 
@@ -116,19 +117,21 @@ export function createApp(deps: AppDeps): express.Express {
     }),
   );
   const calendar = deps.calendar ?? hostCalendar(deps.pool, config);
+  const commands = { client: deps.client, taskQueue: config.temporal.taskQueue, timeoutMs: config.api.workflowTimeoutMs };
   app.use(
     '/v1',
     authenticate(deps.authenticator ?? noAuth()),
     leasesRouter({
       pool: deps.pool,
       types: deps.types,
-      commands: { client: deps.client, taskQueue: config.temporal.taskQueue, timeoutMs: config.api.workflowTimeoutMs },
+      commands,
       provisioningLeadMs: config.provisioningLeadMs,
       limits: config.leaseLimits,
       maxReservationsPerLease: config.maxReservationsPerLease,
     }),
     hostAllocationsRouter({ pool: deps.pool }),
-    hostsRouter({ pool: deps.pool, inventory: lazyInventory(deps), commands: { client: deps.client, taskQueue: config.temporal.taskQueue, timeoutMs: config.api.workflowTimeoutMs } }),
+    hostsRouter({ pool: deps.pool, inventory: lazyInventory(deps), commands }),
+    maintenanceRouter({ pool: deps.pool, inventory: lazyInventory(deps), commands }),
     floatingIpsRouter({ pool: deps.pool, inventory: lazyFloatingIpInventory(deps) }),
     calendarRouter({ pool: deps.pool, calendar }),
     availabilityRouter({

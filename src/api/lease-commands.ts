@@ -14,11 +14,12 @@ import {
   WorkflowUpdateRPCTimeoutOrCancelledError,
   type Client,
 } from '@temporalio/client';
-import { ApplicationFailure, NamespaceNotFoundError, TypedSearchAttributes } from '@temporalio/common';
+import { ApplicationFailure, NamespaceNotFoundError, TypedSearchAttributes, WorkflowIdConflictPolicy } from '@temporalio/common';
 import { leaseResourceTypes, newLease, type Lease, type LeaseUpdateRequest, type NewLeaseRequest } from '../domain/lease';
 import { markdownText } from '../domain/markdown';
 import { LeaseEndKey, LeaseStartKey, LeaseStatusKey, ProjectIdKey, ResourceTypesKey } from '../domain/search-attributes';
 import { admitLease, deleteLease, hostsChanged, leaseWorkflowId, leaseWorkflowType, staticSummary, updateLease, type LeaseWorkflow } from '../../workflows/lease/messages';
+import { maintenanceWindowWorkflowId, maintenanceWindowWorkflowType, windowWithdrawn, type MaintenanceWindowInput } from '../../workflows/maintenance/messages';
 import { uuidShaped } from './blazar-format';
 import { ApiError, STATUS_BY_FAILURE_TYPE } from './errors';
 
@@ -169,4 +170,26 @@ export async function tellLeasesHostsChanged(options: LeaseCommandOptions, lease
     }
   }
   return told;
+}
+
+/** Starts a maintenance window's workflow (idempotent by window id: a retry finds the one running). */
+export async function startMaintenanceWindow(options: LeaseCommandOptions, input: MaintenanceWindowInput, summary: string): Promise<void> {
+  await withDeadline(options, () =>
+    options.client.workflow.start(maintenanceWindowWorkflowType, {
+      workflowId: maintenanceWindowWorkflowId(input.windowId),
+      taskQueue: options.taskQueue,
+      args: [input],
+      workflowIdConflictPolicy: WorkflowIdConflictPolicy.USE_EXISTING,
+      staticSummary: summary,
+    }),
+  );
+}
+
+/** Tells a window's workflow that the window was withdrawn; a workflow already finished has nothing to do. */
+export async function tellWindowWithdrawn(options: LeaseCommandOptions, windowId: string): Promise<void> {
+  try {
+    await withDeadline(options, () => options.client.workflow.getHandle(maintenanceWindowWorkflowId(windowId)).signal(windowWithdrawn));
+  } catch (err) {
+    if (!(err instanceof WorkflowNotFoundError) && !(err instanceof ApiError && err.status === 404)) throw err;
+  }
 }

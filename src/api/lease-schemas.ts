@@ -39,7 +39,7 @@ function dateOf(text: string, hint: string, ctx: z.RefinementCtx): number {
 /** A request date ("YYYY-MM-DD HH:MM", UTC) as epoch ms; the one parser for bodies and query strings. */
 export const requestDate = z.string({ error: unlessMissing(DATE_HINT) }).transform((text, ctx) => dateOf(text, DATE_HINT, ctx));
 
-const requestDateOrNow = z
+export const requestDateOrNow = z
   .string({ error: unlessMissing(DATE_OR_NOW_HINT) })
   .transform((text, ctx): number | 'now' => (text === 'now' ? 'now' : dateOf(text, DATE_OR_NOW_HINT, ctx)));
 

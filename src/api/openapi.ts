@@ -18,6 +18,7 @@ import { calendarLoginBody } from './calendar-page';
 import { floatingIpAllocationQuery, floatingIpEnrolBody } from './floating-ips';
 import { hostAllocationQuery } from './host-allocations';
 import { hostEnrolBody, propertyPrivacyBody } from './hosts';
+import { maintenanceBody, maintenanceListQuery } from './maintenance';
 import { createLeaseSchema, listLeasesQuery, updateLeaseSchema } from './lease-schemas';
 
 // `.openapi(name)` below: the schemas that become named components.
@@ -125,6 +126,26 @@ const floatingIp = z
   .openapi('FloatingIp');
 
 const allocatedReservation = z.strictObject({ id: z.string(), lease_id: z.string(), project_id: z.string(), start_date: leaseDate, end_date: leaseDate });
+const maintenanceWindow = z
+  .strictObject({
+    id: z.string(),
+    host_id: z.string(),
+    hypervisor_hostname: z.string(),
+    start_date: leaseDate,
+    end_date: leaseDate,
+    reason: z.string(),
+    disable_compute: z.boolean(),
+    compute_disabled: z.boolean().describe("whether the window's start disabled the compute service (until its end)"),
+    status: z.enum(['scheduled', 'in_force', 'over']),
+    created_at: timestamp,
+  })
+  .openapi('MaintenanceWindow');
+const bookedMaintenance = maintenanceWindow.extend({
+  leases_told: z.array(z.string()).describe('pending leases that overlap it: told to heal (moved to other hosts, or flagged and their owners notified)'),
+  leases_ended: z.array(z.string()).describe('leases that had begun, ended at its start ("force": true)'),
+  leases_not_ended: z.array(z.strictObject({ lease_id: z.string(), error: z.string() })),
+});
+const windowParams = z.object({ id: z.string().max(255).describe('the host id'), windowId: z.string().max(255).describe('the window id') });
 const hostAllocation = z.strictObject({ resource_id: z.string(), hypervisor_hostname: z.string().optional(), reservations: z.array(allocatedReservation) }).openapi('HostAllocation');
 const floatingIpAllocation = z.strictObject({ resource_id: z.string(), floating_ip_address: z.string(), reservations: z.array(allocatedReservation) }).openapi('FloatingIpAllocation');
 
@@ -345,6 +366,56 @@ export function apiOperations(types: ResourceTypes): Operation[] {
       security: AUTHENTICATED,
       request: { params: idParam('the host id'), query: hostAllocationQuery },
       responses: { 200: json(z.strictObject({ allocation: hostAllocation }), 'the allocation'), ...COMMON_REFUSALS, 404: notFound },
+    },
+    {
+      method: 'post', path: '/v1/os-hosts/{id}/maintenance', tags: ['maintenance'], summary: 'Book a maintenance window on a host',
+      description:
+        'An extension. The host is blocked over [start_date, end_date): new leases avoid it; pending leases booked on it then move to other hosts (same rules as healing) or are flagged (`missing_resources`) and their owners notified with where the lease would fit. A lease that has begun is never cut short: 409, unless `"force": true`, which ends it at the window\'s start. `disable_compute`: the compute service is disabled in Nova over the window (the host monitor does not count that as a failure) and enabled at its end. Admins only.',
+      security: AUTHENTICATED,
+      request: { params: idParam('the host id'), body: { content: { 'application/json': { schema: maintenanceBody } }, required: true } },
+      responses: { 201: json(z.strictObject({ maintenance: bookedMaintenance }), 'the window'), ...COMMON_REFUSALS, 403: adminOnly, 404: notFound, 409: refusal('another window overlaps, a lease that has begun holds the host (without force), or the host was released') },
+    },
+    {
+      method: 'get', path: '/v1/os-hosts/{id}/maintenance', tags: ['maintenance'], summary: "List a host's maintenance windows",
+      description: 'Those not over yet (`all=true`: past ones too), by start; `limit` (at most 1000) and `marker` (the last window of the previous page) page through them. Admins only.',
+      security: AUTHENTICATED,
+      request: { params: idParam('the host id'), query: maintenanceListQuery },
+      responses: { 200: json(z.strictObject({ maintenance: z.array(maintenanceWindow) }), 'the windows'), ...COMMON_REFUSALS, 403: adminOnly, 404: notFound },
+    },
+    {
+      method: 'get', path: '/v1/os-hosts/{id}/maintenance/{windowId}', tags: ['maintenance'], summary: 'Show a maintenance window',
+      description: 'One window of the host. Admins only.',
+      security: AUTHENTICATED,
+      request: { params: windowParams },
+      responses: { 200: json(z.strictObject({ maintenance: maintenanceWindow }), 'the window'), ...COMMON_REFUSALS, 403: adminOnly, 404: notFound },
+    },
+    {
+      method: 'delete', path: '/v1/os-hosts/{id}/maintenance/{windowId}', tags: ['maintenance'], summary: 'Withdraw a maintenance window',
+      description: 'Before its start it is deleted; in force it ends now (kept on record): the compute service is enabled again and the leases on the host are told (their flags clear). Admins only.',
+      security: AUTHENTICATED,
+      request: { params: windowParams },
+      responses: { 204: noContent('withdrawn'), ...COMMON_REFUSALS, 403: adminOnly, 404: notFound, 409: refusal('the window is over') },
+    },
+    {
+      method: 'get', path: '/v1/maintenance', tags: ['maintenance'], summary: 'List maintenance windows of every host',
+      description: 'Those not over yet (`all=true`: past ones too; `host_id`: one host), by start, paged by `limit` and `marker`. Admins only.',
+      security: AUTHENTICATED,
+      request: { query: maintenanceListQuery },
+      responses: { 200: json(z.strictObject({ maintenance: z.array(maintenanceWindow) }), 'the windows'), ...COMMON_REFUSALS, 403: adminOnly },
+    },
+    {
+      method: 'get', path: '/v1/maintenance/{windowId}', tags: ['maintenance'], summary: 'Show a maintenance window',
+      description: 'One window, by id. Admins only.',
+      security: AUTHENTICATED,
+      request: { params: z.object({ windowId: z.string().max(255).describe('the window id') }) },
+      responses: { 200: json(z.strictObject({ maintenance: maintenanceWindow }), 'the window'), ...COMMON_REFUSALS, 403: adminOnly, 404: notFound },
+    },
+    {
+      method: 'delete', path: '/v1/maintenance/{windowId}', tags: ['maintenance'], summary: 'Withdraw a maintenance window',
+      description: 'As `DELETE /v1/os-hosts/{id}/maintenance/{windowId}`. Admins only.',
+      security: AUTHENTICATED,
+      request: { params: z.object({ windowId: z.string().max(255).describe('the window id') }) },
+      responses: { 204: noContent('withdrawn'), ...COMMON_REFUSALS, 403: adminOnly, 404: notFound, 409: refusal('the window is over') },
     },
     {
       method: 'get', path: '/v1/floatingips', tags: ['floating IPs'], summary: 'List reservable floating IPs',

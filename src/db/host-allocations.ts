@@ -9,6 +9,7 @@
  */
 import type { PoolClient } from 'pg';
 import type { Lease } from '../domain/lease';
+import { UNUSABLE_BOOKING_SQL } from './maintenance';
 import { isExclusionViolation, type Pool } from './pool';
 
 type Queryable = Pool | PoolClient;
@@ -103,7 +104,8 @@ export async function firstOtherBookingFrom(db: Queryable, hostIds: string[], le
 /**
  * The blocked intervals overlapping [fromMs, toMs + cleaningMs) (toMs null: from `fromMs` on), of
  * every host, or only of `hostIds` (a query about a few hosts reads only theirs: the window's
- * bookings of 1 000 hosts cost tens of ms).
+ * bookings of 1 000 hosts cost tens of ms): bookings, and maintenance windows (which block shared
+ * bookings too).
  */
 export async function blockedIntervals(db: Queryable, window: { fromMs: number; toMs: number | null; cleaningMs: number; hostIds?: string[]; wholeHostOnly?: boolean }): Promise<BlockedRow[]> {
   const { rows } = await db.query<BlockedRow>(
@@ -111,7 +113,12 @@ export async function blockedIntervals(db: Queryable, window: { fromMs: number; 
             COALESCE((extract(epoch FROM upper(blocks)) * 1000)::float8, 'Infinity') AS end_ms
      FROM host_allocations
      WHERE blocks && tstzrange(to_timestamp($1 / 1000.0), to_timestamp($2::numeric / 1000.0) + $3 * interval '1 millisecond')
-       AND ($4::bigint[] IS NULL OR host_id = ANY($4::bigint[])) AND NOT ($5 AND shared)`,
+       AND ($4::bigint[] IS NULL OR host_id = ANY($4::bigint[])) AND NOT ($5 AND shared)
+     UNION ALL
+     SELECT host_id::text, (extract(epoch FROM lower(during)) * 1000)::float8, (extract(epoch FROM upper(during)) * 1000)::float8
+     FROM host_maintenance
+     WHERE during && tstzrange(to_timestamp($1 / 1000.0), to_timestamp($2::numeric / 1000.0) + $3 * interval '1 millisecond')
+       AND ($4::bigint[] IS NULL OR host_id = ANY($4::bigint[]))`,
     [window.fromMs, window.toMs, window.cleaningMs, window.hostIds ?? null, window.wholeHostOnly ?? false],
   );
   return rows;
@@ -298,19 +305,29 @@ export async function leasesHoldingHosts(db: Queryable, hostIds: string[], until
 }
 
 /**
- * The leases that may still have something to heal: booked from now on on a failed host (pending
- * ones only if they begin before `untilMs`, when given), or pending on a host taken out of admission.
+ * The leases that may still have something to heal: booked from now on on a host they cannot count
+ * on (UNUSABLE_BOOKING_SQL; pending ones only if they begin before `untilMs`, when given).
  */
 export async function leasesOnUnusableHosts(db: Queryable, untilMs?: number): Promise<string[]> {
   const { rows } = await db.query<{ lease_id: string }>(
     `SELECT DISTINCT a.lease_id::text FROM host_allocations a JOIN hosts h ON h.id = a.host_id
      WHERE upper(a.during) > now()
        AND ($1::float8 IS NULL OR lower(a.during) < to_timestamp($1::float8 / 1000))
-       AND (h.state = 'failed' OR (NOT h.reservable AND h.released_at IS NULL AND lower(a.during) > now()))
+       AND ${UNUSABLE_BOOKING_SQL}
      ORDER BY 1`,
     [untilMs ?? null],
   );
   return rows.map((r) => r.lease_id);
+}
+
+/** Of the lease's whole-host bookings, the hosts it cannot count on (UNUSABLE_BOOKING_SQL), by host id. */
+export async function unusableHostsOfLease(db: Queryable, leaseId: string): Promise<Set<string>> {
+  const { rows } = await db.query<{ host_id: string }>(
+    `SELECT DISTINCT a.host_id::text FROM host_allocations a JOIN hosts h ON h.id = a.host_id
+     WHERE a.lease_id = $1 AND NOT a.shared AND upper(a.during) > now() AND ${UNUSABLE_BOOKING_SQL}`,
+    [leaseId],
+  );
+  return new Set(rows.map((r) => r.host_id));
 }
 
 /** A booking in force now: its host, reservation and lease, and how far the lease got. */

@@ -222,12 +222,19 @@ export interface MonitoredHost {
   /** Nova's compute service host (the name aggregates and services use). */
   service_name: string | null;
   state: HostState;
+  /** A maintenance window is in force now (the host may wait in the failed aggregate meanwhile). */
+  in_maintenance: boolean;
+  /** The window in force disabled the compute service: a disabled service is expected, not a failure. */
+  compute_disabled_for_maintenance: boolean;
 }
 
 /** Every enrolled host not handed to the shared cloud: those the monitor watches. */
 export async function monitoredHosts(db: Queryable): Promise<MonitoredHost[]> {
   const { rows } = await db.query<MonitoredHost>(
-    'SELECT id::text, hypervisor_hostname, service_name, state FROM hosts WHERE released_at IS NULL ORDER BY id',
+    `SELECT h.id::text, h.hypervisor_hostname, h.service_name, h.state, m.id IS NOT NULL AS in_maintenance,
+            COALESCE(m.compute_disabled_at IS NOT NULL, false) AS compute_disabled_for_maintenance
+     FROM hosts h LEFT JOIN host_maintenance m ON m.host_id = h.id AND m.during @> now()
+     WHERE h.released_at IS NULL ORDER BY h.id`,
   );
   return rows;
 }
@@ -243,19 +250,6 @@ export async function recordHostState(db: Queryable, change: { hostId: string; s
     [change.hostId, change.state, change.sinceMs, change.reason?.slice(0, 1024) ?? null],
   );
   return (rowCount ?? 0) > 0;
-}
-
-/**
- * Which of these hosts a lease cannot count on: failed ones; for a pending lease also those an
- * operator took out of admission (`reservable` false, not released: a released host's own lease keeps it).
- */
-export async function unusableHostIds(db: Queryable, hostIds: string[], forPending: boolean): Promise<Set<string>> {
-  if (hostIds.length === 0) return new Set();
-  const { rows } = await db.query<{ id: string }>(
-    "SELECT id::text FROM hosts WHERE id = ANY($1::bigint[]) AND (state = 'failed' OR ($2 AND NOT reservable AND released_at IS NULL))",
-    [[...new Set(hostIds)], forPending],
-  );
-  return new Set(rows.map((r) => r.id));
 }
 
 /** The reservable hosts that are failed now (hypervisor names, at most 20): why fewer hosts are up than enrolled. */

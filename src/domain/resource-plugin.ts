@@ -142,8 +142,21 @@ export interface HealOutcome {
   resourcesChanged: boolean;
 }
 
+/** What a maintenance window's start did: whether it began (not withdrawn, not over), until when, the compute service it disabled, and the leases to tell. */
+export interface MaintenanceBegun {
+  begun: boolean;
+  endMs: number;
+  /** The compute service host it disabled (to enable at the end even if the host is removed meanwhile). */
+  computeHost?: string;
+  leaseIds: string[];
+}
+
 /** What the host monitor needs of the resource type that enrols compute hosts. */
 export interface HostWatch {
+  /** A maintenance window starts: disable the compute service if it asks; the leases booked on the host. */
+  beginMaintenance(windowId: string): Promise<MaintenanceBegun>;
+  /** A maintenance window ends (or is withdrawn): enable what its start disabled, return a host set aside to the pool; the leases booked on the host. */
+  endMaintenance(end: { windowId: string; hostId: string; computeHost?: string }): Promise<{ leaseIds: string[] }>;
   /** Every enrolled host as Nova shows it now. */
   observe(): Promise<HostObservation[]>;
   /** Records a host's new state (a repeated record keeps the first). */

@@ -248,6 +248,19 @@ export const SCENARIOS: Record<string, (api: Api, stack: TestStack) => Promise<s
     await api('DELETE', `/v1/leases/${body.lease.id}`);
     return body.lease.id;
   },
+  // A maintenance window over a pending lease's host: the lease moves to the other host; the window's workflow begins and ends on time.
+  'maintenance-window': async (api, stack) => {
+    await scenarioHosts(stack, 'maintenance-window');
+    const { body } = await api('POST', '/v1/leases', { name: 'maintenance-window', start_date: inSeconds(6), end_date: inSeconds(8), reservations: [hostReservationOf('maintenance-window')] });
+    const hostId = body.lease.reservations[0].host_ids[0];
+    const window = await api('POST', `/v1/os-hosts/${hostId}/maintenance`, { start_date: inSeconds(2), end_date: inSeconds(9), reason: 'recorded scenario' });
+    if (window.status !== 201) throw new Error(`booking the window: ${window.status} ${JSON.stringify(window.body)}`);
+    const workflowId = `maintenance-${window.body.maintenance.id}`;
+    await stack.temporal.client.workflow.getHandle(workflowId).result();
+    await waitFor(api, body.lease.id, 'TERMINATED');
+    await api('DELETE', `/v1/leases/${body.lease.id}`);
+    return { workflowId };
+  },
   // The host monitor itself: a host fails and recovers (recorded while it runs on).
   'host-monitor': async (_api, stack) => {
     const name = `monitored-${randomUUID().slice(0, 8)}`;

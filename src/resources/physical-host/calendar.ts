@@ -6,6 +6,7 @@
  * took a chosen host first, this one retries with a fresh choice. The SQL is the store's
  * (src/db/host-allocations.ts); what both calendars share is in ../shared/booking.ts.
  */
+import type { ApplicationFailure } from '@temporalio/common';
 import type { PoolClient } from 'pg';
 import { isLeaseConflict, leaseConflict, invalidLease, requestDate as when, type Reservation } from '../../domain/lease';
 import {
@@ -31,9 +32,10 @@ import {
   moveLeaseBookingsEnd,
   nextBookingsOfOthers,
   setLeaseBookingKey,
+  unusableHostsOfLease,
   type LeaseBookingRow,
 } from '../../db/host-allocations';
-import { failedReservableHosts, unusableHostIds, hypervisorProperties, inventoryVersion, listHosts, HYPERVISOR_FIELDS, type HostRecord } from '../../db/hosts';
+import { failedReservableHosts, hypervisorProperties, inventoryVersion, listHosts, HYPERVISOR_FIELDS, type HostRecord } from '../../db/hosts';
 import type { Pool } from '../../db/pool';
 import { bookInTransaction, bookingKey, checkKeys, extensionRefused, releaseBooking, SEARCH_WORK_BUDGET, shortage, wholeResourceFit } from '../shared/booking';
 import { endPolicyOf, physicalHostParams, type EndPolicy } from './params';
@@ -117,20 +119,22 @@ export class HostCalendar {
   }
 
   /**
-   * After hosts failed (or, for a pending lease, were taken out of admission): a pending lease's
-   * host bookings are made again on hosts it can count on (the good hosts it held first in line),
-   * in one transaction, or left as they were when they do not fit; an active reservation gets
+   * After hosts failed (or, for a pending lease, were taken out of admission or given a maintenance
+   * window): a pending lease's host bookings are made again on hosts it can count on (the good
+   * hosts it held first in line), in one transaction, or left as they were when they do not fit
+   * (`alternative` then says where the same lease would fit); an active reservation gets
    * replacements for its failed hosts from now to its end, as far as free hosts allow. Answers the
    * reservation's hosts now, and those of them it still cannot count on.
    * Nothing changes when it holds no failed host, so a retry is harmless.
    */
-  async heal(ctx: ReservationContext): Promise<{ hosts: BookedHost[]; stillFailed: BookedHost[] }> {
+  async heal(ctx: ReservationContext): Promise<{ hosts: BookedHost[]; stillFailed: BookedHost[]; alternative?: Record<string, unknown> }> {
     return bookInTransaction(
       this.pool,
       async (client) => {
         const existing = await lockLeaseBookings(client, ctx.leaseId);
-        const failed = await unusableHostIds(client, existing.map((row) => row.host_id), ctx.leaseStatus === 'PENDING');
+        const failed = await unusableHostsOfLease(client, ctx.leaseId);
         const holdsFailed = existing.some((row) => row.reservation_id === ctx.reservation.id && failed.has(row.host_id));
+        let alternative: Record<string, unknown> | undefined;
         if (holdsFailed && ctx.leaseStatus === 'PENDING') {
           await client.query('SAVEPOINT heal');
           try {
@@ -138,12 +142,14 @@ export class HostCalendar {
           } catch (err) {
             if (!isLeaseConflict(err)) throw err;
             await client.query('ROLLBACK TO SAVEPOINT heal'); // no room elsewhere: keep the booking, degraded
+            const details: unknown = (err as ApplicationFailure).details?.[0];
+            alternative = { message: (err as Error).message, ...(details && typeof details === 'object' ? details : {}) };
           }
         } else if (holdsFailed) {
           await this.replaceFailed(client, ctx, existing, failed);
         }
         const hosts = await hostsOfReservation(client, ctx.reservation.id);
-        return { hosts, stillFailed: hosts.filter((h) => failed.has(h.id)) };
+        return { hosts, stillFailed: hosts.filter((h) => failed.has(h.id)), ...(alternative ? { alternative } : {}) };
       },
       { retryExclusion: true },
     );

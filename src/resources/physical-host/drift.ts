@@ -65,8 +65,8 @@ export function planDrift(input: DriftInput): DriftPlan {
         leaseAggregate: { reservationId: active.reservation_id, leaseId: active.lease_id, projectId: active.project_id, availabilityZone: active.availability_zone },
       };
     } else {
-      // A failed host may wait in the failed aggregate (replaced in its lease) or sit in the pool.
-      if (host.state === 'failed' && found.length === 1 && found[0] === input.failed) continue;
+      // A failed host, or one in maintenance, may wait in the failed aggregate (replaced in its lease) or sit in the pool.
+      if ((host.state === 'failed' || host.in_maintenance) && found.length === 1 && found[0] === input.failed) continue;
       target = { name: input.freepool };
     }
     if (found.length === 1 && found[0] === target.name) continue;

@@ -10,6 +10,7 @@ import type { DriftCheck, HostWatch } from '../../domain/resource-plugin';
 import { currentBookings, leasesHoldingHosts, leasesOnUnusableHosts } from '../../db/host-allocations';
 import { computeHostName, listHosts, monitoredHosts, recordHostRepair, recordHostState, type MonitoredHost } from '../../db/hosts';
 import { leaseStates } from '../../db/leases';
+import { getWindow, recordComputeDisabled } from '../../db/maintenance';
 import type { Pool } from '../../db/pool';
 import type { ComputeService, Hypervisor, NovaClient } from '../../openstack';
 import { addHost, ensureAggregate, findAggregate, removeHost } from '../shared/aggregates';
@@ -31,7 +32,7 @@ export function hostProblem(host: MonitoredHost, services: ComputeService[], hyp
   if (!service) return `Nova has no nova-compute service on ${serviceHost}`;
   if (service.forced_down) return 'its compute service is forced down';
   if (service.state === 'down') return `its compute service is down (last heartbeat ${service.updated_at ?? 'never'})`;
-  if (service.status === 'disabled') return `its compute service is disabled${service.disabled_reason ? `: ${service.disabled_reason}` : ''}`;
+  if (service.status === 'disabled' && !host.compute_disabled_for_maintenance) return `its compute service is disabled${service.disabled_reason ? `: ${service.disabled_reason}` : ''}`;
   return undefined;
 }
 
@@ -84,6 +85,37 @@ export function physicalHostWatch(deps: { pool: Pool; source: HostProblemSource;
       });
     },
 
+    async beginMaintenance(windowId) {
+      const window = await getWindow(deps.pool, windowId);
+      if (!window || window.end_ms <= Date.now()) return { begun: false, endMs: 0, leaseIds: [] };
+      let computeHost: string | undefined;
+      if (window.disable_compute && 'nova' in source) {
+        const nova = source.nova();
+        const marker = maintenanceMarker(windowId);
+        const [service] = await nova.listServices({ binary: 'nova-compute', host: window.compute_host });
+        // A service an operator disabled before the window is theirs: left as it is, and left disabled at the end.
+        if (service && (service.status === 'enabled' || service.disabled_reason?.startsWith(marker))) {
+          // Recorded first, so that the monitor never sees the service disabled without knowing why.
+          if (!window.compute_disabled_at) await recordComputeDisabled(deps.pool, windowId, Date.now());
+          if (service.status === 'enabled') await nova.updateService(service.id, { status: 'disabled', disabled_reason: `${marker}: ${window.reason}`.slice(0, 255) });
+          computeHost = window.compute_host;
+        }
+      }
+      return { begun: true, endMs: window.end_ms, leaseIds: await leasesHoldingHosts(deps.pool, [window.host_id]), ...(computeHost ? { computeHost } : {}) };
+    },
+
+    async endMaintenance({ windowId, hostId, computeHost }) {
+      if (computeHost && 'nova' in source) {
+        const nova = source.nova();
+        const [service] = await nova.listServices({ binary: 'nova-compute', host: computeHost });
+        if (service?.status === 'disabled' && service.disabled_reason?.startsWith(maintenanceMarker(windowId))) await nova.updateService(service.id, { status: 'enabled' });
+      }
+      await recordComputeDisabled(deps.pool, windowId, null);
+      const [host] = await listHosts(deps.pool, { id: hostId });
+      if (host?.state === 'up') await this.recovered(hostId); // set aside by a heal during the window: back to the pool
+      return { leaseIds: host ? await leasesHoldingHosts(deps.pool, [hostId]) : [] };
+    },
+
     leasesHolding: (hostIds, untilMs) => leasesHoldingHosts(deps.pool, hostIds, untilMs),
     leasesToHeal: (untilMs) => leasesOnUnusableHosts(deps.pool, untilMs),
 
@@ -114,6 +146,9 @@ export function physicalHostWatch(deps: { pool: Pool; source: HostProblemSource;
     },
   };
 }
+
+/** How a window's start names itself in the compute service's disabled reason (so that its end enables only what it disabled). */
+const maintenanceMarker = (windowId: string) => `leasekeeper maintenance ${windowId}`;
 
 /** A failed host replaced in its lease: into the closed `failed` aggregate, then out of the lease's. */
 export async function setFailedHostAside(nova: NovaClient, host: string, leaseAggregateName: string | undefined, failed: FailedAggregate): Promise<void> {

@@ -22,6 +22,7 @@ import { DEFAULT_SERVER_DELETE_TIMEOUT_MS, failIfDeletionOverdue } from '../shar
 import { snapshotServersOnHosts } from '../shared/server-snapshots';
 import { computeHostsOfReservation } from '../../db/host-allocations';
 import { computeHostName, listHosts, markReleased } from '../../db/hosts';
+import { windowsOverReservation } from '../../db/maintenance';
 import type { Pool } from '../../db/pool';
 import type { GlanceClient, NovaClient } from '../../openstack';
 import type { EndContext, EndOutcome, HookContext, ReservationContext, ResourcePlugin, ResourceType } from '../../domain/resource-plugin';
@@ -148,6 +149,34 @@ export function physicalHostPlugin(deps: PhysicalHostDeps): ResourcePlugin {
     }
   }
 
+  /**
+   * Tells the lessee, once per degradation, which booked hosts it cannot count on, why (failed, out
+   * of admission, or the maintenance windows), and where the same lease would fit instead. Best
+   * effort: the heal must not wait on a dead receiver, nor be undone by one.
+   */
+  async function tellDegraded(ctx: HookContext, lost: Array<{ id: string; hypervisor_hostname: string }>, alternative?: Record<string, unknown>): Promise<void> {
+    if (!deps.notices) return;
+    const lostIds = new Set(lost.map((h) => h.id));
+    const windows = (await windowsOverReservation(deps.pool, ctx.reservation.id)).filter((w) => lostIds.has(w.host_id));
+    try {
+      await sendLeaseNotice(
+        { ...deps.notices, timeoutMs: 5_000 },
+        {
+          event: 'degraded',
+          ctx,
+          keySuffix: lost.map((h) => h.id).sort().join(','),
+          details: {
+            hosts: lost.map((h) => h.hypervisor_hostname),
+            maintenance: windows.map((w) => ({ id: w.id, host: w.hypervisor_hostname, start_date: new Date(w.start_ms).toISOString(), end_date: new Date(w.end_ms).toISOString(), reason: w.reason })),
+            ...(alternative ? { alternative } : {}),
+          },
+        },
+      );
+    } catch (err) {
+      ctx.reportProgress({ degradedNoticeFailed: (err as Error).message });
+    }
+  }
+
   return {
     ...physicalHostType(deps, calendar),
     async reserve(ctx) {
@@ -192,7 +221,7 @@ export function physicalHostPlugin(deps: PhysicalHostDeps): ResourcePlugin {
     },
     async heal(ctx) {
       const recorded = Array.isArray(ctx.reservation.allocation?.host_ids) ? (ctx.reservation.allocation.host_ids as string[]) : [];
-      const { hosts, stillFailed } = await calendar.heal(ctx);
+      const { hosts, stillFailed, alternative } = await calendar.heal(ctx);
       const ids = hosts.map((h) => h.id);
       const changed = ids.length !== recorded.length || ids.some((id) => !recorded.includes(id));
       if (changed && ctx.leaseStatus !== 'PENDING' && deps.cloud !== 'calendar-only') {
@@ -206,6 +235,7 @@ export function physicalHostPlugin(deps: PhysicalHostDeps): ResourcePlugin {
           ctx.reportProgress({ setAside: id });
         }
       }
+      if (stillFailed.length > 0 && ctx.reservation.missing_resources !== true) await tellDegraded(ctx, stillFailed, alternative);
       return {
         allocation: { hosts: hosts.map((h) => h.hypervisor_hostname), host_ids: ids },
         resourceKeys: ids.map((id) => `host:${id}`),

@@ -15,16 +15,19 @@ export interface NoticeSettings {
 }
 
 export interface LeaseNotice {
-  event: 'before_end_lease';
+  /** `before_end_lease` (Blazar's lease.event.before_end_lease), or `degraded` (lease.degraded: resources it was promised are missing). */
+  event: 'before_end_lease' | 'degraded';
   ctx: ReservationContext;
   details: Record<string, unknown>;
+  /** Tells apart notices of one event that recur (a lease degraded again, on other hosts). */
+  keySuffix?: string;
 }
 
 export async function sendLeaseNotice(settings: NoticeSettings | undefined, notice: LeaseNotice): Promise<void> {
   if (!settings) throw ApplicationFailure.nonRetryable('notify needs a notification endpoint (LK_NOTIFY_URL), and none is set', 'NoticesNotConfigured');
   const { ctx } = notice;
   await sendNotice(settings, {
-    eventType: `lease.event.${notice.event}`,
+    eventType: notice.event === 'degraded' ? 'lease.degraded' : `lease.event.${notice.event}`,
     payload: {
       lease_id: ctx.leaseId,
       lease_name: ctx.leaseName,
@@ -36,7 +39,7 @@ export async function sendLeaseNotice(settings: NoticeSettings | undefined, noti
       end_date: new Date(ctx.endMs).toISOString(),
       ...notice.details,
     },
-    idempotencyKey: `${ctx.leaseId}:${ctx.reservation.id}:${notice.event}`,
+    idempotencyKey: [ctx.leaseId, ctx.reservation.id, notice.event, ...(notice.keySuffix ? [notice.keySuffix] : [])].join(':'),
   });
 }
 
