@@ -118,6 +118,7 @@ export function createApp(deps: AppDeps): express.Express {
   );
   const calendar = deps.calendar ?? hostCalendar(deps.pool, config);
   const commands = { client: deps.client, taskQueue: config.temporal.taskQueue, timeoutMs: config.api.workflowTimeoutMs };
+  const inventory = lazyInventory(deps);
   app.use(
     '/v1',
     authenticate(deps.authenticator ?? noAuth()),
@@ -130,8 +131,8 @@ export function createApp(deps: AppDeps): express.Express {
       maxReservationsPerLease: config.maxReservationsPerLease,
     }),
     hostAllocationsRouter({ pool: deps.pool }),
-    hostsRouter({ pool: deps.pool, inventory: lazyInventory(deps), commands }),
-    maintenanceRouter({ pool: deps.pool, inventory: lazyInventory(deps), commands }),
+    hostsRouter({ pool: deps.pool, inventory, commands }),
+    maintenanceRouter({ pool: deps.pool, inventory, commands }),
     floatingIpsRouter({ pool: deps.pool, inventory: lazyFloatingIpInventory(deps) }),
     calendarRouter({ pool: deps.pool, calendar }),
     availabilityRouter({

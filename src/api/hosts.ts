@@ -14,7 +14,8 @@ import { formatTimestamp } from './blazar-format';
 import { ApiError, parseRequest } from './errors';
 import { tellLeasesHostsChanged, type LeaseCommandOptions } from './lease-commands';
 
-function requireAdmin(res: Response, action: string): void {
+/** The os-hosts routes' admin check, with Blazar's policy wording (maintenance routes use it too). */
+export function requireAdmin(res: Response, action: string): void {
   if (!identityOf(res).isAdmin) throw new ApiError(403, `Policy doesn't allow blazar:oshosts:${action} to be performed.`);
 }
 

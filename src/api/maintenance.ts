@@ -14,9 +14,9 @@ import { isHostId } from '../db/hosts';
 import { getWindow, insertWindow, leasesOverlapping, listWindows, overlappingWindow, withdrawWindow, type MaintenanceWindow, type OverlappedBooking } from '../db/maintenance';
 import { isExclusionViolation, type Pool } from '../db/pool';
 import type { HostInventory } from '../resources/physical-host/inventory';
-import { identityOf } from './auth';
 import { formatLeaseDate, formatTimestamp } from './blazar-format';
 import { ApiError, parseRequest } from './errors';
+import { requireAdmin } from './hosts';
 import { changeLease, startMaintenanceWindow, tellLeasesHostsChanged, tellWindowWithdrawn, type LeaseCommandOptions } from './lease-commands';
 import { requestDate, requestDateOrNow } from './lease-schemas';
 
@@ -40,10 +40,6 @@ export const maintenanceListQuery = z.strictObject({
   limit: z.coerce.number({ error: `expected a number from 1 to ${MAX_LIST}` }).int(`expected a number from 1 to ${MAX_LIST}`).min(1, `expected a number from 1 to ${MAX_LIST}`).max(MAX_LIST, `expected a number from 1 to ${MAX_LIST}`).optional(),
   marker: z.string().uuid('expected the id of a maintenance window').optional(),
 });
-
-function requireAdmin(res: Response, action: string): void {
-  if (!identityOf(res).isAdmin) throw new ApiError(403, `Policy doesn't allow blazar:oshosts:${action} to be performed.`);
-}
 
 function windowStatus(window: MaintenanceWindow, nowMs: number): 'scheduled' | 'in_force' | 'over' {
   if (window.start_ms > nowMs) return 'scheduled';
