@@ -320,12 +320,16 @@ export async function leasesOnUnusableHosts(db: Queryable, untilMs?: number): Pr
   return rows.map((r) => r.lease_id);
 }
 
-/** Of the lease's whole-host bookings, the hosts it cannot count on (UNUSABLE_BOOKING_SQL), by host id. */
-export async function unusableHostsOfLease(db: Queryable, leaseId: string): Promise<Set<string>> {
+/**
+ * The hosts booked from now on that cannot be counted on (UNUSABLE_BOOKING_SQL), by host id: of a
+ * lease's whole-host bookings, or of all a reservation's (an instance reservation's shared rows too).
+ */
+export async function unusableHostsOf(db: Queryable, owner: { leaseId: string } | { reservationId: string }): Promise<Set<string>> {
+  const [filter, id] = 'leaseId' in owner ? ['a.lease_id = $1 AND NOT a.shared', owner.leaseId] : ['a.reservation_id = $1', owner.reservationId];
   const { rows } = await db.query<{ host_id: string }>(
     `SELECT DISTINCT a.host_id::text FROM host_allocations a JOIN hosts h ON h.id = a.host_id
-     WHERE a.lease_id = $1 AND NOT a.shared AND upper(a.during) > now() AND ${UNUSABLE_BOOKING_SQL}`,
-    [leaseId],
+     WHERE ${filter} AND upper(a.during) > now() AND ${UNUSABLE_BOOKING_SQL}`,
+    [id],
   );
   return new Set(rows.map((r) => r.host_id));
 }

@@ -74,15 +74,87 @@ export async function providersRefreshedAt(db: Queryable, kind: string): Promise
   return rows[0]?.ms ?? undefined;
 }
 
-/** The usable providers of `kind`, by name (as shown) or by uuid (the order bookings lock them in). */
+/**
+ * A provider `p` on a host the monitor found failed: a shared compute host (compute_host_health) or
+ * an enrolled one (hosts.state). The one definition for admission, healing and the monitor's sweep.
+ */
+const PROVIDER_ON_FAILED_HOST_SQL = `(
+  EXISTS (SELECT 1 FROM compute_host_health f WHERE f.host = p.host AND f.state = 'failed')
+  OR EXISTS (SELECT 1 FROM hosts h WHERE h.state = 'failed' AND h.released_at IS NULL
+             AND (h.hypervisor_hostname = p.name OR COALESCE(h.service_name, h.hypervisor_hostname) = p.host)))`;
+
+/** The usable providers of `kind` (in Placement, on a host that has not failed), by name (as shown) or by uuid (the order bookings lock them in). */
 export async function usableProviders(db: Queryable, kind: string, order: 'name' | 'uuid'): Promise<CapacityProvider[]> {
   const { rows } = await db.query<CapacityProvider>(
-    order === 'name'
-      ? 'SELECT uuid, name, host, capacity, traits FROM capacity_providers WHERE kind = $1 AND usable ORDER BY name'
-      : 'SELECT uuid, name, host, capacity, traits FROM capacity_providers WHERE kind = $1 AND usable ORDER BY uuid',
+    `SELECT uuid, name, host, capacity, traits FROM capacity_providers p WHERE kind = $1 AND usable AND NOT ${PROVIDER_ON_FAILED_HOST_SQL}
+     ORDER BY ${order === 'name' ? 'name' : 'uuid'}`,
     [kind],
   );
   return rows;
+}
+
+/** The providers of `kind` that are not usable now: on a failed host, or down, disabled or gone at the last copy from the cloud (why a request fits nowhere now), by name. */
+export async function unusableProviders(db: Queryable, kind: string): Promise<CapacityProvider[]> {
+  const { rows } = await db.query<CapacityProvider>(
+    `SELECT uuid, name, host, capacity, traits FROM capacity_providers p WHERE kind = $1 AND (NOT usable OR ${PROVIDER_ON_FAILED_HOST_SQL}) ORDER BY name`,
+    [kind],
+  );
+  return rows;
+}
+
+/** Whether the provider is on a failed host (its bookings cannot count on it). */
+export async function providerOnFailedHost(db: Queryable, providerUuid: string): Promise<boolean> {
+  const { rows } = await db.query<{ failed: boolean }>(`SELECT ${PROVIDER_ON_FAILED_HOST_SQL} AS failed FROM capacity_providers p WHERE p.uuid = $1`, [providerUuid]);
+  return rows[0]?.failed ?? false;
+}
+
+/**
+ * The compute hosts the monitor watches for the quantity calendar: hosts of providers in Placement
+ * or still booked, that are not enrolled for whole-host leases (those are watched as hosts), with
+ * their recorded state.
+ */
+export async function sharedComputeHosts(db: Queryable): Promise<Array<{ host: string; state: 'up' | 'failed' }>> {
+  const { rows } = await db.query<{ host: string; state: 'up' | 'failed' }>(
+    `SELECT DISTINCT p.host, COALESCE(f.state, 'up') AS state
+     FROM capacity_providers p LEFT JOIN compute_host_health f ON f.host = p.host
+     WHERE (p.usable OR EXISTS (SELECT 1 FROM quantity_allocations a WHERE a.provider_uuid = p.uuid AND upper(a.blocks) > now()))
+       AND NOT EXISTS (SELECT 1 FROM hosts h WHERE h.released_at IS NULL AND (h.hypervisor_hostname = p.name OR COALESCE(h.service_name, h.hypervisor_hostname) = p.host))
+     ORDER BY p.host`,
+  );
+  return rows;
+}
+
+/** Records a shared compute host's new state, once (a repeated record keeps the first `state_since`). */
+export async function recordComputeHostState(db: Queryable, change: { host: string; state: 'up' | 'failed'; sinceMs: number; reason: string | null }): Promise<void> {
+  await db.query(
+    `INSERT INTO compute_host_health (host, state, state_since, state_reason) VALUES ($1, $2, to_timestamp($3::float8 / 1000), $4)
+     ON CONFLICT (host) DO UPDATE SET state = EXCLUDED.state, state_since = EXCLUDED.state_since, state_reason = EXCLUDED.state_reason
+     WHERE compute_host_health.state <> EXCLUDED.state`,
+    [change.host.slice(0, 255), change.state, change.sinceMs, change.reason?.slice(0, 1024) ?? null],
+  );
+}
+
+/** The leases with quantity bookings from now on on these compute hosts (beginning before `untilMs`, when given). */
+export async function leasesBookedOnComputeHosts(db: Queryable, hosts: string[], untilMs?: number): Promise<string[]> {
+  if (hosts.length === 0) return [];
+  const { rows } = await db.query<{ lease_id: string }>(
+    `SELECT DISTINCT a.lease_id::text FROM quantity_allocations a JOIN capacity_providers p ON p.uuid = a.provider_uuid
+     WHERE p.host = ANY($1) AND upper(a.during) > now() AND ($2::float8 IS NULL OR lower(a.during) < to_timestamp($2::float8 / 1000))
+     ORDER BY 1`,
+    [hosts, untilMs ?? null],
+  );
+  return rows.map((r) => r.lease_id);
+}
+
+/** The leases with quantity bookings from now on on failed hosts (pending ones only if they begin before `untilMs`, when given): the sweep tells them again. */
+export async function leasesBookedOnFailedProviders(db: Queryable, untilMs?: number): Promise<string[]> {
+  const { rows } = await db.query<{ lease_id: string }>(
+    `SELECT DISTINCT a.lease_id::text FROM quantity_allocations a JOIN capacity_providers p ON p.uuid = a.provider_uuid
+     WHERE upper(a.during) > now() AND ($1::float8 IS NULL OR lower(a.during) < to_timestamp($1::float8 / 1000)) AND ${PROVIDER_ON_FAILED_HOST_SQL}
+     ORDER BY 1`,
+    [untilMs ?? null],
+  );
+  return rows.map((r) => r.lease_id);
 }
 
 /** The providers among `uuids` still usable, locked for the transaction in uuid order (concurrent bookings queue instead of deadlocking). */

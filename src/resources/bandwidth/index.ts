@@ -281,6 +281,23 @@ export function bandwidthPlugin(deps: BandwidthDeps): ResourcePlugin {
     // No `start`: reserve always lists the start's steps, each its own activity.
     startStep: runStep,
 
+    /**
+     * The provider's host failed (or came back). Before the start the booking moves to another
+     * provider of the same physical network and vnic type (on the linked reservation's host, where
+     * that one is now) with room for the whole window. After the start the ports are bound there:
+     * the reservation is flagged `missing_resources` until the host is back.
+     */
+    async heal(ctx) {
+      const healed = await calendar.heal(ctx, await requestOf(ctx));
+      if (!healed) return { missingResources: false, resourcesChanged: false };
+      const { booking, moved, onFailedHost } = healed;
+      return {
+        allocation: ctx.leaseStatus === 'PENDING' ? { host: booking.host, provider: booking.providerUuid } : {},
+        missingResources: onFailedHost,
+        resourcesChanged: ctx.leaseStatus === 'PENDING' && (ctx.reservation.resources_changed === true || moved),
+      };
+    },
+
     async end(ctx) {
       const params = bandwidthParams.parse(ctx.reservation.params);
       const { neutron, placement } = deps.cloud();

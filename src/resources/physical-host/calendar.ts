@@ -32,7 +32,7 @@ import {
   moveLeaseBookingsEnd,
   nextBookingsOfOthers,
   setLeaseBookingKey,
-  unusableHostsOfLease,
+  unusableHostsOf,
   type LeaseBookingRow,
 } from '../../db/host-allocations';
 import { failedReservableHosts, hypervisorProperties, inventoryVersion, listHosts, HYPERVISOR_FIELDS, type HostRecord } from '../../db/hosts';
@@ -132,7 +132,7 @@ export class HostCalendar {
       this.pool,
       async (client) => {
         const existing = await lockLeaseBookings(client, ctx.leaseId);
-        const failed = await unusableHostsOfLease(client, ctx.leaseId);
+        const failed = await unusableHostsOf(client, { leaseId: ctx.leaseId });
         const holdsFailed = existing.some((row) => row.reservation_id === ctx.reservation.id && failed.has(row.host_id));
         let alternative: Record<string, unknown> | undefined;
         if (holdsFailed && ctx.leaseStatus === 'PENDING') {

@@ -11,6 +11,7 @@ import { currentBookings, leasesHoldingHosts, leasesOnUnusableHosts } from '../.
 import { computeHostName, listHosts, monitoredHosts, recordHostRepair, recordHostState, type MonitoredHost } from '../../db/hosts';
 import { leaseStates } from '../../db/leases';
 import { getWindow, recordComputeDisabled } from '../../db/maintenance';
+import { leasesBookedOnComputeHosts, leasesBookedOnFailedProviders, recordComputeHostState, sharedComputeHosts } from '../../db/quantity-allocations';
 import type { Pool } from '../../db/pool';
 import type { ComputeService, Hypervisor, NovaClient } from '../../openstack';
 import { addHost, ensureAggregate, findAggregate, removeHost } from '../shared/aggregates';
@@ -23,48 +24,77 @@ export interface FailedAggregate {
   closedProjectId: string;
 }
 
-/** What is wrong with one host, from Nova's services and hypervisors; undefined: nothing. */
+/** What is wrong with one enrolled host, from Nova's services and hypervisors; undefined: nothing. */
 export function hostProblem(host: MonitoredHost, services: ComputeService[], hypervisors: Hypervisor[]): string | undefined {
   const hypervisor = hypervisors.find((h) => h.hypervisor_hostname === host.hypervisor_hostname);
   if (!hypervisor) return 'its hypervisor is gone from Nova';
-  const serviceHost = host.service_name ?? hypervisor.service.host;
+  return serviceProblem(host.service_name ?? hypervisor.service.host, services, host.compute_disabled_for_maintenance);
+}
+
+/**
+ * What is wrong with a compute host that carries quantity bookings (by the name its providers give:
+ * the compute service host, or the compute node's name); undefined: nothing.
+ */
+export function computeHostProblem(name: string, services: ComputeService[], hypervisors: Hypervisor[]): string | undefined {
+  const hypervisor = hypervisors.find((h) => h.hypervisor_hostname === name || h.service.host === name);
+  if (!hypervisor) return 'its hypervisor is gone from Nova';
+  return serviceProblem(hypervisor.service.host, services, false);
+}
+
+/** What is wrong with the nova-compute service on `serviceHost` (`disabledExpected`: a maintenance window disabled it). */
+function serviceProblem(serviceHost: string, services: ComputeService[], disabledExpected: boolean): string | undefined {
   const service = services.find((s) => s.host === serviceHost);
   if (!service) return `Nova has no nova-compute service on ${serviceHost}`;
   if (service.forced_down) return 'its compute service is forced down';
   if (service.state === 'down') return `its compute service is down (last heartbeat ${service.updated_at ?? 'never'})`;
-  if (service.status === 'disabled' && !host.compute_disabled_for_maintenance) return `its compute service is disabled${service.disabled_reason ? `: ${service.disabled_reason}` : ''}`;
+  if (service.status === 'disabled' && !disabledExpected) return `its compute service is disabled${service.disabled_reason ? `: ${service.disabled_reason}` : ''}`;
   return undefined;
 }
+
+/**
+ * How the monitor names a compute host that is not enrolled but carries quantity bookings (servers'
+ * room, bandwidth): never a host id (those are numbers), so both kinds share the monitor's map.
+ */
+const SHARED_HOST_PREFIX = 'compute:';
+const sharedHostId = (name: string) => `${SHARED_HOST_PREFIX}${name}`;
+const sharedHostName = (hostId: string) => (hostId.startsWith(SHARED_HOST_PREFIX) ? hostId.slice(SHARED_HOST_PREFIX.length) : undefined);
 
 /**
  * Where the watch learns of problems: Nova, or — for tests of booking alone, like a plugin's
  * 'calendar-only' — a function the test controls (and no aggregate is touched).
  */
-export type HostProblemSource = { nova: () => NovaClient } | { calendarOnly: (host: MonitoredHost) => string | undefined };
+export type HostProblemSource = { nova: () => NovaClient } | { calendarOnly: (host: { hypervisor_hostname: string }) => string | undefined };
 
 export function physicalHostWatch(deps: { pool: Pool; source: HostProblemSource; freepool: string; failed: FailedAggregate; notices?: NoticeSettings }): HostWatch {
   const { source } = deps;
   return {
+    /** Enrolled hosts (by id), and the compute hosts that carry quantity bookings (by `compute:<name>`). */
     async observe(): Promise<HostObservation[]> {
-      const hosts = await monitoredHosts(deps.pool);
-      if (hosts.length === 0) return [];
-      let problemOf = 'calendarOnly' in source ? source.calendarOnly : undefined;
+      const [hosts, shared] = await Promise.all([monitoredHosts(deps.pool), sharedComputeHosts(deps.pool)]);
+      if (hosts.length === 0 && shared.length === 0) return [];
+      let problemOf: (host: MonitoredHost) => string | undefined = 'calendarOnly' in source ? source.calendarOnly : () => undefined;
+      let sharedProblemOf: (name: string) => string | undefined = 'calendarOnly' in source ? (name) => source.calendarOnly({ hypervisor_hostname: name }) : () => undefined;
       if ('nova' in source) {
         const nova = source.nova();
         const [services, hypervisors] = await Promise.all([nova.listServices({ binary: 'nova-compute' }), nova.listHypervisors()]);
         problemOf = (host) => hostProblem(host, services, hypervisors);
+        sharedProblemOf = (name) => computeHostProblem(name, services, hypervisors);
       }
-      return hosts.map((host) => {
-        const problem = problemOf?.(host);
-        return { hostId: host.id, host: computeHostName(host), recorded: host.state, ...(problem ? { problem } : {}) };
-      });
+      const observation = (hostId: string, host: string, recorded: HostObservation['recorded'], problem: string | undefined): HostObservation => ({ hostId, host, recorded, ...(problem ? { problem } : {}) });
+      return [
+        ...hosts.map((host) => observation(host.id, computeHostName(host), host.state, problemOf(host))),
+        ...shared.map(({ host, state }) => observation(sharedHostId(host), host, state, sharedProblemOf(host))),
+      ];
     },
 
     async record(change: HostStateChange): Promise<void> {
-      await recordHostState(deps.pool, { hostId: change.hostId, state: change.state, sinceMs: change.sinceMs, reason: change.reason });
+      const shared = sharedHostName(change.hostId);
+      if (shared !== undefined) await recordComputeHostState(deps.pool, { host: shared, state: change.state, sinceMs: change.sinceMs, reason: change.reason });
+      else await recordHostState(deps.pool, { hostId: change.hostId, state: change.state, sinceMs: change.sinceMs, reason: change.reason });
     },
 
     async recovered(hostId: string): Promise<void> {
+      if (sharedHostName(hostId) !== undefined) return; // in no aggregate of ours
       const [host] = await listHosts(deps.pool, { id: hostId });
       if (!host || !('nova' in source)) return;
       const nova = source.nova();
@@ -80,7 +110,7 @@ export function physicalHostWatch(deps: { pool: Pool; source: HostProblemSource;
       if (!deps.notices) return;
       await sendNotice(deps.notices, {
         eventType: change.state === 'failed' ? 'host.failed' : 'host.recovered',
-        payload: { host_id: change.hostId, host: change.host, state: change.state, state_since: new Date(change.sinceMs).toISOString(), reason: change.reason, lease_ids: leaseIds },
+        payload: { host_id: sharedHostName(change.hostId) === undefined ? change.hostId : null, host: change.host, state: change.state, state_since: new Date(change.sinceMs).toISOString(), reason: change.reason, lease_ids: leaseIds },
         idempotencyKey: `host:${change.hostId}:${change.state}:${change.sinceMs}`,
       });
     },
@@ -116,8 +146,16 @@ export function physicalHostWatch(deps: { pool: Pool; source: HostProblemSource;
       return { leaseIds: host ? await leasesHoldingHosts(deps.pool, [hostId]) : [] };
     },
 
-    leasesHolding: (hostIds, untilMs) => leasesHoldingHosts(deps.pool, hostIds, untilMs),
-    leasesToHeal: (untilMs) => leasesOnUnusableHosts(deps.pool, untilMs),
+    async leasesHolding(hostIds, untilMs) {
+      const shared = hostIds.map(sharedHostName).filter((name): name is string => name !== undefined);
+      const enrolled = hostIds.filter((id) => sharedHostName(id) === undefined);
+      const [onHosts, onShared] = await Promise.all([leasesHoldingHosts(deps.pool, enrolled, untilMs), leasesBookedOnComputeHosts(deps.pool, shared, untilMs)]);
+      return [...new Set([...onHosts, ...onShared])].sort();
+    },
+    async leasesToHeal(untilMs) {
+      const [onHosts, onProviders] = await Promise.all([leasesOnUnusableHosts(deps.pool, untilMs), leasesBookedOnFailedProviders(deps.pool, untilMs)]);
+      return [...new Set([...onHosts, ...onProviders])].sort();
+    },
 
     async checkDrift(previous, mode): Promise<DriftCheck> {
       const hosts = await monitoredHosts(deps.pool);

@@ -21,8 +21,10 @@ import {
   lockProviders,
   moveBookingEnd,
   moveBookingToProvider,
+  providerOnFailedHost,
   providersRefreshedAt,
   syncCapacityProviders,
+  unusableProviders,
   usableProviders,
   type CapacityProvider,
   type QuantityBookingRecord,
@@ -47,6 +49,14 @@ export interface QuantityBookingRow {
   providerUuid: string;
   host: string;
   name: string;
+}
+
+/** What healing did to a booking: where it is now, whether it moved (and from which host), whether it is still on a failed host. */
+export interface QuantityHeal {
+  booking: QuantityBookingRow;
+  onFailedHost: boolean;
+  moved: boolean;
+  movedFrom?: string;
 }
 
 /**
@@ -107,7 +117,7 @@ export class QuantityCalendar {
       }
 
       const providers = await this.lockProviders(client, request.kind, request.matches);
-      if (providers.length === 0) throw invalidLease(`no host can ever take ${request.describe}: none matches the reservation's properties`);
+      if (providers.length === 0) throw await this.noMatchingProvider(client, request);
       await deleteReservationQuantityBookings(client, ctx.reservation.id);
       const from = ctx.startMs - ctx.provisioningLeadMs;
       const bookings = await this.bookingsOn(client, providers, from, ctx.endMs);
@@ -147,6 +157,27 @@ export class QuantityCalendar {
       await moveBookingToProvider(client, ctx.reservation.id, chosen.uuid);
       return { providerUuid: chosen.uuid, host: chosen.host, name: chosen.name };
     });
+  }
+
+  /**
+   * After compute hosts failed or came back. A pending booking on a failed host moves to the first
+   * provider `request` accepts (by name) with room for its whole window, healthy ones only; with
+   * none it stays (the host may come back; the caller flags it). A begun booking stays where its
+   * resources run. Calling it again changes nothing more.
+   */
+  async heal(ctx: ReservationContext, request: QuantityRequest): Promise<QuantityHeal | undefined> {
+    const booked = await bookingOfReservation(this.pool, ctx.reservation.id);
+    if (!booked) return undefined;
+    if (!(await providerOnFailedHost(this.pool, booked.providerUuid))) return { booking: booked, onFailedHost: false, moved: false };
+    if (ctx.leaseStatus !== 'PENDING') return { booking: booked, onFailedHost: true, moved: false };
+    const candidates = (await this.providers(request.kind)).filter((p) => p.uuid !== booked.providerUuid && request.matches(p)).map((p) => p.uuid);
+    const moved = candidates.length > 0 ? await this.move(ctx, request, candidates, ctx.startMs - ctx.provisioningLeadMs) : undefined;
+    return moved ? { booking: moved, onFailedHost: false, moved: true, movedFrom: booked.host } : { booking: booked, onFailedHost: true, moved: false };
+  }
+
+  /** Whether the provider is on a host the monitor found failed. */
+  async onFailedHost(providerUuid: string): Promise<boolean> {
+    return providerOnFailedHost(this.pool, providerUuid);
   }
 
   async bookingFor(reservationId: string): Promise<QuantityBookingRow | undefined> {
@@ -195,6 +226,14 @@ export class QuantityCalendar {
   private async bookingsOn(db: Pool | PoolClient, providers: CapacityProvider[], from: number, to: number): Promise<Array<QuantityBooking & { reservationId: string }>> {
     const rows = await bookingsOnProviders(db, providers.map((p) => p.uuid), from, to);
     return rows.map((r) => ({ providerId: r.provider_uuid, reservationId: r.reservation_id, start: r.start_ms, end: r.end_ms, amounts: r.amounts }));
+  }
+
+  /** No usable provider matches: 409 when unusable ones would (it may fit once they are back), else 400. */
+  private async noMatchingProvider(client: PoolClient, request: QuantityRequest) {
+    const down = (await unusableProviders(client, request.kind)).filter(request.matches);
+    if (down.length === 0) return invalidLease(`no host can ever take ${request.describe}: none matches the reservation's properties`);
+    const names = down.slice(0, 20).map((p) => p.name);
+    return leaseConflict(`no host can take ${request.describe} now: the matching host(s) are failed, down or disabled (${names.join(', ')}${down.length > names.length ? ', …' : ''}); it may fit once they are back`);
   }
 
   /** An active lease keeps its provider: only its end moves; a collision says how far it can go. */

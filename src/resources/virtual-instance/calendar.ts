@@ -77,15 +77,17 @@ export class InstanceSlotCalendar {
    * Books the slots for the lease window (from start − lead); idempotent per request. A pending
    * reservation is booked anew (its hosts preferred); an active one keeps its slots where they are
    * (servers may run there), drops `dropFrom` slots first when it shrinks, and books new ones from now.
+   * `rebook`: book again even if the request is unchanged (healing, when hosts failed).
    */
-  async book(ctx: ReservationContext, spec: SlotSpec, options: { keepOn?: ReadonlyMap<string, number> } = {}): Promise<SlotPlacement[]> {
+  async book(ctx: ReservationContext, spec: SlotSpec, options: { keepOn?: ReadonlyMap<string, number>; rebook?: boolean } = {}): Promise<SlotPlacement[]> {
     return bookInTransaction(
       this.pool,
       async (client) => {
         const now = Date.now();
         const key = bookingKey([ctx.startMs, ctx.endMs, ctx.provisioningLeadMs, ctx.reservation.params, spec]);
         const live = await liveSlots(client, ctx.reservation.id, now);
-        if (live.length > 0 && live.every((l) => l.bookingKey === key)) return this.placementsOf(live);
+        // `rebook` (healing): the same request, but some of its hosts can no longer be counted on.
+        if (!options.rebook && live.length > 0 && live.every((l) => l.bookingKey === key)) return this.placementsOf(live);
 
         const candidates = await this.candidates(client, spec);
         if (candidates.length === 0) throw invalidLease(`no enrolled host can take instance slots: none matches the reservation's resource_properties, or none has a compute node in Placement`);
@@ -205,7 +207,8 @@ export class InstanceSlotCalendar {
     }
     // The slots live now end now; the new placement is booked from now (the kept ones included).
     const keptHosts = new Set([...placed.keys()].filter((id) => current.has(id)));
-    const dropped = [...current.keys()].filter((id) => !placed.has(id));
+    // Every host whose shared row is live and that the new placement leaves (a failed host's too: it is in no candidate).
+    const dropped = (await liveSharedHosts(client, ctx.reservation.id, from)).filter((id) => !placed.has(id));
     await endReservationQuantityBookingsAt(client, ctx.reservation.id, from);
     if (dropped.length > 0) await endSharedHostRowsAt(client, ctx.reservation.id, dropped, from, this.settings.cleaningMs);
     await moveSharedHostRowsEnd(client, ctx.reservation.id, from, ctx.endMs, this.settings.cleaningMs);

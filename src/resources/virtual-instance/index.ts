@@ -16,8 +16,9 @@
  *   aggregate, server group, flavor and class go.
  */
 import type { z } from 'zod';
-import { leaseConflict, type Reservation } from '../../domain/lease';
+import { isLeaseConflict, leaseConflict, type Reservation } from '../../domain/lease';
 import type { HookContext, ReservationContext, ResourcePlugin, ResourceType } from '../../domain/resource-plugin';
+import { unusableHostsOf } from '../../db/host-allocations';
 import { slotHostsEver } from '../../db/instance-slots';
 import type { Pool } from '../../db/pool';
 import { serverHost, type GlanceClient, type NovaClient } from '../../openstack';
@@ -119,6 +120,9 @@ export function slotReservationPlugin(type: SlotType, deps: VirtualInstanceDeps)
   const lesseeNova = (ctx: ReservationContext) => novaFor(deps, ctx.projectId)!.lessee;
   const hostSlots = (placement: SlotPlacement[]): HostSlots[] =>
     placement.map((p) => ({ computeHost: p.computeHost, hypervisorHostname: p.hypervisorHostname, computeNodeUuid: p.providerUuid, slots: p.slots }));
+  /** Every host the reservation ever had slots on (with no slots: where an end or a heal closes them). */
+  const slotHostsOf = async (reservationId: string): Promise<HostSlots[]> =>
+    (await slotHostsEver(deps.pool, reservationId)).map((h) => ({ computeHost: h.host, hypervisorHostname: h.name, computeNodeUuid: h.providerUuid, slots: 0 }));
   const shown = (placement: SlotPlacement[]) => ({
     hosts: placement.map((p) => p.hypervisorHostname),
     slots_per_host: Object.fromEntries(placement.map((p) => [p.hypervisorHostname, p.slots])),
@@ -204,8 +208,7 @@ export function slotReservationPlugin(type: SlotType, deps: VirtualInstanceDeps)
           failIfDeletionOverdue(`${left} server(s) of flavor reservation:${ctx.reservation.id} still there`, ctx.endMs, serverDeleteTimeoutMs);
           return { waitingFor: `${left} server(s) of flavor reservation:${ctx.reservation.id} to be deleted`, recheckAfterMs: SERVER_DELETE_RECHECK_MS };
         }
-        const hosts = (await slotHostsEver(deps.pool, ctx.reservation.id)).map((h) => ({ computeHost: h.host, hypervisorHostname: h.name, computeNodeUuid: h.providerUuid, slots: 0 }));
-        const removed = await removeReservationResources(clients, spec, hosts);
+        const removed = await removeReservationResources(clients, spec, await slotHostsOf(ctx.reservation.id));
         // Nova frees a deleted server's Placement allocation just after the server is gone from its list.
         if (!removed) {
           failIfDeletionOverdue(`Placement still counts servers on the slots of reservation ${ctx.reservation.id}`, ctx.endMs, serverDeleteTimeoutMs);
@@ -214,6 +217,39 @@ export function slotReservationPlugin(type: SlotType, deps: VirtualInstanceDeps)
       }
       await calendar.release(ctx.reservation.id, ctx.started);
       return {};
+    },
+
+    /**
+     * Hosts of its slots failed, left admission or went into maintenance (or came back): the slots
+     * are booked again on hosts that are up, the healthy hosts they held first. Before the start
+     * that is all (the inventory is written at the start). After it, the new hosts join the
+     * aggregate with their slots as inventory, and the hosts left leave it with only the slots
+     * their servers still hold (a failed host's servers are there). With no room the slots stay
+     * and the reservation is flagged until its hosts are back. An active reservation's inventory
+     * is made to match its booking at every heal, so a heal cut short is finished by the next.
+     */
+    async heal(ctx) {
+      const before = await calendar.placement(ctx.reservation.id);
+      const unusable = await unusableHostsOf(deps.pool, { reservationId: ctx.reservation.id });
+      const pending = ctx.leaseStatus === 'PENDING';
+      const wasChanged = pending && ctx.reservation.resources_changed === true;
+      let placement = before;
+      const clients = cloud();
+      if (before.some((p) => unusable.has(p.hostId))) {
+        await made.refresh();
+        try {
+          placement = await calendar.book(ctx, (await specOf(ctx)).slots, { rebook: true });
+        } catch (err) {
+          if (!isLeaseConflict(err)) throw err;
+          return { allocation: shown(before), missingResources: true, resourcesChanged: wasChanged };
+        }
+      }
+      if (!pending && clients) {
+        const { instance } = await specOf(ctx);
+        await openSlots(clients, instance, hostSlots(placement), await slotHostsOf(ctx.reservation.id), ctx.reportProgress);
+      }
+      const moved = placement.some((p) => !before.some((b) => b.hostId === p.hostId && b.slots === p.slots)) || placement.length !== before.length;
+      return { allocation: shown(placement), missingResources: placement.some((p) => unusable.has(p.hostId)), resourcesChanged: wasChanged || (pending && moved) };
     },
 
     async placementOf(ctx) {

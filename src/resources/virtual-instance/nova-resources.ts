@@ -154,9 +154,17 @@ export async function openSlots(cloud: InstanceCloud, spec: Pick<InstanceSpec, '
   const kept = new Set(hosts.map((h) => h.computeHost));
   aggregate = await aggregateOf(nova, spec.reservationId);
   for (const host of formerHosts.filter((h) => !kept.has(h.computeHost))) {
-    await setSlotInventory(placement, host, reservationResourceClass(spec.reservationId), 0);
+    // Servers of the flavor still there (on a failed host) keep their slots, so the class cannot go: no room beyond them.
+    await setSlotInventory(placement, host, reservationResourceClass(spec.reservationId), await slotsInUse(placement, host, reservationResourceClass(spec.reservationId)));
     await removeHost(nova, aggregate, host.computeHost);
   }
+}
+
+/** How many of the reservation's slots servers hold on the host (0 when it has no slot provider). */
+async function slotsInUse(placement: PlacementClient, host: HostSlots, resourceClass: string): Promise<number> {
+  const provider = (await placement.listResourceProviders({ name: reservationProviderName(host.hypervisorHostname) }))[0];
+  if (!provider) return 0;
+  return (await placement.getProviderUsages(provider.uuid)).usages[resourceClass] ?? 0;
 }
 
 async function aggregateOf(nova: NovaClient, reservationId: string): Promise<Aggregate> {

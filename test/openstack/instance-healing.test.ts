@@ -1,0 +1,135 @@
+/**
+ * Healing of instance reservations (`virtual:instance`) with the rig's Nova and Placement: when an
+ * enrolled host holding slots is forced down, a pending reservation's slots are booked again on the
+ * hosts that are up; an active one's slots move to another host with the inventory: the new host
+ * joins the reservation's aggregate with its slot as inventory, the failed one leaves it keeping
+ * only the slot its server still holds. Every service is put back at the end, whatever happens.
+ */
+import { KeystoneSession, type OpenStackClients, type Server } from '../../src/openstack';
+import { physicalHostWatch } from '../../src/resources/physical-host/health';
+import { virtualInstancePlugin } from '../../src/resources/virtual-instance';
+import { reservationProviderName, reservationResourceClass } from '../../src/resources/virtual-instance/nova-resources';
+import { enrolHost } from '../support/hosts';
+import { apiClient, deleteAllLeases, eventually, inSeconds, useTestStack } from '../support/stack';
+import { bootServer, deleteAggregateNamed, rigClients, rigCredentials, uniqueName } from './support';
+
+const HOSTS = ['fake-1', 'fake-2', 'fake-3'];
+
+describe('healing instance reservations with the rig', () => {
+  const admin = rigClients('leasekeeper-admin');
+  const projectA = rigClients('leasekeeper-project-a');
+  const freepool = uniqueName('freepool');
+  const failedAggregate = uniqueName('failed');
+  const forced = new Set<string>();
+  const servers: Array<{ clients: OpenStackClients; id: string }> = [];
+  let projectAId = '';
+  let asA: ReturnType<typeof apiClient>;
+
+  async function forceDown(host: string, down: boolean): Promise<void> {
+    const [service] = await admin.nova.listServices({ binary: 'nova-compute', host });
+    await admin.nova.updateService(service.id, { forced_down: down });
+    if (down) forced.add(host);
+    else forced.delete(host);
+  }
+
+  const stack = useTestStack(
+    () => ({
+      env: { LK_FREEPOOL_AGGREGATE: freepool, LK_FAILED_AGGREGATE: failedAggregate, LK_HOST_MONITOR_INTERVAL_SECONDS: '0.5', LK_HOST_FAIL_GRACE_SECONDS: '1', LK_HEALING_RETRY_MINUTES: '0.05' },
+      withPool: (pool) => [
+        virtualInstancePlugin({ pool, settings: { cleaningMs: 0, capacityRefreshMs: 0 }, cloud: () => admin, projectCloud: (id) => (id === projectAId ? projectA : admin), serverDeleteTimeoutMs: 30_000 }),
+      ],
+      hostWatch: (pool) => physicalHostWatch({ pool, source: { nova: () => admin.nova }, freepool, failed: { name: failedAggregate, closedProjectId: 'leasekeeper-freepool' } }),
+      openstack: () => admin,
+    }),
+    {
+      beforeStop: async () => {
+        for (const host of [...forced]) await forceDown(host, false);
+        const api = apiClient(stack().url);
+        await deleteAllLeases(api);
+        for (const s of servers) await s.clients.nova.deleteServer(s.id).catch(() => undefined);
+        for (const host of (await api('GET', '/v1/os-hosts')).body?.hosts ?? []) await api('DELETE', `/v1/os-hosts/${host.id}`);
+        await deleteAggregateNamed(admin, freepool);
+        await deleteAggregateNamed(admin, failedAggregate);
+      },
+      timeoutMs: 240_000,
+    },
+  );
+
+  const lease = async (id: string) => (await asA('GET', `/v1/leases/${id}`)).body.lease;
+  const until = <T>(what: string, check: () => Promise<T | undefined>, timeoutMs = 60_000) => eventually(check, timeoutMs, 200, () => `not yet: ${what}`);
+  const slotInventory = async (host: string, resourceClass: string) => {
+    const [provider] = await admin.placement.listResourceProviders({ name: reservationProviderName(host) });
+    return provider ? ((await admin.placement.getInventories(provider.uuid)).inventories[resourceClass]?.total ?? 0) : 0;
+  };
+  const aggregateHosts = async (name: string) => [...((await admin.nova.listAggregates()).find((a) => a.name === name)?.hosts ?? [])].sort();
+  const instanceLease = (start: string, end: string, amount: number) =>
+    asA('POST', '/v1/leases', {
+      name: uniqueName('slots'),
+      start_date: start,
+      end_date: end,
+      reservations: [{ resource_type: 'virtual:instance', vcpus: 1, memory_mb: 512, disk_gb: 1, amount, affinity: false }],
+    });
+
+  beforeAll(async () => {
+    projectAId = (await new KeystoneSession({ credentials: rigCredentials('leasekeeper-project-a') }).authenticate()).projectId;
+    asA = apiClient(stack().url, { 'x-project-id': projectAId, 'x-user-id': 'user-a' });
+    const api = apiClient(stack().url);
+    for (const host of HOSTS) await enrolHost(api, host);
+  }, 120_000);
+
+  afterEach(async () => {
+    for (const host of [...forced]) await forceDown(host, false);
+    await deleteAllLeases(asA);
+  }, 240_000);
+
+  it('books the slots of a pending reservation again on hosts that are up', async () => {
+    const created = await instanceLease(inSeconds(3600), inSeconds(7200), 2);
+    expect(created.status).toBe(201);
+    const { id } = created.body.lease;
+    const [failing] = [...created.body.lease.reservations[0].hosts].sort();
+    await forceDown(failing, true);
+    const healed = await until('the slots moved', async () => {
+      const json = await lease(id);
+      return json.reservations[0].hosts.includes(failing) ? undefined : json;
+    });
+    expect(healed.reservations[0].hosts).toHaveLength(2);
+    expect(healed.reservations[0]).toMatchObject({ resources_changed: true, missing_resources: false });
+    expect(healed.degraded).toBe(true);
+  }, 240_000);
+
+  it('moves a slot of an active reservation off a failed host, with its inventory, and leaves the slot its server holds there', async () => {
+    const created = await instanceLease('now', inSeconds(3600), 2);
+    expect(created.status).toBe(201);
+    const { id } = created.body.lease;
+    const reservationId: string = created.body.lease.reservations[0].id;
+    const resourceClass = reservationResourceClass(reservationId);
+    await until('the lease active', async () => ((await lease(id)).status === 'ACTIVE' ? true : undefined), 120_000);
+    const held: string[] = [...(await lease(id)).reservations[0].hosts].sort();
+    const server: Server = await bootServer(projectA, { flavor: `reservation:${reservationId}` }, (serverId) => servers.push({ clients: projectA, id: serverId }));
+    expect(server.status).toBe('ACTIVE');
+    const failing = (await admin.nova.getServer(server.id))['OS-EXT-SRV-ATTR:host'] as string;
+    expect(held).toContain(failing);
+    const [spare] = HOSTS.filter((h) => !held.includes(h));
+
+    await forceDown(failing, true);
+    const healed = await until('the slot moved', async () => {
+      const json = await lease(id);
+      return json.reservations[0].hosts.includes(failing) ? undefined : json;
+    });
+    expect([...healed.reservations[0].hosts].sort()).toEqual(HOSTS.filter((h) => h !== failing));
+    expect(healed.reservations[0]).toMatchObject({ missing_resources: false, resources_changed: false });
+    expect(healed).toMatchObject({ status: 'ACTIVE', degraded: false });
+    // Nova and Placement follow the booking: the spare host serves the flavor; the failed host keeps only its server's slot.
+    expect(await aggregateHosts(reservationId)).toEqual(HOSTS.filter((h) => h !== failing));
+    expect(await slotInventory(spare, resourceClass)).toBe(1);
+    expect(await slotInventory(failing, resourceClass)).toBe(1);
+    const { usages } = await admin.placement.getProviderUsages((await admin.placement.listResourceProviders({ name: reservationProviderName(failing) }))[0].uuid);
+    expect(usages[resourceClass]).toBe(1);
+
+    // Back up: nothing moves back, and the lease stays whole.
+    await forceDown(failing, false);
+    await until('the host up', async () => ((await apiClient(stack().url)('GET', '/v1/os-hosts')).body.hosts.every((h: { state: string }) => h.state === 'up') ? true : undefined));
+    expect([...(await lease(id)).reservations[0].hosts].sort()).toEqual(HOSTS.filter((h) => h !== failing));
+    expect((await lease(id)).degraded).toBe(false);
+  }, 300_000);
+});
