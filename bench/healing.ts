@@ -3,11 +3,15 @@
  * the loopback OpenStack. Each trial leases one host (start now), forces its compute service down
  * in Nova, and times: the host recorded failed (detection: the grace period plus up to one look),
  * and the replacement in the lease's aggregate (healing). Then the host is brought back and the
- * lease deleted. The monitor's settings are the product's defaults unless LK_HOST_MONITOR_INTERVAL_SECONDS
- * and LK_HOST_FAIL_GRACE_SECONDS say otherwise. LK_BENCH_TRIALS (default 20).
+ * lease deleted. Two modes, LK_BENCH_TRIALS trials each (default 20): the monitor polling only, then
+ * also woken by Nova's notifications (the rig's LK_NOVA_NOTIFICATIONS_URL; a look at the notice
+ * and one just after the grace, instead of up to an interval later). LK_BENCH_HEALING_MODES
+ * (`polling,notifications`) picks. The monitor's settings are the product's defaults unless
+ * LK_HOST_MONITOR_INTERVAL_SECONDS and LK_HOST_FAIL_GRACE_SECONDS say otherwise.
  * Blazar for comparison: healing off by default; when on, a 60 s poll (or Nova notifications).
  * Writes bench/results/healing.json.
  */
+import pino from 'pino';
 import { loadConfig } from '../src/config';
 import { physicalHostPlugin } from '../src/resources/physical-host';
 import { physicalHostWatch } from '../src/resources/physical-host/health';
@@ -15,9 +19,12 @@ import { deleteAggregateNamed, rigClients, uniqueName } from '../test/openstack/
 import { blazarHostReservation } from '../test/support/builders';
 import { enrolHost } from '../test/support/hosts';
 import { apiClient, eventually, inSeconds, startTestStack } from '../test/support/stack';
+import { rigEnv } from '../test/openstack/support';
+import { wakeHostMonitorOnNovaNotifications } from '../worker/host-monitor';
 import { runBenchmark, summary } from './common';
 
 const TRIALS = Number(process.env.LK_BENCH_TRIALS ?? 20);
+const MODES = (process.env.LK_BENCH_HEALING_MODES ?? 'polling,notifications').split(',').map((mode) => mode.trim());
 const HOSTS = ['fake-1', 'fake-2', 'fake-3'];
 const CLOSED_PROJECT = 'leasekeeper-freepool';
 
@@ -25,6 +32,9 @@ runBenchmark(
   'healing',
   async () => {
     if (!Number.isInteger(TRIALS) || TRIALS < 1 || TRIALS > 200) throw new Error('LK_BENCH_TRIALS must be 1..200');
+    if (MODES.length === 0 || MODES.some((mode) => mode !== 'polling' && mode !== 'notifications')) throw new Error('LK_BENCH_HEALING_MODES: polling, notifications or both (comma-separated)');
+    const notificationsUrl = rigEnv().LK_NOVA_NOTIFICATIONS_URL;
+    if (MODES.includes('notifications') && !notificationsUrl) throw new Error("the rig's env.sh has no LK_NOVA_NOTIFICATIONS_URL: bring the rig up afresh (down.sh, up.sh)");
     const admin = rigClients('leasekeeper-admin');
     const freepool = uniqueName('freepool');
     const failed = uniqueName('failed');
@@ -41,11 +51,37 @@ runBenchmark(
     const stateOf = async (host: string) => (await api('GET', `/v1/os-hosts/${hostIds.get(host)}`)).body.host.state as string;
     const inAggregate = async (aggregate: string, host: string) => ((await admin.nova.listAggregates()).find((a) => a.name === aggregate)?.hosts ?? []).includes(host);
     const serviceOf = async (host: string) => (await admin.nova.listServices({ binary: 'nova-compute', host }))[0].id;
-    const detection: number[] = [];
-    const healing: number[] = [];
-    const total: number[] = [];
+    const results: Record<string, { detectionMs: ReturnType<typeof summary>; healingMs: ReturnType<typeof summary>; failureToReplacementMs: ReturnType<typeof summary> }> = {};
+    let listening: { stop(): Promise<void> } | undefined;
     try {
       for (const host of HOSTS) hostIds.set(host, await enrolHost(api, host));
+      for (const mode of MODES) {
+        if (mode === 'notifications') {
+          // As the worker does with LK_NOVA_NOTIFICATIONS_URL, beside the same monitor.
+          let consuming!: () => void;
+          const ready = new Promise<void>((resolve) => (consuming = resolve));
+          listening = wakeHostMonitorOnNovaNotifications(stack.temporal.client, stack.config, notificationsUrl, pino({ level: 'warn' }), { onConsuming: () => consuming() });
+          await ready;
+        }
+        const times = await trials(mode);
+        await listening?.stop();
+        listening = undefined;
+        results[mode] = { detectionMs: summary(times.detection), healingMs: summary(times.healing), failureToReplacementMs: summary(times.total) };
+      }
+    } finally {
+      await listening?.stop();
+      if (forced) await admin.nova.updateService(forced, { forced_down: false }).catch(() => undefined);
+      for (const lease of (await api('GET', '/v1/leases')).body?.leases ?? []) await api('DELETE', `/v1/leases/${lease.id}`);
+      for (const id of hostIds.values()) await api('DELETE', `/v1/os-hosts/${id}`);
+      await deleteAggregateNamed(admin, freepool);
+      await deleteAggregateNamed(admin, failed);
+      await stack.stop();
+    }
+
+    async function trials(mode: string): Promise<{ detection: number[]; healing: number[]; total: number[] }> {
+      const detection: number[] = [];
+      const healing: number[] = [];
+      const total: number[] = [];
       for (let trial = 1; trial <= TRIALS; trial++) {
         const created = await api('POST', '/v1/leases', { name: `heal-${trial}`, start_date: 'now', end_date: inSeconds(3600), reservations: [blazarHostReservation()] });
         if (created.status !== 201) throw new Error(`trial ${trial}: create answered ${created.status} ${JSON.stringify(created.body)}`);
@@ -69,7 +105,7 @@ runBenchmark(
         detection.push(failedAt - downAt);
         healing.push(replacedAt - failedAt);
         total.push(replacedAt - downAt);
-        console.log(`trial ${trial}: failed after ${Math.round(failedAt - downAt)} ms, replaced ${Math.round(replacedAt - failedAt)} ms later`);
+        console.log(`${mode} trial ${trial}: failed after ${Math.round(failedAt - downAt)} ms, replaced ${Math.round(replacedAt - failedAt)} ms later`);
 
         await admin.nova.updateService(forced, { forced_down: false });
         forced = undefined;
@@ -77,20 +113,14 @@ runBenchmark(
         const deleted = await api('DELETE', `/v1/leases/${lease.id}`);
         if (deleted.status !== 204) throw new Error(`trial ${trial}: delete answered ${deleted.status}`);
       }
-    } finally {
-      if (forced) await admin.nova.updateService(forced, { forced_down: false }).catch(() => undefined);
-      for (const lease of (await api('GET', '/v1/leases')).body?.leases ?? []) await api('DELETE', `/v1/leases/${lease.id}`);
-      for (const id of hostIds.values()) await api('DELETE', `/v1/os-hosts/${id}`);
-      await deleteAggregateNamed(admin, freepool);
-      await deleteAggregateNamed(admin, failed);
-      await stack.stop();
+      return { detection, healing, total };
     }
+
     const figures = {
       trials: TRIALS,
-      monitor: { intervalSeconds: monitor.intervalMs / 1000, graceSeconds: monitor.graceMs / 1000, source: 'polling Nova (notifications: not built yet)' },
-      detectionMs: summary(detection),
-      healingMs: summary(healing),
-      failureToReplacementMs: summary(total),
+      monitor: { intervalSeconds: monitor.intervalMs / 1000, graceSeconds: monitor.graceMs / 1000 },
+      // polling: Nova polled every interval; notifications: also woken by Nova's service.update (and once just after the grace).
+      modes: results,
       blazar: 'healing off by default; when on, a 60 s poll of Nova (or its notifications), and only for reservations within the next 60 minutes',
     };
     console.log(JSON.stringify(figures, null, 2));

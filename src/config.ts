@@ -108,6 +108,13 @@ const envSchema = z.object({
   // it puts them back (`repair`) or only reports what it finds (`report`).
   LK_DRIFT_CHECK_MINUTES: z.coerce.number().min(0.01).max(1_440).default(5),
   LK_DRIFT_REPAIR: z.enum(['repair', 'report']).default('repair'),
+  // Nova's message bus (its transport_url, as oslo.messaging writes it): the monitor also looks at
+  // once when Nova notifies a compute service's change; unset: it only polls.
+  LK_NOVA_NOTIFICATIONS_URL: z
+    .string()
+    .max(2_048)
+    .regex(/^(rabbit|amqp):\/\/[^\s/?#]+(\/[^\s?#]*)?(\?[^\s#]*)?$/, "expected rabbit://user:password@host:port/vhost (Nova's transport_url)")
+    .optional(),
 
   // Server reservations (`virtual:server`): what the start does when on-demand servers took the
   // reserved host's room (move to another host with room, or fail with the reason), and how long
@@ -195,6 +202,7 @@ function toConfig(env: z.infer<typeof envSchema>) {
       sweepMs: Math.round(env.LK_HEALING_RETRY_MINUTES * 60_000),
       driftMs: Math.round(env.LK_DRIFT_CHECK_MINUTES * 60_000),
       driftMode: env.LK_DRIFT_REPAIR,
+      notificationsUrl: env.LK_NOVA_NOTIFICATIONS_URL,
     },
     healthTimeoutMs: env.LK_HEALTH_TIMEOUT_MS,
     healthDeepIntervalMs: env.LK_HEALTH_DEEP_INTERVAL_SECONDS * 1000,
@@ -205,6 +213,11 @@ function isLoopback(host: string): boolean {
   return host === 'localhost' || host === '::1' || /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(host);
 }
 
+/** A setting as an error message may show it: a URL's password (database, message bus) masked. */
+function withoutPasswords(value: string): string {
+  return value.replace(/((?:\/\/|,)[^:@/\s,]*:)[^@/\s]*@/g, '$1***@');
+}
+
 /** Parses the environment; throws ConfigError whose message is one line naming the variable. */
 export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   // An empty variable means "use the default", as in most shells' ${VAR:-default}.
@@ -213,7 +226,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   if (!parsed.success) {
     const issue = parsed.error.issues[0];
     const name = String(issue.path[0]);
-    throw new ConfigError(`invalid configuration: ${name}=${JSON.stringify(env[name] ?? '')}: ${issue.message}`);
+    throw new ConfigError(`invalid configuration: ${name}=${JSON.stringify(withoutPasswords(env[name] ?? ''))}: ${issue.message}`);
   }
   const { LK_AUTH_STRATEGY, LK_API_HOST, LK_ALLOW_NOAUTH_REMOTE } = parsed.data;
   if (LK_AUTH_STRATEGY === 'noauth' && !isLoopback(LK_API_HOST) && LK_ALLOW_NOAUTH_REMOTE !== 'true') {

@@ -42,6 +42,20 @@ describe('configuration', () => {
     expect(() => loadConfig({ LK_WORKER_METRICS_PORT: '65535' })).toThrow(/^invalid configuration: LK_WORKER_METRICS_PORT="65535": /);
   });
 
+  it("reads Nova's notifications from a RabbitMQ transport URL, and never shows its password in a refusal", () => {
+    expect(loadConfig({}).hostMonitor.notificationsUrl).toBeUndefined();
+    expect(loadConfig({ LK_NOVA_NOTIFICATIONS_URL: 'rabbit://nova:secret@rabbit1:5672,nova:secret@rabbit2:5672/nova?ssl=1' }).hostMonitor.notificationsUrl).toBe(
+      'rabbit://nova:secret@rabbit1:5672,nova:secret@rabbit2:5672/nova?ssl=1',
+    );
+    expect(loadConfig({ LK_NOVA_NOTIFICATIONS_URL: 'amqp://guest:guest@127.0.0.1:15672/' }).hostMonitor.notificationsUrl).toBe('amqp://guest:guest@127.0.0.1:15672/');
+    for (const url of ['http://nova:secret@rabbit:5672/', 'rabbit://', 'rabbit://nova:secret@rab bit:5672/', `rabbit://nova:secret@${'r'.repeat(2_048)}:5672/`]) {
+      expect(() => loadConfig({ LK_NOVA_NOTIFICATIONS_URL: url })).toThrow(/^invalid configuration: LK_NOVA_NOTIFICATIONS_URL=/);
+    }
+    expect(() => loadConfig({ LK_NOVA_NOTIFICATIONS_URL: 'kafka://nova:secret@k1:9092,nova:other@k2:9092/' })).toThrow(
+      'invalid configuration: LK_NOVA_NOTIFICATIONS_URL="kafka://nova:***@k1:9092,nova:***@k2:9092/": expected rabbit://user:password@host:port/vhost',
+    );
+  });
+
   it('uses existing servers when their addresses are given', () => {
     const config = loadConfig({ TEMPORAL_ADDRESS: 'temporal.internal:7233', DATABASE_URL: 'postgresql://u:p@db:5432/lk' });
     expect(config.temporal).toMatchObject({ address: 'temporal.internal:7233', external: true });

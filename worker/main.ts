@@ -13,7 +13,7 @@ import { lazyOpenStackClients, OpenStackConfigError, projectScopedClients, type 
 import { productionHostWatch, productionPlugins } from '../src/resources';
 import { connectTemporal, ensureSearchAttributes } from '../src/temporal';
 import { createWorker } from './create-worker';
-import { ensureHostMonitor } from './host-monitor';
+import { ensureHostMonitor, wakeHostMonitorOnNovaNotifications } from './host-monitor';
 import { serveMetrics, workerMetrics } from './metrics';
 import { PinoTemporalLogger } from './temporal-logger';
 
@@ -60,10 +60,12 @@ async function main(): Promise<void> {
   const metricsUrls = metricsServer && metricsAt ? { metrics: `http://${metricsAt.host}:${metricsServer.port}/metrics`, sdkMetrics: `http://${metricsAt.host}:${metricsAt.port + 1}/metrics` } : {};
   log.info({ address: config.temporal.address, taskQueue: config.temporal.taskQueue, schemaVersion: version, ...metricsUrls }, 'worker ready');
   const monitor = hostWatch ? startHostMonitor(config, log) : undefined;
+  const notifications = hostWatch ? listenToNova(config, log) : undefined;
   try {
     await worker.run(); // resolves once a shutdown signal has drained the worker
   } finally {
     monitor?.stop();
+    await notifications?.stop();
     await connection.close();
     await pool.end();
     metricsServer?.server.close();
@@ -105,6 +107,20 @@ function startHostMonitor(config: Config, log: Logger): { stop(): void } {
       stopped = true;
       clearTimeout(timer);
       void connection.close().catch(() => undefined);
+    },
+  };
+}
+
+/** With LK_NOVA_NOTIFICATIONS_URL: Nova's compute service notices wake the host monitor (it polls all the same). */
+function listenToNova(config: Config, log: Logger): { stop(): Promise<void> } | undefined {
+  const url = config.hostMonitor.notificationsUrl;
+  if (!url) return undefined;
+  const { connection, client } = connectTemporal(config);
+  const listening = wakeHostMonitorOnNovaNotifications(client, config, url, log);
+  return {
+    async stop() {
+      await listening.stop();
+      await connection.close().catch(() => undefined);
     },
   };
 }

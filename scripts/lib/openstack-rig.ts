@@ -46,7 +46,7 @@ export interface Rig {
   startedHere: boolean;
   /** The fake compute hosts (fake-1…). */
   hosts: string[];
-  /** What the API and the worker need to reach it as the admin. */
+  /** What the API and the worker need to reach it as the admin, and its Nova's notifications. */
   env: Record<string, string>;
 }
 
@@ -67,7 +67,12 @@ export async function bringUpRig(track: (proc: ManagedProcess) => void): Promise
     dir,
     startedHere: !reused,
     hosts: (vars.LK_OS_COMPUTE_HOSTS ?? '').split(/\s+/).filter(Boolean),
-    env: { OS_CLIENT_CONFIG_FILE: path.join(dir, 'clouds.yaml'), OS_CLOUD: RIG_ADMIN_CLOUD },
+    env: {
+      OS_CLIENT_CONFIG_FILE: path.join(dir, 'clouds.yaml'),
+      OS_CLOUD: RIG_ADMIN_CLOUD,
+      // The host monitor wakes on Nova's notifications (a rig from before they were on has none; one set by the caller stays).
+      ...(vars.LK_NOVA_NOTIFICATIONS_URL && !process.env.LK_NOVA_NOTIFICATIONS_URL ? { LK_NOVA_NOTIFICATIONS_URL: vars.LK_NOVA_NOTIFICATIONS_URL } : {}),
+    },
   };
 }
 
