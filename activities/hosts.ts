@@ -1,13 +1,15 @@
 /**
  * The host monitor's activities, thin: each asks the host watch of the resource type that enrols
  * compute hosts (physical:host) to look at Nova, record a host's state, put a recovered host back,
- * name the leases booked on hosts, or check that hosts are in the aggregates the calendar says.
+ * name the leases booked on hosts, or check that hosts (and each resource type's reservations) are
+ * where the calendar says.
  */
+import { log } from '@temporalio/activity';
 import { ApplicationFailure } from '@temporalio/common';
 import type { HostObservation, HostStateChange } from '../src/domain/host-health';
-import type { DriftCheck, HostWatch, MaintenanceBegun } from '../src/domain/resource-plugin';
+import type { DriftCheck, HostWatch, MaintenanceBegun, ResourcePlugins } from '../src/domain/resource-plugin';
 
-export function hostActivities({ hostWatch }: { hostWatch?: HostWatch }) {
+export function hostActivities({ hostWatch, plugins }: { hostWatch?: HostWatch; plugins: ResourcePlugins }) {
   const watch = (): HostWatch => {
     if (!hostWatch) throw ApplicationFailure.nonRetryable('this worker watches no hosts (it has no OpenStack)', 'NoHostWatch');
     return hostWatch;
@@ -21,6 +23,24 @@ export function hostActivities({ hostWatch }: { hostWatch?: HostWatch }) {
     leasesToHeal: ({ untilMs }: { untilMs?: number }): Promise<string[]> => watch().leasesToHeal(untilMs),
     beginMaintenance: (windowId: string): Promise<MaintenanceBegun> => watch().beginMaintenance(windowId),
     endMaintenance: (end: { windowId: string; hostId: string; computeHost?: string }): Promise<{ leaseIds: string[] }> => watch().endMaintenance(end),
-    checkDrift: ({ previous, mode }: { previous: Record<string, string>; mode: 'repair' | 'report' }): Promise<DriftCheck> => watch().checkDrift(previous, mode),
+    /** The hosts' aggregates, then what each resource type checks of its own (instance slots: aggregates and Placement inventory). */
+    async checkDrift({ previous, mode }: { previous: Record<string, string>; mode: 'repair' | 'report' }): Promise<DriftCheck> {
+      const checks = [await watch().checkDrift(previous, mode)];
+      for (const plugin of plugins.values()) {
+        if (!plugin.checkDrift) continue;
+        try {
+          checks.push(await plugin.checkDrift(previous, mode));
+        } catch (err) {
+          // One type's failed check must not cost the others theirs: the next check tries again.
+          log.warn('a resource type could not check its drift', { resourceType: plugin.resourceType, error: (err as Error).message });
+        }
+      }
+      return {
+        seen: Object.assign({}, ...checks.map((c) => c.seen)) as Record<string, string>,
+        repaired: checks.flatMap((c) => c.repaired),
+        reported: checks.flatMap((c) => c.reported),
+        aggregatesRemoved: checks.flatMap((c) => c.aggregatesRemoved),
+      };
+    },
   };
 }

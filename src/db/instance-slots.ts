@@ -75,3 +75,15 @@ export async function slotHostsEver(db: Queryable, reservationId: string): Promi
   );
   return rows;
 }
+
+/** The reservations of `resourceType` whose leases are ACTIVE (not starting, changing or ending): those whose slots must be in Nova and Placement now. */
+export async function activeReservationsOfType(db: Queryable, resourceType: string): Promise<Array<{ reservationId: string; leaseId: string; projectId: string }>> {
+  const { rows } = await db.query<{ reservationId: string; leaseId: string; projectId: string }>(
+    `SELECT r->>'id' AS "reservationId", l.id::text AS "leaseId", l.project_id AS "projectId"
+     FROM leases l CROSS JOIN LATERAL jsonb_array_elements(l.document->'reservations') r
+     WHERE l.status = 'ACTIVE' AND l.deleted_at IS NULL AND r->>'resource_type' = $1
+     ORDER BY 1`,
+    [resourceType],
+  );
+  return rows;
+}

@@ -219,6 +219,12 @@ export interface ResourcePlugin extends ResourceType {
   heal?(ctx: HookContext): Promise<HealOutcome>;
   /** Where the reservation's resources are (for `on_host_of`); types without hosts leave it out. */
   placementOf?(ctx: HookContext): Promise<ReservationPlacement>;
+  /**
+   * For the host monitor's drift check: what the cloud holds for this type's active reservations
+   * against what the calendar says, repaired (`report`: only reported) when the previous check saw
+   * the same (`previous`: key → what was seen; each type keys under a prefix of its own).
+   */
+  checkDrift?(previous: Record<string, string>, mode: 'repair' | 'report'): Promise<DriftCheck>;
 }
 
 export type ResourceTypes = ReadonlyMap<string, ResourceType>;

@@ -12,7 +12,7 @@ import { blazarHostReservation } from '../support/builders';
 import { doubleBookings, enrolHost } from '../support/hosts';
 import { startNoticeReceiver, type NoticeReceiver } from '../support/notice-receiver';
 import { apiClient, deleteAllLeases, eventually, inSeconds, useTestStack } from '../support/stack';
-import { deleteAggregateNamed, rigClients, uniqueName } from './support';
+import { computeForcing, deleteAggregateNamed, rigClients, uniqueName } from './support';
 
 const HOSTS = ['fake-1', 'fake-2', 'fake-3'];
 const CLOSED_PROJECT = 'leasekeeper-freepool';
@@ -22,7 +22,7 @@ describe('host monitor and healing with the rig', () => {
   const freepool = uniqueName('freepool');
   const failedAggregate = uniqueName('failed');
   const hostIds = new Map<string, string>();
-  const forced = new Set<string>();
+  const { forceDown, restoreAll } = computeForcing(admin);
 
   let receiver: NoticeReceiver;
   beforeAll(async () => {
@@ -48,7 +48,7 @@ describe('host monitor and healing with the rig', () => {
     }),
     {
       beforeStop: async () => {
-        for (const host of forced) await forceDown(host, false);
+        await restoreAll();
         await deleteAllLeases(api);
         for (const id of hostIds.values()) await api('DELETE', `/v1/os-hosts/${id}`);
         await deleteAggregateNamed(admin, freepool);
@@ -58,13 +58,6 @@ describe('host monitor and healing with the rig', () => {
     },
   );
   const api = apiClient(() => stack().url);
-
-  async function forceDown(host: string, down: boolean): Promise<void> {
-    const [service] = await admin.nova.listServices({ binary: 'nova-compute', host });
-    await admin.nova.updateService(service.id, { forced_down: down });
-    if (down) forced.add(host);
-    else forced.delete(host);
-  }
 
   const hostJson = async (name: string) => (await api('GET', `/v1/os-hosts/${hostIds.get(name)}`)).body.host;
   const leaseJson = async (id: string) => (await api('GET', `/v1/leases/${id}`)).body.lease;
@@ -88,7 +81,7 @@ describe('host monitor and healing with the rig', () => {
 
   afterEach(async () => {
     // The next test starts with every host up and no lease.
-    for (const host of [...forced]) await forceDown(host, false);
+    await restoreAll();
     await until('every host up', async () => ((await Promise.all(HOSTS.map(hostJson))).every((h) => h.state === 'up') ? true : undefined));
     await deleteAllLeases(api);
   }, 120_000);

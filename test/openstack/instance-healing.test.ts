@@ -3,7 +3,8 @@
  * enrolled host holding slots is forced down, a pending reservation's slots are booked again on the
  * hosts that are up; an active one's slots move to another host with the inventory: the new host
  * joins the reservation's aggregate with its slot as inventory, the failed one leaves it keeping
- * only the slot its server still holds. Every service is put back at the end, whatever happens.
+ * only the slot its server still holds. Slots changed by hand in Placement or Nova (inventory, the
+ * aggregate) are put back by the monitor's drift check. Every service is put back at the end.
  */
 import { KeystoneSession, type OpenStackClients, type Server } from '../../src/openstack';
 import { physicalHostWatch } from '../../src/resources/physical-host/health';
@@ -11,7 +12,7 @@ import { virtualInstancePlugin } from '../../src/resources/virtual-instance';
 import { reservationProviderName, reservationResourceClass } from '../../src/resources/virtual-instance/nova-resources';
 import { enrolHost } from '../support/hosts';
 import { apiClient, deleteAllLeases, eventually, inSeconds, useTestStack } from '../support/stack';
-import { bootServer, deleteAggregateNamed, rigClients, rigCredentials, uniqueName } from './support';
+import { bootServer, computeForcing, deleteAggregateNamed, rigClients, rigCredentials, uniqueName } from './support';
 
 const HOSTS = ['fake-1', 'fake-2', 'fake-3'];
 
@@ -20,21 +21,14 @@ describe('healing instance reservations with the rig', () => {
   const projectA = rigClients('leasekeeper-project-a');
   const freepool = uniqueName('freepool');
   const failedAggregate = uniqueName('failed');
-  const forced = new Set<string>();
+  const { forceDown, restoreAll } = computeForcing(admin);
   const servers: Array<{ clients: OpenStackClients; id: string }> = [];
   let projectAId = '';
   let asA: ReturnType<typeof apiClient>;
 
-  async function forceDown(host: string, down: boolean): Promise<void> {
-    const [service] = await admin.nova.listServices({ binary: 'nova-compute', host });
-    await admin.nova.updateService(service.id, { forced_down: down });
-    if (down) forced.add(host);
-    else forced.delete(host);
-  }
-
   const stack = useTestStack(
     () => ({
-      env: { LK_FREEPOOL_AGGREGATE: freepool, LK_FAILED_AGGREGATE: failedAggregate, LK_HOST_MONITOR_INTERVAL_SECONDS: '0.5', LK_HOST_FAIL_GRACE_SECONDS: '1', LK_HEALING_RETRY_MINUTES: '0.05' },
+      env: { LK_FREEPOOL_AGGREGATE: freepool, LK_FAILED_AGGREGATE: failedAggregate, LK_HOST_MONITOR_INTERVAL_SECONDS: '0.5', LK_HOST_FAIL_GRACE_SECONDS: '1', LK_HEALING_RETRY_MINUTES: '0.05', LK_DRIFT_CHECK_MINUTES: '0.02' },
       withPool: (pool) => [
         virtualInstancePlugin({ pool, settings: { cleaningMs: 0, capacityRefreshMs: 0 }, cloud: () => admin, projectCloud: (id) => (id === projectAId ? projectA : admin), serverDeleteTimeoutMs: 30_000 }),
       ],
@@ -43,7 +37,7 @@ describe('healing instance reservations with the rig', () => {
     }),
     {
       beforeStop: async () => {
-        for (const host of [...forced]) await forceDown(host, false);
+        await restoreAll();
         const api = apiClient(stack().url);
         await deleteAllLeases(api);
         for (const s of servers) await s.clients.nova.deleteServer(s.id).catch(() => undefined);
@@ -70,6 +64,16 @@ describe('healing instance reservations with the rig', () => {
       reservations: [{ resource_type: 'virtual:instance', vcpus: 1, memory_mb: 512, disk_gb: 1, amount, affinity: false }],
     });
 
+  /** An instance lease of `amount` slots from now, once ACTIVE. */
+  async function activeInstanceLease(amount: number): Promise<{ id: string; reservationId: string; resourceClass: string }> {
+    const created = await instanceLease('now', inSeconds(3600), amount);
+    expect(created.status).toBe(201);
+    const { id } = created.body.lease;
+    const reservationId: string = created.body.lease.reservations[0].id;
+    await until('the lease active', async () => ((await lease(id)).status === 'ACTIVE' ? true : undefined), 120_000);
+    return { id, reservationId, resourceClass: reservationResourceClass(reservationId) };
+  }
+
   beforeAll(async () => {
     projectAId = (await new KeystoneSession({ credentials: rigCredentials('leasekeeper-project-a') }).authenticate()).projectId;
     asA = apiClient(stack().url, { 'x-project-id': projectAId, 'x-user-id': 'user-a' });
@@ -78,7 +82,7 @@ describe('healing instance reservations with the rig', () => {
   }, 120_000);
 
   afterEach(async () => {
-    for (const host of [...forced]) await forceDown(host, false);
+    await restoreAll();
     await deleteAllLeases(asA);
   }, 240_000);
 
@@ -97,13 +101,26 @@ describe('healing instance reservations with the rig', () => {
     expect(healed.degraded).toBe(true);
   }, 240_000);
 
+  it('puts the slots of an active reservation back in Placement and in its aggregate when changed by hand', async () => {
+    const { id, reservationId, resourceClass } = await activeInstanceLease(2);
+    const [first, second] = [...(await lease(id)).reservations[0].hosts].sort();
+    await until('the slots open', async () => ((await slotInventory(first, resourceClass)) === 1 && (await aggregateHosts(reservationId)).includes(second) ? true : undefined));
+
+    // By hand: three slots on the first host, the second host out of the reservation's aggregate.
+    const [provider] = await admin.placement.listResourceProviders({ name: reservationProviderName(first) });
+    const current = await admin.placement.getInventories(provider.uuid);
+    await admin.placement.putInventories(provider.uuid, current.resource_provider_generation, { ...current.inventories, [resourceClass]: { ...current.inventories[resourceClass], total: 3 } });
+    const aggregate = (await admin.nova.listAggregates()).find((a) => a.name === reservationId)!;
+    await admin.nova.removeHostFromAggregate(aggregate.id, second);
+    expect(await slotInventory(first, resourceClass)).toBe(3);
+
+    await until('the slots put back', async () => ((await slotInventory(first, resourceClass)) === 1 && (await aggregateHosts(reservationId)).includes(second) ? true : undefined));
+    expect(await aggregateHosts(reservationId)).toEqual([first, second]);
+    expect(await slotInventory(second, resourceClass)).toBe(1);
+  }, 240_000);
+
   it('moves a slot of an active reservation off a failed host, with its inventory, and leaves the slot its server holds there', async () => {
-    const created = await instanceLease('now', inSeconds(3600), 2);
-    expect(created.status).toBe(201);
-    const { id } = created.body.lease;
-    const reservationId: string = created.body.lease.reservations[0].id;
-    const resourceClass = reservationResourceClass(reservationId);
-    await until('the lease active', async () => ((await lease(id)).status === 'ACTIVE' ? true : undefined), 120_000);
+    const { id, reservationId, resourceClass } = await activeInstanceLease(2);
     const held: string[] = [...(await lease(id)).reservations[0].hosts].sort();
     const server: Server = await bootServer(projectA, { flavor: `reservation:${reservationId}` }, (serverId) => servers.push({ clients: projectA, id: serverId }));
     expect(server.status).toBe('ACTIVE');

@@ -12,13 +12,13 @@ import { physicalHostWatch } from '../../src/resources/physical-host/health';
 import { virtualServerPlugin } from '../../src/resources/virtual-server';
 import { startNoticeReceiver, type NoticeReceiver } from '../support/notice-receiver';
 import { apiClient, deleteAllLeases, eventually, inSeconds, useTestStack } from '../support/stack';
-import { bandwidthProviderName, bootServer, deleteServers, providerNamed, rigClients, uniqueName, rigCredentials } from './support';
+import { bandwidthProviderName, bootServer, computeForcing, deleteServers, providerNamed, rigClients, rigCredentials, uniqueName } from './support';
 
 describe('healing server and bandwidth reservations with the rig', () => {
   const admin = rigClients('leasekeeper-admin');
   const projectA = rigClients('leasekeeper-project-a');
   const servers: string[] = [];
-  const forced = new Set<string>();
+  const { forceDown, restoreAll } = computeForcing(admin);
   let receiver: NoticeReceiver;
   let asA: ReturnType<typeof apiClient>;
   let network: Network;
@@ -27,13 +27,6 @@ describe('healing server and bandwidth reservations with the rig', () => {
     receiver = await startNoticeReceiver();
   });
   afterAll(() => receiver?.close());
-
-  async function forceDown(host: string, down: boolean): Promise<void> {
-    const [service] = await admin.nova.listServices({ binary: 'nova-compute', host });
-    await admin.nova.updateService(service.id, { forced_down: down });
-    if (down) forced.add(host);
-    else forced.delete(host);
-  }
 
   const stack = useTestStack(
     () => ({
@@ -47,7 +40,7 @@ describe('healing server and bandwidth reservations with the rig', () => {
     }),
     {
       beforeStop: async () => {
-        for (const host of [...forced]) await forceDown(host, false);
+        await restoreAll();
         await deleteAllLeases(asA);
         await deleteServers(servers.map((id) => ({ clients: admin, id })));
         for (const port of network ? await admin.neutron.listPorts({ network_id: network.id }) : []) await admin.neutron.deletePort(port.id).catch(() => undefined);
@@ -68,7 +61,7 @@ describe('healing server and bandwidth reservations with the rig', () => {
   });
 
   afterEach(async () => {
-    for (const host of [...forced]) await forceDown(host, false);
+    await restoreAll();
     await deleteAllLeases(asA);
     await deleteServers(servers.splice(0).map((id) => ({ clients: admin, id })));
   }, 240_000);

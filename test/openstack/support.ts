@@ -195,3 +195,21 @@ export function hostLeaseStack(admin: OpenStackClients, aggregates: { freepool: 
     },
   );
 }
+
+/**
+ * Forces rig compute services down (what an operator or a fencing agent does to a dead host) and
+ * remembers which, so that a test puts every one back up whatever happens (`restoreAll`).
+ */
+export function computeForcing(admin: OpenStackClients) {
+  const forced = new Set<string>();
+  async function forceDown(host: string, down: boolean): Promise<void> {
+    const [service] = await admin.nova.listServices({ binary: 'nova-compute', host });
+    await admin.nova.updateService(service.id, { forced_down: down });
+    if (down) forced.add(host);
+    else forced.delete(host);
+  }
+  const restoreAll = async (): Promise<void> => {
+    for (const host of [...forced]) await forceDown(host, false);
+  };
+  return { forceDown, restoreAll };
+}

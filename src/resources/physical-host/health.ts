@@ -67,6 +67,20 @@ export type HostProblemSource = { nova: () => NovaClient } | { calendarOnly: (ho
 
 export function physicalHostWatch(deps: { pool: Pool; source: HostProblemSource; freepool: string; failed: FailedAggregate; notices?: NoticeSettings }): HostWatch {
   const { source } = deps;
+  /** A host up again: out of the failed aggregate into the pool, if a heal set it aside. */
+  async function recovered(hostId: string): Promise<void> {
+    if (sharedHostName(hostId) !== undefined) return; // in no aggregate of ours
+    const [host] = await listHosts(deps.pool, { id: hostId });
+    if (!host || !('nova' in source)) return;
+    const nova = source.nova();
+    const failed = await findAggregate(nova, deps.failed.name);
+    if (!failed?.hosts.includes(computeHostName(host))) return; // never replaced: it stayed where its bookings put it
+    const pool = await findAggregate(nova, deps.freepool);
+    if (!pool) throw new Error(`the reservable pool aggregate ${deps.freepool} is missing`);
+    await addHost(nova, pool, computeHostName(host));
+    await removeHost(nova, failed, computeHostName(host));
+  }
+
   return {
     /** Enrolled hosts (by id), and the compute hosts that carry quantity bookings (by `compute:<name>`). */
     async observe(): Promise<HostObservation[]> {
@@ -93,18 +107,7 @@ export function physicalHostWatch(deps: { pool: Pool; source: HostProblemSource;
       else await recordHostState(deps.pool, { hostId: change.hostId, state: change.state, sinceMs: change.sinceMs, reason: change.reason });
     },
 
-    async recovered(hostId: string): Promise<void> {
-      if (sharedHostName(hostId) !== undefined) return; // in no aggregate of ours
-      const [host] = await listHosts(deps.pool, { id: hostId });
-      if (!host || !('nova' in source)) return;
-      const nova = source.nova();
-      const failed = await findAggregate(nova, deps.failed.name);
-      if (!failed?.hosts.includes(computeHostName(host))) return; // never replaced: it stayed where its bookings put it
-      const pool = await findAggregate(nova, deps.freepool);
-      if (!pool) throw new Error(`the reservable pool aggregate ${deps.freepool} is missing`);
-      await addHost(nova, pool, computeHostName(host));
-      await removeHost(nova, failed, computeHostName(host));
-    },
+    recovered,
 
     async notify(change, leaseIds) {
       if (!deps.notices) return;
@@ -142,7 +145,7 @@ export function physicalHostWatch(deps: { pool: Pool; source: HostProblemSource;
       }
       await recordComputeDisabled(deps.pool, windowId, null);
       const [host] = await listHosts(deps.pool, { id: hostId });
-      if (host?.state === 'up') await this.recovered(hostId); // set aside by a heal during the window: back to the pool
+      if (host?.state === 'up') await recovered(hostId); // set aside by a heal during the window: back to the pool
       return { leaseIds: host ? await leasesHoldingHosts(deps.pool, [hostId]) : [] };
     },
 

@@ -167,6 +167,37 @@ async function slotsInUse(placement: PlacementClient, host: HostSlots, resourceC
   return (await placement.getProviderUsages(provider.uuid)).usages[resourceClass] ?? 0;
 }
 
+/** The reservation's slots as inventory on the host (0 when it has no slot provider). */
+async function slotInventory(placement: PlacementClient, host: HostSlots, resourceClass: string): Promise<number> {
+  const provider = (await placement.listResourceProviders({ name: reservationProviderName(host.hypervisorHostname) }))[0];
+  if (!provider) return 0;
+  return (await placement.getInventories(provider.uuid)).inventories[resourceClass]?.total ?? 0;
+}
+
+/**
+ * How Nova and Placement differ from an active reservation's booking (what openSlots would put
+ * right): each booked host in the aggregate with its slots as inventory, each host it left out of
+ * the aggregate with no more inventory than its servers hold. Undefined: they agree.
+ */
+export async function slotDrift(cloud: InstanceCloud, reservationId: string, hosts: HostSlots[], formerHosts: HostSlots[]): Promise<string | undefined> {
+  const resourceClass = reservationResourceClass(reservationId);
+  const aggregate = await findAggregate(cloud.nova, reservationId);
+  if (!aggregate) return 'its aggregate is gone';
+  const found: string[] = [];
+  for (const host of hosts) {
+    const total = await slotInventory(cloud.placement, host, resourceClass);
+    if (total !== host.slots) found.push(`${host.hypervisorHostname} has ${total} slot(s) in Placement, ${host.slots} booked`);
+    if (!aggregate.hosts.includes(host.computeHost)) found.push(`${host.hypervisorHostname} is out of its aggregate`);
+  }
+  const kept = new Set(hosts.map((h) => h.computeHost));
+  for (const host of formerHosts.filter((h) => !kept.has(h.computeHost))) {
+    const [total, inUse] = [await slotInventory(cloud.placement, host, resourceClass), await slotsInUse(cloud.placement, host, resourceClass)];
+    if (total > inUse) found.push(`${host.hypervisorHostname} has ${total} slot(s) in Placement after it left (servers hold ${inUse})`);
+    if (aggregate.hosts.includes(host.computeHost)) found.push(`${host.hypervisorHostname} is still in its aggregate after it left`);
+  }
+  return found.length > 0 ? found.join('; ') : undefined;
+}
+
 async function aggregateOf(nova: NovaClient, reservationId: string): Promise<Aggregate> {
   const aggregate = await findAggregate(nova, reservationId);
   if (!aggregate) throw new Error(`the aggregate of reservation ${reservationId} is gone (made at admission)`);
