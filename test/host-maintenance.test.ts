@@ -75,6 +75,10 @@ describe('maintenance windows', () => {
       return lease.reservations[0].host_ids[0] === other ? lease : undefined;
     });
     expect(moved.reservations[0]).toMatchObject({ resources_changed: true, missing_resources: false });
+    // Its owner hears where it went, once for this set of hosts.
+    const healed = await eventually(() => Promise.resolve(receiver!.received.find((n) => n.body.event_type === 'lease.healed' && n.body.payload.lease_id === id)));
+    expect(healed.body.payload).toMatchObject({ hosts: [moved.reservations[0].hosts[0]], hosts_removed: [created.body.lease.reservations[0].hosts[0]], hosts_added: [moved.reservations[0].hosts[0]], status: 'PENDING' });
+    expect(healed.headers['idempotency-key']).toBe(`${id}:${moved.reservations[0].id}:healed:${other}`);
 
     // Admission avoids the window: the only other GPU host is taken, this one is in maintenance.
     const refused = await api('POST', '/v1/leases', { name: 'no-room', start_date: inSeconds(7200), end_date: inSeconds(8000), reservations: [hostReservation({ resource_properties: GPU })] });

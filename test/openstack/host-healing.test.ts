@@ -163,6 +163,9 @@ describe('host monitor and healing with the rig', () => {
     expect(await aggregateHosts(freepool)).not.toContain(failing);
     expect(await aggregateHosts(freepool)).not.toContain(replacement);
     expect(await doubleBookings(stack().db.pool)).toEqual([]);
+    // The lessee hears which host left the lease and which replaced it.
+    const healedNotice = await until('the lease.healed notice', () => Promise.resolve(receiver.received.find((n) => n.body.event_type === 'lease.healed' && n.body.payload.lease_id === lease.id)));
+    expect(healedNotice.body.payload).toMatchObject({ hosts: [replacement], hosts_removed: [failing], hosts_added: [replacement], status: 'ACTIVE' });
 
     await forceDown(failing, false);
     // Into the pool first, then out of the failed aggregate (never in no aggregate).

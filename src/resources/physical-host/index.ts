@@ -16,7 +16,7 @@ import {
   SERVER_DELETE_PASS_MS,
   type EndAggregates,
 } from './aggregates';
-import { sendLeaseNotice, type NoticeSettings } from '../shared/notifications';
+import { sendLeaseNotice, type LeaseNotice, type NoticeSettings } from '../shared/notifications';
 import { beforeEndAction, refuseNotifyWithoutEndpoint, type BeforeEndAction } from '../shared/params';
 import { DEFAULT_SERVER_DELETE_TIMEOUT_MS, failIfDeletionOverdue } from '../shared/server-deletion';
 import { snapshotServersOnHosts } from '../shared/server-snapshots';
@@ -149,32 +149,32 @@ export function physicalHostPlugin(deps: PhysicalHostDeps): ResourcePlugin {
     }
   }
 
+  /** A notice to the lessee, best effort: the heal must not wait on a dead receiver, nor be undone by one. */
+  async function tellLessee(ctx: HookContext, notice: Omit<LeaseNotice, 'ctx'>): Promise<void> {
+    if (!deps.notices) return;
+    try {
+      await sendLeaseNotice({ ...deps.notices, timeoutMs: 5_000 }, { ...notice, ctx });
+    } catch (err) {
+      ctx.reportProgress({ noticeFailed: notice.event, error: (err as Error).message });
+    }
+  }
+
   /**
    * Tells the lessee, once per degradation, which booked hosts it cannot count on, why (failed, out
-   * of admission, or the maintenance windows), and where the same lease would fit instead. Best
-   * effort: the heal must not wait on a dead receiver, nor be undone by one.
+   * of admission, or the maintenance windows), and where the same lease would fit instead.
    */
   async function tellDegraded(ctx: HookContext, lost: Array<{ id: string; hypervisor_hostname: string }>, alternative?: Record<string, unknown>): Promise<void> {
-    if (!deps.notices) return;
     const lostIds = new Set(lost.map((h) => h.id));
     const windows = (await windowsOverReservation(deps.pool, ctx.reservation.id)).filter((w) => lostIds.has(w.host_id));
-    try {
-      await sendLeaseNotice(
-        { ...deps.notices, timeoutMs: 5_000 },
-        {
-          event: 'degraded',
-          ctx,
-          keySuffix: lost.map((h) => h.id).sort().join(','),
-          details: {
-            hosts: lost.map((h) => h.hypervisor_hostname),
-            maintenance: windows.map((w) => ({ id: w.id, host: w.hypervisor_hostname, start_date: new Date(w.start_ms).toISOString(), end_date: new Date(w.end_ms).toISOString(), reason: w.reason })),
-            ...(alternative ? { alternative } : {}),
-          },
-        },
-      );
-    } catch (err) {
-      ctx.reportProgress({ degradedNoticeFailed: (err as Error).message });
-    }
+    await tellLessee(ctx, {
+      event: 'degraded',
+      keySuffix: lost.map((h) => h.id).sort().join(','),
+      details: {
+        hosts: lost.map((h) => h.hypervisor_hostname),
+        maintenance: windows.map((w) => ({ id: w.id, host: w.hypervisor_hostname, start_date: new Date(w.start_ms).toISOString(), end_date: new Date(w.end_ms).toISOString(), reason: w.reason })),
+        ...(alternative ? { alternative } : {}),
+      },
+    });
   }
 
   return {
@@ -236,6 +236,16 @@ export function physicalHostPlugin(deps: PhysicalHostDeps): ResourcePlugin {
         }
       }
       if (stillFailed.length > 0 && ctx.reservation.missing_resources !== true) await tellDegraded(ctx, stillFailed, alternative);
+      if (changed) {
+        // Once per new set of hosts: which left the reservation and which replaced them.
+        const before = Array.isArray(ctx.reservation.allocation?.hosts) ? (ctx.reservation.allocation.hosts as string[]) : [];
+        const after = hosts.map((h) => h.hypervisor_hostname);
+        await tellLessee(ctx, {
+          event: 'healed',
+          keySuffix: [...ids].sort().join(','),
+          details: { hosts: after, hosts_removed: before.filter((h) => !after.includes(h)), hosts_added: after.filter((h) => !before.includes(h)), status: ctx.leaseStatus },
+        });
+      }
       return {
         allocation: { hosts: hosts.map((h) => h.hypervisor_hostname), host_ids: ids },
         resourceKeys: ids.map((id) => `host:${id}`),

@@ -15,8 +15,11 @@ export interface NoticeSettings {
 }
 
 export interface LeaseNotice {
-  /** `before_end_lease` (Blazar's lease.event.before_end_lease), or `degraded` (lease.degraded: resources it was promised are missing). */
-  event: 'before_end_lease' | 'degraded';
+  /**
+   * `before_end_lease` (Blazar's lease.event.before_end_lease), `degraded` (lease.degraded:
+   * resources it was promised are missing) or `healed` (lease.healed: healing replaced some).
+   */
+  event: 'before_end_lease' | 'degraded' | 'healed';
   ctx: ReservationContext;
   details: Record<string, unknown>;
   /** Tells apart notices of one event that recur (a lease degraded again, on other hosts). */
@@ -27,7 +30,7 @@ export async function sendLeaseNotice(settings: NoticeSettings | undefined, noti
   if (!settings) throw ApplicationFailure.nonRetryable('notify needs a notification endpoint (LK_NOTIFY_URL), and none is set', 'NoticesNotConfigured');
   const { ctx } = notice;
   await sendNotice(settings, {
-    eventType: notice.event === 'degraded' ? 'lease.degraded' : `lease.event.${notice.event}`,
+    eventType: notice.event === 'before_end_lease' ? `lease.event.${notice.event}` : `lease.${notice.event}`,
     payload: {
       lease_id: ctx.leaseId,
       lease_name: ctx.leaseName,
