@@ -41,7 +41,7 @@ describe('host monitor and healing with the rig', () => {
         LK_DRIFT_CHECK_MINUTES: '0.02',
       },
       withPool: (pool) => [
-        physicalHostPlugin({ pool, settings: { cleaningMs: 0, randomChoice: false }, cloud: () => admin, freepool, failedAggregate, endAggregates: { closedProjectId: CLOSED_PROJECT } }),
+        physicalHostPlugin({ pool, settings: { cleaningMs: 0, randomChoice: false }, cloud: () => admin, freepool, failedAggregate, endAggregates: { closedProjectId: CLOSED_PROJECT }, notices: { url: receiver.url } }),
       ],
       hostWatch: (pool) => physicalHostWatch({ pool, source: { nova: () => admin.nova }, freepool, failed: { name: failedAggregate, closedProjectId: CLOSED_PROJECT }, notices: { url: receiver.url } }),
       openstack: () => admin,
