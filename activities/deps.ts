@@ -1,6 +1,8 @@
 import type { Pool } from '../src/db/pool';
 import type { EventType } from '../src/domain/lease';
 import type { HostWatch, ResourcePlugins } from '../src/domain/resource-plugin';
+import type { NoticeService } from '../src/notifications/service';
+import type { UsagePolicyEnforcer } from '../src/policy/enforcement';
 
 /** What activities are given by the worker that hosts them. */
 export interface ActivityDeps {
@@ -9,6 +11,10 @@ export interface ActivityDeps {
   plugins: ResourcePlugins;
   /** How the host monitor sees enrolled hosts (none without OpenStack: the monitor is not started). */
   hostWatch?: HostWatch;
+  /** Lease and host notices (none: nothing is announced). */
+  notices?: NoticeService;
+  /** The usage policy, checked when a change a user asked for is recorded (none: no rules). */
+  usagePolicy?: UsagePolicyEnforcer;
   /** Told when a lease event has begun, how late (the worker's metrics); none in tests. */
   eventStarted?: (eventType: EventType, lagMs: number) => void;
 }

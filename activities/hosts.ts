@@ -8,8 +8,9 @@ import { log } from '@temporalio/activity';
 import { ApplicationFailure } from '@temporalio/common';
 import type { HostObservation, HostStateChange } from '../src/domain/host-health';
 import type { DriftCheck, HostWatch, MaintenanceBegun, ResourcePlugins } from '../src/domain/resource-plugin';
+import type { NoticeService } from '../src/notifications/service';
 
-export function hostActivities({ hostWatch, plugins }: { hostWatch?: HostWatch; plugins: ResourcePlugins }) {
+export function hostActivities({ hostWatch, plugins, notices }: { hostWatch?: HostWatch; plugins: ResourcePlugins; notices?: NoticeService }) {
   const watch = (): HostWatch => {
     if (!hostWatch) throw ApplicationFailure.nonRetryable('this worker watches no hosts (it has no OpenStack)', 'NoHostWatch');
     return hostWatch;
@@ -18,7 +19,8 @@ export function hostActivities({ hostWatch, plugins }: { hostWatch?: HostWatch; 
     observeHosts: (): Promise<HostObservation[]> => watch().observe(),
     recordHostState: (change: HostStateChange): Promise<void> => watch().record(change),
     returnRecoveredHost: (hostId: string): Promise<void> => watch().recovered(hostId),
-    notifyHostChange: ({ change, leaseIds }: { change: HostStateChange; leaseIds: string[] }): Promise<void> => watch().notify(change, leaseIds),
+    /** Announced to the deployment's listeners; delivered (and retried) by the notice's own workflow. */
+    notifyHostChange: async ({ change, leaseIds }: { change: HostStateChange; leaseIds: string[] }): Promise<void> => void (await notices?.announce(watch().noticeOf(change, leaseIds))),
     leasesOnHosts: ({ hostIds, untilMs }: { hostIds: string[]; untilMs?: number }): Promise<string[]> => watch().leasesHolding(hostIds, untilMs),
     leasesToHeal: ({ untilMs }: { untilMs?: number }): Promise<string[]> => watch().leasesToHeal(untilMs),
     beginMaintenance: (windowId: string): Promise<MaintenanceBegun> => watch().beginMaintenance(windowId),

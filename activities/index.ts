@@ -6,6 +6,7 @@ import { LeaseErrorType } from '../src/domain/lease';
 import type { ActivityDeps } from './deps';
 import { hostActivities } from './hosts';
 import { leaseActivities } from './leases';
+import { noticeActivities } from './notices';
 import { reservationActivities } from './reservations';
 import { selfCheckActivities } from './selfcheck';
 
@@ -18,6 +19,7 @@ export function createActivities(deps: ActivityDeps) {
     ...leaseActivities(deps),
     ...reservationActivities(deps),
     ...hostActivities(deps),
+    ...noticeActivities(deps),
   });
 }
 

@@ -3,14 +3,34 @@
  * lease's version, so a retried or late write of an older state changes nothing (idempotent).
  */
 import { ApplicationFailure } from '@temporalio/common';
-import { leaseConflict, LeaseErrorType, type Lease } from '../src/domain/lease';
+import { leaseConflict, LeaseErrorType, type Lease, type RecordPolicy } from '../src/domain/lease';
 import * as leaseRows from '../src/db/leases';
+import { PolicyServiceUnavailable, UsagePolicyRefusal } from '../src/policy/enforcement';
 import type { ActivityDeps } from './deps';
 
-export function leaseActivities({ pool, eventStarted }: ActivityDeps) {
+/** The usage policy's refusals: 403 (LeaseErrorType.policy), or 400 for Blazar's max_lease_duration, as Blazar answers it. */
+function policyFailure(err: UsagePolicyRefusal): ApplicationFailure {
+  const { refusal } = err;
+  return ApplicationFailure.create({ type: refusal.status === 400 ? LeaseErrorType.invalid : LeaseErrorType.policy, message: refusal.message, nonRetryable: true, details: [refusal.details] });
+}
+
+export function leaseActivities({ pool, eventStarted, usagePolicy }: ActivityDeps) {
+  /** Saves the row; with `policy`, only if the usage policy allows the change (in the same transaction). */
+  async function save(lease: Lease, policy?: RecordPolicy): Promise<leaseRows.SaveLeaseOutcome> {
+    if (!policy || !usagePolicy) return leaseRows.saveLease(pool, lease);
+    try {
+      return await usagePolicy.recordWithinPolicy({ next: lease, previous: policy.previous, byAdmin: policy.byAdmin }, (client) => leaseRows.saveLease(client, lease));
+    } catch (err) {
+      if (err instanceof UsagePolicyRefusal) throw policyFailure(err);
+      // Final for this request (the caller tries again later): a retry here would hold the lease's lock for the service's time-outs.
+      if (err instanceof PolicyServiceUnavailable) throw ApplicationFailure.nonRetryable(err.message, 'PolicyServiceUnavailable');
+      throw err;
+    }
+  }
+
   return {
-    async recordLease(lease: Lease): Promise<void> {
-      const outcome = await leaseRows.saveLease(pool, lease);
+    async recordLease(lease: Lease, policy?: RecordPolicy): Promise<void> {
+      const outcome = await save(lease, policy);
       if (outcome === 'saved' && eventStarted) {
         // The write that began an event: the workflow stamps it with the version's own time, and a retry is `stale`.
         for (const event of lease.events) {

@@ -8,6 +8,10 @@ import { Context } from '@temporalio/activity';
 import { ApplicationFailure } from '@temporalio/common';
 import { OpenStackConfigError, OpenStackError, publicMessage, ResourceFailedError, WaitTimeoutError, withoutInternals } from '../src/openstack/errors';
 import { invalidLease } from '../src/domain/lease';
+import type { ReservationNotice } from '../src/domain/notices';
+import { findLease } from '../src/db/leases';
+import type { Pool } from '../src/db/pool';
+import type { NoticeService } from '../src/notifications/service';
 import type { EndOutcome, EndRequest, HealOutcome, HookContext, ReservationContext, ReserveResult, ResourcePlugin, ResourcePlugins, StartOutcome, StepOutcome } from '../src/domain/resource-plugin';
 
 /** How often a running hook tells the server its worker is alive (the workflow sets a heartbeat timeout a few times longer). */
@@ -37,7 +41,26 @@ async function classified<T>(hook: () => Promise<T>): Promise<T> {
   }
 }
 
-export function reservationActivities({ plugins }: { plugins: ResourcePlugins }) {
+export function reservationActivities({ plugins, notices, pool }: { plugins: ResourcePlugins; notices?: NoticeService; pool: Pool }) {
+  /** A hook's notice as one of its lease: the lease as last recorded in the payload, the reservation named. */
+  async function announce(ctx: ReservationContext, { eventType, details, key }: ReservationNotice): Promise<void> {
+    if (!notices) return;
+    try {
+      const lease = await findLease(pool, ctx.leaseId);
+      await notices.announce({
+        id: [ctx.leaseId, ctx.reservation.id, eventType, ...(key ? [key] : [])].join(':'),
+        eventType,
+        occurredMs: Date.now(),
+        projectId: ctx.projectId,
+        ...(lease ? { lease } : {}),
+        details: { reservation_id: ctx.reservation.id, resource_type: ctx.reservation.resource_type, ...details },
+      });
+    } catch (err) {
+      // Best effort: the hook's work (a heal, a before-end action) must not be undone by a notice.
+      Context.current().log.warn('a reservation notice could not be announced', { leaseId: ctx.leaseId, eventType, error: (err as Error).message });
+    }
+  }
+
   function pluginFor(ctx: ReservationContext): ResourcePlugin {
     const plugin = plugins.get(ctx.reservation.resource_type);
     if (!plugin) {
@@ -50,6 +73,7 @@ export function reservationActivities({ plugins }: { plugins: ResourcePlugins })
   function hookContext<T extends ReservationContext>(ctx: T): T & HookContext {
     return {
       ...ctx,
+      announce: (notice) => announce(ctx, notice),
       reportProgress: (details) => {
         const activity = Context.current();
         if (!activity.info.isLocal) activity.heartbeat(details);

@@ -13,13 +13,17 @@ const PLATFORM = ['src/config.ts', 'src/log.ts', 'src/paths.ts', 'src/temporal.t
 
 /** Each layer (a folder, or a file), with what it may import (folders, files, or patterns of files); `typesOnly`: allowed as `import type` only. */
 const LAYERS = [
-  { layer: 'src/api', may: [/^workflows\/[^/]+\/messages\.ts$/, 'src/resources', 'src/db', 'src/openstack', 'src/domain', ...PLATFORM] },
+  { layer: 'src/api', may: [/^workflows\/[^/]+\/messages\.ts$/, 'src/resources', 'src/policy', 'src/notifications', 'src/db', 'src/openstack', 'src/domain', ...PLATFORM] },
   // The migration from Blazar, beside the API: it writes through the stores and starts lease workflows as the API does.
   { layer: 'src/import', may: [/^workflows\/[^/]+\/messages\.ts$/, 'src/api/lease-commands.ts', 'src/resources', 'src/db', 'src/domain', ...PLATFORM] },
-  { layer: 'worker', may: ['activities', 'workflows', 'src/resources', 'src/db', 'src/openstack', 'src/domain', ...PLATFORM] },
+  { layer: 'worker', may: ['activities', 'workflows', 'src/resources', 'src/policy', 'src/notifications', 'src/db', 'src/openstack', 'src/domain', ...PLATFORM] },
   { layer: 'workflows', may: ['src/domain'], typesOnly: ['activities'] },
-  { layer: 'activities', may: ['src/resources', 'src/db', 'src/openstack', 'src/domain', ...PLATFORM] },
+  { layer: 'activities', may: ['src/resources', 'src/policy', 'src/notifications', 'src/db', 'src/openstack', 'src/domain', ...PLATFORM] },
   { layer: 'src/resources', may: ['src/db', 'src/openstack', 'src/domain', ...PLATFORM] },
+  // The usage policy (rules, Blazar's external filter), beside the resource types: the activities and the API use it.
+  { layer: 'src/policy', may: ['src/db', 'src/domain', ...PLATFORM] },
+  // Notices' delivery (webhooks, oslo.messaging), beside the resource types: the activities deliver, the API keeps projects' webhooks.
+  { layer: 'src/notifications', may: ['src/db', 'src/domain', ...PLATFORM] },
   { layer: 'src/db', may: ['src/domain', ...PLATFORM] },
   { layer: 'src/openstack', may: ['src/domain', ...PLATFORM] },
   { layer: 'src/temporal.ts', may: ['src/domain', 'src/config.ts'] },

@@ -68,6 +68,23 @@ const envSchema = z.object({
   // Members' leases (admins are exempt): longest duration, and how far ahead a lease may start.
   LK_MAX_LEASE_DURATION_DAYS: z.coerce.number().positive().max(36_500).default(365),
   LK_MAX_ADVANCE_DAYS: z.coerce.number().min(0).max(36_500).default(365),
+  // The usage policy (README "Usage policy"): rules per deployment and per project, in YAML; and
+  // Blazar's external filter (a policy service asked at create, update and end). Both are read and
+  // checked by src/policy when the worker and the API start.
+  LK_POLICY_FILE: z.string().min(1).max(4_096).optional(),
+  // When an active lease warns before its end (lease.event.before_end_lease notices) unless it
+  // names its own `notify_before_end`: a comma list of durations ("48h,1h", as Chameleon warns); "none": never.
+  LK_NOTIFY_BEFORE_END: z
+    .string()
+    .regex(/^(none|\d{1,6}[mhdw](,\d{1,6}[mhdw]){0,4})$/, 'expected "none" or up to 5 durations such as "48h,1h"')
+    .default('48h,1h'),
+  LK_POLICY_EXTERNAL_URL: z.string().max(2_048).optional(),
+  LK_POLICY_EXTERNAL_CHECK_CREATE_URL: z.string().max(2_048).optional(),
+  LK_POLICY_EXTERNAL_CHECK_UPDATE_URL: z.string().max(2_048).optional(),
+  LK_POLICY_EXTERNAL_ON_END_URL: z.string().max(2_048).optional(),
+  LK_POLICY_EXTERNAL_TOKEN: z.string().max(4_096).optional(),
+  LK_POLICY_EXTERNAL_TIMEOUT_MS: z.string().max(16).optional(),
+  LK_POLICY_EXTERNAL_FAIL: z.string().max(16).optional(),
   // Reservations in one lease (create and availability search): Blazar needs a handful; each costs the calendar's search work.
   LK_MAX_RESERVATIONS_PER_LEASE: positiveInt.max(1_000).default(50),
 
@@ -124,6 +141,33 @@ const envSchema = z.object({
   // Bandwidth reservations (`network:bandwidth`): how many candidate hosts the start tries to bind the ports on.
   LK_BANDWIDTH_BIND_ATTEMPTS: z.coerce.number().int().min(1).max(20).default(3),
 
+  // Notices (src/notifications): every lease event and the host monitor's, delivered to webhooks and
+  // to oslo.messaging, retried for LK_NOTICE_RETRY_HOURS. The deployment's webhooks (≤ 10, and
+  // LK_NOTIFY_URL, today's endpoint) are trusted; projects' own (`PUT /v1/projects/{id}/webhooks`)
+  // may not reach private, loopback or link-local addresses unless LK_WEBHOOK_ALLOW_PRIVATE=true
+  // (no request into the cloud's control plane). oslo.messaging as Blazar's notifier publishes:
+  // oslo's control_exchange (Blazar keeps oslo's default, `openstack`), topics `<topic>.<priority>`.
+  LK_WEBHOOK_URLS: z
+    .string()
+    .max(10 * 2_049)
+    .superRefine((value, ctx) => {
+      const problem = webhookUrlListProblem(value);
+      if (problem) ctx.addIssue({ code: 'custom', message: problem });
+    })
+    .optional(),
+  LK_WEBHOOK_SECRET: z.string().min(16).max(256).optional(),
+  LK_NOTICE_TIMEOUT_MS: positiveInt.max(300_000).default(10_000),
+  LK_NOTICE_RETRY_HOURS: z.coerce.number().min(0.001).max(720).default(24),
+  LK_WEBHOOK_ALLOW_PRIVATE: z.enum(['true', 'false']).default('false'),
+  LK_NOTIFICATION_TRANSPORT_URL: z
+    .string()
+    .max(2_048)
+    .regex(/^(rabbit|amqp):\/\/[^\s/?#]+(\/[^\s?#]*)?(\?[^\s#]*)?$/, "expected rabbit://user:password@host:port/vhost (oslo.messaging's transport_url)")
+    .optional(),
+  LK_NOTIFICATION_EXCHANGE: z.string().regex(/^[\w.:-]{1,255}$/, 'expected an exchange name (letters, digits, _ . : -)').default('openstack'),
+  LK_NOTIFICATION_TOPICS: z.string().max(1_024).regex(/^[\w.:-]{1,200}(,[\w.:-]{1,200}){0,9}$/, 'expected at most 10 topics, comma-separated').default('notifications'),
+  LK_NOTIFICATION_PUBLISHER_ID: z.string().regex(/^[\x21-\x7e]{1,255}$/, 'expected at most 255 printable ASCII characters, no spaces').default('blazar.lease'),
+
   // How long a health check may wait for each dependency; a deep check (a workflow) runs at most
   // once per interval, its result shared by every caller meanwhile.
   LK_HEALTH_TIMEOUT_MS: positiveInt.default(2_000),
@@ -152,7 +196,11 @@ function toConfig(env: z.infer<typeof envSchema>) {
       server: { requestTimeoutMs: env.LK_API_REQUEST_TIMEOUT_MS, headersTimeoutMs: env.LK_API_HEADERS_TIMEOUT_MS, maxConnections: env.LK_API_MAX_CONNECTIONS },
     },
     maxReservationsPerLease: env.LK_MAX_RESERVATIONS_PER_LEASE,
+    /** Warnings before the end a lease gets unless it asks otherwise (durations as written). */
+    notifyBeforeEnd: env.LK_NOTIFY_BEFORE_END === 'none' ? [] : env.LK_NOTIFY_BEFORE_END.split(','),
     leaseLimits: { maxDurationMs: env.LK_MAX_LEASE_DURATION_DAYS * 86_400_000, maxAdvanceMs: env.LK_MAX_ADVANCE_DAYS * 86_400_000 },
+    /** The usage policy's settings as written: src/policy reads the file and checks them all at start. */
+    policy: Object.fromEntries(Object.entries(env).filter(([name]) => name.startsWith('LK_POLICY_'))) as Partial<Record<`LK_POLICY_${string}`, string>>,
     dataDir: env.LK_DATA_DIR,
     cacheDir: env.LK_CACHE_DIR ?? path.join(env.HOME ?? os.homedir(), '.cache', 'leasekeeper'),
     temporal: {
@@ -204,8 +252,47 @@ function toConfig(env: z.infer<typeof envSchema>) {
       driftMode: env.LK_DRIFT_REPAIR,
       notificationsUrl: env.LK_NOVA_NOTIFICATIONS_URL,
     },
+    notices: noticeSettings(env),
     healthTimeoutMs: env.LK_HEALTH_TIMEOUT_MS,
     healthDeepIntervalMs: env.LK_HEALTH_DEEP_INTERVAL_SECONDS * 1000,
+  };
+}
+
+/** What a deployment webhook URL list (LK_WEBHOOK_URLS) gets wrong, if anything. */
+function webhookUrlListProblem(value: string): string | undefined {
+  const urls = splitList(value);
+  if (urls.length > 10) return `at most 10 webhook URLs, not ${urls.length}`;
+  for (const url of urls) {
+    let parsed: URL;
+    try {
+      parsed = new URL(url);
+    } catch {
+      return `${JSON.stringify(url.slice(0, 100))} is not a URL`;
+    }
+    if (!['http:', 'https:'].includes(parsed.protocol)) return `${JSON.stringify(url.slice(0, 100))}: expected http:// or https://`;
+    // A webhook authenticates us by LK_WEBHOOK_SECRET's signature; credentials in a URL end up in logs.
+    if (parsed.username || parsed.password) return 'a webhook URL carries no credentials (the receiver checks the signature, LK_WEBHOOK_SECRET)';
+    if (url.length > 2_048) return 'a webhook URL has at most 2048 characters';
+  }
+  return undefined;
+}
+
+const splitList = (value: string) => value.split(',').map((part) => part.trim()).filter((part) => part !== '');
+
+function noticeSettings(env: z.infer<typeof envSchema>) {
+  // Today's endpoint (LK_NOTIFY_URL) hears every notice too, as one more deployment webhook: nothing it heard is lost.
+  const webhooks = [...new Set([...splitList(env.LK_WEBHOOK_URLS ?? ''), ...(env.LK_NOTIFY_URL ? [env.LK_NOTIFY_URL] : [])].map((url) => new URL(url).href))];
+  return {
+    /** The deployment's webhooks, trusted (no address check): notice targets `deployment:<index>`. */
+    deploymentWebhooks: webhooks,
+    /** Their HMAC key (X-Leasekeeper-Signature); unset: unsigned. */
+    deploymentSecret: env.LK_WEBHOOK_SECRET,
+    timeoutMs: env.LK_NOTICE_TIMEOUT_MS,
+    retryForMs: Math.round(env.LK_NOTICE_RETRY_HOURS * 3_600_000),
+    allowPrivate: env.LK_WEBHOOK_ALLOW_PRIVATE === 'true',
+    oslo: env.LK_NOTIFICATION_TRANSPORT_URL
+      ? { transportUrl: env.LK_NOTIFICATION_TRANSPORT_URL, exchange: env.LK_NOTIFICATION_EXCHANGE, topics: splitList(env.LK_NOTIFICATION_TOPICS), publisherId: env.LK_NOTIFICATION_PUBLISHER_ID }
+      : undefined,
   };
 }
 
@@ -239,8 +326,13 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
 
 /** For process entry points: a bad setting ends the process with a one-line message. */
 export function loadConfigOrExit(env: NodeJS.ProcessEnv = process.env): Config {
+  return orExit(() => loadConfig(env));
+}
+
+/** For process entry points: whatever `make` builds from the settings, or the process ends with its ConfigError's one line. */
+export function orExit<T>(make: () => T): T {
   try {
-    return loadConfig(env);
+    return make();
   } catch (err) {
     if (err instanceof ConfigError) {
       process.stderr.write(`leasekeeper: ${err.message}\n`);

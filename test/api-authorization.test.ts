@@ -2,7 +2,7 @@
  * Who may do what, on every route of the API: project A against project B's leases (read, list,
  * page from, update, delete: all as if they did not exist), non-admins against os-hosts (403 on
  * every change and on the host list; only public resource properties), non-admins against
- * floatingips (403 on enrolment and removal), allocations filtered to
+ * floatingips (403 on enrolment and removal), projects' webhooks (their own project's only), allocations filtered to
  * the caller's project, and the admin who sees and changes everything. A route added to the API
  * without a case here fails the last test.
  */
@@ -52,6 +52,16 @@ describe('authorization on every route', () => {
   });
 
   describe.each(['A', 'B'] as const)('project %s against the other project', (caller) => {
+    it("sees only its own project's usage, and may not ask for the other project's", async () => {
+      exercise('GET /usage');
+      const window = `from=${encodeURIComponent('2099-03-01 00:00')}&to=${encodeURIComponent('2099-03-03 00:00')}`;
+      expect((await call(caller, 'GET', `/v1/usage?${window}`)).body.usage.groups.map((g: { project_id: string }) => g.project_id)).toEqual([`project-${caller.toLowerCase()}`]);
+      expect(await call(caller, 'GET', `/v1/usage?${window}&project_id=project-${other(caller).toLowerCase()}`)).toEqual({
+        status: 403,
+        body: { error_code: 403, error_name: 403, error_message: "only admins can see other projects' usage" },
+      });
+    });
+
     const mine = () => leases[caller];
     const theirs = () => leases[other(caller)];
     const notFound = (id: string) => ({ status: 404, body: { error_code: 404, error_name: 404, error_message: `Object with {'lease_id': '${id}'} not found` } });
@@ -192,6 +202,38 @@ describe('authorization on every route', () => {
       expect((await call('A', 'GET', `/v1/floatingips/${FIP_ID}/allocation`)).body.allocation.reservations).toHaveLength(1);
       expect((await call('A', 'DELETE', `/v1/leases/${held.body.lease.id}`)).status).toBe(204);
       expect((await call('admin', 'DELETE', `/v1/floatingips/${FIP_ID}`)).status).toBe(204);
+    });
+  });
+
+  describe('a non-admin and the usage policy', () => {
+    it('reads its own project\'s policy only, and may not set or remove any; nothing changes', async () => {
+      for (const route of ['GET /projects/:projectId/policy', 'PUT /projects/:projectId/policy', 'DELETE /projects/:projectId/policy']) exercise(route);
+      const PROJECT_POLICY = (action: string, suffix = '') => ({ error_code: 403, error_name: 403, error_message: `Policy doesn't allow blazar:projects:policy:${action} to be performed${suffix}.` });
+      expect((await call('admin', 'PUT', '/v1/projects/project-b/policy', { max_hosts: 7 })).status).toBe(200);
+      const before = (await call('admin', 'GET', '/v1/projects/project-b/policy')).body;
+      expect((await call('B', 'GET', '/v1/projects/project-b/policy')).body).toEqual(before);
+      expect(await call('A', 'GET', '/v1/projects/project-b/policy')).toEqual({ status: 403, body: PROJECT_POLICY('get', ": members see their own project's policy only") });
+      for (const caller of ['A', 'B'] as const) {
+        expect(await call(caller, 'PUT', '/v1/projects/project-b/policy', { max_hosts: 1000 })).toEqual({ status: 403, body: PROJECT_POLICY('put') });
+        expect(await call(caller, 'DELETE', '/v1/projects/project-b/policy')).toEqual({ status: 403, body: PROJECT_POLICY('delete') });
+      }
+      expect((await call('admin', 'GET', '/v1/projects/project-b/policy')).body).toEqual(before);
+      expect((await call('admin', 'DELETE', '/v1/projects/project-b/policy')).status).toBe(204);
+    });
+  });
+
+  describe('a non-admin and the webhooks', () => {
+    it("reads and sets its own project's webhooks only, not another project's; nothing changes", async () => {
+      for (const route of ['GET /projects/:projectId/webhooks', 'PUT /projects/:projectId/webhooks']) exercise(route);
+      const WEBHOOKS_POLICY = (action: string) => ({ error_code: 403, error_name: 403, error_message: `Policy doesn't allow blazar:projects:webhooks:${action} to be performed: members see and set their own project's webhooks only.` });
+      expect((await call('B', 'PUT', '/v1/projects/project-b/webhooks', { webhooks: [{ url: 'https://1.1.1.1/hook-of-b' }] })).status).toBe(200);
+      const before = (await call('B', 'GET', '/v1/projects/project-b/webhooks')).body;
+      expect(before.webhooks.map((w: { url: string }) => w.url)).toEqual(['https://1.1.1.1/hook-of-b']);
+      expect(await call('A', 'GET', '/v1/projects/project-b/webhooks')).toEqual({ status: 403, body: WEBHOOKS_POLICY('get') });
+      expect(await call('A', 'PUT', '/v1/projects/project-b/webhooks', { webhooks: [{ url: 'https://1.1.1.1/hook-of-a' }] })).toEqual({ status: 403, body: WEBHOOKS_POLICY('put') });
+      expect((await call('admin', 'GET', '/v1/projects/project-b/webhooks')).body).toEqual(before);
+      expect((await call('A', 'GET', '/v1/projects/project-a/webhooks')).body).toEqual({ webhooks: [] });
+      expect((await call('admin', 'PUT', '/v1/projects/project-b/webhooks', { webhooks: [] })).status).toBe(200);
     });
   });
 

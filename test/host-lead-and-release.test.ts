@@ -99,7 +99,8 @@ describe('before_end: notify', () => {
     receiver = await startNoticeReceiver(1); // the first delivery gets a 503: the activity must retry it
   });
   const stack = useTestStack(() => ({
-    withPool: (pool) => [physicalHostPlugin({ pool, settings: { cleaningMs: 0, randomChoice: false }, cloud: 'calendar-only', notices: { url: receiver.url } })],
+    env: { LK_NOTIFY_URL: receiver.url },
+    withPool: (pool) => [physicalHostPlugin({ pool, settings: { cleaningMs: 0, randomChoice: false }, cloud: 'calendar-only', noticesConfigured: true })],
   }));
   beforeAll(async () => {
     await insertHost(stack().db.pool, { name: 'notify-host', vcpus: 4 });
@@ -117,19 +118,24 @@ describe('before_end: notify', () => {
     });
     expect(created.status).toBe(201);
     const lease = created.body.lease;
-    const { received } = receiver;
-    await eventually(() => Promise.resolve(received.length > 0 ? true : undefined), 30_000);
-    expect(received).toHaveLength(1);
-    expect(received[0].headers['idempotency-key']).toBe(`${lease.id}:${lease.reservations[0].id}:before_end_lease`);
-    expect(received[0].body).toMatchObject({
+    // The reservation's own notice (the lease announces its events too: create, start, its warnings…).
+    const key = `${lease.id}:${lease.reservations[0].id}:lease.event.before_end_lease`;
+    const ofReservation = () => receiver.received.filter((n) => n.headers['idempotency-key'] === key);
+    await eventually(() => Promise.resolve(ofReservation().length > 0 ? true : undefined), 30_000);
+    expect(ofReservation()[0].body).toMatchObject({
       event_type: 'lease.event.before_end_lease',
-      payload: { lease_id: lease.id, lease_name: 'notify-me', project_id: 'admin', reservation_id: lease.reservations[0].id, resource_type: 'physical:host', hosts: ['notify-host'] },
+      payload: { lease_id: lease.id, name: 'notify-me', project_id: 'admin', reservation_id: lease.reservations[0].id, resource_type: 'physical:host', hosts: ['notify-host'] },
     });
     await eventually(async () => {
       const events = (await api('GET', `/v1/leases/${lease.id}`)).body.lease.events as Array<{ event_type: string; status: string }>;
       return events.find((e) => e.event_type === 'before_end_lease')?.status === 'DONE' ? true : undefined;
     }, 10_000);
-    expect(receiver.refused()).toBe(1); // the 503 was seen, and then the retry delivered
+    // The first delivery got a 503 and was retried: every notice arrived, each once.
+    await eventually(() => Promise.resolve(receiver.received.some((n) => n.body.event_type === 'lease.create') ? true : undefined), 30_000);
+    expect(receiver.refused()).toBe(1);
+    const keys = receiver.received.map((n) => n.headers['idempotency-key']);
+    expect(new Set(keys).size).toBe(keys.length);
+    expect(ofReservation()).toHaveLength(1);
     await api('DELETE', `/v1/leases/${lease.id}`);
   }, 60_000);
 });

@@ -19,19 +19,21 @@ const CPU = JSON.stringify(['==', '$kind', 'cpu']);
 
 describe('maintenance windows', () => {
   let receiver: NoticeReceiver | undefined;
-  // The receiver starts after the stack is described: its address is read when a notice is sent.
-  const notices = { get url() { return receiver!.url; } };
-  const stack = useTestStack({
-    withPool: (pool) => [physicalHostPlugin({ pool, settings: { cleaningMs: 0, randomChoice: false }, cloud: 'calendar-only', notices })],
-    hostWatch: (pool) => physicalHostWatch({ pool, source: { calendarOnly: () => undefined }, freepool: 'unused', failed: { name: 'unused', closedProjectId: 'nobody' } }),
+  beforeAll(async () => {
+    receiver = await startNoticeReceiver();
   });
+  // The deployment's webhook is the receiver (started before the stack, which reads its address).
+  const stack = useTestStack(() => ({
+    env: { LK_NOTIFY_URL: receiver!.url },
+    withPool: (pool) => [physicalHostPlugin({ pool, settings: { cleaningMs: 0, randomChoice: false }, cloud: 'calendar-only', noticesConfigured: true })],
+    hostWatch: (pool) => physicalHostWatch({ pool, source: { calendarOnly: () => undefined }, freepool: 'unused', failed: { name: 'unused', closedProjectId: 'nobody' } }),
+  }));
   const api = apiClient(() => stack().url);
   const ids = new Map<string, string>();
   const leaseJson = async (id: string) => (await api('GET', `/v1/leases/${id}`)).body.lease;
   const book = (hostId: string, body: Record<string, unknown>) => api('POST', `/v1/os-hosts/${hostId}/maintenance`, { reason: 'firmware', ...body });
 
   beforeAll(async () => {
-    receiver = await startNoticeReceiver();
     for (const name of ['gpu-1', 'gpu-2']) ids.set(name, await insertHost(stack().db.pool, { name, capabilities: { gpu: 'a100' } }));
     ids.set('cpu-1', await insertHost(stack().db.pool, { name: 'cpu-1', capabilities: { kind: 'cpu' } }));
   });
@@ -78,7 +80,7 @@ describe('maintenance windows', () => {
     // Its owner hears where it went, once for this set of hosts.
     const healed = await eventually(() => Promise.resolve(receiver!.received.find((n) => n.body.event_type === 'lease.healed' && n.body.payload.lease_id === id)));
     expect(healed.body.payload).toMatchObject({ hosts: [moved.reservations[0].hosts[0]], hosts_removed: [created.body.lease.reservations[0].hosts[0]], hosts_added: [moved.reservations[0].hosts[0]], status: 'PENDING' });
-    expect(healed.headers['idempotency-key']).toBe(`${id}:${moved.reservations[0].id}:healed:${other}`);
+    expect(healed.headers['idempotency-key']).toBe(`${id}:${moved.reservations[0].id}:lease.healed:${other}`);
 
     // Admission avoids the window: the only other GPU host is taken, this one is in maintenance.
     const refused = await api('POST', '/v1/leases', { name: 'no-room', start_date: inSeconds(7200), end_date: inSeconds(8000), reservations: [hostReservation({ resource_properties: GPU })] });
@@ -98,7 +100,7 @@ describe('maintenance windows', () => {
     const notice = await eventually(() => Promise.resolve(receiver!.received.find((n) => n.body.event_type === 'lease.degraded' && n.body.payload.lease_id === id)));
     expect(notice.body.payload).toMatchObject({ hosts: ['gpu-' + (other === ids.get('gpu-1') ? '1' : '2')], maintenance: [expect.objectContaining({ id: second.body.maintenance.id, reason: 'rack move' })] });
     expect((notice.body.payload.alternative as Record<string, unknown>).earliest_start).toEqual(expect.any(String));
-    expect(notice.headers['idempotency-key']).toBe(`${id}:${flagged.reservations[0].id}:degraded:${other}`);
+    expect(notice.headers['idempotency-key']).toBe(`${id}:${flagged.reservations[0].id}:lease.degraded:${other}`);
 
     // Listed, per host and across hosts.
     const listed = await api('GET', '/v1/maintenance');

@@ -1,4 +1,4 @@
-import { formatLeaseDate } from '../src/api/blazar-format';
+import { formatLeaseDate } from '../src/domain/blazar-format';
 import type { ApiError } from '../src/api/errors';
 import { changeLease } from '../src/api/lease-commands';
 import { LeaseStatusKey } from '../src/domain/search-attributes';

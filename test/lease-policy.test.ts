@@ -50,20 +50,30 @@ describe('lease policy for project members', () => {
   it("limits members' lease duration and advance booking (Blazar's max_lease_duration wording), at creation and extension; admins are exempt", async () => {
     const centuries = { name: 'centuries', start_date: '2030-01-01 00:00', end_date: '3030-01-01 00:00' };
     const seconds = (Date.UTC(3030, 0, 1) - Date.UTC(2030, 0, 1)) / 1000;
+    // Blazar's MaxLeaseDurationException: its status and sentence; then what would fit.
     expect(await asAlice('POST', '/v1/leases', centuries)).toEqual({
       status: 400,
-      body: { error_code: 400, error_name: 400, error_message: `Lease duration of ${seconds} seconds must be less than or equal to the maximum lease duration of ${YEAR_S} seconds.` },
+      body: {
+        error_code: 400,
+        error_name: 400,
+        error_message: `Lease duration of ${seconds} seconds must be less than or equal to the maximum lease duration of ${YEAR_S} seconds.`,
+        rule: 'max_lease_duration',
+        limit_seconds: YEAR_S,
+        latest_end: '2031-01-01 00:00',
+      },
     });
     const farAhead = await asAlice('POST', '/v1/leases', { name: 'far-ahead', start_date: inSeconds(400 * 86_400), end_date: inSeconds(400 * 86_400 + 3600) });
-    expect(farAhead.status).toBe(400);
-    expect(farAhead.body.error_message).toMatch(new RegExp(`^Lease start of \\d+ seconds ahead must be less than or equal to the maximum advance booking of ${YEAR_S} seconds\\.$`));
+    expect(farAhead.status).toBe(403);
+    expect(farAhead.body.error_message).toMatch(new RegExp(`^Usage policy: max_advance: Lease start of \\d+ seconds ahead must be less than or equal to the maximum advance booking of ${YEAR_S} seconds; it fits with a start_date up to \\d{4}-\\d\\d-\\d\\d \\d\\d:\\d\\d\\.$`));
+    expect(farAhead.body.rule).toBe('max_advance');
 
     const lease = (await asAlice('POST', '/v1/leases', { name: 'extended', ...soon() })).body.lease;
     const tooLong = await asAlice('PUT', `/v1/leases/${lease.id}`, { end_date: inSeconds(3600 + YEAR_S + 60) });
     expect(tooLong.status).toBe(400);
     expect(tooLong.body.error_message).toMatch(/^Lease duration of \d+ seconds must be less than or equal to the maximum lease duration of 31536000 seconds\.$/);
-    const moved = await asAlice('PUT', `/v1/leases/${lease.id}`, { start_date: inSeconds(400 * 86_400) });
-    expect(moved.body.error_message).toMatch(/^Lease start of \d+ seconds ahead/);
+    const moved = await asAlice('PUT', `/v1/leases/${lease.id}`, { start_date: inSeconds(400 * 86_400), end_date: inSeconds(400 * 86_400 + 3600) });
+    expect(moved.status).toBe(403);
+    expect(moved.body.error_message).toMatch(/^Usage policy: max_advance: Lease start of \d+ seconds ahead/);
     expect((await asAlice('PUT', `/v1/leases/${lease.id}`, { end_date: inSeconds(3 * 3600) })).status).toBe(200);
     expect((await asAlice('DELETE', `/v1/leases/${lease.id}`)).status).toBe(204);
 

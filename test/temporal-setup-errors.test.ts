@@ -11,9 +11,11 @@ import { Client } from '@temporalio/client';
 import { msToTs, tsToMs } from '@temporalio/common/lib/time';
 import pino from 'pino';
 import { createApp } from '../src/api/app';
+import { toApiError } from '../src/api/lease-commands';
 import { pluginRegistry } from '../src/domain/resource-plugin';
 import { LEASE_SEARCH_ATTRIBUTES, LeaseStatusKey } from '../src/domain/search-attributes';
 import { REPO_ROOT } from '../src/paths';
+import { awaitLeaseSearchAttributes, ensureSearchAttributes, NAMESPACE_PROBE } from '../src/temporal';
 import { physicalHostPlugin } from '../src/resources/physical-host';
 import { blazarHostReservation } from './support/builders';
 import { apiClient, eventually, inSeconds, useTestStack } from './support/stack';
@@ -65,6 +67,53 @@ describe('Temporal without what leasekeeper needs', () => {
     expect(res.body.error_message).toMatch(/^Temporal's namespace has no search attribute (LeaseStatus|ProjectId|LeaseStart|LeaseEnd|ResourceTypes), which every lease workflow carries: .*`npm run temporal:prepare`/);
   }, 60_000);
 
+  describe('a refusal naming an attribute Temporal does not know (yet), in its words (temporal-server 1.29)', () => {
+    /** A gRPC error as the client hands it over (code, message, details, metadata). */
+    const grpcError = (code: number, message: string) => Object.assign(new Error(message), { code, details: message, metadata: {} });
+    const missing = (attribute: string) => `Temporal's namespace has no search attribute ${attribute}, which every lease workflow carries: the worker registers the lease search attributes when it starts (with operator rights), or \`npm run temporal:prepare\` does, then try again`;
+    const refused = 'the workflow service refused the request: it is too large or holds a value it does not accept';
+    const answer = (err: Error, taskFailure?: string) => {
+      const { status, message } = toApiError(err, 3000, taskFailure);
+      return { status, message };
+    };
+
+    it('answers 503 naming the attribute, whichever of Temporal\'s services refused it', () => {
+      // The frontend, on the start's attributes (common/namespace/namespace.go; common/searchattribute/validator.go).
+      expect(answer(grpcError(3, 'Namespace default has no mapping defined for search attribute LeaseStatus'))).toEqual({ status: 503, message: missing('LeaseStatus') });
+      expect(answer(grpcError(3, 'search attribute ProjectId is not defined'))).toEqual({ status: 503, message: missing('ProjectId') });
+      expect(answer(grpcError(3, 'unable to get LeaseEnd search attribute type: invalid search attribute type'))).toEqual({ status: 503, message: missing('LeaseEnd') });
+      expect(answer(grpcError(3, 'Namespace default has no mapping defined for field name Keyword01'))).toEqual({ status: 503, message: missing('Keyword01') });
+      // The history service, on the admission's upsert: it fails the workflow task, the update gets
+      // FAILED_PRECONDITION, and why is in the workflow's history.
+      const taskFailed = grpcError(9, 'Unable to perform workflow execution update due to unexpected workflow task failure.');
+      expect(answer(taskFailed, 'BadSearchAttributes: Namespace default has no mapping defined for search attribute ResourceTypes')).toEqual({ status: 503, message: missing('ResourceTypes') });
+    });
+
+    it('keeps the 400 for a request Temporal refuses as such', () => {
+      expect(answer(grpcError(3, 'search attribute ProjectId value size 3000 exceeds size limit 2048'))).toEqual({ status: 400, message: refused });
+      expect(answer(grpcError(3, 'total size of search attributes 50000 exceeds size limit 40960'))).toEqual({ status: 400, message: refused });
+      expect(answer(grpcError(3, 'Blob data size exceeds limit.'))).toEqual({ status: 400, message: refused });
+      const taskFailed = grpcError(9, 'Unable to perform workflow execution update due to unexpected workflow task failure.');
+      expect(answer(taskFailed, 'BadSearchAttributes: search attribute ProjectId value size 3000 exceeds size limit 2048')).toEqual({ status: 400, message: refused });
+      expect(answer(taskFailed)).toEqual({ status: 400, message: refused }); // its history could not be read
+      expect(answer(grpcError(14, 'Namespace default has no mapping defined for search attribute LeaseStatus'))).toEqual({ status: 503, message: 'Temporal is unavailable: try again shortly' });
+    });
+
+    it('waits for a namespace to take lease workflows with the attributes, and says so when it does not', async () => {
+      const namespace = `unready-${randomUUID().slice(0, 8)}`;
+      const { connection } = stack().temporal;
+      await connection.workflowService.registerNamespace({ namespace, workflowExecutionRetentionPeriod: msToTs(86_400_000) });
+      await expect(awaitLeaseSearchAttributes(connection, namespace, 3_000)).rejects.toThrow(
+        new RegExp(`^Temporal's namespace ${namespace} did not take a workflow carrying the lease search attributes within 3 s: .*(LeaseStatus|ProjectId|LeaseStart|LeaseEnd|ResourceTypes|not found)`),
+      );
+      await eventually(async () => ((await ensureSearchAttributes(connection, namespace).catch(() => undefined)) ? true : undefined), 15_000, 250);
+      await expect(awaitLeaseSearchAttributes(connection, namespace, 30_000)).resolves.toBeLessThan(30_000);
+      // Its probes are gone.
+      const client = new Client({ connection, namespace });
+      await eventually(async () => ((await client.workflow.count(`WorkflowType = "${NAMESPACE_PROBE}"`)).count === 0 ? true : undefined), 15_000, 250);
+    }, 60_000);
+  });
+
   describe('npm run temporal:prepare', () => {
     /** The built command, as an operator runs it, against the test Temporal. */
     const prepare = (namespace: string, ...args: string[]) =>
@@ -95,7 +144,7 @@ describe('Temporal without what leasekeeper needs', () => {
       // And a workflow carrying the lease attributes starts at once; the start that proved it was deleted.
       const started = await client.workflow.start('someWorkflow', { workflowId: `ready-${namespace}`, taskQueue: 'nobody-polls', typedSearchAttributes: [{ key: LeaseStatusKey, value: 'PENDING' }] });
       await started.terminate('checked');
-      await eventually(async () => ((await client.workflow.count('WorkflowType = "leasekeeper-namespace-probe"')).count === 0 ? true : undefined), 15_000, 250);
+      await eventually(async () => ((await client.workflow.count(`WorkflowType = "${NAMESPACE_PROBE}"`)).count === 0 ? true : undefined), 15_000, 250);
 
       const again = await prepare(namespace);
       expect(again.code).toBe(0);

@@ -1,6 +1,10 @@
+import { Client, WorkflowExecutionAlreadyStartedError } from '@temporalio/client';
 import { NativeConnection, Worker, type ActivityInterceptorsFactory } from '@temporalio/worker';
 import { createActivities, type ActivityDeps } from '../activities';
 import type { Config } from '../src/config';
+import { noticeService, type NoticeService } from '../src/notifications/service';
+import { usagePolicy } from '../src/policy';
+import { noticeWorkflowId, noticeWorkflowType, type NoticeWorkflow } from '../workflows/notices/messages';
 
 /**
  * Production runs the prebuilt bundle (`npm run build` writes it); tests bundle the sources,
@@ -12,7 +16,7 @@ export const WORKFLOWS_PATH = require.resolve('../workflows');
 
 export async function createWorker(options: {
   connection: NativeConnection;
-  config: Pick<Config, 'temporal' | 'worker'>;
+  config: Pick<Config, 'temporal' | 'worker' | 'leaseLimits' | 'policy' | 'notices'>;
   deps: ActivityDeps;
   workflows: WorkflowSource;
   identity?: string;
@@ -25,12 +29,38 @@ export async function createWorker(options: {
     namespace: config.temporal.namespace,
     taskQueue: config.temporal.taskQueue,
     ...(options.identity ? { identity: options.identity } : {}),
-    activities: createActivities(deps),
+    // The usage policy and the notices from the settings unless the caller brings its own.
+    activities: createActivities({ ...deps, usagePolicy: deps.usagePolicy ?? usagePolicy(deps.pool, config), notices: deps.notices ?? workerNotices(connection, config, deps) }),
     ...(options.activityInterceptors ? { interceptors: { activity: options.activityInterceptors } } : {}),
     ...('bundlePath' in workflows ? { workflowBundle: { codePath: workflows.bundlePath } } : { workflowsPath: workflows.workflowsPath }),
     // Pending leases sleep for weeks: keep only recently active ones in memory.
     maxCachedWorkflows: config.worker.maxCachedWorkflows,
     // On SIGTERM, running activities get this long to finish before the worker stops.
     shutdownGraceTime: config.worker.shutdownGraceMs,
+  });
+}
+
+/**
+ * Notices as this worker announces them: each one's delivery is a workflow on the worker's own task
+ * queue, started through its connection (a second announce of the same notice finds it running or done).
+ */
+export function workerNotices(connection: NativeConnection, config: Pick<Config, 'temporal' | 'notices'>, deps: Pick<ActivityDeps, 'pool'>, onDropped?: (eventType: string, channel: 'webhook' | 'oslo') => void): NoticeService {
+  const client = new Client({ connection, namespace: config.temporal.namespace });
+  return noticeService({
+    pool: deps.pool,
+    settings: config.notices,
+    onDropped,
+    startDelivery: async (notice, targets) => {
+      try {
+        await client.workflow.start<NoticeWorkflow>(noticeWorkflowType, {
+          workflowId: noticeWorkflowId(notice.id),
+          taskQueue: config.temporal.taskQueue,
+          args: [notice, targets],
+          staticSummary: `${notice.eventType} ${notice.lease ? `of lease ${notice.lease.id}` : typeof notice.details?.host === 'string' ? notice.details.host : ''}`.slice(0, 200),
+        });
+      } catch (err) {
+        if (!(err instanceof WorkflowExecutionAlreadyStartedError)) throw err; // announced before: delivered or being delivered
+      }
+    },
   });
 }

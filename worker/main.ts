@@ -5,14 +5,15 @@
  */
 import fs from 'node:fs';
 import { NativeConnection, Runtime } from '@temporalio/worker';
-import { loadConfigOrExit, type Config } from '../src/config';
+import { loadConfigOrExit, orExit, type Config } from '../src/config';
+import { usagePolicy } from '../src/policy';
 import { migrate } from '../src/db/migrate';
 import { createPool } from '../src/db/pool';
 import { createLogger, type Logger } from '../src/log';
 import { lazyOpenStackClients, OpenStackConfigError, projectScopedClients, type OpenStackClients } from '../src/openstack';
 import { productionHostWatch, productionPlugins } from '../src/resources';
-import { connectTemporal, ensureSearchAttributes } from '../src/temporal';
-import { createWorker } from './create-worker';
+import { awaitLeaseSearchAttributes, connectTemporal, ensureSearchAttributes } from '../src/temporal';
+import { createWorker, workerNotices } from './create-worker';
 import { ensureHostMonitor, wakeHostMonitorOnNovaNotifications } from './host-monitor';
 import { serveMetrics, workerMetrics } from './metrics';
 import { PinoTemporalLogger } from './temporal-logger';
@@ -46,14 +47,16 @@ async function main(): Promise<void> {
     },
   });
   const pool = createPool(config, 'leasekeeper-worker', (err) => log.warn({ err }, 'idle database connection lost'));
+  const policy = orExit(() => usagePolicy(pool, config, (reason) => log.warn({ reason }, 'the external policy service could not be asked: allowed (LK_POLICY_EXTERNAL_FAIL=open)')));
   const { version } = await migrate(pool);
   const connection = await NativeConnection.connect({ address: config.temporal.address });
   await registerSearchAttributes(config, log);
+  const notices = workerNotices(connection, config, { pool }, metrics?.noticeDropped);
   const hostWatch = config.hostMonitor.enabled && hasOpenStack(openstack, log) ? productionHostWatch({ pool, config, openstack }) : undefined;
   const worker = await createWorker({
     connection,
     config,
-    deps: { pool, plugins: productionPlugins({ pool, config, openstack, openstackForProject: projectScopedClients() }), hostWatch, eventStarted: metrics?.eventStarted },
+    deps: { pool, plugins: productionPlugins({ pool, config, openstack, openstackForProject: projectScopedClients() }), hostWatch, eventStarted: metrics?.eventStarted, usagePolicy: policy, notices },
     workflows: { bundlePath: config.worker.workflowBundle },
     activityInterceptors: metrics ? [metrics.activityInterceptor] : undefined,
   });
@@ -66,6 +69,7 @@ async function main(): Promise<void> {
   } finally {
     monitor?.stop();
     await notifications?.stop();
+    await notices.close();
     await connection.close();
     await pool.end();
     metricsServer?.server.close();
@@ -125,14 +129,35 @@ function listenToNova(config: Config, log: Logger): { stop(): Promise<void> } | 
   };
 }
 
-/** Operators filter leases by these in the Web UI; a server without them would reject lease workflows. */
+/** How long a starting worker waits for Temporal to take lease workflows carrying the lease search attributes. */
+const SEARCH_ATTRIBUTES_READY_MS = 30_000;
+
+/**
+ * Operators filter leases by these in the Web UI; a server without them would reject lease workflows.
+ * Once they are there, the worker is ready only when Temporal takes lease workflows carrying them:
+ * each of its services sees attributes just registered (by this worker, `npm run temporal:prepare`
+ * or another worker) only a few seconds later, and until its history service does, it fails the
+ * admission of every lease created (awaitLeaseSearchAttributes). Exits after SEARCH_ATTRIBUTES_READY_MS.
+ */
 async function registerSearchAttributes(config: Config, log: Logger): Promise<void> {
   const { connection } = connectTemporal(config);
+  const { namespace } = config.temporal;
   try {
-    const added = await ensureSearchAttributes(connection, config.temporal.namespace);
-    if (added.length) log.info({ added }, 'registered search attributes');
-  } catch (err) {
-    log.warn({ err }, 'could not check or register search attributes (no operator access?): register them by hand, see README');
+    let added: string[];
+    try {
+      added = await ensureSearchAttributes(connection, namespace);
+      if (added.length) log.info({ added }, 'registered search attributes');
+    } catch (err) {
+      log.warn({ err }, 'could not check or register search attributes (no operator access?): register them by hand, see README');
+      return;
+    }
+    try {
+      const waitedMs = await awaitLeaseSearchAttributes(connection, namespace, SEARCH_ATTRIBUTES_READY_MS);
+      if (added.length || waitedMs >= 1_000) log.info({ namespace, waitedMs }, 'Temporal takes lease workflows with the lease search attributes');
+    } catch (err) {
+      log.fatal({ err }, err instanceof Error ? err.message : String(err));
+      process.exit(1);
+    }
   } finally {
     await connection.close();
   }

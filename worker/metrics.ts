@@ -22,6 +22,8 @@ export interface WorkerMetrics {
   openstackRequest: (event: RequestLogEvent) => void;
   /** Times every activity and counts its failures by type. */
   activityInterceptor: ActivityInterceptorsFactory;
+  /** A notice was given up on (refused, or still failing at the end of its retry span). */
+  noticeDropped: (eventType: string, channel: 'webhook' | 'oslo') => void;
 }
 
 /** The failure's type as Temporal's retry policies see it: an ApplicationFailure's type, else the error's name. */
@@ -60,8 +62,15 @@ export function workerMetrics(): WorkerMetrics {
     buckets: [0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30],
     registers: [registry],
   });
+  const noticesDropped = new Counter({
+    name: 'leasekeeper_notices_dropped_total',
+    help: 'Notices given up on, by event type and channel (webhook, oslo): refused by the receiver, or still failing when LK_NOTICE_RETRY_HOURS ran out',
+    labelNames: ['event_type', 'channel'] as const,
+    registers: [registry],
+  });
   return {
     registry,
+    noticeDropped: (eventType, channel) => noticesDropped.inc({ event_type: eventType, channel }),
     eventStarted: (eventType, lagMs) => eventLag.observe({ event: eventType }, Math.max(0, lagMs) / 1000),
     openstackRequest: (event) => {
       openstackDuration.observe({ service: event.service, method: event.method, status: event.status === undefined ? 'error' : String(event.status) }, event.durationMs / 1000);

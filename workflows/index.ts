@@ -3,3 +3,4 @@ export { leaseWorkflow } from './lease/lease';
 export { selfCheckWorkflow } from './selfcheck/selfcheck';
 export { hostMonitorWorkflow } from './host-monitor/monitor';
 export { maintenanceWindowWorkflow } from './maintenance/window';
+export { noticeWorkflow } from './notices/notice';

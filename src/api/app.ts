@@ -26,10 +26,15 @@ import { floatingIpsRouter } from './floating-ips';
 import { hostsRouter } from './hosts';
 import { maintenanceRouter } from './maintenance';
 import { leasesRouter } from './leases';
+import { usageRouter } from './usage';
+import { projectPolicyRouter } from './project-policy';
+import { webhooksRouter } from './webhooks';
+import { usagePolicy, type UsagePolicyEnforcer } from '../policy';
+import { durationMs } from '../policy/rules';
 import { versionsRouter } from './versions';
 
 export interface AppDeps {
-  config: Pick<Config, 'temporal' | 'healthTimeoutMs' | 'healthDeepIntervalMs' | 'leaseLimits' | 'maxReservationsPerLease' | 'api' | 'hosts' | 'inventory' | 'provisioningLeadMs'>;
+  config: Pick<Config, 'temporal' | 'healthTimeoutMs' | 'healthDeepIntervalMs' | 'leaseLimits' | 'policy' | 'notifyBeforeEnd' | 'maxReservationsPerLease' | 'api' | 'hosts' | 'inventory' | 'provisioningLeadMs' | 'notices'>;
   log: Logger;
   pool: Pool;
   connection: Connection;
@@ -38,6 +43,8 @@ export interface AppDeps {
   /** The host calendar behind GET /v1/availability: the one `types` searches (see main.ts); made from the settings when absent. */
   calendar?: HostCalendar;
   authenticator?: Authenticator;
+  /** The usage policy (the rules a project is shown and admins set); made from the settings when absent. */
+  usagePolicy?: UsagePolicyEnforcer;
   /** The OpenStack clients, built on first use (os-hosts needs Nova; the rest of the API does not). */
   openstack?: () => OpenStackClients;
 }
@@ -127,10 +134,13 @@ export function createApp(deps: AppDeps): express.Express {
       types: deps.types,
       commands,
       provisioningLeadMs: config.provisioningLeadMs,
-      limits: config.leaseLimits,
+      notifyBeforeEndMs: config.notifyBeforeEnd.map(durationMs),
       maxReservationsPerLease: config.maxReservationsPerLease,
     }),
     hostAllocationsRouter({ pool: deps.pool }),
+    usageRouter({ pool: deps.pool }),
+    projectPolicyRouter({ pool: deps.pool, policy: deps.usagePolicy ?? usagePolicy(deps.pool, config) }),
+    webhooksRouter({ pool: deps.pool, settings: config.notices }),
     hostsRouter({ pool: deps.pool, inventory, commands }),
     maintenanceRouter({ pool: deps.pool, inventory, commands }),
     floatingIpsRouter({ pool: deps.pool, inventory: lazyFloatingIpInventory(deps) }),

@@ -19,7 +19,7 @@ import type { HostCalendar } from '../resources/physical-host/calendar';
 import type { FitSearch, ResourceTypes } from '../domain/resource-plugin';
 import type { Pool } from '../db/pool';
 import { identityOf } from './auth';
-import { formatLeaseDate } from './blazar-format';
+import { formatLeaseDate } from '../domain/blazar-format';
 import { ApiError, parseRequest } from './errors';
 import { propertyQueryParam, whole } from '../resources/shared/params';
 import type { FloatingIpCalendar } from '../resources/floating-ip/calendar';

@@ -43,6 +43,9 @@ export const STATUS_BY_FAILURE_TYPE: Record<string, number> = {
   [LeaseErrorType.notFound]: 404,
   [LeaseErrorType.deleted]: 410,
   [LeaseErrorType.unavailable]: 503,
+  [LeaseErrorType.policy]: 403,
+  // The external policy service (Blazar's filter) could not be asked, and the deployment fails closed.
+  PolicyServiceUnavailable: 503,
   // A resource type needs OpenStack and the deployment has no credentials: a missing dependency.
   OpenStackConfigError: 503,
 };

@@ -11,7 +11,7 @@ import { floatingIpAllocations, type FloatingIpRecord } from '../db/floating-ips
 import type { Pool } from '../db/pool';
 import type { FloatingIpInventory } from '../resources/floating-ip/inventory';
 import { identityOf } from './auth';
-import { formatLeaseDate, formatTimestamp } from './blazar-format';
+import { formatLeaseDate, formatTimestamp } from '../domain/blazar-format';
 import { ApiError, parseRequest } from './errors';
 
 function requireAdmin(res: Response, action: string): void {

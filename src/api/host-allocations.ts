@@ -9,7 +9,7 @@ import { allocationBatches, listAllocations, type AllocationEntry } from '../db/
 import { hostExists, isHostId, listHosts, type HostRecord } from '../db/hosts';
 import type { Pool } from '../db/pool';
 import { identityOf } from './auth';
-import { formatLeaseDate } from './blazar-format';
+import { formatLeaseDate } from '../domain/blazar-format';
 import { ApiError, parseRequest } from './errors';
 import { sendJsonParts } from './json-stream';
 import { requestDate } from './lease-schemas';

@@ -10,7 +10,7 @@ import { capabilityExists, capabilityProperties, listHosts, setCapabilityPrivate
 import type { Pool } from '../db/pool';
 import type { HostInventory } from '../resources/physical-host/inventory';
 import { identityOf } from './auth';
-import { formatTimestamp } from './blazar-format';
+import { formatTimestamp } from '../domain/blazar-format';
 import { ApiError, parseRequest } from './errors';
 import { tellLeasesHostsChanged, type LeaseCommandOptions } from './lease-commands';
 

@@ -20,7 +20,8 @@ import { markdownText } from '../domain/markdown';
 import { LeaseEndKey, LeaseStartKey, LeaseStatusKey, ProjectIdKey, ResourceTypesKey } from '../domain/search-attributes';
 import { admitLease, deleteLease, hostsChanged, leaseWorkflowId, leaseWorkflowType, staticSummary, updateLease, type LeaseWorkflow } from '../../workflows/lease/messages';
 import { maintenanceWindowWorkflowId, maintenanceWindowWorkflowType, windowWithdrawn, type MaintenanceWindowInput } from '../../workflows/maintenance/messages';
-import { uuidShaped } from './blazar-format';
+import { uuidShaped } from '../domain/blazar-format';
+import { lastWorkflowTaskFailure } from '../temporal';
 import { ApiError, STATUS_BY_FAILURE_TYPE } from './errors';
 
 export interface LeaseCommandOptions {
@@ -46,7 +47,44 @@ export function idempotentLeaseId(projectId: string, userId: string, key: string
 /** gRPC statuses with which Temporal refuses a request as such: INVALID_ARGUMENT, FAILED_PRECONDITION, OUT_OF_RANGE. */
 const GRPC_REFUSED_REQUEST = new Set([3, 9, 11]);
 
-function toApiError(err: unknown, timeoutMs: number): ApiError {
+/**
+ * Temporal's words (temporal-server 1.29) for a search attribute that its namespace, or one of its
+ * services' namespace caches, does not know, each naming the attribute:
+ * - common/namespace/namespace.go, CustomSearchAttributesMapper.GetFieldName (the frontend, on a
+ *   start's attributes; the history service, on a workflow's upserts) and GetAlias;
+ * - common/searchattribute/validator.go, Validator.Validate (after the mapping).
+ */
+const UNKNOWN_SEARCH_ATTRIBUTE = [
+  /has no mapping defined for search attribute (\S+)/,
+  /has no mapping defined for field name (\S+)/,
+  /search attribute (\S+) is not defined/,
+  /unable to get (\S+) search attribute type/,
+];
+
+/**
+ * The history service failed the workflow task an update was handed to (FAILED_PRECONDITION,
+ * service/history/workflow/update/errors_failures.go); the workflow's history says why, e.g. a
+ * lease's upsert of attributes its namespace cache does not know yet.
+ */
+const WORKFLOW_TASK_FAILED = 'Unable to perform workflow execution update due to unexpected workflow task failure.';
+
+/** The search attribute a message of Temporal's says it does not know, if it says so. */
+function unknownSearchAttribute(message: string): string | undefined {
+  for (const pattern of UNKNOWN_SEARCH_ATTRIBUTE) {
+    const named = pattern.exec(message)?.[1];
+    if (named !== undefined) return named;
+  }
+  return undefined;
+}
+
+/** Whether Temporal refused an update because a workflow task failed (the cause is in the workflow's history). */
+const isWorkflowTaskFailure = (err: unknown): boolean => isGrpcServiceError(err) && Number(err.code) === 9 /* FAILED_PRECONDITION */ && err.message.includes(WORKFLOW_TASK_FAILED);
+
+/**
+ * A Temporal failure as the API answers it. `workflowTaskFailure`: for isWorkflowTaskFailure, why
+ * Temporal failed the workflow's task (lastWorkflowTaskFailure), when it could be read.
+ */
+export function toApiError(err: unknown, timeoutMs: number, workflowTaskFailure?: string): ApiError {
   if (err instanceof ApiError) return err;
   if (err instanceof WorkflowUpdateFailedError && err.cause instanceof ApplicationFailure) {
     const status = STATUS_BY_FAILURE_TYPE[err.cause.type ?? ''];
@@ -63,7 +101,10 @@ function toApiError(err: unknown, timeoutMs: number): ApiError {
     return new ApiError(503, `Temporal has no namespace ${JSON.stringify(err.namespace)} (TEMPORAL_NAMESPACE): prepare it with \`TEMPORAL_NAMESPACE=${err.namespace} npm run temporal:prepare\` (or \`temporal operator namespace create --namespace ${err.namespace}\`), or name one it has`, 503, undefined, err);
   }
   if (isGrpcServiceError(err)) {
-    const attribute = GRPC_REFUSED_REQUEST.has(err.code) ? /no mapping defined for search attribute (\S+)/.exec(err.message)?.[1] : undefined;
+    // Missing, or registered a moment ago and not yet seen by every one of Temporal's services.
+    const attribute = GRPC_REFUSED_REQUEST.has(err.code)
+      ? unknownSearchAttribute(err.message) ?? (workflowTaskFailure !== undefined && isWorkflowTaskFailure(err) ? unknownSearchAttribute(workflowTaskFailure) : undefined)
+      : undefined;
     if (attribute !== undefined) {
       return new ApiError(
         503,
@@ -88,11 +129,16 @@ export const noAnswerInTime = (timeoutMs: number) =>
 
 const isPastDeadline = (err: unknown) => err instanceof WorkflowUpdateRPCTimeoutOrCancelledError || isGrpcDeadlineError(err);
 
-async function withDeadline<T>(options: LeaseCommandOptions, fn: () => Promise<T>): Promise<T> {
+/** `workflowId`: the workflow `fn` talks to, whose history says why Temporal failed its task, if that was the refusal. */
+async function withDeadline<T>(options: LeaseCommandOptions, fn: () => Promise<T>, workflowId?: string): Promise<T> {
+  const { client } = options;
   try {
-    return await options.client.connection.withDeadline(Date.now() + options.timeoutMs, fn);
+    return await client.connection.withDeadline(Date.now() + options.timeoutMs, fn);
   } catch (err) {
-    throw toApiError(err, options.timeoutMs);
+    const taskFailure = workflowId !== undefined && isWorkflowTaskFailure(err)
+      ? await client.connection.withDeadline(Date.now() + 2_000, () => lastWorkflowTaskFailure(client.workflowService, client.options.namespace, workflowId)).catch(() => undefined)
+      : undefined;
+    throw toApiError(err, options.timeoutMs, taskFailure);
   }
 }
 
@@ -125,13 +171,16 @@ export async function createLease(options: LeaseCommandOptions, request: NewLeas
     workflowIdConflictPolicy: idempotent ? 'USE_EXISTING' : 'FAIL',
     ...leaseWorkflowLabels(draft, `created by user ${markdownText(draft.userId)}`),
   });
-  return withDeadline(options, () =>
-    options.client.workflow.executeUpdateWithStart(admitLease, {
-      args: [{ requestHash: hash }],
-      // The same request retried is the same update: Temporal answers it once.
-      updateId: `admit-${hash.slice(0, 32)}`,
-      startWorkflowOperation: start,
-    }),
+  return withDeadline(
+    options,
+    () =>
+      options.client.workflow.executeUpdateWithStart(admitLease, {
+        args: [{ requestHash: hash }],
+        // The same request retried is the same update: Temporal answers it once.
+        updateId: `admit-${hash.slice(0, 32)}`,
+        startWorkflowOperation: start,
+      }),
+    leaseWorkflowId(request.id),
   );
 }
 

@@ -5,7 +5,8 @@
 import { z } from 'zod';
 import { LEASE_STATUSES } from '../domain/lease';
 import type { ResourceTypes } from '../domain/resource-plugin';
-import { parseRequestDate } from './blazar-format';
+import { parseRequestDate } from '../domain/blazar-format';
+import { durationMs, durationText } from '../policy/rules';
 
 const DATE_HINT = 'expected "YYYY-MM-DD HH:MM" (UTC)';
 const DATE_OR_NOW_HINT = 'expected "now" or "YYYY-MM-DD HH:MM" (UTC)';
@@ -43,6 +44,15 @@ export const requestDateOrNow = z
   .string({ error: unlessMissing(DATE_OR_NOW_HINT) })
   .transform((text, ctx): number | 'now' => (text === 'now' ? 'now' : dateOf(text, DATE_OR_NOW_HINT, ctx)));
 
+/**
+ * An extension: when an active lease warns its listeners before its end (lease.event.before_end_lease
+ * notices), e.g. `["48h", "1h"]`; `[]` for never. Unset: the deployment's (LK_NOTIFY_BEFORE_END).
+ */
+export const notifyBeforeEnd = z
+  .array(durationText, { error: 'expected a list of durations such as ["48h", "1h"]' })
+  .max(5, 'at most 5 warnings')
+  .transform((offsets) => [...new Set(offsets.map(durationMs))].sort((a, b) => b - a));
+
 const leaseName = z.string({ error: unlessMissing('expected a string') }).trim().min(1, 'must not be empty').max(80, 'must be at most 80 characters');
 
 /** A reservation's parameters are checked by its resource type's own schema. */
@@ -78,6 +88,7 @@ export function createLeaseSchema(types: ResourceTypes, maxReservations = DEFAUL
     start_date: requestDateOrNow,
     end_date: requestDate,
     before_end_date: requestDate.nullish(),
+    notify_before_end: notifyBeforeEnd.nullish(),
     // Counted before any reservation is parsed: 16 000 of them must cost nothing.
     reservations: z
       .array(z.unknown())
@@ -94,9 +105,10 @@ export const updateLeaseSchema = z
     start_date: requestDateOrNow.optional(),
     end_date: requestDateOrNow.optional(),
     before_end_date: requestDate.optional(),
+    notify_before_end: notifyBeforeEnd.optional(),
     reservations: z.array(z.looseObject({ id: z.string({ error: 'expected the id of one of the lease\'s reservations' }) })).optional(),
   })
-  .refine((body) => Object.keys(body).length > 0, { message: 'nothing to update: give name, start_date, end_date, before_end_date or reservations' });
+  .refine((body) => Object.keys(body).length > 0, { message: 'nothing to update: give name, start_date, end_date, before_end_date, notify_before_end or reservations' });
 
 /** Unknown parameters (`?detail=true`) are dropped, as Blazar does; their values were still checked by the input check. */
 export const listLeasesQuery = z.object({

@@ -9,7 +9,7 @@ import { findLease, isLeaseDeleted, leaseBatches, listLeases } from '../db/lease
 import { isDatabaseUnavailable, type Pool } from '../db/pool';
 import type { ResourceTypes } from '../domain/resource-plugin';
 import { identityOf, type Identity } from './auth';
-import { toBlazarLease } from './blazar-format';
+import { toBlazarLease } from '../domain/blazar-format';
 import { ApiError, parseRequest } from './errors';
 import { jsonArrayParts, sendJsonParts } from './json-stream';
 import { changeLease, createLease, idempotentLeaseId, noAnswerInTime, removeLease, requestHash, type LeaseCommandOptions } from './lease-commands';
@@ -34,12 +34,6 @@ async function visibleLease(pool: Pool, identity: Identity, id: string): Promise
   return lease;
 }
 
-/** How long a member's lease may last, and how far ahead it may start (config.leaseLimits). */
-export interface LeaseLimits {
-  maxDurationMs: number;
-  maxAdvanceMs: number;
-}
-
 /** End policies that give hosts away (to every project, for good): only admins may ask for them. */
 const ADMIN_ONLY_END_POLICIES = new Set(['release']);
 
@@ -53,19 +47,7 @@ function refuseAdminOnlyPolicies(identity: Identity, rule: string, reservations:
   });
 }
 
-/** Blazar's max_lease_duration (its wording), and how far ahead a start may be; admins are exempt. */
-function checkLeaseLimits(identity: Identity, limits: LeaseLimits, startMs: number, endMs: number, nowMs: number): void {
-  if (identity.isAdmin) return;
-  const seconds = (ms: number) => Math.round(ms / 1000);
-  if (endMs - startMs > limits.maxDurationMs) {
-    throw new ApiError(400, `Lease duration of ${seconds(endMs - startMs)} seconds must be less than or equal to the maximum lease duration of ${seconds(limits.maxDurationMs)} seconds.`);
-  }
-  if (startMs - nowMs > limits.maxAdvanceMs) {
-    throw new ApiError(400, `Lease start of ${seconds(startMs - nowMs)} seconds ahead must be less than or equal to the maximum advance booking of ${seconds(limits.maxAdvanceMs)} seconds.`);
-  }
-}
-
-export function leasesRouter(deps: { pool: Pool; types: ResourceTypes; commands: LeaseCommandOptions; provisioningLeadMs: number; limits: LeaseLimits; maxReservationsPerLease?: number }): Router {
+export function leasesRouter(deps: { pool: Pool; types: ResourceTypes; commands: LeaseCommandOptions; provisioningLeadMs: number; notifyBeforeEndMs?: number[]; maxReservationsPerLease?: number }): Router {
   const { pool, commands } = deps;
   const createSchema = createLeaseSchema(deps.types, deps.maxReservationsPerLease);
   const router = Router();
@@ -121,9 +103,11 @@ export function leasesRouter(deps: { pool: Pool; types: ResourceTypes; commands:
       // A retry with the same Idempotency-Key reaches the first request's workflow, with its reservation ids.
       reservations: (body.reservations ?? []).map((r) => ({ id: randomUUID(), resource_type: r.resource_type, params: r.params })),
       requestedMs: Date.now(),
+      // The usage policy (its limits on duration, advance, amounts, budgets) is checked by the workflow as it admits.
+      byAdmin: identity.isAdmin,
+      notifyBeforeEndMs: body.notify_before_end ?? deps.notifyBeforeEndMs,
     };
-    const draft = newLease(request); // Blazar's date rules (400) before the deployment's limits
-    checkLeaseLimits(identity, deps.limits, draft.startMs, draft.endMs, request.requestedMs);
+    newLease(request); // Blazar's date rules (400) before anything starts
     await refusePrivateProperties(pool, identity, hostPropertyQueries(body.reservations ?? []));
     // A fast answer for a deleted lease's key; during a database outage the workflow rides the
     // outage out and its record refuses a deleted lease itself (activities/leases.ts).
@@ -144,11 +128,6 @@ export function leasesRouter(deps: { pool: Pool; types: ResourceTypes; commands:
     refuseAdminOnlyPolicies(identity, 'blazar:leases:put', body.reservations);
     const current = await visibleLease(pool, identity, req.params.id);
     assertSettled(current); // 409 at once rather than a 503 after the deadline, queued behind cloud work
-    if (body.start_date !== undefined || body.end_date !== undefined) {
-      const nowMs = Date.now();
-      const dateOf = (date: number | 'now' | undefined, currentMs: number) => (date === 'now' ? nowMs : date ?? currentMs);
-      checkLeaseLimits(identity, deps.limits, dateOf(body.start_date, current.startMs), dateOf(body.end_date, current.endMs), nowMs);
-    }
     const changedTypes = (body.reservations ?? []).map((change) => ({ resource_type: current.reservations.find((r) => r.id === change.id)?.resource_type ?? '', params: change }));
     await refusePrivateProperties(pool, identity, hostPropertyQueries(changedTypes));
     const update: LeaseUpdateRequest = {
@@ -157,6 +136,8 @@ export function leasesRouter(deps: { pool: Pool; types: ResourceTypes; commands:
       end: body.end_date,
       beforeEnd: body.before_end_date,
       reservations: body.reservations?.map((change, i) => changedReservation(current, change, i, deps.types)),
+      byAdmin: identity.isAdmin,
+      notifyBeforeEndMs: body.notify_before_end,
     };
     res.json({ lease: toBlazarLease(await changeLease(commands, current.id, update)) });
   });

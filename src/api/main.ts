@@ -1,6 +1,7 @@
 /** The leasekeeper API process: Blazar's v1 REST API in front of the lease workflows. */
 import type { Server } from 'node:http';
-import { loadConfigOrExit } from '../config';
+import { loadConfigOrExit, orExit } from '../config';
+import { usagePolicy } from '../policy';
 import { migrate } from '../db/migrate';
 import { createPool } from '../db/pool';
 import { createLogger } from '../log';
@@ -16,6 +17,7 @@ async function main(): Promise<void> {
   const config = loadConfigOrExit();
   const log = createLogger(config, 'api');
   const pool = createPool(config, 'leasekeeper-api', (err) => log.warn({ err }, 'idle database connection lost'));
+  const policy = orExit(() => usagePolicy(pool, config));
   await migrate(pool);
   const { connection, client } = connectTemporal(config);
   const openstack = lazyOpenStackClients({ logger: (event) => log.debug(event, 'openstack request') });
@@ -31,7 +33,7 @@ async function main(): Promise<void> {
   // One host calendar for the physical:host type's searches and GET /v1/availability.
   const calendar = hostCalendar(pool, config);
   const types = resourceTypes({ pool, config, openstack, openstackForProject: projectScopedClients() }, calendar);
-  const app = createApp({ config, log, pool, connection, client, types, calendar, openstack, authenticator });
+  const app = createApp({ config, log, pool, connection, client, types, calendar, openstack, authenticator, usagePolicy: policy });
 
   const server: Server = createApiServer(app, config.api.server).listen(config.api.port, config.api.host, () => {
     log.info({ url: `http://${config.api.host}:${config.api.port}` }, 'api listening');

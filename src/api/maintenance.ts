@@ -14,7 +14,7 @@ import { isHostId } from '../db/hosts';
 import { getWindow, insertWindow, leasesOverlapping, listWindows, overlappingWindow, withdrawWindow, type MaintenanceWindow, type OverlappedBooking } from '../db/maintenance';
 import { isExclusionViolation, type Pool } from '../db/pool';
 import type { HostInventory } from '../resources/physical-host/inventory';
-import { formatLeaseDate, formatTimestamp } from './blazar-format';
+import { formatLeaseDate, formatTimestamp } from '../domain/blazar-format';
 import { ApiError, parseRequest } from './errors';
 import { requireAdmin } from './hosts';
 import { changeLease, startMaintenanceWindow, tellLeasesHostsChanged, tellWindowWithdrawn, type LeaseCommandOptions } from './lease-commands';

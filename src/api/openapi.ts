@@ -19,7 +19,12 @@ import { floatingIpAllocationQuery, floatingIpEnrolBody } from './floating-ips';
 import { hostAllocationQuery } from './host-allocations';
 import { hostEnrolBody, propertyPrivacyBody } from './hosts';
 import { maintenanceBody, maintenanceListQuery } from './maintenance';
+import { projectPolicyBody } from './project-policy';
+import { webhooksBody } from './webhooks';
+import { LEASE_NOTICE_TYPES } from '../notifications/types';
 import { createLeaseSchema, listLeasesQuery, updateLeaseSchema } from './lease-schemas';
+import { usageQuery } from './usage';
+import { FIGURE_NAMES, GROUP_KEYS, type Figure } from '../domain/usage-report';
 
 // `.openapi(name)` below: the schemas that become named components.
 extendZodWithOpenApi(z);
@@ -75,6 +80,7 @@ const lease = z
     status: z.enum(LEASE_STATUSES),
     status_reason: z.string().optional(),
     degraded: z.boolean(),
+    notify_before_end: z.array(z.string()).optional().describe('An extension: when the lease warns its listeners before its end'),
     trust_id: z.null(),
     reservations: z.array(reservation),
     events: z.array(leaseEvent),
@@ -191,10 +197,60 @@ const calendar = z.strictObject({
   note: z.string().optional(),
 });
 
+const usageFigures = z
+  .strictObject(Object.fromEntries(FIGURE_NAMES.map((f) => [f, z.number().min(0)])) as Record<Figure, z.ZodNumber>)
+  .describe('resource-hours, rounded to 4 decimals: memory in GB (1024 MB), bandwidth in Mbit/s (1000 kbit/s)')
+  .openapi('UsageFigures');
+const usageReport = z.strictObject({
+  usage: z.strictObject({
+    from: leaseDate,
+    to: leaseDate,
+    group_by: z.array(z.enum(GROUP_KEYS)),
+    groups: z.array(
+      z.strictObject({
+        project_id: z.string().optional(),
+        resource_type: z.string().optional(),
+        month: z.string().regex(/^\d{4}-\d{2}$/).optional().describe('a calendar month, UTC: "2026-11"'),
+        booked: usageFigures,
+        used: usageFigures,
+        leases: z.number().int().min(0).describe('distinct leases booked or used within the group'),
+      }),
+    ),
+    total: z.strictObject({ booked: usageFigures, used: usageFigures, leases: z.number().int().min(0) }),
+  }),
+}).openapi('Usage');
+
 const json = <T extends z.ZodType>(schema: T, description: string) => ({ description, content: { 'application/json': { schema } } });
 const refusal = (description: string) => json(errorBody, description);
 const noContent = (description: string) => ({ description });
 const idParam = (what: string) => z.object({ id: z.string().max(255).describe(what) });
+const projectParam = z.object({ projectId: z.string().max(255).describe('the project id') });
+/** A project's usage policy: the rules in force and their layers (each written as `PUT` takes it). */
+const projectPolicy = z.strictObject({
+  project_id: z.string(),
+  effective: projectPolicyBody,
+  deployment: projectPolicyBody,
+  project_file: projectPolicyBody.nullable(),
+  project: projectPolicyBody.nullable(),
+  updated_at: nullableTimestamp,
+  updated_by: z.string().nullable(),
+});
+
+/** A project's webhook as the API shows it: never its secret, but once, when a PUT generated it. */
+const projectWebhook = z
+  .strictObject({
+    id: z.uuid(),
+    url: z.string(),
+    events: z.array(z.enum(LEASE_NOTICE_TYPES)).nullable().describe('the lease event types it gets; null: all'),
+    secret_set: z.literal(true),
+    secret: z.string().optional().describe('the generated secret, in the answer of the PUT that generated it only'),
+    delivered_count: z.number().int().min(0),
+    dropped_count: z.number().int().min(0).describe('notices given up on: refused, or still failing after LK_NOTICE_RETRY_HOURS'),
+    last_error: z.string().nullable(),
+    last_error_at: nullableTimestamp,
+    created_at: timestamp,
+  })
+  .openapi('ProjectWebhook');
 
 /** The refusals every authenticated route can answer with, beside its own. */
 const COMMON_REFUSALS = {
@@ -418,6 +474,45 @@ export function apiOperations(types: ResourceTypes): Operation[] {
       responses: { 204: noContent('withdrawn'), ...COMMON_REFUSALS, 403: adminOnly, 404: notFound, 409: refusal('the window is over') },
     },
     {
+      method: 'get', path: '/v1/projects/{projectId}/policy', tags: ['usage policy'], summary: "Show a project's usage policy",
+      description:
+        'An extension. The rules in force for the project (`effective`) and the layers they come from: the deployment\'s (the environment and `LK_POLICY_FILE`\'s defaults), the file\'s entry for the project, and what an admin set over the API (`project`). Members see their own project\'s only.',
+      security: AUTHENTICATED,
+      request: { params: projectParam },
+      responses: { 200: json(z.strictObject({ policy: projectPolicy }), 'the policy'), ...COMMON_REFUSALS, 403: refusal("another project's policy (members)") },
+    },
+    {
+      method: 'put', path: '/v1/projects/{projectId}/policy', tags: ['usage policy'], summary: "Set a project's usage policy",
+      description:
+        'Sets the project\'s own rules over the deployment\'s: each key sets a limit, `null` lifts it, an absent key keeps the deployment\'s; `budget` and `extension` are replaced whole. Durations are written `90m`, `48h`, `7d` or `2w`. They apply to leases admitted or changed from now on. Admins only.',
+      security: AUTHENTICATED,
+      request: { params: projectParam, body: { content: { 'application/json': { schema: projectPolicyBody } }, required: true } },
+      responses: { 200: json(z.strictObject({ policy: projectPolicy }), 'the policy'), ...COMMON_REFUSALS, 403: adminOnly },
+    },
+    {
+      method: 'delete', path: '/v1/projects/{projectId}/policy', tags: ['usage policy'], summary: "Remove a project's own usage policy",
+      description: 'The project is held to the deployment\'s rules again. Admins only.',
+      security: AUTHENTICATED,
+      request: { params: projectParam },
+      responses: { 204: noContent('removed'), ...COMMON_REFUSALS, 403: adminOnly, 404: refusal('the project has no policy of its own') },
+    },
+    {
+      method: 'get', path: '/v1/projects/{projectId}/webhooks', tags: ['notifications'], summary: "List a project's webhooks",
+      description:
+        "An extension. The webhooks the project's lease notices are posted to (besides the deployment's), with how their deliveries went. Members see their own project's only.",
+      security: AUTHENTICATED,
+      request: { params: projectParam },
+      responses: { 200: json(z.strictObject({ webhooks: z.array(projectWebhook) }), 'the webhooks'), ...COMMON_REFUSALS, 403: refusal("another project's webhooks (members)") },
+    },
+    {
+      method: 'put', path: '/v1/projects/{projectId}/webhooks', tags: ['notifications'], summary: "Set a project's webhooks",
+      description:
+        "An extension. Replaces the project's list (at most 10). Each webhook gets the project's lease notices (`events`: only those) as a JSON POST `{event_type, message_id, timestamp, payload}` (the payload is Blazar's notification payload), with `Idempotency-Key` and `X-Leasekeeper-Signature: sha256=<HMAC-SHA256 of the body>`. A URL already listed keeps its id, counters and secret unless a secret is given; a new one without a secret gets a generated secret, shown in this answer only. URLs must resolve to public addresses (unless the deployment allows private ones). Members set their own project's.",
+      security: AUTHENTICATED,
+      request: { params: projectParam, body: { content: { 'application/json': { schema: webhooksBody } }, required: true } },
+      responses: { 200: json(z.strictObject({ webhooks: z.array(projectWebhook) }), 'the webhooks as set'), ...COMMON_REFUSALS, 403: refusal("another project's webhooks (members)") },
+    },
+    {
       method: 'get', path: '/v1/floatingips', tags: ['floating IPs'], summary: 'List reservable floating IPs',
       description: 'Every floating IP address enrolled for reservations.',
       security: AUTHENTICATED,
@@ -480,6 +575,18 @@ export function apiOperations(types: ResourceTypes): Operation[] {
       security: AUTHENTICATED,
       request: { body: { content: { 'application/json': { schema: leaseCreate.omit({ name: true }) } }, required: true } },
       responses: { 200: json(searchAnswer, 'the earliest fit and the longest lease from the start'), ...COMMON_REFUSALS },
+    },
+    {
+      method: 'get', path: '/v1/usage', tags: ['usage'], summary: 'Booked and used resource-hours (extension)',
+      description:
+        "Accounting over [from, to) (by default this calendar month so far): per group (`group_by`: project, resource_type, month, or several; default project), the hours of each resource booked (a live lease's window; a deleted lease only what it used; nothing for a lease whose start failed) and used (from the start's end to the end, the deletion, or now), clipped to the window and, by month, split at month ends (UTC). Members see their own project; admins every project, or `project_id`'s. With `Accept: text/csv`: a header line, then one line per group.",
+      security: AUTHENTICATED,
+      request: { query: usageQuery },
+      responses: {
+        200: { description: 'the report', content: { 'application/json': { schema: usageReport }, 'text/csv': { schema: z.string().describe('the groups: their keys, booked_* and used_* figures, leases') } } },
+        ...COMMON_REFUSALS,
+        403: refusal("a member asked for another project's usage"),
+      },
     },
     {
       method: 'get', path: '/calendar/settings', tags: ['calendar page'], summary: "The calendar page's settings",

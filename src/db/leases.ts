@@ -2,7 +2,7 @@
  * The leases table: one row per lease, the lease's JSON document with the columns that lists and
  * ordering need. The API reads it; only the lease's own workflow writes it (through its activities).
  */
-import { DatabaseError } from 'pg';
+import { DatabaseError, type PoolClient } from 'pg';
 import type { Lease, LeaseStatus } from '../domain/lease';
 import type { Pool } from './pool';
 
@@ -31,7 +31,7 @@ export async function findLease(pool: Pool, id: string): Promise<Lease | undefin
 }
 
 /** Whether the lease was deleted (its row stays, marked): an Idempotency-Key must not bring it back. */
-export async function isLeaseDeleted(pool: Pool, id: string): Promise<boolean> {
+export async function isLeaseDeleted(pool: Pool | PoolClient, id: string): Promise<boolean> {
   const { rowCount } = await pool.query('SELECT 1 FROM leases WHERE id = $1 AND deleted_at IS NOT NULL', [id]);
   return (rowCount ?? 0) > 0;
 }
@@ -102,7 +102,7 @@ function resourceKeys(lease: Lease): string[] {
  * write of an older state changes nothing) or the lease was deleted. `name-taken`: another live
  * lease of the project has its name.
  */
-export async function saveLease(pool: Pool, lease: Lease): Promise<SaveLeaseOutcome> {
+export async function saveLease(pool: Pool | PoolClient, lease: Lease): Promise<SaveLeaseOutcome> {
   try {
     const { rowCount } = await pool.query(
       `INSERT INTO leases (id, name, project_id, user_id, status, start_at, end_at, version, resource_keys, document, created_at, updated_at)

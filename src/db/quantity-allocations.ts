@@ -75,13 +75,20 @@ export async function providersRefreshedAt(db: Queryable, kind: string): Promise
 }
 
 /**
+ * SQL (for a capacity provider aliased `p`, a host aliased `h`) that is true when `h` is enrolled
+ * (not released) and the provider is on it: named by its hypervisor (a compute node's provider) or
+ * by its compute host. The one definition for the failed-host check and the shared hosts the
+ * monitor watches (the others it watches as enrolled hosts).
+ */
+const PROVIDER_ON_ENROLLED_HOST_SQL = `(h.released_at IS NULL AND (h.hypervisor_hostname = p.name OR COALESCE(h.service_name, h.hypervisor_hostname) = p.host))`;
+
+/**
  * A provider `p` on a host the monitor found failed: a shared compute host (compute_host_health) or
  * an enrolled one (hosts.state). The one definition for admission, healing and the monitor's sweep.
  */
 const PROVIDER_ON_FAILED_HOST_SQL = `(
   EXISTS (SELECT 1 FROM compute_host_health f WHERE f.host = p.host AND f.state = 'failed')
-  OR EXISTS (SELECT 1 FROM hosts h WHERE h.state = 'failed' AND h.released_at IS NULL
-             AND (h.hypervisor_hostname = p.name OR COALESCE(h.service_name, h.hypervisor_hostname) = p.host)))`;
+  OR EXISTS (SELECT 1 FROM hosts h WHERE h.state = 'failed' AND ${PROVIDER_ON_ENROLLED_HOST_SQL}))`;
 
 /** The usable providers of `kind` (in Placement, on a host that has not failed), by name (as shown) or by uuid (the order bookings lock them in). */
 export async function usableProviders(db: Queryable, kind: string, order: 'name' | 'uuid'): Promise<CapacityProvider[]> {
@@ -118,7 +125,7 @@ export async function sharedComputeHosts(db: Queryable): Promise<Array<{ host: s
     `SELECT DISTINCT p.host, COALESCE(f.state, 'up') AS state
      FROM capacity_providers p LEFT JOIN compute_host_health f ON f.host = p.host
      WHERE (p.usable OR EXISTS (SELECT 1 FROM quantity_allocations a WHERE a.provider_uuid = p.uuid AND upper(a.blocks) > now()))
-       AND NOT EXISTS (SELECT 1 FROM hosts h WHERE h.released_at IS NULL AND (h.hypervisor_hostname = p.name OR COALESCE(h.service_name, h.hypervisor_hostname) = p.host))
+       AND NOT EXISTS (SELECT 1 FROM hosts h WHERE ${PROVIDER_ON_ENROLLED_HOST_SQL})
      ORDER BY p.host`,
   );
   return rows;

@@ -4,6 +4,7 @@
  * Times are epoch milliseconds (UTC); the API formats them the way Blazar does.
  */
 import { ApplicationFailure } from '@temporalio/common';
+import type { Footprint } from './usage';
 
 /** Whether `text` is a UUID (the ids of leases, reservations, floating IPs): anything else names nothing, rather than being an error of the database. */
 export const isUuid = (text: string): boolean => /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i.test(text);
@@ -40,6 +41,8 @@ export interface Reservation {
   resourceKeys?: string[];
   /** The start's steps, when its resource type starts in several (each its own activity). */
   startSteps?: Array<{ name: string; timeoutSeconds: number; maximumAttempts: number; retryIntervalSeconds: number }>;
+  /** What it holds at once, as its resource type reported when it booked (metering and the usage policy). */
+  footprint?: Footprint;
   /** Set aside between admission and start (its plugin's `hold`): due, or done. */
   hold?: 'due' | 'done';
   /** Set only from what the reservation's plugin reports (healing, in a later issue): some resources failed and were not replaced. */
@@ -67,9 +70,20 @@ export interface Lease {
   updatedMs: number;
   /** Grows with every change recorded in PostgreSQL. */
   version: number;
+  /** How many times the end was moved later once the lease had started (the usage policy limits it). */
+  extensions?: number;
+  /** Warnings before the end (`lease.event.before_end_lease` notices), this long before it. */
+  notifyBeforeEndMs?: number[];
+  /** The warnings sent: offset → the end they warned of (an extension re-arms them). */
+  warnedBeforeEnd?: Record<string, number>;
 }
 
 export const BEFORE_END_LEAD_MS = 60 * 60 * 1000;
+
+/** A warning's offset before the end as `notify_before_end` writes it: `48h`, `90m`. */
+export function offsetText(ms: number): string {
+  return ms % 3_600_000 === 0 ? `${ms / 3_600_000}h` : `${Math.round(ms / 60_000)}m`;
+}
 
 /** Blazar's default: one hour before the end, but never before the start. */
 export function beforeEndTime(lease: Pick<Lease, 'startMs' | 'endMs' | 'beforeEndMs'>): number {
@@ -88,6 +102,8 @@ export const LeaseErrorType = {
   /** The lease (and its Idempotency-Key) was deleted: a new lease needs a new key. */
   deleted: 'LeaseDeleted', // 410
   unavailable: 'DatabaseUnavailable', // 503: try again
+  /** The usage policy refuses the change (domain/usage-policy.ts). */
+  policy: 'UsagePolicyRefused', // 403
 } as const;
 
 export function invalidLease(message: string): ApplicationFailure {
@@ -130,6 +146,9 @@ export interface NewLeaseRequest {
   provisioningLeadMs?: number;
   reservations: Array<Pick<Reservation, 'id' | 'resource_type' | 'params'>>;
   requestedMs: number;
+  /** Asked by an admin: the usage policy's rules do not apply to it unless they say so. */
+  byAdmin?: boolean;
+  notifyBeforeEndMs?: number[];
 }
 
 const MINUTE_MS = 60_000;
@@ -163,6 +182,7 @@ export function newLease(request: NewLeaseRequest): Lease {
     endMs: request.end,
     beforeEndMs: request.beforeEnd,
     ...(request.provisioningLeadMs ? { provisioningLeadMs: request.provisioningLeadMs } : {}),
+    ...(request.notifyBeforeEndMs ? { notifyBeforeEndMs: request.notifyBeforeEndMs } : {}),
     status: 'PENDING',
     reservations: request.reservations.map((r) => ({ ...r, status: 'pending' })),
     events: [],
@@ -196,6 +216,15 @@ export interface LeaseUpdateRequest {
   beforeEnd?: number;
   /** New parameters of existing reservations, by id: complete and already checked by the resource type's schema. */
   reservations?: Array<{ id: string; params: Record<string, unknown> }>;
+  /** Asked by an admin (see NewLeaseRequest.byAdmin). */
+  byAdmin?: boolean;
+  notifyBeforeEndMs?: number[];
+}
+
+/** A change a user asked for, checked against the usage policy as it is recorded: the lease before it (none: admission), and whether an admin asked. */
+export interface RecordPolicy {
+  previous?: Lease;
+  byAdmin: boolean;
 }
 
 /** Where a lease in a transition is heading. */
@@ -264,7 +293,17 @@ export function applyLeaseUpdate(lease: Lease, update: LeaseUpdateRequest, nowMs
   }
   const reservations = lease.reservations.map((r) => (changes.has(r.id) ? { ...r, params: changes.get(r.id)! } : r));
 
-  const next: Lease = { ...lease, name: update.name ?? lease.name, startMs, endMs, beforeEndMs, reservations };
+  const extended = lease.status === 'ACTIVE' && endMs > lease.endMs;
+  const next: Lease = {
+    ...lease,
+    name: update.name ?? lease.name,
+    startMs,
+    endMs,
+    beforeEndMs,
+    reservations,
+    ...(extended ? { extensions: (lease.extensions ?? 0) + 1 } : {}),
+    ...(update.notifyBeforeEndMs ? { notifyBeforeEndMs: update.notifyBeforeEndMs } : {}),
+  };
   // A before-end action that already ran runs again if an extension moved its time into the future.
   next.events = next.events.map((e) =>
     e.event_type === 'before_end_lease' && e.status !== 'UNDONE' && lease.status === 'ACTIVE' && beforeEndTime(next) > nowMs && endMs > lease.endMs

@@ -11,6 +11,8 @@
 import type { z } from 'zod';
 import type { HostObservation, HostStateChange } from './host-health';
 import type { LeaseStatus, Reservation } from './lease';
+import type { Notice, ReservationNotice } from './notices';
+import type { Footprint } from './usage';
 
 export interface ReservationContext {
   leaseId: string;
@@ -73,6 +75,8 @@ export interface HookContext extends ReservationContext {
   reportProgress: ReportProgress;
   /** Where another reservation of the lease is, asked of its own resource type (no hosts: a type without placement). */
   placementOf(reservationId: string): Promise<ReservationPlacement>;
+  /** Tells the lease's listeners (webhooks, oslo.messaging) something about this reservation; best effort, never fails the hook. */
+  announce(notice: ReservationNotice): Promise<void>;
 }
 
 export type EndContext = HookContext & Pick<EndRequest, 'started' | 'force'>;
@@ -84,6 +88,8 @@ export interface ReserveResult {
   resourceKeys: string[];
   /** The plugin's `hold` hook is to run right after admission (e.g. to shelve a server until start). */
   holdUntilStart?: boolean;
+  /** What the reservation holds at once, for metering and the usage policy. */
+  footprint?: Footprint;
   /** Start in these steps (`startStep`), each its own activity with its own retries, instead of one `start`. */
   startSteps?: StartStep[];
 }
@@ -163,8 +169,8 @@ export interface HostWatch {
   record(change: HostStateChange): Promise<void>;
   /** A host up again: back where its bookings want it (out of the failed aggregate). */
   recovered(hostId: string): Promise<void>;
-  /** Tells the deployment's webhook (`host.failed`, `host.recovered`), if it has one. */
-  notify(change: HostStateChange, leaseIds: string[]): Promise<void>;
+  /** A host's change as a notice to the deployment's listeners (`host.failed`, `host.recovered`). */
+  noticeOf(change: HostStateChange, leaseIds: string[]): Notice;
   /** The leases booked on these hosts from now on (beginning before `untilMs`, when given). */
   leasesHolding(hostIds: string[], untilMs?: number): Promise<string[]>;
   /** The leases still booked on hosts they cannot count on (failed; pending on a host out of admission). */

@@ -42,7 +42,7 @@ function hostDeps({ pool, config, openstack }: ResourceDeps): PhysicalHostDeps {
     freepool: inventory.freepoolAggregate,
     endAggregates: { released: inventory.releasedAggregate, closedProjectId: inventory.freepoolProjectId },
     failedAggregate: inventory.failedAggregate,
-    notices: notifyUrl ? { url: notifyUrl } : undefined,
+    noticesConfigured: notifyUrl !== undefined,
   };
 }
 
@@ -53,7 +53,7 @@ function instanceDeps({ pool, config, openstack, openstackForProject }: Resource
     settings: { cleaningMs: hosts.cleaningMs, capacityRefreshMs: servers.capacityRefreshMs, beforeEndDefault: hosts.beforeEndDefault },
     cloud: openstack,
     projectCloud: openstackForProject,
-    notices: notifyUrl ? { url: notifyUrl } : undefined,
+    noticesConfigured: notifyUrl !== undefined,
   };
 }
 
@@ -92,6 +92,5 @@ export function productionHostWatch({ pool, config, openstack }: Pick<ResourceDe
     source: { nova: () => openstack().nova },
     freepool: inventory.freepoolAggregate,
     failed: { name: inventory.failedAggregate, closedProjectId: inventory.freepoolProjectId },
-    notices: config.notifyUrl ? { url: config.notifyUrl } : undefined,
   });
 }

@@ -7,7 +7,7 @@
  */
 import fs from 'node:fs';
 import path from 'node:path';
-import { parseRequestDate } from '../../src/api/blazar-format';
+import { parseRequestDate } from '../../src/domain/blazar-format';
 import { reuseStart } from '../../src/domain/lease';
 import { KeystoneSession, openStackClients, type Network } from '../../src/openstack';
 import { bandwidthPlugin } from '../../src/resources/bandwidth';

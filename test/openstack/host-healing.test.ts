@@ -39,11 +39,12 @@ describe('host monitor and healing with the rig', () => {
         LK_HOST_FAIL_GRACE_SECONDS: '1',
         LK_HEALING_RETRY_MINUTES: '0.05',
         LK_DRIFT_CHECK_MINUTES: '0.02',
+        LK_NOTIFY_URL: receiver.url,
       },
       withPool: (pool) => [
-        physicalHostPlugin({ pool, settings: { cleaningMs: 0, randomChoice: false }, cloud: () => admin, freepool, failedAggregate, endAggregates: { closedProjectId: CLOSED_PROJECT }, notices: { url: receiver.url } }),
+        physicalHostPlugin({ pool, settings: { cleaningMs: 0, randomChoice: false }, cloud: () => admin, freepool, failedAggregate, endAggregates: { closedProjectId: CLOSED_PROJECT }, noticesConfigured: true }),
       ],
-      hostWatch: (pool) => physicalHostWatch({ pool, source: { nova: () => admin.nova }, freepool, failed: { name: failedAggregate, closedProjectId: CLOSED_PROJECT }, notices: { url: receiver.url } }),
+      hostWatch: (pool) => physicalHostWatch({ pool, source: { nova: () => admin.nova }, freepool, failed: { name: failedAggregate, closedProjectId: CLOSED_PROJECT } }),
       openstack: () => admin,
     }),
     {

@@ -30,12 +30,12 @@ describe('healing server and bandwidth reservations with the rig', () => {
 
   const stack = useTestStack(
     () => ({
-      env: { LK_HOST_MONITOR_INTERVAL_SECONDS: '0.5', LK_HOST_FAIL_GRACE_SECONDS: '1', LK_HEALING_RETRY_MINUTES: '0.05' },
+      env: { LK_HOST_MONITOR_INTERVAL_SECONDS: '0.5', LK_HOST_FAIL_GRACE_SECONDS: '1', LK_HEALING_RETRY_MINUTES: '0.05', LK_NOTIFY_URL: receiver.url },
       withPool: (pool) => [
         virtualServerPlugin({ pool, cloud: () => admin, settings: { capacityRefreshMs: 0 } }),
         bandwidthPlugin({ pool, cloud: () => admin, settings: { capacityRefreshMs: 0 } }),
       ],
-      hostWatch: (pool) => physicalHostWatch({ pool, source: { nova: () => admin.nova }, freepool: uniqueName('unused'), failed: { name: uniqueName('unused'), closedProjectId: 'nobody' }, notices: { url: receiver.url } }),
+      hostWatch: (pool) => physicalHostWatch({ pool, source: { nova: () => admin.nova }, freepool: uniqueName('unused'), failed: { name: uniqueName('unused'), closedProjectId: 'nobody' } }),
       openstack: () => admin,
     }),
     {

@@ -77,3 +77,12 @@ export function polling(intervalMs: number) {
     retry: { initialInterval: intervalMs, backoffCoefficient: 1, maximumInterval: intervalMs },
   });
 }
+
+/**
+ * Announcing a notice (its delivery runs in a workflow of its own) and telling the external policy
+ * filter of an end: local, a few quick tries, never failing the lease.
+ */
+export const announcing = proxyLocalActivities<Activities>({
+  startToCloseTimeout: '15 seconds',
+  retry: { initialInterval: '500 milliseconds', maximumAttempts: 3 },
+});

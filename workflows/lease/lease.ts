@@ -37,14 +37,17 @@ import {
   leaseResourceTypes,
   newLease,
   bookingChanged,
+  offsetText,
   type EventType,
   type Lease,
   type LeaseUpdateRequest,
+  type RecordPolicy,
   type Reservation,
 } from '../../src/domain/lease';
 import { LeaseEndKey, LeaseStartKey, LeaseStatusKey, ProjectIdKey, ResourceTypesKey } from '../../src/domain/search-attributes';
+import { leaseNoticeId, type Notice, type NoticeType } from '../../src/domain/notices';
 import type { EndOutcome, HealOutcome, ReservationContext } from '../../src/domain/resource-plugin';
-import { forStep, healing, mustFinish, patient, polling, quick, recording, recordingLocally } from './activity-options';
+import { announcing, forStep, healing, mustFinish, patient, polling, quick, recording, recordingLocally } from './activity-options';
 import { asFailure, failureMessage } from './failures';
 import { Lock } from './lock';
 import {
@@ -73,6 +76,13 @@ const ONE_ROLLBACK_FOR_UPDATES = 'one-rollback-for-updates';
  * Blazar's delete is synchronous; before, it was answered as soon as the deletion began.
  */
 const DELETE_ANSWERED_WHEN_GONE = 'delete-answered-when-gone';
+/**
+ * Patch: the lease announces its events (lease.create, lease.event.start_lease…: webhooks and
+ * oslo.messaging, delivered by a workflow of their own) and tells Blazar's external filter its end.
+ */
+const LEASE_NOTICES = 'lease-notices';
+/** Patch: an active lease warns its listeners before its end, at the offsets it asked for (`notify_before_end`). */
+const BEFORE_END_WARNINGS = 'before-end-warnings';
 /** How long to wait for a predecessor's signal before looking at its row again. */
 const PREDECESSOR_RECHECK_MS = 60_000;
 
@@ -95,6 +105,8 @@ export async function leaseWorkflow(input: LeaseWorkflowInput): Promise<LeaseOut
     return { id: lease.id, status: 'NOT_ADMITTED', reason: 'no admit update arrived' };
   }
   if (admission !== 'admitted') return { id: lease.id, status: 'REJECTED', reason: rejection?.message };
+  // Announced here, once the admission's caller has its answer (a lease continued as new was announced before).
+  if (!input.carried) await announce('lease.create');
 
   try {
     if (lease.status === 'PENDING') {
@@ -108,7 +120,9 @@ export async function leaseWorkflow(input: LeaseWorkflowInput): Promise<LeaseOut
     }
     while (lease.status === 'ACTIVE') {
       if ((await sleepUntil(nextActiveEvent)) === 'delete') return await remove();
-      if (nextActiveEvent().type === 'before_end_lease') await runBeforeEnd();
+      const next = nextActiveEvent();
+      if (next.warning !== undefined) await warnBeforeEnd(next.warning);
+      else if (next.type === 'before_end_lease') await runBeforeEnd();
       else await endLease();
     }
     // TERMINATED or ERROR: the lease can still be renamed (answerMessages) and deleted.
@@ -148,7 +162,7 @@ export async function leaseWorkflow(input: LeaseWorkflowInput): Promise<LeaseOut
         if (admission === 'rejected') throw rejection!;
         for (let attempt = 1; ; attempt++) {
           try {
-            await record({ ...lease, reservations: await book(lease) }, 'admission');
+            await record({ ...lease, reservations: await book(lease) }, 'admission', { byAdmin: input.request.byAdmin ?? false });
             admission = 'admitted';
             return lease;
           } catch (err) {
@@ -173,7 +187,8 @@ export async function leaseWorkflow(input: LeaseWorkflowInput): Promise<LeaseOut
           const rebook = bookingChanged(before, next) && !hasEnded(next.status);
           try {
             if (rebook) next = { ...next, reservations: await book(next, before) };
-            await record(next);
+            // The usage policy is checked with the record, in its transaction: refused, it rolls back below.
+            await record(next, 'life', { previous: before, byAdmin: update.byAdmin ?? false });
           } catch (err) {
             // The one rollback, whether booking or recording failed: every booking as it was. It must
             // finish (the lease's record says the old window), so since the patch it retries as cleanups do.
@@ -181,6 +196,7 @@ export async function leaseWorkflow(input: LeaseWorkflowInput): Promise<LeaseOut
             throw asFailure(err);
           }
           revision++;
+          await announce('lease.update');
           return lease;
         }),
       {
@@ -228,6 +244,7 @@ export async function leaseWorkflow(input: LeaseWorkflowInput): Promise<LeaseOut
         await CancellationScope.nonCancellable(() => releaseAll(lease, false));
         const reservations = lease.reservations.map((r) => ({ ...r, status: 'error' as const }));
         await transition({ status: 'ERROR', statusReason: reason, reservations });
+        await announce('lease.error', { reason });
         return;
       }
       await transition({ reservations: lease.reservations.map((r) => (r.hold === 'due' ? { ...r, hold: 'done' as const } : r)) });
@@ -263,11 +280,13 @@ export async function leaseWorkflow(input: LeaseWorkflowInput): Promise<LeaseOut
         const reservations = lease.reservations.map((r) => ({ ...r, status: 'error' as const }));
         await transition({ status: 'ERROR', statusReason: reason, reservations }, 'start_lease', 'ERROR');
         if (patched(TELL_WAITING_SUCCESSORS)) await notifySuccessors();
+        await announce('lease.error', { reason });
         return;
       }
       // A pending reservation moved by healing shows it until its start.
       const reservations = withAllocations(lease.reservations, allocations).map((r) => ({ ...withoutFlag(r, 'resources_changed'), status: 'active' as const }));
       await transition({ status: 'ACTIVE', reservations }, 'start_lease', 'DONE');
+      await announce('lease.event.start_lease');
     });
   }
 
@@ -290,6 +309,7 @@ export async function leaseWorkflow(input: LeaseWorkflowInput): Promise<LeaseOut
       try {
         for (const reservation of lease.reservations) await patient.beforeEndReservation(context(lease, reservation));
         await transition({}, 'before_end_lease', 'DONE');
+        await announce('lease.event.before_end_lease');
       } catch (err) {
         // The before-end action is a courtesy (snapshot, notice): its failure does not end the lease.
         await transition({ statusReason: `before_end failed: ${failureMessage(err)}` }, 'before_end_lease', 'ERROR');
@@ -308,6 +328,8 @@ export async function leaseWorkflow(input: LeaseWorkflowInput): Promise<LeaseOut
         await transition({ status: 'ERROR', statusReason: `end failed: ${failureMessage(err)}`, reservations }, 'end_lease', 'ERROR');
         // An ERROR lease no longer counts as a predecessor (findPredecessors): whoever waits may go.
         if (patched(TELL_WAITING_SUCCESSORS)) await notifySuccessors();
+        await announce('lease.error', { reason: lease.statusReason });
+        await tellPolicyEnded();
         return;
       }
       const toldFirst = !patched(TELL_WAITING_SUCCESSORS);
@@ -315,6 +337,8 @@ export async function leaseWorkflow(input: LeaseWorkflowInput): Promise<LeaseOut
       const reservations = withAllocations(lease.reservations, allocations).map((r) => ({ ...r, status: 'deleted' as const }));
       await transition({ status: 'TERMINATED', reservations }, 'end_lease', 'DONE');
       if (!toldFirst) await notifySuccessors();
+      await announce('lease.event.end_lease');
+      await tellPolicyEnded();
     });
   }
 
@@ -323,6 +347,8 @@ export async function leaseWorkflow(input: LeaseWorkflowInput): Promise<LeaseOut
     await lock.run(async () => {
       const wasActive = lease.status === 'ACTIVE';
       const holdsBookings = lease.status === 'PENDING' || wasActive;
+      // As Blazar: a lease deleted before its end is told to the external filter as ended.
+      const endsNow = !hasEnded(lease.status);
       await transition({ status: 'DELETING' });
       const toldFirst = !patched(TELL_WAITING_SUCCESSORS);
       if (holdsBookings) {
@@ -335,6 +361,8 @@ export async function leaseWorkflow(input: LeaseWorkflowInput): Promise<LeaseOut
       deletion = 'done';
       upsertSearchAttributes([{ key: LeaseStatusKey, value: 'DELETED' }]);
       setCurrentDetails(describeDeleted(Date.now()));
+      await announce('lease.delete');
+      if (endsNow) await tellPolicyEnded();
     });
     // Whoever asked for the delete hears that it is done before the workflow ends.
     if (patched(DELETE_ANSWERED_WHEN_GONE)) await condition(() => deletesAnswering === 0);
@@ -366,6 +394,34 @@ export async function leaseWorkflow(input: LeaseWorkflowInput): Promise<LeaseOut
   // ─── Steps shared by the phases ─────────────────────────────────────────────────────────────
 
   /**
+   * Announces a lease event to whoever listens (one notice per event and lease version). Never
+   * fails nor holds up the lease: delivery runs in a workflow of its own, and an announce that
+   * cannot be made is logged.
+   */
+  async function announce(eventType: NoticeType, details?: Record<string, unknown>, key?: string): Promise<void> {
+    if (!patched(LEASE_NOTICES)) return;
+    const notice: Notice = { id: leaseNoticeId(lease.id, eventType, lease.version, key), eventType, occurredMs: Date.now(), projectId: lease.projectId, lease, ...(details ? { details } : {}) };
+    try {
+      await announcing.announceNotice(notice);
+    } catch (err) {
+      if (isCancellation(err)) throw err;
+      log.warn('a lease notice could not be announced', { leaseId: lease.id, eventType, error: failureMessage(err) });
+    }
+  }
+
+  /** Blazar's external filter hears that the lease ended (its `on-end`), best effort. */
+  async function tellPolicyEnded(): Promise<void> {
+    if (!patched(LEASE_NOTICES)) return;
+    try {
+      const problem = await announcing.leaseEndedForPolicy(lease);
+      if (problem) log.warn('the external policy service was not told of the end', { leaseId: lease.id, problem });
+    } catch (err) {
+      if (isCancellation(err)) throw err;
+      log.warn('the external policy service was not told of the end', { leaseId: lease.id, error: failureMessage(err) });
+    }
+  }
+
+  /**
    * Sleeps until the next event is due, re-reading it after every accepted update, unless a
    * delete arrives first. Long lives with many updates continue as new here, at rest.
    */
@@ -381,10 +437,31 @@ export async function leaseWorkflow(input: LeaseWorkflowInput): Promise<LeaseOut
     }
   }
 
-  /** While active: the before-end action if it has not run (it is never due after the end), else the end. */
-  function nextActiveEvent(): { type: EventType; time: number } {
+  /**
+   * While active: the before-end action if it has not run (it is never due after the end), else the
+   * end; a warning before the end (`warning`: its offset) when one is due earlier.
+   */
+  function nextActiveEvent(): { type: EventType; time: number; warning?: number } {
     const beforeEnd = lease.events.find((e) => e.event_type === 'before_end_lease')!;
-    return beforeEnd.status === 'UNDONE' && beforeEnd.time <= lease.endMs ? { type: 'before_end_lease', time: beforeEnd.time } : { type: 'end_lease', time: lease.endMs };
+    const actionDue = beforeEnd.status === 'UNDONE' && beforeEnd.time <= lease.endMs;
+    const event = actionDue ? { type: 'before_end_lease' as const, time: beforeEnd.time } : { type: 'end_lease' as const, time: lease.endMs };
+    if (!lease.notifyBeforeEndMs?.length || !patched(BEFORE_END_WARNINGS)) return event;
+    // Not warned yet of this end; not before the start; not when the before-end event's own notice says it at that moment.
+    const warnings = lease.notifyBeforeEndMs
+      .filter((offset) => lease.warnedBeforeEnd?.[String(offset)] !== lease.endMs)
+      .map((offset) => ({ offset, time: lease.endMs - offset }))
+      .filter((w) => w.time >= lease.startMs && w.time < lease.endMs && !(actionDue && w.time === beforeEnd.time))
+      .sort((a, b) => a.time - b.time);
+    const first = warnings[0];
+    return first && first.time < event.time ? { type: 'before_end_lease', time: first.time, warning: first.offset } : event;
+  }
+
+  /** A warning before the end: a notice only (the lease's state is unchanged), once per offset and end. */
+  async function warnBeforeEnd(offset: number): Promise<void> {
+    await lock.run(async () => {
+      lease = { ...lease, warnedBeforeEnd: { ...lease.warnedBeforeEnd, [String(offset)]: lease.endMs } };
+      await announce('lease.event.before_end_lease', { notify_before_end: offsetText(offset), time_left_seconds: Math.max(0, Math.round((lease.endMs - Date.now()) / 1000)) }, `warning-${offset}-${lease.endMs}`);
+    });
   }
 
   function assertAdmitted(): void {
@@ -408,11 +485,12 @@ export async function leaseWorkflow(input: LeaseWorkflowInput): Promise<LeaseOut
     const booked: Reservation[] = [];
     try {
       for (const reservation of target.reservations) {
-        const { allocation, resourceKeys, holdUntilStart, startSteps } = await via.reserveReservation(context(target, reservation));
+        const { allocation, resourceKeys, holdUntilStart, startSteps, footprint } = await via.reserveReservation(context(target, reservation));
         booked.push({
           ...reservation,
           allocation: { ...reservation.allocation, ...allocation },
           resourceKeys,
+          ...(footprint ? { footprint } : {}),
           ...(startSteps ? { startSteps } : {}),
           ...(holdUntilStart && !reservation.hold ? { hold: 'due' as const } : {}),
         });
@@ -552,10 +630,13 @@ export async function leaseWorkflow(input: LeaseWorkflowInput): Promise<LeaseOut
     return patched('record-locally') ? recordingLocally : recording;
   }
 
-  /** Writes `next` (one version up) to PostgreSQL, then makes it the lease. */
-  async function record(next: Lease, phase: 'admission' | 'life' = 'life'): Promise<void> {
+  /**
+   * Writes `next` (one version up) to PostgreSQL, then makes it the lease. `policy`: a change a user
+   * asked for, checked against the usage policy in the same transaction (refused: nothing written).
+   */
+  async function record(next: Lease, phase: 'admission' | 'life' = 'life', policy?: RecordPolicy): Promise<void> {
     const versioned: Lease = { ...next, version: lease.version + 1, updatedMs: Date.now() };
-    await (phase === 'admission' ? quick : recorder()).recordLease(versioned);
+    await (phase === 'admission' ? quick : recorder()).recordLease(versioned, ...(policy ? [policy] : []));
     lease = versioned;
     upsertSearchAttributes([
       { key: LeaseStatusKey, value: lease.status },

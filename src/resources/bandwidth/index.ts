@@ -275,6 +275,7 @@ export function bandwidthPlugin(deps: BandwidthDeps): ResourcePlugin {
         allocation: { host: booking.host, provider: booking.providerUuid, bandwidth: request.amounts },
         resourceKeys: [],
         startSteps: BANDWIDTH_START_STEPS,
+        footprint: { bandwidth_kbps: request.amounts[EGRESS] ?? 0 },
       };
     },
 

@@ -76,7 +76,7 @@ export function floatingIpPlugin(deps: FloatingIpDeps): ResourcePlugin {
       let allocation: Record<string, unknown> = bookedAllocation(addresses);
       // An active reservation's new addresses are the lessee's at once (and those it gave up are gone).
       if (ctx.leaseStatus === 'ACTIVE' && client) allocation = { ...allocation, ...neutronAllocation(await syncFloatingIps(client, await spec(ctx))) };
-      return { allocation, resourceKeys: addresses.map((a) => `floatingip:${a.id}`) };
+      return { allocation, resourceKeys: addresses.map((a) => `floatingip:${a.id}`), footprint: { floating_ips: addresses.length } };
     },
 
     async start(ctx) {

@@ -15,7 +15,7 @@ import { leasesBookedOnComputeHosts, leasesBookedOnFailedProviders, recordComput
 import type { Pool } from '../../db/pool';
 import type { ComputeService, Hypervisor, NovaClient } from '../../openstack';
 import { addHost, ensureAggregate, findAggregate, removeHost } from '../shared/aggregates';
-import { sendNotice, type NoticeSettings } from '../shared/notifications';
+import { hostNotice } from '../../domain/notices';
 import { describeDrift, planDrift, type HostDrift } from './drift';
 
 /** Where replaced failed hosts wait, and the project its filter_tenant_id names (nobody's). */
@@ -65,7 +65,7 @@ const sharedHostName = (hostId: string) => (hostId.startsWith(SHARED_HOST_PREFIX
  */
 export type HostProblemSource = { nova: () => NovaClient } | { calendarOnly: (host: { hypervisor_hostname: string }) => string | undefined };
 
-export function physicalHostWatch(deps: { pool: Pool; source: HostProblemSource; freepool: string; failed: FailedAggregate; notices?: NoticeSettings }): HostWatch {
+export function physicalHostWatch(deps: { pool: Pool; source: HostProblemSource; freepool: string; failed: FailedAggregate }): HostWatch {
   const { source } = deps;
   /** A host up again: out of the failed aggregate into the pool, if a heal set it aside. */
   async function recovered(hostId: string): Promise<void> {
@@ -109,14 +109,7 @@ export function physicalHostWatch(deps: { pool: Pool; source: HostProblemSource;
 
     recovered,
 
-    async notify(change, leaseIds) {
-      if (!deps.notices) return;
-      await sendNotice(deps.notices, {
-        eventType: change.state === 'failed' ? 'host.failed' : 'host.recovered',
-        payload: { host_id: sharedHostName(change.hostId) === undefined ? change.hostId : null, host: change.host, state: change.state, state_since: new Date(change.sinceMs).toISOString(), reason: change.reason, lease_ids: leaseIds },
-        idempotencyKey: `host:${change.hostId}:${change.state}:${change.sinceMs}`,
-      });
-    },
+    noticeOf: (change, leaseIds) => hostNotice(change, leaseIds, sharedHostName(change.hostId) === undefined),
 
     async beginMaintenance(windowId) {
       const window = await getWindow(deps.pool, windowId);

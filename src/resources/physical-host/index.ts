@@ -16,7 +16,6 @@ import {
   SERVER_DELETE_PASS_MS,
   type EndAggregates,
 } from './aggregates';
-import { sendLeaseNotice, type LeaseNotice, type NoticeSettings } from '../shared/notifications';
 import { beforeEndAction, refuseNotifyWithoutEndpoint, type BeforeEndAction } from '../shared/params';
 import { DEFAULT_SERVER_DELETE_TIMEOUT_MS, failIfDeletionOverdue } from '../shared/server-deletion';
 import { snapshotServersOnHosts } from '../shared/server-snapshots';
@@ -51,7 +50,8 @@ export interface PhysicalHostDeps {
   /** Where a failed host replaced in an active lease waits until it is up again (default: leasekeeper-failed). */
   failedAggregate?: string;
   /** Where `before_end: notify` posts (unset: `notify` is refused when the lease is created). */
-  notices?: NoticeSettings;
+  /** Whether the deployment has somewhere to send notices (a before-end `notify` needs it). */
+  noticesConfigured?: boolean;
   /** How long the end waits for deleted servers to be gone. */
   serverDeleteTimeoutMs?: number;
   /** How often a recycling end looks at its hosts again. */
@@ -59,10 +59,10 @@ export interface PhysicalHostDeps {
 }
 
 /** What the API needs of `physical:host`: the parameters, and where hosts are free (no cloud). */
-export function physicalHostType(deps: Pick<PhysicalHostDeps, 'pool' | 'settings' | 'notices'>, calendar = new HostCalendar(deps.pool, deps.settings)): ResourceType {
+export function physicalHostType(deps: Pick<PhysicalHostDeps, 'pool' | 'settings' | 'noticesConfigured'>, calendar = new HostCalendar(deps.pool, deps.settings)): ResourceType {
   return {
     resourceType: PHYSICAL_HOST,
-    paramsSchema: physicalHostParams.superRefine(refuseNotifyWithoutEndpoint(deps.settings.beforeEndDefault, deps.notices !== undefined)),
+    paramsSchema: physicalHostParams.superRefine(refuseNotifyWithoutEndpoint(deps.settings.beforeEndDefault, deps.noticesConfigured === true)),
     earliest: ({ reservations, startMs, durationMs }) => calendar.search(reservations, startMs, durationMs),
   };
 }
@@ -149,16 +149,6 @@ export function physicalHostPlugin(deps: PhysicalHostDeps): ResourcePlugin {
     }
   }
 
-  /** A notice to the lessee, best effort: the heal must not wait on a dead receiver, nor be undone by one. */
-  async function tellLessee(ctx: HookContext, notice: Omit<LeaseNotice, 'ctx'>): Promise<void> {
-    if (!deps.notices) return;
-    try {
-      await sendLeaseNotice({ ...deps.notices, timeoutMs: 5_000 }, { ...notice, ctx });
-    } catch (err) {
-      ctx.reportProgress({ noticeFailed: notice.event, error: (err as Error).message });
-    }
-  }
-
   /**
    * Tells the lessee, once per degradation, which booked hosts it cannot count on, why (failed, out
    * of admission, or the maintenance windows), and where the same lease would fit instead.
@@ -166,9 +156,9 @@ export function physicalHostPlugin(deps: PhysicalHostDeps): ResourcePlugin {
   async function tellDegraded(ctx: HookContext, lost: Array<{ id: string; hypervisor_hostname: string }>, alternative?: Record<string, unknown>): Promise<void> {
     const lostIds = new Set(lost.map((h) => h.id));
     const windows = (await windowsOverReservation(deps.pool, ctx.reservation.id)).filter((w) => lostIds.has(w.host_id));
-    await tellLessee(ctx, {
-      event: 'degraded',
-      keySuffix: lost.map((h) => h.id).sort().join(','),
+    await ctx.announce({
+      eventType: 'lease.degraded',
+      key: lost.map((h) => h.id).sort().join(','),
       details: {
         hosts: lost.map((h) => h.hypervisor_hostname),
         maintenance: windows.map((w) => ({ id: w.id, host: w.hypervisor_hostname, start_date: new Date(w.start_ms).toISOString(), end_date: new Date(w.end_ms).toISOString(), reason: w.reason })),
@@ -195,6 +185,7 @@ export function physicalHostPlugin(deps: PhysicalHostDeps): ResourcePlugin {
           on_end: endPolicyOf(physicalHostParams.parse(ctx.reservation.params), deps.settings.onEndDefault),
         },
         resourceKeys: hosts.map((h) => `host:${h.id}`),
+        footprint: { hosts: hosts.length },
       };
     },
     async start(ctx) {
@@ -204,7 +195,7 @@ export function physicalHostPlugin(deps: PhysicalHostDeps): ResourcePlugin {
     async beforeEnd(ctx) {
       const action = beforeEndOf(ctx);
       if (action === 'notify') {
-        await sendLeaseNotice(deps.notices, { event: 'before_end_lease', ctx, details: { hosts: (await bookedHosts(ctx)).map((h) => h.host) } });
+        await ctx.announce({ eventType: 'lease.event.before_end_lease', details: { hosts: (await bookedHosts(ctx)).map((h) => h.host) } });
         return;
       }
       if (action !== 'snapshot' || deps.cloud === 'calendar-only') return;
@@ -240,9 +231,9 @@ export function physicalHostPlugin(deps: PhysicalHostDeps): ResourcePlugin {
         // Once per new set of hosts: which left the reservation and which replaced them.
         const before = Array.isArray(ctx.reservation.allocation?.hosts) ? (ctx.reservation.allocation.hosts as string[]) : [];
         const after = hosts.map((h) => h.hypervisor_hostname);
-        await tellLessee(ctx, {
-          event: 'healed',
-          keySuffix: [...ids].sort().join(','),
+        await ctx.announce({
+          eventType: 'lease.healed',
+          key: [...ids].sort().join(','),
           details: { hosts: after, hosts_removed: before.filter((h) => !after.includes(h)), hosts_added: after.filter((h) => !before.includes(h)), status: ctx.leaseStatus },
         });
       }

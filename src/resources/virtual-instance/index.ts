@@ -22,7 +22,6 @@ import { unusableHostsOf } from '../../db/host-allocations';
 import { activeReservationsOfType, slotHostsEver } from '../../db/instance-slots';
 import type { Pool } from '../../db/pool';
 import { serverHost, type GlanceClient, type NovaClient } from '../../openstack';
-import { sendLeaseNotice, type NoticeSettings } from '../shared/notifications';
 import { beforeEndAction, refuseNotifyWithoutEndpoint, type BeforeEndAction, type beforeEndParam } from '../shared/params';
 import { DEFAULT_SERVER_DELETE_TIMEOUT_MS, failIfDeletionOverdue } from '../shared/server-deletion';
 import { snapshotServers } from '../shared/server-snapshots';
@@ -31,6 +30,7 @@ import { QuantityCalendar } from '../shared/quantity-bookings';
 import { InstanceSlotCalendar, VIRTUAL_INSTANCE, type SlotPlacement, type SlotSpec } from './calendar';
 import { closeSlots, ensureReservationResources, openSlots, removeReservationResources, serversOfFlavor, slotDrift, type FlavorShape, type HostSlots, type InstanceCloud, type InstanceSpec } from './nova-resources';
 import { slotAmounts, virtualInstanceParams } from './params';
+import { footprintOfAmounts } from '../../domain/usage';
 
 export { VIRTUAL_INSTANCE };
 
@@ -49,7 +49,8 @@ export interface VirtualInstanceDeps {
   /** Nova in a lessee's project (the server group is theirs, as Blazar makes it). */
   projectCloud?: (projectId: string) => { nova: NovaClient };
   /** Where `before_end: notify` posts (unset: `notify` is refused when the lease is created). */
-  notices?: NoticeSettings;
+  /** Whether the deployment has somewhere to send notices (a before-end `notify` needs it). */
+  noticesConfigured?: boolean;
   /** How long the end waits for the flavor's deleted servers to be gone. */
   serverDeleteTimeoutMs?: number;
 }
@@ -97,7 +98,7 @@ function novaFor(deps: VirtualInstanceDeps, projectId: string): { admin: NovaCli
 export function slotReservationType(type: SlotType, deps: VirtualInstanceDeps, made = slotCalendar(deps)): ResourceType {
   return {
     resourceType: type.resourceType,
-    paramsSchema: type.paramsSchema.superRefine(refuseNotifyWithoutEndpoint(deps.settings.beforeEndDefault, deps.notices !== undefined)),
+    paramsSchema: type.paramsSchema.superRefine(refuseNotifyWithoutEndpoint(deps.settings.beforeEndDefault, deps.noticesConfigured === true)),
     earliest: async ({ reservations, projectId, startMs, durationMs, provisioningLeadMs }) => {
       await made.refresh();
       const described = await Promise.all(reservations.map(async (reservation) => ({ reservation, spec: (await type.describe(reservation, projectId, novaFor(deps, projectId))).spec })));
@@ -168,7 +169,7 @@ export function slotReservationPlugin(type: SlotType, deps: VirtualInstanceDeps)
         // An active reservation's new slots are the lessee's at once (and those it gave up are gone).
         if (active) await openSlots(clients, instance, hostSlots(placement), hostSlots(before), ctx.reportProgress);
       }
-      return { allocation: { ...described, ...resources, ...shown(placement) }, resourceKeys: [] };
+      return { allocation: { ...described, ...resources, ...shown(placement) }, resourceKeys: [], footprint: footprintOfAmounts(slots.slot, slots.amount) };
     },
 
     async start(ctx) {
@@ -186,7 +187,7 @@ export function slotReservationPlugin(type: SlotType, deps: VirtualInstanceDeps)
       const action = beforeEndAction(type.paramsSchema.parse(ctx.reservation.params).before_end, deps.settings.beforeEndDefault);
       if (action === 'notify') {
         const placement = await calendar.placement(ctx.reservation.id);
-        await sendLeaseNotice(deps.notices, { event: 'before_end_lease', ctx, details: { flavor_id: ctx.reservation.id, hosts: placement.map((p) => p.hypervisorHostname) } });
+        await ctx.announce({ eventType: 'lease.event.before_end_lease', details: { flavor_id: ctx.reservation.id, hosts: placement.map((p) => p.hypervisorHostname) } });
         return;
       }
       const clients = cloud();
@@ -235,17 +236,20 @@ export function slotReservationPlugin(type: SlotType, deps: VirtualInstanceDeps)
       const wasChanged = pending && ctx.reservation.resources_changed === true;
       let placement = before;
       const clients = cloud();
+      // Described once, when first needed (flavor:instance reads its flavor from Nova).
+      let spec: ReturnType<typeof specOf> | undefined;
+      const described = () => (spec ??= specOf(ctx));
       if (before.some((p) => unusable.has(p.hostId))) {
         await made.refresh();
         try {
-          placement = await calendar.book(ctx, (await specOf(ctx)).slots, { rebook: true });
+          placement = await calendar.book(ctx, (await described()).slots, { rebook: true });
         } catch (err) {
           if (!isLeaseConflict(err)) throw err;
           return { allocation: shown(before), missingResources: true, resourcesChanged: wasChanged };
         }
       }
       if (!pending && clients) {
-        const { instance } = await specOf(ctx);
+        const { instance } = await described();
         await openSlots(clients, instance, hostSlots(placement), await slotHostsOf(ctx.reservation.id), ctx.reportProgress);
       }
       const moved = placement.some((p) => !before.some((b) => b.hostId === p.hostId && b.slots === p.slots)) || placement.length !== before.length;

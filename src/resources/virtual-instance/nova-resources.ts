@@ -153,25 +153,26 @@ export async function openSlots(cloud: InstanceCloud, spec: Pick<InstanceSpec, '
   }
   const kept = new Set(hosts.map((h) => h.computeHost));
   aggregate = await aggregateOf(nova, spec.reservationId);
+  const resourceClass = reservationResourceClass(spec.reservationId);
   for (const host of formerHosts.filter((h) => !kept.has(h.computeHost))) {
     // Servers of the flavor still there (on a failed host) keep their slots, so the class cannot go: no room beyond them.
-    await setSlotInventory(placement, host, reservationResourceClass(spec.reservationId), await slotsInUse(placement, host, reservationResourceClass(spec.reservationId)));
+    // A host already down to none (no inventory, so no server holds any) has nothing to write: only the aggregate is
+    // made sure of, which a heal cut short after the write may have left it in.
+    const slots = await slotsOnHost(placement, host, resourceClass);
+    if (slots.total > 0) await setSlotInventory(placement, host, resourceClass, await slots.inUse());
     await removeHost(nova, aggregate, host.computeHost);
   }
 }
 
-/** How many of the reservation's slots servers hold on the host (0 when it has no slot provider). */
-async function slotsInUse(placement: PlacementClient, host: HostSlots, resourceClass: string): Promise<number> {
+/**
+ * The reservation's slots on the host's slot provider, from one lookup of it: `total` as inventory,
+ * `inUse()` held by servers (read when asked). A host with no slot provider has 0 of both.
+ */
+async function slotsOnHost(placement: PlacementClient, host: HostSlots, resourceClass: string): Promise<{ total: number; inUse: () => Promise<number> }> {
   const provider = (await placement.listResourceProviders({ name: reservationProviderName(host.hypervisorHostname) }))[0];
-  if (!provider) return 0;
-  return (await placement.getProviderUsages(provider.uuid)).usages[resourceClass] ?? 0;
-}
-
-/** The reservation's slots as inventory on the host (0 when it has no slot provider). */
-async function slotInventory(placement: PlacementClient, host: HostSlots, resourceClass: string): Promise<number> {
-  const provider = (await placement.listResourceProviders({ name: reservationProviderName(host.hypervisorHostname) }))[0];
-  if (!provider) return 0;
-  return (await placement.getInventories(provider.uuid)).inventories[resourceClass]?.total ?? 0;
+  if (!provider) return { total: 0, inUse: () => Promise.resolve(0) };
+  const total = (await placement.getInventories(provider.uuid)).inventories[resourceClass]?.total ?? 0;
+  return { total, inUse: async () => (await placement.getProviderUsages(provider.uuid)).usages[resourceClass] ?? 0 };
 }
 
 /**
@@ -185,13 +186,15 @@ export async function slotDrift(cloud: InstanceCloud, reservationId: string, hos
   if (!aggregate) return 'its aggregate is gone';
   const found: string[] = [];
   for (const host of hosts) {
-    const total = await slotInventory(cloud.placement, host, resourceClass);
+    const { total } = await slotsOnHost(cloud.placement, host, resourceClass);
     if (total !== host.slots) found.push(`${host.hypervisorHostname} has ${total} slot(s) in Placement, ${host.slots} booked`);
     if (!aggregate.hosts.includes(host.computeHost)) found.push(`${host.hypervisorHostname} is out of its aggregate`);
   }
   const kept = new Set(hosts.map((h) => h.computeHost));
   for (const host of formerHosts.filter((h) => !kept.has(h.computeHost))) {
-    const [total, inUse] = [await slotInventory(cloud.placement, host, resourceClass), await slotsInUse(cloud.placement, host, resourceClass)];
+    const slots = await slotsOnHost(cloud.placement, host, resourceClass);
+    // No inventory left: none beyond what servers hold (they hold none), so no usages to read.
+    const [total, inUse] = [slots.total, slots.total > 0 ? await slots.inUse() : 0];
     if (total > inUse) found.push(`${host.hypervisorHostname} has ${total} slot(s) in Placement after it left (servers hold ${inUse})`);
     if (aggregate.hosts.includes(host.computeHost)) found.push(`${host.hypervisorHostname} is still in its aggregate after it left`);
   }

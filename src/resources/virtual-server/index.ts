@@ -26,6 +26,7 @@ import {
 } from './servers';
 import { invalidLease } from '../../domain/lease';
 import type { Amounts } from '../../domain/quantity-calendar';
+import { footprintOfAmounts } from '../../domain/usage';
 import { enrolledHostNames } from '../../db/hosts';
 import type { Pool } from '../../db/pool';
 import { serverHost, type GlanceClient, type NeutronClient, type NovaClient, type PlacementClient, type Server } from '../../openstack';
@@ -315,6 +316,7 @@ export function virtualServerPlugin(deps: VirtualServerDeps): ResourcePlugin {
         resourceKeys: server ? [`server:${server.id}`] : [],
         // An existing server is shelved until the start; a server to create does not exist yet.
         holdUntilStart: Boolean(server),
+        footprint: footprintOfAmounts(footprint),
       };
     },
 

@@ -1,0 +1,64 @@
+/**
+ * The usage policy of a project (an extension): `GET /v1/projects/{id}/policy` shows the rules in
+ * force and where each layer comes from (members: their own project); `PUT` sets the project's
+ * rules over the deployment's (admins); `DELETE` removes them. The rules are checked as leases are
+ * admitted and changed (src/policy/enforcement.ts).
+ */
+import { Router, type Response } from 'express';
+import { deleteProjectRules, projectRules, saveProjectRules } from '../db/usage-policy';
+import type { Pool } from '../db/pool';
+import type { UsagePolicyEnforcer } from '../policy/enforcement';
+import { projectIdSchema, rulesSchema } from '../policy/rules';
+import { identityOf } from './auth';
+import { formatTimestamp } from '../domain/blazar-format';
+import { ApiError, parseRequest } from './errors';
+
+export const projectPolicyBody = rulesSchema;
+
+function projectIdOf(res: Response, raw: string, action: 'get' | 'put' | 'delete'): string {
+  const identity = identityOf(res);
+  const parsed = projectIdSchema.safeParse(raw);
+  if (!parsed.success) throw new ApiError(400, `${JSON.stringify(raw.slice(0, 64))} is not a project id`);
+  if (action !== 'get' && !identity.isAdmin) throw new ApiError(403, `Policy doesn't allow blazar:projects:policy:${action} to be performed.`);
+  if (!identity.isAdmin && parsed.data !== identity.projectId) throw new ApiError(403, `Policy doesn't allow blazar:projects:policy:${action} to be performed: members see their own project's policy only.`);
+  return parsed.data;
+}
+
+export function projectPolicyRouter(deps: { pool: Pool; policy: UsagePolicyEnforcer }): Router {
+  const router = Router();
+
+  async function shown(projectId: string) {
+    const stored = await projectRules(deps.pool, projectId);
+    const { effective, layers } = await deps.policy.rulesFor(deps.pool, projectId);
+    return {
+      policy: {
+        project_id: projectId,
+        effective,
+        deployment: layers.deployment,
+        project_file: layers.projectFile ?? null,
+        project: stored?.rules ?? null,
+        updated_at: stored ? formatTimestamp(Date.parse(stored.updatedAt)) : null,
+        updated_by: stored?.updatedBy ?? null,
+      },
+    };
+  }
+
+  router.get('/projects/:projectId/policy', async (req, res) => {
+    res.json(await shown(projectIdOf(res, req.params.projectId, 'get')));
+  });
+
+  router.put('/projects/:projectId/policy', async (req, res) => {
+    const projectId = projectIdOf(res, req.params.projectId, 'put');
+    const rules = parseRequest(projectPolicyBody, req.body ?? {});
+    await saveProjectRules(deps.pool, projectId, rules, identityOf(res).userId);
+    res.json(await shown(projectId));
+  });
+
+  router.delete('/projects/:projectId/policy', async (req, res) => {
+    const projectId = projectIdOf(res, req.params.projectId, 'delete');
+    if (!(await deleteProjectRules(deps.pool, projectId))) throw new ApiError(404, `project ${projectId} has no policy of its own`);
+    res.status(204).end();
+  });
+
+  return router;
+}

@@ -1,0 +1,113 @@
+/**
+ * A project's own webhooks (an extension): `GET /v1/projects/{id}/webhooks` lists them, `PUT`
+ * replaces the list (at most 10). Members read and set their own project's, admins any project's.
+ * Each gets the project's lease notices (all, or the `events` listed), signed with its secret: one
+ * given, or one generated and shown once, in the answer of the PUT that made it. A URL must resolve
+ * to a public address (unless LK_WEBHOOK_ALLOW_PRIVATE): a webhook is not a way into the cloud's
+ * own network.
+ */
+import { Router, type Response } from 'express';
+import { z } from 'zod';
+import type { Pool } from '../db/pool';
+import { listWebhooks, replaceWebhooks, type StoredWebhook } from '../db/webhooks';
+import { formatTimestamp } from '../domain/blazar-format';
+import { LEASE_NOTICE_TYPES } from '../notifications/types';
+import { checkWebhookAddress, generateSecret, WebhookAddressError, webhookUrlProblem, type NoticeSettings } from '../notifications/webhooks';
+import { identityOf } from './auth';
+import { ApiError, parseRequest } from './errors';
+
+export const MAX_PROJECT_WEBHOOKS = 10;
+
+const webhookUrl = z
+  .string()
+  .max(2_048, 'expected at most 2048 characters')
+  .superRefine((url, ctx) => {
+    const problem = webhookUrlProblem(url);
+    if (problem) ctx.addIssue({ code: 'custom', message: problem });
+  })
+  .describe('http:// or https://, at most 2048 characters, no credentials; it must resolve to a public address');
+
+const leaseEventType = z.enum(LEASE_NOTICE_TYPES, { error: (issue) => (issue.input === undefined ? undefined : `expected a lease event type: ${LEASE_NOTICE_TYPES.join(', ')}`) });
+
+export const webhooksBody = z.strictObject({
+  webhooks: z
+    .array(
+      z.strictObject({
+        url: webhookUrl,
+        secret: z
+          .string()
+          .min(16, 'expected 16 to 256 characters')
+          .max(256, 'expected 16 to 256 characters')
+          .regex(/^[\x20-\x7e]+$/, 'expected printable ASCII')
+          .optional()
+          .describe('the HMAC-SHA256 key of X-Leasekeeper-Signature; absent: kept for a URL already listed, else generated and shown once'),
+        events: z
+          .array(leaseEventType)
+          .min(1, 'expected at least one event type (leave `events` out for all)')
+          .max(LEASE_NOTICE_TYPES.length, 'expected each event type once')
+          .optional()
+          .describe('the lease event types it gets; absent: all'),
+      }),
+    )
+    .max(MAX_PROJECT_WEBHOOKS, `expected at most ${MAX_PROJECT_WEBHOOKS} webhooks per project`),
+});
+
+/** What a project's id may be: a name as Keystone's, printable, no slash. */
+const projectIdSchema = z.string().min(1).max(255).regex(/^[^\p{Cc}\s/]+$/u);
+
+function projectIdOf(res: Response, raw: string, action: 'get' | 'put'): string {
+  const identity = identityOf(res);
+  const parsed = projectIdSchema.safeParse(raw);
+  if (!parsed.success) throw new ApiError(400, `${JSON.stringify(raw.slice(0, 64))} is not a project id`);
+  if (!identity.isAdmin && parsed.data !== identity.projectId) throw new ApiError(403, `Policy doesn't allow blazar:projects:webhooks:${action} to be performed: members see and set their own project's webhooks only.`);
+  return parsed.data;
+}
+
+function shown(webhook: StoredWebhook, secret?: string) {
+  return {
+    id: webhook.id,
+    url: webhook.url,
+    events: webhook.events,
+    secret_set: true as const,
+    ...(secret ? { secret } : {}),
+    delivered_count: webhook.deliveredCount,
+    dropped_count: webhook.droppedCount,
+    last_error: webhook.lastError,
+    last_error_at: webhook.lastErrorAt ? formatTimestamp(webhook.lastErrorAt.getTime()) : null,
+    created_at: formatTimestamp(webhook.createdAt.getTime()),
+  };
+}
+
+export function webhooksRouter(deps: { pool: Pool; settings: Pick<NoticeSettings, 'allowPrivate'> }): Router {
+  const router = Router();
+
+  router.get('/projects/:projectId/webhooks', async (req, res) => {
+    const projectId = projectIdOf(res, req.params.projectId, 'get');
+    res.json({ webhooks: (await listWebhooks(deps.pool, projectId)).map((webhook) => shown(webhook)) });
+  });
+
+  router.put('/projects/:projectId/webhooks', async (req, res) => {
+    const projectId = projectIdOf(res, req.params.projectId, 'put');
+    const { webhooks } = parseRequest(webhooksBody, req.body ?? {});
+    // The URL as the WHATWG parser writes it, so that the same webhook written twice is one.
+    const rows = webhooks.map((webhook) => ({ url: new URL(webhook.url).href, events: webhook.events ? [...new Set(webhook.events)] : null, secret: webhook.secret, generatedSecret: generateSecret() }));
+    const seen = new Set<string>();
+    for (const [index, row] of rows.entries()) {
+      if (row.url.length > 2_048) throw new ApiError(400, `webhooks[${index}].url: expected at most 2048 characters`);
+      if (seen.has(row.url)) throw new ApiError(400, `webhooks[${index}].url: listed twice`);
+      seen.add(row.url);
+    }
+    // Each URL's name resolved at once (each bounded by its own timeout), refused with the first problem in the list's order.
+    const checks = await Promise.allSettled(rows.map((row) => checkWebhookAddress(row.url, { allowPrivate: deps.settings.allowPrivate })));
+    for (const [index, check] of checks.entries()) {
+      if (check.status === 'fulfilled') continue;
+      if (check.reason instanceof WebhookAddressError) throw new ApiError(400, `webhooks[${index}].url: ${check.reason.message}${check.reason.kind === 'private' ? ': a webhook must reach a public address' : ''}`);
+      throw check.reason;
+    }
+    const stored = await replaceWebhooks(deps.pool, projectId, rows, identityOf(res).userId);
+    const generated = new Map(rows.map((row) => [row.url, row.generatedSecret]));
+    res.json({ webhooks: stored.map((webhook) => shown(webhook, webhook.secretGenerated ? generated.get(webhook.url) : undefined)) });
+  });
+
+  return router;
+}

@@ -1,0 +1,138 @@
+/**
+ * Projects' webhooks in PostgreSQL (016_webhooks.sql): the list a project sets as a whole, the
+ * targets of a notice, and how each webhook's deliveries went. Secrets are read only where a notice
+ * is signed (webhookById); lists show whether one is set.
+ */
+import { randomUUID } from 'node:crypto';
+import type { PoolClient } from 'pg';
+import type { Pool } from './pool';
+import { inTransaction } from './transaction';
+
+type Queryable = Pool | PoolClient;
+
+export interface StoredWebhook {
+  id: string;
+  projectId: string;
+  url: string;
+  /** Lease event types it wants; null: all. */
+  events: string[] | null;
+  createdAt: Date;
+  createdBy: string;
+  deliveredCount: number;
+  droppedCount: number;
+  lastError: string | null;
+  lastErrorAt: Date | null;
+}
+
+export interface WebhookWithSecret extends StoredWebhook {
+  secret: string;
+}
+
+/** One entry of a project's new list. */
+export interface WebhookRow {
+  url: string;
+  events: string[] | null;
+  /** Given by the caller: replaces the secret. */
+  secret?: string;
+  /** The secret when the entry is new (or its URL changed) and none was given: the caller made it, and shows it once. */
+  generatedSecret: string;
+}
+
+const COLUMNS = `id, project_id, url, events, created_at, created_by, delivered_count::text, dropped_count::text, last_error, last_error_at`;
+
+interface Row {
+  id: string;
+  project_id: string;
+  url: string;
+  events: string[] | null;
+  created_at: Date;
+  created_by: string;
+  delivered_count: string;
+  dropped_count: string;
+  last_error: string | null;
+  last_error_at: Date | null;
+  secret?: string;
+}
+
+function fromRow(row: Row): StoredWebhook {
+  return {
+    id: row.id,
+    projectId: row.project_id,
+    url: row.url,
+    events: row.events,
+    createdAt: row.created_at,
+    createdBy: row.created_by,
+    deliveredCount: Number(row.delivered_count),
+    droppedCount: Number(row.dropped_count),
+    lastError: row.last_error,
+    lastErrorAt: row.last_error_at,
+  };
+}
+
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+
+export async function listWebhooks(db: Queryable, projectId: string): Promise<StoredWebhook[]> {
+  const { rows } = await db.query<Row>(`SELECT ${COLUMNS} FROM project_webhooks WHERE project_id = $1 ORDER BY position`, [projectId]);
+  return rows.map(fromRow);
+}
+
+/**
+ * Replaces the project's list with `rows`, in one transaction (one PUT at a time per project): an
+ * entry whose URL was listed before keeps its id, counters and (unless one is given) its secret;
+ * the others are new. Returns the new list, saying which entries got their generated secret.
+ */
+export async function replaceWebhooks(pool: Pool, projectId: string, rows: WebhookRow[], userId: string): Promise<Array<StoredWebhook & { secretGenerated: boolean }>> {
+  return inTransaction(pool, async (client) => {
+    await client.query("SELECT pg_advisory_xact_lock(hashtext('leasekeeper:webhooks'), hashtext($1))", [projectId]);
+    const { rows: before } = await client.query<{ id: string; url: string }>('SELECT id, url FROM project_webhooks WHERE project_id = $1', [projectId]);
+    const kept = new Map(before.map((row) => [row.url, row.id]));
+    const listed = new Set(rows.map((row) => row.url));
+    const gone = before.filter((row) => !listed.has(row.url)).map((row) => row.id);
+    if (gone.length > 0) await client.query('DELETE FROM project_webhooks WHERE id = ANY($1::uuid[])', [gone]);
+    const generated = new Set<string>();
+    for (const [position, row] of rows.entries()) {
+      const id = kept.get(row.url);
+      if (id) {
+        await client.query('UPDATE project_webhooks SET position = $2, events = $3, secret = coalesce($4, secret) WHERE id = $1', [id, position, row.events, row.secret ?? null]);
+        continue;
+      }
+      const newId = randomUUID();
+      if (row.secret === undefined) generated.add(newId);
+      await client.query('INSERT INTO project_webhooks (id, project_id, position, url, secret, events, created_by) VALUES ($1, $2, $3, $4, $5, $6, $7)', [
+        newId,
+        projectId,
+        position,
+        row.url,
+        row.secret ?? row.generatedSecret,
+        row.events,
+        userId,
+      ]);
+    }
+    const { rows: after } = await client.query<Row>(`SELECT ${COLUMNS} FROM project_webhooks WHERE project_id = $1 ORDER BY position`, [projectId]);
+    return after.map((row) => ({ ...fromRow(row), secretGenerated: generated.has(row.id) }));
+  });
+}
+
+/** One webhook with its secret (to sign a delivery), or undefined when there is none (removed meanwhile). */
+export async function webhookById(db: Queryable, id: string): Promise<WebhookWithSecret | undefined> {
+  if (!UUID.test(id)) return undefined;
+  const { rows } = await db.query<Row>(`SELECT ${COLUMNS}, secret FROM project_webhooks WHERE id = $1`, [id]);
+  return rows[0] ? { ...fromRow(rows[0]), secret: rows[0].secret! } : undefined;
+}
+
+/** A delivery's outcome, counted on its webhook: delivered, or dropped (refused, or given up on) with why. */
+export async function countDelivery(db: Queryable, id: string, outcome: 'delivered' | { dropped: string }): Promise<void> {
+  if (!UUID.test(id)) return;
+  if (outcome === 'delivered') {
+    await db.query('UPDATE project_webhooks SET delivered_count = delivered_count + 1 WHERE id = $1', [id]);
+    return;
+  }
+  await db.query('UPDATE project_webhooks SET dropped_count = dropped_count + 1, last_error = left($2, 1024), last_error_at = now() WHERE id = $1', [id, outcome.dropped]);
+}
+
+/** The ids of the project's webhooks that want this event type, in the list's order; none without a project (host events). */
+export async function webhookTargets(db: Queryable, projectId: string | undefined, eventType: string): Promise<string[]> {
+  if (projectId === undefined) return [];
+  const { rows } = await db.query<{ id: string }>('SELECT id FROM project_webhooks WHERE project_id = $1 AND (events IS NULL OR $2 = ANY(events)) ORDER BY position', [projectId, eventType]);
+  return rows.map((row) => row.id);
+}

@@ -1,0 +1,287 @@
+/**
+ * The usage policy: fair-sharing rules an operator sets for every project (and per project), checked
+ * when a lease is admitted and when it changes. Pure: the rules, the lease before and after, and
+ * the project's other leases in, a refusal (naming the rule, the limit, and what would fit) out.
+ * A change is refused only where it makes things worse: a lease already over a rule tightened
+ * since may still be renamed or shortened.
+ */
+import { requestDate, reuseEnd, type Lease } from './lease';
+import {
+  bookedInterval,
+  HOUR_MS,
+  leaseFootprint,
+  meterHours,
+  monthName,
+  monthOf,
+  monthsOf,
+  peakRollingHours,
+  peakWithin,
+  type Holding,
+  type Interval,
+  type MeteredLease,
+  type Meter,
+} from './usage';
+
+/** The rules that limit what one project holds at once. */
+export const AT_ONCE_RULES = { max_hosts: 'hosts', max_vcpus: 'vcpus', max_memory_mb: 'memory_mb', max_bandwidth_kbps: 'bandwidth_kbps', max_floating_ips: 'floating_ips' } as const;
+export type AtOnceRule = keyof typeof AT_ONCE_RULES;
+/** The budgets: meter-hours per period. */
+export const BUDGET_METERS = { host_hours: 'hosts', vcpu_hours: 'vcpus' } as const;
+export type BudgetName = keyof typeof BUDGET_METERS;
+
+export const RULE_NAMES = ['max_lease_duration', 'max_advance', 'min_notice', 'max_leases', 'max_hosts', 'max_vcpus', 'max_memory_mb', 'max_bandwidth_kbps', 'max_floating_ips', 'budget', 'extension'] as const satisfies ReadonlyArray<string>;
+export type RuleName = (typeof RULE_NAMES)[number];
+
+/** The rules in force for one project (absent: no limit). Durations in milliseconds. */
+export interface UsagePolicy {
+  maxLeaseDurationMs?: number;
+  maxAdvanceMs?: number;
+  minNoticeMs?: number;
+  maxLeases?: number;
+  atOnce: Partial<Record<AtOnceRule, number>>;
+  budget?: { period: { kind: 'month' } | { kind: 'rolling'; lengthMs: number }; hours: Partial<Record<BudgetName, number>> };
+  extension?: { withinLastMs?: number; maxEachMs?: number; maxCount?: number };
+  /** Rules admins are held to as well (by default they are exempt from all). */
+  enforceOnAdmins: RuleName[];
+}
+
+/** What is being checked: the lease as it would be, as it was (an update), by whom and when. */
+export interface PolicySubject {
+  next: Lease;
+  previous?: Lease;
+  byAdmin: boolean;
+  nowMs: number;
+}
+
+/** The project's other leases that matter to the check (overlapping its periods), and how many are live and not ended. */
+export interface ProjectLedger {
+  others: MeteredLease[];
+  liveLeases: number;
+}
+
+export interface PolicyRefusal {
+  /** `external`: Blazar's external filter (the deployment's policy service) said no. */
+  rule: RuleName | 'external';
+  /** 400 for Blazar's own rule (max_lease_duration, as Blazar answers it), 403 for the others. */
+  status: 400 | 403;
+  message: string;
+  details: Record<string, unknown>;
+}
+
+const UNIT: Record<Meter, [string, string]> = {
+  hosts: ['host', 'hosts'],
+  vcpus: ['vCPU', 'vCPUs'],
+  memory_mb: ['MiB of memory', 'MiB of memory'],
+  disk_gb: ['GiB of disk', 'GiB of disk'],
+  bandwidth_kbps: ['kbps of bandwidth', 'kbps of bandwidth'],
+  floating_ips: ['floating IP', 'floating IPs'],
+};
+const amountOf = (meter: Meter, n: number) => `${round(n)} ${UNIT[meter][n === 1 ? 0 : 1]}`;
+const round = (n: number) => Math.round(n * 100) / 100;
+const hoursText = (ms: number) => `${round(ms / HOUR_MS)} h`;
+const BUDGET_TEXT: Record<BudgetName, string> = { host_hours: 'host-hours', vcpu_hours: 'vCPU-hours' };
+
+function refuse(rule: RuleName, message: string, details: Record<string, unknown> = {}, status: 400 | 403 = 403): PolicyRefusal {
+  return { rule, status, message: status === 403 ? `Usage policy: ${message}` : message, details: { rule, ...details } };
+}
+
+/** The first rule the change breaks, or undefined when the policy allows it. */
+export function policyRefusal(policy: UsagePolicy, subject: PolicySubject, ledger: ProjectLedger): PolicyRefusal | undefined {
+  const applies = (rule: RuleName) => !subject.byAdmin || policy.enforceOnAdmins.includes(rule);
+  const checks: Array<[RuleName, () => PolicyRefusal | undefined]> = [
+    ['max_lease_duration', () => durationRefusal(policy, subject)],
+    ['max_advance', () => advanceRefusal(policy, subject)],
+    ['min_notice', () => noticeRefusal(policy, subject)],
+    ['max_leases', () => leaseCountRefusal(policy, subject, ledger)],
+    ['extension', () => extensionRefusal(policy, subject)],
+    ...(Object.keys(AT_ONCE_RULES) as AtOnceRule[]).map((rule): [RuleName, () => PolicyRefusal | undefined] => [rule, () => atOnceRefusal(rule, policy, subject, ledger)]),
+    ['budget', () => budgetRefusal(policy, subject, ledger)],
+  ];
+  for (const [rule, check] of checks) {
+    if (!applies(rule)) continue;
+    const refusal = check();
+    if (refusal) return refusal;
+  }
+  return undefined;
+}
+
+const datesChanged = ({ next, previous }: PolicySubject) => !previous || previous.startMs !== next.startMs || previous.endMs !== next.endMs;
+const startChanged = ({ next, previous }: PolicySubject) => !previous || previous.startMs !== next.startMs;
+
+function durationRefusal(policy: UsagePolicy, subject: PolicySubject): PolicyRefusal | undefined {
+  const limit = policy.maxLeaseDurationMs;
+  const { next, previous } = subject;
+  const duration = next.endMs - next.startMs;
+  if (limit === undefined || duration <= limit || !datesChanged(subject) || (previous && duration <= previous.endMs - previous.startMs)) return undefined;
+  const seconds = (ms: number) => Math.round(ms / 1000);
+  // Blazar's MaxLeaseDurationException: its code (400) and sentence, which its clients know.
+  return refuse('max_lease_duration', `Lease duration of ${seconds(duration)} seconds must be less than or equal to the maximum lease duration of ${seconds(limit)} seconds.`, { limit_seconds: seconds(limit), latest_end: reuseEnd(next.startMs + limit) }, 400);
+}
+
+function advanceRefusal(policy: UsagePolicy, subject: PolicySubject): PolicyRefusal | undefined {
+  const limit = policy.maxAdvanceMs;
+  const ahead = subject.next.startMs - subject.nowMs;
+  if (limit === undefined || ahead <= limit || !startChanged(subject)) return undefined;
+  const latest = reuseEnd(subject.nowMs + limit);
+  const seconds = (ms: number) => Math.round(ms / 1000);
+  return refuse('max_advance', `max_advance: Lease start of ${seconds(ahead)} seconds ahead must be less than or equal to the maximum advance booking of ${seconds(limit)} seconds; it fits with a start_date up to ${latest}.`, {
+    limit_seconds: seconds(limit),
+    latest_start: latest,
+  });
+}
+
+function noticeRefusal(policy: UsagePolicy, subject: PolicySubject): PolicyRefusal | undefined {
+  const limit = policy.minNoticeMs;
+  const ahead = subject.next.startMs - subject.nowMs;
+  if (!limit || ahead >= limit || !startChanged(subject)) return undefined;
+  const earliest = Math.ceil((subject.nowMs + limit) / 60_000) * 60_000;
+  return refuse('min_notice', `min_notice: a lease must be booked at least ${hoursText(limit)} before its start; it fits from ${requestDate(earliest)}.`, { limit_hours: round(limit / HOUR_MS), earliest_start: requestDate(earliest) });
+}
+
+function leaseCountRefusal(policy: UsagePolicy, subject: PolicySubject, ledger: ProjectLedger): PolicyRefusal | undefined {
+  const limit = policy.maxLeases;
+  if (limit === undefined || subject.previous || ledger.liveLeases + 1 <= limit) return undefined;
+  return refuse('max_leases', `max_leases: project ${subject.next.projectId} may have at most ${limit} lease(s) not yet ended, and has ${ledger.liveLeases}; delete or end one first.`, { limit, live_leases: ledger.liveLeases });
+}
+
+function extensionRefusal(policy: UsagePolicy, subject: PolicySubject): PolicyRefusal | undefined {
+  const { previous, next, nowMs } = subject;
+  const rules = policy.extension;
+  if (!rules || !previous || previous.status !== 'ACTIVE' || next.endMs <= previous.endMs) return undefined;
+  if (rules.withinLastMs !== undefined && nowMs < previous.endMs - rules.withinLastMs) {
+    const from = previous.endMs - rules.withinLastMs;
+    return refuse('extension', `extension: a lease may be extended only within the last ${hoursText(rules.withinLastMs)} before its end, from ${requestDate(from)}.`, { within_last_hours: round(rules.withinLastMs / HOUR_MS), extendable_from: requestDate(from) });
+  }
+  if (rules.maxEachMs !== undefined && next.endMs - previous.endMs > rules.maxEachMs) {
+    return refuse('extension', `extension: at most ${hoursText(rules.maxEachMs)} per extension; this one adds ${hoursText(next.endMs - previous.endMs)}; it fits with end_date ${reuseEnd(previous.endMs + rules.maxEachMs)}.`, {
+      max_each_hours: round(rules.maxEachMs / HOUR_MS),
+      latest_end: reuseEnd(previous.endMs + rules.maxEachMs),
+    });
+  }
+  const count = next.extensions ?? 0;
+  if (rules.maxCount !== undefined && count > rules.maxCount) {
+    return refuse('extension', `extension: a lease may be extended at most ${rules.maxCount} time(s), and this one was extended ${count - 1} time(s) already.`, { max_count: rules.maxCount, extensions: count - 1 });
+  }
+  return undefined;
+}
+
+/** The holdings of the other leases, and of the lease itself as it would be and as it was. */
+function holdingsOf(subject: PolicySubject, ledger: ProjectLedger): { others: Holding[]; next?: Holding; previous?: Holding } {
+  const holding = (metered: MeteredLease): Holding | undefined => {
+    const interval = bookedInterval(metered, subject.nowMs);
+    return interval ? { footprint: leaseFootprint(metered.lease), interval } : undefined;
+  };
+  return {
+    others: ledger.others.map(holding).filter((h): h is Holding => h !== undefined),
+    next: holding({ lease: subject.next }),
+    previous: subject.previous ? holding({ lease: subject.previous }) : undefined,
+  };
+}
+
+function atOnceRefusal(rule: AtOnceRule, policy: UsagePolicy, subject: PolicySubject, ledger: ProjectLedger): PolicyRefusal | undefined {
+  const limit = policy.atOnce[rule];
+  const meter = AT_ONCE_RULES[rule];
+  if (limit === undefined) return undefined;
+  const { others, next, previous } = holdingsOf(subject, ledger);
+  const wanted = next?.footprint[meter] ?? 0;
+  if (!next || wanted === 0) return undefined;
+  const peak = peakWithin([...others, next], meter, next.interval);
+  if (peak <= limit) return undefined;
+  if (previous && peak <= peakWithin([...others, previous], meter, previous.interval)) return undefined; // not worse than before
+  const heldByOthers = peakWithin(others, meter, next.interval);
+  const room = Math.max(0, limit - heldByOthers);
+  const project = subject.next.projectId;
+  return refuse(
+    rule,
+    `${rule}: project ${project} may hold at most ${amountOf(meter, limit)} at once; its other leases hold up to ${amountOf(meter, heldByOthers)} between ${requestDate(next.interval.startMs)} and ${requestDate(next.interval.endMs)}; this lease needs ${amountOf(meter, wanted)}; ${room > 0 ? `it fits with ${amountOf(meter, room)}` : 'nothing more fits in this window'}.`,
+    { limit, held: heldByOthers, wanted, room },
+  );
+}
+
+function budgetRefusal(policy: UsagePolicy, subject: PolicySubject, ledger: ProjectLedger): PolicyRefusal | undefined {
+  const budget = policy.budget;
+  if (!budget) return undefined;
+  const { others, next, previous } = holdingsOf(subject, ledger);
+  if (!next) return undefined;
+  for (const [name, limit] of Object.entries(budget.hours) as Array<[BudgetName, number]>) {
+    const meter = BUDGET_METERS[name];
+    const amount = next.footprint[meter] ?? 0;
+    if (amount === 0) continue;
+    const refusal =
+      budget.period.kind === 'month'
+        ? monthlyRefusal(name, meter, limit, others, next, previous)
+        : rollingRefusal(name, meter, limit, budget.period.lengthMs, others, next, previous);
+    if (refusal) return refusal;
+  }
+  return undefined;
+}
+
+function monthlyRefusal(name: BudgetName, meter: Meter, limit: number, others: Holding[], next: Holding, previous?: Holding): PolicyRefusal | undefined {
+  for (const month of monthsOf(next.interval)) {
+    const booked = meterHours(others, meter, month);
+    const needed = meterHours([next], meter, month);
+    if (booked + needed <= limit + 1e-9) continue;
+    if (previous && needed <= meterHours([previous], meter, month)) continue; // not worse than before
+    const room = Math.max(0, limit - booked);
+    const amount = next.footprint[meter]!;
+    const hoursInMonth = (Math.min(next.interval.endMs, month.endMs) - Math.max(next.interval.startMs, month.startMs)) / HOUR_MS;
+    const fits: string[] = [];
+    const fewer = Math.floor(room / hoursInMonth);
+    if (fewer >= 1) fits.push(`with ${amountOf(meter, fewer)} for the same window`);
+    const shorter = Math.floor((room / amount) * 100) / 100;
+    if (shorter > 0) fits.push(`with ${amountOf(meter, amount)} for ${round(shorter)} h`);
+    const later = laterMonth(meter, limit, others, next);
+    if (later) fits.push(`in ${later}`);
+    return refuse(
+      'budget',
+      `${BUDGET_TEXT[name]} budget for ${monthName(month)}: ${round(limit)} h, ${round(booked)} h booked; this lease needs ${round(needed)} h; ${fits.length ? `it fits ${fits.join(' or ')}` : 'nothing more fits this month'}.`,
+      { budget: name, period: monthName(month), limit_hours: limit, booked_hours: round(booked), needed_hours: round(needed), room_hours: round(room) },
+    );
+  }
+  return undefined;
+}
+
+/** The first month within a year after the lease's start in which the same lease, moved to that month's start, fits the budget. */
+function laterMonth(meter: Meter, limit: number, others: Holding[], next: Holding): string | undefined {
+  const duration = next.interval.endMs - next.interval.startMs;
+  let month = monthOf(monthOf(next.interval.startMs).endMs);
+  for (let i = 0; i < 12; i++, month = monthOf(month.endMs)) {
+    const moved: Holding = { footprint: next.footprint, interval: { startMs: month.startMs, endMs: month.startMs + duration } };
+    if (monthsOf(moved.interval).every((m) => meterHours([...others, moved], meter, m) <= limit + 1e-9)) {
+      return new Date(month.startMs).toLocaleString('en', { month: 'long', year: 'numeric', timeZone: 'UTC' });
+    }
+  }
+  return undefined;
+}
+
+function rollingRefusal(name: BudgetName, meter: Meter, limit: number, lengthMs: number, others: Holding[], next: Holding, previous?: Holding): PolicyRefusal | undefined {
+  const peak = peakRollingHours([...others, next], meter, lengthMs, next.interval);
+  if (peak.hours <= limit + 1e-9) return undefined;
+  if (previous && peak.hours <= peakRollingHours([...others, previous], meter, lengthMs, previous.interval).hours) return undefined;
+  const booked = meterHours(others, meter, peak.window);
+  const needed = meterHours([next], meter, peak.window);
+  const room = Math.max(0, limit - booked);
+  const days = round(lengthMs / 86_400_000);
+  return refuse(
+    'budget',
+    `${BUDGET_TEXT[name]} budget over any ${days} days: ${round(limit)} h; ${round(booked)} h booked in the ${days} days from ${requestDate(peak.window.startMs)}; this lease needs ${round(needed)} h there; ${room > 0 ? `it fits with ${amountOf(meter, next.footprint[meter]!)} for ${round(room / next.footprint[meter]!)} h` : 'nothing more fits in that span'}.`,
+    { budget: name, period: `${days}d`, limit_hours: limit, booked_hours: round(booked), needed_hours: round(needed), room_hours: round(room) },
+  );
+}
+
+/** The range of time a check reads other leases from: every period the lease as it would be (or was) touches. */
+export function ledgerRange(policy: UsagePolicy, subject: PolicySubject): Interval {
+  const spans = [subject.next, subject.previous].filter((l): l is Lease => l !== undefined).map((l) => ({ startMs: l.startMs, endMs: l.endMs }));
+  let startMs = Math.min(...spans.map((s) => s.startMs));
+  let endMs = Math.max(...spans.map((s) => s.endMs));
+  const period = policy.budget?.period;
+  if (period?.kind === 'month') {
+    startMs = monthOf(startMs).startMs;
+    // laterMonth looks up to a year past the start, a lease's duration on.
+    endMs = Math.max(monthOf(endMs).endMs, monthOf(startMs).startMs + 400 * 86_400_000 + (subject.next.endMs - subject.next.startMs));
+  } else if (period?.kind === 'rolling') {
+    startMs -= period.lengthMs;
+    endMs += period.lengthMs;
+  }
+  return { startMs, endMs };
+}

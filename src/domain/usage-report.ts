@@ -1,0 +1,227 @@
+/**
+ * The usage report (`GET /v1/usage`): booked and used resource-hours within a window, summed per
+ * group (project, resource type, calendar month, or a combination). Pure and incremental: the API
+ * feeds it one lease at a time as it reads them. Each reservation is metered on its own (a lease of
+ * hosts and floating IPs counts under both resource types); figures are summed exactly, as integer
+ * meter-milliseconds, and rounded only when shown (4 decimals, half up).
+ */
+import { bookedInterval, footprintOf, HOUR_MS, monthName, monthsOf, overlapMs, usedInterval, type Interval, type Meter, type MeteredLease } from './usage';
+
+export const GROUP_KEYS = ['resource_type', 'project', 'month'] as const;
+export type GroupKey = (typeof GROUP_KEYS)[number];
+
+/** What each figure counts, and how many of the meter's units make one of the figure's. */
+export const FIGURES = {
+  host_hours: { meter: 'hosts', per: 1 },
+  vcpu_hours: { meter: 'vcpus', per: 1 },
+  memory_gb_hours: { meter: 'memory_mb', per: 1024 },
+  disk_gb_hours: { meter: 'disk_gb', per: 1 },
+  bandwidth_mbps_hours: { meter: 'bandwidth_kbps', per: 1000 },
+  floating_ip_hours: { meter: 'floating_ips', per: 1 },
+} as const satisfies Record<string, { meter: Meter; per: number }>;
+export type Figure = keyof typeof FIGURES;
+export const FIGURE_NAMES = Object.keys(FIGURES) as Figure[];
+
+export type UsageFigures = Record<Figure, number>;
+
+/** How a group is named in the report: `project` is shown as `project_id`, as elsewhere in the API. */
+export const GROUP_FIELDS: Record<GroupKey, 'resource_type' | 'project_id' | 'month'> = { resource_type: 'resource_type', project: 'project_id', month: 'month' };
+
+export interface UsageGroup {
+  project_id?: string;
+  resource_type?: string;
+  month?: string;
+  booked: UsageFigures;
+  used: UsageFigures;
+  /** Distinct leases booked or used within the group. */
+  leases: number;
+}
+
+export interface UsageSummary {
+  groups: UsageGroup[];
+  total: Pick<UsageGroup, 'booked' | 'used' | 'leases'>;
+}
+
+export interface UsageReportOptions {
+  window: Interval;
+  nowMs: number;
+  groupBy: readonly GroupKey[];
+  /** Refuse (TooManyGroups) rather than hold more groups than this. */
+  maxGroups?: number;
+}
+
+export class TooManyGroups extends Error {
+  constructor(readonly limit: number) {
+    super(`the report would have more than ${limit} groups`);
+  }
+}
+
+/** One sum per figure booked, then per figure used. */
+const SLOTS = FIGURE_NAMES.length * 2;
+const METER_OF_SLOT = [...FIGURE_NAMES, ...FIGURE_NAMES].map((f) => FIGURES[f].meter);
+
+/**
+ * A group's sums in meter-milliseconds, exact: whole amounts (a footprint counts things) add up in
+ * a float while it stays a safe integer, then carry into a bigint (a 10-year sum of big footprints
+ * passes 2^53); a fractional amount, rare, adds to a float of its own. Typed arrays: a report may
+ * hold 100 000 groups.
+ */
+interface Accumulator {
+  values: string[];
+  pending: Float64Array;
+  carried?: bigint[];
+  fraction?: Float64Array;
+  leases: number;
+}
+
+const accumulator = (values: string[]): Accumulator => ({ values, pending: new Float64Array(SLOTS), leases: 0 });
+
+function add(sums: Accumulator, slot: number, amount: number, ms: number): void {
+  const product = amount * ms;
+  if (Number.isSafeInteger(product)) {
+    const sum = sums.pending[slot] + product;
+    if (Number.isSafeInteger(sum)) {
+      sums.pending[slot] = sum;
+      return;
+    }
+    (sums.carried ??= new Array<bigint>(SLOTS).fill(0n))[slot] += BigInt(sums.pending[slot]);
+    sums.pending[slot] = product;
+  } else if (Number.isSafeInteger(amount)) {
+    (sums.carried ??= new Array<bigint>(SLOTS).fill(0n))[slot] += BigInt(amount) * BigInt(ms);
+  } else {
+    (sums.fraction ??= new Float64Array(SLOTS))[slot] += product;
+  }
+}
+
+/**
+ * Meter-milliseconds as hours of the figure's unit to 4 decimals, rounded half up in integers, so
+ * that the last decimal shown is right however large the sum: `unit` meter-milliseconds make
+ * 0.0001 of an hour.
+ */
+function tenThousandths(meterMs: number | bigint, unit: number): number {
+  if (typeof meterMs === 'number' && meterMs < 2 ** 50) {
+    // Float division of safe integers, its result checked in integers (it may round up past a whole quotient).
+    const q = Math.floor((2 * meterMs + unit) / (2 * unit));
+    return q * 2 * unit > 2 * meterMs + unit ? q - 1 : q;
+  }
+  const exact = BigInt(meterMs);
+  return Number((exact * 2n + BigInt(unit)) / (2n * BigInt(unit)));
+}
+
+/** The figures shown (booked from slot 0, used from slot 6): rounded here and only here. */
+function figures(sums: Accumulator, offset: number): UsageFigures {
+  const shown = {} as UsageFigures;
+  FIGURE_NAMES.forEach((figure, i) => {
+    const slot = offset + i;
+    const unit = (HOUR_MS / 10_000) * FIGURES[figure].per;
+    const carried = sums.carried?.[slot] ?? 0n;
+    const whole = carried === 0n ? sums.pending[slot] : carried + BigInt(sums.pending[slot]);
+    const fraction = sums.fraction?.[slot] ?? 0;
+    // A fractional amount makes the sum inexact anyway: plain float rounding then.
+    shown[figure] = (fraction === 0 ? tenThousandths(whole, unit) : Math.round((Number(whole) + fraction) / unit)) / 10_000;
+  });
+  return shown;
+}
+
+/** Where (which month, when grouped by month) and how long a reservation was booked or used. */
+interface Part {
+  month?: string;
+  bookedMs: number;
+  usedMs: number;
+}
+
+/** The window's share of the booked and used intervals, split by calendar month when grouped by month. */
+function partsOf(booked: Interval | undefined, used: Interval | undefined, window: Interval, byMonth: boolean): Part[] {
+  const clip = (interval: Interval | undefined): Interval | undefined => {
+    if (!interval || overlapMs(interval, window) === 0) return undefined;
+    return { startMs: Math.max(interval.startMs, window.startMs), endMs: Math.min(interval.endMs, window.endMs) };
+  };
+  const inBooked = clip(booked);
+  const inUsed = clip(used);
+  if (!inBooked && !inUsed) return [];
+  if (!byMonth) return [{ bookedMs: inBooked ? inBooked.endMs - inBooked.startMs : 0, usedMs: inUsed ? inUsed.endMs - inUsed.startMs : 0 }];
+  const span = { startMs: Math.min(inBooked?.startMs ?? Infinity, inUsed?.startMs ?? Infinity), endMs: Math.max(inBooked?.endMs ?? -Infinity, inUsed?.endMs ?? -Infinity) };
+  return monthsOf(span, Infinity)
+    .map((month) => ({ month: monthName(month), bookedMs: inBooked ? overlapMs(inBooked, month) : 0, usedMs: inUsed ? overlapMs(inUsed, month) : 0 }))
+    .filter((part) => part.bookedMs > 0 || part.usedMs > 0);
+}
+
+export class UsageReport {
+  private readonly groups = new Map<string, Accumulator>();
+  private readonly totals = accumulator([]);
+  private readonly byMonth: boolean;
+
+  constructor(private readonly options: UsageReportOptions) {
+    this.byMonth = options.groupBy.includes('month');
+  }
+
+  get groupCount(): number {
+    return this.groups.size;
+  }
+
+  add(metered: MeteredLease): void {
+    const { window, nowMs, groupBy } = this.options;
+    const booked = bookedInterval(metered, nowMs);
+    const used = usedInterval(metered, nowMs);
+    const parts = partsOf(booked, used, window, this.byMonth);
+    if (parts.length === 0) return;
+    const touched = new Set<Accumulator>();
+    for (const reservation of metered.lease.reservations) {
+      const footprint = footprintOf(reservation);
+      for (const part of parts) {
+        const values = groupBy.map((key) => (key === 'project' ? metered.lease.projectId : key === 'resource_type' ? reservation.resource_type : part.month!));
+        const group = this.groupOf(values);
+        for (let slot = 0; slot < SLOTS; slot++) {
+          const amount = footprint[METER_OF_SLOT[slot]] ?? 0;
+          const ms = slot < FIGURE_NAMES.length ? part.bookedMs : part.usedMs;
+          if (amount === 0 || ms === 0) continue;
+          add(group, slot, amount, ms);
+          add(this.totals, slot, amount, ms);
+        }
+        touched.add(group).add(this.totals);
+      }
+    }
+    for (const group of touched) group.leases += 1;
+  }
+
+  private groupOf(values: string[]): Accumulator {
+    const key = JSON.stringify(values);
+    let group = this.groups.get(key);
+    if (!group) {
+      const limit = this.options.maxGroups ?? Infinity;
+      if (this.groups.size >= limit) throw new TooManyGroups(limit);
+      group = accumulator(values);
+      this.groups.set(key, group);
+    }
+    return group;
+  }
+
+  /** The groups in the order of their keys (as `groupBy` lists them), each shown as it is taken. */
+  *groupsInOrder(): Generator<UsageGroup> {
+    const { groupBy } = this.options;
+    const compare = (a: Accumulator, b: Accumulator): number => {
+      for (let i = 0; i < a.values.length; i++) if (a.values[i] !== b.values[i]) return a.values[i] < b.values[i] ? -1 : 1;
+      return 0;
+    };
+    for (const group of [...this.groups.values()].sort(compare)) {
+      const keys: Partial<Record<(typeof GROUP_FIELDS)[GroupKey], string>> = {};
+      groupBy.forEach((key, i) => (keys[GROUP_FIELDS[key]] = group.values[i]));
+      yield { ...keys, booked: figures(group, 0), used: figures(group, FIGURE_NAMES.length), leases: group.leases };
+    }
+  }
+
+  total(): UsageSummary['total'] {
+    return { booked: figures(this.totals, 0), used: figures(this.totals, FIGURE_NAMES.length), leases: this.totals.leases };
+  }
+
+  summary(): UsageSummary {
+    return { groups: [...this.groupsInOrder()], total: this.total() };
+  }
+}
+
+/** The whole report at once (tests; the API feeds a UsageReport batch by batch). */
+export function usageReport(leases: Iterable<MeteredLease>, options: UsageReportOptions): UsageSummary {
+  const report = new UsageReport(options);
+  for (const metered of leases) report.add(metered);
+  return report.summary();
+}

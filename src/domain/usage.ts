@@ -1,0 +1,226 @@
+/**
+ * Metering: what a lease holds (its reservations' footprints) and for how long, booked and used.
+ * Pure: the usage policy (domain/usage-policy.ts) and the usage API (`GET /v1/usage`) both count
+ * with these functions, so that a refusal and a report never disagree.
+ */
+import type { Lease, Reservation } from './lease';
+
+/** What one reservation holds at once, in the units the policy and the usage report count. */
+export interface Footprint {
+  hosts?: number;
+  vcpus?: number;
+  memory_mb?: number;
+  disk_gb?: number;
+  /** Guaranteed egress bandwidth. */
+  bandwidth_kbps?: number;
+  floating_ips?: number;
+}
+
+export const METERS = ['hosts', 'vcpus', 'memory_mb', 'disk_gb', 'bandwidth_kbps', 'floating_ips'] as const;
+export type Meter = (typeof METERS)[number];
+
+export const HOUR_MS = 3_600_000;
+
+/** A half-open interval [startMs, endMs) in epoch milliseconds. */
+export interface Interval {
+  startMs: number;
+  endMs: number;
+}
+
+export const overlapMs = (a: Interval, b: Interval): number => Math.max(0, Math.min(a.endMs, b.endMs) - Math.max(a.startMs, b.startMs));
+
+const count = (value: unknown): number => (typeof value === 'number' && Number.isFinite(value) && value > 0 ? value : 0);
+const numberParam = (params: Record<string, unknown>, key: string): number => count(typeof params[key] === 'string' ? Number(params[key]) : params[key]);
+
+/**
+ * The reservation's footprint: the one its resource type reported when it booked, or for a lease
+ * booked before footprints were reported, what its parameters and allocation say.
+ */
+export function footprintOf(reservation: Pick<Reservation, 'resource_type' | 'params' | 'allocation' | 'footprint'>): Footprint {
+  if (reservation.footprint) return reservation.footprint;
+  const { params, allocation = {} } = reservation;
+  switch (reservation.resource_type) {
+    case 'physical:host':
+      return { hosts: Array.isArray(allocation.host_ids) ? allocation.host_ids.length : 0 };
+    case 'virtual:instance': {
+      const amount = numberParam(params, 'amount');
+      return { vcpus: amount * numberParam(params, 'vcpus'), memory_mb: amount * numberParam(params, 'memory_mb'), disk_gb: amount * numberParam(params, 'disk_gb') };
+    }
+    case 'virtual:server': {
+      const booked = (allocation.footprint ?? {}) as Record<string, unknown>;
+      return { vcpus: count(booked.VCPU) + count(booked.PCPU), memory_mb: count(booked.MEMORY_MB), disk_gb: count(booked.DISK_GB) };
+    }
+    case 'network:bandwidth':
+      return { bandwidth_kbps: (numberParam(params, 'amount') || 1) * numberParam(params, 'egress_kbps') };
+    case 'virtual:floatingip':
+      return { floating_ips: Array.isArray(allocation.floatingip_ids) ? allocation.floatingip_ids.length : numberParam(params, 'amount') || 1 };
+    default:
+      return {}; // flavor:instance booked before footprints: its slot size was not kept
+  }
+}
+
+/** Placement's resource classes (a booking's amounts) in the meters' units. */
+export function footprintOfAmounts(amounts: Record<string, number>, times = 1): Footprint {
+  const footprint: Footprint = {};
+  const add = (meter: Meter, value: number | undefined) => {
+    if (value) footprint[meter] = (footprint[meter] ?? 0) + value * times;
+  };
+  add('vcpus', amounts.VCPU);
+  add('vcpus', amounts.PCPU);
+  add('memory_mb', amounts.MEMORY_MB);
+  add('disk_gb', amounts.DISK_GB);
+  return footprint;
+}
+
+export function addFootprints(...footprints: Footprint[]): Footprint {
+  const sum: Footprint = {};
+  for (const footprint of footprints) {
+    for (const meter of METERS) {
+      const amount = footprint[meter];
+      if (amount) sum[meter] = (sum[meter] ?? 0) + amount;
+    }
+  }
+  return sum;
+}
+
+/** What the whole lease holds at once (its metered span says when: see bookedInterval and usedInterval). */
+export function leaseFootprint(lease: Pick<Lease, 'reservations'>): Footprint {
+  return addFootprints(...lease.reservations.map(footprintOf));
+}
+
+/** A lease as the meter reads it: its document, and when it was deleted (deleted leases count for what they used). */
+export interface MeteredLease {
+  lease: Lease;
+  deletedAtMs?: number;
+}
+
+/** When the lease's resources became the lessee's, if they did. */
+function usedFromMs(lease: Lease): number | undefined {
+  const start = lease.events.find((e) => e.event_type === 'start_lease');
+  return start?.status === 'DONE' ? (start.finishedAt ?? lease.startMs) : undefined;
+}
+
+/**
+ * The span the lessee had the resources: from the start's end to the end's beginning (an early
+ * end stops the meter), to the deletion, or to `nowMs` while the lease runs.
+ */
+export function usedInterval({ lease, deletedAtMs }: MeteredLease, nowMs: number): Interval | undefined {
+  const from = usedFromMs(lease);
+  if (from === undefined) return undefined;
+  const end = lease.events.find((e) => e.event_type === 'end_lease');
+  const endedMs = end && end.status !== 'UNDONE' ? (end.startedAt ?? lease.endMs) : undefined;
+  const to = Math.min(endedMs ?? Infinity, deletedAtMs ?? Infinity, endedMs === undefined && deletedAtMs === undefined ? Math.min(nowMs, lease.endMs) : Infinity);
+  return to > from ? { startMs: from, endMs: to } : undefined;
+}
+
+/**
+ * The span the project is charged for: the booked window of a live lease (future time counts as
+ * soon as it is admitted), only what was used once deleted (the rest is refunded), nothing for a
+ * lease whose start failed (its bookings were freed).
+ */
+export function bookedInterval(metered: MeteredLease, nowMs: number): Interval | undefined {
+  const { lease, deletedAtMs } = metered;
+  if (deletedAtMs !== undefined) return usedInterval(metered, nowMs);
+  const start = lease.events.find((e) => e.event_type === 'start_lease');
+  if (lease.status === 'ERROR' && start?.status === 'ERROR') return undefined;
+  return lease.endMs > lease.startMs ? { startMs: lease.startMs, endMs: lease.endMs } : undefined;
+}
+
+/** A footprint held over an interval: the unit of every sum below. */
+export interface Holding {
+  footprint: Footprint;
+  interval: Interval;
+}
+
+/** Meter-hours of these holdings within `window` (e.g. host-hours in a month). */
+export function meterHours(holdings: readonly Holding[], meter: Meter, window: Interval): number {
+  let ms = 0;
+  for (const { footprint, interval } of holdings) ms += (footprint[meter] ?? 0) * overlapMs(interval, window);
+  return ms / HOUR_MS;
+}
+
+/**
+ * The most of `meter` held at once within `window`: a sweep over the holdings' ends, O(n log n).
+ * Ends come before starts at the same instant (back-to-back leases do not add up).
+ */
+export function peakWithin(holdings: readonly Holding[], meter: Meter, window: Interval): number {
+  const edges: Array<[number, number]> = [];
+  for (const { footprint, interval } of holdings) {
+    const amount = footprint[meter] ?? 0;
+    if (amount === 0 || overlapMs(interval, window) === 0) continue;
+    edges.push([Math.max(interval.startMs, window.startMs), amount], [Math.min(interval.endMs, window.endMs), -amount]);
+  }
+  edges.sort((a, b) => a[0] - b[0] || a[1] - b[1]);
+  let load = 0;
+  let peak = 0;
+  for (const [, delta] of edges) {
+    load += delta;
+    peak = Math.max(peak, load);
+  }
+  return peak;
+}
+
+/**
+ * The most meter-hours within any window of `lengthMs` that overlaps `around` (a rolling budget):
+ * the windowed sum is piecewise linear in the window's start, so its maximum is where the window's
+ * start or end meets a holding's edge. O(n log n) with cumulative sums.
+ */
+export function peakRollingHours(holdings: readonly Holding[], meter: Meter, lengthMs: number, around: Interval): { hours: number; window: Interval } {
+  const rated = holdings.filter((h) => (h.footprint[meter] ?? 0) > 0 && h.interval.endMs > h.interval.startMs);
+  // The rate of the meter changes at each edge: cumulative meter-ms up to any instant by binary search.
+  const changes = new Map<number, number>();
+  for (const { footprint, interval } of rated) {
+    changes.set(interval.startMs, (changes.get(interval.startMs) ?? 0) + footprint[meter]!);
+    changes.set(interval.endMs, (changes.get(interval.endMs) ?? 0) - footprint[meter]!);
+  }
+  const times = [...changes.keys()].sort((a, b) => a - b);
+  const rates: number[] = [];
+  const cumulative: number[] = [];
+  let rate = 0;
+  let total = 0;
+  times.forEach((t, i) => {
+    if (i > 0) total += rate * (t - times[i - 1]);
+    cumulative.push(total);
+    rate += changes.get(t)!;
+    rates.push(rate);
+  });
+  const integralTo = (t: number): number => {
+    let lo = 0;
+    let hi = times.length - 1;
+    if (hi < 0 || t <= times[0]) return 0;
+    while (lo < hi) {
+      const mid = (lo + hi + 1) >> 1;
+      if (times[mid] <= t) lo = mid;
+      else hi = mid - 1;
+    }
+    return cumulative[lo] + rates[lo] * (t - times[lo]);
+  };
+  const earliest = around.startMs - lengthMs;
+  const latest = around.endMs;
+  const candidates = new Set<number>([earliest, latest]);
+  for (const t of times) {
+    for (const start of [t, t - lengthMs]) if (start >= earliest && start <= latest) candidates.add(start);
+  }
+  let best = { hours: 0, window: { startMs: earliest, endMs: earliest + lengthMs } };
+  for (const start of candidates) {
+    const hours = (integralTo(start + lengthMs) - integralTo(start)) / HOUR_MS;
+    if (hours > best.hours) best = { hours, window: { startMs: start, endMs: start + lengthMs } };
+  }
+  return best;
+}
+
+/** The calendar month (UTC) holding `ms`. */
+export function monthOf(ms: number): Interval {
+  const d = new Date(ms);
+  return { startMs: Date.UTC(d.getUTCFullYear(), d.getUTCMonth(), 1), endMs: Date.UTC(d.getUTCFullYear(), d.getUTCMonth() + 1, 1) };
+}
+
+/** Every calendar month (UTC) an interval touches, at most `limit` of them. */
+export function monthsOf(interval: Interval, limit = 240): Interval[] {
+  const months: Interval[] = [];
+  for (let month = monthOf(interval.startMs); month.startMs < interval.endMs && months.length < limit; month = monthOf(month.endMs)) months.push(month);
+  return months;
+}
+
+/** `2026-12`: how a month is named in refusals and the usage report. */
+export const monthName = (month: Interval): string => new Date(month.startMs).toISOString().slice(0, 7);

@@ -1,0 +1,101 @@
+/**
+ * The usage policy at work: the rules in force for a project (environment, LK_POLICY_FILE, what
+ * admins set over the API), checked with the project's other leases when a lease is recorded after
+ * a change a user asked for, in the record's own transaction under the project's lock, so that two
+ * admissions never both take the last of a limit. Blazar's external filter, when configured, is
+ * asked first (it may take seconds: never under the lock).
+ */
+import type { PoolClient } from 'pg';
+import { inTransaction } from '../db/transaction';
+import type { Pool } from '../db/pool';
+import { liveLeaseCount, lockProjectPolicy, projectLeasesWithin, projectRules } from '../db/usage-policy';
+import { bookingChanged, type Lease } from '../domain/lease';
+import { ledgerRange, policyRefusal, type PolicyRefusal, type PolicySubject } from '../domain/usage-policy';
+import { PolicyDeniedError, type ExternalServiceFilter, type PolicyContext } from './external-filter';
+import { effectiveRules, rulesSchema, toUsagePolicy, type PolicyFile, type PolicyRules } from './rules';
+
+/** A change the usage policy refuses: carried to the API as its status and message. */
+export class UsagePolicyRefusal extends Error {
+  constructor(readonly refusal: PolicyRefusal) {
+    super(refusal.message);
+    this.name = 'UsagePolicyRefusal';
+  }
+}
+
+/** The external policy service could not be asked and the deployment fails closed: try again later (503). */
+export class PolicyServiceUnavailable extends Error {
+  override readonly name = 'PolicyServiceUnavailable';
+}
+
+export interface UsagePolicyDeps {
+  pool: Pool;
+  /** The deployment's rules from the environment (LK_MAX_LEASE_DURATION_DAYS, LK_MAX_ADVANCE_DAYS). */
+  base: PolicyRules;
+  file: PolicyFile;
+  external?: ExternalServiceFilter;
+  /** What the external filter is told of the deployment (Keystone's URL, the region), as Blazar tells it. */
+  externalContext?: PolicyContext;
+  /** Told when the external filter could not be asked and the deployment fails open. */
+  onFailedOpen?: (reason: string) => void;
+}
+
+export class UsagePolicyEnforcer {
+  private readonly externalContext: PolicyContext;
+
+  constructor(private readonly deps: UsagePolicyDeps) {
+    this.externalContext = deps.externalContext ?? {};
+  }
+
+  /** The rules in force for a project, layer by layer (the API shows them). */
+  async rulesFor(db: Pool | PoolClient, projectId: string): Promise<{ effective: PolicyRules; layers: { deployment: PolicyRules; projectFile?: PolicyRules; project?: PolicyRules } }> {
+    const stored = await projectRules(db, projectId);
+    // Written through the API's schema; read through it again, so that a row edited by hand cannot break admissions.
+    const parsed = stored ? rulesSchema.safeParse(stored.rules) : undefined;
+    const project = parsed?.success ? parsed.data : undefined;
+    const deployment = effectiveRules(this.deps.base, this.deps.file.defaults);
+    const projectFile = this.deps.file.projects?.[projectId];
+    return { effective: effectiveRules(deployment, projectFile, project), layers: { deployment, projectFile, project } };
+  }
+
+  /**
+   * Records `next` with `record` if the policy allows the change from `previous` (none: admission);
+   * throws UsagePolicyRefusal otherwise, with nothing recorded.
+   */
+  async recordWithinPolicy<T>(subject: { next: Lease; previous?: Lease; byAdmin: boolean }, record: (client: PoolClient) => Promise<T>): Promise<T> {
+    const { next, previous } = subject;
+    // A rename, or an update that changes nothing booked, is never refused.
+    if (previous && !bookingChanged(previous, next)) return inTransaction(this.deps.pool, record);
+    await this.askExternalFilter(next, previous);
+    return inTransaction(this.deps.pool, async (client) => {
+      await lockProjectPolicy(client, next.projectId);
+      const policy = toUsagePolicy((await this.rulesFor(client, next.projectId)).effective);
+      const full: PolicySubject = { ...subject, nowMs: Date.now() };
+      const needsLedger = Object.keys(policy.atOnce).length > 0 || policy.budget !== undefined;
+      const others = needsLedger ? await projectLeasesWithin(client, next.projectId, ledgerRange(policy, full), next.id) : [];
+      const liveLeases = policy.maxLeases !== undefined && !previous ? await liveLeaseCount(client, next.projectId, next.id) : 0;
+      const refusal = policyRefusal(policy, full, { others, liveLeases });
+      if (refusal) throw new UsagePolicyRefusal(refusal);
+      return record(client);
+    });
+  }
+
+  /** Blazar's external filter on a lease that ended (best effort: never fails the lease). */
+  async leaseEnded(lease: Lease): Promise<string | undefined> {
+    if (!this.deps.external) return undefined;
+    const outcome = await this.deps.external.onEnd(this.externalContext, lease);
+    return outcome.outcome === 'failed-open' ? outcome.reason : undefined;
+  }
+
+  private async askExternalFilter(next: Lease, previous?: Lease): Promise<void> {
+    const external = this.deps.external;
+    if (!external) return;
+    try {
+      const outcome = previous ? await external.checkUpdate(this.externalContext, previous, next) : await external.checkCreate(this.externalContext, next);
+      if (outcome.outcome === 'failed-open') this.deps.onFailedOpen?.(outcome.reason ?? 'the external policy service could not be asked');
+    } catch (err) {
+      if (err instanceof PolicyDeniedError && err.kind === 'unavailable') throw new PolicyServiceUnavailable(err.message);
+      if (err instanceof PolicyDeniedError) throw new UsagePolicyRefusal({ rule: 'external', status: 403, message: err.message, details: { rule: 'external' } });
+      throw err;
+    }
+  }
+}

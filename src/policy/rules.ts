@@ -1,0 +1,149 @@
+/**
+ * The usage policy as operators write it: in the YAML file `LK_POLICY_FILE` (deployment defaults and
+ * per-project entries) and over the API (`PUT /v1/projects/{id}/policy`, admins). Durations are
+ * written `90m`, `48h`, `7d` or `2w`; `null` in a project's entry lifts a default.
+ *
+ *   defaults:
+ *     max_lease_duration: 7d        # Blazar's max_lease_duration
+ *     max_advance: 90d              # how far ahead a start may be
+ *     min_notice: 1h                # how long before its start a lease must be booked
+ *     max_leases: 20                # leases not yet ended, per project
+ *     max_hosts: 8                  # held at once per project (also max_vcpus, max_memory_mb,
+ *                                   #   max_bandwidth_kbps, max_floating_ips)
+ *     budget: { period: month, host_hours: 2000, vcpu_hours: 50000 }   # or period: 30d (rolling)
+ *     extension: { within_last: 48h, max_each: 24h, max_count: 3 }
+ *     enforce_on_admins: [max_hosts]  # admins are exempt from every other rule
+ *   projects:
+ *     <project id>: { max_hosts: 16, budget: null }
+ */
+import { readFileSync } from 'node:fs';
+import { parse as parseYaml } from 'yaml';
+import { z } from 'zod';
+import { AT_ONCE_RULES, RULE_NAMES, type AtOnceRule, type UsagePolicy } from '../domain/usage-policy';
+
+const UNIT_MS: Record<string, number> = { m: 60_000, h: 3_600_000, d: 86_400_000, w: 7 * 86_400_000 };
+/** At most ~100 years, in any unit. */
+const MAX_DURATION_MS = 36_500 * 86_400_000;
+
+export const durationText = z
+  .string({ error: 'expected a duration such as "48h", "7d", "90m" or "2w"' })
+  .max(16, 'expected a duration such as "48h", "7d", "90m" or "2w"')
+  .regex(/^\d{1,6}[mhdw]$/, 'expected a duration such as "48h", "7d", "90m" or "2w"')
+  .refine((text) => durationMs(text) <= MAX_DURATION_MS, 'at most 36500 days');
+
+export const durationMs = (text: string): number => Number(text.slice(0, -1)) * UNIT_MS[text.slice(-1)];
+
+const PERIOD_HINT = 'expected "month" or a rolling span such as "30d"';
+const limit = (what: string) => z.number({ error: `expected a whole number of ${what}` }).int(`expected a whole number of ${what}`).min(0).max(1e12);
+const hours = z.number({ error: 'expected a number of hours' }).min(0).max(1e12);
+
+/** One set of rules (the defaults, or a project's entry): every key optional, `null` lifts a limit. */
+export const rulesSchema = z.strictObject({
+  max_lease_duration: durationText.nullish(),
+  max_advance: durationText.nullish(),
+  min_notice: durationText.nullish(),
+  max_leases: limit('leases').nullish(),
+  max_hosts: limit('hosts').nullish(),
+  max_vcpus: limit('vCPUs').nullish(),
+  max_memory_mb: limit('MiB').nullish(),
+  max_bandwidth_kbps: limit('kbps').nullish(),
+  max_floating_ips: limit('floating IPs').nullish(),
+  budget: z
+    .strictObject({
+      period: z
+        .string({ error: PERIOD_HINT })
+        .max(16, PERIOD_HINT)
+        .refine((text) => text === 'month' || durationText.safeParse(text).success, PERIOD_HINT),
+      host_hours: hours.nullish(),
+      vcpu_hours: hours.nullish(),
+    })
+    .nullish(),
+  extension: z
+    .strictObject({
+      within_last: durationText.nullish(),
+      max_each: durationText.nullish(),
+      max_count: limit('extensions').nullish(),
+    })
+    .nullish(),
+  enforce_on_admins: z.array(z.enum(RULE_NAMES, { error: `expected rule names: ${RULE_NAMES.join(', ')}` })).max(RULE_NAMES.length).nullish(),
+});
+export type PolicyRules = z.output<typeof rulesSchema>;
+
+/** Project ids as Keystone makes them (and the test headers), bounded. */
+export const projectIdSchema = z.string().min(1).max(255).regex(/^[^\p{Cc}\s/]+$/u, 'expected a project id');
+
+export const policyFileSchema = z.strictObject({
+  defaults: rulesSchema.optional(),
+  projects: z.record(projectIdSchema, rulesSchema).optional(),
+});
+export type PolicyFile = z.output<typeof policyFileSchema>;
+
+/** The file's rules, or none; a bad file stops the process with one line naming the bad key. */
+export function loadPolicyFile(file: string | undefined): PolicyFile {
+  if (!file) return {};
+  let text: string;
+  try {
+    text = readFileSync(file, 'utf8');
+  } catch (err) {
+    throw new Error(`LK_POLICY_FILE ${file}: ${(err as Error).message}`);
+  }
+  let raw: unknown;
+  try {
+    raw = parseYaml(text, { maxAliasCount: 100 }) ?? {};
+  } catch (err) {
+    throw new Error(`LK_POLICY_FILE ${file}: not YAML: ${(err as Error).message.split('\n')[0]}`);
+  }
+  const parsed = policyFileSchema.safeParse(raw);
+  if (!parsed.success) {
+    const issue = parsed.error.issues[0];
+    const key = issue.path.map(String).join('.');
+    const what = issue.code === 'unrecognized_keys' ? `unknown key(s) ${issue.keys.join(', ')}` : issue.message;
+    throw new Error(`LK_POLICY_FILE ${file}: ${key ? `${key}: ` : ''}${what}`);
+  }
+  return parsed.data;
+}
+
+/**
+ * The rules in force for a project: the deployment's (`base`, from the environment), then the
+ * file's defaults, then its entry for the project, then what an admin set over the API. Each layer
+ * sets or lifts (null) single keys; `budget` and `extension` are replaced whole.
+ */
+export function effectiveRules(...layers: Array<PolicyRules | undefined>): PolicyRules {
+  const merged: PolicyRules = {};
+  for (const layer of layers) {
+    for (const [key, value] of Object.entries(layer ?? {})) if (value !== undefined) Object.assign(merged, { [key]: value });
+  }
+  return merged;
+}
+
+/** Rules as the check reads them. */
+export function toUsagePolicy(rules: PolicyRules): UsagePolicy {
+  const ms = (text: string | null | undefined) => (text ? durationMs(text) : undefined);
+  const atOnce: UsagePolicy['atOnce'] = {};
+  for (const rule of Object.keys(AT_ONCE_RULES) as AtOnceRule[]) {
+    const value = rules[rule];
+    if (typeof value === 'number') atOnce[rule] = value;
+  }
+  const budgetHours = rules.budget ? Object.fromEntries(Object.entries({ host_hours: rules.budget.host_hours, vcpu_hours: rules.budget.vcpu_hours }).filter(([, v]) => typeof v === 'number')) : {};
+  return {
+    maxLeaseDurationMs: ms(rules.max_lease_duration),
+    maxAdvanceMs: ms(rules.max_advance),
+    minNoticeMs: ms(rules.min_notice),
+    maxLeases: rules.max_leases ?? undefined,
+    atOnce,
+    budget:
+      rules.budget && Object.keys(budgetHours).length
+        ? { period: rules.budget.period === 'month' ? { kind: 'month' } : { kind: 'rolling', lengthMs: durationMs(rules.budget.period) }, hours: budgetHours }
+        : undefined,
+    extension: rules.extension
+      ? { withinLastMs: ms(rules.extension.within_last), maxEachMs: ms(rules.extension.max_each), maxCount: rules.extension.max_count ?? undefined }
+      : undefined,
+    enforceOnAdmins: rules.enforce_on_admins ?? [],
+  };
+}
+
+/** The deployment's rules from the environment (before the policy file existed): Blazar's max_lease_duration, and the advance. */
+export function environmentRules(limits: { maxDurationMs: number; maxAdvanceMs: number }): PolicyRules {
+  const hours = (ms: number) => `${Math.round(ms / 3_600_000)}h`;
+  return { max_lease_duration: hours(limits.maxDurationMs), max_advance: hours(limits.maxAdvanceMs) };
+}

@@ -1,0 +1,214 @@
+/**
+ * The usage policy's rules, pure: each allowed at its limit and refused one step past it, with a
+ * message that names the rule, the limit and what would fit; budgets over period boundaries,
+ * rolling budgets, extension windows, admins, and changes that do not make things worse.
+ */
+import { EVENT_TYPES, type Lease } from '../src/domain/lease';
+import { HOUR_MS, peakRollingHours, peakWithin, type Footprint, type Holding } from '../src/domain/usage';
+import { policyRefusal, type PolicySubject, type ProjectLedger, type UsagePolicy } from '../src/domain/usage-policy';
+import { effectiveRules, loadPolicyFile, toUsagePolicy } from '../src/policy/rules';
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+
+const DAY_MS = 24 * HOUR_MS;
+/** A fixed "now": 2027-03-10 12:00 UTC (no wall clock). */
+const NOW = Date.UTC(2027, 2, 10, 12);
+const at = (iso: string) => Date.parse(`${iso}Z`);
+
+let serial = 0;
+function lease(startMs: number, endMs: number, footprint: Footprint, fields: Partial<Lease> = {}): Lease {
+  const id = `00000000-0000-4000-8000-${String(++serial).padStart(12, '0')}`;
+  return {
+    id,
+    name: `lease-${serial}`,
+    projectId: 'project-a',
+    userId: 'alice',
+    startMs,
+    endMs,
+    status: 'PENDING',
+    reservations: [{ id: `${id}-r`, resource_type: 'physical:host', status: 'pending', params: {}, footprint }],
+    events: EVENT_TYPES.map((type) => ({ id: `${id}:${type}`, event_type: type, time: 0, status: 'UNDONE' as const })),
+    createdMs: NOW,
+    updatedMs: NOW,
+    version: 1,
+    ...fields,
+  };
+}
+
+const policyOf = (partial: Partial<UsagePolicy>): UsagePolicy => ({ atOnce: {}, enforceOnAdmins: [], ...partial });
+const noLedger: ProjectLedger = { others: [], liveLeases: 0 };
+const subject = (next: Lease, extra: Partial<PolicySubject> = {}): PolicySubject => ({ next, byAdmin: false, nowMs: NOW, ...extra });
+const ledger = (...others: Lease[]): ProjectLedger => ({ others: others.map((l) => ({ lease: l })), liveLeases: others.length });
+
+describe('usage policy: rules on one lease', () => {
+  it('max_lease_duration: at the limit allowed; a minute past refused with Blazar\'s sentence (400)', () => {
+    const policy = policyOf({ maxLeaseDurationMs: 7 * DAY_MS });
+    const start = NOW + HOUR_MS;
+    expect(policyRefusal(policy, subject(lease(start, start + 7 * DAY_MS, {})), noLedger)).toBeUndefined();
+    const refusal = policyRefusal(policy, subject(lease(start, start + 7 * DAY_MS + 60_000, {})), noLedger);
+    expect(refusal).toMatchObject({ rule: 'max_lease_duration', status: 400, message: `Lease duration of ${7 * 86_400 + 60} seconds must be less than or equal to the maximum lease duration of ${7 * 86_400} seconds.` });
+  });
+
+  it('max_advance and min_notice: at the limit allowed, past it refused with the date that fits', () => {
+    const policy = policyOf({ maxAdvanceMs: 30 * DAY_MS, minNoticeMs: 2 * HOUR_MS });
+    expect(policyRefusal(policy, subject(lease(NOW + 30 * DAY_MS, NOW + 31 * DAY_MS, {})), noLedger)).toBeUndefined();
+    expect(policyRefusal(policy, subject(lease(NOW + 30 * DAY_MS + 60_000, NOW + 31 * DAY_MS, {})), noLedger)).toMatchObject({ rule: 'max_advance', status: 403, details: { latest_start: '2027-04-09 12:00' } });
+    expect(policyRefusal(policy, subject(lease(NOW + 2 * HOUR_MS, NOW + 3 * HOUR_MS, {})), noLedger)).toBeUndefined();
+    const early = policyRefusal(policy, subject(lease(NOW + 2 * HOUR_MS - 60_000, NOW + 3 * HOUR_MS, {})), noLedger);
+    expect(early?.message).toBe('Usage policy: min_notice: a lease must be booked at least 2 h before its start; it fits from 2027-03-10 14:00.');
+  });
+
+  it('max_leases: the n-th allowed, the n+1-th refused; updates of an existing lease are not counted again', () => {
+    const policy = policyOf({ maxLeases: 2 });
+    const next = lease(NOW + HOUR_MS, NOW + 2 * HOUR_MS, {});
+    expect(policyRefusal(policy, subject(next), { others: [], liveLeases: 1 })).toBeUndefined();
+    expect(policyRefusal(policy, subject(next), { others: [], liveLeases: 2 })?.message).toBe('Usage policy: max_leases: project project-a may have at most 2 lease(s) not yet ended, and has 2; delete or end one first.');
+    expect(policyRefusal(policy, subject({ ...next, endMs: next.endMs + HOUR_MS }, { previous: next }), { others: [], liveLeases: 5 })).toBeUndefined();
+  });
+
+  it('admins are exempt unless the rule says otherwise', () => {
+    const next = lease(NOW + HOUR_MS, NOW + 100 * DAY_MS, { hosts: 50 });
+    expect(policyRefusal(policyOf({ maxLeaseDurationMs: DAY_MS, atOnce: { max_hosts: 4 } }), subject(next, { byAdmin: true }), noLedger)).toBeUndefined();
+    expect(policyRefusal(policyOf({ maxLeaseDurationMs: DAY_MS, atOnce: { max_hosts: 4 }, enforceOnAdmins: ['max_hosts'] }), subject(next, { byAdmin: true }), noLedger)?.rule).toBe('max_hosts');
+  });
+});
+
+describe('usage policy: what a project holds at once', () => {
+  const policy = policyOf({ atOnce: { max_hosts: 8, max_vcpus: 64 } });
+  const start = at('2027-04-01T00:00:00');
+
+  it('counts only the other leases that overlap, at their peak; back-to-back leases do not add up', () => {
+    const others = ledger(lease(start, start + DAY_MS, { hosts: 5 }), lease(start + DAY_MS, start + 2 * DAY_MS, { hosts: 6 }), lease(start + 3 * DAY_MS, start + 4 * DAY_MS, { hosts: 8 }));
+    expect(policyRefusal(policy, subject(lease(start, start + 2 * DAY_MS, { hosts: 2 })), others)).toBeUndefined(); // 6 + 2 = 8
+    const refusal = policyRefusal(policy, subject(lease(start, start + 2 * DAY_MS, { hosts: 3 })), others);
+    expect(refusal?.message).toBe(
+      'Usage policy: max_hosts: project project-a may hold at most 8 hosts at once; its other leases hold up to 6 hosts between 2027-04-01 00:00 and 2027-04-03 00:00; this lease needs 3 hosts; it fits with 2 hosts.',
+    );
+    expect(refusal?.details).toMatchObject({ limit: 8, held: 6, wanted: 3, room: 2 });
+  });
+
+  it('lets an update that makes nothing worse through, even over a limit tightened since', () => {
+    const before = lease(start, start + DAY_MS, { hosts: 10 });
+    const renamed = { ...before, name: 'renamed' };
+    expect(policyRefusal(policy, subject(renamed, { previous: before }), noLedger)).toBeUndefined();
+    const longer = { ...before, endMs: before.endMs + DAY_MS };
+    expect(policyRefusal(policy, subject(longer, { previous: before }), noLedger)).toBeUndefined(); // the peak stays 10
+    const more = { ...before, reservations: [{ ...before.reservations[0], footprint: { hosts: 11 } }] };
+    expect(policyRefusal(policy, subject(more, { previous: before }), noLedger)?.rule).toBe('max_hosts');
+  });
+
+  it('peakWithin sweeps in order, ends before starts', () => {
+    const holdings: Holding[] = [
+      { footprint: { vcpus: 4 }, interval: { startMs: 0, endMs: 10 } },
+      { footprint: { vcpus: 8 }, interval: { startMs: 10, endMs: 20 } },
+      { footprint: { vcpus: 2 }, interval: { startMs: 5, endMs: 15 } },
+    ];
+    expect(peakWithin(holdings, 'vcpus', { startMs: 0, endMs: 20 })).toBe(10);
+    expect(peakWithin(holdings, 'vcpus', { startMs: 0, endMs: 9 })).toBe(6);
+    expect(peakWithin(holdings, 'vcpus', { startMs: 15, endMs: 20 })).toBe(8);
+  });
+});
+
+describe('usage policy: budgets', () => {
+  const monthly = policyOf({ budget: { period: { kind: 'month' }, hours: { host_hours: 400 } } });
+
+  it('counts booked host-hours per calendar month, across the boundary, and says what fits', () => {
+    // 372 h booked in December 2027 by others: 31 hosts × 12 h.
+    const others = ledger(lease(at('2027-12-05T00:00:00'), at('2027-12-05T12:00:00'), { hosts: 31 }));
+    const fitsExactly = lease(at('2027-12-30T00:00:00'), at('2027-12-30T14:00:00'), { hosts: 2 }); // 28 h
+    expect(policyRefusal(monthly, subject(fitsExactly), others)).toBeUndefined();
+    const tooMuch = lease(at('2027-12-30T00:00:00'), at('2028-01-01T00:00:00'), { hosts: 1 }); // 48 h, all in December
+    const refusal = policyRefusal(monthly, subject(tooMuch), others);
+    expect(refusal?.message).toBe('Usage policy: host-hours budget for 2027-12: 400 h, 372 h booked; this lease needs 48 h; it fits with 1 host for 28 h or in January 2028.');
+    expect(refusal?.details).toMatchObject({ period: '2027-12', booked_hours: 372, needed_hours: 48, room_hours: 28 });
+    // Over the boundary each month is charged its part: 24 h in December (fits), 24 h in January (fits).
+    expect(policyRefusal(monthly, subject(lease(at('2027-12-31T00:00:00'), at('2028-01-02T00:00:00'), { hosts: 1 })), others)).toBeUndefined();
+    // January's own bookings count for January only.
+    const january = ledger(...others.others.map((o) => o.lease), lease(at('2028-01-01T00:00:00'), at('2028-01-17T16:00:00'), { hosts: 1 })); // 400 h in January
+    expect(policyRefusal(monthly, subject(lease(at('2027-12-31T23:00:00'), at('2028-01-01T01:00:00'), { hosts: 1 })), january)?.details).toMatchObject({ period: '2028-01' });
+  });
+
+  it('refunds: deleted leases count only what they used, a failed start nothing', () => {
+    const ran = lease(at('2027-12-01T00:00:00'), at('2027-12-31T00:00:00'), { hosts: 1 }, {
+      status: 'ACTIVE',
+      events: EVENT_TYPES.map((type) => ({ id: type, event_type: type, time: 0, status: type === 'start_lease' ? ('DONE' as const) : ('UNDONE' as const), ...(type === 'start_lease' ? { finishedAt: at('2027-12-01T00:00:00') } : {}) })),
+    });
+    const failed = lease(at('2027-12-01T00:00:00'), at('2027-12-31T00:00:00'), { hosts: 10 }, {
+      status: 'ERROR',
+      events: EVENT_TYPES.map((type) => ({ id: type, event_type: type, time: 0, status: type === 'start_lease' ? ('ERROR' as const) : ('UNDONE' as const) })),
+    });
+    const deletedAfter100Hours: ProjectLedger = { others: [{ lease: ran, deletedAtMs: at('2027-12-05T04:00:00') }, { lease: failed }], liveLeases: 0 };
+    const next = lease(at('2027-12-20T00:00:00'), at('2027-12-20T00:00:00') + 300 * HOUR_MS / 2, { hosts: 2 }); // 300 h
+    expect(policyRefusal(monthly, subject(next), deletedAfter100Hours)).toBeUndefined(); // 100 + 300 = 400
+    const bigger = { ...next, endMs: next.endMs + 60 * 60_000 };
+    expect(policyRefusal(monthly, subject(bigger), deletedAfter100Hours)?.details).toMatchObject({ booked_hours: 100 });
+  });
+
+  it('a rolling budget holds over every window of its length', () => {
+    const rolling = policyOf({ budget: { period: { kind: 'rolling', lengthMs: 7 * DAY_MS }, hours: { vcpu_hours: 1000 } } });
+    const others = ledger(lease(at('2027-05-01T00:00:00'), at('2027-05-03T00:00:00'), { vcpus: 20 })); // 960 vCPU-h
+    // Eight days later the window no longer reaches it.
+    expect(policyRefusal(rolling, subject(lease(at('2027-05-10T00:00:00'), at('2027-05-11T00:00:00'), { vcpus: 41 })), others)).toBeUndefined();
+    expect(policyRefusal(rolling, subject(lease(at('2027-05-07T00:00:00'), at('2027-05-07T10:00:00'), { vcpus: 4 })), others)).toBeUndefined(); // 960 + 40
+    const refusal = policyRefusal(rolling, subject(lease(at('2027-05-07T00:00:00'), at('2027-05-07T10:01:00'), { vcpus: 4 })), others);
+    expect(refusal?.message).toMatch(/^Usage policy: vCPU-hours budget over any 7 days: 1000 h; 960 h booked in the 7 days from 2027-05-0\d \d\d:\d\d; this lease needs 40\.07 h there; it fits with 4 vCPUs for 10 h\.$/);
+  });
+
+  it('peakRollingHours finds the worst window, not only the ones starting at an edge', () => {
+    const holdings: Holding[] = [
+      { footprint: { hosts: 1 }, interval: { startMs: 0, endMs: 10 * HOUR_MS } },
+      { footprint: { hosts: 1 }, interval: { startMs: 20 * HOUR_MS, endMs: 30 * HOUR_MS } },
+    ];
+    // Any 20 h window holds at most 10 h of the two (the gap is 10 h wide)… 
+    expect(peakRollingHours(holdings, 'hosts', 20 * HOUR_MS, { startMs: 0, endMs: 30 * HOUR_MS }).hours).toBe(10);
+    // …and a 25 h window at most 15 h.
+    expect(peakRollingHours(holdings, 'hosts', 25 * HOUR_MS, { startMs: 0, endMs: 30 * HOUR_MS }).hours).toBe(15);
+  });
+});
+
+describe('usage policy: extensions', () => {
+  const policy = policyOf({ extension: { withinLastMs: 48 * HOUR_MS, maxEachMs: 24 * HOUR_MS, maxCount: 2 } });
+  const active = lease(NOW - DAY_MS, NOW + 48 * HOUR_MS, { hosts: 1 }, { status: 'ACTIVE' });
+
+  it('only within the last N hours, at most M hours each, at most K times', () => {
+    const extend = (from: Lease, byMs: number, count: number): Lease => ({ ...from, endMs: from.endMs + byMs, extensions: count });
+    expect(policyRefusal(policy, subject(extend(active, 24 * HOUR_MS, 1), { previous: active }), noLedger)).toBeUndefined();
+    const early = { ...active, endMs: NOW + 48 * HOUR_MS + 60_000 };
+    expect(policyRefusal(policy, subject(extend(early, HOUR_MS, 1), { previous: early }), noLedger)?.message).toBe(
+      'Usage policy: extension: a lease may be extended only within the last 48 h before its end, from 2027-03-10 12:01.',
+    );
+    expect(policyRefusal(policy, subject(extend(active, 24 * HOUR_MS + 60_000, 1), { previous: active }), noLedger)?.details).toMatchObject({ latest_end: '2027-03-13 12:00' });
+    const twice = { ...active, extensions: 2 };
+    expect(policyRefusal(policy, subject(extend(twice, HOUR_MS, 3), { previous: twice }), noLedger)?.message).toBe('Usage policy: extension: a lease may be extended at most 2 time(s), and this one was extended 2 time(s) already.');
+    // Pending leases are moved, not extended: the rules on duration and budget apply, these do not.
+    const pending = { ...active, status: 'PENDING' as const };
+    expect(policyRefusal(policy, subject({ ...pending, endMs: pending.endMs + 5 * DAY_MS }, { previous: pending }), noLedger)).toBeUndefined();
+  });
+});
+
+describe('the policy file', () => {
+  const dir = mkdtempSync(path.join(tmpdir(), 'lk-policy-'));
+  const write = (name: string, text: string) => {
+    const file = path.join(dir, name);
+    writeFileSync(file, text);
+    return file;
+  };
+
+  it('reads durations, budgets and per-project entries; a project entry lifts a default with null', () => {
+    const file = loadPolicyFile(
+      write('good.yaml', 'defaults:\n  max_lease_duration: 7d\n  max_hosts: 8\n  budget: { period: month, host_hours: 400 }\n  extension: { within_last: 48h, max_count: 3 }\nprojects:\n  big-project: { max_hosts: 32, budget: null }\n'),
+    );
+    const big = toUsagePolicy(effectiveRules(file.defaults, file.projects?.['big-project']));
+    expect(big).toMatchObject({ maxLeaseDurationMs: 7 * DAY_MS, atOnce: { max_hosts: 32 }, budget: undefined, extension: { withinLastMs: 48 * HOUR_MS, maxCount: 3 } });
+    expect(toUsagePolicy(effectiveRules(file.defaults)).budget).toEqual({ period: { kind: 'month' }, hours: { host_hours: 400 } });
+  });
+
+  it('names the bad key in one line', () => {
+    expect(() => loadPolicyFile(write('typo.yaml', 'defaults:\n  max_host: 8\n'))).toThrow(/^LK_POLICY_FILE .*typo\.yaml: defaults: unknown key\(s\) max_host$/);
+    expect(() => loadPolicyFile(write('unit.yaml', 'defaults:\n  extension: { within_last: 48 hours }\n'))).toThrow(/defaults\.extension\.within_last: expected a duration such as "48h"/);
+    expect(() => loadPolicyFile(write('period.yaml', 'defaults:\n  budget: { period: quarterly }\n'))).toThrow(/defaults\.budget\.period: expected "month" or a rolling span/);
+    expect(() => loadPolicyFile(path.join(dir, 'missing.yaml'))).toThrow(/^LK_POLICY_FILE .*missing\.yaml: ENOENT/);
+    expect(() => loadPolicyFile(write('bad.yaml', 'defaults: [\n'))).toThrow(/not YAML/);
+  });
+});

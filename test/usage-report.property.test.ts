@@ -1,0 +1,302 @@
+/**
+ * The usage report against a brute force: random leases (pending, running, ended, ended in error,
+ * failed at their start; some deleted) made from what happened to them (when they were booked,
+ * when their resources were held), on quarter-hour-aligned times, and random report windows. The
+ * brute force walks the window quarter-hour by quarter-hour, asks what each lease was booked and
+ * holding then (from the story, not from the meter's functions), and adds up per project,
+ * resource type and month; every grouping of the report must equal it to the last decimal shown.
+ */
+import fc from 'fast-check';
+import type { Lease, LeaseEvent, Reservation } from '../src/domain/lease';
+import type { Footprint, MeteredLease } from '../src/domain/usage';
+import { FIGURE_NAMES, TooManyGroups, usageReport, type Figure, type GroupKey, type UsageFigures, type UsageGroup } from '../src/domain/usage-report';
+
+const HOUR = 3_600_000;
+/** Every instant below is a whole number of these after ORIGIN: the brute force's step. */
+const UNIT = 15 * 60_000;
+/** Near the end of January: leases and windows cross the ends of January, February and March. */
+const ORIGIN = Date.UTC(2031, 0, 20);
+const SPAN_UNITS = 80 * 96;
+const at = (unit: number) => ORIGIN + unit * UNIT;
+
+/** Each figure's meter and unit, written out here rather than taken from the implementation. */
+const METER_OF: Record<Figure, { meter: keyof Footprint; per: number }> = {
+  host_hours: { meter: 'hosts', per: 1 },
+  vcpu_hours: { meter: 'vcpus', per: 1 },
+  memory_gb_hours: { meter: 'memory_mb', per: 1024 },
+  disk_gb_hours: { meter: 'disk_gb', per: 1 },
+  bandwidth_mbps_hours: { meter: 'bandwidth_kbps', per: 1000 },
+  floating_ip_hours: { meter: 'floating_ips', per: 1 },
+};
+
+const RESOURCE_TYPES = ['physical:host', 'virtual:server', 'network:bandwidth', 'virtual:floatingip'];
+
+interface ReservationModel {
+  resourceType: string;
+  /** Absent: a host reservation from before footprints were reported, counted by its allocated hosts. */
+  footprint?: Footprint;
+  hostCount: number;
+}
+
+const footprint: fc.Arbitrary<Footprint> = fc.record(
+  {
+    hosts: fc.integer({ min: 0, max: 4 }),
+    vcpus: fc.integer({ min: 0, max: 64 }),
+    memory_mb: fc.integer({ min: 0, max: 262_144 }),
+    disk_gb: fc.integer({ min: 0, max: 2_000 }),
+    bandwidth_kbps: fc.integer({ min: 0, max: 1_000_000 }),
+    floating_ips: fc.integer({ min: 0, max: 3 }),
+  },
+  { requiredKeys: [] },
+);
+
+const reservationModel: fc.Arbitrary<ReservationModel> = fc.oneof(
+  { weight: 4, arbitrary: fc.record({ resourceType: fc.constantFrom(...RESOURCE_TYPES), footprint, hostCount: fc.constant(0) }) },
+  { weight: 1, arbitrary: fc.record({ resourceType: fc.constant('physical:host'), hostCount: fc.integer({ min: 0, max: 3 }) }) },
+);
+
+const KINDS = ['pending', 'active', 'ended', 'end-failed', 'start-failed'] as const;
+
+interface LeaseModel {
+  project: string;
+  kind: (typeof KINDS)[number];
+  offset: number;
+  length: number;
+  /** When the start finished, from the start date (negative: a provisioning lead time). */
+  lag: number;
+  /** How late the end began. */
+  late: number;
+  /** Deleted, this far into the time it could have been. */
+  deleted?: number;
+  reservations: ReservationModel[];
+}
+
+const leaseModel: fc.Arbitrary<LeaseModel> = fc.record({
+  project: fc.constantFrom('p1', 'p2', 'p3'),
+  kind: fc.constantFrom(...KINDS),
+  offset: fc.integer({ min: 0, max: 30 * 96 }),
+  length: fc.integer({ min: 1, max: 20 * 96 }),
+  lag: fc.integer({ min: -8, max: 8 }),
+  late: fc.integer({ min: 0, max: 8 }),
+  deleted: fc.option(fc.nat(), { nil: undefined }),
+  reservations: fc.array(reservationModel, { maxLength: 3 }),
+});
+
+type Span = [number, number] | undefined;
+
+/** A lease as the meter reads it, and what happened to it (in units): booked and held when. */
+interface Story {
+  metered: MeteredLease;
+  booked: Span;
+  used: Span;
+}
+
+function story(model: LeaseModel, index: number, now: number): Story {
+  const id = `00000000-0000-4000-8000-${String(index).padStart(12, '0')}`;
+  const reservations: Reservation[] = model.reservations.map((r, i) => ({
+    id: `${id.slice(0, -4)}${String(i).padStart(4, '0')}`,
+    resource_type: r.resourceType,
+    status: 'active',
+    params: {},
+    ...(r.footprint ? { footprint: r.footprint } : { allocation: { host_ids: Array.from({ length: r.hostCount }, (_, h) => String(h + 1)) } }),
+  }));
+  const event = (type: LeaseEvent['event_type'], time: number, status: LeaseEvent['status'], more: Partial<LeaseEvent> = {}): LeaseEvent => ({ id: `${id}-${type}`, event_type: type, time: at(time), status, ...more });
+  const lease = (status: Lease['status'], start: number, end: number, events: LeaseEvent[]): Lease => ({
+    id, name: id, projectId: model.project, userId: 'u', startMs: at(start), endMs: at(end), status, reservations, events, createdMs: at(start) - HOUR, updatedMs: at(start), version: 2,
+  });
+  const deletedWithin = (from: number) => (model.deleted === undefined ? undefined : from + (model.deleted % (now - from + 1)));
+  const spanOf = (from: number, to: number): Span => (to > from ? [from, to] : undefined);
+
+  switch (model.kind) {
+    case 'pending': {
+      const start = now + 1 + model.offset;
+      const end = start + model.length;
+      const deleted = model.deleted === undefined ? undefined : now - (model.deleted % 96);
+      const metered = { lease: lease('PENDING', start, end, [event('start_lease', start, 'UNDONE'), event('end_lease', end, 'UNDONE')]), ...(deleted === undefined ? {} : { deletedAtMs: at(deleted) }) };
+      return { metered, booked: deleted === undefined ? [start, end] : undefined, used: undefined };
+    }
+    case 'active': {
+      const start = now - model.offset;
+      const end = Math.max(start + model.length, now + 1);
+      const held = Math.min(start + model.lag, now);
+      const deleted = deletedWithin(held);
+      // No finishedAt (an older document): the meter takes the start date, as the story does.
+      const started = model.lag === 0 ? event('start_lease', start, 'DONE') : event('start_lease', start, 'DONE', { startedAt: at(held), finishedAt: at(held) });
+      const metered = { lease: lease('ACTIVE', start, end, [started, event('end_lease', end, 'UNDONE')]), ...(deleted === undefined ? {} : { deletedAtMs: at(deleted) }) };
+      const used = spanOf(held, deleted ?? now);
+      return { metered, booked: deleted === undefined ? [start, end] : used, used };
+    }
+    case 'ended':
+    case 'end-failed': {
+      const end = now - model.offset;
+      const start = end - model.length;
+      const ended = Math.min(end + model.late, now);
+      const held = Math.min(start + model.lag, ended);
+      const deleted = deletedWithin(ended);
+      const started = model.lag === 0 ? event('start_lease', start, 'DONE') : event('start_lease', start, 'DONE', { finishedAt: at(held) });
+      const endStatus = model.kind === 'ended' ? 'DONE' : 'ERROR';
+      const stopped = ended === end ? event('end_lease', end, endStatus) : event('end_lease', end, endStatus, { startedAt: at(ended) });
+      const status = model.kind === 'ended' ? 'TERMINATED' : 'ERROR';
+      const metered = { lease: lease(status, start, end, [started, stopped]), ...(deleted === undefined ? {} : { deletedAtMs: at(deleted) }) };
+      const used = spanOf(held, ended);
+      return { metered, booked: deleted === undefined ? [start, end] : used, used };
+    }
+    case 'start-failed': {
+      const start = now - model.offset;
+      const end = start + model.length;
+      const deleted = deletedWithin(start);
+      const metered = { lease: lease('ERROR', start, end, [event('start_lease', start, 'ERROR', { startedAt: at(start) }), event('end_lease', end, 'UNDONE')]), ...(deleted === undefined ? {} : { deletedAtMs: at(deleted) }) };
+      return { metered, booked: undefined, used: undefined };
+    }
+  }
+}
+
+/** Sums in meter-units × quarter-hours (exact integers) for one (project, resource type, month). */
+interface Cell {
+  project: string;
+  resourceType: string;
+  month: string;
+  booked: Record<Figure, number>;
+  used: Record<Figure, number>;
+  leases: Set<string>;
+}
+
+const zeros = () => Object.fromEntries(FIGURE_NAMES.map((f) => [f, 0])) as Record<Figure, number>;
+const amountOf = (r: Reservation, figure: Figure): number => (r.footprint ? (r.footprint[METER_OF[figure].meter] ?? 0) : figure === 'host_hours' ? (r.allocation!.host_ids as string[]).length : 0);
+const inSpan = (span: Span, unit: number) => span !== undefined && span[0] <= unit && unit < span[1];
+
+/** Quarter-hour by quarter-hour over the window: what each lease was booked and held, where. */
+function bruteForce(stories: Story[], from: number, to: number): Cell[] {
+  const cells = new Map<string, Cell>();
+  for (let unit = from; unit < to; unit++) {
+    const month = new Date(at(unit)).toISOString().slice(0, 7);
+    for (const { metered, booked, used } of stories) {
+      const isBooked = inSpan(booked, unit);
+      const isUsed = inSpan(used, unit);
+      if (!isBooked && !isUsed) continue;
+      for (const r of metered.lease.reservations) {
+        const key = `${metered.lease.projectId}|${r.resource_type}|${month}`;
+        let cell = cells.get(key);
+        if (!cell) cells.set(key, (cell = { project: metered.lease.projectId, resourceType: r.resource_type, month, booked: zeros(), used: zeros(), leases: new Set() }));
+        cell.leases.add(metered.lease.id);
+        for (const figure of FIGURE_NAMES) {
+          if (isBooked) cell.booked[figure] += amountOf(r, figure);
+          if (isUsed) cell.used[figure] += amountOf(r, figure);
+        }
+      }
+    }
+  }
+  return [...cells.values()];
+}
+
+/** Quarter-hours of amounts as hours of the figure's unit, to 4 decimals rounded half up, in integers. */
+const shown = (sums: Record<Figure, number>): UsageFigures =>
+  Object.fromEntries(
+    FIGURE_NAMES.map((f) => {
+      const tenThousandths = BigInt(sums[f]) * BigInt((UNIT / HOUR) * 10_000); // 2500 per quarter-hour
+      const per = BigInt(METER_OF[f].per);
+      return [f, Number((tenThousandths * 2n + per) / (2n * per)) / 10_000];
+    }),
+  ) as UsageFigures;
+
+/** The brute force's cells merged by `groupBy`, in the order of their keys. */
+function expectedGroups(cells: Cell[], groupBy: GroupKey[]): UsageGroup[] {
+  const field = { project: 'project_id', resource_type: 'resource_type', month: 'month' } as const;
+  const valueOf = (cell: Cell, key: GroupKey) => (key === 'project' ? cell.project : key === 'resource_type' ? cell.resourceType : cell.month);
+  const merged = new Map<string, { values: string[]; booked: Record<Figure, number>; used: Record<Figure, number>; leases: Set<string> }>();
+  for (const cell of cells) {
+    const values = groupBy.map((key) => valueOf(cell, key));
+    const key = values.join('|');
+    let group = merged.get(key);
+    if (!group) merged.set(key, (group = { values, booked: zeros(), used: zeros(), leases: new Set() }));
+    for (const figure of FIGURE_NAMES) {
+      group.booked[figure] += cell.booked[figure];
+      group.used[figure] += cell.used[figure];
+    }
+    for (const id of cell.leases) group.leases.add(id);
+  }
+  return [...merged.values()]
+    .sort((a, b) => (a.values.join('\u0000') < b.values.join('\u0000') ? -1 : 1))
+    .map((g) => ({ ...Object.fromEntries(groupBy.map((key, i) => [field[key], g.values[i]])), booked: shown(g.booked), used: shown(g.used), leases: g.leases.size }));
+}
+
+describe('usage report, pure', () => {
+  it('equals a quarter-hour by quarter-hour brute force, for every grouping and in total', () => {
+    fc.assert(
+      fc.property(
+        fc.array(leaseModel, { maxLength: 8 }),
+        fc.integer({ min: 0, max: SPAN_UNITS }),
+        fc.integer({ min: -40 * 96, max: SPAN_UNITS + 40 * 96 }),
+        fc.integer({ min: 1, max: 90 * 96 }),
+        fc.shuffledSubarray([...(['resource_type', 'project', 'month'] as const)], { minLength: 1 }),
+        (models, now, from, length, groupBy) => {
+          const stories = models.map((model, i) => story(model, i, now));
+          const cells = bruteForce(stories, from, from + length);
+          const report = usageReport(
+            stories.map((s) => s.metered),
+            { window: { startMs: at(from), endMs: at(from + length) }, nowMs: at(now), groupBy },
+          );
+          expect(report.groups).toEqual(expectedGroups(cells, groupBy));
+          const [total] = expectedGroups(cells, []);
+          expect(report.total).toEqual(total ?? { booked: shown(zeros()), used: shown(zeros()), leases: 0 });
+        },
+      ),
+      { numRuns: 300 },
+    );
+  });
+
+  it('splits a lease across a month end, per reservation, and counts the lease once per group', () => {
+    const lease: Lease = {
+      id: 'l1', name: 'l1', projectId: 'p', userId: 'u', status: 'PENDING',
+      startMs: Date.UTC(2031, 0, 31, 12), endMs: Date.UTC(2031, 1, 1, 18),
+      reservations: [
+        { id: 'r1', resource_type: 'physical:host', status: 'pending', params: {}, footprint: { hosts: 2 } },
+        { id: 'r2', resource_type: 'virtual:server', status: 'pending', params: {}, footprint: { vcpus: 4, memory_mb: 6_144 } },
+      ],
+      events: [], createdMs: 0, updatedMs: 0, version: 1,
+    };
+    const window = { startMs: Date.UTC(2031, 0, 1), endMs: Date.UTC(2031, 1, 1, 6) };
+    const report = usageReport([{ lease }], { window, nowMs: Date.UTC(2030, 0, 1), groupBy: ['month', 'resource_type'] });
+    const figures = (fields: Partial<UsageFigures>): UsageFigures => ({ ...shown(zeros()), ...fields });
+    expect(report.groups).toEqual([
+      { month: '2031-01', resource_type: 'physical:host', booked: figures({ host_hours: 24 }), used: figures({}), leases: 1 },
+      { month: '2031-01', resource_type: 'virtual:server', booked: figures({ vcpu_hours: 48, memory_gb_hours: 72 }), used: figures({}), leases: 1 },
+      { month: '2031-02', resource_type: 'physical:host', booked: figures({ host_hours: 12 }), used: figures({}), leases: 1 },
+      { month: '2031-02', resource_type: 'virtual:server', booked: figures({ vcpu_hours: 24, memory_gb_hours: 36 }), used: figures({}), leases: 1 },
+    ]);
+    expect(report.total).toEqual({ booked: figures({ host_hours: 36, vcpu_hours: 72, memory_gb_hours: 108 }), used: figures({}), leases: 1 });
+  });
+
+  it('sums exactly past 2^53 meter-milliseconds (a year of many large leases), rounding only what it shows', () => {
+    const start = Date.UTC(2031, 0, 1);
+    const year = 365 * 24 * HOUR;
+    let vcpuMs = 0n;
+    let kbpsMs = 0n;
+    const leases: MeteredLease[] = Array.from({ length: 1000 }, (_, i) => {
+      const [from, to] = [start + i, start + i + year + 2 * i + 1]; // odd lengths: no hour is whole
+      const vcpus = 299 + 2 * (i % 3);
+      const kbps = 10_000_001 + 2 * i; // alone past 2^53 over a year
+      vcpuMs += BigInt(vcpus) * BigInt(to - from);
+      kbpsMs += BigInt(kbps) * BigInt(to - from);
+      const reservations: Reservation[] = [
+        { id: `v${i}`, resource_type: 'virtual:server', status: 'active', params: {}, footprint: { vcpus } },
+        { id: `b${i}`, resource_type: 'network:bandwidth', status: 'active', params: {}, footprint: { bandwidth_kbps: kbps } },
+      ];
+      return { lease: { id: `l${i}`, name: 'big', projectId: 'p', userId: 'u', status: 'PENDING', startMs: from, endMs: to, reservations, events: [], createdMs: 0, updatedMs: 0, version: 1 } };
+    });
+    expect(vcpuMs > BigInt(Number.MAX_SAFE_INTEGER)).toBe(true);
+    /** Hours to 4 decimals, rounded half up in integers. */
+    const shownExactly = (meterMs: bigint, per: bigint) => Number((meterMs * 10_000n * 2n + 3_600_000n * per) / (2n * 3_600_000n * per)) / 10_000;
+    const { total } = usageReport(leases, { window: { startMs: start, endMs: start + 2 * year }, nowMs: start, groupBy: ['project'] });
+    expect(total.booked).toEqual({ ...shown(zeros()), vcpu_hours: shownExactly(vcpuMs, 1n), bandwidth_mbps_hours: shownExactly(kbpsMs, 1000n) });
+  });
+
+  it('refuses to hold more groups than its bound', () => {
+    const leases: MeteredLease[] = ['a', 'b', 'c'].map((project) => ({
+      lease: { id: project, name: project, projectId: project, userId: 'u', status: 'PENDING', startMs: at(0), endMs: at(4), reservations: [{ id: `r-${project}`, resource_type: 'physical:host', status: 'pending', params: {}, footprint: { hosts: 1 } }], events: [], createdMs: 0, updatedMs: 0, version: 1 },
+    }));
+    const options = { window: { startMs: at(0), endMs: at(4) }, nowMs: at(0), groupBy: ['project'] as GroupKey[] };
+    expect(usageReport(leases, { ...options, maxGroups: 3 }).groups).toHaveLength(3);
+    expect(() => usageReport(leases, { ...options, maxGroups: 2 })).toThrow(TooManyGroups);
+  });
+});

@@ -1,0 +1,194 @@
+/**
+ * Projects' webhooks through the API, on the real stack: `PUT` replaces the list and `GET` shows
+ * it; a generated secret is shown once and kept when a later PUT repeats the URL without one; at
+ * most 10; a bad event type, URL or private address is a 400 naming the field; another project's
+ * members get 403. And the store behind it: the targets of a notice, and deliveries counted on the
+ * webhook (a receiver on 127.0.0.1, allowed by LK_WEBHOOK_ALLOW_PRIVATE).
+ */
+import { createHmac } from 'node:crypto';
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
+import pino from 'pino';
+import { createApp } from '../src/api/app';
+import { webhookById } from '../src/db/webhooks';
+import { pluginRegistry } from '../src/domain/resource-plugin';
+import { NoticeRefusedError } from '../src/notifications/errors';
+import type { Notice } from '../src/notifications/types';
+import { noteDropped, noticeTargets, sendToWebhook } from '../src/notifications/webhooks';
+import { apiClient, useTestStack } from './support/stack';
+
+const ALICE = { 'x-project-id': 'project-a', 'x-user-id': 'alice', 'x-roles': 'member' };
+const BOB = { 'x-project-id': 'project-b', 'x-user-id': 'bob', 'x-roles': 'member' };
+const ADMIN = { 'x-auth-token': 'admin' };
+const TIMESTAMP = /^\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}$/;
+
+describe("projects' webhooks", () => {
+  const stack = useTestStack({ env: { LK_WEBHOOK_URLS: 'https://1.1.1.1/deployment-hook', LK_NOTIFY_URL: 'https://1.1.1.1/legacy-endpoint' } });
+  const asAlice = apiClient(() => stack().url, ALICE);
+  const asBob = apiClient(() => stack().url, BOB);
+  const asAdmin = apiClient(() => stack().url, ADMIN);
+
+  it('sets and lists them; a generated secret is shown once, and kept when the URL is listed again without one', async () => {
+    const put = await asAlice('PUT', '/v1/projects/project-a/webhooks', {
+      webhooks: [
+        { url: 'https://1.1.1.1/hooks/a', secret: 'a-secret-of-the-projects-own' },
+        { url: 'HTTPS://[2606:4700:4700::1111]:8443/hooks/b?x=1', events: ['lease.create', 'lease.event.before_end_lease'] },
+      ],
+    });
+    expect(put.status).toBe(200);
+    const [given, generated] = put.body.webhooks;
+    expect(given).toEqual({
+      id: expect.stringMatching(/^[0-9a-f-]{36}$/),
+      url: 'https://1.1.1.1/hooks/a',
+      events: null,
+      secret_set: true,
+      delivered_count: 0,
+      dropped_count: 0,
+      last_error: null,
+      last_error_at: null,
+      created_at: expect.stringMatching(TIMESTAMP),
+    });
+    expect(generated).toMatchObject({ url: 'https://[2606:4700:4700::1111]:8443/hooks/b?x=1', events: ['lease.create', 'lease.event.before_end_lease'], secret_set: true, secret: expect.stringMatching(/^[A-Za-z0-9_-]{43}$/) });
+    expect((await webhookById(stack().db.pool, given.id))?.secret).toBe('a-secret-of-the-projects-own');
+    expect((await webhookById(stack().db.pool, generated.id))?.secret).toBe(generated.secret);
+
+    const listed = await asAlice('GET', '/v1/projects/project-a/webhooks');
+    expect(listed).toEqual({ status: 200, body: { webhooks: [given, { ...generated, secret: undefined }].map((w) => JSON.parse(JSON.stringify(w))) } });
+    expect(JSON.stringify(listed.body)).not.toContain(generated.secret);
+
+    // Listed again without a secret: the same id and secret, not shown again; the other one removed; a new one added.
+    const again = await asAlice('PUT', '/v1/projects/project-a/webhooks', { webhooks: [{ url: 'https://[2606:4700:4700::1111]:8443/hooks/b?x=1' }, { url: 'https://8.8.8.8/c', secret: 'another-secret-16+' }] });
+    expect(again.status).toBe(200);
+    expect(again.body.webhooks.map((w: { id: string; url: string; events: unknown }) => [w.id === generated.id, w.url, w.events])).toEqual([
+      [true, 'https://[2606:4700:4700::1111]:8443/hooks/b?x=1', null],
+      [false, 'https://8.8.8.8/c', null],
+    ]);
+    expect(again.body.webhooks.some((w: object) => 'secret' in w)).toBe(false);
+    expect((await webhookById(stack().db.pool, generated.id))?.secret).toBe(generated.secret);
+    expect(await webhookById(stack().db.pool, given.id)).toBeUndefined();
+
+    // A secret given for a URL already listed replaces its secret, keeping its id.
+    const rekeyed = await asAlice('PUT', '/v1/projects/project-a/webhooks', { webhooks: [{ url: 'https://[2606:4700:4700::1111]:8443/hooks/b?x=1', secret: 'a-brand-new-secret-value' }] });
+    expect(rekeyed.body.webhooks.map((w: { id: string }) => w.id)).toEqual([generated.id]);
+    expect((await webhookById(stack().db.pool, generated.id))?.secret).toBe('a-brand-new-secret-value');
+
+    expect((await asAlice('PUT', '/v1/projects/project-a/webhooks', { webhooks: [] })).body).toEqual({ webhooks: [] });
+    expect((await asAlice('GET', '/v1/projects/project-a/webhooks')).body).toEqual({ webhooks: [] });
+  });
+
+  it('takes at most 10', async () => {
+    const hooks = (n: number) => Array.from({ length: n }, (_, i) => ({ url: `https://1.1.1.1/hook-${i}` }));
+    expect((await asAlice('PUT', '/v1/projects/project-a/webhooks', { webhooks: hooks(10) })).body.webhooks).toHaveLength(10);
+    const eleven = await asAlice('PUT', '/v1/projects/project-a/webhooks', { webhooks: hooks(11) });
+    expect(eleven.status).toBe(400);
+    expect(eleven.body.error_message).toBe('webhooks: expected at most 10 webhooks per project');
+    expect((await asAlice('GET', '/v1/projects/project-a/webhooks')).body.webhooks).toHaveLength(10);
+    await asAlice('PUT', '/v1/projects/project-a/webhooks', { webhooks: [] });
+  });
+
+  it.each([
+    ['a host event type', { webhooks: [{ url: 'https://1.1.1.1/a', events: ['lease.create', 'host.failed'] }] }, /^webhooks\[0\]\.events\[1\]: expected a lease event type: lease\.create, /],
+    ['an unknown event type', { webhooks: [{ url: 'https://1.1.1.1/a', events: ['lease.nonsense'] }] }, /^webhooks\[0\]\.events\[0\]: expected a lease event type: /],
+    ['no event type', { webhooks: [{ url: 'https://1.1.1.1/a', events: [] }] }, /^webhooks\[0\]\.events: expected at least one event type/],
+    ['ftp', { webhooks: [{ url: 'https://1.1.1.1/a' }, { url: 'ftp://1.1.1.1/a' }] }, /^webhooks\[1\]\.url: expected an http:\/\/ or https:\/\/ URL$/],
+    ['not a URL', { webhooks: [{ url: 'not a url' }] }, /^webhooks\[0\]\.url: expected an http:\/\/ or https:\/\/ URL$/],
+    ['credentials in the URL', { webhooks: [{ url: 'https://user:pw@1.1.1.1/a' }] }, /^webhooks\[0\]\.url: a webhook URL carries no credentials/],
+    ['a URL over 2048 characters', { webhooks: [{ url: `https://1.1.1.1/${'a'.repeat(2_100)}` }] }, /^webhooks\[0\]\.url: expected at most 2048 characters$/],
+    ['a URL twice', { webhooks: [{ url: 'https://1.1.1.1/a' }, { url: 'https://1.1.1.1/a' }] }, /^webhooks\[1\]\.url: listed twice$/],
+    ['a private address', { webhooks: [{ url: 'http://10.0.0.5/hook' }] }, /^webhooks\[0\]\.url: 10\.0\.0\.5 is a private address: a webhook must reach a public address$/],
+    ['the metadata service', { webhooks: [{ url: 'http://169.254.169.254/latest/meta-data' }] }, /^webhooks\[0\]\.url: 169\.254\.169\.254 is a link-local address/],
+    ['a name resolving to loopback', { webhooks: [{ url: 'https://1.1.1.1/a' }, { url: 'http://localhost:9000/hook' }] }, /^webhooks\[1\]\.url: localhost resolves to 127\.0\.0\.1, a loopback address/],
+    ['a name that does not resolve', { webhooks: [{ url: 'https://no-such-host.invalid/hook' }] }, /^webhooks\[0\]\.url: no-such-host\.invalid does not resolve/],
+    ['a short secret', { webhooks: [{ url: 'https://1.1.1.1/a', secret: 'short' }] }, /^webhooks\[0\]\.secret: expected 16 to 256 characters$/],
+    ['an unknown field', { webhooks: [{ url: 'https://1.1.1.1/a', token: 'x' }] }, /^webhooks\[0\]: unknown field\(s\) "token"$/],
+    ['no list', {}, /^Missing parameter webhooks$/],
+  ])('refuses %s with 400 naming the field', async (_what, body, message) => {
+    const res = await asAlice('PUT', '/v1/projects/project-a/webhooks', body);
+    expect(res.status).toBe(400);
+    expect(res.body).toMatchObject({ error_code: 400, error_name: 400, error_message: expect.stringMatching(message) });
+    expect((await asAlice('GET', '/v1/projects/project-a/webhooks')).body).toEqual({ webhooks: [] });
+  });
+
+  it("refuses another project's members with 403, lets admins set any project's, and nothing changes", async () => {
+    expect((await asAdmin('PUT', '/v1/projects/project-b/webhooks', { webhooks: [{ url: 'https://1.1.1.1/bob' }] })).status).toBe(200);
+    const before = (await asBob('GET', '/v1/projects/project-b/webhooks')).body;
+    expect(before.webhooks.map((w: { url: string }) => w.url)).toEqual(['https://1.1.1.1/bob']);
+    const refusal = (action: string) => ({ status: 403, body: { error_code: 403, error_name: 403, error_message: `Policy doesn't allow blazar:projects:webhooks:${action} to be performed: members see and set their own project's webhooks only.` } });
+    expect(await asAlice('GET', '/v1/projects/project-b/webhooks')).toEqual(refusal('get'));
+    expect(await asAlice('PUT', '/v1/projects/project-b/webhooks', { webhooks: [] })).toEqual(refusal('put'));
+    expect((await asAdmin('GET', '/v1/projects/project-b/webhooks')).body).toEqual(before);
+    expect((await asAdmin('PUT', '/v1/projects/project-b/webhooks', { webhooks: [] })).status).toBe(200);
+  });
+
+  describe('deliveries to a project webhook (LK_WEBHOOK_ALLOW_PRIVATE: a receiver on 127.0.0.1)', () => {
+    let receiver: http.Server;
+    let receiverUrl: string;
+    const received: Array<{ path: string; key: string; signature: string; body: string }> = [];
+    let api: ReturnType<typeof apiClient>;
+    let app: http.Server;
+
+    beforeAll(async () => {
+      receiver = http.createServer((req, res) => {
+        let body = '';
+        req.on('data', (chunk: Buffer) => (body += chunk.toString('utf8')));
+        req.on('end', () => {
+          received.push({ path: req.url ?? '', key: String(req.headers['idempotency-key']), signature: String(req.headers['x-leasekeeper-signature']), body });
+          res.writeHead(req.url === '/gone' ? 404 : 204).end();
+        });
+      });
+      await new Promise<void>((resolve) => receiver.listen(0, '127.0.0.1', resolve));
+      receiverUrl = `http://127.0.0.1:${(receiver.address() as AddressInfo).port}`;
+      const s = stack();
+      const config = { ...s.config, notices: { ...s.config.notices, allowPrivate: true } };
+      app = http.createServer(createApp({ config, log: pino({ level: 'silent' }), pool: s.db.pool, connection: s.temporal.connection, client: s.temporal.client, types: pluginRegistry([]) }));
+      await new Promise<void>((resolve) => app.listen(0, '127.0.0.1', resolve));
+      api = apiClient(`http://127.0.0.1:${(app.address() as AddressInfo).port}`, ALICE);
+    });
+    afterAll(async () => {
+      app.closeAllConnections();
+      receiver.closeAllConnections();
+      await Promise.all([new Promise((resolve) => app.close(resolve)), new Promise((resolve) => receiver.close(resolve))]);
+    });
+
+    it('targets the webhooks that want the event, delivers signed notices and counts them; a refusal is counted as dropped with why', async () => {
+      const put = await api('PUT', '/v1/projects/project-a/webhooks', {
+        webhooks: [{ url: `${receiverUrl}/ok` }, { url: `${receiverUrl}/gone`, secret: 'secret-of-the-gone-one' }, { url: `${receiverUrl}/starts-only`, events: ['lease.event.start_lease'] }],
+      });
+      expect(put.status).toBe(200);
+      const [ok, gone, startsOnly] = put.body.webhooks as Array<{ id: string; secret?: string }>;
+      const settings = { ...stack().config.notices, allowPrivate: true };
+      const notice: Notice = { id: 'lease-1:lease.create', eventType: 'lease.create', occurredMs: Date.UTC(2026, 10, 21, 9, 15), projectId: 'project-a', details: {} };
+
+      expect(stack().config.notices.deploymentWebhooks).toEqual(['https://1.1.1.1/deployment-hook', 'https://1.1.1.1/legacy-endpoint']);
+      expect(await noticeTargets(stack().db.pool, settings, notice)).toEqual({ webhooks: ['deployment:0', 'deployment:1', ok.id, gone.id], oslo: false, retryForMs: 24 * 3_600_000 });
+      expect((await noticeTargets(stack().db.pool, settings, { ...notice, eventType: 'lease.event.start_lease' })).webhooks).toEqual(['deployment:0', 'deployment:1', ok.id, gone.id, startsOnly.id]);
+      expect((await noticeTargets(stack().db.pool, settings, { eventType: 'host.failed' })).webhooks).toEqual(['deployment:0', 'deployment:1']);
+
+      expect(await sendToWebhook(stack().db.pool, settings, ok.id, notice)).toBe('delivered');
+      expect(received).toHaveLength(1);
+      expect(received[0]).toMatchObject({ path: '/ok', key: 'lease-1:lease.create', signature: `sha256=${createHmac('sha256', ok.secret!).update(received[0].body).digest('hex')}` });
+      const refused = await sendToWebhook(stack().db.pool, settings, gone.id, notice).catch((err: unknown) => err);
+      expect(refused).toBeInstanceOf(NoticeRefusedError);
+      // Another project's notice never reaches this project's webhook.
+      expect(await sendToWebhook(stack().db.pool, settings, ok.id, { ...notice, projectId: 'project-b' })).toBe('gone');
+      await noteDropped(stack().db.pool, ok.id, 'still failing after 24 h: HTTP 503');
+      await noteDropped(stack().db.pool, 'deployment:0', 'not counted anywhere');
+
+      const listed = (await api('GET', '/v1/projects/project-a/webhooks')).body.webhooks;
+      expect(listed.map((w: Record<string, unknown>) => [w.delivered_count, w.dropped_count, w.last_error])).toEqual([
+        [1, 1, 'still failing after 24 h: HTTP 503'],
+        [0, 1, `notice to ${receiverUrl} refused: HTTP 404`],
+        [0, 0, null],
+      ]);
+      expect(listed[1].last_error_at).toMatch(TIMESTAMP);
+      expect(received).toHaveLength(2); // ok, then gone; nothing for project-b's notice
+
+      // Without the allowance the same webhook is refused at the connection: no request leaves.
+      const guarded = await sendToWebhook(stack().db.pool, { ...settings, allowPrivate: false }, ok.id, notice).catch((err: unknown) => err);
+      expect(guarded).toBeInstanceOf(NoticeRefusedError);
+      expect((guarded as Error).message).toContain('127.0.0.1 is a loopback address');
+      expect(received).toHaveLength(2);
+      await api('PUT', '/v1/projects/project-a/webhooks', { webhooks: [] });
+    });
+  });
+});
