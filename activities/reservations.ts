@@ -106,6 +106,8 @@ export function reservationActivities({ plugins, notices, pool }: { plugins: Res
       }),
     beforeEndReservation: (ctx: ReservationContext): Promise<void> => run(ctx, async (plugin, hookCtx) => void (await plugin.beforeEnd?.(hookCtx))),
     endReservation: (ctx: EndRequest): Promise<EndOutcome> => run(ctx, (plugin, hookCtx) => plugin.end(hookCtx)),
+    /** Whether the lessee uses the reservation's resources now (idle-lease reaping); undefined: its type cannot tell. */
+    reservationInUse: (ctx: ReservationContext): Promise<boolean | undefined> => run(ctx, async (plugin, hookCtx) => (plugin.inUse ? plugin.inUse(hookCtx) : undefined)),
     /** After hosts failed or recovered; a type without a heal hook has nothing to heal (undefined). */
     healReservation: (ctx: ReservationContext): Promise<HealOutcome | undefined> => run(ctx, async (plugin, hookCtx) => (plugin.heal ? plugin.heal(hookCtx) : undefined)),
     /** The end hook again, as a poll: fails (to be retried by the workflow's policy) until nothing is left to wait for. */

@@ -78,6 +78,10 @@ const envSchema = z.object({
     .string()
     .regex(/^(none|\d{1,6}[mhdw](,\d{1,6}[mhdw]){0,4})$/, 'expected "none" or up to 5 durations such as "48h,1h"')
     .default('48h,1h'),
+  // Idle leases (Chameleon's reaper; unset: off): an active lease with no server of its project on
+  // its hosts or instance slots for this long is warned (lease.idle), then ended early.
+  LK_IDLE_LEASE_WARN_HOURS: z.coerce.number().positive().max(87_600).optional(),
+  LK_IDLE_LEASE_END_HOURS: z.coerce.number().positive().max(87_600).optional(),
   LK_POLICY_EXTERNAL_URL: z.string().max(2_048).optional(),
   LK_POLICY_EXTERNAL_CHECK_CREATE_URL: z.string().max(2_048).optional(),
   LK_POLICY_EXTERNAL_CHECK_UPDATE_URL: z.string().max(2_048).optional(),
@@ -198,6 +202,14 @@ function toConfig(env: z.infer<typeof envSchema>) {
     maxReservationsPerLease: env.LK_MAX_RESERVATIONS_PER_LEASE,
     /** Warnings before the end a lease gets unless it asks otherwise (durations as written). */
     notifyBeforeEnd: env.LK_NOTIFY_BEFORE_END === 'none' ? [] : env.LK_NOTIFY_BEFORE_END.split(','),
+    /** Idle-lease reaping given to every lease at creation; undefined: off. */
+    idleLeases:
+      env.LK_IDLE_LEASE_WARN_HOURS !== undefined || env.LK_IDLE_LEASE_END_HOURS !== undefined
+        ? {
+            ...(env.LK_IDLE_LEASE_WARN_HOURS !== undefined ? { warnAfterMs: Math.round(env.LK_IDLE_LEASE_WARN_HOURS * 3_600_000) } : {}),
+            ...(env.LK_IDLE_LEASE_END_HOURS !== undefined ? { endAfterMs: Math.round(env.LK_IDLE_LEASE_END_HOURS * 3_600_000) } : {}),
+          }
+        : undefined,
     leaseLimits: { maxDurationMs: env.LK_MAX_LEASE_DURATION_DAYS * 86_400_000, maxAdvanceMs: env.LK_MAX_ADVANCE_DAYS * 86_400_000 },
     /** The usage policy's settings as written: src/policy reads the file and checks them all at start. */
     policy: Object.fromEntries(Object.entries(env).filter(([name]) => name.startsWith('LK_POLICY_'))) as Partial<Record<`LK_POLICY_${string}`, string>>,

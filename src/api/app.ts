@@ -34,7 +34,7 @@ import { durationMs } from '../policy/rules';
 import { versionsRouter } from './versions';
 
 export interface AppDeps {
-  config: Pick<Config, 'temporal' | 'healthTimeoutMs' | 'healthDeepIntervalMs' | 'leaseLimits' | 'policy' | 'notifyBeforeEnd' | 'maxReservationsPerLease' | 'api' | 'hosts' | 'inventory' | 'provisioningLeadMs' | 'notices'>;
+  config: Pick<Config, 'temporal' | 'healthTimeoutMs' | 'healthDeepIntervalMs' | 'leaseLimits' | 'policy' | 'notifyBeforeEnd' | 'idleLeases' | 'maxReservationsPerLease' | 'api' | 'hosts' | 'inventory' | 'provisioningLeadMs' | 'notices'>;
   log: Logger;
   pool: Pool;
   connection: Connection;
@@ -135,6 +135,7 @@ export function createApp(deps: AppDeps): express.Express {
       commands,
       provisioningLeadMs: config.provisioningLeadMs,
       notifyBeforeEndMs: config.notifyBeforeEnd.map(durationMs),
+      idleLeases: config.idleLeases,
       maxReservationsPerLease: config.maxReservationsPerLease,
     }),
     hostAllocationsRouter({ pool: deps.pool }),

@@ -4,7 +4,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import { Router, type Request } from 'express';
-import { assertSettled, isUuid, newLease, type Lease, type LeaseUpdateRequest, type NewLeaseRequest } from '../domain/lease';
+import { assertSettled, isUuid, newLease, type IdleLeasePolicy, type Lease, type LeaseUpdateRequest, type NewLeaseRequest } from '../domain/lease';
 import { findLease, isLeaseDeleted, leaseBatches, listLeases } from '../db/leases';
 import { isDatabaseUnavailable, type Pool } from '../db/pool';
 import type { ResourceTypes } from '../domain/resource-plugin';
@@ -47,7 +47,7 @@ function refuseAdminOnlyPolicies(identity: Identity, rule: string, reservations:
   });
 }
 
-export function leasesRouter(deps: { pool: Pool; types: ResourceTypes; commands: LeaseCommandOptions; provisioningLeadMs: number; notifyBeforeEndMs?: number[]; maxReservationsPerLease?: number }): Router {
+export function leasesRouter(deps: { pool: Pool; types: ResourceTypes; commands: LeaseCommandOptions; provisioningLeadMs: number; notifyBeforeEndMs?: number[]; idleLeases?: IdleLeasePolicy; maxReservationsPerLease?: number }): Router {
   const { pool, commands } = deps;
   const createSchema = createLeaseSchema(deps.types, deps.maxReservationsPerLease);
   const router = Router();
@@ -106,6 +106,7 @@ export function leasesRouter(deps: { pool: Pool; types: ResourceTypes; commands:
       // The usage policy (its limits on duration, advance, amounts, budgets) is checked by the workflow as it admits.
       byAdmin: identity.isAdmin,
       notifyBeforeEndMs: body.notify_before_end ?? deps.notifyBeforeEndMs,
+      idle: deps.idleLeases,
     };
     newLease(request); // Blazar's date rules (400) before anything starts
     await refusePrivateProperties(pool, identity, hostPropertyQueries(body.reservations ?? []));

@@ -76,9 +76,28 @@ export interface Lease {
   notifyBeforeEndMs?: number[];
   /** The warnings sent: offset → the end they warned of (an extension re-arms them). */
   warnedBeforeEnd?: Record<string, number>;
+  /** Idle-lease reaping, as the deployment set it when the lease was created (LK_IDLE_LEASE_*). */
+  idle?: IdleLeasePolicy;
+  /** Since when the lease has been seen idle (none while in use), when it was last looked at, and whether the lessee was warned. */
+  idleSince?: number;
+  idleCheckedMs?: number;
+  idleWarned?: boolean;
+}
+
+/** An active lease nobody uses for `warnAfterMs` hears `lease.idle`; for `endAfterMs` it is ended early. */
+export interface IdleLeasePolicy {
+  warnAfterMs?: number;
+  endAfterMs?: number;
 }
 
 export const BEFORE_END_LEAD_MS = 60 * 60 * 1000;
+
+/** A span for a message: `2h`, `90m`, `7s` (rounded to the largest unit that divides it, else seconds). */
+export function spanText(ms: number): string {
+  if (ms % 3_600_000 === 0) return `${ms / 3_600_000}h`;
+  if (ms % 60_000 === 0) return `${ms / 60_000}m`;
+  return `${Math.round(ms / 1000)}s`;
+}
 
 /** A warning's offset before the end as `notify_before_end` writes it: `48h`, `90m`. */
 export function offsetText(ms: number): string {
@@ -149,6 +168,7 @@ export interface NewLeaseRequest {
   /** Asked by an admin: the usage policy's rules do not apply to it unless they say so. */
   byAdmin?: boolean;
   notifyBeforeEndMs?: number[];
+  idle?: IdleLeasePolicy;
 }
 
 const MINUTE_MS = 60_000;
@@ -183,6 +203,7 @@ export function newLease(request: NewLeaseRequest): Lease {
     beforeEndMs: request.beforeEnd,
     ...(request.provisioningLeadMs ? { provisioningLeadMs: request.provisioningLeadMs } : {}),
     ...(request.notifyBeforeEndMs ? { notifyBeforeEndMs: request.notifyBeforeEndMs } : {}),
+    ...(request.idle ? { idle: request.idle } : {}),
     status: 'PENDING',
     reservations: request.reservations.map((r) => ({ ...r, status: 'pending' })),
     events: [],

@@ -226,6 +226,11 @@ export interface ResourcePlugin extends ResourceType {
   /** Where the reservation's resources are (for `on_host_of`); types without hosts leave it out. */
   placementOf?(ctx: HookContext): Promise<ReservationPlacement>;
   /**
+   * Whether the lessee uses the reservation's resources now (a server of theirs on them), for
+   * reaping idle leases; `undefined` when it cannot tell. Types without it are never idle.
+   */
+  inUse?(ctx: HookContext): Promise<boolean | undefined>;
+  /**
    * For the host monitor's drift check: what the cloud holds for this type's active reservations
    * against what the calendar says, repaired (`report`: only reported) when the previous check saw
    * the same (`previous`: key → what was seen; each type keys under a prefix of its own).

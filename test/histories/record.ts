@@ -82,6 +82,13 @@ export const SCENARIOS: Record<string, (api: Api, stack: TestStack) => Promise<s
     await api('DELETE', `/v1/leases/${body.lease.id}`);
     return body.lease.id;
   },
+  'idle-end': async (api) => {
+    // Nobody uses it: warned (lease.idle), then ended early by the recorder's idle limits.
+    const { body } = await api('POST', '/v1/leases', { name: 'idle-end', start_date: 'now', end_date: inSeconds(3600), reservations: [{ ...reservation, idle_check: true }] });
+    await waitFor(api, body.lease.id, 'TERMINATED');
+    await api('DELETE', `/v1/leases/${body.lease.id}`);
+    return body.lease.id;
+  },
   'extend-while-active': async (api) => {
     const { body } = await api('POST', '/v1/leases', { name: 'extend-active', start_date: 'now', end_date: inSeconds(3), reservations: [reservation] });
     await waitFor(api, body.lease.id, 'ACTIVE');
@@ -310,7 +317,8 @@ async function main(): Promise<void> {
     ],
     hostWatch: (pool) =>
       physicalHostWatch({ pool, source: { calendarOnly: (host) => (hostsDown.has(host.hypervisor_hostname) ? 'down in the recorded scenario' : undefined) }, freepool: 'freepool', failed: { name: 'failed', closedProjectId: 'nobody' } }),
-    env: { LK_PROVISIONING_LEAD_TIME_SECONDS: String(RECORDED_LEAD_SECONDS), LK_HOST_MONITOR_INTERVAL_SECONDS: '0.2', LK_HOST_FAIL_GRACE_SECONDS: '0', LK_HEALING_RETRY_MINUTES: '60' },
+    // Idle limits of seconds: every active lease is looked at; only idle-end's reservation tells it is idle.
+    env: { LK_IDLE_LEASE_WARN_HOURS: '0.0005', LK_IDLE_LEASE_END_HOURS: '0.001', LK_PROVISIONING_LEAD_TIME_SECONDS: String(RECORDED_LEAD_SECONDS), LK_HOST_MONITOR_INTERVAL_SECONDS: '0.2', LK_HOST_FAIL_GRACE_SECONDS: '0', LK_HEALING_RETRY_MINUTES: '60' },
   });
   try {
     await record(stack);

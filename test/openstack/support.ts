@@ -171,10 +171,10 @@ export async function startWorkerProcess(stack: WorkerProcessTarget, options: { 
  * released) and a fast recycle poll; `cleanUp` runs before it stops (leases, servers, hosts), then
  * the aggregates go.
  */
-export function hostLeaseStack(admin: OpenStackClients, aggregates: { freepool: string; released: string }, cleanUp: () => Promise<void>): () => TestStack {
+export function hostLeaseStack(admin: OpenStackClients, aggregates: { freepool: string; released: string }, cleanUp: () => Promise<void>, env: Record<string, string> = {}): () => TestStack {
   return useTestStack(
     {
-      env: { LK_FREEPOOL_AGGREGATE: aggregates.freepool, LK_RELEASED_AGGREGATE: aggregates.released },
+      env: { LK_FREEPOOL_AGGREGATE: aggregates.freepool, LK_RELEASED_AGGREGATE: aggregates.released, ...env },
       withPool: (pool) => [
         physicalHostPlugin({
           pool,

@@ -40,12 +40,21 @@ const params = z.strictObject({
   /** Start in these steps (each its own activity), and fail the one named. */
   steps: z.array(z.string()).default([]),
   fail_step: z.string().optional(),
+  /** Tells whether it is in use (idle-lease reaping): in use while listed in `inUseReservations`; without it, it cannot tell. */
+  idle_check: z.boolean().default(false),
 });
 
 export class RecordingPlugin implements ResourcePlugin {
   readonly resourceType = 'test:recording';
   readonly paramsSchema = params;
   readonly calls: HookCall[] = [];
+  /** Reservations the lessee uses (idle-lease tests); the others are idle. */
+  readonly inUseReservations = new Set<string>();
+
+  inUse(ctx: ReservationContext): Promise<boolean | undefined> {
+    if (!params.parse(ctx.reservation.params).idle_check) return Promise.resolve(undefined);
+    return Promise.resolve(this.inUseReservations.has(ctx.reservation.id));
+  }
 
   callsFor(leaseId: string, hook?: HookCall['hook']): HookCall[] {
     return this.calls.filter((c) => c.leaseId === leaseId && (!hook || c.hook === hook));

@@ -86,3 +86,10 @@ export const announcing = proxyLocalActivities<Activities>({
   startToCloseTimeout: '15 seconds',
   retry: { initialInterval: '500 milliseconds', maximumAttempts: 3 },
 });
+
+/** Looking whether the lessee uses a lease's resources (idle-lease reaping): a read, given up within minutes (then taken as in use). */
+export const looking = proxyActivities<Activities>({
+  startToCloseTimeout: '1 minute',
+  scheduleToCloseTimeout: '3 minutes',
+  retry: { initialInterval: '1 second', maximumInterval: '30 seconds' },
+});

@@ -38,6 +38,8 @@ import {
   newLease,
   bookingChanged,
   offsetText,
+  spanText,
+  withEventTimes,
   type EventType,
   type Lease,
   type LeaseUpdateRequest,
@@ -47,7 +49,7 @@ import {
 import { LeaseEndKey, LeaseStartKey, LeaseStatusKey, ProjectIdKey, ResourceTypesKey } from '../../src/domain/search-attributes';
 import { leaseNoticeId, type Notice, type NoticeType } from '../../src/domain/notices';
 import type { EndOutcome, HealOutcome, ReservationContext } from '../../src/domain/resource-plugin';
-import { announcing, forStep, healing, mustFinish, patient, polling, quick, recording, recordingLocally } from './activity-options';
+import { announcing, forStep, healing, looking, mustFinish, patient, polling, quick, recording, recordingLocally } from './activity-options';
 import { asFailure, failureMessage } from './failures';
 import { Lock } from './lock';
 import {
@@ -83,6 +85,8 @@ const DELETE_ANSWERED_WHEN_GONE = 'delete-answered-when-gone';
 const LEASE_NOTICES = 'lease-notices';
 /** Patch: an active lease warns its listeners before its end, at the offsets it asked for (`notify_before_end`). */
 const BEFORE_END_WARNINGS = 'before-end-warnings';
+/** Patch: an active lease nobody uses is warned (`lease.idle`), then ended early (LK_IDLE_LEASE_*). */
+const IDLE_LEASES = 'idle-leases';
 /** How long to wait for a predecessor's signal before looking at its row again. */
 const PREDECESSOR_RECHECK_MS = 60_000;
 
@@ -122,6 +126,7 @@ export async function leaseWorkflow(input: LeaseWorkflowInput): Promise<LeaseOut
       if ((await sleepUntil(nextActiveEvent)) === 'delete') return await remove();
       const next = nextActiveEvent();
       if (next.warning !== undefined) await warnBeforeEnd(next.warning);
+      else if (next.idleCheck) await checkIdle();
       else if (next.type === 'before_end_lease') await runBeforeEnd();
       else await endLease();
     }
@@ -441,10 +446,12 @@ export async function leaseWorkflow(input: LeaseWorkflowInput): Promise<LeaseOut
    * While active: the before-end action if it has not run (it is never due after the end), else the
    * end; a warning before the end (`warning`: its offset) when one is due earlier.
    */
-  function nextActiveEvent(): { type: EventType; time: number; warning?: number } {
+  function nextActiveEvent(): { type: EventType; time: number; warning?: number; idleCheck?: true } {
     const beforeEnd = lease.events.find((e) => e.event_type === 'before_end_lease')!;
     const actionDue = beforeEnd.status === 'UNDONE' && beforeEnd.time <= lease.endMs;
-    const event = actionDue ? { type: 'before_end_lease' as const, time: beforeEnd.time } : { type: 'end_lease' as const, time: lease.endMs };
+    const due = actionDue ? { type: 'before_end_lease' as const, time: beforeEnd.time } : { type: 'end_lease' as const, time: lease.endMs };
+    const idleCheckAt = nextIdleCheck();
+    const event = idleCheckAt !== undefined && idleCheckAt < due.time ? { type: due.type, time: idleCheckAt, idleCheck: true as const } : due;
     if (!lease.notifyBeforeEndMs?.length || !patched(BEFORE_END_WARNINGS)) return event;
     // Not warned yet of this end; not before the start; not when the before-end event's own notice says it at that moment.
     const warnings = lease.notifyBeforeEndMs
@@ -454,6 +461,47 @@ export async function leaseWorkflow(input: LeaseWorkflowInput): Promise<LeaseOut
       .sort((a, b) => a.time - b.time);
     const first = warnings[0];
     return first && first.time < event.time ? { type: 'before_end_lease', time: first.time, warning: first.offset } : event;
+  }
+
+  /** When to look next whether anyone uses the lease: a quarter of its shortest idle limit, between 1 s and 15 min. */
+  function nextIdleCheck(): number | undefined {
+    const limits = [lease.idle?.warnAfterMs, lease.idle?.endAfterMs].filter((ms): ms is number => ms !== undefined && ms > 0);
+    if (limits.length === 0 || !patched(IDLE_LEASES)) return undefined;
+    const step = Math.min(Math.max(Math.min(...limits) / 4, 1_000), 15 * 60_000);
+    return (lease.idleCheckedMs ?? lease.startMs) + step;
+  }
+
+  /**
+   * Idle-lease reaping (Chameleon's reaper, in the lease's own life): idle when no reservation that
+   * can tell is in use. Idle for warnAfterMs: `lease.idle`, once per idle spell; for endAfterMs: the
+   * lease ends now, saying why. A look that fails counts as in use: nothing is ended on a doubt.
+   */
+  async function checkIdle(): Promise<void> {
+    await lock.run(async () => {
+      let seen: Array<boolean | undefined>;
+      try {
+        seen = [];
+        for (const reservation of lease.reservations) seen.push(await looking.reservationInUse(context(lease, reservation)));
+      } catch (err) {
+        log.warn('could not tell whether the lease is in use', { leaseId: lease.id, error: failureMessage(err) });
+        seen = [true];
+      }
+      const now = Date.now();
+      const idle = seen.some((s) => s === false) && !seen.some((s) => s === true);
+      lease = idle ? { ...lease, idleSince: lease.idleSince ?? now, idleCheckedMs: now } : { ...lease, idleSince: undefined, idleWarned: undefined, idleCheckedMs: now };
+      const since = lease.idleSince;
+      if (since === undefined) return;
+      const { warnAfterMs, endAfterMs } = lease.idle ?? {};
+      if (warnAfterMs !== undefined && now - since >= warnAfterMs && !lease.idleWarned) {
+        lease = { ...lease, idleWarned: true };
+        await announce('lease.idle', { idle_since: new Date(since).toISOString(), ...(endAfterMs !== undefined ? { ends_at: new Date(Math.min(lease.endMs, since + endAfterMs)).toISOString() } : {}) }, `idle-${since}`);
+      }
+      if (endAfterMs !== undefined && now - since >= endAfterMs && now < lease.endMs) {
+        const reason = `ended early: nothing of project ${lease.projectId} has used the lease since ${new Date(since).toISOString()} (idle for ${spanText(Math.round((now - since) / 1000) * 1000)}; the deployment ends idle leases after ${spanText(endAfterMs)})`;
+        log.info('ending an idle lease', { leaseId: lease.id, idleSince: since });
+        await transition(withEventTimes({ ...lease, endMs: now, statusReason: reason }));
+      }
+    });
   }
 
   /** A warning before the end: a notice only (the lease's state is unchanged), once per offset and end. */

@@ -188,6 +188,16 @@ export function physicalHostPlugin(deps: PhysicalHostDeps): ResourcePlugin {
         footprint: { hosts: hosts.length },
       };
     },
+    /** In use while a server of the lessee's project runs on one of its hosts (a calendar-only deployment cannot tell). */
+    async inUse(ctx) {
+      if (deps.cloud === 'calendar-only') return undefined;
+      const { nova } = deps.cloud();
+      for (const { host } of await bookedHosts(ctx)) {
+        const servers = await nova.listServers({ all_tenants: true, host, project_id: ctx.projectId });
+        if (servers.some((s) => s.status !== 'DELETED' && s.status !== 'SOFT_DELETED')) return true;
+      }
+      return false;
+    },
     async start(ctx) {
       if (deps.cloud === 'calendar-only') return;
       await moveHostsIntoLease(deps.cloud().nova, await move(ctx));

@@ -172,6 +172,13 @@ export function slotReservationPlugin(type: SlotType, deps: VirtualInstanceDeps)
       return { allocation: { ...described, ...resources, ...shown(placement) }, resourceKeys: [], footprint: footprintOfAmounts(slots.slot, slots.amount) };
     },
 
+    /** In use while a server of the reservation's flavor exists (only the lessee's project may use it); without a cloud it cannot tell. */
+    async inUse(ctx) {
+      const clients = cloud();
+      if (!clients) return undefined;
+      return (await serversOfFlavor(clients.nova, ctx.reservation.id)).some((s) => s.status !== 'DELETED' && s.status !== 'SOFT_DELETED');
+    },
+
     async start(ctx) {
       const clients = cloud();
       const placement = await calendar.placement(ctx.reservation.id);
