@@ -3,6 +3,7 @@
  * a Keystone token validator fills the same interface later (AUTH_STRATEGY=keystone).
  */
 import type { RequestHandler } from 'express';
+import { projectIdSchema } from '../policy/rules';
 import { ApiError } from './errors';
 
 export interface Identity {
@@ -65,4 +66,17 @@ export function authenticate(authenticator: Authenticator): RequestHandler {
 
 export function identityOf(res: { locals: Record<string, unknown> }): Identity {
   return res.locals.identity as Identity;
+}
+
+/**
+ * The project a per-project route names (`/projects/{projectId}/…`), if the caller may act on it:
+ * admins on any; members on their own only, and not at all for `adminOnly` actions. `rule` is the
+ * policy name Blazar's wording refuses with; `ownOnly` says what members may do instead.
+ */
+export function projectInScope(res: { locals: Record<string, unknown> }, raw: string, rule: string, options: { adminOnly?: boolean; ownOnly: string }): string {
+  const identity = identityOf(res);
+  if (!projectIdSchema.safeParse(raw).success) throw new ApiError(400, `${JSON.stringify(raw.slice(0, 64))} is not a project id`);
+  if (options.adminOnly && !identity.isAdmin) throw new ApiError(403, `Policy doesn't allow ${rule} to be performed.`);
+  if (!identity.isAdmin && raw !== identity.projectId) throw new ApiError(403, `Policy doesn't allow ${rule} to be performed: ${options.ownOnly}.`);
+  return raw;
 }

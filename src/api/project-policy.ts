@@ -8,21 +8,15 @@ import { Router, type Response } from 'express';
 import { deleteProjectRules, projectRules, saveProjectRules } from '../db/usage-policy';
 import type { Pool } from '../db/pool';
 import type { UsagePolicyEnforcer } from '../policy/enforcement';
-import { projectIdSchema, rulesSchema } from '../policy/rules';
-import { identityOf } from './auth';
+import { rulesSchema } from '../policy/rules';
+import { identityOf, projectInScope } from './auth';
 import { formatTimestamp } from '../domain/blazar-format';
 import { ApiError, parseRequest } from './errors';
 
 export const projectPolicyBody = rulesSchema;
 
-function projectIdOf(res: Response, raw: string, action: 'get' | 'put' | 'delete'): string {
-  const identity = identityOf(res);
-  const parsed = projectIdSchema.safeParse(raw);
-  if (!parsed.success) throw new ApiError(400, `${JSON.stringify(raw.slice(0, 64))} is not a project id`);
-  if (action !== 'get' && !identity.isAdmin) throw new ApiError(403, `Policy doesn't allow blazar:projects:policy:${action} to be performed.`);
-  if (!identity.isAdmin && parsed.data !== identity.projectId) throw new ApiError(403, `Policy doesn't allow blazar:projects:policy:${action} to be performed: members see their own project's policy only.`);
-  return parsed.data;
-}
+const projectIdOf = (res: Response, raw: string, action: 'get' | 'put' | 'delete'): string =>
+  projectInScope(res, raw, `blazar:projects:policy:${action}`, { adminOnly: action !== 'get', ownOnly: "members see their own project's policy only" });
 
 export function projectPolicyRouter(deps: { pool: Pool; policy: UsagePolicyEnforcer }): Router {
   const router = Router();

@@ -29,7 +29,7 @@ const RENDER_CHUNK = 1000;
 
 const GROUP_BY_HINT = `expected a comma-separated list of ${GROUP_KEYS.join(', ')}`;
 
-const groupByParam = z.string({ error: GROUP_BY_HINT }).transform((text, ctx): GroupKey[] => {
+const groupByParam = z.string({ error: GROUP_BY_HINT }).max(64, GROUP_BY_HINT).transform((text, ctx): GroupKey[] => {
   const keys = text.split(',').map((key) => key.trim());
   const unknown = keys.filter((key) => !(GROUP_KEYS as readonly string[]).includes(key));
   if (unknown.length > 0) ctx.addIssue({ code: 'custom', message: `unknown ${unknown.map((k) => JSON.stringify(k)).join(', ')}: ${GROUP_BY_HINT}` });

@@ -13,7 +13,7 @@ import { listWebhooks, replaceWebhooks, type StoredWebhook } from '../db/webhook
 import { formatTimestamp } from '../domain/blazar-format';
 import { LEASE_NOTICE_TYPES } from '../notifications/types';
 import { checkWebhookAddress, generateSecret, WebhookAddressError, webhookUrlProblem, type NoticeSettings } from '../notifications/webhooks';
-import { identityOf } from './auth';
+import { identityOf, projectInScope } from './auth';
 import { ApiError, parseRequest } from './errors';
 
 export const MAX_PROJECT_WEBHOOKS = 10;
@@ -52,16 +52,8 @@ export const webhooksBody = z.strictObject({
     .max(MAX_PROJECT_WEBHOOKS, `expected at most ${MAX_PROJECT_WEBHOOKS} webhooks per project`),
 });
 
-/** What a project's id may be: a name as Keystone's, printable, no slash. */
-const projectIdSchema = z.string().min(1).max(255).regex(/^[^\p{Cc}\s/]+$/u);
-
-function projectIdOf(res: Response, raw: string, action: 'get' | 'put'): string {
-  const identity = identityOf(res);
-  const parsed = projectIdSchema.safeParse(raw);
-  if (!parsed.success) throw new ApiError(400, `${JSON.stringify(raw.slice(0, 64))} is not a project id`);
-  if (!identity.isAdmin && parsed.data !== identity.projectId) throw new ApiError(403, `Policy doesn't allow blazar:projects:webhooks:${action} to be performed: members see and set their own project's webhooks only.`);
-  return parsed.data;
-}
+const projectIdOf = (res: Response, raw: string, action: 'get' | 'put'): string =>
+  projectInScope(res, raw, `blazar:projects:webhooks:${action}`, { ownOnly: "members see and set their own project's webhooks only" });
 
 function shown(webhook: StoredWebhook, secret?: string) {
   return {
