@@ -11,7 +11,7 @@ import type { AddressInfo } from 'node:net';
 import type { Lease } from '../src/domain/lease';
 import { noticeBody, noticeMessageId, noticePayload, osloEnvelope, osloTimestamp, pythonJson } from '../src/notifications/blazar-payload';
 import { NoticeFailedError, NoticeRefusedError } from '../src/notifications/errors';
-import type { Notice } from '../src/notifications/types';
+import type { Notice } from '../src/domain/notices';
 import { addressProblem, checkWebhookAddress, deliverWebhook, generateSecret, MAX_RESPONSE_BYTES, signatureOf, WebhookAddressError } from '../src/notifications/webhooks';
 
 const SECRET = 'a-webhook-secret-of-some-length';

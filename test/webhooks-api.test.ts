@@ -13,7 +13,7 @@ import { createApp } from '../src/api/app';
 import { webhookById } from '../src/db/webhooks';
 import { pluginRegistry } from '../src/domain/resource-plugin';
 import { NoticeRefusedError } from '../src/notifications/errors';
-import type { Notice } from '../src/notifications/types';
+import type { Notice } from '../src/domain/notices';
 import { noteDropped, noticeTargets, sendToWebhook } from '../src/notifications/webhooks';
 import { apiClient, useTestStack } from './support/stack';
 

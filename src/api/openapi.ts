@@ -21,7 +21,7 @@ import { hostEnrolBody, propertyPrivacyBody } from './hosts';
 import { maintenanceBody, maintenanceListQuery } from './maintenance';
 import { projectPolicyBody } from './project-policy';
 import { webhooksBody } from './webhooks';
-import { LEASE_NOTICE_TYPES } from '../notifications/types';
+import { LEASE_NOTICE_TYPES } from '../domain/notices';
 import { createLeaseSchema, listLeasesQuery, updateLeaseSchema } from './lease-schemas';
 import { usageQuery } from './usage';
 import { FIGURE_NAMES, GROUP_KEYS, type Figure } from '../domain/usage-report';

@@ -11,7 +11,7 @@ import { z } from 'zod';
 import type { Pool } from '../db/pool';
 import { listWebhooks, replaceWebhooks, type StoredWebhook } from '../db/webhooks';
 import { formatTimestamp } from '../domain/blazar-format';
-import { LEASE_NOTICE_TYPES } from '../notifications/types';
+import { LEASE_NOTICE_TYPES } from '../domain/notices';
 import { checkWebhookAddress, generateSecret, WebhookAddressError, webhookUrlProblem, type NoticeSettings } from '../notifications/webhooks';
 import { identityOf, projectInScope } from './auth';
 import { ApiError, parseRequest } from './errors';

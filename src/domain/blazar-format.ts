@@ -4,7 +4,7 @@
  * `created_at`/`updated_at` as `"YYYY-MM-DD HH:MM:SS"` (`updated_at` null until a change, as Blazar's).
  */
 import { createHash } from 'node:crypto';
-import { offsetText, type Lease, type Reservation } from './lease';
+import { spanText, type Lease, type Reservation } from './lease';
 
 const REQUEST_DATE = /^(\d{4})-(\d{2})-(\d{2})[ T](\d{2}):(\d{2})(?::(\d{2})(?:\.(\d{1,6}))?)?Z?$/;
 
@@ -68,7 +68,7 @@ export function toBlazarLease(lease: Lease) {
     // As Blazar: a lease is degraded when one of its reservations lost or changed resources (what the plugins reported).
     degraded: lease.reservations.some((r) => r.missing_resources === true || r.resources_changed === true),
     // An extension: the warnings before the end it asked for (leases from before them have none).
-    ...(lease.notifyBeforeEndMs ? { notify_before_end: lease.notifyBeforeEndMs.map(offsetText) } : {}),
+    ...(lease.notifyBeforeEndMs ? { notify_before_end: lease.notifyBeforeEndMs.map(spanText) } : {}),
     trust_id: null,
     reservations: lease.reservations.map((r) => toBlazarReservation(lease, r)),
     events: lease.events.map((e) => ({

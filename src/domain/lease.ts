@@ -92,17 +92,13 @@ export interface IdleLeasePolicy {
 
 export const BEFORE_END_LEAD_MS = 60 * 60 * 1000;
 
-/** A span for a message: `2h`, `90m`, `7s` (rounded to the largest unit that divides it, else seconds). */
+/** A span as messages and `notify_before_end` write it: `2h`, `90m`, `7s` (the largest unit that divides it, else seconds). */
 export function spanText(ms: number): string {
   if (ms % 3_600_000 === 0) return `${ms / 3_600_000}h`;
   if (ms % 60_000 === 0) return `${ms / 60_000}m`;
   return `${Math.round(ms / 1000)}s`;
 }
 
-/** A warning's offset before the end as `notify_before_end` writes it: `48h`, `90m`. */
-export function offsetText(ms: number): string {
-  return ms % 3_600_000 === 0 ? `${ms / 3_600_000}h` : `${Math.round(ms / 60_000)}m`;
-}
 
 /** Blazar's default: one hour before the end, but never before the start. */
 export function beforeEndTime(lease: Pick<Lease, 'startMs' | 'endMs' | 'beforeEndMs'>): number {

@@ -9,7 +9,7 @@
  */
 import { createHash } from 'node:crypto';
 import { toBlazarLease, uuidShaped } from '../domain/blazar-format';
-import type { Notice, NoticeType } from './types';
+import type { Notice, NoticeType } from '../domain/notices';
 
 /**
  * The payload: for a lease event Blazar's (the lease as it was, via toBlazarLease: Blazar's own date

@@ -15,7 +15,7 @@ import { connect, type ChannelModel, type ConfirmChannel } from 'amqplib';
 import { parseTransportUrl, type AmqpEndpoint } from '../domain/transport-url';
 import { osloEnvelope, osloPriority, pythonJson } from './blazar-payload';
 import { NoticeFailedError } from './errors';
-import type { Notice } from './types';
+import type { Notice } from '../domain/notices';
 
 /** A broker that stops answering is noticed within about two heartbeats. */
 const HEARTBEAT_SECONDS = 15;

@@ -18,7 +18,7 @@ import type { Pool } from '../db/pool';
 import { countDelivery, webhookById, webhookTargets } from '../db/webhooks';
 import { noticeBody } from './blazar-payload';
 import { NoticeFailedError, NoticeRefusedError } from './errors';
-import type { Notice, NoticeTargets } from './types';
+import type { Notice, NoticeTargets } from '../domain/notices';
 
 export type NoticeSettings = Config['notices'];
 

@@ -16,7 +16,7 @@ import type { Lease } from '../../src/domain/lease';
 import { noticeMessageId, noticePayload } from '../../src/notifications/blazar-payload';
 import { NoticeFailedError } from '../../src/notifications/errors';
 import { OsloPublisher } from '../../src/notifications/oslo';
-import type { Notice } from '../../src/notifications/types';
+import type { Notice } from '../../src/domain/notices';
 import { eventually } from '../support/stack';
 import { rigEnv } from './support';
 

@@ -37,7 +37,6 @@ import {
   leaseResourceTypes,
   newLease,
   bookingChanged,
-  offsetText,
   spanText,
   withEventTimes,
   type EventType,
@@ -508,7 +507,7 @@ export async function leaseWorkflow(input: LeaseWorkflowInput): Promise<LeaseOut
   async function warnBeforeEnd(offset: number): Promise<void> {
     await lock.run(async () => {
       lease = { ...lease, warnedBeforeEnd: { ...lease.warnedBeforeEnd, [String(offset)]: lease.endMs } };
-      await announce('lease.event.before_end_lease', { notify_before_end: offsetText(offset), time_left_seconds: Math.max(0, Math.round((lease.endMs - Date.now()) / 1000)) }, `warning-${offset}-${lease.endMs}`);
+      await announce('lease.event.before_end_lease', { notify_before_end: spanText(offset), time_left_seconds: Math.max(0, Math.round((lease.endMs - Date.now()) / 1000)) }, `warning-${offset}-${lease.endMs}`);
     });
   }
 
