@@ -5,14 +5,8 @@
 import { ApplicationFailure } from '@temporalio/common';
 import { leaseConflict, LeaseErrorType, type Lease, type RecordPolicy } from '../src/domain/lease';
 import * as leaseRows from '../src/db/leases';
-import { PolicyServiceUnavailable, UsagePolicyRefusal } from '../src/policy/enforcement';
+import { policyFailure } from '../src/policy/enforcement';
 import type { ActivityDeps } from './deps';
-
-/** The usage policy's refusals: 403 (LeaseErrorType.policy), or 400 for Blazar's max_lease_duration, as Blazar answers it. */
-function policyFailure(err: UsagePolicyRefusal): ApplicationFailure {
-  const { refusal } = err;
-  return ApplicationFailure.create({ type: refusal.status === 400 ? LeaseErrorType.invalid : LeaseErrorType.policy, message: refusal.message, nonRetryable: true, details: [refusal.details] });
-}
 
 export function leaseActivities({ pool, eventStarted, usagePolicy }: ActivityDeps) {
   /** Saves the row; with `policy`, only if the usage policy allows the change (in the same transaction). */
@@ -21,10 +15,8 @@ export function leaseActivities({ pool, eventStarted, usagePolicy }: ActivityDep
     try {
       return await usagePolicy.recordWithinPolicy({ next: lease, previous: policy.previous, byAdmin: policy.byAdmin }, (client) => leaseRows.saveLease(client, lease));
     } catch (err) {
-      if (err instanceof UsagePolicyRefusal) throw policyFailure(err);
       // Final for this request (the caller tries again later): a retry here would hold the lease's lock for the service's time-outs.
-      if (err instanceof PolicyServiceUnavailable) throw ApplicationFailure.nonRetryable(err.message, 'PolicyServiceUnavailable');
-      throw err;
+      throw policyFailure(err);
     }
   }
 

@@ -6,11 +6,17 @@
  * LK_BENCH_WORKERS=N runs the worker as N processes of its own (dist/bench/calendar-only-worker.js)
  * instead of inside the benchmark, LK_BENCH_APIS=M the API as M processes (the clients take turns),
  * each measured apart: admission-Nw-Mapi.json.
+ * LK_BENCH_BURST=N: a burst instead: every client sends N creates back to back, and nothing is
+ * deleted (a class booking at 9:00); the rate is over the burst's wall time: admission-burstN.json.
+ * LK_ADMISSION=workflow measures the lease workflow admitting (before the API admitted host
+ * leases itself): admission-by-workflow….json. The lag from each 201 to the lease's workflow
+ * running is measured for every admitted lease (up to LAG_CHECKS of them: beyond, a uniform sample).
  */
 import path from 'node:path';
 import { hostReservation, pendingReservation, reservationContext } from '../test/support/builders';
 import { doubleBookings, insertHost } from '../test/support/hosts';
 import { apiClient, startTestStack } from '../test/support/stack';
+import { WorkflowNotFoundError } from '@temporalio/client';
 import { ApplicationFailure } from '@temporalio/common';
 import { physicalHostPlugin } from '../src/resources/physical-host';
 import { HostCalendar } from '../src/resources/physical-host/calendar';
@@ -20,8 +26,10 @@ import { measuredWorkers, runBenchmark, summary, workflowRunningAt } from './com
 const SECONDS = Number(process.env.LK_BENCH_SECONDS ?? 60);
 const CLIENTS = Number(process.env.LK_BENCH_CLIENTS ?? 50);
 const HOSTS = Number(process.env.LK_BENCH_HOSTS ?? 100);
-/** Admitted leases whose workflow's first task is looked up afterwards. */
-const RUNNING_SAMPLE = 200;
+/** Admitted leases whose workflow's first task is looked up afterwards: all of them, up to this many. */
+const RUNNING_SAMPLE = 5_000;
+const BURST = process.env.LK_BENCH_BURST === undefined ? undefined : Number(process.env.LK_BENCH_BURST);
+const BY_WORKFLOW = process.env.LK_ADMISSION === 'workflow';
 /** Worker and API processes; absent: both run inside this process. */
 const WORKERS = process.env.LK_BENCH_WORKERS === undefined ? undefined : Number(process.env.LK_BENCH_WORKERS);
 const APIS = process.env.LK_BENCH_APIS === undefined ? undefined : Number(process.env.LK_BENCH_APIS);
@@ -69,14 +77,14 @@ function date(ms: number): string {
   return new Date(ms).toISOString().slice(0, 16).replace('T', ' ');
 }
 
-const processes = `${WORKERS === undefined ? '' : `-${WORKERS}w`}${APIS === undefined ? '' : `-${APIS}api`}`;
+const processes = `${BY_WORKFLOW ? '-by-workflow' : ''}${BURST === undefined ? '' : `-burst${BURST}`}${WORKERS === undefined ? '' : `-${WORKERS}w`}${APIS === undefined ? '' : `-${APIS}api`}`;
 
 runBenchmark(`admission${processes}`, async () => {
-  for (const [name, value, max] of [['LK_BENCH_SECONDS', SECONDS, 600], ['LK_BENCH_CLIENTS', CLIENTS, 500], ['LK_BENCH_HOSTS', HOSTS, 10_000], ['LK_BENCH_WORKERS', WORKERS ?? 1, 8], ['LK_BENCH_APIS', APIS ?? 1, 8]] as const) {
+  for (const [name, value, max] of [['LK_BENCH_SECONDS', SECONDS, 600], ['LK_BENCH_CLIENTS', CLIENTS, 500], ['LK_BENCH_HOSTS', HOSTS, 10_000], ['LK_BENCH_WORKERS', WORKERS ?? 1, 8], ['LK_BENCH_APIS', APIS ?? 1, 8], ['LK_BENCH_BURST', BURST ?? 1, 1_000]] as const) {
     if (!Number.isInteger(value) || value < 1 || value > max) throw new Error(`${name} must be 1..${max}`);
   }
   const stack = await startTestStack({ noWorker: WORKERS !== undefined, withPool: (pool) => [physicalHostPlugin({ pool, settings: { cleaningMs: 0, randomChoice: false }, cloud: 'calendar-only' })] });
-  const measured = await measuredWorkers(stack, WORKERS ?? 0, { script: path.join('dist', 'bench', 'calendar-only-worker.js'), apis: APIS ?? 0 }).catch(async (err: unknown) => {
+  const measured = await measuredWorkers(stack, WORKERS ?? 0, { script: path.join('dist', 'bench', 'calendar-only-worker.js'), apis: APIS ?? 0, apiScript: path.join('dist', 'bench', 'calendar-only-api.js') }).catch(async (err: unknown) => {
     await stack.stop(); // a process that did not start must not leave the stack running
     throw err;
   });
@@ -88,6 +96,7 @@ runBenchmark(`admission${processes}`, async () => {
     const counts = { admitted: 0, refused: 0, deleted: 0, errors: 0 };
     const errors = new Map<string, number>();
     const deadline = Date.now() + SECONDS * 1000;
+    const began = performance.now();
     let serial = 0;
     /** Admitted leases (RUNNING_SAMPLE of them) and when their 201 arrived: how long after it their workflows ran. */
     const answered: Array<{ id: string; atMs: number }> = [];
@@ -97,7 +106,7 @@ runBenchmark(`admission${processes}`, async () => {
     await Promise.all(
       Array.from({ length: CLIENTS }, async (_, client) => {
         const api = apis[client % apis.length];
-        while (Date.now() < deadline) {
+        for (let sent = 0; BURST === undefined ? Date.now() < deadline : sent < BURST; sent++) {
           const i = serial++;
           // Windows fall within one month, one to eight hours long, in whole hours: many overlap.
           const r = randomRequest(i, horizon);
@@ -115,8 +124,8 @@ runBenchmark(`admission${processes}`, async () => {
             const kept = { id: res.body.lease.id as string, atMs: Date.now() };
             if (answered.length < RUNNING_SAMPLE) answered.push(kept);
             else if (Math.random() < RUNNING_SAMPLE / counts.admitted) answered[Math.floor(Math.random() * RUNNING_SAMPLE)] = kept;
-            // Half the leases stay (the calendar fills up), half are deleted again.
-            if (i % 2 === 0 && (await api('DELETE', `/v1/leases/${res.body.lease.id}`)).status === 204) counts.deleted++;
+            // Half the leases stay (the calendar fills up), half are deleted again; a burst deletes nothing.
+            if (BURST === undefined && i % 2 === 0 && (await api('DELETE', `/v1/leases/${res.body.lease.id}`)).status === 204) counts.deleted++;
           } else if (res.status === 409) {
             counts.refused++;
           } else {
@@ -128,14 +137,33 @@ runBenchmark(`admission${processes}`, async () => {
       }),
     );
 
+    // The run's length: a burst's is its wall time.
+    const seconds = BURST === undefined ? SECONDS : (performance.now() - began) / 1000;
     // Lag from the 201 to the lease's workflow running (its first workflow task done): below 0 when it ran before the answer.
     const runningLags: number[] = [];
     let neverRan = 0;
-    for (const { id, atMs } of answered) {
-      const { firstTaskMs } = await workflowRunningAt(stack.temporal.client, leaseWorkflowId(id));
-      if (firstTaskMs === undefined) neverRan++;
-      else runningLags.push(firstTaskMs - atMs);
-    }
+    const toCheck = [...answered];
+    // Workflows still owed a start (or waiting for their first task) are waited for, up to a minute after the run.
+    const lookUntil = Date.now() + 60_000;
+    const firstTaskOf = async (id: string): Promise<number | undefined> => {
+      for (;;) {
+        const seen = await workflowRunningAt(stack.temporal.client, leaseWorkflowId(id)).catch((err: unknown) => {
+          if (err instanceof WorkflowNotFoundError || (err as { code?: number }).code === 5) return undefined;
+          throw err;
+        });
+        if (seen?.firstTaskMs !== undefined || Date.now() > lookUntil) return seen?.firstTaskMs;
+        await new Promise((resolve) => setTimeout(resolve, 250));
+      }
+    };
+    await Promise.all(
+      Array.from({ length: 8 }, async () => {
+        for (let next = toCheck.pop(); next; next = toCheck.pop()) {
+          const firstTaskMs = await firstTaskOf(next.id);
+          if (firstTaskMs === undefined) neverRan++;
+          else runningLags.push(firstTaskMs - next.atMs);
+        }
+      }),
+    );
 
     const perAdmission = (seconds: number | string) => (typeof seconds === 'number' ? Math.round((seconds * 1000) / Math.max(1, counts.admitted) * 10) / 10 : seconds);
     const cpuMsPerAdmission = Object.fromEntries(Object.entries(cpuUsed()).map(([role, seconds]) => [role, perAdmission(seconds)]));
@@ -144,14 +172,17 @@ runBenchmark(`admission${processes}`, async () => {
     const direct = await calendarOnly(new HostCalendar(stack.db.pool, { cleaningMs: 0, randomChoice: false }), Math.min(SECONDS, 20), horizon + 365 * 86_400_000);
 
     const result = {
-      seconds: SECONDS,
+      admittedBy: BY_WORKFLOW ? 'the lease workflow (LK_ADMISSION=workflow)' : 'the API (LK_ADMISSION=api)',
+      ...(BURST !== undefined ? { burstPerClient: BURST } : {}),
+      seconds: Math.round(seconds * 10) / 10,
       clients: CLIENTS,
       hosts: HOSTS,
       workerProcesses: WORKERS ?? 'in the benchmark process',
       apiProcesses: APIS ?? 'in the benchmark process',
       ...counts,
-      admissionsPerSecond: Math.round((counts.admitted / SECONDS) * 10) / 10,
-      requestsPerSecond: Math.round((latencies.length / SECONDS) * 10) / 10,
+      admissionsPerSecond: Math.round((counts.admitted / seconds) * 10) / 10,
+      requestsPerSecond: Math.round((latencies.length / seconds) * 10) / 10,
+      workflowsChecked: answered.length,
       createLatencyMs: summary(latencies),
       workflowRunningAfterAnswerMs: { ...summary(runningLags), notRunning: neverRan },
       calendarOnly: direct,
@@ -159,12 +190,12 @@ runBenchmark(`admission${processes}`, async () => {
       doubleBookings: (await doubleBookings(stack.db.pool)).length,
       errorKinds: Object.fromEntries(errors),
     };
-    console.log(`\nadmission: ${CLIENTS} clients, ${HOSTS} hosts, ${SECONDS} s; workers: ${WORKERS ?? 'in process'}, APIs: ${APIS ?? 'in process'}`);
+    console.log(`\nadmission by ${BY_WORKFLOW ? 'the workflow' : 'the API'}: ${CLIENTS} clients, ${HOSTS} hosts, ${BURST === undefined ? `${SECONDS} s` : `a burst of ${BURST} creates each (${result.seconds} s)`}; workers: ${WORKERS ?? 'in process'}, APIs: ${APIS ?? 'in process'}`);
     console.table({
       'admitted / refused (409) / errors': { value: `${counts.admitted} / ${counts.refused} / ${counts.errors}` },
       'admissions per second': { value: result.admissionsPerSecond },
       'create latency p50 / p99 / max (ms)': { value: `${result.createLatencyMs.p50} / ${result.createLatencyMs.p99} / ${result.createLatencyMs.max}` },
-      'workflow running after the 201 p50 / p99 / max (ms; < 0: before it)': { value: `${result.workflowRunningAfterAnswerMs.p50} / ${result.workflowRunningAfterAnswerMs.p99} / ${result.workflowRunningAfterAnswerMs.max}${neverRan ? `, ${neverRan} not running` : ''}` },
+      [`workflow running after the 201 p50 / p99 / max (ms; < 0: before it; ${answered.length} leases)`]: { value: `${result.workflowRunningAfterAnswerMs.p50} / ${result.workflowRunningAfterAnswerMs.p99} / ${result.workflowRunningAfterAnswerMs.max}${neverRan ? `, ${neverRan} not running` : ''}` },
       'calendar alone (no Temporal/HTTP): admissions/s, p50 / p99 (ms)': { value: `${direct.admissionsPerSecond}, ${direct.latencyMs.p50} / ${direct.latencyMs.p99}` },
       'double bookings afterwards': { value: result.doubleBookings },
       ...Object.fromEntries(Object.entries(cpuMsPerAdmission).map(([role, ms]) => [`CPU ms per admission: ${role}`, { value: ms }])),

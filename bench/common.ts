@@ -99,14 +99,14 @@ export function cpuMeter(others: Record<string, number> = {}): () => Record<stri
 export async function measuredWorkers(
   stack: WorkerProcessTarget,
   count = 1,
-  options: { script?: string; apis?: number } = {},
+  options: { script?: string; apis?: number; apiScript?: string } = {},
 ): Promise<{ workers: ManagedProcess[]; apis: Array<{ process: ManagedProcess; url: string }>; pids: number[]; cpuUsed: () => Record<string, number | string> }> {
   const workers = await Promise.all(Array.from({ length: count }, () => startWorkerProcess(stack, {}, options.script)));
   for (const worker of workers) stopOnExit(() => worker.stop());
   const apis = await Promise.all(
     Array.from({ length: options.apis ?? 0 }, async () => {
       const port = await freePort();
-      const api = await startApiProcess(stack, port);
+      const api = await startApiProcess(stack, port, {}, options.apiScript);
       stopOnExit(() => api.stop());
       return { process: api, url: `http://127.0.0.1:${port}` };
     }),

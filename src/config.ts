@@ -47,6 +47,13 @@ const envSchema = z.object({
   // At most 5 minutes: a revoked token keeps working until its cached validation expires.
   LK_AUTH_CACHE_SECONDS: z.coerce.number().int().min(0).max(300).default(60),
   LK_API_WORKFLOW_TIMEOUT_MS: positiveInt.default(30_000),
+  // Who admits a lease whose every reservation books in the calendar alone (hosts): the API, in one
+  // transaction with an owed workflow start (`api`, the default), or the lease workflow (`workflow`).
+  LK_ADMISSION: z.enum(['api', 'workflow']).default('api'),
+  // How often each API and worker looks for owed workflow starts, and how old one must be to be
+  // taken by a sweep (younger ones are being started by the API that admitted them).
+  LK_OUTBOX_SWEEP_MS: z.coerce.number().int().min(100).max(60_000).default(1_000),
+  LK_OUTBOX_GRACE_MS: z.coerce.number().int().min(0).max(60_000).default(2_000),
   // Exposure of the API: the base URL of the links it hands out (never the caller's Host header);
   // noauth trusts identity headers, so it listens on loopback only unless explicitly allowed.
   LK_PUBLIC_URL: z.url({ protocol: /^https?$/ }).optional(),
@@ -196,6 +203,7 @@ function toConfig(env: z.infer<typeof envSchema>) {
       authTimeoutMs: env.LK_AUTH_TIMEOUT_MS,
       adminProject: { id: env.LK_ADMIN_PROJECT_ID, name: env.LK_ADMIN_PROJECT_NAME, domainId: env.LK_ADMIN_PROJECT_DOMAIN_ID },
       workflowTimeoutMs: env.LK_API_WORKFLOW_TIMEOUT_MS,
+      admission: env.LK_ADMISSION,
       publicUrl: (env.LK_PUBLIC_URL ?? `http://${env.LK_API_HOST.includes(':') ? `[${env.LK_API_HOST}]` : env.LK_API_HOST}:${env.LK_API_PORT}`).replace(/\/+$/, ''),
       server: { requestTimeoutMs: env.LK_API_REQUEST_TIMEOUT_MS, headersTimeoutMs: env.LK_API_HEADERS_TIMEOUT_MS, maxConnections: env.LK_API_MAX_CONNECTIONS },
     },
@@ -225,6 +233,8 @@ function toConfig(env: z.infer<typeof envSchema>) {
       devServerPort: env.LK_TEMPORAL_PORT,
       uiPort: env.LK_TEMPORAL_UI_PORT,
     },
+    /** Owed lease workflow starts (the API's admissions): the sweeps of every API and worker. */
+    outbox: { sweepMs: env.LK_OUTBOX_SWEEP_MS, graceMs: env.LK_OUTBOX_GRACE_MS },
     database: {
       url: env.DATABASE_URL ?? `postgres://leasekeeper@127.0.0.1:${env.LK_PG_PORT}/leasekeeper`,
       external: env.DATABASE_URL !== undefined,

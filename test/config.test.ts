@@ -14,6 +14,7 @@ describe('configuration', () => {
       authTimeoutMs: 5_000,
       adminProject: { id: undefined, name: 'admin', domainId: 'default' },
       workflowTimeoutMs: 30_000,
+      admission: 'api',
       publicUrl: 'http://127.0.0.1:1234',
       server: { requestTimeoutMs: 30_000, headersTimeoutMs: 10_000, maxConnections: 1_000 },
     });
@@ -23,6 +24,7 @@ describe('configuration', () => {
     expect(config.database).toMatchObject({ url: 'postgres://leasekeeper@127.0.0.1:15432/leasekeeper', external: false });
     expect(config.cacheDir).toBe('/home/someone/.cache/leasekeeper');
     expect(config.worker.maxCachedWorkflows).toBe(2_000);
+    expect(config.outbox).toEqual({ sweepMs: 1_000, graceMs: 2_000 });
   });
 
   it('derives the local database and Temporal addresses from their ports', () => {

@@ -1,5 +1,5 @@
 import { RecordingPlugin } from './support/recording-plugin';
-import { apiClient, inSeconds, startTestStack, useTestStack } from './support/stack';
+import { apiClient, eventually, inSeconds, startTestStack, useTestStack } from './support/stack';
 
 const PROJECT_A = { 'x-project-id': 'project-a', 'x-user-id': 'alice', 'x-auth-token': 'notused' };
 const PROJECT_B = { 'x-project-id': 'project-b', 'x-user-id': 'bob', 'x-auth-token': 'notused' };
@@ -139,11 +139,12 @@ describe('Blazar v1 lease API: validation, policy, paging, idempotency', () => {
     expect((await asA('PUT', `/v1/leases/${lease.id}`, { reservations: [{ id: 'nope' }] })).body.error_message).toBe('Please enter valid reservation IDs. Invalid reservation IDs are: nope. reservations[0].id: lease upd has no such reservation.');
   });
 
-  it('answers 503 naming the cause when no worker runs, and creates nothing', async () => {
-    const quick = await startTestStack({ env: { LK_API_WORKFLOW_TIMEOUT_MS: '1500' } });
+  it('answers 503 naming the cause when no worker runs to admit a lease, and creates nothing', async () => {
+    // The recording type books through the worker's reserve hook: its leases are admitted by their workflow.
+    const quick = await startTestStack({ plugins: [new RecordingPlugin()], env: { LK_API_WORKFLOW_TIMEOUT_MS: '1500' } });
     try {
       await quick.stopWorker();
-      const res = await apiClient(quick.url)('POST', '/v1/leases', { name: 'orphan', ...later() });
+      const res = await apiClient(quick.url)('POST', '/v1/leases', { name: 'orphan', ...later(), reservations: [{ resource_type: 'test:recording' }] });
       expect(res.status).toBe(503);
       expect(res.body.error_message).toBe('the lease workflow did not answer within 1.5 s: is a leasekeeper worker running, and is the database up?');
       expect((await apiClient(quick.url)('GET', '/v1/leases')).body.leases).toEqual([]);
@@ -151,4 +152,26 @@ describe('Blazar v1 lease API: validation, policy, paging, idempotency', () => {
       await quick.stop();
     }
   });
+
+  it('admits a lease the API can book itself with no worker running; its workflow runs once a worker is back', async () => {
+    const quick = await startTestStack({ env: { LK_API_WORKFLOW_TIMEOUT_MS: '1500' } });
+    try {
+      await quick.stopWorker();
+      const created = await apiClient(quick.url)('POST', '/v1/leases', { name: 'early', ...later() });
+      expect(created.status).toBe(201);
+      expect(created.body.lease.status).toBe('PENDING');
+      // Started in Temporal already, waiting for a worker to run its first task.
+      const handle = quick.temporal.client.workflow.getHandle(`lease-${created.body.lease.id}`);
+      await eventually(async () => ((await handle.describe().catch(() => undefined))?.status.name === 'RUNNING' ? true : undefined));
+      expect((await handle.fetchHistory()).events?.some((e) => e.workflowTaskCompletedEventAttributes)).toBe(false);
+      await quick.startWorker();
+      await eventually(async () => ((await handle.fetchHistory()).events?.some((e) => e.workflowTaskCompletedEventAttributes) ? true : undefined));
+      const renamed = await apiClient(quick.url)('PUT', `/v1/leases/${created.body.lease.id}`, { name: 'renamed' });
+      expect(renamed.status).toBe(200);
+      expect(renamed.body.lease.name).toBe('renamed');
+    } finally {
+      await quick.stop();
+    }
+  });
+
 });

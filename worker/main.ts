@@ -4,8 +4,10 @@
  * LK_WORKER_SHUTDOWN_GRACE_MS to finish, then the process exits 0.
  */
 import fs from 'node:fs';
+import { Client } from '@temporalio/client';
 import { NativeConnection, Runtime } from '@temporalio/worker';
 import { loadConfigOrExit, orExit, type Config } from '../src/config';
+import { LeaseOutbox } from '../src/outbox';
 import { usagePolicy } from '../src/policy';
 import { migrate } from '../src/db/migrate';
 import { createPool } from '../src/db/pool';
@@ -62,12 +64,16 @@ async function main(): Promise<void> {
   });
   const metricsUrls = metricsServer && metricsAt ? { metrics: `http://${metricsAt.host}:${metricsServer.port}/metrics`, sdkMetrics: `http://${metricsAt.host}:${metricsAt.port + 1}/metrics` } : {};
   log.info({ address: config.temporal.address, taskQueue: config.temporal.taskQueue, schemaVersion: version, ...metricsUrls }, 'worker ready');
+  // Leases the API admitted whose workflow it could not start (it died, or Temporal refused): started here.
+  const outbox = new LeaseOutbox({ pool, client: new Client({ connection, namespace: config.temporal.namespace }), taskQueue: config.temporal.taskQueue, log, ...config.outbox });
+  outbox.runSweeps();
   const monitor = hostWatch ? startHostMonitor(config, log) : undefined;
   const notifications = hostWatch ? listenToNova(config, log) : undefined;
   try {
     await worker.run(); // resolves once a shutdown signal has drained the worker
   } finally {
     monitor?.stop();
+    await outbox.stop();
     await notifications?.stop();
     await notices.close();
     await connection.close();

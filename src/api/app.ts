@@ -29,12 +29,14 @@ import { leasesRouter } from './leases';
 import { usageRouter } from './usage';
 import { projectPolicyRouter } from './project-policy';
 import { webhooksRouter } from './webhooks';
+import { LeaseOutbox } from '../outbox';
+import { temporalSetupCheck } from './admission';
 import { usagePolicy, type UsagePolicyEnforcer } from '../policy';
 import { durationMs } from '../policy/rules';
 import { versionsRouter } from './versions';
 
 export interface AppDeps {
-  config: Pick<Config, 'temporal' | 'healthTimeoutMs' | 'healthDeepIntervalMs' | 'leaseLimits' | 'policy' | 'notifyBeforeEnd' | 'idleLeases' | 'maxReservationsPerLease' | 'api' | 'hosts' | 'inventory' | 'provisioningLeadMs' | 'notices'>;
+  config: Pick<Config, 'temporal' | 'outbox' | 'healthTimeoutMs' | 'healthDeepIntervalMs' | 'leaseLimits' | 'policy' | 'notifyBeforeEnd' | 'idleLeases' | 'maxReservationsPerLease' | 'api' | 'hosts' | 'inventory' | 'provisioningLeadMs' | 'notices'>;
   log: Logger;
   pool: Pool;
   connection: Connection;
@@ -45,6 +47,11 @@ export interface AppDeps {
   authenticator?: Authenticator;
   /** The usage policy (the rules a project is shown and admins set); made from the settings when absent. */
   usagePolicy?: UsagePolicyEnforcer;
+  /**
+   * Starts the workflows of the leases the API admits (LK_ADMISSION=api); made from the settings
+   * when absent. The caller that brings one stops it before closing the Temporal connection.
+   */
+  outbox?: LeaseOutbox;
   /** The OpenStack clients, built on first use (os-hosts needs Nova; the rest of the API does not). */
   openstack?: () => OpenStackClients;
 }
@@ -124,7 +131,18 @@ export function createApp(deps: AppDeps): express.Express {
     }),
   );
   const calendar = deps.calendar ?? hostCalendar(deps.pool, config);
-  const commands = { client: deps.client, taskQueue: config.temporal.taskQueue, timeoutMs: config.api.workflowTimeoutMs };
+  const policy = deps.usagePolicy ?? usagePolicy(deps.pool, config);
+  const setup = temporalSetupCheck(deps.client, config.api.workflowTimeoutMs);
+  // Host leases admitted here start their workflow right after the commit; the sweeps (src/outbox) catch what this misses.
+  const outbox =
+    config.api.admission === 'api'
+      ? (deps.outbox ?? new LeaseOutbox({ pool: deps.pool, client: deps.client, taskQueue: config.temporal.taskQueue, log, ...config.outbox })).observedBy(metrics.workflowStarted, () => {
+          metrics.workflowStartFailed();
+          setup.recheck();
+        })
+      : undefined;
+  const commands = { client: deps.client, taskQueue: config.temporal.taskQueue, timeoutMs: config.api.workflowTimeoutMs, outbox };
+  const admission = outbox ? { pool: deps.pool, types: deps.types, usagePolicy: policy, outbox, temporalReady: setup.ready } : undefined;
   const inventory = lazyInventory(deps);
   app.use(
     '/v1',
@@ -133,6 +151,7 @@ export function createApp(deps: AppDeps): express.Express {
       pool: deps.pool,
       types: deps.types,
       commands,
+      admission,
       provisioningLeadMs: config.provisioningLeadMs,
       notifyBeforeEndMs: config.notifyBeforeEnd.map(durationMs),
       idleLeases: config.idleLeases,
@@ -140,7 +159,7 @@ export function createApp(deps: AppDeps): express.Express {
     }),
     hostAllocationsRouter({ pool: deps.pool }),
     usageRouter({ pool: deps.pool }),
-    projectPolicyRouter({ pool: deps.pool, policy: deps.usagePolicy ?? usagePolicy(deps.pool, config) }),
+    projectPolicyRouter({ pool: deps.pool, policy }),
     webhooksRouter({ pool: deps.pool, settings: config.notices }),
     hostsRouter({ pool: deps.pool, inventory, commands }),
     maintenanceRouter({ pool: deps.pool, inventory, commands }),

@@ -50,6 +50,18 @@ export const STATUS_BY_FAILURE_TYPE: Record<string, number> = {
   OpenStackConfigError: 503,
 };
 
+/**
+ * A lease failure (an ApplicationFailure of a type above) as the API answers it, with what it
+ * carries (e.g. when the lease would fit); undefined for a failure of another type.
+ */
+export function failureAsApiError(failure: ApplicationFailure): ApiError | undefined {
+  if (failure.type === 'OpenStackConfigError') return new ApiError(503, `OpenStack is not configured: ${failure.message}`);
+  const status = STATUS_BY_FAILURE_TYPE[failure.type ?? ''];
+  if (!status) return undefined;
+  const details: unknown = failure.details?.[0];
+  return new ApiError(status, failure.message, status, details && typeof details === 'object' ? (details as Record<string, unknown>) : undefined);
+}
+
 export function errorBody(status: number, message: string, errorName: string | number = status) {
   return { error_code: status, error_message: message, error_name: errorName };
 }
@@ -79,9 +91,9 @@ export function errorHandler(baseLog: Logger): ErrorRequestHandler {
       send(err.status, { ...errorBody(err.status, err.message, err.errorName), ...err.extra });
       return;
     }
-    const failureStatus = err instanceof ApplicationFailure ? STATUS_BY_FAILURE_TYPE[err.type ?? ''] : undefined;
-    if (failureStatus) {
-      send(failureStatus, errorBody(failureStatus, (err as Error).message));
+    const failure = err instanceof ApplicationFailure ? failureAsApiError(err) : undefined;
+    if (failure) {
+      send(failure.status, { ...errorBody(failure.status, failure.message, failure.errorName), ...failure.extra });
       return;
     }
     if (isDatabaseUnavailable(err)) {

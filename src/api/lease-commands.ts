@@ -14,21 +14,35 @@ import {
   WorkflowUpdateRPCTimeoutOrCancelledError,
   type Client,
 } from '@temporalio/client';
-import { ApplicationFailure, NamespaceNotFoundError, TypedSearchAttributes, WorkflowIdConflictPolicy } from '@temporalio/common';
-import { leaseResourceTypes, newLease, type Lease, type LeaseUpdateRequest, type NewLeaseRequest } from '../domain/lease';
-import { markdownText } from '../domain/markdown';
-import { LeaseEndKey, LeaseStartKey, LeaseStatusKey, ProjectIdKey, ResourceTypesKey } from '../domain/search-attributes';
-import { admitLease, deleteLease, hostsChanged, leaseWorkflowId, leaseWorkflowType, staticSummary, updateLease, type LeaseWorkflow } from '../../workflows/lease/messages';
+import { ApplicationFailure, NamespaceNotFoundError, WorkflowIdConflictPolicy } from '@temporalio/common';
+import { newLease, type Lease, type LeaseUpdateRequest, type NewLeaseRequest } from '../domain/lease';
+import { createdOrigin, leaseWorkflowLabels, type LeaseOutbox } from '../outbox';
+import { admitLease, deleteLease, hostsChanged, leaseWorkflowId, leaseWorkflowType, updateLease, type LeaseWorkflow } from '../../workflows/lease/messages';
 import { maintenanceWindowWorkflowId, maintenanceWindowWorkflowType, windowWithdrawn, type MaintenanceWindowInput } from '../../workflows/maintenance/messages';
 import { uuidShaped } from '../domain/blazar-format';
 import { lastWorkflowTaskFailure } from '../temporal';
-import { ApiError, STATUS_BY_FAILURE_TYPE } from './errors';
+import { ApiError, failureAsApiError } from './errors';
 
 export interface LeaseCommandOptions {
   client: Client;
   taskQueue: string;
   /** How long a REST call waits for the lease workflow. */
   timeoutMs: number;
+  /** Owed starts of leases the API admitted: a change to one whose workflow is not started yet starts it. */
+  outbox?: LeaseOutbox;
+}
+
+/**
+ * Runs `fn` on the lease's workflow. A lease the API admitted a moment ago may have none yet (its
+ * start is owed): it is started now, and `fn` runs again.
+ */
+async function onLeaseWorkflow<T>(options: LeaseCommandOptions, leaseId: string, fn: () => Promise<T>): Promise<T> {
+  try {
+    return await fn();
+  } catch (err) {
+    if (!(err instanceof WorkflowNotFoundError) || !options.outbox || !(await options.outbox.startOwed(leaseId))) throw err;
+    return fn();
+  }
 }
 
 /** The hash that ties an Idempotency-Key to one request body. */
@@ -87,11 +101,7 @@ const isWorkflowTaskFailure = (err: unknown): boolean => isGrpcServiceError(err)
 export function toApiError(err: unknown, timeoutMs: number, workflowTaskFailure?: string): ApiError {
   if (err instanceof ApiError) return err;
   if (err instanceof WorkflowUpdateFailedError && err.cause instanceof ApplicationFailure) {
-    const status = STATUS_BY_FAILURE_TYPE[err.cause.type ?? ''];
-    const details: unknown = err.cause.details?.[0];
-    if (err.cause.type === 'OpenStackConfigError') return new ApiError(503, `OpenStack is not configured: ${err.cause.message}`);
-    if (status) return new ApiError(status, err.cause.message, status, details && typeof details === 'object' ? (details as Record<string, unknown>) : undefined);
-    return new ApiError(503, `the lease could not be changed: ${err.cause.message}`);
+    return failureAsApiError(err.cause) ?? new ApiError(503, `the lease could not be changed: ${err.cause.message}`);
   }
   if (err instanceof WorkflowNotFoundError) return new ApiError(404, 'Lease not found');
   if (err instanceof WorkflowExecutionAlreadyStartedError) return new ApiError(409, 'a lease with this id already exists');
@@ -105,15 +115,7 @@ export function toApiError(err: unknown, timeoutMs: number, workflowTaskFailure?
     const attribute = GRPC_REFUSED_REQUEST.has(err.code)
       ? unknownSearchAttribute(err.message) ?? (workflowTaskFailure !== undefined && isWorkflowTaskFailure(err) ? unknownSearchAttribute(workflowTaskFailure) : undefined)
       : undefined;
-    if (attribute !== undefined) {
-      return new ApiError(
-        503,
-        `Temporal's namespace has no search attribute ${attribute}, which every lease workflow carries: the worker registers the lease search attributes when it starts (with operator rights), or \`npm run temporal:prepare\` does, then try again`,
-        503,
-        undefined,
-        err,
-      );
-    }
+    if (attribute !== undefined) return missingSearchAttribute(attribute, err);
     // The server refused the request itself (a payload or search attribute over its limits): not an outage.
     if (GRPC_REFUSED_REQUEST.has(err.code)) {
       return new ApiError(400, 'the workflow service refused the request: it is too large or holds a value it does not accept', 400, undefined, err);
@@ -121,6 +123,17 @@ export function toApiError(err: unknown, timeoutMs: number, workflowTaskFailure?
     return new ApiError(503, 'Temporal is unavailable: try again shortly', 503, undefined, err);
   }
   throw err;
+}
+
+/** Temporal's namespace lacks a lease search attribute: the operator's fix, named. */
+export function missingSearchAttribute(attribute: string, cause?: unknown): ApiError {
+  return new ApiError(
+    503,
+    `Temporal's namespace has no search attribute ${attribute}, which every lease workflow carries: the worker registers the lease search attributes when it starts (with operator rights), or \`npm run temporal:prepare\` does, then try again`,
+    503,
+    undefined,
+    cause,
+  );
 }
 
 /** The workflow did not answer within the REST call's deadline. */
@@ -142,25 +155,6 @@ async function withDeadline<T>(options: LeaseCommandOptions, fn: () => Promise<T
   }
 }
 
-/**
- * What a lease workflow is started with besides its input: the Web UI's summary and details
- * (`origin`: how the lease came, e.g. "created by user …"), and the search attributes that lists
- * and the Web UI filter on until its first transition sets them again.
- */
-export function leaseWorkflowLabels(lease: Lease, origin: string) {
-  return {
-    staticSummary: staticSummary(lease),
-    staticDetails: `Lease ${lease.id} of project ${markdownText(lease.projectId)}, ${origin}.`,
-    typedSearchAttributes: new TypedSearchAttributes([
-      { key: LeaseStatusKey, value: lease.status },
-      { key: ProjectIdKey, value: lease.projectId },
-      { key: LeaseStartKey, value: new Date(lease.startMs) },
-      { key: LeaseEndKey, value: new Date(lease.endMs) },
-      { key: ResourceTypesKey, value: leaseResourceTypes(lease) },
-    ]),
-  };
-}
-
 /** Starts the lease's workflow and admits the lease in one call; answers with the admitted lease. */
 export async function createLease(options: LeaseCommandOptions, request: NewLeaseRequest, hash: string, idempotent: boolean): Promise<Lease> {
   const draft = newLease(request); // Blazar's date rules, checked before anything starts (400)
@@ -169,7 +163,7 @@ export async function createLease(options: LeaseCommandOptions, request: NewLeas
     taskQueue: options.taskQueue,
     args: [{ request, requestHash: hash }],
     workflowIdConflictPolicy: idempotent ? 'USE_EXISTING' : 'FAIL',
-    ...leaseWorkflowLabels(draft, `created by user ${markdownText(draft.userId)}`),
+    ...leaseWorkflowLabels(draft, createdOrigin(draft)),
   });
   return withDeadline(
     options,
@@ -185,7 +179,7 @@ export async function createLease(options: LeaseCommandOptions, request: NewLeas
 }
 
 export async function changeLease(options: LeaseCommandOptions, leaseId: string, update: LeaseUpdateRequest): Promise<Lease> {
-  return withDeadline(options, () => options.client.workflow.getHandle(leaseWorkflowId(leaseId)).executeUpdate(updateLease, { args: [update] }));
+  return withDeadline(options, () => onLeaseWorkflow(options, leaseId, () => options.client.workflow.getHandle(leaseWorkflowId(leaseId)).executeUpdate(updateLease, { args: [update] })));
 }
 
 /**
@@ -195,7 +189,9 @@ export async function changeLease(options: LeaseCommandOptions, leaseId: string,
  */
 export async function removeLease(options: LeaseCommandOptions, leaseId: string): Promise<'gone' | 'past-deadline'> {
   try {
-    await options.client.connection.withDeadline(Date.now() + options.timeoutMs, () => options.client.workflow.getHandle(leaseWorkflowId(leaseId)).executeUpdate(deleteLease));
+    await options.client.connection.withDeadline(Date.now() + options.timeoutMs, () =>
+      onLeaseWorkflow(options, leaseId, () => options.client.workflow.getHandle(leaseWorkflowId(leaseId)).executeUpdate(deleteLease)),
+    );
     return 'gone';
   } catch (err) {
     if (isPastDeadline(err)) return 'past-deadline';
@@ -212,7 +208,7 @@ export async function tellLeasesHostsChanged(options: LeaseCommandOptions, lease
   let told = 0;
   for (const leaseId of leaseIds) {
     try {
-      await withDeadline(options, () => options.client.workflow.getHandle(leaseWorkflowId(leaseId)).signal(hostsChanged, { hostIds }));
+      await withDeadline(options, () => onLeaseWorkflow(options, leaseId, () => options.client.workflow.getHandle(leaseWorkflowId(leaseId)).signal(hostsChanged, { hostIds })));
       told++;
     } catch (err) {
       if (!(err instanceof WorkflowNotFoundError)) throw err;

@@ -8,6 +8,7 @@ import { assertSettled, isUuid, newLease, type IdleLeasePolicy, type Lease, type
 import { findLease, isLeaseDeleted, leaseBatches, listLeases } from '../db/leases';
 import { isDatabaseUnavailable, type Pool } from '../db/pool';
 import type { ResourceTypes } from '../domain/resource-plugin';
+import { admitInApi, admitsInApi, type ApiAdmissionDeps } from './admission';
 import { identityOf, type Identity } from './auth';
 import { toBlazarLease } from '../domain/blazar-format';
 import { ApiError, parseRequest } from './errors';
@@ -47,7 +48,7 @@ function refuseAdminOnlyPolicies(identity: Identity, rule: string, reservations:
   });
 }
 
-export function leasesRouter(deps: { pool: Pool; types: ResourceTypes; commands: LeaseCommandOptions; provisioningLeadMs: number; notifyBeforeEndMs?: number[]; idleLeases?: IdleLeasePolicy; maxReservationsPerLease?: number }): Router {
+export function leasesRouter(deps: { pool: Pool; types: ResourceTypes; commands: LeaseCommandOptions; admission?: ApiAdmissionDeps; provisioningLeadMs: number; notifyBeforeEndMs?: number[]; idleLeases?: IdleLeasePolicy; maxReservationsPerLease?: number }): Router {
   const { pool, commands } = deps;
   const createSchema = createLeaseSchema(deps.types, deps.maxReservationsPerLease);
   const router = Router();
@@ -103,7 +104,7 @@ export function leasesRouter(deps: { pool: Pool; types: ResourceTypes; commands:
       // A retry with the same Idempotency-Key reaches the first request's workflow, with its reservation ids.
       reservations: (body.reservations ?? []).map((r) => ({ id: randomUUID(), resource_type: r.resource_type, params: r.params })),
       requestedMs: Date.now(),
-      // The usage policy (its limits on duration, advance, amounts, budgets) is checked by the workflow as it admits.
+      // The usage policy (its limits on duration, advance, amounts, budgets) is checked by whoever admits.
       byAdmin: identity.isAdmin,
       notifyBeforeEndMs: body.notify_before_end ?? deps.notifyBeforeEndMs,
       idle: deps.idleLeases,
@@ -119,7 +120,10 @@ export function leasesRouter(deps: { pool: Pool; types: ResourceTypes; commands:
         })
       : false;
     if (keyOfDeletedLease) throw new ApiError(410, `Lease ${id}, created with this Idempotency-Key, was deleted: use another key for a new lease`);
-    const lease = await createLease(commands, request, requestHash(identity.projectId, raw), key !== undefined);
+    const hash = requestHash(identity.projectId, raw);
+    // Host leases (and leases with no reservations) are admitted by the API in one transaction; the rest by their workflow.
+    const admitted = deps.admission && admitsInApi(deps.admission, request) ? await admitInApi(deps.admission, request, hash, key !== undefined) : 'admitted-by-workflow';
+    const lease = admitted === 'admitted-by-workflow' ? await createLease(commands, request, hash, key !== undefined) : admitted;
     res.status(201).json({ lease: toBlazarLease(lease) });
   });
 

@@ -1,19 +1,30 @@
-/** The leasekeeper API process: Blazar's v1 REST API in front of the lease workflows. */
+/**
+ * The leasekeeper API process: Blazar's v1 REST API in front of the lease workflows. `runApi` is
+ * also what the benchmarks' API processes run, with resource types of their own.
+ */
 import type { Server } from 'node:http';
 import { loadConfigOrExit, orExit } from '../config';
+import { LeaseOutbox } from '../outbox';
 import { usagePolicy } from '../policy';
 import { migrate } from '../db/migrate';
 import { createPool } from '../db/pool';
 import { createLogger } from '../log';
 import { lazyOpenStackClients, projectScopedClients } from '../openstack';
-import { hostCalendar, resourceTypes } from '../resources';
+import { hostCalendar, resourceTypes, type ResourceDeps } from '../resources';
+import type { HostCalendar } from '../resources/physical-host/calendar';
+import type { ResourceTypes } from '../domain/resource-plugin';
 import { connectTemporal } from '../temporal';
 import { createApp } from './app';
 import { noAuth } from './auth';
 import { keystoneAuthenticator } from './keystone-auth';
 import { createApiServer } from './server';
 
-async function main(): Promise<void> {
+export interface ApiProcessOptions {
+  /** The resource types (default: the deployment's, from the settings). */
+  types?: (deps: ResourceDeps, calendar: HostCalendar) => ResourceTypes;
+}
+
+export async function runApi(options: ApiProcessOptions = {}): Promise<void> {
   const config = loadConfigOrExit();
   const log = createLogger(config, 'api');
   const pool = createPool(config, 'leasekeeper-api', (err) => log.warn({ err }, 'idle database connection lost'));
@@ -32,8 +43,11 @@ async function main(): Promise<void> {
   if (config.api.authStrategy === 'keystone') openstack(); // fail at start, not at the first request, when credentials are missing
   // One host calendar for the physical:host type's searches and GET /v1/availability.
   const calendar = hostCalendar(pool, config);
-  const types = resourceTypes({ pool, config, openstack, openstackForProject: projectScopedClients() }, calendar);
-  const app = createApp({ config, log, pool, connection, client, types, calendar, openstack, authenticator, usagePolicy: policy });
+  const types = (options.types ?? resourceTypes)({ pool, config, openstack, openstackForProject: projectScopedClients() }, calendar);
+  // Starts the workflows of the leases this API admits; its sweeps also start those of an API that died first.
+  const outbox = new LeaseOutbox({ pool, client, taskQueue: config.temporal.taskQueue, log, ...config.outbox });
+  const app = createApp({ config, log, pool, connection, client, types, calendar, openstack, authenticator, usagePolicy: policy, outbox });
+  outbox.runSweeps();
 
   const server: Server = createApiServer(app, config.api.server).listen(config.api.port, config.api.host, () => {
     log.info({ url: `http://${config.api.host}:${config.api.port}` }, 'api listening');
@@ -49,7 +63,10 @@ async function main(): Promise<void> {
     stopping = true;
     log.info({ signal }, 'api stopping');
     server.close(() => {
-      void Promise.allSettled([connection.close(), pool.end()]).then(() => process.exit(0));
+      void outbox
+        .stop()
+        .finally(() => Promise.allSettled([connection.close(), pool.end()]))
+        .then(() => process.exit(0));
     });
     server.closeIdleConnections();
     setTimeout(() => process.exit(0), 10_000).unref(); // do not hang on a stuck client
@@ -58,7 +75,9 @@ async function main(): Promise<void> {
   process.on('SIGTERM', () => stop('SIGTERM'));
 }
 
-main().catch((err: unknown) => {
-  process.stderr.write(`leasekeeper api: ${err instanceof Error ? err.stack ?? err.message : String(err)}\n`);
-  process.exit(1);
-});
+if (require.main === module) {
+  runApi().catch((err: unknown) => {
+    process.stderr.write(`leasekeeper api: ${err instanceof Error ? err.stack ?? err.message : String(err)}\n`);
+    process.exit(1);
+  });
+}

@@ -1,11 +1,13 @@
 /**
  * Prometheus metrics of the API at `GET /metrics` (prom-client): the process (CPU, memory, event
- * loop lag), every request's duration by route and status, lease admissions by outcome, and the
- * leases by status (read from the database at each scrape). The worker serves its own (event
+ * loop lag), every request's duration by route and status, lease admissions by outcome, the
+ * leases by status and the owed workflow starts (read from the database at each scrape), and how
+ * soon admitted leases' workflows were started. The worker serves its own (event
  * lags, activities, OpenStack calls): worker/metrics.ts.
  */
 import type { Request, RequestHandler, Response } from 'express';
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+import { owedStartsBacklog } from '../db/lease-outbox';
 import type { Pool } from '../db/pool';
 import { LEASE_STATUSES } from '../domain/lease';
 
@@ -40,6 +42,9 @@ export interface ApiMetrics {
   measure: RequestHandler;
   /** GET /metrics */
   scrape: (req: Request, res: Response) => Promise<void>;
+  /** An admitted lease's workflow was started, this long after the admission's commit; or its start failed. */
+  workflowStarted: (lagMs: number) => void;
+  workflowStartFailed: () => void;
 }
 
 export function apiMetrics(deps: { pool: Pool }): ApiMetrics {
@@ -69,6 +74,25 @@ export function apiMetrics(deps: { pool: Pool }): ApiMetrics {
       for (const status of LEASE_STATUSES) this.set({ status }, counts.get(status) ?? 0);
     },
   });
+  new Gauge({
+    name: 'leasekeeper_owed_workflow_starts',
+    help: 'Leases the API admitted whose workflow has not been started yet (lease_outbox), read at each scrape',
+    registers: [registry],
+    async collect() {
+      this.set((await owedStartsBacklog(deps.pool)).count);
+    },
+  });
+  const workflowStarts = new Histogram({
+    name: 'leasekeeper_workflow_start_after_admission_seconds',
+    help: 'Leases the API admitted: from the commit to their workflow started in Temporal',
+    buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30],
+    registers: [registry],
+  });
+  const workflowStartFailures = new Counter({
+    name: 'leasekeeper_workflow_start_failures_total',
+    help: 'Starts of admitted leases\' workflows that Temporal refused or did not answer (the sweeps try again)',
+    registers: [registry],
+  });
   for (const outcome of ['admitted', 'refused_capacity', 'refused_policy', 'refused_invalid', 'failed']) admissions.inc({ outcome }, 0);
 
   const measure: RequestHandler = (req, res, next) => {
@@ -84,5 +108,11 @@ export function apiMetrics(deps: { pool: Pool }): ApiMetrics {
     res.set('Content-Type', registry.contentType);
     res.send(await registry.metrics());
   };
-  return { registry, measure, scrape };
+  return {
+    registry,
+    measure,
+    scrape,
+    workflowStarted: (lagMs) => workflowStarts.observe(lagMs / 1000),
+    workflowStartFailed: () => workflowStartFailures.inc(),
+  };
 }

@@ -71,6 +71,8 @@ const EXPECTED_CONFLICTS = new Set(['23505', '23P01']);
 
 /** The calendar's exclusion constraint refused a booking: another one holds the resource for an overlapping time. */
 export const isExclusionViolation = (err: unknown): boolean => err instanceof DatabaseError && err.code === '23P01';
+/** A transaction that lost a race to a concurrent one (deadlock, serialization failure): run again, it sees the winner. */
+export const isDeadlockOrSerialization = (err: unknown): boolean => err instanceof DatabaseError && ['40P01', '40001'].includes(err.code ?? '');
 const DATA_ERROR_DESCRIPTIONS: Record<string, string> = {
   '22001': 'a text is too long',
   '22003': 'a number is out of range',

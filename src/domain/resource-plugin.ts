@@ -8,9 +8,10 @@
  *   and must be idempotent, keyed by the reservation id. Only `reserve` and `end` are required.
  * - `HostWatch`, what the host monitor needs of the type that enrols compute hosts.
  */
+import type { PoolClient } from 'pg';
 import type { z } from 'zod';
 import type { HostObservation, HostStateChange } from './host-health';
-import type { LeaseStatus, Reservation } from './lease';
+import { bookingStartMs, type Lease, type LeaseStatus, type Reservation } from './lease';
 import type { Notice, ReservationNotice } from './notices';
 import type { Footprint } from './usage';
 
@@ -199,6 +200,13 @@ export interface ResourceType {
   readonly paramsSchema: z.ZodType<Record<string, unknown>>;
   /** Where these reservations fit: the earliest start from `startMs` and the longest lease from it. */
   earliest(query: FitQuery): Promise<FitSearch>;
+  /**
+   * Books a new lease's reservation inside `client`'s open transaction, with no cloud call, as the
+   * worker's `reserve` would: the API then admits the lease in that one transaction (its row and
+   * its owed workflow start with it) and answers at once. Types that must ask the cloud to book
+   * leave it out; their leases are admitted by the lease workflow.
+   */
+  bookAtAdmission?(client: PoolClient, ctx: ReservationContext): Promise<ReserveResult>;
 }
 
 /** What the worker runs for a resource type: the hooks of a reservation's life. */
@@ -247,3 +255,32 @@ export function registry<T extends ResourceType>(types: T[]): ReadonlyMap<string
 }
 
 export const pluginRegistry = (plugins: ResourcePlugin[]): ResourcePlugins => registry(plugins);
+
+/** What a reservation's hooks are told of it and its lease. */
+export function reservationContext(lease: Lease, reservation: Reservation): ReservationContext {
+  return {
+    leaseId: lease.id,
+    leaseName: lease.name,
+    projectId: lease.projectId,
+    userId: lease.userId,
+    leaseStatus: lease.status,
+    reservation,
+    leaseReservations: lease.reservations,
+    startMs: bookingStartMs(lease),
+    endMs: lease.endMs,
+    provisioningLeadMs: lease.provisioningLeadMs ?? 0,
+  };
+}
+
+/** The reservation as booked: what `reserve` (or `bookAtAdmission`) reported merged in. */
+export function bookedReservation(reservation: Reservation, booked: ReserveResult): Reservation {
+  const { allocation, resourceKeys, holdUntilStart, startSteps, footprint } = booked;
+  return {
+    ...reservation,
+    allocation: { ...reservation.allocation, ...allocation },
+    resourceKeys,
+    ...(footprint ? { footprint } : {}),
+    ...(startSteps ? { startSteps } : {}),
+    ...(holdUntilStart && !reservation.hold ? { hold: 'due' as const } : {}),
+  };
+}

@@ -6,7 +6,7 @@
  * is made first (every conflict and every lease that cannot come, with the reason); a dry run stops
  * there. Applying is idempotent: each step looks for its own result before it acts.
  */
-import { WorkflowExecutionAlreadyStartedError, WorkflowNotFoundError, type Client } from '@temporalio/client';
+import { WorkflowNotFoundError, type Client } from '@temporalio/client';
 import {
   beforeEndTime,
   bookingStartMs,
@@ -25,8 +25,9 @@ import { findHostByHypervisor, hostExists, insertHost, isHostId, setCapabilityPr
 import { findLease, isLeaseDeleted, listLeases, saveLease } from '../db/leases';
 import { isExclusionViolation, type Pool } from '../db/pool';
 import { inTransaction } from '../db/transaction';
-import { leaseWorkflowLabels, requestHash } from '../api/lease-commands';
-import { leaseWorkflowId, leaseWorkflowType, type LeaseWorkflow, type LeaseWorkflowInput } from '../../workflows/lease/messages';
+import { requestHash } from '../api/lease-commands';
+import { startRecordedLease } from '../outbox';
+import { leaseWorkflowId, type LeaseWorkflowInput } from '../../workflows/lease/messages';
 import { leaseAggregateFor } from '../resources/physical-host/aggregates';
 import { hostBookingKey, PHYSICAL_HOST } from '../resources/physical-host/calendar';
 import { endPolicyOf, physicalHostParams, type EndPolicy, type PhysicalHostParams } from '../resources/physical-host/params';
@@ -571,18 +572,7 @@ async function startWorkflow(deps: ImportDeps, lease: Lease): Promise<void> {
     requestHash: requestHash(lease.projectId, { importedFromBlazar: lease.id }),
     carried: lease,
   };
-  try {
-    await deps.temporal.workflow.start<LeaseWorkflow>(leaseWorkflowType, {
-      workflowId: leaseWorkflowId(lease.id),
-      taskQueue: deps.taskQueue,
-      args: [input],
-      // Never a second life for a lease id, even once the first has closed.
-      workflowIdReusePolicy: 'REJECT_DUPLICATE',
-      ...leaseWorkflowLabels(lease, `imported from Blazar (${markdownText(lease.status)} then), for user ${markdownText(lease.userId)}`),
-    });
-  } catch (err) {
-    if (!(err instanceof WorkflowExecutionAlreadyStartedError)) throw err;
-  }
+  await startRecordedLease(deps.temporal, deps.taskQueue, input, `imported from Blazar (${markdownText(lease.status)} then), for user ${markdownText(lease.userId)}`);
 }
 
 // ─── The report ─────────────────────────────────────────────────────────────────────────────

@@ -5,11 +5,12 @@
  * admissions never both take the last of a limit. Blazar's external filter, when configured, is
  * asked first (it may take seconds: never under the lock).
  */
+import { ApplicationFailure } from '@temporalio/common';
 import type { PoolClient } from 'pg';
 import { inTransaction } from '../db/transaction';
 import type { Pool } from '../db/pool';
 import { liveLeaseCount, lockProjectPolicy, projectLeasesWithin, projectRules } from '../db/usage-policy';
-import { bookingChanged, type Lease } from '../domain/lease';
+import { bookingChanged, LeaseErrorType, type Lease } from '../domain/lease';
 import { ledgerRange, policyRefusal, type PolicyRefusal, type PolicySubject } from '../domain/usage-policy';
 import { PolicyDeniedError, type ExternalServiceFilter, type PolicyContext } from './external-filter';
 import { effectiveRules, rulesSchema, toUsagePolicy, type PolicyFile, type PolicyRules } from './rules';
@@ -37,6 +38,20 @@ export interface UsagePolicyDeps {
   externalContext?: PolicyContext;
   /** Told when the external filter could not be asked and the deployment fails open. */
   onFailedOpen?: (reason: string) => void;
+}
+
+/**
+ * The policy's refusals as lease failures, final for the request: 403 (LeaseErrorType.policy), or
+ * 400 for Blazar's max_lease_duration as Blazar answers it; 503 when the external filter could not
+ * be asked and the deployment fails closed. Anything else is handed back as it is.
+ */
+export function policyFailure(err: unknown): unknown {
+  if (err instanceof UsagePolicyRefusal) {
+    const { refusal } = err;
+    return ApplicationFailure.create({ type: refusal.status === 400 ? LeaseErrorType.invalid : LeaseErrorType.policy, message: refusal.message, nonRetryable: true, details: [refusal.details] });
+  }
+  if (err instanceof PolicyServiceUnavailable) return ApplicationFailure.nonRetryable(err.message, 'PolicyServiceUnavailable');
+  return err;
 }
 
 export class UsagePolicyEnforcer {
@@ -67,16 +82,30 @@ export class UsagePolicyEnforcer {
     if (previous && !bookingChanged(previous, next)) return inTransaction(this.deps.pool, record);
     await this.askExternalFilter(next, previous);
     return inTransaction(this.deps.pool, async (client) => {
-      await lockProjectPolicy(client, next.projectId);
-      const policy = toUsagePolicy((await this.rulesFor(client, next.projectId)).effective);
-      const full: PolicySubject = { ...subject, nowMs: Date.now() };
-      const needsLedger = Object.keys(policy.atOnce).length > 0 || policy.budget !== undefined;
-      const others = needsLedger ? await projectLeasesWithin(client, next.projectId, ledgerRange(policy, full), next.id) : [];
-      const liveLeases = policy.maxLeases !== undefined && !previous ? await liveLeaseCount(client, next.projectId, next.id) : 0;
-      const refusal = policyRefusal(policy, full, { others, liveLeases });
-      if (refusal) throw new UsagePolicyRefusal(refusal);
+      await this.checkWithin(client, subject);
       return record(client);
     });
+  }
+
+  /**
+   * The rules' check inside the caller's transaction, which then records the change (the API's
+   * admission, whose bookings are in the same transaction). When a rule counts the project's other
+   * leases, it holds the project's policy lock until that transaction ends, so that concurrent
+   * admissions of a project are checked one after the other. Throws UsagePolicyRefusal. It does not ask the external filter: a caller that checks
+   * this way admits no lease while one is configured (asksExternalFilter).
+   */
+  async checkWithin(client: PoolClient, subject: { next: Lease; previous?: Lease; byAdmin: boolean }): Promise<void> {
+    const { next, previous } = subject;
+    const policy = toUsagePolicy((await this.rulesFor(client, next.projectId)).effective);
+    const full: PolicySubject = { ...subject, nowMs: Date.now() };
+    const needsLedger = Object.keys(policy.atOnce).length > 0 || policy.budget !== undefined;
+    const countsLeases = policy.maxLeases !== undefined && !previous;
+    // Only rules that count the project's other leases need them to stand still: then the lock.
+    if (needsLedger || countsLeases) await lockProjectPolicy(client, next.projectId);
+    const others = needsLedger ? await projectLeasesWithin(client, next.projectId, ledgerRange(policy, full), next.id) : [];
+    const liveLeases = countsLeases ? await liveLeaseCount(client, next.projectId, next.id) : 0;
+    const refusal = policyRefusal(policy, full, { others, liveLeases });
+    if (refusal) throw new UsagePolicyRefusal(refusal);
   }
 
   /** Blazar's external filter on a lease that ended (best effort: never fails the lease). */
@@ -84,6 +113,11 @@ export class UsagePolicyEnforcer {
     if (!this.deps.external) return undefined;
     const outcome = await this.deps.external.onEnd(this.externalContext, lease);
     return outcome.outcome === 'failed-open' ? outcome.reason : undefined;
+  }
+
+  /** Whether changes are put to Blazar's external filter (LK_POLICY_EXTERNAL_URL). */
+  asksExternalFilter(): boolean {
+    return this.deps.external !== undefined;
   }
 
   private async askExternalFilter(next: Lease, previous?: Lease): Promise<void> {

@@ -268,6 +268,15 @@ export const SCENARIOS: Record<string, (api: Api, stack: TestStack) => Promise<s
     await api('DELETE', `/v1/leases/${body.lease.id}`);
     return { workflowId };
   },
+  // A host lease the API admitted itself (LK_ADMISSION=api): its workflow starts admitted, is renamed, lives, and is deleted.
+  'admitted-by-api': async (api, stack) => {
+    await scenarioHosts(stack, 'admitted-by-api');
+    const { body } = await api('POST', '/v1/leases', { name: 'admitted-by-api', start_date: inSeconds(3), end_date: inSeconds(5), reservations: [hostReservationOf('admitted-by-api')] });
+    await api('PUT', `/v1/leases/${body.lease.id}`, { name: 'admitted-by-api-renamed' });
+    await waitFor(api, body.lease.id, 'TERMINATED');
+    await api('DELETE', `/v1/leases/${body.lease.id}`);
+    return body.lease.id;
+  },
   // The host monitor itself: a host fails and recovers (recorded while it runs on).
   'host-monitor': async (_api, stack) => {
     const name = `monitored-${randomUUID().slice(0, 8)}`;

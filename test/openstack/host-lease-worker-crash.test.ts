@@ -36,7 +36,8 @@ describe('worker killed with -9 at each step of a host lease', () => {
   });
   const stack = useTestStack(
     {
-      env: { LK_FREEPOOL_AGGREGATE: freepool, LK_API_WORKFLOW_TIMEOUT_MS: '15000' },
+      // The workflow admits here: step 1 kills the worker in the middle of an admission (the API's own admission has no worker in it; test/api-admission.test.ts and test/multi-process.test.ts cover an API that dies).
+      env: { LK_FREEPOOL_AGGREGATE: freepool, LK_API_WORKFLOW_TIMEOUT_MS: '15000', LK_ADMISSION: 'workflow' },
       withPool: (pool) => [physicalHostPlugin({ pool, settings: { cleaningMs: 0, randomChoice: false }, cloud: 'calendar-only', freepool })],
       openstack: () => admin,
       noWorker: true, // only the worker process runs leases here

@@ -8,6 +8,7 @@ import type { AddressInfo } from 'node:net';
 import type { Worker } from '@temporalio/worker';
 import pino from 'pino';
 import { createApp } from '../../src/api/app';
+import { LeaseOutbox } from '../../src/outbox';
 import type { Authenticator } from '../../src/api/auth';
 import { createApiServer } from '../../src/api/server';
 import type { Config } from '../../src/config';
@@ -58,13 +59,17 @@ export async function startTestStack(options: TestStackOptions = {}): Promise<Te
   const registry = pluginRegistry([...plugins, ...withPool(db.pool)]);
   const watch = options.hostWatch?.(db.pool);
   // LK_TEST_API_LOG=error (or info…) shows the API's log when a test needs explaining.
-  const app = createApp({ config, log: pino({ level: process.env.LK_TEST_API_LOG ?? 'silent' }), pool: db.pool, connection: temporal.connection, client: temporal.client, types: registry, openstack, authenticator });
+  const apiLog = pino({ level: process.env.LK_TEST_API_LOG ?? 'silent' });
+  // The API's own starts of the leases it admits: stopped before the Temporal connection closes.
+  const apiOutbox = new LeaseOutbox({ pool: db.pool, client: temporal.client, taskQueue: config.temporal.taskQueue, log: apiLog, ...config.outbox });
+  const app = createApp({ config, log: apiLog, pool: db.pool, connection: temporal.connection, client: temporal.client, types: registry, openstack, authenticator, outbox: apiOutbox });
   const server: Server = await new Promise((resolve) => {
     const s = createApiServer(app, config.api.server).listen(0, '127.0.0.1', () => resolve(s));
   });
 
   let worker: Worker | undefined;
   let running: Promise<void> | undefined;
+  let outbox: LeaseOutbox | undefined;
   const stack: TestStack = {
     config,
     url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
@@ -73,9 +78,14 @@ export async function startTestStack(options: TestStackOptions = {}): Promise<Te
     async startWorker() {
       worker = await createWorker({ connection: temporal.nativeConnection, config, deps: { pool: db.pool, plugins: registry, hostWatch: watch }, workflows: { workflowsPath: WORKFLOWS_PATH } });
       running = worker.run();
+      // As the worker process does: owed starts of leases the API admitted (src/outbox).
+      outbox = new LeaseOutbox({ pool: db.pool, client: temporal.client, taskQueue: config.temporal.taskQueue, log: pino({ level: 'silent' }), ...config.outbox });
+      outbox.runSweeps();
       if (watch) await ensureHostMonitor(temporal.client, config);
     },
     async stopWorker() {
+      await outbox?.stop();
+      outbox = undefined;
       if (worker && worker.getState() === 'RUNNING') worker.shutdown();
       await running;
       worker = undefined;
@@ -84,6 +94,7 @@ export async function startTestStack(options: TestStackOptions = {}): Promise<Te
       if (watch) await temporal.client.workflow.getHandle(hostMonitorWorkflowId(config.temporal.taskQueue)).terminate('test over').catch(() => undefined);
       await stack.stopWorker();
       await new Promise((resolve) => server.close(resolve));
+      await apiOutbox.stop();
       await temporal.close();
       await db.drop();
     },

@@ -17,9 +17,9 @@ export function startWorkerProcess(stack: WorkerProcessTarget, env: Record<strin
   return startProcess('worker', script, /"msg":"worker ready"/, stack, env);
 }
 
-/** An API process on `port` (loopback); its URL is `http://127.0.0.1:<port>`. */
-export function startApiProcess(stack: WorkerProcessTarget, port: number, env: Record<string, string> = {}): Promise<ManagedProcess> {
-  return startProcess('api', path.join('dist', 'src', 'api', 'main.js'), /"msg":"api listening"/, stack, { LK_API_HOST: '127.0.0.1', LK_API_PORT: String(port), ...env });
+/** An API process on `port` (loopback); its URL is `http://127.0.0.1:<port>`. `script`: the API's entry under dist/, src/api/main.js unless a benchmark brings its own. */
+export function startApiProcess(stack: WorkerProcessTarget, port: number, env: Record<string, string> = {}, script = path.join('dist', 'src', 'api', 'main.js')): Promise<ManagedProcess> {
+  return startProcess('api', script, /"msg":"api listening"/, stack, { LK_API_HOST: '127.0.0.1', LK_API_PORT: String(port), ...env });
 }
 
 async function startProcess(name: string, script: string, ready: RegExp, stack: WorkerProcessTarget, env: Record<string, string>): Promise<ManagedProcess> {

@@ -30,7 +30,6 @@ import {
 import {
   applyLeaseUpdate,
   assertSettled,
-  bookingStartMs,
   hasEnded,
   leaseConflict,
   LeaseErrorType,
@@ -47,7 +46,7 @@ import {
 } from '../../src/domain/lease';
 import { LeaseEndKey, LeaseStartKey, LeaseStatusKey, ProjectIdKey, ResourceTypesKey } from '../../src/domain/search-attributes';
 import { leaseNoticeId, type Notice, type NoticeType } from '../../src/domain/notices';
-import type { EndOutcome, HealOutcome, ReservationContext } from '../../src/domain/resource-plugin';
+import { bookedReservation, reservationContext as context, type EndOutcome, type HealOutcome, type ReservationContext } from '../../src/domain/resource-plugin';
 import { announcing, forStep, healing, looking, mustFinish, patient, polling, quick, recording, recordingLocally } from './activity-options';
 import { asFailure, failureMessage } from './failures';
 import { Lock } from './lock';
@@ -92,8 +91,8 @@ const PREDECESSOR_RECHECK_MS = 60_000;
 // ─── The lease's life ──────────────────────────────────────────────────────────────────────────
 
 export async function leaseWorkflow(input: LeaseWorkflowInput): Promise<LeaseOutcome> {
-  let lease: Lease = input.carried ?? newLease(input.request);
-  let admission: 'pending' | 'admitted' | 'rejected' = input.carried ? 'admitted' : 'pending';
+  let lease: Lease = input.carried ?? input.admitted ?? newLease(input.request);
+  let admission: 'pending' | 'admitted' | 'rejected' = input.carried || input.admitted ? 'admitted' : 'pending';
   let rejection: ApplicationFailure | undefined;
   let deletion: 'none' | 'requested' | 'done' = 'none';
   let revision = 0; // bumped by every accepted update: sleeping loops recompute their deadlines
@@ -102,6 +101,7 @@ export async function leaseWorkflow(input: LeaseWorkflowInput): Promise<LeaseOut
   const lock = new Lock(); // one change at a time: transitions, updates and deletes never interleave
 
   answerMessages();
+  if (input.admitted) setCurrentDetails(describe(lease));
 
   // Admission comes with the start (Update-with-Start); a start without it means the REST call died.
   if (!(await condition(() => admission !== 'pending', ADMISSION_WAIT_MS))) {
@@ -519,7 +519,8 @@ export async function leaseWorkflow(input: LeaseWorkflowInput): Promise<LeaseOut
 
   async function continueAsNewWhenIdle(): Promise<never> {
     await condition(() => allHandlersFinished() && !lock.held);
-    return continueAsNew<typeof leaseWorkflow>({ ...input, carried: lease });
+    // The lease as it stands is all the next run needs (an admitted lease's first state goes).
+    return continueAsNew<typeof leaseWorkflow>({ ...input, admitted: undefined, carried: lease });
   }
 
   /**
@@ -532,15 +533,7 @@ export async function leaseWorkflow(input: LeaseWorkflowInput): Promise<LeaseOut
     const booked: Reservation[] = [];
     try {
       for (const reservation of target.reservations) {
-        const { allocation, resourceKeys, holdUntilStart, startSteps, footprint } = await via.reserveReservation(context(target, reservation));
-        booked.push({
-          ...reservation,
-          allocation: { ...reservation.allocation, ...allocation },
-          resourceKeys,
-          ...(footprint ? { footprint } : {}),
-          ...(startSteps ? { startSteps } : {}),
-          ...(holdUntilStart && !reservation.hold ? { hold: 'due' as const } : {}),
-        });
+        booked.push(bookedReservation(reservation, await via.reserveReservation(context(target, reservation))));
       }
       return booked;
     } catch (err) {
@@ -698,20 +691,6 @@ export async function leaseWorkflow(input: LeaseWorkflowInput): Promise<LeaseOut
 
 // ─── Helpers (pure) ────────────────────────────────────────────────────────────────────────────
 
-function context(lease: Lease, reservation: Reservation): ReservationContext {
-  return {
-    leaseId: lease.id,
-    leaseName: lease.name,
-    projectId: lease.projectId,
-    userId: lease.userId,
-    leaseStatus: lease.status,
-    reservation,
-    leaseReservations: lease.reservations,
-    startMs: bookingStartMs(lease),
-    endMs: lease.endMs,
-    provisioningLeadMs: lease.provisioningLeadMs ?? 0,
-  };
-}
 
 /** Reservations with what their hooks reported merged into their allocations. */
 function withAllocations(reservations: Reservation[], allocations: Map<string, Record<string, unknown>>): Reservation[] {

@@ -28,6 +28,11 @@ export interface LeaseWorkflowInput {
   requestHash: string;
   /** Set when the workflow continues as new: the lease as it was. */
   carried?: Lease;
+  /**
+   * Set when the API admitted the lease itself (its bookings, row and owed start in one
+   * transaction): the lease as recorded. The workflow starts admitted and announces it created.
+   */
+  admitted?: Lease;
 }
 
 export interface LeaseOutcome {

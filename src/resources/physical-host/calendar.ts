@@ -103,6 +103,14 @@ export class HostCalendar {
     return bookInTransaction(this.pool, (client) => this.bookIn(client, ctx), { retryExclusion: true });
   }
 
+  /**
+   * The same inside the caller's transaction (the API's admission): a lost race surfaces as the
+   * exclusion violation, and the caller runs its whole transaction again.
+   */
+  bookWithin(client: PoolClient, ctx: ReservationContext): Promise<BookedHost[]> {
+    return this.bookIn(client, ctx);
+  }
+
   /** Per host of the reservation, when another lease's booking of it next begins (its lead time included). */
   async nextBookings(reservationId: string): Promise<Map<string, number>> {
     const rows = await nextBookingsOfOthers(this.pool, reservationId);

@@ -24,8 +24,8 @@ import { computeHostName, listHosts, markReleased } from '../../db/hosts';
 import { windowsOverReservation } from '../../db/maintenance';
 import type { Pool } from '../../db/pool';
 import type { GlanceClient, NovaClient } from '../../openstack';
-import type { EndContext, EndOutcome, HookContext, ReservationContext, ResourcePlugin, ResourceType } from '../../domain/resource-plugin';
-import { HostCalendar, PHYSICAL_HOST, type CalendarSettings } from './calendar';
+import type { EndContext, EndOutcome, HookContext, ReservationContext, ReserveResult, ResourcePlugin, ResourceType } from '../../domain/resource-plugin';
+import { HostCalendar, PHYSICAL_HOST, type BookedHost, type CalendarSettings } from './calendar';
 import { setFailedHostAside } from './health';
 import { endPolicyOf, physicalHostParams, type EndPolicy } from './params';
 
@@ -59,11 +59,39 @@ export interface PhysicalHostDeps {
 }
 
 /** What the API needs of `physical:host`: the parameters, and where hosts are free (no cloud). */
-export function physicalHostType(deps: Pick<PhysicalHostDeps, 'pool' | 'settings' | 'noticesConfigured'>, calendar = new HostCalendar(deps.pool, deps.settings)): ResourceType {
+export function physicalHostType(deps: Pick<PhysicalHostDeps, 'pool' | 'settings' | 'noticesConfigured' | 'cloud'>, calendar = new HostCalendar(deps.pool, deps.settings)): ResourceType {
   return {
     resourceType: PHYSICAL_HOST,
     paramsSchema: physicalHostParams.superRefine(refuseNotifyWithoutEndpoint(deps.settings.beforeEndDefault, deps.noticesConfigured === true)),
     earliest: ({ reservations, startMs, durationMs }) => calendar.search(reservations, startMs, durationMs),
+    // Booking hosts is the calendar's alone: the API admits host leases in its own transaction.
+    async bookAtAdmission(client, ctx) {
+      refuseWithoutCloud(deps);
+      return hostReservation(ctx, await calendar.bookWithin(client, ctx), deps.settings.onEndDefault);
+    },
+  };
+}
+
+/** Without OpenStack credentials the lease could never start: refused now (OpenStackConfigError, 503 naming the setting). */
+function refuseWithoutCloud(deps: Pick<PhysicalHostDeps, 'cloud'>): void {
+  if (deps.cloud !== 'calendar-only') deps.cloud();
+}
+
+/** What a host reservation reports once its hosts are booked. */
+function hostReservation(ctx: ReservationContext, hosts: BookedHost[], onEndDefault: PhysicalHostDeps['settings']['onEndDefault']): ReserveResult {
+  // A booking moved keeps the names it was given (a lease started under legacy names is in that aggregate).
+  const { allocation: booked } = ctx.reservation;
+  const aggregate = typeof booked?.aggregate === 'string' && typeof booked.availability_zone === 'string' ? { name: booked.aggregate, availabilityZone: booked.availability_zone } : leaseAggregateFor(ctx.reservation.id);
+  return {
+    allocation: {
+      hosts: hosts.map((h) => h.hypervisor_hostname),
+      host_ids: hosts.map((h) => h.id),
+      aggregate: aggregate.name,
+      availability_zone: aggregate.availabilityZone,
+      on_end: endPolicyOf(physicalHostParams.parse(ctx.reservation.params), onEndDefault),
+    },
+    resourceKeys: hosts.map((h) => `host:${h.id}`),
+    footprint: { hosts: hosts.length },
   };
 }
 
@@ -170,23 +198,8 @@ export function physicalHostPlugin(deps: PhysicalHostDeps): ResourcePlugin {
   return {
     ...physicalHostType(deps, calendar),
     async reserve(ctx) {
-      // Without OpenStack credentials the lease could never start: refused now (OpenStackConfigError, 503 naming the setting).
-      if (deps.cloud !== 'calendar-only') deps.cloud();
-      const hosts = await calendar.book(ctx);
-      // A booking moved keeps the names it was given (a lease started under legacy names is in that aggregate).
-      const { allocation: booked } = ctx.reservation;
-      const aggregate = typeof booked?.aggregate === 'string' && typeof booked.availability_zone === 'string' ? { name: booked.aggregate, availabilityZone: booked.availability_zone } : leaseAggregateFor(ctx.reservation.id);
-      return {
-        allocation: {
-          hosts: hosts.map((h) => h.hypervisor_hostname),
-          host_ids: hosts.map((h) => h.id),
-          aggregate: aggregate.name,
-          availability_zone: aggregate.availabilityZone,
-          on_end: endPolicyOf(physicalHostParams.parse(ctx.reservation.params), deps.settings.onEndDefault),
-        },
-        resourceKeys: hosts.map((h) => `host:${h.id}`),
-        footprint: { hosts: hosts.length },
-      };
+      refuseWithoutCloud(deps);
+      return hostReservation(ctx, await calendar.book(ctx), deps.settings.onEndDefault);
     },
     /** In use while a server of the lessee's project runs on one of its hosts (a calendar-only deployment cannot tell). */
     async inUse(ctx) {

@@ -4,11 +4,11 @@
  * keys, and explain a refusal (409: when the same lease fits, and how long from the asked start).
  */
 import { createHash } from 'node:crypto';
-import { DatabaseError, type PoolClient } from 'pg';
+import type { PoolClient } from 'pg';
 import { invalidLease, leaseConflict, requestDate as when, reuseEnd, reuseStart, wholeMinuteDown, wholeMinuteUp } from '../../domain/lease';
 import { longestFit, searchEarliestFit, type CalendarSnapshot, type HostRequest } from '../../domain/host-calendar';
 import { queryKeys, type PropertyQuery } from '../../domain/property-query';
-import { isExclusionViolation, type Pool } from '../../db/pool';
+import { isDeadlockOrSerialization, isExclusionViolation, type Pool } from '../../db/pool';
 import type { FitSearch } from '../../domain/resource-plugin';
 import { inTransaction } from '../../db/transaction';
 
@@ -17,7 +17,6 @@ export function bookingKey(request: unknown[]): string {
   return createHash('sha256').update(JSON.stringify(request)).digest('hex').slice(0, 32);
 }
 
-const isDeadlockOrSerialization = (err: unknown) => err instanceof DatabaseError && ['40P01', '40001'].includes(err.code ?? '');
 
 /**
  * Runs a booking in one transaction, again from the start when it lost a race with a concurrent

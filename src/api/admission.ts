@@ -1,0 +1,147 @@
+/**
+ * Admission by the API: a lease whose every reservation books in the calendar alone (its type has
+ * `bookAtAdmission`) is admitted in one PostgreSQL transaction: its bookings, the usage policy's
+ * check, its row and its owed workflow start (lease_outbox). The answer then waits on PostgreSQL
+ * only; the lease's workflow is started right after the commit (src/outbox), by a sweep if that
+ * fails. The calendar's exclusion constraints stay the last word on capacity, as in the workflow's
+ * admission, which the other leases keep.
+ */
+import { isGrpcServiceError, type Client } from '@temporalio/client';
+import { ApplicationFailure, NamespaceNotFoundError } from '@temporalio/common';
+import { LEASE_SEARCH_ATTRIBUTES } from '../domain/search-attributes';
+import { leaseConflict, LeaseErrorType, newLease, type Lease, type NewLeaseRequest } from '../domain/lease';
+import { bookedReservation, reservationContext, type ResourceTypes, type ReserveResult } from '../domain/resource-plugin';
+import { addOwedStart, admittedRequestHash } from '../db/lease-outbox';
+import { findLease, saveLease } from '../db/leases';
+import { isDeadlockOrSerialization, isExclusionViolation, type Pool } from '../db/pool';
+import { inTransaction } from '../db/transaction';
+import { policyFailure, type UsagePolicyEnforcer } from '../policy/enforcement';
+import type { LeaseOutbox } from '../outbox';
+import type { LeaseWorkflowInput } from '../../workflows/lease/messages';
+import { ApiError, failureAsApiError } from './errors';
+import { missingSearchAttribute, toApiError } from './lease-commands';
+
+export interface ApiAdmissionDeps {
+  pool: Pool;
+  types: ResourceTypes;
+  outbox: LeaseOutbox;
+  usagePolicy?: UsagePolicyEnforcer;
+  /** Throws the named 503 while Temporal's namespace cannot take lease workflows (temporalSetupCheck). */
+  temporalReady: () => Promise<void>;
+}
+
+/** How long a check that could not reach Temporal is trusted before the next create asks again. */
+const UNREACHABLE_RECHECK_MS = 5_000;
+
+/**
+ * Whether Temporal's namespace can take lease workflows: it exists and has every lease search
+ * attribute. A lease admitted here and started later must not wait on a namespace that will never
+ * take it, so a create is refused (503 naming the fix) while that is so, as the workflow's
+ * admission is. Temporal merely unreachable refuses nothing: the lease waits for its start as it
+ * would for a worker. Known good after one answer; checked again after a start failed (`recheck`).
+ */
+export function temporalSetupCheck(client: Client, timeoutMs: number): { ready: () => Promise<void>; recheck: () => void } {
+  let verified = false;
+  let unreachableUntil = 0;
+  const { namespace } = client.options;
+  return {
+    async ready() {
+      if (verified || Date.now() < unreachableUntil) return;
+      let known: Record<string, unknown>;
+      try {
+        const answer = await client.connection.withDeadline(Date.now() + Math.min(timeoutMs, 2_000), () => client.connection.operatorService.listSearchAttributes({ namespace }));
+        known = answer.customAttributes ?? {};
+      } catch (err) {
+        if (isGrpcServiceError(err) && Number(err.code) === 5 /* NOT_FOUND */) throw toApiError(new NamespaceNotFoundError(namespace), timeoutMs);
+        unreachableUntil = Date.now() + UNREACHABLE_RECHECK_MS;
+        return;
+      }
+      const missing = LEASE_SEARCH_ATTRIBUTES.find((key) => !(key.name in known));
+      if (missing) throw missingSearchAttribute(missing.name);
+      verified = true;
+    },
+    recheck: () => {
+      verified = false;
+    },
+  };
+}
+
+/**
+ * Whether the API can admit this lease itself: every reservation's type books in the caller's
+ * transaction, and no external policy service is to be asked. Blazar asks that service with the
+ * hosts the lease would get, and it may take seconds: the workflow's admission asks it between
+ * booking and recording, never under a transaction's locks.
+ */
+export function admitsInApi(deps: Pick<ApiAdmissionDeps, 'types' | 'usagePolicy'>, request: NewLeaseRequest): boolean {
+  return !deps.usagePolicy?.asksExternalFilter() && request.reservations.every((r) => deps.types.get(r.resource_type)?.bookAtAdmission !== undefined);
+}
+
+/** A concurrent request with the same Idempotency-Key recorded the lease first: answer as a retry of it. */
+class AdmittedMeanwhile extends Error {}
+
+/**
+ * Admits the lease: answers it as recorded (its workflow starts right after), or throws the
+ * ApiError the workflow's admission would have given. `idempotent`: the id comes from an
+ * Idempotency-Key, and a retry of the same request answers the lease admitted first.
+ */
+export async function admitInApi(deps: ApiAdmissionDeps, request: NewLeaseRequest, requestHash: string, idempotent: boolean): Promise<Lease | 'admitted-by-workflow'> {
+  if (idempotent) {
+    const retried = await earlierAdmission(deps.pool, request.id, requestHash);
+    if (retried) return retried;
+  }
+  const draft = newLease(request);
+  await deps.temporalReady();
+  try {
+    const admitted = await inTransaction(
+      deps.pool,
+      async (client) => {
+        if (idempotent) {
+          // Retries with one Idempotency-Key, concurrent: one admits, the others wait here, then answer its lease.
+          await client.query("SELECT pg_advisory_xact_lock(hashtextextended('lease-admission:' || $1, 0))", [request.id]);
+          if ((await client.query('SELECT 1 FROM leases WHERE id = $1', [request.id])).rowCount) throw new AdmittedMeanwhile();
+        }
+        const reservations = [];
+        for (const reservation of draft.reservations) {
+          const type = deps.types.get(reservation.resource_type)!;
+          const booked: ReserveResult = await type.bookAtAdmission!(client, reservationContext(draft, reservation));
+          reservations.push(bookedReservation(reservation, booked));
+        }
+        const lease: Lease = { ...draft, reservations, version: draft.version + 1, updatedMs: Date.now() };
+        await deps.usagePolicy?.checkWithin(client, { next: lease, byAdmin: request.byAdmin ?? false });
+        const saved = await saveLease(client, lease);
+        if (saved === 'name-taken') throw leaseConflict(`The lease with name: ${lease.name} already exists. Names are unique per project (${lease.projectId}).`);
+        if (saved === 'deleted') throw ApplicationFailure.nonRetryable(`Lease ${lease.id}, created with this Idempotency-Key, was deleted: use another key for a new lease`, LeaseErrorType.deleted);
+        if (saved === 'stale') throw new AdmittedMeanwhile();
+        const input: LeaseWorkflowInput = { request, requestHash, admitted: lease };
+        await addOwedStart(client, lease.id, requestHash, input);
+        return { lease, input };
+      },
+      // A concurrent booking took a chosen host first: choose again, seeing the winner's booking.
+      { retryOn: (err) => isExclusionViolation(err) || isDeadlockOrSerialization(err) },
+    );
+    deps.outbox.startSoon(admitted.input);
+    return admitted.lease;
+  } catch (err) {
+    if (err instanceof AdmittedMeanwhile) {
+      const retried = await earlierAdmission(deps.pool, request.id, requestHash);
+      if (retried) return retried;
+      throw new ApiError(410, `Lease ${request.id}, created with this Idempotency-Key, was deleted: use another key for a new lease`);
+    }
+    const failure = policyFailure(err);
+    throw (failure instanceof ApplicationFailure ? failureAsApiError(failure) : undefined) ?? failure;
+  }
+}
+
+/**
+ * A lease already recorded under this id (an Idempotency-Key used before): the same request
+ * answers it; another request is refused, as the workflow's admission refuses it. A lease the
+ * workflow admitted (no outbox row) is its workflow's to answer.
+ */
+async function earlierAdmission(pool: Pool, leaseId: string, requestHash: string): Promise<Lease | 'admitted-by-workflow' | undefined> {
+  const lease = await findLease(pool, leaseId);
+  if (!lease) return undefined;
+  const hash = await admittedRequestHash(pool, leaseId);
+  if (hash === undefined) return 'admitted-by-workflow';
+  if (hash !== requestHash) throw new ApiError(409, 'this Idempotency-Key was already used for a different request');
+  return lease;
+}

@@ -1,0 +1,217 @@
+/**
+ * Owed lease workflow starts. A lease the API admitted in its own transaction has a row in
+ * `lease_outbox` until its workflow exists. The API starts it right after its commit; should that
+ * fail, or the API die first, the sweeps of every API and worker start it. Every start is the same
+ * idempotent call: the lease's workflow id, never a second run under it (REJECT_DUPLICATE), so a
+ * start made twice finds the first.
+ */
+import { WorkflowExecutionAlreadyStartedError, type Client } from '@temporalio/client';
+import { TypedSearchAttributes } from '@temporalio/common';
+import type { Logger } from 'pino';
+import { leaseResourceTypes, type Lease } from '../domain/lease';
+import { markdownText } from '../domain/markdown';
+import { LeaseEndKey, LeaseStartKey, LeaseStatusKey, ProjectIdKey, ResourceTypesKey } from '../domain/search-attributes';
+import { admittedStart, markStarted, owedStartsBacklog, sweepOwedStarts } from '../db/lease-outbox';
+import type { Pool } from '../db/pool';
+import { leaseWorkflowId, leaseWorkflowType, staticSummary, type LeaseWorkflow, type LeaseWorkflowInput } from '../../workflows/lease/messages';
+
+/**
+ * What a lease workflow is started with besides its input: the Web UI's summary and details
+ * (`origin`: how the lease came, e.g. "created by user …"), and the search attributes that lists
+ * and the Web UI filter on until its first transition sets them again.
+ */
+export function leaseWorkflowLabels(lease: Lease, origin: string) {
+  return {
+    staticSummary: staticSummary(lease),
+    staticDetails: `Lease ${lease.id} of project ${markdownText(lease.projectId)}, ${origin}.`,
+    typedSearchAttributes: new TypedSearchAttributes([
+      { key: LeaseStatusKey, value: lease.status },
+      { key: ProjectIdKey, value: lease.projectId },
+      { key: LeaseStartKey, value: new Date(lease.startMs) },
+      { key: LeaseEndKey, value: new Date(lease.endMs) },
+      { key: ResourceTypesKey, value: leaseResourceTypes(lease) },
+    ]),
+  };
+}
+
+/**
+ * Starts the workflow of a lease that stands recorded already (admitted by the API, or imported):
+ * `input.admitted` or `input.carried` holds it. Never a second life for a lease id, even once the
+ * first has closed: a workflow already there, running or not, counts as started.
+ */
+export async function startRecordedLease(client: Client, taskQueue: string, input: LeaseWorkflowInput, origin: string): Promise<void> {
+  const lease = input.admitted ?? input.carried;
+  if (!lease) throw new Error('a recorded lease is started with the lease it carries');
+  try {
+    await client.workflow.start<LeaseWorkflow>(leaseWorkflowType, {
+      workflowId: leaseWorkflowId(lease.id),
+      taskQueue,
+      args: [input],
+      workflowIdReusePolicy: 'REJECT_DUPLICATE',
+      ...leaseWorkflowLabels(lease, origin),
+    });
+  } catch (err) {
+    if (!(err instanceof WorkflowExecutionAlreadyStartedError)) throw err;
+  }
+}
+
+/** How a lease's workflow says it came, in the Web UI: the same whoever admitted it. */
+export const createdOrigin = (lease: Pick<Lease, 'userId'>) => `created by user ${markdownText(lease.userId)}`;
+
+export interface LeaseOutboxDeps {
+  pool: Pool;
+  client: Client;
+  taskQueue: string;
+  log: Logger;
+  /** How often to sweep; how old an owed start must be for a sweep to take it. */
+  sweepMs: number;
+  graceMs: number;
+  /** Starts in flight at once from this process (the rest wait their turn in memory, then the sweeps). */
+  concurrency?: number;
+}
+
+/** Owed starts a sweep takes at once; a busy backlog is worked through sweep after sweep. */
+const SWEEP_BATCH = 100;
+/** How long a start waits to be written to its row with others. */
+const STARTED_FLUSH_MS = 50;
+/** Owed starts kept in memory per process, waiting for a free slot; beyond that (or past the grace) the sweeps start them. */
+const QUEUE_LIMIT = 10_000;
+
+export class LeaseOutbox {
+  private readonly queue: Array<{ input: LeaseWorkflowInput; committedAt: number }> = [];
+  private inFlight = 0;
+  private sweeping: Promise<void> | undefined;
+  private timer: NodeJS.Timeout | undefined;
+  private readonly concurrency: number;
+
+  private readonly startedIds: string[] = [];
+  private flushing: Promise<void> | undefined;
+  private onStarted?: (lagMs: number) => void;
+  private onFailed?: (error: unknown) => void;
+
+  constructor(private readonly deps: LeaseOutboxDeps) {
+    this.concurrency = deps.concurrency ?? 16;
+  }
+
+  /** Tells `started` how long each start took from the admission's commit, and `failed` of each start that failed. */
+  observedBy(started: (lagMs: number) => void, failed: (error: unknown) => void): this {
+    this.onStarted = started;
+    this.onFailed = failed;
+    return this;
+  }
+
+  /** Starts an admitted lease's workflow soon (right after its admission's commit); a failure leaves it to the sweeps. */
+  startSoon(input: LeaseWorkflowInput): void {
+    if (this.queue.length >= QUEUE_LIMIT) return;
+    this.queue.push({ input, committedAt: Date.now() });
+    this.drain();
+  }
+
+  /**
+   * An update or a delete found no workflow for the lease: if the API admitted it, its workflow is
+   * started now (or found started meanwhile, by the admitting API or a sweep: the start is
+   * idempotent), and the answer is true; false for a lease the API did not admit. Throws when
+   * Temporal refuses the start.
+   */
+  async startOwed(leaseId: string): Promise<boolean> {
+    const admitted = await admittedStart<LeaseWorkflowInput>(this.deps.pool, leaseId);
+    if (!admitted) return false;
+    await this.start(admitted.input);
+    if (!admitted.started) await markStarted(this.deps.pool, [leaseId]);
+    return true;
+  }
+
+  /** Starts the owed starts older than the grace, a batch at a time, until none is left or one fails. */
+  async sweep(): Promise<{ started: number; failed: number }> {
+    const total = { started: 0, failed: 0 };
+    for (;;) {
+      const batch = await sweepOwedStarts<LeaseWorkflowInput>(this.deps.pool, { limit: SWEEP_BATCH, olderThanMs: this.deps.graceMs, concurrency: this.concurrency }, async ({ input }) => {
+        try {
+          await this.start(input);
+          return { started: true };
+        } catch (err) {
+          this.onFailed?.(err);
+          return { started: false, error: err instanceof Error ? err.message : String(err) };
+        }
+      });
+      total.started += batch.started;
+      total.failed += batch.failed;
+      if (batch.failed > 0 || batch.started < SWEEP_BATCH) return total;
+    }
+  }
+
+  /** Sweeps every `sweepMs` until stopped. */
+  runSweeps(): void {
+    if (this.timer) return;
+    const tick = () => {
+      this.sweeping = this.sweep()
+        .then(({ started, failed }) => {
+          if (started > 0 || failed > 0) this.deps.log.info({ started, failed }, 'owed lease workflow starts swept');
+        })
+        .catch((err: unknown) => this.deps.log.warn({ err }, 'sweeping owed lease workflow starts failed'))
+        .finally(() => {
+          this.sweeping = undefined;
+          if (this.timer) this.timer = setTimeout(tick, this.deps.sweepMs);
+        });
+    };
+    this.timer = setTimeout(tick, this.deps.sweepMs);
+  }
+
+  /**
+   * Stops sweeping and waits up to `waitMs` for the starts under way (those still queued are left to
+   * the sweeps), before the caller closes the Temporal connection under them.
+   */
+  async stop(waitMs = 10_000): Promise<void> {
+    if (this.timer) clearTimeout(this.timer);
+    this.timer = undefined;
+    this.queue.length = 0;
+    const until = Date.now() + waitMs;
+    await this.sweeping;
+    while (this.inFlight > 0 && Date.now() < until) await new Promise((resolve) => setTimeout(resolve, 10));
+    await this.flushing;
+  }
+
+  backlog(): Promise<{ count: number; oldestAgeMs: number }> {
+    return owedStartsBacklog(this.deps.pool);
+  }
+
+  /** Starts made: written to their rows a batch at a time (one UPDATE for a burst's starts), at the latest STARTED_FLUSH_MS later. */
+  private noteStarted(leaseId: string): void {
+    this.startedIds.push(leaseId);
+    this.flushing ??= new Promise<void>((resolve) => setTimeout(resolve, STARTED_FLUSH_MS)).then(() => this.flushStarted());
+  }
+
+  private async flushStarted(): Promise<void> {
+    const ids = this.startedIds.splice(0);
+    this.flushing = undefined;
+    // A row left unmarked is started again by a sweep, which finds the workflow there: harmless.
+    if (ids.length) await markStarted(this.deps.pool, ids).catch((err: unknown) => this.deps.log.warn({ err, leases: ids.length }, 'recording started lease workflows failed: the sweeps will find them started'));
+  }
+
+  private start(input: LeaseWorkflowInput): Promise<void> {
+    return startRecordedLease(this.deps.client, this.deps.taskQueue, input, createdOrigin(input.admitted!));
+  }
+
+  private drain(): void {
+    while (this.inFlight < this.concurrency && this.queue.length > 0) {
+      const { input, committedAt } = this.queue.shift()!;
+      // Waited past the grace: the sweeps (of every process) take it now; starting it here too would be twice.
+      if (Date.now() - committedAt > this.deps.graceMs) continue;
+      this.inFlight++;
+      const leaseId = input.admitted!.id;
+      this.start(input)
+        .then(() => {
+          this.onStarted?.(Date.now() - committedAt);
+          this.noteStarted(leaseId);
+        })
+        .catch((err: unknown) => {
+          this.onFailed?.(err);
+          this.deps.log.warn({ err, leaseId }, 'starting an admitted lease\'s workflow failed: the sweeps will try again');
+        })
+        .finally(() => {
+          this.inFlight--;
+          this.drain();
+        });
+    }
+  }
+}
