@@ -7,7 +7,7 @@
  */
 import type { Request, RequestHandler, Response } from 'express';
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
-import { owedStartsBacklog } from '../db/lease-outbox';
+import { owedStartsCount } from '../db/lease-outbox';
 import type { Pool } from '../db/pool';
 import { LEASE_STATUSES } from '../domain/lease';
 
@@ -79,7 +79,7 @@ export function apiMetrics(deps: { pool: Pool }): ApiMetrics {
     help: 'Leases the API admitted whose workflow has not been started yet (lease_outbox), read at each scrape',
     registers: [registry],
     async collect() {
-      this.set((await owedStartsBacklog(deps.pool)).count);
+      this.set(await owedStartsCount(deps.pool));
     },
   });
   const workflowStarts = new Histogram({

@@ -78,11 +78,8 @@ export async function markStarted(db: Queryable, leaseIds: string[]): Promise<vo
   await db.query('UPDATE lease_outbox SET started_at = now(), attempts = attempts + 1, last_error = NULL WHERE lease_id = ANY($1::uuid[]) AND started_at IS NULL', [leaseIds]);
 }
 
-/** How many starts are owed, and the age of the oldest (for /metrics and the health check). */
-export async function owedStartsBacklog(db: Queryable): Promise<{ count: number; oldestAgeMs: number }> {
-  const { rows } = await db.query<{ count: string; oldest_ms: number | null }>(
-    `SELECT count(*) AS count, (extract(epoch FROM now() - min(created_at)) * 1000)::float8 AS oldest_ms
-     FROM lease_outbox WHERE started_at IS NULL`,
-  );
-  return { count: Number(rows[0]?.count ?? 0), oldestAgeMs: rows[0]?.oldest_ms ?? 0 };
+/** How many starts are owed (for /metrics). */
+export async function owedStartsCount(db: Queryable): Promise<number> {
+  const { rows } = await db.query<{ count: string }>('SELECT count(*) AS count FROM lease_outbox WHERE started_at IS NULL');
+  return Number(rows[0]?.count ?? 0);
 }

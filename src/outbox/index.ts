@@ -11,7 +11,7 @@ import type { Logger } from 'pino';
 import { leaseResourceTypes, type Lease } from '../domain/lease';
 import { markdownText } from '../domain/markdown';
 import { LeaseEndKey, LeaseStartKey, LeaseStatusKey, ProjectIdKey, ResourceTypesKey } from '../domain/search-attributes';
-import { admittedStart, markStarted, owedStartsBacklog, sweepOwedStarts } from '../db/lease-outbox';
+import { admittedStart, markStarted, sweepOwedStarts } from '../db/lease-outbox';
 import type { Pool } from '../db/pool';
 import { leaseWorkflowId, leaseWorkflowType, staticSummary, type LeaseWorkflow, type LeaseWorkflowInput } from '../../workflows/lease/messages';
 
@@ -169,10 +169,6 @@ export class LeaseOutbox {
     await this.sweeping;
     while (this.inFlight > 0 && Date.now() < until) await new Promise((resolve) => setTimeout(resolve, 10));
     await this.flushing;
-  }
-
-  backlog(): Promise<{ count: number; oldestAgeMs: number }> {
-    return owedStartsBacklog(this.deps.pool);
   }
 
   /** Starts made: written to their rows a batch at a time (one UPDATE for a burst's starts), at the latest STARTED_FLUSH_MS later. */
