@@ -54,10 +54,11 @@ function rows(): Row[] {
     : [];
   for (const admission of admissionRuns) {
     if (!admission) continue;
-    const run = admission.burstPerClient ? `a burst of ${admission.burstPerClient} creates each, ${admission.seconds} s` : `${admission.seconds} s`;
+    const run = admission.burstPerClient ? `${admission.bursts ?? 1} burst(s) of ${admission.burstPerClient} creates each, ${admission.seconds} s in all` : `${admission.seconds} s`;
     const by = admission.admittedBy ? `; admitted by ${String(admission.admittedBy).replace(/ \(.*\)$/, '')}` : '';
     const b = `admission (${admission.clients} clients, ${admission.hosts} hosts, ${run}${by}${admission.temporal ? `; ${admission.temporal}` : ''})`;
-    add(b, 'admissions per second', '≥ 50 /s', `${admission.admissionsPerSecond} /s`, atLeast(admission.admissionsPerSecond, 50));
+    const byBurst: number[] | undefined = admission.admissionsPerSecondByBurst;
+    add(b, 'admissions per second', '≥ 50 /s', `${admission.admissionsPerSecond} /s${byBurst ? ` (by burst: ${byBurst.join(', ')})` : ''}`, atLeast(admission.admissionsPerSecond, 50));
     add(b, 'create latency p50 / p99', 'p99 ≤ 1000 ms', `${admission.createLatencyMs.p50} / ${admission.createLatencyMs.p99} ms`, atMost(admission.createLatencyMs.p99, 1000));
     const running = admission.workflowRunningAfterAnswerMs;
     const checked = admission.workflowsChecked ? `, ${admission.workflowsChecked} leases` : '';

@@ -14,7 +14,11 @@ import { createApp } from '../src/api/app';
 import { LeaseOutbox } from '../src/outbox';
 import { physicalHostPlugin } from '../src/resources/physical-host';
 import type { Pool } from '../src/db/pool';
-import { pluginRegistry } from '../src/domain/resource-plugin';
+import { pluginRegistry, type ResourcePlugin } from '../src/domain/resource-plugin';
+import { DatabaseError } from 'pg';
+import { z } from 'zod';
+import { newLease, type NewLeaseRequest } from '../src/domain/lease';
+import type { LeaseWorkflowInput } from '../workflows/lease/messages';
 import { doubleBookings, insertHost } from './support/hosts';
 import { apiClient, eventually, inSeconds, startTestStack, useTestStack, type TestStack } from './support/stack';
 
@@ -25,6 +29,20 @@ const hostsOf = (scenario: string) => ({ resource_type: 'physical:host', min: 1,
 /** An owed start that the admitting API never makes: what an API killed right after its commit leaves. */
 class NeverStartingOutbox extends LeaseOutbox {
   override startSoon(): void {}
+}
+
+/** Records when each workflow start would be made, instead of making it: the order of starts and answers is what is tested. */
+class RecordingOutbox extends LeaseOutbox {
+  readonly started: Array<{ leaseId: string; atMs: number }> = [];
+  protected override start(input: LeaseWorkflowInput): Promise<void> {
+    this.started.push({ leaseId: input.admitted!.id, atMs: Date.now() });
+    return Promise.resolve();
+  }
+}
+
+function admittedInput(name: string): LeaseWorkflowInput {
+  const request: NewLeaseRequest = { id: randomUUID(), name, projectId: 'admission-project', userId: 'alice', start: Date.now() + 3_600_000, end: Date.now() + 7_200_000, reservations: [], requestedMs: Date.now() };
+  return { request, requestHash: 'f'.repeat(64), admitted: newLease(request) };
 }
 
 async function workflowStatus(stack: TestStack, leaseId: string): Promise<string | undefined> {
@@ -52,8 +70,10 @@ describe('leases admitted by the API', () => {
     expect(new Set(admitted.map((a) => a.body.lease.reservations[0].hosts[0])).size).toBe(3);
     expect(await doubleBookings(stack().db.pool)).toEqual([]);
     for (const { body } of admitted) await eventually(async () => ((await workflowStatus(stack(), body.lease.id)) === 'RUNNING' ? true : undefined), 15_000);
-    const { rows } = await stack().db.pool.query<{ owed: string }>("SELECT count(*)::text AS owed FROM lease_outbox WHERE started_at IS NULL AND lease_id = ANY($1)", [admitted.map((a) => a.body.lease.id)]);
-    expect(rows[0].owed).toBe('0');
+    // Each start is written to its row just after Temporal took it (a batch at a time).
+    const owed = async () => (await stack().db.pool.query<{ owed: string }>('SELECT count(*)::text AS owed FROM lease_outbox WHERE started_at IS NULL AND lease_id = ANY($1)', [admitted.map((a) => a.body.lease.id)])).rows[0].owed;
+    await eventually(async () => ((await owed()) === '0' ? true : undefined), 10_000);
+    expect(await owed()).toBe('0');
   });
 
   it('answers concurrent retries with one Idempotency-Key with the one lease, and refuses the key with another body', async () => {
@@ -105,6 +125,74 @@ describe('leases admitted by the API', () => {
       expect(await marked()).toHaveLength(3);
     } finally {
       await new Promise((resolve) => server.close(resolve));
+    }
+  }, 60_000);
+
+  it('answers a burst first: owed starts wait while admissions are in flight, until the last is answered or for yieldMs at most', async () => {
+    const s = stack();
+    const deps = { pool: s.db.pool, client: s.temporal.client, taskQueue: s.config.temporal.taskQueue, log: pino({ level: 'silent' }), sweepMs: 60_000, graceMs: 60_000 };
+    // No admission in flight: started at once.
+    const idle = new RecordingOutbox({ ...deps, yieldMs: 60_000 });
+    const alone = admittedInput('alone');
+    idle.startSoon(alone);
+    expect(idle.started.map((x) => x.leaseId)).toEqual([alone.admitted!.id]);
+
+    // Two admissions in flight: the starts owed meanwhile wait for the last one to end, however long.
+    const outbox = new RecordingOutbox({ ...deps, yieldMs: 60_000 });
+    const releases: Array<() => void> = [];
+    const admission = () => outbox.whileAdmitting(() => new Promise<void>((resolve) => releases.push(resolve)));
+    const [first, second] = [admission(), admission()];
+    const [a, b] = [admittedInput('a'), admittedInput('b')];
+    outbox.startSoon(a);
+    outbox.startSoon(b);
+    releases[0]();
+    await first;
+    expect(outbox.started).toEqual([]);
+    releases[1]();
+    await second;
+    expect(outbox.started.map((x) => x.leaseId)).toEqual([a.admitted!.id, b.admitted!.id]);
+
+    // Admissions that never end hold a start back for yieldMs, and no longer.
+    const yielding = new RecordingOutbox({ ...deps, yieldMs: 300 });
+    void yielding.whileAdmitting(() => new Promise<void>(() => undefined));
+    const committedAt = Date.now();
+    const held = admittedInput('held');
+    yielding.startSoon(held);
+    expect(yielding.started).toEqual([]);
+    await eventually(() => Promise.resolve(yielding.started.length ? true : undefined), 10_000);
+    expect(yielding.started[0].leaseId).toBe(held.admitted!.id);
+    expect(yielding.started[0].atMs - committedAt).toBeGreaterThanOrEqual(300);
+    await Promise.all([idle.stop(), outbox.stop(), yielding.stop()]);
+  });
+
+  it('answers a booking that lost its race on every try with a 503 and Retry-After, never a 500, and records nothing', async () => {
+    // A type whose every booking loses to a concurrent one (PostgreSQL's deadlock), however often the admission runs again.
+    let tries = 0;
+    const alwaysDeadlocked: ResourcePlugin = {
+      resourceType: 'test:always-deadlocked',
+      paramsSchema: z.strictObject({}),
+      earliest: () => Promise.resolve({ longestMs: 0, cutShort: false, tried: 1 }),
+      reserve: () => Promise.reject(new Error('admitted by the API only')),
+      end: () => Promise.resolve({}),
+      bookAtAdmission: () => {
+        tries++;
+        return Promise.reject(Object.assign(new DatabaseError('deadlock detected', 0, 'error'), { code: '40P01' }));
+      },
+    };
+    const contended = await startTestStack({ plugins: [alwaysDeadlocked] });
+    try {
+      const res = await fetch(`${contended.url}/v1/leases`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', ...PROJECT },
+        body: JSON.stringify({ name: 'contended', start_date: inSeconds(3600), end_date: inSeconds(7200), reservations: [{ resource_type: 'test:always-deadlocked' }] }),
+      });
+      expect({ status: res.status, retryAfter: res.headers.get('retry-after') }).toEqual({ status: 503, retryAfter: '1' });
+      expect(await res.json()).toMatchObject({ error_code: 503, error_message: 'too many concurrent bookings of the same resources: nothing was booked; try again' });
+      expect(tries).toBe(20); // inTransaction's attempts, each rolled back
+      expect((await apiClient(contended.url, PROJECT)('GET', '/v1/leases?name=contended')).body.leases).toEqual([]);
+      expect((await contended.db.pool.query('SELECT 1 FROM lease_outbox')).rowCount).toBe(0);
+    } finally {
+      await contended.stop();
     }
   }, 60_000);
 

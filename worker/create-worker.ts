@@ -35,6 +35,11 @@ export async function createWorker(options: {
     ...('bundlePath' in workflows ? { workflowBundle: { codePath: workflows.bundlePath } } : { workflowsPath: workflows.workflowsPath }),
     // Pending leases sleep for weeks: keep only recently active ones in memory.
     maxCachedWorkflows: config.worker.maxCachedWorkflows,
+    // Half the workflow-task pollers on the task queue itself (the SDK's default is a fifth, the rest
+    // on this worker's sticky queue): every admitted lease's workflow takes its first task from there,
+    // and with two pollers over the queue's partitions a burst's first tasks waited up to 2.5 s
+    // (bench:admission, LK_BENCH_BURST=1); with five, under one.
+    nonStickyToStickyPollRatio: 0.5,
     // On SIGTERM, running activities get this long to finish before the worker stops.
     shutdownGraceTime: config.worker.shutdownGraceMs,
   });

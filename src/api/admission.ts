@@ -84,7 +84,12 @@ class AdmittedMeanwhile extends Error {}
  * ApiError the workflow's admission would have given. `idempotent`: the id comes from an
  * Idempotency-Key, and a retry of the same request answers the lease admitted first.
  */
-export async function admitInApi(deps: ApiAdmissionDeps, request: NewLeaseRequest, requestHash: string, idempotent: boolean): Promise<Lease | 'admitted-by-workflow'> {
+export function admitInApi(deps: ApiAdmissionDeps, request: NewLeaseRequest, requestHash: string, idempotent: boolean): Promise<Lease | 'admitted-by-workflow'> {
+  // The workflows of leases admitted meanwhile are started once the admissions in flight are answered.
+  return deps.outbox.whileAdmitting(() => admit(deps, request, requestHash, idempotent));
+}
+
+async function admit(deps: ApiAdmissionDeps, request: NewLeaseRequest, requestHash: string, idempotent: boolean): Promise<Lease | 'admitted-by-workflow'> {
   if (idempotent) {
     const retried = await earlierAdmission(deps.pool, request.id, requestHash);
     if (retried) return retried;

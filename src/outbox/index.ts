@@ -68,6 +68,8 @@ export interface LeaseOutboxDeps {
   graceMs: number;
   /** Starts in flight at once from this process (the rest wait their turn in memory, then the sweeps). */
   concurrency?: number;
+  /** How long a start may wait for this process's admissions in flight to be answered first (`whileAdmitting`). */
+  yieldMs?: number;
 }
 
 /** Owed starts a sweep takes at once; a busy backlog is worked through sweep after sweep. */
@@ -76,10 +78,20 @@ const SWEEP_BATCH = 100;
 const STARTED_FLUSH_MS = 50;
 /** Owed starts kept in memory per process, waiting for a free slot; beyond that (or past the grace) the sweeps start them. */
 const QUEUE_LIMIT = 10_000;
+/**
+ * How long a start waits, at most, while admissions are being answered. A workflow's start and
+ * first task cost Temporal and the worker several times the CPU of an admission; made at once, in
+ * the middle of a burst, they delay the answers still owed. Answers first, then the starts: the
+ * lease's workflow has seconds, the person waiting for the 201 does not.
+ */
+const YIELD_MS = 1_000;
 
 export class LeaseOutbox {
   private readonly queue: Array<{ input: LeaseWorkflowInput; committedAt: number }> = [];
   private inFlight = 0;
+  private admitting = 0;
+  private yieldTimer: NodeJS.Timeout | undefined;
+  private readonly yieldMs: number;
   private sweeping: Promise<void> | undefined;
   private timer: NodeJS.Timeout | undefined;
   private readonly concurrency: number;
@@ -91,6 +103,21 @@ export class LeaseOutbox {
 
   constructor(private readonly deps: LeaseOutboxDeps) {
     this.concurrency = deps.concurrency ?? 16;
+    this.yieldMs = deps.yieldMs ?? YIELD_MS;
+  }
+
+  /**
+   * Runs an admission; the starts owed meanwhile wait until no admission is in flight here (or
+   * for `yieldMs` at most), so that a burst's answers are not held up by its workflows' starts.
+   */
+  async whileAdmitting<T>(admission: () => Promise<T>): Promise<T> {
+    this.admitting++;
+    try {
+      return await admission();
+    } finally {
+      this.admitting--;
+      if (this.admitting === 0) this.drain();
+    }
   }
 
   /** Tells `started` how long each start took from the admission's commit, and `failed` of each start that failed. */
@@ -164,6 +191,8 @@ export class LeaseOutbox {
   async stop(waitMs = 10_000): Promise<void> {
     if (this.timer) clearTimeout(this.timer);
     this.timer = undefined;
+    if (this.yieldTimer) clearTimeout(this.yieldTimer);
+    this.yieldTimer = undefined;
     this.queue.length = 0;
     const until = Date.now() + waitMs;
     await this.sweeping;
@@ -184,12 +213,21 @@ export class LeaseOutbox {
     if (ids.length) await markStarted(this.deps.pool, ids).catch((err: unknown) => this.deps.log.warn({ err, leases: ids.length }, 'recording started lease workflows failed: the sweeps will find them started'));
   }
 
-  private start(input: LeaseWorkflowInput): Promise<void> {
+  protected start(input: LeaseWorkflowInput): Promise<void> {
     return startRecordedLease(this.deps.client, this.deps.taskQueue, input, createdOrigin(input.admitted!));
   }
 
   private drain(): void {
     while (this.inFlight < this.concurrency && this.queue.length > 0) {
+      const waited = Date.now() - this.queue[0].committedAt;
+      if (this.admitting > 0 && waited < this.yieldMs) {
+        // Answers first: look again when the last admission in flight ends, or when the oldest start may wait no longer.
+        this.yieldTimer ??= setTimeout(() => {
+          this.yieldTimer = undefined;
+          this.drain();
+        }, this.yieldMs - waited);
+        return;
+      }
       const { input, committedAt } = this.queue.shift()!;
       // Waited past the grace: the sweeps (of every process) take it now; starting it here too would be twice.
       if (Date.now() - committedAt > this.deps.graceMs) continue;
