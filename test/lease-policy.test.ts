@@ -5,10 +5,9 @@
  * capabilities. Admins may do all of it.
  */
 import { physicalHostPlugin } from '../src/resources/physical-host';
-import { leaseWorkflowId } from '../workflows/lease/messages';
 import { hostReservation } from './support/builders';
 import { insertHost } from './support/hosts';
-import { apiClient, eventually, inSeconds, useTestStack } from './support/stack';
+import { apiClient, eventually, inSeconds, startedLeaseWorkflow, useTestStack } from './support/stack';
 
 const ALICE = { 'x-project-id': 'project-a', 'x-user-id': 'alice', 'x-roles': 'member' };
 const CAROL = { 'x-project-id': 'project-a', 'x-user-id': 'carol', 'x-roles': 'member' };
@@ -105,7 +104,7 @@ describe('lease policy for project members', () => {
     const name = '**x** [click](http://evil.example.com) <img src=x>';
     const asMallory = apiClient(stack().url, { 'x-project-id': 'p<b>', 'x-user-id': 'u](x)', 'x-roles': 'member' });
     const lease = (await asMallory('POST', '/v1/leases', { name, ...soon() })).body.lease;
-    const handle = stack().temporal.client.workflow.getHandle(leaseWorkflowId(lease.id));
+    const handle = await startedLeaseWorkflow(stack(), lease.id);
     const description = await handle.describe();
     const escapedName = String.raw`\*\*x\*\* \[click\]\(http\:\/\/evil\.example\.com\) \<img src\=x\>`;
     expect(await description.staticSummary()).toContain(String.raw`lease ${escapedName} · project p\<b\> · `);

@@ -10,11 +10,11 @@ import path from 'node:path';
 import { delay, type ManagedProcess } from '../scripts/lib/processes';
 import { ensureCluster, ensureDatabase, localUrl, startPostgres } from '../scripts/lib/postgres-local';
 import { physicalHostPlugin } from '../src/resources/physical-host';
-import { getLease, leaseWorkflowId } from '../workflows/lease/messages';
+import { getLease } from '../workflows/lease/messages';
 import { hostReservation } from './support/builders';
 import { doubleBookings, insertHost } from './support/hosts';
 import { freePort } from './support/ports';
-import { apiClient, useTestStack, type ApiCall } from './support/stack';
+import { apiClient, startedLeaseWorkflow, useTestStack, type ApiCall } from './support/stack';
 
 const HOSTS = 10;
 const CLIENTS = 8;
@@ -120,7 +120,7 @@ describe('PostgreSQL restarted mid-admission', () => {
     expect(new Map(bookings.map((b) => [b.lease_id, Number(b.n)]))).toEqual(new Map([...leaseIds].map((id) => [id, 1])));
     expect(await doubleBookings(pool)).toEqual([]);
     for (const row of live) {
-      const lease = await stack().temporal.client.workflow.getHandle(leaseWorkflowId(row.id)).query(getLease);
+      const lease = await (await startedLeaseWorkflow(stack(), row.id)).query(getLease);
       expect({ status: lease.status, version: lease.version }).toEqual({ status: 'PENDING', version: Number(row.version) });
     }
   }, 180_000);

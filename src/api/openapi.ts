@@ -256,7 +256,7 @@ const projectWebhook = z
 const COMMON_REFUSALS = {
   400: refusal('a malformed request: the first problem, naming the field'),
   401: refusal('no valid X-Auth-Token (keystone)'),
-  503: refusal('a dependency (PostgreSQL, Temporal, OpenStack) did not answer: try again'),
+  503: refusal('a dependency (PostgreSQL, Temporal, OpenStack) did not answer, or concurrent bookings of the same resources won every try (with Retry-After): try again'),
 };
 
 /** Everything under /v1 but the description itself: Keystone tokens, or noauth's identity headers in development. */

@@ -6,6 +6,7 @@
 import type { Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Worker } from '@temporalio/worker';
+import { WorkflowNotFoundError } from '@temporalio/client';
 import pino from 'pino';
 import { createApp } from '../../src/api/app';
 import { LeaseOutbox } from '../../src/outbox';
@@ -184,6 +185,24 @@ export async function deleteAllLeases(api: ReturnType<typeof apiClient>, timeout
   for (const lease of await listed()) await api('DELETE', `/v1/leases/${lease.id}`);
   let left: Listed = [];
   await eventually(async () => ((left = await listed()).length === 0 ? true : undefined), timeoutMs, 100, () => `leases left behind: ${left.map((lease) => `${lease.id} (${lease.status})`).join(', ')}; not gone`);
+}
+
+/**
+ * The lease's workflow once Temporal has it. A lease the API admitted itself answers 201 before its
+ * workflow is started (src/outbox): a test that reads the workflow right after the create waits here.
+ */
+export async function startedLeaseWorkflow(stack: TestStack, leaseId: string, timeoutMs = 15_000) {
+  const handle = stack.temporal.client.workflow.getHandle(leaseWorkflowId(leaseId));
+  await eventually(
+    () => handle.describe().catch((err: unknown) => {
+      if (err instanceof WorkflowNotFoundError) return undefined;
+      throw err;
+    }),
+    timeoutMs,
+    50,
+    () => `the workflow of lease ${leaseId} not started`,
+  );
+  return handle;
 }
 
 /**
