@@ -18,6 +18,7 @@ import { hostReservation, pendingReservation, reservationContext } from '../test
 import { doubleBookings, insertHost } from '../test/support/hosts';
 import { apiClient, startTestStack } from '../test/support/stack';
 import { WorkflowNotFoundError } from '@temporalio/client';
+import { owedStartsCount } from '../src/db/lease-outbox';
 import { isDeadlockOrSerialization, type Pool } from '../src/db/pool';
 import { ApplicationFailure } from '@temporalio/common';
 import { physicalHostPlugin } from '../src/resources/physical-host';
@@ -84,8 +85,7 @@ async function calendarOnly(calendar: HostCalendar, seconds: number, horizon: nu
 async function quietAfterBurst(pool: Pool): Promise<void> {
   const until = Date.now() + 30_000;
   while (Date.now() < until) {
-    const { rows } = await pool.query<{ owed: number }>('SELECT count(*)::int AS owed FROM lease_outbox WHERE started_at IS NULL');
-    if (rows[0].owed === 0) break;
+    if ((await owedStartsCount(pool)) === 0) break;
     await new Promise((resolve) => setTimeout(resolve, 200));
   }
   await new Promise((resolve) => setTimeout(resolve, 2_000));
