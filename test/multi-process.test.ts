@@ -20,6 +20,8 @@ const REQUESTS_PER_CLIENT = 12;
 /** The kills come after this many answered creates: mid-load, whatever the machine's speed. */
 const KILL_AFTER = 40;
 const SHORT_LEASES = 10;
+/** Temporal's default number of partitions per task queue (`matching.numTaskqueueReadPartitions`). */
+const TASK_QUEUE_PARTITIONS = 4;
 /**
  * Credentials, so that host leases are admitted (without any, they are refused: they could never
  * start); these leases are in 2099 and are never started or deleted (both would call Nova), so no
@@ -52,11 +54,28 @@ describe('two workers and two APIs on one Temporal and one PostgreSQL', () => {
     processes.push(...workers, ...apis.map((api) => api.proc));
   }, 60_000);
 
+  /**
+   * Who polls the lease task queue for workflow tasks, over all of its partitions: a poller waits on
+   * one partition, chosen at random, so the root partition alone may not have seen a worker yet.
+   */
+  async function workflowTaskPollers(): Promise<Set<string>> {
+    const { namespace, taskQueue } = stack().config.temporal;
+    const names = [taskQueue, ...Array.from({ length: TASK_QUEUE_PARTITIONS - 1 }, (_, i) => `/_sys/${taskQueue}/${i + 1}`)];
+    const identities = new Set<string>();
+    for (const name of names) {
+      const described = await stack().temporal.client.workflowService.describeTaskQueue({ namespace, taskQueue: { name }, taskQueueType: 1 });
+      for (const poller of described.pollers ?? []) if (poller.identity) identities.add(poller.identity);
+    }
+    return identities;
+  }
+
   it('books nothing twice, loses nothing and runs each lease once when one worker and one API are killed under load', async () => {
     const [apiA, apiB] = apis.map((api) => apiClient(api.url));
     // Both workers poll the lease task queue before anything is killed.
-    const pollers = await stack().temporal.client.workflowService.describeTaskQueue({ namespace: stack().config.temporal.namespace, taskQueue: { name: stack().config.temporal.taskQueue }, taskQueueType: 1 });
-    expect(new Set((pollers.pollers ?? []).map((poller) => poller.identity)).size).toBe(2);
+    expect(await eventually(async () => {
+      const identities = await workflowTaskPollers();
+      return identities.size === 2 ? identities.size : undefined;
+    }, 30_000, 250, () => 'both workers never polled the lease task queue')).toBe(2);
 
     // Short leases, half through each API: they start and end while the load runs and the kills happen.
     const short: string[] = [];
