@@ -13,8 +13,8 @@ import { leaseConflict, LeaseErrorType, newLease, type Lease, type NewLeaseReque
 import { bookedReservation, reservationContext, type ResourceTypes, type ReserveResult } from '../domain/resource-plugin';
 import { addOwedStart, admittedRequestHash } from '../db/lease-outbox';
 import { findLease, saveLease } from '../db/leases';
-import { isDeadlockOrSerialization, isExclusionViolation, type Pool } from '../db/pool';
-import { inTransaction } from '../db/transaction';
+import type { Pool } from '../db/pool';
+import { bookInTransaction } from '../resources/shared/booking';
 import { policyFailure, type UsagePolicyEnforcer } from '../policy/enforcement';
 import type { LeaseOutbox } from '../outbox';
 import type { LeaseWorkflowInput } from '../../workflows/lease/messages';
@@ -97,7 +97,8 @@ async function admit(deps: ApiAdmissionDeps, request: NewLeaseRequest, requestHa
   const draft = newLease(request);
   await deps.temporalReady();
   try {
-    const admitted = await inTransaction(
+    // A concurrent booking took a chosen host first: choose again, seeing the winner's booking.
+    const admitted = await bookInTransaction(
       deps.pool,
       async (client) => {
         if (idempotent) {
@@ -121,8 +122,7 @@ async function admit(deps: ApiAdmissionDeps, request: NewLeaseRequest, requestHa
         await addOwedStart(client, lease.id, requestHash, input);
         return { lease, input };
       },
-      // A concurrent booking took a chosen host first: choose again, seeing the winner's booking.
-      { retryOn: (err) => isExclusionViolation(err) || isDeadlockOrSerialization(err) },
+      { retryExclusion: true },
     );
     deps.outbox.startSoon(admitted.input);
     return admitted.lease;

@@ -21,11 +21,12 @@ export function bookingKey(request: unknown[]): string {
 /**
  * Runs a booking in one transaction, again from the start when it lost a race with a concurrent
  * booking (a deadlock between them, or, with `retryExclusion`, the other took a chosen resource
- * first): the next run sees the winner's booking.
+ * first): the next run sees the winner's booking. Bookings run again one at a time, whatever
+ * their resource type.
  */
 export function bookInTransaction<T>(pool: Pool, work: (client: PoolClient) => Promise<T>, options: { retryExclusion: boolean }): Promise<T> {
   const lostRace = (err: unknown) => isDeadlockOrSerialization(err) || (options.retryExclusion && isExclusionViolation(err));
-  return inTransaction(pool, work, { retryOn: lostRace });
+  return inTransaction(pool, work, { retryOn: lostRace, retriesOneAtATime: 'bookings' });
 }
 
 /** Frees a booking: all of it if its lease never started, else from `nowMs` on. */
