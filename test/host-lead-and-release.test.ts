@@ -6,7 +6,7 @@
 import { physicalHostPlugin } from '../src/resources/physical-host';
 import { blazarHostReservation } from './support/builders';
 import { insertHost } from './support/hosts';
-import { startNoticeReceiver, type NoticeReceiver } from './support/notice-receiver';
+import { startWebhookReceiver, type WebhookReceiver } from './support/notice-receiver';
 import { apiClient, eventually, inSeconds, useTestStack } from './support/stack';
 
 const LEAD_MINUTES = 30;
@@ -94,9 +94,9 @@ async function expectEventually(check: () => Promise<boolean>, timeoutMs = 15_00
 }
 
 describe('before_end: notify', () => {
-  let receiver: NoticeReceiver;
+  let receiver: WebhookReceiver;
   beforeAll(async () => {
-    receiver = await startNoticeReceiver(1); // the first delivery gets a 503: the activity must retry it
+    receiver = await startWebhookReceiver({ failFirst: 1 }); // the first delivery gets a 503: the activity must retry it
   });
   const stack = useTestStack(() => ({
     env: { LK_NOTIFY_URL: receiver.url },

@@ -9,7 +9,7 @@ import { physicalHostPlugin } from '../src/resources/physical-host';
 import { physicalHostWatch } from '../src/resources/physical-host/health';
 import { hostReservation } from './support/builders';
 import { doubleBookings, insertHost } from './support/hosts';
-import { startNoticeReceiver, type NoticeReceiver } from './support/notice-receiver';
+import { startWebhookReceiver, type WebhookReceiver } from './support/notice-receiver';
 import { apiClient, eventually, inSeconds, useTestStack } from './support/stack';
 
 /** A lease date ("2026-11-21T09:15:00.000000", UTC) as epoch ms. */
@@ -18,9 +18,9 @@ const GPU = JSON.stringify(['==', '$gpu', 'a100']);
 const CPU = JSON.stringify(['==', '$kind', 'cpu']);
 
 describe('maintenance windows', () => {
-  let receiver: NoticeReceiver | undefined;
+  let receiver: WebhookReceiver | undefined;
   beforeAll(async () => {
-    receiver = await startNoticeReceiver();
+    receiver = await startWebhookReceiver();
   });
   // The deployment's webhook is the receiver (started before the stack, which reads its address).
   const stack = useTestStack(() => ({

@@ -4,14 +4,14 @@
  * alone, and is reaped in its turn once nobody uses it any more.
  */
 import { RecordingPlugin } from './support/recording-plugin';
-import { startNoticeReceiver, type NoticeReceiver } from './support/notice-receiver';
+import { startWebhookReceiver, type WebhookReceiver } from './support/notice-receiver';
 import { apiClient, eventually, inSeconds, useTestStack } from './support/stack';
 
 describe('idle leases', () => {
   const plugin = new RecordingPlugin();
-  let receiver: NoticeReceiver;
+  let receiver: WebhookReceiver;
   beforeAll(async () => {
-    receiver = await startNoticeReceiver();
+    receiver = await startWebhookReceiver();
   });
   const stack = useTestStack(() => ({
     // Warned after 3.6 s of nobody using it, ended after 7.2 s.

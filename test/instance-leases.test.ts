@@ -11,7 +11,7 @@ import { floatingIpPlugin } from '../src/resources/floating-ip';
 import { COMPUTE_KIND } from '../src/resources/shared/compute-providers';
 import { virtualInstancePlugin } from '../src/resources/virtual-instance';
 import { insertHost } from './support/hosts';
-import { startNoticeReceiver, type NoticeReceiver } from './support/notice-receiver';
+import { startWebhookReceiver, type WebhookReceiver } from './support/notice-receiver';
 import { apiClient, deleteAllLeases, eventually, inSeconds, useTestStack } from './support/stack';
 
 const NETWORK = '33333333-3333-4333-8333-333333333333';
@@ -94,9 +94,9 @@ describe('instance leases and availability through the API', () => {
 });
 
 describe('instance leases: before_end notify', () => {
-  let receiver: NoticeReceiver;
+  let receiver: WebhookReceiver;
   beforeAll(async () => {
-    receiver = await startNoticeReceiver();
+    receiver = await startWebhookReceiver();
   });
   const stack = useTestStack(() => ({
     env: { LK_NOTIFY_URL: receiver.url },

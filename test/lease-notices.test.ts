@@ -6,87 +6,38 @@
  * update and end, its denial passed through.
  */
 import { createHmac } from 'node:crypto';
-import http from 'node:http';
-import type { AddressInfo } from 'node:net';
 import { physicalHostPlugin } from '../src/resources/physical-host';
 import { hostReservation } from './support/builders';
 import { insertHost } from './support/hosts';
+import { startWebhookReceiver, type Delivery, type WebhookReceiver } from './support/notice-receiver';
 import { apiClient, eventually, inSeconds, useTestStack } from './support/stack';
 
 const SECRET = 'a-secret-of-the-deployment-webhook';
 
-interface Delivery {
-  headers: http.IncomingHttpHeaders;
-  raw: string;
-  body: { event_type: string; message_id: string; payload: Record<string, unknown> };
-}
-
-/** A receiver on 127.0.0.1: answers the first `failFirst` with 500, or never answers at all (`dead`). */
-async function receiver(options: { failFirst?: number; dead?: boolean } = {}) {
-  const received: Delivery[] = [];
-  let failed = 0;
-  const held: http.ServerResponse[] = [];
-  const server = http.createServer((req, res) => {
-    let raw = '';
-    req.on('data', (chunk: Buffer) => (raw += chunk.toString()));
-    req.on('end', () => {
-      if (options.dead) return void held.push(res);
-      if (failed < (options.failFirst ?? 0)) {
-        failed++;
-        res.writeHead(500).end();
-        return;
+/** Blazar's external filter as a credit service would run it: denies leases named deny-*, fails for broken-*, records every call. */
+function policyService() {
+  return startWebhookReceiver({
+    path: '/policy/',
+    answer: (res, call) => {
+      const lease = (call.body.lease ?? {}) as { name?: string };
+      if (call.path === '/policy/check-create' && lease.name?.startsWith('broken-')) return void res.writeHead(500).end();
+      if (call.path === '/policy/check-create' && lease.name?.startsWith('deny-')) {
+        return void res.writeHead(403, { 'content-type': 'application/json' }).end(JSON.stringify({ message: 'Project project-a has no credits left for 2 host-hours.' }));
       }
-      received.push({ headers: req.headers, raw, body: JSON.parse(raw) });
       res.writeHead(204).end();
-    });
-  });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  return {
-    url: `http://127.0.0.1:${(server.address() as AddressInfo).port}/hook`,
-    received,
-    failed: () => failed,
-    close: async () => {
-      for (const res of held) res.destroy();
-      server.closeAllConnections();
-      await new Promise((resolve) => server.close(resolve));
     },
-  };
-}
-
-/** Blazar's external filter as a credit service would run it: denies leases named deny-*, records every call. */
-async function policyService() {
-  const calls: Array<{ path: string; body: Record<string, unknown> }> = [];
-  const server = http.createServer((req, res) => {
-    let raw = '';
-    req.on('data', (chunk: Buffer) => (raw += chunk.toString()));
-    req.on('end', () => {
-      const body = JSON.parse(raw) as Record<string, unknown>;
-      calls.push({ path: req.url ?? '', body });
-      const lease = (body.lease ?? {}) as { name?: string };
-      if (req.url === '/policy/check-create' && lease.name?.startsWith('broken-')) {
-        res.writeHead(500).end();
-        return;
-      }
-      if (req.url === '/policy/check-create' && lease.name?.startsWith('deny-')) {
-        res.writeHead(403, { 'content-type': 'application/json' }).end(JSON.stringify({ message: 'Project project-a has no credits left for 2 host-hours.' }));
-        return;
-      }
-      res.writeHead(204).end();
-    });
   });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}/policy/`, calls, close: () => new Promise((resolve) => server.close(resolve)) };
 }
 
 describe('lease notices', () => {
-  let deployment: Awaited<ReturnType<typeof receiver>>;
-  let project: Awaited<ReturnType<typeof receiver>>;
-  let dead: Awaited<ReturnType<typeof receiver>>;
-  let policy: Awaited<ReturnType<typeof policyService>>;
+  let deployment: WebhookReceiver;
+  let project: WebhookReceiver;
+  let dead: WebhookReceiver;
+  let policy: WebhookReceiver;
   beforeAll(async () => {
-    deployment = await receiver({ failFirst: 2 });
-    project = await receiver();
-    dead = await receiver({ dead: true });
+    deployment = await startWebhookReceiver({ path: '/hook', failFirst: 2, failWith: 500 });
+    project = await startWebhookReceiver({ path: '/hook' });
+    dead = await startWebhookReceiver({ path: '/hook', answer: () => undefined });
     policy = await policyService();
   });
   const stack = useTestStack(() => ({
@@ -135,7 +86,7 @@ describe('lease notices', () => {
     expect(types(deployment.received)).toEqual(expected);
     expect(types(project.received)).toEqual(expected);
     // Each notice once (its Idempotency-Key), though the first two deliveries got a 500 and were retried.
-    expect(deployment.failed()).toBe(2);
+    expect(deployment.refused()).toBe(2);
     for (const deliveries of [deployment.received, project.received]) {
       const keys = ofLease(deliveries, id).map((d) => d.headers['idempotency-key']);
       expect(new Set(keys).size).toBe(keys.length);
@@ -187,7 +138,7 @@ describe('lease notices', () => {
     const lease = (await asA('POST', '/v1/leases', { name: 'credited', start_date: inSeconds(3600), end_date: inSeconds(7200), reservations: [hostReservation()] })).body.lease;
     expect((await asA('PUT', `/v1/leases/${lease.id}`, { end_date: inSeconds(9000) })).status).toBe(200);
     expect((await asA('DELETE', `/v1/leases/${lease.id}`)).status).toBe(204);
-    const calls = policy.calls.filter((c) => JSON.stringify(c.body).includes('credited'));
+    const calls = policy.requests.filter((c) => JSON.stringify(c.body).includes('credited'));
     expect(calls.map((c) => c.path)).toEqual(['/policy/check-create', '/policy/check-update', '/policy/on-end']);
     expect(calls[0].body).toMatchObject({ context: { user_id: 'alice', project_id: 'project-a' }, lease: { name: 'credited', reservations: [expect.objectContaining({ resource_type: 'physical:host', allocations: [expect.objectContaining({ hypervisor_hostname: expect.any(String) })] })] } });
     expect(Object.keys(calls[1].body)).toEqual(['context', 'current_lease', 'lease']);

@@ -6,48 +6,24 @@
  * and oslo.messaging's shapes.
  */
 import { createHmac, timingSafeEqual } from 'node:crypto';
-import http from 'node:http';
-import type { AddressInfo } from 'node:net';
+import type http from 'node:http';
 import type { Lease } from '../src/domain/lease';
 import { noticeBody, noticeMessageId, noticePayload, osloEnvelope, osloTimestamp, pythonJson } from '../src/notifications/blazar-payload';
 import { NoticeFailedError, NoticeRefusedError } from '../src/notifications/errors';
 import type { Notice } from '../src/domain/notices';
 import { addressProblem, checkWebhookAddress, deliverWebhook, generateSecret, MAX_RESPONSE_BYTES, signatureOf, WebhookAddressError } from '../src/notifications/webhooks';
+import { startWebhookReceiver, type Delivery } from './support/notice-receiver';
 
 const SECRET = 'a-webhook-secret-of-some-length';
 
-interface Received {
-  headers: http.IncomingHttpHeaders;
-  body: Buffer;
-  signatureValid: boolean;
-}
+/** A receiver on 127.0.0.1 where the webhook's URL carries a token (never to be shown in an error); `answer` replies. */
+const receiver = (answer: (res: http.ServerResponse) => void) => startWebhookReceiver({ path: '/hooks/leasekeeper?token=abc', answer });
 
-/** A webhook receiver on 127.0.0.1 that checks the signature with SECRET and records what came; `answer` replies. */
-async function receiver(answer: (res: http.ServerResponse, received: Received) => void) {
-  const received: Received[] = [];
-  const server = http.createServer((req, res) => {
-    const chunks: Buffer[] = [];
-    req.on('data', (chunk: Buffer) => chunks.push(chunk));
-    req.on('end', () => {
-      const body = Buffer.concat(chunks);
-      const expected = Buffer.from(`sha256=${createHmac('sha256', SECRET).update(body).digest('hex')}`);
-      const given = Buffer.from(String(req.headers['x-leasekeeper-signature'] ?? ''));
-      const one: Received = { headers: req.headers, body, signatureValid: given.length === expected.length && timingSafeEqual(given, expected) };
-      received.push(one);
-      answer(res, one);
-    });
-  });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const { port } = server.address() as AddressInfo;
-  return {
-    port,
-    url: `http://127.0.0.1:${port}/hooks/leasekeeper?token=abc`,
-    received,
-    close: async () => {
-      server.closeAllConnections();
-      await new Promise((resolve) => server.close(resolve));
-    },
-  };
+/** Whether the delivery's signature verifies with SECRET over the exact bytes received. */
+function signedWithSecret(delivery: Delivery): boolean {
+  const expected = Buffer.from(`sha256=${createHmac('sha256', SECRET).update(delivery.raw).digest('hex')}`);
+  const given = Buffer.from(String(delivery.headers['x-leasekeeper-signature'] ?? ''));
+  return given.length === expected.length && timingSafeEqual(given, expected);
 }
 
 const OCCURRED_MS = Date.UTC(2026, 10, 21, 9, 15, 0, 123);
@@ -107,14 +83,14 @@ describe('delivering a notice to a webhook', () => {
         const notice = leaseNotice();
         const delivered = await deliverWebhook({ url: hook.url, secret: SECRET }, notice, OPTIONS);
         expect(delivered.status).toBe(status);
-        expect(hook.received).toHaveLength(1);
-        const [got] = hook.received;
-        expect(got.signatureValid).toBe(true);
+        expect(hook.requests).toHaveLength(1);
+        const [got] = hook.requests;
+        expect(signedWithSecret(got)).toBe(true);
         expect(got.headers['idempotency-key']).toBe('notice-1');
         expect(got.headers['x-leasekeeper-event']).toBe('lease.event.start_lease');
         expect(got.headers['content-type']).toBe('application/json');
         expect(got.headers['user-agent']).toBe('leasekeeper');
-        expect(JSON.parse(got.body.toString('utf8'))).toEqual(noticeBody(notice));
+        expect(got.body).toEqual(noticeBody(notice));
       } finally {
         await hook.close();
       }
@@ -125,9 +101,9 @@ describe('delivering a notice to a webhook', () => {
     const hook = await receiver((res) => res.writeHead(200).end());
     try {
       await deliverWebhook({ url: hook.url }, hostFailed, OPTIONS);
-      expect(hook.received[0].headers['x-leasekeeper-signature']).toBeUndefined();
-      expect(signatureOf(hook.received[0].body, SECRET)).toBe(`sha256=${createHmac('sha256', SECRET).update(hook.received[0].body).digest('hex')}`);
-      expect(signatureOf(Buffer.concat([hook.received[0].body, Buffer.from(' ')]), SECRET)).not.toBe(signatureOf(hook.received[0].body, SECRET));
+      expect(hook.requests[0].headers['x-leasekeeper-signature']).toBeUndefined();
+      expect(signatureOf(hook.requests[0].raw, SECRET)).toBe(`sha256=${createHmac('sha256', SECRET).update(hook.requests[0].raw).digest('hex')}`);
+      expect(signatureOf(Buffer.concat([hook.requests[0].raw, Buffer.from(' ')]), SECRET)).not.toBe(signatureOf(hook.requests[0].raw, SECRET));
     } finally {
       await hook.close();
     }
@@ -157,7 +133,7 @@ describe('delivering a notice to a webhook', () => {
       expect((failure as Error).message).not.toContain('token=abc');
       expect((failure as Error).message).toContain(`HTTP ${status}: said ${status}`);
       // A redirect is not followed: one request only.
-      expect(hook.received).toHaveLength(1);
+      expect(hook.requests).toHaveLength(1);
     } finally {
       await hook.close();
     }
@@ -257,9 +233,9 @@ describe('the SSRF guard', () => {
         expect(refusal).toBeInstanceOf(NoticeRefusedError);
         expect((refusal as Error).message).toMatch(/(127\.0\.0\.1 is|localhost resolves to 127\.0\.0\.1,) a loopback address/);
       }
-      expect(hook.received).toHaveLength(0); // never connected
+      expect(hook.requests).toHaveLength(0); // never connected
       expect((await deliverWebhook({ url: `http://localhost:${hook.port}/hook`, secret: SECRET }, leaseNotice(), { timeoutMs: 5_000, guardAddresses: false })).status).toBe(204);
-      expect(hook.received).toHaveLength(1);
+      expect(hook.requests).toHaveLength(1);
     } finally {
       await hook.close();
     }

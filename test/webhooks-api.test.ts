@@ -15,6 +15,7 @@ import { pluginRegistry } from '../src/domain/resource-plugin';
 import { NoticeRefusedError } from '../src/notifications/errors';
 import type { Notice } from '../src/domain/notices';
 import { noteDropped, noticeTargets, sendToWebhook } from '../src/notifications/webhooks';
+import { startWebhookReceiver, type WebhookReceiver } from './support/notice-receiver';
 import { apiClient, useTestStack } from './support/stack';
 
 const ALICE = { 'x-project-id': 'project-a', 'x-user-id': 'alice', 'x-roles': 'member' };
@@ -121,23 +122,14 @@ describe("projects' webhooks", () => {
   });
 
   describe('deliveries to a project webhook (LK_WEBHOOK_ALLOW_PRIVATE: a receiver on 127.0.0.1)', () => {
-    let receiver: http.Server;
+    let receiver: WebhookReceiver;
     let receiverUrl: string;
-    const received: Array<{ path: string; key: string; signature: string; body: string }> = [];
     let api: ReturnType<typeof apiClient>;
     let app: http.Server;
 
     beforeAll(async () => {
-      receiver = http.createServer((req, res) => {
-        let body = '';
-        req.on('data', (chunk: Buffer) => (body += chunk.toString('utf8')));
-        req.on('end', () => {
-          received.push({ path: req.url ?? '', key: String(req.headers['idempotency-key']), signature: String(req.headers['x-leasekeeper-signature']), body });
-          res.writeHead(req.url === '/gone' ? 404 : 204).end();
-        });
-      });
-      await new Promise<void>((resolve) => receiver.listen(0, '127.0.0.1', resolve));
-      receiverUrl = `http://127.0.0.1:${(receiver.address() as AddressInfo).port}`;
+      receiver = await startWebhookReceiver({ answer: (res, delivery) => void res.writeHead(delivery.path === '/gone' ? 404 : 204).end() });
+      receiverUrl = receiver.origin;
       const s = stack();
       const config = { ...s.config, notices: { ...s.config.notices, allowPrivate: true } };
       app = http.createServer(createApp({ config, log: pino({ level: 'silent' }), pool: s.db.pool, connection: s.temporal.connection, client: s.temporal.client, types: pluginRegistry([]) }));
@@ -146,8 +138,7 @@ describe("projects' webhooks", () => {
     });
     afterAll(async () => {
       app.closeAllConnections();
-      receiver.closeAllConnections();
-      await Promise.all([new Promise((resolve) => app.close(resolve)), new Promise((resolve) => receiver.close(resolve))]);
+      await Promise.all([new Promise((resolve) => app.close(resolve)), receiver.close()]);
     });
 
     it('targets the webhooks that want the event, delivers signed notices and counts them; a refusal is counted as dropped with why', async () => {
@@ -165,8 +156,11 @@ describe("projects' webhooks", () => {
       expect((await noticeTargets(stack().db.pool, settings, { eventType: 'host.failed' })).webhooks).toEqual(['deployment:0', 'deployment:1']);
 
       expect(await sendToWebhook(stack().db.pool, settings, ok.id, notice)).toBe('delivered');
-      expect(received).toHaveLength(1);
-      expect(received[0]).toMatchObject({ path: '/ok', key: 'lease-1:lease.create', signature: `sha256=${createHmac('sha256', ok.secret!).update(received[0].body).digest('hex')}` });
+      expect(receiver.requests).toHaveLength(1);
+      const [delivered] = receiver.requests;
+      expect(delivered.path).toBe('/ok');
+      expect(delivered.headers['idempotency-key']).toBe('lease-1:lease.create');
+      expect(delivered.headers['x-leasekeeper-signature']).toBe(`sha256=${createHmac('sha256', ok.secret!).update(delivered.raw).digest('hex')}`);
       const refused = await sendToWebhook(stack().db.pool, settings, gone.id, notice).catch((err: unknown) => err);
       expect(refused).toBeInstanceOf(NoticeRefusedError);
       // Another project's notice never reaches this project's webhook.
@@ -181,13 +175,13 @@ describe("projects' webhooks", () => {
         [0, 0, null],
       ]);
       expect(listed[1].last_error_at).toMatch(TIMESTAMP);
-      expect(received).toHaveLength(2); // ok, then gone; nothing for project-b's notice
+      expect(receiver.requests).toHaveLength(2); // ok, then gone; nothing for project-b's notice
 
       // Without the allowance the same webhook is refused at the connection: no request leaves.
       const guarded = await sendToWebhook(stack().db.pool, { ...settings, allowPrivate: false }, ok.id, notice).catch((err: unknown) => err);
       expect(guarded).toBeInstanceOf(NoticeRefusedError);
       expect((guarded as Error).message).toContain('127.0.0.1 is a loopback address');
-      expect(received).toHaveLength(2);
+      expect(receiver.requests).toHaveLength(2);
       await api('PUT', '/v1/projects/project-a/webhooks', { webhooks: [] });
     });
   });

@@ -10,7 +10,7 @@ import { physicalHostPlugin } from '../../src/resources/physical-host';
 import { physicalHostWatch } from '../../src/resources/physical-host/health';
 import { blazarHostReservation } from '../support/builders';
 import { doubleBookings, enrolHost } from '../support/hosts';
-import { startNoticeReceiver, type NoticeReceiver } from '../support/notice-receiver';
+import { startWebhookReceiver, type WebhookReceiver } from '../support/notice-receiver';
 import { apiClient, deleteAllLeases, eventually, inSeconds, useTestStack } from '../support/stack';
 import { computeForcing, deleteAggregateNamed, rigClients, uniqueName } from './support';
 
@@ -24,9 +24,9 @@ describe('host monitor and healing with the rig', () => {
   const hostIds = new Map<string, string>();
   const { forceDown, restoreAll } = computeForcing(admin);
 
-  let receiver: NoticeReceiver;
+  let receiver: WebhookReceiver;
   beforeAll(async () => {
-    receiver = await startNoticeReceiver();
+    receiver = await startWebhookReceiver();
   });
   afterAll(() => receiver?.close());
 

@@ -10,7 +10,7 @@ import { KeystoneSession, type Network } from '../../src/openstack';
 import { bandwidthPlugin } from '../../src/resources/bandwidth';
 import { physicalHostWatch } from '../../src/resources/physical-host/health';
 import { virtualServerPlugin } from '../../src/resources/virtual-server';
-import { startNoticeReceiver, type NoticeReceiver } from '../support/notice-receiver';
+import { startWebhookReceiver, type WebhookReceiver } from '../support/notice-receiver';
 import { apiClient, deleteAllLeases, eventually, inSeconds, useTestStack } from '../support/stack';
 import { bandwidthProviderName, bootServer, computeForcing, deleteServers, providerNamed, rigClients, rigCredentials, uniqueName } from './support';
 
@@ -19,12 +19,12 @@ describe('healing server and bandwidth reservations with the rig', () => {
   const projectA = rigClients('leasekeeper-project-a');
   const servers: string[] = [];
   const { forceDown, restoreAll } = computeForcing(admin);
-  let receiver: NoticeReceiver;
+  let receiver: WebhookReceiver;
   let asA: ReturnType<typeof apiClient>;
   let network: Network;
 
   beforeAll(async () => {
-    receiver = await startNoticeReceiver();
+    receiver = await startWebhookReceiver();
   });
   afterAll(() => receiver?.close());
 

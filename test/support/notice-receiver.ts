@@ -1,44 +1,80 @@
 /**
- * A webhook receiver on 127.0.0.1 for lease notices: records what it is sent, answering the first
- * `failFirst` deliveries with 503 (so that a test sees the sender retry).
+ * A webhook receiver on 127.0.0.1, as the tests of lease notices need one: it records every
+ * request with the exact bytes of its body (signatures are over them), answers 204 unless told
+ * otherwise, and can refuse the first deliveries (so that a test sees the sender retry) or never
+ * answer at all.
  */
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 
-export interface ReceivedNotice {
+export interface Delivery {
+  /** The request's path and query. */
+  path: string;
   headers: http.IncomingHttpHeaders;
-  body: { event_type: string; payload: Record<string, unknown> };
+  /** The body exactly as sent. */
+  raw: Buffer;
+  /** The body as JSON: a notice, or what else a sender under test posts (Blazar's external filter asks with a lease). */
+  body: { event_type: string; message_id?: string; payload: Record<string, unknown> } & Record<string, unknown>;
 }
 
-export interface NoticeReceiver {
+export interface WebhookReceiverOptions {
+  /** Where a webhook points on this receiver: the URL's path and query (default /hooks/leases). */
+  path?: string;
+  /** The first this many requests are answered `failWith` (default 503). */
+  failFirst?: number;
+  failWith?: number;
+  /** Answers each request after those; writing nothing leaves it unanswered until `close`. Default: 204. */
+  answer?: (res: http.ServerResponse, delivery: Delivery) => void;
+}
+
+export interface WebhookReceiver {
+  /** http://127.0.0.1:<port> */
+  origin: string;
+  port: number;
+  /** The origin and the path: the webhook's URL. */
   url: string;
-  received: ReceivedNotice[];
-  /** Deliveries answered 503 so far. */
+  /** Every request, in order of arrival, whatever its answer. */
+  requests: Delivery[];
+  /** The requests answered 2xx: the deliveries a sender counts as done. */
+  received: Delivery[];
+  /** The requests answered with anything else, so far. */
   refused: () => number;
+  /** Stops listening and cuts any connection still open (a request never answered included). */
   close: () => Promise<void>;
 }
 
-export async function startNoticeReceiver(failFirst = 0): Promise<NoticeReceiver> {
-  const received: ReceivedNotice[] = [];
+export async function startWebhookReceiver(options: WebhookReceiverOptions = {}): Promise<WebhookReceiver> {
+  const { failFirst = 0, failWith = 503, answer = (res) => void res.writeHead(204).end() } = options;
+  const requests: Delivery[] = [];
+  const received: Delivery[] = [];
   let refused = 0;
   const server = http.createServer((req, res) => {
-    let text = '';
-    req.on('data', (chunk: Buffer) => (text += chunk.toString()));
+    const chunks: Buffer[] = [];
+    req.on('data', (chunk: Buffer) => chunks.push(chunk));
     req.on('end', () => {
-      if (refused < failFirst) {
-        refused++;
-        res.writeHead(503).end();
-        return;
-      }
-      received.push({ headers: req.headers, body: JSON.parse(text) });
-      res.writeHead(204).end();
+      const raw = Buffer.concat(chunks);
+      const delivery: Delivery = { path: req.url ?? '', headers: req.headers, raw, body: JSON.parse(raw.toString('utf8')) };
+      requests.push(delivery);
+      if (requests.length <= failFirst) res.writeHead(failWith).end();
+      else answer(res, delivery);
+      if (!res.headersSent) return; // left unanswered
+      if (res.statusCode < 300) received.push(delivery);
+      else refused++;
     });
   });
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const { port } = server.address() as AddressInfo;
+  const origin = `http://127.0.0.1:${port}`;
   return {
-    url: `http://127.0.0.1:${(server.address() as AddressInfo).port}/hooks/leases`,
+    origin,
+    port,
+    url: `${origin}${options.path ?? '/hooks/leases'}`,
+    requests,
     received,
     refused: () => refused,
-    close: () => new Promise((resolve) => server.close(() => resolve())),
+    close: async () => {
+      server.closeAllConnections();
+      await new Promise((resolve) => server.close(resolve));
+    },
   };
 }
