@@ -19,7 +19,7 @@ import { doubleBookings, insertHost } from '../test/support/hosts';
 import { apiClient, startTestStack } from '../test/support/stack';
 import { WorkflowNotFoundError } from '@temporalio/client';
 import { owedStartsCount } from '../src/db/lease-outbox';
-import { isDeadlockOrSerialization, type Pool } from '../src/db/pool';
+import { isLostRace, type Pool } from '../src/db/pool';
 import { ApplicationFailure } from '@temporalio/common';
 import { physicalHostPlugin } from '../src/resources/physical-host';
 import { HostCalendar } from '../src/resources/physical-host/calendar';
@@ -71,7 +71,7 @@ async function calendarOnly(calendar: HostCalendar, seconds: number, horizon: nu
           if (i % 2 === 0) await calendar.release(ctx, false);
         } catch (err) {
           // A refusal (409), or a booking that lost its race every time it ran (the API answers that 503): counted, not fatal.
-          if (isDeadlockOrSerialization(err)) lostRaces++;
+          if (isLostRace(err)) lostRaces++;
           else if (!(err instanceof ApplicationFailure)) throw err;
         }
         latencies.push(performance.now() - t);

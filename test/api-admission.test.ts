@@ -166,29 +166,31 @@ describe('leases admitted by the API', () => {
   });
 
   it('answers a booking that lost its race on every try with a 503 and Retry-After, never a 500, and records nothing', async () => {
-    // A type whose every booking loses to a concurrent one (PostgreSQL's deadlock), however often the admission runs again.
+    // A type whose every booking loses to a concurrent one, however often the admission runs again:
+    // PostgreSQL's deadlock, then the exclusion constraint (another took the resource first), by turns.
     let tries = 0;
-    const alwaysDeadlocked: ResourcePlugin = {
-      resourceType: 'test:always-deadlocked',
+    const alwaysLosing: ResourcePlugin = {
+      resourceType: 'test:always-losing',
       paramsSchema: z.strictObject({}),
       earliest: () => Promise.resolve({ longestMs: 0, cutShort: false, tried: 1 }),
       reserve: () => Promise.reject(new Error('admitted by the API only')),
       end: () => Promise.resolve({}),
       bookAtAdmission: () => {
         tries++;
-        return Promise.reject(Object.assign(new DatabaseError('deadlock detected', 0, 'error'), { code: '40P01' }));
+        const [message, code] = tries % 2 ? ['deadlock detected', '40P01'] : ['conflicting key value violates exclusion constraint', '23P01'];
+        return Promise.reject(Object.assign(new DatabaseError(message, 0, 'error'), { code }));
       },
     };
-    const contended = await startTestStack({ plugins: [alwaysDeadlocked] });
+    const contended = await startTestStack({ plugins: [alwaysLosing] });
     try {
       const res = await fetch(`${contended.url}/v1/leases`, {
         method: 'POST',
         headers: { 'content-type': 'application/json', ...PROJECT },
-        body: JSON.stringify({ name: 'contended', start_date: inSeconds(3600), end_date: inSeconds(7200), reservations: [{ resource_type: 'test:always-deadlocked' }] }),
+        body: JSON.stringify({ name: 'contended', start_date: inSeconds(3600), end_date: inSeconds(7200), reservations: [{ resource_type: 'test:always-losing' }] }),
       });
       expect({ status: res.status, retryAfter: res.headers.get('retry-after') }).toEqual({ status: 503, retryAfter: '1' });
       expect(await res.json()).toMatchObject({ error_code: 503, error_message: 'too many concurrent bookings of the same resources: nothing was booked; try again' });
-      expect(tries).toBe(20); // inTransaction's attempts, each rolled back
+      expect(tries).toBe(20); // inTransaction's attempts, each rolled back; the last lost on the exclusion constraint
       expect((await apiClient(contended.url, PROJECT)('GET', '/v1/leases?name=contended')).body.leases).toEqual([]);
       expect((await contended.db.pool.query('SELECT 1 FROM lease_outbox')).rowCount).toBe(0);
     } finally {

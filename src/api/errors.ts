@@ -2,7 +2,7 @@ import { ApplicationFailure } from '@temporalio/common';
 import type { ErrorRequestHandler, RequestHandler } from 'express';
 import { ZodError, type z } from 'zod';
 import { LeaseErrorType } from '../domain/lease';
-import { databaseDataError, isDatabaseUnavailable, isDeadlockOrSerialization } from '../db/pool';
+import { databaseDataError, isDatabaseUnavailable, isLostRace } from '../db/pool';
 import { OpenStackConfigError, OpenStackError, publicMessage } from '../openstack/errors';
 import type { Logger } from '../log';
 import { describeIssues, requestWording } from './lease-schemas';
@@ -96,8 +96,9 @@ export function errorHandler(baseLog: Logger): ErrorRequestHandler {
       send(failure.status, { ...errorBody(failure.status, failure.message, failure.errorName), ...failure.extra });
       return;
     }
-    if (isDeadlockOrSerialization(err)) {
-      // A booking run again each time it lost a race with concurrent ones, until its tries ran out: nothing was written.
+    if (isLostRace(err)) {
+      // A booking run again each time it lost a race with concurrent ones (a deadlock, or another
+      // took the resource first), until its tries ran out: nothing was written.
       log.warn({ err, method: req.method, path: req.path }, 'concurrent bookings of the same resources: refused after every retry');
       res.setHeader('Retry-After', '1');
       send(503, errorBody(503, 'too many concurrent bookings of the same resources: nothing was booked; try again'));

@@ -73,6 +73,8 @@ const EXPECTED_CONFLICTS = new Set(['23505', '23P01']);
 export const isExclusionViolation = (err: unknown): boolean => err instanceof DatabaseError && err.code === '23P01';
 /** A transaction that lost a race to a concurrent one (deadlock, serialization failure): run again, it sees the winner. */
 export const isDeadlockOrSerialization = (err: unknown): boolean => err instanceof DatabaseError && ['40P01', '40001'].includes(err.code ?? '');
+/** A booking that lost its race to a concurrent one: either of the above. */
+export const isLostRace = (err: unknown): boolean => isDeadlockOrSerialization(err) || isExclusionViolation(err);
 const DATA_ERROR_DESCRIPTIONS: Record<string, string> = {
   '22001': 'a text is too long',
   '22003': 'a number is out of range',

@@ -8,7 +8,7 @@ import type { PoolClient } from 'pg';
 import { invalidLease, leaseConflict, requestDate as when, reuseEnd, reuseStart, wholeMinuteDown, wholeMinuteUp } from '../../domain/lease';
 import { longestFit, searchEarliestFit, type CalendarSnapshot, type HostRequest } from '../../domain/host-calendar';
 import { queryKeys, type PropertyQuery } from '../../domain/property-query';
-import { isDeadlockOrSerialization, isExclusionViolation, type Pool } from '../../db/pool';
+import { isDeadlockOrSerialization, isLostRace, type Pool } from '../../db/pool';
 import type { FitSearch } from '../../domain/resource-plugin';
 import { inTransaction } from '../../db/transaction';
 
@@ -25,7 +25,7 @@ export function bookingKey(request: unknown[]): string {
  * their resource type.
  */
 export function bookInTransaction<T>(pool: Pool, work: (client: PoolClient) => Promise<T>, options: { retryExclusion: boolean }): Promise<T> {
-  const lostRace = (err: unknown) => isDeadlockOrSerialization(err) || (options.retryExclusion && isExclusionViolation(err));
+  const lostRace = options.retryExclusion ? isLostRace : isDeadlockOrSerialization;
   return inTransaction(pool, work, { retryOn: lostRace, retriesOneAtATime: 'bookings' });
 }
 
