@@ -9,7 +9,8 @@ export interface TransactionOptions {
   /**
    * Runs after the first take this advisory lock before anything else, so that the losers of a
    * race run again one at a time, each seeing the one before. Without it, a herd that chose the
-   * same first free host lost to one another round after round, the last of 50 up to 20 times.
+   * same first free host lost to one another round after round (40 bookings: 146–180 runs, against
+   * 77 with it; test/booking-retries.test.ts).
    */
   retriesOneAtATime?: string;
 }
