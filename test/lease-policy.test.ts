@@ -104,8 +104,7 @@ describe('lease policy for project members', () => {
     const name = '**x** [click](http://evil.example.com) <img src=x>';
     const asMallory = apiClient(stack().url, { 'x-project-id': 'p<b>', 'x-user-id': 'u](x)', 'x-roles': 'member' });
     const lease = (await asMallory('POST', '/v1/leases', { name, ...soon() })).body.lease;
-    const handle = await startedLeaseWorkflow(stack(), lease.id);
-    const description = await handle.describe();
+    const { handle, description } = await startedLeaseWorkflow(stack(), lease.id);
     const escapedName = String.raw`\*\*x\*\* \[click\]\(http\:\/\/evil\.example\.com\) \<img src\=x\>`;
     expect(await description.staticSummary()).toContain(String.raw`lease ${escapedName} · project p\<b\> · `);
     expect(await description.staticDetails()).toBe(String.raw`Lease ${lease.id} of project p\<b\>, created by user u\]\(x\).`);

@@ -72,10 +72,11 @@ describe('two workers and two APIs on one Temporal and one PostgreSQL', () => {
   it('books nothing twice, loses nothing and runs each lease once when one worker and one API are killed under load', async () => {
     const [apiA, apiB] = apis.map((api) => apiClient(api.url));
     // Both workers poll the lease task queue before anything is killed.
-    expect(await eventually(async () => {
-      const identities = await workflowTaskPollers();
-      return identities.size === 2 ? identities.size : undefined;
-    }, 30_000, 250, () => 'both workers never polled the lease task queue')).toBe(2);
+    const identities = await eventually(async () => {
+      const seen = await workflowTaskPollers();
+      return seen.size === 2 ? seen : undefined;
+    }, 30_000, 250, () => 'both workers never polled the lease task queue');
+    expect(identities.size).toBe(2);
 
     // Short leases, half through each API: they start and end while the load runs and the kills happen.
     const short: string[] = [];
@@ -154,7 +155,7 @@ describe('two workers and two APIs on one Temporal and one PostgreSQL', () => {
     expect(live.length).toBeGreaterThanOrEqual(kept.size + SHORT_LEASES);
     for (const lease of live) {
       // A lease admitted just before may have its workflow started just after (src/outbox), and Temporal's visibility follows a moment later.
-      const described = await (await startedLeaseWorkflow(stack(), lease.id)).describe();
+      const { description: described } = await startedLeaseWorkflow(stack(), lease.id);
       if (lease.status === 'PENDING') expect([lease.id, described.status.name]).toEqual([lease.id, 'RUNNING']);
       const runs = await eventually(async () => ((await stack().temporal.client.workflow.count(`WorkflowId = '${leaseWorkflowId(lease.id)}'`)).count || undefined), 10_000);
       expect([lease.id, runs]).toEqual([lease.id, 1]);

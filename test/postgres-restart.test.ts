@@ -120,7 +120,7 @@ describe('PostgreSQL restarted mid-admission', () => {
     expect(new Map(bookings.map((b) => [b.lease_id, Number(b.n)]))).toEqual(new Map([...leaseIds].map((id) => [id, 1])));
     expect(await doubleBookings(pool)).toEqual([]);
     for (const row of live) {
-      const lease = await (await startedLeaseWorkflow(stack(), row.id)).query(getLease);
+      const lease = await (await startedLeaseWorkflow(stack(), row.id)).handle.query(getLease);
       expect({ status: lease.status, version: lease.version }).toEqual({ status: 'PENDING', version: Number(row.version) });
     }
   }, 180_000);

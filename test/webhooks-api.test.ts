@@ -123,13 +123,11 @@ describe("projects' webhooks", () => {
 
   describe('deliveries to a project webhook (LK_WEBHOOK_ALLOW_PRIVATE: a receiver on 127.0.0.1)', () => {
     let receiver: WebhookReceiver;
-    let receiverUrl: string;
     let api: ReturnType<typeof apiClient>;
     let app: http.Server;
 
     beforeAll(async () => {
       receiver = await startWebhookReceiver({ answer: (res, delivery) => void res.writeHead(delivery.path === '/gone' ? 404 : 204).end() });
-      receiverUrl = receiver.origin;
       const s = stack();
       const config = { ...s.config, notices: { ...s.config.notices, allowPrivate: true } };
       app = http.createServer(createApp({ config, log: pino({ level: 'silent' }), pool: s.db.pool, connection: s.temporal.connection, client: s.temporal.client, types: pluginRegistry([]) }));
@@ -143,7 +141,7 @@ describe("projects' webhooks", () => {
 
     it('targets the webhooks that want the event, delivers signed notices and counts them; a refusal is counted as dropped with why', async () => {
       const put = await api('PUT', '/v1/projects/project-a/webhooks', {
-        webhooks: [{ url: `${receiverUrl}/ok` }, { url: `${receiverUrl}/gone`, secret: 'secret-of-the-gone-one' }, { url: `${receiverUrl}/starts-only`, events: ['lease.event.start_lease'] }],
+        webhooks: [{ url: `${receiver.origin}/ok` }, { url: `${receiver.origin}/gone`, secret: 'secret-of-the-gone-one' }, { url: `${receiver.origin}/starts-only`, events: ['lease.event.start_lease'] }],
       });
       expect(put.status).toBe(200);
       const [ok, gone, startsOnly] = put.body.webhooks as Array<{ id: string; secret?: string }>;
@@ -171,7 +169,7 @@ describe("projects' webhooks", () => {
       const listed = (await api('GET', '/v1/projects/project-a/webhooks')).body.webhooks;
       expect(listed.map((w: Record<string, unknown>) => [w.delivered_count, w.dropped_count, w.last_error])).toEqual([
         [1, 1, 'still failing after 24 h: HTTP 503'],
-        [0, 1, `notice to ${receiverUrl} refused: HTTP 404`],
+        [0, 1, `notice to ${receiver.origin} refused: HTTP 404`],
         [0, 0, null],
       ]);
       expect(listed[1].last_error_at).toMatch(TIMESTAMP);

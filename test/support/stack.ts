@@ -188,12 +188,13 @@ export async function deleteAllLeases(api: ReturnType<typeof apiClient>, timeout
 }
 
 /**
- * The lease's workflow once Temporal has it. A lease the API admitted itself answers 201 before its
- * workflow is started (src/outbox): a test that reads the workflow right after the create waits here.
+ * The lease's workflow once Temporal has it, and its first description. A lease the API admitted
+ * itself answers 201 before its workflow is started (src/outbox): a test that reads the workflow
+ * right after the create waits here.
  */
 export async function startedLeaseWorkflow(stack: TestStack, leaseId: string, timeoutMs = 15_000) {
   const handle = stack.temporal.client.workflow.getHandle(leaseWorkflowId(leaseId));
-  await eventually(
+  const description = await eventually(
     () => handle.describe().catch((err: unknown) => {
       if (err instanceof WorkflowNotFoundError) return undefined;
       throw err;
@@ -202,7 +203,7 @@ export async function startedLeaseWorkflow(stack: TestStack, leaseId: string, ti
     50,
     () => `the workflow of lease ${leaseId} not started`,
   );
-  return handle;
+  return { handle, description };
 }
 
 /**
