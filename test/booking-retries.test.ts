@@ -4,7 +4,8 @@
  * each instead of losing to one another round after round.
  */
 import { randomUUID } from 'node:crypto';
-import { DatabaseError, Pool } from 'pg';
+import { DatabaseError } from 'pg';
+import { createPool } from '../src/db/pool';
 import { HostCalendar } from '../src/resources/physical-host/calendar';
 import { bookInTransaction } from '../src/resources/shared/booking';
 import { pendingReservation, reservationContext } from './support/builders';
@@ -49,7 +50,7 @@ describe('bookings that lost a race run again one at a time', () => {
   it(`settles a herd of ${HERD} first-fit bookings of one window in about one retry each, booking each host once`, async () => {
     for (let i = 0; i < HERD; i++) await insertHost(database().pool, { name: `herd-${i}` });
     // A pool as wide as the herd, so that every booking is in flight at once.
-    const pool = new Pool({ connectionString: database().url, max: HERD });
+    const pool = createPool({ database: { url: database().url, poolSize: HERD } }, 'leasekeeper-test');
     let transactions = 0;
     pool.on('acquire', () => void transactions++);
     try {

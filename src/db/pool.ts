@@ -5,24 +5,18 @@ import type { Config } from '../config';
 export type { Pool };
 
 /**
- * Runs `use` on one connection of the pool. A connection lost meanwhile surfaces as the next
- * query's error (never as an unhandled 'error' event, which would end the process), and a broken
- * connection is discarded instead of going back to the pool.
+ * Runs `use` on one connection of a pool made by `createPool`. A connection lost meanwhile surfaces
+ * as the next query's error, and a broken connection is discarded instead of going back to the pool.
  */
 export async function withConnection<T>(pool: Pool, use: (client: PoolClient) => Promise<T>): Promise<T> {
   const client = await pool.connect();
   let broken: Error | undefined;
-  const onError = (err: Error) => {
-    broken = err;
-  };
-  client.on('error', onError);
   try {
     return await use(client);
   } catch (err) {
-    if (isDatabaseUnavailable(err)) broken ??= err as Error;
+    if (isDatabaseUnavailable(err)) broken = err as Error;
     throw err;
   } finally {
-    client.off('error', onError);
     client.release(broken);
   }
 }
@@ -32,7 +26,7 @@ export async function ping(pool: Pool): Promise<void> {
   await pool.query('SELECT 1');
 }
 
-export function createPool(config: Pick<Config, 'database'>, applicationName: string, onIdleError?: (err: Error) => void): Pool {
+export function createPool(config: { database: Pick<Config['database'], 'url' | 'poolSize'> }, applicationName: string, onIdleError?: (err: Error) => void): Pool {
   const pool = new Pool({
     connectionString: config.database.url,
     max: config.database.poolSize,
@@ -42,6 +36,11 @@ export function createPool(config: Pick<Config, 'database'>, applicationName: st
   // An idle connection dropped by the server (restart, failover) must not crash the process:
   // the pool replaces it, and the next query reports any lasting outage.
   pool.on('error', (err) => onIdleError?.(err));
+  // A connection cut while lent out would be an unhandled 'error' event, ending the process; a
+  // borrower's own listener is no cure, as node-postgres hands a connection over one microtask
+  // before the borrower could listen (test/db-pool.test.ts). So each connection keeps one for
+  // life; the cut surfaces as the next query's error, and the pool discards the connection.
+  pool.on('connect', (client) => client.on('error', () => undefined));
   return pool;
 }
 

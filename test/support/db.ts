@@ -1,6 +1,7 @@
 import { randomBytes } from 'node:crypto';
-import { Client, Pool } from 'pg';
+import { Client } from 'pg';
 import { migrate } from '../../src/db/migrate';
+import { createPool, type Pool } from '../../src/db/pool';
 
 function serverUrl(database: string, server = process.env.DATABASE_URL ?? ''): string {
   const url = new URL(server);
@@ -29,8 +30,7 @@ export async function createTestDatabase(server?: string): Promise<TestDatabase>
   const name = `lk_test_${randomBytes(6).toString('hex')}`;
   await adminQuery(`CREATE DATABASE ${name}`, server);
   const url = serverUrl(name, server);
-  const pool = new Pool({ connectionString: url, max: 5 });
-  pool.on('error', () => undefined); // idle connections are cut when the database is dropped
+  const pool = createPool({ database: { url, poolSize: 5 } }, 'leasekeeper-test');
   return {
     url,
     pool,
