@@ -5,8 +5,7 @@
  */
 import fs from 'node:fs';
 import path from 'node:path';
-import { Client } from 'pg';
-import { localUrl } from '../scripts/lib/postgres-local';
+import { localUrl, withClient } from '../scripts/lib/postgres-local';
 import { alive, processesUsing, START_SCRIPT, startDevStack } from './support/dev-stack';
 import { leaseWorkflowId } from '../workflows/lease/messages';
 import { json } from './support/http';
@@ -66,14 +65,10 @@ describe('npm start (dev stack)', () => {
       expect(path.basename(temporalCommand)).toBe(topology === 'server' ? 'temporal-server' : 'temporal');
       if (topology === 'server') {
         // Temporal's own databases, beside leasekeeper's on the stack's PostgreSQL.
-        const pg = new Client({ connectionString: localUrl(stack.ports.pg, 'postgres') });
-        await pg.connect();
-        try {
-          const { rows } = await pg.query("SELECT datname FROM pg_database WHERE datname LIKE 'temporal%' OR datname = 'leasekeeper' ORDER BY datname");
-          expect(rows.map((row) => row.datname)).toEqual(['leasekeeper', 'temporal', 'temporal_visibility']);
-        } finally {
-          await pg.end();
-        }
+        const { rows } = await withClient(localUrl(stack.ports.pg, 'postgres'), (pg) =>
+          pg.query("SELECT datname FROM pg_database WHERE datname LIKE 'temporal%' OR datname = 'leasekeeper' ORDER BY datname"),
+        );
+        expect(rows.map((row) => row.datname)).toEqual(['leasekeeper', 'temporal', 'temporal_visibility']);
       }
 
       stack.child.kill('SIGTERM');

@@ -68,19 +68,30 @@ export function localUrl(port: number, database: string): string {
   return `postgres://${LOCAL_SUPERUSER}@127.0.0.1:${port}/${database}`;
 }
 
+/**
+ * Runs `use` on a connection of its own to `url`, closed afterwards. Its 'error' listener keeps a
+ * connection cut between queries (a server going down) from ending the process: the next query fails.
+ */
+export async function withClient<T>(url: string, use: (client: Client) => Promise<T>): Promise<T> {
+  const client = new Client({ connectionString: url });
+  client.on('error', () => undefined);
+  await client.connect();
+  try {
+    return await use(client);
+  } finally {
+    await client.end();
+  }
+}
+
 /** Waits until the server accepts connections, then creates `database` if it is missing. */
 export async function ensureDatabase(serverUrl: string, timeoutMs = 30_000): Promise<void> {
   const url = new URL(serverUrl);
   const database = decodeURIComponent(url.pathname.slice(1));
   url.pathname = '/postgres';
-  await waitUntil('PostgreSQL', async () => {
-    const client = new Client({ connectionString: url.toString() });
-    await client.connect();
-    try {
+  await waitUntil('PostgreSQL', () =>
+    withClient(url.toString(), async (client) => {
       const { rowCount } = await client.query('SELECT 1 FROM pg_database WHERE datname = $1', [database]);
       if (!rowCount) await client.query(`CREATE DATABASE "${database.replace(/"/g, '""')}"`);
-    } finally {
-      await client.end();
-    }
-  }, timeoutMs);
+    }),
+  timeoutMs);
 }

@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
-import { Client } from 'pg';
 import { migrate } from '../../src/db/migrate';
 import { createPool, type Pool } from '../../src/db/pool';
+import { withClient } from '../../scripts/lib/postgres-local';
 
 function serverUrl(database: string, server = process.env.DATABASE_URL ?? ''): string {
   const url = new URL(server);
@@ -10,13 +10,7 @@ function serverUrl(database: string, server = process.env.DATABASE_URL ?? ''): s
 }
 
 async function adminQuery(sql: string, server?: string): Promise<void> {
-  const client = new Client({ connectionString: serverUrl('postgres', server) });
-  await client.connect();
-  try {
-    await client.query(sql);
-  } finally {
-    await client.end();
-  }
+  await withClient(serverUrl('postgres', server), (client) => client.query(sql));
 }
 
 export interface TestDatabase {
