@@ -26,12 +26,15 @@ export async function ping(pool: Pool): Promise<void> {
   await pool.query('SELECT 1');
 }
 
-export function createPool(config: { database: Pick<Config['database'], 'url' | 'poolSize'> }, applicationName: string, onIdleError?: (err: Error) => void): Pool {
+/** Connection settings; `connectionTimeoutMs` bounds the wait for a free or new connection (0: no bound), 5 s by default. */
+export type PoolSettings = Pick<Config['database'], 'url' | 'poolSize'> & { connectionTimeoutMs?: number };
+
+export function createPool(config: { database: PoolSettings }, applicationName: string, onIdleError?: (err: Error) => void): Pool {
   const pool = new Pool({
     connectionString: config.database.url,
     max: config.database.poolSize,
     application_name: applicationName,
-    connectionTimeoutMillis: 5_000,
+    connectionTimeoutMillis: config.database.connectionTimeoutMs ?? 5_000,
   });
   // An idle connection dropped by the server (restart, failover) must not crash the process:
   // the pool replaces it, and the next query reports any lasting outage.

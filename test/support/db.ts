@@ -24,7 +24,9 @@ export async function createTestDatabase(server?: string): Promise<TestDatabase>
   const name = `lk_test_${randomBytes(6).toString('hex')}`;
   await adminQuery(`CREATE DATABASE ${name}`, server);
   const url = serverUrl(name, server);
-  const pool = createPool({ database: { url, poolSize: 5 } }, 'leasekeeper-test');
+  // Unbounded waits: API, worker and outbox share these 5 connections, where each process of a
+  // deployment has its own pool; a busy test must queue, not fail.
+  const pool = createPool({ database: { url, poolSize: 5, connectionTimeoutMs: 0 } }, 'leasekeeper-test');
   return {
     url,
     pool,
