@@ -23,7 +23,7 @@ describe('npm start (dev stack)', () => {
     delete env.TEMPORAL_ADDRESS;
     const stack = await startDevStack(env);
     try {
-      expect(await stack.waitForOutput('healthy after', 90_000)).toBe(true);
+      await stack.expectOutput('healthy after', 90_000);
       expect(stack.output()).toContain('OpenStack: none (LK_OPENSTACK=none)');
 
       const health = await fetch(`${stack.apiUrl}/healthz`);

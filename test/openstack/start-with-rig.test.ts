@@ -21,7 +21,7 @@ describe('npm start with the loopback OpenStack', () => {
     for (const name of ['DATABASE_URL', 'TEMPORAL_ADDRESS', 'OS_CLOUD', 'OS_AUTH_URL', 'OS_CLIENT_CONFIG_FILE', 'LK_OPENSTACK']) delete env[name];
     const stack = await startDevStack(env);
     try {
-      expect(await stack.waitForOutput('healthy after', 150_000)).toBe(true);
+      await stack.expectOutput('healthy after', 150_000);
       expect(stack.output()).toContain('OpenStack (loopback rig, already running) ready');
       expect(stack.output()).toContain('hosts in the pool: fake-1 (enrolled now), fake-2 (enrolled now), fake-3 (enrolled now)');
       const api = apiClient(stack.apiUrl);

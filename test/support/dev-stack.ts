@@ -38,8 +38,8 @@ export interface DevStack {
   apiUrl: string;
   output: () => string;
   exited: Promise<number | null>;
-  /** Resolves once the output has `text`; false when `timeoutMs` passed or the stack exited first. */
-  waitForOutput: (text: string, timeoutMs: number) => Promise<boolean>;
+  /** Resolves once the output has `text`; fails with the output's end when `timeoutMs` passed or the stack exited first. */
+  expectOutput: (text: string, timeoutMs: number) => Promise<void>;
   /** Kills whatever is left (after a failed test): the stack, then every process of its data dir; removes the data dir. */
   cleanUp: () => void;
 }
@@ -72,10 +72,12 @@ export async function startDevStack(env: NodeJS.ProcessEnv): Promise<DevStack> {
     apiUrl: `http://127.0.0.1:${ports.api}`,
     output: () => output,
     exited,
-    async waitForOutput(text, timeoutMs) {
+    async expectOutput(text, timeoutMs) {
       const started = Date.now();
       while (!output.includes(text) && Date.now() - started < timeoutMs && child.exitCode === null) await new Promise((r) => setTimeout(r, 200));
-      return output.includes(text);
+      if (output.includes(text)) return;
+      const why = child.exitCode === null ? `not within ${timeoutMs} ms` : `the stack exited first (code ${child.exitCode})`;
+      throw new Error(`npm start never printed "${text}": ${why}; its output ended:\n${output.slice(-4000)}`);
     },
     cleanUp() {
       if (child.exitCode === null) child.kill('SIGKILL');
