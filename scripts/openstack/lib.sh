@@ -16,7 +16,8 @@ export RUN
 PY=/usr/bin/python3
 
 # Every port is LK_OS_PORT_BASE + the service's usual port; all bound to
-# 127.0.0.1 only.
+# 127.0.0.1 only, and all below the kernel's ephemeral range (up.sh checks):
+# a port in it may be held by any outgoing connection or its TIME_WAIT.
 PORT_BASE="${LK_OS_PORT_BASE:-10000}"
 HOST=127.0.0.1
 MYSQL_PORT=$((PORT_BASE + 3306))
@@ -27,7 +28,9 @@ NOVA_PORT=$((PORT_BASE + 8774))
 PLACEMENT_PORT=$((PORT_BASE + 8778))
 GLANCE_PORT=$((PORT_BASE + 9292))
 NEUTRON_PORT=$((PORT_BASE + 9696))
-RABBIT_DIST_PORT=$((PORT_BASE + 25672))
+# Erlang distribution: not RabbitMQ's usual AMQP + 20000 (35672 here), which
+# lies in the ephemeral range; RabbitMQ then dies at boot (dist_port_already_used).
+RABBIT_DIST_PORT=$((PORT_BASE + 5673))
 ALL_PORTS="$MYSQL_PORT $EPMD_PORT $KEYSTONE_PORT $AMQP_PORT $NOVA_PORT $PLACEMENT_PORT $GLANCE_PORT $NEUTRON_PORT $RABBIT_DIST_PORT"
 
 # Fake compute hosts (nova-compute with the fake driver) and their fake

@@ -12,7 +12,7 @@
 #                     logs/, pids/, clouds.yaml, env.sh
 #   LK_OS_PORT_BASE   port offset (default 10000: MariaDB 13306, Keystone
 #                     15000, AMQP 15672, Nova 18774, Placement 18778,
-#                     Glance 19292, Neutron 19696, epmd 14369, Erlang dist 35672)
+#                     Glance 19292, Neutron 19696, epmd 14369, Erlang dist 15673)
 #   LK_OS_COMPUTES    number of fake compute hosts (default 3)
 #   LK_OS_PASSWORD    password of every rig user (default lk-secret)
 #   LK_OS_READY_TIMEOUT  seconds to wait for readiness (default 180)
@@ -70,7 +70,13 @@ if [ -e "$RUN" ]; then
   fi
 fi
 
+# A port in the kernel's ephemeral range may be held by any outgoing connection
+# (or its TIME_WAIT) at the moment a service binds it.
+read -r EPHEMERAL_LOW _ < /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || EPHEMERAL_LOW=32768
 for p in $ALL_PORTS; do
+  if [ "$p" -ge "$EPHEMERAL_LOW" ]; then
+    die "port $p lies in the kernel's ephemeral range (from $EPHEMERAL_LOW), where outgoing connections may hold it; lower LK_OS_PORT_BASE (now $PORT_BASE)"
+  fi
   if tcp_open "$p"; then
     die "port $p on this machine is already in use; set LK_OS_PORT_BASE to move the rig (now $PORT_BASE)"
   fi
@@ -92,7 +98,7 @@ on_exit() {
 SETUP_JOBS=()
 trap on_exit EXIT
 
-mkdir -p "$RUN"/{pids,logs,etc/{nova,keystone,placement,glance,neutron,rabbitmq}} \
+mkdir -p "$RUN"/{pids,logs/rabbitmq,etc/{nova,keystone,placement,glance,neutron,rabbitmq}} \
          "$RUN"/state/{nova/instances,nova/lock,keystone,glance/{images,staging,tasks,lock},neutron/lock} \
          "$RUN"/rabbitmq "$RUN"/mysql
 touch "$MARKER"
@@ -157,15 +163,30 @@ step() {
 }
 # An OpenStack console-script entry point: "${ENTRY[@]}" PROG MODULE:FUNC ARGS...
 ENTRY=("$PY" "$D/launch.py")
-wait_until() {  # wait_until SECONDS DESCRIPTION CMD...
+# wait_until [--service NAME] SECONDS DESCRIPTION CMD...: until CMD succeeds. With
+# --service, fail at once when that service's process is gone, and show the end
+# of its log either way (RabbitMQ, say, names its reason there and exits).
+wait_until() {
+  local service=""
+  if [ "$1" = --service ]; then service=$2; shift 2; fi
   local limit=$1 what=$2 t; shift 2
   t=$(( $(date +%s) + limit ))
   until "$@" >/dev/null 2>&1; do
+    if [ -n "$service" ] && ! recorded_alive "$RUN/pids/$service.pid" >/dev/null; then
+      service_failed "$service" "$what exited before it was ready"
+    fi
     if [ "$(date +%s)" -ge "$t" ]; then
-      die "timed out after ${limit}s waiting for $what (logs in $RUN/logs)"
+      service_failed "$service" "timed out after ${limit}s waiting for $what"
     fi
     sleep 0.5
   done
+}
+service_failed() {  # service_failed NAME|"" MESSAGE
+  if [ -n "$1" ] && [ -s "$RUN/logs/$1.log" ]; then
+    echo "openstack rig: last lines of $RUN/logs/$1.log:" >&2
+    tail -n 15 "$RUN/logs/$1.log" | cut -c1-400 >&2
+  fi
+  die "$2 (logs in $RUN/logs)"
 }
 mysql_q() { mariadb --no-defaults -S "$RUN/mysql.sock" -uroot -N -B -e "$1"; }
 
@@ -181,7 +202,7 @@ start_bg epmd epmd -address "$HOST" -port "$EPMD_PORT"
          RABBITMQ_CONF_ENV_FILE="$RUN/etc/rabbitmq/rabbitmq-env.conf" \
          RABBITMQ_ENABLED_PLUGINS_FILE="$RUN/etc/rabbitmq/enabled_plugins" \
          RABBITMQ_MNESIA_BASE="$RUN/rabbitmq/mnesia" RABBITMQ_LOG_BASE="$RUN/logs/rabbitmq" \
-         RABBITMQ_PID_FILE="$RUN/rabbitmq/rabbit.pid" \
+         RABBITMQ_PID_FILE="$RUN/rabbitmq/rabbit.pid" ERL_CRASH_DUMP="$RUN/logs/rabbitmq/erl_crash.dump" \
          RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS="-kernel inet_dist_use_interface {127,0,0,1}"
   start_bg rabbitmq /usr/lib/rabbitmq/bin/rabbitmq-server
 )
@@ -192,7 +213,7 @@ start_bg mariadb mariadbd --no-defaults --user=root --datadir="$RUN/mysql" \
   --pid-file="$RUN/mysql/mariadbd.pid" --skip-log-bin --skip-name-resolve \
   --innodb-flush-log-at-trx-commit=0 --innodb-doublewrite=0 \
   --innodb-buffer-pool-size=128M --max-connections=1000 --performance-schema=0
-wait_until 60 "MariaDB" mysql_q "SELECT 1"
+wait_until --service mariadb 60 "MariaDB" mysql_q "SELECT 1"
 mysql_q "CREATE DATABASE keystone; CREATE DATABASE placement; CREATE DATABASE glance;
          CREATE DATABASE neutron; CREATE DATABASE nova_api; CREATE DATABASE nova_cell0;
          CREATE DATABASE nova_cell1;"
@@ -234,13 +255,13 @@ jobs_pids=()
   renice -n 10 -p "$BASHPID" >/dev/null
   step neutron-db "${ENTRY[@]}" neutron-db-manage neutron.db.migration.cli:main \
     "${NEUTRON_CONF[@]}" upgrade heads
-  wait_until 60 "RabbitMQ" tcp_open "$AMQP_PORT"
+  wait_until --service rabbitmq 60 "RabbitMQ" tcp_open "$AMQP_PORT"
   start_bg neutron-server "${ENTRY[@]}" neutron-server neutron.cmd.eventlet.server:main \
     "${NEUTRON_CONF[@]}"
 ) & jobs_pids+=($!); SETUP_JOBS+=($!)
 
 wait "$keystone_job" || die "Keystone setup failed"
-wait_until 60 "Keystone" http_ok "$KEYSTONE_URL"
+wait_until --service keystone 60 "Keystone" http_ok "$KEYSTONE_URL"
 log "Keystone up; registering projects, users and endpoints"
 step keystone-setup "$PY" "$D/keystone_setup.py"
 
@@ -249,8 +270,8 @@ wait "$nova_db_job" || die "Nova database setup failed"
 # Computes must reach Placement at start-up, or their resource providers only
 # appear at the next periodic update (60 s).
 wait "$placement_job" || die "Placement setup failed"
-wait_until 60 "Placement" http_ok "$PLACEMENT_URL"
-wait_until 60 "RabbitMQ" tcp_open "$AMQP_PORT"
+wait_until --service placement 60 "Placement" http_ok "$PLACEMENT_URL"
+wait_until --service rabbitmq 60 "RabbitMQ" tcp_open "$AMQP_PORT"
 # Nova's versioned notifications also land in versioned_notifications.<priority>,
 # a queue oslo.messaging declares for consumers yet to come and nobody reads
 # here (leasekeeper binds queues of its own): keep only the last 100 messages.

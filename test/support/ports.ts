@@ -1,17 +1,23 @@
+import fs from 'node:fs';
 import net from 'node:net';
 import { standardServerPorts } from '../../scripts/lib/temporal-server';
 
-/** A loopback port that was free a moment ago. */
-export function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = net.createServer();
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const { port } = server.address() as net.AddressInfo;
-      server.close(() => resolve(port));
-    });
-  });
-}
+/**
+ * Where tests pick ports for the servers they start: above the OpenStack rig's block (10000 +
+ * the usual ports, all below 20000) and below the kernel's ephemeral range. A port is picked
+ * here and bound seconds later by another process; inside the ephemeral range any outgoing
+ * connection (or its 60 s TIME_WAIT) may take it meanwhile, and the server fails with
+ * EADDRINUSE. Below that range the kernel never hands a port out on its own.
+ */
+const PICK_FROM = 20_000;
+const ephemeralPortsFrom = ((): number => {
+  try {
+    const low = Number(fs.readFileSync('/proc/sys/net/ipv4/ip_local_port_range', 'utf8').trim().split(/\s+/)[0]);
+    return Number.isInteger(low) && low > 0 ? low : 32_768;
+  } catch {
+    return 32_768; // Linux's default
+  }
+})();
 
 /** Whether `port` on loopback can be bound right now. */
 function portIsFree(port: number): Promise<boolean> {
@@ -23,31 +29,43 @@ function portIsFree(port: number): Promise<boolean> {
 }
 
 /**
- * A frontend port for a temporal-server with every port of Temporal's layout around it
- * (standardServerPorts) free. Below 32768: the server records its members' ports in a PostgreSQL
- * smallint column, so a port of the kernel's ephemeral range (what freePort hands out) makes it
- * exit at start.
+ * A port whose whole block (`port + offset` for each offset) is free on loopback now, with every
+ * port of the block in [PICK_FROM, ephemeralPortsFrom).
  */
-export async function freeTemporalServerPort(): Promise<number> {
+async function freeBlock(offsets: readonly number[], what: string): Promise<number> {
+  const lowest = PICK_FROM - Math.min(0, ...offsets);
+  const highest = ephemeralPortsFrom - 1 - Math.max(0, ...offsets);
+  if (highest < lowest) throw new Error(`no room for ${what} between ${PICK_FROM} and the ephemeral range (from ${ephemeralPortsFrom})`);
   for (let attempt = 0; attempt < 200; attempt++) {
-    const frontend = 10_000 + Math.floor(Math.random() * 22_000);
+    const port = lowest + Math.floor(Math.random() * (highest - lowest + 1));
     let free = true;
-    for (const port of Object.values(standardServerPorts(frontend))) {
-      if (!(await portIsFree(port))) {
+    for (const offset of offsets) {
+      if (!(await portIsFree(port + offset))) {
         free = false;
         break;
       }
     }
-    if (free) return frontend;
+    if (free) return port;
   }
-  throw new Error('no free loopback ports for a temporal-server between 9700 and 32006');
+  throw new Error(`no free loopback ports for ${what} between ${lowest} and ${highest}`);
+}
+
+/** A loopback port that was free a moment ago. */
+export function freePort(): Promise<number> {
+  return freeBlock([0], 'a server');
 }
 
 /** Two neighbouring free loopback ports (a process that serves on `port` and `port + 1`); gives the first. */
-export async function freePortPair(): Promise<number> {
-  for (let attempt = 0; attempt < 200; attempt++) {
-    const port = 10_000 + Math.floor(Math.random() * 50_000);
-    if ((await portIsFree(port)) && (await portIsFree(port + 1))) return port;
-  }
-  throw new Error('no two neighbouring free loopback ports');
+export function freePortPair(): Promise<number> {
+  return freeBlock([0, 1], 'two neighbouring ports');
+}
+
+/**
+ * A frontend port for a temporal-server with every port of Temporal's layout around it
+ * (standardServerPorts) free. Below the ephemeral range for one more reason: the server records
+ * its members' ports in a PostgreSQL smallint column, so a port above 32767 makes it exit at start.
+ */
+export function freeTemporalServerPort(): Promise<number> {
+  const offsets = Object.values(standardServerPorts(0));
+  return freeBlock(offsets, 'a temporal-server');
 }
