@@ -1,14 +1,11 @@
 /** Prebuilds the workflow bundle the worker loads in production (dist/workflow-bundle.js). */
 import fs from 'node:fs';
 import path from 'node:path';
-import { bundleWorkflowCode } from '@temporalio/worker';
 import { REPO_ROOT } from '../src/paths';
+import { bundleLeaseWorkflows } from './lib/workflow-bundle';
 
 async function main(): Promise<void> {
-  const { code } = await bundleWorkflowCode({
-    workflowsPath: path.join(REPO_ROOT, 'workflows', 'index.ts'),
-    logger: { log: () => undefined, trace: () => undefined, debug: () => undefined, info: () => undefined, warn: console.warn, error: console.error },
-  });
+  const code = await bundleLeaseWorkflows();
   const out = path.join(REPO_ROOT, 'dist', 'workflow-bundle.js');
   fs.mkdirSync(path.dirname(out), { recursive: true });
   fs.writeFileSync(out, code);

@@ -6,11 +6,11 @@ import { Pool } from 'pg';
 import pino from 'pino';
 import { createApp } from '../src/api/app';
 import { pluginRegistry } from '../src/domain/resource-plugin';
-import { createWorker, WORKFLOWS_PATH } from '../worker/create-worker';
+import { createWorker } from '../worker/create-worker';
 import { useMigratedTestDatabase } from './support/db';
 import { apiJson, json } from './support/http';
 import { freePort } from './support/ports';
-import { connectTestTemporal, testConfig } from './support/temporal';
+import { connectTestTemporal, testConfig, testWorkflows } from './support/temporal';
 
 const silent = pino({ level: 'silent' });
 
@@ -51,7 +51,7 @@ describe('API health and error bodies', () => {
     expect(withoutWorker.status).toBe(503);
     expect((await json(withoutWorker)).checks.worker.ok).toBe(false);
 
-    const worker: Worker = await createWorker({ connection: temporal.nativeConnection, config, deps: { pool: database().pool, plugins: pluginRegistry([]) }, workflows: { workflowsPath: WORKFLOWS_PATH } });
+    const worker: Worker = await createWorker({ connection: temporal.nativeConnection, config, deps: { pool: database().pool, plugins: pluginRegistry([]) }, workflows: testWorkflows() });
     const body = await worker.runUntil(async () => {
       const res = await fetch(`${url}/healthz?deep=true`);
       expect(res.status).toBe(200);

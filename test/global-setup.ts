@@ -11,7 +11,9 @@ import { loadConfig } from '../src/config';
 import { ensureCluster, ensureDatabase, localUrl, startPostgres } from '../scripts/lib/postgres-local';
 import type { ManagedProcess } from '../scripts/lib/processes';
 import { startLocalTemporal } from '../scripts/lib/local-temporal';
+import { bundleLeaseWorkflows } from '../scripts/lib/workflow-bundle';
 import { freePort, freeTemporalServerPort } from './support/ports';
+import { WORKFLOW_BUNDLE_ENV } from './support/temporal';
 import globalTeardown from './global-teardown';
 
 declare global {
@@ -29,6 +31,14 @@ export default async function globalSetup(): Promise<void> {
   globalThis.__LK_TEST_SERVERS__ = { processes, tmpDir };
 
   const waits: Array<Promise<void>> = [];
+  // The workflows bundled once for the run: every test worker (and every restart) loads this file.
+  if (!process.env[WORKFLOW_BUNDLE_ENV]) {
+    const bundlePath = path.join(tmpDir, 'workflow-bundle.js');
+    waits.push(bundleLeaseWorkflows().then((code) => {
+      fs.writeFileSync(bundlePath, code);
+      process.env[WORKFLOW_BUNDLE_ENV] = bundlePath;
+    }));
+  }
   if (!process.env.DATABASE_URL) {
     const port = await freePort();
     const dataDir = path.join(tmpDir, 'postgres');

@@ -5,10 +5,10 @@ import { readMigrations } from '../src/db/migrate';
 import { LEASE_SEARCH_ATTRIBUTES } from '../src/domain/search-attributes';
 import { ensureSearchAttributes } from '../src/temporal';
 import { pluginRegistry } from '../src/domain/resource-plugin';
-import { createWorker, WORKFLOWS_PATH } from '../worker/create-worker';
+import { createWorker } from '../worker/create-worker';
 import type { selfCheckWorkflow } from '../workflows';
 import { useMigratedTestDatabase } from './support/db';
-import { connectTestTemporal, testConfig } from './support/temporal';
+import { connectTestTemporal, testConfig, testWorkflows } from './support/temporal';
 
 describe('a workflow on the real Temporal dev server, through the real worker', () => {
   const config = testConfig();
@@ -18,7 +18,7 @@ describe('a workflow on the real Temporal dev server, through the real worker', 
 
   beforeAll(async () => {
     temporal = await connectTestTemporal(config);
-    worker = await createWorker({ connection: temporal.nativeConnection, config, deps: { pool: database().pool, plugins: pluginRegistry([]) }, workflows: { workflowsPath: WORKFLOWS_PATH } });
+    worker = await createWorker({ connection: temporal.nativeConnection, config, deps: { pool: database().pool, plugins: pluginRegistry([]) }, workflows: testWorkflows() });
   });
   afterAll(async () => {
     await temporal?.close();

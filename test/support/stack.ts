@@ -1,6 +1,6 @@
 /**
  * leasekeeper in-process for a test file: a fresh database, a real worker on the test Temporal
- * server (bundling the workflow sources), and the API on a free loopback port (useTestStack starts
+ * server (running the run's one workflow bundle), and the API on a free loopback port (useTestStack starts
  * it before a file's tests and stops it after them); a client for its API, and cleanup.
  */
 import type { Server } from 'node:http';
@@ -18,11 +18,11 @@ import type { OpenStackClients } from '../../src/openstack';
 import { pluginRegistry, type HostWatch, type ResourcePlugin } from '../../src/domain/resource-plugin';
 import { ensureHostMonitor } from '../../worker/host-monitor';
 import { hostMonitorWorkflowId } from '../../workflows/host-monitor/messages';
-import { createWorker, WORKFLOWS_PATH } from '../../worker/create-worker';
+import { createWorker } from '../../worker/create-worker';
 import { createTestDatabase, type TestDatabase } from './db';
 import { leaseWorkflowId } from '../../workflows/lease/messages';
 import { withoutRequestId } from './http';
-import { connectTestTemporal, testConfig } from './temporal';
+import { connectTestTemporal, testConfig, testWorkflows } from './temporal';
 
 export interface TestStack {
   config: Config;
@@ -77,7 +77,7 @@ export async function startTestStack(options: TestStackOptions = {}): Promise<Te
     db,
     temporal,
     async startWorker() {
-      worker = await createWorker({ connection: temporal.nativeConnection, config, deps: { pool: db.pool, plugins: registry, hostWatch: watch }, workflows: { workflowsPath: WORKFLOWS_PATH } });
+      worker = await createWorker({ connection: temporal.nativeConnection, config, deps: { pool: db.pool, plugins: registry, hostWatch: watch }, workflows: testWorkflows() });
       running = worker.run();
       // As the worker process does: owed starts of leases the API admitted (src/outbox).
       outbox = new LeaseOutbox({ pool: db.pool, client: temporal.client, taskQueue: config.temporal.taskQueue, log: pino({ level: 'silent' }), ...config.outbox });
