@@ -1,7 +1,7 @@
 /**
  * Every setting leasekeeper reads, from the environment, with its default.
  * Validated once at start: a bad value stops the process with one line naming the variable.
- * The README's "Configuration" table mirrors this file.
+ * docs/configuration.md mirrors this file.
  */
 import os from 'node:os';
 import path from 'node:path';
@@ -75,7 +75,7 @@ const envSchema = z.object({
   // Members' leases (admins are exempt): longest duration, and how far ahead a lease may start.
   LK_MAX_LEASE_DURATION_DAYS: z.coerce.number().positive().max(36_500).default(365),
   LK_MAX_ADVANCE_DAYS: z.coerce.number().min(0).max(36_500).default(365),
-  // The usage policy (README "Usage policy"): rules per deployment and per project, in YAML; and
+  // The usage policy (docs/operations.md, "The usage policy"): rules per deployment and per project, in YAML; and
   // Blazar's external filter (a policy service asked at create, update and end). Both are read and
   // checked by src/policy when the worker and the API start.
   LK_POLICY_FILE: z.string().min(1).max(4_096).optional(),

@@ -154,7 +154,7 @@ async function registerSearchAttributes(config: Config, log: Logger): Promise<vo
       added = await ensureSearchAttributes(connection, namespace);
       if (added.length) log.info({ added }, 'registered search attributes');
     } catch (err) {
-      log.warn({ err }, 'could not check or register search attributes (no operator access?): register them by hand, see README');
+      log.warn({ err }, 'could not check or register search attributes (no operator access?): register them by hand, see docs/production.md');
       return;
     }
     try {

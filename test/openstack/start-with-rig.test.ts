@@ -1,7 +1,7 @@
 /**
  * `npm start` with no cloud in the environment serves the loopback OpenStack: here the rig the
  * test run brought up, which the stack reuses, enrols, books, and leaves running when stopped.
- * (A rig the stack starts itself it also stops: measured by hand, see the README.)
+ * (A rig the stack starts itself it also stops: measured by hand, see docs/production.md.)
  */
 import { launchChromium } from '../support/browser';
 import { startDevStack } from '../support/dev-stack';
