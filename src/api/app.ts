@@ -20,6 +20,7 @@ import { FloatingIpInventory } from '../resources/floating-ip/inventory';
 import { HostInventory } from '../resources/physical-host/inventory';
 import { availabilityRouter } from './availability';
 import { calendarPage } from './calendar-page';
+import { signInThrottle } from './sign-in-limits';
 import { calendarRouter } from './calendar';
 import { hostAllocationsRouter } from './host-allocations';
 import { floatingIpsRouter } from './floating-ips';
@@ -64,6 +65,7 @@ export function createApp(deps: AppDeps): express.Express {
   app.disable('x-powered-by');
   app.set('etag', false);
   app.set('query parser', 'simple');
+  app.set('trust proxy', config.api.trustProxy);
 
   app.use(requestIds(log));
   const metrics = apiMetrics({ pool: deps.pool });
@@ -128,6 +130,7 @@ export function createApp(deps: AppDeps): express.Express {
       authStrategy: config.api.authStrategy,
       noauthProjectId: config.api.noauthProjectId,
       issueUserToken: deps.openstack && ((login) => openstackOf(deps)().keystone.issueUserToken(login, { timeoutMs: config.api.authTimeoutMs })),
+      signInThrottle: signInThrottle(config.api.signIn),
     }),
   );
   const calendar = deps.calendar ?? hostCalendar(deps.pool, config);

@@ -602,6 +602,7 @@ export function apiOperations(types: ResourceTypes): Operation[] {
         400: refusal('a malformed request'),
         401: refusal('Keystone refused the credentials'),
         404: refusal('not a keystone deployment'),
+        429: refusal('too many failed sign-ins for the user name or from the address (LK_SIGNIN_*): Retry-After says when to try again'),
         503: refusal('Keystone did not answer'),
       },
     },
