@@ -82,6 +82,12 @@ const envSchema = z.object({
       if (problem) ctx.addIssue({ code: 'custom', message: problem });
     })
     .optional(),
+  // The API's Prometheus metrics: on their own port (then not on the API's), behind a bearer token,
+  // and how long the counts read from the database serve scrapes before being read again.
+  LK_API_METRICS_PORT: port.optional(),
+  LK_API_METRICS_HOST: z.string().min(1).default('127.0.0.1'),
+  LK_API_METRICS_TOKEN: z.string().min(16, 'expected at least 16 characters').max(256).regex(/^[\x21-\x7e]+$/, 'expected printable ASCII, no spaces').optional(),
+  LK_API_METRICS_CACHE_SECONDS: z.coerce.number().min(0).max(300).default(5),
   // The HTTP server: a whole request (headers and body) must arrive within the request timeout, its
   // headers within the headers timeout; at most this many connections are open at once.
   LK_API_REQUEST_TIMEOUT_MS: positiveInt.default(30_000),
@@ -224,6 +230,12 @@ function toConfig(env: z.infer<typeof envSchema>) {
       signIn: { failuresPerUser: env.LK_SIGNIN_FAILURES_PER_USER, failuresPerAddress: env.LK_SIGNIN_FAILURES_PER_ADDRESS, windowMs: env.LK_SIGNIN_WINDOW_SECONDS * 1000 },
       /** express's `trust proxy`: false (the socket's address), a hop count, or the proxies' addresses. */
       trustProxy: trustProxySetting(env.LK_API_TRUST_PROXY),
+      metrics: {
+        /** Where the API's /metrics is served instead of on the API's own address; undefined: on the API's. */
+        listen: env.LK_API_METRICS_PORT === undefined ? undefined : { host: env.LK_API_METRICS_HOST, port: env.LK_API_METRICS_PORT },
+        token: env.LK_API_METRICS_TOKEN,
+        cacheMs: Math.round(env.LK_API_METRICS_CACHE_SECONDS * 1000),
+      },
     },
     maxReservationsPerLease: env.LK_MAX_RESERVATIONS_PER_LEASE,
     /** Warnings before the end a lease gets unless it asks otherwise (durations as written). */
@@ -376,7 +388,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   if (!parsed.success) {
     const issue = parsed.error.issues[0];
     const name = String(issue.path[0]);
-    throw new ConfigError(`invalid configuration: ${name}=${JSON.stringify(withoutPasswords(env[name] ?? ''))}: ${issue.message}`);
+    const shown = /_(TOKEN|SECRET)$/.test(name) ? '***' : withoutPasswords(env[name] ?? ''); // a secret is never shown, even a wrong one
+    throw new ConfigError(`invalid configuration: ${name}=${JSON.stringify(shown)}: ${issue.message}`);
   }
   const { LK_AUTH_STRATEGY, LK_API_HOST, LK_ALLOW_NOAUTH_REMOTE } = parsed.data;
   if (LK_AUTH_STRATEGY === 'noauth' && !isLoopback(LK_API_HOST) && LK_ALLOW_NOAUTH_REMOTE !== 'true') {

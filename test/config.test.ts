@@ -19,6 +19,7 @@ describe('configuration', () => {
       server: { requestTimeoutMs: 30_000, headersTimeoutMs: 10_000, maxConnections: 1_000 },
       signIn: { failuresPerUser: 10, failuresPerAddress: 30, windowMs: 300_000 },
       trustProxy: false,
+      metrics: { listen: undefined, token: undefined, cacheMs: 5_000 },
     });
     expect(config.leaseLimits).toEqual({ maxDurationMs: 365 * 86_400_000, maxAdvanceMs: 365 * 86_400_000 });
     expect(config.healthDeepIntervalMs).toBe(10_000);
@@ -96,6 +97,11 @@ describe('configuration', () => {
     for (const value of ['true', '10.0.0.0/33', 'proxy.example', '11']) {
       expect(() => loadConfig({ LK_API_TRUST_PROXY: value })).toThrow(/^invalid configuration: LK_API_TRUST_PROXY=/);
     }
+  });
+
+  it('serves the API\'s metrics on their own address when LK_API_METRICS_PORT is set, and refuses a short token', () => {
+    expect(loadConfig({ LK_API_METRICS_PORT: '9465' }).api.metrics.listen).toEqual({ host: '127.0.0.1', port: 9465 });
+    expect(() => loadConfig({ LK_API_METRICS_TOKEN: 'secret' })).toThrow(/^invalid configuration: LK_API_METRICS_TOKEN="\*\*\*": expected at least 16 characters$/);
   });
 
   it('treats an empty variable as unset', () => {

@@ -8,7 +8,7 @@ import { authenticate, noAuth, type Authenticator } from './auth';
 import { ApiError, errorHandler, notFoundRoute } from './errors';
 import { checkHealth, checkWorker, sharedCheck } from './health';
 import { checkRequestInput } from './input-check';
-import { apiMetrics } from './metrics';
+import { apiMetrics, metricsGuard, type ApiMetrics } from './metrics';
 import { openApiDocument } from './openapi';
 import { requestIds, requestLog } from './request-id';
 import type { OpenStackClients } from '../openstack';
@@ -55,6 +55,8 @@ export interface AppDeps {
   outbox?: LeaseOutbox;
   /** The OpenStack clients, built on first use (os-hosts needs Nova; the rest of the API does not). */
   openstack?: () => OpenStackClients;
+  /** The API's metrics (main.ts may serve them on their own address); made from the settings when absent. */
+  metrics?: ApiMetrics;
 }
 
 const API_VERSION_HEADER = 'OpenStack-API-Version';
@@ -68,7 +70,7 @@ export function createApp(deps: AppDeps): express.Express {
   app.set('trust proxy', config.api.trustProxy);
 
   app.use(requestIds(log));
-  const metrics = apiMetrics({ pool: deps.pool });
+  const metrics = deps.metrics ?? apiMetrics({ pool: deps.pool, cacheMs: config.api.metrics.cacheMs });
   app.use(metrics.measure);
   app.use((req, res, next) => {
     const started = performance.now();
@@ -117,7 +119,8 @@ export function createApp(deps: AppDeps): express.Express {
     res.status(health.status === 'ok' ? 200 : 503).json(health);
   });
 
-  app.get('/metrics', metrics.scrape); // Prometheus; like /healthz, without identity
+  // Prometheus: here unless LK_API_METRICS_PORT serves it apart (main.ts); without identity, or with LK_API_METRICS_TOKEN.
+  if (!config.api.metrics.listen) app.get('/metrics', metricsGuard(config.api.metrics.token), metrics.scrape);
   let description: object | undefined; // made on first use: the same for the app's life
   app.get('/v1/openapi', (_req, res) => {
     res.json((description ??= openApiDocument(deps.types, config.api.publicUrl)));
