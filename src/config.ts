@@ -3,6 +3,7 @@
  * Validated once at start: a bad value stops the process with one line naming the variable.
  * docs/configuration.md mirrors this file.
  */
+import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { z } from 'zod';
@@ -67,6 +68,26 @@ const envSchema = z.object({
   LK_ADMIN_PROJECT_NAME: z.string().min(1).max(255).default('admin'),
   LK_ADMIN_PROJECT_DOMAIN_ID: z.string().min(1).max(255).default('default'),
   LK_AUTH_TIMEOUT_MS: positiveInt.max(60_000).default(5_000),
+  // Keystone mode: the calendar page's password sign-in is refused (429) past this many failures per
+  // user name, or per client address, within the window; the address is the socket's unless the
+  // proxies in front are trusted (a hop count, or their addresses: express's `trust proxy`).
+  LK_SIGNIN_FAILURES_PER_USER: positiveInt.max(10_000).default(10),
+  LK_SIGNIN_FAILURES_PER_ADDRESS: positiveInt.max(100_000).default(30),
+  LK_SIGNIN_WINDOW_SECONDS: positiveInt.max(86_400).default(300),
+  LK_API_TRUST_PROXY: z
+    .string()
+    .max(1_024)
+    .superRefine((value, ctx) => {
+      const problem = trustProxyProblem(value);
+      if (problem) ctx.addIssue({ code: 'custom', message: problem });
+    })
+    .optional(),
+  // The API's Prometheus metrics: on their own port (then not on the API's), behind a bearer token,
+  // and how long the counts read from the database serve scrapes before being read again.
+  LK_API_METRICS_PORT: port.optional(),
+  LK_API_METRICS_HOST: z.string().min(1).default('127.0.0.1'),
+  LK_API_METRICS_TOKEN: z.string().min(16, 'expected at least 16 characters').max(256).regex(/^[\x21-\x7e]+$/, 'expected printable ASCII, no spaces').optional(),
+  LK_API_METRICS_CACHE_SECONDS: z.coerce.number().min(0).max(300).default(5),
   // The HTTP server: a whole request (headers and body) must arrive within the request timeout, its
   // headers within the headers timeout; at most this many connections are open at once.
   LK_API_REQUEST_TIMEOUT_MS: positiveInt.default(30_000),
@@ -206,6 +227,15 @@ function toConfig(env: z.infer<typeof envSchema>) {
       admission: env.LK_ADMISSION,
       publicUrl: (env.LK_PUBLIC_URL ?? `http://${env.LK_API_HOST.includes(':') ? `[${env.LK_API_HOST}]` : env.LK_API_HOST}:${env.LK_API_PORT}`).replace(/\/+$/, ''),
       server: { requestTimeoutMs: env.LK_API_REQUEST_TIMEOUT_MS, headersTimeoutMs: env.LK_API_HEADERS_TIMEOUT_MS, maxConnections: env.LK_API_MAX_CONNECTIONS },
+      signIn: { failuresPerUser: env.LK_SIGNIN_FAILURES_PER_USER, failuresPerAddress: env.LK_SIGNIN_FAILURES_PER_ADDRESS, windowMs: env.LK_SIGNIN_WINDOW_SECONDS * 1000 },
+      /** express's `trust proxy`: false (the socket's address), a hop count, or the proxies' addresses. */
+      trustProxy: trustProxySetting(env.LK_API_TRUST_PROXY),
+      metrics: {
+        /** Where the API's /metrics is served instead of on the API's own address; undefined: on the API's. */
+        listen: env.LK_API_METRICS_PORT === undefined ? undefined : { host: env.LK_API_METRICS_HOST, port: env.LK_API_METRICS_PORT },
+        token: env.LK_API_METRICS_TOKEN,
+        cacheMs: Math.round(env.LK_API_METRICS_CACHE_SECONDS * 1000),
+      },
     },
     maxReservationsPerLease: env.LK_MAX_RESERVATIONS_PER_LEASE,
     /** Warnings before the end a lease gets unless it asks otherwise (durations as written). */
@@ -299,6 +329,29 @@ function webhookUrlListProblem(value: string): string | undefined {
   return undefined;
 }
 
+/** express's named ranges, besides addresses and subnets. */
+const PROXY_RANGES = ['loopback', 'linklocal', 'uniquelocal'];
+
+/** What a trusted-proxy setting (LK_API_TRUST_PROXY) gets wrong, if anything. */
+function trustProxyProblem(value: string): string | undefined {
+  if (/^\d+$/.test(value.trim())) return Number(value) <= 10 ? undefined : 'expected at most 10 proxy hops';
+  if (value.trim() === 'false') return undefined;
+  for (const entry of splitList(value)) {
+    const [address, bits, more] = entry.split('/');
+    const version = net.isIP(address ?? '');
+    if (PROXY_RANGES.includes(entry)) continue;
+    if (version === 0 || more !== undefined || (bits !== undefined && !(/^\d{1,3}$/.test(bits) && Number(bits) <= (version === 4 ? 32 : 128)))) {
+      return `${JSON.stringify(entry.slice(0, 100))}: expected a hop count, or addresses and subnets of the proxies (or ${PROXY_RANGES.join(', ')}), comma-separated`;
+    }
+  }
+  return undefined;
+}
+
+function trustProxySetting(value: string | undefined): false | number | string[] {
+  if (value === undefined || value.trim() === 'false') return false;
+  return /^\d+$/.test(value.trim()) ? Number(value) : splitList(value);
+}
+
 const splitList = (value: string) => value.split(',').map((part) => part.trim()).filter((part) => part !== '');
 
 function noticeSettings(env: z.infer<typeof envSchema>) {
@@ -335,7 +388,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   if (!parsed.success) {
     const issue = parsed.error.issues[0];
     const name = String(issue.path[0]);
-    throw new ConfigError(`invalid configuration: ${name}=${JSON.stringify(withoutPasswords(env[name] ?? ''))}: ${issue.message}`);
+    const shown = /_(TOKEN|SECRET)$/.test(name) ? '***' : withoutPasswords(env[name] ?? ''); // a secret is never shown, even a wrong one
+    throw new ConfigError(`invalid configuration: ${name}=${JSON.stringify(shown)}: ${issue.message}`);
   }
   const { LK_AUTH_STRATEGY, LK_API_HOST, LK_ALLOW_NOAUTH_REMOTE } = parsed.data;
   if (LK_AUTH_STRATEGY === 'noauth' && !isLoopback(LK_API_HOST) && LK_ALLOW_NOAUTH_REMOTE !== 'true') {

@@ -17,6 +17,9 @@ describe('configuration', () => {
       admission: 'api',
       publicUrl: 'http://127.0.0.1:1234',
       server: { requestTimeoutMs: 30_000, headersTimeoutMs: 10_000, maxConnections: 1_000 },
+      signIn: { failuresPerUser: 10, failuresPerAddress: 30, windowMs: 300_000 },
+      trustProxy: false,
+      metrics: { listen: undefined, token: undefined, cacheMs: 5_000 },
     });
     expect(config.leaseLimits).toEqual({ maxDurationMs: 365 * 86_400_000, maxAdvanceMs: 365 * 86_400_000 });
     expect(config.healthDeepIntervalMs).toBe(10_000);
@@ -85,6 +88,20 @@ describe('configuration', () => {
   it('caps the Keystone validation cache at 5 minutes', () => {
     expect(loadConfig({ LK_AUTH_CACHE_SECONDS: '300' }).api.authCacheMs).toBe(300_000);
     expect(() => loadConfig({ LK_AUTH_CACHE_SECONDS: '301' })).toThrow(/^invalid configuration: LK_AUTH_CACHE_SECONDS="301": /);
+  });
+
+  it('trusts no proxy unless told: a hop count, or the proxies\' addresses and subnets (never any address at all)', () => {
+    expect(loadConfig({ LK_API_TRUST_PROXY: '1' }).api.trustProxy).toBe(1);
+    expect(loadConfig({ LK_API_TRUST_PROXY: 'false' }).api.trustProxy).toBe(false);
+    expect(loadConfig({ LK_API_TRUST_PROXY: 'loopback, 10.0.0.0/8,2001:db8::/32' }).api.trustProxy).toEqual(['loopback', '10.0.0.0/8', '2001:db8::/32']);
+    for (const value of ['true', '10.0.0.0/33', 'proxy.example', '11']) {
+      expect(() => loadConfig({ LK_API_TRUST_PROXY: value })).toThrow(/^invalid configuration: LK_API_TRUST_PROXY=/);
+    }
+  });
+
+  it('serves the API\'s metrics on their own address when LK_API_METRICS_PORT is set, and refuses a short token', () => {
+    expect(loadConfig({ LK_API_METRICS_PORT: '9465' }).api.metrics.listen).toEqual({ host: '127.0.0.1', port: 9465 });
+    expect(() => loadConfig({ LK_API_METRICS_TOKEN: 'secret' })).toThrow(/^invalid configuration: LK_API_METRICS_TOKEN="\*\*\*": expected at least 16 characters$/);
   });
 
   it('treats an empty variable as unset', () => {

@@ -8,7 +8,7 @@ import { authenticate, noAuth, type Authenticator } from './auth';
 import { ApiError, errorHandler, notFoundRoute } from './errors';
 import { checkHealth, checkWorker, sharedCheck } from './health';
 import { checkRequestInput } from './input-check';
-import { apiMetrics } from './metrics';
+import { apiMetrics, metricsGuard, type ApiMetrics } from './metrics';
 import { openApiDocument } from './openapi';
 import { requestIds, requestLog } from './request-id';
 import type { OpenStackClients } from '../openstack';
@@ -20,6 +20,7 @@ import { FloatingIpInventory } from '../resources/floating-ip/inventory';
 import { HostInventory } from '../resources/physical-host/inventory';
 import { availabilityRouter } from './availability';
 import { calendarPage } from './calendar-page';
+import { signInThrottle } from './sign-in-limits';
 import { calendarRouter } from './calendar';
 import { hostAllocationsRouter } from './host-allocations';
 import { floatingIpsRouter } from './floating-ips';
@@ -54,6 +55,8 @@ export interface AppDeps {
   outbox?: LeaseOutbox;
   /** The OpenStack clients, built on first use (os-hosts needs Nova; the rest of the API does not). */
   openstack?: () => OpenStackClients;
+  /** The API's metrics (main.ts may serve them on their own address); made from the settings when absent. */
+  metrics?: ApiMetrics;
 }
 
 const API_VERSION_HEADER = 'OpenStack-API-Version';
@@ -64,9 +67,10 @@ export function createApp(deps: AppDeps): express.Express {
   app.disable('x-powered-by');
   app.set('etag', false);
   app.set('query parser', 'simple');
+  app.set('trust proxy', config.api.trustProxy);
 
   app.use(requestIds(log));
-  const metrics = apiMetrics({ pool: deps.pool });
+  const metrics = deps.metrics ?? apiMetrics({ pool: deps.pool, cacheMs: config.api.metrics.cacheMs });
   app.use(metrics.measure);
   app.use((req, res, next) => {
     const started = performance.now();
@@ -115,7 +119,8 @@ export function createApp(deps: AppDeps): express.Express {
     res.status(health.status === 'ok' ? 200 : 503).json(health);
   });
 
-  app.get('/metrics', metrics.scrape); // Prometheus; like /healthz, without identity
+  // Prometheus: here unless LK_API_METRICS_PORT serves it apart (main.ts); without identity, or with LK_API_METRICS_TOKEN.
+  if (!config.api.metrics.listen) app.get('/metrics', metricsGuard(config.api.metrics.token), metrics.scrape);
   let description: object | undefined; // made on first use: the same for the app's life
   app.get('/v1/openapi', (_req, res) => {
     res.json((description ??= openApiDocument(deps.types, config.api.publicUrl)));
@@ -128,6 +133,7 @@ export function createApp(deps: AppDeps): express.Express {
       authStrategy: config.api.authStrategy,
       noauthProjectId: config.api.noauthProjectId,
       issueUserToken: deps.openstack && ((login) => openstackOf(deps)().keystone.issueUserToken(login, { timeoutMs: config.api.authTimeoutMs })),
+      signInThrottle: signInThrottle(config.api.signIn),
     }),
   );
   const calendar = deps.calendar ?? hostCalendar(deps.pool, config);

@@ -11,6 +11,7 @@ import { UnauthorizedError } from '../openstack/errors';
 import type { UserLogin } from '../openstack/keystone';
 import { REPO_ROOT } from '../paths';
 import { ApiError, parseRequest } from './errors';
+import { SignInLimited, type SignInThrottle } from './sign-in-limits';
 
 export const CALENDAR_ASSETS = path.join(REPO_ROOT, 'dist', 'web');
 
@@ -23,6 +24,8 @@ export interface CalendarPageSettings {
   noauthProjectId: string;
   /** keystone: a user's password to their own token (Keystone's POST /v3/auth/tokens). */
   issueUserToken?: (login: UserLogin) => Promise<{ token: string; projectId: string; projectName: string; expiresAt: Date }>;
+  /** keystone: the limits on failed sign-ins (src/api/sign-in-limits.ts). */
+  signInThrottle?: SignInThrottle;
 }
 
 /** Keystone's names: short (control characters were refused before any route, by checkRequestInput). */
@@ -55,11 +58,24 @@ export function calendarPage(settings: CalendarPageSettings): Router {
     res.set('Cache-Control', 'no-store');
     if (settings.authStrategy !== 'keystone' || !settings.issueUserToken) throw new ApiError(404, 'Signing in with a password is for LK_AUTH_STRATEGY=keystone: with noauth, choose a project');
     const body = parseRequest(calendarLoginBody, req.body);
+    let attempt;
+    try {
+      // The client's address is the socket's unless LK_API_TRUST_PROXY names the proxies in front (express's `trust proxy`).
+      attempt = settings.signInThrottle?.begin(`${body.user_domain_name}/${body.username}`, req.ip ?? req.socket.remoteAddress ?? '');
+    } catch (err) {
+      if (err instanceof SignInLimited) res.set('Retry-After', String(err.retryAfterSeconds));
+      throw err;
+    }
     try {
       const issued = await settings.issueUserToken({ username: body.username, password: body.password, userDomainName: body.user_domain_name, projectName: body.project_name, projectDomainName: body.project_domain_name });
+      attempt?.succeeded();
       res.json({ token: issued.token, project_id: issued.projectId, project_name: issued.projectName, expires_at: issued.expiresAt.toISOString() });
     } catch (err) {
-      if (err instanceof UnauthorizedError) throw new ApiError(401, 'Keystone refused the sign-in: check the user name, password, project and domains');
+      if (err instanceof UnauthorizedError) {
+        attempt?.refused();
+        throw new ApiError(401, 'Keystone refused the sign-in: check the user name, password, project and domains');
+      }
+      attempt?.undecided();
       throw err;
     }
   });

@@ -17,6 +17,7 @@ import { connectTemporal } from '../temporal';
 import { createApp } from './app';
 import { noAuth } from './auth';
 import { keystoneAuthenticator } from './keystone-auth';
+import { apiMetrics, serveApiMetrics } from './metrics';
 import { createApiServer } from './server';
 
 export interface ApiProcessOptions {
@@ -46,8 +47,18 @@ export async function runApi(options: ApiProcessOptions = {}): Promise<void> {
   const types = (options.types ?? resourceTypes)({ pool, config, openstack, openstackForProject: projectScopedClients() }, calendar);
   // Starts the workflows of the leases this API admits; its sweeps also start those of an API that died first.
   const outbox = new LeaseOutbox({ pool, client, taskQueue: config.temporal.taskQueue, log, ...config.outbox });
-  const app = createApp({ config, log, pool, connection, client, types, calendar, openstack, authenticator, usagePolicy: policy, outbox });
+  const metrics = apiMetrics({ pool, cacheMs: config.api.metrics.cacheMs });
+  const app = createApp({ config, log, pool, connection, client, types, calendar, openstack, authenticator, usagePolicy: policy, outbox, metrics });
   outbox.runSweeps();
+  // The metrics on their own address (LK_API_METRICS_PORT): then the API's own address does not serve them.
+  const metricsAt = config.api.metrics.listen;
+  const metricsServer = metricsAt
+    ? await serveApiMetrics(metrics, { ...metricsAt, token: config.api.metrics.token, limits: config.api.server, log }).catch((err: Error) => {
+        log.fatal({ err }, `cannot serve metrics on ${metricsAt.host}:${metricsAt.port} (LK_API_METRICS_PORT): ${err.message}`);
+        process.exit(1);
+      })
+    : undefined;
+  if (metricsServer && metricsAt) log.info({ url: `http://${metricsAt.host}:${metricsServer.port}/metrics` }, 'api metrics listening');
 
   const server: Server = createApiServer(app, config.api.server).listen(config.api.port, config.api.host, () => {
     log.info({ url: `http://${config.api.host}:${config.api.port}` }, 'api listening');
@@ -62,6 +73,7 @@ export async function runApi(options: ApiProcessOptions = {}): Promise<void> {
     if (stopping) return;
     stopping = true;
     log.info({ signal }, 'api stopping');
+    metricsServer?.server.close();
     server.close(() => {
       void outbox
         .stop()

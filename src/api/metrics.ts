@@ -1,15 +1,25 @@
 /**
  * Prometheus metrics of the API at `GET /metrics` (prom-client): the process (CPU, memory, event
  * loop lag), every request's duration by route and status, lease admissions by outcome, the
- * leases by status and the owed workflow starts (read from the database at each scrape), and how
- * soon admitted leases' workflows were started. The worker serves its own (event
- * lags, activities, OpenStack calls): worker/metrics.ts.
+ * leases by status and the owed workflow starts (read from the database at most once per
+ * LK_API_METRICS_CACHE_SECONDS, whatever the number of scrapes), and how soon admitted leases'
+ * workflows were started. Served on the API's address, or on their own (LK_API_METRICS_PORT), and
+ * with LK_API_METRICS_TOKEN only to its bearer: the counts tell every project's activity. The
+ * worker serves its own (event lags, activities, OpenStack calls): worker/metrics.ts.
  */
-import type { Request, RequestHandler, Response } from 'express';
+import { createHash, timingSafeEqual } from 'node:crypto';
+import type { Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import express, { type Request, type RequestHandler, type Response } from 'express';
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 import { owedStartsCount } from '../db/lease-outbox';
+import { leaseCountsByStatus } from '../db/leases';
 import type { Pool } from '../db/pool';
 import { LEASE_STATUSES } from '../domain/lease';
+import type { Logger } from '../log';
+import { ApiError, errorHandler, notFoundRoute } from './errors';
+import { sharedCheck } from './health';
+import { createApiServer, type ServerLimits } from './server';
 
 /** What a create's answer says about the admission, by its status. */
 function admissionOutcome(status: number): string {
@@ -47,7 +57,23 @@ export interface ApiMetrics {
   workflowStartFailed: () => void;
 }
 
-export function apiMetrics(deps: { pool: Pool }): ApiMetrics {
+export interface ApiMetricsDeps {
+  pool: Pool;
+  /** How long the counts read from the database serve scrapes; concurrent scrapes share one read whatever this is. */
+  cacheMs: number;
+  /** The clock of the cache (ms), for tests. */
+  now?: () => number;
+}
+
+export function apiMetrics(deps: ApiMetricsDeps): ApiMetrics {
+  const readCounts = sharedCheck(
+    async () => {
+      const [byStatus, owedStarts] = await Promise.all([leaseCountsByStatus(deps.pool), owedStartsCount(deps.pool)]);
+      return { byStatus, owedStarts };
+    },
+    deps.cacheMs,
+    deps.now,
+  );
   const registry = new Registry();
   collectDefaultMetrics({ register: registry, prefix: 'leasekeeper_api_' });
   const duration = new Histogram({
@@ -65,21 +91,20 @@ export function apiMetrics(deps: { pool: Pool }): ApiMetrics {
   });
   new Gauge({
     name: 'leasekeeper_leases',
-    help: 'Leases (not deleted) by status, read at each scrape',
+    help: 'Leases (not deleted) by status, read at most every LK_API_METRICS_CACHE_SECONDS',
     labelNames: ['status'] as const,
     registers: [registry],
     async collect() {
-      const { rows } = await deps.pool.query<{ status: string; count: string }>('SELECT status, count(*)::text AS count FROM leases WHERE deleted_at IS NULL GROUP BY status');
-      const counts = new Map(rows.map((r) => [r.status, Number(r.count)]));
-      for (const status of LEASE_STATUSES) this.set({ status }, counts.get(status) ?? 0);
+      const { byStatus } = await readCounts();
+      for (const status of LEASE_STATUSES) this.set({ status }, byStatus.get(status) ?? 0);
     },
   });
   new Gauge({
     name: 'leasekeeper_owed_workflow_starts',
-    help: 'Leases the API admitted whose workflow has not been started yet (lease_outbox), read at each scrape',
+    help: 'Leases the API admitted whose workflow has not been started yet (lease_outbox), read at most every LK_API_METRICS_CACHE_SECONDS',
     registers: [registry],
     async collect() {
-      this.set(await owedStartsCount(deps.pool));
+      this.set((await readCounts()).owedStarts);
     },
   });
   const workflowStarts = new Histogram({
@@ -115,4 +140,44 @@ export function apiMetrics(deps: { pool: Pool }): ApiMetrics {
     workflowStarted: (lagMs) => workflowStarts.observe(lagMs / 1000),
     workflowStartFailed: () => workflowStartFailures.inc(),
   };
+}
+
+/** With a token (LK_API_METRICS_TOKEN), only `Authorization: Bearer <token>` passes; compared in constant time. */
+export function metricsGuard(token: string | undefined): RequestHandler {
+  const digest = (text: string) => createHash('sha256').update(text).digest();
+  const expected = token === undefined ? undefined : digest(token);
+  return (req, res, next) => {
+    if (expected === undefined) {
+      next();
+      return;
+    }
+    const presented = /^Bearer +(\S+)\s*$/i.exec(req.get('authorization') ?? '')?.[1];
+    // Equal-length digests: the comparison takes as long whatever was presented.
+    if (presented !== undefined && timingSafeEqual(digest(presented), expected)) {
+      next();
+      return;
+    }
+    res.set('WWW-Authenticate', 'Bearer realm="leasekeeper metrics"');
+    next(new ApiError(401, 'The metrics need a bearer token: send Authorization: Bearer <LK_API_METRICS_TOKEN>'));
+  };
+}
+
+/**
+ * Serves the API's metrics at /metrics on their own address (LK_API_METRICS_PORT, as the worker's),
+ * with the API's server limits and error bodies; resolves with the bound port.
+ */
+export function serveApiMetrics(metrics: ApiMetrics, settings: { host: string; port: number; token?: string; limits: ServerLimits; log: Logger }): Promise<{ server: Server; port: number }> {
+  const app = express();
+  app.disable('x-powered-by');
+  app.get('/metrics', metricsGuard(settings.token), metrics.scrape);
+  app.use(notFoundRoute);
+  app.use(errorHandler(settings.log));
+  const server = createApiServer(app, settings.limits);
+  return new Promise((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(settings.port, settings.host, () => {
+      server.off('error', reject);
+      resolve({ server, port: (server.address() as AddressInfo).port });
+    });
+  });
 }

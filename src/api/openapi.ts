@@ -300,8 +300,8 @@ export function apiOperations(types: ResourceTypes): Operation[] {
     },
     {
       method: 'get', path: '/metrics', tags: ['operations'], summary: 'Prometheus metrics of the API',
-      description: 'Requests by route and status, create latency, admissions and refusals by reason, leases by status, calendar query latency, and the Node.js process. No identity needed: scrape it from inside the deployment only.',
-      responses: { 200: { description: 'the Prometheus text format', content: { 'text/plain': { schema: z.string() } } } },
+      description: 'Requests by route and status, create latency, admissions and refusals by reason, leases by status (read from the database at most every LK_API_METRICS_CACHE_SECONDS), calendar query latency, and the Node.js process. No Keystone identity: with LK_API_METRICS_TOKEN, `Authorization: Bearer <token>`; with LK_API_METRICS_PORT, served on that port instead of here.',
+      responses: { 200: { description: 'the Prometheus text format', content: { 'text/plain': { schema: z.string() } } }, 401: refusal('LK_API_METRICS_TOKEN is set and the request does not carry it') },
     },
     {
       method: 'get', path: '/v1/openapi.json', tags: ['versions'], summary: 'This description',
@@ -602,6 +602,7 @@ export function apiOperations(types: ResourceTypes): Operation[] {
         400: refusal('a malformed request'),
         401: refusal('Keystone refused the credentials'),
         404: refusal('not a keystone deployment'),
+        429: refusal('too many failed sign-ins for the user name or from the address (LK_SIGNIN_*): Retry-After says when to try again'),
         503: refusal('Keystone did not answer'),
       },
     },

@@ -36,6 +36,12 @@ export async function isLeaseDeleted(pool: Pool | PoolClient, id: string): Promi
   return (rowCount ?? 0) > 0;
 }
 
+/** How many leases (not deleted) have each status (for /metrics); a status no lease has is absent. */
+export async function leaseCountsByStatus(pool: Pool): Promise<Map<string, number>> {
+  const { rows } = await pool.query<{ status: string; count: string }>('SELECT status, count(*)::text AS count FROM leases WHERE deleted_at IS NULL GROUP BY status');
+  return new Map(rows.map((r) => [r.status, Number(r.count)]));
+}
+
 /** Oldest first, paged by (created_at, id). Returns one lease more than `limit` when there are more. */
 export async function listLeases(pool: Pool, filter: LeaseFilter): Promise<Lease[]> {
   const rows = await queryLeases(pool, filter, filter.limit === undefined ? undefined : filter.limit + 1);

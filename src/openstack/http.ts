@@ -285,6 +285,8 @@ export interface Session {
   invalidateToken(token: string): void;
   /** Headers sent with every request (e.g. X-Project-Id for a Keystone-less rig). */
   readonly extraHeaders?: Readonly<Record<string, string>>;
+  /** Keystone sessions: the Keystone URL they authenticate at (versioned), where users sign in too. */
+  readonly authUrl?: string;
   /** Transport settings for the clients built on this session. */
   readonly http: HttpOptions;
 }
@@ -300,6 +302,11 @@ export interface ServiceRequest {
   microversion?: string;
   timeoutMs?: number;
   signal?: AbortSignal;
+  /**
+   * Sent on the caller's own credentials (a user's password sign-in): without the session's token
+   * and headers, and a 401 says nothing about the session's token, so it stays.
+   */
+  withoutSession?: boolean;
 }
 
 /** Per-call settings every client method accepts. */
@@ -341,8 +348,8 @@ export class ServiceHttp {
 
   async request<T>(request: ServiceRequest): Promise<HttpResponse<T>> {
     const url = /^https?:\/\//.test(request.path) ? request.path : `${await this.baseUrl(request.signal)}${request.path}`;
-    const token = await this.session.getToken(request.signal);
-    const headers: Record<string, string> = { ...this.session.extraHeaders };
+    const token = request.withoutSession ? undefined : await this.session.getToken(request.signal);
+    const headers: Record<string, string> = request.withoutSession ? {} : { ...this.session.extraHeaders };
     if (token !== undefined) headers['X-Auth-Token'] = token;
     const microversion = request.microversion ?? this.options.microversion;
     if (microversion !== undefined && this.options.microversionName !== undefined) {

@@ -290,9 +290,12 @@ export class KeystoneClient {
    * page's sign-in. Throws UnauthorizedError (401) for a wrong name, password or project.
    */
   async issueUserToken(login: UserLogin, options: CallOptions = {}): Promise<{ token: string; projectId: string; projectName: string; expiresAt: Date }> {
+    // The user's password is their credential: our service token is neither sent nor (on a wrong
+    // password's 401) thrown away, and a Keystone session's own URL needs no service sign-in to find.
     const response = await this.http.request<unknown>({
       method: 'POST',
-      path: '/auth/tokens',
+      path: this.session.authUrl === undefined ? '/auth/tokens' : `${this.session.authUrl}/auth/tokens`,
+      withoutSession: true,
       query: { nocatalog: '' },
       body: {
         auth: {
