@@ -12,6 +12,16 @@ import { REPO_ROOT } from './paths';
 const port = z.coerce.number().int().min(1).max(65535);
 const positiveInt = z.coerce.number().int().positive();
 const millis = z.coerce.number().int().min(0);
+/** How long a project webhook's name may take to resolve unless LK_WEBHOOK_DNS_TIMEOUT_MS says otherwise. */
+export const WEBHOOK_DNS_TIMEOUT_MS = 3_000;
+/** A URL leasekeeper calls (a webhook, the external filter): httpUrlProblem's rule. */
+export const httpUrl = z
+  .string()
+  .max(2_048, 'expected at most 2048 characters')
+  .superRefine((value, ctx) => {
+    const problem = httpUrlProblem(value);
+    if (problem) ctx.addIssue({ code: 'custom', message: problem });
+  });
 
 const envSchema = z.object({
   LK_LOG_LEVEL: z.enum(['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent']).default('info'),
@@ -133,7 +143,7 @@ const envSchema = z.object({
   // Resources are made ready this long before a lease's start (its hosts are the lessee's from then on).
   LK_PROVISIONING_LEAD_TIME_SECONDS: z.coerce.number().int().min(0).max(86_400).default(0),
   // Where `before_end: notify` posts its JSON notice (a webhook); unset: notify is refused at the edge.
-  LK_NOTIFY_URL: z.url({ protocol: /^https?$/ }).optional(),
+  LK_NOTIFY_URL: httpUrl.optional(),
   // The Nova aggregate that holds reservable hosts while no lease has them, and the project named in
   // its filter_tenant_id (no real project by default, so no ordinary server lands there).
   LK_FREEPOOL_AGGREGATE: z.string().min(1).max(255).default('freepool'),
@@ -191,6 +201,17 @@ const envSchema = z.object({
   LK_NOTICE_TIMEOUT_MS: positiveInt.max(300_000).default(10_000),
   LK_NOTICE_RETRY_HOURS: z.coerce.number().min(0.001).max(720).default(24),
   LK_WEBHOOK_ALLOW_PRIVATE: z.enum(['true', 'false']).default('false'),
+  // Projects' webhook names are resolved by c-ares (A and AAAA, a real timeout, no libuv thread
+  // held by a name server that never answers): these name servers (unset: /etc/resolv.conf's).
+  LK_WEBHOOK_DNS_SERVERS: z
+    .string()
+    .max(256)
+    .superRefine((value, ctx) => {
+      const problem = dnsServerListProblem(value);
+      if (problem) ctx.addIssue({ code: 'custom', message: problem });
+    })
+    .optional(),
+  LK_WEBHOOK_DNS_TIMEOUT_MS: positiveInt.max(30_000).default(WEBHOOK_DNS_TIMEOUT_MS),
   LK_NOTIFICATION_TRANSPORT_URL: z
     .string()
     .max(2_048)
@@ -310,21 +331,47 @@ function toConfig(env: z.infer<typeof envSchema>) {
   };
 }
 
+/**
+ * What an http(s) URL that leasekeeper calls gets wrong, if anything: the one rule for the
+ * deployment's webhooks (LK_WEBHOOK_URLS), projects' own and the external filter's endpoints.
+ * At most 2048 characters; no credentials (they end up in logs: a webhook checks the signature,
+ * the external filter gets its token in a header).
+ */
+export function httpUrlProblem(url: string): string | undefined {
+  if (url.length > 2_048) return 'expected at most 2048 characters';
+  let parsed: URL;
+  try {
+    parsed = new URL(url);
+  } catch {
+    return 'expected an http:// or https:// URL';
+  }
+  if ((parsed.protocol !== 'http:' && parsed.protocol !== 'https:') || !parsed.hostname) return 'expected an http:// or https:// URL';
+  if (parsed.username || parsed.password) return 'expected no credentials in the URL (they would reach logs)';
+  if (parsed.href.length > 2_048) return 'expected at most 2048 characters';
+  return undefined;
+}
+
 /** What a deployment webhook URL list (LK_WEBHOOK_URLS) gets wrong, if anything. */
 function webhookUrlListProblem(value: string): string | undefined {
   const urls = splitList(value);
   if (urls.length > 10) return `at most 10 webhook URLs, not ${urls.length}`;
   for (const url of urls) {
-    let parsed: URL;
-    try {
-      parsed = new URL(url);
-    } catch {
-      return `${JSON.stringify(url.slice(0, 100))} is not a URL`;
-    }
-    if (!['http:', 'https:'].includes(parsed.protocol)) return `${JSON.stringify(url.slice(0, 100))}: expected http:// or https://`;
-    // A webhook authenticates us by LK_WEBHOOK_SECRET's signature; credentials in a URL end up in logs.
-    if (parsed.username || parsed.password) return 'a webhook URL carries no credentials (the receiver checks the signature, LK_WEBHOOK_SECRET)';
-    if (url.length > 2_048) return 'a webhook URL has at most 2048 characters';
+    const problem = httpUrlProblem(url);
+    if (problem) return `${JSON.stringify(url.slice(0, 100))}: ${problem}`;
+  }
+  return undefined;
+}
+
+/** What a name server list (LK_WEBHOOK_DNS_SERVERS: up to 4 of `address`, `ipv4:port`, `[ipv6]:port`) gets wrong, if anything. */
+function dnsServerListProblem(value: string): string | undefined {
+  const servers = splitList(value);
+  if (servers.length > 4) return `at most 4 name servers, not ${servers.length}`;
+  for (const server of servers) {
+    const withPort = /^(?:\[([^\]]+)\]|([\d.]+)):(\d{1,5})$/.exec(server);
+    const address = withPort ? (withPort[1] ?? withPort[2]) : server;
+    const portOk = !withPort || (Number(withPort[3]) >= 1 && Number(withPort[3]) <= 65_535);
+    const familyOk = withPort?.[1] !== undefined ? net.isIP(address) === 6 : net.isIP(address) !== 0;
+    if (!portOk || !familyOk) return `${JSON.stringify(server.slice(0, 60))}: expected an IP address, ipv4:port or [ipv6]:port`;
   }
   return undefined;
 }
@@ -365,6 +412,8 @@ function noticeSettings(env: z.infer<typeof envSchema>) {
     timeoutMs: env.LK_NOTICE_TIMEOUT_MS,
     retryForMs: Math.round(env.LK_NOTICE_RETRY_HOURS * 3_600_000),
     allowPrivate: env.LK_WEBHOOK_ALLOW_PRIVATE === 'true',
+    /** How projects' webhook names are resolved: these name servers (unset: the system's), within this time. */
+    dns: { servers: env.LK_WEBHOOK_DNS_SERVERS ? splitList(env.LK_WEBHOOK_DNS_SERVERS) : undefined, timeoutMs: env.LK_WEBHOOK_DNS_TIMEOUT_MS },
     oslo: env.LK_NOTIFICATION_TRANSPORT_URL
       ? { transportUrl: env.LK_NOTIFICATION_TRANSPORT_URL, exchange: env.LK_NOTIFICATION_EXCHANGE, topics: splitList(env.LK_NOTIFICATION_TOPICS), publisherId: env.LK_NOTIFICATION_PUBLISHER_ID }
       : undefined,

@@ -1,6 +1,8 @@
 import { spawnSync } from 'node:child_process';
 import path from 'node:path';
+import { webhooksBody } from '../src/api/webhooks';
 import { ConfigError, loadConfig } from '../src/config';
+import { externalFilterSettingsFromEnv } from '../src/policy/external-filter';
 
 describe('configuration', () => {
   it('has documented defaults for an empty environment', () => {
@@ -127,6 +129,46 @@ describe('configuration', () => {
     const message = (error as Error).message;
     expect(message).toContain(`${name}=${JSON.stringify(value)}`);
     expect(message).not.toContain('\n');
+  });
+
+  it("resolves projects' webhook names with the name servers given (at most 4, with their ports), within LK_WEBHOOK_DNS_TIMEOUT_MS", () => {
+    expect(loadConfig({}).notices.dns).toEqual({ servers: undefined, timeoutMs: 3_000 });
+    expect(loadConfig({ LK_WEBHOOK_DNS_SERVERS: '127.0.0.1:5353, 9.9.9.9,[::1]:53,2620:fe::fe', LK_WEBHOOK_DNS_TIMEOUT_MS: '500' }).notices.dns).toEqual({
+      servers: ['127.0.0.1:5353', '9.9.9.9', '[::1]:53', '2620:fe::fe'],
+      timeoutMs: 500,
+    });
+    for (const value of ['dns.example', '127.0.0.1:0', '127.0.0.1:65536', '[127.0.0.1]:53', '::1:53x', '1.1.1.1,1.0.0.1,8.8.8.8,8.8.4.4,9.9.9.9']) {
+      expect(() => loadConfig({ LK_WEBHOOK_DNS_SERVERS: value })).toThrow(/^invalid configuration: LK_WEBHOOK_DNS_SERVERS=/);
+    }
+    expect(() => loadConfig({ LK_WEBHOOK_DNS_TIMEOUT_MS: '30001' })).toThrow(/^invalid configuration: LK_WEBHOOK_DNS_TIMEOUT_MS="30001": /);
+  });
+
+  // One rule for every URL leasekeeper calls: the deployment's webhooks, projects' own, and Blazar's external filter.
+  it.each([
+    ['ftp://hooks.example/a', 'expected an http:// or https:// URL'],
+    ['not a url', 'expected an http:// or https:// URL'],
+    ['https://user:pw@hooks.example/a', 'expected no credentials in the URL (they would reach logs)'],
+    [`https://hooks.example/${'a'.repeat(2_100)}`, 'expected at most 2048 characters'],
+  ])('refuses %s alike wherever a URL is set', (url, problem) => {
+    const refusal = (set: () => unknown) => {
+      try {
+        set();
+      } catch (err) {
+        return (err as Error).message;
+      }
+      return 'accepted';
+    };
+    for (const [name, set] of [
+      ['LK_WEBHOOK_URLS', () => loadConfig({ LK_WEBHOOK_URLS: `https://hooks.example/ok,${url}` })],
+      ['LK_NOTIFY_URL', () => loadConfig({ LK_NOTIFY_URL: url })],
+      ['LK_POLICY_EXTERNAL_URL', () => externalFilterSettingsFromEnv({ LK_POLICY_EXTERNAL_URL: url })],
+    ] as const) {
+      const message = refusal(set);
+      expect(message).toMatch(new RegExp(`^invalid configuration: ${name}=`));
+      expect(message.endsWith(`: ${problem}`) ? problem : message).toBe(problem);
+    }
+    const parsed = webhooksBody.safeParse({ webhooks: [{ url }] });
+    expect(parsed.success ? 'accepted' : parsed.error.issues[0].message).toBe(problem);
   });
 
   it('stops a process with exit code 2 and a one-line message', () => {

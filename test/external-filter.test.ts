@@ -422,8 +422,8 @@ describe('a service that cannot decide', () => {
 
   it('refuses settings that name nothing to call, or a URL Blazar would refuse', () => {
     expect(() => new ExternalServiceFilter({ timeoutMs: 1000, failOpen: false })).toThrow('ExternalService has no endpoints set.');
-    expect(() => new ExternalServiceFilter({ baseUrl: 'this_url_cOuLDnOtBeWoRsE', timeoutMs: 1000, failOpen: false })).toThrow('baseUrl: not a URL');
-    expect(() => new ExternalServiceFilter({ onEndUrl: 'ftp://policy.example/on-end', timeoutMs: 1000, failOpen: false })).toThrow('onEndUrl: the scheme must be http or https');
+    expect(() => new ExternalServiceFilter({ baseUrl: 'this_url_cOuLDnOtBeWoRsE', timeoutMs: 1000, failOpen: false })).toThrow('baseUrl: expected an http:// or https:// URL');
+    expect(() => new ExternalServiceFilter({ onEndUrl: 'ftp://policy.example/on-end', timeoutMs: 1000, failOpen: false })).toThrow('onEndUrl: expected an http:// or https:// URL');
   });
 });
 
@@ -461,9 +461,9 @@ describe('settings from the environment', () => {
   });
 
   it.each([
-    [{ LK_POLICY_EXTERNAL_URL: 'ftp://credits.example/' }, 'invalid configuration: LK_POLICY_EXTERNAL_URL="ftp://credits.example/": expected an http or https URL'],
-    [{ LK_POLICY_EXTERNAL_URL: 'credits.example' }, 'invalid configuration: LK_POLICY_EXTERNAL_URL="credits.example": expected an http or https URL'],
-    [{ LK_POLICY_EXTERNAL_ON_END_URL: 'http://user:hunter2@credits.example/' }, 'invalid configuration: LK_POLICY_EXTERNAL_ON_END_URL="http://user:***@credits.example/": expected'],
+    [{ LK_POLICY_EXTERNAL_URL: 'ftp://credits.example/' }, 'invalid configuration: LK_POLICY_EXTERNAL_URL="ftp://credits.example/": expected an http:// or https:// URL'],
+    [{ LK_POLICY_EXTERNAL_URL: 'credits.example' }, 'invalid configuration: LK_POLICY_EXTERNAL_URL="credits.example": expected an http:// or https:// URL'],
+    [{ LK_POLICY_EXTERNAL_ON_END_URL: 'http://user:hunter2@credits.example/' }, 'invalid configuration: LK_POLICY_EXTERNAL_ON_END_URL="http://user:***@credits.example/": expected no credentials in the URL'],
     [{ LK_POLICY_EXTERNAL_URL: 'http://p/', LK_POLICY_EXTERNAL_TIMEOUT_MS: '99' }, 'invalid configuration: LK_POLICY_EXTERNAL_TIMEOUT_MS="99": must be at least 100'],
     [{ LK_POLICY_EXTERNAL_URL: 'http://p/', LK_POLICY_EXTERNAL_TIMEOUT_MS: '60001' }, 'invalid configuration: LK_POLICY_EXTERNAL_TIMEOUT_MS="60001": must be at most 60000'],
     [{ LK_POLICY_EXTERNAL_URL: 'http://p/', LK_POLICY_EXTERNAL_TIMEOUT_MS: '5s' }, 'invalid configuration: LK_POLICY_EXTERNAL_TIMEOUT_MS="5s": expected a whole number of milliseconds'],

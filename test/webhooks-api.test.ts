@@ -1,9 +1,10 @@
 /**
  * Projects' webhooks through the API, on the real stack: `PUT` replaces the list and `GET` shows
  * it; a generated secret is shown once and kept when a later PUT repeats the URL without one; at
- * most 10; a bad event type, URL or private address is a 400 naming the field; another project's
- * members get 403. And the store behind it: the targets of a notice, and deliveries counted on the
- * webhook (a receiver on 127.0.0.1, allowed by LK_WEBHOOK_ALLOW_PRIVATE).
+ * most 10; a bad event type, URL or address not allowed is a 400 naming the field (and never what a
+ * name resolves to); another project's members get 403. And the store behind it: the targets of a
+ * notice, and deliveries counted on the webhook (a receiver on 127.0.0.1, allowed by
+ * LK_WEBHOOK_ALLOW_PRIVATE). Names are answered by a stand-in name server (LK_WEBHOOK_DNS_SERVERS).
  */
 import { createHmac } from 'node:crypto';
 import http from 'node:http';
@@ -15,6 +16,7 @@ import { pluginRegistry } from '../src/domain/resource-plugin';
 import { NoticeRefusedError } from '../src/notifications/errors';
 import type { Notice } from '../src/domain/notices';
 import { noteDropped, noticeTargets, sendToWebhook } from '../src/notifications/webhooks';
+import { startDnsStandIn, type DnsStandIn } from './support/dns-server';
 import { startWebhookReceiver, type WebhookReceiver } from './support/notice-receiver';
 import { apiClient, useTestStack } from './support/stack';
 
@@ -22,9 +24,22 @@ const ALICE = { 'x-project-id': 'project-a', 'x-user-id': 'alice', 'x-roles': 'm
 const BOB = { 'x-project-id': 'project-b', 'x-user-id': 'bob', 'x-roles': 'member' };
 const ADMIN = { 'x-auth-token': 'admin' };
 const TIMESTAMP = /^\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}$/;
+const NOT_ALLOWED = 'the address of this webhook is not allowed';
 
 describe("projects' webhooks", () => {
-  const stack = useTestStack({ env: { LK_WEBHOOK_URLS: 'https://1.1.1.1/deployment-hook', LK_NOTIFY_URL: 'https://1.1.1.1/legacy-endpoint' } });
+  let names: DnsStandIn;
+  beforeAll(async () => {
+    names = await startDnsStandIn({ 'internal.test': ['10.0.0.5'], 'metadata.test': ['::a9fe:a9fe'], 'mixed.test': ['1.1.1.1', '192.168.0.1'], 'hung.test': 'no answer' });
+  });
+  afterAll(() => names.close());
+  const stack = useTestStack(() => ({
+    env: {
+      LK_WEBHOOK_URLS: 'https://1.1.1.1/deployment-hook',
+      LK_NOTIFY_URL: 'https://1.1.1.1/legacy-endpoint',
+      LK_WEBHOOK_DNS_SERVERS: names.server,
+      LK_WEBHOOK_DNS_TIMEOUT_MS: '1000',
+    },
+  }));
   const asAlice = apiClient(() => stack().url, ALICE);
   const asBob = apiClient(() => stack().url, BOB);
   const asAdmin = apiClient(() => stack().url, ADMIN);
@@ -93,20 +108,33 @@ describe("projects' webhooks", () => {
     ['no event type', { webhooks: [{ url: 'https://1.1.1.1/a', events: [] }] }, /^webhooks\[0\]\.events: expected at least one event type/],
     ['ftp', { webhooks: [{ url: 'https://1.1.1.1/a' }, { url: 'ftp://1.1.1.1/a' }] }, /^webhooks\[1\]\.url: expected an http:\/\/ or https:\/\/ URL$/],
     ['not a URL', { webhooks: [{ url: 'not a url' }] }, /^webhooks\[0\]\.url: expected an http:\/\/ or https:\/\/ URL$/],
-    ['credentials in the URL', { webhooks: [{ url: 'https://user:pw@1.1.1.1/a' }] }, /^webhooks\[0\]\.url: a webhook URL carries no credentials/],
+    ['credentials in the URL', { webhooks: [{ url: 'https://user:pw@1.1.1.1/a' }] }, /^webhooks\[0\]\.url: expected no credentials in the URL/],
     ['a URL over 2048 characters', { webhooks: [{ url: `https://1.1.1.1/${'a'.repeat(2_100)}` }] }, /^webhooks\[0\]\.url: expected at most 2048 characters$/],
     ['a URL twice', { webhooks: [{ url: 'https://1.1.1.1/a' }, { url: 'https://1.1.1.1/a' }] }, /^webhooks\[1\]\.url: listed twice$/],
-    ['a private address', { webhooks: [{ url: 'http://10.0.0.5/hook' }] }, /^webhooks\[0\]\.url: 10\.0\.0\.5 is a private address: a webhook must reach a public address$/],
-    ['the metadata service', { webhooks: [{ url: 'http://169.254.169.254/latest/meta-data' }] }, /^webhooks\[0\]\.url: 169\.254\.169\.254 is a link-local address/],
-    ['a name resolving to loopback', { webhooks: [{ url: 'https://1.1.1.1/a' }, { url: 'http://localhost:9000/hook' }] }, /^webhooks\[1\]\.url: localhost resolves to 127\.0\.0\.1, a loopback address/],
-    ['a name that does not resolve', { webhooks: [{ url: 'https://no-such-host.invalid/hook' }] }, /^webhooks\[0\]\.url: no-such-host\.invalid does not resolve/],
+    ['a private address', { webhooks: [{ url: 'http://10.0.0.5/hook' }] }, `webhooks[0].url: ${NOT_ALLOWED}`],
+    ['the metadata service', { webhooks: [{ url: 'http://169.254.169.254/latest/meta-data' }] }, `webhooks[0].url: ${NOT_ALLOWED}`],
+    // IPv6 forms that embed an IPv4 address are judged as that address.
+    ['the metadata service, IPv4-compatible', { webhooks: [{ url: 'http://[::169.254.169.254]/latest/meta-data/' }] }, `webhooks[0].url: ${NOT_ALLOWED}`],
+    ['loopback, IPv4-compatible', { webhooks: [{ url: 'http://[::127.0.0.1]/' }] }, `webhooks[0].url: ${NOT_ALLOWED}`],
+    ['a private address, IPv4-compatible', { webhooks: [{ url: 'http://[::10.0.0.1]/' }] }, `webhooks[0].url: ${NOT_ALLOWED}`],
+    ['the metadata service, IPv4-mapped', { webhooks: [{ url: 'http://[::ffff:169.254.169.254]/' }] }, `webhooks[0].url: ${NOT_ALLOWED}`],
+    ['the metadata service, NAT64', { webhooks: [{ url: 'http://[64:ff9b::169.254.169.254]/' }] }, `webhooks[0].url: ${NOT_ALLOWED}`],
+    ['the metadata service, 6to4', { webhooks: [{ url: 'http://[2002:a9fe:a9fe::1]/' }] }, `webhooks[0].url: ${NOT_ALLOWED}`],
+    ['a documentation address', { webhooks: [{ url: 'http://[2001:db8::1]/' }] }, `webhooks[0].url: ${NOT_ALLOWED}`],
+    // A name: the same sentence, never the address it resolves to.
+    ['a name resolving to loopback', { webhooks: [{ url: 'https://1.1.1.1/a' }, { url: 'http://localhost:9000/hook' }] }, `webhooks[1].url: ${NOT_ALLOWED}`],
+    ['a name resolving to a private address', { webhooks: [{ url: 'http://internal.test/hook' }] }, `webhooks[0].url: ${NOT_ALLOWED}`],
+    ['a name whose AAAA record is the metadata service', { webhooks: [{ url: 'http://metadata.test/hook' }] }, `webhooks[0].url: ${NOT_ALLOWED}`],
+    ['a name resolving to a public and a private address', { webhooks: [{ url: 'http://mixed.test/hook' }] }, `webhooks[0].url: ${NOT_ALLOWED}`],
+    ['a name that does not resolve', { webhooks: [{ url: 'https://no-such-host.invalid/hook' }] }, 'webhooks[0].url: no-such-host.invalid does not resolve'],
+    ['a name whose name server does not answer', { webhooks: [{ url: 'https://hung.test/hook' }] }, 'webhooks[0].url: hung.test did not resolve within 1000 ms'],
     ['a short secret', { webhooks: [{ url: 'https://1.1.1.1/a', secret: 'short' }] }, /^webhooks\[0\]\.secret: expected 16 to 256 characters$/],
     ['an unknown field', { webhooks: [{ url: 'https://1.1.1.1/a', token: 'x' }] }, /^webhooks\[0\]: unknown field\(s\) "token"$/],
     ['no list', {}, /^Missing parameter webhooks$/],
   ])('refuses %s with 400 naming the field', async (_what, body, message) => {
     const res = await asAlice('PUT', '/v1/projects/project-a/webhooks', body);
     expect(res.status).toBe(400);
-    expect(res.body).toMatchObject({ error_code: 400, error_name: 400, error_message: expect.stringMatching(message) });
+    expect(res.body).toMatchObject({ error_code: 400, error_name: 400, error_message: typeof message === 'string' ? message : expect.stringMatching(message) });
     expect((await asAlice('GET', '/v1/projects/project-a/webhooks')).body).toEqual({ webhooks: [] });
   });
 
@@ -178,9 +206,32 @@ describe("projects' webhooks", () => {
       // Without the allowance the same webhook is refused at the connection: no request leaves.
       const guarded = await sendToWebhook(stack().db.pool, { ...settings, allowPrivate: false }, ok.id, notice).catch((err: unknown) => err);
       expect(guarded).toBeInstanceOf(NoticeRefusedError);
-      expect((guarded as Error).message).toContain('127.0.0.1 is a loopback address');
+      expect((guarded as Error).message).toBe(`notice to ${receiver.origin} refused: ${NOT_ALLOWED}`);
       expect(receiver.requests).toHaveLength(2);
+      expect((await api('GET', '/v1/projects/project-a/webhooks')).body.webhooks[0].last_error).toBe(`notice to ${receiver.origin} refused: ${NOT_ALLOWED}`);
       await api('PUT', '/v1/projects/project-a/webhooks', { webhooks: [] });
+    });
+
+    it('checks a name again at each delivery: one that now resolves to a private address is refused, its last_error naming no address', async () => {
+      const notice: Notice = { id: 'lease-2:lease.create', eventType: 'lease.create', occurredMs: Date.UTC(2026, 10, 21, 9, 15), projectId: 'project-a', details: {} };
+      const url = `http://rebind.test:${receiver.port}/rebind`;
+      names.records.set('rebind.test', ['1.1.1.1']);
+      const put = await asAlice('PUT', '/v1/projects/project-a/webhooks', { webhooks: [{ url }] }); // guarded: a public address
+      expect(put.status).toBe(200);
+      const [hook] = put.body.webhooks as Array<{ id: string }>;
+      names.records.set('rebind.test', ['127.0.0.1']); // the name now leads to the receiver on loopback
+      const before = receiver.requests.length;
+      const refused = await sendToWebhook(stack().db.pool, stack().config.notices, hook.id, notice).catch((err: unknown) => err);
+      expect(refused).toBeInstanceOf(NoticeRefusedError);
+      const said = `notice to http://rebind.test:${receiver.port} refused: ${NOT_ALLOWED}`;
+      expect((refused as Error).message).toBe(said);
+      expect(receiver.requests).toHaveLength(before); // never connected
+      const [listed] = (await asAlice('GET', '/v1/projects/project-a/webhooks')).body.webhooks;
+      expect(listed).toMatchObject({ dropped_count: 1, last_error: said });
+      // With the allowance the name resolves through the same name server and the notice arrives: the refusal was the guard's.
+      expect(await sendToWebhook(stack().db.pool, { ...stack().config.notices, allowPrivate: true }, hook.id, notice)).toBe('delivered');
+      expect(receiver.requests.map((delivery) => delivery.path).slice(before)).toEqual(['/rebind']);
+      await asAlice('PUT', '/v1/projects/project-a/webhooks', { webhooks: [] });
     });
   });
 });

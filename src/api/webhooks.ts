@@ -12,20 +12,15 @@ import type { Pool } from '../db/pool';
 import { listWebhooks, replaceWebhooks, type StoredWebhook } from '../db/webhooks';
 import { formatTimestamp } from '../domain/blazar-format';
 import { LEASE_NOTICE_TYPES } from '../domain/notices';
-import { checkWebhookAddress, generateSecret, WebhookAddressError, webhookUrlProblem, type NoticeSettings } from '../notifications/webhooks';
+import { httpUrl } from '../config';
+import { checkWebhookAddress, WebhookAddressError } from '../notifications/webhook-address';
+import { generateSecret, type NoticeSettings } from '../notifications/webhooks';
 import { identityOf, projectInScope } from './auth';
 import { ApiError, parseRequest } from './errors';
 
 export const MAX_PROJECT_WEBHOOKS = 10;
 
-const webhookUrl = z
-  .string()
-  .max(2_048, 'expected at most 2048 characters')
-  .superRefine((url, ctx) => {
-    const problem = webhookUrlProblem(url);
-    if (problem) ctx.addIssue({ code: 'custom', message: problem });
-  })
-  .describe('http:// or https://, at most 2048 characters, no credentials; it must resolve to a public address');
+const webhookUrl = httpUrl.describe('http:// or https://, at most 2048 characters, no credentials; it must resolve to public addresses only');
 
 const leaseEventType = z.enum(LEASE_NOTICE_TYPES, { error: (issue) => (issue.input === undefined ? undefined : `expected a lease event type: ${LEASE_NOTICE_TYPES.join(', ')}`) });
 
@@ -70,7 +65,7 @@ function shown(webhook: StoredWebhook, secret?: string) {
   };
 }
 
-export function webhooksRouter(deps: { pool: Pool; settings: Pick<NoticeSettings, 'allowPrivate'> }): Router {
+export function webhooksRouter(deps: { pool: Pool; settings: Pick<NoticeSettings, 'allowPrivate' | 'dns'> }): Router {
   const router = Router();
 
   router.get('/projects/:projectId/webhooks', async (req, res) => {
@@ -90,10 +85,11 @@ export function webhooksRouter(deps: { pool: Pool; settings: Pick<NoticeSettings
       seen.add(row.url);
     }
     // Each URL's name resolved at once (each bounded by its own timeout), refused with the first problem in the list's order.
-    const checks = await Promise.allSettled(rows.map((row) => checkWebhookAddress(row.url, { allowPrivate: deps.settings.allowPrivate })));
+    const checks = await Promise.allSettled(rows.map((row) => checkWebhookAddress(row.url, { allowPrivate: deps.settings.allowPrivate, dns: deps.settings.dns })));
     for (const [index, check] of checks.entries()) {
       if (check.status === 'fulfilled') continue;
-      if (check.reason instanceof WebhookAddressError) throw new ApiError(400, `webhooks[${index}].url: ${check.reason.message}${check.reason.kind === 'private' ? ': a webhook must reach a public address' : ''}`);
+      // The message names no address: a refusal must not tell what a name resolves to.
+      if (check.reason instanceof WebhookAddressError) throw new ApiError(400, `webhooks[${index}].url: ${check.reason.message}`);
       throw check.reason;
     }
     const stored = await replaceWebhooks(deps.pool, projectId, rows, identityOf(res).userId);

@@ -2,30 +2,24 @@
  * Notices posted to webhooks: the deployment's (LK_WEBHOOK_URLS and LK_NOTIFY_URL, trusted) and
  * projects' own (PUT /v1/projects/{id}/webhooks). Each POST carries the notice's id as
  * Idempotency-Key (a retried delivery is recognisable) and, with a secret, an HMAC-SHA256 signature
- * of the exact body. A project's webhook may not reach the cloud's own network: its address is
- * checked when it is set and again at each connection, after DNS (the check sits in the socket's
- * lookup, so a name cannot resolve to a public address for the check and a private one for the
- * request).
+ * of the exact body. A project's webhook may not reach the cloud's own network (./webhook-address.ts).
  */
 import { createHmac, randomBytes } from 'node:crypto';
-import dns from 'node:dns';
 import http from 'node:http';
 import https from 'node:https';
 import { isIP, type LookupFunction } from 'node:net';
-import ipaddr from 'ipaddr.js';
 import type { Config } from '../config';
 import type { Pool } from '../db/pool';
 import { countDelivery, webhookById, webhookTargets } from '../db/webhooks';
 import { noticeBody } from './blazar-payload';
 import { NoticeFailedError, NoticeRefusedError } from './errors';
+import { ADDRESS_NOT_ALLOWED, addressAllowed, DEFAULT_DNS_SETTINGS, hostOf, WebhookAddressError, webhookLookup, type WebhookDnsSettings } from './webhook-address';
 import type { Notice, NoticeTargets } from '../domain/notices';
 
 export type NoticeSettings = Config['notices'];
 
 /** A response is read this far at most (a receiver's error page, for the message), then the connection is dropped. */
 export const MAX_RESPONSE_BYTES = 64 * 1024;
-/** How long a PUT waits for a webhook's name to resolve. */
-export const URL_CHECK_TIMEOUT_MS = 3_000;
 /** 4xx that mean "not now" rather than "no": retried. */
 const RETRYABLE_4XX = new Set([408, 409, 425, 429]);
 const DEPLOYMENT_PREFIX = 'deployment:';
@@ -40,24 +34,14 @@ export interface DeliveryOptions {
   timeoutMs: number;
   /** Refuse addresses that are not public unicast (a project's webhook, unless LK_WEBHOOK_ALLOW_PRIVATE). */
   guardAddresses: boolean;
+  /** A project's webhook: its name resolved by c-ares with these settings (a guarded one's always is); unset: the system's lookup. */
+  dns?: WebhookDnsSettings;
 }
 
 export interface Delivered {
   status: number;
   /** The start of the response (at most MAX_RESPONSE_BYTES). */
   body: string;
-}
-
-/** A webhook's address is refused: not public (SSRF guard), or the name does not resolve. */
-export class WebhookAddressError extends Error {
-  override readonly name = 'WebhookAddressError';
-  constructor(
-    message: string,
-    /** `private`: resolves to an address that is not public; `unresolved`: does not resolve. */
-    readonly kind: 'private' | 'unresolved',
-  ) {
-    super(message);
-  }
 }
 
 /** A project webhook's secret when none is given: 32 random bytes, base64url (shown once). */
@@ -70,97 +54,9 @@ export function signatureOf(body: Buffer | string, secret: string): string {
   return `sha256=${createHmac('sha256', secret).update(body).digest('hex')}`;
 }
 
-const RANGE_WORDS: Record<string, string> = {
-  loopback: 'a loopback',
-  linkLocal: 'a link-local',
-  private: 'a private',
-  uniqueLocal: 'a private (unique local)',
-  unspecified: 'an unspecified',
-  multicast: 'a multicast',
-  broadcast: 'a broadcast',
-  carrierGradeNat: 'a shared (carrier-grade NAT)',
-  reserved: 'a reserved',
-};
-
-/**
- * Why an address may not be a project webhook's, or undefined when it may: only public unicast
- * passes. IPv4-mapped IPv6 is judged as its IPv4; the IPv6 forms that embed an IPv4 address
- * (NAT64, 6to4, Teredo) and the reserved ranges are refused too, lest they lead to a private one.
- */
-export function addressProblem(address: string): string | undefined {
-  let ip: ipaddr.IPv4 | ipaddr.IPv6;
-  try {
-    ip = ipaddr.parse(address.replace(/^\[(.*)\]$/, '$1'));
-  } catch {
-    return 'not an IP address';
-  }
-  if (ip instanceof ipaddr.IPv6 && ip.isIPv4MappedAddress()) ip = ip.toIPv4Address();
-  const range = ip.range();
-  if (range === 'unicast') return undefined;
-  return `${RANGE_WORDS[range] ?? `a non-public (${range})`} address`;
-}
-
-/** The URL's problem as a webhook URL (http/https, at most 2048 characters, no credentials), or undefined. */
-export function webhookUrlProblem(url: string): string | undefined {
-  if (url.length > 2_048) return 'expected at most 2048 characters';
-  let parsed: URL;
-  try {
-    parsed = new URL(url);
-  } catch {
-    return 'expected an http:// or https:// URL';
-  }
-  if (parsed.protocol !== 'http:' && parsed.protocol !== 'https:') return 'expected an http:// or https:// URL';
-  if (parsed.username || parsed.password) return 'a webhook URL carries no credentials: give a secret, the receiver checks the signature';
-  if (parsed.href.length > 2_048) return 'expected at most 2048 characters';
-  return undefined;
-}
-
-const hostOf = (url: URL) => url.hostname.replace(/^\[(.*)\]$/, '$1');
-
-async function lookupAll(hostname: string, timeoutMs: number): Promise<string[]> {
-  let timer: NodeJS.Timeout | undefined;
-  const timedOut = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new WebhookAddressError(`${hostname} did not resolve within ${timeoutMs} ms`, 'unresolved')), timeoutMs);
-  });
-  try {
-    const found = await Promise.race([dns.promises.lookup(hostname, { all: true, verbatim: true }), timedOut]);
-    return found.map((entry) => entry.address);
-  } catch (err) {
-    if (err instanceof WebhookAddressError) throw err;
-    throw new WebhookAddressError(`${hostname} does not resolve (${(err as NodeJS.ErrnoException).code ?? 'lookup failed'})`, 'unresolved');
-  } finally {
-    clearTimeout(timer);
-  }
-}
-
-/**
- * Checks a project webhook's URL where it is set: its host must resolve (within `timeoutMs`), and,
- * unless `allowPrivate`, only to public addresses. Throws WebhookAddressError saying why not.
- */
-export async function checkWebhookAddress(url: string, options: { allowPrivate: boolean; timeoutMs?: number }): Promise<void> {
-  const host = hostOf(new URL(url));
-  const addresses = isIP(host) ? [host] : await lookupAll(host, options.timeoutMs ?? URL_CHECK_TIMEOUT_MS);
-  if (options.allowPrivate) return;
-  for (const address of addresses) {
-    const problem = addressProblem(address);
-    if (problem) throw new WebhookAddressError(isIP(host) ? `${address} is ${problem}` : `${host} resolves to ${address}, ${problem}`, 'private');
-  }
-}
-
-/** The socket's lookup for a guarded delivery: every address the name resolves to must be public, or the connection is not made. */
-const guardedLookup: LookupFunction = (hostname, options, callback) => {
-  dns.lookup(hostname, { ...options, all: true }, (err, addresses) => {
-    if (err) return callback(err, '', 0);
-    const refused = addresses.map((entry) => ({ entry, problem: addressProblem(entry.address) })).find((found) => found.problem);
-    if (refused) return callback(Object.assign(new WebhookAddressError(`${hostname} resolves to ${refused.entry.address}, ${refused.problem}`, 'private'), { code: 'EADDRREFUSED' }), '', 0);
-    if (options.all) return callback(null, addresses);
-    callback(null, addresses[0].address, addresses[0].family);
-  });
-};
-
 /** An error of the request, or one of the errors it aggregates (a dual-stack connection attempt), that is the guard's refusal. */
 function addressRefusal(err: unknown): WebhookAddressError | undefined {
-  if (err instanceof WebhookAddressError) return err;
+  if (err instanceof WebhookAddressError && err.kind === 'not-allowed') return err;
   if (err instanceof AggregateError) return err.errors.map(addressRefusal).find((found) => found);
   return undefined;
 }
@@ -176,10 +72,7 @@ export async function deliverWebhook(target: WebhookTarget, notice: Notice, opti
   const where = url.origin;
   if (url.protocol !== 'http:' && url.protocol !== 'https:') throw new NoticeRefusedError(`notice to ${where} refused: not an http(s) URL`);
   const host = hostOf(url);
-  if (options.guardAddresses && isIP(host)) {
-    const problem = addressProblem(host);
-    if (problem) throw new NoticeRefusedError(`notice to ${where} refused: ${host} is ${problem}`);
-  }
+  if (options.guardAddresses && isIP(host) && !addressAllowed(host)) throw new NoticeRefusedError(`notice to ${where} refused: ${ADDRESS_NOT_ALLOWED}`);
   const body = Buffer.from(JSON.stringify(noticeBody(notice)));
   const headers: Record<string, string> = {
     'Content-Type': 'application/json',
@@ -192,10 +85,10 @@ export async function deliverWebhook(target: WebhookTarget, notice: Notice, opti
   const signal = AbortSignal.timeout(options.timeoutMs);
   let answer: Delivered;
   try {
-    answer = await post(url, headers, body, signal, options.guardAddresses);
+    answer = await post(url, headers, body, signal, options.guardAddresses || options.dns ? webhookLookup(options.dns ?? DEFAULT_DNS_SETTINGS, options.guardAddresses) : undefined);
   } catch (err) {
     const refusal = addressRefusal(err);
-    if (refusal) throw new NoticeRefusedError(`notice to ${where} refused: ${refusal.message}`);
+    if (refusal) throw new NoticeRefusedError(`notice to ${where} refused: ${ADDRESS_NOT_ALLOWED}`);
     const reason = signal.aborted ? `no answer within ${options.timeoutMs} ms` : ((err as NodeJS.ErrnoException).code ?? (err as Error).message);
     throw new NoticeFailedError(`notice to ${where} failed: ${reason}`);
   }
@@ -213,9 +106,9 @@ function describeAnswer(answer: Delivered): string {
 }
 
 /** One POST on a connection of its own (no pooling: each connects, and is checked, anew); the answer's first MAX_RESPONSE_BYTES. */
-function post(url: URL, headers: Record<string, string>, body: Buffer, signal: AbortSignal, guard: boolean): Promise<Delivered> {
+function post(url: URL, headers: Record<string, string>, body: Buffer, signal: AbortSignal, lookup: LookupFunction | undefined): Promise<Delivered> {
   return new Promise<Delivered>((resolve, reject) => {
-    const request = (url.protocol === 'https:' ? https : http).request(url, { method: 'POST', headers, signal, agent: false, ...(guard ? { lookup: guardedLookup } : {}) }, (response) => {
+    const request = (url.protocol === 'https:' ? https : http).request(url, { method: 'POST', headers, signal, agent: false, ...(lookup ? { lookup } : {}) }, (response) => {
       const chunks: Buffer[] = [];
       let size = 0;
       let settled = false;
@@ -278,7 +171,7 @@ export async function sendToWebhook(db: Pool, settings: NoticeSettings, id: stri
   // A project's webhook hears its own project's notices only.
   if (!target || (target.projectId !== undefined && target.projectId !== notice.projectId)) return 'gone';
   try {
-    await deliverWebhook(target, notice, { timeoutMs: settings.timeoutMs, guardAddresses: target.guardAddresses });
+    await deliverWebhook(target, notice, { timeoutMs: settings.timeoutMs, guardAddresses: target.guardAddresses, ...(target.projectId !== undefined ? { dns: settings.dns } : {}) });
   } catch (err) {
     if (err instanceof NoticeRefusedError) await noteDropped(db, id, err.message);
     throw err;

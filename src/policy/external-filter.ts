@@ -24,7 +24,7 @@
  *   are logged and never stop the end. Blazar promises no delivery: an optimisation, not a ledger.
  */
 import { z } from 'zod';
-import { ConfigError } from '../config';
+import { ConfigError, httpUrl, httpUrlProblem } from '../config';
 import type { Lease, Reservation } from '../domain/lease';
 
 /** Blazar's words for a denial without a usable message (and for any odd status). */
@@ -199,17 +199,10 @@ export function onEndBody(context: PolicyContext, lease: Lease, allocationsOf?: 
 // ---------------------------------------------------------------------------------------------
 // The client.
 
-/** A URL Blazar accepts: http(s) with a host. Credentials are refused (fetch refuses them, and they would reach logs). */
+/** A URL Blazar accepts (http or https, with a host), by the rule every URL leasekeeper calls follows (no credentials, at most 2048 characters). */
 function checkedUrl(url: string, what: string): string {
-  let parsed: URL;
-  try {
-    parsed = new URL(url);
-  } catch {
-    throw new Error(`${what}: not a URL`);
-  }
-  if (parsed.protocol !== 'http:' && parsed.protocol !== 'https:') throw new Error(`${what}: the scheme must be http or https`);
-  if (!parsed.hostname) throw new Error(`${what}: the URL has no host`);
-  if (parsed.username || parsed.password) throw new Error(`${what}: the URL must not carry credentials`);
+  const problem = httpUrlProblem(url);
+  if (problem) throw new Error(`${what}: ${problem}`);
   return url;
 }
 
@@ -382,20 +375,7 @@ export class ExternalServiceFilter {
 // ---------------------------------------------------------------------------------------------
 // Settings from the environment.
 
-const endpoint = z
-  .string()
-  .trim()
-  .refine(
-    (value) => {
-      try {
-        checkedUrl(value, '');
-        return true;
-      } catch {
-        return false;
-      }
-    },
-    { message: 'expected an http or https URL with a host and no credentials' },
-  );
+const endpoint = z.string().trim().pipe(httpUrl);
 
 const envSchema = z.object({
   LK_POLICY_EXTERNAL_URL: endpoint.optional(),
