@@ -2,7 +2,7 @@ import { ApplicationFailure } from '@temporalio/common';
 import type { ErrorRequestHandler, RequestHandler } from 'express';
 import { ZodError, type z } from 'zod';
 import { LeaseErrorType } from '../domain/lease';
-import { databaseDataError, isDatabaseUnavailable, isLostRace } from '../db/pool';
+import { databaseDataError, isDatabaseUnavailable, isLostRace, violatedUniqueConstraint } from '../db/pool';
 import { OpenStackConfigError, OpenStackError, publicMessage } from '../openstack/errors';
 import type { Logger } from '../log';
 import { describeIssues, requestWording } from './lease-schemas';
@@ -40,6 +40,7 @@ export function parseRequest<S extends z.ZodType>(schema: S, input: unknown, pre
 export const STATUS_BY_FAILURE_TYPE: Record<string, number> = {
   [LeaseErrorType.invalid]: 400,
   [LeaseErrorType.conflict]: 409,
+  [LeaseErrorType.duplicate]: 409,
   [LeaseErrorType.notFound]: 404,
   [LeaseErrorType.deleted]: 410,
   [LeaseErrorType.unavailable]: 503,
@@ -113,6 +114,12 @@ export function errorHandler(baseLog: Logger): ErrorRequestHandler {
     if (err instanceof ZodError) {
       log.error({ err, method: req.method, path: req.path }, 'request refused by a schema past the API edge');
       send(400, errorBody(400, describeIssues(err)));
+      return;
+    }
+    if (violatedUniqueConstraint(err) !== undefined) {
+      // A duplicate no store names (each maps its own unique constraints to a worded 409: refuseDuplicates): still the caller's conflict, not a fault.
+      log.warn({ err, method: req.method, path: req.path }, 'a unique constraint refused a duplicate its store does not name');
+      send(409, errorBody(409, 'it exists already: a record with the same key was made first (perhaps by a concurrent request)'));
       return;
     }
     const dataError = databaseDataError(err);

@@ -3,7 +3,7 @@
  * tables hosts, host_capabilities, capability_settings, and inventory_version (their change counter).
  */
 import type { PoolClient } from 'pg';
-import type { Pool } from './pool';
+import { refuseDuplicates, type Pool } from './pool';
 import { inTransaction } from './transaction';
 
 /** The hypervisor fields a `hypervisor_properties` query can use. */
@@ -107,10 +107,14 @@ export type NewHost = Pick<
 /**
  * Adds a reservable host with its capabilities, in one transaction; answers its id. `id`: the id it
  * must have (a host brought from Blazar keeps its id; it must pass `isHostId` and be free), the
- * id sequence moved past it.
+ * id sequence moved past it. A host enrolled meanwhile under the same name (or id) is AlreadyExists (409).
  */
 export async function insertHost(pool: Pool, host: NewHost, capabilities: Record<string, string>, id?: string): Promise<string> {
-  return inTransaction(pool, async (client) => {
+  const duplicates = {
+    hosts_hypervisor_hostname_key: `host ${host.hypervisor_hostname} is already reservable`,
+    hosts_pkey: `host id ${id ?? '(new)'} is taken by another host`,
+  };
+  return refuseDuplicates(() => inTransaction(pool, async (client) => {
     const { rows } = await client.query<{ id: string }>(
       `INSERT INTO hosts (id, hypervisor_hostname, nova_hypervisor_id, hypervisor_type, hypervisor_version, service_name, vcpus, memory_mb, local_gb, cpu_info, availability_zone)
        VALUES (COALESCE($11::bigint, nextval(pg_get_serial_sequence('hosts', 'id'))), $1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING id::text`,
@@ -125,7 +129,7 @@ export async function insertHost(pool: Pool, host: NewHost, capabilities: Record
       await client.query('INSERT INTO host_capabilities (host_id, name, value) VALUES ($1, $2, $3)', [rows[0].id, key, value]);
     }
     return rows[0].id;
-  });
+  }), duplicates);
 }
 
 /** Sets (adds or replaces) some of a host's capabilities, in one transaction; the others stay. */

@@ -2,9 +2,9 @@
  * The leases table: one row per lease, the lease's JSON document with the columns that lists and
  * ordering need. The API reads it; only the lease's own workflow writes it (through its activities).
  */
-import { DatabaseError, type PoolClient } from 'pg';
+import type { PoolClient } from 'pg';
 import type { Lease, LeaseStatus } from '../domain/lease';
-import type { Pool } from './pool';
+import { violatedUniqueConstraint, type Pool } from './pool';
 
 export interface LeaseFilter {
   /** Only this project's leases (non-admins always get their own project). */
@@ -122,7 +122,7 @@ export async function saveLease(pool: Pool | PoolClient, lease: Lease): Promise<
     if (rowCount !== 0) return 'saved';
     return (await isLeaseDeleted(pool, lease.id)) ? 'deleted' : 'stale';
   } catch (err) {
-    if (err instanceof DatabaseError && err.code === '23505' && err.constraint === 'leases_live_name') return 'name-taken';
+    if (violatedUniqueConstraint(err) === 'leases_live_name') return 'name-taken';
     throw err;
   }
 }

@@ -1,6 +1,7 @@
 /** The PostgreSQL connection pool: creating it, borrowing one connection, and telling an outage from bad data. */
 import { DatabaseError, Pool, type PoolClient } from 'pg';
 import type { Config } from '../config';
+import { alreadyExists } from '../domain/lease';
 
 export type { Pool };
 
@@ -77,6 +78,28 @@ export const isExclusionViolation = (err: unknown): boolean => err instanceof Da
 export const isDeadlockOrSerialization = (err: unknown): boolean => err instanceof DatabaseError && ['40P01', '40001'].includes(err.code ?? '');
 /** A booking that lost its race to a concurrent one: either of the above. */
 export const isLostRace = (err: unknown): boolean => isDeadlockOrSerialization(err) || isExclusionViolation(err);
+
+/** The unique constraint (or index) a write broke (SQLSTATE 23505), if that is why it failed. */
+export function violatedUniqueConstraint(err: unknown): string | undefined {
+  return err instanceof DatabaseError && err.code === '23505' ? (err.constraint ?? '') : undefined;
+}
+
+/**
+ * Runs a store's write; a duplicate refused by one of `duplicates`' unique constraints (keyed by
+ * name) becomes the domain's AlreadyExists (Blazar's 409) with its sentence, which says what is
+ * duplicated and never the SQL. Two requests making the same record at once (two enrolments of
+ * one host) both pass the callers' look-ups; only the constraint sees the second.
+ */
+export async function refuseDuplicates<T>(write: () => Promise<T>, duplicates: Record<string, string>): Promise<T> {
+  try {
+    return await write();
+  } catch (err) {
+    const constraint = violatedUniqueConstraint(err);
+    const message = constraint === undefined ? undefined : duplicates[constraint];
+    if (message === undefined) throw err;
+    throw alreadyExists(message, err as Error);
+  }
+}
 const DATA_ERROR_DESCRIPTIONS: Record<string, string> = {
   '22001': 'a text is too long',
   '22003': 'a number is out of range',

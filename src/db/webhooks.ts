@@ -5,7 +5,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import type { PoolClient } from 'pg';
-import type { Pool } from './pool';
+import { refuseDuplicates, type Pool } from './pool';
 import { inTransaction } from './transaction';
 
 type Queryable = Pool | PoolClient;
@@ -82,7 +82,9 @@ export async function listWebhooks(db: Queryable, projectId: string): Promise<St
  * the others are new. Returns the new list, saying which entries got their generated secret.
  */
 export async function replaceWebhooks(pool: Pool, projectId: string, rows: WebhookRow[], userId: string): Promise<Array<StoredWebhook & { secretGenerated: boolean }>> {
-  return inTransaction(pool, async (client) => {
+  // The project's lock serialises its PUTs; the constraint stays the last word should anything write around it.
+  const duplicates = { project_webhooks_project_id_url_key: `project ${projectId}'s webhooks were changed meanwhile to list one of these URLs: read them and try again` };
+  return refuseDuplicates(() => inTransaction(pool, async (client) => {
     await client.query("SELECT pg_advisory_xact_lock(hashtext('leasekeeper:webhooks'), hashtext($1))", [projectId]);
     const { rows: before } = await client.query<{ id: string; url: string }>('SELECT id, url FROM project_webhooks WHERE project_id = $1', [projectId]);
     const kept = new Map(before.map((row) => [row.url, row.id]));
@@ -110,7 +112,7 @@ export async function replaceWebhooks(pool: Pool, projectId: string, rows: Webho
     }
     const { rows: after } = await client.query<Row>(`SELECT ${COLUMNS} FROM project_webhooks WHERE project_id = $1 ORDER BY position`, [projectId]);
     return after.map((row) => ({ ...fromRow(row), secretGenerated: generated.has(row.id) }));
-  });
+  }), duplicates);
 }
 
 /** One webhook with its secret (to sign a delivery), or undefined when there is none (removed meanwhile). */

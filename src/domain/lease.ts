@@ -119,6 +119,8 @@ export const LeaseErrorType = {
   unavailable: 'DatabaseUnavailable', // 503: try again
   /** The usage policy refuses the change (domain/usage-policy.ts). */
   policy: 'UsagePolicyRefused', // 403
+  /** What was asked to be made exists already (a concurrent request made it first): a conflict. */
+  duplicate: 'AlreadyExists', // 409
 } as const;
 
 export function invalidLease(message: string): ApplicationFailure {
@@ -145,6 +147,14 @@ export const reuseEnd = (ms: number): string => requestDate(wholeMinuteDown(ms))
 export function leaseConflict(message: string, details?: Record<string, unknown>): ApplicationFailure {
   return ApplicationFailure.create({ type: LeaseErrorType.conflict, message, nonRetryable: true, details: details ? [details] : undefined });
 }
+
+/** The 409 of a record made twice: one with the same key (a host's name, an address) exists already. */
+export function alreadyExists(message: string, cause?: Error): ApplicationFailure {
+  return ApplicationFailure.create({ type: LeaseErrorType.duplicate, message, nonRetryable: true, cause });
+}
+
+/** Whether `err` is alreadyExists's: the caller lost a race to make the same record, and the winner's stands. */
+export const isAlreadyExists = (err: unknown): boolean => err instanceof ApplicationFailure && err.type === LeaseErrorType.duplicate;
 
 /** Whether `err` is the 409 of leaseConflict: what was asked does not fit. */
 export const isLeaseConflict = (err: unknown): boolean => err instanceof ApplicationFailure && err.type === LeaseErrorType.conflict;

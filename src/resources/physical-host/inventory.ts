@@ -6,7 +6,7 @@
 import { ApplicationFailure } from '@temporalio/common';
 import { addHost, ensureAggregate, findAggregate, removeHost } from '../shared/aggregates';
 import { ignoreNotFound, type Aggregate, type NovaClient } from '../../openstack';
-import { leaseConflict, invalidLease, type Lease } from '../../domain/lease';
+import { isAlreadyExists, leaseConflict, invalidLease, type Lease } from '../../domain/lease';
 import { parsePropertyQuery, queryKeys } from '../../domain/property-query';
 import { computeHostName, deleteHost, findHostByHypervisor, insertHost, isHostId, listHosts, markReservableAgain, setHostCapabilities, setReservable, type HostRecord } from '../../db/hosts';
 import { deleteHostBookings, endBlockedForGood, liveBookingsOfHost } from '../../db/host-allocations';
@@ -104,7 +104,9 @@ export class HostInventory {
       );
       return (await listHosts(this.pool, { id }))[0];
     } catch (err) {
-      await this.nova().removeHostFromAggregate(pool.id, hypervisor.service.host).catch(() => undefined); // undo: nothing half-enrolled
+      // Undo: nothing half-enrolled. Unless a concurrent enrolment of this host won the race: the host is
+      // its, in the pool, and taking it out would leave the winner's host outside its aggregate.
+      if (!isAlreadyExists(err)) await this.nova().removeHostFromAggregate(pool.id, hypervisor.service.host).catch(() => undefined);
       throw err;
     }
   }
