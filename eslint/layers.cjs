@@ -15,7 +15,8 @@ const PLATFORM = ['src/config.ts', 'src/log.ts', 'src/paths.ts', 'src/temporal.t
 const LAYERS = [
   { layer: 'src/api', may: [/^workflows\/[^/]+\/messages\.ts$/, 'src/outbox', 'src/resources', 'src/policy', 'src/notifications', 'src/db', 'src/openstack', 'src/domain', ...PLATFORM] },
   // The migration from Blazar, beside the API: it writes through the stores and starts lease workflows as the API does.
-  { layer: 'src/import', may: [/^workflows\/[^/]+\/messages\.ts$/, 'src/api/lease-commands.ts', 'src/outbox', 'src/resources', 'src/db', 'src/domain', ...PLATFORM] },
+  // It takes a lease only as the API would: by the API's own rules (lease-schemas, input-check, auth's identity rule).
+  { layer: 'src/import', may: [/^workflows\/[^/]+\/messages\.ts$/, 'src/api/lease-commands.ts', 'src/api/lease-schemas.ts', 'src/api/input-check.ts', 'src/api/auth.ts', 'src/outbox', 'src/resources', 'src/db', 'src/domain', ...PLATFORM] },
  // Owed lease workflow starts (the API's admissions): the API starts them, the API and the worker sweep.
   { layer: 'src/outbox', may: [/^workflows\/[^/]+\/messages\.ts$/, 'src/db', 'src/domain', ...PLATFORM] },
   { layer: 'worker', may: ['activities', 'workflows', 'src/outbox', 'src/resources', 'src/policy', 'src/notifications', 'src/db', 'src/openstack', 'src/domain', ...PLATFORM] },

@@ -29,7 +29,7 @@ async function main(): Promise<number> {
   try {
     const report = await importFromBlazar(data, { pool, temporal: client, taskQueue: config.temporal.taskQueue, hosts: config.hosts }, { apply: args.apply, withHistory: args.withHistory });
     process.stdout.write(formatReport(report, describeConnection(args.blazar)));
-    return report.conflicts.length > 0 || report.notImportable.length > 0 ? 3 : 0;
+    return report.conflicts.length > 0 || report.notImportable.length > 0 || report.hostsNotImportable.length > 0 ? 3 : 0;
   } finally {
     await connection.close();
     await pool.end();

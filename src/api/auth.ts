@@ -22,12 +22,16 @@ export interface Authenticator {
 const MAX_IDENTITY_HEADER = 255;
 const PRINTABLE_ASCII = /^[\x20-\x7e]*$/;
 
+/** What is wrong with a project or user id (or a role), if anything: the identity headers' rule, also the Blazar import's. */
+export function identityProblem(text: string): string | undefined {
+  return text.length > MAX_IDENTITY_HEADER || !PRINTABLE_ASCII.test(text) ? `expected at most ${MAX_IDENTITY_HEADER} printable ASCII characters` : undefined;
+}
+
 function header(headers: Record<string, string | string[] | undefined>, name: string): string | undefined {
   const value = headers[name];
   const text = (Array.isArray(value) ? value[0] : value)?.trim() || undefined;
-  if (text !== undefined && (text.length > MAX_IDENTITY_HEADER || !PRINTABLE_ASCII.test(text))) {
-    throw new ApiError(400, `${name.replace(/\b\w/g, (c) => c.toUpperCase())}: expected at most ${MAX_IDENTITY_HEADER} printable ASCII characters`);
-  }
+  const problem = text === undefined ? undefined : identityProblem(text);
+  if (problem) throw new ApiError(400, `${name.replace(/\b\w/g, (c) => c.toUpperCase())}: ${problem}`);
   return text;
 }
 

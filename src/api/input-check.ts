@@ -13,8 +13,9 @@ import { ApiError } from './errors';
 export const MAX_JSON_DEPTH = 40;
 export const MAX_STRING_LENGTH = 64 * 1024;
 
+/** What no string of this API may hold (also escaped where the Blazar import prints Blazar's own text). */
 // eslint-disable-next-line no-control-regex
-const CONTROL_OR_LONE_SURROGATE = /[\u0000-\u001f\u007f-\u009f]|[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/;
+export const CONTROL_OR_LONE_SURROGATE = /[\u0000-\u001f\u007f-\u009f]|[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/;
 
 /** What is wrong with one string, if anything. */
 export function stringProblem(text: string): string | undefined {

@@ -53,7 +53,8 @@ export const notifyBeforeEnd = z
   .max(5, 'at most 5 warnings')
   .transform((offsets) => [...new Set(offsets.map(durationMs))].sort((a, b) => b - a));
 
-const leaseName = z.string({ error: unlessMissing('expected a string') }).trim().min(1, 'must not be empty').max(80, 'must be at most 80 characters');
+/** A lease's name as the API takes it (trimmed), in creates, updates and the Blazar import. */
+export const leaseName = z.string({ error: unlessMissing('expected a string') }).trim().min(1, 'must not be empty').max(80, 'must be at most 80 characters');
 
 /** A reservation's parameters are checked by its resource type's own schema. */
 function reservationSchema(types: ResourceTypes) {

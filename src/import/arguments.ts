@@ -8,7 +8,7 @@ export const USAGE = `usage: npm run import:blazar -- --blazar-db mysql+pymysql:
   --with-history    also import terminated and failed leases, as rows (no bookings, no workflow)
 
 leasekeeper's own settings (DATABASE_URL, TEMPORAL_ADDRESS, LK_TASK_QUEUE, …) come from the environment, as for npm start.
-Exit status: 0 done (or a clean dry run), 3 some leases left out (conflicts, not importable: listed), 1 failure, 2 usage.`;
+Exit status: 0 done (or a clean dry run), 3 some leases or hosts left out (conflicts, not importable: listed), 1 failure, 2 usage.`;
 
 export interface ImportArguments {
   blazar: BlazarConnection;

@@ -31,6 +31,7 @@ import { leaseWorkflowId, type LeaseWorkflowInput } from '../../workflows/lease/
 import { leaseAggregateFor } from '../resources/physical-host/aggregates';
 import { hostBookingKey, PHYSICAL_HOST } from '../resources/physical-host/calendar';
 import { endPolicyOf, physicalHostParams, type EndPolicy, type PhysicalHostParams } from '../resources/physical-host/params';
+import { checkLeaseRow, escapeControls, hostProblem, printable, reservationProblem } from './blazar-rules';
 import type { BlazarData, BlazarHost, BlazarLease } from './blazar-source';
 
 export interface ImportDeps {
@@ -86,14 +87,23 @@ export interface LeftOut {
   reason: string;
 }
 
+/** A Blazar host whose row breaks the API's rules (blazar-rules.ts): not created, nor any lease that holds it. */
+export interface HostLeftOut {
+  blazarId: string;
+  name: string;
+  reason: string;
+}
+
 export interface ImportReport {
   applied: boolean;
   hosts: HostOutcome[];
   leases: LeaseOutcome[];
   /** Leases left out because they collide with another booking or lease name. */
   conflicts: Conflict[];
-  /** Leases of kinds leasekeeper cannot take (yet), or in a state it cannot carry on from. */
+  /** Leases of kinds leasekeeper cannot take (yet), in a state it cannot carry on from, or breaking the API's rules. */
   notImportable: LeftOut[];
+  /** Hosts breaking the API's rules. */
+  hostsNotImportable: HostLeftOut[];
   /** Ended leases left out because --with-history was not given. */
   historySkipped: number;
   /** What this run created (hosts, leases, workflows): 0 on a second --apply. */
@@ -126,6 +136,8 @@ interface HostReservationPlan {
 
 interface LeasePlan {
   blazar: BlazarLease;
+  /** Its name as the API keeps one (trimmed). */
+  name: string;
   kind: 'live' | 'history';
   status: LeaseStatus;
   projectId: string;
@@ -139,7 +151,18 @@ interface LeasePlan {
   reservations: HostReservationPlan[];
 }
 
-class NotImportable extends Error {}
+class NotImportable extends Error {
+  /** `rules`: its rows break the API's rules (to fix in Blazar), rather than needing what leasekeeper has not got yet. */
+  constructor(message: string, readonly rules = false) {
+    super(message);
+  }
+}
+
+/** A status or id as the report shows it: as it is when plain, else quoted and escaped (Blazar's rows are not to be trusted). */
+const plain = (text: string) => (/^[\w:-]{1,64}$/.test(text) ? text : printable(text));
+
+/** A lease or host breaking the API's rules: what the report says of it. */
+const brokenRules = (problem: string) => `it breaks the API's rules: ${problem}; fix it in Blazar and import again`;
 
 /** Indexes Blazar's rows by what joins them. */
 function group<T, K>(rows: T[], key: (row: T) => K): Map<K, T[]> {
@@ -171,13 +194,22 @@ function describeForeignReservation(data: Indexed, reservationId: string, type: 
 type Indexed = ReturnType<typeof indexData>;
 
 function indexData(data: BlazarData) {
+  const capabilitiesByHost = group(data.capabilities, (c) => c.computehost_id);
   return {
     reservationsByLease: group(data.reservations, (r) => r.lease_id),
     eventsByLease: group(data.events, (e) => e.lease_id),
     hostReservationByReservation: new Map(data.hostReservations.map((r) => [r.reservation_id, r])),
     allocationsByReservation: group(data.hostAllocations, (a) => a.reservation_id),
     hostsById: new Map(data.hosts.map((h) => [h.id, h])),
-    capabilitiesByHost: group(data.capabilities, (c) => c.computehost_id),
+    capabilitiesByHost,
+    /** Why a host cannot be imported, by Blazar's id: it breaks the API's rules. */
+    hostProblems: new Map(
+      data.hosts.flatMap((h) => {
+        const name = hostName(h);
+        const problem = name === undefined ? undefined : hostProblem(h, name, capabilitiesByHost.get(h.id) ?? []);
+        return problem ? [[h.id, problem] as const] : [];
+      }),
+    ),
     instanceByReservation: new Map(data.instanceReservations.map((r) => [r.reservation_id, r])),
     floatingIpByReservation: new Map(data.floatingIpReservations.map((r) => [r.reservation_id, r])),
     floatingIpsByReservation: group(data.floatingIpAllocations, (a) => a.reservation_id),
@@ -187,6 +219,9 @@ function indexData(data: BlazarData) {
 /** Blazar's lease as leasekeeper will hold it, or NotImportable saying why it cannot. */
 function planLease(index: Indexed, lease: BlazarLease, kind: 'live' | 'history'): LeasePlan {
   const status = lease.status as LeaseStatus;
+  // Before anything reaches PostgreSQL: it cannot even be asked about a NUL.
+  const row = checkLeaseRow(lease);
+  if ('problem' in row) throw new NotImportable(brokenRules(row.problem), true);
   if (!lease.project_id) throw new NotImportable('it has no project_id');
   const startMs = blazarTime(lease.start_date);
   const endMs = blazarTime(lease.end_date);
@@ -205,13 +240,16 @@ function planLease(index: Indexed, lease: BlazarLease, kind: 'live' | 'history')
     if (!row) throw new NotImportable(`reservation ${r.id} has no computehost_reservations row`);
     const range = /^(\d+)-(\d+)$/.exec(row.count_range ?? '');
     if (!range) throw new NotImportable(`reservation ${r.id} has an unreadable count_range ${JSON.stringify(row.count_range)}`);
-    const parsed = physicalHostParams.safeParse({
+    const params = {
       min: Number(range[1]),
       max: Number(range[2]),
       hypervisor_properties: row.hypervisor_properties ?? '',
       resource_properties: row.resource_properties ?? '',
       before_end: row.before_end ?? 'default',
-    });
+    };
+    const problem = reservationProblem(r.id, params);
+    if (problem) throw new NotImportable(brokenRules(problem), true);
+    const parsed = physicalHostParams.safeParse(params);
     if (!parsed.success) {
       const issue = parsed.error.issues[0];
       throw new NotImportable(`reservation ${r.id}: ${issue.path.join('.') || 'parameters'}: ${issue.message}`);
@@ -220,6 +258,8 @@ function planLease(index: Indexed, lease: BlazarLease, kind: 'live' | 'history')
       const host = index.hostsById.get(a.compute_host_id);
       const name = host && hostName(host);
       if (!name) throw new NotImportable(`reservation ${r.id} holds host ${a.compute_host_id}, which Blazar's computehosts does not have (or has no name)`);
+      const hostProblem = index.hostProblems.get(host.id);
+      if (hostProblem) throw new NotImportable(`reservation ${r.id} holds host ${printable(name)} (Blazar id ${plain(host.id)}), which is not importable: ${brokenRules(hostProblem)}`, true);
       return name;
     });
     if (kind === 'live' && hostNames.length < parsed.data.min) {
@@ -246,6 +286,7 @@ function planLease(index: Indexed, lease: BlazarLease, kind: 'live' | 'history')
   const beforeEndMs = beforeEnd !== undefined && beforeEnd !== beforeEndTime({ startMs, endMs }) && beforeEnd >= startMs && beforeEnd <= endMs ? beforeEnd : undefined;
   return {
     blazar: lease,
+    name: row.name,
     kind,
     status,
     projectId: lease.project_id,
@@ -293,7 +334,7 @@ export function leaseOf(plan: LeasePlan, idOf: (hostName: string) => string, onE
   });
   return {
     id: plan.blazar.id,
-    name: plan.blazar.name,
+    name: plan.name,
     projectId: plan.projectId,
     userId: plan.userId,
     startMs: plan.startMs,
@@ -345,7 +386,7 @@ async function workflowExists(client: Client, leaseId: string): Promise<boolean>
 export async function importFromBlazar(data: BlazarData, deps: ImportDeps, options: ImportOptions): Promise<ImportReport> {
   const nowMs = options.nowMs ?? Date.now();
   const index = indexData(data);
-  const report: ImportReport = { applied: options.apply, hosts: [], leases: [], conflicts: [], notImportable: [], historySkipped: 0, changes: 0 };
+  const report: ImportReport = { applied: options.apply, hosts: [], leases: [], conflicts: [], notImportable: [], hostsNotImportable: [], historySkipped: 0, changes: 0 };
 
   // Hosts: by name, ours if already enrolled; otherwise created, keeping Blazar's id where ours can (a free whole number).
   const hostIdByName = new Map<string, string>();
@@ -353,6 +394,11 @@ export async function importFromBlazar(data: BlazarData, deps: ImportDeps, optio
   for (const host of data.hosts) {
     const name = hostName(host);
     if (!name) continue; // a row Blazar could never have booked: nothing refers to it by name
+    const problem = index.hostProblems.get(host.id);
+    if (problem) {
+      report.hostsNotImportable.push({ blazarId: host.id, name, reason: problem });
+      continue;
+    }
     const known = await findHostByHypervisor(deps.pool, name);
     const notes: string[] = [];
     if (host.reservable === 0) notes.push('not reservable in Blazar (its resource monitoring took it out); reservable in leasekeeper');
@@ -391,7 +437,7 @@ export async function importFromBlazar(data: BlazarData, deps: ImportDeps, optio
     const leaveOut = (reason: string) => report.notImportable.push({ leaseId: lease.id, leaseName: lease.name, status, reason });
     const kind = LIVE.has(status) ? 'live' : HISTORY.has(status) ? 'history' : undefined;
     if (!kind) {
-      leaveOut(`it is ${status || 'without a status'} in Blazar, between two states: import again once it has settled (stop Blazar's manager first, so that nothing moves meanwhile)`);
+      leaveOut(`it is ${status ? plain(status) : 'without a status'} in Blazar, between two states: import again once it has settled (stop Blazar's manager first, so that nothing moves meanwhile)`);
       continue;
     }
     if (kind === 'history' && !options.withHistory) {
@@ -403,7 +449,7 @@ export async function importFromBlazar(data: BlazarData, deps: ImportDeps, optio
       plan = planLease(index, lease, kind);
     } catch (err) {
       if (!(err instanceof NotImportable)) throw err;
-      leaveOut(`not importable yet: ${err.message}`);
+      leaveOut(err.rules ? `not importable: ${err.message}` : `not importable yet: ${err.message}`);
       continue;
     }
 
@@ -415,10 +461,10 @@ export async function importFromBlazar(data: BlazarData, deps: ImportDeps, optio
       continue;
     }
 
-    const nameKey = JSON.stringify([plan.projectId, lease.name]);
-    const sameName = namesPlanned.has(nameKey) || (await findLeaseByName(deps.pool, plan.projectId, lease.name));
+    const nameKey = JSON.stringify([plan.projectId, plan.name]);
+    const sameName = namesPlanned.has(nameKey) || (await findLeaseByName(deps.pool, plan.projectId, plan.name));
     if (sameName) {
-      report.conflicts.push({ leaseId: lease.id, leaseName: lease.name, message: `project ${plan.projectId} already has a lease named ${JSON.stringify(lease.name)} in leasekeeper (names are unique per project there): rename one in Blazar and import again` });
+      report.conflicts.push({ leaseId: lease.id, leaseName: plan.name, message: `project ${plan.projectId} already has a lease named ${JSON.stringify(plan.name)} in leasekeeper (names are unique per project there): rename one in Blazar and import again` });
       continue;
     }
 
@@ -432,7 +478,7 @@ export async function importFromBlazar(data: BlazarData, deps: ImportDeps, optio
         const { host, t, untilMs } = clash[0];
         report.conflicts.push({
           leaseId: lease.id,
-          leaseName: lease.name,
+          leaseName: plan.name,
           message:
             `host ${host} is booked twice: this lease (${status}, ${when(fromMs)} → ${when(untilMs)}) overlaps lease ${t.leaseId} ${JSON.stringify(t.leaseName)} (${when(t.fromMs)} → ${when(t.untilMs)}) ` +
             `from ${when(Math.max(fromMs, t.fromMs))} to ${when(Math.min(untilMs, t.untilMs))}; the other one is kept (active leases first, then the earlier created): end or move one of them in Blazar and import again`,
@@ -441,7 +487,7 @@ export async function importFromBlazar(data: BlazarData, deps: ImportDeps, optio
       }
       for (const r of plan.reservations) {
         const untilMs = endPolicyOf(r.params, deps.hosts.onEndDefault) === 'release' ? Infinity : plan.endMs + deps.hosts.cleaningMs;
-        for (const host of r.hostNames) taken.set(host, [...(taken.get(host) ?? []), { leaseId: lease.id, leaseName: lease.name, fromMs, untilMs }]);
+        for (const host of r.hostNames) taken.set(host, [...(taken.get(host) ?? []), { leaseId: lease.id, leaseName: plan.name, fromMs, untilMs }]);
       }
     }
     namesPlanned.add(nameKey);
@@ -451,7 +497,7 @@ export async function importFromBlazar(data: BlazarData, deps: ImportDeps, optio
   for (const { plan, action } of planned) {
     report.leases.push({
       id: plan.blazar.id,
-      name: plan.blazar.name,
+      name: plan.name,
       projectId: plan.projectId,
       status: plan.status,
       startMs: plan.startMs,
@@ -587,7 +633,11 @@ export function formatReport(report: ImportReport, source: string): string {
   for (const h of report.hosts) {
     const id = h.id ? `id ${h.id}` : 'a new id';
     const what = h.action === 'create' ? `${verb('created', 'to create')} with ${id}` : `already in leasekeeper (${id})`;
-    lines.push(`  ${h.name} (Blazar id ${h.blazarId}): ${what}${h.notes.length ? ` — ${h.notes.join('; ')}` : ''}`);
+    lines.push(`  ${h.name} (Blazar id ${plain(h.blazarId)}): ${what}${h.notes.length ? ` — ${h.notes.join('; ')}` : ''}`);
+  }
+  if (report.hostsNotImportable.length > 0) {
+    lines.push('', `Hosts not importable (${report.hostsNotImportable.length}):`);
+    for (const h of report.hostsNotImportable) lines.push(`  ${printable(h.name)} (Blazar id ${plain(h.blazarId)}): not importable: ${brokenRules(h.reason)}`);
   }
   lines.push('', `Leases (${report.leases.length}):`);
   for (const l of report.leases) {
@@ -604,7 +654,7 @@ export function formatReport(report: ImportReport, source: string): string {
   lines.push('', `Conflicts (${report.conflicts.length}):${report.conflicts.length ? '' : ' none'}`);
   for (const c of report.conflicts) lines.push(`  lease ${c.leaseId} ${JSON.stringify(c.leaseName)} is not imported: ${c.message}`);
   lines.push('', `Not importable (${report.notImportable.length}):${report.notImportable.length ? '' : ' none'}`);
-  for (const n of report.notImportable) lines.push(`  lease ${n.leaseId} ${JSON.stringify(n.leaseName)} (${n.status}): ${n.reason}`);
+  for (const n of report.notImportable) lines.push(`  lease ${plain(n.leaseId)} ${printable(n.leaseName)} (${plain(n.status)}): ${n.reason}`);
   lines.push('');
   const count = (action: LeaseOutcome['action']) => report.leases.filter((l) => l.action === action).length;
   const summary = `${count('import') + count('resume')} live lease(s) and ${count('history')} as history, ${report.hosts.filter((h) => h.action === 'create').length} host(s)`;
@@ -614,5 +664,7 @@ export function formatReport(report: ImportReport, source: string): string {
   if (report.conflicts.length || report.notImportable.length) {
     lines.push(`${report.conflicts.length + report.notImportable.length} lease(s) left out (above): they stay in Blazar only.`);
   }
-  return `${lines.join('\n')}\n`;
+  if (report.hostsNotImportable.length) lines.push(`${report.hostsNotImportable.length} host(s) left out (above): they stay in Blazar only.`);
+  // Blazar's own text (reasons quote its ids and types) is escaped on every line: nothing it holds can drive the terminal.
+  return `${lines.map(escapeControls).join('\n')}\n`;
 }

@@ -2,8 +2,9 @@
  * The migration from a running Blazar (`npm run import:blazar`), against the rig: a MariaDB database
  * of our own with Blazar's schema (test/fixtures/blazar-schema.sql), filled as a running Blazar would
  * leave it — an active lease whose hosts sit in Blazar's aggregate for it, a pending one, a
- * terminated one, two leases Blazar double-booked on one host, and one of a type leasekeeper has
- * not got. The dry run changes nothing and lists the conflict; --apply imports; a second --apply
+ * terminated one, two leases Blazar double-booked on one host, one of a type leasekeeper has
+ * not got, and one whose name holds a NUL and ESC (as Blazar's API let through): reported as not
+ * importable by the API's rules, where it once aborted the whole run. The dry run changes nothing and lists the conflict; --apply imports; a second --apply
  * does nothing new. Then leasekeeper carries the leases on: the pending one starts on time (its host
  * into its aggregate), the active one ends on time (its host back in the pool, Blazar's aggregate gone).
  */
@@ -28,6 +29,8 @@ const SCHEMA = fs.readFileSync(path.join(REPO_ROOT, 'test', 'fixtures', 'blazar-
 /** Blazar's DATETIME: naive UTC, whole seconds. */
 const blazarDate = (ms: number) => new Date(ms).toISOString().slice(0, 19).replace('T', ' ');
 const wholeSecond = (ms: number) => Math.floor(ms / 1000) * 1000;
+/** A name Blazar's API let through and PostgreSQL cannot even be asked about. */
+const HOSTILE_NAME = 'nul\u0000 esc \u001b[31m';
 
 describe('importing a running Blazar', () => {
   const admin = rigClients('leasekeeper-admin');
@@ -44,6 +47,7 @@ describe('importing a running Blazar', () => {
     first: randomUUID(), firstRes: randomUUID(),
     second: randomUUID(), secondRes: randomUUID(),
     instance: randomUUID(), instanceRes: randomUUID(),
+    hostile: randomUUID(),
     // Blazar's schema makes host ids UUIDs; ours are numbers. Read first (it sorts before '1'): its new id must not take a kept one.
     fake3: `0${randomUUID().slice(1)}`,
   };
@@ -123,6 +127,7 @@ describe('importing a running Blazar', () => {
         lease(ids.first, 'first', 'PENDING', day2 + 10 * 3_600_000, day2 + 12 * 3_600_000, t0 - 400_000),
         lease(ids.second, 'second', 'PENDING', day2 + 11 * 3_600_000, day2 + 13 * 3_600_000, t0 - 399_000),
         lease(ids.instance, 'instances', 'PENDING', day2, day2 + 3_600_000, t0 - 300_000),
+        lease(ids.hostile, HOSTILE_NAME, 'PENDING', day2, day2 + 3_600_000, t0 - 200_000),
       ]);
       const reservation = (id: string, leaseId: string, status: string, type = 'physical:host') => ({ id, lease_id: leaseId, resource_id: randomUUID(), resource_type: type, status });
       await insert('reservations', [
@@ -188,7 +193,12 @@ describe('importing a running Blazar', () => {
     expect(report.leases.map((l) => [l.name, l.action]).sort()).toEqual([['active', 'import'], ['first', 'import'], ['pending', 'import'], ['terminated', 'history']]);
     expect(report.conflicts).toEqual([{ leaseId: ids.second, leaseName: 'second', message: expect.stringContaining(`host fake-3 is booked twice`) }]);
     expect(report.conflicts[0].message).toContain(`overlaps lease ${ids.first} "first"`);
-    expect(report.notImportable).toEqual([{ leaseId: ids.instance, leaseName: 'instances', status: 'PENDING', reason: expect.stringContaining('virtual:instance (2 × 1 vCPU, 512 MB, 1 GB)') }]);
+    expect(report.notImportable).toEqual([
+      { leaseId: ids.instance, leaseName: 'instances', status: 'PENDING', reason: expect.stringContaining('virtual:instance (2 × 1 vCPU, 512 MB, 1 GB)') },
+      { leaseId: ids.hostile, leaseName: HOSTILE_NAME, status: 'PENDING', reason: expect.stringContaining("it breaks the API's rules: name: must not contain control characters") },
+    ]);
+    // eslint-disable-next-line no-control-regex
+    expect(text).not.toMatch(/[\u0000\u001b]/);
     expect(text).toMatch(/Conflicts \(1\):\n {2}lease \S+ "second" is not imported: host fake-3 is booked twice/);
 
     expect([await count('hosts'), await count('leases'), await count('host_allocations')]).toEqual([0, 0, 0]);
@@ -200,7 +210,7 @@ describe('importing a running Blazar', () => {
     const report = await runImport({ apply: true, withHistory: true });
     expect(report.changes).toBe(3 + 4);
     expect(report.conflicts.map((c) => c.leaseId)).toEqual([ids.second]);
-    expect(report.notImportable.map((n) => n.leaseId)).toEqual([ids.instance]);
+    expect(report.notImportable.map((n) => n.leaseId)).toEqual([ids.instance, ids.hostile]);
 
     // Hosts keep Blazar's ids where ours can (numbers), with their capabilities; a private one stays private.
     const hosts = (await api('GET', '/v1/os-hosts')).body.hosts as Array<{ id: string; hypervisor_hostname: string; rack?: string }>;
@@ -251,6 +261,7 @@ describe('importing a running Blazar', () => {
     expect((await api('GET', `/v1/leases/${ids.terminated}`)).body.lease).toMatchObject({ status: 'TERMINATED' });
     expect((await api('GET', `/v1/leases/${ids.second}`)).status).toBe(404);
     expect((await api('GET', `/v1/leases/${ids.instance}`)).status).toBe(404);
+    expect((await api('GET', `/v1/leases/${ids.hostile}`)).status).toBe(404);
     const bookings = (await stack().db.pool.query('SELECT host_id::text, lease_id::text FROM host_allocations ORDER BY lease_id')).rows;
     expect(bookings).toEqual(expect.arrayContaining([{ host_id: '1', lease_id: ids.active }, { host_id: '2', lease_id: ids.pending }, { host_id: fake3Id, lease_id: ids.first }]));
     expect(bookings).toHaveLength(3);
