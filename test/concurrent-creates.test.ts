@@ -8,6 +8,10 @@
  * enrolment met a client's: 500, and the loser took the winner's host out of the pool aggregate).
  */
 import { randomUUID } from 'node:crypto';
+import type { Request, Response } from 'express';
+import { DatabaseError } from 'pg';
+import pino from 'pino';
+import { errorHandler } from '../src/api/errors';
 import type { OpenStackClients } from '../src/openstack';
 import type { Aggregate, Hypervisor } from '../src/openstack/nova';
 import { NotFoundError } from '../src/openstack/errors';
@@ -206,5 +210,28 @@ describe('concurrent duplicates of every create: one made, the rest 409 (or the 
       expectBlazarConflicts(answers);
       expect(await count('leases WHERE name = $1 AND deleted_at IS NULL', [name])).toBe(1);
     });
+  });
+});
+
+describe('a duplicate no store names', () => {
+  it("is still Blazar's 409, saying no SQL, rather than a 500", () => {
+    const err = Object.assign(new DatabaseError('duplicate key value violates unique constraint "some_table_some_key"', 0, 'error'), { code: '23505', constraint: 'some_table_some_key', severity: 'ERROR' });
+    const sent: { status?: number; body?: unknown } = {};
+    const res = {
+      locals: {},
+      headersSent: false,
+      status(code: number) {
+        sent.status = code;
+        return res;
+      },
+      json(body: unknown) {
+        sent.body = body;
+        return res;
+      },
+      setHeader: () => res,
+    };
+    errorHandler(pino({ level: 'silent' }))(err, { method: 'POST', path: '/v1/anything' } as Request, res as unknown as Response, () => undefined);
+    expect(sent).toEqual({ status: 409, body: { error_code: 409, error_message: expect.stringContaining('exists already'), error_name: 409 } });
+    expect(JSON.stringify(sent.body)).not.toMatch(/duplicate key|constraint|some_table/);
   });
 });
