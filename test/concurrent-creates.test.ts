@@ -9,6 +9,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import type { Request, Response } from 'express';
+import fc from 'fast-check';
 import { DatabaseError } from 'pg';
 import pino from 'pino';
 import { errorHandler } from '../src/api/errors';
@@ -181,6 +182,57 @@ describe('concurrent duplicates of every create: one made, the rest 409 (or the 
     expect(statuses(answers)).toEqual(Array<number>(COPIES).fill(200));
     expect(new Set(answers.map((a) => a.body.webhooks[0].id as string)).size).toBe(1);
     expect(await count('project_webhooks WHERE project_id = $1', ['race-project'])).toBe(1);
+  });
+
+  it('fuzzed: random creates, each sent 2 to 8 times at once, are never a 5xx and make one record at most', async () => {
+    nova.gate = undefined;
+    neutron.gate = undefined;
+    const hostId = await insertHost(stack().db.pool, { name: 'race-fuzz-maintained' });
+    const hoursAhead = (hours: number) => inSeconds(hours * 3_600).slice(0, 16);
+    const create = fc.oneof(
+      fc.record({ kind: fc.constant('host' as const), name: fc.constantFrom('race-fuzz-a', 'race-fuzz-b', 'nowhere', ''), capabilities: fc.dictionary(fc.constantFrom('rack', 'gpu', 'x'.repeat(70)), fc.constantFrom('1', 'a100')) }),
+      fc.record({ kind: fc.constant('floating IP' as const), address: fc.constantFrom('203.0.113.200', '203.0.113.201', '203.0.113.5', 'not-an-address'), network: fc.constantFrom(NETWORK_ID, NETWORK_ID, randomUUID()) }),
+      fc.record({ kind: fc.constant('maintenance' as const), fromHours: fc.integer({ min: 24, max: 30 }), hours: fc.integer({ min: 1, max: 3 }) }),
+      fc.record({ kind: fc.constant('lease' as const), name: fc.constantFrom('fuzz-a', 'fuzz-b', 'fuzz-c'), key: fc.option(fc.constantFrom('key-1', 'key-2', 'key-3'), { nil: undefined }), byWorkflow: fc.boolean(), hours: fc.integer({ min: 1, max: 3 }) }),
+      fc.record({ kind: fc.constant('policy' as const), project: fc.constantFrom('fuzz-p1', 'fuzz-p2'), maxHosts: fc.integer({ min: 0, max: 5 }) }),
+      fc.record({ kind: fc.constant('webhooks' as const), project: fc.constantFrom('fuzz-p1', 'fuzz-p2'), urls: fc.subarray(['http://127.0.0.1:9/a', 'http://127.0.0.1:9/b']) }),
+    );
+    type Create = typeof create extends fc.Arbitrary<infer T> ? T : never;
+    const send = (c: Create): Promise<ApiCall> => {
+      switch (c.kind) {
+        case 'host':
+          return asAdmin('POST', '/v1/os-hosts', { name: c.name, ...c.capabilities });
+        case 'floating IP':
+          return asAdmin('POST', '/v1/floatingips', { floating_network_id: c.network, floating_ip_address: c.address });
+        case 'maintenance':
+          return asAdmin('POST', `/v1/os-hosts/${hostId}/maintenance`, { start_date: hoursAhead(c.fromHours), end_date: hoursAhead(c.fromHours + c.hours), reason: 'fuzz' });
+        case 'lease':
+          return asAdmin('POST', '/v1/leases', { name: c.name, start_date: hoursAhead(24), end_date: hoursAhead(24 + c.hours), reservations: c.byWorkflow ? [{ resource_type: 'test:recording' }] : [] }, c.key ? { 'idempotency-key': c.key } : {});
+        case 'policy':
+          return asAdmin('PUT', `/v1/projects/${c.project}/policy`, { max_hosts: c.maxHosts });
+        case 'webhooks':
+          return asAdmin('PUT', `/v1/projects/${c.project}/webhooks`, { webhooks: c.urls.map((url) => ({ url })) });
+      }
+    };
+    const tried = new Map<number, number>();
+    await fc.assert(
+      fc.asyncProperty(create, fc.integer({ min: 2, max: COPIES }), async (c, copies) => {
+        const answers = await Promise.all(Array.from({ length: copies }, () => send(c)));
+        for (const answer of answers) {
+          tried.set(answer.status, (tried.get(answer.status) ?? 0) + 1);
+          expect(answer.status).toBeLessThan(500);
+          if (answer.status >= 400) expect(answer.body).toEqual({ error_code: answer.status, error_message: expect.any(String), error_name: answer.status });
+        }
+        const made = answers.filter((a) => a.status === 201);
+        // One lease for every copy with one key; else one record made at most (a PUT replaces: 200, never 201).
+        if (c.kind === 'lease' && c.key) expect(new Set(made.map((a) => a.body.lease.id as string)).size).toBeLessThanOrEqual(1);
+        else expect(made.length).toBeLessThanOrEqual(1);
+      }),
+      { numRuns: 40 },
+    );
+    // Refusals and successes both came up: the fuzzing reached the writes, not only the checks.
+    expect([...tried.keys()]).toEqual(expect.arrayContaining([200, 201, 409]));
+    for (const window of (await asAdmin('GET', '/v1/maintenance')).body.maintenance as Array<{ id: string }>) await asAdmin('DELETE', `/v1/maintenance/${window.id}`);
   });
 
   describe('POST /v1/leases', () => {
