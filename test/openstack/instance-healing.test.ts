@@ -9,7 +9,7 @@
 import { KeystoneSession, type OpenStackClients, type Server } from '../../src/openstack';
 import { physicalHostWatch } from '../../src/resources/physical-host/health';
 import { virtualInstancePlugin } from '../../src/resources/virtual-instance';
-import { reservationProviderName, reservationResourceClass } from '../../src/resources/virtual-instance/nova-resources';
+import { reservationProviderName, reservationResourceClass, SLOT_HOST_TRAIT, SLOT_TRAIT_SPEC } from '../../src/resources/virtual-instance/nova-resources';
 import { enrolHost } from '../support/hosts';
 import { apiClient, deleteAllLeases, eventually, inSeconds, useTestStack } from '../support/stack';
 import { bootServer, computeForcing, deleteAggregateNamed, rigClients, rigCredentials, uniqueName } from './support';
@@ -117,6 +117,27 @@ describe('healing instance reservations with the rig', () => {
     await until('the slots put back', async () => ((await slotInventory(first, resourceClass)) === 1 && (await aggregateHosts(reservationId)).includes(second) ? true : undefined));
     expect(await aggregateHosts(reservationId)).toEqual([first, second]);
     expect(await slotInventory(second, resourceClass)).toBe(1);
+  }, 240_000);
+
+  it("puts the slot hosts' trait back on the reservation's aggregate and the slot provider when removed by hand", async () => {
+    const { id, reservationId, resourceClass } = await activeInstanceLease(1);
+    const [host] = (await lease(id)).reservations[0].hosts;
+    await until('the slot open', async () => ((await slotInventory(host, resourceClass)) === 1 ? true : undefined));
+    const [provider] = await admin.placement.listResourceProviders({ name: reservationProviderName(host) });
+    const isolated = async () => {
+      const aggregate = (await admin.nova.listAggregates()).find((a) => a.name === reservationId)!;
+      return [aggregate.metadata?.[SLOT_TRAIT_SPEC] === 'required', (await admin.placement.getProviderTraits(provider.uuid)).traits.includes(SLOT_HOST_TRAIT)];
+    };
+    expect(await isolated()).toEqual([true, true]);
+
+    // By hand: the aggregate no longer requires the trait (ordinary servers could land), the provider lost it.
+    const aggregate = (await admin.nova.listAggregates()).find((a) => a.name === reservationId)!;
+    await admin.nova.setAggregateMetadata(aggregate.id, { [SLOT_TRAIT_SPEC]: null });
+    const traits = await admin.placement.getProviderTraits(provider.uuid);
+    await admin.placement.putProviderTraits(provider.uuid, traits.resource_provider_generation, traits.traits.filter((t) => t !== SLOT_HOST_TRAIT));
+    expect(await isolated()).toEqual([false, false]);
+
+    await until('the trait put back', async () => ((await isolated()).every(Boolean) ? true : undefined));
   }, 240_000);
 
   it('moves a slot of an active reservation off a failed host, with its inventory, and leaves the slot its server holds there', async () => {

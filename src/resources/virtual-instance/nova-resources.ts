@@ -13,12 +13,14 @@
  *   they look); made with the first slots on the host and kept, empty, after the last (a compute
  *   that cached it fails its builds for minutes once it is gone: see writeSlotInventory);
  * - with `affinity` set, a server group `reservation:<id>` (affinity or anti-affinity) in the
- *   lessee's project.
+ *   lessee's project;
+ * - beyond Blazar (whose BlazarFilter keeps ordinary servers off pool hosts), slot hosts take only
+ *   servers of a reservation flavor with Nova's own isolated aggregates: see SLOT_HOST_TRAIT.
  * Every step is idempotent: a retried activity finds what an earlier try made.
  */
 import { ConflictError, NotFoundError, type Aggregate, type NovaClient, type PlacementClient, type ServerGroup } from '../../openstack';
 import type { ReportProgress } from '../../domain/resource-plugin';
-import { addHost, ensureAggregate, findAggregate, removeHost } from '../shared/aggregates';
+import { addHost, ensureAggregate, findAggregate, removeHost, withMetadata } from '../shared/aggregates';
 import type { Affinity } from '../../domain/instance-slots';
 
 export const reservationFlavorName = (reservationId: string) => `reservation:${reservationId}`;
@@ -26,6 +28,21 @@ export const reservationFlavorName = (reservationId: string) => `reservation:${r
 export const reservationResourceClass = (reservationId: string) => `CUSTOM_RESERVATION_${reservationId.toUpperCase().replace(/-/g, '_')}`;
 export const reservationProviderName = (hypervisorHostname: string) => `blazar_${hypervisorHostname}`;
 export const FLAVOR_AGGREGATE_SPEC = 'aggregate_instance_extra_specs:reservation';
+
+/**
+ * The trait of hosts carrying slots, on their `blazar_<hypervisor>` provider while it has slots.
+ * Every reservation flavor and every reservation aggregate require it (`trait:<it>=required`), so
+ * Nova's isolated-aggregate pre-filter (`[scheduler] enable_isolated_aggregate_filtering`) keeps
+ * every server of another flavor off a host while it is in a reservation's aggregate, the
+ * lessee's included (its `filter_tenant_id` lets the lessee's project in). One trait for all
+ * reservations, not one each: that pre-filter forbids a host when any of its aggregates requires a
+ * trait the request lacks, so a host with slots of two reservations would take neither flavor.
+ * Which slots a server takes stays its flavor's resource class. On the slot provider, not the
+ * compute node: Placement looks for an unsuffixed group's traits on the providers the server
+ * draws from, so an ordinary flavor with an image asking for the trait still finds no host.
+ */
+export const SLOT_HOST_TRAIT = 'CUSTOM_RESERVATION_SLOTS';
+export const SLOT_TRAIT_SPEC = `trait:${SLOT_HOST_TRAIT}`;
 
 export interface InstanceCloud {
   nova: NovaClient;
@@ -80,16 +97,19 @@ export async function ensureReservationResources(cloud: InstanceCloud, lessee: N
   const { nova, placement } = cloud;
   const resourceClass = reservationResourceClass(spec.reservationId);
   await placement.createResourceClass(resourceClass);
+  await placement.createTrait(SLOT_HOST_TRAIT);
   const group = spec.affinity === null ? undefined : await ensureServerGroup(nova, lessee, spec);
   await ensureFlavor(nova, spec, {
     ...spec.flavor.extraSpecs,
     [FLAVOR_AGGREGATE_SPEC]: spec.reservationId,
     [`resources:${resourceClass}`]: '1',
+    [SLOT_TRAIT_SPEC]: 'required',
     ...(group ? { affinity_id: group.id } : {}),
   });
   const aggregate = await ensureAggregate(nova, spec.reservationId, {
     reservation: spec.reservationId,
     filter_tenant_id: spec.projectId,
+    [SLOT_TRAIT_SPEC]: 'required',
     ...(group ? { affinity_id: group.id } : {}),
   });
   return { flavor_id: spec.reservationId, aggregate_id: aggregate.id, server_group_id: group?.id ?? null };
@@ -145,7 +165,7 @@ async function ensureFlavor(nova: NovaClient, spec: InstanceSpec, extraSpecs: Re
 export async function openSlots(cloud: InstanceCloud, spec: Pick<InstanceSpec, 'reservationId' | 'projectId'>, hosts: HostSlots[], formerHosts: HostSlots[], progress: ReportProgress): Promise<void> {
   const { nova, placement } = cloud;
   await ignore(nova.addFlavorAccess(spec.reservationId, spec.projectId), ConflictError);
-  let aggregate = await aggregateOf(nova, spec.reservationId);
+  let aggregate = await requireSlotTrait(cloud, spec.reservationId, await aggregateOf(nova, spec.reservationId));
   for (const host of hosts) {
     await addHost(nova, aggregate, host.computeHost);
     await setSlotInventory(placement, host, reservationResourceClass(spec.reservationId), host.slots);
@@ -165,14 +185,38 @@ export async function openSlots(cloud: InstanceCloud, spec: Pick<InstanceSpec, '
 }
 
 /**
- * The reservation's slots on the host's slot provider, from one lookup of it: `total` as inventory,
- * `inUse()` held by servers (read when asked). A host with no slot provider has 0 of both.
+ * The flavor and the aggregate require the slot hosts' trait (made at admission; a reservation
+ * made before they did gets it here, at its next heal or drift repair), flavor first so the
+ * aggregate never shuts out its own flavor.
  */
-async function slotsOnHost(placement: PlacementClient, host: HostSlots, resourceClass: string): Promise<{ total: number; inUse: () => Promise<number> }> {
+async function requireSlotTrait(cloud: InstanceCloud, reservationId: string, aggregate: Aggregate): Promise<Aggregate> {
+  await cloud.placement.createTrait(SLOT_HOST_TRAIT);
+  const specs = await cloud.nova.getFlavorExtraSpecs(reservationId).catch((err: unknown) => {
+    if (err instanceof NotFoundError) return undefined; // an operator deleted it: nothing can boot with it anyway
+    throw err;
+  });
+  if (specs && specs[SLOT_TRAIT_SPEC] !== 'required') await cloud.nova.setFlavorExtraSpecs(reservationId, { [SLOT_TRAIT_SPEC]: 'required' });
+  return withMetadata(cloud.nova, aggregate, { [SLOT_TRAIT_SPEC]: 'required' });
+}
+
+/**
+ * The reservation's slots on the host's slot provider, from one lookup of it: `total` as inventory,
+ * `inUse()` held by servers and `hasTrait()` (the slot hosts' trait), read when asked. A host with
+ * no slot provider has 0 of both and no trait.
+ */
+async function slotsOnHost(
+  placement: PlacementClient,
+  host: HostSlots,
+  resourceClass: string,
+): Promise<{ total: number; inUse: () => Promise<number>; hasTrait: () => Promise<boolean> }> {
   const provider = (await placement.listResourceProviders({ name: reservationProviderName(host.hypervisorHostname) }))[0];
-  if (!provider) return { total: 0, inUse: () => Promise.resolve(0) };
+  if (!provider) return { total: 0, inUse: () => Promise.resolve(0), hasTrait: () => Promise.resolve(false) };
   const total = (await placement.getInventories(provider.uuid)).inventories[resourceClass]?.total ?? 0;
-  return { total, inUse: async () => (await placement.getProviderUsages(provider.uuid)).usages[resourceClass] ?? 0 };
+  return {
+    total,
+    inUse: async () => (await placement.getProviderUsages(provider.uuid)).usages[resourceClass] ?? 0,
+    hasTrait: async () => (await placement.getProviderTraits(provider.uuid)).traits.includes(SLOT_HOST_TRAIT),
+  };
 }
 
 /**
@@ -185,9 +229,12 @@ export async function slotDrift(cloud: InstanceCloud, reservationId: string, hos
   const aggregate = await findAggregate(cloud.nova, reservationId);
   if (!aggregate) return 'its aggregate is gone';
   const found: string[] = [];
+  if (aggregate.metadata?.[SLOT_TRAIT_SPEC] !== 'required') found.push(`its aggregate does not require ${SLOT_HOST_TRAIT} (other flavors may land on its hosts)`);
   for (const host of hosts) {
-    const { total } = await slotsOnHost(cloud.placement, host, resourceClass);
+    const slots = await slotsOnHost(cloud.placement, host, resourceClass);
+    const { total } = slots;
     if (total !== host.slots) found.push(`${host.hypervisorHostname} has ${total} slot(s) in Placement, ${host.slots} booked`);
+    if (total > 0 && !(await slots.hasTrait())) found.push(`${host.hypervisorHostname} lacks the trait ${SLOT_HOST_TRAIT}`);
     if (!aggregate.hosts.includes(host.computeHost)) found.push(`${host.hypervisorHostname} is out of its aggregate`);
   }
   const kept = new Set(hosts.map((h) => h.computeHost));
@@ -237,14 +284,29 @@ async function writeSlotInventory(placement: PlacementClient, host: HostSlots, r
   }
   const current = await placement.getInventories(provider.uuid);
   const { [resourceClass]: mine, ...others } = current.inventories;
-  if (slots === 0 && !mine) return;
-  if (mine && mine.total === slots) return;
   const inventories = slots === 0 ? others : { ...others, [resourceClass]: { total: slots, reserved: 0, min_unit: 1, max_unit: 1, step_size: 1, allocation_ratio: 1 } };
+  const carriesSlots = Object.keys(inventories).length > 0;
+  // The trait comes before the first slots and goes after the last, each write naming the
+  // generation the one before left: a concurrent writer makes one of them fail (409), and the
+  // retry reads again, so the trait never goes while another reservation's slots are there.
+  let generation = current.resource_provider_generation;
+  if (carriesSlots) generation = await setSlotTrait(placement, provider.uuid, generation, true);
   // The provider stays when its last slots go. Nova's compute caches its host's provider tree with
   // the children, and its report client does not drop a cached child that is gone: it fails on the
   // 404 in every resource update, builds' claims included (RescheduledException: "Exhausted all
   // hosts"), until its cache is refreshed minutes later. Blazar keeps these providers too.
-  await placement.putInventories(provider.uuid, current.resource_provider_generation, inventories);
+  if (slots === 0 ? mine !== undefined : mine?.total !== slots) {
+    generation = (await placement.putInventories(provider.uuid, generation, inventories)).resource_provider_generation;
+  }
+  if (!carriesSlots) await setSlotTrait(placement, provider.uuid, generation, false);
+}
+
+/** The slot hosts' trait on (or off) the slot provider, at `generation` (read with its inventories); the generation after. */
+async function setSlotTrait(placement: PlacementClient, providerUuid: string, generation: number, present: boolean): Promise<number> {
+  const { traits } = await placement.getProviderTraits(providerUuid);
+  if (traits.includes(SLOT_HOST_TRAIT) === present) return generation;
+  const others = traits.filter((t) => t !== SLOT_HOST_TRAIT);
+  return (await placement.putProviderTraits(providerUuid, generation, present ? [...others, SLOT_HOST_TRAIT] : others)).resource_provider_generation;
 }
 
 /** The servers using the reservation's flavor, in every project (not deleted yet). */
