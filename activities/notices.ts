@@ -7,6 +7,7 @@
 import { ApplicationFailure } from '@temporalio/common';
 import type { Lease } from '../src/domain/lease';
 import type { Notice } from '../src/domain/notices';
+import type { DeliveryHeld } from '../src/notifications/delivery-gates';
 import { NoticeRefusedError } from '../src/notifications/errors';
 import type { ActivityDeps } from './deps';
 
@@ -17,10 +18,14 @@ export function noticeActivities({ notices, usagePolicy }: ActivityDeps) {
       return notices ? notices.announce(notice) : false;
     },
 
-    async deliverWebhookNotice({ webhookId, notice }: { webhookId: string; notice: Notice }): Promise<void> {
+    /**
+     * Delivers, or (`mayHold`: workflows since patch 'notice-delivery-holds') says how long to wait
+     * first: the project has its cap in flight, or the webhook's breaker holds it back.
+     */
+    async deliverWebhookNotice({ webhookId, notice, mayHold }: { webhookId: string; notice: Notice; mayHold?: boolean }): Promise<DeliveryHeld | undefined> {
       if (!notices) throw ApplicationFailure.nonRetryable('this worker delivers no notices', 'NoticeRefused');
       try {
-        await notices.deliverWebhook(webhookId, notice);
+        return await notices.deliverWebhook(webhookId, notice, mayHold === true);
       } catch (err) {
         if (err instanceof NoticeRefusedError) throw ApplicationFailure.nonRetryable(err.message, 'NoticeRefused');
         throw err;

@@ -220,6 +220,15 @@ const envSchema = z.object({
   LK_NOTIFICATION_EXCHANGE: z.string().regex(/^[\w.:-]{1,255}$/, 'expected an exchange name (letters, digits, _ . : -)').default('openstack'),
   LK_NOTIFICATION_TOPICS: z.string().max(1_024).regex(/^[\w.:-]{1,200}(,[\w.:-]{1,200}){0,9}$/, 'expected at most 10 topics, comma-separated').default('notifications'),
   LK_NOTIFICATION_PUBLISHER_ID: z.string().regex(/^[\x21-\x7e]{1,255}$/, 'expected at most 255 printable ASCII characters, no spaces').default('blazar.lease'),
+  // Delivery runs on its own task queue (<LK_TASK_QUEUE>-notices) with its own activity slots, so
+  // that no receiver holds up lease work; a project's webhooks have at most
+  // LK_NOTICE_PROJECT_IN_FLIGHT deliveries in flight per worker (the rest wait), and a webhook
+  // that failed to answer this many times in a row is held back for a cool-down, then probed once.
+  LK_NOTICE_CONNECT_TIMEOUT_MS: positiveInt.max(300_000).default(3_000),
+  LK_NOTICE_WORKER_SLOTS: positiveInt.max(10_000).default(50),
+  LK_NOTICE_PROJECT_IN_FLIGHT: positiveInt.max(1_000).default(4),
+  LK_WEBHOOK_BREAKER_FAILURES: positiveInt.max(1_000).default(5),
+  LK_WEBHOOK_BREAKER_COOLDOWN_SECONDS: positiveInt.max(86_400).default(60),
 
   // How long a health check may wait for each dependency; a deep check (a workflow) runs at most
   // once per interval, its result shared by every caller meanwhile.
@@ -281,6 +290,8 @@ function toConfig(env: z.infer<typeof envSchema>) {
       topology: env.LK_TEMPORAL,
       namespace: env.TEMPORAL_NAMESPACE,
       taskQueue: env.LK_TASK_QUEUE,
+      /** Notices' delivery workflows and activities: a queue of their own, polled by the worker's notice worker. */
+      noticeTaskQueue: `${env.LK_TASK_QUEUE}-notices`,
       devServerPort: env.LK_TEMPORAL_PORT,
       uiPort: env.LK_TEMPORAL_UI_PORT,
     },
@@ -417,6 +428,18 @@ function noticeSettings(env: z.infer<typeof envSchema>) {
     oslo: env.LK_NOTIFICATION_TRANSPORT_URL
       ? { transportUrl: env.LK_NOTIFICATION_TRANSPORT_URL, exchange: env.LK_NOTIFICATION_EXCHANGE, topics: splitList(env.LK_NOTIFICATION_TOPICS), publisherId: env.LK_NOTIFICATION_PUBLISHER_ID }
       : undefined,
+    delivery: {
+      /** Connecting (name lookup, TCP and TLS) must be done within this, within the whole timeout. */
+      connectTimeoutMs: Math.min(env.LK_NOTICE_CONNECT_TIMEOUT_MS, env.LK_NOTICE_TIMEOUT_MS),
+      /** The notice worker's activity slots. */
+      workerSlots: env.LK_NOTICE_WORKER_SLOTS,
+      /** A project's webhook deliveries in flight at once in one worker. */
+      projectInFlight: env.LK_NOTICE_PROJECT_IN_FLIGHT,
+      /** Failures to answer in a row (time-outs, connection failures) that hold a webhook back. */
+      breakerFailures: env.LK_WEBHOOK_BREAKER_FAILURES,
+      /** The first hold's length; each failed probe doubles it, up to an hour. */
+      breakerCooldownMs: env.LK_WEBHOOK_BREAKER_COOLDOWN_SECONDS * 1_000,
+    },
   };
 }
 

@@ -46,7 +46,38 @@ export async function createWorker(options: {
 }
 
 /**
- * Notices as this worker announces them: each one's delivery is a workflow on the worker's own task
+ * The worker's notice worker, in the same process: notices' delivery workflows and activities on
+ * the notices task queue, with activity slots of their own (LK_NOTICE_WORKER_SLOTS), so that
+ * receivers that are slow or never answer wait there and never hold a slot lease work needs. It
+ * registers every activity, and the lease worker keeps the notice activities too: delivery
+ * workflows started before the notices queue existed finish on the lease queue.
+ */
+export async function createNoticeWorker(options: {
+  connection: NativeConnection;
+  config: Pick<Config, 'temporal' | 'worker' | 'leaseLimits' | 'policy' | 'notices'>;
+  deps: ActivityDeps;
+  workflows: WorkflowSource;
+  identity?: string;
+  activityInterceptors?: ActivityInterceptorsFactory[];
+}): Promise<Worker> {
+  const { connection, config, deps, workflows } = options;
+  return Worker.create({
+    connection,
+    namespace: config.temporal.namespace,
+    taskQueue: config.temporal.noticeTaskQueue,
+    ...(options.identity ? { identity: `${options.identity}/notices` } : {}),
+    activities: createActivities({ ...deps, usagePolicy: deps.usagePolicy ?? usagePolicy(deps.pool, config), notices: deps.notices ?? workerNotices(connection, config, deps) }),
+    ...(options.activityInterceptors ? { interceptors: { activity: options.activityInterceptors } } : {}),
+    ...('bundlePath' in workflows ? { workflowBundle: { codePath: workflows.bundlePath } } : { workflowsPath: workflows.workflowsPath }),
+    maxConcurrentActivityTaskExecutions: config.notices.delivery.workerSlots,
+    // A delivery workflow is short-lived or sleeps (backoff, a hold): few need to stay in memory.
+    maxCachedWorkflows: Math.min(config.worker.maxCachedWorkflows, 500),
+    shutdownGraceTime: config.worker.shutdownGraceMs,
+  });
+}
+
+/**
+ * Notices as this worker announces them: each one's delivery is a workflow on the notices task
  * queue, started through its connection (a second announce of the same notice finds it running or done).
  */
 export function workerNotices(connection: NativeConnection, config: Pick<Config, 'temporal' | 'notices'>, deps: Pick<ActivityDeps, 'pool'>, onDropped?: (eventType: string, channel: 'webhook' | 'oslo') => void): NoticeService {
@@ -59,7 +90,7 @@ export function workerNotices(connection: NativeConnection, config: Pick<Config,
       try {
         await client.workflow.start<NoticeWorkflow>(noticeWorkflowType, {
           workflowId: noticeWorkflowId(notice.id),
-          taskQueue: config.temporal.taskQueue,
+          taskQueue: config.temporal.noticeTaskQueue,
           args: [notice, targets],
           staticSummary: `${notice.eventType} ${notice.lease ? `of lease ${notice.lease.id}` : typeof notice.details?.host === 'string' ? notice.details.host : ''}`.slice(0, 200),
         });

@@ -5,7 +5,7 @@
  */
 import fs from 'node:fs';
 import { Client } from '@temporalio/client';
-import { NativeConnection, Runtime } from '@temporalio/worker';
+import { NativeConnection, Runtime, type Worker } from '@temporalio/worker';
 import { loadConfigOrExit, orExit, type Config } from '../src/config';
 import { LeaseOutbox } from '../src/outbox';
 import { usagePolicy } from '../src/policy';
@@ -15,7 +15,7 @@ import { createLogger, type Logger } from '../src/log';
 import { lazyOpenStackClients, OpenStackConfigError, projectScopedClients, type OpenStackClients } from '../src/openstack';
 import { productionHostWatch, productionPlugins } from '../src/resources';
 import { awaitLeaseSearchAttributes, connectTemporal, ensureSearchAttributes } from '../src/temporal';
-import { createWorker, workerNotices } from './create-worker';
+import { createNoticeWorker, createWorker, workerNotices } from './create-worker';
 import { ensureHostMonitor, wakeHostMonitorOnNovaNotifications } from './host-monitor';
 import { serveMetrics, workerMetrics } from './metrics';
 import { PinoTemporalLogger } from './temporal-logger';
@@ -55,22 +55,19 @@ async function main(): Promise<void> {
   await registerSearchAttributes(config, log);
   const notices = workerNotices(connection, config, { pool }, metrics?.noticeDropped);
   const hostWatch = config.hostMonitor.enabled && hasOpenStack(openstack, log) ? productionHostWatch({ pool, config, openstack }) : undefined;
-  const worker = await createWorker({
-    connection,
-    config,
-    deps: { pool, plugins: productionPlugins({ pool, config, openstack, openstackForProject: projectScopedClients() }), hostWatch, eventStarted: metrics?.eventStarted, usagePolicy: policy, notices },
-    workflows: { bundlePath: config.worker.workflowBundle },
-    activityInterceptors: metrics ? [metrics.activityInterceptor] : undefined,
-  });
+  const deps = { pool, plugins: productionPlugins({ pool, config, openstack, openstackForProject: projectScopedClients() }), hostWatch, eventStarted: metrics?.eventStarted, usagePolicy: policy, notices };
+  const workerOptions = { connection, config, deps, workflows: { bundlePath: config.worker.workflowBundle }, activityInterceptors: metrics ? [metrics.activityInterceptor] : undefined };
+  const worker = await createWorker(workerOptions);
+  const noticeWorker = await createNoticeWorker(workerOptions);
   const metricsUrls = metricsServer && metricsAt ? { metrics: `http://${metricsAt.host}:${metricsServer.port}/metrics`, sdkMetrics: `http://${metricsAt.host}:${metricsAt.port + 1}/metrics` } : {};
-  log.info({ address: config.temporal.address, taskQueue: config.temporal.taskQueue, schemaVersion: version, ...metricsUrls }, 'worker ready');
+  log.info({ address: config.temporal.address, taskQueue: config.temporal.taskQueue, noticeTaskQueue: config.temporal.noticeTaskQueue, schemaVersion: version, ...metricsUrls }, 'worker ready');
   // Leases the API admitted whose workflow it could not start (it died, or Temporal refused): started here.
   const outbox = new LeaseOutbox({ pool, client: new Client({ connection, namespace: config.temporal.namespace }), taskQueue: config.temporal.taskQueue, log, ...config.outbox });
   outbox.runSweeps();
   const monitor = hostWatch ? startHostMonitor(config, log) : undefined;
   const notifications = hostWatch ? listenToNova(config, log) : undefined;
   try {
-    await worker.run(); // resolves once a shutdown signal has drained the worker
+    await runTogether([worker, noticeWorker]); // resolves once a shutdown signal has drained both
   } finally {
     monitor?.stop();
     await outbox.stop();
@@ -81,6 +78,20 @@ async function main(): Promise<void> {
     metricsServer?.server.close();
     log.info('worker stopped');
   }
+}
+
+/** Runs the workers until all have stopped; one that fails shuts the others down, and its error is thrown. */
+async function runTogether(workers: Worker[]): Promise<void> {
+  const outcomes = await Promise.allSettled(
+    workers.map((one) =>
+      one.run().catch((err: unknown) => {
+        for (const other of workers) if (other !== one && other.getState() === 'RUNNING') other.shutdown();
+        throw err;
+      }),
+    ),
+  );
+  const failed = outcomes.find((outcome) => outcome.status === 'rejected');
+  if (failed) throw failed.reason;
 }
 
 /** Whether OpenStack settings are there (the host monitor watches Nova); a deployment without them runs no monitor. */

@@ -126,10 +126,56 @@ export async function webhookById(db: Queryable, id: string): Promise<WebhookWit
 export async function countDelivery(db: Queryable, id: string, outcome: 'delivered' | { dropped: string }): Promise<void> {
   if (!UUID.test(id)) return;
   if (outcome === 'delivered') {
-    await db.query('UPDATE project_webhooks SET delivered_count = delivered_count + 1 WHERE id = $1', [id]);
+    // An answer closes its breaker.
+    await db.query('UPDATE project_webhooks SET delivered_count = delivered_count + 1, failures_in_row = 0, held_until = NULL WHERE id = $1', [id]);
     return;
   }
   await db.query('UPDATE project_webhooks SET dropped_count = dropped_count + 1, last_error = left($2, 1024), last_error_at = now() WHERE id = $1', [id, outcome.dropped]);
+}
+
+/** Whether a webhook's delivery may go now: `open` (breaker closed), `probe` (this one is the probe after a hold), or held for `heldForMs` more. */
+export type WebhookGate = { state: 'open' | 'probe' } | { state: 'held'; heldForMs: number };
+
+/**
+ * Asks a webhook's breaker for a delivery: held while `held_until` is ahead; once it has passed
+ * (and `failures` failed in a row), the first caller becomes the probe and holds the others back
+ * for `probeMs` (the probe's longest run) by moving `held_until` on. Times are the database's.
+ */
+export async function claimWebhookDelivery(db: Queryable, id: string, failures: number, probeMs: number): Promise<WebhookGate> {
+  if (!UUID.test(id)) return { state: 'open' };
+  const { rows } = await db.query<{ probing: boolean; held_ms: number | null }>(
+    `WITH probe AS (
+       UPDATE project_webhooks SET held_until = now() + $3 * interval '1 millisecond'
+        WHERE id = $1 AND failures_in_row >= $2 AND (held_until IS NULL OR held_until <= now()) RETURNING id)
+     SELECT EXISTS (SELECT 1 FROM probe) AS probing,
+            (SELECT ceil(extract(epoch FROM held_until - now()) * 1000)::float8 FROM project_webhooks WHERE id = $1 AND failures_in_row >= $2 AND held_until > now()) AS held_ms`,
+    [id, failures, probeMs],
+  );
+  if (rows[0]?.probing) return { state: 'probe' };
+  const heldMs = rows[0]?.held_ms;
+  return heldMs === null || heldMs === undefined ? { state: 'open' } : { state: 'held', heldForMs: Math.max(1, heldMs) };
+}
+
+/**
+ * A delivery the webhook left unanswered: one more in a row. From the `failures`-th on, it is held
+ * back for `cooldownMs`, doubled by each further failure (a failed probe), at most `maxCooldownMs`;
+ * last_error then says so. A delivery that began before the hold and failed after it began (not
+ * the probe) changes nothing: it would lengthen the hold for a failure already counted in kind.
+ * Returns until when it is held, if it is.
+ */
+export async function countWebhookFailure(db: Queryable, id: string, reason: string, breaker: { failures: number; cooldownMs: number; maxCooldownMs: number; probe: boolean }): Promise<Date | undefined> {
+  if (!UUID.test(id)) return undefined;
+  const { rows } = await db.query<{ failures_in_row: number; held_until: Date | null }>(
+    `UPDATE project_webhooks SET failures_in_row = failures_in_row + 1,
+            held_until = CASE WHEN failures_in_row + 1 >= $2 THEN now() + least($4::float8, $3::float8 * power(2, least(failures_in_row + 1 - $2, 20))) * interval '1 millisecond' ELSE held_until END
+      WHERE id = $1 AND ($5 OR held_until IS NULL OR held_until <= now()) RETURNING failures_in_row, held_until`,
+    [id, breaker.failures, breaker.cooldownMs, breaker.maxCooldownMs, breaker.probe],
+  );
+  const row = rows[0];
+  if (!row || row.failures_in_row < breaker.failures || !row.held_until) return undefined;
+  const message = `held back until ${row.held_until.toISOString()} (then probed once): ${row.failures_in_row} deliveries in a row got no answer; the last: ${reason}`;
+  await db.query('UPDATE project_webhooks SET last_error = left($2, 1024), last_error_at = now() WHERE id = $1', [id, message]);
+  return row.held_until;
 }
 
 /** The ids of the project's webhooks that want this event type, in the list's order; none without a project (host events). */

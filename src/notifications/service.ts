@@ -5,14 +5,19 @@
 import type { Notice } from '../domain/notices';
 import type { Pool } from '../db/pool';
 import type { NoticeTargets } from '../domain/notices';
+import { ProjectDeliveryCap, type DeliveryHeld } from './delivery-gates';
 import { OsloPublisher } from './oslo';
 import { noteDropped, noticeTargets, sendToWebhook, type NoticeSettings } from './webhooks';
 
 export interface NoticeService {
   /** Starts the notice's delivery (its own workflow) when anyone listens to it; whether anyone does. */
   announce(notice: Notice): Promise<boolean>;
-  /** Throws NoticeRefusedError (final) or NoticeFailedError (to retry). */
-  deliverWebhook(webhookId: string, notice: Notice): Promise<void>;
+  /**
+   * Throws NoticeRefusedError (final) or NoticeFailedError (to retry). With `mayHold` (the caller
+   * waits and asks again), a project's webhook may be held instead: its project is at its cap in
+   * flight, or its breaker holds it back.
+   */
+  deliverWebhook(webhookId: string, notice: Notice, mayHold?: boolean): Promise<DeliveryHeld | undefined>;
   publishOslo(notice: Notice): Promise<void>;
   dropped(drop: { channel: string; noticeId: string; eventType: string; reason: string }): Promise<void>;
   close(): Promise<void>;
@@ -29,6 +34,8 @@ export interface NoticeServiceDeps {
 
 export function noticeService(deps: NoticeServiceDeps): NoticeService {
   const { pool, settings } = deps;
+  // A delivery lasts at most its time-out (connecting is within it), and a moment to record it.
+  const projectCap = new ProjectDeliveryCap(settings.delivery.projectInFlight, settings.timeoutMs + 1_000);
   const oslo = settings.oslo ? new OsloPublisher({ ...settings.oslo, timeoutMs: settings.timeoutMs }) : undefined;
   return {
     async announce(notice) {
@@ -37,8 +44,9 @@ export function noticeService(deps: NoticeServiceDeps): NoticeService {
       await deps.startDelivery(notice, targets);
       return true;
     },
-    async deliverWebhook(webhookId, notice) {
-      await sendToWebhook(pool, settings, webhookId, notice);
+    async deliverWebhook(webhookId, notice, mayHold = false) {
+      const outcome = await sendToWebhook(pool, settings, webhookId, notice, mayHold ? { projectCap } : undefined);
+      return typeof outcome === 'object' ? outcome : undefined;
     },
     async publishOslo(notice) {
       if (!oslo) return; // oslo.messaging was switched off since the notice was announced

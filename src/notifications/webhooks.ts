@@ -10,8 +10,9 @@ import https from 'node:https';
 import { isIP, type LookupFunction } from 'node:net';
 import type { Config } from '../config';
 import type { Pool } from '../db/pool';
-import { countDelivery, webhookById, webhookTargets } from '../db/webhooks';
+import { claimWebhookDelivery, countDelivery, countWebhookFailure, webhookById, webhookTargets } from '../db/webhooks';
 import { noticeBody } from './blazar-payload';
+import { MAX_BREAKER_COOLDOWN_MS, type DeliveryHeld, type ProjectDeliveryCap } from './delivery-gates';
 import { NoticeFailedError, NoticeRefusedError } from './errors';
 import { ADDRESS_NOT_ALLOWED, addressAllowed, DEFAULT_DNS_SETTINGS, hostOf, WebhookAddressError, webhookLookup, type WebhookDnsSettings } from './webhook-address';
 import type { Notice, NoticeTargets } from '../domain/notices';
@@ -32,6 +33,8 @@ export interface WebhookTarget {
 
 export interface DeliveryOptions {
   timeoutMs: number;
+  /** Connecting (lookup, TCP, TLS) fails after this long, within `timeoutMs`; default: `timeoutMs` alone. */
+  connectTimeoutMs?: number;
   /** Refuse addresses that are not public unicast (a project's webhook, unless LK_WEBHOOK_ALLOW_PRIVATE). */
   guardAddresses: boolean;
   /** A project's webhook: its name resolved by c-ares with these settings (a guarded one's always is); unset: the system's lookup. */
@@ -85,11 +88,15 @@ export async function deliverWebhook(target: WebhookTarget, notice: Notice, opti
   const signal = AbortSignal.timeout(options.timeoutMs);
   let answer: Delivered;
   try {
-    answer = await post(url, headers, body, signal, options.guardAddresses || options.dns ? webhookLookup(options.dns ?? DEFAULT_DNS_SETTINGS, options.guardAddresses) : undefined);
+    answer = await post(url, headers, body, signal, options.guardAddresses || options.dns ? webhookLookup(options.dns ?? DEFAULT_DNS_SETTINGS, options.guardAddresses) : undefined, options.connectTimeoutMs);
   } catch (err) {
     const refusal = addressRefusal(err);
     if (refusal) throw new NoticeRefusedError(`notice to ${where} refused: ${ADDRESS_NOT_ALLOWED}`);
-    const reason = signal.aborted ? `no answer within ${options.timeoutMs} ms` : ((err as NodeJS.ErrnoException).code ?? (err as Error).message);
+    const reason = signal.aborted
+      ? `no answer within ${options.timeoutMs} ms`
+      : err instanceof ConnectTimeoutError
+        ? err.message
+        : ((err as NodeJS.ErrnoException).code ?? (err as Error).message);
     throw new NoticeFailedError(`notice to ${where} failed: ${reason}`);
   }
   const { status } = answer;
@@ -105,8 +112,14 @@ function describeAnswer(answer: Delivered): string {
   return `HTTP ${answer.status}${text ? `: ${text}` : ''}`;
 }
 
-/** One POST on a connection of its own (no pooling: each connects, and is checked, anew); the answer's first MAX_RESPONSE_BYTES. */
-function post(url: URL, headers: Record<string, string>, body: Buffer, signal: AbortSignal, lookup: LookupFunction | undefined): Promise<Delivered> {
+class ConnectTimeoutError extends Error {}
+
+/**
+ * One POST on a connection of its own (no pooling: each connects, and is checked, anew); the answer's
+ * first MAX_RESPONSE_BYTES. Connecting is cut after `connectTimeoutMs`, so that an address that
+ * swallows connection attempts fails fast and the response timeout is for receivers that answer.
+ */
+function post(url: URL, headers: Record<string, string>, body: Buffer, signal: AbortSignal, lookup: LookupFunction | undefined, connectTimeoutMs?: number): Promise<Delivered> {
   return new Promise<Delivered>((resolve, reject) => {
     const request = (url.protocol === 'https:' ? https : http).request(url, { method: 'POST', headers, signal, agent: false, ...(lookup ? { lookup } : {}) }, (response) => {
       const chunks: Buffer[] = [];
@@ -130,6 +143,14 @@ function post(url: URL, headers: Record<string, string>, body: Buffer, signal: A
       response.on('close', finish);
     });
     request.on('error', reject);
+    if (connectTimeoutMs !== undefined) {
+      request.once('socket', (socket) => {
+        const connected = url.protocol === 'https:' ? 'secureConnect' : 'connect';
+        const timer = setTimeout(() => request.destroy(new ConnectTimeoutError(`no connection within ${connectTimeoutMs} ms`)), connectTimeoutMs);
+        socket.once(connected, () => clearTimeout(timer));
+        socket.once('close', () => clearTimeout(timer));
+      });
+    }
     request.end(body);
   });
 }
@@ -165,19 +186,51 @@ export async function resolveWebhook(db: Pool, settings: NoticeSettings, id: str
  * Delivers a notice to one target id and counts it on a project's webhook: `delivered`, or `gone`
  * when the webhook no longer exists (nothing to do). A refusal is counted as a drop and thrown
  * (final); a failure is thrown for the caller to retry (noteDropped when it gives up).
+ *
+ * With `gates` (the notice workflow waits on held deliveries), a project's webhook goes only when
+ * its project has a place under its cap and its breaker lets it (else: held, and for how long);
+ * a delivery it leaves unanswered counts towards its breaker.
  */
-export async function sendToWebhook(db: Pool, settings: NoticeSettings, id: string, notice: Notice): Promise<'delivered' | 'gone'> {
+export async function sendToWebhook(db: Pool, settings: NoticeSettings, id: string, notice: Notice, gates?: { projectCap: ProjectDeliveryCap }): Promise<'delivered' | 'gone' | DeliveryHeld> {
   const target = await resolveWebhook(db, settings, id);
   // A project's webhook hears its own project's notices only.
   if (!target || (target.projectId !== undefined && target.projectId !== notice.projectId)) return 'gone';
+  const options: DeliveryOptions = { timeoutMs: settings.timeoutMs, connectTimeoutMs: settings.delivery.connectTimeoutMs, guardAddresses: target.guardAddresses, ...(target.projectId !== undefined ? { dns: settings.dns } : {}) };
+  const project = target.projectId;
+  if (!gates || project === undefined) {
+    await deliverOnce(db, id, target, notice, options);
+    return 'delivered';
+  }
+  // The deployment's webhooks are the operator's: neither capped nor held.
+  const place = gates.projectCap.enter(project);
+  if ('waitMs' in place) return { heldForMs: place.waitMs, reason: 'busy' };
   try {
-    await deliverWebhook(target, notice, { timeoutMs: settings.timeoutMs, guardAddresses: target.guardAddresses, ...(target.projectId !== undefined ? { dns: settings.dns } : {}) });
+    // The probe's hold lasts its longest run: the others wait for its outcome.
+    const gate = await claimWebhookDelivery(db, id, settings.delivery.breakerFailures, settings.timeoutMs + 5_000);
+    if (gate.state === 'held') return { heldForMs: gate.heldForMs, reason: 'breaker' };
+    try {
+      await deliverOnce(db, id, target, notice, options);
+    } catch (err) {
+      // No answer at all (time-out, connection failure): what the breaker counts. An answer, even 5xx, is quick.
+      if (err instanceof NoticeFailedError && err.status === undefined) {
+        await countWebhookFailure(db, id, err.message, { failures: settings.delivery.breakerFailures, cooldownMs: settings.delivery.breakerCooldownMs, maxCooldownMs: MAX_BREAKER_COOLDOWN_MS, probe: gate.state === 'probe' });
+      }
+      throw err;
+    }
+    return 'delivered';
+  } finally {
+    place.leave();
+  }
+}
+
+async function deliverOnce(db: Pool, id: string, target: WebhookTarget, notice: Notice, options: DeliveryOptions): Promise<void> {
+  try {
+    await deliverWebhook(target, notice, options);
   } catch (err) {
     if (err instanceof NoticeRefusedError) await noteDropped(db, id, err.message);
     throw err;
   }
   await countDelivery(db, id, 'delivered');
-  return 'delivered';
 }
 
 /** A notice given up on (refused, or still failing when its retry time ran out), counted on a project's webhook with why. */

@@ -20,6 +20,8 @@ import { RecordingPlugin } from '../support/recording-plugin';
 import { apiClient, eventually, inSeconds, startTestStack, type TestStack } from '../support/stack';
 import { leaseWorkflowId } from '../../workflows/lease/messages';
 import { hostMonitorWorkflowId } from '../../workflows/host-monitor/messages';
+import { noticeWorkflowId } from '../../workflows/notices/messages';
+import { startWebhookReceiver } from '../support/notice-receiver';
 import { physicalHostPlugin } from '../../src/resources/physical-host';
 import { physicalHostWatch } from '../../src/resources/physical-host/health';
 import { insertHost } from '../support/hosts';
@@ -277,6 +279,21 @@ export const SCENARIOS: Record<string, (api: Api, stack: TestStack) => Promise<s
     await api('DELETE', `/v1/leases/${body.lease.id}`);
     return body.lease.id;
   },
+  // One notice's delivery: a project's webhook refuses it once (503), then takes it.
+  'notice-delivery': async (api) => {
+    const hook = await startWebhookReceiver({ path: '/recorded', failFirst: 1 });
+    try {
+      const project = { 'x-project-id': 'recorded-notices', 'x-user-id': 'recorder', 'x-roles': 'member' };
+      const put = await api('PUT', '/v1/projects/recorded-notices/webhooks', { webhooks: [{ url: hook.url, events: ['lease.create'] }] }, project);
+      if (put.status !== 200) throw new Error(`webhook: ${put.status} ${JSON.stringify(put.body)}`);
+      const { body } = await api('POST', '/v1/leases', { name: 'notice-delivery', start_date: inSeconds(3600), end_date: inSeconds(7200), reservations: [reservation] }, project);
+      const delivered = await eventually(() => Promise.resolve(hook.received[0]), 60_000);
+      await api('DELETE', `/v1/leases/${body.lease.id}`, undefined, project);
+      return { workflowId: noticeWorkflowId(String(delivered.headers['idempotency-key'])) };
+    } finally {
+      await hook.close();
+    }
+  },
   // The host monitor itself: a host fails and recovers (recorded while it runs on).
   'host-monitor': async (_api, stack) => {
     const name = `monitored-${randomUUID().slice(0, 8)}`;
@@ -302,7 +319,7 @@ async function record(stack: TestStack): Promise<void> {
     if (only.length > 0 && !only.includes(name)) continue;
     const outcome = await scenario(api, stack);
     const handle = stack.temporal.client.workflow.getHandle(typeof outcome === 'string' ? leaseWorkflowId(outcome) : outcome.workflowId);
-    if (typeof outcome === 'string') await handle.result();
+    if (typeof outcome === 'string' || outcome.workflowId.startsWith('notice-')) await handle.result();
     // The CLI writes the proto3 JSON that replay reads (historyFromJSON).
     const json = execFileSync(temporalBinary(stack.config.cacheDir), [
       'workflow', 'show', '--workflow-id', handle.workflowId, '--address', stack.config.temporal.address,
@@ -327,7 +344,7 @@ async function main(): Promise<void> {
     hostWatch: (pool) =>
       physicalHostWatch({ pool, source: { calendarOnly: (host) => (hostsDown.has(host.hypervisor_hostname) ? 'down in the recorded scenario' : undefined) }, freepool: 'freepool', failed: { name: 'failed', closedProjectId: 'nobody' } }),
     // Idle limits of seconds: every active lease is looked at; only idle-end's reservation tells it is idle.
-    env: { LK_IDLE_LEASE_WARN_HOURS: '0.0005', LK_IDLE_LEASE_END_HOURS: '0.001', LK_PROVISIONING_LEAD_TIME_SECONDS: String(RECORDED_LEAD_SECONDS), LK_HOST_MONITOR_INTERVAL_SECONDS: '0.2', LK_HOST_FAIL_GRACE_SECONDS: '0', LK_HEALING_RETRY_MINUTES: '60' },
+    env: { LK_WEBHOOK_ALLOW_PRIVATE: 'true', LK_IDLE_LEASE_WARN_HOURS: '0.0005', LK_IDLE_LEASE_END_HOURS: '0.001', LK_PROVISIONING_LEAD_TIME_SECONDS: String(RECORDED_LEAD_SECONDS), LK_HOST_MONITOR_INTERVAL_SECONDS: '0.2', LK_HOST_FAIL_GRACE_SECONDS: '0', LK_HEALING_RETRY_MINUTES: '60' },
   });
   try {
     await record(stack);

@@ -39,6 +39,12 @@ export interface WebhookReceiver {
   received: Delivery[];
   /** The requests answered with anything else, so far. */
   refused: () => number;
+  /** Requests left unanswered whose connection is still open (a tarpit's held deliveries). */
+  unanswered: () => number;
+  /** The most requests ever unanswered at once. */
+  mostUnanswered: () => number;
+  /** Requests left unanswered whose connection the sender gave up on (its time-out) before `close`. */
+  abandoned: () => number;
   /** Stops listening and cuts any connection still open (a request never answered included). */
   close: () => Promise<void>;
 }
@@ -48,6 +54,10 @@ export async function startWebhookReceiver(options: WebhookReceiverOptions = {})
   const requests: Delivery[] = [];
   const received: Delivery[] = [];
   let refused = 0;
+  let unanswered = 0;
+  let mostUnanswered = 0;
+  let abandoned = 0;
+  let closing = false;
   const server = http.createServer((req, res) => {
     const chunks: Buffer[] = [];
     req.on('data', (chunk: Buffer) => chunks.push(chunk));
@@ -57,7 +67,16 @@ export async function startWebhookReceiver(options: WebhookReceiverOptions = {})
       requests.push(delivery);
       if (requests.length <= failFirst) res.writeHead(failWith).end();
       else answer(res, delivery);
-      if (!res.headersSent) return; // left unanswered
+      if (!res.headersSent) {
+        // Left unanswered: counted until the connection ends (answered late, given up on, or cut by close).
+        unanswered++;
+        mostUnanswered = Math.max(mostUnanswered, unanswered);
+        res.once('close', () => {
+          unanswered--;
+          if (!res.headersSent && !closing) abandoned++;
+        });
+        return;
+      }
       if (res.statusCode < 300) received.push(delivery);
       else refused++;
     });
@@ -72,7 +91,11 @@ export async function startWebhookReceiver(options: WebhookReceiverOptions = {})
     requests,
     received,
     refused: () => refused,
+    unanswered: () => unanswered,
+    mostUnanswered: () => mostUnanswered,
+    abandoned: () => abandoned,
     close: async () => {
+      closing = true;
       server.closeAllConnections();
       await new Promise((resolve) => server.close(resolve));
     },

@@ -18,7 +18,7 @@ import type { OpenStackClients } from '../../src/openstack';
 import { pluginRegistry, type HostWatch, type ResourcePlugin } from '../../src/domain/resource-plugin';
 import { ensureHostMonitor } from '../../worker/host-monitor';
 import { hostMonitorWorkflowId } from '../../workflows/host-monitor/messages';
-import { createWorker } from '../../worker/create-worker';
+import { createNoticeWorker, createWorker } from '../../worker/create-worker';
 import { createTestDatabase, type TestDatabase } from './db';
 import { leaseWorkflowId } from '../../workflows/lease/messages';
 import { withoutRequestId } from './http';
@@ -68,8 +68,9 @@ export async function startTestStack(options: TestStackOptions = {}): Promise<Te
     const s = createApiServer(app, config.api.server).listen(0, '127.0.0.1', () => resolve(s));
   });
 
-  let worker: Worker | undefined;
-  let running: Promise<void> | undefined;
+  // The lease worker and the notice worker (deliveries: a task queue of their own), as the worker process runs them.
+  let workers: Worker[] = [];
+  let running: Promise<unknown> | undefined;
   let outbox: LeaseOutbox | undefined;
   const stack: TestStack = {
     config,
@@ -77,8 +78,9 @@ export async function startTestStack(options: TestStackOptions = {}): Promise<Te
     db,
     temporal,
     async startWorker() {
-      worker = await createWorker({ connection: temporal.nativeConnection, config, deps: { pool: db.pool, plugins: registry, hostWatch: watch }, workflows: testWorkflows() });
-      running = worker.run();
+      const workerOptions = { connection: temporal.nativeConnection, config, deps: { pool: db.pool, plugins: registry, hostWatch: watch }, workflows: testWorkflows() };
+      workers = [await createWorker(workerOptions), await createNoticeWorker(workerOptions)];
+      running = Promise.all(workers.map((one) => one.run()));
       // As the worker process does: owed starts of leases the API admitted (src/outbox).
       outbox = new LeaseOutbox({ pool: db.pool, client: temporal.client, taskQueue: config.temporal.taskQueue, log: pino({ level: 'silent' }), ...config.outbox });
       outbox.runSweeps();
@@ -87,9 +89,9 @@ export async function startTestStack(options: TestStackOptions = {}): Promise<Te
     async stopWorker() {
       await outbox?.stop();
       outbox = undefined;
-      if (worker && worker.getState() === 'RUNNING') worker.shutdown();
+      for (const one of workers) if (one.getState() === 'RUNNING') one.shutdown();
       await running;
-      worker = undefined;
+      workers = [];
     },
     async stop() {
       if (watch) await temporal.client.workflow.getHandle(hostMonitorWorkflowId(config.temporal.taskQueue)).terminate('test over').catch(() => undefined);
