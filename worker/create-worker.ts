@@ -7,14 +7,14 @@ import { usagePolicy } from '../src/policy';
 import { noticeWorkflowId, noticeWorkflowType, type NoticeWorkflow } from '../workflows/notices/messages';
 
 /**
- * Production runs the prebuilt bundle (`npm run build` writes it); tests bundle the sources,
- * so that a test always runs the workflow code next to it.
+ * Production runs the prebuilt bundle (`npm run build` writes it); tests run the bundle their run
+ * made once (test/global-setup.ts), or the sources where there is none.
  */
 export type WorkflowSource = { bundlePath: string } | { workflowsPath: string };
 
 export const WORKFLOWS_PATH = require.resolve('../workflows');
 
-export async function createWorker(options: {
+export interface WorkerOptions {
   connection: NativeConnection;
   config: Pick<Config, 'temporal' | 'worker' | 'leaseLimits' | 'policy' | 'notices'>;
   deps: ActivityDeps;
@@ -22,17 +22,29 @@ export async function createWorker(options: {
   identity?: string;
   /** Activity interceptors (the worker's metrics). */
   activityInterceptors?: ActivityInterceptorsFactory[];
-}): Promise<Worker> {
+}
+
+/** What the lease worker and the notice worker have alike: every activity, the workflows, the drain on SIGTERM. */
+function commonWorkerOptions(options: WorkerOptions, identitySuffix: string) {
   const { connection, config, deps, workflows } = options;
-  return Worker.create({
+  return {
     connection,
     namespace: config.temporal.namespace,
-    taskQueue: config.temporal.taskQueue,
-    ...(options.identity ? { identity: options.identity } : {}),
+    ...(options.identity ? { identity: `${options.identity}${identitySuffix}` } : {}),
     // The usage policy and the notices from the settings unless the caller brings its own.
     activities: createActivities({ ...deps, usagePolicy: deps.usagePolicy ?? usagePolicy(deps.pool, config), notices: deps.notices ?? workerNotices(connection, config, deps) }),
     ...(options.activityInterceptors ? { interceptors: { activity: options.activityInterceptors } } : {}),
     ...('bundlePath' in workflows ? { workflowBundle: { codePath: workflows.bundlePath } } : { workflowsPath: workflows.workflowsPath }),
+    // On SIGTERM, running activities get this long to finish before the worker stops.
+    shutdownGraceTime: config.worker.shutdownGraceMs,
+  };
+}
+
+export async function createWorker(options: WorkerOptions): Promise<Worker> {
+  const { config } = options;
+  return Worker.create({
+    ...commonWorkerOptions(options, ''),
+    taskQueue: config.temporal.taskQueue,
     // Pending leases sleep for weeks: keep only recently active ones in memory.
     maxCachedWorkflows: config.worker.maxCachedWorkflows,
     // Half the workflow-task pollers on the task queue itself (the SDK's default is a fifth, the rest
@@ -40,8 +52,6 @@ export async function createWorker(options: {
     // and with two pollers over the queue's partitions a burst's first tasks waited up to 2.5 s
     // (bench:admission, LK_BENCH_BURST=1); with five, under one.
     nonStickyToStickyPollRatio: 0.5,
-    // On SIGTERM, running activities get this long to finish before the worker stops.
-    shutdownGraceTime: config.worker.shutdownGraceMs,
   });
 }
 
@@ -52,27 +62,14 @@ export async function createWorker(options: {
  * registers every activity, and the lease worker keeps the notice activities too: delivery
  * workflows started before the notices queue existed finish on the lease queue.
  */
-export async function createNoticeWorker(options: {
-  connection: NativeConnection;
-  config: Pick<Config, 'temporal' | 'worker' | 'leaseLimits' | 'policy' | 'notices'>;
-  deps: ActivityDeps;
-  workflows: WorkflowSource;
-  identity?: string;
-  activityInterceptors?: ActivityInterceptorsFactory[];
-}): Promise<Worker> {
-  const { connection, config, deps, workflows } = options;
+export async function createNoticeWorker(options: WorkerOptions): Promise<Worker> {
+  const { config } = options;
   return Worker.create({
-    connection,
-    namespace: config.temporal.namespace,
+    ...commonWorkerOptions(options, '/notices'),
     taskQueue: config.temporal.noticeTaskQueue,
-    ...(options.identity ? { identity: `${options.identity}/notices` } : {}),
-    activities: createActivities({ ...deps, usagePolicy: deps.usagePolicy ?? usagePolicy(deps.pool, config), notices: deps.notices ?? workerNotices(connection, config, deps) }),
-    ...(options.activityInterceptors ? { interceptors: { activity: options.activityInterceptors } } : {}),
-    ...('bundlePath' in workflows ? { workflowBundle: { codePath: workflows.bundlePath } } : { workflowsPath: workflows.workflowsPath }),
     maxConcurrentActivityTaskExecutions: config.notices.delivery.workerSlots,
     // A delivery workflow is short-lived or sleeps (backoff, a hold): few need to stay in memory.
     maxCachedWorkflows: Math.min(config.worker.maxCachedWorkflows, 500),
-    shutdownGraceTime: config.worker.shutdownGraceMs,
   });
 }
 
