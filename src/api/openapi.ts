@@ -294,7 +294,7 @@ export function apiOperations(types: ResourceTypes): Operation[] {
     },
     {
       method: 'get', path: '/healthz', tags: ['operations'], summary: 'Health of the API and what it needs',
-      description: 'Checks Temporal and PostgreSQL (and, with `deep=1`, that a worker answers a self-check workflow; shared between callers for LK_HEALTH_DEEP_INTERVAL_MS). No identity needed.',
+      description: 'Checks Temporal and PostgreSQL (and, with `deep=1`, that a worker answers a self-check workflow; shared between callers for LK_HEALTH_DEEP_INTERVAL_SECONDS). No identity needed.',
       request: { query: z.object({ deep: z.enum(['1', 'true', 'yes', '0', 'false', 'no']).optional() }) },
       responses: { 200: json(health, 'all checks passed'), 503: json(health, 'a check failed: which one, and why') },
     },
