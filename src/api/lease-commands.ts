@@ -17,9 +17,10 @@ import {
 import { ApplicationFailure, NamespaceNotFoundError, WorkflowIdConflictPolicy } from '@temporalio/common';
 import { newLease, type Lease, type LeaseUpdateRequest, type NewLeaseRequest } from '../domain/lease';
 import { createdOrigin, leaseWorkflowLabels, type LeaseOutbox } from '../outbox';
-import { admitLease, deleteLease, hostsChanged, leaseWorkflowId, leaseWorkflowType, updateLease, type LeaseWorkflow } from '../../workflows/lease/messages';
+import { admitLease, deleteLease, hostsChanged, leaseWorkflowId, leaseWorkflowType, updateLease, type LeaseWorkflow, type LeaseWorkflowInput } from '../../workflows/lease/messages';
 import { maintenanceWindowWorkflowId, maintenanceWindowWorkflowType, windowWithdrawn, type MaintenanceWindowInput } from '../../workflows/maintenance/messages';
 import { uuidShaped } from '../domain/blazar-format';
+import { markdownText } from '../domain/markdown';
 import { lastWorkflowTaskFailure } from '../temporal';
 import { ApiError, failureAsApiError } from './errors';
 
@@ -184,19 +185,66 @@ export async function changeLease(options: LeaseCommandOptions, leaseId: string,
 
 /**
  * Deletes the lease and waits until it is gone (its bookings freed, its row removed), as Blazar's
- * delete is synchronous. `past-deadline`: no answer in time, which the caller tells apart by the
- * lease's row (a cleanup still running in a slow cloud, or no worker at all).
+ * delete is synchronous. A lease no workflow runs (a history row imported from Blazar, or a lease
+ * whose workflow closed without it) gets one that carries it as it stands and deletes it, as any
+ * other: Temporal would otherwise answer "not found" for a lease the API lists, and the row would
+ * stay for good. `recorded`: the lease's row as it stands now. `past-deadline`: no answer in time, which the caller tells apart by the lease's
+ * row (a cleanup still running in a slow cloud, or no worker at all).
  */
-export async function removeLease(options: LeaseCommandOptions, leaseId: string): Promise<'gone' | 'past-deadline'> {
+export async function removeLease(options: LeaseCommandOptions, leaseId: string, recorded: () => Promise<Lease | undefined>): Promise<'gone' | 'past-deadline'> {
   try {
     await options.client.connection.withDeadline(Date.now() + options.timeoutMs, () =>
-      onLeaseWorkflow(options, leaseId, () => options.client.workflow.getHandle(leaseWorkflowId(leaseId)).executeUpdate(deleteLease)),
+      onLeaseWorkflow(options, leaseId, () => options.client.workflow.getHandle(leaseWorkflowId(leaseId)).executeUpdate(deleteLease)).catch(async (err: unknown) => {
+        if (!(err instanceof WorkflowNotFoundError)) throw err;
+        // Read again: a delete that just finished closed the workflow, and its lease is gone already.
+        const lease = await recorded();
+        if (lease) await deleteWithWorkflowOfItsOwn(options, lease);
+      }),
     );
     return 'gone';
   } catch (err) {
     if (isPastDeadline(err)) return 'past-deadline';
     throw toApiError(err, options.timeoutMs);
   }
+}
+
+/**
+ * The input of a workflow that takes over a recorded lease as it stands (`carried`): imported from
+ * Blazar, or found without a workflow. `source` names it in the request hash (no admit update ever
+ * comes for a carried lease: the hash only has to differ from any request's).
+ */
+export function carriedLeaseInput(lease: Lease, source: Record<string, string>): LeaseWorkflowInput {
+  return {
+    request: {
+      id: lease.id,
+      name: lease.name,
+      projectId: lease.projectId,
+      userId: lease.userId,
+      start: lease.startMs,
+      end: lease.endMs,
+      ...(lease.beforeEndMs !== undefined ? { beforeEnd: lease.beforeEndMs } : {}),
+      reservations: lease.reservations.map(({ id, resource_type, params }) => ({ id, resource_type, params })),
+      requestedMs: lease.createdMs,
+    },
+    requestHash: requestHash(lease.projectId, source),
+    carried: lease,
+  };
+}
+
+/**
+ * Starts a workflow for a lease that has none running, carrying the lease as recorded, and deletes
+ * it through it (Update-with-Start): the delete frees what the lease holds and removes its row as
+ * for any lease. Concurrent deletes meet in the one workflow (USE_EXISTING).
+ */
+function deleteWithWorkflowOfItsOwn(options: LeaseCommandOptions, lease: Lease): Promise<Lease> {
+  const start = new WithStartWorkflowOperation<LeaseWorkflow>(leaseWorkflowType, {
+    workflowId: leaseWorkflowId(lease.id),
+    taskQueue: options.taskQueue,
+    args: [carriedLeaseInput(lease, { deletedWithoutWorkflow: lease.id })],
+    workflowIdConflictPolicy: 'USE_EXISTING',
+    ...leaseWorkflowLabels(lease, `found ${markdownText(lease.status)} with no workflow running it, started to delete it`),
+  });
+  return options.client.workflow.executeUpdateWithStart(deleteLease, { args: [], startWorkflowOperation: start });
 }
 
 /**

@@ -149,7 +149,7 @@ export function leasesRouter(deps: { pool: Pool; types: ResourceTypes; commands:
 
   router.delete('/leases/:id', async (req, res) => {
     const current = await visibleLease(pool, identityOf(res), req.params.id);
-    if ((await removeLease(commands, current.id)) === 'past-deadline') {
+    if ((await removeLease(commands, current.id, () => findLease(pool, current.id))) === 'past-deadline') {
       const now = await findLease(pool, current.id);
       // The cleanup of an active lease outlasts the deadline (a slow cloud): accepted, still shown as
       // DELETING until its hosts are back, so that nobody wonders why they are still held.

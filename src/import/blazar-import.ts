@@ -25,9 +25,9 @@ import { findHostByHypervisor, hostExists, insertHost, isHostId, setCapabilityPr
 import { findLease, isLeaseDeleted, listLeases, saveLease } from '../db/leases';
 import { isExclusionViolation, type Pool } from '../db/pool';
 import { inTransaction } from '../db/transaction';
-import { requestHash } from '../api/lease-commands';
+import { carriedLeaseInput } from '../api/lease-commands';
 import { startRecordedLease } from '../outbox';
-import { leaseWorkflowId, type LeaseWorkflowInput } from '../../workflows/lease/messages';
+import { leaseWorkflowId } from '../../workflows/lease/messages';
 import { leaseAggregateFor } from '../resources/physical-host/aggregates';
 import { hostBookingKey, PHYSICAL_HOST } from '../resources/physical-host/calendar';
 import { endPolicyOf, physicalHostParams, type EndPolicy, type PhysicalHostParams } from '../resources/physical-host/params';
@@ -603,21 +603,7 @@ async function bookHosts(deps: ImportDeps, lease: Lease): Promise<string | undef
 
 /** Starts the lease's workflow carrying the lease on from where it stands; a workflow already there is left alone. */
 async function startWorkflow(deps: ImportDeps, lease: Lease): Promise<void> {
-  const input: LeaseWorkflowInput = {
-    request: {
-      id: lease.id,
-      name: lease.name,
-      projectId: lease.projectId,
-      userId: lease.userId,
-      start: lease.startMs,
-      end: lease.endMs,
-      ...(lease.beforeEndMs !== undefined ? { beforeEnd: lease.beforeEndMs } : {}),
-      reservations: lease.reservations.map(({ id, resource_type, params }) => ({ id, resource_type, params })),
-      requestedMs: lease.createdMs,
-    },
-    requestHash: requestHash(lease.projectId, { importedFromBlazar: lease.id }),
-    carried: lease,
-  };
+  const input = carriedLeaseInput(lease, { importedFromBlazar: lease.id });
   await startRecordedLease(deps.temporal, deps.taskQueue, input, `imported from Blazar (${markdownText(lease.status)} then), for user ${markdownText(lease.userId)}`);
 }
 

@@ -37,22 +37,42 @@ export function leaseWorkflowLabels(lease: Lease, origin: string) {
 /**
  * Starts the workflow of a lease that stands recorded already (admitted by the API, or imported):
  * `input.admitted` or `input.carried` holds it. Never a second life for a lease id, even once the
- * first has closed: a workflow already there, running or not, counts as started.
+ * first has closed: a workflow already there, running or not, counts as started. Except a run that
+ * closed without ever holding the lease: an Idempotency-Key's earlier request that its workflow
+ * refused (REJECTED) or never admitted leaves a closed run under the id the API then admits a
+ * lease with; counted as started, that lease would never start, end, or be deleted.
  */
 export async function startRecordedLease(client: Client, taskQueue: string, input: LeaseWorkflowInput, origin: string): Promise<void> {
   const lease = input.admitted ?? input.carried;
   if (!lease) throw new Error('a recorded lease is started with the lease it carries');
-  try {
-    await client.workflow.start<LeaseWorkflow>(leaseWorkflowType, {
+  const start = (workflowIdReusePolicy: 'REJECT_DUPLICATE' | 'ALLOW_DUPLICATE') =>
+    client.workflow.start<LeaseWorkflow>(leaseWorkflowType, {
       workflowId: leaseWorkflowId(lease.id),
       taskQueue,
       args: [input],
-      workflowIdReusePolicy: 'REJECT_DUPLICATE',
+      workflowIdReusePolicy,
       ...leaseWorkflowLabels(lease, origin),
     });
+  try {
+    await start('REJECT_DUPLICATE');
   } catch (err) {
     if (!(err instanceof WorkflowExecutionAlreadyStartedError)) throw err;
+    if (!input.admitted || !(await closedNeverHolding(client, lease.id))) return;
+    try {
+      await start('ALLOW_DUPLICATE');
+    } catch (again) {
+      // Another start (a sweep, the admitting API) was first: the lease has its workflow.
+      if (!(again instanceof WorkflowExecutionAlreadyStartedError)) throw again;
+    }
   }
+}
+
+/** Whether the lease's workflow id has a closed run that never admitted a lease (it refused it, or no admit came). */
+async function closedNeverHolding(client: Client, leaseId: string): Promise<boolean> {
+  const handle = client.workflow.getHandle<LeaseWorkflow>(leaseWorkflowId(leaseId));
+  if ((await handle.describe()).status.name === 'RUNNING') return false;
+  const outcome = await handle.result().catch(() => undefined); // a failed run held the lease: left alone
+  return outcome?.status === 'REJECTED' || outcome?.status === 'NOT_ADMITTED';
 }
 
 /** How a lease's workflow says it came, in the Web UI: the same whoever admitted it. */

@@ -179,12 +179,19 @@ export async function eventually<T>(check: () => Promise<T | undefined>, timeout
 /**
  * Deletes every lease the caller sees and waits (up to 2 min) until they are gone: cleanup after a
  * test. Throws, naming the leases (id and status) still there, when some are not: the next test
- * would otherwise start on what they still hold.
+ * would otherwise start on what they still hold. A delete refused (4xx, 5xx) of a lease still
+ * there throws at once, with the answer: waiting for it would only outlast the hook's timeout.
  */
 export async function deleteAllLeases(api: ReturnType<typeof apiClient>, timeoutMs = 120_000): Promise<void> {
   type Listed = Array<{ id: string; status: string }>;
   const listed = async (): Promise<Listed> => (await api('GET', '/v1/leases')).body?.leases ?? [];
-  for (const lease of await listed()) await api('DELETE', `/v1/leases/${lease.id}`);
+  const refused = new Map<string, ApiCall>();
+  for (const lease of await listed()) {
+    const answer = await api('DELETE', `/v1/leases/${lease.id}`);
+    if (answer.status >= 400) refused.set(lease.id, answer);
+  }
+  const stuck = (await listed()).filter((lease) => refused.has(lease.id));
+  if (stuck.length) throw new Error(`deletes refused: ${stuck.map((lease) => `${lease.id} (${lease.status}) ${refused.get(lease.id)!.status} ${JSON.stringify(refused.get(lease.id)!.body)}`).join(', ')}`);
   let left: Listed = [];
   await eventually(async () => ((left = await listed()).length === 0 ? true : undefined), timeoutMs, 100, () => `leases left behind: ${left.map((lease) => `${lease.id} (${lease.status})`).join(', ')}; not gone`);
 }
