@@ -12,7 +12,7 @@ import { LEASE_SEARCH_ATTRIBUTES } from '../domain/search-attributes';
 import { leaseConflict, LeaseErrorType, newLease, type Lease, type NewLeaseRequest } from '../domain/lease';
 import { bookedReservation, reservationContext, type ResourceTypes, type ReserveResult } from '../domain/resource-plugin';
 import { addOwedStart, admittedRequestHash } from '../db/lease-outbox';
-import { findLease, saveLease } from '../db/leases';
+import { findLease, holdLeaseIdForAdmission, saveLease } from '../db/leases';
 import type { Pool } from '../db/pool';
 import { bookInTransaction } from '../resources/shared/booking';
 import { policyFailure, type UsagePolicyEnforcer } from '../policy/enforcement';
@@ -103,8 +103,7 @@ async function admit(deps: ApiAdmissionDeps, request: NewLeaseRequest, requestHa
       async (client) => {
         if (idempotent) {
           // Retries with one Idempotency-Key, concurrent: one admits, the others wait here, then answer its lease.
-          await client.query("SELECT pg_advisory_xact_lock(hashtextextended('lease-admission:' || $1, 0))", [request.id]);
-          if ((await client.query('SELECT 1 FROM leases WHERE id = $1', [request.id])).rowCount) throw new AdmittedMeanwhile();
+          if ((await holdLeaseIdForAdmission(client, request.id)).recorded) throw new AdmittedMeanwhile();
         }
         const reservations = [];
         for (const reservation of draft.reservations) {

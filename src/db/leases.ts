@@ -36,6 +36,17 @@ export async function isLeaseDeleted(pool: Pool | PoolClient, id: string): Promi
   return (rowCount ?? 0) > 0;
 }
 
+/**
+ * Holds one lease id's admission until the transaction ends (concurrent retries with one
+ * Idempotency-Key wait here for the first), then answers whether its row is recorded already (a
+ * deleted one included: the key must not bring it back).
+ */
+export async function holdLeaseIdForAdmission(client: PoolClient, id: string): Promise<{ recorded: boolean }> {
+  await client.query("SELECT pg_advisory_xact_lock(hashtextextended('lease-admission:' || $1, 0))", [id]);
+  const { rowCount } = await client.query('SELECT 1 FROM leases WHERE id = $1', [id]);
+  return { recorded: (rowCount ?? 0) > 0 };
+}
+
 /** How many leases (not deleted) have each status (for /metrics); a status no lease has is absent. */
 export async function leaseCountsByStatus(pool: Pool): Promise<Map<string, number>> {
   const { rows } = await pool.query<{ status: string; count: string }>('SELECT status, count(*)::text AS count FROM leases WHERE deleted_at IS NULL GROUP BY status');
