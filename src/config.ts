@@ -14,14 +14,19 @@ const positiveInt = z.coerce.number().int().positive();
 const millis = z.coerce.number().int().min(0);
 /** How long a project webhook's name may take to resolve unless LK_WEBHOOK_DNS_TIMEOUT_MS says otherwise. */
 export const WEBHOOK_DNS_TIMEOUT_MS = 3_000;
+/** A setting's check that names what is wrong (or nothing) as a zod refinement. */
+function problemAsIssue(problem: (value: string) => string | undefined) {
+  return (value: string, ctx: z.RefinementCtx) => {
+    const found = problem(value);
+    if (found) ctx.addIssue({ code: 'custom', message: found });
+  };
+}
+
 /** A URL leasekeeper calls (a webhook, the external filter): httpUrlProblem's rule. */
 export const httpUrl = z
   .string()
   .max(2_048, 'expected at most 2048 characters')
-  .superRefine((value, ctx) => {
-    const problem = httpUrlProblem(value);
-    if (problem) ctx.addIssue({ code: 'custom', message: problem });
-  });
+  .superRefine(problemAsIssue(httpUrlProblem));
 
 const envSchema = z.object({
   LK_LOG_LEVEL: z.enum(['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent']).default('info'),
@@ -87,10 +92,7 @@ const envSchema = z.object({
   LK_API_TRUST_PROXY: z
     .string()
     .max(1_024)
-    .superRefine((value, ctx) => {
-      const problem = trustProxyProblem(value);
-      if (problem) ctx.addIssue({ code: 'custom', message: problem });
-    })
+    .superRefine(problemAsIssue(trustProxyProblem))
     .optional(),
   // The API's Prometheus metrics: on their own port (then not on the API's), behind a bearer token,
   // and how long the counts read from the database serve scrapes before being read again.
@@ -192,10 +194,7 @@ const envSchema = z.object({
   LK_WEBHOOK_URLS: z
     .string()
     .max(10 * 2_049)
-    .superRefine((value, ctx) => {
-      const problem = webhookUrlListProblem(value);
-      if (problem) ctx.addIssue({ code: 'custom', message: problem });
-    })
+    .superRefine(problemAsIssue(webhookUrlListProblem))
     .optional(),
   LK_WEBHOOK_SECRET: z.string().min(16).max(256).optional(),
   LK_NOTICE_TIMEOUT_MS: positiveInt.max(300_000).default(10_000),
@@ -206,10 +205,7 @@ const envSchema = z.object({
   LK_WEBHOOK_DNS_SERVERS: z
     .string()
     .max(256)
-    .superRefine((value, ctx) => {
-      const problem = dnsServerListProblem(value);
-      if (problem) ctx.addIssue({ code: 'custom', message: problem });
-    })
+    .superRefine(problemAsIssue(dnsServerListProblem))
     .optional(),
   LK_WEBHOOK_DNS_TIMEOUT_MS: positiveInt.max(30_000).default(WEBHOOK_DNS_TIMEOUT_MS),
   LK_NOTIFICATION_TRANSPORT_URL: z
