@@ -28,7 +28,7 @@ const DOCS = [
   ...fs.readdirSync(path.join(REPO_ROOT, 'docs')).filter((name) => name.endsWith('.md')).map((name) => path.join('docs', name)),
 ];
 /** The platform's variables the code honours as the platform defines them. */
-const PLATFORM = new Set(['HOME', 'PATH', 'UV_THREADPOOL_SIZE', 'BASH_SOURCE', 'BASH_REMATCH', 'BASHPID']);
+const PLATFORM = new Set(['HOME', 'PATH', 'UV_THREADPOOL_SIZE', 'BASH_SOURCE', 'BASH_REMATCH', 'BASHPID', 'PIPESTATUS']);
 const NAME = /^[A-Z][A-Z0-9_]*$/;
 
 function filesUnder(dir: string, ext: RegExp): string[] {

@@ -84,8 +84,9 @@ describe('bandwidth leases in Neutron and Placement', () => {
     servers.push(server.id);
     const created = await asA('POST', '/v1/leases', {
       name: uniqueName('bw-vm'),
-      start_date: inSeconds(15),
-      end_date: inSeconds(35),
+      // Made for later, moved to start now once the server is shelved, and to end now once checked.
+      start_date: inSeconds(3600),
+      end_date: inSeconds(7200),
       reservations: [
         { resource_type: 'virtual:server', server_id: server.id, on_end: 'shelve', resource_properties: JSON.stringify(['=', '$hypervisor_hostname', 'fake-2']) },
         { resource_type: 'network:bandwidth', network_id: network.id, egress_kbps: 1000, amount: 2, on_host_of: 0 },
@@ -98,6 +99,8 @@ describe('bandwidth leases in Neutron and Placement', () => {
     const computeRp = await providerNamed(admin.placement, 'fake-2');
     expect(reservation).toMatchObject({ host: 'fake-2', provider: bandwidthRp.uuid, bandwidth: { [EGRESS]: 2000 } });
 
+    await eventually(async () => ((await admin.nova.getServer(server.id)).status === 'SHELVED_OFFLOADED' ? true : undefined), 60_000);
+    expect((await asA('PUT', `/v1/leases/${id}`, { start_date: 'now' })).status).toBe(200);
     await waitForStatus(id, 'ACTIVE', 90_000);
     const active = (await lease(id)).reservations[1];
     expect(active).toMatchObject({ host: 'fake-2', consumer: server.id, allocation_writes: 1 });
@@ -113,6 +116,7 @@ describe('bandwidth leases in Neutron and Placement', () => {
     expect(consumer.allocations[bandwidthRp.uuid].resources).toEqual({ [EGRESS]: 2000 });
     expect(consumer.allocations[computeRp.uuid].resources).toMatchObject({ VCPU: 1, MEMORY_MB: 512 });
 
+    expect((await asA('PUT', `/v1/leases/${id}`, { end_date: 'now' })).status).toBe(200);
     await waitForStatus(id, 'TERMINATED', 90_000);
     expect((await admin.placement.getAllocations(server.id)).allocations).toEqual({}); // shelved: nothing held
     expect(await portsNamed(reservation.id)).toEqual([]);

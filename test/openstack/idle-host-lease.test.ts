@@ -19,6 +19,7 @@ describe('idle host leases in Nova', () => {
   let asA: ReturnType<typeof apiClient>;
   let hostId: string;
   // Ended once nobody has used it for 14.4 s, looked at every 3.6 s (a server being built counts as in use).
+  const IDLE_END_MS = 0.004 * 3_600_000;
   const stack = hostLeaseStack(
     admin,
     aggregates,
@@ -45,8 +46,14 @@ describe('idle host leases in Nova', () => {
     await eventually(async () => ((await statusOf()).status === 'ACTIVE' ? true : undefined), 60_000);
     const server = await bootServer(projectA, { zone: created.body.lease.reservations[0].availability_zone }, (sid) => servers.push({ clients: projectA, id: sid }));
     expect(server.status).toBe('ACTIVE');
-    // Well past the idle limit, the lease in use is still active.
-    await new Promise((resolve) => setTimeout(resolve, 20_000));
+    // Looked at again well past the idle limit (its history shows when), the lease in use is still active.
+    const bootedAt = Date.now();
+    const handle = stack().temporal.client.workflow.getHandle(`lease-${id}`);
+    const lookedAt = async () =>
+      ((await handle.fetchHistory()).events ?? [])
+        .filter((e) => e.activityTaskScheduledEventAttributes?.activityType?.name === 'reservationInUse')
+        .map((e) => Number(e.eventTime?.seconds ?? 0) * 1000);
+    await eventually(async () => ((await lookedAt()).some((at) => at - bootedAt > IDLE_END_MS + 1_000) ? true : undefined), 60_000);
     expect((await statusOf()).status).toBe('ACTIVE');
     await deleteServers(servers.splice(0));
     const ended = await eventually(async () => {

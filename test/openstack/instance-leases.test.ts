@@ -131,9 +131,10 @@ describe('instance leases in Nova and Placement', () => {
     // The first flavor creation and the first inventory write fail with 503: retried.
     nova.inject({ method: 'POST', path: /\/flavors$/, fault: { kind: 'status', status: 503 }, times: 1 });
     placement.inject({ method: 'PUT', path: /\/resource_providers\/[^/]+\/inventories$/, fault: { kind: 'status', status: 503 }, times: 1 });
-    const start = new Date(Date.now() + 65_000);
-    start.setUTCSeconds(0, 0); // the client takes whole minutes: the start is 5 to 65 s away
-    const end = new Date(start.getTime() + 120_000);
+    // The client takes whole minutes: the lease is made for later, checked while pending, then
+    // moved to start now and, once used, to end now (as `lease-update` does), so no test waits for a clock.
+    const start = new Date(Date.now() + 3_600_000);
+    const end = new Date(start.getTime() + 3_600_000);
     const created = await blazar(
       tokens.a,
       'lease-create',
@@ -158,8 +159,10 @@ describe('instance leases in Nova and Placement', () => {
     expect((await projectA.nova.listFlavors()).map((f) => f.id)).not.toContain(flavorId);
     expect(nova.injected() + placement.injected()).toBeGreaterThanOrEqual(1);
 
+    const startAt = Date.now();
+    expect(await asA()('PUT', `/v1/leases/${leaseId}`, { start_date: 'now' })).toMatchObject({ status: 200 });
     await waitForStatus(leaseId, 'ACTIVE');
-    const startLag = (await eventually(async () => ((await projectA.nova.listFlavors()).some((f) => f.id === flavorId) ? Date.now() : undefined), 30_000)) - start.getTime();
+    const startLag = (await eventually(async () => ((await projectA.nova.listFlavors()).some((f) => f.id === flavorId) ? Date.now() : undefined), 30_000)) - startAt;
     for (const host of HOSTS) expect(await slotInventory(host, reservationResourceClass(reservation.id))).toBe(1);
 
     const booted = [await boot(projectA, `reservation:${reservation.id}`), await boot(projectA, `reservation:${reservation.id}`), await boot(projectA, `reservation:${reservation.id}`)];
@@ -176,13 +179,15 @@ describe('instance leases in Nova and Placement', () => {
     expect(shrink.status).toBe(409);
     expect(shrink.body.error_message).toContain('3 server(s) use its flavor');
 
+    const endAt = Date.now();
+    expect(await asA()('PUT', `/v1/leases/${leaseId}`, { end_date: 'now' })).toMatchObject({ status: 200 });
     await waitForStatus(leaseId, 'TERMINATED');
-    const endLag = (await eventually(async () => ((await flavorGone(flavorId)) ? Date.now() : undefined), 60_000)) - end.getTime();
+    const endLag = (await eventually(async () => ((await flavorGone(flavorId)) ? Date.now() : undefined), 60_000)) - endAt;
     for (const server of [...booted, fourth]) await eventually(async () => ((await admin.nova.getServer(server.id).then(() => false, (err: unknown) => err instanceof NotFoundError)) ? true : undefined), 60_000);
     await expectAllGone(reservation);
     // The hosts are otherwise untouched: still enrolled, still in the pool.
     expect(((await asAdmin()('GET', '/v1/os-hosts')).body.hosts as unknown[]).length).toBe(3);
-    process.stdout.write(`instance lease: start lag ${startLag} ms (scheduled start → flavor usable by the lessee), end lag ${endLag} ms (end → servers and flavor gone)\n`);
+    process.stdout.write(`instance lease: start lag ${startLag} ms (start moved to now → flavor usable by the lessee), end lag ${endLag} ms (end moved to now → servers and flavor gone)\n`);
   }, 420_000);
 
   it('keeps every server on one host with affinity True, and counts slots with Placement allocation ratios', async () => {

@@ -106,7 +106,8 @@ describe('server leases in Nova', () => {
   it('shelves the server after admission, unshelves it on the reserved host at the start, snapshots and deletes it at the end', async () => {
     const server = await boot(projectA);
     expect(server.status).toBe('ACTIVE');
-    const created = await serverLease(server.id, inSeconds(20), inSeconds(32), onHost('fake-2'));
+    // Made for later and moved to start now once checked while pending: no test waits for a clock.
+    const created = await serverLease(server.id, inSeconds(3600), inSeconds(7200), onHost('fake-2'));
     expect(created.status).toBe(201);
     const { id } = created.body.lease;
     const [reservation] = created.body.lease.reservations;
@@ -117,14 +118,16 @@ describe('server leases in Nova', () => {
     expect((await admin.placement.getAllocations(server.id)).allocations).toEqual({});
     expect((await lease(id)).status).toBe('PENDING');
 
-    const scheduledStart = Date.parse(`${created.body.lease.start_date}Z`);
+    const startAt = Date.now();
+    expect((await asA('PUT', `/v1/leases/${id}`, { start_date: 'now' })).status).toBe(200);
     await waitForStatus(id, 'ACTIVE', 60_000);
     const running = await admin.nova.getServer(server.id);
-    console.log(`server ACTIVE on the reserved host ${Date.now() - scheduledStart} ms after the scheduled start (upper bound: includes polling)`);
+    console.log(`server ACTIVE on the reserved host ${Date.now() - startAt} ms after its start was moved to now (upper bound: includes polling)`);
     expect(running.status).toBe('ACTIVE');
     expect(serverHost(running)).toBe('fake-2');
     expect((await lease(id)).reservations[0].host).toBe('fake-2');
 
+    expect((await asA('PUT', `/v1/leases/${id}`, { end_date: 'now' })).status).toBe(200);
     await waitForStatus(id, 'TERMINATED', 60_000);
     const ended = (await lease(id)).reservations[0];
     expect(ended.snapshot_image_id).toEqual(expect.any(String));
@@ -147,8 +150,8 @@ describe('server leases in Nova', () => {
 
     const created = await asA('POST', '/v1/leases', {
       name: uniqueName('vm-create'),
-      start_date: inSeconds(10),
-      end_date: inSeconds(30),
+      start_date: 'now',
+      end_date: inSeconds(3600),
       reservations: [{ resource_type: 'virtual:server', ...toCreate, on_end: 'delete', ...onHost('fake-1') }],
     });
     expect(created.status).toBe(201);
@@ -164,6 +167,7 @@ describe('server leases in Nova', () => {
     expect(server).toMatchObject({ status: 'ACTIVE', tenant_id: projectAId, metadata: { leasekeeper_lease: id, leasekeeper_reservation: reservation.id } });
     expect(serverHost(server)).toBe('fake-1');
 
+    expect((await asA('PUT', `/v1/leases/${id}`, { end_date: 'now' })).status).toBe(200);
     await waitForStatus(id, 'TERMINATED', 60_000);
     expect(await findServer(admin.nova, active.server_id)).toBeUndefined();
   }, 180_000);
@@ -233,7 +237,7 @@ describe('server leases in Nova', () => {
 
   it('moves the server to a host with room when on-demand servers took the reserved one (policy move)', async () => {
     const server = await boot(projectA, { flavor: half.name });
-    const created = await serverLease(server.id, inSeconds(25), inSeconds(3600), { on_end: 'delete' });
+    const created = await serverLease(server.id, inSeconds(3600), inSeconds(7200), { on_end: 'delete' });
     expect(created.status).toBe(201);
     const { id } = created.body.lease;
     const reserved = created.body.lease.reservations[0].host as string;
@@ -244,6 +248,7 @@ describe('server leases in Nova', () => {
     const intruder = await boot(admin, { host: reserved, flavor: half.name });
     expect(intruder.status).toBe('ACTIVE');
 
+    expect((await asA('PUT', `/v1/leases/${id}`, { start_date: 'now' })).status).toBe(200);
     await waitForStatus(id, 'ACTIVE', 90_000);
     const moved = (await lease(id)).reservations[0];
     expect(moved.moved_from).toBe(reserved);
@@ -260,7 +265,7 @@ describe('server leases in Nova', () => {
 
   it('fails the start with the reason when the reserved host is full and the policy is fail, and gives the server back', async () => {
     const server = await boot(projectA, { flavor: half.name });
-    const created = await serverLease(server.id, inSeconds(25), inSeconds(3600), { host_full: 'fail', ...onHost('fake-1') });
+    const created = await serverLease(server.id, inSeconds(3600), inSeconds(7200), { host_full: 'fail', ...onHost('fake-1') });
     expect(created.status).toBe(201);
     const { id } = created.body.lease;
     const reservationId = created.body.lease.reservations[0].id;
@@ -268,6 +273,7 @@ describe('server leases in Nova', () => {
     const intruder = await boot(admin, { host: 'fake-1', flavor: half.name });
     expect(intruder.status).toBe('ACTIVE');
 
+    expect((await asA('PUT', `/v1/leases/${id}`, { start_date: 'now' })).status).toBe(200);
     await waitForStatus(id, 'ERROR', 90_000);
     const failed = await lease(id);
     expect(failed.status_reason).toMatch(/^start failed: reserved host fake-1 has no room for server .* any more \(MEMORY_MB \d+ free of 8192 needed: taken by on-demand servers\); the policy is to fail the start$/);
@@ -297,9 +303,11 @@ describe('server leases in Nova', () => {
     const server = await boot(projectA);
     const faultsBefore = proxy.injected();
     proxy.inject({ method: 'POST', path: SERVER_ACTION, bodyIncludes: '"unshelve"', fault: { kind: 'status', status: 503 }, times: 2 });
-    const created = await serverLease(server.id, inSeconds(15), inSeconds(3600), { on_end: 'shelve' });
+    const created = await serverLease(server.id, inSeconds(3600), inSeconds(7200), { on_end: 'shelve' });
     expect(created.status).toBe(201);
     const { id } = created.body.lease;
+    await waitForServer(server.id, offloaded);
+    expect((await asA('PUT', `/v1/leases/${id}`, { start_date: 'now' })).status).toBe(200);
     await waitForStatus(id, 'ACTIVE', 90_000);
     expect(proxy.injected() - faultsBefore).toBe(2);
     expect((await admin.nova.getServer(server.id)).status).toBe('ACTIVE');
