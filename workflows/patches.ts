@@ -24,7 +24,7 @@ export interface WorkflowPatch {
 
 /** The common retirement path (docs/development.md, "Patch policy"). */
 export const RETIREMENT =
-  'when `npm run patches` counts no running workflow started before the patch and no kept history replays the old branch: patched() becomes deprecatePatch(); once no running workflow carries the marker, remove it and re-record the histories';
+  'once `npm run patches` counts 0 for a patch on every deployment and no kept history in test/histories needs its old branch, patched(X.id) becomes deprecatePatch(X.id) and the old branch goes; once no running workflow started before that, the call and the entry go and the histories are re-recorded';
 
 /** Transitions are recorded by local activities (one workflow task per transition instead of three). */
 export const RECORD_LOCALLY = {
