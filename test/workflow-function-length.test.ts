@@ -2,25 +2,15 @@
  * Workflow code stays readable on one screen: no function in workflows/ (declaration, expression,
  * arrow or method) is longer than 80 lines. A longer one is a phase or a step that wants a name.
  */
-import fs from 'node:fs';
-import path from 'node:path';
 import ts from 'typescript';
+import { lineOf, parseSource, workflowSources } from './support/workflow-sources';
 
 const MAX_LINES = 80;
-const WORKFLOWS = path.resolve(__dirname, '..', 'workflows');
 
 interface LongFunction {
   where: string;
   name: string;
   lines: number;
-}
-
-function tsFiles(dir: string): string[] {
-  return fs.readdirSync(dir, { withFileTypes: true }).flatMap((entry) => {
-    const full = path.join(dir, entry.name);
-    if (entry.isDirectory()) return tsFiles(full);
-    return entry.name.endsWith('.ts') ? [full] : [];
-  });
 }
 
 /** What a reader would call the function: its own name, the variable or property it is assigned to, else `(anonymous)`. */
@@ -32,16 +22,14 @@ function nameOf(node: ts.FunctionLikeDeclaration, source: ts.SourceFile): string
   return '(anonymous)';
 }
 
-/** Every function-like node of `text` longer than `max` lines (first to last line, both counted). */
-function longFunctions(fileName: string, text: string, max = MAX_LINES): LongFunction[] {
-  const source = ts.createSourceFile(fileName, text, ts.ScriptTarget.Latest, true, ts.ScriptKind.TS);
+/** Every function-like node of `source` longer than `max` lines (first to last line, both counted). */
+function longFunctions(fileName: string, source: ts.SourceFile, max = MAX_LINES): LongFunction[] {
   const found: LongFunction[] = [];
   const visit = (node: ts.Node): void => {
     if (ts.isFunctionLike(node) && 'body' in node && node.body) {
-      const first = source.getLineAndCharacterOfPosition(node.getStart(source)).line;
-      const last = source.getLineAndCharacterOfPosition(node.getEnd()).line;
-      const lines = last - first + 1;
-      if (lines > max) found.push({ where: `${fileName}:${first + 1}`, name: nameOf(node, source), lines });
+      const first = lineOf(node, source);
+      const lines = source.getLineAndCharacterOfPosition(node.getEnd()).line + 1 - first + 1;
+      if (lines > max) found.push({ where: `${fileName}:${first}`, name: nameOf(node, source), lines });
     }
     ts.forEachChild(node, visit);
   };
@@ -51,9 +39,9 @@ function longFunctions(fileName: string, text: string, max = MAX_LINES): LongFun
 
 describe('functions in workflows/', () => {
   it(`are each at most ${MAX_LINES} lines long`, () => {
-    const files = tsFiles(WORKFLOWS);
-    expect(files.length).toBeGreaterThan(5);
-    const long = files.flatMap((file) => longFunctions(path.relative(path.dirname(WORKFLOWS), file), fs.readFileSync(file, 'utf8')));
+    const sources = workflowSources();
+    expect(sources.length).toBeGreaterThan(5);
+    const long = sources.flatMap(({ fileName, source }) => longFunctions(fileName, source));
     expect(long.map((f) => `${f.where} ${f.name}: ${f.lines} lines`)).toEqual([]);
   });
 
@@ -66,7 +54,7 @@ describe('functions in workflows/', () => {
       `class Holder {\n  method(): void {\n${body(79)}\n  }\n}`,
       `function outer(): void {\n  function inner(): void {\n${body(79)}\n  }\n}`,
     ].join('\n');
-    const long = longFunctions('probe.ts', text);
+    const long = longFunctions('probe.ts', parseSource('probe.ts', text));
     expect(long.map((f) => `${f.name}: ${f.lines}`)).toEqual(['whole: 81', 'arrow: 81', 'method: 81', 'outer: 83', 'inner: 81']);
   });
 });

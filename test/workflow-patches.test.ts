@@ -2,30 +2,17 @@
  * The patch registry (workflows/patches.ts) is the one list of patches: workflow code names each
  * patch by its entry there, never by a string literal, and every entry is one the code uses.
  */
-import fs from 'node:fs';
-import path from 'node:path';
 import ts from 'typescript';
 import * as registry from '../workflows/patches';
+import { lineOf, workflowSources } from './support/workflow-sources';
 
-const WORKFLOWS = path.resolve(__dirname, '..', 'workflows');
-
-function tsFiles(dir: string): string[] {
-  return fs.readdirSync(dir, { withFileTypes: true }).flatMap((entry) => {
-    const full = path.join(dir, entry.name);
-    if (entry.isDirectory()) return tsFiles(full);
-    return entry.name.endsWith('.ts') ? [full] : [];
-  });
-}
-
-/** Every patched() / deprecatePatch() call in `text`, with its argument as written. */
-function patchCalls(fileName: string, text: string): Array<{ where: string; argument: string; literal: boolean }> {
-  const source = ts.createSourceFile(fileName, text, ts.ScriptTarget.Latest, true, ts.ScriptKind.TS);
+/** Every patched() / deprecatePatch() call in `source`, with its argument as written. */
+function patchCalls(fileName: string, source: ts.SourceFile): Array<{ where: string; argument: string; literal: boolean }> {
   const calls: Array<{ where: string; argument: string; literal: boolean }> = [];
   const visit = (node: ts.Node): void => {
     if (ts.isCallExpression(node) && ts.isIdentifier(node.expression) && ['patched', 'deprecatePatch'].includes(node.expression.text)) {
       const [argument] = node.arguments;
-      const line = source.getLineAndCharacterOfPosition(node.getStart(source)).line + 1;
-      calls.push({ where: `${fileName}:${line}`, argument: argument?.getText(source) ?? '', literal: !argument || ts.isStringLiteralLike(argument) });
+      calls.push({ where: `${fileName}:${lineOf(node, source)}`, argument: argument?.getText(source) ?? '', literal: !argument || ts.isStringLiteralLike(argument) });
     }
     ts.forEachChild(node, visit);
   };
@@ -33,7 +20,7 @@ function patchCalls(fileName: string, text: string): Array<{ where: string; argu
   return calls;
 }
 
-const calls = tsFiles(WORKFLOWS).flatMap((file) => patchCalls(path.relative(path.dirname(WORKFLOWS), file), fs.readFileSync(file, 'utf8')));
+const calls = workflowSources().flatMap(({ fileName, source }) => patchCalls(fileName, source));
 /** The registry's named entries (its other exports are the list and the retirement text). */
 const entries = (Object.entries(registry) as Array<[string, unknown]>).filter((entry): entry is [string, registry.WorkflowPatch] => typeof entry[1] === 'object' && entry[1] !== null && !Array.isArray(entry[1]));
 
