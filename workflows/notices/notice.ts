@@ -9,17 +9,10 @@ import type { Activities } from '../../activities';
 import type { Notice, NoticeTargets } from '../../src/domain/notices';
 import { failureMessage } from '../lease/failures';
 import type { NoticeOutcome } from './messages';
+import { NOTICE_DELIVERY_HOLDS } from '../patches';
 
 const counting = proxyLocalActivities<Activities>({ startToCloseTimeout: '10 seconds', retry: { maximumAttempts: 5 } });
 
-/**
- * Patch (2026-11-27): a project's webhook delivery may be held (its project has its cap in flight,
- * or the webhook's breaker holds it back after failing to answer): the workflow waits on a timer,
- * holding no activity slot, and asks again, within the notice's retry span. Retirement: once no
- * notice workflow started before this patch can still run (LK_NOTICE_RETRY_HOURS after the deploy,
- * 24 h by default), replace patched() by deprecatePatch(), then remove it and the old branch.
- */
-const DELIVERY_HOLDS = 'notice-delivery-holds';
 /** A busy project's deliveries back off from the activity's hint (how long its oldest delivery in flight has run) up to this between two asks. */
 const MAX_BUSY_WAIT_MS = 30_000;
 /** Holds per channel at most (with the waits above, far beyond any retry span's worth of asks): the loop's bound. */
@@ -28,7 +21,8 @@ const MAX_HOLDS = 5_000;
 export async function noticeWorkflow(notice: Notice, targets: NoticeTargets): Promise<NoticeOutcome> {
   const retry: RetryPolicy = { initialInterval: '2 seconds', backoffCoefficient: 2, maximumInterval: '1 hour', nonRetryableErrorTypes: ['NoticeRefused'] };
   const delivering = proxyActivities<Activities>({ startToCloseTimeout: '1 minute', scheduleToCloseTimeout: Math.max(1_000, targets.retryForMs), retry });
-  const holds = patched(DELIVERY_HOLDS);
+  // Patch (../patches.ts): a held webhook delivery waits on a timer, holding no activity slot.
+  const holds = patched(NOTICE_DELIVERY_HOLDS.id);
   const deadline = Date.now() + targets.retryForMs;
   /** A webhook delivered with holds: each ask gets what is left of the retry span. */
   const deliverHeld = async (webhookId: string) => {

@@ -1,0 +1,24 @@
+/**
+ * The lease's messages: admit, update and delete (updates), the host monitor's and the earlier
+ * leases' signals, and the getLease query. Registered before the workflow's first wait, so that
+ * the admit update sent with the start finds its handler.
+ */
+import { setHandler } from '@temporalio/workflow';
+import type { LeaseUpdateRequest } from '../../src/domain/lease';
+import { admit } from './admission';
+import { answerDelete } from './delete';
+import { healWhenFree } from './heal';
+import { admitLease, deleteLease, getLease, hostsChanged, predecessorEnded, updateLease } from './messages';
+import { assertAdmitted, type LeaseState } from './state';
+import { applyUpdate, validateUpdate } from './update';
+
+export function answerMessages(s: LeaseState): void {
+  setHandler(getLease, () => s.lease);
+  setHandler(predecessorEnded, (leaseId) => void s.endedPredecessors.add(leaseId));
+  setHandler(hostsChanged, ({ hostIds }) => healWhenFree(s, hostIds));
+  setHandler(admitLease, (request) => s.lock.run(() => admit(s, request)));
+  setHandler(updateLease, (update) => s.lock.run(() => applyUpdate(s, update)), {
+    validator: (update: LeaseUpdateRequest) => validateUpdate(s, update),
+  });
+  setHandler(deleteLease, () => answerDelete(s), { validator: () => assertAdmitted(s) });
+}

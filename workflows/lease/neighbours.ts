@@ -1,0 +1,60 @@
+/**
+ * Back-to-back leases on the same resources: a lease starts once every earlier lease on them has
+ * ended, and tells the later ones when it ends.
+ */
+import { condition, getExternalWorkflowHandle, log, patched, setCurrentDetails } from '@temporalio/workflow';
+import type { Lease } from '../../src/domain/lease';
+import { DELETE_INTERRUPTS_PREDECESSOR_WAIT, TELL_WAITING_SUCCESSORS } from '../patches';
+import { recording } from './activity-options';
+import { failureMessage } from './failures';
+import { leaseWorkflowId, predecessorEnded } from './messages';
+import type { LeaseState } from './state';
+import { describeWaitingForPredecessors } from './web-ui';
+
+/** How long to wait for a predecessor's signal before looking at its row again. */
+const PREDECESSOR_RECHECK_MS = 60_000;
+
+/** Waits until every earlier lease on the same resources has ended, unless this one is deleted meanwhile. */
+export async function waitForPredecessors(s: LeaseState): Promise<'ready' | 'deleted'> {
+  const keys = leaseResourceKeys(s.lease);
+  if (keys.length === 0) return 'ready';
+  // A delete used to wait for the predecessors to end (it needs the lock this wait holds).
+  const deleteInterrupts = patched(DELETE_INTERRUPTS_PREDECESSOR_WAIT.id);
+  for (;;) {
+    if (deleteInterrupts && s.deletion !== 'none') return 'deleted';
+    const waiting = (await recording.findPredecessors({ leaseId: s.lease.id, keys, startMs: s.lease.startMs })).filter((id) => !s.endedPredecessors.has(id));
+    if (waiting.length === 0) return 'ready';
+    setCurrentDetails(describeWaitingForPredecessors(waiting));
+    await condition(() => waiting.every((id) => s.endedPredecessors.has(id)) || (deleteInterrupts && s.deletion !== 'none'), PREDECESSOR_RECHECK_MS, {
+      summary: 'until earlier leases end',
+    });
+  }
+}
+
+/**
+ * Tells the later leases on the same resources that this one has ended. Since the patch, only
+ * those already waiting (STARTING), and only after this lease's end is recorded: a later lease
+ * that reads its predecessors before that record is STARTING before this query runs, so it is
+ * told; one that reads after it sees this lease ended. Leases still PENDING find out from the
+ * table when their start comes. Telling every later lease made deleting N leases on a host cost
+ * N² signals (issue 23).
+ */
+export async function notifySuccessors(s: LeaseState): Promise<void> {
+  const keys = leaseResourceKeys(s.lease);
+  if (keys.length === 0) return;
+  const waitingOnly = patched(TELL_WAITING_SUCCESSORS.id);
+  const successors = await recording.findSuccessors({ leaseId: s.lease.id, keys, startMs: s.lease.startMs, ...(waitingOnly ? { waitingOnly } : {}) });
+  for (const id of successors) {
+    try {
+      await getExternalWorkflowHandle(leaseWorkflowId(id)).signal(predecessorEnded, s.lease.id);
+    } catch (err) {
+      // A later lease that finished meanwhile (deleted) has nothing to wait for: not an error.
+      if (waitingOnly) log.debug('a later lease was gone before it could be told', { successor: id, error: failureMessage(err) });
+      else log.warn('could not tell a later lease that this one ended', { successor: id, error: failureMessage(err) });
+    }
+  }
+}
+
+function leaseResourceKeys(lease: Lease): string[] {
+  return [...new Set(lease.reservations.flatMap((r) => r.resourceKeys ?? []))];
+}

@@ -1,0 +1,78 @@
+/**
+ * The start: at its time (less the provisioning lead), once the earlier leases on the same
+ * resources have ended, every reservation starts (its hook, or its steps); never half-started.
+ */
+import { CancellationScope, log, patched, setCurrentDetails } from '@temporalio/workflow';
+import type { Reservation } from '../../src/domain/lease';
+import { reservationContext as context, type ReservationContext } from '../../src/domain/resource-plugin';
+import { TELL_WAITING_SUCCESSORS } from '../patches';
+import { forStep, mustFinish, patient } from './activity-options';
+import { announce } from './announce';
+import { failureMessage } from './failures';
+import { notifySuccessors, waitForPredecessors } from './neighbours';
+import { transition } from './record';
+import { withAllocations, withoutFlag } from './reservations';
+import type { LeaseState } from './state';
+import { sleepUntil } from './waiting';
+import { describeStartStep } from './web-ui';
+
+/** Pending: sleeps until the start is due (resources are made ready a provisioning lead time before it, 0 by default), unless deleted first. */
+export function waitForStart(s: LeaseState): Promise<'due' | 'delete'> {
+  return sleepUntil(s, () => ({ type: 'start_lease' as const, time: s.lease.startMs - (s.lease.provisioningLeadMs ?? 0) }));
+}
+
+export async function startLease(s: LeaseState): Promise<void> {
+  await s.lock.run(async () => {
+    await transition(s, { status: 'STARTING' }, 'start_lease', 'IN_PROGRESS');
+    if ((await waitForPredecessors(s)) === 'deleted') {
+      await transition(s, { status: 'PENDING' }); // nothing started: the delete frees the bookings as for a pending lease
+      return;
+    }
+    const started: Reservation[] = [];
+    const allocations = new Map<string, Record<string, unknown>>();
+    try {
+      for (const reservation of s.lease.reservations) {
+        // Later reservations see what earlier ones reported (e.g. the server a bandwidth reservation's ports are for).
+        const ctx = context({ ...s.lease, reservations: withAllocations(s.lease.reservations, allocations) }, reservation);
+        const outcome = reservation.startSteps?.length ? await runStartSteps(s, ctx, reservation.startSteps) : await patient.startReservation(ctx);
+        if (outcome?.allocation) allocations.set(reservation.id, outcome.allocation);
+        started.push(reservation);
+      }
+    } catch (err) {
+      await failStart(s, err, started);
+      return;
+    }
+    // A pending reservation moved by healing shows it until its start.
+    const reservations = withAllocations(s.lease.reservations, allocations).map((r) => ({ ...withoutFlag(r, 'resources_changed'), status: 'active' as const }));
+    await transition(s, { status: 'ACTIVE', reservations }, 'start_lease', 'DONE');
+    await announce(s, 'lease.event.start_lease');
+  });
+}
+
+/** Never half-started: take back what started, free every booking, and say why. */
+async function failStart(s: LeaseState, err: unknown, started: Reservation[]): Promise<void> {
+  const reason = `start failed: ${failureMessage(err)}`;
+  log.error('lease start failed', { leaseId: s.lease.id, reason });
+  await CancellationScope.nonCancellable(async () => {
+    for (const reservation of s.lease.reservations) {
+      await mustFinish.endReservation({ ...context(s.lease, reservation), started: started.includes(reservation) });
+    }
+  });
+  const reservations = s.lease.reservations.map((r) => ({ ...r, status: 'error' as const }));
+  await transition(s, { status: 'ERROR', statusReason: reason, reservations }, 'start_lease', 'ERROR');
+  if (patched(TELL_WAITING_SUCCESSORS.id)) await notifySuccessors(s);
+  await announce(s, 'lease.error', { reason });
+}
+
+/** A start made of steps: each its own activity with the step's time-out and retries; each hands its state to the next. */
+async function runStartSteps(s: LeaseState, ctx: ReservationContext, steps: NonNullable<Reservation['startSteps']>): Promise<{ allocation: Record<string, unknown> }> {
+  let state: Record<string, unknown> = {};
+  let allocation: Record<string, unknown> = {};
+  for (const [index, step] of steps.entries()) {
+    setCurrentDetails(describeStartStep(s.lease, ctx.reservation.id, index, steps.length, step.name));
+    const outcome = await forStep(step).startReservationStep({ ...ctx, step: step.name, state });
+    state = outcome.state;
+    allocation = { ...allocation, ...outcome.allocation };
+  }
+  return { allocation };
+}

@@ -1,0 +1,49 @@
+/**
+ * The lease workflow's state, in one place: everything its phases, steps and message handlers share.
+ * One object per run, created by initialState; every module of workflows/lease/ reads and changes it.
+ */
+import { ApplicationFailure } from '@temporalio/workflow';
+import { newLease, type Lease } from '../../src/domain/lease';
+import { Lock } from './lock';
+import type { LeaseWorkflowInput } from './messages';
+
+export interface LeaseState {
+  readonly input: LeaseWorkflowInput;
+  /** The lease as last recorded (or carried on unrecorded after a failed record); getLease answers it. */
+  lease: Lease;
+  /** The admit update's answer: the workflow waits for it before anything else. */
+  admission: 'pending' | 'admitted' | 'rejected';
+  rejection?: ApplicationFailure;
+  deletion: 'none' | 'requested' | 'done';
+  /** Bumped by every accepted update: sleeping loops recompute their deadlines. */
+  revision: number;
+  /** Delete updates not yet answered: the workflow ends only after them. */
+  deletesAnswering: number;
+  /** Earlier leases on the same resources that said they ended (predecessorEnded). */
+  readonly endedPredecessors: Set<string>;
+  /** A heal waits for the lock: signals arriving meanwhile join it. */
+  healQueued: boolean;
+  /** One change at a time: transitions, updates and deletes never interleave. */
+  readonly lock: Lock;
+}
+
+export function initialState(input: LeaseWorkflowInput): LeaseState {
+  return {
+    input,
+    lease: input.carried ?? input.admitted ?? newLease(input.request),
+    admission: input.carried || input.admitted ? 'admitted' : 'pending',
+    deletion: 'none',
+    revision: 0,
+    deletesAnswering: 0,
+    endedPredecessors: new Set<string>(),
+    healQueued: false,
+    lock: new Lock(),
+  };
+}
+
+/** Updates reach only a lease that was admitted and is not yet deleted; otherwise it is not found (404). */
+export function assertAdmitted(s: LeaseState): void {
+  if (s.admission !== 'admitted' || s.deletion === 'done') {
+    throw ApplicationFailure.create({ type: 'LeaseNotFound', message: `lease ${s.lease.id} not found`, nonRetryable: true });
+  }
+}

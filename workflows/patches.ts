@@ -1,0 +1,142 @@
+/**
+ * Every `patched()` id the workflows use, in one place: what changed, when, what the old branch
+ * still does for histories recorded before, and how the patch goes away (docs/development.md,
+ * "Patch policy"). Workflow code names a patch by its entry here, never by a string literal;
+ * `npm run patches` counts, for each, the running workflows that started before its date.
+ */
+import { leaseWorkflowType } from './lease/messages';
+import { noticeWorkflowType } from './notices/messages';
+
+export interface WorkflowPatch {
+  /** The id given to patched() (recorded as a marker in every history that took the new branch). */
+  readonly id: string;
+  /** The workflow type whose histories carry it. */
+  readonly workflowType: typeof leaseWorkflowType | typeof noticeWorkflowType;
+  /** When it came into the code (YYYY-MM-DD, UTC): workflows started before then may take the old branch. */
+  readonly introduced: string;
+  /** What the old branch does (still run when a history recorded before the patch replays). */
+  readonly oldBranch: string;
+  /** The kept histories in test/histories that replay the old branch. */
+  readonly oldHistories: string;
+  /** When the patch's workflows can be expected gone, where that is known. */
+  readonly note?: string;
+}
+
+/** The common retirement path (docs/development.md, "Patch policy"). */
+export const RETIREMENT =
+  'once `npm run patches` counts 0 for a patch on every deployment and no kept history in test/histories needs its old branch, patched(X.id) becomes deprecatePatch(X.id) and the old branch goes; once no running workflow started before that, the call and the entry go and the histories are re-recorded';
+
+/** Transitions are recorded by local activities (one workflow task per transition instead of three). */
+export const RECORD_LOCALLY = {
+  id: 'record-locally',
+  workflowType: leaseWorkflowType,
+  introduced: '2026-11-21',
+  oldBranch: 'transitions and the delete recorded by (remote) activities',
+  oldHistories: '<scenario>@2026-11-21-remote-records.json and older',
+} as const satisfies WorkflowPatch;
+
+/** A delete no longer waits for the earlier leases on the same resources to end. */
+export const DELETE_INTERRUPTS_PREDECESSOR_WAIT = {
+  id: 'delete-interrupts-predecessor-wait',
+  workflowType: leaseWorkflowType,
+  introduced: '2026-11-21',
+  oldBranch: 'a lease waiting for its predecessors (STARTING) waited for them even once deleted',
+  oldHistories: '<scenario>@2026-11-21-hold.json and older',
+} as const satisfies WorkflowPatch;
+
+/** A lease tells only the later leases that wait for it, after recording its own end (issue 23). */
+export const TELL_WAITING_SUCCESSORS = {
+  id: 'tell-waiting-successors-after-record',
+  workflowType: leaseWorkflowType,
+  introduced: '2026-11-23',
+  oldBranch: 'every later lease on the same resources told, before the end was recorded; none told after a failed start or end',
+  oldHistories: '<scenario>@2026-11-22-tell-every-successor.json and older',
+} as const satisfies WorkflowPatch;
+
+/** A state that cannot be recorded no longer stops the lease's life: it carries on unrecorded. */
+export const TRANSITION_SURVIVES_FAILED_RECORD = {
+  id: 'transition-survives-failed-record',
+  workflowType: leaseWorkflowType,
+  introduced: '2026-11-23',
+  oldBranch: 'a failed record failed the transition',
+  oldHistories: 'none: only a failure reaches this step, and no kept history has one there',
+} as const satisfies WorkflowPatch;
+
+/** A compensation that fails is logged; the caller gets the original error. */
+export const COMPENSATION_KEEPS_ORIGINAL_ERROR = {
+  id: 'compensation-keeps-original-error',
+  workflowType: leaseWorkflowType,
+  introduced: '2026-11-23',
+  oldBranch: "the compensation's error replaced the original one",
+  oldHistories: 'none: only a failure reaches this step, and no kept history has one there',
+} as const satisfies WorkflowPatch;
+
+/** A failed update puts the bookings back once, all of them as they were, retried as cleanups are. */
+export const ONE_ROLLBACK_FOR_UPDATES = {
+  id: 'one-rollback-for-updates',
+  workflowType: leaseWorkflowType,
+  introduced: '2026-11-23',
+  oldBranch: 'the bookings already moved went back twice (in the booking, then in the rollback, with quick retries)',
+  oldHistories: 'none: only a failure reaches this step, and no kept history has one there',
+} as const satisfies WorkflowPatch;
+
+/** A delete is answered once the lease is gone (bookings freed, row removed), as Blazar's delete is synchronous. */
+export const DELETE_ANSWERED_WHEN_GONE = {
+  id: 'delete-answered-when-gone',
+  workflowType: leaseWorkflowType,
+  introduced: '2026-11-23',
+  oldBranch: 'a delete answered as soon as the deletion began (DELETING)',
+  oldHistories: '<scenario>@2026-11-23-delete-answered-early.json and older',
+} as const satisfies WorkflowPatch;
+
+/** The lease announces its events (webhooks, oslo.messaging) and tells Blazar's external filter its end. */
+export const LEASE_NOTICES = {
+  id: 'lease-notices',
+  workflowType: leaseWorkflowType,
+  introduced: '2026-11-25',
+  oldBranch: 'no notices, and the external filter not told of the end',
+  oldHistories: '<scenario>@2026-11-25-before-notices.json and older',
+} as const satisfies WorkflowPatch;
+
+/** An active lease warns its listeners before its end, at the offsets it asked for (`notify_before_end`). */
+export const BEFORE_END_WARNINGS = {
+  id: 'before-end-warnings',
+  workflowType: leaseWorkflowType,
+  introduced: '2026-11-25',
+  oldBranch: 'no warnings before the end',
+  oldHistories: '<scenario>@2026-11-25-before-notices.json and older',
+} as const satisfies WorkflowPatch;
+
+/** An active lease nobody uses is warned (`lease.idle`), then ended early (LK_IDLE_LEASE_*). */
+export const IDLE_LEASES = {
+  id: 'idle-leases',
+  workflowType: leaseWorkflowType,
+  introduced: '2026-11-25',
+  oldBranch: 'no idle checks',
+  oldHistories: '<scenario>@2026-11-25-notices-without-idle-limits.json and older',
+} as const satisfies WorkflowPatch;
+
+/** A project's webhook delivery may be held: the notice workflow waits on a timer and asks again. */
+export const NOTICE_DELIVERY_HOLDS = {
+  id: 'notice-delivery-holds',
+  workflowType: noticeWorkflowType,
+  introduced: '2026-11-27',
+  oldBranch: 'each webhook delivered by one activity, retried until the retry span is over',
+  oldHistories: 'notice-delivery@2026-11-27-before-holds.json',
+  note: 'a notice workflow runs at most its retry span (LK_NOTICE_RETRY_HOURS, 24 h by default) after the deploy',
+} as const satisfies WorkflowPatch;
+
+/** All of them, oldest first. */
+export const PATCHES: readonly WorkflowPatch[] = [
+  RECORD_LOCALLY,
+  DELETE_INTERRUPTS_PREDECESSOR_WAIT,
+  TELL_WAITING_SUCCESSORS,
+  TRANSITION_SURVIVES_FAILED_RECORD,
+  COMPENSATION_KEEPS_ORIGINAL_ERROR,
+  ONE_ROLLBACK_FOR_UPDATES,
+  DELETE_ANSWERED_WHEN_GONE,
+  LEASE_NOTICES,
+  BEFORE_END_WARNINGS,
+  IDLE_LEASES,
+  NOTICE_DELIVERY_HOLDS,
+];
