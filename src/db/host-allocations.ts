@@ -10,19 +10,23 @@
 import type { PoolClient } from 'pg';
 import type { Lease } from '../domain/lease';
 import { UNUSABLE_BOOKING_SQL } from './maintenance';
-import { isExclusionViolation, type Pool } from './pool';
+import type { Pool } from './pool';
+import { wholeResourceBookings } from './range-bookings';
 
 type Queryable = Pool | PoolClient;
 
-/** One host of a lease's booking, as the calendar reads it before changing the booking. */
-export interface LeaseBookingRow {
-  reservation_id: string;
-  booking_key: string;
-  host_id: string;
-  hypervisor_hostname: string;
-  start_ms: number;
-  end_ms: number;
-}
+/** The statements the host calendar shares with the floating IP calendar (./range-bookings.ts), on this table: whole-host rows are the calendar's, `shared` ones instance slots'. */
+export const hostBookings = wholeResourceBookings({
+  table: 'host_allocations',
+  resourceColumn: 'host_id',
+  idType: 'bigint',
+  resources: 'hosts',
+  name: 'r.hypervisor_hostname',
+  ownRows: 'NOT a.shared',
+});
+
+/** Every row of the reservation (its instance slots' shared rows too), dropped, or ended at `atMs` (blocked `cleaningMs` more; a booking blocked for good stays so). */
+export const { deleteReservation: deleteReservationHostBookings, endReservationAt: endReservationHostBookingsAt } = hostBookings;
 
 /** A host's blocked interval [start_ms, end_ms) (end_ms Infinity: blocked for good). */
 export interface BlockedRow {
@@ -45,17 +49,6 @@ export interface NewHostBooking {
   bookingKey: string;
   /** Instance slots: the host is shared with other instance reservations, never with a whole-host lease. */
   shared?: boolean;
-}
-
-/** The lease's whole-host bookings, locked for the rest of the transaction (its instance slots' shared rows are their calendar's). */
-export async function lockLeaseBookings(client: PoolClient, leaseId: string): Promise<LeaseBookingRow[]> {
-  const { rows } = await client.query<LeaseBookingRow>(
-    `SELECT a.reservation_id::text, a.booking_key, a.host_id::text, h.hypervisor_hostname,
-            (extract(epoch FROM lower(a.during)) * 1000)::float8 AS start_ms, (extract(epoch FROM upper(a.during)) * 1000)::float8 AS end_ms
-     FROM host_allocations a JOIN hosts h ON h.id = a.host_id WHERE a.lease_id = $1 AND NOT a.shared FOR UPDATE OF a`,
-    [leaseId],
-  );
-  return rows;
 }
 
 /** The hosts a reservation's booking holds, by host id. */
@@ -87,18 +80,6 @@ export async function nextBookingsOfOthers(db: Queryable, reservationId: string)
     [reservationId],
   );
   return rows;
-}
-
-/** Among the hosts, the first booking of another lease blocking from `fromMs` on (undefined: none). */
-export async function firstOtherBookingFrom(db: Queryable, hostIds: string[], leaseId: string, fromMs: number): Promise<{ hypervisor_hostname: string; next_ms: number } | undefined> {
-  const { rows } = await db.query<{ hypervisor_hostname: string; next_ms: number }>(
-    `SELECT h.hypervisor_hostname, (extract(epoch FROM min(lower(a.blocks))) * 1000)::float8 AS next_ms
-     FROM host_allocations a JOIN hosts h ON h.id = a.host_id
-     WHERE a.host_id = ANY($1) AND a.lease_id <> $2 AND lower(a.blocks) >= to_timestamp($3 / 1000.0)
-     GROUP BY h.hypervisor_hostname ORDER BY next_ms LIMIT 1`,
-    [hostIds, leaseId, fromMs],
-  );
-  return rows[0];
 }
 
 /**
@@ -135,59 +116,9 @@ export async function insertHostBooking(client: PoolClient, booking: NewHostBook
   );
 }
 
-/**
- * Moves the end of every booking of the lease to `endMs` (blocked `cleaningMs` after; a booking
- * blocked for good stays so). False, with nothing changed and the transaction still usable, when
- * that would overlap another booking.
- */
-export async function moveLeaseBookingsEnd(client: PoolClient, leaseId: string, endMs: number, cleaningMs: number): Promise<boolean> {
-  await client.query('SAVEPOINT move_end');
-  try {
-    await client.query(
-      `UPDATE host_allocations
-       SET during = tstzrange(lower(during), to_timestamp($2 / 1000.0)),
-           blocks = tstzrange(lower(blocks), CASE WHEN upper_inf(blocks) THEN NULL ELSE to_timestamp($2 / 1000.0) + $3 * interval '1 millisecond' END)
-       WHERE lease_id = $1 AND NOT shared`,
-      [leaseId, endMs, cleaningMs],
-    );
-    return true;
-  } catch (err) {
-    if (!isExclusionViolation(err)) throw err;
-    await client.query('ROLLBACK TO SAVEPOINT move_end');
-    return false;
-  }
-}
-
-export async function setLeaseBookingKey(client: PoolClient, leaseId: string, bookingKey: string): Promise<void> {
-  await client.query('UPDATE host_allocations SET booking_key = $2 WHERE lease_id = $1 AND NOT shared', [leaseId, bookingKey]);
-}
-
-export async function deleteLeaseBookings(client: PoolClient, leaseId: string): Promise<void> {
-  await client.query('DELETE FROM host_allocations WHERE lease_id = $1 AND NOT shared', [leaseId]);
-}
-
 /** One host taken out of a reservation's booking (a failed host replaced by another). */
 export async function deleteHostBookingOfReservation(client: PoolClient, reservationId: string, hostId: string): Promise<void> {
   await client.query('DELETE FROM host_allocations WHERE reservation_id = $1 AND host_id = $2', [reservationId, hostId]);
-}
-
-export async function deleteReservationHostBookings(db: Queryable, reservationId: string): Promise<void> {
-  await db.query('DELETE FROM host_allocations WHERE reservation_id = $1', [reservationId]);
-}
-
-/**
- * Ends the reservation's booking at `atMs` (blocked `cleaningMs` more; a booking blocked for good
- * stays so); a booking that had not begun by then is dropped whole.
- */
-export async function endReservationHostBookingsAt(db: Queryable, reservationId: string, atMs: number, cleaningMs: number): Promise<void> {
-  await db.query(
-    `UPDATE host_allocations
-     SET during = tstzrange(lower(during), to_timestamp($2 / 1000.0)),
-         blocks = tstzrange(lower(blocks), CASE WHEN upper_inf(blocks) THEN NULL ELSE to_timestamp($2 / 1000.0) + $3 * interval '1 millisecond' END)
-     WHERE reservation_id = $1 AND upper(during) > to_timestamp($2 / 1000.0) AND lower(during) < to_timestamp($2 / 1000.0)`,
-    [reservationId, atMs, cleaningMs],
-  );
-  await db.query('DELETE FROM host_allocations WHERE reservation_id = $1 AND lower(during) >= to_timestamp($2 / 1000.0)', [reservationId, atMs]);
 }
 
 /** Leases (not deleted) whose booking holds the host now or later, with the reservation that books it. */

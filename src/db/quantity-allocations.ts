@@ -8,6 +8,7 @@
 import type { PoolClient } from 'pg';
 import type { Amounts } from '../domain/quantity-calendar';
 import type { Pool } from './pool';
+import { endReservationBookingsAt } from './range-bookings';
 import { inTransaction } from './transaction';
 
 type Queryable = Pool | PoolClient;
@@ -219,20 +220,7 @@ export async function deleteReservationQuantityBookings(db: Queryable, reservati
   await db.query('DELETE FROM quantity_allocations WHERE reservation_id = $1', [reservationId]);
 }
 
-/** The booking tables whose rows (`during`, `blocks`, per reservation) end alike. */
-export type RangeBookingTable = 'quantity_allocations' | 'floating_ip_allocations';
-
 /** Ends the reservation's booking at `atMs`; a booking that had not begun by then is dropped whole. */
-export async function endReservationBookingsAt(db: Queryable, table: RangeBookingTable, reservationId: string, atMs: number): Promise<void> {
-  await db.query(
-    `UPDATE ${table}
-     SET during = tstzrange(lower(during), to_timestamp($2 / 1000.0)), blocks = tstzrange(lower(blocks), to_timestamp($2 / 1000.0))
-     WHERE reservation_id = $1 AND upper(during) > to_timestamp($2 / 1000.0) AND lower(during) < to_timestamp($2 / 1000.0)`,
-    [reservationId, atMs],
-  );
-  await db.query(`DELETE FROM ${table} WHERE reservation_id = $1 AND lower(during) >= to_timestamp($2 / 1000.0)`, [reservationId, atMs]);
-}
-
 export const endReservationQuantityBookingsAt = (db: Queryable, reservationId: string, atMs: number) => endReservationBookingsAt(db, 'quantity_allocations', reservationId, atMs);
 
 /** How many reservations book room on the host (by hypervisor or compute host name) and have not ended. */
