@@ -5,13 +5,14 @@
  * two bookings of one host from overlapping; instance slots book their hosts as `shared` rows, which
  * overlap one another but never a whole-host booking (`host_allocations_shared_only_with_shared`).
  * Instants cross this boundary as epoch milliseconds.
- * Read here for the host calendar, the host inventory and the allocations API.
+ * Read here for the host calendar, the instance slots' shared rows, the host inventory, maintenance,
+ * the calendar page and the allocations API.
  */
 import type { PoolClient } from 'pg';
 import type { Lease } from '../domain/lease';
-import { UNUSABLE_BOOKING_SQL } from './maintenance';
+import { maintenanceBlocks, UNUSABLE_BOOKING_SQL } from './maintenance';
 import type { Pool } from './pool';
-import { wholeResourceBookings } from './range-bookings';
+import { BOOKING_LEASE_COLUMNS, WINDOW_PARAMS_RANGE, wholeResourceBookings, type BookingLeaseColumns } from './range-bookings';
 
 type Queryable = Pool | PoolClient;
 
@@ -86,7 +87,7 @@ export async function nextBookingsOfOthers(db: Queryable, reservationId: string)
  * The blocked intervals overlapping [fromMs, toMs + cleaningMs) (toMs null: from `fromMs` on), of
  * every host, or only of `hostIds` (a query about a few hosts reads only theirs: the window's
  * bookings of 1 000 hosts cost tens of ms): bookings, and maintenance windows (which block shared
- * bookings too).
+ * bookings too; read from their store).
  */
 export async function blockedIntervals(db: Queryable, window: { fromMs: number; toMs: number | null; cleaningMs: number; hostIds?: string[]; wholeHostOnly?: boolean }): Promise<BlockedRow[]> {
   const { rows } = await db.query<BlockedRow>(
@@ -94,15 +95,10 @@ export async function blockedIntervals(db: Queryable, window: { fromMs: number; 
             COALESCE((extract(epoch FROM upper(blocks)) * 1000)::float8, 'Infinity') AS end_ms
      FROM host_allocations
      WHERE blocks && tstzrange(to_timestamp($1 / 1000.0), to_timestamp($2::numeric / 1000.0) + $3 * interval '1 millisecond')
-       AND ($4::bigint[] IS NULL OR host_id = ANY($4::bigint[])) AND NOT ($5 AND shared)
-     UNION ALL
-     SELECT host_id::text, (extract(epoch FROM lower(during)) * 1000)::float8, (extract(epoch FROM upper(during)) * 1000)::float8
-     FROM host_maintenance
-     WHERE during && tstzrange(to_timestamp($1 / 1000.0), to_timestamp($2::numeric / 1000.0) + $3 * interval '1 millisecond')
-       AND ($4::bigint[] IS NULL OR host_id = ANY($4::bigint[]))`,
+       AND ($4::bigint[] IS NULL OR host_id = ANY($4::bigint[])) AND NOT ($5 AND shared)`,
     [window.fromMs, window.toMs, window.cleaningMs, window.hostIds ?? null, window.wholeHostOnly ?? false],
   );
-  return rows;
+  return [...rows, ...(await maintenanceBlocks(db, window))];
 }
 
 /** Books one host; the exclusion constraint refuses it (23P01) when another booking took the host meanwhile. */
@@ -286,6 +282,81 @@ export async function currentBookings(db: Queryable): Promise<CurrentBooking[]> 
      FROM host_allocations a JOIN leases l ON l.id = a.lease_id
      LEFT JOIN LATERAL (SELECT x->'allocation' AS allocation FROM jsonb_array_elements(l.document->'reservations') x WHERE x->>'id' = a.reservation_id::text LIMIT 1) r ON true
      WHERE a.during @> now() AND l.deleted_at IS NULL`,
+  );
+  return rows;
+}
+
+// ─── Instance slots' shared rows ────────────────────────────────────────────────────────────
+
+/** Moves the end of the reservation's shared host rows that are live at `atMs` to `endMs` (blocked `cleaningMs` more). */
+export async function moveSharedHostRowsEnd(client: PoolClient, reservationId: string, atMs: number, endMs: number, cleaningMs: number): Promise<void> {
+  await client.query(
+    `UPDATE host_allocations
+     SET during = tstzrange(lower(during), to_timestamp($3 / 1000.0)), blocks = tstzrange(lower(blocks), to_timestamp($3 / 1000.0) + $4 * interval '1 millisecond')
+     WHERE reservation_id = $1 AND shared AND upper(during) > to_timestamp($2 / 1000.0)`,
+    [reservationId, atMs, endMs, cleaningMs],
+  );
+}
+
+/** Ends the reservation's shared rows of these hosts at `atMs` (still blocked `cleaningMs` after). */
+export async function endSharedHostRowsAt(client: PoolClient, reservationId: string, hostIds: string[], atMs: number, cleaningMs: number): Promise<void> {
+  await client.query(
+    `UPDATE host_allocations
+     SET during = tstzrange(lower(during), to_timestamp($3 / 1000.0)), blocks = tstzrange(lower(blocks), to_timestamp($3 / 1000.0) + $4 * interval '1 millisecond')
+     WHERE reservation_id = $1 AND shared AND host_id = ANY($2::bigint[]) AND upper(during) > to_timestamp($3 / 1000.0)`,
+    [reservationId, hostIds, atMs, cleaningMs],
+  );
+}
+
+/** The hosts whose shared rows of the reservation are live at `atMs`, by host id. */
+export async function liveSharedHosts(db: Queryable, reservationId: string, atMs: number): Promise<string[]> {
+  const { rows } = await db.query<{ host_id: string }>(
+    'SELECT DISTINCT host_id::text FROM host_allocations WHERE reservation_id = $1 AND shared AND upper(during) > to_timestamp($2 / 1000.0)',
+    [reservationId, atMs],
+  );
+  return rows.map((r) => r.host_id);
+}
+
+// ─── What a maintenance window overlaps, and the calendar page ───────────────────────────────
+
+/** A lease's booking that a new window overlaps: pending ones can move; the others (begun) cannot. */
+export interface OverlappedBooking {
+  lease_id: string;
+  lease_name: string;
+  lease_status: string;
+  start_ms: number;
+  end_ms: number;
+}
+
+/** The leases (one row each) whose bookings of the host overlap [startMs, endMs), with their status. */
+export async function leasesOverlapping(db: Queryable, hostId: string, startMs: number, endMs: number): Promise<OverlappedBooking[]> {
+  const { rows } = await db.query<OverlappedBooking>(
+    `SELECT a.lease_id::text, l.name AS lease_name, l.status AS lease_status,
+            (extract(epoch FROM min(lower(a.during))) * 1000)::float8 AS start_ms, (extract(epoch FROM max(upper(a.during))) * 1000)::float8 AS end_ms
+     FROM host_allocations a JOIN leases l ON l.id = a.lease_id AND l.deleted_at IS NULL
+     WHERE a.host_id = $1 AND a.during && tstzrange(to_timestamp($2::float8 / 1000), to_timestamp($3::float8 / 1000))
+     GROUP BY a.lease_id, l.name, l.status ORDER BY 4, 1`,
+    [hostId, startMs, endMs],
+  );
+  return rows;
+}
+
+/** A host's booking the calendar page draws, with its lease's name and status. */
+export interface HostBookingInWindow extends BookingLeaseColumns {
+  host_id: string;
+  /** An instance reservation's slots on the host (shared with other instance reservations). */
+  shared: boolean;
+}
+
+/** The bookings of `hostIds` whose window overlaps [fromMs, toMs), by host then start; at most `limit`. */
+export async function hostBookingsInWindow(pool: Pool, window: { fromMs: number; toMs: number; hostIds: string[]; limit: number }): Promise<HostBookingInWindow[]> {
+  // `blocks` covers `during` and carries the GiST index of the exclusion constraint: it narrows, `during` decides.
+  const { rows } = await pool.query<HostBookingInWindow>(
+    `SELECT a.host_id::text, a.shared, ${BOOKING_LEASE_COLUMNS}
+     FROM host_allocations a LEFT JOIN leases l ON l.id = a.lease_id AND l.deleted_at IS NULL
+     WHERE a.blocks && ${WINDOW_PARAMS_RANGE} AND a.during && ${WINDOW_PARAMS_RANGE} AND a.host_id = ANY($3::bigint[])
+     ORDER BY a.host_id, lower(a.during), a.id LIMIT $4`,
+    [window.fromMs, window.toMs, window.hostIds, window.limit],
   );
   return rows;
 }

@@ -7,9 +7,28 @@
  * epoch milliseconds.
  */
 import type { PoolClient } from 'pg';
+import type { LeaseStatus } from '../domain/lease';
 import { isExclusionViolation, type Pool } from './pool';
 
 type Queryable = Pool | PoolClient;
+
+/** What the calendar page shows of a booking's lease (a booking aliased `a`, its lease `l`, left-joined). */
+export interface BookingLeaseColumns {
+  lease_id: string;
+  reservation_id: string;
+  project_id: string;
+  /** Null when the lease row is gone or deleted (a booking being released). */
+  lease_name: string | null;
+  status: LeaseStatus | null;
+  start_ms: number;
+  end_ms: number;
+}
+
+export const BOOKING_LEASE_COLUMNS = `a.lease_id::text, a.reservation_id::text, a.project_id, l.name AS lease_name, l.status,
+  (extract(epoch FROM lower(a.during)) * 1000)::float8 AS start_ms, (extract(epoch FROM upper(a.during)) * 1000)::float8 AS end_ms`;
+
+/** The window [$1, $2) of a query about one, in epoch milliseconds. */
+export const WINDOW_PARAMS_RANGE = `tstzrange(to_timestamp($1 / 1000.0), to_timestamp($2 / 1000.0))`;
 
 /**
  * Ends the reservation's booking at `atMs` (blocked `cleaningMs` more; a booking blocked for good

@@ -14,11 +14,20 @@ import { matchesQuery, parsePropertyQuery } from '../../domain/property-query';
 import type { Calendar } from '../../domain/calendar';
 import type { FitSearch, ReservationContext } from '../../domain/resource-plugin';
 import type { Reservation } from '../../domain/lease';
-import { blockedIntervals, deleteReservationHostBookings, endReservationHostBookingsAt, insertHostBooking } from '../../db/host-allocations';
+import { blockedIntervals, deleteReservationHostBookings, endReservationHostBookingsAt, endSharedHostRowsAt, insertHostBooking, liveSharedHosts, moveSharedHostRowsEnd } from '../../db/host-allocations';
 import { computeHostName, listHosts, type HostRecord } from '../../db/hosts';
-import { endSharedHostRowsAt, liveSharedHosts, liveSlots, moveSharedHostRowsEnd, type LiveSlots } from '../../db/instance-slots';
 import type { Pool } from '../../db/pool';
-import { bookingsOnProviders, deleteReservationQuantityBookings, endReservationQuantityBookingsAt, insertQuantityBooking, lockProviders, usableProviders, type CapacityProvider } from '../../db/quantity-allocations';
+import {
+  bookingsOnProviders,
+  deleteReservationQuantityBookings,
+  endReservationQuantityBookingsAt,
+  insertQuantityBooking,
+  liveSlots,
+  lockProviders,
+  usableProviders,
+  type CapacityProvider,
+  type LiveSlots,
+} from '../../db/quantity-allocations';
 import { bookInTransaction, bookingKey, checkKeys, extensionRefused, releaseBooking, shortage } from '../shared/booking';
 import { COMPUTE_KIND } from '../shared/compute-providers';
 import type { Amounts } from '../../domain/quantity-calendar';
