@@ -9,7 +9,7 @@ import { randomUUID } from 'node:crypto';
 import Ajv2020 from 'ajv/dist/2020';
 import addFormats from 'ajv-formats';
 import { saveLease } from '../src/db/leases';
-import { meteredLeaseBatches } from '../src/db/usage';
+import { meteredLeaseBatches } from '../src/db/leases';
 import type { Lease, LeaseEvent, Reservation } from '../src/domain/lease';
 import type { UsageFigures } from '../src/domain/usage-report';
 import { physicalHostPlugin } from '../src/resources/physical-host';

@@ -11,8 +11,9 @@
  */
 import { Router } from 'express';
 import { z } from 'zod';
-import { hostBookingsInWindow, quantityBookingsInWindow, type HostBookingInWindow, type QuantityBookingInWindow } from '../db/calendar-window';
+import { hostBookingsInWindow, type HostBookingInWindow } from '../db/host-allocations';
 import { listLeases } from '../db/leases';
+import { quantityBookingsInWindow, type QuantityBookingInWindow } from '../db/quantity-allocations';
 import type { Pool } from '../db/pool';
 import type { HostCalendar } from '../resources/physical-host/calendar';
 import { propertyQueryParam } from '../resources/shared/params';

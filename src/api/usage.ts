@@ -8,7 +8,7 @@
 import { Router } from 'express';
 import { z } from 'zod';
 import type { Pool } from '../db/pool';
-import { meteredLeaseBatches } from '../db/usage';
+import { meteredLeaseBatches } from '../db/leases';
 import { formatLeaseDate } from '../domain/blazar-format';
 import { monthOf } from '../domain/usage';
 import { FIGURE_NAMES, GROUP_FIELDS, GROUP_KEYS, TooManyGroups, UsageReport, type GroupKey, type UsageGroup } from '../domain/usage-report';

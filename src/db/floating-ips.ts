@@ -7,10 +7,20 @@
  */
 import type { PoolClient } from 'pg';
 import type { Lease } from '../domain/lease';
-import { isExclusionViolation, type Pool } from './pool';
-import { endReservationBookingsAt } from './quantity-allocations';
+import type { Pool } from './pool';
+import { wholeResourceBookings } from './range-bookings';
 
 type Queryable = Pool | PoolClient;
+
+/** The statements the floating IP calendar shares with the host calendar (./range-bookings.ts), on this table. */
+export const floatingIpBookings = wholeResourceBookings({
+  table: 'floating_ip_allocations',
+  resourceColumn: 'floating_ip_id',
+  idType: 'uuid',
+  resources: 'floating_ips',
+  name: 'host(r.floating_ip_address)',
+  ownRows: 'true',
+});
 
 export interface FloatingIpRecord {
   id: string;
@@ -66,28 +76,6 @@ export async function deleteFloatingIpUnlessBooked(client: PoolClient, id: strin
   return { deleted: (rowCount ?? 0) > 0, heldBy: [] };
 }
 
-/** One address of a lease's booking, as the calendar reads it before changing the booking. */
-export interface FloatingIpBookingRow {
-  reservation_id: string;
-  booking_key: string;
-  floating_ip_id: string;
-  floating_ip_address: string;
-  start_ms: number;
-  end_ms: number;
-}
-
-/** The lease's bookings, locked for the rest of the transaction. */
-export async function lockLeaseFloatingIpBookings(client: PoolClient, leaseId: string): Promise<FloatingIpBookingRow[]> {
-  const { rows } = await client.query<FloatingIpBookingRow>(
-    `SELECT a.reservation_id::text, a.booking_key, a.floating_ip_id::text, host(f.floating_ip_address) AS floating_ip_address,
-            (extract(epoch FROM lower(a.during)) * 1000)::float8 AS start_ms, (extract(epoch FROM upper(a.during)) * 1000)::float8 AS end_ms
-     FROM floating_ip_allocations a JOIN floating_ips f ON f.id = a.floating_ip_id WHERE a.lease_id = $1
-     ORDER BY a.id FOR UPDATE OF a`,
-    [leaseId],
-  );
-  return rows;
-}
-
 /** The addresses a reservation's booking holds. */
 export async function floatingIpsOfReservation(db: Queryable, reservationId: string): Promise<FloatingIpRecord[]> {
   const { rows } = await db.query<FloatingIpRecord>(
@@ -137,54 +125,10 @@ export async function insertFloatingIpBooking(client: PoolClient, booking: NewFl
   );
 }
 
-/** Moves the end of every booking of the lease to `endMs`; false (nothing changed, transaction usable) when that would overlap another booking. */
-export async function moveLeaseFloatingIpBookingsEnd(client: PoolClient, leaseId: string, endMs: number): Promise<boolean> {
-  await client.query('SAVEPOINT move_fip_end');
-  try {
-    await client.query(
-      `UPDATE floating_ip_allocations
-       SET during = tstzrange(lower(during), to_timestamp($2 / 1000.0)), blocks = tstzrange(lower(blocks), to_timestamp($2 / 1000.0))
-       WHERE lease_id = $1`,
-      [leaseId, endMs],
-    );
-    return true;
-  } catch (err) {
-    if (!isExclusionViolation(err)) throw err;
-    await client.query('ROLLBACK TO SAVEPOINT move_fip_end');
-    return false;
-  }
-}
-
-/** Among the addresses, the first booking of another lease blocking from `fromMs` on (undefined: none). */
-export async function firstOtherFloatingIpBookingFrom(db: Queryable, ids: string[], leaseId: string, fromMs: number): Promise<{ floating_ip_address: string; next_ms: number } | undefined> {
-  const { rows } = await db.query<{ floating_ip_address: string; next_ms: number }>(
-    `SELECT host(f.floating_ip_address) AS floating_ip_address, (extract(epoch FROM min(lower(a.blocks))) * 1000)::float8 AS next_ms
-     FROM floating_ip_allocations a JOIN floating_ips f ON f.id = a.floating_ip_id
-     WHERE a.floating_ip_id = ANY($1::uuid[]) AND a.lease_id <> $2 AND lower(a.blocks) >= to_timestamp($3 / 1000.0)
-     GROUP BY f.floating_ip_address ORDER BY next_ms LIMIT 1`,
-    [ids, leaseId, fromMs],
-  );
-  return rows[0];
-}
-
-export async function setLeaseFloatingIpBookingKey(client: PoolClient, leaseId: string, bookingKey: string): Promise<void> {
-  await client.query('UPDATE floating_ip_allocations SET booking_key = $2 WHERE lease_id = $1', [leaseId, bookingKey]);
-}
-
-export async function deleteLeaseFloatingIpBookings(client: PoolClient, leaseId: string): Promise<void> {
-  await client.query('DELETE FROM floating_ip_allocations WHERE lease_id = $1', [leaseId]);
-}
-
 /** Frees some addresses of a reservation (an active lease shrinking). */
 export async function deleteFloatingIpBookings(client: PoolClient, reservationId: string, floatingIpIds: string[]): Promise<void> {
   await client.query('DELETE FROM floating_ip_allocations WHERE reservation_id = $1 AND floating_ip_id = ANY($2::uuid[])', [reservationId, floatingIpIds]);
 }
-
-export async function deleteReservationFloatingIpBookings(db: Queryable, reservationId: string): Promise<void> {
-  await db.query('DELETE FROM floating_ip_allocations WHERE reservation_id = $1', [reservationId]);
-}
-
-export const endReservationFloatingIpBookingsAt = (db: Queryable, reservationId: string, atMs: number) => endReservationBookingsAt(db, 'floating_ip_allocations', reservationId, atMs);
 
 /** Blazar's floating IP allocations: per enrolled address, the reservations holding it from now on (optionally of one lease or reservation). */
 export interface FloatingIpAllocationRow {

@@ -5,24 +5,29 @@
  * two bookings of one host from overlapping; instance slots book their hosts as `shared` rows, which
  * overlap one another but never a whole-host booking (`host_allocations_shared_only_with_shared`).
  * Instants cross this boundary as epoch milliseconds.
- * Read here for the host calendar, the host inventory and the allocations API.
+ * Read here for the host calendar, the instance slots' shared rows, the host inventory, maintenance,
+ * the calendar page and the allocations API.
  */
 import type { PoolClient } from 'pg';
 import type { Lease } from '../domain/lease';
-import { UNUSABLE_BOOKING_SQL } from './maintenance';
-import { isExclusionViolation, type Pool } from './pool';
+import { maintenanceBlocks, UNUSABLE_BOOKING_SQL } from './maintenance';
+import type { Pool } from './pool';
+import { BOOKING_LEASE_COLUMNS, WINDOW_PARAMS_RANGE, wholeResourceBookings, type BookingLeaseColumns } from './range-bookings';
 
 type Queryable = Pool | PoolClient;
 
-/** One host of a lease's booking, as the calendar reads it before changing the booking. */
-export interface LeaseBookingRow {
-  reservation_id: string;
-  booking_key: string;
-  host_id: string;
-  hypervisor_hostname: string;
-  start_ms: number;
-  end_ms: number;
-}
+/** The statements the host calendar shares with the floating IP calendar (./range-bookings.ts), on this table: whole-host rows are the calendar's, `shared` ones instance slots'. */
+export const hostBookings = wholeResourceBookings({
+  table: 'host_allocations',
+  resourceColumn: 'host_id',
+  idType: 'bigint',
+  resources: 'hosts',
+  name: 'r.hypervisor_hostname',
+  ownRows: 'NOT a.shared',
+});
+
+/** Every row of the reservation (its instance slots' shared rows too), dropped, or ended at `atMs` (blocked `cleaningMs` more; a booking blocked for good stays so). */
+export const { deleteReservation: deleteReservationHostBookings, endReservationAt: endReservationHostBookingsAt } = hostBookings;
 
 /** A host's blocked interval [start_ms, end_ms) (end_ms Infinity: blocked for good). */
 export interface BlockedRow {
@@ -45,17 +50,6 @@ export interface NewHostBooking {
   bookingKey: string;
   /** Instance slots: the host is shared with other instance reservations, never with a whole-host lease. */
   shared?: boolean;
-}
-
-/** The lease's whole-host bookings, locked for the rest of the transaction (its instance slots' shared rows are their calendar's). */
-export async function lockLeaseBookings(client: PoolClient, leaseId: string): Promise<LeaseBookingRow[]> {
-  const { rows } = await client.query<LeaseBookingRow>(
-    `SELECT a.reservation_id::text, a.booking_key, a.host_id::text, h.hypervisor_hostname,
-            (extract(epoch FROM lower(a.during)) * 1000)::float8 AS start_ms, (extract(epoch FROM upper(a.during)) * 1000)::float8 AS end_ms
-     FROM host_allocations a JOIN hosts h ON h.id = a.host_id WHERE a.lease_id = $1 AND NOT a.shared FOR UPDATE OF a`,
-    [leaseId],
-  );
-  return rows;
 }
 
 /** The hosts a reservation's booking holds, by host id. */
@@ -89,23 +83,11 @@ export async function nextBookingsOfOthers(db: Queryable, reservationId: string)
   return rows;
 }
 
-/** Among the hosts, the first booking of another lease blocking from `fromMs` on (undefined: none). */
-export async function firstOtherBookingFrom(db: Queryable, hostIds: string[], leaseId: string, fromMs: number): Promise<{ hypervisor_hostname: string; next_ms: number } | undefined> {
-  const { rows } = await db.query<{ hypervisor_hostname: string; next_ms: number }>(
-    `SELECT h.hypervisor_hostname, (extract(epoch FROM min(lower(a.blocks))) * 1000)::float8 AS next_ms
-     FROM host_allocations a JOIN hosts h ON h.id = a.host_id
-     WHERE a.host_id = ANY($1) AND a.lease_id <> $2 AND lower(a.blocks) >= to_timestamp($3 / 1000.0)
-     GROUP BY h.hypervisor_hostname ORDER BY next_ms LIMIT 1`,
-    [hostIds, leaseId, fromMs],
-  );
-  return rows[0];
-}
-
 /**
  * The blocked intervals overlapping [fromMs, toMs + cleaningMs) (toMs null: from `fromMs` on), of
  * every host, or only of `hostIds` (a query about a few hosts reads only theirs: the window's
  * bookings of 1 000 hosts cost tens of ms): bookings, and maintenance windows (which block shared
- * bookings too).
+ * bookings too; read from their store).
  */
 export async function blockedIntervals(db: Queryable, window: { fromMs: number; toMs: number | null; cleaningMs: number; hostIds?: string[]; wholeHostOnly?: boolean }): Promise<BlockedRow[]> {
   const { rows } = await db.query<BlockedRow>(
@@ -113,15 +95,10 @@ export async function blockedIntervals(db: Queryable, window: { fromMs: number; 
             COALESCE((extract(epoch FROM upper(blocks)) * 1000)::float8, 'Infinity') AS end_ms
      FROM host_allocations
      WHERE blocks && tstzrange(to_timestamp($1 / 1000.0), to_timestamp($2::numeric / 1000.0) + $3 * interval '1 millisecond')
-       AND ($4::bigint[] IS NULL OR host_id = ANY($4::bigint[])) AND NOT ($5 AND shared)
-     UNION ALL
-     SELECT host_id::text, (extract(epoch FROM lower(during)) * 1000)::float8, (extract(epoch FROM upper(during)) * 1000)::float8
-     FROM host_maintenance
-     WHERE during && tstzrange(to_timestamp($1 / 1000.0), to_timestamp($2::numeric / 1000.0) + $3 * interval '1 millisecond')
-       AND ($4::bigint[] IS NULL OR host_id = ANY($4::bigint[]))`,
+       AND ($4::bigint[] IS NULL OR host_id = ANY($4::bigint[])) AND NOT ($5 AND shared)`,
     [window.fromMs, window.toMs, window.cleaningMs, window.hostIds ?? null, window.wholeHostOnly ?? false],
   );
-  return rows;
+  return [...rows, ...(await maintenanceBlocks(db, window))];
 }
 
 /** Books one host; the exclusion constraint refuses it (23P01) when another booking took the host meanwhile. */
@@ -135,59 +112,9 @@ export async function insertHostBooking(client: PoolClient, booking: NewHostBook
   );
 }
 
-/**
- * Moves the end of every booking of the lease to `endMs` (blocked `cleaningMs` after; a booking
- * blocked for good stays so). False, with nothing changed and the transaction still usable, when
- * that would overlap another booking.
- */
-export async function moveLeaseBookingsEnd(client: PoolClient, leaseId: string, endMs: number, cleaningMs: number): Promise<boolean> {
-  await client.query('SAVEPOINT move_end');
-  try {
-    await client.query(
-      `UPDATE host_allocations
-       SET during = tstzrange(lower(during), to_timestamp($2 / 1000.0)),
-           blocks = tstzrange(lower(blocks), CASE WHEN upper_inf(blocks) THEN NULL ELSE to_timestamp($2 / 1000.0) + $3 * interval '1 millisecond' END)
-       WHERE lease_id = $1 AND NOT shared`,
-      [leaseId, endMs, cleaningMs],
-    );
-    return true;
-  } catch (err) {
-    if (!isExclusionViolation(err)) throw err;
-    await client.query('ROLLBACK TO SAVEPOINT move_end');
-    return false;
-  }
-}
-
-export async function setLeaseBookingKey(client: PoolClient, leaseId: string, bookingKey: string): Promise<void> {
-  await client.query('UPDATE host_allocations SET booking_key = $2 WHERE lease_id = $1 AND NOT shared', [leaseId, bookingKey]);
-}
-
-export async function deleteLeaseBookings(client: PoolClient, leaseId: string): Promise<void> {
-  await client.query('DELETE FROM host_allocations WHERE lease_id = $1 AND NOT shared', [leaseId]);
-}
-
 /** One host taken out of a reservation's booking (a failed host replaced by another). */
 export async function deleteHostBookingOfReservation(client: PoolClient, reservationId: string, hostId: string): Promise<void> {
   await client.query('DELETE FROM host_allocations WHERE reservation_id = $1 AND host_id = $2', [reservationId, hostId]);
-}
-
-export async function deleteReservationHostBookings(db: Queryable, reservationId: string): Promise<void> {
-  await db.query('DELETE FROM host_allocations WHERE reservation_id = $1', [reservationId]);
-}
-
-/**
- * Ends the reservation's booking at `atMs` (blocked `cleaningMs` more; a booking blocked for good
- * stays so); a booking that had not begun by then is dropped whole.
- */
-export async function endReservationHostBookingsAt(db: Queryable, reservationId: string, atMs: number, cleaningMs: number): Promise<void> {
-  await db.query(
-    `UPDATE host_allocations
-     SET during = tstzrange(lower(during), to_timestamp($2 / 1000.0)),
-         blocks = tstzrange(lower(blocks), CASE WHEN upper_inf(blocks) THEN NULL ELSE to_timestamp($2 / 1000.0) + $3 * interval '1 millisecond' END)
-     WHERE reservation_id = $1 AND upper(during) > to_timestamp($2 / 1000.0) AND lower(during) < to_timestamp($2 / 1000.0)`,
-    [reservationId, atMs, cleaningMs],
-  );
-  await db.query('DELETE FROM host_allocations WHERE reservation_id = $1 AND lower(during) >= to_timestamp($2 / 1000.0)', [reservationId, atMs]);
 }
 
 /** Leases (not deleted) whose booking holds the host now or later, with the reservation that books it. */
@@ -355,6 +282,81 @@ export async function currentBookings(db: Queryable): Promise<CurrentBooking[]> 
      FROM host_allocations a JOIN leases l ON l.id = a.lease_id
      LEFT JOIN LATERAL (SELECT x->'allocation' AS allocation FROM jsonb_array_elements(l.document->'reservations') x WHERE x->>'id' = a.reservation_id::text LIMIT 1) r ON true
      WHERE a.during @> now() AND l.deleted_at IS NULL`,
+  );
+  return rows;
+}
+
+// ─── Instance slots' shared rows ────────────────────────────────────────────────────────────
+
+/** Moves the end of the reservation's shared host rows that are live at `atMs` to `endMs` (blocked `cleaningMs` more). */
+export async function moveSharedHostRowsEnd(client: PoolClient, reservationId: string, atMs: number, endMs: number, cleaningMs: number): Promise<void> {
+  await client.query(
+    `UPDATE host_allocations
+     SET during = tstzrange(lower(during), to_timestamp($3 / 1000.0)), blocks = tstzrange(lower(blocks), to_timestamp($3 / 1000.0) + $4 * interval '1 millisecond')
+     WHERE reservation_id = $1 AND shared AND upper(during) > to_timestamp($2 / 1000.0)`,
+    [reservationId, atMs, endMs, cleaningMs],
+  );
+}
+
+/** Ends the reservation's shared rows of these hosts at `atMs` (still blocked `cleaningMs` after). */
+export async function endSharedHostRowsAt(client: PoolClient, reservationId: string, hostIds: string[], atMs: number, cleaningMs: number): Promise<void> {
+  await client.query(
+    `UPDATE host_allocations
+     SET during = tstzrange(lower(during), to_timestamp($3 / 1000.0)), blocks = tstzrange(lower(blocks), to_timestamp($3 / 1000.0) + $4 * interval '1 millisecond')
+     WHERE reservation_id = $1 AND shared AND host_id = ANY($2::bigint[]) AND upper(during) > to_timestamp($3 / 1000.0)`,
+    [reservationId, hostIds, atMs, cleaningMs],
+  );
+}
+
+/** The hosts whose shared rows of the reservation are live at `atMs`, by host id. */
+export async function liveSharedHosts(db: Queryable, reservationId: string, atMs: number): Promise<string[]> {
+  const { rows } = await db.query<{ host_id: string }>(
+    'SELECT DISTINCT host_id::text FROM host_allocations WHERE reservation_id = $1 AND shared AND upper(during) > to_timestamp($2 / 1000.0)',
+    [reservationId, atMs],
+  );
+  return rows.map((r) => r.host_id);
+}
+
+// ─── What a maintenance window overlaps, and the calendar page ───────────────────────────────
+
+/** A lease's booking that a new window overlaps: pending ones can move; the others (begun) cannot. */
+export interface OverlappedBooking {
+  lease_id: string;
+  lease_name: string;
+  lease_status: string;
+  start_ms: number;
+  end_ms: number;
+}
+
+/** The leases (one row each) whose bookings of the host overlap [startMs, endMs), with their status. */
+export async function leasesOverlapping(db: Queryable, hostId: string, startMs: number, endMs: number): Promise<OverlappedBooking[]> {
+  const { rows } = await db.query<OverlappedBooking>(
+    `SELECT a.lease_id::text, l.name AS lease_name, l.status AS lease_status,
+            (extract(epoch FROM min(lower(a.during))) * 1000)::float8 AS start_ms, (extract(epoch FROM max(upper(a.during))) * 1000)::float8 AS end_ms
+     FROM host_allocations a JOIN leases l ON l.id = a.lease_id AND l.deleted_at IS NULL
+     WHERE a.host_id = $1 AND a.during && tstzrange(to_timestamp($2::float8 / 1000), to_timestamp($3::float8 / 1000))
+     GROUP BY a.lease_id, l.name, l.status ORDER BY 4, 1`,
+    [hostId, startMs, endMs],
+  );
+  return rows;
+}
+
+/** A host's booking the calendar page draws, with its lease's name and status. */
+export interface HostBookingInWindow extends BookingLeaseColumns {
+  host_id: string;
+  /** An instance reservation's slots on the host (shared with other instance reservations). */
+  shared: boolean;
+}
+
+/** The bookings of `hostIds` whose window overlaps [fromMs, toMs), by host then start; at most `limit`. */
+export async function hostBookingsInWindow(pool: Pool, window: { fromMs: number; toMs: number; hostIds: string[]; limit: number }): Promise<HostBookingInWindow[]> {
+  // `blocks` covers `during` and carries the GiST index of the exclusion constraint: it narrows, `during` decides.
+  const { rows } = await pool.query<HostBookingInWindow>(
+    `SELECT a.host_id::text, a.shared, ${BOOKING_LEASE_COLUMNS}
+     FROM host_allocations a LEFT JOIN leases l ON l.id = a.lease_id AND l.deleted_at IS NULL
+     WHERE a.blocks && ${WINDOW_PARAMS_RANGE} AND a.during && ${WINDOW_PARAMS_RANGE} AND a.host_id = ANY($3::bigint[])
+     ORDER BY a.host_id, lower(a.during), a.id LIMIT $4`,
+    [window.fromMs, window.toMs, window.hostIds, window.limit],
   );
   return rows;
 }

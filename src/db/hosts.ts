@@ -42,6 +42,16 @@ export interface HostRecord {
 
 type Queryable = Pool | PoolClient;
 
+/**
+ * SQL (for a capacity provider aliased `p`) that is true when the provider is on an enrolled host
+ * (not released): named by its hypervisor (a compute node's provider) or by its compute host; and
+ * when that host is failed. The one definition for the quantity store's failed-host check and the
+ * shared hosts the monitor watches (the others it watches as enrolled hosts).
+ */
+const ENROLLED_HOST_OF_PROVIDER = `h.released_at IS NULL AND (h.hypervisor_hostname = p.name OR COALESCE(h.service_name, h.hypervisor_hostname) = p.host)`;
+export const PROVIDER_ON_ENROLLED_HOST_SQL = `EXISTS (SELECT 1 FROM hosts h WHERE ${ENROLLED_HOST_OF_PROVIDER})`;
+export const PROVIDER_ON_FAILED_ENROLLED_HOST_SQL = `EXISTS (SELECT 1 FROM hosts h WHERE h.state = 'failed' AND ${ENROLLED_HOST_OF_PROVIDER})`;
+
 export type HostState = 'up' | 'failed';
 
 /** A drift found on a host: where it was, where the calendar wants it, and whether it was moved (LK_DRIFT_REPAIR=report: not). */

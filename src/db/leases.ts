@@ -1,10 +1,15 @@
 /**
  * The leases table: one row per lease, the lease's JSON document with the columns that lists and
  * ordering need. The API reads it; only the lease's own workflow writes it (through its activities).
+ * Also what the usage report and the usage policy read of it (leases over a span, deleted ones
+ * included: they are charged for what they used), and the instance plugin's active reservations.
  */
 import type { PoolClient } from 'pg';
 import type { Lease, LeaseStatus } from '../domain/lease';
+import type { Interval, MeteredLease } from '../domain/usage';
 import { violatedUniqueConstraint, type Pool } from './pool';
+
+type Queryable = Pool | PoolClient;
 
 export interface LeaseFilter {
   /** Only this project's leases (non-admins always get their own project). */
@@ -182,4 +187,78 @@ export async function leaseStates(pool: Pool, ids: string[]): Promise<Map<string
     [ids],
   );
   return new Map(rows.map((r) => [r.id, { status: r.status, deleted: r.deleted }]));
+}
+
+/**
+ * A lease's use can begin before its start (the provisioning lead time, at most a day) and end a
+ * little after its end (the end's own work): the rows read reach this far either side of the span;
+ * the report clips what it counts to the span exactly.
+ */
+const USE_BEYOND_WINDOW_MS = 2 * 86_400_000;
+
+/** A lease as the usage report and policy count it: deleted ones with when (they are charged for what they used until then). */
+function meteredLease(row: { document: Lease; deleted_ms: string | null }): MeteredLease {
+  return { lease: row.document, ...(row.deleted_ms !== null ? { deletedAtMs: Number(row.deleted_ms) } : {}) };
+}
+
+/**
+ * The leases (of every project, or one) that may have been booked or used within the span, deleted
+ * ones included, a batch at a time in (project_id, id) order: a report over every lease holds one
+ * batch in memory.
+ */
+export async function* meteredLeaseBatches(pool: Pool, filter: { projectId?: string; span: Interval }, batchSize = 500): AsyncGenerator<MeteredLease[]> {
+  let after: { projectId: string; id: string } | undefined;
+  for (;;) {
+    const { rows } = await pool.query<{ id: string; project_id: string; document: Lease; deleted_ms: string | null }>(
+      `SELECT id::text, project_id, document, (extract(epoch FROM deleted_at) * 1000)::bigint::text AS deleted_ms FROM leases
+       WHERE ($1::text IS NULL OR project_id = $1)
+         AND end_at > to_timestamp($2 / 1000.0) AND start_at < to_timestamp($3 / 1000.0)
+         AND (deleted_at IS NULL OR deleted_at > to_timestamp($4 / 1000.0))
+         AND ($5::text IS NULL OR (project_id, id) > ($5::text, $6::uuid))
+       ORDER BY project_id, id
+       LIMIT $7`,
+      [filter.projectId ?? null, filter.span.startMs - USE_BEYOND_WINDOW_MS, filter.span.endMs + USE_BEYOND_WINDOW_MS, filter.span.startMs, after?.projectId ?? null, after?.id ?? null, batchSize],
+    );
+    if (rows.length === 0) return;
+    yield rows.map(meteredLease);
+    if (rows.length < batchSize) return;
+    const last = rows[rows.length - 1];
+    after = { projectId: last.project_id, id: last.id };
+  }
+}
+
+/**
+ * The project's leases other than `exceptLeaseId` whose window overlaps `span`: live ones, and
+ * deleted ones deleted within it (they are charged for what they used).
+ */
+export async function projectLeasesWithin(db: Queryable, projectId: string, span: Interval, exceptLeaseId?: string): Promise<MeteredLease[]> {
+  const { rows } = await db.query<{ document: Lease; deleted_ms: string | null }>(
+    `SELECT document, (extract(epoch FROM deleted_at) * 1000)::bigint::text AS deleted_ms FROM leases
+     WHERE project_id = $1 AND ($2::uuid IS NULL OR id <> $2::uuid)
+       AND end_at > to_timestamp($3 / 1000.0) AND start_at < to_timestamp($4 / 1000.0)
+       AND (deleted_at IS NULL OR deleted_at > to_timestamp($3 / 1000.0))`,
+    [projectId, exceptLeaseId ?? null, span.startMs, span.endMs],
+  );
+  return rows.map(meteredLease);
+}
+
+/** How many of the project's leases (other than `exceptLeaseId`) are live and not ended. */
+export async function liveLeaseCount(db: Queryable, projectId: string, exceptLeaseId: string): Promise<number> {
+  const { rows } = await db.query<{ n: string }>(
+    `SELECT count(*)::text AS n FROM leases WHERE project_id = $1 AND id <> $2::uuid AND deleted_at IS NULL AND status NOT IN ('TERMINATED', 'ERROR')`,
+    [projectId, exceptLeaseId],
+  );
+  return Number(rows[0].n);
+}
+
+/** The reservations of `resourceType` whose leases are ACTIVE (not starting, changing or ending): those whose slots must be in Nova and Placement now. */
+export async function activeReservationsOfType(db: Queryable, resourceType: string): Promise<Array<{ reservationId: string; leaseId: string; projectId: string }>> {
+  const { rows } = await db.query<{ reservationId: string; leaseId: string; projectId: string }>(
+    `SELECT r->>'id' AS "reservationId", l.id::text AS "leaseId", l.project_id AS "projectId"
+     FROM leases l CROSS JOIN LATERAL jsonb_array_elements(l.document->'reservations') r
+     WHERE l.status = 'ACTIVE' AND l.deleted_at IS NULL AND r->>'resource_type' = $1
+     ORDER BY 1`,
+    [resourceType],
+  );
+  return rows;
 }

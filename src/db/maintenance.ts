@@ -40,6 +40,18 @@ export const UNUSABLE_BOOKING_SQL = `(
   OR EXISTS (SELECT 1 FROM host_maintenance m WHERE m.host_id = a.host_id
              AND CASE WHEN lower(a.during) > now() THEN m.during && a.during ELSE m.during @> now() END))`;
 
+/** The windows overlapping [fromMs, toMs + cleaningMs) (toMs null: from `fromMs` on), of every host or only of `hostIds`, as the host calendar's blocked intervals. */
+export async function maintenanceBlocks(db: Queryable, window: { fromMs: number; toMs: number | null; cleaningMs: number; hostIds?: string[] }): Promise<Array<{ host_id: string; start_ms: number; end_ms: number }>> {
+  const { rows } = await db.query<{ host_id: string; start_ms: number; end_ms: number }>(
+    `SELECT host_id::text, (extract(epoch FROM lower(during)) * 1000)::float8 AS start_ms, (extract(epoch FROM upper(during)) * 1000)::float8 AS end_ms
+     FROM host_maintenance
+     WHERE during && tstzrange(to_timestamp($1 / 1000.0), to_timestamp($2::numeric / 1000.0) + $3 * interval '1 millisecond')
+       AND ($4::bigint[] IS NULL OR host_id = ANY($4::bigint[]))`,
+    [window.fromMs, window.toMs, window.cleaningMs, window.hostIds ?? null],
+  );
+  return rows;
+}
+
 export interface NewWindow {
   id: string;
   hostId: string;
@@ -110,28 +122,6 @@ export async function withdrawWindow(db: Queryable, id: string): Promise<'delete
 /** Records that the window's start disabled the compute service (`atMs`), or that its end enabled it again (null). */
 export async function recordComputeDisabled(db: Queryable, id: string, atMs: number | null): Promise<void> {
   await db.query('UPDATE host_maintenance SET compute_disabled_at = to_timestamp($2::float8 / 1000) WHERE id = $1', [id, atMs]);
-}
-
-/** A lease's booking that a new window overlaps: pending ones can move; the others (begun) cannot. */
-export interface OverlappedBooking {
-  lease_id: string;
-  lease_name: string;
-  lease_status: string;
-  start_ms: number;
-  end_ms: number;
-}
-
-/** The leases (one row each) whose bookings of the host overlap [startMs, endMs), with their status. */
-export async function leasesOverlapping(db: Queryable, hostId: string, startMs: number, endMs: number): Promise<OverlappedBooking[]> {
-  const { rows } = await db.query<OverlappedBooking>(
-    `SELECT a.lease_id::text, l.name AS lease_name, l.status AS lease_status,
-            (extract(epoch FROM min(lower(a.during))) * 1000)::float8 AS start_ms, (extract(epoch FROM max(upper(a.during))) * 1000)::float8 AS end_ms
-     FROM host_allocations a JOIN leases l ON l.id = a.lease_id AND l.deleted_at IS NULL
-     WHERE a.host_id = $1 AND a.during && tstzrange(to_timestamp($2::float8 / 1000), to_timestamp($3::float8 / 1000))
-     GROUP BY a.lease_id, l.name, l.status ORDER BY 4, 1`,
-    [hostId, startMs, endMs],
-  );
-  return rows;
 }
 
 /** The maintenance windows that overlap the reservation's bookings (why its hosts cannot serve it), by start. */

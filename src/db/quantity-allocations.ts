@@ -7,7 +7,9 @@
  */
 import type { PoolClient } from 'pg';
 import type { Amounts } from '../domain/quantity-calendar';
+import { PROVIDER_ON_ENROLLED_HOST_SQL, PROVIDER_ON_FAILED_ENROLLED_HOST_SQL } from './hosts';
 import type { Pool } from './pool';
+import { BOOKING_LEASE_COLUMNS, endReservationBookingsAt, WINDOW_PARAMS_RANGE, type BookingLeaseColumns } from './range-bookings';
 import { inTransaction } from './transaction';
 
 type Queryable = Pool | PoolClient;
@@ -75,20 +77,12 @@ export async function providersRefreshedAt(db: Queryable, kind: string): Promise
 }
 
 /**
- * SQL (for a capacity provider aliased `p`, a host aliased `h`) that is true when `h` is enrolled
- * (not released) and the provider is on it: named by its hypervisor (a compute node's provider) or
- * by its compute host. The one definition for the failed-host check and the shared hosts the
- * monitor watches (the others it watches as enrolled hosts).
- */
-const PROVIDER_ON_ENROLLED_HOST_SQL = `(h.released_at IS NULL AND (h.hypervisor_hostname = p.name OR COALESCE(h.service_name, h.hypervisor_hostname) = p.host))`;
-
-/**
  * A provider `p` on a host the monitor found failed: a shared compute host (compute_host_health) or
- * an enrolled one (hosts.state). The one definition for admission, healing and the monitor's sweep.
+ * an enrolled one (hosts.state, the hosts store's). The one definition for admission, healing and the monitor's sweep.
  */
 const PROVIDER_ON_FAILED_HOST_SQL = `(
   EXISTS (SELECT 1 FROM compute_host_health f WHERE f.host = p.host AND f.state = 'failed')
-  OR EXISTS (SELECT 1 FROM hosts h WHERE h.state = 'failed' AND ${PROVIDER_ON_ENROLLED_HOST_SQL}))`;
+  OR ${PROVIDER_ON_FAILED_ENROLLED_HOST_SQL})`;
 
 /** The usable providers of `kind` (in Placement, on a host that has not failed), by name (as shown) or by uuid (the order bookings lock them in). */
 export async function usableProviders(db: Queryable, kind: string, order: 'name' | 'uuid'): Promise<CapacityProvider[]> {
@@ -125,7 +119,7 @@ export async function sharedComputeHosts(db: Queryable): Promise<Array<{ host: s
     `SELECT DISTINCT p.host, COALESCE(f.state, 'up') AS state
      FROM capacity_providers p LEFT JOIN compute_host_health f ON f.host = p.host
      WHERE (p.usable OR EXISTS (SELECT 1 FROM quantity_allocations a WHERE a.provider_uuid = p.uuid AND upper(a.blocks) > now()))
-       AND NOT EXISTS (SELECT 1 FROM hosts h WHERE ${PROVIDER_ON_ENROLLED_HOST_SQL})
+       AND NOT ${PROVIDER_ON_ENROLLED_HOST_SQL}
      ORDER BY p.host`,
   );
   return rows;
@@ -219,20 +213,7 @@ export async function deleteReservationQuantityBookings(db: Queryable, reservati
   await db.query('DELETE FROM quantity_allocations WHERE reservation_id = $1', [reservationId]);
 }
 
-/** The booking tables whose rows (`during`, `blocks`, per reservation) end alike. */
-export type RangeBookingTable = 'quantity_allocations' | 'floating_ip_allocations';
-
 /** Ends the reservation's booking at `atMs`; a booking that had not begun by then is dropped whole. */
-export async function endReservationBookingsAt(db: Queryable, table: RangeBookingTable, reservationId: string, atMs: number): Promise<void> {
-  await db.query(
-    `UPDATE ${table}
-     SET during = tstzrange(lower(during), to_timestamp($2 / 1000.0)), blocks = tstzrange(lower(blocks), to_timestamp($2 / 1000.0))
-     WHERE reservation_id = $1 AND upper(during) > to_timestamp($2 / 1000.0) AND lower(during) < to_timestamp($2 / 1000.0)`,
-    [reservationId, atMs],
-  );
-  await db.query(`DELETE FROM ${table} WHERE reservation_id = $1 AND lower(during) >= to_timestamp($2 / 1000.0)`, [reservationId, atMs]);
-}
-
 export const endReservationQuantityBookingsAt = (db: Queryable, reservationId: string, atMs: number) => endReservationBookingsAt(db, 'quantity_allocations', reservationId, atMs);
 
 /** How many reservations book room on the host (by hypervisor or compute host name) and have not ended. */
@@ -243,4 +224,88 @@ export async function liveReservationsOnHost(db: Queryable, hypervisorHostname: 
     [hypervisorHostname, computeHost],
   );
   return rows[0].n;
+}
+
+// ─── Instance slots ─────────────────────────────────────────────────────────────────────────
+// A `virtual:instance` reservation books one row per slot here (on the host's compute provider,
+// the slot's VCPU / MEMORY_MB / DISK_GB) and one `shared` row per host in host_allocations. An
+// active reservation that changes ends its rows now and books anew from now: the rows live at an
+// instant are the reservation's slots then.
+
+/** The reservation's slots on one host at an instant. */
+export interface LiveSlots {
+  /** The enrolled host (its id in `hosts`), and Nova's compute service host for it. */
+  hostId: string;
+  computeHost: string;
+  providerUuid: string;
+  /** The provider's name: the hypervisor host name. */
+  name: string;
+  /** Nova's compute service host. */
+  host: string;
+  slots: number;
+  bookingKey: string;
+}
+
+/** The reservation's slots live at `atMs` (those whose window ends after it), per host, by name. */
+export async function liveSlots(db: Queryable, reservationId: string, atMs: number): Promise<LiveSlots[]> {
+  const { rows } = await db.query<LiveSlots>(
+    `SELECT h.id::text AS "hostId", COALESCE(h.service_name, p.host) AS "computeHost", a.provider_uuid AS "providerUuid", p.name, p.host,
+            count(*)::int AS slots, min(a.booking_key) AS "bookingKey"
+     FROM quantity_allocations a JOIN capacity_providers p ON p.uuid = a.provider_uuid JOIN hosts h ON h.hypervisor_hostname = p.name
+     WHERE a.reservation_id = $1 AND upper(a.during) > to_timestamp($2 / 1000.0)
+     GROUP BY h.id, a.provider_uuid, p.name, p.host ORDER BY p.name`,
+    [reservationId, atMs],
+  );
+  return rows;
+}
+
+/** Every host the reservation ever had slots on (an end cleans them all), by name. */
+export async function slotHostsEver(db: Queryable, reservationId: string): Promise<Array<{ providerUuid: string; name: string; host: string }>> {
+  const { rows } = await db.query<{ providerUuid: string; name: string; host: string }>(
+    `SELECT DISTINCT a.provider_uuid AS "providerUuid", p.name, p.host
+     FROM quantity_allocations a JOIN capacity_providers p ON p.uuid = a.provider_uuid WHERE a.reservation_id = $1 ORDER BY p.name`,
+    [reservationId],
+  );
+  return rows;
+}
+
+// ─── The calendar page ──────────────────────────────────────────────────────────────────────
+
+export interface ProviderInWindow {
+  uuid: string;
+  name: string;
+  host: string;
+  kind: string;
+  capacity: Amounts;
+  usable: boolean;
+}
+
+/** Quantities booked on a provider, as the calendar page draws them. */
+export interface QuantityBookingInWindow extends BookingLeaseColumns {
+  provider_uuid: string;
+  amounts: Amounts;
+}
+
+export interface ProviderInWindow {
+  uuid: string;
+  name: string;
+  host: string;
+  kind: string;
+  capacity: Amounts;
+  usable: boolean;
+}
+
+/** The providers (every kind) and the quantities booked on them over [fromMs, toMs), by provider then start; at most `limit` bookings. */
+export async function quantityBookingsInWindow(pool: Pool, window: { fromMs: number; toMs: number; limit: number }): Promise<{ providers: ProviderInWindow[]; bookings: QuantityBookingInWindow[] }> {
+  const [providers, bookings] = await Promise.all([
+    pool.query<ProviderInWindow>('SELECT uuid, name, host, kind, capacity, usable FROM capacity_providers ORDER BY kind, name'),
+    pool.query<QuantityBookingInWindow>(
+      `SELECT a.provider_uuid, a.amounts, ${BOOKING_LEASE_COLUMNS}
+       FROM quantity_allocations a LEFT JOIN leases l ON l.id = a.lease_id AND l.deleted_at IS NULL
+       WHERE a.blocks && ${WINDOW_PARAMS_RANGE} AND a.during && ${WINDOW_PARAMS_RANGE}
+       ORDER BY a.provider_uuid, lower(a.during), a.id LIMIT $3`,
+      [window.fromMs, window.toMs, window.limit],
+    ),
+  ]);
+  return { providers: providers.rows, bookings: bookings.rows };
 }

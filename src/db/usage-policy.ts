@@ -1,11 +1,9 @@
 /**
- * What the usage policy reads and keeps in PostgreSQL: the per-project rules admins set, and a
- * project's leases over a span (the ledger the check and the usage report count from). Checks of
- * one project take its advisory lock, so that two admissions cannot both take the last of a limit.
+ * What the usage policy keeps in PostgreSQL: the per-project rules admins set (table
+ * project_policies). Checks of one project take its advisory lock, so that two admissions cannot
+ * both take the last of a limit; the project's leases they count are read from the leases store.
  */
 import type { PoolClient } from 'pg';
-import type { Lease } from '../domain/lease';
-import type { Interval, MeteredLease } from '../domain/usage';
 import type { Pool } from './pool';
 
 type Queryable = Pool | PoolClient;
@@ -13,30 +11,6 @@ type Queryable = Pool | PoolClient;
 /** Serialises the policy checks of one project until the transaction ends. */
 export async function lockProjectPolicy(client: PoolClient, projectId: string): Promise<void> {
   await client.query("SELECT pg_advisory_xact_lock(hashtext('leasekeeper:usage-policy'), hashtext($1))", [projectId]);
-}
-
-/**
- * The project's leases other than `exceptLeaseId` whose window overlaps `span`: live ones, and
- * deleted ones deleted within it (they are charged for what they used).
- */
-export async function projectLeasesWithin(db: Queryable, projectId: string, span: Interval, exceptLeaseId?: string): Promise<MeteredLease[]> {
-  const { rows } = await db.query<{ document: Lease; deleted_ms: string | null }>(
-    `SELECT document, (extract(epoch FROM deleted_at) * 1000)::bigint::text AS deleted_ms FROM leases
-     WHERE project_id = $1 AND ($2::uuid IS NULL OR id <> $2::uuid)
-       AND end_at > to_timestamp($3 / 1000.0) AND start_at < to_timestamp($4 / 1000.0)
-       AND (deleted_at IS NULL OR deleted_at > to_timestamp($3 / 1000.0))`,
-    [projectId, exceptLeaseId ?? null, span.startMs, span.endMs],
-  );
-  return rows.map((row) => ({ lease: row.document, ...(row.deleted_ms !== null ? { deletedAtMs: Number(row.deleted_ms) } : {}) }));
-}
-
-/** How many of the project's leases (other than `exceptLeaseId`) are live and not ended. */
-export async function liveLeaseCount(db: Queryable, projectId: string, exceptLeaseId: string): Promise<number> {
-  const { rows } = await db.query<{ n: string }>(
-    `SELECT count(*)::text AS n FROM leases WHERE project_id = $1 AND id <> $2::uuid AND deleted_at IS NULL AND status NOT IN ('TERMINATED', 'ERROR')`,
-    [projectId, exceptLeaseId],
-  );
-  return Number(rows[0].n);
 }
 
 export interface StoredProjectRules {

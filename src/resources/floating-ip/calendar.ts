@@ -7,36 +7,23 @@
  *
  * Choice, as Blazar's: the required addresses, then addresses with nothing booked from now on,
  * then any free over the window. No cleaning gap: an address is free again the moment its lease
- * ends (Blazar applies its host cleaning time here too, for no reason an address has).
+ * ends (Blazar applies its host cleaning time here too, for no reason an address has). What it
+ * shares with the host calendar is in ../shared/whole-resource-calendar.ts.
  */
 import type { PoolClient } from 'pg';
-import { invalidLease, leaseConflict, requestDate as when, type Reservation } from '../../domain/lease';
-import { assignHosts, freeHosts, preferenceOrder, type CalendarSnapshot, type HostRequest } from '../../domain/host-calendar';
-import type { FitSearch, ReservationContext } from '../../domain/resource-plugin';
-import {
-  blockedFloatingIpIntervals,
-  deleteFloatingIpBookings,
-  deleteLeaseFloatingIpBookings,
-  deleteReservationFloatingIpBookings,
-  endReservationFloatingIpBookingsAt,
-  firstOtherFloatingIpBookingFrom,
-  floatingIpsOfReservation,
-  insertFloatingIpBooking,
-  listFloatingIps,
-  lockLeaseFloatingIpBookings,
-  moveLeaseFloatingIpBookingsEnd,
-  setLeaseFloatingIpBookingKey,
-  type FloatingIpBookingRow,
-  type FloatingIpRecord,
-} from '../../db/floating-ips';
+import { invalidLease, leaseConflict, type Reservation } from '../../domain/lease';
+import { freeHosts, preferenceOrder, type HostRequest } from '../../domain/host-calendar';
+import type { ReservationContext } from '../../domain/resource-plugin';
+import { blockedFloatingIpIntervals, deleteFloatingIpBookings, floatingIpBookings, floatingIpsOfReservation, insertFloatingIpBooking, listFloatingIps, type FloatingIpRecord } from '../../db/floating-ips';
 import type { Pool } from '../../db/pool';
-import { bookInTransaction, bookingKey, extensionRefused, releaseBooking, shortage, wholeResourceFit } from '../shared/booking';
+import type { WholeResourceBookingRow } from '../../db/range-bookings';
+import { bookInTransaction, bookingKey } from '../shared/booking';
+import { alreadyBooked, NEVER_FITS, WholeResourceCalendar, type BlockedInterval, type NewWholeResourceBooking } from '../shared/whole-resource-calendar';
 import { floatingIpParams, type FloatingIpParams } from './params';
 
 export const VIRTUAL_FLOATINGIP = 'virtual:floatingip';
 
 const NOT_ENOUGH = 'Not enough floating IPs available.';
-const NEVER_FITS = { earliest_start: null, earliest_end: null, longest_end: null };
 
 /** What an active reservation may not lose when it shrinks: addresses that carry traffic now. */
 export interface BookingOptions {
@@ -44,8 +31,15 @@ export interface BookingOptions {
   inUse?: Map<string, Set<string>>;
 }
 
-export class FloatingIpCalendar {
-  constructor(private readonly pool: Pool) {}
+export class FloatingIpCalendar extends WholeResourceCalendar<FloatingIpRecord, FloatingIpRecord[], [options?: BookingOptions]> {
+  protected readonly notEnough = NOT_ENOUGH;
+  protected readonly noun = 'address';
+  protected readonly nouns = 'addresses';
+  protected readonly neverFits = 'it never fits: not enough addresses enrolled';
+
+  constructor(pool: Pool) {
+    super(pool, floatingIpBookings, 0);
+  }
 
   /** Books the lease's floating IP reservations for [ctx.startMs, ctx.endMs); returns this reservation's addresses. */
   async book(ctx: ReservationContext, options: BookingOptions = {}): Promise<FloatingIpRecord[]> {
@@ -63,15 +57,6 @@ export class FloatingIpCalendar {
     return floatingIpsOfReservation(this.pool, reservationId);
   }
 
-  /** Frees the reservation's booking: all of it if it never started, the rest of the window if it ends early. */
-  async release(reservationId: string, started: boolean, nowMs = Date.now()): Promise<void> {
-    await releaseBooking(started, nowMs, {
-      deleteAll: () => deleteReservationFloatingIpBookings(this.pool, reservationId),
-      endAt: (at) => endReservationFloatingIpBookingsAt(this.pool, reservationId, at),
-    });
-  }
-
-  /** Where a lease of these reservations could go: the earliest fit from `start` and the longest from it. */
   /** The network's enrolled addresses free over the whole window [start, end) (availability: what a lease could get). */
   async freeAddresses(networkId: string, start: number, end: number): Promise<FloatingIpRecord[]> {
     const enrolled = (await listFloatingIps(this.pool, { reservableOnly: true })).filter((ip) => ip.floating_network_id === networkId);
@@ -79,19 +64,17 @@ export class FloatingIpCalendar {
     return enrolled.filter((ip) => free.has(ip.id));
   }
 
-  async search(reservations: Reservation[], start: number, durationMs: number, leadMs: number): Promise<FitSearch> {
+  protected async searchRequests(reservations: Reservation[]): Promise<{ resources: FloatingIpRecord[]; requests: HostRequest[] }> {
     const enrolled = await listFloatingIps(this.pool, { reservableOnly: true });
-    const requests = reservations.filter((r) => r.resource_type === VIRTUAL_FLOATINGIP).flatMap((r) => this.requests(r, enrolled));
-    const future = await this.snapshot(this.pool, enrolled, start, null, leadMs);
-    return wholeResourceFit(requests, future, start, durationMs);
+    return { resources: enrolled, requests: reservations.filter((r) => r.resource_type === VIRTUAL_FLOATINGIP).flatMap((r) => this.requests(r, enrolled)) };
   }
 
   private async bookIn(client: PoolClient, ctx: ReservationContext, options: BookingOptions): Promise<void> {
     const reservations = ctx.leaseReservations.filter((r) => r.resource_type === VIRTUAL_FLOATINGIP);
-    const existing = await lockLeaseFloatingIpBookings(client, ctx.leaseId);
+    const existing = await floatingIpBookings.lockLease(client, ctx.leaseId);
     const key = bookingKey([ctx.startMs, ctx.endMs, reservations.map((r) => [r.id, r.params])]);
     // Already booked for exactly this request (a sibling's call booked us, or a retry): nothing to do.
-    if (existing.length > 0 && existing.every((row) => row.booking_key === key)) return;
+    if (alreadyBooked(existing, key)) return;
 
     const enrolled = await listFloatingIps(client, { reservableOnly: true });
     if (ctx.leaseStatus !== 'PENDING' && existing.length > 0) {
@@ -99,17 +82,11 @@ export class FloatingIpCalendar {
       return;
     }
 
-    await deleteLeaseFloatingIpBookings(client, ctx.leaseId);
+    await floatingIpBookings.deleteLease(client, ctx.leaseId);
     const requests = reservations.flatMap((r) => this.requests(r, enrolled));
-    const calendar = await this.snapshot(client, enrolled, ctx.startMs, ctx.endMs, ctx.provisioningLeadMs);
-    const previouslyHeld = [...new Set(existing.map((row) => row.floating_ip_id))];
     // Never-booked addresses first: those booked from now on, whenever, come last (kept for the leases that asked for them).
     const now = Date.now();
-    const fromNow = await this.snapshot(client, enrolled, now, null, 0);
-    const preference = [...new Set([...previouslyHeld, ...preferenceOrder(fromNow, now)])];
-    const assignment = assignHosts(requests, freeHosts(calendar, ctx.startMs, ctx.endMs), preference);
-    if (!assignment) throw await this.explainShortage(client, enrolled, requests, ctx);
-    await this.insert(client, ctx, assignment, ctx.startMs, ctx.provisioningLeadMs, key);
+    await this.bookAnew(client, ctx, enrolled, requests, key, existing, { preferred: async () => preferenceOrder(await this.snapshot(client, enrolled, now, null, 0), now) });
   }
 
   /**
@@ -120,7 +97,7 @@ export class FloatingIpCalendar {
     client: PoolClient,
     ctx: ReservationContext,
     reservations: Reservation[],
-    existing: FloatingIpBookingRow[],
+    existing: WholeResourceBookingRow[],
     enrolled: FloatingIpRecord[],
     key: string,
     options: BookingOptions,
@@ -131,19 +108,19 @@ export class FloatingIpCalendar {
     for (const reservation of reservations) {
       const params = floatingIpParams.parse(reservation.params);
       const held = existing.filter((row) => row.reservation_id === reservation.id);
-      const network = held.map((row) => byId.get(row.floating_ip_id)?.floating_network_id).find((n) => n !== undefined);
+      const network = held.map((row) => byId.get(row.resource_id)?.floating_network_id).find((n) => n !== undefined);
       if (network !== undefined && network !== params.network_id) {
         throw invalidLease(`Floating IP reservation cannot be updated with requested parameters. Updating network_id is not supported (reservation ${reservation.id}).`);
       }
       const required = new Set(params.required_floatingips);
       const inUse = options.inUse?.get(reservation.id) ?? new Set<string>();
-      const missingRequired = params.required_floatingips.filter((a) => !held.some((row) => row.floating_ip_address === a));
-      const mustKeep = held.filter((row) => required.has(row.floating_ip_address) || inUse.has(row.floating_ip_address));
+      const missingRequired = params.required_floatingips.filter((a) => !held.some((row) => row.name === a));
+      const mustKeep = held.filter((row) => required.has(row.name) || inUse.has(row.name));
       const room = params.amount - missingRequired.length;
       if (mustKeep.length > room) {
         const used = mustKeep
-          .filter((row) => inUse.has(row.floating_ip_address))
-          .map((row) => row.floating_ip_address)
+          .filter((row) => inUse.has(row.name))
+          .map((row) => row.name)
           .sort();
         throw leaseConflict(
           `Floating IP reservation cannot be updated with requested parameters. Reservation ${reservation.id} would keep ${mustKeep.length} address(es) it cannot give up` +
@@ -154,9 +131,9 @@ export class FloatingIpCalendar {
       // The others in the order they were booked: the last added goes first.
       const others = held.filter((row) => !mustKeep.includes(row));
       const keep = [...mustKeep, ...others.slice(0, Math.max(0, room - mustKeep.length))];
-      const drop = held.filter((row) => !keep.includes(row)).map((row) => row.floating_ip_id);
+      const drop = held.filter((row) => !keep.includes(row)).map((row) => row.resource_id);
       if (drop.length > 0) await deleteFloatingIpBookings(client, reservation.id, drop);
-      const heldIds = new Set(held.map((row) => row.floating_ip_id));
+      const heldIds = new Set(held.map((row) => row.resource_id));
       const missingIds = new Set(missingRequired.map((a) => enrolled.find((ip) => ip.floating_network_id === params.network_id && ip.floating_ip_address === a)?.id));
       if (missingIds.has(undefined)) throw this.notEnrolled(params, enrolled);
       if (missingRequired.length > 0) wants.push({ reservationId: reservation.id, min: missingRequired.length, max: missingRequired.length, matches: (id) => missingIds.has(id) });
@@ -170,30 +147,15 @@ export class FloatingIpCalendar {
         });
       }
     }
-    if (!(await moveLeaseFloatingIpBookingsEnd(client, ctx.leaseId, ctx.endMs))) {
-      const ids = [...new Set(existing.map((row) => row.floating_ip_id))];
-      const next = await firstOtherFloatingIpBookingFrom(client, ids, ctx.leaseId, Math.min(...existing.map((row) => row.end_ms)));
-      throw extensionRefused(ctx, NOT_ENOUGH, `address ${next?.floating_ip_address ?? '?'} is booked from ${next ? when(next.next_ms) : '?'}`, next?.next_ms);
-    }
+    await this.moveEndOrRefuse(client, ctx, existing);
     if (wants.length > 0 && from < ctx.endMs) {
-      const calendar = await this.snapshot(client, enrolled, from, ctx.endMs, 0);
-      const taken = new Set(existing.map((row) => row.floating_ip_id));
-      const free = new Set([...freeHosts(calendar, from, ctx.endMs)].filter((id) => !taken.has(id)));
-      const extra = assignHosts(distinctKeys(wants), free, preferenceOrder(await this.snapshot(client, enrolled, from, null, 0), from));
+      const extra = await this.assignFree(client, ctx, enrolled, distinctKeys(wants), from, existing, async () => preferenceOrder(await this.snapshot(client, enrolled, from, null, 0), from));
       if (!extra) {
         throw leaseConflict(`${NOT_ENOUGH} Not enough free addresses to grow lease ${ctx.leaseName} now: ${wants.map((w) => `${w.min} more for reservation ${w.reservationId}`).join(', ')}.`);
       }
-      await this.insert(client, ctx, extra, from, 0, key);
+      await this.insert(client, ctx, extra, from, key, 0);
     }
-    await setLeaseFloatingIpBookingKey(client, ctx.leaseId, key);
-  }
-
-  /** Books the assigned addresses from `from` to the lease's end, in one order for every transaction (no deadlocks between them). */
-  private async insert(client: PoolClient, ctx: ReservationContext, assignment: Map<string, string[]>, from: number, leadMs: number, key: string): Promise<void> {
-    const rows = [...assignment].flatMap(([reservationId, ids]) => ids.map((id) => ({ reservationId: reservationId.split('#')[0], id }))).sort((a, b) => a.id.localeCompare(b.id));
-    for (const { reservationId, id } of rows) {
-      await insertFloatingIpBooking(client, { floatingIpId: id, reservationId, leaseId: ctx.leaseId, projectId: ctx.projectId, fromMs: from, endMs: ctx.endMs, leadMs, bookingKey: key });
-    }
+    await floatingIpBookings.setLeaseKey(client, ctx.leaseId, key);
   }
 
   /**
@@ -221,43 +183,32 @@ export class FloatingIpCalendar {
     return requests;
   }
 
+  protected async blocked(db: Pool | PoolClient, window: { fromMs: number; toMs: number | null; ids: string[] }): Promise<BlockedInterval[]> {
+    const rows = await blockedFloatingIpIntervals(db, { fromMs: window.fromMs, toMs: window.toMs, ids: window.ids });
+    return rows.map((r) => ({ resourceId: r.floating_ip_id, start_ms: r.start_ms, end_ms: r.end_ms }));
+  }
+
+  protected insertOne(client: PoolClient, booking: NewWholeResourceBooking): Promise<void> {
+    return insertFloatingIpBooking(client, { ...booking, floatingIpId: booking.resourceId });
+  }
+
+  protected compareIds(a: string, b: string): number {
+    return a.localeCompare(b);
+  }
+
+  protected describeShort(request: HostRequest, enrolled: FloatingIpRecord[], free: Set<string>): string {
+    const matching = enrolled.filter((ip) => request.matches(ip.id));
+    const busy = matching.filter((ip) => !free.has(ip.id)).map((ip) => ip.floating_ip_address);
+    const what = request.reservationId.endsWith('#required') ? 'required address(es)' : 'address(es)';
+    return `${request.min} ${what} for reservation ${request.reservationId.split('#')[0]} (${matching.length - busy.length} of ${matching.length} free${busy.length && busy.length <= 8 ? `; booked: ${busy.join(', ')}` : ''})`;
+  }
+
   private notEnrolled(params: FloatingIpParams, enrolled: FloatingIpRecord[]) {
     const known = new Set(enrolled.filter((ip) => ip.floating_network_id === params.network_id).map((ip) => ip.floating_ip_address));
     const missing = params.required_floatingips.filter((a) => !known.has(a));
     return invalidLease(`required_floatingips: ${missing.join(', ')} not enrolled as reservable on network ${params.network_id} (see GET /v1/floatingips)`);
   }
 
-  /**
-   * The bookings of the addresses that matter for a lease over [start, end) made ready `leadMs`
-   * before its start, shifted by the lead (as the host calendar does), so that the pure matching
-   * functions, which know only a gap after bookings, answer for the lead too.
-   */
-  private async snapshot(db: PoolClient | Pool, enrolled: FloatingIpRecord[], start: number, end: number | null, leadMs: number): Promise<CalendarSnapshot> {
-    const ids = enrolled.map((ip) => ip.id);
-    const rows = await blockedFloatingIpIntervals(db, { fromMs: start - leadMs, toMs: end, ids });
-    return { hostIds: ids, blocked: rows.map((r) => ({ hostId: r.floating_ip_id, start: r.start_ms + leadMs, end: r.end_ms + leadMs })), cleaningMs: leadMs };
-  }
-
-  /** 409 that says what was short, when the same request would fit, and how long it can be from the asked start. */
-  private async explainShortage(client: PoolClient, enrolled: FloatingIpRecord[], requests: HostRequest[], ctx: ReservationContext) {
-    const future = await this.snapshot(client, enrolled, ctx.startMs, null, ctx.provisioningLeadMs);
-    const free = freeHosts(future, ctx.startMs, ctx.endMs);
-    const byId = new Map(enrolled.map((ip) => [ip.id, ip]));
-    const short = requests
-      .map((r) => {
-        const matching = enrolled.filter((ip) => r.matches(ip.id));
-        const busy = matching.filter((ip) => !free.has(ip.id)).map((ip) => byId.get(ip.id)!.floating_ip_address);
-        const what = r.reservationId.endsWith('#required') ? 'required address(es)' : 'address(es)';
-        return `${r.min} ${what} for reservation ${r.reservationId.split('#')[0]} (${matching.length - busy.length} of ${matching.length} free${busy.length && busy.length <= 8 ? `; booked: ${busy.join(', ')}` : ''})`;
-      })
-      .join('; ');
-    return shortage(
-      ctx,
-      [`${NOT_ENOUGH} Not enough addresses free from ${when(ctx.startMs)} to ${when(ctx.endMs)}: needs ${short}`],
-      wholeResourceFit(requests, future, ctx.startMs, ctx.endMs - ctx.startMs),
-      'it never fits: not enough addresses enrolled',
-    );
-  }
 }
 
 /** Requests keyed apart (assignHosts answers per key; one reservation may have two, for disjoint addresses); `insert` drops the suffix. */

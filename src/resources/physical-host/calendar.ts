@@ -4,40 +4,21 @@
  * compete for the same hosts all get their minimum when that is possible at all). The exclusion
  * constraint `host_allocations_no_double_booking` is the last word: if a concurrent transaction
  * took a chosen host first, this one retries with a fresh choice. The SQL is the store's
- * (src/db/host-allocations.ts); what both calendars share is in ../shared/booking.ts.
+ * (src/db/host-allocations.ts); what it shares with the floating IP calendar is in
+ * ../shared/whole-resource-calendar.ts, and with every calendar in ../shared/booking.ts.
  */
 import type { ApplicationFailure } from '@temporalio/common';
 import type { PoolClient } from 'pg';
-import { isLeaseConflict, leaseConflict, invalidLease, requestDate as when, type Reservation } from '../../domain/lease';
-import {
-  assignHosts,
-  freeHosts,
-  preferenceOrder,
-  type Blocked,
-  type CalendarSnapshot,
-  type HostRequest,
-} from '../../domain/host-calendar';
+import { isLeaseConflict, leaseConflict, invalidLease, type Reservation } from '../../domain/lease';
+import { preferenceOrder, type Blocked, type HostRequest } from '../../domain/host-calendar';
 import { matchesQuery, parsePropertyQuery } from '../../domain/property-query';
 import type { FitSearch, ReservationContext } from '../../domain/resource-plugin';
-import {
-  blockedIntervals,
-  deleteLeaseBookings,
-  deleteHostBookingOfReservation,
-  deleteReservationHostBookings,
-  endReservationHostBookingsAt,
-  firstOtherBookingFrom,
-  hostsOfReservation,
-  insertHostBooking,
-  lockLeaseBookings,
-  moveLeaseBookingsEnd,
-  nextBookingsOfOthers,
-  setLeaseBookingKey,
-  unusableHostsOf,
-  type LeaseBookingRow,
-} from '../../db/host-allocations';
+import { blockedIntervals, deleteHostBookingOfReservation, hostBookings, hostsOfReservation, insertHostBooking, nextBookingsOfOthers, unusableHostsOf } from '../../db/host-allocations';
 import { failedReservableHosts, hypervisorProperties, inventoryVersion, listHosts, HYPERVISOR_FIELDS, type HostRecord } from '../../db/hosts';
 import type { Pool } from '../../db/pool';
-import { bookInTransaction, bookingKey, checkKeys, extensionRefused, releaseBooking, SEARCH_WORK_BUDGET, shortage, wholeResourceFit } from '../shared/booking';
+import type { WholeResourceBookingRow } from '../../db/range-bookings';
+import { bookInTransaction, bookingKey, checkKeys, SEARCH_WORK_BUDGET } from '../shared/booking';
+import { alreadyBooked, NEVER_FITS, WholeResourceCalendar, type BlockedInterval, type NewWholeResourceBooking } from '../shared/whole-resource-calendar';
 import { endPolicyOf, physicalHostParams, type EndPolicy } from './params';
 
 export const PHYSICAL_HOST = 'physical:host';
@@ -64,9 +45,6 @@ export interface CalendarSettings {
 
 export { SEARCH_WORK_BUDGET };
 
-/** A request that can never fit, in the details the API hands back (nothing to retry with). */
-const NEVER_FITS = { earliest_start: null, earliest_end: null, longest_end: null };
-
 function shuffle(ids: string[]): string[] {
   const copy = [...ids];
   for (let i = copy.length - 1; i > 0; i--) {
@@ -77,14 +55,20 @@ function shuffle(ids: string[]): string[] {
 }
 
 
-export class HostCalendar {
+export class HostCalendar extends WholeResourceCalendar<HostRecord, BookedHost[], []> {
+  protected readonly notEnough = 'Not enough hosts available.';
+  protected readonly noun = 'host';
+  protected readonly nouns = 'hosts';
+  protected readonly neverFits = 'it never fits: not enough hosts match';
   /** Reservable hosts as of an inventory version (migration 007), for the read-only queries. */
   private hostsSeen?: { version: string; hosts: Promise<HostRecord[]> };
 
   constructor(
-    private readonly pool: Pool,
+    pool: Pool,
     private readonly settings: CalendarSettings,
-  ) {}
+  ) {
+    super(pool, hostBookings, settings.cleaningMs);
+  }
 
   /** The reservable hosts, read again only when the inventory changed. Booking reads them afresh in its transaction. */
   private async reservableHosts(): Promise<HostRecord[]> {
@@ -117,13 +101,9 @@ export class HostCalendar {
     return new Map(rows.map((r) => [r.host_id, r.next_ms]));
   }
 
-  /** Frees the reservation's booking: all of it if it never started, the rest of the window if it ends early. */
-  async release(ctx: ReservationContext, started: boolean, nowMs = Date.now()): Promise<void> {
-    const reservationId = ctx.reservation.id;
-    await releaseBooking(started, nowMs, {
-      deleteAll: () => deleteReservationHostBookings(this.pool, reservationId),
-      endAt: (at) => endReservationHostBookingsAt(this.pool, reservationId, at, this.settings.cleaningMs),
-    });
+  /** Frees the reservation's booking (by its id or its context): all of it if it never started, the rest of the window if it ends early. */
+  override release(reservation: string | ReservationContext, started: boolean, nowMs = Date.now()): Promise<void> {
+    return super.release(typeof reservation === 'string' ? reservation : reservation.reservation.id, started, nowMs);
   }
 
   /**
@@ -139,9 +119,9 @@ export class HostCalendar {
     return bookInTransaction(
       this.pool,
       async (client) => {
-        const existing = await lockLeaseBookings(client, ctx.leaseId);
+        const existing = await hostBookings.lockLease(client, ctx.leaseId);
         const failed = await unusableHostsOf(client, { leaseId: ctx.leaseId });
-        const holdsFailed = existing.some((row) => row.reservation_id === ctx.reservation.id && failed.has(row.host_id));
+        const holdsFailed = existing.some((row) => row.reservation_id === ctx.reservation.id && failed.has(row.resource_id));
         let alternative: Record<string, unknown> | undefined;
         if (holdsFailed && ctx.leaseStatus === 'PENDING') {
           await client.query('SAVEPOINT heal');
@@ -164,65 +144,51 @@ export class HostCalendar {
   }
 
   /** An active reservation's failed hosts, each swapped for a free matching host from now to the end (as many as there are). */
-  private async replaceFailed(client: PoolClient, ctx: ReservationContext, existing: LeaseBookingRow[], failed: Set<string>): Promise<void> {
-    const lost = existing.filter((row) => row.reservation_id === ctx.reservation.id && failed.has(row.host_id));
+  private async replaceFailed(client: PoolClient, ctx: ReservationContext, existing: WholeResourceBookingRow[], failed: Set<string>): Promise<void> {
+    const lost = existing.filter((row) => row.reservation_id === ctx.reservation.id && failed.has(row.resource_id));
     const from = Math.max(Date.now(), ctx.startMs);
     if (from >= ctx.endMs) return;
     const hosts = await listHosts(client, { reservableOnly: true });
     const request = this.request(ctx.reservation, hosts);
-    const calendar = await this.snapshot(client, hosts, from, ctx.endMs, 0);
-    const held = new Set(existing.map((row) => row.host_id));
-    const free = new Set([...freeHosts(calendar, from, ctx.endMs)].filter((id) => !held.has(id)));
-    const replacements = assignHosts([{ ...request, min: 0, max: lost.length }], free, preferenceOrder(calendar, Date.now()))?.get(ctx.reservation.id) ?? [];
+    const replacements = (await this.assignFree(client, ctx, hosts, [{ ...request, min: 0, max: lost.length }], from, existing))?.get(ctx.reservation.id) ?? [];
     if (replacements.length === 0) return;
     const key = existing[0].booking_key;
-    for (const row of lost.slice(0, replacements.length)) await deleteHostBookingOfReservation(client, ctx.reservation.id, row.host_id);
+    for (const row of lost.slice(0, replacements.length)) await deleteHostBookingOfReservation(client, ctx.reservation.id, row.resource_id);
     await this.insert(client, ctx, new Map([[ctx.reservation.id, replacements]]), from, key, 0);
   }
 
   private async bookIn(client: PoolClient, ctx: ReservationContext, rebook = false): Promise<BookedHost[]> {
     const reservations = ctx.leaseReservations.filter((r) => r.resource_type === PHYSICAL_HOST);
-    const existing = await lockLeaseBookings(client, ctx.leaseId);
-    const mine = (reservationId: string) => existing.filter((row) => row.reservation_id === reservationId);
-    const booked = (reservationId: string) => mine(reservationId).map((row) => ({ id: row.host_id, hypervisor_hostname: row.hypervisor_hostname }));
+    const existing = await hostBookings.lockLease(client, ctx.leaseId);
 
     // Already booked for exactly this request (a sibling's call booked us, or a retry): nothing to do.
     const key = hostBookingKey(ctx, reservations);
-    if (!rebook && existing.length > 0 && existing.every((row) => row.booking_key === key)) return booked(ctx.reservation.id);
+    if (!rebook && alreadyBooked(existing, key)) {
+      return existing.filter((row) => row.reservation_id === ctx.reservation.id).map((row) => ({ id: row.resource_id, hypervisor_hostname: row.name }));
+    }
 
     if (ctx.leaseStatus !== 'PENDING' && existing.length > 0) {
-      await this.resizeKeepingHosts(client, ctx, existing);
+      await this.moveEndOrRefuse(client, ctx, existing);
       await this.growActive(client, ctx, reservations, existing, key);
-      await setLeaseBookingKey(client, ctx.leaseId, key);
+      await hostBookings.setLeaseKey(client, ctx.leaseId, key);
       return hostsOfReservation(client, ctx.reservation.id);
     }
 
-    await deleteLeaseBookings(client, ctx.leaseId);
+    await hostBookings.deleteLease(client, ctx.leaseId);
     const hosts = await listHosts(client, { reservableOnly: true });
-    const lead = ctx.provisioningLeadMs;
-    const calendar = await this.snapshot(client, hosts, ctx.startMs, ctx.endMs, lead);
     // A `release` reservation keeps its hosts for good: only hosts with nothing booked later will do.
     const releasing = reservations.filter((r) => this.endPolicy(r) === 'release');
-    const bookedLater = releasing.length ? new Set((await this.snapshot(client, hosts, ctx.startMs, null, lead)).blocked.filter((b) => b.end > ctx.startMs).map((b) => b.hostId)) : new Set<string>();
+    const bookedLater = releasing.length
+      ? new Set((await this.snapshot(client, hosts, ctx.startMs, null, ctx.provisioningLeadMs)).blocked.filter((b) => b.end > ctx.startMs).map((b) => b.hostId))
+      : new Set<string>();
     await this.refuseMoreThanEnrolled(client, reservations, hosts);
     const requests = reservations.map((r) => this.request(r, hosts, releasing.includes(r) ? bookedLater : undefined));
-    const previouslyHeld = [...new Set(existing.map((row) => row.host_id))];
-    const preference = [...previouslyHeld, ...preferenceOrder(calendar, Date.now(), this.settings.randomChoice ? shuffle : undefined)];
-    const assignment = assignHosts(requests, freeHosts(calendar, ctx.startMs, ctx.endMs), [...new Set(preference)]);
-    if (!assignment) throw await this.explainShortage(client, hosts, requests, ctx, releasing.length > 0);
-
+    const assignment = await this.bookAnew(client, ctx, hosts, requests, key, existing, {
+      preferred: (calendar) => preferenceOrder(calendar, Date.now(), this.settings.randomChoice ? shuffle : undefined),
+      neverFits: releasing.length > 0 ? 'it never fits: on_end "release" needs hosts with nothing booked after its start' : undefined,
+    });
     const byId = new Map(hosts.map((h) => [h.id, h]));
-    await this.insert(client, ctx, assignment, ctx.startMs, key, lead);
     return (assignment.get(ctx.reservation.id) ?? []).map((id) => ({ id, hypervisor_hostname: byId.get(id)!.hypervisor_hostname }));
-  }
-
-  /** An active lease keeps its hosts: only its end moves; a collision says how far it can go. */
-  private async resizeKeepingHosts(client: PoolClient, ctx: ReservationContext, existing: LeaseBookingRow[]): Promise<void> {
-    if (await moveLeaseBookingsEnd(client, ctx.leaseId, ctx.endMs, this.settings.cleaningMs)) return;
-    const hostIds = [...new Set(existing.map((row) => row.host_id))];
-    const next = await firstOtherBookingFrom(client, hostIds, ctx.leaseId, Math.min(...existing.map((row) => row.end_ms)));
-    const latestEnd = next ? next.next_ms - this.settings.cleaningMs : undefined;
-    throw extensionRefused(ctx, 'Not enough hosts available.', `host ${next?.hypervisor_hostname ?? '?'} is booked from ${next ? when(next.next_ms) : '?'}`, latestEnd);
   }
 
   /** The reservable hosts that a reservation with these queries could book (a bad query: the reservation's 400). */
@@ -264,21 +230,22 @@ export class HostCalendar {
    * within the search budget: `cutShort` when it gave up, having looked until `searchedUntil`), and
    * the longest from `start`.
    */
-  async search(reservations: Reservation[], start: number, durationMs: number): Promise<FitSearch> {
+  override search(reservations: Reservation[], start: number, durationMs: number, leadMs = this.settings.provisioningLeadMs ?? 0): Promise<FitSearch> {
+    return super.search(reservations, start, durationMs, leadMs);
+  }
+
+  protected async searchRequests(reservations: Reservation[]): Promise<{ resources: HostRecord[]; requests: HostRequest[] }> {
     const hosts = await this.reservableHosts();
     const hostReservations = reservations.filter((r) => r.resource_type === PHYSICAL_HOST);
     await this.refuseMoreThanEnrolled(this.pool, hostReservations, hosts);
-    const requests = hostReservations.map((r) => this.request(r, hosts));
-    const candidates = hosts.filter((h) => requests.some((r) => r.matches(h.id)));
-    const future = await this.snapshot(this.pool, candidates, start, null, this.settings.provisioningLeadMs ?? 0, true);
-    return wholeResourceFit(requests, future, start, durationMs);
+    return { resources: hosts, requests: hostReservations.map((r) => this.request(r, hosts)) };
   }
 
   /**
    * An active lease whose reservations ask for more hosts gets them from now to its end, if free;
    * it never loses hosts it holds (a lower max than it holds is refused).
    */
-  private async growActive(client: PoolClient, ctx: ReservationContext, reservations: Reservation[], existing: LeaseBookingRow[], key: string): Promise<void> {
+  private async growActive(client: PoolClient, ctx: ReservationContext, reservations: Reservation[], existing: WholeResourceBookingRow[], key: string): Promise<void> {
     const hosts = await listHosts(client, { reservableOnly: true });
     const from = Math.max(Date.now(), ctx.startMs);
     const wants: HostRequest[] = [];
@@ -291,34 +258,9 @@ export class HostCalendar {
       if (request.max > count) wants.push({ ...request, min: Math.max(0, request.min - count), max: request.max - count });
     }
     if (wants.length === 0 || from >= ctx.endMs) return;
-    const calendar = await this.snapshot(client, hosts, from, ctx.endMs, 0);
-    const held = new Set(existing.map((row) => row.host_id));
-    const free = new Set([...freeHosts(calendar, from, ctx.endMs)].filter((id) => !held.has(id)));
-    const extra = assignHosts(wants, free, preferenceOrder(calendar, Date.now()));
+    const extra = await this.assignFree(client, ctx, hosts, wants, from, existing);
     if (!extra) throw leaseConflict(`Not enough hosts available. Not enough free hosts to grow lease ${ctx.leaseName} now: ${wants.map((w) => `${w.min} more for reservation ${w.reservationId}`).join(', ')}`);
     await this.insert(client, ctx, extra, from, key, 0);
-  }
-
-  /** Books the assigned hosts from `from` to the lease's end; the exclusion constraint has the last word. */
-  private async insert(client: PoolClient, ctx: ReservationContext, assignment: Map<string, string[]>, from: number, key: string, leadMs: number): Promise<void> {
-    const unbounded = new Set(ctx.leaseReservations.filter((r) => r.resource_type === PHYSICAL_HOST && this.endPolicy(r) === 'release').map((r) => r.id));
-    // Every transaction takes hosts in the same order (by id): two that want the same hosts then
-    // queue on the first one instead of deadlocking.
-    const rows = [...assignment].flatMap(([reservationId, hostIds]) => hostIds.map((hostId) => ({ reservationId, hostId }))).sort((a, b) => Number(a.hostId) - Number(b.hostId));
-    for (const { reservationId, hostId } of rows) {
-      await insertHostBooking(client, {
-        hostId,
-        reservationId,
-        leaseId: ctx.leaseId,
-        projectId: ctx.projectId,
-        fromMs: from,
-        endMs: ctx.endMs,
-        leadMs,
-        cleaningMs: this.settings.cleaningMs,
-        unbounded: unbounded.has(reservationId),
-        bookingKey: key,
-      });
-    }
   }
 
   /**
@@ -344,6 +286,28 @@ export class HostCalendar {
     );
   }
 
+  protected override unbounded(ctx: ReservationContext): ReadonlySet<string> {
+    return new Set(ctx.leaseReservations.filter((r) => r.resource_type === PHYSICAL_HOST && this.endPolicy(r) === 'release').map((r) => r.id));
+  }
+
+  protected async blocked(db: Pool | PoolClient, window: { fromMs: number; toMs: number | null; ids: string[]; onlyTheseIds: boolean }): Promise<BlockedInterval[]> {
+    const rows = await blockedIntervals(db, { fromMs: window.fromMs, toMs: window.toMs, cleaningMs: this.cleaningMs, hostIds: window.onlyTheseIds ? window.ids : undefined });
+    return rows.map((r) => ({ resourceId: r.host_id, start_ms: r.start_ms, end_ms: r.end_ms }));
+  }
+
+  protected insertOne(client: PoolClient, booking: NewWholeResourceBooking): Promise<void> {
+    return insertHostBooking(client, { ...booking, hostId: booking.resourceId, cleaningMs: this.cleaningMs });
+  }
+
+  protected compareIds(a: string, b: string): number {
+    return Number(a) - Number(b);
+  }
+
+  protected describeShort(request: HostRequest, hosts: HostRecord[], free: Set<string>): string {
+    const matching = hosts.filter((h) => request.matches(h.id));
+    return `at least ${request.min} host(s) matching reservation ${request.reservationId} (${matching.length} match, ${matching.filter((h) => free.has(h.id)).length} free)`;
+  }
+
   private endPolicy(reservation: Reservation): EndPolicy {
     return endPolicyOf(physicalHostParams.parse(reservation.params), this.settings.onEndDefault);
   }
@@ -363,32 +327,6 @@ export class HostCalendar {
     return { reservationId: reservation.id, min: params.min, max: params.max, matches: (id) => matching.has(id) };
   }
 
-  /**
-   * The bookings that matter for a lease over [start, end) made ready `leadMs` before its start:
-   * those overlapping [start − lead, end + cleaning). Each is shifted by the lead and the gap after
-   * it grows by the lead, so the pure calendar functions (which know only a gap after bookings)
-   * answer for the lead too: a new lease must begin its lead time after a booking's blocked end.
-   */
-  private async snapshot(db: PoolClient | Pool, hosts: HostRecord[], start: number, end: number | null, leadMs: number, onlyTheseHosts = false): Promise<CalendarSnapshot> {
-    const rows = await blockedIntervals(db, { fromMs: start - leadMs, toMs: end, cleaningMs: this.settings.cleaningMs, hostIds: onlyTheseHosts ? hosts.map((h) => h.id) : undefined });
-    const blocked: Blocked[] = rows.map((r) => ({ hostId: r.host_id, start: r.start_ms + leadMs, end: r.end_ms + leadMs }));
-    return { hostIds: hosts.map((h) => h.id), blocked, cleaningMs: this.settings.cleaningMs + leadMs };
-  }
-
-  /** 409 that says what was short, when the same request would fit, and how long it can be from the asked start. */
-  private async explainShortage(client: PoolClient, hosts: HostRecord[], requests: HostRequest[], ctx: ReservationContext, releasing = false) {
-    const future = await this.snapshot(client, hosts, ctx.startMs, null, ctx.provisioningLeadMs);
-    const free = freeHosts(future, ctx.startMs, ctx.endMs);
-    const short = requests
-      .map((r) => `at least ${r.min} host(s) matching reservation ${r.reservationId} (${hosts.filter((h) => r.matches(h.id)).length} match, ${hosts.filter((h) => r.matches(h.id) && free.has(h.id)).length} free)`)
-      .join('; ');
-    return shortage(
-      ctx,
-      [`Not enough hosts available. Not enough hosts free from ${when(ctx.startMs)} to ${when(ctx.endMs)}: needs ${short}`],
-      wholeResourceFit(requests, future, ctx.startMs, ctx.endMs - ctx.startMs),
-      releasing ? 'it never fits: on_end "release" needs hosts with nothing booked after its start' : 'it never fits: not enough hosts match',
-    );
-  }
 }
 
 /** Identifies one booking request of a lease: its window and its host reservations' parameters. */

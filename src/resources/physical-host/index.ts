@@ -230,7 +230,7 @@ export function physicalHostPlugin(deps: PhysicalHostDeps): ResourcePlugin {
         const outcome = await endInCloud(ctx, deps.cloud().nova);
         if (outcome.waitingFor) return outcome; // the booking holds the hosts until they are back
       }
-      await calendar.release(ctx, ctx.started);
+      await calendar.release(ctx.reservation.id, ctx.started);
       return {};
     },
     async heal(ctx) {

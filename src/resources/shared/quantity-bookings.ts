@@ -29,6 +29,7 @@ import {
   type CapacityProvider,
   type QuantityBookingRecord,
 } from '../../db/quantity-allocations';
+import type { Calendar } from '../../domain/calendar';
 import type { FitSearch, ReservationContext } from '../../domain/resource-plugin';
 import { bookInTransaction, bookingKey, checkKeys, extensionRefused, releaseBooking, shortage } from './booking';
 
@@ -79,7 +80,19 @@ function describeAmounts(amounts: Amounts): string {
     .join(', ');
 }
 
-export class QuantityCalendar {
+interface QuantityCalendarTypes {
+  db: Pool | PoolClient;
+  resource: CapacityProvider;
+  bookArgs: [request: QuantityRequest];
+  booked: QuantityBookingRow;
+  searchFor: QuantityRequest;
+  snapshot: Array<QuantityBooking & { reservationId: string }>;
+  snapshotArgs: [];
+  /** The request, and the bookings over its window. */
+  shortageArgs: [request: QuantityRequest, windowBookings: QuantityBooking[]];
+}
+
+export class QuantityCalendar implements Calendar<QuantityCalendarTypes> {
   constructor(private readonly pool: Pool) {}
 
   /**
@@ -120,9 +133,9 @@ export class QuantityCalendar {
       if (providers.length === 0) throw await this.noMatchingProvider(client, request);
       await deleteReservationQuantityBookings(client, ctx.reservation.id);
       const from = ctx.startMs - ctx.provisioningLeadMs;
-      const bookings = await this.bookingsOn(client, providers, from, ctx.endMs);
+      const bookings = await this.snapshot(client, providers, from, ctx.endMs);
       const fitting = providers.filter((p) => fits(asProvider(p), bookings, request.amounts, from, ctx.endMs));
-      if (fitting.length === 0) throw await this.explainShortage(client, ctx, request, providers, bookings);
+      if (fitting.length === 0) throw await this.explainShortage(client, ctx, providers, request, bookings);
       // Spread: the least loaded provider, keeping the one held before when it still fits.
       const chosen =
         fitting.find((p) => p.uuid === existing?.providerUuid) ??
@@ -150,7 +163,7 @@ export class QuantityCalendar {
   async move(ctx: ReservationContext, request: QuantityRequest, candidates: string[], fromMs: number): Promise<QuantityBookingRow | undefined> {
     return this.transaction(async (client) => {
       const providers = await this.lockProviders(client, request.kind, (p) => candidates.includes(p.uuid));
-      const bookings = (await this.bookingsOn(client, providers, fromMs, ctx.endMs)).filter((b) => b.reservationId !== ctx.reservation.id);
+      const bookings = (await this.snapshot(client, providers, fromMs, ctx.endMs)).filter((b) => b.reservationId !== ctx.reservation.id);
       const byPreference = [...providers].sort((a, b) => candidates.indexOf(a.uuid) - candidates.indexOf(b.uuid));
       const chosen = byPreference.find((p) => fits(asProvider(p), bookings, request.amounts, fromMs, ctx.endMs));
       if (!chosen) return undefined;
@@ -199,7 +212,7 @@ export class QuantityCalendar {
    */
   async search(request: QuantityRequest, start: number, durationMs: number, leadMs: number): Promise<FitSearch> {
     const providers = (await usableProviders(this.pool, request.kind, 'uuid')).filter(request.matches);
-    const bookings = await this.bookingsOn(this.pool, providers, start - leadMs, Infinity);
+    const bookings = await this.snapshot(this.pool, providers, start - leadMs, null);
     return fitSearch(providers, bookings, request.amounts, start, durationMs, leadMs);
   }
 
@@ -223,8 +236,9 @@ export class QuantityCalendar {
     return lockProviders(client, candidates);
   }
 
-  private async bookingsOn(db: Pool | PoolClient, providers: CapacityProvider[], from: number, to: number): Promise<Array<QuantityBooking & { reservationId: string }>> {
-    const rows = await bookingsOnProviders(db, providers.map((p) => p.uuid), from, to);
+  /** The bookings on the providers overlapping [from, to) (to null: from `from` on). */
+  async snapshot(db: Pool | PoolClient, providers: CapacityProvider[], from: number, to: number | null): Promise<Array<QuantityBooking & { reservationId: string }>> {
+    const rows = await bookingsOnProviders(db, providers.map((p) => p.uuid), from, to ?? Infinity);
     return rows.map((r) => ({ providerId: r.provider_uuid, reservationId: r.reservation_id, start: r.start_ms, end: r.end_ms, amounts: r.amounts }));
   }
 
@@ -241,7 +255,7 @@ export class QuantityCalendar {
     const providers = await this.lockProviders(client, request.kind, (p) => p.uuid === existing.providerUuid);
     const from = Math.max(Date.now(), existing.endMs);
     if (ctx.endMs > from && providers[0]) {
-      const others = (await this.bookingsOn(client, providers, from, ctx.endMs)).filter((b) => b.reservationId !== ctx.reservation.id);
+      const others = (await this.snapshot(client, providers, from, ctx.endMs)).filter((b) => b.reservationId !== ctx.reservation.id);
       if (!fits(asProvider(providers[0]), others, request.amounts, from, ctx.endMs)) {
         const longest = longestQuantityFit([asProvider(providers[0])], others, request.amounts, from);
         const latestEnd = longest === Infinity ? undefined : from + longest; // 0: it cannot go past its current end
@@ -252,10 +266,10 @@ export class QuantityCalendar {
   }
 
   /** 409 that says what is short on the closest provider, and when the same request would fit. */
-  private async explainShortage(client: PoolClient, ctx: ReservationContext, request: QuantityRequest, providers: CapacityProvider[], windowBookings: QuantityBooking[]) {
+  async explainShortage(client: Pool | PoolClient, ctx: ReservationContext, providers: CapacityProvider[], request: QuantityRequest, windowBookings: QuantityBooking[]): Promise<Error> {
     const lead = ctx.provisioningLeadMs;
     const from = ctx.startMs - lead;
-    const future = await this.bookingsOn(client, providers, from, Infinity);
+    const future = await this.snapshot(client, providers, from, null);
     const closest = providers
       .map((p) => ({ p, short: shortfall(asProvider(p), windowBookings, request.amounts, from, ctx.endMs) }))
       .sort((a, b) => a.short.length - b.short.length)[0];

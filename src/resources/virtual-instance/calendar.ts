@@ -11,13 +11,23 @@ import type { PoolClient } from 'pg';
 import { invalidLease, leaseConflict, requestDate as when, wholeMinuteUp } from '../../domain/lease';
 import { canEverPlace, freeSlots, longestSlots, placeSlots, searchEarliestSlots, type SlotCalendar, type SlotHost, type SlotRequest } from '../../domain/instance-slots';
 import { matchesQuery, parsePropertyQuery } from '../../domain/property-query';
+import type { Calendar } from '../../domain/calendar';
 import type { FitSearch, ReservationContext } from '../../domain/resource-plugin';
 import type { Reservation } from '../../domain/lease';
-import { blockedIntervals, deleteReservationHostBookings, endReservationHostBookingsAt, insertHostBooking } from '../../db/host-allocations';
+import { blockedIntervals, deleteReservationHostBookings, endReservationHostBookingsAt, endSharedHostRowsAt, insertHostBooking, liveSharedHosts, moveSharedHostRowsEnd } from '../../db/host-allocations';
 import { computeHostName, listHosts, type HostRecord } from '../../db/hosts';
-import { endSharedHostRowsAt, liveSharedHosts, liveSlots, moveSharedHostRowsEnd, type LiveSlots } from '../../db/instance-slots';
 import type { Pool } from '../../db/pool';
-import { bookingsOnProviders, deleteReservationQuantityBookings, endReservationQuantityBookingsAt, insertQuantityBooking, lockProviders, usableProviders, type CapacityProvider } from '../../db/quantity-allocations';
+import {
+  bookingsOnProviders,
+  deleteReservationQuantityBookings,
+  endReservationQuantityBookingsAt,
+  insertQuantityBooking,
+  liveSlots,
+  lockProviders,
+  usableProviders,
+  type CapacityProvider,
+  type LiveSlots,
+} from '../../db/quantity-allocations';
 import { bookInTransaction, bookingKey, checkKeys, extensionRefused, releaseBooking, shortage } from '../shared/booking';
 import { COMPUTE_KIND } from '../shared/compute-providers';
 import type { Amounts } from '../../domain/quantity-calendar';
@@ -62,12 +72,31 @@ export interface SlotSpec {
   forbiddenTraits?: string[];
 }
 
-interface Candidate {
+/** An enrolled host that can take slots, with its compute provider in Placement. */
+export interface Candidate {
   host: HostRecord;
   provider: CapacityProvider;
 }
 
-export class InstanceSlotCalendar {
+/** What a booking may be told: where servers run (kept first when it shrinks), and to book again though unchanged. */
+export interface SlotBookingOptions {
+  keepOn?: ReadonlyMap<string, number>;
+  rebook?: boolean;
+}
+
+interface InstanceCalendarTypes {
+  db: Pool | PoolClient;
+  resource: Candidate;
+  bookArgs: [spec: SlotSpec, options?: SlotBookingOptions];
+  booked: SlotPlacement[];
+  searchFor: Array<{ reservation: Reservation; spec: SlotSpec }>;
+  snapshot: SlotCalendar;
+  /** A reservation whose own slots are left out (it is booked again). */
+  snapshotArgs: [ownReservationId?: string];
+  shortageArgs: [request: SlotRequest];
+}
+
+export class InstanceSlotCalendar implements Calendar<InstanceCalendarTypes> {
   constructor(
     private readonly pool: Pool,
     private readonly settings: InstanceCalendarSettings,
@@ -79,7 +108,7 @@ export class InstanceSlotCalendar {
    * (servers may run there), drops `dropFrom` slots first when it shrinks, and books new ones from now.
    * `rebook`: book again even if the request is unchanged (healing, when hosts failed).
    */
-  async book(ctx: ReservationContext, spec: SlotSpec, options: { keepOn?: ReadonlyMap<string, number>; rebook?: boolean } = {}): Promise<SlotPlacement[]> {
+  async book(ctx: ReservationContext, spec: SlotSpec, options: SlotBookingOptions = {}): Promise<SlotPlacement[]> {
     return bookInTransaction(
       this.pool,
       async (client) => {
@@ -109,7 +138,7 @@ export class InstanceSlotCalendar {
   /** Per enrolled host (by id), how many slots of `slot` are free over the whole window [from, to) (availability). */
   async freeSlotsPerHost(slot: Amounts, from: number, to: number): Promise<Map<string, number>> {
     const candidates = await this.candidates(this.pool, { slot, amount: 1, affinity: null, resourceProperties: '' });
-    const calendar = await this.calendarOf(this.pool, candidates, from, to);
+    const calendar = await this.snapshot(this.pool, candidates, from, to);
     return new Map(candidates.map((c) => [c.host.id, freeSlots(slotHost(c), calendar, slot, from, to)]));
   }
 
@@ -141,7 +170,7 @@ export class InstanceSlotCalendar {
     for (const { reservation, spec } of reservations) {
       const candidates = await this.candidates(this.pool, spec);
       const request: SlotRequest = { slot: spec.slot, amount: spec.amount, affinity: spec.affinity };
-      const calendar = await this.calendarOf(this.pool, candidates, start - leadMs, null, reservation.id);
+      const calendar = await this.snapshot(this.pool, candidates, start - leadMs, null, reservation.id);
       const fit = slotFit(request, calendar, start, durationMs, leadMs);
       result = {
         earliest: result.earliest === undefined || fit.earliest === undefined ? undefined : Math.max(result.earliest, fit.earliest),
@@ -160,10 +189,10 @@ export class InstanceSlotCalendar {
     await deleteReservationQuantityBookings(client, ctx.reservation.id);
     await deleteReservationHostBookings(client, ctx.reservation.id);
     const from = ctx.startMs - ctx.provisioningLeadMs;
-    const calendar = await this.calendarOf(client, candidates, from, ctx.endMs, ctx.reservation.id);
+    const calendar = await this.snapshot(client, candidates, from, ctx.endMs, ctx.reservation.id);
     const held = new Set(candidates.filter((c) => live.some((l) => l.providerUuid === c.provider.uuid)).map((c) => c.host.id));
     const placed = placeSlots(request, calendar, from, ctx.endMs, { held });
-    if (!placed) throw await this.explainShortage(client, ctx, request, candidates);
+    if (!placed) throw await this.explainShortage(client, ctx, candidates, request);
     return this.insert(client, ctx, candidates, placed, request.slot, from, new Set(), key);
   }
 
@@ -195,7 +224,7 @@ export class InstanceSlotCalendar {
       return this.placementsOf(live);
     }
     const fixed = giveUp(current, request.amount, keepOn);
-    const calendar = await this.calendarOf(client, candidates, from, ctx.endMs, ctx.reservation.id);
+    const calendar = await this.snapshot(client, candidates, from, ctx.endMs, ctx.reservation.id);
     const placed = placeSlots(request, calendar, from, ctx.endMs, { fixed });
     if (!placed) {
       const keptFit = placeSlots({ ...request, amount: [...fixed.values()].reduce((a, b) => a + b, 0) }, calendar, from, ctx.endMs, { fixed });
@@ -273,7 +302,7 @@ export class InstanceSlotCalendar {
   }
 
   /** The hosts' slot bookings (but `ownReservationId`'s) and whole-host blocks over [from, to) (to null: from `from` on). */
-  private async calendarOf(db: Pool | PoolClient, candidates: Candidate[], from: number, to: number | null, ownReservationId?: string): Promise<SlotCalendar> {
+  async snapshot(db: Pool | PoolClient, candidates: Candidate[], from: number, to: number | null, ownReservationId?: string): Promise<SlotCalendar> {
     const hostOf = new Map(candidates.map((c) => [c.provider.uuid, c.host.id]));
     const slotRows = await bookingsOnProviders(db, [...hostOf.keys()], from, to ?? Infinity);
     const blocked = await blockedIntervals(db, { fromMs: from, toMs: to, cleaningMs: this.settings.cleaningMs, hostIds: candidates.map((c) => c.host.id), wholeHostOnly: true });
@@ -290,9 +319,9 @@ export class InstanceSlotCalendar {
   }
 
   /** 409 that says what is short, when the same request would fit, and how long from the asked start. */
-  private async explainShortage(client: PoolClient, ctx: ReservationContext, request: SlotRequest, candidates: Candidate[]) {
+  async explainShortage(client: Pool | PoolClient, ctx: ReservationContext, candidates: Candidate[], request: SlotRequest): Promise<Error> {
     const lead = ctx.provisioningLeadMs;
-    const future = await this.calendarOf(client, candidates, ctx.startMs - lead, null, ctx.reservation.id);
+    const future = await this.snapshot(client, candidates, ctx.startMs - lead, null, ctx.reservation.id);
     const from = ctx.startMs - lead;
     const free = candidates.map((c) => freeSlots(slotHost(c), future, request.slot, from, ctx.endMs));
     const what = [

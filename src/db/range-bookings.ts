@@ -1,0 +1,140 @@
+/**
+ * The statements the calendars' booking tables have in common: rows per reservation and lease,
+ * with their window `during` and `blocks` (the window from its lead on, plus a cleaning gap after,
+ * or unbounded for a booking that keeps its resource for good). Each store binds them to its own
+ * table (host_allocations, floating_ip_allocations, quantity_allocations): this file names none,
+ * and table names reach the SQL only from those stores' constants. Instants cross this boundary as
+ * epoch milliseconds.
+ */
+import type { PoolClient } from 'pg';
+import type { LeaseStatus } from '../domain/lease';
+import { isExclusionViolation, type Pool } from './pool';
+
+type Queryable = Pool | PoolClient;
+
+/** What the calendar page shows of a booking's lease (a booking aliased `a`, its lease `l`, left-joined). */
+export interface BookingLeaseColumns {
+  lease_id: string;
+  reservation_id: string;
+  project_id: string;
+  /** Null when the lease row is gone or deleted (a booking being released). */
+  lease_name: string | null;
+  status: LeaseStatus | null;
+  start_ms: number;
+  end_ms: number;
+}
+
+export const BOOKING_LEASE_COLUMNS = `a.lease_id::text, a.reservation_id::text, a.project_id, l.name AS lease_name, l.status,
+  (extract(epoch FROM lower(a.during)) * 1000)::float8 AS start_ms, (extract(epoch FROM upper(a.during)) * 1000)::float8 AS end_ms`;
+
+/** The window [$1, $2) of a query about one, in epoch milliseconds. */
+export const WINDOW_PARAMS_RANGE = `tstzrange(to_timestamp($1 / 1000.0), to_timestamp($2 / 1000.0))`;
+
+/**
+ * Ends the reservation's booking at `atMs` (blocked `cleaningMs` more; a booking blocked for good
+ * stays so); a booking that had not begun by then is dropped whole.
+ */
+export async function endReservationBookingsAt(db: Queryable, table: string, reservationId: string, atMs: number, cleaningMs = 0): Promise<void> {
+  await db.query(
+    `UPDATE ${table}
+     SET during = tstzrange(lower(during), to_timestamp($2 / 1000.0)),
+         blocks = tstzrange(lower(blocks), CASE WHEN upper_inf(blocks) THEN NULL ELSE to_timestamp($2 / 1000.0) + $3 * interval '1 millisecond' END)
+     WHERE reservation_id = $1 AND upper(during) > to_timestamp($2 / 1000.0) AND lower(during) < to_timestamp($2 / 1000.0)`,
+    [reservationId, atMs, cleaningMs],
+  );
+  await db.query(`DELETE FROM ${table} WHERE reservation_id = $1 AND lower(during) >= to_timestamp($2 / 1000.0)`, [reservationId, atMs]);
+}
+
+/** A booking table of whole resources (one row per resource of a reservation), as its store describes it. */
+export interface WholeResourceTable {
+  table: string;
+  /** The column naming the booked resource, and its type. */
+  resourceColumn: string;
+  idType: 'bigint' | 'uuid';
+  /** The resources' table, joined as `r` on its `id`, and the SQL of a resource's name over it. */
+  resources: string;
+  name: string;
+  /** The condition (over the bookings as `a`) of the rows the whole-resource calendar owns. */
+  ownRows: string;
+}
+
+/** One resource of a lease's booking, as the calendar reads it before changing the booking. */
+export interface WholeResourceBookingRow {
+  reservation_id: string;
+  booking_key: string;
+  resource_id: string;
+  /** The resource's name (a hypervisor host name, an address). */
+  name: string;
+  start_ms: number;
+  end_ms: number;
+}
+
+/** The statements of a whole-resource calendar over its table. */
+export function wholeResourceBookings(t: WholeResourceTable) {
+  return {
+    /** The lease's bookings, locked for the rest of the transaction, in the order they were made. */
+    lockLease: async (client: PoolClient, leaseId: string): Promise<WholeResourceBookingRow[]> => {
+      const { rows } = await client.query<WholeResourceBookingRow>(
+        `SELECT a.reservation_id::text, a.booking_key, a.${t.resourceColumn}::text AS resource_id, ${t.name} AS name,
+                (extract(epoch FROM lower(a.during)) * 1000)::float8 AS start_ms, (extract(epoch FROM upper(a.during)) * 1000)::float8 AS end_ms
+         FROM ${t.table} a JOIN ${t.resources} r ON r.id = a.${t.resourceColumn} WHERE a.lease_id = $1 AND ${t.ownRows}
+         ORDER BY a.id FOR UPDATE OF a`,
+        [leaseId],
+      );
+      return rows;
+    },
+
+    /**
+     * Moves the end of every booking of the lease to `endMs` (blocked `cleaningMs` after; a booking
+     * blocked for good stays so). False, with nothing changed and the transaction still usable, when
+     * that would overlap another booking.
+     */
+    moveLeaseEnd: async (client: PoolClient, leaseId: string, endMs: number, cleaningMs: number): Promise<boolean> => {
+      await client.query('SAVEPOINT move_end');
+      try {
+        await client.query(
+          `UPDATE ${t.table} a
+           SET during = tstzrange(lower(during), to_timestamp($2 / 1000.0)),
+               blocks = tstzrange(lower(blocks), CASE WHEN upper_inf(blocks) THEN NULL ELSE to_timestamp($2 / 1000.0) + $3 * interval '1 millisecond' END)
+           WHERE a.lease_id = $1 AND ${t.ownRows}`,
+          [leaseId, endMs, cleaningMs],
+        );
+        return true;
+      } catch (err) {
+        if (!isExclusionViolation(err)) throw err;
+        await client.query('ROLLBACK TO SAVEPOINT move_end');
+        return false;
+      }
+    },
+
+    /** Among the resources, the first booking of another lease blocking from `fromMs` on (undefined: none). */
+    firstOtherFrom: async (db: Queryable, ids: string[], leaseId: string, fromMs: number): Promise<{ name: string; next_ms: number } | undefined> => {
+      const { rows } = await db.query<{ name: string; next_ms: number }>(
+        `SELECT ${t.name} AS name, (extract(epoch FROM min(lower(a.blocks))) * 1000)::float8 AS next_ms
+         FROM ${t.table} a JOIN ${t.resources} r ON r.id = a.${t.resourceColumn}
+         WHERE a.${t.resourceColumn} = ANY($1::${t.idType}[]) AND a.lease_id <> $2 AND lower(a.blocks) >= to_timestamp($3 / 1000.0)
+         GROUP BY 1 ORDER BY next_ms LIMIT 1`,
+        [ids, leaseId, fromMs],
+      );
+      return rows[0];
+    },
+
+    setLeaseKey: async (client: PoolClient, leaseId: string, bookingKey: string): Promise<void> => {
+      await client.query(`UPDATE ${t.table} a SET booking_key = $2 WHERE a.lease_id = $1 AND ${t.ownRows}`, [leaseId, bookingKey]);
+    },
+
+    deleteLease: async (client: PoolClient, leaseId: string): Promise<void> => {
+      await client.query(`DELETE FROM ${t.table} a WHERE a.lease_id = $1 AND ${t.ownRows}`, [leaseId]);
+    },
+
+    /** Every row of the reservation (whichever calendar's). */
+    deleteReservation: async (db: Queryable, reservationId: string): Promise<void> => {
+      await db.query(`DELETE FROM ${t.table} WHERE reservation_id = $1`, [reservationId]);
+    },
+
+    /** Ends every row of the reservation at `atMs` (endReservationBookingsAt). */
+    endReservationAt: (db: Queryable, reservationId: string, atMs: number, cleaningMs = 0) => endReservationBookingsAt(db, t.table, reservationId, atMs, cleaningMs),
+  };
+}
+
+export type WholeResourceBookings = ReturnType<typeof wholeResourceBookings>;

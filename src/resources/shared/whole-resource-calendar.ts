@@ -1,0 +1,196 @@
+/**
+ * What the host calendar and the floating IP calendar share: both book whole resources (a host, an
+ * address), matching a lease's reservations together (src/domain/host-calendar.ts) so that those
+ * competing for the same resources all get theirs when that is possible at all, in a table of
+ * whole-resource rows whose statements are shared too (src/db/range-bookings.ts). Each calendar
+ * keeps what differs: its resources and requests, its order of preference, how an active lease
+ * changes, and its words.
+ */
+import type { PoolClient } from 'pg';
+import type { Calendar } from '../../domain/calendar';
+import { requestDate as when, type Reservation } from '../../domain/lease';
+import { assignHosts, freeHosts, preferenceOrder, type CalendarSnapshot, type HostRequest } from '../../domain/host-calendar';
+import type { FitSearch, ReservationContext } from '../../domain/resource-plugin';
+import type { Pool } from '../../db/pool';
+import type { WholeResourceBookingRow, WholeResourceBookings } from '../../db/range-bookings';
+import { extensionRefused, releaseBooking, shortage, wholeResourceFit } from './booking';
+
+/** A resource's blocked interval [start_ms, end_ms), as its store reads it. */
+export interface BlockedInterval {
+  resourceId: string;
+  start_ms: number;
+  end_ms: number;
+}
+
+/** A new booking of one resource from `fromMs` to `endMs`, blocking from `leadMs` before (for good: `unbounded`). */
+export interface NewWholeResourceBooking {
+  resourceId: string;
+  reservationId: string;
+  leaseId: string;
+  projectId: string;
+  fromMs: number;
+  endMs: number;
+  leadMs: number;
+  unbounded: boolean;
+  bookingKey: string;
+}
+
+/** The calendar interface's types for a calendar of whole resources. */
+export interface WholeResourceTypes<Resource, Booked, BookArgs extends unknown[]> {
+  db: Pool | PoolClient;
+  resource: Resource;
+  bookArgs: BookArgs;
+  booked: Booked;
+  searchFor: Reservation[];
+  snapshot: CalendarSnapshot;
+  /** The lead time of the lease asking (its bookings are read from that much before), and whether to read only these resources' bookings. */
+  snapshotArgs: [leadMs: number, onlyTheseResources?: boolean];
+  /** The requests that did not fit, and what to say when they never do. */
+  shortageArgs: [requests: HostRequest[], neverFits?: string];
+}
+
+/** The 409's details for a request that can never fit (no start, end or longest end to retry with). */
+export const NEVER_FITS = { earliest_start: null, earliest_end: null, longest_end: null };
+
+/** Whether the lease's bookings are already those of this request (a sibling's call booked them, or a retry). */
+export const alreadyBooked = (existing: WholeResourceBookingRow[], key: string) => existing.length > 0 && existing.every((row) => row.booking_key === key);
+
+export abstract class WholeResourceCalendar<Resource extends { id: string }, Booked, BookArgs extends unknown[]> implements Calendar<WholeResourceTypes<Resource, Booked, BookArgs>> {
+  /** Blazar's sentence when they do not fit (e.g. "Not enough hosts available."). */
+  protected abstract readonly notEnough: string;
+  /** What one resource, and several, are called in messages. */
+  protected abstract readonly noun: string;
+  protected abstract readonly nouns: string;
+  /** What a shortage says when the request can never fit. */
+  protected abstract readonly neverFits: string;
+
+  constructor(
+    protected readonly pool: Pool,
+    protected readonly bookings: WholeResourceBookings,
+    /** The gap a resource stays blocked after a booking ends. */
+    protected readonly cleaningMs: number,
+  ) {}
+
+  abstract book(ctx: ReservationContext, ...args: BookArgs): Promise<Booked>;
+
+  /** For a search: the reservable resources, and the requests of the lease's reservations of this type over them. */
+  protected abstract searchRequests(reservations: Reservation[]): Promise<{ resources: Resource[]; requests: HostRequest[] }>;
+  /** The blocked intervals overlapping [fromMs, toMs + cleaning) of `ids`, or of every resource when `onlyTheseIds` is false and the store allows. */
+  protected abstract blocked(db: Pool | PoolClient, window: { fromMs: number; toMs: number | null; ids: string[]; onlyTheseIds: boolean }): Promise<BlockedInterval[]>;
+  protected abstract insertOne(client: PoolClient, booking: NewWholeResourceBooking): Promise<void>;
+  /** The one order every transaction takes resources in: two that want the same ones queue instead of deadlocking. */
+  protected abstract compareIds(a: string, b: string): number;
+  /** What one request that did not fit needs, with how many resources match it and how many are free. */
+  protected abstract describeShort(request: HostRequest, resources: Resource[], free: Set<string>): string;
+
+  /** Reservations (by id) whose bookings block their resources for good. */
+  protected unbounded(_ctx: ReservationContext): ReadonlySet<string> {
+    return new Set();
+  }
+
+  /** Frees the reservation's booking: all of it if it never started, the rest of the window if it ends early. */
+  async release(reservationId: string, started: boolean, nowMs = Date.now()): Promise<void> {
+    await releaseBooking(started, nowMs, {
+      deleteAll: () => this.bookings.deleteReservation(this.pool, reservationId),
+      endAt: (at) => this.bookings.endReservationAt(this.pool, reservationId, at, this.cleaningMs),
+    });
+  }
+
+  /** Where a lease of these reservations could go: the earliest whole-minute fit from `start` (within the search budget), and the longest from it. */
+  async search(reservations: Reservation[], start: number, durationMs: number, leadMs: number): Promise<FitSearch> {
+    const { resources, requests } = await this.searchRequests(reservations);
+    const candidates = resources.filter((r) => requests.some((request) => request.matches(r.id)));
+    const future = await this.snapshot(this.pool, candidates, start, null, leadMs, true);
+    return wholeResourceFit(requests, future, start, durationMs);
+  }
+
+  /**
+   * The bookings that matter for a lease over [start, end) made ready `leadMs` before its start:
+   * those overlapping [start − lead, end + cleaning). Each is shifted by the lead and the gap after
+   * it grows by the lead, so the pure calendar functions (which know only a gap after bookings)
+   * answer for the lead too: a new lease must begin its lead time after a booking's blocked end.
+   */
+  async snapshot(db: Pool | PoolClient, resources: Resource[], start: number, end: number | null, leadMs: number, onlyTheseResources = false): Promise<CalendarSnapshot> {
+    const ids = resources.map((r) => r.id);
+    const rows = await this.blocked(db, { fromMs: start - leadMs, toMs: end, ids, onlyTheseIds: onlyTheseResources });
+    return { hostIds: ids, blocked: rows.map((r) => ({ hostId: r.resourceId, start: r.start_ms + leadMs, end: r.end_ms + leadMs })), cleaningMs: this.cleaningMs + leadMs };
+  }
+
+  /** 409 that says what was short, when the same request would fit, and how long it can be from the asked start. */
+  async explainShortage(db: Pool | PoolClient, ctx: ReservationContext, resources: Resource[], requests: HostRequest[], neverFits = this.neverFits): Promise<Error> {
+    const future = await this.snapshot(db, resources, ctx.startMs, null, ctx.provisioningLeadMs);
+    const free = freeHosts(future, ctx.startMs, ctx.endMs);
+    const needs = requests.map((r) => this.describeShort(r, resources, free)).join('; ');
+    return shortage(
+      ctx,
+      [`${this.notEnough} Not enough ${this.nouns} free from ${when(ctx.startMs)} to ${when(ctx.endMs)}: needs ${needs}`],
+      wholeResourceFit(requests, future, ctx.startMs, ctx.endMs - ctx.startMs),
+      neverFits,
+    );
+  }
+
+  /**
+   * A pending lease's booking, made anew (its old one dropped by the caller): the requests assigned
+   * over the window's free resources, those it held first, then in `preferred` order (given the
+   * window's calendar), and booked; a 409 explaining the shortage when they do not fit.
+   */
+  protected async bookAnew(
+    client: PoolClient,
+    ctx: ReservationContext,
+    resources: Resource[],
+    requests: HostRequest[],
+    key: string,
+    existing: WholeResourceBookingRow[],
+    options: { preferred: (calendar: CalendarSnapshot) => Promise<string[]> | string[]; neverFits?: string },
+  ): Promise<Map<string, string[]>> {
+    const calendar = await this.snapshot(client, resources, ctx.startMs, ctx.endMs, ctx.provisioningLeadMs);
+    const preference = [...new Set([...existing.map((row) => row.resource_id), ...(await options.preferred(calendar))])];
+    const assignment = assignHosts(requests, freeHosts(calendar, ctx.startMs, ctx.endMs), preference);
+    if (!assignment) throw await this.explainShortage(client, ctx, resources, requests, options.neverFits);
+    await this.insert(client, ctx, assignment, ctx.startMs, key, ctx.provisioningLeadMs);
+    return assignment;
+  }
+
+  /**
+   * For an active lease, from `from` to its end: `wants` assigned over the free resources it does
+   * not hold (`preferred`: the order, given that span's calendar; by default the least booked from
+   * now first). Undefined when they do not fit; nothing is booked here.
+   */
+  protected async assignFree(
+    client: PoolClient,
+    ctx: ReservationContext,
+    resources: Resource[],
+    wants: HostRequest[],
+    from: number,
+    existing: WholeResourceBookingRow[],
+    preferred: (calendar: CalendarSnapshot) => Promise<string[]> | string[] = (calendar) => preferenceOrder(calendar, Date.now()),
+  ): Promise<Map<string, string[]> | undefined> {
+    const calendar = await this.snapshot(client, resources, from, ctx.endMs, 0);
+    const held = new Set(existing.map((row) => row.resource_id));
+    const free = new Set([...freeHosts(calendar, from, ctx.endMs)].filter((id) => !held.has(id)));
+    return assignHosts(wants, free, await preferred(calendar));
+  }
+
+  /** An active lease keeps its resources and only its end moves; a collision with another lease's booking says how far it can go. */
+  protected async moveEndOrRefuse(client: PoolClient, ctx: ReservationContext, existing: WholeResourceBookingRow[]): Promise<void> {
+    if (await this.bookings.moveLeaseEnd(client, ctx.leaseId, ctx.endMs, this.cleaningMs)) return;
+    const ids = [...new Set(existing.map((row) => row.resource_id))];
+    const next = await this.bookings.firstOtherFrom(client, ids, ctx.leaseId, Math.min(...existing.map((row) => row.end_ms)));
+    const why = `${this.noun} ${next?.name ?? '?'} is booked from ${next ? when(next.next_ms) : '?'}`;
+    throw extensionRefused(ctx, this.notEnough, why, next ? next.next_ms - this.cleaningMs : undefined);
+  }
+
+  /**
+   * Books the assigned resources (per request key: a reservation id, `#…` after it for one of its
+   * several requests) from `from` to the lease's end; the exclusion constraint has the last word.
+   */
+  protected async insert(client: PoolClient, ctx: ReservationContext, assignment: Map<string, string[]>, from: number, key: string, leadMs: number): Promise<void> {
+    const unbounded = this.unbounded(ctx);
+    const rows = [...assignment]
+      .flatMap(([requestKey, ids]) => ids.map((resourceId) => ({ reservationId: requestKey.split('#')[0], resourceId })))
+      .sort((a, b) => this.compareIds(a.resourceId, b.resourceId));
+    for (const { reservationId, resourceId } of rows) {
+      await this.insertOne(client, { resourceId, reservationId, leaseId: ctx.leaseId, projectId: ctx.projectId, fromMs: from, endMs: ctx.endMs, leadMs, unbounded: unbounded.has(reservationId), bookingKey: key });
+    }
+  }
+}
