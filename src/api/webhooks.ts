@@ -80,7 +80,6 @@ export function webhooksRouter(deps: { pool: Pool; settings: Pick<NoticeSettings
     const rows = webhooks.map((webhook) => ({ url: new URL(webhook.url).href, events: webhook.events ? [...new Set(webhook.events)] : null, secret: webhook.secret, generatedSecret: generateSecret() }));
     const seen = new Set<string>();
     for (const [index, row] of rows.entries()) {
-      if (row.url.length > 2_048) throw new ApiError(400, `webhooks[${index}].url: expected at most 2048 characters`);
       if (seen.has(row.url)) throw new ApiError(400, `webhooks[${index}].url: listed twice`);
       seen.add(row.url);
     }
