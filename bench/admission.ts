@@ -14,9 +14,9 @@
  * running is measured for every admitted lease (up to LAG_CHECKS of them: beyond, a uniform sample).
  */
 import path from 'node:path';
-import { hostReservation, pendingReservation, reservationContext } from '../test/support/builders';
-import { doubleBookings, insertHost } from '../test/support/hosts';
-import { apiClient, startTestStack } from '../test/support/stack';
+import { hostReservation, pendingReservation, reservationContext } from '../dev-stack/fixtures/builders';
+import { doubleBookings, insertHost } from '../dev-stack/fixtures/hosts';
+import { apiClient, startTestStack } from '../dev-stack/stack';
 import { WorkflowNotFoundError } from '@temporalio/client';
 import { owedStartsCount } from '../src/db/lease-outbox';
 import { isLostRace, type Pool } from '../src/db/pool';

@@ -11,9 +11,9 @@ import { searchEarliestFit, type Blocked, type HostRequest } from '../src/domain
 import { wholeMinuteUp } from '../src/domain/lease';
 import { physicalHostPlugin } from '../src/resources/physical-host';
 import { HostCalendar, SEARCH_WORK_BUDGET } from '../src/resources/physical-host/calendar';
-import { hostReservation } from '../test/support/builders';
-import { doubleBookings, insertHost } from '../test/support/hosts';
-import { apiClient, startTestStack } from '../test/support/stack';
+import { hostReservation } from '../dev-stack/fixtures/builders';
+import { doubleBookings, insertHost } from '../dev-stack/fixtures/hosts';
+import { apiClient, startTestStack } from '../dev-stack/stack';
 import { runBenchmark, summary } from './common';
 
 const HOSTS = Number(process.env.LK_BENCH_HOSTS ?? 1_000);

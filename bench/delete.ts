@@ -6,9 +6,9 @@
  * time per delete staying flat as N grows. Writes bench/results/delete.json.
  * LK_BENCH_CLIENTS (default 16) concurrent clients; LK_BENCH_HOSTS (default 10).
  */
-import { hostReservation } from '../test/support/builders';
-import { insertHost } from '../test/support/hosts';
-import { apiClient, eventually, startTestStack } from '../test/support/stack';
+import { hostReservation } from '../dev-stack/fixtures/builders';
+import { insertHost } from '../dev-stack/fixtures/hosts';
+import { apiClient, eventually, startTestStack } from '../dev-stack/stack';
 import { physicalHostPlugin } from '../src/resources/physical-host';
 import { cpuMeter, runBenchmark, summary } from './common';
 

@@ -3,7 +3,7 @@
  * pages with and without a marker, per project, with status, name and window filters.
  * Leases are named pending-<i>, start one a minute from `firstStart`, and belong to PROJECTS projects.
  */
-import { apiClient } from '../test/support/stack';
+import { apiClient } from '../dev-stack/stack';
 import { summary } from './common';
 
 export const PROJECTS = 10;

@@ -14,8 +14,8 @@
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { physicalHostPlugin } from '../src/resources/physical-host';
-import { insertHost } from '../test/support/hosts';
-import { apiClient, startTestStack } from '../test/support/stack';
+import { insertHost } from '../dev-stack/fixtures/hosts';
+import { apiClient, startTestStack } from '../dev-stack/stack';
 import { runBenchmark, summary } from './common';
 
 const COUNT = Number(process.argv[2] ?? process.env.LK_BENCH_NOTICE_LEASES ?? 100);

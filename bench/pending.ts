@@ -6,8 +6,8 @@
  * paging and filters; writes bench/results/pending.json.
  * LK_BENCH_CLIENTS (default 32) concurrent creators; LK_BENCH_MAX_MINUTES (default 120) bounds the run.
  */
-import type { ManagedProcess } from '../scripts/lib/processes';
-import { apiClient, startTestStack } from '../test/support/stack';
+import type { ManagedProcess } from '../dev-stack/processes';
+import { apiClient, startTestStack } from '../dev-stack/stack';
 import { listLatency, memberOf, PROJECTS } from './list-queries';
 import { measuredWorkers, processStats, runBenchmark, summary, temporalServerStats, temporalStorageMb } from './common';
 

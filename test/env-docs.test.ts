@@ -22,7 +22,7 @@ import path from 'node:path';
 import ts from 'typescript';
 import { REPO_ROOT } from '../src/paths';
 
-const CODE_DIRS = ['src', 'worker', 'activities', 'workflows', 'scripts', 'bench', 'test'];
+const CODE_DIRS = ['src', 'worker', 'activities', 'workflows', 'dev-stack', 'scripts', 'bench', 'test'];
 const DOCS = [
   'README.md',
   path.join('scripts', 'openstack', 'README.md'),

@@ -4,7 +4,7 @@ import { changeLease } from '../src/api/lease-commands';
 import { LeaseStatusKey } from '../src/domain/search-attributes';
 import { getLease, leaseWorkflowId } from '../workflows/lease/messages';
 import { RecordingPlugin } from './support/recording-plugin';
-import { apiClient, eventually, inSeconds, useTestStack } from './support/stack';
+import { apiClient, eventually, inSeconds, useTestStack } from '../dev-stack/stack';
 
 describe('lease lifecycle on the real Temporal server', () => {
   const plugin = new RecordingPlugin();

@@ -13,8 +13,8 @@ import { earliestQuantityFit, fits, longestQuantityFit, peakUsage, searchEarlies
 import { wholeMinuteUp } from '../src/domain/lease';
 import type { ReservationContext } from '../src/domain/resource-plugin';
 import { QuantityCalendar, type CapacityProvider } from '../src/resources/shared/quantity-bookings';
-import { pendingReservation, reservationContext } from './support/builders';
-import { useMigratedTestDatabase } from './support/db';
+import { pendingReservation, reservationContext } from '../dev-stack/fixtures/builders';
+import { useMigratedTestDatabase } from '../dev-stack/db';
 
 const M = 60_000;
 const H = 60 * M;

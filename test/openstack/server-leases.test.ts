@@ -15,7 +15,7 @@ import { KeystoneSession, openStackClients, projectScopedClients, serverHost, ty
 import { virtualServerPlugin } from '../../src/resources/virtual-server';
 import { findServer } from '../../src/resources/virtual-server/servers';
 import { FaultProxy } from '../support/fault-proxy';
-import { apiClient, deleteAllLeases, eventually, inSeconds, useTestStack } from '../support/stack';
+import { apiClient, deleteAllLeases, eventually, inSeconds, useTestStack } from '../../dev-stack/stack';
 import { bootServer, deleteServers, rigClients, rigCredentials, rigEnv, uniqueName } from './support';
 
 const SERVER_ACTION = /\/servers\/[0-9a-f-]+\/action$/;
