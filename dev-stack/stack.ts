@@ -15,6 +15,7 @@ import { createApiServer } from '../src/api/server';
 import type { Config } from '../src/config';
 import { migrate } from '../src/db/migrate';
 import type { OpenStackClients } from '../src/openstack';
+import { formatBlazarTimestamp } from '../src/domain/dates';
 import { pluginRegistry, type HostWatch, type ResourcePlugin } from '../src/domain/resource-plugin';
 import { ensureHostMonitor } from '../worker/host-monitor';
 import { hostMonitorWorkflowId } from '../workflows/host-monitor/messages';
@@ -142,7 +143,7 @@ export function useTestStack(options: TestStackOptions | (() => TestStackOptions
 
 /** Blazar's request date for `ms` from now, with seconds (an extension Blazar's format lacks). */
 export function inSeconds(seconds: number, from = Date.now()): string {
-  return new Date(from + seconds * 1000).toISOString().slice(0, 19).replace('T', ' ');
+  return formatBlazarTimestamp(from + seconds * 1000);
 }
 
 export interface ApiCall {

@@ -10,7 +10,7 @@ import { Router, type Response } from 'express';
 import { z } from 'zod';
 import type { Pool } from '../db/pool';
 import { listWebhooks, replaceWebhooks, type StoredWebhook } from '../db/webhooks';
-import { formatTimestamp } from '../domain/blazar-format';
+import { formatBlazarTimestamp } from '../domain/dates';
 import { LEASE_NOTICE_TYPES } from '../domain/notices';
 import { httpUrl } from '../config';
 import { checkWebhookAddress, WebhookAddressError } from '../notifications/webhook-address';
@@ -60,8 +60,8 @@ function shown(webhook: StoredWebhook, secret?: string) {
     delivered_count: webhook.deliveredCount,
     dropped_count: webhook.droppedCount,
     last_error: webhook.lastError,
-    last_error_at: webhook.lastErrorAt ? formatTimestamp(webhook.lastErrorAt.getTime()) : null,
-    created_at: formatTimestamp(webhook.createdAt.getTime()),
+    last_error_at: webhook.lastErrorAt ? formatBlazarTimestamp(webhook.lastErrorAt.getTime()) : null,
+    created_at: formatBlazarTimestamp(webhook.createdAt.getTime()),
   };
 }
 

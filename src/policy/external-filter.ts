@@ -24,6 +24,7 @@
  *   are logged and never stop the end. Blazar promises no delivery: an optimisation, not a ledger.
  */
 import { httpUrlProblem, type ExternalFilterSettings } from '../config';
+import { pythonIsoformat } from '../domain/dates';
 import type { Lease, Reservation } from '../domain/lease';
 
 /** Blazar's words for a denial without a usable message (and for any odd status). */
@@ -70,13 +71,6 @@ export type AllocationsOf = (reservation: Reservation) => Array<Record<string, u
 
 // ---------------------------------------------------------------------------------------------
 // The payload: pure.
-
-/** Python's `datetime.isoformat(sep)` of a naive UTC datetime (microseconds only when not zero). */
-export function pythonIsoformat(ms: number, sep: 'T' | ' ' = 'T'): string {
-  const iso = new Date(ms).toISOString();
-  const millis = iso.slice(20, 23);
-  return `${iso.slice(0, 10)}${sep}${iso.slice(11, 19)}${millis === '000' ? '' : `.${millis}000`}`;
-}
 
 const stringArray = (value: unknown): string[] | undefined => (Array.isArray(value) && value.every((v) => typeof v === 'string') ? value : undefined);
 

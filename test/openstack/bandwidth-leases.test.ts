@@ -7,8 +7,7 @@
  */
 import fs from 'node:fs';
 import path from 'node:path';
-import { parseRequestDate } from '../../src/domain/blazar-format';
-import { reuseStart } from '../../src/domain/lease';
+import { parseRequestDate, reuseStart } from '../../src/domain/dates';
 import { KeystoneSession, openStackClients, type Network } from '../../src/openstack';
 import { bandwidthPlugin } from '../../src/resources/bandwidth';
 import { virtualServerPlugin } from '../../src/resources/virtual-server';

@@ -9,8 +9,7 @@
  */
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
-import { parseRequestDate } from '../../src/domain/blazar-format';
-import { reuseStart } from '../../src/domain/lease';
+import { parseRequestDate, reuseStart } from '../../src/domain/dates';
 import { KeystoneSession, openStackClients, projectScopedClients, serverHost, type Flavor, type OpenStackClients, type Server } from '../../src/openstack';
 import { virtualServerPlugin } from '../../src/resources/virtual-server';
 import { findServer } from '../../src/resources/virtual-server/servers';

@@ -10,7 +10,8 @@
  * ends (Blazar applies its host cleaning time here too, for no reason an address has).
  */
 import type { PoolClient } from 'pg';
-import { invalidLease, leaseConflict, requestDate as when, type Reservation } from '../../domain/lease';
+import { formatMessageDate as when } from '../../domain/dates';
+import { invalidLease, leaseConflict, type Reservation } from '../../domain/lease';
 import { assignHosts, freeHosts, preferenceOrder, type CalendarSnapshot, type HostRequest } from '../../domain/host-calendar';
 import type { FitSearch, ReservationContext } from '../../domain/resource-plugin';
 import {

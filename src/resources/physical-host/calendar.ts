@@ -8,7 +8,8 @@
  */
 import type { ApplicationFailure } from '@temporalio/common';
 import type { PoolClient } from 'pg';
-import { isLeaseConflict, leaseConflict, invalidLease, requestDate as when, type Reservation } from '../../domain/lease';
+import { formatMessageDate as when } from '../../domain/dates';
+import { isLeaseConflict, leaseConflict, invalidLease, type Reservation } from '../../domain/lease';
 import {
   assignHosts,
   freeHosts,
