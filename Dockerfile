@@ -8,6 +8,7 @@ COPY src ./src
 COPY workflows ./workflows
 COPY activities ./activities
 COPY worker ./worker
+COPY dev-stack ./dev-stack
 COPY scripts ./scripts
 COPY test ./test
 COPY web ./web

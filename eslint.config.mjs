@@ -43,6 +43,15 @@ export default tseslint.config(
     },
   },
   {
+    // The local stack, its servers and the data seeded into it are dev-stack/'s: benchmarks and scripts never reach into the tests.
+    files: ['bench/**/*.ts', 'scripts/**/*.ts', 'dev-stack/**/*.ts'],
+    rules: {
+      'no-restricted-imports': ['error', {
+        patterns: [{ group: ['**/test', '**/test/**'], message: 'Use dev-stack/ (the stack, its servers, its fixtures): test/ holds the tests and their own helpers.' }],
+      }],
+    },
+  },
+  {
     files: ['test/**/*.ts', 'bench/**/*.ts'],
     rules: {
       // Tests assert on loosely typed JSON bodies.

@@ -14,9 +14,9 @@
  * running is measured for every admitted lease (up to LAG_CHECKS of them: beyond, a uniform sample).
  */
 import path from 'node:path';
-import { hostReservation, pendingReservation, reservationContext } from '../test/support/builders';
-import { doubleBookings, insertHost } from '../test/support/hosts';
-import { apiClient, startTestStack } from '../test/support/stack';
+import { hostReservation, pendingReservation, reservationContext } from '../dev-stack/fixtures/builders';
+import { doubleBookings, insertHost } from '../dev-stack/fixtures/hosts';
+import { apiClient, startTestStack } from '../dev-stack/stack';
 import { WorkflowNotFoundError } from '@temporalio/client';
 import { owedStartsCount } from '../src/db/lease-outbox';
 import { isLostRace, type Pool } from '../src/db/pool';
@@ -25,6 +25,7 @@ import { physicalHostPlugin } from '../src/resources/physical-host';
 import { HostCalendar } from '../src/resources/physical-host/calendar';
 import { leaseWorkflowId } from '../workflows/lease/messages';
 import { measuredWorkers, runBenchmark, summary, workflowRunningAt } from './common';
+import { formatRequestDate } from '../src/domain/dates';
 
 const SECONDS = Number(process.env.LK_BENCH_SECONDS ?? 60);
 const CLIENTS = Number(process.env.LK_BENCH_CLIENTS ?? 50);
@@ -91,10 +92,6 @@ async function quietAfterBurst(pool: Pool): Promise<void> {
   await new Promise((resolve) => setTimeout(resolve, 2_000));
 }
 
-function date(ms: number): string {
-  return new Date(ms).toISOString().slice(0, 16).replace('T', ' ');
-}
-
 const processes = `${BY_WORKFLOW ? '-by-workflow' : ''}${BURST === undefined ? '' : `-burst${BURST}`}${WORKERS === undefined ? '' : `-${WORKERS}w`}${APIS === undefined ? '' : `-${APIS}api`}`;
 
 runBenchmark(`admission${processes}`, async () => {
@@ -131,8 +128,8 @@ runBenchmark(`admission${processes}`, async () => {
           const t = performance.now();
           const res = await api('POST', '/v1/leases', {
             name: `bench-${i}`,
-            start_date: date(r.start),
-            end_date: date(r.end),
+            start_date: formatRequestDate(r.start),
+            end_date: formatRequestDate(r.end),
             reservations: [hostReservation({ min: r.hosts, max: r.hosts, hypervisor_properties: r.query })],
           });
           latencies.push(performance.now() - t);

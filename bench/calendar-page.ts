@@ -7,9 +7,9 @@
  */
 import { randomUUID } from 'node:crypto';
 import { newLease, type Lease } from '../src/domain/lease';
-import { launchChromium } from '../test/support/browser';
-import { insertHostBookingRows, insertLeaseRows } from '../test/support/lease-rows';
-import { startTestStack } from '../test/support/stack';
+import { launchChromium } from '../dev-stack/fixtures/browser';
+import { insertHostBookingRows, insertLeaseRows } from '../dev-stack/fixtures/lease-rows';
+import { startTestStack } from '../dev-stack/stack';
 import { runBenchmark, summary } from './common';
 
 const HOSTS = Number(process.argv[2] ?? 1_000);

@@ -8,12 +8,12 @@
  * reservations of 10 000 hosts each and a lease of 50 of them (time of the answer, API RSS).
  */
 import { searchEarliestFit, type Blocked, type HostRequest } from '../src/domain/host-calendar';
-import { wholeMinuteUp } from '../src/domain/lease';
+import { formatRequestDate, wholeMinuteUp } from '../src/domain/dates';
 import { physicalHostPlugin } from '../src/resources/physical-host';
 import { HostCalendar, SEARCH_WORK_BUDGET } from '../src/resources/physical-host/calendar';
-import { hostReservation } from '../test/support/builders';
-import { doubleBookings, insertHost } from '../test/support/hosts';
-import { apiClient, startTestStack } from '../test/support/stack';
+import { hostReservation } from '../dev-stack/fixtures/builders';
+import { doubleBookings, insertHost } from '../dev-stack/fixtures/hosts';
+import { apiClient, startTestStack } from '../dev-stack/stack';
 import { runBenchmark, summary } from './common';
 
 const HOSTS = Number(process.env.LK_BENCH_HOSTS ?? 1_000);
@@ -22,10 +22,6 @@ const SAMPLES = Number(process.env.LK_BENCH_SAMPLES ?? 500);
 const DAY = 86_400_000;
 const YEAR_START = Date.UTC(2099, 0, 1);
 const SLOT_MS = Math.floor((365 * DAY) / PER_HOST);
-
-function date(ms: number): string {
-  return new Date(ms).toISOString().slice(0, 16).replace('T', ' ');
-}
 
 runBenchmark('calendar', async () => {
   for (const [name, value, max] of [['LK_BENCH_HOSTS', HOSTS, 10_000], ['LK_BENCH_PER_HOST', PER_HOST, 1_000], ['LK_BENCH_SAMPLES', SAMPLES, 100_000]] as const) {
@@ -63,7 +59,7 @@ runBenchmark('calendar', async () => {
     const kinds: Record<string, () => Promise<unknown>> = {
       'one host, one week: free intervals (API)': async () => {
         const from = anyTime(7 * DAY);
-        const res = await api('GET', `/v1/availability?start=${encodeURIComponent(date(from))}&end=${encodeURIComponent(date(from + 7 * DAY))}&hypervisor_properties=${encodeURIComponent(oneHost())}`);
+        const res = await api('GET', `/v1/availability?start=${encodeURIComponent(formatRequestDate(from))}&end=${encodeURIComponent(formatRequestDate(from + 7 * DAY))}&hypervisor_properties=${encodeURIComponent(oneHost())}`);
         check(res.status, res.body, 'availability');
         if (res.body.availability.length !== 1) throw new Error(`expected one host, got ${res.body.availability.length}`);
       },
@@ -74,15 +70,15 @@ runBenchmark('calendar', async () => {
       },
       'all hosts, one day: free intervals (API)': async () => {
         const from = anyTime(DAY);
-        const res = await api('GET', `/v1/availability?start=${encodeURIComponent(date(from))}&end=${encodeURIComponent(date(from + DAY))}`);
+        const res = await api('GET', `/v1/availability?start=${encodeURIComponent(formatRequestDate(from))}&end=${encodeURIComponent(formatRequestDate(from + DAY))}`);
         check(res.status, res.body, 'availability');
         if (res.body.availability.length !== HOSTS) throw new Error(`expected ${HOSTS} hosts, got ${res.body.availability.length}`);
       },
       'earliest slot: one given host, 1 day (API)': async () => {
         const from = anyTime(DAY);
         const res = await api('POST', '/v1/availability/search', {
-          start_date: date(from),
-          end_date: date(from + DAY),
+          start_date: formatRequestDate(from),
+          end_date: formatRequestDate(from + DAY),
           reservations: [hostReservation({ hypervisor_properties: oneHost() })],
         });
         check(res.status, res.body, 'search');
@@ -90,8 +86,8 @@ runBenchmark('calendar', async () => {
       'earliest slot: 10 hosts with ≥ 8 vCPUs, 3 days (API)': async () => {
         const from = anyTime(3 * DAY);
         const res = await api('POST', '/v1/availability/search', {
-          start_date: date(from),
-          end_date: date(from + 3 * DAY),
+          start_date: formatRequestDate(from),
+          end_date: formatRequestDate(from + 3 * DAY),
           reservations: [hostReservation({ min: 10, max: 10, hypervisor_properties: '[">=", "$vcpus", "8"]' })],
         });
         check(res.status, res.body, 'search');

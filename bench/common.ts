@@ -2,15 +2,12 @@
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import globalSetup from '../test/global-setup';
-import globalTeardown from '../test/global-teardown';
-import openStackSetup from '../test/support/openstack-setup';
-import openStackTeardown from '../test/support/openstack-teardown';
+import { startServers, startServersWithRig, stopServers, stopServersWithRig } from '../dev-stack/servers';
 import type { Client as TemporalClient } from '@temporalio/client';
 import { Client } from 'pg';
-import type { ManagedProcess } from '../scripts/lib/processes';
-import { freePort } from '../test/support/ports';
-import { startApiProcess, startWorkerProcess, type WorkerProcessTarget } from '../test/support/worker-process';
+import type { ManagedProcess } from '../dev-stack/processes';
+import { freePort } from '../dev-stack/ports';
+import { startApiProcess, startWorkerProcess, type WorkerProcessTarget } from '../dev-stack/worker-process';
 import { loadConfig } from '../src/config';
 import { REPO_ROOT } from '../src/paths';
 
@@ -51,7 +48,7 @@ function processTreeCpuSeconds(pid: number): number {
   return ticks / CLOCK_TICKS;
 }
 
-/** A server the benchmark started (test/global-setup.ts), by process name; none when it uses an existing one. */
+/** A server the benchmark started (dev-stack/servers.ts), by process name; none when it uses an existing one. */
 function ownServer(name: string): number | undefined {
   return globalThis.__LK_TEST_SERVERS__?.processes.find((p) => p.options.name === name)?.child.pid;
 }
@@ -175,10 +172,10 @@ export function stopOnExit(stop: () => Promise<unknown>): void {
  */
 export function runBenchmark(name: string, body: () => Promise<Record<string, unknown>>, options: { rig?: boolean } = {}): void {
   // With the rig: the loopback OpenStack too (brought up unless it runs, and stopped again if it was not).
-  const setUp = options.rig ? openStackSetup : globalSetup;
+  const setUp = options.rig ? startServersWithRig : startServers;
   const stopEverything = async () => {
     for (const stop of extraStops) await stop().catch(() => undefined);
-    await (options.rig ? openStackTeardown : globalTeardown)();
+    await (options.rig ? stopServersWithRig : stopServers)();
   };
   for (const signal of ['SIGINT', 'SIGTERM'] as const) {
     process.once(signal, () => {

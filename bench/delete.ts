@@ -6,21 +6,18 @@
  * time per delete staying flat as N grows. Writes bench/results/delete.json.
  * LK_BENCH_CLIENTS (default 16) concurrent clients; LK_BENCH_HOSTS (default 10).
  */
-import { hostReservation } from '../test/support/builders';
-import { insertHost } from '../test/support/hosts';
-import { apiClient, eventually, startTestStack } from '../test/support/stack';
+import { hostReservation } from '../dev-stack/fixtures/builders';
+import { insertHost } from '../dev-stack/fixtures/hosts';
+import { apiClient, eventually, startTestStack } from '../dev-stack/stack';
 import { physicalHostPlugin } from '../src/resources/physical-host';
 import { cpuMeter, runBenchmark, summary } from './common';
+import { formatRequestDate } from '../src/domain/dates';
 
 const COUNT = Number(process.argv[2] ?? process.env.LK_BENCH_DELETE ?? 10_000);
 const CLIENTS = Number(process.env.LK_BENCH_CLIENTS ?? 16);
 const HOSTS = Number(process.env.LK_BENCH_HOSTS ?? 10);
 const HOUR = 3_600_000;
 const ORDERS = ['earliest first', 'latest first', 'random'] as const;
-
-function date(ms: number): string {
-  return new Date(ms).toISOString().slice(0, 16).replace('T', ' ');
-}
 
 /** Runs `work` over `items` with CLIENTS concurrent callers, in the items' order. */
 async function concurrently<T>(items: T[], work: (item: T) => Promise<void>): Promise<void> {
@@ -56,7 +53,7 @@ runBenchmark('delete', async () => {
     const order = Array.from({ length: COUNT }, (_, i) => i).sort((a, b) => (a % HOSTS) - (b % HOSTS) || a - b);
     await concurrently(order, async (i) => {
       const start = first + Math.floor(i / HOSTS) * HOUR;
-      const res = await api('POST', '/v1/leases', { name: `queued-${i}`, start_date: date(start), end_date: date(start + HOUR), reservations: [hostReservation()] });
+      const res = await api('POST', '/v1/leases', { name: `queued-${i}`, start_date: formatRequestDate(start), end_date: formatRequestDate(start + HOUR), reservations: [hostReservation()] });
       if (res.status !== 201) throw new Error(`create ${i}: ${res.status} ${JSON.stringify(res.body)}`);
       leases.push({ id: res.body.lease.id, start });
     });

@@ -15,11 +15,11 @@ import pino from 'pino';
 import { loadConfig } from '../src/config';
 import { physicalHostPlugin } from '../src/resources/physical-host';
 import { physicalHostWatch } from '../src/resources/physical-host/health';
-import { deleteAggregateNamed, rigClients, uniqueName } from '../test/openstack/support';
-import { blazarHostReservation } from '../test/support/builders';
-import { enrolHost } from '../test/support/hosts';
-import { apiClient, eventually, inSeconds, startTestStack } from '../test/support/stack';
-import { rigEnv } from '../test/openstack/support';
+import { deleteAggregateNamed, uniqueName } from '../dev-stack/fixtures/openstack';
+import { rigClients, rigEnv } from '../dev-stack/openstack-rig';
+import { blazarHostReservation } from '../dev-stack/fixtures/builders';
+import { enrolHost } from '../dev-stack/fixtures/hosts';
+import { apiClient, eventually, inSeconds, startTestStack } from '../dev-stack/stack';
 import { wakeHostMonitorOnNovaNotifications } from '../worker/host-monitor';
 import { runBenchmark, summary } from './common';
 

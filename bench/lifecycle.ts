@@ -5,8 +5,8 @@
  * it was due), the create latency, and the CPU time and peak memory of the workers and of the
  * Temporal server over the run; writes bench/results/lifecycle[-N-workers].json.
  */
-import type { ManagedProcess } from '../scripts/lib/processes';
-import { apiClient, inSeconds, startTestStack } from '../test/support/stack';
+import type { ManagedProcess } from '../dev-stack/processes';
+import { apiClient, inSeconds, startTestStack } from '../dev-stack/stack';
 import type { Lease } from '../src/domain/lease';
 import { measuredWorkers, processStats, runBenchmark, summary, temporalServerStats } from './common';
 

@@ -12,11 +12,11 @@
 import { randomUUID } from 'node:crypto';
 import http from 'node:http';
 import { newLease, type Lease } from '../src/domain/lease';
-import type { ManagedProcess } from '../scripts/lib/processes';
-import { freePort } from '../test/support/ports';
-import { insertLeaseRows } from '../test/support/lease-rows';
-import { startTestStack, type TestStack } from '../test/support/stack';
-import { startApiProcess } from '../test/support/worker-process';
+import type { ManagedProcess } from '../dev-stack/processes';
+import { freePort } from '../dev-stack/ports';
+import { insertLeaseRows } from '../dev-stack/fixtures/lease-rows';
+import { startTestStack, type TestStack } from '../dev-stack/stack';
+import { startApiProcess } from '../dev-stack/worker-process';
 import { processStats, runBenchmark, stopOnExit, summary } from './common';
 
 const COUNT = Number(process.argv[2] ?? process.env.LK_BENCH_LIST_ALL ?? 100_000);

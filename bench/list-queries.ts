@@ -3,8 +3,9 @@
  * pages with and without a marker, per project, with status, name and window filters.
  * Leases are named pending-<i>, start one a minute from `firstStart`, and belong to PROJECTS projects.
  */
-import { apiClient } from '../test/support/stack';
+import { apiClient } from '../dev-stack/stack';
 import { summary } from './common';
+import { formatRequestDate } from '../src/domain/dates';
 
 export const PROJECTS = 10;
 const SAMPLES = 200;
@@ -14,10 +15,6 @@ type Api = ReturnType<typeof apiClient>;
 
 export const projectName = (p: number) => `bench-project-${p}`;
 export const memberOf = (url: string, p: number): Api => apiClient(url, { 'X-Project-Id': projectName(p), 'X-Roles': 'member' });
-
-function date(ms: number): string {
-  return new Date(ms).toISOString().slice(0, 16).replace('T', ' ');
-}
 
 export async function listLatency(url: string, leases: { admin: Api; members: Api[]; ids: string[][]; created: number; firstStart: number }) {
   const { admin, members, ids, created, firstStart } = leases;
@@ -34,7 +31,7 @@ export async function listLatency(url: string, leases: { admin: Api; members: Ap
     'admin, by name': () => [admin, `/v1/leases?name=pending-${Math.floor(Math.random() * created)}`],
     'admin, leases overlapping one day, page of 100': () => {
       const from = firstStart + Math.floor(Math.random() * created) * MINUTE;
-      return [admin, `/v1/leases?limit=100&from=${encodeURIComponent(date(from))}&to=${encodeURIComponent(date(from + 1440 * MINUTE))}`];
+      return [admin, `/v1/leases?limit=100&from=${encodeURIComponent(formatRequestDate(from))}&to=${encodeURIComponent(formatRequestDate(from + 1440 * MINUTE))}`];
     },
     'project member, one lease by id': () => {
       const p = project();

@@ -6,8 +6,8 @@
  */
 import { randomUUID } from 'node:crypto';
 import { newLease, type Lease } from '../src/domain/lease';
-import { insertLeaseRows } from '../test/support/lease-rows';
-import { apiClient, startTestStack } from '../test/support/stack';
+import { insertLeaseRows } from '../dev-stack/fixtures/lease-rows';
+import { apiClient, startTestStack } from '../dev-stack/stack';
 import { runBenchmark } from './common';
 import { listLatency, memberOf, projectName, PROJECTS } from './list-queries';
 

@@ -14,9 +14,10 @@
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { physicalHostPlugin } from '../src/resources/physical-host';
-import { insertHost } from '../test/support/hosts';
-import { apiClient, startTestStack } from '../test/support/stack';
+import { insertHost } from '../dev-stack/fixtures/hosts';
+import { apiClient, startTestStack } from '../dev-stack/stack';
 import { runBenchmark, summary } from './common';
+import { formatBlazarTimestamp } from '../src/domain/dates';
 
 const COUNT = Number(process.argv[2] ?? process.env.LK_BENCH_NOTICE_LEASES ?? 100);
 const CLIENTS = 8;
@@ -88,7 +89,7 @@ async function run(mode: Mode) {
         while (next < COUNT) {
           const i = next++;
           const t = performance.now();
-          const res = await api('POST', '/v1/leases', { name: `notice-${mode}-${i}`, start_date: 'now', end_date: new Date(Date.now() + 3_600_000).toISOString().slice(0, 19).replace('T', ' ') });
+          const res = await api('POST', '/v1/leases', { name: `notice-${mode}-${i}`, start_date: 'now', end_date: formatBlazarTimestamp(Date.now() + 3_600_000) });
           creates.push(performance.now() - t);
           if (res.status !== 201) throw new Error(`create ${i}: ${res.status} ${JSON.stringify(res.body)}`);
           ids.push(res.body.lease.id);
@@ -152,7 +153,7 @@ async function occupyTarpit(url: string, tarpit: Awaited<ReturnType<typeof recei
   const api = apiClient(url, { 'x-project-id': 'tarpit', 'x-user-id': 'tarpit', 'x-roles': 'member' });
   const put = await api('PUT', '/v1/projects/tarpit/webhooks', { webhooks: Array.from({ length: TARPIT_HOOKS }, (_, i) => ({ url: `${tarpit.url}?hook=${i}` })) });
   if (put.status !== 200) throw new Error(`tarpit webhooks: ${put.status} ${JSON.stringify(put.body)}`);
-  const later = (hours: number) => new Date(Date.now() + hours * 3_600_000).toISOString().slice(0, 19).replace('T', ' ');
+  const later = (hours: number) => formatBlazarTimestamp(Date.now() + hours * 3_600_000);
   const lease = await api('POST', '/v1/leases', { name: 'tarpit-0', start_date: later(24), end_date: later(48), reservations: [{ resource_type: 'physical:host', min: 1, max: 1 }] });
   if (lease.status !== 201) throw new Error(`tarpit lease: ${lease.status} ${JSON.stringify(lease.body)}`);
   for (let i = 1; i <= TARPIT_RENAMES; i++) {

@@ -6,10 +6,11 @@
  * paging and filters; writes bench/results/pending.json.
  * LK_BENCH_CLIENTS (default 32) concurrent creators; LK_BENCH_MAX_MINUTES (default 120) bounds the run.
  */
-import type { ManagedProcess } from '../scripts/lib/processes';
-import { apiClient, startTestStack } from '../test/support/stack';
+import type { ManagedProcess } from '../dev-stack/processes';
+import { apiClient, startTestStack } from '../dev-stack/stack';
 import { listLatency, memberOf, PROJECTS } from './list-queries';
 import { measuredWorkers, processStats, runBenchmark, summary, temporalServerStats, temporalStorageMb } from './common';
+import { formatRequestDate } from '../src/domain/dates';
 
 const COUNT = Number(process.argv[2] ?? process.env.LK_BENCH_PENDING ?? 100_000);
 const CLIENTS = Number(process.env.LK_BENCH_CLIENTS ?? 32);
@@ -17,10 +18,6 @@ const MAX_MINUTES = Number(process.env.LK_BENCH_MAX_MINUTES ?? 120);
 const FIRST_START = Date.UTC(2099, 0, 1);
 const MINUTE = 60_000;
 const REST_MS = 60_000;
-
-function date(ms: number): string {
-  return new Date(ms).toISOString().slice(0, 16).replace('T', ' ');
-}
 
 runBenchmark('pending', async () => {
   for (const [name, value, max] of [['lease count', COUNT, 1_000_000], ['LK_BENCH_CLIENTS', CLIENTS, 500], ['LK_BENCH_MAX_MINUTES', MAX_MINUTES, 600]] as const) {
@@ -66,7 +63,7 @@ runBenchmark('pending', async () => {
           // One lease a minute from 2099 on, an hour long: far in the future, never overlapping much.
           const start = FIRST_START + i * MINUTE;
           const t = performance.now();
-          const res = await members[project]('POST', '/v1/leases', { name: `pending-${i}`, start_date: date(start), end_date: date(start + 60 * MINUTE) });
+          const res = await members[project]('POST', '/v1/leases', { name: `pending-${i}`, start_date: formatRequestDate(start), end_date: formatRequestDate(start + 60 * MINUTE) });
           createLatency.push(performance.now() - t);
           if (res.status !== 201) throw new Error(`create ${i}: ${res.status} ${JSON.stringify(res.body)}`);
           ids[project].push(res.body.lease.id);

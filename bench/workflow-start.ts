@@ -12,7 +12,7 @@ import { randomUUID } from 'node:crypto';
 import type { Client } from '@temporalio/client';
 import { leaseWorkflowLabels } from '../src/outbox';
 import { newLease, type NewLeaseRequest } from '../src/domain/lease';
-import { startTestStack } from '../test/support/stack';
+import { startTestStack } from '../dev-stack/stack';
 import { leaseWorkflowId, leaseWorkflowType, type LeaseWorkflow } from '../workflows/lease/messages';
 import { measuredWorkers, runBenchmark, summary, workflowRunningAt } from './common';
 

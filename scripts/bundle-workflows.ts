@@ -2,7 +2,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { REPO_ROOT } from '../src/paths';
-import { bundleLeaseWorkflows } from './lib/workflow-bundle';
+import { bundleLeaseWorkflows } from '../dev-stack/workflow-bundle';
 
 async function main(): Promise<void> {
   const code = await bundleLeaseWorkflows();

@@ -11,19 +11,18 @@ import { randomUUID } from 'node:crypto';
 import { newLease, type Lease, type LeaseStatus } from '../src/domain/lease';
 import { REPO_ROOT } from '../src/paths';
 import { physicalHostPlugin } from '../src/resources/physical-host';
-import globalSetup from '../test/global-setup';
-import globalTeardown from '../test/global-teardown';
-import { launchChromium } from '../test/support/browser';
-import { insertHost } from '../test/support/hosts';
-import { insertHostBookingRows, insertLeaseRows, insertQuantityBookingRow } from '../test/support/lease-rows';
-import { startTestStack } from '../test/support/stack';
+import { startServers, stopServers } from '../dev-stack/servers';
+import { launchChromium } from '../dev-stack/fixtures/browser';
+import { insertHost } from '../dev-stack/fixtures/hosts';
+import { insertHostBookingRows, insertLeaseRows, insertQuantityBookingRow } from '../dev-stack/fixtures/lease-rows';
+import { startTestStack } from '../dev-stack/stack';
 
 const OUT = path.join(REPO_ROOT, 'docs', 'calendar.png');
 const HOUR = 3_600_000;
 const DAY = 24 * HOUR;
 
 async function main(): Promise<void> {
-  await globalSetup();
+  await startServers();
   try {
     const stack = await startTestStack({ noWorker: true, withPool: (pool) => [physicalHostPlugin({ pool, settings: { cleaningMs: 0, randomChoice: false }, cloud: 'calendar-only' })] });
     const browser = await launchChromium();
@@ -85,7 +84,7 @@ async function main(): Promise<void> {
       await stack.stop();
     }
   } finally {
-    await globalTeardown();
+    await stopServers();
   }
 }
 

@@ -6,8 +6,8 @@ import path from 'node:path';
 import { loadConfigOrExit } from '../src/config';
 import { migrate } from '../src/db/migrate';
 import { createPool } from '../src/db/pool';
-import { ensureCluster, ensureDatabase, startPostgres } from './lib/postgres-local';
-import type { ManagedProcess } from './lib/processes';
+import { ensureCluster, ensureDatabase, startPostgres } from '../dev-stack/postgres-local';
+import type { ManagedProcess } from '../dev-stack/processes';
 
 async function main(): Promise<void> {
   const config = loadConfigOrExit();

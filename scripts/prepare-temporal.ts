@@ -8,7 +8,7 @@
  */
 import { loadConfigOrExit } from '../src/config';
 import { connectAnswering, prepareNamespace } from '../src/temporal';
-import { waitUntil } from './lib/processes';
+import { waitUntil } from '../dev-stack/processes';
 
 /** `--name N`: a whole number from `min` to `max`, or undefined when the option is absent. */
 function wholeNumberOption(argv: string[], name: string, min: number, max: number, unit: string): number | undefined {

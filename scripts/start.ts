@@ -13,11 +13,11 @@ import { KeystoneSession, loadCredentials, openStackClients, type PasswordCreden
 import { REPO_ROOT } from '../src/paths';
 import { HostInventory } from '../src/resources/physical-host/inventory';
 import { addHost } from '../src/resources/shared/aggregates';
-import { bringUpRig, chooseCloud, enrolRigHosts, RIG_ADMIN_CLOUD, rigDir, stopRig, type CloudChoice, type Rig } from './lib/openstack-rig';
-import { ensureCluster, ensureDatabase, startPostgres } from './lib/postgres-local';
-import { killStaleProcesses, ManagedProcess, waitUntil } from './lib/processes';
-import { startLocalTemporal } from './lib/local-temporal';
-import { waitForTemporal } from './lib/temporal-dev-server';
+import { bringUpRig, chooseCloud, enrolRigHosts, RIG_ADMIN_CLOUD, rigDir, stopRig, type CloudChoice, type Rig } from '../dev-stack/openstack-rig';
+import { ensureCluster, ensureDatabase, startPostgres } from '../dev-stack/postgres-local';
+import { killStaleProcesses, ManagedProcess, waitUntil } from '../dev-stack/processes';
+import { startLocalTemporal } from '../dev-stack/local-temporal';
+import { waitForTemporal } from '../dev-stack/temporal-dev-server';
 
 const config = loadConfigOrExit();
 const DEFAULT_WORKER_METRICS_PORT = 9464;

@@ -28,6 +28,174 @@ export const httpUrl = z
   .max(2_048, 'expected at most 2048 characters')
   .superRefine(problemAsIssue(httpUrlProblem));
 
+// ---------------------------------------------------------------------------------------------
+// Blazar's external filter (src/policy/external-filter.ts): read when the worker and the API build
+// the usage policy, so that a bad value stops them (and only them) with one line.
+
+/** The external filter's settings (src/policy/external-filter.ts, ExternalServiceFilter). */
+export interface ExternalFilterSettings {
+  /** Blazar's `external_service_base_endpoint`: the three paths are joined to it (urljoin: keep its trailing slash). */
+  baseUrl?: string;
+  /** Blazar's `external_service_check_create_endpoint`: this URL instead of `<base>check-create`. */
+  checkCreateUrl?: string;
+  /** Blazar's `external_service_check_update_endpoint`. */
+  checkUpdateUrl?: string;
+  /** Blazar's `external_service_on_end_endpoint`. */
+  onEndUrl?: string;
+  /**
+   * Blazar's `external_service_token`: a static token sent as `X-Auth-Token` (none when unset).
+   * Blazar does not send its own Keystone token (it did only in the filter's first version).
+   */
+  token?: string;
+  /** Per call, body included. Ours: Blazar sets no timeout, so a hung service hangs its requests. */
+  timeoutMs: number;
+  /** Ours: when the service cannot be reached or answers neither 204 nor 403, allow (true) or deny (false, Blazar's). */
+  failOpen: boolean;
+}
+
+const endpoint = z.string().trim().pipe(httpUrl);
+
+const externalFilterEnvSchema = z.object({
+  LK_POLICY_EXTERNAL_URL: endpoint.optional(),
+  LK_POLICY_EXTERNAL_CHECK_CREATE_URL: endpoint.optional(),
+  LK_POLICY_EXTERNAL_CHECK_UPDATE_URL: endpoint.optional(),
+  LK_POLICY_EXTERNAL_ON_END_URL: endpoint.optional(),
+  // Sent as a header: printable ASCII only, so it can neither break the request nor add headers.
+  LK_POLICY_EXTERNAL_TOKEN: z
+    .string()
+    .regex(/^[\x21-\x7e]+$/, 'expected printable ASCII characters without spaces')
+    .max(8192, 'expected at most 8192 characters')
+    .optional(),
+  LK_POLICY_EXTERNAL_TIMEOUT_MS: z
+    .string()
+    .regex(/^\s*\d{1,9}\s*$/, 'expected a whole number of milliseconds')
+    .transform(Number)
+    .pipe(z.number().min(100, 'must be at least 100').max(60_000, 'must be at most 60000'))
+    .default(5_000),
+  LK_POLICY_EXTERNAL_FAIL: z.enum(['open', 'closed'], { error: 'expected "open" or "closed"' }).default('closed'),
+});
+
+/**
+ * The external filter's settings from LK_POLICY_EXTERNAL_*; undefined when no URL is set (no filter).
+ * An empty variable counts as unset. Throws ConfigError, one line naming the variable.
+ */
+export function externalFilterSettingsFromEnv(env: NodeJS.ProcessEnv = process.env): ExternalFilterSettings | undefined {
+  const e = parseVariables(externalFilterEnvSchema, env);
+  if (!e.LK_POLICY_EXTERNAL_URL && !e.LK_POLICY_EXTERNAL_CHECK_CREATE_URL && !e.LK_POLICY_EXTERNAL_CHECK_UPDATE_URL && !e.LK_POLICY_EXTERNAL_ON_END_URL) return undefined;
+  return {
+    baseUrl: e.LK_POLICY_EXTERNAL_URL,
+    checkCreateUrl: e.LK_POLICY_EXTERNAL_CHECK_CREATE_URL,
+    checkUpdateUrl: e.LK_POLICY_EXTERNAL_CHECK_UPDATE_URL,
+    onEndUrl: e.LK_POLICY_EXTERNAL_ON_END_URL,
+    token: e.LK_POLICY_EXTERNAL_TOKEN,
+    timeoutMs: e.LK_POLICY_EXTERNAL_TIMEOUT_MS,
+    failOpen: e.LK_POLICY_EXTERNAL_FAIL === 'open',
+  };
+}
+
+// ---------------------------------------------------------------------------------------------
+// OpenStack's client variables (src/openstack/auth.ts): read only where OpenStack is used, so that
+// a process without OpenStack never trips on them. Which are required, and their URL rule, stay
+// with the credentials (their errors name the variable as the OpenStack clients do).
+
+/** A client variable as python-openstackclient takes it: trimmed; empty or blank is unset. */
+const clientVariable = (max: number) =>
+  z
+    .string()
+    .max(max, `expected at most ${max} characters`)
+    .transform((value) => value.trim() || undefined)
+    .optional();
+/** A file path: as written. */
+const clientFile = z.string().max(4_096, 'expected at most 4096 characters').optional();
+
+const openStackEnvSchema = z.object({
+  OS_CLOUD: clientVariable(255),
+  OS_CLIENT_CONFIG_FILE: clientFile,
+  OS_CLIENT_SECURE_FILE: clientFile,
+  OS_AUTH_URL: clientVariable(2_048),
+  OS_USERNAME: clientVariable(255),
+  OS_USER_ID: clientVariable(255),
+  // As written, spaces included: a password is not trimmed.
+  OS_PASSWORD: z.string().max(4_096, 'expected at most 4096 characters').optional(),
+  OS_PROJECT_NAME: clientVariable(255),
+  OS_TENANT_NAME: clientVariable(255),
+  OS_PROJECT_ID: clientVariable(255),
+  OS_TENANT_ID: clientVariable(255),
+  OS_USER_DOMAIN_NAME: clientVariable(255),
+  OS_USER_DOMAIN_ID: clientVariable(255),
+  OS_PROJECT_DOMAIN_NAME: clientVariable(255),
+  OS_PROJECT_DOMAIN_ID: clientVariable(255),
+  OS_REGION_NAME: clientVariable(255),
+  OS_INTERFACE: clientVariable(64),
+  HOME: z.string().max(4_096).optional(),
+});
+
+/** OpenStack's client settings as the environment gives them (unset ones undefined). */
+export interface OpenStackEnvSettings {
+  /** OS_CLOUD: the cloud in clouds.yaml. */
+  cloud?: string;
+  /** OS_CLIENT_CONFIG_FILE: clouds.yaml, before the search path. */
+  cloudsFile?: string;
+  /** OS_CLIENT_SECURE_FILE: secure.yaml, before the search path. */
+  secureFile?: string;
+  /** The user's home (HOME, else the system's): `~/.config/openstack` is searched. */
+  home: string;
+  /** The OS_* password-authentication variables (Keystone v3), as python-openstackclient reads them. */
+  password: {
+    authUrl?: string;
+    username?: string;
+    userId?: string;
+    password?: string;
+    projectName?: string;
+    projectId?: string;
+    userDomainName?: string;
+    userDomainId?: string;
+    projectDomainName?: string;
+    projectDomainId?: string;
+    regionName?: string;
+    interface?: string;
+  };
+}
+
+/** OpenStack's client variables (OS_*), bounded; throws ConfigError, one line naming the variable. */
+export function openStackSettingsFromEnv(env: NodeJS.ProcessEnv = process.env): OpenStackEnvSettings {
+  const e = parseVariables(openStackEnvSchema, env, { keepEmpty: ['OS_PASSWORD', 'HOME'] });
+  return {
+    cloud: e.OS_CLOUD,
+    cloudsFile: e.OS_CLIENT_CONFIG_FILE,
+    secureFile: e.OS_CLIENT_SECURE_FILE,
+    home: e.HOME ?? os.homedir(),
+    password: {
+      authUrl: e.OS_AUTH_URL,
+      username: e.OS_USERNAME,
+      userId: e.OS_USER_ID,
+      password: e.OS_PASSWORD === '' ? undefined : e.OS_PASSWORD,
+      projectName: e.OS_PROJECT_NAME ?? e.OS_TENANT_NAME,
+      projectId: e.OS_PROJECT_ID ?? e.OS_TENANT_ID,
+      userDomainName: e.OS_USER_DOMAIN_NAME,
+      userDomainId: e.OS_USER_DOMAIN_ID,
+      projectDomainName: e.OS_PROJECT_DOMAIN_NAME,
+      projectDomainId: e.OS_PROJECT_DOMAIN_ID,
+      regionName: e.OS_REGION_NAME,
+      interface: e.OS_INTERFACE,
+    },
+  };
+}
+
+/**
+ * The variables a schema names, parsed: an empty one counts as unset unless listed in keepEmpty.
+ * Throws ConfigError naming the first bad one, its value as shownValue shows it.
+ */
+function parseVariables<Shape extends z.ZodRawShape>(schema: z.ZodObject<Shape>, env: NodeJS.ProcessEnv, options: { keepEmpty?: string[] } = {}): z.infer<z.ZodObject<Shape>> {
+  const names = Object.keys(schema.shape);
+  const present = Object.fromEntries(names.filter((name) => env[name] !== undefined && (env[name] !== '' || options.keepEmpty?.includes(name))).map((name) => [name, env[name]]));
+  const parsed = schema.safeParse(present);
+  if (parsed.success) return parsed.data;
+  const issue = parsed.error.issues[0];
+  const name = String(issue.path[0]);
+  throw new ConfigError(`invalid configuration: ${name}=${JSON.stringify(shownValue(name, env[name] ?? ''))}: ${issue.message}`);
+}
+
 const envSchema = z.object({
   LK_LOG_LEVEL: z.enum(['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent']).default('info'),
   LK_API_HOST: z.string().min(1).default('127.0.0.1'),
@@ -443,29 +611,23 @@ function isLoopback(host: string): boolean {
   return host === 'localhost' || host === '::1' || /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(host);
 }
 
-/** A setting as an error message may show it: a URL's password (database, message bus) masked. */
-function withoutPasswords(value: string): string {
+/** A setting as an error message may show it: a URL's password (database, message bus) masked; a secret never shown, even a wrong one. */
+function shownValue(name: string, value: string): string {
+  if (/_(TOKEN|SECRET|PASSWORD)$/.test(name)) return '***';
   return value.replace(/((?:\/\/|,)[^:@/\s,]*:)[^@/\s]*@/g, '$1***@');
 }
 
 /** Parses the environment; throws ConfigError whose message is one line naming the variable. */
 export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   // An empty variable means "use the default", as in most shells' ${VAR:-default}.
-  const present = Object.fromEntries(Object.entries(env).filter(([, value]) => value !== ''));
-  const parsed = envSchema.safeParse(present);
-  if (!parsed.success) {
-    const issue = parsed.error.issues[0];
-    const name = String(issue.path[0]);
-    const shown = /_(TOKEN|SECRET)$/.test(name) ? '***' : withoutPasswords(env[name] ?? ''); // a secret is never shown, even a wrong one
-    throw new ConfigError(`invalid configuration: ${name}=${JSON.stringify(shown)}: ${issue.message}`);
-  }
-  const { LK_AUTH_STRATEGY, LK_API_HOST, LK_ALLOW_NOAUTH_REMOTE } = parsed.data;
+  const settings = parseVariables(envSchema, env);
+  const { LK_AUTH_STRATEGY, LK_API_HOST, LK_ALLOW_NOAUTH_REMOTE } = settings;
   if (LK_AUTH_STRATEGY === 'noauth' && !isLoopback(LK_API_HOST) && LK_ALLOW_NOAUTH_REMOTE !== 'true') {
     throw new ConfigError(
       `invalid configuration: LK_API_HOST=${JSON.stringify(LK_API_HOST)}: noauth (LK_AUTH_STRATEGY) trusts identity headers, so it listens on loopback only; set LK_AUTH_STRATEGY=keystone, or LK_ALLOW_NOAUTH_REMOTE=true if the address is reachable only by trusted callers`,
     );
   }
-  return toConfig(parsed.data);
+  return toConfig(settings);
 }
 
 /** For process entry points: a bad setting ends the process with a one-line message. */

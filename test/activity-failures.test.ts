@@ -11,7 +11,7 @@ import type { Pool } from 'pg';
 import { createActivities } from '../activities';
 import { newLease, type Lease } from '../src/domain/lease';
 import { pluginRegistry } from '../src/domain/resource-plugin';
-import { useMigratedTestDatabase } from './support/db';
+import { useMigratedTestDatabase } from '../dev-stack/db';
 
 function lease(name: string): Lease {
   const now = Date.now();

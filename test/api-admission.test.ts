@@ -19,8 +19,8 @@ import { DatabaseError } from 'pg';
 import { z } from 'zod';
 import { newLease, type NewLeaseRequest } from '../src/domain/lease';
 import type { LeaseWorkflowInput } from '../workflows/lease/messages';
-import { doubleBookings, insertHost } from './support/hosts';
-import { apiClient, eventually, inSeconds, startTestStack, useTestStack, type TestStack } from './support/stack';
+import { doubleBookings, insertHost } from '../dev-stack/fixtures/hosts';
+import { apiClient, eventually, inSeconds, startTestStack, useTestStack, type TestStack } from '../dev-stack/stack';
 
 const PROJECT = { 'x-project-id': 'admission-project', 'x-user-id': 'alice', 'x-auth-token': 'notused' };
 const hostType = (pool: Pool) => [physicalHostPlugin({ pool, settings: { cleaningMs: 0, randomChoice: false }, cloud: 'calendar-only' })];

@@ -13,9 +13,9 @@ import { insertFloatingIp } from '../src/db/floating-ips';
 import { floatingIpPlugin } from '../src/resources/floating-ip';
 import { physicalHostPlugin } from '../src/resources/physical-host';
 import { pluginRegistry } from '../src/domain/resource-plugin';
-import { hostReservation } from './support/builders';
-import { insertHost } from './support/hosts';
-import { apiClient, type ApiCall, eventually, useTestStack } from './support/stack';
+import { hostReservation } from '../dev-stack/fixtures/builders';
+import { insertHost } from '../dev-stack/fixtures/hosts';
+import { apiClient, type ApiCall, eventually, useTestStack } from '../dev-stack/stack';
 
 type Caller = 'A' | 'B' | 'admin';
 const HEADERS: Record<Caller, Record<string, string>> = {

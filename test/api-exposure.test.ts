@@ -7,9 +7,9 @@ import http from 'node:http';
 import net from 'node:net';
 import type { AddressInfo } from 'node:net';
 import { createApiServer, type ServerLimits } from '../src/api/server';
-import { apiClient, useTestStack } from './support/stack';
-import { apiJson } from './support/http';
-import { testConfig } from './support/temporal';
+import { apiClient, useTestStack } from '../dev-stack/stack';
+import { apiJson } from '../dev-stack/http';
+import { testConfig } from '../dev-stack/temporal-connection';
 
 function listen(server: http.Server): Promise<number> {
   return new Promise((resolve) => server.listen(0, '127.0.0.1', () => resolve((server.address() as AddressInfo).port)));

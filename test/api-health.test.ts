@@ -7,10 +7,10 @@ import pino from 'pino';
 import { createApp } from '../src/api/app';
 import { pluginRegistry } from '../src/domain/resource-plugin';
 import { createWorker } from '../worker/create-worker';
-import { useMigratedTestDatabase } from './support/db';
-import { apiJson, json } from './support/http';
-import { freePort } from './support/ports';
-import { connectTestTemporal, testConfig, testWorkflows } from './support/temporal';
+import { useMigratedTestDatabase } from '../dev-stack/db';
+import { apiJson, json } from '../dev-stack/http';
+import { freePort } from '../dev-stack/ports';
+import { connectTestTemporal, testConfig, testWorkflows } from '../dev-stack/temporal-connection';
 
 const silent = pino({ level: 'silent' });
 

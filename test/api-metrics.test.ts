@@ -9,12 +9,12 @@ import pino from 'pino';
 import { apiMetrics, serveApiMetrics } from '../src/api/metrics';
 import type { Pool } from '../src/db/pool';
 import { physicalHostPlugin } from '../src/resources/physical-host';
-import { blazarHostReservation } from './support/builders';
+import { blazarHostReservation } from '../dev-stack/fixtures/builders';
 import { dashboardProblems, dashboardQueries } from './support/dashboard';
-import { withoutRequestId } from './support/http';
-import { insertHost } from './support/hosts';
-import { freePort } from './support/ports';
-import { apiClient, eventually, inSeconds, useTestStack } from './support/stack';
+import { withoutRequestId } from '../dev-stack/http';
+import { insertHost } from '../dev-stack/fixtures/hosts';
+import { freePort } from '../dev-stack/ports';
+import { apiClient, eventually, inSeconds, useTestStack } from '../dev-stack/stack';
 
 const TOKEN = 'metrics-token-0123456789abcdef';
 const LEASE_COUNTS = 'FROM leases WHERE deleted_at IS NULL GROUP BY status';

@@ -3,8 +3,8 @@
  * kept as text in our table) and Blazar's computehosts `status` (null: nothing in Blazar sets it);
  * unknown query parameters ignored, as Blazar does.
  */
-import { insertHost } from './support/hosts';
-import { apiClient, useTestStack } from './support/stack';
+import { insertHost } from '../dev-stack/fixtures/hosts';
+import { apiClient, useTestStack } from '../dev-stack/stack';
 
 describe('os-hosts host JSON as Blazar\'s', () => {
   const stack = useTestStack({ noWorker: true });

@@ -10,7 +10,7 @@ import { randomUUID } from 'node:crypto';
 import { findLease } from '../src/db/leases';
 import { formatReport, importFromBlazar, type ImportReport } from '../src/import/blazar-import';
 import { BLAZAR_SCHEMA_REVISION, type BlazarData, type BlazarHost, type BlazarLease } from '../src/import/blazar-source';
-import { apiClient, eventually, useTestStack } from './support/stack';
+import { apiClient, eventually, useTestStack } from '../dev-stack/stack';
 
 const NOW = Date.now();
 /** Blazar's DATETIME: naive UTC, whole seconds. */

@@ -4,7 +4,7 @@
 import { execFile } from 'node:child_process';
 import fs from 'node:fs';
 import { promisify } from 'node:util';
-import { eventually, useTestStack } from './support/stack';
+import { eventually, useTestStack } from '../dev-stack/stack';
 
 const run = promisify(execFile);
 const BLAZAR = '/usr/bin/blazar';

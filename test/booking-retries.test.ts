@@ -8,10 +8,10 @@ import { DatabaseError } from 'pg';
 import { createPool } from '../src/db/pool';
 import { HostCalendar } from '../src/resources/physical-host/calendar';
 import { bookInTransaction } from '../src/resources/shared/booking';
-import { pendingReservation, reservationContext } from './support/builders';
-import { useMigratedTestDatabase } from './support/db';
-import { doubleBookings, insertHost } from './support/hosts';
-import { eventually } from './support/stack';
+import { pendingReservation, reservationContext } from '../dev-stack/fixtures/builders';
+import { useMigratedTestDatabase } from '../dev-stack/db';
+import { doubleBookings, insertHost } from '../dev-stack/fixtures/hosts';
+import { eventually } from '../dev-stack/stack';
 
 const H = 3_600_000;
 const T0 = Date.UTC(2099, 5, 1);

@@ -4,10 +4,10 @@
  */
 import { MAX_CALENDAR_BOOKINGS } from '../src/api/calendar';
 import { physicalHostPlugin } from '../src/resources/physical-host';
-import { blazarHostReservation } from './support/builders';
-import { insertHost } from './support/hosts';
-import { insertQuantityBookingRow } from './support/lease-rows';
-import { apiClient, useTestStack } from './support/stack';
+import { blazarHostReservation } from '../dev-stack/fixtures/builders';
+import { insertHost } from '../dev-stack/fixtures/hosts';
+import { insertQuantityBookingRow } from '../dev-stack/fixtures/lease-rows';
+import { apiClient, useTestStack } from '../dev-stack/stack';
 
 const DAY = 86_400_000;
 /** Two days after today (UTC), at a whole hour: inside any window the tests ask for. */

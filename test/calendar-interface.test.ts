@@ -6,7 +6,8 @@
  */
 import { randomUUID } from 'node:crypto';
 import type { Calendar, CalendarTypes } from '../src/domain/calendar';
-import { reuseStart, type Reservation } from '../src/domain/lease';
+import { reuseStart } from '../src/domain/dates';
+import type { Reservation } from '../src/domain/lease';
 import type { ReservationContext } from '../src/domain/resource-plugin';
 import type { Pool } from '../src/db/pool';
 import { insertFloatingIp } from '../src/db/floating-ips';
@@ -20,9 +21,9 @@ import { QuantityCalendar, type QuantityRequest } from '../src/resources/shared/
 import { virtualInstance } from '../src/resources/virtual-instance';
 import { InstanceSlotCalendar, VIRTUAL_INSTANCE } from '../src/resources/virtual-instance/calendar';
 import { virtualInstanceParams } from '../src/resources/virtual-instance/params';
-import { pendingReservation, refusal, reservationContext } from './support/builders';
-import { useMigratedTestDatabase } from './support/db';
-import { insertHost } from './support/hosts';
+import { pendingReservation, refusal, reservationContext } from '../dev-stack/fixtures/builders';
+import { useMigratedTestDatabase } from '../dev-stack/db';
+import { insertHost } from '../dev-stack/fixtures/hosts';
 
 const H = 3_600_000;
 const T0 = Date.UTC(2099, 5, 1);

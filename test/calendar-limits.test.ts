@@ -5,9 +5,9 @@
  * request date on a whole minute that is still valid.
  */
 import { physicalHostPlugin } from '../src/resources/physical-host';
-import { hostReservation } from './support/builders';
-import { insertHost } from './support/hosts';
-import { apiClient, useTestStack } from './support/stack';
+import { hostReservation } from '../dev-stack/fixtures/builders';
+import { insertHost } from '../dev-stack/fixtures/hosts';
+import { apiClient, useTestStack } from '../dev-stack/stack';
 
 describe('calendar limits: one request cannot stop the service', () => {
   const stack = useTestStack({ withPool: (pool) => [physicalHostPlugin({ pool, settings: { cleaningMs: 0, randomChoice: false }, cloud: 'calendar-only' })] });

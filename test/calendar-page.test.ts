@@ -7,11 +7,11 @@
 import path from 'node:path';
 import type { Browser, Page } from 'playwright-core';
 import { physicalHostPlugin } from '../src/resources/physical-host';
-import { AXE_SOURCE, artefactDir, launchChromium } from './support/browser';
-import { blazarHostReservation } from './support/builders';
-import { insertHost } from './support/hosts';
-import { insertQuantityBookingRow } from './support/lease-rows';
-import { apiClient, eventually, useTestStack } from './support/stack';
+import { AXE_SOURCE, artefactDir, launchChromium } from '../dev-stack/fixtures/browser';
+import { blazarHostReservation } from '../dev-stack/fixtures/builders';
+import { insertHost } from '../dev-stack/fixtures/hosts';
+import { insertQuantityBookingRow } from '../dev-stack/fixtures/lease-rows';
+import { apiClient, eventually, useTestStack } from '../dev-stack/stack';
 
 const DAY = 86_400_000;
 const HOUR = 3_600_000;

@@ -7,9 +7,9 @@
  */
 import { keystoneAuthenticator } from '../src/api/keystone-auth';
 import { openStackClients, type OpenStackClients } from '../src/openstack';
-import { withoutRequestId } from './support/http';
+import { withoutRequestId } from '../dev-stack/http';
 import { startKeystoneStandIn, type KeystoneStandIn } from './support/keystone-stand-in';
-import { apiClient, useTestStack, type TestStackOptions } from './support/stack';
+import { apiClient, useTestStack, type TestStackOptions } from '../dev-stack/stack';
 
 const USERS = { alice: { password: 'alice-password', project: 'alpha' }, bob: { password: 'bob-password', project: 'beta' } };
 const WINDOW_SECONDS = 600;

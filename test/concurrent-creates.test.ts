@@ -16,9 +16,9 @@ import { errorHandler } from '../src/api/errors';
 import type { OpenStackClients } from '../src/openstack';
 import type { Aggregate, Hypervisor } from '../src/openstack/nova';
 import { NotFoundError } from '../src/openstack/errors';
-import { insertHost } from './support/hosts';
+import { insertHost } from '../dev-stack/fixtures/hosts';
 import { RecordingPlugin } from './support/recording-plugin';
-import { apiClient, deleteAllLeases, inSeconds, useTestStack, type ApiCall } from './support/stack';
+import { apiClient, deleteAllLeases, inSeconds, useTestStack, type ApiCall } from '../dev-stack/stack';
 
 const COPIES = 8;
 const ADMIN = { 'x-auth-token': 'admin' };

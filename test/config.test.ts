@@ -1,8 +1,7 @@
 import { spawnSync } from 'node:child_process';
 import path from 'node:path';
 import { webhooksBody } from '../src/api/webhooks';
-import { ConfigError, loadConfig } from '../src/config';
-import { externalFilterSettingsFromEnv } from '../src/policy/external-filter';
+import { ConfigError, externalFilterSettingsFromEnv, loadConfig, openStackSettingsFromEnv } from '../src/config';
 
 describe('configuration', () => {
   it('has documented defaults for an empty environment', () => {
@@ -181,5 +180,30 @@ describe('configuration', () => {
     const lines = run.stderr.trim().split('\n');
     expect(lines).toHaveLength(1);
     expect(lines[0]).toMatch(/^leasekeeper: invalid configuration: LK_API_PORT="eighty": .*number/);
+  });
+});
+
+describe("OpenStack's client variables", () => {
+  it('reads them trimmed (blank is unset), the password as written, the tenant names as the project', () => {
+    const settings = openStackSettingsFromEnv({ HOME: '/home/someone', OS_CLOUD: '  ', OS_AUTH_URL: ' http://keystone:5000/v3 ', OS_PASSWORD: ' pw ', OS_TENANT_NAME: 'demo', OS_INTERFACE: 'internalURL' });
+    expect(settings).toEqual({
+      cloud: undefined,
+      cloudsFile: undefined,
+      secureFile: undefined,
+      home: '/home/someone',
+      password: expect.objectContaining({ authUrl: 'http://keystone:5000/v3', password: ' pw ', projectName: 'demo', interface: 'internalURL', username: undefined }),
+    });
+  });
+
+  it('refuses an over-long value in one line naming the variable, a password never shown', () => {
+    expect(() => openStackSettingsFromEnv({ OS_USERNAME: 'u'.repeat(256) })).toThrow(/^invalid configuration: OS_USERNAME="u+": expected at most 255 characters$/);
+    let message = '';
+    try {
+      openStackSettingsFromEnv({ OS_PASSWORD: 'secret'.repeat(1_000) });
+    } catch (err) {
+      expect(err).toBeInstanceOf(ConfigError);
+      message = (err as Error).message;
+    }
+    expect(message).toBe('invalid configuration: OS_PASSWORD="***": expected at most 4096 characters');
   });
 });

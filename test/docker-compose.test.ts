@@ -10,7 +10,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { parse, stringify } from 'yaml';
-import { COMPOSE_TEMPORAL, temporalServerBinaries } from '../scripts/lib/temporal-server';
+import { COMPOSE_TEMPORAL, temporalServerBinaries } from '../dev-stack/temporal-server';
 import { loadConfig } from '../src/config';
 
 const ROOT = path.join(__dirname, '..');

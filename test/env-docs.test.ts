@@ -8,7 +8,8 @@
  *   constant), the same on a variable or parameter typed `NodeJS.ProcessEnv` or set from
  *   `process.env`, its destructuring, string arguments of a local accessor that indexes the
  *   environment with its parameter (`get('OS_AUTH_URL')`), and the keys of a zod object named
- *   `envSchema` (what loadConfig and the external filter parse out of the environment). Writes
+ *   `envSchema` or `<something>EnvSchema` (what src/config.ts parses out of the environment: loadConfig's,
+ *   the external filter's, OpenStack's client variables). Writes
  *   and deletes are not reads; a dynamic read this cannot resolve fails the test.
  * - Shell: `$X` / `${X…}` of a name that no script in the same directory assigns (the rig's
  *   scripts source each other), outside comments and quoted here-documents.
@@ -21,7 +22,7 @@ import path from 'node:path';
 import ts from 'typescript';
 import { REPO_ROOT } from '../src/paths';
 
-const CODE_DIRS = ['src', 'worker', 'activities', 'workflows', 'scripts', 'bench', 'test'];
+const CODE_DIRS = ['src', 'worker', 'activities', 'workflows', 'dev-stack', 'scripts', 'bench', 'test'];
 const DOCS = [
   'README.md',
   path.join('scripts', 'openstack', 'README.md'),
@@ -136,7 +137,7 @@ function typescriptReads(reads: Reads, unresolved: string[]): void {
       if (ts.isVariableDeclaration(node) && ts.isObjectBindingPattern(node.name) && node.initializer && isEnv(node.initializer)) {
         for (const element of node.name.elements) add(reads, (element.propertyName ?? element.name).getText(source), file);
       }
-      if (ts.isVariableDeclaration(node) && ts.isIdentifier(node.name) && node.name.text === 'envSchema' && node.initializer && ts.isCallExpression(node.initializer)) {
+      if (ts.isVariableDeclaration(node) && ts.isIdentifier(node.name) && /^(env|\w+Env)Schema$/.test(node.name.text) && node.initializer && ts.isCallExpression(node.initializer)) {
         const shape = node.initializer.arguments[0];
         if (shape && ts.isObjectLiteralExpression(shape)) {
           for (const property of shape.properties) if (property.name && ts.isIdentifier(property.name)) schemaKeys.push(property.name.text);
@@ -263,6 +264,11 @@ describe('environment variables', () => {
     }
     for (const name of ['RUN', 'KEYSTONE_URL', 'NOVA_CELL0_DB', 'T0', 'LK_NOVA_URL']) expect([name, reads.has(name)]).toEqual([name, false]);
     expect(unresolved).toEqual([]);
+  });
+
+  it('reads the environment in src only through src/config.ts', () => {
+    const readers = new Set([...reads.values()].flatMap((files) => [...files]).filter((file) => file.startsWith(`src${path.sep}`)));
+    expect([...readers]).toEqual([path.join('src', 'config.ts')]);
   });
 
   it('documents every variable the code reads', () => {

@@ -13,10 +13,10 @@ import {
   PolicyDeniedError,
   UNAVAILABLE_MESSAGE,
   allocationsFromReservation,
-  externalFilterSettingsFromEnv,
-  pythonIsoformat,
   type ExternalFilterSettings,
 } from '../src/policy/external-filter';
+import { externalFilterSettingsFromEnv } from '../src/config';
+import { pythonIsoformat } from '../src/domain/dates';
 
 interface Recorded {
   method: string;

@@ -5,8 +5,8 @@
 import http from 'node:http';
 import type net from 'node:net';
 import { FaultProxy, type ProxiedRequest } from './support/fault-proxy';
-import { json } from './support/http';
-import { freePort } from './support/ports';
+import { json } from '../dev-stack/http';
+import { freePort } from '../dev-stack/ports';
 
 const TEST_TIMEOUT_MS = 10_000;
 

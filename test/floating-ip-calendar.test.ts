@@ -10,8 +10,8 @@ import type { ReservationContext } from '../src/domain/resource-plugin';
 import { insertFloatingIp } from '../src/db/floating-ips';
 import { FloatingIpCalendar, VIRTUAL_FLOATINGIP } from '../src/resources/floating-ip/calendar';
 import { floatingIpParams } from '../src/resources/floating-ip/params';
-import { pendingReservation, refusal, reservationContext } from './support/builders';
-import { useMigratedTestDatabase } from './support/db';
+import { pendingReservation, refusal, reservationContext } from '../dev-stack/fixtures/builders';
+import { useMigratedTestDatabase } from '../dev-stack/db';
 
 const H = 3_600_000;
 const T0 = Date.UTC(2099, 5, 1);

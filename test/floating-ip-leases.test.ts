@@ -6,7 +6,7 @@
 import { randomUUID } from 'node:crypto';
 import { insertFloatingIp } from '../src/db/floating-ips';
 import { floatingIpPlugin } from '../src/resources/floating-ip';
-import { apiClient, deleteAllLeases, useTestStack } from './support/stack';
+import { apiClient, deleteAllLeases, useTestStack } from '../dev-stack/stack';
 
 const NETWORK = '11111111-1111-4111-8111-111111111111';
 /** Days a month ahead (within the deployment's advance-booking limit), as Blazar writes dates. */

@@ -3,9 +3,9 @@
  * (hosts are put in the inventory directly; enrolment through Nova has its own tests).
  */
 import { physicalHostPlugin } from '../src/resources/physical-host';
-import { blazarHostReservation, hostReservation } from './support/builders';
-import { doubleBookings, insertHost } from './support/hosts';
-import { apiClient, eventually, inSeconds, useTestStack } from './support/stack';
+import { blazarHostReservation, hostReservation } from '../dev-stack/fixtures/builders';
+import { doubleBookings, insertHost } from '../dev-stack/fixtures/hosts';
+import { apiClient, eventually, inSeconds, useTestStack } from '../dev-stack/stack';
 
 describe('host leases: admission without double booking', () => {
   // The stack builds its own pool; the plugin needs it, so it is created from the stack's database.

@@ -9,9 +9,9 @@ import fc from 'fast-check';
 import { ApplicationFailure } from '@temporalio/common';
 import { HostCalendar } from '../src/resources/physical-host/calendar';
 import type { ReservationContext } from '../src/domain/resource-plugin';
-import { pendingReservation, reservationContext } from './support/builders';
-import { useMigratedTestDatabase } from './support/db';
-import { doubleBookings, insertHost } from './support/hosts';
+import { pendingReservation, reservationContext } from '../dev-stack/fixtures/builders';
+import { useMigratedTestDatabase } from '../dev-stack/db';
+import { doubleBookings, insertHost } from '../dev-stack/fixtures/hosts';
 
 const H = 3_600_000;
 const T0 = Date.UTC(2099, 0, 1);

@@ -1,6 +1,6 @@
 import fc from 'fast-check';
 import { assignHosts, earliestFit, freeHosts, longestFit, preferenceOrder, searchEarliestFit, type CalendarSnapshot, type HostRequest } from '../src/domain/host-calendar';
-import { wholeMinuteUp } from '../src/domain/lease';
+import { wholeMinuteUp } from '../src/domain/dates';
 import { matchesQuery, parsePropertyQuery, PropertyQueryError, queryKeys } from '../src/domain/property-query';
 
 const H = 3_600_000;

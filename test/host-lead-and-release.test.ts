@@ -4,10 +4,10 @@
  * the end, so nothing may be booked on them after it); and the edge's checks of the end options.
  */
 import { physicalHostPlugin } from '../src/resources/physical-host';
-import { blazarHostReservation } from './support/builders';
-import { insertHost } from './support/hosts';
+import { blazarHostReservation } from '../dev-stack/fixtures/builders';
+import { insertHost } from '../dev-stack/fixtures/hosts';
 import { startWebhookReceiver, type WebhookReceiver } from './support/notice-receiver';
-import { apiClient, eventually, inSeconds, useTestStack } from './support/stack';
+import { apiClient, eventually, inSeconds, useTestStack } from '../dev-stack/stack';
 
 const LEAD_MINUTES = 30;
 

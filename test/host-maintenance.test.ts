@@ -7,10 +7,10 @@
  */
 import { physicalHostPlugin } from '../src/resources/physical-host';
 import { physicalHostWatch } from '../src/resources/physical-host/health';
-import { hostReservation } from './support/builders';
-import { doubleBookings, insertHost } from './support/hosts';
+import { hostReservation } from '../dev-stack/fixtures/builders';
+import { doubleBookings, insertHost } from '../dev-stack/fixtures/hosts';
 import { startWebhookReceiver, type WebhookReceiver } from './support/notice-receiver';
-import { apiClient, eventually, inSeconds, useTestStack } from './support/stack';
+import { apiClient, eventually, inSeconds, useTestStack } from '../dev-stack/stack';
 
 /** A lease date ("2026-11-21T09:15:00.000000", UTC) as epoch ms. */
 const leaseMs = (date: string) => Date.parse(`${date.slice(0, 23)}Z`);

@@ -5,9 +5,9 @@
  */
 import { physicalHostPlugin } from '../src/resources/physical-host';
 import { leaseWorkflowId } from '../workflows/lease/messages';
-import { hostReservation } from './support/builders';
-import { doubleBookings, insertHost } from './support/hosts';
-import { apiClient, eventually, inSeconds, useTestStack } from './support/stack';
+import { hostReservation } from '../dev-stack/fixtures/builders';
+import { doubleBookings, insertHost } from '../dev-stack/fixtures/hosts';
+import { apiClient, eventually, inSeconds, useTestStack } from '../dev-stack/stack';
 
 const A100 = JSON.stringify(['==', '$gpu', 'a100']);
 const H100 = JSON.stringify(['==', '$gpu', 'h100']);

@@ -17,11 +17,11 @@ import { OpenStackConfigError } from '../src/openstack/errors';
 import { sendRequest } from '../src/openstack/http';
 import { physicalHostPlugin } from '../src/resources/physical-host';
 import type { ResourcePlugin } from '../src/domain/resource-plugin';
-import { hostReservation } from './support/builders';
-import { insertHost } from './support/hosts';
+import { hostReservation } from '../dev-stack/fixtures/builders';
+import { insertHost } from '../dev-stack/fixtures/hosts';
 import { RecordingPlugin } from './support/recording-plugin';
-import { apiClient, eventually, inSeconds, useTestStack, type ApiCall } from './support/stack';
-import { withoutRequestId } from './support/http';
+import { apiClient, eventually, inSeconds, useTestStack, type ApiCall } from '../dev-stack/stack';
+import { withoutRequestId } from '../dev-stack/http';
 
 const HOSTILE = 'must not contain control characters or invalid Unicode';
 

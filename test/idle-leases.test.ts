@@ -5,7 +5,7 @@
  */
 import { RecordingPlugin } from './support/recording-plugin';
 import { startWebhookReceiver, type WebhookReceiver } from './support/notice-receiver';
-import { apiClient, eventually, inSeconds, useTestStack } from './support/stack';
+import { apiClient, eventually, inSeconds, useTestStack } from '../dev-stack/stack';
 
 describe('idle leases', () => {
   const plugin = new RecordingPlugin();

@@ -14,9 +14,9 @@ import { COMPUTE_KIND } from '../src/resources/shared/compute-providers';
 import { InstanceSlotCalendar, VIRTUAL_INSTANCE } from '../src/resources/virtual-instance/calendar';
 import { virtualInstanceParams } from '../src/resources/virtual-instance/params';
 import { virtualInstance } from '../src/resources/virtual-instance';
-import { pendingReservation, refusal, reservationContext } from './support/builders';
-import { useMigratedTestDatabase } from './support/db';
-import { doubleBookings, insertHost } from './support/hosts';
+import { pendingReservation, refusal, reservationContext } from '../dev-stack/fixtures/builders';
+import { useMigratedTestDatabase } from '../dev-stack/db';
+import { doubleBookings, insertHost } from '../dev-stack/fixtures/hosts';
 
 const H = 3_600_000;
 const T0 = Date.UTC(2099, 5, 1);

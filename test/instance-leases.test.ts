@@ -10,9 +10,9 @@ import { syncCapacityProviders } from '../src/db/quantity-allocations';
 import { floatingIpPlugin } from '../src/resources/floating-ip';
 import { COMPUTE_KIND } from '../src/resources/shared/compute-providers';
 import { virtualInstancePlugin } from '../src/resources/virtual-instance';
-import { insertHost } from './support/hosts';
+import { insertHost } from '../dev-stack/fixtures/hosts';
 import { startWebhookReceiver, type WebhookReceiver } from './support/notice-receiver';
-import { apiClient, deleteAllLeases, eventually, inSeconds, useTestStack } from './support/stack';
+import { apiClient, deleteAllLeases, eventually, inSeconds, useTestStack } from '../dev-stack/stack';
 
 const NETWORK = '33333333-3333-4333-8333-333333333333';
 const dayAhead = (days: number) => new Date(Date.now() + days * 86_400_000).toISOString().slice(0, 10);

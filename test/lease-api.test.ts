@@ -1,5 +1,5 @@
 import { RecordingPlugin } from './support/recording-plugin';
-import { apiClient, eventually, inSeconds, startTestStack, useTestStack } from './support/stack';
+import { apiClient, eventually, inSeconds, startTestStack, useTestStack } from '../dev-stack/stack';
 
 const PROJECT_A = { 'x-project-id': 'project-a', 'x-user-id': 'alice', 'x-auth-token': 'notused' };
 const PROJECT_B = { 'x-project-id': 'project-b', 'x-user-id': 'bob', 'x-auth-token': 'notused' };

@@ -6,9 +6,9 @@
  */
 import { randomUUID } from 'node:crypto';
 import { newLease } from '../src/domain/lease';
-import { insertLeaseRows } from './support/lease-rows';
+import { insertLeaseRows } from '../dev-stack/fixtures/lease-rows';
 import { RecordingPlugin } from './support/recording-plugin';
-import { apiClient, eventually, inSeconds, startedLeaseWorkflow, useTestStack } from './support/stack';
+import { apiClient, eventually, inSeconds, startedLeaseWorkflow, useTestStack } from '../dev-stack/stack';
 import { leaseWorkflowId } from '../workflows/lease/messages';
 
 const ADMIN = { 'x-auth-token': 'admin' };

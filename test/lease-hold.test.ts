@@ -5,7 +5,7 @@
  * steps, each its own activity (ports, candidates, binding, allocations).
  */
 import { RecordingPlugin } from './support/recording-plugin';
-import { apiClient, eventually, inSeconds, useTestStack } from './support/stack';
+import { apiClient, eventually, inSeconds, useTestStack } from '../dev-stack/stack';
 
 describe('hold until start, and hooks that report', () => {
   const plugin = new RecordingPlugin();

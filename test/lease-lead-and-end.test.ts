@@ -4,7 +4,7 @@
  * server is gone), including a delete that arrives while the end waits.
  */
 import { RecordingPlugin } from './support/recording-plugin';
-import { apiClient, eventually, inSeconds, useTestStack } from './support/stack';
+import { apiClient, eventually, inSeconds, useTestStack } from '../dev-stack/stack';
 
 const LEAD_SECONDS = 4;
 

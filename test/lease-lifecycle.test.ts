@@ -1,10 +1,10 @@
-import { formatLeaseDate } from '../src/domain/blazar-format';
+import { formatBlazarDate } from '../src/domain/dates';
 import type { ApiError } from '../src/api/errors';
 import { changeLease } from '../src/api/lease-commands';
 import { LeaseStatusKey } from '../src/domain/search-attributes';
 import { getLease, leaseWorkflowId } from '../workflows/lease/messages';
 import { RecordingPlugin } from './support/recording-plugin';
-import { apiClient, eventually, inSeconds, useTestStack } from './support/stack';
+import { apiClient, eventually, inSeconds, useTestStack } from '../dev-stack/stack';
 
 describe('lease lifecycle on the real Temporal server', () => {
   const plugin = new RecordingPlugin();
@@ -280,6 +280,6 @@ describe('lease lifecycle on the real Temporal server', () => {
   }, 45_000);
 
   it('formats dates exactly as Blazar does', () => {
-    expect(formatLeaseDate(Date.UTC(2026, 10, 21, 9, 15, 7, 42))).toBe('2026-11-21T09:15:07.042000');
+    expect(formatBlazarDate(Date.UTC(2026, 10, 21, 9, 15, 7, 42))).toBe('2026-11-21T09:15:07.042000');
   });
 });

@@ -7,10 +7,10 @@
  */
 import { createHmac } from 'node:crypto';
 import { physicalHostPlugin } from '../src/resources/physical-host';
-import { hostReservation } from './support/builders';
-import { insertHost } from './support/hosts';
+import { hostReservation } from '../dev-stack/fixtures/builders';
+import { insertHost } from '../dev-stack/fixtures/hosts';
 import { startWebhookReceiver, type Delivery, type WebhookReceiver } from './support/notice-receiver';
-import { apiClient, eventually, inSeconds, useTestStack } from './support/stack';
+import { apiClient, eventually, inSeconds, useTestStack } from '../dev-stack/stack';
 
 const SECRET = 'a-secret-of-the-deployment-webhook';
 

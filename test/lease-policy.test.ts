@@ -5,9 +5,9 @@
  * capabilities. Admins may do all of it.
  */
 import { physicalHostPlugin } from '../src/resources/physical-host';
-import { hostReservation } from './support/builders';
-import { insertHost } from './support/hosts';
-import { apiClient, eventually, inSeconds, startedLeaseWorkflow, useTestStack } from './support/stack';
+import { hostReservation } from '../dev-stack/fixtures/builders';
+import { insertHost } from '../dev-stack/fixtures/hosts';
+import { apiClient, eventually, inSeconds, startedLeaseWorkflow, useTestStack } from '../dev-stack/stack';
 
 const ALICE = { 'x-project-id': 'project-a', 'x-user-id': 'alice', 'x-roles': 'member' };
 const CAROL = { 'x-project-id': 'project-a', 'x-user-id': 'carol', 'x-roles': 'member' };

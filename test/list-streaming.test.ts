@@ -10,9 +10,9 @@ import http from 'node:http';
 import { randomUUID } from 'node:crypto';
 import type { Pool } from 'pg';
 import { newLease, type Lease } from '../src/domain/lease';
-import { insertHost } from './support/hosts';
-import { insertLeaseRows } from './support/lease-rows';
-import { apiClient, eventually, useTestStack } from './support/stack';
+import { insertHost } from '../dev-stack/fixtures/hosts';
+import { insertLeaseRows } from '../dev-stack/fixtures/lease-rows';
+import { apiClient, eventually, useTestStack } from '../dev-stack/stack';
 
 const LEASES = 2_500;
 const LEASE_LIST_SQL = /ORDER BY created_at, id/;

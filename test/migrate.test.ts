@@ -2,7 +2,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { migrate, readMigrations, schemaVersion } from '../src/db/migrate';
-import { createTestDatabase, type TestDatabase } from './support/db';
+import { createTestDatabase, type TestDatabase } from '../dev-stack/db';
 
 describe('migrations on a real PostgreSQL', () => {
   let db: TestDatabase;

@@ -6,13 +6,13 @@
  * told about is there as they left it, every lease has exactly one workflow, and every short lease
  * ran its events exactly once, on whichever worker was left.
  */
-import type { ManagedProcess } from '../scripts/lib/processes';
+import type { ManagedProcess } from '../dev-stack/processes';
 import { leaseWorkflowId } from '../workflows/lease/messages';
-import { blazarHostReservation } from './support/builders';
-import { doubleBookings, insertHost, orphanBookings } from './support/hosts';
-import { freePort } from './support/ports';
-import { apiClient, eventually, inSeconds, startedLeaseWorkflow, useTestStack, withLeaseHistory } from './support/stack';
-import { startApiProcess, startWorkerProcess } from './support/worker-process';
+import { blazarHostReservation } from '../dev-stack/fixtures/builders';
+import { doubleBookings, insertHost, orphanBookings } from '../dev-stack/fixtures/hosts';
+import { freePort } from '../dev-stack/ports';
+import { apiClient, eventually, inSeconds, startedLeaseWorkflow, useTestStack, withLeaseHistory } from '../dev-stack/stack';
+import { startApiProcess, startWorkerProcess } from '../dev-stack/worker-process';
 
 const HOSTS = 8;
 const CLIENTS = 12;

@@ -7,7 +7,8 @@
 import { createHmac, timingSafeEqual } from 'node:crypto';
 import type http from 'node:http';
 import type { Lease } from '../src/domain/lease';
-import { noticeBody, noticeMessageId, noticePayload, osloEnvelope, osloTimestamp, pythonJson } from '../src/notifications/blazar-payload';
+import { noticeBody, noticeMessageId, noticePayload, osloEnvelope, pythonJson } from '../src/notifications/blazar-payload';
+import { pythonIsoformat } from '../src/domain/dates';
 import { NoticeFailedError, NoticeRefusedError } from '../src/notifications/errors';
 import type { Notice } from '../src/domain/notices';
 import { deliverWebhook, generateSecret, MAX_RESPONSE_BYTES, signatureOf } from '../src/notifications/webhooks';
@@ -282,8 +283,8 @@ describe("notices in Blazar's and oslo.messaging's shapes", () => {
   });
 
   it("writes oslo's timestamps and Python's JSON", () => {
-    expect(osloTimestamp(Date.UTC(2026, 0, 2, 3, 4, 5, 6))).toBe('2026-01-02 03:04:05.006000');
-    expect(osloTimestamp(Date.UTC(2026, 0, 2, 3, 4, 5))).toBe('2026-01-02 03:04:05');
+    expect(pythonIsoformat(Date.UTC(2026, 0, 2, 3, 4, 5, 6), ' ')).toBe('2026-01-02 03:04:05.006000');
+    expect(pythonIsoformat(Date.UTC(2026, 0, 2, 3, 4, 5), ' ')).toBe('2026-01-02 03:04:05');
     expect(pythonJson({ a: [1, 'é', null, true], b: { c: 'x"y' }, d: undefined })).toBe('{"a": [1, "\\u00e9", null, true], "b": {"c": "x\\"y"}}');
     expect(pythonJson('😀')).toBe('"\\ud83d\\ude00"');
   });

@@ -15,11 +15,11 @@ import type { Notice } from '../src/domain/notices';
 import { ProjectDeliveryCap } from '../src/notifications/delivery-gates';
 import { NoticeFailedError } from '../src/notifications/errors';
 import { deliverWebhook } from '../src/notifications/webhooks';
-import { hostReservation } from './support/builders';
-import { insertHost } from './support/hosts';
+import { hostReservation } from '../dev-stack/fixtures/builders';
+import { insertHost } from '../dev-stack/fixtures/hosts';
 import { startWebhookReceiver, type WebhookReceiver } from './support/notice-receiver';
-import { freePort } from './support/ports';
-import { apiClient, eventually, inSeconds, useTestStack } from './support/stack';
+import { freePort } from '../dev-stack/ports';
+import { apiClient, eventually, inSeconds, useTestStack } from '../dev-stack/stack';
 
 /** Deliveries of one project in flight at once. */
 const CAP = 3;

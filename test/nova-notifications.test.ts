@@ -10,7 +10,7 @@ import { Writable } from 'node:stream';
 import pino from 'pino';
 import { MAX_NOTIFICATION_BYTES, parseNovaNotification, parseTransportUrl } from '../src/openstack/nova-notifications';
 import { consumeNovaNotifications } from '../src/openstack/nova-notifications-consumer';
-import { eventually } from './support/stack';
+import { eventually } from '../dev-stack/stack';
 import { HostMonitorWaker, WAKE_THROTTLE_MS } from '../worker/host-monitor';
 import type { HostHealthMap } from '../src/domain/host-health';
 

@@ -13,10 +13,10 @@ import { insertFloatingIp } from '../src/db/floating-ips';
 import { pluginRegistry } from '../src/domain/resource-plugin';
 import { physicalHostPlugin } from '../src/resources/physical-host';
 import { REPO_ROOT } from '../src/paths';
-import { blazarHostReservation } from './support/builders';
-import { insertHost } from './support/hosts';
+import { blazarHostReservation } from '../dev-stack/fixtures/builders';
+import { insertHost } from '../dev-stack/fixtures/hosts';
 import { appRoutes } from './support/routes';
-import { inSeconds, useTestStack } from './support/stack';
+import { inSeconds, useTestStack } from '../dev-stack/stack';
 
 const METHODS = ['get', 'post', 'put', 'patch', 'delete'] as const;
 

@@ -12,8 +12,8 @@ import { REPO_ROOT } from '../src/paths';
 import { countRunningStartedBefore, patchCutoff, patchUsage } from '../scripts/lib/patch-usage';
 import { leaseWorkflowId, leaseWorkflowType, type LeaseWorkflow } from '../workflows/lease/messages';
 import { PATCHES, type WorkflowPatch } from '../workflows/patches';
-import { eventually } from './support/stack';
-import { connectTestTemporal, testConfig } from './support/temporal';
+import { eventually } from '../dev-stack/stack';
+import { connectTestTemporal, testConfig } from '../dev-stack/temporal-connection';
 
 describe('patch usage', () => {
   const config = testConfig();

@@ -7,14 +7,14 @@
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { delay, type ManagedProcess } from '../scripts/lib/processes';
-import { ensureCluster, ensureDatabase, localUrl, startPostgres } from '../scripts/lib/postgres-local';
+import { delay, type ManagedProcess } from '../dev-stack/processes';
+import { ensureCluster, ensureDatabase, localUrl, startPostgres } from '../dev-stack/postgres-local';
 import { physicalHostPlugin } from '../src/resources/physical-host';
 import { getLease } from '../workflows/lease/messages';
-import { hostReservation } from './support/builders';
-import { doubleBookings, insertHost } from './support/hosts';
-import { freePort } from './support/ports';
-import { apiClient, startedLeaseWorkflow, useTestStack, type ApiCall } from './support/stack';
+import { hostReservation } from '../dev-stack/fixtures/builders';
+import { doubleBookings, insertHost } from '../dev-stack/fixtures/hosts';
+import { freePort } from '../dev-stack/ports';
+import { apiClient, startedLeaseWorkflow, useTestStack, type ApiCall } from '../dev-stack/stack';
 
 const HOSTS = 10;
 const CLIENTS = 8;

@@ -10,11 +10,11 @@ import { randomUUID } from 'node:crypto';
 import fc from 'fast-check';
 import { ApplicationFailure } from '@temporalio/common';
 import { earliestQuantityFit, fits, longestQuantityFit, peakUsage, searchEarliestQuantityFit, type QuantityBooking } from '../src/domain/quantity-calendar';
-import { wholeMinuteUp } from '../src/domain/lease';
+import { wholeMinuteUp } from '../src/domain/dates';
 import type { ReservationContext } from '../src/domain/resource-plugin';
 import { QuantityCalendar, type CapacityProvider } from '../src/resources/shared/quantity-bookings';
-import { pendingReservation, reservationContext } from './support/builders';
-import { useMigratedTestDatabase } from './support/db';
+import { pendingReservation, reservationContext } from '../dev-stack/fixtures/builders';
+import { useMigratedTestDatabase } from '../dev-stack/db';
 
 const M = 60_000;
 const H = 60 * M;

@@ -8,8 +8,8 @@ import { randomUUID } from 'node:crypto';
 import type { LeaseStatus } from '../src/domain/lease';
 import type { ReservationContext } from '../src/domain/resource-plugin';
 import { QuantityCalendar, type CapacityProvider, type QuantityRequest } from '../src/resources/shared/quantity-bookings';
-import { pendingReservation, refusal, reservationContext } from './support/builders';
-import { useMigratedTestDatabase } from './support/db';
+import { pendingReservation, refusal, reservationContext } from '../dev-stack/fixtures/builders';
+import { useMigratedTestDatabase } from '../dev-stack/db';
 
 const H = 3_600_000;
 const T0 = Date.UTC(2099, 5, 1);

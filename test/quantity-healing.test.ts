@@ -9,9 +9,9 @@ import type { LeaseStatus } from '../src/domain/lease';
 import type { ReservationContext } from '../src/domain/resource-plugin';
 import { physicalHostWatch } from '../src/resources/physical-host/health';
 import { QuantityCalendar, type CapacityProvider, type QuantityRequest } from '../src/resources/shared/quantity-bookings';
-import { pendingReservation, reservationContext } from './support/builders';
-import { useMigratedTestDatabase } from './support/db';
-import { insertHost } from './support/hosts';
+import { pendingReservation, reservationContext } from '../dev-stack/fixtures/builders';
+import { useMigratedTestDatabase } from '../dev-stack/db';
+import { insertHost } from '../dev-stack/fixtures/hosts';
 
 const H = 3_600_000;
 const T0 = Date.UTC(2099, 5, 1);

@@ -9,7 +9,7 @@ import { bundleWorkflowCode, Worker, type WorkflowBundle } from '@temporalio/wor
 import { DeterminismViolationError } from '@temporalio/workflow';
 import { WORKFLOWS_PATH } from '../worker/create-worker';
 import { SCENARIOS } from './histories/record';
-import { quietTemporalRuntime } from './support/temporal';
+import { quietTemporalRuntime } from '../dev-stack/temporal-connection';
 
 const HISTORY_DIR = path.join(__dirname, 'histories');
 const histories = fs

@@ -9,7 +9,7 @@ import { Writable } from 'node:stream';
 import pino from 'pino';
 import { createApp } from '../src/api/app';
 import { pluginRegistry } from '../src/domain/resource-plugin';
-import { useTestStack } from './support/stack';
+import { useTestStack } from '../dev-stack/stack';
 
 const REQUEST_ID = /^req-[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/;
 

@@ -1,5 +1,5 @@
-/** Which cloud `npm start` serves, from the environment (scripts/lib/openstack-rig.ts). */
-import { chooseCloud } from '../scripts/lib/openstack-rig';
+/** Which cloud `npm start` serves, from the environment (dev-stack/openstack-rig.ts). */
+import { chooseCloud } from '../dev-stack/openstack-rig';
 
 describe('npm start: the cloud it serves', () => {
   it('runs the loopback rig when the environment names no cloud, and only as root', () => {

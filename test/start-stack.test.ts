@@ -5,11 +5,11 @@
  */
 import fs from 'node:fs';
 import path from 'node:path';
-import { localUrl, withClient } from '../scripts/lib/postgres-local';
-import { alive, processesUsing, START_SCRIPT, startDevStack } from './support/dev-stack';
+import { localUrl, withClient } from '../dev-stack/postgres-local';
+import { alive, processesUsing, START_SCRIPT, startDevStack } from '../dev-stack/npm-start';
 import { leaseWorkflowId } from '../workflows/lease/messages';
-import { json } from './support/http';
-import { apiClient, eventually, inSeconds } from './support/stack';
+import { json } from '../dev-stack/http';
+import { apiClient, eventually, inSeconds } from '../dev-stack/stack';
 
 describe('npm start (dev stack)', () => {
   // dev: the CLI's dev server (the default); server: temporal-server on PostgreSQL and the Web UI server.

@@ -9,13 +9,13 @@
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { startLocalTemporal } from '../scripts/lib/local-temporal';
-import { ensureCluster, localUrl, startPostgres } from '../scripts/lib/postgres-local';
-import type { ManagedProcess } from '../scripts/lib/processes';
+import { startLocalTemporal } from '../dev-stack/local-temporal';
+import { ensureCluster, localUrl, startPostgres } from '../dev-stack/postgres-local';
+import type { ManagedProcess } from '../dev-stack/processes';
 import { loadConfig } from '../src/config';
-import { freePort, freeTemporalServerPort } from './support/ports';
-import { apiClient, eventually, inSeconds, useTestStack } from './support/stack';
-import { startWorkerProcess } from './support/worker-process';
+import { freePort, freeTemporalServerPort } from '../dev-stack/ports';
+import { apiClient, eventually, inSeconds, useTestStack } from '../dev-stack/stack';
+import { startWorkerProcess } from '../dev-stack/worker-process';
 
 const config = loadConfig();
 const topology = config.temporal.topology;

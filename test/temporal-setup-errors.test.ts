@@ -17,8 +17,8 @@ import { LEASE_SEARCH_ATTRIBUTES, LeaseStatusKey } from '../src/domain/search-at
 import { REPO_ROOT } from '../src/paths';
 import { awaitLeaseSearchAttributes, ensureSearchAttributes, NAMESPACE_PROBE } from '../src/temporal';
 import { physicalHostPlugin } from '../src/resources/physical-host';
-import { blazarHostReservation } from './support/builders';
-import { apiClient, eventually, inSeconds, useTestStack } from './support/stack';
+import { blazarHostReservation } from '../dev-stack/fixtures/builders';
+import { apiClient, eventually, inSeconds, useTestStack } from '../dev-stack/stack';
 
 describe('Temporal without what leasekeeper needs', () => {
   const stack = useTestStack({ noWorker: true });

@@ -13,9 +13,9 @@ import { meteredLeaseBatches } from '../src/db/leases';
 import type { Lease, LeaseEvent, Reservation } from '../src/domain/lease';
 import type { UsageFigures } from '../src/domain/usage-report';
 import { physicalHostPlugin } from '../src/resources/physical-host';
-import { hostReservation } from './support/builders';
-import { insertHost } from './support/hosts';
-import { apiClient, eventually, useTestStack, type ApiCall } from './support/stack';
+import { hostReservation } from '../dev-stack/fixtures/builders';
+import { insertHost } from '../dev-stack/fixtures/hosts';
+import { apiClient, eventually, useTestStack, type ApiCall } from '../dev-stack/stack';
 
 const ALICE = { 'x-project-id': 'project-a', 'x-user-id': 'alice', 'x-roles': 'member' };
 const BOB = { 'x-project-id': 'project-b', 'x-user-id': 'bob', 'x-roles': 'member' };

@@ -10,9 +10,9 @@ import path from 'node:path';
 import { ConfigError, loadConfig } from '../src/config';
 import { usagePolicy } from '../src/policy';
 import { physicalHostPlugin } from '../src/resources/physical-host';
-import { hostReservation } from './support/builders';
-import { insertHost } from './support/hosts';
-import { apiClient, eventually, inSeconds, useTestStack } from './support/stack';
+import { hostReservation } from '../dev-stack/fixtures/builders';
+import { insertHost } from '../dev-stack/fixtures/hosts';
+import { apiClient, eventually, inSeconds, useTestStack } from '../dev-stack/stack';
 
 const POLICY = `
 defaults:

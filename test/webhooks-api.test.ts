@@ -18,7 +18,7 @@ import type { Notice } from '../src/domain/notices';
 import { noteDropped, noticeTargets, sendToWebhook } from '../src/notifications/webhooks';
 import { startDnsStandIn, type DnsStandIn } from './support/dns-server';
 import { startWebhookReceiver, type WebhookReceiver } from './support/notice-receiver';
-import { apiClient, useTestStack } from './support/stack';
+import { apiClient, useTestStack } from '../dev-stack/stack';
 
 const ALICE = { 'x-project-id': 'project-a', 'x-user-id': 'alice', 'x-roles': 'member' };
 const BOB = { 'x-project-id': 'project-b', 'x-user-id': 'bob', 'x-roles': 'member' };

@@ -2,10 +2,10 @@
  * Crash safety with the real worker process: kill -9 it while a lease is pending and while it is
  * active, start it again, and the lease carries on from where it was.
  */
-import type { ManagedProcess } from '../scripts/lib/processes';
+import type { ManagedProcess } from '../dev-stack/processes';
 import { leaseWorkflowId } from '../workflows/lease/messages';
-import { apiClient, eventually, inSeconds, useTestStack, withLeaseHistory } from './support/stack';
-import { startWorkerProcess } from './support/worker-process';
+import { apiClient, eventually, inSeconds, useTestStack, withLeaseHistory } from '../dev-stack/stack';
+import { startWorkerProcess } from '../dev-stack/worker-process';
 
 describe('worker killed with -9 mid-lease', () => {
   let worker: ManagedProcess | undefined;

@@ -3,14 +3,14 @@
  * how late each lease event began, activities by outcome and their failures by type, OpenStack
  * calls by service and status, and the Temporal SDK's own metrics on the next port.
  */
-import type { ManagedProcess } from '../scripts/lib/processes';
+import type { ManagedProcess } from '../dev-stack/processes';
 import { physicalHostPlugin } from '../src/resources/physical-host';
-import { blazarHostReservation } from './support/builders';
+import { blazarHostReservation } from '../dev-stack/fixtures/builders';
 import { dashboardProblems, dashboardQueries } from './support/dashboard';
-import { insertHost } from './support/hosts';
-import { freePortPair } from './support/ports';
-import { apiClient, eventually, inSeconds, useTestStack } from './support/stack';
-import { startWorkerProcess } from './support/worker-process';
+import { insertHost } from '../dev-stack/fixtures/hosts';
+import { freePortPair } from '../dev-stack/ports';
+import { apiClient, eventually, inSeconds, useTestStack } from '../dev-stack/stack';
+import { startWorkerProcess } from '../dev-stack/worker-process';
 
 /** Sample values by series (`name{labels}`) from a Prometheus text answer. */
 function samples(text: string): Map<string, number> {

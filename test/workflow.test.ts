@@ -7,8 +7,8 @@ import { ensureSearchAttributes } from '../src/temporal';
 import { pluginRegistry } from '../src/domain/resource-plugin';
 import { createWorker } from '../worker/create-worker';
 import type { selfCheckWorkflow } from '../workflows';
-import { useMigratedTestDatabase } from './support/db';
-import { connectTestTemporal, testConfig, testWorkflows } from './support/temporal';
+import { useMigratedTestDatabase } from '../dev-stack/db';
+import { connectTestTemporal, testConfig, testWorkflows } from '../dev-stack/temporal-connection';
 
 describe('a workflow on the real Temporal dev server, through the real worker', () => {
   const config = testConfig();

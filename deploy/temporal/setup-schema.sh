@@ -1,7 +1,7 @@
 #!/bin/sh
 # Creates Temporal's two PostgreSQL databases if they are missing and brings both schemas up to the
 # version of this temporal-sql-tool (the schema files are built into it). Safe to run again; after
-# a server upgrade it is the upgrade. One script for every topology: scripts/lib/temporal-server.ts
+# a server upgrade it is the upgrade. One script for every topology: dev-stack/temporal-server.ts
 # (tests, `LK_TEMPORAL=server npm start`) and docker-compose.yml run it.
 # Environment: SQL_HOST, SQL_PORT, SQL_USER, SQL_PASSWORD (read by the tool itself); TEMPORAL_SQL_TOOL
 # (default: temporal-sql-tool on PATH); TEMPORAL_DB, TEMPORAL_VISIBILITY_DB (default: temporal, temporal_visibility).

@@ -14,22 +14,23 @@
 import { Router } from 'express';
 import { z } from 'zod';
 import { earliestCommonFit } from '../domain/fit-search';
-import { requestDate as when, reuseEnd, reuseStart, wholeMinuteDown, wholeMinuteUp, type Reservation } from '../domain/lease';
+import { formatMessageDate as when, reuseEnd, reuseStart, wholeMinuteDown, wholeMinuteUp } from '../domain/dates';
+import { type Reservation } from '../domain/lease';
 import type { HostCalendar } from '../resources/physical-host/calendar';
 import type { FitSearch, ResourceTypes } from '../domain/resource-plugin';
 import type { Pool } from '../db/pool';
 import { identityOf } from './auth';
-import { formatLeaseDate } from '../domain/blazar-format';
+import { formatBlazarDate } from '../domain/dates';
 import { ApiError, parseRequest } from './errors';
 import { propertyQueryParam, whole } from '../resources/shared/params';
 import type { FloatingIpCalendar } from '../resources/floating-ip/calendar';
 import type { InstanceSlotCalendar } from '../resources/virtual-instance/calendar';
-import { createLeaseSchema, requestDate } from './lease-schemas';
+import { createLeaseSchema, requestDateSchema } from './lease-schemas';
 import { hostPropertyQueries, refusePrivateProperties } from './private-properties';
 
 export const availabilityQuery = z.strictObject({
-  start: requestDate,
-  end: requestDate,
+  start: requestDateSchema,
+  end: requestDateSchema,
   // Checked here as in a reservation (syntax, depth): a bad one is a 400 naming it.
   hypervisor_properties: propertyQueryParam('["==", "$vcpus", "8"]'),
   resource_properties: propertyQueryParam('["==", "$gpu", "a100"]'),
@@ -69,7 +70,7 @@ export function availabilityRouter(deps: {
         hypervisor_hostname: host.hypervisor_hostname,
         free: free.map((f) => {
           const usable = wholeMinuteUp(f.start) < wholeMinuteDown(f.end);
-          return { start_date: formatLeaseDate(f.start), end_date: formatLeaseDate(f.end), start: usable ? reuseStart(f.start) : null, end: usable ? reuseEnd(f.end) : null };
+          return { start_date: formatBlazarDate(f.start), end_date: formatBlazarDate(f.end), start: usable ? reuseStart(f.start) : null, end: usable ? reuseEnd(f.end) : null };
         }),
         ...(slots ? { free_slots: slots.get(host.id) ?? 0 } : {}),
       })),

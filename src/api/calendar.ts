@@ -19,12 +19,12 @@ import type { HostCalendar } from '../resources/physical-host/calendar';
 import { propertyQueryParam } from '../resources/shared/params';
 import { identityOf, type Identity } from './auth';
 import { ApiError, parseRequest } from './errors';
-import { requestDate } from './lease-schemas';
+import { requestDateSchema } from './lease-schemas';
 import { refusePrivateProperties } from './private-properties';
 
 export const calendarQuery = z.strictObject({
-  start: requestDate,
-  end: requestDate,
+  start: requestDateSchema,
+  end: requestDateSchema,
   hypervisor_properties: propertyQueryParam('["==", "$vcpus", "8"]'),
   resource_properties: propertyQueryParam('["==", "$gpu", "a100"]'),
 });

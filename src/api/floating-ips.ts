@@ -11,7 +11,7 @@ import { floatingIpAllocations, type FloatingIpRecord } from '../db/floating-ips
 import type { Pool } from '../db/pool';
 import type { FloatingIpInventory } from '../resources/floating-ip/inventory';
 import { identityOf } from './auth';
-import { formatLeaseDate, formatTimestamp } from '../domain/blazar-format';
+import { formatBlazarDate, formatBlazarTimestamp } from '../domain/dates';
 import { ApiError, parseRequest } from './errors';
 
 function requireAdmin(res: Response, action: string): void {
@@ -25,8 +25,8 @@ export function toBlazarFloatingIp(ip: FloatingIpRecord) {
     subnet_id: ip.subnet_id,
     floating_ip_address: ip.floating_ip_address,
     reservable: ip.reservable,
-    created_at: formatTimestamp(ip.created_at.getTime()),
-    updated_at: ip.updated_at ? formatTimestamp(ip.updated_at.getTime()) : null,
+    created_at: formatBlazarTimestamp(ip.created_at.getTime()),
+    updated_at: ip.updated_at ? formatBlazarTimestamp(ip.updated_at.getTime()) : null,
   };
 }
 
@@ -59,7 +59,7 @@ export function floatingIpsRouter(deps: { pool: Pool; inventory: () => FloatingI
     const byAddress = new Map<string, unknown[]>();
     for (const row of rows) {
       const list = byAddress.get(row.floating_ip_id) ?? [];
-      list.push({ id: row.reservation_id, lease_id: row.lease_id, project_id: row.project_id, start_date: formatLeaseDate(row.start_ms), end_date: formatLeaseDate(row.end_ms) });
+      list.push({ id: row.reservation_id, lease_id: row.lease_id, project_id: row.project_id, start_date: formatBlazarDate(row.start_ms), end_date: formatBlazarDate(row.end_ms) });
       byAddress.set(row.floating_ip_id, list);
     }
     return byAddress;

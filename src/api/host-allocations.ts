@@ -9,23 +9,23 @@ import { allocationBatches, listAllocations, type AllocationEntry } from '../db/
 import { hostExists, isHostId, listHosts, type HostRecord } from '../db/hosts';
 import type { Pool } from '../db/pool';
 import { identityOf } from './auth';
-import { formatLeaseDate } from '../domain/blazar-format';
+import { formatBlazarDate } from '../domain/dates';
 import { ApiError, parseRequest } from './errors';
 import { sendJsonParts } from './json-stream';
-import { requestDate } from './lease-schemas';
+import { requestDateSchema } from './lease-schemas';
 
 /** Unknown parameters are dropped, as Blazar does. */
 export const hostAllocationQuery = z.object({
   lease_id: z.uuid({ error: 'expected a lease id' }).optional(),
   reservation_id: z.uuid({ error: 'expected a reservation id' }).optional(),
-  from: requestDate.optional(),
-  to: requestDate.optional(),
+  from: requestDateSchema.optional(),
+  to: requestDateSchema.optional(),
 });
 
 /** Bookings per query of the allocations list (~200 bytes of JSON each). */
 const LIST_BATCH_SIZE = 1_000;
 
-const reservationOf = (e: AllocationEntry) => ({ id: e.reservation_id, lease_id: e.lease_id, project_id: e.project_id, start_date: formatLeaseDate(e.start_ms), end_date: formatLeaseDate(e.end_ms) });
+const reservationOf = (e: AllocationEntry) => ({ id: e.reservation_id, lease_id: e.lease_id, project_id: e.project_id, start_date: formatBlazarDate(e.start_ms), end_date: formatBlazarDate(e.end_ms) });
 
 /** Blazar's shape: one entry per host, with the reservations booked on it. */
 function byHost(entries: AllocationEntry[]) {

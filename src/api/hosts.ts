@@ -10,7 +10,7 @@ import { capabilityExists, capabilityProperties, listHosts, setCapabilityPrivate
 import type { Pool } from '../db/pool';
 import type { HostInventory } from '../resources/physical-host/inventory';
 import { identityOf } from './auth';
-import { formatTimestamp } from '../domain/blazar-format';
+import { formatBlazarTimestamp } from '../domain/dates';
 import { ApiError, parseRequest } from './errors';
 import { tellLeasesHostsChanged, type LeaseCommandOptions } from './lease-commands';
 
@@ -48,14 +48,14 @@ export function toBlazarHost(host: HostRecord) {
     status: null,
     // The host monitor's view (an extension): up or failed, since when, and why.
     state: host.state,
-    state_since: host.state_since ? formatTimestamp(host.state_since.getTime()) : null,
+    state_since: host.state_since ? formatBlazarTimestamp(host.state_since.getTime()) : null,
     state_reason: host.state_reason,
     last_repair: host.last_repair,
-    released_at: host.released_at ? formatTimestamp(host.released_at.getTime()) : null,
+    released_at: host.released_at ? formatBlazarTimestamp(host.released_at.getTime()) : null,
     released_by_lease: host.released_by_lease,
     trust_id: null,
-    created_at: formatTimestamp(host.created_at.getTime()),
-    updated_at: formatTimestamp(host.updated_at.getTime()),
+    created_at: formatBlazarTimestamp(host.created_at.getTime()),
+    updated_at: formatBlazarTimestamp(host.updated_at.getTime()),
   };
 }
 

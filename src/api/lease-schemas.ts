@@ -5,7 +5,7 @@
 import { z } from 'zod';
 import { LEASE_STATUSES } from '../domain/lease';
 import type { ResourceTypes } from '../domain/resource-plugin';
-import { parseRequestDate } from '../domain/blazar-format';
+import { parseRequestDate } from '../domain/dates';
 import { durationMs, durationText } from '../policy/rules';
 
 const DATE_HINT = 'expected "YYYY-MM-DD HH:MM" (UTC)';
@@ -38,9 +38,9 @@ function dateOf(text: string, hint: string, ctx: z.RefinementCtx): number {
 }
 
 /** A request date ("YYYY-MM-DD HH:MM", UTC) as epoch ms; the one parser for bodies and query strings. */
-export const requestDate = z.string({ error: unlessMissing(DATE_HINT) }).transform((text, ctx) => dateOf(text, DATE_HINT, ctx));
+export const requestDateSchema = z.string({ error: unlessMissing(DATE_HINT) }).transform((text, ctx) => dateOf(text, DATE_HINT, ctx));
 
-export const requestDateOrNow = z
+export const requestDateOrNowSchema = z
   .string({ error: unlessMissing(DATE_OR_NOW_HINT) })
   .transform((text, ctx): number | 'now' => (text === 'now' ? 'now' : dateOf(text, DATE_OR_NOW_HINT, ctx)));
 
@@ -86,9 +86,9 @@ export const DEFAULT_MAX_RESERVATIONS_PER_LEASE = 50;
 export function createLeaseSchema(types: ResourceTypes, maxReservations = DEFAULT_MAX_RESERVATIONS_PER_LEASE) {
   return z.strictObject({
     name: leaseName,
-    start_date: requestDateOrNow,
-    end_date: requestDate,
-    before_end_date: requestDate.nullish(),
+    start_date: requestDateOrNowSchema,
+    end_date: requestDateSchema,
+    before_end_date: requestDateSchema.nullish(),
     notify_before_end: notifyBeforeEnd.nullish(),
     // Counted before any reservation is parsed: 16 000 of them must cost nothing.
     reservations: z
@@ -103,9 +103,9 @@ export function createLeaseSchema(types: ResourceTypes, maxReservations = DEFAUL
 export const updateLeaseSchema = z
   .strictObject({
     name: leaseName.optional(),
-    start_date: requestDateOrNow.optional(),
-    end_date: requestDateOrNow.optional(),
-    before_end_date: requestDate.optional(),
+    start_date: requestDateOrNowSchema.optional(),
+    end_date: requestDateOrNowSchema.optional(),
+    before_end_date: requestDateSchema.optional(),
     notify_before_end: notifyBeforeEnd.optional(),
     reservations: z.array(z.looseObject({ id: z.string({ error: 'expected the id of one of the lease\'s reservations' }) })).optional(),
   })
@@ -119,8 +119,8 @@ export const listLeasesQuery = z.object({
   project_id: z.string().min(1).optional(),
   name: z.string().min(1).optional(),
   /** Leases whose window overlaps [from, to]. */
-  from: requestDate.optional(),
-  to: requestDate.optional(),
+  from: requestDateSchema.optional(),
+  to: requestDateSchema.optional(),
 }).refine((q) => q.from === undefined || q.to === undefined || q.from <= q.to, { path: ['to'], message: 'must not be earlier than from' });
 
 /**

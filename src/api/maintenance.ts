@@ -15,11 +15,11 @@ import { leasesOverlapping, type OverlappedBooking } from '../db/host-allocation
 import { getWindow, insertWindow, listWindows, overlappingWindow, withdrawWindow, type MaintenanceWindow } from '../db/maintenance';
 import { isExclusionViolation, type Pool } from '../db/pool';
 import type { HostInventory } from '../resources/physical-host/inventory';
-import { formatLeaseDate, formatTimestamp } from '../domain/blazar-format';
+import { formatBlazarDate, formatBlazarTimestamp } from '../domain/dates';
 import { ApiError, parseRequest } from './errors';
 import { requireAdmin } from './hosts';
 import { changeLease, startMaintenanceWindow, tellLeasesHostsChanged, tellWindowWithdrawn, type LeaseCommandOptions } from './lease-commands';
-import { requestDate, requestDateOrNow } from './lease-schemas';
+import { requestDateSchema, requestDateOrNowSchema } from './lease-schemas';
 
 /** How far a window may reach: ten years from now (a bound on what a typo can book). */
 const MAX_REACH_MS = 10 * 366 * 86_400_000;
@@ -28,8 +28,8 @@ const START_SKEW_MS = 60_000;
 const MAX_LIST = 1000;
 
 export const maintenanceBody = z.strictObject({
-  start_date: requestDateOrNow,
-  end_date: requestDate,
+  start_date: requestDateOrNowSchema,
+  end_date: requestDateSchema,
   reason: z.string({ error: (issue) => (issue.input === undefined ? undefined : 'expected a string') }).trim().min(1, 'must not be empty').max(255, 'must be at most 255 characters'),
   disable_compute: z.boolean({ error: 'expected true or false' }).optional(),
   force: z.boolean({ error: 'expected true or false' }).optional(),
@@ -52,17 +52,17 @@ export function toMaintenanceJson(window: MaintenanceWindow, nowMs = Date.now())
     id: window.id,
     host_id: window.host_id,
     hypervisor_hostname: window.hypervisor_hostname,
-    start_date: formatLeaseDate(window.start_ms),
-    end_date: formatLeaseDate(window.end_ms),
+    start_date: formatBlazarDate(window.start_ms),
+    end_date: formatBlazarDate(window.end_ms),
     reason: window.reason,
     disable_compute: window.disable_compute,
     compute_disabled: window.compute_disabled_at !== null,
     status: windowStatus(window, nowMs),
-    created_at: formatTimestamp(window.created_at.getTime()),
+    created_at: formatBlazarTimestamp(window.created_at.getTime()),
   };
 }
 
-const describeLease = (l: OverlappedBooking) => `${l.lease_name} (${l.lease_id}, ${l.lease_status}, ${formatLeaseDate(l.start_ms)} to ${formatLeaseDate(l.end_ms)})`;
+const describeLease = (l: OverlappedBooking) => `${l.lease_name} (${l.lease_id}, ${l.lease_status}, ${formatBlazarDate(l.start_ms)} to ${formatBlazarDate(l.end_ms)})`;
 
 export function maintenanceRouter(deps: { pool: Pool; inventory: () => HostInventory; commands: LeaseCommandOptions }): Router {
   const router = Router();
@@ -117,7 +117,7 @@ export function maintenanceRouter(deps: { pool: Pool; inventory: () => HostInven
     const nowMs = Date.now();
     const startMs = body.start_date === 'now' ? nowMs : body.start_date;
     const endMs = body.end_date;
-    if (startMs < nowMs - START_SKEW_MS) throw new ApiError(400, `start_date: ${formatLeaseDate(startMs)} is in the past`);
+    if (startMs < nowMs - START_SKEW_MS) throw new ApiError(400, `start_date: ${formatBlazarDate(startMs)} is in the past`);
     if (endMs <= Math.max(startMs, nowMs)) throw new ApiError(400, 'end_date: must be after start_date and in the future');
     if (endMs > nowMs + MAX_REACH_MS) throw new ApiError(400, 'end_date: at most ten years ahead');
 
@@ -138,7 +138,7 @@ export function maintenanceRouter(deps: { pool: Pool; inventory: () => HostInven
     } catch (err) {
       if (!isExclusionViolation(err)) throw err;
       const other = await overlappingWindow(deps.pool, host.id, startMs, endMs);
-      throw new ApiError(409, `Host ${host.hypervisor_hostname} already has a maintenance window${other ? ` ${other.id} from ${formatLeaseDate(other.start_ms)} to ${formatLeaseDate(other.end_ms)}` : ''} overlapping this one`);
+      throw new ApiError(409, `Host ${host.hypervisor_hostname} already has a maintenance window${other ? ` ${other.id} from ${formatBlazarDate(other.start_ms)} to ${formatBlazarDate(other.end_ms)}` : ''} overlapping this one`);
     }
     try {
       await startMaintenanceWindow(deps.commands, { windowId: id, hostId: host.id, startMs, endMs }, `maintenance of ${host.hypervisor_hostname}: ${body.reason}`.slice(0, 200));

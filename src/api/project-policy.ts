@@ -10,7 +10,7 @@ import type { Pool } from '../db/pool';
 import type { UsagePolicyEnforcer } from '../policy/enforcement';
 import { rulesSchema } from '../policy/rules';
 import { identityOf, projectInScope } from './auth';
-import { formatTimestamp } from '../domain/blazar-format';
+import { formatBlazarTimestamp } from '../domain/dates';
 import { ApiError, parseRequest } from './errors';
 
 export const projectPolicyBody = rulesSchema;
@@ -31,7 +31,7 @@ export function projectPolicyRouter(deps: { pool: Pool; policy: UsagePolicyEnfor
         deployment: layers.deployment,
         project_file: layers.projectFile ?? null,
         project: stored?.rules ?? null,
-        updated_at: stored ? formatTimestamp(Date.parse(stored.updatedAt)) : null,
+        updated_at: stored ? formatBlazarTimestamp(Date.parse(stored.updatedAt)) : null,
         updated_by: stored?.updatedBy ?? null,
       },
     };

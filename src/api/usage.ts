@@ -9,12 +9,12 @@ import { Router } from 'express';
 import { z } from 'zod';
 import type { Pool } from '../db/pool';
 import { meteredLeaseBatches } from '../db/leases';
-import { formatLeaseDate } from '../domain/blazar-format';
+import { formatBlazarDate } from '../domain/dates';
 import { monthOf } from '../domain/usage';
 import { FIGURE_NAMES, GROUP_FIELDS, GROUP_KEYS, TooManyGroups, UsageReport, type GroupKey, type UsageGroup } from '../domain/usage-report';
 import { identityOf } from './auth';
 import { ApiError, parseRequest } from './errors';
-import { requestDate } from './lease-schemas';
+import { requestDateSchema } from './lease-schemas';
 
 /** The longest window one report may cover (a bound on what one request reads). */
 const MAX_SPAN_MS = 10 * 366 * 86_400_000;
@@ -39,8 +39,8 @@ const groupByParam = z.string({ error: GROUP_BY_HINT }).max(64, GROUP_BY_HINT).t
 
 export const usageQuery = z.strictObject({
   project_id: z.string({ error: 'expected a project id' }).min(1, 'must not be empty').max(255, 'must be at most 255 characters').optional(),
-  from: requestDate.optional().describe('the start of the window (default: the start of the current month, UTC)'),
-  to: requestDate.optional().describe('the end of the window, excluded (default: now)'),
+  from: requestDateSchema.optional().describe('the start of the window (default: the start of the current month, UTC)'),
+  to: requestDateSchema.optional().describe('the end of the window, excluded (default: now)'),
   group_by: groupByParam.optional().describe(`${GROUP_KEYS.join(', ')}, or several, comma-separated (default: project)`),
 });
 
@@ -50,7 +50,7 @@ function windowOf(query: z.output<typeof usageQuery>, nowMs: number): { startMs:
   const endMs = query.to ?? nowMs;
   // Both defaults at once make an empty window only in the first millisecond of a month: then it is empty.
   if (endMs <= startMs && (query.from !== undefined || query.to !== undefined)) {
-    throw new ApiError(400, `to: must be after from (${formatLeaseDate(startMs)})${query.to === undefined ? '; to is now unless given' : ''}`);
+    throw new ApiError(400, `to: must be after from (${formatBlazarDate(startMs)})${query.to === undefined ? '; to is now unless given' : ''}`);
   }
   if (endMs - startMs > MAX_SPAN_MS) throw new ApiError(400, 'to: at most ten years after from');
   return { startMs, endMs };
@@ -97,7 +97,7 @@ export function usageRouter(deps: { pool: Pool }): Router {
     // Shown a thousand groups at a time, other requests running in between (100 000 groups: ~40 MB of JSON).
     res.vary('Accept');
     const csv = req.accepts(['application/json', 'text/csv']) === 'text/csv';
-    const parts = [csv ? csvHeader(groupBy) : `{"usage":{"from":"${formatLeaseDate(window.startMs)}","to":"${formatLeaseDate(window.endMs)}","group_by":${JSON.stringify(groupBy)},"groups":[`];
+    const parts = [csv ? csvHeader(groupBy) : `{"usage":{"from":"${formatBlazarDate(window.startMs)}","to":"${formatBlazarDate(window.endMs)}","group_by":${JSON.stringify(groupBy)},"groups":[`];
     let shown = 0;
     for (const group of report.groupsInOrder()) {
       parts.push(csv ? csvLine(group, groupBy) : `${shown > 0 ? ',' : ''}${JSON.stringify(group)}`);

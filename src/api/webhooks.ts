@@ -10,7 +10,7 @@ import { Router, type Response } from 'express';
 import { z } from 'zod';
 import type { Pool } from '../db/pool';
 import { listWebhooks, replaceWebhooks, type StoredWebhook } from '../db/webhooks';
-import { formatTimestamp } from '../domain/blazar-format';
+import { formatBlazarTimestamp } from '../domain/dates';
 import { LEASE_NOTICE_TYPES } from '../domain/notices';
 import { httpUrl } from '../config';
 import { checkWebhookAddress, WebhookAddressError } from '../notifications/webhook-address';
@@ -60,8 +60,8 @@ function shown(webhook: StoredWebhook, secret?: string) {
     delivered_count: webhook.deliveredCount,
     dropped_count: webhook.droppedCount,
     last_error: webhook.lastError,
-    last_error_at: webhook.lastErrorAt ? formatTimestamp(webhook.lastErrorAt.getTime()) : null,
-    created_at: formatTimestamp(webhook.createdAt.getTime()),
+    last_error_at: webhook.lastErrorAt ? formatBlazarTimestamp(webhook.lastErrorAt.getTime()) : null,
+    created_at: formatBlazarTimestamp(webhook.createdAt.getTime()),
   };
 }
 
@@ -80,7 +80,6 @@ export function webhooksRouter(deps: { pool: Pool; settings: Pick<NoticeSettings
     const rows = webhooks.map((webhook) => ({ url: new URL(webhook.url).href, events: webhook.events ? [...new Set(webhook.events)] : null, secret: webhook.secret, generatedSecret: generateSecret() }));
     const seen = new Set<string>();
     for (const [index, row] of rows.entries()) {
-      if (row.url.length > 2_048) throw new ApiError(400, `webhooks[${index}].url: expected at most 2048 characters`);
       if (seen.has(row.url)) throw new ApiError(400, `webhooks[${index}].url: listed twice`);
       seen.add(row.url);
     }

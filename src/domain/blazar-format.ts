@@ -1,38 +1,11 @@
 /**
- * Blazar's wire formats, exactly: request dates `"now"` or `"YYYY-MM-DD HH:MM"` (UTC), response
- * dates `"YYYY-MM-DDTHH:MM:SS.ffffff"` (python-blazarclient parses exactly this) and
- * `created_at`/`updated_at` as `"YYYY-MM-DD HH:MM:SS"` (`updated_at` null until a change, as Blazar's).
+ * Blazar's wire formats, exactly: its records as its API shows them, dates as src/domain/dates.ts
+ * writes them (response dates `"YYYY-MM-DDTHH:MM:SS.ffffff"`, `created_at`/`updated_at` as
+ * `"YYYY-MM-DD HH:MM:SS"`, `updated_at` null until a change, as Blazar's).
  */
 import { createHash } from 'node:crypto';
+import { formatBlazarDate, formatBlazarTimestamp } from './dates';
 import { spanText, type Lease, type Reservation } from './lease';
-
-const REQUEST_DATE = /^(\d{4})-(\d{2})-(\d{2})[ T](\d{2}):(\d{2})(?::(\d{2})(?:\.(\d{1,6}))?)?Z?$/;
-
-/** Parses Blazar's request date (also accepting seconds and ISO's `T`/`Z`); undefined when malformed or impossible. */
-export function parseRequestDate(text: string): number | undefined {
-  const m = REQUEST_DATE.exec(text.trim());
-  if (!m) return undefined;
-  const [year, month, day, hour, minute] = m.slice(1, 6).map(Number);
-  const second = m[6] ? Number(m[6]) : 0;
-  const fraction = m[7] ? Number(m[7].padEnd(3, '0').slice(0, 3)) : 0;
-  const ms = Date.UTC(year, month - 1, day, hour, minute, second, fraction);
-  const back = new Date(ms);
-  // Reject dates that Date.UTC silently rolls over (2026-02-30, 24:61).
-  if (back.getUTCFullYear() !== year || back.getUTCMonth() !== month - 1 || back.getUTCDate() !== day || back.getUTCHours() !== hour || back.getUTCMinutes() !== minute || second > 59) {
-    return undefined;
-  }
-  return ms;
-}
-
-/** `2026-11-21T09:15:00.000000` */
-export function formatLeaseDate(ms: number): string {
-  return `${new Date(ms).toISOString().slice(0, 23)}000`;
-}
-
-/** `2026-11-21 09:15:00` */
-export function formatTimestamp(ms: number): string {
-  return new Date(ms).toISOString().slice(0, 19).replace('T', ' ');
-}
 
 function toBlazarReservation(lease: Lease, reservation: Reservation) {
   return {
@@ -44,14 +17,14 @@ function toBlazarReservation(lease: Lease, reservation: Reservation) {
     status: reservation.status,
     missing_resources: reservation.missing_resources ?? false,
     resources_changed: reservation.resources_changed ?? false,
-    created_at: formatTimestamp(lease.createdMs),
-    updated_at: formatTimestamp(lease.updatedMs),
+    created_at: formatBlazarTimestamp(lease.createdMs),
+    updated_at: formatBlazarTimestamp(lease.updatedMs),
   };
 }
 
 /** Blazar's `updated_at`: null until the lease changes after its creation (version 1 is the lease as admitted). */
 function updatedAt(lease: Lease): string | null {
-  return lease.version <= 1 ? null : formatTimestamp(lease.updatedMs);
+  return lease.version <= 1 ? null : formatBlazarTimestamp(lease.updatedMs);
 }
 
 /** The lease as Blazar's API shows it (plus `status_reason` when something failed). */
@@ -61,8 +34,8 @@ export function toBlazarLease(lease: Lease) {
     name: lease.name,
     user_id: lease.userId,
     project_id: lease.projectId,
-    start_date: formatLeaseDate(lease.startMs),
-    end_date: formatLeaseDate(lease.endMs),
+    start_date: formatBlazarDate(lease.startMs),
+    end_date: formatBlazarDate(lease.endMs),
     status: lease.status,
     ...(lease.statusReason ? { status_reason: lease.statusReason } : {}),
     // As Blazar: a lease is degraded when one of its reservations lost or changed resources (what the plugins reported).
@@ -75,12 +48,12 @@ export function toBlazarLease(lease: Lease) {
       id: eventUuid(lease.id, e.event_type),
       lease_id: lease.id,
       event_type: e.event_type,
-      time: formatLeaseDate(e.time),
+      time: formatBlazarDate(e.time),
       status: e.status,
-      created_at: formatTimestamp(lease.createdMs),
+      created_at: formatBlazarTimestamp(lease.createdMs),
       updated_at: updatedAt(lease),
     })),
-    created_at: formatTimestamp(lease.createdMs),
+    created_at: formatBlazarTimestamp(lease.createdMs),
     updated_at: updatedAt(lease),
   };
 }

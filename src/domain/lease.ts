@@ -127,22 +127,6 @@ export function invalidLease(message: string): ApplicationFailure {
   return ApplicationFailure.create({ type: LeaseErrorType.invalid, message, nonRetryable: true });
 }
 
-/** Blazar's request date format (`YYYY-MM-DD HH:MM`), with seconds when they matter: for error messages. */
-export function requestDate(ms: number): string {
-  const iso = new Date(ms).toISOString();
-  return ms % 60_000 === 0 ? iso.slice(0, 16).replace('T', ' ') : iso.slice(0, 19).replace('T', ' ');
-}
-
-/**
- * Dates handed back for reuse (`earliest_start`, `latest_end`, availability windows…): always
- * `YYYY-MM-DD HH:MM`, a request date a client can send back, rounded to the whole minute in the
- * direction that keeps it valid — a start later (up), an end earlier (down).
- */
-export const wholeMinuteUp = (ms: number): number => Math.ceil(ms / 60_000) * 60_000;
-export const wholeMinuteDown = (ms: number): number => Math.floor(ms / 60_000) * 60_000;
-export const reuseStart = (ms: number): string => requestDate(wholeMinuteUp(ms));
-export const reuseEnd = (ms: number): string => requestDate(wholeMinuteDown(ms));
-
 /** `details` (JSON) reaches the API's error body, e.g. the earliest start at which a request fits. */
 export function leaseConflict(message: string, details?: Record<string, unknown>): ApplicationFailure {
   return ApplicationFailure.create({ type: LeaseErrorType.conflict, message, nonRetryable: true, details: details ? [details] : undefined });

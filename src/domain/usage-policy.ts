@@ -5,7 +5,8 @@
  * A change is refused only where it makes things worse: a lease already over a rule tightened
  * since may still be renamed or shortened.
  */
-import { requestDate, reuseEnd, type Lease } from './lease';
+import { formatMessageDate, reuseEnd } from './dates';
+import { type Lease } from './lease';
 import {
   bookedInterval,
   HOUR_MS,
@@ -135,7 +136,7 @@ function noticeRefusal(policy: UsagePolicy, subject: PolicySubject): PolicyRefus
   const ahead = subject.next.startMs - subject.nowMs;
   if (!limit || ahead >= limit || !startChanged(subject)) return undefined;
   const earliest = Math.ceil((subject.nowMs + limit) / 60_000) * 60_000;
-  return refuse('min_notice', `min_notice: a lease must be booked at least ${hoursText(limit)} before its start; it fits from ${requestDate(earliest)}.`, { limit_hours: round(limit / HOUR_MS), earliest_start: requestDate(earliest) });
+  return refuse('min_notice', `min_notice: a lease must be booked at least ${hoursText(limit)} before its start; it fits from ${formatMessageDate(earliest)}.`, { limit_hours: round(limit / HOUR_MS), earliest_start: formatMessageDate(earliest) });
 }
 
 function leaseCountRefusal(policy: UsagePolicy, subject: PolicySubject, ledger: ProjectLedger): PolicyRefusal | undefined {
@@ -150,7 +151,7 @@ function extensionRefusal(policy: UsagePolicy, subject: PolicySubject): PolicyRe
   if (!rules || !previous || previous.status !== 'ACTIVE' || next.endMs <= previous.endMs) return undefined;
   if (rules.withinLastMs !== undefined && nowMs < previous.endMs - rules.withinLastMs) {
     const from = previous.endMs - rules.withinLastMs;
-    return refuse('extension', `extension: a lease may be extended only within the last ${hoursText(rules.withinLastMs)} before its end, from ${requestDate(from)}.`, { within_last_hours: round(rules.withinLastMs / HOUR_MS), extendable_from: requestDate(from) });
+    return refuse('extension', `extension: a lease may be extended only within the last ${hoursText(rules.withinLastMs)} before its end, from ${formatMessageDate(from)}.`, { within_last_hours: round(rules.withinLastMs / HOUR_MS), extendable_from: formatMessageDate(from) });
   }
   if (rules.maxEachMs !== undefined && next.endMs - previous.endMs > rules.maxEachMs) {
     return refuse('extension', `extension: at most ${hoursText(rules.maxEachMs)} per extension; this one adds ${hoursText(next.endMs - previous.endMs)}; it fits with end_date ${reuseEnd(previous.endMs + rules.maxEachMs)}.`, {
@@ -193,7 +194,7 @@ function atOnceRefusal(rule: AtOnceRule, policy: UsagePolicy, subject: PolicySub
   const project = subject.next.projectId;
   return refuse(
     rule,
-    `${rule}: project ${project} may hold at most ${amountOf(meter, limit)} at once; its other leases hold up to ${amountOf(meter, heldByOthers)} between ${requestDate(next.interval.startMs)} and ${requestDate(next.interval.endMs)}; this lease needs ${amountOf(meter, wanted)}; ${room > 0 ? `it fits with ${amountOf(meter, room)}` : 'nothing more fits in this window'}.`,
+    `${rule}: project ${project} may hold at most ${amountOf(meter, limit)} at once; its other leases hold up to ${amountOf(meter, heldByOthers)} between ${formatMessageDate(next.interval.startMs)} and ${formatMessageDate(next.interval.endMs)}; this lease needs ${amountOf(meter, wanted)}; ${room > 0 ? `it fits with ${amountOf(meter, room)}` : 'nothing more fits in this window'}.`,
     { limit, held: heldByOthers, wanted, room },
   );
 }
@@ -264,7 +265,7 @@ function rollingRefusal(name: BudgetName, meter: Meter, limit: number, lengthMs:
   const days = round(lengthMs / 86_400_000);
   return refuse(
     'budget',
-    `${BUDGET_TEXT[name]} budget over any ${days} days: ${round(limit)} h; ${round(booked)} h booked in the ${days} days from ${requestDate(peak.window.startMs)}; this lease needs ${round(needed)} h there; ${room > 0 ? `it fits with ${amountOf(meter, next.footprint[meter]!)} for ${round(room / next.footprint[meter]!)} h` : 'nothing more fits in that span'}.`,
+    `${BUDGET_TEXT[name]} budget over any ${days} days: ${round(limit)} h; ${round(booked)} h booked in the ${days} days from ${formatMessageDate(peak.window.startMs)}; this lease needs ${round(needed)} h there; ${room > 0 ? `it fits with ${amountOf(meter, next.footprint[meter]!)} for ${round(room / next.footprint[meter]!)} h` : 'nothing more fits in that span'}.`,
     { budget: name, period: `${days}d`, limit_hours: limit, booked_hours: round(booked), needed_hours: round(needed), room_hours: round(room) },
   );
 }

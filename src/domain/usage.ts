@@ -3,6 +3,7 @@
  * Pure: the usage policy (domain/usage-policy.ts) and the usage API (`GET /v1/usage`) both count
  * with these functions, so that a refusal and a report never disagree.
  */
+import { formatMonth } from './dates';
 import type { Lease, Reservation } from './lease';
 
 /** What one reservation holds at once, in the units the policy and the usage report count. */
@@ -223,4 +224,4 @@ export function monthsOf(interval: Interval, limit = 240): Interval[] {
 }
 
 /** `2026-12`: how a month is named in refusals and the usage report. */
-export const monthName = (month: Interval): string => new Date(month.startMs).toISOString().slice(0, 7);
+export const monthName = (month: Interval): string => formatMonth(month.startMs);

@@ -11,7 +11,6 @@ import {
   beforeEndTime,
   bookingStartMs,
   EVENT_TYPES,
-  requestDate,
   type EventStatus,
   type Lease,
   type LeaseEvent,
@@ -19,6 +18,7 @@ import {
   type Reservation,
   type ReservationStatus,
 } from '../domain/lease';
+import { formatMessageDate } from '../domain/dates';
 import { markdownText } from '../domain/markdown';
 import { hostsOfReservation, insertHostBooking, listAllocations, deleteReservationHostBookings } from '../db/host-allocations';
 import { findHostByHypervisor, hostExists, insertHost, isHostId, setCapabilityPrivate } from '../db/hosts';
@@ -360,7 +360,7 @@ interface Taken {
   untilMs: number;
 }
 
-const when = (ms: number) => (ms === Infinity ? 'for good' : requestDate(ms));
+const when = (ms: number) => (ms === Infinity ? 'for good' : formatMessageDate(ms));
 
 /** Live leases first (active before pending: an active lease has its hosts right now), then by creation. */
 function importOrder(a: BlazarLease, b: BlazarLease): number {
@@ -595,7 +595,7 @@ async function bookHosts(deps: ImportDeps, lease: Lease): Promise<string | undef
     return undefined;
   } catch (err) {
     if (isExclusionViolation(err)) {
-      return `its hosts (${lease.reservations.flatMap((r) => r.allocation?.hosts as string[]).join(', ')}) were booked in leasekeeper since the plan was made, ${requestDate(fromMs)} → ${requestDate(lease.endMs)}: import again to see by whom`;
+      return `its hosts (${lease.reservations.flatMap((r) => r.allocation?.hosts as string[]).join(', ')}) were booked in leasekeeper since the plan was made, ${formatMessageDate(fromMs)} → ${formatMessageDate(lease.endMs)}: import again to see by whom`;
     }
     throw err;
   }
@@ -634,7 +634,7 @@ export function formatReport(report: ImportReport, source: string): string {
       present: 'already imported',
     }[l.action];
     const hosts = l.hosts.length ? ` on ${l.hosts.join(', ')}` : '';
-    lines.push(`  ${l.id} ${JSON.stringify(l.name)} (project ${l.projectId}, ${l.status}, ${requestDate(l.startMs)} → ${requestDate(l.endMs)}${hosts}): ${what}`);
+    lines.push(`  ${l.id} ${JSON.stringify(l.name)} (project ${l.projectId}, ${l.status}, ${formatMessageDate(l.startMs)} → ${formatMessageDate(l.endMs)}${hosts}): ${what}`);
   }
   if (report.historySkipped > 0) lines.push(`  (${report.historySkipped} terminated or failed lease(s) left out: --with-history imports them as rows)`);
   lines.push('', `Conflicts (${report.conflicts.length}):${report.conflicts.length ? '' : ' none'}`);

@@ -9,6 +9,7 @@
  */
 import { createHash } from 'node:crypto';
 import { toBlazarLease, uuidShaped } from '../domain/blazar-format';
+import { pythonIsoformat } from '../domain/dates';
 import type { Notice, NoticeType } from '../domain/notices';
 
 /**
@@ -58,13 +59,6 @@ export function osloPriority(eventType: NoticeType): 'INFO' | 'ERROR' {
   return eventType === 'lease.error' ? 'ERROR' : 'INFO';
 }
 
-/** oslo's notification timestamp, `str(timeutils.utcnow())`: `2026-11-21 09:15:00.123000` (Python drops `.000000`). */
-export function osloTimestamp(ms: number): string {
-  const iso = new Date(ms).toISOString();
-  const micros = `${iso.slice(20, 23)}000`;
-  return `${iso.slice(0, 10)} ${iso.slice(11, 19)}${micros === '000000' ? '' : `.${micros}`}`;
-}
-
 export interface OsloEnvelope {
   'oslo.version': '2.0';
   /** The message, JSON as Python's json.dumps writes it. */
@@ -85,7 +79,8 @@ export function osloEnvelope(notice: Notice, publisherId: string): OsloEnvelope 
     event_type: notice.eventType,
     priority: osloPriority(notice.eventType),
     payload: noticePayload(notice),
-    timestamp: osloTimestamp(notice.occurredMs),
+    // oslo's `str(timeutils.utcnow())`: Python's isoformat with a space (`.000000` dropped).
+    timestamp: pythonIsoformat(notice.occurredMs, ' '),
     _unique_id: messageId.replace(/-/g, ''),
     ...(notice.lease ? { _context_user_id: notice.lease.userId, _context_project_id: notice.lease.projectId } : {}),
   };

@@ -13,10 +13,10 @@
  * names it (`OS_PASSWORD is required`, `clouds.yaml … cloud 'x': auth.password is required`).
  */
 import fs from 'node:fs';
-import os from 'node:os';
 import path from 'node:path';
 import { parse as parseYaml } from 'yaml';
 import { z } from 'zod';
+import { openStackSettingsFromEnv, type OpenStackEnvSettings } from '../config';
 import { OpenStackConfigError, type ServiceType } from './errors';
 
 export type EndpointInterface = 'public' | 'internal' | 'admin';
@@ -61,8 +61,10 @@ export type OpenStackCredentials = PasswordCredentials | StaticCredentials;
 export interface LoadCredentialsOptions {
   /** The cloud in clouds.yaml; default `OS_CLOUD`. */
   cloud?: string;
-  /** The environment to read (default process.env). */
-  env?: NodeJS.ProcessEnv;
+  /** The OS_* settings (default: src/config.ts's openStackSettingsFromEnv of `env`). */
+  settings?: OpenStackEnvSettings;
+  /** The environment src/config.ts reads them from when `settings` is not given (default: the process's). */
+  env?: Record<string, string | undefined>;
   /** Where to look for clouds.yaml (default: the OpenStack search path). */
   cloudsFiles?: string[];
   /** The working directory for `./clouds.yaml` (default process.cwd()). */
@@ -130,23 +132,18 @@ const cloudSchema = z
 
 type CloudEntry = z.infer<typeof cloudSchema>;
 
-/** The clouds.yaml search path, in OpenStack's order. */
-export function cloudsFileCandidates(env: NodeJS.ProcessEnv = process.env, cwd: string = process.cwd()): string[] {
-  const home = env.HOME ?? os.homedir();
+/** The settings the options give, or src/config.ts reads from their environment. */
+const settingsOf = (options: Pick<LoadCredentialsOptions, 'settings' | 'env'>): OpenStackEnvSettings => options.settings ?? openStackSettingsFromEnv(options.env);
+
+/** Where OpenStack looks for `<name>.yaml` (or `.yml`), in its order: the named file first, then the working directory, the user's and the system's. */
+function configFileCandidates(name: 'clouds' | 'secure', first: string | undefined, home: string, cwd: string): string[] {
   const dirs = [cwd, path.join(home, '.config', 'openstack'), '/etc/openstack'];
-  const candidates: string[] = [];
-  if (env.OS_CLIENT_CONFIG_FILE) candidates.push(env.OS_CLIENT_CONFIG_FILE);
-  for (const dir of dirs) candidates.push(path.join(dir, 'clouds.yaml'), path.join(dir, 'clouds.yml'));
-  return candidates;
+  return [...(first ? [first] : []), ...dirs.flatMap((dir) => [path.join(dir, `${name}.yaml`), path.join(dir, `${name}.yml`)])];
 }
 
-function secureFileCandidates(env: NodeJS.ProcessEnv, cwd: string): string[] {
-  const home = env.HOME ?? os.homedir();
-  const dirs = [cwd, path.join(home, '.config', 'openstack'), '/etc/openstack'];
-  const candidates: string[] = [];
-  if (env.OS_CLIENT_SECURE_FILE) candidates.push(env.OS_CLIENT_SECURE_FILE);
-  for (const dir of dirs) candidates.push(path.join(dir, 'secure.yaml'), path.join(dir, 'secure.yml'));
-  return candidates;
+/** The clouds.yaml search path, in OpenStack's order. */
+export function cloudsFileCandidates(settings: Pick<OpenStackEnvSettings, 'cloudsFile' | 'home'>, cwd: string = process.cwd()): string[] {
+  return configFileCandidates('clouds', settings.cloudsFile, settings.home, cwd);
 }
 
 function readYaml(file: string): unknown {
@@ -189,9 +186,9 @@ function formatIssues(issues: readonly z.core.$ZodIssue[], prefix: string, nameO
 
 /** Reads one cloud from clouds.yaml (and secure.yaml) and turns it into credentials. */
 export function credentialsFromCloudsYaml(cloud: string, options: Omit<LoadCredentialsOptions, 'cloud'> = {}): OpenStackCredentials {
-  const env = options.env ?? process.env;
+  const settings = settingsOf(options);
   const cwd = options.cwd ?? process.cwd();
-  const candidates = options.cloudsFiles ?? cloudsFileCandidates(env, cwd);
+  const candidates = options.cloudsFiles ?? cloudsFileCandidates(settings, cwd);
   const file = candidates.find((candidate) => fs.existsSync(candidate));
   if (file === undefined) {
     throw new OpenStackConfigError(`OS_CLOUD is '${cloud}' but no clouds.yaml was found (looked at ${candidates.join(', ')}); set OS_CLIENT_CONFIG_FILE`);
@@ -204,7 +201,7 @@ export function credentialsFromCloudsYaml(cloud: string, options: Omit<LoadCrede
     throw new OpenStackConfigError(`cloud '${cloud}' (OS_CLOUD) is not in ${file}; it has ${Object.keys(clouds).join(', ') || 'no clouds'}`);
   }
   if (options.cloudsFiles === undefined) {
-    const secureFile = secureFileCandidates(env, cwd).find((candidate) => fs.existsSync(candidate));
+    const secureFile = configFileCandidates('secure', settings.secureFile, settings.home, cwd).find((candidate) => fs.existsSync(candidate));
     if (secureFile !== undefined) {
       const secure = readYaml(secureFile);
       const secureClouds = isRecord(secure) ? secure.clouds : undefined;
@@ -309,26 +306,9 @@ function checkPassword(
   return credentials;
 }
 
-/** Credentials from the `OS_*` environment variables. */
-export function credentialsFromEnv(env: NodeJS.ProcessEnv = process.env): PasswordCredentials {
-  const get = (name: string): string | undefined => {
-    const value = env[name];
-    return value === undefined || value.trim() === '' ? undefined : value.trim();
-  };
-  const settings: PasswordSettings = {
-    authUrl: get('OS_AUTH_URL'),
-    username: get('OS_USERNAME'),
-    userId: get('OS_USER_ID'),
-    password: env.OS_PASSWORD === '' ? undefined : env.OS_PASSWORD,
-    projectName: get('OS_PROJECT_NAME') ?? get('OS_TENANT_NAME'),
-    projectId: get('OS_PROJECT_ID') ?? get('OS_TENANT_ID'),
-    userDomainName: get('OS_USER_DOMAIN_NAME'),
-    userDomainId: get('OS_USER_DOMAIN_ID'),
-    projectDomainName: get('OS_PROJECT_DOMAIN_NAME'),
-    projectDomainId: get('OS_PROJECT_DOMAIN_ID'),
-    regionName: get('OS_REGION_NAME'),
-    interface: get('OS_INTERFACE') as EndpointInterface | undefined,
-  };
+/** Credentials from the `OS_*` variables (as src/config.ts reads them). */
+export function credentialsFromEnvSettings(variables: OpenStackEnvSettings['password']): PasswordCredentials {
+  const settings: PasswordSettings = { ...variables, interface: variables.interface as EndpointInterface | undefined };
   return checkPassword(settings, '', {
     authUrl: 'OS_AUTH_URL',
     username: 'OS_USERNAME',
@@ -350,9 +330,9 @@ export function credentialsFromEnv(env: NodeJS.ProcessEnv = process.env): Passwo
  * otherwise the `OS_*` variables when `OS_AUTH_URL` is set; otherwise an error saying what to set.
  */
 export function loadCredentials(options: LoadCredentialsOptions = {}): OpenStackCredentials {
-  const env = options.env ?? process.env;
-  const cloud = options.cloud ?? (env.OS_CLOUD?.trim() || undefined);
-  if (cloud !== undefined) return credentialsFromCloudsYaml(cloud, options);
-  if (env.OS_AUTH_URL?.trim()) return credentialsFromEnv(env);
+  const settings = settingsOf(options);
+  const cloud = options.cloud ?? settings.cloud;
+  if (cloud !== undefined) return credentialsFromCloudsYaml(cloud, { ...options, settings });
+  if (settings.password.authUrl !== undefined) return credentialsFromEnvSettings(settings.password);
   throw new OpenStackConfigError('no OpenStack credentials: set OS_CLOUD (a cloud in clouds.yaml) or OS_AUTH_URL, OS_USERNAME, OS_PASSWORD and OS_PROJECT_NAME');
 }

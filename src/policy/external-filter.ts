@@ -23,8 +23,8 @@
  *   that has not yet ended is deleted (before or after its start; status DELETING); its failures
  *   are logged and never stop the end. Blazar promises no delivery: an optimisation, not a ledger.
  */
-import { z } from 'zod';
-import { ConfigError, httpUrl, httpUrlProblem } from '../config';
+import { httpUrlProblem, type ExternalFilterSettings } from '../config';
+import { pythonIsoformat } from '../domain/dates';
 import type { Lease, Reservation } from '../domain/lease';
 
 /** Blazar's words for a denial without a usable message (and for any odd status). */
@@ -37,25 +37,8 @@ export const MAX_BODY_BYTES = 64 * 1024;
 /** A deny message is cut to this many characters (it reaches users and log lines). */
 export const MAX_MESSAGE_CHARS = 1000;
 
-export interface ExternalFilterSettings {
-  /** Blazar's `external_service_base_endpoint`: the three paths are joined to it (urljoin: keep its trailing slash). */
-  baseUrl?: string;
-  /** Blazar's `external_service_check_create_endpoint`: this URL instead of `<base>check-create`. */
-  checkCreateUrl?: string;
-  /** Blazar's `external_service_check_update_endpoint`. */
-  checkUpdateUrl?: string;
-  /** Blazar's `external_service_on_end_endpoint`. */
-  onEndUrl?: string;
-  /**
-   * Blazar's `external_service_token`: a static token sent as `X-Auth-Token` (none when unset).
-   * Blazar does not send its own Keystone token (it did only in the filter's first version).
-   */
-  token?: string;
-  /** Per call, body included. Ours: Blazar sets no timeout, so a hung service hangs its requests. */
-  timeoutMs: number;
-  /** Ours: when the service cannot be reached or answers neither 204 nor 403, allow (true) or deny (false, Blazar's). */
-  failOpen: boolean;
-}
+/** Its settings, read and checked from LK_POLICY_EXTERNAL_* by src/config.ts (externalFilterSettingsFromEnv). */
+export type { ExternalFilterSettings };
 
 /** What the caller knows beyond the lease (Blazar's enforcement context: the user and project come from the lease). */
 export interface PolicyContext {
@@ -88,13 +71,6 @@ export type AllocationsOf = (reservation: Reservation) => Array<Record<string, u
 
 // ---------------------------------------------------------------------------------------------
 // The payload: pure.
-
-/** Python's `datetime.isoformat(sep)` of a naive UTC datetime (microseconds only when not zero). */
-export function pythonIsoformat(ms: number, sep: 'T' | ' ' = 'T'): string {
-  const iso = new Date(ms).toISOString();
-  const millis = iso.slice(20, 23);
-  return `${iso.slice(0, 10)}${sep}${iso.slice(11, 19)}${millis === '000' ? '' : `.${millis}000`}`;
-}
 
 const stringArray = (value: unknown): string[] | undefined => (Array.isArray(value) && value.every((v) => typeof v === 'string') ? value : undefined);
 
@@ -370,62 +346,4 @@ export class ExternalServiceFilter {
     await res.body?.cancel().catch(() => undefined);
     return { kind: 'unavailable', reason: `HTTP ${res.status} (only 204 and 403 are answers)` };
   }
-}
-
-// ---------------------------------------------------------------------------------------------
-// Settings from the environment.
-
-const endpoint = z.string().trim().pipe(httpUrl);
-
-const envSchema = z.object({
-  LK_POLICY_EXTERNAL_URL: endpoint.optional(),
-  LK_POLICY_EXTERNAL_CHECK_CREATE_URL: endpoint.optional(),
-  LK_POLICY_EXTERNAL_CHECK_UPDATE_URL: endpoint.optional(),
-  LK_POLICY_EXTERNAL_ON_END_URL: endpoint.optional(),
-  // Sent as a header: printable ASCII only, so it can neither break the request nor add headers.
-  LK_POLICY_EXTERNAL_TOKEN: z
-    .string()
-    .regex(/^[\x21-\x7e]+$/, 'expected printable ASCII characters without spaces')
-    .max(8192, 'expected at most 8192 characters')
-    .optional(),
-  LK_POLICY_EXTERNAL_TIMEOUT_MS: z
-    .string()
-    .regex(/^\s*\d{1,9}\s*$/, 'expected a whole number of milliseconds')
-    .transform(Number)
-    .pipe(z.number().min(100, 'must be at least 100').max(60_000, 'must be at most 60000'))
-    .default(5_000),
-  LK_POLICY_EXTERNAL_FAIL: z.enum(['open', 'closed'], { error: 'expected "open" or "closed"' }).default('closed'),
-});
-
-const ENV_NAMES = Object.keys(envSchema.shape) as Array<keyof typeof envSchema.shape>;
-
-/** A value as an error message may show it: never the token, nor a URL's password. */
-function shown(name: string, value: string): string {
-  if (name === 'LK_POLICY_EXTERNAL_TOKEN') return '"***"';
-  return JSON.stringify(value.replace(/(\/\/[^:@/\s]*:)[^@/\s]*@/g, '$1***@'));
-}
-
-/**
- * The filter's settings from LK_POLICY_EXTERNAL_*; undefined when no URL is set (no filter).
- * An empty variable counts as unset. Throws ConfigError, one line naming the variable.
- */
-export function externalFilterSettingsFromEnv(env: NodeJS.ProcessEnv = process.env): ExternalFilterSettings | undefined {
-  const present = Object.fromEntries(ENV_NAMES.filter((name) => env[name] !== undefined && env[name] !== '').map((name) => [name, env[name]]));
-  const parsed = envSchema.safeParse(present);
-  if (!parsed.success) {
-    const issue = parsed.error.issues[0];
-    const name = String(issue.path[0]);
-    throw new ConfigError(`invalid configuration: ${name}=${shown(name, env[name] ?? '')}: ${issue.message}`);
-  }
-  const e = parsed.data;
-  if (!e.LK_POLICY_EXTERNAL_URL && !e.LK_POLICY_EXTERNAL_CHECK_CREATE_URL && !e.LK_POLICY_EXTERNAL_CHECK_UPDATE_URL && !e.LK_POLICY_EXTERNAL_ON_END_URL) return undefined;
-  return {
-    baseUrl: e.LK_POLICY_EXTERNAL_URL,
-    checkCreateUrl: e.LK_POLICY_EXTERNAL_CHECK_CREATE_URL,
-    checkUpdateUrl: e.LK_POLICY_EXTERNAL_CHECK_UPDATE_URL,
-    onEndUrl: e.LK_POLICY_EXTERNAL_ON_END_URL,
-    token: e.LK_POLICY_EXTERNAL_TOKEN,
-    timeoutMs: e.LK_POLICY_EXTERNAL_TIMEOUT_MS,
-    failOpen: e.LK_POLICY_EXTERNAL_FAIL === 'open',
-  };
 }

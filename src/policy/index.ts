@@ -2,10 +2,10 @@
  * The usage policy as the worker and the API build it from the settings, at start: a bad policy
  * file or external-filter setting stops the process with one line naming it (ConfigError).
  */
-import { ConfigError, type Config } from '../config';
+import { ConfigError, externalFilterSettingsFromEnv, type Config } from '../config';
 import type { Pool } from '../db/pool';
 import { UsagePolicyEnforcer } from './enforcement';
-import { ExternalServiceFilter, externalFilterSettingsFromEnv } from './external-filter';
+import { ExternalServiceFilter } from './external-filter';
 import { environmentRules, loadPolicyFile } from './rules';
 
 export type { UsagePolicyEnforcer };

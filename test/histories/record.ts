@@ -7,9 +7,8 @@
 import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
-import { temporalBinary } from '../../scripts/lib/temporal-dev-server';
-import globalSetup from '../global-setup';
-import globalTeardown from '../global-teardown';
+import { temporalBinary } from '../../dev-stack/temporal-dev-server';
+import { startServers, stopServers } from '../../dev-stack/servers';
 import { randomUUID } from 'node:crypto';
 import { insertFloatingIp } from '../../src/db/floating-ips';
 import { floatingIpPlugin } from '../../src/resources/floating-ip';
@@ -17,14 +16,14 @@ import { syncCapacityProviders } from '../../src/db/quantity-allocations';
 import { COMPUTE_KIND } from '../../src/resources/shared/compute-providers';
 import { virtualInstancePlugin } from '../../src/resources/virtual-instance';
 import { RecordingPlugin } from '../support/recording-plugin';
-import { apiClient, eventually, inSeconds, startTestStack, type TestStack } from '../support/stack';
+import { apiClient, eventually, inSeconds, startTestStack, type TestStack } from '../../dev-stack/stack';
 import { leaseWorkflowId } from '../../workflows/lease/messages';
 import { hostMonitorWorkflowId } from '../../workflows/host-monitor/messages';
 import { noticeWorkflowId } from '../../workflows/notices/messages';
 import { startWebhookReceiver } from '../support/notice-receiver';
 import { physicalHostPlugin } from '../../src/resources/physical-host';
 import { physicalHostWatch } from '../../src/resources/physical-host/health';
-import { insertHost } from '../support/hosts';
+import { insertHost } from '../../dev-stack/fixtures/hosts';
 
 type Api = ReturnType<typeof apiClient>;
 const HISTORY_DIR = path.join(__dirname, '..', '..', '..', 'test', 'histories');
@@ -333,7 +332,7 @@ async function record(stack: TestStack): Promise<void> {
 }
 
 async function main(): Promise<void> {
-  await globalSetup();
+  await startServers();
   const stack = await startTestStack({
     plugins: [new RecordingPlugin()],
     withPool: (pool) => [
@@ -350,7 +349,7 @@ async function main(): Promise<void> {
     await record(stack);
   } finally {
     await stack.stop();
-    await globalTeardown();
+    await stopServers();
   }
 }
 

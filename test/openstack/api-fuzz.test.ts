@@ -15,7 +15,7 @@ import { bandwidthPlugin } from '../../src/resources/bandwidth';
 import { physicalHostPlugin } from '../../src/resources/physical-host';
 import { virtualServerPlugin } from '../../src/resources/virtual-server';
 import { RecordingPlugin } from '../support/recording-plugin';
-import { apiClient, deleteAllLeases, inSeconds, useTestStack } from '../support/stack';
+import { apiClient, deleteAllLeases, inSeconds, useTestStack } from '../../dev-stack/stack';
 import { rigClients, uniqueName } from './support';
 
 const RUNS = Number(process.env.LK_FUZZ_RUNS ?? 1500);

@@ -7,13 +7,12 @@
  */
 import fs from 'node:fs';
 import path from 'node:path';
-import { parseRequestDate } from '../../src/domain/blazar-format';
-import { reuseStart } from '../../src/domain/lease';
+import { parseRequestDate, reuseStart } from '../../src/domain/dates';
 import { KeystoneSession, openStackClients, type Network } from '../../src/openstack';
 import { bandwidthPlugin } from '../../src/resources/bandwidth';
 import { virtualServerPlugin } from '../../src/resources/virtual-server';
 import { FaultProxy } from '../support/fault-proxy';
-import { apiClient, deleteAllLeases, eventually, inSeconds, useTestStack } from '../support/stack';
+import { apiClient, deleteAllLeases, eventually, inSeconds, useTestStack } from '../../dev-stack/stack';
 import { bandwidthProviderName, bootServer, deleteServers, providerNamed, RIG_DIR, rigClients, rigCredentials, rigEnv, uniqueName } from './support';
 
 const EGRESS = 'NET_BW_EGR_KILOBIT_PER_SEC';

@@ -8,9 +8,9 @@
 import { randomUUID } from 'node:crypto';
 import { KeystoneSession, type OpenStackClients } from '../../src/openstack';
 import { BLAZAR_FILTER_DEFAULTS, blazarHostPasses, type FilterRequest } from '../support/blazar-filter';
-import { blazarHostReservation } from '../support/builders';
-import { enrolHost } from '../support/hosts';
-import { apiClient, deleteAllLeases, eventually, inSeconds } from '../support/stack';
+import { blazarHostReservation } from '../../dev-stack/fixtures/builders';
+import { enrolHost } from '../../dev-stack/fixtures/hosts';
+import { apiClient, deleteAllLeases, eventually, inSeconds } from '../../dev-stack/stack';
 import { bootServer, deleteServers, hostLeaseStack, rigClients, rigCredentials, uniqueName } from './support';
 
 const HOSTS = ['fake-1', 'fake-2'];

@@ -12,7 +12,7 @@ import { keystoneAuthenticator } from '../../src/api/keystone-auth';
 import { KeystoneSession, openStackClients, type FloatingIp, type Network } from '../../src/openstack';
 import { floatingIpPlugin } from '../../src/resources/floating-ip';
 import { FaultProxy } from '../support/fault-proxy';
-import { apiClient, deleteAllLeases, eventually, inSeconds, useTestStack } from '../support/stack';
+import { apiClient, deleteAllLeases, eventually, inSeconds, useTestStack } from '../../dev-stack/stack';
 import { rigClients, rigCredentials, rigEnv, uniqueName } from './support';
 
 const run = promisify(execFile);

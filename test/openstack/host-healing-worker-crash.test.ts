@@ -8,12 +8,12 @@
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import type { ManagedProcess } from '../../scripts/lib/processes';
+import type { ManagedProcess } from '../../dev-stack/processes';
 import { physicalHostPlugin } from '../../src/resources/physical-host';
 import { FaultProxy } from '../support/fault-proxy';
-import { blazarHostReservation } from '../support/builders';
-import { doubleBookings, enrolHost } from '../support/hosts';
-import { apiClient, deleteAllLeases, eventually, inSeconds, useTestStack } from '../support/stack';
+import { blazarHostReservation } from '../../dev-stack/fixtures/builders';
+import { doubleBookings, enrolHost } from '../../dev-stack/fixtures/hosts';
+import { apiClient, deleteAllLeases, eventually, inSeconds, useTestStack } from '../../dev-stack/stack';
 import { deleteAggregateNamed, rigClients, rigEnv, startWorkerProcess, uniqueName } from './support';
 
 const HOSTS = ['fake-1', 'fake-2'];

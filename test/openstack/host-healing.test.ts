@@ -8,10 +8,10 @@
  */
 import { physicalHostPlugin } from '../../src/resources/physical-host';
 import { physicalHostWatch } from '../../src/resources/physical-host/health';
-import { blazarHostReservation } from '../support/builders';
-import { doubleBookings, enrolHost } from '../support/hosts';
+import { blazarHostReservation } from '../../dev-stack/fixtures/builders';
+import { doubleBookings, enrolHost } from '../../dev-stack/fixtures/hosts';
 import { startWebhookReceiver, type WebhookReceiver } from '../support/notice-receiver';
-import { apiClient, deleteAllLeases, eventually, inSeconds, useTestStack } from '../support/stack';
+import { apiClient, deleteAllLeases, eventually, inSeconds, useTestStack } from '../../dev-stack/stack';
 import { computeForcing, deleteAggregateNamed, rigClients, uniqueName } from './support';
 
 const HOSTS = ['fake-1', 'fake-2', 'fake-3'];

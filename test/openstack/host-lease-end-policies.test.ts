@@ -5,9 +5,9 @@
  * enrolling it again once empty makes it reservable).
  */
 import { KeystoneSession, type OpenStackClients, type Server } from '../../src/openstack';
-import { blazarHostReservation } from '../support/builders';
-import { enrolHost } from '../support/hosts';
-import { apiClient, deleteAllLeases, eventually, inSeconds } from '../support/stack';
+import { blazarHostReservation } from '../../dev-stack/fixtures/builders';
+import { enrolHost } from '../../dev-stack/fixtures/hosts';
+import { apiClient, deleteAllLeases, eventually, inSeconds } from '../../dev-stack/stack';
 import { bootServer, deleteServers, hostLeaseStack, rigClients, rigCredentials, uniqueName } from './support';
 
 const HOST = 'fake-2';

@@ -7,10 +7,10 @@
  */
 import { openStackClients } from '../../src/openstack';
 import { physicalHostPlugin } from '../../src/resources/physical-host';
-import { blazarHostReservation } from '../support/builders';
+import { blazarHostReservation } from '../../dev-stack/fixtures/builders';
 import { FaultProxy } from '../support/fault-proxy';
-import { enrolHost } from '../support/hosts';
-import { apiClient, deleteAllLeases, eventually, inSeconds, useTestStack } from '../support/stack';
+import { enrolHost } from '../../dev-stack/fixtures/hosts';
+import { apiClient, deleteAllLeases, eventually, inSeconds, useTestStack } from '../../dev-stack/stack';
 import { rigClients, rigCredentials, rigEnv, uniqueName } from './support';
 
 const HOSTS = ['fake-2', 'fake-3'];

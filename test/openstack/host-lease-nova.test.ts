@@ -8,9 +8,9 @@ import { physicalHostPlugin } from '../../src/resources/physical-host';
 import type { OpenStackClients, Server } from '../../src/openstack';
 import { KeystoneSession, serverHost } from '../../src/openstack';
 import { snapshotName } from '../../src/resources/shared/server-snapshots';
-import { apiClient, deleteAllLeases, eventually, inSeconds, useTestStack } from '../support/stack';
-import { blazarHostReservation } from '../support/builders';
-import { enrolHost } from '../support/hosts';
+import { apiClient, deleteAllLeases, eventually, inSeconds, useTestStack } from '../../dev-stack/stack';
+import { blazarHostReservation } from '../../dev-stack/fixtures/builders';
+import { enrolHost } from '../../dev-stack/fixtures/hosts';
 import { bootServer, deleteAggregateNamed, deleteServers, rigClients, rigCredentials, uniqueName } from './support';
 
 describe('a host lease in Nova', () => {

@@ -6,8 +6,8 @@
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
 import { physicalHostPlugin } from '../../src/resources/physical-host';
-import { blazarHostReservation } from '../support/builders';
-import { apiClient, useTestStack } from '../support/stack';
+import { blazarHostReservation } from '../../dev-stack/fixtures/builders';
+import { apiClient, useTestStack } from '../../dev-stack/stack';
 import { deleteAggregateNamed, FLAVOR, IMAGE, rigClients, uniqueName } from './support';
 
 const run = promisify(execFile);

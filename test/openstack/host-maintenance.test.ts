@@ -8,9 +8,9 @@
 import { physicalHostPlugin } from '../../src/resources/physical-host';
 import { physicalHostWatch } from '../../src/resources/physical-host/health';
 import { getHostHealth, hostMonitorWorkflowId } from '../../workflows/host-monitor/messages';
-import { blazarHostReservation } from '../support/builders';
-import { doubleBookings, enrolHost } from '../support/hosts';
-import { apiClient, deleteAllLeases, eventually, inSeconds, useTestStack } from '../support/stack';
+import { blazarHostReservation } from '../../dev-stack/fixtures/builders';
+import { doubleBookings, enrolHost } from '../../dev-stack/fixtures/hosts';
+import { apiClient, deleteAllLeases, eventually, inSeconds, useTestStack } from '../../dev-stack/stack';
 import { deleteAggregateNamed, rigClients, uniqueName } from './support';
 
 const HOSTS = ['fake-1', 'fake-2'];

@@ -8,15 +8,15 @@
 import net from 'node:net';
 import { connect } from 'amqplib';
 import pino from 'pino';
-import type { ManagedProcess } from '../../scripts/lib/processes';
+import type { ManagedProcess } from '../../dev-stack/processes';
 import { physicalHostPlugin } from '../../src/resources/physical-host';
 import type { ComputeServiceNotice } from '../../src/openstack/nova-notifications';
 import { parseTransportUrl } from '../../src/openstack/nova-notifications';
 import { consumeNovaNotifications, notificationQueueName, type NovaNotificationsConsumer } from '../../src/openstack/nova-notifications-consumer';
 import { getHostHealth, hostMonitorWorkflowId } from '../../workflows/host-monitor/messages';
-import { enrolHost } from '../support/hosts';
-import { apiClient, eventually, useTestStack } from '../support/stack';
-import { startWorkerProcess } from '../support/worker-process';
+import { enrolHost } from '../../dev-stack/fixtures/hosts';
+import { apiClient, eventually, useTestStack } from '../../dev-stack/stack';
+import { startWorkerProcess } from '../../dev-stack/worker-process';
 import { CLOUDS_FILE, deleteAggregateNamed, rigClients, rigEnv, uniqueName } from './support';
 
 const HOST = 'fake-2';

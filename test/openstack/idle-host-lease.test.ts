@@ -4,9 +4,9 @@
  * nobody uses it, and it ends early with the reason (here after seconds).
  */
 import { KeystoneSession, type OpenStackClients } from '../../src/openstack';
-import { blazarHostReservation } from '../support/builders';
-import { enrolHost } from '../support/hosts';
-import { apiClient, deleteAllLeases, eventually, inSeconds } from '../support/stack';
+import { blazarHostReservation } from '../../dev-stack/fixtures/builders';
+import { enrolHost } from '../../dev-stack/fixtures/hosts';
+import { apiClient, deleteAllLeases, eventually, inSeconds } from '../../dev-stack/stack';
 import { bootServer, deleteServers, hostLeaseStack, rigClients, rigCredentials, uniqueName } from './support';
 
 const HOST = 'fake-3';

@@ -20,7 +20,7 @@ import { describeConnection, parseBlazarUrl, readBlazar } from '../../src/import
 import { physicalHostPlugin } from '../../src/resources/physical-host';
 import { physicalHostParams } from '../../src/resources/physical-host/params';
 import { leaseWorkflowId } from '../../workflows/lease/messages';
-import { apiClient, eventually, useTestStack } from '../support/stack';
+import { apiClient, eventually, useTestStack } from '../../dev-stack/stack';
 import { deleteAggregateNamed, REPO_ROOT, RIG_DIR, rigClients, uniqueName } from './support';
 
 const MYSQL_PORT = Number(process.env.LK_OS_PORT_BASE ?? 10000) + 3306;

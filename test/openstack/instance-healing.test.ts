@@ -10,8 +10,8 @@ import { KeystoneSession, type OpenStackClients, type Server } from '../../src/o
 import { physicalHostWatch } from '../../src/resources/physical-host/health';
 import { virtualInstancePlugin } from '../../src/resources/virtual-instance';
 import { reservationProviderName, reservationResourceClass, SLOT_HOST_TRAIT, SLOT_TRAIT_SPEC } from '../../src/resources/virtual-instance/nova-resources';
-import { enrolHost } from '../support/hosts';
-import { apiClient, deleteAllLeases, eventually, inSeconds, useTestStack } from '../support/stack';
+import { enrolHost } from '../../dev-stack/fixtures/hosts';
+import { apiClient, deleteAllLeases, eventually, inSeconds, useTestStack } from '../../dev-stack/stack';
 import { bootServer, computeForcing, deleteAggregateNamed, rigClients, rigCredentials, uniqueName } from './support';
 
 const HOSTS = ['fake-1', 'fake-2', 'fake-3'];

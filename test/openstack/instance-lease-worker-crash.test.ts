@@ -7,12 +7,12 @@
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import type { ManagedProcess } from '../../scripts/lib/processes';
+import type { ManagedProcess } from '../../dev-stack/processes';
 import { KeystoneSession, NotFoundError } from '../../src/openstack';
 import { virtualInstancePlugin } from '../../src/resources/virtual-instance';
 import { reservationProviderName, reservationResourceClass } from '../../src/resources/virtual-instance/nova-resources';
 import { FaultProxy } from '../support/fault-proxy';
-import { apiClient, deleteAllLeases, eventually, inSeconds, useTestStack } from '../support/stack';
+import { apiClient, deleteAllLeases, eventually, inSeconds, useTestStack } from '../../dev-stack/stack';
 import { deleteAggregateNamed, rigClients, rigCredentials, rigEnv, startWorkerProcess, uniqueName } from './support';
 
 const ADD_HOST = /\/os-aggregates\/\d+\/action$/;

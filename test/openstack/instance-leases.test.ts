@@ -18,7 +18,7 @@ import { removeReservationResources, reservationProviderName, reservationResourc
 import { virtualInstancePlugin } from '../../src/resources/virtual-instance';
 import { flavorInstancePlugin } from '../../src/resources/flavor-instance';
 import { FaultProxy } from '../support/fault-proxy';
-import { apiClient, deleteAllLeases, eventually, inSeconds, useTestStack } from '../support/stack';
+import { apiClient, deleteAllLeases, eventually, inSeconds, useTestStack } from '../../dev-stack/stack';
 import { bootServer, deleteAggregateNamed, providerNamed, rigClients, rigCredentials, rigEnv, uniqueName } from './support';
 
 const run = promisify(execFile);

@@ -3,9 +3,9 @@
  * an admin token sees all, a bad or missing token is a 401 with Blazar's error body; the calendar
  * page signs a user in with their password (their own token, through the API) in Chromium.
  */
-import { launchChromium } from '../support/browser';
+import { launchChromium } from '../../dev-stack/fixtures/browser';
 import { keystoneAuthenticator } from '../../src/api/keystone-auth';
-import { apiClient, inSeconds, useTestStack } from '../support/stack';
+import { apiClient, inSeconds, useTestStack } from '../../dev-stack/stack';
 import { KeystoneSession } from '../../src/openstack';
 import { rigCredentials, rigClients } from './support';
 

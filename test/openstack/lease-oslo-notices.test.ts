@@ -7,9 +7,9 @@ import { randomUUID } from 'node:crypto';
 import { connect, type Channel, type ChannelModel } from 'amqplib';
 import { parseTransportUrl } from '../../src/domain/transport-url';
 import { physicalHostPlugin } from '../../src/resources/physical-host';
-import { hostReservation } from '../support/builders';
-import { insertHost } from '../support/hosts';
-import { apiClient, eventually, inSeconds, useTestStack } from '../support/stack';
+import { hostReservation } from '../../dev-stack/fixtures/builders';
+import { insertHost } from '../../dev-stack/fixtures/hosts';
+import { apiClient, eventually, inSeconds, useTestStack } from '../../dev-stack/stack';
 import { rigEnv } from './support';
 
 const ID = randomUUID().slice(0, 8);

@@ -115,7 +115,15 @@ test('a server on a chosen host: shelve-offload frees Placement, unshelve onto a
   await nova.waitForServerDeleted(created.id, { timeoutMs: 60_000 });
   // Nova may show the server as DELETED for a moment before it answers 404 (what waitForServerDeleted accepts).
   const notFound = await pollUntil(
-    () => nova.getServer(created.id).then(() => false, (error: unknown) => (error instanceof NotFoundError ? true : Promise.reject(error))),
+    async () => {
+      try {
+        await nova.getServer(created.id);
+        return false;
+      } catch (error) {
+        if (error instanceof NotFoundError) return true;
+        throw error;
+      }
+    },
     (gone) => gone,
     { timeoutMs: 30_000, intervalMs: 200, what: `server ${created.id} answering 404` },
   );

@@ -17,7 +17,7 @@ import { noticeMessageId, noticePayload } from '../../src/notifications/blazar-p
 import { NoticeFailedError } from '../../src/notifications/errors';
 import { OsloPublisher } from '../../src/notifications/oslo';
 import type { Notice } from '../../src/domain/notices';
-import { eventually } from '../support/stack';
+import { eventually } from '../../dev-stack/stack';
 import { rigEnv } from './support';
 
 const ID = randomUUID().slice(0, 8);

@@ -11,7 +11,7 @@ import { bandwidthPlugin } from '../../src/resources/bandwidth';
 import { physicalHostWatch } from '../../src/resources/physical-host/health';
 import { virtualServerPlugin } from '../../src/resources/virtual-server';
 import { startWebhookReceiver, type WebhookReceiver } from '../support/notice-receiver';
-import { apiClient, deleteAllLeases, eventually, inSeconds, useTestStack } from '../support/stack';
+import { apiClient, deleteAllLeases, eventually, inSeconds, useTestStack } from '../../dev-stack/stack';
 import { bandwidthProviderName, bootServer, computeForcing, deleteServers, providerNamed, rigClients, rigCredentials, uniqueName } from './support';
 
 describe('healing server and bandwidth reservations with the rig', () => {

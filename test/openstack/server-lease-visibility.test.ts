@@ -7,7 +7,7 @@
  */
 import { KeystoneSession, projectScopedClients, type Flavor, type Image, type Network } from '../../src/openstack';
 import { virtualServerPlugin } from '../../src/resources/virtual-server';
-import { apiClient, deleteAllLeases, eventually, inSeconds, useTestStack } from '../support/stack';
+import { apiClient, deleteAllLeases, eventually, inSeconds, useTestStack } from '../../dev-stack/stack';
 import { Cleanup, FLAVOR, IMAGE, rigClients, rigCredentials, uniqueName } from './support';
 
 describe('server leases use only the images, flavors and networks the lessee may use', () => {

@@ -7,11 +7,11 @@
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import type { ManagedProcess } from '../../scripts/lib/processes';
+import type { ManagedProcess } from '../../dev-stack/processes';
 import { serverHost, type OpenStackClients, type Server } from '../../src/openstack';
 import { virtualServerPlugin } from '../../src/resources/virtual-server';
 import { FaultProxy, type ProxiedRequest } from '../support/fault-proxy';
-import { apiClient, deleteAllLeases, eventually, inSeconds, useTestStack } from '../support/stack';
+import { apiClient, deleteAllLeases, eventually, inSeconds, useTestStack } from '../../dev-stack/stack';
 import { KeystoneSession } from '../../src/openstack';
 import { bootServer, deleteServers, rigClients, rigCredentials, rigEnv, startWorkerProcess, uniqueName } from './support';
 

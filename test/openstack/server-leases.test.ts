@@ -9,13 +9,12 @@
  */
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
-import { parseRequestDate } from '../../src/domain/blazar-format';
-import { reuseStart } from '../../src/domain/lease';
+import { parseRequestDate, reuseStart } from '../../src/domain/dates';
 import { KeystoneSession, openStackClients, projectScopedClients, serverHost, type Flavor, type OpenStackClients, type Server } from '../../src/openstack';
 import { virtualServerPlugin } from '../../src/resources/virtual-server';
 import { findServer } from '../../src/resources/virtual-server/servers';
 import { FaultProxy } from '../support/fault-proxy';
-import { apiClient, deleteAllLeases, eventually, inSeconds, useTestStack } from '../support/stack';
+import { apiClient, deleteAllLeases, eventually, inSeconds, useTestStack } from '../../dev-stack/stack';
 import { bootServer, deleteServers, rigClients, rigCredentials, rigEnv, uniqueName } from './support';
 
 const SERVER_ACTION = /\/servers\/[0-9a-f-]+\/action$/;

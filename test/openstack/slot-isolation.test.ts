@@ -14,8 +14,8 @@ import { flavorInstancePlugin } from '../../src/resources/flavor-instance';
 import { virtualInstancePlugin } from '../../src/resources/virtual-instance';
 import { reservationProviderName, SLOT_HOST_TRAIT } from '../../src/resources/virtual-instance/nova-resources';
 import { BLAZAR_FILTER_DEFAULTS, blazarHostPasses, type FilterRequest } from '../support/blazar-filter';
-import { enrolHost } from '../support/hosts';
-import { apiClient, deleteAllLeases, eventually, inSeconds, useTestStack } from '../support/stack';
+import { enrolHost } from '../../dev-stack/fixtures/hosts';
+import { apiClient, deleteAllLeases, eventually, inSeconds, useTestStack } from '../../dev-stack/stack';
 import { bootServer, CLOUDS_FILE, deleteAggregateNamed, deleteServers, FLAVOR, rigClients, rigCredentials, uniqueName } from './support';
 
 const run = promisify(execFile);

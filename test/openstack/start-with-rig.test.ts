@@ -3,10 +3,10 @@
  * test run brought up, which the stack reuses, enrols, books, and leaves running when stopped.
  * (A rig the stack starts itself it also stops: measured by hand, see docs/production.md.)
  */
-import { launchChromium } from '../support/browser';
-import { startDevStack } from '../support/dev-stack';
-import { blazarHostReservation } from '../support/builders';
-import { apiClient, eventually, inSeconds } from '../support/stack';
+import { launchChromium } from '../../dev-stack/fixtures/browser';
+import { startDevStack } from '../../dev-stack/npm-start';
+import { blazarHostReservation } from '../../dev-stack/fixtures/builders';
+import { apiClient, eventually, inSeconds } from '../../dev-stack/stack';
 import { KeystoneSession, serverHost } from '../../src/openstack';
 import { bootServer, deleteAggregateNamed, deleteServers, rigClients, rigCredentials, uniqueName } from './support';
 

@@ -2,79 +2,35 @@
  * Shared helpers of the OpenStack contract tests: clients built from the rig's clouds.yaml
  * (scripts/openstack/up.sh writes it), unique names, a cleanup stack and a request-counting fetch.
  */
-import { randomUUID } from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
 import YAML from 'yaml';
-import { readRigEnv } from '../../scripts/lib/openstack-rig';
+import { CLOUDS_FILE, RIG_DIR, rigClients, rigCredentials, rigEnv, type RigCloud } from '../../dev-stack/openstack-rig';
+import { deleteAggregateNamed, uniqueName } from '../../dev-stack/fixtures/openstack';
 import { REPO_ROOT } from '../../src/paths';
-import type { ManagedProcess } from '../../scripts/lib/processes';
+import type { ManagedProcess } from '../../dev-stack/processes';
 import { physicalHostPlugin } from '../../src/resources/physical-host';
-import { useTestStack, type TestStack } from '../support/stack';
-import { startWorkerProcess as startPlainWorkerProcess, type WorkerProcessTarget } from '../support/worker-process';
+import { useTestStack, type TestStack } from '../../dev-stack/stack';
+import { startWorkerProcess as startPlainWorkerProcess, type WorkerProcessTarget } from '../../dev-stack/worker-process';
 import {
   ignoreNotFound,
-  loadCredentials,
-  openStackClients,
   type OpenStackClients,
-  type OpenStackClientsOptions,
-  type PasswordCredentials,
   type PlacementClient,
   type ResourceProvider,
   type Server,
 } from '../../src/openstack';
 
 export { REPO_ROOT };
-export const RIG_DIR = process.env.LK_OPENSTACK_DIR ?? path.join(REPO_ROOT, '.data', 'openstack');
-export const CLOUDS_FILE = path.join(RIG_DIR, 'clouds.yaml');
-
-export type RigCloud = 'leasekeeper-admin' | 'leasekeeper-project-a' | 'leasekeeper-project-b';
+export { CLOUDS_FILE, RIG_DIR, rigClients, rigCredentials, rigEnv, type RigCloud };
+export { deleteAggregateNamed, uniqueName };
 
 export const FLAVOR = 'm1.tiny';
 export const IMAGE = 'fake-image';
-
-function requireRig(): void {
-  if (!fs.existsSync(CLOUDS_FILE)) {
-    throw new Error(`${CLOUDS_FILE} is missing: the OpenStack rig is not up (bash scripts/openstack/up.sh)`);
-  }
-}
-
-/** The rig's credentials for one of its clouds. */
-export function rigCredentials(cloud: RigCloud): PasswordCredentials {
-  requireRig();
-  const credentials = loadCredentials({ cloud, cloudsFiles: [CLOUDS_FILE], env: {} });
-  if (credentials.type !== 'password') throw new Error(`${cloud} in ${CLOUDS_FILE} is not a password cloud`);
-  return credentials;
-}
-
-/** Clients for one of the rig's clouds (admin, project-a, project-b). */
-export function rigClients(cloud: RigCloud, options: Omit<OpenStackClientsOptions, 'cloud' | 'cloudsFiles'> = {}): OpenStackClients {
-  return openStackClients({ credentials: rigCredentials(cloud), timeoutMs: 30_000, ...options });
-}
-
-/** The variables up.sh wrote to env.sh (LK_NOVA_URL, LK_PLACEMENT_URL, …). */
-export function rigEnv(): Record<string, string> {
-  requireRig();
-  return readRigEnv(RIG_DIR);
-}
-
-/** A name no other run uses: `lk-test-<what>-<8 hex>`. */
-export function uniqueName(what: string): string {
-  return `lk-test-${what}-${randomUUID().slice(0, 8)}`;
-}
 
 /** Deletes a test's servers, each with the clients that made it, and waits until they are gone; failures are ignored. */
 export async function deleteServers(servers: Array<{ clients: OpenStackClients; id: string }>): Promise<void> {
   for (const { clients, id } of servers) await clients.nova.deleteServer(id).catch(() => undefined);
   for (const { clients, id } of servers) await clients.nova.waitForServerDeleted(id, { timeoutMs: 60_000 }).catch(() => undefined);
-}
-
-/** Empties the aggregate named `name` and deletes it, when Nova has it: a test's own aggregate, at the end. */
-export async function deleteAggregateNamed(clients: OpenStackClients, name: string): Promise<void> {
-  const aggregate = (await clients.nova.listAggregates()).find((a) => a.name === name);
-  if (!aggregate) return;
-  for (const host of aggregate.hosts) await clients.nova.removeHostFromAggregate(aggregate.id, host);
-  await clients.nova.deleteAggregate(aggregate.id);
 }
 
 /** Cleanups run in reverse order at the end; resources already gone are fine. */

@@ -7,7 +7,7 @@
 import dgram from 'node:dgram';
 import { isIP } from 'node:net';
 import ipaddr from 'ipaddr.js';
-import { freePort } from './ports';
+import { freePort } from '../../dev-stack/ports';
 
 const TYPE_A = 1;
 const TYPE_AAAA = 28;

@@ -5,7 +5,7 @@
  * with its headers, so that a test counts the service's sign-ins and sees what each request carried.
  */
 import http from 'node:http';
-import { freePort } from './ports';
+import { freePort } from '../../dev-stack/ports';
 
 export interface StandInRequest {
   method: string;

@@ -1,4 +1,5 @@
 /** The page's calls to leasekeeper's API (same origin), with the user's own identity. */
+import { parseRequestDate } from '../../src/domain/dates';
 
 /** Who the user is: noauth identity headers (development) or their Keystone token. */
 export type Credentials =
@@ -122,13 +123,9 @@ export async function call<T>(credentials: Credentials, method: string, path: st
   return parsed as T;
 }
 
-export const requestDate = (ms: number): string => new Date(ms).toISOString().slice(0, 16).replace('T', ' ');
-
-/** Blazar's dates: "YYYY-MM-DD HH:MM" (a request date) or "YYYY-MM-DDTHH:MM:SS.ffffff" (a response date), UTC. */
+/** Blazar's dates: "YYYY-MM-DD HH:MM" (a request date) or "YYYY-MM-DDTHH:MM:SS.ffffff" (a response date), UTC; NaN when malformed. */
 export function parseDate(text: string): number {
-  const m = /^(\d{4})-(\d{2})-(\d{2})[ T](\d{2}):(\d{2})(?::(\d{2}))?/.exec(text);
-  if (!m) return NaN;
-  return Date.UTC(+m[1], +m[2] - 1, +m[3], +m[4], +m[5], m[6] ? +m[6] : 0);
+  return parseRequestDate(text) ?? NaN;
 }
 
 export const fetchCalendar = (credentials: Credentials, startMs: number, endMs: number, resourceProperties: string) =>

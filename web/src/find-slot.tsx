@@ -4,7 +4,8 @@
  * asked again after each window for the next), drawn as ghost bars; one click books one.
  */
 import { useState } from 'preact/hooks';
-import { ApiFailure, call, parseDate, requestDate, type CalendarBooking, type CalendarWindow, type Credentials, type FitAnswer } from './api';
+import { ApiFailure, call, parseDate, type CalendarBooking, type CalendarWindow, type Credentials, type FitAnswer } from './api';
+import { formatRequestDate } from '../../src/domain/dates';
 import type { Ghost } from './paint';
 import { formatDuration, formatRange } from './time';
 
@@ -67,8 +68,8 @@ export function FindSlot(props: {
     try {
       for (let i = 0; i < OPTIONS; i++) {
         const answer = await call<FitAnswer>(props.credentials, 'POST', '/v1/availability/search', {
-          start_date: requestDate(from),
-          end_date: requestDate(from + durationMs),
+          start_date: formatRequestDate(from),
+          end_date: formatRequestDate(from + durationMs),
           reservations: [reservation()],
         });
         if (!answer.earliest) {

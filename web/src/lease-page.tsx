@@ -4,7 +4,8 @@
  * what would work ("can be extended until …", from the 409's latest possible end).
  */
 import { useEffect, useState } from 'preact/hooks';
-import { ApiFailure, call, fetchLease, hostsOfLease, parseDate, requestDate, type Credentials, type Lease } from './api';
+import { ApiFailure, call, fetchLease, hostsOfLease, parseDate, type Credentials, type Lease } from './api';
+import { formatRequestDate } from '../../src/domain/dates';
 import { formatDuration, formatWhen } from './time';
 
 const EVENT_NAMES: Record<string, string> = { start_lease: 'Start', before_end_lease: 'Before the end', end_lease: 'End' };
@@ -161,7 +162,7 @@ export function LeasePage(props: { credentials: Credentials; leaseId: string }) 
           <form
             onSubmit={(e) => {
               e.preventDefault();
-              void change('New end', { end_date: requestDate(parseDate(newEnd)) });
+              void change('New end', { end_date: formatRequestDate(parseDate(newEnd)) });
             }}
           >
             <label>
@@ -172,10 +173,10 @@ export function LeasePage(props: { credentials: Credentials; leaseId: string }) 
             </button>
           </form>
           <div class="buttons">
-            <button type="button" disabled={busy} onClick={() => void change('Extended by 1 h', { end_date: requestDate(endMs + 3_600_000) })}>
+            <button type="button" disabled={busy} onClick={() => void change('Extended by 1 h', { end_date: formatRequestDate(endMs + 3_600_000) })}>
               Extend 1 h
             </button>
-            <button type="button" disabled={busy || endMs - 3_600_000 <= Math.max(startMs, Date.now())} onClick={() => void change('Shortened by 1 h', { end_date: requestDate(endMs - 3_600_000) })}>
+            <button type="button" disabled={busy || endMs - 3_600_000 <= Math.max(startMs, Date.now())} onClick={() => void change('Shortened by 1 h', { end_date: formatRequestDate(endMs - 3_600_000) })}>
               Shorten 1 h
             </button>
             {lease.status === 'ACTIVE' && (

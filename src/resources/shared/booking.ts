@@ -5,7 +5,8 @@
  */
 import { createHash } from 'node:crypto';
 import type { PoolClient } from 'pg';
-import { invalidLease, leaseConflict, requestDate as when, reuseEnd, reuseStart, wholeMinuteDown, wholeMinuteUp } from '../../domain/lease';
+import { formatMessageDate as when, reuseEnd, reuseStart, wholeMinuteDown, wholeMinuteUp } from '../../domain/dates';
+import { invalidLease, leaseConflict } from '../../domain/lease';
 import { longestFit, searchEarliestFit, type CalendarSnapshot, type HostRequest } from '../../domain/host-calendar';
 import { queryKeys, type PropertyQuery } from '../../domain/property-query';
 import { isDeadlockOrSerialization, isLostRace, type Pool } from '../../db/pool';

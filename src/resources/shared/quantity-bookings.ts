@@ -8,7 +8,8 @@
  * SQL is the store's (src/db/quantity-allocations.ts); what both calendars share is in ./booking.ts.
  */
 import { DatabaseError, type PoolClient } from 'pg';
-import { invalidLease, leaseConflict, requestDate as when, wholeMinuteUp } from '../../domain/lease';
+import { formatMessageDate as when, wholeMinuteUp } from '../../domain/dates';
+import { invalidLease, leaseConflict } from '../../domain/lease';
 import { fits, loadWith, longestQuantityFit, searchEarliestQuantityFit, shortfall, type Amounts, type QuantityBooking, type QuantityProvider } from '../../domain/quantity-calendar';
 import type { Pool } from '../../db/pool';
 import { matchesQuery, parsePropertyQuery } from '../../domain/property-query';

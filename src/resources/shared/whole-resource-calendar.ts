@@ -8,7 +8,8 @@
  */
 import type { PoolClient } from 'pg';
 import type { Calendar } from '../../domain/calendar';
-import { requestDate as when, type Reservation } from '../../domain/lease';
+import { formatMessageDate as when } from '../../domain/dates';
+import type { Reservation } from '../../domain/lease';
 import { assignHosts, freeHosts, preferenceOrder, type CalendarSnapshot, type HostRequest } from '../../domain/host-calendar';
 import type { FitSearch, ReservationContext } from '../../domain/resource-plugin';
 import type { Pool } from '../../db/pool';

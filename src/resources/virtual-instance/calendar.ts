@@ -8,7 +8,8 @@
  * src/domain/instance-slots.ts.
  */
 import type { PoolClient } from 'pg';
-import { invalidLease, leaseConflict, requestDate as when, wholeMinuteUp } from '../../domain/lease';
+import { formatMessageDate as when, wholeMinuteUp } from '../../domain/dates';
+import { invalidLease, leaseConflict } from '../../domain/lease';
 import { canEverPlace, freeSlots, longestSlots, placeSlots, searchEarliestSlots, type SlotCalendar, type SlotHost, type SlotRequest } from '../../domain/instance-slots';
 import { matchesQuery, parsePropertyQuery } from '../../domain/property-query';
 import type { Calendar } from '../../domain/calendar';

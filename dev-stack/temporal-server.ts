@@ -11,7 +11,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import YAML from 'yaml';
-import { REPO_ROOT } from '../../src/paths';
+import { REPO_ROOT } from '../src/paths';
 import { ManagedProcess } from './processes';
 
 export const TEMPORAL_DEPLOY_DIR = path.join(REPO_ROOT, 'deploy', 'temporal');

@@ -4,8 +4,8 @@
  * at once and measured on their own (CPU, RSS). Kill one with `child.kill('SIGKILL')`; stop it with `stop()`.
  */
 import path from 'node:path';
-import { ManagedProcess } from '../../scripts/lib/processes';
-import { REPO_ROOT } from '../../src/paths';
+import { ManagedProcess } from './processes';
+import { REPO_ROOT } from '../src/paths';
 
 export interface WorkerProcessTarget {
   db: { url: string };

@@ -5,7 +5,7 @@
  */
 import { bundleWorkflowCode } from '@temporalio/worker';
 import path from 'node:path';
-import { REPO_ROOT } from '../../src/paths';
+import { REPO_ROOT } from '../src/paths';
 
 export const WORKFLOWS_SOURCE = path.join(REPO_ROOT, 'workflows', 'index.ts');
 

@@ -5,7 +5,8 @@
  */
 import fs from 'node:fs';
 import path from 'node:path';
-import { REPO_ROOT } from '../../src/paths';
+import { loadCredentials, openStackClients, type OpenStackClients, type OpenStackClientsOptions, type PasswordCredentials } from '../src/openstack';
+import { REPO_ROOT } from '../src/paths';
 import { ManagedProcess } from './processes';
 
 export const RIG_SCRIPTS = path.join(REPO_ROOT, 'scripts', 'openstack');
@@ -110,4 +111,37 @@ export async function enrolRigHosts(
   }
   if (rig.startedHere && result.already.length > 0) await addToPool(result.already);
   return result;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Clients of the rig's clouds (clouds.yaml), for the tests and the benchmarks against it.
+
+export const RIG_DIR = rigDir();
+export const CLOUDS_FILE = path.join(RIG_DIR, 'clouds.yaml');
+
+export type RigCloud = 'leasekeeper-admin' | 'leasekeeper-project-a' | 'leasekeeper-project-b';
+
+function requireRig(): void {
+  if (!fs.existsSync(CLOUDS_FILE)) {
+    throw new Error(`${CLOUDS_FILE} is missing: the OpenStack rig is not up (bash scripts/openstack/up.sh)`);
+  }
+}
+
+/** The rig's credentials for one of its clouds. */
+export function rigCredentials(cloud: RigCloud): PasswordCredentials {
+  requireRig();
+  const credentials = loadCredentials({ cloud, cloudsFiles: [CLOUDS_FILE], env: {} });
+  if (credentials.type !== 'password') throw new Error(`${cloud} in ${CLOUDS_FILE} is not a password cloud`);
+  return credentials;
+}
+
+/** Clients for one of the rig's clouds (admin, project-a, project-b). */
+export function rigClients(cloud: RigCloud, options: Omit<OpenStackClientsOptions, 'cloud' | 'cloudsFiles'> = {}): OpenStackClients {
+  return openStackClients({ credentials: rigCredentials(cloud), timeoutMs: 30_000, ...options });
+}
+
+/** The variables up.sh wrote to env.sh (LK_NOVA_URL, LK_PLACEMENT_URL, …). */
+export function rigEnv(): Record<string, string> {
+  requireRig();
+  return readRigEnv(RIG_DIR);
 }

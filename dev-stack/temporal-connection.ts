@@ -1,8 +1,8 @@
 import { randomUUID } from 'node:crypto';
 import { Client, Connection } from '@temporalio/client';
 import { DefaultLogger, NativeConnection, Runtime } from '@temporalio/worker';
-import { loadConfig, type Config } from '../../src/config';
-import { WORKFLOWS_PATH, type WorkflowSource } from '../../worker/create-worker';
+import { loadConfig, type Config } from '../src/config';
+import { WORKFLOWS_PATH, type WorkflowSource } from '../worker/create-worker';
 
 /** Config for one test file: the test servers, and a task queue of its own. */
 export function testConfig(env: Record<string, string> = {}): Config {

@@ -6,7 +6,7 @@
  *   tests and benchmarks: a cluster of its own), the namespace prepared as `npm run temporal:prepare` does.
  */
 import path from 'node:path';
-import { connectAnswering, prepareNamespace } from '../../src/temporal';
+import { connectAnswering, prepareNamespace } from '../src/temporal';
 import { ensureDatabase } from './postgres-local';
 import type { ManagedProcess } from './processes';
 import { waitUntil } from './processes';

@@ -8,21 +8,22 @@ import type { AddressInfo } from 'node:net';
 import type { Worker } from '@temporalio/worker';
 import { WorkflowNotFoundError } from '@temporalio/client';
 import pino from 'pino';
-import { createApp } from '../../src/api/app';
-import { LeaseOutbox } from '../../src/outbox';
-import type { Authenticator } from '../../src/api/auth';
-import { createApiServer } from '../../src/api/server';
-import type { Config } from '../../src/config';
-import { migrate } from '../../src/db/migrate';
-import type { OpenStackClients } from '../../src/openstack';
-import { pluginRegistry, type HostWatch, type ResourcePlugin } from '../../src/domain/resource-plugin';
-import { ensureHostMonitor } from '../../worker/host-monitor';
-import { hostMonitorWorkflowId } from '../../workflows/host-monitor/messages';
-import { createNoticeWorker, createWorker } from '../../worker/create-worker';
+import { createApp } from '../src/api/app';
+import { LeaseOutbox } from '../src/outbox';
+import type { Authenticator } from '../src/api/auth';
+import { createApiServer } from '../src/api/server';
+import type { Config } from '../src/config';
+import { migrate } from '../src/db/migrate';
+import type { OpenStackClients } from '../src/openstack';
+import { formatBlazarTimestamp } from '../src/domain/dates';
+import { pluginRegistry, type HostWatch, type ResourcePlugin } from '../src/domain/resource-plugin';
+import { ensureHostMonitor } from '../worker/host-monitor';
+import { hostMonitorWorkflowId } from '../workflows/host-monitor/messages';
+import { createNoticeWorker, createWorker } from '../worker/create-worker';
 import { createTestDatabase, type TestDatabase } from './db';
-import { leaseWorkflowId } from '../../workflows/lease/messages';
+import { leaseWorkflowId } from '../workflows/lease/messages';
 import { withoutRequestId } from './http';
-import { connectTestTemporal, testConfig, testWorkflows } from './temporal';
+import { connectTestTemporal, testConfig, testWorkflows } from './temporal-connection';
 
 export interface TestStack {
   config: Config;
@@ -45,7 +46,7 @@ export interface TestStackOptions {
   authenticator?: Authenticator;
   /** A PostgreSQL server of the test's own (URL) instead of the shared test server. */
   databaseServer?: string;
-  /** Start no worker in this process (the test runs the worker process, test/support/worker-process.ts). */
+  /** Start no worker in this process (the test runs the worker process, dev-stack/worker-process.ts). */
   noWorker?: boolean;
   /** Run the host monitor (its settings from `env`), watching hosts this way. */
   hostWatch?: (pool: TestDatabase['pool']) => HostWatch;
@@ -142,7 +143,7 @@ export function useTestStack(options: TestStackOptions | (() => TestStackOptions
 
 /** Blazar's request date for `ms` from now, with seconds (an extension Blazar's format lacks). */
 export function inSeconds(seconds: number, from = Date.now()): string {
-  return new Date(from + seconds * 1000).toISOString().slice(0, 19).replace('T', ' ');
+  return formatBlazarTimestamp(from + seconds * 1000);
 }
 
 export interface ApiCall {
@@ -184,7 +185,7 @@ export async function eventually<T>(check: () => Promise<T | undefined>, timeout
  */
 export async function deleteAllLeases(api: ReturnType<typeof apiClient>, timeoutMs = 120_000): Promise<void> {
   type Listed = Array<{ id: string; status: string }>;
-  const listed = async (): Promise<Listed> => (await api('GET', '/v1/leases')).body?.leases ?? [];
+  const listed = async (): Promise<Listed> => ((await api('GET', '/v1/leases')).body as { leases?: Listed } | undefined)?.leases ?? [];
   const refused = new Map<string, ApiCall>();
   for (const lease of await listed()) {
     const answer = await api('DELETE', `/v1/leases/${lease.id}`);

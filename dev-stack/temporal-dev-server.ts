@@ -5,7 +5,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { Connection } from '@temporalio/client';
-import { searchAttributeCliSpecs } from '../../src/domain/search-attributes';
+import { searchAttributeCliSpecs } from '../src/domain/search-attributes';
 import { ManagedProcess, waitUntil } from './processes';
 
 export function temporalBinary(cacheDir: string): string {

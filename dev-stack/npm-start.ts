@@ -6,9 +6,10 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
+import { REPO_ROOT } from '../src/paths';
 import { freePort, freePortPair, freeTemporalServerPort } from './ports';
 
-export const START_SCRIPT = path.join(__dirname, '..', '..', 'dist', 'scripts', 'start.js');
+export const START_SCRIPT = path.join(REPO_ROOT, 'dist', 'scripts', 'start.js');
 
 export function alive(pid: number): boolean {
   try {

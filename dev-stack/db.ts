@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
-import { migrate } from '../../src/db/migrate';
-import { createPool, type Pool } from '../../src/db/pool';
-import { withClient } from '../../scripts/lib/postgres-local';
+import { migrate } from '../src/db/migrate';
+import { createPool, type Pool } from '../src/db/pool';
+import { withClient } from './postgres-local';
 
 function serverUrl(database: string, server = process.env.DATABASE_URL ?? ''): string {
   const url = new URL(server);

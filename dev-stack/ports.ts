@@ -1,6 +1,6 @@
 import fs from 'node:fs';
 import net from 'node:net';
-import { standardServerPorts } from '../../scripts/lib/temporal-server';
+import { standardServerPorts } from './temporal-server';
 
 /**
  * Where tests pick ports for the servers they start: above the OpenStack rig's block (10000 +
