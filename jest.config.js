@@ -3,8 +3,24 @@
  * - core: against a throw-away PostgreSQL and Temporal dev server (test/global-setup.ts);
  * - openstack: additionally against the loopback OpenStack rig (test/support/openstack-setup.ts),
  *   which it brings up if it is not already running, and stops again if it started it.
- * Test files run one at a time: one Temporal Runtime per process, and 2 cores.
+ * Test files run one at a time (two for test:quick): one Temporal Runtime per process, and 2 cores.
  */
+/**
+ * `npm run test:quick` (LK_TEST_QUICK=1): the core tests but these, which start, kill and restart
+ * whole processes (Temporal, PostgreSQL, workers) or throw many requests at the API, with two
+ * workers (every core file has its own database and task queue). `npm test` runs them all.
+ */
+const SLOW_CORE_TESTS = [
+  'worker-crash',
+  'temporal-server-crash',
+  'multi-process',
+  'postgres-restart',
+  'temporal-setup-errors',
+  'start-stack',
+  'hostile-input',
+];
+const quick = process.env.LK_TEST_QUICK === '1';
+
 const common = {
   testEnvironment: 'node',
   preset: 'ts-jest',
@@ -12,7 +28,7 @@ const common = {
 };
 
 module.exports = {
-  maxWorkers: 1,
+  maxWorkers: quick ? 2 : 1,
   testTimeout: 60_000,
   reporters: ['default', '<rootDir>/test/support/summary-reporter.js'],
   projects: [
@@ -20,7 +36,7 @@ module.exports = {
       ...common,
       displayName: 'core',
       roots: ['<rootDir>/test'],
-      testPathIgnorePatterns: ['/node_modules/', '<rootDir>/test/openstack/'],
+      testPathIgnorePatterns: ['/node_modules/', '<rootDir>/test/openstack/', ...(quick ? SLOW_CORE_TESTS.map((name) => `<rootDir>/test/${name}\\.test\\.ts$`) : [])],
       globalSetup: '<rootDir>/test/global-setup.ts',
       globalTeardown: '<rootDir>/test/global-teardown.ts',
     },
