@@ -1,22 +1,43 @@
 #!/usr/bin/env bash
-# `npm test`: build once, then lint and every test in three runs side by side, each with its own
-# throw-away PostgreSQL and Temporal (test/global-setup.ts picks free ports):
-#   rig     the tests against the loopback OpenStack (one file at a time: they share its hosts);
+# `npm test`: builds once, then runs side by side, each test run with its own throw-away PostgreSQL
+# and Temporal (test/global-setup.ts picks free ports):
+#   lint    ESLint and the web page's types (the build type-checked the rest);
+#   rig     the tests against the loopback OpenStack (one file at a time: they share its hosts),
+#           which comes up while the build runs;
 #   core    the core tests on the Temporal dev server;
 #   server  the production-topology pass: the lifecycle, admission, crash and replay tests once
 #           more, against temporal-server on PostgreSQL (as `npm run test:temporal-server`).
-# The rig's tests mostly wait on Nova and on their leases' times, so the others fill the idle CPU. Each line is prefixed with its run's name; each run's summary and time close the output.
+# The rig's tests mostly wait on Nova, so the others fill the idle CPU. Each line is prefixed with
+# its run's name; each run's time and exit status close the output.
 # Arguments go to every jest run (e.g. `npm test -- --testNamePattern foo`).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
 started=$(date +%s)
+logs=$(mktemp -d)
+rig_up=""
+rig_up_status=""
+rig_started_here=""
+# Waits for the rig's bring-up once; notes whether this run started it (then it stops it at the end).
+settle_rig() {
+  [ -z "$rig_up" ] || [ -n "$rig_up_status" ] && return
+  wait "$rig_up"; rig_up_status=$?
+  grep -q 'already up' "$logs/rig-up.log" || rig_started_here=1
+}
+stop_rig() {
+  settle_rig
+  if [ -n "$rig_started_here" ]; then bash scripts/openstack/down.sh > /dev/null 2>&1 || true; rig_started_here=""; fi
+}
+trap 'stop_rig; rm -rf "$logs"' EXIT
+declare -A pids=()
+
+# The loopback OpenStack comes up meanwhile (idempotent: a developer's running rig is used as it
+# is and left up); the rig's jest run finds it up.
+bash scripts/openstack/up.sh > "$logs/rig-up.log" 2>&1 &
+rig_up=$!
+
 npm run --silent build || exit 1
 echo "test: build took $(( $(date +%s) - started )) s"
-
-logs=$(mktemp -d)
-trap 'rm -rf "$logs"' EXIT
-declare -A pids=()
 
 # run NAME COMMAND...: runs the command with its output prefixed, its status and time kept.
 run() {
@@ -32,16 +53,26 @@ run() {
 
 # The build already type-checked src and test; lint adds eslint and the web page's own types.
 run lint bash -c 'npx eslint . && npx tsc -p web/tsconfig.json'
-run rig npx jest --selectProjects openstack "$@"
 run core npx jest --selectProjects core "$@"
 run server env LK_TEMPORAL=server npx jest --selectProjects core --testPathPattern "$(node -p "require('./package.json').config.temporalServerTests")" "$@"
 
+settle_rig
+if [ "$rig_up_status" = 0 ]; then
+  echo "test: the loopback OpenStack up $(( $(date +%s) - started )) s after the start"
+  run rig npx jest --selectProjects openstack "$@"
+else
+  sed 's/^/[rig] /' "$logs/rig-up.log"
+  echo "test: the loopback OpenStack did not come up"
+  echo "1 0" > "$logs/rig.status"
+fi
+
 failed=0
 for name in lint rig core server; do
-  wait "${pids[$name]}"
+  [ -n "${pids[$name]:-}" ] && wait "${pids[$name]}"
   read -r status seconds < "$logs/$name.status" || { status=1; seconds='?'; }
   echo "test: $name took $seconds s, exit $status"
   [ "$status" = 0 ] || failed=1
 done
+stop_rig
 echo "test: $(( $(date +%s) - started )) s in all"
 exit $failed

@@ -112,7 +112,9 @@ function functionName(fn: ts.SignatureDeclaration): string | undefined {
 }
 
 function typescriptReads(reads: Reads, unresolved: string[]): void {
-  const files = codeFiles(/\.ts$/).filter((file) => !file.endsWith('.d.ts'));
+  // The JavaScript too: the jest and ESLint configurations at the root read settings as well.
+  const rootConfigs = fs.readdirSync(REPO_ROOT).filter((name) => /\.(js|mjs|cjs)$/.test(name)).map((name) => path.join(REPO_ROOT, name));
+  const files = [...codeFiles(/\.(ts|js|mjs|cjs)$/), ...rootConfigs].filter((file) => !file.endsWith('.d.ts'));
   const sources = files.map((file) => ts.createSourceFile(file, fs.readFileSync(file, 'utf8'), ts.ScriptTarget.Latest, true));
   const constants = stringConstants(sources);
   for (const source of sources) {
