@@ -105,7 +105,8 @@ export async function startServersWithRig(): Promise<void> {
     await stopServers(); // jest runs no teardown after a failed setup: stop the servers started above
     throw err;
   }
-  globalThis.__LK_RIG_STARTED_HERE__ = !/already up/.test(output);
+  // Both rig projects call this in one jest run: the second finds the rig the first started.
+  globalThis.__LK_RIG_STARTED_HERE__ ||= !/already up/.test(output);
   process.env.OS_CLIENT_CONFIG_FILE = CLOUDS_FILE;
   process.stdout.write(`\nOpenStack rig ${globalThis.__LK_RIG_STARTED_HERE__ ? `up in ${Math.round((Date.now() - started) / 1000)} s` : 'was already up'}\n`);
 }

@@ -4,6 +4,7 @@
 #   lint    ESLint and the web page's types (the build type-checked the rest);
 #   rig     the tests against the loopback OpenStack (one file at a time: they share its hosts),
 #           which comes up while the build runs;
+#   rig-shared  the rig's tests that book none of its hosts (RIG_SHARED_TESTS in jest.config.js);
 #   core    the core tests on the Temporal dev server;
 #   server  the production-topology pass: the lifecycle, admission, crash and replay tests once
 #           more, against temporal-server on PostgreSQL (as `npm run test:temporal-server`).
@@ -60,14 +61,16 @@ settle_rig
 if [ "$rig_up_status" = 0 ]; then
   echo "test: the loopback OpenStack up $(( $(date +%s) - started )) s after the start"
   run rig npx jest --selectProjects openstack "$@"
+  run rig-shared npx jest --selectProjects openstack-shared "$@"
 else
   sed 's/^/[rig] /' "$logs/rig-up.log"
   echo "test: the loopback OpenStack did not come up"
   echo "1 0" > "$logs/rig.status"
+  echo "1 0" > "$logs/rig-shared.status"
 fi
 
 failed=0
-for name in lint rig core server; do
+for name in lint rig rig-shared core server; do
   [ -n "${pids[$name]:-}" ] && wait "${pids[$name]}"
   read -r status seconds < "$logs/$name.status" || { status=1; seconds='?'; }
   echo "test: $name took $seconds s, exit $status"

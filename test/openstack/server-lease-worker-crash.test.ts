@@ -69,16 +69,19 @@ describe('worker killed with -9 mid-unshelve of a server lease', () => {
     return Date.now();
   }
 
-  /** Books the server on fake-3 starting shortly; returns the lease id once the server is shelved. */
+  /** Books the server on fake-3 and, once the server is shelved, moves the start to now; returns the lease id. */
   async function leaseStartingSoon(server: Server): Promise<string> {
     const created = await asA('POST', '/v1/leases', {
       name: uniqueName('vm-crash'),
-      start_date: inSeconds(12),
-      end_date: inSeconds(3600),
+      start_date: inSeconds(3600),
+      end_date: inSeconds(7200),
       reservations: [{ resource_type: 'virtual:server', server_id: server.id, resource_properties: JSON.stringify(['=', '$hypervisor_hostname', 'fake-3']) }],
     });
     expect(created.status).toBe(201);
-    return created.body.lease.id as string;
+    const id = created.body.lease.id as string;
+    await eventually(async () => ((await admin.nova.getServer(server.id)).status === 'SHELVED_OFFLOADED' ? true : undefined), 60_000);
+    expect((await asA('PUT', `/v1/leases/${id}`, { start_date: 'now' })).status).toBe(200);
+    return id;
   }
 
   it('recovers when killed before Nova got the unshelve, and when killed while waiting for the server to run', async () => {
