@@ -119,6 +119,11 @@ export function bandwidthType(deps: BandwidthDeps, bookings = bandwidthBookings(
   return {
     resourceType: NETWORK_BANDWIDTH,
     paramsSchema: bandwidthParams,
+    async checkPropertyKeys(params) {
+      if (!params.resource_properties) return;
+      await refreshProviders();
+      providerQuery(params.resource_properties, await calendar.providers(KIND), providerProperties);
+    },
     async earliest({ projectId, reservations, startMs, durationMs, provisioningLeadMs }) {
       await refreshProviders();
       // A reservation placed with another one (on_host_of) is searched on any host: the other is not booked yet.

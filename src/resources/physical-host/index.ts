@@ -20,12 +20,14 @@ import { beforeEndAction, refuseNotifyWithoutEndpoint, type BeforeEndAction } fr
 import { DEFAULT_SERVER_DELETE_TIMEOUT_MS, failIfDeletionOverdue } from '../shared/server-deletion';
 import { snapshotServersOnHosts } from '../shared/server-snapshots';
 import { computeHostsOfReservation } from '../../db/host-allocations';
-import { computeHostName, listHosts, markReleased } from '../../db/hosts';
+import { computeHostName, HYPERVISOR_FIELDS, listHosts, markReleased } from '../../db/hosts';
+import { parsePropertyQuery } from '../../domain/property-query';
+import { checkCapabilityKeys, checkKeys } from '../shared/booking';
 import { windowsOverReservation } from '../../db/maintenance';
 import type { Pool } from '../../db/pool';
 import type { GlanceClient, NovaClient } from '../../openstack';
 import type { EndContext, EndOutcome, HookContext, ReservationContext, ReserveResult, ResourcePlugin, ResourceType } from '../../domain/resource-plugin';
-import { HostCalendar, PHYSICAL_HOST, type BookedHost, type CalendarSettings } from './calendar';
+import { HostCalendar, PHYSICAL_HOST, type BookedHost, type CalendarSettings, type HostQuery } from './calendar';
 import { setFailedHostAside } from './health';
 import { endPolicyOf, physicalHostParams, type EndPolicy, type PhysicalHostParams } from './params';
 
@@ -63,6 +65,7 @@ export function physicalHostType(deps: Pick<PhysicalHostDeps, 'pool' | 'settings
   return {
     resourceType: PHYSICAL_HOST,
     paramsSchema: physicalHostParams.superRefine(refuseNotifyWithoutEndpoint(deps.settings.beforeEndDefault, deps.noticesConfigured === true)),
+    checkPropertyKeys: (params, viewer) => checkHostQueryKeys(deps.pool, params, viewer),
     earliest: ({ reservations, startMs, durationMs }) => calendar.search(reservations, startMs, durationMs),
     // Booking hosts is the calendar's alone: the API admits host leases in its own transaction.
     async bookAtAdmission(client, ctx) {
@@ -70,6 +73,16 @@ export function physicalHostType(deps: Pick<PhysicalHostDeps, 'pool' | 'settings
       return hostReservation(ctx, await calendar.bookWithin(client, ctx), deps.settings.onEndDefault);
     },
   };
+}
+
+/**
+ * A host query's keys, at the API before any booking: `hypervisor_properties` over the fixed
+ * hypervisor fields, `resource_properties` over the reservable hosts' capabilities (see
+ * checkCapabilityKeys); an unknown key is the booking's own 400, naming it.
+ */
+export async function checkHostQueryKeys(pool: Pool, query: HostQuery, viewer: { isAdmin: boolean }): Promise<void> {
+  checkKeys(parsePropertyQuery(query.hypervisor_properties ?? ''), new Set(HYPERVISOR_FIELDS), 'hypervisor_properties');
+  await checkCapabilityKeys(pool, query.resource_properties ?? '', viewer);
 }
 
 /** Without OpenStack credentials the lease could never start: refused now (OpenStackConfigError, 503 naming the setting). */

@@ -28,6 +28,7 @@ import { DEFAULT_SERVER_DELETE_TIMEOUT_MS, failIfDeletionOverdue } from '../shar
 import { snapshotServers } from '../shared/server-snapshots';
 import { COMPUTE_KIND, readComputeProviders } from '../shared/compute-providers';
 import { QuantityCalendar } from '../shared/quantity-bookings';
+import { checkCapabilityKeys } from '../shared/booking';
 import { InstanceSlotCalendar, VIRTUAL_INSTANCE, type SlotPlacement, type SlotSpec } from './calendar';
 import { closeSlots, ensureReservationResources, openSlots, removeReservationResources, serversOfFlavor, slotDrift, type FlavorShape, type HostSlots, type InstanceCloud, type InstanceSpec } from './nova-resources';
 import { slotAmounts, virtualInstanceParams, type VirtualInstanceParams } from './params';
@@ -103,6 +104,8 @@ export function slotReservationType<P extends SlotParams>(type: SlotType<P>, dep
   return {
     resourceType: type.resourceType,
     paramsSchema: type.paramsSchema.superRefine(refuseNotifyWithoutEndpoint(deps.settings.beforeEndDefault, deps.noticesConfigured === true)),
+    // Slots go on enrolled hosts: the query is over their capabilities, as a host lease's.
+    checkPropertyKeys: (params, viewer) => checkCapabilityKeys(deps.pool, params.resource_properties, viewer),
     earliest: async ({ reservations, projectId, startMs, durationMs, provisioningLeadMs }) => {
       await made.refresh();
       const described = await Promise.all(reservations.map(async (reservation) => ({ reservation, spec: (await type.describe(reservation, projectId, novaFor(deps, projectId))).spec })));

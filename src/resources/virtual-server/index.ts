@@ -164,6 +164,11 @@ export function virtualServerType(deps: VirtualServerDeps, bookings = serverBook
         issues.addIssue({ code: 'custom', path: ['flavor_id'], message: 'this deployment cannot create servers in your project: give the server_id of an existing server' });
       }
     }),
+    async checkPropertyKeys(params) {
+      if (!params.resource_properties) return;
+      await refreshProviders();
+      providerQuery(params.resource_properties, await calendar.providers(KIND), hostProperties);
+    },
     async earliest({ projectId, reservations, startMs, durationMs, provisioningLeadMs }) {
       await refreshProviders();
       const requests = await Promise.all(
