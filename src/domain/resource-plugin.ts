@@ -255,16 +255,17 @@ export interface ResourcePlugin<P = Record<string, unknown>> extends ResourceTyp
 }
 
 /**
- * The registries hold every type whatever its parameters (`ResourceType<unknown>`): a type's own
- * hooks are checked against its `P` where it is written, and the registry hands them stored
+ * The registries hold every type whatever its parameters (as `ResourceType`, parameters a record):
+ * a type's own hooks are checked against its `P` where it is written, and are handed stored
  * parameters as `P` through `typedContext` (the API's schema produced them).
  */
 export type ResourceTypes = ReadonlyMap<string, ResourceType>;
 export type ResourcePlugins = ReadonlyMap<string, ResourcePlugin>;
 
 /**
- * Resource types (or plugins) by resource_type. Each `ResourceType<P>` is entered as a
- * `ResourceType<unknown>`: its hooks are called with `P` only through `typedContext` below.
+ * Resource types (or plugins) by resource_type. A `ResourcePlugin<P>` enters as a `ResourcePlugin`
+ * (hooks are methods, so TypeScript accepts the wider context): its hooks are to be called only
+ * through `typedContext` below, as the activities and the API's admission do.
  */
 export function registry<T extends ResourceType>(types: T[]): ReadonlyMap<string, T> {
   return new Map(types.map((type) => [type.resourceType, type]));
