@@ -12,7 +12,7 @@ import type { ReservationNotice } from '../src/domain/notices';
 import { findLease } from '../src/db/leases';
 import type { Pool } from '../src/db/pool';
 import type { NoticeService } from '../src/notifications/service';
-import type { EndOutcome, EndRequest, HealOutcome, HookContext, ReservationContext, ReserveResult, ResourcePlugin, ResourcePlugins, StartOutcome, StepOutcome } from '../src/domain/resource-plugin';
+import { typedContext, type EndOutcome, type EndRequest, type HealOutcome, type HookContext, type ReservationContext, type ReserveResult, type ResourcePlugin, type ResourcePlugins, type StartOutcome, type StepOutcome } from '../src/domain/resource-plugin';
 
 /** How often a running hook tells the server its worker is alive (the workflow sets a heartbeat timeout a few times longer). */
 export const LIVENESS_HEARTBEAT_MS = 5_000;
@@ -82,14 +82,19 @@ export function reservationActivities({ plugins, notices, pool }: { plugins: Res
         const other = ctx.leaseReservations.find((r) => r.id === reservationId);
         if (!other) throw invalidLease(`the lease has no reservation ${reservationId}`);
         const type = pluginFor({ ...ctx, reservation: other });
-        return type.placementOf ? type.placementOf(hookContext({ ...ctx, reservation: other })) : { hosts: [] };
+        return type.placementOf ? type.placementOf(typedContext(type, hookContext({ ...ctx, reservation: other }))) : { hosts: [] };
       },
     };
   }
 
   /** Runs one hook of the reservation's plugin, classified and kept alive (see `classified`). */
+  // The reservation's parameters were parsed by its type's schema at the API and stored so: handed
+  // to the hook as that type's parameters (typedContext), not parsed again.
   const run = <C extends ReservationContext, T>(ctx: C, hook: (plugin: ResourcePlugin, ctx: C & HookContext) => Promise<T>): Promise<T> =>
-    classified(() => hook(pluginFor(ctx), hookContext(ctx)));
+    classified(() => {
+      const plugin = pluginFor(ctx);
+      return hook(plugin, typedContext(plugin, hookContext(ctx)));
+    });
 
   return {
     reserveReservation: (ctx: ReservationContext): Promise<ReserveResult> => run(ctx, (plugin, hookCtx) => plugin.reserve(hookCtx)),

@@ -23,7 +23,7 @@ function fipReservation(params: Record<string, unknown>, id?: string): Reservati
   return pendingReservation(VIRTUAL_FLOATINGIP, floatingIpParams.parse({ network_id: NETWORK, ...params }), id);
 }
 
-function ctxFor(reservation: Reservation, startH: number, endH: number, options: { status?: LeaseStatus; leadMs?: number; leaseId?: string } = {}): ReservationContext {
+function ctxFor(reservation: Reservation, startH: number, endH: number, options: { status?: LeaseStatus; leadMs?: number; leaseId?: string } = {}): ReservationContext<never> {
   return reservationContext({
     reservation,
     leaseId: options.leaseId,

@@ -39,7 +39,7 @@ const scenario = fc.record({
   deleteEvery: fc.integer({ min: 2, max: 3 }),
 });
 
-function context(spec: LeaseSpec): ReservationContext[] {
+function context(spec: LeaseSpec): Array<ReservationContext<never>> {
   const leaseId = randomUUID();
   const reservations = spec.reservations.map((r) =>
     pendingReservation('physical:host', { min: r.min, max: r.max, hypervisor_properties: r.minVcpus ? JSON.stringify(['>=', '$vcpus', String(r.minVcpus)]) : '', resource_properties: '', before_end: 'default' }),
@@ -49,7 +49,7 @@ function context(spec: LeaseSpec): ReservationContext[] {
 }
 
 /** Books every reservation of the lease the way the workflow does: one call each, in order. */
-async function bookLease(calendar: HostCalendar, contexts: ReservationContext[]): Promise<'admitted' | 'refused'> {
+async function bookLease(calendar: HostCalendar, contexts: Array<ReservationContext<never>>): Promise<'admitted' | 'refused'> {
   try {
     for (const ctx of contexts) await calendar.book(ctx);
     return 'admitted';

@@ -27,7 +27,7 @@ const CAPACITY = { VCPU: 8, MEMORY_MB: 16_384, DISK_GB: 100 };
 const instances = (params: Record<string, unknown>, id?: string): Reservation =>
   pendingReservation(VIRTUAL_INSTANCE, virtualInstanceParams.parse({ vcpus: 2, memory_mb: 1024, disk_gb: 10, amount: 1, affinity: 'None', resource_properties: '', ...params }), id);
 
-function ctxFor(reservation: Reservation, startH: number, endH: number, status: LeaseStatus = 'PENDING'): ReservationContext {
+function ctxFor(reservation: Reservation, startH: number, endH: number, status: LeaseStatus = 'PENDING'): ReservationContext<never> {
   return reservationContext({ reservation, leaseName: 'l', leaseStatus: status, startMs: T0 + startH * H, endMs: T0 + endH * H });
 }
 
@@ -40,7 +40,7 @@ describe('instance-slot calendar', () => {
   let hosts: HostCalendar;
 
   /** Books as the plugin does: the reservation described by its type. */
-  const book = async (ctx: ReservationContext, options?: { keepOn?: Map<string, number> }) => slots.book(ctx, (await virtualInstance.describe(ctx.reservation, ctx.projectId)).spec, options);
+  const book = async (ctx: ReservationContext<never>, options?: { keepOn?: Map<string, number> }) => slots.book(ctx, (await virtualInstance.describe(ctx.reservation, ctx.projectId)).spec, options);
 
   beforeAll(() => {
     slots = new InstanceSlotCalendar(database().pool, { cleaningMs: CLEANING });

@@ -10,7 +10,7 @@ import { isGrpcServiceError, type Client } from '@temporalio/client';
 import { ApplicationFailure, NamespaceNotFoundError } from '@temporalio/common';
 import { LEASE_SEARCH_ATTRIBUTES } from '../domain/search-attributes';
 import { leaseConflict, LeaseErrorType, newLease, type Lease, type NewLeaseRequest } from '../domain/lease';
-import { bookedReservation, reservationContext, type ResourceTypes, type ReserveResult } from '../domain/resource-plugin';
+import { bookedReservation, reservationContext, typedContext, type ResourceTypes, type ReserveResult } from '../domain/resource-plugin';
 import { addOwedStart, admittedRequestHash } from '../db/lease-outbox';
 import { findLease, holdLeaseIdForAdmission, saveLease } from '../db/leases';
 import type { Pool } from '../db/pool';
@@ -108,7 +108,7 @@ async function admit(deps: ApiAdmissionDeps, request: NewLeaseRequest, requestHa
         const reservations = [];
         for (const reservation of draft.reservations) {
           const type = deps.types.get(reservation.resource_type)!;
-          const booked: ReserveResult = await type.bookAtAdmission!(client, reservationContext(draft, reservation));
+          const booked: ReserveResult = await type.bookAtAdmission!(client, typedContext(type, reservationContext(draft, reservation)));
           reservations.push(bookedReservation(reservation, booked));
         }
         const lease: Lease = { ...draft, reservations, version: draft.version + 1, updatedMs: Date.now() };

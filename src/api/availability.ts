@@ -26,7 +26,8 @@ import { propertyQueryParam, whole } from '../resources/shared/params';
 import type { FloatingIpCalendar } from '../resources/floating-ip/calendar';
 import type { InstanceSlotCalendar } from '../resources/virtual-instance/calendar';
 import { createLeaseSchema, requestDateSchema } from './lease-schemas';
-import { hostPropertyQueries, refusePrivateProperties } from './private-properties';
+import { refuseUnknownPropertyKeys } from './property-keys';
+import { checkHostQueryKeys } from '../resources/physical-host';
 
 export const availabilityQuery = z.strictObject({
   start: requestDateSchema,
@@ -60,7 +61,7 @@ export function availabilityRouter(deps: {
     if (end - start > 366 * 86_400_000) throw new ApiError(400, 'the window may span at most 366 days');
     const sized = [vcpus, memoryMb, diskGb].filter((v) => v !== undefined).length;
     if (sized !== 0 && sized !== 3) throw new ApiError(400, 'free slots need the whole size: vcpus, memory_mb and disk_gb');
-    await refusePrivateProperties(deps.pool, identityOf(res), [queries.resource_properties]);
+    await checkHostQueryKeys(deps.pool, queries, identityOf(res));
     const hosts = await deps.calendar.freeIntervals(start, end, queries);
     const slots = sized === 3 ? await deps.slots.freeSlotsPerHost({ VCPU: vcpus!, MEMORY_MB: memoryMb!, DISK_GB: diskGb! }, start, end) : undefined;
     const addresses = networkId ? await deps.floatingIps.freeAddresses(networkId, start, end) : undefined;
@@ -83,7 +84,7 @@ export function availabilityRouter(deps: {
     // "now" as a create takes it (Blazar's): the current minute, so that the answer is what the create would book.
     const start = body.start_date === 'now' ? wholeMinuteDown(Date.now()) : body.start_date;
     if (body.end_date <= start) throw new ApiError(400, 'end_date must be later than start_date');
-    await refusePrivateProperties(deps.pool, identityOf(res), hostPropertyQueries(body.reservations ?? []));
+    await refuseUnknownPropertyKeys(deps.types, identityOf(res), body.reservations ?? []);
     const reservations: Reservation[] = (body.reservations ?? []).map((r, i) => ({ id: `search-${i}`, resource_type: r.resource_type, status: 'pending', params: r.params }));
     const duration = body.end_date - start;
     const { earliest, longestMs, cutShort, tried, searchedUntil } = await searchLease(deps.types, identityOf(res).projectId, reservations, start, duration, deps.provisioningLeadMs);

@@ -20,7 +20,7 @@ import { propertyQueryParam } from '../resources/shared/params';
 import { identityOf, type Identity } from './auth';
 import { ApiError, parseRequest } from './errors';
 import { requestDateSchema } from './lease-schemas';
-import { refusePrivateProperties } from './private-properties';
+import { checkHostQueryKeys } from '../resources/physical-host';
 
 export const calendarQuery = z.strictObject({
   start: requestDateSchema,
@@ -60,7 +60,7 @@ export function calendarRouter(deps: { pool: Pool; calendar: HostCalendar }): Ro
     if (end <= start) throw new ApiError(400, 'end must be later than start');
     if (end - start > MAX_CALENDAR_WINDOW_MS) throw new ApiError(400, `the window may span at most ${MAX_CALENDAR_WINDOW_MS / 86_400_000} days`);
     const identity = identityOf(res);
-    await refusePrivateProperties(deps.pool, identity, [queries.resource_properties]);
+    await checkHostQueryKeys(deps.pool, queries, identity);
     const hosts = await deps.calendar.matchingHosts(queries);
     const window = { fromMs: start, toMs: end, limit: MAX_CALENDAR_BOOKINGS + 1 };
     const [hostBookings, quantities, ownLeases] = await Promise.all([

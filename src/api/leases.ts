@@ -15,7 +15,7 @@ import { ApiError, parseRequest } from './errors';
 import { jsonArrayParts, sendJsonParts } from './json-stream';
 import { changeLease, createLease, idempotentLeaseId, noAnswerInTime, removeLease, requestHash, type LeaseCommandOptions } from './lease-commands';
 import { createLeaseSchema, listLeasesQuery, updateLeaseSchema } from './lease-schemas';
-import { hostPropertyQueries, refusePrivateProperties } from './private-properties';
+import { refuseUnknownPropertyKeys } from './property-keys';
 
 /** Leases per query of a list without `limit` (~1 KB of JSON each). */
 const LIST_BATCH_SIZE = 250;
@@ -110,7 +110,7 @@ export function leasesRouter(deps: { pool: Pool; types: ResourceTypes; commands:
       idle: deps.idleLeases,
     };
     newLease(request); // Blazar's date rules (400) before anything starts
-    await refusePrivateProperties(pool, identity, hostPropertyQueries(body.reservations ?? []));
+    await refuseUnknownPropertyKeys(deps.types, identity, body.reservations ?? []);
     // A fast answer for a deleted lease's key; during a database outage the workflow rides the
     // outage out and its record refuses a deleted lease itself (activities/leases.ts).
     const keyOfDeletedLease = key
@@ -133,14 +133,14 @@ export function leasesRouter(deps: { pool: Pool; types: ResourceTypes; commands:
     refuseAdminOnlyPolicies(identity, 'blazar:leases:put', body.reservations);
     const current = await visibleLease(pool, identity, req.params.id);
     assertSettled(current); // 409 at once rather than a 503 after the deadline, queued behind cloud work
-    const changedTypes = (body.reservations ?? []).map((change) => ({ resource_type: current.reservations.find((r) => r.id === change.id)?.resource_type ?? '', params: change }));
-    await refusePrivateProperties(pool, identity, hostPropertyQueries(changedTypes));
+    const changed = body.reservations?.map((change, i) => changedReservation(current, change, i, deps.types));
+    await refuseUnknownPropertyKeys(deps.types, identity, changed ?? []);
     const update: LeaseUpdateRequest = {
       name: body.name,
       start: body.start_date,
       end: body.end_date,
       beforeEnd: body.before_end_date,
-      reservations: body.reservations?.map((change, i) => changedReservation(current, change, i, deps.types)),
+      reservations: changed?.map(({ id, params }) => ({ id, params })),
       byAdmin: identity.isAdmin,
       notifyBeforeEndMs: body.notify_before_end,
     };
@@ -173,7 +173,7 @@ function changedReservation(lease: Lease, change: { id: string } & Record<string
   delete fields.resource_type; // a reservation keeps its type
   const type = types.get(reservation.resource_type);
   if (!type) throw new ApiError(400, `reservations[${index}]: resource type ${reservation.resource_type} is not supported by this deployment`);
-  return { id, params: parseRequest(type.paramsSchema, { ...reservation.params, ...fields }, `reservations[${index}]`) };
+  return { id, resource_type: reservation.resource_type, params: parseRequest(type.paramsSchema, { ...reservation.params, ...fields }, `reservations[${index}]`) };
 }
 
 function nextPageHref(req: Request, marker: string): string {

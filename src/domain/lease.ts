@@ -29,12 +29,13 @@ export interface LeaseEvent {
 
 export type ReservationStatus = 'pending' | 'active' | 'deleted' | 'error';
 
-export interface Reservation {
+/** P: the parameters as the resource type's schema produced them (its hooks see them typed: resource-plugin.ts). */
+export interface Reservation<P = Record<string, unknown>> {
   id: string;
   resource_type: string;
   status: ReservationStatus;
-  /** The request's parameters, as validated at the API by the resource type's schema. */
-  params: Record<string, unknown>;
+  /** The request's parameters, as validated (and stored) at the API by the resource type's schema. */
+  params: P;
   /** What the resource type reserved (hosts, amounts…): shown in the lease JSON. */
   allocation?: Record<string, unknown>;
   /** The resources this reservation holds (e.g. `host:3`), for back-to-back ordering. */

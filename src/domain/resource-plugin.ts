@@ -1,8 +1,11 @@
 /**
  * The contract every resource type (physical host, server, bandwidth; later instances and floating
  * IPs) plugs in behind, as Blazar's resource plugins do. Two faces:
- * - `ResourceType`, what the API needs of a type: its parameter schema, and where a lease of it
- *   fits (availability search). The API builds only these.
+ * - `ResourceType<P>`, what the API needs of a type: its parameter schema (raw JSON → `P`), and
+ *   where a lease of it fits (availability search). The API builds only these.
+ * Parameters are parsed once, by the type's schema at the API edge (lease create/update, search;
+ * the Blazar import), and stored as that value: every hook gets `Reservation<P>` without parsing
+ * again. The registry below is the one place where stored parameters become `P` (`typedContext`).
  * - `ResourcePlugin`, what the worker runs: the lease workflow calls each hook through one generic
  *   activity (activities/reservations.ts), so every hook runs with Temporal's timeouts and retries
  *   and must be idempotent, keyed by the reservation id. Only `reserve` and `end` are required.
@@ -15,15 +18,15 @@ import { bookingStartMs, type Lease, type LeaseStatus, type Reservation } from '
 import type { Notice, ReservationNotice } from './notices';
 import type { Footprint } from './usage';
 
-export interface ReservationContext {
+export interface ReservationContext<P = Record<string, unknown>> {
   leaseId: string;
   leaseName: string;
   projectId: string;
   userId: string;
   /** The lease's status when the hook runs: an ACTIVE lease keeps its resources when re-booked. */
   leaseStatus: LeaseStatus;
-  reservation: Reservation;
-  /** Every reservation of the lease (this one included), for types that book them jointly. */
+  reservation: Reservation<P>;
+  /** Every reservation of the lease (this one included), for types that book them jointly (`sameTypeReservations`). */
   leaseReservations: Reservation[];
   startMs: number;
   endMs: number;
@@ -50,7 +53,7 @@ export interface StartOutcome {
 }
 
 /** What the workflow sends an end hook: the reservation, and how far its lease got. */
-export type EndRequest = ReservationContext & {
+export type EndRequest<P = Record<string, unknown>> = ReservationContext<P> & {
   /** False for a lease deleted before it started (or whose start failed: then undo what moved). */
   started: boolean;
   /** Do not wait for anything: take everything back now. */
@@ -72,7 +75,7 @@ export type ReportProgress = (details?: Record<string, unknown>) => void;
  * What a hook is given besides the reservation: the ways it may reach beyond its own type, passed
  * in by the activity that runs it (so that no hook depends on running inside an activity).
  */
-export interface HookContext extends ReservationContext {
+export interface HookContext<P = Record<string, unknown>> extends ReservationContext<P> {
   reportProgress: ReportProgress;
   /** Where another reservation of the lease is, asked of its own resource type (no hosts: a type without placement). */
   placementOf(reservationId: string): Promise<ReservationPlacement>;
@@ -80,7 +83,7 @@ export interface HookContext extends ReservationContext {
   announce(notice: ReservationNotice): Promise<void>;
 }
 
-export type EndContext = HookContext & Pick<EndRequest, 'started' | 'force'>;
+export type EndContext<P = Record<string, unknown>> = HookContext<P> & Pick<EndRequest, 'started' | 'force'>;
 
 export interface ReserveResult {
   /** Shown in the lease JSON under the reservation (hosts, amounts, aggregate…). */
@@ -124,10 +127,10 @@ export interface FitSearch {
   searchedUntil?: number;
 }
 
-export interface FitQuery {
+export interface FitQuery<P = Record<string, unknown>> {
   projectId: string;
   /** The lease's reservations of this type (the others are searched by their own types). */
-  reservations: Reservation[];
+  reservations: Array<Reservation<P>>;
   startMs: number;
   durationMs: number;
   /** The lead time a new lease gets (its resources are booked from start − lead). */
@@ -192,52 +195,57 @@ export interface DriftCheck {
   aggregatesRemoved: string[];
 }
 
-/** What the API needs of a resource type. */
-export interface ResourceType {
+/** What the API needs of a resource type; `P`: its parameters as its schema produces them. */
+export interface ResourceType<P = Record<string, unknown>> {
   /** Blazar's resource_type, e.g. `physical:host`. */
   readonly resourceType: string;
-  /** Validates a reservation's parameters at the API edge; zod issues become a 400. */
-  readonly paramsSchema: z.ZodType<Record<string, unknown>>;
+  /** Parses a reservation's raw parameters at the API edge, once (zod issues become a 400); its output is what is stored and what the hooks get. */
+  readonly paramsSchema: z.ZodType<P>;
+  /**
+   * Refuses (a 400 naming the key) a property query naming a key that is not known, at the API,
+   * before any booking; `isAdmin`: private host capabilities are known to admins only.
+   */
+  checkPropertyKeys?(params: P, viewer: { isAdmin: boolean }): Promise<void>;
   /** Where these reservations fit: the earliest start from `startMs` and the longest lease from it. */
-  earliest(query: FitQuery): Promise<FitSearch>;
+  earliest(query: FitQuery<P>): Promise<FitSearch>;
   /**
    * Books a new lease's reservation inside `client`'s open transaction, with no cloud call, as the
    * worker's `reserve` would: the API then admits the lease in that one transaction (its row and
    * its owed workflow start with it) and answers at once. Types that must ask the cloud to book
    * leave it out; their leases are admitted by the lease workflow.
    */
-  bookAtAdmission?(client: PoolClient, ctx: ReservationContext): Promise<ReserveResult>;
+  bookAtAdmission?(client: PoolClient, ctx: ReservationContext<P>): Promise<ReserveResult>;
 }
 
-/** What the worker runs for a resource type: the hooks of a reservation's life. */
-export interface ResourcePlugin extends ResourceType {
+/** What the worker runs for a resource type: the hooks of a reservation's life, each given the parameters typed (`P`). */
+export interface ResourcePlugin<P = Record<string, unknown>> extends ResourceType<P> {
   /** Books capacity for [start, end] (again, for a new window, when the lease is updated); 409 when it is not free. */
-  reserve(ctx: HookContext): Promise<ReserveResult>;
+  reserve(ctx: HookContext<P>): Promise<ReserveResult>;
   /**
    * Right after admission, when reserve asked for it: sets the resources aside until the start, so
    * that others can use the capacity meanwhile (a server is shelved and offloaded).
    */
-  hold?(ctx: HookContext): Promise<void>;
+  hold?(ctx: HookContext<P>): Promise<void>;
   /** Makes the reserved resources usable by the lessee (unless reserve listed `startSteps`). */
-  start?(ctx: HookContext): Promise<StartOutcome | void>;
+  start?(ctx: HookContext<P>): Promise<StartOutcome | void>;
   /** One of the steps reserve listed in `startSteps`, given what the earlier steps handed on. */
-  startStep?(step: string, ctx: HookContext, state: Record<string, unknown>): Promise<StepOutcome>;
+  startStep?(step: string, ctx: HookContext<P>, state: Record<string, unknown>): Promise<StepOutcome>;
   /** The before-end action (snapshot, notify…). */
-  beforeEnd?(ctx: HookContext): Promise<void>;
+  beforeEnd?(ctx: HookContext<P>): Promise<void>;
   /** Takes the resources back and frees the booking, or says what it is still waiting for. */
-  end(ctx: EndContext): Promise<EndOutcome>;
+  end(ctx: EndContext<P>): Promise<EndOutcome>;
   /**
    * Hosts the reservation holds failed, or came back: re-book a pending reservation elsewhere,
    * replace failed hosts of an active one, or report what is missing. Types without it are never degraded.
    */
-  heal?(ctx: HookContext): Promise<HealOutcome>;
+  heal?(ctx: HookContext<P>): Promise<HealOutcome>;
   /** Where the reservation's resources are (for `on_host_of`); types without hosts leave it out. */
-  placementOf?(ctx: HookContext): Promise<ReservationPlacement>;
+  placementOf?(ctx: HookContext<P>): Promise<ReservationPlacement>;
   /**
    * Whether the lessee uses the reservation's resources now (a server of theirs on them), for
    * reaping idle leases; `undefined` when it cannot tell. Types without it are never idle.
    */
-  inUse?(ctx: HookContext): Promise<boolean | undefined>;
+  inUse?(ctx: HookContext<P>): Promise<boolean | undefined>;
   /**
    * For the host monitor's drift check: what the cloud holds for this type's active reservations
    * against what the calendar says, repaired (`report`: only reported) when the previous check saw
@@ -246,15 +254,44 @@ export interface ResourcePlugin extends ResourceType {
   checkDrift?(previous: Record<string, string>, mode: 'repair' | 'report'): Promise<DriftCheck>;
 }
 
+/**
+ * The registries hold every type whatever its parameters (as `ResourceType`, parameters a record):
+ * a type's own hooks are checked against its `P` where it is written, and are handed stored
+ * parameters as `P` through `typedContext` (the API's schema produced them).
+ */
 export type ResourceTypes = ReadonlyMap<string, ResourceType>;
 export type ResourcePlugins = ReadonlyMap<string, ResourcePlugin>;
 
-/** Resource types (or plugins) by resource_type. */
+/**
+ * Resource types (or plugins) by resource_type. A `ResourcePlugin<P>` enters as a `ResourcePlugin`
+ * (hooks are methods, so TypeScript accepts the wider context): its hooks are to be called only
+ * through `typedContext` below, as the activities and the API's admission do.
+ */
 export function registry<T extends ResourceType>(types: T[]): ReadonlyMap<string, T> {
   return new Map(types.map((type) => [type.resourceType, type]));
 }
 
 export const pluginRegistry = (plugins: ResourcePlugin[]): ResourcePlugins => registry(plugins);
+
+/**
+ * A reservation's context with its parameters as its type's `P`, for a hook of that type. No parse:
+ * the parameters were parsed by the same type's schema at the edge (API, import) and stored as that
+ * JSON value; the one cast from stored to typed parameters is here.
+ */
+export function typedContext<P, C extends ReservationContext>(type: ResourceType<P>, ctx: C): C & ReservationContext<P> {
+  if (ctx.reservation.resource_type !== type.resourceType) throw new Error(`reservation ${ctx.reservation.id} is ${ctx.reservation.resource_type}, not ${type.resourceType}`);
+  return ctx as C & ReservationContext<P>;
+}
+
+/** The reservations of `type` among `reservations` (a lease's, a search's), their parameters as its `P` (see `typedContext`). */
+export function reservationsOfType<P>(type: Pick<ResourceType<P>, 'resourceType'>, reservations: readonly Reservation[]): Array<Reservation<P>> {
+  return reservations.filter((r) => r.resource_type === type.resourceType) as Array<Reservation<P>>;
+}
+
+/** The lease's reservations of the same type as the context's (booked jointly), typed as its own. */
+export function sameTypeReservations<P>(ctx: ReservationContext<P>): Array<Reservation<P>> {
+  return reservationsOfType<P>({ resourceType: ctx.reservation.resource_type }, ctx.leaseReservations);
+}
 
 /** What a reservation's hooks are told of it and its lease. */
 export function reservationContext(lease: Lease, reservation: Reservation): ReservationContext {

@@ -6,7 +6,7 @@
 import { ApplicationFailure } from '@temporalio/common';
 import { z } from 'zod';
 import { leaseConflict } from '../../src/domain/lease';
-import type { EndContext, EndOutcome, FitQuery, FitSearch, ReservationContext, ResourcePlugin } from '../../src/domain/resource-plugin';
+import type { EndContext, EndOutcome, FitQuery, FitSearch, HookContext, ReservationContext, ResourcePlugin } from '../../src/domain/resource-plugin';
 
 export interface HookCall {
   hook: 'reserve' | 'hold' | 'start' | 'startStep' | 'beforeEnd' | 'end';
@@ -44,15 +44,17 @@ const params = z.strictObject({
   idle_check: z.boolean().default(false),
 });
 
-export class RecordingPlugin implements ResourcePlugin {
+type RecordingParams = z.output<typeof params>;
+
+export class RecordingPlugin implements ResourcePlugin<RecordingParams> {
   readonly resourceType = 'test:recording';
   readonly paramsSchema = params;
   readonly calls: HookCall[] = [];
   /** Reservations the lessee uses (idle-lease tests); the others are idle. */
   readonly inUseReservations = new Set<string>();
 
-  inUse(ctx: ReservationContext): Promise<boolean | undefined> {
-    if (!params.parse(ctx.reservation.params).idle_check) return Promise.resolve(undefined);
+  inUse(ctx: HookContext<RecordingParams>): Promise<boolean | undefined> {
+    if (!ctx.reservation.params.idle_check) return Promise.resolve(undefined);
     return Promise.resolve(this.inUseReservations.has(ctx.reservation.id));
   }
 
@@ -60,7 +62,7 @@ export class RecordingPlugin implements ResourcePlugin {
     return this.calls.filter((c) => c.leaseId === leaseId && (!hook || c.hook === hook));
   }
 
-  private async run<T>(hook: HookCall['hook'], ctx: ReservationContext, extra: Partial<HookCall>, body: () => T | Promise<T>): Promise<T> {
+  private async run<T>(hook: HookCall['hook'], ctx: ReservationContext<RecordingParams>, extra: Partial<HookCall>, body: () => T | Promise<T>): Promise<T> {
     const call: HookCall = { hook, leaseId: ctx.leaseId, reservationId: ctx.reservation.id, startedAt: Date.now(), window: [ctx.startMs, ctx.endMs], ...extra };
     this.calls.push(call);
     const result = await body();
@@ -68,11 +70,11 @@ export class RecordingPlugin implements ResourcePlugin {
     return result;
   }
 
-  private params(ctx: ReservationContext) {
-    return params.parse(ctx.reservation.params);
+  private params(ctx: ReservationContext<RecordingParams>): RecordingParams {
+    return ctx.reservation.params;
   }
 
-  reserve(ctx: ReservationContext) {
+  reserve(ctx: HookContext<RecordingParams>) {
     return this.run('reserve', ctx, {}, () => {
       const p = this.params(ctx);
       if (p.fail_reserve) throw leaseConflict('not enough test:recording capacity for this window');
@@ -88,13 +90,13 @@ export class RecordingPlugin implements ResourcePlugin {
     });
   }
 
-  hold(ctx: ReservationContext) {
+  hold(ctx: HookContext<RecordingParams>) {
     return this.run('hold', ctx, {}, () => {
       if (this.params(ctx).fail_hold) throw ApplicationFailure.nonRetryable('the test resource cannot be set aside', 'TestHoldRefused');
     });
   }
 
-  start(ctx: ReservationContext) {
+  start(ctx: HookContext<RecordingParams>) {
     return this.run('start', ctx, {}, async () => {
       const p = this.params(ctx);
       await new Promise((resolve) => setTimeout(resolve, p.hook_ms));
@@ -103,7 +105,7 @@ export class RecordingPlugin implements ResourcePlugin {
     });
   }
 
-  startStep(step: string, ctx: ReservationContext, state: Record<string, unknown>) {
+  startStep(step: string, ctx: HookContext<RecordingParams>, state: Record<string, unknown>) {
     return this.run('startStep', ctx, { step, state }, () => {
       if (this.params(ctx).fail_step === step) throw ApplicationFailure.nonRetryable(`the test resource failed step ${step}`, 'TestStepFailed');
       const done = [...((state.done as string[] | undefined) ?? []), step];
@@ -111,11 +113,11 @@ export class RecordingPlugin implements ResourcePlugin {
     });
   }
 
-  beforeEnd(ctx: ReservationContext) {
+  beforeEnd(ctx: HookContext<RecordingParams>) {
     return this.run('beforeEnd', ctx, {}, () => undefined);
   }
 
-  end(ctx: EndContext): Promise<EndOutcome> {
+  end(ctx: EndContext<RecordingParams>): Promise<EndOutcome> {
     return this.run('end', ctx, { started: ctx.started, force: ctx.force }, async () => {
       const p = this.params(ctx);
       await new Promise((resolve) => setTimeout(resolve, p.hook_ms));
@@ -126,8 +128,8 @@ export class RecordingPlugin implements ResourcePlugin {
   }
 
   /** Unlimited capacity, except for reservations that ask to be refused. */
-  earliest({ reservations, startMs }: FitQuery): Promise<FitSearch> {
-    const refused = reservations.some((r) => params.parse(r.params).fail_reserve);
+  earliest({ reservations, startMs }: FitQuery<RecordingParams>): Promise<FitSearch> {
+    const refused = reservations.some((r) => r.params.fail_reserve);
     return Promise.resolve(refused ? { longestMs: 0, cutShort: false, tried: 1 } : { earliest: startMs, longestMs: Infinity, cutShort: false, tried: 1 });
   }
 }

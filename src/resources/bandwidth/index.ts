@@ -114,27 +114,32 @@ function bandwidthBookings(deps: BandwidthDeps) {
 }
 
 /** What the API needs of `network:bandwidth`: the parameters, and where the bandwidth fits. */
-export function bandwidthType(deps: BandwidthDeps, bookings = bandwidthBookings(deps)): ResourceType {
+export function bandwidthType(deps: BandwidthDeps, bookings = bandwidthBookings(deps)): ResourceType<BandwidthParams> {
   const { calendar, refreshProviders, requestFor } = bookings;
   return {
     resourceType: NETWORK_BANDWIDTH,
     paramsSchema: bandwidthParams,
+    async checkPropertyKeys(params) {
+      if (!params.resource_properties) return;
+      await refreshProviders();
+      providerQuery(params.resource_properties, await calendar.providers(KIND), providerProperties);
+    },
     async earliest({ projectId, reservations, startMs, durationMs, provisioningLeadMs }) {
       await refreshProviders();
       // A reservation placed with another one (on_host_of) is searched on any host: the other is not booked yet.
-      const requests = await Promise.all(reservations.map((reservation) => requestFor(bandwidthParams.parse(reservation.params), projectId)));
+      const requests = await Promise.all(reservations.map((reservation) => requestFor(reservation.params, projectId)));
       return earliestCommonFit(requests.map((request) => (from: number) => calendar.search(request, from, durationMs, provisioningLeadMs)), startMs);
     },
   };
 }
 
-export function bandwidthPlugin(deps: BandwidthDeps): ResourcePlugin {
+export function bandwidthPlugin(deps: BandwidthDeps): ResourcePlugin<BandwidthParams> {
   const bookings = bandwidthBookings(deps);
   const { calendar, refreshProviders } = bookings;
   const bindAttempts = deps.settings?.bindAttempts ?? 3;
 
   /** The hosts of the linked reservation (booked earlier in the same admission, asked of its own type), if the reservation names one. */
-  async function linkedHosts(ctx: HookContext, params: BandwidthParams): Promise<Set<string> | undefined> {
+  async function linkedHosts(ctx: HookContext<BandwidthParams>, params: BandwidthParams): Promise<Set<string> | undefined> {
     if (params.on_host_of === null || params.on_host_of === undefined) return undefined;
     const own = ctx.leaseReservations.findIndex((r) => r.id === ctx.reservation.id);
     const position = typeof params.on_host_of === 'number' ? params.on_host_of : ctx.leaseReservations.findIndex((r) => r.id === params.on_host_of);
@@ -147,8 +152,8 @@ export function bandwidthPlugin(deps: BandwidthDeps): ResourcePlugin {
   }
 
   /** The request of the reservation in `ctx`, on its linked reservation's hosts when it names one. */
-  async function requestOf(ctx: HookContext): Promise<QuantityRequest> {
-    const params = bandwidthParams.parse(ctx.reservation.params);
+  async function requestOf(ctx: HookContext<BandwidthParams>): Promise<QuantityRequest> {
+    const params = ctx.reservation.params;
     return bookings.requestFor(params, ctx.projectId, await linkedHosts(ctx, params));
   }
 
@@ -156,14 +161,14 @@ export function bandwidthPlugin(deps: BandwidthDeps): ResourcePlugin {
    * Whose allocations the ports' bandwidth joins: the server of a linked server reservation (as
    * Nova allocates a server's ports with it), else the reservation itself.
    */
-  async function consumerOf(ctx: HookContext): Promise<{ id: string; type: string }> {
-    const { on_host_of: link } = bandwidthParams.parse(ctx.reservation.params);
+  async function consumerOf(ctx: HookContext<BandwidthParams>): Promise<{ id: string; type: string }> {
+    const { on_host_of: link } = ctx.reservation.params;
     const linked = typeof link === 'number' ? ctx.leaseReservations[link] : ctx.leaseReservations.find((r) => r.id === link);
     const serverId = linked && linked.id !== ctx.reservation.id ? (await ctx.placementOf(linked.id)).serverId : undefined;
     return serverId ? { id: serverId, type: SERVER_CONSUMER_TYPE } : { id: ctx.reservation.id, type: LEASE_CONSUMER_TYPE };
   }
 
-  const portSpec = (ctx: HookContext, params: BandwidthParams) => ({
+  const portSpec = (ctx: HookContext<BandwidthParams>, params: BandwidthParams) => ({
     reservationId: ctx.reservation.id,
     projectId: ctx.projectId,
     networkId: params.network_id,
@@ -173,7 +178,7 @@ export function bandwidthPlugin(deps: BandwidthDeps): ResourcePlugin {
     vnicType: params.vnic_type,
   });
 
-  const steps: Record<string, (ctx: HookContext, state: StartState, params: BandwidthParams) => Promise<StepOutcome>> = {
+  const steps: Record<string, (ctx: HookContext<BandwidthParams>, state: StartState, params: BandwidthParams) => Promise<StepOutcome>> = {
     async 'create-ports'(ctx, state, params) {
       const { policyId, portIds } = await ensurePorts(deps.cloud().neutron, portSpec(ctx, params));
       return { state: { ...state, policyId, portIds }, allocation: { ports: portIds, qos_policy_id: policyId } };
@@ -258,10 +263,10 @@ export function bandwidthPlugin(deps: BandwidthDeps): ResourcePlugin {
     },
   };
 
-  function runStep(name: string, ctx: HookContext, state: Record<string, unknown>): Promise<StepOutcome> {
+  function runStep(name: string, ctx: HookContext<BandwidthParams>, state: Record<string, unknown>): Promise<StepOutcome> {
     const step = steps[name];
     if (!step) throw ApplicationFailure.nonRetryable(`network:bandwidth has no start step ${name}`, 'UnknownStartStep');
-    return step(ctx, state, bandwidthParams.parse(ctx.reservation.params));
+    return step(ctx, state, ctx.reservation.params);
   }
 
   return {
@@ -300,7 +305,7 @@ export function bandwidthPlugin(deps: BandwidthDeps): ResourcePlugin {
     },
 
     async end(ctx) {
-      const params = bandwidthParams.parse(ctx.reservation.params);
+      const params = ctx.reservation.params;
       const { neutron, placement } = deps.cloud();
       // Whatever phase the lease was in, take back all there may be: allocations first (they name the ports' providers).
       // What the start wrote (or, if it failed before the lease recorded it, what it would have written).

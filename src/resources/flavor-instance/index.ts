@@ -14,15 +14,15 @@ import type { ResourcePlugin, ResourceType } from '../../domain/resource-plugin'
 import { flavorVisibleTo } from '../shared/visibility';
 import { slotReservationPlugin, slotReservationType, type SlotType, type VirtualInstanceDeps } from '../virtual-instance';
 import { flavorFootprint, UnsupportedFlavorError } from './footprint';
-import { flavorInstanceParams } from './params';
+import { flavorInstanceParams, type FlavorInstanceParams } from './params';
 
 export const FLAVOR_INSTANCE = 'flavor:instance';
 
-export const flavorInstance: SlotType = {
+export const flavorInstance: SlotType<FlavorInstanceParams> = {
   resourceType: FLAVOR_INSTANCE,
   paramsSchema: flavorInstanceParams,
   async describe(reservation, projectId, nova) {
-    const params = flavorInstanceParams.parse(reservation.params);
+    const { params } = reservation;
     if (!nova) throw invalidLease('flavor:instance reservations need Nova to read the flavor: this deployment has no OpenStack settings');
     // Read as the service, checked as the lessee would see it: public, or shared with the project.
     const flavor = await flavorVisibleTo(nova.admin, params.flavor_id, projectId);
@@ -58,5 +58,5 @@ export const flavorInstance: SlotType = {
   },
 };
 
-export const flavorInstanceType = (deps: VirtualInstanceDeps): ResourceType => slotReservationType(flavorInstance, deps);
-export const flavorInstancePlugin = (deps: VirtualInstanceDeps): ResourcePlugin => slotReservationPlugin(flavorInstance, deps);
+export const flavorInstanceType = (deps: VirtualInstanceDeps): ResourceType<FlavorInstanceParams> => slotReservationType(flavorInstance, deps);
+export const flavorInstancePlugin = (deps: VirtualInstanceDeps): ResourcePlugin<FlavorInstanceParams> => slotReservationPlugin(flavorInstance, deps);

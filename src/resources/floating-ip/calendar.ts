@@ -13,13 +13,13 @@
 import type { PoolClient } from 'pg';
 import { invalidLease, leaseConflict, type Reservation } from '../../domain/lease';
 import { freeHosts, preferenceOrder, type HostRequest } from '../../domain/host-calendar';
-import type { ReservationContext } from '../../domain/resource-plugin';
+import { sameTypeReservations, type ReservationContext } from '../../domain/resource-plugin';
 import { blockedFloatingIpIntervals, deleteFloatingIpBookings, floatingIpBookings, floatingIpsOfReservation, insertFloatingIpBooking, listFloatingIps, type FloatingIpRecord } from '../../db/floating-ips';
 import type { Pool } from '../../db/pool';
 import type { WholeResourceBookingRow } from '../../db/range-bookings';
 import { bookInTransaction, bookingKey } from '../shared/booking';
 import { alreadyBooked, NEVER_FITS, WholeResourceCalendar, type BlockedInterval, type NewWholeResourceBooking } from '../shared/whole-resource-calendar';
-import { floatingIpParams, type FloatingIpParams } from './params';
+import type { FloatingIpParams } from './params';
 
 export const VIRTUAL_FLOATINGIP = 'virtual:floatingip';
 
@@ -42,7 +42,7 @@ export class FloatingIpCalendar extends WholeResourceCalendar<FloatingIpRecord, 
   }
 
   /** Books the lease's floating IP reservations for [ctx.startMs, ctx.endMs); returns this reservation's addresses. */
-  async book(ctx: ReservationContext, options: BookingOptions = {}): Promise<FloatingIpRecord[]> {
+  async book(ctx: ReservationContext<FloatingIpParams>, options: BookingOptions = {}): Promise<FloatingIpRecord[]> {
     return bookInTransaction(
       this.pool,
       async (client) => {
@@ -64,13 +64,13 @@ export class FloatingIpCalendar extends WholeResourceCalendar<FloatingIpRecord, 
     return enrolled.filter((ip) => free.has(ip.id));
   }
 
-  protected async searchRequests(reservations: Reservation[]): Promise<{ resources: FloatingIpRecord[]; requests: HostRequest[] }> {
+  protected async searchRequests(reservations: Reservation<FloatingIpParams>[]): Promise<{ resources: FloatingIpRecord[]; requests: HostRequest[] }> {
     const enrolled = await listFloatingIps(this.pool, { reservableOnly: true });
     return { resources: enrolled, requests: reservations.filter((r) => r.resource_type === VIRTUAL_FLOATINGIP).flatMap((r) => this.requests(r, enrolled)) };
   }
 
-  private async bookIn(client: PoolClient, ctx: ReservationContext, options: BookingOptions): Promise<void> {
-    const reservations = ctx.leaseReservations.filter((r) => r.resource_type === VIRTUAL_FLOATINGIP);
+  private async bookIn(client: PoolClient, ctx: ReservationContext<FloatingIpParams>, options: BookingOptions): Promise<void> {
+    const reservations = sameTypeReservations(ctx);
     const existing = await floatingIpBookings.lockLease(client, ctx.leaseId);
     const key = bookingKey([ctx.startMs, ctx.endMs, reservations.map((r) => [r.id, r.params])]);
     // Already booked for exactly this request (a sibling's call booked us, or a retry): nothing to do.
@@ -95,8 +95,8 @@ export class FloatingIpCalendar extends WholeResourceCalendar<FloatingIpRecord, 
    */
   private async updateActive(
     client: PoolClient,
-    ctx: ReservationContext,
-    reservations: Reservation[],
+    ctx: ReservationContext<FloatingIpParams>,
+    reservations: Reservation<FloatingIpParams>[],
     existing: WholeResourceBookingRow[],
     enrolled: FloatingIpRecord[],
     key: string,
@@ -106,7 +106,7 @@ export class FloatingIpCalendar extends WholeResourceCalendar<FloatingIpRecord, 
     const from = Math.max(Date.now(), ctx.startMs);
     const wants: HostRequest[] = [];
     for (const reservation of reservations) {
-      const params = floatingIpParams.parse(reservation.params);
+      const params = reservation.params;
       const held = existing.filter((row) => row.reservation_id === reservation.id);
       const network = held.map((row) => byId.get(row.resource_id)?.floating_network_id).find((n) => n !== undefined);
       if (network !== undefined && network !== params.network_id) {
@@ -163,8 +163,8 @@ export class FloatingIpCalendar extends WholeResourceCalendar<FloatingIpRecord, 
    * of its amount from the other enrolled addresses of its network. The first is keyed
    * `<id>#required`, so that both land in the reservation when booked.
    */
-  private requests(reservation: Reservation, enrolled: FloatingIpRecord[]): HostRequest[] {
-    const params = floatingIpParams.parse(reservation.params);
+  private requests(reservation: Reservation<FloatingIpParams>, enrolled: FloatingIpRecord[]): HostRequest[] {
+    const params = reservation.params;
     const onNetwork = enrolled.filter((ip) => ip.floating_network_id === params.network_id);
     const required = new Set(params.required_floatingips);
     const requiredIds = new Set(onNetwork.filter((ip) => required.has(ip.floating_ip_address)).map((ip) => ip.id));

@@ -15,7 +15,7 @@ import type { NeutronClient } from '../../openstack';
 import type { HookContext, ReservationContext, ResourcePlugin, ResourceType } from '../../domain/resource-plugin';
 import { deleteReservedFloatingIps, reservedFloatingIps, syncFloatingIps, type AddressSpec } from './addresses';
 import { FloatingIpCalendar, VIRTUAL_FLOATINGIP } from './calendar';
-import { floatingIpParams } from './params';
+import { floatingIpParams, type FloatingIpParams } from './params';
 
 export { VIRTUAL_FLOATINGIP };
 
@@ -26,7 +26,7 @@ export interface FloatingIpDeps {
 }
 
 /** What the API needs of `virtual:floatingip`: the parameters, and where addresses are free (no cloud). */
-export function floatingIpType(deps: Pick<FloatingIpDeps, 'pool'>, calendar = new FloatingIpCalendar(deps.pool)): ResourceType {
+export function floatingIpType(deps: Pick<FloatingIpDeps, 'pool'>, calendar = new FloatingIpCalendar(deps.pool)): ResourceType<FloatingIpParams> {
   return {
     resourceType: VIRTUAL_FLOATINGIP,
     paramsSchema: floatingIpParams,
@@ -39,11 +39,11 @@ function bookedAllocation(addresses: FloatingIpRecord[]) {
   return { floating_ip_addresses: addresses.map((a) => a.floating_ip_address), floatingip_ids: addresses.map((a) => a.id) };
 }
 
-export function floatingIpPlugin(deps: FloatingIpDeps): ResourcePlugin {
+export function floatingIpPlugin(deps: FloatingIpDeps): ResourcePlugin<FloatingIpParams> {
   const calendar = new FloatingIpCalendar(deps.pool);
   const neutron = () => (deps.cloud === 'calendar-only' ? undefined : deps.cloud().neutron);
 
-  const spec = async (ctx: HookContext): Promise<AddressSpec> => ({
+  const spec = async (ctx: HookContext<FloatingIpParams>): Promise<AddressSpec> => ({
     reservationId: ctx.reservation.id,
     leaseName: ctx.leaseName,
     projectId: ctx.projectId,
@@ -52,7 +52,7 @@ export function floatingIpPlugin(deps: FloatingIpDeps): ResourcePlugin {
   });
 
   /** Per floating IP reservation of the lease, its addresses associated with a port now (an active lease shrinking keeps those). */
-  async function addressesInUse(ctx: ReservationContext, client: NeutronClient): Promise<Map<string, Set<string>>> {
+  async function addressesInUse(ctx: ReservationContext<FloatingIpParams>, client: NeutronClient): Promise<Map<string, Set<string>>> {
     const inUse = new Map<string, Set<string>>();
     for (const reservation of ctx.leaseReservations.filter((r) => r.resource_type === VIRTUAL_FLOATINGIP)) {
       const associated = (await reservedFloatingIps(client, reservation.id)).filter((f) => f.port_id);

@@ -12,14 +12,17 @@ import type { PoolClient } from 'pg';
 import { isLeaseConflict, leaseConflict, invalidLease, type Reservation } from '../../domain/lease';
 import { preferenceOrder, type Blocked, type HostRequest } from '../../domain/host-calendar';
 import { matchesQuery, parsePropertyQuery } from '../../domain/property-query';
-import type { FitSearch, ReservationContext } from '../../domain/resource-plugin';
+import { sameTypeReservations, type FitSearch, type ReservationContext } from '../../domain/resource-plugin';
 import { blockedIntervals, deleteHostBookingOfReservation, hostBookings, hostsOfReservation, insertHostBooking, nextBookingsOfOthers, unusableHostsOf } from '../../db/host-allocations';
 import { failedReservableHosts, hypervisorProperties, inventoryVersion, listHosts, HYPERVISOR_FIELDS, type HostRecord } from '../../db/hosts';
 import type { Pool } from '../../db/pool';
 import type { WholeResourceBookingRow } from '../../db/range-bookings';
 import { bookInTransaction, bookingKey, checkKeys, SEARCH_WORK_BUDGET } from '../shared/booking';
 import { alreadyBooked, NEVER_FITS, WholeResourceCalendar, type BlockedInterval, type NewWholeResourceBooking } from '../shared/whole-resource-calendar';
-import { endPolicyOf, physicalHostParams, type EndPolicy } from './params';
+import { endPolicyOf, type EndPolicy, type PhysicalHostParams } from './params';
+
+/** A host reservation, its parameters as the API's schema produced them. */
+type HostReservation = Reservation<PhysicalHostParams>;
 
 export const PHYSICAL_HOST = 'physical:host';
 
@@ -82,7 +85,7 @@ export class HostCalendar extends WholeResourceCalendar<HostRecord, BookedHost[]
   }
 
   /** Books the lease's host reservations for [ctx.startMs, ctx.endMs); returns this reservation's hosts. */
-  async book(ctx: ReservationContext): Promise<BookedHost[]> {
+  async book(ctx: ReservationContext<PhysicalHostParams>): Promise<BookedHost[]> {
     // A concurrent booking that took a chosen host first: choose again, seeing the winner's booking.
     return bookInTransaction(this.pool, (client) => this.bookIn(client, ctx), { retryExclusion: true });
   }
@@ -91,7 +94,7 @@ export class HostCalendar extends WholeResourceCalendar<HostRecord, BookedHost[]
    * The same inside the caller's transaction (the API's admission): a lost race surfaces as the
    * exclusion violation, and the caller runs its whole transaction again.
    */
-  bookWithin(client: PoolClient, ctx: ReservationContext): Promise<BookedHost[]> {
+  bookWithin(client: PoolClient, ctx: ReservationContext<PhysicalHostParams>): Promise<BookedHost[]> {
     return this.bookIn(client, ctx);
   }
 
@@ -102,7 +105,7 @@ export class HostCalendar extends WholeResourceCalendar<HostRecord, BookedHost[]
   }
 
   /** Frees the reservation's booking (by its id or its context): all of it if it never started, the rest of the window if it ends early. */
-  override release(reservation: string | ReservationContext, started: boolean, nowMs = Date.now()): Promise<void> {
+  override release(reservation: string | ReservationContext<PhysicalHostParams>, started: boolean, nowMs = Date.now()): Promise<void> {
     return super.release(typeof reservation === 'string' ? reservation : reservation.reservation.id, started, nowMs);
   }
 
@@ -115,7 +118,7 @@ export class HostCalendar extends WholeResourceCalendar<HostRecord, BookedHost[]
    * reservation's hosts now, and those of them it still cannot count on.
    * Nothing changes when it holds no failed host, so a retry is harmless.
    */
-  async heal(ctx: ReservationContext): Promise<{ hosts: BookedHost[]; stillFailed: BookedHost[]; alternative?: Record<string, unknown> }> {
+  async heal(ctx: ReservationContext<PhysicalHostParams>): Promise<{ hosts: BookedHost[]; stillFailed: BookedHost[]; alternative?: Record<string, unknown> }> {
     return bookInTransaction(
       this.pool,
       async (client) => {
@@ -144,7 +147,7 @@ export class HostCalendar extends WholeResourceCalendar<HostRecord, BookedHost[]
   }
 
   /** An active reservation's failed hosts, each swapped for a free matching host from now to the end (as many as there are). */
-  private async replaceFailed(client: PoolClient, ctx: ReservationContext, existing: WholeResourceBookingRow[], failed: Set<string>): Promise<void> {
+  private async replaceFailed(client: PoolClient, ctx: ReservationContext<PhysicalHostParams>, existing: WholeResourceBookingRow[], failed: Set<string>): Promise<void> {
     const lost = existing.filter((row) => row.reservation_id === ctx.reservation.id && failed.has(row.resource_id));
     const from = Math.max(Date.now(), ctx.startMs);
     if (from >= ctx.endMs) return;
@@ -157,8 +160,8 @@ export class HostCalendar extends WholeResourceCalendar<HostRecord, BookedHost[]
     await this.insert(client, ctx, new Map([[ctx.reservation.id, replacements]]), from, key, 0);
   }
 
-  private async bookIn(client: PoolClient, ctx: ReservationContext, rebook = false): Promise<BookedHost[]> {
-    const reservations = ctx.leaseReservations.filter((r) => r.resource_type === PHYSICAL_HOST);
+  private async bookIn(client: PoolClient, ctx: ReservationContext<PhysicalHostParams>, rebook = false): Promise<BookedHost[]> {
+    const reservations = sameTypeReservations(ctx);
     const existing = await hostBookings.lockLease(client, ctx.leaseId);
 
     // Already booked for exactly this request (a sibling's call booked us, or a retry): nothing to do.
@@ -194,7 +197,7 @@ export class HostCalendar extends WholeResourceCalendar<HostRecord, BookedHost[]
   /** The reservable hosts that a reservation with these queries could book (a bad query: the reservation's 400). */
   async matchingHosts(params: HostQuery): Promise<HostRecord[]> {
     const hosts = await this.reservableHosts();
-    const request = this.request({ id: 'query', resource_type: PHYSICAL_HOST, status: 'pending', params: { min: 1, max: 1, ...params } }, hosts);
+    const request = this.request({ id: 'query', params: { min: 1, max: 1, hypervisor_properties: params.hypervisor_properties ?? '', resource_properties: params.resource_properties ?? '' } }, hosts);
     return hosts.filter((h) => request.matches(h.id));
   }
 
@@ -230,11 +233,11 @@ export class HostCalendar extends WholeResourceCalendar<HostRecord, BookedHost[]
    * within the search budget: `cutShort` when it gave up, having looked until `searchedUntil`), and
    * the longest from `start`.
    */
-  override search(reservations: Reservation[], start: number, durationMs: number, leadMs = this.settings.provisioningLeadMs ?? 0): Promise<FitSearch> {
+  override search(reservations: HostReservation[], start: number, durationMs: number, leadMs = this.settings.provisioningLeadMs ?? 0): Promise<FitSearch> {
     return super.search(reservations, start, durationMs, leadMs);
   }
 
-  protected async searchRequests(reservations: Reservation[]): Promise<{ resources: HostRecord[]; requests: HostRequest[] }> {
+  protected async searchRequests(reservations: HostReservation[]): Promise<{ resources: HostRecord[]; requests: HostRequest[] }> {
     const hosts = await this.reservableHosts();
     const hostReservations = reservations.filter((r) => r.resource_type === PHYSICAL_HOST);
     await this.refuseMoreThanEnrolled(this.pool, hostReservations, hosts);
@@ -245,7 +248,7 @@ export class HostCalendar extends WholeResourceCalendar<HostRecord, BookedHost[]
    * An active lease whose reservations ask for more hosts gets them from now to its end, if free;
    * it never loses hosts it holds (a lower max than it holds is refused).
    */
-  private async growActive(client: PoolClient, ctx: ReservationContext, reservations: Reservation[], existing: WholeResourceBookingRow[], key: string): Promise<void> {
+  private async growActive(client: PoolClient, ctx: ReservationContext<PhysicalHostParams>, reservations: HostReservation[], existing: WholeResourceBookingRow[], key: string): Promise<void> {
     const hosts = await listHosts(client, { reservableOnly: true });
     const from = Math.max(Date.now(), ctx.startMs);
     const wants: HostRequest[] = [];
@@ -267,8 +270,8 @@ export class HostCalendar extends WholeResourceCalendar<HostRecord, BookedHost[]
    * Refuses, before any search (and before matching every host against every reservation), a
    * reservation asking for more hosts than are enrolled: it can never fit.
    */
-  private async refuseMoreThanEnrolled(db: PoolClient | Pool, reservations: Reservation[], hosts: HostRecord[]): Promise<void> {
-    const tooMany = reservations.find((r) => physicalHostParams.parse(r.params).min > hosts.length);
+  private async refuseMoreThanEnrolled(db: PoolClient | Pool, reservations: HostReservation[], hosts: HostRecord[]): Promise<void> {
+    const tooMany = reservations.find((r) => r.params.min > hosts.length);
     if (!tooMany) return;
     const request = this.request(tooMany, hosts);
     const matching = hosts.filter((h) => request.matches(h.id)).length;
@@ -286,8 +289,8 @@ export class HostCalendar extends WholeResourceCalendar<HostRecord, BookedHost[]
     );
   }
 
-  protected override unbounded(ctx: ReservationContext): ReadonlySet<string> {
-    return new Set(ctx.leaseReservations.filter((r) => r.resource_type === PHYSICAL_HOST && this.endPolicy(r) === 'release').map((r) => r.id));
+  protected override unbounded(ctx: ReservationContext<PhysicalHostParams>): ReadonlySet<string> {
+    return new Set(sameTypeReservations(ctx).filter((r) => this.endPolicy(r) === 'release').map((r) => r.id));
   }
 
   protected async blocked(db: Pool | PoolClient, window: { fromMs: number; toMs: number | null; ids: string[]; onlyTheseIds: boolean }): Promise<BlockedInterval[]> {
@@ -308,13 +311,13 @@ export class HostCalendar extends WholeResourceCalendar<HostRecord, BookedHost[]
     return `at least ${request.min} host(s) matching reservation ${request.reservationId} (${matching.length} match, ${matching.filter((h) => free.has(h.id)).length} free)`;
   }
 
-  private endPolicy(reservation: Reservation): EndPolicy {
-    return endPolicyOf(physicalHostParams.parse(reservation.params), this.settings.onEndDefault);
+  private endPolicy(reservation: HostReservation): EndPolicy {
+    return endPolicyOf(reservation.params, this.settings.onEndDefault);
   }
 
   /** A reservation's host request; `excluded` hosts cannot serve it. */
-  private request(reservation: Reservation, hosts: HostRecord[], excluded?: Set<string>): HostRequest {
-    const params = physicalHostParams.parse(reservation.params);
+  private request(reservation: Pick<HostReservation, 'id'> & { params: Pick<PhysicalHostParams, 'min' | 'max' | 'hypervisor_properties' | 'resource_properties'> }, hosts: HostRecord[], excluded?: Set<string>): HostRequest {
+    const params = reservation.params;
     const hypervisorQuery = parsePropertyQuery(params.hypervisor_properties);
     const resourceQuery = parsePropertyQuery(params.resource_properties);
     checkKeys(hypervisorQuery, new Set(HYPERVISOR_FIELDS), 'hypervisor_properties');
@@ -330,6 +333,6 @@ export class HostCalendar extends WholeResourceCalendar<HostRecord, BookedHost[]
 }
 
 /** Identifies one booking request of a lease: its window and its host reservations' parameters. */
-export function hostBookingKey(ctx: Pick<ReservationContext, 'startMs' | 'endMs'>, reservations: Reservation[]): string {
+export function hostBookingKey(ctx: Pick<ReservationContext, 'startMs' | 'endMs'>, reservations: ReadonlyArray<Pick<Reservation<unknown>, 'id' | 'params'>>): string {
   return bookingKey([ctx.startMs, ctx.endMs, reservations.map((r) => [r.id, r.params])]);
 }

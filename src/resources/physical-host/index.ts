@@ -20,14 +20,16 @@ import { beforeEndAction, refuseNotifyWithoutEndpoint, type BeforeEndAction } fr
 import { DEFAULT_SERVER_DELETE_TIMEOUT_MS, failIfDeletionOverdue } from '../shared/server-deletion';
 import { snapshotServersOnHosts } from '../shared/server-snapshots';
 import { computeHostsOfReservation } from '../../db/host-allocations';
-import { computeHostName, listHosts, markReleased } from '../../db/hosts';
+import { computeHostName, HYPERVISOR_FIELDS, listHosts, markReleased } from '../../db/hosts';
+import { parsePropertyQuery } from '../../domain/property-query';
+import { checkCapabilityKeys, checkKeys } from '../shared/booking';
 import { windowsOverReservation } from '../../db/maintenance';
 import type { Pool } from '../../db/pool';
 import type { GlanceClient, NovaClient } from '../../openstack';
 import type { EndContext, EndOutcome, HookContext, ReservationContext, ReserveResult, ResourcePlugin, ResourceType } from '../../domain/resource-plugin';
-import { HostCalendar, PHYSICAL_HOST, type BookedHost, type CalendarSettings } from './calendar';
+import { HostCalendar, PHYSICAL_HOST, type BookedHost, type CalendarSettings, type HostQuery } from './calendar';
 import { setFailedHostAside } from './health';
-import { endPolicyOf, physicalHostParams, type EndPolicy } from './params';
+import { endPolicyOf, physicalHostParams, type EndPolicy, type PhysicalHostParams } from './params';
 
 export { PHYSICAL_HOST };
 
@@ -59,10 +61,11 @@ export interface PhysicalHostDeps {
 }
 
 /** What the API needs of `physical:host`: the parameters, and where hosts are free (no cloud). */
-export function physicalHostType(deps: Pick<PhysicalHostDeps, 'pool' | 'settings' | 'noticesConfigured' | 'cloud'>, calendar = new HostCalendar(deps.pool, deps.settings)): ResourceType {
+export function physicalHostType(deps: Pick<PhysicalHostDeps, 'pool' | 'settings' | 'noticesConfigured' | 'cloud'>, calendar = new HostCalendar(deps.pool, deps.settings)): ResourceType<PhysicalHostParams> {
   return {
     resourceType: PHYSICAL_HOST,
     paramsSchema: physicalHostParams.superRefine(refuseNotifyWithoutEndpoint(deps.settings.beforeEndDefault, deps.noticesConfigured === true)),
+    checkPropertyKeys: (params, viewer) => checkHostQueryKeys(deps.pool, params, viewer),
     earliest: ({ reservations, startMs, durationMs }) => calendar.search(reservations, startMs, durationMs),
     // Booking hosts is the calendar's alone: the API admits host leases in its own transaction.
     async bookAtAdmission(client, ctx) {
@@ -72,13 +75,23 @@ export function physicalHostType(deps: Pick<PhysicalHostDeps, 'pool' | 'settings
   };
 }
 
+/**
+ * A host query's keys, at the API before any booking: `hypervisor_properties` over the fixed
+ * hypervisor fields, `resource_properties` over the reservable hosts' capabilities (see
+ * checkCapabilityKeys); an unknown key is the booking's own 400, naming it.
+ */
+export async function checkHostQueryKeys(pool: Pool, query: HostQuery, viewer: { isAdmin: boolean }): Promise<void> {
+  checkKeys(parsePropertyQuery(query.hypervisor_properties ?? ''), new Set(HYPERVISOR_FIELDS), 'hypervisor_properties');
+  await checkCapabilityKeys(pool, query.resource_properties ?? '', viewer);
+}
+
 /** Without OpenStack credentials the lease could never start: refused now (OpenStackConfigError, 503 naming the setting). */
 function refuseWithoutCloud(deps: Pick<PhysicalHostDeps, 'cloud'>): void {
   if (deps.cloud !== 'calendar-only') deps.cloud();
 }
 
 /** What a host reservation reports once its hosts are booked. */
-function hostReservation(ctx: ReservationContext, hosts: BookedHost[], onEndDefault: PhysicalHostDeps['settings']['onEndDefault']): ReserveResult {
+function hostReservation(ctx: ReservationContext<PhysicalHostParams>, hosts: BookedHost[], onEndDefault: PhysicalHostDeps['settings']['onEndDefault']): ReserveResult {
   // A booking moved keeps the names it was given (a lease started under legacy names is in that aggregate).
   const { allocation: booked } = ctx.reservation;
   const aggregate = typeof booked?.aggregate === 'string' && typeof booked.availability_zone === 'string' ? { name: booked.aggregate, availabilityZone: booked.availability_zone } : leaseAggregateFor(ctx.reservation.id);
@@ -88,14 +101,14 @@ function hostReservation(ctx: ReservationContext, hosts: BookedHost[], onEndDefa
       host_ids: hosts.map((h) => h.id),
       aggregate: aggregate.name,
       availability_zone: aggregate.availabilityZone,
-      on_end: endPolicyOf(physicalHostParams.parse(ctx.reservation.params), onEndDefault),
+      on_end: endPolicyOf(ctx.reservation.params, onEndDefault),
     },
     resourceKeys: hosts.map((h) => `host:${h.id}`),
     footprint: { hosts: hosts.length },
   };
 }
 
-export function physicalHostPlugin(deps: PhysicalHostDeps): ResourcePlugin {
+export function physicalHostPlugin(deps: PhysicalHostDeps): ResourcePlugin<PhysicalHostParams> {
   const calendar = new HostCalendar(deps.pool, deps.settings);
   const freepool = deps.freepool ?? 'freepool';
   const endAggregates: EndAggregates = {
@@ -105,14 +118,14 @@ export function physicalHostPlugin(deps: PhysicalHostDeps): ResourcePlugin {
   };
   const failedAggregate = deps.failedAggregate ?? 'leasekeeper-failed';
   const serverDeleteTimeoutMs = deps.serverDeleteTimeoutMs ?? DEFAULT_SERVER_DELETE_TIMEOUT_MS;
-  const beforeEndOf = (ctx: ReservationContext) => beforeEndAction(physicalHostParams.parse(ctx.reservation.params).before_end, deps.settings.beforeEndDefault);
+  const beforeEndOf = (ctx: ReservationContext<PhysicalHostParams>) => beforeEndAction(ctx.reservation.params.before_end, deps.settings.beforeEndDefault);
 
   /** The reservation's hosts (id and compute host name) in its current booking. */
-  function bookedHosts(ctx: ReservationContext): Promise<Array<{ id: string; host: string }>> {
+  function bookedHosts(ctx: ReservationContext<PhysicalHostParams>): Promise<Array<{ id: string; host: string }>> {
     return computeHostsOfReservation(deps.pool, ctx.reservation.id);
   }
 
-  const move = async (ctx: HookContext) => ({
+  const move = async (ctx: HookContext<PhysicalHostParams>) => ({
     reservationId: ctx.reservation.id,
     leaseId: ctx.leaseId,
     projectId: ctx.projectId,
@@ -122,14 +135,14 @@ export function physicalHostPlugin(deps: PhysicalHostDeps): ResourcePlugin {
   });
 
   /** The policy decided at booking (shown in the lease JSON), so a changed default does not change a booked lease. */
-  function endPolicy(ctx: ReservationContext): EndPolicy {
+  function endPolicy(ctx: ReservationContext<PhysicalHostParams>): EndPolicy {
     const booked = ctx.reservation.allocation?.on_end;
-    return booked === 'delete' || booked === 'recycle' || booked === 'release' ? booked : endPolicyOf(physicalHostParams.parse(ctx.reservation.params), deps.settings.onEndDefault);
+    return booked === 'delete' || booked === 'recycle' || booked === 'release' ? booked : endPolicyOf(ctx.reservation.params, deps.settings.onEndDefault);
   }
 
   /** `recycle`: per host, when waiting stops: the grace period's end, or the host's next booking, whichever is first. */
-  async function recycleDeadlines(ctx: ReservationContext): Promise<Map<string, number>> {
-    const params = physicalHostParams.parse(ctx.reservation.params);
+  async function recycleDeadlines(ctx: ReservationContext<PhysicalHostParams>): Promise<Map<string, number>> {
+    const params = ctx.reservation.params;
     const graceMs = params.recycle_grace_seconds !== null && params.recycle_grace_seconds !== undefined ? params.recycle_grace_seconds * 1000 : deps.settings.recycleGraceMs;
     const next = await calendar.nextBookings(ctx.reservation.id);
     const deadlines = new Map<string, number>();
@@ -147,7 +160,7 @@ export function physicalHostPlugin(deps: PhysicalHostDeps): ResourcePlugin {
     return { waitingFor: `deleting servers: ${left} still on ${on.join(', ')}`, recheckAfterMs: 2_000 };
   }
 
-  async function endInCloud(ctx: EndContext, nova: NovaClient): Promise<EndOutcome> {
+  async function endInCloud(ctx: EndContext<PhysicalHostParams>, nova: NovaClient): Promise<EndOutcome> {
     const hosts = await move(ctx);
     // Not started (deleted while pending, or a start that failed half way): put back whatever moved.
     if (!ctx.started) return returnHostsToPool(nova, hosts).then(() => ({}));
@@ -181,7 +194,7 @@ export function physicalHostPlugin(deps: PhysicalHostDeps): ResourcePlugin {
    * Tells the lessee, once per degradation, which booked hosts it cannot count on, why (failed, out
    * of admission, or the maintenance windows), and where the same lease would fit instead.
    */
-  async function tellDegraded(ctx: HookContext, lost: Array<{ id: string; hypervisor_hostname: string }>, alternative?: Record<string, unknown>): Promise<void> {
+  async function tellDegraded(ctx: HookContext<PhysicalHostParams>, lost: Array<{ id: string; hypervisor_hostname: string }>, alternative?: Record<string, unknown>): Promise<void> {
     const lostIds = new Set(lost.map((h) => h.id));
     const windows = (await windowsOverReservation(deps.pool, ctx.reservation.id)).filter((w) => lostIds.has(w.host_id));
     await ctx.announce({

@@ -8,7 +8,8 @@ import type { PoolClient } from 'pg';
 import { formatMessageDate as when, reuseEnd, reuseStart, wholeMinuteDown, wholeMinuteUp } from '../../domain/dates';
 import { invalidLease, leaseConflict } from '../../domain/lease';
 import { longestFit, searchEarliestFit, type CalendarSnapshot, type HostRequest } from '../../domain/host-calendar';
-import { queryKeys, type PropertyQuery } from '../../domain/property-query';
+import { parsePropertyQuery, queryKeys, type PropertyQuery } from '../../domain/property-query';
+import { reservableCapabilityNames } from '../../db/hosts';
 import { isDeadlockOrSerialization, isLostRace, type Pool } from '../../db/pool';
 import type { FitSearch } from '../../domain/resource-plugin';
 import { inTransaction } from '../../db/transaction';
@@ -43,6 +44,18 @@ export function checkKeys(query: PropertyQuery, known: Set<string>, field: strin
     const listed = [...known].filter((k) => !unlisted.has(k)).sort();
     throw invalidLease(`${field}: unknown property ${unknown.map((k) => `$${k}`).join(', ')} (known: ${listed.map((k) => `$${k}`).join(', ') || 'none'})`);
   }
+}
+
+/**
+ * At the API, before any booking: a `resource_properties` query over host capabilities naming a key
+ * no reservable host has is the booking's own 400. Private capabilities are known to admins only
+ * (never listed): for others they answer exactly as a key no host has.
+ */
+export async function checkCapabilityKeys(db: Pool | PoolClient, text: string, viewer: { isAdmin: boolean }): Promise<void> {
+  const query = parsePropertyQuery(text);
+  if (queryKeys(query).length === 0) return;
+  const names = await reservableCapabilityNames(db);
+  checkKeys(query, viewer.isAdmin ? new Set([...names.public, ...names.private]) : names.public, 'resource_properties', names.private);
 }
 
 /**

@@ -28,9 +28,10 @@ import { DEFAULT_SERVER_DELETE_TIMEOUT_MS, failIfDeletionOverdue } from '../shar
 import { snapshotServers } from '../shared/server-snapshots';
 import { COMPUTE_KIND, readComputeProviders } from '../shared/compute-providers';
 import { QuantityCalendar } from '../shared/quantity-bookings';
+import { checkCapabilityKeys } from '../shared/booking';
 import { InstanceSlotCalendar, VIRTUAL_INSTANCE, type SlotPlacement, type SlotSpec } from './calendar';
 import { closeSlots, ensureReservationResources, openSlots, removeReservationResources, serversOfFlavor, slotDrift, type FlavorShape, type HostSlots, type InstanceCloud, type InstanceSpec } from './nova-resources';
-import { slotAmounts, virtualInstanceParams } from './params';
+import { slotAmounts, virtualInstanceParams, type VirtualInstanceParams } from './params';
 import { footprintOfAmounts } from '../../domain/usage';
 
 export { VIRTUAL_INSTANCE };
@@ -67,15 +68,18 @@ export interface SlotReservation {
   shown?: Record<string, unknown>;
 }
 
+/** What every slot type's parameters have. */
+type SlotParams = { before_end: z.output<typeof beforeEndParam>; resource_properties: string };
+
 /**
  * A type of slot reservation (`virtual:instance`, `flavor:instance`): its parameters, and how a
  * reservation becomes slots and a flavor (`describe`, given Nova as the admin and as the lessee when
  * the deployment has a cloud).
  */
-export interface SlotType {
+export interface SlotType<P extends SlotParams> {
   resourceType: string;
-  paramsSchema: z.ZodType<{ before_end: z.output<typeof beforeEndParam> } & Record<string, unknown>>;
-  describe(reservation: Reservation, projectId: string, nova?: { admin: NovaClient; lessee: NovaClient }): Promise<SlotReservation>;
+  paramsSchema: z.ZodType<P>;
+  describe(reservation: Reservation<P>, projectId: string, nova?: { admin: NovaClient; lessee: NovaClient }): Promise<SlotReservation>;
 }
 
 function slotCalendar(deps: VirtualInstanceDeps): { calendar: InstanceSlotCalendar; refresh: () => Promise<void> } {
@@ -96,10 +100,12 @@ function novaFor(deps: VirtualInstanceDeps, projectId: string): { admin: NovaCli
 }
 
 /** What the API needs of a slot type: the parameters, and where slots are free. */
-export function slotReservationType(type: SlotType, deps: VirtualInstanceDeps, made = slotCalendar(deps)): ResourceType {
+export function slotReservationType<P extends SlotParams>(type: SlotType<P>, deps: VirtualInstanceDeps, made = slotCalendar(deps)): ResourceType<P> {
   return {
     resourceType: type.resourceType,
     paramsSchema: type.paramsSchema.superRefine(refuseNotifyWithoutEndpoint(deps.settings.beforeEndDefault, deps.noticesConfigured === true)),
+    // Slots go on enrolled hosts: the query is over their capabilities, as a host lease's.
+    checkPropertyKeys: (params, viewer) => checkCapabilityKeys(deps.pool, params.resource_properties, viewer),
     earliest: async ({ reservations, projectId, startMs, durationMs, provisioningLeadMs }) => {
       await made.refresh();
       const described = await Promise.all(reservations.map(async (reservation) => ({ reservation, spec: (await type.describe(reservation, projectId, novaFor(deps, projectId))).spec })));
@@ -109,17 +115,17 @@ export function slotReservationType(type: SlotType, deps: VirtualInstanceDeps, m
 }
 
 /** The life of a slot reservation, whichever type describes it. */
-export function slotReservationPlugin(type: SlotType, deps: VirtualInstanceDeps): ResourcePlugin {
+export function slotReservationPlugin<P extends SlotParams>(type: SlotType<P>, deps: VirtualInstanceDeps): ResourcePlugin<P> {
   const made = slotCalendar(deps);
   const { calendar } = made;
   const serverDeleteTimeoutMs = deps.serverDeleteTimeoutMs ?? DEFAULT_SERVER_DELETE_TIMEOUT_MS;
   const cloud = () => (deps.cloud === 'calendar-only' ? undefined : deps.cloud());
 
-  const specOf = async (ctx: ReservationContext): Promise<{ slots: SlotSpec; instance: InstanceSpec; shown: Record<string, unknown> }> => {
+  const specOf = async (ctx: ReservationContext<P>): Promise<{ slots: SlotSpec; instance: InstanceSpec; shown: Record<string, unknown> }> => {
     const { spec, flavor, shown } = await type.describe(ctx.reservation, ctx.projectId, novaFor(deps, ctx.projectId));
     return { slots: spec, instance: { reservationId: ctx.reservation.id, projectId: ctx.projectId, affinity: spec.affinity, flavor }, shown: shown ?? {} };
   };
-  const lesseeNova = (ctx: ReservationContext) => novaFor(deps, ctx.projectId)!.lessee;
+  const lesseeNova = (ctx: ReservationContext<P>) => novaFor(deps, ctx.projectId)!.lessee;
   const hostSlots = (placement: SlotPlacement[]): HostSlots[] =>
     placement.map((p) => ({ computeHost: p.computeHost, hypervisorHostname: p.hypervisorHostname, computeNodeUuid: p.providerUuid, slots: p.slots }));
   /** Every host the reservation ever had slots on (with no slots: where an end or a heal closes them). */
@@ -134,7 +140,7 @@ export function slotReservationPlugin(type: SlotType, deps: VirtualInstanceDeps)
    * An active reservation shrinking: never below the servers its flavor runs (409), and the slots
    * it keeps are where they run (host id → servers).
    */
-  async function serversInUse(ctx: ReservationContext, nova: NovaClient, current: SlotPlacement[], amount: number): Promise<Map<string, number>> {
+  async function serversInUse(ctx: ReservationContext<P>, nova: NovaClient, current: SlotPlacement[], amount: number): Promise<Map<string, number>> {
     // A server that failed to schedule (ERROR, no host) holds no slot.
     const servers = (await serversOfFlavor(nova, ctx.reservation.id)).filter((s) => s.status !== 'ERROR' || serverHost(s) !== null);
     const held = current.reduce((n, p) => n + p.slots, 0);
@@ -156,7 +162,7 @@ export function slotReservationPlugin(type: SlotType, deps: VirtualInstanceDeps)
   return {
     ...slotReservationType(type, deps, made),
 
-    async reserve(ctx: HookContext) {
+    async reserve(ctx: HookContext<P>) {
       await made.refresh();
       const clients = cloud();
       const active = ctx.leaseStatus === 'ACTIVE';
@@ -192,7 +198,7 @@ export function slotReservationPlugin(type: SlotType, deps: VirtualInstanceDeps)
     },
 
     async beforeEnd(ctx) {
-      const action = beforeEndAction(type.paramsSchema.parse(ctx.reservation.params).before_end, deps.settings.beforeEndDefault);
+      const action = beforeEndAction(ctx.reservation.params.before_end, deps.settings.beforeEndDefault);
       if (action === 'notify') {
         const placement = await calendar.placement(ctx.reservation.id);
         await ctx.announce({ eventType: 'lease.event.before_end_lease', details: { flavor_id: ctx.reservation.id, hosts: placement.map((p) => p.hypervisorHostname) } });
@@ -303,11 +309,11 @@ export function slotReservationPlugin(type: SlotType, deps: VirtualInstanceDeps)
 }
 
 /** `virtual:instance`: the slot's size is in its parameters. */
-export const virtualInstance: SlotType = {
+export const virtualInstance: SlotType<VirtualInstanceParams> = {
   resourceType: VIRTUAL_INSTANCE,
   paramsSchema: virtualInstanceParams,
   describe(reservation) {
-    const params = virtualInstanceParams.parse(reservation.params);
+    const { params } = reservation;
     return Promise.resolve({
       spec: { slot: slotAmounts(params), amount: params.amount, affinity: params.affinity, resourceProperties: params.resource_properties },
       flavor: { vcpus: params.vcpus, ram: params.memory_mb, disk: params.disk_gb, ephemeral: 0, swap: 0, extraSpecs: {} },
@@ -315,5 +321,5 @@ export const virtualInstance: SlotType = {
   },
 };
 
-export const virtualInstanceType = (deps: VirtualInstanceDeps): ResourceType => slotReservationType(virtualInstance, deps);
-export const virtualInstancePlugin = (deps: VirtualInstanceDeps): ResourcePlugin => slotReservationPlugin(virtualInstance, deps);
+export const virtualInstanceType = (deps: VirtualInstanceDeps): ResourceType<VirtualInstanceParams> => slotReservationType(virtualInstance, deps);
+export const virtualInstancePlugin = (deps: VirtualInstanceDeps): ResourcePlugin<VirtualInstanceParams> => slotReservationPlugin(virtualInstance, deps);

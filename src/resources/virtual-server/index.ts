@@ -72,10 +72,10 @@ interface ServerAllocation {
   snapshot_image_id?: string | null;
 }
 
-const allocationOf = (ctx: ReservationContext) => (ctx.reservation.allocation ?? {}) as Partial<ServerAllocation>;
+const allocationOf = (ctx: ReservationContext<VirtualServerParams>) => (ctx.reservation.allocation ?? {}) as Partial<ServerAllocation>;
 
 /** `server <name>`, or `a server of flavor <name>` before a created one exists: for messages. */
-function describeServer(ctx: ReservationContext): string {
+function describeServer(ctx: ReservationContext<VirtualServerParams>): string {
   const { server_id: id, server_name: name, flavor } = allocationOf(ctx);
   return id ? `server ${name ?? id}` : `a server of flavor ${flavor}`;
 }
@@ -155,7 +155,7 @@ function serverBookings(deps: VirtualServerDeps) {
 }
 
 /** What the API needs of `virtual:server`: the parameters, and where the servers' flavors fit. */
-export function virtualServerType(deps: VirtualServerDeps, bookings = serverBookings(deps)): ResourceType {
+export function virtualServerType(deps: VirtualServerDeps, bookings = serverBookings(deps)): ResourceType<VirtualServerParams> {
   const { calendar, refreshProviders, requestFor, flavorFor, describeRequest } = bookings;
   return {
     resourceType: VIRTUAL_SERVER,
@@ -164,11 +164,16 @@ export function virtualServerType(deps: VirtualServerDeps, bookings = serverBook
         issues.addIssue({ code: 'custom', path: ['flavor_id'], message: 'this deployment cannot create servers in your project: give the server_id of an existing server' });
       }
     }),
+    async checkPropertyKeys(params) {
+      if (!params.resource_properties) return;
+      await refreshProviders();
+      providerQuery(params.resource_properties, await calendar.providers(KIND), hostProperties);
+    },
     async earliest({ projectId, reservations, startMs, durationMs, provisioningLeadMs }) {
       await refreshProviders();
       const requests = await Promise.all(
         reservations.map(async (reservation) => {
-          const params = virtualServerParams.parse(reservation.params);
+          const params = reservation.params;
           const { server, flavor } = await flavorFor(params, projectId, true);
           return requestFor(params, flavor.footprint, describeRequest(server, flavor));
         }),
@@ -179,14 +184,14 @@ export function virtualServerType(deps: VirtualServerDeps, bookings = serverBook
   };
 }
 
-export function virtualServerPlugin(deps: VirtualServerDeps): ResourcePlugin {
+export function virtualServerPlugin(deps: VirtualServerDeps): ResourcePlugin<VirtualServerParams> {
   const bookings = serverBookings(deps);
   const { calendar, refreshProviders, requestFor, usableByLessee, flavorFor, describeRequest } = bookings;
   const hostFullPolicy = deps.settings?.hostFullPolicy ?? 'move';
 
   /** The booked footprint, as reserve recorded it in the allocation. */
-  function bookedRequest(ctx: ReservationContext): Promise<QuantityRequest> {
-    return requestFor(virtualServerParams.parse(ctx.reservation.params), allocationOf(ctx).footprint ?? {}, describeServer(ctx));
+  function bookedRequest(ctx: ReservationContext<VirtualServerParams>): Promise<QuantityRequest> {
+    return requestFor(ctx.reservation.params, allocationOf(ctx).footprint ?? {}, describeServer(ctx));
   }
 
   /** Whether the host has room for the footprint right now, as Placement counts it (on-demand servers included). */
@@ -201,7 +206,7 @@ export function virtualServerPlugin(deps: VirtualServerDeps): ResourcePlugin {
   }
 
   /** The reserved host lost its room: the policy moves the booking to a host with room now and for the rest of the window, or fails. */
-  async function relocate(ctx: ReservationContext, from: QuantityBookingRow, why: string): Promise<QuantityBookingRow> {
+  async function relocate(ctx: ReservationContext<VirtualServerParams>, from: QuantityBookingRow, why: string): Promise<QuantityBookingRow> {
     const { host_full: policy } = allocationOf(ctx);
     const what = describeServer(ctx);
     if (policy === 'fail') {
@@ -222,20 +227,20 @@ export function virtualServerPlugin(deps: VirtualServerDeps): ResourcePlugin {
   }
 
   /** The server leasekeeper created for the reservation, if any. */
-  async function createdServer(ctx: ReservationContext): Promise<Server | undefined> {
+  async function createdServer(ctx: ReservationContext<VirtualServerParams>): Promise<Server | undefined> {
     const name = createdServerName(ctx.reservation.id);
     const found = await deps.cloud().nova.listServers({ all_tenants: true, name: `^${name}$` });
     return found.find((s) => s.metadata.leasekeeper_reservation === ctx.reservation.id && s.status !== 'DELETED');
   }
 
   /** The reservation's server id: given, or created at the start (undefined before). */
-  async function serverIdOf(ctx: ReservationContext): Promise<string | undefined> {
-    const params = virtualServerParams.parse(ctx.reservation.params);
+  async function serverIdOf(ctx: ReservationContext<VirtualServerParams>): Promise<string | undefined> {
+    const params = ctx.reservation.params;
     return params.server_id ?? allocationOf(ctx).server_id ?? (await createdServer(ctx))?.id;
   }
 
   /** The room check at the start: on the reserved host, or where the policy moves the booking (also when the host failed and healing found no room before). */
-  async function hostWithRoom(ctx: ReservationContext, reserved: QuantityBookingRow): Promise<QuantityBookingRow> {
+  async function hostWithRoom(ctx: ReservationContext<VirtualServerParams>, reserved: QuantityBookingRow): Promise<QuantityBookingRow> {
     if (await calendar.onFailedHost(reserved.providerUuid)) return relocate(ctx, reserved, 'the host has failed');
     const room = await roomNow(reserved.providerUuid, allocationOf(ctx).footprint ?? {});
     return room.ok ? reserved : relocate(ctx, reserved, `${room.short}: taken by on-demand servers`);
@@ -246,7 +251,7 @@ export function virtualServerPlugin(deps: VirtualServerDeps): ResourcePlugin {
    * refuses the host: between the room check and Nova's scheduling an on-demand server may still
    * take the room, and then the policy is applied again on what Placement says.
    */
-  async function placeOnHost(ctx: ReservationContext, first: QuantityBookingRow, place: (host: string) => Promise<UnshelveResult>): Promise<{ server: Server; host: QuantityBookingRow }> {
+  async function placeOnHost(ctx: ReservationContext<VirtualServerParams>, first: QuantityBookingRow, place: (host: string) => Promise<UnshelveResult>): Promise<{ server: Server; host: QuantityBookingRow }> {
     let target = first;
     for (let attempt = 1; ; attempt++) {
       const result = await place(target.host);
@@ -259,8 +264,8 @@ export function virtualServerPlugin(deps: VirtualServerDeps): ResourcePlugin {
   }
 
   /** Creates the reservation's server in the lessee's project on `host` (or finds the one an earlier try made) and waits for it. */
-  async function createOn(ctx: ReservationContext, host: string): Promise<UnshelveResult> {
-    const params = virtualServerParams.parse(ctx.reservation.params);
+  async function createOn(ctx: ReservationContext<VirtualServerParams>, host: string): Promise<UnshelveResult> {
+    const params = ctx.reservation.params;
     if (!deps.projectCloud) throw ApplicationFailure.nonRetryable('this deployment cannot create servers in lessee projects', 'NoProjectCredentials');
     const { nova } = deps.cloud();
     let server = await createdServer(ctx);
@@ -290,7 +295,7 @@ export function virtualServerPlugin(deps: VirtualServerDeps): ResourcePlugin {
     ...virtualServerType(deps, bookings),
 
     async reserve(ctx) {
-      const params = virtualServerParams.parse(ctx.reservation.params);
+      const params = ctx.reservation.params;
       const running = ctx.leaseStatus !== 'PENDING'; // an active lease's server is running: it is only re-booked
       let server: Server | undefined;
       let flavor: { name: string; footprint: Amounts };
@@ -321,12 +326,12 @@ export function virtualServerPlugin(deps: VirtualServerDeps): ResourcePlugin {
     },
 
     async hold(ctx) {
-      const { server_id: serverId } = virtualServerParams.parse(ctx.reservation.params);
+      const { server_id: serverId } = ctx.reservation.params;
       if (serverId) await shelveAndOffload(deps.cloud().nova, serverId);
     },
 
     async start(ctx): Promise<StartOutcome> {
-      const { server_id: serverId } = virtualServerParams.parse(ctx.reservation.params);
+      const { server_id: serverId } = ctx.reservation.params;
       const { nova } = deps.cloud();
       const reserved = await calendar.bookingFor(ctx.reservation.id);
       if (!reserved) throw ApplicationFailure.nonRetryable(`reservation ${ctx.reservation.id} has no booking`, 'BookingMissing');
@@ -347,7 +352,7 @@ export function virtualServerPlugin(deps: VirtualServerDeps): ResourcePlugin {
     },
 
     async end(ctx) {
-      const params = virtualServerParams.parse(ctx.reservation.params);
+      const params = ctx.reservation.params;
       const { nova, glance } = deps.cloud();
       const serverId = await serverIdOf(ctx);
       let allocation: Record<string, unknown> | undefined;
