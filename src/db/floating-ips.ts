@@ -8,7 +8,7 @@
 import type { PoolClient } from 'pg';
 import type { Lease } from '../domain/lease';
 import type { Pool } from './pool';
-import { wholeResourceBookings } from './range-bookings';
+import { wholeResourceBookings, type NewRangeBooking } from './range-bookings';
 
 type Queryable = Pool | PoolClient;
 
@@ -104,15 +104,8 @@ export async function blockedFloatingIpIntervals(db: Queryable, window: { fromMs
   return rows;
 }
 
-export interface NewFloatingIpBooking {
+export interface NewFloatingIpBooking extends NewRangeBooking {
   floatingIpId: string;
-  reservationId: string;
-  leaseId: string;
-  projectId: string;
-  fromMs: number;
-  endMs: number;
-  leadMs: number;
-  bookingKey: string;
 }
 
 /** Books one address; the exclusion constraint refuses it (23P01) when another booking took it meanwhile. */

@@ -12,7 +12,7 @@ import type { PoolClient } from 'pg';
 import type { Lease } from '../domain/lease';
 import { maintenanceBlocks, UNUSABLE_BOOKING_SQL } from './maintenance';
 import type { Pool } from './pool';
-import { BOOKING_LEASE_COLUMNS, WINDOW_PARAMS_RANGE, wholeResourceBookings, type BookingLeaseColumns } from './range-bookings';
+import { BOOKING_LEASE_COLUMNS, WINDOW_PARAMS_RANGE, wholeResourceBookings, type BookingLeaseColumns, type NewRangeBooking } from './range-bookings';
 
 type Queryable = Pool | PoolClient;
 
@@ -37,17 +37,10 @@ export interface BlockedRow {
 }
 
 /** A new booking of one host: from `fromMs` to `endMs`, blocking from `leadMs` before to `cleaningMs` after (or for good: `unbounded`). */
-export interface NewHostBooking {
+export interface NewHostBooking extends NewRangeBooking {
   hostId: string;
-  reservationId: string;
-  leaseId: string;
-  projectId: string;
-  fromMs: number;
-  endMs: number;
-  leadMs: number;
   cleaningMs: number;
   unbounded: boolean;
-  bookingKey: string;
   /** Instance slots: the host is shared with other instance reservations, never with a whole-host lease. */
   shared?: boolean;
 }

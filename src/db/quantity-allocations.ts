@@ -286,15 +286,6 @@ export interface QuantityBookingInWindow extends BookingLeaseColumns {
   amounts: Amounts;
 }
 
-export interface ProviderInWindow {
-  uuid: string;
-  name: string;
-  host: string;
-  kind: string;
-  capacity: Amounts;
-  usable: boolean;
-}
-
 /** The providers (every kind) and the quantities booked on them over [fromMs, toMs), by provider then start; at most `limit` bookings. */
 export async function quantityBookingsInWindow(pool: Pool, window: { fromMs: number; toMs: number; limit: number }): Promise<{ providers: ProviderInWindow[]; bookings: QuantityBookingInWindow[] }> {
   const [providers, bookings] = await Promise.all([

@@ -46,6 +46,17 @@ export async function endReservationBookingsAt(db: Queryable, table: string, res
 }
 
 /** A booking table of whole resources (one row per resource of a reservation), as its store describes it. */
+/** What every new booking of a whole resource says: whose it is and its window (from `fromMs` to `endMs`, blocking from `leadMs` before). */
+export interface NewRangeBooking {
+  reservationId: string;
+  leaseId: string;
+  projectId: string;
+  fromMs: number;
+  endMs: number;
+  leadMs: number;
+  bookingKey: string;
+}
+
 export interface WholeResourceTable {
   table: string;
   /** The column naming the booked resource, and its type. */

@@ -13,7 +13,7 @@ import type { Reservation } from '../../domain/lease';
 import { assignHosts, freeHosts, preferenceOrder, type CalendarSnapshot, type HostRequest } from '../../domain/host-calendar';
 import type { FitSearch, ReservationContext } from '../../domain/resource-plugin';
 import type { Pool } from '../../db/pool';
-import type { WholeResourceBookingRow, WholeResourceBookings } from '../../db/range-bookings';
+import type { NewRangeBooking, WholeResourceBookingRow, WholeResourceBookings } from '../../db/range-bookings';
 import { extensionRefused, releaseBooking, shortage, wholeResourceFit } from './booking';
 
 /** A resource's blocked interval [start_ms, end_ms), as its store reads it. */
@@ -24,16 +24,9 @@ export interface BlockedInterval {
 }
 
 /** A new booking of one resource from `fromMs` to `endMs`, blocking from `leadMs` before (for good: `unbounded`). */
-export interface NewWholeResourceBooking {
+export interface NewWholeResourceBooking extends NewRangeBooking {
   resourceId: string;
-  reservationId: string;
-  leaseId: string;
-  projectId: string;
-  fromMs: number;
-  endMs: number;
-  leadMs: number;
   unbounded: boolean;
-  bookingKey: string;
 }
 
 /** The calendar interface's types for a calendar of whole resources. */
