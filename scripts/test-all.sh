@@ -54,16 +54,18 @@ run() {
   pids[$name]=$!
 }
 
+# The rig's run is the longest: the others run at a lower CPU priority (nice), so the rig's
+# bring-up and tests go first and the others take the CPU they leave idle.
 # The build already type-checked src and test; lint adds eslint and the web page's own types.
-run lint bash -c 'npx eslint . && npx tsc -p web/tsconfig.json'
-run core npx jest --selectProjects core "$@"
-run server env LK_TEMPORAL=server npx jest --selectProjects core --testPathPattern "$(node -p "require('./package.json').config.temporalServerTests")" "$@"
+run lint nice -n 10 bash -c 'npx eslint . && npx tsc -p web/tsconfig.json'
+run core nice -n 10 npx jest --selectProjects core "$@"
+run server nice -n 10 env LK_TEMPORAL=server npx jest --selectProjects core --testPathPattern "$(node -p "require('./package.json').config.temporalServerTests")" "$@"
 
 settle_rig
 if [ "$rig_up_status" = 0 ]; then
   echo "test: the loopback OpenStack up $(( $(date +%s) - started )) s after the start"
   run rig npx jest --selectProjects openstack "$@"
-  run rig-shared npx jest --selectProjects openstack-shared "$@"
+  run rig-shared nice -n 10 npx jest --selectProjects openstack-shared "$@"
 else
   sed 's/^/[rig] /' "$logs/rig-up.log"
   echo "test: the loopback OpenStack did not come up"
