@@ -10,6 +10,8 @@
 #           more, against temporal-server on PostgreSQL (as `npm run test:temporal-server`).
 # The rig's tests mostly wait on Nova, so the others fill the idle CPU. Each line is prefixed with
 # its run's name; each run's time and exit status close the output.
+# --forceExit: a test that timed out can leave a handle open, and jest would then wait for ever
+# after its run; a CI run must end (jest names the leak when it forces the exit).
 # Arguments go to every jest run (e.g. `npm test -- --testNamePattern foo`).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -58,14 +60,14 @@ run() {
 # bring-up and tests go first and the others take the CPU they leave idle.
 # The build already type-checked src and test; lint adds eslint and the web page's own types.
 run lint nice -n 10 bash -c 'npx eslint . && npx tsc -p web/tsconfig.json'
-run core nice -n 10 npx jest --selectProjects core "$@"
-run server nice -n 10 env LK_TEMPORAL=server npx jest --selectProjects core --testPathPattern "$(node -p "require('./package.json').config.temporalServerTests")" "$@"
+run core nice -n 10 npx jest --forceExit --selectProjects core "$@"
+run server nice -n 10 env LK_TEMPORAL=server npx jest --forceExit --selectProjects core --testPathPattern "$(node -p "require('./package.json').config.temporalServerTests")" "$@"
 
 settle_rig
 if [ "$rig_up_status" = 0 ]; then
   echo "test: the loopback OpenStack up $(( $(date +%s) - started )) s after the start"
-  run rig npx jest --selectProjects openstack "$@"
-  run rig-shared nice -n 10 npx jest --selectProjects openstack-shared "$@"
+  run rig npx jest --forceExit --selectProjects openstack "$@"
+  run rig-shared nice -n 10 npx jest --forceExit --selectProjects openstack-shared "$@"
 else
   sed 's/^/[rig] /' "$logs/rig-up.log"
   echo "test: the loopback OpenStack did not come up"
