@@ -42,7 +42,7 @@ rig_up=$!
 npm run --silent build || exit 1
 echo "test: build took $(( $(date +%s) - started )) s"
 # Every jest run's workers load the bundle the build just made: the workflows are bundled once.
-export LK_TEST_WORKFLOW_BUNDLE="$PWD/dist/workflow-bundle.js"
+export LK_TEST_WORKFLOW_BUNDLE="$(pwd)/dist/workflow-bundle.js"
 
 # run NAME COMMAND...: runs the command with its output prefixed, its status and time kept.
 run() {
