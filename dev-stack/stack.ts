@@ -7,6 +7,7 @@ import type { Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Worker } from '@temporalio/worker';
 import { WorkflowNotFoundError } from '@temporalio/client';
+import type { History } from '@temporalio/common/lib/proto-utils';
 import pino from 'pino';
 import { createApp } from '../src/api/app';
 import { LeaseOutbox } from '../src/outbox';
@@ -224,4 +225,42 @@ export async function withLeaseHistory(stack: TestStack, leaseId: string, err: E
   const history = await stack.temporal.client.workflow.getHandle(leaseWorkflowId(leaseId)).fetchHistory();
   const lines = (history.events ?? []).map((e) => `${new Date(Number(e.eventTime?.seconds ?? 0) * 1000).toISOString()} ${String(e.eventType)} ${e.activityTaskScheduledEventAttributes?.activityType?.name ?? e.workflowTaskStartedEventAttributes?.identity ?? ''}`.trimEnd());
   throw new Error(`${err.message}\nhistory of lease ${leaseId}:\n${lines.join('\n')}${more ? `\n${more}` : ''}`);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Waiting on what a lease's workflow did (its history), not on the clock: Temporal fires a
+// workflow's timers whether or not a worker runs, so "the start has passed with no worker" is
+// "every timer it had set has fired".
+
+type HistoryEvent = NonNullable<History['events']>[number];
+
+export async function leaseHistoryEvents(stack: TestStack, leaseId: string): Promise<HistoryEvent[]> {
+  return (await stack.temporal.client.workflow.getHandle(leaseWorkflowId(leaseId)).fetchHistory()).events ?? [];
+}
+
+/** The timers the lease's workflow has set that have neither fired nor been cancelled, with when each is due (ms since the epoch). */
+export function pendingTimers(events: HistoryEvent[]): Array<{ timerId: string; firesAt: number }> {
+  const pending = new Map<string, number>();
+  for (const e of events) {
+    const started = e.timerStartedEventAttributes;
+    if (started?.timerId) pending.set(started.timerId, Number(e.eventTime?.seconds ?? 0) * 1000 + Number(started.startToFireTimeout?.seconds ?? 0) * 1000);
+    if (e.timerFiredEventAttributes?.timerId) pending.delete(e.timerFiredEventAttributes.timerId);
+    if (e.timerCanceledEventAttributes?.timerId) pending.delete(e.timerCanceledEventAttributes.timerId);
+  }
+  return [...pending].map(([timerId, firesAt]) => ({ timerId, firesAt }));
+}
+
+/** Once the lease's workflow waits on a timer (e.g. for its start or its end): before a test stops its worker. */
+export function untilWaitingOnTimer(stack: TestStack, leaseId: string, timeoutMs = 30_000): Promise<true> {
+  return eventually(async () => (pendingTimers(await leaseHistoryEvents(stack, leaseId)).length > 0 ? true : undefined), timeoutMs, 100, () => `lease ${leaseId}'s workflow set no timer`);
+}
+
+/** Once every timer the lease's workflow had set has fired: with no worker running, the time it waited for has come. */
+export function untilTimersFired(stack: TestStack, leaseId: string, timeoutMs = 120_000): Promise<true> {
+  return eventually(async () => (pendingTimers(await leaseHistoryEvents(stack, leaseId)).length === 0 ? true : undefined), timeoutMs, 200, () => `lease ${leaseId}'s timers not all fired`);
+}
+
+/** How many times the lease's workflow has scheduled the activity `name`. */
+export async function activityRuns(stack: TestStack, leaseId: string, name: string): Promise<number> {
+  return (await leaseHistoryEvents(stack, leaseId)).filter((e) => e.activityTaskScheduledEventAttributes?.activityType?.name === name).length;
 }

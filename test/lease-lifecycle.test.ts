@@ -4,7 +4,7 @@ import { changeLease } from '../src/api/lease-commands';
 import { LeaseStatusKey } from '../src/domain/search-attributes';
 import { getLease, leaseWorkflowId } from '../workflows/lease/messages';
 import { RecordingPlugin } from './support/recording-plugin';
-import { apiClient, eventually, inSeconds, useTestStack } from '../dev-stack/stack';
+import { apiClient, eventually, inSeconds, leaseHistoryEvents, pendingTimers, useTestStack } from '../dev-stack/stack';
 
 describe('lease lifecycle on the real Temporal server', () => {
   const plugin = new RecordingPlugin();
@@ -132,7 +132,10 @@ describe('lease lifecycle on the real Temporal server', () => {
     await waitForStatus(id, 'ACTIVE', 10_000);
     const longer = await api('PUT', `/v1/leases/${id}`, { end_date: inSeconds(3600) });
     expect(longer.status).toBe(200);
-    await new Promise((resolve) => setTimeout(resolve, 5_000));
+    // The workflow no longer waits for the old end: the timer it now waits on is due at the new one.
+    const timers = pendingTimers(await leaseHistoryEvents(stack(), id));
+    expect(timers).toHaveLength(1);
+    expect(timers[0].firesAt).toBeGreaterThan(Date.now() + 3000_000);
     expect(await statusOf(id)).toBe('ACTIVE');
   });
 

@@ -4,7 +4,7 @@
  */
 import type { ManagedProcess } from '../dev-stack/processes';
 import { leaseWorkflowId } from '../workflows/lease/messages';
-import { apiClient, eventually, inSeconds, useTestStack, withLeaseHistory } from '../dev-stack/stack';
+import { apiClient, eventually, inSeconds, untilTimersFired, untilWaitingOnTimer, useTestStack, withLeaseHistory } from '../dev-stack/stack';
 import { startWorkerProcess } from '../dev-stack/worker-process';
 
 describe('worker killed with -9 mid-lease', () => {
@@ -29,18 +29,20 @@ describe('worker killed with -9 mid-lease', () => {
     worker = await startWorker();
     const { body } = await api('POST', '/v1/leases', { name: 'survivor', start_date: inSeconds(4), end_date: inSeconds(35) });
     const id = body.lease.id;
+    await untilWaitingOnTimer(stack(), id).catch(explain(id)); // waiting for its start
     await killHard(worker);
 
-    await new Promise((resolve) => setTimeout(resolve, 5_000)); // the start passes with no worker
+    await untilTimersFired(stack(), id).catch(explain(id)); // the start has passed with no worker
     expect(await status(id)).toBe('PENDING');
 
     worker = await startWorker();
     let restarted = Date.now();
     await eventually(async () => ((await status(id)) === 'ACTIVE' ? true : undefined), 60_000).catch(explain(id));
     const startRecovery = Date.now() - restarted;
+    await untilWaitingOnTimer(stack(), id).catch(explain(id)); // waiting for its end
     await killHard(worker);
 
-    await new Promise((resolve) => setTimeout(resolve, Math.max(0, Date.parse(`${body.lease.end_date}Z`) - Date.now() + 1_000)));
+    await untilTimersFired(stack(), id).catch(explain(id));
     expect(await status(id)).toBe('ACTIVE'); // the end is due, but nobody runs it yet
 
     worker = await startWorker();

@@ -123,7 +123,7 @@ describe('bandwidth leases in Neutron and Placement', () => {
   }, 180_000);
 
   it('a bandwidth lease on its own is its own consumer in Placement', async () => {
-    const created = await bandwidthLease(inSeconds(6), inSeconds(3600), { egress_kbps: 300, ...onHost('fake-1') });
+    const created = await bandwidthLease('now', inSeconds(3600), { egress_kbps: 300, ...onHost('fake-1') });
     expect(created.status).toBe(201);
     const reservation = created.body.lease.reservations[0];
     await waitForStatus(created.body.lease.id, 'ACTIVE', 60_000);
@@ -142,7 +142,7 @@ describe('bandwidth leases in Neutron and Placement', () => {
     await admin.neutron.deleteAgent((await agentOf('fake-2')).id);
     // Some bandwidth booked on fake-3 makes the calendar prefer fake-2 (least loaded) for the next lease.
     expect((await bandwidthLease(inSeconds(3000), inSeconds(3600), { egress_kbps: 100_000, ...onHost('fake-3') })).status).toBe(201);
-    const moved = await bandwidthLease(inSeconds(6), inSeconds(3600), { egress_kbps: 500, resource_properties: JSON.stringify(['or', ['=', '$host', 'fake-2'], ['=', '$host', 'fake-3']]) });
+    const moved = await bandwidthLease('now', inSeconds(3600), { egress_kbps: 500, resource_properties: JSON.stringify(['or', ['=', '$host', 'fake-2'], ['=', '$host', 'fake-3']]) });
     expect(moved.status).toBe(201);
     expect(moved.body.lease.reservations[0].host).toBe('fake-2');
     await waitForStatus(moved.body.lease.id, 'ACTIVE', 90_000);
@@ -150,7 +150,7 @@ describe('bandwidth leases in Neutron and Placement', () => {
     expect(started.host).toBe('fake-3');
     for (const portId of started.ports as string[]) expect((await admin.neutron.getPort(portId))['binding:host_id']).toBe('fake-3');
 
-    const stuck = await bandwidthLease(inSeconds(6), inSeconds(3600), { egress_kbps: 500, ...onHost('fake-2') });
+    const stuck = await bandwidthLease('now', inSeconds(3600), { egress_kbps: 500, ...onHost('fake-2') });
     expect(stuck.status).toBe(201);
     const reservationId = stuck.body.lease.reservations[0].id;
     await waitForStatus(stuck.body.lease.id, 'ERROR', 90_000);

@@ -76,8 +76,13 @@ describe('host lease end policies in Nova', () => {
     const intruder = await bootServer(admin, { host: HOST }, (sid) => servers.push({ clients: admin, id: sid }));
     expect(intruder.status).toBe('ERROR');
     expect((await boot({ zone })).status).toBe('ERROR');
-    await new Promise((resolve) => setTimeout(resolve, 3_000));
-    expect(await statusOf(id)).toBe('TERMINATING'); // still waiting: no grace period
+    // Still waiting (no grace period) after the end has looked at the host again, twice.
+    await eventually(async () => {
+      const { raw } = await stack().temporal.client.workflow.getHandle(`lease-${id}`).describe();
+      const polling = raw.pendingActivities?.find((a) => a.activityType?.name === 'awaitReservationEnd');
+      return (polling?.attempt ?? 0) >= 3 ? true : undefined;
+    }, 60_000);
+    expect(await statusOf(id)).toBe('TERMINATING');
     const metadata = await stack().temporal.client.workflow.getHandle(`lease-${id}`).query<{ currentDetails: string }>('__temporal_workflow_metadata');
     expect(metadata.currentDetails).toContain(`Waiting: recycling: waiting for the last servers on ${HOST} (1 server(s))`);
 

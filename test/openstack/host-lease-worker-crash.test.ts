@@ -14,7 +14,8 @@ import { physicalHostPlugin } from '../../src/resources/physical-host';
 import { FaultProxy } from '../support/fault-proxy';
 import { blazarHostReservation } from '../../dev-stack/fixtures/builders';
 import { enrolHost, orphanBookings } from '../../dev-stack/fixtures/hosts';
-import { apiClient, deleteAllLeases, eventually, inSeconds, useTestStack } from '../../dev-stack/stack';
+import { apiClient, deleteAllLeases, eventually, inSeconds, leaseHistoryEvents, untilTimersFired, untilWaitingOnTimer, useTestStack } from '../../dev-stack/stack';
+import { getLease, leaseWorkflowId } from '../../workflows/lease/messages';
 import { deleteAggregateNamed, rigClients, rigEnv, startWorkerProcess, uniqueName } from './support';
 
 const HOST = 'fake-2';
@@ -96,7 +97,7 @@ describe('worker killed with -9 at each step of a host lease', () => {
     worker = await startWorker();
     const body = {
       name: uniqueName('crash'),
-      start_date: inSeconds(25),
+      start_date: inSeconds(3600),
       end_date: inSeconds(7200),
       reservations: [blazarHostReservation({ before_end: '' })],
     };
@@ -136,9 +137,12 @@ describe('worker killed with -9 at each step of a host lease', () => {
     expect(bookings.rowCount).toBe(1);
     expect(await statusOf(id)).toBe('PENDING');
 
-    // 2. Before the start: down while the start falls due; nothing starts without a worker.
+    // 2. Before the start: moved to a few seconds from now, then down while the start falls due
+    //    (its timer fires in Temporal); nothing starts without a worker.
+    expect((await api('PUT', `/v1/leases/${id}`, { start_date: inSeconds(5) })).status).toBe(200);
+    await untilWaitingOnTimer(stack(), id);
     await killWorker();
-    await new Promise((resolve) => setTimeout(resolve, Math.max(0, Date.parse(`${created.body.lease.start_date}Z`) - Date.now() + 2_000)));
+    await untilTimersFired(stack(), id);
     expect(await statusOf(id)).toBe('PENDING');
     await expectHostIn('pool', aggregate);
 
@@ -150,12 +154,20 @@ describe('worker killed with -9 at each step of a host lease', () => {
     console.log(`killed mid-start: ACTIVE ${Date.now() - restarted} ms after the restart`);
     await expectHostIn('lease', aggregate);
 
-    // 4. Active: killed and down for a while; the lease stays active and nothing runs twice.
+    // 4. Active: killed and started again; the new worker replays the lease (a query makes it load
+    //    the whole history) and runs nothing twice: the lease stays active, no activity is added.
+    const activitiesOf = async () => (await leaseHistoryEvents(stack(), id)).filter((e) => e.activityTaskScheduledEventAttributes).length;
     await killWorker();
-    await new Promise((resolve) => setTimeout(resolve, 3_000));
+    const activitiesBefore = await activitiesOf();
     expect(await statusOf(id)).toBe('ACTIVE');
     worker = await startWorker();
-    await new Promise((resolve) => setTimeout(resolve, 3_000));
+    // Until the server has seen the new worker poll, a query is refused (FAILED_PRECONDITION).
+    const replayed = await eventually(() => stack().temporal.client.workflow.getHandle(leaseWorkflowId(id)).query(getLease).catch((err: Error) => {
+      if (/no poller seen/.test(`${err.message} ${String(err.cause)}`)) return undefined;
+      throw err;
+    }), 30_000, 250);
+    expect(replayed.status).toBe('ACTIVE');
+    expect(await activitiesOf()).toBe(activitiesBefore);
     expect(await statusOf(id)).toBe('ACTIVE');
     await expectHostIn('lease', aggregate);
 

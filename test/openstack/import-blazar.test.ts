@@ -51,11 +51,16 @@ describe('importing a running Blazar', () => {
     // Blazar's schema makes host ids UUIDs; ours are numbers. Read first (it sorts before '1'): its new id must not take a kept one.
     fake3: `0${randomUUID().slice(1)}`,
   };
-  const t0 = wholeSecond(Date.now());
-  const activeEnd = t0 + 35_000;
-  const pendingStart = t0 + 50_000;
-  const pendingEnd = pendingStart + 2 * 3_600_000;
-  const day2 = Math.floor(t0 / 86_400_000) * 86_400_000 + 2 * 86_400_000;
+  // Set when Blazar's rows are written (the stack is up by then): the active lease ends, and the
+  // pending one starts, a few seconds after the import the tests run first.
+  let t0: number, activeEnd: number, pendingStart: number, pendingEnd: number, day2: number;
+  function setTimes(): void {
+    t0 = wholeSecond(Date.now());
+    activeEnd = t0 + 15_000;
+    pendingStart = t0 + 20_000;
+    pendingEnd = pendingStart + 2 * 3_600_000;
+    day2 = Math.floor(t0 / 86_400_000) * 86_400_000 + 2 * 86_400_000;
+  }
 
   const stack = useTestStack(
     {
@@ -89,6 +94,7 @@ describe('importing a running Blazar', () => {
   const count = async (table: string) => Number((await stack().db.pool.query(`SELECT count(*) AS n FROM ${table}`)).rows[0].n);
 
   beforeAll(async () => {
+    setTimes();
     // Nova as Blazar leaves it: fake-2 and fake-3 in its pool, fake-1 in the active lease's aggregate.
     const pool = await admin.nova.createAggregate({ name: freepool });
     await admin.nova.addHostToAggregate(pool.id, 'fake-2');

@@ -24,7 +24,7 @@ import { bootServer, deleteAggregateNamed, providerNamed, rigClients, rigCredent
 const run = promisify(execFile);
 const HOSTS = ['fake-1', 'fake-2', 'fake-3'];
 /** Deleting a fake server takes a second or two; an end gives up this long after its time. */
-const SERVER_DELETE_TIMEOUT_MS = 30_000;
+const SERVER_DELETE_TIMEOUT_MS = 15_000;
 
 describe('instance leases in Nova and Placement', () => {
   const admin = rigClients('leasekeeper-admin');
