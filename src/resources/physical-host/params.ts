@@ -61,7 +61,11 @@ export const physicalHostParams = z
 
 export type PhysicalHostParams = z.output<typeof physicalHostParams>;
 
-/** The end policy a reservation gets: its own, or the deployment's default (`delete` unless configured). */
-export function endPolicyOf(params: Pick<PhysicalHostParams, 'on_end'>, defaultPolicy: EndPolicy = 'delete'): EndPolicy {
-  return params.on_end === 'default' ? defaultPolicy : params.on_end;
+/**
+ * The end policy a reservation gets: its own, or the deployment's default (`delete` unless
+ * configured). Parameters are stored as the API parsed them: a reservation recorded before
+ * `on_end` existed (2026-11-21) has none, and gets the default.
+ */
+export function endPolicyOf(params: Partial<Pick<PhysicalHostParams, 'on_end'>>, defaultPolicy: EndPolicy = 'delete'): EndPolicy {
+  return params.on_end === undefined || params.on_end === 'default' ? defaultPolicy : params.on_end;
 }

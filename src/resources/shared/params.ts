@@ -36,8 +36,12 @@ export const beforeEndParam = z
   .nullish()
   .transform((v) => v ?? 'default');
 
-export function beforeEndAction(requested: z.output<typeof beforeEndParam>, deploymentDefault: BeforeEndAction | undefined): BeforeEndAction {
-  return requested === 'default' ? (deploymentDefault ?? '') : requested;
+/**
+ * `requested` may be absent: parameters are stored as the API parsed them, and a reservation
+ * recorded before `before_end` had its default (2026-11-24) has none; absent is `default`.
+ */
+export function beforeEndAction(requested: z.output<typeof beforeEndParam> | undefined, deploymentDefault: BeforeEndAction | undefined): BeforeEndAction {
+  return requested === undefined || requested === 'default' ? (deploymentDefault ?? '') : requested;
 }
 
 /**
