@@ -10,7 +10,6 @@ import { Writable } from 'node:stream';
 import pino from 'pino';
 import { MAX_NOTIFICATION_BYTES, parseNovaNotification, parseTransportUrl } from '../src/openstack/nova-notifications';
 import { consumeNovaNotifications } from '../src/openstack/nova-notifications-consumer';
-import { eventually } from '../dev-stack/stack';
 import { HostMonitorWaker, WAKE_THROTTLE_MS } from '../worker/host-monitor';
 import type { HostHealthMap } from '../src/domain/host-health';
 
@@ -205,9 +204,16 @@ describe('consumeNovaNotifications without a broker', () => {
     });
     const log = pino({ level: 'warn' }, captured);
     const { port } = server.address() as net.AddressInfo;
+    // The back-off waits run on jest's clock (the sockets on the real one): the test moves time on.
+    jest.useFakeTimers({ doNotFake: ['nextTick', 'setImmediate', 'queueMicrotask'] });
     const consumer = consumeNovaNotifications({ url: `rabbit://nova:secret@127.0.0.1:${port}/`, consumer: 'test', onNotice: () => undefined, log, backoff: { initialMs: 10, maxMs: 50 } });
     try {
-      await eventually(() => Promise.resolve(connections >= 3 ? true : undefined), 10_000);
+      // Each turn moves jest's clock past a back-off, then lets the loopback sockets' events in.
+      for (let turn = 0; turn < 20_000 && connections < 3; turn++) {
+        await jest.advanceTimersByTimeAsync(50);
+        await new Promise((resolve) => setImmediate(resolve));
+      }
+      expect(connections).toBeGreaterThanOrEqual(3);
       expect(consumer.consuming()).toBe(false);
     } finally {
       await consumer.stop();
@@ -216,8 +222,9 @@ describe('consumeNovaNotifications without a broker', () => {
     expect(lines.length).toBeGreaterThanOrEqual(2);
     expect(JSON.parse(lines[0])).toMatchObject({ msg: 'nova notifications: cannot consume (the host monitor polls meanwhile)', broker: `127.0.0.1:${port}` });
     expect(lines.join('')).not.toContain('secret');
-    // Stopped: no attempt after it.
-    await new Promise((resolve) => setTimeout(resolve, 200));
+    // Stopped: no attempt after it, however long (a minute on jest's clock: over a thousand back-offs).
+    await jest.advanceTimersByTimeAsync(60_000);
+    jest.useRealTimers();
     expect(connections).toBe(afterStop);
     for (const socket of sockets) socket.destroy();
     await new Promise((resolve) => server.close(resolve));
