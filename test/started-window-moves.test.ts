@@ -1,7 +1,8 @@
 /**
  * An active lease's window moved (extended, ended now) while the cloud answers nothing: each
  * resource type whose reserve reads Nova, Placement or Neutron decides a started reservation's new
- * window in the PostgreSQL calendar alone, keeping what it holds. The types' real hooks run over a
+ * window in the PostgreSQL calendar alone, keeping what it holds (physical:host, whose reserve
+ * never read the cloud, is checked alike). The types' real hooks run over a
  * cloud whose every call throws; only what happens before and after the update (admission, start,
  * end: the rig's to test, test/openstack/) is stood in for by the calendar.
  */
@@ -14,6 +15,8 @@ import type { EndContext, HookContext, ReservationContext, ReserveResult, Resour
 import { bandwidthPlugin } from '../src/resources/bandwidth';
 import { flavorInstance, flavorInstancePlugin } from '../src/resources/flavor-instance';
 import { floatingIpPlugin } from '../src/resources/floating-ip';
+import { physicalHostPlugin } from '../src/resources/physical-host';
+import { HostCalendar } from '../src/resources/physical-host/calendar';
 import { FloatingIpCalendar } from '../src/resources/floating-ip/calendar';
 import { COMPUTE_KIND } from '../src/resources/shared/compute-providers';
 import { QuantityCalendar } from '../src/resources/shared/quantity-bookings';
@@ -95,6 +98,8 @@ function plugins(pool: Pool): ResourcePlugin[] {
     slotDeps('calendar-only'),
   );
   const addresses = floatingIpPlugin({ pool, cloud: 'calendar-only' });
+  const hostSettings = { cleaningMs: 0, randomChoice: false };
+  const hosts = physicalHostPlugin({ pool, settings: hostSettings, cloud: cloudDown });
   const slotCalendar = new InstanceSlotCalendar(pool, { cleaningMs: 0 });
   const addressCalendar = new FloatingIpCalendar(pool);
   return [
@@ -103,6 +108,7 @@ function plugins(pool: Pool): ResourcePlugin[] {
     overCloudDown(virtualInstancePlugin(slotDeps(cloudDown)), (ctx) => slots.reserve(ctx), slotCalendar),
     overCloudDown(flavorInstancePlugin(slotDeps(cloudDown)), (ctx) => flavorSlots.reserve(ctx), slotCalendar),
     overCloudDown(floatingIpPlugin({ pool, cloud: cloudDown }), (ctx) => addresses.reserve(ctx), addressCalendar),
+    overCloudDown(hosts, (ctx) => hosts.reserve(ctx), new HostCalendar(pool, hostSettings)),
   ] as ResourcePlugin[];
 }
 
@@ -116,6 +122,7 @@ describe('moving the window of a started reservation while the cloud is down', (
     const { pool } = stack().db;
     await syncCapacityProviders(pool, 'bandwidth', [{ uuid: randomUUID(), name: 'bw-node', host: 'bw-node', capacity: { [EGRESS]: 1_000 }, traits: [] }]);
     await insertHost(pool, { name: 'slot-node' });
+    await insertHost(pool, { name: 'whole-node' });
     await syncCapacityProviders(pool, COMPUTE_KIND, [
       { uuid: randomUUID(), name: 'slot-node', host: 'slot-node', capacity: { VCPU: 16, MEMORY_MB: 32_768, DISK_GB: 200 }, traits: [] },
       { uuid: randomUUID(), name: 'server-node', host: 'server-node', capacity: { VCPU: 16, MEMORY_MB: 32_768, DISK_GB: 200 }, traits: [] },
@@ -133,6 +140,7 @@ describe('moving the window of a started reservation while the cloud is down', (
     ['virtual:instance', { vcpus: 8, memory_mb: 1024, disk_gb: 10, amount: 2, affinity: null, resource_properties: '' }],
     ['flavor:instance', { flavor_id: 'm1.small', amount: 8, affinity: null, resource_properties: '' }],
     ['virtual:floatingip', { network_id: NETWORK, amount: 1 }],
+    ['physical:host', { min: 1, max: 1, hypervisor_properties: '["==", "$hypervisor_hostname", "whole-node"]' }],
   ])('%s: extends an active lease and ends it now, asking the cloud nothing', async (resourceType, params) => {
     const created = await member('POST', '/v1/leases', { name: `offline-${resourceType}`, start_date: 'now', end_date: inDays(1), reservations: [{ resource_type: resourceType, ...params }] });
     expect([created.status, created.body.error_message]).toEqual([201, undefined]);
