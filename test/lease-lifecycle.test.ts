@@ -139,6 +139,53 @@ describe('lease lifecycle on the real Temporal server', () => {
     expect(await statusOf(id)).toBe('ACTIVE');
   });
 
+  it('answers an update whose first re-booking failed with its error, puts nothing back, and leaves the lease free for the next request', async () => {
+    const { body } = await api('POST', '/v1/leases', { name: 'rebook-fails', start_date: 'now', end_date: inSeconds(3600), reservations: [{ resource_type: 'test:recording', unavailable_once_started: 100 }] });
+    const id = body.lease.id;
+    await waitForStatus(id, 'ACTIVE', 10_000);
+    const longer = await api('PUT', `/v1/leases/${id}`, { end_date: inSeconds(7200) });
+    expect([longer.status, longer.body.error_message]).toEqual([503, 'the database is unavailable: try again shortly']);
+    // The admission, then the three quick tries of the new window, and no rollback: nothing had moved.
+    const reserves = plugin.callsFor(id, 'reserve').map((c) => (c.window[1] === plugin.callsFor(id, 'reserve')[0].window[1] ? 'old' : 'new'));
+    expect(reserves).toEqual(['old', 'new', 'new', 'new']);
+    const renamed = await api('PUT', `/v1/leases/${id}`, { name: 'rebook-failed' });
+    expect([renamed.status, renamed.body.lease?.name]).toEqual([200, 'rebook-failed']);
+    expect((await api('DELETE', `/v1/leases/${id}`)).status).toBe(204);
+  }, 90_000);
+
+  it('puts back only the bookings a failed update had moved', async () => {
+    const reservations = [{ resource_type: 'test:recording' }, { resource_type: 'test:recording', unavailable_once_started: 100 }];
+    const { body } = await api('POST', '/v1/leases', { name: 'rebook-half', start_date: 'now', end_date: inSeconds(3600), reservations });
+    const id = body.lease.id;
+    const [moves, fails] = body.lease.reservations.map((r: { id: string }) => r.id);
+    await waitForStatus(id, 'ACTIVE', 10_000);
+    const before = plugin.callsFor(id, 'reserve').length;
+    expect((await api('PUT', `/v1/leases/${id}`, { end_date: inSeconds(7200) })).status).toBe(503);
+    const end = (c: { window: [number, number] }) => c.window[1];
+    const update = plugin.callsFor(id, 'reserve').slice(before);
+    const oldEnd = end(plugin.callsFor(id, 'reserve')[0]);
+    // The first moved to the new end, the second failed its three tries; only the first went back.
+    expect(update.map((c) => [c.reservationId, end(c) === oldEnd ? 'old' : 'new'])).toEqual([
+      [moves, 'new'],
+      [fails, 'new'],
+      [fails, 'new'],
+      [fails, 'new'],
+      [moves, 'old'],
+    ]);
+    expect((await api('DELETE', `/v1/leases/${id}`)).status).toBe(204);
+  }, 90_000);
+
+  it('puts back the booking whose re-booking failed when its parameters changed (its type may have moved it before failing)', async () => {
+    const { body } = await api('POST', '/v1/leases', { name: 'rebook-params', start_date: 'now', end_date: inSeconds(3600), reservations: [{ resource_type: 'test:recording', keys: ['k-a'], unavailable_once_started: 3 }] });
+    const { id } = body.lease;
+    await waitForStatus(id, 'ACTIVE', 10_000);
+    const changed = await api('PUT', `/v1/leases/${id}`, { reservations: [{ id: body.lease.reservations[0].id, keys: ['k-b'] }] });
+    expect(changed.status).toBe(503);
+    // The three tries with the new keys, then the old ones booked again.
+    expect(plugin.callsFor(id, 'reserve').map((c) => c.keys)).toEqual([['k-a'], ['k-b'], ['k-b'], ['k-b'], ['k-a']]);
+    expect((await api('DELETE', `/v1/leases/${id}`)).status).toBe(204);
+  }, 90_000);
+
   it('deletes a pending lease, freeing its booking without starting it', async () => {
     const { body } = await api('POST', '/v1/leases', { name: 'drop-pending', start_date: inSeconds(3600), end_date: inSeconds(7200), reservations: [{ resource_type: 'test:recording' }] });
     const id = body.lease.id;

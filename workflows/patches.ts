@@ -126,6 +126,19 @@ export const NOTICE_DELIVERY_HOLDS = {
   note: 'a notice workflow runs at most its retry span (LK_NOTICE_RETRY_HOURS, 24 h by default) after the deploy',
 } as const satisfies WorkflowPatch;
 
+/**
+ * A failed update puts back only the bookings it moved (and the one that failed on new parameters):
+ * none when the first re-booking, a window's move, failed (the old rollback then held the lease's
+ * lock for nothing, up to a day, while the cloud its re-booking read was down).
+ */
+export const ROLLBACK_ONLY_MOVED = {
+  id: 'rollback-only-moved-bookings',
+  workflowType: leaseWorkflowType,
+  introduced: '2026-11-27',
+  oldBranch: 'every reservation booked again for the old window, also when none had moved',
+  oldHistories: 'none: only a failed update reaches this step, and no kept history has one',
+} as const satisfies WorkflowPatch;
+
 /** All of them, oldest first. */
 export const PATCHES: readonly WorkflowPatch[] = [
   RECORD_LOCALLY,
@@ -139,4 +152,5 @@ export const PATCHES: readonly WorkflowPatch[] = [
   BEFORE_END_WARNINGS,
   IDLE_LEASES,
   NOTICE_DELIVERY_HOLDS,
+  ROLLBACK_ONLY_MOVED,
 ];

@@ -30,6 +30,10 @@ export interface QuantityBookingRecord {
   booking_key: string;
   startMs: number;
   endMs: number;
+  /** What it books, on a provider of which kind. */
+  amounts: Amounts;
+  subject: string | null;
+  kind: string;
 }
 
 /** A booking on a provider over [start_ms, end_ms) (end_ms Infinity: unbounded). */
@@ -166,7 +170,7 @@ export async function lockProviders(client: PoolClient, uuids: string[]): Promis
 
 export async function bookingOfReservation(db: Queryable, reservationId: string): Promise<QuantityBookingRecord | undefined> {
   const { rows } = await db.query<QuantityBookingRecord>(
-    `SELECT a.provider_uuid AS "providerUuid", p.host, p.name, a.booking_key,
+    `SELECT a.provider_uuid AS "providerUuid", p.host, p.name, a.booking_key, a.amounts, a.subject, p.kind,
             (extract(epoch FROM lower(a.blocks)) * 1000)::float8 AS "startMs", (extract(epoch FROM upper(a.blocks)) * 1000)::float8 AS "endMs"
      FROM quantity_allocations a JOIN capacity_providers p ON p.uuid = a.provider_uuid WHERE a.reservation_id = $1 LIMIT 1`,
     [reservationId],
@@ -243,6 +247,8 @@ export interface LiveSlots {
   /** Nova's compute service host. */
   host: string;
   slots: number;
+  /** One slot's amounts (a reservation's slots are all of one size). */
+  slot: Amounts;
   bookingKey: string;
 }
 
@@ -250,7 +256,7 @@ export interface LiveSlots {
 export async function liveSlots(db: Queryable, reservationId: string, atMs: number): Promise<LiveSlots[]> {
   const { rows } = await db.query<LiveSlots>(
     `SELECT h.id::text AS "hostId", COALESCE(h.service_name, p.host) AS "computeHost", a.provider_uuid AS "providerUuid", p.name, p.host,
-            count(*)::int AS slots, min(a.booking_key) AS "bookingKey"
+            count(*)::int AS slots, (array_agg(a.amounts))[1] AS slot, min(a.booking_key) AS "bookingKey"
      FROM quantity_allocations a JOIN capacity_providers p ON p.uuid = a.provider_uuid JOIN hosts h ON h.hypervisor_hostname = p.name
      WHERE a.reservation_id = $1 AND upper(a.during) > to_timestamp($2 / 1000.0)
      GROUP BY h.id, a.provider_uuid, p.name, p.host ORDER BY p.name`,

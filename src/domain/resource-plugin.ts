@@ -222,6 +222,13 @@ export interface ResourcePlugin<P = Record<string, unknown>> extends ResourceTyp
   /** Books capacity for [start, end] (again, for a new window, when the lease is updated); 409 when it is not free. */
   reserve(ctx: HookContext<P>): Promise<ReserveResult>;
   /**
+   * A started lease's reservation that holds its booking, made for its parameters: moves the
+   * booking to the new window (an early end, an extension; 409 when another is in the way) in the
+   * calendar alone, keeping what it holds, with no cloud call. False when that is not the case:
+   * `reserve` books it. Types whose reserve reads the cloud have it (see `reserveFor`).
+   */
+  moveWindow?(ctx: HookContext<P>): Promise<boolean>;
+  /**
    * Right after admission, when reserve asked for it: sets the resources aside until the start, so
    * that others can use the capacity meanwhile (a server is shelved and offloaded).
    */
@@ -307,6 +314,19 @@ export function reservationContext(lease: Lease, reservation: Reservation): Rese
     endMs: lease.endMs,
     provisioningLeadMs: lease.provisioningLeadMs ?? 0,
   };
+}
+
+/**
+ * Books a reservation through its type. A started lease's reservation whose window alone changed is
+ * moved by its calendar (`moveWindow`) and keeps what it reserved: an early end or an extension
+ * needs no cloud, so none failing can hold the lease's update. Any other goes through `reserve`.
+ */
+export async function reserveFor(plugin: ResourcePlugin, ctx: HookContext): Promise<ReserveResult> {
+  if (ctx.leaseStatus !== 'PENDING' && plugin.moveWindow && (await plugin.moveWindow(ctx))) {
+    const { resourceKeys, footprint, startSteps } = ctx.reservation;
+    return { allocation: {}, resourceKeys: resourceKeys ?? [], ...(footprint ? { footprint } : {}), ...(startSteps ? { startSteps } : {}) };
+  }
+  return plugin.reserve(ctx);
 }
 
 /** The reservation as booked: what `reserve` (or `bookAtAdmission`) reported merged in. */

@@ -20,6 +20,9 @@ export interface HookCall {
   started?: boolean;
   force?: boolean;
   window: [number, number];
+  /** The lease's status and the reservation's keys when the hook ran. */
+  status: string;
+  keys: string[];
 }
 
 const params = z.strictObject({
@@ -27,6 +30,8 @@ const params = z.strictObject({
   fail_reserve: z.boolean().default(false),
   /** The first N reserve calls of the reservation fail as if PostgreSQL were down (connection refused). */
   unavailable_reserves: z.number().int().min(0).max(20).default(0),
+  /** The first N reserve calls of the reservation once its lease has started fail so (an update's re-booking, putting it back). */
+  unavailable_once_started: z.number().int().min(0).max(100).default(0),
   fail_start: z.boolean().default(false),
   /** How long start and end take, to make ordering observable. */
   hook_ms: z.number().int().min(0).max(10_000).default(0),
@@ -63,7 +68,7 @@ export class RecordingPlugin implements ResourcePlugin<RecordingParams> {
   }
 
   private async run<T>(hook: HookCall['hook'], ctx: ReservationContext<RecordingParams>, extra: Partial<HookCall>, body: () => T | Promise<T>): Promise<T> {
-    const call: HookCall = { hook, leaseId: ctx.leaseId, reservationId: ctx.reservation.id, startedAt: Date.now(), window: [ctx.startMs, ctx.endMs], ...extra };
+    const call: HookCall = { hook, leaseId: ctx.leaseId, reservationId: ctx.reservation.id, startedAt: Date.now(), window: [ctx.startMs, ctx.endMs], status: ctx.leaseStatus, keys: ctx.reservation.params.keys, ...extra };
     this.calls.push(call);
     const result = await body();
     call.finishedAt = Date.now();
@@ -78,7 +83,8 @@ export class RecordingPlugin implements ResourcePlugin<RecordingParams> {
     return this.run('reserve', ctx, {}, () => {
       const p = this.params(ctx);
       if (p.fail_reserve) throw leaseConflict('not enough test:recording capacity for this window');
-      if (this.callsFor(ctx.leaseId, 'reserve').length <= p.unavailable_reserves) {
+      const startedCalls = this.callsFor(ctx.leaseId, 'reserve').filter((c) => c.reservationId === ctx.reservation.id && c.status !== 'PENDING').length;
+      if (this.callsFor(ctx.leaseId, 'reserve').length <= p.unavailable_reserves || (ctx.leaseStatus !== 'PENDING' && startedCalls <= p.unavailable_once_started)) {
         throw Object.assign(new Error('connect ECONNREFUSED 127.0.0.1:5432 (test:recording)'), { code: 'ECONNREFUSED' });
       }
       return {

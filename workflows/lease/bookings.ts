@@ -12,12 +12,13 @@ import { describeWaitingForEnd } from './web-ui';
  * Books every reservation for `target`'s window (reserve is idempotent per reservation, so
  * booking again moves the booking). `movedFrom`: histories from before the patch put the bookings
  * already moved back to it here, before the update's own rollback did it again. `via`: quick
- * for a booking someone waits for, mustFinish for a rollback.
+ * for a booking someone waits for, mustFinish for a rollback. `booked`: filled as they are booked
+ * (after a failure: those that moved). `only`: book only these reservations (a rollback's).
  */
-export async function book(s: LeaseState, target: Lease, movedFrom?: Lease, via: typeof quick = quick): Promise<Reservation[]> {
-  const booked: Reservation[] = [];
+export async function book(s: LeaseState, target: Lease, movedFrom?: Lease, via: typeof quick = quick, booked: Reservation[] = [], only?: ReadonlySet<string>): Promise<Reservation[]> {
   try {
     for (const reservation of target.reservations) {
+      if (only && !only.has(reservation.id)) continue;
       booked.push(bookedReservation(reservation, await via.reserveReservation(context(target, reservation))));
     }
     return booked;

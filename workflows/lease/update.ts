@@ -1,7 +1,7 @@
 /** Blazar's lease update (rename, move dates, end now), at any point of the lease's life: validated, re-booked, recorded, or rolled back. */
 import { patched } from '@temporalio/workflow';
-import { applyLeaseUpdate, assertSettled, bookingChanged, hasEnded, type Lease, type LeaseUpdateRequest } from '../../src/domain/lease';
-import { ONE_ROLLBACK_FOR_UPDATES } from '../patches';
+import { applyLeaseUpdate, assertSettled, bookingChanged, hasEnded, type Lease, type LeaseUpdateRequest, type Reservation } from '../../src/domain/lease';
+import { ONE_ROLLBACK_FOR_UPDATES, ROLLBACK_ONLY_MOVED } from '../patches';
 import { mustFinish, quick } from './activity-options';
 import { announce } from './announce';
 import { book } from './bookings';
@@ -21,17 +21,38 @@ export async function applyUpdate(s: LeaseState, update: LeaseUpdateRequest): Pr
   const before = s.lease;
   let next = applyLeaseUpdate(before, update, Date.now()); // again: the lease may have moved on while queued
   const rebook = bookingChanged(before, next) && !hasEnded(next.status);
+  const moved: Reservation[] = [];
   try {
-    if (rebook) next = { ...next, reservations: await book(s, next, before) };
+    if (rebook) next = { ...next, reservations: await book(s, next, before, quick, moved) };
     // The usage policy is checked with the record, in its transaction: refused, it rolls back below.
     await record(s, next, 'life', { previous: before, byAdmin: update.byAdmin ?? false });
   } catch (err) {
-    // The one rollback, whether booking or recording failed: every booking as it was. It must
-    // finish (the lease's record says the old window), so since the patch it retries as cleanups do.
-    if (rebook) await compensate(s, 'putting the bookings back', () => book(s, before, undefined, patched(ONE_ROLLBACK_FOR_UPDATES.id) ? mustFinish : quick));
+    // The one rollback, whether booking or recording failed: the bookings that moved as they were. It
+    // must finish (the lease's record says the old window), so since the patch it retries as cleanups do.
+    if (rebook) await putBack(s, before, next, moved);
     throw asFailure(err);
   }
   s.revision++;
   await announce(s, 'lease.update');
   return s.lease;
+}
+
+/**
+ * The rollback of a failed update's re-booking (`next`'s): the reservations booked for it (`moved`)
+ * booked for `before` again. Since the patch only those, and the one whose re-booking failed if
+ * its parameters changed (its type's reserve may have moved the booking before the cloud failed it);
+ * a window's move alone fails whole (the calendar's one transaction): nothing to put back then, and
+ * the lease's lock is not held for the day a rollback may retry.
+ */
+async function putBack(s: LeaseState, before: Lease, next: Lease, moved: Reservation[]): Promise<void> {
+  if (!patched(ROLLBACK_ONLY_MOVED.id)) {
+    await compensate(s, 'putting the bookings back', () => book(s, before, undefined, patched(ONE_ROLLBACK_FOR_UPDATES.id) ? mustFinish : quick));
+    return;
+  }
+  const failed = next.reservations[moved.length]; // none when all were booked and the record failed
+  const paramsOf = (r: Reservation | undefined) => JSON.stringify(r?.params);
+  const failedMidway = failed !== undefined && paramsOf(failed) !== paramsOf(before.reservations.find((r) => r.id === failed.id));
+  const back = new Set([...moved.map((r) => r.id), ...(failedMidway ? [failed.id] : [])]);
+  if (back.size === 0) return;
+  await compensate(s, 'putting the bookings back', () => book(s, before, undefined, mustFinish, [], back));
 }

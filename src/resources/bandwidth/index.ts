@@ -284,6 +284,8 @@ export function bandwidthPlugin(deps: BandwidthDeps): ResourcePlugin<BandwidthPa
       };
     },
 
+    moveWindow: (ctx) => calendar.moveWindow(ctx),
+
     // No `start`: reserve always lists the start's steps, each its own activity.
     startStep: runStep,
 

@@ -17,7 +17,7 @@ import { sameTypeReservations, type ReservationContext } from '../../domain/reso
 import { blockedFloatingIpIntervals, deleteFloatingIpBookings, floatingIpBookings, floatingIpsOfReservation, insertFloatingIpBooking, listFloatingIps, type FloatingIpRecord } from '../../db/floating-ips';
 import type { Pool } from '../../db/pool';
 import type { WholeResourceBookingRow } from '../../db/range-bookings';
-import { bookInTransaction, bookingKey } from '../shared/booking';
+import { bookedFor, bookInTransaction, bookingKey } from '../shared/booking';
 import { alreadyBooked, NEVER_FITS, WholeResourceCalendar, type BlockedInterval, type NewWholeResourceBooking } from '../shared/whole-resource-calendar';
 import type { FloatingIpParams } from './params';
 
@@ -53,6 +53,32 @@ export class FloatingIpCalendar extends WholeResourceCalendar<FloatingIpRecord, 
     );
   }
 
+  /**
+   * A started lease whose floating IP reservations hold their addresses, booked for their
+   * parameters: the new window (an early end, an extension) decided here alone, every address kept
+   * (no Neutron read: nothing is given up, nothing added). False when it is not that case: the
+   * type's reserve books it then.
+   */
+  async moveWindow(ctx: ReservationContext<FloatingIpParams>): Promise<boolean> {
+    if (ctx.leaseStatus === 'PENDING') return false;
+    return bookInTransaction(
+      this.pool,
+      async (client) => {
+        const reservations = sameTypeReservations(ctx);
+        const existing = await floatingIpBookings.lockLease(client, ctx.leaseId);
+        const asked = reservations.map((r) => [r.id, r.params]);
+        const holdsAll = (r: Reservation<FloatingIpParams>) => {
+          const held = existing.filter((row) => row.reservation_id === r.id).map((row) => row.name);
+          return held.length === r.params.amount && r.params.required_floatingips.every((a) => held.includes(a));
+        };
+        if (existing.length === 0 || !existing.every((row) => bookedFor(row.booking_key, asked)) || !reservations.every(holdsAll)) return false;
+        await this.bookIn(client, ctx, {});
+        return true;
+      },
+      { retryExclusion: true },
+    );
+  }
+
   addresses(reservationId: string): Promise<FloatingIpRecord[]> {
     return floatingIpsOfReservation(this.pool, reservationId);
   }
@@ -72,7 +98,7 @@ export class FloatingIpCalendar extends WholeResourceCalendar<FloatingIpRecord, 
   private async bookIn(client: PoolClient, ctx: ReservationContext<FloatingIpParams>, options: BookingOptions): Promise<void> {
     const reservations = sameTypeReservations(ctx);
     const existing = await floatingIpBookings.lockLease(client, ctx.leaseId);
-    const key = bookingKey([ctx.startMs, ctx.endMs, reservations.map((r) => [r.id, r.params])]);
+    const key = bookingKey(reservations.map((r) => [r.id, r.params]), [ctx.startMs, ctx.endMs]);
     // Already booked for exactly this request (a sibling's call booked us, or a retry): nothing to do.
     if (alreadyBooked(existing, key)) return;
 

@@ -79,6 +79,8 @@ export function floatingIpPlugin(deps: FloatingIpDeps): ResourcePlugin<FloatingI
       return { allocation, resourceKeys: addresses.map((a) => `floatingip:${a.id}`), footprint: { floating_ips: addresses.length } };
     },
 
+    moveWindow: (ctx) => calendar.moveWindow(ctx),
+
     async start(ctx) {
       const client = neutron();
       if (!client) return;

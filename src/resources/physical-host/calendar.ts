@@ -334,5 +334,5 @@ export class HostCalendar extends WholeResourceCalendar<HostRecord, BookedHost[]
 
 /** Identifies one booking request of a lease: its window and its host reservations' parameters. */
 export function hostBookingKey(ctx: Pick<ReservationContext, 'startMs' | 'endMs'>, reservations: ReadonlyArray<Pick<Reservation<unknown>, 'id' | 'params'>>): string {
-  return bookingKey([ctx.startMs, ctx.endMs, reservations.map((r) => [r.id, r.params])]);
+  return bookingKey(reservations.map((r) => [r.id, r.params]), [ctx.startMs, ctx.endMs]);
 }

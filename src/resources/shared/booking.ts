@@ -14,10 +14,32 @@ import { isDeadlockOrSerialization, isLostRace, type Pool } from '../../db/pool'
 import type { FitSearch } from '../../domain/resource-plugin';
 import { inTransaction } from '../../db/transaction';
 
-/** Identifies one booking request (its window and what it asks for): a booking already made for it is not made again. */
-export function bookingKey(request: unknown[]): string {
-  return createHash('sha256').update(JSON.stringify(request)).digest('hex').slice(0, 32);
+/**
+ * Identifies one booking request, so that a booking already made for it is not made again: what the
+ * reservations asked for (`params`), then the rest of the request (its window, what it amounts to).
+ */
+export function bookingKey(params: unknown, rest: unknown[]): string {
+  return digest(params) + digest(rest);
 }
+
+/**
+ * Whether a booking (by its key) was made for these parameters: then, for a started lease, only its
+ * window can have changed, which the calendar decides alone (keys from before the two halves never match).
+ */
+export function bookedFor(key: string, params: unknown): boolean {
+  return key.startsWith(digest(params));
+}
+
+/**
+ * The key of a booking moved to a new window by the calendar alone: what it was made for (the first
+ * half) stays, the rest becomes the old key's and the new window's.
+ */
+export function movedBookingKey(key: string, window: { startMs: number; endMs: number; provisioningLeadMs: number }): string {
+  return key.slice(0, DIGEST_LENGTH) + digest([key, window.startMs, window.endMs, window.provisioningLeadMs]);
+}
+
+const DIGEST_LENGTH = 16;
+const digest = (value: unknown) => createHash('sha256').update(JSON.stringify(value)).digest('hex').slice(0, DIGEST_LENGTH);
 
 
 /**

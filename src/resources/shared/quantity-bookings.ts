@@ -32,7 +32,7 @@ import {
 } from '../../db/quantity-allocations';
 import type { Calendar } from '../../domain/calendar';
 import type { FitSearch, ReservationContext } from '../../domain/resource-plugin';
-import { bookInTransaction, bookingKey, checkKeys, extensionRefused, releaseBooking, shortage } from './booking';
+import { bookedFor, bookInTransaction, bookingKey, checkKeys, extensionRefused, releaseBooking, shortage } from './booking';
 
 export type { CapacityProvider };
 
@@ -154,6 +154,23 @@ export class QuantityCalendar implements Calendar<QuantityCalendarTypes> {
         bookingKey: key,
       });
       return { providerUuid: chosen.uuid, host: chosen.host, name: chosen.name };
+    });
+  }
+
+  /**
+   * A started reservation whose booking was made for its parameters: its new window (an early end,
+   * an extension) decided here alone, keeping its provider and amounts (no cloud read). False when it
+   * is not that case (no booking, other parameters): the type's reserve books it then.
+   */
+  async moveWindow(ctx: ReservationContext): Promise<boolean> {
+    if (ctx.leaseStatus === 'PENDING') return false;
+    return this.transaction(async (client) => {
+      const existing = await bookingOfReservation(client, ctx.reservation.id);
+      if (!existing || !bookedFor(existing.booking_key, ctx.reservation.params)) return false;
+      const request = { kind: existing.kind, amounts: existing.amounts, subject: existing.subject ?? undefined, describe: `its ${describeAmounts(existing.amounts)}`, matches: () => true };
+      const key = quantityBookingKey(ctx, request);
+      if (existing.booking_key !== key) await this.resizeKeepingProvider(client, ctx, request, existing, key);
+      return true;
     });
   }
 
@@ -331,6 +348,6 @@ function asProvider(p: CapacityProvider): QuantityProvider {
 }
 
 /** Identifies one booking request: its window and what it asks for. */
-function quantityBookingKey(ctx: ReservationContext, request: QuantityRequest): string {
-  return bookingKey([ctx.startMs, ctx.endMs, ctx.provisioningLeadMs, request.amounts, request.subject ?? null, ctx.reservation.params]);
+function quantityBookingKey(ctx: ReservationContext, request: Pick<QuantityRequest, 'amounts' | 'subject'>): string {
+  return bookingKey(ctx.reservation.params, [ctx.startMs, ctx.endMs, ctx.provisioningLeadMs, request.amounts, request.subject ?? null]);
 }

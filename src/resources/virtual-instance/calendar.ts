@@ -29,7 +29,7 @@ import {
   type CapacityProvider,
   type LiveSlots,
 } from '../../db/quantity-allocations';
-import { bookInTransaction, bookingKey, checkKeys, extensionRefused, releaseBooking, shortage } from '../shared/booking';
+import { bookedFor, bookInTransaction, bookingKey, checkKeys, extensionRefused, movedBookingKey, releaseBooking, shortage } from '../shared/booking';
 import { COMPUTE_KIND } from '../shared/compute-providers';
 import type { Amounts } from '../../domain/quantity-calendar';
 import type { Affinity } from '../../domain/instance-slots';
@@ -114,7 +114,7 @@ export class InstanceSlotCalendar implements Calendar<InstanceCalendarTypes> {
       this.pool,
       async (client) => {
         const now = Date.now();
-        const key = bookingKey([ctx.startMs, ctx.endMs, ctx.provisioningLeadMs, ctx.reservation.params, spec]);
+        const key = bookingKey(ctx.reservation.params, [ctx.startMs, ctx.endMs, ctx.provisioningLeadMs, spec]);
         const live = await liveSlots(client, ctx.reservation.id, now);
         // `rebook` (healing): the same request, but some of its hosts can no longer be counted on.
         if (!options.rebook && live.length > 0 && live.every((l) => l.bookingKey === key)) return this.placementsOf(live);
@@ -131,6 +131,36 @@ export class InstanceSlotCalendar implements Calendar<InstanceCalendarTypes> {
         }
         const active = ctx.leaseStatus !== 'PENDING' && live.length > 0;
         return active ? this.rebookActive(client, ctx, request, candidates, live, key, now, options.keepOn) : this.bookPending(client, ctx, request, candidates, live, key);
+      },
+      { retryExclusion: true },
+    );
+  }
+
+  /**
+   * A started reservation whose slots were booked for its parameters: its new window (an early end,
+   * an extension) decided here alone, its slots kept where they are (no cloud read: the slot's size
+   * is the booked one). False when it is not that case (no live slots, other parameters, a host of
+   * its slots no longer takes slots): the type's reserve books it then.
+   */
+  async moveWindow(ctx: ReservationContext): Promise<boolean> {
+    if (ctx.leaseStatus === 'PENDING') return false;
+    return bookInTransaction(
+      this.pool,
+      async (client) => {
+        const now = Date.now();
+        // Slots that ended with an early end already done are live just before it (a retry finds them again).
+        const live = await liveSlots(client, ctx.reservation.id, Math.min(now, ctx.endMs - 1));
+        if (live.length === 0 || !live.every((l) => bookedFor(l.bookingKey, ctx.reservation.params))) return false;
+        const request: SlotRequest = { slot: live[0].slot, amount: live.reduce((n, l) => n + l.slots, 0), affinity: null };
+        const candidates = (await this.candidates(client, { ...request, resourceProperties: '' })).filter((c) => live.some((l) => l.providerUuid === c.provider.uuid));
+        if (candidates.length < live.length) return false;
+        await lockProviders(
+          client,
+          candidates.map((c) => c.provider.uuid),
+        );
+        const key = movedBookingKey(live[0].bookingKey, ctx);
+        if (!live.every((l) => l.bookingKey === key)) await this.rebookActive(client, ctx, request, candidates, live, key, now);
+        return true;
       },
       { retryExclusion: true },
     );

@@ -179,6 +179,8 @@ export function slotReservationPlugin<P extends SlotParams>(type: SlotType<P>, d
       return { allocation: { ...described, ...resources, ...shown(placement) }, resourceKeys: [], footprint: footprintOfAmounts(slots.slot, slots.amount) };
     },
 
+    moveWindow: (ctx) => calendar.moveWindow(ctx),
+
     /** In use while a server of the reservation's flavor exists (only the lessee's project may use it); without a cloud it cannot tell. */
     async inUse(ctx) {
       const clients = cloud();

@@ -325,6 +325,8 @@ export function virtualServerPlugin(deps: VirtualServerDeps): ResourcePlugin<Vir
       };
     },
 
+    moveWindow: (ctx) => calendar.moveWindow(ctx),
+
     async hold(ctx) {
       const { server_id: serverId } = ctx.reservation.params;
       if (serverId) await shelveAndOffload(deps.cloud().nova, serverId);
