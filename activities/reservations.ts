@@ -15,7 +15,7 @@ import type { NoticeService } from '../src/notifications/service';
 import { reserveFor, typedContext, type EndOutcome, type EndRequest, type HealOutcome, type HookContext, type ReservationContext, type ReserveResult, type ResourcePlugin, type ResourcePlugins, type StartOutcome, type StepOutcome } from '../src/domain/resource-plugin';
 
 /** How often a running hook tells the server its worker is alive (the workflow sets a heartbeat timeout a few times longer). */
-export const LIVENESS_HEARTBEAT_MS = 5_000;
+export const LIVENESS_HEARTBEAT_MS = 2_000;
 
 async function classified<T>(hook: () => Promise<T>): Promise<T> {
   // A worker killed mid-hook is noticed by its missing heartbeats, and the hook retried elsewhere

@@ -37,6 +37,9 @@ function commonWorkerOptions(options: WorkerOptions, identitySuffix: string) {
     ...('bundlePath' in workflows ? { workflowBundle: { codePath: workflows.bundlePath } } : { workflowsPath: workflows.workflowsPath }),
     // On SIGTERM, running activities get this long to finish before the worker stops.
     shutdownGraceTime: config.worker.shutdownGraceMs,
+    // A running hook's heartbeat goes out at least this often (the SDK's default waits up to 80 % of
+    // the heartbeat timeout between two): the 10 s timeout that notices a dead worker keeps a margin.
+    maxHeartbeatThrottleInterval: 3_000,
   };
 }
 

@@ -26,9 +26,11 @@ export const recordingLocally = proxyLocalActivities<Activities>(RECORDING);
 
 /**
  * Resource hooks heartbeat while they run (activities/reservations.ts): a worker that dies mid-hook
- * is noticed within this timeout and the hook runs again on another worker.
+ * is noticed within this timeout and the hook runs again on another worker. The workers send a
+ * hook's heartbeat at least every 3 s (worker/create-worker.ts), so 10 s leaves room for a slow
+ * round trip; it was 20 s (a changed timeout replays: histories do not compare it).
  */
-const HOOK_HEARTBEAT_TIMEOUT = '20 seconds';
+const HOOK_HEARTBEAT_TIMEOUT = '10 seconds';
 
 /** Keep trying for a while (starting resources), then let the lease fail. */
 export const patient = proxyActivities<Activities>({
