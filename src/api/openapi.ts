@@ -182,6 +182,19 @@ const availability = z.strictObject({
 });
 const window = z.strictObject({ start_date: requestDateText, end_date: requestDateText.nullable() });
 const searchAnswer = z.strictObject({ earliest: window.nullable(), longest_from_start: window.nullable(), note: z.string().optional() });
+const offer = z
+  .strictObject({
+    id: z.string(),
+    kind: z.enum(['exact', 'later', 'shorter', 'fewer']),
+    start_date: requestDateText,
+    end_date: requestDateText,
+    reservations: z.array(z.looseObject({ resource_type: z.string() })).describe('what each reservation would book, in counts: hosts, instances, addresses, ports and bandwidth'),
+    reason: z.string(),
+    expires_at: z.string(),
+    refused_by: z.string().optional().describe('the usage policy rule that refuses it (listed only when nothing else exists)'),
+  })
+  .openapi('Offer');
+const offersAnswer = z.strictObject({ offers: z.array(offer), note: z.string().optional() });
 
 const bookingLease = z.looseObject({ start_ms: z.number(), end_ms: z.number(), reserved: z.boolean().optional(), lease_id: z.string().optional(), mine: z.boolean().optional() });
 const calendar = z.strictObject({
@@ -575,6 +588,30 @@ export function apiOperations(types: ResourceTypes): Operation[] {
       security: AUTHENTICATED,
       request: { body: { content: { 'application/json': { schema: leaseCreate.omit({ name: true }) } }, required: true } },
       responses: { 200: json(searchAnswer, 'the earliest fit and the longest lease from the start'), ...COMMON_REFUSALS },
+    },
+    {
+      method: 'post', path: '/v1/offers', tags: ['availability'], summary: 'What would work instead (extension)',
+      description:
+        'Takes reservations (as a create), a `duration` in minutes, a range (`start_after`, `end_before`) and what would do instead (`min` per reservation, `min_duration`), and answers up to `limit` offers, best first: `exact`, `later`, `shorter`, `fewer`. Offers are kept until `expires_at`. Members see counts only.',
+      security: AUTHENTICATED,
+      request: {
+        body: {
+          content: {
+            'application/json': {
+              schema: z.strictObject({
+                reservations: z.array(z.looseObject({ resource_type: z.string(), min: z.number().int().optional() })),
+                duration: z.number().int(),
+                min_duration: z.number().int().optional(),
+                start_after: requestDateText.optional(),
+                end_before: requestDateText.optional(),
+                limit: z.number().int().optional(),
+              }),
+            },
+          },
+          required: true,
+        },
+      },
+      responses: { 200: json(offersAnswer, 'the offers, best first'), ...COMMON_REFUSALS },
     },
     {
       method: 'get', path: '/v1/usage', tags: ['usage'], summary: 'Booked and used resource-hours (extension)',

@@ -280,7 +280,8 @@ export class HostCalendar extends WholeResourceCalendar<HostRecord, BookedHost[]
       // Failed hosts may come back: not "never", but not now either (no earliest start can be promised).
       throw leaseConflict(
         `Not enough hosts available. Reservation ${tooMany.id} needs at least ${request.min} host(s); ${hosts.length} reservable host(s) are up (${matching} match its properties) and ${failed.length} failed (${failed.join(', ')}): it may fit once they are back.`,
-        NEVER_FITS,
+        // The refusal's `reason` (offers, src/api/offers.ts): not capacity as such, hosts that failed.
+        { ...NEVER_FITS, reason: 'failed_hosts' },
       );
     }
     throw leaseConflict(
