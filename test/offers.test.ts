@@ -201,7 +201,7 @@ describe('offers', () => {
     for (const offer of res.body.offers) expect(offer.refused_by).toBe('max_hosts');
   });
 
-  it('answers a refused extension with latest_end as before, plus reason and extension offers down from it', async () => {
+  it('offers extensions (GET extension-offers), and answers a refused extension with latest_end as before, plus reason and the same extension offers', async () => {
     const now = Math.ceil(Date.now() / MIN) * MIN;
     const end = now + 60 * MIN;
     const active = await alpha('POST', '/v1/leases', { name: 'to-extend', start_date: 'now', end_date: date(end), reservations: [hostReservation({ min: 3, max: 3 })] });
@@ -209,6 +209,11 @@ describe('offers', () => {
     const next = await beta('POST', '/v1/leases', { name: 'next-one', start_date: date(end + 40 * MIN), end_date: date(end + 100 * MIN), reservations: [hostReservation()] });
     expect(next.status).toBe(201);
     await eventually(async () => ((await alpha('GET', `/v1/leases/${active.body.lease.id}`)).body.lease.status === 'ACTIVE' ? true : undefined), 20_000);
+    // Asked beforehand: the same ends, each an end_date to PUT.
+    const asked = await alpha('GET', `/v1/leases/${active.body.lease.id}/extension-offers`);
+    expect(asked.status).toBe(200);
+    expect(asked.body.offers.map((o: { kind: string; end_date: string }) => [o.kind, o.end_date])).toEqual([40, 20, 10, 5].map((m) => ['shorter', date(end + m * MIN)]));
+    expect(JSON.stringify(asked.body)).not.toContain(next.body.lease.id);
     const res = await alpha('PUT', `/v1/leases/${active.body.lease.id}`, { end_date: date(end + 180 * MIN) });
     expect(res.status).toBe(409);
     expect(res.body).toMatchObject({ error_code: 409, latest_end: date(end + 40 * MIN), reason: 'capacity' });
@@ -221,5 +226,7 @@ describe('offers', () => {
     // Each is an end_date to PUT: the longest is accepted.
     const extended = await alpha('PUT', `/v1/leases/${active.body.lease.id}`, { end_date: res.body.offers[0].end_date });
     expect(extended.status).toBe(200);
+    const after = await alpha('GET', `/v1/leases/${active.body.lease.id}/extension-offers`);
+    expect(after.body).toEqual({ offers: [], note: expect.stringMatching(/cannot be extended now/) });
   });
 });

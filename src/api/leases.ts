@@ -16,7 +16,7 @@ import { jsonArrayParts, sendJsonParts } from './json-stream';
 import { changeLease, createLease, idempotentLeaseId, noAnswerInTime, removeLease, requestHash, type LeaseCommandOptions } from './lease-commands';
 import { createLeaseSchema, listLeasesQuery, updateLeaseSchema } from './lease-schemas';
 import { refuseUnknownPropertyKeys } from './property-keys';
-import { DEFAULT_OFFER_LIMIT, extensionOffers, makeOffers, refusedWithOffers, type OfferDeps } from './offers';
+import { DEFAULT_OFFER_LIMIT, extensionOffers, leaseExtensionOffers, makeOffers, refusedWithOffers, type OfferDeps } from './offers';
 import { requestDateSchema } from './lease-schemas';
 import { wholeMinuteDown } from '../domain/dates';
 
@@ -85,6 +85,13 @@ export function leasesRouter(deps: { pool: Pool; types: ResourceTypes; commands:
 
   router.get('/leases/:id', async (req, res) => {
     res.json({ lease: toBlazarLease(await visibleLease(pool, identityOf(res), req.params.id)) });
+  });
+
+  router.get('/leases/:id/extension-offers', async (req, res) => {
+    const identity = identityOf(res);
+    const lease = await visibleLease(pool, identity, req.params.id);
+    if (!deps.offers) throw new ApiError(503, 'offers are not available in this deployment');
+    res.json(await leaseExtensionOffers(deps.offers, identity, lease));
   });
 
   router.post('/leases', async (req, res) => {

@@ -13,7 +13,7 @@ import { Router } from 'express';
 import { z } from 'zod';
 import { reuseEnd, reuseStart, wholeMinuteDown, wholeMinuteUp } from '../domain/dates';
 import { searchLease } from '../domain/fit-search';
-import { newLease, type Reservation } from '../domain/lease';
+import { newLease, type Lease, type Reservation } from '../domain/lease';
 import { extensionSteps, planOffers, sortOffers, type OfferCount, type PlannedOffer } from '../domain/offers';
 import type { ResourceTypes } from '../domain/resource-plugin';
 import { footprintOf } from '../domain/usage';
@@ -234,25 +234,54 @@ export async function refusedWithOffers<T>(work: () => Promise<T>, offersFor: (r
   }
 }
 
+/** How far an extension offer reaches when nothing follows the lease's resources. */
+export const EXTENSION_HORIZON_MS = 30 * 86_400_000;
+
 /**
  * Extension offers for a lease: up to `latestEndMs` (the latest end its resources allow), and
- * shorter steps (extensionSteps), each an `end_date` to PUT; stored as offers are.
+ * shorter steps (extensionSteps), each an `end_date` to PUT; those the usage policy refuses are
+ * left out (or listed with the rule when none is allowed). Stored as offers are, for the lease's project.
  */
-export async function extensionOffers(deps: OfferDeps, identity: Identity, lease: { id: string; startMs: number; endMs: number; reservations: Reservation[] }, latestEndMs: number, nowMs = Date.now()): Promise<{ offers: OfferJson[] }> {
+export async function extensionOffers(deps: OfferDeps, identity: Identity, lease: Lease, latestEndMs: number, nowMs = Date.now()): Promise<{ offers: OfferJson[] }> {
   const expiresAtMs = nowMs + deps.offerTtlMs;
-  const ends = extensionSteps(lease.endMs, latestEndMs);
-  const rows: OfferRow[] = ends.map((endMs) => ({ id: randomUUID(), projectId: identity.projectId, kind: 'shorter', startMs: lease.startMs, endMs, leaseBody: { lease_id: lease.id, end_date: reuseEnd(endMs) }, expiresAtMs }));
+  const ends = extensionSteps(lease.endMs, Math.min(latestEndMs, lease.endMs + EXTENSION_HORIZON_MS));
+  const checked = await Promise.all(
+    ends.map(async (endMs) => ({ endMs, refusal: await deps.usagePolicy?.wouldRefuse(deps.pool, { next: { ...lease, endMs }, previous: lease, byAdmin: identity.isAdmin }) })),
+  );
+  const allowed = checked.filter((c) => !c.refusal);
+  const listed = allowed.length > 0 ? allowed : checked;
+  const rows: OfferRow[] = listed.map(({ endMs }) => ({ id: randomUUID(), projectId: lease.projectId, kind: 'shorter', startMs: lease.startMs, endMs, leaseBody: { lease_id: lease.id, end_date: reuseEnd(endMs) }, expiresAtMs }));
   await saveOffers(deps.pool, rows, nowMs);
   const described = lease.reservations.map((r) => ({ resource_type: r.resource_type, ...(deps.types.get(r.resource_type)?.offers?.describe(r.params) ?? {}) }));
   return {
-    offers: rows.map((row, i) => ({
-      id: row.id,
-      kind: 'shorter',
-      start_date: reuseStart(lease.startMs),
-      end_date: reuseEnd(row.endMs),
-      reservations: described,
-      reason: i === 0 ? 'the longest extension possible: its resources are free until then' : `a shorter extension (${Math.round((row.endMs - lease.endMs) / 60_000)} min)`,
-      expires_at: new Date(expiresAtMs).toISOString(),
-    })),
+    offers: rows.map((row, i) => {
+      const { refusal } = listed[i];
+      const reason = row.endMs === ends[0] ? 'the longest extension possible now: its resources are free until then' : `a shorter extension, by ${Math.round((row.endMs - lease.endMs) / 60_000)} min`;
+      return {
+        id: row.id,
+        kind: 'shorter',
+        start_date: reuseStart(lease.startMs),
+        end_date: reuseEnd(row.endMs),
+        reservations: described,
+        reason: refusal ? `${reason}; but the usage policy refuses it (${refusal.rule}): ${refusal.message}` : reason,
+        expires_at: new Date(expiresAtMs).toISOString(),
+        ...(refusal ? { refused_by: refusal.rule } : {}),
+      };
+    }),
   };
+}
+
+/**
+ * GET /v1/leases/{id}/extension-offers: how far the lease can be extended now (the earliest of its
+ * types' latest ends, keeping its resources), and shorter steps. A type that cannot tell leaves a note.
+ */
+export async function leaseExtensionOffers(deps: OfferDeps, identity: Identity, lease: Lease): Promise<{ offers: OfferJson[]; note?: string }> {
+  if (lease.status !== 'ACTIVE' && lease.status !== 'PENDING') throw new ApiError(409, `Lease ${lease.name} is ${lease.status}: only a pending or active lease can be extended`);
+  const types = [...new Set(lease.reservations.map((r) => r.resource_type))];
+  const silent = types.filter((type) => !deps.types.get(type)?.latestEnd);
+  if (silent.length > 0) return { offers: [], note: `extensions of ${silent.join(', ')} reservations cannot be previewed: PUT the end_date you want; a refusal names the latest possible end` };
+  const ends = await Promise.all(types.map((type) => deps.types.get(type)!.latestEnd!(lease.id)));
+  const latest = Math.min(Infinity, ...ends.map((end) => end ?? Infinity));
+  const found = await extensionOffers(deps, identity, lease, latest);
+  return found.offers.length > 0 ? found : { ...found, note: 'its resources are booked right after its end: it cannot be extended now' };
 }

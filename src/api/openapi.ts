@@ -358,7 +358,7 @@ export function apiOperations(types: ResourceTypes): Operation[] {
     {
       method: 'put', path: '/v1/leases/{id}', tags: ['leases'], summary: 'Update a lease',
       description:
-        "Renames it, moves its dates (the bookings move with them, or nothing changes: 409), or ends it now (`end_date: \"now\"`). Blazar's rules: a started lease's start cannot move; `reservations` change a reservation's parameters by id.",
+        "Renames it, moves its dates (the bookings move with them, or nothing changes: 409), or ends it now (`end_date: \"now\"`). Blazar's rules: a started lease's start cannot move; `reservations` change a reservation's parameters by id. A refusal for capacity or a usage policy rule also carries `reason` and `offers` (an extension's: the ends up to `latest_end`).",
       security: AUTHENTICATED,
       request: { params: idParam('the lease id'), body: { content: { 'application/json': { schema: updateLeaseSchema } }, required: true } },
       responses: { 200: leaseBody, ...COMMON_REFUSALS, 403: refusal('a policy refused the change'), 404: notFound, 409: refusal('the new window is not free, the name is taken, or the lease is changing') },
@@ -369,6 +369,14 @@ export function apiOperations(types: ResourceTypes): Operation[] {
       security: AUTHENTICATED,
       request: { params: idParam('the lease id') },
       responses: { 204: noContent('the lease is gone'), 202: leaseBody, ...COMMON_REFUSALS, 404: notFound },
+    },
+    {
+      method: 'get', path: '/v1/leases/{id}/extension-offers', tags: ['leases'], summary: 'How far could this lease be extended? (extension)',
+      description:
+        'The longest extension possible now (its resources kept: up to the next booking of them) and shorter steps (halves), each an `end_date` to PUT; steps the usage policy refuses are left out, or listed with the rule when none is allowed. A type that cannot tell leaves a `note`.',
+      security: AUTHENTICATED,
+      request: { params: idParam('the lease id') },
+      responses: { 200: json(offersAnswer, 'the extension offers, longest first'), ...COMMON_REFUSALS, 404: notFound, 409: refusal('the lease has ended or is being deleted') },
     },
     {
       method: 'get', path: '/v1/os-hosts', tags: ['hosts'], summary: 'List enrolled hosts',

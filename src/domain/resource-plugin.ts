@@ -233,6 +233,12 @@ export interface ResourceType<P = Record<string, unknown>> {
    * leave it out; their leases are admitted by the lease workflow.
    */
   bookAtAdmission?(client: PoolClient, ctx: ReservationContext<P>): Promise<ReserveResult>;
+  /**
+   * The latest end the lease's bookings of this type can move to keeping their resources (extension
+   * offers): Infinity when nothing follows; undefined when the lease holds none of this type. Types
+   * without it cannot preview an extension (its PUT still answers with latest_end).
+   */
+  latestEnd?(leaseId: string): Promise<number | undefined>;
   /** Counts for offers; a type without it is offered only as asked (later or shorter, never fewer). */
   readonly offers?: OfferShape<P>;
 }

@@ -32,6 +32,7 @@ export function floatingIpType(deps: Pick<FloatingIpDeps, 'pool'>, calendar = ne
     resourceType: VIRTUAL_FLOATINGIP,
     paramsSchema: floatingIpParams,
     earliest: ({ reservations, startMs, durationMs, provisioningLeadMs }) => calendar.search(reservations, startMs, durationMs, provisioningLeadMs),
+    latestEnd: (leaseId) => calendar.latestEnd(leaseId),
     // The addresses it names are the least it can take.
     offers: amountOffers<FloatingIpParams>({
       describe: (params) => ({ addresses: params.amount }),

@@ -76,6 +76,7 @@ export function physicalHostType(deps: Pick<PhysicalHostDeps, 'pool' | 'settings
     checkPropertyKeys: (params, viewer) => checkHostQueryKeys(deps.pool, params, viewer),
     earliest: ({ reservations, startMs, durationMs }) => calendar.search(reservations, startMs, durationMs),
     offers: hostOffers,
+    latestEnd: (leaseId) => calendar.latestEnd(leaseId),
     // Booking hosts is the calendar's alone: the API admits host leases in its own transaction.
     async bookAtAdmission(client, ctx) {
       refuseWithoutCloud(deps);

@@ -165,6 +165,17 @@ export abstract class WholeResourceCalendar<Resource extends { id: string }, Boo
     return assignHosts(wants, free, await preferred(calendar));
   }
 
+  /**
+   * The latest end the lease's bookings here can move to, keeping their resources (what an
+   * extension's refusal names as latest_end): Infinity when nothing follows; undefined when it holds none here.
+   */
+  async latestEnd(leaseId: string): Promise<number | undefined> {
+    const existing = await this.bookings.ofLease(this.pool, leaseId);
+    if (existing.length === 0) return undefined;
+    const next = await this.bookings.firstOtherFrom(this.pool, [...new Set(existing.map((row) => row.resource_id))], leaseId, Math.min(...existing.map((row) => row.end_ms)));
+    return next ? next.next_ms - this.cleaningMs : Infinity;
+  }
+
   /** An active lease keeps its resources and only its end moves; a collision with another lease's booking says how far it can go. */
   protected async moveEndOrRefuse(client: PoolClient, ctx: ReservationContext, existing: WholeResourceBookingRow[]): Promise<void> {
     if (await this.bookings.moveLeaseEnd(client, ctx.leaseId, ctx.endMs, this.cleaningMs)) return;
