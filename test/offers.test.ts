@@ -99,6 +99,12 @@ describe('offers', () => {
     expect(bounded.body.offers.map((o: { kind: string }) => o.kind)).toEqual(['later', 'shorter', 'fewer']);
   });
 
+  it('answers a pathological request (10 000 hosts asked, limit 20) with what it found, within its search bound', async () => {
+    const res = await hostOffers(alpha, { limit: 20 }, { min: 1, max: 10_000 });
+    expect(res.status).toBe(200);
+    expect(summary(res.body.offers)).toEqual([['fewer', `${D} 10:00`, `${D} 12:00`, [{ resource_type: 'physical:host', hosts: 1 }]]]);
+  });
+
   it('shows a member counts only: no other project\'s lease, no host names; an admin sees the same counts', async () => {
     const asMember = await hostOffers(alpha);
     const asAdmin = await hostOffers(admin);

@@ -13,9 +13,10 @@ import { Router } from 'express';
 import { z } from 'zod';
 import { reuseEnd, reuseStart, wholeMinuteDown, wholeMinuteUp } from '../domain/dates';
 import { searchLease } from '../domain/fit-search';
-import { newLease, type Lease, type Reservation } from '../domain/lease';
+import { ApplicationFailure } from '@temporalio/common';
+import { LeaseErrorType, newLease, type Lease, type Reservation } from '../domain/lease';
 import { extensionSteps, planOffers, sortOffers, type OfferCount, type PlannedOffer } from '../domain/offers';
-import type { ResourceTypes } from '../domain/resource-plugin';
+import type { FitSearch, ResourceTypes } from '../domain/resource-plugin';
 import { footprintOf } from '../domain/usage';
 import { saveOffers, type OfferRow } from '../db/offers';
 import type { Pool } from '../db/pool';
@@ -145,7 +146,7 @@ export async function makeOffers(deps: OfferDeps, identity: Identity, ask: Offer
       minDurationMs: ask.minDurationMs,
       limit: ask.limit,
     },
-    (searched, startMs, durationMs) => searchLease(deps.types, identity.projectId, searched, startMs, durationMs, deps.provisioningLeadMs),
+    (searched, startMs, durationMs) => searchLease(deps.types, identity.projectId, searched, startMs, durationMs, deps.provisioningLeadMs).catch(neverFits),
   );
   const checked = await Promise.all(plan.offers.map(async (offer) => ({ offer, refusal: await policyRefusalOf(deps, identity, offer, nowMs) })));
   const allowed = checked.filter((c) => !c.refusal);
@@ -172,6 +173,12 @@ export async function makeOffers(deps: OfferDeps, identity: Identity, ask: Offer
     ...(offer.refusal ? { refused_by: offer.refusal.rule } : {}),
   }));
   return { offers, ...(plan.cutShort ? { note: `the search stopped at its work bound (${plan.searches} searches): there may be more than these offers` } : {}) };
+}
+
+/** A search a calendar refuses outright (more hosts than are enrolled): for offers, a count that never fits. */
+function neverFits(err: unknown): FitSearch {
+  if (err instanceof ApplicationFailure && err.type === LeaseErrorType.conflict) return { longestMs: 0, cutShort: false, tried: 0 };
+  throw err;
 }
 
 /** The usage policy's refusal of the lease an offer stands for, by the create's own check. */
