@@ -5,6 +5,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import { findOffer } from '../src/db/offers';
+import { insertWindow } from '../src/db/maintenance';
 import { insertFloatingIp } from '../src/db/floating-ips';
 import { syncCapacityProviders } from '../src/db/quantity-allocations';
 import { floatingIpPlugin } from '../src/resources/floating-ip';
@@ -23,6 +24,7 @@ const date = (ms: number) => new Date(ms).toISOString().slice(0, 16).replace('T'
 const dayAhead = (days: number) => new Date(Date.now() + days * 86_400_000).toISOString().slice(0, 10);
 const D = dayAhead(30);
 const E = dayAhead(31);
+const F = dayAhead(32);
 const HOSTS = ['offer-host-1', 'offer-host-2', 'offer-host-3'];
 
 describe('offers', () => {
@@ -38,10 +40,11 @@ describe('offers', () => {
   const beta = apiClient(() => stack().url, { 'X-Project-Id': 'beta', 'X-Roles': 'member' });
   const gamma = apiClient(() => stack().url, { 'X-Project-Id': 'gamma', 'X-Roles': 'member' });
   let betaLease: { id: string; name: string };
+  const hostIds: string[] = [];
 
   beforeAll(async () => {
     const { pool } = stack().db;
-    for (const name of HOSTS) await insertHost(pool, { name });
+    for (const name of HOSTS) hostIds.push(await insertHost(pool, { name }));
     // 16 vCPUs per host: two slots of 8 on each, six in all.
     await syncCapacityProviders(pool, COMPUTE_KIND, HOSTS.map((name) => ({ uuid: randomUUID(), name, host: name, capacity: { VCPU: 16, MEMORY_MB: 32_768, DISK_GB: 200 }, traits: [] })));
     for (const address of ['198.51.100.10', '198.51.100.11']) await insertFloatingIp(pool, { id: randomUUID(), networkId: NETWORK, subnetId: 'subnet-1', address });
@@ -197,6 +200,16 @@ describe('offers', () => {
     const again = await alpha('POST', '/v1/leases', { name: 'taken-name', start_date: `${D} 22:00`, end_date: `${D} 23:00`, reservations: [hostReservation()] });
     expect(again.status).toBe(409);
     expect(again.body).not.toHaveProperty('offers');
+  });
+
+  it('answers a create refused while a host is under maintenance with reason maintenance, and offers after it', async () => {
+    const at = (hour: number) => Date.parse(`${F}T${String(hour).padStart(2, '0')}:00:00Z`);
+    await insertWindow(stack().db.pool, { id: randomUUID(), hostId: hostIds[0], startMs: at(10), endMs: at(12), reason: 'firmware', disableCompute: false });
+    expect((await beta('POST', '/v1/leases', { name: 'beta-f', start_date: `${F} 10:00`, end_date: `${F} 12:00`, reservations: [hostReservation({ min: 2, max: 2 })] })).status).toBe(201);
+    const res = await alpha('POST', '/v1/leases', { name: 'during-maintenance', start_date: `${F} 10:00`, end_date: `${F} 11:00`, reservations: [hostReservation()] });
+    expect(res.status).toBe(409);
+    expect(res.body).toMatchObject({ error_code: 409, earliest_start: `${F} 12:00`, reason: 'maintenance' });
+    expect(res.body.offers[0]).toMatchObject({ kind: 'later', start_date: `${F} 12:00`, end_date: `${F} 13:00` });
   });
 
   it('answers a refused create by a policy rule with reason policy:<rule> and the rule on each offer', async () => {

@@ -13,6 +13,7 @@ import { isLeaseConflict, leaseConflict, invalidLease, type Reservation } from '
 import { preferenceOrder, type Blocked, type HostRequest } from '../../domain/host-calendar';
 import { matchesQuery, parsePropertyQuery } from '../../domain/property-query';
 import { sameTypeReservations, type FitSearch, type ReservationContext } from '../../domain/resource-plugin';
+import { maintenanceBlocks } from '../../db/maintenance';
 import { blockedIntervals, deleteHostBookingOfReservation, hostBookings, hostsOfReservation, insertHostBooking, nextBookingsOfOthers, unusableHostsOf } from '../../db/host-allocations';
 import { failedReservableHosts, hypervisorProperties, inventoryVersion, listHosts, HYPERVISOR_FIELDS, type HostRecord } from '../../db/hosts';
 import type { Pool } from '../../db/pool';
@@ -292,6 +293,12 @@ export class HostCalendar extends WholeResourceCalendar<HostRecord, BookedHost[]
 
   protected override unbounded(ctx: ReservationContext<PhysicalHostParams>): ReadonlySet<string> {
     return new Set(sameTypeReservations(ctx).filter((r) => this.endPolicy(r) === 'release').map((r) => r.id));
+  }
+
+  /** A refusal where a maintenance window takes one of the hosts during the asked window says so (`reason: maintenance`). */
+  protected override async shortageReason(db: Pool | PoolClient, ctx: ReservationContext, hosts: HostRecord[]): Promise<'maintenance' | undefined> {
+    const windows = await maintenanceBlocks(db, { fromMs: ctx.startMs - ctx.provisioningLeadMs, toMs: ctx.endMs, cleaningMs: this.cleaningMs, hostIds: hosts.map((h) => h.id) });
+    return windows.length > 0 ? 'maintenance' : undefined;
   }
 
   protected async blocked(db: Pool | PoolClient, window: { fromMs: number; toMs: number | null; ids: string[]; onlyTheseIds: boolean }): Promise<BlockedInterval[]> {

@@ -120,7 +120,13 @@ export abstract class WholeResourceCalendar<Resource extends { id: string }, Boo
       [`${this.notEnough} Not enough ${this.nouns} free from ${when(ctx.startMs)} to ${when(ctx.endMs)}: needs ${needs}`],
       wholeResourceFit(requests, future, ctx.startMs, ctx.endMs - ctx.startMs),
       neverFits,
+      await this.shortageReason(db, ctx, resources),
     );
+  }
+
+  /** What else than other bookings a shortage is about (hosts under maintenance), for the refusal's `reason`. */
+  protected shortageReason(_db: Pool | PoolClient, _ctx: ReservationContext, _resources: Resource[]): Promise<'maintenance' | undefined> {
+    return Promise.resolve(undefined);
   }
 
   /**
