@@ -299,6 +299,8 @@ const envSchema = z.object({
   LK_POLICY_EXTERNAL_FAIL: z.string().max(16).optional(),
   // Reservations in one lease (create and availability search): Blazar needs a handful; each costs the calendar's search work.
   LK_MAX_RESERVATIONS_PER_LEASE: positiveInt.max(1_000).default(50),
+  // How long an offer (POST /v1/offers, a refusal's offers) stays findable by its id.
+  LK_OFFER_TTL_MINUTES: positiveInt.max(1_440).default(15),
 
   // The host calendar: a gap between consecutive leases on a host (Blazar's cleaning_time), and
   // whether to pick among equally good hosts at random instead of by id.
@@ -432,6 +434,8 @@ function toConfig(env: z.infer<typeof envSchema>) {
       },
     },
     maxReservationsPerLease: env.LK_MAX_RESERVATIONS_PER_LEASE,
+    /** How long an offer is kept for a hold or an accept. */
+    offerTtlMs: env.LK_OFFER_TTL_MINUTES * 60_000,
     /** Warnings before the end a lease gets unless it asks otherwise (durations as written). */
     notifyBeforeEnd: env.LK_NOTIFY_BEFORE_END === 'none' ? [] : env.LK_NOTIFY_BEFORE_END.split(','),
     /** Idle-lease reaping given to every lease at creation; undefined: off. */

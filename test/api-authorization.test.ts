@@ -82,7 +82,10 @@ describe('authorization on every route', () => {
       exercise('GET /leases/:id');
       exercise('PUT /leases/:id');
       exercise('DELETE /leases/:id');
+      exercise('GET /leases/:id/extension-offers');
       expect((await call(caller, 'GET', `/v1/leases/${mine().id}`)).status).toBe(200);
+      expect((await call(caller, 'GET', `/v1/leases/${mine().id}/extension-offers`)).status).toBe(200);
+      expect(await call(caller, 'GET', `/v1/leases/${theirs().id}/extension-offers`)).toEqual(notFound(theirs().id));
       expect(await call(caller, 'GET', `/v1/leases/${theirs().id}`)).toEqual(notFound(theirs().id));
       expect(await call(caller, 'PUT', `/v1/leases/${theirs().id}`, { name: 'hijacked' })).toEqual(notFound(theirs().id));
       expect(await call(caller, 'PUT', `/v1/leases/${theirs().id}`, { end_date: '2099-03-05 12:00' })).toEqual(notFound(theirs().id));
@@ -119,6 +122,11 @@ describe('authorization on every route', () => {
     it('may ask when capacity is free, and learns no other project\'s lease from it', async () => {
       exercise('GET /availability');
       exercise('POST /availability/search');
+      exercise('POST /offers');
+      const offers = await call(caller, 'POST', '/v1/offers', { start_after: '2099-03-01 10:00', duration: 60, reservations: [hostReservation({ min: 1, max: 2 })] });
+      expect(offers.status).toBe(200);
+      expect(offers.body.offers.length).toBeGreaterThan(0);
+      expect(JSON.stringify(offers.body)).not.toContain(theirs().id);
       const free = await call(caller, 'GET', '/v1/availability?start=2099-03-01 00:00&end=2099-03-03 00:00');
       expect(free.status).toBe(200);
       expect(free.body.availability).toHaveLength(2);

@@ -59,6 +59,9 @@ describe('lease policy for project members', () => {
         rule: 'max_lease_duration',
         limit_seconds: YEAR_S,
         latest_end: '2031-01-01 00:00',
+        // What would work instead (offers): the lease as asked, which the same rule refuses, named.
+        reason: 'policy:max_lease_duration',
+        offers: [expect.objectContaining({ kind: 'exact', start_date: '2030-01-01 00:00', end_date: '3030-01-01 00:00', refused_by: 'max_lease_duration' })],
       },
     });
     const farAhead = await asAlice('POST', '/v1/leases', { name: 'far-ahead', start_date: inSeconds(400 * 86_400), end_date: inSeconds(400 * 86_400 + 3600) });

@@ -27,6 +27,7 @@ const OWNERS: Record<string, string> = {
   floating_ip_allocations: 'src/db/floating-ips.ts',
   project_policies: 'src/db/usage-policy.ts',
   project_webhooks: 'src/db/webhooks.ts',
+  offers: 'src/db/offers.ts',
   schema_migrations: 'src/db/migrate.ts',
 };
 

@@ -19,6 +19,7 @@ import { InstanceSlotCalendar } from '../resources/virtual-instance/calendar';
 import { FloatingIpInventory } from '../resources/floating-ip/inventory';
 import { HostInventory } from '../resources/physical-host/inventory';
 import { availabilityRouter } from './availability';
+import { offersRouter, type OfferDeps } from './offers';
 import { calendarPage } from './calendar-page';
 import { signInThrottle } from './sign-in-limits';
 import { calendarRouter } from './calendar';
@@ -37,7 +38,7 @@ import { durationMs } from '../policy/rules';
 import { versionsRouter } from './versions';
 
 export interface AppDeps {
-  config: Pick<Config, 'temporal' | 'outbox' | 'healthTimeoutMs' | 'healthDeepIntervalMs' | 'leaseLimits' | 'policy' | 'notifyBeforeEnd' | 'idleLeases' | 'maxReservationsPerLease' | 'api' | 'hosts' | 'inventory' | 'provisioningLeadMs' | 'notices'>;
+  config: Pick<Config, 'temporal' | 'outbox' | 'healthTimeoutMs' | 'healthDeepIntervalMs' | 'leaseLimits' | 'policy' | 'notifyBeforeEnd' | 'idleLeases' | 'maxReservationsPerLease' | 'offerTtlMs' | 'api' | 'hosts' | 'inventory' | 'provisioningLeadMs' | 'notices'>;
   log: Logger;
   pool: Pool;
   connection: Connection;
@@ -150,6 +151,7 @@ export function createApp(deps: AppDeps): express.Express {
   const commands = { client: deps.client, taskQueue: config.temporal.taskQueue, timeoutMs: config.api.workflowTimeoutMs, outbox };
   const admission = outbox ? { pool: deps.pool, types: deps.types, usagePolicy: policy, outbox, temporalReady: setup.ready } : undefined;
   const inventory = lazyInventory(deps);
+  const offers: OfferDeps = { pool: deps.pool, types: deps.types, usagePolicy: policy, provisioningLeadMs: config.provisioningLeadMs, offerTtlMs: config.offerTtlMs, maxReservationsPerLease: config.maxReservationsPerLease };
   app.use(
     '/v1',
     authenticate(deps.authenticator ?? noAuth()),
@@ -162,7 +164,9 @@ export function createApp(deps: AppDeps): express.Express {
       notifyBeforeEndMs: config.notifyBeforeEnd.map(durationMs),
       idleLeases: config.idleLeases,
       maxReservationsPerLease: config.maxReservationsPerLease,
+      offers,
     }),
+    offersRouter(offers),
     hostAllocationsRouter({ pool: deps.pool }),
     usageRouter({ pool: deps.pool }),
     projectPolicyRouter({ pool: deps.pool, policy }),

@@ -13,11 +13,11 @@
  */
 import { Router } from 'express';
 import { z } from 'zod';
-import { earliestCommonFit } from '../domain/fit-search';
+import { searchLease } from '../domain/fit-search';
 import { formatMessageDate as when, reuseEnd, reuseStart, wholeMinuteDown, wholeMinuteUp } from '../domain/dates';
 import { type Reservation } from '../domain/lease';
 import type { HostCalendar } from '../resources/physical-host/calendar';
-import type { FitSearch, ResourceTypes } from '../domain/resource-plugin';
+import type { ResourceTypes } from '../domain/resource-plugin';
 import type { Pool } from '../db/pool';
 import { identityOf } from './auth';
 import { formatBlazarDate } from '../domain/dates';
@@ -99,12 +99,4 @@ export function availabilityRouter(deps: {
   });
 
   return router;
-}
-
-/** Every resource type answers for its own reservations; the lease fits where they all do. */
-function searchLease(types: ResourceTypes, projectId: string, reservations: Reservation[], startMs: number, durationMs: number, provisioningLeadMs: number): Promise<FitSearch> {
-  const byType = new Map<string, Reservation[]>();
-  for (const r of reservations) byType.set(r.resource_type, [...(byType.get(r.resource_type) ?? []), r]);
-  const searches = [...byType].map(([type, ofType]) => (from: number) => types.get(type)!.earliest({ projectId, reservations: ofType, startMs: from, durationMs, provisioningLeadMs }));
-  return earliestCommonFit(searches, startMs);
 }

@@ -83,6 +83,15 @@ function reservationSchema(types: ResourceTypes) {
 /** Reservations per lease unless configured (LK_MAX_RESERVATIONS_PER_LEASE): every one costs the calendar's search work. */
 export const DEFAULT_MAX_RESERVATIONS_PER_LEASE = 50;
 
+/** A lease's reservations, each checked by its type's schema (a create, an offers request). */
+export function leaseReservationsSchema(types: ResourceTypes, maxReservations = DEFAULT_MAX_RESERVATIONS_PER_LEASE) {
+  // Counted before any reservation is parsed: 16 000 of them must cost nothing.
+  return z
+    .array(z.unknown())
+    .max(maxReservations, `at most ${maxReservations} reservations per lease`)
+    .pipe(z.array(reservationSchema(types)));
+}
+
 export function createLeaseSchema(types: ResourceTypes, maxReservations = DEFAULT_MAX_RESERVATIONS_PER_LEASE) {
   return z.strictObject({
     name: leaseName,
@@ -90,12 +99,7 @@ export function createLeaseSchema(types: ResourceTypes, maxReservations = DEFAUL
     end_date: requestDateSchema,
     before_end_date: requestDateSchema.nullish(),
     notify_before_end: notifyBeforeEnd.nullish(),
-    // Counted before any reservation is parsed: 16 000 of them must cost nothing.
-    reservations: z
-      .array(z.unknown())
-      .max(maxReservations, `at most ${maxReservations} reservations per lease`)
-      .pipe(z.array(reservationSchema(types)))
-      .nullish(),
+    reservations: leaseReservationsSchema(types, maxReservations).nullish(),
     events: z.array(z.unknown()).nullish(), // accepted and ignored, as Blazar does
   });
 }

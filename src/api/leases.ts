@@ -16,6 +16,9 @@ import { jsonArrayParts, sendJsonParts } from './json-stream';
 import { changeLease, createLease, idempotentLeaseId, noAnswerInTime, removeLease, requestHash, type LeaseCommandOptions } from './lease-commands';
 import { createLeaseSchema, listLeasesQuery, updateLeaseSchema } from './lease-schemas';
 import { refuseUnknownPropertyKeys } from './property-keys';
+import { DEFAULT_OFFER_LIMIT, extensionOffers, leaseExtensionOffers, makeOffers, refusedWithOffers, type OfferDeps } from './offers';
+import { requestDateSchema } from './lease-schemas';
+import { wholeMinuteDown } from '../domain/dates';
 
 /** Leases per query of a list without `limit` (~1 KB of JSON each). */
 const LIST_BATCH_SIZE = 250;
@@ -48,7 +51,7 @@ function refuseAdminOnlyPolicies(identity: Identity, rule: string, reservations:
   });
 }
 
-export function leasesRouter(deps: { pool: Pool; types: ResourceTypes; commands: LeaseCommandOptions; admission?: ApiAdmissionDeps; provisioningLeadMs: number; notifyBeforeEndMs?: number[]; idleLeases?: IdleLeasePolicy; maxReservationsPerLease?: number }): Router {
+export function leasesRouter(deps: { pool: Pool; types: ResourceTypes; commands: LeaseCommandOptions; admission?: ApiAdmissionDeps; provisioningLeadMs: number; notifyBeforeEndMs?: number[]; idleLeases?: IdleLeasePolicy; maxReservationsPerLease?: number; offers?: OfferDeps }): Router {
   const { pool, commands } = deps;
   const createSchema = createLeaseSchema(deps.types, deps.maxReservationsPerLease);
   const router = Router();
@@ -82,6 +85,13 @@ export function leasesRouter(deps: { pool: Pool; types: ResourceTypes; commands:
 
   router.get('/leases/:id', async (req, res) => {
     res.json({ lease: toBlazarLease(await visibleLease(pool, identityOf(res), req.params.id)) });
+  });
+
+  router.get('/leases/:id/extension-offers', async (req, res) => {
+    const identity = identityOf(res);
+    const lease = await visibleLease(pool, identity, req.params.id);
+    if (!deps.offers) throw new ApiError(503, 'offers are not available in this deployment');
+    res.json(await leaseExtensionOffers(deps.offers, identity, lease));
   });
 
   router.post('/leases', async (req, res) => {
@@ -121,9 +131,18 @@ export function leasesRouter(deps: { pool: Pool; types: ResourceTypes; commands:
       : false;
     if (keyOfDeletedLease) throw new ApiError(410, `Lease ${id}, created with this Idempotency-Key, was deleted: use another key for a new lease`);
     const hash = requestHash(identity.projectId, raw);
-    // Host leases (and leases with no reservations) are admitted by the API in one transaction; the rest by their workflow.
-    const admitted = deps.admission && admitsInApi(deps.admission, request) ? await admitInApi(deps.admission, request, hash, key !== undefined) : 'admitted-by-workflow';
-    const lease = admitted === 'admitted-by-workflow' ? await createLease(commands, request, hash, key !== undefined) : admitted;
+    const lease = await refusedWithOffers(
+      async () => {
+        // Host leases (and leases with no reservations) are admitted by the API in one transaction; the rest by their workflow.
+        const admitted = deps.admission && admitsInApi(deps.admission, request) ? await admitInApi(deps.admission, request, hash, key !== undefined) : 'admitted-by-workflow';
+        return admitted === 'admitted-by-workflow' ? await createLease(commands, request, hash, key !== undefined) : admitted;
+      },
+      async () => {
+        const startMs = request.start === 'now' ? wholeMinuteDown(request.requestedMs) : request.start;
+        const durationMs = request.end - startMs;
+        return deps.offers ? makeOffers(deps.offers, identity, { reservations: body.reservations ?? [], mins: [], startMs, durationMs, minDurationMs: durationMs, limit: DEFAULT_OFFER_LIMIT }) : { offers: [] };
+      },
+    );
     res.status(201).json({ lease: toBlazarLease(lease) });
   });
 
@@ -144,7 +163,22 @@ export function leasesRouter(deps: { pool: Pool; types: ResourceTypes; commands:
       byAdmin: identity.isAdmin,
       notifyBeforeEndMs: body.notify_before_end,
     };
-    res.json({ lease: toBlazarLease(await changeLease(commands, current.id, update)) });
+    const changedLease = await refusedWithOffers(
+      () => changeLease(commands, current.id, update),
+      async (refusal) => {
+        if (!deps.offers) return { offers: [] };
+        // An extension refused: the ends its resources allow, up to the latest the refusal named.
+        const latestEnd = requestDateSchema.safeParse(refusal.extra?.latest_end);
+        if (latestEnd.success) return extensionOffers(deps.offers, identity, current, latestEnd.data);
+        const asDate = (date: number | 'now' | undefined, otherwise: number) => (date === undefined ? otherwise : date === 'now' ? wholeMinuteDown(Date.now()) : date);
+        const startMs = asDate(update.start, current.startMs);
+        const durationMs = Math.max(60_000, asDate(update.end, current.endMs) - startMs);
+        const reservations = current.reservations.map((r) => ({ resource_type: r.resource_type, params: changed?.find((c) => c.id === r.id)?.params ?? r.params }));
+        // The lease's own bookings still count as taken in this search: these offers err on the safe side.
+        return makeOffers(deps.offers, identity, { reservations, mins: [], startMs: Math.max(startMs, wholeMinuteDown(Date.now())), durationMs, minDurationMs: durationMs, limit: DEFAULT_OFFER_LIMIT });
+      },
+    );
+    res.json({ lease: toBlazarLease(changedLease) });
   });
 
   router.delete('/leases/:id', async (req, res) => {

@@ -182,6 +182,19 @@ const availability = z.strictObject({
 });
 const window = z.strictObject({ start_date: requestDateText, end_date: requestDateText.nullable() });
 const searchAnswer = z.strictObject({ earliest: window.nullable(), longest_from_start: window.nullable(), note: z.string().optional() });
+const offer = z
+  .strictObject({
+    id: z.string(),
+    kind: z.enum(['exact', 'later', 'shorter', 'fewer']),
+    start_date: requestDateText,
+    end_date: requestDateText,
+    reservations: z.array(z.looseObject({ resource_type: z.string() })).describe('what each reservation would book, in counts: hosts, instances, addresses, ports and bandwidth'),
+    reason: z.string(),
+    expires_at: z.string(),
+    refused_by: z.string().optional().describe('the usage policy rule that refuses it (listed only when nothing else exists)'),
+  })
+  .openapi('Offer');
+const offersAnswer = z.strictObject({ offers: z.array(offer), note: z.string().optional() });
 
 const bookingLease = z.looseObject({ start_ms: z.number(), end_ms: z.number(), reserved: z.boolean().optional(), lease_id: z.string().optional(), mine: z.boolean().optional() });
 const calendar = z.strictObject({
@@ -345,7 +358,7 @@ export function apiOperations(types: ResourceTypes): Operation[] {
     {
       method: 'put', path: '/v1/leases/{id}', tags: ['leases'], summary: 'Update a lease',
       description:
-        "Renames it, moves its dates (the bookings move with them, or nothing changes: 409), or ends it now (`end_date: \"now\"`). Blazar's rules: a started lease's start cannot move; `reservations` change a reservation's parameters by id.",
+        "Renames it, moves its dates (the bookings move with them, or nothing changes: 409), or ends it now (`end_date: \"now\"`). Blazar's rules: a started lease's start cannot move; `reservations` change a reservation's parameters by id. A refusal for capacity or a usage policy rule also carries `reason` and `offers` (an extension's: the ends up to `latest_end`).",
       security: AUTHENTICATED,
       request: { params: idParam('the lease id'), body: { content: { 'application/json': { schema: updateLeaseSchema } }, required: true } },
       responses: { 200: leaseBody, ...COMMON_REFUSALS, 403: refusal('a policy refused the change'), 404: notFound, 409: refusal('the new window is not free, the name is taken, or the lease is changing') },
@@ -356,6 +369,14 @@ export function apiOperations(types: ResourceTypes): Operation[] {
       security: AUTHENTICATED,
       request: { params: idParam('the lease id') },
       responses: { 204: noContent('the lease is gone'), 202: leaseBody, ...COMMON_REFUSALS, 404: notFound },
+    },
+    {
+      method: 'get', path: '/v1/leases/{id}/extension-offers', tags: ['leases'], summary: 'How far could this lease be extended? (extension)',
+      description:
+        'The longest extension possible now (its resources kept: up to the next booking of them) and shorter steps (halves), each an `end_date` to PUT; steps the usage policy refuses are left out, or listed with the rule when none is allowed. A type that cannot tell leaves a `note`.',
+      security: AUTHENTICATED,
+      request: { params: idParam('the lease id') },
+      responses: { 200: json(offersAnswer, 'the extension offers, longest first'), ...COMMON_REFUSALS, 404: notFound, 409: refusal('the lease has ended or is being deleted') },
     },
     {
       method: 'get', path: '/v1/os-hosts', tags: ['hosts'], summary: 'List enrolled hosts',
@@ -575,6 +596,30 @@ export function apiOperations(types: ResourceTypes): Operation[] {
       security: AUTHENTICATED,
       request: { body: { content: { 'application/json': { schema: leaseCreate.omit({ name: true }) } }, required: true } },
       responses: { 200: json(searchAnswer, 'the earliest fit and the longest lease from the start'), ...COMMON_REFUSALS },
+    },
+    {
+      method: 'post', path: '/v1/offers', tags: ['availability'], summary: 'What would work instead (extension)',
+      description:
+        'Takes reservations (as a create), a `duration` in minutes, a range (`start_after`, `end_before`) and what would do instead (`min` per reservation, `min_duration`), and answers up to `limit` offers, best first: `exact`, `later`, `shorter`, `fewer`. Offers are kept until `expires_at`. Members see counts only.',
+      security: AUTHENTICATED,
+      request: {
+        body: {
+          content: {
+            'application/json': {
+              schema: z.strictObject({
+                reservations: z.array(z.looseObject({ resource_type: z.string(), min: z.number().int().optional() })),
+                duration: z.number().int(),
+                min_duration: z.number().int().optional(),
+                start_after: requestDateText.optional(),
+                end_before: requestDateText.optional(),
+                limit: z.number().int().optional(),
+              }),
+            },
+          },
+          required: true,
+        },
+      },
+      responses: { 200: json(offersAnswer, 'the offers, best first'), ...COMMON_REFUSALS },
     },
     {
       method: 'get', path: '/v1/usage', tags: ['usage'], summary: 'Booked and used resource-hours (extension)',

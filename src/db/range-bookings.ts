@@ -82,18 +82,22 @@ export interface WholeResourceBookingRow {
 
 /** The statements of a whole-resource calendar over its table. */
 export function wholeResourceBookings(t: WholeResourceTable) {
+  const leaseRows = async (db: Queryable, leaseId: string, lock: '' | 'FOR UPDATE OF a'): Promise<WholeResourceBookingRow[]> => {
+    const { rows } = await db.query<WholeResourceBookingRow>(
+      `SELECT a.reservation_id::text, a.booking_key, a.${t.resourceColumn}::text AS resource_id, ${t.name} AS name,
+              (extract(epoch FROM lower(a.during)) * 1000)::float8 AS start_ms, (extract(epoch FROM upper(a.during)) * 1000)::float8 AS end_ms
+       FROM ${t.table} a JOIN ${t.resources} r ON r.id = a.${t.resourceColumn} WHERE a.lease_id = $1 AND ${t.ownRows}
+       ORDER BY a.id ${lock}`,
+      [leaseId],
+    );
+    return rows;
+  };
   return {
     /** The lease's bookings, locked for the rest of the transaction, in the order they were made. */
-    lockLease: async (client: PoolClient, leaseId: string): Promise<WholeResourceBookingRow[]> => {
-      const { rows } = await client.query<WholeResourceBookingRow>(
-        `SELECT a.reservation_id::text, a.booking_key, a.${t.resourceColumn}::text AS resource_id, ${t.name} AS name,
-                (extract(epoch FROM lower(a.during)) * 1000)::float8 AS start_ms, (extract(epoch FROM upper(a.during)) * 1000)::float8 AS end_ms
-         FROM ${t.table} a JOIN ${t.resources} r ON r.id = a.${t.resourceColumn} WHERE a.lease_id = $1 AND ${t.ownRows}
-         ORDER BY a.id FOR UPDATE OF a`,
-        [leaseId],
-      );
-      return rows;
-    },
+    lockLease: (client: PoolClient, leaseId: string): Promise<WholeResourceBookingRow[]> => leaseRows(client, leaseId, 'FOR UPDATE OF a'),
+
+    /** The lease's bookings as they stand, unlocked (a preview: extension offers). */
+    ofLease: (db: Queryable, leaseId: string): Promise<WholeResourceBookingRow[]> => leaseRows(db, leaseId, ''),
 
     /**
      * Moves the end of every booking of the lease to `endMs` (blocked `cleaningMs` after; a booking

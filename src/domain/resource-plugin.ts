@@ -195,6 +195,24 @@ export interface DriftCheck {
   aggregatesRemoved: string[];
 }
 
+/**
+ * How offers (POST /v1/offers, a refusal's offers) see a reservation of a type: the one place that
+ * knows what "this reservation with n" means for the type, so that a `fewer` offer is searched by
+ * the type's own calendar search with its count changed, never by a second search.
+ */
+export interface OfferShape<P = Record<string, unknown>> {
+  /** What it asks for and the least it accepts by its own parameters (Blazar's min/max for hosts; otherwise the amount, both). */
+  count(params: P): { asked: number; least: number };
+  /** The least the parameters allow (e.g. the addresses named in required_floatingips): a request's `min` below it is refused. */
+  floor?(params: P): number;
+  /** The same reservation asking for exactly `n`. */
+  withCount(params: P, n: number): P;
+  /** What it would book, in counts any member may see (hosts, slots, addresses, ports and bandwidth). */
+  describe(params: P): Record<string, unknown>;
+  /** What it holds at once, for the usage policy's check of an offer (none: the policy sees none of it). */
+  footprint?(params: P): Footprint;
+}
+
 /** What the API needs of a resource type; `P`: its parameters as its schema produces them. */
 export interface ResourceType<P = Record<string, unknown>> {
   /** Blazar's resource_type, e.g. `physical:host`. */
@@ -215,6 +233,14 @@ export interface ResourceType<P = Record<string, unknown>> {
    * leave it out; their leases are admitted by the lease workflow.
    */
   bookAtAdmission?(client: PoolClient, ctx: ReservationContext<P>): Promise<ReserveResult>;
+  /**
+   * The latest end the lease's bookings of this type can move to keeping their resources (extension
+   * offers): Infinity when nothing follows; undefined when the lease holds none of this type. Types
+   * without it cannot preview an extension (its PUT still answers with latest_end).
+   */
+  latestEnd?(leaseId: string): Promise<number | undefined>;
+  /** Counts for offers; a type without it is offered only as asked (later or shorter, never fewer). */
+  readonly offers?: OfferShape<P>;
 }
 
 /** What the worker runs for a resource type: the hooks of a reservation's life, each given the parameters typed (`P`). */

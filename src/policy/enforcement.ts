@@ -96,17 +96,30 @@ export class UsagePolicyEnforcer {
    * this way admits no lease while one is configured (asksExternalFilter).
    */
   async checkWithin(client: PoolClient, subject: { next: Lease; previous?: Lease; byAdmin: boolean }): Promise<void> {
+    // Only rules that count the project's other leases need them to stand still: then the lock.
+    const refusal = await this.refusalOf(client, subject, () => lockProjectPolicy(client, subject.next.projectId));
+    if (refusal) throw new UsagePolicyRefusal(refusal);
+  }
+
+  /**
+   * The rule the change would break, by the same check as checkWithin, without the project's lock
+   * and without recording anything: a preview (offers), which the admission checks again.
+   */
+  wouldRefuse(db: Pool | PoolClient, subject: { next: Lease; previous?: Lease; byAdmin: boolean }): Promise<PolicyRefusal | undefined> {
+    return this.refusalOf(db, subject);
+  }
+
+  /** `lock`: taken before the project's other leases are read, when a rule counts them. */
+  private async refusalOf(db: Pool | PoolClient, subject: { next: Lease; previous?: Lease; byAdmin: boolean }, lock?: () => Promise<void>): Promise<PolicyRefusal | undefined> {
     const { next, previous } = subject;
-    const policy = toUsagePolicy((await this.rulesFor(client, next.projectId)).effective);
+    const policy = toUsagePolicy((await this.rulesFor(db, next.projectId)).effective);
     const full: PolicySubject = { ...subject, nowMs: Date.now() };
     const needsLedger = Object.keys(policy.atOnce).length > 0 || policy.budget !== undefined;
     const countsLeases = policy.maxLeases !== undefined && !previous;
-    // Only rules that count the project's other leases need them to stand still: then the lock.
-    if (needsLedger || countsLeases) await lockProjectPolicy(client, next.projectId);
-    const others = needsLedger ? await projectLeasesWithin(client, next.projectId, ledgerRange(policy, full), next.id) : [];
-    const liveLeases = countsLeases ? await liveLeaseCount(client, next.projectId, next.id) : 0;
-    const refusal = policyRefusal(policy, full, { others, liveLeases });
-    if (refusal) throw new UsagePolicyRefusal(refusal);
+    if (needsLedger || countsLeases) await lock?.();
+    const others = needsLedger ? await projectLeasesWithin(db, next.projectId, ledgerRange(policy, full), next.id) : [];
+    const liveLeases = countsLeases ? await liveLeaseCount(db, next.projectId, next.id) : 0;
+    return policyRefusal(policy, full, { others, liveLeases });
   }
 
   /** Blazar's external filter on a lease that ended (best effort: never fails the lease). */

@@ -12,6 +12,7 @@
  *   in one PUT with the consumer generation; record them on the ports' binding profiles.
  * - end: allocations removed, ports unbound and deleted, the QoS policy deleted, booking freed.
  */
+import { amountOffers } from '../shared/offers';
 import { ApplicationFailure } from '@temporalio/common';
 import {
   allocationCandidates,
@@ -130,6 +131,10 @@ export function bandwidthType(deps: BandwidthDeps, bookings = bandwidthBookings(
       const requests = await Promise.all(reservations.map((reservation) => requestFor(reservation.params, projectId)));
       return earliestCommonFit(requests.map((request) => (from: number) => calendar.search(request, from, durationMs, provisioningLeadMs)), startMs);
     },
+    offers: amountOffers<BandwidthParams>({
+      describe: (params) => ({ ports: params.amount, egress_kbps: params.egress_kbps, ...(params.ingress_kbps ? { ingress_kbps: params.ingress_kbps } : {}) }),
+      footprint: (params) => ({ bandwidth_kbps: params.amount * params.egress_kbps }),
+    }),
   };
 }
 

@@ -8,6 +8,7 @@
  * - start: the booked addresses made real, tagged with the reservation as Blazar tags them.
  * - end: each taken off its port and deleted; the booking freed.
  */
+import { amountOffers } from '../shared/offers';
 import { ApplicationFailure } from '@temporalio/common';
 import type { Pool } from '../../db/pool';
 import type { FloatingIpRecord } from '../../db/floating-ips';
@@ -31,6 +32,13 @@ export function floatingIpType(deps: Pick<FloatingIpDeps, 'pool'>, calendar = ne
     resourceType: VIRTUAL_FLOATINGIP,
     paramsSchema: floatingIpParams,
     earliest: ({ reservations, startMs, durationMs, provisioningLeadMs }) => calendar.search(reservations, startMs, durationMs, provisioningLeadMs),
+    latestEnd: (leaseId) => calendar.latestEnd(leaseId),
+    // The addresses it names are the least it can take.
+    offers: amountOffers<FloatingIpParams>({
+      describe: (params) => ({ addresses: params.amount }),
+      footprint: (params) => ({ floating_ips: params.amount }),
+      floor: (params) => Math.max(1, params.required_floatingips.length),
+    }),
   };
 }
 

@@ -13,6 +13,7 @@ import { isLeaseConflict, leaseConflict, invalidLease, type Reservation } from '
 import { preferenceOrder, type Blocked, type HostRequest } from '../../domain/host-calendar';
 import { matchesQuery, parsePropertyQuery } from '../../domain/property-query';
 import { sameTypeReservations, type FitSearch, type ReservationContext } from '../../domain/resource-plugin';
+import { maintenanceBlocks } from '../../db/maintenance';
 import { blockedIntervals, deleteHostBookingOfReservation, hostBookings, hostsOfReservation, insertHostBooking, nextBookingsOfOthers, unusableHostsOf } from '../../db/host-allocations';
 import { failedReservableHosts, hypervisorProperties, inventoryVersion, listHosts, HYPERVISOR_FIELDS, type HostRecord } from '../../db/hosts';
 import type { Pool } from '../../db/pool';
@@ -280,7 +281,8 @@ export class HostCalendar extends WholeResourceCalendar<HostRecord, BookedHost[]
       // Failed hosts may come back: not "never", but not now either (no earliest start can be promised).
       throw leaseConflict(
         `Not enough hosts available. Reservation ${tooMany.id} needs at least ${request.min} host(s); ${hosts.length} reservable host(s) are up (${matching} match its properties) and ${failed.length} failed (${failed.join(', ')}): it may fit once they are back.`,
-        NEVER_FITS,
+        // The refusal's `reason` (offers, src/api/offers.ts): not capacity as such, hosts that failed.
+        { ...NEVER_FITS, reason: 'failed_hosts' },
       );
     }
     throw leaseConflict(
@@ -291,6 +293,12 @@ export class HostCalendar extends WholeResourceCalendar<HostRecord, BookedHost[]
 
   protected override unbounded(ctx: ReservationContext<PhysicalHostParams>): ReadonlySet<string> {
     return new Set(sameTypeReservations(ctx).filter((r) => this.endPolicy(r) === 'release').map((r) => r.id));
+  }
+
+  /** A refusal where a maintenance window takes one of the hosts during the asked window says so (`reason: maintenance`). */
+  protected override async shortageReason(db: Pool | PoolClient, ctx: ReservationContext, hosts: HostRecord[]): Promise<'maintenance' | undefined> {
+    const windows = await maintenanceBlocks(db, { fromMs: ctx.startMs - ctx.provisioningLeadMs, toMs: ctx.endMs, cleaningMs: this.cleaningMs, hostIds: hosts.map((h) => h.id) });
+    return windows.length > 0 ? 'maintenance' : undefined;
   }
 
   protected async blocked(db: Pool | PoolClient, window: { fromMs: number; toMs: number | null; ids: string[]; onlyTheseIds: boolean }): Promise<BlockedInterval[]> {

@@ -26,7 +26,7 @@ import { checkCapabilityKeys, checkKeys } from '../shared/booking';
 import { windowsOverReservation } from '../../db/maintenance';
 import type { Pool } from '../../db/pool';
 import type { GlanceClient, NovaClient } from '../../openstack';
-import type { EndContext, EndOutcome, HookContext, ReservationContext, ReserveResult, ResourcePlugin, ResourceType } from '../../domain/resource-plugin';
+import type { EndContext, EndOutcome, HookContext, OfferShape, ReservationContext, ReserveResult, ResourcePlugin, ResourceType } from '../../domain/resource-plugin';
 import { HostCalendar, PHYSICAL_HOST, type BookedHost, type CalendarSettings, type HostQuery } from './calendar';
 import { setFailedHostAside } from './health';
 import { endPolicyOf, physicalHostParams, type EndPolicy, type PhysicalHostParams } from './params';
@@ -60,6 +60,14 @@ export interface PhysicalHostDeps {
   recyclePollMs?: number;
 }
 
+/** Blazar's own min/max: `max` hosts asked, `min` accepted; an offer books exactly its count (min = max). Counts only: which hosts is the booking's choice. */
+const hostOffers: OfferShape<PhysicalHostParams> = {
+  count: (params) => ({ asked: params.max, least: params.min }),
+  withCount: (params, n) => ({ ...params, min: n, max: n }),
+  describe: (params) => ({ hosts: params.min === params.max ? params.max : { min: params.min, max: params.max } }),
+  footprint: (params) => ({ hosts: params.max }),
+};
+
 /** What the API needs of `physical:host`: the parameters, and where hosts are free (no cloud). */
 export function physicalHostType(deps: Pick<PhysicalHostDeps, 'pool' | 'settings' | 'noticesConfigured' | 'cloud'>, calendar = new HostCalendar(deps.pool, deps.settings)): ResourceType<PhysicalHostParams> {
   return {
@@ -67,6 +75,8 @@ export function physicalHostType(deps: Pick<PhysicalHostDeps, 'pool' | 'settings
     paramsSchema: physicalHostParams.superRefine(refuseNotifyWithoutEndpoint(deps.settings.beforeEndDefault, deps.noticesConfigured === true)),
     checkPropertyKeys: (params, viewer) => checkHostQueryKeys(deps.pool, params, viewer),
     earliest: ({ reservations, startMs, durationMs }) => calendar.search(reservations, startMs, durationMs),
+    offers: hostOffers,
+    latestEnd: (leaseId) => calendar.latestEnd(leaseId),
     // Booking hosts is the calendar's alone: the API admits host leases in its own transaction.
     async bookAtAdmission(client, ctx) {
       refuseWithoutCloud(deps);

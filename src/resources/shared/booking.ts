@@ -85,7 +85,7 @@ export async function checkCapabilityKeys(db: Pool | PoolClient, text: string, v
  * when the same lease fits (or that it never does: `neverFits`), and until when it fits from the
  * asked start. Dates are handed back for reuse: whole minutes, ends rounded down so that they still fit.
  */
-export function shortage(window: { startMs: number; endMs: number }, what: string[], fit: FitSearch, neverFits: string) {
+export function shortage(window: { startMs: number; endMs: number }, what: string[], fit: FitSearch, neverFits: string, reason?: 'maintenance') {
   const duration = window.endMs - window.startMs;
   const earliestEnd = fit.earliest !== undefined ? wholeMinuteDown(fit.earliest + duration) : undefined;
   const longestEnd = wholeMinuteDown(window.startMs + fit.longestMs);
@@ -99,6 +99,8 @@ export function shortage(window: { startMs: number; endMs: number }, what: strin
     earliest_start: fit.earliest !== undefined ? reuseStart(fit.earliest) : null,
     earliest_end: earliestEnd !== undefined ? reuseEnd(earliestEnd) : null,
     longest_end: fitsUntil !== undefined ? reuseEnd(fitsUntil) : null,
+    // Why, for a refusal's offers (src/api/offers.ts); capacity unless said.
+    ...(reason ? { reason } : {}),
   });
 }
 

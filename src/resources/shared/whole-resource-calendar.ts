@@ -120,7 +120,13 @@ export abstract class WholeResourceCalendar<Resource extends { id: string }, Boo
       [`${this.notEnough} Not enough ${this.nouns} free from ${when(ctx.startMs)} to ${when(ctx.endMs)}: needs ${needs}`],
       wholeResourceFit(requests, future, ctx.startMs, ctx.endMs - ctx.startMs),
       neverFits,
+      await this.shortageReason(db, ctx, resources),
     );
+  }
+
+  /** What else than other bookings a shortage is about (hosts under maintenance), for the refusal's `reason`. */
+  protected shortageReason(_db: Pool | PoolClient, _ctx: ReservationContext, _resources: Resource[]): Promise<'maintenance' | undefined> {
+    return Promise.resolve(undefined);
   }
 
   /**
@@ -163,6 +169,17 @@ export abstract class WholeResourceCalendar<Resource extends { id: string }, Boo
     const held = new Set(existing.map((row) => row.resource_id));
     const free = new Set([...freeHosts(calendar, from, ctx.endMs)].filter((id) => !held.has(id)));
     return assignHosts(wants, free, await preferred(calendar));
+  }
+
+  /**
+   * The latest end the lease's bookings here can move to, keeping their resources (what an
+   * extension's refusal names as latest_end): Infinity when nothing follows; undefined when it holds none here.
+   */
+  async latestEnd(leaseId: string): Promise<number | undefined> {
+    const existing = await this.bookings.ofLease(this.pool, leaseId);
+    if (existing.length === 0) return undefined;
+    const next = await this.bookings.firstOtherFrom(this.pool, [...new Set(existing.map((row) => row.resource_id))], leaseId, Math.min(...existing.map((row) => row.end_ms)));
+    return next ? next.next_ms - this.cleaningMs : Infinity;
   }
 
   /** An active lease keeps its resources and only its end moves; a collision with another lease's booking says how far it can go. */

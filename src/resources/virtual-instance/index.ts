@@ -15,6 +15,7 @@
  *   are gone, for at most the delete time-out after the end: then ERROR); then the inventory,
  *   aggregate, server group, flavor and class go.
  */
+import { amountOffers } from '../shared/offers';
 import type { z } from 'zod';
 import { isLeaseConflict, leaseConflict, type Reservation } from '../../domain/lease';
 import type { DriftCheck, HookContext, ReservationContext, ResourcePlugin, ResourceType } from '../../domain/resource-plugin';
@@ -69,7 +70,7 @@ export interface SlotReservation {
 }
 
 /** What every slot type's parameters have. */
-type SlotParams = { before_end: z.output<typeof beforeEndParam>; resource_properties: string };
+type SlotParams = { before_end: z.output<typeof beforeEndParam>; resource_properties: string; amount: number };
 
 /**
  * A type of slot reservation (`virtual:instance`, `flavor:instance`): its parameters, and how a
@@ -111,6 +112,7 @@ export function slotReservationType<P extends SlotParams>(type: SlotType<P>, dep
       const described = await Promise.all(reservations.map(async (reservation) => ({ reservation, spec: (await type.describe(reservation, projectId, novaFor(deps, projectId))).spec })));
       return made.calendar.search(described, startMs, durationMs, provisioningLeadMs);
     },
+    offers: amountOffers<P>({ describe: (params) => ({ instances: params.amount }) }),
   };
 }
 
