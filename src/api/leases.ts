@@ -14,10 +14,9 @@ import { toBlazarLease } from '../domain/blazar-format';
 import { ApiError, parseRequest } from './errors';
 import { jsonArrayParts, sendJsonParts } from './json-stream';
 import { changeLease, createLease, idempotentLeaseId, noAnswerInTime, removeLease, requestHash, type LeaseCommandOptions } from './lease-commands';
-import { createLeaseSchema, listLeasesQuery, updateLeaseSchema } from './lease-schemas';
+import { createLeaseSchema, listLeasesQuery, requestDateSchema, updateLeaseSchema } from './lease-schemas';
 import { refuseUnknownPropertyKeys } from './property-keys';
 import { DEFAULT_OFFER_LIMIT, extensionOffers, leaseExtensionOffers, makeOffers, refusedWithOffers, type OfferDeps } from './offers';
-import { requestDateSchema } from './lease-schemas';
 import { wholeMinuteDown } from '../domain/dates';
 
 /** Leases per query of a list without `limit` (~1 KB of JSON each). */

@@ -148,7 +148,10 @@ export async function makeOffers(deps: OfferDeps, identity: Identity, ask: Offer
     },
     (searched, startMs, durationMs) => searchLease(deps.types, identity.projectId, searched, startMs, durationMs, deps.provisioningLeadMs).catch(neverFits),
   );
-  const checked = await Promise.all(plan.offers.map(async (offer) => ({ offer, refusal: await policyRefusalOf(deps, identity, offer, nowMs) })));
+  // One after another: a request's checks take one database connection at a time, never the pool's
+  // slots other projects' admissions need.
+  const checked: Array<{ offer: PlannedOffer; refusal: Awaited<ReturnType<typeof policyRefusalOf>> }> = [];
+  for (const offer of plan.offers) checked.push({ offer, refusal: await policyRefusalOf(deps, identity, offer, nowMs) });
   const allowed = checked.filter((c) => !c.refusal);
   const listed = sortOffers((allowed.length > 0 ? allowed : checked).map((c) => ({ ...c.offer, refusal: c.refusal })));
   const expiresAtMs = nowMs + deps.offerTtlMs;
@@ -252,9 +255,8 @@ export const EXTENSION_HORIZON_MS = 30 * 86_400_000;
 export async function extensionOffers(deps: OfferDeps, identity: Identity, lease: Lease, latestEndMs: number, nowMs = Date.now()): Promise<{ offers: OfferJson[] }> {
   const expiresAtMs = nowMs + deps.offerTtlMs;
   const ends = extensionSteps(lease.endMs, Math.min(latestEndMs, lease.endMs + EXTENSION_HORIZON_MS));
-  const checked = await Promise.all(
-    ends.map(async (endMs) => ({ endMs, refusal: await deps.usagePolicy?.wouldRefuse(deps.pool, { next: { ...lease, endMs }, previous: lease, byAdmin: identity.isAdmin }) })),
-  );
+  const checked: Array<{ endMs: number; refusal: Awaited<ReturnType<UsagePolicyEnforcer['wouldRefuse']>> }> = [];
+  for (const endMs of ends) checked.push({ endMs, refusal: await deps.usagePolicy?.wouldRefuse(deps.pool, { next: { ...lease, endMs }, previous: lease, byAdmin: identity.isAdmin }) });
   const allowed = checked.filter((c) => !c.refusal);
   const listed = allowed.length > 0 ? allowed : checked;
   const rows: OfferRow[] = listed.map(({ endMs }) => ({ id: randomUUID(), projectId: lease.projectId, kind: 'shorter', startMs: lease.startMs, endMs, leaseBody: { lease_id: lease.id, end_date: reuseEnd(endMs) }, expiresAtMs }));
