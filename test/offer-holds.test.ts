@@ -55,6 +55,12 @@ describe('offer holds', () => {
     expect((await beta('GET', `/v1/offers/${offer.id}/hold`)).status).toBe(404);
     expect((await alpha('GET', '/v1/leases')).body.leases).toEqual([]);
     expect((await alpha('GET', `/v1/offers/${offer.id}/hold`)).body.hold).toMatchObject({ id: held.body.hold.id, status: 'held' });
+    // The calendar shows the host taken to everyone, and whose only to the holder.
+    const window = `start=${encodeURIComponent(`${day} 00:00`)}&end=${encodeURIComponent(`${day} 23:00`)}`;
+    const betaSees = (await beta('GET', `/v1/calendar?${window}`)).body.bookings;
+    expect(betaSees).toHaveLength(1);
+    expect(Object.keys(betaSees[0]).sort()).toEqual(['end_ms', 'host_id', 'reserved', 'start_ms']);
+    expect((await alpha('GET', `/v1/calendar?${window}`)).body.bookings).toEqual([expect.objectContaining({ lease_id: held.body.hold.id, mine: true })]);
 
     expect((await alpha('DELETE', `/v1/offers/${offer.id}/hold`)).status).toBe(204);
     expect(await hostRows(held.body.hold.id)).toEqual([]);
