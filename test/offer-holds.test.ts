@@ -60,7 +60,7 @@ describe('offer holds', () => {
     const betaSees = (await beta('GET', `/v1/calendar?${window}`)).body.bookings;
     expect(betaSees).toHaveLength(1);
     expect(Object.keys(betaSees[0]).sort()).toEqual(['end_ms', 'host_id', 'reserved', 'start_ms']);
-    expect((await alpha('GET', `/v1/calendar?${window}`)).body.bookings).toEqual([expect.objectContaining({ lease_id: held.body.hold.id, mine: true })]);
+    expect((await alpha('GET', `/v1/calendar?${window}`)).body.bookings).toEqual([expect.objectContaining({ lease_id: held.body.hold.id, mine: true, held: true, hold_id: held.body.hold.id, expires_at_ms: Date.parse(held.body.hold.expires_at) })]);
 
     expect((await alpha('DELETE', `/v1/offers/${offer.id}/hold`)).status).toBe(204);
     expect(await hostRows(held.body.hold.id)).toEqual([]);
