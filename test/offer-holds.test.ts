@@ -7,7 +7,8 @@
 import { physicalHostPlugin } from '../src/resources/physical-host';
 import { hostReservation } from '../dev-stack/fixtures/builders';
 import { insertHost } from '../dev-stack/fixtures/hosts';
-import { apiClient, startedLeaseWorkflow, useTestStack } from '../dev-stack/stack';
+import { apiClient, pendingTimers, startedLeaseWorkflow, untilWaitingOnTimerOf, useTestStack, workflowHistoryEvents } from '../dev-stack/stack';
+import { offerHoldWorkflowId } from '../workflows/offer-hold/messages';
 
 /** Whole days ahead (UTC), within the default usage policy's advance booking. */
 const dayAhead = (days: number) => new Date(Date.now() + days * 86_400_000).toISOString().slice(0, 10);
@@ -110,6 +111,26 @@ describe('offer holds', () => {
     expect(refused.body.reason).toBe('capacity');
     expect(refused.body.offers.length).toBeGreaterThan(0);
     expect((await alpha('DELETE', `/v1/leases/${accepted.body.lease.id}`)).status).toBe(204);
+  });
+
+  it("sets the hold workflow's timer for the hold's expiry: the asked minutes, or LK_OFFER_HOLD_MINUTES by default", async () => {
+    const day = dayAhead(28);
+    for (const [body, minutes] of [[{ minutes: 2 }, 2], [{}, stack().config.offerHolds.holdMs / 60_000]] as const) {
+      const offer = await exactOffer(alpha, day);
+      const before = Date.now();
+      const held = await alpha('POST', `/v1/offers/${offer.id}/hold`, body);
+      const after = Date.now();
+      expect(held.status).toBe(201);
+      const expiresAt = Date.parse(held.body.hold.expires_at);
+      expect(expiresAt).toBeGreaterThanOrEqual(before + minutes * 60_000);
+      expect(expiresAt).toBeLessThanOrEqual(after + minutes * 60_000);
+      const workflowId = offerHoldWorkflowId(held.body.hold.id);
+      await untilWaitingOnTimerOf(stack(), workflowId);
+      const [timer] = pendingTimers(await workflowHistoryEvents(stack(), workflowId));
+      // The history gives whole seconds.
+      expect(Math.abs(timer.firesAt - expiresAt)).toBeLessThanOrEqual(2_000);
+      expect((await alpha('DELETE', `/v1/offers/${offer.id}/hold`)).status).toBe(204);
+    }
   });
 
   it('refuses bad input with Blazar\'s error body', async () => {
