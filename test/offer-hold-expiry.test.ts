@@ -79,6 +79,23 @@ describe('offer hold expiry', () => {
     expect(await holdState(holdId)).toEqual({ state: 'ended', end_reason: 'expired' });
   });
 
+  it('releases a hold with no worker running (in the database); the workflow, told, ends without freeing anything twice', async () => {
+    const day = dayAhead(44);
+    const offer = await exactOffer(alpha, day);
+    const holdId = await hold(alpha, offer.id);
+    await untilWaitingOnTimerOf(stack(), offerHoldWorkflowId(holdId));
+    await stack().stopWorker();
+    try {
+      expect((await alpha('DELETE', `/v1/offers/${offer.id}/hold`)).status).toBe(204);
+      expect(await holdState(holdId)).toEqual({ state: 'ended', end_reason: 'released' });
+      const created = await createOver(beta, day, 'beta-after-release');
+      expect(created.status).toBe(201);
+    } finally {
+      await stack().startWorker();
+    }
+    expect(await stack().temporal.client.workflow.getHandle(offerHoldWorkflowId(holdId)).result()).toBe('ended');
+  });
+
   it('checks an accept after the expiry again: 201 with a new booking while free, 409 with offers once another project took the host', async () => {
     const day = dayAhead(42);
     const offer = await exactOffer(alpha, day);
