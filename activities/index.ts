@@ -7,6 +7,7 @@ import type { ActivityDeps } from './deps';
 import { hostActivities } from './hosts';
 import { leaseActivities } from './leases';
 import { noticeActivities } from './notices';
+import { offerHoldActivities } from './offer-holds';
 import { reservationActivities } from './reservations';
 import { selfCheckActivities } from './selfcheck';
 
@@ -20,6 +21,7 @@ export function createActivities(deps: ActivityDeps) {
     ...reservationActivities(deps),
     ...hostActivities(deps),
     ...noticeActivities(deps),
+    ...offerHoldActivities(deps),
   });
 }
 

@@ -51,11 +51,13 @@ export interface TestStackOptions {
   noWorker?: boolean;
   /** Run the host monitor (its settings from `env`), watching hosts this way. */
   hostWatch?: (pool: TestDatabase['pool']) => HostWatch;
+  /** Settings no environment variable can give (e.g. an offer hold of seconds), over those from `env`. */
+  config?: (config: Config) => Config;
 }
 
 export async function startTestStack(options: TestStackOptions = {}): Promise<TestStack> {
   const { plugins = [], env = {}, withPool = () => [], openstack, authenticator, noWorker = false, databaseServer } = options;
-  const config = testConfig(env);
+  const config = (options.config ?? ((c) => c))(testConfig(env));
   const db = await createTestDatabase(databaseServer);
   await migrate(db.pool);
   const temporal = await connectTestTemporal(config);
@@ -234,11 +236,16 @@ export async function withLeaseHistory(stack: TestStack, leaseId: string, err: E
 
 type HistoryEvent = NonNullable<History['events']>[number];
 
-export async function leaseHistoryEvents(stack: TestStack, leaseId: string): Promise<HistoryEvent[]> {
-  return (await stack.temporal.client.workflow.getHandle(leaseWorkflowId(leaseId)).fetchHistory()).events ?? [];
+/** The history of any workflow by its id (a lease's, an offer hold's…). */
+export async function workflowHistoryEvents(stack: TestStack, workflowId: string): Promise<HistoryEvent[]> {
+  return (await stack.temporal.client.workflow.getHandle(workflowId).fetchHistory()).events ?? [];
 }
 
-/** The timers the lease's workflow has set that have neither fired nor been cancelled, with when each is due (ms since the epoch). */
+export function leaseHistoryEvents(stack: TestStack, leaseId: string): Promise<HistoryEvent[]> {
+  return workflowHistoryEvents(stack, leaseWorkflowId(leaseId));
+}
+
+/** The timers the workflow has set that have neither fired nor been cancelled, with when each is due (ms since the epoch). */
 export function pendingTimers(events: HistoryEvent[]): Array<{ timerId: string; firesAt: number }> {
   const pending = new Map<string, number>();
   for (const e of events) {
@@ -250,14 +257,24 @@ export function pendingTimers(events: HistoryEvent[]): Array<{ timerId: string; 
   return [...pending].map(([timerId, firesAt]) => ({ timerId, firesAt }));
 }
 
-/** Once the lease's workflow waits on a timer (e.g. for its start or its end): before a test stops its worker. */
-export function untilWaitingOnTimer(stack: TestStack, leaseId: string, timeoutMs = 30_000): Promise<true> {
-  return eventually(async () => (pendingTimers(await leaseHistoryEvents(stack, leaseId)).length > 0 ? true : undefined), timeoutMs, 100, () => `lease ${leaseId}'s workflow set no timer`);
+/** Once the workflow waits on a timer: before a test stops its worker. */
+export function untilWaitingOnTimerOf(stack: TestStack, workflowId: string, timeoutMs = 30_000): Promise<true> {
+  return eventually(async () => (pendingTimers(await workflowHistoryEvents(stack, workflowId)).length > 0 ? true : undefined), timeoutMs, 100, () => `workflow ${workflowId} set no timer`);
 }
 
-/** Once every timer the lease's workflow had set has fired: with no worker running, the time it waited for has come. */
+/** Once every timer the workflow had set has fired: with no worker running, the time it waited for has come. */
+export function untilTimersFiredOf(stack: TestStack, workflowId: string, timeoutMs = 120_000): Promise<true> {
+  return eventually(async () => (pendingTimers(await workflowHistoryEvents(stack, workflowId)).length === 0 ? true : undefined), timeoutMs, 200, () => `workflow ${workflowId}'s timers not all fired`);
+}
+
+/** Once the lease's workflow waits on a timer (e.g. for its start or its end): before a test stops its worker. */
+export function untilWaitingOnTimer(stack: TestStack, leaseId: string, timeoutMs = 30_000): Promise<true> {
+  return untilWaitingOnTimerOf(stack, leaseWorkflowId(leaseId), timeoutMs);
+}
+
+/** Once every timer the lease's workflow had set has fired. */
 export function untilTimersFired(stack: TestStack, leaseId: string, timeoutMs = 120_000): Promise<true> {
-  return eventually(async () => (pendingTimers(await leaseHistoryEvents(stack, leaseId)).length === 0 ? true : undefined), timeoutMs, 200, () => `lease ${leaseId}'s timers not all fired`);
+  return untilTimersFiredOf(stack, leaseWorkflowId(leaseId), timeoutMs);
 }
 
 /** How many times the lease's workflow has scheduled the activity `name`. */

@@ -301,6 +301,9 @@ const envSchema = z.object({
   LK_MAX_RESERVATIONS_PER_LEASE: positiveInt.max(1_000).default(50),
   // How long an offer (POST /v1/offers, a refusal's offers) stays findable by its id.
   LK_OFFER_TTL_MINUTES: positiveInt.max(1_440).default(15),
+  // Offer holds: how long one keeps an offer's capacity booked, and how many a project may have at once (0: holds are off).
+  LK_OFFER_HOLD_MINUTES: positiveInt.max(60).default(10),
+  LK_MAX_OFFER_HOLDS: z.coerce.number().int().min(0).max(1_000).default(3),
 
   // The host calendar: a gap between consecutive leases on a host (Blazar's cleaning_time), and
   // whether to pick among equally good hosts at random instead of by id.
@@ -436,6 +439,8 @@ function toConfig(env: z.infer<typeof envSchema>) {
     maxReservationsPerLease: env.LK_MAX_RESERVATIONS_PER_LEASE,
     /** How long an offer is kept for a hold or an accept. */
     offerTtlMs: env.LK_OFFER_TTL_MINUTES * 60_000,
+    /** Offer holds: the longest (and default) hold, and the deployment's max_offer_holds. */
+    offerHolds: { holdMs: env.LK_OFFER_HOLD_MINUTES * 60_000, maxAtOnce: env.LK_MAX_OFFER_HOLDS },
     /** Warnings before the end a lease gets unless it asks otherwise (durations as written). */
     notifyBeforeEnd: env.LK_NOTIFY_BEFORE_END === 'none' ? [] : env.LK_NOTIFY_BEFORE_END.split(','),
     /** Idle-lease reaping given to every lease at creation; undefined: off. */

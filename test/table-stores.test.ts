@@ -28,6 +28,7 @@ const OWNERS: Record<string, string> = {
   project_policies: 'src/db/usage-policy.ts',
   project_webhooks: 'src/db/webhooks.ts',
   offers: 'src/db/offers.ts',
+  offer_holds: 'src/db/offer-holds.ts',
   schema_migrations: 'src/db/migrate.ts',
 };
 

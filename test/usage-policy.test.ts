@@ -5,8 +5,8 @@
  */
 import { EVENT_TYPES, type Lease } from '../src/domain/lease';
 import { HOUR_MS, peakRollingHours, peakWithin, type Footprint, type Holding } from '../src/domain/usage';
-import { policyRefusal, type PolicySubject, type ProjectLedger, type UsagePolicy } from '../src/domain/usage-policy';
-import { effectiveRules, loadPolicyFile, toUsagePolicy } from '../src/policy/rules';
+import { offerHoldRefusal, policyRefusal, type PolicySubject, type ProjectLedger, type UsagePolicy } from '../src/domain/usage-policy';
+import { effectiveRules, environmentRules, loadPolicyFile, rulesSchema, toUsagePolicy } from '../src/policy/rules';
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
@@ -210,5 +210,29 @@ describe('the policy file', () => {
     expect(() => loadPolicyFile(write('period.yaml', 'defaults:\n  budget: { period: quarterly }\n'))).toThrow(/defaults\.budget\.period: expected "month" or a rolling span/);
     expect(() => loadPolicyFile(path.join(dir, 'missing.yaml'))).toThrow(/^LK_POLICY_FILE .*missing\.yaml: ENOENT/);
     expect(() => loadPolicyFile(write('bad.yaml', 'defaults: [\n'))).toThrow(/not YAML/);
+  });
+});
+
+describe('usage policy: offer holds at once', () => {
+  const capped = (rules: Record<string, unknown>) => toUsagePolicy(rulesSchema.parse(rules));
+
+  it('max_offer_holds: the n-th hold allowed, the n+1-th refused (403) naming how to free one; 0 allows none; absent: no limit', () => {
+    expect(offerHoldRefusal(capped({ max_offer_holds: 2 }), { liveHolds: 1, byAdmin: false })).toBeUndefined();
+    const refusal = offerHoldRefusal(capped({ max_offer_holds: 2 }), { liveHolds: 2, byAdmin: false });
+    expect(refusal).toMatchObject({ rule: 'max_offer_holds', status: 403, details: { rule: 'max_offer_holds', limit: 2, live_holds: 2 } });
+    expect(refusal?.message).toContain('DELETE /v1/offers/{id}/hold');
+    expect(offerHoldRefusal(capped({ max_offer_holds: 0 }), { liveHolds: 0, byAdmin: false })?.rule).toBe('max_offer_holds');
+    expect(offerHoldRefusal(capped({}), { liveHolds: 1_000, byAdmin: false })).toBeUndefined();
+  });
+
+  it('admins are exempt unless enforce_on_admins names it', () => {
+    expect(offerHoldRefusal(capped({ max_offer_holds: 1 }), { liveHolds: 1, byAdmin: true })).toBeUndefined();
+    expect(offerHoldRefusal(capped({ max_offer_holds: 1, enforce_on_admins: ['max_offer_holds'] }), { liveHolds: 1, byAdmin: true })?.rule).toBe('max_offer_holds');
+  });
+
+  it('takes the deployment default from the environment (LK_MAX_OFFER_HOLDS) and refuses a bad value', () => {
+    expect(environmentRules({ maxDurationMs: 86_400_000, maxAdvanceMs: 86_400_000, maxOfferHolds: 3 }).max_offer_holds).toBe(3);
+    expect(rulesSchema.safeParse({ max_offer_holds: -1 }).success).toBe(false);
+    expect(rulesSchema.safeParse({ max_offer_holds: 1.5 }).success).toBe(false);
   });
 });

@@ -4,3 +4,4 @@ export { selfCheckWorkflow } from './selfcheck/selfcheck';
 export { hostMonitorWorkflow } from './host-monitor/monitor';
 export { maintenanceWindowWorkflow } from './maintenance/window';
 export { noticeWorkflow } from './notices/notice';
+export { offerHoldWorkflow } from './offer-hold/hold';

@@ -20,6 +20,7 @@ import { FloatingIpInventory } from '../resources/floating-ip/inventory';
 import { HostInventory } from '../resources/physical-host/inventory';
 import { availabilityRouter } from './availability';
 import { offersRouter, type OfferDeps } from './offers';
+import { offerHoldsRouter } from './offer-holds';
 import { calendarPage } from './calendar-page';
 import { signInThrottle } from './sign-in-limits';
 import { calendarRouter } from './calendar';
@@ -27,7 +28,7 @@ import { hostAllocationsRouter } from './host-allocations';
 import { floatingIpsRouter } from './floating-ips';
 import { hostsRouter } from './hosts';
 import { maintenanceRouter } from './maintenance';
-import { leasesRouter } from './leases';
+import { leasesRouter, type NewLeaseDeps } from './leases';
 import { usageRouter } from './usage';
 import { projectPolicyRouter } from './project-policy';
 import { webhooksRouter } from './webhooks';
@@ -38,7 +39,7 @@ import { durationMs } from '../policy/rules';
 import { versionsRouter } from './versions';
 
 export interface AppDeps {
-  config: Pick<Config, 'temporal' | 'outbox' | 'healthTimeoutMs' | 'healthDeepIntervalMs' | 'leaseLimits' | 'policy' | 'notifyBeforeEnd' | 'idleLeases' | 'maxReservationsPerLease' | 'offerTtlMs' | 'api' | 'hosts' | 'inventory' | 'provisioningLeadMs' | 'notices'>;
+  config: Pick<Config, 'temporal' | 'outbox' | 'healthTimeoutMs' | 'healthDeepIntervalMs' | 'leaseLimits' | 'policy' | 'notifyBeforeEnd' | 'idleLeases' | 'maxReservationsPerLease' | 'offerTtlMs' | 'offerHolds' | 'api' | 'hosts' | 'inventory' | 'provisioningLeadMs' | 'notices'>;
   log: Logger;
   pool: Pool;
   connection: Connection;
@@ -140,33 +141,33 @@ export function createApp(deps: AppDeps): express.Express {
   const calendar = deps.calendar ?? hostCalendar(deps.pool, config);
   const policy = deps.usagePolicy ?? usagePolicy(deps.pool, config);
   const setup = temporalSetupCheck(deps.client, config.api.workflowTimeoutMs);
-  // Host leases admitted here start their workflow right after the commit; the sweeps (src/outbox) catch what this misses.
-  const outbox =
-    config.api.admission === 'api'
-      ? (deps.outbox ?? new LeaseOutbox({ pool: deps.pool, client: deps.client, taskQueue: config.temporal.taskQueue, log, ...config.outbox })).observedBy(metrics.workflowStarted, () => {
-          metrics.workflowStartFailed();
-          setup.recheck();
-        })
-      : undefined;
+  // Host leases admitted here (LK_ADMISSION=api), and accepted offer holds in either mode, start their
+  // workflow right after the commit; the sweeps (src/outbox) catch what this misses.
+  const outbox = (deps.outbox ?? new LeaseOutbox({ pool: deps.pool, client: deps.client, taskQueue: config.temporal.taskQueue, log, ...config.outbox })).observedBy(metrics.workflowStarted, () => {
+    metrics.workflowStartFailed();
+    setup.recheck();
+  });
   const commands = { client: deps.client, taskQueue: config.temporal.taskQueue, timeoutMs: config.api.workflowTimeoutMs, outbox };
-  const admission = outbox ? { pool: deps.pool, types: deps.types, usagePolicy: policy, outbox, temporalReady: setup.ready } : undefined;
+  const admission = config.api.admission === 'api' ? { pool: deps.pool, types: deps.types, usagePolicy: policy, outbox, temporalReady: setup.ready } : undefined;
   const inventory = lazyInventory(deps);
   const offers: OfferDeps = { pool: deps.pool, types: deps.types, usagePolicy: policy, provisioningLeadMs: config.provisioningLeadMs, offerTtlMs: config.offerTtlMs, maxReservationsPerLease: config.maxReservationsPerLease };
+  const newLeases: NewLeaseDeps = {
+    pool: deps.pool,
+    types: deps.types,
+    commands,
+    admission,
+    provisioningLeadMs: config.provisioningLeadMs,
+    notifyBeforeEndMs: config.notifyBeforeEnd.map(durationMs),
+    idleLeases: config.idleLeases,
+    maxReservationsPerLease: config.maxReservationsPerLease,
+    offers,
+  };
   app.use(
     '/v1',
     authenticate(deps.authenticator ?? noAuth()),
-    leasesRouter({
-      pool: deps.pool,
-      types: deps.types,
-      commands,
-      admission,
-      provisioningLeadMs: config.provisioningLeadMs,
-      notifyBeforeEndMs: config.notifyBeforeEnd.map(durationMs),
-      idleLeases: config.idleLeases,
-      maxReservationsPerLease: config.maxReservationsPerLease,
-      offers,
-    }),
+    leasesRouter(newLeases),
     offersRouter(offers),
+    offerHoldsRouter({ ...newLeases, offers, usagePolicy: policy, client: deps.client, taskQueue: config.temporal.taskQueue, timeoutMs: config.api.workflowTimeoutMs, outbox, holdMs: config.offerHolds.holdMs, temporalReady: setup.ready }),
     hostAllocationsRouter({ pool: deps.pool }),
     usageRouter({ pool: deps.pool }),
     projectPolicyRouter({ pool: deps.pool, policy }),

@@ -36,7 +36,7 @@ export const MAX_CALENDAR_BOOKINGS = 30_000;
 /** The caller's own leases in the window (those without bookings too: a lease of no resources, or being set up). */
 export const MAX_CALENDAR_LEASES = 500;
 
-type LeaseColumns = Pick<HostBookingInWindow, 'lease_id' | 'reservation_id' | 'project_id' | 'lease_name' | 'status' | 'start_ms' | 'end_ms'>;
+type LeaseColumns = Pick<HostBookingInWindow, 'lease_id' | 'reservation_id' | 'project_id' | 'lease_name' | 'status' | 'start_ms' | 'end_ms' | 'hold_expires_ms'>;
 
 /** Whose booking it is, as far as the caller may know. */
 function visibleLease(identity: Identity, row: LeaseColumns) {
@@ -48,6 +48,8 @@ function visibleLease(identity: Identity, row: LeaseColumns) {
     reservation_id: row.reservation_id,
     lease_name: row.lease_name,
     status: row.status,
+    // An offer hold of the caller's (its lease_id is the hold's id): drawn as held, with its expiry.
+    ...(row.hold_expires_ms !== null ? { held: true, hold_id: row.lease_id, expires_at_ms: row.hold_expires_ms } : {}),
     ...(identity.isAdmin ? { project_id: row.project_id, mine: row.project_id === identity.projectId } : { mine: true }),
   };
 }

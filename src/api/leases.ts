@@ -50,7 +50,62 @@ function refuseAdminOnlyPolicies(identity: Identity, rule: string, reservations:
   });
 }
 
-export function leasesRouter(deps: { pool: Pool; types: ResourceTypes; commands: LeaseCommandOptions; admission?: ApiAdmissionDeps; provisioningLeadMs: number; notifyBeforeEndMs?: number[]; idleLeases?: IdleLeasePolicy; maxReservationsPerLease?: number; offers?: OfferDeps }): Router {
+/** What creating a lease needs (POST /v1/leases, and an accept of an offer that is not held). */
+export interface NewLeaseDeps {
+  pool: Pool;
+  types: ResourceTypes;
+  commands: LeaseCommandOptions;
+  admission?: ApiAdmissionDeps;
+  provisioningLeadMs: number;
+  notifyBeforeEndMs?: number[];
+  idleLeases?: IdleLeasePolicy;
+  maxReservationsPerLease?: number;
+  offers?: OfferDeps;
+}
+
+type CreateLeaseBody = ReturnType<ReturnType<typeof createLeaseSchema>['parse']>;
+
+/** A create's request from its checked body, under `id`. */
+export function newLeaseRequest(deps: NewLeaseDeps, identity: Identity, body: CreateLeaseBody, id: string): NewLeaseRequest {
+  return {
+    id,
+    name: body.name,
+    projectId: identity.projectId,
+    userId: identity.userId,
+    start: body.start_date,
+    end: body.end_date,
+    beforeEnd: body.before_end_date ?? undefined,
+    provisioningLeadMs: deps.provisioningLeadMs,
+    // A retry with the same Idempotency-Key reaches the first request's workflow, with its reservation ids.
+    reservations: (body.reservations ?? []).map((r) => ({ id: randomUUID(), resource_type: r.resource_type, params: r.params })),
+    requestedMs: Date.now(),
+    // The usage policy (its limits on duration, advance, amounts, budgets) is checked by whoever admits.
+    byAdmin: identity.isAdmin,
+    notifyBeforeEndMs: body.notify_before_end ?? deps.notifyBeforeEndMs,
+    idle: deps.idleLeases,
+  };
+}
+
+/**
+ * Admits a new lease, by the API in one transaction (host leases, and leases with no reservations)
+ * or by its workflow; a refusal for capacity or a policy rule carries offers for the same reservations.
+ */
+export function admitNewLease(deps: NewLeaseDeps, identity: Identity, request: NewLeaseRequest, hash: string, idempotent: boolean): Promise<Lease> {
+  return refusedWithOffers(
+    async () => {
+      const admitted = deps.admission && admitsInApi(deps.admission, request) ? await admitInApi(deps.admission, request, hash, idempotent) : 'admitted-by-workflow';
+      return admitted === 'admitted-by-workflow' ? await createLease(deps.commands, request, hash, idempotent) : admitted;
+    },
+    async () => {
+      const startMs = request.start === 'now' ? wholeMinuteDown(request.requestedMs) : request.start;
+      const durationMs = request.end - startMs;
+      const reservations = request.reservations.map((r) => ({ resource_type: r.resource_type, params: r.params }));
+      return deps.offers ? makeOffers(deps.offers, identity, { reservations, mins: [], startMs, durationMs, minDurationMs: durationMs, limit: DEFAULT_OFFER_LIMIT }) : { offers: [] };
+    },
+  );
+}
+
+export function leasesRouter(deps: NewLeaseDeps): Router {
   const { pool, commands } = deps;
   const createSchema = createLeaseSchema(deps.types, deps.maxReservationsPerLease);
   const router = Router();
@@ -101,23 +156,7 @@ export function leasesRouter(deps: { pool: Pool; types: ResourceTypes; commands:
     const key = req.get('Idempotency-Key')?.trim();
     if (key !== undefined && (key.length === 0 || key.length > 255)) throw new ApiError(400, 'Idempotency-Key: expected 1 to 255 characters');
     const id = key ? idempotentLeaseId(identity.projectId, identity.userId, key) : randomUUID();
-    const request: NewLeaseRequest = {
-      id,
-      name: body.name,
-      projectId: identity.projectId,
-      userId: identity.userId,
-      start: body.start_date,
-      end: body.end_date,
-      beforeEnd: body.before_end_date ?? undefined,
-      provisioningLeadMs: deps.provisioningLeadMs,
-      // A retry with the same Idempotency-Key reaches the first request's workflow, with its reservation ids.
-      reservations: (body.reservations ?? []).map((r) => ({ id: randomUUID(), resource_type: r.resource_type, params: r.params })),
-      requestedMs: Date.now(),
-      // The usage policy (its limits on duration, advance, amounts, budgets) is checked by whoever admits.
-      byAdmin: identity.isAdmin,
-      notifyBeforeEndMs: body.notify_before_end ?? deps.notifyBeforeEndMs,
-      idle: deps.idleLeases,
-    };
+    const request = newLeaseRequest(deps, identity, body, id);
     newLease(request); // Blazar's date rules (400) before anything starts
     await refuseUnknownPropertyKeys(deps.types, identity, body.reservations ?? []);
     // A fast answer for a deleted lease's key; during a database outage the workflow rides the
@@ -130,18 +169,7 @@ export function leasesRouter(deps: { pool: Pool; types: ResourceTypes; commands:
       : false;
     if (keyOfDeletedLease) throw new ApiError(410, `Lease ${id}, created with this Idempotency-Key, was deleted: use another key for a new lease`);
     const hash = requestHash(identity.projectId, raw);
-    const lease = await refusedWithOffers(
-      async () => {
-        // Host leases (and leases with no reservations) are admitted by the API in one transaction; the rest by their workflow.
-        const admitted = deps.admission && admitsInApi(deps.admission, request) ? await admitInApi(deps.admission, request, hash, key !== undefined) : 'admitted-by-workflow';
-        return admitted === 'admitted-by-workflow' ? await createLease(commands, request, hash, key !== undefined) : admitted;
-      },
-      async () => {
-        const startMs = request.start === 'now' ? wholeMinuteDown(request.requestedMs) : request.start;
-        const durationMs = request.end - startMs;
-        return deps.offers ? makeOffers(deps.offers, identity, { reservations: body.reservations ?? [], mins: [], startMs, durationMs, minDurationMs: durationMs, limit: DEFAULT_OFFER_LIMIT }) : { offers: [] };
-      },
-    );
+    const lease = await admitNewLease(deps, identity, request, hash, key !== undefined);
     res.status(201).json({ lease: toBlazarLease(lease) });
   });
 

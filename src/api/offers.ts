@@ -19,6 +19,8 @@ import { extensionSteps, planOffers, sortOffers, type OfferCount, type PlannedOf
 import type { FitSearch, ResourceTypes } from '../domain/resource-plugin';
 import { footprintOf } from '../domain/usage';
 import { saveOffers, type OfferRow } from '../db/offers';
+import { endExpiredOfferHolds } from '../db/offer-holds';
+import { inTransaction } from '../db/transaction';
 import type { Pool } from '../db/pool';
 import type { UsagePolicyEnforcer } from '../policy';
 import { identityOf, type Identity } from './auth';
@@ -130,6 +132,8 @@ export async function parseOfferRequest(deps: OfferDeps, identity: Identity, bod
  * left out, unless nothing else exists: then they are listed with the rule (`refused_by`).
  */
 export async function makeOffers(deps: OfferDeps, identity: Identity, ask: OfferAsk, nowMs = Date.now()): Promise<{ offers: OfferJson[]; note?: string }> {
+  // Holds past their expiry free their capacity before it is searched, whether or not a worker ended them.
+  await inTransaction(deps.pool, (client) => endExpiredOfferHolds(client));
   const reservations: Reservation[] = ask.reservations.map((r, i) => ({ id: `offer-${i}`, resource_type: r.resource_type, status: 'pending', params: r.params }));
   const shapeOf = (r: Reservation) => deps.types.get(r.resource_type)?.offers;
   const counts = reservations.map((r, i): OfferCount | undefined => {

@@ -195,6 +195,20 @@ const offer = z
   })
   .openapi('Offer');
 const offersAnswer = z.strictObject({ offers: z.array(offer), note: z.string().optional() });
+const offerHold = z
+  .strictObject({
+    id: z.string().describe('the hold id: the id of the lease an accept records'),
+    offer_id: z.string(),
+    status: z.enum(['held', 'accepted', 'ended']),
+    end_reason: z.enum(['expired', 'released', 'refused']).optional(),
+    lease_id: z.string().optional().describe('once accepted'),
+    start_date: requestDateText,
+    end_date: requestDateText,
+    expires_at: z.string(),
+    reservations: z.array(z.looseObject({ resource_type: z.string() })),
+  })
+  .openapi('OfferHold');
+const offerHoldAnswer = z.strictObject({ hold: offerHold });
 
 const bookingLease = z.looseObject({ start_ms: z.number(), end_ms: z.number(), reserved: z.boolean().optional(), lease_id: z.string().optional(), mine: z.boolean().optional() });
 const calendar = z.strictObject({
@@ -620,6 +634,53 @@ export function apiOperations(types: ResourceTypes): Operation[] {
         },
       },
       responses: { 200: json(offersAnswer, 'the offers, best first'), ...COMMON_REFUSALS },
+    },
+    {
+      method: 'post', path: '/v1/offers/{id}/hold', tags: ['availability'], summary: 'Hold an offer for a few minutes (extension)',
+      description:
+        "Books the offer's reservations for up to `LK_OFFER_HOLD_MINUTES` (`minutes` asks fewer), so that nobody else takes them meanwhile; the hold ends by itself at `expires_at`. Host reservations only. The same request while the hold is live answers it again (200); an offer is held once. A project holds at most `max_offer_holds` at once. A refusal for capacity or a usage policy rule carries `reason` and fresh `offers`.",
+      security: AUTHENTICATED,
+      request: { params: idParam('the offer id'), body: { content: { 'application/json': { schema: z.strictObject({ minutes: z.number().int().optional() }) } }, required: false } },
+      responses: {
+        201: json(offerHoldAnswer, 'held'),
+        200: json(offerHoldAnswer, 'held already, by the same project'),
+        ...COMMON_REFUSALS,
+        403: refusal('a usage policy rule refuses it (max_offer_holds, or the lease it would become)'),
+        404: notFound,
+        409: refusal('the capacity was taken meanwhile (with fresh offers), or the offer was held before'),
+      },
+    },
+    {
+      method: 'get', path: '/v1/offers/{id}/hold', tags: ['availability'], summary: "Show an offer's hold (extension)",
+      description: 'The hold: `held`, `accepted` (then `lease_id`) or `ended` (with `end_reason`).',
+      security: AUTHENTICATED,
+      request: { params: idParam('the offer id') },
+      responses: { 200: json(offerHoldAnswer, 'the hold'), ...COMMON_REFUSALS, 404: notFound },
+    },
+    {
+      method: 'delete', path: '/v1/offers/{id}/hold', tags: ['availability'], summary: "Release an offer's hold (extension)",
+      description: 'Frees what the hold booked at once (an ended hold answers 204 too). An accepted hold is a lease: delete the lease.',
+      security: AUTHENTICATED,
+      request: { params: idParam('the offer id') },
+      responses: { 204: noContent('released'), ...COMMON_REFUSALS, 404: notFound, 409: refusal('the hold was accepted') },
+    },
+    {
+      method: 'post', path: '/v1/offers/{id}/accept', tags: ['availability'], summary: 'Make an offer a lease (extension)',
+      description:
+        "Records the offer as a lease named `name`. A live hold becomes the lease with the hold's id and keeps its bookings; an offer not held, or whose hold ended, is admitted as a create is, seeing the calendars as they are now. `Idempotency-Key` as on a create; accepting a held offer again answers its lease.",
+      security: AUTHENTICATED,
+      request: {
+        params: idParam('the offer id'),
+        headers: z.object({ 'Idempotency-Key': z.string().min(1).max(255).optional() }),
+        body: { content: { 'application/json': { schema: z.strictObject({ name: z.string(), before_end_date: requestDateText.optional(), notify_before_end: z.unknown().optional() }) } }, required: true },
+      },
+      responses: {
+        201: leaseBody,
+        ...COMMON_REFUSALS,
+        403: refusal('a usage policy rule refuses the lease (with offers)'),
+        404: notFound,
+        409: refusal('the capacity was taken (with fresh offers), or the name is taken'),
+      },
     },
     {
       method: 'get', path: '/v1/usage', tags: ['usage'], summary: 'Booked and used resource-hours (extension)',

@@ -12,7 +12,7 @@ import type { PoolClient } from 'pg';
 import type { Lease } from '../domain/lease';
 import { maintenanceBlocks, UNUSABLE_BOOKING_SQL } from './maintenance';
 import type { Pool } from './pool';
-import { BOOKING_LEASE_COLUMNS, WINDOW_PARAMS_RANGE, wholeResourceBookings, type BookingLeaseColumns, type NewRangeBooking } from './range-bookings';
+import { BOOKING_LEASE_COLUMNS, HELD_BOOKING_JOIN, WINDOW_PARAMS_RANGE, wholeResourceBookings, type BookingLeaseColumns, type NewRangeBooking } from './range-bookings';
 
 type Queryable = Pool | PoolClient;
 
@@ -346,7 +346,7 @@ export async function hostBookingsInWindow(pool: Pool, window: { fromMs: number;
   // `blocks` covers `during` and carries the GiST index of the exclusion constraint: it narrows, `during` decides.
   const { rows } = await pool.query<HostBookingInWindow>(
     `SELECT a.host_id::text, a.shared, ${BOOKING_LEASE_COLUMNS}
-     FROM host_allocations a LEFT JOIN leases l ON l.id = a.lease_id AND l.deleted_at IS NULL
+     FROM host_allocations a LEFT JOIN leases l ON l.id = a.lease_id AND l.deleted_at IS NULL ${HELD_BOOKING_JOIN}
      WHERE a.blocks && ${WINDOW_PARAMS_RANGE} AND a.during && ${WINDOW_PARAMS_RANGE} AND a.host_id = ANY($3::bigint[])
      ORDER BY a.host_id, lower(a.during), a.id LIMIT $4`,
     [window.fromMs, window.toMs, window.hostIds, window.limit],

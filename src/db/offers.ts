@@ -51,3 +51,8 @@ export async function findOffer(db: Queryable, id: string, projectId: string, no
   const row = rows[0];
   return row && { id: row.id, projectId: row.project_id, kind: row.kind, startMs: Number(row.start_ms), endMs: Number(row.end_ms), leaseBody: row.lease_body, expiresAtMs: row.expires_at.getTime() };
 }
+
+/** Keeps an offer findable until at least `untilMs` (a hold's expiry plus the offers' own time): an accept after the hold still finds it. */
+export async function keepOfferFor(db: Queryable, id: string, untilMs: number): Promise<void> {
+  await db.query('UPDATE offers SET expires_at = greatest(expires_at, $2) WHERE id = $1', [id, new Date(untilMs).toISOString()]);
+}

@@ -9,7 +9,7 @@ import type { PoolClient } from 'pg';
 import type { Amounts } from '../domain/quantity-calendar';
 import { PROVIDER_ON_ENROLLED_HOST_SQL, PROVIDER_ON_FAILED_ENROLLED_HOST_SQL } from './hosts';
 import type { Pool } from './pool';
-import { BOOKING_LEASE_COLUMNS, endReservationBookingsAt, WINDOW_PARAMS_RANGE, type BookingLeaseColumns } from './range-bookings';
+import { BOOKING_LEASE_COLUMNS, HELD_BOOKING_JOIN, endReservationBookingsAt, WINDOW_PARAMS_RANGE, type BookingLeaseColumns } from './range-bookings';
 import { inTransaction } from './transaction';
 
 type Queryable = Pool | PoolClient;
@@ -298,7 +298,7 @@ export async function quantityBookingsInWindow(pool: Pool, window: { fromMs: num
     pool.query<ProviderInWindow>('SELECT uuid, name, host, kind, capacity, usable FROM capacity_providers ORDER BY kind, name'),
     pool.query<QuantityBookingInWindow>(
       `SELECT a.provider_uuid, a.amounts, ${BOOKING_LEASE_COLUMNS}
-       FROM quantity_allocations a LEFT JOIN leases l ON l.id = a.lease_id AND l.deleted_at IS NULL
+       FROM quantity_allocations a LEFT JOIN leases l ON l.id = a.lease_id AND l.deleted_at IS NULL ${HELD_BOOKING_JOIN}
        WHERE a.blocks && ${WINDOW_PARAMS_RANGE} AND a.during && ${WINDOW_PARAMS_RANGE}
        ORDER BY a.provider_uuid, lower(a.during), a.id LIMIT $3`,
       [window.fromMs, window.toMs, window.limit],

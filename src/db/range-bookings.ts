@@ -22,10 +22,16 @@ export interface BookingLeaseColumns {
   status: LeaseStatus | null;
   start_ms: number;
   end_ms: number;
+  /** A booking of a live offer hold (lease_id is the hold's id): when the hold expires; null otherwise. */
+  hold_expires_ms: number | null;
 }
 
 export const BOOKING_LEASE_COLUMNS = `a.lease_id::text, a.reservation_id::text, a.project_id, l.name AS lease_name, l.status,
-  (extract(epoch FROM lower(a.during)) * 1000)::float8 AS start_ms, (extract(epoch FROM upper(a.during)) * 1000)::float8 AS end_ms`;
+  (extract(epoch FROM lower(a.during)) * 1000)::float8 AS start_ms, (extract(epoch FROM upper(a.during)) * 1000)::float8 AS end_ms,
+  (extract(epoch FROM h.expires_at) * 1000)::float8 AS hold_expires_ms`;
+
+/** Joined by the queries that read BOOKING_LEASE_COLUMNS: a booking of an offer hold (no lease yet) says until when it is held. */
+export const HELD_BOOKING_JOIN = "LEFT JOIN offer_holds h ON h.id = a.lease_id AND h.state = 'held'";
 
 /** The window [$1, $2) of a query about one, in epoch milliseconds. */
 export const WINDOW_PARAMS_RANGE = `tstzrange(to_timestamp($1 / 1000.0), to_timestamp($2 / 1000.0))`;

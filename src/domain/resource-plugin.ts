@@ -230,7 +230,9 @@ export interface ResourceType<P = Record<string, unknown>> {
    * Books a new lease's reservation inside `client`'s open transaction, with no cloud call, as the
    * worker's `reserve` would: the API then admits the lease in that one transaction (its row and
    * its owed workflow start with it) and answers at once. Types that must ask the cloud to book
-   * leave it out; their leases are admitted by the lease workflow.
+   * leave it out; their leases are admitted by the lease workflow. It must book calendar rows
+   * only (under the lease's id): an offer hold books with it, and frees what it booked by deleting
+   * the rows with that lease_id (src/db/offer-holds.ts).
    */
   bookAtAdmission?(client: PoolClient, ctx: ReservationContext<P>): Promise<ReserveResult>;
   /**

@@ -30,7 +30,7 @@ export type AtOnceRule = keyof typeof AT_ONCE_RULES;
 export const BUDGET_METERS = { host_hours: 'hosts', vcpu_hours: 'vcpus' } as const;
 export type BudgetName = keyof typeof BUDGET_METERS;
 
-export const RULE_NAMES = ['max_lease_duration', 'max_advance', 'min_notice', 'max_leases', 'max_hosts', 'max_vcpus', 'max_memory_mb', 'max_bandwidth_kbps', 'max_floating_ips', 'budget', 'extension'] as const satisfies ReadonlyArray<string>;
+export const RULE_NAMES = ['max_lease_duration', 'max_advance', 'min_notice', 'max_leases', 'max_hosts', 'max_vcpus', 'max_memory_mb', 'max_bandwidth_kbps', 'max_floating_ips', 'budget', 'extension', 'max_offer_holds'] as const satisfies ReadonlyArray<string>;
 export type RuleName = (typeof RULE_NAMES)[number];
 
 /** The rules in force for one project (absent: no limit). Durations in milliseconds. */
@@ -39,6 +39,8 @@ export interface UsagePolicy {
   maxAdvanceMs?: number;
   minNoticeMs?: number;
   maxLeases?: number;
+  /** Offer holds at once (POST /v1/offers/{id}/hold); 0: holds are off. */
+  maxOfferHolds?: number;
   atOnce: Partial<Record<AtOnceRule, number>>;
   budget?: { period: { kind: 'month' } | { kind: 'rolling'; lengthMs: number }; hours: Partial<Record<BudgetName, number>> };
   extension?: { withinLastMs?: number; maxEachMs?: number; maxCount?: number };
@@ -143,6 +145,17 @@ function leaseCountRefusal(policy: UsagePolicy, subject: PolicySubject, ledger: 
   const limit = policy.maxLeases;
   if (limit === undefined || subject.previous || ledger.liveLeases + 1 <= limit) return undefined;
   return refuse('max_leases', `max_leases: project ${subject.next.projectId} may have at most ${limit} lease(s) not yet ended, and has ${ledger.liveLeases}; delete or end one first.`, { limit, live_leases: ledger.liveLeases });
+}
+
+/**
+ * The refusal of one more offer hold for a project that has `liveHolds` already (max_offer_holds;
+ * admins exempt unless the rule is enforced on them). Checked when a hold is placed, not when a lease is.
+ */
+export function offerHoldRefusal(policy: UsagePolicy, subject: { liveHolds: number; byAdmin: boolean }): PolicyRefusal | undefined {
+  const limit = policy.maxOfferHolds;
+  if (limit === undefined || subject.liveHolds + 1 <= limit) return undefined;
+  if (subject.byAdmin && !policy.enforceOnAdmins.includes('max_offer_holds')) return undefined;
+  return refuse('max_offer_holds', `max_offer_holds: at most ${limit} offer hold(s) at once, and ${subject.liveHolds} are held; release one (DELETE /v1/offers/{id}/hold) or accept it.`, { limit, live_holds: subject.liveHolds });
 }
 
 function extensionRefusal(policy: UsagePolicy, subject: PolicySubject): PolicyRefusal | undefined {

@@ -11,8 +11,9 @@ import { inTransaction } from '../db/transaction';
 import type { Pool } from '../db/pool';
 import { liveLeaseCount, projectLeasesWithin } from '../db/leases';
 import { lockProjectPolicy, projectRules } from '../db/usage-policy';
+import { countLiveOfferHolds } from '../db/offer-holds';
 import { bookingChanged, LeaseErrorType, type Lease } from '../domain/lease';
-import { ledgerRange, policyRefusal, type PolicyRefusal, type PolicySubject } from '../domain/usage-policy';
+import { ledgerRange, offerHoldRefusal, policyRefusal, type PolicyRefusal, type PolicySubject } from '../domain/usage-policy';
 import { PolicyDeniedError, type ExternalServiceFilter, type PolicyContext } from './external-filter';
 import { effectiveRules, rulesSchema, toUsagePolicy, type PolicyFile, type PolicyRules } from './rules';
 
@@ -99,6 +100,20 @@ export class UsagePolicyEnforcer {
     // Only rules that count the project's other leases need them to stand still: then the lock.
     const refusal = await this.refusalOf(client, subject, () => lockProjectPolicy(client, subject.next.projectId));
     if (refusal) throw new UsagePolicyRefusal(refusal);
+  }
+
+  /**
+   * Whether the project may take one more offer hold, for the lease `draft` (booked in the caller's
+   * transaction): max_offer_holds, counted under the project's lock so that two holds never both
+   * take the last slot, then the rules the lease itself would meet at accept (a hold the accept
+   * would refuse is never taken). Throws UsagePolicyRefusal.
+   */
+  async checkOfferHold(client: PoolClient, draft: Lease, byAdmin: boolean): Promise<void> {
+    await lockProjectPolicy(client, draft.projectId);
+    const policy = toUsagePolicy((await this.rulesFor(client, draft.projectId)).effective);
+    const holdRefusal = offerHoldRefusal(policy, { liveHolds: await countLiveOfferHolds(client, draft.projectId, Date.now()), byAdmin });
+    if (holdRefusal) throw new UsagePolicyRefusal(holdRefusal);
+    await this.checkWithin(client, { next: draft, byAdmin });
   }
 
   /**

@@ -8,6 +8,7 @@
  *     max_advance: 90d              # how far ahead a start may be
  *     min_notice: 1h                # how long before its start a lease must be booked
  *     max_leases: 20                # leases not yet ended, per project
+ *     max_offer_holds: 3            # offer holds at once, per project (0: none)
  *     max_hosts: 8                  # held at once per project (also max_vcpus, max_memory_mb,
  *                                   #   max_bandwidth_kbps, max_floating_ips)
  *     budget: { period: month, host_hours: 2000, vcpu_hours: 50000 }   # or period: 30d (rolling)
@@ -43,6 +44,7 @@ export const rulesSchema = z.strictObject({
   max_advance: durationText.nullish(),
   min_notice: durationText.nullish(),
   max_leases: limit('leases').nullish(),
+  max_offer_holds: limit('offer holds').nullish(),
   max_hosts: limit('hosts').nullish(),
   max_vcpus: limit('vCPUs').nullish(),
   max_memory_mb: limit('MiB').nullish(),
@@ -130,6 +132,7 @@ export function toUsagePolicy(rules: PolicyRules): UsagePolicy {
     maxAdvanceMs: ms(rules.max_advance),
     minNoticeMs: ms(rules.min_notice),
     maxLeases: rules.max_leases ?? undefined,
+    maxOfferHolds: rules.max_offer_holds ?? undefined,
     atOnce,
     budget:
       rules.budget && Object.keys(budgetHours).length
@@ -142,8 +145,8 @@ export function toUsagePolicy(rules: PolicyRules): UsagePolicy {
   };
 }
 
-/** The deployment's rules from the environment (before the policy file existed): Blazar's max_lease_duration, and the advance. */
-export function environmentRules(limits: { maxDurationMs: number; maxAdvanceMs: number }): PolicyRules {
+/** The deployment's rules from the environment (before the policy file existed): Blazar's max_lease_duration, the advance, and offer holds at once. */
+export function environmentRules(limits: { maxDurationMs: number; maxAdvanceMs: number; maxOfferHolds?: number }): PolicyRules {
   const hours = (ms: number) => `${Math.round(ms / 3_600_000)}h`;
-  return { max_lease_duration: hours(limits.maxDurationMs), max_advance: hours(limits.maxAdvanceMs) };
+  return { max_lease_duration: hours(limits.maxDurationMs), max_advance: hours(limits.maxAdvanceMs), ...(limits.maxOfferHolds !== undefined ? { max_offer_holds: limits.maxOfferHolds } : {}) };
 }

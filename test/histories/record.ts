@@ -20,6 +20,7 @@ import { apiClient, eventually, inSeconds, startTestStack, type TestStack } from
 import { leaseWorkflowId } from '../../workflows/lease/messages';
 import { hostMonitorWorkflowId } from '../../workflows/host-monitor/messages';
 import { noticeWorkflowId } from '../../workflows/notices/messages';
+import { offerHoldWorkflowId } from '../../workflows/offer-hold/messages';
 import { startWebhookReceiver } from '../support/notice-receiver';
 import { physicalHostPlugin } from '../../src/resources/physical-host';
 import { physicalHostWatch } from '../../src/resources/physical-host/health';
@@ -54,6 +55,17 @@ async function failHostOf(api: Api, leaseId: string): Promise<string> {
   hostsDown.add(booked);
   await eventually(async () => ((await api('GET', `/v1/leases/${leaseId}`)).body.lease.reservations[0].hosts[0] !== booked ? true : undefined), 30_000);
   return booked;
+}
+
+/** Holds an offer for a host of the scenario's own, an hour ahead; the hold's workflow id. */
+async function holdScenarioOffer(api: Api, stack: TestStack, scenario: string): Promise<{ offerId: string; workflowId: string }> {
+  await scenarioHosts(stack, scenario);
+  const offers = await api('POST', '/v1/offers', { reservations: [hostReservationOf(scenario)], duration: 60, start_after: new Date(Date.now() + 3_600_000).toISOString().slice(0, 16).replace('T', ' '), limit: 1 });
+  if (offers.status !== 200 || offers.body.offers.length === 0) throw new Error(`offers: ${offers.status} ${JSON.stringify(offers.body)}`);
+  const offerId: string = offers.body.offers[0].id;
+  const held = await api('POST', `/v1/offers/${offerId}/hold`, {});
+  if (held.status !== 201) throw new Error(`hold: ${held.status} ${JSON.stringify(held.body)}`);
+  return { offerId, workflowId: offerHoldWorkflowId(held.body.hold.id) };
 }
 
 /** Each scenario returns the lease id once its workflow has closed, or the id of another workflow (still running). */
@@ -293,6 +305,28 @@ export const SCENARIOS: Record<string, (api: Api, stack: TestStack) => Promise<s
       await hook.close();
     }
   },
+  // An offer hold that runs its course: its timer fires and it ends itself.
+  'offer-hold-expires': async (api, stack) => {
+    const { workflowId } = await holdScenarioOffer(api, stack, 'offer-hold-expires');
+    await stack.temporal.client.workflow.getHandle(workflowId).result();
+    return { workflowId };
+  },
+  // An offer hold released (DELETE) before its expiry: the API tells its workflow, which ends.
+  'offer-hold-released': async (api, stack) => {
+    const { offerId, workflowId } = await holdScenarioOffer(api, stack, 'offer-hold-released');
+    await api('DELETE', `/v1/offers/${offerId}/hold`);
+    await stack.temporal.client.workflow.getHandle(workflowId).result();
+    return { workflowId };
+  },
+  // An offer hold accepted: it becomes a lease; the API tells its workflow, which ends.
+  'offer-hold-accepted': async (api, stack) => {
+    const { offerId, workflowId } = await holdScenarioOffer(api, stack, 'offer-hold-accepted');
+    const accepted = await api('POST', `/v1/offers/${offerId}/accept`, { name: 'offer-hold-accepted' });
+    if (accepted.status !== 201) throw new Error(`accept: ${accepted.status} ${JSON.stringify(accepted.body)}`);
+    await stack.temporal.client.workflow.getHandle(workflowId).result();
+    await api('DELETE', `/v1/leases/${accepted.body.lease.id}`);
+    return { workflowId };
+  },
   // The host monitor itself: a host fails and recovers (recorded while it runs on).
   'host-monitor': async (_api, stack) => {
     const name = `monitored-${randomUUID().slice(0, 8)}`;
@@ -342,6 +376,8 @@ async function main(): Promise<void> {
     ],
     hostWatch: (pool) =>
       physicalHostWatch({ pool, source: { calendarOnly: (host) => (hostsDown.has(host.hypervisor_hostname) ? 'down in the recorded scenario' : undefined) }, freepool: 'freepool', failed: { name: 'failed', closedProjectId: 'nobody' } }),
+    // Offer holds of seconds: the expiry scenario's timer fires within the recording.
+    config: (config) => ({ ...config, offerHolds: { ...config.offerHolds, holdMs: 3_000 } }),
     // Idle limits of seconds: every active lease is looked at; only idle-end's reservation tells it is idle.
     env: { LK_WEBHOOK_ALLOW_PRIVATE: 'true', LK_IDLE_LEASE_WARN_HOURS: '0.0005', LK_IDLE_LEASE_END_HOURS: '0.001', LK_PROVISIONING_LEAD_TIME_SECONDS: String(RECORDED_LEAD_SECONDS), LK_HOST_MONITOR_INTERVAL_SECONDS: '0.2', LK_HOST_FAIL_GRACE_SECONDS: '0', LK_HEALING_RETRY_MINUTES: '60' },
   });

@@ -13,6 +13,7 @@ import { reservableCapabilityNames } from '../../db/hosts';
 import { isDeadlockOrSerialization, isLostRace, type Pool } from '../../db/pool';
 import type { FitSearch } from '../../domain/resource-plugin';
 import { inTransaction } from '../../db/transaction';
+import { endExpiredOfferHolds } from '../../db/offer-holds';
 
 /**
  * Identifies one booking request, so that a booking already made for it is not made again: what the
@@ -46,11 +47,19 @@ const digest = (value: unknown) => createHash('sha256').update(JSON.stringify(va
  * Runs a booking in one transaction, again from the start when it lost a race with a concurrent
  * booking (a deadlock between them, or, with `retryExclusion`, the other took a chosen resource
  * first): the next run sees the winner's booking. Bookings run again one at a time, whatever
- * their resource type.
+ * their resource type. Offer holds past their expiry are ended first (src/db/offer-holds.ts): what
+ * they held is free at their expiry even when no worker ran their timer.
  */
 export function bookInTransaction<T>(pool: Pool, work: (client: PoolClient) => Promise<T>, options: { retryExclusion: boolean }): Promise<T> {
   const lostRace = options.retryExclusion ? isLostRace : isDeadlockOrSerialization;
-  return inTransaction(pool, work, { retryOn: lostRace, retriesOneAtATime: 'bookings' });
+  return inTransaction(
+    pool,
+    async (client) => {
+      await endExpiredOfferHolds(client);
+      return work(client);
+    },
+    { retryOn: lostRace, retriesOneAtATime: 'bookings' },
+  );
 }
 
 /** Frees a booking: all of it if its lease never started, else from `nowMs` on. */

@@ -1,0 +1,121 @@
+/**
+ * Offer holds end by themselves (issue 41): a hold of a few seconds (a setting no environment
+ * variable gives) blocks another project until its workflow's timer fires, then frees the host;
+ * with no worker at the expiry, the next booking frees it anyway; an accept after the expiry is
+ * checked again, as a create. Waits follow the hold workflow's history, never the clock.
+ */
+import { physicalHostPlugin } from '../src/resources/physical-host';
+import { hostReservation } from '../dev-stack/fixtures/builders';
+import { insertHost } from '../dev-stack/fixtures/hosts';
+import { apiClient, untilTimersFiredOf, untilWaitingOnTimerOf, useTestStack } from '../dev-stack/stack';
+import { offerHoldWorkflowId } from '../workflows/offer-hold/messages';
+
+/** Long enough for the test's next request or two to come before it on a loaded machine. */
+const HOLD_MS = 8_000;
+const dayAhead = (days: number) => new Date(Date.now() + days * 86_400_000).toISOString().slice(0, 10);
+
+describe('offer hold expiry', () => {
+  const stack = useTestStack({
+    withPool: (pool) => [physicalHostPlugin({ pool, settings: { cleaningMs: 0, randomChoice: false }, cloud: 'calendar-only' })],
+    config: (config) => ({ ...config, offerHolds: { ...config.offerHolds, holdMs: HOLD_MS } }),
+  });
+  const project = (id: string) => apiClient(() => stack().url, { 'X-Project-Id': id, 'X-Roles': 'member' });
+  const alpha = project('alpha');
+  const beta = project('beta');
+
+  beforeAll(async () => {
+    await insertHost(stack().db.pool, { name: 'expiry-host-1' });
+  });
+
+  async function exactOffer(call: ReturnType<typeof project>, day: string): Promise<{ id: string }> {
+    const res = await call('POST', '/v1/offers', { reservations: [hostReservation()], duration: 120, start_after: `${day} 10:00`, limit: 1 });
+    expect(res.status).toBe(200);
+    expect(res.body.offers[0]).toMatchObject({ kind: 'exact', start_date: `${day} 10:00` });
+    return res.body.offers[0];
+  }
+  async function hold(call: ReturnType<typeof project>, offerId: string): Promise<string> {
+    const res = await call('POST', `/v1/offers/${offerId}/hold`, {});
+    expect(res.status).toBe(201);
+    return res.body.hold.id;
+  }
+  const createOver = (call: ReturnType<typeof project>, day: string, name: string) =>
+    call('POST', '/v1/leases', { name, start_date: `${day} 10:00`, end_date: `${day} 12:00`, reservations: [hostReservation()] });
+  /** Once the hold's workflow has set its timer and the timer has fired (its history says so, not the clock). */
+  async function untilExpired(holdId: string): Promise<void> {
+    await untilWaitingOnTimerOf(stack(), offerHoldWorkflowId(holdId));
+    await untilTimersFiredOf(stack(), offerHoldWorkflowId(holdId));
+  }
+  const holdState = async (id: string) => (await stack().db.pool.query<{ state: string; end_reason: string | null }>('SELECT state, end_reason FROM offer_holds WHERE id = $1', [id])).rows[0];
+
+  it('blocks another project until its timer fires, then ends by itself and frees the host', async () => {
+    const day = dayAhead(40);
+    const holdId = await hold(alpha, (await exactOffer(alpha, day)).id);
+    expect((await createOver(beta, day, 'beta-blocked')).status).toBe(409);
+    await untilExpired(holdId);
+    expect(await stack().temporal.client.workflow.getHandle(offerHoldWorkflowId(holdId)).result()).toBe('expired');
+    expect(await holdState(holdId)).toEqual({ state: 'ended', end_reason: 'expired' });
+    const created = await createOver(beta, day, 'beta-after-expiry');
+    expect(created.status).toBe(201);
+    expect((await beta('DELETE', `/v1/leases/${created.body.lease.id}`)).status).toBe(204);
+  });
+
+  it('frees the host at the expiry with no worker running: the next booking ends the hold', async () => {
+    const day = dayAhead(41);
+    const holdId = await hold(alpha, (await exactOffer(alpha, day)).id);
+    const workflowId = offerHoldWorkflowId(holdId);
+    await untilWaitingOnTimerOf(stack(), workflowId);
+    await stack().stopWorker();
+    try {
+      await untilTimersFiredOf(stack(), workflowId);
+      expect(await holdState(holdId)).toEqual({ state: 'held', end_reason: null });
+      const created = await createOver(beta, day, 'beta-no-worker');
+      expect(created.status).toBe(201);
+      expect(await holdState(holdId)).toEqual({ state: 'ended', end_reason: 'expired' });
+    } finally {
+      await stack().startWorker();
+    }
+    // The workflow's own end finds the hold ended: nothing to free.
+    expect(await stack().temporal.client.workflow.getHandle(workflowId).result()).toBe('expired');
+    expect(await holdState(holdId)).toEqual({ state: 'ended', end_reason: 'expired' });
+  });
+
+  it('releases a hold with no worker running (in the database); the workflow, told, ends without freeing anything twice', async () => {
+    const day = dayAhead(44);
+    const offer = await exactOffer(alpha, day);
+    const holdId = await hold(alpha, offer.id);
+    await untilWaitingOnTimerOf(stack(), offerHoldWorkflowId(holdId));
+    await stack().stopWorker();
+    try {
+      expect((await alpha('DELETE', `/v1/offers/${offer.id}/hold`)).status).toBe(204);
+      expect(await holdState(holdId)).toEqual({ state: 'ended', end_reason: 'released' });
+      const created = await createOver(beta, day, 'beta-after-release');
+      expect(created.status).toBe(201);
+    } finally {
+      await stack().startWorker();
+    }
+    expect(await stack().temporal.client.workflow.getHandle(offerHoldWorkflowId(holdId)).result()).toBe('ended');
+  });
+
+  it('checks an accept after the expiry again: 201 with a new booking while free, 409 with offers once another project took the host', async () => {
+    const day = dayAhead(42);
+    const offer = await exactOffer(alpha, day);
+    const holdId = await hold(alpha, offer.id);
+    await untilExpired(holdId);
+    const accepted = await alpha('POST', `/v1/offers/${offer.id}/accept`, { name: 'alpha-after-expiry' });
+    expect(accepted.status).toBe(201);
+    expect(accepted.body.lease.id).not.toBe(holdId);
+    expect((await alpha('DELETE', `/v1/leases/${accepted.body.lease.id}`)).status).toBe(204);
+
+    const later = dayAhead(43);
+    const mine = await exactOffer(alpha, later);
+    const mineHold = await hold(alpha, mine.id);
+    await untilExpired(mineHold);
+    const taken = await createOver(beta, later, 'beta-took-it');
+    expect(taken.status).toBe(201);
+    const refused = await alpha('POST', `/v1/offers/${mine.id}/accept`, { name: 'alpha-too-late' });
+    expect(refused.status).toBe(409);
+    expect(refused.body.reason).toBe('capacity');
+    expect(refused.body.offers.length).toBeGreaterThan(0);
+    expect(await holdState(mineHold)).toEqual({ state: 'ended', end_reason: 'expired' });
+  });
+});
