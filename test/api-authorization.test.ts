@@ -119,6 +119,26 @@ describe('authorization on every route', () => {
       }
     });
 
+    it('cannot hold, see, release or accept the other project\'s offer: to it that offer does not exist', async () => {
+      exercise('POST /offers/:id/hold');
+      exercise('GET /offers/:id/hold');
+      exercise('DELETE /offers/:id/hold');
+      exercise('POST /offers/:id/accept');
+      const made = await call(other(caller), 'POST', '/v1/offers', { start_after: '2099-04-01 10:00', duration: 60, reservations: [hostReservation({ min: 1, max: 1 })] });
+      expect(made.status).toBe(200);
+      const offerId: string = made.body.offers[0].id;
+      for (const [method, path, body] of [
+        ['POST', `/v1/offers/${offerId}/hold`, {}],
+        ['GET', `/v1/offers/${offerId}/hold`, undefined],
+        ['DELETE', `/v1/offers/${offerId}/hold`, undefined],
+        ['POST', `/v1/offers/${offerId}/accept`, { name: 'not-mine' }],
+      ] as const) {
+        const answer = await call(caller, method, path, body);
+        expect({ route: `${method} ${path}`, status: answer.status, code: answer.body?.error_code }).toEqual({ route: `${method} ${path}`, status: 404, code: 404 });
+      }
+      expect((await call(caller, 'GET', '/v1/leases?name=not-mine')).body.leases).toEqual([]);
+    });
+
     it('may ask when capacity is free, and learns no other project\'s lease from it', async () => {
       exercise('GET /availability');
       exercise('POST /availability/search');
