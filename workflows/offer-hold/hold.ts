@@ -59,7 +59,7 @@ async function awaitPlacement(input: OfferHoldInput, placement: OfferHoldPlaceme
     return (outcome as { lease: Lease }).lease;
   });
   // The update comes with the start; without it by placeByMs, its caller is gone and nothing was booked.
-  if (!(await condition(() => current().step !== 'waiting', Math.max(0, placement.placeByMs - Date.now())))) return 'not-placed';
+  if (!(await condition(() => current().step !== 'waiting', Math.max(1, placement.placeByMs - Date.now())))) return 'not-placed';
   await condition(settled);
   return current().step === 'placed' ? 'placed' : 'refused';
 }
