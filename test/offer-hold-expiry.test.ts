@@ -12,6 +12,7 @@ import { floatingIpPlugin } from '../src/resources/floating-ip';
 import { physicalHostPlugin } from '../src/resources/physical-host';
 import { COMPUTE_KIND } from '../src/resources/shared/compute-providers';
 import { virtualInstancePlugin } from '../src/resources/virtual-instance';
+import { placedHoldId } from '../src/api/offer-holds';
 import { hostReservation as anyHost } from '../dev-stack/fixtures/builders';
 import { insertHost } from '../dev-stack/fixtures/hosts';
 import { apiClient, untilTimersFiredOf, untilWaitingOnTimerOf, useTestStack } from '../dev-stack/stack';
@@ -19,6 +20,8 @@ import { offerHoldWorkflowId } from '../workflows/offer-hold/messages';
 
 /** Long enough for the test's next request or two to come before it on a loaded machine. */
 const HOLD_MS = 8_000;
+/** How long the API waits for a workflow (LK_API_WORKFLOW_TIMEOUT_MS): the test with no worker waits this out. */
+const API_WAIT_MS = 10_000;
 const dayAhead = (days: number) => new Date(Date.now() + days * 86_400_000).toISOString().slice(0, 10);
 /** The one host whole-host leases may take (the instance slots' host is another). */
 const hostReservation = () => anyHost({ resource_properties: JSON.stringify(['==', '$role', 'whole']) });
@@ -31,7 +34,7 @@ describe('offer hold expiry', () => {
       virtualInstancePlugin({ pool, settings: { cleaningMs: 0 }, cloud: 'calendar-only' }),
       floatingIpPlugin({ pool, cloud: 'calendar-only' }),
     ],
-    config: (config) => ({ ...config, offerHolds: { ...config.offerHolds, holdMs: HOLD_MS } }),
+    config: (config) => ({ ...config, offerHolds: { ...config.offerHolds, holdMs: HOLD_MS }, api: { ...config.api, workflowTimeoutMs: API_WAIT_MS } }),
   });
   const project = (id: string) => apiClient(() => stack().url, { 'X-Project-Id': id, 'X-Roles': 'member' });
   const alpha = project('alpha');
@@ -98,6 +101,29 @@ describe('offer hold expiry', () => {
       expect(created.status).toBe(201);
       expect((await beta('DELETE', `/v1/leases/${created.body.lease.id}`)).status).toBe(204);
     }
+  });
+
+  it('answers 503 when no worker places a hold in time; the hold never holds, and its workflow, back, books nothing', async () => {
+    const day = dayAhead(47);
+    const address = { resource_type: 'virtual:floatingip', network_id: NETWORK, amount: 1 };
+    const offer = await exactOffer(alpha, day, address);
+    const workflowId = offerHoldWorkflowId(placedHoldId(offer.id));
+    await stack().stopWorker();
+    try {
+      const res = await alpha('POST', `/v1/offers/${offer.id}/hold`, {});
+      expect(res.status).toBe(503);
+      expect((await alpha('GET', `/v1/offers/${offer.id}/hold`)).status).toBe(404);
+    } finally {
+      await stack().startWorker();
+    }
+    // Back, the workflow finds its caller gone (the API told it, and its deadline passed): it refuses the placement before booking.
+    expect(await stack().temporal.client.workflow.getHandle(workflowId).result()).toBe('refused');
+    expect(await holdState(placedHoldId(offer.id))).toBeUndefined();
+    const rows = await stack().db.pool.query<{ n: number }>('SELECT count(*)::int AS n FROM floating_ip_allocations WHERE lease_id = $1', [placedHoldId(offer.id)]);
+    expect(rows.rows[0].n).toBe(0);
+    const created = await createOver(beta, day, 'beta-after-503', address);
+    expect(created.status).toBe(201);
+    expect((await beta('DELETE', `/v1/leases/${created.body.lease.id}`)).status).toBe(204);
   });
 
   it('frees the host at the expiry with no worker running: the next booking ends the hold', async () => {

@@ -209,7 +209,7 @@ function booksInApi(deps: OfferHoldDeps, offer: OfferRow): boolean {
  * The id of the hold its workflow places for an offer: one per offer (an offer is held once, ever), so
  * that concurrent holds of one offer meet in one workflow and one update, and get one answer.
  */
-const placedHoldId = (offerId: string) => uuidShaped(createHash('sha256').update(JSON.stringify(['offer-hold', offerId])).digest('hex'), 4);
+export const placedHoldId = (offerId: string) => uuidShaped(createHash('sha256').update(JSON.stringify(['offer-hold', offerId])).digest('hex'), 4);
 
 /**
  * Has the hold's workflow book the offer's reservations (each type's reserve, in the worker) and
