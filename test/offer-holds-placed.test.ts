@@ -109,6 +109,31 @@ describe('offer holds placed by their workflow', () => {
     expect((await alpha('DELETE', `/v1/leases/${holdId}`)).status).toBe(204);
   });
 
+  it('answers concurrent holds of one offer by its project with one hold (one placement)', async () => {
+    const offer = await exactOffer(alpha, dayAhead(55), address);
+    const answers = await Promise.all(Array.from({ length: 5 }, () => alpha('POST', `/v1/offers/${offer.id}/hold`, {})));
+    expect(answers.every((a) => a.status === 201 || a.status === 200)).toBe(true);
+    expect(new Set(answers.map((a) => a.body.hold.id)).size).toBe(1);
+    expect((await stack().db.pool.query<{ n: number }>('SELECT count(*)::int AS n FROM offer_holds WHERE offer_id = $1', [offer.id])).rows[0].n).toBe(1);
+    expect((await alpha('DELETE', `/v1/offers/${offer.id}/hold`)).status).toBe(204);
+  });
+
+  it('caps the holds a project has at once (max_offer_holds): 403 with no offers, and what the refused hold booked is freed', async () => {
+    const admin = apiClient(() => stack().url);
+    expect((await admin('PUT', '/v1/projects/capped/policy', { max_offer_holds: 1 })).status).toBe(200);
+    const capped = project('capped');
+    const first = await exactOffer(capped, dayAhead(56), address);
+    const second = await exactOffer(capped, dayAhead(57), address);
+    expect((await capped('POST', `/v1/offers/${first.id}/hold`, {})).status).toBe(201);
+    const refused = await capped('POST', `/v1/offers/${second.id}/hold`, {});
+    expect(refused.status).toBe(403);
+    expect(refused.body).toMatchObject({ rule: 'max_offer_holds', reason: 'policy:max_offer_holds', offers: [] });
+    const booked = await stack().db.pool.query<{ n: number }>("SELECT count(*)::int AS n FROM floating_ip_allocations WHERE project_id = 'capped'");
+    expect(booked.rows[0].n).toBe(1);
+    expect((await capped('DELETE', `/v1/offers/${first.id}/hold`)).status).toBe(204);
+    expect((await admin('DELETE', '/v1/projects/capped/policy')).status).toBe(204);
+  });
+
   it('gives the last floating IP to exactly one of 10 projects holding it at once; the others get 409 with offers and keep nothing', async () => {
     const day = dayAhead(54);
     const racers = Array.from({ length: 10 }, (_, i) => project(`fip-racer-${i}`));
