@@ -97,6 +97,7 @@ async function place(input: OfferHoldInput, { draft, byAdmin, keepOfferUntilMs, 
 async function endPlaced(input: OfferHoldInput, { draft }: OfferHoldPlacement, reason: 'released' | 'expired' | 'refused'): Promise<OfferHoldOutcome> {
   const state = await ending.endOfferHold({ holdId: input.holdId, reason });
   if (state === 'accepted') return 'ended';
+  // The reservations as drafted, as a refused admission ends them: a hold never set anything aside (no `hold` hook ran).
   for (const reservation of draft.reservations) {
     const outcome = await mustFinish.endReservation({ ...reservationContext(draft, reservation), started: false, force: true });
     if (outcome?.waitingFor) log.warn('an ended offer hold left something behind', { holdId: input.holdId, reservationId: reservation.id, waitingFor: outcome.waitingFor });
