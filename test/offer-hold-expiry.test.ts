@@ -2,33 +2,55 @@
  * Offer holds end by themselves (issue 41): a hold of a few seconds (a setting no environment
  * variable gives) blocks another project until its workflow's timer fires, then frees the host;
  * with no worker at the expiry, the next booking frees it anyway; an accept after the expiry is
- * checked again, as a create. Waits follow the hold workflow's history, never the clock.
+ * checked again, as a create. Holds its workflow placed (instance slots, a floating IP) end the
+ * same way. Waits follow the hold workflow's history, never the clock.
  */
+import { randomUUID } from 'node:crypto';
+import { insertFloatingIp } from '../src/db/floating-ips';
+import { syncCapacityProviders } from '../src/db/quantity-allocations';
+import { floatingIpPlugin } from '../src/resources/floating-ip';
 import { physicalHostPlugin } from '../src/resources/physical-host';
-import { hostReservation } from '../dev-stack/fixtures/builders';
+import { COMPUTE_KIND } from '../src/resources/shared/compute-providers';
+import { virtualInstancePlugin } from '../src/resources/virtual-instance';
+import { placedHoldId } from '../src/api/offer-holds';
+import { hostReservation as anyHost } from '../dev-stack/fixtures/builders';
 import { insertHost } from '../dev-stack/fixtures/hosts';
 import { apiClient, untilTimersFiredOf, untilWaitingOnTimerOf, useTestStack } from '../dev-stack/stack';
 import { offerHoldWorkflowId } from '../workflows/offer-hold/messages';
 
 /** Long enough for the test's next request or two to come before it on a loaded machine. */
 const HOLD_MS = 8_000;
+/** How long the API waits for a workflow (LK_API_WORKFLOW_TIMEOUT_MS): the test with no worker waits this out. */
+const API_WAIT_MS = 10_000;
 const dayAhead = (days: number) => new Date(Date.now() + days * 86_400_000).toISOString().slice(0, 10);
+/** The one host whole-host leases may take (the instance slots' host is another). */
+const hostReservation = () => anyHost({ resource_properties: JSON.stringify(['==', '$role', 'whole']) });
+const NETWORK = '66666666-6666-4666-8666-666666666666';
 
 describe('offer hold expiry', () => {
   const stack = useTestStack({
-    withPool: (pool) => [physicalHostPlugin({ pool, settings: { cleaningMs: 0, randomChoice: false }, cloud: 'calendar-only' })],
-    config: (config) => ({ ...config, offerHolds: { ...config.offerHolds, holdMs: HOLD_MS } }),
+    withPool: (pool) => [
+      physicalHostPlugin({ pool, settings: { cleaningMs: 0, randomChoice: false }, cloud: 'calendar-only' }),
+      virtualInstancePlugin({ pool, settings: { cleaningMs: 0 }, cloud: 'calendar-only' }),
+      floatingIpPlugin({ pool, cloud: 'calendar-only' }),
+    ],
+    config: (config) => ({ ...config, offerHolds: { ...config.offerHolds, holdMs: HOLD_MS }, api: { ...config.api, workflowTimeoutMs: API_WAIT_MS } }),
   });
   const project = (id: string) => apiClient(() => stack().url, { 'X-Project-Id': id, 'X-Roles': 'member' });
   const alpha = project('alpha');
   const beta = project('beta');
 
   beforeAll(async () => {
-    await insertHost(stack().db.pool, { name: 'expiry-host-1' });
+    const { pool } = stack().db;
+    await insertHost(pool, { name: 'expiry-host-1', capabilities: { role: 'whole' } });
+    // Two 8-vCPU slots, and one address.
+    await insertHost(pool, { name: 'expiry-slots-1', capabilities: { role: 'slots' } });
+    await syncCapacityProviders(pool, COMPUTE_KIND, [{ uuid: randomUUID(), name: 'expiry-slots-1', host: 'expiry-slots-1', capacity: { VCPU: 16, MEMORY_MB: 32_768, DISK_GB: 200 }, traits: [] }]);
+    await insertFloatingIp(pool, { id: randomUUID(), networkId: NETWORK, subnetId: 'subnet-1', address: '198.51.100.30' });
   });
 
-  async function exactOffer(call: ReturnType<typeof project>, day: string): Promise<{ id: string }> {
-    const res = await call('POST', '/v1/offers', { reservations: [hostReservation()], duration: 120, start_after: `${day} 10:00`, limit: 1 });
+  async function exactOffer(call: ReturnType<typeof project>, day: string, reservation: Record<string, unknown> = hostReservation()): Promise<{ id: string }> {
+    const res = await call('POST', '/v1/offers', { reservations: [reservation], duration: 120, start_after: `${day} 10:00`, limit: 1 });
     expect(res.status).toBe(200);
     expect(res.body.offers[0]).toMatchObject({ kind: 'exact', start_date: `${day} 10:00` });
     return res.body.offers[0];
@@ -38,8 +60,8 @@ describe('offer hold expiry', () => {
     expect(res.status).toBe(201);
     return res.body.hold.id;
   }
-  const createOver = (call: ReturnType<typeof project>, day: string, name: string) =>
-    call('POST', '/v1/leases', { name, start_date: `${day} 10:00`, end_date: `${day} 12:00`, reservations: [hostReservation()] });
+  const createOver = (call: ReturnType<typeof project>, day: string, name: string, reservation: Record<string, unknown> = hostReservation()) =>
+    call('POST', '/v1/leases', { name, start_date: `${day} 10:00`, end_date: `${day} 12:00`, reservations: [reservation] });
   /** Once the hold's workflow has set its timer and the timer has fired (its history says so, not the clock). */
   async function untilExpired(holdId: string): Promise<void> {
     await untilWaitingOnTimerOf(stack(), offerHoldWorkflowId(holdId));
@@ -55,6 +77,51 @@ describe('offer hold expiry', () => {
     expect(await stack().temporal.client.workflow.getHandle(offerHoldWorkflowId(holdId)).result()).toBe('expired');
     expect(await holdState(holdId)).toEqual({ state: 'ended', end_reason: 'expired' });
     const created = await createOver(beta, day, 'beta-after-expiry');
+    expect(created.status).toBe(201);
+    expect((await beta('DELETE', `/v1/leases/${created.body.lease.id}`)).status).toBe(204);
+  });
+
+  it('ends a hold its workflow placed (instance slots and a floating IP) when its timer fires, freeing what it booked', async () => {
+    const day = dayAhead(45);
+    const slots = { resource_type: 'virtual:instance', vcpus: 8, memory_mb: 1024, disk_gb: 10, amount: 2, resource_properties: '' };
+    const address = { resource_type: 'virtual:floatingip', network_id: NETWORK, amount: 1 };
+    const res = await alpha('POST', '/v1/offers', { reservations: [slots, address], duration: 120, start_after: `${day} 10:00`, limit: 1 });
+    expect(res.body.offers[0]).toMatchObject({ kind: 'exact', start_date: `${day} 10:00` });
+    const holdId = await hold(alpha, res.body.offers[0].id);
+    for (const reservation of [slots, address]) {
+      const blocked = await createOver(beta, day, 'beta-blocked', reservation);
+      expect(blocked.status).toBe(409);
+      expect(blocked.body.reason).toBe('capacity');
+    }
+    await untilExpired(holdId);
+    expect(await stack().temporal.client.workflow.getHandle(offerHoldWorkflowId(holdId)).result()).toBe('expired');
+    expect(await holdState(holdId)).toEqual({ state: 'ended', end_reason: 'expired' });
+    for (const reservation of [slots, address]) {
+      const created = await createOver(beta, day, `beta-after-expiry-${reservation.resource_type}`, reservation);
+      expect(created.status).toBe(201);
+      expect((await beta('DELETE', `/v1/leases/${created.body.lease.id}`)).status).toBe(204);
+    }
+  });
+
+  it('answers 503 when no worker places a hold in time; the hold never holds, and its workflow, back, books nothing', async () => {
+    const day = dayAhead(47);
+    const address = { resource_type: 'virtual:floatingip', network_id: NETWORK, amount: 1 };
+    const offer = await exactOffer(alpha, day, address);
+    const workflowId = offerHoldWorkflowId(placedHoldId(offer.id));
+    await stack().stopWorker();
+    try {
+      const res = await alpha('POST', `/v1/offers/${offer.id}/hold`, {});
+      expect(res.status).toBe(503);
+      expect((await alpha('GET', `/v1/offers/${offer.id}/hold`)).status).toBe(404);
+    } finally {
+      await stack().startWorker();
+    }
+    // Back, the workflow finds its caller gone (the API told it, and its deadline passed): it refuses the placement before booking.
+    expect(await stack().temporal.client.workflow.getHandle(workflowId).result()).toBe('refused');
+    expect(await holdState(placedHoldId(offer.id))).toBeUndefined();
+    const rows = await stack().db.pool.query<{ n: number }>('SELECT count(*)::int AS n FROM floating_ip_allocations WHERE lease_id = $1', [placedHoldId(offer.id)]);
+    expect(rows.rows[0].n).toBe(0);
+    const created = await createOver(beta, day, 'beta-after-503', address);
     expect(created.status).toBe(201);
     expect((await beta('DELETE', `/v1/leases/${created.body.lease.id}`)).status).toBe(204);
   });

@@ -149,15 +149,16 @@ describe('offer holds', () => {
     expect((await alpha('GET', `/v1/offers/${offer.id}/hold`)).status).toBe(404);
   });
 
-  it('gives the last host to exactly one of many projects holding it at once; the others get 409 with offers', async () => {
+  it('gives the last host to exactly one of 50 projects holding it at once; the others get 409 with offers', async () => {
     const day = dayAhead(24);
-    const projects = Array.from({ length: 12 }, (_, i) => project(`racer-${i}`));
+    const projects = Array.from({ length: 50 }, (_, i) => project(`racer-${i}`));
     const offers: Array<{ id: string }> = [];
     for (const call of projects) offers.push(await exactOffer(call, day));
     const answers = await Promise.all(projects.map((call, i) => call('POST', `/v1/offers/${offers[i].id}/hold`, {})));
     const won = answers.filter((a) => a.status === 201);
     const lost = answers.filter((a) => a.status !== 201);
     expect(won.length).toBe(1);
+    expect(lost.length).toBe(49);
     for (const loss of lost) {
       expect(loss.status).toBe(409);
       expect(loss.body.reason).toBe('capacity');

@@ -1,21 +1,25 @@
 /**
  * Our extension: offer holds and accepts (docs/api.md, issue 41).
  * - `POST /v1/offers/{id}/hold` books the offer's reservations in the calendars for a few minutes
- *   (LK_OFFER_HOLD_MINUTES), under the hold's own id, in one transaction as the API's admission
- *   books (the calendars' exclusion constraints settle races between holds and creates); a workflow
- *   (workflows/offer-hold) ends it at its expiry. `GET` shows it, `DELETE` releases it.
+ *   (LK_OFFER_HOLD_MINUTES), under the hold's own id; a workflow (workflows/offer-hold) ends it at
+ *   its expiry. As a create is admitted (`admitNewLease`): offers whose types all book at admission
+ *   are booked here, in one transaction; any other (a type whose reserve may call the cloud, or any
+ *   offer while Blazar's external filter is configured) is placed by the hold's workflow
+ *   (Update-with-Start), with the same answers. The calendars' exclusion constraints settle races
+ *   between holds and creates. `GET` shows it, `DELETE` releases it.
  * - `POST /v1/offers/{id}/accept` makes the offer a lease: a live hold becomes the lease with the
  *   hold's id, owning its bookings as they are (no new search); an offer not held, or whose hold
  *   ended, is admitted as a create is (201, or 409 with fresh offers).
  * A hold is no lease: lists, usage and the allocations API never show it.
  */
-import { randomUUID } from 'node:crypto';
+import { createHash, randomUUID } from 'node:crypto';
 import { Router, type Request } from 'express';
+import type { PoolClient } from 'pg';
 import { z } from 'zod';
-import type { Client } from '@temporalio/client';
+import { WithStartWorkflowOperation, type Client } from '@temporalio/client';
 import { ApplicationFailure, WorkflowIdConflictPolicy } from '@temporalio/common';
 import { reuseEnd, reuseStart } from '../domain/dates';
-import { toBlazarLease } from '../domain/blazar-format';
+import { toBlazarLease, uuidShaped } from '../domain/blazar-format';
 import { isUuid, leaseConflict, newLease, type Lease, type NewLeaseRequest } from '../domain/lease';
 import { bookedReservation, reservationContext, typedContext, type ReserveResult } from '../domain/resource-plugin';
 import { addOwedStart } from '../db/lease-outbox';
@@ -28,7 +32,7 @@ import { bookInTransaction } from '../resources/shared/booking';
 import { policyFailure, type UsagePolicyEnforcer } from '../policy/enforcement';
 import type { LeaseOutbox } from '../outbox';
 import type { LeaseWorkflowInput } from '../../workflows/lease/messages';
-import { offerHoldEnded, offerHoldWorkflowId, offerHoldWorkflowType, type OfferHoldInput } from '../../workflows/offer-hold/messages';
+import { offerHoldEnded, offerHoldWorkflowId, offerHoldWorkflowType, placeOfferHold, type OfferHoldInput, type OfferHoldWorkflow } from '../../workflows/offer-hold/messages';
 import { identityOf, type Identity } from './auth';
 import { ApiError, failureAsApiError, parseRequest } from './errors';
 import { idempotentLeaseId, requestHash, toApiError } from './lease-commands';
@@ -178,11 +182,9 @@ async function placeHold(deps: OfferHoldDeps, identity: Identity, offerId: strin
   const offer = await visibleOffer(deps, identity, offerId);
   const earlier = await findOfferHold(deps.pool, offer.id, identity.projectId);
   if (earlier) return answerEarlierHold(earlier);
-  const unholdable = (offer.leaseBody.reservations as Array<{ resource_type: string }> | undefined)?.find((r) => !deps.types.get(r.resource_type)?.bookAtAdmission);
-  if (unholdable) throw new ApiError(400, `offers of ${unholdable.resource_type} reservations cannot be held: accept the offer (POST /v1/offers/${offer.id}/accept)`);
-  if (deps.usagePolicy?.asksExternalFilter()) throw new ApiError(400, `offers cannot be held while an external policy filter is configured: accept the offer (POST /v1/offers/${offer.id}/accept)`);
   await deps.temporalReady?.();
   const expiresAtMs = Date.now() + Math.min(deps.holdMs, (minutes ?? Infinity) * 60_000);
+  if (!booksInApi(deps, offer)) return { status: 201, hold: await refusedWithOffers(() => placeByWorkflow(deps, identity, offer, expiresAtMs), offersLike(deps, identity, offer)) };
   let hold: OfferHold;
   try {
     hold = await refusedWithOffers(() => bookHold(deps, identity, offer, expiresAtMs), offersLike(deps, identity, offer));
@@ -192,6 +194,59 @@ async function placeHold(deps: OfferHoldDeps, identity: Identity, offerId: strin
   }
   await startHoldWorkflow(deps, hold);
   return { status: 201, hold };
+}
+
+/**
+ * Whether the API books the hold itself, in one transaction: every type of the offer books at
+ * admission (no cloud call) and no external filter is to be asked (an HTTP call, never under a lock).
+ */
+function booksInApi(deps: OfferHoldDeps, offer: OfferRow): boolean {
+  const reservations = (offer.leaseBody.reservations as Array<{ resource_type: string }> | undefined) ?? [];
+  return reservations.every((r) => deps.types.get(r.resource_type)?.bookAtAdmission !== undefined) && !deps.usagePolicy?.asksExternalFilter();
+}
+
+/**
+ * The id of the hold its workflow places for an offer: one per offer (an offer is held once, ever), so
+ * that concurrent holds of one offer meet in one workflow and one update, and get one answer.
+ */
+export const placedHoldId = (offerId: string) => uuidShaped(createHash('sha256').update(JSON.stringify(['offer-hold', offerId])).digest('hex'), 4);
+
+/**
+ * Has the hold's workflow book the offer's reservations (each type's reserve, in the worker) and
+ * record the hold after the external filter and the usage policy (Update-with-Start, as a create).
+ * Refusals come back as a create's (409 with the calendar's reason, 403 policy). No answer within
+ * LK_API_WORKFLOW_TIMEOUT_MS: 503, and the hold is ended (the workflow undoes a placement that
+ * finishes later, told here and by its own deadline).
+ */
+async function placeByWorkflow(deps: OfferHoldDeps, identity: Identity, offer: OfferRow, expiresAtMs: number): Promise<OfferHold> {
+  const holdId = placedHoldId(offer.id);
+  const draft = newLease(requestOfOffer(deps, identity, offer, holdId, { name: `offer-hold-${holdId.slice(0, 8)}` }));
+  const placeByMs = Date.now() + deps.timeoutMs;
+  const input: OfferHoldInput = { holdId, offerId: offer.id, expiresAtMs, placement: { draft, byAdmin: identity.isAdmin, keepOfferUntilMs: expiresAtMs + deps.offers.offerTtlMs, placeByMs } };
+  const start = new WithStartWorkflowOperation<OfferHoldWorkflow>(offerHoldWorkflowType, {
+    workflowId: offerHoldWorkflowId(holdId),
+    taskQueue: deps.taskQueue,
+    args: [input],
+    workflowIdConflictPolicy: WorkflowIdConflictPolicy.USE_EXISTING,
+    staticSummary: `offer hold of offer ${offer.id} until ${new Date(expiresAtMs).toISOString()}`,
+  });
+  try {
+    await deps.client.connection.withDeadline(placeByMs, () => deps.client.workflow.executeUpdateWithStart(placeOfferHold, { updateId: `place-${holdId}`, startWorkflowOperation: start }));
+  } catch (err) {
+    const refusal = toApiError(err, deps.timeoutMs);
+    if (refusal.status === 503) await abandonPlacement(deps, holdId);
+    throw refusal;
+  }
+  // The row says whether it still holds (a release may have come between the update's answer and this).
+  const hold = await findOfferHold(deps.pool, offer.id, identity.projectId);
+  if (!hold) throw new ApiError(503, `the hold of offer ${offer.id} was placed but not found: try again`);
+  return answerEarlierHold(hold).hold;
+}
+
+/** A placement its caller stops waiting for is ended: in the database now, and by its workflow once told (it may still be booking). */
+async function abandonPlacement(deps: OfferHoldDeps, holdId: string): Promise<void> {
+  await inTransaction(deps.pool, (client) => endOfferHold(client, holdId, 'refused')).catch(() => undefined);
+  await tellHoldEnded(deps, holdId);
 }
 
 /** The same hold asked again while it holds answers it (no renewal); one that ended is never held again. */
@@ -209,11 +264,10 @@ async function convertHold(deps: OfferHoldDeps, identity: Identity, hold: OfferH
   const reservations = hold.lease.reservations;
   const draft = newLease({ ...request, id: hold.id, reservations: reservations.map(({ id, resource_type, params }) => ({ id, resource_type, params })) });
   const lease: Lease = { ...draft, reservations, version: draft.version + 1, updatedMs: Date.now() };
-  const input = await inTransaction(deps.pool, async (client): Promise<LeaseWorkflowInput> => {
+  const convert = async (client: PoolClient): Promise<LeaseWorkflowInput> => {
     const locked = await lockOfferHold(client, hold.id);
     if (!locked || !isLiveOfferHold(locked, Date.now())) throw new HoldGone();
     if ((await unusableHostsOf(client, { leaseId: hold.id })).size > 0) throw new HoldGone();
-    await deps.usagePolicy?.checkWithin(client, { next: lease, byAdmin: identity.isAdmin });
     const saved = await saveLease(client, lease);
     if (saved === 'name-taken') throw leaseConflict(`The lease with name: ${lease.name} already exists. Names are unique per project (${lease.projectId}).`);
     if (saved !== 'saved') throw new HoldGone();
@@ -221,7 +275,9 @@ async function convertHold(deps: OfferHoldDeps, identity: Identity, hold: OfferH
     const admitted: LeaseWorkflowInput = { request: { ...request, id: hold.id }, requestHash: hash, admitted: lease };
     await addOwedStart(client, lease.id, hash, admitted);
     return admitted;
-  });
+  };
+  // The usage policy as at a create: Blazar's external filter first (outside any lock), then the rules in the transaction.
+  const input = deps.usagePolicy ? await deps.usagePolicy.recordWithinPolicy({ next: lease, byAdmin: identity.isAdmin }, convert) : await inTransaction(deps.pool, convert);
   deps.outbox.startSoon(input);
   await tellHoldEnded(deps, hold.id);
   return lease;

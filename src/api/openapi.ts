@@ -638,14 +638,14 @@ export function apiOperations(types: ResourceTypes): Operation[] {
     {
       method: 'post', path: '/v1/offers/{id}/hold', tags: ['availability'], summary: 'Hold an offer for a few minutes (extension)',
       description:
-        "Books the offer's reservations for up to `LK_OFFER_HOLD_MINUTES` (`minutes` asks fewer), so that nobody else takes them meanwhile; the hold ends by itself at `expires_at`. Host reservations only. The same request while the hold is live answers it again (200); an offer is held once. A project holds at most `max_offer_holds` at once. A refusal for capacity or a usage policy rule carries `reason` and fresh `offers`.",
+        "Books the offer's reservations for up to `LK_OFFER_HOLD_MINUTES` (`minutes` asks fewer), so that nobody else takes them meanwhile; the hold ends by itself at `expires_at`. Any resource type: host offers are booked by the API, any other (and any offer while Blazar's external filter is configured, which is asked as at a create) by the hold's workflow. The same request while the hold is live answers it again (200); an offer is held once. A project holds at most `max_offer_holds` at once. A refusal for capacity or a usage policy rule carries `reason` and fresh `offers`.",
       security: AUTHENTICATED,
       request: { params: idParam('the offer id'), body: { content: { 'application/json': { schema: z.strictObject({ minutes: z.number().int().optional() }) } }, required: false } },
       responses: {
         201: json(offerHoldAnswer, 'held'),
         200: json(offerHoldAnswer, 'held already, by the same project'),
         ...COMMON_REFUSALS,
-        403: refusal('a usage policy rule refuses it (max_offer_holds, or the lease it would become)'),
+        403: refusal('a usage policy rule refuses it (max_offer_holds, or the lease it would become; `external`: the external filter denies it)'),
         404: notFound,
         409: refusal('the capacity was taken meanwhile (with fresh offers), or the offer was held before'),
       },

@@ -29,6 +29,11 @@ export const hostBookings = wholeResourceBookings({
 /** Every row of the reservation (its instance slots' shared rows too), dropped, or ended at `atMs` (blocked `cleaningMs` more; a booking blocked for good stays so). */
 export const { deleteReservation: deleteReservationHostBookings, endReservationAt: endReservationHostBookingsAt } = hostBookings;
 
+/** Every row under a lease id, the instance slots' shared rows too (an offer hold's, ended: src/db/offer-holds.ts). */
+export async function deleteLeaseHostRows(db: Queryable, leaseId: string): Promise<void> {
+  await db.query('DELETE FROM host_allocations WHERE lease_id = $1', [leaseId]);
+}
+
 /** A host's blocked interval [start_ms, end_ms) (end_ms Infinity: blocked for good). */
 export interface BlockedRow {
   host_id: string;

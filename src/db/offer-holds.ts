@@ -2,13 +2,15 @@
  * Offer holds (020_offer_holds.sql): an offer's reservations booked for a few minutes under the
  * hold's id, which an accept makes the lease's id. This table alone says what is held: the
  * calendars' rows of a hold look like a lease's. Ending a hold deletes those rows, which is the
- * release of an unstarted booking (ResourceType.bookAtAdmission books calendar rows only).
+ * release of an unstarted booking (ResourceType.bookAtAdmission books calendar rows only); a hold
+ * its workflow placed (types that reserve in the worker) also has that workflow run the types' end hooks.
  */
 import type { PoolClient } from 'pg';
 import type { Lease } from '../domain/lease';
 import { floatingIpBookings } from './floating-ips';
-import { hostBookings } from './host-allocations';
+import { deleteLeaseHostRows } from './host-allocations';
 import type { Pool } from './pool';
+import { deleteLeaseQuantityBookings } from './quantity-allocations';
 
 type Queryable = Pool | PoolClient;
 
@@ -104,10 +106,15 @@ export async function markOfferHoldAccepted(client: PoolClient, id: string): Pro
   await client.query("UPDATE offer_holds SET state = 'accepted', ended_at = now() WHERE id = $1 AND state = 'held'", [id]);
 }
 
-/** Deletes the calendars' rows booked under a hold's id: no lease ever has that id unless the hold was accepted. */
+/**
+ * Deletes the calendars' rows booked under a hold's id (hosts, instance slots and their shared host
+ * rows, addresses, quantities): no lease ever has that id unless the hold was accepted. What a type's
+ * reserve made beyond its rows (a hold placed by its workflow) the workflow's end hooks take back.
+ */
 async function deleteHeldBookings(client: PoolClient, id: string): Promise<void> {
-  await hostBookings.deleteLease(client, id);
+  await deleteLeaseHostRows(client, id);
   await floatingIpBookings.deleteLease(client, id);
+  await deleteLeaseQuantityBookings(client, id);
 }
 
 /**

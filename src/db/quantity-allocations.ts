@@ -217,6 +217,11 @@ export async function deleteReservationQuantityBookings(db: Queryable, reservati
   await db.query('DELETE FROM quantity_allocations WHERE reservation_id = $1', [reservationId]);
 }
 
+/** Every booking under a lease id (an offer hold's, ended: src/db/offer-holds.ts). */
+export async function deleteLeaseQuantityBookings(db: Queryable, leaseId: string): Promise<void> {
+  await db.query('DELETE FROM quantity_allocations WHERE lease_id = $1', [leaseId]);
+}
+
 /** Ends the reservation's booking at `atMs`; a booking that had not begun by then is dropped whole. */
 export const endReservationQuantityBookingsAt = (db: Queryable, reservationId: string, atMs: number) => endReservationBookingsAt(db, 'quantity_allocations', reservationId, atMs);
 

@@ -21,6 +21,7 @@ import { leaseWorkflowId } from '../../workflows/lease/messages';
 import { hostMonitorWorkflowId } from '../../workflows/host-monitor/messages';
 import { noticeWorkflowId } from '../../workflows/notices/messages';
 import { offerHoldWorkflowId } from '../../workflows/offer-hold/messages';
+import { placedHoldId } from '../../src/api/offer-holds';
 import { startWebhookReceiver } from '../support/notice-receiver';
 import { physicalHostPlugin } from '../../src/resources/physical-host';
 import { physicalHostWatch } from '../../src/resources/physical-host/health';
@@ -66,6 +67,21 @@ async function holdScenarioOffer(api: Api, stack: TestStack, scenario: string): 
   const held = await api('POST', `/v1/offers/${offerId}/hold`, {});
   if (held.status !== 201) throw new Error(`hold: ${held.status} ${JSON.stringify(held.body)}`);
   return { offerId, workflowId: offerHoldWorkflowId(held.body.hold.id) };
+}
+
+/** An offer for one address of the network, an hour ahead. */
+async function addressOffer(api: Api, network: string): Promise<{ id: string; start_date: string; end_date: string }> {
+  const offers = await api('POST', '/v1/offers', { reservations: [{ resource_type: 'virtual:floatingip', network_id: network, amount: 1 }], duration: 60, start_after: new Date(Date.now() + 3_600_000).toISOString().slice(0, 16).replace('T', ' '), limit: 1 });
+  if (offers.status !== 200 || offers.body.offers.length === 0) throw new Error(`offers: ${offers.status} ${JSON.stringify(offers.body)}`);
+  return offers.body.offers[0];
+}
+
+/** Holds an offer for one address of the network (placed by the hold's workflow); the hold's workflow id. */
+async function holdAddressOffer(api: Api, network: string): Promise<{ offerId: string; workflowId: string }> {
+  const offer = await addressOffer(api, network);
+  const held = await api('POST', `/v1/offers/${offer.id}/hold`, {});
+  if (held.status !== 201) throw new Error(`hold: ${held.status} ${JSON.stringify(held.body)}`);
+  return { offerId: offer.id, workflowId: offerHoldWorkflowId(held.body.hold.id) };
 }
 
 /** Each scenario returns the lease id once its workflow has closed, or the id of another workflow (still running). */
@@ -325,6 +341,32 @@ export const SCENARIOS: Record<string, (api: Api, stack: TestStack) => Promise<s
     if (accepted.status !== 201) throw new Error(`accept: ${accepted.status} ${JSON.stringify(accepted.body)}`);
     await stack.temporal.client.workflow.getHandle(workflowId).result();
     await api('DELETE', `/v1/leases/${accepted.body.lease.id}`);
+    return { workflowId };
+  },
+  // A hold its workflow places (a floating IP: its reserve runs in the worker), then released: the
+  // workflow ends it and runs the type's end hook.
+  'offer-hold-placed': async (api, stack) => {
+    const network = randomUUID();
+    await insertFloatingIp(stack.db.pool, { id: randomUUID(), networkId: network, subnetId: 'subnet', address: '203.0.113.210' });
+    const { offerId, workflowId } = await holdAddressOffer(api, network);
+    const released = await api('DELETE', `/v1/offers/${offerId}/hold`);
+    if (released.status !== 204) throw new Error(`release: ${released.status} ${JSON.stringify(released.body)}`);
+    await stack.temporal.client.workflow.getHandle(workflowId).result();
+    return { workflowId };
+  },
+  // A hold its workflow was to place, refused (the address was taken after the offer was made):
+  // what it booked is ended and the update fails with the calendar's 409.
+  'offer-hold-placement-refused': async (api, stack) => {
+    const network = randomUUID();
+    await insertFloatingIp(stack.db.pool, { id: randomUUID(), networkId: network, subnetId: 'subnet', address: '203.0.113.211' });
+    const offer = await addressOffer(api, network);
+    const taken = await api('POST', '/v1/leases', { name: 'offer-hold-placement-refused', start_date: offer.start_date, end_date: offer.end_date, reservations: [{ resource_type: 'virtual:floatingip', network_id: network, amount: 1 }] });
+    if (taken.status !== 201) throw new Error(`create: ${taken.status} ${JSON.stringify(taken.body)}`);
+    const refused = await api('POST', `/v1/offers/${offer.id}/hold`, {});
+    if (refused.status !== 409) throw new Error(`hold: ${refused.status} ${JSON.stringify(refused.body)}`);
+    const workflowId = offerHoldWorkflowId(placedHoldId(offer.id));
+    await stack.temporal.client.workflow.getHandle(workflowId).result();
+    await api('DELETE', `/v1/leases/${taken.body.lease.id}`);
     return { workflowId };
   },
   // The host monitor itself: a host fails and recovers (recorded while it runs on).
