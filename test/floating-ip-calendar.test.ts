@@ -66,7 +66,7 @@ describe('floating IP calendar', () => {
     await calendar.book(ctxFor(fipReservation({ amount: 3 }), 0, 4));
     const refused = await refusal(calendar.book(ctxFor(fipReservation({ amount: 1 }), 1, 3)));
     expect(refused.type).toBe('LeaseConflict');
-    expect(refused.message).toMatch(/^Not enough floating IPs available\. Not enough addresses free from 2099-06-01 01:00 to 2099-06-01 03:00: needs 1 address\(es\) for reservation .* \(0 of 3 free; booked: 203\.0\.113\.100, 203\.0\.113\.101, 203\.0\.113\.102\); the same lease fits from 2099-06-01 04:00 to 2099-06-01 06:00\.$/);
+    expect(refused.message).toMatch(/^Not enough floating IPs available\. Not enough addresses free from 2099-06-01 01:00 to 2099-06-01 03:00: needs 1 address\(es\) for reservation .* \(0 of 3 free\); the same lease fits from 2099-06-01 04:00 to 2099-06-01 06:00\.$/);
     expect(refused.details?.[0]).toEqual({ earliest_start: '2099-06-01 04:00', earliest_end: '2099-06-01 06:00', longest_end: null });
     // Back to back: free the moment the other ends (no cleaning gap for addresses).
     expect(await calendar.book(ctxFor(fipReservation({ amount: 3 }), 4, 6))).toHaveLength(3);

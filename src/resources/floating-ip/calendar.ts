@@ -225,8 +225,10 @@ export class FloatingIpCalendar extends WholeResourceCalendar<FloatingIpRecord, 
   protected describeShort(request: HostRequest, enrolled: FloatingIpRecord[], free: Set<string>): string {
     const matching = enrolled.filter((ip) => request.matches(ip.id));
     const busy = matching.filter((ip) => !free.has(ip.id)).map((ip) => ip.floating_ip_address);
-    const what = request.reservationId.endsWith('#required') ? 'required address(es)' : 'address(es)';
-    return `${request.min} ${what} for reservation ${request.reservationId.split('#')[0]} (${matching.length - busy.length} of ${matching.length} free${busy.length && busy.length <= 8 ? `; booked: ${busy.join(', ')}` : ''})`;
+    const required = request.reservationId.endsWith('#required');
+    // Only addresses the caller named are named back: which pool addresses others booked is theirs to know.
+    const named = required && busy.length <= 8 ? `; booked: ${busy.join(', ')}` : '';
+    return `${request.min} ${required ? 'required address(es)' : 'address(es)'} for reservation ${request.reservationId.split('#')[0]} (${matching.length - busy.length} of ${matching.length} free${named})`;
   }
 
   private notEnrolled(params: FloatingIpParams, enrolled: FloatingIpRecord[]) {
