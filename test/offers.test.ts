@@ -231,16 +231,16 @@ describe('offers', () => {
     // Asked beforehand: the same ends, each an end_date to PUT.
     const asked = await alpha('GET', `/v1/leases/${active.body.lease.id}/extension-offers`);
     expect(asked.status).toBe(200);
-    expect(asked.body.offers.map((o: { kind: string; end_date: string }) => [o.kind, o.end_date])).toEqual([40, 20, 10, 5].map((m) => ['shorter', date(end + m * MIN)]));
+    expect(asked.body.offers.map((o: { kind: string; end_date: string }) => [o.kind, o.end_date])).toEqual([40, 20, 10, 5].map((m) => ['extension', date(end + m * MIN)]));
     expect(JSON.stringify(asked.body)).not.toContain(next.body.lease.id);
     const res = await alpha('PUT', `/v1/leases/${active.body.lease.id}`, { end_date: date(end + 180 * MIN) });
     expect(res.status).toBe(409);
     expect(res.body).toMatchObject({ error_code: 409, latest_end: date(end + 40 * MIN), reason: 'capacity' });
     expect(res.body.offers.map((o: { kind: string; end_date: string }) => [o.kind, o.end_date])).toEqual([
-      ['shorter', date(end + 40 * MIN)],
-      ['shorter', date(end + 20 * MIN)],
-      ['shorter', date(end + 10 * MIN)],
-      ['shorter', date(end + 5 * MIN)],
+      ['extension', date(end + 40 * MIN)],
+      ['extension', date(end + 20 * MIN)],
+      ['extension', date(end + 10 * MIN)],
+      ['extension', date(end + 5 * MIN)],
     ]);
     // Each is an end_date to PUT: the longest is accepted.
     const extended = await alpha('PUT', `/v1/leases/${active.body.lease.id}`, { end_date: res.body.offers[0].end_date });

@@ -263,7 +263,7 @@ export async function extensionOffers(deps: OfferDeps, identity: Identity, lease
   for (const endMs of ends) checked.push({ endMs, refusal: await deps.usagePolicy?.wouldRefuse(deps.pool, { next: { ...lease, endMs }, previous: lease, byAdmin: identity.isAdmin }) });
   const allowed = checked.filter((c) => !c.refusal);
   const listed = allowed.length > 0 ? allowed : checked;
-  const rows: OfferRow[] = listed.map(({ endMs }) => ({ id: randomUUID(), projectId: lease.projectId, kind: 'shorter', startMs: lease.startMs, endMs, leaseBody: { lease_id: lease.id, end_date: reuseEnd(endMs) }, expiresAtMs }));
+  const rows: OfferRow[] = listed.map(({ endMs }) => ({ id: randomUUID(), projectId: lease.projectId, kind: 'extension', startMs: lease.startMs, endMs, leaseBody: { lease_id: lease.id, end_date: reuseEnd(endMs) }, expiresAtMs }));
   await saveOffers(deps.pool, rows, nowMs);
   const described = lease.reservations.map((r) => ({ resource_type: r.resource_type, ...(deps.types.get(r.resource_type)?.offers?.describe(r.params) ?? {}) }));
   return {
@@ -272,7 +272,7 @@ export async function extensionOffers(deps: OfferDeps, identity: Identity, lease
       const reason = row.endMs === ends[0] ? 'the longest extension possible now: its resources are free until then' : `a shorter extension, by ${Math.round((row.endMs - lease.endMs) / 60_000)} min`;
       return {
         id: row.id,
-        kind: 'shorter',
+        kind: 'extension',
         start_date: reuseStart(lease.startMs),
         end_date: reuseEnd(row.endMs),
         reservations: described,

@@ -185,7 +185,7 @@ const searchAnswer = z.strictObject({ earliest: window.nullable(), longest_from_
 const offer = z
   .strictObject({
     id: z.string(),
-    kind: z.enum(['exact', 'later', 'shorter', 'fewer']),
+    kind: z.enum(['exact', 'later', 'shorter', 'fewer', 'extension']).describe('`extension`: a new end_date for an existing lease (extension offers)'),
     start_date: requestDateText,
     end_date: requestDateText,
     reservations: z.array(z.looseObject({ resource_type: z.string() })).describe('what each reservation would book, in counts: hosts, instances, addresses, ports and bandwidth'),
