@@ -15,7 +15,7 @@ import { reuseEnd, reuseStart, wholeMinuteDown, wholeMinuteUp } from '../domain/
 import { searchLease } from '../domain/fit-search';
 import { ApplicationFailure } from '@temporalio/common';
 import { LeaseErrorType, newLease, type Lease, type Reservation } from '../domain/lease';
-import { extensionSteps, planOffers, sortOffers, type OfferCount, type PlannedOffer } from '../domain/offers';
+import { EXTENSION_HORIZON_MS, extensionSteps, planOffers, sortOffers, type OfferCount, type PlannedOffer } from '../domain/offers';
 import type { FitSearch, ResourceTypes } from '../domain/resource-plugin';
 import { footprintOf } from '../domain/usage';
 import { saveOffers, type OfferRow } from '../db/offers';
@@ -247,9 +247,6 @@ export async function refusedWithOffers<T>(work: () => Promise<T>, offersFor: (r
     throw new ApiError(err.status, err.message, err.errorName, { ...err.extra, reason, offers: found.offers, ...(found.note ? { offers_note: found.note } : {}) }, err.cause);
   }
 }
-
-/** How far an extension offer reaches when nothing follows the lease's resources. */
-export const EXTENSION_HORIZON_MS = 30 * 86_400_000;
 
 /**
  * Extension offers for a lease: up to `latestEndMs` (the latest end its resources allow), and

@@ -154,6 +154,9 @@ async function largestCountsThatFit(
   return { counts: countsAt(high), exact: high - low <= 1 };
 }
 
+/** How far an extension offer reaches when nothing follows the lease's resources (also how far the calendars look for what follows). */
+export const EXTENSION_HORIZON_MS = 30 * 86_400_000;
+
 /**
  * Ends an extension can take, longest first: the latest possible, then halfway there from the
  * current end, and halves again (`steps` at most), each on a whole minute after the current end.
