@@ -25,6 +25,7 @@ const dayAhead = (days: number) => new Date(Date.now() + days * 86_400_000).toIS
 const D = dayAhead(30);
 const E = dayAhead(31);
 const F = dayAhead(32);
+const G = dayAhead(33);
 const HOSTS = ['offer-host-1', 'offer-host-2', 'offer-host-3'];
 
 describe('offers', () => {
@@ -218,6 +219,18 @@ describe('offers', () => {
     expect(res.body).toMatchObject({ error_code: 403, rule: 'max_hosts', reason: 'policy:max_hosts' });
     expect(res.body.offers.length).toBeGreaterThan(0);
     for (const offer of res.body.offers) expect(offer.refused_by).toBe('max_hosts');
+  });
+
+  it('answers a refused extension of a pending slot lease (booked anew: no latest_end) with extension offers up to where its slots are free', async () => {
+    const slots = (amount: number) => [{ resource_type: 'virtual:instance', vcpus: 8, memory_mb: 1024, disk_gb: 10, amount, resource_properties: '' }];
+    const pending = await alpha('POST', '/v1/leases', { name: 'pending-slots', start_date: `${G} 10:00`, end_date: `${G} 12:00`, reservations: slots(4) });
+    expect(pending.status).toBe(201);
+    expect((await beta('POST', '/v1/leases', { name: 'beta-after', start_date: `${G} 13:00`, end_date: `${G} 14:00`, reservations: slots(3) })).status).toBe(201);
+    // Seven slots of six from 13:00: some host of the lease's is short then.
+    const res = await alpha('PUT', `/v1/leases/${pending.body.lease.id}`, { end_date: `${G} 15:00` });
+    expect(res.status).toBe(409);
+    expect(res.body.reason).toBe('capacity');
+    expect(res.body.offers.map((o: { kind: string; end_date: string }) => [o.kind, o.end_date])).toEqual(['13:00', '12:30', '12:15', '12:07'].map((hhmm) => ['extension', `${G} ${hhmm}`]));
   });
 
   it('offers extensions (GET extension-offers), and answers a refused extension with latest_end as before, plus reason and the same extension offers', async () => {

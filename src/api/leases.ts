@@ -197,6 +197,10 @@ export function leasesRouter(deps: NewLeaseDeps): Router {
         // An extension refused: the ends its resources allow, up to the latest the refusal named.
         const latestEnd = requestDateSchema.safeParse(refusal.extra?.latest_end);
         if (latestEnd.success) return extensionOffers(deps.offers, identity, current, latestEnd.data);
+        // An extension refused without a latest end (a pending lease is booked anew): how far its resources allow.
+        const extendsOnly = update.end !== undefined && update.end !== 'now' && update.end > current.endMs && (update.start === undefined || update.start === current.startMs) && !changed;
+        const steps = extendsOnly ? await leaseExtensionOffers(deps.offers, identity, current) : undefined;
+        if (steps && steps.offers.length > 0) return steps;
         const asDate = (date: number | 'now' | undefined, otherwise: number) => (date === undefined ? otherwise : date === 'now' ? wholeMinuteDown(Date.now()) : date);
         const startMs = asDate(update.start, current.startMs);
         const durationMs = Math.max(60_000, asDate(update.end, current.endMs) - startMs);
