@@ -26,6 +26,7 @@ const D = dayAhead(30);
 const E = dayAhead(31);
 const F = dayAhead(32);
 const G = dayAhead(33);
+const H = dayAhead(34);
 const HOSTS = ['offer-host-1', 'offer-host-2', 'offer-host-3'];
 
 describe('offers', () => {
@@ -211,6 +212,20 @@ describe('offers', () => {
     expect(res.status).toBe(409);
     expect(res.body).toMatchObject({ error_code: 409, earliest_start: `${F} 12:00`, reason: 'maintenance' });
     expect(res.body.offers[0]).toMatchObject({ kind: 'later', start_date: `${F} 12:00`, end_date: `${F} 13:00` });
+  });
+
+  it('names capacity, not maintenance, when a host is under maintenance but other bookings leave too few hosts anyway', async () => {
+    const at = (hour: number) => Date.parse(`${H}T${String(hour).padStart(2, '0')}:00:00Z`);
+    await insertWindow(stack().db.pool, { id: randomUUID(), hostId: hostIds[0], startMs: at(10), endMs: at(12), reason: 'firmware', disableCompute: false });
+    expect((await beta('POST', '/v1/leases', { name: 'beta-h', start_date: `${H} 10:00`, end_date: `${H} 12:00`, reservations: [hostReservation()] })).status).toBe(201);
+    // Three hosts asked: without the maintenance window two are free, still too few.
+    const res = await alpha('POST', '/v1/leases', { name: 'capacity-not-maintenance', start_date: `${H} 10:00`, end_date: `${H} 11:00`, reservations: [hostReservation({ min: 3, max: 3 })] });
+    expect(res.status).toBe(409);
+    expect(res.body).toMatchObject({ error_code: 409, earliest_start: `${H} 12:00`, reason: 'capacity' });
+    // Two hosts would fit but for the window: maintenance is why.
+    const two = await alpha('POST', '/v1/leases', { name: 'maintenance-is-why', start_date: `${H} 10:00`, end_date: `${H} 11:00`, reservations: [hostReservation({ min: 2, max: 2 })] });
+    expect(two.status).toBe(409);
+    expect(two.body.reason).toBe('maintenance');
   });
 
   it('answers a refused create by a policy rule with reason policy:<rule> and the rule on each offer', async () => {
