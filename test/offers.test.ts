@@ -110,12 +110,26 @@ describe('offers', () => {
     expect(summary(res.body.offers)).toEqual([['fewer', `${D} 10:00`, `${D} 12:00`, [{ resource_type: 'physical:host', hosts: 1 }]]]);
   });
 
-  it('shows a member counts only: no other project\'s lease, no host names; an admin sees the same counts', async () => {
+  it('shows a member counts only: no other project\'s lease, no host names; an admin also sees which hosts each offer would book', async () => {
     const asMember = await hostOffers(alpha);
     const asAdmin = await hostOffers(admin);
-    expect(summary(asAdmin.body.offers)).toEqual(summary(asMember.body.offers));
     const text = JSON.stringify(asMember.body);
     for (const secret of [betaLease.id, betaLease.name, 'beta', ...HOSTS]) expect(text).not.toContain(secret);
+    // The same offers, each host reservation with its hosts beside the count.
+    const counts = (offers: Array<{ kind: string; start_date: string; end_date: string; reservations: Array<Record<string, unknown>> }>) => offers.map((o) => ({ ...o, reservations: o.reservations.map(({ would_book: _hosts, ...r }) => r) }));
+    expect(summary(counts(asAdmin.body.offers))).toEqual(summary(asMember.body.offers));
+    const all = HOSTS.map((name, i) => ({ id: hostIds[i], hypervisor_hostname: name }));
+    const { rows } = await stack().db.pool.query<{ host_id: string }>('SELECT host_id::text FROM host_allocations WHERE lease_id = $1', [betaLease.id]);
+    const free = all.filter((h) => !rows.some((r) => r.host_id === h.id));
+    expect(free).toHaveLength(1);
+    const byId = (hosts: Array<{ id: string }>) => [...hosts].sort((a, b) => Number(a.id) - Number(b.id));
+    expect(asAdmin.body.offers.map((o: { kind: string; reservations: Array<{ would_book: Array<{ id: string }> }> }) => [o.kind, byId(o.reservations[0].would_book)])).toEqual([
+      ['later', all],
+      ['later', all],
+      ['later', all],
+      ['shorter', all],
+      ['fewer', free],
+    ]);
   });
 
   it('offers instance slots and floating IPs, alone and together: later with all, fewer from the asked start', async () => {

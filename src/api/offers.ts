@@ -6,7 +6,8 @@
  * - A refused create or update answers Blazar's error body plus `reason` and the same `offers`
  *   (`offersOnRefusal`), computed only when refusing.
  * Offers are found by the calendars' own search (searchLease), checked by the usage policy's own
- * check (wouldRefuse), and stored (src/db/offers.ts) until they expire. Members see counts only.
+ * check (wouldRefuse), and stored (src/db/offers.ts) until they expire. Members see counts only;
+ * admins also see what each would book (the hosts, by ResourceType.wouldBook).
  */
 import { randomUUID } from 'node:crypto';
 import { Router } from 'express';
@@ -169,17 +170,32 @@ export async function makeOffers(deps: OfferDeps, identity: Identity, ask: Offer
     expiresAtMs,
   }));
   await saveOffers(deps.pool, rows, nowMs);
+  // What each offer would book, for admins only (members see counts): one offer after another, as the checks above.
+  const booked: Array<Map<string, Record<string, unknown>>> = [];
+  if (identity.isAdmin) for (const offer of listed) booked.push(await wouldBook(deps, offer));
   const offers = listed.map((offer, i): OfferJson => ({
     id: rows[i].id,
     kind: offer.kind,
     start_date: reuseStart(offer.startMs),
     end_date: reuseEnd(offer.endMs),
-    reservations: offer.reservations.map((r) => ({ resource_type: r.resource_type, ...(shapeOf(r)?.describe(r.params) ?? {}) })),
+    reservations: offer.reservations.map((r) => ({ resource_type: r.resource_type, ...(shapeOf(r)?.describe(r.params) ?? {}), ...booked[i]?.get(r.id) })),
     reason: offer.refusal ? `${offer.reason}; but the usage policy refuses it (${offer.refusal.rule}): ${offer.refusal.message}` : offer.reason,
     expires_at: new Date(expiresAtMs).toISOString(),
     ...(offer.refusal ? { refused_by: offer.refusal.rule } : {}),
   }));
   return { offers, ...(plan.cutShort ? { note: `the search stopped at its work bound (${plan.searches} searches): there may be more than these offers` } : {}) };
+}
+
+/** What an offer's reservations would book now, per reservation id, from the types that can tell (ResourceType.wouldBook). */
+async function wouldBook(deps: OfferDeps, offer: PlannedOffer): Promise<Map<string, Record<string, unknown>>> {
+  const found = new Map<string, Record<string, unknown>>();
+  for (const resourceType of new Set(offer.reservations.map((r) => r.resource_type))) {
+    const type = deps.types.get(resourceType);
+    if (!type?.wouldBook) continue;
+    const ofType = offer.reservations.filter((r) => r.resource_type === resourceType);
+    for (const [id, fields] of await type.wouldBook(ofType, offer.startMs, offer.endMs, deps.provisioningLeadMs)) found.set(id, fields);
+  }
+  return found;
 }
 
 /** A search a calendar refuses outright (more hosts than are enrolled): for offers, a count that never fits. */

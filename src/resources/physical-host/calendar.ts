@@ -92,6 +92,20 @@ export class HostCalendar extends WholeResourceCalendar<HostRecord, BookedHost[]
   }
 
   /**
+   * The hosts a lease of these reservations over [start, end) would book now, per reservation id,
+   * chosen as admission chooses them without random choice (an admin's view of an offer); nothing
+   * is booked. Undefined when they do not fit.
+   */
+  async wouldBook(reservations: Array<Reservation<PhysicalHostParams>>, start: number, end: number, leadMs: number): Promise<Map<string, HostRecord[]> | undefined> {
+    const { resources, requests } = await this.searchRequests(reservations);
+    const calendar = await this.snapshot(this.pool, resources, start, end, leadMs);
+    const assignment = assignHosts(requests, freeHosts(calendar, start, end), preferenceOrder(calendar, Date.now()));
+    if (!assignment) return undefined;
+    const byId = new Map(resources.map((h) => [h.id, h]));
+    return new Map([...assignment].map(([reservationId, ids]) => [reservationId, ids.map((id) => byId.get(id)!)]));
+  }
+
+  /**
    * The same inside the caller's transaction (the API's admission): a lost race surfaces as the
    * exclusion violation, and the caller runs its whole transaction again.
    */
