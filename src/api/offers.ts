@@ -15,7 +15,7 @@ import { z } from 'zod';
 import { reuseEnd, reuseStart, wholeMinuteDown, wholeMinuteUp } from '../domain/dates';
 import { searchLease } from '../domain/fit-search';
 import { ApplicationFailure } from '@temporalio/common';
-import { LeaseErrorType, newLease, type Lease, type Reservation } from '../domain/lease';
+import { LeaseErrorType, newLease, type Lease, type NewLeaseRequest, type Reservation } from '../domain/lease';
 import { EXTENSION_HORIZON_MS, extensionSteps, planOffers, sortOffers, type OfferCount, type PlannedOffer } from '../domain/offers';
 import type { FitSearch, ResourceTypes } from '../domain/resource-plugin';
 import { footprintOf } from '../domain/usage';
@@ -26,7 +26,8 @@ import type { Pool } from '../db/pool';
 import type { UsagePolicyEnforcer } from '../policy';
 import { identityOf, type Identity } from './auth';
 import { ApiError, parseRequest } from './errors';
-import { DEFAULT_MAX_RESERVATIONS_PER_LEASE, leaseReservationsSchema, requestDateOrNowSchema, requestDateSchema } from './lease-schemas';
+import { createLeaseSchema, DEFAULT_MAX_RESERVATIONS_PER_LEASE, leaseReservationsSchema, newLeaseRequest, requestDateOrNowSchema, requestDateSchema } from './lease-schemas';
+import type { NewLeaseDeps } from './leases';
 import { refuseUnknownPropertyKeys } from './property-keys';
 
 /** The longest lease an offer is searched for: a year, as the availability window. */
@@ -166,7 +167,7 @@ export async function makeOffers(deps: OfferDeps, identity: Identity, ask: Offer
     kind: offer.kind,
     startMs: offer.startMs,
     endMs: offer.endMs,
-    leaseBody: { start_date: reuseStart(offer.startMs), end_date: reuseEnd(offer.endMs), reservations: offer.reservations.map((r) => ({ resource_type: r.resource_type, ...r.params })) },
+    leaseBody: leaseBodyOf(offer),
     expiresAtMs,
   }));
   await saveOffers(deps.pool, rows, nowMs);
@@ -204,23 +205,37 @@ function neverFits(err: unknown): FitSearch {
   throw err;
 }
 
-/** The usage policy's refusal of the lease an offer stands for, by the create's own check. */
+/** The lease body an offer stands for, as a create takes it (stored with the offer: what a hold or accept books). */
+function leaseBodyOf(offer: Pick<PlannedOffer, 'startMs' | 'endMs' | 'reservations'>): Record<string, unknown> {
+  return { start_date: reuseStart(offer.startMs), end_date: reuseEnd(offer.endMs), reservations: offer.reservations.map((r) => ({ resource_type: r.resource_type, ...r.params })) };
+}
+
+/**
+ * The lease an offer stands for, as a create of its body would ask it, under `id` with `fields`
+ * (the name, and what an accept adds): parsed by the create's own schema and date rules (400), a
+ * start that has passed made now (the end stays). The one draft behind an offer's policy check
+ * and its accept (src/api/offer-holds.ts).
+ */
+export function offerLeaseRequest(
+  deps: Pick<NewLeaseDeps, 'types' | 'maxReservationsPerLease' | 'provisioningLeadMs' | 'notifyBeforeEndMs' | 'idleLeases'>,
+  identity: Identity,
+  offer: { startMs: number; leaseBody: Record<string, unknown> },
+  id: string,
+  fields: Record<string, unknown>,
+  nowMs = Date.now(),
+): NewLeaseRequest {
+  const body = parseRequest(createLeaseSchema(deps.types, deps.maxReservationsPerLease), { ...offer.leaseBody, ...(offer.startMs <= nowMs ? { start_date: 'now' } : {}), ...fields });
+  const request = newLeaseRequest(deps, identity, body, id);
+  newLease(request); // Blazar's date rules (400)
+  return request;
+}
+
+/** The usage policy's refusal of the lease an offer stands for, by the create's own check (its footprint the type's, as nothing is booked). */
 async function policyRefusalOf(deps: OfferDeps, identity: Identity, offer: PlannedOffer, nowMs: number) {
   if (!deps.usagePolicy) return undefined;
-  const lease = newLease({
-    id: randomUUID(),
-    name: 'offer',
-    projectId: identity.projectId,
-    userId: identity.userId,
-    start: offer.startMs,
-    end: offer.endMs,
-    requestedMs: nowMs,
-    reservations: offer.reservations.map((r) => {
-      const footprint = deps.types.get(r.resource_type)?.offers?.footprint?.(r.params) ?? footprintOf(r);
-      return { id: r.id, resource_type: r.resource_type, params: r.params, footprint };
-    }),
-  });
-  return deps.usagePolicy.wouldRefuse(deps.pool, { next: lease, byAdmin: identity.isAdmin });
+  const request = offerLeaseRequest(deps, identity, { startMs: offer.startMs, leaseBody: leaseBodyOf(offer) }, randomUUID(), { name: 'offer' }, nowMs);
+  const reservations = request.reservations.map((r) => ({ ...r, footprint: deps.types.get(r.resource_type)?.offers?.footprint?.(r.params) ?? footprintOf(r) }));
+  return deps.usagePolicy.wouldRefuse(deps.pool, { next: newLease({ ...request, reservations }), byAdmin: identity.isAdmin });
 }
 
 export function offersRouter(deps: OfferDeps): Router {
