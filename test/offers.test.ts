@@ -25,6 +25,8 @@ const dayAhead = (days: number) => new Date(Date.now() + days * 86_400_000).toIS
 const D = dayAhead(30);
 const E = dayAhead(31);
 const F = dayAhead(32);
+const G = dayAhead(33);
+const H = dayAhead(34);
 const HOSTS = ['offer-host-1', 'offer-host-2', 'offer-host-3'];
 
 describe('offers', () => {
@@ -108,12 +110,26 @@ describe('offers', () => {
     expect(summary(res.body.offers)).toEqual([['fewer', `${D} 10:00`, `${D} 12:00`, [{ resource_type: 'physical:host', hosts: 1 }]]]);
   });
 
-  it('shows a member counts only: no other project\'s lease, no host names; an admin sees the same counts', async () => {
+  it('shows a member counts only: no other project\'s lease, no host names; an admin also sees which hosts each offer would book', async () => {
     const asMember = await hostOffers(alpha);
     const asAdmin = await hostOffers(admin);
-    expect(summary(asAdmin.body.offers)).toEqual(summary(asMember.body.offers));
     const text = JSON.stringify(asMember.body);
     for (const secret of [betaLease.id, betaLease.name, 'beta', ...HOSTS]) expect(text).not.toContain(secret);
+    // The same offers, each host reservation with its hosts beside the count.
+    const counts = (offers: Array<{ kind: string; start_date: string; end_date: string; reservations: Array<Record<string, unknown>> }>) => offers.map((o) => ({ ...o, reservations: o.reservations.map(({ would_book: _hosts, ...r }) => r) }));
+    expect(summary(counts(asAdmin.body.offers))).toEqual(summary(asMember.body.offers));
+    const all = HOSTS.map((name, i) => ({ id: hostIds[i], hypervisor_hostname: name }));
+    const { rows } = await stack().db.pool.query<{ host_id: string }>('SELECT host_id::text FROM host_allocations WHERE lease_id = $1', [betaLease.id]);
+    const free = all.filter((h) => !rows.some((r) => r.host_id === h.id));
+    expect(free).toHaveLength(1);
+    const byId = (hosts: Array<{ id: string }>) => [...hosts].sort((a, b) => Number(a.id) - Number(b.id));
+    expect(asAdmin.body.offers.map((o: { kind: string; reservations: Array<{ would_book: Array<{ id: string }> }> }) => [o.kind, byId(o.reservations[0].would_book)])).toEqual([
+      ['later', all],
+      ['later', all],
+      ['later', all],
+      ['shorter', all],
+      ['fewer', free],
+    ]);
   });
 
   it('offers instance slots and floating IPs, alone and together: later with all, fewer from the asked start', async () => {
@@ -212,12 +228,38 @@ describe('offers', () => {
     expect(res.body.offers[0]).toMatchObject({ kind: 'later', start_date: `${F} 12:00`, end_date: `${F} 13:00` });
   });
 
+  it('names capacity, not maintenance, when a host is under maintenance but other bookings leave too few hosts anyway', async () => {
+    const at = (hour: number) => Date.parse(`${H}T${String(hour).padStart(2, '0')}:00:00Z`);
+    await insertWindow(stack().db.pool, { id: randomUUID(), hostId: hostIds[0], startMs: at(10), endMs: at(12), reason: 'firmware', disableCompute: false });
+    expect((await beta('POST', '/v1/leases', { name: 'beta-h', start_date: `${H} 10:00`, end_date: `${H} 12:00`, reservations: [hostReservation()] })).status).toBe(201);
+    // Three hosts asked: without the maintenance window two are free, still too few.
+    const res = await alpha('POST', '/v1/leases', { name: 'capacity-not-maintenance', start_date: `${H} 10:00`, end_date: `${H} 11:00`, reservations: [hostReservation({ min: 3, max: 3 })] });
+    expect(res.status).toBe(409);
+    expect(res.body).toMatchObject({ error_code: 409, earliest_start: `${H} 12:00`, reason: 'capacity' });
+    // Two hosts would fit but for the window: maintenance is why.
+    const two = await alpha('POST', '/v1/leases', { name: 'maintenance-is-why', start_date: `${H} 10:00`, end_date: `${H} 11:00`, reservations: [hostReservation({ min: 2, max: 2 })] });
+    expect(two.status).toBe(409);
+    expect(two.body.reason).toBe('maintenance');
+  });
+
   it('answers a refused create by a policy rule with reason policy:<rule> and the rule on each offer', async () => {
     const res = await gamma('POST', '/v1/leases', { name: 'over-limit', start_date: `${D} 14:00`, end_date: `${D} 16:00`, reservations: [hostReservation({ min: 2, max: 2 })] });
     expect(res.status).toBe(403);
     expect(res.body).toMatchObject({ error_code: 403, rule: 'max_hosts', reason: 'policy:max_hosts' });
     expect(res.body.offers.length).toBeGreaterThan(0);
     for (const offer of res.body.offers) expect(offer.refused_by).toBe('max_hosts');
+  });
+
+  it('answers a refused extension of a pending slot lease (booked anew: no latest_end) with extension offers up to where its slots are free', async () => {
+    const slots = (amount: number) => [{ resource_type: 'virtual:instance', vcpus: 8, memory_mb: 1024, disk_gb: 10, amount, resource_properties: '' }];
+    const pending = await alpha('POST', '/v1/leases', { name: 'pending-slots', start_date: `${G} 10:00`, end_date: `${G} 12:00`, reservations: slots(4) });
+    expect(pending.status).toBe(201);
+    expect((await beta('POST', '/v1/leases', { name: 'beta-after', start_date: `${G} 13:00`, end_date: `${G} 14:00`, reservations: slots(3) })).status).toBe(201);
+    // Seven slots of six from 13:00: some host of the lease's is short then.
+    const res = await alpha('PUT', `/v1/leases/${pending.body.lease.id}`, { end_date: `${G} 15:00` });
+    expect(res.status).toBe(409);
+    expect(res.body.reason).toBe('capacity');
+    expect(res.body.offers.map((o: { kind: string; end_date: string }) => [o.kind, o.end_date])).toEqual(['13:00', '12:30', '12:15', '12:07'].map((hhmm) => ['extension', `${G} ${hhmm}`]));
   });
 
   it('offers extensions (GET extension-offers), and answers a refused extension with latest_end as before, plus reason and the same extension offers', async () => {
@@ -231,16 +273,16 @@ describe('offers', () => {
     // Asked beforehand: the same ends, each an end_date to PUT.
     const asked = await alpha('GET', `/v1/leases/${active.body.lease.id}/extension-offers`);
     expect(asked.status).toBe(200);
-    expect(asked.body.offers.map((o: { kind: string; end_date: string }) => [o.kind, o.end_date])).toEqual([40, 20, 10, 5].map((m) => ['shorter', date(end + m * MIN)]));
+    expect(asked.body.offers.map((o: { kind: string; end_date: string }) => [o.kind, o.end_date])).toEqual([40, 20, 10, 5].map((m) => ['extension', date(end + m * MIN)]));
     expect(JSON.stringify(asked.body)).not.toContain(next.body.lease.id);
     const res = await alpha('PUT', `/v1/leases/${active.body.lease.id}`, { end_date: date(end + 180 * MIN) });
     expect(res.status).toBe(409);
     expect(res.body).toMatchObject({ error_code: 409, latest_end: date(end + 40 * MIN), reason: 'capacity' });
     expect(res.body.offers.map((o: { kind: string; end_date: string }) => [o.kind, o.end_date])).toEqual([
-      ['shorter', date(end + 40 * MIN)],
-      ['shorter', date(end + 20 * MIN)],
-      ['shorter', date(end + 10 * MIN)],
-      ['shorter', date(end + 5 * MIN)],
+      ['extension', date(end + 40 * MIN)],
+      ['extension', date(end + 20 * MIN)],
+      ['extension', date(end + 10 * MIN)],
+      ['extension', date(end + 5 * MIN)],
     ]);
     // Each is an end_date to PUT: the longest is accepted.
     const extended = await alpha('PUT', `/v1/leases/${active.body.lease.id}`, { end_date: res.body.offers[0].end_date });

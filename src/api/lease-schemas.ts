@@ -2,8 +2,11 @@
  * What the lease routes accept, validated with zod at the edge. Every rejection names the field
  * and says what would be accepted.
  */
+import { randomUUID } from 'node:crypto';
 import { z } from 'zod';
-import { LEASE_STATUSES } from '../domain/lease';
+import { LEASE_STATUSES, type NewLeaseRequest } from '../domain/lease';
+import type { Identity } from './auth';
+import type { NewLeaseDeps } from './leases';
 import type { ResourceTypes } from '../domain/resource-plugin';
 import { parseRequestDate } from '../domain/dates';
 import { durationMs, durationText } from '../policy/rules';
@@ -102,6 +105,29 @@ export function createLeaseSchema(types: ResourceTypes, maxReservations = DEFAUL
     reservations: leaseReservationsSchema(types, maxReservations).nullish(),
     events: z.array(z.unknown()).nullish(), // accepted and ignored, as Blazar does
   });
+}
+
+type CreateLeaseBody = ReturnType<ReturnType<typeof createLeaseSchema>['parse']>;
+
+/** A create's request from its checked body, under `id` (a create, and an offer's lease: offerLeaseRequest). */
+export function newLeaseRequest(deps: Pick<NewLeaseDeps, 'provisioningLeadMs' | 'notifyBeforeEndMs' | 'idleLeases'>, identity: Identity, body: CreateLeaseBody, id: string): NewLeaseRequest {
+  return {
+    id,
+    name: body.name,
+    projectId: identity.projectId,
+    userId: identity.userId,
+    start: body.start_date,
+    end: body.end_date,
+    beforeEnd: body.before_end_date ?? undefined,
+    provisioningLeadMs: deps.provisioningLeadMs,
+    // A retry with the same Idempotency-Key reaches the first request's workflow, with its reservation ids.
+    reservations: (body.reservations ?? []).map((r) => ({ id: randomUUID(), resource_type: r.resource_type, params: r.params })),
+    requestedMs: Date.now(),
+    // The usage policy (its limits on duration, advance, amounts, budgets) is checked by whoever admits.
+    byAdmin: identity.isAdmin,
+    notifyBeforeEndMs: body.notify_before_end ?? deps.notifyBeforeEndMs,
+    idle: deps.idleLeases,
+  };
 }
 
 export const updateLeaseSchema = z

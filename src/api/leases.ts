@@ -14,7 +14,7 @@ import { toBlazarLease } from '../domain/blazar-format';
 import { ApiError, parseRequest } from './errors';
 import { jsonArrayParts, sendJsonParts } from './json-stream';
 import { changeLease, createLease, idempotentLeaseId, noAnswerInTime, removeLease, requestHash, type LeaseCommandOptions } from './lease-commands';
-import { createLeaseSchema, listLeasesQuery, requestDateSchema, updateLeaseSchema } from './lease-schemas';
+import { createLeaseSchema, listLeasesQuery, newLeaseRequest, requestDateSchema, updateLeaseSchema } from './lease-schemas';
 import { refuseUnknownPropertyKeys } from './property-keys';
 import { DEFAULT_OFFER_LIMIT, extensionOffers, leaseExtensionOffers, makeOffers, refusedWithOffers, type OfferDeps } from './offers';
 import { wholeMinuteDown } from '../domain/dates';
@@ -61,29 +61,6 @@ export interface NewLeaseDeps {
   idleLeases?: IdleLeasePolicy;
   maxReservationsPerLease?: number;
   offers?: OfferDeps;
-}
-
-type CreateLeaseBody = ReturnType<ReturnType<typeof createLeaseSchema>['parse']>;
-
-/** A create's request from its checked body, under `id`. */
-export function newLeaseRequest(deps: NewLeaseDeps, identity: Identity, body: CreateLeaseBody, id: string): NewLeaseRequest {
-  return {
-    id,
-    name: body.name,
-    projectId: identity.projectId,
-    userId: identity.userId,
-    start: body.start_date,
-    end: body.end_date,
-    beforeEnd: body.before_end_date ?? undefined,
-    provisioningLeadMs: deps.provisioningLeadMs,
-    // A retry with the same Idempotency-Key reaches the first request's workflow, with its reservation ids.
-    reservations: (body.reservations ?? []).map((r) => ({ id: randomUUID(), resource_type: r.resource_type, params: r.params })),
-    requestedMs: Date.now(),
-    // The usage policy (its limits on duration, advance, amounts, budgets) is checked by whoever admits.
-    byAdmin: identity.isAdmin,
-    notifyBeforeEndMs: body.notify_before_end ?? deps.notifyBeforeEndMs,
-    idle: deps.idleLeases,
-  };
 }
 
 /**
@@ -197,6 +174,10 @@ export function leasesRouter(deps: NewLeaseDeps): Router {
         // An extension refused: the ends its resources allow, up to the latest the refusal named.
         const latestEnd = requestDateSchema.safeParse(refusal.extra?.latest_end);
         if (latestEnd.success) return extensionOffers(deps.offers, identity, current, latestEnd.data);
+        // An extension refused without a latest end (a pending lease is booked anew): how far its resources allow.
+        const extendsOnly = update.end !== undefined && update.end !== 'now' && update.end > current.endMs && (update.start === undefined || update.start === current.startMs) && !changed;
+        const steps = extendsOnly ? await leaseExtensionOffers(deps.offers, identity, current) : undefined;
+        if (steps && steps.offers.length > 0) return steps;
         const asDate = (date: number | 'now' | undefined, otherwise: number) => (date === undefined ? otherwise : date === 'now' ? wholeMinuteDown(Date.now()) : date);
         const startMs = asDate(update.start, current.startMs);
         const durationMs = Math.max(60_000, asDate(update.end, current.endMs) - startMs);

@@ -36,9 +36,8 @@ import { offerHoldEnded, offerHoldWorkflowId, offerHoldWorkflowType, placeOfferH
 import { identityOf, type Identity } from './auth';
 import { ApiError, failureAsApiError, parseRequest } from './errors';
 import { idempotentLeaseId, requestHash, toApiError } from './lease-commands';
-import { createLeaseSchema } from './lease-schemas';
-import { admitNewLease, newLeaseRequest, type NewLeaseDeps } from './leases';
-import { DEFAULT_OFFER_LIMIT, makeOffers, refusedWithOffers, type OfferDeps } from './offers';
+import { admitNewLease, type NewLeaseDeps } from './leases';
+import { DEFAULT_OFFER_LIMIT, makeOffers, offerLeaseRequest, refusedWithOffers, type OfferDeps } from './offers';
 
 export interface OfferHoldDeps extends NewLeaseDeps {
   client: Client;
@@ -80,11 +79,7 @@ async function visibleOffer(deps: OfferHoldDeps, identity: Identity, id: string)
 
 /** The offer's lease as a create would ask it, under `id`; a start that has passed becomes now (the end stays). */
 function requestOfOffer(deps: OfferHoldDeps, identity: Identity, offer: OfferRow, id: string, fields: Record<string, unknown>): NewLeaseRequest {
-  const nowMs = Date.now();
-  const body = parseRequest(createLeaseSchema(deps.types, deps.maxReservationsPerLease), { ...offer.leaseBody, ...(offer.startMs <= nowMs ? { start_date: 'now' } : {}), ...fields });
-  const request = newLeaseRequest(deps, identity, body, id);
-  newLease(request); // Blazar's date rules (400)
-  return request;
+  return offerLeaseRequest(deps, identity, offer, id, fields);
 }
 
 function holdJson(deps: OfferHoldDeps, hold: OfferHold) {

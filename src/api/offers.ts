@@ -6,7 +6,8 @@
  * - A refused create or update answers Blazar's error body plus `reason` and the same `offers`
  *   (`offersOnRefusal`), computed only when refusing.
  * Offers are found by the calendars' own search (searchLease), checked by the usage policy's own
- * check (wouldRefuse), and stored (src/db/offers.ts) until they expire. Members see counts only.
+ * check (wouldRefuse), and stored (src/db/offers.ts) until they expire. Members see counts only;
+ * admins also see what each would book (the hosts, by ResourceType.wouldBook).
  */
 import { randomUUID } from 'node:crypto';
 import { Router } from 'express';
@@ -14,8 +15,8 @@ import { z } from 'zod';
 import { reuseEnd, reuseStart, wholeMinuteDown, wholeMinuteUp } from '../domain/dates';
 import { searchLease } from '../domain/fit-search';
 import { ApplicationFailure } from '@temporalio/common';
-import { LeaseErrorType, newLease, type Lease, type Reservation } from '../domain/lease';
-import { extensionSteps, planOffers, sortOffers, type OfferCount, type PlannedOffer } from '../domain/offers';
+import { LeaseErrorType, newLease, type Lease, type NewLeaseRequest, type Reservation } from '../domain/lease';
+import { EXTENSION_HORIZON_MS, extensionSteps, planOffers, sortOffers, type OfferCount, type PlannedOffer } from '../domain/offers';
 import type { FitSearch, ResourceTypes } from '../domain/resource-plugin';
 import { footprintOf } from '../domain/usage';
 import { saveOffers, type OfferRow } from '../db/offers';
@@ -25,7 +26,8 @@ import type { Pool } from '../db/pool';
 import type { UsagePolicyEnforcer } from '../policy';
 import { identityOf, type Identity } from './auth';
 import { ApiError, parseRequest } from './errors';
-import { DEFAULT_MAX_RESERVATIONS_PER_LEASE, leaseReservationsSchema, requestDateOrNowSchema, requestDateSchema } from './lease-schemas';
+import { createLeaseSchema, DEFAULT_MAX_RESERVATIONS_PER_LEASE, leaseReservationsSchema, newLeaseRequest, requestDateOrNowSchema, requestDateSchema } from './lease-schemas';
+import type { NewLeaseDeps } from './leases';
 import { refuseUnknownPropertyKeys } from './property-keys';
 
 /** The longest lease an offer is searched for: a year, as the availability window. */
@@ -165,21 +167,36 @@ export async function makeOffers(deps: OfferDeps, identity: Identity, ask: Offer
     kind: offer.kind,
     startMs: offer.startMs,
     endMs: offer.endMs,
-    leaseBody: { start_date: reuseStart(offer.startMs), end_date: reuseEnd(offer.endMs), reservations: offer.reservations.map((r) => ({ resource_type: r.resource_type, ...r.params })) },
+    leaseBody: leaseBodyOf(offer),
     expiresAtMs,
   }));
   await saveOffers(deps.pool, rows, nowMs);
+  // What each offer would book, for admins only (members see counts): one offer after another, as the checks above.
+  const booked: Array<Map<string, Record<string, unknown>>> = [];
+  if (identity.isAdmin) for (const offer of listed) booked.push(await wouldBook(deps, offer));
   const offers = listed.map((offer, i): OfferJson => ({
     id: rows[i].id,
     kind: offer.kind,
     start_date: reuseStart(offer.startMs),
     end_date: reuseEnd(offer.endMs),
-    reservations: offer.reservations.map((r) => ({ resource_type: r.resource_type, ...(shapeOf(r)?.describe(r.params) ?? {}) })),
+    reservations: offer.reservations.map((r) => ({ resource_type: r.resource_type, ...(shapeOf(r)?.describe(r.params) ?? {}), ...booked[i]?.get(r.id) })),
     reason: offer.refusal ? `${offer.reason}; but the usage policy refuses it (${offer.refusal.rule}): ${offer.refusal.message}` : offer.reason,
     expires_at: new Date(expiresAtMs).toISOString(),
     ...(offer.refusal ? { refused_by: offer.refusal.rule } : {}),
   }));
   return { offers, ...(plan.cutShort ? { note: `the search stopped at its work bound (${plan.searches} searches): there may be more than these offers` } : {}) };
+}
+
+/** What an offer's reservations would book now, per reservation id, from the types that can tell (ResourceType.wouldBook). */
+async function wouldBook(deps: OfferDeps, offer: PlannedOffer): Promise<Map<string, Record<string, unknown>>> {
+  const found = new Map<string, Record<string, unknown>>();
+  for (const resourceType of new Set(offer.reservations.map((r) => r.resource_type))) {
+    const type = deps.types.get(resourceType);
+    if (!type?.wouldBook) continue;
+    const ofType = offer.reservations.filter((r) => r.resource_type === resourceType);
+    for (const [id, fields] of await type.wouldBook(ofType, offer.startMs, offer.endMs, deps.provisioningLeadMs)) found.set(id, fields);
+  }
+  return found;
 }
 
 /** A search a calendar refuses outright (more hosts than are enrolled): for offers, a count that never fits. */
@@ -188,23 +205,37 @@ function neverFits(err: unknown): FitSearch {
   throw err;
 }
 
-/** The usage policy's refusal of the lease an offer stands for, by the create's own check. */
+/** The lease body an offer stands for, as a create takes it (stored with the offer: what a hold or accept books). */
+function leaseBodyOf(offer: Pick<PlannedOffer, 'startMs' | 'endMs' | 'reservations'>): Record<string, unknown> {
+  return { start_date: reuseStart(offer.startMs), end_date: reuseEnd(offer.endMs), reservations: offer.reservations.map((r) => ({ resource_type: r.resource_type, ...r.params })) };
+}
+
+/**
+ * The lease an offer stands for, as a create of its body would ask it, under `id` with `fields`
+ * (the name, and what an accept adds): parsed by the create's own schema and date rules (400), a
+ * start that has passed made now (the end stays). The one draft behind an offer's policy check
+ * and its accept (src/api/offer-holds.ts).
+ */
+export function offerLeaseRequest(
+  deps: Pick<NewLeaseDeps, 'types' | 'maxReservationsPerLease' | 'provisioningLeadMs' | 'notifyBeforeEndMs' | 'idleLeases'>,
+  identity: Identity,
+  offer: { startMs: number; leaseBody: Record<string, unknown> },
+  id: string,
+  fields: Record<string, unknown>,
+  nowMs = Date.now(),
+): NewLeaseRequest {
+  const body = parseRequest(createLeaseSchema(deps.types, deps.maxReservationsPerLease), { ...offer.leaseBody, ...(offer.startMs <= nowMs ? { start_date: 'now' } : {}), ...fields });
+  const request = newLeaseRequest(deps, identity, body, id);
+  newLease(request); // Blazar's date rules (400)
+  return request;
+}
+
+/** The usage policy's refusal of the lease an offer stands for, by the create's own check (its footprint the type's, as nothing is booked). */
 async function policyRefusalOf(deps: OfferDeps, identity: Identity, offer: PlannedOffer, nowMs: number) {
   if (!deps.usagePolicy) return undefined;
-  const lease = newLease({
-    id: randomUUID(),
-    name: 'offer',
-    projectId: identity.projectId,
-    userId: identity.userId,
-    start: offer.startMs,
-    end: offer.endMs,
-    requestedMs: nowMs,
-    reservations: offer.reservations.map((r) => {
-      const footprint = deps.types.get(r.resource_type)?.offers?.footprint?.(r.params) ?? footprintOf(r);
-      return { id: r.id, resource_type: r.resource_type, params: r.params, footprint };
-    }),
-  });
-  return deps.usagePolicy.wouldRefuse(deps.pool, { next: lease, byAdmin: identity.isAdmin });
+  const request = offerLeaseRequest(deps, identity, { startMs: offer.startMs, leaseBody: leaseBodyOf(offer) }, randomUUID(), { name: 'offer' }, nowMs);
+  const reservations = request.reservations.map((r) => ({ ...r, footprint: deps.types.get(r.resource_type)?.offers?.footprint?.(r.params) ?? footprintOf(r) }));
+  return deps.usagePolicy.wouldRefuse(deps.pool, { next: newLease({ ...request, reservations }), byAdmin: identity.isAdmin });
 }
 
 export function offersRouter(deps: OfferDeps): Router {
@@ -248,9 +279,6 @@ export async function refusedWithOffers<T>(work: () => Promise<T>, offersFor: (r
   }
 }
 
-/** How far an extension offer reaches when nothing follows the lease's resources. */
-export const EXTENSION_HORIZON_MS = 30 * 86_400_000;
-
 /**
  * Extension offers for a lease: up to `latestEndMs` (the latest end its resources allow), and
  * shorter steps (extensionSteps), each an `end_date` to PUT; those the usage policy refuses are
@@ -263,7 +291,7 @@ export async function extensionOffers(deps: OfferDeps, identity: Identity, lease
   for (const endMs of ends) checked.push({ endMs, refusal: await deps.usagePolicy?.wouldRefuse(deps.pool, { next: { ...lease, endMs }, previous: lease, byAdmin: identity.isAdmin }) });
   const allowed = checked.filter((c) => !c.refusal);
   const listed = allowed.length > 0 ? allowed : checked;
-  const rows: OfferRow[] = listed.map(({ endMs }) => ({ id: randomUUID(), projectId: lease.projectId, kind: 'shorter', startMs: lease.startMs, endMs, leaseBody: { lease_id: lease.id, end_date: reuseEnd(endMs) }, expiresAtMs }));
+  const rows: OfferRow[] = listed.map(({ endMs }) => ({ id: randomUUID(), projectId: lease.projectId, kind: 'extension', startMs: lease.startMs, endMs, leaseBody: { lease_id: lease.id, end_date: reuseEnd(endMs) }, expiresAtMs }));
   await saveOffers(deps.pool, rows, nowMs);
   const described = lease.reservations.map((r) => ({ resource_type: r.resource_type, ...(deps.types.get(r.resource_type)?.offers?.describe(r.params) ?? {}) }));
   return {
@@ -272,7 +300,7 @@ export async function extensionOffers(deps: OfferDeps, identity: Identity, lease
       const reason = row.endMs === ends[0] ? 'the longest extension possible now: its resources are free until then' : `a shorter extension, by ${Math.round((row.endMs - lease.endMs) / 60_000)} min`;
       return {
         id: row.id,
-        kind: 'shorter',
+        kind: 'extension',
         start_date: reuseStart(lease.startMs),
         end_date: reuseEnd(row.endMs),
         reservations: described,

@@ -185,10 +185,10 @@ const searchAnswer = z.strictObject({ earliest: window.nullable(), longest_from_
 const offer = z
   .strictObject({
     id: z.string(),
-    kind: z.enum(['exact', 'later', 'shorter', 'fewer']),
+    kind: z.enum(['exact', 'later', 'shorter', 'fewer', 'extension']).describe('`extension`: a new end_date for an existing lease (extension offers)'),
     start_date: requestDateText,
     end_date: requestDateText,
-    reservations: z.array(z.looseObject({ resource_type: z.string() })).describe('what each reservation would book, in counts: hosts, instances, addresses, ports and bandwidth'),
+    reservations: z.array(z.looseObject({ resource_type: z.string() })).describe('what each reservation would book, in counts: hosts, instances, addresses, ports and bandwidth; for admins, a host reservation also has would_book (the hosts: id, hypervisor_hostname)'),
     reason: z.string(),
     expires_at: z.string(),
     refused_by: z.string().optional().describe('the usage policy rule that refuses it (listed only when nothing else exists)'),
@@ -614,7 +614,7 @@ export function apiOperations(types: ResourceTypes): Operation[] {
     {
       method: 'post', path: '/v1/offers', tags: ['availability'], summary: 'What would work instead (extension)',
       description:
-        'Takes reservations (as a create), a `duration` in minutes, a range (`start_after`, `end_before`) and what would do instead (`min` per reservation, `min_duration`), and answers up to `limit` offers, best first: `exact`, `later`, `shorter`, `fewer`. Offers are kept until `expires_at`. Members see counts only.',
+        'Takes reservations (as a create), a `duration` in minutes, a range (`start_after`, `end_before`) and what would do instead (`min` per reservation, `min_duration`), and answers up to `limit` offers, best first: `exact`, `later`, `shorter`, `fewer`. Offers are kept until `expires_at`. Members see counts only; admins also see the hosts each host reservation would book (`would_book`).',
       security: AUTHENTICATED,
       request: {
         body: {

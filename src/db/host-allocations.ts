@@ -85,9 +85,9 @@ export async function nextBookingsOfOthers(db: Queryable, reservationId: string)
  * The blocked intervals overlapping [fromMs, toMs + cleaningMs) (toMs null: from `fromMs` on), of
  * every host, or only of `hostIds` (a query about a few hosts reads only theirs: the window's
  * bookings of 1 000 hosts cost tens of ms): bookings, and maintenance windows (which block shared
- * bookings too; read from their store).
+ * bookings too; read from their store; left out with `withMaintenance: false`).
  */
-export async function blockedIntervals(db: Queryable, window: { fromMs: number; toMs: number | null; cleaningMs: number; hostIds?: string[]; wholeHostOnly?: boolean }): Promise<BlockedRow[]> {
+export async function blockedIntervals(db: Queryable, window: { fromMs: number; toMs: number | null; cleaningMs: number; hostIds?: string[]; wholeHostOnly?: boolean; withMaintenance?: boolean }): Promise<BlockedRow[]> {
   const { rows } = await db.query<BlockedRow>(
     `SELECT host_id::text, (extract(epoch FROM lower(blocks)) * 1000)::float8 AS start_ms,
             COALESCE((extract(epoch FROM upper(blocks)) * 1000)::float8, 'Infinity') AS end_ms
@@ -96,7 +96,7 @@ export async function blockedIntervals(db: Queryable, window: { fromMs: number; 
        AND ($4::bigint[] IS NULL OR host_id = ANY($4::bigint[])) AND NOT ($5 AND shared)`,
     [window.fromMs, window.toMs, window.cleaningMs, window.hostIds ?? null, window.wholeHostOnly ?? false],
   );
-  return [...rows, ...(await maintenanceBlocks(db, window))];
+  return window.withMaintenance === false ? rows : [...rows, ...(await maintenanceBlocks(db, window))];
 }
 
 /** Books one host; the exclusion constraint refuses it (23P01) when another booking took the host meanwhile. */

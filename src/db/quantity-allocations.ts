@@ -270,6 +270,17 @@ export async function liveSlots(db: Queryable, reservationId: string, atMs: numb
   return rows;
 }
 
+/** A lease's bookings of `kind` that have not ended: what it holds on which provider (with the provider's capacity), until when. */
+export async function liveLeaseBookings(db: Queryable, leaseId: string, kind: string): Promise<Array<{ reservationId: string; provider: CapacityProvider; amounts: Amounts; endMs: number }>> {
+  const { rows } = await db.query<CapacityProvider & { reservation_id: string; amounts: Amounts; end_ms: number }>(
+    `SELECT a.reservation_id::text, a.amounts, (extract(epoch FROM upper(a.during)) * 1000)::float8 AS end_ms, p.uuid, p.name, p.host, p.capacity, p.traits
+     FROM quantity_allocations a JOIN capacity_providers p ON p.uuid = a.provider_uuid
+     WHERE a.lease_id = $1 AND p.kind = $2 AND upper(a.during) > now()`,
+    [leaseId, kind],
+  );
+  return rows.map(({ reservation_id, amounts, end_ms, ...provider }) => ({ reservationId: reservation_id, provider, amounts, endMs: end_ms }));
+}
+
 /** Every host the reservation ever had slots on (an end cleans them all), by name. */
 export async function slotHostsEver(db: Queryable, reservationId: string): Promise<Array<{ providerUuid: string; name: string; host: string }>> {
   const { rows } = await db.query<{ providerUuid: string; name: string; host: string }>(

@@ -9,13 +9,14 @@
  * 3. `shorter`: every count from the asked start, for less time (at least `min_duration`);
  * 4. `fewer`: from the asked start for the whole duration, with the largest counts that fit (at least each `min`).
  * When the lease fits as asked, that is the only offer: nothing is given up.
+ * 5. `extension`: an existing lease's new `end_date` (extension offers: extensionSteps), never mixed with the others.
  */
 import { wholeMinuteDown } from './dates';
 import type { Reservation } from './lease';
 import type { FitSearch } from './resource-plugin';
 
-export type OfferKind = 'exact' | 'later' | 'shorter' | 'fewer';
-export const OFFER_KIND_ORDER: readonly OfferKind[] = ['exact', 'later', 'shorter', 'fewer'];
+export type OfferKind = 'exact' | 'later' | 'shorter' | 'fewer' | 'extension';
+export const OFFER_KIND_ORDER: readonly OfferKind[] = ['exact', 'later', 'shorter', 'fewer', 'extension'];
 
 /**
  * Searches one offer request may run: the lease as asked, the least counts, the bisection between
@@ -152,6 +153,9 @@ async function largestCountsThatFit(
   }
   return { counts: countsAt(high), exact: high - low <= 1 };
 }
+
+/** How far an extension offer reaches when nothing follows the lease's resources (also how far the calendars look for what follows). */
+export const EXTENSION_HORIZON_MS = 30 * 86_400_000;
 
 /**
  * Ends an extension can take, longest first: the latest possible, then halfway there from the

@@ -243,6 +243,12 @@ export interface ResourceType<P = Record<string, unknown>> {
   latestEnd?(leaseId: string): Promise<number | undefined>;
   /** Counts for offers; a type without it is offered only as asked (later or shorter, never fewer). */
   readonly offers?: OfferShape<P>;
+  /**
+   * For an admin's offers: what these reservations would book over [startMs, endMs) now, per
+   * reservation id, as fields beside its counts (hosts: `would_book`, their ids and names). Members
+   * never see it. Types without it show counts only.
+   */
+  wouldBook?(reservations: Array<Reservation<P>>, startMs: number, endMs: number, provisioningLeadMs: number): Promise<Map<string, Record<string, unknown>>>;
 }
 
 /** What the worker runs for a resource type: the hooks of a reservation's life, each given the parameters typed (`P`). */

@@ -135,6 +135,7 @@ export function bandwidthType(deps: BandwidthDeps, bookings = bandwidthBookings(
       describe: (params) => ({ ports: params.amount, egress_kbps: params.egress_kbps, ...(params.ingress_kbps ? { ingress_kbps: params.ingress_kbps } : {}) }),
       footprint: (params) => ({ bandwidth_kbps: params.amount * params.egress_kbps }),
     }),
+    latestEnd: (leaseId) => calendar.latestEnd(leaseId, KIND),
   };
 }
 

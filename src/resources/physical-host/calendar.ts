@@ -10,7 +10,7 @@
 import type { ApplicationFailure } from '@temporalio/common';
 import type { PoolClient } from 'pg';
 import { isLeaseConflict, leaseConflict, invalidLease, type Reservation } from '../../domain/lease';
-import { preferenceOrder, type Blocked, type HostRequest } from '../../domain/host-calendar';
+import { assignHosts, freeHosts, preferenceOrder, type Blocked, type HostRequest } from '../../domain/host-calendar';
 import { matchesQuery, parsePropertyQuery } from '../../domain/property-query';
 import { sameTypeReservations, type FitSearch, type ReservationContext } from '../../domain/resource-plugin';
 import { maintenanceBlocks } from '../../db/maintenance';
@@ -89,6 +89,20 @@ export class HostCalendar extends WholeResourceCalendar<HostRecord, BookedHost[]
   async book(ctx: ReservationContext<PhysicalHostParams>): Promise<BookedHost[]> {
     // A concurrent booking that took a chosen host first: choose again, seeing the winner's booking.
     return bookInTransaction(this.pool, (client) => this.bookIn(client, ctx), { retryExclusion: true });
+  }
+
+  /**
+   * The hosts a lease of these reservations over [start, end) would book now, per reservation id,
+   * chosen as admission chooses them without random choice (an admin's view of an offer); nothing
+   * is booked. Undefined when they do not fit.
+   */
+  async wouldBook(reservations: Array<Reservation<PhysicalHostParams>>, start: number, end: number, leadMs: number): Promise<Map<string, HostRecord[]> | undefined> {
+    const { resources, requests } = await this.searchRequests(reservations);
+    const calendar = await this.snapshot(this.pool, resources, start, end, leadMs);
+    const assignment = assignHosts(requests, freeHosts(calendar, start, end), preferenceOrder(calendar, Date.now()));
+    if (!assignment) return undefined;
+    const byId = new Map(resources.map((h) => [h.id, h]));
+    return new Map([...assignment].map(([reservationId, ids]) => [reservationId, ids.map((id) => byId.get(id)!)]));
   }
 
   /**
@@ -295,10 +309,17 @@ export class HostCalendar extends WholeResourceCalendar<HostRecord, BookedHost[]
     return new Set(sameTypeReservations(ctx).filter((r) => this.endPolicy(r) === 'release').map((r) => r.id));
   }
 
-  /** A refusal where a maintenance window takes one of the hosts during the asked window says so (`reason: maintenance`). */
-  protected override async shortageReason(db: Pool | PoolClient, ctx: ReservationContext, hosts: HostRecord[]): Promise<'maintenance' | undefined> {
-    const windows = await maintenanceBlocks(db, { fromMs: ctx.startMs - ctx.provisioningLeadMs, toMs: ctx.endMs, cleaningMs: this.cleaningMs, hostIds: hosts.map((h) => h.id) });
-    return windows.length > 0 ? 'maintenance' : undefined;
+  /**
+   * A refusal that maintenance is why says so (`reason: maintenance`): the lease would fit over the
+   * asked window without the hosts' maintenance windows. A host under maintenance while other
+   * bookings leave too few hosts anyway is a shortage of capacity.
+   */
+  protected override async shortageReason(db: Pool | PoolClient, ctx: ReservationContext, hosts: HostRecord[], requests: HostRequest[]): Promise<'maintenance' | undefined> {
+    const window = { fromMs: ctx.startMs - ctx.provisioningLeadMs, toMs: ctx.endMs, cleaningMs: this.cleaningMs, hostIds: hosts.map((h) => h.id) };
+    if ((await maintenanceBlocks(db, window)).length === 0) return undefined;
+    const bookings = await blockedIntervals(db, { ...window, withMaintenance: false });
+    const calendar = this.shiftedByLead(window.hostIds, bookings.map((r) => ({ resourceId: r.host_id, start_ms: r.start_ms, end_ms: r.end_ms })), ctx.provisioningLeadMs);
+    return assignHosts(requests, freeHosts(calendar, ctx.startMs, ctx.endMs), window.hostIds) ? 'maintenance' : undefined;
   }
 
   protected async blocked(db: Pool | PoolClient, window: { fromMs: number; toMs: number | null; ids: string[]; onlyTheseIds: boolean }): Promise<BlockedInterval[]> {

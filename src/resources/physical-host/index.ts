@@ -77,6 +77,10 @@ export function physicalHostType(deps: Pick<PhysicalHostDeps, 'pool' | 'settings
     earliest: ({ reservations, startMs, durationMs }) => calendar.search(reservations, startMs, durationMs),
     offers: hostOffers,
     latestEnd: (leaseId) => calendar.latestEnd(leaseId),
+    async wouldBook(reservations, startMs, endMs, provisioningLeadMs) {
+      const hosts = await calendar.wouldBook(reservations, startMs, endMs, provisioningLeadMs);
+      return new Map([...(hosts ?? [])].map(([id, booked]) => [id, { would_book: booked.map((h) => ({ id: h.id, hypervisor_hostname: h.hypervisor_hostname })) }]));
+    },
     // Booking hosts is the calendar's alone: the API admits host leases in its own transaction.
     async bookAtAdmission(client, ctx) {
       refuseWithoutCloud(deps);

@@ -9,6 +9,7 @@
  */
 import { DatabaseError, type PoolClient } from 'pg';
 import { formatMessageDate as when, wholeMinuteUp } from '../../domain/dates';
+import { EXTENSION_HORIZON_MS } from '../../domain/offers';
 import { invalidLease, leaseConflict } from '../../domain/lease';
 import { fits, loadWith, longestQuantityFit, searchEarliestQuantityFit, shortfall, type Amounts, type QuantityBooking, type QuantityProvider } from '../../domain/quantity-calendar';
 import type { Pool } from '../../db/pool';
@@ -19,6 +20,7 @@ import {
   deleteReservationQuantityBookings,
   endReservationQuantityBookingsAt,
   insertQuantityBooking,
+  liveLeaseBookings,
   lockProviders,
   moveBookingEnd,
   moveBookingToProvider,
@@ -232,6 +234,35 @@ export class QuantityCalendar implements Calendar<QuantityCalendarTypes> {
     const providers = (await usableProviders(this.pool, request.kind, 'uuid')).filter(request.matches);
     const bookings = await this.snapshot(this.pool, providers, start - leadMs, null);
     return fitSearch(providers, bookings, request.amounts, start, durationMs, leadMs);
+  }
+
+  /**
+   * The latest end the lease's bookings of `kind` can move to on the providers they are on, their
+   * amounts kept (extension offers): per provider, until the others' bookings there leave no room
+   * for what the lease holds on it. Others are read up to EXTENSION_HORIZON_MS past the lease's end
+   * (Infinity: nothing blocks within it). Undefined when the lease holds none of `kind`.
+   */
+  async latestEnd(leaseId: string, kind: string): Promise<number | undefined> {
+    const ends = await this.latestEndsByProvider(leaseId, kind);
+    return ends && Math.min(Infinity, ...ends.map((e) => e.latestMs));
+  }
+
+  /** latestEnd per provider the lease holds amounts on (and its current end, `fromMs`). */
+  async latestEndsByProvider(leaseId: string, kind: string): Promise<Array<{ provider: CapacityProvider; fromMs: number; latestMs: number }> | undefined> {
+    const own = await liveLeaseBookings(this.pool, leaseId, kind);
+    if (own.length === 0) return undefined;
+    const fromMs = Math.max(...own.map((b) => b.endMs));
+    // What runs until the lease's end moves with it: its amounts per provider, all its reservations' together.
+    const held = new Map<string, { provider: CapacityProvider; amounts: Record<string, number> }>();
+    for (const b of own.filter((b) => b.endMs === fromMs)) {
+      const entry = held.get(b.provider.uuid) ?? { provider: b.provider, amounts: {} };
+      for (const [resourceClass, amount] of Object.entries(b.amounts)) entry.amounts[resourceClass] = (entry.amounts[resourceClass] ?? 0) + amount;
+      held.set(b.provider.uuid, entry);
+    }
+    const ownReservations = new Set(own.map((b) => b.reservationId));
+    const providers = [...held.values()].map((h) => h.provider);
+    const others = (await this.snapshot(this.pool, providers, fromMs, fromMs + EXTENSION_HORIZON_MS)).filter((b) => !ownReservations.has(b.reservationId));
+    return [...held.values()].map(({ provider, amounts }) => ({ provider, fromMs, latestMs: fromMs + longestQuantityFit([asProvider(provider)], others, amounts, fromMs) }));
   }
 
   // ─── Inside a transaction ───────────────────────────────────────────────────────────────────

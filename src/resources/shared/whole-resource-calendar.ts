@@ -107,6 +107,11 @@ export abstract class WholeResourceCalendar<Resource extends { id: string }, Boo
   async snapshot(db: Pool | PoolClient, resources: Resource[], start: number, end: number | null, leadMs: number, onlyTheseResources = false): Promise<CalendarSnapshot> {
     const ids = resources.map((r) => r.id);
     const rows = await this.blocked(db, { fromMs: start - leadMs, toMs: end, ids, onlyTheseIds: onlyTheseResources });
+    return this.shiftedByLead(ids, rows, leadMs);
+  }
+
+  /** Blocked intervals as the pure calendar functions take them for a lease made ready `leadMs` before its start (see snapshot). */
+  protected shiftedByLead(ids: string[], rows: BlockedInterval[], leadMs: number): CalendarSnapshot {
     return { hostIds: ids, blocked: rows.map((r) => ({ hostId: r.resourceId, start: r.start_ms + leadMs, end: r.end_ms + leadMs })), cleaningMs: this.cleaningMs + leadMs };
   }
 
@@ -120,12 +125,12 @@ export abstract class WholeResourceCalendar<Resource extends { id: string }, Boo
       [`${this.notEnough} Not enough ${this.nouns} free from ${when(ctx.startMs)} to ${when(ctx.endMs)}: needs ${needs}`],
       wholeResourceFit(requests, future, ctx.startMs, ctx.endMs - ctx.startMs),
       neverFits,
-      await this.shortageReason(db, ctx, resources),
+      await this.shortageReason(db, ctx, resources, requests),
     );
   }
 
   /** What else than other bookings a shortage is about (hosts under maintenance), for the refusal's `reason`. */
-  protected shortageReason(_db: Pool | PoolClient, _ctx: ReservationContext, _resources: Resource[]): Promise<'maintenance' | undefined> {
+  protected shortageReason(_db: Pool | PoolClient, _ctx: ReservationContext, _resources: Resource[], _requests: HostRequest[]): Promise<'maintenance' | undefined> {
     return Promise.resolve(undefined);
   }
 

@@ -31,6 +31,8 @@ import {
 } from '../../db/quantity-allocations';
 import { bookedFor, bookInTransaction, bookingKey, checkKeys, extensionRefused, movedBookingKey, releaseBooking, shortage } from '../shared/booking';
 import { COMPUTE_KIND } from '../shared/compute-providers';
+import { QuantityCalendar } from '../shared/quantity-bookings';
+import { EXTENSION_HORIZON_MS } from '../../domain/offers';
 import type { Amounts } from '../../domain/quantity-calendar';
 import type { Affinity } from '../../domain/instance-slots';
 
@@ -212,6 +214,28 @@ export class InstanceSlotCalendar implements Calendar<InstanceCalendarTypes> {
       };
     }
     return result;
+  }
+
+  /**
+   * The latest end the lease's slots can move to on the hosts they are on (extension offers): each
+   * host's capacity less others' slots (QuantityCalendar.latestEndsByProvider, the lease's compute
+   * bookings together), and before the next whole-host lease or maintenance of the host, less the
+   * cleaning time. Undefined when the lease holds no slots.
+   */
+  async latestEnd(leaseId: string): Promise<number | undefined> {
+    const ends = await new QuantityCalendar(this.pool).latestEndsByProvider(leaseId, COMPUTE_KIND);
+    if (!ends) return undefined;
+    const fromMs = ends[0].fromMs;
+    const names = new Set(ends.map((e) => e.provider.name));
+    const hostIdOf = new Map((await listHosts(this.pool)).filter((h) => names.has(h.hypervisor_hostname)).map((h) => [h.hypervisor_hostname, h.id]));
+    const blocks = await blockedIntervals(this.pool, { fromMs, toMs: fromMs + EXTENSION_HORIZON_MS, cleaningMs: this.settings.cleaningMs, hostIds: [...hostIdOf.values()], wholeHostOnly: true });
+    return Math.min(
+      Infinity,
+      ...ends.map((e) => {
+        const taken = blocks.filter((b) => b.host_id === hostIdOf.get(e.provider.name)).map((b) => Math.max(fromMs, b.start_ms - this.settings.cleaningMs));
+        return Math.min(e.latestMs, ...taken);
+      }),
+    );
   }
 
   // ─── Inside a transaction ───────────────────────────────────────────────────────────────────

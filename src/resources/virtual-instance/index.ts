@@ -113,6 +113,7 @@ export function slotReservationType<P extends SlotParams>(type: SlotType<P>, dep
       return made.calendar.search(described, startMs, durationMs, provisioningLeadMs);
     },
     offers: amountOffers<P>({ describe: (params) => ({ instances: params.amount }) }),
+    latestEnd: (leaseId) => made.calendar.latestEnd(leaseId),
   };
 }
 

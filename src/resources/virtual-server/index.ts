@@ -181,6 +181,7 @@ export function virtualServerType(deps: VirtualServerDeps, bookings = serverBook
       // Each server on its own host's calendar; several servers of one lease are searched one by one (not jointly).
       return earliestCommonFit(requests.map((request) => (from: number) => calendar.search(request, from, durationMs, provisioningLeadMs)), startMs);
     },
+    latestEnd: (leaseId) => calendar.latestEnd(leaseId, KIND),
   };
 }
 
