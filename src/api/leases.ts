@@ -194,9 +194,11 @@ export function leasesRouter(deps: NewLeaseDeps): Router {
       () => changeLease(commands, current.id, update),
       async (refusal) => {
         if (!deps.offers) return { offers: [] };
-        // An extension refused: the ends its resources allow, up to the latest the refusal named.
-        const latestEnd = requestDateSchema.safeParse(refusal.extra?.latest_end);
-        if (latestEnd.success) return extensionOffers(deps.offers, identity, current, latestEnd.data);
+        // An extension refused: the ends its resources allow, up to the latest the refusal named (an
+        // active lease's latest_end; a pending one's longest_end, how long it fits from its own start).
+        const extendsOnly = update.start === undefined && !update.reservations && typeof update.end === 'number' && update.end > current.endMs;
+        const latestEnd = requestDateSchema.safeParse(refusal.extra?.latest_end ?? (extendsOnly ? refusal.extra?.longest_end : undefined));
+        if (latestEnd.success && latestEnd.data > current.endMs) return extensionOffers(deps.offers, identity, current, latestEnd.data);
         const asDate = (date: number | 'now' | undefined, otherwise: number) => (date === undefined ? otherwise : date === 'now' ? wholeMinuteDown(Date.now()) : date);
         const startMs = asDate(update.start, current.startMs);
         const durationMs = Math.max(60_000, asDate(update.end, current.endMs) - startMs);
