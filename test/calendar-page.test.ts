@@ -178,23 +178,31 @@ describe('the calendar page in Chromium', () => {
     }, 5_000);
   });
 
-  it('opens a lease from its bar, and a refused extension offers the latest possible end', async () => {
+  it('opens a lease from its bar, lists its possible extensions, and a refused extension offers the ends possible, one applied with a click', async () => {
     const bar = await pointOf('gpu-1', day + 13.5 * HOUR);
     const box = (await page.getByTestId('gantt').boundingBox())!;
     await page.mouse.click(box.x + bar.x, box.y + bar.y);
     await page.getByRole('heading', { name: /alpha-to-extend/ }).waitFor();
     expect(page.url()).toContain(`#/leases/${leases['alpha-to-extend']}`);
     await expect(page.getByRole('list', { name: 'Events' }).textContent()).resolves.toMatch(/Start.*End/);
+    // The extensions possible now (GET extension-offers): gpu-1 is free until beta's booking at 16:00, then halves.
+    const possible = (await alpha('GET', `/v1/leases/${leases['alpha-to-extend']}/extension-offers`)).body.offers as Array<{ end_date: string; reason: string }>;
+    expect(possible[0].end_date).toBe(at(16));
+    const listed = page.getByRole('list', { name: 'Possible extensions' }).locator('li');
+    await expect(listed.first().textContent()).resolves.toContain(possible[0].reason);
+    await expect(listed.count()).resolves.toBe(possible.length);
 
-    // Past beta's booking of both GPU hosts from 16:00: refused, with 16:00 offered.
+    // Past beta's booking of both GPU hosts from 16:00: refused, with the ends possible offered (16:00 the latest).
     await page.getByLabel('End (UTC)').fill(at(17).replace(' ', 'T'));
     await page.getByRole('button', { name: 'Change the end' }).click();
     const alert = page.getByRole('alert');
     await alert.waitFor();
-    await expect(alert.textContent()).resolves.toContain(`It can be extended until ${at(16)} UTC`);
+    const offered = alert.getByRole('list', { name: 'What would work' });
+    await expect(offered.locator('li').first().textContent()).resolves.toContain(`until ${at(16)} UTC`);
+    await expect(offered.locator('li').nth(1).textContent()).resolves.toContain('a shorter extension');
     await page.screenshot({ path: path.join(artefacts, 'lease-refused-extension.png') });
     expect(await axeViolations()).toEqual([]);
-    await page.getByRole('button', { name: 'Extend until then' }).click();
+    await offered.getByRole('button', { name: `Extend until ${at(16)}` }).click();
     await page.getByText(`Extended until ${at(16)}: done.`).waitFor();
     const lease = await alpha('GET', `/v1/leases/${leases['alpha-to-extend']}`);
     expect(lease.body.lease.end_date).toBe(`${at(16).replace(' ', 'T')}:00.000000`);
