@@ -88,12 +88,6 @@ export interface Lease {
   events: LeaseEvent[];
 }
 
-export interface FitAnswer {
-  earliest: { start_date: string; end_date: string } | null;
-  longest_from_start: { start_date: string; end_date: string | null } | null;
-  note?: string;
-}
-
 /** What would work (POST /v1/offers, GET /v1/leases/{id}/extension-offers, a refusal's `offers`). */
 export interface Offer {
   id: string;

@@ -5,7 +5,7 @@ import { ApiFailure, fetchCalendar, type CalendarBooking, type CalendarWindow, t
 import { bookingsByHost, describeBooking, describeUsage, hostRows, paintHostRow, paintProviderRow, providerRows, STATUS_COLORS, RESERVED_COLOR, usageStepsByProvider, type Ghost, type HostRow, type ProviderRow, type UsageSteps } from './paint';
 import { FindSlot } from './find-slot';
 import { AXIS_HEIGHT, LABEL_WIDTH, ROW_HEIGHT, Timeline } from './timeline';
-import { formatRange, formatWhen, viewStartAround, ZOOM_SPAN, type Zoom } from './time';
+import { formatRange, formatWhen, noteServerNow, viewStartAround, ZOOM_SPAN, type Zoom } from './time';
 
 /** How far around the view a load reaches, so that scrolling a little needs no new load. */
 const LOAD_MARGIN = 0.5;
@@ -55,6 +55,7 @@ export function CalendarView(props: { credentials: Credentials }) {
       (window) => {
         if (loading.current?.key !== key || loading.current.start !== start) return; // a later load replaced this one
         performance.mark('calendar-data');
+        noteServerNow(window.now_ms);
         setLoadError(undefined);
         setData(window);
       },
@@ -91,7 +92,7 @@ export function CalendarView(props: { credentials: Credentials }) {
       onDescribe: setStatus,
       onPick: (row, at) => {
         const b = bookingAt(latest.current.byHost.get(row.key), at);
-        if (b?.lease_id) location.hash = `#/leases/${b.lease_id}`;
+        if (b?.lease_id && !b.held) location.hash = `#/leases/${b.lease_id}`;
       },
     });
     capacity.current = new Timeline<ProviderRow>(
@@ -236,7 +237,7 @@ export function CalendarView(props: { credentials: Credentials }) {
           setGhosts(g);
           if (g[0] && (g[0].startMs < viewStart || g[0].startMs > viewEnd)) setViewStart(viewStartAround(g[0].startMs, zoom));
         }}
-        onBooked={() => setReloads((n) => n + 1)}
+        onCalendarChanged={() => setReloads((n) => n + 1)}
       />
       <section aria-label="Servers and bandwidth over time" class="timeline">
         <h2>
@@ -291,7 +292,10 @@ function Legend() {
         <span class="swatch" style={{ background: RESERVED_COLOR.fill }} /> reserved by another project
       </li>
       <li>
-        <span class="swatch ghost" /> a window that fits
+        <span class="swatch held" /> held by you (no lease yet)
+      </li>
+      <li>
+        <span class="swatch ghost" /> an offer that fits
       </li>
     </ul>
   );
