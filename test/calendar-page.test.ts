@@ -225,21 +225,21 @@ describe('the calendar page in Chromium', () => {
   });
 
   /** Fills "find a slot" (GPU hosts), asks, and answers the offers the API gave the page (POST /v1/offers). */
-  async function findOffers(fields: { hosts: number; hours: number; from: string; name: string }): Promise<Offer[]> {
-    const form = page.getByRole('form', { name: 'What you need' });
+  async function findOffers(fields: { hosts: number; hours: number; from: string; name: string }, on: Page = page): Promise<Offer[]> {
+    const form = on.getByRole('form', { name: 'What you need' });
     await form.getByLabel('How many hosts').fill(String(fields.hosts));
     await form.getByLabel('Properties').fill('["==", "$gpu", "a100"]');
     await form.getByLabel('For (hours)').fill(String(fields.hours));
     await form.getByLabel('From (UTC)').fill(fields.from.replace(' ', 'T'));
     await form.getByLabel('Lease name').fill(fields.name);
-    const answered = page.waitForResponse((r) => r.url().endsWith('/v1/offers') && r.request().method() === 'POST');
+    const answered = on.waitForResponse((r) => r.url().endsWith('/v1/offers') && r.request().method() === 'POST');
     await form.getByRole('button', { name: 'Find offers' }).click();
     const answer = await answered;
     expect(answer.status()).toBe(200);
     return ((await answer.json()) as { offers: Offer[] }).offers;
   }
-  const offerList = () => page.getByRole('list', { name: 'Offers' });
-  const offerItem = (id: string) => offerList().locator(`li[data-offer-id="${id}"]`);
+  const offerList = (on: Page = page) => on.getByRole('list', { name: 'Offers' });
+  const offerItem = (id: string, on: Page = page) => offerList(on).locator(`li[data-offer-id="${id}"]`);
   const gpuLease = (who: typeof alpha, name: string, from: string, to: string, hostCount: number) =>
     who('POST', '/v1/leases', { name, start_date: from, end_date: to, reservations: [blazarHostReservation({ min: hostCount, max: hostCount, resource_properties: '["==", "$gpu", "a100"]' })] });
 
@@ -364,5 +364,46 @@ describe('the calendar page in Chromium', () => {
     const fresh = await offerList().locator('li').first().getAttribute('data-offer-id');
     expect(fresh).not.toBe(later[0].id);
     expect((await alpha('GET', '/v1/leases')).body.leases.map((l: { name: string }) => l.name)).not.toContain('alpha-too-late');
+  });
+
+  it("counts a hold down with the page's clock, says when it expired, and Book still works then (the API checks again)", async () => {
+    // A page of its own with a controlled clock: time moves only when the test says (no waiting).
+    const context = await browser.newContext({ viewport: { width: 1400, height: 1000 }, deviceScaleFactor: 1 });
+    try {
+      await context.addInitScript(() => (globalThis as unknown as { sessionStorage: { setItem(k: string, v: string): void } }).sessionStorage.setItem('leasekeeper.credentials', JSON.stringify({ kind: 'noauth', projectId: 'alpha', admin: false })));
+      const clocked = await context.newPage();
+      clocked.on('pageerror', (err) => pageErrors.push(String(err)));
+      await clocked.clock.install();
+      await clocked.goto(`${stack().url}/calendar/`);
+      await clocked.getByText(`${hosts.length} hosts`, { exact: false }).waitFor();
+      const offers = await findOffers({ hosts: 1, hours: 1, from: at(36), name: 'alpha-held-past-expiry' }, clocked);
+      const item = offerItem(offers[0].id, clocked);
+      await clocked.clock.pauseAt(Date.now() + 1_000);
+      await item.getByRole('button', { name: 'Hold' }).click();
+      const timer = item.getByRole('timer');
+      await timer.waitFor();
+      const shownSeconds = async () => {
+        const [minutes, seconds] = ((await timer.textContent()) ?? '').split(':').map(Number);
+        return minutes * 60 + seconds;
+      };
+      // The page's clock moves on (the first seconds may pass before its ticking starts): the countdown follows it, a second a second.
+      const before = await shownSeconds();
+      await clocked.clock.runFor(5_000);
+      const later = await shownSeconds();
+      expect(later).toBeLessThan(before);
+      expect(later).toBeGreaterThanOrEqual(before - 5);
+      await clocked.clock.runFor(3_000);
+      expect(later - (await shownSeconds())).toBeGreaterThanOrEqual(2);
+      expect(later - (await shownSeconds())).toBeLessThanOrEqual(4);
+      await clocked.clock.fastForward(stack().config.offerHolds.holdMs);
+      await item.getByText('the hold expired').waitFor();
+      const hold = (await alpha('GET', `/v1/offers/${offers[0].id}/hold`)).body.hold as { id: string };
+      await item.getByRole('button', { name: 'Book' }).click();
+      await clocked.getByText('Booked lease alpha-held-past-expiry').waitFor();
+      // The API's clock did not move: the hold was still live there, so it became the lease.
+      expect((await alpha('GET', `/v1/leases/${hold.id}`)).body.lease).toMatchObject({ name: 'alpha-held-past-expiry' });
+    } finally {
+      await context.close();
+    }
   });
 });

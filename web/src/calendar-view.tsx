@@ -5,7 +5,7 @@ import { ApiFailure, fetchCalendar, type CalendarBooking, type CalendarWindow, t
 import { bookingsByHost, describeBooking, describeUsage, hostRows, paintHostRow, paintProviderRow, providerRows, STATUS_COLORS, RESERVED_COLOR, usageStepsByProvider, type Ghost, type HostRow, type ProviderRow, type UsageSteps } from './paint';
 import { FindSlot } from './find-slot';
 import { AXIS_HEIGHT, LABEL_WIDTH, ROW_HEIGHT, Timeline } from './timeline';
-import { formatRange, formatWhen, noteServerNow, viewStartAround, ZOOM_SPAN, type Zoom } from './time';
+import { formatRange, formatWhen, viewStartAround, ZOOM_SPAN, type Zoom } from './time';
 
 /** How far around the view a load reaches, so that scrolling a little needs no new load. */
 const LOAD_MARGIN = 0.5;
@@ -55,7 +55,6 @@ export function CalendarView(props: { credentials: Credentials }) {
       (window) => {
         if (loading.current?.key !== key || loading.current.start !== start) return; // a later load replaced this one
         performance.mark('calendar-data');
-        noteServerNow(window.now_ms);
         setLoadError(undefined);
         setData(window);
       },

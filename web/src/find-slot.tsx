@@ -8,7 +8,7 @@ import { useEffect, useState } from 'preact/hooks';
 import { ApiFailure, call, offersOf, parseDate, type CalendarBooking, type CalendarWindow, type Credentials, type Offer, type OfferHold } from './api';
 import { formatRequestDate } from '../../src/domain/dates';
 import type { Ghost } from './paint';
-import { formatCountdown, formatDuration, formatRange, serverNow } from './time';
+import { formatCountdown, formatDuration, formatRange } from './time';
 
 type Want = 'hosts' | 'instances' | 'bandwidth';
 
@@ -48,10 +48,10 @@ function refusalText(err: unknown): string {
   return why ? `${why}: ${err.message}` : err.message;
 }
 
-/** Time left on a hold, ticking each second by the API's clock; "expired" once it is over. */
+/** Time left on a hold, ticking each second by the page's clock; "expired" once it is over. */
 function Countdown(props: { untilMs: number }) {
   const [, tick] = useState(0);
-  const left = props.untilMs - serverNow();
+  const left = props.untilMs - Date.now();
   useEffect(() => {
     if (left <= 0) return undefined;
     const timer = setInterval(() => tick((n) => n + 1), 1000);
@@ -102,7 +102,7 @@ export function FindSlot(props: {
     return { resource_type: 'network:bandwidth', network_id: networkId.trim(), egress_kbps: egressKbps, amount: count, ...(min ? { min } : {}) };
   };
 
-  const liveHeld = (list: Offer[]) => list.filter((o) => holds[o.id] !== undefined && holds[o.id] > serverNow());
+  const liveHeld = (list: Offer[]) => list.filter((o) => holds[o.id] !== undefined && holds[o.id] > Date.now());
 
   /** Lists these offers and draws the ones not held as ghost bars (a held one is on the calendar already). */
   function show(list: Offer[], held = holds) {

@@ -56,17 +56,6 @@ export function formatDuration(ms: number): string {
   return `${(hours / 24).toFixed(hours % 24 === 0 ? 0 : 1)} days`;
 }
 
-/** The browser's clock minus the API's, as seen in the last calendar answer: countdowns follow the API's clock. */
-let serverOffsetMs = 0;
-
-/** Records the API's clock (`now_ms` of a calendar answer). */
-export function noteServerNow(serverNowMs: number): void {
-  serverOffsetMs = serverNowMs - Date.now();
-}
-
-/** Now by the API's clock, as far as the page knows it. */
-export const serverNow = () => Date.now() + serverOffsetMs;
-
 /** "09:41": minutes and seconds left, the seconds rounded up (it shows 00:00 only once the time is over). */
 export function formatCountdown(leftMs: number): string {
   const seconds = Math.max(0, Math.ceil(leftMs / 1000));
