@@ -72,8 +72,8 @@ async function main(): Promise<void> {
       await form.getByLabel('How many hosts').fill('4');
       await form.getByLabel('Properties').fill('["==", "$gpu", "a100"]');
       await form.getByLabel('For (hours)').fill('12');
-      await form.getByRole('button', { name: 'Find the earliest windows' }).click();
-      await page.getByRole('list', { name: 'Windows that fit' }).waitFor();
+      await form.getByRole('button', { name: 'Find offers' }).click();
+      await page.getByRole('list', { name: 'Offers' }).waitFor();
       await page.mouse.move(0, 0);
       await page.waitForTimeout(200); // the ghost bars are painted on the next animation frame
       fs.mkdirSync(path.dirname(OUT), { recursive: true });

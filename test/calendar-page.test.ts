@@ -1,8 +1,10 @@
 /**
  * The calendar page in a real browser (Debian's Chromium, headless): seeded leases are bars where
- * their dates say, another project's lease shows without its name, a refused extension offers the
- * latest possible end, and "find a slot" books a lease that then appears. Screenshots of each page
- * go to test-artifacts/calendar-page/; axe-core finds no serious accessibility violation.
+ * their dates say, another project's lease shows without its name, a lease lists its possible
+ * extensions and a refused extension offers the ends possible, "find a slot" lists the API's offers
+ * and books one that then appears, holds one (a countdown; the hold becomes the lease) or releases
+ * it, and shows a refusal's fresh offers. Screenshots of each page go to
+ * test-artifacts/calendar-page/; axe-core finds no serious accessibility violation.
  */
 import path from 'node:path';
 import type { Browser, Page } from 'playwright-core';
@@ -27,11 +29,24 @@ interface CanvasLike {
 /** Lease status colours of the page (web/src/paint.ts). */
 const PENDING = [0x3d, 0x6f, 0xc4];
 const RESERVED = [0xb4, 0xbc, 0xc6];
+/** A held booking's fill and stripes (web/src/paint.ts HELD_COLOR). */
+const HELD_FILL = [0xdb, 0xe5, 0xf6];
+
+/** What the page shows of an offer (POST /v1/offers), and its words for the kinds (web/src/find-slot.tsx KIND_WORDS). */
+interface Offer {
+  id: string;
+  kind: 'exact' | 'later' | 'shorter' | 'fewer';
+  start_date: string;
+  end_date: string;
+  reason: string;
+}
+const KIND_WORDS: Record<Offer['kind'], string> = { exact: 'as asked', later: 'later', shorter: 'shorter', fewer: 'fewer' };
 
 describe('the calendar page in Chromium', () => {
   const stack = useTestStack({ withPool: (pool) => [physicalHostPlugin({ pool, settings: { cleaningMs: 0, randomChoice: false }, cloud: 'calendar-only' })] });
   const alpha = apiClient(() => stack().url, { 'X-Project-Id': 'alpha', 'X-Roles': 'member' });
   const beta = apiClient(() => stack().url, { 'X-Project-Id': 'beta', 'X-Roles': 'member' });
+  const admin = apiClient(() => stack().url);
   const artefacts = artefactDir('calendar-page');
   const hosts: string[] = ['gpu-1', 'gpu-2', 'cpu-1', 'cpu-2', 'cpu-3'];
   let browser: Browser;
@@ -178,53 +193,79 @@ describe('the calendar page in Chromium', () => {
     }, 5_000);
   });
 
-  it('opens a lease from its bar, and a refused extension offers the latest possible end', async () => {
+  it('opens a lease from its bar, lists its possible extensions, and a refused extension offers the ends possible, one applied with a click', async () => {
     const bar = await pointOf('gpu-1', day + 13.5 * HOUR);
     const box = (await page.getByTestId('gantt').boundingBox())!;
     await page.mouse.click(box.x + bar.x, box.y + bar.y);
     await page.getByRole('heading', { name: /alpha-to-extend/ }).waitFor();
     expect(page.url()).toContain(`#/leases/${leases['alpha-to-extend']}`);
     await expect(page.getByRole('list', { name: 'Events' }).textContent()).resolves.toMatch(/Start.*End/);
+    // The extensions possible now (GET extension-offers): gpu-1 is free until beta's booking at 16:00, then halves.
+    const possible = (await alpha('GET', `/v1/leases/${leases['alpha-to-extend']}/extension-offers`)).body.offers as Array<{ end_date: string; reason: string }>;
+    expect(possible[0].end_date).toBe(at(16));
+    const listed = page.getByRole('list', { name: 'Possible extensions' }).locator('li');
+    await expect(listed.first().textContent()).resolves.toContain(possible[0].reason);
+    await expect(listed.count()).resolves.toBe(possible.length);
 
-    // Past beta's booking of both GPU hosts from 16:00: refused, with 16:00 offered.
+    // Past beta's booking of both GPU hosts from 16:00: refused, with the ends possible offered (16:00 the latest).
     await page.getByLabel('End (UTC)').fill(at(17).replace(' ', 'T'));
     await page.getByRole('button', { name: 'Change the end' }).click();
     const alert = page.getByRole('alert');
     await alert.waitFor();
-    await expect(alert.textContent()).resolves.toContain(`It can be extended until ${at(16)} UTC`);
+    const offered = alert.getByRole('list', { name: 'What would work' });
+    await expect(offered.locator('li').first().textContent()).resolves.toContain(`until ${at(16)} UTC`);
+    await expect(offered.locator('li').nth(1).textContent()).resolves.toContain('a shorter extension');
     await page.screenshot({ path: path.join(artefacts, 'lease-refused-extension.png') });
     expect(await axeViolations()).toEqual([]);
-    await page.getByRole('button', { name: 'Extend until then' }).click();
+    await offered.getByRole('button', { name: `Extend until ${at(16)}` }).click();
     await page.getByText(`Extended until ${at(16)}: done.`).waitFor();
     const lease = await alpha('GET', `/v1/leases/${leases['alpha-to-extend']}`);
     expect(lease.body.lease.end_date).toBe(`${at(16).replace(' ', 'T')}:00.000000`);
     await page.screenshot({ path: path.join(artefacts, 'lease.png') });
   });
 
-  it('finds the earliest windows for two GPU hosts, draws them, and books one that then appears', async () => {
+  /** Fills "find a slot" (GPU hosts), asks, and answers the offers the API gave the page (POST /v1/offers). */
+  async function findOffers(fields: { hosts: number; hours: number; from: string; name: string }, on: Page = page): Promise<Offer[]> {
+    const form = on.getByRole('form', { name: 'What you need' });
+    await form.getByLabel('How many hosts').fill(String(fields.hosts));
+    await form.getByLabel('Properties').fill('["==", "$gpu", "a100"]');
+    await form.getByLabel('For (hours)').fill(String(fields.hours));
+    await form.getByLabel('From (UTC)').fill(fields.from.replace(' ', 'T'));
+    await form.getByLabel('Lease name').fill(fields.name);
+    const answered = on.waitForResponse((r) => r.url().endsWith('/v1/offers') && r.request().method() === 'POST');
+    await form.getByRole('button', { name: 'Find offers' }).click();
+    const answer = await answered;
+    expect(answer.status()).toBe(200);
+    return ((await answer.json()) as { offers: Offer[] }).offers;
+  }
+  const offerList = (on: Page = page) => on.getByRole('list', { name: 'Offers' });
+  const offerItem = (id: string, on: Page = page) => offerList(on).locator(`li[data-offer-id="${id}"]`);
+  const gpuLease = (who: typeof alpha, name: string, from: string, to: string, hostCount: number) =>
+    who('POST', '/v1/leases', { name, start_date: from, end_date: to, reservations: [blazarHostReservation({ min: hostCount, max: hostCount, resource_properties: '["==", "$gpu", "a100"]' })] });
+
+  it('lists the offers for two GPU hosts with their kind and reason, draws them, and books one that then appears', async () => {
     await page.getByRole('link', { name: '← Calendar' }).click();
     await page.getByTestId('gantt').waitFor();
-    const form = page.getByRole('form', { name: 'What you need' });
-    await form.getByLabel('How many hosts').fill('2');
-    await form.getByLabel('Properties').fill('["==", "$gpu", "a100"]');
-    await form.getByLabel('For (hours)').fill('2');
-    await form.getByLabel('From (UTC)').fill(at(9).replace(' ', 'T'));
-    await form.getByLabel('Lease name').fill('alpha-found-slot');
-    await form.getByRole('button', { name: 'Find the earliest windows' }).click();
-    const options = page.getByRole('list', { name: 'Windows that fit' });
-    await options.waitFor();
-    // Both GPU hosts are free together for 2 h first after beta's 16:00–18:00.
-    await expect(options.locator('li').first().textContent()).resolves.toContain(`${at(18)} UTC → ${at(20)} UTC`);
-    await page.waitForTimeout(100); // the ghost bars are drawn on the next animation frame
-    const ghost = await pixel(await pointOf('gpu-2', day + 19 * HOUR));
-    expect(ghost).not.toEqual([255, 255, 255]); // the ghost bar tints the row
+    const offers = await findOffers({ hosts: 2, hours: 2, from: at(9), name: 'alpha-found-slot' });
+    // Both GPU hosts are free together for 2 h first after beta's 16:00–18:00: later than asked.
+    expect(offers[0]).toMatchObject({ kind: 'later', start_date: at(18), end_date: at(20) });
+    const items = offerList().locator('li');
+    await expect(items.count()).resolves.toBe(offers.length);
+    for (const [i, offer] of offers.entries()) {
+      const text = await items.nth(i).textContent();
+      expect(text).toContain(`${KIND_WORDS[offer.kind]}: ${offer.start_date} UTC → ${offer.end_date} UTC`);
+      expect(text).toContain('2 hosts');
+      expect(text).toContain(offer.reason);
+    }
+    await page.waitForFunction(() => performance.getEntriesByName('calendar-drawn').length > 0);
+    await eventually(async () => ((await pixel(await pointOf('gpu-2', day + 19 * HOUR))).join() !== '255,255,255' ? true : undefined), 5_000); // the ghost bar tints the row (on the next frame)
     await page.screenshot({ path: path.join(artefacts, 'find-a-slot.png') });
-    await options.getByRole('button', { name: 'Book this' }).first().click();
+    await items.first().getByRole('button', { name: 'Book' }).click();
     await page.getByText('Booked lease alpha-found-slot').waitFor();
     await page.getByRole('link', { name: 'alpha-found-slot' }).waitFor();
     await eventually(async () => ((await pixel(await pointOf('gpu-2', day + 19 * HOUR))).join() === PENDING.join() ? true : undefined), 10_000);
     const list = await alpha('GET', '/v1/leases');
-    expect(list.body.leases.map((l: { name: string }) => l.name)).toContain('alpha-found-slot');
+    expect(list.body.leases).toContainEqual(expect.objectContaining({ name: 'alpha-found-slot', start_date: `${at(18).replace(' ', 'T')}:00.000000` }));
     await page.screenshot({ path: path.join(artefacts, 'booked.png') });
   });
 
@@ -247,6 +288,122 @@ describe('the calendar page in Chromium', () => {
       await eventually(async () => ((await alpha('GET', '/v1/leases')).body.leases.some((l: { name: string }) => l.name === 'alpha-found-slot') ? undefined : true), 30_000);
     } finally {
       await touch.close();
+    }
+  });
+
+  it('holds an offer: a countdown to the hold\'s end, the hosts hatched and taken for another project, then Book makes the hold the lease', async () => {
+    const offers = await findOffers({ hosts: 2, hours: 2, from: at(21), name: 'alpha-held-slot' });
+    expect(offers[0]).toMatchObject({ kind: 'exact', start_date: at(21), end_date: at(23) });
+    const item = offerItem(offers[0].id);
+    await expect(item.textContent()).resolves.toContain(`${KIND_WORDS.exact}: ${at(21)} UTC → ${at(23)} UTC`);
+    await item.getByRole('button', { name: 'Hold' }).click();
+    const timer = item.getByRole('timer');
+    await timer.waitFor();
+    const hold = (await alpha('GET', `/v1/offers/${offers[0].id}/hold`)).body.hold as { id: string; status: string; expires_at: string };
+    expect(hold.status).toBe('held');
+    // The countdown as shown (mm:ss, seconds rounded up, redrawn each second) against the hold's expiry.
+    const before = Date.now();
+    const [minutes, seconds] = ((await timer.textContent()) ?? '').split(':').map(Number);
+    const after = Date.now();
+    const shownMs = (minutes * 60 + seconds) * 1000;
+    expect(shownMs).toBeLessThanOrEqual(stack().config.offerHolds.holdMs);
+    expect(shownMs).toBeGreaterThanOrEqual(Date.parse(hold.expires_at) - after);
+    expect(shownMs).toBeLessThanOrEqual(Date.parse(hold.expires_at) - before + 2_000); // up to a second since the last redraw, plus the rounding up
+
+    // The calendar draws the held hosts hatched, says whose and until when; another project cannot book them.
+    const heldBar = await pointOf('gpu-2', day + 22 * HOUR);
+    const heldText = `held by you until ${hold.expires_at.slice(11, 19)} UTC`;
+    await eventually(async () => ((await hover(heldBar)).includes(heldText) ? true : undefined), 5_000, 50, () => `the calendar does not show the hold (${heldText})`); // after the reload the hold asked for
+    const across = await page.getByTestId('gantt').evaluate<string[], { x: number; y: number }, CanvasLike>((canvas, p) => {
+      const data = canvas.getContext('2d')!.getImageData(Math.round(p.x), Math.round(p.y), 24, 1).data;
+      return Array.from({ length: 24 }, (_, i) => [...data.slice(i * 4, i * 4 + 3)].join());
+    }, heldBar);
+    expect(across).toContain(HELD_FILL.join()); // the fill, and stripes of pending's blue across it (smoothed at their edges)
+    expect(across.some((rgb) => rgb !== HELD_FILL.join() && Number(rgb.split(',')[0]) < 120 && Number(rgb.split(',')[2]) > 180)).toBe(true);
+    const refused = await gpuLease(beta, 'beta-wants-held-gpu', at(21), at(23), 1);
+    expect(refused.status).toBe(409);
+    expect(refused.body.reason).toBe('capacity');
+    await page.screenshot({ path: path.join(artefacts, 'held.png') });
+    expect(await axeViolations()).toEqual([]);
+
+    await item.getByRole('button', { name: 'Book' }).click();
+    await page.getByText('Booked lease alpha-held-slot').waitFor();
+    const lease = await alpha('GET', `/v1/leases/${hold.id}`);
+    expect(lease.status).toBe(200);
+    expect(lease.body.lease).toMatchObject({ id: hold.id, name: 'alpha-held-slot', start_date: `${at(21).replace(' ', 'T')}:00.000000` });
+    await page.getByRole('link', { name: 'alpha-held-slot' }).waitFor();
+  });
+
+  it('releases a hold (the hosts are free again); a Hold over the cap and a Book refused meanwhile show the refusal in words, the latter with fresh offers', async () => {
+    const offers = await findOffers({ hosts: 2, hours: 2, from: at(30), name: 'alpha-released-slot' });
+    expect(offers[0]).toMatchObject({ kind: 'exact', start_date: at(30), end_date: at(32) });
+    const item = offerItem(offers[0].id);
+    await item.getByRole('button', { name: 'Hold' }).click();
+    await item.getByRole('timer').waitFor();
+    expect((await gpuLease(beta, 'beta-before-release', at(30), at(32), 1)).status).toBe(409);
+    await item.getByRole('button', { name: 'Release' }).click();
+    await page.getByText('Released the hold').waitFor();
+    await expect(item.count()).resolves.toBe(0);
+    expect((await alpha('GET', `/v1/offers/${offers[0].id}/hold`)).body.hold).toMatchObject({ status: 'ended', end_reason: 'released' });
+    const created = await gpuLease(beta, 'beta-after-release', at(30), at(32), 2);
+    expect(created.status).toBe(201);
+
+    // Another offer, taken by beta before alpha books it: the refusal in words, and what fits now instead.
+    const later = await findOffers({ hosts: 2, hours: 2, from: at(30), name: 'alpha-too-late' });
+    expect(later[0].kind).toBe('later');
+    // No hold allowed to alpha now: the 403 in words, the offers as they were.
+    expect((await admin('PUT', '/v1/projects/alpha/policy', { max_offer_holds: 0 })).status).toBe(200);
+    await offerItem(later[0].id).getByRole('button', { name: 'Hold' }).click();
+    await expect(page.getByRole('alert').textContent()).resolves.toMatch(/^Usage policy: max_offer_holds: at most 0 offer hold/);
+    expect((await admin('DELETE', '/v1/projects/alpha/policy')).status).toBe(204);
+    await expect(offerList().locator('li').count()).resolves.toBe(later.length);
+    expect((await gpuLease(beta, 'beta-first', later[0].start_date, later[0].end_date, 1)).status).toBe(201);
+    await offerItem(later[0].id).getByRole('button', { name: 'Book' }).click();
+    await expect(page.getByRole('alert').textContent()).resolves.toMatch(/^Taken meanwhile: .*What fits now is listed below\.$/);
+    await expect(offerItem(later[0].id).count()).resolves.toBe(0);
+    const fresh = await offerList().locator('li').first().getAttribute('data-offer-id');
+    expect(fresh).not.toBe(later[0].id);
+    expect((await alpha('GET', '/v1/leases')).body.leases.map((l: { name: string }) => l.name)).not.toContain('alpha-too-late');
+  });
+
+  it("counts a hold down with the page's clock, says when it expired, and Book still works then (the API checks again)", async () => {
+    // A page of its own with a controlled clock: time moves only when the test says (no waiting).
+    const context = await browser.newContext({ viewport: { width: 1400, height: 1000 }, deviceScaleFactor: 1 });
+    try {
+      await context.addInitScript(() => (globalThis as unknown as { sessionStorage: { setItem(k: string, v: string): void } }).sessionStorage.setItem('leasekeeper.credentials', JSON.stringify({ kind: 'noauth', projectId: 'alpha', admin: false })));
+      const clocked = await context.newPage();
+      clocked.on('pageerror', (err) => pageErrors.push(String(err)));
+      await clocked.clock.install();
+      await clocked.goto(`${stack().url}/calendar/`);
+      await clocked.getByText(`${hosts.length} hosts`, { exact: false }).waitFor();
+      const offers = await findOffers({ hosts: 1, hours: 1, from: at(36), name: 'alpha-held-past-expiry' }, clocked);
+      const item = offerItem(offers[0].id, clocked);
+      await clocked.clock.pauseAt(Date.now() + 1_000);
+      await item.getByRole('button', { name: 'Hold' }).click();
+      const timer = item.getByRole('timer');
+      await timer.waitFor();
+      const shownSeconds = async () => {
+        const [minutes, seconds] = ((await timer.textContent()) ?? '').split(':').map(Number);
+        return minutes * 60 + seconds;
+      };
+      // The page's clock moves on (the first seconds may pass before its ticking starts): the countdown follows it, a second a second.
+      const before = await shownSeconds();
+      await clocked.clock.runFor(5_000);
+      const later = await shownSeconds();
+      expect(later).toBeLessThan(before);
+      expect(later).toBeGreaterThanOrEqual(before - 5);
+      await clocked.clock.runFor(3_000);
+      expect(later - (await shownSeconds())).toBeGreaterThanOrEqual(2);
+      expect(later - (await shownSeconds())).toBeLessThanOrEqual(4);
+      await clocked.clock.fastForward(stack().config.offerHolds.holdMs);
+      await item.getByText('the hold expired').waitFor();
+      const hold = (await alpha('GET', `/v1/offers/${offers[0].id}/hold`)).body.hold as { id: string };
+      await item.getByRole('button', { name: 'Book' }).click();
+      await clocked.getByText('Booked lease alpha-held-past-expiry').waitFor();
+      // The API's clock did not move: the hold was still live there, so it became the lease.
+      expect((await alpha('GET', `/v1/leases/${hold.id}`)).body.lease).toMatchObject({ name: 'alpha-held-past-expiry' });
+    } finally {
+      await context.close();
     }
   });
 });

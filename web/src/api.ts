@@ -19,6 +19,10 @@ export interface CalendarBooking {
   lease_name?: string | null;
   status?: string | null;
   project_id?: string;
+  /** The caller's own offer hold (no lease yet): booked until `expires_at_ms`, its `lease_id` is the hold's id. */
+  held?: boolean;
+  hold_id?: string;
+  expires_at_ms?: number;
 }
 
 export interface CalendarHost {
@@ -84,10 +88,30 @@ export interface Lease {
   events: LeaseEvent[];
 }
 
-export interface FitAnswer {
-  earliest: { start_date: string; end_date: string } | null;
-  longest_from_start: { start_date: string; end_date: string | null } | null;
-  note?: string;
+/** What would work (POST /v1/offers, GET /v1/leases/{id}/extension-offers, a refusal's `offers`). */
+export interface Offer {
+  id: string;
+  kind: 'exact' | 'later' | 'shorter' | 'fewer' | 'extension';
+  start_date: string;
+  end_date: string;
+  /** What each reservation would book, as counts ({"resource_type": "physical:host", "hosts": 2}). */
+  reservations: Array<{ resource_type: string; [count: string]: unknown }>;
+  reason: string;
+  expires_at: string;
+  /** Listed only because nothing else exists: the usage policy rule that refuses it. */
+  refused_by?: string;
+}
+
+export interface OfferHold {
+  id: string;
+  offer_id: string;
+  status: 'held' | 'accepted' | 'ended';
+  expires_at: string;
+}
+
+/** The offers a refusal (409, 403) carries, if any. */
+export function offersOf(err: unknown): Offer[] | undefined {
+  return err instanceof ApiFailure && Array.isArray(err.body.offers) ? (err.body.offers as Offer[]) : undefined;
 }
 
 /** An answer other than 2xx, with Blazar's error body's message. */

@@ -91,7 +91,7 @@ export function CalendarView(props: { credentials: Credentials }) {
       onDescribe: setStatus,
       onPick: (row, at) => {
         const b = bookingAt(latest.current.byHost.get(row.key), at);
-        if (b?.lease_id) location.hash = `#/leases/${b.lease_id}`;
+        if (b?.lease_id && !b.held) location.hash = `#/leases/${b.lease_id}`;
       },
     });
     capacity.current = new Timeline<ProviderRow>(
@@ -236,7 +236,7 @@ export function CalendarView(props: { credentials: Credentials }) {
           setGhosts(g);
           if (g[0] && (g[0].startMs < viewStart || g[0].startMs > viewEnd)) setViewStart(viewStartAround(g[0].startMs, zoom));
         }}
-        onBooked={() => setReloads((n) => n + 1)}
+        onCalendarChanged={() => setReloads((n) => n + 1)}
       />
       <section aria-label="Servers and bandwidth over time" class="timeline">
         <h2>
@@ -291,7 +291,10 @@ function Legend() {
         <span class="swatch" style={{ background: RESERVED_COLOR.fill }} /> reserved by another project
       </li>
       <li>
-        <span class="swatch ghost" /> a window that fits
+        <span class="swatch held" /> held by you (no lease yet)
+      </li>
+      <li>
+        <span class="swatch ghost" /> an offer that fits
       </li>
     </ul>
   );

@@ -1,25 +1,22 @@
 /**
  * "When can I get what I need?": hosts (how many, which properties), instance slots of a size, or
- * bandwidth, for how long, from when → the earliest windows that fit (POST /v1/availability/search,
- * asked again after each window for the next), drawn as ghost bars; one click books one.
+ * bandwidth, for how long, from when, and what the user accepts instead (fewer, shorter) → the
+ * API's offers (POST /v1/offers, best first), each with its kind and reason, drawn as ghost bars.
+ * An offer is booked (accept) or held for a few minutes (hosts), with a countdown to the hold's end.
  */
-import { useState } from 'preact/hooks';
-import { ApiFailure, call, parseDate, type CalendarBooking, type CalendarWindow, type Credentials, type FitAnswer } from './api';
+import { useEffect, useState } from 'preact/hooks';
+import { ApiFailure, call, offersOf, parseDate, type CalendarBooking, type CalendarWindow, type Credentials, type Offer, type OfferHold } from './api';
 import { formatRequestDate } from '../../src/domain/dates';
 import type { Ghost } from './paint';
-import { formatDuration, formatRange } from './time';
+import { formatCountdown, formatDuration, formatRange } from './time';
 
 type Want = 'hosts' | 'instances' | 'bandwidth';
 
-/** How many windows to offer. */
-const OPTIONS = 3;
+/** How many offers to ask for. */
+const OFFERS = 5;
 
-interface Option {
-  startMs: number;
-  endMs: number;
-  start_date: string;
-  end_date: string;
-}
+/** An offer's kind in words: what the user gives up. */
+export const KIND_WORDS: Record<Offer['kind'], string> = { exact: 'as asked', later: 'later', shorter: 'shorter', fewer: 'fewer', extension: 'extension' };
 
 /** Hosts free over the whole window in the loaded calendar: where a ghost bar shows the booking could land. */
 function freeHosts(calendar: CalendarWindow | undefined, byHost: Map<string, CalendarBooking[]>, startMs: number, endMs: number, count: number): Set<string> | null {
@@ -28,15 +25,57 @@ function freeHosts(calendar: CalendarWindow | undefined, byHost: Map<string, Cal
   return new Set(free.slice(0, count).map((h) => h.id));
 }
 
+/** What an offer books, in words: "2 hosts", "4 instances, 1 addresses". */
+export function offerBooks(offer: Pick<Offer, 'reservations'>): string {
+  return offer.reservations
+    .flatMap((r) => Object.entries(r).filter(([key, value]) => key !== 'resource_type' && typeof value === 'number'))
+    .map(([key, value]) => `${String(value)} ${key.replace(/_/g, ' ')}`)
+    .join(', ');
+}
+
+/** The record without one key. */
+const without = <T,>(record: Record<string, T>, key: string) => Object.fromEntries(Object.entries(record).filter(([k]) => k !== key));
+
+/** A refusal in words: what refused it (unless the API's own message names it), then that message. */
+function refusalText(err: unknown): string {
+  if (!(err instanceof ApiFailure)) return String(err);
+  const reason = typeof err.body.reason === 'string' ? err.body.reason : '';
+  const rule = reason.startsWith('policy:') ? reason.slice('policy:'.length) : undefined;
+  const why = reason === 'capacity' ? 'Taken meanwhile' : reason === 'maintenance' ? 'Maintenance' : reason === 'failed_hosts' ? 'Hosts failed' : rule && !err.message.includes(rule) ? `The usage policy refuses it (${rule})` : undefined;
+  return why ? `${why}: ${err.message}` : err.message;
+}
+
+/** Time left on a hold, ticking each second by the page's clock; "expired" once it is over. */
+function Countdown(props: { untilMs: number }) {
+  const [, tick] = useState(0);
+  const left = props.untilMs - Date.now();
+  useEffect(() => {
+    if (left <= 0) return undefined;
+    const timer = setInterval(() => tick((n) => n + 1), 1000);
+    return () => clearInterval(timer);
+  }, [left <= 0]);
+  if (left <= 0) return <span class="hold-expired">the hold expired: Book asks again</span>;
+  return (
+    <span class="hold-left">
+      held for{' '}
+      <span role="timer" aria-label="Hold time left">
+        {formatCountdown(left)}
+      </span>
+    </span>
+  );
+}
+
 export function FindSlot(props: {
   credentials: Credentials;
   calendar?: CalendarWindow;
   byHost: Map<string, CalendarBooking[]>;
   onGhosts(ghosts: Ghost[]): void;
-  onBooked(leaseId: string): void;
+  /** A booking or hold was made or ended: the calendar loads again. */
+  onCalendarChanged(): void;
 }) {
   const [want, setWant] = useState<Want>('hosts');
   const [count, setCount] = useState(1);
+  const [fewest, setFewest] = useState<number>(NaN);
   const [properties, setProperties] = useState('');
   const [vcpus, setVcpus] = useState(2);
   const [memoryMb, setMemoryMb] = useState(2048);
@@ -44,81 +83,132 @@ export function FindSlot(props: {
   const [networkId, setNetworkId] = useState('');
   const [egressKbps, setEgressKbps] = useState(100_000);
   const [hours, setHours] = useState(2);
+  const [shortestHours, setShortestHours] = useState<number>(NaN);
   const [earliest, setEarliest] = useState('');
   const [name, setName] = useState('');
-  const [options, setOptions] = useState<Option[]>();
+  const [offers, setOffers] = useState<Offer[]>();
+  /** The offers this page holds, by offer id: until when. */
+  const [holds, setHolds] = useState<Record<string, number>>({});
   const [message, setMessage] = useState<{ kind: 'error' | 'info'; text: string }>();
   const [busy, setBusy] = useState(false);
 
   const reservation = (): Record<string, unknown> => {
-    if (want === 'hosts') return { resource_type: 'physical:host', min: count, max: count, hypervisor_properties: '', resource_properties: properties.trim() };
-    if (want === 'instances') return { resource_type: 'virtual:instance', vcpus, memory_mb: memoryMb, disk_gb: diskGb, amount: count, affinity: false };
-    return { resource_type: 'network:bandwidth', network_id: networkId.trim(), egress_kbps: egressKbps, amount: count };
+    const min = Number.isInteger(fewest) && fewest >= 1 && fewest < count ? fewest : undefined;
+    if (want === 'hosts') return { resource_type: 'physical:host', min: min ?? count, max: count, hypervisor_properties: '', resource_properties: properties.trim() };
+    if (want === 'instances') return { resource_type: 'virtual:instance', vcpus, memory_mb: memoryMb, disk_gb: diskGb, amount: count, affinity: false, ...(min ? { min } : {}) };
+    return { resource_type: 'network:bandwidth', network_id: networkId.trim(), egress_kbps: egressKbps, amount: count, ...(min ? { min } : {}) };
   };
+
+  const liveHeld = (list: Offer[]) => list.filter((o) => holds[o.id] !== undefined && holds[o.id] > Date.now());
+
+  /** Lists these offers and draws the ones not held as ghost bars (a held one is on the calendar already). */
+  function show(list: Offer[], held = holds) {
+    setOffers(list);
+    props.onGhosts(
+      list
+        .map((o, i) => ({ o, label: `offer ${i + 1}` }))
+        .filter(({ o }) => held[o.id] === undefined)
+        .map(({ o, label }) => {
+          const startMs = parseDate(o.start_date);
+          const endMs = parseDate(o.end_date);
+          const hosts = o.reservations.find((r) => r.resource_type === 'physical:host')?.hosts;
+          return { startMs, endMs, hostIds: typeof hosts === 'number' ? freeHosts(props.calendar, props.byHost, startMs, endMs, hosts) : null, label };
+        }),
+    );
+  }
+
+  /** A refusal: its words, and its fresh offers (if any) in place of the listed ones, after those still held. */
+  function refused(err: unknown, current: Offer[]) {
+    const fresh = offersOf(err) ?? [];
+    setMessage({ kind: 'error', text: fresh.length > 0 ? `${refusalText(err)} What fits now is listed below.` : refusalText(err) });
+    if (fresh.length > 0) show([...liveHeld(current), ...fresh]);
+  }
 
   async function search(event: Event) {
     event.preventDefault();
     setBusy(true);
     setMessage(undefined);
-    setOptions(undefined);
+    setOffers(undefined);
     props.onGhosts([]);
-    const durationMs = Math.round(hours * 3_600_000);
-    let from = earliest ? parseDate(earliest) : Math.ceil(Date.now() / 60_000) * 60_000;
-    const found: Option[] = [];
+    const minutes = Math.round(hours * 60);
+    const shortest = Math.round(shortestHours * 60);
     try {
-      for (let i = 0; i < OPTIONS; i++) {
-        const answer = await call<FitAnswer>(props.credentials, 'POST', '/v1/availability/search', {
-          start_date: formatRequestDate(from),
-          end_date: formatRequestDate(from + durationMs),
-          reservations: [reservation()],
-        });
-        if (!answer.earliest) {
-          if (i === 0) setMessage({ kind: 'info', text: answer.note ?? 'Nothing fits: fewer hosts, a shorter window or other properties may.' });
-          break;
-        }
-        const startMs = parseDate(answer.earliest.start_date);
-        const endMs = parseDate(answer.earliest.end_date);
-        found.push({ startMs, endMs, ...answer.earliest });
-        from = endMs; // the next option begins where this one ends
-      }
+      const answer = await call<{ offers: Offer[]; note?: string }>(props.credentials, 'POST', '/v1/offers', {
+        reservations: [reservation()],
+        duration: minutes,
+        ...(earliest ? { start_after: formatRequestDate(parseDate(earliest)) } : {}),
+        ...(shortest >= 1 && shortest < minutes ? { min_duration: shortest } : {}),
+        limit: OFFERS,
+      });
+      if (answer.offers.length === 0) setMessage({ kind: 'info', text: answer.note ?? 'Nothing fits: fewer hosts, a shorter window or other properties may.' });
+      else if (answer.note) setMessage({ kind: 'info', text: answer.note });
+      show(answer.offers);
     } catch (err) {
-      setMessage({ kind: 'error', text: err instanceof ApiFailure ? err.message : String(err) });
+      refused(err, []);
     } finally {
       setBusy(false);
     }
-    setOptions(found);
-    props.onGhosts(
-      found.map((o, i) => ({ startMs: o.startMs, endMs: o.endMs, hostIds: want === 'hosts' ? freeHosts(props.calendar, props.byHost, o.startMs, o.endMs, count) : null, label: `option ${i + 1}` })),
-    );
   }
 
-  async function book(option: Option) {
+  async function book(offer: Offer) {
+    const list = offers ?? [];
     setBusy(true);
     setMessage(undefined);
     try {
-      const leaseName = name.trim() || `calendar-${option.start_date.replace(/[ :]/g, '-')}`;
-      const answer = await call<{ lease: { id: string; name: string } }>(props.credentials, 'POST', '/v1/leases', {
-        name: leaseName,
-        start_date: option.start_date,
-        end_date: option.end_date,
-        reservations: [reservation()],
-        events: [],
-      });
-      setMessage({ kind: 'info', text: `Booked lease ${answer.lease.name} for ${formatRange(option.startMs, option.endMs)}.` });
-      setOptions(undefined);
+      const leaseName = name.trim() || `calendar-${offer.start_date.replace(/[ :]/g, '-')}`;
+      const answer = await call<{ lease: { id: string; name: string } }>(props.credentials, 'POST', `/v1/offers/${offer.id}/accept`, { name: leaseName });
+      setMessage({ kind: 'info', text: `Booked lease ${answer.lease.name} for ${formatRange(parseDate(offer.start_date), parseDate(offer.end_date))}.` });
+      setHolds(without(holds, offer.id));
+      const stillHeld = liveHeld(list).filter((o) => o.id !== offer.id);
+      setOffers(stillHeld.length > 0 ? stillHeld : undefined);
       props.onGhosts([]);
-      props.onBooked(answer.lease.id);
+      props.onCalendarChanged();
     } catch (err) {
-      setMessage({ kind: 'error', text: err instanceof ApiFailure ? err.message : String(err) });
+      refused(err, list);
     } finally {
       setBusy(false);
     }
   }
 
-  const numberInput = (label: string, field: string, value: number, set: (n: number) => void, min: number, max: number, step = 1) => (
+  async function hold(offer: Offer) {
+    const list = offers ?? [];
+    setBusy(true);
+    setMessage(undefined);
+    try {
+      const answer = await call<{ hold: OfferHold }>(props.credentials, 'POST', `/v1/offers/${offer.id}/hold`, {});
+      const untilMs = Date.parse(answer.hold.expires_at);
+      const held = { ...holds, [offer.id]: untilMs };
+      setHolds(held);
+      show(list, held);
+      setMessage({ kind: 'info', text: `Held ${formatRange(parseDate(offer.start_date), parseDate(offer.end_date))} until ${new Date(untilMs).toISOString().slice(11, 19)} UTC: nobody else can book it meanwhile.` });
+      props.onCalendarChanged();
+    } catch (err) {
+      refused(err, list);
+    } finally {
+      setBusy(false);
+    }
+  }
+
+  async function release(offer: Offer) {
+    setBusy(true);
+    setMessage(undefined);
+    try {
+      await call(props.credentials, 'DELETE', `/v1/offers/${offer.id}/hold`);
+      setHolds(without(holds, offer.id));
+      setOffers((list) => list?.filter((o) => o.id !== offer.id));
+      setMessage({ kind: 'info', text: `Released the hold of ${formatRange(parseDate(offer.start_date), parseDate(offer.end_date))}.` });
+      props.onCalendarChanged();
+    } catch (err) {
+      refused(err, offers ?? []);
+    } finally {
+      setBusy(false);
+    }
+  }
+
+  const numberInput = (label: string, field: string, value: number, set: (n: number) => void, min: number, max: number, step = 1, required = true) => (
     <label>
       {label}{' '}
-      <input name={field} type="number" min={min} max={max} step={step} value={value} required onInput={(e) => set(e.currentTarget.valueAsNumber)} />
+      <input name={field} type="number" min={min} max={max} step={step} value={Number.isNaN(value) ? '' : value} required={required} placeholder={required ? undefined : 'as asked'} onInput={(e) => set(e.currentTarget.valueAsNumber)} />
     </label>
   );
 
@@ -136,6 +226,7 @@ export function FindSlot(props: {
         </fieldset>
         <div class="fields">
           {numberInput(want === 'hosts' ? 'How many hosts' : want === 'instances' ? 'How many servers' : 'How many ports', 'count', count, setCount, 1, want === 'bandwidth' ? 64 : 1000)}
+          {numberInput('or at least', 'min', fewest, setFewest, 1, want === 'bandwidth' ? 64 : 1000, 1, false)}
           {want === 'hosts' && (
             <label>
               Properties <input name="properties" value={properties} maxLength={1000} placeholder='["==", "$gpu", "a100"]' onInput={(e) => setProperties(e.currentTarget.value)} />
@@ -157,6 +248,7 @@ export function FindSlot(props: {
             </>
           )}
           {numberInput('For (hours)', 'hours', hours, setHours, 0.25, 24 * 366, 0.25)}
+          {numberInput('or at least (hours)', 'min_hours', shortestHours, setShortestHours, 0.25, 24 * 366, 0.25, false)}
           <label>
             From (UTC) <input name="earliest" type="datetime-local" value={earliest} onInput={(e) => setEarliest(e.currentTarget.value)} />
           </label>
@@ -165,7 +257,7 @@ export function FindSlot(props: {
           </label>
         </div>
         <button type="submit" disabled={busy}>
-          Find the earliest windows
+          Find offers
         </button>
       </form>
       {message && (
@@ -173,16 +265,33 @@ export function FindSlot(props: {
           {message.text}
         </p>
       )}
-      {options && options.length > 0 && (
-        <ol class="options" aria-label="Windows that fit">
-          {options.map((o, i) => (
-            <li key={o.start_date}>
-              <span class="ghost-swatch" aria-hidden="true" /> {formatRange(o.startMs, o.endMs)} ({formatDuration(o.endMs - o.startMs)}){' '}
-              <button type="button" disabled={busy} onClick={() => void book(o)} data-option={i}>
-                Book this
-              </button>
-            </li>
-          ))}
+      {offers && offers.length > 0 && (
+        <ol class="options" aria-label="Offers">
+          {offers.map((o) => {
+            const startMs = parseDate(o.start_date);
+            const endMs = parseDate(o.end_date);
+            const heldUntil = holds[o.id];
+            return (
+              <li key={o.id} data-offer-id={o.id} class={heldUntil === undefined ? undefined : 'held'}>
+                <span class={heldUntil === undefined ? 'ghost-swatch' : 'held-swatch'} aria-hidden="true" /> <strong class="kind">{KIND_WORDS[o.kind] ?? o.kind}</strong>: {formatRange(startMs, endMs)} ({formatDuration(endMs - startMs)}), {offerBooks(o)}
+                <span class="reason"> · {o.reason}</span>{' '}
+                {heldUntil !== undefined && <Countdown untilMs={heldUntil} />}{' '}
+                <button type="button" disabled={busy} onClick={() => void book(o)}>
+                  Book
+                </button>{' '}
+                {heldUntil === undefined && (
+                  <button type="button" disabled={busy} onClick={() => void hold(o)}>
+                    Hold
+                  </button>
+                )}
+                {heldUntil !== undefined && (
+                  <button type="button" disabled={busy} onClick={() => void release(o)}>
+                    Release
+                  </button>
+                )}
+              </li>
+            );
+          })}
         </ol>
       )}
     </section>

@@ -1,12 +1,13 @@
 /**
  * One lease: its reservations and hosts, its events as a timeline, its status reason, and the
- * changes a lessee makes (extend, shorten, end now, delete) through the API. A refusal is shown with
- * what would work ("can be extended until …", from the 409's latest possible end).
+ * changes a lessee makes (extend, shorten, end now, delete) through the API. The possible extensions
+ * (GET /v1/leases/{id}/extension-offers) are listed, and a refusal is shown with the offers it
+ * carries (for an extension, the ends possible), each applied with one click.
  */
 import { useEffect, useState } from 'preact/hooks';
-import { ApiFailure, call, fetchLease, hostsOfLease, parseDate, type Credentials, type Lease } from './api';
+import { ApiFailure, call, fetchLease, hostsOfLease, offersOf, parseDate, type Credentials, type Lease, type Offer } from './api';
 import { formatRequestDate } from '../../src/domain/dates';
-import { formatDuration, formatWhen } from './time';
+import { formatDuration, formatRange, formatWhen } from './time';
 
 const EVENT_NAMES: Record<string, string> = { start_lease: 'Start', before_end_lease: 'Before the end', end_lease: 'End' };
 /** Statuses a lease leaves by itself: the page asks again until it settles. */
@@ -29,7 +30,8 @@ export function LeasePage(props: { credentials: Credentials; leaseId: string }) 
   const [lease, setLease] = useState<Lease>();
   const [hosts, setHosts] = useState<string[]>([]);
   const [problem, setProblem] = useState<string>();
-  const [outcome, setOutcome] = useState<{ kind: 'error' | 'info'; text: string; suggestion?: string }>();
+  const [outcome, setOutcome] = useState<{ kind: 'error' | 'info'; text: string; suggestion?: string; offers?: Offer[] }>();
+  const [extensions, setExtensions] = useState<{ offers: Offer[]; note?: string }>();
   const [newEnd, setNewEnd] = useState('');
   const [busy, setBusy] = useState(false);
   const [refresh, setRefresh] = useState(0);
@@ -45,6 +47,10 @@ export function LeasePage(props: { credentials: Credentials; leaseId: string }) 
         setProblem(undefined);
         setNewEnd((current) => current || localValue(parseDate(found.end_date)));
         setHosts(await hostsOfLease(props.credentials, props.leaseId).catch(() => []));
+        // What an extension could be now: only worth asking while the lease can change.
+        const extendable = found.status === 'PENDING' || found.status === 'ACTIVE';
+        const possible = extendable ? await call<{ offers: Offer[]; note?: string }>(props.credentials, 'GET', `/v1/leases/${encodeURIComponent(props.leaseId)}/extension-offers`).catch(() => undefined) : undefined;
+        if (!stopped) setExtensions(possible);
         if (MOVING.has(found.status)) timer = setTimeout(() => void load(), 2000);
       } catch (err) {
         if (!stopped) setProblem(err instanceof ApiFailure ? err.message : String(err));
@@ -72,7 +78,9 @@ export function LeasePage(props: { credentials: Credentials; leaseId: string }) 
       setRefresh((n) => n + 1);
     } catch (err) {
       const text = err instanceof ApiFailure ? err.message : String(err);
-      setOutcome({ kind: 'error', text, suggestion: err instanceof ApiFailure ? latestPossibleEnd(err) : undefined });
+      const offers = offersOf(err);
+      if (offers && offers.length > 0) setOutcome({ kind: 'error', text, offers });
+      else setOutcome({ kind: 'error', text, suggestion: err instanceof ApiFailure ? latestPossibleEnd(err) : undefined });
     } finally {
       setBusy(false);
     }
@@ -188,11 +196,23 @@ export function LeasePage(props: { credentials: Credentials; leaseId: string }) 
               Delete
             </button>
           </div>
+          {extensions && (
+            <>
+              <h4>Possible extensions</h4>
+              {extensions.offers.length > 0 ? <OfferChoices label="Possible extensions" offers={extensions.offers} lease={lease} busy={busy} apply={(what, body) => void change(what, body)} /> : <p>{extensions.note ?? 'None now.'}</p>}
+            </>
+          )}
         </section>
       )}
       {outcome && (
         <div role={outcome.kind === 'error' ? 'alert' : 'status'} class={outcome.kind}>
           <p>{outcome.text}</p>
+          {outcome.offers && (
+            <>
+              <p class="suggestion">What would work instead:</p>
+              <OfferChoices label="What would work" offers={outcome.offers} lease={lease} busy={busy} apply={(what, body) => void change(what, body)} />
+            </>
+          )}
           {outcome.suggestion && (
             <p class="suggestion">
               It can be extended until <strong>{outcome.suggestion} UTC</strong>.{' '}
@@ -204,6 +224,33 @@ export function LeasePage(props: { credentials: Credentials; leaseId: string }) 
         </div>
       )}
     </article>
+  );
+}
+
+/** Offers for this lease, each applied with one click: an end to PUT (an extension keeps the start), or a new window. */
+function OfferChoices(props: { label: string; offers: Offer[]; lease: Lease; busy: boolean; apply(what: string, body: Record<string, unknown>): void }) {
+  const startMs = parseDate(props.lease.start_date);
+  const endMs = parseDate(props.lease.end_date);
+  return (
+    <ul class="offers" aria-label={props.label}>
+      {props.offers.map((o) => {
+        const offerStart = parseDate(o.start_date);
+        const offerEnd = parseDate(o.end_date);
+        const keepsStart = offerStart === startMs;
+        const [button, done, body] = keepsStart
+          ? [`${offerEnd > endMs ? 'Extend until' : 'End at'} ${o.end_date}`, `${offerEnd > endMs ? 'Extended until' : 'Ended at'} ${o.end_date}`, { end_date: o.end_date }]
+          : [`Move to ${o.start_date} → ${o.end_date}`, `Moved to ${o.start_date} → ${o.end_date}`, { start_date: o.start_date, end_date: o.end_date }];
+        return (
+          <li key={o.id}>
+            {keepsStart ? `until ${formatWhen(offerEnd)} (${offerEnd >= endMs ? '+' : '−'}${formatDuration(Math.abs(offerEnd - endMs))})` : `${formatRange(offerStart, offerEnd)} (${formatDuration(offerEnd - offerStart)})`}{' '}
+            <span class="offer-reason">· {o.reason}</span>{' '}
+            <button type="button" disabled={props.busy} onClick={() => props.apply(done, body)}>
+              {button}
+            </button>
+          </li>
+        );
+      })}
+    </ul>
   );
 }
 

@@ -15,6 +15,8 @@ export const STATUS_COLORS: Record<string, { fill: string; text: string }> = {
 };
 export const RESERVED_COLOR = { fill: '#b4bcc6', text: '#1d2733' };
 export const GHOST_COLOR = '#7b3fc4';
+/** The caller's offer holds: pending's blue, hatched (booked, but no lease yet). */
+export const HELD_COLOR = { fill: '#dbe5f6', stripe: STATUS_COLORS.PENDING.fill, text: '#0b1f3a' };
 
 export interface HostRow extends Row {
   host?: CalendarHost;
@@ -32,10 +34,14 @@ export interface Ghost {
   label: string;
 }
 
-export const bookingLabel = (b: Pick<CalendarBooking, 'reserved' | 'lease_name' | 'status'>) => (b.reserved ? 'reserved' : (b.lease_name ?? 'lease'));
+export const bookingLabel = (b: Pick<CalendarBooking, 'reserved' | 'lease_name' | 'status' | 'held'>) => (b.reserved ? 'reserved' : b.held ? 'held' : (b.lease_name ?? 'lease'));
 
 export function describeBooking(b: CalendarBooking): string {
-  const who = b.reserved ? 'reserved by another project' : `${b.lease_name ?? 'lease'} (${b.status ?? 'unknown'})`;
+  const who = b.reserved
+    ? 'reserved by another project'
+    : b.held
+      ? `held by you until ${b.expires_at_ms ? new Date(b.expires_at_ms).toISOString().slice(11, 19) : '?'} UTC (no lease yet: Book it under Find a slot)`
+      : `${b.lease_name ?? 'lease'} (${b.status ?? 'unknown'})`;
   return `${who}${b.shared ? ', instance slots' : ''}: ${formatRange(b.start_ms, b.end_ms)}`;
 }
 
@@ -73,11 +79,12 @@ export function paintHostRow(ctx: CanvasRenderingContext2D, bookings: CalendarBo
     const x0 = Math.max(g.left - 2, g.x(b.start_ms));
     const x1 = Math.min(g.right + 2, g.x(b.end_ms));
     const width = Math.max(2, x1 - x0);
-    const colors = b.reserved ? RESERVED_COLOR : (STATUS_COLORS[b.status ?? ''] ?? RESERVED_COLOR);
+    const colors = b.reserved ? RESERVED_COLOR : b.held ? HELD_COLOR : (STATUS_COLORS[b.status ?? ''] ?? RESERVED_COLOR);
     const height = b.shared ? (g.height - 2 * pad) / 2 : g.height - 2 * pad;
     const top = g.top + pad + (b.shared ? height : 0);
     ctx.fillStyle = colors.fill;
     ctx.fillRect(x0, top, width, height);
+    if (b.held && !b.reserved) hatch(ctx, x0, top, width, height, HELD_COLOR.stripe);
     if (b.mine) {
       ctx.strokeStyle = '#0b1f3a';
       ctx.strokeRect(x0 + 0.5, top + 0.5, width - 1, height - 1);
@@ -98,6 +105,23 @@ export function paintHostRow(ctx: CanvasRenderingContext2D, bookings: CalendarBo
     ctx.strokeRect(x0 + 0.5, g.top + pad + 0.5, x1 - x0 - 1, g.height - 2 * pad - 1);
     ctx.setLineDash([]);
   }
+}
+
+/** Diagonal stripes over a bar, 8 px apart (a bounded number: one per 8 px of its width and height). */
+function hatch(ctx: CanvasRenderingContext2D, x: number, y: number, width: number, height: number, color: string): void {
+  ctx.save();
+  ctx.beginPath();
+  ctx.rect(x, y, width, height);
+  ctx.clip();
+  ctx.strokeStyle = color;
+  ctx.lineWidth = 2;
+  ctx.beginPath();
+  for (let d = -height; d < width; d += 8) {
+    ctx.moveTo(x + d, y + height);
+    ctx.lineTo(x + d + height, y);
+  }
+  ctx.stroke();
+  ctx.restore();
 }
 
 /** The resource class a provider row shows: a compute node's vCPUs, a network device's egress bandwidth, or its first class. */

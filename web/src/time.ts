@@ -55,3 +55,9 @@ export function formatDuration(ms: number): string {
   if (hours < 48) return `${Number.isInteger(hours) ? hours : hours.toFixed(1)} h`;
   return `${(hours / 24).toFixed(hours % 24 === 0 ? 0 : 1)} days`;
 }
+
+/** "09:41": minutes and seconds left, the seconds rounded up (it shows 00:00 only once the time is over). */
+export function formatCountdown(leftMs: number): string {
+  const seconds = Math.max(0, Math.ceil(leftMs / 1000));
+  return `${pad(Math.floor(seconds / 60))}:${pad(seconds % 60)}`;
+}
