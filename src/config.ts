@@ -454,6 +454,11 @@ function toConfig(env: z.infer<typeof envSchema>) {
     leaseLimits: { maxDurationMs: env.LK_MAX_LEASE_DURATION_DAYS * 86_400_000, maxAdvanceMs: env.LK_MAX_ADVANCE_DAYS * 86_400_000 },
     /** The usage policy's settings as written: src/policy reads the file and checks them all at start. */
     policy: Object.fromEntries(Object.entries(env).filter(([name]) => name.startsWith('LK_POLICY_'))) as Partial<Record<`LK_POLICY_${string}`, string>>,
+    /**
+     * How long an approval timeout's written minute lasts: always 60 s here; tests shorten it in the
+     * config they build (no environment variable sets it), so that a timeout fires in seconds.
+     */
+    approvalMinuteMs: 60_000,
     dataDir: env.LK_DATA_DIR,
     cacheDir: env.LK_CACHE_DIR ?? path.join(env.HOME ?? os.homedir(), '.cache', 'leasekeeper'),
     temporal: {

@@ -22,7 +22,7 @@ import { maintenanceBody, maintenanceListQuery } from './maintenance';
 import { projectPolicyBody } from './project-policy';
 import { webhooksBody } from './webhooks';
 import { LEASE_NOTICE_TYPES } from '../domain/notices';
-import { createLeaseSchema, listLeasesQuery, updateLeaseSchema } from './lease-schemas';
+import { approvalAnswerSchema, createLeaseSchema, listLeasesQuery, updateLeaseSchema } from './lease-schemas';
 import { usageQuery } from './usage';
 import { FIGURE_NAMES, GROUP_KEYS, type Figure } from '../domain/usage-report';
 
@@ -392,6 +392,16 @@ export function apiOperations(types: ResourceTypes): Operation[] {
       request: { params: idParam('the lease id') },
       responses: { 200: json(offersAnswer, 'the extension offers, longest first'), ...COMMON_REFUSALS, 404: notFound, 409: refusal('the lease has ended or is being deleted') },
     },
+    ...(['approve', 'deny'] as const).map((outcome) => ({
+      method: 'post' as const, path: `/v1/leases/{id}/${outcome}`, tags: ['leases'] as [string], summary: outcome === 'approve' ? 'Approve a lease waiting for approval' : 'Deny a lease waiting for approval',
+      description:
+        outcome === 'approve'
+          ? 'A lease PENDING_APPROVAL (an approval rule, or an exception asked with `justification`) goes on PENDING, waiting for its start; one whose start has passed starts at once, its end unchanged. Admins only.'
+          : "A lease PENDING_APPROVAL is denied: its capacity is freed and it ends TERMINATED, `status_reason` naming the reason. Admins only.",
+      security: AUTHENTICATED,
+      request: { params: idParam('the lease id'), body: { content: { 'application/json': { schema: approvalAnswerSchema } }, required: false } },
+      responses: { 200: leaseBody, ...COMMON_REFUSALS, 403: adminOnly, 404: notFound, 409: refusal('the lease is not waiting for approval') },
+    })),
     {
       method: 'get', path: '/v1/os-hosts', tags: ['hosts'], summary: 'List enrolled hosts',
       description: 'Every compute host enrolled for reservations, with its extra capabilities. Admins only.',
