@@ -319,6 +319,8 @@ const envSchema = z.object({
   LK_PROVISIONING_LEAD_TIME_SECONDS: z.coerce.number().int().min(0).max(86_400).default(0),
   // Where `before_end: notify` posts its JSON notice (a webhook); unset: notify is refused at the edge.
   LK_NOTIFY_URL: httpUrl.optional(),
+  // The approvers' webhook (issue 42): hears lease.approval_requested, lease.approved and lease.denied only.
+  LK_APPROVERS_WEBHOOK_URL: httpUrl.optional(),
   // The Nova aggregate that holds reservable hosts while no lease has them, and the project named in
   // its filter_tenant_id (no real project by default, so no ordinary server lands there).
   LK_FREEPOOL_AGGREGATE: z.string().min(1).max(255).default('freepool'),
@@ -598,6 +600,8 @@ function noticeSettings(env: z.infer<typeof envSchema>) {
     deploymentWebhooks: webhooks,
     /** Their HMAC key (X-Leasekeeper-Signature); unset: unsigned. */
     deploymentSecret: env.LK_WEBHOOK_SECRET,
+    /** The approvers' webhook, the deployment's too (signed with its key): approval notices only, target `deployment:approvers`. */
+    approversWebhook: env.LK_APPROVERS_WEBHOOK_URL ? new URL(env.LK_APPROVERS_WEBHOOK_URL).href : undefined,
     timeoutMs: env.LK_NOTICE_TIMEOUT_MS,
     retryForMs: Math.round(env.LK_NOTICE_RETRY_HOURS * 3_600_000),
     allowPrivate: env.LK_WEBHOOK_ALLOW_PRIVATE === 'true',

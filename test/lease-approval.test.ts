@@ -8,6 +8,7 @@
 import { physicalHostPlugin } from '../src/resources/physical-host';
 import { hostReservation } from '../dev-stack/fixtures/builders';
 import { insertHost } from '../dev-stack/fixtures/hosts';
+import { startWebhookReceiver, type WebhookReceiver } from './support/notice-receiver';
 import { apiClient, eventually, inSeconds, leaseHistoryEvents, useTestStack, type TestStack } from '../dev-stack/stack';
 
 /** How long a policy's written minute lasts here: long enough for a create's answer to come first on a loaded machine. */
@@ -26,10 +27,21 @@ async function untilApprovalTimerFired(stack: TestStack, leaseId: string): Promi
 }
 
 describe('lease approval', () => {
-  const stack = useTestStack({
+  let approvers: WebhookReceiver;
+  let lessee: WebhookReceiver;
+  beforeAll(async () => {
+    approvers = await startWebhookReceiver({ path: '/approvers' });
+    lessee = await startWebhookReceiver({ path: '/lessee' });
+  });
+  afterAll(async () => {
+    await approvers.close();
+    await lessee.close();
+  });
+  const stack = useTestStack(() => ({
+    env: { LK_APPROVERS_WEBHOOK_URL: approvers.url, LK_WEBHOOK_ALLOW_PRIVATE: 'true' /* the lessee's receiver is on loopback */ },
     withPool: (pool) => [physicalHostPlugin({ pool, settings: { cleaningMs: 0, randomChoice: false }, cloud: 'calendar-only' })],
     config: (config) => ({ ...config, approvalMinuteMs: MINUTE_MS }),
-  });
+  }));
   const asAdmin = apiClient(() => stack().url, ADMIN);
   const as = (project: string) => apiClient(() => stack().url, member(project));
   const window = (hours = 1) => ({ start_date: inSeconds(hours * 3600), end_date: inSeconds(hours * 3600 + 3600) });
@@ -142,5 +154,21 @@ describe('lease approval', () => {
     const denied = await asAdmin('POST', `/v1/leases/${small.id}/deny`, { reason: 'one node is enough' });
     expect(denied.body.lease).toMatchObject({ status: 'TERMINATED', status_reason: 'denied by an admin: one node is enough' });
     for (const id of [asked.body.lease.id, small.id]) expect((await as('appr-f')('DELETE', `/v1/leases/${id}`)).status).toBe(204);
+  });
+
+  it('tells the lessee\'s webhook and the approvers\' webhook that approval is asked and how it was answered; the approvers hear nothing else', async () => {
+    await setPolicy('appr-g', { approval: [{ always: true, timeout: 600 }] });
+    expect((await as('appr-g')('PUT', '/v1/projects/appr-g/webhooks', { webhooks: [{ url: lessee.url }] })).status).toBe(200);
+    const id = (await as('appr-g')('POST', '/v1/leases', { name: 'told', ...window(11), reservations: hosts(1) })).body.lease.id;
+    expect((await asAdmin('POST', `/v1/leases/${id}/deny`, { reason: 'not this week' })).status).toBe(200);
+    const heard = (receiver: WebhookReceiver) => receiver.received.filter((d) => d.body.payload.lease_id === id).map((d) => d.body.event_type);
+    for (const receiver of [approvers, lessee]) {
+      await eventually(() => Promise.resolve(heard(receiver).includes('lease.denied') ? true : undefined), 30_000, 100, () => `heard ${heard(receiver).join(', ')}`);
+    }
+    expect(heard(approvers).sort()).toEqual(['lease.approval_requested', 'lease.denied']);
+    expect(heard(lessee)).toEqual(expect.arrayContaining(['lease.create', 'lease.approval_requested', 'lease.denied']));
+    const denial = approvers.received.find((d) => d.body.payload.lease_id === id && d.body.event_type === 'lease.denied')!;
+    expect(denial.body.payload).toMatchObject({ status: 'TERMINATED', approval_rule: 'approval.always', outcome: 'denied', answer_reason: 'not this week' });
+    expect((await as('appr-g')('DELETE', `/v1/leases/${id}`)).status).toBe(204);
   });
 });
