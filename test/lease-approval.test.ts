@@ -48,6 +48,8 @@ describe('lease approval', () => {
   const hosts = (n: number) => [hostReservation({ min: n, max: n })];
   const setPolicy = async (project: string, rules: Record<string, unknown>) => expect((await asAdmin('PUT', `/v1/projects/${project}/policy`, rules)).status).toBe(200);
   const statusOf = async (id: string) => (await asAdmin('GET', `/v1/leases/${id}`)).body.lease;
+  /** Host-hours the usage report charges the project as booked over the next two days. */
+  const bookedHostHours = async (project: string) => (await asAdmin('GET', `/v1/usage?${new URLSearchParams({ project_id: project, from: inSeconds(0), to: inSeconds(48 * 3600) }).toString()}`)).body.usage.total.booked.host_hours;
   const untilStatus = (id: string, status: string) => eventually(async () => ((await statusOf(id)).status === status ? true : undefined), 30_000, 100, () => `lease ${id} never became ${status}`);
 
   beforeAll(async () => {
@@ -68,6 +70,7 @@ describe('lease approval', () => {
     const listed = await asAdmin('GET', '/v1/leases?status=PENDING_APPROVAL');
     expect(listed.body.leases.map((l: { id: string }) => l.id)).toContain(id);
 
+    expect(await bookedHostHours('appr-a')).toBe(0); // not granted: not charged
     // Its three hosts are taken while it waits: two more do not fit.
     const blocked = await as('appr-b')('POST', '/v1/leases', { name: 'blocked', ...window(), reservations: hosts(2) });
     expect(blocked.status).toBe(409);
@@ -79,6 +82,19 @@ describe('lease approval', () => {
     expect(after.status).toBe(201);
     expect((await as('appr-b')('DELETE', `/v1/leases/${after.body.lease.id}`)).status).toBe(204);
     expect((await as('appr-a')('DELETE', `/v1/leases/${id}`)).status).toBe(204);
+  });
+
+  it('holds a lease on a host class by property, not one on other hosts; refuses approval rules that are not one condition with a timeout', async () => {
+    await setPolicy('appr-h', { approval: [{ host_properties: '["==", "$gpu", "a100"]', timeout: 600 }] });
+    const onClass = (value: string) => [hostReservation({ resource_properties: JSON.stringify(['==', '$gpu', value]) })];
+    const gpu = await as('appr-h')('POST', '/v1/leases', { name: 'on-a100', ...window(13), reservations: onClass('a100') });
+    expect(gpu.body.lease).toMatchObject({ status: 'PENDING_APPROVAL', approval: { rule: 'approval.host_properties' } });
+    const other = await as('appr-h')('POST', '/v1/leases', { name: 'on-other', ...window(13), reservations: onClass('none') });
+    expect(other.body.lease.status).toBe('PENDING');
+    for (const approval of [[{ hosts_over: 1, always: true, timeout: 5 }], [{ hosts_over: 1 }], [{ always: true, timeout: 0 }], [{ host_properties: '[', timeout: 5 }], [{ always: true, timeout: 5, on_timeout: 'maybe' }]]) {
+      expect((await asAdmin('PUT', '/v1/projects/appr-h/policy', { approval })).status).toBe(400);
+    }
+    for (const id of [gpu.body.lease.id, other.body.lease.id]) expect((await as('appr-h')('DELETE', `/v1/leases/${id}`)).status).toBe(204);
   });
 
   it('lets only admins answer, with bounded bodies; approval after the start has passed starts the lease at once, its end unchanged', async () => {
@@ -143,6 +159,7 @@ describe('lease approval', () => {
     expect(asked.body.lease.approval.reason).toMatch(/^Usage policy: max_hosts:/);
     const approved = await asAdmin('POST', `/v1/leases/${asked.body.lease.id}/approve`, {});
     expect(approved.body.lease).toMatchObject({ status: 'PENDING', approval: { outcome: 'approved' } });
+    expect(await bookedHostHours('appr-f')).toBe(2); // granted: 2 hosts for an hour
 
     // An update of a pending lease goes through its workflow's record: the same exception there.
     const small = (await as('appr-f')('POST', '/v1/leases', { name: 'grows', ...window(9), reservations: hosts(1) })).body.lease;
