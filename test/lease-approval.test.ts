@@ -82,6 +82,15 @@ describe('lease approval', () => {
     expect(after.status).toBe(201);
     expect((await as('appr-b')('DELETE', `/v1/leases/${after.body.lease.id}`)).status).toBe(204);
     expect((await as('appr-a')('DELETE', `/v1/leases/${id}`)).status).toBe(204);
+
+    // Deleting a waiting lease frees its hosts too.
+    const deleted = (await as('appr-a')('POST', '/v1/leases', { name: 'deleted-waiting', ...window(), reservations: hosts(3) })).body.lease;
+    expect(deleted.status).toBe('PENDING_APPROVAL');
+    expect((await as('appr-b')('POST', '/v1/leases', { name: 'blocked-again', ...window(), reservations: hosts(2) })).status).toBe(409);
+    expect((await as('appr-a')('DELETE', `/v1/leases/${deleted.id}`)).status).toBe(204);
+    const freed = await as('appr-b')('POST', '/v1/leases', { name: 'after-delete', ...window(), reservations: hosts(2) });
+    expect(freed.status).toBe(201);
+    expect((await as('appr-b')('DELETE', `/v1/leases/${freed.body.lease.id}`)).status).toBe(204);
   });
 
   it('holds a lease on a host class by property, not one on other hosts; refuses approval rules that are not one condition with a timeout', async () => {
