@@ -106,6 +106,23 @@ describe('lease approval', () => {
     for (const id of [gpu.body.lease.id, other.body.lease.id]) expect((await as('appr-h')('DELETE', `/v1/leases/${id}`)).status).toBe(204);
   });
 
+  it('holds a lease made from an offer (held or not) for approval as a create', async () => {
+    await setPolicy('appr-i', { approval: [{ hosts_over: 0, timeout: 600 }] });
+    const ids: string[] = [];
+    for (const held of [true, false]) {
+      const offered = await as('appr-i')('POST', '/v1/offers', { reservations: hosts(1), duration: 60, start_after: inSeconds((held ? 15 : 17) * 3600), limit: 1 });
+      expect(offered.status).toBe(200);
+      const offerId: string = offered.body.offers[0].id;
+      if (held) expect((await as('appr-i')('POST', `/v1/offers/${offerId}/hold`, {})).status).toBe(201);
+      const accepted = await as('appr-i')('POST', `/v1/offers/${offerId}/accept`, { name: `accepted-${held ? 'held' : 'unheld'}` });
+      expect(accepted.status).toBe(201);
+      expect(accepted.body.lease).toMatchObject({ status: 'PENDING_APPROVAL', approval: { rule: 'approval.hosts_over' } });
+      expect((await statusOf(accepted.body.lease.id)).status).toBe('PENDING_APPROVAL');
+      ids.push(accepted.body.lease.id);
+    }
+    for (const id of ids) expect((await as('appr-i')('DELETE', `/v1/leases/${id}`)).status).toBe(204);
+  });
+
   it('lets only admins answer, with bounded bodies; approval after the start has passed starts the lease at once, its end unchanged', async () => {
     await setPolicy('appr-c', { approval: [{ always: true, timeout: 600 }] });
     const end = inSeconds(3600);
