@@ -146,3 +146,26 @@ describe('recurring leases', () => {
     expect((await series(alpha, 'five', 'FREQ=DAILY;COUNT=5', {}, T0, 1)).status).toBe(201);
   });
 });
+
+describe('recurring leases admitted by their workflows (LK_ADMISSION=workflow): the saga', () => {
+  const stack = useTestStack({ withPool: (pool) => [physicalHostPlugin({ pool, settings: { cleaningMs: 0, randomChoice: false }, cloud: 'calendar-only' })], env: { LK_ADMISSION: 'workflow' } }, { beforeStop: async () => deleteAllLeases(admin) });
+  const admin = apiClient(() => stack().url);
+  const alpha = apiClient(() => stack().url, { 'X-Project-Id': 'alpha', 'X-Roles': 'member' });
+  const beta = apiClient(() => stack().url, { 'X-Project-Id': 'beta', 'X-Roles': 'member' });
+
+  it('deletes the occurrences admitted before a refusal (all or nothing), and keeps them with partial', async () => {
+    await insertHost(stack().db.pool, { name: 'saga-host' });
+    const third = T0 + 2 * DAY;
+    expect((await beta('POST', '/v1/leases', { name: 'beta-third', start_date: date(third), end_date: date(third + HOUR), reservations: [hostReservation({ min: 1, max: 1 })] })).status).toBe(201);
+    const body = { name: 'saga', start_date: date(T0), end_date: date(T0 + HOUR), reservations: [hostReservation({ min: 1, max: 1 })], recurrence: 'FREQ=DAILY;COUNT=3' };
+    const refused = await alpha('POST', '/v1/leases', body);
+    expect(refused.status).toBe(409);
+    expect(refused.body).toMatchObject({ reason: 'capacity', refused: [expect.objectContaining({ name: 'saga-3', offers: expect.any(Array) })] });
+    expect(refused.body.compensation_failed).toBeUndefined();
+    expect((await alpha('GET', '/v1/leases')).body.leases).toEqual([]); // saga-1 and saga-2 were admitted, then deleted
+    const partial = await alpha('POST', '/v1/leases', { ...body, partial: true });
+    expect(partial.status).toBe(201);
+    expect(partial.body.leases.map((l: { name: string }) => l.name)).toEqual(['saga-1', 'saga-2']);
+    expect((await alpha('GET', `/v1/series/${partial.body.series.id}`)).body.series.refused).toEqual([expect.objectContaining({ name: 'saga-3', reason: 'capacity' })]);
+  });
+});
