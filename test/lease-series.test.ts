@@ -66,6 +66,11 @@ describe('recurring leases', () => {
     expect((await beta('DELETE', `/v1/series/${seriesId}`)).status).toBe(404);
     expect((await beta('PUT', `/v1/series/${seriesId}`, { duration: 30 })).status).toBe(404);
     expect((await alphaLeases()).length).toBe(9);
+    // Deleted from the 3rd on: the gap after it goes too.
+    const third = shown.body.series.occurrences[2].lease_id;
+    expect((await alpha('DELETE', `/v1/series/${seriesId}?from=${third}`)).status).toBe(204);
+    const rest = (await alpha('GET', `/v1/series/${seriesId}`)).body.series;
+    expect([rest.occurrences.map((o: { name: string }) => o.name), rest.refused]).toEqual([['weekly-1', 'weekly-2'], []]);
   });
 
   it('expands DAILY with COUNT and with UNTIL, and WEEKLY with BYDAY and INTERVAL', async () => {

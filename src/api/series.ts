@@ -65,12 +65,19 @@ function occurrencesOf(deps: NewLeaseDeps, rule: string, startMs: number, endMs:
 
 /** Whether an answer refuses an occurrence for what it asks (capacity, maintenance, a policy rule): then it carries offers. */
 const isOccurrenceRefusal = (err: ApiError) => refusalReason(err) !== undefined;
+/** An occurrence's refusal in a word: a refusal's reason, else `invalid` (400) or `conflict` (a lease not settled). */
+const reasonOf = (err: ApiError) => refusalReason(err) ?? (err.status === 400 ? 'invalid' : 'conflict');
 
 /** The refused occurrences as answers show them, with offers for the first MAX_REFUSALS_WITH_OFFERS. */
 async function refusedJson(deps: NewLeaseDeps, identity: Identity, refused: Array<{ lease: Pick<Lease, 'name' | 'startMs' | 'endMs' | 'reservations'>; error: ApiError }>): Promise<RefusedJson[]> {
   const answers: RefusedJson[] = [];
   for (const [i, { lease, error }] of refused.entries()) {
-    const base = { name: lease.name, start_date: formatRequestDate(lease.startMs), end_date: formatRequestDate(lease.endMs), reason: refusalReason(error) ?? String(error.status), error_message: error.message };
+    const base = { name: lease.name, start_date: formatRequestDate(lease.startMs), end_date: formatRequestDate(lease.endMs), reason: reasonOf(error), error_message: error.message };
+    // A change refused for what it is (a started occurrence's start, a lease being deleted): nothing else would fit better.
+    if (!isOccurrenceRefusal(error)) {
+      answers.push({ ...base, offers: [] });
+      continue;
+    }
     if (!deps.offers || i >= MAX_REFUSALS_WITH_OFFERS) {
       answers.push({ ...base, offers: [], ...(deps.offers ? { offers_note: `offers are found for the first ${MAX_REFUSALS_WITH_OFFERS} refused occurrences only` } : {}) });
       continue;
@@ -139,7 +146,7 @@ export async function createSeries(deps: NewLeaseDeps, identity: Identity, body:
   const template = Object.fromEntries(Object.entries(raw as Record<string, unknown>).filter(([key]) => key !== 'recurrence' && key !== 'partial'));
   const series: Omit<SeriesRow, 'createdMs'> = { id: seriesId, projectId: identity.projectId, name: body.name, recurrence: body.recurrence!, template, refused: [] };
   const refusedRows = (refused: Array<{ index: number; error: ApiError }>): RefusedOccurrence[] =>
-    refused.map(({ index, error }) => ({ name: requests[index].request.name, startMs: occurrences[index].startMs, endMs: occurrences[index].endMs, reason: refusalReason(error) ?? String(error.status), message: error.message }));
+    refused.map(({ index, error }) => ({ name: requests[index].request.name, startMs: occurrences[index].startMs, endMs: occurrences[index].endMs, reason: reasonOf(error), message: error.message }));
 
   let admitted: Lease[];
   let refused: Array<{ index: number; error: ApiError }>;
@@ -254,7 +261,8 @@ export function seriesRouter(deps: NewLeaseDeps): Router {
     const body = parseRequest(changeSeriesSchema, req.body ?? {});
     const series = await visibleSeries(deps, identity, req.params.id);
     const all = await leasesOfSeries(deps.pool, series.id);
-    const changing = occurrencesFrom(all, body.from);
+    // Without `from`: the occurrences not started yet (a started one's start cannot move).
+    const changing = body.from === undefined ? all.filter((l) => l.status === 'PENDING') : occurrencesFrom(all, body.from);
     if (changing.length === 0) throw new ApiError(400, 'from: no occurrence of the series starts then or later');
     const moved = new Map(
       changing.map((l) => {
@@ -305,6 +313,11 @@ export function seriesRouter(deps: NewLeaseDeps): Router {
       }
     }
     if (deleting.length === all.length) await markSeriesDeleted(deps.pool, series.id);
+    else if (deleting.length > 0) {
+      // The gaps among the deleted occurrences go with them.
+      const fromMs = deleting[0].startMs;
+      if (series.refused.some((r) => r.startMs >= fromMs)) await setRefusedOccurrences(deps.pool, series.id, series.refused.filter((r) => r.startMs < fromMs));
+    }
     res.status(204).end();
   });
 
