@@ -42,6 +42,8 @@ export function toBlazarLease(lease: Lease) {
     degraded: lease.reservations.some((r) => r.missing_resources === true || r.resources_changed === true),
     // An extension: the warnings before the end it asked for (leases from before them have none).
     ...(lease.notifyBeforeEndMs ? { notify_before_end: lease.notifyBeforeEndMs.map(spanText) } : {}),
+    // An extension: the series the lease is an occurrence of (GET /v1/series/{id}).
+    ...(lease.seriesId ? { series_id: lease.seriesId } : {}),
     trust_id: null,
     reservations: lease.reservations.map((r) => toBlazarReservation(lease, r)),
     events: lease.events.map((e) => ({

@@ -83,6 +83,8 @@ export interface Lease {
   idleSince?: number;
   idleCheckedMs?: number;
   idleWarned?: boolean;
+  /** The series this lease is an occurrence of (a recurring lease: POST /v1/leases with `recurrence`). */
+  seriesId?: string;
 }
 
 /** An active lease nobody uses for `warnAfterMs` hears `lease.idle`; for `endAfterMs` it is ended early. */
@@ -160,6 +162,8 @@ export interface NewLeaseRequest {
   byAdmin?: boolean;
   notifyBeforeEndMs?: number[];
   idle?: IdleLeasePolicy;
+  /** An occurrence of this series (Lease.seriesId). */
+  seriesId?: string;
 }
 
 const MINUTE_MS = 60_000;
@@ -195,6 +199,7 @@ export function newLease(request: NewLeaseRequest): Lease {
     ...(request.provisioningLeadMs ? { provisioningLeadMs: request.provisioningLeadMs } : {}),
     ...(request.notifyBeforeEndMs ? { notifyBeforeEndMs: request.notifyBeforeEndMs } : {}),
     ...(request.idle ? { idle: request.idle } : {}),
+    ...(request.seriesId ? { seriesId: request.seriesId } : {}),
     status: 'PENDING',
     reservations: request.reservations.map((r) => ({ ...r, status: 'pending' })),
     events: [],
