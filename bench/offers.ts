@@ -33,6 +33,7 @@ const SAMPLES = Number(process.env.LK_BENCH_SAMPLES ?? 300);
 const CLIENTS = Number(process.env.LK_BENCH_CLIENTS ?? 8);
 const SCENARIOS = (process.env.LK_BENCH_OFFER_SCENARIOS ?? 'hosts,slots').split(',');
 const TARGET_P99_MS = 200;
+const SLOWEST_KEPT = 5;
 const H = 3_600_000;
 const DAY = 24 * H;
 const NETWORK = '44444444-4444-4444-8444-444444444444';
@@ -61,6 +62,8 @@ async function measure(calls: Call[], asks: (i: number) => Ask) {
   const firstKinds: Record<string, number> = {};
   let cutShort = 0;
   let refusedByPolicy = 0;
+  /** The slowest asks, what they asked and got: where the tail comes from. */
+  const slowest: Array<{ ms: number; kinds: string; ask: Ask }> = [];
   const ask = async (call: Call, i: number): Promise<number> => {
     const body = asks(i);
     const t = performance.now();
@@ -73,11 +76,14 @@ async function measure(calls: Call[], asks: (i: number) => Ask) {
     firstKinds[first] = (firstKinds[first] ?? 0) + 1;
     if (res.body.note) cutShort++;
     if (offers.some((o) => o.refused_by)) refusedByPolicy++;
+    slowest.push({ ms: Math.round(ms), kinds: offers.map((o) => o.kind).join(' ') || 'none', ask: body });
+    slowest.sort((a, b) => b.ms - a.ms).splice(SLOWEST_KEPT);
     return ms;
   };
   for (let i = 0; i < 20; i++) await ask(calls[0], SAMPLES * 2 + i); // warm-up: connections, plans, the hosts' cache
   for (const tally of [kinds, firstKinds]) for (const kind of Object.keys(tally)) delete tally[kind];
   [cutShort, refusedByPolicy] = [0, 0];
+  slowest.splice(0);
   const sequential: number[] = [];
   for (let i = 0; i < SAMPLES; i++) sequential.push(await ask(calls[i % calls.length], i));
   const concurrent: number[] = [];
@@ -89,7 +95,7 @@ async function measure(calls: Call[], asks: (i: number) => Ask) {
   );
   const latencyMs = { sequential: summary(sequential), [`${CLIENTS} clients`]: summary(concurrent) };
   const meetsTarget = Object.values(latencyMs).every((s) => s.p99 <= TARGET_P99_MS);
-  return { latencyMs, meetsTarget, firstOfferKinds: firstKinds, offerKinds: kinds, answersCutShort: cutShort, answersWithPolicyRefusals: refusedByPolicy };
+  return { latencyMs, meetsTarget, firstOfferKinds: firstKinds, offerKinds: kinds, answersCutShort: cutShort, answersWithPolicyRefusals: refusedByPolicy, slowest };
 }
 
 /** The next year from tomorrow 00:00 UTC: where bookings and asks fall (within the default usage policy's advance). */
