@@ -12,7 +12,7 @@ import type { PoolClient } from 'pg';
 import { isLeaseConflict, leaseConflict, invalidLease, type Reservation } from '../../domain/lease';
 import { preferenceOrder, type Blocked, type HostRequest } from '../../domain/host-calendar';
 import { matchesQuery, parsePropertyQuery } from '../../domain/property-query';
-import { sameTypeReservations, type FitSearch, type ReservationContext } from '../../domain/resource-plugin';
+import { sameTypeReservations, type FitLimits, type FitSearch, type ReservationContext } from '../../domain/resource-plugin';
 import { maintenanceBlocks } from '../../db/maintenance';
 import { blockedIntervals, deleteHostBookingOfReservation, hostBookings, hostsOfReservation, insertHostBooking, nextBookingsOfOthers, unusableHostsOf } from '../../db/host-allocations';
 import { failedReservableHosts, hypervisorProperties, inventoryVersion, listHosts, HYPERVISOR_FIELDS, type HostRecord } from '../../db/hosts';
@@ -243,8 +243,8 @@ export class HostCalendar extends WholeResourceCalendar<HostRecord, BookedHost[]
    * within the search budget: `cutShort` when it gave up, having looked until `searchedUntil`), and
    * the longest from `start`.
    */
-  override search(reservations: HostReservation[], start: number, durationMs: number, leadMs = this.settings.provisioningLeadMs ?? 0): Promise<FitSearch> {
-    return super.search(reservations, start, durationMs, leadMs);
+  override search(reservations: HostReservation[], start: number, durationMs: number, leadMs = this.settings.provisioningLeadMs ?? 0, limits?: FitLimits): Promise<FitSearch> {
+    return super.search(reservations, start, durationMs, leadMs, limits);
   }
 
   protected async searchRequests(reservations: HostReservation[]): Promise<{ resources: HostRecord[]; requests: HostRequest[] }> {
