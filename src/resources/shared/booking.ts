@@ -132,6 +132,13 @@ export function extensionRefused(lease: { leaseName: string; endMs: number }, bl
  */
 export const SEARCH_WORK_BUDGET = 2_000_000;
 
+/**
+ * A search reads first the bookings of leases ending within this much of its start, or within
+ * this many of its durations (bench:offers: 1 000 hosts with a year of 100 000 bookings).
+ */
+export const NEAR_SEARCH_MS = 14 * 86_400_000;
+export const NEAR_SEARCH_DURATIONS = 4;
+
 /** Where requests for whole resources fit from `start`: the earliest whole-minute start (within the search budget) and the longest lease. */
 export function wholeResourceFit(requests: HostRequest[], future: CalendarSnapshot, start: number, durationMs: number): FitSearch {
   const earliest = searchEarliestFit(requests, future, start, durationMs, { align: wholeMinuteUp, workBudget: SEARCH_WORK_BUDGET });

@@ -14,14 +14,7 @@ import { assignHosts, freeHosts, preferenceOrder, type CalendarSnapshot, type Ho
 import type { FitLimits, FitSearch, ReservationContext } from '../../domain/resource-plugin';
 import type { Pool } from '../../db/pool';
 import type { NewRangeBooking, WholeResourceBookingRow, WholeResourceBookings } from '../../db/range-bookings';
-import { extensionRefused, releaseBooking, shortage, wholeResourceFit, wholeResourceFitNearFirst } from './booking';
-
-/**
- * A search reads first the bookings of leases ending within this much of its start, or within
- * this many of its durations (bench:offers: 1 000 hosts with a year of 100 000 bookings).
- */
-const NEAR_SEARCH_MS = 14 * 86_400_000;
-const NEAR_SEARCH_DURATIONS = 4;
+import { extensionRefused, NEAR_SEARCH_DURATIONS, NEAR_SEARCH_MS, releaseBooking, shortage, wholeResourceFit, wholeResourceFitNearFirst } from './booking';
 
 /** A resource's blocked interval [start_ms, end_ms), as its store reads it. */
 export interface BlockedInterval {
