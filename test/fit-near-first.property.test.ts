@@ -8,7 +8,7 @@
  */
 import fc from 'fast-check';
 import type { Blocked, CalendarSnapshot, HostRequest } from '../src/domain/host-calendar';
-import type { SlotCalendar, SlotRequest } from '../src/domain/instance-slots';
+import { longestSlots, placeSlots, type SlotCalendar, type SlotRequest } from '../src/domain/instance-slots';
 import { wholeResourceFit, wholeResourceFitNearFirst } from '../src/resources/shared/booking';
 import { slotFit, slotFitNearFirst } from '../src/resources/virtual-instance/calendar';
 
@@ -137,6 +137,34 @@ describe('whole-resource search, near bookings first', () => {
         if (exact.longestMs >= longestUpTo) expect(limited.longestMs).toBeGreaterThanOrEqual(longestUpTo);
         else expect(limited.longestMs).toBe(exact.longestMs);
         expect(readUntilMax).toBeLessThanOrEqual(Math.max(earliestUntil + durationMs, start + longestUpTo));
+      }),
+      { numRuns: 500 },
+    );
+  });
+
+  it('finds the longest slot window by bisection as the boundary-by-boundary walk does', () => {
+    fc.assert(
+      fc.property(slotScenario, (s) => {
+        const hosts = s.hosts.map((vcpus, i) => ({ id: String(i + 1), capacity: { VCPU: vcpus } }));
+        const hostOf = (n: number) => String((n % hosts.length) + 1);
+        const calendar: SlotCalendar = {
+          hosts,
+          slots: s.slots.map((b) => ({ providerId: hostOf(b.host), start: T0 + b.startH * H, end: T0 + (b.startH + b.hours) * H, amounts: { VCPU: b.vcpus } })),
+          wholeHost: s.wholeHost.map((b) => ({ hostId: hostOf(b.host), start: T0 + b.startH * H, end: T0 + (b.startH + b.hours) * H })),
+          cleaningMs: s.cleaningMinutes * MIN,
+        };
+        const request: SlotRequest = { slot: { VCPU: s.request.vcpus }, amount: s.request.amount, affinity: s.request.affinity };
+        const from = T0 + s.startH * H + 7 * MIN;
+        // The walk: grow the window to each instant where a booking begins until it breaks.
+        const boundaries = [...new Set([...calendar.slots.map((b) => b.start), ...calendar.wholeHost.map((b) => b.start - calendar.cleaningMs)].filter((t) => t > from))].sort((a, b) => a - b);
+        let walked = placeSlots(request, calendar, from, from + 1) ? Infinity : 0;
+        for (const boundary of walked ? boundaries : []) {
+          if (!placeSlots(request, calendar, from, boundary + 1)) {
+            walked = boundary - from;
+            break;
+          }
+        }
+        expect(longestSlots(request, calendar, from)).toBe(walked);
       }),
       { numRuns: 500 },
     );

@@ -393,7 +393,8 @@ export async function slotFitNearFirst(
   const align = (ms: number) => wholeMinuteUp(ms + leadMs) - leadMs;
   // In slot time a lease [s, s + d) is the window [s − lead, s + d): it ends where the lease does.
   const longestWithin = (calendar: SlotCalendar, until: number) => {
-    const longest = longestSlots(request, calendar, from, SLOT_SEARCH_WORK_BUDGET, until);
+    // Each step of longestSlots places every slot again: it stops once the lease fits as long as needed.
+    const longest = longestSlots(request, calendar, from, SLOT_SEARCH_WORK_BUDGET, until, longestUpTo + leadMs);
     if (longest !== undefined) return Math.max(0, longest - leadMs);
     return until - start >= longestUpTo ? until - start : undefined;
   };
@@ -412,7 +413,7 @@ export async function slotFitNearFirst(
   if (resumeAt === undefined && nearLongest !== undefined) return fit(nearSearch, nearLongest);
   const restUntil = neededUntil === Infinity ? null : neededUntil;
   const future = await snapshot(restUntil);
-  const longestMs = nearLongest ?? (restUntil === null ? Math.max(0, longestSlots(request, future, from, SLOT_SEARCH_WORK_BUDGET) - leadMs) : longestWithin(future, restUntil)!);
+  const longestMs = nearLongest ?? longestWithin(future, restUntil ?? Infinity)!;
   if (resumeAt === undefined) return fit(nearSearch, longestMs);
   const further = searchEarliestSlots(request, future, resumeAt, durationMs + leadMs, { align, workBudget: Math.max(0, SLOT_SEARCH_WORK_BUDGET - nearSearch.work), knownUntil: restUntil ?? Infinity });
   return fit({ ...further, tried: nearSearch.tried + further.tried, lastTried: further.lastTried ?? nearSearch.lastTried }, longestMs);
