@@ -14,7 +14,7 @@ import { REPO_ROOT } from '../src/paths';
 export function summary(values: number[]) {
   const sorted = values.map(Math.round).sort((a, b) => a - b);
   const at = (p: number) => (sorted.length ? sorted[Math.min(sorted.length - 1, Math.ceil((p / 100) * sorted.length) - 1)] : NaN);
-  return { n: sorted.length, p50: at(50), p99: at(99), max: sorted[sorted.length - 1] ?? NaN };
+  return { n: sorted.length, p50: at(50), p95: at(95), p99: at(99), max: sorted[sorted.length - 1] ?? NaN };
 }
 
 /** CPU seconds used so far and resident memory of a process, from /proc (Linux). */

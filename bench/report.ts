@@ -120,6 +120,19 @@ function rows(): Row[] {
     add(b, 'down the rows: wheel step p99 / long tasks', '≤ 50 ms / 0', `${page.scrollRows.stepMs.p99} ms / ${page.scrollRows.longTasks}`, page.scrollRows.stepMs.p99 <= 50 && page.scrollRows.longTasks === 0 ? 'yes' : 'NO');
     add(b, 'through time: wheel step p99 / long tasks (longest)', 'reported', `${page.scrollTime.stepMs.p99} ms / ${page.scrollTime.longTasks} (${page.scrollTime.longestTaskMs} ms)`, '—');
   }
+  const offers = load('offers');
+  if (offers) {
+    // Issue 41: POST /v1/offers p99 ≤ 200 ms at 1 000 hosts and 100 000 bookings, and with 10 000 slot bookings.
+    type Run = { latencyMs: Record<string, { p50: number; p99: number; max: number }> };
+    const scenarios: Array<[string, Run | undefined]> = [
+      [`offers (hosts: ${offers.hosts?.bookings} bookings, ${offers.hosts?.hosts} hosts)`, offers.hosts],
+      [`offers (slots: ${offers.slots?.slotBookings} slot bookings, ${offers.slots?.hosts} hosts)`, offers.slots?.slots],
+      [`offers (slots and floating IPs: ${offers.slots?.slotBookings} slot bookings)`, offers.slots?.slotsAndFloatingIps],
+    ];
+    for (const [b, run] of scenarios) {
+      for (const [how, latency] of Object.entries(run?.latencyMs ?? {})) add(b, `POST /v1/offers, ${how}: p50 / p99 / max`, 'p99 ≤ 200 ms', `${latency.p50} / ${latency.p99} / ${latency.max} ms`, atMost(latency.p99, 200));
+    }
+  }
   const deletion = load('delete');
   if (deletion) {
     const b = `delete (${deletion.leases} pending leases on ${deletion.hosts} hosts)`;

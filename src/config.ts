@@ -299,6 +299,8 @@ const envSchema = z.object({
   LK_POLICY_EXTERNAL_FAIL: z.string().max(16).optional(),
   // Reservations in one lease (create and availability search): Blazar needs a handful; each costs the calendar's search work.
   LK_MAX_RESERVATIONS_PER_LEASE: positiveInt.max(1_000).default(50),
+  // Occurrences in one series of recurring leases (POST /v1/leases with `recurrence`): each is a lease and a workflow.
+  LK_MAX_OCCURRENCES: positiveInt.max(1_000).default(100),
   // How long an offer (POST /v1/offers, a refusal's offers) stays findable by its id.
   LK_OFFER_TTL_MINUTES: positiveInt.max(1_440).default(15),
   // Offer holds: how long one keeps an offer's capacity booked, and how many a project may have at once (0: holds are off).
@@ -439,6 +441,8 @@ function toConfig(env: z.infer<typeof envSchema>) {
       },
     },
     maxReservationsPerLease: env.LK_MAX_RESERVATIONS_PER_LEASE,
+    /** Occurrences in one series of recurring leases, at most. */
+    maxOccurrences: env.LK_MAX_OCCURRENCES,
     /** How long an offer is kept for a hold or an accept. */
     offerTtlMs: env.LK_OFFER_TTL_MINUTES * 60_000,
     /** Offer holds: the longest (and default) hold, and the deployment's max_offer_holds. */

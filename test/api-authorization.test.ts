@@ -116,6 +116,20 @@ describe('authorization on every route', () => {
       await eventually(async () => ((await call(caller, 'GET', `/v1/leases/${created.body.lease.id}`)).status === 404 ? true : undefined));
     });
 
+    it("cannot read, change or delete the other project's series: to it that series does not exist", async () => {
+      exercise('GET /series/:id');
+      exercise('PUT /series/:id');
+      exercise('DELETE /series/:id');
+      const made = await call(other(caller), 'POST', '/v1/leases', { name: `series-for-${caller}`, start_date: '2099-07-01 10:00', end_date: '2099-07-01 11:00', recurrence: 'FREQ=DAILY;COUNT=2' });
+      expect(made.status).toBe(201);
+      const id: string = made.body.series.id;
+      for (const [method, body] of [['GET', undefined], ['PUT', { duration: 30 }], ['DELETE', undefined]] as const) {
+        expect(await call(caller, method, `/v1/series/${id}`, body)).toEqual({ status: 404, body: { error_code: 404, error_name: 404, error_message: `Object with {'series_id': '${id}'} not found` } });
+      }
+      expect((await call(other(caller), 'GET', `/v1/series/${id}`)).body.series.occurrences.map((o: { end_date: string }) => o.end_date)).toEqual(['2099-07-01 11:00', '2099-07-02 11:00']);
+      expect((await call(other(caller), 'DELETE', `/v1/series/${id}`)).status).toBe(204);
+    });
+
     it('sees only its own project\'s host allocations', async () => {
       exercise('GET /os-hosts/allocations');
       exercise('GET /os-hosts/:id/allocation');

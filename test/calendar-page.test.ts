@@ -407,6 +407,28 @@ describe('the calendar page in Chromium', () => {
     }
   });
 
+  it('draws a series: its occurrences with a strip of the series colour, and the occurrence refused (partial) as a dashed gap', async () => {
+    const SERIES = [0xd9, 0x73, 0x0d]; // web/src/paint.ts SERIES_COLOR
+    const cpu = (count: number) => blazarHostReservation({ min: count, max: count, resource_properties: '["==", "$gpu", "none"]' });
+    const first = day + 2 * DAY + 2 * HOUR; // 02:00 to 05:00 on three days, the second taken by beta on every CPU host
+    const when = (ms: number) => new Date(ms).toISOString().slice(0, 16).replace('T', ' ');
+    expect((await beta('POST', '/v1/leases', { name: 'beta-all-cpus', start_date: when(first + DAY), end_date: when(first + DAY + 3 * HOUR), reservations: [cpu(3)] })).status).toBe(201);
+    const created = await alpha('POST', '/v1/leases', { name: 'alpha-daily', start_date: when(first), end_date: when(first + 3 * HOUR), reservations: [cpu(1)], recurrence: 'FREQ=DAILY;COUNT=3', partial: true });
+    expect(created.status).toBe(201);
+    expect(created.body.refused.map((r: { name: string }) => r.name)).toEqual(['alpha-daily-2']);
+    const allocations = (await alpha('GET', `/v1/os-hosts/allocations?lease_id=${created.body.leases[0].id}`)).body.allocations as Array<{ hypervisor_hostname: string; reservations: unknown[] }>;
+    const host = allocations.find((a) => a.reservations.length > 0)!.hypervisor_hostname;
+    await page.reload();
+    await page.waitForFunction(() => performance.getEntriesByName('calendar-drawn').length > 0);
+    const row = hosts.indexOf(host);
+    expect(await pixel(await pointIn('gantt', row, first + HOUR, 7))).toEqual(SERIES); // the foot of the first occurrence's bar
+    const gap = await pointIn('gantt', row, first + DAY + HOUR, -7); // the top of the gap, over beta's booking
+    expect(await pixel(gap)).toEqual(SERIES);
+    expect(await hover(gap)).toContain('alpha-daily-2: not booked (capacity), a gap in series alpha-daily');
+    await expect(page.getByRole('region', { name: 'Your leases in view' }).textContent()).resolves.toMatch(/alpha-daily-2 ?not booked/);
+    await page.screenshot({ path: path.join(artefacts, 'series.png') });
+  });
+
   it("shows an admin a lease waiting for approval with Approve and Deny; Approve with a reason lets it wait for its start", async () => {
     expect((await admin('PUT', '/v1/projects/waiting/policy', { approval: [{ always: true, timeout: 600 }] })).status).toBe(200);
     const waiting = apiClient(() => stack().url, { 'X-Project-Id': 'waiting', 'X-Roles': 'member' });

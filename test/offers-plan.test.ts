@@ -4,6 +4,7 @@
  */
 import { MAX_OFFER_SEARCHES, extensionSteps, planOffers, type LeaseSearch, type OfferQuery } from '../src/domain/offers';
 import type { Reservation } from '../src/domain/lease';
+import type { FitLimits } from '../src/domain/resource-plugin';
 
 const MIN = 60_000;
 const start = Date.UTC(2099, 0, 1, 10);
@@ -12,7 +13,8 @@ const countOf = (reservations: Reservation[]) => reservations[0].params.amount a
 
 /** A calendar of `free` slots from the start until `busyAt` (relative ms), none until `freeAgain`, then `free` again for ever. */
 function calendar(free: number, busyAt: number, freeAgain: number): LeaseSearch & { calls: number } {
-  const search = ((reservations: Reservation[], from: number, durationMs: number) => {
+  // Exact whatever the limits asked (a calendar may always answer more than the limits need).
+  const search = ((reservations: Reservation[], from: number, durationMs: number, _limits: FitLimits) => {
     search.calls++;
     const wanted = countOf(reservations);
     if (wanted > free) return Promise.resolve({ longestMs: 0, cutShort: false, tried: 1 });

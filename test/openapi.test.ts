@@ -140,6 +140,12 @@ describe('the OpenAPI description', () => {
     await call('GET', `/v1/calendar?start=${encodeURIComponent(window.start_date)}&end=${encodeURIComponent(window.end_date)}`);
     await call('GET', `/v1/availability?start=${encodeURIComponent(window.start_date)}&end=${encodeURIComponent(window.end_date)}`);
     await call('POST', '/v1/availability/search', { ...window, reservations: [blazarHostReservation()] });
+    // A series of recurring leases (a day later, clear of the lease above): shown, moved and deleted.
+    const series = await call('POST', '/v1/leases', { name: 'openapi-series', start_date: inSeconds(86_400), end_date: inSeconds(90_000), reservations: [blazarHostReservation()], recurrence: 'FREQ=DAILY;COUNT=2' });
+    await call('GET', `/v1/series/${series!.series.id}`);
+    await call('PUT', `/v1/series/${series!.series.id}`, { duration: 30 });
+    await call('GET', `/v1/series/${randomUUID()}`); // 404
+    await call('DELETE', `/v1/series/${series!.series.id}`);
     await call('DELETE', `/v1/leases/${leaseId}`);
     await call('GET', '/v1/openapi.json');
     // A refusal was checked against the error body, and most routes against a real answer.

@@ -15,6 +15,7 @@ import { bookedReservation, reservationContext, typedContext, type ResourceTypes
 import { addOwedStart, admittedRequestHash } from '../db/lease-outbox';
 import { findLease, holdLeaseIdForAdmission, saveLease } from '../db/leases';
 import type { Pool } from '../db/pool';
+import type { PoolClient } from 'pg';
 import { bookInTransaction } from '../resources/shared/booking';
 import { policyFailure, type UsagePolicyEnforcer } from '../policy/enforcement';
 import type { LeaseOutbox } from '../outbox';
@@ -106,22 +107,7 @@ async function admit(deps: ApiAdmissionDeps, request: NewLeaseRequest, requestHa
           // Retries with one Idempotency-Key, concurrent: one admits, the others wait here, then answer its lease.
           if ((await holdLeaseIdForAdmission(client, request.id)).recorded) throw new AdmittedMeanwhile();
         }
-        const reservations = [];
-        for (const reservation of draft.reservations) {
-          const type = deps.types.get(reservation.resource_type)!;
-          const booked: ReserveResult = await type.bookAtAdmission!(client, typedContext(type, reservationContext(draft, reservation)));
-          reservations.push(bookedReservation(reservation, booked));
-        }
-        const booked: Lease = { ...draft, reservations, version: draft.version + 1, updatedMs: Date.now() };
-        const approval = await deps.usagePolicy?.checkWithin(client, { next: booked, byAdmin: request.byAdmin ?? false, justification: request.justification });
-        const lease = awaitingApproval(booked, approval, booked.updatedMs);
-        const saved = await saveLease(client, lease);
-        if (saved === 'name-taken') throw leaseConflict(`The lease with name: ${lease.name} already exists. Names are unique per project (${lease.projectId}).`);
-        if (saved === 'deleted') throw ApplicationFailure.nonRetryable(`Lease ${lease.id}, created with this Idempotency-Key, was deleted: use another key for a new lease`, LeaseErrorType.deleted);
-        if (saved === 'stale') throw new AdmittedMeanwhile();
-        const input: LeaseWorkflowInput = { request, requestHash, admitted: lease };
-        await addOwedStart(client, lease.id, requestHash, input);
-        return { lease, input };
+        return bookAndRecord(deps, client, request, requestHash, draft);
       },
       { retryExclusion: true },
     );
@@ -133,9 +119,102 @@ async function admit(deps: ApiAdmissionDeps, request: NewLeaseRequest, requestHa
       if (retried) return retried;
       throw new ApiError(410, `Lease ${request.id}, created with this Idempotency-Key, was deleted: use another key for a new lease`);
     }
-    const failure = policyFailure(err);
-    throw (failure instanceof ApplicationFailure ? failureAsApiError(failure) : undefined) ?? failure;
+    throw admissionError(err);
   }
+}
+
+/**
+ * Books and records one lease in the caller's transaction: its bookings, the usage policy's check
+ * (which sees what the transaction recorded before), its row and its owed workflow start. Throws
+ * the refusal (a lease failure, or UsagePolicyRefusal) with nothing of this lease written.
+ */
+async function bookAndRecord(deps: ApiAdmissionDeps, client: PoolClient, request: NewLeaseRequest, requestHash: string, draft = newLease(request)): Promise<{ lease: Lease; input: LeaseWorkflowInput }> {
+  const reservations = [];
+  for (const reservation of draft.reservations) {
+    const type = deps.types.get(reservation.resource_type)!;
+    const booked: ReserveResult = await type.bookAtAdmission!(client, typedContext(type, reservationContext(draft, reservation)));
+    reservations.push(bookedReservation(reservation, booked));
+  }
+  const booked: Lease = { ...draft, reservations, version: draft.version + 1, updatedMs: Date.now() };
+  // A lease an approval rule (or an exception asked with a justification) holds is recorded waiting for approval.
+  const approval = await deps.usagePolicy?.checkWithin(client, { next: booked, byAdmin: request.byAdmin ?? false, justification: request.justification });
+  const lease = awaitingApproval(booked, approval, booked.updatedMs);
+  const saved = await saveLease(client, lease);
+  if (saved === 'name-taken') throw leaseConflict(`The lease with name: ${lease.name} already exists. Names are unique per project (${lease.projectId}).`);
+  if (saved === 'deleted') throw ApplicationFailure.nonRetryable(`Lease ${lease.id}, created with this Idempotency-Key, was deleted: use another key for a new lease`, LeaseErrorType.deleted);
+  if (saved === 'stale') throw new AdmittedMeanwhile();
+  const input: LeaseWorkflowInput = { request, requestHash, admitted: lease };
+  await addOwedStart(client, lease.id, requestHash, input);
+  return { lease, input };
+}
+
+/** A lease admission's failure as the API answers it (ApiError), if it is one; anything else as it is. */
+export function admissionError(err: unknown): unknown {
+  const failure = policyFailure(err);
+  return (failure instanceof ApplicationFailure ? failureAsApiError(failure) : undefined) ?? failure;
+}
+
+/** The occurrences of a series the API admits in one transaction: what fits, and what was refused (as the API answers it). */
+export interface SeriesAdmission {
+  admitted: Lease[];
+  refused: Array<{ index: number; error: ApiError }>;
+  /** All or nothing, and something was refused: nothing was written. */
+  rolledBack: boolean;
+}
+
+class SeriesRefused extends Error {
+  constructor(readonly refused: SeriesAdmission['refused']) {
+    super('an occurrence of the series was refused');
+  }
+}
+
+/**
+ * Admits the occurrences of a series in one transaction, one after another (each checked by the
+ * usage policy with the earlier ones recorded), each in a savepoint: a refused one leaves nothing
+ * behind, and the others are still tried, so that the answer names every occurrence that does not
+ * fit. All or nothing (`partial` false): one refusal rolls everything back. `record` writes the
+ * series itself in the same transaction (told what was refused). `isRefusal`: which of the
+ * answers (ApiError) refuse one occurrence rather than the whole request.
+ */
+export function admitSeriesInApi(
+  deps: ApiAdmissionDeps,
+  occurrences: Array<{ request: NewLeaseRequest; requestHash: string }>,
+  options: { partial: boolean; record: (client: PoolClient, refused: SeriesAdmission['refused']) => Promise<void>; isRefusal: (err: ApiError) => boolean },
+): Promise<SeriesAdmission> {
+  return deps.outbox.whileAdmitting(async () => {
+    await deps.temporalReady();
+    try {
+      const outcome = await bookInTransaction(
+        deps.pool,
+        async (client) => {
+          const admitted: Array<{ lease: Lease; input: LeaseWorkflowInput }> = [];
+          const refused: SeriesAdmission['refused'] = [];
+          for (const [index, occurrence] of occurrences.entries()) {
+            await client.query('SAVEPOINT occurrence');
+            try {
+              admitted.push(await bookAndRecord(deps, client, occurrence.request, occurrence.requestHash));
+              await client.query('RELEASE SAVEPOINT occurrence');
+            } catch (err) {
+              const answered = admissionError(err);
+              // A lost race (a database error) runs the whole transaction again; a refusal of this occurrence is undone alone.
+              if (!(answered instanceof ApiError) || !options.isRefusal(answered)) throw answered;
+              await client.query('ROLLBACK TO SAVEPOINT occurrence');
+              refused.push({ index, error: answered });
+            }
+          }
+          if (refused.length > 0 && !options.partial) throw new SeriesRefused(refused);
+          await options.record(client, refused);
+          return { admitted, refused };
+        },
+        { retryExclusion: true },
+      );
+      for (const { input } of outcome.admitted) deps.outbox.startSoon(input);
+      return { admitted: outcome.admitted.map((a) => a.lease), refused: outcome.refused, rolledBack: false };
+    } catch (err) {
+      if (err instanceof SeriesRefused) return { admitted: [], refused: err.refused, rolledBack: true };
+      throw err;
+    }
+  });
 }
 
 /**

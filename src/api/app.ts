@@ -29,6 +29,7 @@ import { floatingIpsRouter } from './floating-ips';
 import { hostsRouter } from './hosts';
 import { maintenanceRouter } from './maintenance';
 import { leasesRouter, type NewLeaseDeps } from './leases';
+import { seriesRouter } from './series';
 import { usageRouter } from './usage';
 import { projectPolicyRouter } from './project-policy';
 import { webhooksRouter } from './webhooks';
@@ -39,7 +40,7 @@ import { durationMs } from '../policy/rules';
 import { versionsRouter } from './versions';
 
 export interface AppDeps {
-  config: Pick<Config, 'temporal' | 'outbox' | 'healthTimeoutMs' | 'healthDeepIntervalMs' | 'leaseLimits' | 'policy' | 'notifyBeforeEnd' | 'idleLeases' | 'maxReservationsPerLease' | 'offerTtlMs' | 'offerHolds' | 'api' | 'hosts' | 'inventory' | 'provisioningLeadMs' | 'notices'>;
+  config: Pick<Config, 'temporal' | 'outbox' | 'healthTimeoutMs' | 'healthDeepIntervalMs' | 'leaseLimits' | 'policy' | 'notifyBeforeEnd' | 'idleLeases' | 'maxReservationsPerLease' | 'maxOccurrences' | 'offerTtlMs' | 'offerHolds' | 'api' | 'hosts' | 'inventory' | 'provisioningLeadMs' | 'notices'>;
   log: Logger;
   pool: Pool;
   connection: Connection;
@@ -160,12 +161,14 @@ export function createApp(deps: AppDeps): express.Express {
     notifyBeforeEndMs: config.notifyBeforeEnd.map(durationMs),
     idleLeases: config.idleLeases,
     maxReservationsPerLease: config.maxReservationsPerLease,
+    maxOccurrences: config.maxOccurrences,
     offers,
   };
   app.use(
     '/v1',
     authenticate(deps.authenticator ?? noAuth()),
     leasesRouter(newLeases),
+    seriesRouter(newLeases),
     offersRouter(offers),
     offerHoldsRouter({ ...newLeases, offers, usagePolicy: policy, client: deps.client, taskQueue: config.temporal.taskQueue, timeoutMs: config.api.workflowTimeoutMs, outbox, holdMs: config.offerHolds.holdMs, temporalReady: setup.ready }),
     hostAllocationsRouter({ pool: deps.pool }),

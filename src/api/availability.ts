@@ -53,7 +53,7 @@ export function availabilityRouter(deps: {
   maxReservationsPerLease?: number;
 }): Router {
   const router = Router();
-  const leaseBody = createLeaseSchema(deps.types, deps.maxReservationsPerLease);
+  const leaseBody = createLeaseSchema(deps.types, deps.maxReservationsPerLease).omit({ recurrence: true, partial: true }); // one lease's window: no series
 
   router.get('/availability', async (req, res) => {
     const { start, end, vcpus, memory_mb: memoryMb, disk_gb: diskGb, network_id: networkId, ...queries } = parseRequest(availabilityQuery, req.query);

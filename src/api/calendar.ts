@@ -13,6 +13,7 @@ import { Router } from 'express';
 import { z } from 'zod';
 import { hostBookingsInWindow, type HostBookingInWindow } from '../db/host-allocations';
 import { listLeases } from '../db/leases';
+import { seriesGapsInWindow } from '../db/series';
 import { quantityBookingsInWindow, type QuantityBookingInWindow } from '../db/quantity-allocations';
 import type { Pool } from '../db/pool';
 import type { HostCalendar } from '../resources/physical-host/calendar';
@@ -35,6 +36,8 @@ export const MAX_CALENDAR_WINDOW_MS = 93 * 86_400_000;
 export const MAX_CALENDAR_BOOKINGS = 30_000;
 /** The caller's own leases in the window (those without bookings too: a lease of no resources, or being set up). */
 export const MAX_CALENDAR_LEASES = 500;
+/** The caller's series with gaps in the window (each at most LK_MAX_OCCURRENCES gaps). */
+export const MAX_CALENDAR_SERIES = 100;
 
 type LeaseColumns = Pick<HostBookingInWindow, 'lease_id' | 'reservation_id' | 'project_id' | 'lease_name' | 'status' | 'start_ms' | 'end_ms' | 'hold_expires_ms'>;
 
@@ -65,11 +68,15 @@ export function calendarRouter(deps: { pool: Pool; calendar: HostCalendar }): Ro
     await checkHostQueryKeys(deps.pool, queries, identity);
     const hosts = await deps.calendar.matchingHosts(queries);
     const window = { fromMs: start, toMs: end, limit: MAX_CALENDAR_BOOKINGS + 1 };
-    const [hostBookings, quantities, ownLeases] = await Promise.all([
+    const [hostBookings, quantities, ownLeases, gaps] = await Promise.all([
       hostBookingsInWindow(deps.pool, { ...window, hostIds: hosts.map((h) => h.id) }),
       quantityBookingsInWindow(deps.pool, window),
       listLeases(deps.pool, { projectId: identity.projectId, from: start, to: end, limit: MAX_CALENDAR_LEASES }),
+      seriesGapsInWindow(deps.pool, identity.projectId, start, end, MAX_CALENDAR_SERIES),
     ]);
+    // The series of the caller's own leases, for the page to link their bars (a series's gaps are drawn on its hosts' rows).
+    const seriesOf = new Map(ownLeases.filter((l) => l.seriesId).map((l) => [l.id, l.seriesId!]));
+    const inSeries = (leaseId: string | null | undefined) => (leaseId && seriesOf.has(leaseId) ? { series_id: seriesOf.get(leaseId) } : {});
     const truncated = hostBookings.length > MAX_CALENDAR_BOOKINGS || quantities.bookings.length > MAX_CALENDAR_BOOKINGS || ownLeases.length > MAX_CALENDAR_LEASES;
     res.json({
       start_ms: start,
@@ -83,11 +90,13 @@ export function calendarRouter(deps: { pool: Pool; calendar: HostCalendar }): Ro
         local_gb: h.local_gb,
         properties: identity.isAdmin ? h.capabilities : Object.fromEntries(Object.entries(h.capabilities).filter(([name]) => !h.private_capabilities.includes(name))),
       })),
-      bookings: hostBookings.slice(0, MAX_CALENDAR_BOOKINGS).map((b) => ({ host_id: b.host_id, ...(b.shared ? { shared: true } : {}), ...visibleLease(identity, b) })),
+      bookings: hostBookings.slice(0, MAX_CALENDAR_BOOKINGS).map((b) => ({ host_id: b.host_id, ...(b.shared ? { shared: true } : {}), ...visibleLease(identity, b), ...inSeries(b.lease_id) })),
       providers: quantities.providers.map((p) => ({ uuid: p.uuid, name: p.name, host: p.host, kind: p.kind, capacity: p.capacity, usable: p.usable })),
       usage: quantities.bookings.slice(0, MAX_CALENDAR_BOOKINGS).map((b: QuantityBookingInWindow) => ({ provider_uuid: b.provider_uuid, amounts: b.amounts, ...visibleLease(identity, b) })),
       // The caller's project's leases overlapping the window, booked or not.
-      leases: ownLeases.slice(0, MAX_CALENDAR_LEASES).map((l) => ({ id: l.id, name: l.name, status: l.status, start_ms: l.startMs, end_ms: l.endMs })),
+      leases: ownLeases.slice(0, MAX_CALENDAR_LEASES).map((l) => ({ id: l.id, name: l.name, status: l.status, start_ms: l.startMs, end_ms: l.endMs, ...(l.seriesId ? { series_id: l.seriesId } : {}) })),
+      // The caller's project's series with occurrences refused in the window (partial creates): their gaps.
+      series: gaps.map((g) => ({ id: g.id, name: g.name, gaps: g.gaps.map((o) => ({ name: o.name, start_ms: o.startMs, end_ms: o.endMs, reason: o.reason })) })),
       ...(truncated ? { truncated: true, note: `more than ${MAX_CALENDAR_BOOKINGS} bookings or ${MAX_CALENDAR_LEASES} of your leases in the window: showing the first; narrow the window or the hosts` } : {}),
     });
   });

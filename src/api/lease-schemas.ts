@@ -113,6 +113,9 @@ export function createLeaseSchema(types: ResourceTypes, maxReservations = DEFAUL
     notify_before_end: notifyBeforeEnd.nullish(),
     reservations: leaseReservationsSchema(types, maxReservations).nullish(),
     events: z.array(z.unknown()).nullish(), // accepted and ignored, as Blazar does
+    // Our extension: a series of recurring leases (src/api/series.ts); its length bounded again by its parser.
+    recurrence: z.string({ error: 'expected a rule such as "FREQ=WEEKLY;BYDAY=MO;COUNT=10"' }).max(200, 'must be at most 200 characters').optional(),
+    partial: z.boolean({ error: 'expected true or false' }).optional(),
     justification,
   });
 }

@@ -18,6 +18,7 @@ import { approvalAnswerSchema, createLeaseSchema, listLeasesQuery, newLeaseReque
 import { refuseUnknownPropertyKeys } from './property-keys';
 import { DEFAULT_OFFER_LIMIT, extensionOffers, leaseExtensionOffers, makeOffers, refusedWithOffers, type OfferDeps } from './offers';
 import { wholeMinuteDown } from '../domain/dates';
+import { createSeries } from './series';
 
 /** Leases per query of a list without `limit` (~1 KB of JSON each). */
 const LIST_BATCH_SIZE = 250;
@@ -60,6 +61,8 @@ export interface NewLeaseDeps {
   notifyBeforeEndMs?: number[];
   idleLeases?: IdleLeasePolicy;
   maxReservationsPerLease?: number;
+  /** Occurrences in one series at most (LK_MAX_OCCURRENCES). */
+  maxOccurrences?: number;
   offers?: OfferDeps;
 }
 
@@ -132,6 +135,14 @@ export function leasesRouter(deps: NewLeaseDeps): Router {
     refuseAdminOnlyPolicies(identity, 'blazar:leases:post', body.reservations?.map((r) => r.params));
     const key = req.get('Idempotency-Key')?.trim();
     if (key !== undefined && (key.length === 0 || key.length > 255)) throw new ApiError(400, 'Idempotency-Key: expected 1 to 255 characters');
+    if (body.recurrence !== undefined) {
+      if (key !== undefined) throw new ApiError(400, 'Idempotency-Key: not supported with recurrence (a series is many leases)');
+      await refuseUnknownPropertyKeys(deps.types, identity, body.reservations ?? []);
+      const created = await createSeries(deps, identity, body, raw);
+      res.status(201).json(created);
+      return;
+    }
+    if (body.partial !== undefined) throw new ApiError(400, 'partial: only with recurrence');
     const id = key ? idempotentLeaseId(identity.projectId, identity.userId, key) : randomUUID();
     const request = newLeaseRequest(deps, identity, body, id);
     newLease(request); // Blazar's date rules (400) before anything starts

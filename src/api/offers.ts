@@ -152,7 +152,7 @@ export async function makeOffers(deps: OfferDeps, identity: Identity, ask: Offer
       minDurationMs: ask.minDurationMs,
       limit: ask.limit,
     },
-    (searched, startMs, durationMs) => searchLease(deps.types, identity.projectId, searched, startMs, durationMs, deps.provisioningLeadMs).catch(neverFits),
+    (searched, startMs, durationMs, limits) => searchLease(deps.types, identity.projectId, searched, startMs, durationMs, deps.provisioningLeadMs, limits).catch(neverFits),
   );
   // One after another: a request's checks take one database connection at a time, never the pool's
   // slots other projects' admissions need.

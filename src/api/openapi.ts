@@ -81,6 +81,7 @@ const lease = z
     status_reason: z.string().optional(),
     degraded: z.boolean(),
     notify_before_end: z.array(z.string()).optional().describe('An extension: when the lease warns its listeners before its end'),
+    series_id: z.string().optional().describe('An extension: the series of recurring leases this lease is an occurrence of'),
     trust_id: z.null(),
     reservations: z.array(reservation),
     events: z.array(leaseEvent),
@@ -219,10 +220,26 @@ const calendar = z.strictObject({
   bookings: z.array(bookingLease.extend({ host_id: z.string(), shared: z.boolean().optional() })),
   providers: z.array(z.looseObject({ uuid: z.string(), name: z.string(), kind: z.string() })),
   usage: z.array(bookingLease.extend({ provider_uuid: z.string(), amounts: z.record(z.string(), z.number()) })),
-  leases: z.array(z.strictObject({ id: z.string(), name: z.string(), status: z.enum(LEASE_STATUSES), start_ms: z.number(), end_ms: z.number() })),
+  leases: z.array(z.strictObject({ id: z.string(), name: z.string(), status: z.enum(LEASE_STATUSES), start_ms: z.number(), end_ms: z.number(), series_id: z.string().optional() })),
+  series: z
+    .array(z.strictObject({ id: z.string(), name: z.string(), gaps: z.array(z.strictObject({ name: z.string(), start_ms: z.number(), end_ms: z.number(), reason: z.string() })) }))
+    .describe("the caller's series with occurrences refused in the window (gaps)"),
   truncated: z.boolean().optional(),
   note: z.string().optional(),
 });
+
+const refusedOccurrence = z.looseObject({ name: z.string(), start_date: requestDateText, end_date: requestDateText, reason: z.string(), error_message: z.string(), offers: z.array(offer).optional() });
+const series = z
+  .strictObject({
+    id: z.string(),
+    name: z.string(),
+    project_id: z.string(),
+    recurrence: z.string(),
+    created_at: z.string(),
+    occurrences: z.array(z.strictObject({ lease_id: z.string(), name: z.string(), start_date: requestDateText, end_date: requestDateText, status: z.enum(LEASE_STATUSES) })),
+    refused: z.array(refusedOccurrence).describe('occurrences a partial create could not admit: the gaps of the series'),
+  })
+  .openapi('Series');
 
 const usageFigures = z
   .strictObject(Object.fromEntries(FIGURE_NAMES.map((f) => [f, z.number().min(0)])) as Record<Figure, z.ZodNumber>)
@@ -355,7 +372,10 @@ export function apiOperations(types: ResourceTypes): Operation[] {
         body: { content: { 'application/json': { schema: leaseCreate } }, required: true },
       },
       responses: {
-        201: leaseBody,
+        201: {
+          description: 'the lease; with `recurrence`, the series, its admitted occurrences (`leases`, the first also as `lease`) and those refused (`partial`), each with offers',
+          content: { 'application/json': { schema: z.union([z.strictObject({ lease }), z.strictObject({ lease: lease.optional(), series, leases: z.array(lease), refused: z.array(refusedOccurrence) })]) } },
+        },
         ...COMMON_REFUSALS,
         403: refusal('a policy refused it (too long, too far ahead, an admin-only end policy, a private property)'),
         409: refusal('the resources are not free for the window (with the earliest start that fits, when one was found), or the name is taken'),
@@ -383,6 +403,37 @@ export function apiOperations(types: ResourceTypes): Operation[] {
       security: AUTHENTICATED,
       request: { params: idParam('the lease id') },
       responses: { 204: noContent('the lease is gone'), 202: leaseBody, ...COMMON_REFUSALS, 404: notFound },
+    },
+    {
+      method: 'get', path: '/v1/series/{id}', tags: ['leases'], summary: 'Show a series of recurring leases (extension)',
+      description: 'The series (its rule, and what the create asked), its occurrences by start with their status, and the occurrences a partial create refused. Another project\'s series is a 404 for a non-admin.',
+      security: AUTHENTICATED,
+      request: { params: idParam('the series id') },
+      responses: { 200: json(z.strictObject({ series }), 'the series'), ...COMMON_REFUSALS, 404: notFound },
+    },
+    {
+      method: 'put', path: '/v1/series/{id}', tags: ['leases'], summary: 'Change a series from an occurrence on (extension)',
+      description:
+        'Moves the occurrences from `from` on (an occurrence\'s lease id, or a date: those starting then or later; all when absent) to a new time of day (`start_time`, "HH:MM" UTC, on each one\'s own day) and/or a new `duration` (minutes), each through the lease update path. All or nothing: a refused occurrence puts the ones changed back and answers 409/403 with every refusal and its offers; `partial: true` keeps what could change and lists the rest.',
+      security: AUTHENTICATED,
+      request: {
+        params: idParam('the series id'),
+        body: { content: { 'application/json': { schema: z.strictObject({ from: z.string().optional(), start_time: z.string().optional(), duration: z.number().int().optional(), partial: z.boolean().optional() }) } }, required: true },
+      },
+      responses: {
+        200: json(z.strictObject({ series, refused: z.array(refusedOccurrence) }), 'the series as changed, and the occurrences refused (partial)'),
+        ...COMMON_REFUSALS,
+        403: refusal('a usage policy rule refuses an occurrence (with `refused` and offers)'),
+        404: notFound,
+        409: refusal('an occurrence does not fit at its new time (with `refused` and offers)'),
+      },
+    },
+    {
+      method: 'delete', path: '/v1/series/{id}', tags: ['leases'], summary: 'Delete a series from an occurrence on (extension)',
+      description: 'Deletes the occurrence `from` (a lease id) and those after it, or every occurrence (and the series) without `from`, each as a lease delete.',
+      security: AUTHENTICATED,
+      request: { params: idParam('the series id'), query: z.object({ from: z.string().optional() }) },
+      responses: { 204: noContent('deleted'), ...COMMON_REFUSALS, 404: notFound },
     },
     {
       method: 'get', path: '/v1/leases/{id}/extension-offers', tags: ['leases'], summary: 'How far could this lease be extended? (extension)',

@@ -127,13 +127,13 @@ function resourceKeys(lease: Lease): string[] {
 export async function saveLease(pool: Pool | PoolClient, lease: Lease): Promise<SaveLeaseOutcome> {
   try {
     const { rowCount } = await pool.query(
-      `INSERT INTO leases (id, name, project_id, user_id, status, start_at, end_at, version, resource_keys, document, created_at, updated_at)
-       VALUES ($1, $2, $3, $4, $5, to_timestamp($6 / 1000.0), to_timestamp($7 / 1000.0), $8, $9, $10, to_timestamp($11 / 1000.0), to_timestamp($12 / 1000.0))
+      `INSERT INTO leases (id, name, project_id, user_id, status, start_at, end_at, version, resource_keys, document, created_at, updated_at, series_id)
+       VALUES ($1, $2, $3, $4, $5, to_timestamp($6 / 1000.0), to_timestamp($7 / 1000.0), $8, $9, $10, to_timestamp($11 / 1000.0), to_timestamp($12 / 1000.0), $13)
        ON CONFLICT (id) DO UPDATE SET
          name = EXCLUDED.name, status = EXCLUDED.status, start_at = EXCLUDED.start_at, end_at = EXCLUDED.end_at,
          version = EXCLUDED.version, resource_keys = EXCLUDED.resource_keys, document = EXCLUDED.document, updated_at = EXCLUDED.updated_at
        WHERE leases.version < EXCLUDED.version AND leases.deleted_at IS NULL`,
-      [lease.id, lease.name, lease.projectId, lease.userId, lease.status, lease.startMs, lease.endMs, lease.version, resourceKeys(lease), lease, lease.createdMs, lease.updatedMs],
+      [lease.id, lease.name, lease.projectId, lease.userId, lease.status, lease.startMs, lease.endMs, lease.version, resourceKeys(lease), lease, lease.createdMs, lease.updatedMs, lease.seriesId ?? null],
     );
     if (rowCount !== 0) return 'saved';
     return (await isLeaseDeleted(pool, lease.id)) ? 'deleted' : 'stale';
@@ -141,6 +141,12 @@ export async function saveLease(pool: Pool | PoolClient, lease: Lease): Promise<
     if (violatedUniqueConstraint(err) === 'leases_live_name') return 'name-taken';
     throw err;
   }
+}
+
+/** The live occurrences of a series (leases.series_id), by start: at most LK_MAX_OCCURRENCES. */
+export async function leasesOfSeries(db: Queryable, seriesId: string): Promise<Lease[]> {
+  const { rows } = await db.query<{ document: Lease }>('SELECT document FROM leases WHERE series_id = $1 AND deleted_at IS NULL ORDER BY start_at, id', [seriesId]);
+  return rows.map((r) => r.document);
 }
 
 /** Marks the lease's row deleted (it stays, so that its id is not reused); a second call changes nothing. */

@@ -130,6 +130,20 @@ export async function endOfferHold(client: PoolClient, id: string, reason: Offer
   return hold ? 'ended' : undefined;
 }
 
+/**
+ * Whether some hold is still held past its expiry: a probe of the partial index on live holds,
+ * prepared once per connection (named), run before every booking. The UPDATE below, run each
+ * time instead, cost PostgreSQL ~0.1 ms of CPU per booking with no hold to end (a tenth of
+ * what a whole booking costs it); the prepared probe costs about as much as an empty statement.
+ */
+async function expiredOfferHoldExists(client: PoolClient): Promise<boolean> {
+  const { rows } = await client.query<{ found: boolean }>({
+    name: 'leasekeeper-expired-offer-hold',
+    text: "SELECT EXISTS (SELECT 1 FROM offer_holds WHERE state = 'held' AND expires_at <= now()) AS found",
+  });
+  return rows[0].found;
+}
+
 /** Expired holds ended per call at most: a booking never waits on a large backlog, which the next ones finish. */
 export const EXPIRED_HOLDS_PER_CALL = 50;
 
@@ -139,6 +153,7 @@ export const EXPIRED_HOLDS_PER_CALL = 50;
  * runs its timer. Holds another transaction has locked are left to it.
  */
 export async function endExpiredOfferHolds(client: PoolClient, limit = EXPIRED_HOLDS_PER_CALL): Promise<number> {
+  if (!(await expiredOfferHoldExists(client))) return 0;
   const { rows } = await client.query<{ id: string }>(
     `UPDATE offer_holds SET state = 'ended', end_reason = 'expired', ended_at = now()
      WHERE id IN (SELECT id FROM offer_holds WHERE state = 'held' AND expires_at <= now() ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED)

@@ -43,6 +43,8 @@ export function toBlazarLease(lease: Lease) {
     degraded: lease.reservations.some((r) => r.missing_resources === true || r.resources_changed === true),
     // An extension: the warnings before the end it asked for (leases from before them have none).
     ...(lease.notifyBeforeEndMs ? { notify_before_end: lease.notifyBeforeEndMs.map(spanText) } : {}),
+    // An extension: the series the lease is an occurrence of (GET /v1/series/{id}).
+    ...(lease.seriesId ? { series_id: lease.seriesId } : {}),
     // An extension (issue 42): why the lease waits (or waited) for approval, and the answer.
     ...(lease.approval ? { approval: approvalJson(lease.approval) } : {}),
     trust_id: null,

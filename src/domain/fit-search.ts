@@ -4,7 +4,7 @@
  * becomes the next candidate, until all agree. Pure: the searches are handed in.
  */
 import type { Reservation } from './lease';
-import type { FitSearch, ResourceTypes } from './resource-plugin';
+import type { FitLimits, FitSearch, ResourceTypes } from './resource-plugin';
 
 /** Rounds of asking everyone again from the latest start one of them proposed, before giving up. */
 export const MAX_FIT_ROUNDS = 20;
@@ -34,9 +34,9 @@ export async function earliestCommonFit(searches: Array<(startMs: number) => Pro
  * Where a lease's reservations fit: every resource type answers for its own, and the lease fits
  * where they all do. The one search behind admission's 409s, availability search and offers.
  */
-export function searchLease(types: ResourceTypes, projectId: string, reservations: Reservation[], startMs: number, durationMs: number, provisioningLeadMs: number): Promise<FitSearch> {
+export function searchLease(types: ResourceTypes, projectId: string, reservations: Reservation[], startMs: number, durationMs: number, provisioningLeadMs: number, limits?: FitLimits): Promise<FitSearch> {
   const byType = new Map<string, Reservation[]>();
   for (const r of reservations) byType.set(r.resource_type, [...(byType.get(r.resource_type) ?? []), r]);
-  const searches = [...byType].map(([type, ofType]) => (from: number) => types.get(type)!.earliest({ projectId, reservations: ofType, startMs: from, durationMs, provisioningLeadMs }));
+  const searches = [...byType].map(([type, ofType]) => (from: number) => types.get(type)!.earliest({ projectId, reservations: ofType, startMs: from, durationMs, provisioningLeadMs, limits }));
   return earliestCommonFit(searches, startMs);
 }

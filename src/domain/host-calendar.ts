@@ -171,6 +171,11 @@ export interface EarliestSearchLimits {
   workBudget?: number;
   /** Maps a candidate start to the first acceptable one at or after it (e.g. the next whole minute). Monotonic. */
   align?: (ms: number) => number;
+  /**
+   * The snapshot holds every booking that matters to leases ending by then (and maybe not later
+   * ones): a start whose lease would end later is not tried (`beyondKnown`). Infinity by default.
+   */
+  knownUntil?: number;
 }
 
 export interface EarliestSearch {
@@ -181,6 +186,10 @@ export interface EarliestSearch {
   /** How many candidate starts it went through, and the last one. */
   tried: number;
   lastTried: number | undefined;
+  /** It stopped at `knownUntil`: no start before `resumeAt` fits, later ones need a snapshot reaching further. */
+  beyondKnown?: { resumeAt: number };
+  /** The matching work it did, against its budget. */
+  work: number;
 }
 
 /**
@@ -194,7 +203,8 @@ export interface EarliestSearch {
 export function searchEarliestFit(requests: HostRequest[], calendar: CalendarSnapshot, from: number, durationMs: number, limits: EarliestSearchLimits = {}): EarliestSearch {
   const align = limits.align ?? ((ms: number) => ms);
   const budget = limits.workBudget ?? Infinity;
-  const none: EarliestSearch = { start: undefined, cutShort: false, tried: 0, lastTried: undefined };
+  const knownUntil = limits.knownUntil ?? Infinity;
+  const none: EarliestSearch = { start: undefined, cutShort: false, tried: 0, lastTried: undefined, work: 0 };
   if (!canEverFit(requests, calendar.hostIds)) return none;
   const relevantIds = calendar.hostIds.filter((id) => requests.some((r) => r.matches(id)));
   const indexOf = new Map(relevantIds.map((id, i) => [id, i]));
@@ -225,7 +235,8 @@ export function searchEarliestFit(requests: HostRequest[], calendar: CalendarSna
   let work = 0;
   let tried = 0;
   for (const start of starts) {
-    if (work > budget) return { start: undefined, cutShort: true, tried, lastTried: starts[tried - 1] };
+    if (work > budget) return { start: undefined, cutShort: true, tried, lastTried: starts[tried - 1], work };
+    if (start + durationMs > knownUntil) return { ...none, tried, lastTried: starts[tried - 1], beyondKnown: { resumeAt: start }, work };
     tried++;
     for (; entered < byStart.length && startOf[byStart[entered]] < start + windowMs; entered++) {
       if (++overlapping[hostOf[byStart[entered]]] === 1) freeCount--;
@@ -242,9 +253,9 @@ export function searchEarliestFit(requests: HostRequest[], calendar: CalendarSna
     gainedSinceTry = false;
     const free = relevantIds.filter((_, i) => overlapping[i] === 0);
     work += free.length * requests.length;
-    if (minimumsFit(requests, free)) return { start, cutShort: false, tried, lastTried: start };
+    if (minimumsFit(requests, free)) return { start, cutShort: false, tried, lastTried: start, work };
   }
-  return { ...none, tried, lastTried: starts[tried - 1] };
+  return { ...none, tried, lastTried: starts[tried - 1], work };
 }
 
 /** The distinct values, ascending. */
@@ -285,10 +296,14 @@ export function earliestFit(requests: HostRequest[], calendar: CalendarSnapshot,
  * The longest lease (ms) that fits starting at `start` (Infinity if nothing ever blocks it,
  * 0 if nothing fits at all). Candidate lengths end where a blocking interval begins, less the
  * cleaning gap; fitting only gets harder as the lease grows, so a binary search is exact
- * (log n matchings over n bookings).
+ * (log n matchings over n bookings). With a snapshot complete only for leases ending by
+ * `knownUntil`: undefined when the lease fits until then (how much longer, it cannot tell).
  */
-export function longestFit(requests: HostRequest[], calendar: CalendarSnapshot, start: number): number {
+export function longestFit(requests: HostRequest[], calendar: CalendarSnapshot, start: number): number;
+export function longestFit(requests: HostRequest[], calendar: CalendarSnapshot, start: number, knownUntil: number): number | undefined;
+export function longestFit(requests: HostRequest[], calendar: CalendarSnapshot, start: number, knownUntil = Infinity): number | undefined {
   if (!canEverFit(requests, calendar.hostIds)) return 0;
+  if (knownUntil !== Infinity && fitsAt(requests, calendar, start, knownUntil)) return undefined;
   const lengths = uniqueSorted(Float64Array.from(calendar.blocked.map((b) => b.start - calendar.cleaningMs - start).filter((length) => length > 0)));
   // A loop, not Math.max(...): 100 000 arguments overflow the stack.
   let horizon = start;

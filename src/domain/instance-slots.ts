@@ -129,6 +129,11 @@ export interface SlotSearchLimits {
   workBudget: number;
   /** The first acceptable instant at or after a candidate (lease starts fall on whole minutes). Monotonic. */
   align: (ms: number) => number;
+  /**
+   * The calendar holds every booking that matters to windows ending by then (and maybe not later
+   * ones): an instant whose window would end later is not tried (`beyondKnown`). Infinity by default.
+   */
+  knownUntil?: number;
 }
 
 export interface SlotSearch {
@@ -136,6 +141,10 @@ export interface SlotSearch {
   cutShort: boolean;
   tried: number;
   lastTried: number | undefined;
+  /** It stopped at `knownUntil`: nothing before `resumeAt` fits, later instants need a calendar reaching further. */
+  beyondKnown?: { resumeAt: number };
+  /** Bookings examined, against the budget. */
+  work: number;
 }
 
 /**
@@ -150,21 +159,28 @@ export function searchEarliestSlots(request: SlotRequest, calendar: SlotCalendar
   ].filter((end) => end > from && end !== Infinity);
   const instants = [...new Set([from, ...ends].map(limits.align))].sort((a, b) => a - b);
   const workPerTry = calendar.slots.length + calendar.wholeHost.length + calendar.hosts.length;
+  const knownUntil = limits.knownUntil ?? Infinity;
   let tried = 0;
   for (const start of instants) {
-    if (tried * workPerTry > limits.workBudget) return { earliest: undefined, cutShort: true, tried, lastTried: instants[tried - 1] };
+    if (tried * workPerTry > limits.workBudget) return { earliest: undefined, cutShort: true, tried, lastTried: instants[tried - 1], work: tried * workPerTry };
+    if (start + durationMs > knownUntil) return { earliest: undefined, cutShort: false, tried, lastTried: instants[tried - 1], beyondKnown: { resumeAt: start }, work: tried * workPerTry };
     tried++;
-    if (placeSlots(request, calendar, start, start + durationMs)) return { earliest: start, cutShort: false, tried, lastTried: start };
+    if (placeSlots(request, calendar, start, start + durationMs)) return { earliest: start, cutShort: false, tried, lastTried: start, work: tried * workPerTry };
   }
-  return { earliest: undefined, cutShort: false, tried, lastTried: instants[tried - 1] };
+  return { earliest: undefined, cutShort: false, tried, lastTried: instants[tried - 1], work: tried * workPerTry };
 }
 
 /**
  * How long from `from` the slots fit (Infinity: for ever; 0: not at all). The fit can only break
- * where a booking begins, so the window is grown to each such instant in turn; past the work
- * budget the answer is what was verified so far (a lower bound).
+ * where a booking begins, and a longer window only fits if a shorter one does, so the first such
+ * instant where it breaks is found by bisection (a placement per step, log n of them); past the
+ * work budget the answer is what was verified so far (a lower bound). With a calendar complete
+ * only for windows ending by `knownUntil`: undefined when the slots fit until then. Once they fit
+ * for `upTo`, that is enough for the caller: the answer is then a length of at least `upTo`.
  */
-export function longestSlots(request: SlotRequest, calendar: SlotCalendar, from: number, workBudget = Infinity): number {
+export function longestSlots(request: SlotRequest, calendar: SlotCalendar, from: number, workBudget?: number): number;
+export function longestSlots(request: SlotRequest, calendar: SlotCalendar, from: number, workBudget: number, knownUntil: number, upTo?: number): number | undefined;
+export function longestSlots(request: SlotRequest, calendar: SlotCalendar, from: number, workBudget = Infinity, knownUntil = Infinity, upTo = Infinity): number | undefined {
   const starts = [
     ...calendar.slots.map((b) => b.start),
     // A host lease blocking from s takes the host from slots whose window ends after s − cleaning.
@@ -172,12 +188,19 @@ export function longestSlots(request: SlotRequest, calendar: SlotCalendar, from:
   ].filter((s) => s > from);
   const boundaries = [...new Set(starts)].sort((a, b) => a - b);
   if (!placeSlots(request, calendar, from, from + 1)) return 0;
+  // Only the boundaries before the first that is long enough for the caller, or past what is known, are tried.
+  let cut = 0;
+  while (cut < boundaries.length && boundaries[cut] - from < upTo && boundaries[cut] < knownUntil) cut++;
   const workPerTry = calendar.slots.length + calendar.wholeHost.length + calendar.hosts.length;
-  let tried = 0;
-  for (const boundary of boundaries) {
-    // [from, boundary) fits; does the window still fit once it takes in what begins at `boundary`?
-    if (!placeSlots(request, calendar, from, boundary + 1)) return boundary - from;
-    if (++tried * workPerTry > workBudget) return boundary - from;
+  // Every boundary before `low` fits (the window up to the next boundary), every one from `high` on breaks.
+  let [low, high, tried] = [0, cut, 0];
+  while (low < high) {
+    if (++tried * workPerTry > workBudget) return boundaries[low] - from;
+    const middle = (low + high) >> 1;
+    if (placeSlots(request, calendar, from, boundaries[middle] + 1)) low = middle + 1;
+    else high = middle;
   }
-  return Infinity;
+  if (low < cut) return boundaries[low] - from;
+  if (cut < boundaries.length) return boundaries[cut] - from >= upTo ? boundaries[cut] - from : undefined;
+  return knownUntil === Infinity ? Infinity : undefined;
 }

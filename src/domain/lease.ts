@@ -85,6 +85,8 @@ export interface Lease {
   idleSince?: number;
   idleCheckedMs?: number;
   idleWarned?: boolean;
+  /** The series this lease is an occurrence of (a recurring lease: POST /v1/leases with `recurrence`). */
+  seriesId?: string;
   /** Approval asked (PENDING_APPROVAL) and, once given, the answer. */
   approval?: LeaseApproval;
 }
@@ -164,6 +166,8 @@ export interface NewLeaseRequest {
   byAdmin?: boolean;
   notifyBeforeEndMs?: number[];
   idle?: IdleLeasePolicy;
+  /** An occurrence of this series (Lease.seriesId). */
+  seriesId?: string;
   /** A member's reason to admit the lease though a rule would refuse it: it then waits for approval. */
   justification?: string;
 }
@@ -201,6 +205,7 @@ export function newLease(request: NewLeaseRequest): Lease {
     ...(request.provisioningLeadMs ? { provisioningLeadMs: request.provisioningLeadMs } : {}),
     ...(request.notifyBeforeEndMs ? { notifyBeforeEndMs: request.notifyBeforeEndMs } : {}),
     ...(request.idle ? { idle: request.idle } : {}),
+    ...(request.seriesId ? { seriesId: request.seriesId } : {}),
     status: 'PENDING',
     reservations: request.reservations.map((r) => ({ ...r, status: 'pending' })),
     events: [],

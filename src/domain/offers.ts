@@ -13,7 +13,7 @@
  */
 import { wholeMinuteDown } from './dates';
 import type { Reservation } from './lease';
-import type { FitSearch } from './resource-plugin';
+import type { FitLimits, FitSearch } from './resource-plugin';
 
 export type OfferKind = 'exact' | 'later' | 'shorter' | 'fewer' | 'extension';
 export const OFFER_KIND_ORDER: readonly OfferKind[] = ['exact', 'later', 'shorter', 'fewer', 'extension'];
@@ -46,8 +46,12 @@ export interface OfferQuery {
   limit: number;
 }
 
-/** Where these reservations fit from a start, for a duration (the calendars' search). */
-export type LeaseSearch = (reservations: Reservation[], startMs: number, durationMs: number) => Promise<FitSearch>;
+/**
+ * Where these reservations fit from a start, for a duration (the calendars' search), within
+ * `limits`: a fit from the start longer than the lease is never needed, nor an earliest start
+ * past `earliestUntilMs`.
+ */
+export type LeaseSearch = (reservations: Reservation[], startMs: number, durationMs: number, limits: FitLimits) => Promise<FitSearch>;
 
 export interface PlannedOffer {
   kind: OfferKind;
@@ -74,9 +78,10 @@ export async function planOffers(query: OfferQuery, search: LeaseSearch): Promis
   const { startMs, durationMs, endBeforeMs = Infinity } = query;
   let searches = 0;
   let cutShort = false;
-  const run = async (reservations: Reservation[], from: number): Promise<FitSearch> => {
+  // A later start is one within the range (`end_before`); fewer are searched from the asked start only.
+  const run = async (reservations: Reservation[], from: number, earliestUntilMs = endBeforeMs - durationMs): Promise<FitSearch> => {
     searches++;
-    const found = await search(reservations, from, durationMs);
+    const found = await search(reservations, from, durationMs, { longestUpToMs: durationMs, ...(Number.isFinite(earliestUntilMs) ? { earliestUntilMs } : {}) });
     cutShort ||= found.cutShort;
     return found;
   };
@@ -101,7 +106,7 @@ export async function planOffers(query: OfferQuery, search: LeaseSearch): Promis
     offers.push({ kind: 'shorter', startMs, endMs: longestEnd, reservations: full, reason: `everything as asked from the asked start, for ${minutes(longestEnd - startMs)} instead of ${minutes(durationMs)}: the longest that fits` });
   }
 
-  const fewer = withinRange(startMs) ? await largestCountsThatFit(query, (counts) => run(query.withCounts(counts), startMs).then(fitsFromStart), () => searches < MAX_OFFER_SEARCHES) : undefined;
+  const fewer = withinRange(startMs) ? await largestCountsThatFit(query, (counts) => run(query.withCounts(counts), startMs, startMs).then(fitsFromStart), () => searches < MAX_OFFER_SEARCHES) : undefined;
   if (fewer) {
     const what = query.counts.flatMap((c, i) => (c && fewer.counts[i] !== c.asked ? [`${fewer.counts[i]} of ${c.asked}`] : []));
     offers.push({

@@ -135,6 +135,16 @@ export interface FitQuery<P = Record<string, unknown>> {
   durationMs: number;
   /** The lead time a new lease gets (its resources are booked from start − lead). */
   provisioningLeadMs: number;
+  /** What the caller needs to know at all (none: everything). */
+  limits?: FitLimits;
+}
+
+/** Bounds a caller sets on a search, which a calendar may use to look less far (offers: src/domain/offers.ts). */
+export interface FitLimits {
+  /** How long a fit from the start matters: a longer one may be answered as any `longestMs` of at least this. */
+  longestUpToMs?: number;
+  /** The latest start that matters: with none up to it, `earliest` may be undefined (not `cutShort`) rather than later. */
+  earliestUntilMs?: number;
 }
 
 /**

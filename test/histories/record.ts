@@ -325,6 +325,15 @@ export const SCENARIOS: Record<string, (api: Api, stack: TestStack) => Promise<s
     await api('DELETE', `/v1/leases/${body.lease.id}`);
     return body.lease.id;
   },
+  // An occurrence of a series of recurring leases (admitted by the API with the others, in one transaction), deleted through the series.
+  'series-occurrence': async (api, stack) => {
+    await scenarioHosts(stack, 'series-occurrence');
+    const created = await api('POST', '/v1/leases', { name: 'series-occurrence', start_date: inSeconds(3600), end_date: inSeconds(3660), reservations: [hostReservationOf('series-occurrence')], recurrence: 'FREQ=DAILY;COUNT=2' });
+    if (created.status !== 201) throw new Error(`series: ${created.status} ${JSON.stringify(created.body)}`);
+    const deleted = await api('DELETE', `/v1/series/${created.body.series.id}`);
+    if (deleted.status !== 204) throw new Error(`series delete: ${deleted.status} ${JSON.stringify(deleted.body)}`);
+    return created.body.leases[0].id;
+  },
   // One notice's delivery: a project's webhook refuses it once (503), then takes it.
   'notice-delivery': async (api) => {
     const hook = await startWebhookReceiver({ path: '/recorded', failFirst: 1 });

@@ -23,6 +23,8 @@ export interface CalendarBooking {
   held?: boolean;
   hold_id?: string;
   expires_at_ms?: number;
+  /** One of the caller's recurring leases: its series. */
+  series_id?: string;
 }
 
 export interface CalendarHost {
@@ -57,7 +59,9 @@ export interface CalendarWindow {
   providers: CalendarProvider[];
   usage: CalendarUsage[];
   /** The caller's project's own leases overlapping the window (booked or not). */
-  leases: Array<{ id: string; name: string; status: string; start_ms: number; end_ms: number }>;
+  leases: Array<{ id: string; name: string; status: string; start_ms: number; end_ms: number; series_id?: string }>;
+  /** The caller's series with occurrences refused in the window: their gaps. */
+  series?: Array<{ id: string; name: string; gaps: Array<{ name: string; start_ms: number; end_ms: number; reason: string }> }>;
   truncated?: boolean;
   note?: string;
 }

@@ -4,6 +4,7 @@ import { useEffect, useMemo, useRef, useState } from 'preact/hooks';
 import { ApiFailure, fetchCalendar, type CalendarBooking, type CalendarWindow, type Credentials } from './api';
 import { bookingsByHost, describeBooking, describeUsage, hostRows, paintHostRow, paintProviderRow, providerRows, STATUS_COLORS, RESERVED_COLOR, usageStepsByProvider, type Ghost, type HostRow, type ProviderRow, type UsageSteps } from './paint';
 import { FindSlot } from './find-slot';
+import { describeGap, seriesGapsByHost, type SeriesGap } from './series';
 import { AXIS_HEIGHT, LABEL_WIDTH, ROW_HEIGHT, Timeline } from './timeline';
 import { formatRange, formatWhen, viewStartAround, ZOOM_SPAN, type Zoom } from './time';
 
@@ -37,6 +38,7 @@ export function CalendarView(props: { credentials: Credentials }) {
   const viewEnd = viewStart + span;
 
   const byHost = useMemo(() => (data ? bookingsByHost(data) : new Map<string, CalendarBooking[]>()), [data]);
+  const gapsByHost = useMemo(() => (data ? seriesGapsByHost(data) : new Map<string, SeriesGap[]>()), [data]);
   const byProvider = useMemo(() => (data ? usageStepsByProvider(data) : new Map<string, UsageSteps>()), [data]);
   const rows = useMemo(() => hostRows(data?.hosts ?? [], groupBy), [data, groupBy]);
   const providers = useMemo(() => providerRows(data?.providers ?? []), [data]);
@@ -75,18 +77,19 @@ export function CalendarView(props: { credentials: Credentials }) {
   }, []);
 
   // The timelines are made once; their handlers read the latest state through this ref.
-  const latest = useRef({ byHost, byProvider, ghosts, span });
-  latest.current = { byHost, byProvider, ghosts, span };
+  const latest = useRef({ byHost, byProvider, ghosts, span, gapsByHost });
+  latest.current = { byHost, byProvider, ghosts, span, gapsByHost };
   useEffect(() => {
     const pan = (delta: number) => setViewStart((s) => s + delta);
     const zoomBy = (direction: 1 | -1) => setZoom((z) => (['day', 'week', 'month'] as Zoom[])[Math.max(0, Math.min(2, ['day', 'week', 'month'].indexOf(z) + direction))]);
     gantt.current = new Timeline<HostRow>(ganttCanvas.current!, {
-      paintRow: (ctx, row, g, from, to) => paintHostRow(ctx, latest.current.byHost.get(row.key), latest.current.ghosts, row, g, from, to),
+      paintRow: (ctx, row, g, from, to) => paintHostRow(ctx, latest.current.byHost.get(row.key), latest.current.ghosts, row, g, from, to, latest.current.gapsByHost.get(row.key)),
       onPan: pan,
       onZoom: zoomBy,
       describe: (row, at) => {
         const b = bookingAt(latest.current.byHost.get(row.key), at);
-        return `${row.label} · ${formatWhen(at)}${b ? ` · ${describeBooking(b)}` : ' · free'}`;
+        const gap = latest.current.gapsByHost.get(row.key)?.find((one) => one.startMs <= at && at < one.endMs);
+        return `${row.label} · ${formatWhen(at)}${gap ? ` · ${describeGap(gap)}` : ''}${b ? ` · ${describeBooking(b)}` : ' · free'}`;
       },
       onDescribe: setStatus,
       onPick: (row, at) => {
@@ -133,6 +136,7 @@ export function CalendarView(props: { credentials: Credentials }) {
     }
   }, [data, rows, providers, viewStart, viewEnd, ghosts]);
 
+  const myGaps = useMemo(() => (data?.series ?? []).flatMap((one) => one.gaps.map((gap) => ({ ...gap, series: one.name }))).filter((gap) => gap.end_ms > viewStart && gap.start_ms < viewEnd), [data, viewStart, viewEnd]);
   const myLeases = useMemo(() => (data?.leases ?? []).filter((l) => l.end_ms > viewStart && l.start_ms < viewEnd).sort((a, b) => a.start_ms - b.start_ms), [data, viewStart, viewEnd]);
 
   const go = (to: number) => setViewStart(to);
@@ -216,13 +220,19 @@ export function CalendarView(props: { credentials: Credentials }) {
       </section>
       <section aria-label="Your leases in view" class="my-leases">
         <h2>Your leases in view</h2>
-        {myLeases.length === 0 ? (
+        {myLeases.length === 0 && myGaps.length === 0 ? (
           <p>None.</p>
         ) : (
           <ul>
             {myLeases.map((l) => (
               <li key={l.id}>
                 <a href={`#/leases/${l.id}`}>{l.name}</a> <span class={`badge status-${l.status}`}>{l.status}</span> {formatRange(l.start_ms, l.end_ms)}
+                {l.series_id ? ' (recurring)' : ''}
+              </li>
+            ))}
+            {myGaps.map((gap) => (
+              <li key={`${gap.name}-${gap.start_ms}`} class="gap">
+                {gap.name} <span class="badge">not booked</span> {formatRange(gap.start_ms, gap.end_ms)} ({gap.reason}; a gap in series {gap.series})
               </li>
             ))}
           </ul>
@@ -295,6 +305,9 @@ function Legend() {
       </li>
       <li>
         <span class="swatch ghost" /> an offer that fits
+      </li>
+      <li>
+        <span class="swatch series" /> recurring (a series; dashed: an occurrence not booked)
       </li>
     </ul>
   );

@@ -2,6 +2,7 @@
 import type { CalendarBooking, CalendarHost, CalendarProvider, CalendarUsage, CalendarWindow } from './api';
 import { fit, type Row, type RowGeometry } from './timeline';
 import { formatRange } from './time';
+import type { SeriesGap } from './series';
 
 /** Colours by lease status; text on them is dark or white by contrast. */
 export const STATUS_COLORS: Record<string, { fill: string; text: string }> = {
@@ -17,6 +18,9 @@ export const STATUS_COLORS: Record<string, { fill: string; text: string }> = {
 };
 export const RESERVED_COLOR = { fill: '#b4bcc6', text: '#1d2733' };
 export const GHOST_COLOR = '#7b3fc4';
+/** A series of recurring leases: a strip along the foot of each occurrence's bar; its gaps outlined, dashed, with the strip on top. */
+export const SERIES_COLOR = '#d9730d';
+const SERIES_STRIP = 3;
 /** The caller's offer holds: pending's blue, hatched (booked, but no lease yet). */
 export const HELD_COLOR = { fill: '#dbe5f6', stripe: STATUS_COLORS.PENDING.fill, text: '#0b1f3a' };
 
@@ -44,7 +48,7 @@ export function describeBooking(b: CalendarBooking): string {
     : b.held
       ? `held by you until ${b.expires_at_ms ? new Date(b.expires_at_ms).toISOString().slice(11, 19) : '?'} UTC (no lease yet: Book it under Find a slot)`
       : `${b.lease_name ?? 'lease'} (${b.status ?? 'unknown'})`;
-  return `${who}${b.shared ? ', instance slots' : ''}: ${formatRange(b.start_ms, b.end_ms)}`;
+  return `${who}${b.shared ? ', instance slots' : ''}${b.series_id ? ', recurring (one of a series)' : ''}: ${formatRange(b.start_ms, b.end_ms)}`;
 }
 
 /** The window's bookings per host, by start. */
@@ -74,7 +78,7 @@ export function hostRows(hosts: CalendarHost[], groupBy: string): HostRow[] {
     .flatMap(([value, members]) => [{ key: `group:${value}`, label: `${groupBy} = ${value} (${members.length})`, header: true }, ...members.map(row)]);
 }
 
-export function paintHostRow(ctx: CanvasRenderingContext2D, bookings: CalendarBooking[] | undefined, ghosts: Ghost[], row: HostRow, g: RowGeometry, viewStart: number, viewEnd: number): void {
+export function paintHostRow(ctx: CanvasRenderingContext2D, bookings: CalendarBooking[] | undefined, ghosts: Ghost[], row: HostRow, g: RowGeometry, viewStart: number, viewEnd: number, gaps: SeriesGap[] = []): void {
   const pad = 3;
   for (const b of bookings ?? []) {
     if (b.end_ms <= viewStart || b.start_ms >= viewEnd) continue;
@@ -91,10 +95,26 @@ export function paintHostRow(ctx: CanvasRenderingContext2D, bookings: CalendarBo
       ctx.strokeStyle = '#0b1f3a';
       ctx.strokeRect(x0 + 0.5, top + 0.5, width - 1, height - 1);
     }
+    if (b.series_id) {
+      ctx.fillStyle = SERIES_COLOR;
+      ctx.fillRect(x0, top + height - SERIES_STRIP, width, SERIES_STRIP);
+    }
     if (width > 28 && !b.shared) {
       ctx.fillStyle = colors.text;
       ctx.fillText(fit(ctx, bookingLabel(b), width - 8), Math.max(x0, g.left) + 4, g.top + g.height / 2);
     }
+  }
+  // A series's gaps: where an occurrence is missing, over whatever holds the hosts then.
+  for (const gap of gaps) {
+    if (gap.endMs <= viewStart || gap.startMs >= viewEnd) continue;
+    const x0 = g.x(gap.startMs);
+    const width = Math.max(2, g.x(gap.endMs) - x0);
+    ctx.fillStyle = SERIES_COLOR;
+    ctx.fillRect(x0, g.top + pad, width, SERIES_STRIP);
+    ctx.setLineDash([4, 3]);
+    ctx.strokeStyle = SERIES_COLOR;
+    ctx.strokeRect(x0 + 0.5, g.top + pad + 0.5, width - 1, g.height - 2 * pad - 1);
+    ctx.setLineDash([]);
   }
   for (const ghost of ghosts) {
     if (ghost.hostIds && !ghost.hostIds.has(row.key)) continue;

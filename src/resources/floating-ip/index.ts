@@ -31,7 +31,7 @@ export function floatingIpType(deps: Pick<FloatingIpDeps, 'pool'>, calendar = ne
   return {
     resourceType: VIRTUAL_FLOATINGIP,
     paramsSchema: floatingIpParams,
-    earliest: ({ reservations, startMs, durationMs, provisioningLeadMs }) => calendar.search(reservations, startMs, durationMs, provisioningLeadMs),
+    earliest: ({ reservations, startMs, durationMs, provisioningLeadMs, limits }) => calendar.search(reservations, startMs, durationMs, provisioningLeadMs, limits),
     latestEnd: (leaseId) => calendar.latestEnd(leaseId),
     // The addresses it names are the least it can take.
     offers: amountOffers<FloatingIpParams>({

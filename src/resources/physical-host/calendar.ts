@@ -12,7 +12,7 @@ import type { PoolClient } from 'pg';
 import { isLeaseConflict, leaseConflict, invalidLease, type Reservation } from '../../domain/lease';
 import { assignHosts, freeHosts, preferenceOrder, type Blocked, type HostRequest } from '../../domain/host-calendar';
 import { matchesQuery, parsePropertyQuery } from '../../domain/property-query';
-import { sameTypeReservations, type FitSearch, type ReservationContext } from '../../domain/resource-plugin';
+import { sameTypeReservations, type FitLimits, type FitSearch, type ReservationContext } from '../../domain/resource-plugin';
 import { maintenanceBlocks } from '../../db/maintenance';
 import { blockedIntervals, deleteHostBookingOfReservation, hostBookings, hostsOfReservation, insertHostBooking, nextBookingsOfOthers, unusableHostsOf } from '../../db/host-allocations';
 import { failedReservableHosts, hypervisorProperties, inventoryVersion, listHosts, HYPERVISOR_FIELDS, type HostRecord } from '../../db/hosts';
@@ -49,6 +49,9 @@ export interface CalendarSettings {
 
 export { SEARCH_WORK_BUDGET };
 
+/** Pairs of property queries whose matching hosts are kept per list of hosts. */
+const MATCHES_KEPT = 64;
+
 function shuffle(ids: string[]): string[] {
   const copy = [...ids];
   for (let i = copy.length - 1; i > 0; i--) {
@@ -66,6 +69,12 @@ export class HostCalendar extends WholeResourceCalendar<HostRecord, BookedHost[]
   protected readonly neverFits = 'it never fits: not enough hosts match';
   /** Reservable hosts as of an inventory version (migration 007), for the read-only queries. */
   private hostsSeen?: { version: string; hosts: Promise<HostRecord[]> };
+  /**
+   * Per list of hosts (the kept list above, or a transaction's own), the hosts matching each pair
+   * of property queries: an offer request searches the same queries up to 20 times, and matching
+   * 1 000 hosts each time cost more than the searches' own work (bench:offers).
+   */
+  private readonly matchesSeen = new WeakMap<HostRecord[], Map<string, Set<string>>>();
 
   constructor(
     pool: Pool,
@@ -248,8 +257,8 @@ export class HostCalendar extends WholeResourceCalendar<HostRecord, BookedHost[]
    * within the search budget: `cutShort` when it gave up, having looked until `searchedUntil`), and
    * the longest from `start`.
    */
-  override search(reservations: HostReservation[], start: number, durationMs: number, leadMs = this.settings.provisioningLeadMs ?? 0): Promise<FitSearch> {
-    return super.search(reservations, start, durationMs, leadMs);
+  override search(reservations: HostReservation[], start: number, durationMs: number, leadMs = this.settings.provisioningLeadMs ?? 0, limits?: FitLimits): Promise<FitSearch> {
+    return super.search(reservations, start, durationMs, leadMs, limits);
   }
 
   protected async searchRequests(reservations: HostReservation[]): Promise<{ resources: HostRecord[]; requests: HostRequest[] }> {
@@ -347,16 +356,30 @@ export class HostCalendar extends WholeResourceCalendar<HostRecord, BookedHost[]
   /** A reservation's host request; `excluded` hosts cannot serve it. */
   private request(reservation: Pick<HostReservation, 'id'> & { params: Pick<PhysicalHostParams, 'min' | 'max' | 'hypervisor_properties' | 'resource_properties'> }, hosts: HostRecord[], excluded?: Set<string>): HostRequest {
     const params = reservation.params;
-    const hypervisorQuery = parsePropertyQuery(params.hypervisor_properties);
-    const resourceQuery = parsePropertyQuery(params.resource_properties);
-    checkKeys(hypervisorQuery, new Set(HYPERVISOR_FIELDS), 'hypervisor_properties');
-    checkKeys(resourceQuery, new Set(hosts.flatMap((h) => Object.keys(h.capabilities))), 'resource_properties', new Set(hosts.flatMap((h) => h.private_capabilities)));
-    const matching = new Set(
-      hosts
-        .filter((h) => !excluded?.has(h.id) && matchesQuery(hypervisorQuery, hypervisorProperties(h)) && matchesQuery(resourceQuery, h.capabilities))
-        .map((h) => h.id),
-    );
-    return { reservationId: reservation.id, min: params.min, max: params.max, matches: (id) => matching.has(id) };
+    const queries = JSON.stringify([params.hypervisor_properties, params.resource_properties]);
+    let matching = excluded ? undefined : this.matchesSeen.get(hosts)?.get(queries);
+    if (!matching) {
+      const hypervisorQuery = parsePropertyQuery(params.hypervisor_properties);
+      const resourceQuery = parsePropertyQuery(params.resource_properties);
+      checkKeys(hypervisorQuery, new Set(HYPERVISOR_FIELDS), 'hypervisor_properties');
+      checkKeys(resourceQuery, new Set(hosts.flatMap((h) => Object.keys(h.capabilities))), 'resource_properties', new Set(hosts.flatMap((h) => h.private_capabilities)));
+      matching = new Set(
+        hosts
+          .filter((h) => !excluded?.has(h.id) && matchesQuery(hypervisorQuery, hypervisorProperties(h)) && matchesQuery(resourceQuery, h.capabilities))
+          .map((h) => h.id),
+      );
+      if (!excluded) this.rememberMatches(hosts, queries, matching);
+    }
+    const found = matching;
+    return { reservationId: reservation.id, min: params.min, max: params.max, matches: (id) => found.has(id) };
+  }
+
+  /** Keeps which hosts of a list match a pair of queries (a bounded number of pairs per list). */
+  private rememberMatches(hosts: HostRecord[], queries: string, matching: Set<string>): void {
+    let seen = this.matchesSeen.get(hosts);
+    if (!seen) this.matchesSeen.set(hosts, (seen = new Map<string, Set<string>>()));
+    if (seen.size >= MATCHES_KEPT) seen.delete(seen.keys().next().value!);
+    seen.set(queries, matching);
   }
 
 }

@@ -74,7 +74,7 @@ export function physicalHostType(deps: Pick<PhysicalHostDeps, 'pool' | 'settings
     resourceType: PHYSICAL_HOST,
     paramsSchema: physicalHostParams.superRefine(refuseNotifyWithoutEndpoint(deps.settings.beforeEndDefault, deps.noticesConfigured === true)),
     checkPropertyKeys: (params, viewer) => checkHostQueryKeys(deps.pool, params, viewer),
-    earliest: ({ reservations, startMs, durationMs }) => calendar.search(reservations, startMs, durationMs),
+    earliest: ({ reservations, startMs, durationMs, limits }) => calendar.search(reservations, startMs, durationMs, undefined, limits),
     offers: hostOffers,
     latestEnd: (leaseId) => calendar.latestEnd(leaseId),
     async wouldBook(reservations, startMs, endMs, provisioningLeadMs) {

@@ -7,11 +7,11 @@ import { createHash } from 'node:crypto';
 import type { PoolClient } from 'pg';
 import { formatMessageDate as when, reuseEnd, reuseStart, wholeMinuteDown, wholeMinuteUp } from '../../domain/dates';
 import { invalidLease, leaseConflict } from '../../domain/lease';
-import { longestFit, searchEarliestFit, type CalendarSnapshot, type HostRequest } from '../../domain/host-calendar';
+import { longestFit, searchEarliestFit, type CalendarSnapshot, type EarliestSearch, type HostRequest } from '../../domain/host-calendar';
 import { parsePropertyQuery, queryKeys, type PropertyQuery } from '../../domain/property-query';
 import { reservableCapabilityNames } from '../../db/hosts';
 import { isDeadlockOrSerialization, isLostRace, type Pool } from '../../db/pool';
-import type { FitSearch } from '../../domain/resource-plugin';
+import type { FitLimits, FitSearch } from '../../domain/resource-plugin';
 import { inTransaction } from '../../db/transaction';
 import { endExpiredOfferHolds } from '../../db/offer-holds';
 
@@ -132,8 +132,54 @@ export function extensionRefused(lease: { leaseName: string; endMs: number }, bl
  */
 export const SEARCH_WORK_BUDGET = 2_000_000;
 
+/**
+ * A search reads first the bookings of leases ending within this much of its start, or within
+ * this many of its durations (bench:offers: 1 000 hosts with a year of 100 000 bookings).
+ */
+export const NEAR_SEARCH_MS = 14 * 86_400_000;
+export const NEAR_SEARCH_DURATIONS = 4;
+
 /** Where requests for whole resources fit from `start`: the earliest whole-minute start (within the search budget) and the longest lease. */
 export function wholeResourceFit(requests: HostRequest[], future: CalendarSnapshot, start: number, durationMs: number): FitSearch {
   const earliest = searchEarliestFit(requests, future, start, durationMs, { align: wholeMinuteUp, workBudget: SEARCH_WORK_BUDGET });
   return { earliest: earliest.start, longestMs: longestFit(requests, future, start), cutShort: earliest.cutShort, tried: earliest.tried, searchedUntil: earliest.lastTried };
+}
+
+/**
+ * The same in two steps, each reading its own snapshot: first only the bookings near `start` (for
+ * leases ending by `nearUntil`, or by what `limits` say the caller needs, if sooner), which answer
+ * most searches; then, only when the answer lies further (no fit that early, or the lease fits
+ * from `start` past it), the bookings up to what the caller needs (everything, unless `limits`
+ * say), the earliest start searched on from where the first step stopped, within what is left of
+ * the budget. The answer is the one-step answer within `limits` (FitLimits).
+ */
+export async function wholeResourceFitNearFirst(
+  snapshot: (untilMs: number | null) => Promise<CalendarSnapshot>,
+  requests: HostRequest[],
+  start: number,
+  durationMs: number,
+  nearUntil: number,
+  limits: FitLimits = {},
+): Promise<FitSearch> {
+  const longestUpTo = limits.longestUpToMs ?? Infinity;
+  const earliestUntil = limits.earliestUntilMs ?? Infinity;
+  // Leases ending later matter to neither answer the caller wants.
+  const neededUntil = Math.max(earliestUntil + durationMs, start + longestUpTo);
+  const firstUntil = Math.min(nearUntil, neededUntil);
+  const fit = (earliest: EarliestSearch, longestMs: number): FitSearch => ({ earliest: earliest.start, longestMs, cutShort: earliest.cutShort, tried: earliest.tried, searchedUntil: earliest.lastTried });
+  // Fitting from `start` until `until` (as far as the snapshot tells) is as good as longer when the caller needs no more.
+  const longestWithin = (calendar: CalendarSnapshot, until: number) => longestFit(requests, calendar, start, until) ?? (until - start >= longestUpTo ? until - start : undefined);
+
+  const near = await snapshot(firstUntil);
+  // A start past `earliestUntil` is none the caller wants: the search stops before it (beyondKnown).
+  const nearEarliest = searchEarliestFit(requests, near, start, durationMs, { align: wholeMinuteUp, workBudget: SEARCH_WORK_BUDGET, knownUntil: firstUntil });
+  const nearLongest = longestWithin(near, firstUntil);
+  const resumeAt = nearEarliest.beyondKnown && nearEarliest.beyondKnown.resumeAt <= earliestUntil ? nearEarliest.beyondKnown.resumeAt : undefined;
+  if (resumeAt === undefined && nearLongest !== undefined) return fit(nearEarliest, nearLongest);
+  const restUntil = neededUntil === Infinity ? null : neededUntil;
+  const future = await snapshot(restUntil);
+  const longestMs = nearLongest ?? (restUntil === null ? longestFit(requests, future, start) : longestWithin(future, restUntil)!);
+  if (resumeAt === undefined) return fit(nearEarliest, longestMs);
+  const further = searchEarliestFit(requests, future, resumeAt, durationMs, { align: wholeMinuteUp, workBudget: Math.max(0, SEARCH_WORK_BUDGET - nearEarliest.work), knownUntil: restUntil ?? Infinity });
+  return fit({ ...further, tried: nearEarliest.tried + further.tried, lastTried: further.lastTried ?? nearEarliest.lastTried }, longestMs);
 }

@@ -11,10 +11,10 @@ import type { Calendar } from '../../domain/calendar';
 import { formatMessageDate as when } from '../../domain/dates';
 import type { Reservation } from '../../domain/lease';
 import { assignHosts, freeHosts, preferenceOrder, type CalendarSnapshot, type HostRequest } from '../../domain/host-calendar';
-import type { FitSearch, ReservationContext } from '../../domain/resource-plugin';
+import type { FitLimits, FitSearch, ReservationContext } from '../../domain/resource-plugin';
 import type { Pool } from '../../db/pool';
 import type { NewRangeBooking, WholeResourceBookingRow, WholeResourceBookings } from '../../db/range-bookings';
-import { extensionRefused, releaseBooking, shortage, wholeResourceFit } from './booking';
+import { extensionRefused, NEAR_SEARCH_DURATIONS, NEAR_SEARCH_MS, releaseBooking, shortage, wholeResourceFit, wholeResourceFitNearFirst } from './booking';
 
 /** A resource's blocked interval [start_ms, end_ms), as its store reads it. */
 export interface BlockedInterval {
@@ -90,12 +90,16 @@ export abstract class WholeResourceCalendar<Resource extends { id: string }, Boo
     });
   }
 
-  /** Where a lease of these reservations could go: the earliest whole-minute fit from `start` (within the search budget), and the longest from it. */
-  async search(reservations: Reservation[], start: number, durationMs: number, leadMs: number): Promise<FitSearch> {
+  /**
+   * Where a lease of these reservations could go: the earliest whole-minute fit from `start` (within
+   * the search budget), and the longest from it, within what the caller needs (`limits`).
+   */
+  async search(reservations: Reservation[], start: number, durationMs: number, leadMs: number, limits?: FitLimits): Promise<FitSearch> {
     const { resources, requests } = await this.searchRequests(reservations);
     const candidates = resources.filter((r) => requests.some((request) => request.matches(r.id)));
-    const future = await this.snapshot(this.pool, candidates, start, null, leadMs, true);
-    return wholeResourceFit(requests, future, start, durationMs);
+    // The bookings of the next weeks first: a year of them costs far more to read and sort than most searches need.
+    const nearUntil = start + Math.max(NEAR_SEARCH_MS, NEAR_SEARCH_DURATIONS * durationMs);
+    return wholeResourceFitNearFirst((until) => this.snapshot(this.pool, candidates, start, until, leadMs, true), requests, start, durationMs, nearUntil, limits);
   }
 
   /**

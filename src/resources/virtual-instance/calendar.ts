@@ -10,10 +10,10 @@
 import type { PoolClient } from 'pg';
 import { formatMessageDate as when, wholeMinuteUp } from '../../domain/dates';
 import { invalidLease, leaseConflict } from '../../domain/lease';
-import { canEverPlace, freeSlots, longestSlots, placeSlots, searchEarliestSlots, type SlotCalendar, type SlotHost, type SlotRequest } from '../../domain/instance-slots';
+import { canEverPlace, freeSlots, longestSlots, placeSlots, searchEarliestSlots, type SlotCalendar, type SlotHost, type SlotRequest, type SlotSearch } from '../../domain/instance-slots';
 import { matchesQuery, parsePropertyQuery } from '../../domain/property-query';
 import type { Calendar } from '../../domain/calendar';
-import type { FitSearch, ReservationContext } from '../../domain/resource-plugin';
+import type { FitLimits, FitSearch, ReservationContext } from '../../domain/resource-plugin';
 import type { Reservation } from '../../domain/lease';
 import { blockedIntervals, deleteReservationHostBookings, endReservationHostBookingsAt, endSharedHostRowsAt, insertHostBooking, liveSharedHosts, moveSharedHostRowsEnd } from '../../db/host-allocations';
 import { computeHostName, listHosts, type HostRecord } from '../../db/hosts';
@@ -29,7 +29,7 @@ import {
   type CapacityProvider,
   type LiveSlots,
 } from '../../db/quantity-allocations';
-import { bookedFor, bookInTransaction, bookingKey, checkKeys, extensionRefused, movedBookingKey, releaseBooking, shortage } from '../shared/booking';
+import { bookedFor, bookInTransaction, bookingKey, checkKeys, extensionRefused, movedBookingKey, NEAR_SEARCH_DURATIONS, NEAR_SEARCH_MS, releaseBooking, shortage } from '../shared/booking';
 import { COMPUTE_KIND } from '../shared/compute-providers';
 import { QuantityCalendar } from '../shared/quantity-bookings';
 import { EXTENSION_HORIZON_MS } from '../../domain/offers';
@@ -197,14 +197,16 @@ export class InstanceSlotCalendar implements Calendar<InstanceCalendarTypes> {
     await endReservationHostBookingsAt(db, reservationId, at, this.settings.cleaningMs);
   }
 
-  /** Where the lease's instance reservations fit from `start`: the earliest whole-minute start, and the longest lease from it. */
-  async search(reservations: Array<{ reservation: Reservation; spec: SlotSpec }>, start: number, durationMs: number, leadMs: number): Promise<FitSearch> {
+  /**
+   * Where the lease's instance reservations fit from `start`: the earliest whole-minute start, and
+   * the longest lease from it, within what the caller needs (`limits`).
+   */
+  async search(reservations: Array<{ reservation: Reservation; spec: SlotSpec }>, start: number, durationMs: number, leadMs: number, limits: FitLimits = {}): Promise<FitSearch> {
     let result: FitSearch = { earliest: start, longestMs: Infinity, cutShort: false, tried: 0 };
     for (const { reservation, spec } of reservations) {
       const candidates = await this.candidates(this.pool, spec);
       const request: SlotRequest = { slot: spec.slot, amount: spec.amount, affinity: spec.affinity };
-      const calendar = await this.snapshot(this.pool, candidates, start - leadMs, null, reservation.id);
-      const fit = slotFit(request, calendar, start, durationMs, leadMs);
+      const fit = await slotFitNearFirst((until) => this.snapshot(this.pool, candidates, start - leadMs, until, reservation.id), request, start, durationMs, leadMs, limits);
       result = {
         earliest: result.earliest === undefined || fit.earliest === undefined ? undefined : Math.max(result.earliest, fit.earliest),
         longestMs: Math.min(result.longestMs, fit.longestMs),
@@ -391,8 +393,58 @@ function slotHost(c: Candidate): SlotHost {
   return { id: c.host.id, capacity: c.provider.capacity };
 }
 
+/**
+ * The same as slotFit, in two steps as the whole-resource search does (wholeResourceFitNearFirst):
+ * the bookings of leases ending within the next weeks first (or by what `limits` need, if
+ * sooner), and the rest (up to what they need) only when the answer lies further; the earliest
+ * start searched on from where the first step stopped, within what is left of the budget. Fewer
+ * bookings read make each try cheaper, so the budget reaches further than in one step.
+ */
+export async function slotFitNearFirst(
+  snapshot: (untilMs: number | null) => Promise<SlotCalendar>,
+  request: SlotRequest,
+  start: number,
+  durationMs: number,
+  leadMs: number,
+  limits: FitLimits,
+  nearUntil = start + Math.max(NEAR_SEARCH_MS, NEAR_SEARCH_DURATIONS * durationMs),
+): Promise<FitSearch> {
+  const longestUpTo = limits.longestUpToMs ?? Infinity;
+  const earliestUntil = limits.earliestUntilMs ?? Infinity;
+  const neededUntil = Math.max(earliestUntil + durationMs, start + longestUpTo);
+  const firstUntil = Math.min(nearUntil, neededUntil);
+  const from = start - leadMs;
+  const align = (ms: number) => wholeMinuteUp(ms + leadMs) - leadMs;
+  // In slot time a lease [s, s + d) is the window [s − lead, s + d): it ends where the lease does.
+  const longestWithin = (calendar: SlotCalendar, until: number) => {
+    // Each step of longestSlots places every slot again: it stops once the lease fits as long as needed.
+    const longest = longestSlots(request, calendar, from, SLOT_SEARCH_WORK_BUDGET, until, longestUpTo + leadMs);
+    if (longest !== undefined) return Math.max(0, longest - leadMs);
+    return until - start >= longestUpTo ? until - start : undefined;
+  };
+  const fit = (search: SlotSearch, longestMs: number): FitSearch => ({
+    earliest: search.earliest !== undefined ? search.earliest + leadMs : undefined,
+    longestMs,
+    cutShort: search.cutShort,
+    tried: search.tried,
+    searchedUntil: search.lastTried !== undefined ? search.lastTried + leadMs : undefined,
+  });
+
+  const near = await snapshot(firstUntil);
+  const nearSearch = searchEarliestSlots(request, near, from, durationMs + leadMs, { align, workBudget: SLOT_SEARCH_WORK_BUDGET, knownUntil: firstUntil });
+  const nearLongest = longestWithin(near, firstUntil);
+  const resumeAt = nearSearch.beyondKnown && nearSearch.beyondKnown.resumeAt + leadMs <= earliestUntil ? nearSearch.beyondKnown.resumeAt : undefined;
+  if (resumeAt === undefined && nearLongest !== undefined) return fit(nearSearch, nearLongest);
+  const restUntil = neededUntil === Infinity ? null : neededUntil;
+  const future = await snapshot(restUntil);
+  const longestMs = nearLongest ?? longestWithin(future, restUntil ?? Infinity)!;
+  if (resumeAt === undefined) return fit(nearSearch, longestMs);
+  const further = searchEarliestSlots(request, future, resumeAt, durationMs + leadMs, { align, workBudget: Math.max(0, SLOT_SEARCH_WORK_BUDGET - nearSearch.work), knownUntil: restUntil ?? Infinity });
+  return fit({ ...further, tried: nearSearch.tried + further.tried, lastTried: further.lastTried ?? nearSearch.lastTried }, longestMs);
+}
+
 /** Where the slots fit for a lease from `start` for `durationMs`, made ready `leadMs` before (answers in lease starts). */
-function slotFit(request: SlotRequest, calendar: SlotCalendar, start: number, durationMs: number, leadMs: number): FitSearch {
+export function slotFit(request: SlotRequest, calendar: SlotCalendar, start: number, durationMs: number, leadMs: number): FitSearch {
   const from = start - leadMs;
   const align = (ms: number) => wholeMinuteUp(ms + leadMs) - leadMs;
   const search = searchEarliestSlots(request, calendar, from, durationMs + leadMs, { align, workBudget: SLOT_SEARCH_WORK_BUDGET });

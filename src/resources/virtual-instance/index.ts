@@ -107,10 +107,10 @@ export function slotReservationType<P extends SlotParams>(type: SlotType<P>, dep
     paramsSchema: type.paramsSchema.superRefine(refuseNotifyWithoutEndpoint(deps.settings.beforeEndDefault, deps.noticesConfigured === true)),
     // Slots go on enrolled hosts: the query is over their capabilities, as a host lease's.
     checkPropertyKeys: (params, viewer) => checkCapabilityKeys(deps.pool, params.resource_properties, viewer),
-    earliest: async ({ reservations, projectId, startMs, durationMs, provisioningLeadMs }) => {
+    earliest: async ({ reservations, projectId, startMs, durationMs, provisioningLeadMs, limits }) => {
       await made.refresh();
       const described = await Promise.all(reservations.map(async (reservation) => ({ reservation, spec: (await type.describe(reservation, projectId, novaFor(deps, projectId))).spec })));
-      return made.calendar.search(described, startMs, durationMs, provisioningLeadMs);
+      return made.calendar.search(described, startMs, durationMs, provisioningLeadMs, limits);
     },
     offers: amountOffers<P>({ describe: (params) => ({ instances: params.amount }) }),
     latestEnd: (leaseId) => made.calendar.latestEnd(leaseId),

@@ -1,0 +1,325 @@
+/**
+ * Our extension: series of recurring leases (docs/api.md, "Recurring leases").
+ * - `POST /v1/leases` with `recurrence` (an RRULE subset, src/domain/recurrence.ts): one lease per
+ *   occurrence, each with its own workflow, tied by `series_id`. All or nothing unless `partial`.
+ * - `GET /v1/series/{id}`, `PUT /v1/series/{id}` (new time of day or duration from an occurrence
+ *   on), `DELETE /v1/series/{id}[?from=<lease id>]`.
+ * Where every type books in the API (admitsInApi), the occurrences are admitted in one
+ * transaction; otherwise one after another through the lease workflows, and in all-or-nothing
+ * mode the admitted ones are deleted again on the first refusal (a saga whose compensation's
+ * failure is reported beside the refusal, never instead of it).
+ */
+import { randomUUID } from 'node:crypto';
+import { Router } from 'express';
+import { z } from 'zod';
+import type { PoolClient } from 'pg';
+import { formatRequestDate, wholeMinuteDown } from '../domain/dates';
+import { isUuid, newLease, notStarted, type Lease, type NewLeaseRequest } from '../domain/lease';
+import { expandRecurrence, parseRecurrence, RecurrenceError, RECURRENCE_HORIZON_MS, type Occurrence } from '../domain/recurrence';
+import { toBlazarLease } from '../domain/blazar-format';
+import { findLease, leasesOfSeries } from '../db/leases';
+import { findSeries, insertSeries, markSeriesDeleted, setRefusedOccurrences, type RefusedOccurrence, type SeriesRow } from '../db/series';
+import { admissionError, admitSeriesInApi, admitsInApi } from './admission';
+import { identityOf, type Identity } from './auth';
+import { ApiError, parseRequest } from './errors';
+import { changeLease, createLease, removeLease, requestHash } from './lease-commands';
+import { createLeaseSchema, newLeaseRequest, requestDateSchema } from './lease-schemas';
+import type { NewLeaseDeps } from './leases';
+import { makeOffers, refusalReason, type OfferJson } from './offers';
+
+export const DEFAULT_MAX_OCCURRENCES = 100;
+/** Refused occurrences an answer finds offers for (each costs a bounded search); the rest say so. */
+const MAX_REFUSALS_WITH_OFFERS = 10;
+const OFFERS_PER_REFUSAL = 3;
+const MAX_DURATION_MINUTES = 366 * 1440;
+
+type CreateBody = ReturnType<ReturnType<typeof createLeaseSchema>['parse']>;
+
+/** An occurrence that was refused, as answers show it. */
+interface RefusedJson {
+  name: string;
+  start_date: string;
+  end_date: string;
+  reason: string;
+  error_message: string;
+  offers: OfferJson[];
+  offers_note?: string;
+}
+
+/** The name of a series's `index`th occurrence (from 0): unique per project as lease names are, and telling its place. */
+const occurrenceName = (name: string, index: number) => `${name}-${index + 1}`;
+
+function limitsOf(deps: NewLeaseDeps) {
+  return { maxOccurrences: deps.maxOccurrences ?? DEFAULT_MAX_OCCURRENCES, horizonMs: RECURRENCE_HORIZON_MS };
+}
+
+/** The occurrences of a rule for a lease, or a 400 naming the part of the rule that is wrong. */
+function occurrencesOf(deps: NewLeaseDeps, rule: string, startMs: number, endMs: number): Occurrence[] {
+  try {
+    return expandRecurrence(parseRecurrence(rule, limitsOf(deps)), startMs, endMs, limitsOf(deps));
+  } catch (err) {
+    if (err instanceof RecurrenceError) throw new ApiError(400, `recurrence: ${err.part}: ${err.message}`);
+    throw err;
+  }
+}
+
+/** Whether an answer refuses an occurrence for what it asks (capacity, maintenance, a policy rule): then it carries offers. */
+const isOccurrenceRefusal = (err: ApiError) => refusalReason(err) !== undefined;
+/** An occurrence's refusal in a word: a refusal's reason, else `invalid` (400) or `conflict` (a lease not settled). */
+const reasonOf = (err: ApiError) => refusalReason(err) ?? (err.status === 400 ? 'invalid' : 'conflict');
+
+/** The refused occurrences as answers show them, with offers for the first MAX_REFUSALS_WITH_OFFERS. */
+async function refusedJson(deps: NewLeaseDeps, identity: Identity, refused: Array<{ lease: Pick<Lease, 'name' | 'startMs' | 'endMs' | 'reservations'>; error: ApiError }>): Promise<RefusedJson[]> {
+  const answers: RefusedJson[] = [];
+  for (const [i, { lease, error }] of refused.entries()) {
+    const base = { name: lease.name, start_date: formatRequestDate(lease.startMs), end_date: formatRequestDate(lease.endMs), reason: reasonOf(error), error_message: error.message };
+    // A change refused for what it is (a started occurrence's start, a lease being deleted): nothing else would fit better.
+    if (!isOccurrenceRefusal(error)) {
+      answers.push({ ...base, offers: [] });
+      continue;
+    }
+    if (!deps.offers || i >= MAX_REFUSALS_WITH_OFFERS) {
+      answers.push({ ...base, offers: [], ...(deps.offers ? { offers_note: `offers are found for the first ${MAX_REFUSALS_WITH_OFFERS} refused occurrences only` } : {}) });
+      continue;
+    }
+    const durationMs = lease.endMs - lease.startMs;
+    const reservations = lease.reservations.map((r) => ({ resource_type: r.resource_type, params: r.params }));
+    const startMs = Math.max(lease.startMs, wholeMinuteDown(Date.now()));
+    // Finding offers never hides the refusal.
+    const found = await makeOffers(deps.offers, identity, { reservations, mins: [], startMs, durationMs, minDurationMs: durationMs, limit: OFFERS_PER_REFUSAL }).catch(() => ({ offers: [] as OfferJson[], note: 'offers could not be found just now' }));
+    answers.push({ ...base, offers: found.offers, ...(found.note ? { offers_note: found.note } : {}) });
+  }
+  return answers;
+}
+
+/** A refusal of the whole series (all or nothing): 409, or 403 when only policy rules refused; Blazar's body plus what failed. */
+function seriesRefusal(refused: RefusedJson[], extra: Record<string, unknown> = {}): ApiError {
+  const first = refused[0];
+  const status = refused.every((r) => r.reason.startsWith('policy:')) ? 403 : 409;
+  const more = refused.length > 1 ? ` (and ${refused.length - 1} more occurrence${refused.length > 2 ? 's' : ''})` : '';
+  return new ApiError(status, `The series was not created: occurrence ${first.name} (${first.start_date}) was refused${more}: ${first.error_message}`, status, {
+    reason: first.reason,
+    offers: first.offers,
+    refused,
+    ...extra,
+  });
+}
+
+function seriesJson(series: SeriesRow, occurrences: Lease[]) {
+  return {
+    id: series.id,
+    name: series.name,
+    project_id: series.projectId,
+    recurrence: series.recurrence,
+    created_at: new Date(series.createdMs).toISOString(),
+    occurrences: occurrences.map((l) => ({ lease_id: l.id, name: l.name, start_date: formatRequestDate(l.startMs), end_date: formatRequestDate(l.endMs), status: l.status })),
+    refused: series.refused.map((r) => ({ name: r.name, start_date: formatRequestDate(r.startMs), end_date: formatRequestDate(r.endMs), reason: r.reason, error_message: r.message })),
+  };
+}
+
+/**
+ * POST /v1/leases with `recurrence`: the series and its admitted occurrences (201), or the refusal
+ * of the whole series with every occurrence that failed and offers for each.
+ */
+export async function createSeries(deps: NewLeaseDeps, identity: Identity, body: CreateBody, raw: unknown) {
+  const first = newLeaseRequest(deps, identity, body, randomUUID());
+  newLease(first); // Blazar's date rules (400) before anything starts
+  const startMs = first.start === 'now' ? wholeMinuteDown(first.requestedMs) : first.start;
+  const occurrences = occurrencesOf(deps, body.recurrence!, startMs, first.end);
+  const lastName = occurrenceName(body.name, occurrences.length - 1);
+  if (lastName.length > 80) throw new ApiError(400, `name: at most ${80 - (lastName.length - body.name.length)} characters for a series of ${occurrences.length} (each occurrence is named ${JSON.stringify(`${body.name.slice(0, 10)}…-N`)})`);
+  const seriesId = randomUUID();
+  const partial = body.partial ?? false;
+  const requests = occurrences.map((o, i): { request: NewLeaseRequest; requestHash: string } => ({
+    request: {
+      ...first,
+      id: randomUUID(),
+      name: occurrenceName(body.name, i),
+      start: i === 0 ? first.start : o.startMs,
+      end: o.endMs,
+      beforeEnd: first.beforeEnd === undefined ? undefined : first.beforeEnd + (o.startMs - startMs),
+      reservations: first.reservations.map((r) => ({ ...r, id: randomUUID() })),
+      seriesId,
+    },
+    requestHash: requestHash(identity.projectId, { series: seriesId, occurrence: i }),
+  }));
+  const template = Object.fromEntries(Object.entries(raw as Record<string, unknown>).filter(([key]) => key !== 'recurrence' && key !== 'partial'));
+  const series: Omit<SeriesRow, 'createdMs'> = { id: seriesId, projectId: identity.projectId, name: body.name, recurrence: body.recurrence!, template, refused: [] };
+  const refusedRows = (refused: Array<{ index: number; error: ApiError }>): RefusedOccurrence[] =>
+    refused.map(({ index, error }) => ({ name: requests[index].request.name, startMs: occurrences[index].startMs, endMs: occurrences[index].endMs, reason: reasonOf(error), message: error.message }));
+
+  let admitted: Lease[];
+  let refused: Array<{ index: number; error: ApiError }>;
+  let compensation: Record<string, unknown> = {};
+  if (deps.admission && requests.every((r) => admitsInApi(deps.admission!, r.request))) {
+    const outcome = await admitSeriesInApi(deps.admission, requests, {
+      partial,
+      isRefusal: isOccurrenceRefusal,
+      record: async (client: PoolClient, refusedNow) => insertSeries(client, { ...series, refused: refusedRows(refusedNow) }),
+    });
+    ({ admitted, refused } = outcome);
+  } else {
+    ({ admitted, refused, compensation } = await admitOneByOne(deps, series, requests, partial));
+    if (refused.length > 0 && partial) await setRefusedOccurrences(deps.pool, seriesId, refusedRows(refused));
+  }
+  const refusedLeases = refused.map(({ index, error }) => ({ lease: { ...newLease(requests[index].request), startMs: occurrences[index].startMs }, error }));
+  const refusedAnswers = await refusedJson(deps, identity, refusedLeases);
+  if (refused.length > 0 && !partial) throw seriesRefusal(refusedAnswers, compensation);
+  const stored = (await findSeries(deps.pool, seriesId)) ?? { ...series, createdMs: Date.now() };
+  return {
+    // The first occurrence, for clients that read a create's `lease`.
+    ...(admitted[0] ? { lease: toBlazarLease(admitted[0]) } : {}),
+    series: seriesJson(stored, admitted),
+    leases: admitted.map(toBlazarLease),
+    refused: refusedAnswers,
+  };
+}
+
+/**
+ * The saga: each occurrence through the normal create path (its workflow admits it). All or
+ * nothing: the first refusal stops, and the admitted ones are deleted again; a delete that fails
+ * is reported (`compensation_failed`) beside the refusal. Partial: every occurrence is tried.
+ */
+async function admitOneByOne(deps: NewLeaseDeps, series: Omit<SeriesRow, 'createdMs'>, requests: Array<{ request: NewLeaseRequest; requestHash: string }>, partial: boolean) {
+  await insertSeries(deps.pool, series);
+  const admitted: Lease[] = [];
+  const refused: Array<{ index: number; error: ApiError }> = [];
+  for (const [index, { request, requestHash: hash }] of requests.entries()) {
+    try {
+      admitted.push(await createLease(deps.commands, request, hash, false));
+    } catch (err) {
+      const answered = admissionError(err);
+      if (!(answered instanceof ApiError) || !isOccurrenceRefusal(answered)) {
+        if (!partial) await compensate(deps, series.id, admitted);
+        throw answered;
+      }
+      refused.push({ index, error: answered });
+      if (!partial) break;
+    }
+  }
+  if (refused.length === 0 || partial) return { admitted, refused, compensation: {} };
+  return { admitted: [], refused, compensation: await compensate(deps, series.id, admitted) };
+}
+
+/** Deletes the occurrences admitted before a refusal; answers which could not be (their delete's failure never hides the refusal). */
+async function compensate(deps: NewLeaseDeps, seriesId: string, admitted: Lease[]): Promise<Record<string, unknown>> {
+  const failed: Array<{ lease_id: string; error_message: string }> = [];
+  for (const lease of admitted) {
+    try {
+      if ((await removeLease(deps.commands, lease.id, () => findLease(deps.pool, lease.id))) === 'past-deadline') failed.push({ lease_id: lease.id, error_message: 'its delete did not finish in time: it is still being deleted' });
+    } catch (err) {
+      failed.push({ lease_id: lease.id, error_message: err instanceof Error ? err.message : String(err) });
+    }
+  }
+  if (failed.length === 0) await markSeriesDeleted(deps.pool, seriesId).catch(() => undefined);
+  return failed.length > 0 ? { compensation_failed: failed } : {};
+}
+
+/** A series of the caller's project (any, for an admin); others' do not exist (404, as leases). */
+async function visibleSeries(deps: NewLeaseDeps, identity: Identity, id: string): Promise<SeriesRow> {
+  const series = isUuid(id) ? await findSeries(deps.pool, id.toLowerCase()) : undefined;
+  if (!series || (!identity.isAdmin && series.projectId !== identity.projectId)) throw new ApiError(404, `Object with {'series_id': '${id}'} not found`);
+  return series;
+}
+
+/** The occurrences from `from` on: an occurrence's lease id, or a date (those starting at or after it). */
+function occurrencesFrom(occurrences: Lease[], from: string | undefined): Lease[] {
+  if (from === undefined) return occurrences;
+  if (isUuid(from)) {
+    const index = occurrences.findIndex((l) => l.id === from.toLowerCase());
+    if (index < 0) throw new ApiError(400, `from: ${from} is not an occurrence of this series (GET the series for its occurrences)`);
+    return occurrences.slice(index);
+  }
+  const date = requestDateSchema.safeParse(from);
+  if (!date.success) throw new ApiError(400, 'from: expected the lease id of one of the series\'s occurrences, or a date "YYYY-MM-DD HH:MM" (UTC)');
+  return occurrences.filter((l) => l.startMs >= date.data);
+}
+
+const TIME_OF_DAY = /^([01]\d|2[0-3]):([0-5]\d)$/;
+
+const changeSeriesSchema = z
+  .strictObject({
+    from: z.string({ error: 'expected the lease id of an occurrence, or a date "YYYY-MM-DD HH:MM"' }).max(40, 'must be at most 40 characters').optional(),
+    start_time: z.string({ error: 'expected a time of day "HH:MM" (UTC)' }).regex(TIME_OF_DAY, 'expected a time of day "HH:MM" (UTC)').optional(),
+    duration: z.number({ error: 'expected a whole number of minutes' }).int('expected a whole number of minutes').min(1, 'must be at least 1 minute').max(MAX_DURATION_MINUTES, `must be at most ${MAX_DURATION_MINUTES} minutes`).optional(),
+    partial: z.boolean({ error: 'expected true or false' }).optional(),
+  })
+  .refine((b) => b.start_time !== undefined || b.duration !== undefined, { message: 'nothing to change: give start_time ("HH:MM", UTC) and/or duration (minutes)' });
+
+const DAY_MS = 86_400_000;
+
+export function seriesRouter(deps: NewLeaseDeps): Router {
+  const router = Router();
+
+  router.get('/series/:id', async (req, res) => {
+    const series = await visibleSeries(deps, identityOf(res), req.params.id);
+    res.json({ series: seriesJson(series, await leasesOfSeries(deps.pool, series.id)) });
+  });
+
+  router.put('/series/:id', async (req, res) => {
+    const identity = identityOf(res);
+    const body = parseRequest(changeSeriesSchema, req.body ?? {});
+    const series = await visibleSeries(deps, identity, req.params.id);
+    const all = await leasesOfSeries(deps.pool, series.id);
+    // Without `from`: the occurrences not started yet (a started one's start cannot move).
+    const changing = body.from === undefined ? all.filter((l) => notStarted(l.status)) : occurrencesFrom(all, body.from);
+    if (changing.length === 0) throw new ApiError(400, 'from: no occurrence of the series starts then or later');
+    const moved = new Map(
+      changing.map((l) => {
+        const startMs = body.start_time === undefined ? l.startMs : Math.floor(l.startMs / DAY_MS) * DAY_MS + (Number(body.start_time.slice(0, 2)) * 60 + Number(body.start_time.slice(3))) * 60_000;
+        return [l.id, { startMs, endMs: startMs + (body.duration === undefined ? l.endMs - l.startMs : body.duration * 60_000) }];
+      }),
+    );
+    // The series as it would be: no occurrence still running when the next starts.
+    const after = all.map((l) => ({ ...l, ...moved.get(l.id) })).sort((a, b) => a.startMs - b.startMs);
+    for (let i = 1; i < after.length; i++) if (after[i].startMs < after[i - 1].endMs) throw new ApiError(400, `the change makes ${after[i - 1].name} still run when ${after[i].name} starts: occurrences must not overlap`);
+    const changed: Lease[] = [];
+    const refused: Array<{ lease: Lease; error: ApiError }> = [];
+    for (const lease of changing) {
+      const to = moved.get(lease.id)!;
+      try {
+        changed.push(await changeLease(deps.commands, lease.id, { start: to.startMs, end: to.endMs, byAdmin: identity.isAdmin }));
+      } catch (err) {
+        if (!(err instanceof ApiError) || err.status >= 500) throw err;
+        refused.push({ lease: { ...lease, ...to }, error: err });
+        if (!body.partial) break;
+      }
+    }
+    if (refused.length > 0 && !body.partial) {
+      // All or nothing: the occurrences changed already go back to their dates; a revert that fails is reported, never instead of the refusal.
+      const failed: Array<{ lease_id: string; error_message: string }> = [];
+      for (const lease of changed) {
+        const before = changing.find((l) => l.id === lease.id)!;
+        await changeLease(deps.commands, lease.id, { start: before.startMs, end: before.endMs, byAdmin: identity.isAdmin }).catch((err: unknown) => failed.push({ lease_id: lease.id, error_message: err instanceof Error ? err.message : String(err) }));
+      }
+      const answers = await refusedJson(deps, identity, refused);
+      const error = seriesRefusal(answers, failed.length > 0 ? { compensation_failed: failed } : {});
+      throw new ApiError(error.status, error.message.replace('The series was not created', 'The series was not changed'), error.errorName, error.extra);
+    }
+    res.json({ series: seriesJson(series, await leasesOfSeries(deps.pool, series.id)), refused: await refusedJson(deps, identity, refused) });
+  });
+
+  router.delete('/series/:id', async (req, res) => {
+    const identity = identityOf(res);
+    const from = req.query.from;
+    if (from !== undefined && (typeof from !== 'string' || !isUuid(from))) throw new ApiError(400, 'from: expected the lease id of one of the series\'s occurrences');
+    const series = await visibleSeries(deps, identity, req.params.id);
+    const all = await leasesOfSeries(deps.pool, series.id);
+    const deleting = occurrencesFrom(all, from);
+    for (const lease of deleting) {
+      const outcome = await removeLease(deps.commands, lease.id, () => findLease(deps.pool, lease.id));
+      if (outcome === 'past-deadline' && (await findLease(deps.pool, lease.id))?.status !== 'DELETING') {
+        throw new ApiError(503, `the delete of occurrence ${lease.name} did not finish in time; the occurrences before it in the series are deleted: try again`);
+      }
+    }
+    if (deleting.length === all.length) await markSeriesDeleted(deps.pool, series.id);
+    else if (deleting.length > 0) {
+      // The gaps among the deleted occurrences go with them.
+      const fromMs = deleting[0].startMs;
+      if (series.refused.some((r) => r.startMs >= fromMs)) await setRefusedOccurrences(deps.pool, series.id, series.refused.filter((r) => r.startMs < fromMs));
+    }
+    res.status(204).end();
+  });
+
+  return router;
+}

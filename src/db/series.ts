@@ -1,0 +1,72 @@
+/**
+ * Series of recurring leases (023_lease_series.sql): the rule and the lease it repeats, and the
+ * occurrences a partial create could not admit. The occurrences themselves are leases (their
+ * `series_id`; src/db/leases.ts leasesOfSeries).
+ */
+import type { PoolClient } from 'pg';
+import type { Pool } from './pool';
+
+type Queryable = Pool | PoolClient;
+
+/** An occurrence not admitted (a gap of the series): its place in the series, its window, and why. */
+export interface RefusedOccurrence {
+  name: string;
+  startMs: number;
+  endMs: number;
+  reason: string;
+  message: string;
+}
+
+export interface SeriesRow {
+  id: string;
+  projectId: string;
+  name: string;
+  recurrence: string;
+  /** The create body the occurrences were made from (its recurrence and `partial` aside). */
+  template: Record<string, unknown>;
+  refused: RefusedOccurrence[];
+  createdMs: number;
+}
+
+export async function insertSeries(db: Queryable, series: Omit<SeriesRow, 'createdMs'>): Promise<void> {
+  await db.query('INSERT INTO lease_series (id, project_id, name, recurrence, template, refused) VALUES ($1, $2, $3, $4, $5, $6)', [
+    series.id,
+    series.projectId,
+    series.name,
+    series.recurrence,
+    series.template,
+    JSON.stringify(series.refused),
+  ]);
+}
+
+/** The series's gaps, as a partial create left them. */
+export async function setRefusedOccurrences(db: Queryable, seriesId: string, refused: RefusedOccurrence[]): Promise<void> {
+  await db.query('UPDATE lease_series SET refused = $2 WHERE id = $1', [seriesId, JSON.stringify(refused)]);
+}
+
+type Row = { id: string; project_id: string; name: string; recurrence: string; template: Record<string, unknown>; refused: RefusedOccurrence[]; created_ms: string };
+const toSeries = (row: Row): SeriesRow => ({ id: row.id, projectId: row.project_id, name: row.name, recurrence: row.recurrence, template: row.template, refused: row.refused, createdMs: Number(row.created_ms) });
+const COLUMNS = 'id::text, project_id, name, recurrence, template, refused, (extract(epoch FROM created_at) * 1000)::bigint::text AS created_ms';
+
+/** A series not deleted. */
+export async function findSeries(db: Queryable, id: string): Promise<SeriesRow | undefined> {
+  const { rows } = await db.query<Row>(`SELECT ${COLUMNS} FROM lease_series WHERE id = $1 AND deleted_at IS NULL`, [id]);
+  return rows[0] && toSeries(rows[0]);
+}
+
+/** Marks the series deleted (its occurrences all gone); a second call changes nothing. */
+export async function markSeriesDeleted(db: Queryable, id: string): Promise<void> {
+  await db.query('UPDATE lease_series SET deleted_at = now() WHERE id = $1 AND deleted_at IS NULL', [id]);
+}
+
+/** The project's series with a gap in [fromMs, toMs), at most `limit`, for the calendar. */
+export async function seriesGapsInWindow(db: Queryable, projectId: string | undefined, fromMs: number, toMs: number, limit: number): Promise<Array<{ id: string; name: string; gaps: RefusedOccurrence[] }>> {
+  const { rows } = await db.query<{ id: string; name: string; refused: RefusedOccurrence[] }>(
+    `SELECT id::text, name, refused FROM lease_series
+     WHERE deleted_at IS NULL AND ($1::text IS NULL OR project_id = $1) AND refused <> '[]'::jsonb
+       AND EXISTS (SELECT 1 FROM jsonb_array_elements(refused) g WHERE (g->>'startMs')::bigint < $3 AND (g->>'endMs')::bigint > $2)
+     ORDER BY created_at, id LIMIT $4`,
+    [projectId ?? null, fromMs, toMs, limit],
+  );
+  return rows.map((r) => ({ id: r.id, name: r.name, gaps: r.refused.filter((g) => g.startMs < toMs && g.endMs > fromMs) }));
+}

@@ -1,0 +1,176 @@
+/**
+ * Recurring leases (issue 42): POST /v1/leases with `recurrence` makes one lease per occurrence,
+ * tied by `series_id`, all or nothing unless `partial`; refusals name each occurrence that failed
+ * with offers; GET/PUT/DELETE /v1/series/{id} from an occurrence on; the usage policy counts every
+ * occurrence. Host leases, admitted in the API in one transaction: no cloud.
+ */
+import { physicalHostPlugin } from '../src/resources/physical-host';
+import { hostReservation } from '../dev-stack/fixtures/builders';
+import { insertHost } from '../dev-stack/fixtures/hosts';
+import { apiClient, deleteAllLeases, useTestStack } from '../dev-stack/stack';
+
+const DAY = 86_400_000;
+/** Midnight UTC, `days` ahead. */
+const dayAt = (days: number) => Math.floor(Date.now() / DAY) * DAY + days * DAY;
+const date = (ms: number) => new Date(ms).toISOString().slice(0, 16).replace('T', ' ');
+const T0 = dayAt(10) + 9 * 3_600_000; // 09:00, ten days ahead
+const HOUR = 3_600_000;
+
+describe('recurring leases', () => {
+  const stack = useTestStack({ withPool: (pool) => [physicalHostPlugin({ pool, settings: { cleaningMs: 0, randomChoice: false }, cloud: 'calendar-only' })], env: { LK_MAX_OCCURRENCES: '12' } }, { beforeStop: async () => deleteAllLeases(admin) });
+  const admin = apiClient(() => stack().url);
+  const alpha = apiClient(() => stack().url, { 'X-Project-Id': 'alpha', 'X-Roles': 'member' });
+  const beta = apiClient(() => stack().url, { 'X-Project-Id': 'beta', 'X-Roles': 'member' });
+  const series = (call: typeof alpha, name: string, recurrence: string, more: Record<string, unknown> = {}, start = T0, hours = 2) =>
+    call('POST', '/v1/leases', { name, start_date: date(start), end_date: date(start + hours * HOUR), reservations: [hostReservation({ min: 1, max: 1 })], recurrence, ...more });
+  const alphaLeases = async () => ((await alpha('GET', '/v1/leases')).body.leases as Array<{ name: string; start_date: string; series_id?: string }>);
+
+  beforeAll(async () => {
+    await insertHost(stack().db.pool, { name: 'series-host' });
+  });
+  afterEach(async () => {
+    await deleteAllLeases(admin);
+    await admin('DELETE', '/v1/projects/alpha/policy');
+  });
+
+  it('refuses a weekly series of 10 with one occurrence blocked, with offers for it and nothing booked; partial admits 9 and reports the 10th', async () => {
+    const blocked = T0 + 3 * 7 * DAY; // the 4th occurrence
+    expect((await beta('POST', '/v1/leases', { name: 'beta-blocks', start_date: date(blocked), end_date: date(blocked + HOUR), reservations: [hostReservation({ min: 1, max: 1 })] })).status).toBe(201);
+
+    const refused = await series(alpha, 'weekly', 'FREQ=WEEKLY;COUNT=10');
+    expect(refused.status).toBe(409);
+    expect(refused.body).toMatchObject({ error_code: 409, error_name: 409, reason: 'capacity' });
+    expect(refused.body.error_message).toContain('weekly-4');
+    expect(refused.body.refused).toHaveLength(1);
+    expect(refused.body.refused[0]).toMatchObject({ name: 'weekly-4', start_date: date(blocked), end_date: date(blocked + 2 * HOUR), reason: 'capacity' });
+    expect(refused.body.refused[0].offers.length).toBeGreaterThan(0);
+    expect(refused.body.refused[0].offers[0]).toMatchObject({ kind: 'later', start_date: date(blocked + HOUR) });
+    expect(refused.body.offers).toEqual(refused.body.refused[0].offers);
+    expect(await alphaLeases()).toEqual([]);
+
+    const partial = await series(alpha, 'weekly', 'FREQ=WEEKLY;COUNT=10', { partial: true });
+    expect(partial.status).toBe(201);
+    expect(partial.body.leases).toHaveLength(9);
+    expect(partial.body.leases.map((l: { name: string }) => l.name)).not.toContain('weekly-4');
+    expect(partial.body.refused).toEqual([expect.objectContaining({ name: 'weekly-4', reason: 'capacity', offers: expect.arrayContaining([expect.objectContaining({ kind: 'later' })]) })]);
+    const seriesId = partial.body.series.id;
+    const listed = await alphaLeases();
+    expect(listed).toHaveLength(9);
+    expect(listed.every((l) => l.series_id === seriesId)).toBe(true);
+    const shown = await alpha('GET', `/v1/series/${seriesId}`);
+    expect(shown.status).toBe(200);
+    expect(shown.body.series.occurrences.map((o: { start_date: string }) => o.start_date)).toEqual([0, 1, 2, 4, 5, 6, 7, 8, 9].map((w) => date(T0 + w * 7 * DAY)));
+    expect(shown.body.series.refused).toEqual([expect.objectContaining({ name: 'weekly-4', start_date: date(blocked), reason: 'capacity' })]);
+    // Another project's series does not exist for a member.
+    expect((await beta('GET', `/v1/series/${seriesId}`)).status).toBe(404);
+    expect((await beta('DELETE', `/v1/series/${seriesId}`)).status).toBe(404);
+    expect((await beta('PUT', `/v1/series/${seriesId}`, { duration: 30 })).status).toBe(404);
+    expect((await alphaLeases()).length).toBe(9);
+    // Deleted from the 3rd on: the gap after it goes too.
+    const third = shown.body.series.occurrences[2].lease_id;
+    expect((await alpha('DELETE', `/v1/series/${seriesId}?from=${third}`)).status).toBe(204);
+    const rest = (await alpha('GET', `/v1/series/${seriesId}`)).body.series;
+    expect([rest.occurrences.map((o: { name: string }) => o.name), rest.refused]).toEqual([['weekly-1', 'weekly-2'], []]);
+  });
+
+  it('expands DAILY with COUNT and with UNTIL, and WEEKLY with BYDAY and INTERVAL', async () => {
+    const daily = await series(alpha, 'daily', 'FREQ=DAILY;COUNT=3');
+    expect(daily.status).toBe(201);
+    expect(daily.body.leases.map((l: { name: string; start_date: string }) => [l.name, l.start_date.slice(0, 16)])).toEqual([0, 1, 2].map((d) => [`daily-${d + 1}`, date(T0 + d * DAY).replace(' ', 'T')]));
+    const until = new Date(T0 + 2 * DAY).toISOString().slice(0, 10).replace(/-/g, '');
+    const untilSeries = await series(alpha, 'until', `FREQ=DAILY;UNTIL=${until}`, {}, T0 + 3 * HOUR, 1);
+    expect(untilSeries.body.leases.map((l: { start_date: string }) => l.start_date.slice(0, 16))).toEqual([0, 1, 2].map((d) => date(T0 + 3 * HOUR + d * DAY).replace(' ', 'T')));
+    // Every other week, on Mondays and Fridays, from the first Monday on.
+    const weekday = (new Date(T0).getUTCDay() + 6) % 7;
+    const monday = T0 + (7 - weekday) * DAY + 8 * HOUR; // 17:00 on the Monday after
+    const byDay = await series(alpha, 'byday', 'FREQ=WEEKLY;INTERVAL=2;BYDAY=MO,FR;COUNT=4', {}, monday, 1);
+    expect(byDay.status).toBe(201);
+    expect(byDay.body.leases.map((l: { start_date: string }) => l.start_date.slice(0, 16))).toEqual([0, 4, 14, 18].map((d) => date(monday + d * DAY).replace(' ', 'T')));
+  });
+
+  it('allows LK_MAX_OCCURRENCES (12 here) and refuses 13 with a 400 naming the part; bad rules are 400', async () => {
+    expect((await series(alpha, 'twelve', 'FREQ=DAILY;COUNT=12', {}, T0, 1)).status).toBe(201);
+    const past = await series(alpha, 'thirteen', 'FREQ=DAILY;COUNT=13', {}, T0 + 12 * DAY, 1);
+    expect(past.status).toBe(400);
+    expect(past.body).toMatchObject({ error_code: 400, error_message: 'recurrence: COUNT: expected a whole number from 1 to 12' });
+    const until = new Date(T0 + 12 * DAY + 12 * DAY).toISOString().slice(0, 10).replace(/-/g, '');
+    expect((await series(alpha, 'until13', `FREQ=DAILY;UNTIL=${until}`, {}, T0 + 12 * DAY, 1)).body.error_message).toMatch(/^recurrence: UNTIL: gives more than 12 occurrences/);
+    for (const [rule, part] of [['FREQ=HOURLY;COUNT=2', 'FREQ'], ['FREQ=DAILY;BYDAY=MO;COUNT=2', 'BYDAY'], ['FREQ=DAILY;INTERVAL=99;COUNT=2', 'INTERVAL'], ['FREQ=DAILY', 'COUNT']]) {
+      const res = await series(alpha, 'bad', rule);
+      expect([rule, res.status, res.body.error_message]).toEqual([rule, 400, expect.stringMatching(new RegExp(`^recurrence: ${part}: `))]);
+    }
+    expect((await series(alpha, 'bad', 'x'.repeat(201))).body.error_message).toBe('recurrence: must be at most 200 characters');
+    expect((await alpha('POST', '/v1/leases', { name: 'p', start_date: date(T0), end_date: date(T0 + HOUR), partial: true })).status).toBe(400);
+    expect((await alphaLeases()).map((l) => l.name).filter((n) => !n.startsWith('twelve'))).toEqual([]);
+  });
+
+  it('changes the occurrences from one on (time of day, duration), and deletes from one on', async () => {
+    const created = await series(alpha, 'moving', 'FREQ=DAILY;COUNT=4');
+    expect(created.status).toBe(201);
+    const [, second] = created.body.leases as Array<{ id: string }>;
+    const id = created.body.series.id;
+    const changed = await alpha('PUT', `/v1/series/${id}`, { from: second.id, start_time: '13:30', duration: 45 });
+    expect(changed.status).toBe(200);
+    expect(changed.body.series.occurrences.map((o: { start_date: string; end_date: string }) => [o.start_date, o.end_date])).toEqual([
+      [date(T0), date(T0 + 2 * HOUR)],
+      ...[1, 2, 3].map((d) => [date(dayAt(10 + d) + 13.5 * HOUR), date(dayAt(10 + d) + 14.25 * HOUR)]),
+    ]);
+    // Bad changes: 400.
+    expect((await alpha('PUT', `/v1/series/${id}`, { from: second.id })).status).toBe(400);
+    expect((await alpha('PUT', `/v1/series/${id}`, { start_time: '25:00' })).status).toBe(400);
+    expect((await alpha('PUT', `/v1/series/${id}`, { from: 'not-a-date', duration: 10 })).status).toBe(400);
+    expect((await alpha('PUT', `/v1/series/${id}`, { duration: 2 * 1440 })).body.error_message).toMatch(/must not overlap/);
+
+    const third = (changed.body.series.occurrences as Array<{ lease_id: string }>)[2].lease_id;
+    expect((await alpha('DELETE', `/v1/series/${id}?from=${third}`)).status).toBe(204);
+    expect((await alphaLeases()).map((l) => l.name).sort()).toEqual(['moving-1', 'moving-2']);
+    expect((await alpha('DELETE', `/v1/series/${id}?from=nonsense`)).status).toBe(400);
+    expect((await alpha('DELETE', `/v1/series/${id}`)).status).toBe(204);
+    expect(await alphaLeases()).toEqual([]);
+    expect((await alpha('GET', `/v1/series/${id}`)).status).toBe(404);
+  });
+
+  it('changes all or nothing: an occurrence blocked after the change is refused with offers and every occurrence keeps its dates', async () => {
+    const created = await series(alpha, 'blocked-move', 'FREQ=DAILY;COUNT=3');
+    const id = created.body.series.id;
+    const blocked = dayAt(12) + 15 * HOUR; // the third day, 15:00
+    expect((await beta('POST', '/v1/leases', { name: 'beta-afternoon', start_date: date(blocked), end_date: date(blocked + HOUR), reservations: [hostReservation({ min: 1, max: 1 })] })).status).toBe(201);
+    const refused = await alpha('PUT', `/v1/series/${id}`, { start_time: '15:00' });
+    expect(refused.status).toBe(409);
+    expect(refused.body.refused).toEqual([expect.objectContaining({ name: 'blocked-move-3', reason: 'capacity', offers: expect.any(Array) })]);
+    const shown = await alpha('GET', `/v1/series/${id}`);
+    expect(shown.body.series.occurrences.map((o: { start_date: string }) => o.start_date)).toEqual([0, 1, 2].map((d) => date(T0 + d * DAY)));
+  });
+
+  it('counts every occurrence in the usage policy: max_leases 5 refuses a series of 6 (nothing booked) and admits one of 5', async () => {
+    expect((await admin('PUT', '/v1/projects/alpha/policy', { max_leases: 5 })).status).toBe(200);
+    const six = await series(alpha, 'six', 'FREQ=DAILY;COUNT=6', {}, T0, 1);
+    expect(six.status).toBe(403);
+    expect(six.body).toMatchObject({ reason: 'policy:max_leases', refused: [expect.objectContaining({ name: 'six-6', reason: 'policy:max_leases' })] });
+    expect(await alphaLeases()).toEqual([]);
+    expect((await series(alpha, 'five', 'FREQ=DAILY;COUNT=5', {}, T0, 1)).status).toBe(201);
+  });
+});
+
+describe('recurring leases admitted by their workflows (LK_ADMISSION=workflow): the saga', () => {
+  const stack = useTestStack({ withPool: (pool) => [physicalHostPlugin({ pool, settings: { cleaningMs: 0, randomChoice: false }, cloud: 'calendar-only' })], env: { LK_ADMISSION: 'workflow' } }, { beforeStop: async () => deleteAllLeases(admin) });
+  const admin = apiClient(() => stack().url);
+  const alpha = apiClient(() => stack().url, { 'X-Project-Id': 'alpha', 'X-Roles': 'member' });
+  const beta = apiClient(() => stack().url, { 'X-Project-Id': 'beta', 'X-Roles': 'member' });
+
+  it('deletes the occurrences admitted before a refusal (all or nothing), and keeps them with partial', async () => {
+    await insertHost(stack().db.pool, { name: 'saga-host' });
+    const third = T0 + 2 * DAY;
+    expect((await beta('POST', '/v1/leases', { name: 'beta-third', start_date: date(third), end_date: date(third + HOUR), reservations: [hostReservation({ min: 1, max: 1 })] })).status).toBe(201);
+    const body = { name: 'saga', start_date: date(T0), end_date: date(T0 + HOUR), reservations: [hostReservation({ min: 1, max: 1 })], recurrence: 'FREQ=DAILY;COUNT=3' };
+    const refused = await alpha('POST', '/v1/leases', body);
+    expect(refused.status).toBe(409);
+    expect(refused.body).toMatchObject({ reason: 'capacity', refused: [expect.objectContaining({ name: 'saga-3', offers: expect.any(Array) })] });
+    expect(refused.body.compensation_failed).toBeUndefined();
+    expect((await alpha('GET', '/v1/leases')).body.leases).toEqual([]); // saga-1 and saga-2 were admitted, then deleted
+    const partial = await alpha('POST', '/v1/leases', { ...body, partial: true });
+    expect(partial.status).toBe(201);
+    expect(partial.body.leases.map((l: { name: string }) => l.name)).toEqual(['saga-1', 'saga-2']);
+    expect((await alpha('GET', `/v1/series/${partial.body.series.id}`)).body.series.refused).toEqual([expect.objectContaining({ name: 'saga-3', reason: 'capacity' })]);
+  });
+});
