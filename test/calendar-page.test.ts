@@ -429,7 +429,7 @@ describe('the calendar page in Chromium', () => {
     await page.screenshot({ path: path.join(artefacts, 'series.png') });
   });
 
-  it("shows an admin a lease waiting for approval with Approve and Deny; Approve with a reason lets it wait for its start", async () => {
+  it("lists a lease waiting for approval to an admin, whose page has Approve and Deny; Approve with a reason lets it wait for its start", async () => {
     expect((await admin('PUT', '/v1/projects/waiting/policy', { approval: [{ always: true, timeout: 600 }] })).status).toBe(200);
     const waiting = apiClient(() => stack().url, { 'X-Project-Id': 'waiting', 'X-Roles': 'member' });
     const { body } = await waiting('POST', '/v1/leases', { name: 'waiting-for-approval', start_date: at(100), end_date: at(101), reservations: [blazarHostReservation()] });
@@ -439,7 +439,8 @@ describe('the calendar page in Chromium', () => {
       await context.addInitScript(() => (globalThis as unknown as { sessionStorage: { setItem(k: string, v: string): void } }).sessionStorage.setItem('leasekeeper.credentials', JSON.stringify({ kind: 'noauth', projectId: 'admin', admin: true })));
       const approver = await context.newPage();
       approver.on('pageerror', (err) => pageErrors.push(String(err)));
-      await approver.goto(`${stack().url}/calendar/#/leases/${body.lease.id}`);
+      await approver.goto(`${stack().url}/calendar/`);
+      await approver.getByRole('region', { name: 'Waiting for approval' }).getByRole('link', { name: 'waiting-for-approval' }).click();
       await approver.getByRole('heading', { name: /waiting-for-approval/ }).getByText('PENDING_APPROVAL').waitFor();
       const approval = approver.getByRole('region', { name: 'Approval' });
       await approval.getByLabel('Reason').fill('course lab, week 3');
