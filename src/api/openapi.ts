@@ -82,6 +82,22 @@ const lease = z
     degraded: z.boolean(),
     notify_before_end: z.array(z.string()).optional().describe('An extension: when the lease warns its listeners before its end'),
     series_id: z.string().optional().describe('An extension: the series of recurring leases this lease is an occurrence of'),
+    approval: z
+      .strictObject({
+        kind: z.enum(['rule', 'exception']),
+        rule: z.string(),
+        reason: z.string(),
+        justification: z.string().nullable(),
+        requested_at: timestamp,
+        timeout_at: timestamp,
+        on_timeout: z.enum(['deny', 'approve']),
+        outcome: z.enum(['approved', 'denied']).nullable(),
+        answered_by: z.enum(['admin', 'timeout', 'end']).nullable(),
+        answer_reason: z.string().nullable(),
+        answered_at: nullableTimestamp,
+      })
+      .optional()
+      .describe('An extension: why the lease waits (or waited) for approval (PENDING_APPROVAL), and the answer'),
     trust_id: z.null(),
     reservations: z.array(reservation),
     events: z.array(leaseEvent),
