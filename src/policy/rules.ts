@@ -230,8 +230,13 @@ export function toUsagePolicy(rules: PolicyRules): UsagePolicy {
   };
 }
 
-/** The deployment's rules from the environment (before the policy file existed): Blazar's max_lease_duration, the advance, and offer holds at once. */
-export function environmentRules(limits: { maxDurationMs: number; maxAdvanceMs: number; maxOfferHolds?: number }): PolicyRules {
+/** The deployment's rules from the environment (before the policy file existed): Blazar's max_lease_duration, the advance, leases not yet ended, and offer holds at once. */
+export function environmentRules(limits: { maxDurationMs: number; maxAdvanceMs: number; maxLeases?: number; maxOfferHolds?: number }): PolicyRules {
   const hours = (ms: number) => `${Math.round(ms / 3_600_000)}h`;
-  return { max_lease_duration: hours(limits.maxDurationMs), max_advance: hours(limits.maxAdvanceMs), ...(limits.maxOfferHolds !== undefined ? { max_offer_holds: limits.maxOfferHolds } : {}) };
+  return {
+    max_lease_duration: hours(limits.maxDurationMs),
+    max_advance: hours(limits.maxAdvanceMs),
+    ...(limits.maxLeases !== undefined ? { max_leases: limits.maxLeases } : {}),
+    ...(limits.maxOfferHolds !== undefined ? { max_offer_holds: limits.maxOfferHolds } : {}),
+  };
 }
