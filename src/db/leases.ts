@@ -243,6 +243,17 @@ export async function projectLeasesWithin(db: Queryable, projectId: string, span
   return rows.map(meteredLease);
 }
 
+/** The project's live leases not ended that end after `endMs` (an allocation end): the earliest `limit`, by start. */
+export async function projectLeasesEndingAfter(db: Queryable, projectId: string, endMs: number, limit: number): Promise<Lease[]> {
+  const { rows } = await db.query<{ document: Lease }>(
+    `SELECT document FROM leases
+     WHERE project_id = $1 AND deleted_at IS NULL AND status NOT IN ('TERMINATED', 'ERROR') AND end_at > to_timestamp($2 / 1000.0)
+     ORDER BY start_at, id LIMIT $3`,
+    [projectId, endMs, limit],
+  );
+  return rows.map((r) => r.document);
+}
+
 /** How many of the project's leases (other than `exceptLeaseId`) are live and not ended. */
 export async function liveLeaseCount(db: Queryable, projectId: string, exceptLeaseId: string): Promise<number> {
   const { rows } = await db.query<{ n: string }>(
