@@ -7,6 +7,7 @@ import { EVENT_TYPES, type Lease } from '../src/domain/lease';
 import { HOUR_MS, peakRollingHours, peakWithin, type Footprint, type Holding } from '../src/domain/usage';
 import { offerHoldRefusal, policyRefusal, type PolicySubject, type ProjectLedger, type UsagePolicy } from '../src/domain/usage-policy';
 import { effectiveRules, environmentRules, loadPolicyFile, rulesSchema, toUsagePolicy } from '../src/policy/rules';
+import { loadConfig } from '../src/config';
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
@@ -286,7 +287,7 @@ describe('usage policy: fair share over time', () => {
     const held = ledger(mine, bobs);
     expect(policyRefusal(policy, subject(lease(day + 2 * DAY_MS, day + 3 * DAY_MS, { hosts: 1 })), held)).toBeUndefined();
     const past = policyRefusal(policy, subject(lease(day + 2 * DAY_MS, day + 3 * DAY_MS + HOUR_MS, { hosts: 1 })), held);
-    expect(past).toMatchObject({ rule: 'member_budget', status: 403, details: { member: 'alice', limit: 48, value: 49, booked_hours: 24, needed_hours: 25 } });
+    expect(past).toMatchObject({ rule: 'member_budget', status: 403, details: { rule: 'member_budget', member: 'alice', limit: 48, value: 49, booked_hours: 24, needed_hours: 25 } });
     expect(past?.message).toMatch(/^Usage policy: member_budget: user alice may book at most 48 host-hours of project project-a's budget; host-hours budget for 2027-04: 48 h, 24 h booked; this lease needs 25 h;/);
     // bob: his own 72 h + 28 h = 100 allowed, 29 h refused.
     expect(policyRefusal(policy, subject(lease(day + 4 * DAY_MS, day + 4 * DAY_MS + 28 * HOUR_MS, { hosts: 1 }, { userId: 'bob' })), held)).toBeUndefined();
@@ -311,5 +312,13 @@ describe('usage policy: fair share over time', () => {
     expect(rulesSchema.safeParse({ stacking: [{ resource_properties: '["==", "$a", "b"]', window_days: 21, max_percent: 101 }] }).success).toBe(false);
     expect(rulesSchema.safeParse({ allocation_end: 'next year' }).success).toBe(false);
     expect(rulesSchema.safeParse({ member_budgets: { by_user: { 'a b': 3 } } }).success).toBe(false);
+  });
+
+  it('protective defaults: a fresh config limits leases to 7 days and 50 per project, and holds to 3', () => {
+    const policy = toUsagePolicy(environmentRules({ ...loadConfig({}).leaseLimits, maxOfferHolds: loadConfig({}).offerHolds.maxAtOnce }));
+    expect(policy).toMatchObject({ maxLeaseDurationMs: 7 * DAY_MS, maxAdvanceMs: 365 * DAY_MS, maxLeases: 50, maxOfferHolds: 3 });
+    expect(policyRefusal(policy, subject(lease(NOW + HOUR_MS, NOW + HOUR_MS + 7 * DAY_MS + 60_000, {})), noLedger)?.rule).toBe('max_lease_duration');
+    expect(policyRefusal(policy, subject(lease(NOW + HOUR_MS, NOW + 2 * HOUR_MS, {})), { others: [], liveLeases: 50 })?.rule).toBe('max_leases');
+    expect(policyRefusal(policy, subject(lease(NOW + HOUR_MS, NOW + 2 * HOUR_MS, {})), { others: [], liveLeases: 49 })).toBeUndefined();
   });
 });

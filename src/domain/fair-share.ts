@@ -117,13 +117,14 @@ export function leadTimeFigures(policy: FairSharePolicy, change: Change, others:
     const days = round(step.beyondMs / DAY_MS);
     const ahead = beginningBeyond(mine, horizonMs);
     const beyond: Interval = { startMs: horizonMs, endMs: Infinity };
-    const measures: Array<{ name: string; limit: number | undefined; measure: (with_: Holding) => number; unit: string }> = [
-      { name: 'max_hosts', limit: step.maxHosts, measure: (h) => peakWithin([...ahead, h], 'hosts', h.interval), unit: 'host(s) at once' },
-      { name: 'max_vcpus', limit: step.maxVcpus, measure: (h) => peakWithin([...ahead, h], 'vcpus', h.interval), unit: 'vCPU(s) at once' },
-      { name: 'max_host_hours', limit: step.maxHostHours, measure: (h) => meterHours([...ahead, h], 'hosts', beyond), unit: 'host-hours' },
+    const measures: Array<{ name: string; limit: number | undefined; meter: 'hosts' | 'vcpus'; measure: (with_: Holding) => number; unit: string }> = [
+      { name: 'max_hosts', limit: step.maxHosts, meter: 'hosts', measure: (h) => peakWithin([...ahead, h], 'hosts', h.interval), unit: 'host(s) at once' },
+      { name: 'max_vcpus', limit: step.maxVcpus, meter: 'vcpus', measure: (h) => peakWithin([...ahead, h], 'vcpus', h.interval), unit: 'vCPU(s) at once' },
+      { name: 'max_host_hours', limit: step.maxHostHours, meter: 'hosts', measure: (h) => meterHours([...ahead, h], 'hosts', beyond), unit: 'host-hours' },
     ];
-    for (const { name, limit, measure, unit } of measures) {
-      if (limit === undefined) continue;
+    for (const { name, limit, meter, measure, unit } of measures) {
+      // A lease that holds none of what a limit counts adds nothing to it.
+      if (limit === undefined || !nextHolding.footprint[meter]) continue;
       const value = round(measure(nextHolding));
       const before = previousHolding && previousHolding.interval.startMs > horizonMs ? measure(previousHolding) : undefined;
       const ok = value <= limit + 1e-9 || (before !== undefined && value <= before + 1e-9);

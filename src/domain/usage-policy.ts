@@ -347,7 +347,9 @@ function memberBudgetRefusal(policy: UsagePolicy, subject: PolicySubject, ledger
   const refusal = budgetRefusal({ ...policy, budget: { ...budget, hours: { [meter]: limit } } }, subject, own);
   if (!refusal) return undefined;
   const message = `member_budget: user ${userId} may book at most ${round(limit)} ${BUDGET_TEXT[meter]} of project ${subject.next.projectId}'s budget; ${refusal.message.replace(/^Usage policy: /, '')}`;
-  return refuse('member_budget', message, { ...refusal.details, member: userId, limit, value: round(Number(refusal.details.booked_hours ?? 0) + Number(refusal.details.needed_hours ?? 0)) });
+  const figures = { ...refusal.details };
+  delete figures.rule; // the budget's: this refusal is member_budget's
+  return refuse('member_budget', message, { ...figures, member: userId, limit, value: round(Number(refusal.details.booked_hours ?? 0) + Number(refusal.details.needed_hours ?? 0)) });
 }
 
 /** The budget members' budgets are counted in: the project's, or a month of host-hours when it has none. */
