@@ -6,6 +6,7 @@
 import { EVENT_TYPES, type Lease } from '../src/domain/lease';
 import { HOUR_MS, peakRollingHours, peakWithin, type Footprint, type Holding } from '../src/domain/usage';
 import { offerHoldRefusal, policyRefusal, type PolicySubject, type ProjectLedger, type UsagePolicy } from '../src/domain/usage-policy';
+import { peakClassShare } from '../src/domain/fair-share';
 import { effectiveRules, environmentRules, loadPolicyFile, rulesSchema, toUsagePolicy } from '../src/policy/rules';
 import { loadConfig } from '../src/config';
 import { mkdtempSync, writeFileSync } from 'node:fs';
@@ -277,6 +278,30 @@ describe('usage policy: fair share over time', () => {
     // Hosts outside the class are not counted; a lease three weeks later is in another window.
     expect(policyRefusal(policy, subject(onHosts(start + 10 * DAY_MS, start + 11 * DAY_MS, ['9'])), withClass)).toBeUndefined();
     expect(policyRefusal(policy, subject(onHosts(start + 42 * DAY_MS, start + 47 * DAY_MS, ['2'])), withClass)).toBeUndefined();
+  });
+
+  it('stacking finds the worst window exactly: the same peak as sliding the window minute by minute', () => {
+    let seed = 7;
+    const random = (n: number) => (seed = (seed * 1_103_515_245 + 12_345) % 2 ** 31) % n;
+    const hosts = new Set(['1', '2', '3']);
+    const booked = Array.from({ length: 20 }, () => {
+      const startMs = NOW + random(48) * HOUR_MS + random(60) * 60_000;
+      const endMs = startMs + (1 + random(10)) * HOUR_MS;
+      return { lease: onHosts(startMs, endMs, [String(1 + random(3))]), interval: { startMs, endMs } };
+    });
+    const stacking = { query: '[]', windowMs: 5 * HOUR_MS, maxPercent: 100 };
+    const around = { startMs: NOW, endMs: NOW + 60 * HOUR_MS };
+    const fast = peakClassShare(booked, stacking, hosts, around).percent;
+    let slow = 0;
+    for (let startMs = NOW - 5 * HOUR_MS; startMs <= NOW + 60 * HOUR_MS; startMs += 60_000) {
+      const perHost = new Map<string, Array<[number, number]>>();
+      for (const b of booked) for (const id of b.lease.reservations[0].allocation.host_ids) perHost.set(id, [...(perHost.get(id) ?? []), [b.interval.startMs, b.interval.endMs]]);
+      let heldMinutes = 0;
+      for (const intervals of perHost.values()) for (let t = startMs; t < startMs + 5 * HOUR_MS; t += 60_000) if (intervals.some(([a, z]) => a <= t && t < z)) heldMinutes++;
+      slow = Math.max(slow, (heldMinutes * 60_000 * 100) / (3 * 5 * HOUR_MS));
+    }
+    expect(slow).toBeGreaterThan(30);
+    expect(fast).toBeCloseTo(slow, 6);
   });
 
   it('member_budget: a member\'s own leases against their limit inside the project\'s budget; others\' leases not counted', () => {
