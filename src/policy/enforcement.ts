@@ -13,7 +13,7 @@ import { liveLeaseCount, projectLeasesWithin } from '../db/leases';
 import { lockProjectPolicy, projectRules } from '../db/usage-policy';
 import { countLiveOfferHolds } from '../db/offer-holds';
 import { bookingChanged, LeaseErrorType, type Lease } from '../domain/lease';
-import { ledgerRange, memberBudgetShape, offerHoldRefusal, policyEvaluation, policyRefusal, type PolicyRefusal, type PolicySubject, type ProjectLedger, type RuleEvaluation, type UsagePolicy } from '../domain/usage-policy';
+import { ledgerRange, memberBudgetShape, offerHoldRefusal, policyEvaluation, policyRefusal, type PolicyRefusal, type PolicySubject, type ProjectLedger, type RuleEvaluation, type RuleName, type UsagePolicy } from '../domain/usage-policy';
 import { FAIR_SHARE_LEDGER_CAP, fairShareRange } from '../domain/fair-share';
 import { matchesQuery, parsePropertyQuery } from '../domain/property-query';
 import { listHosts } from '../db/hosts';
@@ -161,9 +161,12 @@ export class UsagePolicyEnforcer {
     const policy = toUsagePolicy((await this.rulesFor(db, next.projectId)).effective);
     const full: PolicySubject = { ...subject, nowMs: Date.now() };
     const fairShare = policy.fairShare;
-    const readsFairShare = fairShare !== undefined && (Boolean(fairShare.leadTime?.length) || Boolean(fairShare.stacking?.length) || fairShare.memberBudgets !== undefined);
-    const needsLedger = Object.keys(policy.atOnce).length > 0 || policy.budget !== undefined || readsFairShare;
-    const countsLeases = policy.maxLeases !== undefined && !previous;
+    // Rules an admin is exempt from read nothing (nor take the lock) for an admin's change.
+    const applies = (rule: RuleName) => !subject.byAdmin || policy.enforceOnAdmins.includes(rule);
+    const readsFairShare =
+      fairShare !== undefined && ((Boolean(fairShare.leadTime?.length) && applies('lead_time')) || (Boolean(fairShare.stacking?.length) && applies('stacking')) || (fairShare.memberBudgets !== undefined && applies('member_budget')));
+    const needsLedger = (Object.keys(policy.atOnce) as RuleName[]).some(applies) || (policy.budget !== undefined && applies('budget')) || readsFairShare;
+    const countsLeases = policy.maxLeases !== undefined && !previous && applies('max_leases');
     if (needsLedger || countsLeases) await lock?.();
     // Members' budgets count in the project's budget period (a month when it has none).
     const range = ledgerRange(fairShare?.memberBudgets ? { ...policy, budget: memberBudgetShape(policy) } : policy, full);
@@ -175,7 +178,7 @@ export class UsagePolicyEnforcer {
     const overCap = cap !== undefined && found.length > cap;
     const others = overCap ? found.slice(0, cap) : found;
     const liveLeases = countsLeases ? await liveLeaseCount(db, next.projectId, next.id) : 0;
-    const classHosts = fairShare?.stacking?.length ? await stackingClassHosts(db, fairShare.stacking.map((s) => s.query)) : [];
+    const classHosts = fairShare?.stacking?.length && applies('stacking') ? await stackingClassHosts(db, fairShare.stacking.map((s) => s.query)) : [];
     return { policy, full, ledger: { others, liveLeases, ...(fairShare ? { fairShare: { classHosts, overCap } } : {}) } };
   }
 
