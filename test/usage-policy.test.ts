@@ -331,6 +331,8 @@ describe('usage policy: fair share over time', () => {
   });
 
   it('the fair-share rules are bounded: at most 8 steps or classes, a valid query, a valid date', () => {
+    const good = { lead_time: Array.from({ length: 8 }, () => ({ beyond_days: 7, max_hosts: 1 })), stacking: [{ resource_properties: '["==", "$a", "b"]', window_days: 21, max_percent: 50 }], allocation_end: '2027-06-30', member_budgets: { by_user: { alice: 3 } } };
+    expect(rulesSchema.safeParse(good).success).toBe(true);
     expect(rulesSchema.safeParse({ lead_time: Array.from({ length: 9 }, () => ({ beyond_days: 7, max_hosts: 1 })) }).success).toBe(false);
     expect(rulesSchema.safeParse({ lead_time: [{ beyond_days: 7 }] }).success).toBe(false);
     expect(rulesSchema.safeParse({ stacking: [{ resource_properties: '["==", "$a"', window_days: 21, max_percent: 50 }] }).success).toBe(false);

@@ -115,6 +115,7 @@ export function leadTimeFigures(policy: FairSharePolicy, change: Change, others:
     const horizonMs = nowMs + step.beyondMs;
     if (!nextHolding || nextHolding.interval.startMs <= horizonMs) continue;
     const days = round(step.beyondMs / DAY_MS);
+    const latestStart = formatMessageDate(Math.floor(horizonMs / 60_000) * 60_000); // a start by then is not counted
     const ahead = beginningBeyond(mine, horizonMs);
     const beyond: Interval = { startMs: horizonMs, endMs: Infinity };
     const measures: Array<{ name: string; limit: number | undefined; meter: 'hosts' | 'vcpus'; measure: (with_: Holding) => number; unit: string }> = [
@@ -130,8 +131,8 @@ export function leadTimeFigures(policy: FairSharePolicy, change: Change, others:
       const ok = value <= limit + 1e-9 || (before !== undefined && value <= before + 1e-9);
       const message = ok
         ? `lead_time: ${value} of ${limit} ${unit} beginning more than ${days} days ahead.`
-        : `lead_time: project ${next.projectId} may hold at most ${limit} ${unit} beginning more than ${days} days from now (${name}); with this lease it would hold ${value}; it fits starting by ${formatMessageDate(horizonMs)}, or smaller.`;
-      figures.push({ rule: 'lead_time', ok, limit, value, message, details: { step: name, beyond_days: days, limit, value, latest_start: formatMessageDate(horizonMs) } });
+        : `lead_time: project ${next.projectId} may hold at most ${limit} ${unit} beginning more than ${days} days from now (${name}); with this lease it would hold ${value}; it fits starting by ${latestStart}, or smaller.`;
+      figures.push({ rule: 'lead_time', ok, limit, value, message, details: { step: name, beyond_days: days, limit, value, latest_start: latestStart } });
     }
   }
   return figures;
