@@ -6,6 +6,8 @@
  * figures, the fit and offers without booking anything; the protective defaults hold.
  */
 import { loadConfig } from '../src/config';
+import type { Lease } from '../src/domain/lease';
+import { endLeasesPastAllocation, workflowEnders } from '../src/api/allocation-end';
 import { physicalHostPlugin } from '../src/resources/physical-host';
 import { hostReservation } from '../dev-stack/fixtures/builders';
 import { insertHost } from '../dev-stack/fixtures/hosts';
@@ -124,6 +126,22 @@ describe('fair share over time through the API', () => {
     const past = await asMember('POST', '/v1/leases', { name: 'past', start_date: inSeconds(2 * HOUR_S), end_date: inSeconds(3 * HOUR_S + 60), reservations: [hostReservation()] });
     expect(past.status).toBe(403);
     expect(past.body).toMatchObject({ rule: 'allocation_end', latest_end: end, reason: 'policy:allocation_end' });
+  });
+
+  it('allocation_end: ending leases past it stops at a failure with 503 and nothing half done; the same update again completes it', async () => {
+    const asMember = apiClient(() => stack().url, member('project-retry'));
+    const first = (await asMember('POST', '/v1/leases', { name: 'first', ...window(5), reservations: [hostReservation()] })).body.lease;
+    const second = (await asMember('POST', '/v1/leases', { name: 'second', ...window(6), reservations: [hostReservation()] })).body.lease;
+    const { pool } = stack().db;
+    const real = workflowEnders({ pool, commands: { client: stack().temporal.client, taskQueue: stack().config.temporal.taskQueue, timeoutMs: 30_000 } });
+    // The second lease's delete fails (a worker gone): the first is deleted, the answer says to repeat.
+    const failing = { ...real, remove: (lease: Lease) => (lease.id === second.id ? Promise.reject(new Error('the worker is gone')) : real.remove(lease)) };
+    const endMs = Date.now() + 4 * HOUR_S * 1000;
+    await expect(endLeasesPastAllocation({ pool, enders: failing }, 'project-retry', endMs)).rejects.toMatchObject({ status: 503, message: expect.stringMatching(/1 deleted, 0 shortened\): lease .*: the worker is gone; repeat the PUT to finish\.$/) });
+    expect((await asMember('GET', `/v1/leases/${first.id}`)).status).toBe(404);
+    expect((await asMember('GET', `/v1/leases/${second.id}`)).status).toBe(200);
+    await expect(endLeasesPastAllocation({ pool, enders: real }, 'project-retry', endMs)).resolves.toEqual({ deleted: [second.id], shortened: [] });
+    expect((await asMember('GET', '/v1/leases')).body.leases).toEqual([]);
   });
 
   it('POST /v1/policy/check: each rule with its figures, the fit and offers; nothing booked; members for their own project only', async () => {

@@ -9,6 +9,7 @@
 import { ApiError } from './errors';
 import { findLease, projectLeasesEndingAfter } from '../db/leases';
 import type { Pool } from '../db/pool';
+import type { Lease } from '../domain/lease';
 import { changeLease, removeLease, type LeaseCommandOptions } from './lease-commands';
 
 /** Leases ended per policy update: past it, the update answers 503 and repeating it goes on. */
@@ -19,7 +20,20 @@ export interface AllocationEndOutcome {
   deleted: string[];
 }
 
-export async function endLeasesPastAllocation(deps: { pool: Pool; commands: LeaseCommandOptions }, projectId: string, allocationEndMs: number): Promise<AllocationEndOutcome> {
+/** How a lease is ended: by default its workflow's delete and update (the API's own paths). */
+export interface LeaseEnders {
+  remove(lease: Lease): Promise<'gone' | 'past-deadline'>;
+  shorten(lease: Lease, end: number | 'now'): Promise<unknown>;
+}
+
+export function workflowEnders(deps: { pool: Pool; commands: LeaseCommandOptions }): LeaseEnders {
+  return {
+    remove: (lease) => removeLease(deps.commands, lease.id, () => findLease(deps.pool, lease.id)),
+    shorten: (lease, end) => changeLease(deps.commands, lease.id, { end, byAdmin: true }),
+  };
+}
+
+export async function endLeasesPastAllocation(deps: { pool: Pool; enders: LeaseEnders }, projectId: string, allocationEndMs: number): Promise<AllocationEndOutcome> {
   const past = await projectLeasesEndingAfter(deps.pool, projectId, allocationEndMs, ALLOCATION_END_BATCH + 1);
   const outcome: AllocationEndOutcome = { shortened: [], deleted: [] };
   const unfinished = (lease: string, why: string) =>
@@ -28,10 +42,10 @@ export async function endLeasesPastAllocation(deps: { pool: Pool; commands: Leas
     let failure: string | undefined;
     try {
       if (lease.startMs >= allocationEndMs) {
-        if ((await removeLease(deps.commands, lease.id, () => findLease(deps.pool, lease.id))) === 'past-deadline') failure = 'its deletion did not finish in time';
+        if ((await deps.enders.remove(lease)) === 'past-deadline') failure = 'its deletion did not finish in time';
         else outcome.deleted.push(lease.id);
       } else {
-        await changeLease(deps.commands, lease.id, { end: allocationEndMs > Date.now() ? allocationEndMs : 'now', byAdmin: true });
+        await deps.enders.shorten(lease, allocationEndMs > Date.now() ? allocationEndMs : 'now');
         outcome.shortened.push(lease.id);
       }
     } catch (err) {

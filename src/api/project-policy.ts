@@ -10,7 +10,7 @@ import { deleteProjectRules, projectRules, saveProjectRules } from '../db/usage-
 import type { Pool } from '../db/pool';
 import type { UsagePolicyEnforcer } from '../policy/enforcement';
 import { allocationEndMs, rulesSchema } from '../policy/rules';
-import { endLeasesPastAllocation } from './allocation-end';
+import { endLeasesPastAllocation, workflowEnders } from './allocation-end';
 import type { LeaseCommandOptions } from './lease-commands';
 import { identityOf, projectInScope } from './auth';
 import { formatBlazarTimestamp } from '../domain/dates';
@@ -50,7 +50,7 @@ export function projectPolicyRouter(deps: { pool: Pool; policy: UsagePolicyEnfor
     await saveProjectRules(deps.pool, projectId, rules, identityOf(res).userId);
     // An allocation end in force: the project's leases past it are ended (deleted or shortened) before the answer.
     const allocationEnd = (await deps.policy.rulesFor(deps.pool, projectId)).effective.allocation_end;
-    const ended = allocationEnd && deps.commands ? await endLeasesPastAllocation({ pool: deps.pool, commands: deps.commands }, projectId, allocationEndMs(allocationEnd)) : undefined;
+    const ended = allocationEnd && deps.commands ? await endLeasesPastAllocation({ pool: deps.pool, enders: workflowEnders({ pool: deps.pool, commands: deps.commands }) }, projectId, allocationEndMs(allocationEnd)) : undefined;
     res.json({ ...(await shown(projectId)), ...(ended ? { allocation_end: { deleted_leases: ended.deleted, shortened_leases: ended.shortened } } : {}) });
   });
 
