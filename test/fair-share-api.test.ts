@@ -68,6 +68,12 @@ describe('fair share over time through the API', () => {
     const second = await asMember('POST', '/v1/leases', { name: 'far-2', ...far, reservations: [hostReservation()] });
     expect(second.status).toBe(403);
     expect(second.body).toMatchObject({ rule: 'lead_time', step: 'max_hosts', beyond_days: 7, limit: 1, value: 2, reason: 'policy:lead_time', offers: expect.any(Array) });
+    // The offers' filter and an offer hold meet the same rule.
+    const offers = await asMember('POST', '/v1/offers', { start_after: far.start_date, duration: 120, reservations: [hostReservation()] });
+    expect(offers.body.offers[0]).toMatchObject({ kind: 'exact', refused_by: 'lead_time' });
+    const hold = await asMember('POST', `/v1/offers/${offers.body.offers[0].id}/hold`, {});
+    expect(hold.status).toBe(403);
+    expect(hold.body).toMatchObject({ rule: 'lead_time', reason: 'policy:lead_time' });
     // Sooner than 7 days: any number.
     expect((await asMember('POST', '/v1/leases', { name: 'soon', ...window(30), reservations: [hostReservation({ min: 2, max: 2 })] })).status).toBe(201);
   });
@@ -123,6 +129,10 @@ describe('fair share over time through the API', () => {
 
     // Done: the same update again ends nothing more; a lease past the end is refused with the rule.
     expect((await setPolicy('project-alloc', { allocation_end: end })).allocation_end).toEqual({ deleted_leases: [], shortened_leases: [] });
+    // An update (through the lease's workflow) past the end is refused as a create is.
+    const extended = await asMember('PUT', `/v1/leases/${active.body.lease.id}`, { end_date: inSeconds(4 * HOUR_S) });
+    expect(extended.status).toBe(403);
+    expect(extended.body).toMatchObject({ rule: 'allocation_end', reason: 'policy:allocation_end' });
     const past = await asMember('POST', '/v1/leases', { name: 'past', start_date: inSeconds(2 * HOUR_S), end_date: inSeconds(3 * HOUR_S + 60), reservations: [hostReservation()] });
     expect(past.status).toBe(403);
     expect(past.body).toMatchObject({ rule: 'allocation_end', latest_end: end, reason: 'policy:allocation_end' });
