@@ -428,4 +428,16 @@ describe('the calendar page in Chromium', () => {
     await expect(page.getByRole('region', { name: 'Your leases in view' }).textContent()).resolves.toMatch(/alpha-daily-2 ?not booked/);
     await page.screenshot({ path: path.join(artefacts, 'series.png') });
   });
+
+  it('shows the usage policy\'s dry run before booking: a line per rule the lease as asked would break', async () => {
+    expect((await admin('PUT', '/v1/projects/alpha/policy', { max_hosts: 1 })).status).toBe(200);
+    try {
+      const checked = page.waitForResponse((r) => r.url().endsWith('/v1/policy/check') && r.request().method() === 'POST');
+      await findOffers({ hosts: 2, hours: 1, from: at(26), name: 'alpha-checked' });
+      expect((await (await checked).json()).decision).toBe('refuse');
+      await expect(page.getByRole('list', { name: 'Policy check' }).textContent()).resolves.toBe('The usage policy refuses it as asked: max_hosts: would be 2, limit 1');
+    } finally {
+      await admin('DELETE', '/v1/projects/alpha/policy');
+    }
+  });
 });
