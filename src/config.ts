@@ -273,9 +273,12 @@ const envSchema = z.object({
   LK_API_REQUEST_TIMEOUT_MS: positiveInt.default(30_000),
   LK_API_HEADERS_TIMEOUT_MS: positiveInt.default(10_000),
   LK_API_MAX_CONNECTIONS: positiveInt.default(1_000),
-  // Members' leases (admins are exempt): longest duration, and how far ahead a lease may start.
-  LK_MAX_LEASE_DURATION_DAYS: z.coerce.number().positive().max(36_500).default(365),
+  // Members' leases (admins are exempt): longest duration, how far ahead a lease may start, and how
+  // many leases not yet ended a project may have. Protective defaults (docs/operations.md, "Defaults
+  // of a new deployment"): a fresh install never runs unlimited; Chameleon's 7-day lease is the reference.
+  LK_MAX_LEASE_DURATION_DAYS: z.coerce.number().positive().max(36_500).default(7),
   LK_MAX_ADVANCE_DAYS: z.coerce.number().min(0).max(36_500).default(365),
+  LK_MAX_LEASES: z.coerce.number().int().min(1).max(1_000_000).default(50),
   // The usage policy (docs/operations.md, "The usage policy"): rules per deployment and per project, in YAML; and
   // Blazar's external filter (a policy service asked at create, update and end). Both are read and
   // checked by src/policy when the worker and the API start.
@@ -457,7 +460,7 @@ function toConfig(env: z.infer<typeof envSchema>) {
             ...(env.LK_IDLE_LEASE_END_HOURS !== undefined ? { endAfterMs: Math.round(env.LK_IDLE_LEASE_END_HOURS * 3_600_000) } : {}),
           }
         : undefined,
-    leaseLimits: { maxDurationMs: env.LK_MAX_LEASE_DURATION_DAYS * 86_400_000, maxAdvanceMs: env.LK_MAX_ADVANCE_DAYS * 86_400_000 },
+    leaseLimits: { maxDurationMs: env.LK_MAX_LEASE_DURATION_DAYS * 86_400_000, maxAdvanceMs: env.LK_MAX_ADVANCE_DAYS * 86_400_000, maxLeases: env.LK_MAX_LEASES },
     /** The usage policy's settings as written: src/policy reads the file and checks them all at start. */
     policy: Object.fromEntries(Object.entries(env).filter(([name]) => name.startsWith('LK_POLICY_'))) as Partial<Record<`LK_POLICY_${string}`, string>>,
     /**

@@ -165,6 +165,15 @@ describe('authorization on every route', () => {
       expect((await call(caller, 'GET', '/v1/leases?name=not-mine')).body.leases).toEqual([]);
     });
 
+    it('dry-runs the usage policy for its own project only: the other project\'s lease does not exist to it, its project_id is refused', async () => {
+      exercise('POST /policy/check');
+      const checked = await call(caller, 'POST', '/v1/policy/check', { name: 'checked', start_date: '2099-06-02 10:00', end_date: '2099-06-02 11:00' });
+      expect(checked.status).toBe(200);
+      expect(checked.body.decision).toBe('admit');
+      expect((await call(caller, 'POST', '/v1/policy/check', { lease_id: theirs().id, end_date: '2099-06-02 12:00' })).status).toBe(404);
+      expect((await call(caller, 'POST', '/v1/policy/check', { name: 'x', project_id: `project-${other(caller).toLowerCase()}`, start_date: '2099-06-02 10:00', end_date: '2099-06-02 11:00' })).status).toBe(403);
+    });
+
     it('may ask when capacity is free, and learns no other project\'s lease from it', async () => {
       exercise('GET /availability');
       exercise('POST /availability/search');

@@ -429,6 +429,18 @@ describe('the calendar page in Chromium', () => {
     await page.screenshot({ path: path.join(artefacts, 'series.png') });
   });
 
+  it('shows the usage policy\'s dry run before booking: a line per rule the lease as asked would break', async () => {
+    expect((await admin('PUT', '/v1/projects/alpha/policy', { max_hosts: 1 })).status).toBe(200);
+    try {
+      const checked = page.waitForResponse((r) => r.url().endsWith('/v1/policy/check') && r.request().method() === 'POST');
+      await findOffers({ hosts: 2, hours: 1, from: at(26), name: 'alpha-checked' });
+      expect((await (await checked).json()).decision).toBe('refuse');
+      await expect(page.getByRole('list', { name: 'Policy check' }).textContent()).resolves.toBe('The usage policy refuses it as asked: max_hosts: would be 2, limit 1');
+    } finally {
+      await admin('DELETE', '/v1/projects/alpha/policy');
+    }
+  });
+
   it("lists a lease waiting for approval to an admin, whose page has Approve and Deny; Approve with a reason lets it wait for its start", async () => {
     expect((await admin('PUT', '/v1/projects/waiting/policy', { approval: [{ always: true, timeout: 600 }] })).status).toBe(200);
     const waiting = apiClient(() => stack().url, { 'X-Project-Id': 'waiting', 'X-Roles': 'member' });

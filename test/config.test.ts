@@ -22,7 +22,7 @@ describe('configuration', () => {
       trustProxy: false,
       metrics: { listen: undefined, token: undefined, cacheMs: 5_000 },
     });
-    expect(config.leaseLimits).toEqual({ maxDurationMs: 365 * 86_400_000, maxAdvanceMs: 365 * 86_400_000 });
+    expect(config.leaseLimits).toEqual({ maxDurationMs: 7 * 86_400_000, maxAdvanceMs: 365 * 86_400_000, maxLeases: 50 });
     expect(config.healthDeepIntervalMs).toBe(10_000);
     expect(config.temporal).toMatchObject({ address: '127.0.0.1:7233', external: false, topology: 'dev', namespace: 'default', taskQueue: 'leasekeeper', uiPort: 8233 });
     expect(config.database).toMatchObject({ url: 'postgres://leasekeeper@127.0.0.1:15432/leasekeeper', external: false });

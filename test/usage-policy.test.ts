@@ -6,7 +6,9 @@
 import { EVENT_TYPES, type Lease } from '../src/domain/lease';
 import { HOUR_MS, peakRollingHours, peakWithin, type Footprint, type Holding } from '../src/domain/usage';
 import { offerHoldRefusal, policyRefusal, type PolicySubject, type ProjectLedger, type UsagePolicy } from '../src/domain/usage-policy';
+import { peakClassShare } from '../src/domain/fair-share';
 import { effectiveRules, environmentRules, loadPolicyFile, rulesSchema, toUsagePolicy } from '../src/policy/rules';
+import { loadConfig } from '../src/config';
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
@@ -234,5 +236,116 @@ describe('usage policy: offer holds at once', () => {
     expect(environmentRules({ maxDurationMs: 86_400_000, maxAdvanceMs: 86_400_000, maxOfferHolds: 3 }).max_offer_holds).toBe(3);
     expect(rulesSchema.safeParse({ max_offer_holds: -1 }).success).toBe(false);
     expect(rulesSchema.safeParse({ max_offer_holds: 1.5 }).success).toBe(false);
+  });
+});
+
+describe('usage policy: fair share over time', () => {
+  const rules = (r: Record<string, unknown>) => toUsagePolicy(rulesSchema.parse(r));
+  /** A host lease booked on these hosts (host ids as the calendar gives them). */
+  const onHosts = (startMs: number, endMs: number, hostIds: string[], fields: Partial<Lease> = {}) => {
+    const l = lease(startMs, endMs, { hosts: hostIds.length }, fields);
+    return { ...l, reservations: [{ ...l.reservations[0], allocation: { host_ids: hostIds } }] };
+  };
+
+  it('lead_time: 2 hosts at once beginning more than 7 days ahead allowed, a third refused; sooner, any number; host-hours in all', () => {
+    const policy = rules({ lead_time: [{ beyond_days: 7, max_hosts: 2, max_host_hours: 96 }] });
+    const far = NOW + 10 * DAY_MS;
+    const held = ledger(lease(far, far + DAY_MS, { hosts: 1 }));
+    expect(policyRefusal(policy, subject(lease(far, far + DAY_MS, { hosts: 1 })), held)).toBeUndefined();
+    const third = policyRefusal(policy, subject(lease(far, far + DAY_MS, { hosts: 2 })), held);
+    expect(third).toMatchObject({ rule: 'lead_time', status: 403, details: { step: 'max_hosts', beyond_days: 7, limit: 2, value: 3, latest_start: '2027-03-17 12:00' } });
+    expect(third?.message).toBe('Usage policy: lead_time: project project-a may hold at most 2 host(s) at once beginning more than 7 days from now (max_hosts); with this lease it would hold 3; it fits starting by 2027-03-17 12:00, or smaller.');
+    // Sooner than 7 days: not counted, whatever it holds.
+    expect(policyRefusal(policy, subject(lease(NOW + 6 * DAY_MS, NOW + 7 * DAY_MS, { hosts: 50 })), held)).toBeUndefined();
+    // Host-hours: 24 booked + 72 = 96 allowed; 24 + 73 refused (not at once: later in the horizon).
+    expect(policyRefusal(policy, subject(lease(far + 2 * DAY_MS, far + 5 * DAY_MS, { hosts: 1 })), held)).toBeUndefined();
+    expect(policyRefusal(policy, subject(lease(far + 2 * DAY_MS, far + 5 * DAY_MS + HOUR_MS, { hosts: 1 })), held)).toMatchObject({ rule: 'lead_time', details: { step: 'max_host_hours', limit: 96, value: 97 } });
+  });
+
+  it('stacking: a share of a host class over any 21 days, overlapping leases counted once; at the limit allowed, one step past refused', () => {
+    const gpu = '["==", "$node_type", "gpu"]';
+    const policy = rules({ stacking: [{ resource_properties: gpu, window_days: 21, max_percent: 25 }] });
+    const classHosts = [new Set(['1', '2', '3', '4'])];
+    const start = NOW + DAY_MS;
+    // Host 1 held 21 days by two overlapping leases: counted once, 21 host-days of 84 = 25 %.
+    const others = ledger(onHosts(start, start + 14 * DAY_MS, ['1']), onHosts(start + 7 * DAY_MS, start + 21 * DAY_MS, ['1']), onHosts(start, start + 21 * DAY_MS, ['9']));
+    const withClass = { ...others, fairShare: { classHosts } };
+    expect(policyRefusal(policy, subject(onHosts(start + 10 * DAY_MS, start + 20 * DAY_MS, ['1'])), withClass)).toBeUndefined();
+    // One more host for one hour of that window: 25.06 %.
+    const past = policyRefusal(policy, subject(onHosts(start + 10 * DAY_MS, start + 10 * DAY_MS + HOUR_MS, ['2'])), withClass);
+    expect(past).toMatchObject({ rule: 'stacking', status: 403, details: { class: gpu, class_hosts: 4, window_days: 21, limit: 25, value: 25.05 } });
+    expect(past?.message).toMatch(/^Usage policy: stacking: project project-a may hold at most 25% of the hosts matching .* \(4 hosts\) over any 21 days; with this lease it would hold 25\.05% in the 21 days from /);
+    // Hosts outside the class are not counted; a lease three weeks later is in another window.
+    expect(policyRefusal(policy, subject(onHosts(start + 10 * DAY_MS, start + 11 * DAY_MS, ['9'])), withClass)).toBeUndefined();
+    expect(policyRefusal(policy, subject(onHosts(start + 42 * DAY_MS, start + 47 * DAY_MS, ['2'])), withClass)).toBeUndefined();
+  });
+
+  it('stacking finds the worst window exactly: the same peak as sliding the window minute by minute', () => {
+    let seed = 7;
+    const random = (n: number) => (seed = (seed * 1_103_515_245 + 12_345) % 2 ** 31) % n;
+    const hosts = new Set(['1', '2', '3']);
+    const booked = Array.from({ length: 20 }, () => {
+      const startMs = NOW + random(48) * HOUR_MS + random(60) * 60_000;
+      const endMs = startMs + (1 + random(10)) * HOUR_MS;
+      return { lease: onHosts(startMs, endMs, [String(1 + random(3))]), interval: { startMs, endMs } };
+    });
+    const stacking = { query: '[]', windowMs: 5 * HOUR_MS, maxPercent: 100 };
+    const around = { startMs: NOW, endMs: NOW + 60 * HOUR_MS };
+    const fast = peakClassShare(booked, stacking, hosts, around).percent;
+    let slow = 0;
+    for (let startMs = NOW - 5 * HOUR_MS; startMs <= NOW + 60 * HOUR_MS; startMs += 60_000) {
+      const perHost = new Map<string, Array<[number, number]>>();
+      for (const b of booked) for (const id of b.lease.reservations[0].allocation.host_ids) perHost.set(id, [...(perHost.get(id) ?? []), [b.interval.startMs, b.interval.endMs]]);
+      let heldMinutes = 0;
+      for (const intervals of perHost.values()) for (let t = startMs; t < startMs + 5 * HOUR_MS; t += 60_000) if (intervals.some(([a, z]) => a <= t && t < z)) heldMinutes++;
+      slow = Math.max(slow, (heldMinutes * 60_000 * 100) / (3 * 5 * HOUR_MS));
+    }
+    expect(slow).toBeGreaterThan(30);
+    expect(fast).toBeCloseTo(slow, 6);
+  });
+
+  it('member_budget: a member\'s own leases against their limit inside the project\'s budget; others\' leases not counted', () => {
+    const policy = rules({ budget: { period: 'month', host_hours: 1000 }, member_budgets: { default: 48, by_user: { bob: 100 } } });
+    const day = at('2027-04-05T00:00');
+    const mine = lease(day, day + DAY_MS, { hosts: 1 });
+    const bobs = lease(day, day + 3 * DAY_MS, { hosts: 1 }, { userId: 'bob' });
+    const held = ledger(mine, bobs);
+    expect(policyRefusal(policy, subject(lease(day + 2 * DAY_MS, day + 3 * DAY_MS, { hosts: 1 })), held)).toBeUndefined();
+    const past = policyRefusal(policy, subject(lease(day + 2 * DAY_MS, day + 3 * DAY_MS + HOUR_MS, { hosts: 1 })), held);
+    expect(past).toMatchObject({ rule: 'member_budget', status: 403, details: { rule: 'member_budget', member: 'alice', limit: 48, value: 49, booked_hours: 24, needed_hours: 25 } });
+    expect(past?.message).toMatch(/^Usage policy: member_budget: user alice may book at most 48 host-hours of project project-a's budget; host-hours budget for 2027-04: 48 h, 24 h booked; this lease needs 25 h;/);
+    // bob: his own 72 h + 28 h = 100 allowed, 29 h refused.
+    expect(policyRefusal(policy, subject(lease(day + 4 * DAY_MS, day + 4 * DAY_MS + 28 * HOUR_MS, { hosts: 1 }, { userId: 'bob' })), held)).toBeUndefined();
+    expect(policyRefusal(policy, subject(lease(day + 4 * DAY_MS, day + 4 * DAY_MS + 29 * HOUR_MS, { hosts: 1 }, { userId: 'bob' })), held)?.rule).toBe('member_budget');
+  });
+
+  it('allocation_end: a lease ending at it allowed, a minute past refused; an update that does not move the end later passes', () => {
+    const policy = rules({ allocation_end: '2027-04-01' });
+    const end = at('2027-04-01T00:00');
+    expect(policyRefusal(policy, subject(lease(NOW + DAY_MS, end, {})), noLedger)).toBeUndefined();
+    const past = policyRefusal(policy, subject(lease(NOW + DAY_MS, end + 60_000, {})), noLedger);
+    expect(past).toMatchObject({ rule: 'allocation_end', status: 403, details: { limit: '2027-04-01 00:00', value: '2027-04-01 00:01', latest_end: '2027-04-01 00:00' } });
+    const over = lease(NOW + DAY_MS, end + DAY_MS, {});
+    expect(policyRefusal(policy, subject({ ...over, endMs: end + HOUR_MS }, { previous: over }), noLedger)).toBeUndefined();
+    expect(policyRefusal(policy, subject({ ...over, endMs: end + 2 * DAY_MS }, { previous: over }), noLedger)?.rule).toBe('allocation_end');
+  });
+
+  it('the fair-share rules are bounded: at most 8 steps or classes, a valid query, a valid date', () => {
+    const good = { lead_time: Array.from({ length: 8 }, () => ({ beyond_days: 7, max_hosts: 1 })), stacking: [{ resource_properties: '["==", "$a", "b"]', window_days: 21, max_percent: 50 }], allocation_end: '2027-06-30', member_budgets: { by_user: { alice: 3 } } };
+    expect(rulesSchema.safeParse(good).success).toBe(true);
+    expect(rulesSchema.safeParse({ lead_time: Array.from({ length: 9 }, () => ({ beyond_days: 7, max_hosts: 1 })) }).success).toBe(false);
+    expect(rulesSchema.safeParse({ lead_time: [{ beyond_days: 7 }] }).success).toBe(false);
+    expect(rulesSchema.safeParse({ stacking: [{ resource_properties: '["==", "$a"', window_days: 21, max_percent: 50 }] }).success).toBe(false);
+    expect(rulesSchema.safeParse({ stacking: [{ resource_properties: '["==", "$a", "b"]', window_days: 21, max_percent: 101 }] }).success).toBe(false);
+    expect(rulesSchema.safeParse({ allocation_end: 'next year' }).success).toBe(false);
+    expect(rulesSchema.safeParse({ member_budgets: { by_user: { 'a b': 3 } } }).success).toBe(false);
+  });
+
+  it('protective defaults: a fresh config limits leases to 7 days and 50 per project, and holds to 3', () => {
+    const policy = toUsagePolicy(environmentRules({ ...loadConfig({}).leaseLimits, maxOfferHolds: loadConfig({}).offerHolds.maxAtOnce }));
+    expect(policy).toMatchObject({ maxLeaseDurationMs: 7 * DAY_MS, maxAdvanceMs: 365 * DAY_MS, maxLeases: 50, maxOfferHolds: 3 });
+    expect(policyRefusal(policy, subject(lease(NOW + HOUR_MS, NOW + HOUR_MS + 7 * DAY_MS + 60_000, {})), noLedger)?.rule).toBe('max_lease_duration');
+    expect(policyRefusal(policy, subject(lease(NOW + HOUR_MS, NOW + 2 * HOUR_MS, {})), { others: [], liveLeases: 50 })?.rule).toBe('max_leases');
+    expect(policyRefusal(policy, subject(lease(NOW + HOUR_MS, NOW + 2 * HOUR_MS, {})), { others: [], liveLeases: 49 })).toBeUndefined();
   });
 });

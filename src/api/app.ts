@@ -32,6 +32,7 @@ import { leasesRouter, type NewLeaseDeps } from './leases';
 import { seriesRouter } from './series';
 import { usageRouter } from './usage';
 import { projectPolicyRouter } from './project-policy';
+import { policyCheckRouter } from './policy-check';
 import { webhooksRouter } from './webhooks';
 import { LeaseOutbox } from '../outbox';
 import { temporalSetupCheck } from './admission';
@@ -170,10 +171,11 @@ export function createApp(deps: AppDeps): express.Express {
     leasesRouter(newLeases),
     seriesRouter(newLeases),
     offersRouter(offers),
+    policyCheckRouter(newLeases),
     offerHoldsRouter({ ...newLeases, offers, usagePolicy: policy, client: deps.client, taskQueue: config.temporal.taskQueue, timeoutMs: config.api.workflowTimeoutMs, outbox, holdMs: config.offerHolds.holdMs, temporalReady: setup.ready }),
     hostAllocationsRouter({ pool: deps.pool }),
     usageRouter({ pool: deps.pool }),
-    projectPolicyRouter({ pool: deps.pool, policy }),
+    projectPolicyRouter({ pool: deps.pool, policy, commands }),
     webhooksRouter({ pool: deps.pool, settings: config.notices }),
     hostsRouter({ pool: deps.pool, inventory, commands }),
     maintenanceRouter({ pool: deps.pool, inventory, commands }),

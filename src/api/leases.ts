@@ -16,7 +16,7 @@ import { jsonArrayParts, sendJsonParts } from './json-stream';
 import { answerApproval, changeLease, createLease, idempotentLeaseId, noAnswerInTime, removeLease, requestHash, type LeaseCommandOptions } from './lease-commands';
 import { approvalAnswerSchema, createLeaseSchema, listLeasesQuery, newLeaseRequest, requestDateSchema, updateLeaseSchema } from './lease-schemas';
 import { refuseUnknownPropertyKeys } from './property-keys';
-import { DEFAULT_OFFER_LIMIT, extensionOffers, leaseExtensionOffers, makeOffers, refusedWithOffers, type OfferDeps } from './offers';
+import { DEFAULT_OFFER_LIMIT, extensionOffers, leaseExtensionOffers, makeOffers, refusedWithOffers, type OfferDeps, type OfferJson } from './offers';
 import { wholeMinuteDown } from '../domain/dates';
 import { createSeries } from './series';
 
@@ -181,22 +181,7 @@ export function leasesRouter(deps: NewLeaseDeps): Router {
     };
     const changedLease = await refusedWithOffers(
       () => changeLease(commands, current.id, update),
-      async (refusal) => {
-        if (!deps.offers) return { offers: [] };
-        // An extension refused: the ends its resources allow, up to the latest the refusal named.
-        const latestEnd = requestDateSchema.safeParse(refusal.extra?.latest_end);
-        if (latestEnd.success) return extensionOffers(deps.offers, identity, current, latestEnd.data);
-        // An extension refused without a latest end (a pending lease is booked anew): how far its resources allow.
-        const extendsOnly = update.end !== undefined && update.end !== 'now' && update.end > current.endMs && (update.start === undefined || update.start === current.startMs) && !changed;
-        const steps = extendsOnly ? await leaseExtensionOffers(deps.offers, identity, current) : undefined;
-        if (steps && steps.offers.length > 0) return steps;
-        const asDate = (date: number | 'now' | undefined, otherwise: number) => (date === undefined ? otherwise : date === 'now' ? wholeMinuteDown(Date.now()) : date);
-        const startMs = asDate(update.start, current.startMs);
-        const durationMs = Math.max(60_000, asDate(update.end, current.endMs) - startMs);
-        const reservations = current.reservations.map((r) => ({ resource_type: r.resource_type, params: changed?.find((c) => c.id === r.id)?.params ?? r.params }));
-        // The lease's own bookings still count as taken in this search: these offers err on the safe side.
-        return makeOffers(deps.offers, identity, { reservations, mins: [], startMs: Math.max(startMs, wholeMinuteDown(Date.now())), durationMs, minDurationMs: durationMs, limit: DEFAULT_OFFER_LIMIT });
-      },
+      async (refusal) => updateOffers(deps, identity, current, update, changed, refusal.extra?.latest_end),
     );
     res.json({ lease: toBlazarLease(changedLease) });
   });
@@ -231,8 +216,37 @@ export function leasesRouter(deps: NewLeaseDeps): Router {
   return router;
 }
 
+/**
+ * Offers for a change of `current` that is refused (or, in a dry run, would not fit): an extension's
+ * ends its resources allow (up to `latestEnd` when a refusal named one), else the lease's
+ * reservations as changed, searched anew from the asked start.
+ */
+export async function updateOffers(
+  deps: Pick<NewLeaseDeps, 'offers'>,
+  identity: Identity,
+  current: Lease,
+  update: LeaseUpdateRequest,
+  changed: Array<{ id: string; resource_type: string; params: Record<string, unknown> }> | undefined,
+  refusedLatestEnd?: unknown,
+): Promise<{ offers: OfferJson[]; note?: string }> {
+  if (!deps.offers) return { offers: [] };
+  // An extension refused: the ends its resources allow, up to the latest the refusal named.
+  const latestEnd = requestDateSchema.safeParse(refusedLatestEnd);
+  if (latestEnd.success) return extensionOffers(deps.offers, identity, current, latestEnd.data);
+  // An extension refused without a latest end (a pending lease is booked anew): how far its resources allow.
+  const extendsOnly = update.end !== undefined && update.end !== 'now' && update.end > current.endMs && (update.start === undefined || update.start === current.startMs) && !changed;
+  const steps = extendsOnly ? await leaseExtensionOffers(deps.offers, identity, current) : undefined;
+  if (steps && steps.offers.length > 0) return steps;
+  const asDate = (date: number | 'now' | undefined, otherwise: number) => (date === undefined ? otherwise : date === 'now' ? wholeMinuteDown(Date.now()) : date);
+  const startMs = asDate(update.start, current.startMs);
+  const durationMs = Math.max(60_000, asDate(update.end, current.endMs) - startMs);
+  const reservations = current.reservations.map((r) => ({ resource_type: r.resource_type, params: changed?.find((c) => c.id === r.id)?.params ?? r.params }));
+  // The lease's own bookings still count as taken in this search: these offers err on the safe side.
+  return makeOffers(deps.offers, identity, { reservations, mins: [], startMs: Math.max(startMs, wholeMinuteDown(Date.now())), durationMs, minDurationMs: durationMs, limit: DEFAULT_OFFER_LIMIT });
+}
+
 /** A reservation's parameters with the change applied, checked by its resource type as at creation. */
-function changedReservation(lease: Lease, change: { id: string } & Record<string, unknown>, index: number, types: ResourceTypes) {
+export function changedReservation(lease: Lease, change: { id: string } & Record<string, unknown>, index: number, types: ResourceTypes) {
   const { id, ...fields } = change;
   const reservation = lease.reservations.find((r) => r.id === id);
   if (!reservation) throw new ApiError(400, `Please enter valid reservation IDs. Invalid reservation IDs are: ${id}. reservations[${index}].id: lease ${lease.name} has no such reservation.`);

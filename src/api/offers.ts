@@ -200,7 +200,7 @@ async function wouldBook(deps: OfferDeps, offer: PlannedOffer): Promise<Map<stri
 }
 
 /** A search a calendar refuses outright (more hosts than are enrolled): for offers, a count that never fits. */
-function neverFits(err: unknown): FitSearch {
+export function neverFits(err: unknown): FitSearch {
   if (err instanceof ApplicationFailure && err.type === LeaseErrorType.conflict) return { longestMs: 0, cutShort: false, tried: 0 };
   throw err;
 }
@@ -234,8 +234,13 @@ export function offerLeaseRequest(
 async function policyRefusalOf(deps: OfferDeps, identity: Identity, offer: PlannedOffer, nowMs: number) {
   if (!deps.usagePolicy) return undefined;
   const request = offerLeaseRequest(deps, identity, { startMs: offer.startMs, leaseBody: leaseBodyOf(offer) }, randomUUID(), { name: 'offer' }, nowMs);
-  const reservations = request.reservations.map((r) => ({ ...r, footprint: deps.types.get(r.resource_type)?.offers?.footprint?.(r.params) ?? footprintOf(r) }));
-  return deps.usagePolicy.wouldRefuse(deps.pool, { next: newLease({ ...request, reservations }), byAdmin: identity.isAdmin });
+  return deps.usagePolicy.wouldRefuse(deps.pool, { next: draftLease(deps.types, request), byAdmin: identity.isAdmin });
+}
+
+/** The lease a request would make, nothing booked: each reservation's footprint as its type tells from its parameters (the policy's previews). */
+export function draftLease(types: ResourceTypes, request: NewLeaseRequest): Lease {
+  const reservations = request.reservations.map((r) => ({ ...r, footprint: types.get(r.resource_type)?.offers?.footprint?.(r.params) ?? footprintOf(r) }));
+  return newLease({ ...request, reservations });
 }
 
 export function offersRouter(deps: OfferDeps): Router {

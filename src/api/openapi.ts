@@ -599,7 +599,34 @@ export function apiOperations(types: ResourceTypes): Operation[] {
         'Sets the project\'s own rules over the deployment\'s: each key sets a limit, `null` lifts it, an absent key keeps the deployment\'s; `budget` and `extension` are replaced whole. Durations are written `90m`, `48h`, `7d` or `2w`. They apply to leases admitted or changed from now on. Admins only.',
       security: AUTHENTICATED,
       request: { params: projectParam, body: { content: { 'application/json': { schema: projectPolicyBody } }, required: true } },
-      responses: { 200: json(z.strictObject({ policy: projectPolicy }), 'the policy'), ...COMMON_REFUSALS, 403: adminOnly },
+      responses: {
+        200: json(z.strictObject({ policy: projectPolicy, allocation_end: z.strictObject({ deleted_leases: z.array(z.string()), shortened_leases: z.array(z.string()) }).optional().describe('with an allocation_end in force: the leases past it this update ended') }), 'the policy'),
+        ...COMMON_REFUSALS,
+        403: adminOnly,
+        503: refusal('the policy is saved but not every lease past its allocation_end was ended yet: repeat the PUT to finish'),
+      },
+    },
+    {
+      method: 'post', path: '/v1/policy/check', tags: ['usage policy'], summary: 'Would this lease or change be admitted? (extension)',
+      description:
+        'A dry run: takes a create\'s body (admins: with `project_id`), or `lease_id` and an update\'s fields, and answers every usage-policy rule in force with its figures (`rules`), whether the lease fits the calendar now (`fits`; null when its types cannot tell), the `decision` a create or update would meet now, and, when refused, what would work instead (`offers`, at most 5). Nothing is booked, no lock is taken, Blazar\'s external filter is not asked. Members check their own project\'s leases only.',
+      security: AUTHENTICATED,
+      request: { body: { content: { 'application/json': { schema: z.looseObject({ project_id: z.string().optional(), lease_id: z.string().optional() }).describe('a create\'s body, or lease_id and an update\'s fields') } }, required: true } },
+      responses: {
+        200: json(
+          z.strictObject({
+            decision: z.enum(['admit', 'refuse']),
+            rules: z.array(z.strictObject({ rule: z.string(), ok: z.boolean(), limit: z.union([z.number(), z.string()]).nullable(), value: z.union([z.number(), z.string()]).nullable(), message: z.string() })),
+            fits: z.boolean().nullable(),
+            offers: z.array(offer),
+            offers_note: z.string().optional(),
+          }),
+          'each rule with its figures, the fit, and offers when refused',
+        ),
+        ...COMMON_REFUSALS,
+        403: refusal("another project (members)"),
+        404: notFound,
+      },
     },
     {
       method: 'delete', path: '/v1/projects/{projectId}/policy', tags: ['usage policy'], summary: "Remove a project's own usage policy",

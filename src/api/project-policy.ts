@@ -2,13 +2,16 @@
  * The usage policy of a project (an extension): `GET /v1/projects/{id}/policy` shows the rules in
  * force and where each layer comes from (members: their own project); `PUT` sets the project's
  * rules over the deployment's (admins); `DELETE` removes them. The rules are checked as leases are
- * admitted and changed (src/policy/enforcement.ts).
+ * admitted and changed (src/policy/enforcement.ts). A PUT with an allocation end in force ends the
+ * project's leases past it (src/api/allocation-end.ts) before it answers.
  */
 import { Router, type Response } from 'express';
 import { deleteProjectRules, projectRules, saveProjectRules } from '../db/usage-policy';
 import type { Pool } from '../db/pool';
 import type { UsagePolicyEnforcer } from '../policy/enforcement';
-import { rulesSchema } from '../policy/rules';
+import { allocationEndMs, rulesSchema } from '../policy/rules';
+import { endLeasesPastAllocation, workflowEnders } from './allocation-end';
+import type { LeaseCommandOptions } from './lease-commands';
 import { identityOf, projectInScope } from './auth';
 import { formatBlazarTimestamp } from '../domain/dates';
 import { ApiError, parseRequest } from './errors';
@@ -18,7 +21,7 @@ export const projectPolicyBody = rulesSchema;
 const projectIdOf = (res: Response, raw: string, action: 'get' | 'put' | 'delete'): string =>
   projectInScope(res, raw, `blazar:projects:policy:${action}`, { adminOnly: action !== 'get', ownOnly: "members see their own project's policy only" });
 
-export function projectPolicyRouter(deps: { pool: Pool; policy: UsagePolicyEnforcer }): Router {
+export function projectPolicyRouter(deps: { pool: Pool; policy: UsagePolicyEnforcer; commands?: LeaseCommandOptions }): Router {
   const router = Router();
 
   async function shown(projectId: string) {
@@ -45,7 +48,10 @@ export function projectPolicyRouter(deps: { pool: Pool; policy: UsagePolicyEnfor
     const projectId = projectIdOf(res, req.params.projectId, 'put');
     const rules = parseRequest(projectPolicyBody, req.body ?? {});
     await saveProjectRules(deps.pool, projectId, rules, identityOf(res).userId);
-    res.json(await shown(projectId));
+    // An allocation end in force: the project's leases past it are ended (deleted or shortened) before the answer.
+    const allocationEnd = (await deps.policy.rulesFor(deps.pool, projectId)).effective.allocation_end;
+    const ended = allocationEnd && deps.commands ? await endLeasesPastAllocation({ pool: deps.pool, enders: workflowEnders({ pool: deps.pool, commands: deps.commands }) }, projectId, allocationEndMs(allocationEnd)) : undefined;
+    res.json({ ...(await shown(projectId)), ...(ended ? { allocation_end: { deleted_leases: ended.deleted, shortened_leases: ended.shortened } } : {}) });
   });
 
   router.delete('/projects/:projectId/policy', async (req, res) => {

@@ -235,17 +235,29 @@ export async function* meteredLeaseBatches(pool: Pool, filter: { projectId?: str
 
 /**
  * The project's leases other than `exceptLeaseId` whose window overlaps `span`: live ones, and
- * deleted ones deleted within it (they are charged for what they used).
+ * deleted ones deleted within it (they are charged for what they used); `limit`: the earliest that many.
  */
-export async function projectLeasesWithin(db: Queryable, projectId: string, span: Interval, exceptLeaseId?: string): Promise<MeteredLease[]> {
+export async function projectLeasesWithin(db: Queryable, projectId: string, span: Interval, exceptLeaseId?: string, limit?: number): Promise<MeteredLease[]> {
   const { rows } = await db.query<{ document: Lease; deleted_ms: string | null }>(
     `SELECT document, (extract(epoch FROM deleted_at) * 1000)::bigint::text AS deleted_ms FROM leases
      WHERE project_id = $1 AND ($2::uuid IS NULL OR id <> $2::uuid)
        AND end_at > to_timestamp($3 / 1000.0) AND start_at < to_timestamp($4 / 1000.0)
-       AND (deleted_at IS NULL OR deleted_at > to_timestamp($3 / 1000.0))`,
-    [projectId, exceptLeaseId ?? null, span.startMs, span.endMs],
+       AND (deleted_at IS NULL OR deleted_at > to_timestamp($3 / 1000.0))
+     ORDER BY start_at, id LIMIT $5`,
+    [projectId, exceptLeaseId ?? null, span.startMs, span.endMs, limit ?? null],
   );
   return rows.map(meteredLease);
+}
+
+/** The project's live leases not ended that end after `endMs` (an allocation end): the earliest `limit`, by start. */
+export async function projectLeasesEndingAfter(db: Queryable, projectId: string, endMs: number, limit: number): Promise<Lease[]> {
+  const { rows } = await db.query<{ document: Lease }>(
+    `SELECT document FROM leases
+     WHERE project_id = $1 AND deleted_at IS NULL AND status NOT IN ('TERMINATED', 'ERROR') AND end_at > to_timestamp($2 / 1000.0)
+     ORDER BY start_at, id LIMIT $3`,
+    [projectId, endMs, limit],
+  );
+  return rows.map((r) => r.document);
 }
 
 /** How many of the project's leases (other than `exceptLeaseId`) are live and not ended. */

@@ -22,6 +22,7 @@ import {
   type MeteredLease,
   type Meter,
 } from './usage';
+import { allocationEndFigures, FAIR_SHARE_RULE_NAMES, leadTimeFigures, memberBudgetOf, overCapFigures, stackingFigures, type FairShareLedger, type FairSharePolicy, type RuleFigures } from './fair-share';
 
 /** The rules that limit what one project holds at once. */
 export const AT_ONCE_RULES = { max_hosts: 'hosts', max_vcpus: 'vcpus', max_memory_mb: 'memory_mb', max_bandwidth_kbps: 'bandwidth_kbps', max_floating_ips: 'floating_ips' } as const;
@@ -30,7 +31,7 @@ export type AtOnceRule = keyof typeof AT_ONCE_RULES;
 export const BUDGET_METERS = { host_hours: 'hosts', vcpu_hours: 'vcpus' } as const;
 export type BudgetName = keyof typeof BUDGET_METERS;
 
-export const RULE_NAMES = ['max_lease_duration', 'max_advance', 'min_notice', 'max_leases', 'max_hosts', 'max_vcpus', 'max_memory_mb', 'max_bandwidth_kbps', 'max_floating_ips', 'budget', 'extension', 'max_offer_holds'] as const satisfies ReadonlyArray<string>;
+export const RULE_NAMES = ['max_lease_duration', 'max_advance', 'min_notice', 'max_leases', 'max_hosts', 'max_vcpus', 'max_memory_mb', 'max_bandwidth_kbps', 'max_floating_ips', 'budget', 'extension', 'max_offer_holds', ...FAIR_SHARE_RULE_NAMES] as const satisfies ReadonlyArray<string>;
 export type RuleName = (typeof RULE_NAMES)[number];
 
 /** The rules in force for one project (absent: no limit). Durations in milliseconds. */
@@ -46,6 +47,8 @@ export interface UsagePolicy {
   extension?: { withinLastMs?: number; maxEachMs?: number; maxCount?: number };
   /** Rules admins are held to as well (by default they are exempt from all). */
   enforceOnAdmins: RuleName[];
+  /** Fair share over time (domain/fair-share.ts). */
+  fairShare?: FairSharePolicy;
 }
 
 /** What is being checked: the lease as it would be, as it was (an update), by whom and when. */
@@ -60,6 +63,8 @@ export interface PolicySubject {
 export interface ProjectLedger {
   others: MeteredLease[];
   liveLeases: number;
+  /** What the fair-share rules read beyond `others` (stacking's classes). */
+  fairShare?: FairShareLedger;
 }
 
 export interface PolicyRefusal {
@@ -91,7 +96,17 @@ function refuse(rule: RuleName, message: string, details: Record<string, unknown
 /** The first rule the change breaks, or undefined when the policy allows it. */
 export function policyRefusal(policy: UsagePolicy, subject: PolicySubject, ledger: ProjectLedger): PolicyRefusal | undefined {
   const applies = (rule: RuleName) => !subject.byAdmin || policy.enforceOnAdmins.includes(rule);
-  const checks: Array<[RuleName, () => PolicyRefusal | undefined]> = [
+  for (const [rule, check] of ruleChecks(policy, subject, ledger)) {
+    if (!applies(rule)) continue;
+    const refusal = check();
+    if (refusal) return refusal;
+  }
+  return undefined;
+}
+
+/** Every rule's check, in the order admission runs them. */
+function ruleChecks(policy: UsagePolicy, subject: PolicySubject, ledger: ProjectLedger): Array<[RuleName, () => PolicyRefusal | undefined]> {
+  return [
     ['max_lease_duration', () => durationRefusal(policy, subject)],
     ['max_advance', () => advanceRefusal(policy, subject)],
     ['min_notice', () => noticeRefusal(policy, subject)],
@@ -99,13 +114,8 @@ export function policyRefusal(policy: UsagePolicy, subject: PolicySubject, ledge
     ['extension', () => extensionRefusal(policy, subject)],
     ...(Object.keys(AT_ONCE_RULES) as AtOnceRule[]).map((rule): [RuleName, () => PolicyRefusal | undefined] => [rule, () => atOnceRefusal(rule, policy, subject, ledger)]),
     ['budget', () => budgetRefusal(policy, subject, ledger)],
+    ...fairShareChecks(policy, subject, ledger),
   ];
-  for (const [rule, check] of checks) {
-    if (!applies(rule)) continue;
-    const refusal = check();
-    if (refusal) return refusal;
-  }
-  return undefined;
 }
 
 const datesChanged = ({ next, previous }: PolicySubject) => !previous || previous.startMs !== next.startMs || previous.endMs !== next.endMs;
@@ -298,4 +308,128 @@ export function ledgerRange(policy: UsagePolicy, subject: PolicySubject): Interv
     endMs += period.lengthMs;
   }
   return { startMs, endMs };
+}
+
+// ---- Fair share over time (issue 42): lead_time, stacking, member_budget, allocation_end ----
+
+const refusalOfFigures = (figures: RuleFigures) => refuse(figures.rule, figures.message, figures.details);
+const firstFailing = (figures: Array<RuleFigures | undefined>) => figures.find((f): f is RuleFigures => f !== undefined && !f.ok);
+
+/** The fair-share rules' checks (domain/fair-share.ts), run after the others. */
+function fairShareChecks(policy: UsagePolicy, subject: PolicySubject, ledger: ProjectLedger): Array<[RuleName, () => PolicyRefusal | undefined]> {
+  const fairShare = policy.fairShare;
+  if (!fairShare) return [];
+  const shareLedger = ledger.fairShare ?? { classHosts: [] };
+  const refusalOf = (figures: Array<RuleFigures | undefined>) => {
+    const failing = firstFailing(figures);
+    return failing && refusalOfFigures(failing);
+  };
+  return [
+    ['allocation_end', () => refusalOf([allocationEndFigures(fairShare, subject)])],
+    ['lead_time', () => refusalOf(fairShare.leadTime?.length ? [overCapFigures(fairShare, shareLedger), ...leadTimeFigures(fairShare, subject, ledger.others)] : [])],
+    ['stacking', () => refusalOf(fairShare.stacking?.length ? [overCapFigures(fairShare, shareLedger), ...stackingFigures(fairShare, subject, ledger.others, shareLedger)] : [])],
+    ['member_budget', () => memberBudgetRefusal(policy, subject, ledger)],
+  ];
+}
+
+/**
+ * A member's own budget inside the project's: the project's budget (its period and first meter:
+ * host-hours, else vCPU-hours; a month when the project has none) counted over the member's own
+ * leases only, with the member's limit.
+ */
+function memberBudgetRefusal(policy: UsagePolicy, subject: PolicySubject, ledger: ProjectLedger): PolicyRefusal | undefined {
+  const userId = subject.next.userId;
+  const limit = policy.fairShare && memberBudgetOf(policy.fairShare, userId);
+  if (limit === undefined) return undefined;
+  const budget = memberBudgetShape(policy);
+  const meter = (Object.keys(budget.hours) as BudgetName[])[0] ?? 'host_hours';
+  const own: ProjectLedger = { ...ledger, others: ledger.others.filter((m) => m.lease.userId === userId) };
+  const refusal = budgetRefusal({ ...policy, budget: { ...budget, hours: { [meter]: limit } } }, subject, own);
+  if (!refusal) return undefined;
+  const message = `member_budget: user ${userId} may book at most ${round(limit)} ${BUDGET_TEXT[meter]} of project ${subject.next.projectId}'s budget; ${refusal.message.replace(/^Usage policy: /, '')}`;
+  const figures = { ...refusal.details };
+  delete figures.rule; // the budget's: this refusal is member_budget's
+  return refuse('member_budget', message, { ...figures, member: userId, limit, value: round(Number(refusal.details.booked_hours ?? 0) + Number(refusal.details.needed_hours ?? 0)) });
+}
+
+/** The budget members' budgets are counted in: the project's, or a month of host-hours when it has none. */
+export function memberBudgetShape(policy: UsagePolicy): NonNullable<UsagePolicy['budget']> {
+  return policy.budget ?? { period: { kind: 'month' }, hours: { host_hours: 0 } };
+}
+
+/** One rule as the dry run shows it (`POST /v1/policy/check`): its figures, whether it passes. */
+export interface RuleEvaluation {
+  rule: RuleName;
+  ok: boolean;
+  limit: number | string | null;
+  value: number | string | null;
+  message: string;
+}
+
+/**
+ * Every rule in force for the project, evaluated on the change (admission stops at the first
+ * refusal; this goes on): the fair-share rules with their figures, the others with their limit
+ * and, when they refuse, the would-be value their refusal names. Rules that do not apply (admins
+ * are exempt, the change does not touch them) are left out.
+ */
+export function policyEvaluation(policy: UsagePolicy, subject: PolicySubject, ledger: ProjectLedger): RuleEvaluation[] {
+  const applies = (rule: RuleName) => !subject.byAdmin || policy.enforceOnAdmins.includes(rule);
+  const evaluations: RuleEvaluation[] = [];
+  const fairShare = policy.fairShare;
+  const shareLedger = ledger.fairShare ?? { classHosts: [] };
+  const fairShareFigures: Partial<Record<RuleName, Array<RuleFigures | undefined>>> = fairShare
+    ? {
+        allocation_end: [allocationEndFigures(fairShare, subject)],
+        lead_time: fairShare.leadTime?.length ? [overCapFigures(fairShare, shareLedger), ...leadTimeFigures(fairShare, subject, ledger.others)] : [],
+        stacking: fairShare.stacking?.length ? [overCapFigures(fairShare, shareLedger), ...stackingFigures(fairShare, subject, ledger.others, shareLedger)] : [],
+      }
+    : {};
+  for (const [rule, check] of ruleChecks(policy, subject, ledger)) {
+    if (!applies(rule)) continue;
+    const figures = fairShareFigures[rule];
+    if (figures) {
+      for (const f of figures) if (f) evaluations.push({ rule, ok: f.ok, limit: f.limit, value: f.value, message: f.ok ? f.message : `Usage policy: ${f.message}` });
+      continue;
+    }
+    const limit = configuredLimit(rule, policy, subject.next.userId);
+    const refusal = check();
+    if (refusal) {
+      const d = refusal.details;
+      evaluations.push({ rule, ok: false, limit: firstFigure(d, ['limit', 'limit_seconds', 'limit_hours', 'max_each_hours', 'max_count', 'within_last_hours']) ?? limit, value: firstFigure(d, ['value', 'wanted', 'live_leases', 'needed_hours', 'extensions']), message: refusal.message });
+    } else if (limit !== null) {
+      evaluations.push({ rule, ok: true, limit, value: null, message: `${rule}: within the limit.` });
+    }
+  }
+  return evaluations;
+}
+
+const firstFigure = (details: Record<string, unknown>, keys: string[]): number | string | null => {
+  for (const key of keys) {
+    const value = details[key];
+    if (typeof value === 'number' || typeof value === 'string') return value;
+  }
+  return null;
+};
+
+/** A rule's limit as configured (null: not in force), in the unit its refusal names. */
+function configuredLimit(rule: RuleName, policy: UsagePolicy, userId: string): number | null {
+  const seconds = (ms: number | undefined) => (ms === undefined ? null : Math.round(ms / 1000));
+  switch (rule) {
+    case 'max_lease_duration':
+      return seconds(policy.maxLeaseDurationMs);
+    case 'max_advance':
+      return seconds(policy.maxAdvanceMs);
+    case 'min_notice':
+      return policy.minNoticeMs ? round(policy.minNoticeMs / HOUR_MS) : null;
+    case 'max_leases':
+      return policy.maxLeases ?? null;
+    case 'budget':
+      return policy.budget ? (Object.values(policy.budget.hours)[0] ?? null) : null;
+    case 'member_budget':
+      return (policy.fairShare && memberBudgetOf(policy.fairShare, userId)) ?? null;
+    case 'extension':
+      return policy.extension?.maxCount ?? null;
+    default:
+      return rule in AT_ONCE_RULES ? (policy.atOnce[rule as AtOnceRule] ?? null) : null;
+  }
 }

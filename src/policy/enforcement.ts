@@ -13,9 +13,11 @@ import { liveLeaseCount, projectLeasesWithin } from '../db/leases';
 import { lockProjectPolicy, projectRules } from '../db/usage-policy';
 import { countLiveOfferHolds } from '../db/offer-holds';
 import { approvalRuleNeed, bookedHostIds, namesHostClass, type ApprovalNeed } from '../domain/approval';
-import { hostPropertiesOf } from '../db/hosts';
+import { hostPropertiesOf, listHosts } from '../db/hosts';
 import { bookingChanged, LeaseErrorType, notStarted, type Lease } from '../domain/lease';
-import { ledgerRange, offerHoldRefusal, policyRefusal, type PolicyRefusal, type PolicySubject } from '../domain/usage-policy';
+import { ledgerRange, memberBudgetShape, offerHoldRefusal, policyEvaluation, policyRefusal, type PolicyRefusal, type PolicySubject, type ProjectLedger, type RuleEvaluation, type RuleName, type UsagePolicy } from '../domain/usage-policy';
+import { FAIR_SHARE_LEDGER_CAP, fairShareRange } from '../domain/fair-share';
+import { matchesQuery, parsePropertyQuery } from '../domain/property-query';
 import { PolicyDeniedError, type ExternalServiceFilter, type PolicyContext } from './external-filter';
 import { approvalPolicyOf, effectiveRules, rulesSchema, toUsagePolicy, type PolicyFile, type PolicyRules } from './rules';
 
@@ -175,17 +177,46 @@ export class UsagePolicyEnforcer {
     return this.refusalOf(db, subject);
   }
 
+  /**
+   * Every rule in force evaluated on the change, with its figures (`POST /v1/policy/check`): the
+   * same reads as wouldRefuse, no lock, nothing recorded.
+   */
+  async evaluate(db: Pool | PoolClient, subject: { next: Lease; previous?: Lease; byAdmin: boolean }): Promise<{ evaluations: RuleEvaluation[]; refusal?: PolicyRefusal }> {
+    const { policy, full, ledger } = await this.ledgerOf(db, subject);
+    return { evaluations: policyEvaluation(policy, full, ledger), refusal: policyRefusal(policy, full, ledger) };
+  }
+
   /** `lock`: taken before the project's other leases are read, when a rule counts them. */
   private async refusalOf(db: Pool | PoolClient, subject: PolicyCheck, lock?: () => Promise<void>): Promise<PolicyRefusal | undefined> {
+    const { policy, full, ledger } = await this.ledgerOf(db, subject, lock);
+    return policyRefusal(policy, full, ledger);
+  }
+
+  /** The rules in force for the change's project, and what of the project they read. */
+  private async ledgerOf(db: Pool | PoolClient, subject: { next: Lease; previous?: Lease; byAdmin: boolean }, lock?: () => Promise<void>): Promise<{ policy: UsagePolicy; full: PolicySubject; ledger: ProjectLedger }> {
     const { next, previous } = subject;
     const policy = toUsagePolicy((await this.rulesFor(db, next.projectId)).effective);
     const full: PolicySubject = { ...subject, nowMs: Date.now() };
-    const needsLedger = Object.keys(policy.atOnce).length > 0 || policy.budget !== undefined;
-    const countsLeases = policy.maxLeases !== undefined && !previous;
+    const fairShare = policy.fairShare;
+    // Rules an admin is exempt from read nothing (nor take the lock) for an admin's change.
+    const applies = (rule: RuleName) => !subject.byAdmin || policy.enforceOnAdmins.includes(rule);
+    const readsFairShare =
+      fairShare !== undefined && ((Boolean(fairShare.leadTime?.length) && applies('lead_time')) || (Boolean(fairShare.stacking?.length) && applies('stacking')) || (fairShare.memberBudgets !== undefined && applies('member_budget')));
+    const needsLedger = (Object.keys(policy.atOnce) as RuleName[]).some(applies) || (policy.budget !== undefined && applies('budget')) || readsFairShare;
+    const countsLeases = policy.maxLeases !== undefined && !previous && applies('max_leases');
     if (needsLedger || countsLeases) await lock?.();
-    const others = needsLedger ? await projectLeasesWithin(db, next.projectId, ledgerRange(policy, full), next.id) : [];
+    // Members' budgets count in the project's budget period (a month when it has none).
+    const range = ledgerRange(fairShare?.memberBudgets ? { ...policy, budget: memberBudgetShape(policy) } : policy, full);
+    const shareRange = fairShare && fairShareRange(fairShare, full);
+    const read = shareRange ? { startMs: Math.min(range.startMs, shareRange.startMs), endMs: Math.max(range.endMs, shareRange.endMs) } : range;
+    // The fair-share rules read the project's leases over a long span: bounded, and past the bound they refuse.
+    const cap = readsFairShare ? FAIR_SHARE_LEDGER_CAP : undefined;
+    const found = needsLedger ? await projectLeasesWithin(db, next.projectId, read, next.id, cap === undefined ? undefined : cap + 1) : [];
+    const overCap = cap !== undefined && found.length > cap;
+    const others = overCap ? found.slice(0, cap) : found;
     const liveLeases = countsLeases ? await liveLeaseCount(db, next.projectId, next.id) : 0;
-    return policyRefusal(policy, full, { others, liveLeases });
+    const classHosts = fairShare?.stacking?.length && applies('stacking') ? await stackingClassHosts(db, fairShare.stacking.map((s) => s.query)) : [];
+    return { policy, full, ledger: { others, liveLeases, ...(fairShare ? { fairShare: { classHosts, overCap } } : {}) } };
   }
 
   /** Blazar's external filter on a lease that ended (best effort: never fails the lease). */
@@ -212,4 +243,13 @@ export class UsagePolicyEnforcer {
       throw err;
     }
   }
+}
+
+/** Each stacking class's hosts: the reservable hosts whose capabilities match its query (one read of the hosts for all classes). */
+async function stackingClassHosts(db: Pool | PoolClient, queries: string[]): Promise<Array<ReadonlySet<string>>> {
+  const hosts = (await listHosts(db)).filter((h) => h.reservable && h.released_at === null);
+  return queries.map((text) => {
+    const query = parsePropertyQuery(text);
+    return new Set(hosts.filter((h) => matchesQuery(query, h.capabilities)).map((h) => h.id));
+  });
 }

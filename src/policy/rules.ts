@@ -18,6 +18,11 @@
  *       - { hosts_over: 4, timeout: 1440, on_timeout: deny }   # also slots_over, duration_over: 3d,
  *                                   #   host_properties: '["==", "$gpu", "a100"]', always: true
  *     exception_timeout: 1440       # minutes an exception (`justification`) waits, then denied
+ *     # fair share over time (docs/operations.md, "Fair share over time"):
+ *     lead_time: [{ beyond_days: 7, max_hosts: 2, max_host_hours: 336 }]
+ *     stacking: [{ resource_properties: '["==", "$node_type", "gpu"]', window_days: 21, max_percent: 25 }]
+ *     member_budgets: { default: 500, by_user: { <user id>: 1000 } }   # inside budget's period and meter
+ *     allocation_end: "2027-06-30"   # no lease ends after it
  *   projects:
  *     <project id>: { max_hosts: 16, budget: null }
  */
@@ -27,6 +32,7 @@ import { z } from 'zod';
 import { DEFAULT_EXCEPTION_TIMEOUT_MINUTES, type ApprovalPolicy } from '../domain/approval';
 import { parsePropertyQuery } from '../domain/property-query';
 import { AT_ONCE_RULES, RULE_NAMES, type AtOnceRule, type UsagePolicy } from '../domain/usage-policy';
+import { DAY_MS, MAX_FAIR_SHARE_STEPS, type FairSharePolicy } from '../domain/fair-share';
 
 const UNIT_MS: Record<string, number> = { m: 60_000, h: 3_600_000, d: 86_400_000, w: 7 * 86_400_000 };
 /** At most ~100 years, in any unit. */
@@ -92,8 +98,85 @@ export function approvalPolicyOf(rules: PolicyRules, minuteMs = 60_000): Approva
   };
 }
 
+// ---- Fair share over time (issue 42): lead_time, stacking, member_budgets, allocation_end ----
+
+const STEPS_HINT = `at most ${MAX_FAIR_SHARE_STEPS} steps`;
+const userIdSchema = z.string().min(1).max(255).regex(/^[^\p{Cc}\s]+$/u, 'expected a user id');
+const fairShareRules = {
+  /** Limits on what begins more than `beyond_days` from now; sooner, any number. */
+  lead_time: z
+    .array(
+      z
+        .strictObject({
+          beyond_days: z.number({ error: 'expected a whole number of days' }).int('expected a whole number of days').min(0).max(3_650),
+          max_hosts: limit('hosts').optional(),
+          max_vcpus: limit('vCPUs').optional(),
+          max_host_hours: hours.optional(),
+        })
+        .refine((step) => step.max_hosts !== undefined || step.max_vcpus !== undefined || step.max_host_hours !== undefined, 'expected max_hosts, max_vcpus or max_host_hours'),
+    )
+    .max(MAX_FAIR_SHARE_STEPS, STEPS_HINT)
+    .nullish(),
+  /** A project's share of a host class over any window of `window_days`, overlapping leases counted once. */
+  stacking: z
+    .array(
+      z.strictObject({
+        resource_properties: z
+          .string({ error: 'expected a property query, as resource_properties' })
+          .min(1)
+          .max(2_048)
+          .refine((text) => {
+            try {
+              parsePropertyQuery(text);
+              return true;
+            } catch {
+              return false;
+            }
+          }, 'expected a property query, as resource_properties (e.g. ["==", "$node_type", "gpu"])'),
+        window_days: z.number({ error: 'expected a whole number of days' }).int('expected a whole number of days').min(1).max(366),
+        max_percent: z.number({ error: 'expected a percentage' }).min(0).max(100),
+      }),
+    )
+    .max(MAX_FAIR_SHARE_STEPS, `at most ${MAX_FAIR_SHARE_STEPS} classes`)
+    .nullish(),
+  /** Members' own budgets inside the project's (its period and meter). */
+  member_budgets: z
+    .strictObject({
+      default: hours.nullish(),
+      by_user: z
+        .record(userIdSchema, hours)
+        .refine((users) => Object.keys(users).length <= 1_000, 'at most 1000 users')
+        .optional(),
+    })
+    .nullish(),
+  /** No lease of the project may end after it. */
+  allocation_end: z
+    .string({ error: 'expected a date such as "2027-06-30T00:00:00Z"' })
+    .max(40)
+    .refine((text) => /^\d{4}-\d{2}-\d{2}([T ]\d{2}:\d{2}(:\d{2}(\.\d{1,6})?)?(Z|[+-]\d{2}:?\d{2})?)?$/.test(text) && Number.isFinite(allocationEndMs(text)), 'expected a date such as "2027-06-30T00:00:00Z"')
+    .nullish(),
+};
+
+/** An allocation end as written (a date alone: its midnight, UTC; no zone: UTC). */
+export function allocationEndMs(text: string): number {
+  const iso = text.replace(' ', 'T');
+  return Date.parse(/T/.test(iso) && !/(Z|[+-]\d{2}:?\d{2})$/.test(iso) ? `${iso}Z` : iso);
+}
+
+/** The fair-share rules as the check reads them. */
+function toFairSharePolicy(rules: PolicyRules): FairSharePolicy | undefined {
+  const policy: FairSharePolicy = {
+    leadTime: rules.lead_time?.map((s) => ({ beyondMs: s.beyond_days * DAY_MS, maxHosts: s.max_hosts, maxVcpus: s.max_vcpus, maxHostHours: s.max_host_hours })),
+    stacking: rules.stacking?.map((s) => ({ query: s.resource_properties, windowMs: s.window_days * DAY_MS, maxPercent: s.max_percent })),
+    memberBudgets: rules.member_budgets ? { default: rules.member_budgets.default ?? undefined, byUser: rules.member_budgets.by_user ?? {} } : undefined,
+    allocationEndMs: rules.allocation_end ? allocationEndMs(rules.allocation_end) : undefined,
+  };
+  return policy.leadTime?.length || policy.stacking?.length || policy.memberBudgets || policy.allocationEndMs !== undefined ? policy : undefined;
+}
+
 /** One set of rules (the defaults, or a project's entry): every key optional, `null` lifts a limit. */
 export const rulesSchema = z.strictObject({
+  ...fairShareRules,
   max_lease_duration: durationText.nullish(),
   max_advance: durationText.nullish(),
   min_notice: durationText.nullish(),
@@ -199,11 +282,17 @@ export function toUsagePolicy(rules: PolicyRules): UsagePolicy {
       ? { withinLastMs: ms(rules.extension.within_last), maxEachMs: ms(rules.extension.max_each), maxCount: rules.extension.max_count ?? undefined }
       : undefined,
     enforceOnAdmins: rules.enforce_on_admins ?? [],
+    fairShare: toFairSharePolicy(rules),
   };
 }
 
-/** The deployment's rules from the environment (before the policy file existed): Blazar's max_lease_duration, the advance, and offer holds at once. */
-export function environmentRules(limits: { maxDurationMs: number; maxAdvanceMs: number; maxOfferHolds?: number }): PolicyRules {
+/** The deployment's rules from the environment (before the policy file existed): Blazar's max_lease_duration, the advance, leases not yet ended, and offer holds at once. */
+export function environmentRules(limits: { maxDurationMs: number; maxAdvanceMs: number; maxLeases?: number; maxOfferHolds?: number }): PolicyRules {
   const hours = (ms: number) => `${Math.round(ms / 3_600_000)}h`;
-  return { max_lease_duration: hours(limits.maxDurationMs), max_advance: hours(limits.maxAdvanceMs), ...(limits.maxOfferHolds !== undefined ? { max_offer_holds: limits.maxOfferHolds } : {}) };
+  return {
+    max_lease_duration: hours(limits.maxDurationMs),
+    max_advance: hours(limits.maxAdvanceMs),
+    ...(limits.maxLeases !== undefined ? { max_leases: limits.maxLeases } : {}),
+    ...(limits.maxOfferHolds !== undefined ? { max_offer_holds: limits.maxOfferHolds } : {}),
+  };
 }

@@ -1,7 +1,8 @@
 /**
  * "When can I get what I need?": hosts (how many, which properties), instance slots of a size, or
  * bandwidth, for how long, from when, and what the user accepts instead (fewer, shorter) → the
- * API's offers (POST /v1/offers, best first), each with its kind and reason, drawn as ghost bars.
+ * API's offers (POST /v1/offers, best first), each with its kind and reason, drawn as ghost bars,
+ * and the usage policy's dry run of the lease as asked (POST /v1/policy/check): a line per rule it breaks.
  * An offer is booked (accept) or held for a few minutes (hosts), with a countdown to the hold's end.
  */
 import { useEffect, useState } from 'preact/hooks';
@@ -90,6 +91,8 @@ export function FindSlot(props: {
   /** The offers this page holds, by offer id: until when. */
   const [holds, setHolds] = useState<Record<string, number>>({});
   const [message, setMessage] = useState<{ kind: 'error' | 'info'; text: string }>();
+  /** The usage policy's rules the asked lease would break (POST /v1/policy/check), one line each. */
+  const [policyLines, setPolicyLines] = useState<string[]>([]);
   const [busy, setBusy] = useState(false);
 
   const reservation = (): Record<string, unknown> => {
@@ -129,6 +132,7 @@ export function FindSlot(props: {
     setBusy(true);
     setMessage(undefined);
     setOffers(undefined);
+    setPolicyLines([]);
     props.onGhosts([]);
     const minutes = Math.round(hours * 60);
     const shortest = Math.round(shortestHours * 60);
@@ -143,10 +147,30 @@ export function FindSlot(props: {
       if (answer.offers.length === 0) setMessage({ kind: 'info', text: answer.note ?? 'Nothing fits: fewer hosts, a shorter window or other properties may.' });
       else if (answer.note) setMessage({ kind: 'info', text: answer.note });
       show(answer.offers);
+      setPolicyLines(await policyCheck(minutes));
     } catch (err) {
       refused(err, []);
     } finally {
       setBusy(false);
+    }
+  }
+
+  /**
+   * The usage policy's dry run of the lease as asked (from the earliest start, or now): a short line
+   * per rule it would break, before anything is booked. Advisory: a check that fails shows nothing.
+   */
+  async function policyCheck(minutes: number): Promise<string[]> {
+    const startMs = earliest ? parseDate(earliest) : Date.now();
+    try {
+      const answer = await call<{ rules: Array<{ rule: string; ok: boolean; limit: number | string | null; value: number | string | null }> }>(props.credentials, 'POST', '/v1/policy/check', {
+        name: name.trim() || 'find-a-slot',
+        start_date: earliest ? formatRequestDate(startMs) : 'now',
+        end_date: formatRequestDate(startMs + minutes * 60_000),
+        reservations: [reservation()],
+      });
+      return answer.rules.filter((r) => !r.ok).map((r) => `${r.rule}: ${r.value === null ? 'over' : `would be ${r.value}`}${r.limit === null ? '' : `, limit ${r.limit}`}`);
+    } catch {
+      return [];
     }
   }
 
@@ -264,6 +288,13 @@ export function FindSlot(props: {
         <p role={message.kind === 'error' ? 'alert' : 'status'} class={message.kind}>
           {message.text}
         </p>
+      )}
+      {policyLines.length > 0 && (
+        <ul class="policy-check" aria-label="Policy check">
+          {policyLines.map((line) => (
+            <li key={line}>The usage policy refuses it as asked: {line}</li>
+          ))}
+        </ul>
       )}
       {offers && offers.length > 0 && (
         <ol class="options" aria-label="Offers">

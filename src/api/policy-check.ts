@@ -1,0 +1,125 @@
+/**
+ * `POST /v1/policy/check` (an extension): a dry run of a create (its body) or of a change
+ * (`lease_id` and the update's fields). Answers every usage-policy rule in force with its figures,
+ * whether the lease fits the calendar now, and, when it would be refused, what would work instead
+ * (offers, bounded as `POST /v1/offers`). Nothing is booked and no lock is taken; Blazar's external
+ * filter is not asked (admission asks it). Members check for their own project; admins for any
+ * (`project_id`).
+ */
+import { randomUUID } from 'node:crypto';
+import { Router, type Request } from 'express';
+import { z } from 'zod';
+import { applyLeaseUpdate, bookingChanged, isUuid, newLease, type Lease, type LeaseUpdateRequest } from '../domain/lease';
+import { footprintOf } from '../domain/usage';
+import { searchLease } from '../domain/fit-search';
+import { wholeMinuteDown } from '../domain/dates';
+import { findLease } from '../db/leases';
+import { projectIdSchema } from '../policy/rules';
+import type { RuleEvaluation } from '../domain/usage-policy';
+import { identityOf, type Identity } from './auth';
+import { ApiError, parseRequest } from './errors';
+import { createLeaseSchema, newLeaseRequest, updateLeaseSchema } from './lease-schemas';
+import { changedReservation, updateOffers, type NewLeaseDeps } from './leases';
+import { DEFAULT_OFFER_LIMIT, draftLease, makeOffers, neverFits, type OfferJson } from './offers';
+import { refuseUnknownPropertyKeys } from './property-keys';
+
+/** What the check answers. */
+export interface PolicyCheckAnswer {
+  decision: 'admit' | 'refuse';
+  rules: RuleEvaluation[];
+  fits: boolean | null;
+  offers: OfferJson[];
+  offers_note?: string;
+}
+
+const scopeSchema = z.object({ project_id: projectIdSchema.optional(), lease_id: z.string().max(64).optional() }).loose();
+
+export function policyCheckRouter(deps: NewLeaseDeps): Router {
+  const router = Router();
+  const createSchema = createLeaseSchema(deps.types, deps.maxReservationsPerLease);
+
+  router.post('/policy/check', async (req, res) => {
+    const caller = identityOf(res);
+    const raw = bodyOf(req);
+    const { project_id: projectId, lease_id: leaseId, ...rest } = parseRequest(scopeSchema, raw);
+    if (projectId !== undefined && !caller.isAdmin && projectId !== caller.projectId) throw new ApiError(403, "Policy doesn't allow blazar:policy:check to be performed: members check their own project only.");
+    const policy = deps.offers?.usagePolicy;
+    if (!policy || !deps.offers) throw new ApiError(503, 'the usage policy is not available in this deployment');
+    if (leaseId !== undefined) {
+      const current = isUuid(leaseId) ? await findLease(deps.pool, leaseId.toLowerCase()) : undefined;
+      if (!current || (!caller.isAdmin && current.projectId !== caller.projectId)) throw new ApiError(404, `Object with {'lease_id': '${leaseId}'} not found`);
+      res.json(await checkChange(deps, { ...caller, projectId: current.projectId }, current, rest));
+      return;
+    }
+    const identity: Identity = { ...caller, projectId: projectId ?? caller.projectId };
+    const body = parseRequest(createSchema, rest);
+    const request = newLeaseRequest(deps, identity, body, randomUUID());
+    newLease(request); // Blazar's date rules (400)
+    await refuseUnknownPropertyKeys(deps.types, identity, body.reservations ?? []);
+    const draft = draftLease(deps.types, request);
+    const { evaluations, refusal } = await policy.evaluate(deps.pool, { next: draft, byAdmin: identity.isAdmin });
+    const search = await searchLease(deps.types, identity.projectId, draft.reservations, draft.startMs, draft.endMs - draft.startMs, deps.provisioningLeadMs).catch(neverFits);
+    const fits = search.longestMs >= draft.endMs - draft.startMs;
+    const admit = !refusal && fits;
+    const found = admit
+      ? { offers: [] }
+      : await makeOffers(deps.offers, identity, {
+          reservations: request.reservations.map((r) => ({ resource_type: r.resource_type, params: r.params })),
+          mins: [],
+          startMs: Math.max(draft.startMs, wholeMinuteDown(Date.now())),
+          durationMs: draft.endMs - draft.startMs,
+          minDurationMs: draft.endMs - draft.startMs,
+          limit: DEFAULT_OFFER_LIMIT,
+        });
+    res.json(answer(admit, evaluations, fits, found));
+  });
+
+  return router;
+}
+
+/** The dry run of a change to `current` (a PUT's body). */
+async function checkChange(deps: NewLeaseDeps, identity: Identity, current: Lease, body: Record<string, unknown>): Promise<PolicyCheckAnswer> {
+  const policy = deps.offers!.usagePolicy!;
+  const parsed = parseRequest(updateLeaseSchema, body);
+  const changed = parsed.reservations?.map((change, i) => changedReservation(current, change, i, deps.types));
+  await refuseUnknownPropertyKeys(deps.types, identity, changed ?? []);
+  const update: LeaseUpdateRequest = { name: parsed.name, start: parsed.start_date, end: parsed.end_date, beforeEnd: parsed.before_end_date, reservations: changed?.map(({ id, params }) => ({ id, params })), byAdmin: identity.isAdmin };
+  const applied = applyLeaseUpdate(current, update, Date.now()); // Blazar's update rules (400)
+  // Reservations whose parameters change hold what their type tells from the new parameters.
+  const next: Lease = {
+    ...applied,
+    reservations: applied.reservations.map((r) => (changed?.some((c) => c.id === r.id) ? { ...r, allocation: undefined, footprint: deps.types.get(r.resource_type)?.offers?.footprint?.(r.params) ?? footprintOf({ ...r, allocation: undefined, footprint: undefined }) } : r)),
+  };
+  if (!bookingChanged(current, next)) return answer(true, [], true, { offers: [] });
+  const { evaluations, refusal } = await policy.evaluate(deps.pool, { next, previous: current, byAdmin: identity.isAdmin });
+  const fits = await changeFits(deps, current, next, Boolean(changed));
+  const admit = !refusal && fits !== false;
+  const found = admit ? { offers: [] } : await updateOffers(deps, identity, current, update, changed, refusal?.details.latest_end);
+  return answer(admit, evaluations, fits, found);
+}
+
+/**
+ * Whether the change fits the calendar now: a shortening always does; an extension of the same
+ * resources, up to the latest end their types allow (null when a type cannot tell); anything else
+ * searched anew, the lease's own bookings counted as taken (it may say no where the update would move).
+ */
+async function changeFits(deps: NewLeaseDeps, current: Lease, next: Lease, paramsChanged: boolean): Promise<boolean | null> {
+  if (!paramsChanged && next.startMs >= current.startMs && next.endMs <= current.endMs) return true;
+  if (!paramsChanged && next.startMs === current.startMs) {
+    const types = [...new Set(current.reservations.map((r) => r.resource_type))].map((t) => deps.types.get(t));
+    if (types.some((t) => !t?.latestEnd)) return null;
+    const ends = await Promise.all(types.map((t) => t!.latestEnd!(current.id)));
+    return ends.every((end) => end === undefined || end >= next.endMs);
+  }
+  const search = await searchLease(deps.types, next.projectId, next.reservations, next.startMs, next.endMs - next.startMs, deps.provisioningLeadMs).catch(neverFits);
+  return search.longestMs >= next.endMs - next.startMs;
+}
+
+function answer(admit: boolean, rules: RuleEvaluation[], fits: boolean | null, found: { offers: OfferJson[]; note?: string }): PolicyCheckAnswer {
+  return { decision: admit ? 'admit' : 'refuse', rules, fits, offers: found.offers, ...(found.note ? { offers_note: found.note } : {}) };
+}
+
+function bodyOf(req: Request): Record<string, unknown> {
+  if (req.body === undefined || req.body === null || typeof req.body !== 'object' || Array.isArray(req.body)) throw new ApiError(400, 'expected a JSON object body (Content-Type: application/json)');
+  return req.body as Record<string, unknown>;
+}

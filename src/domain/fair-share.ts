@@ -1,0 +1,308 @@
+/**
+ * Fair share over time (issue 42): the usage policy's rules on how a project spreads its bookings
+ * over the calendar. Pure, as domain/usage-policy.ts (which runs them with its other rules):
+ *
+ * - `lead_time`: what a project may hold beginning more than N days from now (hosts and vCPUs at
+ *   once, host-hours in all); sooner, any number.
+ * - `stacking`: a project's share of a host class (a property query over the hosts' capabilities)
+ *   over any window of D days, overlapping leases counted once: the host-time of the union of its
+ *   bookings per host, over the class's host count × D days.
+ * - `allocation_end`: no lease may end after the project's allocation does.
+ *
+ * Each evaluates to figures (limit, would-be value) whether or not it refuses: the dry run
+ * (`POST /v1/policy/check`) shows them all; admission refuses on the first that fails.
+ */
+import { formatMessageDate } from './dates';
+import type { Lease } from './lease';
+import { bookedInterval, HOUR_MS, leaseFootprint, meterHours, peakWithin, type Holding, type Interval, type MeteredLease } from './usage';
+
+export const FAIR_SHARE_RULE_NAMES = ['lead_time', 'stacking', 'member_budget', 'allocation_end'] as const;
+export type FairShareRuleName = (typeof FAIR_SHARE_RULE_NAMES)[number];
+
+export const DAY_MS = 24 * HOUR_MS;
+/** Steps of `lead_time` and classes of `stacking`, per policy: a bounded shape. */
+export const MAX_FAIR_SHARE_STEPS = 8;
+/**
+ * The most of a project's leases a fair-share check reads (over its horizon). Other rules keep a
+ * project far below it (max_leases); a project past it is refused (the check would not be exact).
+ */
+export const FAIR_SHARE_LEDGER_CAP = 2_000;
+
+/** One step of `lead_time`: limits on what begins more than `beyondMs` from now. */
+export interface LeadTimeStep {
+  beyondMs: number;
+  maxHosts?: number;
+  maxVcpus?: number;
+  maxHostHours?: number;
+}
+
+/** One host class of `stacking`: `query` is the class's property query as written (resource_properties), `matches` tells its hosts. */
+export interface StackingClass {
+  query: string;
+  windowMs: number;
+  maxPercent: number;
+}
+
+export interface FairSharePolicy {
+  leadTime?: LeadTimeStep[];
+  stacking?: StackingClass[];
+  /** Per-member budgets inside the project's budget (its period and meter): by user id, else `default`. */
+  memberBudgets?: { default?: number; byUser: Record<string, number> };
+  allocationEndMs?: number;
+}
+
+/** What the fair-share rules need beyond the project's other leases: each stacking class's hosts (same order). */
+export interface FairShareLedger {
+  classHosts: Array<ReadonlySet<string>>;
+  /** The project's leases in the horizon went past FAIR_SHARE_LEDGER_CAP: the rules that count them refuse. */
+  overCap?: boolean;
+}
+
+/** One rule's figures: what the dry run shows, and, when not ok, what admission refuses with. */
+export interface RuleFigures {
+  rule: FairShareRuleName;
+  ok: boolean;
+  limit: number | string;
+  value: number | string;
+  message: string;
+  details?: Record<string, unknown>;
+}
+
+interface Change {
+  next: Lease;
+  previous?: Lease;
+  nowMs: number;
+}
+
+const round = (n: number) => Math.round(n * 100) / 100;
+
+// ---- allocation_end -------------------------------------------------------------------------
+
+export function allocationEndFigures(policy: FairSharePolicy, { next, previous }: Change): RuleFigures | undefined {
+  const endMs = policy.allocationEndMs;
+  if (endMs === undefined) return undefined;
+  const limit = formatMessageDate(endMs);
+  const value = formatMessageDate(next.endMs);
+  // An update that does not move the end later is never refused (a lease over an end set since may still shrink).
+  const ok = next.endMs <= endMs || (previous !== undefined && next.endMs <= previous.endMs);
+  const message = ok
+    ? `allocation_end: the lease ends ${value}, by the project's allocation end ${limit}.`
+    : `allocation_end: project ${next.projectId}'s allocation ends ${limit}; this lease would end ${value}; it fits with an end_date up to ${limit}.`;
+  return { rule: 'allocation_end', ok, limit, value, message, details: { limit, value, latest_end: limit } };
+}
+
+// ---- lead_time ------------------------------------------------------------------------------
+
+/** The holdings that begin more than `beyondMs` from now. */
+function beginningBeyond(holdings: Holding[], horizonMs: number): Holding[] {
+  return holdings.filter((h) => h.interval.startMs > horizonMs);
+}
+
+function holdingOf(metered: MeteredLease, nowMs: number): Holding | undefined {
+  const interval = bookedInterval(metered, nowMs);
+  return interval ? { footprint: leaseFootprint(metered.lease), interval } : undefined;
+}
+
+/** Each step's figures for the lease (only steps it falls under: a lease beginning sooner is not counted). */
+export function leadTimeFigures(policy: FairSharePolicy, change: Change, others: MeteredLease[]): RuleFigures[] {
+  const steps = policy.leadTime ?? [];
+  const { next, previous, nowMs } = change;
+  const mine = others.map((m) => holdingOf(m, nowMs)).filter((h): h is Holding => h !== undefined);
+  const nextHolding = holdingOf({ lease: next }, nowMs);
+  const previousHolding = previous ? holdingOf({ lease: previous }, nowMs) : undefined;
+  const figures: RuleFigures[] = [];
+  for (const step of steps) {
+    const horizonMs = nowMs + step.beyondMs;
+    if (!nextHolding || nextHolding.interval.startMs <= horizonMs) continue;
+    const days = round(step.beyondMs / DAY_MS);
+    const latestStart = formatMessageDate(Math.floor(horizonMs / 60_000) * 60_000); // a start by then is not counted
+    const ahead = beginningBeyond(mine, horizonMs);
+    const beyond: Interval = { startMs: horizonMs, endMs: Infinity };
+    const measures: Array<{ name: string; limit: number | undefined; meter: 'hosts' | 'vcpus'; measure: (with_: Holding) => number; unit: string }> = [
+      { name: 'max_hosts', limit: step.maxHosts, meter: 'hosts', measure: (h) => peakWithin([...ahead, h], 'hosts', h.interval), unit: 'host(s) at once' },
+      { name: 'max_vcpus', limit: step.maxVcpus, meter: 'vcpus', measure: (h) => peakWithin([...ahead, h], 'vcpus', h.interval), unit: 'vCPU(s) at once' },
+      { name: 'max_host_hours', limit: step.maxHostHours, meter: 'hosts', measure: (h) => meterHours([...ahead, h], 'hosts', beyond), unit: 'host-hours' },
+    ];
+    for (const { name, limit, meter, measure, unit } of measures) {
+      // A lease that holds none of what a limit counts adds nothing to it.
+      if (limit === undefined || !nextHolding.footprint[meter]) continue;
+      const value = round(measure(nextHolding));
+      const before = previousHolding && previousHolding.interval.startMs > horizonMs ? measure(previousHolding) : undefined;
+      const ok = value <= limit + 1e-9 || (before !== undefined && value <= before + 1e-9);
+      const message = ok
+        ? `lead_time: ${value} of ${limit} ${unit} beginning more than ${days} days ahead.`
+        : `lead_time: project ${next.projectId} may hold at most ${limit} ${unit} beginning more than ${days} days from now (${name}); with this lease it would hold ${value}; it fits starting by ${latestStart}, or smaller.`;
+      figures.push({ rule: 'lead_time', ok, limit, value, message, details: { step: name, beyond_days: days, limit, value, latest_start: latestStart } });
+    }
+  }
+  return figures;
+}
+
+// ---- stacking -------------------------------------------------------------------------------
+
+/** A host reservation's hosts within a class: its booked hosts there, or (not yet booked: a preview) as many stand-ins as it asks when it asks for that class by the same query. */
+function classHostsOf(lease: Lease, classQuery: string, hosts: ReadonlySet<string>): string[] {
+  const found: string[] = [];
+  for (const r of lease.reservations) {
+    if (r.resource_type !== 'physical:host') continue;
+    const booked = r.allocation?.host_ids;
+    if (Array.isArray(booked)) {
+      for (const id of booked) if (hosts.has(String(id))) found.push(String(id));
+    } else if (sameQuery(r.params.resource_properties, classQuery)) {
+      const count = r.footprint?.hosts ?? Number(r.params.min ?? 0);
+      for (let i = 0; i < count; i++) found.push(`${lease.id}/${r.id}/${i}`);
+    }
+  }
+  return found;
+}
+
+function sameQuery(asked: unknown, classQuery: string): boolean {
+  if (typeof asked !== 'string' || asked === '') return false;
+  try {
+    return JSON.stringify(JSON.parse(asked)) === JSON.stringify(JSON.parse(classQuery));
+  } catch {
+    return false;
+  }
+}
+
+/** The union of intervals (sorted, merged). */
+function union(intervals: Interval[]): Interval[] {
+  const sorted = [...intervals].sort((a, b) => a.startMs - b.startMs);
+  const merged: Interval[] = [];
+  for (const interval of sorted) {
+    const last = merged[merged.length - 1];
+    if (last && interval.startMs <= last.endMs) last.endMs = Math.max(last.endMs, interval.endMs);
+    else merged.push({ ...interval });
+  }
+  return merged;
+}
+
+/**
+ * Host-time held up to `t`, for the union intervals `booked`: a piecewise linear function (its
+ * slope: how many are held at once), read by binary search. O(n log n) to build, O(log n) a read.
+ */
+function heldUpTo(booked: Interval[]): (t: number) => number {
+  const edges = booked.flatMap((b): Array<[number, number]> => [[b.startMs, 1], [b.endMs, -1]]).sort((a, b) => a[0] - b[0]);
+  const times: number[] = [];
+  const values: number[] = [];
+  const slopes: number[] = [];
+  let slope = 0;
+  for (const [t, step] of edges) {
+    const last = times.length - 1;
+    if (last >= 0 && times[last] === t) {
+      slope += step;
+      slopes[last] = slope;
+      continue;
+    }
+    values.push(last >= 0 ? values[last] + slopes[last] * (t - times[last]) : 0);
+    times.push(t);
+    slope += step;
+    slopes.push(slope);
+  }
+  return (t) => {
+    let lo = 0;
+    let hi = times.length - 1;
+    if (hi < 0 || t <= times[0]) return 0;
+    while (lo < hi) {
+      const mid = (lo + hi + 1) >> 1;
+      if (times[mid] <= t) lo = mid;
+      else hi = mid - 1;
+    }
+    return values[lo] + slopes[lo] * (t - times[lo]);
+  };
+}
+
+/**
+ * The peak share (host-time over hosts × window) of the class the project holds in any window of
+ * `windowMs` that overlaps `around`: the share as a function of the window's start is piecewise
+ * linear, so its maximum is at a window that starts at a booking's start or ends at a booking's
+ * end. O(n log n) in the project's bookings of the class.
+ */
+export function peakClassShare(leases: Array<{ lease: Lease; interval: Interval }>, stacking: StackingClass, hosts: ReadonlySet<string>, around: Interval): { percent: number; window: Interval } {
+  const perHost = new Map<string, Interval[]>();
+  for (const { lease, interval } of leases) {
+    for (const host of classHostsOf(lease, stacking.query, hosts)) {
+      const held = perHost.get(host);
+      if (held) held.push(interval);
+      else perHost.set(host, [interval]);
+    }
+  }
+  const booked = [...perHost.values()].flatMap(union);
+  const held = heldUpTo(booked);
+  const capacityMs = hosts.size * stacking.windowMs;
+  let best = { percent: 0, window: { startMs: around.startMs, endMs: around.startMs + stacking.windowMs } };
+  for (const b of booked) {
+    for (const startMs of [b.startMs, b.endMs - stacking.windowMs]) {
+      const window = { startMs, endMs: startMs + stacking.windowMs };
+      if (window.endMs <= around.startMs || window.startMs >= around.endMs) continue;
+      const percent = capacityMs > 0 ? ((held(window.endMs) - held(window.startMs)) / capacityMs) * 100 : 0;
+      if (percent > best.percent) best = { percent, window };
+    }
+  }
+  return best;
+}
+
+export function stackingFigures(policy: FairSharePolicy, change: Change, others: MeteredLease[], ledger: FairShareLedger): RuleFigures[] {
+  const { next, previous, nowMs } = change;
+  const figures: RuleFigures[] = [];
+  const held = others.flatMap((m) => {
+    const interval = bookedInterval(m, nowMs);
+    return interval ? [{ lease: m.lease, interval }] : [];
+  });
+  (policy.stacking ?? []).forEach((stacking, i) => {
+    const hosts = ledger.classHosts[i] ?? new Set<string>();
+    const withLease = (lease: Lease) => {
+      const interval = bookedInterval({ lease }, nowMs);
+      return interval && classHostsOf(lease, stacking.query, hosts).length > 0 ? peakClassShare([...held, { lease, interval }], stacking, hosts, interval) : undefined;
+    };
+    const peak = withLease(next);
+    if (!peak) return; // the lease holds none of the class
+    const before = previous ? withLease(previous) : undefined;
+    const days = round(stacking.windowMs / DAY_MS);
+    const value = round(peak.percent);
+    const ok = peak.percent <= stacking.maxPercent + 1e-9 || (before !== undefined && peak.percent <= before.percent + 1e-9);
+    const message = ok
+      ? `stacking: ${value}% of ${stacking.maxPercent}% of class ${stacking.query} (${hosts.size} hosts) over any ${days} days.`
+      : `stacking: project ${next.projectId} may hold at most ${stacking.maxPercent}% of the hosts matching ${stacking.query} (${hosts.size} hosts) over any ${days} days; with this lease it would hold ${value}% in the ${days} days from ${formatMessageDate(peak.window.startMs)}; it fits shorter, with fewer hosts, or later.`;
+    figures.push({ rule: 'stacking', ok, limit: stacking.maxPercent, value, message, details: { class: stacking.query, class_hosts: hosts.size, window_days: days, limit: stacking.maxPercent, value, window_start: formatMessageDate(peak.window.startMs) } });
+  });
+  return figures;
+}
+
+/** What the fair-share rules count refuse outright when the project's leases in the horizon went past the cap. */
+export function overCapFigures(policy: FairSharePolicy, ledger: FairShareLedger): RuleFigures | undefined {
+  if (!ledger.overCap) return undefined;
+  const rule: FairShareRuleName = policy.stacking?.length ? 'stacking' : 'lead_time';
+  return {
+    rule,
+    ok: false,
+    limit: FAIR_SHARE_LEDGER_CAP,
+    value: FAIR_SHARE_LEDGER_CAP + 1,
+    message: `${rule}: the project has more than ${FAIR_SHARE_LEDGER_CAP} leases in the span this rule counts, more than the check reads; end or delete some first.`,
+    details: { limit: FAIR_SHARE_LEDGER_CAP },
+  };
+}
+
+/** The member budget that applies to a user: theirs, else the default, else none. */
+export function memberBudgetOf(policy: FairSharePolicy, userId: string): number | undefined {
+  const budgets = policy.memberBudgets;
+  if (!budgets) return undefined;
+  return Object.prototype.hasOwnProperty.call(budgets.byUser, userId) ? budgets.byUser[userId] : budgets.default;
+}
+
+/** The span of other leases the fair-share rules read (the lease's own, widened by stacking's windows; to the far future for lead_time). */
+export function fairShareRange(policy: FairSharePolicy, change: Change): Interval | undefined {
+  if (!policy.stacking?.length && !policy.leadTime?.length) return undefined;
+  const spans = [change.next, change.previous].filter((l): l is Lease => l !== undefined);
+  let startMs = Math.min(...spans.map((l) => l.startMs));
+  let endMs = Math.max(...spans.map((l) => l.endMs));
+  const widest = Math.max(0, ...(policy.stacking ?? []).map((s) => s.windowMs));
+  startMs -= widest;
+  endMs += widest;
+  if (policy.leadTime?.length) {
+    startMs = Math.min(startMs, change.nowMs + Math.min(...policy.leadTime.map((s) => s.beyondMs)));
+    endMs = change.nowMs + 36_500 * DAY_MS; // every lease not yet begun
+  }
+  return { startMs, endMs };
+}
+
