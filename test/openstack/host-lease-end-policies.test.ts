@@ -130,7 +130,11 @@ describe('host lease end policies in Nova', () => {
     expect((await api('POST', '/v1/os-hosts', { name: HOST })).status).toBe(409);
     await projectA.nova.deleteServer(server.id);
     await projectA.nova.waitForServerDeleted(server.id, { timeoutMs: 60_000 });
-    const again = await api('POST', '/v1/os-hosts', { name: HOST });
+    // Nova lists the host's servers a moment longer than it shows the server (deleting): refused until then.
+    const again = await eventually(async () => {
+      const res = await api('POST', '/v1/os-hosts', { name: HOST });
+      return res.status === 409 && /Servers \[/.test(res.body.error_message) ? undefined : res;
+    }, 30_000, 500);
     expect(again.status).toBe(201);
     expect(again.body.host).toMatchObject({ id: hostId, reservable: true, released_by_lease: null });
     expect(await hostsOf(aggregates.freepool)).toContain(HOST);
