@@ -2,22 +2,15 @@
  * Offer holds as activities: recording a hold its workflow placed (the policy's checks and the row
  * in one transaction), and ending one (idempotent: an accepted or ended hold is left as it is).
  */
-import { ApplicationFailure } from '@temporalio/common';
-import type { PoolClient } from 'pg';
-import { leaseConflict, LeaseErrorType, type Lease } from '../src/domain/lease';
-import { endOfferHold, findOfferHold, insertOfferHold, lockOfferHold, type OfferHoldEndReason, type OfferHoldState } from '../src/db/offer-holds';
-import { keepOfferFor } from '../src/db/offers';
+import { leaseConflict } from '../src/domain/lease';
+import { endOfferHold, findOfferHold, type OfferHoldEndReason, type OfferHoldState } from '../src/db/offer-holds';
 import { inTransaction } from '../src/db/transaction';
 import { policyFailure } from '../src/policy/enforcement';
+import { recordBookedOfferHold, type BookedOfferHold } from '../src/policy/offer-holds';
 import type { ActivityDeps } from './deps';
 
-/** A hold its workflow booked, to be recorded. */
-export interface PlacedOfferHold {
-  hold: { id: string; offerId: string; projectId: string; userId: string; lease: Lease; expiresAtMs: number };
-  byAdmin: boolean;
-  /** The offer outlives its hold until then, so that an accept after the hold's expiry still finds it. */
-  keepOfferUntilMs: number;
-  /** The API's caller has stopped waiting by then: a hold recorded later would be held for no one. */
+/** A hold its workflow booked, to be recorded by `placeByMs`, when the API's caller stops waiting. */
+export interface PlacedOfferHold extends BookedOfferHold {
   placeByMs: number;
 }
 
@@ -34,21 +27,14 @@ export function offerHoldActivities({ pool, usagePolicy }: ActivityDeps) {
      * expiry in one transaction. Refusals are final (policyFailure); a retry of a record that
      * committed finds its row and does nothing.
      */
-    async recordOfferHold({ hold, byAdmin, keepOfferUntilMs, placeByMs }: PlacedOfferHold): Promise<void> {
+    async recordOfferHold(placed: PlacedOfferHold): Promise<void> {
+      const { hold } = placed;
       const earlier = await findOfferHold(pool, hold.offerId, hold.projectId);
       if (earlier?.id === hold.id && earlier.state === 'held') return;
-      const record = async (client: PoolClient) => {
-        if (Date.now() > placeByMs) {
-          throw ApplicationFailure.nonRetryable('the offer hold was not placed before its caller stopped waiting (LK_API_WORKFLOW_TIMEOUT_MS): try again', LeaseErrorType.unavailable);
-        }
-        if ((await insertOfferHold(client, hold)) === 'offer-held') {
-          if ((await lockOfferHold(client, hold.id))?.state === 'held') return;
-          throw leaseConflict(`offer ${hold.offerId} was held already: accept it (re-checked) or ask for new offers`);
-        }
-        await keepOfferFor(client, hold.offerId, keepOfferUntilMs);
-      };
       try {
-        await (usagePolicy ? usagePolicy.recordOfferHold(hold.lease, byAdmin, record) : inTransaction(pool, record));
+        await usagePolicy?.askExternalFilter(hold.lease);
+        const recorded = await inTransaction(pool, (client) => recordBookedOfferHold(client, usagePolicy, placed));
+        if (recorded === 'offer-held') throw leaseConflict(`offer ${hold.offerId} was held already: accept it (re-checked) or ask for new offers`);
       } catch (err) {
         throw policyFailure(err);
       }

@@ -17,7 +17,7 @@ import { Router, type Request } from 'express';
 import type { PoolClient } from 'pg';
 import { z } from 'zod';
 import { WithStartWorkflowOperation, type Client } from '@temporalio/client';
-import { ApplicationFailure, WorkflowIdConflictPolicy } from '@temporalio/common';
+import { WorkflowIdConflictPolicy } from '@temporalio/common';
 import { reuseEnd, reuseStart } from '../domain/dates';
 import { toBlazarLease, uuidShaped } from '../domain/blazar-format';
 import { isUuid, leaseConflict, newLease, type Lease, type NewLeaseRequest } from '../domain/lease';
@@ -26,16 +26,18 @@ import { addOwedStart } from '../db/lease-outbox';
 import { awaitingApproval, type ApprovalNeed } from '../domain/approval';
 import { findLease, saveLease } from '../db/leases';
 import { unusableHostsOf } from '../db/host-allocations';
-import { claimOfferForHold, endOfferHold, findOfferHold, insertOfferHold, isLiveOfferHold, lockOfferHold, markOfferHoldAccepted, type OfferHold } from '../db/offer-holds';
-import { findOffer, keepOfferFor, type OfferRow } from '../db/offers';
+import { claimOfferForHold, endOfferHold, findOfferHold, isLiveOfferHold, lockOfferHold, markOfferHoldAccepted, type OfferHold } from '../db/offer-holds';
+import { findOffer, type OfferRow } from '../db/offers';
 import { inTransaction } from '../db/transaction';
 import { bookInTransaction } from '../resources/shared/booking';
-import { policyFailure, type UsagePolicyEnforcer } from '../policy/enforcement';
+import type { UsagePolicyEnforcer } from '../policy/enforcement';
+import { recordBookedOfferHold } from '../policy/offer-holds';
 import type { LeaseOutbox } from '../outbox';
 import type { LeaseWorkflowInput } from '../../workflows/lease/messages';
 import { offerHoldEnded, offerHoldWorkflowId, offerHoldWorkflowType, placeOfferHold, type OfferHoldInput, type OfferHoldWorkflow } from '../../workflows/offer-hold/messages';
 import { identityOf, type Identity } from './auth';
-import { ApiError, failureAsApiError, parseRequest } from './errors';
+import { admissionError } from './admission';
+import { ApiError, parseRequest } from './errors';
 import { idempotentLeaseId, requestHash, toApiError } from './lease-commands';
 import { admitNewLease, type NewLeaseDeps } from './leases';
 import { DEFAULT_OFFER_LIMIT, makeOffers, offerLeaseRequest, refusedWithOffers, type OfferDeps } from './offers';
@@ -117,19 +119,15 @@ async function bookHold(deps: OfferHoldDeps, identity: Identity, offer: OfferRow
           reservations.push(bookedReservation(reservation, booked));
         }
         const lease: Lease = { ...draft, reservations };
-        await deps.usagePolicy?.checkOfferHold(client, lease, identity.isAdmin);
         const hold = { id: holdId, offerId: offer.id, projectId: identity.projectId, userId: identity.userId, lease, expiresAtMs };
-        if ((await insertOfferHold(client, hold)) === 'offer-held') throw new HeldMeanwhile();
-        // The offer outlives its hold, so that an accept after the hold's expiry still finds it.
-        await keepOfferFor(client, offer.id, expiresAtMs + deps.offers.offerTtlMs);
+        const recorded = await recordBookedOfferHold(client, deps.usagePolicy, { hold, byAdmin: identity.isAdmin, keepOfferUntilMs: expiresAtMs + deps.offers.offerTtlMs });
+        if (recorded !== 'recorded') throw new HeldMeanwhile();
         return { ...hold, state: 'held' as const, createdMs: Date.now() };
       },
       { retryExclusion: true },
     );
   } catch (err) {
-    if (err instanceof HeldMeanwhile) throw err;
-    const failure = policyFailure(err);
-    throw (failure instanceof ApplicationFailure ? failureAsApiError(failure) : undefined) ?? failure;
+    throw admissionError(err);
   }
 }
 
@@ -311,8 +309,7 @@ async function asApiError<T>(work: Promise<T>): Promise<T> {
   try {
     return await work;
   } catch (err) {
-    const failure = policyFailure(err);
-    throw (failure instanceof ApplicationFailure ? failureAsApiError(failure) : undefined) ?? failure;
+    throw admissionError(err);
   }
 }
 

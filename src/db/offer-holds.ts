@@ -61,8 +61,11 @@ function toOfferHold(row: OfferHoldRow): OfferHold {
   };
 }
 
+/** A hold as it is recorded: what the database adds (state, times) left out. */
+export type NewOfferHold = Pick<OfferHold, 'id' | 'offerId' | 'projectId' | 'userId' | 'lease' | 'expiresAtMs'>;
+
 /** Records a hold; 'offer-held' when the offer was held before (one hold per offer, ever). */
-export async function insertOfferHold(client: PoolClient, hold: { id: string; offerId: string; projectId: string; userId: string; lease: Lease; expiresAtMs: number }): Promise<'inserted' | 'offer-held'> {
+export async function insertOfferHold(client: PoolClient, hold: NewOfferHold): Promise<'inserted' | 'offer-held'> {
   const { rowCount } = await client.query(
     `INSERT INTO offer_holds (id, offer_id, project_id, user_id, state, lease, expires_at)
      VALUES ($1, $2, $3, $4, 'held', $5, $6) ON CONFLICT (offer_id) DO NOTHING`,

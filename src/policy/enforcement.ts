@@ -157,19 +157,6 @@ export class UsagePolicyEnforcer {
   }
 
   /**
-   * Records an offer hold placed by its workflow (the lease `draft` booked, not yet recorded) with
-   * `record` if the policy allows it: Blazar's external filter first, as for a create (outside any
-   * lock: it may take seconds), then checkOfferHold and `record` in one transaction.
-   */
-  async recordOfferHold<T>(draft: Lease, byAdmin: boolean, record: (client: PoolClient) => Promise<T>): Promise<T> {
-    await this.askExternalFilter(draft);
-    return inTransaction(this.deps.pool, async (client) => {
-      await this.checkOfferHold(client, draft, byAdmin);
-      return record(client);
-    });
-  }
-
-  /**
    * The rule the change would break, by the same check as checkWithin, without the project's lock
    * and without recording anything: a preview (offers), which the admission checks again.
    */
@@ -231,7 +218,11 @@ export class UsagePolicyEnforcer {
     return this.deps.external !== undefined;
   }
 
-  private async askExternalFilter(next: Lease, previous?: Lease): Promise<void> {
+  /**
+   * Blazar's external filter on a change, if one is configured (else nothing): outside any lock, as
+   * it may take seconds. Throws UsagePolicyRefusal, or PolicyServiceUnavailable when it fails closed.
+   */
+  async askExternalFilter(next: Lease, previous?: Lease): Promise<void> {
     const external = this.deps.external;
     if (!external) return;
     try {
