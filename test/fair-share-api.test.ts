@@ -5,8 +5,12 @@
  * (deleted or shortened, each with its notice); `POST /v1/policy/check` answers each rule's
  * figures, the fit and offers without booking anything; the protective defaults hold.
  */
+import { randomUUID } from 'node:crypto';
 import { loadConfig } from '../src/config';
-import type { Lease } from '../src/domain/lease';
+import { EVENT_TYPES, type Lease } from '../src/domain/lease';
+import { UsagePolicyEnforcer } from '../src/policy/enforcement';
+import { policyFileSchema } from '../src/policy/rules';
+import { insertLeaseRows } from '../dev-stack/fixtures/lease-rows';
 import { endLeasesPastAllocation, workflowEnders } from '../src/api/allocation-end';
 import { physicalHostPlugin } from '../src/resources/physical-host';
 import { hostReservation } from '../dev-stack/fixtures/builders';
@@ -187,5 +191,42 @@ describe('fair share over time through the API', () => {
     expect((await asMember('POST', '/v1/policy/check', { ...far, project_id: 'project-lead' })).status).toBe(403);
     expect((await apiClient(() => stack().url, member('project-other'))('POST', '/v1/policy/check', { lease_id: lease.id, end_date: inSeconds(3 * HOUR_S) })).status).toBe(404);
     expect((await asAdmin('POST', '/v1/policy/check', { ...far, project_id: 'project-check', reservations: [hostReservation({ min: 2, max: 2 })] })).body.decision).toBe('admit'); // admins are exempt
+  });
+  it('the fair-share read cap (lowered to 3) hides no lease from the budget, and refuses only leases under a lead_time step, naming lead_time', async () => {
+    const { pool } = stack().db;
+    const project = 'project-capped';
+    const file = policyFileSchema.parse({
+      projects: { [project]: { budget: { period: 'month', host_hours: 4 }, lead_time: [{ beyond_days: 7, max_hosts: 10 }], stacking: [{ resource_properties: GPU, window_days: 1, max_percent: 100 }] } },
+    });
+    const enforcer = new UsagePolicyEnforcer({ pool, base: {}, file, fairShareLedgerCap: 3 });
+    const now = Date.now();
+    const monthStart = (ahead: number) => Date.UTC(new Date(now).getUTCFullYear(), new Date(now).getUTCMonth() + ahead, 1);
+    const row = (startMs: number, hours = 1): Lease => {
+      const id = randomUUID();
+      return {
+        id,
+        name: `capped-${id.slice(0, 8)}`,
+        projectId: project,
+        userId: 'alice',
+        startMs,
+        endMs: startMs + hours * HOUR_S * 1000,
+        status: 'PENDING',
+        reservations: [{ id: randomUUID(), resource_type: 'physical:host', status: 'pending', params: {}, footprint: { hosts: 1 } }],
+        events: EVENT_TYPES.map((type) => ({ id: `${id}:${type}`, event_type: type, time: 0, status: 'UNDONE' as const })),
+        createdMs: now,
+        updatedMs: now,
+        version: 1,
+      };
+    };
+    // Four host-hours booked in the month after next, the latest on its 20th: one more than the cap.
+    const month = monthStart(2);
+    await insertLeaseRows(pool, [row(month + HOUR_S * 1000), row(month + 2 * DAY_S * 1000), row(month + 3 * DAY_S * 1000), row(month + 19 * DAY_S * 1000)]);
+    const refusalOf = (next: Lease) => enforcer.wouldRefuse(pool, { next, byAdmin: false });
+    // (a) A budget over every lease of the month, the latest included: a fifth host-hour is refused.
+    expect(await refusalOf(row(month + 25 * DAY_S * 1000))).toMatchObject({ rule: 'budget', details: { booked_hours: 4, limit_hours: 4 } });
+    // (b) A lease starting now falls under no lead_time step: the cap does not touch it.
+    expect(await refusalOf(row(now + 60_000))).toBeUndefined();
+    // A lease past the step, with more leases than the cap beginning past it: refused by lead_time, which counts them.
+    expect(await refusalOf(row(monthStart(3) + 2 * DAY_S * 1000))).toMatchObject({ rule: 'lead_time', details: { limit: 3 } });
   });
 });
