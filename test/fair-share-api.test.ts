@@ -190,7 +190,18 @@ describe('fair share over time through the API', () => {
 
     expect((await asMember('POST', '/v1/policy/check', { ...far, project_id: 'project-lead' })).status).toBe(403);
     expect((await apiClient(() => stack().url, member('project-other'))('POST', '/v1/policy/check', { lease_id: lease.id, end_date: inSeconds(3 * HOUR_S) })).status).toBe(404);
-    expect((await asAdmin('POST', '/v1/policy/check', { ...far, project_id: 'project-check', reservations: [hostReservation({ min: 2, max: 2 })] })).body.decision).toBe('admit'); // admins are exempt
+    expect(admit.body.as).toBe('member');
+    // An admin's check of another project answers as a member of it would be answered (the admins' exemption not applied)...
+    const asMemberOf = await asAdmin('POST', '/v1/policy/check', { ...far, project_id: 'project-check', reservations: [hostReservation({ min: 2, max: 2 })] });
+    expect(asMemberOf.body).toMatchObject({ decision: 'refuse', as: 'member' });
+    expect(asMemberOf.body.rules).toContainEqual(expect.objectContaining({ rule: 'lead_time', ok: false, limit: 1, value: 2 }));
+    // ...admin-only options refused as a member's create is; the same lease of another project too.
+    const released = await asAdmin('POST', '/v1/policy/check', { ...far, project_id: 'project-check', reservations: [hostReservation({ on_end: 'release' })] });
+    expect(released.status).toBe(403);
+    expect(released.body.error_message).toMatch(/on_end "release" gives the hosts away and is for admins only/);
+    expect((await asAdmin('POST', '/v1/policy/check', { lease_id: lease.id, end_date: inSeconds(61 * DAY_S) })).body).toMatchObject({ decision: 'refuse', as: 'member' });
+    // Without project_id, the admin's own view: exempt.
+    expect((await asAdmin('POST', '/v1/policy/check', { ...far, reservations: [hostReservation({ min: 2, max: 2 })] })).body).toMatchObject({ decision: 'admit', as: 'admin' });
   });
   it('the fair-share read cap (lowered to 3) hides no lease from the budget, and refuses only leases under a lead_time step, naming lead_time', async () => {
     const { pool } = stack().db;
