@@ -121,18 +121,19 @@ describe('fair share over time through the API', () => {
     expect(later.status).toBe(201);
     await eventually(async () => ((await asMember('GET', `/v1/leases/${active.body.lease.id}`)).body.lease.status === 'ACTIVE' ? true : undefined));
 
-    const end = inSeconds(3 * HOUR_S);
-    const saved = await setPolicy('project-alloc', { allocation_end: end });
-    expect(saved.allocation_end).toEqual({ deleted_leases: [later.body.lease.id], shortened_leases: [active.body.lease.id] });
+    const end = inSeconds(3 * HOUR_S).slice(0, 16); // a whole minute, as the request dates: 'YYYY-MM-DD HH:MM'
+    // Written with seconds: rounded down to the minute, the leases shortened to it end on a whole minute.
+    const saved = await setPolicy('project-alloc', { allocation_end: `${end}:45` });
+    expect(saved.allocation_end).toEqual({ deleted_leases: [later.body.lease.id], shortened_leases: [active.body.lease.id], failed_leases: [], remaining_leases: 0, complete: true });
     expect((await asMember('GET', `/v1/leases/${later.body.lease.id}`)).status).toBe(404);
     const shortened = (await asMember('GET', `/v1/leases/${active.body.lease.id}`)).body.lease;
-    expect(shortened.end_date).toBe(`${end.replace(' ', 'T')}.000000`);
+    expect(shortened.end_date).toBe(`${end.replace(' ', 'T')}:00.000000`);
     const told = (id: string, type: string) => eventually(() => Promise.resolve(hook.received.find((d) => d.body.event_type === type && d.body.payload.lease_id === id)));
     await told(active.body.lease.id, 'lease.update');
     await told(later.body.lease.id, 'lease.delete');
 
     // Done: the same update again ends nothing more; a lease past the end is refused with the rule.
-    expect((await setPolicy('project-alloc', { allocation_end: end })).allocation_end).toEqual({ deleted_leases: [], shortened_leases: [] });
+    expect((await setPolicy('project-alloc', { allocation_end: end })).allocation_end).toEqual({ deleted_leases: [], shortened_leases: [], failed_leases: [], remaining_leases: 0, complete: true });
     // An update (through the lease's workflow) past the end is refused as a create is.
     const extended = await asMember('PUT', `/v1/leases/${active.body.lease.id}`, { end_date: inSeconds(4 * HOUR_S) });
     expect(extended.status).toBe(403);
@@ -142,19 +143,21 @@ describe('fair share over time through the API', () => {
     expect(past.body).toMatchObject({ rule: 'allocation_end', latest_end: end, reason: 'policy:allocation_end' });
   });
 
-  it('allocation_end: ending leases past it stops at a failure with 503 and nothing half done; the same update again completes it', async () => {
+  it('allocation_end: a lease that cannot be ended is skipped and reported, the others ended; the same update again retries it; past the time budget the rest is left for a repeat', async () => {
     const asMember = apiClient(() => stack().url, member('project-retry'));
     const first = (await asMember('POST', '/v1/leases', { name: 'first', ...window(5), reservations: [hostReservation()] })).body.lease;
     const second = (await asMember('POST', '/v1/leases', { name: 'second', ...window(6), reservations: [hostReservation()] })).body.lease;
     const { pool } = stack().db;
     const real = workflowEnders({ pool, commands: { client: stack().temporal.client, taskQueue: stack().config.temporal.taskQueue, timeoutMs: 30_000 } });
-    // The second lease's delete fails (a worker gone): the first is deleted, the answer says to repeat.
-    const failing = { ...real, remove: (lease: Lease) => (lease.id === second.id ? Promise.reject(new Error('the worker is gone')) : real.remove(lease)) };
     const endMs = Date.now() + 4 * HOUR_S * 1000;
-    await expect(endLeasesPastAllocation({ pool, enders: failing }, 'project-retry', endMs)).rejects.toMatchObject({ status: 503, message: expect.stringMatching(/1 deleted, 0 shortened\): lease .*: the worker is gone; repeat the PUT to finish\.$/) });
-    expect((await asMember('GET', `/v1/leases/${first.id}`)).status).toBe(404);
-    expect((await asMember('GET', `/v1/leases/${second.id}`)).status).toBe(200);
-    await expect(endLeasesPastAllocation({ pool, enders: real }, 'project-retry', endMs)).resolves.toEqual({ deleted: [second.id], shortened: [] });
+    // No time left: nothing is tried, both are left for a repeat.
+    await expect(endLeasesPastAllocation({ pool, enders: real }, 'project-retry', endMs, -1)).resolves.toEqual({ deleted: [], shortened: [], failed: [], remaining: 2 });
+    // The first lease's delete fails (its worker gone): skipped and reported; the second is deleted all the same.
+    const failing = { ...real, remove: (lease: Lease) => (lease.id === first.id ? Promise.reject(new Error('the worker is gone')) : real.remove(lease)) };
+    await expect(endLeasesPastAllocation({ pool, enders: failing }, 'project-retry', endMs, 60_000)).resolves.toEqual({ deleted: [second.id], shortened: [], failed: [{ lease_id: first.id, reason: 'the worker is gone' }], remaining: 0 });
+    expect((await asMember('GET', `/v1/leases/${first.id}`)).status).toBe(200);
+    expect((await asMember('GET', `/v1/leases/${second.id}`)).status).toBe(404);
+    await expect(endLeasesPastAllocation({ pool, enders: real }, 'project-retry', endMs, 60_000)).resolves.toEqual({ deleted: [first.id], shortened: [], failed: [], remaining: 0 });
     expect((await asMember('GET', '/v1/leases')).body.leases).toEqual([]);
   });
 
