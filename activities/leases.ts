@@ -3,17 +3,22 @@
  * lease's version, so a retried or late write of an older state changes nothing (idempotent).
  */
 import { ApplicationFailure } from '@temporalio/common';
+import { awaitingApproval, type LeaseApproval } from '../src/domain/approval';
 import { leaseConflict, LeaseErrorType, type Lease, type RecordPolicy } from '../src/domain/lease';
 import * as leaseRows from '../src/db/leases';
 import { policyFailure } from '../src/policy/enforcement';
 import type { ActivityDeps } from './deps';
 
 export function leaseActivities({ pool, eventStarted, usagePolicy }: ActivityDeps) {
-  /** Saves the row; with `policy`, only if the usage policy allows the change (in the same transaction). */
-  async function save(lease: Lease, policy?: RecordPolicy): Promise<leaseRows.SaveLeaseOutcome> {
-    if (!policy || !usagePolicy) return leaseRows.saveLease(pool, lease);
+  /** Saves the row; with `policy`, only if the usage policy allows the change (in the same transaction), stamped waiting for approval if it needs one. */
+  async function save(lease: Lease, policy?: RecordPolicy): Promise<{ outcome: leaseRows.SaveLeaseOutcome; saved: Lease }> {
+    if (!policy || !usagePolicy) return { outcome: await leaseRows.saveLease(pool, lease), saved: lease };
     try {
-      return await usagePolicy.recordWithinPolicy({ next: lease, previous: policy.previous, byAdmin: policy.byAdmin }, (client) => leaseRows.saveLease(client, lease));
+      const subject = { next: lease, previous: policy.previous, byAdmin: policy.byAdmin, justification: policy.justification };
+      return await usagePolicy.recordWithinPolicy(subject, async (client, approval) => {
+        const saved = awaitingApproval(lease, approval, lease.updatedMs);
+        return { outcome: await leaseRows.saveLease(client, saved), saved };
+      });
     } catch (err) {
       // Final for this request (the caller tries again later): a retry here would hold the lease's lock for the service's time-outs.
       throw policyFailure(err);
@@ -21,8 +26,9 @@ export function leaseActivities({ pool, eventStarted, usagePolicy }: ActivityDep
   }
 
   return {
-    async recordLease(lease: Lease, policy?: RecordPolicy): Promise<void> {
-      const outcome = await save(lease, policy);
+    /** Answers the approval the lease now waits for, when the usage policy asked for one (the workflow stamps it too). */
+    async recordLease(lease: Lease, policy?: RecordPolicy): Promise<{ approval?: LeaseApproval } | undefined> {
+      const { outcome, saved } = await save(lease, policy);
       if (outcome === 'saved' && eventStarted) {
         // The write that began an event: the workflow stamps it with the version's own time, and a retry is `stale`.
         for (const event of lease.events) {
@@ -35,6 +41,7 @@ export function leaseActivities({ pool, eventStarted, usagePolicy }: ActivityDep
         throw ApplicationFailure.nonRetryable(`Lease ${lease.id}, created with this Idempotency-Key, was deleted: use another key for a new lease`, LeaseErrorType.deleted);
       }
       if (outcome === 'name-taken') throw leaseConflict(`The lease with name: ${lease.name} already exists. Names are unique per project (${lease.projectId}).`);
+      return saved.approval !== lease.approval ? { approval: saved.approval } : undefined;
     },
 
     async recordLeaseDeleted(lease: Lease): Promise<void> {

@@ -324,6 +324,8 @@ const envSchema = z.object({
   LK_PROVISIONING_LEAD_TIME_SECONDS: z.coerce.number().int().min(0).max(86_400).default(0),
   // Where `before_end: notify` posts its JSON notice (a webhook); unset: notify is refused at the edge.
   LK_NOTIFY_URL: httpUrl.optional(),
+  // The approvers' webhook (issue 42): hears lease.approval_requested, lease.approved and lease.denied only.
+  LK_APPROVERS_WEBHOOK_URL: httpUrl.optional(),
   // The Nova aggregate that holds reservable hosts while no lease has them, and the project named in
   // its filter_tenant_id (no real project by default, so no ordinary server lands there).
   LK_FREEPOOL_AGGREGATE: z.string().min(1).max(255).default('freepool'),
@@ -461,6 +463,11 @@ function toConfig(env: z.infer<typeof envSchema>) {
     leaseLimits: { maxDurationMs: env.LK_MAX_LEASE_DURATION_DAYS * 86_400_000, maxAdvanceMs: env.LK_MAX_ADVANCE_DAYS * 86_400_000, maxLeases: env.LK_MAX_LEASES },
     /** The usage policy's settings as written: src/policy reads the file and checks them all at start. */
     policy: Object.fromEntries(Object.entries(env).filter(([name]) => name.startsWith('LK_POLICY_'))) as Partial<Record<`LK_POLICY_${string}`, string>>,
+    /**
+     * How long an approval timeout's written minute lasts: always 60 s here; tests shorten it in the
+     * config they build (no environment variable sets it), so that a timeout fires in seconds.
+     */
+    approvalMinuteMs: 60_000,
     dataDir: env.LK_DATA_DIR,
     cacheDir: env.LK_CACHE_DIR ?? path.join(env.HOME ?? os.homedir(), '.cache', 'leasekeeper'),
     temporal: {
@@ -600,6 +607,8 @@ function noticeSettings(env: z.infer<typeof envSchema>) {
     deploymentWebhooks: webhooks,
     /** Their HMAC key (X-Leasekeeper-Signature); unset: unsigned. */
     deploymentSecret: env.LK_WEBHOOK_SECRET,
+    /** The approvers' webhook, the deployment's too (signed with its key): approval notices only, target `deployment:approvers`. */
+    approversWebhook: env.LK_APPROVERS_WEBHOOK_URL ? new URL(env.LK_APPROVERS_WEBHOOK_URL).href : undefined,
     timeoutMs: env.LK_NOTICE_TIMEOUT_MS,
     retryForMs: Math.round(env.LK_NOTICE_RETRY_HOURS * 3_600_000),
     allowPrivate: env.LK_WEBHOOK_ALLOW_PRIVATE === 'true',

@@ -94,6 +94,18 @@ describe('authorization on every route', () => {
       expect({ name: after.name, status: after.status, end_date: after.end_date }).toEqual({ name: theirs().name, status: 'PENDING', end_date: expect.stringMatching(/^2099-03-0[12]T12:00/) });
     });
 
+    it('may not approve or deny a lease, its own or the other project\'s (403 whatever the lease: ids are not confirmed)', async () => {
+      exercise('POST /leases/:id/approve');
+      exercise('POST /leases/:id/deny');
+      for (const outcome of ['approve', 'deny']) {
+        for (const lease of [mine(), theirs()]) {
+          const answer = await call(caller, 'POST', `/v1/leases/${lease.id}/${outcome}`, { reason: 'mine to decide' });
+          expect(answer).toEqual({ status: 403, body: { error_code: 403, error_name: 403, error_message: `Policy doesn't allow blazar:leases:${outcome} to be performed: only admins answer leases waiting for approval.` } });
+        }
+      }
+      expect((await call('admin', 'GET', `/v1/leases/${theirs().id}`)).body.lease.status).toBe('PENDING');
+    });
+
     it('creates leases only in its own project', async () => {
       exercise('POST /leases');
       const created = await call(caller, 'POST', '/v1/leases', { name: 'mine-too', start_date: '2099-06-01 10:00', end_date: '2099-06-01 11:00' });

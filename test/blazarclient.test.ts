@@ -4,7 +4,7 @@
 import { execFile } from 'node:child_process';
 import fs from 'node:fs';
 import { promisify } from 'node:util';
-import { eventually, useTestStack } from '../dev-stack/stack';
+import { apiClient, eventually, useTestStack } from '../dev-stack/stack';
 
 const run = promisify(execFile);
 const BLAZAR = '/usr/bin/blazar';
@@ -55,5 +55,19 @@ describe('python3-blazarclient drives the API unchanged', () => {
     const failure = await run(BLAZAR, ['--os-auth-type', 'none', '--os-endpoint', `${stack().url}/v1`, 'lease-create', '--start-date', '2001-01-01 00:00', '--end-date', '2001-01-02 00:00', 'old'], { timeout: 60_000 }).catch((err: { stderr: string; code: number }) => err);
     expect((failure as { code: number }).code).not.toBe(0);
     expect((failure as { stderr: string }).stderr).toContain('Start date must be later than current date');
+  }, 60_000);
+
+  it('lease-list and lease-show show a lease waiting for approval as it is', async () => {
+    const admin = apiClient(() => stack().url, { 'x-auth-token': 'admin' });
+    const member = apiClient(() => stack().url, { 'x-project-id': 'waits', 'x-user-id': 'wanda', 'x-roles': 'member' });
+    expect((await admin('PUT', '/v1/projects/waits/policy', { approval: [{ always: true, timeout: 600 }] })).status).toBe(200);
+    const { body } = await member('POST', '/v1/leases', { name: 'waiting-one', start_date: minutesFromNow(60), end_date: minutesFromNow(120) });
+    expect(body.lease.status).toBe('PENDING_APPROVAL');
+    expect(await blazar('lease-list')).toMatch(new RegExp(`\\|\\s+${body.lease.id}\\s+\\|\\s+waiting-one\\s+\\|`));
+    const shown = await blazar('lease-show', body.lease.id);
+    expect(shown).toMatch(/\|\s+status\s+\|\s+PENDING_APPROVAL\s+\|/);
+    expect(shown).toMatch(/\|\s+approval\s+\|\s+\{/);
+    expect(shown).toContain('"rule": "approval.always"');
+    expect((await member('DELETE', `/v1/leases/${body.lease.id}`)).status).toBe(204);
   }, 60_000);
 });

@@ -440,4 +440,29 @@ describe('the calendar page in Chromium', () => {
       await admin('DELETE', '/v1/projects/alpha/policy');
     }
   });
+
+  it("lists a lease waiting for approval to an admin, whose page has Approve and Deny; Approve with a reason lets it wait for its start", async () => {
+    expect((await admin('PUT', '/v1/projects/waiting/policy', { approval: [{ always: true, timeout: 600 }] })).status).toBe(200);
+    const waiting = apiClient(() => stack().url, { 'X-Project-Id': 'waiting', 'X-Roles': 'member' });
+    const { body } = await waiting('POST', '/v1/leases', { name: 'waiting-for-approval', start_date: at(100), end_date: at(101), reservations: [blazarHostReservation()] });
+    expect(body.lease.status).toBe('PENDING_APPROVAL');
+    const context = await browser.newContext({ viewport: { width: 1400, height: 1000 }, deviceScaleFactor: 1 });
+    try {
+      await context.addInitScript(() => (globalThis as unknown as { sessionStorage: { setItem(k: string, v: string): void } }).sessionStorage.setItem('leasekeeper.credentials', JSON.stringify({ kind: 'noauth', projectId: 'admin', admin: true })));
+      const approver = await context.newPage();
+      approver.on('pageerror', (err) => pageErrors.push(String(err)));
+      await approver.goto(`${stack().url}/calendar/`);
+      await approver.getByRole('region', { name: 'Waiting for approval' }).getByRole('link', { name: 'waiting-for-approval' }).click();
+      await approver.getByRole('heading', { name: /waiting-for-approval/ }).getByText('PENDING_APPROVAL').waitFor();
+      const approval = approver.getByRole('region', { name: 'Approval' });
+      await approval.getByLabel('Reason').fill('course lab, week 3');
+      await approval.getByRole('button', { name: 'Approve' }).click();
+      await approver.getByText('Approved: done.').waitFor();
+      await approver.getByRole('heading', { name: /waiting-for-approval/ }).getByText('PENDING', { exact: true }).waitFor();
+      expect((await waiting('GET', `/v1/leases/${body.lease.id}`)).body.lease).toMatchObject({ status: 'PENDING', approval: { outcome: 'approved', answer_reason: 'course lab, week 3' } });
+      expect(await approver.getByRole('region', { name: 'Approval' }).count()).toBe(0);
+    } finally {
+      await context.close();
+    }
+  });
 });

@@ -86,8 +86,8 @@ describe('the OpenAPI description', () => {
     const checked = new Set<string>();
 
     /** Calls the API and validates the answer against the operation's schema for its status. */
-    const call = async (method: string, url: string, body?: unknown) => {
-      const res = await fetch(`${stack().url}${url}`, { method, headers: { 'content-type': 'application/json' }, body: body === undefined ? undefined : JSON.stringify(body) });
+    const call = async (method: string, url: string, body?: unknown, headers: Record<string, string> = {}) => {
+      const res = await fetch(`${stack().url}${url}`, { method, headers: { 'content-type': 'application/json', ...headers }, body: body === undefined ? undefined : JSON.stringify(body) });
       const text = await res.text();
       const path = url.split('?')[0];
       const template = templates.find((t) => t.pattern.test(path))?.path;
@@ -146,6 +146,14 @@ describe('the OpenAPI description', () => {
     await call('PUT', `/v1/series/${series!.series.id}`, { duration: 30 });
     await call('GET', `/v1/series/${randomUUID()}`); // 404
     await call('DELETE', `/v1/series/${series!.series.id}`);
+    // A member's lease waiting for approval (its `approval` object), approved by an admin; a member's answer and a second one refused.
+    const member = { 'x-project-id': 'openapi-waits', 'x-roles': 'member' };
+    await call('PUT', '/v1/projects/openapi-waits/policy', { approval: [{ always: true, timeout: 60 }] });
+    const waiting = await call('POST', '/v1/leases', { name: 'openapi-waiting', start_date: inSeconds(2 * 86_400), end_date: inSeconds(2 * 86_400 + 3600) }, member);
+    await call('POST', `/v1/leases/${waiting!.lease.id}/approve`, {}, member); // 403
+    await call('POST', `/v1/leases/${waiting!.lease.id}/approve`, { reason: 'fine' });
+    await call('POST', `/v1/leases/${waiting!.lease.id}/deny`, {}); // 409: answered already
+    await call('DELETE', `/v1/leases/${waiting!.lease.id}`, undefined, member);
     await call('DELETE', `/v1/leases/${leaseId}`);
     await call('GET', '/v1/openapi.json');
     // A refusal was checked against the error body, and most routes against a real answer.

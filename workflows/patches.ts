@@ -139,6 +139,19 @@ export const ROLLBACK_ONLY_MOVED = {
   oldHistories: 'none: only a failed update reaches this step, and no kept history has one',
 } as const satisfies WorkflowPatch;
 
+/**
+ * A lease may wait for approval (PENDING_APPROVAL, issue 42): it waits for an admin's approve or
+ * deny update, or its rule's timeout, before waiting for its start. Marked where the wait begins,
+ * which only a lease admitted waiting for approval reaches.
+ */
+export const LEASE_APPROVAL = {
+  id: 'lease-approval',
+  workflowType: leaseWorkflowType,
+  introduced: '2026-11-27',
+  oldBranch: 'no lease ever waited for approval (none was admitted as PENDING_APPROVAL)',
+  oldHistories: 'every history recorded before 2026-11-27 (none reaches the wait: the branch only adds the wait)',
+} as const satisfies WorkflowPatch;
+
 /** All of them, oldest first. */
 export const PATCHES: readonly WorkflowPatch[] = [
   RECORD_LOCALLY,
@@ -153,4 +166,5 @@ export const PATCHES: readonly WorkflowPatch[] = [
   IDLE_LEASES,
   NOTICE_DELIVERY_HOLDS,
   ROLLBACK_ONLY_MOVED,
+  LEASE_APPROVAL,
 ];

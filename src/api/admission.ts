@@ -8,6 +8,7 @@
  */
 import { isGrpcServiceError, type Client } from '@temporalio/client';
 import { ApplicationFailure, NamespaceNotFoundError } from '@temporalio/common';
+import { awaitingApproval } from '../domain/approval';
 import { LEASE_SEARCH_ATTRIBUTES } from '../domain/search-attributes';
 import { leaseConflict, LeaseErrorType, newLease, type Lease, type NewLeaseRequest } from '../domain/lease';
 import { bookedReservation, reservationContext, typedContext, type ResourceTypes, type ReserveResult } from '../domain/resource-plugin';
@@ -134,8 +135,10 @@ async function bookAndRecord(deps: ApiAdmissionDeps, client: PoolClient, request
     const booked: ReserveResult = await type.bookAtAdmission!(client, typedContext(type, reservationContext(draft, reservation)));
     reservations.push(bookedReservation(reservation, booked));
   }
-  const lease: Lease = { ...draft, reservations, version: draft.version + 1, updatedMs: Date.now() };
-  await deps.usagePolicy?.checkWithin(client, { next: lease, byAdmin: request.byAdmin ?? false });
+  const booked: Lease = { ...draft, reservations, version: draft.version + 1, updatedMs: Date.now() };
+  // A lease an approval rule (or an exception asked with a justification) holds is recorded waiting for approval.
+  const approval = await deps.usagePolicy?.checkWithin(client, { next: booked, byAdmin: request.byAdmin ?? false, justification: request.justification });
+  const lease = awaitingApproval(booked, approval, booked.updatedMs);
   const saved = await saveLease(client, lease);
   if (saved === 'name-taken') throw leaseConflict(`The lease with name: ${lease.name} already exists. Names are unique per project (${lease.projectId}).`);
   if (saved === 'deleted') throw ApplicationFailure.nonRetryable(`Lease ${lease.id}, created with this Idempotency-Key, was deleted: use another key for a new lease`, LeaseErrorType.deleted);

@@ -17,7 +17,7 @@ import {
 import { ApplicationFailure, NamespaceNotFoundError, WorkflowIdConflictPolicy } from '@temporalio/common';
 import { newLease, type Lease, type LeaseUpdateRequest, type NewLeaseRequest } from '../domain/lease';
 import { createdOrigin, leaseWorkflowLabels, type LeaseOutbox } from '../outbox';
-import { admitLease, deleteLease, hostsChanged, leaseWorkflowId, leaseWorkflowType, updateLease, type LeaseWorkflow, type LeaseWorkflowInput } from '../../workflows/lease/messages';
+import { admitLease, approveLease, deleteLease, denyLease, hostsChanged, leaseWorkflowId, leaseWorkflowType, updateLease, type ApprovalAnswer, type LeaseWorkflow, type LeaseWorkflowInput } from '../../workflows/lease/messages';
 import { maintenanceWindowWorkflowId, maintenanceWindowWorkflowType, windowWithdrawn, type MaintenanceWindowInput } from '../../workflows/maintenance/messages';
 import { uuidShaped } from '../domain/blazar-format';
 import { markdownText } from '../domain/markdown';
@@ -181,6 +181,12 @@ export async function createLease(options: LeaseCommandOptions, request: NewLeas
 
 export async function changeLease(options: LeaseCommandOptions, leaseId: string, update: LeaseUpdateRequest): Promise<Lease> {
   return withDeadline(options, () => onLeaseWorkflow(options, leaseId, () => options.client.workflow.getHandle(leaseWorkflowId(leaseId)).executeUpdate(updateLease, { args: [update] })));
+}
+
+/** An admin's approve or deny of a lease waiting for approval; answers the lease once its workflow acted on it. */
+export async function answerApproval(options: LeaseCommandOptions, leaseId: string, outcome: 'approve' | 'deny', answer: ApprovalAnswer): Promise<Lease> {
+  const update = outcome === 'approve' ? approveLease : denyLease;
+  return withDeadline(options, () => onLeaseWorkflow(options, leaseId, () => options.client.workflow.getHandle(leaseWorkflowId(leaseId)).executeUpdate(update, { args: [answer] })));
 }
 
 /**

@@ -4,6 +4,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import { z } from 'zod';
+import { MAX_ANSWER_REASON_CHARS, MAX_JUSTIFICATION_CHARS } from '../domain/approval';
 import { LEASE_STATUSES, type NewLeaseRequest } from '../domain/lease';
 import type { Identity } from './auth';
 import type { NewLeaseDeps } from './leases';
@@ -95,6 +96,14 @@ export function leaseReservationsSchema(types: ResourceTypes, maxReservations = 
     .pipe(z.array(reservationSchema(types)));
 }
 
+/** An exception asked for (issue 42): a lease a rule would refuse waits for approval instead. */
+const justification = z
+  .string({ error: 'expected a string saying why the lease needs an exception' })
+  .trim()
+  .min(1, 'must not be empty')
+  .max(MAX_JUSTIFICATION_CHARS, `must be at most ${MAX_JUSTIFICATION_CHARS} characters`)
+  .optional();
+
 export function createLeaseSchema(types: ResourceTypes, maxReservations = DEFAULT_MAX_RESERVATIONS_PER_LEASE) {
   return z.strictObject({
     name: leaseName,
@@ -107,6 +116,7 @@ export function createLeaseSchema(types: ResourceTypes, maxReservations = DEFAUL
     // Our extension: a series of recurring leases (src/api/series.ts); its length bounded again by its parser.
     recurrence: z.string({ error: 'expected a rule such as "FREQ=WEEKLY;BYDAY=MO;COUNT=10"' }).max(200, 'must be at most 200 characters').optional(),
     partial: z.boolean({ error: 'expected true or false' }).optional(),
+    justification,
   });
 }
 
@@ -130,6 +140,7 @@ export function newLeaseRequest(deps: Pick<NewLeaseDeps, 'provisioningLeadMs' | 
     byAdmin: identity.isAdmin,
     notifyBeforeEndMs: body.notify_before_end ?? deps.notifyBeforeEndMs,
     idle: deps.idleLeases,
+    ...(body.justification !== undefined ? { justification: body.justification } : {}),
   };
 }
 
@@ -141,8 +152,14 @@ export const updateLeaseSchema = z
     before_end_date: requestDateSchema.optional(),
     notify_before_end: notifyBeforeEnd.optional(),
     reservations: z.array(z.looseObject({ id: z.string({ error: 'expected the id of one of the lease\'s reservations' }) })).optional(),
+    justification,
   })
-  .refine((body) => Object.keys(body).length > 0, { message: 'nothing to update: give name, start_date, end_date, before_end_date, notify_before_end or reservations' });
+  .refine((body) => Object.keys(body).some((key) => key !== 'justification'), { message: 'nothing to update: give name, start_date, end_date, before_end_date, notify_before_end or reservations' });
+
+/** An admin's approve or deny (issue 42): a reason, optional, bounded. */
+export const approvalAnswerSchema = z.strictObject({
+  reason: z.string({ error: 'expected a string' }).trim().max(MAX_ANSWER_REASON_CHARS, `must be at most ${MAX_ANSWER_REASON_CHARS} characters`).optional(),
+});
 
 /** Unknown parameters (`?detail=true`) are dropped, as Blazar does; their values were still checked by the input check. */
 export const listLeasesQuery = z.object({

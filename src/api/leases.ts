@@ -13,8 +13,8 @@ import { identityOf, type Identity } from './auth';
 import { toBlazarLease } from '../domain/blazar-format';
 import { ApiError, parseRequest } from './errors';
 import { jsonArrayParts, sendJsonParts } from './json-stream';
-import { changeLease, createLease, idempotentLeaseId, noAnswerInTime, removeLease, requestHash, type LeaseCommandOptions } from './lease-commands';
-import { createLeaseSchema, listLeasesQuery, newLeaseRequest, requestDateSchema, updateLeaseSchema } from './lease-schemas';
+import { answerApproval, changeLease, createLease, idempotentLeaseId, noAnswerInTime, removeLease, requestHash, type LeaseCommandOptions } from './lease-commands';
+import { approvalAnswerSchema, createLeaseSchema, listLeasesQuery, newLeaseRequest, requestDateSchema, updateLeaseSchema } from './lease-schemas';
 import { refuseUnknownPropertyKeys } from './property-keys';
 import { DEFAULT_OFFER_LIMIT, extensionOffers, leaseExtensionOffers, makeOffers, refusedWithOffers, type OfferDeps, type OfferJson } from './offers';
 import { wholeMinuteDown } from '../domain/dates';
@@ -177,6 +177,7 @@ export function leasesRouter(deps: NewLeaseDeps): Router {
       reservations: changed?.map(({ id, params }) => ({ id, params })),
       byAdmin: identity.isAdmin,
       notifyBeforeEndMs: body.notify_before_end,
+      ...(body.justification !== undefined ? { justification: body.justification } : {}),
     };
     const changedLease = await refusedWithOffers(
       () => changeLease(commands, current.id, update),
@@ -184,6 +185,18 @@ export function leasesRouter(deps: NewLeaseDeps): Router {
     );
     res.json({ lease: toBlazarLease(changedLease) });
   });
+
+  // Approval (issue 42): an admin answers a lease waiting for approval; the lease's workflow acts on it.
+  for (const outcome of ['approve', 'deny'] as const) {
+    router.post(`/leases/:id/${outcome}`, async (req, res) => {
+      const identity = identityOf(res);
+      if (!identity.isAdmin) throw new ApiError(403, `Policy doesn't allow blazar:leases:${outcome} to be performed: only admins answer leases waiting for approval.`);
+      const answer = parseRequest(approvalAnswerSchema, req.body ?? {});
+      const current = await visibleLease(pool, identity, req.params.id);
+      if (current.status !== 'PENDING_APPROVAL') throw new ApiError(409, `Lease ${current.name} is not waiting for approval: it is ${current.status}.`);
+      res.json({ lease: toBlazarLease(await answerApproval(commands, current.id, outcome, answer)) });
+    });
+  }
 
   router.delete('/leases/:id', async (req, res) => {
     const current = await visibleLease(pool, identityOf(res), req.params.id);

@@ -20,6 +20,7 @@ import { ApiError, parseRequest } from './errors';
 import { requireAdmin } from './hosts';
 import { changeLease, startMaintenanceWindow, tellLeasesHostsChanged, tellWindowWithdrawn, type LeaseCommandOptions } from './lease-commands';
 import { requestDateSchema, requestDateOrNowSchema } from './lease-schemas';
+import { notStarted, type LeaseStatus } from '../domain/lease';
 
 /** How far a window may reach: ten years from now (a bound on what a typo can book). */
 const MAX_REACH_MS = 10 * 366 * 86_400_000;
@@ -123,7 +124,7 @@ export function maintenanceRouter(deps: { pool: Pool; inventory: () => HostInven
 
     // Leases that have begun cannot move: a window never cuts one short unless forced to.
     const overlapped = await leasesOverlapping(deps.pool, host.id, startMs, endMs);
-    const begun = overlapped.filter((l) => l.lease_status !== 'PENDING');
+    const begun = overlapped.filter((l) => !notStarted(l.lease_status as LeaseStatus));
     if (begun.length > 0 && !body.force) {
       throw new ApiError(
         409,
@@ -160,7 +161,7 @@ export function maintenanceRouter(deps: { pool: Pool; inventory: () => HostInven
       }
     }
     // Pending leases heal: moved to other hosts, or flagged (and their owners told) when none is free.
-    const pending = overlapped.filter((l) => l.lease_status === 'PENDING').map((l) => l.lease_id);
+    const pending = overlapped.filter((l) => notStarted(l.lease_status as LeaseStatus)).map((l) => l.lease_id);
     await tellLeasesHostsChanged(deps.commands, pending, [host.id]);
 
     const window = await getWindow(deps.pool, id);

@@ -23,6 +23,7 @@ import { toBlazarLease, uuidShaped } from '../domain/blazar-format';
 import { isUuid, leaseConflict, newLease, type Lease, type NewLeaseRequest } from '../domain/lease';
 import { bookedReservation, reservationContext, typedContext, type ReserveResult } from '../domain/resource-plugin';
 import { addOwedStart } from '../db/lease-outbox';
+import { awaitingApproval, type ApprovalNeed } from '../domain/approval';
 import { findLease, saveLease } from '../db/leases';
 import { unusableHostsOf } from '../db/host-allocations';
 import { claimOfferForHold, endOfferHold, findOfferHold, insertOfferHold, isLiveOfferHold, lockOfferHold, markOfferHoldAccepted, type OfferHold } from '../db/offer-holds';
@@ -258,8 +259,10 @@ class HoldGone extends Error {}
 async function convertHold(deps: OfferHoldDeps, identity: Identity, hold: OfferHold, request: NewLeaseRequest, hash: string): Promise<Lease> {
   const reservations = hold.lease.reservations;
   const draft = newLease({ ...request, id: hold.id, reservations: reservations.map(({ id, resource_type, params }) => ({ id, resource_type, params })) });
-  const lease: Lease = { ...draft, reservations, version: draft.version + 1, updatedMs: Date.now() };
-  const convert = async (client: PoolClient): Promise<LeaseWorkflowInput> => {
+  const booked: Lease = { ...draft, reservations, version: draft.version + 1, updatedMs: Date.now() };
+  // A lease an approval rule holds waits for approval, whether it came from a held offer or not.
+  const convert = async (client: PoolClient, approval?: ApprovalNeed): Promise<LeaseWorkflowInput & { admitted: Lease }> => {
+    const lease = awaitingApproval(booked, approval, booked.updatedMs);
     const locked = await lockOfferHold(client, hold.id);
     if (!locked || !isLiveOfferHold(locked, Date.now())) throw new HoldGone();
     if ((await unusableHostsOf(client, { leaseId: hold.id })).size > 0) throw new HoldGone();
@@ -267,15 +270,15 @@ async function convertHold(deps: OfferHoldDeps, identity: Identity, hold: OfferH
     if (saved === 'name-taken') throw leaseConflict(`The lease with name: ${lease.name} already exists. Names are unique per project (${lease.projectId}).`);
     if (saved !== 'saved') throw new HoldGone();
     await markOfferHoldAccepted(client, hold.id);
-    const admitted: LeaseWorkflowInput = { request: { ...request, id: hold.id }, requestHash: hash, admitted: lease };
+    const admitted = { request: { ...request, id: hold.id }, requestHash: hash, admitted: lease };
     await addOwedStart(client, lease.id, hash, admitted);
     return admitted;
   };
   // The usage policy as at a create: Blazar's external filter first (outside any lock), then the rules in the transaction.
-  const input = deps.usagePolicy ? await deps.usagePolicy.recordWithinPolicy({ next: lease, byAdmin: identity.isAdmin }, convert) : await inTransaction(deps.pool, convert);
+  const input = deps.usagePolicy ? await deps.usagePolicy.recordWithinPolicy({ next: booked, byAdmin: identity.isAdmin }, convert) : await inTransaction(deps.pool, (client) => convert(client));
   deps.outbox.startSoon(input);
   await tellHoldEnded(deps, hold.id);
-  return lease;
+  return input.admitted;
 }
 
 async function acceptOffer(deps: OfferHoldDeps, identity: Identity, offerId: string, raw: unknown, key: string | undefined): Promise<Lease> {

@@ -22,7 +22,7 @@ import { maintenanceBody, maintenanceListQuery } from './maintenance';
 import { projectPolicyBody } from './project-policy';
 import { webhooksBody } from './webhooks';
 import { LEASE_NOTICE_TYPES } from '../domain/notices';
-import { createLeaseSchema, listLeasesQuery, updateLeaseSchema } from './lease-schemas';
+import { approvalAnswerSchema, createLeaseSchema, listLeasesQuery, updateLeaseSchema } from './lease-schemas';
 import { usageQuery } from './usage';
 import { FIGURE_NAMES, GROUP_KEYS, type Figure } from '../domain/usage-report';
 
@@ -82,6 +82,22 @@ const lease = z
     degraded: z.boolean(),
     notify_before_end: z.array(z.string()).optional().describe('An extension: when the lease warns its listeners before its end'),
     series_id: z.string().optional().describe('An extension: the series of recurring leases this lease is an occurrence of'),
+    approval: z
+      .strictObject({
+        kind: z.enum(['rule', 'exception']),
+        rule: z.string(),
+        reason: z.string(),
+        justification: z.string().nullable(),
+        requested_at: timestamp,
+        timeout_at: timestamp,
+        on_timeout: z.enum(['deny', 'approve']),
+        outcome: z.enum(['approved', 'denied']).nullable(),
+        answered_by: z.enum(['admin', 'timeout', 'end']).nullable(),
+        answer_reason: z.string().nullable(),
+        answered_at: nullableTimestamp,
+      })
+      .optional()
+      .describe('An extension: why the lease waits (or waited) for approval (PENDING_APPROVAL), and the answer'),
     trust_id: z.null(),
     reservations: z.array(reservation),
     events: z.array(leaseEvent),
@@ -443,6 +459,16 @@ export function apiOperations(types: ResourceTypes): Operation[] {
       request: { params: idParam('the lease id') },
       responses: { 200: json(offersAnswer, 'the extension offers, longest first'), ...COMMON_REFUSALS, 404: notFound, 409: refusal('the lease has ended or is being deleted') },
     },
+    ...(['approve', 'deny'] as const).map((outcome) => ({
+      method: 'post' as const, path: `/v1/leases/{id}/${outcome}`, tags: ['leases'] as [string], summary: outcome === 'approve' ? 'Approve a lease waiting for approval' : 'Deny a lease waiting for approval',
+      description:
+        outcome === 'approve'
+          ? 'A lease PENDING_APPROVAL (an approval rule, or an exception asked with `justification`) goes on PENDING, waiting for its start; one whose start has passed starts at once, its end unchanged. Admins only.'
+          : "A lease PENDING_APPROVAL is denied: its capacity is freed and it ends TERMINATED, `status_reason` naming the reason. Admins only.",
+      security: AUTHENTICATED,
+      request: { params: idParam('the lease id'), body: { content: { 'application/json': { schema: approvalAnswerSchema } }, required: false } },
+      responses: { 200: leaseBody, ...COMMON_REFUSALS, 403: adminOnly, 404: notFound, 409: refusal('the lease is not waiting for approval') },
+    })),
     {
       method: 'get', path: '/v1/os-hosts', tags: ['hosts'], summary: 'List enrolled hosts',
       description: 'Every compute host enrolled for reservations, with its extra capabilities. Admins only.',

@@ -14,7 +14,7 @@ import { Router } from 'express';
 import { z } from 'zod';
 import type { PoolClient } from 'pg';
 import { formatRequestDate, wholeMinuteDown } from '../domain/dates';
-import { isUuid, newLease, type Lease, type NewLeaseRequest } from '../domain/lease';
+import { isUuid, newLease, notStarted, type Lease, type NewLeaseRequest } from '../domain/lease';
 import { expandRecurrence, parseRecurrence, RecurrenceError, RECURRENCE_HORIZON_MS, type Occurrence } from '../domain/recurrence';
 import { toBlazarLease } from '../domain/blazar-format';
 import { findLease, leasesOfSeries } from '../db/leases';
@@ -262,7 +262,7 @@ export function seriesRouter(deps: NewLeaseDeps): Router {
     const series = await visibleSeries(deps, identity, req.params.id);
     const all = await leasesOfSeries(deps.pool, series.id);
     // Without `from`: the occurrences not started yet (a started one's start cannot move).
-    const changing = body.from === undefined ? all.filter((l) => l.status === 'PENDING') : occurrencesFrom(all, body.from);
+    const changing = body.from === undefined ? all.filter((l) => notStarted(l.status)) : occurrencesFrom(all, body.from);
     if (changing.length === 0) throw new ApiError(400, 'from: no occurrence of the series starts then or later');
     const moved = new Map(
       changing.map((l) => {

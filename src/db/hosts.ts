@@ -281,3 +281,14 @@ export async function setReservable(db: Queryable, id: string, reservable: boole
 export async function recordHostRepair(db: Queryable, hostId: string, repair: HostRepair): Promise<void> {
   await db.query('UPDATE hosts SET last_repair = $2 WHERE id = $1', [hostId, JSON.stringify(repair)]);
 }
+
+/** The capabilities of these hosts (approval rules naming a host class match them); at most 1000 ids are read. */
+export async function hostPropertiesOf(db: Queryable, ids: string[]): Promise<Array<Record<string, string>>> {
+  if (ids.length === 0) return [];
+  const { rows } = await db.query<{ capabilities: Record<string, string> }>(
+    `SELECT COALESCE(jsonb_object_agg(c.name, c.value) FILTER (WHERE c.name IS NOT NULL), '{}') AS capabilities
+     FROM hosts h LEFT JOIN host_capabilities c ON c.host_id = h.id WHERE h.id::text = ANY($1::text[]) GROUP BY h.id`,
+    [ids.slice(0, 1000)],
+  );
+  return rows.map((r) => r.capabilities);
+}

@@ -5,6 +5,7 @@
  */
 import { createHash } from 'node:crypto';
 import { formatBlazarDate, formatBlazarTimestamp } from './dates';
+import type { LeaseApproval } from './approval';
 import { spanText, type Lease, type Reservation } from './lease';
 
 function toBlazarReservation(lease: Lease, reservation: Reservation) {
@@ -44,6 +45,8 @@ export function toBlazarLease(lease: Lease) {
     ...(lease.notifyBeforeEndMs ? { notify_before_end: lease.notifyBeforeEndMs.map(spanText) } : {}),
     // An extension: the series the lease is an occurrence of (GET /v1/series/{id}).
     ...(lease.seriesId ? { series_id: lease.seriesId } : {}),
+    // An extension (issue 42): why the lease waits (or waited) for approval, and the answer.
+    ...(lease.approval ? { approval: approvalJson(lease.approval) } : {}),
     trust_id: null,
     reservations: lease.reservations.map((r) => toBlazarReservation(lease, r)),
     events: lease.events.map((e) => ({
@@ -57,6 +60,22 @@ export function toBlazarLease(lease: Lease) {
     })),
     created_at: formatBlazarTimestamp(lease.createdMs),
     updated_at: updatedAt(lease),
+  };
+}
+
+function approvalJson(a: LeaseApproval) {
+  return {
+    kind: a.kind,
+    rule: a.rule,
+    reason: a.reason,
+    justification: a.justification ?? null,
+    requested_at: formatBlazarTimestamp(a.requestedMs),
+    timeout_at: formatBlazarTimestamp(a.deadlineMs),
+    on_timeout: a.onTimeout,
+    outcome: a.outcome ?? null,
+    answered_by: a.answeredBy ?? null,
+    answer_reason: a.answerReason ?? null,
+    answered_at: a.answeredMs !== undefined ? formatBlazarTimestamp(a.answeredMs) : null,
   };
 }
 

@@ -4,12 +4,14 @@
  * Times are epoch milliseconds (UTC); the API formats them the way Blazar does.
  */
 import { ApplicationFailure } from '@temporalio/common';
+import type { LeaseApproval } from './approval';
 import type { Footprint } from './usage';
 
 /** Whether `text` is a UUID (the ids of leases, reservations, floating IPs): anything else names nothing, rather than being an error of the database. */
 export const isUuid = (text: string): boolean => /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i.test(text);
 
-export const LEASE_STATUSES = ['PENDING', 'STARTING', 'ACTIVE', 'TERMINATING', 'TERMINATED', 'ERROR', 'DELETING'] as const;
+/** PENDING_APPROVAL: admitted, its capacity booked, waiting for an admin's answer (src/domain/approval.ts). */
+export const LEASE_STATUSES = ['PENDING', 'PENDING_APPROVAL', 'STARTING', 'ACTIVE', 'TERMINATING', 'TERMINATED', 'ERROR', 'DELETING'] as const;
 export type LeaseStatus = (typeof LEASE_STATUSES)[number];
 
 export const EVENT_TYPES = ['start_lease', 'before_end_lease', 'end_lease'] as const;
@@ -85,6 +87,8 @@ export interface Lease {
   idleWarned?: boolean;
   /** The series this lease is an occurrence of (a recurring lease: POST /v1/leases with `recurrence`). */
   seriesId?: string;
+  /** Approval asked (PENDING_APPROVAL) and, once given, the answer. */
+  approval?: LeaseApproval;
 }
 
 /** An active lease nobody uses for `warnAfterMs` hears `lease.idle`; for `endAfterMs` it is ended early. */
@@ -164,6 +168,8 @@ export interface NewLeaseRequest {
   idle?: IdleLeasePolicy;
   /** An occurrence of this series (Lease.seriesId). */
   seriesId?: string;
+  /** A member's reason to admit the lease though a rule would refuse it: it then waits for approval. */
+  justification?: string;
 }
 
 const MINUTE_MS = 60_000;
@@ -236,13 +242,20 @@ export interface LeaseUpdateRequest {
   /** Asked by an admin (see NewLeaseRequest.byAdmin). */
   byAdmin?: boolean;
   notifyBeforeEndMs?: number[];
+  /** See NewLeaseRequest.justification (a lease not started only). */
+  justification?: string;
 }
 
 /** A change a user asked for, checked against the usage policy as it is recorded: the lease before it (none: admission), and whether an admin asked. */
 export interface RecordPolicy {
   previous?: Lease;
   byAdmin: boolean;
+  /** An exception asked for: a refusing rule makes the lease wait for approval instead. */
+  justification?: string;
 }
+
+/** Not started yet: waiting for its start, or for approval. */
+export const notStarted = (status: LeaseStatus): boolean => status === 'PENDING' || status === 'PENDING_APPROVAL';
 
 /** Where a lease in a transition is heading. */
 const SETTLES_AS: Partial<Record<LeaseStatus, string>> = { STARTING: 'ACTIVE', TERMINATING: 'TERMINATED', DELETING: 'gone' };
@@ -278,7 +291,7 @@ export function applyLeaseUpdate(lease: Lease, update: LeaseUpdateRequest, nowMs
   if (update.start !== undefined) {
     const requested = update.start === 'now' ? nowMs : update.start;
     if (requested !== lease.startMs) {
-      if (lease.status !== 'PENDING') throw invalidLease(`Cannot modify the start date of already started leases. Lease ${lease.name} is ${lease.status}.`);
+      if (!notStarted(lease.status)) throw invalidLease(`Cannot modify the start date of already started leases. Lease ${lease.name} is ${lease.status}.`);
       if (requested < startOfMinute(nowMs)) throw invalidLease(START_IN_PAST);
       startMs = Math.max(requested, nowMs);
     }
@@ -288,7 +301,7 @@ export function applyLeaseUpdate(lease: Lease, update: LeaseUpdateRequest, nowMs
   if (update.end !== undefined) {
     const requested = update.end === 'now' ? nowMs : update.end;
     if (requested !== lease.endMs) {
-      if (update.end === 'now' && lease.status === 'PENDING') {
+      if (update.end === 'now' && notStarted(lease.status)) {
         throw invalidLease('end_date "now" ends an active lease early; to drop a pending lease, delete it');
       }
       if (requested < startOfMinute(nowMs)) throw invalidLease(`${END_BEFORE_NOW_OR_START} end_date must be "now" or a later date.`);

@@ -17,6 +17,10 @@ export const LEASE_NOTICE_TYPES = [
   'lease.degraded',
   'lease.healed',
   'lease.idle',
+  // Approval (issue 42): asked, granted, refused (by an admin or the timeout).
+  'lease.approval_requested',
+  'lease.approved',
+  'lease.denied',
 ] as const;
 export const HOST_NOTICE_TYPES = ['host.failed', 'host.recovered'] as const;
 export const NOTICE_TYPES = [...LEASE_NOTICE_TYPES, ...HOST_NOTICE_TYPES] as const;

@@ -351,7 +351,8 @@ export function reservationContext(lease: Lease, reservation: Reservation): Rese
     leaseName: lease.name,
     projectId: lease.projectId,
     userId: lease.userId,
-    leaseStatus: lease.status,
+    // A lease waiting for approval is, to its resources, one not started.
+    leaseStatus: lease.status === 'PENDING_APPROVAL' ? 'PENDING' : lease.status,
     reservation,
     leaseReservations: lease.reservations,
     startMs: bookingStartMs(lease),

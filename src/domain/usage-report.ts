@@ -161,7 +161,8 @@ export class UsageReport {
 
   add(metered: MeteredLease): void {
     const { window, nowMs, groupBy } = this.options;
-    const booked = bookedInterval(metered, nowMs);
+    // A lease waiting for approval was not granted: booked (the policy counts it), but not charged until approved.
+    const booked = metered.lease.status === 'PENDING_APPROVAL' ? undefined : bookedInterval(metered, nowMs);
     const used = usedInterval(metered, nowMs);
     const parts = partsOf(booked, used, window, this.byMonth);
     if (parts.length === 0) return;

@@ -124,6 +124,8 @@ export function bookedInterval(metered: MeteredLease, nowMs: number): Interval |
   if (deletedAtMs !== undefined) return usedInterval(metered, nowMs);
   const start = lease.events.find((e) => e.event_type === 'start_lease');
   if (lease.status === 'ERROR' && start?.status === 'ERROR') return undefined;
+  // A lease denied approval never held anything: its capacity went back at the denial.
+  if (lease.approval?.outcome === 'denied') return undefined;
   return lease.endMs > lease.startMs ? { startMs: lease.startMs, endMs: lease.endMs } : undefined;
 }
 

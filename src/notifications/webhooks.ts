@@ -156,6 +156,10 @@ function post(url: URL, headers: Record<string, string>, body: Buffer, signal: A
   });
 }
 
+/** The approvers' webhook (LK_APPROVERS_WEBHOOK_URL) as a notice target, and the notices it hears. */
+const APPROVERS_WEBHOOK_ID = `${DEPLOYMENT_PREFIX}approvers`;
+const APPROVAL_NOTICE_TYPES: ReadonlySet<string> = new Set(['lease.approval_requested', 'lease.approved', 'lease.denied']);
+
 /** The deployment's webhooks, as notice targets: `deployment:<index>` in LK_WEBHOOK_URLS's order, LK_NOTIFY_URL last. */
 export function deploymentWebhookIds(settings: Pick<NoticeSettings, 'deploymentWebhooks'>): string[] {
   return settings.deploymentWebhooks.map((_, index) => `${DEPLOYMENT_PREFIX}${index}`);
@@ -166,8 +170,9 @@ export function deploymentWebhookIds(settings: Pick<NoticeSettings, 'deploymentW
  * (lease events), and oslo.messaging when it is set up; and how long to keep trying.
  */
 export async function noticeTargets(db: Pool, settings: NoticeSettings, notice: Pick<Notice, 'projectId' | 'eventType'>): Promise<NoticeTargets> {
+  const approvers = settings.approversWebhook !== undefined && APPROVAL_NOTICE_TYPES.has(notice.eventType) ? [APPROVERS_WEBHOOK_ID] : [];
   return {
-    webhooks: [...deploymentWebhookIds(settings), ...(await webhookTargets(db, notice.projectId, notice.eventType))],
+    webhooks: [...deploymentWebhookIds(settings), ...approvers, ...(await webhookTargets(db, notice.projectId, notice.eventType))],
     oslo: settings.oslo !== undefined,
     retryForMs: settings.retryForMs,
   };
@@ -175,6 +180,7 @@ export async function noticeTargets(db: Pool, settings: NoticeSettings, notice: 
 
 /** A target id's webhook now (its URL, secret, whether it is guarded), or undefined when it is gone (removed, or the settings changed). */
 export async function resolveWebhook(db: Pool, settings: NoticeSettings, id: string): Promise<(WebhookTarget & { guardAddresses: boolean; projectId?: string }) | undefined> {
+  if (id === APPROVERS_WEBHOOK_ID) return settings.approversWebhook === undefined ? undefined : { url: settings.approversWebhook, secret: settings.deploymentSecret, guardAddresses: false };
   if (id.startsWith(DEPLOYMENT_PREFIX)) {
     const url = settings.deploymentWebhooks[Number(id.slice(DEPLOYMENT_PREFIX.length))];
     return url === undefined ? undefined : { url, secret: settings.deploymentSecret, guardAddresses: false };

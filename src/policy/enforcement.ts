@@ -12,14 +12,15 @@ import type { Pool } from '../db/pool';
 import { liveLeaseCount, projectLeasesStartingAfter, projectLeasesWithin } from '../db/leases';
 import { lockProjectPolicy, projectRules } from '../db/usage-policy';
 import { countLiveOfferHolds } from '../db/offer-holds';
-import { bookingChanged, LeaseErrorType, type Lease } from '../domain/lease';
+import { approvalRuleNeed, bookedHostIds, namesHostClass, type ApprovalNeed } from '../domain/approval';
+import { hostPropertiesOf, listHosts } from '../db/hosts';
+import { bookingChanged, LeaseErrorType, notStarted, type Lease } from '../domain/lease';
 import { ledgerRange, memberBudgetShape, offerHoldRefusal, policyEvaluation, policyRefusal, type PolicyRefusal, type PolicySubject, type ProjectLedger, type RuleEvaluation, type RuleName, type UsagePolicy } from '../domain/usage-policy';
 import { FAIR_SHARE_LEDGER_CAP, fairShareSpans, type FairShareLedger } from '../domain/fair-share';
 import type { MeteredLease } from '../domain/usage';
 import { matchesQuery, parsePropertyQuery } from '../domain/property-query';
-import { listHosts } from '../db/hosts';
 import { PolicyDeniedError, type ExternalServiceFilter, type PolicyContext } from './external-filter';
-import { effectiveRules, rulesSchema, toUsagePolicy, type PolicyFile, type PolicyRules } from './rules';
+import { approvalPolicyOf, effectiveRules, rulesSchema, toUsagePolicy, type PolicyFile, type PolicyRules } from './rules';
 
 /** A change the usage policy refuses: carried to the API as its status and message. */
 export class UsagePolicyRefusal extends Error {
@@ -46,6 +47,16 @@ export interface UsagePolicyDeps {
   onFailedOpen?: (reason: string) => void;
   /** The most leases lead_time and stacking read each (FAIR_SHARE_LEDGER_CAP; lower in tests). */
   fairShareLedgerCap?: number;
+  /** How long an approval timeout's minute lasts: 60 s, shorter in tests only (config's approvalMinuteMs). */
+  approvalMinuteMs?: number;
+}
+
+/** What the policy is asked about: the lease as it would be, as it was, by whom, and the exception asked for. */
+export interface PolicyCheck {
+  next: Lease;
+  previous?: Lease;
+  byAdmin: boolean;
+  justification?: string;
 }
 
 /**
@@ -84,15 +95,12 @@ export class UsagePolicyEnforcer {
    * Records `next` with `record` if the policy allows the change from `previous` (none: admission);
    * throws UsagePolicyRefusal otherwise, with nothing recorded.
    */
-  async recordWithinPolicy<T>(subject: { next: Lease; previous?: Lease; byAdmin: boolean }, record: (client: PoolClient) => Promise<T>): Promise<T> {
+  async recordWithinPolicy<T>(subject: PolicyCheck, record: (client: PoolClient, approval?: ApprovalNeed) => Promise<T>): Promise<T> {
     const { next, previous } = subject;
     // A rename, or an update that changes nothing booked, is never refused.
-    if (previous && !bookingChanged(previous, next)) return inTransaction(this.deps.pool, record);
+    if (previous && !bookingChanged(previous, next)) return inTransaction(this.deps.pool, (client) => record(client));
     await this.askExternalFilter(next, previous);
-    return inTransaction(this.deps.pool, async (client) => {
-      await this.checkWithin(client, subject);
-      return record(client);
-    });
+    return inTransaction(this.deps.pool, async (client) => record(client, await this.checkWithin(client, subject)));
   }
 
   /**
@@ -100,12 +108,41 @@ export class UsagePolicyEnforcer {
    * admission, whose bookings are in the same transaction). When a rule counts the project's other
    * leases, it holds the project's policy lock until that transaction ends, so that concurrent
    * admissions of a project are checked one after the other. Throws UsagePolicyRefusal. It does not ask the external filter: a caller that checks
-   * this way admits no lease while one is configured (asksExternalFilter).
+   * this way admits no lease while one is configured (asksExternalFilter). Answers the approval the
+   * lease needs, if any (awaitingApproval stamps it): an approval rule's, or an exception to a
+   * refusing rule when the change came with a justification.
    */
-  async checkWithin(client: PoolClient, subject: { next: Lease; previous?: Lease; byAdmin: boolean }): Promise<void> {
+  async checkWithin(client: PoolClient, subject: PolicyCheck): Promise<ApprovalNeed | undefined> {
     // Only rules that count the project's other leases need them to stand still: then the lock.
     const refusal = await this.refusalOf(client, subject, () => lockProjectPolicy(client, subject.next.projectId));
-    if (refusal) throw new UsagePolicyRefusal(refusal);
+    if (refusal) {
+      const exception = await this.exceptionFor(client, subject, refusal);
+      if (!exception) throw new UsagePolicyRefusal(refusal);
+      return exception;
+    }
+    return this.approvalRuleNeed(client, subject);
+  }
+
+  // --- Approval (issue 42) -----------------------------------------------------------------
+
+  /** A member's exception: a lease not started, refused by a rule of ours (not the external filter's), sent with a justification. */
+  private async exceptionFor(db: Pool | PoolClient, subject: PolicyCheck, refusal: PolicyRefusal): Promise<ApprovalNeed | undefined> {
+    if (subject.justification === undefined || refusal.rule === 'external' || !notStarted(subject.next.status)) return undefined;
+    const approval = approvalPolicyOf((await this.rulesFor(db, subject.next.projectId)).effective, this.deps.approvalMinuteMs);
+    return { kind: 'exception', rule: refusal.rule, reason: refusal.message, justification: subject.justification, timeoutMs: approval.exceptionTimeoutMs, onTimeout: 'deny' };
+  }
+
+  /**
+   * The approval rule a member's lease meets, checked at admission and when a lease not started
+   * changes what it books (admins approve: their own leases never wait).
+   */
+  private async approvalRuleNeed(db: Pool | PoolClient, subject: PolicyCheck): Promise<ApprovalNeed | undefined> {
+    const { next, previous, byAdmin } = subject;
+    if (byAdmin || !notStarted(next.status) || (previous && !bookingChanged(previous, next))) return undefined;
+    const policy = approvalPolicyOf((await this.rulesFor(db, next.projectId)).effective, this.deps.approvalMinuteMs);
+    if (policy.rules.length === 0) return undefined;
+    const hostProperties = namesHostClass(policy) ? await hostPropertiesOf(db, bookedHostIds(next)) : [];
+    return approvalRuleNeed(policy, next, hostProperties);
   }
 
   /**
@@ -114,12 +151,12 @@ export class UsagePolicyEnforcer {
    * take the last slot, then the rules the lease itself would meet at accept (a hold the accept
    * would refuse is never taken). Throws UsagePolicyRefusal.
    */
-  async checkOfferHold(client: PoolClient, draft: Lease, byAdmin: boolean): Promise<void> {
+  async checkOfferHold(client: PoolClient, draft: Lease, byAdmin: boolean): Promise<ApprovalNeed | undefined> {
     await lockProjectPolicy(client, draft.projectId);
     const policy = toUsagePolicy((await this.rulesFor(client, draft.projectId)).effective);
     const holdRefusal = offerHoldRefusal(policy, { liveHolds: await countLiveOfferHolds(client, draft.projectId, Date.now()), byAdmin });
     if (holdRefusal) throw new UsagePolicyRefusal(holdRefusal);
-    await this.checkWithin(client, { next: draft, byAdmin });
+    return this.checkWithin(client, { next: draft, byAdmin });
   }
 
   /**
@@ -139,7 +176,7 @@ export class UsagePolicyEnforcer {
    * The rule the change would break, by the same check as checkWithin, without the project's lock
    * and without recording anything: a preview (offers), which the admission checks again.
    */
-  wouldRefuse(db: Pool | PoolClient, subject: { next: Lease; previous?: Lease; byAdmin: boolean }): Promise<PolicyRefusal | undefined> {
+  wouldRefuse(db: Pool | PoolClient, subject: PolicyCheck): Promise<PolicyRefusal | undefined> {
     return this.refusalOf(db, subject);
   }
 
@@ -153,7 +190,7 @@ export class UsagePolicyEnforcer {
   }
 
   /** `lock`: taken before the project's other leases are read, when a rule counts them. */
-  private async refusalOf(db: Pool | PoolClient, subject: { next: Lease; previous?: Lease; byAdmin: boolean }, lock?: () => Promise<void>): Promise<PolicyRefusal | undefined> {
+  private async refusalOf(db: Pool | PoolClient, subject: PolicyCheck, lock?: () => Promise<void>): Promise<PolicyRefusal | undefined> {
     const { policy, full, ledger } = await this.ledgerOf(db, subject, lock);
     return policyRefusal(policy, full, ledger);
   }

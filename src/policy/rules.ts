@@ -14,6 +14,10 @@
  *     budget: { period: month, host_hours: 2000, vcpu_hours: 50000 }   # or period: 30d (rolling)
  *     extension: { within_last: 48h, max_each: 24h, max_count: 3 }
  *     enforce_on_admins: [max_hosts]  # admins are exempt from every other rule
+ *     approval:                     # leases that wait for an admin's answer (exactly one condition each)
+ *       - { hosts_over: 4, timeout: 1440, on_timeout: deny }   # also slots_over, duration_over: 3d,
+ *                                   #   host_properties: '["==", "$gpu", "a100"]', always: true
+ *     exception_timeout: 1440       # minutes an exception (`justification`) waits, then denied
  *     # fair share over time (docs/operations.md, "Fair share over time"):
  *     lead_time: [{ beyond_days: 7, max_hosts: 2, max_host_hours: 336 }]
  *     stacking: [{ resource_properties: '["==", "$node_type", "gpu"]', window_days: 21, max_percent: 25 }]
@@ -25,9 +29,10 @@
 import { readFileSync } from 'node:fs';
 import { parse as parseYaml } from 'yaml';
 import { z } from 'zod';
+import { DEFAULT_EXCEPTION_TIMEOUT_MINUTES, type ApprovalPolicy } from '../domain/approval';
+import { parsePropertyQuery } from '../domain/property-query';
 import { AT_ONCE_RULES, RULE_NAMES, type AtOnceRule, type UsagePolicy } from '../domain/usage-policy';
 import { DAY_MS, MAX_FAIR_SHARE_STEPS, type FairSharePolicy } from '../domain/fair-share';
-import { parsePropertyQuery } from '../domain/property-query';
 
 const UNIT_MS: Record<string, number> = { m: 60_000, h: 3_600_000, d: 86_400_000, w: 7 * 86_400_000 };
 /** At most ~100 years, in any unit. */
@@ -44,6 +49,54 @@ export const durationMs = (text: string): number => Number(text.slice(0, -1)) * 
 const PERIOD_HINT = 'expected "month" or a rolling span such as "30d"';
 const limit = (what: string) => z.number({ error: `expected a whole number of ${what}` }).int(`expected a whole number of ${what}`).min(0).max(1e12);
 const hours = z.number({ error: 'expected a number of hours' }).min(0).max(1e12);
+
+// --- Approval (issue 42) -------------------------------------------------------------------
+
+const MAX_APPROVAL_RULES = 10;
+/** An answer's timeout, in whole minutes: at least one, at most 30 days. */
+const approvalMinutes = z.number({ error: 'expected a timeout in whole minutes' }).int('expected a timeout in whole minutes').min(1).max(30 * 1440);
+const APPROVAL_CONDITIONS = ['hosts_over', 'slots_over', 'duration_over', 'host_properties', 'always'] as const;
+const propertyQueryText = z
+  .string({ error: 'expected a host property query, e.g. \'["==", "$gpu", "a100"]\'' })
+  .max(4096)
+  .refine((text) => {
+    try {
+      return parsePropertyQuery(text).kind !== 'any';
+    } catch {
+      return false;
+    }
+  }, 'expected a host property query naming a host class, e.g. \'["==", "$gpu", "a100"]\'');
+/** One approval rule: exactly one condition, its timeout (minutes) and what the timeout decides. */
+const approvalRuleSchema = z
+  .strictObject({
+    hosts_over: limit('hosts').optional(),
+    slots_over: limit('instance slots').optional(),
+    duration_over: durationText.optional(),
+    host_properties: propertyQueryText.optional(),
+    always: z.literal(true).optional(),
+    timeout: approvalMinutes,
+    on_timeout: z.enum(['deny', 'approve'], { error: 'expected "deny" or "approve"' }).default('deny'),
+  })
+  .refine((rule) => APPROVAL_CONDITIONS.filter((key) => rule[key] !== undefined).length === 1, `expected exactly one condition of ${APPROVAL_CONDITIONS.join(', ')}`);
+
+/**
+ * The approval rules as the check reads them. `minuteMs`: how long a written minute lasts, 60 s
+ * but in tests (config's `approvalMinuteMs`, which no environment variable sets).
+ */
+export function approvalPolicyOf(rules: PolicyRules, minuteMs = 60_000): ApprovalPolicy {
+  return {
+    rules: (rules.approval ?? []).map((rule) => ({
+      ...(rule.hosts_over !== undefined ? { hostsOver: rule.hosts_over } : {}),
+      ...(rule.slots_over !== undefined ? { slotsOver: rule.slots_over } : {}),
+      ...(rule.duration_over !== undefined ? { durationOverMs: durationMs(rule.duration_over) } : {}),
+      ...(rule.host_properties !== undefined ? { hostProperties: parsePropertyQuery(rule.host_properties) } : {}),
+      ...(rule.always ? { always: true as const } : {}),
+      timeoutMs: rule.timeout * minuteMs,
+      onTimeout: rule.on_timeout,
+    })),
+    exceptionTimeoutMs: (rules.exception_timeout ?? DEFAULT_EXCEPTION_TIMEOUT_MINUTES) * minuteMs,
+  };
+}
 
 // ---- Fair share over time (issue 42): lead_time, stacking, member_budgets, allocation_end ----
 
@@ -156,6 +209,9 @@ export const rulesSchema = z.strictObject({
     })
     .nullish(),
   enforce_on_admins: z.array(z.enum(RULE_NAMES, { error: `expected rule names: ${RULE_NAMES.join(', ')}` })).max(RULE_NAMES.length).nullish(),
+  // Approval (issue 42): rules whose leases wait for an admin's answer, and how long exceptions wait.
+  approval: z.array(approvalRuleSchema).max(MAX_APPROVAL_RULES, `at most ${MAX_APPROVAL_RULES} approval rules`).nullish(),
+  exception_timeout: approvalMinutes.nullish(),
 });
 export type PolicyRules = z.output<typeof rulesSchema>;
 

@@ -84,6 +84,25 @@ async function holdAddressOffer(api: Api, network: string): Promise<{ offerId: s
   return { offerId: offer.id, workflowId: offerHoldWorkflowId(held.body.hold.id) };
 }
 
+/** How long the recorder's approval minute lasts: the timed-out scenario's timeout (1 minute) fires within the recording. */
+const RECORDED_APPROVAL_MINUTE_MS = 2_000;
+
+/**
+ * A member's lease that needs approval (its project's rule: always, a minute's timeout), answered
+ * by an admin (`approve`, `deny`) or by nobody; then lived out (approved) and deleted.
+ */
+async function approvalScenario(stack: TestStack, scenario: string, answer: 'approve' | 'deny' | 'none'): Promise<string> {
+  const admin = apiClient(stack.url, { 'x-auth-token': 'admin' });
+  const lessee = apiClient(stack.url, { 'x-project-id': scenario, 'x-user-id': 'recorded', 'x-roles': 'member' });
+  await admin('PUT', `/v1/projects/${scenario}/policy`, { approval: [{ always: true, timeout: 1 }] });
+  const { status, body } = await lessee('POST', '/v1/leases', { name: scenario, start_date: inSeconds(3), end_date: inSeconds(6), reservations: [reservation] });
+  if (status !== 201 || body.lease.status !== 'PENDING_APPROVAL') throw new Error(`create: ${status} ${JSON.stringify(body)}`);
+  if (answer !== 'none') await admin('POST', `/v1/leases/${body.lease.id}/${answer}`, { reason: `recorded ${answer}` });
+  await waitFor(lessee, body.lease.id, 'TERMINATED');
+  await lessee('DELETE', `/v1/leases/${body.lease.id}`);
+  return body.lease.id;
+}
+
 /** Each scenario returns the lease id once its workflow has closed, or the id of another workflow (still running). */
 export const SCENARIOS: Record<string, (api: Api, stack: TestStack) => Promise<string | { workflowId: string }>> = {
   'whole-life': async (api) => {
@@ -379,6 +398,10 @@ export const SCENARIOS: Record<string, (api: Api, stack: TestStack) => Promise<s
     return { workflowId };
   },
   // The host monitor itself: a host fails and recovers (recorded while it runs on).
+  // Approval (issue 42): a member's lease an approval rule holds PENDING_APPROVAL, approved, denied, or timed out (denied by its rule).
+  'approval-approved': async (_api, stack) => approvalScenario(stack, 'approval-approved', 'approve'),
+  'approval-denied': async (_api, stack) => approvalScenario(stack, 'approval-denied', 'deny'),
+  'approval-timed-out': async (_api, stack) => approvalScenario(stack, 'approval-timed-out', 'none'),
   'host-monitor': async (_api, stack) => {
     const name = `monitored-${randomUUID().slice(0, 8)}`;
     const hostId = await insertHost(stack.db.pool, { name });
@@ -428,7 +451,7 @@ async function main(): Promise<void> {
     hostWatch: (pool) =>
       physicalHostWatch({ pool, source: { calendarOnly: (host) => (hostsDown.has(host.hypervisor_hostname) ? 'down in the recorded scenario' : undefined) }, freepool: 'freepool', failed: { name: 'failed', closedProjectId: 'nobody' } }),
     // Offer holds of seconds: the expiry scenario's timer fires within the recording.
-    config: (config) => ({ ...config, offerHolds: { ...config.offerHolds, holdMs: 3_000 } }),
+    config: (config) => ({ ...config, offerHolds: { ...config.offerHolds, holdMs: 3_000 }, approvalMinuteMs: RECORDED_APPROVAL_MINUTE_MS }),
     // Idle limits of seconds: every active lease is looked at; only idle-end's reservation tells it is idle.
     env: { LK_WEBHOOK_ALLOW_PRIVATE: 'true', LK_IDLE_LEASE_WARN_HOURS: '0.0005', LK_IDLE_LEASE_END_HOURS: '0.001', LK_PROVISIONING_LEAD_TIME_SECONDS: String(RECORDED_LEAD_SECONDS), LK_HOST_MONITOR_INTERVAL_SECONDS: '0.2', LK_HOST_FAIL_GRACE_SECONDS: '0', LK_HEALING_RETRY_MINUTES: '60' },
   });

@@ -90,6 +90,8 @@ export interface Lease {
   degraded: boolean;
   reservations: LeaseReservation[];
   events: LeaseEvent[];
+  /** Why the lease waits (or waited) for approval, and the answer (issue 42). */
+  approval?: { kind: 'rule' | 'exception'; rule: string; reason: string; justification: string | null; timeout_at: string; on_timeout: string; outcome: string | null; answer_reason: string | null };
 }
 
 /** What would work (POST /v1/offers, GET /v1/leases/{id}/extension-offers, a refusal's `offers`). */

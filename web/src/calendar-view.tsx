@@ -292,9 +292,9 @@ function TimelineCanvas(props: { canvasRef: RefObject<HTMLCanvasElement>; testId
 function Legend() {
   return (
     <ul class="legend" aria-label="Legend">
-      {['PENDING', 'ACTIVE', 'STARTING', 'ERROR', 'TERMINATED'].map((s) => (
+      {['PENDING', 'PENDING_APPROVAL', 'ACTIVE', 'STARTING', 'ERROR', 'TERMINATED'].map((s) => (
         <li key={s}>
-          <span class="swatch" style={{ background: STATUS_COLORS[s].fill }} /> {s.toLowerCase()}
+          <span class="swatch" style={{ background: STATUS_COLORS[s].fill }} /> {s === 'PENDING_APPROVAL' ? 'waiting for approval' : s.toLowerCase()}
         </li>
       ))}
       <li>

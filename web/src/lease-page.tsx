@@ -86,6 +86,21 @@ export function LeasePage(props: { credentials: Credentials; leaseId: string }) 
     }
   }
 
+  /** An admin approves or denies the waiting lease, with a reason (a Keystone token's roles are the API's to judge: a member's answer is refused in words). */
+  async function answer(outcome: 'approve' | 'deny', reason: string) {
+    setBusy(true);
+    setOutcome(undefined);
+    try {
+      await call(props.credentials, 'POST', `/v1/leases/${props.leaseId}/${outcome}`, reason.trim() ? { reason: reason.trim() } : {});
+      setOutcome({ kind: 'info', text: `${outcome === 'approve' ? 'Approved' : 'Denied'}: done.` });
+      setRefresh((n) => n + 1);
+    } catch (err) {
+      setOutcome({ kind: 'error', text: err instanceof ApiFailure ? err.message : String(err) });
+    } finally {
+      setBusy(false);
+    }
+  }
+
   if (problem) {
     return (
       <section aria-label="Lease">
@@ -126,6 +141,16 @@ export function LeasePage(props: { credentials: Credentials; leaseId: string }) 
             <dd class="reason">{lease.status_reason}</dd>
           </>
         )}
+        {lease.approval && (
+          <>
+            <dt>Approval</dt>
+            <dd class="reason">
+              {lease.approval.kind === 'exception' ? `An exception to ${lease.approval.rule}` : 'Needs approval'}: {lease.approval.reason}
+              {lease.approval.justification && <> · justification: “{lease.approval.justification}”</>}
+              {lease.approval.outcome ? ` · ${lease.approval.outcome}${lease.approval.answer_reason ? `: ${lease.approval.answer_reason}` : ''}` : ` · without an answer by ${lease.approval.timeout_at} UTC it is ${lease.approval.on_timeout === 'approve' ? 'approved' : 'denied'}`}
+            </dd>
+          </>
+        )}
         {hosts.length > 0 && (
           <>
             <dt>Hosts</dt>
@@ -164,6 +189,7 @@ export function LeasePage(props: { credentials: Credentials; leaseId: string }) 
           ))}
         </tbody>
       </table>
+      {lease.status === 'PENDING_APPROVAL' && (props.credentials.kind === 'token' || props.credentials.admin) && <ApprovalForm busy={busy} answer={(outcome, reason) => void answer(outcome, reason)} />}
       {!finished && (
         <section aria-label="Change the lease" class="changes">
           <h3>Change</h3>
@@ -224,6 +250,27 @@ export function LeasePage(props: { credentials: Credentials; leaseId: string }) 
         </div>
       )}
     </article>
+  );
+}
+
+/** Approve and Deny, for admins, with a reason kept on the lease (and told to the lessee). */
+function ApprovalForm(props: { busy: boolean; answer(outcome: 'approve' | 'deny', reason: string): void }) {
+  const [reason, setReason] = useState('');
+  return (
+    <section aria-label="Approval" class="changes">
+      <h3>Approval</h3>
+      <label>
+        Reason <input name="approval_reason" maxLength={1000} value={reason} onInput={(e) => setReason(e.currentTarget.value)} />
+      </label>
+      <div class="buttons">
+        <button type="button" disabled={props.busy} onClick={() => props.answer('approve', reason)}>
+          Approve
+        </button>
+        <button type="button" class="danger" disabled={props.busy} onClick={() => props.answer('deny', reason)}>
+          Deny
+        </button>
+      </div>
+    </section>
   );
 }
 

@@ -6,6 +6,7 @@
 import { render } from 'preact';
 import { useEffect, useState } from 'preact/hooks';
 import { ApiFailure, call, type Credentials } from './api';
+import { WaitingForApproval } from './approvals';
 import { CalendarView } from './calendar-view';
 import { LeasePage } from './lease-page';
 
@@ -155,7 +156,15 @@ function App() {
       <main>
         {problem && <p role="alert">{problem}</p>}
         {!credentials && settings && <p class="intro">Sign in to see the hosts, their leases and when what you need is free.</p>}
-        {credentials && (leaseId ? <LeasePage credentials={credentials} leaseId={leaseId} /> : <CalendarView credentials={credentials} />)}
+        {credentials &&
+          (leaseId ? (
+            <LeasePage credentials={credentials} leaseId={leaseId} />
+          ) : (
+            <>
+              <WaitingForApproval credentials={credentials} />
+              <CalendarView credentials={credentials} />
+            </>
+          ))}
       </main>
     </>
   );

@@ -7,6 +7,8 @@ import type { SeriesGap } from './series';
 /** Colours by lease status; text on them is dark or white by contrast. */
 export const STATUS_COLORS: Record<string, { fill: string; text: string }> = {
   PENDING: { fill: '#3d6fc4', text: '#ffffff' },
+  // Waiting for an admin's approval: booked, not granted (issue 42).
+  PENDING_APPROVAL: { fill: '#b3467a', text: '#ffffff' },
   STARTING: { fill: '#c98a12', text: '#1d1d1d' },
   ACTIVE: { fill: '#1f8a4c', text: '#ffffff' },
   TERMINATING: { fill: '#c98a12', text: '#1d1d1d' },

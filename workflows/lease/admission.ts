@@ -11,6 +11,9 @@ import type { AdmitRequest, LeaseOutcome } from './messages';
 import { compensate, record } from './record';
 import type { LeaseState } from './state';
 
+/** An exception asked for, passed to the policy only when there is one (records as before otherwise). */
+export const justification = (text: string | undefined) => (text !== undefined ? { justification: text } : {});
+
 /** Admission tries again after a database outage, this many times in all. */
 const ADMISSION_ATTEMPTS = 5;
 /** How long a started workflow waits for its admit update before giving up (the REST call died). */
@@ -23,7 +26,7 @@ export async function admit(s: LeaseState, { requestHash }: AdmitRequest): Promi
   if (s.admission === 'rejected') throw s.rejection!;
   for (let attempt = 1; ; attempt++) {
     try {
-      await record(s, { ...s.lease, reservations: await book(s, s.lease) }, 'admission', { byAdmin: s.input.request.byAdmin ?? false });
+      await record(s, { ...s.lease, reservations: await book(s, s.lease) }, 'admission', { byAdmin: s.input.request.byAdmin ?? false, ...justification(s.input.request.justification) });
       s.admission = 'admitted';
       return s.lease;
     } catch (err) {

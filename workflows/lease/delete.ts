@@ -1,6 +1,6 @@
 /** Deletion, from any phase: the delete update (answered once the lease is gone) and the removal itself. */
 import { condition, patched, setCurrentDetails, upsertSearchAttributes } from '@temporalio/workflow';
-import { hasEnded, type Lease } from '../../src/domain/lease';
+import { hasEnded, notStarted, type Lease } from '../../src/domain/lease';
 import { LeaseStatusKey } from '../../src/domain/search-attributes';
 import { DELETE_ANSWERED_WHEN_GONE, TELL_WAITING_SUCCESSORS } from '../patches';
 import { announce, tellPolicyEnded } from './announce';
@@ -28,7 +28,7 @@ export async function answerDelete(s: LeaseState): Promise<Lease> {
 export async function remove(s: LeaseState): Promise<LeaseOutcome> {
   await s.lock.run(async () => {
     const wasActive = s.lease.status === 'ACTIVE';
-    const holdsBookings = s.lease.status === 'PENDING' || wasActive;
+    const holdsBookings = notStarted(s.lease.status) || wasActive;
     // As Blazar: a lease deleted before its end is told to the external filter as ended.
     const endsNow = !hasEnded(s.lease.status);
     await transition(s, { status: 'DELETING' });

@@ -8,7 +8,8 @@ import type { LeaseUpdateRequest } from '../../src/domain/lease';
 import { admit } from './admission';
 import { answerDelete } from './delete';
 import { healWhenFree } from './heal';
-import { admitLease, deleteLease, getLease, hostsChanged, predecessorEnded, updateLease } from './messages';
+import { answerApproval, validateApprovalAnswer } from './approval';
+import { admitLease, approveLease, deleteLease, denyLease, type ApprovalAnswer, getLease, hostsChanged, predecessorEnded, updateLease } from './messages';
 import { assertAdmitted, type LeaseState } from './state';
 import { applyUpdate, validateUpdate } from './update';
 
@@ -21,4 +22,6 @@ export function answerMessages(s: LeaseState): void {
     validator: (update: LeaseUpdateRequest) => validateUpdate(s, update),
   });
   setHandler(deleteLease, () => answerDelete(s), { validator: () => assertAdmitted(s) });
+  setHandler(approveLease, (answer) => answerApproval(s, 'approved', answer), { validator: (_answer: ApprovalAnswer) => validateApprovalAnswer(s) });
+  setHandler(denyLease, (answer) => answerApproval(s, 'denied', answer), { validator: (_answer: ApprovalAnswer) => validateApprovalAnswer(s) });
 }

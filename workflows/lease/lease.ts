@@ -5,6 +5,9 @@
  *                  │                   │           │                               │
  *                  └──── delete ───────┴──── DELETING (cleanup for the phase) ─────┴─── row removed, done
  *
+ * A lease the usage policy holds for approval is admitted PENDING_APPROVAL first (approval.ts): approved,
+ * it goes on PENDING; denied (or timed out, per its rule), it ends TERMINATED, its capacity freed.
+ *
  * Timers, not polling: the workflow sleeps until each event is due and wakes early when an update
  * moves a date or a delete arrives. Every transition is written to PostgreSQL (the API reads
  * leases from there) and to search attributes and the Web UI's current details.
@@ -19,6 +22,7 @@
 import { CancellationScope, isCancellation, setCurrentDetails } from '@temporalio/workflow';
 import { nextActiveStep } from './active';
 import { awaitAdmission } from './admission';
+import { untilApproved } from './approval';
 import { remove } from './delete';
 import { answerMessages } from './handlers';
 import { holdUntilStart } from './hold';
@@ -37,10 +41,12 @@ export async function leaseWorkflow(input: LeaseWorkflowInput): Promise<LeaseOut
   if (notAdmitted) return notAdmitted;
 
   try {
+    if ((await untilApproved(s)) === 'delete') return await remove(s);
     if (s.lease.status === 'PENDING' && s.lease.reservations.some((r) => r.hold === 'due')) await holdUntilStart(s);
     if (s.lease.status === 'PENDING') {
-      if ((await waitForStart(s)) === 'delete') return await remove(s);
-      await startLease(s);
+      const woke = await waitForStart(s);
+      if (woke === 'delete') return await remove(s);
+      if (woke === 'due') await startLease(s);
     }
     while (s.lease.status === 'ACTIVE') {
       if ((await nextActiveStep(s)) === 'delete') return await remove(s);

@@ -18,6 +18,15 @@ export const updateLease = defineUpdate<Lease, [LeaseUpdateRequest]>('updateLeas
 /** Deletes the lease, running the cleanup its phase needs; returns once the lease is gone (bookings freed, row removed). */
 export const deleteLease = defineUpdate<Lease, []>('deleteLease');
 export const getLease = defineQuery<Lease>('getLease');
+
+/** An admin's answer to a lease waiting for approval (PENDING_APPROVAL): the reason is kept and shown. */
+export interface ApprovalAnswer {
+  reason?: string;
+}
+/** An admin approves a lease waiting for approval; answered once the lease waits for its start (or has started). */
+export const approveLease = defineUpdate<Lease, [ApprovalAnswer]>('approveLease');
+/** An admin denies a lease waiting for approval; answered once its capacity is freed and it is ended. */
+export const denyLease = defineUpdate<Lease, [ApprovalAnswer]>('denyLease');
 /** From a lease on the same resources that has just ended: this lease may start. */
 export const predecessorEnded = defineSignal<[string]>('predecessorEnded');
 /** From the host monitor: hosts this lease is booked on failed or came back; the lease heals its reservations. */

@@ -39,8 +39,9 @@ export async function transition(s: LeaseState, change: Partial<Lease>, eventTyp
  */
 export async function record(s: LeaseState, next: Lease, phase: 'admission' | 'life' = 'life', policy?: RecordPolicy): Promise<void> {
   const versioned: Lease = { ...next, version: s.lease.version + 1, updatedMs: Date.now() };
-  await (phase === 'admission' ? quick : recorder()).recordLease(versioned, ...(policy ? [policy] : []));
-  s.lease = versioned;
+  const recorded = await (phase === 'admission' ? quick : recorder()).recordLease(versioned, ...(policy ? [policy] : []));
+  // The usage policy asked for approval (histories from before approval answer nothing here).
+  s.lease = recorded?.approval ? { ...versioned, status: 'PENDING_APPROVAL', approval: recorded.approval } : versioned;
   upsertSearchAttributes([
     { key: LeaseStatusKey, value: s.lease.status },
     { key: ProjectIdKey, value: s.lease.projectId },

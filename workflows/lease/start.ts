@@ -8,6 +8,7 @@ import { reservationContext as context, type ReservationContext } from '../../sr
 import { TELL_WAITING_SUCCESSORS } from '../patches';
 import { forStep, mustFinish, patient } from './activity-options';
 import { announce } from './announce';
+import { untilApproved } from './approval';
 import { failureMessage } from './failures';
 import { notifySuccessors, waitForPredecessors } from './neighbours';
 import { transition } from './record';
@@ -16,9 +17,18 @@ import type { LeaseState } from './state';
 import { sleepUntil } from './waiting';
 import { describeStartStep } from './web-ui';
 
-/** Pending: sleeps until the start is due (resources are made ready a provisioning lead time before it, 0 by default), unless deleted first. */
-export function waitForStart(s: LeaseState): Promise<'due' | 'delete'> {
-  return sleepUntil(s, () => ({ type: 'start_lease' as const, time: s.lease.startMs - (s.lease.provisioningLeadMs ?? 0) }));
+/**
+ * Pending: sleeps until the start is due (resources are made ready a provisioning lead time before
+ * it, 0 by default), unless deleted first. An update that made the lease wait for approval (an
+ * exception, an approval rule) is answered first: 'ended' when it was denied.
+ */
+export async function waitForStart(s: LeaseState): Promise<'due' | 'delete' | 'ended'> {
+  for (;;) {
+    const woke = await sleepUntil(s, () => ({ type: 'start_lease' as const, time: s.lease.startMs - (s.lease.provisioningLeadMs ?? 0) }), () => s.lease.status === 'PENDING_APPROVAL');
+    if (woke !== 'interrupted') return woke;
+    if ((await untilApproved(s)) === 'delete') return 'delete';
+    if (s.lease.status !== 'PENDING') return 'ended';
+  }
 }
 
 export async function startLease(s: LeaseState): Promise<void> {

@@ -23,6 +23,8 @@ export interface LeaseState {
   readonly endedPredecessors: Set<string>;
   /** A heal waits for the lock: signals arriving meanwhile join it. */
   healQueued: boolean;
+  /** An admin's answer to a lease waiting for approval, not yet acted on. */
+  approvalAnswer?: { outcome: 'approved' | 'denied'; reason?: string };
   /** One change at a time: transitions, updates and deletes never interleave. */
   readonly lock: Lock;
 }

@@ -3,6 +3,7 @@ import { patched } from '@temporalio/workflow';
 import { applyLeaseUpdate, assertSettled, bookingChanged, hasEnded, type Lease, type LeaseUpdateRequest, type Reservation } from '../../src/domain/lease';
 import { ONE_ROLLBACK_FOR_UPDATES, ROLLBACK_ONLY_MOVED } from '../patches';
 import { mustFinish, quick } from './activity-options';
+import { justification } from './admission';
 import { announce } from './announce';
 import { book } from './bookings';
 import { asFailure } from './failures';
@@ -25,7 +26,7 @@ export async function applyUpdate(s: LeaseState, update: LeaseUpdateRequest): Pr
   try {
     if (rebook) next = { ...next, reservations: await book(s, next, before, quick, moved) };
     // The usage policy is checked with the record, in its transaction: refused, it rolls back below.
-    await record(s, next, 'life', { previous: before, byAdmin: update.byAdmin ?? false });
+    await record(s, next, 'life', { previous: before, byAdmin: update.byAdmin ?? false, ...justification(update.justification) });
   } catch (err) {
     // The one rollback, whether booking or recording failed: the bookings that moved as they were. It
     // must finish (the lease's record says the old window), so since the patch it retries as cleanups do.

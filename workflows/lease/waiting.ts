@@ -6,17 +6,18 @@ import type { LeaseState } from './state';
 
 /**
  * Sleeps until the next event is due, re-reading it after every accepted update, unless a
- * delete arrives first. Long lives with many updates continue as new here, at rest.
+ * delete arrives first (or `interrupt` holds: 'interrupted'). Long lives with many updates continue as new here, at rest.
  */
-export async function sleepUntil(s: LeaseState, next: () => { type: EventType; time: number }): Promise<'due' | 'delete'> {
+export async function sleepUntil(s: LeaseState, next: () => { type: EventType; time: number }, interrupt: () => boolean = () => false): Promise<'due' | 'delete' | 'interrupted'> {
   for (;;) {
     if (s.deletion !== 'none') return 'delete';
+    if (interrupt()) return 'interrupted';
     const { type, time } = next();
     const remaining = time - Date.now();
     if (remaining <= 0) return 'due';
     if (workflowInfo().continueAsNewSuggested) await continueAsNewWhenIdle(s);
     const seen = s.revision;
-    await condition(() => s.revision !== seen || s.deletion !== 'none' || workflowInfo().continueAsNewSuggested, remaining, { summary: `until ${type}` });
+    await condition(() => s.revision !== seen || s.deletion !== 'none' || interrupt() || workflowInfo().continueAsNewSuggested, remaining, { summary: `until ${type}` });
   }
 }
 

@@ -40,7 +40,7 @@ export interface DriftPlan {
 }
 
 /** Lease statuses whose aggregates may hold hosts on purpose (or need a person): never touched. */
-const UNSETTLED = new Set(['PENDING', 'STARTING', 'TERMINATING', 'DELETING', 'ERROR']);
+const UNSETTLED = new Set(['PENDING', 'PENDING_APPROVAL', 'STARTING', 'TERMINATING', 'DELETING', 'ERROR']);
 
 const isLeaseAggregate = (a: Aggregate) => typeof a.metadata?.['leasekeeper:reservation'] === 'string' && typeof a.metadata?.['leasekeeper:lease'] === 'string';
 
