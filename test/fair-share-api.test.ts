@@ -206,7 +206,7 @@ describe('fair share over time through the API', () => {
     // Without project_id, the admin's own view: exempt.
     expect((await asAdmin('POST', '/v1/policy/check', { ...far, reservations: [hostReservation({ min: 2, max: 2 })] })).body).toMatchObject({ decision: 'admit', as: 'admin' });
   });
-  it('the fair-share read cap (lowered to 3) hides no lease from the budget, and refuses only leases under a lead_time step, naming lead_time', async () => {
+  it('the fair-share read cap (lowered to 3) hides no lease from the budget, refuses only leases under a lead_time step (naming lead_time), and counts only leases that hold something', async () => {
     const { pool } = stack().db;
     const project = 'project-capped';
     const file = policyFileSchema.parse({
@@ -242,5 +242,15 @@ describe('fair share over time through the API', () => {
     expect(await refusalOf(row(now + 60_000))).toBeUndefined();
     // A lease past the step, with more leases than the cap beginning past it: refused by lead_time, which counts them.
     expect(await refusalOf(row(monthStart(3) + 2 * DAY_S * 1000))).toMatchObject({ rule: 'lead_time', details: { limit: 3 } });
+    // Stacking counts what leases hold: four deleted before they started, in its window, do not count toward the cap.
+    const gpuRow = (startMs: number) => {
+      const l = row(startMs);
+      return { ...l, reservations: [{ ...l.reservations[0], params: { resource_properties: GPU } }] };
+    };
+    const soon = now + 2 * HOUR_S * 1000; // deleted (now) within the window before it
+    const deleted = [gpuRow(soon), gpuRow(soon + HOUR_S * 1000), gpuRow(soon + 2 * HOUR_S * 1000), gpuRow(soon + 3 * HOUR_S * 1000)];
+    await insertLeaseRows(pool, deleted);
+    await pool.query('UPDATE leases SET deleted_at = now() WHERE id = ANY($1::uuid[])', [deleted.map((l) => l.id)]);
+    expect(await refusalOf(gpuRow(soon + 4 * HOUR_S * 1000))).toBeUndefined();
   });
 });

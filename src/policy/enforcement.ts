@@ -9,7 +9,7 @@ import { ApplicationFailure } from '@temporalio/common';
 import type { PoolClient } from 'pg';
 import { inTransaction } from '../db/transaction';
 import type { Pool } from '../db/pool';
-import { liveLeaseCount, projectLeasesStartingAfter, projectLeasesWithin } from '../db/leases';
+import { liveLeaseCount, projectLeasesHeldWithin, projectLeasesStartingAfter, projectLeasesWithin } from '../db/leases';
 import { lockProjectPolicy, projectRules } from '../db/usage-policy';
 import { countLiveOfferHolds } from '../db/offer-holds';
 import { approvalRuleNeed, bookedHostIds, namesHostClass, type ApprovalNeed } from '../domain/approval';
@@ -236,7 +236,7 @@ export class UsagePolicyEnforcer {
       for (const m of found.slice(0, cap)) leases.set(m.lease.id, m);
     };
     if (spans.leadTimeAfterMs !== undefined) keep('lead_time', await projectLeasesStartingAfter(db, next.projectId, spans.leadTimeAfterMs, next.id, cap + 1));
-    if (spans.stackingSpan) keep('stacking', await projectLeasesWithin(db, next.projectId, spans.stackingSpan, next.id, cap + 1));
+    if (spans.stackingSpan) keep('stacking', await projectLeasesHeldWithin(db, next.projectId, spans.stackingSpan, next.id, cap + 1));
     return { classHosts, leases: [...leases.values()], ...(Object.keys(overCap).length ? { overCap } : {}) };
   }
 
