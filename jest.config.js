@@ -24,8 +24,8 @@ const quick = process.env.LK_TEST_QUICK === '1';
 /**
  * The suite was written before the protective defaults of a new deployment (7-day leases, 50 leases
  * per project: docs/operations.md): it keeps the earlier limits, for every stack and every process
- * it starts (they inherit the environment). test/protective-defaults.test.ts holds a fresh config
- * to the defaults; a test may still set its own.
+ * it starts (they inherit the environment). test/fair-share-api.test.ts (its 'protective defaults' test)
+ * holds a fresh config to the defaults; a test may still set its own.
  */
 process.env.LK_MAX_LEASE_DURATION_DAYS ??= '365';
 process.env.LK_MAX_LEASES ??= '1000000';

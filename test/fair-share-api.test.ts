@@ -5,8 +5,12 @@
  * (deleted or shortened, each with its notice); `POST /v1/policy/check` answers each rule's
  * figures, the fit and offers without booking anything; the protective defaults hold.
  */
+import { randomUUID } from 'node:crypto';
 import { loadConfig } from '../src/config';
-import type { Lease } from '../src/domain/lease';
+import { EVENT_TYPES, type Lease } from '../src/domain/lease';
+import { UsagePolicyEnforcer } from '../src/policy/enforcement';
+import { policyFileSchema } from '../src/policy/rules';
+import { insertLeaseRows } from '../dev-stack/fixtures/lease-rows';
 import { endLeasesPastAllocation, workflowEnders } from '../src/api/allocation-end';
 import { physicalHostPlugin } from '../src/resources/physical-host';
 import { hostReservation } from '../dev-stack/fixtures/builders';
@@ -117,18 +121,19 @@ describe('fair share over time through the API', () => {
     expect(later.status).toBe(201);
     await eventually(async () => ((await asMember('GET', `/v1/leases/${active.body.lease.id}`)).body.lease.status === 'ACTIVE' ? true : undefined));
 
-    const end = inSeconds(3 * HOUR_S);
-    const saved = await setPolicy('project-alloc', { allocation_end: end });
-    expect(saved.allocation_end).toEqual({ deleted_leases: [later.body.lease.id], shortened_leases: [active.body.lease.id] });
+    const end = inSeconds(3 * HOUR_S).slice(0, 16); // a whole minute, as the request dates: 'YYYY-MM-DD HH:MM'
+    // Written with seconds: rounded down to the minute, the leases shortened to it end on a whole minute.
+    const saved = await setPolicy('project-alloc', { allocation_end: `${end}:45` });
+    expect(saved.allocation_end).toEqual({ deleted_leases: [later.body.lease.id], shortened_leases: [active.body.lease.id], failed_leases: [], remaining_leases: 0, complete: true });
     expect((await asMember('GET', `/v1/leases/${later.body.lease.id}`)).status).toBe(404);
     const shortened = (await asMember('GET', `/v1/leases/${active.body.lease.id}`)).body.lease;
-    expect(shortened.end_date).toBe(`${end.replace(' ', 'T')}.000000`);
+    expect(shortened.end_date).toBe(`${end.replace(' ', 'T')}:00.000000`);
     const told = (id: string, type: string) => eventually(() => Promise.resolve(hook.received.find((d) => d.body.event_type === type && d.body.payload.lease_id === id)));
     await told(active.body.lease.id, 'lease.update');
     await told(later.body.lease.id, 'lease.delete');
 
     // Done: the same update again ends nothing more; a lease past the end is refused with the rule.
-    expect((await setPolicy('project-alloc', { allocation_end: end })).allocation_end).toEqual({ deleted_leases: [], shortened_leases: [] });
+    expect((await setPolicy('project-alloc', { allocation_end: end })).allocation_end).toEqual({ deleted_leases: [], shortened_leases: [], failed_leases: [], remaining_leases: 0, complete: true });
     // An update (through the lease's workflow) past the end is refused as a create is.
     const extended = await asMember('PUT', `/v1/leases/${active.body.lease.id}`, { end_date: inSeconds(4 * HOUR_S) });
     expect(extended.status).toBe(403);
@@ -138,19 +143,21 @@ describe('fair share over time through the API', () => {
     expect(past.body).toMatchObject({ rule: 'allocation_end', latest_end: end, reason: 'policy:allocation_end' });
   });
 
-  it('allocation_end: ending leases past it stops at a failure with 503 and nothing half done; the same update again completes it', async () => {
+  it('allocation_end: a lease that cannot be ended is skipped and reported, the others ended; the same update again retries it; past the time budget the rest is left for a repeat', async () => {
     const asMember = apiClient(() => stack().url, member('project-retry'));
     const first = (await asMember('POST', '/v1/leases', { name: 'first', ...window(5), reservations: [hostReservation()] })).body.lease;
     const second = (await asMember('POST', '/v1/leases', { name: 'second', ...window(6), reservations: [hostReservation()] })).body.lease;
     const { pool } = stack().db;
     const real = workflowEnders({ pool, commands: { client: stack().temporal.client, taskQueue: stack().config.temporal.taskQueue, timeoutMs: 30_000 } });
-    // The second lease's delete fails (a worker gone): the first is deleted, the answer says to repeat.
-    const failing = { ...real, remove: (lease: Lease) => (lease.id === second.id ? Promise.reject(new Error('the worker is gone')) : real.remove(lease)) };
     const endMs = Date.now() + 4 * HOUR_S * 1000;
-    await expect(endLeasesPastAllocation({ pool, enders: failing }, 'project-retry', endMs)).rejects.toMatchObject({ status: 503, message: expect.stringMatching(/1 deleted, 0 shortened\): lease .*: the worker is gone; repeat the PUT to finish\.$/) });
-    expect((await asMember('GET', `/v1/leases/${first.id}`)).status).toBe(404);
-    expect((await asMember('GET', `/v1/leases/${second.id}`)).status).toBe(200);
-    await expect(endLeasesPastAllocation({ pool, enders: real }, 'project-retry', endMs)).resolves.toEqual({ deleted: [second.id], shortened: [] });
+    // No time left: nothing is tried, both are left for a repeat.
+    await expect(endLeasesPastAllocation({ pool, enders: real }, 'project-retry', endMs, -1)).resolves.toEqual({ deleted: [], shortened: [], failed: [], remaining: 2 });
+    // The first lease's delete fails (its worker gone): skipped and reported; the second is deleted all the same.
+    const failing = { ...real, remove: (lease: Lease) => (lease.id === first.id ? Promise.reject(new Error('the worker is gone')) : real.remove(lease)) };
+    await expect(endLeasesPastAllocation({ pool, enders: failing }, 'project-retry', endMs, 60_000)).resolves.toEqual({ deleted: [second.id], shortened: [], failed: [{ lease_id: first.id, reason: 'the worker is gone' }], remaining: 0 });
+    expect((await asMember('GET', `/v1/leases/${first.id}`)).status).toBe(200);
+    expect((await asMember('GET', `/v1/leases/${second.id}`)).status).toBe(404);
+    await expect(endLeasesPastAllocation({ pool, enders: real }, 'project-retry', endMs, 60_000)).resolves.toEqual({ deleted: [first.id], shortened: [], failed: [], remaining: 0 });
     expect((await asMember('GET', '/v1/leases')).body.leases).toEqual([]);
   });
 
@@ -186,6 +193,64 @@ describe('fair share over time through the API', () => {
 
     expect((await asMember('POST', '/v1/policy/check', { ...far, project_id: 'project-lead' })).status).toBe(403);
     expect((await apiClient(() => stack().url, member('project-other'))('POST', '/v1/policy/check', { lease_id: lease.id, end_date: inSeconds(3 * HOUR_S) })).status).toBe(404);
-    expect((await asAdmin('POST', '/v1/policy/check', { ...far, project_id: 'project-check', reservations: [hostReservation({ min: 2, max: 2 })] })).body.decision).toBe('admit'); // admins are exempt
+    expect(admit.body.as).toBe('member');
+    // An admin's check of another project answers as a member of it would be answered (the admins' exemption not applied)...
+    const asMemberOf = await asAdmin('POST', '/v1/policy/check', { ...far, project_id: 'project-check', reservations: [hostReservation({ min: 2, max: 2 })] });
+    expect(asMemberOf.body).toMatchObject({ decision: 'refuse', as: 'member' });
+    expect(asMemberOf.body.rules).toContainEqual(expect.objectContaining({ rule: 'lead_time', ok: false, limit: 1, value: 2 }));
+    // ...admin-only options refused as a member's create is; the same lease of another project too.
+    const released = await asAdmin('POST', '/v1/policy/check', { ...far, project_id: 'project-check', reservations: [hostReservation({ on_end: 'release' })] });
+    expect(released.status).toBe(403);
+    expect(released.body.error_message).toMatch(/on_end "release" gives the hosts away and is for admins only/);
+    expect((await asAdmin('POST', '/v1/policy/check', { lease_id: lease.id, end_date: inSeconds(61 * DAY_S) })).body).toMatchObject({ decision: 'refuse', as: 'member' });
+    // Without project_id, the admin's own view: exempt.
+    expect((await asAdmin('POST', '/v1/policy/check', { ...far, reservations: [hostReservation({ min: 2, max: 2 })] })).body).toMatchObject({ decision: 'admit', as: 'admin' });
+  });
+  it('the fair-share read cap (lowered to 3) hides no lease from the budget, refuses only leases under a lead_time step (naming lead_time), and counts only leases that hold something', async () => {
+    const { pool } = stack().db;
+    const project = 'project-capped';
+    const file = policyFileSchema.parse({
+      projects: { [project]: { budget: { period: 'month', host_hours: 4 }, lead_time: [{ beyond_days: 7, max_hosts: 10 }], stacking: [{ resource_properties: GPU, window_days: 1, max_percent: 100 }] } },
+    });
+    const enforcer = new UsagePolicyEnforcer({ pool, base: {}, file, fairShareLedgerCap: 3 });
+    const now = Date.now();
+    const monthStart = (ahead: number) => Date.UTC(new Date(now).getUTCFullYear(), new Date(now).getUTCMonth() + ahead, 1);
+    const row = (startMs: number, hours = 1): Lease => {
+      const id = randomUUID();
+      return {
+        id,
+        name: `capped-${id.slice(0, 8)}`,
+        projectId: project,
+        userId: 'alice',
+        startMs,
+        endMs: startMs + hours * HOUR_S * 1000,
+        status: 'PENDING',
+        reservations: [{ id: randomUUID(), resource_type: 'physical:host', status: 'pending', params: {}, footprint: { hosts: 1 } }],
+        events: EVENT_TYPES.map((type) => ({ id: `${id}:${type}`, event_type: type, time: 0, status: 'UNDONE' as const })),
+        createdMs: now,
+        updatedMs: now,
+        version: 1,
+      };
+    };
+    // Four host-hours booked in the month after next, the latest on its 20th: one more than the cap.
+    const month = monthStart(2);
+    await insertLeaseRows(pool, [row(month + HOUR_S * 1000), row(month + 2 * DAY_S * 1000), row(month + 3 * DAY_S * 1000), row(month + 19 * DAY_S * 1000)]);
+    const refusalOf = (next: Lease) => enforcer.wouldRefuse(pool, { next, byAdmin: false });
+    // (a) A budget over every lease of the month, the latest included: a fifth host-hour is refused.
+    expect(await refusalOf(row(month + 25 * DAY_S * 1000))).toMatchObject({ rule: 'budget', details: { booked_hours: 4, limit_hours: 4 } });
+    // (b) A lease starting now falls under no lead_time step: the cap does not touch it.
+    expect(await refusalOf(row(now + 60_000))).toBeUndefined();
+    // A lease past the step, with more leases than the cap beginning past it: refused by lead_time, which counts them.
+    expect(await refusalOf(row(monthStart(3) + 2 * DAY_S * 1000))).toMatchObject({ rule: 'lead_time', details: { limit: 3 } });
+    // Stacking counts what leases hold: four deleted before they started, in its window, do not count toward the cap.
+    const gpuRow = (startMs: number) => {
+      const l = row(startMs);
+      return { ...l, reservations: [{ ...l.reservations[0], params: { resource_properties: GPU } }] };
+    };
+    const soon = now + 2 * HOUR_S * 1000; // deleted (now) within the window before it
+    const deleted = [gpuRow(soon), gpuRow(soon + HOUR_S * 1000), gpuRow(soon + 2 * HOUR_S * 1000), gpuRow(soon + 3 * HOUR_S * 1000)];
+    await insertLeaseRows(pool, deleted);
+    await pool.query('UPDATE leases SET deleted_at = now() WHERE id = ANY($1::uuid[])', [deleted.map((l) => l.id)]);
+    expect(await refusalOf(gpuRow(soon + 4 * HOUR_S * 1000))).toBeUndefined();
   });
 });

@@ -5,9 +5,9 @@
  */
 import { EVENT_TYPES, type Lease } from '../src/domain/lease';
 import { HOUR_MS, peakRollingHours, peakWithin, type Footprint, type Holding } from '../src/domain/usage';
-import { offerHoldRefusal, policyRefusal, type PolicySubject, type ProjectLedger, type UsagePolicy } from '../src/domain/usage-policy';
+import { offerHoldRefusal, policyEvaluation, policyRefusal, type PolicySubject, type ProjectLedger, type UsagePolicy } from '../src/domain/usage-policy';
 import { peakClassShare } from '../src/domain/fair-share';
-import { effectiveRules, environmentRules, loadPolicyFile, rulesSchema, toUsagePolicy } from '../src/policy/rules';
+import { allocationEndMs, effectiveRules, environmentRules, loadPolicyFile, rulesSchema, toUsagePolicy } from '../src/policy/rules';
 import { loadConfig } from '../src/config';
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -339,6 +339,23 @@ describe('usage policy: fair share over time', () => {
     expect(rulesSchema.safeParse({ stacking: [{ resource_properties: '["==", "$a", "b"]', window_days: 21, max_percent: 101 }] }).success).toBe(false);
     expect(rulesSchema.safeParse({ allocation_end: 'next year' }).success).toBe(false);
     expect(rulesSchema.safeParse({ member_budgets: { by_user: { 'a b': 3 } } }).success).toBe(false);
+  });
+
+  it('past the read cap, the rule that counts refuses naming itself (lead_time with stacking also in force); the dry run gives the same refusal in its one pass', () => {
+    const policy = rules({ lead_time: [{ beyond_days: 7, max_hosts: 10 }], stacking: [{ resource_properties: '["==", "$node_type", "gpu"]', window_days: 1, max_percent: 100 }] });
+    const far = lease(NOW + 10 * DAY_MS, NOW + 11 * DAY_MS, { hosts: 1 });
+    const overCap: ProjectLedger = { ...noLedger, fairShare: { classHosts: [new Set(['1'])], overCap: { lead_time: 3 } } };
+    const refusal = policyRefusal(policy, subject(far), overCap);
+    expect(refusal).toMatchObject({ rule: 'lead_time', details: { rule: 'lead_time', limit: 3 } });
+    expect(refusal?.message).toBe('Usage policy: lead_time: the project has more than 3 leases in the span this rule counts, more than the check reads; end or delete some first.');
+    expect(policyEvaluation(policy, subject(far), overCap).refusal).toEqual(refusal);
+    expect(policyEvaluation(policy, subject(far), noLedger)).toEqual({ evaluations: [expect.objectContaining({ rule: 'lead_time', ok: true, value: 1 })] });
+  });
+
+  it('allocation_end: a date alone is the midnight that begins it (UTC); seconds are rounded down to the minute', () => {
+    expect(allocationEndMs('2027-06-30')).toBe(Date.UTC(2027, 5, 30));
+    expect(allocationEndMs('2027-06-30 12:00:59.5')).toBe(Date.UTC(2027, 5, 30, 12));
+    expect(allocationEndMs('2027-06-30T12:00:30+02:00')).toBe(Date.UTC(2027, 5, 30, 10));
   });
 
   it('protective defaults: a fresh config limits leases to 7 days and 50 per project, and holds to 3', () => {

@@ -42,7 +42,7 @@ async function visibleLease(pool: Pool, identity: Identity, id: string): Promise
 const ADMIN_ONLY_END_POLICIES = new Set(['release']);
 
 /** Blazar's policy refusal (403), plus what was refused. */
-function refuseAdminOnlyPolicies(identity: Identity, rule: string, reservations: Array<Record<string, unknown>> = []): void {
+export function refuseAdminOnlyPolicies(identity: Identity, rule: string, reservations: Array<Record<string, unknown>> = []): void {
   if (identity.isAdmin) return;
   reservations.forEach((fields, i) => {
     if (typeof fields.on_end === 'string' && ADMIN_ONLY_END_POLICIES.has(fields.on_end)) {

@@ -3,8 +3,10 @@
  * (`lease_id` and the update's fields). Answers every usage-policy rule in force with its figures,
  * whether the lease fits the calendar now, and, when it would be refused, what would work instead
  * (offers, bounded as `POST /v1/offers`). Nothing is booked and no lock is taken; Blazar's external
- * filter is not asked (admission asks it). Members check for their own project; admins for any
- * (`project_id`).
+ * filter is not asked (admission asks it). Members check for their own project. An admin's check
+ * of another project (`project_id`, or a lease of it) is evaluated as a member of that project would
+ * be (its rules, without the admins' exemptions and admin-only options): what the dry run is for; of
+ * their own project, as the admin. The answer says which (`as`).
  */
 import { randomUUID } from 'node:crypto';
 import { Router, type Request } from 'express';
@@ -19,13 +21,15 @@ import type { RuleEvaluation } from '../domain/usage-policy';
 import { identityOf, type Identity } from './auth';
 import { ApiError, parseRequest } from './errors';
 import { createLeaseSchema, newLeaseRequest, updateLeaseSchema } from './lease-schemas';
-import { changedReservation, updateOffers, type NewLeaseDeps } from './leases';
+import { changedReservation, refuseAdminOnlyPolicies, updateOffers, type NewLeaseDeps } from './leases';
 import { DEFAULT_OFFER_LIMIT, draftLease, makeOffers, neverFits, type OfferJson } from './offers';
 import { refuseUnknownPropertyKeys } from './property-keys';
 
 /** What the check answers. */
 export interface PolicyCheckAnswer {
   decision: 'admit' | 'refuse';
+  /** Whose view the rules were evaluated in: a member's (admins' exemptions not applied) or the admin's. */
+  as: 'member' | 'admin';
   rules: RuleEvaluation[];
   fits: boolean | null;
   offers: OfferJson[];
@@ -48,11 +52,12 @@ export function policyCheckRouter(deps: NewLeaseDeps): Router {
     if (leaseId !== undefined) {
       const current = isUuid(leaseId) ? await findLease(deps.pool, leaseId.toLowerCase()) : undefined;
       if (!current || (!caller.isAdmin && current.projectId !== caller.projectId)) throw new ApiError(404, `Object with {'lease_id': '${leaseId}'} not found`);
-      res.json(await checkChange(deps, { ...caller, projectId: current.projectId }, current, rest));
+      res.json(await checkChange(deps, viewOf(caller, current.projectId), current, rest));
       return;
     }
-    const identity: Identity = { ...caller, projectId: projectId ?? caller.projectId };
+    const identity = viewOf(caller, projectId ?? caller.projectId);
     const body = parseRequest(createSchema, rest);
+    refuseAdminOnlyPolicies(identity, 'blazar:leases:post', body.reservations?.map((r) => r.params));
     const request = newLeaseRequest(deps, identity, body, randomUUID());
     newLease(request); // Blazar's date rules (400)
     await refuseUnknownPropertyKeys(deps.types, identity, body.reservations ?? []);
@@ -71,7 +76,7 @@ export function policyCheckRouter(deps: NewLeaseDeps): Router {
           minDurationMs: draft.endMs - draft.startMs,
           limit: DEFAULT_OFFER_LIMIT,
         });
-    res.json(answer(admit, evaluations, fits, found));
+    res.json(answer(identity, admit, evaluations, fits, found));
   });
 
   return router;
@@ -81,6 +86,7 @@ export function policyCheckRouter(deps: NewLeaseDeps): Router {
 async function checkChange(deps: NewLeaseDeps, identity: Identity, current: Lease, body: Record<string, unknown>): Promise<PolicyCheckAnswer> {
   const policy = deps.offers!.usagePolicy!;
   const parsed = parseRequest(updateLeaseSchema, body);
+  refuseAdminOnlyPolicies(identity, 'blazar:leases:put', parsed.reservations);
   const changed = parsed.reservations?.map((change, i) => changedReservation(current, change, i, deps.types));
   await refuseUnknownPropertyKeys(deps.types, identity, changed ?? []);
   const update: LeaseUpdateRequest = { name: parsed.name, start: parsed.start_date, end: parsed.end_date, beforeEnd: parsed.before_end_date, reservations: changed?.map(({ id, params }) => ({ id, params })), byAdmin: identity.isAdmin };
@@ -90,12 +96,12 @@ async function checkChange(deps: NewLeaseDeps, identity: Identity, current: Leas
     ...applied,
     reservations: applied.reservations.map((r) => (changed?.some((c) => c.id === r.id) ? { ...r, allocation: undefined, footprint: deps.types.get(r.resource_type)?.offers?.footprint?.(r.params) ?? footprintOf({ ...r, allocation: undefined, footprint: undefined }) } : r)),
   };
-  if (!bookingChanged(current, next)) return answer(true, [], true, { offers: [] });
+  if (!bookingChanged(current, next)) return answer(identity, true, [], true, { offers: [] });
   const { evaluations, refusal } = await policy.evaluate(deps.pool, { next, previous: current, byAdmin: identity.isAdmin });
   const fits = await changeFits(deps, current, next, Boolean(changed));
   const admit = !refusal && fits !== false;
   const found = admit ? { offers: [] } : await updateOffers(deps, identity, current, update, changed, refusal?.details.latest_end);
-  return answer(admit, evaluations, fits, found);
+  return answer(identity, admit, evaluations, fits, found);
 }
 
 /**
@@ -115,8 +121,13 @@ async function changeFits(deps: NewLeaseDeps, current: Lease, next: Lease, param
   return search.longestMs >= next.endMs - next.startMs;
 }
 
-function answer(admit: boolean, rules: RuleEvaluation[], fits: boolean | null, found: { offers: OfferJson[]; note?: string }): PolicyCheckAnswer {
-  return { decision: admit ? 'admit' : 'refuse', rules, fits, offers: found.offers, ...(found.note ? { offers_note: found.note } : {}) };
+/** Whom the check is evaluated as: an admin checking another project, as a member of it; else the caller. */
+function viewOf(caller: Identity, projectId: string): Identity {
+  return caller.isAdmin && projectId !== caller.projectId ? { ...caller, projectId, isAdmin: false } : { ...caller, projectId };
+}
+
+function answer(identity: Identity, admit: boolean, rules: RuleEvaluation[], fits: boolean | null, found: { offers: OfferJson[]; note?: string }): PolicyCheckAnswer {
+  return { decision: admit ? 'admit' : 'refuse', as: identity.isAdmin ? 'admin' : 'member', rules, fits, offers: found.offers, ...(found.note ? { offers_note: found.note } : {}) };
 }
 
 function bodyOf(req: Request): Record<string, unknown> {

@@ -3,7 +3,7 @@
  * force and where each layer comes from (members: their own project); `PUT` sets the project's
  * rules over the deployment's (admins); `DELETE` removes them. The rules are checked as leases are
  * admitted and changed (src/policy/enforcement.ts). A PUT with an allocation end in force ends the
- * project's leases past it (src/api/allocation-end.ts) before it answers.
+ * project's leases past it (src/api/allocation-end.ts) before it answers, and says which it could not.
  */
 import { Router, type Response } from 'express';
 import { deleteProjectRules, projectRules, saveProjectRules } from '../db/usage-policy';
@@ -50,8 +50,19 @@ export function projectPolicyRouter(deps: { pool: Pool; policy: UsagePolicyEnfor
     await saveProjectRules(deps.pool, projectId, rules, identityOf(res).userId);
     // An allocation end in force: the project's leases past it are ended (deleted or shortened) before the answer.
     const allocationEnd = (await deps.policy.rulesFor(deps.pool, projectId)).effective.allocation_end;
-    const ended = allocationEnd && deps.commands ? await endLeasesPastAllocation({ pool: deps.pool, enders: workflowEnders({ pool: deps.pool, commands: deps.commands }) }, projectId, allocationEndMs(allocationEnd)) : undefined;
-    res.json({ ...(await shown(projectId)), ...(ended ? { allocation_end: { deleted_leases: ended.deleted, shortened_leases: ended.shortened } } : {}) });
+    // Within about the API's own timeout: what is left (failed, or not reached) is listed, and a repeat of the PUT goes on with it.
+    const ended =
+      allocationEnd && deps.commands
+        ? await endLeasesPastAllocation({ pool: deps.pool, enders: workflowEnders({ pool: deps.pool, commands: deps.commands }) }, projectId, allocationEndMs(allocationEnd), deps.commands.timeoutMs)
+        : undefined;
+    const allocationEndAnswer = ended && {
+      deleted_leases: ended.deleted,
+      shortened_leases: ended.shortened,
+      failed_leases: ended.failed,
+      remaining_leases: ended.remaining,
+      complete: ended.failed.length === 0 && ended.remaining === 0,
+    };
+    res.json({ ...(await shown(projectId)), ...(allocationEndAnswer ? { allocation_end: allocationEndAnswer } : {}) });
   });
 
   router.delete('/projects/:projectId/policy', async (req, res) => {

@@ -249,6 +249,34 @@ export async function projectLeasesWithin(db: Queryable, projectId: string, span
   return rows.map(meteredLease);
 }
 
+/**
+ * The project's leases (other than `exceptLeaseId`) that hold something within the span: not
+ * deleted, or deleted after they started (they count for what they used): stacking's read, the
+ * earliest `limit` by start. A lease deleted before it started holds nothing and is not read.
+ */
+export async function projectLeasesHeldWithin(db: Queryable, projectId: string, span: Interval, exceptLeaseId: string, limit: number): Promise<MeteredLease[]> {
+  const { rows } = await db.query<{ document: Lease; deleted_ms: string | null }>(
+    `SELECT document, (extract(epoch FROM deleted_at) * 1000)::bigint::text AS deleted_ms FROM leases
+     WHERE project_id = $1 AND id <> $2::uuid
+       AND end_at > to_timestamp($3 / 1000.0) AND start_at < to_timestamp($4 / 1000.0)
+       AND (deleted_at IS NULL OR (deleted_at > to_timestamp($3 / 1000.0) AND document->'events' @> '[{"event_type": "start_lease", "status": "DONE"}]'::jsonb))
+     ORDER BY start_at, id LIMIT $5`,
+    [projectId, exceptLeaseId, span.startMs, span.endMs, limit],
+  );
+  return rows.map(meteredLease);
+}
+
+/** The project's leases not deleted (other than `exceptLeaseId`) that begin after `afterMs` (lead_time's): the earliest `limit`, by start. */
+export async function projectLeasesStartingAfter(db: Queryable, projectId: string, afterMs: number, exceptLeaseId: string, limit: number): Promise<MeteredLease[]> {
+  const { rows } = await db.query<{ document: Lease; deleted_ms: string | null }>(
+    `SELECT document, NULL::text AS deleted_ms FROM leases
+     WHERE project_id = $1 AND id <> $2::uuid AND deleted_at IS NULL AND start_at > to_timestamp($3 / 1000.0)
+     ORDER BY start_at, id LIMIT $4`,
+    [projectId, exceptLeaseId, afterMs, limit],
+  );
+  return rows.map(meteredLease);
+}
+
 /** The project's live leases not ended that end after `endMs` (an allocation end): the earliest `limit`, by start. */
 export async function projectLeasesEndingAfter(db: Queryable, projectId: string, endMs: number, limit: number): Promise<Lease[]> {
   const { rows } = await db.query<{ document: Lease }>(

@@ -23,8 +23,10 @@ export const DAY_MS = 24 * HOUR_MS;
 /** Steps of `lead_time` and classes of `stacking`, per policy: a bounded shape. */
 export const MAX_FAIR_SHARE_STEPS = 8;
 /**
- * The most of a project's leases a fair-share check reads (over its horizon). Other rules keep a
- * project far below it (max_leases); a project past it is refused (the check would not be exact).
+ * The most of a project's leases lead_time and stacking each read (lead_time: those beginning past
+ * its nearest step; stacking: those in its windows around the lease). Other rules keep a project far
+ * below it (max_leases); a lease that falls under a step or class of a project past it is refused by
+ * that rule (its check would not be exact). The budgets' and at-once rules' reads are not capped.
  */
 export const FAIR_SHARE_LEDGER_CAP = 2_000;
 
@@ -51,11 +53,14 @@ export interface FairSharePolicy {
   allocationEndMs?: number;
 }
 
-/** What the fair-share rules need beyond the project's other leases: each stacking class's hosts (same order). */
+/** What lead_time and stacking read of the project (enforcement reads it for the spans fairShareSpans names). */
 export interface FairShareLedger {
+  /** Each stacking class's hosts (same order as the policy's classes). */
   classHosts: Array<ReadonlySet<string>>;
-  /** The project's leases in the horizon went past FAIR_SHARE_LEDGER_CAP: the rules that count them refuse. */
-  overCap?: boolean;
+  /** The project's other leases in the spans read; absent: the ledger's `others` (pure tests). */
+  leases?: MeteredLease[];
+  /** The rules whose span held more leases than the cap read (the cap, by rule): they refuse (their check would not be exact). */
+  overCap?: Partial<Record<'lead_time' | 'stacking', number>>;
 }
 
 /** One rule's figures: what the dry run shows, and, when not ok, what admission refuses with. */
@@ -269,17 +274,17 @@ export function stackingFigures(policy: FairSharePolicy, change: Change, others:
   return figures;
 }
 
-/** What the fair-share rules count refuse outright when the project's leases in the horizon went past the cap. */
-export function overCapFigures(policy: FairSharePolicy, ledger: FairShareLedger): RuleFigures | undefined {
-  if (!ledger.overCap) return undefined;
-  const rule: FairShareRuleName = policy.stacking?.length ? 'stacking' : 'lead_time';
+/** The refusal of `rule` when the project's leases in the span it counts went past the cap. */
+export function overCapFigures(rule: 'lead_time' | 'stacking', ledger: FairShareLedger): RuleFigures | undefined {
+  const cap = ledger.overCap?.[rule];
+  if (cap === undefined) return undefined;
   return {
     rule,
     ok: false,
-    limit: FAIR_SHARE_LEDGER_CAP,
-    value: FAIR_SHARE_LEDGER_CAP + 1,
-    message: `${rule}: the project has more than ${FAIR_SHARE_LEDGER_CAP} leases in the span this rule counts, more than the check reads; end or delete some first.`,
-    details: { limit: FAIR_SHARE_LEDGER_CAP },
+    limit: cap,
+    value: cap + 1,
+    message: `${rule}: the project has more than ${cap} leases in the span this rule counts, more than the check reads; end or delete some first.`,
+    details: { limit: cap },
   };
 }
 
@@ -290,19 +295,41 @@ export function memberBudgetOf(policy: FairSharePolicy, userId: string): number 
   return Object.prototype.hasOwnProperty.call(budgets.byUser, userId) ? budgets.byUser[userId] : budgets.default;
 }
 
-/** The span of other leases the fair-share rules read (the lease's own, widened by stacking's windows; to the far future for lead_time). */
-export function fairShareRange(policy: FairSharePolicy, change: Change): Interval | undefined {
-  if (!policy.stacking?.length && !policy.leadTime?.length) return undefined;
-  const spans = [change.next, change.previous].filter((l): l is Lease => l !== undefined);
-  let startMs = Math.min(...spans.map((l) => l.startMs));
-  let endMs = Math.max(...spans.map((l) => l.endMs));
-  const widest = Math.max(0, ...(policy.stacking ?? []).map((s) => s.windowMs));
-  startMs -= widest;
-  endMs += widest;
-  if (policy.leadTime?.length) {
-    startMs = Math.min(startMs, change.nowMs + Math.min(...policy.leadTime.map((s) => s.beyondMs)));
-    endMs = change.nowMs + 36_500 * DAY_MS; // every lease not yet begun
+/**
+ * What lead_time and stacking read of the project's other leases for the change, only where the
+ * lease (as it would be) falls under a step or holds hosts of a class: the leases beginning after
+ * the nearest step it falls under (lead_time), and the lease's span widened by its classes' widest
+ * window (stacking). Nothing to read: the rule counts nothing for this lease.
+ */
+export function fairShareSpans(policy: FairSharePolicy, change: Change, classHosts: Array<ReadonlySet<string>>, applies: { leadTime: boolean; stacking: boolean }): { leadTimeAfterMs?: number; stackingSpan?: Interval } {
+  const { next, previous, nowMs } = change;
+  const spans: { leadTimeAfterMs?: number; stackingSpan?: Interval } = {};
+  const nextHolding = holdingOf({ lease: next }, nowMs);
+  if (applies.leadTime && nextHolding) {
+    const under = (policy.leadTime ?? []).filter((step) => nextHolding.interval.startMs > nowMs + step.beyondMs);
+    if (under.length) spans.leadTimeAfterMs = nowMs + Math.min(...under.map((s) => s.beyondMs));
   }
-  return { startMs, endMs };
+  if (applies.stacking) {
+    const held = (policy.stacking ?? []).filter((stacking, i) => classHostsOf(next, stacking.query, classHosts[i] ?? new Set()).length > 0);
+    if (held.length) {
+      const leases = [next, previous].filter((l): l is Lease => l !== undefined);
+      const widest = Math.max(...held.map((s) => s.windowMs));
+      spans.stackingSpan = { startMs: Math.min(...leases.map((l) => l.startMs)) - widest, endMs: Math.max(...leases.map((l) => l.endMs)) + widest };
+    }
+  }
+  return spans;
 }
 
+/**
+ * The fair-share rules' figures for the change, per rule (only those the lease falls under), in the
+ * order admission runs them: the one computation behind both the admission's refusal and the dry run.
+ */
+export function fairShareFigures(policy: FairSharePolicy, change: Change, others: MeteredLease[], ledger: FairShareLedger): Partial<Record<'allocation_end' | 'lead_time' | 'stacking', RuleFigures[]>> {
+  const leases = ledger.leases ?? others;
+  const present = (figures: Array<RuleFigures | undefined>) => figures.filter((f): f is RuleFigures => f !== undefined);
+  return {
+    allocation_end: present([allocationEndFigures(policy, change)]),
+    lead_time: policy.leadTime?.length ? present([overCapFigures('lead_time', ledger), ...leadTimeFigures(policy, change, leases)]) : [],
+    stacking: policy.stacking?.length ? present([overCapFigures('stacking', ledger), ...stackingFigures(policy, change, leases, ledger)]) : [],
+  };
+}

@@ -22,7 +22,7 @@ import {
   type MeteredLease,
   type Meter,
 } from './usage';
-import { allocationEndFigures, FAIR_SHARE_RULE_NAMES, leadTimeFigures, memberBudgetOf, overCapFigures, stackingFigures, type FairShareLedger, type FairSharePolicy, type RuleFigures } from './fair-share';
+import { FAIR_SHARE_RULE_NAMES, fairShareFigures, memberBudgetOf, type FairShareLedger, type FairSharePolicy, type RuleFigures } from './fair-share';
 
 /** The rules that limit what one project holds at once. */
 export const AT_ONCE_RULES = { max_hosts: 'hosts', max_vcpus: 'vcpus', max_memory_mb: 'memory_mb', max_bandwidth_kbps: 'bandwidth_kbps', max_floating_ips: 'floating_ips' } as const;
@@ -96,7 +96,7 @@ function refuse(rule: RuleName, message: string, details: Record<string, unknown
 /** The first rule the change breaks, or undefined when the policy allows it. */
 export function policyRefusal(policy: UsagePolicy, subject: PolicySubject, ledger: ProjectLedger): PolicyRefusal | undefined {
   const applies = (rule: RuleName) => !subject.byAdmin || policy.enforceOnAdmins.includes(rule);
-  for (const [rule, check] of ruleChecks(policy, subject, ledger)) {
+  for (const [rule, check] of ruleChecks(policy, subject, ledger, fairShareFiguresOf(policy, subject, ledger))) {
     if (!applies(rule)) continue;
     const refusal = check();
     if (refusal) return refusal;
@@ -105,7 +105,7 @@ export function policyRefusal(policy: UsagePolicy, subject: PolicySubject, ledge
 }
 
 /** Every rule's check, in the order admission runs them. */
-function ruleChecks(policy: UsagePolicy, subject: PolicySubject, ledger: ProjectLedger): Array<[RuleName, () => PolicyRefusal | undefined]> {
+function ruleChecks(policy: UsagePolicy, subject: PolicySubject, ledger: ProjectLedger, figures: Partial<Record<RuleName, RuleFigures[]>>): Array<[RuleName, () => PolicyRefusal | undefined]> {
   return [
     ['max_lease_duration', () => durationRefusal(policy, subject)],
     ['max_advance', () => advanceRefusal(policy, subject)],
@@ -114,7 +114,7 @@ function ruleChecks(policy: UsagePolicy, subject: PolicySubject, ledger: Project
     ['extension', () => extensionRefusal(policy, subject)],
     ...(Object.keys(AT_ONCE_RULES) as AtOnceRule[]).map((rule): [RuleName, () => PolicyRefusal | undefined] => [rule, () => atOnceRefusal(rule, policy, subject, ledger)]),
     ['budget', () => budgetRefusal(policy, subject, ledger)],
-    ...fairShareChecks(policy, subject, ledger),
+    ...fairShareChecks(policy, subject, ledger, figures),
   ];
 }
 
@@ -313,21 +313,23 @@ export function ledgerRange(policy: UsagePolicy, subject: PolicySubject): Interv
 // ---- Fair share over time (issue 42): lead_time, stacking, member_budget, allocation_end ----
 
 const refusalOfFigures = (figures: RuleFigures) => refuse(figures.rule, figures.message, figures.details);
-const firstFailing = (figures: Array<RuleFigures | undefined>) => figures.find((f): f is RuleFigures => f !== undefined && !f.ok);
 
-/** The fair-share rules' checks (domain/fair-share.ts), run after the others. */
-function fairShareChecks(policy: UsagePolicy, subject: PolicySubject, ledger: ProjectLedger): Array<[RuleName, () => PolicyRefusal | undefined]> {
-  const fairShare = policy.fairShare;
-  if (!fairShare) return [];
-  const shareLedger = ledger.fairShare ?? { classHosts: [] };
-  const refusalOf = (figures: Array<RuleFigures | undefined>) => {
-    const failing = firstFailing(figures);
+/** The fair-share rules' figures (domain/fair-share.ts), computed once per check. */
+function fairShareFiguresOf(policy: UsagePolicy, subject: PolicySubject, ledger: ProjectLedger): Partial<Record<RuleName, RuleFigures[]>> {
+  return policy.fairShare ? fairShareFigures(policy.fairShare, subject, ledger.others, ledger.fairShare ?? { classHosts: [] }) : {};
+}
+
+/** The fair-share rules' checks, run after the others: each refuses with its first failing figure. */
+function fairShareChecks(policy: UsagePolicy, subject: PolicySubject, ledger: ProjectLedger, figures: Partial<Record<RuleName, RuleFigures[]>>): Array<[RuleName, () => PolicyRefusal | undefined]> {
+  if (!policy.fairShare) return [];
+  const refusalOf = (rule: RuleName) => () => {
+    const failing = figures[rule]?.find((f) => !f.ok);
     return failing && refusalOfFigures(failing);
   };
   return [
-    ['allocation_end', () => refusalOf([allocationEndFigures(fairShare, subject)])],
-    ['lead_time', () => refusalOf(fairShare.leadTime?.length ? [overCapFigures(fairShare, shareLedger), ...leadTimeFigures(fairShare, subject, ledger.others)] : [])],
-    ['stacking', () => refusalOf(fairShare.stacking?.length ? [overCapFigures(fairShare, shareLedger), ...stackingFigures(fairShare, subject, ledger.others, shareLedger)] : [])],
+    ['allocation_end', refusalOf('allocation_end')],
+    ['lead_time', refusalOf('lead_time')],
+    ['stacking', refusalOf('stacking')],
     ['member_budget', () => memberBudgetRefusal(policy, subject, ledger)],
   ];
 }
@@ -369,30 +371,26 @@ export interface RuleEvaluation {
 /**
  * Every rule in force for the project, evaluated on the change (admission stops at the first
  * refusal; this goes on): the fair-share rules with their figures, the others with their limit
- * and, when they refuse, the would-be value their refusal names. Rules that do not apply (admins
- * are exempt, the change does not touch them) are left out.
+ * and, when they refuse, the would-be value their refusal names; and the refusal admission would
+ * answer (the first, in admission's order: one pass computes both). Rules that do not apply
+ * (admins are exempt, the change does not touch them) are left out.
  */
-export function policyEvaluation(policy: UsagePolicy, subject: PolicySubject, ledger: ProjectLedger): RuleEvaluation[] {
+export function policyEvaluation(policy: UsagePolicy, subject: PolicySubject, ledger: ProjectLedger): { evaluations: RuleEvaluation[]; refusal?: PolicyRefusal } {
   const applies = (rule: RuleName) => !subject.byAdmin || policy.enforceOnAdmins.includes(rule);
   const evaluations: RuleEvaluation[] = [];
-  const fairShare = policy.fairShare;
-  const shareLedger = ledger.fairShare ?? { classHosts: [] };
-  const fairShareFigures: Partial<Record<RuleName, Array<RuleFigures | undefined>>> = fairShare
-    ? {
-        allocation_end: [allocationEndFigures(fairShare, subject)],
-        lead_time: fairShare.leadTime?.length ? [overCapFigures(fairShare, shareLedger), ...leadTimeFigures(fairShare, subject, ledger.others)] : [],
-        stacking: fairShare.stacking?.length ? [overCapFigures(fairShare, shareLedger), ...stackingFigures(fairShare, subject, ledger.others, shareLedger)] : [],
-      }
-    : {};
-  for (const [rule, check] of ruleChecks(policy, subject, ledger)) {
+  let first: PolicyRefusal | undefined;
+  const figuresOf = fairShareFiguresOf(policy, subject, ledger);
+  for (const [rule, check] of ruleChecks(policy, subject, ledger, figuresOf)) {
     if (!applies(rule)) continue;
-    const figures = fairShareFigures[rule];
+    const figures = figuresOf[rule];
     if (figures) {
-      for (const f of figures) if (f) evaluations.push({ rule, ok: f.ok, limit: f.limit, value: f.value, message: f.ok ? f.message : `Usage policy: ${f.message}` });
+      for (const f of figures) evaluations.push({ rule, ok: f.ok, limit: f.limit, value: f.value, message: f.ok ? f.message : `Usage policy: ${f.message}` });
+      first ??= check();
       continue;
     }
     const limit = configuredLimit(rule, policy, subject.next.userId);
     const refusal = check();
+    first ??= refusal;
     if (refusal) {
       const d = refusal.details;
       evaluations.push({ rule, ok: false, limit: firstFigure(d, ['limit', 'limit_seconds', 'limit_hours', 'max_each_hours', 'max_count', 'within_last_hours']) ?? limit, value: firstFigure(d, ['value', 'wanted', 'live_leases', 'needed_hours', 'extensions']), message: refusal.message });
@@ -400,7 +398,7 @@ export function policyEvaluation(policy: UsagePolicy, subject: PolicySubject, le
       evaluations.push({ rule, ok: true, limit, value: null, message: `${rule}: within the limit.` });
     }
   }
-  return evaluations;
+  return { evaluations, ...(first ? { refusal: first } : {}) };
 }
 
 const firstFigure = (details: Record<string, unknown>, keys: string[]): number | string | null => {

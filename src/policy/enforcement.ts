@@ -9,14 +9,15 @@ import { ApplicationFailure } from '@temporalio/common';
 import type { PoolClient } from 'pg';
 import { inTransaction } from '../db/transaction';
 import type { Pool } from '../db/pool';
-import { liveLeaseCount, projectLeasesWithin } from '../db/leases';
+import { liveLeaseCount, projectLeasesHeldWithin, projectLeasesStartingAfter, projectLeasesWithin } from '../db/leases';
 import { lockProjectPolicy, projectRules } from '../db/usage-policy';
 import { countLiveOfferHolds } from '../db/offer-holds';
 import { approvalRuleNeed, bookedHostIds, namesHostClass, type ApprovalNeed } from '../domain/approval';
 import { hostPropertiesOf, listHosts } from '../db/hosts';
 import { bookingChanged, LeaseErrorType, notStarted, type Lease } from '../domain/lease';
 import { ledgerRange, memberBudgetShape, offerHoldRefusal, policyEvaluation, policyRefusal, type PolicyRefusal, type PolicySubject, type ProjectLedger, type RuleEvaluation, type RuleName, type UsagePolicy } from '../domain/usage-policy';
-import { FAIR_SHARE_LEDGER_CAP, fairShareRange } from '../domain/fair-share';
+import { FAIR_SHARE_LEDGER_CAP, fairShareSpans, type FairShareLedger } from '../domain/fair-share';
+import type { MeteredLease } from '../domain/usage';
 import { matchesQuery, parsePropertyQuery } from '../domain/property-query';
 import { PolicyDeniedError, type ExternalServiceFilter, type PolicyContext } from './external-filter';
 import { approvalPolicyOf, effectiveRules, rulesSchema, toUsagePolicy, type PolicyFile, type PolicyRules } from './rules';
@@ -44,6 +45,8 @@ export interface UsagePolicyDeps {
   externalContext?: PolicyContext;
   /** Told when the external filter could not be asked and the deployment fails open. */
   onFailedOpen?: (reason: string) => void;
+  /** The most leases lead_time and stacking read each (FAIR_SHARE_LEDGER_CAP; lower in tests). */
+  fairShareLedgerCap?: number;
   /** How long an approval timeout's minute lasts: 60 s, shorter in tests only (config's approvalMinuteMs). */
   approvalMinuteMs?: number;
 }
@@ -170,7 +173,7 @@ export class UsagePolicyEnforcer {
    */
   async evaluate(db: Pool | PoolClient, subject: { next: Lease; previous?: Lease; byAdmin: boolean }): Promise<{ evaluations: RuleEvaluation[]; refusal?: PolicyRefusal }> {
     const { policy, full, ledger } = await this.ledgerOf(db, subject);
-    return { evaluations: policyEvaluation(policy, full, ledger), refusal: policyRefusal(policy, full, ledger) };
+    return policyEvaluation(policy, full, ledger);
   }
 
   /** `lock`: taken before the project's other leases are read, when a rule counts them. */
@@ -187,23 +190,41 @@ export class UsagePolicyEnforcer {
     const fairShare = policy.fairShare;
     // Rules an admin is exempt from read nothing (nor take the lock) for an admin's change.
     const applies = (rule: RuleName) => !subject.byAdmin || policy.enforceOnAdmins.includes(rule);
-    const readsFairShare =
-      fairShare !== undefined && ((Boolean(fairShare.leadTime?.length) && applies('lead_time')) || (Boolean(fairShare.stacking?.length) && applies('stacking')) || (fairShare.memberBudgets !== undefined && applies('member_budget')));
-    const needsLedger = (Object.keys(policy.atOnce) as RuleName[]).some(applies) || (policy.budget !== undefined && applies('budget')) || readsFairShare;
+    const readsLeadTime = Boolean(fairShare?.leadTime?.length) && applies('lead_time');
+    const readsStacking = Boolean(fairShare?.stacking?.length) && applies('stacking');
+    const readsMemberBudgets = fairShare?.memberBudgets !== undefined && applies('member_budget');
+    const needsLedger = (Object.keys(policy.atOnce) as RuleName[]).some(applies) || (policy.budget !== undefined && applies('budget')) || readsMemberBudgets;
     const countsLeases = policy.maxLeases !== undefined && !previous && applies('max_leases');
-    if (needsLedger || countsLeases) await lock?.();
+    if (needsLedger || countsLeases || readsLeadTime || readsStacking) await lock?.();
+    // The budgets and at-once rules read every lease in their periods, uncapped: a cap would drop the latest, those a new lease meets.
     // Members' budgets count in the project's budget period (a month when it has none).
-    const range = ledgerRange(fairShare?.memberBudgets ? { ...policy, budget: memberBudgetShape(policy) } : policy, full);
-    const shareRange = fairShare && fairShareRange(fairShare, full);
-    const read = shareRange ? { startMs: Math.min(range.startMs, shareRange.startMs), endMs: Math.max(range.endMs, shareRange.endMs) } : range;
-    // The fair-share rules read the project's leases over a long span: bounded, and past the bound they refuse.
-    const cap = readsFairShare ? FAIR_SHARE_LEDGER_CAP : undefined;
-    const found = needsLedger ? await projectLeasesWithin(db, next.projectId, read, next.id, cap === undefined ? undefined : cap + 1) : [];
-    const overCap = cap !== undefined && found.length > cap;
-    const others = overCap ? found.slice(0, cap) : found;
+    const range = ledgerRange(readsMemberBudgets ? { ...policy, budget: memberBudgetShape(policy) } : policy, full);
+    const others = needsLedger ? await projectLeasesWithin(db, next.projectId, range, next.id) : [];
     const liveLeases = countsLeases ? await liveLeaseCount(db, next.projectId, next.id) : 0;
-    const classHosts = fairShare?.stacking?.length && applies('stacking') ? await stackingClassHosts(db, fairShare.stacking.map((s) => s.query)) : [];
-    return { policy, full, ledger: { others, liveLeases, ...(fairShare ? { fairShare: { classHosts, overCap } } : {}) } };
+    const classHosts = fairShare?.stacking?.length && readsStacking ? await stackingClassHosts(db, fairShare.stacking.map((s) => s.query)) : [];
+    const shareLedger = fairShare && (await this.fairShareLedger(db, fairShare, full, classHosts, { leadTime: readsLeadTime, stacking: readsStacking }));
+    return { policy, full, ledger: { others, liveLeases, ...(shareLedger ? { fairShare: shareLedger } : {}) } };
+  }
+
+  /**
+   * What lead_time and stacking read, each only when the lease falls under one of its steps or
+   * classes: lead_time the leases beginning past its nearest step (to the far future), stacking the
+   * span of its windows around the lease. Each read is capped (a project could book without end
+   * ahead); past the cap, that rule refuses rather than check part of the leases.
+   */
+  private async fairShareLedger(db: Pool | PoolClient, fairShare: NonNullable<UsagePolicy['fairShare']>, full: PolicySubject, classHosts: Array<ReadonlySet<string>>, applies: { leadTime: boolean; stacking: boolean }): Promise<FairShareLedger> {
+    const cap = this.deps.fairShareLedgerCap ?? FAIR_SHARE_LEDGER_CAP;
+    const { next } = full;
+    const spans = fairShareSpans(fairShare, full, classHosts, applies);
+    const overCap: NonNullable<FairShareLedger['overCap']> = {};
+    const leases = new Map<string, MeteredLease>();
+    const keep = (rule: 'lead_time' | 'stacking', found: MeteredLease[]) => {
+      if (found.length > cap) overCap[rule] = cap;
+      for (const m of found.slice(0, cap)) leases.set(m.lease.id, m);
+    };
+    if (spans.leadTimeAfterMs !== undefined) keep('lead_time', await projectLeasesStartingAfter(db, next.projectId, spans.leadTimeAfterMs, next.id, cap + 1));
+    if (spans.stackingSpan) keep('stacking', await projectLeasesHeldWithin(db, next.projectId, spans.stackingSpan, next.id, cap + 1));
+    return { classHosts, leases: [...leases.values()], ...(Object.keys(overCap).length ? { overCap } : {}) };
   }
 
   /** Blazar's external filter on a lease that ended (best effort: never fails the lease). */

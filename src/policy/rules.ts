@@ -22,7 +22,7 @@
  *     lead_time: [{ beyond_days: 7, max_hosts: 2, max_host_hours: 336 }]
  *     stacking: [{ resource_properties: '["==", "$node_type", "gpu"]', window_days: 21, max_percent: 25 }]
  *     member_budgets: { default: 500, by_user: { <user id>: 1000 } }   # inside budget's period and meter
- *     allocation_end: "2027-06-30"   # no lease ends after it
+ *     allocation_end: "2027-06-30"   # no lease ends after 2027-06-30 00:00 UTC (the start of that day)
  *   projects:
  *     <project id>: { max_hosts: 16, budget: null }
  */
@@ -157,10 +157,14 @@ const fairShareRules = {
     .nullish(),
 };
 
-/** An allocation end as written (a date alone: its midnight, UTC; no zone: UTC). */
+/**
+ * An allocation end as written (a date alone: the midnight that begins that day, UTC; no zone: UTC),
+ * rounded down to a whole minute: leases are dated in whole minutes (as Blazar's), so the leases
+ * shortened to it end on a whole minute and still by the end written.
+ */
 export function allocationEndMs(text: string): number {
   const iso = text.replace(' ', 'T');
-  return Date.parse(/T/.test(iso) && !/(Z|[+-]\d{2}:?\d{2})$/.test(iso) ? `${iso}Z` : iso);
+  return Math.floor(Date.parse(/T/.test(iso) && !/(Z|[+-]\d{2}:?\d{2})$/.test(iso) ? `${iso}Z` : iso) / 60_000) * 60_000;
 }
 
 /** The fair-share rules as the check reads them. */
