@@ -29,6 +29,7 @@ const OWNERS: Record<string, string> = {
   project_webhooks: 'src/db/webhooks.ts',
   offers: 'src/db/offers.ts',
   offer_holds: 'src/db/offer-holds.ts',
+  lease_series: 'src/db/series.ts',
   schema_migrations: 'src/db/migrate.ts',
 };
 
