@@ -70,3 +70,34 @@ export async function seriesGapsInWindow(db: Queryable, projectId: string | unde
   );
   return rows.map((r) => ({ id: r.id, name: r.name, gaps: r.refused.filter((g) => g.startMs < toMs && g.endMs > fromMs) }));
 }
+
+/**
+ * Runs `use` holding the series's lock, so that the changes and deletes of one series run one after
+ * another (each reads the occurrences, checks them and changes them one by one over seconds, so a
+ * transaction's lock cannot span it: a session's advisory lock on one pooled connection, held for
+ * `use`). Waits at most `waitMs` for it: false, without running `use`, when another still holds it.
+ */
+export async function withSeriesLock<T>(pool: Pool, seriesId: string, waitMs: number, use: () => Promise<T>): Promise<{ ran: true; value: T } | { ran: false }> {
+  const client = await pool.connect();
+  let broken: Error | undefined;
+  try {
+    await client.query(`SET lock_timeout = ${Math.max(1, Math.floor(waitMs))}`);
+    try {
+      await client.query("SELECT pg_advisory_lock(hashtext('leasekeeper:series'), hashtext($1))", [seriesId]);
+    } catch (err) {
+      if ((err as { code?: string }).code === '55P03' /* lock_not_available */) return { ran: false };
+      throw err;
+    } finally {
+      await client.query('RESET lock_timeout');
+    }
+    try {
+      return { ran: true, value: await use() };
+    } finally {
+      await client.query("SELECT pg_advisory_unlock(hashtext('leasekeeper:series'), hashtext($1))", [seriesId]).catch((err: Error) => {
+        broken = err; // a connection that may still hold the lock never goes back to the pool
+      });
+    }
+  } finally {
+    client.release(broken);
+  }
+}
