@@ -203,7 +203,9 @@ describe('recurring leases', () => {
     const held = withSeriesLock(pool, id, 5_000, () => new Promise<void>((resolve) => (release = resolve)));
     // Each change alone keeps the occurrences apart (the second at midnight; 16 hours each); both together do not.
     const changes = [alpha('PUT', `/v1/series/${id}`, { from: second.id, start_time: '00:00' }), alpha('PUT', `/v1/series/${id}`, { duration: 16 * 60 })];
-    await eventually(async () => ((await pool.query<{ n: number }>("SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory' AND NOT granted")).rows[0].n >= 2 ? true : undefined), 15_000, 50, () => 'the changes did not wait on the series');
+    // A change that found the series locked: its connection's last query tried the lock.
+    const tried = "SELECT count(*)::int AS n FROM pg_stat_activity WHERE query LIKE 'SELECT pg_try_advisory_lock(hashtext(''leasekeeper:series'')%'";
+    await eventually(async () => ((await pool.query<{ n: number }>(tried)).rows[0].n >= 1 ? true : undefined), 15_000, 50, () => 'the changes did not wait on the series');
     release();
     await held;
     const answers = await Promise.all(changes);
