@@ -1,7 +1,7 @@
 /**
  * `npm run bench:series`: what one project's series, admitted in the API in one transaction,
  * costs another project's creates meanwhile (review B7). Project alpha creates daily series of
- * LK_BENCH_OCCURRENCES (default 100; LK_BENCH_SIZES="50,100,…" for several) one-host occurrences
+ * LK_BENCH_SIZES (default 100; "50,100,…" for several) one-host occurrences
  * on the hosts of zone a; two clients of project beta create one-host leases on the same days and
  * hours, either on the hosts of zone b ("other hosts") or of zone a ("same hosts": their inserts
  * meet the series's uncommitted bookings). Beta's create latency is measured with no series and
@@ -17,7 +17,7 @@ import { runBenchmark, summary } from './common';
 const DAY = 86_400_000;
 const HOUR = 3_600_000;
 const RUNS = Number(process.env.LK_BENCH_RUNS ?? 3);
-const SIZES = (process.env.LK_BENCH_SIZES ?? process.env.LK_BENCH_OCCURRENCES ?? '100').split(',').map(Number);
+const SIZES = (process.env.LK_BENCH_SIZES ?? '100').split(',').map(Number);
 const BETA_CLIENTS = 2;
 /** Beta's creates measured with no series running, per case. */
 const BASELINE_CREATES = 30;
@@ -30,7 +30,7 @@ runBenchmark('series', async () => {
     env: { LK_MAX_OCCURRENCES: String(Math.max(...SIZES)), LK_MAX_LEASES: '1000000' },
   });
   try {
-    for (const [i, z] of ['a', 'a', 'a', 'b', 'b', 'b'].entries()) await insertHost(stack.db.pool, { name: `series-host-${i}`, capabilities: { zone: z } });
+    for (const [i, z] of ['a', 'a', 'a', 'a', 'a', 'a', 'b', 'b', 'b'].entries()) await insertHost(stack.db.pool, { name: `series-host-${i}`, capabilities: { zone: z } });
     const alpha = apiClient(stack.url, { 'X-Project-Id': 'alpha', 'X-Roles': 'member' });
     const beta = apiClient(stack.url, { 'X-Project-Id': 'beta', 'X-Roles': 'member' });
     const firstDay = Math.floor(Date.now() / DAY) * DAY + 2 * DAY;
