@@ -303,7 +303,7 @@ const envSchema = z.object({
   // Reservations in one lease (create and availability search): Blazar needs a handful; each costs the calendar's search work.
   LK_MAX_RESERVATIONS_PER_LEASE: positiveInt.max(1_000).default(50),
   // Occurrences in one series of recurring leases (POST /v1/leases with `recurrence`): each is a lease and a workflow.
-  LK_MAX_OCCURRENCES: positiveInt.max(1_000).default(100),
+  LK_MAX_OCCURRENCES: positiveInt.max(1_000).default(50),
   // How long an offer (POST /v1/offers, a refusal's offers) stays findable by its id.
   LK_OFFER_TTL_MINUTES: positiveInt.max(1_440).default(15),
   // Offer holds: how long one keeps an offer's capacity booked, and how many a project may have at once (0: holds are off).

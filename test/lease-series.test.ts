@@ -4,10 +4,13 @@
  * with offers; GET/PUT/DELETE /v1/series/{id} from an occurrence on; the usage policy counts every
  * occurrence. Host leases, admitted in the API in one transaction: no cloud.
  */
+import { ApplicationFailure } from '@temporalio/common';
+import type { Pool } from 'pg';
 import { physicalHostPlugin } from '../src/resources/physical-host';
+import { withSeriesLock } from '../src/db/series';
 import { hostReservation } from '../dev-stack/fixtures/builders';
 import { insertHost } from '../dev-stack/fixtures/hosts';
-import { apiClient, deleteAllLeases, useTestStack } from '../dev-stack/stack';
+import { apiClient, deleteAllLeases, eventually, useTestStack } from '../dev-stack/stack';
 
 const DAY = 86_400_000;
 /** Midnight UTC, `days` ahead. */
@@ -15,9 +18,17 @@ const dayAt = (days: number) => Math.floor(Date.now() / DAY) * DAY + days * DAY;
 const date = (ms: number) => new Date(ms).toISOString().slice(0, 16).replace('T', ' ');
 const T0 = dayAt(10) + 9 * 3_600_000; // 09:00, ten days ahead
 const HOUR = 3_600_000;
+const BYDAY_NAMES = ['SU', 'MO', 'TU', 'WE', 'TH', 'FR', 'SA'];
+
+/** The lease whose booking (a create's admission by its workflow, or a change) fails as an outage would: a fault injected into the host type's reserve. */
+let failReserveOf: string | undefined;
+const hostsWithFault = (pool: Pool) => {
+  const plugin = physicalHostPlugin({ pool, settings: { cleaningMs: 0, randomChoice: false }, cloud: 'calendar-only' });
+  return [{ ...plugin, reserve: (ctx: Parameters<typeof plugin.reserve>[0]) => (ctx.leaseName === failReserveOf ? Promise.reject(ApplicationFailure.nonRetryable('injected: the calendar cannot be reached', 'InjectedOutage')) : plugin.reserve(ctx)) }];
+};
 
 describe('recurring leases', () => {
-  const stack = useTestStack({ withPool: (pool) => [physicalHostPlugin({ pool, settings: { cleaningMs: 0, randomChoice: false }, cloud: 'calendar-only' })], env: { LK_MAX_OCCURRENCES: '12' } }, { beforeStop: async () => deleteAllLeases(admin) });
+  const stack = useTestStack({ withPool: hostsWithFault, env: { LK_MAX_OCCURRENCES: '12' } }, { beforeStop: async () => deleteAllLeases(admin) });
   const admin = apiClient(() => stack().url);
   const alpha = apiClient(() => stack().url, { 'X-Project-Id': 'alpha', 'X-Roles': 'member' });
   const beta = apiClient(() => stack().url, { 'X-Project-Id': 'beta', 'X-Roles': 'member' });
@@ -29,6 +40,7 @@ describe('recurring leases', () => {
     await insertHost(stack().db.pool, { name: 'series-host' });
   });
   afterEach(async () => {
+    failReserveOf = undefined;
     await deleteAllLeases(admin);
     await admin('DELETE', '/v1/projects/alpha/policy');
   });
@@ -150,10 +162,62 @@ describe('recurring leases', () => {
     expect(await alphaLeases()).toEqual([]);
     expect((await series(alpha, 'five', 'FREQ=DAILY;COUNT=5', {}, T0, 1)).status).toBe(201);
   });
+
+  it('starts a weekly series on the first day BYDAY names when start_date is another day: its first lease has that day\'s window', async () => {
+    const twoDaysOn = BYDAY_NAMES[new Date(T0 + 2 * DAY).getUTCDay()];
+    const created = await series(alpha, 'offday', `FREQ=WEEKLY;BYDAY=${twoDaysOn};COUNT=2`);
+    expect(created.status).toBe(201);
+    const windows = (created.body.leases as Array<{ start_date: string; end_date: string }>).map((l) => [l.start_date.slice(0, 16), l.end_date.slice(0, 16)]);
+    expect(windows).toEqual([2, 9].map((d) => [date(T0 + d * DAY).replace(' ', 'T'), date(T0 + d * DAY + 2 * HOUR).replace(' ', 'T')]));
+  });
+
+  it('POST /v1/policy/check with recurrence checks every occurrence: max_leases 5 refuses a series of 6, naming the rule, its figure and the occurrence', async () => {
+    expect((await admin('PUT', '/v1/projects/alpha/policy', { max_leases: 5 })).status).toBe(200);
+    const body = { name: 'checked', start_date: date(T0), end_date: date(T0 + HOUR), reservations: [hostReservation({ min: 1, max: 1 })] };
+    const six = await alpha('POST', '/v1/policy/check', { ...body, recurrence: 'FREQ=DAILY;COUNT=6' });
+    expect(six.status).toBe(200);
+    expect(six.body).toMatchObject({ decision: 'refuse', occurrences: 6, occurrence: { name: 'checked-6', start_date: date(T0 + 5 * DAY) } });
+    expect(six.body.rules).toContainEqual(expect.objectContaining({ rule: 'max_leases', ok: false, limit: 5, value: 5, message: expect.stringContaining('at most 5 lease(s) not yet ended, and has 5') }));
+    expect((await alpha('POST', '/v1/policy/check', { ...body, recurrence: 'FREQ=DAILY;COUNT=5' })).body).toMatchObject({ decision: 'admit', occurrences: 5 });
+    expect(await alphaLeases()).toEqual([]);
+  });
+
+  it('puts a change back when an occurrence fails halfway with an outage (503), partial or not', async () => {
+    const created = await series(alpha, 'failing', 'FREQ=DAILY;COUNT=3');
+    expect(created.status).toBe(201);
+    failReserveOf = 'failing-2';
+    for (const partial of [false, true]) {
+      const failed = await alpha('PUT', `/v1/series/${created.body.series.id}`, { start_time: '13:00', partial });
+      expect([partial, failed.status, failed.body.compensation_failed]).toEqual([partial, 503, undefined]);
+      const shown = await alpha('GET', `/v1/series/${created.body.series.id}`);
+      expect(shown.body.series.occurrences.map((o: { start_date: string }) => o.start_date)).toEqual([0, 1, 2].map((d) => date(T0 + d * DAY)));
+    }
+  });
+
+  it('runs concurrent changes of one series one after the other: the second sees the first and refuses an overlap', async () => {
+    const created = await series(alpha, 'racing', 'FREQ=DAILY;COUNT=2');
+    const id = created.body.series.id;
+    const [, second] = created.body.leases as Array<{ id: string }>;
+    const pool = stack().db.pool;
+    let release!: () => void;
+    const held = withSeriesLock(pool, id, 5_000, () => new Promise<void>((resolve) => (release = resolve)));
+    // Each change alone keeps the occurrences apart (the second at midnight; 16 hours each); both together do not.
+    const changes = [alpha('PUT', `/v1/series/${id}`, { from: second.id, start_time: '00:00' }), alpha('PUT', `/v1/series/${id}`, { duration: 16 * 60 })];
+    // A change that found the series locked: its connection's last query tried the lock.
+    const tried = "SELECT count(*)::int AS n FROM pg_stat_activity WHERE query LIKE 'SELECT pg_try_advisory_lock(hashtext(''leasekeeper:series'')%'";
+    await eventually(async () => ((await pool.query<{ n: number }>(tried)).rows[0].n >= 1 ? true : undefined), 15_000, 50, () => 'the changes did not wait on the series');
+    release();
+    await held;
+    const answers = await Promise.all(changes);
+    expect(answers.map((a) => a.status).sort()).toEqual([200, 400]);
+    expect(answers.find((a) => a.status === 400)!.body.error_message).toMatch(/must not overlap/);
+    const [a, b] = (await alpha('GET', `/v1/series/${id}`)).body.series.occurrences as Array<{ start_date: string; end_date: string }>;
+    expect(a.end_date <= b.start_date).toBe(true);
+  });
 });
 
 describe('recurring leases admitted by their workflows (LK_ADMISSION=workflow): the saga', () => {
-  const stack = useTestStack({ withPool: (pool) => [physicalHostPlugin({ pool, settings: { cleaningMs: 0, randomChoice: false }, cloud: 'calendar-only' })], env: { LK_ADMISSION: 'workflow' } }, { beforeStop: async () => deleteAllLeases(admin) });
+  const stack = useTestStack({ withPool: hostsWithFault, env: { LK_ADMISSION: 'workflow' } }, { beforeStop: async () => deleteAllLeases(admin) });
   const admin = apiClient(() => stack().url);
   const alpha = apiClient(() => stack().url, { 'X-Project-Id': 'alpha', 'X-Roles': 'member' });
   const beta = apiClient(() => stack().url, { 'X-Project-Id': 'beta', 'X-Roles': 'member' });
@@ -172,5 +236,16 @@ describe('recurring leases admitted by their workflows (LK_ADMISSION=workflow): 
     expect(partial.status).toBe(201);
     expect(partial.body.leases.map((l: { name: string }) => l.name)).toEqual(['saga-1', 'saga-2']);
     expect((await alpha('GET', `/v1/series/${partial.body.series.id}`)).body.series.refused).toEqual([expect.objectContaining({ name: 'saga-3', reason: 'capacity' })]);
+  });
+
+  it('makes no series when an occurrence fails with an outage rather than a refusal: the admitted ones are deleted, partial or not', async () => {
+    failReserveOf = 'broken-2';
+    const body = { name: 'broken', start_date: date(T0 + 20 * DAY), end_date: date(T0 + 20 * DAY + HOUR), reservations: [hostReservation({ min: 1, max: 1 })], recurrence: 'FREQ=DAILY;COUNT=3' };
+    for (const partial of [false, true]) {
+      const failed = await alpha('POST', '/v1/leases', { ...body, partial });
+      expect([partial, failed.status, failed.body.compensation_failed]).toEqual([partial, 503, undefined]);
+      expect((await alpha('GET', '/v1/leases')).body.leases.filter((l: { name: string }) => l.name.startsWith('broken'))).toEqual([]);
+    }
+    failReserveOf = undefined;
   });
 });

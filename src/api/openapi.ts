@@ -609,7 +609,7 @@ export function apiOperations(types: ResourceTypes): Operation[] {
     {
       method: 'post', path: '/v1/policy/check', tags: ['usage policy'], summary: 'Would this lease or change be admitted? (extension)',
       description:
-        'A dry run: takes a create\'s body (admins: with `project_id`), or `lease_id` and an update\'s fields, and answers every usage-policy rule in force with its figures (`rules`), whether the lease fits the calendar now (`fits`; null when its types cannot tell), the `decision` a create or update would meet now, and, when refused, what would work instead (`offers`, at most 5). Nothing is booked, no lock is taken, Blazar\'s external filter is not asked. Members check their own project\'s leases only.',
+        'A dry run: takes a create\'s body (admins: with `project_id`), or `lease_id` and an update\'s fields, and answers every usage-policy rule in force with its figures (`rules`; with `recurrence`, for every occurrence, the first refused one answered), whether the lease fits the calendar now (`fits`; null when its types cannot tell), the `decision` a create or update would meet now, and, when refused, what would work instead (`offers`, at most 5). Nothing is booked, no lock is taken, Blazar\'s external filter is not asked. Members check their own project\'s leases only.',
       security: AUTHENTICATED,
       request: { body: { content: { 'application/json': { schema: z.looseObject({ project_id: z.string().optional(), lease_id: z.string().optional() }).describe('a create\'s body, or lease_id and an update\'s fields') } }, required: true } },
       responses: {
@@ -620,6 +620,8 @@ export function apiOperations(types: ResourceTypes): Operation[] {
             fits: z.boolean().nullable(),
             offers: z.array(offer),
             offers_note: z.string().optional(),
+            occurrences: z.number().int().optional().describe('with `recurrence`: how many occurrences the series has (each was checked with the earlier ones counted)'),
+            occurrence: z.strictObject({ name: z.string(), start_date: z.string(), end_date: z.string() }).optional().describe('with `recurrence`: the occurrence the answer is of (the first refused, else the last)'),
           }),
           'each rule with its figures, the fit, and offers when refused',
         ),

@@ -14,7 +14,7 @@ import { z } from 'zod';
 import { applyLeaseUpdate, bookingChanged, isUuid, newLease, type Lease, type LeaseUpdateRequest } from '../domain/lease';
 import { footprintOf } from '../domain/usage';
 import { searchLease } from '../domain/fit-search';
-import { wholeMinuteDown } from '../domain/dates';
+import { formatRequestDate, wholeMinuteDown } from '../domain/dates';
 import { findLease } from '../db/leases';
 import { projectIdSchema } from '../policy/rules';
 import type { RuleEvaluation } from '../domain/usage-policy';
@@ -24,6 +24,7 @@ import { createLeaseSchema, newLeaseRequest, updateLeaseSchema } from './lease-s
 import { changedReservation, refuseAdminOnlyPolicies, updateOffers, type NewLeaseDeps } from './leases';
 import { DEFAULT_OFFER_LIMIT, draftLease, makeOffers, neverFits, type OfferJson } from './offers';
 import { refuseUnknownPropertyKeys } from './property-keys';
+import { occurrenceRequests } from './series';
 
 /** What the check answers. */
 export interface PolicyCheckAnswer {
@@ -58,13 +59,13 @@ export function policyCheckRouter(deps: NewLeaseDeps): Router {
     const identity = viewOf(caller, projectId ?? caller.projectId);
     const body = parseRequest(createSchema, rest);
     refuseAdminOnlyPolicies(identity, 'blazar:leases:post', body.reservations?.map((r) => r.params));
-    const request = newLeaseRequest(deps, identity, body, randomUUID());
-    newLease(request); // Blazar's date rules (400)
+    // A series: every occurrence, each with the earlier ones counted as its admission counts them.
+    const requests = body.recurrence !== undefined ? occurrenceRequests(deps, identity, body, randomUUID()).map((o) => o.request) : [newLeaseRequest(deps, identity, body, randomUUID())];
+    requests.forEach((r) => newLease(r)); // Blazar's date rules (400)
     await refuseUnknownPropertyKeys(deps.types, identity, body.reservations ?? []);
-    const draft = draftLease(deps.types, request);
-    const { evaluations, refusal } = await policy.evaluate(deps.pool, { next: draft, byAdmin: identity.isAdmin });
-    const search = await searchLease(deps.types, identity.projectId, draft.reservations, draft.startMs, draft.endMs - draft.startMs, deps.provisioningLeadMs).catch(neverFits);
-    const fits = search.longestMs >= draft.endMs - draft.startMs;
+    const drafts = requests.map((r) => draftLease(deps.types, r));
+    const { draft, evaluations, refusal, fits } = await checkOccurrences(deps, identity, drafts);
+    const request = requests[drafts.indexOf(draft)];
     const admit = !refusal && fits;
     const found = admit
       ? { offers: [] }
@@ -76,10 +77,27 @@ export function policyCheckRouter(deps: NewLeaseDeps): Router {
           minDurationMs: draft.endMs - draft.startMs,
           limit: DEFAULT_OFFER_LIMIT,
         });
-    res.json(answer(identity, admit, evaluations, fits, found));
+    res.json({ ...answer(identity, admit, evaluations, fits, found), ...(body.recurrence !== undefined ? { occurrences: drafts.length, occurrence: { name: draft.name, start_date: formatRequestDate(draft.startMs), end_date: formatRequestDate(draft.endMs) } } : {}) });
   });
 
   return router;
+}
+
+/**
+ * The leases of a create checked one after another (one, or a series's occurrences, each with the
+ * earlier ones counted): the first the policy refuses or the calendar has no room for, with its
+ * figures, else the last (whose figures count them all).
+ */
+async function checkOccurrences(deps: NewLeaseDeps, identity: Identity, drafts: Lease[]) {
+  const policy = deps.offers!.usagePolicy!;
+  let checked: { draft: Lease; evaluations: RuleEvaluation[]; refusal?: unknown; fits: boolean } | undefined;
+  for (const [i, draft] of drafts.entries()) {
+    const { evaluations, refusal } = await policy.evaluate(deps.pool, { next: draft, byAdmin: identity.isAdmin }, drafts.slice(0, i));
+    const search = await searchLease(deps.types, identity.projectId, draft.reservations, draft.startMs, draft.endMs - draft.startMs, deps.provisioningLeadMs).catch(neverFits);
+    checked = { draft, evaluations, refusal, fits: search.longestMs >= draft.endMs - draft.startMs };
+    if (refusal || !checked.fits) break;
+  }
+  return checked!;
 }
 
 /** The dry run of a change to `current` (a PUT's body). */

@@ -70,3 +70,39 @@ export async function seriesGapsInWindow(db: Queryable, projectId: string | unde
   );
   return rows.map((r) => ({ id: r.id, name: r.name, gaps: r.refused.filter((g) => g.startMs < toMs && g.endMs > fromMs) }));
 }
+
+/** Pauses between tries of a series's lock: from the first to the last, doubling. */
+const LOCK_RETRY_MS = { first: 20, last: 500 };
+
+/**
+ * Runs `use` holding the series's lock, so that the changes and deletes of one series run one after
+ * another (each reads the occurrences, checks them and changes them one by one over seconds, so a
+ * transaction's lock cannot span it: a session's advisory lock on one pooled connection, held for
+ * `use`). A waiter holds no connection: it tries again, pausing, for at most `waitMs`; then false,
+ * without running `use`.
+ */
+export async function withSeriesLock<T>(pool: Pool, seriesId: string, waitMs: number, use: () => Promise<T>): Promise<{ ran: true; value: T } | { ran: false }> {
+  const deadline = Date.now() + waitMs;
+  for (let pause = LOCK_RETRY_MS.first; ; pause = Math.min(pause * 2, LOCK_RETRY_MS.last)) {
+    const client = await pool.connect();
+    let held = false;
+    let broken: Error | undefined;
+    try {
+      const { rows } = await client.query<{ held: boolean }>("SELECT pg_try_advisory_lock(hashtext('leasekeeper:series'), hashtext($1)) AS held", [seriesId]);
+      held = rows[0].held;
+      if (held) {
+        try {
+          return { ran: true, value: await use() };
+        } finally {
+          await client.query("SELECT pg_advisory_unlock(hashtext('leasekeeper:series'), hashtext($1))", [seriesId]).catch((err: Error) => {
+            broken = err; // a connection that may still hold the lock never goes back to the pool
+          });
+        }
+      }
+    } finally {
+      client.release(broken);
+    }
+    if (Date.now() + pause > deadline) return { ran: false };
+    await new Promise((resolve) => setTimeout(resolve, pause));
+  }
+}

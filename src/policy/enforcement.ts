@@ -169,10 +169,12 @@ export class UsagePolicyEnforcer {
 
   /**
    * Every rule in force evaluated on the change, with its figures (`POST /v1/policy/check`): the
-   * same reads as wouldRefuse, no lock, nothing recorded.
+   * same reads as wouldRefuse, no lock, nothing recorded. `earlier`: leases counted as if recorded
+   * beside the project's (a series's earlier occurrences, as its admission counts them).
    */
-  async evaluate(db: Pool | PoolClient, subject: { next: Lease; previous?: Lease; byAdmin: boolean }): Promise<{ evaluations: RuleEvaluation[]; refusal?: PolicyRefusal }> {
-    const { policy, full, ledger } = await this.ledgerOf(db, subject);
+  async evaluate(db: Pool | PoolClient, subject: { next: Lease; previous?: Lease; byAdmin: boolean }, earlier: Lease[] = []): Promise<{ evaluations: RuleEvaluation[]; refusal?: PolicyRefusal }> {
+    const { policy, full, ledger: recorded } = await this.ledgerOf(db, subject);
+    const ledger = { ...recorded, others: [...recorded.others, ...earlier.map((lease) => ({ lease }))], liveLeases: recorded.liveLeases + earlier.length };
     return policyEvaluation(policy, full, ledger);
   }
 
