@@ -99,7 +99,13 @@ export abstract class WholeResourceCalendar<Resource extends { id: string }, Boo
     const candidates = resources.filter((r) => requests.some((request) => request.matches(r.id)));
     // The bookings of the next weeks first: a year of them costs far more to read and sort than most searches need.
     const nearUntil = start + Math.max(NEAR_SEARCH_MS, NEAR_SEARCH_DURATIONS * durationMs);
-    return wholeResourceFitNearFirst((until) => this.snapshot(this.pool, candidates, start, until, leadMs, true), requests, start, durationMs, nearUntil, limits);
+    const read = (until: number | null) => this.snapshot(this.pool, candidates, start, until, leadMs, true);
+    const reads = limits?.reads;
+    // Within one request (offers), a read of a wider window answers for this one (SearchReads).
+    const snapshot = !reads
+      ? read
+      : (until: number | null) => reads.read(`${this.nouns}:${leadMs}:${candidates.map((c) => c.id).join(',')}`, start, until, () => read(until), (wider) => narrowSnapshot(wider, start, until));
+    return wholeResourceFitNearFirst(snapshot, requests, start, durationMs, nearUntil, limits);
   }
 
   /**
@@ -213,4 +219,13 @@ export abstract class WholeResourceCalendar<Resource extends { id: string }, Boo
       await this.insertOne(client, { resourceId, reservationId, leaseId: ctx.leaseId, projectId: ctx.projectId, fromMs: from, endMs: ctx.endMs, leadMs, unbounded: unbounded.has(reservationId), bookingKey: key });
     }
   }
+}
+
+/**
+ * The intervals of a snapshot that a read of [start, until) would have returned (the snapshot's
+ * are shifted by the lead, and the cleaning gap after them is already in their ends).
+ */
+function narrowSnapshot(wider: CalendarSnapshot, start: number, until: number | null): CalendarSnapshot {
+  const end = until ?? Infinity;
+  return { ...wider, blocked: wider.blocked.filter((b) => b.end > start && b.start < end + wider.cleaningMs) };
 }
