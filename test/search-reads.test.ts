@@ -14,7 +14,7 @@ const start = Date.UTC(2099, 0, 1, 10);
 describe('reads shared by the searches of one request', () => {
   it('hands every search of one request the same reads, and another request its own', async () => {
     const seen: Array<SearchReads | undefined> = [];
-    const search = (_reservations: Reservation[], from: number, durationMs: number, limits: FitLimits) => {
+    const search = (_reservations: Reservation[], from: number, _durationMs: number, limits: FitLimits) => {
       seen.push(limits.reads);
       // Busy for the first day, free after: `later` offers, one search each.
       return Promise.resolve({ earliest: Math.max(from, start + 1440 * MIN), longestMs: 0, cutShort: false, tried: 1 });

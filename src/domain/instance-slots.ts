@@ -163,28 +163,39 @@ export class SlotFreeIndex {
 
   /** Per host (in the calendar's order): its free slots over [from, to), as freeSlots answers. */
   free(from: number, to: number): number[] {
-    const blockedUntil = to + this.calendar.cleaningMs;
-    return this.perHost.map(({ host, times, peaks, blockStarts, blockEndsSoFar }) => {
-      const blocks = countBelow(blockStarts, blockedUntil);
-      if (blocks > 0 && blockEndsSoFar[blocks - 1] > from) return 0;
-      // The steps overlapping [from, to): from the one holding `from` to the last beginning before `to`.
-      const first = countAtOrBelow(times, from) - 1;
-      const last = Math.max(first, countBelow(times, to) - 1);
-      let free = Infinity;
-      this.classes.forEach((resourceClass, j) => {
-        const peak = rangeMax(peaks[j], first, last);
-        free = Math.min(free, Math.max(0, Math.floor(((host.capacity[resourceClass] ?? 0) - Math.max(0, peak)) / this.slot[resourceClass])));
-      });
-      return free === Infinity ? 0 : free;
-    });
+    return this.perHost.map((_, i) => this.freeOn(i, from, to));
   }
 
   /** Whether the request's slots fit over [from, to) (placeSlots with nothing held or fixed finds a place exactly then). */
   fits(request: SlotRequest, from: number, to: number): boolean {
-    const free = this.free(from, to);
-    if (request.affinity === true) return free.some((n) => n >= request.amount);
-    if (request.affinity === false) return free.filter((n) => n >= 1).length >= request.amount;
-    return free.reduce((sum, n) => sum + n, 0) >= request.amount;
+    // Counted host by host, stopping as soon as the answer is known: a search asks this thousands of times.
+    let found = 0;
+    for (let i = 0; i < this.perHost.length; i++) {
+      const free = this.freeOn(i, from, to);
+      if (request.affinity === true) {
+        if (free >= request.amount) return true;
+      } else {
+        found += request.affinity === false ? Math.min(free, 1) : free;
+        if (found >= request.amount) return true;
+      }
+    }
+    return request.affinity !== true && found >= request.amount;
+  }
+
+  private freeOn(i: number, from: number, to: number): number {
+    const { host, times, peaks, blockStarts, blockEndsSoFar } = this.perHost[i];
+    const blocks = countBelow(blockStarts, to + this.calendar.cleaningMs);
+    if (blocks > 0 && blockEndsSoFar[blocks - 1] > from) return 0;
+    // The steps overlapping [from, to): from the one holding `from` to the last beginning before `to`.
+    const first = countAtOrBelow(times, from) - 1;
+    const last = Math.max(first, countBelow(times, to) - 1);
+    let free = Infinity;
+    for (let j = 0; j < this.classes.length; j++) {
+      const resourceClass = this.classes[j];
+      const peak = rangeMax(peaks[j], first, last);
+      free = Math.min(free, Math.max(0, Math.floor(((host.capacity[resourceClass] ?? 0) - Math.max(0, peak)) / this.slot[resourceClass])));
+    }
+    return free === Infinity ? 0 : free;
   }
 }
 
