@@ -8,7 +8,7 @@
  */
 import fc from 'fast-check';
 import type { Blocked, CalendarSnapshot, HostRequest } from '../src/domain/host-calendar';
-import { longestSlots, placeSlots, type SlotCalendar, type SlotRequest } from '../src/domain/instance-slots';
+import { freeSlots, longestSlots, placeSlots, SlotFreeIndex, type SlotCalendar, type SlotRequest } from '../src/domain/instance-slots';
 import { wholeResourceFit, wholeResourceFitNearFirst } from '../src/resources/shared/booking';
 import { slotFit, slotFitNearFirst } from '../src/resources/virtual-instance/calendar';
 
@@ -167,6 +167,39 @@ describe('whole-resource search, near bookings first', () => {
         expect(longestSlots(request, calendar, from)).toBe(walked);
       }),
       { numRuns: 500 },
+    );
+  });
+
+  it('counts free slots and fits from its index as freeSlots and placeSlots do over every window', () => {
+    const indexScenario = fc.record({
+      hosts: fc.array(fc.record({ vcpus: fc.constantFrom(4, 8), memory: fc.constantFrom(4096, 8192) }), { minLength: 1, maxLength: 3 }),
+      slots: fc.array(fc.record({ host: fc.nat(2), startH: fc.nat(100), hours: fc.integer({ min: 0, max: 48 }), forGood: fc.nat(9).map((n) => n === 0), vcpus: fc.constantFrom(1, 2, 4), memory: fc.constantFrom(0, 1024, 4096) }), { maxLength: 30 }),
+      wholeHost: fc.array(fc.record({ host: fc.nat(2), startH: fc.nat(100), hours: fc.integer({ min: 1, max: 24 }) }), { maxLength: 3 }),
+      cleaningMinutes: fc.constantFrom(0, 30),
+      request: fc.record({ vcpus: fc.constantFrom(0, 1, 2, 4), memory: fc.constantFrom(0, 1024, 2048), amount: fc.integer({ min: 0, max: 6 }), affinity: fc.constantFrom(null, true, false) }),
+      windows: fc.array(fc.record({ fromH: fc.nat(120), fromMin: fc.constantFrom(0, 30), hours: fc.nat(60), minutes: fc.constantFrom(0, 1, 30) }), { minLength: 1, maxLength: 10 }),
+    });
+    fc.assert(
+      fc.property(indexScenario, (s) => {
+        const hosts = s.hosts.map((h, i) => ({ id: String(i + 1), capacity: { VCPU: h.vcpus, MEMORY_MB: h.memory } }));
+        const hostOf = (n: number) => String((n % hosts.length) + 1);
+        const calendar: SlotCalendar = {
+          hosts,
+          slots: s.slots.map((b) => ({ providerId: hostOf(b.host), start: T0 + b.startH * H, end: b.forGood ? Infinity : T0 + (b.startH + b.hours) * H, amounts: { VCPU: b.vcpus, MEMORY_MB: b.memory } })),
+          wholeHost: s.wholeHost.map((b) => ({ hostId: hostOf(b.host), start: T0 + b.startH * H, end: T0 + (b.startH + b.hours) * H })),
+          cleaningMs: s.cleaningMinutes * MIN,
+        };
+        const request: SlotRequest = { slot: { VCPU: s.request.vcpus, MEMORY_MB: s.request.memory }, amount: s.request.amount, affinity: s.request.affinity };
+        const index = new SlotFreeIndex(calendar, request.slot);
+        for (const w of s.windows) {
+          const from = T0 + w.fromH * H + w.fromMin * MIN;
+          const to = from + w.hours * H + w.minutes * MIN;
+          if (to <= from) continue;
+          expect(index.free(from, to)).toEqual(hosts.map((host) => freeSlots(host, calendar, request.slot, from, to)));
+          expect(index.fits(request, from, to)).toBe(placeSlots(request, calendar, from, to) !== undefined);
+        }
+      }),
+      { numRuns: 1000 },
     );
   });
 });

@@ -2,6 +2,7 @@
  * The instance-slot decisions (pure): free slots per host under capacity and host leases, packing,
  * affinity, fixed slots of an active reservation, and the earliest / longest fit.
  */
+import { slotFit } from '../src/resources/virtual-instance/calendar';
 import { canEverPlace, freeSlots, longestSlots, placeSlots, searchEarliestSlots, type SlotCalendar } from '../src/domain/instance-slots';
 
 const H = 3_600_000;
@@ -52,5 +53,19 @@ describe('instance slots', () => {
     expect(longestSlots({ ...request, amount: 1 }, calendar, 0)).toBe(10 * H);
     expect(longestSlots(request, calendar, 12 * H)).toBe(Infinity);
     expect(searchEarliestSlots(request, calendar, 0, 2 * H, { ...limits, workBudget: 0 })).toMatchObject({ earliest: undefined, cutShort: true });
+  });
+
+  it('finds a fit thousands of instants later on a busy calendar within the slot search budget (bench:offers: 10 000 slot bookings on 40 hosts)', () => {
+    // 40 full hosts, each booked back to back by the hour from its own minute on: 20 of them for
+    // 100 hours, the others for 400 (10 000 bookings, each ending at its own instant). The first
+    // instance fits once one of the 20 frees, ~4 000 instants from the start.
+    const MIN = 60_000;
+    const hosts = Array.from({ length: 40 }, (_, i) => host(String(i + 1)));
+    const slots = hosts.flatMap((h, i) => Array.from({ length: i < 20 ? 100 : 400 }, (_, k) => ({ providerId: h.id, start: k * H + i * MIN, end: (k + 1) * H + i * MIN, amounts: { VCPU: 8, MEMORY_MB: 0, DISK_GB: 0 } })));
+    const busy: SlotCalendar = { hosts, slots, wholeHost: [], cleaningMs: 0 };
+    const fit = slotFit({ slot: SLOT, amount: 1, affinity: null }, busy, 0, 2 * H, 0);
+    expect(fit.cutShort).toBe(false);
+    expect(fit.earliest).toBe(100 * H);
+    expect(fit.tried).toBeGreaterThan(3_000);
   });
 });

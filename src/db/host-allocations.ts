@@ -86,16 +86,33 @@ export async function nextBookingsOfOthers(db: Queryable, reservationId: string)
  * every host, or only of `hostIds` (a query about a few hosts reads only theirs: the window's
  * bookings of 1 000 hosts cost tens of ms): bookings, and maintenance windows (which block shared
  * bookings too; read from their store; left out with `withMaintenance: false`).
+ *
+ * With `mergeGapsBelowMs`, a host's bookings separated by less than that are answered as one
+ * interval (window functions over its bookings by start): no window that long fits between them,
+ * so a search for the earliest such window answers the same, from far fewer rows when the fit lies
+ * months ahead. Not for the longest fit from a start (that may begin inside a short gap).
  */
-export async function blockedIntervals(db: Queryable, window: { fromMs: number; toMs: number | null; cleaningMs: number; hostIds?: string[]; wholeHostOnly?: boolean; withMaintenance?: boolean }): Promise<BlockedRow[]> {
-  const { rows } = await db.query<BlockedRow>(
-    `SELECT host_id::text, (extract(epoch FROM lower(blocks)) * 1000)::float8 AS start_ms,
-            COALESCE((extract(epoch FROM upper(blocks)) * 1000)::float8, 'Infinity') AS end_ms
+export async function blockedIntervals(
+  db: Queryable,
+  window: { fromMs: number; toMs: number | null; cleaningMs: number; hostIds?: string[]; wholeHostOnly?: boolean; withMaintenance?: boolean; mergeGapsBelowMs?: number },
+): Promise<BlockedRow[]> {
+  const overlapping = `SELECT host_id, lower(blocks) AS starts, COALESCE(upper(blocks), 'infinity') AS ends
      FROM host_allocations
      WHERE blocks && tstzrange(to_timestamp($1 / 1000.0), to_timestamp($2::numeric / 1000.0) + $3 * interval '1 millisecond')
-       AND ($4::bigint[] IS NULL OR host_id = ANY($4::bigint[])) AND NOT ($5 AND shared)`,
-    [window.fromMs, window.toMs, window.cleaningMs, window.hostIds ?? null, window.wholeHostOnly ?? false],
-  );
+       AND ($4::bigint[] IS NULL OR host_id = ANY($4::bigint[])) AND NOT ($5 AND shared)`;
+  const params = [window.fromMs, window.toMs, window.cleaningMs, window.hostIds ?? null, window.wholeHostOnly ?? false];
+  const asMs = (column: string) => `CASE WHEN isfinite(${column}) THEN (extract(epoch FROM ${column}) * 1000)::float8 ELSE 'Infinity' END`;
+  const { rows } =
+    window.mergeGapsBelowMs === undefined
+      ? await db.query<BlockedRow>(`SELECT host_id::text, ${asMs('starts')} AS start_ms, ${asMs('ends')} AS end_ms FROM (${overlapping}) b`, params)
+      : await db.query<BlockedRow>(
+          // A group begins where a booking starts at least the gap after every earlier one of its host ended.
+          `WITH b AS (${overlapping}),
+                ended AS (SELECT host_id, starts, ends, max(ends) OVER (PARTITION BY host_id ORDER BY starts, ends ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS ended_before FROM b),
+                grouped AS (SELECT host_id, starts, ends, count(*) FILTER (WHERE ended_before IS NULL OR starts - ended_before >= $6 * interval '1 millisecond') OVER (PARTITION BY host_id ORDER BY starts, ends ROWS UNBOUNDED PRECEDING) AS grp FROM ended)
+           SELECT host_id::text, ${asMs('min(starts)')} AS start_ms, ${asMs('max(ends)')} AS end_ms FROM grouped GROUP BY host_id, grp`,
+          [...params, window.mergeGapsBelowMs],
+        );
   return window.withMaintenance === false ? rows : [...rows, ...(await maintenanceBlocks(db, window))];
 }
 

@@ -14,6 +14,7 @@
 import { wholeMinuteDown } from './dates';
 import type { Reservation } from './lease';
 import type { FitLimits, FitSearch } from './resource-plugin';
+import { SearchReads } from './search-reads';
 
 export type OfferKind = 'exact' | 'later' | 'shorter' | 'fewer' | 'extension';
 export const OFFER_KIND_ORDER: readonly OfferKind[] = ['exact', 'later', 'shorter', 'fewer', 'extension'];
@@ -78,10 +79,12 @@ export async function planOffers(query: OfferQuery, search: LeaseSearch): Promis
   const { startMs, durationMs, endBeforeMs = Infinity } = query;
   let searches = 0;
   let cutShort = false;
+  // The searches look at the same calendars over overlapping windows: each window is read once.
+  const reads = new SearchReads();
   // A later start is one within the range (`end_before`); fewer are searched from the asked start only.
   const run = async (reservations: Reservation[], from: number, earliestUntilMs = endBeforeMs - durationMs): Promise<FitSearch> => {
     searches++;
-    const found = await search(reservations, from, durationMs, { longestUpToMs: durationMs, ...(Number.isFinite(earliestUntilMs) ? { earliestUntilMs } : {}) });
+    const found = await search(reservations, from, durationMs, { longestUpToMs: durationMs, reads, ...(Number.isFinite(earliestUntilMs) ? { earliestUntilMs } : {}) });
     cutShort ||= found.cutShort;
     return found;
   };

@@ -11,6 +11,7 @@
  *   and must be idempotent, keyed by the reservation id. Only `reserve` and `end` are required.
  * - `HostWatch`, what the host monitor needs of the type that enrols compute hosts.
  */
+import type { SearchReads } from './search-reads';
 import type { PoolClient } from 'pg';
 import type { z } from 'zod';
 import type { HostObservation, HostStateChange } from './host-health';
@@ -145,6 +146,8 @@ export interface FitLimits {
   longestUpToMs?: number;
   /** The latest start that matters: with none up to it, `earliest` may be undefined (not `cutShort`) rather than later. */
   earliestUntilMs?: number;
+  /** Reads shared by the searches of one request (offers): a calendar reads a window once. */
+  reads?: SearchReads;
 }
 
 /**

@@ -331,8 +331,8 @@ export class HostCalendar extends WholeResourceCalendar<HostRecord, BookedHost[]
     return assignHosts(requests, freeHosts(calendar, ctx.startMs, ctx.endMs), window.hostIds) ? 'maintenance' : undefined;
   }
 
-  protected async blocked(db: Pool | PoolClient, window: { fromMs: number; toMs: number | null; ids: string[]; onlyTheseIds: boolean }): Promise<BlockedInterval[]> {
-    const rows = await blockedIntervals(db, { fromMs: window.fromMs, toMs: window.toMs, cleaningMs: this.cleaningMs, hostIds: window.onlyTheseIds ? window.ids : undefined });
+  protected async blocked(db: Pool | PoolClient, window: { fromMs: number; toMs: number | null; ids: string[]; onlyTheseIds: boolean; mergeGapsBelowMs?: number }): Promise<BlockedInterval[]> {
+    const rows = await blockedIntervals(db, { fromMs: window.fromMs, toMs: window.toMs, cleaningMs: this.cleaningMs, hostIds: window.onlyTheseIds ? window.ids : undefined, mergeGapsBelowMs: window.mergeGapsBelowMs });
     return rows.map((r) => ({ resourceId: r.host_id, start_ms: r.start_ms, end_ms: r.end_ms }));
   }
 

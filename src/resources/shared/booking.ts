@@ -151,7 +151,8 @@ export function wholeResourceFit(requests: HostRequest[], future: CalendarSnapsh
  * most searches; then, only when the answer lies further (no fit that early, or the lease fits
  * from `start` past it), the bookings up to what the caller needs (everything, unless `limits`
  * say), the earliest start searched on from where the first step stopped, within what is left of
- * the budget. The answer is the one-step answer within `limits` (FitLimits).
+ * the budget. The answer is the one-step answer within `limits` (FitLimits). `earliestSnapshot`
+ * reads the rest when only the earliest fit needs it (it may merge gaps too short for the lease).
  */
 export async function wholeResourceFitNearFirst(
   snapshot: (untilMs: number | null) => Promise<CalendarSnapshot>,
@@ -160,6 +161,7 @@ export async function wholeResourceFitNearFirst(
   durationMs: number,
   nearUntil: number,
   limits: FitLimits = {},
+  earliestSnapshot = snapshot,
 ): Promise<FitSearch> {
   const longestUpTo = limits.longestUpToMs ?? Infinity;
   const earliestUntil = limits.earliestUntilMs ?? Infinity;
@@ -177,7 +179,8 @@ export async function wholeResourceFitNearFirst(
   const resumeAt = nearEarliest.beyondKnown && nearEarliest.beyondKnown.resumeAt <= earliestUntil ? nearEarliest.beyondKnown.resumeAt : undefined;
   if (resumeAt === undefined && nearLongest !== undefined) return fit(nearEarliest, nearLongest);
   const restUntil = neededUntil === Infinity ? null : neededUntil;
-  const future = await snapshot(restUntil);
+  // With the longest known, the rest is read for the earliest fit alone (`earliestSnapshot`: maybe with short gaps merged).
+  const future = await (nearLongest === undefined ? snapshot : earliestSnapshot)(restUntil);
   const longestMs = nearLongest ?? (restUntil === null ? longestFit(requests, future, start) : longestWithin(future, restUntil)!);
   if (resumeAt === undefined) return fit(nearEarliest, longestMs);
   const further = searchEarliestFit(requests, future, resumeAt, durationMs, { align: wholeMinuteUp, workBudget: Math.max(0, SEARCH_WORK_BUDGET - nearEarliest.work), knownUntil: restUntil ?? Infinity });

@@ -69,8 +69,12 @@ export abstract class WholeResourceCalendar<Resource extends { id: string }, Boo
 
   /** For a search: the reservable resources, and the requests of the lease's reservations of this type over them. */
   protected abstract searchRequests(reservations: Reservation[]): Promise<{ resources: Resource[]; requests: HostRequest[] }>;
-  /** The blocked intervals overlapping [fromMs, toMs + cleaning) of `ids`, or of every resource when `onlyTheseIds` is false and the store allows. */
-  protected abstract blocked(db: Pool | PoolClient, window: { fromMs: number; toMs: number | null; ids: string[]; onlyTheseIds: boolean }): Promise<BlockedInterval[]>;
+  /**
+   * The blocked intervals overlapping [fromMs, toMs + cleaning) of `ids`, or of every resource when
+   * `onlyTheseIds` is false and the store allows; a store may answer a resource's intervals
+   * separated by less than `mergeGapsBelowMs` as one (only an earliest-fit search asks).
+   */
+  protected abstract blocked(db: Pool | PoolClient, window: { fromMs: number; toMs: number | null; ids: string[]; onlyTheseIds: boolean; mergeGapsBelowMs?: number }): Promise<BlockedInterval[]>;
   protected abstract insertOne(client: PoolClient, booking: NewWholeResourceBooking): Promise<void>;
   /** The one order every transaction takes resources in: two that want the same ones queue instead of deadlocking. */
   protected abstract compareIds(a: string, b: string): number;
@@ -99,7 +103,15 @@ export abstract class WholeResourceCalendar<Resource extends { id: string }, Boo
     const candidates = resources.filter((r) => requests.some((request) => request.matches(r.id)));
     // The bookings of the next weeks first: a year of them costs far more to read and sort than most searches need.
     const nearUntil = start + Math.max(NEAR_SEARCH_MS, NEAR_SEARCH_DURATIONS * durationMs);
-    return wholeResourceFitNearFirst((until) => this.snapshot(this.pool, candidates, start, until, leadMs, true), requests, start, durationMs, nearUntil, limits);
+    // For the earliest fit alone, gaps too short for the lease (its cleaning and lead included) may come merged.
+    const gapsBelow = durationMs + this.cleaningMs + leadMs;
+    const read = (until: number | null, merged: boolean) => this.snapshot(this.pool, candidates, start, until, leadMs, true, merged ? gapsBelow : undefined);
+    const reads = limits?.reads;
+    const key = (merged: boolean) => `${this.nouns}:${leadMs}:${merged ? gapsBelow : 'all'}:${candidates.map((c) => c.id).join(',')}`;
+    // Within one request (offers), a read of a wider window answers for this one (SearchReads).
+    const snapshot = (merged: boolean) => (until: number | null) =>
+      reads ? reads.read(key(merged), start, until, () => read(until, merged), (wider) => narrowSnapshot(wider, start, until)) : read(until, merged);
+    return wholeResourceFitNearFirst(snapshot(false), requests, start, durationMs, nearUntil, limits, snapshot(true));
   }
 
   /**
@@ -108,9 +120,9 @@ export abstract class WholeResourceCalendar<Resource extends { id: string }, Boo
    * it grows by the lead, so the pure calendar functions (which know only a gap after bookings)
    * answer for the lead too: a new lease must begin its lead time after a booking's blocked end.
    */
-  async snapshot(db: Pool | PoolClient, resources: Resource[], start: number, end: number | null, leadMs: number, onlyTheseResources = false): Promise<CalendarSnapshot> {
+  async snapshot(db: Pool | PoolClient, resources: Resource[], start: number, end: number | null, leadMs: number, onlyTheseResources = false, mergeGapsBelowMs?: number): Promise<CalendarSnapshot> {
     const ids = resources.map((r) => r.id);
-    const rows = await this.blocked(db, { fromMs: start - leadMs, toMs: end, ids, onlyTheseIds: onlyTheseResources });
+    const rows = await this.blocked(db, { fromMs: start - leadMs, toMs: end, ids, onlyTheseIds: onlyTheseResources, ...(mergeGapsBelowMs !== undefined ? { mergeGapsBelowMs } : {}) });
     return this.shiftedByLead(ids, rows, leadMs);
   }
 
@@ -213,4 +225,13 @@ export abstract class WholeResourceCalendar<Resource extends { id: string }, Boo
       await this.insertOne(client, { resourceId, reservationId, leaseId: ctx.leaseId, projectId: ctx.projectId, fromMs: from, endMs: ctx.endMs, leadMs, unbounded: unbounded.has(reservationId), bookingKey: key });
     }
   }
+}
+
+/**
+ * The intervals of a snapshot that a read of [start, until) would have returned (the snapshot's
+ * are shifted by the lead, and the cleaning gap after them is already in their ends).
+ */
+function narrowSnapshot(wider: CalendarSnapshot, start: number, until: number | null): CalendarSnapshot {
+  const end = until ?? Infinity;
+  return { ...wider, blocked: wider.blocked.filter((b) => b.end > start && b.start < end + wider.cleaningMs) };
 }
