@@ -214,4 +214,33 @@ describe('lease approval', () => {
     expect(denial.body.payload).toMatchObject({ status: 'TERMINATED', approval_rule: 'approval.always', outcome: 'denied', answer_reason: 'not this week' });
     expect((await as('appr-g')('DELETE', `/v1/leases/${id}`)).status).toBe(204);
   });
+
+  const dryRun = (project: string) => (body: Record<string, unknown>) => as(project)('POST', '/v1/policy/check', { name: 'dry', ...window(13), ...body });
+
+  it('POST /v1/policy/check says a lease would wait for approval (which rule, its timeout), per occurrence of a series and for a change; below the rule, admit', async () => {
+    await setPolicy('appr-check', { approval: [{ hosts_over: 1, timeout: 30, on_timeout: 'approve' }] });
+    const check = dryRun('appr-check');
+    expect((await check({ reservations: hosts(1) })).body).toMatchObject({ decision: 'admit' });
+    expect((await check({ reservations: hosts(1) })).body.approval).toBeUndefined();
+
+    const waits = await check({ reservations: hosts(2) });
+    expect(waits.status).toBe(200);
+    expect(waits.body).toMatchObject({ decision: 'approval', fits: true, approval: { kind: 'rule', rule: 'approval.hosts_over', timeout_minutes: 30, on_timeout: 'approve' } });
+    expect(waits.body.exception).toBeUndefined();
+    const series = await check({ reservations: hosts(2), recurrence: 'FREQ=DAILY;COUNT=2' });
+    expect(series.body).toMatchObject({ decision: 'approval', occurrences: 2, approval: { rule: 'approval.hosts_over', occurrences: 2 } });
+    const lease = (await as('appr-check')('POST', '/v1/leases', { name: 'one', ...window(15), reservations: hosts(1) })).body.lease;
+    expect((await as('appr-check')('POST', '/v1/policy/check', { lease_id: lease.id, reservations: [{ id: lease.reservations[0].id, min: 2, max: 2 }] })).body).toMatchObject({ decision: 'approval', approval: { rule: 'approval.hosts_over' } });
+    expect((await asAdmin('GET', '/v1/leases?status=PENDING_APPROVAL')).body.leases.filter((l: { project_id: string }) => l.project_id === 'appr-check')).toEqual([]); // nothing recorded
+    expect((await as('appr-check')('DELETE', `/v1/leases/${lease.id}`)).status).toBe(204);
+  });
+
+  it('POST /v1/policy/check answers a refusal sent with a justification as an exception waiting for approval (the external filter is not asked)', async () => {
+    await setPolicy('appr-check-x', { max_hosts: 1, exception_timeout: 90 });
+    const check = dryRun('appr-check-x');
+    expect((await check({ reservations: hosts(2) })).body).toMatchObject({ decision: 'refuse' });
+    const exception = await check({ reservations: hosts(2), justification: 'paper deadline' });
+    expect(exception.status).toBe(200);
+    expect(exception.body).toMatchObject({ decision: 'approval', approval: { kind: 'exception', rule: 'max_hosts', timeout_minutes: 90, on_timeout: 'deny' }, exception: { rule: 'max_hosts', message: expect.stringMatching(/^Usage policy: max_hosts:/) }, offers: [] });
+  });
 });

@@ -609,17 +609,29 @@ export function apiOperations(types: ResourceTypes): Operation[] {
     {
       method: 'post', path: '/v1/policy/check', tags: ['usage policy'], summary: 'Would this lease or change be admitted? (extension)',
       description:
-        'A dry run: takes a create\'s body (admins: with `project_id`), or `lease_id` and an update\'s fields, and answers every usage-policy rule in force with its figures (`rules`; with `recurrence`, for every occurrence, the first refused one answered), whether the lease fits the calendar now (`fits`; null when its types cannot tell), the `decision` a create or update would meet now, and, when refused, what would work instead (`offers`, at most 5). Nothing is booked, no lock is taken, Blazar\'s external filter is not asked. Members check their own project\'s leases only.',
+        'A dry run: takes a create\'s body (admins: with `project_id`), or `lease_id` and an update\'s fields, and answers every usage-policy rule in force with its figures (`rules`; with `recurrence`, for every occurrence, the first refused one answered), whether the lease fits the calendar now (`fits`; null when its types cannot tell), the `decision` a create or update would meet now, and, when refused, what would work instead (`offers`, at most 5). `decision` is `approval` when the lease would be admitted but recorded PENDING_APPROVAL: an approval rule names it (`approval`: the rule, its timeout and what the timeout decides; with `recurrence`, how many occurrences would wait), or a rule of the policy refuses it and the body carries `justification` (`exception`: the refusing rule and its message); decided as admission decides it. Nothing is booked, no lock is taken, Blazar\'s external filter is not asked. Members check their own project\'s leases only.',
       security: AUTHENTICATED,
       request: { body: { content: { 'application/json': { schema: z.looseObject({ project_id: z.string().optional(), lease_id: z.string().optional() }).describe('a create\'s body, or lease_id and an update\'s fields') } }, required: true } },
       responses: {
         200: json(
           z.strictObject({
-            decision: z.enum(['admit', 'refuse']),
+            decision: z.enum(['admit', 'approval', 'refuse']),
             rules: z.array(z.strictObject({ rule: z.string(), ok: z.boolean(), limit: z.union([z.number(), z.string()]).nullable(), value: z.union([z.number(), z.string()]).nullable(), message: z.string() })),
             fits: z.boolean().nullable(),
             offers: z.array(offer),
             offers_note: z.string().optional(),
+            approval: z
+              .strictObject({
+                kind: z.enum(['rule', 'exception']),
+                rule: z.string().describe('the approval rule\'s condition (`approval.hosts_over`…), or for an exception the refusing rule'),
+                reason: z.string(),
+                timeout_minutes: z.number().describe('how long an admin has to answer'),
+                on_timeout: z.enum(['deny', 'approve']).describe('what the timeout decides'),
+                occurrences: z.number().int().optional().describe('with `recurrence`: how many occurrences would wait (the fields above are the first\'s)'),
+              })
+              .optional()
+              .describe('with decision `approval`: what the lease would wait for'),
+            exception: z.strictObject({ rule: z.string(), message: z.string() }).optional().describe('with decision `approval` and `justification`: the refusal the exception would be asked for'),
             occurrences: z.number().int().optional().describe('with `recurrence`: how many occurrences the series has (each was checked with the earlier ones counted)'),
             occurrence: z.strictObject({ name: z.string(), start_date: z.string(), end_date: z.string() }).optional().describe('with `recurrence`: the occurrence the answer is of (the first refused, else the last)'),
           }),

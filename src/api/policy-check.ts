@@ -6,7 +6,9 @@
  * filter is not asked (admission asks it). Members check for their own project. An admin's check
  * of another project (`project_id`, or a lease of it) is evaluated as a member of that project would
  * be (its rules, without the admins' exemptions and admin-only options): what the dry run is for; of
- * their own project, as the admin. The answer says which (`as`).
+ * their own project, as the admin. The answer says which (`as`). A lease that would wait for an
+ * admin's approval (an approval rule, or an exception to a refusing rule asked with `justification`)
+ * is `decision: "approval"`, decided as admission decides it (approvalNeedOf).
  */
 import { randomUUID } from 'node:crypto';
 import { Router, type Request } from 'express';
@@ -17,7 +19,9 @@ import { searchLease } from '../domain/fit-search';
 import { formatRequestDate, wholeMinuteDown } from '../domain/dates';
 import { findLease } from '../db/leases';
 import { projectIdSchema } from '../policy/rules';
-import type { RuleEvaluation } from '../domain/usage-policy';
+import type { PolicyRefusal, RuleEvaluation } from '../domain/usage-policy';
+import type { ApprovalNeed } from '../domain/approval';
+import type { UsagePolicyEnforcer } from '../policy/enforcement';
 import { identityOf, type Identity } from './auth';
 import { ApiError, parseRequest } from './errors';
 import { createLeaseSchema, newLeaseRequest, updateLeaseSchema } from './lease-schemas';
@@ -28,13 +32,29 @@ import { occurrenceRequests } from './series';
 
 /** What the check answers. */
 export interface PolicyCheckAnswer {
-  decision: 'admit' | 'refuse';
+  /** `approval`: admitted, but recorded PENDING_APPROVAL until an admin answers (or the timeout does). */
+  decision: 'admit' | 'approval' | 'refuse';
   /** Whose view the rules were evaluated in: a member's (admins' exemptions not applied) or the admin's. */
   as: 'member' | 'admin';
   rules: RuleEvaluation[];
   fits: boolean | null;
   offers: OfferJson[];
   offers_note?: string;
+  /** The approval the lease would wait for (decision `approval`). */
+  approval?: ApprovalJson;
+  /** The refusal a justification turns into an exception waiting for approval. */
+  exception?: { rule: string; message: string };
+}
+
+interface ApprovalJson {
+  kind: ApprovalNeed['kind'];
+  /** The approval rule's condition (`approval.hosts_over`…) or, for an exception, the refusing rule. */
+  rule: string;
+  reason: string;
+  timeout_minutes: number;
+  on_timeout: ApprovalNeed['onTimeout'];
+  /** A series: how many of its occurrences would wait. */
+  occurrences?: number;
 }
 
 const scopeSchema = z.object({ project_id: projectIdSchema.optional(), lease_id: z.string().max(64).optional() }).loose();
@@ -64,7 +84,7 @@ export function policyCheckRouter(deps: NewLeaseDeps): Router {
     requests.forEach((r) => newLease(r)); // Blazar's date rules (400)
     await refuseUnknownPropertyKeys(deps.types, identity, body.reservations ?? []);
     const drafts = requests.map((r) => draftLease(deps.types, r));
-    const { draft, evaluations, refusal, fits } = await checkOccurrences(deps, identity, drafts);
+    const { draft, evaluations, refusal, fits, approvals } = await checkOccurrences(deps, identity, drafts, body.justification);
     const request = requests[drafts.indexOf(draft)];
     const admit = !refusal && fits;
     const found = admit
@@ -77,7 +97,8 @@ export function policyCheckRouter(deps: NewLeaseDeps): Router {
           minDurationMs: draft.endMs - draft.startMs,
           limit: DEFAULT_OFFER_LIMIT,
         });
-    res.json({ ...answer(identity, admit, evaluations, fits, found), ...(body.recurrence !== undefined ? { occurrences: drafts.length, occurrence: { name: draft.name, start_date: formatRequestDate(draft.startMs), end_date: formatRequestDate(draft.endMs) } } : {}) });
+    const approval = admit && approvals.length > 0 ? { need: approvals[0], occurrences: body.recurrence !== undefined ? approvals.length : undefined } : undefined;
+    res.json({ ...answer(identity, admit, evaluations, fits, found, policy, approval), ...(body.recurrence !== undefined ? { occurrences: drafts.length, occurrence: { name: draft.name, start_date: formatRequestDate(draft.startMs), end_date: formatRequestDate(draft.endMs) } } : {}) });
   });
 
   return router;
@@ -85,19 +106,25 @@ export function policyCheckRouter(deps: NewLeaseDeps): Router {
 
 /**
  * The leases of a create checked one after another (one, or a series's occurrences, each with the
- * earlier ones counted): the first the policy refuses or the calendar has no room for, with its
- * figures, else the last (whose figures count them all).
+ * earlier ones counted): the first the policy refuses (no exception asked) or the calendar has no
+ * room for, with its figures, else the last (whose figures count them all). `approvals`: what each
+ * occurrence admitted would wait for, in order (an approval rule's, or an exception to a refusal).
  */
-async function checkOccurrences(deps: NewLeaseDeps, identity: Identity, drafts: Lease[]) {
+async function checkOccurrences(deps: NewLeaseDeps, identity: Identity, drafts: Lease[], justification: string | undefined) {
   const policy = deps.offers!.usagePolicy!;
-  let checked: { draft: Lease; evaluations: RuleEvaluation[]; refusal?: unknown; fits: boolean } | undefined;
+  const approvals: ApprovalNeed[] = [];
+  let checked: { draft: Lease; evaluations: RuleEvaluation[]; refusal?: PolicyRefusal; fits: boolean } | undefined;
   for (const [i, draft] of drafts.entries()) {
-    const { evaluations, refusal } = await policy.evaluate(deps.pool, { next: draft, byAdmin: identity.isAdmin }, drafts.slice(0, i));
+    const subject = { next: draft, byAdmin: identity.isAdmin, justification };
+    const { evaluations, refusal } = await policy.evaluate(deps.pool, subject, drafts.slice(0, i));
+    const need = await policy.approvalNeedOf(deps.pool, subject, refusal);
     const search = await searchLease(deps.types, identity.projectId, draft.reservations, draft.startMs, draft.endMs - draft.startMs, deps.provisioningLeadMs).catch(neverFits);
-    checked = { draft, evaluations, refusal, fits: search.longestMs >= draft.endMs - draft.startMs };
-    if (refusal || !checked.fits) break;
+    // A refusal turned into an exception admits the occurrence (waiting): the series goes on.
+    checked = { draft, evaluations, refusal: need ? undefined : refusal, fits: search.longestMs >= draft.endMs - draft.startMs };
+    if (checked.refusal || !checked.fits) break;
+    if (need) approvals.push(need);
   }
-  return checked!;
+  return { ...checked!, approvals };
 }
 
 /** The dry run of a change to `current` (a PUT's body). */
@@ -114,12 +141,14 @@ async function checkChange(deps: NewLeaseDeps, identity: Identity, current: Leas
     ...applied,
     reservations: applied.reservations.map((r) => (changed?.some((c) => c.id === r.id) ? { ...r, allocation: undefined, footprint: deps.types.get(r.resource_type)?.offers?.footprint?.(r.params) ?? footprintOf({ ...r, allocation: undefined, footprint: undefined }) } : r)),
   };
-  if (!bookingChanged(current, next)) return answer(identity, true, [], true, { offers: [] });
-  const { evaluations, refusal } = await policy.evaluate(deps.pool, { next, previous: current, byAdmin: identity.isAdmin });
+  if (!bookingChanged(current, next)) return answer(identity, true, [], true, { offers: [] }, policy);
+  const subject = { next, previous: current, byAdmin: identity.isAdmin, justification: parsed.justification };
+  const { evaluations, refusal } = await policy.evaluate(deps.pool, subject);
+  const need = await policy.approvalNeedOf(deps.pool, subject, refusal);
   const fits = await changeFits(deps, current, next, Boolean(changed));
-  const admit = !refusal && fits !== false;
+  const admit = (!refusal || need !== undefined) && fits !== false;
   const found = admit ? { offers: [] } : await updateOffers(deps, identity, current, update, changed, refusal?.details.latest_end);
-  return answer(identity, admit, evaluations, fits, found);
+  return answer(identity, admit, evaluations, fits, found, policy, admit && need ? { need } : undefined);
 }
 
 /**
@@ -144,8 +173,18 @@ function viewOf(caller: Identity, projectId: string): Identity {
   return caller.isAdmin && projectId !== caller.projectId ? { ...caller, projectId, isAdmin: false } : { ...caller, projectId };
 }
 
-function answer(identity: Identity, admit: boolean, rules: RuleEvaluation[], fits: boolean | null, found: { offers: OfferJson[]; note?: string }): PolicyCheckAnswer {
-  return { decision: admit ? 'admit' : 'refuse', as: identity.isAdmin ? 'admin' : 'member', rules, fits, offers: found.offers, ...(found.note ? { offers_note: found.note } : {}) };
+/** `approval`: what the admitted lease would wait for (a series: the first occurrence's, and how many wait). */
+function answer(identity: Identity, admit: boolean, rules: RuleEvaluation[], fits: boolean | null, found: { offers: OfferJson[]; note?: string }, policy: UsagePolicyEnforcer, approval?: { need: ApprovalNeed; occurrences?: number }): PolicyCheckAnswer {
+  const base = { as: identity.isAdmin ? ('admin' as const) : ('member' as const), rules, fits, offers: found.offers, ...(found.note ? { offers_note: found.note } : {}) };
+  if (!admit) return { decision: 'refuse', ...base };
+  if (!approval) return { decision: 'admit', ...base };
+  const { need, occurrences } = approval;
+  return {
+    decision: 'approval',
+    ...base,
+    approval: { kind: need.kind, rule: need.rule, reason: need.reason, timeout_minutes: policy.timeoutMinutesOf(need), on_timeout: need.onTimeout, ...(occurrences !== undefined ? { occurrences } : {}) },
+    ...(need.kind === 'exception' ? { exception: { rule: need.rule, message: need.reason } } : {}),
+  };
 }
 
 function bodyOf(req: Request): Record<string, unknown> {

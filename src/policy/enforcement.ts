@@ -115,15 +115,26 @@ export class UsagePolicyEnforcer {
   async checkWithin(client: PoolClient, subject: PolicyCheck): Promise<ApprovalNeed | undefined> {
     // Only rules that count the project's other leases need them to stand still: then the lock.
     const refusal = await this.refusalOf(client, subject, () => lockProjectPolicy(client, subject.next.projectId));
-    if (refusal) {
-      const exception = await this.exceptionFor(client, subject, refusal);
-      if (!exception) throw new UsagePolicyRefusal(refusal);
-      return exception;
-    }
-    return this.approvalRuleNeed(client, subject);
+    const approval = await this.approvalNeedOf(client, subject, refusal);
+    if (refusal && !approval) throw new UsagePolicyRefusal(refusal);
+    return approval;
   }
 
   // --- Approval (issue 42) -----------------------------------------------------------------
+
+  /**
+   * The approval the change needs, given the refusal its rules found (none: admitted by them): an
+   * exception to the refusal when sent with a justification, else the approval rule it meets. The
+   * one decision of admission (checkWithin) and of the dry run (`POST /v1/policy/check`).
+   */
+  async approvalNeedOf(db: Pool | PoolClient, subject: PolicyCheck, refusal: PolicyRefusal | undefined): Promise<ApprovalNeed | undefined> {
+    return refusal ? this.exceptionFor(db, subject, refusal) : this.approvalRuleNeed(db, subject);
+  }
+
+  /** An approval's timeout in the policy's minutes (what `approval[].timeout` and `exception_timeout` say). */
+  timeoutMinutesOf(need: ApprovalNeed): number {
+    return need.timeoutMs / (this.deps.approvalMinuteMs ?? 60_000);
+  }
 
   /** A member's exception: a lease not started, refused by a rule of ours (not the external filter's), sent with a justification. */
   private async exceptionFor(db: Pool | PoolClient, subject: PolicyCheck, refusal: PolicyRefusal): Promise<ApprovalNeed | undefined> {

@@ -2,7 +2,8 @@
  * "When can I get what I need?": hosts (how many, which properties), instance slots of a size, or
  * bandwidth, for how long, from when, and what the user accepts instead (fewer, shorter) → the
  * API's offers (POST /v1/offers, best first), each with its kind and reason, drawn as ghost bars,
- * and the usage policy's dry run of the lease as asked (POST /v1/policy/check): a line per rule it breaks.
+ * and the usage policy's dry run of the lease as asked (POST /v1/policy/check): a line per rule it breaks,
+ * and one when it would wait for an admin's approval.
  * An offer is booked (accept) or held for a few minutes (hosts), with a countdown to the hold's end.
  */
 import { useEffect, useState } from 'preact/hooks';
@@ -162,13 +163,14 @@ export function FindSlot(props: {
   async function policyCheck(minutes: number): Promise<string[]> {
     const startMs = earliest ? parseDate(earliest) : Date.now();
     try {
-      const answer = await call<{ rules: Array<{ rule: string; ok: boolean; limit: number | string | null; value: number | string | null }> }>(props.credentials, 'POST', '/v1/policy/check', {
+      const answer = await call<{ decision: string; rules: Array<{ rule: string; ok: boolean; limit: number | string | null; value: number | string | null }>; approval?: { rule: string } }>(props.credentials, 'POST', '/v1/policy/check', {
         name: name.trim() || 'find-a-slot',
         start_date: earliest ? formatRequestDate(startMs) : 'now',
         end_date: formatRequestDate(startMs + minutes * 60_000),
         reservations: [reservation()],
       });
-      return answer.rules.filter((r) => !r.ok).map((r) => `${r.rule}: ${r.value === null ? 'over' : `would be ${r.value}`}${r.limit === null ? '' : `, limit ${r.limit}`}`);
+      const broken = answer.rules.filter((r) => !r.ok).map((r) => `The usage policy refuses it as asked: ${r.rule}: ${r.value === null ? 'over' : `would be ${r.value}`}${r.limit === null ? '' : `, limit ${r.limit}`}`);
+      return answer.decision === 'approval' && answer.approval ? [...broken, `The lease as asked needs an admin's approval (rule ${answer.approval.rule}).`] : broken;
     } catch {
       return [];
     }
@@ -292,7 +294,7 @@ export function FindSlot(props: {
       {policyLines.length > 0 && (
         <ul class="policy-check" aria-label="Policy check">
           {policyLines.map((line) => (
-            <li key={line}>The usage policy refuses it as asked: {line}</li>
+            <li key={line}>{line}</li>
           ))}
         </ul>
       )}
