@@ -83,6 +83,33 @@ describe('planOffers', () => {
     expect(plan.cutShort).toBe(true);
   });
 
+  it('takes later windows from the first search’s sweep, and searches on only where the sweep stopped short', async () => {
+    // Free for 2 h windows every 3 h, never from the start; the sweep finds `found` windows after the first.
+    const sweeping = (found: number, stoppedShort: boolean) => {
+      const asked: FitLimits[] = [];
+      const search: LeaseSearch = (_reservations, from, _durationMs, limits) => {
+        asked.push(limits);
+        const earliest = from + 180 * MIN;
+        const starts = Array.from({ length: Math.min(found, limits.laterWindows ?? 0) }, (_, i) => earliest + (i + 1) * 300 * MIN);
+        const laterWindows = limits.laterWindows ? { laterWindows: { starts, ...(stoppedShort ? { resumeAt: starts.at(-1)! + 120 * MIN } : {}) } } : {};
+        return Promise.resolve({ earliest, longestMs: 0, cutShort: false, tried: 1, ...laterWindows });
+      };
+      return { search, asked };
+    };
+    const complete = sweeping(10, false);
+    const plan = await planOffers(query(1, 1, { limit: 4 }), complete.search);
+    expect(plan.offers.map((o) => [o.kind, (o.startMs - start) / MIN])).toEqual([['later', 180], ['later', 480], ['later', 780], ['later', 1080]]);
+    expect(complete.asked.map((l) => l.laterWindows)).toEqual([3]);
+    // The sweep found no more than one: none is searched for.
+    const ended = sweeping(1, false);
+    expect((await planOffers(query(1, 1, { limit: 4 }), ended.search)).offers.map((o) => (o.startMs - start) / MIN)).toEqual([180, 480]);
+    expect(ended.asked.length).toBe(1);
+    // Stopped short after one: the rest one search each, from the previous window's end.
+    const short = sweeping(1, true);
+    expect((await planOffers(query(1, 1, { limit: 4 }), short.search)).offers.map((o) => (o.startMs - start) / MIN)).toEqual([180, 480, 780, 1080]);
+    expect(short.asked.length).toBe(3);
+  });
+
   it('steps extensions down from the latest end by halves, on whole minutes', () => {
     expect(extensionSteps(start, start + 240 * MIN).map((ms) => (ms - start) / MIN)).toEqual([240, 120, 60, 30]);
     expect(extensionSteps(start, start + 3 * MIN).map((ms) => (ms - start) / MIN)).toEqual([3, 1]);

@@ -24,7 +24,9 @@ export async function earliestCommonFit(searches: Array<(startMs: number) => Pro
     const cutShort = answers.find((a) => a.cutShort);
     if (answers.some((a) => a.earliest === undefined)) return { longestMs, cutShort: Boolean(cutShort), tried, ...(cutShort ? { searchedUntil: cutShort.searchedUntil } : {}) };
     const latest = Math.max(candidate, ...answers.map((a) => a.earliest!));
-    if (answers.every((a) => a.earliest === latest)) return { earliest: latest, longestMs, cutShort: false, tried };
+    // Later windows found in the same sweep are common ones only when one search alone decides.
+    const windows = searches.length === 1 && answers[0].laterWindows ? { laterWindows: answers[0].laterWindows } : {};
+    if (answers.every((a) => a.earliest === latest)) return { earliest: latest, longestMs, cutShort: false, tried, ...windows };
     candidate = latest;
   }
   return { longestMs, cutShort: true, tried, searchedUntil: candidate };

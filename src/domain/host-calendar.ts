@@ -190,6 +190,8 @@ export interface EarliestSearch {
   beyondKnown?: { resumeAt: number };
   /** The matching work it did, against its budget. */
   work: number;
+  /** searchSuccessiveFits: the windows after `start` (each from the previous one's end), and where they stopped short, if they did. */
+  following?: { starts: number[]; resumeAt?: number };
 }
 
 /**
@@ -201,6 +203,17 @@ export interface EarliestSearch {
  * the last failed try (with fewer free hosts a failed request still fails).
  */
 export function searchEarliestFit(requests: HostRequest[], calendar: CalendarSnapshot, from: number, durationMs: number, limits: EarliestSearchLimits = {}): EarliestSearch {
+  return searchSuccessiveFits(requests, calendar, from, durationMs, limits, 0);
+}
+
+/**
+ * The earliest fit (searchEarliestFit) and, in the same sweep, up to `more` windows after it: each
+ * the answer searchEarliestFit gives from the previous window's end (own work budget, same
+ * `knownUntil`), without sorting the intervals again. The sweep runs on from the previous fit: its
+ * state at any start depends only on that start. `following.resumeAt`: the windows stopped short
+ * (budget or `knownUntil`) and a search from there would tell more; absent, there are no more.
+ */
+export function searchSuccessiveFits(requests: HostRequest[], calendar: CalendarSnapshot, from: number, durationMs: number, limits: EarliestSearchLimits, more: number): EarliestSearch {
   const align = limits.align ?? ((ms: number) => ms);
   const budget = limits.workBudget ?? Infinity;
   const knownUntil = limits.knownUntil ?? Infinity;
@@ -234,9 +247,24 @@ export function searchEarliestFit(requests: HostRequest[], calendar: CalendarSna
   let left = 0;
   let work = 0;
   let tried = 0;
-  for (const start of starts) {
-    if (work > budget) return { start: undefined, cutShort: true, tried, lastTried: starts[tried - 1], work };
-    if (start + durationMs > knownUntil) return { ...none, tried, lastTried: starts[tried - 1], beyondKnown: { resumeAt: start }, work };
+  // After a fit: the next window's search starts at its end (a candidate of its own), earlier candidates skipped.
+  let first: EarliestSearch | undefined;
+  const following: number[] = [];
+  const answer = (stoppedAt?: number): EarliestSearch => ({ ...first!, following: { starts: following, ...(stoppedAt !== undefined ? { resumeAt: stoppedAt } : {}) } });
+  let nextFrom = -Infinity;
+  let pending: number | undefined;
+  let index = 0;
+  for (let step = 0; step <= starts.length + more + 1; step++) {
+    let start: number;
+    if (pending !== undefined && (index >= starts.length || starts[index] >= pending)) {
+      start = pending;
+      pending = undefined;
+      if (index < starts.length && starts[index] === start) index++;
+    } else if (index < starts.length) start = starts[index++];
+    else break;
+    if (start < nextFrom) continue;
+    if (work > budget) return first ? answer(start) : { start: undefined, cutShort: true, tried, lastTried: starts[tried - 1], work };
+    if (start + durationMs > knownUntil) return first ? answer(start) : { ...none, tried, lastTried: starts[tried - 1], beyondKnown: { resumeAt: start }, work };
     tried++;
     for (; entered < byStart.length && startOf[byStart[entered]] < start + windowMs; entered++) {
       if (++overlapping[hostOf[byStart[entered]]] === 1) freeCount--;
@@ -253,9 +281,17 @@ export function searchEarliestFit(requests: HostRequest[], calendar: CalendarSna
     gainedSinceTry = false;
     const free = relevantIds.filter((_, i) => overlapping[i] === 0);
     work += free.length * requests.length;
-    if (minimumsFit(requests, free)) return { start, cutShort: false, tried, lastTried: start, work };
+    if (!minimumsFit(requests, free)) continue;
+    if (first) following.push(start);
+    else first = { start, cutShort: false, tried, lastTried: start, work };
+    if (following.length >= more) return more === 0 ? first : answer(align(start + durationMs));
+    // As a fresh search from this window's end would: its own budget, and it matches at its first start.
+    nextFrom = align(start + durationMs);
+    pending = nextFrom;
+    work = 0;
+    gainedSinceTry = true;
   }
-  return { ...none, tried, lastTried: starts[tried - 1], work };
+  return first ? answer() : { ...none, tried, lastTried: starts[tried - 1], work };
 }
 
 /** The distinct values, ascending. */

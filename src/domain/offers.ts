@@ -82,9 +82,9 @@ export async function planOffers(query: OfferQuery, search: LeaseSearch): Promis
   // The searches look at the same calendars over overlapping windows: each window is read once.
   const reads = new SearchReads();
   // A later start is one within the range (`end_before`); fewer are searched from the asked start only.
-  const run = async (reservations: Reservation[], from: number, earliestUntilMs = endBeforeMs - durationMs): Promise<FitSearch> => {
+  const run = async (reservations: Reservation[], from: number, earliestUntilMs = endBeforeMs - durationMs, laterWindows = 0): Promise<FitSearch> => {
     searches++;
-    const found = await search(reservations, from, durationMs, { longestUpToMs: durationMs, reads, ...(Number.isFinite(earliestUntilMs) ? { earliestUntilMs } : {}) });
+    const found = await search(reservations, from, durationMs, { longestUpToMs: durationMs, reads, ...(Number.isFinite(earliestUntilMs) ? { earliestUntilMs } : {}), ...(laterWindows ? { laterWindows } : {}) });
     cutShort ||= found.cutShort;
     return found;
   };
@@ -93,7 +93,8 @@ export async function planOffers(query: OfferQuery, search: LeaseSearch): Promis
 
   // Every count as asked (hosts: `max` of them, not Blazar's range): what `exact`, `later` and `shorter` book.
   const full = query.withCounts(query.counts.map((c) => c?.asked));
-  const asked = await run(full, startMs);
+  // A later start comes with the windows after it, from the same sweep: the list has room for `limit` in all.
+  const asked = await run(full, startMs, undefined, query.limit - 1);
   if (fitsFromStart(asked) && withinRange(startMs)) {
     return { offers: [{ kind: 'exact', startMs, endMs: startMs + durationMs, reservations: full, reason: 'it fits as asked' }], searches, cutShort };
   }
@@ -122,12 +123,19 @@ export async function planOffers(query: OfferQuery, search: LeaseSearch): Promis
     cutShort ||= !fewer.exact;
   }
 
-  // More later windows, each after the previous one, while there is room in the list and searches left.
-  while (later.length > 0 && later.length + offers.length < query.limit && searches < MAX_OFFER_SEARCHES) {
+  // More later windows, each after the previous one, while there is room in the list: those the
+  // first search found in its sweep, then (if it stopped short) one search each while searches are left.
+  const swept = asked.laterWindows ? [...asked.laterWindows.starts] : [];
+  const sweptAll = asked.laterWindows !== undefined && asked.laterWindows.resumeAt === undefined;
+  while (later.length > 0 && later.length + offers.length < query.limit) {
     const previous = later[later.length - 1];
-    const next = await run(full, previous.endMs);
-    if (next.earliest === undefined || !withinRange(next.earliest)) break;
-    later.push({ kind: 'later', startMs: next.earliest, endMs: next.earliest + durationMs, reservations: full, reason: `everything as asked, ${minutes(next.earliest - startMs)} later: the next window after ${minutes(previous.startMs - startMs)} later` });
+    let nextStart = swept.shift();
+    if (nextStart === undefined) {
+      if (sweptAll || searches >= MAX_OFFER_SEARCHES) break;
+      nextStart = (await run(full, previous.endMs)).earliest;
+    }
+    if (nextStart === undefined || !withinRange(nextStart)) break;
+    later.push({ kind: 'later', startMs: nextStart, endMs: nextStart + durationMs, reservations: full, reason: `everything as asked, ${minutes(nextStart - startMs)} later: the next window after ${minutes(previous.startMs - startMs)} later` });
   }
   if (searches >= MAX_OFFER_SEARCHES) cutShort = true;
   return { offers: sortOffers([...later, ...offers]).slice(0, query.limit), searches, cutShort };

@@ -126,6 +126,13 @@ export interface FitSearch {
   cutShort: boolean;
   tried: number;
   searchedUntil?: number;
+  /**
+   * Asked by `limits.laterWindows`, when `earliest` is later than the asked start: the starts of the
+   * windows after it, each the earliest from the previous one's end (as a search from there would
+   * answer), found in the same sweep. `resumeAt`: they stopped short (a search from there tells
+   * more); absent, there are no more. Absent altogether: not found this way (search again).
+   */
+  laterWindows?: { starts: number[]; resumeAt?: number };
 }
 
 export interface FitQuery<P = Record<string, unknown>> {
@@ -146,6 +153,8 @@ export interface FitLimits {
   longestUpToMs?: number;
   /** The latest start that matters: with none up to it, `earliest` may be undefined (not `cutShort`) rather than later. */
   earliestUntilMs?: number;
+  /** How many windows after a later `earliest` to find in the same sweep (FitSearch.laterWindows); a calendar may find none. */
+  laterWindows?: number;
   /** Reads shared by the searches of one request (offers): a calendar reads a window once. */
   reads?: SearchReads;
 }

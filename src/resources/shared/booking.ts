@@ -7,7 +7,7 @@ import { createHash } from 'node:crypto';
 import type { PoolClient } from 'pg';
 import { formatMessageDate as when, reuseEnd, reuseStart, wholeMinuteDown, wholeMinuteUp } from '../../domain/dates';
 import { invalidLease, leaseConflict } from '../../domain/lease';
-import { longestFit, searchEarliestFit, type CalendarSnapshot, type EarliestSearch, type HostRequest } from '../../domain/host-calendar';
+import { longestFit, searchEarliestFit, searchSuccessiveFits, type CalendarSnapshot, type EarliestSearch, type HostRequest } from '../../domain/host-calendar';
 import { parsePropertyQuery, queryKeys, type PropertyQuery } from '../../domain/property-query';
 import { reservableCapabilityNames } from '../../db/hosts';
 import { isDeadlockOrSerialization, isLostRace, type Pool } from '../../db/pool';
@@ -168,13 +168,20 @@ export async function wholeResourceFitNearFirst(
   // Leases ending later matter to neither answer the caller wants.
   const neededUntil = Math.max(earliestUntil + durationMs, start + longestUpTo);
   const firstUntil = Math.min(nearUntil, neededUntil);
-  const fit = (earliest: EarliestSearch, longestMs: number): FitSearch => ({ earliest: earliest.start, longestMs, cutShort: earliest.cutShort, tried: earliest.tried, searchedUntil: earliest.lastTried });
+  // Windows after a later earliest (offers' `later`): the same sweep runs on; past `earliestUntil` none is wanted.
+  const more = limits.laterWindows ?? 0;
+  const windowsOf = (earliest: EarliestSearch): Pick<FitSearch, 'laterWindows'> => {
+    if (!earliest.following || earliest.start === start) return {};
+    const resumeAt = earliest.following.resumeAt;
+    return { laterWindows: { starts: earliest.following.starts, ...(resumeAt !== undefined && resumeAt <= earliestUntil ? { resumeAt } : {}) } };
+  };
+  const fit = (earliest: EarliestSearch, longestMs: number): FitSearch => ({ earliest: earliest.start, longestMs, cutShort: earliest.cutShort, tried: earliest.tried, searchedUntil: earliest.lastTried, ...windowsOf(earliest) });
   // Fitting from `start` until `until` (as far as the snapshot tells) is as good as longer when the caller needs no more.
   const longestWithin = (calendar: CalendarSnapshot, until: number) => longestFit(requests, calendar, start, until) ?? (until - start >= longestUpTo ? until - start : undefined);
 
   const near = await snapshot(firstUntil);
   // A start past `earliestUntil` is none the caller wants: the search stops before it (beyondKnown).
-  const nearEarliest = searchEarliestFit(requests, near, start, durationMs, { align: wholeMinuteUp, workBudget: SEARCH_WORK_BUDGET, knownUntil: firstUntil });
+  const nearEarliest = searchSuccessiveFits(requests, near, start, durationMs, { align: wholeMinuteUp, workBudget: SEARCH_WORK_BUDGET, knownUntil: firstUntil }, more);
   const nearLongest = longestWithin(near, firstUntil);
   const resumeAt = nearEarliest.beyondKnown && nearEarliest.beyondKnown.resumeAt <= earliestUntil ? nearEarliest.beyondKnown.resumeAt : undefined;
   if (resumeAt === undefined && nearLongest !== undefined) return fit(nearEarliest, nearLongest);
@@ -183,6 +190,6 @@ export async function wholeResourceFitNearFirst(
   const future = await (nearLongest === undefined ? snapshot : earliestSnapshot)(restUntil);
   const longestMs = nearLongest ?? (restUntil === null ? longestFit(requests, future, start) : longestWithin(future, restUntil)!);
   if (resumeAt === undefined) return fit(nearEarliest, longestMs);
-  const further = searchEarliestFit(requests, future, resumeAt, durationMs, { align: wholeMinuteUp, workBudget: Math.max(0, SEARCH_WORK_BUDGET - nearEarliest.work), knownUntil: restUntil ?? Infinity });
+  const further = searchSuccessiveFits(requests, future, resumeAt, durationMs, { align: wholeMinuteUp, workBudget: Math.max(0, SEARCH_WORK_BUDGET - nearEarliest.work), knownUntil: restUntil ?? Infinity }, more);
   return fit({ ...further, tried: nearEarliest.tried + further.tried, lastTried: further.lastTried ?? nearEarliest.lastTried }, longestMs);
 }
