@@ -200,12 +200,17 @@ describe('recurring leases', () => {
     const [, second] = created.body.leases as Array<{ id: string }>;
     const pool = stack().db.pool;
     let release!: () => void;
-    const held = withSeriesLock(pool, id, 5_000, () => new Promise<void>((resolve) => (release = resolve)));
+    let holding!: () => void;
+    const locked = new Promise<void>((resolve) => (holding = resolve));
+    const held = withSeriesLock(pool, id, 5_000, () => new Promise<void>((resolve) => ((release = resolve), holding())));
+    // The test holds the series before the changes come: else one of them could take it first.
+    await locked;
     // Each change alone keeps the occurrences apart (the second at midnight; 16 hours each); both together do not.
     const changes = [alpha('PUT', `/v1/series/${id}`, { from: second.id, start_time: '00:00' }), alpha('PUT', `/v1/series/${id}`, { duration: 16 * 60 })];
-    // A change that found the series locked: its connection's last query tried the lock.
+    // A change that found the series locked: its connection's last query tried the lock (as did the
+    // test's own connection, which holds it: so at least two).
     const tried = "SELECT count(*)::int AS n FROM pg_stat_activity WHERE query LIKE 'SELECT pg_try_advisory_lock(hashtext(''leasekeeper:series'')%'";
-    await eventually(async () => ((await pool.query<{ n: number }>(tried)).rows[0].n >= 1 ? true : undefined), 15_000, 50, () => 'the changes did not wait on the series');
+    await eventually(async () => ((await pool.query<{ n: number }>(tried)).rows[0].n >= 2 ? true : undefined), 15_000, 50, () => 'the changes did not wait on the series');
     release();
     await held;
     const answers = await Promise.all(changes);
