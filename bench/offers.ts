@@ -95,7 +95,9 @@ async function measure(calls: Call[], asks: (i: number) => Ask) {
   );
   const latencyMs = { sequential: summary(sequential), [`${CLIENTS} clients`]: summary(concurrent) };
   const meetsTarget = Object.values(latencyMs).every((s) => s.p99 <= TARGET_P99_MS);
-  return { latencyMs, meetsTarget, firstOfferKinds: firstKinds, offerKinds: kinds, answersCutShort: cutShort, answersWithPolicyRefusals: refusedByPolicy, slowest };
+  // Per run: one ask at a time and several at once on 2 cores are different claims.
+  const verdict = Object.entries(latencyMs).map(([run, s]) => `${run} ${s.p99 <= TARGET_P99_MS ? 'met' : 'NOT met'} (${s.p99} ms)`).join(', ');
+  return { latencyMs, meetsTarget, verdict, firstOfferKinds: firstKinds, offerKinds: kinds, answersCutShort: cutShort, answersWithPolicyRefusals: refusedByPolicy, slowest };
 }
 
 /** The next year from tomorrow 00:00 UTC: where bookings and asks fall (within the default usage policy's advance). */
@@ -276,7 +278,7 @@ runBenchmark('offers', async () => {
   if (SCENARIOS.includes('hosts')) {
     const hosts = await hostScenario();
     result.hosts = hosts;
-    console.log(`\noffers, hosts: ${hosts.bookings} bookings over ${hosts.hosts} hosts (loaded in ${hosts.loadSeconds} s); p99 ≤ ${TARGET_P99_MS} ms: ${hosts.meetsTarget ? 'met' : 'NOT met'}`);
+    console.log(`\noffers, hosts: ${hosts.bookings} bookings over ${hosts.hosts} hosts (loaded in ${hosts.loadSeconds} s); p99 ≤ ${TARGET_P99_MS} ms: ${hosts.verdict}`);
     console.table(hosts.latencyMs);
     console.log('first offer by kind', hosts.firstOfferKinds, 'offers by kind', hosts.offerKinds, 'cut short', hosts.answersCutShort);
   }
@@ -284,7 +286,7 @@ runBenchmark('offers', async () => {
     const slots = await slotScenario();
     result.slots = slots;
     for (const [label, run] of [['slots', slots.slots], ['slots and floating IPs', slots.slotsAndFloatingIps]] as const) {
-      console.log(`\noffers, ${label}: ${slots.slotBookings} slot bookings on ${slots.hosts} hosts; p99 ≤ ${TARGET_P99_MS} ms: ${run.meetsTarget ? 'met' : 'NOT met'}`);
+      console.log(`\noffers, ${label}: ${slots.slotBookings} slot bookings on ${slots.hosts} hosts; p99 ≤ ${TARGET_P99_MS} ms: ${run.verdict}`);
       console.table(run.latencyMs);
       console.log('first offer by kind', run.firstOfferKinds, 'offers by kind', run.offerKinds, 'cut short', run.answersCutShort);
     }
