@@ -257,9 +257,25 @@ export function pendingTimers(events: HistoryEvent[]): Array<{ timerId: string; 
   return [...pending].map(([timerId, firesAt]) => ({ timerId, firesAt }));
 }
 
+/** The workflow's history, or none yet: a lease the API admitted answers 201 before its workflow starts (src/outbox). */
+async function historySoFar(stack: TestStack, workflowId: string): Promise<HistoryEvent[] | undefined> {
+  return workflowHistoryEvents(stack, workflowId).catch((err: unknown) => {
+    if (err instanceof WorkflowNotFoundError || (err as { code?: number }).code === 5) return undefined; // 5: gRPC NOT_FOUND
+    throw err;
+  });
+}
+
 /** Once the workflow waits on a timer: before a test stops its worker. */
 export function untilWaitingOnTimerOf(stack: TestStack, workflowId: string, timeoutMs = 30_000): Promise<true> {
-  return eventually(async () => (pendingTimers(await workflowHistoryEvents(stack, workflowId)).length > 0 ? true : undefined), timeoutMs, 100, () => `workflow ${workflowId} set no timer`);
+  return eventually(
+    async () => {
+      const events = await historySoFar(stack, workflowId);
+      return events && pendingTimers(events).length > 0 ? true : undefined;
+    },
+    timeoutMs,
+    100,
+    () => `workflow ${workflowId} set no timer`,
+  );
 }
 
 /** Once every timer the workflow had set has fired: with no worker running, the time it waited for has come. */
