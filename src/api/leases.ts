@@ -136,9 +136,8 @@ export function leasesRouter(deps: NewLeaseDeps): Router {
     const key = req.get('Idempotency-Key')?.trim();
     if (key !== undefined && (key.length === 0 || key.length > 255)) throw new ApiError(400, 'Idempotency-Key: expected 1 to 255 characters');
     if (body.recurrence !== undefined) {
-      if (key !== undefined) throw new ApiError(400, 'Idempotency-Key: not supported with recurrence (a series is many leases)');
       await refuseUnknownPropertyKeys(deps.types, identity, body.reservations ?? []);
-      const created = await createSeries(deps, identity, body, raw);
+      const created = await createSeries(deps, identity, body, raw, key);
       res.status(201).json(created);
       return;
     }

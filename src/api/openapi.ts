@@ -381,7 +381,7 @@ export function apiOperations(types: ResourceTypes): Operation[] {
     {
       method: 'post', path: '/v1/leases', tags: ['leases'], summary: 'Create a lease',
       description:
-        "Admits the lease only if every reservation's resources are free for the whole window (the calendars' constraints decide), then answers with it PENDING (or ACTIVE soon after for `now`). Its workflow starts it on time and cleans up after it. An `Idempotency-Key` header makes a retry return the same lease; the same key with another body is a 409.",
+        "Admits the lease only if every reservation's resources are free for the whole window (the calendars' constraints decide), then answers with it PENDING (or ACTIVE soon after for `now`). Its workflow starts it on time and cleans up after it. An `Idempotency-Key` header makes a retry return the same lease (with `recurrence`, the same series: no second one, even for copies sent together); the same key with another body is a 409.",
       security: AUTHENTICATED,
       request: {
         headers: z.object({ 'Idempotency-Key': z.string().min(1).max(255).optional() }),
@@ -395,7 +395,7 @@ export function apiOperations(types: ResourceTypes): Operation[] {
         ...COMMON_REFUSALS,
         403: refusal('a policy refused it (too long, too far ahead, an admin-only end policy, a private property)'),
         409: refusal('the resources are not free for the window (with the earliest start that fits, when one was found), or the name is taken'),
-        410: refusal('the Idempotency-Key belongs to a lease that was deleted'),
+        410: refusal('the Idempotency-Key belongs to a lease (or series) that was deleted'),
       },
     },
     {
@@ -430,14 +430,21 @@ export function apiOperations(types: ResourceTypes): Operation[] {
     {
       method: 'put', path: '/v1/series/{id}', tags: ['leases'], summary: 'Change a series from an occurrence on (extension)',
       description:
-        'Moves the occurrences from `from` on (an occurrence\'s lease id, or a date: those starting then or later; all when absent) to a new time of day (`start_time`, "HH:MM" UTC, on each one\'s own day) and/or a new `duration` (minutes), each through the lease update path. All or nothing: a refused occurrence puts the ones changed back and answers 409/403 with every refusal and its offers; `partial: true` keeps what could change and lists the rest.',
+        'Moves the occurrences from `from` on (an occurrence\'s lease id, or a date: those starting then or later; all when absent) to a new time of day (`start_time`, "HH:MM" UTC, on each one\'s own day) and/or a new `duration` (minutes), each through the lease update path. Or, alone in its PUT, changes where the series ends: `count` (the rule\'s COUNT, from the first occurrence, at most LK_MAX_OCCURRENCES) or `until` ("YYYY-MM-DD HH:MM" UTC, the rule\'s UNTIL). Fewer: the occurrences past the new end are deleted (one started or ended never is: it is listed in `untouched`); more: the new ones are admitted as a create admits them, the usage policy counting each. All or nothing: a refused occurrence leaves the series as it was and answers 409/403 with every refusal and its offers; `partial: true` keeps what could change and lists the rest.',
       security: AUTHENTICATED,
       request: {
         params: idParam('the series id'),
-        body: { content: { 'application/json': { schema: z.strictObject({ from: z.string().optional(), start_time: z.string().optional(), duration: z.number().int().optional(), partial: z.boolean().optional() }) } }, required: true },
+        body: { content: { 'application/json': { schema: z.strictObject({ from: z.string().optional(), start_time: z.string().optional(), duration: z.number().int().optional(), count: z.number().int().min(1).optional(), until: z.string().optional(), partial: z.boolean().optional() }) } }, required: true },
       },
       responses: {
-        200: json(z.strictObject({ series, refused: z.array(refusedOccurrence) }), 'the series as changed, and the occurrences refused (partial)'),
+        200: json(
+          z.strictObject({
+            series,
+            refused: z.array(refusedOccurrence),
+            untouched: z.array(z.strictObject({ lease_id: z.string(), name: z.string(), status: z.enum(LEASE_STATUSES), reason: z.string() })).optional().describe('with `count` or `until`: occurrences past the new end left alone because they started or ended'),
+          }),
+          'the series as changed, and the occurrences refused (partial)',
+        ),
         ...COMMON_REFUSALS,
         403: refusal('a usage policy rule refuses an occurrence (with `refused` and offers)'),
         404: notFound,
