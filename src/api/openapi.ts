@@ -20,7 +20,7 @@ import { hostAllocationQuery } from './host-allocations';
 import { hostEnrolBody, propertyPrivacyBody } from './hosts';
 import { maintenanceBody, maintenanceListQuery } from './maintenance';
 import { projectPolicyBody } from './project-policy';
-import { webhooksBody } from './webhooks';
+import { approversWebhookBody, webhooksBody } from './webhooks';
 import { LEASE_NOTICE_TYPES } from '../domain/notices';
 import { approvalAnswerSchema, createLeaseSchema, listLeasesQuery, updateLeaseSchema } from './lease-schemas';
 import { usageQuery } from './usage';
@@ -664,6 +664,27 @@ export function apiOperations(types: ResourceTypes): Operation[] {
       security: AUTHENTICATED,
       request: { params: projectParam, body: { content: { 'application/json': { schema: webhooksBody } }, required: true } },
       responses: { 200: json(z.strictObject({ webhooks: z.array(projectWebhook) }), 'the webhooks as set'), ...COMMON_REFUSALS, 403: refusal("another project's webhooks (members)") },
+    },
+    {
+      method: 'get', path: '/v1/projects/{projectId}/approvers-webhook', tags: ['notifications'], summary: "Show a project's approvers' webhook",
+      description: "An extension (approval, issue 42). The webhook that hears the approval notices (`lease.approval_requested`, `lease.approved`, `lease.denied`) of the project's leases, besides the deployment's approvers' webhook; null when none is set. Admins only; its secret is never shown again.",
+      security: AUTHENTICATED,
+      request: { params: projectParam },
+      responses: { 200: json(z.strictObject({ approvers_webhook: projectWebhook.nullable() }), "the approvers' webhook, or null"), ...COMMON_REFUSALS, 403: adminOnly },
+    },
+    {
+      method: 'put', path: '/v1/projects/{projectId}/approvers-webhook', tags: ['notifications'], summary: "Set a project's approvers' webhook",
+      description: "An extension (approval, issue 42). Sets the one webhook that hears the approval notices of the project's leases, posted and signed as a project's webhooks are (`X-Leasekeeper-Signature`), and held to public addresses as they are. The same URL keeps its id, counters and secret unless a secret is given; another URL replaces it, with a generated secret shown in this answer only when none is given. Admins only.",
+      security: AUTHENTICATED,
+      request: { params: projectParam, body: { content: { 'application/json': { schema: approversWebhookBody } }, required: true } },
+      responses: { 200: json(z.strictObject({ approvers_webhook: projectWebhook }), "the approvers' webhook as set"), ...COMMON_REFUSALS, 403: adminOnly },
+    },
+    {
+      method: 'delete', path: '/v1/projects/{projectId}/approvers-webhook', tags: ['notifications'], summary: "Remove a project's approvers' webhook",
+      description: "An extension. The project's approval notices go to the deployment's approvers' webhook only again. Admins only.",
+      security: AUTHENTICATED,
+      request: { params: projectParam },
+      responses: { 204: noContent('removed'), ...COMMON_REFUSALS, 403: adminOnly, 404: refusal("the project has no approvers' webhook") },
     },
     {
       method: 'get', path: '/v1/floatingips', tags: ['floating IPs'], summary: 'List reservable floating IPs',
