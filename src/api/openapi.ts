@@ -69,6 +69,20 @@ const leaseEvent = z.strictObject({
   updated_at: nullableTimestamp,
 });
 
+const leaseApproval = z.strictObject({
+  kind: z.enum(['rule', 'exception']),
+  rule: z.string(),
+  reason: z.string(),
+  justification: z.string().nullable(),
+  requested_at: timestamp,
+  timeout_at: timestamp,
+  on_timeout: z.enum(['deny', 'approve']),
+  outcome: z.enum(['approved', 'denied']).nullable(),
+  answered_by: z.enum(['admin', 'timeout', 'end']).nullable(),
+  answer_reason: z.string().nullable(),
+  answered_at: nullableTimestamp,
+});
+
 const lease = z
   .strictObject({
     id: z.string(),
@@ -82,22 +96,12 @@ const lease = z
     degraded: z.boolean(),
     notify_before_end: z.array(z.string()).optional().describe('An extension: when the lease warns its listeners before its end'),
     series_id: z.string().optional().describe('An extension: the series of recurring leases this lease is an occurrence of'),
-    approval: z
-      .strictObject({
-        kind: z.enum(['rule', 'exception']),
-        rule: z.string(),
-        reason: z.string(),
-        justification: z.string().nullable(),
-        requested_at: timestamp,
-        timeout_at: timestamp,
-        on_timeout: z.enum(['deny', 'approve']),
-        outcome: z.enum(['approved', 'denied']).nullable(),
-        answered_by: z.enum(['admin', 'timeout', 'end']).nullable(),
-        answer_reason: z.string().nullable(),
-        answered_at: nullableTimestamp,
-      })
+    approval: leaseApproval.optional().describe('An extension: why the lease waits (or waited) for approval (PENDING_APPROVAL), and the answer'),
+    pending_change: z
+      .strictObject({ end_date: leaseDate, reservations: z.array(reservation), ...leaseApproval.shape })
       .optional()
-      .describe('An extension: why the lease waits (or waited) for approval (PENDING_APPROVAL), and the answer'),
+      .describe("An extension: an active lease's change waiting for approval (an exception asked with `justification`): booked, not in effect; the lease's `end_date` and `reservations` are still the current ones. Answered by POST /v1/leases/{id}/approve or /deny; `timeout_at` is never past the current end"),
+    change_approval: leaseApproval.optional().describe("An extension: the last change of the active lease that waited for approval, and its answer (denied: the lease went on as it was)"),
     trust_id: z.null(),
     reservations: z.array(reservation),
     events: z.array(leaseEvent),
@@ -463,8 +467,8 @@ export function apiOperations(types: ResourceTypes): Operation[] {
       method: 'post' as const, path: `/v1/leases/{id}/${outcome}`, tags: ['leases'] as [string], summary: outcome === 'approve' ? 'Approve a lease waiting for approval' : 'Deny a lease waiting for approval',
       description:
         outcome === 'approve'
-          ? 'A lease PENDING_APPROVAL (an approval rule, or an exception asked with `justification`) goes on PENDING, waiting for its start; one whose start has passed starts at once, its end unchanged. Admins only.'
-          : "A lease PENDING_APPROVAL is denied: its capacity is freed and it ends TERMINATED, `status_reason` naming the reason. Admins only.",
+          ? 'A lease PENDING_APPROVAL (an approval rule, or an exception asked with `justification`) goes on PENDING, waiting for its start; one whose start has passed starts at once, its end unchanged. An active lease with a `pending_change` takes the change (its end moves). Admins only.'
+          : "A lease PENDING_APPROVAL is denied: its capacity is freed and it ends TERMINATED, `status_reason` naming the reason. An active lease's `pending_change` is denied: what it booked is freed and the lease goes on as it was. Admins only.",
       security: AUTHENTICATED,
       request: { params: idParam('the lease id'), body: { content: { 'application/json': { schema: approvalAnswerSchema } }, required: false } },
       responses: { 200: leaseBody, ...COMMON_REFUSALS, 403: adminOnly, 404: notFound, 409: refusal('the lease is not waiting for approval') },
