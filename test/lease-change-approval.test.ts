@@ -8,6 +8,7 @@
  * minute lasts `approvalMinuteMs`); the waits follow the workflow's history or are bounded polls.
  */
 import { physicalHostPlugin } from '../src/resources/physical-host';
+import { physicalHostWatch } from '../src/resources/physical-host/health';
 import { hostReservation } from '../dev-stack/fixtures/builders';
 import { insertHost } from '../dev-stack/fixtures/hosts';
 import { startWebhookReceiver, type WebhookReceiver } from './support/notice-receiver';
@@ -28,6 +29,9 @@ async function untilShortTimerFired(stack: TestStack, leaseId: string, longestMs
   }, 60_000, 200, () => `lease ${leaseId}: the change's timer did not fire`);
 }
 
+/** Hosts the host watch reports as down (by hypervisor name): the healing test fails one. */
+const hostsDown = new Set<string>();
+
 describe('an exception on an update of an active lease', () => {
   let approvers: WebhookReceiver;
   beforeAll(async () => {
@@ -35,8 +39,9 @@ describe('an exception on an update of an active lease', () => {
   });
   afterAll(() => approvers.close());
   const stack = useTestStack(() => ({
-    env: { LK_APPROVERS_WEBHOOK_URL: approvers.url },
+    env: { LK_APPROVERS_WEBHOOK_URL: approvers.url, LK_HOST_MONITOR_INTERVAL_SECONDS: '0.2', LK_HOST_FAIL_GRACE_SECONDS: '0' },
     withPool: (pool) => [physicalHostPlugin({ pool, settings: { cleaningMs: 0, randomChoice: false }, cloud: 'calendar-only' })],
+    hostWatch: (pool) => physicalHostWatch({ pool, source: { calendarOnly: (host) => (hostsDown.has(host.hypervisor_hostname) ? 'down in the test' : undefined) }, freepool: 'freepool', failed: { name: 'failed', closedProjectId: 'nobody' } }),
     config: (config) => ({ ...config, approvalMinuteMs: MINUTE_MS }),
   }));
   const asAdmin = apiClient(() => stack().url, ADMIN);
@@ -165,5 +170,26 @@ describe('an exception on an update of an active lease', () => {
     expect((await as('chg-a')('DELETE', `/v1/leases/${lease.id}`)).status).toBe(204);
     expect((await otherCreate('after-delete')).status).toBe(201);
     expect((await asAdmin('POST', `/v1/leases/${lease.id}/approve`, {})).status).toBe(404);
+  });
+
+  // Last: it adds a spare host, which the tests above must not find free.
+  it('heals a failed host to the change\'s end: approved, the replacement holds the extension\'s hours too', async () => {
+    await setPolicy('chg-a', { extension: { max_count: 0 }, exception_timeout: 600 });
+    await insertHost(stack().db.pool, { name: 'change-host-spare' });
+    const lease = await activeLease('healed-while-waiting');
+    expect((await extend(lease.id, 'long run')).status).toBe(200);
+    const failed: string = (await leaseOf(lease.id)).reservations[0].hosts[0];
+    hostsDown.add(failed);
+    try {
+      await eventually(async () => (!(await leaseOf(lease.id)).reservations[0].hosts.includes(failed) ? true : undefined), 30_000, 100, () => 'the failed host was never replaced');
+      expect((await leaseOf(lease.id)).pending_change.reservations[0].hosts).not.toContain(failed);
+      const approved = await asAdmin('POST', `/v1/leases/${lease.id}/approve`, {});
+      expect(approved.body.lease.reservations[0].hosts).toContain('change-host-spare');
+      expect(approved.body.lease.reservations[0].hosts).not.toContain(failed);
+      // The replacement is booked over the extension's hours as well: nothing is free there for another project.
+      expect((await otherCreate('on-the-replacement')).status).toBe(409);
+    } finally {
+      hostsDown.delete(failed);
+    }
   });
 });
