@@ -152,6 +152,20 @@ export const LEASE_APPROVAL = {
   oldHistories: 'every history recorded before 2026-11-27 (none reaches the wait: the branch only adds the wait)',
 } as const satisfies WorkflowPatch;
 
+/**
+ * A change of an active lease may wait for approval (issue 42): a member's exception to a rule of
+ * ours is booked at once while the lease goes on as it was; an admin's approve applies it (the end
+ * timer moves), a deny, the timeout or the current end puts the bookings back. Marked where the
+ * record answers a pending change, which only an update sent with a justification after this date reaches.
+ */
+export const LEASE_CHANGE_APPROVAL = {
+  id: 'lease-change-approval',
+  workflowType: leaseWorkflowType,
+  introduced: '2026-11-27',
+  oldBranch: 'no change of an active lease ever waited (the record refused it instead, as before)',
+  oldHistories: 'every history recorded before 2026-11-27 (none reaches it: the branch only adds the wait)',
+} as const satisfies WorkflowPatch;
+
 /** All of them, oldest first. */
 export const PATCHES: readonly WorkflowPatch[] = [
   RECORD_LOCALLY,
@@ -167,4 +181,5 @@ export const PATCHES: readonly WorkflowPatch[] = [
   NOTICE_DELIVERY_HOLDS,
   ROLLBACK_ONLY_MOVED,
   LEASE_APPROVAL,
+  LEASE_CHANGE_APPROVAL,
 ];
