@@ -62,9 +62,9 @@ describe('an exception on an update of an active lease', () => {
     }
   });
 
-  /** An active lease of project chg-a on every host, for an hour (or `seconds`). */
-  async function activeLease(name: string, seconds = 3600): Promise<{ id: string; end_date: string }> {
-    const created = await as('chg-a')('POST', '/v1/leases', { name, start_date: 'now', end_date: inSeconds(seconds), reservations: hosts(HOSTS) });
+  /** An active lease of project chg-a on every host (or `count`), for an hour (or `seconds`). */
+  async function activeLease(name: string, seconds = 3600, count = HOSTS): Promise<{ id: string; end_date: string }> {
+    const created = await as('chg-a')('POST', '/v1/leases', { name, start_date: 'now', end_date: inSeconds(seconds), reservations: hosts(count) });
     expect(created.status).toBe(201);
     await untilStatus(created.body.lease.id, 'ACTIVE');
     return created.body.lease;
@@ -160,6 +160,21 @@ describe('an exception on an update of an active lease', () => {
     expect(ended).toMatchObject({ end_date: lease.end_date, change_approval: { outcome: 'denied', answered_by: 'end' }, status_reason: 'change denied: the lease reached its end while the change waited for approval; it ended as it was' });
     expect(ended.pending_change).toBeUndefined();
     expect((await otherCreate('after-end')).status).toBe(201);
+  });
+
+  it('refuses a justified change that adds hosts to an active lease, booking nothing: only extensions wait', async () => {
+    await setPolicy('chg-a', { exception_timeout: 600 });
+    const lease = await activeLease('grown', 3600, 1);
+    await setPolicy('chg-a', { max_hosts: 1, exception_timeout: 600 }); // a rule refusing the growth
+    const reservation = (await leaseOf(lease.id)).reservations[0];
+    const grow = await as('chg-a')('PUT', `/v1/leases/${lease.id}`, { reservations: [{ id: reservation.id, min: 2, max: 2 }], justification: 'need one more' });
+    expect(grow.status).toBe(409);
+    expect(grow.body.error_message).toMatch(/only an extension of an active lease \(the same reservations, a later end\) can ask for an exception/);
+    const after = await leaseOf(lease.id);
+    expect(after.reservations[0].hosts).toHaveLength(1);
+    expect(after.pending_change).toBeUndefined();
+    // The other host stays free now.
+    expect((await as('chg-other')('POST', '/v1/leases', { name: 'the-other-host', start_date: 'now', end_date: inSeconds(1800), reservations: hosts(1) })).status).toBe(201);
   });
 
   it('goes with the lease when it is deleted while waiting', async () => {

@@ -140,6 +140,19 @@ export interface PendingLeaseChange {
   approval: LeaseApproval;
 }
 
+/** Why a justified change of an active lease that is not an extension is refused. */
+export const ONLY_EXTENSIONS_WAIT = 'only an extension of an active lease (the same reservations, a later end) can ask for an exception';
+
+/**
+ * Whether a change of an active lease may wait for approval: an extension only (the same
+ * reservations with the same parameters, a later end). Its bookings can be given back exactly when
+ * it is denied; hosts a grown reservation took cannot (an active lease never loses hosts it holds).
+ */
+export function isExtensionOnly(previous: Lease, next: Lease): boolean {
+  const paramsOf = (lease: Lease) => JSON.stringify(lease.reservations.map((r) => [r.id, r.params]));
+  return next.endMs > previous.endMs && next.startMs === previous.startMs && paramsOf(next) === paramsOf(previous);
+}
+
 /**
  * The active lease `previous` as recorded while the change to `next` waits for approval: as it was
  * (a rename aside), one version up, the change and its approval on it. The deadline is the need's

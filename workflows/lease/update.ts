@@ -1,6 +1,7 @@
 /** Blazar's lease update (rename, move dates, end now), at any point of the lease's life: validated, re-booked, recorded, or rolled back. */
 import { patched } from '@temporalio/workflow';
-import { applyLeaseUpdate, assertSettled, bookingChanged, hasEnded, type Lease, type LeaseUpdateRequest, type Reservation } from '../../src/domain/lease';
+import { isExtensionOnly, ONLY_EXTENSIONS_WAIT } from '../../src/domain/approval';
+import { applyLeaseUpdate, assertSettled, bookingChanged, hasEnded, leaseConflict, type Lease, type LeaseUpdateRequest, type Reservation } from '../../src/domain/lease';
 import { ONE_ROLLBACK_FOR_UPDATES, ROLLBACK_ONLY_MOVED } from '../patches';
 import { mustFinish, quick } from './activity-options';
 import { justification } from './admission';
@@ -16,7 +17,16 @@ export function validateUpdate(s: LeaseState, update: LeaseUpdateRequest): void 
   assertAdmitted(s);
   assertSettled(s.lease);
   refuseWhileChangeWaits(s.lease);
-  applyLeaseUpdate(s.lease, update, Date.now());
+  refuseJustifiedNonExtension(s.lease, applyLeaseUpdate(s.lease, update, Date.now()), update);
+}
+
+/**
+ * A justification on a change of an active lease asks for an exception, which only an extension
+ * may have (isExtensionOnly): anything else is refused before it books anything (409).
+ */
+function refuseJustifiedNonExtension(before: Lease, next: Lease, update: LeaseUpdateRequest): void {
+  if (update.justification === undefined || before.status !== 'ACTIVE' || !bookingChanged(before, next) || isExtensionOnly(before, next)) return;
+  throw leaseConflict(`Lease ${before.name} is active: ${ONLY_EXTENSIONS_WAIT}. Send the change without a justification, or extend the lease alone.`);
 }
 
 /** The update's handler (it runs under the lease's lock). */
@@ -24,6 +34,7 @@ export async function applyUpdate(s: LeaseState, update: LeaseUpdateRequest): Pr
   const before = s.lease;
   refuseWhileChangeWaits(before); // queued behind the update that made one
   let next = applyLeaseUpdate(before, update, Date.now()); // again: the lease may have moved on while queued
+  refuseJustifiedNonExtension(before, next, update);
   const rebook = bookingChanged(before, next) && !hasEnded(next.status);
   const moved: Reservation[] = [];
   try {
