@@ -4,8 +4,10 @@
  * once (another project is refused it), the lease stays ACTIVE on its current end, and its JSON
  * shows the change. An admin's approve makes it take effect (the workflow's end timer moves); a
  * deny, the timeout or the current end puts the lease back exactly as it was, the extra booking
- * freed. One change at a time; a delete takes the change with it. Timeouts last a few seconds (a
- * minute lasts `approvalMinuteMs`); the waits follow the workflow's history or are bounded polls.
+ * freed. One change at a time (an admin's end of the lease denies it first); a delete takes the
+ * change with it. An answer is for its own change; only extensions wait. Timeouts last a few
+ * seconds (a minute lasts `approvalMinuteMs`); the waits follow the workflow's history or are
+ * bounded polls.
  */
 import { ApplicationFailure } from '@temporalio/common';
 import type { ResourcePlugin } from '../src/domain/resource-plugin';
@@ -93,9 +95,9 @@ describe('an exception on an update of an active lease', () => {
     }
   });
 
-  /** An active lease of project chg-a on every host (or `count`), for an hour (or `seconds`). */
-  async function activeLease(name: string, seconds = 3600, count = HOSTS): Promise<{ id: string; end_date: string }> {
-    const created = await as('chg-a')('POST', '/v1/leases', { name, start_date: 'now', end_date: inSeconds(seconds), reservations: hosts(count) });
+  /** An active lease of project chg-a for an hour, on every host (or `count`). */
+  async function activeLease(name: string, count = HOSTS): Promise<{ id: string; end_date: string }> {
+    const created = await as('chg-a')('POST', '/v1/leases', { name, start_date: 'now', end_date: inSeconds(3600), reservations: hosts(count) });
     expect(created.status).toBe(201);
     await untilStatus(created.body.lease.id, 'ACTIVE');
     return created.body.lease;
@@ -180,16 +182,20 @@ describe('an exception on an update of an active lease', () => {
     expect((await otherCreate('after-timeout')).status).toBe(201);
   });
 
-  it('never waits past the current end: at the end with no answer the change is denied and the lease ends as it was', async () => {
-    await setPolicy('chg-a', { extension: { max_count: 0 }, exception_timeout: 600 });
-    const lease = await activeLease('ends-first', 6);
+  it('never waits past the current end: timeout_at is capped at it; an admin ending the lease denies the change first', async () => {
+    // The exception's timeout (1440 minutes of 4 s: 96 min) is longer than the hour left: the end caps it.
+    await setPolicy('chg-a', { extension: { max_count: 0 }, exception_timeout: 1440 });
+    const lease = await activeLease('ends-first');
     const asked = await extend(lease.id, 'please');
     expect(asked.status).toBe(200);
-    expect(asked.body.lease.pending_change.timeout_at.replace(' ', 'T')).toBe(lease.end_date.slice(0, 19)); // capped at the current end
+    expect(asked.body.lease.pending_change.timeout_at.replace(' ', 'T')).toBe(lease.end_date.slice(0, 19));
+    expect((await as('chg-a')('PUT', `/v1/leases/${lease.id}`, { end_date: 'now' })).status).toBe(409); // a member's change waits its turn
+    const ended = await asAdmin('PUT', `/v1/leases/${lease.id}`, { end_date: 'now' });
+    expect(ended.status).toBe(200);
+    expect(ended.body.lease.change_approval).toMatchObject({ outcome: 'denied', answered_by: 'admin', answer_reason: 'the lease was changed by an admin' });
+    expect(ended.body.lease.pending_change).toBeUndefined();
     await untilStatus(lease.id, 'TERMINATED');
-    const ended = await leaseOf(lease.id);
-    expect(ended).toMatchObject({ end_date: lease.end_date, change_approval: { outcome: 'denied', answered_by: 'end' }, status_reason: 'change denied: the lease reached its end while the change waited for approval; it ended as it was' });
-    expect(ended.pending_change).toBeUndefined();
+    expect(await leaseOf(lease.id)).toMatchObject({ change_approval: { outcome: 'denied', answered_by: 'admin' } });
     expect((await otherCreate('after-end')).status).toBe(201);
   });
 
@@ -233,7 +239,7 @@ describe('an exception on an update of an active lease', () => {
 
   it('refuses a justified change that adds hosts to an active lease, booking nothing: only extensions wait', async () => {
     await setPolicy('chg-a', { exception_timeout: 600 });
-    const lease = await activeLease('grown', 3600, 1);
+    const lease = await activeLease('grown', 1);
     await setPolicy('chg-a', { max_hosts: 1, exception_timeout: 600 }); // a rule refusing the growth
     const reservation = (await leaseOf(lease.id)).reservations[0];
     const grow = await as('chg-a')('PUT', `/v1/leases/${lease.id}`, { reservations: [{ id: reservation.id, min: 2, max: 2 }], justification: 'need one more' });

@@ -34,8 +34,16 @@ export async function answerApproval(s: LeaseState, outcome: 'approved' | 'denie
   const change = s.lease.pendingChange;
   // A change's answer names the change: only its own settle takes it (a later change is never answered by it).
   s.approvalAnswer = { outcome, ...(answer.reason !== undefined ? { reason: answer.reason } : {}), ...(change ? { of: change.approval.requestedMs } : {}) };
-  if (change) await condition(() => s.lease.pendingChange?.approval.requestedMs !== change.approval.requestedMs || s.deletion !== 'none');
-  else await condition(() => s.lease.status !== 'PENDING_APPROVAL' || s.deletion !== 'none');
+  if (change) {
+    await condition(() => s.lease.pendingChange?.approval.requestedMs !== change.approval.requestedMs || s.deletion !== 'none');
+    const settled = s.lease.changeApproval;
+    // Settled otherwise first (an admin's update of the end denied it): the answer says so rather than a 200 that contradicts it.
+    if (settled?.requestedMs === change.approval.requestedMs && settled.outcome !== outcome) {
+      throw leaseConflict(`Lease ${s.lease.name}'s change was ${settled.outcome} before this answer was acted on${settled.answerReason ? `: ${settled.answerReason}` : ''}.`);
+    }
+    return s.lease;
+  }
+  await condition(() => s.lease.status !== 'PENDING_APPROVAL' || s.deletion !== 'none');
   return s.lease;
 }
 

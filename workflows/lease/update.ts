@@ -6,7 +6,7 @@ import { ONE_ROLLBACK_FOR_UPDATES, ROLLBACK_ONLY_MOVED } from '../patches';
 import { mustFinish, quick } from './activity-options';
 import { justification } from './admission';
 import { announce } from './announce';
-import { announceChangeAsked, refuseWhileChangeWaits, waitingChange } from './change-approval';
+import { announceChangeAsked, refuseWhileChangeWaits, settle, waitingChange } from './change-approval';
 import { book } from './bookings';
 import { asFailure } from './failures';
 import { compensate, record } from './record';
@@ -16,8 +16,15 @@ import { assertAdmitted, type LeaseState } from './state';
 export function validateUpdate(s: LeaseState, update: LeaseUpdateRequest): void {
   assertAdmitted(s);
   assertSettled(s.lease);
-  refuseWhileChangeWaits(s.lease);
+  if (!adminEndsSooner(s.lease, update)) refuseWhileChangeWaits(s.lease);
   refuseJustifiedNonExtension(s.lease, applyLeaseUpdate(s.lease, update, Date.now()), update);
+}
+
+/** An admin's update of the end only, to now or sooner: it may go through while a change waits (denying it first). */
+function adminEndsSooner(lease: Lease, update: LeaseUpdateRequest): boolean {
+  const onlyEnd = Object.entries(update).every(([key, value]) => value === undefined || key === 'end' || key === 'byAdmin' || key === 'name');
+  const sooner = update.end === 'now' || (typeof update.end === 'number' && update.end <= lease.endMs);
+  return lease.pendingChange !== undefined && update.byAdmin === true && onlyEnd && sooner;
 }
 
 /**
@@ -31,6 +38,11 @@ function refuseJustifiedNonExtension(before: Lease, next: Lease, update: LeaseUp
 
 /** The update's handler (it runs under the lease's lock). */
 export async function applyUpdate(s: LeaseState, update: LeaseUpdateRequest): Promise<Lease> {
+  const waiting = waitingChange(s);
+  if (waiting && adminEndsSooner(s.lease, update)) {
+    // An admin ending the lease sooner goes first: the waiting change is denied, then the update applies to the lease as it is.
+    await settle(s, waiting, { ...waiting.approval, outcome: 'denied', answeredBy: 'admin', answerReason: 'the lease was changed by an admin', answeredMs: Date.now() });
+  }
   const before = s.lease;
   refuseWhileChangeWaits(before); // queued behind the update that made one
   let next = applyLeaseUpdate(before, update, Date.now()); // again: the lease may have moved on while queued
