@@ -252,6 +252,19 @@ describe('an exception on an update of an active lease', () => {
     expect((await as('chg-other')('POST', '/v1/leases', { name: 'the-other-host', start_date: 'now', end_date: inSeconds(1800), reservations: hosts(1) })).status).toBe(201);
   });
 
+  it("counts a waiting extension in the project's budget: another lease that fits only beside the lease as it is is refused", async () => {
+    await setPolicy('chg-a', { extension: { max_count: 0 }, budget: { period: '30d', host_hours: 4 }, exception_timeout: 600 });
+    const lease = await activeLease('budgeted', 1); // 1 host-hour
+    expect((await extend(lease.id, 'three hours in all')).status).toBe(200); // 3 host-hours once approved
+    // 2 host-hours more: within the budget beside the lease's 1, over it beside the change's 3.
+    const another = () => as('chg-a')('POST', '/v1/leases', { name: 'beside-the-change', start_date: inSeconds(4 * 3600), end_date: inSeconds(6 * 3600), reservations: hosts(1) });
+    const refused = await another();
+    expect(refused.status).toBe(403);
+    expect(refused.body).toMatchObject({ rule: 'budget' });
+    expect((await asAdmin('POST', `/v1/leases/${lease.id}/deny`, {})).status).toBe(200);
+    expect((await another()).status).toBe(201); // the change denied, the lease counts as it is
+  });
+
   it('goes with the lease when it is deleted while waiting', async () => {
     await setPolicy('chg-a', { extension: { max_count: 0 }, exception_timeout: 600 });
     const lease = await activeLease('deleted-while-waiting');

@@ -6,7 +6,7 @@
  */
 import { beforeEndTime, spanText, withEventTimes, type Lease } from './lease';
 import { matchesQuery, type PropertyQuery } from './property-query';
-import { leaseFootprint } from './usage';
+import { leaseFootprint, type MeteredLease } from './usage';
 
 /** One approval rule: its condition (exactly one), how long an answer may take, and what the timeout decides. */
 export interface ApprovalRule {
@@ -182,6 +182,17 @@ export function awaitingChangeApproval(previous: Lease, next: Lease, need: Appro
 /** `previous` as recorded with a change waiting (what the record answered): as it was, renamed as `next`, one version up. */
 export function withPendingChange(previous: Lease, next: Lease, pendingChange: PendingLeaseChange): Lease {
   return { ...previous, name: next.name, version: next.version, updatedMs: next.updatedMs, pendingChange };
+}
+
+/**
+ * A lease as the usage rules count it beside another: with a change waiting, the larger of the two,
+ * so that a project cannot stack waiting extensions past its limits (each admitted on the lease as
+ * it is). Only an extension waits: the change is the larger (the same reservations, a later end).
+ */
+export function countedWithWaitingChange(metered: MeteredLease): MeteredLease {
+  const change = metered.lease.pendingChange;
+  if (!change || change.endMs < metered.lease.endMs) return metered;
+  return { ...metered, lease: { ...metered.lease, endMs: change.endMs, reservations: change.reservations } };
 }
 
 /** The lease with its waiting change applied (approved): its end and bookings as the change made them. */

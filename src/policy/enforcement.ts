@@ -12,7 +12,7 @@ import type { Pool } from '../db/pool';
 import { liveLeaseCount, projectLeasesHeldWithin, projectLeasesStartingAfter, projectLeasesWithin } from '../db/leases';
 import { lockProjectPolicy, projectRules } from '../db/usage-policy';
 import { countLiveOfferHolds } from '../db/offer-holds';
-import { approvalRuleNeed, bookedHostIds, isExtensionOnly, namesHostClass, ONLY_EXTENSIONS_WAIT, type ApprovalNeed } from '../domain/approval';
+import { approvalRuleNeed, bookedHostIds, countedWithWaitingChange, isExtensionOnly, namesHostClass, ONLY_EXTENSIONS_WAIT, type ApprovalNeed } from '../domain/approval';
 import { hostPropertiesOf, listHosts } from '../db/hosts';
 import { bookingChanged, LeaseErrorType, notStarted, type Lease } from '../domain/lease';
 import { ledgerRange, memberBudgetShape, offerHoldRefusal, policyEvaluation, policyRefusal, type PolicyRefusal, type PolicySubject, type ProjectLedger, type RuleEvaluation, type RuleName, type UsagePolicy } from '../domain/usage-policy';
@@ -220,7 +220,7 @@ export class UsagePolicyEnforcer {
     // The budgets and at-once rules read every lease in their periods, uncapped: a cap would drop the latest, those a new lease meets.
     // Members' budgets count in the project's budget period (a month when it has none).
     const range = ledgerRange(readsMemberBudgets ? { ...policy, budget: memberBudgetShape(policy) } : policy, full);
-    const others = needsLedger ? await projectLeasesWithin(db, next.projectId, range, next.id) : [];
+    const others = needsLedger ? (await projectLeasesWithin(db, next.projectId, range, next.id)).map(countedWithWaitingChange) : [];
     const liveLeases = countsLeases ? await liveLeaseCount(db, next.projectId, next.id) : 0;
     const classHosts = fairShare?.stacking?.length && readsStacking ? await stackingClassHosts(db, fairShare.stacking.map((s) => s.query)) : [];
     const shareLedger = fairShare && (await this.fairShareLedger(db, fairShare, full, classHosts, { leadTime: readsLeadTime, stacking: readsStacking }));
