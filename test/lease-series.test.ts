@@ -5,7 +5,7 @@
  * occurrence. Host leases, admitted in the API in one transaction: no cloud.
  */
 import { ApplicationFailure } from '@temporalio/common';
-import type { Pool } from 'pg';
+import { Pool } from 'pg';
 import { physicalHostPlugin } from '../src/resources/physical-host';
 import { withSeriesLock } from '../src/db/series';
 import { hostReservation } from '../dev-stack/fixtures/builders';
@@ -310,7 +310,8 @@ describe('recurring leases', () => {
     let release!: () => void;
     let holding!: () => void;
     const locked = new Promise<void>((resolve) => (holding = resolve));
-    const held = withSeriesLock(pool, id, 5_000, () => new Promise<void>((resolve) => ((release = resolve), holding())));
+    // Held as another project would: alpha's changes may hold locks of their own meanwhile (a quarter of the pool's).
+    const held = withSeriesLock(pool, { seriesId: id, projectId: 'test-holder' }, 5_000, () => new Promise<void>((resolve) => ((release = resolve), holding())));
     // The test holds the series before the changes come: else one of them could take it first.
     await locked;
     // Each change alone keeps the occurrences apart (the second at midnight; 16 hours each); both together do not.
@@ -318,7 +319,13 @@ describe('recurring leases', () => {
     // A change that found the series locked: its connection's last query tried the lock (as did the
     // test's own connection, which holds it: so at least two).
     const tried = "SELECT count(*)::int AS n FROM pg_stat_activity WHERE query LIKE 'SELECT pg_try_advisory_lock(hashtext(''leasekeeper:series'')%'";
-    await eventually(async () => ((await pool.query<{ n: number }>(tried)).rows[0].n >= 2 ? true : undefined), 15_000, 50, () => 'the changes did not wait on the series');
+    // Asked on a connection of its own: the pool hands its last released connection out first, and this query would hide a change's try.
+    const watcher = new Pool({ connectionString: stack().db.url, max: 1 });
+    try {
+      await eventually(async () => ((await watcher.query<{ n: number }>(tried)).rows[0].n >= 2 ? true : undefined), 15_000, 50, () => 'the changes did not wait on the series');
+    } finally {
+      await watcher.end();
+    }
     release();
     await held;
     const answers = await Promise.all(changes);
@@ -326,6 +333,30 @@ describe('recurring leases', () => {
     expect(answers.find((a) => a.status === 400)!.body.error_message).toMatch(/must not overlap/);
     const [a, b] = (await alpha('GET', `/v1/series/${id}`)).body.series.occurrences as Array<{ start_date: string; end_date: string }>;
     expect(a.end_date <= b.start_date).toBe(true);
+  });
+
+  it('lets one project hold series locks on a quarter of the pool at most: its concurrent series operations leave another project\'s request a connection', async () => {
+    const small = new Pool({ connectionString: stack().db.url, max: 2 });
+    let release!: () => void;
+    const released = new Promise<void>((resolve) => (release = resolve));
+    let working = 0;
+    // Each holds its series's lock, then takes another connection for its work, as a create's admission does.
+    const operations = [1, 2, 3, 4].map((i) =>
+      withSeriesLock(small, { seriesId: `starving-${i}`, projectId: 'alpha' }, 120_000, async () => {
+        working++;
+        await small.query('SELECT 1');
+        await released;
+      }),
+    );
+    await eventually(() => Promise.resolve(working >= 1 ? true : undefined), 15_000, 20, () => 'no series operation got the lock');
+    let otherAnswered = false;
+    const other = small.query("SELECT 'beta' AS project").then(() => (otherAnswered = true));
+    await eventually(() => Promise.resolve(otherAnswered ? true : undefined), 10_000, 20, () => 'another project\'s query got no connection');
+    expect(working).toBe(1); // the others wait for the one alpha holds, on no connection
+    release();
+    expect((await Promise.all(operations)).map((o) => o.ran)).toEqual([true, true, true, true]);
+    await other;
+    await small.end();
   });
 });
 
@@ -368,6 +399,49 @@ describe('recurring leases admitted by their workflows (LK_ADMISSION=workflow): 
     const shown = (await alpha('GET', `/v1/series/${created.body.series.id}`)).body.series;
     expect([shown.recurrence, shown.occurrences.map((o: { name: string }) => o.name)]).toEqual(['FREQ=DAILY;COUNT=2', ['saga-grow-1', 'saga-grow-2']]);
     expect((await alpha('GET', '/v1/leases')).body.leases.map((l: { name: string }) => l.name).filter((n: string) => n.startsWith('saga-grow')).sort()).toEqual(['saga-grow-1', 'saga-grow-2']);
+  });
+
+  /** The series rows named `kept-…` cannot be removed while `use` runs (as if the API stopped before removing them). */
+  const withSeriesRowsKept = async (use: () => Promise<void>) => {
+    const pool = stack().db.pool;
+    await pool.query("CREATE OR REPLACE FUNCTION test_keep_series_row() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'test: this series row is kept'; END $$");
+    await pool.query("CREATE TRIGGER test_keep_series_row BEFORE DELETE ON lease_series FOR EACH ROW WHEN (OLD.name LIKE 'kept-%') EXECUTE FUNCTION test_keep_series_row()");
+    try {
+      await use();
+    } finally {
+      await pool.query('DROP TRIGGER IF EXISTS test_keep_series_row ON lease_series');
+    }
+  };
+
+  it('answers the retry of a refused keyed create whose series row stayed behind with the refusal again, never a 201', async () => {
+    const start = T0 + 60 * DAY;
+    const third = start + 2 * DAY;
+    expect((await beta('POST', '/v1/leases', { name: 'beta-kept', start_date: date(third), end_date: date(third + HOUR), reservations: [hostReservation({ min: 1, max: 1 })] })).status).toBe(201);
+    const body = { name: 'kept-refused', start_date: date(start), end_date: date(start + HOUR), reservations: [hostReservation({ min: 1, max: 1 })], recurrence: 'FREQ=DAILY;COUNT=3' };
+    const key = { 'Idempotency-Key': `saga-${T0}-kept-refused` };
+    await withSeriesRowsKept(async () => {
+      const refused = await alpha('POST', '/v1/leases', body, key);
+      expect([refused.status, refused.body.reason]).toEqual([409, 'capacity']);
+      const retry = await alpha('POST', '/v1/leases', body, key);
+      expect([retry.status, retry.body.reason, retry.body.refused?.map((r: { name: string }) => r.name)]).toEqual([409, 'capacity', ['kept-refused-3']]);
+    });
+    expect((await alpha('GET', '/v1/leases')).body.leases.filter((l: { name: string }) => l.name.startsWith('kept-refused'))).toEqual([]);
+  });
+
+  it('creates the series again when a keyed create was cut short (its row left behind): the retry deletes what the first try admitted, and answers the series made', async () => {
+    const start = T0 + 70 * DAY;
+    const body = { name: 'kept-cut', start_date: date(start), end_date: date(start + HOUR), reservations: [hostReservation({ min: 1, max: 1 })], recurrence: 'FREQ=DAILY;COUNT=3' };
+    const key = { 'Idempotency-Key': `saga-${T0}-kept-cut` };
+    failReserveOf = 'kept-cut-2';
+    await withSeriesRowsKept(async () => {
+      expect((await alpha('POST', '/v1/leases', body, key)).status).toBe(503);
+    });
+    failReserveOf = undefined;
+    const retry = await alpha('POST', '/v1/leases', body, key);
+    expect([retry.status, retry.body.leases?.map((l: { name: string }) => l.name)]).toEqual([201, ['kept-cut-1', 'kept-cut-2', 'kept-cut-3']]);
+    const shown = await alpha('GET', `/v1/series/${retry.body.series.id}`);
+    expect(shown.body.series.occurrences.map((o: { name: string }) => o.name)).toEqual(['kept-cut-1', 'kept-cut-2', 'kept-cut-3']);
+    expect((await alpha('POST', '/v1/leases', body, key)).body.series.id).toBe(retry.body.series.id);
   });
 
   it('makes no series when an occurrence fails with an outage rather than a refusal: the admitted ones are deleted, partial or not', async () => {

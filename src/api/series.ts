@@ -11,16 +11,16 @@
  * mode the admitted ones are deleted again on the first refusal (a saga whose compensation's
  * failure is reported beside the refusal, never instead of it).
  */
-import { randomUUID } from 'node:crypto';
+import { createHash, randomUUID } from 'node:crypto';
 import { Router } from 'express';
 import { z } from 'zod';
 import type { PoolClient } from 'pg';
 import { formatRequestDate, wholeMinuteDown } from '../domain/dates';
 import { isUuid, newLease, notStarted, type Lease, type NewLeaseRequest } from '../domain/lease';
 import { expandRecurrence, formatRecurrence, parseRecurrence, RecurrenceError, RECURRENCE_HORIZON_MS, type Occurrence } from '../domain/recurrence';
-import { toBlazarLease } from '../domain/blazar-format';
+import { toBlazarLease, uuidShaped } from '../domain/blazar-format';
 import { findLease, leasesOfSeries } from '../db/leases';
-import { findSeries, findSeriesEvenDeleted, forgetSeries, insertSeries, markSeriesDeleted, setRefusedOccurrences, setSeriesRule, withSeriesLock, type RefusedOccurrence, type SeriesRow } from '../db/series';
+import { findSeries, findSeriesEvenDeleted, forgetSeries, insertSeries, markSeriesDeleted, setRefusedOccurrences, setSeriesRule, settleSeries, withSeriesLock, type RefusedOccurrence, type SeriesRow } from '../db/series';
 import { admissionError, admitSeriesInApi, admitsInApi } from './admission';
 import { identityOf, type Identity } from './auth';
 import { ApiError, parseRequest } from './errors';
@@ -57,6 +57,9 @@ interface RefusedJson {
 
 /** The name of a series's `index`th occurrence (from 0): unique per project as lease names are, and telling its place. */
 const occurrenceName = (name: string, index: number) => `${name}-${index + 1}`;
+
+/** The lease id of a create try's `index`th occurrence: a retry of the create finds what that try admitted. */
+const occurrenceLeaseId = (seriesId: string, attempt: string, index: number) => uuidShaped(createHash('sha256').update(JSON.stringify(['occurrence', seriesId, attempt, index])).digest('hex'), 4);
 
 function limitsOf(deps: NewLeaseDeps) {
   return { maxOccurrences: deps.maxOccurrences ?? DEFAULT_MAX_OCCURRENCES, horizonMs: RECURRENCE_HORIZON_MS };
@@ -135,7 +138,7 @@ function seriesJson(series: SeriesRow, occurrences: Lease[]) {
  * name too long for the series), tied by `seriesId`; the create (below) and the policy's dry run
  * (POST /v1/policy/check) both make them so.
  */
-export function occurrenceRequests(deps: NewLeaseDeps, identity: Identity, body: CreateBody, seriesId: string): Array<{ request: NewLeaseRequest; occurrence: Occurrence }> {
+export function occurrenceRequests(deps: NewLeaseDeps, identity: Identity, body: CreateBody, seriesId: string, attempt?: string): Array<{ request: NewLeaseRequest; occurrence: Occurrence }> {
   const first = newLeaseRequest(deps, identity, body, randomUUID());
   newLease(first); // Blazar's date rules (400) before anything starts
   const startMs = first.start === 'now' ? wholeMinuteDown(first.requestedMs) : first.start;
@@ -146,7 +149,7 @@ export function occurrenceRequests(deps: NewLeaseDeps, identity: Identity, body:
     occurrence: o,
     request: {
       ...first,
-      id: randomUUID(),
+      id: attempt === undefined ? randomUUID() : occurrenceLeaseId(seriesId, attempt, i),
       name: occurrenceName(body.name, i),
       // 'now' stays 'now' when the first occurrence is the lease asked for; a start on a day the rule does not name is no occurrence.
       start: first.start === 'now' && o.startMs === startMs ? 'now' : o.startMs,
@@ -164,17 +167,24 @@ export function occurrenceRequests(deps: NewLeaseDeps, identity: Identity, body:
  * Idempotency-Key, as a lease create: the same request again answers the series made first (no
  * second one, even when both arrive together: the second waits on the series's lock); another
  * request with the key is a 409, and the key of a deleted series a 410. A refused create leaves
- * no series, so its retry is admitted afresh.
+ * no series, so its retry is admitted afresh; one whose series row could not be removed answers
+ * its refusal again. A create cut short (the API stopped during the saga, or its undo failed) left
+ * its row `creating`: its retry deletes what that try admitted, then creates the series anew.
  */
 export async function createSeries(deps: NewLeaseDeps, identity: Identity, body: CreateBody, raw: unknown, idempotencyKey?: string) {
   if (idempotencyKey === undefined) return createNewSeries(deps, identity, body, raw, randomUUID());
   const seriesId = idempotentSeriesId(identity.projectId, identity.userId, idempotencyKey);
   const hash = requestHash(identity.projectId, raw);
-  const outcome = await withSeriesLock(deps.pool, seriesId, deps.commands.timeoutMs, async () => {
+  const outcome = await withSeriesLock(deps.pool, { seriesId, projectId: identity.projectId }, deps.commands.timeoutMs, async () => {
     const earlier = await findSeriesEvenDeleted(deps.pool, seriesId);
     if (!earlier) return createNewSeries(deps, identity, body, raw, seriesId, hash);
     if (earlier.deleted) throw new ApiError(410, `Series ${seriesId}, created with this Idempotency-Key, was deleted: use another key for a new series`);
     if (earlier.requestHash !== hash) throw new ApiError(409, 'this Idempotency-Key was already used for a different request');
+    if (earlier.state === 'refused') throw seriesRefusal(await storedRefusalsJson(deps, identity, earlier, body.reservations ?? []));
+    if (earlier.state === 'creating') {
+      await undoCutShortCreate(deps, identity, body, earlier);
+      return createNewSeries(deps, identity, body, raw, seriesId, hash);
+    }
     return seriesCreatedAnswer(deps, identity, earlier, await leasesOfSeries(deps.pool, seriesId), body.reservations ?? []);
   });
   if (!outcome.ran) throw new ApiError(409, 'a series with this Idempotency-Key is being created by another request: try again');
@@ -187,23 +197,44 @@ function storedRefusal(refused: RefusedOccurrence): ApiError {
   return refused.reason === 'invalid' ? new ApiError(400, refused.message) : new ApiError(409, refused.message, 409, { reason: refused.reason });
 }
 
-/** A create's answer for a series made before (a retry with its Idempotency-Key): its occurrences and gaps as they stand. */
-async function seriesCreatedAnswer(deps: NewLeaseDeps, identity: Identity, series: SeriesRow, occurrences: Lease[], reservations: Array<{ resource_type: string; params: Record<string, unknown> }>) {
-  const refused = await refusedJson(
+/** The series's refused occurrences, answered as when they were refused (offers are found again). */
+function storedRefusalsJson(deps: NewLeaseDeps, identity: Identity, series: SeriesRow, reservations: Array<{ resource_type: string; params: Record<string, unknown> }>) {
+  return refusedJson(
     deps,
     identity,
     series.refused.map((r) => ({ lease: { name: r.name, startMs: r.startMs, endMs: r.endMs, reservations }, error: storedRefusal(r) })),
   );
+}
+
+/**
+ * A create with this Idempotency-Key was cut short (its row is still `creating`): the leases its try
+ * may have admitted (their ids derive from its attempt) are deleted and its row removed, so that the
+ * create can start again; a delete that fails is a 503 (nothing is created twice).
+ */
+async function undoCutShortCreate(deps: NewLeaseDeps, identity: Identity, body: CreateBody, earlier: SeriesRow) {
+  const leaseIds = earlier.attempt === undefined ? (await leasesOfSeries(deps.pool, earlier.id)).map((l) => l.id) : occurrenceRequests(deps, identity, body, earlier.id, earlier.attempt).map((o) => o.request.id);
+  const compensation = await compensate(deps, leaseIds);
+  if (Object.keys(compensation).length > 0) {
+    throw new ApiError(503, 'an earlier try of this create was cut short, and the occurrences it admitted could not all be deleted yet: try again', 503, compensation);
+  }
+  await forgetSeries(deps.pool, earlier.id);
+}
+
+/** A create's answer for a series made before (a retry with its Idempotency-Key): its occurrences and gaps as they stand. */
+async function seriesCreatedAnswer(deps: NewLeaseDeps, identity: Identity, series: SeriesRow, occurrences: Lease[], reservations: Array<{ resource_type: string; params: Record<string, unknown> }>) {
+  const refused = await storedRefusalsJson(deps, identity, series, reservations);
   return { ...(occurrences[0] ? { lease: toBlazarLease(occurrences[0]) } : {}), series: seriesJson(series, occurrences), leases: occurrences.map(toBlazarLease), refused };
 }
 
 async function createNewSeries(deps: NewLeaseDeps, identity: Identity, body: CreateBody, raw: unknown, seriesId: string, idempotentHash?: string) {
   const partial = body.partial ?? false;
-  const expanded = occurrenceRequests(deps, identity, body, seriesId);
+  // Each try of a create has its own lease ids (a retry of one cut short deletes that try's leases first).
+  const attempt = randomUUID();
+  const expanded = occurrenceRequests(deps, identity, body, seriesId, attempt);
   const occurrences = expanded.map((e) => e.occurrence);
   const requests = expanded.map(({ request }, i) => ({ request, requestHash: requestHash(identity.projectId, { series: seriesId, occurrence: i }) }));
   const template = Object.fromEntries(Object.entries(raw as Record<string, unknown>).filter(([key]) => key !== 'recurrence' && key !== 'partial'));
-  const series: Omit<SeriesRow, 'createdMs'> = { id: seriesId, projectId: identity.projectId, name: body.name, recurrence: body.recurrence!, template, refused: [], ...(idempotentHash ? { requestHash: idempotentHash } : {}) };
+  const series: Omit<SeriesRow, 'createdMs'> = { id: seriesId, projectId: identity.projectId, name: body.name, recurrence: body.recurrence!, template, refused: [], state: 'created', attempt, ...(idempotentHash ? { requestHash: idempotentHash } : {}) };
   const refusedRows = (refused: Array<{ index: number; error: ApiError }>): RefusedOccurrence[] =>
     refused.map(({ index, error }) => ({ name: requests[index].request.name, startMs: occurrences[index].startMs, endMs: occurrences[index].endMs, reason: reasonOf(error), message: error.message }));
 
@@ -218,10 +249,15 @@ async function createNewSeries(deps: NewLeaseDeps, identity: Identity, body: Cre
     });
     ({ admitted, refused } = outcome);
   } else {
-    await insertSeries(deps.pool, series);
-    // The series was never answered: it goes with its occurrences.
-    ({ admitted, refused, compensation } = await admitOneByOne(deps, requests, partial, (leaseIds) => compensate(deps, leaseIds, () => forgetSeries(deps.pool, seriesId))));
-    if (refused.length > 0 && partial) await setRefusedOccurrences(deps.pool, seriesId, refusedRows(refused));
+    // `creating` until the saga ends: a retry never answers a series whose create did not end (a crash, an undo that failed).
+    await insertSeries(deps.pool, { ...series, state: 'creating' });
+    // A refused series was never answered: it goes with its occurrences. Marked refused first: a row
+    // that cannot be removed answers the refusal again; after an outage it stays `creating`.
+    ({ admitted, refused, compensation } = await admitOneByOne(deps, requests, partial, async (leaseIds, refusedNow) => {
+      if (refusedNow) await settleSeries(deps.pool, seriesId, 'refused', refusedRows(refusedNow));
+      return compensate(deps, leaseIds, () => forgetSeries(deps.pool, seriesId));
+    }));
+    if (refused.length === 0 || partial) await settleSeries(deps.pool, seriesId, 'created', refusedRows(refused));
   }
   const refusedLeases = refused.map(({ index, error }) => ({ lease: { ...newLease(requests[index].request), startMs: occurrences[index].startMs }, error }));
   const refusedAnswers = await refusedJson(deps, identity, refusedLeases);
@@ -245,7 +281,8 @@ async function admitOneByOne(
   deps: NewLeaseDeps,
   requests: Array<{ request: NewLeaseRequest; requestHash: string }>,
   partial: boolean,
-  undo: (leaseIds: string[]) => Promise<Record<string, unknown>>,
+  /** `refused`: what was refused, when the undo follows a refusal (else an outage). */
+  undo: (leaseIds: string[], refused?: Array<{ index: number; error: ApiError }>) => Promise<Record<string, unknown>>,
 ) {
   const admitted: Lease[] = [];
   const refused: Array<{ index: number; error: ApiError }> = [];
@@ -265,7 +302,7 @@ async function admitOneByOne(
     }
   }
   if (refused.length === 0 || partial) return { admitted, refused, compensation: {} };
-  return { admitted: [], refused, compensation: await undo(admitted.map((l) => l.id)) };
+  return { admitted: [], refused, compensation: await undo(admitted.map((l) => l.id), refused) };
 }
 
 /** The error as answered, with the compensation's failures beside it (an error that is no ApiError stays as it is: a 500). */
@@ -307,7 +344,7 @@ async function visibleSeries(deps: NewLeaseDeps, identity: Identity, id: string)
  */
 async function underSeriesLock<T>(deps: NewLeaseDeps, identity: Identity, id: string, use: (series: SeriesRow) => Promise<T>): Promise<T> {
   const series = await visibleSeries(deps, identity, id);
-  const outcome = await withSeriesLock(deps.pool, series.id, deps.commands.timeoutMs, async () => use(await visibleSeries(deps, identity, id)));
+  const outcome = await withSeriesLock(deps.pool, { seriesId: series.id, projectId: series.projectId }, deps.commands.timeoutMs, async () => use(await visibleSeries(deps, identity, id)));
   if (!outcome.ran) throw new ApiError(409, `series ${series.id} is being changed or deleted by another request: try again`);
   return outcome.value;
 }
