@@ -290,6 +290,23 @@ describe('recurring leases', () => {
     expect(await alphaLeases()).toEqual([]);
   });
 
+  it('refuses an Idempotency-Key used for a lease create on a series create and the other way round (409), sent one after the other or together', async () => {
+    const reservations = [hostReservation({ min: 1, max: 1 })];
+    const lease = (days: number) => ({ name: `keyed-lease-${days}`, start_date: date(T0 + days * DAY), end_date: date(T0 + days * DAY + HOUR), reservations });
+    const series = (days: number) => ({ ...lease(days), name: `keyed-series-${days}`, recurrence: 'FREQ=DAILY;COUNT=2' });
+    const key = (name: string) => ({ 'Idempotency-Key': `${T0}-${name}` });
+    const usedElsewhere = { status: 409, body: { error_code: 409, error_name: 409, error_message: 'this Idempotency-Key was already used for a different request' } };
+    expect((await alpha('POST', '/v1/leases', lease(30), key('lease-first'))).status).toBe(201);
+    expect(await alpha('POST', '/v1/leases', series(32), key('lease-first'))).toEqual(usedElsewhere);
+    expect((await alpha('POST', '/v1/leases', series(34), key('series-first'))).status).toBe(201);
+    expect(await alpha('POST', '/v1/leases', lease(36), key('series-first'))).toEqual(usedElsewhere);
+    const together = await Promise.all([alpha('POST', '/v1/leases', lease(38), key('together')), alpha('POST', '/v1/leases', series(40), key('together'))]);
+    expect(together.map((a) => a.status).sort()).toEqual([201, 409]);
+    const made = (await alphaLeases()).map((l) => l.name).filter((n) => /-(38|40)/.test(n));
+    expect(made).toEqual(together[0].status === 201 ? ['keyed-lease-38'] : ['keyed-series-40-1', 'keyed-series-40-2']);
+    expect((await alphaLeases()).map((l) => l.name).filter((n) => !/-(38|40)/.test(n)).sort()).toEqual(['keyed-lease-30', 'keyed-series-34-1', 'keyed-series-34-2']);
+  });
+
   it('makes one series for two concurrent sends with one Idempotency-Key, and answers both with it', async () => {
     const key = { 'Idempotency-Key': `series-${T0}-concurrent` };
     const body = { name: 'twice', start_date: date(T0), end_date: date(T0 + HOUR), reservations: [hostReservation({ min: 1, max: 1 })], recurrence: 'FREQ=DAILY;COUNT=3' };

@@ -24,7 +24,7 @@ import { findSeries, findSeriesEvenDeleted, forgetSeries, insertSeries, markSeri
 import { admissionError, admitSeriesInApi, admitsInApi } from './admission';
 import { identityOf, type Identity } from './auth';
 import { ApiError, parseRequest } from './errors';
-import { changeLease, createLease, idempotentSeriesId, removeLease, requestHash } from './lease-commands';
+import { changeLease, claimKeyFor, createLease, idempotentSeriesId, removeLease, requestHash } from './lease-commands';
 import { createLeaseSchema, newLeaseRequest, requestDateOrNowSchema, requestDateSchema } from './lease-schemas';
 import type { NewLeaseDeps } from './leases';
 import { makeOffers, refusalReason, type OfferJson } from './offers';
@@ -175,6 +175,7 @@ export async function createSeries(deps: NewLeaseDeps, identity: Identity, body:
   if (idempotencyKey === undefined) return createNewSeries(deps, identity, body, raw, randomUUID());
   const seriesId = idempotentSeriesId(identity.projectId, identity.userId, idempotencyKey);
   const hash = requestHash(identity.projectId, raw);
+  await claimKeyFor(deps.pool, 'series', identity.projectId, identity.userId, idempotencyKey);
   const outcome = await withSeriesLock(deps.pool, { seriesId, projectId: identity.projectId }, deps.commands.timeoutMs, async () => {
     const earlier = await findSeriesEvenDeleted(deps.pool, seriesId);
     if (!earlier) return createNewSeries(deps, identity, body, raw, seriesId, hash);

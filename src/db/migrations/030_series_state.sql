@@ -6,3 +6,11 @@
 ALTER TABLE lease_series
   ADD COLUMN state text NOT NULL DEFAULT 'created' CHECK (state IN ('creating', 'created', 'refused')),
   ADD COLUMN attempt uuid;
+-- Which create an Idempotency-Key was used for (issue 42's review): a lease create and a series
+-- create derive different ids from one key, so each claims the key here first, and the other's use
+-- of it is a 409. `id` hashes (project, user, key), as the lease and series ids derived from it.
+CREATE TABLE idempotency_keys (
+  id text PRIMARY KEY,
+  kind text NOT NULL CHECK (kind IN ('lease', 'series')),
+  created_at timestamptz NOT NULL DEFAULT now()
+);
