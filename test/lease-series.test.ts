@@ -233,6 +233,17 @@ describe('recurring leases', () => {
     );
   });
 
+  it('grows a series created with before_end_date after its duration was shortened: the new occurrences take the last one\'s before-end, or the default where it no longer fits', async () => {
+    const created = await series(alpha, 'early-notice', 'FREQ=DAILY;COUNT=2', { before_end_date: date(T0 + HOUR) });
+    expect(created.status).toBe(201);
+    const id = created.body.series.id;
+    expect((await alpha('PUT', `/v1/series/${id}`, { duration: 30 })).status).toBe(200);
+    const grown = await alpha('PUT', `/v1/series/${id}`, { count: 3 });
+    expect([grown.status, grown.body.error_message]).toEqual([200, undefined]);
+    const third = (await alphaLeases()).find((l) => l.name === 'early-notice-3') as { start_date: string; end_date: string; before_end_date?: string } | undefined;
+    expect([third?.start_date.slice(0, 16), third?.end_date.slice(0, 16)]).toEqual([date(T0 + 2 * DAY).replace(' ', 'T'), date(T0 + 2 * DAY + 30 * 60_000).replace(' ', 'T')]);
+  });
+
   it('shrinks a series (count, until): the occurrences past the new end are deleted, one started is never touched and is named in the answer; LK_MAX_OCCURRENCES bounds the total', async () => {
     const created = await series(alpha, 'shrinking', 'FREQ=DAILY;COUNT=5', {}, T0, 1);
     const id = created.body.series.id;

@@ -400,9 +400,13 @@ const dayOf = (ms: number) => Math.floor(ms / DAY_MS);
 /**
  * The leases of new occurrences (their window and place in the series), made from the series's
  * create body as that create made them; for the series's project and the user who created it.
+ * Their before-end is as far before their end as the last occurrence's (the create's, if none is
+ * left), dropped (the default) where it would fall outside their window, as a lease update drops it.
  */
-function extensionRequests(deps: NewLeaseDeps, identity: Identity, series: SeriesRow, userId: string, added: Array<{ index: number } & Occurrence>) {
+function extensionRequests(deps: NewLeaseDeps, identity: Identity, series: SeriesRow, userId: string, last: Lease | undefined, added: Array<{ index: number } & Occurrence>) {
   const window = templateWindow(series);
+  const beforeEndOffsetMs = last ? (last.beforeEndMs === undefined ? undefined : last.endMs - last.beforeEndMs) : window.beforeEndMs === undefined ? undefined : window.endMs - window.beforeEndMs;
+  const beforeEndOf = (o: Occurrence) => (beforeEndOffsetMs === undefined || o.endMs - beforeEndOffsetMs < o.startMs ? undefined : o.endMs - beforeEndOffsetMs);
   const body = parseRequest(createLeaseSchema(deps.types, deps.maxReservationsPerLease), {
     ...Object.fromEntries(Object.entries(series.template).filter(([key]) => key !== 'before_end_date')),
     start_date: formatRequestDate(added[0].startMs),
@@ -419,7 +423,7 @@ function extensionRequests(deps: NewLeaseDeps, identity: Identity, series: Serie
       name: occurrenceName(series.name, o.index),
       start: o.startMs,
       end: o.endMs,
-      beforeEnd: window.beforeEndMs === undefined ? undefined : o.endMs - (window.endMs - window.beforeEndMs),
+      beforeEnd: beforeEndOf(o),
       reservations: first.reservations.map((r) => ({ ...r, id: randomUUID() })),
       seriesId: series.id,
     },
@@ -465,7 +469,7 @@ async function changeSeriesEnd(deps: NewLeaseDeps, identity: Identity, series: S
   }
   const after = [...all, ...added].sort((a, b) => a.startMs - b.startMs);
   for (let i = 1; i < after.length; i++) if (after[i].startMs < after[i - 1].endMs) throw new ApiError(400, 'the new occurrences would overlap the ones before them: occurrences must not overlap');
-  const requests = extensionRequests(deps, identity, series, last?.userId ?? identity.userId, added);
+  const requests = extensionRequests(deps, identity, series, last?.userId ?? identity.userId, last, added);
   const refusedRows = (refused: Array<{ index: number; error: ApiError }>): RefusedOccurrence[] =>
     refused.map(({ index, error }) => ({ name: requests[index].request.name, startMs: added[index].startMs, endMs: added[index].endMs, reason: reasonOf(error), message: error.message }));
   let refused: Array<{ index: number; error: ApiError }>;
