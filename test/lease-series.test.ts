@@ -244,6 +244,24 @@ describe('recurring leases', () => {
     expect([third?.start_date.slice(0, 16), third?.end_date.slice(0, 16)]).toEqual([date(T0 + 2 * DAY).replace(' ', 'T'), date(T0 + 2 * DAY + 30 * 60_000).replace(' ', 'T')]);
   });
 
+  it('grows a series with the caller\'s rights and in the caller\'s name: a member\'s grow of an admin\'s series asks no admin-only end policy, and its new occurrences are the member\'s', async () => {
+    const alphaAdmin = apiClient(() => stack().url, { 'X-Project-Id': 'alpha', 'X-User-Id': 'alpha-admin', 'X-Roles': 'admin' });
+    const alphaMember = apiClient(() => stack().url, { 'X-Project-Id': 'alpha', 'X-User-Id': 'alpha-member', 'X-Roles': 'member' });
+    const owned = await series(alphaAdmin, 'admins', 'FREQ=DAILY;COUNT=1');
+    expect(owned.status).toBe(201);
+    const grown = await alphaMember('PUT', `/v1/series/${owned.body.series.id}`, { count: 2 });
+    expect(grown.status).toBe(200);
+    const users = (await alphaLeases() as Array<{ name: string; user_id?: string }>).filter((l) => l.name.startsWith('admins-')).map((l) => [l.name, l.user_id]);
+    expect(users.sort()).toEqual([['admins-1', 'alpha-admin'], ['admins-2', 'alpha-member']]);
+
+    const start = T0 + 30 * DAY;
+    const releasing = await alphaAdmin('POST', '/v1/leases', { name: 'admins-release', start_date: date(start), end_date: date(start + HOUR), reservations: [hostReservation({ min: 1, max: 1, on_end: 'release' })], recurrence: 'FREQ=DAILY;COUNT=1' });
+    expect(releasing.status).toBe(201);
+    const refused = await alphaMember('PUT', `/v1/series/${releasing.body.series.id}`, { count: 2 });
+    expect([refused.status, refused.body.error_message]).toEqual([403, expect.stringContaining('on_end "release"')]);
+    expect((await alphaLeases()).map((l) => l.name).filter((n) => n.startsWith('admins-release'))).toEqual(['admins-release-1']);
+  });
+
   it('shrinks a series (count, until): the occurrences past the new end are deleted, one started is never touched and is named in the answer; LK_MAX_OCCURRENCES bounds the total', async () => {
     const created = await series(alpha, 'shrinking', 'FREQ=DAILY;COUNT=5', {}, T0, 1);
     const id = created.body.series.id;

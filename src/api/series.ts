@@ -26,7 +26,8 @@ import { identityOf, type Identity } from './auth';
 import { ApiError, parseRequest } from './errors';
 import { changeLease, claimKeyFor, createLease, idempotentSeriesId, removeLease, requestHash } from './lease-commands';
 import { createLeaseSchema, newLeaseRequest, requestDateOrNowSchema, requestDateSchema } from './lease-schemas';
-import type { NewLeaseDeps } from './leases';
+import { refuseAdminOnlyPolicies, type NewLeaseDeps } from './leases';
+import { refuseUnknownPropertyKeys } from './property-keys';
 import { makeOffers, refusalReason, type OfferJson } from './offers';
 
 export const DEFAULT_MAX_OCCURRENCES = 50;
@@ -399,11 +400,13 @@ const dayOf = (ms: number) => Math.floor(ms / DAY_MS);
 
 /**
  * The leases of new occurrences (their window and place in the series), made from the series's
- * create body as that create made them; for the series's project and the user who created it.
+ * create body as a create by the caller would make them: the create's checks of what the caller
+ * may ask (admin-only end policies, property keys) run again with the caller's identity, and the
+ * new occurrences are the caller's, in the series's project.
  * Their before-end is as far before their end as the last occurrence's (the create's, if none is
  * left), dropped (the default) where it would fall outside their window, as a lease update drops it.
  */
-function extensionRequests(deps: NewLeaseDeps, identity: Identity, series: SeriesRow, userId: string, last: Lease | undefined, added: Array<{ index: number } & Occurrence>) {
+async function extensionRequests(deps: NewLeaseDeps, identity: Identity, series: SeriesRow, last: Lease | undefined, added: Array<{ index: number } & Occurrence>) {
   const window = templateWindow(series);
   const beforeEndOffsetMs = last ? (last.beforeEndMs === undefined ? undefined : last.endMs - last.beforeEndMs) : window.beforeEndMs === undefined ? undefined : window.endMs - window.beforeEndMs;
   const beforeEndOf = (o: Occurrence) => (beforeEndOffsetMs === undefined || o.endMs - beforeEndOffsetMs < o.startMs ? undefined : o.endMs - beforeEndOffsetMs);
@@ -412,8 +415,9 @@ function extensionRequests(deps: NewLeaseDeps, identity: Identity, series: Serie
     start_date: formatRequestDate(added[0].startMs),
     end_date: formatRequestDate(added[0].endMs),
   });
-  const owner: Identity = { ...identity, projectId: series.projectId, userId };
-  const first = newLeaseRequest(deps, owner, body, randomUUID());
+  refuseAdminOnlyPolicies(identity, 'blazar:leases:post', body.reservations?.map((r) => r.params));
+  await refuseUnknownPropertyKeys(deps.types, identity, body.reservations ?? []);
+  const first = newLeaseRequest(deps, { ...identity, projectId: series.projectId }, body, randomUUID());
   const lastName = occurrenceName(series.name, added[added.length - 1].index);
   if (lastName.length > 80) throw new ApiError(400, `count: the series's name is too long for occurrence ${added[added.length - 1].index + 1} (names are at most 80 characters)`);
   return added.map((o) => ({
@@ -469,7 +473,7 @@ async function changeSeriesEnd(deps: NewLeaseDeps, identity: Identity, series: S
   }
   const after = [...all, ...added].sort((a, b) => a.startMs - b.startMs);
   for (let i = 1; i < after.length; i++) if (after[i].startMs < after[i - 1].endMs) throw new ApiError(400, 'the new occurrences would overlap the ones before them: occurrences must not overlap');
-  const requests = extensionRequests(deps, identity, series, last?.userId ?? identity.userId, last, added);
+  const requests = await extensionRequests(deps, identity, series, last, added);
   const refusedRows = (refused: Array<{ index: number; error: ApiError }>): RefusedOccurrence[] =>
     refused.map(({ index, error }) => ({ name: requests[index].request.name, startMs: added[index].startMs, endMs: added[index].endMs, reason: reasonOf(error), message: error.message }));
   let refused: Array<{ index: number; error: ApiError }>;
