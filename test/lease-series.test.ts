@@ -292,6 +292,25 @@ describe('recurring leases', () => {
     expect((await alpha('GET', `/v1/series/${id}`)).body.series.recurrence).toMatch(/^FREQ=DAILY;UNTIL=/);
   });
 
+  it('reads each occurrence again right before a shrink deletes it: one that started while those before it were deleted is kept and named in `untouched`', async () => {
+    const created = await series(alpha, 'late-start', 'FREQ=DAILY;COUNT=5', {}, T0, 1);
+    expect(created.status).toBe(201);
+    const [, , , fourth, fifth] = created.body.leases as Array<{ id: string }>;
+    const pool = stack().db.pool;
+    const setStatus = (status: string) => pool.query(`UPDATE leases SET status = $2, document = jsonb_set(document, '{status}', to_jsonb($2::text)) WHERE id = $1`, [fifth.id, status]);
+    // The fifth "starts" (its row only, as above) when the fourth's delete is recorded, after the series was read.
+    await pool.query(`CREATE OR REPLACE FUNCTION test_start_fifth() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN UPDATE leases SET status = 'ACTIVE', document = jsonb_set(document, '{status}', '"ACTIVE"') WHERE id = '${fifth.id}'; RETURN NULL; END $$`);
+    await pool.query(`CREATE TRIGGER test_start_fifth AFTER UPDATE OF deleted_at ON leases FOR EACH ROW WHEN (NEW.id = '${fourth.id}' AND NEW.deleted_at IS NOT NULL AND OLD.deleted_at IS NULL) EXECUTE FUNCTION test_start_fifth()`);
+    try {
+      const fewer = await alpha('PUT', `/v1/series/${created.body.series.id}`, { count: 3 });
+      expect([fewer.status, fewer.body.untouched]).toEqual([200, [expect.objectContaining({ lease_id: fifth.id, name: 'late-start-5', status: 'ACTIVE' })]]);
+      expect((await alphaLeases()).map((l) => l.name).sort()).toEqual(['late-start-1', 'late-start-2', 'late-start-3', 'late-start-5']);
+    } finally {
+      await pool.query('DROP TRIGGER IF EXISTS test_start_fifth ON leases');
+      await setStatus('PENDING');
+    }
+  });
+
   it('answers a series create retried with its Idempotency-Key with the series made first, refuses the key with another body, and deleted: 410', async () => {
     const key = { 'Idempotency-Key': `series-${T0}-retry` };
     const third = T0 + 2 * DAY;

@@ -451,10 +451,17 @@ async function changeSeriesEnd(deps: NewLeaseDeps, identity: Identity, series: S
   const slots = occurrencesOf(deps, rule, window.startMs, window.endMs);
   const lastDay = dayOf(slots[slots.length - 1].startMs);
   const all = await leasesOfSeries(deps.pool, series.id);
-  const past = all.filter((l) => dayOf(l.startMs) > lastDay);
+  const pastLeases = all.filter((l) => dayOf(l.startMs) > lastDay);
   const keptRefused = series.refused.filter((r) => dayOf(r.startMs) <= lastDay);
-  const untouched = past.filter((l) => !notStarted(l.status)).map((l) => ({ lease_id: l.id, name: l.name, status: l.status, reason: 'started: an occurrence started or ended is never deleted by a change' }));
-  for (const lease of past.filter((l) => notStarted(l.status))) {
+  const untouched: Array<{ lease_id: string; name: string; status: string; reason: string }> = [];
+  for (const past of pastLeases) {
+    // Read again right before its delete: the deletes before it take seconds, and it may have started meanwhile.
+    const lease = await findLease(deps.pool, past.id);
+    if (!lease) continue;
+    if (!notStarted(lease.status)) {
+      untouched.push({ lease_id: lease.id, name: lease.name, status: lease.status, reason: 'started: an occurrence started or ended is never deleted by a change' });
+      continue;
+    }
     const outcome = await removeLease(deps.commands, lease.id, () => findLease(deps.pool, lease.id));
     if (outcome === 'past-deadline' && (await findLease(deps.pool, lease.id))?.status !== 'DELETING') {
       throw new ApiError(503, `the delete of occurrence ${lease.name} did not finish in time; the occurrences before it in the series are deleted: try again`);
