@@ -285,11 +285,24 @@ describe('recurring leases', () => {
     }
 
     const past = await alpha('PUT', `/v1/series/${id}`, { count: 13 });
-    expect([past.status, past.body.error_message]).toEqual([400, 'recurrence: COUNT: expected a whole number from 1 to 12']);
+    expect([past.status, past.body.error_message]).toEqual([400, 'count: expected a whole number from 1 to 12']);
+    const farUntil = await alpha('PUT', `/v1/series/${id}`, { until: date(T0 + 20 * DAY) });
+    expect([farUntil.status, farUntil.body.error_message]).toEqual([400, expect.stringMatching(/^until: gives more than 12 occurrences/)]);
     for (const bad of [{ count: 4, until: date(T0 + 5 * DAY) }, { count: 4, from: third }, { count: 4, duration: 30 }, { until: 'soon' }, { count: 0 }]) {
       expect([bad, (await alpha('PUT', `/v1/series/${id}`, bad)).status]).toEqual([bad, 400]);
     }
     expect((await alpha('GET', `/v1/series/${id}`)).body.series.recurrence).toMatch(/^FREQ=DAILY;UNTIL=/);
+  });
+
+  it('bounds `until` by each occurrence\'s own start: after a move to 10:00, an until at 09:30 on a day leaves that day no occurrence, shrinking or growing', async () => {
+    const created = await series(alpha, 'late-until', 'FREQ=DAILY;COUNT=3', {}, T0, 1);
+    const id = created.body.series.id;
+    expect((await alpha('PUT', `/v1/series/${id}`, { start_time: '10:00' })).status).toBe(200);
+    const names = (answer: { body: { series: { occurrences: Array<{ name: string; start_date: string }> } } }) => answer.body.series.occurrences.map((o) => [o.name, o.start_date]);
+    const fewer = await alpha('PUT', `/v1/series/${id}`, { until: date(dayAt(12) + 9.5 * HOUR) });
+    expect([fewer.status, names(fewer)]).toEqual([200, [0, 1].map((d) => [`late-until-${d + 1}`, date(dayAt(10 + d) + 10 * HOUR)])]);
+    const more = await alpha('PUT', `/v1/series/${id}`, { until: date(dayAt(13) + 9.5 * HOUR) });
+    expect([more.status, names(more)]).toEqual([200, [0, 1, 2].map((d) => [`late-until-${d + 1}`, date(dayAt(10 + d) + 10 * HOUR)])]);
   });
 
   it('reads each occurrence again right before a shrink deletes it: one that started while those before it were deleted is kept and named in `untouched`', async () => {

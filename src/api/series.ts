@@ -66,12 +66,15 @@ function limitsOf(deps: NewLeaseDeps) {
   return { maxOccurrences: deps.maxOccurrences ?? DEFAULT_MAX_OCCURRENCES, horizonMs: RECURRENCE_HORIZON_MS };
 }
 
-/** The occurrences of a rule for a lease, or a 400 naming the part of the rule that is wrong. */
-function occurrencesOf(deps: NewLeaseDeps, rule: string, startMs: number, endMs: number): Occurrence[] {
+/**
+ * The occurrences of a rule for a lease, or a 400 naming the part of the rule that is wrong; or,
+ * for a rule a PUT's `count` or `until` made (`field`), naming that field.
+ */
+function occurrencesOf(deps: NewLeaseDeps, rule: string, startMs: number, endMs: number, field?: 'count' | 'until'): Occurrence[] {
   try {
     return expandRecurrence(parseRecurrence(rule, limitsOf(deps)), startMs, endMs, limitsOf(deps));
   } catch (err) {
-    if (err instanceof RecurrenceError) throw new ApiError(400, `recurrence: ${err.part}: ${err.message}`);
+    if (err instanceof RecurrenceError) throw new ApiError(400, field === undefined ? `recurrence: ${err.part}: ${err.message}` : `${field}: ${err.message}`);
     throw err;
   }
 }
@@ -406,7 +409,7 @@ const dayOf = (ms: number) => Math.floor(ms / DAY_MS);
  * Their before-end is as far before their end as the last occurrence's (the create's, if none is
  * left), dropped (the default) where it would fall outside their window, as a lease update drops it.
  */
-async function extensionRequests(deps: NewLeaseDeps, identity: Identity, series: SeriesRow, last: Lease | undefined, added: Array<{ index: number } & Occurrence>) {
+async function extensionRequests(deps: NewLeaseDeps, identity: Identity, series: SeriesRow, last: Lease | undefined, added: Array<{ index: number } & Occurrence>, field: 'count' | 'until') {
   const window = templateWindow(series);
   const beforeEndOffsetMs = last ? (last.beforeEndMs === undefined ? undefined : last.endMs - last.beforeEndMs) : window.beforeEndMs === undefined ? undefined : window.endMs - window.beforeEndMs;
   const beforeEndOf = (o: Occurrence) => (beforeEndOffsetMs === undefined || o.endMs - beforeEndOffsetMs < o.startMs ? undefined : o.endMs - beforeEndOffsetMs);
@@ -419,7 +422,7 @@ async function extensionRequests(deps: NewLeaseDeps, identity: Identity, series:
   await refuseUnknownPropertyKeys(deps.types, identity, body.reservations ?? []);
   const first = newLeaseRequest(deps, { ...identity, projectId: series.projectId }, body, randomUUID());
   const lastName = occurrenceName(series.name, added[added.length - 1].index);
-  if (lastName.length > 80) throw new ApiError(400, `count: the series's name is too long for occurrence ${added[added.length - 1].index + 1} (names are at most 80 characters)`);
+  if (lastName.length > 80) throw new ApiError(400, `${field}: the series's name is too long for occurrence ${added[added.length - 1].index + 1} (names are at most 80 characters)`);
   return added.map((o) => ({
     request: {
       ...first,
@@ -448,11 +451,14 @@ async function changeSeriesEnd(deps: NewLeaseDeps, identity: Identity, series: S
   const old = storedRule(series.recurrence);
   const rule = formatRecurrence({ freq: old.freq, interval: old.interval, ...(old.byDay ? { byDay: old.byDay } : {}), ...(change.count !== undefined ? { count: change.count } : { untilMs: change.untilMs }) });
   const window = templateWindow(series);
-  const slots = occurrencesOf(deps, rule, window.startMs, window.endMs);
+  const field = change.count !== undefined ? 'count' : 'until';
+  const slots = occurrencesOf(deps, rule, window.startMs, window.endMs, field);
   const lastDay = dayOf(slots[slots.length - 1].startMs);
+  // The rule's instants are at the create's time of day; `until` bounds each occurrence's own start (a change may have moved it later).
+  const startsAfterUntil = (startMs: number) => change.untilMs !== undefined && startMs > change.untilMs;
   const all = await leasesOfSeries(deps.pool, series.id);
-  const pastLeases = all.filter((l) => dayOf(l.startMs) > lastDay);
-  const keptRefused = series.refused.filter((r) => dayOf(r.startMs) <= lastDay);
+  const pastLeases = all.filter((l) => dayOf(l.startMs) > lastDay || startsAfterUntil(l.startMs));
+  const keptRefused = series.refused.filter((r) => dayOf(r.startMs) <= lastDay && !startsAfterUntil(r.startMs));
   const untouched: Array<{ lease_id: string; name: string; status: string; reason: string }> = [];
   for (const past of pastLeases) {
     // Read again right before its delete: the deletes before it take seconds, and it may have started meanwhile.
@@ -472,7 +478,7 @@ async function changeSeriesEnd(deps: NewLeaseDeps, identity: Identity, series: S
   const last = all[all.length - 1];
   const timeOfDay = last ? last.startMs - dayOf(last.startMs) * DAY_MS : window.startMs - dayOf(window.startMs) * DAY_MS;
   const durationMs = last ? last.endMs - last.startMs : window.endMs - window.startMs;
-  const added = slots.flatMap((slot, index) => (dayOf(slot.startMs) > seriesLastDay ? [{ index, startMs: dayOf(slot.startMs) * DAY_MS + timeOfDay, endMs: dayOf(slot.startMs) * DAY_MS + timeOfDay + durationMs }] : []));
+  const added = slots.flatMap((slot, index) => (dayOf(slot.startMs) > seriesLastDay && !startsAfterUntil(dayOf(slot.startMs) * DAY_MS + timeOfDay) ? [{ index, startMs: dayOf(slot.startMs) * DAY_MS + timeOfDay, endMs: dayOf(slot.startMs) * DAY_MS + timeOfDay + durationMs }] : []));
   const untouchedJson = untouched.length > 0 ? { untouched } : {};
   if (added.length === 0) {
     await setSeriesRule(deps.pool, series.id, rule, keptRefused);
@@ -480,7 +486,7 @@ async function changeSeriesEnd(deps: NewLeaseDeps, identity: Identity, series: S
   }
   const after = [...all, ...added].sort((a, b) => a.startMs - b.startMs);
   for (let i = 1; i < after.length; i++) if (after[i].startMs < after[i - 1].endMs) throw new ApiError(400, 'the new occurrences would overlap the ones before them: occurrences must not overlap');
-  const requests = await extensionRequests(deps, identity, series, last, added);
+  const requests = await extensionRequests(deps, identity, series, last, added, field);
   const refusedRows = (refused: Array<{ index: number; error: ApiError }>): RefusedOccurrence[] =>
     refused.map(({ index, error }) => ({ name: requests[index].request.name, startMs: added[index].startMs, endMs: added[index].endMs, reason: reasonOf(error), message: error.message }));
   let refused: Array<{ index: number; error: ApiError }>;
