@@ -163,6 +163,14 @@ describe('recurring leases', () => {
     expect((await series(alpha, 'five', 'FREQ=DAILY;COUNT=5', {}, T0, 1)).status).toBe(201);
   });
 
+  it('keeps a `now` start as the minute the series was counted from, for a later grow to rebuild its window from', async () => {
+    const created = await alpha('POST', '/v1/leases', { name: 'from-now', start_date: 'now', end_date: date(Date.now() + 2 * HOUR), reservations: [hostReservation({ min: 1, max: 1 })], recurrence: 'FREQ=DAILY;COUNT=2', partial: true });
+    expect(created.status).toBe(201);
+    const { rows } = await stack().db.pool.query<{ start: string }>("SELECT template->>'start_date' AS start FROM lease_series WHERE id = $1", [created.body.series.id]);
+    expect(rows[0].start).toMatch(/^\d{4}-\d\d-\d\d \d\d:\d\d$/);
+    expect(created.body.series.occurrences[1].start_date).toBe(date(Date.parse(`${rows[0].start.replace(' ', 'T')}:00Z`) + DAY));
+  });
+
   it('starts a weekly series on the first day BYDAY names when start_date is another day: its first lease has that day\'s window', async () => {
     const twoDaysOn = BYDAY_NAMES[new Date(T0 + 2 * DAY).getUTCDay()];
     const created = await series(alpha, 'offday', `FREQ=WEEKLY;BYDAY=${twoDaysOn};COUNT=2`);

@@ -239,6 +239,8 @@ async function createNewSeries(deps: NewLeaseDeps, identity: Identity, body: Cre
   const occurrences = expanded.map((e) => e.occurrence);
   const requests = expanded.map(({ request }, i) => ({ request, requestHash: requestHash(identity.projectId, { series: seriesId, occurrence: i }) }));
   const template = Object.fromEntries(Object.entries(raw as Record<string, unknown>).filter(([key]) => key !== 'recurrence' && key !== 'partial'));
+  // A `now` start is kept as the minute its occurrences were counted from: a grow rebuilds the window from it.
+  if (body.start_date === 'now') template.start_date = formatRequestDate(wholeMinuteDown(expanded[0].request.requestedMs));
   const series: Omit<SeriesRow, 'createdMs'> = { id: seriesId, projectId: identity.projectId, name: body.name, recurrence: body.recurrence!, template, refused: [], state: 'created', attempt, ...(idempotentHash ? { requestHash: idempotentHash } : {}) };
   const refusedRows = (refused: Array<{ index: number; error: ApiError }>): RefusedOccurrence[] =>
     refused.map(({ index, error }) => ({ name: requests[index].request.name, startMs: occurrences[index].startMs, endMs: occurrences[index].endMs, reason: reasonOf(error), message: error.message }));
@@ -390,7 +392,7 @@ const changeSeriesSchema = z
 /** A stored rule, read back with no occurrence bound (LK_MAX_OCCURRENCES may have been lowered since). */
 const storedRule = (rule: string) => parseRecurrence(rule, { maxOccurrences: 999_999, horizonMs: RECURRENCE_HORIZON_MS });
 
-/** The lease a series repeats, as its create asked: the rule's first start and end ('now': the create's minute). */
+/** The lease a series repeats, as its create asked: the rule's first start and end (a 'now' start is stored as its minute; a series stored before that: the create's minute). */
 function templateWindow(series: SeriesRow): { startMs: number; endMs: number; beforeEndMs?: number } {
   const start = requestDateOrNowSchema.parse(series.template.start_date);
   const startMs = start === 'now' ? wholeMinuteDown(series.createdMs) : start;
