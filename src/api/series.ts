@@ -23,7 +23,7 @@ import { findLease, leasesOfSeries } from '../db/leases';
 import { findSeries, findSeriesEvenDeleted, forgetSeries, insertSeries, markSeriesDeleted, setRefusedOccurrences, setSeriesRule, settleSeries, withSeriesLock, type RefusedOccurrence, type SeriesRow } from '../db/series';
 import { admissionError, admitSeriesInApi, admitsInApi } from './admission';
 import { identityOf, type Identity } from './auth';
-import { ApiError, parseRequest } from './errors';
+import { ApiError, BusyError, parseRequest } from './errors';
 import { changeLease, claimKeyFor, createLease, idempotentSeriesId, removeLease, requestHash } from './lease-commands';
 import { createLeaseSchema, newLeaseRequest, requestDateOrNowSchema, requestDateSchema } from './lease-schemas';
 import { refuseAdminOnlyPolicies, type NewLeaseDeps } from './leases';
@@ -192,7 +192,8 @@ export async function createSeries(deps: NewLeaseDeps, identity: Identity, body:
     }
     return seriesCreatedAnswer(deps, identity, earlier, await leasesOfSeries(deps.pool, seriesId), body.reservations ?? []);
   });
-  if (!outcome.ran) throw new ApiError(409, 'a series with this Idempotency-Key is being created by another request: try again');
+  // The holder may be this key's first create, or a change or delete of its series.
+  if (!outcome.ran) throw new BusyError('the series of this Idempotency-Key is being created, changed or deleted by another request: try again shortly');
   return outcome.value;
 }
 
