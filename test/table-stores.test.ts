@@ -30,6 +30,7 @@ const OWNERS: Record<string, string> = {
   offers: 'src/db/offers.ts',
   offer_holds: 'src/db/offer-holds.ts',
   lease_series: 'src/db/series.ts',
+  idempotency_keys: 'src/db/idempotency-keys.ts',
   schema_migrations: 'src/db/migrate.ts',
 };
 
