@@ -21,6 +21,8 @@ export const LEASE_NOTICE_TYPES = [
   'lease.approval_requested',
   'lease.approved',
   'lease.denied',
+  // Preemptible leases (issue 43): cut short by a regular lease that needs the hosts.
+  'lease.preempting',
 ] as const;
 export const HOST_NOTICE_TYPES = ['host.failed', 'host.recovered'] as const;
 export const NOTICE_TYPES = [...LEASE_NOTICE_TYPES, ...HOST_NOTICE_TYPES] as const;
