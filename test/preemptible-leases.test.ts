@@ -94,6 +94,10 @@ describe('preemptible host leases', () => {
     const another = await asA('POST', '/v1/leases', { name: 'lent-free-2', start_date: at(20, 1), end_date: at(20, 3), reservations: [inPool('free', { preemptible: true })] });
     expect(another.status).toBe(409);
     expect(await hostsOf(lent.body.lease.id)).toHaveLength(1);
+    // Offers: a regular ask counts the preemptible lease's host as free; a preemptible ask does not.
+    const ask = (fields: Record<string, unknown>) => asB('POST', '/v1/offers', { reservations: [inPool('free', fields)], duration: 60, start_after: at(20, 0), limit: 1 });
+    expect((await ask({})).body.offers[0]).toMatchObject({ kind: 'exact', start_date: at(20, 0) });
+    expect((await ask({ preemptible: true })).body.offers[0]).toMatchObject({ kind: 'later', start_date: at(20, 2) });
   });
 
   it('cuts a running preemptible lease when a regular lease needs its host: the lease is told at once, with the warning, and its end moves', async () => {
