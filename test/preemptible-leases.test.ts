@@ -82,6 +82,20 @@ describe('preemptible host leases', () => {
     expect(kept.body.error_message).toMatch(/preemptible reservation cannot keep its hosts for good/);
   });
 
+  it('lifts the policy rules preemptible_exempt names for a lease whose every reservation is preemptible, only', async () => {
+    const asAdmin = apiClient(() => stack().url, { 'x-project-id': 'admin', 'x-user-id': 'root', 'x-roles': 'admin' });
+    expect((await asAdmin('PUT', '/v1/projects/project-a/policy', { max_lease_duration: '1d', preemptible_exempt: ['max_lease_duration'] })).status).toBe(200);
+    try {
+      const long = (fields: Record<string, unknown>) => asA('POST', '/v1/leases', { name: `long-${JSON.stringify(fields).length}`, start_date: at(40, 0), end_date: at(42, 0), reservations: [inPool('none', fields)] });
+      expect((await long({ preemptible: true })).status).toBe(201);
+      const regular = await long({});
+      expect(regular.status).toBe(400);
+      expect(regular.body.error_message).toMatch(/maximum lease duration/);
+    } finally {
+      expect((await asAdmin('PUT', '/v1/projects/project-a/policy', { max_lease_duration: null, preemptible_exempt: null })).status).toBe(200);
+    }
+  });
+
   it('a regular lease prefers free hosts; a preemptible one never displaces anyone', async () => {
     const lent = await asA('POST', '/v1/leases', { name: 'lent-free', start_date: at(20, 0), end_date: at(20, 2), reservations: [inPool('free', { preemptible: true })] });
     expect(lent.status).toBe(201);

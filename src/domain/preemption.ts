@@ -3,6 +3,12 @@
  * other lease's need, never its owner or id), and how much warning it got against the deployment's.
  */
 import { formatMessageDate } from './dates';
+import type { Lease } from './lease';
+
+/** A preemptible lease: it has reservations, and every one is a preemptible host reservation (a mixed lease is regular). */
+export function isPreemptibleLease(lease: Pick<Lease, 'reservations'>): boolean {
+  return lease.reservations.length > 0 && lease.reservations.every((r) => r.resource_type === 'physical:host' && (r.params as { preemptible?: unknown }).preemptible === true);
+}
 
 /** The status_reason of a preempted lease. */
 export function preemptionReason(neededFromMs: number): string {

@@ -50,7 +50,8 @@ export const physicalHostParams = z
       .nullish(),
     /**
      * Preemptible (issue 43): booked only into free hosts, and cut short by a regular lease that needs
-     * them. blazarclient's `--reservation preemptible=true` passes it as text.
+     * them. Also as text, as key=value clients send it (blazarclient 3.5.0's `--reservation` cannot
+     * send it for hosts: docs/api.md, "Preemptible leases").
      */
     preemptible: z
       .union([z.boolean(), z.enum(['true', 'false', 'True', 'False'])], { error: 'expected true or false' })
