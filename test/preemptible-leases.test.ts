@@ -112,6 +112,10 @@ describe('preemptible host leases', () => {
     const ask = (fields: Record<string, unknown>) => asB('POST', '/v1/offers', { reservations: [inPool('free', fields)], duration: 60, start_after: at(20, 0), limit: 1 });
     expect((await ask({})).body.offers[0]).toMatchObject({ kind: 'exact', start_date: at(20, 0) });
     expect((await ask({ preemptible: true })).body.offers[0]).toMatchObject({ kind: 'later', start_date: at(20, 2) });
+    // An admin's view names the host admission would take: the preemptible lease's.
+    const asAdmin = apiClient(() => stack().url, { 'x-project-id': 'admin', 'x-user-id': 'root', 'x-roles': 'admin' });
+    const viewed = await asAdmin('POST', '/v1/offers', { reservations: [inPool('free')], duration: 60, start_after: at(20, 0), limit: 1 });
+    expect(viewed.body.offers[0].reservations[0].would_book).toEqual([{ id: hostIds[lentHost], hypervisor_hostname: lentHost }]);
   });
 
   it('cuts a running preemptible lease when a regular lease needs its host: the lease is told at once, with the warning, and its end moves', async () => {

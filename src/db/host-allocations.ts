@@ -134,13 +134,14 @@ export async function insertHostBooking(client: PoolClient, booking: NewHostBook
  * The preemptible bookings of these hosts whose blocked interval overlaps [fromMs, toMs) (a regular
  * booking's, its lead and cleaning gap included), each with its lease, when its window begins, and
  * whether a cut of its lease at `cutAtMs` would drop a booking already begun (its servers would
- * then be on no booking the end could clean): rows locked, so that a concurrent cut waits.
+ * then be on no booking the end could clean). In a transaction the rows stay locked until it ends,
+ * so that a concurrent cut waits.
  */
 export async function preemptibleBookingsOverlapping(
-  client: PoolClient,
+  db: Queryable,
   window: { hostIds: string[]; fromMs: number; toMs: number; cutAtMs: number },
 ): Promise<Array<{ lease_id: string; host_id: string; start_ms: number; drops_begun: boolean }>> {
-  const { rows } = await client.query<{ lease_id: string; host_id: string; start_ms: number; drops_begun: boolean }>(
+  const { rows } = await db.query<{ lease_id: string; host_id: string; start_ms: number; drops_begun: boolean }>(
     `SELECT a.lease_id::text, a.host_id::text, (extract(epoch FROM lower(a.during)) * 1000)::float8 AS start_ms,
             EXISTS (SELECT 1 FROM host_allocations o WHERE o.lease_id = a.lease_id AND o.preemptible
                       AND lower(o.during) <= now() AND lower(o.during) >= to_timestamp($4 / 1000.0)) AS drops_begun

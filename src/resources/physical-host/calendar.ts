@@ -109,7 +109,10 @@ export class HostCalendar extends WholeResourceCalendar<HostRecord, BookedHost[]
   async wouldBook(reservations: Array<Reservation<PhysicalHostParams>>, start: number, end: number, leadMs: number): Promise<Map<string, HostRecord[]> | undefined> {
     const { resources, requests } = await this.searchRequests(reservations);
     const calendar = await this.snapshot(this.pool, resources, start, end, leadMs);
-    const assignment = assignHosts(requests, freeHosts(calendar, start, end), preferenceOrder(calendar, Date.now()));
+    // As admission: free hosts first; a regular lease that does not fit in them takes preemptible ones.
+    const assignment =
+      assignHosts(requests, freeHosts(calendar, start, end), preferenceOrder(calendar, Date.now())) ??
+      (this.preemptibleAsFree(reservations) ? (await this.preemptingChoice(this.pool, { startMs: start, endMs: end, leadMs }, resources, requests, calendar))?.assignment : undefined);
     if (!assignment) return undefined;
     const byId = new Map(resources.map((h) => [h.id, h]));
     return new Map([...assignment].map(([reservationId, ids]) => [reservationId, ids.map((id) => byId.get(id)!)]));
@@ -231,13 +234,35 @@ export class HostCalendar extends WholeResourceCalendar<HostRecord, BookedHost[]
    * this transaction. Undefined, nothing changed: it does not fit even so.
    */
   private async bookPreempting(client: PoolClient, ctx: ReservationContext<PhysicalHostParams>, hosts: HostRecord[], requests: HostRequest[], key: string, calendar: CalendarSnapshot): Promise<Map<string, string[]> | undefined> {
-    const open = await this.snapshot(client, hosts, ctx.startMs, ctx.endMs, ctx.provisioningLeadMs, false, undefined, true);
-    const free = freeHosts(calendar, ctx.startMs, ctx.endMs);
-    const blockFrom = ctx.startMs - ctx.provisioningLeadMs;
-    const endMs = blockFrom - this.cleaningMs;
-    const held = [...freeHosts(open, ctx.startMs, ctx.endMs)].filter((id) => !free.has(id));
+    const choice = await this.preemptingChoice(client, { startMs: ctx.startMs, endMs: ctx.endMs, leadMs: ctx.provisioningLeadMs }, hosts, requests, calendar);
+    if (!choice) return undefined;
+    for (const leaseId of choice.preemptedLeases) {
+      await cutPreemptibleLease(client, leaseId, choice.cutAtMs, this.cleaningMs);
+      await addOwedPreemption(client, { leaseId, endMs: choice.cutAtMs, neededFromMs: choice.neededFromMs });
+    }
+    await this.insert(client, ctx, choice.assignment, ctx.startMs, key, ctx.provisioningLeadMs);
+    return choice.assignment;
+  }
+
+  /**
+   * The hosts a regular lease over the window would take when it does not fit in free hosts
+   * (bookPreempting's choice), the preemptible leases it would cut, and where; nothing is written.
+   * Inside a transaction, the preemptible rows read stay locked until it ends.
+   */
+  private async preemptingChoice(
+    db: Pool | PoolClient,
+    window: { startMs: number; endMs: number; leadMs: number },
+    hosts: HostRecord[],
+    requests: HostRequest[],
+    calendar: CalendarSnapshot,
+  ): Promise<{ assignment: Map<string, string[]>; preemptedLeases: string[]; cutAtMs: number; neededFromMs: number } | undefined> {
+    const open = await this.snapshot(db, hosts, window.startMs, window.endMs, window.leadMs, false, undefined, true);
+    const free = freeHosts(calendar, window.startMs, window.endMs);
+    const neededFromMs = window.startMs - window.leadMs;
+    const cutAtMs = neededFromMs - this.cleaningMs;
+    const held = [...freeHosts(open, window.startMs, window.endMs)].filter((id) => !free.has(id));
     if (held.length === 0) return undefined;
-    const preempted = await preemptibleBookingsOverlapping(client, { hostIds: held, fromMs: blockFrom, toMs: ctx.endMs + this.cleaningMs, cutAtMs: endMs });
+    const preempted = await preemptibleBookingsOverlapping(db, { hostIds: held, fromMs: neededFromMs, toMs: window.endMs + this.cleaningMs, cutAtMs });
     // A lease that would lose a booking it already runs on keeps it: its servers must stay where its end cleans them.
     const kept = new Set(preempted.filter((row) => row.drops_begun).map((row) => row.host_id));
     const usable = new Set([...free, ...held.filter((id) => !kept.has(id))]);
@@ -249,12 +274,8 @@ export class HostCalendar extends WholeResourceCalendar<HostRecord, BookedHost[]
     const assignment = assignHosts(requests.map((r) => ({ ...r, max: r.min })), usable, order);
     if (!assignment) return undefined;
     const taken = new Set([...assignment.values()].flat());
-    for (const leaseId of [...new Set(preempted.filter((row) => taken.has(row.host_id)).map((row) => row.lease_id))].sort()) {
-      await cutPreemptibleLease(client, leaseId, endMs, this.cleaningMs);
-      await addOwedPreemption(client, { leaseId, endMs, neededFromMs: blockFrom });
-    }
-    await this.insert(client, ctx, assignment, ctx.startMs, key, ctx.provisioningLeadMs);
-    return assignment;
+    const preemptedLeases = [...new Set(preempted.filter((row) => taken.has(row.host_id)).map((row) => row.lease_id))].sort();
+    return { assignment, preemptedLeases, cutAtMs, neededFromMs };
   }
 
   /** The reservable hosts that a reservation with these queries could book (a bad query: the reservation's 400). */
