@@ -3,7 +3,7 @@
  * lease's version, so a retried or late write of an older state changes nothing (idempotent).
  */
 import { ApplicationFailure } from '@temporalio/common';
-import { awaitingApproval, type LeaseApproval } from '../src/domain/approval';
+import { awaitingApproval, awaitingChangeApproval, type LeaseApproval, type PendingLeaseChange } from '../src/domain/approval';
 import { leaseConflict, LeaseErrorType, type Lease, type RecordPolicy } from '../src/domain/lease';
 import * as leaseRows from '../src/db/leases';
 import { preemptedAmong } from '../src/db/lease-preemptions';
@@ -20,7 +20,8 @@ export function leaseActivities({ pool, eventStarted, usagePolicy, preemptionEvi
     try {
       const subject = { next: lease, previous: policy.previous, byAdmin: policy.byAdmin, justification: policy.justification };
       return await usagePolicy.recordWithinPolicy(subject, async (client, approval) => {
-        const saved = awaitingApproval(lease, approval, lease.updatedMs);
+        // An active lease's change waits as a pending change (the lease recorded as it was); a lease not started waits as a whole.
+        const saved = approval && policy.previous?.status === 'ACTIVE' ? awaitingChangeApproval(policy.previous, lease, approval, lease.updatedMs) : awaitingApproval(lease, approval, lease.updatedMs);
         return { outcome: await leaseRows.saveLease(client, saved), saved };
       });
     } catch (err) {
@@ -30,8 +31,11 @@ export function leaseActivities({ pool, eventStarted, usagePolicy, preemptionEvi
   }
 
   return {
-    /** Answers the approval the lease now waits for, when the usage policy asked for one (the workflow stamps it too). */
-    async recordLease(lease: Lease, policy?: RecordPolicy): Promise<{ approval?: LeaseApproval } | undefined> {
+    /**
+     * Answers the approval the lease now waits for, when the usage policy asked for one (the workflow
+     * stamps it too): the lease's, or its change's (`pendingChange`: the lease was recorded as it was).
+     */
+    async recordLease(lease: Lease, policy?: RecordPolicy): Promise<{ approval?: LeaseApproval; pendingChange?: PendingLeaseChange } | undefined> {
       const { outcome, saved } = await save(lease, policy);
       if (outcome === 'saved' && eventStarted) {
         // The write that began an event: the workflow stamps it with the version's own time, and a retry is `stale`.
@@ -45,6 +49,7 @@ export function leaseActivities({ pool, eventStarted, usagePolicy, preemptionEvi
         throw ApplicationFailure.nonRetryable(`Lease ${lease.id}, created with this Idempotency-Key, was deleted: use another key for a new lease`, LeaseErrorType.deleted);
       }
       if (outcome === 'name-taken') throw leaseConflict(`The lease with name: ${lease.name} already exists. Names are unique per project (${lease.projectId}).`);
+      if (saved.pendingChange !== lease.pendingChange) return { pendingChange: saved.pendingChange };
       return saved.approval !== lease.approval ? { approval: saved.approval } : undefined;
     },
 

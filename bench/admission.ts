@@ -12,6 +12,10 @@
  * LK_ADMISSION=workflow measures the lease workflow admitting (before the API admitted host
  * leases itself): admission-by-workflow….json. The lag from each 201 to the lease's workflow
  * running is measured for every admitted lease (up to LAG_CHECKS of them: beyond, a uniform sample).
+ * LK_BENCH_AS=member: the clients are members of project `bench` instead of admins (who are exempt
+ * from the usage policy), and the project's policy has an approval rule every lease meets
+ * (`always`) with the other limits set out of reach: every create is checked by the rules and
+ * admitted PENDING_APPROVAL, what approval costs at admission: admission-member….json.
  */
 import path from 'node:path';
 import { hostReservation, pendingReservation, reservationContext } from '../dev-stack/fixtures/builders';
@@ -39,6 +43,10 @@ const BY_WORKFLOW = process.env.LK_ADMISSION === 'workflow';
 /** Worker and API processes; absent: both run inside this process. */
 const WORKERS = process.env.LK_BENCH_WORKERS === undefined ? undefined : Number(process.env.LK_BENCH_WORKERS);
 const APIS = process.env.LK_BENCH_APIS === undefined ? undefined : Number(process.env.LK_BENCH_APIS);
+const AS = process.env.LK_BENCH_AS ?? 'admin';
+/** The members' project's policy: every lease waits for approval; nothing else refuses (the creates start in 2099, up to 3 hosts). */
+const MEMBER_POLICY = { approval: [{ always: true, timeout: 30 * 1440 }], max_advance: '36500d', max_leases: 1_000_000, max_hosts: 1_000 };
+const MEMBER_HEADERS = { 'x-project-id': 'bench', 'x-user-id': 'bench-member', 'x-roles': 'member' };
 
 /** A random host request like the clients make: within one month, 1–8 h, 1–3 hosts. */
 function randomRequest(i: number, horizon: number) {
@@ -92,12 +100,13 @@ async function quietAfterBurst(pool: Pool): Promise<void> {
   await new Promise((resolve) => setTimeout(resolve, 2_000));
 }
 
-const processes = `${BY_WORKFLOW ? '-by-workflow' : ''}${BURST === undefined ? '' : `-burst${BURST}`}${WORKERS === undefined ? '' : `-${WORKERS}w`}${APIS === undefined ? '' : `-${APIS}api`}`;
+const processes = `${AS === 'member' ? '-member' : ''}${BY_WORKFLOW ? '-by-workflow' : ''}${BURST === undefined ? '' : `-burst${BURST}`}${WORKERS === undefined ? '' : `-${WORKERS}w`}${APIS === undefined ? '' : `-${APIS}api`}`;
 
 runBenchmark(`admission${processes}`, async () => {
   for (const [name, value, max] of [['LK_BENCH_SECONDS', SECONDS, 600], ['LK_BENCH_CLIENTS', CLIENTS, 500], ['LK_BENCH_HOSTS', HOSTS, 10_000], ['LK_BENCH_WORKERS', WORKERS ?? 1, 8], ['LK_BENCH_APIS', APIS ?? 1, 8], ['LK_BENCH_BURST', BURST ?? 1, 1_000], ['LK_BENCH_BURSTS', BURSTS, 100]] as const) {
     if (!Number.isInteger(value) || value < 1 || value > max) throw new Error(`${name} must be 1..${max}`);
   }
+  if (AS !== 'admin' && AS !== 'member') throw new Error('LK_BENCH_AS must be admin or member');
   const stack = await startTestStack({ noWorker: WORKERS !== undefined, withPool: (pool) => [physicalHostPlugin({ pool, settings: { cleaningMs: 0, randomChoice: false }, cloud: 'calendar-only' })] });
   const measured = await measuredWorkers(stack, WORKERS ?? 0, { script: path.join('dist', 'bench', 'calendar-only-worker.js'), apis: APIS ?? 0, apiScript: path.join('dist', 'bench', 'calendar-only-api.js') }).catch(async (err: unknown) => {
     await stack.stop(); // a process that did not start must not leave the stack running
@@ -105,10 +114,14 @@ runBenchmark(`admission${processes}`, async () => {
   });
   try {
     for (let i = 0; i < HOSTS; i++) await insertHost(stack.db.pool, { name: `bench-host-${i}`, vcpus: [2, 4, 8, 16][i % 4] });
-    const apis = (measured.apis.length ? measured.apis.map((a) => a.url) : [stack.url]).map((url) => apiClient(url));
+    const apis = (measured.apis.length ? measured.apis.map((a) => a.url) : [stack.url]).map((url) => apiClient(url, AS === 'member' ? MEMBER_HEADERS : {}));
+    if (AS === 'member') {
+      const set = await apiClient(stack.url, { 'x-auth-token': 'admin' })('PUT', '/v1/projects/bench/policy', MEMBER_POLICY);
+      if (set.status !== 200) throw new Error(`the members' policy was refused: ${set.status} ${JSON.stringify(set.body)}`);
+    }
     const horizon = Date.UTC(2099, 0, 1);
     const latencies: number[] = [];
-    const counts = { admitted: 0, refused: 0, deleted: 0, errors: 0 };
+    const counts = { admitted: 0, awaitingApproval: 0, refused: 0, deleted: 0, errors: 0 };
     const errors = new Map<string, number>();
     const deadline = Date.now() + SECONDS * 1000;
     let serial = 0;
@@ -135,6 +148,7 @@ runBenchmark(`admission${processes}`, async () => {
           latencies.push(performance.now() - t);
           if (res.status === 201) {
             counts.admitted++;
+            if (AS === 'member' && res.body.lease.status === 'PENDING_APPROVAL') counts.awaitingApproval++;
             // A uniform sample over the whole run (reservoir sampling): the k-th admission replaces a kept one with chance RUNNING_SAMPLE / k.
             const kept = { id: res.body.lease.id as string, atMs: Date.now(), burst: burstIndex };
             if (answered.length < RUNNING_SAMPLE) answered.push(kept);
@@ -212,6 +226,7 @@ runBenchmark(`admission${processes}`, async () => {
 
     const result = {
       admittedBy: BY_WORKFLOW ? 'the lease workflow (LK_ADMISSION=workflow)' : 'the API (LK_ADMISSION=api)',
+      clientsAre: AS === 'member' ? 'members of project bench, every lease waiting for approval (LK_BENCH_AS=member)' : 'admins (exempt from the usage policy)',
       ...(BURST !== undefined ? { burstPerClient: BURST, bursts: BURSTS, admissionsPerSecondByBurst: burstRates } : {}),
       seconds: Math.round(seconds * 10) / 10,
       clients: CLIENTS,
@@ -233,6 +248,7 @@ runBenchmark(`admission${processes}`, async () => {
     console.log(`\nadmission by ${BY_WORKFLOW ? 'the workflow' : 'the API'}: ${CLIENTS} clients, ${HOSTS} hosts, ${BURST === undefined ? `${SECONDS} s` : `${BURSTS} bursts of ${BURST} creates each (${result.seconds} s in all; admissions/s by burst: ${burstRates.join(', ')})`}; workers: ${WORKERS ?? 'in process'}, APIs: ${APIS ?? 'in process'}`);
     console.table({
       'admitted / refused (409) / errors': { value: `${counts.admitted} / ${counts.refused} / ${counts.errors}` },
+      ...(AS === 'member' ? { 'admitted waiting for approval': { value: counts.awaitingApproval } } : {}),
       'admissions per second': { value: result.admissionsPerSecond },
       'create latency p50 / p99 / max (ms)': { value: `${result.createLatencyMs.p50} / ${result.createLatencyMs.p99} / ${result.createLatencyMs.max}` },
       [`workflow running after the 201 p50 / p99 / max (ms; < 0: before it; ${answered.length} leases)`]: { value: `${result.workflowRunningAfterAnswerMs.p50} / ${result.workflowRunningAfterAnswerMs.p99} / ${result.workflowRunningAfterAnswerMs.max}${neverRan ? `, ${neverRan} not running` : ''}${BURST !== undefined ? ` (max by burst: ${slowestByBurst.join(', ')})` : ''}` },
@@ -242,7 +258,7 @@ runBenchmark(`admission${processes}`, async () => {
       ...Object.fromEntries(Object.entries(cpuMsPerAdmission).map(([role, ms]) => [`CPU ms per admission: ${role}`, { value: ms }])),
     });
     if (errors.size) console.log('errors:', result.errorKinds);
-    if (result.doubleBookings !== 0 || neverRan !== 0) process.exitCode = 1;
+    if (result.doubleBookings !== 0 || neverRan !== 0 || (AS === 'member' && counts.awaitingApproval !== counts.admitted)) process.exitCode = 1;
     return result;
   } finally {
     for (const { process: api } of measured.apis) await api.stop();

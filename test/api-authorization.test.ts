@@ -297,6 +297,14 @@ describe('authorization on every route', () => {
       expect((await call('admin', 'GET', '/v1/projects/project-b/webhooks')).body).toEqual(before);
       expect((await call('A', 'GET', '/v1/projects/project-a/webhooks')).body).toEqual({ webhooks: [] });
       expect((await call('admin', 'PUT', '/v1/projects/project-b/webhooks', { webhooks: [] })).status).toBe(200);
+
+      // The approvers' webhook is the admins': a member gets 403 even for its own project, and nothing is set.
+      for (const route of ['GET /projects/:projectId/approvers-webhook', 'PUT /projects/:projectId/approvers-webhook', 'DELETE /projects/:projectId/approvers-webhook']) exercise(route);
+      const APPROVERS_POLICY = (action: string) => ({ error_code: 403, error_name: 403, error_message: `Policy doesn't allow blazar:projects:approvers_webhook:${action} to be performed.` });
+      expect(await call('A', 'GET', '/v1/projects/project-a/approvers-webhook')).toEqual({ status: 403, body: APPROVERS_POLICY('get') });
+      expect(await call('A', 'PUT', '/v1/projects/project-a/approvers-webhook', { url: 'https://1.1.1.1/approvers-of-a' })).toEqual({ status: 403, body: APPROVERS_POLICY('put') });
+      expect(await call('A', 'DELETE', '/v1/projects/project-a/approvers-webhook')).toEqual({ status: 403, body: APPROVERS_POLICY('delete') });
+      expect((await call('admin', 'GET', '/v1/projects/project-a/approvers-webhook')).body).toEqual({ approvers_webhook: null });
     });
   });
 

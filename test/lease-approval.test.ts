@@ -5,6 +5,7 @@
  * are a few seconds here (a minute lasts `approvalMinuteMs`, a setting no environment variable
  * gives); the waits follow the lease workflow's history, never the clock.
  */
+import { createHmac } from 'node:crypto';
 import { physicalHostPlugin } from '../src/resources/physical-host';
 import { hostReservation } from '../dev-stack/fixtures/builders';
 import { insertHost } from '../dev-stack/fixtures/hosts';
@@ -29,13 +30,16 @@ async function untilApprovalTimerFired(stack: TestStack, leaseId: string): Promi
 describe('lease approval', () => {
   let approvers: WebhookReceiver;
   let lessee: WebhookReceiver;
+  let projectApprovers: WebhookReceiver;
   beforeAll(async () => {
     approvers = await startWebhookReceiver({ path: '/approvers' });
     lessee = await startWebhookReceiver({ path: '/lessee' });
+    projectApprovers = await startWebhookReceiver({ path: '/project-approvers' });
   });
   afterAll(async () => {
     await approvers.close();
     await lessee.close();
+    await projectApprovers.close();
   });
   const stack = useTestStack(() => ({
     env: { LK_APPROVERS_WEBHOOK_URL: approvers.url, LK_WEBHOOK_ALLOW_PRIVATE: 'true' /* the lessee's receiver is on loopback */ },
@@ -213,6 +217,29 @@ describe('lease approval', () => {
     const denial = approvers.received.find((d) => d.body.payload.lease_id === id && d.body.event_type === 'lease.denied')!;
     expect(denial.body.payload).toMatchObject({ status: 'TERMINATED', approval_rule: 'approval.always', outcome: 'denied', answer_reason: 'not this week' });
     expect((await as('appr-g')('DELETE', `/v1/leases/${id}`)).status).toBe(204);
+  });
+
+  it("tells a project's approvers' webhook, signed with its secret, the approval notices of that project's leases only", async () => {
+    await setPolicy('appr-pw', { approval: [{ always: true, timeout: 600 }] });
+    await setPolicy('appr-pw-other', { approval: [{ always: true, timeout: 600 }] });
+    expect((await as('appr-pw')('PUT', '/v1/projects/appr-pw/approvers-webhook', { url: projectApprovers.url })).status).toBe(403);
+    const set = await asAdmin('PUT', '/v1/projects/appr-pw/approvers-webhook', { url: projectApprovers.url });
+    expect(set.status).toBe(200);
+    const secret: string = set.body.approvers_webhook.secret;
+    const ours = (await as('appr-pw')('POST', '/v1/leases', { name: 'heard', ...window(17), reservations: hosts(1) })).body.lease.id;
+    const theirs = (await as('appr-pw-other')('POST', '/v1/leases', { name: 'not-heard', ...window(19), reservations: hosts(1) })).body.lease.id;
+    expect((await asAdmin('POST', `/v1/leases/${ours}/approve`, { reason: 'fine' })).status).toBe(200);
+    expect((await asAdmin('POST', `/v1/leases/${theirs}/deny`, {})).status).toBe(200);
+    const heard = () => projectApprovers.received.filter((d) => d.body.payload.lease_id === ours);
+    await eventually(() => Promise.resolve(heard().some((d) => d.body.event_type === 'lease.approved') ? true : undefined), 30_000, 100, () => `heard ${heard().map((d) => d.body.event_type).join(', ')}`);
+    expect(heard().map((d) => d.body.event_type).sort()).toEqual(['lease.approval_requested', 'lease.approved']);
+    for (const delivery of heard()) expect(delivery.headers['x-leasekeeper-signature']).toBe(`sha256=${createHmac('sha256', secret).update(delivery.raw).digest('hex')}`);
+    // The deployment's approvers' webhook hears both projects; the project's hears its own only.
+    await eventually(() => Promise.resolve(approvers.received.some((d) => d.body.payload.lease_id === theirs && d.body.event_type === 'lease.denied') ? true : undefined), 30_000, 100, () => 'the deployment approvers never heard the other denial');
+    expect(projectApprovers.received.every((d) => d.body.payload.lease_id === ours)).toBe(true);
+    // Counted on it as a project's webhook is (once the receiver's answer is in).
+    await eventually(async () => ((await asAdmin('GET', '/v1/projects/appr-pw/approvers-webhook')).body.approvers_webhook.delivered_count === 2 ? true : undefined), 30_000, 100, () => 'the deliveries were not counted');
+    for (const [project, id] of [['appr-pw', ours], ['appr-pw-other', theirs]]) expect((await as(project)('DELETE', `/v1/leases/${id}`)).status).toBe(204);
   });
 
   const dryRun = (project: string) => (body: Record<string, unknown>) => as(project)('POST', '/v1/policy/check', { name: 'dry', ...window(13), ...body });

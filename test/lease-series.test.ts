@@ -194,6 +194,114 @@ describe('recurring leases', () => {
     }
   });
 
+  it('grows a series (count): all or nothing refuses with offers per refused occurrence and changes nothing; partial admits what fits and records the new rule', async () => {
+    const created = await series(alpha, 'growing', 'FREQ=DAILY;COUNT=3');
+    expect(created.status).toBe(201);
+    const id = created.body.series.id;
+    const blocked = T0 + 4 * DAY; // the 5th occurrence's day
+    expect((await beta('POST', '/v1/leases', { name: 'beta-blocks-5th', start_date: date(blocked), end_date: date(blocked + HOUR), reservations: [hostReservation({ min: 1, max: 1 })] })).status).toBe(201);
+    const refused = await alpha('PUT', `/v1/series/${id}`, { count: 6 });
+    expect(refused.status).toBe(409);
+    expect(refused.body.error_message).toMatch(/^The series was not changed: occurrence growing-5/);
+    expect(refused.body.refused).toEqual([expect.objectContaining({ name: 'growing-5', start_date: date(blocked), reason: 'capacity', offers: expect.arrayContaining([expect.objectContaining({ kind: 'later' })]) })]);
+    const unchanged = (await alpha('GET', `/v1/series/${id}`)).body.series;
+    expect([unchanged.recurrence, unchanged.occurrences.map((o: { name: string }) => o.name), unchanged.refused]).toEqual(['FREQ=DAILY;COUNT=3', ['growing-1', 'growing-2', 'growing-3'], []]);
+
+    const partial = await alpha('PUT', `/v1/series/${id}`, { count: 6, partial: true });
+    expect(partial.status).toBe(200);
+    expect(partial.body.refused).toEqual([expect.objectContaining({ name: 'growing-5', reason: 'capacity' })]);
+    const grown = (await alpha('GET', `/v1/series/${id}`)).body.series;
+    expect(grown.recurrence).toBe('FREQ=DAILY;COUNT=6');
+    expect(grown.occurrences.map((o: { name: string; start_date: string }) => [o.name, o.start_date])).toEqual([0, 1, 2, 3, 5].map((d) => [`growing-${d + 1}`, date(T0 + d * DAY)]));
+    expect(grown.refused).toEqual([expect.objectContaining({ name: 'growing-5', start_date: date(blocked), reason: 'capacity' })]);
+    expect((await alphaLeases()).filter((l) => l.series_id === id)).toHaveLength(5);
+  });
+
+  it('grows a series with the time of day and duration its last occurrence has, and counts the new occurrences in the usage policy (max_leases)', async () => {
+    const created = await series(alpha, 'counted', 'FREQ=DAILY;COUNT=3', {}, T0, 1);
+    const id = created.body.series.id;
+    expect((await alpha('PUT', `/v1/series/${id}`, { start_time: '14:00', duration: 30 })).status).toBe(200);
+    expect((await admin('PUT', '/v1/projects/alpha/policy', { max_leases: 5 })).status).toBe(200);
+    const six = await alpha('PUT', `/v1/series/${id}`, { count: 6 });
+    expect(six.status).toBe(403);
+    expect(six.body).toMatchObject({ reason: 'policy:max_leases', refused: [expect.objectContaining({ name: 'counted-6', reason: 'policy:max_leases' })] });
+    expect((await alphaLeases()).length).toBe(3);
+    const five = await alpha('PUT', `/v1/series/${id}`, { count: 5 });
+    expect(five.status).toBe(200);
+    expect(five.body.series.occurrences.map((o: { start_date: string; end_date: string }) => [o.start_date, o.end_date])).toEqual(
+      [0, 1, 2, 3, 4].map((d) => [date(dayAt(10 + d) + 14 * HOUR), date(dayAt(10 + d) + 14.5 * HOUR)]),
+    );
+  });
+
+  it('shrinks a series (count, until): the occurrences past the new end are deleted, one started is never touched and is named in the answer; LK_MAX_OCCURRENCES bounds the total', async () => {
+    const created = await series(alpha, 'shrinking', 'FREQ=DAILY;COUNT=5', {}, T0, 1);
+    const id = created.body.series.id;
+    const fewer = await alpha('PUT', `/v1/series/${id}`, { count: 3 });
+    expect(fewer.status).toBe(200);
+    expect([fewer.body.series.recurrence, fewer.body.series.occurrences.map((o: { name: string }) => o.name), fewer.body.untouched]).toEqual(['FREQ=DAILY;COUNT=3', ['shrinking-1', 'shrinking-2', 'shrinking-3'], undefined]);
+    expect((await alphaLeases()).map((l) => l.name).sort()).toEqual(['shrinking-1', 'shrinking-2', 'shrinking-3']);
+
+    // The third as if it had started (its row only: a change must leave it alone whatever its workflow holds).
+    const third = (fewer.body.series.occurrences as Array<{ lease_id: string }>)[2].lease_id;
+    const setStatus = (status: string) => stack().db.pool.query(`UPDATE leases SET status = $2, document = jsonb_set(document, '{status}', to_jsonb($2::text)) WHERE id = $1`, [third, status]);
+    await setStatus('ACTIVE');
+    try {
+      const until = await alpha('PUT', `/v1/series/${id}`, { until: date(T0 + DAY) });
+      expect(until.status).toBe(200);
+      expect(until.body.series.recurrence).toBe(`FREQ=DAILY;UNTIL=${new Date(T0 + DAY).toISOString().slice(0, 19).replace(/[-:]/g, '')}Z`);
+      expect(until.body.untouched).toEqual([expect.objectContaining({ lease_id: third, name: 'shrinking-3', status: 'ACTIVE' })]);
+      expect((await alphaLeases()).map((l) => l.name).sort()).toEqual(['shrinking-1', 'shrinking-2', 'shrinking-3']);
+    } finally {
+      await setStatus('PENDING');
+    }
+
+    const past = await alpha('PUT', `/v1/series/${id}`, { count: 13 });
+    expect([past.status, past.body.error_message]).toEqual([400, 'recurrence: COUNT: expected a whole number from 1 to 12']);
+    for (const bad of [{ count: 4, until: date(T0 + 5 * DAY) }, { count: 4, from: third }, { count: 4, duration: 30 }, { until: 'soon' }, { count: 0 }]) {
+      expect([bad, (await alpha('PUT', `/v1/series/${id}`, bad)).status]).toEqual([bad, 400]);
+    }
+    expect((await alpha('GET', `/v1/series/${id}`)).body.series.recurrence).toMatch(/^FREQ=DAILY;UNTIL=/);
+  });
+
+  it('answers a series create retried with its Idempotency-Key with the series made first, refuses the key with another body, and deleted: 410', async () => {
+    const key = { 'Idempotency-Key': `series-${T0}-retry` };
+    const third = T0 + 2 * DAY;
+    expect((await beta('POST', '/v1/leases', { name: 'beta-third', start_date: date(third), end_date: date(third + HOUR), reservations: [hostReservation({ min: 1, max: 1 })] })).status).toBe(201);
+    const body = { name: 'keyed', start_date: date(T0), end_date: date(T0 + HOUR), reservations: [hostReservation({ min: 1, max: 1 })], recurrence: 'FREQ=DAILY;COUNT=3', partial: true };
+    const first = await alpha('POST', '/v1/leases', body, key);
+    expect(first.status).toBe(201);
+    expect(first.body.refused).toEqual([expect.objectContaining({ name: 'keyed-3', reason: 'capacity', offers: expect.arrayContaining([expect.anything()]) })]);
+    const retry = await alpha('POST', '/v1/leases', body, key);
+    expect(retry.status).toBe(201);
+    const gist = (answer: typeof first) => ({
+      series: answer.body.series.id,
+      lease: answer.body.lease.id,
+      leases: answer.body.leases.map((l: { id: string }) => l.id),
+      refused: answer.body.refused.map((r: { name: string; reason: string; error_message: string; offers: unknown[] }) => [r.name, r.reason, r.error_message, r.offers.length > 0]),
+    });
+    expect(gist(retry)).toEqual(gist(first));
+    expect((await alphaLeases()).map((l) => l.name).sort()).toEqual(['keyed-1', 'keyed-2']);
+    const other = await alpha('POST', '/v1/leases', { ...body, recurrence: 'FREQ=DAILY;COUNT=2' }, key);
+    expect(other).toEqual({ status: 409, body: { error_code: 409, error_name: 409, error_message: 'this Idempotency-Key was already used for a different request' } });
+    // Another project's key of the same text is its own.
+    expect((await beta('POST', '/v1/leases', { ...body, start_date: date(T0 + 5 * DAY), end_date: date(T0 + 5 * DAY + HOUR), partial: false }, key)).status).toBe(201);
+    expect((await alpha('DELETE', `/v1/series/${first.body.series.id}`)).status).toBe(204);
+    expect((await alpha('POST', '/v1/leases', body, key)).status).toBe(410);
+    expect(await alphaLeases()).toEqual([]);
+  });
+
+  it('makes one series for two concurrent sends with one Idempotency-Key, and answers both with it', async () => {
+    const key = { 'Idempotency-Key': `series-${T0}-concurrent` };
+    const body = { name: 'twice', start_date: date(T0), end_date: date(T0 + HOUR), reservations: [hostReservation({ min: 1, max: 1 })], recurrence: 'FREQ=DAILY;COUNT=3' };
+    const answers = await Promise.all([alpha('POST', '/v1/leases', body, key), alpha('POST', '/v1/leases', body, key)]);
+    expect(answers.map((a) => a.status)).toEqual([201, 201]);
+    expect(answers[1].body.series.id).toBe(answers[0].body.series.id);
+    expect(answers[1].body.leases.map((l: { id: string }) => l.id)).toEqual(answers[0].body.leases.map((l: { id: string }) => l.id));
+    expect((await alphaLeases()).map((l) => l.name).sort()).toEqual(['twice-1', 'twice-2', 'twice-3']);
+    const { rows } = await stack().db.pool.query<{ n: number }>("SELECT count(*)::int AS n FROM lease_series WHERE name = 'twice' AND project_id = 'alpha'");
+    expect(rows[0].n).toBe(1);
+  });
+
   it('runs concurrent changes of one series one after the other: the second sees the first and refuses an overlap', async () => {
     const created = await series(alpha, 'racing', 'FREQ=DAILY;COUNT=2');
     const id = created.body.series.id;
@@ -227,8 +335,11 @@ describe('recurring leases admitted by their workflows (LK_ADMISSION=workflow): 
   const alpha = apiClient(() => stack().url, { 'X-Project-Id': 'alpha', 'X-Roles': 'member' });
   const beta = apiClient(() => stack().url, { 'X-Project-Id': 'beta', 'X-Roles': 'member' });
 
-  it('deletes the occurrences admitted before a refusal (all or nothing), and keeps them with partial', async () => {
+  beforeAll(async () => {
     await insertHost(stack().db.pool, { name: 'saga-host' });
+  });
+
+  it('deletes the occurrences admitted before a refusal (all or nothing), and keeps them with partial', async () => {
     const third = T0 + 2 * DAY;
     expect((await beta('POST', '/v1/leases', { name: 'beta-third', start_date: date(third), end_date: date(third + HOUR), reservations: [hostReservation({ min: 1, max: 1 })] })).status).toBe(201);
     const body = { name: 'saga', start_date: date(T0), end_date: date(T0 + HOUR), reservations: [hostReservation({ min: 1, max: 1 })], recurrence: 'FREQ=DAILY;COUNT=3' };
@@ -241,6 +352,22 @@ describe('recurring leases admitted by their workflows (LK_ADMISSION=workflow): 
     expect(partial.status).toBe(201);
     expect(partial.body.leases.map((l: { name: string }) => l.name)).toEqual(['saga-1', 'saga-2']);
     expect((await alpha('GET', `/v1/series/${partial.body.series.id}`)).body.series.refused).toEqual([expect.objectContaining({ name: 'saga-3', reason: 'capacity' })]);
+  });
+
+  it('grows a series through the workflows all or nothing: the new occurrences admitted before a refusal are deleted again', async () => {
+    const start = T0 + 40 * DAY;
+    const body = { name: 'saga-grow', start_date: date(start), end_date: date(start + HOUR), reservations: [hostReservation({ min: 1, max: 1 })], recurrence: 'FREQ=DAILY;COUNT=2' };
+    const created = await alpha('POST', '/v1/leases', body);
+    expect(created.status).toBe(201);
+    const fourth = start + 3 * DAY;
+    expect((await beta('POST', '/v1/leases', { name: 'beta-fourth', start_date: date(fourth), end_date: date(fourth + HOUR), reservations: [hostReservation({ min: 1, max: 1 })] })).status).toBe(201);
+    const refused = await alpha('PUT', `/v1/series/${created.body.series.id}`, { count: 4 });
+    expect(refused.status).toBe(409);
+    expect(refused.body).toMatchObject({ reason: 'capacity', refused: [expect.objectContaining({ name: 'saga-grow-4' })] });
+    expect(refused.body.compensation_failed).toBeUndefined();
+    const shown = (await alpha('GET', `/v1/series/${created.body.series.id}`)).body.series;
+    expect([shown.recurrence, shown.occurrences.map((o: { name: string }) => o.name)]).toEqual(['FREQ=DAILY;COUNT=2', ['saga-grow-1', 'saga-grow-2']]);
+    expect((await alpha('GET', '/v1/leases')).body.leases.map((l: { name: string }) => l.name).filter((n: string) => n.startsWith('saga-grow')).sort()).toEqual(['saga-grow-1', 'saga-grow-2']);
   });
 
   it('makes no series when an occurrence fails with an outage rather than a refusal: the admitted ones are deleted, partial or not', async () => {

@@ -4,7 +4,7 @@
  * days, within COUNT, UNTIL and LK_MAX_OCCURRENCES).
  */
 import fc from 'fast-check';
-import { expandRecurrence, parseRecurrence, RecurrenceError, WEEKDAYS, type Recurrence } from '../src/domain/recurrence';
+import { expandRecurrence, formatRecurrence, parseRecurrence, RecurrenceError, WEEKDAYS, type Recurrence } from '../src/domain/recurrence';
 
 const limits = { maxOccurrences: 100, horizonMs: 731 * 86_400_000 };
 const DAY = 86_400_000;
@@ -67,6 +67,14 @@ describe('recurrence rules', () => {
     expect(refusal(() => expand('FREQ=DAILY;UNTIL=20261130')).part).toBe('UNTIL'); // before the start
     expect(refusal(() => expand('FREQ=WEEKLY;UNTIL=20290101')).message).toMatch(/at most 731 days/);
     expect(refusal(() => expand('FREQ=DAILY;COUNT=2', START, START + 25 * HOUR)).message).toMatch(/overlap/);
+  });
+
+  it('writes a rule back as it reads (a series whose count or end changed stores it so)', () => {
+    for (const text of ['FREQ=DAILY;COUNT=3', 'FREQ=WEEKLY;INTERVAL=2;BYDAY=MO,FR;COUNT=4', 'FREQ=DAILY;UNTIL=20261208T090000Z']) {
+      expect(formatRecurrence(parseRecurrence(text, limits))).toBe(text);
+    }
+    // A whole-day UNTIL becomes its last second; days in week order.
+    expect(formatRecurrence(parseRecurrence('freq=weekly;byday=fr,mo;until=20261231', limits))).toBe('FREQ=WEEKLY;BYDAY=MO,FR;UNTIL=20261231T235959Z');
   });
 
   it('allows LK_MAX_OCCURRENCES occurrences and refuses one more, by COUNT and by UNTIL', () => {

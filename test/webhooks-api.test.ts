@@ -149,6 +149,75 @@ describe("projects' webhooks", () => {
     expect((await asAdmin('PUT', '/v1/projects/project-b/webhooks', { webhooks: [] })).status).toBe(200);
   });
 
+  describe("a project's approvers' webhook", () => {
+    const path = (project: string) => `/v1/projects/${project}/approvers-webhook`;
+
+    it("is set and shown by admins only (its secret once), apart from the project's own list, and hears only the project's approval notices", async () => {
+      expect((await asAdmin('GET', path('project-a'))).body).toEqual({ approvers_webhook: null });
+      const put = await asAdmin('PUT', path('project-a'), { url: 'https://1.1.1.1/approvers' });
+      expect(put.status).toBe(200);
+      const hook = put.body.approvers_webhook;
+      expect(hook).toMatchObject({ url: 'https://1.1.1.1/approvers', events: ['lease.approval_requested', 'lease.approved', 'lease.denied'], secret_set: true, secret: expect.stringMatching(/^[A-Za-z0-9_-]{43}$/), delivered_count: 0 });
+      expect((await webhookById(stack().db.pool, hook.id))?.secret).toBe(hook.secret);
+      const shown = await asAdmin('GET', path('project-a'));
+      expect(shown.body.approvers_webhook).toEqual(JSON.parse(JSON.stringify({ ...hook, secret: undefined })));
+      expect(JSON.stringify(shown.body)).not.toContain(hook.secret);
+
+      // The project's members neither see nor set it, nor does their own list show or replace it (the same URL may be in both).
+      const refusal = (action: string) => ({ status: 403, body: { error_code: 403, error_name: 403, error_message: `Policy doesn't allow blazar:projects:approvers_webhook:${action} to be performed.` } });
+      expect(await asAlice('GET', path('project-a'))).toEqual(refusal('get'));
+      expect(await asAlice('PUT', path('project-a'), { url: 'https://1.1.1.1/mine' })).toEqual(refusal('put'));
+      expect(await asAlice('DELETE', path('project-a'))).toEqual(refusal('delete'));
+      const own = await asAlice('PUT', '/v1/projects/project-a/webhooks', { webhooks: [{ url: 'https://1.1.1.1/approvers' }] });
+      expect(own.status).toBe(200);
+      expect(own.body.webhooks.map((w: { id: string }) => w.id)).not.toContain(hook.id);
+      expect((await asAlice('PUT', '/v1/projects/project-a/webhooks', { webhooks: [] })).body).toEqual({ webhooks: [] });
+      expect((await asAdmin('GET', path('project-a'))).body.approvers_webhook.id).toBe(hook.id);
+
+      // Approval notices of the project's leases, besides the deployment's webhooks; nothing else, and nothing of another project.
+      const settings = stack().config.notices;
+      const notice: Notice = { id: 'lease-9:lease.approval_requested', eventType: 'lease.approval_requested', occurredMs: Date.UTC(2026, 10, 27, 9), projectId: 'project-a', details: {} };
+      expect((await noticeTargets(stack().db.pool, settings, notice)).webhooks).toEqual(['deployment:0', 'deployment:1', hook.id]);
+      expect((await noticeTargets(stack().db.pool, settings, { ...notice, eventType: 'lease.denied' })).webhooks).toContain(hook.id);
+      expect((await noticeTargets(stack().db.pool, settings, { ...notice, eventType: 'lease.create' })).webhooks).toEqual(['deployment:0', 'deployment:1']);
+      expect((await noticeTargets(stack().db.pool, settings, { ...notice, projectId: 'project-b' })).webhooks).toEqual(['deployment:0', 'deployment:1']);
+
+      // The same URL again keeps its id and secret; a given secret replaces it; another URL replaces the webhook.
+      const again = await asAdmin('PUT', path('project-a'), { url: 'https://1.1.1.1/approvers' });
+      expect(again.body.approvers_webhook).toMatchObject({ id: hook.id });
+      expect(again.body.approvers_webhook.secret).toBeUndefined();
+      expect((await webhookById(stack().db.pool, hook.id))?.secret).toBe(hook.secret);
+      const rekeyed = await asAdmin('PUT', path('project-a'), { url: 'https://1.1.1.1/approvers', secret: 'the-approvers-own-secret' });
+      expect(rekeyed.body.approvers_webhook).toMatchObject({ id: hook.id });
+      expect((await webhookById(stack().db.pool, hook.id))?.secret).toBe('the-approvers-own-secret');
+      const moved = await asAdmin('PUT', path('project-a'), { url: 'https://8.8.8.8/approvers', secret: 'the-approvers-own-secret' });
+      expect(moved.body.approvers_webhook.id).not.toBe(hook.id);
+      expect(await webhookById(stack().db.pool, hook.id)).toBeUndefined();
+
+      expect((await asAdmin('DELETE', path('project-a'))).status).toBe(204);
+      expect((await asAdmin('GET', path('project-a'))).body).toEqual({ approvers_webhook: null });
+      expect((await asAdmin('DELETE', path('project-a'))).status).toBe(404);
+    });
+
+    it.each([
+      ['a private address', { url: 'http://10.0.0.5/hook' }, `url: ${NOT_ALLOWED}`],
+      ['the metadata service', { url: 'http://169.254.169.254/latest/meta-data' }, `url: ${NOT_ALLOWED}`],
+      ['a name resolving to a private address', { url: 'http://internal.test/hook' }, `url: ${NOT_ALLOWED}`],
+      ['ftp', { url: 'ftp://1.1.1.1/a' }, /^url: expected an http:\/\/ or https:\/\/ URL$/],
+      ['credentials in the URL', { url: 'https://user:pw@1.1.1.1/a' }, /^url: expected no credentials in the URL/],
+      ['a URL over 2048 characters', { url: `https://1.1.1.1/${'a'.repeat(2_100)}` }, /^url: expected at most 2048 characters$/],
+      ['a short secret', { url: 'https://1.1.1.1/a', secret: 'short' }, /^secret: expected 16 to 256 characters$/],
+      ['a secret not printable', { url: 'https://1.1.1.1/a', secret: 'sixteen-chars-\u0000-x' }, /^secret: must not contain control characters/],
+      ['events', { url: 'https://1.1.1.1/a', events: ['lease.create'] }, /^unknown field\(s\) "events"$/],
+      ['no URL', {}, /^Missing parameter url$/],
+    ])('refuses %s with 400 naming the field, setting nothing', async (_what, body, message) => {
+      const res = await asAdmin('PUT', path('project-a'), body);
+      expect(res.status).toBe(400);
+      expect(res.body).toMatchObject({ error_code: 400, error_name: 400, error_message: typeof message === 'string' ? message : expect.stringMatching(message) });
+      expect((await asAdmin('GET', path('project-a'))).body).toEqual({ approvers_webhook: null });
+    });
+  });
+
   describe('deliveries to a project webhook (LK_WEBHOOK_ALLOW_PRIVATE: a receiver on 127.0.0.1)', () => {
     let receiver: WebhookReceiver;
     let api: ReturnType<typeof apiClient>;

@@ -153,6 +153,20 @@ export const LEASE_APPROVAL = {
 } as const satisfies WorkflowPatch;
 
 /**
+ * A change of an active lease may wait for approval (issue 42): a member's exception to a rule of
+ * ours is booked at once while the lease goes on as it was; an admin's approve applies it (the end
+ * timer moves), a deny, the timeout or the current end puts the bookings back. Marked where the
+ * record answers a pending change, which only an update sent with a justification after this date reaches.
+ */
+export const LEASE_CHANGE_APPROVAL = {
+  id: 'lease-change-approval',
+  workflowType: leaseWorkflowType,
+  introduced: '2026-11-27',
+  oldBranch: 'no change of an active lease ever waited (the record refused it instead, as before)',
+  oldHistories: 'every history recorded before 2026-11-27 (none reaches it: the branch only adds the wait)',
+} as const satisfies WorkflowPatch;
+
+/**
  * Preemptible leases (issue 43): a preempted lease takes its new end, says why and tells its
  * lessee (leasePreempted signal, workflows/lease/preempt.ts); a lease's start waits for preempted
  * predecessors at most LK_PREEMPT_EVICTION_SECONDS (neighbours.ts). Marked where a preemption is
@@ -182,5 +196,6 @@ export const PATCHES: readonly WorkflowPatch[] = [
   NOTICE_DELIVERY_HOLDS,
   ROLLBACK_ONLY_MOVED,
   LEASE_APPROVAL,
+  LEASE_CHANGE_APPROVAL,
   LEASE_PREEMPTION,
 ];

@@ -59,6 +59,11 @@ export function idempotentLeaseId(projectId: string, userId: string, key: string
   return uuidShaped(createHash('sha256').update(JSON.stringify([projectId, userId, key])).digest('hex'), 4);
 }
 
+/** A series id derived from (project, user, Idempotency-Key), as idempotentLeaseId: a retried series create finds the series made first. */
+export function idempotentSeriesId(projectId: string, userId: string, key: string): string {
+  return uuidShaped(createHash('sha256').update(JSON.stringify(['series', projectId, userId, key])).digest('hex'), 4);
+}
+
 /** gRPC statuses with which Temporal refuses a request as such: INVALID_ARGUMENT, FAILED_PRECONDITION, OUT_OF_RANGE. */
 const GRPC_REFUSED_REQUEST = new Set([3, 9, 11]);
 

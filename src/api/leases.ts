@@ -136,9 +136,8 @@ export function leasesRouter(deps: NewLeaseDeps): Router {
     const key = req.get('Idempotency-Key')?.trim();
     if (key !== undefined && (key.length === 0 || key.length > 255)) throw new ApiError(400, 'Idempotency-Key: expected 1 to 255 characters');
     if (body.recurrence !== undefined) {
-      if (key !== undefined) throw new ApiError(400, 'Idempotency-Key: not supported with recurrence (a series is many leases)');
       await refuseUnknownPropertyKeys(deps.types, identity, body.reservations ?? []);
-      const created = await createSeries(deps, identity, body, raw);
+      const created = await createSeries(deps, identity, body, raw, key);
       res.status(201).json(created);
       return;
     }
@@ -193,7 +192,8 @@ export function leasesRouter(deps: NewLeaseDeps): Router {
       if (!identity.isAdmin) throw new ApiError(403, `Policy doesn't allow blazar:leases:${outcome} to be performed: only admins answer leases waiting for approval.`);
       const answer = parseRequest(approvalAnswerSchema, req.body ?? {});
       const current = await visibleLease(pool, identity, req.params.id);
-      if (current.status !== 'PENDING_APPROVAL') throw new ApiError(409, `Lease ${current.name} is not waiting for approval: it is ${current.status}.`);
+      // A lease waiting for approval, or an active lease whose change waits (pending_change).
+      if (current.status !== 'PENDING_APPROVAL' && !current.pendingChange) throw new ApiError(409, `Lease ${current.name} is not waiting for approval: it is ${current.status}.`);
       res.json({ lease: toBlazarLease(await answerApproval(commands, current.id, outcome, answer)) });
     });
   }

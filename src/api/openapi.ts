@@ -20,7 +20,7 @@ import { hostAllocationQuery } from './host-allocations';
 import { hostEnrolBody, propertyPrivacyBody } from './hosts';
 import { maintenanceBody, maintenanceListQuery } from './maintenance';
 import { projectPolicyBody } from './project-policy';
-import { webhooksBody } from './webhooks';
+import { approversWebhookBody, webhooksBody } from './webhooks';
 import { LEASE_NOTICE_TYPES } from '../domain/notices';
 import { approvalAnswerSchema, createLeaseSchema, listLeasesQuery, updateLeaseSchema } from './lease-schemas';
 import { usageQuery } from './usage';
@@ -69,6 +69,20 @@ const leaseEvent = z.strictObject({
   updated_at: nullableTimestamp,
 });
 
+const leaseApproval = z.strictObject({
+  kind: z.enum(['rule', 'exception']),
+  rule: z.string(),
+  reason: z.string(),
+  justification: z.string().nullable(),
+  requested_at: timestamp,
+  timeout_at: timestamp,
+  on_timeout: z.enum(['deny', 'approve']),
+  outcome: z.enum(['approved', 'denied']).nullable(),
+  answered_by: z.enum(['admin', 'timeout', 'end']).nullable(),
+  answer_reason: z.string().nullable(),
+  answered_at: nullableTimestamp,
+});
+
 const lease = z
   .strictObject({
     id: z.string(),
@@ -82,22 +96,12 @@ const lease = z
     degraded: z.boolean(),
     notify_before_end: z.array(z.string()).optional().describe('An extension: when the lease warns its listeners before its end'),
     series_id: z.string().optional().describe('An extension: the series of recurring leases this lease is an occurrence of'),
-    approval: z
-      .strictObject({
-        kind: z.enum(['rule', 'exception']),
-        rule: z.string(),
-        reason: z.string(),
-        justification: z.string().nullable(),
-        requested_at: timestamp,
-        timeout_at: timestamp,
-        on_timeout: z.enum(['deny', 'approve']),
-        outcome: z.enum(['approved', 'denied']).nullable(),
-        answered_by: z.enum(['admin', 'timeout', 'end']).nullable(),
-        answer_reason: z.string().nullable(),
-        answered_at: nullableTimestamp,
-      })
+    approval: leaseApproval.optional().describe('An extension: why the lease waits (or waited) for approval (PENDING_APPROVAL), and the answer'),
+    pending_change: z
+      .strictObject({ end_date: leaseDate, reservations: z.array(reservation), ...leaseApproval.shape })
       .optional()
-      .describe('An extension: why the lease waits (or waited) for approval (PENDING_APPROVAL), and the answer'),
+      .describe("An extension: an active lease's change waiting for approval (an exception asked with `justification`): booked, not in effect; the lease's `end_date` and `reservations` are still the current ones. Answered by POST /v1/leases/{id}/approve or /deny; `timeout_at` is never past the current end"),
+    change_approval: leaseApproval.optional().describe("An extension: the last change of the active lease that waited for approval, and its answer (denied: the lease went on as it was)"),
     trust_id: z.null(),
     reservations: z.array(reservation),
     events: z.array(leaseEvent),
@@ -381,7 +385,7 @@ export function apiOperations(types: ResourceTypes): Operation[] {
     {
       method: 'post', path: '/v1/leases', tags: ['leases'], summary: 'Create a lease',
       description:
-        "Admits the lease only if every reservation's resources are free for the whole window (the calendars' constraints decide), then answers with it PENDING (or ACTIVE soon after for `now`). Its workflow starts it on time and cleans up after it. An `Idempotency-Key` header makes a retry return the same lease; the same key with another body is a 409.",
+        "Admits the lease only if every reservation's resources are free for the whole window (the calendars' constraints decide), then answers with it PENDING (or ACTIVE soon after for `now`). Its workflow starts it on time and cleans up after it. An `Idempotency-Key` header makes a retry return the same lease (with `recurrence`, the same series: no second one, even for copies sent together); the same key with another body is a 409.",
       security: AUTHENTICATED,
       request: {
         headers: z.object({ 'Idempotency-Key': z.string().min(1).max(255).optional() }),
@@ -395,7 +399,7 @@ export function apiOperations(types: ResourceTypes): Operation[] {
         ...COMMON_REFUSALS,
         403: refusal('a policy refused it (too long, too far ahead, an admin-only end policy, a private property)'),
         409: refusal('the resources are not free for the window (with the earliest start that fits, when one was found), or the name is taken'),
-        410: refusal('the Idempotency-Key belongs to a lease that was deleted'),
+        410: refusal('the Idempotency-Key belongs to a lease (or series) that was deleted'),
       },
     },
     {
@@ -430,14 +434,21 @@ export function apiOperations(types: ResourceTypes): Operation[] {
     {
       method: 'put', path: '/v1/series/{id}', tags: ['leases'], summary: 'Change a series from an occurrence on (extension)',
       description:
-        'Moves the occurrences from `from` on (an occurrence\'s lease id, or a date: those starting then or later; all when absent) to a new time of day (`start_time`, "HH:MM" UTC, on each one\'s own day) and/or a new `duration` (minutes), each through the lease update path. All or nothing: a refused occurrence puts the ones changed back and answers 409/403 with every refusal and its offers; `partial: true` keeps what could change and lists the rest.',
+        'Moves the occurrences from `from` on (an occurrence\'s lease id, or a date: those starting then or later; all when absent) to a new time of day (`start_time`, "HH:MM" UTC, on each one\'s own day) and/or a new `duration` (minutes), each through the lease update path. Or, alone in its PUT, changes where the series ends: `count` (the rule\'s COUNT, from the first occurrence, at most LK_MAX_OCCURRENCES) or `until` ("YYYY-MM-DD HH:MM" UTC, the rule\'s UNTIL). Fewer: the occurrences past the new end are deleted (one started or ended never is: it is listed in `untouched`); more: the new ones are admitted as a create admits them, the usage policy counting each. All or nothing: a refused occurrence leaves the series as it was and answers 409/403 with every refusal and its offers; `partial: true` keeps what could change and lists the rest.',
       security: AUTHENTICATED,
       request: {
         params: idParam('the series id'),
-        body: { content: { 'application/json': { schema: z.strictObject({ from: z.string().optional(), start_time: z.string().optional(), duration: z.number().int().optional(), partial: z.boolean().optional() }) } }, required: true },
+        body: { content: { 'application/json': { schema: z.strictObject({ from: z.string().optional(), start_time: z.string().optional(), duration: z.number().int().optional(), count: z.number().int().min(1).optional(), until: z.string().optional(), partial: z.boolean().optional() }) } }, required: true },
       },
       responses: {
-        200: json(z.strictObject({ series, refused: z.array(refusedOccurrence) }), 'the series as changed, and the occurrences refused (partial)'),
+        200: json(
+          z.strictObject({
+            series,
+            refused: z.array(refusedOccurrence),
+            untouched: z.array(z.strictObject({ lease_id: z.string(), name: z.string(), status: z.enum(LEASE_STATUSES), reason: z.string() })).optional().describe('with `count` or `until`: occurrences past the new end left alone because they started or ended'),
+          }),
+          'the series as changed, and the occurrences refused (partial)',
+        ),
         ...COMMON_REFUSALS,
         403: refusal('a usage policy rule refuses an occurrence (with `refused` and offers)'),
         404: notFound,
@@ -463,8 +474,8 @@ export function apiOperations(types: ResourceTypes): Operation[] {
       method: 'post' as const, path: `/v1/leases/{id}/${outcome}`, tags: ['leases'] as [string], summary: outcome === 'approve' ? 'Approve a lease waiting for approval' : 'Deny a lease waiting for approval',
       description:
         outcome === 'approve'
-          ? 'A lease PENDING_APPROVAL (an approval rule, or an exception asked with `justification`) goes on PENDING, waiting for its start; one whose start has passed starts at once, its end unchanged. Admins only.'
-          : "A lease PENDING_APPROVAL is denied: its capacity is freed and it ends TERMINATED, `status_reason` naming the reason. Admins only.",
+          ? 'A lease PENDING_APPROVAL (an approval rule, or an exception asked with `justification`) goes on PENDING, waiting for its start; one whose start has passed starts at once, its end unchanged. An active lease with a `pending_change` takes the change (its end moves). Admins only.'
+          : "A lease PENDING_APPROVAL is denied: its capacity is freed and it ends TERMINATED, `status_reason` naming the reason. An active lease's `pending_change` is denied: what it booked is freed and the lease goes on as it was. Admins only.",
       security: AUTHENTICATED,
       request: { params: idParam('the lease id'), body: { content: { 'application/json': { schema: approvalAnswerSchema } }, required: false } },
       responses: { 200: leaseBody, ...COMMON_REFUSALS, 403: adminOnly, 404: notFound, 409: refusal('the lease is not waiting for approval') },
@@ -664,6 +675,27 @@ export function apiOperations(types: ResourceTypes): Operation[] {
       security: AUTHENTICATED,
       request: { params: projectParam, body: { content: { 'application/json': { schema: webhooksBody } }, required: true } },
       responses: { 200: json(z.strictObject({ webhooks: z.array(projectWebhook) }), 'the webhooks as set'), ...COMMON_REFUSALS, 403: refusal("another project's webhooks (members)") },
+    },
+    {
+      method: 'get', path: '/v1/projects/{projectId}/approvers-webhook', tags: ['notifications'], summary: "Show a project's approvers' webhook",
+      description: "An extension (approval, issue 42). The webhook that hears the approval notices (`lease.approval_requested`, `lease.approved`, `lease.denied`) of the project's leases, besides the deployment's approvers' webhook; null when none is set. Admins only; its secret is never shown again.",
+      security: AUTHENTICATED,
+      request: { params: projectParam },
+      responses: { 200: json(z.strictObject({ approvers_webhook: projectWebhook.nullable() }), "the approvers' webhook, or null"), ...COMMON_REFUSALS, 403: adminOnly },
+    },
+    {
+      method: 'put', path: '/v1/projects/{projectId}/approvers-webhook', tags: ['notifications'], summary: "Set a project's approvers' webhook",
+      description: "An extension (approval, issue 42). Sets the one webhook that hears the approval notices of the project's leases, posted and signed as a project's webhooks are (`X-Leasekeeper-Signature`), and held to public addresses as they are. The same URL keeps its id, counters and secret unless a secret is given; another URL replaces it, with a generated secret shown in this answer only when none is given. Admins only.",
+      security: AUTHENTICATED,
+      request: { params: projectParam, body: { content: { 'application/json': { schema: approversWebhookBody } }, required: true } },
+      responses: { 200: json(z.strictObject({ approvers_webhook: projectWebhook }), "the approvers' webhook as set"), ...COMMON_REFUSALS, 403: adminOnly },
+    },
+    {
+      method: 'delete', path: '/v1/projects/{projectId}/approvers-webhook', tags: ['notifications'], summary: "Remove a project's approvers' webhook",
+      description: "An extension. The project's approval notices go to the deployment's approvers' webhook only again. Admins only.",
+      security: AUTHENTICATED,
+      request: { params: projectParam },
+      responses: { 204: noContent('removed'), ...COMMON_REFUSALS, 403: adminOnly, 404: refusal("the project has no approvers' webhook") },
     },
     {
       method: 'get', path: '/v1/floatingips', tags: ['floating IPs'], summary: 'List reservable floating IPs',

@@ -3,7 +3,9 @@
  * - `POST /v1/leases` with `recurrence` (an RRULE subset, src/domain/recurrence.ts): one lease per
  *   occurrence, each with its own workflow, tied by `series_id`. All or nothing unless `partial`.
  * - `GET /v1/series/{id}`, `PUT /v1/series/{id}` (new time of day or duration from an occurrence
- *   on), `DELETE /v1/series/{id}[?from=<lease id>]`.
+ *   on, or a new count or end), `DELETE /v1/series/{id}[?from=<lease id>]`.
+ * - An Idempotency-Key on the create: the series id comes from it, and the create runs under the
+ *   series's lock, so a retry (or a concurrent repeat) answers the series made first.
  * Where every type books in the API (admitsInApi), the occurrences are admitted in one
  * transaction; otherwise one after another through the lease workflows, and in all-or-nothing
  * mode the admitted ones are deleted again on the first refusal (a saga whose compensation's
@@ -15,15 +17,15 @@ import { z } from 'zod';
 import type { PoolClient } from 'pg';
 import { formatRequestDate, wholeMinuteDown } from '../domain/dates';
 import { isUuid, newLease, notStarted, type Lease, type NewLeaseRequest } from '../domain/lease';
-import { expandRecurrence, parseRecurrence, RecurrenceError, RECURRENCE_HORIZON_MS, type Occurrence } from '../domain/recurrence';
+import { expandRecurrence, formatRecurrence, parseRecurrence, RecurrenceError, RECURRENCE_HORIZON_MS, type Occurrence } from '../domain/recurrence';
 import { toBlazarLease } from '../domain/blazar-format';
 import { findLease, leasesOfSeries } from '../db/leases';
-import { findSeries, insertSeries, markSeriesDeleted, setRefusedOccurrences, withSeriesLock, type RefusedOccurrence, type SeriesRow } from '../db/series';
+import { findSeries, findSeriesEvenDeleted, forgetSeries, insertSeries, markSeriesDeleted, setRefusedOccurrences, setSeriesRule, withSeriesLock, type RefusedOccurrence, type SeriesRow } from '../db/series';
 import { admissionError, admitSeriesInApi, admitsInApi } from './admission';
 import { identityOf, type Identity } from './auth';
 import { ApiError, parseRequest } from './errors';
-import { changeLease, createLease, removeLease, requestHash } from './lease-commands';
-import { createLeaseSchema, newLeaseRequest, requestDateSchema } from './lease-schemas';
+import { changeLease, createLease, idempotentSeriesId, removeLease, requestHash } from './lease-commands';
+import { createLeaseSchema, newLeaseRequest, requestDateOrNowSchema, requestDateSchema } from './lease-schemas';
 import type { NewLeaseDeps } from './leases';
 import { makeOffers, refusalReason, type OfferJson } from './offers';
 
@@ -76,7 +78,11 @@ const isOccurrenceRefusal = (err: ApiError) => refusalReason(err) !== undefined;
 const reasonOf = (err: ApiError) => refusalReason(err) ?? (err.status === 400 ? 'invalid' : 'conflict');
 
 /** The refused occurrences as answers show them, with offers for the first MAX_REFUSALS_WITH_OFFERS. */
-async function refusedJson(deps: NewLeaseDeps, identity: Identity, refused: Array<{ lease: Pick<Lease, 'name' | 'startMs' | 'endMs' | 'reservations'>; error: ApiError }>): Promise<RefusedJson[]> {
+async function refusedJson(
+  deps: NewLeaseDeps,
+  identity: Identity,
+  refused: Array<{ lease: Pick<Lease, 'name' | 'startMs' | 'endMs'> & { reservations: Array<Pick<Lease['reservations'][number], 'resource_type' | 'params'>> }; error: ApiError }>,
+): Promise<RefusedJson[]> {
   const answers: RefusedJson[] = [];
   for (const [i, { lease, error }] of refused.entries()) {
     const base = { name: lease.name, start_date: formatRequestDate(lease.startMs), end_date: formatRequestDate(lease.endMs), reason: reasonOf(error), error_message: error.message };
@@ -100,11 +106,11 @@ async function refusedJson(deps: NewLeaseDeps, identity: Identity, refused: Arra
 }
 
 /** A refusal of the whole series (all or nothing): 409, or 403 when only policy rules refused; Blazar's body plus what failed. */
-function seriesRefusal(refused: RefusedJson[], extra: Record<string, unknown> = {}): ApiError {
+function seriesRefusal(refused: RefusedJson[], extra: Record<string, unknown> = {}, what: 'created' | 'changed' = 'created'): ApiError {
   const first = refused[0];
   const status = refused.every((r) => r.reason.startsWith('policy:')) ? 403 : 409;
   const more = refused.length > 1 ? ` (and ${refused.length - 1} more occurrence${refused.length > 2 ? 's' : ''})` : '';
-  return new ApiError(status, `The series was not created: occurrence ${first.name} (${first.start_date}) was refused${more}: ${first.error_message}`, status, {
+  return new ApiError(status, `The series was not ${what}: occurrence ${first.name} (${first.start_date}) was refused${more}: ${first.error_message}`, status, {
     reason: first.reason,
     offers: first.offers,
     refused,
@@ -154,16 +160,50 @@ export function occurrenceRequests(deps: NewLeaseDeps, identity: Identity, body:
 
 /**
  * POST /v1/leases with `recurrence`: the series and its admitted occurrences (201), or the refusal
- * of the whole series with every occurrence that failed and offers for each.
+ * of the whole series with every occurrence that failed and offers for each. With an
+ * Idempotency-Key, as a lease create: the same request again answers the series made first (no
+ * second one, even when both arrive together: the second waits on the series's lock); another
+ * request with the key is a 409, and the key of a deleted series a 410. A refused create leaves
+ * no series, so its retry is admitted afresh.
  */
-export async function createSeries(deps: NewLeaseDeps, identity: Identity, body: CreateBody, raw: unknown) {
-  const seriesId = randomUUID();
+export async function createSeries(deps: NewLeaseDeps, identity: Identity, body: CreateBody, raw: unknown, idempotencyKey?: string) {
+  if (idempotencyKey === undefined) return createNewSeries(deps, identity, body, raw, randomUUID());
+  const seriesId = idempotentSeriesId(identity.projectId, identity.userId, idempotencyKey);
+  const hash = requestHash(identity.projectId, raw);
+  const outcome = await withSeriesLock(deps.pool, seriesId, deps.commands.timeoutMs, async () => {
+    const earlier = await findSeriesEvenDeleted(deps.pool, seriesId);
+    if (!earlier) return createNewSeries(deps, identity, body, raw, seriesId, hash);
+    if (earlier.deleted) throw new ApiError(410, `Series ${seriesId}, created with this Idempotency-Key, was deleted: use another key for a new series`);
+    if (earlier.requestHash !== hash) throw new ApiError(409, 'this Idempotency-Key was already used for a different request');
+    return seriesCreatedAnswer(deps, identity, earlier, await leasesOfSeries(deps.pool, seriesId), body.reservations ?? []);
+  });
+  if (!outcome.ran) throw new ApiError(409, 'a series with this Idempotency-Key is being created by another request: try again');
+  return outcome.value;
+}
+
+/** A refused occurrence the series keeps (a gap), as its refusal was answered (offers are found again). */
+function storedRefusal(refused: RefusedOccurrence): ApiError {
+  if (refused.reason.startsWith('policy:')) return new ApiError(403, refused.message, 403, { rule: refused.reason.slice('policy:'.length) });
+  return refused.reason === 'invalid' ? new ApiError(400, refused.message) : new ApiError(409, refused.message, 409, { reason: refused.reason });
+}
+
+/** A create's answer for a series made before (a retry with its Idempotency-Key): its occurrences and gaps as they stand. */
+async function seriesCreatedAnswer(deps: NewLeaseDeps, identity: Identity, series: SeriesRow, occurrences: Lease[], reservations: Array<{ resource_type: string; params: Record<string, unknown> }>) {
+  const refused = await refusedJson(
+    deps,
+    identity,
+    series.refused.map((r) => ({ lease: { name: r.name, startMs: r.startMs, endMs: r.endMs, reservations }, error: storedRefusal(r) })),
+  );
+  return { ...(occurrences[0] ? { lease: toBlazarLease(occurrences[0]) } : {}), series: seriesJson(series, occurrences), leases: occurrences.map(toBlazarLease), refused };
+}
+
+async function createNewSeries(deps: NewLeaseDeps, identity: Identity, body: CreateBody, raw: unknown, seriesId: string, idempotentHash?: string) {
   const partial = body.partial ?? false;
   const expanded = occurrenceRequests(deps, identity, body, seriesId);
   const occurrences = expanded.map((e) => e.occurrence);
   const requests = expanded.map(({ request }, i) => ({ request, requestHash: requestHash(identity.projectId, { series: seriesId, occurrence: i }) }));
   const template = Object.fromEntries(Object.entries(raw as Record<string, unknown>).filter(([key]) => key !== 'recurrence' && key !== 'partial'));
-  const series: Omit<SeriesRow, 'createdMs'> = { id: seriesId, projectId: identity.projectId, name: body.name, recurrence: body.recurrence!, template, refused: [] };
+  const series: Omit<SeriesRow, 'createdMs'> = { id: seriesId, projectId: identity.projectId, name: body.name, recurrence: body.recurrence!, template, refused: [], ...(idempotentHash ? { requestHash: idempotentHash } : {}) };
   const refusedRows = (refused: Array<{ index: number; error: ApiError }>): RefusedOccurrence[] =>
     refused.map(({ index, error }) => ({ name: requests[index].request.name, startMs: occurrences[index].startMs, endMs: occurrences[index].endMs, reason: reasonOf(error), message: error.message }));
 
@@ -178,7 +218,9 @@ export async function createSeries(deps: NewLeaseDeps, identity: Identity, body:
     });
     ({ admitted, refused } = outcome);
   } else {
-    ({ admitted, refused, compensation } = await admitOneByOne(deps, series, requests, partial));
+    await insertSeries(deps.pool, series);
+    // The series was never answered: it goes with its occurrences.
+    ({ admitted, refused, compensation } = await admitOneByOne(deps, requests, partial, (leaseIds) => compensate(deps, leaseIds, () => forgetSeries(deps.pool, seriesId))));
     if (refused.length > 0 && partial) await setRefusedOccurrences(deps.pool, seriesId, refusedRows(refused));
   }
   const refusedLeases = refused.map(({ index, error }) => ({ lease: { ...newLease(requests[index].request), startMs: occurrences[index].startMs }, error }));
@@ -199,8 +241,12 @@ export async function createSeries(deps: NewLeaseDeps, identity: Identity, body:
  * nothing: the first refusal stops, and the admitted ones are deleted again; a delete that fails
  * is reported (`compensation_failed`) beside the refusal. Partial: every occurrence is tried.
  */
-async function admitOneByOne(deps: NewLeaseDeps, series: Omit<SeriesRow, 'createdMs'>, requests: Array<{ request: NewLeaseRequest; requestHash: string }>, partial: boolean) {
-  await insertSeries(deps.pool, series);
+async function admitOneByOne(
+  deps: NewLeaseDeps,
+  requests: Array<{ request: NewLeaseRequest; requestHash: string }>,
+  partial: boolean,
+  undo: (leaseIds: string[]) => Promise<Record<string, unknown>>,
+) {
   const admitted: Lease[] = [];
   const refused: Array<{ index: number; error: ApiError }> = [];
   for (const [index, { request, requestHash: hash }] of requests.entries()) {
@@ -211,7 +257,7 @@ async function admitOneByOne(deps: NewLeaseDeps, series: Omit<SeriesRow, 'create
       if (!(answered instanceof ApiError) || !isOccurrenceRefusal(answered)) {
         // Not a refusal (an outage, no answer in time): the series is not made, partial or not. The
         // occurrence in flight may still be admitted by its workflow: its lease is deleted too.
-        const compensation = await compensate(deps, series.id, [...admitted.map((l) => l.id), request.id]);
+        const compensation = await undo([...admitted.map((l) => l.id), request.id]);
         throw withCompensation(answered, compensation);
       }
       refused.push({ index, error: answered });
@@ -219,7 +265,7 @@ async function admitOneByOne(deps: NewLeaseDeps, series: Omit<SeriesRow, 'create
     }
   }
   if (refused.length === 0 || partial) return { admitted, refused, compensation: {} };
-  return { admitted: [], refused, compensation: await compensate(deps, series.id, admitted.map((l) => l.id)) };
+  return { admitted: [], refused, compensation: await undo(admitted.map((l) => l.id)) };
 }
 
 /** The error as answered, with the compensation's failures beside it (an error that is no ApiError stays as it is: a 500). */
@@ -228,8 +274,11 @@ function withCompensation(err: unknown, compensation: Record<string, unknown>): 
   return new ApiError(err.status, err.message, err.errorName, { ...err.extra, ...compensation }, err.cause);
 }
 
-/** Deletes the occurrences admitted before a refusal; answers which could not be (their delete's failure never hides the refusal). */
-async function compensate(deps: NewLeaseDeps, seriesId: string, leaseIds: string[]): Promise<Record<string, unknown>> {
+/**
+ * Deletes the occurrences admitted before a refusal, then (all gone) runs `afterAll`; answers which
+ * could not be (their delete's failure never hides the refusal).
+ */
+async function compensate(deps: NewLeaseDeps, leaseIds: string[], afterAll: () => Promise<void> = () => Promise.resolve()): Promise<Record<string, unknown>> {
   const failed: Array<{ lease_id: string; error_message: string }> = [];
   for (const leaseId of leaseIds) {
     try {
@@ -240,7 +289,7 @@ async function compensate(deps: NewLeaseDeps, seriesId: string, leaseIds: string
       failed.push({ lease_id: leaseId, error_message: err instanceof Error ? err.message : String(err) });
     }
   }
-  if (failed.length === 0) await markSeriesDeleted(deps.pool, seriesId).catch(() => undefined);
+  if (failed.length === 0) await afterAll().catch(() => undefined);
   return failed.length > 0 ? { compensation_failed: failed } : {};
 }
 
@@ -284,8 +333,120 @@ const changeSeriesSchema = z
     start_time: z.string({ error: 'expected a time of day "HH:MM" (UTC)' }).regex(TIME_OF_DAY, 'expected a time of day "HH:MM" (UTC)').optional(),
     duration: z.number({ error: 'expected a whole number of minutes' }).int('expected a whole number of minutes').min(1, 'must be at least 1 minute').max(MAX_DURATION_MINUTES, `must be at most ${MAX_DURATION_MINUTES} minutes`).optional(),
     partial: z.boolean({ error: 'expected true or false' }).optional(),
+    // The rule's COUNT or UNTIL, counted from the series's first occurrence (LK_MAX_OCCURRENCES bounds it below).
+    count: z.number({ error: 'expected a whole number of occurrences' }).int('expected a whole number of occurrences').min(1, 'must be at least 1').max(10_000, 'must be at most 10000').optional(),
+    until: z.string({ error: 'expected a date "YYYY-MM-DD HH:MM" (UTC)' }).max(40, 'must be at most 40 characters').pipe(requestDateSchema).optional(),
   })
-  .refine((b) => b.start_time !== undefined || b.duration !== undefined, { message: 'nothing to change: give start_time ("HH:MM", UTC) and/or duration (minutes)' });
+  .refine((b) => b.start_time !== undefined || b.duration !== undefined || b.count !== undefined || b.until !== undefined, {
+    message: 'nothing to change: give start_time ("HH:MM", UTC) and/or duration (minutes), or count or until',
+  })
+  .refine((b) => b.count === undefined || b.until === undefined, { message: 'give count or until, not both (the rule has one of COUNT and UNTIL)' })
+  .refine((b) => (b.count === undefined && b.until === undefined) || (b.from === undefined && b.start_time === undefined && b.duration === undefined), {
+    message: 'count and until change where the series ends, counted from its first occurrence: give them without from, start_time or duration (in a PUT of their own)',
+  });
+
+/** A stored rule, read back with no occurrence bound (LK_MAX_OCCURRENCES may have been lowered since). */
+const storedRule = (rule: string) => parseRecurrence(rule, { maxOccurrences: 999_999, horizonMs: RECURRENCE_HORIZON_MS });
+
+/** The lease a series repeats, as its create asked: the rule's first start and end ('now': the create's minute). */
+function templateWindow(series: SeriesRow): { startMs: number; endMs: number; beforeEndMs?: number } {
+  const start = requestDateOrNowSchema.parse(series.template.start_date);
+  const startMs = start === 'now' ? wholeMinuteDown(series.createdMs) : start;
+  const end = requestDateOrNowSchema.parse(series.template.end_date);
+  const before = series.template.before_end_date;
+  return { startMs, endMs: end === 'now' ? startMs : end, ...(typeof before === 'string' ? { beforeEndMs: requestDateSchema.parse(before) } : {}) };
+}
+
+const dayOf = (ms: number) => Math.floor(ms / DAY_MS);
+
+/**
+ * The leases of new occurrences (their window and place in the series), made from the series's
+ * create body as that create made them; for the series's project and the user who created it.
+ */
+function extensionRequests(deps: NewLeaseDeps, identity: Identity, series: SeriesRow, userId: string, added: Array<{ index: number } & Occurrence>) {
+  const window = templateWindow(series);
+  const body = parseRequest(createLeaseSchema(deps.types, deps.maxReservationsPerLease), {
+    ...Object.fromEntries(Object.entries(series.template).filter(([key]) => key !== 'before_end_date')),
+    start_date: formatRequestDate(added[0].startMs),
+    end_date: formatRequestDate(added[0].endMs),
+  });
+  const owner: Identity = { ...identity, projectId: series.projectId, userId };
+  const first = newLeaseRequest(deps, owner, body, randomUUID());
+  const lastName = occurrenceName(series.name, added[added.length - 1].index);
+  if (lastName.length > 80) throw new ApiError(400, `count: the series's name is too long for occurrence ${added[added.length - 1].index + 1} (names are at most 80 characters)`);
+  return added.map((o) => ({
+    request: {
+      ...first,
+      id: randomUUID(),
+      name: occurrenceName(series.name, o.index),
+      start: o.startMs,
+      end: o.endMs,
+      beforeEnd: window.beforeEndMs === undefined ? undefined : o.endMs - (window.endMs - window.beforeEndMs),
+      reservations: first.reservations.map((r) => ({ ...r, id: randomUUID() })),
+      seriesId: series.id,
+    },
+    requestHash: requestHash(series.projectId, { series: series.id, occurrence: o.index }),
+  }));
+}
+
+/**
+ * PUT with `count` or `until`: the series's rule gets that COUNT or UNTIL, counted from its first
+ * occurrence (LK_MAX_OCCURRENCES bounds the total). Fewer: the occurrences on days past the new
+ * last one are deleted, and the gaps there dropped; one started or ended is never touched (the
+ * answer lists it in `untouched`). More: the occurrences after the series's last one are admitted
+ * as a create admits them (all or nothing, or `partial`; the policy counts each), with the time of
+ * day and duration of the last occurrence; the rule and gaps are written in the admission's
+ * transaction where the API admits, else after the saga.
+ */
+async function changeSeriesEnd(deps: NewLeaseDeps, identity: Identity, series: SeriesRow, change: { count?: number; untilMs?: number; partial: boolean }) {
+  const old = storedRule(series.recurrence);
+  const rule = formatRecurrence({ freq: old.freq, interval: old.interval, ...(old.byDay ? { byDay: old.byDay } : {}), ...(change.count !== undefined ? { count: change.count } : { untilMs: change.untilMs }) });
+  const window = templateWindow(series);
+  const slots = occurrencesOf(deps, rule, window.startMs, window.endMs);
+  const lastDay = dayOf(slots[slots.length - 1].startMs);
+  const all = await leasesOfSeries(deps.pool, series.id);
+  const past = all.filter((l) => dayOf(l.startMs) > lastDay);
+  const keptRefused = series.refused.filter((r) => dayOf(r.startMs) <= lastDay);
+  const untouched = past.filter((l) => !notStarted(l.status)).map((l) => ({ lease_id: l.id, name: l.name, status: l.status, reason: 'started: an occurrence started or ended is never deleted by a change' }));
+  for (const lease of past.filter((l) => notStarted(l.status))) {
+    const outcome = await removeLease(deps.commands, lease.id, () => findLease(deps.pool, lease.id));
+    if (outcome === 'past-deadline' && (await findLease(deps.pool, lease.id))?.status !== 'DELETING') {
+      throw new ApiError(503, `the delete of occurrence ${lease.name} did not finish in time; the occurrences before it in the series are deleted: try again`);
+    }
+  }
+  // More: the rule's occurrences after the last the series has (live or a gap), as long and at the time of day of its last one.
+  const seriesLastDay = Math.max(-1, ...all.map((l) => dayOf(l.startMs)), ...series.refused.map((r) => dayOf(r.startMs)));
+  const last = all[all.length - 1];
+  const timeOfDay = last ? last.startMs - dayOf(last.startMs) * DAY_MS : window.startMs - dayOf(window.startMs) * DAY_MS;
+  const durationMs = last ? last.endMs - last.startMs : window.endMs - window.startMs;
+  const added = slots.flatMap((slot, index) => (dayOf(slot.startMs) > seriesLastDay ? [{ index, startMs: dayOf(slot.startMs) * DAY_MS + timeOfDay, endMs: dayOf(slot.startMs) * DAY_MS + timeOfDay + durationMs }] : []));
+  const untouchedJson = untouched.length > 0 ? { untouched } : {};
+  if (added.length === 0) {
+    await setSeriesRule(deps.pool, series.id, rule, keptRefused);
+    return { series: seriesJson({ ...series, recurrence: rule, refused: keptRefused }, await leasesOfSeries(deps.pool, series.id)), refused: [], ...untouchedJson };
+  }
+  const after = [...all, ...added].sort((a, b) => a.startMs - b.startMs);
+  for (let i = 1; i < after.length; i++) if (after[i].startMs < after[i - 1].endMs) throw new ApiError(400, 'the new occurrences would overlap the ones before them: occurrences must not overlap');
+  const requests = extensionRequests(deps, identity, series, last?.userId ?? identity.userId, added);
+  const refusedRows = (refused: Array<{ index: number; error: ApiError }>): RefusedOccurrence[] =>
+    refused.map(({ index, error }) => ({ name: requests[index].request.name, startMs: added[index].startMs, endMs: added[index].endMs, reason: reasonOf(error), message: error.message }));
+  let refused: Array<{ index: number; error: ApiError }>;
+  let compensation: Record<string, unknown> = {};
+  if (deps.admission && requests.length <= MAX_OCCURRENCES_IN_TRANSACTION && requests.every((r) => admitsInApi(deps.admission!, r.request))) {
+    ({ refused } = await admitSeriesInApi(deps.admission, requests, {
+      partial: change.partial,
+      isRefusal: isOccurrenceRefusal,
+      record: async (client: PoolClient, refusedNow) => setSeriesRule(client, series.id, rule, [...keptRefused, ...refusedRows(refusedNow)]),
+    }));
+  } else {
+    // The saga: the occurrences admitted before a refusal (all or nothing) are deleted again; the series stays as it was.
+    ({ refused, compensation } = await admitOneByOne(deps, requests, change.partial, (leaseIds) => compensate(deps, leaseIds)));
+    if (refused.length === 0 || change.partial) await setSeriesRule(deps.pool, series.id, rule, [...keptRefused, ...refusedRows(refused)]);
+  }
+  const refusedAnswers = await refusedJson(deps, identity, refused.map(({ index, error }) => ({ lease: { ...newLease(requests[index].request), startMs: added[index].startMs }, error })));
+  if (refused.length > 0 && !change.partial) throw seriesRefusal(refusedAnswers, compensation, 'changed');
+  return { series: seriesJson((await findSeries(deps.pool, series.id)) ?? series, await leasesOfSeries(deps.pool, series.id)), refused: refusedAnswers, ...untouchedJson };
+}
 
 const DAY_MS = 86_400_000;
 
@@ -301,6 +462,10 @@ export function seriesRouter(deps: NewLeaseDeps): Router {
     const identity = identityOf(res);
     const body = parseRequest(changeSeriesSchema, req.body ?? {});
     await underSeriesLock(deps, identity, req.params.id, async (series) => {
+      if (body.count !== undefined || body.until !== undefined) {
+        res.json(await changeSeriesEnd(deps, identity, series, { count: body.count, untilMs: body.until, partial: body.partial ?? false }));
+        return;
+      }
       const all = await leasesOfSeries(deps.pool, series.id);
       // Without `from`: the occurrences not started yet (a started one's start cannot move).
       const changing = body.from === undefined ? all.filter((l) => notStarted(l.status)) : occurrencesFrom(all, body.from);
@@ -341,9 +506,7 @@ export function seriesRouter(deps: NewLeaseDeps): Router {
       }
       if (refused.length > 0 && !body.partial) {
         const compensation = await revert(changed);
-        const answers = await refusedJson(deps, identity, refused);
-        const error = seriesRefusal(answers, compensation);
-        throw new ApiError(error.status, error.message.replace('The series was not created', 'The series was not changed'), error.errorName, error.extra);
+        throw seriesRefusal(await refusedJson(deps, identity, refused), compensation, 'changed');
       }
       res.json({ series: seriesJson(series, await leasesOfSeries(deps.pool, series.id)), refused: await refusedJson(deps, identity, refused) });
     });

@@ -5,13 +5,19 @@
  * given, or one generated and shown once, in the answer of the PUT that made it. A URL must resolve
  * to a public address (unless LK_WEBHOOK_ALLOW_PRIVATE): a webhook is not a way into the cloud's
  * own network.
+ *
+ * `GET/PUT/DELETE /v1/projects/{id}/approvers-webhook` (admins only): the project's approvers'
+ * webhook, which hears the approval notices of the project's leases (besides the deployment's
+ * LK_APPROVERS_WEBHOOK_URL). It is kept beside the project's webhooks, in their table, so that it is
+ * delivered, signed, address-guarded, held by the breaker and counted as they are; not in the
+ * project's policy, which members read and which holds no secrets.
  */
 import { Router, type Response } from 'express';
 import { z } from 'zod';
 import type { Pool } from '../db/pool';
-import { listWebhooks, replaceWebhooks, type StoredWebhook } from '../db/webhooks';
+import { approversWebhookOf, deleteApproversWebhook, listWebhooks, replaceWebhooks, setApproversWebhook, type StoredWebhook } from '../db/webhooks';
 import { formatBlazarTimestamp } from '../domain/dates';
-import { LEASE_NOTICE_TYPES } from '../domain/notices';
+import { APPROVAL_NOTICE_TYPES, LEASE_NOTICE_TYPES } from '../domain/notices';
 import { httpUrl } from '../config';
 import { checkWebhookAddress, WebhookAddressError } from '../notifications/webhook-address';
 import { generateSecret, type NoticeSettings } from '../notifications/webhooks';
@@ -19,6 +25,12 @@ import { identityOf, projectInScope } from './auth';
 import { ApiError, parseRequest } from './errors';
 
 export const MAX_PROJECT_WEBHOOKS = 10;
+
+const webhookSecret = z
+  .string()
+  .min(16, 'expected 16 to 256 characters')
+  .max(256, 'expected 16 to 256 characters')
+  .regex(/^[\x20-\x7e]+$/, 'expected printable ASCII');
 
 const webhookUrl = httpUrl.describe('http:// or https://, at most 2048 characters, no credentials; it must resolve to public addresses only');
 
@@ -29,11 +41,7 @@ export const webhooksBody = z.strictObject({
     .array(
       z.strictObject({
         url: webhookUrl,
-        secret: z
-          .string()
-          .min(16, 'expected 16 to 256 characters')
-          .max(256, 'expected 16 to 256 characters')
-          .regex(/^[\x20-\x7e]+$/, 'expected printable ASCII')
+        secret: webhookSecret
           .optional()
           .describe('the HMAC-SHA256 key of X-Leasekeeper-Signature; absent: kept for a URL already listed, else generated and shown once'),
         events: z
@@ -45,6 +53,11 @@ export const webhooksBody = z.strictObject({
       }),
     )
     .max(MAX_PROJECT_WEBHOOKS, `expected at most ${MAX_PROJECT_WEBHOOKS} webhooks per project`),
+});
+
+export const approversWebhookBody = z.strictObject({
+  url: webhookUrl,
+  secret: webhookSecret.optional().describe('the HMAC-SHA256 key of X-Leasekeeper-Signature; absent: kept when the URL is the same, else generated and shown once'),
 });
 
 const projectIdOf = (res: Response, raw: string, action: 'get' | 'put'): string =>
@@ -63,6 +76,16 @@ function shown(webhook: StoredWebhook, secret?: string) {
     last_error_at: webhook.lastErrorAt ? formatBlazarTimestamp(webhook.lastErrorAt.getTime()) : null,
     created_at: formatBlazarTimestamp(webhook.createdAt.getTime()),
   };
+}
+
+/** A URL's name resolved and checked (public addresses only, unless allowed); refused naming `field`, never the address. */
+async function checkAddress(url: string, field: string, settings: Pick<NoticeSettings, 'allowPrivate' | 'dns'>): Promise<void> {
+  try {
+    await checkWebhookAddress(url, { allowPrivate: settings.allowPrivate, dns: settings.dns });
+  } catch (err) {
+    if (err instanceof WebhookAddressError) throw new ApiError(400, `${field}: ${err.message}`);
+    throw err;
+  }
 }
 
 export function webhooksRouter(deps: { pool: Pool; settings: Pick<NoticeSettings, 'allowPrivate' | 'dns'> }): Router {
@@ -94,6 +117,30 @@ export function webhooksRouter(deps: { pool: Pool; settings: Pick<NoticeSettings
     const stored = await replaceWebhooks(deps.pool, projectId, rows, identityOf(res).userId);
     const generated = new Map(rows.map((row) => [row.url, row.generatedSecret]));
     res.json({ webhooks: stored.map((webhook) => shown(webhook, webhook.secretGenerated ? generated.get(webhook.url) : undefined)) });
+  });
+
+  const approversProjectOf = (res: Response, raw: string, action: 'get' | 'put' | 'delete'): string =>
+    projectInScope(res, raw, `blazar:projects:approvers_webhook:${action}`, { adminOnly: true, ownOnly: 'admins only' });
+
+  router.get('/projects/:projectId/approvers-webhook', async (req, res) => {
+    const webhook = await approversWebhookOf(deps.pool, approversProjectOf(res, req.params.projectId, 'get'));
+    res.json({ approvers_webhook: webhook ? shown(webhook) : null });
+  });
+
+  router.put('/projects/:projectId/approvers-webhook', async (req, res) => {
+    const projectId = approversProjectOf(res, req.params.projectId, 'put');
+    const body = parseRequest(approversWebhookBody, req.body ?? {});
+    const url = new URL(body.url).href;
+    await checkAddress(url, 'url', deps.settings);
+    const generatedSecret = generateSecret();
+    const stored = await setApproversWebhook(deps.pool, projectId, { url, secret: body.secret, generatedSecret, events: [...APPROVAL_NOTICE_TYPES] }, identityOf(res).userId);
+    res.json({ approvers_webhook: shown(stored, stored.secretGenerated ? generatedSecret : undefined) });
+  });
+
+  router.delete('/projects/:projectId/approvers-webhook', async (req, res) => {
+    const projectId = approversProjectOf(res, req.params.projectId, 'delete');
+    if (!(await deleteApproversWebhook(deps.pool, projectId))) throw new ApiError(404, `project ${projectId} has no approvers' webhook`);
+    res.status(204).end();
   });
 
   return router;

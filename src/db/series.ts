@@ -26,17 +26,33 @@ export interface SeriesRow {
   template: Record<string, unknown>;
   refused: RefusedOccurrence[];
   createdMs: number;
+  /** The hash of the create's body when it came with an Idempotency-Key (026_series_request_hash.sql). */
+  requestHash?: string;
 }
 
 export async function insertSeries(db: Queryable, series: Omit<SeriesRow, 'createdMs'>): Promise<void> {
-  await db.query('INSERT INTO lease_series (id, project_id, name, recurrence, template, refused) VALUES ($1, $2, $3, $4, $5, $6)', [
+  await db.query('INSERT INTO lease_series (id, project_id, name, recurrence, template, refused, request_hash) VALUES ($1, $2, $3, $4, $5, $6, $7)', [
     series.id,
     series.projectId,
     series.name,
     series.recurrence,
     series.template,
     JSON.stringify(series.refused),
+    series.requestHash ?? null,
   ]);
+}
+
+/** A new rule (its count or end changed) and the gaps that go with it. */
+export async function setSeriesRule(db: Queryable, seriesId: string, recurrence: string, refused: RefusedOccurrence[]): Promise<void> {
+  await db.query('UPDATE lease_series SET recurrence = $2, refused = $3 WHERE id = $1', [seriesId, recurrence, JSON.stringify(refused)]);
+}
+
+/**
+ * Removes a series whose create was refused after its row was written (the saga): no answer ever
+ * named it, so a retry with the same Idempotency-Key starts afresh, as a refused lease create's does.
+ */
+export async function forgetSeries(db: Queryable, id: string): Promise<void> {
+  await db.query('DELETE FROM lease_series WHERE id = $1', [id]);
 }
 
 /** The series's gaps, as a partial create left them. */
@@ -44,14 +60,29 @@ export async function setRefusedOccurrences(db: Queryable, seriesId: string, ref
   await db.query('UPDATE lease_series SET refused = $2 WHERE id = $1', [seriesId, JSON.stringify(refused)]);
 }
 
-type Row = { id: string; project_id: string; name: string; recurrence: string; template: Record<string, unknown>; refused: RefusedOccurrence[]; created_ms: string };
-const toSeries = (row: Row): SeriesRow => ({ id: row.id, projectId: row.project_id, name: row.name, recurrence: row.recurrence, template: row.template, refused: row.refused, createdMs: Number(row.created_ms) });
-const COLUMNS = 'id::text, project_id, name, recurrence, template, refused, (extract(epoch FROM created_at) * 1000)::bigint::text AS created_ms';
+type Row = { id: string; project_id: string; name: string; recurrence: string; template: Record<string, unknown>; refused: RefusedOccurrence[]; created_ms: string; request_hash: string | null; deleted: boolean };
+const toSeries = (row: Row): SeriesRow => ({
+  id: row.id,
+  projectId: row.project_id,
+  name: row.name,
+  recurrence: row.recurrence,
+  template: row.template,
+  refused: row.refused,
+  createdMs: Number(row.created_ms),
+  ...(row.request_hash !== null ? { requestHash: row.request_hash } : {}),
+});
+const COLUMNS = 'id::text, project_id, name, recurrence, template, refused, (extract(epoch FROM created_at) * 1000)::bigint::text AS created_ms, request_hash, deleted_at IS NOT NULL AS deleted';
 
 /** A series not deleted. */
 export async function findSeries(db: Queryable, id: string): Promise<SeriesRow | undefined> {
   const { rows } = await db.query<Row>(`SELECT ${COLUMNS} FROM lease_series WHERE id = $1 AND deleted_at IS NULL`, [id]);
   return rows[0] && toSeries(rows[0]);
+}
+
+/** A series whatever its state (an Idempotency-Key's: a deleted one is not made again). */
+export async function findSeriesEvenDeleted(db: Queryable, id: string): Promise<(SeriesRow & { deleted: boolean }) | undefined> {
+  const { rows } = await db.query<Row>(`SELECT ${COLUMNS} FROM lease_series WHERE id = $1`, [id]);
+  return rows[0] && { ...toSeries(rows[0]), deleted: rows[0].deleted };
 }
 
 /** Marks the series deleted (its occurrences all gone); a second call changes nothing. */

@@ -1,5 +1,6 @@
 /**
- * Projects' webhooks in PostgreSQL (016_webhooks.sql): the list a project sets as a whole, the
+ * Projects' webhooks in PostgreSQL (016_webhooks.sql): the list a project sets as a whole, its
+ * approvers' webhook (025_approvers_webhooks.sql: `audience` 'approvers', set by admins), the
  * targets of a notice, and how each webhook's deliveries went. Secrets are read only where a notice
  * is signed (webhookById); lists show whether one is set.
  */
@@ -72,7 +73,7 @@ function fromRow(row: Row): StoredWebhook {
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
 export async function listWebhooks(db: Queryable, projectId: string): Promise<StoredWebhook[]> {
-  const { rows } = await db.query<Row>(`SELECT ${COLUMNS} FROM project_webhooks WHERE project_id = $1 ORDER BY position`, [projectId]);
+  const { rows } = await db.query<Row>(`SELECT ${COLUMNS} FROM project_webhooks WHERE project_id = $1 AND audience = 'project' ORDER BY position`, [projectId]);
   return rows.map(fromRow);
 }
 
@@ -83,10 +84,10 @@ export async function listWebhooks(db: Queryable, projectId: string): Promise<St
  */
 export async function replaceWebhooks(pool: Pool, projectId: string, rows: WebhookRow[], userId: string): Promise<Array<StoredWebhook & { secretGenerated: boolean }>> {
   // The project's lock serialises its PUTs; the constraint stays the last word should anything write around it.
-  const duplicates = { project_webhooks_project_id_url_key: `project ${projectId}'s webhooks were changed meanwhile to list one of these URLs: read them and try again` };
+  const duplicates = { project_webhooks_project_id_audience_url_key: `project ${projectId}'s webhooks were changed meanwhile to list one of these URLs: read them and try again` };
   return refuseDuplicates(() => inTransaction(pool, async (client) => {
     await client.query("SELECT pg_advisory_xact_lock(hashtext('leasekeeper:webhooks'), hashtext($1))", [projectId]);
-    const { rows: before } = await client.query<{ id: string; url: string }>('SELECT id, url FROM project_webhooks WHERE project_id = $1', [projectId]);
+    const { rows: before } = await client.query<{ id: string; url: string }>("SELECT id, url FROM project_webhooks WHERE project_id = $1 AND audience = 'project'", [projectId]);
     const kept = new Map(before.map((row) => [row.url, row.id]));
     const listed = new Set(rows.map((row) => row.url));
     const gone = before.filter((row) => !listed.has(row.url)).map((row) => row.id);
@@ -110,9 +111,43 @@ export async function replaceWebhooks(pool: Pool, projectId: string, rows: Webho
         userId,
       ]);
     }
-    const { rows: after } = await client.query<Row>(`SELECT ${COLUMNS} FROM project_webhooks WHERE project_id = $1 ORDER BY position`, [projectId]);
+    const { rows: after } = await client.query<Row>(`SELECT ${COLUMNS} FROM project_webhooks WHERE project_id = $1 AND audience = 'project' ORDER BY position`, [projectId]);
     return after.map((row) => ({ ...fromRow(row), secretGenerated: generated.has(row.id) }));
   }), duplicates);
+}
+
+/** The project's approvers' webhook, if admins set one. */
+export async function approversWebhookOf(db: Queryable, projectId: string): Promise<StoredWebhook | undefined> {
+  const { rows } = await db.query<Row>(`SELECT ${COLUMNS} FROM project_webhooks WHERE project_id = $1 AND audience = 'approvers'`, [projectId]);
+  return rows[0] && fromRow(rows[0]);
+}
+
+/**
+ * Sets the project's approvers' webhook (it hears `events`): the same URL keeps its id, counters
+ * and (unless one is given) its secret; another URL replaces it, with `row.secret` or the generated one.
+ */
+export async function setApproversWebhook(pool: Pool, projectId: string, row: Omit<WebhookRow, 'events'> & { events: string[] }, userId: string): Promise<StoredWebhook & { secretGenerated: boolean }> {
+  return inTransaction(pool, async (client) => {
+    await client.query("SELECT pg_advisory_xact_lock(hashtext('leasekeeper:approvers-webhook'), hashtext($1))", [projectId]);
+    const { rows: before } = await client.query<{ id: string; url: string }>("SELECT id, url FROM project_webhooks WHERE project_id = $1 AND audience = 'approvers'", [projectId]);
+    const kept = before.find((found) => found.url === row.url);
+    let id = kept?.id;
+    if (id) {
+      await client.query('UPDATE project_webhooks SET events = $2, secret = coalesce($3, secret) WHERE id = $1', [id, row.events, row.secret ?? null]);
+    } else {
+      if (before.length) await client.query('DELETE FROM project_webhooks WHERE id = ANY($1::uuid[])', [before.map((found) => found.id)]);
+      id = randomUUID();
+      await client.query("INSERT INTO project_webhooks (id, project_id, position, url, secret, events, created_by, audience) VALUES ($1, $2, 0, $3, $4, $5, $6, 'approvers')", [id, projectId, row.url, row.secret ?? row.generatedSecret, row.events, userId]);
+    }
+    const { rows } = await client.query<Row>(`SELECT ${COLUMNS} FROM project_webhooks WHERE id = $1`, [id]);
+    return { ...fromRow(rows[0]), secretGenerated: !kept && row.secret === undefined };
+  });
+}
+
+/** Removes the project's approvers' webhook; false when it had none. */
+export async function deleteApproversWebhook(db: Queryable, projectId: string): Promise<boolean> {
+  const { rowCount } = await db.query("DELETE FROM project_webhooks WHERE project_id = $1 AND audience = 'approvers'", [projectId]);
+  return (rowCount ?? 0) > 0;
 }
 
 /** One webhook with its secret (to sign a delivery), or undefined when there is none (removed meanwhile). */

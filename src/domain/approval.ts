@@ -4,7 +4,7 @@
  * as PENDING_APPROVAL, its capacity booked, until an admin approves or denies it or its rule's
  * timeout answers for them. Pure: the rules and the lease in, what approval it needs out.
  */
-import { spanText, type Lease } from './lease';
+import { beforeEndTime, spanText, withEventTimes, type Lease } from './lease';
 import { matchesQuery, type PropertyQuery } from './property-query';
 import { leaseFootprint } from './usage';
 
@@ -123,3 +123,75 @@ export function denialReason(approval: LeaseApproval): string {
 
 /** A denied lease holds nothing: neither the usage policy nor the meter count it. */
 export const wasDenied = (lease: Pick<Lease, 'approval'>): boolean => lease.approval?.outcome === 'denied';
+
+/**
+ * A change of an active lease that a rule of ours refused and its lessee asked an exception for:
+ * its bookings are made (others see them taken) while the lease goes on as it was, until an admin
+ * approves (the change takes effect) or denies it, or its timeout, never later than the lease's
+ * current end, denies it. What the change sets, as the update made it, and the approval it waits for.
+ */
+export interface PendingLeaseChange {
+  endMs: number;
+  beforeEndMs?: number;
+  /** As booked for the change. */
+  reservations: Lease['reservations'];
+  extensions?: number;
+  notifyBeforeEndMs?: number[];
+  approval: LeaseApproval;
+}
+
+/**
+ * The active lease `previous` as recorded while the change to `next` waits for approval: as it was
+ * (a rename aside), one version up, the change and its approval on it. The deadline is the need's
+ * timeout, but never past the lease's current end (then the lease ends as it was).
+ */
+export function awaitingChangeApproval(previous: Lease, next: Lease, need: ApprovalNeed, nowMs: number): Lease {
+  const approval: LeaseApproval = {
+    kind: need.kind,
+    rule: need.rule,
+    reason: need.reason,
+    ...(need.justification !== undefined ? { justification: need.justification } : {}),
+    requestedMs: nowMs,
+    deadlineMs: Math.min(nowMs + need.timeoutMs, previous.endMs),
+    onTimeout: 'deny',
+  };
+  const pendingChange: PendingLeaseChange = {
+    endMs: next.endMs,
+    ...(next.beforeEndMs !== undefined ? { beforeEndMs: next.beforeEndMs } : {}),
+    reservations: next.reservations,
+    ...(next.extensions !== undefined ? { extensions: next.extensions } : {}),
+    ...(next.notifyBeforeEndMs ? { notifyBeforeEndMs: next.notifyBeforeEndMs } : {}),
+    approval,
+  };
+  return withPendingChange(previous, next, pendingChange);
+}
+
+/** `previous` as recorded with a change waiting (what the record answered): as it was, renamed as `next`, one version up. */
+export function withPendingChange(previous: Lease, next: Lease, pendingChange: PendingLeaseChange): Lease {
+  return { ...previous, name: next.name, version: next.version, updatedMs: next.updatedMs, pendingChange };
+}
+
+/** The lease with its waiting change applied (approved): its end and bookings as the change made them. */
+export function withChangeApplied(lease: Lease, nowMs: number): Lease {
+  const change = lease.pendingChange;
+  if (!change) return lease;
+  const next: Lease = {
+    ...lease,
+    endMs: change.endMs,
+    beforeEndMs: change.beforeEndMs,
+    reservations: change.reservations,
+    ...(change.extensions !== undefined ? { extensions: change.extensions } : {}),
+    ...(change.notifyBeforeEndMs ? { notifyBeforeEndMs: change.notifyBeforeEndMs } : {}),
+    pendingChange: undefined,
+  };
+  // As an update's extension: a before-end action that already ran runs again if its time moved into the future.
+  const rearm = change.endMs > lease.endMs && beforeEndTime(next) > nowMs;
+  return withEventTimes({ ...next, events: next.events.map((e) => (e.event_type === 'before_end_lease' && e.status !== 'UNDONE' && rearm ? { id: e.id, event_type: e.event_type, time: e.time, status: 'UNDONE' } : e)) });
+}
+
+/** The status_reason of an active lease whose change was denied (it goes on as it was). */
+export function changeDenialReason(approval: LeaseApproval): string {
+  if (approval.answeredBy === 'end') return 'change denied: the lease reached its end while the change waited for approval; it ended as it was';
+  if (approval.answeredBy === 'timeout') return `change denied: no approval within ${spanText(approval.deadlineMs - approval.requestedMs)} (the approval's timeout); the lease goes on as it was`;
+  return `change denied by an admin${approval.answerReason ? `: ${approval.answerReason}` : ''}; the lease goes on as it was`;
+}

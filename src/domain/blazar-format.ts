@@ -5,7 +5,7 @@
  */
 import { createHash } from 'node:crypto';
 import { formatBlazarDate, formatBlazarTimestamp } from './dates';
-import type { LeaseApproval } from './approval';
+import type { LeaseApproval, PendingLeaseChange } from './approval';
 import { spanText, type Lease, type Reservation } from './lease';
 
 function toBlazarReservation(lease: Lease, reservation: Reservation) {
@@ -47,6 +47,9 @@ export function toBlazarLease(lease: Lease) {
     ...(lease.seriesId ? { series_id: lease.seriesId } : {}),
     // An extension (issue 42): why the lease waits (or waited) for approval, and the answer.
     ...(lease.approval ? { approval: approvalJson(lease.approval) } : {}),
+    // An extension (issue 42): an active lease's change waiting for approval (booked, not in effect), and the last such change's answer.
+    ...(lease.pendingChange ? { pending_change: pendingChangeJson(lease, lease.pendingChange) } : {}),
+    ...(lease.changeApproval ? { change_approval: approvalJson(lease.changeApproval) } : {}),
     trust_id: null,
     reservations: lease.reservations.map((r) => toBlazarReservation(lease, r)),
     events: lease.events.map((e) => ({
@@ -60,6 +63,14 @@ export function toBlazarLease(lease: Lease) {
     })),
     created_at: formatBlazarTimestamp(lease.createdMs),
     updated_at: updatedAt(lease),
+  };
+}
+
+function pendingChangeJson(lease: Lease, change: PendingLeaseChange) {
+  return {
+    end_date: formatBlazarDate(change.endMs),
+    reservations: change.reservations.map((r) => toBlazarReservation({ ...lease, endMs: change.endMs }, r)),
+    ...approvalJson(change.approval),
   };
 }
 

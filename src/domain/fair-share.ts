@@ -14,7 +14,7 @@
  */
 import { formatMessageDate } from './dates';
 import type { Lease } from './lease';
-import { bookedInterval, HOUR_MS, leaseFootprint, meterHours, peakWithin, type Holding, type Interval, type MeteredLease } from './usage';
+import { bookedInterval, HOUR_MS, integralOfSteps, leaseFootprint, meterHours, peakWithin, type Holding, type Interval, type MeteredLease } from './usage';
 
 export const FAIR_SHARE_RULE_NAMES = ['lead_time', 'stacking', 'member_budget', 'allocation_end'] as const;
 export type FairShareRuleName = (typeof FAIR_SHARE_RULE_NAMES)[number];
@@ -183,41 +183,6 @@ function union(intervals: Interval[]): Interval[] {
 }
 
 /**
- * Host-time held up to `t`, for the union intervals `booked`: a piecewise linear function (its
- * slope: how many are held at once), read by binary search. O(n log n) to build, O(log n) a read.
- */
-function heldUpTo(booked: Interval[]): (t: number) => number {
-  const edges = booked.flatMap((b): Array<[number, number]> => [[b.startMs, 1], [b.endMs, -1]]).sort((a, b) => a[0] - b[0]);
-  const times: number[] = [];
-  const values: number[] = [];
-  const slopes: number[] = [];
-  let slope = 0;
-  for (const [t, step] of edges) {
-    const last = times.length - 1;
-    if (last >= 0 && times[last] === t) {
-      slope += step;
-      slopes[last] = slope;
-      continue;
-    }
-    values.push(last >= 0 ? values[last] + slopes[last] * (t - times[last]) : 0);
-    times.push(t);
-    slope += step;
-    slopes.push(slope);
-  }
-  return (t) => {
-    let lo = 0;
-    let hi = times.length - 1;
-    if (hi < 0 || t <= times[0]) return 0;
-    while (lo < hi) {
-      const mid = (lo + hi + 1) >> 1;
-      if (times[mid] <= t) lo = mid;
-      else hi = mid - 1;
-    }
-    return values[lo] + slopes[lo] * (t - times[lo]);
-  };
-}
-
-/**
  * The peak share (host-time over hosts × window) of the class the project holds in any window of
  * `windowMs` that overlaps `around`: the share as a function of the window's start is piecewise
  * linear, so its maximum is at a window that starts at a booking's start or ends at a booking's
@@ -233,7 +198,8 @@ export function peakClassShare(leases: Array<{ lease: Lease; interval: Interval 
     }
   }
   const booked = [...perHost.values()].flatMap(union);
-  const held = heldUpTo(booked);
+  // Host-time held up to any instant: the slope is how many hosts are held at once.
+  const held = integralOfSteps(booked.flatMap((b): Array<[number, number]> => [[b.startMs, 1], [b.endMs, -1]])).upTo;
   const capacityMs = hosts.size * stacking.windowMs;
   let best = { percent: 0, window: { startMs: around.startMs, endMs: around.startMs + stacking.windowMs } };
   for (const b of booked) {

@@ -4,7 +4,7 @@
  * Times are epoch milliseconds (UTC); the API formats them the way Blazar does.
  */
 import { ApplicationFailure } from '@temporalio/common';
-import type { LeaseApproval } from './approval';
+import type { LeaseApproval, PendingLeaseChange } from './approval';
 import type { Footprint } from './usage';
 
 /** Whether `text` is a UUID (the ids of leases, reservations, floating IPs): anything else names nothing, rather than being an error of the database. */
@@ -89,6 +89,10 @@ export interface Lease {
   seriesId?: string;
   /** Approval asked (PENDING_APPROVAL) and, once given, the answer. */
   approval?: LeaseApproval;
+  /** A change of the active lease waiting for an admin (an exception asked with a justification): booked, not in effect. */
+  pendingChange?: PendingLeaseChange;
+  /** The last such change's approval, once answered (the lease's own `approval` stays its create's). */
+  changeApproval?: LeaseApproval;
 }
 
 /** An active lease nobody uses for `warnAfterMs` hears `lease.idle`; for `endAfterMs` it is ended early. */
@@ -242,7 +246,7 @@ export interface LeaseUpdateRequest {
   /** Asked by an admin (see NewLeaseRequest.byAdmin). */
   byAdmin?: boolean;
   notifyBeforeEndMs?: number[];
-  /** See NewLeaseRequest.justification (a lease not started only). */
+  /** See NewLeaseRequest.justification: a lease not started waits as a whole; an active lease's change waits as a pending change. */
   justification?: string;
 }
 

@@ -24,6 +24,8 @@ export const LEASE_NOTICE_TYPES = [
   // Preemptible leases (issue 43): cut short by a regular lease that needs the hosts.
   'lease.preempting',
 ] as const;
+/** The approval notices: what the approvers' webhooks (the deployment's and projects') hear. */
+export const APPROVAL_NOTICE_TYPES = ['lease.approval_requested', 'lease.approved', 'lease.denied'] as const satisfies ReadonlyArray<(typeof LEASE_NOTICE_TYPES)[number]>;
 export const HOST_NOTICE_TYPES = ['host.failed', 'host.recovered'] as const;
 export const NOTICE_TYPES = [...LEASE_NOTICE_TYPES, ...HOST_NOTICE_TYPES] as const;
 export type NoticeType = (typeof NOTICE_TYPES)[number];

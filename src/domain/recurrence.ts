@@ -96,6 +96,16 @@ export function parseRecurrence(text: string, limits: RecurrenceLimits): Recurre
   return rule;
 }
 
+/** A rule as parseRecurrence reads it back (UNTIL as a UTC date-time): how a series stores a changed count or end. */
+export function formatRecurrence(rule: Recurrence): string {
+  const parts = [`FREQ=${rule.freq}`];
+  if (rule.interval !== 1) parts.push(`INTERVAL=${rule.interval}`);
+  if (rule.byDay) parts.push(`BYDAY=${rule.byDay.join(',')}`);
+  if (rule.count !== undefined) parts.push(`COUNT=${rule.count}`);
+  if (rule.untilMs !== undefined) parts.push(`UNTIL=${new Date(rule.untilMs).toISOString().replace(/[-:]/g, '').replace(/\.\d{3}/, '')}`);
+  return parts.join(';');
+}
+
 /** Monday 00:00 UTC of the week holding `ms`. */
 function weekStart(ms: number): number {
   const day = Math.floor(ms / DAY_MS) * DAY_MS;

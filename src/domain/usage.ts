@@ -164,49 +164,55 @@ export function peakWithin(holdings: readonly Holding[], meter: Meter, window: I
 }
 
 /**
+ * The integral up to any instant of a step function given by its changes ([instant, change of
+ * the rate]): piecewise linear, read by binary search. O(n log n) to build, O(log n) a read.
+ * `edges`: the instants where the rate changes, sorted.
+ */
+export function integralOfSteps(changes: ReadonlyArray<readonly [number, number]>): { edges: number[]; upTo: (t: number) => number } {
+  const rateChange = new Map<number, number>();
+  for (const [t, delta] of changes) rateChange.set(t, (rateChange.get(t) ?? 0) + delta);
+  const edges = [...rateChange.keys()].sort((a, b) => a - b);
+  const rates: number[] = [];
+  const cumulative: number[] = [];
+  let rate = 0;
+  let total = 0;
+  edges.forEach((t, i) => {
+    if (i > 0) total += rate * (t - edges[i - 1]);
+    cumulative.push(total);
+    rate += rateChange.get(t)!;
+    rates.push(rate);
+  });
+  const upTo = (t: number): number => {
+    let lo = 0;
+    let hi = edges.length - 1;
+    if (hi < 0 || t <= edges[0]) return 0;
+    while (lo < hi) {
+      const mid = (lo + hi + 1) >> 1;
+      if (edges[mid] <= t) lo = mid;
+      else hi = mid - 1;
+    }
+    return cumulative[lo] + rates[lo] * (t - edges[lo]);
+  };
+  return { edges, upTo };
+}
+
+/**
  * The most meter-hours within any window of `lengthMs` that overlaps `around` (a rolling budget):
  * the windowed sum is piecewise linear in the window's start, so its maximum is where the window's
  * start or end meets a holding's edge. O(n log n) with cumulative sums.
  */
 export function peakRollingHours(holdings: readonly Holding[], meter: Meter, lengthMs: number, around: Interval): { hours: number; window: Interval } {
   const rated = holdings.filter((h) => (h.footprint[meter] ?? 0) > 0 && h.interval.endMs > h.interval.startMs);
-  // The rate of the meter changes at each edge: cumulative meter-ms up to any instant by binary search.
-  const changes = new Map<number, number>();
-  for (const { footprint, interval } of rated) {
-    changes.set(interval.startMs, (changes.get(interval.startMs) ?? 0) + footprint[meter]!);
-    changes.set(interval.endMs, (changes.get(interval.endMs) ?? 0) - footprint[meter]!);
-  }
-  const times = [...changes.keys()].sort((a, b) => a - b);
-  const rates: number[] = [];
-  const cumulative: number[] = [];
-  let rate = 0;
-  let total = 0;
-  times.forEach((t, i) => {
-    if (i > 0) total += rate * (t - times[i - 1]);
-    cumulative.push(total);
-    rate += changes.get(t)!;
-    rates.push(rate);
-  });
-  const integralTo = (t: number): number => {
-    let lo = 0;
-    let hi = times.length - 1;
-    if (hi < 0 || t <= times[0]) return 0;
-    while (lo < hi) {
-      const mid = (lo + hi + 1) >> 1;
-      if (times[mid] <= t) lo = mid;
-      else hi = mid - 1;
-    }
-    return cumulative[lo] + rates[lo] * (t - times[lo]);
-  };
+  const meterMs = integralOfSteps(rated.flatMap(({ footprint, interval }): Array<[number, number]> => [[interval.startMs, footprint[meter]!], [interval.endMs, -footprint[meter]!]]));
   const earliest = around.startMs - lengthMs;
   const latest = around.endMs;
   const candidates = new Set<number>([earliest, latest]);
-  for (const t of times) {
+  for (const t of meterMs.edges) {
     for (const start of [t, t - lengthMs]) if (start >= earliest && start <= latest) candidates.add(start);
   }
   let best = { hours: 0, window: { startMs: earliest, endMs: earliest + lengthMs } };
   for (const start of candidates) {
-    const hours = (integralTo(start + lengthMs) - integralTo(start)) / HOUR_MS;
+    const hours = (meterMs.upTo(start + lengthMs) - meterMs.upTo(start)) / HOUR_MS;
     if (hours > best.hours) best = { hours, window: { startMs: start, endMs: start + lengthMs } };
   }
   return best;

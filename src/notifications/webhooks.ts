@@ -15,7 +15,7 @@ import { noticeBody } from './blazar-payload';
 import { MAX_BREAKER_COOLDOWN_MS, type DeliveryHeld, type ProjectDeliveryCap } from './delivery-gates';
 import { NoticeFailedError, NoticeRefusedError } from './errors';
 import { ADDRESS_NOT_ALLOWED, addressAllowed, DEFAULT_DNS_SETTINGS, hostOf, WebhookAddressError, webhookLookup, type WebhookDnsSettings } from './webhook-address';
-import type { Notice, NoticeTargets } from '../domain/notices';
+import { APPROVAL_NOTICE_TYPES, type Notice, type NoticeTargets } from '../domain/notices';
 
 export type NoticeSettings = Config['notices'];
 
@@ -158,7 +158,7 @@ function post(url: URL, headers: Record<string, string>, body: Buffer, signal: A
 
 /** The approvers' webhook (LK_APPROVERS_WEBHOOK_URL) as a notice target, and the notices it hears. */
 const APPROVERS_WEBHOOK_ID = `${DEPLOYMENT_PREFIX}approvers`;
-const APPROVAL_NOTICE_TYPES: ReadonlySet<string> = new Set(['lease.approval_requested', 'lease.approved', 'lease.denied']);
+const APPROVAL_NOTICES: ReadonlySet<string> = new Set(APPROVAL_NOTICE_TYPES);
 
 /** The deployment's webhooks, as notice targets: `deployment:<index>` in LK_WEBHOOK_URLS's order, LK_NOTIFY_URL last. */
 export function deploymentWebhookIds(settings: Pick<NoticeSettings, 'deploymentWebhooks'>): string[] {
@@ -166,11 +166,12 @@ export function deploymentWebhookIds(settings: Pick<NoticeSettings, 'deploymentW
 }
 
 /**
- * Where a notice goes: every deployment webhook, the project's webhooks that want its event type
- * (lease events), and oslo.messaging when it is set up; and how long to keep trying.
+ * Where a notice goes: every deployment webhook, the deployment's approvers' webhook (approval
+ * notices), the project's webhooks that want its event type (lease events; its approvers' webhook
+ * wants the approval notices only), and oslo.messaging when it is set up; and how long to keep trying.
  */
 export async function noticeTargets(db: Pool, settings: NoticeSettings, notice: Pick<Notice, 'projectId' | 'eventType'>): Promise<NoticeTargets> {
-  const approvers = settings.approversWebhook !== undefined && APPROVAL_NOTICE_TYPES.has(notice.eventType) ? [APPROVERS_WEBHOOK_ID] : [];
+  const approvers = settings.approversWebhook !== undefined && APPROVAL_NOTICES.has(notice.eventType) ? [APPROVERS_WEBHOOK_ID] : [];
   return {
     webhooks: [...deploymentWebhookIds(settings), ...approvers, ...(await webhookTargets(db, notice.projectId, notice.eventType))],
     oslo: settings.oslo !== undefined,

@@ -136,9 +136,14 @@ export class UsagePolicyEnforcer {
     return need.timeoutMs / (this.deps.approvalMinuteMs ?? 60_000);
   }
 
-  /** A member's exception: a lease not started, refused by a rule of ours (not the external filter's), sent with a justification. */
+  /**
+   * A member's exception: a lease not started, or a change of an active lease (it then waits as a
+   * pending change, the lease going on as it was), refused by a rule of ours (not the external
+   * filter's), sent with a justification.
+   */
   private async exceptionFor(db: Pool | PoolClient, subject: PolicyCheck, refusal: PolicyRefusal): Promise<ApprovalNeed | undefined> {
-    if (subject.justification === undefined || refusal.rule === 'external' || !notStarted(subject.next.status)) return undefined;
+    const activeChange = subject.previous !== undefined && subject.previous.status === 'ACTIVE' && subject.next.status === 'ACTIVE';
+    if (subject.justification === undefined || refusal.rule === 'external' || !(notStarted(subject.next.status) || activeChange)) return undefined;
     const approval = approvalPolicyOf((await this.rulesFor(db, subject.next.projectId)).effective, this.deps.approvalMinuteMs);
     return { kind: 'exception', rule: refusal.rule, reason: refusal.message, justification: subject.justification, timeoutMs: approval.exceptionTimeoutMs, onTimeout: 'deny' };
   }

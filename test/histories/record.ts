@@ -103,6 +103,27 @@ async function approvalScenario(stack: TestStack, scenario: string, answer: 'app
   return body.lease.id;
 }
 
+/**
+ * An active lease's change waiting for approval (issue 42): a member's extension past its project's
+ * rule (no extensions), sent with a justification, booked while the lease goes on; answered by an
+ * admin (`approve`: the end moves; `deny`) or by nobody (its timeout, a recorded minute); then
+ * lived out and deleted.
+ */
+async function changeApprovalScenario(stack: TestStack, scenario: string, answer: 'approve' | 'deny' | 'none'): Promise<string> {
+  const admin = apiClient(stack.url, { 'x-auth-token': 'admin' });
+  const lessee = apiClient(stack.url, { 'x-project-id': scenario, 'x-user-id': 'recorded', 'x-roles': 'member' });
+  await admin('PUT', `/v1/projects/${scenario}/policy`, { extension: { max_count: 0 }, exception_timeout: 1 });
+  const { status, body } = await lessee('POST', '/v1/leases', { name: scenario, start_date: inSeconds(2), end_date: inSeconds(8), reservations: [reservation] });
+  if (status !== 201) throw new Error(`create: ${status} ${JSON.stringify(body)}`);
+  await waitFor(lessee, body.lease.id, 'ACTIVE');
+  const asked = await lessee('PUT', `/v1/leases/${body.lease.id}`, { end_date: inSeconds(10), justification: `recorded ${scenario}` });
+  if (asked.status !== 200 || !asked.body.lease.pending_change) throw new Error(`change: ${asked.status} ${JSON.stringify(asked.body)}`);
+  if (answer !== 'none') await admin('POST', `/v1/leases/${body.lease.id}/${answer}`, { reason: `recorded ${answer}` });
+  await waitFor(lessee, body.lease.id, 'TERMINATED');
+  await lessee('DELETE', `/v1/leases/${body.lease.id}`);
+  return body.lease.id;
+}
+
 /** Each scenario returns the lease id once its workflow has closed, or the id of another workflow (still running). */
 export const SCENARIOS: Record<string, (api: Api, stack: TestStack) => Promise<string | { workflowId: string }>> = {
   'whole-life': async (api) => {
@@ -402,6 +423,10 @@ export const SCENARIOS: Record<string, (api: Api, stack: TestStack) => Promise<s
   'approval-approved': async (_api, stack) => approvalScenario(stack, 'approval-approved', 'approve'),
   'approval-denied': async (_api, stack) => approvalScenario(stack, 'approval-denied', 'deny'),
   'approval-timed-out': async (_api, stack) => approvalScenario(stack, 'approval-timed-out', 'none'),
+  // An active lease's change waiting for approval (issue 42): approved (the end moves), denied, or timed out.
+  'change-approval-approved': async (_api, stack) => changeApprovalScenario(stack, 'change-approval-approved', 'approve'),
+  'change-approval-denied': async (_api, stack) => changeApprovalScenario(stack, 'change-approval-denied', 'deny'),
+  'change-approval-timed-out': async (_api, stack) => changeApprovalScenario(stack, 'change-approval-timed-out', 'none'),
   // A running preemptible host lease a regular lease needs (issue 43): told after the admission, it takes the new end, warns, ends with the reason.
   preempted: async (api, stack) => {
     await scenarioHosts(stack, 'preempted');

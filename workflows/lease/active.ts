@@ -8,6 +8,7 @@ import { reservationContext as context } from '../../src/domain/resource-plugin'
 import { BEFORE_END_WARNINGS, IDLE_LEASES } from '../patches';
 import { looking, patient } from './activity-options';
 import { announce } from './announce';
+import { changeDeadline, settleChange, waitingChange } from './change-approval';
 import { endLease } from './end';
 import { failureMessage } from './failures';
 import { transition } from './record';
@@ -20,12 +21,22 @@ interface ActiveEvent {
   /** A warning before the end: its offset. */
   warning?: number;
   idleCheck?: true;
+  /** The deadline of a change waiting for approval (its timeout, or the end if that comes first). */
+  changeDue?: true;
 }
 
-/** Sleeps until the active lease's next event, then runs it; answers 'delete' when a delete came first. */
+/**
+ * Sleeps until the active lease's next event, then runs it; answers 'delete' when a delete came
+ * first. A change waiting for approval is settled first when answered or due (change-approval.ts).
+ */
 export async function nextActiveStep(s: LeaseState): Promise<'done' | 'delete'> {
-  if ((await sleepUntil(s, () => nextActiveEvent(s))) === 'delete') return 'delete';
+  const answered = () => s.approvalAnswer !== undefined && s.lease.pendingChange !== undefined;
+  if ((await sleepUntil(s, () => nextActiveEvent(s), answered)) === 'delete') return 'delete';
   const next = nextActiveEvent(s);
+  if (answered() || next.changeDue) {
+    await settleChange(s);
+    return 'done';
+  }
   if (next.warning !== undefined) await warnBeforeEnd(s, next.warning);
   else if (next.idleCheck) await checkIdle(s);
   else if (next.type === 'before_end_lease') await runBeforeEnd(s);
@@ -33,11 +44,20 @@ export async function nextActiveStep(s: LeaseState): Promise<'done' | 'delete'> 
   return 'done';
 }
 
-/**
- * While active: the before-end action if it has not run (it is never due after the end), else the
- * end; a warning before the end (`warning`: its offset) when one is due earlier.
- */
+/** While active: the lease's next event, or a waiting change's deadline when it comes first (never after the end). */
 function nextActiveEvent(s: LeaseState): ActiveEvent {
+  const event = nextLeaseEvent(s);
+  const change = waitingChange(s);
+  if (!change) return event;
+  const due = changeDeadline(s, change);
+  return due <= event.time ? { type: 'end_lease', time: due, changeDue: true } : event;
+}
+
+/**
+ * The before-end action if it has not run (it is never due after the end), else the end; a warning
+ * before the end (`warning`: its offset) when one is due earlier.
+ */
+function nextLeaseEvent(s: LeaseState): ActiveEvent {
   const lease = s.lease;
   const beforeEnd = lease.events.find((e) => e.event_type === 'before_end_lease')!;
   const actionDue = beforeEnd.status === 'UNDONE' && beforeEnd.time <= lease.endMs;

@@ -16,19 +16,22 @@ import { notifySuccessors } from './neighbours';
 import { transition } from './record';
 import { assertAdmitted, type LeaseState } from './state';
 
-/** The approve and deny updates' validator: only a lease waiting for approval, answered once. */
+/** The approve and deny updates' validator: only a lease waiting for approval, or an active lease's change waiting (change-approval.ts), answered once. */
 export function validateApprovalAnswer(s: LeaseState): void {
   assertAdmitted(s);
   if (s.deletion !== 'none') throw ApplicationFailure.create({ type: 'LeaseNotFound', message: `lease ${s.lease.id} not found`, nonRetryable: true });
+  if (s.lease.pendingChange && !s.approvalAnswer) return;
   if (s.lease.status !== 'PENDING_APPROVAL' || s.approvalAnswer) {
     throw leaseConflict(`Lease ${s.lease.name} is not waiting for approval: it is ${s.lease.status}${s.lease.approval?.outcome ? ` (${s.lease.approval.outcome})` : ''}.`);
   }
 }
 
-/** The approve and deny updates' handler: hands the answer to the waiting lease and answers once it is acted on. */
+/** The approve and deny updates' handler: hands the answer to the waiting lease (or change) and answers once it is acted on. */
 export async function answerApproval(s: LeaseState, outcome: 'approved' | 'denied', answer: ApprovalAnswer): Promise<Lease> {
+  const ofChange = s.lease.pendingChange !== undefined;
   s.approvalAnswer = { outcome, ...(answer.reason !== undefined ? { reason: answer.reason } : {}) };
-  await condition(() => s.lease.status !== 'PENDING_APPROVAL' || s.deletion !== 'none');
+  if (ofChange) await condition(() => s.lease.pendingChange === undefined || s.deletion !== 'none');
+  else await condition(() => s.lease.status !== 'PENDING_APPROVAL' || s.deletion !== 'none');
   return s.lease;
 }
 
@@ -81,7 +84,7 @@ async function deny(s: LeaseState, answered: LeaseApproval): Promise<void> {
 }
 
 /** What approval notices carry besides the lease: why it waited, the justification, and the answer. */
-function approvalDetails(approval: LeaseApproval): Record<string, unknown> {
+export function approvalDetails(approval: LeaseApproval): Record<string, unknown> {
   return {
     approval_rule: approval.rule,
     approval_reason: approval.reason,

@@ -25,17 +25,30 @@ export async function healWhenFree(s: LeaseState, hostIds: string[]): Promise<vo
 /** Never fails the lease: a heal that cannot be done now leaves the reservation as it is (the monitor asks again). */
 async function heal(s: LeaseState, hostIds: string[]): Promise<void> {
   if ((s.lease.status !== 'PENDING' && s.lease.status !== 'ACTIVE') || s.deletion !== 'none') return;
+  // A change waiting for approval holds the bookings to its own end: healed to that end, or a
+  // replacement would be booked only to the current end, and the approved change would hold less than it says.
+  const change = s.lease.pendingChange;
+  const booked = change ? { ...s.lease, endMs: change.endMs, reservations: change.reservations } : s.lease;
   const reservations: Reservation[] = [];
-  for (const reservation of s.lease.reservations) {
+  for (const reservation of booked.reservations) {
     let outcome: HealOutcome | undefined;
     try {
-      outcome = await healing.healReservation(context(s.lease, reservation));
+      outcome = await healing.healReservation(context(booked, reservation));
     } catch (err) {
       log.warn('healing a reservation failed', { leaseId: s.lease.id, reservationId: reservation.id, hostIds, error: failureMessage(err) });
     }
     reservations.push(outcome ? healed(reservation, outcome) : reservation);
   }
-  if (JSON.stringify(reservations) === JSON.stringify(s.lease.reservations)) return;
+  if (JSON.stringify(reservations) === JSON.stringify(booked.reservations)) return;
   log.info('lease healed', { leaseId: s.lease.id, hostIds, degraded: reservations.some((r) => r.missing_resources || r.resources_changed) });
-  await transition(s, { reservations });
+  if (!change) {
+    await transition(s, { reservations });
+    return;
+  }
+  // The lease as it is holds the healed resources too (its own parameters kept).
+  const now = s.lease.reservations.map((r) => {
+    const healedOne = reservations.find((h) => h.id === r.id);
+    return healedOne ? { ...healedOne, params: r.params } : r;
+  });
+  await transition(s, { reservations: now, pendingChange: { ...change, reservations } });
 }

@@ -7,6 +7,8 @@
  *
  * A lease the usage policy holds for approval is admitted PENDING_APPROVAL first (approval.ts): approved,
  * it goes on PENDING; denied (or timed out, per its rule), it ends TERMINATED, its capacity freed.
+ * An active lease's change may wait for approval too (change-approval.ts): booked at once, in
+ * effect once approved; denied, timed out or overtaken by the end, the lease goes on as it was.
  *
  * Timers, not polling: the workflow sleeps until each event is due and wakes early when an update
  * moves a date or a delete arrives. Every transition is written to PostgreSQL (the API reads

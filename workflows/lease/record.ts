@@ -3,6 +3,7 @@
  * details), a transition (a change and an event's status, recorded), and compensations.
  */
 import { isCancellation, log, patched, setCurrentDetails, upsertSearchAttributes } from '@temporalio/workflow';
+import { withPendingChange } from '../../src/domain/approval';
 import { leaseResourceTypes, type EventType, type Lease, type RecordPolicy } from '../../src/domain/lease';
 import { LeaseEndKey, LeaseStartKey, LeaseStatusKey, ProjectIdKey, ResourceTypesKey } from '../../src/domain/search-attributes';
 import { COMPENSATION_KEEPS_ORIGINAL_ERROR, RECORD_LOCALLY, TRANSITION_SURVIVES_FAILED_RECORD } from '../patches';
@@ -40,8 +41,10 @@ export async function transition(s: LeaseState, change: Partial<Lease>, eventTyp
 export async function record(s: LeaseState, next: Lease, phase: 'admission' | 'life' = 'life', policy?: RecordPolicy): Promise<void> {
   const versioned: Lease = { ...next, version: s.lease.version + 1, updatedMs: Date.now() };
   const recorded = await (phase === 'admission' ? quick : recorder()).recordLease(versioned, ...(policy ? [policy] : []));
-  // The usage policy asked for approval (histories from before approval answer nothing here).
-  s.lease = recorded?.approval ? { ...versioned, status: 'PENDING_APPROVAL', approval: recorded.approval } : versioned;
+  // The usage policy asked for approval (histories from before approval answer nothing here): of the
+  // lease, or of an active lease's change (recorded as the lease was, the change waiting on it).
+  if (recorded?.pendingChange) s.lease = withPendingChange(s.lease, versioned, recorded.pendingChange);
+  else s.lease = recorded?.approval ? { ...versioned, status: 'PENDING_APPROVAL', approval: recorded.approval } : versioned;
   upsertSearchAttributes([
     { key: LeaseStatusKey, value: s.lease.status },
     { key: ProjectIdKey, value: s.lease.projectId },

@@ -5,6 +5,7 @@ import { ONE_ROLLBACK_FOR_UPDATES, ROLLBACK_ONLY_MOVED } from '../patches';
 import { mustFinish, quick } from './activity-options';
 import { justification } from './admission';
 import { announce } from './announce';
+import { announceChangeAsked, refuseWhileChangeWaits, waitingChange } from './change-approval';
 import { book } from './bookings';
 import { asFailure } from './failures';
 import { compensate, record } from './record';
@@ -14,12 +15,14 @@ import { assertAdmitted, type LeaseState } from './state';
 export function validateUpdate(s: LeaseState, update: LeaseUpdateRequest): void {
   assertAdmitted(s);
   assertSettled(s.lease);
+  refuseWhileChangeWaits(s.lease);
   applyLeaseUpdate(s.lease, update, Date.now());
 }
 
 /** The update's handler (it runs under the lease's lock). */
 export async function applyUpdate(s: LeaseState, update: LeaseUpdateRequest): Promise<Lease> {
   const before = s.lease;
+  refuseWhileChangeWaits(before); // queued behind the update that made one
   let next = applyLeaseUpdate(before, update, Date.now()); // again: the lease may have moved on while queued
   const rebook = bookingChanged(before, next) && !hasEnded(next.status);
   const moved: Reservation[] = [];
@@ -34,7 +37,10 @@ export async function applyUpdate(s: LeaseState, update: LeaseUpdateRequest): Pr
     throw asFailure(err);
   }
   s.revision++;
-  await announce(s, 'lease.update');
+  // An active lease's change an exception made wait: booked, the lease as it was until an admin answers (change-approval.ts).
+  const change = waitingChange(s);
+  if (change) await announceChangeAsked(s, change);
+  else await announce(s, 'lease.update');
   return s.lease;
 }
 
