@@ -14,6 +14,7 @@ const ROOT = path.resolve(__dirname, '..');
 const OWNERS: Record<string, string> = {
   leases: 'src/db/leases.ts',
   lease_outbox: 'src/db/lease-outbox.ts',
+  lease_preemptions: 'src/db/lease-preemptions.ts',
   hosts: 'src/db/hosts.ts',
   host_capabilities: 'src/db/hosts.ts',
   capability_settings: 'src/db/hosts.ts',

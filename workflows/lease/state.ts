@@ -23,6 +23,8 @@ export interface LeaseState {
   readonly endedPredecessors: Set<string>;
   /** A heal waits for the lock: signals arriving meanwhile join it. */
   healQueued: boolean;
+  /** Preempted before its start with nothing of its window left (preempt.ts): it ended without starting. */
+  endedEarly: boolean;
   /** An admin's answer to a lease waiting for approval, not yet acted on. */
   approvalAnswer?: { outcome: 'approved' | 'denied'; reason?: string };
   /** One change at a time: transitions, updates and deletes never interleave. */
@@ -39,6 +41,7 @@ export function initialState(input: LeaseWorkflowInput): LeaseState {
     deletesAnswering: 0,
     endedPredecessors: new Set<string>(),
     healQueued: false,
+    endedEarly: false,
     lock: new Lock(),
   };
 }
