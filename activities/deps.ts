@@ -17,4 +17,6 @@ export interface ActivityDeps {
   usagePolicy?: UsagePolicyEnforcer;
   /** Told when a lease event has begun, how late (the worker's metrics); none in tests. */
   eventStarted?: (eventType: EventType, lagMs: number) => void;
+  /** How long a regular lease's start waits at most for a preempted lease's end on its hosts (LK_PREEMPT_EVICTION_SECONDS; 120 s unset). */
+  preemptionEvictionMs?: number;
 }

@@ -6,10 +6,14 @@ import { ApplicationFailure } from '@temporalio/common';
 import { awaitingApproval, awaitingChangeApproval, type LeaseApproval, type PendingLeaseChange } from '../src/domain/approval';
 import { leaseConflict, LeaseErrorType, type Lease, type RecordPolicy } from '../src/domain/lease';
 import * as leaseRows from '../src/db/leases';
+import { preemptedAmong } from '../src/db/lease-preemptions';
 import { policyFailure } from '../src/policy/enforcement';
 import type { ActivityDeps } from './deps';
 
-export function leaseActivities({ pool, eventStarted, usagePolicy }: ActivityDeps) {
+/** LK_PREEMPT_EVICTION_SECONDS's default, for a worker built without the setting (tests). */
+const DEFAULT_EVICTION_MS = 120_000;
+
+export function leaseActivities({ pool, eventStarted, usagePolicy, preemptionEvictionMs }: ActivityDeps) {
   /** Saves the row; with `policy`, only if the usage policy allows the change (in the same transaction), stamped waiting for approval if it needs one. */
   async function save(lease: Lease, policy?: RecordPolicy): Promise<{ outcome: leaseRows.SaveLeaseOutcome; saved: Lease }> {
     if (!policy || !usagePolicy) return { outcome: await leaseRows.saveLease(pool, lease), saved: lease };
@@ -56,6 +60,14 @@ export function leaseActivities({ pool, eventStarted, usagePolicy }: ActivityDep
     /** Live leases that hold one of `keys` and started before `startMs`: they must end before this lease starts. */
     async findPredecessors(input: { leaseId: string; keys: string[]; startMs: number }): Promise<string[]> {
       return leaseRows.findPredecessors(pool, input);
+    },
+
+    /**
+     * Of the earlier leases a start waits for, those preempted (issue 43), and how long the start
+     * waits for them at most (LK_PREEMPT_EVICTION_SECONDS): then it starts anyway.
+     */
+    async preemptedPredecessors(input: { ids: string[] }): Promise<{ preempted: string[]; evictionMs: number }> {
+      return { preempted: await preemptedAmong(pool, input.ids), evictionMs: preemptionEvictionMs ?? DEFAULT_EVICTION_MS };
     },
 
     /**

@@ -238,6 +238,11 @@ const envSchema = z.object({
   // taken by a sweep (younger ones are being started by the API that admitted them).
   LK_OUTBOX_SWEEP_MS: z.coerce.number().int().min(100).max(60_000).default(1_000),
   LK_OUTBOX_GRACE_MS: z.coerce.number().int().min(0).max(60_000).default(2_000),
+  // Preemptible leases (issue 43): the warning a preempted lease gets before its new end whenever
+  // the regular lease's start allows, and how long a regular lease's start waits at most for a
+  // preempted lease's end on its hosts.
+  LK_PREEMPT_WARNING_MINUTES: z.coerce.number().int().min(0).max(1_440).default(10),
+  LK_PREEMPT_EVICTION_SECONDS: z.coerce.number().int().min(0).max(3_600).default(120),
   // Exposure of the API: the base URL of the links it hands out (never the caller's Host header);
   // noauth trusts identity headers, so it listens on loopback only unless explicitly allowed.
   LK_PUBLIC_URL: z.url({ protocol: /^https?$/ }).optional(),
@@ -483,7 +488,9 @@ function toConfig(env: z.infer<typeof envSchema>) {
       uiPort: env.LK_TEMPORAL_UI_PORT,
     },
     /** Owed lease workflow starts (the API's admissions): the sweeps of every API and worker. */
-    outbox: { sweepMs: env.LK_OUTBOX_SWEEP_MS, graceMs: env.LK_OUTBOX_GRACE_MS },
+    outbox: { sweepMs: env.LK_OUTBOX_SWEEP_MS, graceMs: env.LK_OUTBOX_GRACE_MS, preemptionWarningMs: env.LK_PREEMPT_WARNING_MINUTES * 60_000 },
+    /** Preemptible leases: a regular lease's start waits at most this long for a preempted lease's end on its hosts. */
+    preemption: { evictionMs: env.LK_PREEMPT_EVICTION_SECONDS * 1_000 },
     database: {
       url: env.DATABASE_URL ?? `postgres://leasekeeper@127.0.0.1:${env.LK_PG_PORT}/leasekeeper`,
       external: env.DATABASE_URL !== undefined,

@@ -28,7 +28,8 @@ describe('configuration', () => {
     expect(config.database).toMatchObject({ url: 'postgres://leasekeeper@127.0.0.1:15432/leasekeeper', external: false });
     expect(config.cacheDir).toBe('/home/someone/.cache/leasekeeper');
     expect(config.worker.maxCachedWorkflows).toBe(2_000);
-    expect(config.outbox).toEqual({ sweepMs: 1_000, graceMs: 2_000 });
+    expect(config.outbox).toEqual({ sweepMs: 1_000, graceMs: 2_000, preemptionWarningMs: 600_000 });
+    expect(config.preemption).toEqual({ evictionMs: 120_000 });
   });
 
   it('derives the local database and Temporal addresses from their ports', () => {

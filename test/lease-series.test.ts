@@ -5,7 +5,7 @@
  * occurrence. Host leases, admitted in the API in one transaction: no cloud.
  */
 import { ApplicationFailure } from '@temporalio/common';
-import type { Pool } from 'pg';
+import { Pool } from 'pg';
 import { physicalHostPlugin } from '../src/resources/physical-host';
 import { withSeriesLock } from '../src/db/series';
 import { hostReservation } from '../dev-stack/fixtures/builders';
@@ -163,6 +163,14 @@ describe('recurring leases', () => {
     expect((await series(alpha, 'five', 'FREQ=DAILY;COUNT=5', {}, T0, 1)).status).toBe(201);
   });
 
+  it('keeps a `now` start as the minute the series was counted from, for a later grow to rebuild its window from', async () => {
+    const created = await alpha('POST', '/v1/leases', { name: 'from-now', start_date: 'now', end_date: date(Date.now() + 2 * HOUR), reservations: [hostReservation({ min: 1, max: 1 })], recurrence: 'FREQ=DAILY;COUNT=2', partial: true });
+    expect(created.status).toBe(201);
+    const { rows } = await stack().db.pool.query<{ start: string }>("SELECT template->>'start_date' AS start FROM lease_series WHERE id = $1", [created.body.series.id]);
+    expect(rows[0].start).toMatch(/^\d{4}-\d\d-\d\d \d\d:\d\d$/);
+    expect(created.body.series.occurrences[1].start_date).toBe(date(Date.parse(`${rows[0].start.replace(' ', 'T')}:00Z`) + DAY));
+  });
+
   it('starts a weekly series on the first day BYDAY names when start_date is another day: its first lease has that day\'s window', async () => {
     const twoDaysOn = BYDAY_NAMES[new Date(T0 + 2 * DAY).getUTCDay()];
     const created = await series(alpha, 'offday', `FREQ=WEEKLY;BYDAY=${twoDaysOn};COUNT=2`);
@@ -233,6 +241,35 @@ describe('recurring leases', () => {
     );
   });
 
+  it('grows a series created with before_end_date after its duration was shortened: the new occurrences take the last one\'s before-end, or the default where it no longer fits', async () => {
+    const created = await series(alpha, 'early-notice', 'FREQ=DAILY;COUNT=2', { before_end_date: date(T0 + HOUR) });
+    expect(created.status).toBe(201);
+    const id = created.body.series.id;
+    expect((await alpha('PUT', `/v1/series/${id}`, { duration: 30 })).status).toBe(200);
+    const grown = await alpha('PUT', `/v1/series/${id}`, { count: 3 });
+    expect([grown.status, grown.body.error_message]).toEqual([200, undefined]);
+    const third = (await alphaLeases()).find((l) => l.name === 'early-notice-3') as { start_date: string; end_date: string; before_end_date?: string } | undefined;
+    expect([third?.start_date.slice(0, 16), third?.end_date.slice(0, 16)]).toEqual([date(T0 + 2 * DAY).replace(' ', 'T'), date(T0 + 2 * DAY + 30 * 60_000).replace(' ', 'T')]);
+  });
+
+  it('grows a series with the caller\'s rights and in the caller\'s name: a member\'s grow of an admin\'s series asks no admin-only end policy, and its new occurrences are the member\'s', async () => {
+    const alphaAdmin = apiClient(() => stack().url, { 'X-Project-Id': 'alpha', 'X-User-Id': 'alpha-admin', 'X-Roles': 'admin' });
+    const alphaMember = apiClient(() => stack().url, { 'X-Project-Id': 'alpha', 'X-User-Id': 'alpha-member', 'X-Roles': 'member' });
+    const owned = await series(alphaAdmin, 'admins', 'FREQ=DAILY;COUNT=1');
+    expect(owned.status).toBe(201);
+    const grown = await alphaMember('PUT', `/v1/series/${owned.body.series.id}`, { count: 2 });
+    expect(grown.status).toBe(200);
+    const users = (await alphaLeases() as Array<{ name: string; user_id?: string }>).filter((l) => l.name.startsWith('admins-')).map((l) => [l.name, l.user_id]);
+    expect(users.sort()).toEqual([['admins-1', 'alpha-admin'], ['admins-2', 'alpha-member']]);
+
+    const start = T0 + 30 * DAY;
+    const releasing = await alphaAdmin('POST', '/v1/leases', { name: 'admins-release', start_date: date(start), end_date: date(start + HOUR), reservations: [hostReservation({ min: 1, max: 1, on_end: 'release' })], recurrence: 'FREQ=DAILY;COUNT=1' });
+    expect(releasing.status).toBe(201);
+    const refused = await alphaMember('PUT', `/v1/series/${releasing.body.series.id}`, { count: 2 });
+    expect([refused.status, refused.body.error_message]).toEqual([403, expect.stringContaining('on_end "release"')]);
+    expect((await alphaLeases()).map((l) => l.name).filter((n) => n.startsWith('admins-release'))).toEqual(['admins-release-1']);
+  });
+
   it('shrinks a series (count, until): the occurrences past the new end are deleted, one started is never touched and is named in the answer; LK_MAX_OCCURRENCES bounds the total', async () => {
     const created = await series(alpha, 'shrinking', 'FREQ=DAILY;COUNT=5', {}, T0, 1);
     const id = created.body.series.id;
@@ -256,11 +293,43 @@ describe('recurring leases', () => {
     }
 
     const past = await alpha('PUT', `/v1/series/${id}`, { count: 13 });
-    expect([past.status, past.body.error_message]).toEqual([400, 'recurrence: COUNT: expected a whole number from 1 to 12']);
+    expect([past.status, past.body.error_message]).toEqual([400, 'count: expected a whole number from 1 to 12']);
+    const farUntil = await alpha('PUT', `/v1/series/${id}`, { until: date(T0 + 20 * DAY) });
+    expect([farUntil.status, farUntil.body.error_message]).toEqual([400, expect.stringMatching(/^until: gives more than 12 occurrences/)]);
     for (const bad of [{ count: 4, until: date(T0 + 5 * DAY) }, { count: 4, from: third }, { count: 4, duration: 30 }, { until: 'soon' }, { count: 0 }]) {
       expect([bad, (await alpha('PUT', `/v1/series/${id}`, bad)).status]).toEqual([bad, 400]);
     }
     expect((await alpha('GET', `/v1/series/${id}`)).body.series.recurrence).toMatch(/^FREQ=DAILY;UNTIL=/);
+  });
+
+  it('bounds `until` by each occurrence\'s own start: after a move to 10:00, an until at 09:30 on a day leaves that day no occurrence, shrinking or growing', async () => {
+    const created = await series(alpha, 'late-until', 'FREQ=DAILY;COUNT=3', {}, T0, 1);
+    const id = created.body.series.id;
+    expect((await alpha('PUT', `/v1/series/${id}`, { start_time: '10:00' })).status).toBe(200);
+    const names = (answer: { body: { series: { occurrences: Array<{ name: string; start_date: string }> } } }) => answer.body.series.occurrences.map((o) => [o.name, o.start_date]);
+    const fewer = await alpha('PUT', `/v1/series/${id}`, { until: date(dayAt(12) + 9.5 * HOUR) });
+    expect([fewer.status, names(fewer)]).toEqual([200, [0, 1].map((d) => [`late-until-${d + 1}`, date(dayAt(10 + d) + 10 * HOUR)])]);
+    const more = await alpha('PUT', `/v1/series/${id}`, { until: date(dayAt(13) + 9.5 * HOUR) });
+    expect([more.status, names(more)]).toEqual([200, [0, 1, 2].map((d) => [`late-until-${d + 1}`, date(dayAt(10 + d) + 10 * HOUR)])]);
+  });
+
+  it('reads each occurrence again right before a shrink deletes it: one that started while those before it were deleted is kept and named in `untouched`', async () => {
+    const created = await series(alpha, 'late-start', 'FREQ=DAILY;COUNT=5', {}, T0, 1);
+    expect(created.status).toBe(201);
+    const [, , , fourth, fifth] = created.body.leases as Array<{ id: string }>;
+    const pool = stack().db.pool;
+    const setStatus = (status: string) => pool.query(`UPDATE leases SET status = $2, document = jsonb_set(document, '{status}', to_jsonb($2::text)) WHERE id = $1`, [fifth.id, status]);
+    // The fifth "starts" (its row only, as above) when the fourth's delete is recorded, after the series was read.
+    await pool.query(`CREATE OR REPLACE FUNCTION test_start_fifth() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN UPDATE leases SET status = 'ACTIVE', document = jsonb_set(document, '{status}', '"ACTIVE"') WHERE id = '${fifth.id}'; RETURN NULL; END $$`);
+    await pool.query(`CREATE TRIGGER test_start_fifth AFTER UPDATE OF deleted_at ON leases FOR EACH ROW WHEN (NEW.id = '${fourth.id}' AND NEW.deleted_at IS NOT NULL AND OLD.deleted_at IS NULL) EXECUTE FUNCTION test_start_fifth()`);
+    try {
+      const fewer = await alpha('PUT', `/v1/series/${created.body.series.id}`, { count: 3 });
+      expect([fewer.status, fewer.body.untouched]).toEqual([200, [expect.objectContaining({ lease_id: fifth.id, name: 'late-start-5', status: 'ACTIVE' })]]);
+      expect((await alphaLeases()).map((l) => l.name).sort()).toEqual(['late-start-1', 'late-start-2', 'late-start-3', 'late-start-5']);
+    } finally {
+      await pool.query('DROP TRIGGER IF EXISTS test_start_fifth ON leases');
+      await setStatus('PENDING');
+    }
   });
 
   it('answers a series create retried with its Idempotency-Key with the series made first, refuses the key with another body, and deleted: 410', async () => {
@@ -290,6 +359,23 @@ describe('recurring leases', () => {
     expect(await alphaLeases()).toEqual([]);
   });
 
+  it('refuses an Idempotency-Key used for a lease create on a series create and the other way round (409), sent one after the other or together', async () => {
+    const reservations = [hostReservation({ min: 1, max: 1 })];
+    const lease = (days: number) => ({ name: `keyed-lease-${days}`, start_date: date(T0 + days * DAY), end_date: date(T0 + days * DAY + HOUR), reservations });
+    const series = (days: number) => ({ ...lease(days), name: `keyed-series-${days}`, recurrence: 'FREQ=DAILY;COUNT=2' });
+    const key = (name: string) => ({ 'Idempotency-Key': `${T0}-${name}` });
+    const usedElsewhere = { status: 409, body: { error_code: 409, error_name: 409, error_message: 'this Idempotency-Key was already used for a different request' } };
+    expect((await alpha('POST', '/v1/leases', lease(30), key('lease-first'))).status).toBe(201);
+    expect(await alpha('POST', '/v1/leases', series(32), key('lease-first'))).toEqual(usedElsewhere);
+    expect((await alpha('POST', '/v1/leases', series(34), key('series-first'))).status).toBe(201);
+    expect(await alpha('POST', '/v1/leases', lease(36), key('series-first'))).toEqual(usedElsewhere);
+    const together = await Promise.all([alpha('POST', '/v1/leases', lease(38), key('together')), alpha('POST', '/v1/leases', series(40), key('together'))]);
+    expect(together.map((a) => a.status).sort()).toEqual([201, 409]);
+    const made = (await alphaLeases()).map((l) => l.name).filter((n) => /-(38|40)/.test(n));
+    expect(made).toEqual(together[0].status === 201 ? ['keyed-lease-38'] : ['keyed-series-40-1', 'keyed-series-40-2']);
+    expect((await alphaLeases()).map((l) => l.name).filter((n) => !/-(38|40)/.test(n)).sort()).toEqual(['keyed-lease-30', 'keyed-series-34-1', 'keyed-series-34-2']);
+  });
+
   it('makes one series for two concurrent sends with one Idempotency-Key, and answers both with it', async () => {
     const key = { 'Idempotency-Key': `series-${T0}-concurrent` };
     const body = { name: 'twice', start_date: date(T0), end_date: date(T0 + HOUR), reservations: [hostReservation({ min: 1, max: 1 })], recurrence: 'FREQ=DAILY;COUNT=3' };
@@ -310,7 +396,8 @@ describe('recurring leases', () => {
     let release!: () => void;
     let holding!: () => void;
     const locked = new Promise<void>((resolve) => (holding = resolve));
-    const held = withSeriesLock(pool, id, 5_000, () => new Promise<void>((resolve) => ((release = resolve), holding())));
+    // Held as another project would: alpha's changes may hold locks of their own meanwhile (a quarter of the pool's).
+    const held = withSeriesLock(pool, { seriesId: id, projectId: 'test-holder' }, 5_000, () => new Promise<void>((resolve) => ((release = resolve), holding())));
     // The test holds the series before the changes come: else one of them could take it first.
     await locked;
     // Each change alone keeps the occurrences apart (the second at midnight; 16 hours each); both together do not.
@@ -318,7 +405,13 @@ describe('recurring leases', () => {
     // A change that found the series locked: its connection's last query tried the lock (as did the
     // test's own connection, which holds it: so at least two).
     const tried = "SELECT count(*)::int AS n FROM pg_stat_activity WHERE query LIKE 'SELECT pg_try_advisory_lock(hashtext(''leasekeeper:series'')%'";
-    await eventually(async () => ((await pool.query<{ n: number }>(tried)).rows[0].n >= 2 ? true : undefined), 15_000, 50, () => 'the changes did not wait on the series');
+    // Asked on a connection of its own: the pool hands its last released connection out first, and this query would hide a change's try.
+    const watcher = new Pool({ connectionString: stack().db.url, max: 1 });
+    try {
+      await eventually(async () => ((await watcher.query<{ n: number }>(tried)).rows[0].n >= 2 ? true : undefined), 15_000, 50, () => 'the changes did not wait on the series');
+    } finally {
+      await watcher.end();
+    }
     release();
     await held;
     const answers = await Promise.all(changes);
@@ -326,6 +419,30 @@ describe('recurring leases', () => {
     expect(answers.find((a) => a.status === 400)!.body.error_message).toMatch(/must not overlap/);
     const [a, b] = (await alpha('GET', `/v1/series/${id}`)).body.series.occurrences as Array<{ start_date: string; end_date: string }>;
     expect(a.end_date <= b.start_date).toBe(true);
+  });
+
+  it('lets one project hold series locks on a quarter of the pool at most: its concurrent series operations leave another project\'s request a connection', async () => {
+    const small = new Pool({ connectionString: stack().db.url, max: 2 });
+    let release!: () => void;
+    const released = new Promise<void>((resolve) => (release = resolve));
+    let working = 0;
+    // Each holds its series's lock, then takes another connection for its work, as a create's admission does.
+    const operations = [1, 2, 3, 4].map((i) =>
+      withSeriesLock(small, { seriesId: `starving-${i}`, projectId: 'alpha' }, 120_000, async () => {
+        working++;
+        await small.query('SELECT 1');
+        await released;
+      }),
+    );
+    await eventually(() => Promise.resolve(working >= 1 ? true : undefined), 15_000, 20, () => 'no series operation got the lock');
+    let otherAnswered = false;
+    const other = small.query("SELECT 'beta' AS project").then(() => (otherAnswered = true));
+    await eventually(() => Promise.resolve(otherAnswered ? true : undefined), 10_000, 20, () => 'another project\'s query got no connection');
+    expect(working).toBe(1); // the others wait for the one alpha holds, on no connection
+    release();
+    expect((await Promise.all(operations)).map((o) => o.ran)).toEqual([true, true, true, true]);
+    await other;
+    await small.end();
   });
 });
 
@@ -368,6 +485,49 @@ describe('recurring leases admitted by their workflows (LK_ADMISSION=workflow): 
     const shown = (await alpha('GET', `/v1/series/${created.body.series.id}`)).body.series;
     expect([shown.recurrence, shown.occurrences.map((o: { name: string }) => o.name)]).toEqual(['FREQ=DAILY;COUNT=2', ['saga-grow-1', 'saga-grow-2']]);
     expect((await alpha('GET', '/v1/leases')).body.leases.map((l: { name: string }) => l.name).filter((n: string) => n.startsWith('saga-grow')).sort()).toEqual(['saga-grow-1', 'saga-grow-2']);
+  });
+
+  /** The series rows named `kept-…` cannot be removed while `use` runs (as if the API stopped before removing them). */
+  const withSeriesRowsKept = async (use: () => Promise<void>) => {
+    const pool = stack().db.pool;
+    await pool.query("CREATE OR REPLACE FUNCTION test_keep_series_row() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'test: this series row is kept'; END $$");
+    await pool.query("CREATE TRIGGER test_keep_series_row BEFORE DELETE ON lease_series FOR EACH ROW WHEN (OLD.name LIKE 'kept-%') EXECUTE FUNCTION test_keep_series_row()");
+    try {
+      await use();
+    } finally {
+      await pool.query('DROP TRIGGER IF EXISTS test_keep_series_row ON lease_series');
+    }
+  };
+
+  it('answers the retry of a refused keyed create whose series row stayed behind with the refusal again, never a 201', async () => {
+    const start = T0 + 60 * DAY;
+    const third = start + 2 * DAY;
+    expect((await beta('POST', '/v1/leases', { name: 'beta-kept', start_date: date(third), end_date: date(third + HOUR), reservations: [hostReservation({ min: 1, max: 1 })] })).status).toBe(201);
+    const body = { name: 'kept-refused', start_date: date(start), end_date: date(start + HOUR), reservations: [hostReservation({ min: 1, max: 1 })], recurrence: 'FREQ=DAILY;COUNT=3' };
+    const key = { 'Idempotency-Key': `saga-${T0}-kept-refused` };
+    await withSeriesRowsKept(async () => {
+      const refused = await alpha('POST', '/v1/leases', body, key);
+      expect([refused.status, refused.body.reason]).toEqual([409, 'capacity']);
+      const retry = await alpha('POST', '/v1/leases', body, key);
+      expect([retry.status, retry.body.reason, retry.body.refused?.map((r: { name: string }) => r.name)]).toEqual([409, 'capacity', ['kept-refused-3']]);
+    });
+    expect((await alpha('GET', '/v1/leases')).body.leases.filter((l: { name: string }) => l.name.startsWith('kept-refused'))).toEqual([]);
+  });
+
+  it('creates the series again when a keyed create was cut short (its row left behind): the retry deletes what the first try admitted, and answers the series made', async () => {
+    const start = T0 + 70 * DAY;
+    const body = { name: 'kept-cut', start_date: date(start), end_date: date(start + HOUR), reservations: [hostReservation({ min: 1, max: 1 })], recurrence: 'FREQ=DAILY;COUNT=3' };
+    const key = { 'Idempotency-Key': `saga-${T0}-kept-cut` };
+    failReserveOf = 'kept-cut-2';
+    await withSeriesRowsKept(async () => {
+      expect((await alpha('POST', '/v1/leases', body, key)).status).toBe(503);
+    });
+    failReserveOf = undefined;
+    const retry = await alpha('POST', '/v1/leases', body, key);
+    expect([retry.status, retry.body.leases?.map((l: { name: string }) => l.name)]).toEqual([201, ['kept-cut-1', 'kept-cut-2', 'kept-cut-3']]);
+    const shown = await alpha('GET', `/v1/series/${retry.body.series.id}`);
+    expect(shown.body.series.occurrences.map((o: { name: string }) => o.name)).toEqual(['kept-cut-1', 'kept-cut-2', 'kept-cut-3']);
+    expect((await alpha('POST', '/v1/leases', body, key)).body.series.id).toBe(retry.body.series.id);
   });
 
   it('makes no series when an occurrence fails with an outage rather than a refusal: the admitted ones are deleted, partial or not', async () => {

@@ -14,6 +14,7 @@ const ROOT = path.resolve(__dirname, '..');
 const OWNERS: Record<string, string> = {
   leases: 'src/db/leases.ts',
   lease_outbox: 'src/db/lease-outbox.ts',
+  lease_preemptions: 'src/db/lease-preemptions.ts',
   hosts: 'src/db/hosts.ts',
   host_capabilities: 'src/db/hosts.ts',
   capability_settings: 'src/db/hosts.ts',
@@ -30,6 +31,7 @@ const OWNERS: Record<string, string> = {
   offers: 'src/db/offers.ts',
   offer_holds: 'src/db/offer-holds.ts',
   lease_series: 'src/db/series.ts',
+  idempotency_keys: 'src/db/idempotency-keys.ts',
   schema_migrations: 'src/db/migrate.ts',
 };
 

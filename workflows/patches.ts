@@ -166,6 +166,21 @@ export const LEASE_CHANGE_APPROVAL = {
   oldHistories: 'every history recorded before 2026-11-27 (none reaches it: the branch only adds the wait)',
 } as const satisfies WorkflowPatch;
 
+/**
+ * Preemptible leases (issue 43): a preempted lease takes its new end, says why and tells its
+ * lessee (leasePreempted signal, workflows/lease/preempt.ts); a lease's start waits for preempted
+ * predecessors at most LK_PREEMPT_EVICTION_SECONDS (neighbours.ts). Marked where a preemption is
+ * applied, and where a start finds earlier leases still on its resources.
+ */
+export const LEASE_PREEMPTION = {
+  id: 'lease-preemption',
+  workflowType: leaseWorkflowType,
+  introduced: '2026-11-27',
+  oldBranch: 'no lease was ever preempted (none got the signal); a start waited for every earlier lease on its resources without bound',
+  oldHistories: 'every history recorded before 2026-11-27 (those waiting for earlier leases replay the unbounded wait)',
+  note: 'retired by the common path (RETIREMENT): the old branch ignores the signal and waits without bound, so it goes once no lease started before 2026-11-27 still waits for its start',
+} as const satisfies WorkflowPatch;
+
 /** All of them, oldest first. */
 export const PATCHES: readonly WorkflowPatch[] = [
   RECORD_LOCALLY,
@@ -182,4 +197,5 @@ export const PATCHES: readonly WorkflowPatch[] = [
   ROLLBACK_ONLY_MOVED,
   LEASE_APPROVAL,
   LEASE_CHANGE_APPROVAL,
+  LEASE_PREEMPTION,
 ];

@@ -112,6 +112,8 @@ async function admit(deps: ApiAdmissionDeps, request: NewLeaseRequest, requestHa
       { retryExclusion: true },
     );
     deps.outbox.startSoon(admitted.input);
+    // Leases this admission preempted (issue 43) are told now; the sweeps tell them should this fail.
+    deps.outbox.tellPreemptedSoon();
     return admitted.lease;
   } catch (err) {
     if (err instanceof AdmittedMeanwhile) {
@@ -209,6 +211,7 @@ export function admitSeriesInApi(
         { retryExclusion: true },
       );
       for (const { input } of outcome.admitted) deps.outbox.startSoon(input);
+      if (outcome.admitted.length > 0) deps.outbox.tellPreemptedSoon();
       return { admitted: outcome.admitted.map((a) => a.lease), refused: outcome.refused, rolledBack: false };
     } catch (err) {
       if (err instanceof SeriesRefused) return { admitted: [], refused: err.refused, rolledBack: true };

@@ -26,6 +26,16 @@ export class ApiError extends Error {
   }
 }
 
+/** A 503 for something busy a moment (another request holds what this one needs): answered with Retry-After. */
+export class BusyError extends ApiError {
+  constructor(
+    message: string,
+    readonly retryAfterSeconds = 1,
+  ) {
+    super(503, message);
+  }
+}
+
 /**
  * A request's input (body, query, parameters) checked by its schema in our wording, or a 400 naming
  * the first problem; `prefix` places the fields inside the request (`reservations[0]`).
@@ -88,6 +98,7 @@ export function errorHandler(baseLog: Logger): ErrorRequestHandler {
       return;
     }
     if (err instanceof ApiError) {
+      if (err instanceof BusyError) res.setHeader('Retry-After', String(err.retryAfterSeconds));
       if (err.cause !== undefined) log.error({ err: err.cause, method: req.method, path: req.path, status: err.status }, 'request failed');
       send(err.status, { ...errorBody(err.status, err.message, err.errorName), ...err.extra });
       return;

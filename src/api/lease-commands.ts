@@ -22,6 +22,8 @@ import { maintenanceWindowWorkflowId, maintenanceWindowWorkflowType, windowWithd
 import { uuidShaped } from '../domain/blazar-format';
 import { markdownText } from '../domain/markdown';
 import { lastWorkflowTaskFailure } from '../temporal';
+import { claimIdempotencyKey, type KeyedCreate } from '../db/idempotency-keys';
+import type { Pool } from '../db/pool';
 import { ApiError, failureAsApiError } from './errors';
 
 export interface LeaseCommandOptions {
@@ -62,6 +64,16 @@ export function idempotentLeaseId(projectId: string, userId: string, key: string
 /** A series id derived from (project, user, Idempotency-Key), as idempotentLeaseId: a retried series create finds the series made first. */
 export function idempotentSeriesId(projectId: string, userId: string, key: string): string {
   return uuidShaped(createHash('sha256').update(JSON.stringify(['series', projectId, userId, key])).digest('hex'), 4);
+}
+
+/**
+ * Claims the user's Idempotency-Key for a lease create or a series create: the same key already
+ * used for the other kind is a 409, as another body with the key is (their ids differ, so neither
+ * would see the other's lease or series). Concurrent sends meet on the key's row: one kind wins.
+ */
+export async function claimKeyFor(pool: Pool, kind: KeyedCreate, projectId: string, userId: string, key: string): Promise<void> {
+  const keyId = createHash('sha256').update(JSON.stringify(['key', projectId, userId, key])).digest('hex');
+  if ((await claimIdempotencyKey(pool, keyId, kind)) !== kind) throw new ApiError(409, 'this Idempotency-Key was already used for a different request');
 }
 
 /** gRPC statuses with which Temporal refuses a request as such: INVALID_ARGUMENT, FAILED_PRECONDITION, OUT_OF_RANGE. */

@@ -13,7 +13,7 @@ import { identityOf, type Identity } from './auth';
 import { toBlazarLease } from '../domain/blazar-format';
 import { ApiError, parseRequest } from './errors';
 import { jsonArrayParts, sendJsonParts } from './json-stream';
-import { answerApproval, changeLease, createLease, idempotentLeaseId, noAnswerInTime, removeLease, requestHash, type LeaseCommandOptions } from './lease-commands';
+import { answerApproval, changeLease, claimKeyFor, createLease, idempotentLeaseId, noAnswerInTime, removeLease, requestHash, type LeaseCommandOptions } from './lease-commands';
 import { approvalAnswerSchema, createLeaseSchema, listLeasesQuery, newLeaseRequest, requestDateSchema, updateLeaseSchema } from './lease-schemas';
 import { refuseUnknownPropertyKeys } from './property-keys';
 import { DEFAULT_OFFER_LIMIT, extensionOffers, leaseExtensionOffers, makeOffers, refusedWithOffers, type OfferDeps, type OfferJson } from './offers';
@@ -146,8 +146,14 @@ export function leasesRouter(deps: NewLeaseDeps): Router {
     const request = newLeaseRequest(deps, identity, body, id);
     newLease(request); // Blazar's date rules (400) before anything starts
     await refuseUnknownPropertyKeys(deps.types, identity, body.reservations ?? []);
-    // A fast answer for a deleted lease's key; during a database outage the workflow rides the
-    // outage out and its record refuses a deleted lease itself (activities/leases.ts).
+    // The key's claim (a series created with it is a 409) and a fast answer for a deleted lease's key;
+    // during a database outage the workflow rides the outage out and its record refuses a deleted
+    // lease itself (activities/leases.ts): only a series create with the key in that outage is not seen.
+    if (key) {
+      await claimKeyFor(pool, 'lease', identity.projectId, identity.userId, key).catch((err: unknown) => {
+        if (!isDatabaseUnavailable(err)) throw err;
+      });
+    }
     const keyOfDeletedLease = key
       ? await isLeaseDeleted(pool, id).catch((err: unknown) => {
           if (isDatabaseUnavailable(err)) return false;

@@ -385,7 +385,7 @@ export function apiOperations(types: ResourceTypes): Operation[] {
     {
       method: 'post', path: '/v1/leases', tags: ['leases'], summary: 'Create a lease',
       description:
-        "Admits the lease only if every reservation's resources are free for the whole window (the calendars' constraints decide), then answers with it PENDING (or ACTIVE soon after for `now`). Its workflow starts it on time and cleans up after it. An `Idempotency-Key` header makes a retry return the same lease (with `recurrence`, the same series: no second one, even for copies sent together); the same key with another body is a 409.",
+        "Admits the lease only if every reservation's resources are free for the whole window (the calendars' constraints decide), then answers with it PENDING (or ACTIVE soon after for `now`). Its workflow starts it on time and cleans up after it. An `Idempotency-Key` header makes a retry return the same lease (with `recurrence`, the same series: no second one, even for copies sent together); the same key with another body, or already used for the other kind of create (a lease's key on a series or the other way round), is a 409.",
       security: AUTHENTICATED,
       request: {
         headers: z.object({ 'Idempotency-Key': z.string().min(1).max(255).optional() }),

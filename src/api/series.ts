@@ -11,22 +11,23 @@
  * mode the admitted ones are deleted again on the first refusal (a saga whose compensation's
  * failure is reported beside the refusal, never instead of it).
  */
-import { randomUUID } from 'node:crypto';
+import { createHash, randomUUID } from 'node:crypto';
 import { Router } from 'express';
 import { z } from 'zod';
 import type { PoolClient } from 'pg';
 import { formatRequestDate, wholeMinuteDown } from '../domain/dates';
 import { isUuid, newLease, notStarted, type Lease, type NewLeaseRequest } from '../domain/lease';
 import { expandRecurrence, formatRecurrence, parseRecurrence, RecurrenceError, RECURRENCE_HORIZON_MS, type Occurrence } from '../domain/recurrence';
-import { toBlazarLease } from '../domain/blazar-format';
+import { toBlazarLease, uuidShaped } from '../domain/blazar-format';
 import { findLease, leasesOfSeries } from '../db/leases';
-import { findSeries, findSeriesEvenDeleted, forgetSeries, insertSeries, markSeriesDeleted, setRefusedOccurrences, setSeriesRule, withSeriesLock, type RefusedOccurrence, type SeriesRow } from '../db/series';
+import { findSeries, findSeriesEvenDeleted, forgetSeries, insertSeries, markSeriesDeleted, setRefusedOccurrences, setSeriesRule, settleSeries, withSeriesLock, type RefusedOccurrence, type SeriesRow } from '../db/series';
 import { admissionError, admitSeriesInApi, admitsInApi } from './admission';
 import { identityOf, type Identity } from './auth';
-import { ApiError, parseRequest } from './errors';
-import { changeLease, createLease, idempotentSeriesId, removeLease, requestHash } from './lease-commands';
+import { ApiError, BusyError, parseRequest } from './errors';
+import { changeLease, claimKeyFor, createLease, idempotentSeriesId, removeLease, requestHash } from './lease-commands';
 import { createLeaseSchema, newLeaseRequest, requestDateOrNowSchema, requestDateSchema } from './lease-schemas';
-import type { NewLeaseDeps } from './leases';
+import { refuseAdminOnlyPolicies, type NewLeaseDeps } from './leases';
+import { refuseUnknownPropertyKeys } from './property-keys';
 import { makeOffers, refusalReason, type OfferJson } from './offers';
 
 export const DEFAULT_MAX_OCCURRENCES = 50;
@@ -58,16 +59,22 @@ interface RefusedJson {
 /** The name of a series's `index`th occurrence (from 0): unique per project as lease names are, and telling its place. */
 const occurrenceName = (name: string, index: number) => `${name}-${index + 1}`;
 
+/** The lease id of a create try's `index`th occurrence: a retry of the create finds what that try admitted. */
+const occurrenceLeaseId = (seriesId: string, attempt: string, index: number) => uuidShaped(createHash('sha256').update(JSON.stringify(['occurrence', seriesId, attempt, index])).digest('hex'), 4);
+
 function limitsOf(deps: NewLeaseDeps) {
   return { maxOccurrences: deps.maxOccurrences ?? DEFAULT_MAX_OCCURRENCES, horizonMs: RECURRENCE_HORIZON_MS };
 }
 
-/** The occurrences of a rule for a lease, or a 400 naming the part of the rule that is wrong. */
-function occurrencesOf(deps: NewLeaseDeps, rule: string, startMs: number, endMs: number): Occurrence[] {
+/**
+ * The occurrences of a rule for a lease, or a 400 naming the part of the rule that is wrong; or,
+ * for a rule a PUT's `count` or `until` made (`field`), naming that field.
+ */
+function occurrencesOf(deps: NewLeaseDeps, rule: string, startMs: number, endMs: number, field?: 'count' | 'until'): Occurrence[] {
   try {
     return expandRecurrence(parseRecurrence(rule, limitsOf(deps)), startMs, endMs, limitsOf(deps));
   } catch (err) {
-    if (err instanceof RecurrenceError) throw new ApiError(400, `recurrence: ${err.part}: ${err.message}`);
+    if (err instanceof RecurrenceError) throw new ApiError(400, field === undefined ? `recurrence: ${err.part}: ${err.message}` : `${field}: ${err.message}`);
     throw err;
   }
 }
@@ -135,7 +142,7 @@ function seriesJson(series: SeriesRow, occurrences: Lease[]) {
  * name too long for the series), tied by `seriesId`; the create (below) and the policy's dry run
  * (POST /v1/policy/check) both make them so.
  */
-export function occurrenceRequests(deps: NewLeaseDeps, identity: Identity, body: CreateBody, seriesId: string): Array<{ request: NewLeaseRequest; occurrence: Occurrence }> {
+export function occurrenceRequests(deps: NewLeaseDeps, identity: Identity, body: CreateBody, seriesId: string, attempt?: string): Array<{ request: NewLeaseRequest; occurrence: Occurrence }> {
   const first = newLeaseRequest(deps, identity, body, randomUUID());
   newLease(first); // Blazar's date rules (400) before anything starts
   const startMs = first.start === 'now' ? wholeMinuteDown(first.requestedMs) : first.start;
@@ -146,7 +153,7 @@ export function occurrenceRequests(deps: NewLeaseDeps, identity: Identity, body:
     occurrence: o,
     request: {
       ...first,
-      id: randomUUID(),
+      id: attempt === undefined ? randomUUID() : occurrenceLeaseId(seriesId, attempt, i),
       name: occurrenceName(body.name, i),
       // 'now' stays 'now' when the first occurrence is the lease asked for; a start on a day the rule does not name is no occurrence.
       start: first.start === 'now' && o.startMs === startMs ? 'now' : o.startMs,
@@ -164,20 +171,29 @@ export function occurrenceRequests(deps: NewLeaseDeps, identity: Identity, body:
  * Idempotency-Key, as a lease create: the same request again answers the series made first (no
  * second one, even when both arrive together: the second waits on the series's lock); another
  * request with the key is a 409, and the key of a deleted series a 410. A refused create leaves
- * no series, so its retry is admitted afresh.
+ * no series, so its retry is admitted afresh; one whose series row could not be removed answers
+ * its refusal again. A create cut short (the API stopped during the saga, or its undo failed) left
+ * its row `creating`: its retry deletes what that try admitted, then creates the series anew.
  */
 export async function createSeries(deps: NewLeaseDeps, identity: Identity, body: CreateBody, raw: unknown, idempotencyKey?: string) {
   if (idempotencyKey === undefined) return createNewSeries(deps, identity, body, raw, randomUUID());
   const seriesId = idempotentSeriesId(identity.projectId, identity.userId, idempotencyKey);
   const hash = requestHash(identity.projectId, raw);
-  const outcome = await withSeriesLock(deps.pool, seriesId, deps.commands.timeoutMs, async () => {
+  await claimKeyFor(deps.pool, 'series', identity.projectId, identity.userId, idempotencyKey);
+  const outcome = await withSeriesLock(deps.pool, { seriesId, projectId: identity.projectId }, deps.commands.timeoutMs, async () => {
     const earlier = await findSeriesEvenDeleted(deps.pool, seriesId);
     if (!earlier) return createNewSeries(deps, identity, body, raw, seriesId, hash);
     if (earlier.deleted) throw new ApiError(410, `Series ${seriesId}, created with this Idempotency-Key, was deleted: use another key for a new series`);
     if (earlier.requestHash !== hash) throw new ApiError(409, 'this Idempotency-Key was already used for a different request');
+    if (earlier.state === 'refused') throw seriesRefusal(await storedRefusalsJson(deps, identity, earlier, body.reservations ?? []));
+    if (earlier.state === 'creating') {
+      await undoCutShortCreate(deps, identity, body, earlier);
+      return createNewSeries(deps, identity, body, raw, seriesId, hash);
+    }
     return seriesCreatedAnswer(deps, identity, earlier, await leasesOfSeries(deps.pool, seriesId), body.reservations ?? []);
   });
-  if (!outcome.ran) throw new ApiError(409, 'a series with this Idempotency-Key is being created by another request: try again');
+  // The holder may be this key's first create, or a change or delete of its series.
+  if (!outcome.ran) throw new BusyError('the series of this Idempotency-Key is being created, changed or deleted by another request: try again shortly');
   return outcome.value;
 }
 
@@ -187,23 +203,46 @@ function storedRefusal(refused: RefusedOccurrence): ApiError {
   return refused.reason === 'invalid' ? new ApiError(400, refused.message) : new ApiError(409, refused.message, 409, { reason: refused.reason });
 }
 
-/** A create's answer for a series made before (a retry with its Idempotency-Key): its occurrences and gaps as they stand. */
-async function seriesCreatedAnswer(deps: NewLeaseDeps, identity: Identity, series: SeriesRow, occurrences: Lease[], reservations: Array<{ resource_type: string; params: Record<string, unknown> }>) {
-  const refused = await refusedJson(
+/** The series's refused occurrences, answered as when they were refused (offers are found again). */
+function storedRefusalsJson(deps: NewLeaseDeps, identity: Identity, series: SeriesRow, reservations: Array<{ resource_type: string; params: Record<string, unknown> }>) {
+  return refusedJson(
     deps,
     identity,
     series.refused.map((r) => ({ lease: { name: r.name, startMs: r.startMs, endMs: r.endMs, reservations }, error: storedRefusal(r) })),
   );
+}
+
+/**
+ * A create with this Idempotency-Key was cut short (its row is still `creating`): the leases its try
+ * may have admitted (their ids derive from its attempt) are deleted and its row removed, so that the
+ * create can start again; a delete that fails is a 503 (nothing is created twice).
+ */
+async function undoCutShortCreate(deps: NewLeaseDeps, identity: Identity, body: CreateBody, earlier: SeriesRow) {
+  const leaseIds = earlier.attempt === undefined ? (await leasesOfSeries(deps.pool, earlier.id)).map((l) => l.id) : occurrenceRequests(deps, identity, body, earlier.id, earlier.attempt).map((o) => o.request.id);
+  const compensation = await compensate(deps, leaseIds);
+  if (Object.keys(compensation).length > 0) {
+    throw new ApiError(503, 'an earlier try of this create was cut short, and the occurrences it admitted could not all be deleted yet: try again', 503, compensation);
+  }
+  await forgetSeries(deps.pool, earlier.id);
+}
+
+/** A create's answer for a series made before (a retry with its Idempotency-Key): its occurrences and gaps as they stand. */
+async function seriesCreatedAnswer(deps: NewLeaseDeps, identity: Identity, series: SeriesRow, occurrences: Lease[], reservations: Array<{ resource_type: string; params: Record<string, unknown> }>) {
+  const refused = await storedRefusalsJson(deps, identity, series, reservations);
   return { ...(occurrences[0] ? { lease: toBlazarLease(occurrences[0]) } : {}), series: seriesJson(series, occurrences), leases: occurrences.map(toBlazarLease), refused };
 }
 
 async function createNewSeries(deps: NewLeaseDeps, identity: Identity, body: CreateBody, raw: unknown, seriesId: string, idempotentHash?: string) {
   const partial = body.partial ?? false;
-  const expanded = occurrenceRequests(deps, identity, body, seriesId);
+  // Each try of a create has its own lease ids (a retry of one cut short deletes that try's leases first).
+  const attempt = randomUUID();
+  const expanded = occurrenceRequests(deps, identity, body, seriesId, attempt);
   const occurrences = expanded.map((e) => e.occurrence);
   const requests = expanded.map(({ request }, i) => ({ request, requestHash: requestHash(identity.projectId, { series: seriesId, occurrence: i }) }));
   const template = Object.fromEntries(Object.entries(raw as Record<string, unknown>).filter(([key]) => key !== 'recurrence' && key !== 'partial'));
-  const series: Omit<SeriesRow, 'createdMs'> = { id: seriesId, projectId: identity.projectId, name: body.name, recurrence: body.recurrence!, template, refused: [], ...(idempotentHash ? { requestHash: idempotentHash } : {}) };
+  // A `now` start is kept as the minute its occurrences were counted from: a grow rebuilds the window from it.
+  if (body.start_date === 'now') template.start_date = formatRequestDate(wholeMinuteDown(expanded[0].request.requestedMs));
+  const series: Omit<SeriesRow, 'createdMs'> = { id: seriesId, projectId: identity.projectId, name: body.name, recurrence: body.recurrence!, template, refused: [], state: 'created', attempt, ...(idempotentHash ? { requestHash: idempotentHash } : {}) };
   const refusedRows = (refused: Array<{ index: number; error: ApiError }>): RefusedOccurrence[] =>
     refused.map(({ index, error }) => ({ name: requests[index].request.name, startMs: occurrences[index].startMs, endMs: occurrences[index].endMs, reason: reasonOf(error), message: error.message }));
 
@@ -218,10 +257,15 @@ async function createNewSeries(deps: NewLeaseDeps, identity: Identity, body: Cre
     });
     ({ admitted, refused } = outcome);
   } else {
-    await insertSeries(deps.pool, series);
-    // The series was never answered: it goes with its occurrences.
-    ({ admitted, refused, compensation } = await admitOneByOne(deps, requests, partial, (leaseIds) => compensate(deps, leaseIds, () => forgetSeries(deps.pool, seriesId))));
-    if (refused.length > 0 && partial) await setRefusedOccurrences(deps.pool, seriesId, refusedRows(refused));
+    // `creating` until the saga ends: a retry never answers a series whose create did not end (a crash, an undo that failed).
+    await insertSeries(deps.pool, { ...series, state: 'creating' });
+    // A refused series was never answered: it goes with its occurrences. Marked refused first: a row
+    // that cannot be removed answers the refusal again; after an outage it stays `creating`.
+    ({ admitted, refused, compensation } = await admitOneByOne(deps, requests, partial, async (leaseIds, refusedNow) => {
+      if (refusedNow) await settleSeries(deps.pool, seriesId, 'refused', refusedRows(refusedNow));
+      return compensate(deps, leaseIds, () => forgetSeries(deps.pool, seriesId));
+    }));
+    if (refused.length === 0 || partial) await settleSeries(deps.pool, seriesId, 'created', refusedRows(refused));
   }
   const refusedLeases = refused.map(({ index, error }) => ({ lease: { ...newLease(requests[index].request), startMs: occurrences[index].startMs }, error }));
   const refusedAnswers = await refusedJson(deps, identity, refusedLeases);
@@ -245,7 +289,8 @@ async function admitOneByOne(
   deps: NewLeaseDeps,
   requests: Array<{ request: NewLeaseRequest; requestHash: string }>,
   partial: boolean,
-  undo: (leaseIds: string[]) => Promise<Record<string, unknown>>,
+  /** `refused`: what was refused, when the undo follows a refusal (else an outage). */
+  undo: (leaseIds: string[], refused?: Array<{ index: number; error: ApiError }>) => Promise<Record<string, unknown>>,
 ) {
   const admitted: Lease[] = [];
   const refused: Array<{ index: number; error: ApiError }> = [];
@@ -265,7 +310,7 @@ async function admitOneByOne(
     }
   }
   if (refused.length === 0 || partial) return { admitted, refused, compensation: {} };
-  return { admitted: [], refused, compensation: await undo(admitted.map((l) => l.id)) };
+  return { admitted: [], refused, compensation: await undo(admitted.map((l) => l.id), refused) };
 }
 
 /** The error as answered, with the compensation's failures beside it (an error that is no ApiError stays as it is: a 500). */
@@ -307,7 +352,7 @@ async function visibleSeries(deps: NewLeaseDeps, identity: Identity, id: string)
  */
 async function underSeriesLock<T>(deps: NewLeaseDeps, identity: Identity, id: string, use: (series: SeriesRow) => Promise<T>): Promise<T> {
   const series = await visibleSeries(deps, identity, id);
-  const outcome = await withSeriesLock(deps.pool, series.id, deps.commands.timeoutMs, async () => use(await visibleSeries(deps, identity, id)));
+  const outcome = await withSeriesLock(deps.pool, { seriesId: series.id, projectId: series.projectId }, deps.commands.timeoutMs, async () => use(await visibleSeries(deps, identity, id)));
   if (!outcome.ran) throw new ApiError(409, `series ${series.id} is being changed or deleted by another request: try again`);
   return outcome.value;
 }
@@ -348,7 +393,7 @@ const changeSeriesSchema = z
 /** A stored rule, read back with no occurrence bound (LK_MAX_OCCURRENCES may have been lowered since). */
 const storedRule = (rule: string) => parseRecurrence(rule, { maxOccurrences: 999_999, horizonMs: RECURRENCE_HORIZON_MS });
 
-/** The lease a series repeats, as its create asked: the rule's first start and end ('now': the create's minute). */
+/** The lease a series repeats, as its create asked: the rule's first start and end (a 'now' start is stored as its minute; a series stored before that: the create's minute). */
 function templateWindow(series: SeriesRow): { startMs: number; endMs: number; beforeEndMs?: number } {
   const start = requestDateOrNowSchema.parse(series.template.start_date);
   const startMs = start === 'now' ? wholeMinuteDown(series.createdMs) : start;
@@ -361,19 +406,26 @@ const dayOf = (ms: number) => Math.floor(ms / DAY_MS);
 
 /**
  * The leases of new occurrences (their window and place in the series), made from the series's
- * create body as that create made them; for the series's project and the user who created it.
+ * create body as a create by the caller would make them: the create's checks of what the caller
+ * may ask (admin-only end policies, property keys) run again with the caller's identity, and the
+ * new occurrences are the caller's, in the series's project.
+ * Their before-end is as far before their end as the last occurrence's (the create's, if none is
+ * left), dropped (the default) where it would fall outside their window, as a lease update drops it.
  */
-function extensionRequests(deps: NewLeaseDeps, identity: Identity, series: SeriesRow, userId: string, added: Array<{ index: number } & Occurrence>) {
+async function extensionRequests(deps: NewLeaseDeps, identity: Identity, series: SeriesRow, last: Lease | undefined, added: Array<{ index: number } & Occurrence>, field: 'count' | 'until') {
   const window = templateWindow(series);
+  const beforeEndOffsetMs = last ? (last.beforeEndMs === undefined ? undefined : last.endMs - last.beforeEndMs) : window.beforeEndMs === undefined ? undefined : window.endMs - window.beforeEndMs;
+  const beforeEndOf = (o: Occurrence) => (beforeEndOffsetMs === undefined || o.endMs - beforeEndOffsetMs < o.startMs ? undefined : o.endMs - beforeEndOffsetMs);
   const body = parseRequest(createLeaseSchema(deps.types, deps.maxReservationsPerLease), {
     ...Object.fromEntries(Object.entries(series.template).filter(([key]) => key !== 'before_end_date')),
     start_date: formatRequestDate(added[0].startMs),
     end_date: formatRequestDate(added[0].endMs),
   });
-  const owner: Identity = { ...identity, projectId: series.projectId, userId };
-  const first = newLeaseRequest(deps, owner, body, randomUUID());
+  refuseAdminOnlyPolicies(identity, 'blazar:leases:post', body.reservations?.map((r) => r.params));
+  await refuseUnknownPropertyKeys(deps.types, identity, body.reservations ?? []);
+  const first = newLeaseRequest(deps, { ...identity, projectId: series.projectId }, body, randomUUID());
   const lastName = occurrenceName(series.name, added[added.length - 1].index);
-  if (lastName.length > 80) throw new ApiError(400, `count: the series's name is too long for occurrence ${added[added.length - 1].index + 1} (names are at most 80 characters)`);
+  if (lastName.length > 80) throw new ApiError(400, `${field}: the series's name is too long for occurrence ${added[added.length - 1].index + 1} (names are at most 80 characters)`);
   return added.map((o) => ({
     request: {
       ...first,
@@ -381,7 +433,7 @@ function extensionRequests(deps: NewLeaseDeps, identity: Identity, series: Serie
       name: occurrenceName(series.name, o.index),
       start: o.startMs,
       end: o.endMs,
-      beforeEnd: window.beforeEndMs === undefined ? undefined : o.endMs - (window.endMs - window.beforeEndMs),
+      beforeEnd: beforeEndOf(o),
       reservations: first.reservations.map((r) => ({ ...r, id: randomUUID() })),
       seriesId: series.id,
     },
@@ -402,13 +454,23 @@ async function changeSeriesEnd(deps: NewLeaseDeps, identity: Identity, series: S
   const old = storedRule(series.recurrence);
   const rule = formatRecurrence({ freq: old.freq, interval: old.interval, ...(old.byDay ? { byDay: old.byDay } : {}), ...(change.count !== undefined ? { count: change.count } : { untilMs: change.untilMs }) });
   const window = templateWindow(series);
-  const slots = occurrencesOf(deps, rule, window.startMs, window.endMs);
+  const field = change.count !== undefined ? 'count' : 'until';
+  const slots = occurrencesOf(deps, rule, window.startMs, window.endMs, field);
   const lastDay = dayOf(slots[slots.length - 1].startMs);
+  // The rule's instants are at the create's time of day; `until` bounds each occurrence's own start (a change may have moved it later).
+  const startsAfterUntil = (startMs: number) => change.untilMs !== undefined && startMs > change.untilMs;
   const all = await leasesOfSeries(deps.pool, series.id);
-  const past = all.filter((l) => dayOf(l.startMs) > lastDay);
-  const keptRefused = series.refused.filter((r) => dayOf(r.startMs) <= lastDay);
-  const untouched = past.filter((l) => !notStarted(l.status)).map((l) => ({ lease_id: l.id, name: l.name, status: l.status, reason: 'started: an occurrence started or ended is never deleted by a change' }));
-  for (const lease of past.filter((l) => notStarted(l.status))) {
+  const pastLeases = all.filter((l) => dayOf(l.startMs) > lastDay || startsAfterUntil(l.startMs));
+  const keptRefused = series.refused.filter((r) => dayOf(r.startMs) <= lastDay && !startsAfterUntil(r.startMs));
+  const untouched: Array<{ lease_id: string; name: string; status: string; reason: string }> = [];
+  for (const past of pastLeases) {
+    // Read again right before its delete: the deletes before it take seconds, and it may have started meanwhile.
+    const lease = await findLease(deps.pool, past.id);
+    if (!lease) continue;
+    if (!notStarted(lease.status)) {
+      untouched.push({ lease_id: lease.id, name: lease.name, status: lease.status, reason: 'started: an occurrence started or ended is never deleted by a change' });
+      continue;
+    }
     const outcome = await removeLease(deps.commands, lease.id, () => findLease(deps.pool, lease.id));
     if (outcome === 'past-deadline' && (await findLease(deps.pool, lease.id))?.status !== 'DELETING') {
       throw new ApiError(503, `the delete of occurrence ${lease.name} did not finish in time; the occurrences before it in the series are deleted: try again`);
@@ -419,7 +481,7 @@ async function changeSeriesEnd(deps: NewLeaseDeps, identity: Identity, series: S
   const last = all[all.length - 1];
   const timeOfDay = last ? last.startMs - dayOf(last.startMs) * DAY_MS : window.startMs - dayOf(window.startMs) * DAY_MS;
   const durationMs = last ? last.endMs - last.startMs : window.endMs - window.startMs;
-  const added = slots.flatMap((slot, index) => (dayOf(slot.startMs) > seriesLastDay ? [{ index, startMs: dayOf(slot.startMs) * DAY_MS + timeOfDay, endMs: dayOf(slot.startMs) * DAY_MS + timeOfDay + durationMs }] : []));
+  const added = slots.flatMap((slot, index) => (dayOf(slot.startMs) > seriesLastDay && !startsAfterUntil(dayOf(slot.startMs) * DAY_MS + timeOfDay) ? [{ index, startMs: dayOf(slot.startMs) * DAY_MS + timeOfDay, endMs: dayOf(slot.startMs) * DAY_MS + timeOfDay + durationMs }] : []));
   const untouchedJson = untouched.length > 0 ? { untouched } : {};
   if (added.length === 0) {
     await setSeriesRule(deps.pool, series.id, rule, keptRefused);
@@ -427,7 +489,7 @@ async function changeSeriesEnd(deps: NewLeaseDeps, identity: Identity, series: S
   }
   const after = [...all, ...added].sort((a, b) => a.startMs - b.startMs);
   for (let i = 1; i < after.length; i++) if (after[i].startMs < after[i - 1].endMs) throw new ApiError(400, 'the new occurrences would overlap the ones before them: occurrences must not overlap');
-  const requests = extensionRequests(deps, identity, series, last?.userId ?? identity.userId, added);
+  const requests = await extensionRequests(deps, identity, series, last, added, field);
   const refusedRows = (refused: Array<{ index: number; error: ApiError }>): RefusedOccurrence[] =>
     refused.map(({ index, error }) => ({ name: requests[index].request.name, startMs: added[index].startMs, endMs: added[index].endMs, reason: reasonOf(error), message: error.message }));
   let refused: Array<{ index: number; error: ApiError }>;

@@ -48,6 +48,8 @@ export interface NewHostBooking extends NewRangeBooking {
   unbounded: boolean;
   /** Instance slots: the host is shared with other instance reservations, never with a whole-host lease. */
   shared?: boolean;
+  /** A preemptible booking (issue 43): a regular lease's admission may cut it (cutPreemptibleLease). */
+  preemptible?: boolean;
 }
 
 /** The hosts a reservation's booking holds, by host id. */
@@ -94,13 +96,14 @@ export async function nextBookingsOfOthers(db: Queryable, reservationId: string)
  */
 export async function blockedIntervals(
   db: Queryable,
-  window: { fromMs: number; toMs: number | null; cleaningMs: number; hostIds?: string[]; wholeHostOnly?: boolean; withMaintenance?: boolean; mergeGapsBelowMs?: number },
+  window: { fromMs: number; toMs: number | null; cleaningMs: number; hostIds?: string[]; wholeHostOnly?: boolean; withMaintenance?: boolean; mergeGapsBelowMs?: number; withoutPreemptible?: boolean },
 ): Promise<BlockedRow[]> {
+  // `withoutPreemptible`: a regular lease's view (issue 43), where preemptible bookings are free.
   const overlapping = `SELECT host_id, lower(blocks) AS starts, COALESCE(upper(blocks), 'infinity') AS ends
      FROM host_allocations
      WHERE blocks && tstzrange(to_timestamp($1 / 1000.0), to_timestamp($2::numeric / 1000.0) + $3 * interval '1 millisecond')
-       AND ($4::bigint[] IS NULL OR host_id = ANY($4::bigint[])) AND NOT ($5 AND shared)`;
-  const params = [window.fromMs, window.toMs, window.cleaningMs, window.hostIds ?? null, window.wholeHostOnly ?? false];
+       AND ($4::bigint[] IS NULL OR host_id = ANY($4::bigint[])) AND NOT ($5 AND shared) AND NOT ($6 AND preemptible)`;
+  const params = [window.fromMs, window.toMs, window.cleaningMs, window.hostIds ?? null, window.wholeHostOnly ?? false, window.withoutPreemptible ?? false];
   const asMs = (column: string) => `CASE WHEN isfinite(${column}) THEN (extract(epoch FROM ${column}) * 1000)::float8 ELSE 'Infinity' END`;
   const { rows } =
     window.mergeGapsBelowMs === undefined
@@ -109,7 +112,7 @@ export async function blockedIntervals(
           // A group begins where a booking starts at least the gap after every earlier one of its host ended.
           `WITH b AS (${overlapping}),
                 ended AS (SELECT host_id, starts, ends, max(ends) OVER (PARTITION BY host_id ORDER BY starts, ends ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS ended_before FROM b),
-                grouped AS (SELECT host_id, starts, ends, count(*) FILTER (WHERE ended_before IS NULL OR starts - ended_before >= $6 * interval '1 millisecond') OVER (PARTITION BY host_id ORDER BY starts, ends ROWS UNBOUNDED PRECEDING) AS grp FROM ended)
+                grouped AS (SELECT host_id, starts, ends, count(*) FILTER (WHERE ended_before IS NULL OR starts - ended_before >= $7 * interval '1 millisecond') OVER (PARTITION BY host_id ORDER BY starts, ends ROWS UNBOUNDED PRECEDING) AS grp FROM ended)
            SELECT host_id::text, ${asMs('min(starts)')} AS start_ms, ${asMs('max(ends)')} AS end_ms FROM grouped GROUP BY host_id, grp`,
           [...params, window.mergeGapsBelowMs],
         );
@@ -119,12 +122,52 @@ export async function blockedIntervals(
 /** Books one host; the exclusion constraint refuses it (23P01) when another booking took the host meanwhile. */
 export async function insertHostBooking(client: PoolClient, booking: NewHostBooking): Promise<void> {
   await client.query(
-    `INSERT INTO host_allocations (host_id, reservation_id, lease_id, project_id, during, blocks, booking_key, shared)
+    `INSERT INTO host_allocations (host_id, reservation_id, lease_id, project_id, during, blocks, booking_key, shared, preemptible)
      VALUES ($1, $2, $3, $4, tstzrange(to_timestamp($5 / 1000.0), to_timestamp($6 / 1000.0)),
              tstzrange(to_timestamp($5 / 1000.0) - $9 * interval '1 millisecond',
-                       CASE WHEN $10 THEN NULL ELSE to_timestamp($6 / 1000.0) + $7 * interval '1 millisecond' END), $8, $11)`,
-    [booking.hostId, booking.reservationId, booking.leaseId, booking.projectId, booking.fromMs, booking.endMs, booking.cleaningMs, booking.bookingKey, booking.leadMs, booking.unbounded, booking.shared ?? false],
+                       CASE WHEN $10 THEN NULL ELSE to_timestamp($6 / 1000.0) + $7 * interval '1 millisecond' END), $8, $11, $12)`,
+    [booking.hostId, booking.reservationId, booking.leaseId, booking.projectId, booking.fromMs, booking.endMs, booking.cleaningMs, booking.bookingKey, booking.leadMs, booking.unbounded, booking.shared ?? false, booking.preemptible ?? false],
   );
+}
+
+/**
+ * The preemptible bookings of these hosts whose blocked interval overlaps [fromMs, toMs) (a regular
+ * booking's, its lead and cleaning gap included), each with its lease, when its window begins, and
+ * whether a cut of its lease at `cutAtMs` would drop a booking already begun (its servers would
+ * then be on no booking the end could clean). In a transaction the rows stay locked until it ends,
+ * so that a concurrent cut waits.
+ */
+export async function preemptibleBookingsOverlapping(
+  db: Queryable,
+  window: { hostIds: string[]; fromMs: number; toMs: number; cutAtMs: number },
+): Promise<Array<{ lease_id: string; host_id: string; start_ms: number; drops_begun: boolean }>> {
+  const { rows } = await db.query<{ lease_id: string; host_id: string; start_ms: number; drops_begun: boolean }>(
+    `SELECT a.lease_id::text, a.host_id::text, (extract(epoch FROM lower(a.during)) * 1000)::float8 AS start_ms,
+            EXISTS (SELECT 1 FROM host_allocations o WHERE o.lease_id = a.lease_id AND o.preemptible
+                      AND lower(o.during) <= now() AND lower(o.during) >= to_timestamp($4 / 1000.0)) AS drops_begun
+     FROM host_allocations a
+     WHERE a.preemptible AND a.host_id = ANY($1::bigint[]) AND a.blocks && tstzrange(to_timestamp($2 / 1000.0), to_timestamp($3 / 1000.0))
+     ORDER BY a.host_id, lower(a.during) FOR UPDATE OF a`,
+    [window.hostIds, window.fromMs, window.toMs, window.cutAtMs],
+  );
+  return rows;
+}
+
+/**
+ * A preemptible lease cut to end at `endMs` (issue 43): every booking of the lease on a host (one
+ * lease, one end) ends there, blocked `cleaningMs` more; those beginning at or after it go.
+ * Answers whether any booking of the lease is left.
+ */
+export async function cutPreemptibleLease(client: PoolClient, leaseId: string, endMs: number, cleaningMs: number): Promise<boolean> {
+  await client.query(
+    `UPDATE host_allocations
+     SET during = tstzrange(lower(during), to_timestamp($2 / 1000.0)), blocks = tstzrange(lower(blocks), to_timestamp($2 / 1000.0) + $3 * interval '1 millisecond')
+     WHERE lease_id = $1 AND preemptible AND upper(during) > to_timestamp($2 / 1000.0) AND lower(during) < to_timestamp($2 / 1000.0)`,
+    [leaseId, endMs, cleaningMs],
+  );
+  await client.query('DELETE FROM host_allocations WHERE lease_id = $1 AND preemptible AND lower(during) >= to_timestamp($2 / 1000.0)', [leaseId, endMs]);
+  const { rows } = await client.query('SELECT 1 FROM host_allocations WHERE lease_id = $1 LIMIT 1', [leaseId]);
+  return rows.length > 0;
 }
 
 /** One host taken out of a reservation's booking (a failed host replaced by another). */

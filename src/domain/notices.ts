@@ -21,6 +21,8 @@ export const LEASE_NOTICE_TYPES = [
   'lease.approval_requested',
   'lease.approved',
   'lease.denied',
+  // Preemptible leases (issue 43): cut short by a regular lease that needs the hosts.
+  'lease.preempting',
 ] as const;
 /** The approval notices: what the approvers' webhooks (the deployment's and projects') hear. */
 export const APPROVAL_NOTICE_TYPES = ['lease.approval_requested', 'lease.approved', 'lease.denied'] as const satisfies ReadonlyArray<(typeof LEASE_NOTICE_TYPES)[number]>;

@@ -6,6 +6,7 @@
  * since may still be renamed or shortened.
  */
 import { formatMessageDate, reuseEnd } from './dates';
+import { isPreemptibleLease } from './preemption';
 import { type Lease } from './lease';
 import {
   bookedInterval,
@@ -47,6 +48,8 @@ export interface UsagePolicy {
   extension?: { withinLastMs?: number; maxEachMs?: number; maxCount?: number };
   /** Rules admins are held to as well (by default they are exempt from all). */
   enforceOnAdmins: RuleName[];
+  /** Rules a preemptible lease is exempt from (issue 43: e.g. no duration cap on borrowed time); absent: none. */
+  preemptibleExempt?: RuleName[];
   /** Fair share over time (domain/fair-share.ts). */
   fairShare?: FairSharePolicy;
 }
@@ -93,9 +96,18 @@ function refuse(rule: RuleName, message: string, details: Record<string, unknown
   return { rule, status, message: status === 403 ? `Usage policy: ${message}` : message, details: { rule, ...details } };
 }
 
+/**
+ * Whether a rule is checked on a change: admins are exempt unless `enforce_on_admins` names it, and
+ * a preemptible lease (every reservation preemptible) when `preemptible_exempt` names it.
+ */
+export function ruleApplies(policy: UsagePolicy, subject: Pick<PolicySubject, 'next' | 'byAdmin'>, rule: RuleName): boolean {
+  if (subject.byAdmin && !policy.enforceOnAdmins.includes(rule)) return false;
+  return !(policy.preemptibleExempt?.includes(rule) && isPreemptibleLease(subject.next));
+}
+
 /** The first rule the change breaks, or undefined when the policy allows it. */
 export function policyRefusal(policy: UsagePolicy, subject: PolicySubject, ledger: ProjectLedger): PolicyRefusal | undefined {
-  const applies = (rule: RuleName) => !subject.byAdmin || policy.enforceOnAdmins.includes(rule);
+  const applies = (rule: RuleName) => ruleApplies(policy, subject, rule);
   for (const [rule, check] of ruleChecks(policy, subject, ledger, fairShareFiguresOf(policy, subject, ledger))) {
     if (!applies(rule)) continue;
     const refusal = check();
@@ -376,7 +388,7 @@ export interface RuleEvaluation {
  * (admins are exempt, the change does not touch them) are left out.
  */
 export function policyEvaluation(policy: UsagePolicy, subject: PolicySubject, ledger: ProjectLedger): { evaluations: RuleEvaluation[]; refusal?: PolicyRefusal } {
-  const applies = (rule: RuleName) => !subject.byAdmin || policy.enforceOnAdmins.includes(rule);
+  const applies = (rule: RuleName) => ruleApplies(policy, subject, rule);
   const evaluations: RuleEvaluation[] = [];
   let first: PolicyRefusal | undefined;
   const figuresOf = fairShareFiguresOf(policy, subject, ledger);

@@ -5,15 +5,17 @@
  * idempotent call: the lease's workflow id, never a second run under it (REJECT_DUPLICATE), so a
  * start made twice finds the first.
  */
-import { WorkflowExecutionAlreadyStartedError, type Client } from '@temporalio/client';
+import { WorkflowExecutionAlreadyStartedError, WorkflowNotFoundError, type Client } from '@temporalio/client';
 import { TypedSearchAttributes } from '@temporalio/common';
 import type { Logger } from 'pino';
 import { leaseResourceTypes, type Lease } from '../domain/lease';
 import { markdownText } from '../domain/markdown';
 import { LeaseEndKey, LeaseStartKey, LeaseStatusKey, ProjectIdKey, ResourceTypesKey } from '../domain/search-attributes';
 import { admittedStart, markStarted, sweepOwedStarts } from '../db/lease-outbox';
+import { sweepOwedPreemptions, type OwedPreemption } from '../db/lease-preemptions';
+import { leaseStates } from '../db/leases';
 import type { Pool } from '../db/pool';
-import { leaseWorkflowId, leaseWorkflowType, staticSummary, type LeaseWorkflow, type LeaseWorkflowInput } from '../../workflows/lease/messages';
+import { leasePreempted, leaseWorkflowId, leaseWorkflowType, staticSummary, type LeaseWorkflow, type LeaseWorkflowInput } from '../../workflows/lease/messages';
 
 /**
  * What a lease workflow is started with besides its input: the Web UI's summary and details
@@ -90,8 +92,12 @@ export interface LeaseOutboxDeps {
   concurrency?: number;
   /** How long a start may wait for this process's admissions in flight to be answered first (`whileAdmitting`). */
   yieldMs?: number;
+  /** The warning a preempted lease is told the deployment promises (LK_PREEMPT_WARNING_MINUTES; 10 min unset). */
+  preemptionWarningMs?: number;
 }
 
+/** LK_PREEMPT_WARNING_MINUTES's default, for an outbox built without the setting. */
+const DEFAULT_PREEMPTION_WARNING_MS = 10 * 60_000;
 /** Owed starts a sweep takes at once; a busy backlog is worked through sweep after sweep. */
 const SWEEP_BATCH = 100;
 /** How long a start waits to be written to its row with others. */
@@ -120,6 +126,9 @@ export class LeaseOutbox {
   private flushing: Promise<void> | undefined;
   private onStarted?: (lagMs: number) => void;
   private onFailed?: (error: unknown) => void;
+  /** Preempted leases being told now, and whether an admission asked again meanwhile. */
+  private telling: Promise<unknown> | undefined;
+  private tellAgain = false;
 
   constructor(private readonly deps: LeaseOutboxDeps) {
     this.concurrency = deps.concurrency ?? 16;
@@ -155,6 +164,54 @@ export class LeaseOutbox {
   }
 
   /**
+   * Tells the workflows of leases preempted by admissions just committed (lease_preemptions), at
+   * once; one telling at a time per process, another after it when asked meanwhile. A failure is
+   * left to the sweeps. Cheap when nothing is owed (the owed rows' index is empty).
+   */
+  tellPreemptedSoon(): void {
+    if (this.telling) {
+      this.tellAgain = true;
+      return;
+    }
+    this.telling = this.tellPreempted(0)
+      .catch((err: unknown) => this.deps.log.warn({ err }, 'telling preempted leases failed: the sweeps will try again'))
+      .finally(() => {
+        this.telling = undefined;
+        if (this.tellAgain) {
+          this.tellAgain = false;
+          this.tellPreemptedSoon();
+        }
+      });
+  }
+
+  /** Tells owed preemptions older than `olderThanMs` to their workflows, a batch at a time. */
+  private async tellPreempted(olderThanMs: number): Promise<{ told: number; failed: number }> {
+    const total = { told: 0, failed: 0 };
+    for (;;) {
+      const batch = await sweepOwedPreemptions(this.deps.pool, { limit: SWEEP_BATCH, olderThanMs }, (owed) => this.tellOne(owed));
+      total.told += batch.told;
+      total.failed += batch.failed;
+      if (batch.failed > 0 || batch.told < SWEEP_BATCH) return total;
+    }
+  }
+
+  /** One preempted lease's workflow told (a signal, which it applies once: a second changes nothing). */
+  private async tellOne(owed: OwedPreemption): Promise<{ told: true } | { told: false; error: string }> {
+    try {
+      const warningMs = this.deps.preemptionWarningMs ?? DEFAULT_PREEMPTION_WARNING_MS;
+      await this.deps.client.workflow.getHandle<LeaseWorkflow>(leaseWorkflowId(owed.leaseId)).signal(leasePreempted, { endMs: owed.endMs, neededFromMs: owed.neededFromMs, warningMs });
+      return { told: true };
+    } catch (err) {
+      if (err instanceof WorkflowNotFoundError) {
+        // Gone or ended: nothing to tell. Not started yet (its own owed start): told once it is.
+        const state = (await leaseStates(this.deps.pool, [owed.leaseId])).get(owed.leaseId);
+        if (!state || state.deleted || state.status === 'TERMINATED' || state.status === 'ERROR') return { told: true };
+      }
+      return { told: false, error: err instanceof Error ? err.message : String(err) };
+    }
+  }
+
+  /**
    * An update or a delete found no workflow for the lease: if the API admitted it, its workflow is
    * started now (or found started meanwhile, by the admitting API or a sweep: the start is
    * idempotent), and the answer is true; false for a lease the API did not admit. Throws when
@@ -183,8 +240,12 @@ export class LeaseOutbox {
       });
       total.started += batch.started;
       total.failed += batch.failed;
-      if (batch.failed > 0 || batch.started < SWEEP_BATCH) return total;
+      if (batch.failed > 0 || batch.started < SWEEP_BATCH) break;
     }
+    // Preempted leases whose workflow was not told (the admitting API died, or Temporal refused).
+    const preemptions = await this.tellPreempted(this.deps.graceMs);
+    if (preemptions.told > 0 || preemptions.failed > 0) this.deps.log.info(preemptions, 'owed preemptions swept');
+    return total;
   }
 
   /** Sweeps every `sweepMs` until stopped. */
@@ -216,6 +277,7 @@ export class LeaseOutbox {
     this.queue.length = 0;
     const until = Date.now() + waitMs;
     await this.sweeping;
+    await this.telling;
     while (this.inFlight > 0 && Date.now() < until) await new Promise((resolve) => setTimeout(resolve, 10));
     await this.flushing;
   }

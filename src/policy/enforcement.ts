@@ -15,7 +15,7 @@ import { countLiveOfferHolds } from '../db/offer-holds';
 import { approvalRuleNeed, bookedHostIds, countedWithWaitingChange, isExtensionOnly, namesHostClass, ONLY_EXTENSIONS_WAIT, type ApprovalNeed } from '../domain/approval';
 import { hostPropertiesOf, listHosts } from '../db/hosts';
 import { bookingChanged, LeaseErrorType, notStarted, type Lease } from '../domain/lease';
-import { ledgerRange, memberBudgetShape, offerHoldRefusal, policyEvaluation, policyRefusal, type PolicyRefusal, type PolicySubject, type ProjectLedger, type RuleEvaluation, type RuleName, type UsagePolicy } from '../domain/usage-policy';
+import { ledgerRange, memberBudgetShape, offerHoldRefusal, policyEvaluation, policyRefusal, ruleApplies, type PolicyRefusal, type PolicySubject, type ProjectLedger, type RuleEvaluation, type RuleName, type UsagePolicy } from '../domain/usage-policy';
 import { FAIR_SHARE_LEDGER_CAP, fairShareSpans, type FairShareLedger } from '../domain/fair-share';
 import type { MeteredLease } from '../domain/usage';
 import { matchesQuery, parsePropertyQuery } from '../domain/property-query';
@@ -210,7 +210,7 @@ export class UsagePolicyEnforcer {
     const full: PolicySubject = { ...subject, nowMs: Date.now() };
     const fairShare = policy.fairShare;
     // Rules an admin is exempt from read nothing (nor take the lock) for an admin's change.
-    const applies = (rule: RuleName) => !subject.byAdmin || policy.enforceOnAdmins.includes(rule);
+    const applies = (rule: RuleName) => ruleApplies(policy, subject, rule);
     const readsLeadTime = Boolean(fairShare?.leadTime?.length) && applies('lead_time');
     const readsStacking = Boolean(fairShare?.stacking?.length) && applies('stacking');
     const readsMemberBudgets = fairShare?.memberBudgets !== undefined && applies('member_budget');

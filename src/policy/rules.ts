@@ -14,6 +14,7 @@
  *     budget: { period: month, host_hours: 2000, vcpu_hours: 50000 }   # or period: 30d (rolling)
  *     extension: { within_last: 48h, max_each: 24h, max_count: 3 }
  *     enforce_on_admins: [max_hosts]  # admins are exempt from every other rule
+ *     preemptible_exempt: [max_lease_duration]  # rules preemptible leases are exempt from
  *     approval:                     # leases that wait for an admin's answer (exactly one condition each)
  *       - { hosts_over: 4, timeout: 1440, on_timeout: deny }   # also slots_over, duration_over: 3d,
  *                                   #   host_properties: '["==", "$gpu", "a100"]', always: true
@@ -209,6 +210,8 @@ export const rulesSchema = z.strictObject({
     })
     .nullish(),
   enforce_on_admins: z.array(z.enum(RULE_NAMES, { error: `expected rule names: ${RULE_NAMES.join(', ')}` })).max(RULE_NAMES.length).nullish(),
+  // Preemptible leases (issue 43): rules that do not hold them back (e.g. max_lease_duration on borrowed time).
+  preemptible_exempt: z.array(z.enum(RULE_NAMES, { error: `expected rule names: ${RULE_NAMES.join(', ')}` })).max(RULE_NAMES.length).nullish(),
   // Approval (issue 42): rules whose leases wait for an admin's answer, and how long exceptions wait.
   approval: z.array(approvalRuleSchema).max(MAX_APPROVAL_RULES, `at most ${MAX_APPROVAL_RULES} approval rules`).nullish(),
   exception_timeout: approvalMinutes.nullish(),
@@ -286,6 +289,7 @@ export function toUsagePolicy(rules: PolicyRules): UsagePolicy {
       ? { withinLastMs: ms(rules.extension.within_last), maxEachMs: ms(rules.extension.max_each), maxCount: rules.extension.max_count ?? undefined }
       : undefined,
     enforceOnAdmins: rules.enforce_on_admins ?? [],
+    preemptibleExempt: rules.preemptible_exempt ?? [],
     fairShare: toFairSharePolicy(rules),
   };
 }

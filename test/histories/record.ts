@@ -427,6 +427,30 @@ export const SCENARIOS: Record<string, (api: Api, stack: TestStack) => Promise<s
   'change-approval-approved': async (_api, stack) => changeApprovalScenario(stack, 'change-approval-approved', 'approve'),
   'change-approval-denied': async (_api, stack) => changeApprovalScenario(stack, 'change-approval-denied', 'deny'),
   'change-approval-timed-out': async (_api, stack) => changeApprovalScenario(stack, 'change-approval-timed-out', 'none'),
+  // A running preemptible host lease a regular lease needs (issue 43): told after the admission, it takes the new end, warns, ends with the reason.
+  preempted: async (api, stack) => {
+    await scenarioHosts(stack, 'preempted');
+    const lent = await api('POST', '/v1/leases', { name: 'preempted', start_date: inSeconds(2), end_date: inSeconds(3600), reservations: [{ ...hostReservationOf('preempted'), preemptible: true }] });
+    await waitFor(api, lent.body.lease.id, 'ACTIVE');
+    const needing = await api('POST', '/v1/leases', { name: 'preempting', start_date: inSeconds(6), end_date: inSeconds(8), reservations: [{ ...hostReservationOf('preempted'), min: 2, max: 2 }] });
+    if (needing.status !== 201) throw new Error(`preempting: ${needing.status} ${JSON.stringify(needing.body)}`);
+    await waitFor(api, lent.body.lease.id, 'TERMINATED');
+    await api('DELETE', `/v1/leases/${lent.body.lease.id}`);
+    await waitFor(api, needing.body.lease.id, 'TERMINATED');
+    await api('DELETE', `/v1/leases/${needing.body.lease.id}`);
+    return lent.body.lease.id;
+  },
+  // A preemptible host lease not started yet whose whole window a regular lease takes: it ends at once.
+  'preempted-before-start': async (api, stack) => {
+    await scenarioHosts(stack, 'preempted-before-start');
+    const lent = await api('POST', '/v1/leases', { name: 'preempted-before-start', start_date: inSeconds(3600), end_date: inSeconds(7200), reservations: [{ ...hostReservationOf('preempted-before-start'), preemptible: true }] });
+    const needing = await api('POST', '/v1/leases', { name: 'preempting-early', start_date: inSeconds(1800), end_date: inSeconds(9000), reservations: [{ ...hostReservationOf('preempted-before-start'), min: 2, max: 2 }] });
+    if (needing.status !== 201) throw new Error(`preempting-early: ${needing.status} ${JSON.stringify(needing.body)}`);
+    await waitFor(api, lent.body.lease.id, 'TERMINATED');
+    await api('DELETE', `/v1/leases/${lent.body.lease.id}`);
+    await api('DELETE', `/v1/leases/${needing.body.lease.id}`);
+    return lent.body.lease.id;
+  },
   'host-monitor': async (_api, stack) => {
     const name = `monitored-${randomUUID().slice(0, 8)}`;
     const hostId = await insertHost(stack.db.pool, { name });

@@ -9,7 +9,8 @@ import { admit } from './admission';
 import { answerDelete } from './delete';
 import { healWhenFree } from './heal';
 import { answerApproval, validateApprovalAnswer } from './approval';
-import { admitLease, approveLease, deleteLease, denyLease, type ApprovalAnswer, getLease, hostsChanged, predecessorEnded, updateLease } from './messages';
+import { admitLease, approveLease, deleteLease, denyLease, type ApprovalAnswer, getLease, hostsChanged, leasePreempted, predecessorEnded, updateLease } from './messages';
+import { preemptWhenFree } from './preempt';
 import { assertAdmitted, type LeaseState } from './state';
 import { applyUpdate, validateUpdate } from './update';
 
@@ -17,6 +18,7 @@ export function answerMessages(s: LeaseState): void {
   setHandler(getLease, () => s.lease);
   setHandler(predecessorEnded, (leaseId) => void s.endedPredecessors.add(leaseId));
   setHandler(hostsChanged, ({ hostIds }) => healWhenFree(s, hostIds));
+  setHandler(leasePreempted, (preemption) => preemptWhenFree(s, preemption));
   setHandler(admitLease, (request) => s.lock.run(() => admit(s, request)));
   setHandler(updateLease, (update) => s.lock.run(() => applyUpdate(s, update)), {
     validator: (update: LeaseUpdateRequest) => validateUpdate(s, update),

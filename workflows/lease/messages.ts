@@ -32,6 +32,18 @@ export const predecessorEnded = defineSignal<[string]>('predecessorEnded');
 /** From the host monitor: hosts this lease is booked on failed or came back; the lease heals its reservations. */
 export const hostsChanged = defineSignal<[{ hostIds: string[] }]>('hostsChanged');
 
+/**
+ * From the admission of a regular lease that needed this preemptible lease's hosts (issue 43, sent
+ * after its commit from lease_preemptions): the lease's bookings now end at `endMs`, the other lease
+ * needs the hosts from `neededFromMs`; `warningMs`: the deployment's warning (LK_PREEMPT_WARNING_MINUTES).
+ */
+export interface LeasePreemption {
+  endMs: number;
+  neededFromMs: number;
+  warningMs: number;
+}
+export const leasePreempted = defineSignal<[LeasePreemption]>('leasePreempted');
+
 export interface LeaseWorkflowInput {
   request: NewLeaseRequest;
   requestHash: string;

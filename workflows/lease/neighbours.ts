@@ -4,7 +4,7 @@
  */
 import { condition, getExternalWorkflowHandle, log, patched, setCurrentDetails } from '@temporalio/workflow';
 import type { Lease } from '../../src/domain/lease';
-import { DELETE_INTERRUPTS_PREDECESSOR_WAIT, TELL_WAITING_SUCCESSORS } from '../patches';
+import { DELETE_INTERRUPTS_PREDECESSOR_WAIT, LEASE_PREEMPTION, TELL_WAITING_SUCCESSORS } from '../patches';
 import { recording } from './activity-options';
 import { failureMessage } from './failures';
 import { leaseWorkflowId, predecessorEnded } from './messages';
@@ -14,18 +14,42 @@ import { describeWaitingForPredecessors } from './web-ui';
 /** How long to wait for a predecessor's signal before looking at its row again. */
 const PREDECESSOR_RECHECK_MS = 60_000;
 
-/** Waits until every earlier lease on the same resources has ended, unless this one is deleted meanwhile. */
+/**
+ * Waits until every earlier lease on the same resources has ended, unless this one is deleted
+ * meanwhile. Since the patch, preempted ones (issue 43) are waited for at most the eviction bound
+ * (LK_PREEMPT_EVICTION_SECONDS) from when the wait began: then the lease starts anyway, as on a host
+ * not yet clean (their end still runs, on the hosts' servers of theirs).
+ */
 export async function waitForPredecessors(s: LeaseState): Promise<'ready' | 'deleted'> {
   const keys = leaseResourceKeys(s.lease);
   if (keys.length === 0) return 'ready';
   // A delete used to wait for the predecessors to end (it needs the lock this wait holds).
   const deleteInterrupts = patched(DELETE_INTERRUPTS_PREDECESSOR_WAIT.id);
+  const preempted = new Set<string>();
+  const classified = new Set<string>();
+  let evictionUntil: number | undefined;
   for (;;) {
     if (deleteInterrupts && s.deletion !== 'none') return 'deleted';
     const waiting = (await recording.findPredecessors({ leaseId: s.lease.id, keys, startMs: s.lease.startMs })).filter((id) => !s.endedPredecessors.has(id));
     if (waiting.length === 0) return 'ready';
+    const unclassified = waiting.filter((id) => !classified.has(id));
+    if (unclassified.length > 0 && patched(LEASE_PREEMPTION.id)) {
+      const answer = await recording.preemptedPredecessors({ ids: unclassified });
+      for (const id of unclassified) classified.add(id);
+      for (const id of answer.preempted) preempted.add(id);
+      evictionUntil ??= Date.now() + answer.evictionMs;
+    }
+    const overdue = evictionUntil !== undefined && Date.now() >= evictionUntil;
+    const blocking = waiting.filter((id) => !(overdue && preempted.has(id)));
+    if (blocking.length === 0) {
+      log.warn('starting before preempted leases on the same resources ended: the eviction bound passed', { leaseId: s.lease.id, preempted: waiting });
+      return 'ready';
+    }
     setCurrentDetails(describeWaitingForPredecessors(waiting));
-    await condition(() => waiting.every((id) => s.endedPredecessors.has(id)) || (deleteInterrupts && s.deletion !== 'none'), PREDECESSOR_RECHECK_MS, {
+    // A preempted one is waited for until the eviction bound at most.
+    const bounded = !overdue && evictionUntil !== undefined && blocking.some((id) => preempted.has(id));
+    const timeout = bounded ? Math.max(1, Math.min(PREDECESSOR_RECHECK_MS, evictionUntil! - Date.now())) : PREDECESSOR_RECHECK_MS;
+    await condition(() => blocking.every((id) => s.endedPredecessors.has(id)) || (deleteInterrupts && s.deletion !== 'none'), timeout, {
       summary: 'until earlier leases end',
     });
   }

@@ -20,12 +20,14 @@ import { describeStartStep } from './web-ui';
 /**
  * Pending: sleeps until the start is due (resources are made ready a provisioning lead time before
  * it, 0 by default), unless deleted first. An update that made the lease wait for approval (an
- * exception, an approval rule) is answered first: 'ended' when it was denied.
+ * exception, an approval rule) is answered first: 'ended' when it was denied, or when it was
+ * preempted with nothing of its window left.
  */
 export async function waitForStart(s: LeaseState): Promise<'due' | 'delete' | 'ended'> {
   for (;;) {
-    const woke = await sleepUntil(s, () => ({ type: 'start_lease' as const, time: s.lease.startMs - (s.lease.provisioningLeadMs ?? 0) }), () => s.lease.status === 'PENDING_APPROVAL');
+    const woke = await sleepUntil(s, () => ({ type: 'start_lease' as const, time: s.lease.startMs - (s.lease.provisioningLeadMs ?? 0) }), () => s.lease.status === 'PENDING_APPROVAL' || s.endedEarly);
     if (woke !== 'interrupted') return woke;
+    if (s.endedEarly) return 'ended'; // preempted before its start (preempt.ts)
     if ((await untilApproved(s)) === 'delete') return 'delete';
     if (s.lease.status !== 'PENDING') return 'ended';
   }

@@ -23,6 +23,8 @@ export interface LeaseState {
   readonly endedPredecessors: Set<string>;
   /** A heal waits for the lock: signals arriving meanwhile join it. */
   healQueued: boolean;
+  /** Preempted before its start with nothing of its window left (preempt.ts): it ended without starting. */
+  endedEarly: boolean;
   /** An admin's answer to a lease waiting for approval, not yet acted on; `of`: the waiting change it answers (its requestedMs). */
   approvalAnswer?: { outcome: 'approved' | 'denied'; reason?: string; of?: number };
   /** A waiting change is being settled (change-approval.ts): answers are refused until it is done. */
@@ -41,6 +43,7 @@ export function initialState(input: LeaseWorkflowInput): LeaseState {
     deletesAnswering: 0,
     endedPredecessors: new Set<string>(),
     healQueued: false,
+    endedEarly: false,
     lock: new Lock(),
   };
 }

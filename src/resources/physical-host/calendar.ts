@@ -10,17 +10,18 @@
 import type { ApplicationFailure } from '@temporalio/common';
 import type { PoolClient } from 'pg';
 import { isLeaseConflict, leaseConflict, invalidLease, type Reservation } from '../../domain/lease';
-import { assignHosts, freeHosts, preferenceOrder, type Blocked, type HostRequest } from '../../domain/host-calendar';
+import { assignHosts, freeHosts, preferenceOrder, type Blocked, type CalendarSnapshot, type HostRequest } from '../../domain/host-calendar';
 import { matchesQuery, parsePropertyQuery } from '../../domain/property-query';
 import { sameTypeReservations, type FitLimits, type FitSearch, type ReservationContext } from '../../domain/resource-plugin';
 import { maintenanceBlocks } from '../../db/maintenance';
-import { blockedIntervals, deleteHostBookingOfReservation, hostBookings, hostsOfReservation, insertHostBooking, nextBookingsOfOthers, unusableHostsOf } from '../../db/host-allocations';
+import { blockedIntervals, cutPreemptibleLease, deleteHostBookingOfReservation, hostBookings, hostsOfReservation, insertHostBooking, nextBookingsOfOthers, preemptibleBookingsOverlapping, unusableHostsOf } from '../../db/host-allocations';
+import { addOwedPreemption } from '../../db/lease-preemptions';
 import { failedReservableHosts, hypervisorProperties, inventoryVersion, listHosts, HYPERVISOR_FIELDS, type HostRecord } from '../../db/hosts';
 import type { Pool } from '../../db/pool';
 import type { WholeResourceBookingRow } from '../../db/range-bookings';
 import { bookInTransaction, bookingKey, checkKeys, SEARCH_WORK_BUDGET } from '../shared/booking';
 import { alreadyBooked, NEVER_FITS, WholeResourceCalendar, type BlockedInterval, type NewWholeResourceBooking } from '../shared/whole-resource-calendar';
-import { endPolicyOf, type EndPolicy, type PhysicalHostParams } from './params';
+import { endPolicyOf, isPreemptible, type EndPolicy, type PhysicalHostParams } from './params';
 
 /** A host reservation, its parameters as the API's schema produced them. */
 type HostReservation = Reservation<PhysicalHostParams>;
@@ -108,7 +109,10 @@ export class HostCalendar extends WholeResourceCalendar<HostRecord, BookedHost[]
   async wouldBook(reservations: Array<Reservation<PhysicalHostParams>>, start: number, end: number, leadMs: number): Promise<Map<string, HostRecord[]> | undefined> {
     const { resources, requests } = await this.searchRequests(reservations);
     const calendar = await this.snapshot(this.pool, resources, start, end, leadMs);
-    const assignment = assignHosts(requests, freeHosts(calendar, start, end), preferenceOrder(calendar, Date.now()));
+    // As admission: free hosts first; a regular lease that does not fit in them takes preemptible ones.
+    const assignment =
+      assignHosts(requests, freeHosts(calendar, start, end), preferenceOrder(calendar, Date.now())) ??
+      (this.preemptibleAsFree(reservations) ? (await this.preemptingChoice(this.pool, { startMs: start, endMs: end, leadMs }, resources, requests, calendar))?.assignment : undefined);
     if (!assignment) return undefined;
     const byId = new Map(resources.map((h) => [h.id, h]));
     return new Map([...assignment].map(([reservationId, ids]) => [reservationId, ids.map((id) => byId.get(id)!)]));
@@ -208,14 +212,70 @@ export class HostCalendar extends WholeResourceCalendar<HostRecord, BookedHost[]
     const bookedLater = releasing.length
       ? new Set((await this.snapshot(client, hosts, ctx.startMs, null, ctx.provisioningLeadMs)).blocked.filter((b) => b.end > ctx.startMs).map((b) => b.hostId))
       : new Set<string>();
+    if (releasing.some((r) => isPreemptible(r.params))) throw invalidLease('a preemptible reservation cannot keep its hosts for good: its on_end (the deployment\'s default here) is "release"');
     await this.refuseMoreThanEnrolled(client, reservations, hosts);
     const requests = reservations.map((r) => this.request(r, hosts, releasing.includes(r) ? bookedLater : undefined));
     const assignment = await this.bookAnew(client, ctx, hosts, requests, key, existing, {
       preferred: (calendar) => preferenceOrder(calendar, Date.now(), this.settings.randomChoice ? shuffle : undefined),
       neverFits: releasing.length > 0 ? 'it never fits: on_end "release" needs hosts with nothing booked after its start' : undefined,
+      // A regular lease that does not fit in free hosts takes preemptible ones (issue 43); a preemptible lease never does.
+      ...(this.preemptibleAsFree(reservations) ? { otherwise: (calendar: CalendarSnapshot) => this.bookPreempting(client, ctx, hosts, requests, key, calendar) } : {}),
     });
     const byId = new Map(hosts.map((h) => [h.id, h]));
     return (assignment.get(ctx.reservation.id) ?? []).map((id) => ({ id, hypervisor_hostname: byId.get(id)!.hypervisor_hostname }));
+  }
+
+  /**
+   * A regular lease that does not fit in free hosts (issue 43): preemptible bookings count as free,
+   * free hosts still first, then hosts whose preemptible lease has not begun (nobody to evict), those
+   * it runs on last; each reservation then gets its min only (it preempts no more than it needs).
+   * Every preemptible lease on a host taken is cut to end, all of it (one lease, one end), a cleaning
+   * gap before the lease's block begins, and its workflow is owed the news (lease_preemptions), in
+   * this transaction. Undefined, nothing changed: it does not fit even so.
+   */
+  private async bookPreempting(client: PoolClient, ctx: ReservationContext<PhysicalHostParams>, hosts: HostRecord[], requests: HostRequest[], key: string, calendar: CalendarSnapshot): Promise<Map<string, string[]> | undefined> {
+    const choice = await this.preemptingChoice(client, { startMs: ctx.startMs, endMs: ctx.endMs, leadMs: ctx.provisioningLeadMs }, hosts, requests, calendar);
+    if (!choice) return undefined;
+    for (const leaseId of choice.preemptedLeases) {
+      await cutPreemptibleLease(client, leaseId, choice.cutAtMs, this.cleaningMs);
+      await addOwedPreemption(client, { leaseId, endMs: choice.cutAtMs, neededFromMs: choice.neededFromMs });
+    }
+    await this.insert(client, ctx, choice.assignment, ctx.startMs, key, ctx.provisioningLeadMs);
+    return choice.assignment;
+  }
+
+  /**
+   * The hosts a regular lease over the window would take when it does not fit in free hosts
+   * (bookPreempting's choice), the preemptible leases it would cut, and where; nothing is written.
+   * Inside a transaction, the preemptible rows read stay locked until it ends.
+   */
+  private async preemptingChoice(
+    db: Pool | PoolClient,
+    window: { startMs: number; endMs: number; leadMs: number },
+    hosts: HostRecord[],
+    requests: HostRequest[],
+    calendar: CalendarSnapshot,
+  ): Promise<{ assignment: Map<string, string[]>; preemptedLeases: string[]; cutAtMs: number; neededFromMs: number } | undefined> {
+    const open = await this.snapshot(db, hosts, window.startMs, window.endMs, window.leadMs, false, undefined, true);
+    const free = freeHosts(calendar, window.startMs, window.endMs);
+    const neededFromMs = window.startMs - window.leadMs;
+    const cutAtMs = neededFromMs - this.cleaningMs;
+    const held = [...freeHosts(open, window.startMs, window.endMs)].filter((id) => !free.has(id));
+    if (held.length === 0) return undefined;
+    const preempted = await preemptibleBookingsOverlapping(db, { hostIds: held, fromMs: neededFromMs, toMs: window.endMs + this.cleaningMs, cutAtMs });
+    // A lease that would lose a booking it already runs on keeps it: its servers must stay where its end cleans them.
+    const kept = new Set(preempted.filter((row) => row.drops_begun).map((row) => row.host_id));
+    const usable = new Set([...free, ...held.filter((id) => !kept.has(id))]);
+    const now = Date.now();
+    const running = new Set(preempted.filter((row) => row.start_ms <= now).map((row) => row.host_id));
+    const byId = (a: string, b: string) => Number(a) - Number(b);
+    const takeable = held.filter((id) => usable.has(id));
+    const order = [...preferenceOrder(calendar, now).filter((id) => free.has(id)), ...takeable.filter((id) => !running.has(id)).sort(byId), ...takeable.filter((id) => running.has(id)).sort(byId)];
+    const assignment = assignHosts(requests.map((r) => ({ ...r, max: r.min })), usable, order);
+    if (!assignment) return undefined;
+    const taken = new Set([...assignment.values()].flat());
+    const preemptedLeases = [...new Set(preempted.filter((row) => taken.has(row.host_id)).map((row) => row.lease_id))].sort();
+    return { assignment, preemptedLeases, cutAtMs, neededFromMs };
   }
 
   /** The reservable hosts that a reservation with these queries could book (a bad query: the reservation's 400). */
@@ -314,6 +374,15 @@ export class HostCalendar extends WholeResourceCalendar<HostRecord, BookedHost[]
     );
   }
 
+  protected override preemptible(ctx: ReservationContext<PhysicalHostParams>): ReadonlySet<string> {
+    return new Set(sameTypeReservations(ctx).filter((r) => isPreemptible(r.params)).map((r) => r.id));
+  }
+
+  /** A lease with no preemptible host reservation is regular: preemptible bookings are free to it. */
+  protected override preemptibleAsFree(reservations: HostReservation[]): boolean {
+    return !reservations.some((r) => r.resource_type === PHYSICAL_HOST && isPreemptible(r.params));
+  }
+
   protected override unbounded(ctx: ReservationContext<PhysicalHostParams>): ReadonlySet<string> {
     return new Set(sameTypeReservations(ctx).filter((r) => this.endPolicy(r) === 'release').map((r) => r.id));
   }
@@ -331,8 +400,15 @@ export class HostCalendar extends WholeResourceCalendar<HostRecord, BookedHost[]
     return assignHosts(requests, freeHosts(calendar, ctx.startMs, ctx.endMs), window.hostIds) ? 'maintenance' : undefined;
   }
 
-  protected async blocked(db: Pool | PoolClient, window: { fromMs: number; toMs: number | null; ids: string[]; onlyTheseIds: boolean; mergeGapsBelowMs?: number }): Promise<BlockedInterval[]> {
-    const rows = await blockedIntervals(db, { fromMs: window.fromMs, toMs: window.toMs, cleaningMs: this.cleaningMs, hostIds: window.onlyTheseIds ? window.ids : undefined, mergeGapsBelowMs: window.mergeGapsBelowMs });
+  protected async blocked(db: Pool | PoolClient, window: { fromMs: number; toMs: number | null; ids: string[]; onlyTheseIds: boolean; mergeGapsBelowMs?: number; withoutPreemptible?: boolean }): Promise<BlockedInterval[]> {
+    const rows = await blockedIntervals(db, {
+      fromMs: window.fromMs,
+      toMs: window.toMs,
+      cleaningMs: this.cleaningMs,
+      hostIds: window.onlyTheseIds ? window.ids : undefined,
+      mergeGapsBelowMs: window.mergeGapsBelowMs,
+      withoutPreemptible: window.withoutPreemptible,
+    });
     return rows.map((r) => ({ resourceId: r.host_id, start_ms: r.start_ms, end_ms: r.end_ms }));
   }
 

@@ -48,6 +48,15 @@ export const physicalHostParams = z
       .transform(Number)
       .pipe(z.number().int('expected a whole number of seconds').min(0).max(MAX_GRACE_SECONDS, `must be at most ${MAX_GRACE_SECONDS} (30 days)`))
       .nullish(),
+    /**
+     * Preemptible (issue 43): booked only into free hosts, and cut short by a regular lease that needs
+     * them. Also as text, as key=value clients send it (blazarclient 3.5.0's `--reservation` cannot
+     * send it for hosts: docs/api.md, "Preemptible leases").
+     */
+    preemptible: z
+      .union([z.boolean(), z.enum(['true', 'false', 'True', 'False'])], { error: 'expected true or false' })
+      .nullish()
+      .transform((v) => v === true || v === 'true' || v === 'True'),
   })
   .refine((p) => p.min <= p.max, {
     message: 'must not be greater than max',
@@ -57,6 +66,10 @@ export const physicalHostParams = z
   .refine((p) => p.recycle_grace_seconds === null || p.recycle_grace_seconds === undefined || p.on_end === 'recycle' || p.on_end === 'default', {
     message: 'recycle_grace_seconds applies only to on_end "recycle"',
     path: ['recycle_grace_seconds'],
+  })
+  .refine((p) => !(p.preemptible && p.on_end === 'release'), {
+    message: 'a preemptible reservation cannot keep its hosts for good (on_end "release")',
+    path: ['preemptible'],
   });
 
 export type PhysicalHostParams = z.output<typeof physicalHostParams>;
@@ -68,4 +81,9 @@ export type PhysicalHostParams = z.output<typeof physicalHostParams>;
  */
 export function endPolicyOf(params: Partial<Pick<PhysicalHostParams, 'on_end'>>, defaultPolicy: EndPolicy = 'delete'): EndPolicy {
   return params.on_end === undefined || params.on_end === 'default' ? defaultPolicy : params.on_end;
+}
+
+/** Whether a reservation is preemptible: recorded before the parameter existed (2026-11-27), it is not. */
+export function isPreemptible(params: Partial<Pick<PhysicalHostParams, 'preemptible'>>): boolean {
+  return params.preemptible === true;
 }

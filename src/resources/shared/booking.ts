@@ -146,6 +146,19 @@ export function wholeResourceFit(requests: HostRequest[], future: CalendarSnapsh
 }
 
 /**
+ * What the two-step search (fitNearFirst) needs of one calendar type, in lease starts: the
+ * earliest start from `from` and up to `more` windows after it (as searchSuccessiveFits answers;
+ * a type may find no later windows), and how long the lease fits from the asked start as far as
+ * the calendar tells until `until` (Infinity: all of it; undefined: it fits until then, at least
+ * `upToMs` needs no more). `workBudget`: the whole search's, shared by both steps.
+ */
+export interface NearFirstSearch<Calendar> {
+  workBudget: number;
+  successive(calendar: Calendar, from: number, limits: { workBudget: number; knownUntil: number }, more: number): EarliestSearch;
+  longest(calendar: Calendar, until: number, upToMs: number): number | undefined;
+}
+
+/**
  * The same in two steps, each reading its own snapshot: first only the bookings near `start` (for
  * leases ending by `nearUntil`, or by what `limits` say the caller needs, if sooner), which answer
  * most searches; then, only when the answer lies further (no fit that early, or the lease fits
@@ -153,10 +166,11 @@ export function wholeResourceFit(requests: HostRequest[], future: CalendarSnapsh
  * say), the earliest start searched on from where the first step stopped, within what is left of
  * the budget. The answer is the one-step answer within `limits` (FitLimits). `earliestSnapshot`
  * reads the rest when only the earliest fit needs it (it may merge gaps too short for the lease).
+ * Fewer bookings read make each try cheaper, so the budget reaches further than in one step.
  */
-export async function wholeResourceFitNearFirst(
-  snapshot: (untilMs: number | null) => Promise<CalendarSnapshot>,
-  requests: HostRequest[],
+export async function fitNearFirst<Calendar>(
+  snapshot: (untilMs: number | null) => Promise<Calendar>,
+  search: NearFirstSearch<Calendar>,
   start: number,
   durationMs: number,
   nearUntil: number,
@@ -177,19 +191,37 @@ export async function wholeResourceFitNearFirst(
   };
   const fit = (earliest: EarliestSearch, longestMs: number): FitSearch => ({ earliest: earliest.start, longestMs, cutShort: earliest.cutShort, tried: earliest.tried, searchedUntil: earliest.lastTried, ...windowsOf(earliest) });
   // Fitting from `start` until `until` (as far as the snapshot tells) is as good as longer when the caller needs no more.
-  const longestWithin = (calendar: CalendarSnapshot, until: number) => longestFit(requests, calendar, start, until) ?? (until - start >= longestUpTo ? until - start : undefined);
+  const longestWithin = (calendar: Calendar, until: number) => search.longest(calendar, until, longestUpTo) ?? (until - start >= longestUpTo ? until - start : undefined);
 
   const near = await snapshot(firstUntil);
   // A start past `earliestUntil` is none the caller wants: the search stops before it (beyondKnown).
-  const nearEarliest = searchSuccessiveFits(requests, near, start, durationMs, { align: wholeMinuteUp, workBudget: SEARCH_WORK_BUDGET, knownUntil: firstUntil }, more);
+  const nearEarliest = search.successive(near, start, { workBudget: search.workBudget, knownUntil: firstUntil }, more);
   const nearLongest = longestWithin(near, firstUntil);
   const resumeAt = nearEarliest.beyondKnown && nearEarliest.beyondKnown.resumeAt <= earliestUntil ? nearEarliest.beyondKnown.resumeAt : undefined;
   if (resumeAt === undefined && nearLongest !== undefined) return fit(nearEarliest, nearLongest);
   const restUntil = neededUntil === Infinity ? null : neededUntil;
   // With the longest known, the rest is read for the earliest fit alone (`earliestSnapshot`: maybe with short gaps merged).
   const future = await (nearLongest === undefined ? snapshot : earliestSnapshot)(restUntil);
-  const longestMs = nearLongest ?? (restUntil === null ? longestFit(requests, future, start) : longestWithin(future, restUntil)!);
+  const longestMs = nearLongest ?? longestWithin(future, restUntil ?? Infinity)!;
   if (resumeAt === undefined) return fit(nearEarliest, longestMs);
-  const further = searchSuccessiveFits(requests, future, resumeAt, durationMs, { align: wholeMinuteUp, workBudget: Math.max(0, SEARCH_WORK_BUDGET - nearEarliest.work), knownUntil: restUntil ?? Infinity }, more);
+  const further = search.successive(future, resumeAt, { workBudget: Math.max(0, search.workBudget - nearEarliest.work), knownUntil: restUntil ?? Infinity }, more);
   return fit({ ...further, tried: nearEarliest.tried + further.tried, lastTried: further.lastTried ?? nearEarliest.lastTried }, longestMs);
+}
+
+/** fitNearFirst over whole resources (hosts, addresses): the lease fits where the requests can all be matched. */
+export function wholeResourceFitNearFirst(
+  snapshot: (untilMs: number | null) => Promise<CalendarSnapshot>,
+  requests: HostRequest[],
+  start: number,
+  durationMs: number,
+  nearUntil: number,
+  limits: FitLimits = {},
+  earliestSnapshot = snapshot,
+): Promise<FitSearch> {
+  const search: NearFirstSearch<CalendarSnapshot> = {
+    workBudget: SEARCH_WORK_BUDGET,
+    successive: (calendar, from, bounds, more) => searchSuccessiveFits(requests, calendar, from, durationMs, { align: wholeMinuteUp, ...bounds }, more),
+    longest: (calendar, until) => longestFit(requests, calendar, start, until),
+  };
+  return fitNearFirst(snapshot, search, start, durationMs, nearUntil, limits, earliestSnapshot);
 }

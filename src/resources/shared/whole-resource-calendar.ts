@@ -11,7 +11,7 @@ import type { Calendar } from '../../domain/calendar';
 import { formatMessageDate as when } from '../../domain/dates';
 import type { Reservation } from '../../domain/lease';
 import { assignHosts, freeHosts, preferenceOrder, type CalendarSnapshot, type HostRequest } from '../../domain/host-calendar';
-import type { FitLimits, FitSearch, ReservationContext } from '../../domain/resource-plugin';
+import { sameTypeReservations, type FitLimits, type FitSearch, type ReservationContext } from '../../domain/resource-plugin';
 import type { Pool } from '../../db/pool';
 import type { NewRangeBooking, WholeResourceBookingRow, WholeResourceBookings } from '../../db/range-bookings';
 import { extensionRefused, NEAR_SEARCH_DURATIONS, NEAR_SEARCH_MS, releaseBooking, shortage, wholeResourceFit, wholeResourceFitNearFirst } from './booking';
@@ -27,6 +27,8 @@ export interface BlockedInterval {
 export interface NewWholeResourceBooking extends NewRangeBooking {
   resourceId: string;
   unbounded: boolean;
+  /** A regular lease's admission may cut it short (issue 43). */
+  preemptible?: boolean;
 }
 
 /** The calendar interface's types for a calendar of whole resources. */
@@ -74,12 +76,22 @@ export abstract class WholeResourceCalendar<Resource extends { id: string }, Boo
    * `onlyTheseIds` is false and the store allows; a store may answer a resource's intervals
    * separated by less than `mergeGapsBelowMs` as one (only an earliest-fit search asks).
    */
-  protected abstract blocked(db: Pool | PoolClient, window: { fromMs: number; toMs: number | null; ids: string[]; onlyTheseIds: boolean; mergeGapsBelowMs?: number }): Promise<BlockedInterval[]>;
+  protected abstract blocked(db: Pool | PoolClient, window: { fromMs: number; toMs: number | null; ids: string[]; onlyTheseIds: boolean; mergeGapsBelowMs?: number; withoutPreemptible?: boolean }): Promise<BlockedInterval[]>;
   protected abstract insertOne(client: PoolClient, booking: NewWholeResourceBooking): Promise<void>;
   /** The one order every transaction takes resources in: two that want the same ones queue instead of deadlocking. */
   protected abstract compareIds(a: string, b: string): number;
   /** What one request that did not fit needs, with how many resources match it and how many are free. */
   protected abstract describeShort(request: HostRequest, resources: Resource[], free: Set<string>): string;
+
+  /** Reservations (by id) whose bookings a regular lease's admission may cut short (issue 43). */
+  protected preemptible(_ctx: ReservationContext): ReadonlySet<string> {
+    return new Set();
+  }
+
+  /** Whether these reservations (a lease's, of this type) see preemptible bookings as free: a regular ask does (issue 43). */
+  protected preemptibleAsFree(_reservations: Reservation[]): boolean {
+    return false;
+  }
 
   /** Reservations (by id) whose bookings block their resources for good. */
   protected unbounded(_ctx: ReservationContext): ReadonlySet<string> {
@@ -105,9 +117,11 @@ export abstract class WholeResourceCalendar<Resource extends { id: string }, Boo
     const nearUntil = start + Math.max(NEAR_SEARCH_MS, NEAR_SEARCH_DURATIONS * durationMs);
     // For the earliest fit alone, gaps too short for the lease (its cleaning and lead included) may come merged.
     const gapsBelow = durationMs + this.cleaningMs + leadMs;
-    const read = (until: number | null, merged: boolean) => this.snapshot(this.pool, candidates, start, until, leadMs, true, merged ? gapsBelow : undefined);
+    // A regular ask counts preemptible bookings as free (issue 43); a preemptible one does not.
+    const withoutPreemptible = this.preemptibleAsFree(reservations);
+    const read = (until: number | null, merged: boolean) => this.snapshot(this.pool, candidates, start, until, leadMs, true, merged ? gapsBelow : undefined, withoutPreemptible);
     const reads = limits?.reads;
-    const key = (merged: boolean) => `${this.nouns}:${leadMs}:${merged ? gapsBelow : 'all'}:${candidates.map((c) => c.id).join(',')}`;
+    const key = (merged: boolean) => `${this.nouns}:${leadMs}:${merged ? gapsBelow : 'all'}:${withoutPreemptible ? 'regular' : 'preemptible'}:${candidates.map((c) => c.id).join(',')}`;
     // Within one request (offers), a read of a wider window answers for this one (SearchReads).
     const snapshot = (merged: boolean) => (until: number | null) =>
       reads ? reads.read(key(merged), start, until, () => read(until, merged), (wider) => narrowSnapshot(wider, start, until)) : read(until, merged);
@@ -120,9 +134,9 @@ export abstract class WholeResourceCalendar<Resource extends { id: string }, Boo
    * it grows by the lead, so the pure calendar functions (which know only a gap after bookings)
    * answer for the lead too: a new lease must begin its lead time after a booking's blocked end.
    */
-  async snapshot(db: Pool | PoolClient, resources: Resource[], start: number, end: number | null, leadMs: number, onlyTheseResources = false, mergeGapsBelowMs?: number): Promise<CalendarSnapshot> {
+  async snapshot(db: Pool | PoolClient, resources: Resource[], start: number, end: number | null, leadMs: number, onlyTheseResources = false, mergeGapsBelowMs?: number, withoutPreemptible = false): Promise<CalendarSnapshot> {
     const ids = resources.map((r) => r.id);
-    const rows = await this.blocked(db, { fromMs: start - leadMs, toMs: end, ids, onlyTheseIds: onlyTheseResources, ...(mergeGapsBelowMs !== undefined ? { mergeGapsBelowMs } : {}) });
+    const rows = await this.blocked(db, { fromMs: start - leadMs, toMs: end, ids, onlyTheseIds: onlyTheseResources, withoutPreemptible, ...(mergeGapsBelowMs !== undefined ? { mergeGapsBelowMs } : {}) });
     return this.shiftedByLead(ids, rows, leadMs);
   }
 
@@ -133,7 +147,7 @@ export abstract class WholeResourceCalendar<Resource extends { id: string }, Boo
 
   /** 409 that says what was short, when the same request would fit, and how long it can be from the asked start. */
   async explainShortage(db: Pool | PoolClient, ctx: ReservationContext, resources: Resource[], requests: HostRequest[], neverFits = this.neverFits): Promise<Error> {
-    const future = await this.snapshot(db, resources, ctx.startMs, null, ctx.provisioningLeadMs);
+    const future = await this.snapshot(db, resources, ctx.startMs, null, ctx.provisioningLeadMs, false, undefined, this.preemptibleAsFree(sameTypeReservations(ctx)));
     const free = freeHosts(future, ctx.startMs, ctx.endMs);
     const needs = requests.map((r) => this.describeShort(r, resources, free)).join('; ');
     return shortage(
@@ -162,12 +176,21 @@ export abstract class WholeResourceCalendar<Resource extends { id: string }, Boo
     requests: HostRequest[],
     key: string,
     existing: WholeResourceBookingRow[],
-    options: { preferred: (calendar: CalendarSnapshot) => Promise<string[]> | string[]; neverFits?: string },
+    options: {
+      preferred: (calendar: CalendarSnapshot) => Promise<string[]> | string[];
+      neverFits?: string;
+      /** When they do not fit in free resources: another way to book them (which books what it answers), else undefined. */
+      otherwise?: (calendar: CalendarSnapshot) => Promise<Map<string, string[]> | undefined>;
+    },
   ): Promise<Map<string, string[]>> {
     const calendar = await this.snapshot(client, resources, ctx.startMs, ctx.endMs, ctx.provisioningLeadMs);
     const preference = [...new Set([...existing.map((row) => row.resource_id), ...(await options.preferred(calendar))])];
     const assignment = assignHosts(requests, freeHosts(calendar, ctx.startMs, ctx.endMs), preference);
-    if (!assignment) throw await this.explainShortage(client, ctx, resources, requests, options.neverFits);
+    if (!assignment) {
+      const booked = await options.otherwise?.(calendar);
+      if (booked) return booked;
+      throw await this.explainShortage(client, ctx, resources, requests, options.neverFits);
+    }
     await this.insert(client, ctx, assignment, ctx.startMs, key, ctx.provisioningLeadMs);
     return assignment;
   }
@@ -218,11 +241,12 @@ export abstract class WholeResourceCalendar<Resource extends { id: string }, Boo
    */
   protected async insert(client: PoolClient, ctx: ReservationContext, assignment: Map<string, string[]>, from: number, key: string, leadMs: number): Promise<void> {
     const unbounded = this.unbounded(ctx);
+    const preemptible = this.preemptible(ctx);
     const rows = [...assignment]
       .flatMap(([requestKey, ids]) => ids.map((resourceId) => ({ reservationId: requestKey.split('#')[0], resourceId })))
       .sort((a, b) => this.compareIds(a.resourceId, b.resourceId));
     for (const { reservationId, resourceId } of rows) {
-      await this.insertOne(client, { resourceId, reservationId, leaseId: ctx.leaseId, projectId: ctx.projectId, fromMs: from, endMs: ctx.endMs, leadMs, unbounded: unbounded.has(reservationId), bookingKey: key });
+      await this.insertOne(client, { resourceId, reservationId, leaseId: ctx.leaseId, projectId: ctx.projectId, fromMs: from, endMs: ctx.endMs, leadMs, unbounded: unbounded.has(reservationId), preemptible: preemptible.has(reservationId), bookingKey: key });
     }
   }
 }

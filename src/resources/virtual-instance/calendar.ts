@@ -10,7 +10,7 @@
 import type { PoolClient } from 'pg';
 import { formatMessageDate as when, wholeMinuteUp } from '../../domain/dates';
 import { invalidLease, leaseConflict } from '../../domain/lease';
-import { canEverPlace, freeSlots, longestSlots, placeSlots, searchEarliestSlots, type SlotCalendar, type SlotHost, type SlotRequest, type SlotSearch } from '../../domain/instance-slots';
+import { canEverPlace, freeSlots, longestSlots, placeSlots, searchEarliestSlots, type SlotCalendar, type SlotHost, type SlotRequest } from '../../domain/instance-slots';
 import { matchesQuery, parsePropertyQuery } from '../../domain/property-query';
 import type { Calendar } from '../../domain/calendar';
 import type { FitLimits, FitSearch, ReservationContext } from '../../domain/resource-plugin';
@@ -29,7 +29,7 @@ import {
   type CapacityProvider,
   type LiveSlots,
 } from '../../db/quantity-allocations';
-import { bookedFor, bookInTransaction, bookingKey, checkKeys, extensionRefused, movedBookingKey, NEAR_SEARCH_DURATIONS, NEAR_SEARCH_MS, releaseBooking, shortage } from '../shared/booking';
+import { bookedFor, bookInTransaction, bookingKey, checkKeys, extensionRefused, fitNearFirst, movedBookingKey, NEAR_SEARCH_DURATIONS, NEAR_SEARCH_MS, releaseBooking, shortage, type NearFirstSearch } from '../shared/booking';
 import { COMPUTE_KIND } from '../shared/compute-providers';
 import { QuantityCalendar } from '../shared/quantity-bookings';
 import { EXTENSION_HORIZON_MS } from '../../domain/offers';
@@ -400,13 +400,13 @@ function slotHost(c: Candidate): SlotHost {
 }
 
 /**
- * The same as slotFit, in two steps as the whole-resource search does (wholeResourceFitNearFirst):
- * the bookings of leases ending within the next weeks first (or by what `limits` need, if
- * sooner), and the rest (up to what they need) only when the answer lies further; the earliest
- * start searched on from where the first step stopped, within what is left of the budget. Fewer
- * bookings read make each try cheaper, so the budget reaches further than in one step.
+ * The same as slotFit, in two steps as the whole-resource search does (fitNearFirst): the
+ * bookings of leases ending within the next weeks first (or by what `limits` need, if sooner),
+ * and the rest (up to what they need) only when the answer lies further. In slot time a lease
+ * [s, s + d) is the window [s − lead, s + d): it ends where the lease does; the search answers in
+ * lease starts. No later windows (`laterWindows`): the slot search has no successive sweep.
  */
-export async function slotFitNearFirst(
+export function slotFitNearFirst(
   snapshot: (untilMs: number | null) => Promise<SlotCalendar>,
   request: SlotRequest,
   start: number,
@@ -415,38 +415,28 @@ export async function slotFitNearFirst(
   limits: FitLimits,
   nearUntil = start + Math.max(NEAR_SEARCH_MS, NEAR_SEARCH_DURATIONS * durationMs),
 ): Promise<FitSearch> {
-  const longestUpTo = limits.longestUpToMs ?? Infinity;
-  const earliestUntil = limits.earliestUntilMs ?? Infinity;
-  const neededUntil = Math.max(earliestUntil + durationMs, start + longestUpTo);
-  const firstUntil = Math.min(nearUntil, neededUntil);
-  const from = start - leadMs;
   const align = (ms: number) => wholeMinuteUp(ms + leadMs) - leadMs;
-  // In slot time a lease [s, s + d) is the window [s − lead, s + d): it ends where the lease does.
-  const longestWithin = (calendar: SlotCalendar, until: number) => {
-    // Each step of longestSlots places every slot again: it stops once the lease fits as long as needed.
-    const longest = longestSlots(request, calendar, from, SLOT_SEARCH_WORK_BUDGET, until, longestUpTo + leadMs);
-    if (longest !== undefined) return Math.max(0, longest - leadMs);
-    return until - start >= longestUpTo ? until - start : undefined;
+  const inLeaseStarts = (ms: number | undefined) => (ms !== undefined ? ms + leadMs : undefined);
+  const search: NearFirstSearch<SlotCalendar> = {
+    workBudget: SLOT_SEARCH_WORK_BUDGET,
+    successive: (calendar, from, bounds) => {
+      const found = searchEarliestSlots(request, calendar, from - leadMs, durationMs + leadMs, { align, ...bounds });
+      return {
+        start: inLeaseStarts(found.earliest),
+        cutShort: found.cutShort,
+        tried: found.tried,
+        lastTried: inLeaseStarts(found.lastTried),
+        work: found.work,
+        ...(found.beyondKnown ? { beyondKnown: { resumeAt: found.beyondKnown.resumeAt + leadMs } } : {}),
+      };
+    },
+    longest: (calendar, until, upToMs) => {
+      // Each step of longestSlots places every slot again: it stops once the lease fits as long as needed.
+      const longest = longestSlots(request, calendar, start - leadMs, SLOT_SEARCH_WORK_BUDGET, until, upToMs + leadMs);
+      return longest !== undefined ? Math.max(0, longest - leadMs) : undefined;
+    },
   };
-  const fit = (search: SlotSearch, longestMs: number): FitSearch => ({
-    earliest: search.earliest !== undefined ? search.earliest + leadMs : undefined,
-    longestMs,
-    cutShort: search.cutShort,
-    tried: search.tried,
-    searchedUntil: search.lastTried !== undefined ? search.lastTried + leadMs : undefined,
-  });
-
-  const near = await snapshot(firstUntil);
-  const nearSearch = searchEarliestSlots(request, near, from, durationMs + leadMs, { align, workBudget: SLOT_SEARCH_WORK_BUDGET, knownUntil: firstUntil });
-  const nearLongest = longestWithin(near, firstUntil);
-  const resumeAt = nearSearch.beyondKnown && nearSearch.beyondKnown.resumeAt + leadMs <= earliestUntil ? nearSearch.beyondKnown.resumeAt : undefined;
-  if (resumeAt === undefined && nearLongest !== undefined) return fit(nearSearch, nearLongest);
-  const restUntil = neededUntil === Infinity ? null : neededUntil;
-  const future = await snapshot(restUntil);
-  const longestMs = nearLongest ?? longestWithin(future, restUntil ?? Infinity)!;
-  if (resumeAt === undefined) return fit(nearSearch, longestMs);
-  const further = searchEarliestSlots(request, future, resumeAt, durationMs + leadMs, { align, workBudget: Math.max(0, SLOT_SEARCH_WORK_BUDGET - nearSearch.work), knownUntil: restUntil ?? Infinity });
-  return fit({ ...further, tried: nearSearch.tried + further.tried, lastTried: further.lastTried ?? nearSearch.lastTried }, longestMs);
+  return fitNearFirst(snapshot, search, start, durationMs, nearUntil, limits);
 }
 
 /** The bookings of a slot calendar that a read of [from, to) would have returned (whole-host blocks carry their cleaning gap). */

@@ -1,0 +1,30 @@
+/**
+ * Preemptible leases (issue 43), what the preempted lessee is told: why its lease ends early (the
+ * other lease's need, never its owner or id), and how much warning it got against the deployment's.
+ */
+import { formatMessageDate } from './dates';
+import type { Lease } from './lease';
+
+/** A preemptible lease: it has reservations, and every one is a preemptible host reservation (a mixed lease is regular). */
+export function isPreemptibleLease(lease: Pick<Lease, 'reservations'>): boolean {
+  return lease.reservations.length > 0 && lease.reservations.every((r) => r.resource_type === 'physical:host' && (r.params as { preemptible?: unknown }).preemptible === true);
+}
+
+/** The status_reason of a preempted lease. */
+export function preemptionReason(neededFromMs: number): string {
+  return `preempted: host needed by another lease from ${formatMessageDate(neededFromMs)}`;
+}
+
+/** The `lease.preempting` notice's details, told at `nowMs` of an end at `endMs`. */
+export function preemptionDetails(preemption: { endMs: number; neededFromMs: number; warningMs: number }, reason: string, nowMs: number): Record<string, unknown> {
+  const warningSeconds = Math.max(0, Math.round((preemption.endMs - nowMs) / 1000));
+  const configured = Math.round(preemption.warningMs / 1000);
+  return {
+    ends_at: new Date(preemption.endMs).toISOString(),
+    reason,
+    warning_seconds: warningSeconds,
+    warning_configured_seconds: configured,
+    // Less than the deployment's warning: the other lease's start came sooner (it waits for this lease's end, bounded).
+    warning_short: warningSeconds < configured,
+  };
+}

@@ -1,0 +1,194 @@
+/**
+ * Preemptible host leases (issue 43), through the API and the real worker: `preemptible` at the
+ * edge; a regular lease prefers free hosts and takes a preemptible lease's host only when it must,
+ * cutting that lease in its own transaction; the preempted lease is told (lease.preempting, never
+ * naming the other project), takes the new end and ends with the reason; one not started yet whose
+ * whole window is taken ends at once; a regular lease whose start comes sooner than the warning
+ * waits for the preempted lease's end, never longer than the eviction bound.
+ */
+import { physicalHostPlugin } from '../src/resources/physical-host';
+import type { ResourcePlugin } from '../src/domain/resource-plugin';
+import type { PhysicalHostParams } from '../src/resources/physical-host/params';
+import { blazarHostReservation } from '../dev-stack/fixtures/builders';
+import { doubleBookings, insertHost } from '../dev-stack/fixtures/hosts';
+import { startWebhookReceiver, type Delivery, type WebhookReceiver } from './support/notice-receiver';
+import { apiClient, eventually, inSeconds, leaseHistoryEvents, useTestStack } from '../dev-stack/stack';
+import { formatRequestDate } from '../src/domain/dates';
+
+const EVICTION_SECONDS = 3;
+/** A whole hour `days` ahead (within a member's max_advance), plus `hours`: Blazar's request date. */
+const TODAY = Math.ceil(Date.now() / 3_600_000) * 3_600_000;
+const at = (days: number, hours: number) => formatRequestDate(TODAY + days * 86_400_000 + hours * 3_600_000);
+
+describe('preemptible host leases', () => {
+  let project: WebhookReceiver;
+  /** The ends of preemptible reservations wait for this while it is set (an eviction that takes long). */
+  let holdPreemptibleEnds: Promise<void> | undefined;
+  beforeAll(async () => {
+    project = await startWebhookReceiver({ path: '/hook' });
+  });
+  afterAll(async () => {
+    await project.close();
+  });
+  const stack = useTestStack(() => ({
+    env: {
+      LK_WEBHOOK_ALLOW_PRIVATE: 'true', // the project's receiver is on loopback here
+      LK_NOTIFY_BEFORE_END: 'none',
+      LK_PREEMPT_WARNING_MINUTES: '5',
+      LK_PREEMPT_EVICTION_SECONDS: String(EVICTION_SECONDS),
+    },
+    withPool: (pool) => {
+      const hosts = physicalHostPlugin({ pool, settings: { cleaningMs: 0, randomChoice: false }, cloud: 'calendar-only' });
+      const held: ResourcePlugin<PhysicalHostParams> = {
+        ...hosts,
+        async end(ctx) {
+          if (ctx.reservation.params.preemptible && holdPreemptibleEnds) await holdPreemptibleEnds;
+          return hosts.end(ctx);
+        },
+      };
+      return [held];
+    },
+  }));
+  const asA = apiClient(() => stack().url, { 'x-project-id': 'project-a', 'x-user-id': 'alice', 'x-roles': 'member' });
+  const asB = apiClient(() => stack().url, { 'x-project-id': 'project-b-secret', 'x-user-id': 'bob', 'x-roles': 'member' });
+  const inPool = (pool: string, fields: Record<string, unknown> = {}) => blazarHostReservation({ resource_properties: JSON.stringify(['==', '$pool', pool]), ...fields });
+  const hostIds: Record<string, string> = {};
+  const leaseOf = async (id: string, as = asA) => (await as('GET', `/v1/leases/${id}`)).body.lease;
+  const hostsOf = async (leaseId: string) =>
+    (await stack().db.pool.query<{ host_id: string; end_ms: number }>('SELECT host_id::text, (extract(epoch FROM upper(during)) * 1000)::float8 AS end_ms FROM host_allocations WHERE lease_id = $1 ORDER BY host_id', [leaseId])).rows;
+  const noticesOf = (id: string, type: string) => project.received.filter((d: Delivery) => d.body.payload.lease_id === id && d.body.event_type === type);
+
+  beforeAll(async () => {
+    for (const [name, pool] of [['free-1', 'free'], ['free-2', 'free'], ['cut-1', 'cut'], ['cut-2', 'cut'], ['gone-1', 'gone'], ['short-1', 'short'], ['none-1', 'none']] as const) {
+      hostIds[name] = await insertHost(stack().db.pool, { name, capabilities: { pool } });
+    }
+    expect((await asA('PUT', '/v1/projects/project-a/webhooks', { webhooks: [{ url: project.url }] })).status).toBe(200);
+  });
+
+  afterEach(async () => {
+    expect(await doubleBookings(stack().db.pool)).toEqual([]);
+  });
+
+  it('takes "preemptible" as a boolean (blazarclient sends text), shows it, and refuses other values with Blazar\'s 400', async () => {
+    const made = await asA('POST', '/v1/leases', { name: 'shape', start_date: at(10, 0), end_date: at(10, 1), reservations: [inPool('none', { preemptible: 'True' })] });
+    expect(made.status).toBe(201);
+    expect(made.body.lease.reservations[0]).toMatchObject({ resource_type: 'physical:host', preemptible: true });
+    const regular = await asA('POST', '/v1/leases', { name: 'shape-regular', start_date: at(11, 0), end_date: at(11, 1), reservations: [inPool('none')] });
+    expect(regular.body.lease.reservations[0].preemptible).toBe(false);
+    const bad = await asA('POST', '/v1/leases', { name: 'shape-bad', start_date: at(12, 0), end_date: at(12, 1), reservations: [inPool('none', { preemptible: 'maybe' })] });
+    expect(bad).toEqual({ status: 400, body: { error_code: 400, error_name: 400, error_message: 'reservations[0].preemptible: expected true or false' } });
+    const kept = await asA('POST', '/v1/leases', { name: 'shape-release', start_date: at(12, 0), end_date: at(12, 1), reservations: [inPool('none', { preemptible: true, on_end: 'release' })] });
+    expect(kept.status).toBe(400);
+    expect(kept.body.error_message).toMatch(/preemptible reservation cannot keep its hosts for good/);
+  });
+
+  it('lifts the policy rules preemptible_exempt names for a lease whose every reservation is preemptible, only', async () => {
+    const asAdmin = apiClient(() => stack().url, { 'x-project-id': 'admin', 'x-user-id': 'root', 'x-roles': 'admin' });
+    expect((await asAdmin('PUT', '/v1/projects/project-a/policy', { max_lease_duration: '1d', preemptible_exempt: ['max_lease_duration'] })).status).toBe(200);
+    try {
+      const long = (fields: Record<string, unknown>) => asA('POST', '/v1/leases', { name: `long-${JSON.stringify(fields).length}`, start_date: at(40, 0), end_date: at(42, 0), reservations: [inPool('none', fields)] });
+      expect((await long({ preemptible: true })).status).toBe(201);
+      const regular = await long({});
+      expect(regular.status).toBe(400);
+      expect(regular.body.error_message).toMatch(/maximum lease duration/);
+    } finally {
+      expect((await asAdmin('PUT', '/v1/projects/project-a/policy', { max_lease_duration: null, preemptible_exempt: null })).status).toBe(200);
+    }
+  });
+
+  it('a regular lease prefers free hosts; a preemptible one never displaces anyone', async () => {
+    const lent = await asA('POST', '/v1/leases', { name: 'lent-free', start_date: at(20, 0), end_date: at(20, 2), reservations: [inPool('free', { preemptible: true })] });
+    expect(lent.status).toBe(201);
+    const lentHost = lent.body.lease.reservations[0].hosts[0];
+    const regular = await asB('POST', '/v1/leases', { name: 'regular-free', start_date: at(20, 0), end_date: at(20, 2), reservations: [inPool('free')] });
+    expect(regular.status).toBe(201);
+    expect(regular.body.lease.reservations[0].hosts).not.toContain(lentHost);
+    expect((await hostsOf(lent.body.lease.id)).map((r) => r.end_ms)).toEqual([TODAY + 20 * 86_400_000 + 2 * 3_600_000]);
+    // Both hosts are held now: another preemptible lease takes neither the regular's nor the preemptible's.
+    const another = await asA('POST', '/v1/leases', { name: 'lent-free-2', start_date: at(20, 1), end_date: at(20, 3), reservations: [inPool('free', { preemptible: true })] });
+    expect(another.status).toBe(409);
+    expect(await hostsOf(lent.body.lease.id)).toHaveLength(1);
+    // Offers: a regular ask counts the preemptible lease's host as free; a preemptible ask does not.
+    const ask = (fields: Record<string, unknown>) => asB('POST', '/v1/offers', { reservations: [inPool('free', fields)], duration: 60, start_after: at(20, 0), limit: 1 });
+    expect((await ask({})).body.offers[0]).toMatchObject({ kind: 'exact', start_date: at(20, 0) });
+    expect((await ask({ preemptible: true })).body.offers[0]).toMatchObject({ kind: 'later', start_date: at(20, 2) });
+    // An admin's view names the host admission would take: the preemptible lease's.
+    const asAdmin = apiClient(() => stack().url, { 'x-project-id': 'admin', 'x-user-id': 'root', 'x-roles': 'admin' });
+    const viewed = await asAdmin('POST', '/v1/offers', { reservations: [inPool('free')], duration: 60, start_after: at(20, 0), limit: 1 });
+    expect(viewed.body.offers[0].reservations[0].would_book).toEqual([{ id: hostIds[lentHost], hypervisor_hostname: lentHost }]);
+  });
+
+  it('cuts a running preemptible lease when a regular lease needs its host: the lease is told at once, with the warning, and its end moves', async () => {
+    const lent = await asA('POST', '/v1/leases', { name: 'lent-cut', start_date: 'now', end_date: inSeconds(4 * 3600), reservations: [inPool('cut', { preemptible: true })] });
+    expect(lent.status).toBe(201);
+    const lentId = lent.body.lease.id as string;
+    await eventually(async () => ((await leaseOf(lentId)).status === 'ACTIVE' ? true : undefined));
+    // Needs both hosts of the pool in an hour: one is free, the other is the preemptible lease's.
+    const start = Date.parse('2000-01-01T00:00:00Z') + Math.ceil((Date.now() + 3_600_000 - Date.parse('2000-01-01T00:00:00Z')) / 60_000) * 60_000;
+    const needing = await asB('POST', '/v1/leases', { name: 'regular-cut', start_date: inSeconds(0, start), end_date: inSeconds(3600, start), reservations: [inPool('cut', { min: 2, max: 2 })] });
+    expect(needing.status).toBe(201);
+    expect(needing.body.lease.reservations[0].hosts.sort()).toEqual(['cut-1', 'cut-2']);
+    // In the admission's transaction: the preemptible booking ends where the regular one begins.
+    expect((await hostsOf(lentId)).map((r) => r.end_ms)).toEqual([start]);
+    const lease = await eventually(async () => {
+      const now = await leaseOf(lentId);
+      return Date.parse(`${String(now.end_date).slice(0, 19)}Z`) === start ? now : undefined;
+    });
+    expect(lease).toMatchObject({ status: 'ACTIVE', status_reason: expect.stringMatching(/^preempted: host needed by another lease from /) });
+    const notice = await eventually(() => Promise.resolve(noticesOf(lentId, 'lease.preempting')[0]));
+    expect(notice.body.payload).toMatchObject({ lease_id: lentId, ends_at: new Date(start).toISOString(), warning_configured_seconds: 300, warning_short: false });
+    expect(notice.body.payload.warning_seconds).toBeGreaterThanOrEqual(3000);
+    // What the preempted lessee sees never names the other project or its lease.
+    for (const seen of [JSON.stringify(notice.body), JSON.stringify(await leaseOf(lentId))]) {
+      expect(seen).not.toContain('project-b-secret');
+      expect(seen).not.toContain(needing.body.lease.id);
+    }
+  });
+
+  it('ends at once a preemptible lease not started yet whose whole window a regular lease takes', async () => {
+    const lent = await asA('POST', '/v1/leases', { name: 'lent-gone', start_date: at(30, 1), end_date: at(30, 2), reservations: [inPool('gone', { preemptible: true })] });
+    expect(lent.status).toBe(201);
+    const needing = await asB('POST', '/v1/leases', { name: 'regular-gone', start_date: at(30, 0), end_date: at(30, 3), reservations: [inPool('gone')] });
+    expect(needing.status).toBe(201);
+    expect(await hostsOf(lent.body.lease.id)).toEqual([]);
+    const ended = await eventually(async () => {
+      const now = await leaseOf(lent.body.lease.id);
+      return now.status === 'TERMINATED' ? now : undefined;
+    });
+    expect(ended.status_reason).toBe(`preempted: host needed by another lease from ${at(30, 0)}`);
+    const notice = await eventually(() => Promise.resolve(noticesOf(lent.body.lease.id, 'lease.preempting')[0]));
+    expect(notice.body.payload).toMatchObject({ status: 'TERMINATED', reason: ended.status_reason });
+  });
+
+  it('a regular lease starting sooner than the warning waits for the preempted lease\'s end, at most the eviction bound', async () => {
+    let release: () => void = () => undefined;
+    holdPreemptibleEnds = new Promise((resolve) => (release = resolve));
+    try {
+      const lent = await asA('POST', '/v1/leases', { name: 'lent-short', start_date: 'now', end_date: inSeconds(3600), reservations: [inPool('short', { preemptible: true })] });
+      const lentId = lent.body.lease.id as string;
+      await eventually(async () => ((await leaseOf(lentId)).status === 'ACTIVE' ? true : undefined));
+      const needing = await asB('POST', '/v1/leases', { name: 'regular-short', start_date: inSeconds(5), end_date: inSeconds(600), reservations: [inPool('short')] });
+      expect(needing.status).toBe(201);
+      const needingId = needing.body.lease.id as string;
+      const notice = await eventually(() => Promise.resolve(noticesOf(lentId, 'lease.preempting')[0]));
+      expect(notice.body.payload).toMatchObject({ warning_short: true, warning_configured_seconds: 300 });
+      // The preempted lease's end is held: the regular lease starts once the bound has passed, the other still ending.
+      const started = await eventually(async () => ((await leaseOf(needingId, asB)).status === 'ACTIVE' ? true : undefined), 60_000);
+      expect(started).toBe(true);
+      expect((await leaseOf(lentId)).status).toBe('TERMINATING');
+      // It did wait: the bound's timer (the eviction seconds, not the minute a start waits between looks).
+      const timers = (await leaseHistoryEvents(stack(), needingId)).filter((e) => e.timerStartedEventAttributes);
+      const seconds = timers.map((e) => Number(String(e.timerStartedEventAttributes!.startToFireTimeout!.seconds ?? 0)));
+      expect(seconds.some((s) => s > 0 && s <= EVICTION_SECONDS)).toBe(true);
+    } finally {
+      release();
+      holdPreemptibleEnds = undefined;
+    }
+    const lentEnded = await eventually(async () => {
+      const leases = (await asA('GET', '/v1/leases')).body.leases as Array<{ name: string; status: string; status_reason?: string }>;
+      const lease = leases.find((l) => l.name === 'lent-short');
+      return lease?.status === 'TERMINATED' ? lease : undefined;
+    });
+    expect(lentEnded.status_reason).toMatch(/^preempted: host needed by another lease from /);
+  });
+});

@@ -1,0 +1,44 @@
+/**
+ * Preemption (issue 43), from the admission of a regular lease that needed this preemptible lease's
+ * hosts: its bookings were cut in that admission's transaction; here the lease takes the new end
+ * (the earliest cut: one lease, one end), says why, and tells its lessee (lease.preempting) at
+ * once. Its before-end action and end then run at the new end as usual. A lease whose whole window
+ * was taken before it started ends now.
+ */
+import { patched } from '@temporalio/workflow';
+import { hasEnded, withEventTimes } from '../../src/domain/lease';
+import { preemptionDetails, preemptionReason } from '../../src/domain/preemption';
+import { LEASE_PREEMPTION } from '../patches';
+import { announce } from './announce';
+import { releaseAll } from './bookings';
+import type { LeasePreemption } from './messages';
+import { transition } from './record';
+import type { LeaseState } from './state';
+
+/** The leasePreempted signal's handler: applied under the lease's lock, after whatever change holds it. */
+export async function preemptWhenFree(s: LeaseState, preemption: LeasePreemption): Promise<void> {
+  await s.lock.run(() => preempt(s, preemption));
+}
+
+async function preempt(s: LeaseState, preemption: LeasePreemption): Promise<void> {
+  if (!patched(LEASE_PREEMPTION.id)) return;
+  const lease = s.lease;
+  // Told again (a sweep's retry), or ended meanwhile: nothing more to do.
+  if (s.deletion !== 'none' || hasEnded(lease.status) || preemption.endMs >= lease.endMs) return;
+  const reason = preemptionReason(preemption.neededFromMs);
+  if (lease.status === 'PENDING' && preemption.endMs <= lease.startMs) {
+    // Nothing of its window is left, and nothing of it ran: it ends now (its other bookings freed).
+    await releaseAll(s, lease, false);
+    const reservations = lease.reservations.map((r) => ({ ...r, status: 'deleted' as const }));
+    await transition(s, { status: 'TERMINATED', statusReason: reason, reservations });
+    s.endedEarly = true;
+    s.revision++;
+    await announce(s, 'lease.preempting', preemptionDetails(preemption, reason, Date.now()), `preempt-${preemption.endMs}`);
+    await announce(s, 'lease.event.end_lease');
+    return;
+  }
+  // A pending lease waiting for approval whose window is gone ends with its wait (it ends at its end).
+  await transition(s, withEventTimes({ ...lease, endMs: Math.max(preemption.endMs, Math.min(lease.startMs, lease.endMs)), statusReason: reason }));
+  s.revision++;
+  await announce(s, 'lease.preempting', preemptionDetails(preemption, reason, Date.now()), `preempt-${preemption.endMs}`);
+}
