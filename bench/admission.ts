@@ -15,7 +15,11 @@
  * LK_BENCH_AS=member: the clients are members of project `bench` instead of admins (who are exempt
  * from the usage policy), and the project's policy has an approval rule every lease meets
  * (`always`) with the other limits set out of reach: every create is checked by the rules and
- * admitted PENDING_APPROVAL, what approval costs at admission: admission-member….json.
+ * admitted PENDING_APPROVAL, what approval costs at admission: admission-member….json. Its
+ * max_leases and max_hosts make every create take the project's policy lock, so the clients queue
+ * on it: LK_BENCH_APPROVAL=off (members only) keeps the same policy without the approval rule, to
+ * tell the lock's share from approval's: admission-member-noapproval….json.
+ * A run with any error (neither 201 nor 409) fails.
  */
 import path from 'node:path';
 import { hostReservation, pendingReservation, reservationContext } from '../dev-stack/fixtures/builders';
@@ -46,6 +50,10 @@ const APIS = process.env.LK_BENCH_APIS === undefined ? undefined : Number(proces
 const AS = process.env.LK_BENCH_AS ?? 'admin';
 /** The members' project's policy: every lease waits for approval; nothing else refuses (the creates start in 2099, up to 3 hosts). */
 const MEMBER_POLICY = { approval: [{ always: true, timeout: 30 * 1440 }], max_advance: '36500d', max_leases: 1_000_000, max_hosts: 1_000 };
+/** LK_BENCH_APPROVAL=off: the members' policy without its approval rule (the same limits, the same lock). */
+const APPROVAL = process.env.LK_BENCH_APPROVAL ?? 'on';
+const memberPolicy = () => (APPROVAL === 'off' ? { ...MEMBER_POLICY, approval: [] } : MEMBER_POLICY);
+const waitsForApproval = AS === 'member' && APPROVAL !== 'off';
 const MEMBER_HEADERS = { 'x-project-id': 'bench', 'x-user-id': 'bench-member', 'x-roles': 'member' };
 
 /** A random host request like the clients make: within one month, 1–8 h, 1–3 hosts. */
@@ -100,13 +108,15 @@ async function quietAfterBurst(pool: Pool): Promise<void> {
   await new Promise((resolve) => setTimeout(resolve, 2_000));
 }
 
-const processes = `${AS === 'member' ? '-member' : ''}${BY_WORKFLOW ? '-by-workflow' : ''}${BURST === undefined ? '' : `-burst${BURST}`}${WORKERS === undefined ? '' : `-${WORKERS}w`}${APIS === undefined ? '' : `-${APIS}api`}`;
+const processes = `${AS === 'member' ? `-member${APPROVAL === 'off' ? '-noapproval' : ''}` : ''}${BY_WORKFLOW ? '-by-workflow' : ''}${BURST === undefined ? '' : `-burst${BURST}`}${WORKERS === undefined ? '' : `-${WORKERS}w`}${APIS === undefined ? '' : `-${APIS}api`}`;
 
 runBenchmark(`admission${processes}`, async () => {
   for (const [name, value, max] of [['LK_BENCH_SECONDS', SECONDS, 600], ['LK_BENCH_CLIENTS', CLIENTS, 500], ['LK_BENCH_HOSTS', HOSTS, 10_000], ['LK_BENCH_WORKERS', WORKERS ?? 1, 8], ['LK_BENCH_APIS', APIS ?? 1, 8], ['LK_BENCH_BURST', BURST ?? 1, 1_000], ['LK_BENCH_BURSTS', BURSTS, 100]] as const) {
     if (!Number.isInteger(value) || value < 1 || value > max) throw new Error(`${name} must be 1..${max}`);
   }
   if (AS !== 'admin' && AS !== 'member') throw new Error('LK_BENCH_AS must be admin or member');
+  if (APPROVAL !== 'on' && APPROVAL !== 'off') throw new Error('LK_BENCH_APPROVAL must be on or off');
+  if (APPROVAL === 'off' && AS !== 'member') throw new Error('LK_BENCH_APPROVAL=off is for LK_BENCH_AS=member (admins never wait for approval)');
   const stack = await startTestStack({ noWorker: WORKERS !== undefined, withPool: (pool) => [physicalHostPlugin({ pool, settings: { cleaningMs: 0, randomChoice: false }, cloud: 'calendar-only' })] });
   const measured = await measuredWorkers(stack, WORKERS ?? 0, { script: path.join('dist', 'bench', 'calendar-only-worker.js'), apis: APIS ?? 0, apiScript: path.join('dist', 'bench', 'calendar-only-api.js') }).catch(async (err: unknown) => {
     await stack.stop(); // a process that did not start must not leave the stack running
@@ -116,7 +126,7 @@ runBenchmark(`admission${processes}`, async () => {
     for (let i = 0; i < HOSTS; i++) await insertHost(stack.db.pool, { name: `bench-host-${i}`, vcpus: [2, 4, 8, 16][i % 4] });
     const apis = (measured.apis.length ? measured.apis.map((a) => a.url) : [stack.url]).map((url) => apiClient(url, AS === 'member' ? MEMBER_HEADERS : {}));
     if (AS === 'member') {
-      const set = await apiClient(stack.url, { 'x-auth-token': 'admin' })('PUT', '/v1/projects/bench/policy', MEMBER_POLICY);
+      const set = await apiClient(stack.url, { 'x-auth-token': 'admin' })('PUT', '/v1/projects/bench/policy', memberPolicy());
       if (set.status !== 200) throw new Error(`the members' policy was refused: ${set.status} ${JSON.stringify(set.body)}`);
     }
     const horizon = Date.UTC(2099, 0, 1);
@@ -148,7 +158,7 @@ runBenchmark(`admission${processes}`, async () => {
           latencies.push(performance.now() - t);
           if (res.status === 201) {
             counts.admitted++;
-            if (AS === 'member' && res.body.lease.status === 'PENDING_APPROVAL') counts.awaitingApproval++;
+            if (res.body.lease.status === 'PENDING_APPROVAL') counts.awaitingApproval++;
             // A uniform sample over the whole run (reservoir sampling): the k-th admission replaces a kept one with chance RUNNING_SAMPLE / k.
             const kept = { id: res.body.lease.id as string, atMs: Date.now(), burst: burstIndex };
             if (answered.length < RUNNING_SAMPLE) answered.push(kept);
@@ -226,7 +236,7 @@ runBenchmark(`admission${processes}`, async () => {
 
     const result = {
       admittedBy: BY_WORKFLOW ? 'the lease workflow (LK_ADMISSION=workflow)' : 'the API (LK_ADMISSION=api)',
-      clientsAre: AS === 'member' ? 'members of project bench, every lease waiting for approval (LK_BENCH_AS=member)' : 'admins (exempt from the usage policy)',
+      clientsAre: AS !== 'member' ? 'admins (exempt from the usage policy)' : waitsForApproval ? 'members of project bench, every lease waiting for approval (LK_BENCH_AS=member)' : 'members of project bench, the same policy without its approval rule (LK_BENCH_APPROVAL=off)',
       ...(BURST !== undefined ? { burstPerClient: BURST, bursts: BURSTS, admissionsPerSecondByBurst: burstRates } : {}),
       seconds: Math.round(seconds * 10) / 10,
       clients: CLIENTS,
@@ -258,7 +268,9 @@ runBenchmark(`admission${processes}`, async () => {
       ...Object.fromEntries(Object.entries(cpuMsPerAdmission).map(([role, ms]) => [`CPU ms per admission: ${role}`, { value: ms }])),
     });
     if (errors.size) console.log('errors:', result.errorKinds);
-    if (result.doubleBookings !== 0 || neverRan !== 0 || (AS === 'member' && counts.awaitingApproval !== counts.admitted)) process.exitCode = 1;
+    // Every member's lease waits with the approval rule, none without; an error fails the run (its figures would mix in failures).
+    const waitedAsExpected = counts.awaitingApproval === (waitsForApproval ? counts.admitted : 0);
+    if (result.doubleBookings !== 0 || neverRan !== 0 || !waitedAsExpected || counts.errors !== 0) process.exitCode = 1;
     return result;
   } finally {
     for (const { process: api } of measured.apis) await api.stop();

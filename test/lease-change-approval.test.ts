@@ -4,10 +4,15 @@
  * once (another project is refused it), the lease stays ACTIVE on its current end, and its JSON
  * shows the change. An admin's approve makes it take effect (the workflow's end timer moves); a
  * deny, the timeout or the current end puts the lease back exactly as it was, the extra booking
- * freed. One change at a time; a delete takes the change with it. Timeouts last a few seconds (a
- * minute lasts `approvalMinuteMs`); the waits follow the workflow's history or are bounded polls.
+ * freed. One change at a time (an admin's end of the lease denies it first); a delete takes the
+ * change with it. An answer is for its own change; only extensions wait. Timeouts last a few
+ * seconds (a minute lasts `approvalMinuteMs`); the waits follow the workflow's history or are
+ * bounded polls.
  */
+import { ApplicationFailure } from '@temporalio/common';
+import type { ResourcePlugin } from '../src/domain/resource-plugin';
 import { physicalHostPlugin } from '../src/resources/physical-host';
+import type { PhysicalHostParams } from '../src/resources/physical-host/params';
 import { physicalHostWatch } from '../src/resources/physical-host/health';
 import { hostReservation } from '../dev-stack/fixtures/builders';
 import { insertHost } from '../dev-stack/fixtures/hosts';
@@ -32,6 +37,32 @@ async function untilShortTimerFired(stack: TestStack, leaseId: string, longestMs
 /** Hosts the host watch reports as down (by hypervisor name): the healing test fails one. */
 const hostsDown = new Set<string>();
 
+/** A lease's bookings held or failed at the calendar (by lease name): reserve waits for `release`, or fails for good. */
+const reserveGates = new Map<string, { entered: boolean; release: () => void; released: Promise<void> } | { fail: string }>();
+function holdReserveOf(leaseName: string): { entered: boolean; release: () => void } {
+  let release = () => {};
+  const released = new Promise<void>((resolve) => (release = resolve));
+  const gate = { entered: false, release, released };
+  reserveGates.set(leaseName, gate);
+  return gate;
+}
+/** The host type, its reserve going through reserveGates. */
+function gatedHostPlugin(pool: Parameters<typeof physicalHostPlugin>[0]['pool']): ResourcePlugin<PhysicalHostParams> {
+  const real = physicalHostPlugin({ pool, settings: { cleaningMs: 0, randomChoice: false }, cloud: 'calendar-only' });
+  return {
+    ...real,
+    async reserve(ctx) {
+      const gate = reserveGates.get(ctx.leaseName);
+      if (gate && 'fail' in gate) throw ApplicationFailure.nonRetryable(gate.fail, 'InjectedOutage');
+      if (gate) {
+        gate.entered = true;
+        await gate.released;
+      }
+      return real.reserve(ctx);
+    },
+  };
+}
+
 describe('an exception on an update of an active lease', () => {
   let approvers: WebhookReceiver;
   beforeAll(async () => {
@@ -40,7 +71,7 @@ describe('an exception on an update of an active lease', () => {
   afterAll(() => approvers.close());
   const stack = useTestStack(() => ({
     env: { LK_APPROVERS_WEBHOOK_URL: approvers.url, LK_HOST_MONITOR_INTERVAL_SECONDS: '0.2', LK_HOST_FAIL_GRACE_SECONDS: '0' },
-    withPool: (pool) => [physicalHostPlugin({ pool, settings: { cleaningMs: 0, randomChoice: false }, cloud: 'calendar-only' })],
+    withPool: (pool) => [gatedHostPlugin(pool)],
     hostWatch: (pool) => physicalHostWatch({ pool, source: { calendarOnly: (host) => (hostsDown.has(host.hypervisor_hostname) ? 'down in the test' : undefined) }, freepool: 'freepool', failed: { name: 'failed', closedProjectId: 'nobody' } }),
     config: (config) => ({ ...config, approvalMinuteMs: MINUTE_MS }),
   }));
@@ -57,14 +88,16 @@ describe('an exception on an update of an active lease', () => {
     for (let n = 1; n <= HOSTS; n++) await insertHost(stack().db.pool, { name: `change-host-${n}` });
   });
   afterEach(async () => {
+    for (const gate of reserveGates.values()) if ('release' in gate) gate.release();
+    reserveGates.clear();
     for (const project of ['chg-a', 'chg-other']) {
       for (const lease of (await as(project)('GET', '/v1/leases')).body.leases) await as(project)('DELETE', `/v1/leases/${lease.id}`);
     }
   });
 
-  /** An active lease of project chg-a on every host, for an hour (or `seconds`). */
-  async function activeLease(name: string, seconds = 3600): Promise<{ id: string; end_date: string }> {
-    const created = await as('chg-a')('POST', '/v1/leases', { name, start_date: 'now', end_date: inSeconds(seconds), reservations: hosts(HOSTS) });
+  /** An active lease of project chg-a for an hour, on every host (or `count`). */
+  async function activeLease(name: string, count = HOSTS): Promise<{ id: string; end_date: string }> {
+    const created = await as('chg-a')('POST', '/v1/leases', { name, start_date: 'now', end_date: inSeconds(3600), reservations: hosts(count) });
     expect(created.status).toBe(201);
     await untilStatus(created.body.lease.id, 'ACTIVE');
     return created.body.lease;
@@ -149,17 +182,87 @@ describe('an exception on an update of an active lease', () => {
     expect((await otherCreate('after-timeout')).status).toBe(201);
   });
 
-  it('never waits past the current end: at the end with no answer the change is denied and the lease ends as it was', async () => {
-    await setPolicy('chg-a', { extension: { max_count: 0 }, exception_timeout: 600 });
-    const lease = await activeLease('ends-first', 6);
+  it('never waits past the current end: timeout_at is capped at it; an admin ending the lease denies the change first', async () => {
+    // The exception's timeout (1440 minutes of 4 s: 96 min) is longer than the hour left: the end caps it.
+    await setPolicy('chg-a', { extension: { max_count: 0 }, exception_timeout: 1440 });
+    const lease = await activeLease('ends-first');
     const asked = await extend(lease.id, 'please');
     expect(asked.status).toBe(200);
-    expect(asked.body.lease.pending_change.timeout_at.replace(' ', 'T')).toBe(lease.end_date.slice(0, 19)); // capped at the current end
+    expect(asked.body.lease.pending_change.timeout_at.replace(' ', 'T')).toBe(lease.end_date.slice(0, 19));
+    expect((await as('chg-a')('PUT', `/v1/leases/${lease.id}`, { end_date: 'now' })).status).toBe(409); // a member's change waits its turn
+    const ended = await asAdmin('PUT', `/v1/leases/${lease.id}`, { end_date: 'now' });
+    expect(ended.status).toBe(200);
+    expect(ended.body.lease.change_approval).toMatchObject({ outcome: 'denied', answered_by: 'admin', answer_reason: 'the lease was changed by an admin' });
+    expect(ended.body.lease.pending_change).toBeUndefined();
     await untilStatus(lease.id, 'TERMINATED');
-    const ended = await leaseOf(lease.id);
-    expect(ended).toMatchObject({ end_date: lease.end_date, change_approval: { outcome: 'denied', answered_by: 'end' }, status_reason: 'change denied: the lease reached its end while the change waited for approval; it ended as it was' });
-    expect(ended.pending_change).toBeUndefined();
+    expect(await leaseOf(lease.id)).toMatchObject({ change_approval: { outcome: 'denied', answered_by: 'admin' } });
     expect((await otherCreate('after-end')).status).toBe(201);
+  });
+
+  it('refuses an answer that arrives while a denial is settled, and the next change still waits for an admin', async () => {
+    await setPolicy('chg-a', { extension: { max_count: 0 }, exception_timeout: 600 });
+    const lease = await activeLease('answered-while-settling');
+    expect((await extend(lease.id, 'first ask')).status).toBe(200);
+    const gate = holdReserveOf('answered-while-settling'); // the denial's re-booking waits at the calendar
+    const denying = asAdmin('POST', `/v1/leases/${lease.id}/deny`, { reason: 'no' });
+    await eventually(() => Promise.resolve(gate.entered ? true : undefined), 30_000, 50, () => "the denial never re-booked the lease's hosts");
+    let answered = false;
+    const approving = asAdmin('POST', `/v1/leases/${lease.id}/approve`, {}).finally(() => (answered = true));
+    // Refused at once, or (the defect) accepted: then it waits for the settle, so the re-booking is let go once it is in the history.
+    const accepted = async () => (await leaseHistoryEvents(stack(), lease.id)).filter((e) => e.workflowExecutionUpdateAcceptedEventAttributes?.acceptedRequest?.input?.name === 'approveLease').length > 0;
+    await eventually(async () => (answered || (await accepted()) ? true : undefined), 30_000, 50, () => 'the approve was neither answered nor accepted');
+    gate.release();
+    expect((await approving).status).toBe(409);
+    const denied = await denying;
+    expect(denied.status).toBe(200);
+    expect(denied.body.lease).toMatchObject({ status: 'ACTIVE', end_date: lease.end_date, change_approval: { outcome: 'denied', answered_by: 'admin', answer_reason: 'no' } });
+    // The next change waits: no answer is left over to decide it, so an admin's deny still finds it waiting.
+    const next = await extend(lease.id, 'second ask');
+    expect(next.status).toBe(200);
+    expect(next.body.lease.pending_change).toMatchObject({ outcome: null, justification: 'second ask' });
+    const second = await asAdmin('POST', `/v1/leases/${lease.id}/deny`, { reason: 'still no' });
+    expect(second.status).toBe(200);
+    expect(second.body.lease).toMatchObject({ end_date: lease.end_date, change_approval: { outcome: 'denied', answered_by: 'admin', answer_reason: 'still no', justification: 'second ask' } });
+  });
+
+  it('a denial whose re-booking fails is answered at once, the lease going on as it was, status_reason saying what stays booked', async () => {
+    await setPolicy('chg-a', { extension: { max_count: 0 }, exception_timeout: 600 });
+    const lease = await activeLease('unfreed-denial');
+    expect((await extend(lease.id, 'one more hour')).status).toBe(200);
+    reserveGates.set('unfreed-denial', { fail: 'the calendar is down in this test' });
+    const denied = await asAdmin('POST', `/v1/leases/${lease.id}/deny`, { reason: 'no' });
+    expect(denied.status).toBe(200);
+    expect(denied.body.lease).toMatchObject({ status: 'ACTIVE', end_date: lease.end_date, change_approval: { outcome: 'denied', answered_by: 'admin' } });
+    expect(denied.body.lease.status_reason).toBe("change denied by an admin: no; the lease goes on as it was; freeing the change's bookings failed (the calendar is down in this test): they stay booked until the lease ends");
+    expect(denied.body.lease.pending_change).toBeUndefined();
+  });
+
+  it('refuses a justified change that adds hosts to an active lease, booking nothing: only extensions wait', async () => {
+    await setPolicy('chg-a', { exception_timeout: 600 });
+    const lease = await activeLease('grown', 1);
+    await setPolicy('chg-a', { max_hosts: 1, exception_timeout: 600 }); // a rule refusing the growth
+    const reservation = (await leaseOf(lease.id)).reservations[0];
+    const grow = await as('chg-a')('PUT', `/v1/leases/${lease.id}`, { reservations: [{ id: reservation.id, min: 2, max: 2 }], justification: 'need one more' });
+    expect(grow.status).toBe(409);
+    expect(grow.body.error_message).toMatch(/only an extension of an active lease \(the same reservations, a later end\) can ask for an exception/);
+    const after = await leaseOf(lease.id);
+    expect(after.reservations[0].hosts).toHaveLength(1);
+    expect(after.pending_change).toBeUndefined();
+    // The other host stays free now.
+    expect((await as('chg-other')('POST', '/v1/leases', { name: 'the-other-host', start_date: 'now', end_date: inSeconds(1800), reservations: hosts(1) })).status).toBe(201);
+  });
+
+  it("counts a waiting extension in the project's budget: another lease that fits only beside the lease as it is is refused", async () => {
+    await setPolicy('chg-a', { extension: { max_count: 0 }, budget: { period: '30d', host_hours: 4 }, exception_timeout: 600 });
+    const lease = await activeLease('budgeted', 1); // 1 host-hour
+    expect((await extend(lease.id, 'three hours in all')).status).toBe(200); // 3 host-hours once approved
+    // 2 host-hours more: within the budget beside the lease's 1, over it beside the change's 3.
+    const another = () => as('chg-a')('POST', '/v1/leases', { name: 'beside-the-change', start_date: inSeconds(4 * 3600), end_date: inSeconds(6 * 3600), reservations: hosts(1) });
+    const refused = await another();
+    expect(refused.status).toBe(403);
+    expect(refused.body).toMatchObject({ rule: 'budget' });
+    expect((await asAdmin('POST', `/v1/leases/${lease.id}/deny`, {})).status).toBe(200);
+    expect((await another()).status).toBe(201); // the change denied, the lease counts as it is
   });
 
   it('goes with the lease when it is deleted while waiting', async () => {

@@ -14,7 +14,7 @@ import { claimWebhookDelivery, countDelivery, countWebhookFailure } from '../src
 import type { Notice } from '../src/domain/notices';
 import { ProjectDeliveryCap } from '../src/notifications/delivery-gates';
 import { NoticeFailedError } from '../src/notifications/errors';
-import { deliverWebhook } from '../src/notifications/webhooks';
+import { deliverWebhook, sendToWebhook } from '../src/notifications/webhooks';
 import { hostReservation } from '../dev-stack/fixtures/builders';
 import { insertHost } from '../dev-stack/fixtures/hosts';
 import { startWebhookReceiver, type WebhookReceiver } from './support/notice-receiver';
@@ -142,6 +142,19 @@ describe('notice isolation', () => {
     expect(resetting.requests.length).toBe(triedBefore);
 
   }, 150_000);
+
+  it("delivers to a project's approvers' webhook while the members' webhooks hold the project's cap", async () => {
+    const asAdmin = apiClient(() => stack().url, { 'x-auth-token': 'admin' });
+    const put = await asAdmin('PUT', '/v1/projects/project-approving/approvers-webhook', { url: `${healthy.url}?approvers` });
+    expect(put.status).toBe(200);
+    const cap = new ProjectDeliveryCap(1, 60_000);
+    const members = cap.enter('project-approving'); // the members' one place, taken
+    expect('leave' in members).toBe(true);
+    const notice: Notice = { id: 'lease:approving:approval_requested:1', eventType: 'lease.approval_requested', occurredMs: Date.UTC(2026, 10, 27), projectId: 'project-approving', details: { lease_id: 'approving' } };
+    expect(await sendToWebhook(stack().db.pool, stack().config.notices, put.body.approvers_webhook.id, notice, { projectCap: cap })).toBe('delivered');
+    expect(healthy.received.some((d) => d.path.includes('approvers') && d.body.event_type === 'lease.approval_requested')).toBe(true);
+    expect(cap.count('project-approving')).toBe(1); // nor did it take a members' place
+  });
 
   it('lets one probe go after a hold, holds the others until its outcome, and closes on its answer', async () => {
     // A webhook no delivery is under way for (its project has no lease), held back and its hold over.

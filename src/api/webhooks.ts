@@ -9,8 +9,9 @@
  * `GET/PUT/DELETE /v1/projects/{id}/approvers-webhook` (admins only): the project's approvers'
  * webhook, which hears the approval notices of the project's leases (besides the deployment's
  * LK_APPROVERS_WEBHOOK_URL). It is kept beside the project's webhooks, in their table, so that it is
- * delivered, signed, address-guarded, held by the breaker and counted as they are; not in the
- * project's policy, which members read and which holds no secrets.
+ * delivered, signed, address-guarded, held by its breaker and counted as they are (never against the
+ * members' cap of deliveries in flight); not in the project's policy, which members read and which
+ * holds no secrets.
  */
 import { Router, type Response } from 'express';
 import { z } from 'zod';

@@ -27,6 +27,8 @@ export interface StoredWebhook {
 
 export interface WebhookWithSecret extends StoredWebhook {
   secret: string;
+  /** `project`: one of the members' webhooks; `approvers`: the project's approvers' webhook, set by admins. */
+  audience: 'project' | 'approvers';
 }
 
 /** One entry of a project's new list. */
@@ -153,8 +155,8 @@ export async function deleteApproversWebhook(db: Queryable, projectId: string): 
 /** One webhook with its secret (to sign a delivery), or undefined when there is none (removed meanwhile). */
 export async function webhookById(db: Queryable, id: string): Promise<WebhookWithSecret | undefined> {
   if (!UUID.test(id)) return undefined;
-  const { rows } = await db.query<Row>(`SELECT ${COLUMNS}, secret FROM project_webhooks WHERE id = $1`, [id]);
-  return rows[0] ? { ...fromRow(rows[0]), secret: rows[0].secret! } : undefined;
+  const { rows } = await db.query<Row & { audience: 'project' | 'approvers' }>(`SELECT ${COLUMNS}, secret, audience FROM project_webhooks WHERE id = $1`, [id]);
+  return rows[0] ? { ...fromRow(rows[0]), secret: rows[0].secret!, audience: rows[0].audience } : undefined;
 }
 
 /** A delivery's outcome, counted on its webhook: delivered, or dropped (refused, or given up on) with why. */

@@ -6,7 +6,7 @@
  */
 import { beforeEndTime, spanText, withEventTimes, type Lease } from './lease';
 import { matchesQuery, type PropertyQuery } from './property-query';
-import { leaseFootprint } from './usage';
+import { leaseFootprint, type MeteredLease } from './usage';
 
 /** One approval rule: its condition (exactly one), how long an answer may take, and what the timeout decides. */
 export interface ApprovalRule {
@@ -140,6 +140,19 @@ export interface PendingLeaseChange {
   approval: LeaseApproval;
 }
 
+/** Why a justified change of an active lease that is not an extension is refused. */
+export const ONLY_EXTENSIONS_WAIT = 'only an extension of an active lease (the same reservations, a later end) can ask for an exception';
+
+/**
+ * Whether a change of an active lease may wait for approval: an extension only (the same
+ * reservations with the same parameters, a later end). Its bookings can be given back exactly when
+ * it is denied; hosts a grown reservation took cannot (an active lease never loses hosts it holds).
+ */
+export function isExtensionOnly(previous: Lease, next: Lease): boolean {
+  const paramsOf = (lease: Lease) => JSON.stringify(lease.reservations.map((r) => [r.id, r.params]));
+  return next.endMs > previous.endMs && next.startMs === previous.startMs && paramsOf(next) === paramsOf(previous);
+}
+
 /**
  * The active lease `previous` as recorded while the change to `next` waits for approval: as it was
  * (a rename aside), one version up, the change and its approval on it. The deadline is the need's
@@ -169,6 +182,17 @@ export function awaitingChangeApproval(previous: Lease, next: Lease, need: Appro
 /** `previous` as recorded with a change waiting (what the record answered): as it was, renamed as `next`, one version up. */
 export function withPendingChange(previous: Lease, next: Lease, pendingChange: PendingLeaseChange): Lease {
   return { ...previous, name: next.name, version: next.version, updatedMs: next.updatedMs, pendingChange };
+}
+
+/**
+ * A lease as the usage rules count it beside another: with a change waiting, the larger of the two,
+ * so that a project cannot stack waiting extensions past its limits (each admitted on the lease as
+ * it is). Only an extension waits: the change is the larger (the same reservations, a later end).
+ */
+export function countedWithWaitingChange(metered: MeteredLease): MeteredLease {
+  const change = metered.lease.pendingChange;
+  if (!change || change.endMs < metered.lease.endMs) return metered;
+  return { ...metered, lease: { ...metered.lease, endMs: change.endMs, reservations: change.reservations } };
 }
 
 /** The lease with its waiting change applied (approved): its end and bookings as the change made them. */

@@ -180,14 +180,14 @@ export async function noticeTargets(db: Pool, settings: NoticeSettings, notice: 
 }
 
 /** A target id's webhook now (its URL, secret, whether it is guarded), or undefined when it is gone (removed, or the settings changed). */
-export async function resolveWebhook(db: Pool, settings: NoticeSettings, id: string): Promise<(WebhookTarget & { guardAddresses: boolean; projectId?: string }) | undefined> {
+export async function resolveWebhook(db: Pool, settings: NoticeSettings, id: string): Promise<(WebhookTarget & { guardAddresses: boolean; projectId?: string; approvers?: true }) | undefined> {
   if (id === APPROVERS_WEBHOOK_ID) return settings.approversWebhook === undefined ? undefined : { url: settings.approversWebhook, secret: settings.deploymentSecret, guardAddresses: false };
   if (id.startsWith(DEPLOYMENT_PREFIX)) {
     const url = settings.deploymentWebhooks[Number(id.slice(DEPLOYMENT_PREFIX.length))];
     return url === undefined ? undefined : { url, secret: settings.deploymentSecret, guardAddresses: false };
   }
   const stored = await webhookById(db, id);
-  return stored && { url: stored.url, secret: stored.secret, guardAddresses: !settings.allowPrivate, projectId: stored.projectId };
+  return stored && { url: stored.url, secret: stored.secret, guardAddresses: !settings.allowPrivate, projectId: stored.projectId, ...(stored.audience === 'approvers' ? { approvers: true as const } : {}) };
 }
 
 /**
@@ -209,8 +209,10 @@ export async function sendToWebhook(db: Pool, settings: NoticeSettings, id: stri
     await deliverOnce(db, id, target, notice, options);
     return 'delivered';
   }
-  // The deployment's webhooks are the operator's: neither capped nor held.
-  const place = gates.projectCap.enter(project);
+  // The deployment's webhooks are the operator's: neither capped nor held. A project's approvers'
+  // webhook (set by admins) is held by its own breaker only: the members' webhooks filling their
+  // project's cap must not delay the admins' approval notices.
+  const place = target.approvers ? { leave: () => {} } : gates.projectCap.enter(project);
   if ('waitMs' in place) return { heldForMs: place.waitMs, reason: 'busy' };
   try {
     // The probe's hold lasts its longest run: the others wait for its outcome.

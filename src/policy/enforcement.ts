@@ -12,7 +12,7 @@ import type { Pool } from '../db/pool';
 import { liveLeaseCount, projectLeasesHeldWithin, projectLeasesStartingAfter, projectLeasesWithin } from '../db/leases';
 import { lockProjectPolicy, projectRules } from '../db/usage-policy';
 import { countLiveOfferHolds } from '../db/offer-holds';
-import { approvalRuleNeed, bookedHostIds, namesHostClass, type ApprovalNeed } from '../domain/approval';
+import { approvalRuleNeed, bookedHostIds, countedWithWaitingChange, isExtensionOnly, namesHostClass, ONLY_EXTENSIONS_WAIT, type ApprovalNeed } from '../domain/approval';
 import { hostPropertiesOf, listHosts } from '../db/hosts';
 import { bookingChanged, LeaseErrorType, notStarted, type Lease } from '../domain/lease';
 import { ledgerRange, memberBudgetShape, offerHoldRefusal, policyEvaluation, policyRefusal, ruleApplies, type PolicyRefusal, type PolicySubject, type ProjectLedger, type RuleEvaluation, type RuleName, type UsagePolicy } from '../domain/usage-policy';
@@ -73,6 +73,9 @@ export function policyFailure(err: unknown): unknown {
   return err;
 }
 
+/** A change of an active lease sent with a justification (only an extension may wait: isExtensionOnly). */
+const justifiedActiveChange = (subject: PolicyCheck): boolean => subject.justification !== undefined && subject.previous?.status === 'ACTIVE' && subject.next.status === 'ACTIVE';
+
 export class UsagePolicyEnforcer {
   private readonly externalContext: PolicyContext;
 
@@ -116,7 +119,7 @@ export class UsagePolicyEnforcer {
     // Only rules that count the project's other leases need them to stand still: then the lock.
     const refusal = await this.refusalOf(client, subject, () => lockProjectPolicy(client, subject.next.projectId));
     const approval = await this.approvalNeedOf(client, subject, refusal);
-    if (refusal && !approval) throw new UsagePolicyRefusal(refusal);
+    if (refusal && !approval) throw new UsagePolicyRefusal(justifiedActiveChange(subject) && refusal.rule !== 'external' ? { ...refusal, message: `${refusal.message} (${ONLY_EXTENSIONS_WAIT})` } : refusal);
     return approval;
   }
 
@@ -137,12 +140,12 @@ export class UsagePolicyEnforcer {
   }
 
   /**
-   * A member's exception: a lease not started, or a change of an active lease (it then waits as a
-   * pending change, the lease going on as it was), refused by a rule of ours (not the external
+   * A member's exception: a lease not started, or an extension of an active lease (it then waits
+   * as a pending change, the lease going on as it was; isExtensionOnly), refused by a rule of ours (not the external
    * filter's), sent with a justification.
    */
   private async exceptionFor(db: Pool | PoolClient, subject: PolicyCheck, refusal: PolicyRefusal): Promise<ApprovalNeed | undefined> {
-    const activeChange = subject.previous !== undefined && subject.previous.status === 'ACTIVE' && subject.next.status === 'ACTIVE';
+    const activeChange = justifiedActiveChange(subject) && isExtensionOnly(subject.previous!, subject.next);
     if (subject.justification === undefined || refusal.rule === 'external' || !(notStarted(subject.next.status) || activeChange)) return undefined;
     const approval = approvalPolicyOf((await this.rulesFor(db, subject.next.projectId)).effective, this.deps.approvalMinuteMs);
     return { kind: 'exception', rule: refusal.rule, reason: refusal.message, justification: subject.justification, timeoutMs: approval.exceptionTimeoutMs, onTimeout: 'deny' };
@@ -217,7 +220,7 @@ export class UsagePolicyEnforcer {
     // The budgets and at-once rules read every lease in their periods, uncapped: a cap would drop the latest, those a new lease meets.
     // Members' budgets count in the project's budget period (a month when it has none).
     const range = ledgerRange(readsMemberBudgets ? { ...policy, budget: memberBudgetShape(policy) } : policy, full);
-    const others = needsLedger ? await projectLeasesWithin(db, next.projectId, range, next.id) : [];
+    const others = needsLedger ? (await projectLeasesWithin(db, next.projectId, range, next.id)).map(countedWithWaitingChange) : [];
     const liveLeases = countsLeases ? await liveLeaseCount(db, next.projectId, next.id) : 0;
     const classHosts = fairShare?.stacking?.length && readsStacking ? await stackingClassHosts(db, fairShare.stacking.map((s) => s.query)) : [];
     const shareLedger = fairShare && (await this.fairShareLedger(db, fairShare, full, classHosts, { leadTime: readsLeadTime, stacking: readsStacking }));

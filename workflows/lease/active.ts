@@ -8,7 +8,7 @@ import { reservationContext as context } from '../../src/domain/resource-plugin'
 import { BEFORE_END_WARNINGS, IDLE_LEASES } from '../patches';
 import { looking, patient } from './activity-options';
 import { announce } from './announce';
-import { changeDeadline, settleChange, waitingChange } from './change-approval';
+import { changeAnswer, changeDeadline, settleChange, waitingChange } from './change-approval';
 import { endLease } from './end';
 import { failureMessage } from './failures';
 import { transition } from './record';
@@ -30,7 +30,7 @@ interface ActiveEvent {
  * first. A change waiting for approval is settled first when answered or due (change-approval.ts).
  */
 export async function nextActiveStep(s: LeaseState): Promise<'done' | 'delete'> {
-  const answered = () => s.approvalAnswer !== undefined && s.lease.pendingChange !== undefined;
+  const answered = () => changeAnswer(s) !== undefined;
   if ((await sleepUntil(s, () => nextActiveEvent(s), answered)) === 'delete') return 'delete';
   const next = nextActiveEvent(s);
   if (answered() || next.changeDue) {

@@ -20,7 +20,10 @@ import { assertAdmitted, type LeaseState } from './state';
 export function validateApprovalAnswer(s: LeaseState): void {
   assertAdmitted(s);
   if (s.deletion !== 'none') throw ApplicationFailure.create({ type: 'LeaseNotFound', message: `lease ${s.lease.id} not found`, nonRetryable: true });
-  if (s.lease.pendingChange && !s.approvalAnswer) return;
+  if (s.lease.pendingChange && (s.settlingChange || s.approvalAnswer)) {
+    throw leaseConflict(`Lease ${s.lease.name}'s change is being settled (${s.approvalAnswer?.outcome ?? 'its deadline came'}): it is answered once.`);
+  }
+  if (s.lease.pendingChange) return;
   if (s.lease.status !== 'PENDING_APPROVAL' || s.approvalAnswer) {
     throw leaseConflict(`Lease ${s.lease.name} is not waiting for approval: it is ${s.lease.status}${s.lease.approval?.outcome ? ` (${s.lease.approval.outcome})` : ''}.`);
   }
@@ -28,10 +31,19 @@ export function validateApprovalAnswer(s: LeaseState): void {
 
 /** The approve and deny updates' handler: hands the answer to the waiting lease (or change) and answers once it is acted on. */
 export async function answerApproval(s: LeaseState, outcome: 'approved' | 'denied', answer: ApprovalAnswer): Promise<Lease> {
-  const ofChange = s.lease.pendingChange !== undefined;
-  s.approvalAnswer = { outcome, ...(answer.reason !== undefined ? { reason: answer.reason } : {}) };
-  if (ofChange) await condition(() => s.lease.pendingChange === undefined || s.deletion !== 'none');
-  else await condition(() => s.lease.status !== 'PENDING_APPROVAL' || s.deletion !== 'none');
+  const change = s.lease.pendingChange;
+  // A change's answer names the change: only its own settle takes it (a later change is never answered by it).
+  s.approvalAnswer = { outcome, ...(answer.reason !== undefined ? { reason: answer.reason } : {}), ...(change ? { of: change.approval.requestedMs } : {}) };
+  if (change) {
+    await condition(() => s.lease.pendingChange?.approval.requestedMs !== change.approval.requestedMs || s.deletion !== 'none');
+    const settled = s.lease.changeApproval;
+    // Settled otherwise first (an admin's update of the end denied it): the answer says so rather than a 200 that contradicts it.
+    if (settled?.requestedMs === change.approval.requestedMs && settled.outcome !== outcome) {
+      throw leaseConflict(`Lease ${s.lease.name}'s change was ${settled.outcome} before this answer was acted on${settled.answerReason ? `: ${settled.answerReason}` : ''}.`);
+    }
+    return s.lease;
+  }
+  await condition(() => s.lease.status !== 'PENDING_APPROVAL' || s.deletion !== 'none');
   return s.lease;
 }
 

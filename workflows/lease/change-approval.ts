@@ -6,15 +6,16 @@
  * never later than the lease's current end. Approved, it takes effect (the active loop's timers
  * follow the new end); denied or timed out, its bookings go back to the lease as it is.
  */
-import { patched } from '@temporalio/workflow';
+import { isCancellation, log, patched } from '@temporalio/workflow';
 import { changeDenialReason, withChangeApplied, type LeaseApproval, type PendingLeaseChange } from '../../src/domain/approval';
-import { leaseConflict, type Lease } from '../../src/domain/lease';
+import { leaseConflict, type Lease, type Reservation } from '../../src/domain/lease';
 import { LEASE_CHANGE_APPROVAL } from '../patches';
-import { mustFinish } from './activity-options';
+import { quick } from './activity-options';
 import { announce } from './announce';
 import { approvalDetails } from './approval';
 import { book } from './bookings';
-import { compensate, transition } from './record';
+import { failureMessage } from './failures';
+import { transition } from './record';
 import type { LeaseState } from './state';
 
 /** The change waiting for approval, if there is one (only histories since the patch have one). */
@@ -39,33 +40,74 @@ export async function announceChangeAsked(s: LeaseState, change: PendingLeaseCha
 /** When the waiting change must be answered by the deadline: its timeout, or the lease's end if that comes first. */
 export const changeDeadline = (s: LeaseState, change: PendingLeaseChange): number => Math.min(change.approval.deadlineMs, s.lease.endMs);
 
+/** An admin's answer to the waiting change (an answer of another change, none). */
+export function changeAnswer(s: LeaseState): LeaseState['approvalAnswer'] {
+  const change = s.lease.pendingChange;
+  return change && s.approvalAnswer?.of === change.approval.requestedMs ? s.approvalAnswer : undefined;
+}
+
 /**
  * Acts on the waiting change (from the active loop, once answered or due): approved, the lease
  * takes it; else its bookings are put back for the lease as it is, and status_reason says why.
+ * Answers arriving meanwhile are refused (settlingChange); the answer acted on is kept until the
+ * settle is done, so that it can never answer the next change.
  */
 export async function settleChange(s: LeaseState): Promise<void> {
   await s.lock.run(async () => {
     const change = s.lease.pendingChange;
     if (!change || s.deletion !== 'none') return;
-    const answer = s.approvalAnswer;
-    s.approvalAnswer = undefined;
+    const answer = changeAnswer(s);
     const now = Date.now();
     const answered: LeaseApproval = answer
       ? { ...change.approval, outcome: answer.outcome, answeredBy: 'admin', ...(answer.reason !== undefined ? { answerReason: answer.reason } : {}), answeredMs: now }
       : { ...change.approval, outcome: 'denied', answeredBy: now >= s.lease.endMs ? 'end' : 'timeout', answeredMs: now };
+    await settle(s, change, answered);
+  });
+}
+
+/** Settles the waiting change with `answered` (under the lease's lock). */
+export async function settle(s: LeaseState, change: PendingLeaseChange, answered: LeaseApproval): Promise<void> {
+  s.settlingChange = true;
+  try {
     if (answered.outcome === 'approved') {
       // As an admin's update: the record moves the end; the active loop's next sleep follows it.
-      await transition(s, { ...withChangeApplied(s.lease, now), changeApproval: answered, statusReason: undefined });
+      await transition(s, { ...withChangeApplied(s.lease, answered.answeredMs!), changeApproval: answered, statusReason: undefined });
       s.revision++;
       await announce(s, 'lease.approved', changeDetails(change, answered));
       return;
     }
-    // Booked again for the lease as it is: what the change took beyond it is freed. It must finish; should it not, the lease still goes on as it was.
-    await compensate(s, "freeing a denied change's bookings", () => book(s, s.lease, undefined, mustFinish));
-    await transition(s, { pendingChange: undefined, changeApproval: answered, statusReason: changeDenialReason(answered) });
+    const unfreed = await freeChangeBookings(s, change, answered);
+    const reason = changeDenialReason(answered);
+    await transition(s, { pendingChange: undefined, changeApproval: answered, statusReason: unfreed ? `${reason}; ${unfreed}` : reason });
     s.revision++;
-    await announce(s, 'lease.denied', changeDetails(change, answered));
-  });
+    await announce(s, 'lease.denied', { ...changeDetails(change, answered), ...(unfreed ? { bookings: unfreed } : {}) });
+  } finally {
+    s.settlingChange = false;
+    s.approvalAnswer = undefined;
+  }
+}
+
+/**
+ * Books the reservations the change moved for the lease as it is again: what the change took
+ * beyond it is freed (an extension moves each booking's end). Not when the lease's end came (its
+ * end frees everything); a few quick tries, not the day a must-finish may retry under the lease's
+ * lock: should they fail, the lease goes on as it was and the answer (what it returns) says the
+ * extra hours stay booked until the lease ends.
+ */
+async function freeChangeBookings(s: LeaseState, change: PendingLeaseChange, answered: LeaseApproval): Promise<string | undefined> {
+  if (answered.answeredBy === 'end' || Date.now() >= s.lease.endMs) return undefined;
+  const sameAsBooked = (r: Reservation) => change.endMs === s.lease.endMs && JSON.stringify(change.reservations.find((c) => c.id === r.id)?.params) === JSON.stringify(r.params);
+  const moved = new Set(s.lease.reservations.filter((r) => !sameAsBooked(r)).map((r) => r.id));
+  if (moved.size === 0) return undefined;
+  try {
+    await book(s, s.lease, undefined, quick, [], moved);
+    return undefined;
+  } catch (err) {
+    if (isCancellation(err)) throw err;
+    const unfreed = `freeing the change's bookings failed (${failureMessage(err)}): they stay booked until the lease ends`;
+    log.error(unfreed, { leaseId: s.lease.id });
+    return unfreed;
+  }
 }
 
 /** What approval notices of a change carry besides the lease (as it is): the approval, and what the change sets. */

@@ -25,8 +25,10 @@ export interface LeaseState {
   healQueued: boolean;
   /** Preempted before its start with nothing of its window left (preempt.ts): it ended without starting. */
   endedEarly: boolean;
-  /** An admin's answer to a lease waiting for approval, not yet acted on. */
-  approvalAnswer?: { outcome: 'approved' | 'denied'; reason?: string };
+  /** An admin's answer to a lease waiting for approval, not yet acted on; `of`: the waiting change it answers (its requestedMs). */
+  approvalAnswer?: { outcome: 'approved' | 'denied'; reason?: string; of?: number };
+  /** A waiting change is being settled (change-approval.ts): answers are refused until it is done. */
+  settlingChange?: boolean;
   /** One change at a time: transitions, updates and deletes never interleave. */
   readonly lock: Lock;
 }

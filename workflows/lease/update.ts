@@ -1,11 +1,12 @@
 /** Blazar's lease update (rename, move dates, end now), at any point of the lease's life: validated, re-booked, recorded, or rolled back. */
 import { patched } from '@temporalio/workflow';
-import { applyLeaseUpdate, assertSettled, bookingChanged, hasEnded, type Lease, type LeaseUpdateRequest, type Reservation } from '../../src/domain/lease';
+import { isExtensionOnly, ONLY_EXTENSIONS_WAIT } from '../../src/domain/approval';
+import { applyLeaseUpdate, assertSettled, bookingChanged, hasEnded, leaseConflict, type Lease, type LeaseUpdateRequest, type Reservation } from '../../src/domain/lease';
 import { ONE_ROLLBACK_FOR_UPDATES, ROLLBACK_ONLY_MOVED } from '../patches';
 import { mustFinish, quick } from './activity-options';
 import { justification } from './admission';
 import { announce } from './announce';
-import { announceChangeAsked, refuseWhileChangeWaits, waitingChange } from './change-approval';
+import { announceChangeAsked, refuseWhileChangeWaits, settle, waitingChange } from './change-approval';
 import { book } from './bookings';
 import { asFailure } from './failures';
 import { compensate, record } from './record';
@@ -15,15 +16,37 @@ import { assertAdmitted, type LeaseState } from './state';
 export function validateUpdate(s: LeaseState, update: LeaseUpdateRequest): void {
   assertAdmitted(s);
   assertSettled(s.lease);
-  refuseWhileChangeWaits(s.lease);
-  applyLeaseUpdate(s.lease, update, Date.now());
+  if (!adminEndsSooner(s.lease, update)) refuseWhileChangeWaits(s.lease);
+  refuseJustifiedNonExtension(s.lease, applyLeaseUpdate(s.lease, update, Date.now()), update);
+}
+
+/** An admin's update of the end only, to now or sooner: it may go through while a change waits (denying it first). */
+function adminEndsSooner(lease: Lease, update: LeaseUpdateRequest): boolean {
+  const onlyEnd = Object.entries(update).every(([key, value]) => value === undefined || key === 'end' || key === 'byAdmin' || key === 'name');
+  const sooner = update.end === 'now' || (typeof update.end === 'number' && update.end <= lease.endMs);
+  return lease.pendingChange !== undefined && update.byAdmin === true && onlyEnd && sooner;
+}
+
+/**
+ * A justification on a change of an active lease asks for an exception, which only an extension
+ * may have (isExtensionOnly): anything else is refused before it books anything (409).
+ */
+function refuseJustifiedNonExtension(before: Lease, next: Lease, update: LeaseUpdateRequest): void {
+  if (update.justification === undefined || before.status !== 'ACTIVE' || !bookingChanged(before, next) || isExtensionOnly(before, next)) return;
+  throw leaseConflict(`Lease ${before.name} is active: ${ONLY_EXTENSIONS_WAIT}. Send the change without a justification, or extend the lease alone.`);
 }
 
 /** The update's handler (it runs under the lease's lock). */
 export async function applyUpdate(s: LeaseState, update: LeaseUpdateRequest): Promise<Lease> {
+  const waiting = waitingChange(s);
+  if (waiting && adminEndsSooner(s.lease, update)) {
+    // An admin ending the lease sooner goes first: the waiting change is denied, then the update applies to the lease as it is.
+    await settle(s, waiting, { ...waiting.approval, outcome: 'denied', answeredBy: 'admin', answerReason: 'the lease was changed by an admin', answeredMs: Date.now() });
+  }
   const before = s.lease;
   refuseWhileChangeWaits(before); // queued behind the update that made one
   let next = applyLeaseUpdate(before, update, Date.now()); // again: the lease may have moved on while queued
+  refuseJustifiedNonExtension(before, next, update);
   const rebook = bookingChanged(before, next) && !hasEnded(next.status);
   const moved: Reservation[] = [];
   try {
