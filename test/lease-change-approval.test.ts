@@ -125,6 +125,11 @@ describe('an exception on an update of an active lease', () => {
     expect(asked.body.lease.pending_change.reservations).toHaveLength(1);
     expect(await leaseOf(lease.id)).toMatchObject({ status: 'ACTIVE', end_date: lease.end_date, pending_change: { end_date: pendingEnd } });
     expect((await otherCreate('during-change')).status).toBe(409); // booked at once: others see it taken
+    // Listed among the leases an admin's answer is waited for (the page's "Waiting for approval"); a bad value is a 400.
+    const awaitingIds = async () => ((await asAdmin('GET', '/v1/leases?awaiting_approval=true&limit=1000')).body.leases as Array<{ id: string }>).map((l) => l.id);
+    expect(await awaitingIds()).toContain(lease.id);
+    expect(((await asAdmin('GET', '/v1/leases?awaiting_approval=false&limit=1000')).body.leases as Array<{ id: string }>).map((l) => l.id)).not.toContain(lease.id);
+    expect((await asAdmin('GET', '/v1/leases?awaiting_approval=yes')).status).toBe(400);
 
     // One change at a time: another is refused, naming the one that waits.
     const second = await as('chg-a')('PUT', `/v1/leases/${lease.id}`, { end_date: inSeconds(5400), justification: 'or a bit less' });
@@ -136,6 +141,7 @@ describe('an exception on an update of an active lease', () => {
     expect(approved.status).toBe(200);
     expect(approved.body.lease).toMatchObject({ status: 'ACTIVE', end_date: pendingEnd, change_approval: { outcome: 'approved', answered_by: 'admin', answer_reason: 'fine for the deadline', rule: 'extension' } });
     expect(approved.body.lease.pending_change).toBeUndefined();
+    expect(await awaitingIds()).not.toContain(lease.id);
     expect(approved.body.lease.approval).toBeUndefined(); // the create's approval record is its own
     // The workflow's timers follow the new end (as after an admin's update): it sleeps until the next event the new end sets, past the old end.
     const newEndMs = Date.parse(`${pendingEnd.slice(0, 19)}Z`);

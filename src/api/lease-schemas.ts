@@ -166,6 +166,8 @@ export const listLeasesQuery = z.object({
   limit: z.coerce.number({ error: 'expected a number' }).int('expected a whole number').min(1).max(1000).optional(),
   marker: z.uuid({ error: 'expected the id of a lease' }).optional(),
   status: z.enum(LEASE_STATUSES, { error: `expected one of ${LEASE_STATUSES.join(', ')}` }).optional(),
+  /** Only leases an admin's answer is waited for: PENDING_APPROVAL, or an active lease's `pending_change`. */
+  awaiting_approval: z.enum(['true', 'false'], { error: 'expected true or false' }).transform((v) => v === 'true').optional(),
   project_id: z.string().min(1).optional(),
   name: z.string().min(1).optional(),
   /** Leases whose window overlaps [from, to]. */

@@ -100,6 +100,7 @@ export function leasesRouter(deps: NewLeaseDeps): Router {
     const filter = {
       projectId: identity.isAdmin ? query.project_id : identity.projectId,
       status: query.status,
+      awaitingApproval: query.awaiting_approval,
       name: query.name,
       from: query.from,
       to: query.to,

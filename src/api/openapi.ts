@@ -374,7 +374,7 @@ export function apiOperations(types: ResourceTypes): Operation[] {
     },
     {
       method: 'get', path: '/v1/leases', tags: ['leases'], summary: 'List leases',
-      description: "The caller's project's leases (an admin's: every project's, or `project_id`'s), newest first. Without `limit` the whole list is streamed; with it, a page and a `leases_links` next link (`marker`). `from`/`to` keep the leases whose window overlaps them.",
+      description: "The caller's project's leases (an admin's: every project's, or `project_id`'s), newest first. Without `limit` the whole list is streamed; with it, a page and a `leases_links` next link (`marker`). `from`/`to` keep the leases whose window overlaps them. `awaiting_approval=true` (an extension) keeps those an admin's answer is waited for: `PENDING_APPROVAL` leases and active leases with a `pending_change`.",
       security: AUTHENTICATED,
       request: { query: listLeasesQuery },
       responses: {

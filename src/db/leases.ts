@@ -15,6 +15,8 @@ export interface LeaseFilter {
   /** Only this project's leases (non-admins always get their own project). */
   projectId?: string;
   status?: LeaseStatus;
+  /** Only leases waiting for an admin's answer: PENDING_APPROVAL, or a change waiting (leases_awaiting_approval index). */
+  awaitingApproval?: boolean;
   name?: string;
   /** Leases whose window overlaps [from, to]. */
   from?: number;
@@ -93,6 +95,9 @@ async function queryLeases(pool: Pool, filter: LeaseFilter & { after?: LeaseList
   if (filter.projectId !== undefined) where.push(`project_id = ${param(filter.projectId)}`);
   if (filter.status !== undefined) where.push(`status = ${param(filter.status)}`);
   if (filter.name !== undefined) where.push(`name = ${param(filter.name)}`);
+  // The same expression as the leases_awaiting_approval index.
+  if (filter.awaitingApproval === true) where.push(`(status = 'PENDING_APPROVAL' OR document ? 'pendingChange')`);
+  if (filter.awaitingApproval === false) where.push(`NOT (status = 'PENDING_APPROVAL' OR document ? 'pendingChange')`);
   if (filter.from !== undefined || filter.to !== undefined) {
     // The same expression as the leases_live_window index; a missing bound is open.
     const bound = (ms: number | undefined) => (ms === undefined ? 'NULL' : `to_timestamp(${param(ms)} / 1000.0)`);

@@ -91,7 +91,21 @@ export interface Lease {
   reservations: LeaseReservation[];
   events: LeaseEvent[];
   /** Why the lease waits (or waited) for approval, and the answer (issue 42). */
-  approval?: { kind: 'rule' | 'exception'; rule: string; reason: string; justification: string | null; timeout_at: string; on_timeout: string; outcome: string | null; answer_reason: string | null };
+  approval?: LeaseApproval;
+  /** An active lease's change waiting for an admin's answer: booked, not in effect (issue 42). */
+  pending_change?: LeaseApproval & { end_date: string };
+}
+
+/** Why a lease (or its change) waits or waited for approval, and the answer. */
+export interface LeaseApproval {
+  kind: 'rule' | 'exception';
+  rule: string;
+  reason: string;
+  justification: string | null;
+  timeout_at: string;
+  on_timeout: string;
+  outcome: string | null;
+  answer_reason: string | null;
 }
 
 /** What would work (POST /v1/offers, GET /v1/leases/{id}/extension-offers, a refusal's `offers`). */

@@ -1,6 +1,6 @@
 /**
- * Leases waiting for approval (issue 42), above the calendar: for an admin every project's, to
- * open and answer (Approve, Deny on the lease's page); for a member their own project's. Hidden
+ * Leases waiting for approval (issue 42), and active leases whose change waits, above the calendar:
+ * for an admin every project's, to open and answer (Approve, Deny on the lease's page); for a member their own project's. Hidden
  * when there are none.
  */
 import { useEffect, useState } from 'preact/hooks';
@@ -14,7 +14,7 @@ export function WaitingForApproval(props: { credentials: Credentials }) {
   const [waiting, setWaiting] = useState<Lease[]>([]);
   useEffect(() => {
     let stopped = false;
-    call<{ leases: Lease[] }>(props.credentials, 'GET', `/v1/leases?status=PENDING_APPROVAL&limit=${LISTED}`).then(
+    call<{ leases: Lease[] }>(props.credentials, 'GET', `/v1/leases?awaiting_approval=true&limit=${LISTED}`).then(
       (answer) => !stopped && setWaiting(answer.leases),
       () => !stopped && setWaiting([]),
     );
@@ -29,8 +29,18 @@ export function WaitingForApproval(props: { credentials: Credentials }) {
       <ul>
         {waiting.map((l) => (
           <li key={l.id}>
-            <a href={`#/leases/${l.id}`}>{l.name}</a> <span class="badge status-PENDING_APPROVAL">PENDING_APPROVAL</span> {l.project_id} · {formatRange(parseDate(l.start_date), parseDate(l.end_date))}
-            {l.approval && <span class="offer-reason"> · {l.approval.kind === 'exception' ? `exception to ${l.approval.rule}` : l.approval.rule}</span>}
+            <a href={`#/leases/${l.id}`}>{l.name}</a>{' '}
+            {l.pending_change ? (
+              <>
+                <span class="badge status-PENDING_APPROVAL">change waiting</span> {l.project_id} · {formatRange(parseDate(l.start_date), parseDate(l.end_date))} → new end {l.pending_change.end_date} UTC
+                <span class="offer-reason"> · exception to {l.pending_change.rule}</span>
+              </>
+            ) : (
+              <>
+                <span class="badge status-PENDING_APPROVAL">PENDING_APPROVAL</span> {l.project_id} · {formatRange(parseDate(l.start_date), parseDate(l.end_date))}
+                {l.approval && <span class="offer-reason"> · {l.approval.kind === 'exception' ? `exception to ${l.approval.rule}` : l.approval.rule}</span>}
+              </>
+            )}
           </li>
         ))}
       </ul>

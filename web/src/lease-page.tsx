@@ -151,6 +151,16 @@ export function LeasePage(props: { credentials: Credentials; leaseId: string }) 
             </dd>
           </>
         )}
+        {lease.pending_change && (
+          <>
+            <dt>Change waiting</dt>
+            <dd class="reason">
+              New end {lease.pending_change.end_date} UTC, an exception to {lease.pending_change.rule}: {lease.pending_change.reason}
+              {lease.pending_change.justification && <> · justification: “{lease.pending_change.justification}”</>}
+              {` · without an answer by ${lease.pending_change.timeout_at} UTC it is ${lease.pending_change.on_timeout === 'approve' ? 'approved' : 'denied'}`}
+            </dd>
+          </>
+        )}
         {hosts.length > 0 && (
           <>
             <dt>Hosts</dt>
@@ -189,7 +199,7 @@ export function LeasePage(props: { credentials: Credentials; leaseId: string }) 
           ))}
         </tbody>
       </table>
-      {lease.status === 'PENDING_APPROVAL' && (props.credentials.kind === 'token' || props.credentials.admin) && <ApprovalForm busy={busy} answer={(outcome, reason) => void answer(outcome, reason)} />}
+      {(lease.status === 'PENDING_APPROVAL' || (lease.pending_change && !lease.pending_change.outcome)) && (props.credentials.kind === 'token' || props.credentials.admin) && <ApprovalForm busy={busy} answer={(outcome, reason) => void answer(outcome, reason)} />}
       {!finished && (
         <section aria-label="Change the lease" class="changes">
           <h3>Change</h3>
