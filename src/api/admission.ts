@@ -134,7 +134,8 @@ async function bookAndRecord(deps: ApiAdmissionDeps, client: PoolClient, request
   const reservations = [];
   for (const reservation of draft.reservations) {
     const type = deps.types.get(reservation.resource_type)!;
-    const booked: ReserveResult = await type.bookAtAdmission!(client, typedContext(type, reservationContext(draft, reservation)));
+    // This transaction also checks the policy and records the lease: a refusal undoes any cut with the rest (issue 43).
+    const booked: ReserveResult = await type.bookAtAdmission!(client, typedContext(type, reservationContext(draft, reservation)), { preempt: true });
     reservations.push(bookedReservation(reservation, booked));
   }
   const booked: Lease = { ...draft, reservations, version: draft.version + 1, updatedMs: Date.now() };

@@ -119,11 +119,14 @@ export class HostCalendar extends WholeResourceCalendar<HostRecord, BookedHost[]
   }
 
   /**
-   * The same inside the caller's transaction (the API's admission): a lost race surfaces as the
-   * exclusion violation, and the caller runs its whole transaction again.
+   * The same inside the caller's transaction (the API's admission, an offer hold): a lost race
+   * surfaces as the exclusion violation, and the caller runs its whole transaction again.
+   * `preempt`: a regular lease that does not fit in free hosts may cut preemptible leases (issue
+   * 43); only a caller whose policy check and record commit in this same transaction may ask it,
+   * so that a refusal or a rollback undoes the cut with everything else.
    */
-  bookWithin(client: PoolClient, ctx: ReservationContext<PhysicalHostParams>): Promise<BookedHost[]> {
-    return this.bookIn(client, ctx);
+  bookWithin(client: PoolClient, ctx: ReservationContext<PhysicalHostParams>, options: { preempt: boolean }): Promise<BookedHost[]> {
+    return this.bookIn(client, ctx, { preempt: options.preempt });
   }
 
   /** Per host of the reservation, when another lease's booking of it next begins (its lead time included). */
@@ -157,7 +160,7 @@ export class HostCalendar extends WholeResourceCalendar<HostRecord, BookedHost[]
         if (holdsFailed && ctx.leaseStatus === 'PENDING') {
           await client.query('SAVEPOINT heal');
           try {
-            await this.bookIn(client, ctx, true);
+            await this.bookIn(client, ctx, { rebook: true });
           } catch (err) {
             if (!isLeaseConflict(err)) throw err;
             await client.query('ROLLBACK TO SAVEPOINT heal'); // no room elsewhere: keep the booking, degraded
@@ -188,7 +191,8 @@ export class HostCalendar extends WholeResourceCalendar<HostRecord, BookedHost[]
     await this.insert(client, ctx, new Map([[ctx.reservation.id, replacements]]), from, key, 0);
   }
 
-  private async bookIn(client: PoolClient, ctx: ReservationContext<PhysicalHostParams>, rebook = false): Promise<BookedHost[]> {
+  /** `preempt`: see bookWithin; every other booking (the workflow's, updates, heals, holds) sees preemptible bookings as taken. */
+  private async bookIn(client: PoolClient, ctx: ReservationContext<PhysicalHostParams>, { rebook = false, preempt = false } = {}): Promise<BookedHost[]> {
     const reservations = sameTypeReservations(ctx);
     const existing = await hostBookings.lockLease(client, ctx.leaseId);
 
@@ -218,8 +222,8 @@ export class HostCalendar extends WholeResourceCalendar<HostRecord, BookedHost[]
     const assignment = await this.bookAnew(client, ctx, hosts, requests, key, existing, {
       preferred: (calendar) => preferenceOrder(calendar, Date.now(), this.settings.randomChoice ? shuffle : undefined),
       neverFits: releasing.length > 0 ? 'it never fits: on_end "release" needs hosts with nothing booked after its start' : undefined,
-      // A regular lease that does not fit in free hosts takes preemptible ones (issue 43); a preemptible lease never does.
-      ...(this.preemptibleAsFree(reservations) ? { otherwise: (calendar: CalendarSnapshot) => this.bookPreempting(client, ctx, hosts, requests, key, calendar) } : {}),
+      // A regular lease that does not fit in free hosts takes preemptible ones (issue 43) when its caller allows; a preemptible lease never does.
+      ...(preempt && this.preemptibleAsFree(reservations) ? { otherwise: (calendar: CalendarSnapshot) => this.bookPreempting(client, ctx, hosts, requests, key, calendar), preemptibleFree: true } : {}),
     });
     const byId = new Map(hosts.map((h) => [h.id, h]));
     return (assignment.get(ctx.reservation.id) ?? []).map((id) => ({ id, hypervisor_hostname: byId.get(id)!.hypervisor_hostname }));
