@@ -14,12 +14,17 @@ export interface OwedPreemption {
   neededFromMs: number;
 }
 
-/** The lease was cut to end at `endMs`: owed to its workflow (a second cut before it was told keeps the earlier end). */
+/**
+ * The lease was cut to end at `endMs`: owed to its workflow. A second cut before the first was told
+ * keeps the earlier end (its bookings end there); one after it was told is news of its own (the
+ * lease may have moved and booked again since), so its end replaces the told one.
+ */
 export async function addOwedPreemption(client: PoolClient, preemption: OwedPreemption): Promise<void> {
   await client.query(
     `INSERT INTO lease_preemptions (lease_id, end_at, needed_from) VALUES ($1, to_timestamp($2 / 1000.0), to_timestamp($3 / 1000.0))
      ON CONFLICT (lease_id) DO UPDATE
-       SET end_at = least(lease_preemptions.end_at, excluded.end_at), needed_from = least(lease_preemptions.needed_from, excluded.needed_from),
+       SET end_at = CASE WHEN lease_preemptions.told_at IS NULL THEN least(lease_preemptions.end_at, excluded.end_at) ELSE excluded.end_at END,
+           needed_from = CASE WHEN lease_preemptions.told_at IS NULL THEN least(lease_preemptions.needed_from, excluded.needed_from) ELSE excluded.needed_from END,
            told_at = NULL, created_at = now()`,
     [preemption.leaseId, preemption.endMs, preemption.neededFromMs],
   );
