@@ -59,7 +59,7 @@ describe('preemptible host leases', () => {
   const noticesOf = (id: string, type: string) => project.received.filter((d: Delivery) => d.body.payload.lease_id === id && d.body.event_type === type);
 
   beforeAll(async () => {
-    for (const [name, pool] of [['free-1', 'free'], ['free-2', 'free'], ['cut-1', 'cut'], ['cut-2', 'cut'], ['gone-1', 'gone'], ['short-1', 'short'], ['none-1', 'none']] as const) {
+    for (const [name, pool] of [['free-1', 'free'], ['free-2', 'free'], ['cut-1', 'cut'], ['cut-2', 'cut'], ['gone-1', 'gone'], ['short-1', 'short'], ['none-1', 'none'], ['flip-1', 'flip']] as const) {
       hostIds[name] = await insertHost(stack().db.pool, { name, capabilities: { pool } });
     }
     expect((await asA('PUT', '/v1/projects/project-a/webhooks', { webhooks: [{ url: project.url }] })).status).toBe(200);
@@ -94,6 +94,26 @@ describe('preemptible host leases', () => {
     } finally {
       expect((await asAdmin('PUT', '/v1/projects/project-a/policy', { max_lease_duration: null, preemptible_exempt: null })).status).toBe(200);
     }
+  });
+
+  it('changes "preemptible" only while the lease is PENDING, booking it anew as such', async () => {
+    const pending = await asA('POST', '/v1/leases', { name: 'flip-pending', start_date: at(50, 0), end_date: at(50, 1), reservations: [inPool('flip')] });
+    expect(pending.status).toBe(201);
+    const pendingId = pending.body.lease.id as string;
+    const flipped = await asA('PUT', `/v1/leases/${pendingId}`, { reservations: [{ id: pending.body.lease.reservations[0].id, preemptible: true }] });
+    expect(flipped.status).toBe(200);
+    expect(flipped.body.lease.reservations[0].preemptible).toBe(true);
+    const flags = await stack().db.pool.query<{ preemptible: boolean }>('SELECT preemptible FROM host_allocations WHERE lease_id = $1', [pendingId]);
+    expect(flags.rows).toEqual([{ preemptible: true }]);
+    expect((await asA('DELETE', `/v1/leases/${pendingId}`)).status).toBe(204);
+
+    const started = await asA('POST', '/v1/leases', { name: 'flip-started', start_date: 'now', end_date: inSeconds(3600), reservations: [inPool('flip')] });
+    expect(started.status).toBe(201);
+    const startedId = started.body.lease.id as string;
+    await eventually(async () => ((await leaseOf(startedId)).status === 'ACTIVE' ? true : undefined));
+    const refused = await asA('PUT', `/v1/leases/${startedId}`, { reservations: [{ id: started.body.lease.reservations[0].id, preemptible: true }] });
+    expect(refused).toEqual({ status: 400, body: { error_code: 400, error_name: 400, error_message: 'reservations[0].preemptible: can change only while the lease is PENDING (lease flip-started is ACTIVE)' } });
+    expect((await leaseOf(startedId)).reservations[0].preemptible).toBe(false);
   });
 
   it('a regular lease prefers free hosts; a preemptible one never displaces anyone', async () => {
