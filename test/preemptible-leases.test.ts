@@ -59,7 +59,7 @@ describe('preemptible host leases', () => {
   const noticesOf = (id: string, type: string) => project.received.filter((d: Delivery) => d.body.payload.lease_id === id && d.body.event_type === type);
 
   beforeAll(async () => {
-    for (const [name, pool] of [['free-1', 'free'], ['free-2', 'free'], ['cut-1', 'cut'], ['cut-2', 'cut'], ['gone-1', 'gone'], ['short-1', 'short'], ['none-1', 'none'], ['flip-1', 'flip']] as const) {
+    for (const [name, pool] of [['free-1', 'free'], ['free-2', 'free'], ['cut-1', 'cut'], ['cut-2', 'cut'], ['gone-1', 'gone'], ['short-1', 'short'], ['none-1', 'none'], ['flip-1', 'flip'], ['chg-1', 'chg']] as const) {
       hostIds[name] = await insertHost(stack().db.pool, { name, capabilities: { pool } });
     }
     expect((await asA('PUT', '/v1/projects/project-a/webhooks', { webhooks: [{ url: project.url }] })).status).toBe(200);
@@ -162,6 +162,36 @@ describe('preemptible host leases', () => {
     for (const seen of [JSON.stringify(notice.body), JSON.stringify(await leaseOf(lentId))]) {
       expect(seen).not.toContain('project-b-secret');
       expect(seen).not.toContain(needing.body.lease.id);
+    }
+  });
+
+  it('denies a change waiting for approval when the lease is preempted: approving it cannot move the end past the cut', async () => {
+    const asAdmin = apiClient(() => stack().url, { 'x-project-id': 'admin', 'x-user-id': 'root', 'x-roles': 'admin' });
+    expect((await asAdmin('PUT', '/v1/projects/project-a/policy', { extension: { max_count: 0 }, exception_timeout: 600 })).status).toBe(200);
+    try {
+      const lent = await asA('POST', '/v1/leases', { name: 'lent-chg', start_date: 'now', end_date: inSeconds(3600), reservations: [inPool('chg', { preemptible: true })] });
+      const lentId = lent.body.lease.id as string;
+      await eventually(async () => ((await leaseOf(lentId)).status === 'ACTIVE' ? true : undefined));
+      const asked = await asA('PUT', `/v1/leases/${lentId}`, { end_date: inSeconds(3 * 3600), justification: 'a longer run' });
+      expect(asked.status).toBe(200);
+      expect(asked.body.lease.pending_change).toMatchObject({ outcome: null });
+      // Another project needs the host within the lease's current hour.
+      const start = Date.parse('2000-01-01T00:00:00Z') + Math.ceil((Date.now() + 1800_000 - Date.parse('2000-01-01T00:00:00Z')) / 60_000) * 60_000;
+      const needing = await asB('POST', '/v1/leases', { name: 'regular-chg', start_date: inSeconds(0, start), end_date: inSeconds(600, start), reservations: [inPool('chg')] });
+      expect(needing.status).toBe(201);
+      const preempted = await eventually(async () => {
+        const now = await leaseOf(lentId);
+        return now.change_approval ? now : undefined;
+      });
+      expect(preempted.pending_change).toBeUndefined();
+      expect(preempted.change_approval).toMatchObject({ outcome: 'denied', answered_by: 'preempted' });
+      expect(Date.parse(`${String(preempted.end_date).slice(0, 19)}Z`)).toBe(start);
+      expect(preempted.status_reason).toMatch(/^preempted: host needed by another lease from /);
+      expect((await asAdmin('POST', `/v1/leases/${lentId}/approve`, {})).status).toBe(409);
+      expect(Date.parse(`${String((await leaseOf(lentId)).end_date).slice(0, 19)}Z`)).toBe(start);
+      expect((await hostsOf(lentId)).map((r) => r.end_ms)).toEqual([start]);
+    } finally {
+      expect((await asAdmin('PUT', '/v1/projects/project-a/policy', { extension: null, exception_timeout: null })).status).toBe(200);
     }
   });
 

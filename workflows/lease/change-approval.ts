@@ -69,7 +69,7 @@ export async function settleChange(s: LeaseState): Promise<void> {
 }
 
 /** What approval notices of a change carry besides the lease (as it is): the approval, and what the change sets. */
-function changeDetails(change: PendingLeaseChange, approval: LeaseApproval): Record<string, unknown> {
+export function changeDetails(change: PendingLeaseChange, approval: LeaseApproval): Record<string, unknown> {
   return {
     ...approvalDetails(approval),
     approval_of: 'change',

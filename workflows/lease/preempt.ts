@@ -10,9 +10,12 @@ import { hasEnded, withEventTimes } from '../../src/domain/lease';
 import { preemptionDetails, preemptionReason } from '../../src/domain/preemption';
 import { LEASE_PREEMPTION } from '../patches';
 import { announce } from './announce';
-import { releaseAll } from './bookings';
+import type { LeaseApproval } from '../../src/domain/approval';
+import { mustFinish } from './activity-options';
+import { book, releaseAll } from './bookings';
+import { changeDetails, waitingChange } from './change-approval';
 import type { LeasePreemption } from './messages';
-import { transition } from './record';
+import { compensate, transition } from './record';
 import type { LeaseState } from './state';
 
 /** The leasePreempted signal's handler: applied under the lease's lock, after whatever change holds it. */
@@ -38,7 +41,17 @@ async function preempt(s: LeaseState, preemption: LeasePreemption): Promise<void
     return;
   }
   // A pending lease waiting for approval whose window is gone ends with its wait (it ends at its end).
-  await transition(s, withEventTimes({ ...lease, endMs: Math.max(preemption.endMs, Math.min(lease.startMs, lease.endMs)), statusReason: reason }));
+  const endMs = Math.max(preemption.endMs, Math.min(lease.startMs, lease.endMs));
+  // A change waiting for approval is denied: approved later, it would move the end past the cut.
+  const change = waitingChange(s);
+  const denied: LeaseApproval | undefined = change && { ...change.approval, outcome: 'denied', answeredBy: 'preempted', answeredMs: Date.now() };
+  if (change) {
+    s.approvalAnswer = undefined;
+    // Its bookings go back to the lease as it now is (the cut already ended them there); should that fail, the cut stands.
+    await compensate(s, "freeing a preempted lease's denied change", () => book(s, { ...lease, endMs }, undefined, mustFinish));
+  }
+  await transition(s, withEventTimes({ ...lease, endMs, statusReason: reason, ...(denied ? { pendingChange: undefined, changeApproval: denied } : {}) }));
   s.revision++;
+  if (change && denied) await announce(s, 'lease.denied', changeDetails(change, denied));
   await announce(s, 'lease.preempting', preemptionDetails(preemption, reason, Date.now()), `preempt-${preemption.endMs}`);
 }
