@@ -11,7 +11,7 @@ import type { ReservationContext } from '../src/domain/resource-plugin';
 import { pendingReservation, reservationContext } from '../dev-stack/fixtures/builders';
 import { useMigratedTestDatabase } from '../dev-stack/db';
 import { insertHost } from '../dev-stack/fixtures/hosts';
-import { sweepOwedPreemptions, type OwedPreemption } from '../src/db/lease-preemptions';
+import { claimOwedPreemptions, markPreemptionTold, type OwedPreemption } from '../src/db/lease-preemptions';
 
 const H = 3_600_000;
 const T0 = Date.UTC(2099, 3, 1);
@@ -73,19 +73,21 @@ describe('which bookings may preempt', () => {
   it('a second cut after the first was told is told its own end (the lease moved and booked again meanwhile)', async () => {
     const pool = database().pool;
     const told: OwedPreemption[] = [];
-    const tell = async (owed: OwedPreemption) => {
-      told.push(owed);
-      return { told: true as const };
+    const tell = async () => {
+      for (const owed of await claimOwedPreemptions(pool, { limit: 10, olderThanMs: 0 })) {
+        told.push(owed);
+        await markPreemptionTold(pool, owed);
+      }
     };
     const admit = (ctx: ReservationContext<never>) => bookInTransaction(pool, (client) => calendar.bookWithin(client, ctx, { preempt: true }), { retryExclusion: true });
     await admit(context(false, T0 + H, T0 + 2 * H));
-    await sweepOwedPreemptions(pool, { limit: 10, olderThanMs: 0 }, tell);
+    await tell();
     expect(told.map((o) => [o.leaseId, o.endMs])).toEqual([[lent.leaseId, T0 + H]]);
     // The lease moves later (an update of a pending lease books it again), and another regular lease cuts it there.
     await calendar.book({ ...lent, startMs: T0 + 5 * H, endMs: T0 + 8 * H });
     await admit(context(false, T0 + 6 * H, T0 + 7 * H));
     expect(await endsOf(lent.leaseId)).toEqual([T0 + 6 * H]);
-    await sweepOwedPreemptions(pool, { limit: 10, olderThanMs: 0 }, tell);
+    await tell();
     expect(told.map((o) => [o.leaseId, o.endMs, o.neededFromMs])).toEqual([
       [lent.leaseId, T0 + H, T0 + H],
       [lent.leaseId, T0 + 6 * H, T0 + 6 * H],

@@ -123,10 +123,11 @@ export class HostCalendar extends WholeResourceCalendar<HostRecord, BookedHost[]
    * surfaces as the exclusion violation, and the caller runs its whole transaction again.
    * `preempt`: a regular lease that does not fit in free hosts may cut preemptible leases (issue
    * 43); only a caller whose policy check and record commit in this same transaction may ask it,
-   * so that a refusal or a rollback undoes the cut with everything else.
+   * so that a refusal or a rollback undoes the cut with everything else. `cut` gets the ids of the
+   * leases cut (for the caller to tell once it committed).
    */
-  bookWithin(client: PoolClient, ctx: ReservationContext<PhysicalHostParams>, options: { preempt: boolean }): Promise<BookedHost[]> {
-    return this.bookIn(client, ctx, { preempt: options.preempt });
+  bookWithin(client: PoolClient, ctx: ReservationContext<PhysicalHostParams>, options: { preempt: boolean; cut?: string[] }): Promise<BookedHost[]> {
+    return this.bookIn(client, ctx, options);
   }
 
   /** Per host of the reservation, when another lease's booking of it next begins (its lead time included). */
@@ -192,7 +193,7 @@ export class HostCalendar extends WholeResourceCalendar<HostRecord, BookedHost[]
   }
 
   /** `preempt`: see bookWithin; every other booking (the workflow's, updates, heals, holds) sees preemptible bookings as taken. */
-  private async bookIn(client: PoolClient, ctx: ReservationContext<PhysicalHostParams>, { rebook = false, preempt = false } = {}): Promise<BookedHost[]> {
+  private async bookIn(client: PoolClient, ctx: ReservationContext<PhysicalHostParams>, { rebook = false, preempt = false, cut = [] as string[] } = {}): Promise<BookedHost[]> {
     const reservations = sameTypeReservations(ctx);
     const existing = await hostBookings.lockLease(client, ctx.leaseId);
 
@@ -223,7 +224,7 @@ export class HostCalendar extends WholeResourceCalendar<HostRecord, BookedHost[]
       preferred: (calendar) => preferenceOrder(calendar, Date.now(), this.settings.randomChoice ? shuffle : undefined),
       neverFits: releasing.length > 0 ? 'it never fits: on_end "release" needs hosts with nothing booked after its start' : undefined,
       // A regular lease that does not fit in free hosts takes preemptible ones (issue 43) when its caller allows; a preemptible lease never does.
-      ...(preempt && this.preemptibleAsFree(reservations) ? { otherwise: (calendar: CalendarSnapshot) => this.bookPreempting(client, ctx, hosts, requests, key, calendar), preemptibleFree: true } : {}),
+      ...(preempt && this.preemptibleAsFree(reservations) ? { otherwise: (calendar: CalendarSnapshot) => this.bookPreempting(client, ctx, hosts, requests, key, calendar, cut), preemptibleFree: true } : {}),
     });
     const byId = new Map(hosts.map((h) => [h.id, h]));
     return (assignment.get(ctx.reservation.id) ?? []).map((id) => ({ id, hypervisor_hostname: byId.get(id)!.hypervisor_hostname }));
@@ -235,15 +236,16 @@ export class HostCalendar extends WholeResourceCalendar<HostRecord, BookedHost[]
    * it runs on last; each reservation then gets its min only (it preempts no more than it needs).
    * Every preemptible lease on a host taken is cut to end, all of it (one lease, one end), a cleaning
    * gap before the lease's block begins, and its workflow is owed the news (lease_preemptions), in
-   * this transaction. Undefined, nothing changed: it does not fit even so.
+   * this transaction (their ids added to `cut`). Undefined, nothing changed: it does not fit even so.
    */
-  private async bookPreempting(client: PoolClient, ctx: ReservationContext<PhysicalHostParams>, hosts: HostRecord[], requests: HostRequest[], key: string, calendar: CalendarSnapshot): Promise<Map<string, string[]> | undefined> {
+  private async bookPreempting(client: PoolClient, ctx: ReservationContext<PhysicalHostParams>, hosts: HostRecord[], requests: HostRequest[], key: string, calendar: CalendarSnapshot, cut: string[]): Promise<Map<string, string[]> | undefined> {
     const choice = await this.preemptingChoice(client, { startMs: ctx.startMs, endMs: ctx.endMs, leadMs: ctx.provisioningLeadMs }, hosts, requests, calendar);
     if (!choice) return undefined;
     for (const leaseId of choice.preemptedLeases) {
       await cutPreemptibleLease(client, leaseId, choice.cutAtMs, this.cleaningMs);
       await addOwedPreemption(client, { leaseId, endMs: choice.cutAtMs, neededFromMs: choice.neededFromMs });
     }
+    cut.push(...choice.preemptedLeases);
     await this.insert(client, ctx, choice.assignment, ctx.startMs, key, ctx.provisioningLeadMs);
     return choice.assignment;
   }
