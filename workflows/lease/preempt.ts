@@ -20,7 +20,30 @@ import type { LeaseState } from './state';
 
 /** The leasePreempted signal's handler: applied under the lease's lock, after whatever change holds it. */
 export async function preemptWhenFree(s: LeaseState, preemption: LeasePreemption): Promise<void> {
+  // Recorded at once: a start holding the lock meanwhile (startLease) must not start past the cut.
+  if (!s.preemption || preemption.endMs < s.preemption.endMs) s.preemption = preemption;
   await s.lock.run(() => preempt(s, preemption));
+}
+
+/**
+ * A preemption recorded while the lease waited to start (under the lock: its earlier leases) whose
+ * end has passed, or that left nothing of its window: its hosts are another lease's now.
+ */
+export function preemptedBeforeStart(s: LeaseState): LeasePreemption | undefined {
+  const preemption = s.preemption;
+  return preemption && preemption.endMs < s.lease.endMs && preemption.endMs <= Math.max(Date.now(), s.lease.startMs) ? preemption : undefined;
+}
+
+/** Ends a lease preempted before it started, nothing of it run (its other bookings freed). */
+export async function endPreemptedUnstarted(s: LeaseState, preemption: LeasePreemption): Promise<void> {
+  const reason = preemptionReason(preemption.neededFromMs);
+  await releaseAll(s, s.lease, false);
+  const reservations = s.lease.reservations.map((r) => ({ ...r, status: 'deleted' as const }));
+  await transition(s, { status: 'TERMINATED', statusReason: reason, reservations });
+  s.endedEarly = true;
+  s.revision++;
+  await announce(s, 'lease.preempting', preemptionDetails(preemption, reason, Date.now()), `preempt-${preemption.endMs}`);
+  await announce(s, 'lease.event.end_lease');
 }
 
 async function preempt(s: LeaseState, preemption: LeasePreemption): Promise<void> {
@@ -30,14 +53,8 @@ async function preempt(s: LeaseState, preemption: LeasePreemption): Promise<void
   if (s.deletion !== 'none' || hasEnded(lease.status) || preemption.endMs >= lease.endMs) return;
   const reason = preemptionReason(preemption.neededFromMs);
   if (lease.status === 'PENDING' && preemption.endMs <= lease.startMs) {
-    // Nothing of its window is left, and nothing of it ran: it ends now (its other bookings freed).
-    await releaseAll(s, lease, false);
-    const reservations = lease.reservations.map((r) => ({ ...r, status: 'deleted' as const }));
-    await transition(s, { status: 'TERMINATED', statusReason: reason, reservations });
-    s.endedEarly = true;
-    s.revision++;
-    await announce(s, 'lease.preempting', preemptionDetails(preemption, reason, Date.now()), `preempt-${preemption.endMs}`);
-    await announce(s, 'lease.event.end_lease');
+    // Nothing of its window is left, and nothing of it ran: it ends now.
+    await endPreemptedUnstarted(s, preemption);
     return;
   }
   // A pending lease waiting for approval whose window is gone ends with its wait (it ends at its end).
