@@ -93,4 +93,29 @@ describe('which bookings may preempt', () => {
       [lent.leaseId, T0 + 6 * H, T0 + 6 * H],
     ]);
   });
+
+  it('an admin\'s would_book view takes no row lock: a cut under way elsewhere does not hold it up', async () => {
+    const pool = database().pool;
+    const needing = context(false, T0 + H, T0 + 2 * H);
+    const other = await pool.connect();
+    try {
+      await other.query('BEGIN');
+      await other.query('SELECT 1 FROM host_allocations WHERE lease_id = $1 FOR UPDATE', [lent.leaseId]);
+      const viewed = await calendar.wouldBook([needing.reservation], needing.startMs, needing.endMs, 0);
+      expect([...(viewed ?? new Map()).values()].flat().map((h) => h.hypervisor_hostname)).toEqual(['only']);
+    } finally {
+      await other.query('ROLLBACK');
+      other.release();
+    }
+  });
+
+  it('a refusal with no preemptible booking in its window reads the calendar once for the choice (and once to explain)', async () => {
+    const pool = database().pool;
+    await pool.query('TRUNCATE host_allocations, lease_preemptions');
+    await calendar.book(context(false, T0, T0 + 4 * H));
+    const reads = jest.spyOn(calendar, 'snapshot');
+    const needing = context(false, T0 + H, T0 + 2 * H);
+    await expect(bookInTransaction(pool, (client) => calendar.bookWithin(client, needing, { preempt: true }), { retryExclusion: true })).rejects.toMatchObject({ type: 'LeaseConflict' });
+    expect(reads).toHaveBeenCalledTimes(2);
+  });
 });

@@ -14,7 +14,7 @@ import { assignHosts, freeHosts, preferenceOrder, type Blocked, type CalendarSna
 import { matchesQuery, parsePropertyQuery } from '../../domain/property-query';
 import { sameTypeReservations, type FitLimits, type FitSearch, type ReservationContext } from '../../domain/resource-plugin';
 import { maintenanceBlocks } from '../../db/maintenance';
-import { blockedIntervals, cutPreemptibleLease, deleteHostBookingOfReservation, hostBookings, hostsOfReservation, insertHostBooking, nextBookingsOfOthers, preemptibleBookingsOverlapping, unusableHostsOf } from '../../db/host-allocations';
+import { blockedIntervals, cutPreemptibleLease, deleteHostBookingOfReservation, hostBookings, hostsOfReservation, insertHostBooking, nextBookingsOfOthers, preemptibleBookingExists, preemptibleBookingsOverlapping, unusableHostsOf } from '../../db/host-allocations';
 import { addOwedPreemption } from '../../db/lease-preemptions';
 import { failedReservableHosts, hypervisorProperties, inventoryVersion, listHosts, HYPERVISOR_FIELDS, type HostRecord } from '../../db/hosts';
 import type { Pool } from '../../db/pool';
@@ -112,7 +112,7 @@ export class HostCalendar extends WholeResourceCalendar<HostRecord, BookedHost[]
     // As admission: free hosts first; a regular lease that does not fit in them takes preemptible ones.
     const assignment =
       assignHosts(requests, freeHosts(calendar, start, end), preferenceOrder(calendar, Date.now())) ??
-      (this.preemptibleAsFree(reservations) ? (await this.preemptingChoice(this.pool, { startMs: start, endMs: end, leadMs }, resources, requests, calendar))?.assignment : undefined);
+      (this.preemptibleAsFree(reservations) ? (await this.preemptingChoice(this.pool, { startMs: start, endMs: end, leadMs, lock: false }, resources, requests, calendar))?.assignment : undefined);
     if (!assignment) return undefined;
     const byId = new Map(resources.map((h) => [h.id, h]));
     return new Map([...assignment].map(([reservationId, ids]) => [reservationId, ids.map((id) => byId.get(id)!)]));
@@ -239,7 +239,7 @@ export class HostCalendar extends WholeResourceCalendar<HostRecord, BookedHost[]
    * this transaction (their ids added to `cut`). Undefined, nothing changed: it does not fit even so.
    */
   private async bookPreempting(client: PoolClient, ctx: ReservationContext<PhysicalHostParams>, hosts: HostRecord[], requests: HostRequest[], key: string, calendar: CalendarSnapshot, cut: string[]): Promise<Map<string, string[]> | undefined> {
-    const choice = await this.preemptingChoice(client, { startMs: ctx.startMs, endMs: ctx.endMs, leadMs: ctx.provisioningLeadMs }, hosts, requests, calendar);
+    const choice = await this.preemptingChoice(client, { startMs: ctx.startMs, endMs: ctx.endMs, leadMs: ctx.provisioningLeadMs, lock: true }, hosts, requests, calendar);
     if (!choice) return undefined;
     for (const leaseId of choice.preemptedLeases) {
       await cutPreemptibleLease(client, leaseId, choice.cutAtMs, this.cleaningMs);
@@ -253,22 +253,25 @@ export class HostCalendar extends WholeResourceCalendar<HostRecord, BookedHost[]
   /**
    * The hosts a regular lease over the window would take when it does not fit in free hosts
    * (bookPreempting's choice), the preemptible leases it would cut, and where; nothing is written.
-   * Inside a transaction, the preemptible rows read stay locked until it ends.
+   * `lock` (a transaction about to cut): the preemptible rows read stay locked until it ends.
    */
   private async preemptingChoice(
     db: Pool | PoolClient,
-    window: { startMs: number; endMs: number; leadMs: number },
+    window: { startMs: number; endMs: number; leadMs: number; lock: boolean },
     hosts: HostRecord[],
     requests: HostRequest[],
     calendar: CalendarSnapshot,
   ): Promise<{ assignment: Map<string, string[]>; preemptedLeases: string[]; cutAtMs: number; neededFromMs: number } | undefined> {
+    // A refusal with no preemptible booking in the window (the usual case) reads the calendar once only.
+    const span = { hostIds: hosts.map((h) => h.id), fromMs: window.startMs - window.leadMs, toMs: window.endMs + this.cleaningMs };
+    if (!(await preemptibleBookingExists(db, span))) return undefined;
     const open = await this.snapshot(db, hosts, window.startMs, window.endMs, window.leadMs, false, undefined, true);
     const free = freeHosts(calendar, window.startMs, window.endMs);
     const neededFromMs = window.startMs - window.leadMs;
     const cutAtMs = neededFromMs - this.cleaningMs;
     const held = [...freeHosts(open, window.startMs, window.endMs)].filter((id) => !free.has(id));
     if (held.length === 0) return undefined;
-    const preempted = await preemptibleBookingsOverlapping(db, { hostIds: held, fromMs: neededFromMs, toMs: window.endMs + this.cleaningMs, cutAtMs });
+    const preempted = await preemptibleBookingsOverlapping(db, { hostIds: held, fromMs: neededFromMs, toMs: window.endMs + this.cleaningMs, cutAtMs, lock: window.lock });
     // A lease that would lose a booking it already runs on keeps it: its servers must stay where its end cleans them.
     const kept = new Set(preempted.filter((row) => row.drops_begun).map((row) => row.host_id));
     const usable = new Set([...free, ...held.filter((id) => !kept.has(id))]);
