@@ -59,7 +59,7 @@ describe('preemptible host leases', () => {
   const noticesOf = (id: string, type: string) => project.received.filter((d: Delivery) => d.body.payload.lease_id === id && d.body.event_type === type);
 
   beforeAll(async () => {
-    for (const [name, pool] of [['free-1', 'free'], ['free-2', 'free'], ['cut-1', 'cut'], ['cut-2', 'cut'], ['gone-1', 'gone'], ['short-1', 'short'], ['none-1', 'none'], ['flip-1', 'flip'], ['chg-1', 'chg']] as const) {
+    for (const [name, pool] of [['free-1', 'free'], ['free-2', 'free'], ['cut-1', 'cut'], ['cut-2', 'cut'], ['gone-1', 'gone'], ['short-1', 'short'], ['none-1', 'none'], ['flip-1', 'flip'], ['chg-1', 'chg'], ['appr-1', 'appr']] as const) {
       hostIds[name] = await insertHost(stack().db.pool, { name, capabilities: { pool } });
     }
     expect((await asA('PUT', '/v1/projects/project-a/webhooks', { webhooks: [{ url: project.url }] })).status).toBe(200);
@@ -208,6 +208,25 @@ describe('preemptible host leases', () => {
     expect(ended.status_reason).toBe(`preempted: host needed by another lease from ${at(30, 0)}`);
     const notice = await eventually(() => Promise.resolve(noticesOf(lent.body.lease.id, 'lease.preempting')[0]));
     expect(notice.body.payload).toMatchObject({ status: 'TERMINATED', reason: ended.status_reason });
+  });
+
+  it('ends at once a preemptible lease waiting for approval whose whole window a regular lease takes', async () => {
+    const asAdmin = apiClient(() => stack().url, { 'x-project-id': 'admin', 'x-user-id': 'root', 'x-roles': 'admin' });
+    expect((await asAdmin('PUT', '/v1/projects/project-a/policy', { approval: [{ hosts_over: 0, timeout: 600 }] })).status).toBe(200);
+    try {
+      const lent = await asA('POST', '/v1/leases', { name: 'lent-appr', start_date: at(31, 1), end_date: at(31, 2), reservations: [inPool('appr', { preemptible: true })] });
+      expect(lent.body.lease.status).toBe('PENDING_APPROVAL');
+      const needing = await asB('POST', '/v1/leases', { name: 'regular-appr', start_date: at(31, 0), end_date: at(31, 3), reservations: [inPool('appr')] });
+      expect(needing.status).toBe(201);
+      const ended = await eventually(async () => {
+        const now = await leaseOf(lent.body.lease.id);
+        return now.status === 'TERMINATED' ? now : undefined;
+      });
+      expect(ended.status_reason).toBe(`preempted: host needed by another lease from ${at(31, 0)}`);
+      expect((await asAdmin('POST', `/v1/leases/${lent.body.lease.id}/approve`, {})).status).toBe(409);
+    } finally {
+      expect((await asAdmin('PUT', '/v1/projects/project-a/policy', { approval: null })).status).toBe(200);
+    }
   });
 
   it('a regular lease starting sooner than the warning waits for the preempted lease\'s end, at most the eviction bound', async () => {

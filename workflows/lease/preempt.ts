@@ -9,12 +9,13 @@ import { patched } from '@temporalio/workflow';
 import { hasEnded, withEventTimes } from '../../src/domain/lease';
 import { preemptionDetails, preemptionReason } from '../../src/domain/preemption';
 import { LEASE_PREEMPTION } from '../patches';
-import { announce } from './announce';
+import { announce, tellPolicyEnded } from './announce';
 import type { LeaseApproval } from '../../src/domain/approval';
 import { mustFinish } from './activity-options';
 import { book, releaseAll } from './bookings';
 import { changeDetails, waitingChange } from './change-approval';
 import type { LeasePreemption } from './messages';
+import { notifySuccessors } from './neighbours';
 import { compensate, transition } from './record';
 import type { LeaseState } from './state';
 
@@ -34,7 +35,7 @@ export function preemptedBeforeStart(s: LeaseState): LeasePreemption | undefined
   return preemption && preemption.endMs < s.lease.endMs && preemption.endMs <= Math.max(Date.now(), s.lease.startMs) ? preemption : undefined;
 }
 
-/** Ends a lease preempted before it started, nothing of it run (its other bookings freed). */
+/** Ends a lease preempted before it started, nothing of it run (its other bookings freed), told as every end is told. */
 export async function endPreemptedUnstarted(s: LeaseState, preemption: LeasePreemption): Promise<void> {
   const reason = preemptionReason(preemption.neededFromMs);
   await releaseAll(s, s.lease, false);
@@ -42,8 +43,10 @@ export async function endPreemptedUnstarted(s: LeaseState, preemption: LeasePree
   await transition(s, { status: 'TERMINATED', statusReason: reason, reservations });
   s.endedEarly = true;
   s.revision++;
+  await notifySuccessors(s);
   await announce(s, 'lease.preempting', preemptionDetails(preemption, reason, Date.now()), `preempt-${preemption.endMs}`);
   await announce(s, 'lease.event.end_lease');
+  await tellPolicyEnded(s);
 }
 
 async function preempt(s: LeaseState, preemption: LeasePreemption): Promise<void> {
@@ -52,13 +55,12 @@ async function preempt(s: LeaseState, preemption: LeasePreemption): Promise<void
   // Told again (a sweep's retry), or ended meanwhile: nothing more to do.
   if (s.deletion !== 'none' || hasEnded(lease.status) || preemption.endMs >= lease.endMs) return;
   const reason = preemptionReason(preemption.neededFromMs);
-  if (lease.status === 'PENDING' && preemption.endMs <= lease.startMs) {
-    // Nothing of its window is left, and nothing of it ran: it ends now.
+  if ((lease.status === 'PENDING' || lease.status === 'PENDING_APPROVAL') && preemption.endMs <= lease.startMs) {
+    // Nothing of its window is left, and nothing of it ran: it ends now (a wait for approval with it).
     await endPreemptedUnstarted(s, preemption);
     return;
   }
-  // A pending lease waiting for approval whose window is gone ends with its wait (it ends at its end).
-  const endMs = Math.max(preemption.endMs, Math.min(lease.startMs, lease.endMs));
+  const endMs = preemption.endMs;
   // A change waiting for approval is denied: approved later, it would move the end past the cut.
   const change = waitingChange(s);
   const denied: LeaseApproval | undefined = change && { ...change.approval, outcome: 'denied', answeredBy: 'preempted', answeredMs: Date.now() };
