@@ -73,6 +73,9 @@ describe('preemptible host leases', () => {
     const made = await asA('POST', '/v1/leases', { name: 'shape', start_date: at(10, 0), end_date: at(10, 1), reservations: [inPool('none', { preemptible: 'True' })] });
     expect(made.status).toBe(201);
     expect(made.body.lease.reservations[0]).toMatchObject({ resource_type: 'physical:host', preemptible: true });
+    const aliased = await asA('POST', '/v1/leases', { name: 'shape-alias', start_date: at(13, 0), end_date: at(13, 1), reservations: [inPool('none', { resource_type: 'preemptible:host' })] });
+    expect(aliased.status).toBe(201);
+    expect(aliased.body.lease.reservations[0]).toMatchObject({ resource_type: 'physical:host', preemptible: true });
     const regular = await asA('POST', '/v1/leases', { name: 'shape-regular', start_date: at(11, 0), end_date: at(11, 1), reservations: [inPool('none')] });
     expect(regular.body.lease.reservations[0].preemptible).toBe(false);
     const bad = await asA('POST', '/v1/leases', { name: 'shape-bad', start_date: at(12, 0), end_date: at(12, 1), reservations: [inPool('none', { preemptible: 'maybe' })] });
