@@ -5,6 +5,8 @@ import { execFile } from 'node:child_process';
 import fs from 'node:fs';
 import { promisify } from 'node:util';
 import { apiClient, eventually, useTestStack } from '../dev-stack/stack';
+import { physicalHostPlugin } from '../src/resources/physical-host';
+import { insertHost } from '../dev-stack/fixtures/hosts';
 
 const run = promisify(execFile);
 const BLAZAR = '/usr/bin/blazar';
@@ -70,4 +72,24 @@ describe('python3-blazarclient drives the API unchanged', () => {
     expect(shown).toContain('"rule": "approval.always"');
     expect((await member('DELETE', `/v1/leases/${body.lease.id}`)).status).toBe(204);
   }, 60_000);
+});
+
+describe('python3-blazarclient makes a preemptible host lease', () => {
+  const stack = useTestStack(() => ({ withPool: (pool) => [physicalHostPlugin({ pool, settings: { cleaningMs: 0, randomChoice: false }, cloud: 'calendar-only' })] }));
+  const blazar = async (...args: string[]): Promise<string> => {
+    const { stdout } = await run(BLAZAR, ['--os-auth-type', 'none', '--os-endpoint', `${stack().url}/v1`, ...args], { timeout: 60_000 });
+    return stdout;
+  };
+  beforeAll(async () => {
+    await insertHost(stack().db.pool, { name: 'cli-host' });
+  });
+
+  it('lease-create --reservation resource_type=physical:host:preemptible makes a preemptible host reservation (the client drops a preemptible key)', async () => {
+    const created = await blazar('lease-create', '--reservation', 'resource_type=physical:host:preemptible,min=1,max=1', '--start-date', minutesFromNow(600), '--end-date', minutesFromNow(660), 'P1');
+    expect(created).toMatch(/Created a new lease:/);
+    const id = /\|\s+id\s+\|\s+([0-9a-f-]{36})\s+\|/.exec(created)?.[1];
+    const lease = (await apiClient(() => stack().url, { 'x-auth-token': 'admin' })('GET', `/v1/leases/${id}`)).body.lease;
+    expect(lease.reservations).toEqual([expect.objectContaining({ resource_type: 'physical:host', preemptible: true, min: 1, max: 1 })]);
+    expect(await blazar('lease-delete', 'P1')).toMatch(/Deleted lease: P1/);
+  }, 90_000);
 });

@@ -10,6 +10,8 @@ import { randomUUID } from 'node:crypto';
 import fc from 'fast-check';
 import { ApplicationFailure } from '@temporalio/common';
 import { HostCalendar } from '../src/resources/physical-host/calendar';
+import { bookInTransaction } from '../src/resources/shared/booking';
+import type { Pool } from '../src/db/pool';
 import type { ReservationContext } from '../src/domain/resource-plugin';
 import { pendingReservation, reservationContext } from '../dev-stack/fixtures/builders';
 import { useMigratedTestDatabase } from '../dev-stack/db';
@@ -43,9 +45,10 @@ function context(spec: LeaseSpec): ReservationContext<never> {
   return reservationContext({ leaseId: randomUUID(), reservation, leaseReservations: [reservation], startMs, endMs: startMs + spec.hours * H });
 }
 
-async function book(calendar: HostCalendar, ctx: ReservationContext<never>): Promise<'admitted' | 'refused'> {
+/** As the API's create path books (the only one that may preempt): in its own transaction, preempting allowed. */
+async function book(pool: Pool, calendar: HostCalendar, ctx: ReservationContext<never>): Promise<'admitted' | 'refused'> {
   try {
-    await calendar.book(ctx);
+    await bookInTransaction(pool, (client) => calendar.bookWithin(client, ctx, { preempt: true }), { retryExclusion: true });
     return 'admitted';
   } catch (err) {
     if (err instanceof ApplicationFailure && err.type === 'LeaseConflict') return 'refused';
@@ -74,9 +77,9 @@ describe('host calendar with preemptible bookings under concurrency (property-ba
         const calendar = new HostCalendar(pool, { cleaningMs, randomChoice: true });
 
         const lentContexts = lent.map(context);
-        await Promise.all(lentContexts.map((ctx) => book(calendar, ctx)));
+        await Promise.all(lentContexts.map((ctx) => book(pool, calendar, ctx)));
         const contexts = mixed.map(context);
-        const outcomes = await Promise.all(contexts.map((ctx) => book(calendar, ctx)));
+        const outcomes = await Promise.all(contexts.map((ctx) => book(pool, calendar, ctx)));
 
         const { rows } = await pool.query<{ host: string; start: number; end: number; reservation_id: string; lease_id: string; preemptible: boolean }>(
           `SELECT host_id::text AS host, (extract(epoch FROM lower(during)) * 1000)::float8 AS start, (extract(epoch FROM upper(during)) * 1000)::float8 AS "end",

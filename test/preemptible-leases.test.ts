@@ -59,7 +59,7 @@ describe('preemptible host leases', () => {
   const noticesOf = (id: string, type: string) => project.received.filter((d: Delivery) => d.body.payload.lease_id === id && d.body.event_type === type);
 
   beforeAll(async () => {
-    for (const [name, pool] of [['free-1', 'free'], ['free-2', 'free'], ['cut-1', 'cut'], ['cut-2', 'cut'], ['gone-1', 'gone'], ['short-1', 'short'], ['none-1', 'none']] as const) {
+    for (const [name, pool] of [['free-1', 'free'], ['free-2', 'free'], ['cut-1', 'cut'], ['cut-2', 'cut'], ['gone-1', 'gone'], ['short-1', 'short'], ['none-1', 'none'], ['flip-1', 'flip'], ['chg-1', 'chg'], ['appr-1', 'appr']] as const) {
       hostIds[name] = await insertHost(stack().db.pool, { name, capabilities: { pool } });
     }
     expect((await asA('PUT', '/v1/projects/project-a/webhooks', { webhooks: [{ url: project.url }] })).status).toBe(200);
@@ -73,6 +73,9 @@ describe('preemptible host leases', () => {
     const made = await asA('POST', '/v1/leases', { name: 'shape', start_date: at(10, 0), end_date: at(10, 1), reservations: [inPool('none', { preemptible: 'True' })] });
     expect(made.status).toBe(201);
     expect(made.body.lease.reservations[0]).toMatchObject({ resource_type: 'physical:host', preemptible: true });
+    const aliased = await asA('POST', '/v1/leases', { name: 'shape-alias', start_date: at(13, 0), end_date: at(13, 1), reservations: [inPool('none', { resource_type: 'preemptible:host' })] });
+    expect(aliased.status).toBe(201);
+    expect(aliased.body.lease.reservations[0]).toMatchObject({ resource_type: 'physical:host', preemptible: true });
     const regular = await asA('POST', '/v1/leases', { name: 'shape-regular', start_date: at(11, 0), end_date: at(11, 1), reservations: [inPool('none')] });
     expect(regular.body.lease.reservations[0].preemptible).toBe(false);
     const bad = await asA('POST', '/v1/leases', { name: 'shape-bad', start_date: at(12, 0), end_date: at(12, 1), reservations: [inPool('none', { preemptible: 'maybe' })] });
@@ -94,6 +97,26 @@ describe('preemptible host leases', () => {
     } finally {
       expect((await asAdmin('PUT', '/v1/projects/project-a/policy', { max_lease_duration: null, preemptible_exempt: null })).status).toBe(200);
     }
+  });
+
+  it('changes "preemptible" only while the lease is PENDING, booking it anew as such', async () => {
+    const pending = await asA('POST', '/v1/leases', { name: 'flip-pending', start_date: at(50, 0), end_date: at(50, 1), reservations: [inPool('flip')] });
+    expect(pending.status).toBe(201);
+    const pendingId = pending.body.lease.id as string;
+    const flipped = await asA('PUT', `/v1/leases/${pendingId}`, { reservations: [{ id: pending.body.lease.reservations[0].id, preemptible: true }] });
+    expect(flipped.status).toBe(200);
+    expect(flipped.body.lease.reservations[0].preemptible).toBe(true);
+    const flags = await stack().db.pool.query<{ preemptible: boolean }>('SELECT preemptible FROM host_allocations WHERE lease_id = $1', [pendingId]);
+    expect(flags.rows).toEqual([{ preemptible: true }]);
+    expect((await asA('DELETE', `/v1/leases/${pendingId}`)).status).toBe(204);
+
+    const started = await asA('POST', '/v1/leases', { name: 'flip-started', start_date: 'now', end_date: inSeconds(3600), reservations: [inPool('flip')] });
+    expect(started.status).toBe(201);
+    const startedId = started.body.lease.id as string;
+    await eventually(async () => ((await leaseOf(startedId)).status === 'ACTIVE' ? true : undefined));
+    const refused = await asA('PUT', `/v1/leases/${startedId}`, { reservations: [{ id: started.body.lease.reservations[0].id, preemptible: true }] });
+    expect(refused).toEqual({ status: 400, body: { error_code: 400, error_name: 400, error_message: 'reservations[0].preemptible: can change only while the lease is PENDING (lease flip-started is ACTIVE)' } });
+    expect((await leaseOf(startedId)).reservations[0].preemptible).toBe(false);
   });
 
   it('a regular lease prefers free hosts; a preemptible one never displaces anyone', async () => {
@@ -145,6 +168,36 @@ describe('preemptible host leases', () => {
     }
   });
 
+  it('denies a change waiting for approval when the lease is preempted: approving it cannot move the end past the cut', async () => {
+    const asAdmin = apiClient(() => stack().url, { 'x-project-id': 'admin', 'x-user-id': 'root', 'x-roles': 'admin' });
+    expect((await asAdmin('PUT', '/v1/projects/project-a/policy', { extension: { max_count: 0 }, exception_timeout: 600 })).status).toBe(200);
+    try {
+      const lent = await asA('POST', '/v1/leases', { name: 'lent-chg', start_date: 'now', end_date: inSeconds(3600), reservations: [inPool('chg', { preemptible: true })] });
+      const lentId = lent.body.lease.id as string;
+      await eventually(async () => ((await leaseOf(lentId)).status === 'ACTIVE' ? true : undefined));
+      const asked = await asA('PUT', `/v1/leases/${lentId}`, { end_date: inSeconds(3 * 3600), justification: 'a longer run' });
+      expect(asked.status).toBe(200);
+      expect(asked.body.lease.pending_change).toMatchObject({ outcome: null });
+      // Another project needs the host within the lease's current hour.
+      const start = Date.parse('2000-01-01T00:00:00Z') + Math.ceil((Date.now() + 1800_000 - Date.parse('2000-01-01T00:00:00Z')) / 60_000) * 60_000;
+      const needing = await asB('POST', '/v1/leases', { name: 'regular-chg', start_date: inSeconds(0, start), end_date: inSeconds(600, start), reservations: [inPool('chg')] });
+      expect(needing.status).toBe(201);
+      const preempted = await eventually(async () => {
+        const now = await leaseOf(lentId);
+        return now.change_approval ? now : undefined;
+      });
+      expect(preempted.pending_change).toBeUndefined();
+      expect(preempted.change_approval).toMatchObject({ outcome: 'denied', answered_by: 'preempted' });
+      expect(Date.parse(`${String(preempted.end_date).slice(0, 19)}Z`)).toBe(start);
+      expect(preempted.status_reason).toMatch(/^preempted: host needed by another lease from /);
+      expect((await asAdmin('POST', `/v1/leases/${lentId}/approve`, {})).status).toBe(409);
+      expect(Date.parse(`${String((await leaseOf(lentId)).end_date).slice(0, 19)}Z`)).toBe(start);
+      expect((await hostsOf(lentId)).map((r) => r.end_ms)).toEqual([start]);
+    } finally {
+      expect((await asAdmin('PUT', '/v1/projects/project-a/policy', { extension: null, exception_timeout: null })).status).toBe(200);
+    }
+  });
+
   it('ends at once a preemptible lease not started yet whose whole window a regular lease takes', async () => {
     const lent = await asA('POST', '/v1/leases', { name: 'lent-gone', start_date: at(30, 1), end_date: at(30, 2), reservations: [inPool('gone', { preemptible: true })] });
     expect(lent.status).toBe(201);
@@ -158,6 +211,25 @@ describe('preemptible host leases', () => {
     expect(ended.status_reason).toBe(`preempted: host needed by another lease from ${at(30, 0)}`);
     const notice = await eventually(() => Promise.resolve(noticesOf(lent.body.lease.id, 'lease.preempting')[0]));
     expect(notice.body.payload).toMatchObject({ status: 'TERMINATED', reason: ended.status_reason });
+  });
+
+  it('ends at once a preemptible lease waiting for approval whose whole window a regular lease takes', async () => {
+    const asAdmin = apiClient(() => stack().url, { 'x-project-id': 'admin', 'x-user-id': 'root', 'x-roles': 'admin' });
+    expect((await asAdmin('PUT', '/v1/projects/project-a/policy', { approval: [{ hosts_over: 0, timeout: 600 }] })).status).toBe(200);
+    try {
+      const lent = await asA('POST', '/v1/leases', { name: 'lent-appr', start_date: at(31, 1), end_date: at(31, 2), reservations: [inPool('appr', { preemptible: true })] });
+      expect(lent.body.lease.status).toBe('PENDING_APPROVAL');
+      const needing = await asB('POST', '/v1/leases', { name: 'regular-appr', start_date: at(31, 0), end_date: at(31, 3), reservations: [inPool('appr')] });
+      expect(needing.status).toBe(201);
+      const ended = await eventually(async () => {
+        const now = await leaseOf(lent.body.lease.id);
+        return now.status === 'TERMINATED' ? now : undefined;
+      });
+      expect(ended.status_reason).toBe(`preempted: host needed by another lease from ${at(31, 0)}`);
+      expect((await asAdmin('POST', `/v1/leases/${lent.body.lease.id}/approve`, {})).status).toBe(409);
+    } finally {
+      expect((await asAdmin('PUT', '/v1/projects/project-a/policy', { approval: null })).status).toBe(200);
+    }
   });
 
   it('a regular lease starting sooner than the warning waits for the preempted lease\'s end, at most the eviction bound', async () => {

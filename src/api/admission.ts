@@ -113,7 +113,7 @@ async function admit(deps: ApiAdmissionDeps, request: NewLeaseRequest, requestHa
     );
     deps.outbox.startSoon(admitted.input);
     // Leases this admission preempted (issue 43) are told now; the sweeps tell them should this fail.
-    deps.outbox.tellPreemptedSoon();
+    deps.outbox.tellPreemptedSoon(admitted.cut);
     return admitted.lease;
   } catch (err) {
     if (err instanceof AdmittedMeanwhile) {
@@ -128,13 +128,16 @@ async function admit(deps: ApiAdmissionDeps, request: NewLeaseRequest, requestHa
 /**
  * Books and records one lease in the caller's transaction: its bookings, the usage policy's check
  * (which sees what the transaction recorded before), its row and its owed workflow start. Throws
- * the refusal (a lease failure, or UsagePolicyRefusal) with nothing of this lease written.
+ * the refusal (a lease failure, or UsagePolicyRefusal) with nothing of this lease written. `cut`:
+ * the preemptible leases its booking cut (issue 43), to be told once committed.
  */
-async function bookAndRecord(deps: ApiAdmissionDeps, client: PoolClient, request: NewLeaseRequest, requestHash: string, draft = newLease(request)): Promise<{ lease: Lease; input: LeaseWorkflowInput }> {
+async function bookAndRecord(deps: ApiAdmissionDeps, client: PoolClient, request: NewLeaseRequest, requestHash: string, draft = newLease(request)): Promise<{ lease: Lease; input: LeaseWorkflowInput; cut: string[] }> {
   const reservations = [];
+  const cut: string[] = [];
   for (const reservation of draft.reservations) {
     const type = deps.types.get(reservation.resource_type)!;
-    const booked: ReserveResult = await type.bookAtAdmission!(client, typedContext(type, reservationContext(draft, reservation)));
+    // This transaction also checks the policy and records the lease: a refusal undoes any cut with the rest (issue 43).
+    const booked: ReserveResult = await type.bookAtAdmission!(client, typedContext(type, reservationContext(draft, reservation)), { preempt: true, cut });
     reservations.push(bookedReservation(reservation, booked));
   }
   const booked: Lease = { ...draft, reservations, version: draft.version + 1, updatedMs: Date.now() };
@@ -147,7 +150,7 @@ async function bookAndRecord(deps: ApiAdmissionDeps, client: PoolClient, request
   if (saved === 'stale') throw new AdmittedMeanwhile();
   const input: LeaseWorkflowInput = { request, requestHash, admitted: lease };
   await addOwedStart(client, lease.id, requestHash, input);
-  return { lease, input };
+  return { lease, input, cut };
 }
 
 /** A lease admission's failure as the API answers it (ApiError), if it is one; anything else as it is. */
@@ -189,7 +192,7 @@ export function admitSeriesInApi(
       const outcome = await bookInTransaction(
         deps.pool,
         async (client) => {
-          const admitted: Array<{ lease: Lease; input: LeaseWorkflowInput }> = [];
+          const admitted: Array<{ lease: Lease; input: LeaseWorkflowInput; cut: string[] }> = [];
           const refused: SeriesAdmission['refused'] = [];
           for (const [index, occurrence] of occurrences.entries()) {
             await client.query('SAVEPOINT occurrence');
@@ -211,7 +214,7 @@ export function admitSeriesInApi(
         { retryExclusion: true },
       );
       for (const { input } of outcome.admitted) deps.outbox.startSoon(input);
-      if (outcome.admitted.length > 0) deps.outbox.tellPreemptedSoon();
+      deps.outbox.tellPreemptedSoon(outcome.admitted.flatMap((a) => a.cut));
       return { admitted: outcome.admitted.map((a) => a.lease), refused: outcome.refused, rolledBack: false };
     } catch (err) {
       if (err instanceof SeriesRefused) return { admitted: [], refused: err.refused, rolledBack: true };

@@ -60,11 +60,24 @@ export const notifyBeforeEnd = z
 /** A lease's name as the API takes it (trimmed), in creates, updates and the Blazar import. */
 export const leaseName = z.string({ error: unlessMissing('expected a string') }).trim().min(1, 'must not be empty').max(80, 'must be at most 80 characters');
 
+/**
+ * `resource_type`s a request may name for a preemptible `physical:host` reservation (shown as
+ * physical:host, preemptible). blazarclient 3.5.0's --reservation keeps only the keys it knows when
+ * the text contains "physical:host" (`preemptible` dropped), and fails on any non-number value
+ * otherwise: `physical:host:preemptible` is the one it can send.
+ */
+export const PREEMPTIBLE_HOST_ALIASES: ReadonlySet<string> = new Set(['physical:host:preemptible', 'preemptible:host']);
+const PHYSICAL_HOST = 'physical:host';
+
 /** A reservation's parameters are checked by its resource type's own schema. */
 function reservationSchema(types: ResourceTypes) {
   const supported = [...types.keys()].sort();
   return z.looseObject({ resource_type: z.string({ error: unlessMissing('expected a resource type') }) }, { error: unlessMissing('expected an object') }).transform((raw, ctx) => {
-    const { resource_type: resourceType, ...params } = raw;
+    const { resource_type: asked, ...sent } = raw;
+    // blazarclient 3.5.0 drops unknown keys (preemptible) from a --reservation naming physical:host: the alias carries it (issue 43).
+    const aliased = PREEMPTIBLE_HOST_ALIASES.has(asked) && types.has(PHYSICAL_HOST);
+    const resourceType = aliased ? PHYSICAL_HOST : asked;
+    const params = aliased ? { ...sent, preemptible: true } : sent;
     const type = types.get(resourceType);
     if (!type) {
       ctx.addIssue({

@@ -260,7 +260,14 @@ export function changedReservation(lease: Lease, change: { id: string } & Record
   delete fields.resource_type; // a reservation keeps its type
   const type = types.get(reservation.resource_type);
   if (!type) throw new ApiError(400, `reservations[${index}]: resource type ${reservation.resource_type} is not supported by this deployment`);
-  return { id, resource_type: reservation.resource_type, params: parseRequest(type.paramsSchema, { ...reservation.params, ...fields }, `reservations[${index}]`) };
+  const params = parseRequest(type.paramsSchema, { ...reservation.params, ...fields }, `reservations[${index}]`);
+  // A lease's bookings take `preemptible` when booked anew, which only a lease not started is (issue 43):
+  // a started regular lease turned preemptible would keep its hosts and shed the rules preemptible_exempt lifts.
+  const preemptibleOf = (p: unknown) => (p as { preemptible?: unknown }).preemptible === true;
+  if (preemptibleOf(params) !== preemptibleOf(reservation.params) && lease.status !== 'PENDING') {
+    throw new ApiError(400, `reservations[${index}].preemptible: can change only while the lease is PENDING (lease ${lease.name} is ${lease.status})`);
+  }
+  return { id, resource_type: reservation.resource_type, params };
 }
 
 function nextPageHref(req: Request, marker: string): string {

@@ -78,7 +78,7 @@ const leaseApproval = z.strictObject({
   timeout_at: timestamp,
   on_timeout: z.enum(['deny', 'approve']),
   outcome: z.enum(['approved', 'denied']).nullable(),
-  answered_by: z.enum(['admin', 'timeout', 'end']).nullable(),
+  answered_by: z.enum(['admin', 'timeout', 'end', 'preempted']).nullable(),
   answer_reason: z.string().nullable(),
   answered_at: nullableTimestamp,
 });

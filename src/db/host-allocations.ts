@@ -134,12 +134,12 @@ export async function insertHostBooking(client: PoolClient, booking: NewHostBook
  * The preemptible bookings of these hosts whose blocked interval overlaps [fromMs, toMs) (a regular
  * booking's, its lead and cleaning gap included), each with its lease, when its window begins, and
  * whether a cut of its lease at `cutAtMs` would drop a booking already begun (its servers would
- * then be on no booking the end could clean). In a transaction the rows stay locked until it ends,
- * so that a concurrent cut waits.
+ * then be on no booking the end could clean). `lock` (in a transaction about to cut): the rows stay
+ * locked until it ends, so that a concurrent cut waits; a view (an admin's would_book) reads only.
  */
 export async function preemptibleBookingsOverlapping(
   db: Queryable,
-  window: { hostIds: string[]; fromMs: number; toMs: number; cutAtMs: number },
+  window: { hostIds: string[]; fromMs: number; toMs: number; cutAtMs: number; lock: boolean },
 ): Promise<Array<{ lease_id: string; host_id: string; start_ms: number; drops_begun: boolean }>> {
   const { rows } = await db.query<{ lease_id: string; host_id: string; start_ms: number; drops_begun: boolean }>(
     `SELECT a.lease_id::text, a.host_id::text, (extract(epoch FROM lower(a.during)) * 1000)::float8 AS start_ms,
@@ -147,10 +147,20 @@ export async function preemptibleBookingsOverlapping(
                       AND lower(o.during) <= now() AND lower(o.during) >= to_timestamp($4 / 1000.0)) AS drops_begun
      FROM host_allocations a
      WHERE a.preemptible AND a.host_id = ANY($1::bigint[]) AND a.blocks && tstzrange(to_timestamp($2 / 1000.0), to_timestamp($3 / 1000.0))
-     ORDER BY a.host_id, lower(a.during) FOR UPDATE OF a`,
+     ORDER BY a.host_id, lower(a.during)${window.lock ? ' FOR UPDATE OF a' : ''}`,
     [window.hostIds, window.fromMs, window.toMs, window.cutAtMs],
   );
   return rows;
+}
+
+/** Whether any preemptible booking of these hosts overlaps [fromMs, toMs) (the partial index alone answers). */
+export async function preemptibleBookingExists(db: Queryable, window: { hostIds: string[]; fromMs: number; toMs: number }): Promise<boolean> {
+  const { rows } = await db.query<{ found: boolean }>(
+    `SELECT EXISTS (SELECT 1 FROM host_allocations WHERE preemptible AND host_id = ANY($1::bigint[])
+                      AND blocks && tstzrange(to_timestamp($2 / 1000.0), to_timestamp($3 / 1000.0))) AS found`,
+    [window.hostIds, window.fromMs, window.toMs],
+  );
+  return rows[0].found;
 }
 
 /**

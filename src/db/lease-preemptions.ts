@@ -1,11 +1,11 @@
 /**
  * Preempted leases whose workflow is owed the news (028_lease_preemptions.sql, issue 43). Written
  * by the regular admission that cut the lease's bookings, in its transaction; read by whoever tells
- * workflows (the admitting API right after its commit, and the sweeps of every API and worker).
+ * workflows (the admitting API right after its commit, the leases it cut only, and the sweeps of
+ * every API and worker), each try claimed and committed before the workflow is told.
  */
 import type { PoolClient } from 'pg';
 import type { Pool } from './pool';
-import { inTransaction } from './transaction';
 
 export interface OwedPreemption {
   leaseId: string;
@@ -14,47 +14,75 @@ export interface OwedPreemption {
   neededFromMs: number;
 }
 
-/** The lease was cut to end at `endMs`: owed to its workflow (a second cut before it was told keeps the earlier end). */
+/**
+ * The lease was cut to end at `endMs`: owed to its workflow. A second cut before the first was told
+ * keeps the earlier end (its bookings end there); one after it was told is news of its own (the
+ * lease may have moved and booked again since), so its end replaces the told one.
+ */
 export async function addOwedPreemption(client: PoolClient, preemption: OwedPreemption): Promise<void> {
   await client.query(
     `INSERT INTO lease_preemptions (lease_id, end_at, needed_from) VALUES ($1, to_timestamp($2 / 1000.0), to_timestamp($3 / 1000.0))
      ON CONFLICT (lease_id) DO UPDATE
-       SET end_at = least(lease_preemptions.end_at, excluded.end_at), needed_from = least(lease_preemptions.needed_from, excluded.needed_from),
-           told_at = NULL, created_at = now()`,
+       SET end_at = CASE WHEN lease_preemptions.told_at IS NULL THEN least(lease_preemptions.end_at, excluded.end_at) ELSE excluded.end_at END,
+           needed_from = CASE WHEN lease_preemptions.told_at IS NULL THEN least(lease_preemptions.needed_from, excluded.needed_from) ELSE excluded.needed_from END,
+           told_at = NULL, created_at = now(), next_attempt_at = now(),
+           attempts = 0`,
     [preemption.leaseId, preemption.endMs, preemption.neededFromMs],
   );
 }
 
+/** The first retry of a row not told waits this long, each next one twice as long, never longer than the last. */
+const FIRST_RETRY_MS = 5_000;
+const LONGEST_RETRY_MS = 10 * 60_000;
+/** Tries before a row is given up (about eight hours of them): its last error stays on it for operators. */
+export const MAX_TELL_ATTEMPTS = 50;
+/** Told rows are kept until their end passed this long ago (a successor's start asks preemptedAmong). */
+const TOLD_KEPT_MS = 7 * 86_400_000;
+
 /**
- * Takes up to `limit` owed preemptions (older than `olderThanMs`: younger ones are being told by the
- * API that admitted them), least tried first, and runs `tell` on each while holding their rows
- * (SKIP LOCKED: no other sweep takes them meanwhile). `tell` answers whether the workflow has it;
- * a failure is kept on the row, tried again at the next sweep.
+ * Claims owed preemptions for one try each, and commits: up to `limit` due ones (not told, their
+ * next try due, tries left, older than `olderThanMs`: younger ones are being told by the API that
+ * admitted them), or, with `leaseIds`, those of these leases (an admission telling what it cut).
+ * A claim counts the try and sets the next one after the backoff, so that no other teller takes
+ * the row meanwhile and a teller that dies leaves it to a later sweep. No lock is held while telling.
  */
-export async function sweepOwedPreemptions(
-  pool: Pool,
-  options: { limit: number; olderThanMs: number },
-  tell: (owed: OwedPreemption) => Promise<{ told: true } | { told: false; error: string }>,
-): Promise<{ told: number; failed: number }> {
-  return inTransaction(pool, async (client) => {
-    const { rows } = await client.query<{ lease_id: string; end_ms: number; needed_ms: number }>(
-      `SELECT lease_id::text, (extract(epoch FROM end_at) * 1000)::float8 AS end_ms, (extract(epoch FROM needed_from) * 1000)::float8 AS needed_ms
-       FROM lease_preemptions WHERE told_at IS NULL AND created_at <= now() - make_interval(secs => $1 / 1000.0)
-       ORDER BY attempts, created_at LIMIT $2 FOR UPDATE SKIP LOCKED`,
-      [options.olderThanMs, options.limit],
-    );
-    let told = 0;
-    for (const row of rows) {
-      const result = await tell({ leaseId: row.lease_id, endMs: row.end_ms, neededFromMs: row.needed_ms });
-      if (result.told) {
-        told++;
-        await client.query('UPDATE lease_preemptions SET told_at = now(), attempts = attempts + 1, last_error = NULL WHERE lease_id = $1', [row.lease_id]);
-      } else {
-        await client.query('UPDATE lease_preemptions SET attempts = attempts + 1, last_error = left($2, 1024) WHERE lease_id = $1', [row.lease_id, result.error]);
-      }
-    }
-    return { told, failed: rows.length - told };
-  });
+export async function claimOwedPreemptions(pool: Pool, options: { limit: number; olderThanMs: number; leaseIds?: string[] }): Promise<OwedPreemption[]> {
+  const { rows } = await pool.query<{ lease_id: string; end_ms: number; needed_ms: number }>(
+    `UPDATE lease_preemptions p
+        SET attempts = p.attempts + 1,
+            next_attempt_at = now() + make_interval(secs => least($5::float8, $4::float8 * power(2, least(p.attempts, 20))) / 1000.0)
+      WHERE p.lease_id IN (
+        SELECT lease_id FROM lease_preemptions
+         WHERE told_at IS NULL AND attempts < $6
+           AND ($3::uuid[] IS NULL AND next_attempt_at <= now() AND created_at <= now() - make_interval(secs => $1 / 1000.0) OR lease_id = ANY($3::uuid[]))
+         ORDER BY next_attempt_at LIMIT $2 FOR UPDATE SKIP LOCKED)
+      RETURNING p.lease_id::text, (extract(epoch FROM p.end_at) * 1000)::float8 AS end_ms, (extract(epoch FROM p.needed_from) * 1000)::float8 AS needed_ms`,
+    [options.olderThanMs, options.limit, options.leaseIds ?? null, FIRST_RETRY_MS, LONGEST_RETRY_MS, MAX_TELL_ATTEMPTS],
+  );
+  return rows.map((row) => ({ leaseId: row.lease_id, endMs: row.end_ms, neededFromMs: row.needed_ms }));
+}
+
+/** The claimed row was told: marked so unless a later cut changed its end meanwhile (that one is owed anew). */
+export async function markPreemptionTold(pool: Pool, sent: OwedPreemption): Promise<void> {
+  await pool.query(
+    'UPDATE lease_preemptions SET told_at = now(), last_error = NULL WHERE lease_id = $1 AND told_at IS NULL AND (extract(epoch FROM end_at) * 1000)::float8 = $2::float8',
+    [sent.leaseId, sent.endMs],
+  );
+}
+
+/** The claimed row's try failed: the error is kept; its next try is the claim's backoff. */
+export async function markPreemptionFailed(pool: Pool, leaseId: string, error: string): Promise<void> {
+  await pool.query('UPDATE lease_preemptions SET last_error = left($2, 1024) WHERE lease_id = $1 AND told_at IS NULL', [leaseId, error]);
+}
+
+/** Deletes up to `limit` told rows whose end passed days ago; answers how many. */
+export async function purgeToldPreemptions(pool: Pool, limit: number): Promise<number> {
+  const { rowCount } = await pool.query(
+    `DELETE FROM lease_preemptions WHERE lease_id IN (
+       SELECT lease_id FROM lease_preemptions WHERE told_at IS NOT NULL AND end_at < now() - make_interval(secs => $1 / 1000.0) LIMIT $2)`,
+    [TOLD_KEPT_MS, limit],
+  );
+  return rowCount ?? 0;
 }
 
 /** Of these leases, those a regular lease's admission preempted (whatever became of the news). */

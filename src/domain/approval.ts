@@ -45,8 +45,8 @@ export interface LeaseApproval {
   deadlineMs: number;
   onTimeout: 'deny' | 'approve';
   outcome?: 'approved' | 'denied';
-  /** `admin`: an admin answered; `timeout`: nobody did in time; `end`: the lease's end came first. */
-  answeredBy?: 'admin' | 'timeout' | 'end';
+  /** `admin`: an admin answered; `timeout`: nobody did in time; `end`: the lease's end came first; `preempted`: the lease was preempted (a change only). */
+  answeredBy?: 'admin' | 'timeout' | 'end' | 'preempted';
   answerReason?: string;
   answeredMs?: number;
 }
@@ -216,6 +216,7 @@ export function withChangeApplied(lease: Lease, nowMs: number): Lease {
 /** The status_reason of an active lease whose change was denied (it goes on as it was). */
 export function changeDenialReason(approval: LeaseApproval): string {
   if (approval.answeredBy === 'end') return 'change denied: the lease reached its end while the change waited for approval; it ended as it was';
+  if (approval.answeredBy === 'preempted') return 'change denied: the lease was preempted while the change waited for approval; it ends at the preempted end';
   if (approval.answeredBy === 'timeout') return `change denied: no approval within ${spanText(approval.deadlineMs - approval.requestedMs)} (the approval's timeout); the lease goes on as it was`;
   return `change denied by an admin${approval.answerReason ? `: ${approval.answerReason}` : ''}; the lease goes on as it was`;
 }

@@ -254,9 +254,12 @@ export interface ResourceType<P = Record<string, unknown>> {
    * its owed workflow start with it) and answers at once. Types that must ask the cloud to book
    * leave it out; their leases are admitted by the lease workflow. It must book calendar rows
    * only (under the lease's id): an offer hold books with it, and frees what it booked by deleting
-   * the rows with that lease_id (src/db/offer-holds.ts).
+   * the rows with that lease_id (src/db/offer-holds.ts). `preempt` (issue 43): a regular lease
+   * may cut preemptible bookings; only the lease create path asks it, whose policy check and record
+   * commit in the same transaction (an offer hold does not); the ids of the leases it cut are added
+   * to `cut`, for the caller to tell once committed.
    */
-  bookAtAdmission?(client: PoolClient, ctx: ReservationContext<P>): Promise<ReserveResult>;
+  bookAtAdmission?(client: PoolClient, ctx: ReservationContext<P>, options?: { preempt?: boolean; cut?: string[] }): Promise<ReserveResult>;
   /**
    * The latest end the lease's bookings of this type can move to keeping their resources (extension
    * offers): Infinity when nothing follows; undefined when the lease holds none of this type. Types

@@ -12,7 +12,7 @@ import { leaseResourceTypes, type Lease } from '../domain/lease';
 import { markdownText } from '../domain/markdown';
 import { LeaseEndKey, LeaseStartKey, LeaseStatusKey, ProjectIdKey, ResourceTypesKey } from '../domain/search-attributes';
 import { admittedStart, markStarted, sweepOwedStarts } from '../db/lease-outbox';
-import { sweepOwedPreemptions, type OwedPreemption } from '../db/lease-preemptions';
+import { claimOwedPreemptions, markPreemptionFailed, markPreemptionTold, purgeToldPreemptions, type OwedPreemption } from '../db/lease-preemptions';
 import { leaseStates } from '../db/leases';
 import type { Pool } from '../db/pool';
 import { leasePreempted, leaseWorkflowId, leaseWorkflowType, staticSummary, type LeaseWorkflow, type LeaseWorkflowInput } from '../../workflows/lease/messages';
@@ -126,9 +126,9 @@ export class LeaseOutbox {
   private flushing: Promise<void> | undefined;
   private onStarted?: (lagMs: number) => void;
   private onFailed?: (error: unknown) => void;
-  /** Preempted leases being told now, and whether an admission asked again meanwhile. */
+  /** Preempted leases being told now, and those cut meanwhile, told next. */
   private telling: Promise<unknown> | undefined;
-  private tellAgain = false;
+  private readonly toTell = new Set<string>();
 
   constructor(private readonly deps: LeaseOutboxDeps) {
     this.concurrency = deps.concurrency ?? 16;
@@ -164,35 +164,49 @@ export class LeaseOutbox {
   }
 
   /**
-   * Tells the workflows of leases preempted by admissions just committed (lease_preemptions), at
-   * once; one telling at a time per process, another after it when asked meanwhile. A failure is
-   * left to the sweeps. Cheap when nothing is owed (the owed rows' index is empty).
+   * Tells the workflows of the leases an admission just committed cut (lease_preemptions), at once;
+   * nothing when it cut none. One telling at a time per process; leases cut meanwhile are told after
+   * it. A failure is left to the sweeps.
    */
-  tellPreemptedSoon(): void {
-    if (this.telling) {
-      this.tellAgain = true;
-      return;
-    }
-    this.telling = this.tellPreempted(0)
+  tellPreemptedSoon(leaseIds: readonly string[]): void {
+    if (leaseIds.length === 0) return;
+    for (const id of leaseIds) this.toTell.add(id);
+    if (this.telling) return;
+    const batch = [...this.toTell].slice(0, SWEEP_BATCH);
+    for (const id of batch) this.toTell.delete(id);
+    this.telling = this.tellClaimed({ limit: batch.length, olderThanMs: 0, leaseIds: batch })
       .catch((err: unknown) => this.deps.log.warn({ err }, 'telling preempted leases failed: the sweeps will try again'))
       .finally(() => {
         this.telling = undefined;
-        if (this.tellAgain) {
-          this.tellAgain = false;
-          this.tellPreemptedSoon();
-        }
+        if (this.toTell.size > 0) this.tellPreemptedSoon([]);
       });
   }
 
-  /** Tells owed preemptions older than `olderThanMs` to their workflows, a batch at a time. */
+  /** Sweeps: tells owed preemptions older than `olderThanMs` whose next try is due, a batch at a time. */
   private async tellPreempted(olderThanMs: number): Promise<{ told: number; failed: number }> {
     const total = { told: 0, failed: 0 };
     for (;;) {
-      const batch = await sweepOwedPreemptions(this.deps.pool, { limit: SWEEP_BATCH, olderThanMs }, (owed) => this.tellOne(owed));
+      const batch = await this.tellClaimed({ limit: SWEEP_BATCH, olderThanMs });
       total.told += batch.told;
       total.failed += batch.failed;
       if (batch.failed > 0 || batch.told < SWEEP_BATCH) return total;
     }
+  }
+
+  /** Claims owed preemptions (committed, no lock held), tells each, and marks it told (unless its end changed meanwhile) or its error. */
+  private async tellClaimed(options: { limit: number; olderThanMs: number; leaseIds?: string[] }): Promise<{ told: number; failed: number }> {
+    const claimed = await claimOwedPreemptions(this.deps.pool, options);
+    let told = 0;
+    for (const owed of claimed) {
+      const result = await this.tellOne(owed);
+      if (result.told) {
+        told++;
+        await markPreemptionTold(this.deps.pool, owed);
+      } else {
+        await markPreemptionFailed(this.deps.pool, owed.leaseId, result.error);
+      }
+    }
+    return { told, failed: claimed.length - told };
   }
 
   /** One preempted lease's workflow told (a signal, which it applies once: a second changes nothing). */
@@ -245,6 +259,8 @@ export class LeaseOutbox {
     // Preempted leases whose workflow was not told (the admitting API died, or Temporal refused).
     const preemptions = await this.tellPreempted(this.deps.graceMs);
     if (preemptions.told > 0 || preemptions.failed > 0) this.deps.log.info(preemptions, 'owed preemptions swept');
+    // Told preemptions long past their end: a bounded batch per sweep.
+    await purgeToldPreemptions(this.deps.pool, SWEEP_BATCH);
     return total;
   }
 

@@ -57,6 +57,8 @@ export async function untilApproved(s: LeaseState): Promise<'none' | 'approved' 
   await announce(s, 'lease.approval_requested', approvalDetails(asked), `asked-${asked.requestedMs}`);
   for (;;) {
     if (s.deletion !== 'none') return 'delete';
+    // Ended while it waited (preempted with nothing of its window left, preempt.ts): nothing left to approve.
+    if (s.lease.status !== 'PENDING_APPROVAL') return 'denied';
     const remaining = Math.min(asked.deadlineMs, s.lease.endMs) - Date.now();
     if (s.approvalAnswer || remaining <= 0) break;
     const seen = s.revision;

@@ -111,7 +111,7 @@ async function freeChangeBookings(s: LeaseState, change: PendingLeaseChange, ans
 }
 
 /** What approval notices of a change carry besides the lease (as it is): the approval, and what the change sets. */
-function changeDetails(change: PendingLeaseChange, approval: LeaseApproval): Record<string, unknown> {
+export function changeDetails(change: PendingLeaseChange, approval: LeaseApproval): Record<string, unknown> {
   return {
     ...approvalDetails(approval),
     approval_of: 'change',

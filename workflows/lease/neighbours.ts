@@ -17,7 +17,7 @@ const PREDECESSOR_RECHECK_MS = 60_000;
 /**
  * Waits until every earlier lease on the same resources has ended, unless this one is deleted
  * meanwhile. Since the patch, preempted ones (issue 43) are waited for at most the eviction bound
- * (LK_PREEMPT_EVICTION_SECONDS) from when the wait began: then the lease starts anyway, as on a host
+ * (LK_PREEMPT_EVICTION_SECONDS) from when only they were left: then the lease starts anyway, as on a host
  * not yet clean (their end still runs, on the hosts' servers of theirs).
  */
 export async function waitForPredecessors(s: LeaseState): Promise<'ready' | 'deleted'> {
@@ -27,6 +27,7 @@ export async function waitForPredecessors(s: LeaseState): Promise<'ready' | 'del
   const deleteInterrupts = patched(DELETE_INTERRUPTS_PREDECESSOR_WAIT.id);
   const preempted = new Set<string>();
   const classified = new Set<string>();
+  let evictionMs: number | undefined;
   let evictionUntil: number | undefined;
   for (;;) {
     if (deleteInterrupts && s.deletion !== 'none') return 'deleted';
@@ -37,8 +38,10 @@ export async function waitForPredecessors(s: LeaseState): Promise<'ready' | 'del
       const answer = await recording.preemptedPredecessors({ ids: unclassified });
       for (const id of unclassified) classified.add(id);
       for (const id of answer.preempted) preempted.add(id);
-      evictionUntil ??= Date.now() + answer.evictionMs;
+      evictionMs = answer.evictionMs;
     }
+    // The bound runs from when only preempted leases are left: a regular one still on a host is waited for in full first.
+    if (evictionMs !== undefined && waiting.every((id) => preempted.has(id))) evictionUntil ??= Date.now() + evictionMs;
     const overdue = evictionUntil !== undefined && Date.now() >= evictionUntil;
     const blocking = waiting.filter((id) => !(overdue && preempted.has(id)));
     if (blocking.length === 0) {

@@ -9,15 +9,44 @@ import { patched } from '@temporalio/workflow';
 import { hasEnded, withEventTimes } from '../../src/domain/lease';
 import { preemptionDetails, preemptionReason } from '../../src/domain/preemption';
 import { LEASE_PREEMPTION } from '../patches';
-import { announce } from './announce';
-import { releaseAll } from './bookings';
+import { announce, tellPolicyEnded } from './announce';
+import type { LeaseApproval } from '../../src/domain/approval';
+import { mustFinish } from './activity-options';
+import { book, releaseAll } from './bookings';
+import { changeDetails, waitingChange } from './change-approval';
 import type { LeasePreemption } from './messages';
-import { transition } from './record';
+import { notifySuccessors } from './neighbours';
+import { compensate, transition } from './record';
 import type { LeaseState } from './state';
 
 /** The leasePreempted signal's handler: applied under the lease's lock, after whatever change holds it. */
 export async function preemptWhenFree(s: LeaseState, preemption: LeasePreemption): Promise<void> {
+  // Recorded at once: a start holding the lock meanwhile (startLease) must not start past the cut.
+  if (!s.preemption || preemption.endMs < s.preemption.endMs) s.preemption = preemption;
   await s.lock.run(() => preempt(s, preemption));
+}
+
+/**
+ * A preemption recorded while the lease waited to start (under the lock: its earlier leases) whose
+ * end has passed, or that left nothing of its window: its hosts are another lease's now.
+ */
+export function preemptedBeforeStart(s: LeaseState): LeasePreemption | undefined {
+  const preemption = s.preemption;
+  return preemption && preemption.endMs < s.lease.endMs && preemption.endMs <= Math.max(Date.now(), s.lease.startMs) ? preemption : undefined;
+}
+
+/** Ends a lease preempted before it started, nothing of it run (its other bookings freed), told as every end is told. */
+export async function endPreemptedUnstarted(s: LeaseState, preemption: LeasePreemption): Promise<void> {
+  const reason = preemptionReason(preemption.neededFromMs);
+  await releaseAll(s, s.lease, false);
+  const reservations = s.lease.reservations.map((r) => ({ ...r, status: 'deleted' as const }));
+  await transition(s, { status: 'TERMINATED', statusReason: reason, reservations });
+  s.endedEarly = true;
+  s.revision++;
+  await notifySuccessors(s);
+  await announce(s, 'lease.preempting', preemptionDetails(preemption, reason, Date.now()), `preempt-${preemption.endMs}`);
+  await announce(s, 'lease.event.end_lease');
+  await tellPolicyEnded(s);
 }
 
 async function preempt(s: LeaseState, preemption: LeasePreemption): Promise<void> {
@@ -26,19 +55,22 @@ async function preempt(s: LeaseState, preemption: LeasePreemption): Promise<void
   // Told again (a sweep's retry), or ended meanwhile: nothing more to do.
   if (s.deletion !== 'none' || hasEnded(lease.status) || preemption.endMs >= lease.endMs) return;
   const reason = preemptionReason(preemption.neededFromMs);
-  if (lease.status === 'PENDING' && preemption.endMs <= lease.startMs) {
-    // Nothing of its window is left, and nothing of it ran: it ends now (its other bookings freed).
-    await releaseAll(s, lease, false);
-    const reservations = lease.reservations.map((r) => ({ ...r, status: 'deleted' as const }));
-    await transition(s, { status: 'TERMINATED', statusReason: reason, reservations });
-    s.endedEarly = true;
-    s.revision++;
-    await announce(s, 'lease.preempting', preemptionDetails(preemption, reason, Date.now()), `preempt-${preemption.endMs}`);
-    await announce(s, 'lease.event.end_lease');
+  if ((lease.status === 'PENDING' || lease.status === 'PENDING_APPROVAL') && preemption.endMs <= lease.startMs) {
+    // Nothing of its window is left, and nothing of it ran: it ends now (a wait for approval with it).
+    await endPreemptedUnstarted(s, preemption);
     return;
   }
-  // A pending lease waiting for approval whose window is gone ends with its wait (it ends at its end).
-  await transition(s, withEventTimes({ ...lease, endMs: Math.max(preemption.endMs, Math.min(lease.startMs, lease.endMs)), statusReason: reason }));
+  const endMs = preemption.endMs;
+  // A change waiting for approval is denied: approved later, it would move the end past the cut.
+  const change = waitingChange(s);
+  const denied: LeaseApproval | undefined = change && { ...change.approval, outcome: 'denied', answeredBy: 'preempted', answeredMs: Date.now() };
+  if (change) {
+    s.approvalAnswer = undefined;
+    // Its bookings go back to the lease as it now is (the cut already ended them there); should that fail, the cut stands.
+    await compensate(s, "freeing a preempted lease's denied change", () => book(s, { ...lease, endMs }, undefined, mustFinish));
+  }
+  await transition(s, withEventTimes({ ...lease, endMs, statusReason: reason, ...(denied ? { pendingChange: undefined, changeApproval: denied } : {}) }));
   s.revision++;
+  if (change && denied) await announce(s, 'lease.denied', changeDetails(change, denied));
   await announce(s, 'lease.preempting', preemptionDetails(preemption, reason, Date.now()), `preempt-${preemption.endMs}`);
 }

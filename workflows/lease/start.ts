@@ -11,6 +11,7 @@ import { announce } from './announce';
 import { untilApproved } from './approval';
 import { failureMessage } from './failures';
 import { notifySuccessors, waitForPredecessors } from './neighbours';
+import { endPreemptedUnstarted, preemptedBeforeStart } from './preempt';
 import { transition } from './record';
 import { withAllocations, withoutFlag } from './reservations';
 import type { LeaseState } from './state';
@@ -38,6 +39,12 @@ export async function startLease(s: LeaseState): Promise<void> {
     await transition(s, { status: 'STARTING' }, 'start_lease', 'IN_PROGRESS');
     if ((await waitForPredecessors(s)) === 'deleted') {
       await transition(s, { status: 'PENDING' }); // nothing started: the delete frees the bookings as for a pending lease
+      return;
+    }
+    // Preempted while it waited for its earlier leases, past the cut: starting would take hosts another lease holds.
+    const preempted = preemptedBeforeStart(s);
+    if (preempted) {
+      await endPreemptedUnstarted(s, preempted);
       return;
     }
     const started: Reservation[] = [];

@@ -5,7 +5,7 @@
 import { ApplicationFailure } from '@temporalio/workflow';
 import { newLease, type Lease } from '../../src/domain/lease';
 import { Lock } from './lock';
-import type { LeaseWorkflowInput } from './messages';
+import type { LeasePreemption, LeaseWorkflowInput } from './messages';
 
 export interface LeaseState {
   readonly input: LeaseWorkflowInput;
@@ -25,6 +25,8 @@ export interface LeaseState {
   healQueued: boolean;
   /** Preempted before its start with nothing of its window left (preempt.ts): it ended without starting. */
   endedEarly: boolean;
+  /** The earliest end a preemption told (preempt.ts), recorded as the signal arrives, before it waits for the lock. */
+  preemption?: LeasePreemption;
   /** An admin's answer to a lease waiting for approval, not yet acted on; `of`: the waiting change it answers (its requestedMs). */
   approvalAnswer?: { outcome: 'approved' | 'denied'; reason?: string; of?: number };
   /** A waiting change is being settled (change-approval.ts): answers are refused until it is done. */

@@ -14,7 +14,7 @@ import { assignHosts, freeHosts, preferenceOrder, type Blocked, type CalendarSna
 import { matchesQuery, parsePropertyQuery } from '../../domain/property-query';
 import { sameTypeReservations, type FitLimits, type FitSearch, type ReservationContext } from '../../domain/resource-plugin';
 import { maintenanceBlocks } from '../../db/maintenance';
-import { blockedIntervals, cutPreemptibleLease, deleteHostBookingOfReservation, hostBookings, hostsOfReservation, insertHostBooking, nextBookingsOfOthers, preemptibleBookingsOverlapping, unusableHostsOf } from '../../db/host-allocations';
+import { blockedIntervals, cutPreemptibleLease, deleteHostBookingOfReservation, hostBookings, hostsOfReservation, insertHostBooking, nextBookingsOfOthers, preemptibleBookingExists, preemptibleBookingsOverlapping, unusableHostsOf } from '../../db/host-allocations';
 import { addOwedPreemption } from '../../db/lease-preemptions';
 import { failedReservableHosts, hypervisorProperties, inventoryVersion, listHosts, HYPERVISOR_FIELDS, type HostRecord } from '../../db/hosts';
 import type { Pool } from '../../db/pool';
@@ -112,18 +112,22 @@ export class HostCalendar extends WholeResourceCalendar<HostRecord, BookedHost[]
     // As admission: free hosts first; a regular lease that does not fit in them takes preemptible ones.
     const assignment =
       assignHosts(requests, freeHosts(calendar, start, end), preferenceOrder(calendar, Date.now())) ??
-      (this.preemptibleAsFree(reservations) ? (await this.preemptingChoice(this.pool, { startMs: start, endMs: end, leadMs }, resources, requests, calendar))?.assignment : undefined);
+      (this.preemptibleAsFree(reservations) ? (await this.preemptingChoice(this.pool, { startMs: start, endMs: end, leadMs, lock: false }, resources, requests, calendar))?.assignment : undefined);
     if (!assignment) return undefined;
     const byId = new Map(resources.map((h) => [h.id, h]));
     return new Map([...assignment].map(([reservationId, ids]) => [reservationId, ids.map((id) => byId.get(id)!)]));
   }
 
   /**
-   * The same inside the caller's transaction (the API's admission): a lost race surfaces as the
-   * exclusion violation, and the caller runs its whole transaction again.
+   * The same inside the caller's transaction (the API's admission, an offer hold): a lost race
+   * surfaces as the exclusion violation, and the caller runs its whole transaction again.
+   * `preempt`: a regular lease that does not fit in free hosts may cut preemptible leases (issue
+   * 43); only a caller whose policy check and record commit in this same transaction may ask it,
+   * so that a refusal or a rollback undoes the cut with everything else. `cut` gets the ids of the
+   * leases cut (for the caller to tell once it committed).
    */
-  bookWithin(client: PoolClient, ctx: ReservationContext<PhysicalHostParams>): Promise<BookedHost[]> {
-    return this.bookIn(client, ctx);
+  bookWithin(client: PoolClient, ctx: ReservationContext<PhysicalHostParams>, options: { preempt: boolean; cut?: string[] }): Promise<BookedHost[]> {
+    return this.bookIn(client, ctx, options);
   }
 
   /** Per host of the reservation, when another lease's booking of it next begins (its lead time included). */
@@ -157,7 +161,7 @@ export class HostCalendar extends WholeResourceCalendar<HostRecord, BookedHost[]
         if (holdsFailed && ctx.leaseStatus === 'PENDING') {
           await client.query('SAVEPOINT heal');
           try {
-            await this.bookIn(client, ctx, true);
+            await this.bookIn(client, ctx, { rebook: true });
           } catch (err) {
             if (!isLeaseConflict(err)) throw err;
             await client.query('ROLLBACK TO SAVEPOINT heal'); // no room elsewhere: keep the booking, degraded
@@ -188,7 +192,8 @@ export class HostCalendar extends WholeResourceCalendar<HostRecord, BookedHost[]
     await this.insert(client, ctx, new Map([[ctx.reservation.id, replacements]]), from, key, 0);
   }
 
-  private async bookIn(client: PoolClient, ctx: ReservationContext<PhysicalHostParams>, rebook = false): Promise<BookedHost[]> {
+  /** `preempt`: see bookWithin; every other booking (the workflow's, updates, heals, holds) sees preemptible bookings as taken. */
+  private async bookIn(client: PoolClient, ctx: ReservationContext<PhysicalHostParams>, { rebook = false, preempt = false, cut = [] as string[] } = {}): Promise<BookedHost[]> {
     const reservations = sameTypeReservations(ctx);
     const existing = await hostBookings.lockLease(client, ctx.leaseId);
 
@@ -218,8 +223,8 @@ export class HostCalendar extends WholeResourceCalendar<HostRecord, BookedHost[]
     const assignment = await this.bookAnew(client, ctx, hosts, requests, key, existing, {
       preferred: (calendar) => preferenceOrder(calendar, Date.now(), this.settings.randomChoice ? shuffle : undefined),
       neverFits: releasing.length > 0 ? 'it never fits: on_end "release" needs hosts with nothing booked after its start' : undefined,
-      // A regular lease that does not fit in free hosts takes preemptible ones (issue 43); a preemptible lease never does.
-      ...(this.preemptibleAsFree(reservations) ? { otherwise: (calendar: CalendarSnapshot) => this.bookPreempting(client, ctx, hosts, requests, key, calendar) } : {}),
+      // A regular lease that does not fit in free hosts takes preemptible ones (issue 43) when its caller allows; a preemptible lease never does.
+      ...(preempt && this.preemptibleAsFree(reservations) ? { otherwise: (calendar: CalendarSnapshot) => this.bookPreempting(client, ctx, hosts, requests, key, calendar, cut), preemptibleFree: true } : {}),
     });
     const byId = new Map(hosts.map((h) => [h.id, h]));
     return (assignment.get(ctx.reservation.id) ?? []).map((id) => ({ id, hypervisor_hostname: byId.get(id)!.hypervisor_hostname }));
@@ -231,15 +236,16 @@ export class HostCalendar extends WholeResourceCalendar<HostRecord, BookedHost[]
    * it runs on last; each reservation then gets its min only (it preempts no more than it needs).
    * Every preemptible lease on a host taken is cut to end, all of it (one lease, one end), a cleaning
    * gap before the lease's block begins, and its workflow is owed the news (lease_preemptions), in
-   * this transaction. Undefined, nothing changed: it does not fit even so.
+   * this transaction (their ids added to `cut`). Undefined, nothing changed: it does not fit even so.
    */
-  private async bookPreempting(client: PoolClient, ctx: ReservationContext<PhysicalHostParams>, hosts: HostRecord[], requests: HostRequest[], key: string, calendar: CalendarSnapshot): Promise<Map<string, string[]> | undefined> {
-    const choice = await this.preemptingChoice(client, { startMs: ctx.startMs, endMs: ctx.endMs, leadMs: ctx.provisioningLeadMs }, hosts, requests, calendar);
+  private async bookPreempting(client: PoolClient, ctx: ReservationContext<PhysicalHostParams>, hosts: HostRecord[], requests: HostRequest[], key: string, calendar: CalendarSnapshot, cut: string[]): Promise<Map<string, string[]> | undefined> {
+    const choice = await this.preemptingChoice(client, { startMs: ctx.startMs, endMs: ctx.endMs, leadMs: ctx.provisioningLeadMs, lock: true }, hosts, requests, calendar);
     if (!choice) return undefined;
     for (const leaseId of choice.preemptedLeases) {
       await cutPreemptibleLease(client, leaseId, choice.cutAtMs, this.cleaningMs);
       await addOwedPreemption(client, { leaseId, endMs: choice.cutAtMs, neededFromMs: choice.neededFromMs });
     }
+    cut.push(...choice.preemptedLeases);
     await this.insert(client, ctx, choice.assignment, ctx.startMs, key, ctx.provisioningLeadMs);
     return choice.assignment;
   }
@@ -247,22 +253,25 @@ export class HostCalendar extends WholeResourceCalendar<HostRecord, BookedHost[]
   /**
    * The hosts a regular lease over the window would take when it does not fit in free hosts
    * (bookPreempting's choice), the preemptible leases it would cut, and where; nothing is written.
-   * Inside a transaction, the preemptible rows read stay locked until it ends.
+   * `lock` (a transaction about to cut): the preemptible rows read stay locked until it ends.
    */
   private async preemptingChoice(
     db: Pool | PoolClient,
-    window: { startMs: number; endMs: number; leadMs: number },
+    window: { startMs: number; endMs: number; leadMs: number; lock: boolean },
     hosts: HostRecord[],
     requests: HostRequest[],
     calendar: CalendarSnapshot,
   ): Promise<{ assignment: Map<string, string[]>; preemptedLeases: string[]; cutAtMs: number; neededFromMs: number } | undefined> {
+    // A refusal with no preemptible booking in the window (the usual case) reads the calendar once only.
+    const span = { hostIds: hosts.map((h) => h.id), fromMs: window.startMs - window.leadMs, toMs: window.endMs + this.cleaningMs };
+    if (!(await preemptibleBookingExists(db, span))) return undefined;
     const open = await this.snapshot(db, hosts, window.startMs, window.endMs, window.leadMs, false, undefined, true);
     const free = freeHosts(calendar, window.startMs, window.endMs);
     const neededFromMs = window.startMs - window.leadMs;
     const cutAtMs = neededFromMs - this.cleaningMs;
     const held = [...freeHosts(open, window.startMs, window.endMs)].filter((id) => !free.has(id));
     if (held.length === 0) return undefined;
-    const preempted = await preemptibleBookingsOverlapping(db, { hostIds: held, fromMs: neededFromMs, toMs: window.endMs + this.cleaningMs, cutAtMs });
+    const preempted = await preemptibleBookingsOverlapping(db, { hostIds: held, fromMs: neededFromMs, toMs: window.endMs + this.cleaningMs, cutAtMs, lock: window.lock });
     // A lease that would lose a booking it already runs on keeps it: its servers must stay where its end cleans them.
     const kept = new Set(preempted.filter((row) => row.drops_begun).map((row) => row.host_id));
     const usable = new Set([...free, ...held.filter((id) => !kept.has(id))]);

@@ -82,9 +82,9 @@ export function physicalHostType(deps: Pick<PhysicalHostDeps, 'pool' | 'settings
       return new Map([...(hosts ?? [])].map(([id, booked]) => [id, { would_book: booked.map((h) => ({ id: h.id, hypervisor_hostname: h.hypervisor_hostname })) }]));
     },
     // Booking hosts is the calendar's alone: the API admits host leases in its own transaction.
-    async bookAtAdmission(client, ctx) {
+    async bookAtAdmission(client, ctx, options) {
       refuseWithoutCloud(deps);
-      return hostReservation(ctx, await calendar.bookWithin(client, ctx), deps.settings.onEndDefault);
+      return hostReservation(ctx, await calendar.bookWithin(client, ctx, { preempt: options?.preempt ?? false, cut: options?.cut }), deps.settings.onEndDefault);
     },
   };
 }

@@ -146,8 +146,9 @@ export abstract class WholeResourceCalendar<Resource extends { id: string }, Boo
   }
 
   /** 409 that says what was short, when the same request would fit, and how long it can be from the asked start. */
-  async explainShortage(db: Pool | PoolClient, ctx: ReservationContext, resources: Resource[], requests: HostRequest[], neverFits = this.neverFits): Promise<Error> {
-    const future = await this.snapshot(db, resources, ctx.startMs, null, ctx.provisioningLeadMs, false, undefined, this.preemptibleAsFree(sameTypeReservations(ctx)));
+  async explainShortage(db: Pool | PoolClient, ctx: ReservationContext, resources: Resource[], requests: HostRequest[], neverFits = this.neverFits, preemptibleFree = this.preemptibleAsFree(sameTypeReservations(ctx))): Promise<Error> {
+    // The later fit it suggests counts preemptible bookings as free only where this request could take them.
+    const future = await this.snapshot(db, resources, ctx.startMs, null, ctx.provisioningLeadMs, false, undefined, preemptibleFree);
     const free = freeHosts(future, ctx.startMs, ctx.endMs);
     const needs = requests.map((r) => this.describeShort(r, resources, free)).join('; ');
     return shortage(
@@ -181,6 +182,8 @@ export abstract class WholeResourceCalendar<Resource extends { id: string }, Boo
       neverFits?: string;
       /** When they do not fit in free resources: another way to book them (which books what it answers), else undefined. */
       otherwise?: (calendar: CalendarSnapshot) => Promise<Map<string, string[]> | undefined>;
+      /** Whether the refusal's later fit may count preemptible bookings as free (a request that may preempt). */
+      preemptibleFree?: boolean;
     },
   ): Promise<Map<string, string[]>> {
     const calendar = await this.snapshot(client, resources, ctx.startMs, ctx.endMs, ctx.provisioningLeadMs);
@@ -189,7 +192,7 @@ export abstract class WholeResourceCalendar<Resource extends { id: string }, Boo
     if (!assignment) {
       const booked = await options.otherwise?.(calendar);
       if (booked) return booked;
-      throw await this.explainShortage(client, ctx, resources, requests, options.neverFits);
+      throw await this.explainShortage(client, ctx, resources, requests, options.neverFits, options.preemptibleFree ?? false);
     }
     await this.insert(client, ctx, assignment, ctx.startMs, key, ctx.provisioningLeadMs);
     return assignment;

@@ -1,0 +1,121 @@
+/**
+ * Who may preempt (issue 43): only a booking whose policy check and record commit in its own
+ * transaction (the API's create path). The workflow's booking (its admission, updates of pending
+ * leases, heals) and offer holds see preemptible bookings as taken; a create path rolled back (a
+ * policy refusal) leaves the preemptible lease as it was, nothing owed.
+ */
+import { randomUUID } from 'node:crypto';
+import { HostCalendar } from '../src/resources/physical-host/calendar';
+import { bookInTransaction } from '../src/resources/shared/booking';
+import type { ReservationContext } from '../src/domain/resource-plugin';
+import { pendingReservation, reservationContext } from '../dev-stack/fixtures/builders';
+import { useMigratedTestDatabase } from '../dev-stack/db';
+import { insertHost } from '../dev-stack/fixtures/hosts';
+import { claimOwedPreemptions, markPreemptionTold, type OwedPreemption } from '../src/db/lease-preemptions';
+
+const H = 3_600_000;
+const T0 = Date.UTC(2099, 3, 1);
+
+function context(preemptible: boolean, startMs: number, endMs: number): ReservationContext<never> {
+  const reservation = pendingReservation('physical:host', { min: 1, max: 1, hypervisor_properties: '', resource_properties: '', before_end: 'default', preemptible });
+  return reservationContext({ leaseId: randomUUID(), reservation, leaseReservations: [reservation], startMs, endMs });
+}
+
+class PolicyRefused extends Error {}
+
+describe('which bookings may preempt', () => {
+  const database = useMigratedTestDatabase();
+  let calendar: HostCalendar;
+  let lent: ReservationContext<never>;
+
+  const endsOf = async (leaseId: string) =>
+    (await database().pool.query<{ end_ms: number }>('SELECT (extract(epoch FROM upper(during)) * 1000)::float8 AS end_ms FROM host_allocations WHERE lease_id = $1', [leaseId])).rows.map((r) => r.end_ms);
+  const owed = async () => (await database().pool.query<{ lease_id: string }>('SELECT lease_id::text FROM lease_preemptions')).rows.map((r) => r.lease_id);
+
+  beforeEach(async () => {
+    const pool = database().pool;
+    await pool.query('TRUNCATE host_allocations, host_capabilities, hosts, lease_preemptions RESTART IDENTITY CASCADE');
+    await insertHost(pool, { name: 'only' });
+    calendar = new HostCalendar(pool, { cleaningMs: 0, randomChoice: false });
+    lent = context(true, T0, T0 + 4 * H);
+    await calendar.book(lent);
+  });
+
+  it('the workflow\'s booking (admission, pending updates) refuses instead of cutting', async () => {
+    const needing = context(false, T0 + H, T0 + 2 * H);
+    await expect(calendar.book(needing)).rejects.toMatchObject({ type: 'LeaseConflict' });
+    expect(await endsOf(lent.leaseId)).toEqual([T0 + 4 * H]);
+    expect(await owed()).toEqual([]);
+  });
+
+  it('an offer hold (a booking in a transaction that does not ask to preempt) refuses instead of cutting', async () => {
+    const needing = context(false, T0 + H, T0 + 2 * H);
+    await expect(bookInTransaction(database().pool, (client) => calendar.bookWithin(client, needing, { preempt: false }), { retryExclusion: true })).rejects.toMatchObject({ type: 'LeaseConflict' });
+    expect(await endsOf(lent.leaseId)).toEqual([T0 + 4 * H]);
+    expect(await owed()).toEqual([]);
+  });
+
+  it('the create path cuts, and a refusal after its booking (the policy check) undoes the cut with it', async () => {
+    const needing = context(false, T0 + H, T0 + 2 * H);
+    const refused = bookInTransaction(database().pool, async (client) => {
+      await calendar.bookWithin(client, needing, { preempt: true });
+      throw new PolicyRefused('refused by a usage policy rule');
+    }, { retryExclusion: true });
+    await expect(refused).rejects.toBeInstanceOf(PolicyRefused);
+    expect(await endsOf(lent.leaseId)).toEqual([T0 + 4 * H]);
+    expect(await owed()).toEqual([]);
+    // The same request committed: the preemptible lease ends where the other's block begins.
+    await bookInTransaction(database().pool, (client) => calendar.bookWithin(client, needing, { preempt: true }), { retryExclusion: true });
+    expect(await endsOf(lent.leaseId)).toEqual([T0 + H]);
+    expect(await owed()).toEqual([lent.leaseId]);
+  });
+
+  it('a second cut after the first was told is told its own end (the lease moved and booked again meanwhile)', async () => {
+    const pool = database().pool;
+    const told: OwedPreemption[] = [];
+    const tell = async () => {
+      for (const owed of await claimOwedPreemptions(pool, { limit: 10, olderThanMs: 0 })) {
+        told.push(owed);
+        await markPreemptionTold(pool, owed);
+      }
+    };
+    const admit = (ctx: ReservationContext<never>) => bookInTransaction(pool, (client) => calendar.bookWithin(client, ctx, { preempt: true }), { retryExclusion: true });
+    await admit(context(false, T0 + H, T0 + 2 * H));
+    await tell();
+    expect(told.map((o) => [o.leaseId, o.endMs])).toEqual([[lent.leaseId, T0 + H]]);
+    // The lease moves later (an update of a pending lease books it again), and another regular lease cuts it there.
+    await calendar.book({ ...lent, startMs: T0 + 5 * H, endMs: T0 + 8 * H });
+    await admit(context(false, T0 + 6 * H, T0 + 7 * H));
+    expect(await endsOf(lent.leaseId)).toEqual([T0 + 6 * H]);
+    await tell();
+    expect(told.map((o) => [o.leaseId, o.endMs, o.neededFromMs])).toEqual([
+      [lent.leaseId, T0 + H, T0 + H],
+      [lent.leaseId, T0 + 6 * H, T0 + 6 * H],
+    ]);
+  });
+
+  it('an admin\'s would_book view takes no row lock: a cut under way elsewhere does not hold it up', async () => {
+    const pool = database().pool;
+    const needing = context(false, T0 + H, T0 + 2 * H);
+    const other = await pool.connect();
+    try {
+      await other.query('BEGIN');
+      await other.query('SELECT 1 FROM host_allocations WHERE lease_id = $1 FOR UPDATE', [lent.leaseId]);
+      const viewed = await calendar.wouldBook([needing.reservation], needing.startMs, needing.endMs, 0);
+      expect([...(viewed ?? new Map()).values()].flat().map((h) => h.hypervisor_hostname)).toEqual(['only']);
+    } finally {
+      await other.query('ROLLBACK');
+      other.release();
+    }
+  });
+
+  it('a refusal with no preemptible booking in its window reads the calendar once for the choice (and once to explain)', async () => {
+    const pool = database().pool;
+    await pool.query('TRUNCATE host_allocations, lease_preemptions');
+    await calendar.book(context(false, T0, T0 + 4 * H));
+    const reads = jest.spyOn(calendar, 'snapshot');
+    const needing = context(false, T0 + H, T0 + 2 * H);
+    await expect(bookInTransaction(pool, (client) => calendar.bookWithin(client, needing, { preempt: true }), { retryExclusion: true })).rejects.toMatchObject({ type: 'LeaseConflict' });
+    expect(reads).toHaveBeenCalledTimes(2);
+  });
+});

@@ -1,0 +1,137 @@
+/**
+ * Telling preempted leases (issue 43) against the real PostgreSQL, Temporal faked: an admission
+ * tells only the leases it cut (nothing, not even a query, when it cut none); the sweeps claim and
+ * commit before telling (no row lock held across the Temporal call), back off a failing row and
+ * give it up after a bounded number of tries; a row is marked told only for the end that was sent;
+ * told rows long past their end are purged.
+ */
+import { randomUUID } from 'node:crypto';
+import type { Client } from '@temporalio/client';
+import type { Logger } from 'pino';
+import { LeaseOutbox } from '../src/outbox';
+import { addOwedPreemption, MAX_TELL_ATTEMPTS } from '../src/db/lease-preemptions';
+import { withConnection, type Pool } from '../src/db/pool';
+import { useMigratedTestDatabase } from '../dev-stack/db';
+
+const H = 3_600_000;
+const T0 = Date.UTC(2099, 5, 1);
+const quiet = { info: () => undefined, warn: () => undefined } as unknown as Logger;
+
+interface Signalled {
+  leaseId: string;
+  endMs: number;
+  /** Whether another connection could lock the lease's row while it was being told. */
+  rowFree: boolean;
+}
+
+/** A Temporal client whose signals are recorded (or fail, or run `during` first). */
+function fakeTemporal(pool: Pool, behaviour: { fail?: boolean; during?: (leaseId: string) => Promise<void> } = {}) {
+  const signalled: Signalled[] = [];
+  const client = {
+    workflow: {
+      getHandle: (workflowId: string) => ({
+        signal: async (_signal: unknown, args: { endMs: number }) => {
+          const leaseId = workflowId.replace(/^lease-/, '');
+          let rowFree = true;
+          await pool.query('SELECT 1 FROM lease_preemptions WHERE lease_id = $1 FOR UPDATE NOWAIT', [leaseId]).catch(() => (rowFree = false));
+          await behaviour.during?.(leaseId);
+          signalled.push({ leaseId, endMs: args.endMs, rowFree });
+          if (behaviour.fail) throw new Error('Temporal said no');
+        },
+      }),
+    },
+  } as unknown as Client;
+  return { client, signalled };
+}
+
+describe('telling preempted leases', () => {
+  const database = useMigratedTestDatabase();
+  const outboxWith = (client: Client, pool: Pool = database().pool) => new LeaseOutbox({ pool, client, taskQueue: 'unused', log: quiet, sweepMs: 60_000, graceMs: 0 });
+  const owe = (leaseId: string, endMs: number) => withConnection(database().pool, (client) => addOwedPreemption(client, { leaseId, endMs, neededFromMs: endMs }));
+  const rowOf = async (leaseId: string) =>
+    (await database().pool.query<{ told: boolean; attempts: number; end_ms: number; due: boolean; last_error: string | null }>(
+      'SELECT told_at IS NOT NULL AS told, attempts, (extract(epoch FROM end_at) * 1000)::float8 AS end_ms, next_attempt_at <= now() AS due, last_error FROM lease_preemptions WHERE lease_id = $1',
+      [leaseId],
+    )).rows[0];
+
+  beforeEach(async () => {
+    await database().pool.query('TRUNCATE lease_preemptions, lease_outbox');
+  });
+
+  it('an admission that cut nothing asks nothing of the database', async () => {
+    const query = jest.fn();
+    const connect = jest.fn();
+    const outbox = outboxWith(fakeTemporal(database().pool).client, { query, connect } as unknown as Pool);
+    outbox.tellPreemptedSoon([]);
+    await outbox.stop();
+    expect({ queries: query.mock.calls.length, connections: connect.mock.calls.length }).toEqual({ queries: 0, connections: 0 });
+  });
+
+  it('an admission tells the leases it cut, only', async () => {
+    const [cut, other] = [randomUUID(), randomUUID()];
+    await owe(cut, T0 + H);
+    await owe(other, T0 + 2 * H);
+    const { client, signalled } = fakeTemporal(database().pool);
+    const outbox = outboxWith(client);
+    outbox.tellPreemptedSoon([cut]);
+    await outbox.stop();
+    expect(signalled.map((s) => [s.leaseId, s.endMs])).toEqual([[cut, T0 + H]]);
+    expect((await rowOf(cut)).told).toBe(true);
+    expect((await rowOf(other)).told).toBe(false);
+  });
+
+  it('a sweep holds no row lock while telling, and marks the row told', async () => {
+    const leaseId = randomUUID();
+    await owe(leaseId, T0 + H);
+    const { client, signalled } = fakeTemporal(database().pool);
+    await outboxWith(client).sweep();
+    expect(signalled).toEqual([{ leaseId, endMs: T0 + H, rowFree: true }]);
+    expect(await rowOf(leaseId)).toMatchObject({ told: true, attempts: 1, last_error: null });
+  });
+
+  it('a failing row waits for its next try, later each time, and is given up after the last', async () => {
+    const leaseId = randomUUID();
+    await owe(leaseId, T0 + H);
+    const { client, signalled } = fakeTemporal(database().pool, { fail: true });
+    const outbox = outboxWith(client);
+    await outbox.sweep();
+    expect(await rowOf(leaseId)).toMatchObject({ told: false, attempts: 1, due: false, last_error: 'Temporal said no' });
+    await outbox.sweep(); // not due yet: not tried
+    expect(signalled).toHaveLength(1);
+    const delays = async () =>
+      (await database().pool.query<{ ms: number }>('SELECT (extract(epoch FROM next_attempt_at - now()) * 1000)::float8 AS ms FROM lease_preemptions WHERE lease_id = $1', [leaseId])).rows[0].ms;
+    const first = await delays();
+    await database().pool.query('UPDATE lease_preemptions SET next_attempt_at = now() WHERE lease_id = $1', [leaseId]);
+    await outbox.sweep();
+    expect(signalled).toHaveLength(2);
+    expect(await delays()).toBeGreaterThan(first);
+    // Out of tries: left with its error, never tried again.
+    await database().pool.query('UPDATE lease_preemptions SET next_attempt_at = now(), attempts = $2 WHERE lease_id = $1', [leaseId, MAX_TELL_ATTEMPTS]);
+    await outbox.sweep();
+    expect(signalled).toHaveLength(2);
+    expect(await rowOf(leaseId)).toMatchObject({ told: false, last_error: 'Temporal said no' });
+  });
+
+  it('a cut while the row is being told keeps it owed, with the new end told next', async () => {
+    const leaseId = randomUUID();
+    await owe(leaseId, T0 + 2 * H);
+    const { client, signalled } = fakeTemporal(database().pool, { during: async () => (signalled.length === 0 ? owe(leaseId, T0 + H) : undefined) });
+    const outbox = outboxWith(client);
+    await outbox.sweep();
+    expect(await rowOf(leaseId)).toMatchObject({ told: false, end_ms: T0 + H });
+    await outbox.sweep();
+    expect(signalled.map((s) => s.endMs)).toEqual([T0 + 2 * H, T0 + H]);
+    expect((await rowOf(leaseId)).told).toBe(true);
+  });
+
+  it('purges told rows whose end passed days ago, keeping the others', async () => {
+    const [old, recent, owed] = [randomUUID(), randomUUID(), randomUUID()];
+    const longAgo = Date.now() - 8 * 86_400_000;
+    for (const id of [old, recent, owed]) await owe(id, id === recent ? Date.now() - H : longAgo);
+    await database().pool.query('UPDATE lease_preemptions SET told_at = now() WHERE lease_id = ANY($1::uuid[])', [[old, recent]]);
+    await database().pool.query('UPDATE lease_preemptions SET attempts = $2 WHERE lease_id = $1', [owed, MAX_TELL_ATTEMPTS]); // not told, not tried
+    await outboxWith(fakeTemporal(database().pool).client).sweep();
+    const left = (await database().pool.query<{ lease_id: string }>('SELECT lease_id::text FROM lease_preemptions ORDER BY lease_id')).rows.map((r) => r.lease_id);
+    expect(left).toEqual([recent, owed].sort());
+  });
+});
