@@ -64,7 +64,14 @@ function localActivityType(e: HistoryEvent): string | undefined {
 export function atRest(events: readonly HistoryEvent[]): boolean {
   const last = events[events.length - 1];
   if (!last) return false;
-  if (last.workflowExecutionCompletedEventAttributes || last.workflowExecutionFailedEventAttributes || last.workflowExecutionContinuedAsNewEventAttributes) return true;
+  const workflowClosed =
+    last.workflowExecutionCompletedEventAttributes ??
+    last.workflowExecutionFailedEventAttributes ??
+    last.workflowExecutionContinuedAsNewEventAttributes ??
+    last.workflowExecutionTerminatedEventAttributes ??
+    last.workflowExecutionTimedOutEventAttributes ??
+    last.workflowExecutionCanceledEventAttributes;
+  if (workflowClosed) return true;
   const lastIndex = (has: (e: HistoryEvent) => unknown) => events.reduce((found, e, i) => (has(e) ? i : found), -1);
   if (lastIndex((e) => e.workflowTaskCompletedEventAttributes) < lastIndex((e) => e.workflowTaskScheduledEventAttributes)) return false;
   const scheduled = events.filter((e) => e.activityTaskScheduledEventAttributes).length;

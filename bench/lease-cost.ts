@@ -51,7 +51,10 @@ async function receiver() {
     });
   });
   const port = await freePort();
-  await new Promise<void>((resolve) => server.listen(port, '127.0.0.1', resolve));
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(port, '127.0.0.1', resolve);
+  });
   return {
     url: `http://127.0.0.1:${port}/hooks`,
     received: () => received,
@@ -153,16 +156,36 @@ async function runLife(stack: TestStack, life: Life, idle: Record<string, number
       },
     );
     const leaseSet = new Set(leaseIds);
-    // Delivery done: none of their notice workflows still open.
-    await untilEach([leaseSet], async ([ids]) => [(await noticeWorkflowsOf(stack.temporal.client, ids, true)).length === 0], until, 'notice workflow sets');
+    // Delivery done: none of their notice workflows still open, and (the webhook's) as many received as
+    // there are notice workflows, the same in two rounds in a row (visibility lags behind the histories).
+    let lastSeen = '';
+    await untilEach(
+      [leaseSet],
+      async ([ids]) => {
+        const running = (await noticeWorkflowsOf(stack.temporal.client, ids, true)).length;
+        const all = hook ? (await noticeWorkflowsOf(stack.temporal.client, ids, false)).length : 0;
+        const seen = `${running}/${all}/${hook?.received() ?? 0}`;
+        const settled = running === 0 && (!hook || (all > 0 && all === hook.received())) && seen === lastSeen;
+        lastSeen = seen;
+        return [settled];
+      },
+      until,
+      'notice workflow sets',
+    );
     const seconds = (Date.now() - began) / 1000;
     const cpu = cpuUsed();
     const transactions = (await committedTransactions(stack)) - transactionsBefore;
 
     // Counted after the CPU is read: the reading of histories is not the lease's cost.
     const leaseCounts: HistoryCounts[] = [];
-    for (const id of leaseIds) leaseCounts.push(countHistory(await historyOf(stack.temporal.client, leaseWorkflowId(id))));
+    for (const id of leaseIds) {
+      const events = await historyOf(stack.temporal.client, leaseWorkflowId(id));
+      // Only the latest run is read: a lease that continued as new would be undercounted.
+      if (events.at(-1)?.workflowExecutionContinuedAsNewEventAttributes) throw new Error(`lease ${id} continued as new: its earlier runs are not counted`);
+      leaseCounts.push(countHistory(events));
+    }
     const noticeIds = await noticeWorkflowsOf(stack.temporal.client, leaseSet, false);
+    if (hook && noticeIds.length !== hook.received()) throw new Error(`${noticeIds.length} notice workflows, ${hook.received()} notices received`);
     const noticeCounts: HistoryCounts[] = [];
     for (const id of noticeIds) noticeCounts.push(countHistory(await historyOf(stack.temporal.client, id)));
     const perLease = (value: number | string) => (typeof value === 'number' ? Math.round(((value * 1000) / LEASES) * 10) / 10 : value);

@@ -1,4 +1,7 @@
 /** bench:lease-cost's counting of a workflow's history (bench/history-counts.ts): by kind, by activity type, and when it is at rest. */
+import fs from 'node:fs';
+import path from 'node:path';
+import { historyFromJSON } from '@temporalio/common/lib/proto-utils';
 import { atRest, averageCounts, countHistory, LOCAL_ACTIVITY_MARKER } from '../bench/history-counts';
 
 const localActivity = (type: string) => ({
@@ -58,6 +61,19 @@ describe('bench history counts', () => {
     expect(atRest([started, taskScheduled, taskCompleted, activity('endReservation')])).toBe(false);
     expect(atRest([started, taskScheduled, taskCompleted, activity('endReservation'), { activityTaskCompletedEventAttributes: {} }, taskScheduled, taskCompleted])).toBe(true);
     expect(atRest([started, taskScheduled, taskCompleted, { workflowExecutionCompletedEventAttributes: {} }])).toBe(true);
+    expect(atRest([started, taskScheduled, { workflowExecutionTerminatedEventAttributes: {} }])).toBe(true);
+    expect(atRest([started, taskScheduled, { workflowExecutionTimedOutEventAttributes: {} }])).toBe(true);
     expect(atRest([])).toBe(false);
+  });
+
+  it("reads a real recorded history's local activities by type, as the SDK's core writes their markers", () => {
+    const json = JSON.parse(fs.readFileSync(path.join(__dirname, 'histories', 'admission-after-database-outage.json'), 'utf8')) as { events: Array<{ markerRecordedEventAttributes?: { markerName?: string }; activityTaskScheduledEventAttributes?: unknown }> };
+    const counts = countHistory(historyFromJSON(json).events ?? []);
+    const markers = json.events.filter((e) => e.markerRecordedEventAttributes?.markerName === LOCAL_ACTIVITY_MARKER).length;
+    expect(markers).toBeGreaterThan(0);
+    expect(counts.localActivities).toBe(markers);
+    expect(counts.activities).toBe(json.events.filter((e) => e.activityTaskScheduledEventAttributes).length);
+    expect(counts.byType['local reserveReservation']).toBeGreaterThan(0);
+    expect(counts.byType['local ?']).toBeUndefined();
   });
 });
