@@ -20,6 +20,7 @@ const quiet = { info: () => undefined, warn: () => undefined } as unknown as Log
 interface Signalled {
   leaseId: string;
   endMs: number;
+  sequence?: number;
   /** Whether another connection could lock the lease's row while it was being told. */
   rowFree: boolean;
 }
@@ -30,12 +31,12 @@ function fakeTemporal(pool: Pool, behaviour: { fail?: boolean; during?: (leaseId
   const client = {
     workflow: {
       getHandle: (workflowId: string) => ({
-        signal: async (_signal: unknown, args: { endMs: number }) => {
+        signal: async (_signal: unknown, args: { endMs: number; sequence?: number }) => {
           const leaseId = workflowId.replace(/^lease-/, '');
           let rowFree = true;
           await pool.query('SELECT 1 FROM lease_preemptions WHERE lease_id = $1 FOR UPDATE NOWAIT', [leaseId]).catch(() => (rowFree = false));
           await behaviour.during?.(leaseId);
-          signalled.push({ leaseId, endMs: args.endMs, rowFree });
+          signalled.push({ leaseId, endMs: args.endMs, sequence: args.sequence, rowFree });
           if (behaviour.fail) throw new Error('Temporal said no');
         },
       }),
@@ -85,7 +86,7 @@ describe('telling preempted leases', () => {
     await owe(leaseId, T0 + H);
     const { client, signalled } = fakeTemporal(database().pool);
     await outboxWith(client).sweep();
-    expect(signalled).toEqual([{ leaseId, endMs: T0 + H, rowFree: true }]);
+    expect(signalled).toEqual([{ leaseId, endMs: T0 + H, sequence: expect.any(Number), rowFree: true }]);
     expect(await rowOf(leaseId)).toMatchObject({ told: true, attempts: 1, last_error: null });
   });
 
@@ -121,6 +122,19 @@ describe('telling preempted leases', () => {
     expect(await rowOf(leaseId)).toMatchObject({ told: false, end_ms: T0 + H });
     await outbox.sweep();
     expect(signalled.map((s) => s.endMs)).toEqual([T0 + 2 * H, T0 + H]);
+    expect((await rowOf(leaseId)).told).toBe(true);
+  });
+
+  it('a second cut while the first is being told replaces it, even with the same or a later end, and is told next with a later sequence', async () => {
+    const leaseId = randomUUID();
+    await owe(leaseId, T0 + H);
+    const { client, signalled } = fakeTemporal(database().pool, { during: async () => (signalled.length === 0 ? owe(leaseId, T0 + 2 * H) : undefined) });
+    const outbox = outboxWith(client);
+    await outbox.sweep();
+    expect(await rowOf(leaseId)).toMatchObject({ told: false, end_ms: T0 + 2 * H });
+    await outbox.sweep();
+    expect(signalled.map((s) => s.endMs)).toEqual([T0 + H, T0 + 2 * H]);
+    expect(signalled[1].sequence).toBeGreaterThan(signalled[0].sequence!);
     expect((await rowOf(leaseId)).told).toBe(true);
   });
 

@@ -12,7 +12,7 @@ import { leaseResourceTypes, type Lease } from '../domain/lease';
 import { markdownText } from '../domain/markdown';
 import { LeaseEndKey, LeaseStartKey, LeaseStatusKey, ProjectIdKey, ResourceTypesKey } from '../domain/search-attributes';
 import { admittedStart, markStarted, sweepOwedStarts } from '../db/lease-outbox';
-import { claimOwedPreemptions, markPreemptionFailed, markPreemptionTold, purgeToldPreemptions, type OwedPreemption } from '../db/lease-preemptions';
+import { claimOwedPreemptions, markPreemptionFailed, markPreemptionTold, purgeToldPreemptions, type ClaimedPreemption } from '../db/lease-preemptions';
 import { leaseStates } from '../db/leases';
 import type { Pool } from '../db/pool';
 import { leasePreempted, leaseWorkflowId, leaseWorkflowType, staticSummary, type LeaseWorkflow, type LeaseWorkflowInput } from '../../workflows/lease/messages';
@@ -210,10 +210,10 @@ export class LeaseOutbox {
   }
 
   /** One preempted lease's workflow told (a signal, which it applies once: a second changes nothing). */
-  private async tellOne(owed: OwedPreemption): Promise<{ told: true } | { told: false; error: string }> {
+  private async tellOne(owed: ClaimedPreemption): Promise<{ told: true } | { told: false; error: string }> {
     try {
       const warningMs = this.deps.preemptionWarningMs ?? DEFAULT_PREEMPTION_WARNING_MS;
-      await this.deps.client.workflow.getHandle<LeaseWorkflow>(leaseWorkflowId(owed.leaseId)).signal(leasePreempted, { endMs: owed.endMs, neededFromMs: owed.neededFromMs, warningMs });
+      await this.deps.client.workflow.getHandle<LeaseWorkflow>(leaseWorkflowId(owed.leaseId)).signal(leasePreempted, { endMs: owed.endMs, neededFromMs: owed.neededFromMs, warningMs, sequence: owed.sequence });
       return { told: true };
     } catch (err) {
       if (err instanceof WorkflowNotFoundError) {
