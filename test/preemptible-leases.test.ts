@@ -62,6 +62,9 @@ describe('preemptible host leases', () => {
     for (const [name, pool] of [['free-1', 'free'], ['free-2', 'free'], ['cut-1', 'cut'], ['cut-2', 'cut'], ['gone-1', 'gone'], ['short-1', 'short'], ['none-1', 'none'], ['flip-1', 'flip'], ['chg-1', 'chg'], ['appr-1', 'appr']] as const) {
       hostIds[name] = await insertHost(stack().db.pool, { name, capabilities: { pool } });
     }
+    hostIds['mv-held'] = await insertHost(stack().db.pool, { name: 'mv-held', capabilities: { pool: 'mv', tier: 'held' } });
+    hostIds['mv-free'] = await insertHost(stack().db.pool, { name: 'mv-free', capabilities: { pool: 'mv' } });
+    hostIds['unused-1'] = await insertHost(stack().db.pool, { name: 'unused-1', capabilities: { pool: 'unused' } });
     expect((await asA('PUT', '/v1/projects/project-a/webhooks', { webhooks: [{ url: project.url }] })).status).toBe(200);
   });
 
@@ -211,6 +214,45 @@ describe('preemptible host leases', () => {
     expect(ended.status_reason).toBe(`preempted: host needed by another lease from ${at(30, 0)}`);
     const notice = await eventually(() => Promise.resolve(noticesOf(lent.body.lease.id, 'lease.preempting')[0]));
     expect(notice.body.payload).toMatchObject({ status: 'TERMINATED', reason: ended.status_reason });
+  });
+
+  it('a preempted lease moved past the cut onto a free host starts there: the earlier cut no longer applies', async () => {
+    const base = Date.now();
+    const held = (fields: Record<string, unknown> = {}) => blazarHostReservation({ resource_properties: JSON.stringify(['==', '$tier', 'held']), ...fields });
+    const lent = await asA('POST', '/v1/leases', { name: 'lent-moved', start_date: inSeconds(15, base), end_date: inSeconds(3600, base), reservations: [held({ preemptible: true })] });
+    expect(lent.status).toBe(201);
+    const lentId = lent.body.lease.id as string;
+    const needing = await asB('POST', '/v1/leases', { name: 'regular-moved', start_date: inSeconds(18, base), end_date: inSeconds(3600, base), reservations: [held()] });
+    expect(needing.status).toBe(201);
+    const [{ end_ms: cutMs }] = await hostsOf(lentId);
+    await eventually(async () => (Date.parse(`${String((await leaseOf(lentId)).end_date).slice(0, 19)}Z`) === cutMs ? true : undefined));
+    const moved = await asA('PUT', `/v1/leases/${lentId}`, {
+      start_date: inSeconds(22, base),
+      end_date: inSeconds(3600, base),
+      reservations: [{ id: lent.body.lease.reservations[0].id, resource_properties: JSON.stringify(['==', '$pool', 'mv']) }],
+    });
+    expect(moved.status).toBe(200);
+    expect(await hostsOf(lentId)).toEqual([{ host_id: hostIds['mv-free'], end_ms: Date.parse(`${inSeconds(3600, base).replace(' ', 'T')}Z`) }]);
+    const started = await eventually(async () => {
+      const now = await leaseOf(lentId);
+      return now.status === 'PENDING' || now.status === 'STARTING' ? undefined : now;
+    }, 60_000);
+    expect(started.status).toBe('ACTIVE');
+  });
+
+  it('charges nothing for a preemptible lease whose whole window was taken before it started', async () => {
+    const asC = apiClient(() => stack().url, { 'x-project-id': 'project-c', 'x-user-id': 'carol', 'x-roles': 'member' });
+    const lent = await asC('POST', '/v1/leases', { name: 'lent-unused', start_date: at(32, 1), end_date: at(32, 2), reservations: [inPool('unused', { preemptible: true })] });
+    expect(lent.status).toBe(201);
+    const usage = async () => (await asC('GET', `/v1/usage?${new URLSearchParams({ from: at(32, 0), to: at(33, 0) }).toString()}`)).body.usage.groups as { booked: { host_hours: number } }[];
+    expect((await usage()).map((g) => g.booked.host_hours)).toEqual([1]);
+    expect((await asB('POST', '/v1/leases', { name: 'regular-unused', start_date: at(32, 0), end_date: at(32, 3), reservations: [inPool('unused')] })).status).toBe(201);
+    const ended = await eventually(async () => {
+      const now = await leaseOf(lent.body.lease.id, asC);
+      return now.status === 'TERMINATED' ? now : undefined;
+    });
+    expect(ended.end_date).toBe(ended.start_date);
+    expect((await usage()).reduce((sum, g) => sum + g.booked.host_hours, 0)).toBe(0);
   });
 
   it('ends at once a preemptible lease waiting for approval whose whole window a regular lease takes', async () => {
