@@ -35,17 +35,19 @@ export async function addOwedPreemption(client: PoolClient, preemption: OwedPree
   );
 }
 
-/** The first retry of a row not told waits this long, each next one twice as long, never longer than the last. */
+/**
+ * The first retry of a row not told waits this long, each next one twice as long, never longer than
+ * the last; a row is never given up (a lease left running on another's host): it is retried until
+ * told, or until its lease is gone, ended, or past its end (the outbox marks it done then).
+ */
 const FIRST_RETRY_MS = 5_000;
 const LONGEST_RETRY_MS = 10 * 60_000;
-/** Tries before a row is given up (about eight hours of them): its last error stays on it for operators. */
-export const MAX_TELL_ATTEMPTS = 50;
 /** Told rows are kept until their end passed this long ago (a successor's start asks preemptedAmong). */
 const TOLD_KEPT_MS = 7 * 86_400_000;
 
 /**
  * Claims owed preemptions for one try each, and commits: up to `limit` due ones (not told, their
- * next try due, tries left, older than `olderThanMs`: younger ones are being told by the API that
+ * next try due, older than `olderThanMs`: younger ones are being told by the API that
  * admitted them), or, with `leaseIds`, those of these leases (an admission telling what it cut).
  * A claim counts the try and sets the next one after the backoff, so that no other teller takes
  * the row meanwhile and a teller that dies leaves it to a later sweep. No lock is held while telling.
@@ -57,12 +59,12 @@ export async function claimOwedPreemptions(pool: Pool, options: { limit: number;
             next_attempt_at = now() + make_interval(secs => least($5::float8, $4::float8 * power(2, least(p.attempts, 20))) / 1000.0)
       WHERE p.lease_id IN (
         SELECT lease_id FROM lease_preemptions
-         WHERE told_at IS NULL AND attempts < $6
+         WHERE told_at IS NULL
            AND ($3::uuid[] IS NULL AND next_attempt_at <= now() AND created_at <= now() - make_interval(secs => $1 / 1000.0) OR lease_id = ANY($3::uuid[]))
          ORDER BY next_attempt_at LIMIT $2 FOR UPDATE SKIP LOCKED)
       RETURNING p.lease_id::text, (extract(epoch FROM p.end_at) * 1000)::float8 AS end_ms, (extract(epoch FROM p.needed_from) * 1000)::float8 AS needed_ms,
                 (extract(epoch FROM p.created_at) * 1000)::float8 AS sequence`,
-    [options.olderThanMs, options.limit, options.leaseIds ?? null, FIRST_RETRY_MS, LONGEST_RETRY_MS, MAX_TELL_ATTEMPTS],
+    [options.olderThanMs, options.limit, options.leaseIds ?? null, FIRST_RETRY_MS, LONGEST_RETRY_MS],
   );
   return rows.map((row) => ({ leaseId: row.lease_id, endMs: row.end_ms, neededFromMs: row.needed_ms, sequence: row.sequence }));
 }

@@ -5,7 +5,7 @@
  * idempotent call: the lease's workflow id, never a second run under it (REJECT_DUPLICATE), so a
  * start made twice finds the first.
  */
-import { WorkflowExecutionAlreadyStartedError, WorkflowNotFoundError, type Client } from '@temporalio/client';
+import { WorkflowExecutionAlreadyStartedError, type Client } from '@temporalio/client';
 import { TypedSearchAttributes } from '@temporalio/common';
 import type { Logger } from 'pino';
 import { leaseResourceTypes, type Lease } from '../domain/lease';
@@ -216,11 +216,9 @@ export class LeaseOutbox {
       await this.deps.client.workflow.getHandle<LeaseWorkflow>(leaseWorkflowId(owed.leaseId)).signal(leasePreempted, { endMs: owed.endMs, neededFromMs: owed.neededFromMs, warningMs, sequence: owed.sequence });
       return { told: true };
     } catch (err) {
-      if (err instanceof WorkflowNotFoundError) {
-        // Gone or ended: nothing to tell. Not started yet (its own owed start): told once it is.
-        const state = (await leaseStates(this.deps.pool, [owed.leaseId])).get(owed.leaseId);
-        if (!state || state.deleted || state.status === 'TERMINATED' || state.status === 'ERROR') return { told: true };
-      }
+      // Gone, ended, or past its (uncut) end: nothing left to tell. Else (for one not started yet: its own owed start) tried again.
+      const state = (await leaseStates(this.deps.pool, [owed.leaseId])).get(owed.leaseId);
+      if (!state || state.deleted || state.status === 'TERMINATED' || state.status === 'ERROR' || state.endMs <= Date.now()) return { told: true };
       return { told: false, error: err instanceof Error ? err.message : String(err) };
     }
   }
