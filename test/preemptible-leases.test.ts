@@ -64,6 +64,7 @@ describe('preemptible host leases', () => {
     }
     hostIds['mv-held'] = await insertHost(stack().db.pool, { name: 'mv-held', capabilities: { pool: 'mv', tier: 'held' } });
     hostIds['mv-free'] = await insertHost(stack().db.pool, { name: 'mv-free', capabilities: { pool: 'mv' } });
+    hostIds['ask-1'] = await insertHost(stack().db.pool, { name: 'ask-1', capabilities: { pool: 'ask' } });
     hostIds['unused-1'] = await insertHost(stack().db.pool, { name: 'unused-1', capabilities: { pool: 'unused' } });
     expect((await asA('PUT', '/v1/projects/project-a/webhooks', { webhooks: [{ url: project.url }] })).status).toBe(200);
   });
@@ -271,6 +272,22 @@ describe('preemptible host leases', () => {
       expect((await asAdmin('POST', `/v1/leases/${lent.body.lease.id}/approve`, {})).status).toBe(409);
     } finally {
       expect((await asAdmin('PUT', '/v1/projects/project-a/policy', { approval: null })).status).toBe(200);
+    }
+  });
+
+  it('a regular lease that waits for approval never preempts: refused for capacity (409 with offers) when it fits only by preempting', async () => {
+    const asAdmin = apiClient(() => stack().url, { 'x-project-id': 'admin', 'x-user-id': 'root', 'x-roles': 'admin' });
+    const lent = await asA('POST', '/v1/leases', { name: 'lent-ask', start_date: at(33, 1), end_date: at(33, 3), reservations: [inPool('ask', { preemptible: true })] });
+    expect(lent.status).toBe(201);
+    expect((await asAdmin('PUT', '/v1/projects/project-b-secret/policy', { approval: [{ hosts_over: 0, timeout: 600 }] })).status).toBe(200);
+    try {
+      const asking = await asB('POST', '/v1/leases', { name: 'regular-ask', start_date: at(33, 2), end_date: at(33, 4), reservations: [inPool('ask')] });
+      expect(asking.status).toBe(409);
+      expect(asking.body).toMatchObject({ reason: 'capacity', offers: expect.any(Array) });
+      expect((await hostsOf(lent.body.lease.id)).map((r) => r.end_ms)).toEqual([Date.parse(`${at(33, 3).replace(' ', 'T')}:00Z`)]);
+      expect((await stack().db.pool.query('SELECT 1 FROM lease_preemptions WHERE lease_id = $1', [lent.body.lease.id])).rowCount).toBe(0);
+    } finally {
+      expect((await asAdmin('PUT', '/v1/projects/project-b-secret/policy', { approval: null })).status).toBe(200);
     }
   });
 
