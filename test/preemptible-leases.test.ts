@@ -80,6 +80,8 @@ describe('preemptible host leases', () => {
     const aliased = await asA('POST', '/v1/leases', { name: 'shape-alias', start_date: at(13, 0), end_date: at(13, 1), reservations: [inPool('none', { resource_type: 'preemptible:host' })] });
     expect(aliased.status).toBe(201);
     expect(aliased.body.lease.reservations[0]).toMatchObject({ resource_type: 'physical:host', preemptible: true });
+    const contradicted = await asA('POST', '/v1/leases', { name: 'shape-contradicted', start_date: at(13, 2), end_date: at(13, 3), reservations: [inPool('none', { resource_type: 'physical:host:preemptible', preemptible: 'False' })] });
+    expect(contradicted).toEqual({ status: 400, body: { error_code: 400, error_name: 400, error_message: 'reservations[0].preemptible: must be true (or left out) with resource_type physical:host:preemptible' } });
     const regular = await asA('POST', '/v1/leases', { name: 'shape-regular', start_date: at(11, 0), end_date: at(11, 1), reservations: [inPool('none')] });
     expect(regular.body.lease.reservations[0].preemptible).toBe(false);
     const bad = await asA('POST', '/v1/leases', { name: 'shape-bad', start_date: at(12, 0), end_date: at(12, 1), reservations: [inPool('none', { preemptible: 'maybe' })] });
@@ -269,6 +271,9 @@ describe('preemptible host leases', () => {
         return now.status === 'TERMINATED' ? now : undefined;
       });
       expect(ended.status_reason).toBe(`preempted: host needed by another lease from ${at(31, 0)}`);
+      expect(ended.approval).toMatchObject({ outcome: 'denied', answered_by: 'preempted' });
+      expect(Object.fromEntries(ended.events.map((e: { event_type: string; status: string }) => [e.event_type, e.status]))).toMatchObject({ start_lease: 'UNDONE', end_lease: 'DONE' });
+      expect(ended.end_date).toBe(ended.start_date);
       expect((await asAdmin('POST', `/v1/leases/${lent.body.lease.id}/approve`, {})).status).toBe(409);
     } finally {
       expect((await asAdmin('PUT', '/v1/projects/project-a/policy', { approval: null })).status).toBe(200);

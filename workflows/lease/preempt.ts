@@ -64,7 +64,16 @@ export async function endPreemptedUnstarted(s: LeaseState, preemption: LeasePree
   await releaseAll(s, s.lease, false);
   const reservations = s.lease.reservations.map((r) => ({ ...r, status: 'deleted' as const }));
   const endMs = Math.max(s.lease.startMs, Math.min(preemption.endMs, s.lease.endMs));
-  await transition(s, { status: 'TERMINATED', statusReason: reason, reservations, endMs }, fromStart ? 'start_lease' : undefined, fromStart ? 'UNDONE' : undefined);
+  const nowMs = Date.now();
+  // Ended now (end_lease done); a start begun never ran (start_lease back to UNDONE); a wait for approval is answered.
+  const events = s.lease.events.map((e) => {
+    if (e.event_type === 'end_lease') return { ...e, status: 'DONE' as const, startedAt: nowMs, finishedAt: nowMs };
+    return fromStart && e.event_type === 'start_lease' ? { id: e.id, event_type: e.event_type, time: e.time, status: 'UNDONE' as const } : e;
+  });
+  const waiting = s.lease.status === 'PENDING_APPROVAL' && s.lease.approval && !s.lease.approval.outcome ? s.lease.approval : undefined;
+  const approval: LeaseApproval | undefined = waiting && { ...waiting, outcome: 'denied', answeredBy: 'preempted', answeredMs: nowMs };
+  if (approval) s.approvalAnswer = undefined;
+  await transition(s, { status: 'TERMINATED', statusReason: reason, reservations, endMs, events, ...(approval ? { approval } : {}) });
   s.endedEarly = true;
   s.revision++;
   await notifySuccessors(s);
