@@ -24,6 +24,8 @@ describe('preemptible host leases', () => {
   let project: WebhookReceiver;
   /** The ends of preemptible reservations wait for this while it is set (an eviction that takes long). */
   let holdPreemptibleEnds: Promise<void> | undefined;
+  /** The ends of regular reservations wait for this while it is set. */
+  let holdRegularEnds: Promise<void> | undefined;
   beforeAll(async () => {
     project = await startWebhookReceiver({ path: '/hook' });
   });
@@ -43,6 +45,7 @@ describe('preemptible host leases', () => {
         ...hosts,
         async end(ctx) {
           if (ctx.reservation.params.preemptible && holdPreemptibleEnds) await holdPreemptibleEnds;
+          if (!ctx.reservation.params.preemptible && holdRegularEnds) await holdRegularEnds;
           return hosts.end(ctx);
         },
       };
@@ -64,6 +67,8 @@ describe('preemptible host leases', () => {
     }
     hostIds['mv-held'] = await insertHost(stack().db.pool, { name: 'mv-held', capabilities: { pool: 'mv', tier: 'held' } });
     hostIds['mv-free'] = await insertHost(stack().db.pool, { name: 'mv-free', capabilities: { pool: 'mv' } });
+    hostIds['mix-r'] = await insertHost(stack().db.pool, { name: 'mix-r', capabilities: { pool: 'mix', slot: 'r' } });
+    hostIds['mix-p'] = await insertHost(stack().db.pool, { name: 'mix-p', capabilities: { pool: 'mix', slot: 'p' } });
     hostIds['ask-1'] = await insertHost(stack().db.pool, { name: 'ask-1', capabilities: { pool: 'ask' } });
     hostIds['unused-1'] = await insertHost(stack().db.pool, { name: 'unused-1', capabilities: { pool: 'unused' } });
     expect((await asA('PUT', '/v1/projects/project-a/webhooks', { webhooks: [{ url: project.url }] })).status).toBe(200);
@@ -326,5 +331,34 @@ describe('preemptible host leases', () => {
       return lease?.status === 'TERMINATED' ? lease : undefined;
     });
     expect(lentEnded.status_reason).toMatch(/^preempted: host needed by another lease from /);
+  });
+
+  it('a regular lease waiting for a regular and a preempted earlier lease starts within the eviction bound once the regular one ended', async () => {
+    const inSlot = (slot: string, fields: Record<string, unknown> = {}) => blazarHostReservation({ resource_properties: JSON.stringify(['==', '$slot', slot]), ...fields });
+    let releaseRegular: () => void = () => undefined;
+    let releasePreemptible: () => void = () => undefined;
+    holdRegularEnds = new Promise((resolve) => (releaseRegular = resolve));
+    holdPreemptibleEnds = new Promise((resolve) => (releasePreemptible = resolve));
+    try {
+      const base = Date.now();
+      const regular = await asA('POST', '/v1/leases', { name: 'mix-regular', start_date: 'now', end_date: inSeconds(8, base), reservations: [inSlot('r')] });
+      const lent = await asA('POST', '/v1/leases', { name: 'mix-lent', start_date: 'now', end_date: inSeconds(3600, base), reservations: [inSlot('p', { preemptible: true })] });
+      expect([regular.status, lent.status]).toEqual([201, 201]);
+      const needing = await asB('POST', '/v1/leases', { name: 'mix-needing', start_date: inSeconds(8, base), end_date: inSeconds(3600, base), reservations: [inPool('mix', { min: 2, max: 2 })] });
+      expect(needing.status).toBe(201);
+      const needingId = needing.body.lease.id as string;
+      // Both earlier leases' ends are held: the lease waits at its start for both.
+      await eventually(async () => ((await leaseOf(needingId, asB)).status === 'STARTING' && (await leaseOf(regular.body.lease.id)).status === 'TERMINATING' ? true : undefined));
+      releaseRegular();
+      // The regular one ended; the preempted one is still ending: the bound (3 s) runs from now, not from the minute's recheck.
+      const started = await eventually(async () => ((await leaseOf(needingId, asB)).status === 'ACTIVE' ? true : undefined), 30_000);
+      expect(started).toBe(true);
+      expect((await leaseOf(lent.body.lease.id)).status).toBe('TERMINATING');
+    } finally {
+      releaseRegular();
+      releasePreemptible();
+      holdRegularEnds = undefined;
+      holdPreemptibleEnds = undefined;
+    }
   });
 });
