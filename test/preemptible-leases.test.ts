@@ -24,6 +24,8 @@ describe('preemptible host leases', () => {
   let project: WebhookReceiver;
   /** The ends of preemptible reservations wait for this while it is set (an eviction that takes long). */
   let holdPreemptibleEnds: Promise<void> | undefined;
+  /** The ends of regular reservations wait for this while it is set. */
+  let holdRegularEnds: Promise<void> | undefined;
   beforeAll(async () => {
     project = await startWebhookReceiver({ path: '/hook' });
   });
@@ -43,6 +45,7 @@ describe('preemptible host leases', () => {
         ...hosts,
         async end(ctx) {
           if (ctx.reservation.params.preemptible && holdPreemptibleEnds) await holdPreemptibleEnds;
+          if (!ctx.reservation.params.preemptible && holdRegularEnds) await holdRegularEnds;
           return hosts.end(ctx);
         },
       };
@@ -62,6 +65,12 @@ describe('preemptible host leases', () => {
     for (const [name, pool] of [['free-1', 'free'], ['free-2', 'free'], ['cut-1', 'cut'], ['cut-2', 'cut'], ['gone-1', 'gone'], ['short-1', 'short'], ['none-1', 'none'], ['flip-1', 'flip'], ['chg-1', 'chg'], ['appr-1', 'appr']] as const) {
       hostIds[name] = await insertHost(stack().db.pool, { name, capabilities: { pool } });
     }
+    hostIds['mv-held'] = await insertHost(stack().db.pool, { name: 'mv-held', capabilities: { pool: 'mv', tier: 'held' } });
+    hostIds['mv-free'] = await insertHost(stack().db.pool, { name: 'mv-free', capabilities: { pool: 'mv' } });
+    hostIds['mix-r'] = await insertHost(stack().db.pool, { name: 'mix-r', capabilities: { pool: 'mix', slot: 'r' } });
+    hostIds['mix-p'] = await insertHost(stack().db.pool, { name: 'mix-p', capabilities: { pool: 'mix', slot: 'p' } });
+    hostIds['ask-1'] = await insertHost(stack().db.pool, { name: 'ask-1', capabilities: { pool: 'ask' } });
+    hostIds['unused-1'] = await insertHost(stack().db.pool, { name: 'unused-1', capabilities: { pool: 'unused' } });
     expect((await asA('PUT', '/v1/projects/project-a/webhooks', { webhooks: [{ url: project.url }] })).status).toBe(200);
   });
 
@@ -76,6 +85,8 @@ describe('preemptible host leases', () => {
     const aliased = await asA('POST', '/v1/leases', { name: 'shape-alias', start_date: at(13, 0), end_date: at(13, 1), reservations: [inPool('none', { resource_type: 'preemptible:host' })] });
     expect(aliased.status).toBe(201);
     expect(aliased.body.lease.reservations[0]).toMatchObject({ resource_type: 'physical:host', preemptible: true });
+    const contradicted = await asA('POST', '/v1/leases', { name: 'shape-contradicted', start_date: at(13, 2), end_date: at(13, 3), reservations: [inPool('none', { resource_type: 'physical:host:preemptible', preemptible: 'False' })] });
+    expect(contradicted).toEqual({ status: 400, body: { error_code: 400, error_name: 400, error_message: 'reservations[0].preemptible: must be true (or left out) with resource_type physical:host:preemptible' } });
     const regular = await asA('POST', '/v1/leases', { name: 'shape-regular', start_date: at(11, 0), end_date: at(11, 1), reservations: [inPool('none')] });
     expect(regular.body.lease.reservations[0].preemptible).toBe(false);
     const bad = await asA('POST', '/v1/leases', { name: 'shape-bad', start_date: at(12, 0), end_date: at(12, 1), reservations: [inPool('none', { preemptible: 'maybe' })] });
@@ -213,6 +224,45 @@ describe('preemptible host leases', () => {
     expect(notice.body.payload).toMatchObject({ status: 'TERMINATED', reason: ended.status_reason });
   });
 
+  it('a preempted lease moved past the cut onto a free host starts there: the earlier cut no longer applies', async () => {
+    const base = Date.now();
+    const held = (fields: Record<string, unknown> = {}) => blazarHostReservation({ resource_properties: JSON.stringify(['==', '$tier', 'held']), ...fields });
+    const lent = await asA('POST', '/v1/leases', { name: 'lent-moved', start_date: inSeconds(15, base), end_date: inSeconds(3600, base), reservations: [held({ preemptible: true })] });
+    expect(lent.status).toBe(201);
+    const lentId = lent.body.lease.id as string;
+    const needing = await asB('POST', '/v1/leases', { name: 'regular-moved', start_date: inSeconds(18, base), end_date: inSeconds(3600, base), reservations: [held()] });
+    expect(needing.status).toBe(201);
+    const [{ end_ms: cutMs }] = await hostsOf(lentId);
+    await eventually(async () => (Date.parse(`${String((await leaseOf(lentId)).end_date).slice(0, 19)}Z`) === cutMs ? true : undefined));
+    const moved = await asA('PUT', `/v1/leases/${lentId}`, {
+      start_date: inSeconds(22, base),
+      end_date: inSeconds(3600, base),
+      reservations: [{ id: lent.body.lease.reservations[0].id, resource_properties: JSON.stringify(['==', '$pool', 'mv']) }],
+    });
+    expect(moved.status).toBe(200);
+    expect(await hostsOf(lentId)).toEqual([{ host_id: hostIds['mv-free'], end_ms: Date.parse(`${inSeconds(3600, base).replace(' ', 'T')}Z`) }]);
+    const started = await eventually(async () => {
+      const now = await leaseOf(lentId);
+      return now.status === 'PENDING' || now.status === 'STARTING' ? undefined : now;
+    }, 60_000);
+    expect(started.status).toBe('ACTIVE');
+  });
+
+  it('charges nothing for a preemptible lease whose whole window was taken before it started', async () => {
+    const asC = apiClient(() => stack().url, { 'x-project-id': 'project-c', 'x-user-id': 'carol', 'x-roles': 'member' });
+    const lent = await asC('POST', '/v1/leases', { name: 'lent-unused', start_date: at(32, 1), end_date: at(32, 2), reservations: [inPool('unused', { preemptible: true })] });
+    expect(lent.status).toBe(201);
+    const usage = async () => (await asC('GET', `/v1/usage?${new URLSearchParams({ from: at(32, 0), to: at(33, 0) }).toString()}`)).body.usage.groups as { booked: { host_hours: number } }[];
+    expect((await usage()).map((g) => g.booked.host_hours)).toEqual([1]);
+    expect((await asB('POST', '/v1/leases', { name: 'regular-unused', start_date: at(32, 0), end_date: at(32, 3), reservations: [inPool('unused')] })).status).toBe(201);
+    const ended = await eventually(async () => {
+      const now = await leaseOf(lent.body.lease.id, asC);
+      return now.status === 'TERMINATED' ? now : undefined;
+    });
+    expect(ended.end_date).toBe(ended.start_date);
+    expect((await usage()).reduce((sum, g) => sum + g.booked.host_hours, 0)).toBe(0);
+  });
+
   it('ends at once a preemptible lease waiting for approval whose whole window a regular lease takes', async () => {
     const asAdmin = apiClient(() => stack().url, { 'x-project-id': 'admin', 'x-user-id': 'root', 'x-roles': 'admin' });
     expect((await asAdmin('PUT', '/v1/projects/project-a/policy', { approval: [{ hosts_over: 0, timeout: 600 }] })).status).toBe(200);
@@ -226,9 +276,28 @@ describe('preemptible host leases', () => {
         return now.status === 'TERMINATED' ? now : undefined;
       });
       expect(ended.status_reason).toBe(`preempted: host needed by another lease from ${at(31, 0)}`);
+      expect(ended.approval).toMatchObject({ outcome: 'denied', answered_by: 'preempted' });
+      expect(Object.fromEntries(ended.events.map((e: { event_type: string; status: string }) => [e.event_type, e.status]))).toMatchObject({ start_lease: 'UNDONE', end_lease: 'DONE' });
+      expect(ended.end_date).toBe(ended.start_date);
       expect((await asAdmin('POST', `/v1/leases/${lent.body.lease.id}/approve`, {})).status).toBe(409);
     } finally {
       expect((await asAdmin('PUT', '/v1/projects/project-a/policy', { approval: null })).status).toBe(200);
+    }
+  });
+
+  it('a regular lease that waits for approval never preempts: refused for capacity (409 with offers) when it fits only by preempting', async () => {
+    const asAdmin = apiClient(() => stack().url, { 'x-project-id': 'admin', 'x-user-id': 'root', 'x-roles': 'admin' });
+    const lent = await asA('POST', '/v1/leases', { name: 'lent-ask', start_date: at(33, 1), end_date: at(33, 3), reservations: [inPool('ask', { preemptible: true })] });
+    expect(lent.status).toBe(201);
+    expect((await asAdmin('PUT', '/v1/projects/project-b-secret/policy', { approval: [{ hosts_over: 0, timeout: 600 }] })).status).toBe(200);
+    try {
+      const asking = await asB('POST', '/v1/leases', { name: 'regular-ask', start_date: at(33, 2), end_date: at(33, 4), reservations: [inPool('ask')] });
+      expect(asking.status).toBe(409);
+      expect(asking.body).toMatchObject({ reason: 'capacity', offers: expect.any(Array) });
+      expect((await hostsOf(lent.body.lease.id)).map((r) => r.end_ms)).toEqual([Date.parse(`${at(33, 3).replace(' ', 'T')}:00Z`)]);
+      expect((await stack().db.pool.query('SELECT 1 FROM lease_preemptions WHERE lease_id = $1', [lent.body.lease.id])).rowCount).toBe(0);
+    } finally {
+      expect((await asAdmin('PUT', '/v1/projects/project-b-secret/policy', { approval: null })).status).toBe(200);
     }
   });
 
@@ -262,5 +331,34 @@ describe('preemptible host leases', () => {
       return lease?.status === 'TERMINATED' ? lease : undefined;
     });
     expect(lentEnded.status_reason).toMatch(/^preempted: host needed by another lease from /);
+  });
+
+  it('a regular lease waiting for a regular and a preempted earlier lease starts within the eviction bound once the regular one ended', async () => {
+    const inSlot = (slot: string, fields: Record<string, unknown> = {}) => blazarHostReservation({ resource_properties: JSON.stringify(['==', '$slot', slot]), ...fields });
+    let releaseRegular: () => void = () => undefined;
+    let releasePreemptible: () => void = () => undefined;
+    holdRegularEnds = new Promise((resolve) => (releaseRegular = resolve));
+    holdPreemptibleEnds = new Promise((resolve) => (releasePreemptible = resolve));
+    try {
+      const base = Date.now();
+      const regular = await asA('POST', '/v1/leases', { name: 'mix-regular', start_date: 'now', end_date: inSeconds(8, base), reservations: [inSlot('r')] });
+      const lent = await asA('POST', '/v1/leases', { name: 'mix-lent', start_date: 'now', end_date: inSeconds(3600, base), reservations: [inSlot('p', { preemptible: true })] });
+      expect([regular.status, lent.status]).toEqual([201, 201]);
+      const needing = await asB('POST', '/v1/leases', { name: 'mix-needing', start_date: inSeconds(8, base), end_date: inSeconds(3600, base), reservations: [inPool('mix', { min: 2, max: 2 })] });
+      expect(needing.status).toBe(201);
+      const needingId = needing.body.lease.id as string;
+      // Both earlier leases' ends are held: the lease waits at its start for both.
+      await eventually(async () => ((await leaseOf(needingId, asB)).status === 'STARTING' && (await leaseOf(regular.body.lease.id)).status === 'TERMINATING' ? true : undefined));
+      releaseRegular();
+      // The regular one ended; the preempted one is still ending: the bound (3 s) runs from now, not from the minute's recheck.
+      const started = await eventually(async () => ((await leaseOf(needingId, asB)).status === 'ACTIVE' ? true : undefined), 30_000);
+      expect(started).toBe(true);
+      expect((await leaseOf(lent.body.lease.id)).status).toBe('TERMINATING');
+    } finally {
+      releaseRegular();
+      releasePreemptible();
+      holdRegularEnds = undefined;
+      holdPreemptibleEnds = undefined;
+    }
   });
 });

@@ -1,15 +1,17 @@
 /**
  * Telling preempted leases (issue 43) against the real PostgreSQL, Temporal faked: an admission
  * tells only the leases it cut (nothing, not even a query, when it cut none); the sweeps claim and
- * commit before telling (no row lock held across the Temporal call), back off a failing row and
- * give it up after a bounded number of tries; a row is marked told only for the end that was sent;
+ * commit before telling (no row lock held across the Temporal call), back off a failing row, never
+ * giving it up until its lease is gone or past its end; a row is marked told only for the cut sent;
  * told rows long past their end are purged.
  */
 import { randomUUID } from 'node:crypto';
 import type { Client } from '@temporalio/client';
 import type { Logger } from 'pino';
 import { LeaseOutbox } from '../src/outbox';
-import { addOwedPreemption, MAX_TELL_ATTEMPTS } from '../src/db/lease-preemptions';
+import { addOwedPreemption } from '../src/db/lease-preemptions';
+import { EVENT_TYPES, type Lease } from '../src/domain/lease';
+import { insertLeaseRows } from '../dev-stack/fixtures/lease-rows';
 import { withConnection, type Pool } from '../src/db/pool';
 import { useMigratedTestDatabase } from '../dev-stack/db';
 
@@ -20,6 +22,7 @@ const quiet = { info: () => undefined, warn: () => undefined } as unknown as Log
 interface Signalled {
   leaseId: string;
   endMs: number;
+  sequence?: number;
   /** Whether another connection could lock the lease's row while it was being told. */
   rowFree: boolean;
 }
@@ -30,18 +33,37 @@ function fakeTemporal(pool: Pool, behaviour: { fail?: boolean; during?: (leaseId
   const client = {
     workflow: {
       getHandle: (workflowId: string) => ({
-        signal: async (_signal: unknown, args: { endMs: number }) => {
+        signal: async (_signal: unknown, args: { endMs: number; sequence?: number }) => {
           const leaseId = workflowId.replace(/^lease-/, '');
           let rowFree = true;
           await pool.query('SELECT 1 FROM lease_preemptions WHERE lease_id = $1 FOR UPDATE NOWAIT', [leaseId]).catch(() => (rowFree = false));
           await behaviour.during?.(leaseId);
-          signalled.push({ leaseId, endMs: args.endMs, rowFree });
+          signalled.push({ leaseId, endMs: args.endMs, sequence: args.sequence, rowFree });
           if (behaviour.fail) throw new Error('Temporal said no');
         },
       }),
     },
   } as unknown as Client;
   return { client, signalled };
+}
+
+/** A running lease's row, ending at `endMs` (what the outbox reads of it). */
+function leaseRow(id: string, endMs: number): Lease {
+  const now = Date.now();
+  return {
+    id,
+    name: `lent-${id.slice(0, 8)}`,
+    projectId: 'project-a',
+    userId: 'alice',
+    startMs: now - H,
+    endMs,
+    status: 'ACTIVE',
+    reservations: [],
+    events: EVENT_TYPES.map((type) => ({ id: `${id}:${type}`, event_type: type, time: 0, status: 'UNDONE' as const })),
+    createdMs: now,
+    updatedMs: now,
+    version: 1,
+  };
 }
 
 describe('telling preempted leases', () => {
@@ -85,12 +107,13 @@ describe('telling preempted leases', () => {
     await owe(leaseId, T0 + H);
     const { client, signalled } = fakeTemporal(database().pool);
     await outboxWith(client).sweep();
-    expect(signalled).toEqual([{ leaseId, endMs: T0 + H, rowFree: true }]);
+    expect(signalled).toEqual([{ leaseId, endMs: T0 + H, sequence: expect.any(Number), rowFree: true }]);
     expect(await rowOf(leaseId)).toMatchObject({ told: true, attempts: 1, last_error: null });
   });
 
-  it('a failing row waits for its next try, later each time, and is given up after the last', async () => {
+  it('a failing row waits for its next try, later each time up to the longest, never given up while its lease may run; done once the lease\'s end passed', async () => {
     const leaseId = randomUUID();
+    await insertLeaseRows(database().pool, [leaseRow(leaseId, T0 + 2 * H)]);
     await owe(leaseId, T0 + H);
     const { client, signalled } = fakeTemporal(database().pool, { fail: true });
     const outbox = outboxWith(client);
@@ -105,11 +128,19 @@ describe('telling preempted leases', () => {
     await outbox.sweep();
     expect(signalled).toHaveLength(2);
     expect(await delays()).toBeGreaterThan(first);
-    // Out of tries: left with its error, never tried again.
-    await database().pool.query('UPDATE lease_preemptions SET next_attempt_at = now(), attempts = $2 WHERE lease_id = $1', [leaseId, MAX_TELL_ATTEMPTS]);
+    // Many tries later (the old cap was 50): still tried, at the longest backoff (ten minutes).
+    await database().pool.query('UPDATE lease_preemptions SET next_attempt_at = now(), attempts = 500 WHERE lease_id = $1', [leaseId]);
     await outbox.sweep();
-    expect(signalled).toHaveLength(2);
+    expect(signalled).toHaveLength(3);
     expect(await rowOf(leaseId)).toMatchObject({ told: false, last_error: 'Temporal said no' });
+    expect(await delays()).toBeGreaterThan(9 * 60_000);
+    expect(await delays()).toBeLessThanOrEqual(10 * 60_000);
+    // The lease's end has passed: nothing left to cut, the row is done (and purged in its time).
+    await database().pool.query("UPDATE leases SET end_at = now() - interval '1 minute' WHERE id = $1", [leaseId]);
+    await database().pool.query('UPDATE lease_preemptions SET next_attempt_at = now() WHERE lease_id = $1', [leaseId]);
+    await outbox.sweep();
+    expect(signalled).toHaveLength(4);
+    expect((await rowOf(leaseId)).told).toBe(true);
   });
 
   it('a cut while the row is being told keeps it owed, with the new end told next', async () => {
@@ -124,12 +155,26 @@ describe('telling preempted leases', () => {
     expect((await rowOf(leaseId)).told).toBe(true);
   });
 
+  it('a second cut while the first is being told replaces it, even with the same or a later end, and is told next with a later sequence', async () => {
+    const leaseId = randomUUID();
+    await owe(leaseId, T0 + H);
+    const { client, signalled } = fakeTemporal(database().pool, { during: async () => (signalled.length === 0 ? owe(leaseId, T0 + 2 * H) : undefined) });
+    const outbox = outboxWith(client);
+    await outbox.sweep();
+    expect(await rowOf(leaseId)).toMatchObject({ told: false, end_ms: T0 + 2 * H });
+    await outbox.sweep();
+    expect(signalled.map((s) => s.endMs)).toEqual([T0 + H, T0 + 2 * H]);
+    expect(signalled[1].sequence).toBeGreaterThan(signalled[0].sequence!);
+    expect((await rowOf(leaseId)).told).toBe(true);
+  });
+
   it('purges told rows whose end passed days ago, keeping the others', async () => {
     const [old, recent, owed] = [randomUUID(), randomUUID(), randomUUID()];
     const longAgo = Date.now() - 8 * 86_400_000;
     for (const id of [old, recent, owed]) await owe(id, id === recent ? Date.now() - H : longAgo);
     await database().pool.query('UPDATE lease_preemptions SET told_at = now() WHERE lease_id = ANY($1::uuid[])', [[old, recent]]);
-    await database().pool.query('UPDATE lease_preemptions SET attempts = $2 WHERE lease_id = $1', [owed, MAX_TELL_ATTEMPTS]); // not told, not tried
+    await insertLeaseRows(database().pool, [leaseRow(owed, Date.now() + H)]);
+    await database().pool.query("UPDATE lease_preemptions SET next_attempt_at = now() + interval '1 hour' WHERE lease_id = $1", [owed]); // not told, not due
     await outboxWith(fakeTemporal(database().pool).client).sweep();
     const left = (await database().pool.query<{ lease_id: string }>('SELECT lease_id::text FROM lease_preemptions ORDER BY lease_id')).rows.map((r) => r.lease_id);
     expect(left).toEqual([recent, owed].sort());

@@ -132,17 +132,18 @@ async function admit(deps: ApiAdmissionDeps, request: NewLeaseRequest, requestHa
  * the preemptible leases its booking cut (issue 43), to be told once committed.
  */
 async function bookAndRecord(deps: ApiAdmissionDeps, client: PoolClient, request: NewLeaseRequest, requestHash: string, draft = newLease(request)): Promise<{ lease: Lease; input: LeaseWorkflowInput; cut: string[] }> {
-  const reservations = [];
-  const cut: string[] = [];
-  for (const reservation of draft.reservations) {
-    const type = deps.types.get(reservation.resource_type)!;
-    // This transaction also checks the policy and records the lease: a refusal undoes any cut with the rest (issue 43).
-    const booked: ReserveResult = await type.bookAtAdmission!(client, typedContext(type, reservationContext(draft, reservation)), { preempt: true, cut });
-    reservations.push(bookedReservation(reservation, booked));
-  }
-  const booked: Lease = { ...draft, reservations, version: draft.version + 1, updatedMs: Date.now() };
+  await client.query('SAVEPOINT lease_booking');
+  let { booked, cut } = await bookReservations(deps, client, draft, true);
   // A lease an approval rule (or an exception asked with a justification) holds is recorded waiting for approval.
-  const approval = await deps.usagePolicy?.checkWithin(client, { next: booked, byAdmin: request.byAdmin ?? false, justification: request.justification });
+  const check = (next: Lease) => deps.usagePolicy?.checkWithin(client, { next, byAdmin: request.byAdmin ?? false, justification: request.justification });
+  let approval = await check(booked);
+  if (approval && cut.length > 0) {
+    // A lease admins may still refuse never preempts: its cuts undone, it is booked on what is free, or refused for capacity.
+    await client.query('ROLLBACK TO SAVEPOINT lease_booking');
+    ({ booked, cut } = await bookReservations(deps, client, draft, false));
+    approval = await check(booked);
+  }
+  await client.query('RELEASE SAVEPOINT lease_booking');
   const lease = awaitingApproval(booked, approval, booked.updatedMs);
   const saved = await saveLease(client, lease);
   if (saved === 'name-taken') throw leaseConflict(`The lease with name: ${lease.name} already exists. Names are unique per project (${lease.projectId}).`);
@@ -151,6 +152,19 @@ async function bookAndRecord(deps: ApiAdmissionDeps, client: PoolClient, request
   const input: LeaseWorkflowInput = { request, requestHash, admitted: lease };
   await addOwedStart(client, lease.id, requestHash, input);
   return { lease, input, cut };
+}
+
+/** Books every reservation of the draft in the caller's transaction; `preempt`: may cut preemptible leases (their ids in `cut`). */
+async function bookReservations(deps: ApiAdmissionDeps, client: PoolClient, draft: Lease, preempt: boolean): Promise<{ booked: Lease; cut: string[] }> {
+  const reservations = [];
+  const cut: string[] = [];
+  for (const reservation of draft.reservations) {
+    const type = deps.types.get(reservation.resource_type)!;
+    // This transaction also checks the policy and records the lease: a refusal undoes any cut with the rest (issue 43).
+    const booked: ReserveResult = await type.bookAtAdmission!(client, typedContext(type, reservationContext(draft, reservation)), { preempt, cut });
+    reservations.push(bookedReservation(reservation, booked));
+  }
+  return { booked: { ...draft, reservations, version: draft.version + 1, updatedMs: Date.now() }, cut };
 }
 
 /** A lease admission's failure as the API answers it (ApiError), if it is one; anything else as it is. */

@@ -77,7 +77,7 @@ function reservationSchema(types: ResourceTypes) {
     // blazarclient 3.5.0 drops unknown keys (preemptible) from a --reservation naming physical:host: the alias carries it (issue 43).
     const aliased = PREEMPTIBLE_HOST_ALIASES.has(asked) && types.has(PHYSICAL_HOST);
     const resourceType = aliased ? PHYSICAL_HOST : asked;
-    const params = aliased ? { ...sent, preemptible: true } : sent;
+    const params = aliased ? { ...sent, preemptible: sent.preemptible ?? true } : sent;
     const type = types.get(resourceType);
     if (!type) {
       ctx.addIssue({
@@ -91,6 +91,11 @@ function reservationSchema(types: ResourceTypes) {
     const parsed = type.paramsSchema.safeParse(params, { error: requestWording });
     if (!parsed.success) {
       for (const issue of parsed.error.issues) ctx.addIssue({ code: 'custom', path: issue.path, message: issue.message, params: issue.code === 'custom' ? issue.params : undefined });
+      return z.NEVER;
+    }
+    if (aliased && (parsed.data as { preemptible?: boolean }).preemptible !== true) {
+      // The alias says preemptible: a request saying otherwise is contradictory, not silently either.
+      ctx.addIssue({ code: 'custom', path: ['preemptible'], message: `must be true (or left out) with resource_type ${asked}` });
       return z.NEVER;
     }
     return { resource_type: resourceType, params: parsed.data };

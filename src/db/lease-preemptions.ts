@@ -14,59 +14,66 @@ export interface OwedPreemption {
   neededFromMs: number;
 }
 
+/** An owed preemption as claimed: `sequence` orders its cut among the lease's (the row's time, ms). */
+export interface ClaimedPreemption extends OwedPreemption {
+  sequence: number;
+}
+
 /**
- * The lease was cut to end at `endMs`: owed to its workflow. A second cut before the first was told
- * keeps the earlier end (its bookings end there); one after it was told is news of its own (the
- * lease may have moved and booked again since), so its end replaces the told one.
+ * The lease was cut to end at `endMs`: owed to its workflow. A later cut always replaces the row's
+ * (the lease's bookings end where the latest cut put them, whether or not the earlier was told),
+ * with a new sequence (created_at), so that the workflow ignores the earlier one should it come late.
  */
 export async function addOwedPreemption(client: PoolClient, preemption: OwedPreemption): Promise<void> {
   await client.query(
     `INSERT INTO lease_preemptions (lease_id, end_at, needed_from) VALUES ($1, to_timestamp($2 / 1000.0), to_timestamp($3 / 1000.0))
      ON CONFLICT (lease_id) DO UPDATE
-       SET end_at = CASE WHEN lease_preemptions.told_at IS NULL THEN least(lease_preemptions.end_at, excluded.end_at) ELSE excluded.end_at END,
-           needed_from = CASE WHEN lease_preemptions.told_at IS NULL THEN least(lease_preemptions.needed_from, excluded.needed_from) ELSE excluded.needed_from END,
-           told_at = NULL, created_at = now(), next_attempt_at = now(),
+       SET end_at = excluded.end_at, needed_from = excluded.needed_from,
+           told_at = NULL, created_at = greatest(clock_timestamp(), lease_preemptions.created_at + interval '1 microsecond'), next_attempt_at = now(),
            attempts = 0`,
     [preemption.leaseId, preemption.endMs, preemption.neededFromMs],
   );
 }
 
-/** The first retry of a row not told waits this long, each next one twice as long, never longer than the last. */
+/**
+ * The first retry of a row not told waits this long, each next one twice as long, never longer than
+ * the last; a row is never given up (a lease left running on another's host): it is retried until
+ * told, or until its lease is gone, ended, or past its end (the outbox marks it done then).
+ */
 const FIRST_RETRY_MS = 5_000;
 const LONGEST_RETRY_MS = 10 * 60_000;
-/** Tries before a row is given up (about eight hours of them): its last error stays on it for operators. */
-export const MAX_TELL_ATTEMPTS = 50;
 /** Told rows are kept until their end passed this long ago (a successor's start asks preemptedAmong). */
 const TOLD_KEPT_MS = 7 * 86_400_000;
 
 /**
  * Claims owed preemptions for one try each, and commits: up to `limit` due ones (not told, their
- * next try due, tries left, older than `olderThanMs`: younger ones are being told by the API that
+ * next try due, older than `olderThanMs`: younger ones are being told by the API that
  * admitted them), or, with `leaseIds`, those of these leases (an admission telling what it cut).
  * A claim counts the try and sets the next one after the backoff, so that no other teller takes
  * the row meanwhile and a teller that dies leaves it to a later sweep. No lock is held while telling.
  */
-export async function claimOwedPreemptions(pool: Pool, options: { limit: number; olderThanMs: number; leaseIds?: string[] }): Promise<OwedPreemption[]> {
-  const { rows } = await pool.query<{ lease_id: string; end_ms: number; needed_ms: number }>(
+export async function claimOwedPreemptions(pool: Pool, options: { limit: number; olderThanMs: number; leaseIds?: string[] }): Promise<ClaimedPreemption[]> {
+  const { rows } = await pool.query<{ lease_id: string; end_ms: number; needed_ms: number; sequence: number }>(
     `UPDATE lease_preemptions p
         SET attempts = p.attempts + 1,
             next_attempt_at = now() + make_interval(secs => least($5::float8, $4::float8 * power(2, least(p.attempts, 20))) / 1000.0)
       WHERE p.lease_id IN (
         SELECT lease_id FROM lease_preemptions
-         WHERE told_at IS NULL AND attempts < $6
+         WHERE told_at IS NULL
            AND ($3::uuid[] IS NULL AND next_attempt_at <= now() AND created_at <= now() - make_interval(secs => $1 / 1000.0) OR lease_id = ANY($3::uuid[]))
          ORDER BY next_attempt_at LIMIT $2 FOR UPDATE SKIP LOCKED)
-      RETURNING p.lease_id::text, (extract(epoch FROM p.end_at) * 1000)::float8 AS end_ms, (extract(epoch FROM p.needed_from) * 1000)::float8 AS needed_ms`,
-    [options.olderThanMs, options.limit, options.leaseIds ?? null, FIRST_RETRY_MS, LONGEST_RETRY_MS, MAX_TELL_ATTEMPTS],
+      RETURNING p.lease_id::text, (extract(epoch FROM p.end_at) * 1000)::float8 AS end_ms, (extract(epoch FROM p.needed_from) * 1000)::float8 AS needed_ms,
+                (extract(epoch FROM p.created_at) * 1000)::float8 AS sequence`,
+    [options.olderThanMs, options.limit, options.leaseIds ?? null, FIRST_RETRY_MS, LONGEST_RETRY_MS],
   );
-  return rows.map((row) => ({ leaseId: row.lease_id, endMs: row.end_ms, neededFromMs: row.needed_ms }));
+  return rows.map((row) => ({ leaseId: row.lease_id, endMs: row.end_ms, neededFromMs: row.needed_ms, sequence: row.sequence }));
 }
 
-/** The claimed row was told: marked so unless a later cut changed its end meanwhile (that one is owed anew). */
-export async function markPreemptionTold(pool: Pool, sent: OwedPreemption): Promise<void> {
+/** The claimed row was told: marked so unless a later cut replaced it meanwhile (that one is owed anew). */
+export async function markPreemptionTold(pool: Pool, sent: ClaimedPreemption): Promise<void> {
   await pool.query(
-    'UPDATE lease_preemptions SET told_at = now(), last_error = NULL WHERE lease_id = $1 AND told_at IS NULL AND (extract(epoch FROM end_at) * 1000)::float8 = $2::float8',
-    [sent.leaseId, sent.endMs],
+    'UPDATE lease_preemptions SET told_at = now(), last_error = NULL WHERE lease_id = $1 AND told_at IS NULL AND (extract(epoch FROM created_at) * 1000)::float8 = $2::float8',
+    [sent.leaseId, sent.sequence],
   );
 }
 

@@ -191,13 +191,13 @@ export async function findSuccessors(pool: Pool, input: { leaseId: string; keys:
 }
 
 /** Of these lease ids, those this deployment has (deleted ones too), with their status and whether deleted. */
-export async function leaseStates(pool: Pool, ids: string[]): Promise<Map<string, { status: string; deleted: boolean }>> {
+export async function leaseStates(pool: Pool, ids: string[]): Promise<Map<string, { status: string; deleted: boolean; endMs: number }>> {
   if (ids.length === 0) return new Map();
-  const { rows } = await pool.query<{ id: string; status: string; deleted: boolean }>(
-    'SELECT id::text, status, deleted_at IS NOT NULL AS deleted FROM leases WHERE id = ANY($1::uuid[])',
+  const { rows } = await pool.query<{ id: string; status: string; deleted: boolean; end_ms: number }>(
+    'SELECT id::text, status, deleted_at IS NOT NULL AS deleted, (extract(epoch FROM end_at) * 1000)::float8 AS end_ms FROM leases WHERE id = ANY($1::uuid[])',
     [ids],
   );
-  return new Map(rows.map((r) => [r.id, { status: r.status, deleted: r.deleted }]));
+  return new Map(rows.map((r) => [r.id, { status: r.status, deleted: r.deleted, endMs: r.end_ms }]));
 }
 
 /**

@@ -5,14 +5,14 @@
  * idempotent call: the lease's workflow id, never a second run under it (REJECT_DUPLICATE), so a
  * start made twice finds the first.
  */
-import { WorkflowExecutionAlreadyStartedError, WorkflowNotFoundError, type Client } from '@temporalio/client';
+import { WorkflowExecutionAlreadyStartedError, type Client } from '@temporalio/client';
 import { TypedSearchAttributes } from '@temporalio/common';
 import type { Logger } from 'pino';
 import { leaseResourceTypes, type Lease } from '../domain/lease';
 import { markdownText } from '../domain/markdown';
 import { LeaseEndKey, LeaseStartKey, LeaseStatusKey, ProjectIdKey, ResourceTypesKey } from '../domain/search-attributes';
 import { admittedStart, markStarted, sweepOwedStarts } from '../db/lease-outbox';
-import { claimOwedPreemptions, markPreemptionFailed, markPreemptionTold, purgeToldPreemptions, type OwedPreemption } from '../db/lease-preemptions';
+import { claimOwedPreemptions, markPreemptionFailed, markPreemptionTold, purgeToldPreemptions, type ClaimedPreemption } from '../db/lease-preemptions';
 import { leaseStates } from '../db/leases';
 import type { Pool } from '../db/pool';
 import { leasePreempted, leaseWorkflowId, leaseWorkflowType, staticSummary, type LeaseWorkflow, type LeaseWorkflowInput } from '../../workflows/lease/messages';
@@ -210,17 +210,15 @@ export class LeaseOutbox {
   }
 
   /** One preempted lease's workflow told (a signal, which it applies once: a second changes nothing). */
-  private async tellOne(owed: OwedPreemption): Promise<{ told: true } | { told: false; error: string }> {
+  private async tellOne(owed: ClaimedPreemption): Promise<{ told: true } | { told: false; error: string }> {
     try {
       const warningMs = this.deps.preemptionWarningMs ?? DEFAULT_PREEMPTION_WARNING_MS;
-      await this.deps.client.workflow.getHandle<LeaseWorkflow>(leaseWorkflowId(owed.leaseId)).signal(leasePreempted, { endMs: owed.endMs, neededFromMs: owed.neededFromMs, warningMs });
+      await this.deps.client.workflow.getHandle<LeaseWorkflow>(leaseWorkflowId(owed.leaseId)).signal(leasePreempted, { endMs: owed.endMs, neededFromMs: owed.neededFromMs, warningMs, sequence: owed.sequence });
       return { told: true };
     } catch (err) {
-      if (err instanceof WorkflowNotFoundError) {
-        // Gone or ended: nothing to tell. Not started yet (its own owed start): told once it is.
-        const state = (await leaseStates(this.deps.pool, [owed.leaseId])).get(owed.leaseId);
-        if (!state || state.deleted || state.status === 'TERMINATED' || state.status === 'ERROR') return { told: true };
-      }
+      // Gone, ended, or past its (uncut) end: nothing left to tell. Else (for one not started yet: its own owed start) tried again.
+      const state = (await leaseStates(this.deps.pool, [owed.leaseId])).get(owed.leaseId);
+      if (!state || state.deleted || state.status === 'TERMINATED' || state.status === 'ERROR' || state.endMs <= Date.now()) return { told: true };
       return { told: false, error: err instanceof Error ? err.message : String(err) };
     }
   }

@@ -35,12 +35,15 @@ export const hostsChanged = defineSignal<[{ hostIds: string[] }]>('hostsChanged'
 /**
  * From the admission of a regular lease that needed this preemptible lease's hosts (issue 43, sent
  * after its commit from lease_preemptions): the lease's bookings now end at `endMs`, the other lease
- * needs the hosts from `neededFromMs`; `warningMs`: the deployment's warning (LK_PREEMPT_WARNING_MINUTES).
+ * needs the hosts from `neededFromMs`; `warningMs`: the deployment's warning (LK_PREEMPT_WARNING_MINUTES);
+ * `sequence`: the cut's order (its lease_preemptions row's time, ms): the workflow keeps the latest
+ * cut and ignores an older one told again (absent from signals sent before it: taken as news).
  */
 export interface LeasePreemption {
   endMs: number;
   neededFromMs: number;
   warningMs: number;
+  sequence?: number;
 }
 export const leasePreempted = defineSignal<[LeasePreemption]>('leasePreempted');
 

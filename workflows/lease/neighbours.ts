@@ -52,7 +52,10 @@ export async function waitForPredecessors(s: LeaseState): Promise<'ready' | 'del
     // A preempted one is waited for until the eviction bound at most.
     const bounded = !overdue && evictionUntil !== undefined && blocking.some((id) => preempted.has(id));
     const timeout = bounded ? Math.max(1, Math.min(PREDECESSOR_RECHECK_MS, evictionUntil! - Date.now())) : PREDECESSOR_RECHECK_MS;
-    await condition(() => blocking.every((id) => s.endedPredecessors.has(id)) || (deleteInterrupts && s.deletion !== 'none'), timeout, {
+    // Woken also when every regular one has ended with preempted ones left: the eviction bound starts then, not at the recheck.
+    const boundDue = evictionMs !== undefined && evictionUntil === undefined && blocking.some((id) => preempted.has(id));
+    const regularEnded = () => boundDue && blocking.every((id) => preempted.has(id) || s.endedPredecessors.has(id));
+    await condition(() => blocking.every((id) => s.endedPredecessors.has(id)) || regularEnded() || (deleteInterrupts && s.deletion !== 'none'), timeout, {
       summary: 'until earlier leases end',
     });
   }

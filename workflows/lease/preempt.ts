@@ -19,28 +19,61 @@ import { notifySuccessors } from './neighbours';
 import { compensate, transition } from './record';
 import type { LeaseState } from './state';
 
-/** The leasePreempted signal's handler: applied under the lease's lock, after whatever change holds it. */
+/**
+ * The leasePreempted signal's handler: applied under the lease's lock, after whatever change holds it.
+ * The latest cut wins (its bookings end there); an older one told again is ignored.
+ */
 export async function preemptWhenFree(s: LeaseState, preemption: LeasePreemption): Promise<void> {
+  if (preemption.sequence !== undefined) {
+    if (s.preemptionSequence !== undefined && preemption.sequence <= s.preemptionSequence) return;
+    s.preemptionSequence = preemption.sequence;
+  }
   // Recorded at once: a start holding the lock meanwhile (startLease) must not start past the cut.
-  if (!s.preemption || preemption.endMs < s.preemption.endMs) s.preemption = preemption;
+  s.preemption = preemption;
   await s.lock.run(() => preempt(s, preemption));
 }
 
 /**
- * A preemption recorded while the lease waited to start (under the lock: its earlier leases) whose
- * end has passed, or that left nothing of its window: its hosts are another lease's now.
+ * An update booked the lease anew: the cuts told before it booked (`pending`, not applied yet, and
+ * the one applied) are moot, its new bookings valid; one told while it booked is kept.
  */
-export function preemptedBeforeStart(s: LeaseState): LeasePreemption | undefined {
-  const preemption = s.preemption;
-  return preemption && preemption.endMs < s.lease.endMs && preemption.endMs <= Math.max(Date.now(), s.lease.startMs) ? preemption : undefined;
+export function forgetPreemptions(s: LeaseState, pending: LeasePreemption | undefined): void {
+  if (s.preemption === pending) s.preemption = undefined;
+  s.preempted = undefined;
 }
 
-/** Ends a lease preempted before it started, nothing of it run (its other bookings freed), told as every end is told. */
-export async function endPreemptedUnstarted(s: LeaseState, preemption: LeasePreemption): Promise<void> {
+/**
+ * After its earlier leases ended, a preempted lease must not start when its (cut) end has come, or
+ * when a cut not applied yet leaves nothing of its window: its hosts are another lease's now.
+ */
+export function preemptedBeforeStart(s: LeaseState): LeasePreemption | undefined {
+  const preemption = s.preemption ?? s.preempted;
+  if (!preemption) return undefined;
+  const nowMs = Date.now();
+  return nowMs >= s.lease.endMs || preemption.endMs <= Math.max(nowMs, s.lease.startMs) ? preemption : undefined;
+}
+
+/**
+ * Ends a lease preempted before it started, nothing of it run (its other bookings freed), told as
+ * every end is told. Its window becomes empty (its end at most its start) so that it is charged
+ * nothing and counts against no policy; `fromStart`: its start_lease event was begun, and is undone.
+ */
+export async function endPreemptedUnstarted(s: LeaseState, preemption: LeasePreemption, fromStart = false): Promise<void> {
   const reason = preemptionReason(preemption.neededFromMs);
+  s.preemption = undefined;
   await releaseAll(s, s.lease, false);
   const reservations = s.lease.reservations.map((r) => ({ ...r, status: 'deleted' as const }));
-  await transition(s, { status: 'TERMINATED', statusReason: reason, reservations });
+  const endMs = Math.max(s.lease.startMs, Math.min(preemption.endMs, s.lease.endMs));
+  const nowMs = Date.now();
+  // Ended now (end_lease done); a start begun never ran (start_lease back to UNDONE); a wait for approval is answered.
+  const events = s.lease.events.map((e) => {
+    if (e.event_type === 'end_lease') return { ...e, status: 'DONE' as const, startedAt: nowMs, finishedAt: nowMs };
+    return fromStart && e.event_type === 'start_lease' ? { id: e.id, event_type: e.event_type, time: e.time, status: 'UNDONE' as const } : e;
+  });
+  const waiting = s.lease.status === 'PENDING_APPROVAL' && s.lease.approval && !s.lease.approval.outcome ? s.lease.approval : undefined;
+  const approval: LeaseApproval | undefined = waiting && { ...waiting, outcome: 'denied', answeredBy: 'preempted', answeredMs: nowMs };
+  if (approval) s.approvalAnswer = undefined;
+  await transition(s, { status: 'TERMINATED', statusReason: reason, reservations, endMs, events, ...(approval ? { approval } : {}) });
   s.endedEarly = true;
   s.revision++;
   await notifySuccessors(s);
@@ -51,6 +84,9 @@ export async function endPreemptedUnstarted(s: LeaseState, preemption: LeasePree
 
 async function preempt(s: LeaseState, preemption: LeasePreemption): Promise<void> {
   if (!patched(LEASE_PREEMPTION.id)) return;
+  // A later cut came meanwhile (it is applied in its turn), or an update booked the lease anew.
+  if (s.preemption !== preemption) return;
+  s.preemption = undefined;
   const lease = s.lease;
   // Told again (a sweep's retry), or ended meanwhile: nothing more to do.
   if (s.deletion !== 'none' || hasEnded(lease.status) || preemption.endMs >= lease.endMs) return;
@@ -69,6 +105,7 @@ async function preempt(s: LeaseState, preemption: LeasePreemption): Promise<void
     // Its bookings go back to the lease as it now is (the cut already ended them there); should that fail, the cut stands.
     await compensate(s, "freeing a preempted lease's denied change", () => book(s, { ...lease, endMs }, undefined, mustFinish));
   }
+  s.preempted = preemption;
   await transition(s, withEventTimes({ ...lease, endMs, statusReason: reason, ...(denied ? { pendingChange: undefined, changeApproval: denied } : {}) }));
   s.revision++;
   if (change && denied) await announce(s, 'lease.denied', changeDetails(change, denied));

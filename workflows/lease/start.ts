@@ -41,10 +41,10 @@ export async function startLease(s: LeaseState): Promise<void> {
       await transition(s, { status: 'PENDING' }); // nothing started: the delete frees the bookings as for a pending lease
       return;
     }
-    // Preempted while it waited for its earlier leases, past the cut: starting would take hosts another lease holds.
+    // Preempted, and its (cut) end came while it waited for its earlier leases: starting would take hosts another lease holds.
     const preempted = preemptedBeforeStart(s);
     if (preempted) {
-      await endPreemptedUnstarted(s, preempted);
+      await endPreemptedUnstarted(s, preempted, true);
       return;
     }
     const started: Reservation[] = [];

@@ -25,8 +25,15 @@ export interface LeaseState {
   healQueued: boolean;
   /** Preempted before its start with nothing of its window left (preempt.ts): it ended without starting. */
   endedEarly: boolean;
-  /** The earliest end a preemption told (preempt.ts), recorded as the signal arrives, before it waits for the lock. */
+  /**
+   * The latest cut told and not applied yet (preempt.ts), recorded as the signal arrives, before it
+   * waits for the lock; cleared once applied, and when an update books the lease anew (the cut is moot then).
+   */
   preemption?: LeasePreemption;
+  /** The cut last applied, kept for the start (its reason); cleared as `preemption` is by a new booking. */
+  preempted?: LeasePreemption;
+  /** The latest cut's sequence seen: an older cut told again is ignored. */
+  preemptionSequence?: number;
   /** An admin's answer to a lease waiting for approval, not yet acted on; `of`: the waiting change it answers (its requestedMs). */
   approvalAnswer?: { outcome: 'approved' | 'denied'; reason?: string; of?: number };
   /** A waiting change is being settled (change-approval.ts): answers are refused until it is done. */

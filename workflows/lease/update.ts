@@ -9,6 +9,7 @@ import { announce } from './announce';
 import { announceChangeAsked, refuseWhileChangeWaits, settle, waitingChange } from './change-approval';
 import { book } from './bookings';
 import { asFailure } from './failures';
+import { forgetPreemptions } from './preempt';
 import { compensate, record } from './record';
 import { assertAdmitted, type LeaseState } from './state';
 
@@ -49,6 +50,7 @@ export async function applyUpdate(s: LeaseState, update: LeaseUpdateRequest): Pr
   refuseJustifiedNonExtension(before, next, update);
   const rebook = bookingChanged(before, next) && !hasEnded(next.status);
   const moved: Reservation[] = [];
+  const cutBefore = s.preemption;
   try {
     if (rebook) next = { ...next, reservations: await book(s, next, before, quick, moved) };
     // The usage policy is checked with the record, in its transaction: refused, it rolls back below.
@@ -59,6 +61,8 @@ export async function applyUpdate(s: LeaseState, update: LeaseUpdateRequest): Pr
     if (rebook) await putBack(s, before, next, moved);
     throw asFailure(err);
   }
+  // Booked anew: the cuts told before no longer apply (one made after this booking is told anew).
+  if (rebook) forgetPreemptions(s, cutBefore);
   s.revision++;
   // An active lease's change an exception made wait: booked, the lease as it was until an admin answers (change-approval.ts).
   const change = waitingChange(s);
