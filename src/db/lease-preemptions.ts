@@ -26,7 +26,7 @@ export interface ClaimedPreemption extends OwedPreemption {
  */
 export async function addOwedPreemption(client: PoolClient, preemption: OwedPreemption): Promise<void> {
   await client.query(
-    `INSERT INTO lease_preemptions (lease_id, end_at, needed_from) VALUES ($1, to_timestamp($2 / 1000.0), to_timestamp($3 / 1000.0))
+    `INSERT INTO lease_preemptions (lease_id, end_at, needed_from, created_at) VALUES ($1, to_timestamp($2 / 1000.0), to_timestamp($3 / 1000.0), clock_timestamp())
      ON CONFLICT (lease_id) DO UPDATE
        SET end_at = excluded.end_at, needed_from = excluded.needed_from,
            told_at = NULL, created_at = greatest(clock_timestamp(), lease_preemptions.created_at + interval '1 microsecond'), next_attempt_at = now(),
