@@ -36,6 +36,22 @@ export async function addOwedPreemption(client: PoolClient, preemption: OwedPree
 }
 
 /**
+ * The lease's hosts are booked anew (the workflow's booking, e.g. an update that moved it): a cut
+ * owed or told before is moot. Its row is locked (an admission's addOwedPreemption waits for this
+ * transaction) and deleted; answers its sequence, so the workflow ignores that cut should its tell
+ * still come, or undefined when the lease had none.
+ */
+export async function settlePreemptionOnRebooking(client: PoolClient, leaseId: string): Promise<number | undefined> {
+  const { rows } = await client.query<{ sequence: number }>(
+    'SELECT (extract(epoch FROM created_at) * 1000)::float8 AS sequence FROM lease_preemptions WHERE lease_id = $1 FOR UPDATE',
+    [leaseId],
+  );
+  if (rows.length === 0) return undefined;
+  await client.query('DELETE FROM lease_preemptions WHERE lease_id = $1', [leaseId]);
+  return rows[0].sequence;
+}
+
+/**
  * The first retry of a row not told waits this long, each next one twice as long, never longer than
  * the last; a row is never given up (a lease left running on another's host): it is retried until
  * told, or until its lease is gone, ended, or past its end (the outbox marks it done then).
