@@ -14,6 +14,9 @@ import { doubleBookings, insertHost } from '../dev-stack/fixtures/hosts';
 import { startWebhookReceiver, type Delivery, type WebhookReceiver } from './support/notice-receiver';
 import { apiClient, eventually, inSeconds, leaseHistoryEvents, useTestStack } from '../dev-stack/stack';
 import { formatRequestDate } from '../src/domain/dates';
+import { addOwedPreemption } from '../src/db/lease-preemptions';
+import { withConnection } from '../src/db/pool';
+import { leasePreempted } from '../workflows/lease/messages';
 
 const EVICTION_SECONDS = 3;
 /** A whole hour `days` ahead (within a member's max_advance), plus `hours`: Blazar's request date. */
@@ -70,6 +73,7 @@ describe('preemptible host leases', () => {
     hostIds['mix-r'] = await insertHost(stack().db.pool, { name: 'mix-r', capabilities: { pool: 'mix', slot: 'r' } });
     hostIds['mix-p'] = await insertHost(stack().db.pool, { name: 'mix-p', capabilities: { pool: 'mix', slot: 'p' } });
     hostIds['ask-1'] = await insertHost(stack().db.pool, { name: 'ask-1', capabilities: { pool: 'ask' } });
+    hostIds['stale-1'] = await insertHost(stack().db.pool, { name: 'stale-1', capabilities: { pool: 'stale' } });
     hostIds['unused-1'] = await insertHost(stack().db.pool, { name: 'unused-1', capabilities: { pool: 'unused' } });
     expect((await asA('PUT', '/v1/projects/project-a/webhooks', { webhooks: [{ url: project.url }] })).status).toBe(200);
   });
@@ -246,6 +250,25 @@ describe('preemptible host leases', () => {
       return now.status === 'PENDING' || now.status === 'STARTING' ? undefined : now;
     }, 60_000);
     expect(started.status).toBe('ACTIVE');
+  });
+
+  it('a cut whose tell comes only after an update booked the lease anew does not cut it', async () => {
+    const lent = await asA('POST', '/v1/leases', { name: 'lent-stale', start_date: at(2, 0), end_date: at(2, 4), reservations: [inPool('stale', { preemptible: true })] });
+    expect(lent.status).toBe(201);
+    const lentId = lent.body.lease.id as string;
+    const startMs = Date.parse(`${at(2, 0).replace(' ', 'T')}Z`);
+    // A cut committed that leaves nothing of the window, its tell held (its next try an hour away: no sweep sends it).
+    await withConnection(stack().db.pool, (client) => addOwedPreemption(client, { leaseId: lentId, endMs: startMs, neededFromMs: startMs }));
+    await stack().db.pool.query("UPDATE lease_preemptions SET next_attempt_at = now() + interval '1 hour' WHERE lease_id = $1", [lentId]);
+    const [{ sequence }] = (await stack().db.pool.query<{ sequence: number }>('SELECT (extract(epoch FROM created_at) * 1000)::float8 AS sequence FROM lease_preemptions WHERE lease_id = $1', [lentId])).rows;
+    expect((await asA('PUT', `/v1/leases/${lentId}`, { start_date: at(3, 0), end_date: at(3, 4) })).status).toBe(200);
+    // The held tell arrives after the update (a sweep's retry): ignored.
+    await stack().temporal.client.workflow.getHandle(`lease-${lentId}`).signal(leasePreempted, { endMs: startMs, neededFromMs: startMs, warningMs: 300_000, sequence });
+    // A rename queued behind whatever the tell did under the lease's lock.
+    expect((await asA('PUT', `/v1/leases/${lentId}`, { name: 'lent-stale-renamed' })).status).toBe(200);
+    const lease = await leaseOf(lentId);
+    expect({ name: lease.name, status: lease.status, end: String(lease.end_date).slice(0, 16) }).toEqual({ name: 'lent-stale-renamed', status: 'PENDING', end: at(3, 4).replace(' ', 'T').slice(0, 16) });
+    expect(await hostsOf(lentId)).toHaveLength(1);
   });
 
   it('charges nothing for a preemptible lease whose whole window was taken before it started', async () => {

@@ -168,6 +168,22 @@ describe('telling preempted leases', () => {
     expect((await rowOf(leaseId)).told).toBe(true);
   });
 
+  it("a new row's sequence is the time of its insert, not of its transaction's start (as a replacing cut's is)", async () => {
+    const leaseId = randomUUID();
+    const { started, sequence } = await withConnection(database().pool, async (client) => {
+      await client.query('BEGIN');
+      try {
+        const began = await client.query<{ ms: number }>('SELECT (extract(epoch FROM now()) * 1000)::float8 AS ms');
+        await addOwedPreemption(client, { leaseId, endMs: T0 + H, neededFromMs: T0 + H });
+        const row = await client.query<{ ms: number }>('SELECT (extract(epoch FROM created_at) * 1000)::float8 AS ms FROM lease_preemptions WHERE lease_id = $1', [leaseId]);
+        return { started: began.rows[0].ms, sequence: row.rows[0].ms };
+      } finally {
+        await client.query('COMMIT');
+      }
+    });
+    expect(sequence).toBeGreaterThan(started);
+  });
+
   it('purges told rows whose end passed days ago, keeping the others', async () => {
     const [old, recent, owed] = [randomUUID(), randomUUID(), randomUUID()];
     const longAgo = Date.now() - 8 * 86_400_000;

@@ -26,13 +26,29 @@ export interface ClaimedPreemption extends OwedPreemption {
  */
 export async function addOwedPreemption(client: PoolClient, preemption: OwedPreemption): Promise<void> {
   await client.query(
-    `INSERT INTO lease_preemptions (lease_id, end_at, needed_from) VALUES ($1, to_timestamp($2 / 1000.0), to_timestamp($3 / 1000.0))
+    `INSERT INTO lease_preemptions (lease_id, end_at, needed_from, created_at) VALUES ($1, to_timestamp($2 / 1000.0), to_timestamp($3 / 1000.0), clock_timestamp())
      ON CONFLICT (lease_id) DO UPDATE
        SET end_at = excluded.end_at, needed_from = excluded.needed_from,
            told_at = NULL, created_at = greatest(clock_timestamp(), lease_preemptions.created_at + interval '1 microsecond'), next_attempt_at = now(),
            attempts = 0`,
     [preemption.leaseId, preemption.endMs, preemption.neededFromMs],
   );
+}
+
+/**
+ * The lease's hosts are booked anew (the workflow's booking, e.g. an update that moved it): a cut
+ * owed or told before is moot. Its row is locked (an admission's addOwedPreemption waits for this
+ * transaction) and deleted; answers its sequence, so the workflow ignores that cut should its tell
+ * still come, or undefined when the lease had none.
+ */
+export async function settlePreemptionOnRebooking(client: PoolClient, leaseId: string): Promise<number | undefined> {
+  const { rows } = await client.query<{ sequence: number }>(
+    'SELECT (extract(epoch FROM created_at) * 1000)::float8 AS sequence FROM lease_preemptions WHERE lease_id = $1 FOR UPDATE',
+    [leaseId],
+  );
+  if (rows.length === 0) return undefined;
+  await client.query('DELETE FROM lease_preemptions WHERE lease_id = $1', [leaseId]);
+  return rows[0].sequence;
 }
 
 /**

@@ -97,6 +97,8 @@ export interface ReserveResult {
   footprint?: Footprint;
   /** Start in these steps (`startStep`), each its own activity with its own retries, instead of one `start`. */
   startSteps?: StartStep[];
+  /** Booked anew, the lease's cut (issue 43) was dropped: that cut's sequence, for the workflow to ignore its tell. */
+  preemptionSequence?: number;
 }
 
 /** One step of a start made of several: its own activity, time-out and retry policy. */

@@ -66,6 +66,8 @@ export async function untilApproved(s: LeaseState): Promise<'none' | 'approved' 
   }
   return s.lock.run(async () => {
     if (s.deletion !== 'none') return 'delete';
+    // Settled while this waited for the lock (a cut that left nothing ended it, preempt.ts): not revived nor ended twice.
+    if (s.lease.status !== 'PENDING_APPROVAL') return s.lease.status === 'PENDING' ? 'approved' : 'denied';
     const answered = answeredApproval(s.lease, s.approvalAnswer);
     s.approvalAnswer = undefined;
     if (answered.outcome === 'approved') {

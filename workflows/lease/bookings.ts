@@ -4,6 +4,7 @@ import type { Lease, Reservation } from '../../src/domain/lease';
 import { bookedReservation, reservationContext as context, type EndOutcome, type ReservationContext } from '../../src/domain/resource-plugin';
 import { ONE_ROLLBACK_FOR_UPDATES } from '../patches';
 import { mustFinish, polling, quick } from './activity-options';
+import { ignorePreemptionsUpTo } from './preempt';
 import { compensate } from './record';
 import type { LeaseState } from './state';
 import { describeWaitingForEnd } from './web-ui';
@@ -19,7 +20,9 @@ export async function book(s: LeaseState, target: Lease, movedFrom?: Lease, via:
   try {
     for (const reservation of target.reservations) {
       if (only && !only.has(reservation.id)) continue;
-      booked.push(bookedReservation(reservation, await via.reserveReservation(context(target, reservation))));
+      const result = await via.reserveReservation(context(target, reservation));
+      if (result.preemptionSequence !== undefined) ignorePreemptionsUpTo(s, result.preemptionSequence);
+      booked.push(bookedReservation(reservation, result));
     }
     return booked;
   } catch (err) {

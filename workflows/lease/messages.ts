@@ -52,6 +52,8 @@ export interface LeaseWorkflowInput {
   requestHash: string;
   /** Set when the workflow continues as new: the lease as it was. */
   carried?: Lease;
+  /** Set when the workflow continues as new (absent from older inputs): the cut last applied and the latest cut's sequence seen (preempt.ts). */
+  carriedPreemption?: { preempted?: LeasePreemption; sequence?: number };
   /**
    * Set when the API admitted the lease itself (its bookings, row and owed start in one
    * transaction): the lease as recorded. The workflow starts admitted and announces it created.

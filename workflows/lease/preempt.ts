@@ -43,6 +43,15 @@ export function forgetPreemptions(s: LeaseState, pending: LeasePreemption | unde
 }
 
 /**
+ * A booking anew dropped the lease's owed cut (its row, up to `sequence`): a tell of it or of an
+ * earlier one, waiting or still to come, is ignored.
+ */
+export function ignorePreemptionsUpTo(s: LeaseState, sequence: number): void {
+  s.preemptionSequence = Math.max(s.preemptionSequence ?? sequence, sequence);
+  if (s.preemption?.sequence !== undefined && s.preemption.sequence <= sequence) s.preemption = undefined;
+}
+
+/**
  * After its earlier leases ended, a preempted lease must not start when its (cut) end has come, or
  * when a cut not applied yet leaves nothing of its window: its hosts are another lease's now.
  */

@@ -53,6 +53,8 @@ export function initialState(input: LeaseWorkflowInput): LeaseState {
     endedPredecessors: new Set<string>(),
     healQueued: false,
     endedEarly: false,
+    preempted: input.carriedPreemption?.preempted,
+    preemptionSequence: input.carriedPreemption?.sequence,
     lock: new Lock(),
   };
 }

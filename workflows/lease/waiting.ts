@@ -32,6 +32,8 @@ export async function waitForDelete(s: LeaseState): Promise<void> {
 
 async function continueAsNewWhenIdle(s: LeaseState): Promise<never> {
   await condition(() => allHandlersFinished() && !s.lock.held);
-  // The lease as it stands is all the next run needs (an admitted lease's first state goes).
-  return continueAsNew<LeaseWorkflow>({ ...s.input, admitted: undefined, carried: s.lease });
+  // The lease as it stands is all the next run needs (an admitted lease's first state goes), with its
+  // kept cut and sequence (a cut told again after the new run began is still recognised as stale).
+  const carriedPreemption = s.preempted !== undefined || s.preemptionSequence !== undefined ? { preempted: s.preempted, sequence: s.preemptionSequence } : undefined;
+  return continueAsNew<LeaseWorkflow>({ ...s.input, admitted: undefined, carried: s.lease, carriedPreemption });
 }

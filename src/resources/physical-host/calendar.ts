@@ -15,7 +15,7 @@ import { matchesQuery, parsePropertyQuery } from '../../domain/property-query';
 import { sameTypeReservations, type FitLimits, type FitSearch, type ReservationContext } from '../../domain/resource-plugin';
 import { maintenanceBlocks } from '../../db/maintenance';
 import { blockedIntervals, cutPreemptibleLease, deleteHostBookingOfReservation, hostBookings, hostsOfReservation, insertHostBooking, nextBookingsOfOthers, preemptibleBookingExists, preemptibleBookingsOverlapping, unusableHostsOf } from '../../db/host-allocations';
-import { addOwedPreemption } from '../../db/lease-preemptions';
+import { addOwedPreemption, settlePreemptionOnRebooking } from '../../db/lease-preemptions';
 import { failedReservableHosts, hypervisorProperties, inventoryVersion, listHosts, HYPERVISOR_FIELDS, type HostRecord } from '../../db/hosts';
 import type { Pool } from '../../db/pool';
 import type { WholeResourceBookingRow } from '../../db/range-bookings';
@@ -95,10 +95,13 @@ export class HostCalendar extends WholeResourceCalendar<HostRecord, BookedHost[]
     return this.hostsSeen.hosts;
   }
 
-  /** Books the lease's host reservations for [ctx.startMs, ctx.endMs); returns this reservation's hosts. */
-  async book(ctx: ReservationContext<PhysicalHostParams>): Promise<BookedHost[]> {
+  /**
+   * Books the lease's host reservations for [ctx.startMs, ctx.endMs); returns this reservation's hosts.
+   * `settled` (the workflow's booking): booked anew, the lease's owed cut is dropped and its sequence set there.
+   */
+  async book(ctx: ReservationContext<PhysicalHostParams>, settled?: { preemptionSequence?: number }): Promise<BookedHost[]> {
     // A concurrent booking that took a chosen host first: choose again, seeing the winner's booking.
-    return bookInTransaction(this.pool, (client) => this.bookIn(client, ctx), { retryExclusion: true });
+    return bookInTransaction(this.pool, (client) => this.bookIn(client, ctx, { settled }), { retryExclusion: true });
   }
 
   /**
@@ -193,7 +196,11 @@ export class HostCalendar extends WholeResourceCalendar<HostRecord, BookedHost[]
   }
 
   /** `preempt`: see bookWithin; every other booking (the workflow's, updates, heals, holds) sees preemptible bookings as taken. */
-  private async bookIn(client: PoolClient, ctx: ReservationContext<PhysicalHostParams>, { rebook = false, preempt = false, cut = [] as string[] } = {}): Promise<BookedHost[]> {
+  private async bookIn(
+    client: PoolClient,
+    ctx: ReservationContext<PhysicalHostParams>,
+    { rebook = false, preempt = false, cut = [] as string[], settled = undefined as { preemptionSequence?: number } | undefined } = {},
+  ): Promise<BookedHost[]> {
     const reservations = sameTypeReservations(ctx);
     const existing = await hostBookings.lockLease(client, ctx.leaseId);
 
@@ -211,6 +218,8 @@ export class HostCalendar extends WholeResourceCalendar<HostRecord, BookedHost[]
     }
 
     await hostBookings.deleteLease(client, ctx.leaseId);
+    // Booked anew in this transaction: a cut of the old bookings is moot (the workflow drops its tell by the sequence).
+    if (settled) settled.preemptionSequence = await settlePreemptionOnRebooking(client, ctx.leaseId);
     const hosts = await listHosts(client, { reservableOnly: true });
     // A `release` reservation keeps its hosts for good: only hosts with nothing booked later will do.
     const releasing = reservations.filter((r) => this.endPolicy(r) === 'release');

@@ -226,7 +226,9 @@ export function physicalHostPlugin(deps: PhysicalHostDeps): ResourcePlugin<Physi
     ...physicalHostType(deps, calendar),
     async reserve(ctx) {
       refuseWithoutCloud(deps);
-      return hostReservation(ctx, await calendar.book(ctx), deps.settings.onEndDefault);
+      const settled: { preemptionSequence?: number } = {};
+      const reserved = hostReservation(ctx, await calendar.book(ctx, settled), deps.settings.onEndDefault);
+      return settled.preemptionSequence === undefined ? reserved : { ...reserved, preemptionSequence: settled.preemptionSequence };
     },
     /** In use while a server of the lessee's project runs on one of its hosts (a calendar-only deployment cannot tell). */
     async inUse(ctx) {
