@@ -109,13 +109,31 @@ describe('which bookings may preempt', () => {
     }
   });
 
-  it('a refusal with no preemptible booking in its window reads the calendar once for the choice (and once to explain)', async () => {
+  it('a refusal with no preemptible booking in its window reads the calendar once more for the choice, regular bookings only (and once to explain)', async () => {
     const pool = database().pool;
     await pool.query('TRUNCATE host_allocations, lease_preemptions');
     await calendar.book(context(false, T0, T0 + 4 * H));
     const reads = jest.spyOn(calendar, 'snapshot');
     const needing = context(false, T0 + H, T0 + 2 * H);
     await expect(bookInTransaction(pool, (client) => calendar.bookWithin(client, needing, { preempt: true }), { retryExclusion: true })).rejects.toMatchObject({ type: 'LeaseConflict' });
-    expect(reads).toHaveBeenCalledTimes(2);
+    expect(reads).toHaveBeenCalledTimes(3);
+    expect(reads.mock.calls[1][7]).toBe(true); // without preemptible bookings
+  });
+
+  it('a preemptible booking cut by a concurrent admission after the first snapshot saw it is free, not a refusal', async () => {
+    const pool = database().pool;
+    const firstSnapshot = calendar.snapshot.bind(calendar);
+    // Another regular lease cuts the lent one to end at T0 + H, committed between this admission's first snapshot and its choice.
+    const cutting = context(false, T0 + H, T0 + 2 * H);
+    jest.spyOn(calendar, 'snapshot').mockImplementationOnce(async (...args) => {
+      const seen = await firstSnapshot(...args);
+      await bookInTransaction(pool, (client) => calendar.bookWithin(client, cutting, { preempt: true }), { retryExclusion: true });
+      return seen;
+    });
+    const needing = context(false, T0 + 2 * H, T0 + 3 * H);
+    await bookInTransaction(pool, (client) => calendar.bookWithin(client, needing, { preempt: true }), { retryExclusion: true });
+    expect(await endsOf(needing.leaseId)).toEqual([T0 + 3 * H]);
+    expect(await endsOf(lent.leaseId)).toEqual([T0 + H]);
+    expect(await owed()).toEqual([lent.leaseId]);
   });
 });

@@ -153,16 +153,6 @@ export async function preemptibleBookingsOverlapping(
   return rows;
 }
 
-/** Whether any preemptible booking of these hosts overlaps [fromMs, toMs) (the partial index alone answers). */
-export async function preemptibleBookingExists(db: Queryable, window: { hostIds: string[]; fromMs: number; toMs: number }): Promise<boolean> {
-  const { rows } = await db.query<{ found: boolean }>(
-    `SELECT EXISTS (SELECT 1 FROM host_allocations WHERE preemptible AND host_id = ANY($1::bigint[])
-                      AND blocks && tstzrange(to_timestamp($2 / 1000.0), to_timestamp($3 / 1000.0))) AS found`,
-    [window.hostIds, window.fromMs, window.toMs],
-  );
-  return rows[0].found;
-}
-
 /**
  * A preemptible lease cut to end at `endMs` (issue 43): every booking of the lease on a host (one
  * lease, one end) ends there, blocked `cleaningMs` more; those beginning at or after it go.

@@ -14,7 +14,7 @@ import { assignHosts, freeHosts, preferenceOrder, type Blocked, type CalendarSna
 import { matchesQuery, parsePropertyQuery } from '../../domain/property-query';
 import { sameTypeReservations, type FitLimits, type FitSearch, type ReservationContext } from '../../domain/resource-plugin';
 import { maintenanceBlocks } from '../../db/maintenance';
-import { blockedIntervals, cutPreemptibleLease, deleteHostBookingOfReservation, hostBookings, hostsOfReservation, insertHostBooking, nextBookingsOfOthers, preemptibleBookingExists, preemptibleBookingsOverlapping, unusableHostsOf } from '../../db/host-allocations';
+import { blockedIntervals, cutPreemptibleLease, deleteHostBookingOfReservation, hostBookings, hostsOfReservation, insertHostBooking, nextBookingsOfOthers, preemptibleBookingsOverlapping, unusableHostsOf } from '../../db/host-allocations';
 import { addOwedPreemption, settlePreemptionOnRebooking } from '../../db/lease-preemptions';
 import { failedReservableHosts, hypervisorProperties, inventoryVersion, listHosts, HYPERVISOR_FIELDS, type HostRecord } from '../../db/hosts';
 import type { Pool } from '../../db/pool';
@@ -115,7 +115,7 @@ export class HostCalendar extends WholeResourceCalendar<HostRecord, BookedHost[]
     // As admission: free hosts first; a regular lease that does not fit in them takes preemptible ones.
     const assignment =
       assignHosts(requests, freeHosts(calendar, start, end), preferenceOrder(calendar, Date.now())) ??
-      (this.preemptibleAsFree(reservations) ? (await this.preemptingChoice(this.pool, { startMs: start, endMs: end, leadMs, lock: false }, resources, requests, calendar))?.assignment : undefined);
+      (this.preemptibleAsFree(reservations) ? (await this.preemptingChoice(this.pool, { startMs: start, endMs: end, leadMs, lock: false }, resources, requests))?.assignment : undefined);
     if (!assignment) return undefined;
     const byId = new Map(resources.map((h) => [h.id, h]));
     return new Map([...assignment].map(([reservationId, ids]) => [reservationId, ids.map((id) => byId.get(id)!)]));
@@ -229,11 +229,12 @@ export class HostCalendar extends WholeResourceCalendar<HostRecord, BookedHost[]
     if (releasing.some((r) => isPreemptible(r.params))) throw invalidLease('a preemptible reservation cannot keep its hosts for good: its on_end (the deployment\'s default here) is "release"');
     await this.refuseMoreThanEnrolled(client, reservations, hosts);
     const requests = reservations.map((r) => this.request(r, hosts, releasing.includes(r) ? bookedLater : undefined));
+    const preferred = (calendar: CalendarSnapshot) => preferenceOrder(calendar, Date.now(), this.settings.randomChoice ? shuffle : undefined);
     const assignment = await this.bookAnew(client, ctx, hosts, requests, key, existing, {
-      preferred: (calendar) => preferenceOrder(calendar, Date.now(), this.settings.randomChoice ? shuffle : undefined),
+      preferred,
       neverFits: releasing.length > 0 ? 'it never fits: on_end "release" needs hosts with nothing booked after its start' : undefined,
       // A regular lease that does not fit in free hosts takes preemptible ones (issue 43) when its caller allows; a preemptible lease never does.
-      ...(preempt && this.preemptibleAsFree(reservations) ? { otherwise: (calendar: CalendarSnapshot) => this.bookPreempting(client, ctx, hosts, requests, key, calendar, cut), preemptibleFree: true } : {}),
+      ...(preempt && this.preemptibleAsFree(reservations) ? { otherwise: () => this.bookPreempting(client, ctx, hosts, requests, key, preferred, cut), preemptibleFree: true } : {}),
     });
     const byId = new Map(hosts.map((h) => [h.id, h]));
     return (assignment.get(ctx.reservation.id) ?? []).map((id) => ({ id, hypervisor_hostname: byId.get(id)!.hypervisor_hostname }));
@@ -247,8 +248,8 @@ export class HostCalendar extends WholeResourceCalendar<HostRecord, BookedHost[]
    * gap before the lease's block begins, and its workflow is owed the news (lease_preemptions), in
    * this transaction (their ids added to `cut`). Undefined, nothing changed: it does not fit even so.
    */
-  private async bookPreempting(client: PoolClient, ctx: ReservationContext<PhysicalHostParams>, hosts: HostRecord[], requests: HostRequest[], key: string, calendar: CalendarSnapshot, cut: string[]): Promise<Map<string, string[]> | undefined> {
-    const choice = await this.preemptingChoice(client, { startMs: ctx.startMs, endMs: ctx.endMs, leadMs: ctx.provisioningLeadMs, lock: true }, hosts, requests, calendar);
+  private async bookPreempting(client: PoolClient, ctx: ReservationContext<PhysicalHostParams>, hosts: HostRecord[], requests: HostRequest[], key: string, order: (calendar: CalendarSnapshot) => string[], cut: string[]): Promise<Map<string, string[]> | undefined> {
+    const choice = await this.preemptingChoice(client, { startMs: ctx.startMs, endMs: ctx.endMs, leadMs: ctx.provisioningLeadMs, lock: true }, hosts, requests, order);
     if (!choice) return undefined;
     for (const leaseId of choice.preemptedLeases) {
       await cutPreemptibleLease(client, leaseId, choice.cutAtMs, this.cleaningMs);
@@ -263,24 +264,39 @@ export class HostCalendar extends WholeResourceCalendar<HostRecord, BookedHost[]
    * The hosts a regular lease over the window would take when it does not fit in free hosts
    * (bookPreempting's choice), the preemptible leases it would cut, and where; nothing is written.
    * `lock` (a transaction about to cut): the preemptible rows read stay locked until it ends.
+   * `order`: the preference among hosts free of every booking, given the calendar.
+   *
+   * Everything is read afresh here, never taken from the caller's first snapshot: each statement
+   * sees what concurrent admissions committed before it, and a preemptible booking cut or freed
+   * since that snapshot must count as free, not as a refusal. Regular bookings first (none go away
+   * under us that matter: a refusal they justify holds), then the preemptible rows on hosts they
+   * leave free, locked, then the whole calendar: a booking committed after its statement collides
+   * with ours at insert, and the caller's transaction runs again (bookInTransaction).
    */
   private async preemptingChoice(
     db: Pool | PoolClient,
     window: { startMs: number; endMs: number; leadMs: number; lock: boolean },
     hosts: HostRecord[],
     requests: HostRequest[],
-    calendar: CalendarSnapshot,
+    order: (calendar: CalendarSnapshot) => Promise<string[]> | string[] = (calendar) => preferenceOrder(calendar, Date.now()),
   ): Promise<{ assignment: Map<string, string[]>; preemptedLeases: string[]; cutAtMs: number; neededFromMs: number } | undefined> {
-    // A refusal with no preemptible booking in the window (the usual case) reads the calendar once only.
-    const span = { hostIds: hosts.map((h) => h.id), fromMs: window.startMs - window.leadMs, toMs: window.endMs + this.cleaningMs };
-    if (!(await preemptibleBookingExists(db, span))) return undefined;
-    const open = await this.snapshot(db, hosts, window.startMs, window.endMs, window.leadMs, false, undefined, true);
-    const free = freeHosts(calendar, window.startMs, window.endMs);
-    const neededFromMs = window.startMs - window.leadMs;
+    const { startMs, endMs, leadMs } = window;
+    const neededFromMs = startMs - leadMs;
     const cutAtMs = neededFromMs - this.cleaningMs;
-    const held = [...freeHosts(open, window.startMs, window.endMs)].filter((id) => !free.has(id));
-    if (held.length === 0) return undefined;
-    const preempted = await preemptibleBookingsOverlapping(db, { hostIds: held, fromMs: neededFromMs, toMs: window.endMs + this.cleaningMs, cutAtMs, lock: window.lock });
+    const minimums = requests.map((r) => ({ ...r, max: r.min }));
+    const open = await this.snapshot(db, hosts, startMs, endMs, leadMs, false, undefined, true);
+    const freeOfRegular = freeHosts(open, startMs, endMs);
+    // Not even with every preemptible booking free (the usual refusal): one read.
+    if (!assignHosts(minimums, freeOfRegular, [...freeOfRegular])) return undefined;
+    const candidates = [...freeOfRegular];
+    const preempting = await preemptibleBookingsOverlapping(db, { hostIds: candidates, fromMs: neededFromMs, toMs: endMs + this.cleaningMs, cutAtMs, lock: window.lock });
+    const calendar = await this.snapshot(db, hosts, startMs, endMs, leadMs);
+    const free = freeHosts(calendar, startMs, endMs);
+    // What blocked the first snapshot was cut or freed meanwhile: booked as if nothing were preemptible.
+    const plain = assignHosts(requests, free, await order(calendar));
+    if (plain) return { assignment: plain, preemptedLeases: [], cutAtMs, neededFromMs };
+    const held = candidates.filter((id) => !free.has(id));
+    const preempted = preempting.filter((row) => held.includes(row.host_id));
     // A lease that would lose a booking it already runs on keeps it: its servers must stay where its end cleans them.
     const kept = new Set(preempted.filter((row) => row.drops_begun).map((row) => row.host_id));
     const usable = new Set([...free, ...held.filter((id) => !kept.has(id))]);
@@ -288,8 +304,8 @@ export class HostCalendar extends WholeResourceCalendar<HostRecord, BookedHost[]
     const running = new Set(preempted.filter((row) => row.start_ms <= now).map((row) => row.host_id));
     const byId = (a: string, b: string) => Number(a) - Number(b);
     const takeable = held.filter((id) => usable.has(id));
-    const order = [...preferenceOrder(calendar, now).filter((id) => free.has(id)), ...takeable.filter((id) => !running.has(id)).sort(byId), ...takeable.filter((id) => running.has(id)).sort(byId)];
-    const assignment = assignHosts(requests.map((r) => ({ ...r, max: r.min })), usable, order);
+    const preference = [...preferenceOrder(calendar, now).filter((id) => free.has(id)), ...takeable.filter((id) => !running.has(id)).sort(byId), ...takeable.filter((id) => running.has(id)).sort(byId)];
+    const assignment = assignHosts(minimums, usable, preference);
     if (!assignment) return undefined;
     const taken = new Set([...assignment.values()].flat());
     const preemptedLeases = [...new Set(preempted.filter((row) => taken.has(row.host_id)).map((row) => row.lease_id))].sort();

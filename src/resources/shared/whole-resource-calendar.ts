@@ -180,8 +180,8 @@ export abstract class WholeResourceCalendar<Resource extends { id: string }, Boo
     options: {
       preferred: (calendar: CalendarSnapshot) => Promise<string[]> | string[];
       neverFits?: string;
-      /** When they do not fit in free resources: another way to book them (which books what it answers), else undefined. */
-      otherwise?: (calendar: CalendarSnapshot) => Promise<Map<string, string[]> | undefined>;
+      /** When they do not fit in free resources: another way to book them (which books what it answers, reading afresh), else undefined. */
+      otherwise?: () => Promise<Map<string, string[]> | undefined>;
       /** Whether the refusal's later fit may count preemptible bookings as free (a request that may preempt). */
       preemptibleFree?: boolean;
     },
@@ -190,7 +190,7 @@ export abstract class WholeResourceCalendar<Resource extends { id: string }, Boo
     const preference = [...new Set([...existing.map((row) => row.resource_id), ...(await options.preferred(calendar))])];
     const assignment = assignHosts(requests, freeHosts(calendar, ctx.startMs, ctx.endMs), preference);
     if (!assignment) {
-      const booked = await options.otherwise?.(calendar);
+      const booked = await options.otherwise?.();
       if (booked) return booked;
       throw await this.explainShortage(client, ctx, resources, requests, options.neverFits, options.preemptibleFree ?? false);
     }
