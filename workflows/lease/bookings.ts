@@ -4,9 +4,8 @@ import type { Lease, Reservation } from '../../src/domain/lease';
 import { bookedReservation, reservationContext as context, type EndOutcome, type ReservationContext } from '../../src/domain/resource-plugin';
 import { ONE_ROLLBACK_FOR_UPDATES } from '../patches';
 import { mustFinish, polling, quick } from './activity-options';
-import { ignorePreemptionsUpTo } from './preempt';
 import { compensate } from './record';
-import type { LeaseState } from './state';
+import { ignorePreemptionsUpTo, type LeaseState } from './state';
 import { describeWaitingForEnd } from './web-ui';
 
 /**

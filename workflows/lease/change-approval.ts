@@ -65,8 +65,11 @@ export async function settleChange(s: LeaseState): Promise<void> {
   });
 }
 
-/** Settles the waiting change with `answered` (under the lease's lock). */
-export async function settle(s: LeaseState, change: PendingLeaseChange, answered: LeaseApproval): Promise<void> {
+/**
+ * Settles the waiting change with `answered` (under the lease's lock). `instead` (a denial that
+ * comes with another change, a preemption's cut): the lease as it becomes, its status_reason with it.
+ */
+export async function settle(s: LeaseState, change: PendingLeaseChange, answered: LeaseApproval, instead?: Lease): Promise<void> {
   s.settlingChange = true;
   try {
     if (answered.outcome === 'approved') {
@@ -76,9 +79,9 @@ export async function settle(s: LeaseState, change: PendingLeaseChange, answered
       await announce(s, 'lease.approved', changeDetails(change, answered));
       return;
     }
-    const unfreed = await freeChangeBookings(s, change, answered);
-    const reason = changeDenialReason(answered);
-    await transition(s, { pendingChange: undefined, changeApproval: answered, statusReason: unfreed ? `${reason}; ${unfreed}` : reason });
+    const unfreed = await freeChangeBookings(s, instead ?? s.lease, change, answered);
+    const reason = instead?.statusReason ?? changeDenialReason(answered);
+    await transition(s, { ...instead, pendingChange: undefined, changeApproval: answered, statusReason: unfreed ? `${reason}; ${unfreed}` : reason });
     s.revision++;
     await announce(s, 'lease.denied', { ...changeDetails(change, answered), ...(unfreed ? { bookings: unfreed } : {}) });
   } finally {
@@ -88,19 +91,19 @@ export async function settle(s: LeaseState, change: PendingLeaseChange, answered
 }
 
 /**
- * Books the reservations the change moved for the lease as it is again: what the change took
- * beyond it is freed (an extension moves each booking's end). Not when the lease's end came (its
- * end frees everything); a few quick tries, not the day a must-finish may retry under the lease's
- * lock: should they fail, the lease goes on as it was and the answer (what it returns) says the
- * extra hours stay booked until the lease ends.
+ * Books the reservations the change moved for `lease` (the lease as it stays) again: what the
+ * change took beyond it is freed (an extension moves each booking's end). Not when its end came
+ * (its end frees everything); a few quick tries, not the day a must-finish may retry under the
+ * lease's lock: should they fail, the lease goes on as it was and the answer (what it returns)
+ * says the extra hours stay booked until the lease ends.
  */
-async function freeChangeBookings(s: LeaseState, change: PendingLeaseChange, answered: LeaseApproval): Promise<string | undefined> {
-  if (answered.answeredBy === 'end' || Date.now() >= s.lease.endMs) return undefined;
-  const sameAsBooked = (r: Reservation) => change.endMs === s.lease.endMs && JSON.stringify(change.reservations.find((c) => c.id === r.id)?.params) === JSON.stringify(r.params);
-  const moved = new Set(s.lease.reservations.filter((r) => !sameAsBooked(r)).map((r) => r.id));
+async function freeChangeBookings(s: LeaseState, lease: Lease, change: PendingLeaseChange, answered: LeaseApproval): Promise<string | undefined> {
+  if (answered.answeredBy === 'end' || Date.now() >= lease.endMs) return undefined;
+  const sameAsBooked = (r: Reservation) => change.endMs === lease.endMs && JSON.stringify(change.reservations.find((c) => c.id === r.id)?.params) === JSON.stringify(r.params);
+  const moved = new Set(lease.reservations.filter((r) => !sameAsBooked(r)).map((r) => r.id));
   if (moved.size === 0) return undefined;
   try {
-    await book(s, s.lease, undefined, quick, [], moved);
+    await book(s, lease, undefined, quick, [], moved);
     return undefined;
   } catch (err) {
     if (isCancellation(err)) throw err;

@@ -11,12 +11,11 @@ import { preemptionDetails, preemptionReason } from '../../src/domain/preemption
 import { LEASE_PREEMPTION } from '../patches';
 import { announce, tellPolicyEnded } from './announce';
 import type { LeaseApproval } from '../../src/domain/approval';
-import { mustFinish } from './activity-options';
-import { book, releaseAll } from './bookings';
-import { changeDetails, waitingChange } from './change-approval';
+import { releaseAll } from './bookings';
+import { settle, waitingChange } from './change-approval';
 import type { LeasePreemption } from './messages';
 import { notifySuccessors } from './neighbours';
-import { compensate, transition } from './record';
+import { transition } from './record';
 import type { LeaseState } from './state';
 
 /**
@@ -40,15 +39,6 @@ export async function preemptWhenFree(s: LeaseState, preemption: LeasePreemption
 export function forgetPreemptions(s: LeaseState, pending: LeasePreemption | undefined): void {
   if (s.preemption === pending) s.preemption = undefined;
   s.preempted = undefined;
-}
-
-/**
- * A booking anew dropped the lease's owed cut (its row, up to `sequence`): a tell of it or of an
- * earlier one, waiting or still to come, is ignored.
- */
-export function ignorePreemptionsUpTo(s: LeaseState, sequence: number): void {
-  s.preemptionSequence = Math.max(s.preemptionSequence ?? sequence, sequence);
-  if (s.preemption?.sequence !== undefined && s.preemption.sequence <= sequence) s.preemption = undefined;
 }
 
 /**
@@ -105,18 +95,16 @@ async function preempt(s: LeaseState, preemption: LeasePreemption): Promise<void
     await endPreemptedUnstarted(s, preemption);
     return;
   }
-  const endMs = preemption.endMs;
+  const cut = withEventTimes({ ...lease, endMs: preemption.endMs, statusReason: reason });
+  s.preempted = preemption;
   // A change waiting for approval is denied: approved later, it would move the end past the cut.
   const change = waitingChange(s);
-  const denied: LeaseApproval | undefined = change && { ...change.approval, outcome: 'denied', answeredBy: 'preempted', answeredMs: Date.now() };
   if (change) {
-    s.approvalAnswer = undefined;
-    // Its bookings go back to the lease as it now is (the cut already ended them there); should that fail, the cut stands.
-    await compensate(s, "freeing a preempted lease's denied change", () => book(s, { ...lease, endMs }, undefined, mustFinish));
+    // Its bookings go back to the cut lease (the cut already ended them there); should that fail, the cut stands.
+    await settle(s, change, { ...change.approval, outcome: 'denied', answeredBy: 'preempted', answeredMs: Date.now() }, cut);
+  } else {
+    await transition(s, cut);
+    s.revision++;
   }
-  s.preempted = preemption;
-  await transition(s, withEventTimes({ ...lease, endMs, statusReason: reason, ...(denied ? { pendingChange: undefined, changeApproval: denied } : {}) }));
-  s.revision++;
-  if (change && denied) await announce(s, 'lease.denied', changeDetails(change, denied));
   await announce(s, 'lease.preempting', preemptionDetails(preemption, reason, Date.now()), `preempt-${preemption.endMs}`);
 }

@@ -65,3 +65,12 @@ export function assertAdmitted(s: LeaseState): void {
     throw ApplicationFailure.create({ type: 'LeaseNotFound', message: `lease ${s.lease.id} not found`, nonRetryable: true });
   }
 }
+
+/**
+ * A booking anew dropped the lease's owed cut (its row, up to `sequence`): a tell of it or of an
+ * earlier one, waiting or still to come, is ignored.
+ */
+export function ignorePreemptionsUpTo(s: LeaseState, sequence: number): void {
+  s.preemptionSequence = Math.max(s.preemptionSequence ?? sequence, sequence);
+  if (s.preemption?.sequence !== undefined && s.preemption.sequence <= sequence) s.preemption = undefined;
+}
