@@ -243,6 +243,13 @@ const envSchema = z.object({
   // preempted lease's end on its hosts.
   LK_PREEMPT_WARNING_MINUTES: z.coerce.number().int().min(0).max(1_440).default(10),
   LK_PREEMPT_EVICTION_SECONDS: z.coerce.number().int().min(0).max(3_600).default(120),
+  // What a preemptible hour is charged for, against a regular hour's 1 (GET /v1/usage, budgets and
+  // every rule that counts hours): written as a plain decimal, so that "", "0x1" or "1e0" are no factor.
+  LK_PREEMPTIBLE_CHARGE_FACTOR: z
+    .string()
+    .regex(/^(0(\.\d{1,6})?|1(\.0{1,6})?|\.\d{1,6})$/, 'expected a number from 0 to 1 with at most 6 decimals, such as 0.25')
+    .transform(Number)
+    .default(0.25),
   // Exposure of the API: the base URL of the links it hands out (never the caller's Host header);
   // noauth trusts identity headers, so it listens on loopback only unless explicitly allowed.
   LK_PUBLIC_URL: z.url({ protocol: /^https?$/ }).optional(),
@@ -489,8 +496,11 @@ function toConfig(env: z.infer<typeof envSchema>) {
     },
     /** Owed lease workflow starts (the API's admissions): the sweeps of every API and worker. */
     outbox: { sweepMs: env.LK_OUTBOX_SWEEP_MS, graceMs: env.LK_OUTBOX_GRACE_MS, preemptionWarningMs: env.LK_PREEMPT_WARNING_MINUTES * 60_000 },
-    /** Preemptible leases: a regular lease's start waits at most this long for a preempted lease's end on its hosts. */
-    preemption: { evictionMs: env.LK_PREEMPT_EVICTION_SECONDS * 1_000 },
+    /**
+     * Preemptible leases: a regular lease's start waits at most this long for a preempted lease's end
+     * on its hosts; a preemptible hour is charged this much of a regular one.
+     */
+    preemption: { evictionMs: env.LK_PREEMPT_EVICTION_SECONDS * 1_000, chargeFactor: env.LK_PREEMPTIBLE_CHARGE_FACTOR },
     database: {
       url: env.DATABASE_URL ?? `postgres://leasekeeper@127.0.0.1:${env.LK_PG_PORT}/leasekeeper`,
       external: env.DATABASE_URL !== undefined,

@@ -29,7 +29,18 @@ describe('configuration', () => {
     expect(config.cacheDir).toBe('/home/someone/.cache/leasekeeper');
     expect(config.worker.maxCachedWorkflows).toBe(2_000);
     expect(config.outbox).toEqual({ sweepMs: 1_000, graceMs: 2_000, preemptionWarningMs: 600_000 });
-    expect(config.preemption).toEqual({ evictionMs: 120_000 });
+    expect(config.preemption).toEqual({ evictionMs: 120_000, chargeFactor: 0.25 });
+  });
+
+  it('charges preemptible hours by a factor from 0 to 1 written as a plain decimal, and names any other value', () => {
+    for (const [text, factor] of [['0', 0], ['1', 1], ['0.5', 0.5], ['.125', 0.125], ['1.000', 1], ['0.000001', 0.000001], ['', 0.25]] as const) {
+      expect(loadConfig({ LK_PREEMPTIBLE_CHARGE_FACTOR: text }).preemption.chargeFactor).toBe(factor);
+    }
+    for (const text of ['1.5', '-0.1', 'abc', '0x1', '1e-1', ' 0.5', '0.0000001', 'NaN', 'Infinity', '2']) {
+      expect(() => loadConfig({ LK_PREEMPTIBLE_CHARGE_FACTOR: text })).toThrow(
+        `invalid configuration: LK_PREEMPTIBLE_CHARGE_FACTOR=${JSON.stringify(text)}: expected a number from 0 to 1 with at most 6 decimals, such as 0.25`,
+      );
+    }
   });
 
   it('derives the local database and Temporal addresses from their ports', () => {

@@ -30,6 +30,10 @@ const leaseDate = (ms: number) => `${new Date(ms).toISOString().slice(0, 23)}000
 const monthOf = (ms: number) => new Date(ms).toISOString().slice(0, 7);
 const figures = (fields: Partial<UsageFigures> = {}): UsageFigures => ({ host_hours: 0, vcpu_hours: 0, memory_gb_hours: 0, disk_gb_hours: 0, bandwidth_mbps_hours: 0, floating_ip_hours: 0, ...fields });
 const query = (params: Record<string, string>) => `/v1/usage?${new URLSearchParams(params).toString()}`;
+/** A group of regular leases only: charged as booked and used, no preemptible part. */
+const regular = <G extends { booked: UsageFigures; used: UsageFigures; leases: number }>(group: G) => ({ ...group, charged: { booked: group.booked, used: group.used } });
+/** The total of regular leases only: its preemptible part is zero. */
+const regularTotal = (total: { booked: UsageFigures; used: UsageFigures; leases: number }) => ({ ...regular(total), preemptible: { booked: figures(), used: figures(), leases: 0 } });
 
 /** Months from today's: the leases below are booked two and three months ahead, across a month end. */
 const today = new Date();
@@ -138,9 +142,9 @@ describe('GET /v1/usage', () => {
       status: 200,
       body: {
         usage: {
-          from: leaseDate(M2), to: leaseDate(M4), group_by: ['project'],
-          groups: [{ project_id: 'project-a', booked: figures({ host_hours: hours }), used: figures(), leases: 1 }],
-          total: { booked: figures({ host_hours: hours }), used: figures(), leases: 1 },
+          from: leaseDate(M2), to: leaseDate(M4), group_by: ['project'], preemptible_charge_factor: 0.25,
+          groups: [regular({ project_id: 'project-a', booked: figures({ host_hours: hours }), used: figures(), leases: 1 })],
+          total: regularTotal({ booked: figures({ host_hours: hours }), used: figures(), leases: 1 }),
         },
       },
     });
@@ -149,29 +153,29 @@ describe('GET /v1/usage', () => {
 
   it("refuses a member another project's usage with Blazar's error body", async () => {
     expect(await usage(asAlice, { ...FUTURE, project_id: 'project-b' })).toEqual({ status: 403, body: { error_code: 403, error_name: 403, error_message: "only admins can see other projects' usage" } });
-    expect((await usage(asBob, FUTURE)).body.usage.groups).toEqual([{ project_id: 'project-b', booked: figures({ host_hours: 48 }), used: figures(), leases: 1 }]);
+    expect((await usage(asBob, FUTURE)).body.usage.groups).toEqual([regular({ project_id: 'project-b', booked: figures({ host_hours: 48 }), used: figures(), leases: 1 })]);
   });
 
   it('shows an admin every project, or one, and splits by month at the month end', async () => {
     const a = figures({ host_hours: A1_BEFORE_MONTH_END + A1_AFTER_MONTH_END });
     expect((await usage(asAdmin, FUTURE)).body.usage.groups).toEqual([
-      { project_id: 'project-a', booked: a, used: figures(), leases: 1 },
-      { project_id: 'project-b', booked: figures({ host_hours: 48 }), used: figures(), leases: 1 },
+      regular({ project_id: 'project-a', booked: a, used: figures(), leases: 1 }),
+      regular({ project_id: 'project-b', booked: figures({ host_hours: 48 }), used: figures(), leases: 1 }),
     ]);
     expect((await usage(asAdmin, { ...FUTURE, project_id: 'project-b' })).body.usage.groups.map((g: { project_id: string }) => g.project_id)).toEqual(['project-b']);
 
     const byMonth = (await usage(asAdmin, { ...FUTURE, group_by: 'project,month' })).body.usage;
     expect(byMonth.group_by).toEqual(['project', 'month']);
     expect(byMonth.groups).toEqual([
-      { project_id: 'project-a', month: monthOf(M2), booked: figures({ host_hours: A1_BEFORE_MONTH_END }), used: figures(), leases: 1 },
-      { project_id: 'project-a', month: monthOf(M3), booked: figures({ host_hours: A1_AFTER_MONTH_END }), used: figures(), leases: 1 },
-      { project_id: 'project-b', month: monthOf(M2), booked: figures({ host_hours: 48 }), used: figures(), leases: 1 },
+      regular({ project_id: 'project-a', month: monthOf(M2), booked: figures({ host_hours: A1_BEFORE_MONTH_END }), used: figures(), leases: 1 }),
+      regular({ project_id: 'project-a', month: monthOf(M3), booked: figures({ host_hours: A1_AFTER_MONTH_END }), used: figures(), leases: 1 }),
+      regular({ project_id: 'project-b', month: monthOf(M2), booked: figures({ host_hours: 48 }), used: figures(), leases: 1 }),
     ]);
-    expect(byMonth.total).toEqual({ booked: figures({ host_hours: A1_BEFORE_MONTH_END + A1_AFTER_MONTH_END + 48 }), used: figures(), leases: 2 });
+    expect(byMonth.total).toEqual(regularTotal({ booked: figures({ host_hours: A1_BEFORE_MONTH_END + A1_AFTER_MONTH_END + 48 }), used: figures(), leases: 2 }));
 
     expect((await usage(asAdmin, { ...FUTURE, group_by: 'month,resource_type' })).body.usage.groups).toEqual([
-      { month: monthOf(M2), resource_type: 'physical:host', booked: figures({ host_hours: A1_BEFORE_MONTH_END + 48 }), used: figures(), leases: 2 },
-      { month: monthOf(M3), resource_type: 'physical:host', booked: figures({ host_hours: A1_AFTER_MONTH_END }), used: figures(), leases: 1 },
+      regular({ month: monthOf(M2), resource_type: 'physical:host', booked: figures({ host_hours: A1_BEFORE_MONTH_END + 48 }), used: figures(), leases: 2 }),
+      regular({ month: monthOf(M3), resource_type: 'physical:host', booked: figures({ host_hours: A1_AFTER_MONTH_END }), used: figures(), leases: 1 }),
     ]);
     // A window that ends at the month end keeps only what lies before it.
     expect((await usage(asAdmin, { from: FUTURE.from, to: dateOf(M3), project_id: 'project-a' })).body.usage.total.booked).toEqual(figures({ host_hours: A1_BEFORE_MONTH_END }));
@@ -181,13 +185,13 @@ describe('GET /v1/usage', () => {
     const created = await asAlice('POST', '/v1/leases', { name: 'a2', start_date: dateOf(M3 + 9 * 24 * HOUR), end_date: dateOf(M3 + 10 * 24 * HOUR), reservations: [hostReservation()] });
     expect(created.status).toBe(201);
     const before = A1_BEFORE_MONTH_END + A1_AFTER_MONTH_END;
-    expect((await usage(asAlice, FUTURE)).body.usage.total).toEqual({ booked: figures({ host_hours: before + 24 }), used: figures(), leases: 2 });
+    expect((await usage(asAlice, FUTURE)).body.usage.total).toEqual(regularTotal({ booked: figures({ host_hours: before + 24 }), used: figures(), leases: 2 }));
     expect((await asAlice('DELETE', `/v1/leases/${created.body.lease.id}`)).status).toBe(204);
     const after = await eventually(async () => {
       const { total } = (await usage(asAlice, FUTURE)).body.usage;
       return total.leases === 1 ? total : undefined;
     });
-    expect(after).toEqual({ booked: figures({ host_hours: before }), used: figures(), leases: 1 });
+    expect(after).toEqual(regularTotal({ booked: figures({ host_hours: before }), used: figures(), leases: 1 }));
   });
 
   it('counts past leases by what they used: ended, deleted, ended late into the window; not those failed at start or deleted before', async () => {
@@ -195,7 +199,7 @@ describe('GET /v1/usage', () => {
     const answer = (await usage(asAlice, { ...march, group_by: 'project,month' })).body.usage;
     // Ended: 2 hosts booked 48 h, used 47.5 h. Deleted after 30 h: 8 vCPUs booked and used 30 h. Ended an hour late: 1 host used 1 h.
     expect(answer.groups).toEqual([
-      { project_id: 'project-a', month: '2024-03', booked: figures({ host_hours: 96, vcpu_hours: 240 }), used: figures({ host_hours: 96, vcpu_hours: 240 }), leases: 3 },
+      regular({ project_id: 'project-a', month: '2024-03', booked: figures({ host_hours: 96, vcpu_hours: 240 }), used: figures({ host_hours: 96, vcpu_hours: 240 }), leases: 3 }),
     ]);
     // The reader pages by (project, id): every lease that may count, once, whatever the batch size.
     const ids = async (projectId?: string) => {
@@ -218,19 +222,24 @@ describe('GET /v1/usage', () => {
     expect(res.headers.get('content-type')).toBe('text/csv; charset=utf-8');
     const [header, ...lines] = parseCsv(await res.text());
     const names = Object.keys(figures());
-    expect(header).toEqual(['project_id', 'month', ...names.map((f) => `booked_${f}`), ...names.map((f) => `used_${f}`), 'leases']);
+    const columns = (prefix: string) => [...names.map((f) => `${prefix}booked_${f}`), ...names.map((f) => `${prefix}used_${f}`)];
+    expect(header).toEqual(['project_id', 'month', ...columns(''), 'leases', ...columns('charged_'), ...columns('preemptible_'), 'preemptible_leases']);
+    const figuresAt = (fields: string[], from: number) => Object.fromEntries(names.map((f, i) => [f, Number(fields[from + i])]));
     const parsed = lines.map((fields) => ({
       project_id: fields[0],
       month: fields[1],
-      booked: Object.fromEntries(names.map((f, i) => [f, Number(fields[2 + i])])),
-      used: Object.fromEntries(names.map((f, i) => [f, Number(fields[2 + names.length + i])])),
+      booked: figuresAt(fields, 2),
+      used: figuresAt(fields, 2 + names.length),
       leases: Number(fields[2 + 2 * names.length]),
+      charged: { booked: figuresAt(fields, 3 + 2 * names.length), used: figuresAt(fields, 3 + 3 * names.length) },
+      // No preemptible lease here: that part is zeros, and the JSON leaves it out.
+      preemptible: fields.slice(3 + 4 * names.length).map(Number),
     }));
-    expect(parsed).toEqual(json.groups);
+    expect(parsed).toEqual(json.groups.map((g: object) => ({ ...g, preemptible: new Array(2 * names.length + 1).fill(0) })));
 
     const odd = await fetch(`${stack().url}${query({ from: '2024-03-01 00:00', to: '2024-04-01 00:00' })}`, { headers: { ...ODD, accept: 'text/csv' } });
     const text = await odd.text();
-    expect(text.split('\r\n')[1]).toBe(`"'=SUM(1,2)""x""",24,0,0,0,0,0,24,0,0,0,0,0,1`);
+    expect(text.split('\r\n')[1]).toBe(`"'=SUM(1,2)""x""",24,0,0,0,0,0,24,0,0,0,0,0,1,24,0,0,0,0,0,24,0,0,0,0,0,${'0,'.repeat(12)}0`);
     expect(parseCsv(text)[1][0]).toBe(`'${ODD_PROJECT}`);
     expect((await usage(asOdd, { from: '2024-03-01 00:00', to: '2024-04-01 00:00' })).body.usage.groups[0].project_id).toBe(ODD_PROJECT); // JSON says it as it is
   });

@@ -5,11 +5,12 @@
  * brute force walks the window quarter-hour by quarter-hour, asks what each lease was booked and
  * holding then (from the story, not from the meter's functions), and adds up per project,
  * resource type and month; every grouping of the report must equal it to the last decimal shown.
+ * Some reservations are preemptible: their part is summed apart, and charged at a random factor.
  */
 import fc from 'fast-check';
 import type { Lease, LeaseEvent, Reservation } from '../src/domain/lease';
 import type { Footprint, MeteredLease } from '../src/domain/usage';
-import { FIGURE_NAMES, TooManyGroups, usageReport, type Figure, type GroupKey, type UsageFigures, type UsageGroup } from '../src/domain/usage-report';
+import { FIGURE_NAMES, TooManyGroups, usageReport, type Figure, type GroupKey, type UsageFigures, type UsageGroup, type UsageSummary } from '../src/domain/usage-report';
 
 const HOUR = 3_600_000;
 /** Every instant below is a whole number of these after ORIGIN: the brute force's step. */
@@ -36,6 +37,7 @@ interface ReservationModel {
   /** Absent: a host reservation from before footprints were reported, counted by its allocated hosts. */
   footprint?: Footprint;
   hostCount: number;
+  preemptible: boolean;
 }
 
 const footprint: fc.Arbitrary<Footprint> = fc.record(
@@ -51,8 +53,8 @@ const footprint: fc.Arbitrary<Footprint> = fc.record(
 );
 
 const reservationModel: fc.Arbitrary<ReservationModel> = fc.oneof(
-  { weight: 4, arbitrary: fc.record({ resourceType: fc.constantFrom(...RESOURCE_TYPES), footprint, hostCount: fc.constant(0) }) },
-  { weight: 1, arbitrary: fc.record({ resourceType: fc.constant('physical:host'), hostCount: fc.integer({ min: 0, max: 3 }) }) },
+  { weight: 4, arbitrary: fc.record({ resourceType: fc.constantFrom(...RESOURCE_TYPES), footprint, hostCount: fc.constant(0), preemptible: fc.boolean() }) },
+  { weight: 1, arbitrary: fc.record({ resourceType: fc.constant('physical:host'), hostCount: fc.integer({ min: 0, max: 3 }), preemptible: fc.boolean() }) },
 );
 
 const KINDS = ['pending', 'active', 'ended', 'end-failed', 'start-failed'] as const;
@@ -97,7 +99,7 @@ function story(model: LeaseModel, index: number, now: number): Story {
     id: `${id.slice(0, -4)}${String(i).padStart(4, '0')}`,
     resource_type: r.resourceType,
     status: 'active',
-    params: {},
+    params: r.preemptible ? { preemptible: true } : {},
     ...(r.footprint ? { footprint: r.footprint } : { allocation: { host_ids: Array.from({ length: r.hostCount }, (_, h) => String(h + 1)) } }),
   }));
   const event = (type: LeaseEvent['event_type'], time: number, status: LeaseEvent['status'], more: Partial<LeaseEvent> = {}): LeaseEvent => ({ id: `${id}-${type}`, event_type: type, time: at(time), status, ...more });
@@ -159,6 +161,10 @@ interface Cell {
   booked: Record<Figure, number>;
   used: Record<Figure, number>;
   leases: Set<string>;
+  /** The same of preemptible reservations only. */
+  preemptibleBooked: Record<Figure, number>;
+  preemptibleUsed: Record<Figure, number>;
+  preemptibleLeases: Set<string>;
 }
 
 const zeros = () => Object.fromEntries(FIGURE_NAMES.map((f) => [f, 0])) as Record<Figure, number>;
@@ -177,11 +183,18 @@ function bruteForce(stories: Story[], from: number, to: number): Cell[] {
       for (const r of metered.lease.reservations) {
         const key = `${metered.lease.projectId}|${r.resource_type}|${month}`;
         let cell = cells.get(key);
-        if (!cell) cells.set(key, (cell = { project: metered.lease.projectId, resourceType: r.resource_type, month, booked: zeros(), used: zeros(), leases: new Set() }));
+        if (!cell) {
+          cell = { project: metered.lease.projectId, resourceType: r.resource_type, month, booked: zeros(), used: zeros(), leases: new Set(), preemptibleBooked: zeros(), preemptibleUsed: zeros(), preemptibleLeases: new Set() };
+          cells.set(key, cell);
+        }
         cell.leases.add(metered.lease.id);
+        const preemptible = r.params.preemptible === true;
+        if (preemptible) cell.preemptibleLeases.add(metered.lease.id);
         for (const figure of FIGURE_NAMES) {
           if (isBooked) cell.booked[figure] += amountOf(r, figure);
           if (isUsed) cell.used[figure] += amountOf(r, figure);
+          if (isBooked && preemptible) cell.preemptibleBooked[figure] += amountOf(r, figure);
+          if (isUsed && preemptible) cell.preemptibleUsed[figure] += amountOf(r, figure);
         }
       }
     }
@@ -190,34 +203,55 @@ function bruteForce(stories: Story[], from: number, to: number): Cell[] {
 }
 
 /** Quarter-hours of amounts as hours of the figure's unit, to 4 decimals rounded half up, in integers. */
-const shown = (sums: Record<Figure, number>): UsageFigures =>
+const shown = (sums: Record<Figure, number>): UsageFigures => shownCharged(sums, zeros(), 1_000_000);
+
+/** As charged: the preemptible part (within `sums`) at `millionths` / 10^6 of its hours, exactly, rounded half up. */
+const shownCharged = (sums: Record<Figure, number>, preemptible: Record<Figure, number>, millionths: number): UsageFigures =>
   Object.fromEntries(
     FIGURE_NAMES.map((f) => {
-      const tenThousandths = BigInt(sums[f]) * BigInt((UNIT / HOUR) * 10_000); // 2500 per quarter-hour
-      const per = BigInt(METER_OF[f].per);
+      const millionthQuarters = BigInt(sums[f] - preemptible[f]) * 1_000_000n + BigInt(preemptible[f]) * BigInt(millionths);
+      const tenThousandths = millionthQuarters * BigInt((UNIT / HOUR) * 10_000); // 2500 per quarter-hour
+      const per = BigInt(METER_OF[f].per) * 1_000_000n;
       return [f, Number((tenThousandths * 2n + per) / (2n * per)) / 10_000];
     }),
   ) as UsageFigures;
 
-/** The brute force's cells merged by `groupBy`, in the order of their keys. */
-function expectedGroups(cells: Cell[], groupBy: GroupKey[]): UsageGroup[] {
+/** The brute force's cells merged by `groupBy`, in the order of their keys; preemptible hours charged `millionths` / 10^6. */
+function expectedGroups(cells: Cell[], groupBy: GroupKey[], millionths = 1_000_000): UsageGroup[] {
   const field = { project: 'project_id', resource_type: 'resource_type', month: 'month' } as const;
   const valueOf = (cell: Cell, key: GroupKey) => (key === 'project' ? cell.project : key === 'resource_type' ? cell.resourceType : cell.month);
-  const merged = new Map<string, { values: string[]; booked: Record<Figure, number>; used: Record<Figure, number>; leases: Set<string> }>();
+  const merged = new Map<string, Omit<Cell, 'project' | 'resourceType' | 'month'> & { values: string[] }>();
   for (const cell of cells) {
     const values = groupBy.map((key) => valueOf(cell, key));
     const key = values.join('|');
     let group = merged.get(key);
-    if (!group) merged.set(key, (group = { values, booked: zeros(), used: zeros(), leases: new Set() }));
+    if (!group) merged.set(key, (group = { values, booked: zeros(), used: zeros(), leases: new Set(), preemptibleBooked: zeros(), preemptibleUsed: zeros(), preemptibleLeases: new Set() }));
     for (const figure of FIGURE_NAMES) {
       group.booked[figure] += cell.booked[figure];
       group.used[figure] += cell.used[figure];
+      group.preemptibleBooked[figure] += cell.preemptibleBooked[figure];
+      group.preemptibleUsed[figure] += cell.preemptibleUsed[figure];
     }
     for (const id of cell.leases) group.leases.add(id);
+    for (const id of cell.preemptibleLeases) group.preemptibleLeases.add(id);
   }
   return [...merged.values()]
     .sort((a, b) => (a.values.join('\u0000') < b.values.join('\u0000') ? -1 : 1))
-    .map((g) => ({ ...Object.fromEntries(groupBy.map((key, i) => [field[key], g.values[i]])), booked: shown(g.booked), used: shown(g.used), leases: g.leases.size }));
+    .map((g) => ({
+      ...Object.fromEntries(groupBy.map((key, i) => [field[key], g.values[i]])),
+      booked: shown(g.booked),
+      used: shown(g.used),
+      charged: { booked: shownCharged(g.booked, g.preemptibleBooked, millionths), used: shownCharged(g.used, g.preemptibleUsed, millionths) },
+      ...(g.preemptibleLeases.size > 0 ? { preemptible: { booked: shown(g.preemptibleBooked), used: shown(g.preemptibleUsed), leases: g.preemptibleLeases.size } } : {}),
+      leases: g.leases.size,
+    }));
+}
+
+/** The report's total: a group of everything, its preemptible part always shown. */
+function expectedTotal(cells: Cell[], millionths: number): UsageSummary['total'] {
+  const [total] = expectedGroups(cells, [], millionths);
+  const none = { booked: shown(zeros()), used: shown(zeros()) };
+  return { ...(total ?? { ...none, charged: none, leases: 0 }), preemptible: total?.preemptible ?? { ...none, leases: 0 } };
 }
 
 describe('usage report, pure', () => {
@@ -229,16 +263,16 @@ describe('usage report, pure', () => {
         fc.integer({ min: -40 * 96, max: SPAN_UNITS + 40 * 96 }),
         fc.integer({ min: 1, max: 90 * 96 }),
         fc.shuffledSubarray([...(['resource_type', 'project', 'month'] as const)], { minLength: 1 }),
-        (models, now, from, length, groupBy) => {
+        fc.integer({ min: 0, max: 1_000_000 }),
+        (models, now, from, length, groupBy, millionths) => {
           const stories = models.map((model, i) => story(model, i, now));
           const cells = bruteForce(stories, from, from + length);
           const report = usageReport(
             stories.map((s) => s.metered),
-            { window: { startMs: at(from), endMs: at(from + length) }, nowMs: at(now), groupBy },
+            { window: { startMs: at(from), endMs: at(from + length) }, nowMs: at(now), groupBy, preemptibleChargeFactor: millionths / 1_000_000 },
           );
-          expect(report.groups).toEqual(expectedGroups(cells, groupBy));
-          const [total] = expectedGroups(cells, []);
-          expect(report.total).toEqual(total ?? { booked: shown(zeros()), used: shown(zeros()), leases: 0 });
+          expect(report.groups).toEqual(expectedGroups(cells, groupBy, millionths));
+          expect(report.total).toEqual(expectedTotal(cells, millionths));
         },
       ),
       { numRuns: 300 },
@@ -256,15 +290,17 @@ describe('usage report, pure', () => {
       events: [], createdMs: 0, updatedMs: 0, version: 1,
     };
     const window = { startMs: Date.UTC(2031, 0, 1), endMs: Date.UTC(2031, 1, 1, 6) };
-    const report = usageReport([{ lease }], { window, nowMs: Date.UTC(2030, 0, 1), groupBy: ['month', 'resource_type'] });
+    const report = usageReport([{ lease }], { window, nowMs: Date.UTC(2030, 0, 1), groupBy: ['month', 'resource_type'], preemptibleChargeFactor: 0.25 });
     const figures = (fields: Partial<UsageFigures>): UsageFigures => ({ ...shown(zeros()), ...fields });
+    // No preemptible reservation: charged as booked and used.
+    const group = (keys: Record<string, string>, booked: UsageFigures) => ({ ...keys, booked, used: figures({}), charged: { booked, used: figures({}) }, leases: 1 });
     expect(report.groups).toEqual([
-      { month: '2031-01', resource_type: 'physical:host', booked: figures({ host_hours: 24 }), used: figures({}), leases: 1 },
-      { month: '2031-01', resource_type: 'virtual:server', booked: figures({ vcpu_hours: 48, memory_gb_hours: 72 }), used: figures({}), leases: 1 },
-      { month: '2031-02', resource_type: 'physical:host', booked: figures({ host_hours: 12 }), used: figures({}), leases: 1 },
-      { month: '2031-02', resource_type: 'virtual:server', booked: figures({ vcpu_hours: 24, memory_gb_hours: 36 }), used: figures({}), leases: 1 },
+      group({ month: '2031-01', resource_type: 'physical:host' }, figures({ host_hours: 24 })),
+      group({ month: '2031-01', resource_type: 'virtual:server' }, figures({ vcpu_hours: 48, memory_gb_hours: 72 })),
+      group({ month: '2031-02', resource_type: 'physical:host' }, figures({ host_hours: 12 })),
+      group({ month: '2031-02', resource_type: 'virtual:server' }, figures({ vcpu_hours: 24, memory_gb_hours: 36 })),
     ]);
-    expect(report.total).toEqual({ booked: figures({ host_hours: 36, vcpu_hours: 72, memory_gb_hours: 108 }), used: figures({}), leases: 1 });
+    expect(report.total).toEqual({ ...group({}, figures({ host_hours: 36, vcpu_hours: 72, memory_gb_hours: 108 })), preemptible: { booked: figures({}), used: figures({}), leases: 0 } });
   });
 
   it('sums exactly past 2^53 meter-milliseconds (a year of many large leases), rounding only what it shows', () => {
@@ -287,7 +323,7 @@ describe('usage report, pure', () => {
     expect(vcpuMs > BigInt(Number.MAX_SAFE_INTEGER)).toBe(true);
     /** Hours to 4 decimals, rounded half up in integers. */
     const shownExactly = (meterMs: bigint, per: bigint) => Number((meterMs * 10_000n * 2n + 3_600_000n * per) / (2n * 3_600_000n * per)) / 10_000;
-    const { total } = usageReport(leases, { window: { startMs: start, endMs: start + 2 * year }, nowMs: start, groupBy: ['project'] });
+    const { total } = usageReport(leases, { window: { startMs: start, endMs: start + 2 * year }, nowMs: start, groupBy: ['project'], preemptibleChargeFactor: 0.25 });
     expect(total.booked).toEqual({ ...shown(zeros()), vcpu_hours: shownExactly(vcpuMs, 1n), bandwidth_mbps_hours: shownExactly(kbpsMs, 1000n) });
   });
 
@@ -295,7 +331,7 @@ describe('usage report, pure', () => {
     const leases: MeteredLease[] = ['a', 'b', 'c'].map((project) => ({
       lease: { id: project, name: project, projectId: project, userId: 'u', status: 'PENDING', startMs: at(0), endMs: at(4), reservations: [{ id: `r-${project}`, resource_type: 'physical:host', status: 'pending', params: {}, footprint: { hosts: 1 } }], events: [], createdMs: 0, updatedMs: 0, version: 1 },
     }));
-    const options = { window: { startMs: at(0), endMs: at(4) }, nowMs: at(0), groupBy: ['project'] as GroupKey[] };
+    const options = { window: { startMs: at(0), endMs: at(4) }, nowMs: at(0), groupBy: ['project'] as GroupKey[], preemptibleChargeFactor: 0.25 };
     expect(usageReport(leases, { ...options, maxGroups: 3 }).groups).toHaveLength(3);
     expect(() => usageReport(leases, { ...options, maxGroups: 2 })).toThrow(TooManyGroups);
   });

@@ -46,10 +46,11 @@ export function workflowEnders(deps: { pool: Pool; commands: LeaseCommandOptions
  * until ALLOCATION_END_BATCH are done or `budgetMs` has gone by (each update is itself bounded by
  * the API's timeout, so the whole takes at most budgetMs plus one such timeout). A lease that fails
  * is skipped and reported, so that one lease that cannot be ended never keeps the others past the end.
+ * `preemptibleExempt`: the project's `preemptible_exempt` names allocation_end: its preemptible leases are left as they are.
  */
-export async function endLeasesPastAllocation(deps: { pool: Pool; enders: LeaseEnders }, projectId: string, allocationEndMs: number, budgetMs: number): Promise<AllocationEndOutcome> {
+export async function endLeasesPastAllocation(deps: { pool: Pool; enders: LeaseEnders }, projectId: string, allocationEndMs: number, budgetMs: number, preemptibleExempt = false): Promise<AllocationEndOutcome> {
   const startedMs = Date.now();
-  const past = await projectLeasesEndingAfter(deps.pool, projectId, allocationEndMs, ALLOCATION_END_BATCH + 1);
+  const past = await projectLeasesEndingAfter(deps.pool, projectId, allocationEndMs, ALLOCATION_END_BATCH + 1, preemptibleExempt);
   const outcome: AllocationEndOutcome = { shortened: [], deleted: [], failed: [], remaining: 0 };
   const batch = past.slice(0, ALLOCATION_END_BATCH);
   for (const [i, lease] of batch.entries()) {

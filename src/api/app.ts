@@ -41,7 +41,7 @@ import { durationMs } from '../policy/rules';
 import { versionsRouter } from './versions';
 
 export interface AppDeps {
-  config: Pick<Config, 'temporal' | 'outbox' | 'healthTimeoutMs' | 'healthDeepIntervalMs' | 'leaseLimits' | 'policy' | 'notifyBeforeEnd' | 'idleLeases' | 'maxReservationsPerLease' | 'maxOccurrences' | 'offerTtlMs' | 'offerHolds' | 'api' | 'hosts' | 'inventory' | 'provisioningLeadMs' | 'notices'>;
+  config: Pick<Config, 'temporal' | 'outbox' | 'healthTimeoutMs' | 'healthDeepIntervalMs' | 'leaseLimits' | 'policy' | 'notifyBeforeEnd' | 'idleLeases' | 'maxReservationsPerLease' | 'maxOccurrences' | 'offerTtlMs' | 'offerHolds' | 'api' | 'hosts' | 'inventory' | 'provisioningLeadMs' | 'notices' | 'preemption'>;
   log: Logger;
   pool: Pool;
   connection: Connection;
@@ -174,7 +174,7 @@ export function createApp(deps: AppDeps): express.Express {
     policyCheckRouter(newLeases),
     offerHoldsRouter({ ...newLeases, offers, usagePolicy: policy, client: deps.client, taskQueue: config.temporal.taskQueue, timeoutMs: config.api.workflowTimeoutMs, outbox, holdMs: config.offerHolds.holdMs, temporalReady: setup.ready }),
     hostAllocationsRouter({ pool: deps.pool }),
-    usageRouter({ pool: deps.pool }),
+    usageRouter({ pool: deps.pool, preemptibleChargeFactor: config.preemption.chargeFactor }),
     projectPolicyRouter({ pool: deps.pool, policy, commands }),
     webhooksRouter({ pool: deps.pool, settings: config.notices }),
     hostsRouter({ pool: deps.pool, inventory, commands }),

@@ -265,11 +265,16 @@ const usageFigures = z
   .strictObject(Object.fromEntries(FIGURE_NAMES.map((f) => [f, z.number().min(0)])) as Record<Figure, z.ZodNumber>)
   .describe('resource-hours, rounded to 4 decimals: memory in GB (1024 MB), bandwidth in Mbit/s (1000 kbit/s)')
   .openapi('UsageFigures');
+const chargedUsage = z.strictObject({ booked: usageFigures, used: usageFigures }).describe('as charged: preemptible hours times preemptible_charge_factor, the others in full');
+const preemptibleUsage = z
+  .strictObject({ booked: usageFigures, used: usageFigures, leases: z.number().int().min(0).describe('distinct leases with preemptible time in the group') })
+  .describe('the preemptible part of booked and used (borrowed time), in full');
 const usageReport = z.strictObject({
   usage: z.strictObject({
     from: leaseDate,
     to: leaseDate,
     group_by: z.array(z.enum(GROUP_KEYS)),
+    preemptible_charge_factor: z.number().min(0).max(1).describe('what a preemptible hour is charged for (LK_PREEMPTIBLE_CHARGE_FACTOR)'),
     groups: z.array(
       z.strictObject({
         project_id: z.string().optional(),
@@ -277,10 +282,12 @@ const usageReport = z.strictObject({
         month: z.string().regex(/^\d{4}-\d{2}$/).optional().describe('a calendar month, UTC: "2026-11"'),
         booked: usageFigures,
         used: usageFigures,
+        charged: chargedUsage,
+        preemptible: preemptibleUsage.optional().describe('only in groups with preemptible time'),
         leases: z.number().int().min(0).describe('distinct leases booked or used within the group'),
       }),
     ),
-    total: z.strictObject({ booked: usageFigures, used: usageFigures, leases: z.number().int().min(0) }),
+    total: z.strictObject({ booked: usageFigures, used: usageFigures, charged: chargedUsage, preemptible: preemptibleUsage, leases: z.number().int().min(0) }),
   }),
 }).openapi('Usage');
 
@@ -835,11 +842,11 @@ export function apiOperations(types: ResourceTypes): Operation[] {
     {
       method: 'get', path: '/v1/usage', tags: ['usage'], summary: 'Booked and used resource-hours (extension)',
       description:
-        "Accounting over [from, to) (by default this calendar month so far): per group (`group_by`: project, resource_type, month, or several; default project), the hours of each resource booked (a live lease's window; a deleted lease only what it used; nothing for a lease whose start failed) and used (from the start's end to the end, the deletion, or now), clipped to the window and, by month, split at month ends (UTC). Members see their own project; admins every project, or `project_id`'s. With `Accept: text/csv`: a header line, then one line per group.",
+        "Accounting over [from, to) (by default this calendar month so far): per group (`group_by`: project, resource_type, month, or several; default project), the hours of each resource booked (a live lease's window; a deleted lease only what it used; nothing for a lease whose start failed) and used (from the start's end to the end, the deletion, or now), clipped to the window and, by month, split at month ends (UTC). Each group also shows its figures as charged (`charged`: a preemptible reservation's hours times `preemptible_charge_factor`, LK_PREEMPTIBLE_CHARGE_FACTOR; the others in full; a preempted lease up to its cut) and, when it has any, its preemptible part (`preemptible`, in full). Members see their own project; admins every project, or `project_id`'s. With `Accept: text/csv`: a header line, then one line per group.",
       security: AUTHENTICATED,
       request: { query: usageQuery },
       responses: {
-        200: { description: 'the report', content: { 'application/json': { schema: usageReport }, 'text/csv': { schema: z.string().describe('the groups: their keys, booked_* and used_* figures, leases') } } },
+        200: { description: 'the report', content: { 'application/json': { schema: usageReport }, 'text/csv': { schema: z.string().describe('the groups: their keys, booked_* and used_* figures, leases, then charged_booked_*, charged_used_*, preemptible_booked_*, preemptible_used_*, preemptible_leases') } } },
         ...COMMON_REFUSALS,
         403: refusal("a member asked for another project's usage"),
       },

@@ -49,11 +49,14 @@ export function projectPolicyRouter(deps: { pool: Pool; policy: UsagePolicyEnfor
     const rules = parseRequest(projectPolicyBody, req.body ?? {});
     await saveProjectRules(deps.pool, projectId, rules, identityOf(res).userId);
     // An allocation end in force: the project's leases past it are ended (deleted or shortened) before the answer.
-    const allocationEnd = (await deps.policy.rulesFor(deps.pool, projectId)).effective.allocation_end;
+    const { effective } = await deps.policy.rulesFor(deps.pool, projectId);
+    const allocationEnd = effective.allocation_end;
+    // Preemptible leases the policy exempts from allocation_end keep their end, as admission lets them.
+    const preemptibleExempt = effective.preemptible_exempt?.includes('allocation_end') ?? false;
     // Within about the API's own timeout: what is left (failed, or not reached) is listed, and a repeat of the PUT goes on with it.
     const ended =
       allocationEnd && deps.commands
-        ? await endLeasesPastAllocation({ pool: deps.pool, enders: workflowEnders({ pool: deps.pool, commands: deps.commands }) }, projectId, allocationEndMs(allocationEnd), deps.commands.timeoutMs)
+        ? await endLeasesPastAllocation({ pool: deps.pool, enders: workflowEnders({ pool: deps.pool, commands: deps.commands }) }, projectId, allocationEndMs(allocationEnd), deps.commands.timeoutMs, preemptibleExempt)
         : undefined;
     const allocationEndAnswer = ended && {
       deleted_leases: ended.deleted,

@@ -3,7 +3,8 @@
  * window ([from, to), by default this calendar month so far), per project, resource type and/or
  * month (`group_by`), as JSON or, with `Accept: text/csv`, as CSV. Members see their own project;
  * admins every project, or `project_id`'s. The figures come from src/domain/usage.ts, the meter the
- * usage policy counts with, so that a report and a refusal never disagree.
+ * usage policy counts with, so that a report and a refusal never disagree: raw, as charged
+ * (preemptible hours at LK_PREEMPTIBLE_CHARGE_FACTOR), and the preemptible part.
  */
 import { Router } from 'express';
 import { z } from 'zod';
@@ -59,7 +60,7 @@ function windowOf(query: z.output<typeof usageQuery>, nowMs: number): { startMs:
 /** Lets other requests run: a report over every lease never holds the event loop for long. */
 const nextTurn = () => new Promise<void>((resolve) => setImmediate(resolve));
 
-export function usageRouter(deps: { pool: Pool }): Router {
+export function usageRouter(deps: { pool: Pool; preemptibleChargeFactor: number }): Router {
   const router = Router();
 
   router.get('/usage', async (req, res) => {
@@ -71,7 +72,7 @@ export function usageRouter(deps: { pool: Pool }): Router {
     const nowMs = Date.now();
     const window = windowOf(query, nowMs);
     const groupBy = query.group_by ?? ['project'];
-    const report = new UsageReport({ window, nowMs, groupBy, maxGroups: MAX_USAGE_GROUPS });
+    const report = new UsageReport({ window, nowMs, groupBy, preemptibleChargeFactor: deps.preemptibleChargeFactor, maxGroups: MAX_USAGE_GROUPS });
     let gone = false; // the client went away: nobody wants the rest
     res.once('close', () => {
       gone = true;
@@ -97,7 +98,11 @@ export function usageRouter(deps: { pool: Pool }): Router {
     // Shown a thousand groups at a time, other requests running in between (100 000 groups: ~40 MB of JSON).
     res.vary('Accept');
     const csv = req.accepts(['application/json', 'text/csv']) === 'text/csv';
-    const parts = [csv ? csvHeader(groupBy) : `{"usage":{"from":"${formatBlazarDate(window.startMs)}","to":"${formatBlazarDate(window.endMs)}","group_by":${JSON.stringify(groupBy)},"groups":[`];
+    const parts = [
+      csv
+        ? csvHeader(groupBy)
+        : `{"usage":{"from":"${formatBlazarDate(window.startMs)}","to":"${formatBlazarDate(window.endMs)}","group_by":${JSON.stringify(groupBy)},"preemptible_charge_factor":${deps.preemptibleChargeFactor},"groups":[`,
+    ];
     let shown = 0;
     for (const group of report.groupsInOrder()) {
       parts.push(csv ? csvLine(group, groupBy) : `${shown > 0 ? ',' : ''}${JSON.stringify(group)}`);
@@ -123,13 +128,18 @@ function csvField(value: string | number): string {
   return /[",\r\n]/.test(text) ? `"${text.replace(/"/g, '""')}"` : text;
 }
 
-/** CSV (RFC 4180): a header line, then one line per group: its keys, the booked and used figures, and the lease count. */
+/**
+ * CSV (RFC 4180): a header line, then one line per group: its keys, the booked and used figures and
+ * the lease count, then the same as charged, and the preemptible part (zeros when none).
+ */
 function csvHeader(groupBy: readonly GroupKey[]): string {
-  return csvRecord([...groupBy.map((key) => GROUP_FIELDS[key]), ...FIGURE_NAMES.map((f) => `booked_${f}`), ...FIGURE_NAMES.map((f) => `used_${f}`), 'leases']);
+  const figureColumns = (prefix: string) => [...FIGURE_NAMES.map((f) => `${prefix}booked_${f}`), ...FIGURE_NAMES.map((f) => `${prefix}used_${f}`)];
+  return csvRecord([...groupBy.map((key) => GROUP_FIELDS[key]), ...figureColumns(''), 'leases', ...figureColumns('charged_'), ...figureColumns('preemptible_'), 'preemptible_leases']);
 }
 
 function csvLine(group: UsageGroup, groupBy: readonly GroupKey[]): string {
-  return csvRecord([...groupBy.map((key) => group[GROUP_FIELDS[key]] ?? ''), ...FIGURE_NAMES.map((f) => group.booked[f]), ...FIGURE_NAMES.map((f) => group.used[f]), group.leases]);
+  const figureFields = (part: { booked: UsageGroup['booked']; used: UsageGroup['used'] } | undefined) => [...FIGURE_NAMES.map((f) => part?.booked[f] ?? 0), ...FIGURE_NAMES.map((f) => part?.used[f] ?? 0)];
+  return csvRecord([...groupBy.map((key) => group[GROUP_FIELDS[key]] ?? ''), ...figureFields(group), group.leases, ...figureFields(group.charged), ...figureFields(group.preemptible), group.preemptible?.leases ?? 0]);
 }
 
 const csvRecord = (fields: Array<string | number>): string => `${fields.map(csvField).join(',')}\r\n`;

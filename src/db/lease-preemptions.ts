@@ -20,6 +20,15 @@ export interface ClaimedPreemption extends OwedPreemption {
 }
 
 /**
+ * What the meter reads of this table beside a lease (db/leases.ts, the usage report's and policy's
+ * reads): the end its latest cut put its bookings at, while the row lasts. The lease's own end
+ * moves there once its workflow is told; a booking anew by the workflow deletes the row.
+ * `leases` is aliased `l`.
+ */
+export const CUT_END_JOIN = 'LEFT JOIN lease_preemptions cut ON cut.lease_id = l.id';
+export const CUT_END_COLUMN = '(extract(epoch FROM cut.end_at) * 1000)::float8 AS cut_end_ms';
+
+/**
  * The lease was cut to end at `endMs`: owed to its workflow. A later cut always replaces the row's
  * (the lease's bookings end where the latest cut put them, whether or not the earlier was told),
  * with a new sequence (created_at), so that the workflow ignores the earlier one should it come late.

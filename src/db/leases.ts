@@ -8,6 +8,7 @@ import type { PoolClient } from 'pg';
 import type { Lease, LeaseStatus } from '../domain/lease';
 import type { Interval, MeteredLease } from '../domain/usage';
 import { violatedUniqueConstraint, type Pool } from './pool';
+import { CUT_END_COLUMN, CUT_END_JOIN } from './lease-preemptions';
 
 type Queryable = Pool | PoolClient;
 
@@ -207,9 +208,19 @@ export async function leaseStates(pool: Pool, ids: string[]): Promise<Map<string
  */
 const USE_BEYOND_WINDOW_MS = 2 * 86_400_000;
 
-/** A lease as the usage report and policy count it: deleted ones with when (they are charged for what they used until then). */
-function meteredLease(row: { document: Lease; deleted_ms: string | null }): MeteredLease {
-  return { lease: row.document, ...(row.deleted_ms !== null ? { deletedAtMs: Number(row.deleted_ms) } : {}) };
+/** A metered lease's row: its document, its deletion, and its cut not yet applied (a preempted lease's). */
+interface MeteredRow {
+  document: Lease;
+  deleted_ms: string | null;
+  cut_end_ms: number | null;
+}
+
+/**
+ * A lease as the usage report and policy count it: deleted ones with when (they are charged for
+ * what they used until then), preempted ones with their cut (charged up to it).
+ */
+function meteredLease(row: MeteredRow): MeteredLease {
+  return { lease: row.document, ...(row.deleted_ms !== null ? { deletedAtMs: Number(row.deleted_ms) } : {}), ...(row.cut_end_ms !== null ? { cutEndMs: row.cut_end_ms } : {}) };
 }
 
 /**
@@ -220,13 +231,13 @@ function meteredLease(row: { document: Lease; deleted_ms: string | null }): Mete
 export async function* meteredLeaseBatches(pool: Pool, filter: { projectId?: string; span: Interval }, batchSize = 500): AsyncGenerator<MeteredLease[]> {
   let after: { projectId: string; id: string } | undefined;
   for (;;) {
-    const { rows } = await pool.query<{ id: string; project_id: string; document: Lease; deleted_ms: string | null }>(
-      `SELECT id::text, project_id, document, (extract(epoch FROM deleted_at) * 1000)::bigint::text AS deleted_ms FROM leases
-       WHERE ($1::text IS NULL OR project_id = $1)
-         AND end_at > to_timestamp($2 / 1000.0) AND start_at < to_timestamp($3 / 1000.0)
-         AND (deleted_at IS NULL OR deleted_at > to_timestamp($4 / 1000.0))
-         AND ($5::text IS NULL OR (project_id, id) > ($5::text, $6::uuid))
-       ORDER BY project_id, id
+    const { rows } = await pool.query<MeteredRow & { id: string; project_id: string }>(
+      `SELECT l.id::text, l.project_id, l.document, (extract(epoch FROM l.deleted_at) * 1000)::bigint::text AS deleted_ms, ${CUT_END_COLUMN} FROM leases l ${CUT_END_JOIN}
+       WHERE ($1::text IS NULL OR l.project_id = $1)
+         AND l.end_at > to_timestamp($2 / 1000.0) AND l.start_at < to_timestamp($3 / 1000.0)
+         AND (l.deleted_at IS NULL OR l.deleted_at > to_timestamp($4 / 1000.0))
+         AND ($5::text IS NULL OR (l.project_id, l.id) > ($5::text, $6::uuid))
+       ORDER BY l.project_id, l.id
        LIMIT $7`,
       [filter.projectId ?? null, filter.span.startMs - USE_BEYOND_WINDOW_MS, filter.span.endMs + USE_BEYOND_WINDOW_MS, filter.span.startMs, after?.projectId ?? null, after?.id ?? null, batchSize],
     );
@@ -243,12 +254,12 @@ export async function* meteredLeaseBatches(pool: Pool, filter: { projectId?: str
  * deleted ones deleted within it (they are charged for what they used); `limit`: the earliest that many.
  */
 export async function projectLeasesWithin(db: Queryable, projectId: string, span: Interval, exceptLeaseId?: string, limit?: number): Promise<MeteredLease[]> {
-  const { rows } = await db.query<{ document: Lease; deleted_ms: string | null }>(
-    `SELECT document, (extract(epoch FROM deleted_at) * 1000)::bigint::text AS deleted_ms FROM leases
-     WHERE project_id = $1 AND ($2::uuid IS NULL OR id <> $2::uuid)
-       AND end_at > to_timestamp($3 / 1000.0) AND start_at < to_timestamp($4 / 1000.0)
-       AND (deleted_at IS NULL OR deleted_at > to_timestamp($3 / 1000.0))
-     ORDER BY start_at, id LIMIT $5`,
+  const { rows } = await db.query<MeteredRow>(
+    `SELECT l.document, (extract(epoch FROM l.deleted_at) * 1000)::bigint::text AS deleted_ms, ${CUT_END_COLUMN} FROM leases l ${CUT_END_JOIN}
+     WHERE l.project_id = $1 AND ($2::uuid IS NULL OR l.id <> $2::uuid)
+       AND l.end_at > to_timestamp($3 / 1000.0) AND l.start_at < to_timestamp($4 / 1000.0)
+       AND (l.deleted_at IS NULL OR l.deleted_at > to_timestamp($3 / 1000.0))
+     ORDER BY l.start_at, l.id LIMIT $5`,
     [projectId, exceptLeaseId ?? null, span.startMs, span.endMs, limit ?? null],
   );
   return rows.map(meteredLease);
@@ -260,12 +271,12 @@ export async function projectLeasesWithin(db: Queryable, projectId: string, span
  * earliest `limit` by start. A lease deleted before it started holds nothing and is not read.
  */
 export async function projectLeasesHeldWithin(db: Queryable, projectId: string, span: Interval, exceptLeaseId: string, limit: number): Promise<MeteredLease[]> {
-  const { rows } = await db.query<{ document: Lease; deleted_ms: string | null }>(
-    `SELECT document, (extract(epoch FROM deleted_at) * 1000)::bigint::text AS deleted_ms FROM leases
-     WHERE project_id = $1 AND id <> $2::uuid
-       AND end_at > to_timestamp($3 / 1000.0) AND start_at < to_timestamp($4 / 1000.0)
-       AND (deleted_at IS NULL OR (deleted_at > to_timestamp($3 / 1000.0) AND document->'events' @> '[{"event_type": "start_lease", "status": "DONE"}]'::jsonb))
-     ORDER BY start_at, id LIMIT $5`,
+  const { rows } = await db.query<MeteredRow>(
+    `SELECT l.document, (extract(epoch FROM l.deleted_at) * 1000)::bigint::text AS deleted_ms, ${CUT_END_COLUMN} FROM leases l ${CUT_END_JOIN}
+     WHERE l.project_id = $1 AND l.id <> $2::uuid
+       AND l.end_at > to_timestamp($3 / 1000.0) AND l.start_at < to_timestamp($4 / 1000.0)
+       AND (l.deleted_at IS NULL OR (l.deleted_at > to_timestamp($3 / 1000.0) AND l.document->'events' @> '[{"event_type": "start_lease", "status": "DONE"}]'::jsonb))
+     ORDER BY l.start_at, l.id LIMIT $5`,
     [projectId, exceptLeaseId, span.startMs, span.endMs, limit],
   );
   return rows.map(meteredLease);
@@ -273,22 +284,28 @@ export async function projectLeasesHeldWithin(db: Queryable, projectId: string, 
 
 /** The project's leases not deleted (other than `exceptLeaseId`) that begin after `afterMs` (lead_time's): the earliest `limit`, by start. */
 export async function projectLeasesStartingAfter(db: Queryable, projectId: string, afterMs: number, exceptLeaseId: string, limit: number): Promise<MeteredLease[]> {
-  const { rows } = await db.query<{ document: Lease; deleted_ms: string | null }>(
-    `SELECT document, NULL::text AS deleted_ms FROM leases
-     WHERE project_id = $1 AND id <> $2::uuid AND deleted_at IS NULL AND start_at > to_timestamp($3 / 1000.0)
-     ORDER BY start_at, id LIMIT $4`,
+  const { rows } = await db.query<MeteredRow>(
+    `SELECT l.document, NULL::text AS deleted_ms, ${CUT_END_COLUMN} FROM leases l ${CUT_END_JOIN}
+     WHERE l.project_id = $1 AND l.id <> $2::uuid AND l.deleted_at IS NULL AND l.start_at > to_timestamp($3 / 1000.0)
+     ORDER BY l.start_at, l.id LIMIT $4`,
     [projectId, exceptLeaseId, afterMs, limit],
   );
   return rows.map(meteredLease);
 }
 
-/** The project's live leases not ended that end after `endMs` (an allocation end): the earliest `limit`, by start. */
-export async function projectLeasesEndingAfter(db: Queryable, projectId: string, endMs: number, limit: number): Promise<Lease[]> {
+/**
+ * The project's live leases not ended that end after `endMs` (an allocation end): the earliest
+ * `limit`, by start. `exceptPreemptible`: not the preemptible ones (isPreemptibleLease's rule: some
+ * reservations, each with `preemptible: true`), which the project's policy exempts from it.
+ */
+export async function projectLeasesEndingAfter(db: Queryable, projectId: string, endMs: number, limit: number, exceptPreemptible = false): Promise<Lease[]> {
   const { rows } = await db.query<{ document: Lease }>(
     `SELECT document FROM leases
      WHERE project_id = $1 AND deleted_at IS NULL AND status NOT IN ('TERMINATED', 'ERROR') AND end_at > to_timestamp($2 / 1000.0)
+       AND NOT ($4 AND jsonb_array_length(document->'reservations') > 0
+                AND NOT EXISTS (SELECT 1 FROM jsonb_array_elements(document->'reservations') r WHERE r->'params'->'preemptible' IS DISTINCT FROM 'true'::jsonb))
      ORDER BY start_at, id LIMIT $3`,
-    [projectId, endMs, limit],
+    [projectId, endMs, limit, exceptPreemptible],
   );
   return rows.map((r) => r.document);
 }

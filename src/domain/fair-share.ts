@@ -14,7 +14,8 @@
  */
 import { formatMessageDate } from './dates';
 import type { Lease } from './lease';
-import { bookedInterval, HOUR_MS, integralOfSteps, leaseFootprint, meterHours, peakWithin, type Holding, type Interval, type MeteredLease } from './usage';
+import { isPreemptibleReservation } from './preemption';
+import { bookedInterval, HOUR_MS, holdingOf, integralOfSteps, meterHours, peakWithin, type Holding, type Interval, type MeteredLease } from './usage';
 
 export const FAIR_SHARE_RULE_NAMES = ['lead_time', 'stacking', 'member_budget', 'allocation_end'] as const;
 export type FairShareRuleName = (typeof FAIR_SHARE_RULE_NAMES)[number];
@@ -103,18 +104,16 @@ function beginningBeyond(holdings: Holding[], horizonMs: number): Holding[] {
   return holdings.filter((h) => h.interval.startMs > horizonMs);
 }
 
-function holdingOf(metered: MeteredLease, nowMs: number): Holding | undefined {
-  const interval = bookedInterval(metered, nowMs);
-  return interval ? { footprint: leaseFootprint(metered.lease), interval } : undefined;
-}
-
-/** Each step's figures for the lease (only steps it falls under: a lease beginning sooner is not counted). */
-export function leadTimeFigures(policy: FairSharePolicy, change: Change, others: MeteredLease[]): RuleFigures[] {
+/**
+ * Each step's figures for the lease (only steps it falls under: a lease beginning sooner is not
+ * counted). Host-hours as charged (`preemptibleFactor`), hosts and vCPUs at once in full.
+ */
+export function leadTimeFigures(policy: FairSharePolicy, change: Change, others: MeteredLease[], preemptibleFactor = 1): RuleFigures[] {
   const steps = policy.leadTime ?? [];
   const { next, previous, nowMs } = change;
-  const mine = others.map((m) => holdingOf(m, nowMs)).filter((h): h is Holding => h !== undefined);
-  const nextHolding = holdingOf({ lease: next }, nowMs);
-  const previousHolding = previous ? holdingOf({ lease: previous }, nowMs) : undefined;
+  const mine = others.map((m) => holdingOf(m, nowMs, preemptibleFactor)).filter((h): h is Holding => h !== undefined);
+  const nextHolding = holdingOf({ lease: next }, nowMs, preemptibleFactor);
+  const previousHolding = previous ? holdingOf({ lease: previous }, nowMs, preemptibleFactor) : undefined;
   const figures: RuleFigures[] = [];
   for (const step of steps) {
     const horizonMs = nowMs + step.beyondMs;
@@ -145,17 +144,22 @@ export function leadTimeFigures(policy: FairSharePolicy, change: Change, others:
 
 // ---- stacking -------------------------------------------------------------------------------
 
-/** A host reservation's hosts within a class: its booked hosts there, or (not yet booked: a preview) as many stand-ins as it asks when it asks for that class by the same query. */
-function classHostsOf(lease: Lease, classQuery: string, hosts: ReadonlySet<string>): string[] {
-  const found: string[] = [];
+/**
+ * A host reservation's hosts within a class: its booked hosts there, or (not yet booked: a preview)
+ * as many stand-ins as it asks when it asks for that class by the same query; each with whether its
+ * reservation is preemptible (its host-time is charged at the factor).
+ */
+function classHostsOf(lease: Lease, classQuery: string, hosts: ReadonlySet<string>): Array<{ host: string; preemptible: boolean }> {
+  const found: Array<{ host: string; preemptible: boolean }> = [];
   for (const r of lease.reservations) {
     if (r.resource_type !== 'physical:host') continue;
+    const preemptible = isPreemptibleReservation(r);
     const booked = r.allocation?.host_ids;
     if (Array.isArray(booked)) {
-      for (const id of booked) if (hosts.has(String(id))) found.push(String(id));
+      for (const id of booked) if (hosts.has(String(id))) found.push({ host: String(id), preemptible });
     } else if (sameQuery(r.params.resource_properties, classQuery)) {
       const count = r.footprint?.hosts ?? Number(r.params.min ?? 0);
-      for (let i = 0; i < count; i++) found.push(`${lease.id}/${r.id}/${i}`);
+      for (let i = 0; i < count; i++) found.push({ host: `${lease.id}/${r.id}/${i}`, preemptible });
     }
   }
   return found;
@@ -186,20 +190,23 @@ function union(intervals: Interval[]): Interval[] {
  * The peak share (host-time over hosts × window) of the class the project holds in any window of
  * `windowMs` that overlaps `around`: the share as a function of the window's start is piecewise
  * linear, so its maximum is at a window that starts at a booking's start or ends at a booking's
- * end. O(n log n) in the project's bookings of the class.
+ * end. O(n log n) in the project's bookings of the class. Preemptible host-time counts
+ * `preemptibleFactor` of its length.
  */
-export function peakClassShare(leases: Array<{ lease: Lease; interval: Interval }>, stacking: StackingClass, hosts: ReadonlySet<string>, around: Interval): { percent: number; window: Interval } {
-  const perHost = new Map<string, Interval[]>();
+export function peakClassShare(leases: Array<{ lease: Lease; interval: Interval }>, stacking: StackingClass, hosts: ReadonlySet<string>, around: Interval, preemptibleFactor = 1): { percent: number; window: Interval } {
+  // Per host and kind: overlapping leases are counted once (a regular and a preemptible booking of one host never overlap).
+  const perHost = new Map<string, { rate: number; intervals: Interval[] }>();
   for (const { lease, interval } of leases) {
-    for (const host of classHostsOf(lease, stacking.query, hosts)) {
-      const held = perHost.get(host);
-      if (held) held.push(interval);
-      else perHost.set(host, [interval]);
+    for (const { host, preemptible } of classHostsOf(lease, stacking.query, hosts)) {
+      const key = `${preemptible ? 'p' : 'r'}:${host}`;
+      const held = perHost.get(key);
+      if (held) held.intervals.push(interval);
+      else perHost.set(key, { rate: preemptible ? preemptibleFactor : 1, intervals: [interval] });
     }
   }
-  const booked = [...perHost.values()].flatMap(union);
-  // Host-time held up to any instant: the slope is how many hosts are held at once.
-  const held = integralOfSteps(booked.flatMap((b): Array<[number, number]> => [[b.startMs, 1], [b.endMs, -1]])).upTo;
+  const booked = [...perHost.values()].flatMap(({ rate, intervals }) => union(intervals).map((b) => ({ ...b, rate })));
+  // Host-time held up to any instant, as charged: the slope is how many hosts are held at once, each at its rate.
+  const held = integralOfSteps(booked.flatMap((b): Array<[number, number]> => [[b.startMs, b.rate], [b.endMs, -b.rate]])).upTo;
   const capacityMs = hosts.size * stacking.windowMs;
   let best = { percent: 0, window: { startMs: around.startMs, endMs: around.startMs + stacking.windowMs } };
   for (const b of booked) {
@@ -213,7 +220,7 @@ export function peakClassShare(leases: Array<{ lease: Lease; interval: Interval 
   return best;
 }
 
-export function stackingFigures(policy: FairSharePolicy, change: Change, others: MeteredLease[], ledger: FairShareLedger): RuleFigures[] {
+export function stackingFigures(policy: FairSharePolicy, change: Change, others: MeteredLease[], ledger: FairShareLedger, preemptibleFactor = 1): RuleFigures[] {
   const { next, previous, nowMs } = change;
   const figures: RuleFigures[] = [];
   const held = others.flatMap((m) => {
@@ -224,7 +231,7 @@ export function stackingFigures(policy: FairSharePolicy, change: Change, others:
     const hosts = ledger.classHosts[i] ?? new Set<string>();
     const withLease = (lease: Lease) => {
       const interval = bookedInterval({ lease }, nowMs);
-      return interval && classHostsOf(lease, stacking.query, hosts).length > 0 ? peakClassShare([...held, { lease, interval }], stacking, hosts, interval) : undefined;
+      return interval && classHostsOf(lease, stacking.query, hosts).length > 0 ? peakClassShare([...held, { lease, interval }], stacking, hosts, interval, preemptibleFactor) : undefined;
     };
     const peak = withLease(next);
     if (!peak) return; // the lease holds none of the class
@@ -270,9 +277,9 @@ export function memberBudgetOf(policy: FairSharePolicy, userId: string): number 
 export function fairShareSpans(policy: FairSharePolicy, change: Change, classHosts: Array<ReadonlySet<string>>, applies: { leadTime: boolean; stacking: boolean }): { leadTimeAfterMs?: number; stackingSpan?: Interval } {
   const { next, previous, nowMs } = change;
   const spans: { leadTimeAfterMs?: number; stackingSpan?: Interval } = {};
-  const nextHolding = holdingOf({ lease: next }, nowMs);
-  if (applies.leadTime && nextHolding) {
-    const under = (policy.leadTime ?? []).filter((step) => nextHolding.interval.startMs > nowMs + step.beyondMs);
+  const nextInterval = bookedInterval({ lease: next }, nowMs);
+  if (applies.leadTime && nextInterval) {
+    const under = (policy.leadTime ?? []).filter((step) => nextInterval.startMs > nowMs + step.beyondMs);
     if (under.length) spans.leadTimeAfterMs = nowMs + Math.min(...under.map((s) => s.beyondMs));
   }
   if (applies.stacking) {
@@ -289,13 +296,14 @@ export function fairShareSpans(policy: FairSharePolicy, change: Change, classHos
 /**
  * The fair-share rules' figures for the change, per rule (only those the lease falls under), in the
  * order admission runs them: the one computation behind both the admission's refusal and the dry run.
+ * `preemptibleFactor`: what a preemptible hour is charged for in the rules that count hours.
  */
-export function fairShareFigures(policy: FairSharePolicy, change: Change, others: MeteredLease[], ledger: FairShareLedger): Partial<Record<'allocation_end' | 'lead_time' | 'stacking', RuleFigures[]>> {
+export function fairShareFigures(policy: FairSharePolicy, change: Change, others: MeteredLease[], ledger: FairShareLedger, preemptibleFactor = 1): Partial<Record<'allocation_end' | 'lead_time' | 'stacking', RuleFigures[]>> {
   const leases = ledger.leases ?? others;
   const present = (figures: Array<RuleFigures | undefined>) => figures.filter((f): f is RuleFigures => f !== undefined);
   return {
     allocation_end: present([allocationEndFigures(policy, change)]),
-    lead_time: policy.leadTime?.length ? present([overCapFigures('lead_time', ledger), ...leadTimeFigures(policy, change, leases)]) : [],
-    stacking: policy.stacking?.length ? present([overCapFigures('stacking', ledger), ...stackingFigures(policy, change, leases, ledger)]) : [],
+    lead_time: policy.leadTime?.length ? present([overCapFigures('lead_time', ledger), ...leadTimeFigures(policy, change, leases, preemptibleFactor)]) : [],
+    stacking: policy.stacking?.length ? present([overCapFigures('stacking', ledger), ...stackingFigures(policy, change, leases, ledger, preemptibleFactor)]) : [],
   };
 }

@@ -3,11 +3,19 @@
  * other lease's need, never its owner or id), and how much warning it got against the deployment's.
  */
 import { formatMessageDate } from './dates';
-import type { Lease } from './lease';
+import type { Lease, Reservation } from './lease';
 
-/** A preemptible lease: it has reservations, and every one is a preemptible host reservation (a mixed lease is regular). */
+/**
+ * A preemptible reservation: its parameters say `preemptible: true`, whatever its type (each type's
+ * parameters decide whether it may; one recorded before the parameter existed is regular).
+ */
+export function isPreemptibleReservation(reservation: Pick<Reservation, 'params'>): boolean {
+  return (reservation.params as { preemptible?: unknown } | undefined)?.preemptible === true;
+}
+
+/** A preemptible lease: it has reservations, and every one is preemptible (a mixed lease is regular). */
 export function isPreemptibleLease(lease: Pick<Lease, 'reservations'>): boolean {
-  return lease.reservations.length > 0 && lease.reservations.every((r) => r.resource_type === 'physical:host' && (r.params as { preemptible?: unknown }).preemptible === true);
+  return lease.reservations.length > 0 && lease.reservations.every(isPreemptibleReservation);
 }
 
 /** The status_reason of a preempted lease. */

@@ -9,9 +9,9 @@ import { formatMessageDate, reuseEnd } from './dates';
 import { isPreemptibleLease } from './preemption';
 import { type Lease } from './lease';
 import {
-  bookedInterval,
+  chargedAmount,
+  holdingOf,
   HOUR_MS,
-  leaseFootprint,
   meterHours,
   monthName,
   monthOf,
@@ -52,6 +52,8 @@ export interface UsagePolicy {
   preemptibleExempt?: RuleName[];
   /** Fair share over time (domain/fair-share.ts). */
   fairShare?: FairSharePolicy;
+  /** What a preemptible hour is charged for in the rules that count hours (LK_PREEMPTIBLE_CHARGE_FACTOR); absent: 1, as any hour. */
+  preemptibleChargeFactor?: number;
 }
 
 /** What is being checked: the lease as it would be, as it was (an update), by whom and when. */
@@ -100,7 +102,7 @@ function refuse(rule: RuleName, message: string, details: Record<string, unknown
  * Whether a rule is checked on a change: admins are exempt unless `enforce_on_admins` names it, and
  * a preemptible lease (every reservation preemptible) when `preemptible_exempt` names it.
  */
-export function ruleApplies(policy: UsagePolicy, subject: Pick<PolicySubject, 'next' | 'byAdmin'>, rule: RuleName): boolean {
+export function ruleApplies(policy: UsagePolicy, subject: { next: Pick<Lease, 'reservations'>; byAdmin: boolean }, rule: RuleName): boolean {
   if (subject.byAdmin && !policy.enforceOnAdmins.includes(rule)) return false;
   return !(policy.preemptibleExempt?.includes(rule) && isPreemptibleLease(subject.next));
 }
@@ -173,10 +175,11 @@ function leaseCountRefusal(policy: UsagePolicy, subject: PolicySubject, ledger: 
  * The refusal of one more offer hold for a project that has `liveHolds` already (max_offer_holds;
  * admins exempt unless the rule is enforced on them). Checked when a hold is placed, not when a lease is.
  */
-export function offerHoldRefusal(policy: UsagePolicy, subject: { liveHolds: number; byAdmin: boolean }): PolicyRefusal | undefined {
+export function offerHoldRefusal(policy: UsagePolicy, subject: { liveHolds: number; byAdmin: boolean; next?: Pick<Lease, 'reservations'> }): PolicyRefusal | undefined {
   const limit = policy.maxOfferHolds;
   if (limit === undefined || subject.liveHolds + 1 <= limit) return undefined;
-  if (subject.byAdmin && !policy.enforceOnAdmins.includes('max_offer_holds')) return undefined;
+  // `next`: the lease the hold is for (a preemptible one is exempt when preemptible_exempt names the rule).
+  if (!ruleApplies(policy, { byAdmin: subject.byAdmin, next: subject.next ?? { reservations: [] } }, 'max_offer_holds')) return undefined;
   return refuse('max_offer_holds', `max_offer_holds: at most ${limit} offer hold(s) at once, and ${subject.liveHolds} are held; release one (DELETE /v1/offers/{id}/hold) or accept it.`, { limit, live_holds: subject.liveHolds });
 }
 
@@ -201,12 +204,12 @@ function extensionRefusal(policy: UsagePolicy, subject: PolicySubject): PolicyRe
   return undefined;
 }
 
+/** What a preemptible hour is charged for under the policy. */
+const chargeFactorOf = (policy: UsagePolicy): number => policy.preemptibleChargeFactor ?? 1;
+
 /** The holdings of the other leases, and of the lease itself as it would be and as it was. */
-function holdingsOf(subject: PolicySubject, ledger: ProjectLedger): { others: Holding[]; next?: Holding; previous?: Holding } {
-  const holding = (metered: MeteredLease): Holding | undefined => {
-    const interval = bookedInterval(metered, subject.nowMs);
-    return interval ? { footprint: leaseFootprint(metered.lease), interval } : undefined;
-  };
+function holdingsOf(policy: UsagePolicy, subject: PolicySubject, ledger: ProjectLedger): { others: Holding[]; next?: Holding; previous?: Holding } {
+  const holding = (metered: MeteredLease): Holding | undefined => holdingOf(metered, subject.nowMs, chargeFactorOf(policy));
   return {
     others: ledger.others.map(holding).filter((h): h is Holding => h !== undefined),
     next: holding({ lease: subject.next }),
@@ -218,7 +221,7 @@ function atOnceRefusal(rule: AtOnceRule, policy: UsagePolicy, subject: PolicySub
   const limit = policy.atOnce[rule];
   const meter = AT_ONCE_RULES[rule];
   if (limit === undefined) return undefined;
-  const { others, next, previous } = holdingsOf(subject, ledger);
+  const { others, next, previous } = holdingsOf(policy, subject, ledger);
   const wanted = next?.footprint[meter] ?? 0;
   if (!next || wanted === 0) return undefined;
   const peak = peakWithin([...others, next], meter, next.interval);
@@ -237,11 +240,11 @@ function atOnceRefusal(rule: AtOnceRule, policy: UsagePolicy, subject: PolicySub
 function budgetRefusal(policy: UsagePolicy, subject: PolicySubject, ledger: ProjectLedger): PolicyRefusal | undefined {
   const budget = policy.budget;
   if (!budget) return undefined;
-  const { others, next, previous } = holdingsOf(subject, ledger);
+  const { others, next, previous } = holdingsOf(policy, subject, ledger);
   if (!next) return undefined;
   for (const [name, limit] of Object.entries(budget.hours) as Array<[BudgetName, number]>) {
     const meter = BUDGET_METERS[name];
-    const amount = next.footprint[meter] ?? 0;
+    const amount = chargedAmount(next, meter);
     if (amount === 0) continue;
     const refusal =
       budget.period.kind === 'month'
@@ -252,6 +255,13 @@ function budgetRefusal(policy: UsagePolicy, subject: PolicySubject, ledger: Proj
   return undefined;
 }
 
+/** Says how the lease's hours were counted when they are charged less than in full (preemptible time). */
+function chargedNote(holding: Holding, meter: Meter): string {
+  const full = holding.footprint[meter] ?? 0;
+  const charged = chargedAmount(holding, meter);
+  return charged < full ? ` (preemptible: ${amountOf(meter, full)} charged as ${round(charged)})` : '';
+}
+
 function monthlyRefusal(name: BudgetName, meter: Meter, limit: number, others: Holding[], next: Holding, previous?: Holding): PolicyRefusal | undefined {
   for (const month of monthsOf(next.interval)) {
     const booked = meterHours(others, meter, month);
@@ -260,17 +270,19 @@ function monthlyRefusal(name: BudgetName, meter: Meter, limit: number, others: H
     if (previous && needed <= meterHours([previous], meter, month)) continue; // not worse than before
     const room = Math.max(0, limit - booked);
     const amount = next.footprint[meter]!;
+    // An hour of each unit is charged `rate` (less than 1 for preemptible time).
+    const rate = chargedAmount(next, meter) / amount;
     const hoursInMonth = (Math.min(next.interval.endMs, month.endMs) - Math.max(next.interval.startMs, month.startMs)) / HOUR_MS;
     const fits: string[] = [];
-    const fewer = Math.floor(room / hoursInMonth);
+    const fewer = Math.floor(room / (hoursInMonth * rate));
     if (fewer >= 1) fits.push(`with ${amountOf(meter, fewer)} for the same window`);
-    const shorter = Math.floor((room / amount) * 100) / 100;
+    const shorter = Math.floor((room / (amount * rate)) * 100) / 100;
     if (shorter > 0) fits.push(`with ${amountOf(meter, amount)} for ${round(shorter)} h`);
     const later = laterMonth(meter, limit, others, next);
     if (later) fits.push(`in ${later}`);
     return refuse(
       'budget',
-      `${BUDGET_TEXT[name]} budget for ${monthName(month)}: ${round(limit)} h, ${round(booked)} h booked; this lease needs ${round(needed)} h; ${fits.length ? `it fits ${fits.join(' or ')}` : 'nothing more fits this month'}.`,
+      `${BUDGET_TEXT[name]} budget for ${monthName(month)}: ${round(limit)} h, ${round(booked)} h booked; this lease needs ${round(needed)} h${chargedNote(next, meter)}; ${fits.length ? `it fits ${fits.join(' or ')}` : 'nothing more fits this month'}.`,
       { budget: name, period: monthName(month), limit_hours: limit, booked_hours: round(booked), needed_hours: round(needed), room_hours: round(room) },
     );
   }
@@ -282,7 +294,7 @@ function laterMonth(meter: Meter, limit: number, others: Holding[], next: Holdin
   const duration = next.interval.endMs - next.interval.startMs;
   let month = monthOf(monthOf(next.interval.startMs).endMs);
   for (let i = 0; i < 12; i++, month = monthOf(month.endMs)) {
-    const moved: Holding = { footprint: next.footprint, interval: { startMs: month.startMs, endMs: month.startMs + duration } };
+    const moved: Holding = { ...next, interval: { startMs: month.startMs, endMs: month.startMs + duration } };
     if (monthsOf(moved.interval).every((m) => meterHours([...others, moved], meter, m) <= limit + 1e-9)) {
       return new Date(month.startMs).toLocaleString('en', { month: 'long', year: 'numeric', timeZone: 'UTC' });
     }
@@ -300,7 +312,7 @@ function rollingRefusal(name: BudgetName, meter: Meter, limit: number, lengthMs:
   const days = round(lengthMs / 86_400_000);
   return refuse(
     'budget',
-    `${BUDGET_TEXT[name]} budget over any ${days} days: ${round(limit)} h; ${round(booked)} h booked in the ${days} days from ${formatMessageDate(peak.window.startMs)}; this lease needs ${round(needed)} h there; ${room > 0 ? `it fits with ${amountOf(meter, next.footprint[meter]!)} for ${round(room / next.footprint[meter]!)} h` : 'nothing more fits in that span'}.`,
+    `${BUDGET_TEXT[name]} budget over any ${days} days: ${round(limit)} h; ${round(booked)} h booked in the ${days} days from ${formatMessageDate(peak.window.startMs)}; this lease needs ${round(needed)} h there${chargedNote(next, meter)}; ${room > 0 ? `it fits with ${amountOf(meter, next.footprint[meter]!)} for ${round(room / chargedAmount(next, meter))} h` : 'nothing more fits in that span'}.`,
     { budget: name, period: `${days}d`, limit_hours: limit, booked_hours: round(booked), needed_hours: round(needed), room_hours: round(room) },
   );
 }
@@ -328,7 +340,7 @@ const refusalOfFigures = (figures: RuleFigures) => refuse(figures.rule, figures.
 
 /** The fair-share rules' figures (domain/fair-share.ts), computed once per check. */
 function fairShareFiguresOf(policy: UsagePolicy, subject: PolicySubject, ledger: ProjectLedger): Partial<Record<RuleName, RuleFigures[]>> {
-  return policy.fairShare ? fairShareFigures(policy.fairShare, subject, ledger.others, ledger.fairShare ?? { classHosts: [] }) : {};
+  return policy.fairShare ? fairShareFigures(policy.fairShare, subject, ledger.others, ledger.fairShare ?? { classHosts: [] }, chargeFactorOf(policy)) : {};
 }
 
 /** The fair-share rules' checks, run after the others: each refuses with its first failing figure. */

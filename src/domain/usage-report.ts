@@ -4,7 +4,12 @@
  * feeds it one lease at a time as it reads them. Each reservation is metered on its own (a lease of
  * hosts and floating IPs counts under both resource types); figures are summed exactly, as integer
  * meter-milliseconds, and rounded only when shown (4 decimals, half up).
+ *
+ * Preemptible reservations (issue 43) are summed apart as well: each group shows its raw figures
+ * (every hour in full), what they are charged for (a preemptible hour at the deployment's factor,
+ * LK_PREEMPTIBLE_CHARGE_FACTOR), and how much of them was preemptible (borrowed time).
  */
+import { isPreemptibleReservation } from './preemption';
 import { bookedInterval, footprintOf, HOUR_MS, monthName, monthsOf, overlapMs, usedInterval, type Interval, type Meter, type MeteredLease } from './usage';
 
 export const GROUP_KEYS = ['resource_type', 'project', 'month'] as const;
@@ -27,25 +32,39 @@ export type UsageFigures = Record<Figure, number>;
 /** How a group is named in the report: `project` is shown as `project_id`, as elsewhere in the API. */
 export const GROUP_FIELDS: Record<GroupKey, 'resource_type' | 'project_id' | 'month'> = { resource_type: 'resource_type', project: 'project_id', month: 'month' };
 
+/** Booked and used figures of one kind (as charged, or the preemptible part). */
+export interface BookedAndUsed {
+  booked: UsageFigures;
+  used: UsageFigures;
+}
+
 export interface UsageGroup {
   project_id?: string;
   resource_type?: string;
   month?: string;
+  /** Every hour in full. */
   booked: UsageFigures;
   used: UsageFigures;
+  /** As charged: preemptible hours times the charge factor, others in full. */
+  charged: BookedAndUsed;
+  /** The preemptible part of `booked` and `used` (in full), and its leases; only in groups that hold some. */
+  preemptible?: BookedAndUsed & { leases: number };
   /** Distinct leases booked or used within the group. */
   leases: number;
 }
 
 export interface UsageSummary {
   groups: UsageGroup[];
-  total: Pick<UsageGroup, 'booked' | 'used' | 'leases'>;
+  /** The total always shows its preemptible part (zero when none). */
+  total: Pick<UsageGroup, 'booked' | 'used' | 'charged' | 'leases'> & { preemptible: BookedAndUsed & { leases: number } };
 }
 
 export interface UsageReportOptions {
   window: Interval;
   nowMs: number;
   groupBy: readonly GroupKey[];
+  /** What a preemptible hour is charged for (LK_PREEMPTIBLE_CHARGE_FACTOR: 0 to 1). */
+  preemptibleChargeFactor: number;
   /** Refuse (TooManyGroups) rather than hold more groups than this. */
   maxGroups?: number;
 }
@@ -56,8 +75,12 @@ export class TooManyGroups extends Error {
   }
 }
 
-/** One sum per figure booked, then per figure used. */
-const SLOTS = FIGURE_NAMES.length * 2;
+/** One sum per figure booked, then per figure used; then the same of preemptible reservations only. */
+const FIGURE_COUNT = FIGURE_NAMES.length;
+const SLOTS = FIGURE_COUNT * 4;
+const BOOKED = 0;
+const USED = FIGURE_COUNT;
+const PREEMPTIBLE = 2 * FIGURE_COUNT;
 const METER_OF_SLOT = [...FIGURE_NAMES, ...FIGURE_NAMES].map((f) => FIGURES[f].meter);
 
 /**
@@ -72,9 +95,10 @@ interface Accumulator {
   carried?: bigint[];
   fraction?: Float64Array;
   leases: number;
+  preemptibleLeases: number;
 }
 
-const accumulator = (values: string[]): Accumulator => ({ values, pending: new Float64Array(SLOTS), leases: 0 });
+const accumulator = (values: string[]): Accumulator => ({ values, pending: new Float64Array(SLOTS), leases: 0, preemptibleLeases: 0 });
 
 function add(sums: Accumulator, slot: number, amount: number, ms: number): void {
   const product = amount * ms;
@@ -108,17 +132,50 @@ function tenThousandths(meterMs: number | bigint, unit: number): number {
   return Number((exact * 2n + BigInt(unit)) / (2n * BigInt(unit)));
 }
 
-/** The figures shown (booked from slot 0, used from slot 6): rounded here and only here. */
+const unitOf = (figure: Figure): number => (HOUR_MS / 10_000) * FIGURES[figure].per;
+
+/** A slot's sum: its whole part exact, its fractional part (rare) apart. */
+function sumOf(sums: Accumulator, slot: number): { whole: number | bigint; fraction: number } {
+  const carried = sums.carried?.[slot] ?? 0n;
+  return { whole: carried === 0n ? sums.pending[slot] : carried + BigInt(sums.pending[slot]), fraction: sums.fraction?.[slot] ?? 0 };
+}
+
+/** The figures shown (booked from slot BOOKED, used from USED, their preemptible parts PREEMPTIBLE on): rounded here and only here. */
 function figures(sums: Accumulator, offset: number): UsageFigures {
   const shown = {} as UsageFigures;
   FIGURE_NAMES.forEach((figure, i) => {
-    const slot = offset + i;
-    const unit = (HOUR_MS / 10_000) * FIGURES[figure].per;
-    const carried = sums.carried?.[slot] ?? 0n;
-    const whole = carried === 0n ? sums.pending[slot] : carried + BigInt(sums.pending[slot]);
-    const fraction = sums.fraction?.[slot] ?? 0;
+    const { whole, fraction } = sumOf(sums, offset + i);
+    const unit = unitOf(figure);
     // A fractional amount makes the sum inexact anyway: plain float rounding then.
     shown[figure] = (fraction === 0 ? tenThousandths(whole, unit) : Math.round((Number(whole) + fraction) / unit)) / 10_000;
+  });
+  return shown;
+}
+
+/** The charge factor's denominator: LK_PREEMPTIBLE_CHARGE_FACTOR has at most 6 decimals, so factor × this is whole. */
+const FACTOR_SCALE = 1_000_000;
+
+/**
+ * The figures as charged (`offset`: BOOKED or USED): the regular part in full and the preemptible
+ * part times the factor, summed exactly (in millionths) and rounded as the raw ones. Without
+ * preemptible time (or at a factor of 1), exactly the raw figures.
+ */
+function chargedFigures(sums: Accumulator, offset: number, factor: number): UsageFigures {
+  const shown = figures(sums, offset);
+  if (factor === 1) return shown;
+  const millionths = Math.round(factor * FACTOR_SCALE);
+  FIGURE_NAMES.forEach((figure, i) => {
+    const preemptible = sumOf(sums, PREEMPTIBLE + offset + i);
+    if (preemptible.whole === 0 && preemptible.fraction === 0) return;
+    const all = sumOf(sums, offset + i);
+    const unit = unitOf(figure);
+    if (all.fraction === 0 && preemptible.fraction === 0) {
+      const scaled = (BigInt(all.whole) - BigInt(preemptible.whole)) * BigInt(FACTOR_SCALE) + BigInt(preemptible.whole) * BigInt(millionths);
+      shown[figure] = tenThousandths(scaled, unit * FACTOR_SCALE) / 10_000;
+    } else {
+      const charged = Number(all.whole) + all.fraction - (1 - factor) * (Number(preemptible.whole) + preemptible.fraction);
+      shown[figure] = Math.round(charged / unit) / 10_000;
+    }
   });
   return shown;
 }
@@ -167,22 +224,28 @@ export class UsageReport {
     const parts = partsOf(booked, used, window, this.byMonth);
     if (parts.length === 0) return;
     const touched = new Set<Accumulator>();
+    const touchedPreemptible = new Set<Accumulator>();
     for (const reservation of metered.lease.reservations) {
       const footprint = footprintOf(reservation);
+      const preemptible = isPreemptibleReservation(reservation);
       for (const part of parts) {
         const values = groupBy.map((key) => (key === 'project' ? metered.lease.projectId : key === 'resource_type' ? reservation.resource_type : part.month!));
         const group = this.groupOf(values);
-        for (let slot = 0; slot < SLOTS; slot++) {
+        for (let slot = 0; slot < METER_OF_SLOT.length; slot++) {
           const amount = footprint[METER_OF_SLOT[slot]] ?? 0;
-          const ms = slot < FIGURE_NAMES.length ? part.bookedMs : part.usedMs;
+          const ms = slot < USED ? part.bookedMs : part.usedMs;
           if (amount === 0 || ms === 0) continue;
-          add(group, slot, amount, ms);
-          add(this.totals, slot, amount, ms);
+          for (const sums of [group, this.totals]) {
+            add(sums, slot, amount, ms);
+            if (preemptible) add(sums, PREEMPTIBLE + slot, amount, ms);
+          }
         }
         touched.add(group).add(this.totals);
+        if (preemptible) touchedPreemptible.add(group).add(this.totals);
       }
     }
     for (const group of touched) group.leases += 1;
+    for (const group of touchedPreemptible) group.preemptibleLeases += 1;
   }
 
   private groupOf(values: string[]): Accumulator {
@@ -207,12 +270,24 @@ export class UsageReport {
     for (const group of [...this.groups.values()].sort(compare)) {
       const keys: Partial<Record<(typeof GROUP_FIELDS)[GroupKey], string>> = {};
       groupBy.forEach((key, i) => (keys[GROUP_FIELDS[key]] = group.values[i]));
-      yield { ...keys, booked: figures(group, 0), used: figures(group, FIGURE_NAMES.length), leases: group.leases };
+      const shown: UsageGroup = { ...keys, ...this.shown(group), leases: group.leases };
+      if (group.preemptibleLeases > 0) shown.preemptible = this.preemptiblePart(group);
+      yield shown;
     }
   }
 
+  /** A group's raw and charged figures. */
+  private shown(sums: Accumulator): Pick<UsageGroup, 'booked' | 'used' | 'charged'> {
+    const factor = this.options.preemptibleChargeFactor;
+    return { booked: figures(sums, BOOKED), used: figures(sums, USED), charged: { booked: chargedFigures(sums, BOOKED, factor), used: chargedFigures(sums, USED, factor) } };
+  }
+
+  private preemptiblePart(sums: Accumulator): BookedAndUsed & { leases: number } {
+    return { booked: figures(sums, PREEMPTIBLE + BOOKED), used: figures(sums, PREEMPTIBLE + USED), leases: sums.preemptibleLeases };
+  }
+
   total(): UsageSummary['total'] {
-    return { booked: figures(this.totals, 0), used: figures(this.totals, FIGURE_NAMES.length), leases: this.totals.leases };
+    return { ...this.shown(this.totals), preemptible: this.preemptiblePart(this.totals), leases: this.totals.leases };
   }
 
   summary(): UsageSummary {

@@ -5,6 +5,7 @@
  */
 import { formatMonth } from './dates';
 import type { Lease, Reservation } from './lease';
+import { isPreemptibleReservation } from './preemption';
 
 /** What one reservation holds at once, in the units the policy and the usage report count. */
 export interface Footprint {
@@ -84,6 +85,28 @@ export function addFootprints(...footprints: Footprint[]): Footprint {
   return sum;
 }
 
+/** A footprint times `rate` (the amounts an hour of it is charged for). */
+function scaledFootprint(footprint: Footprint, rate: number): Footprint {
+  if (rate === 1) return footprint;
+  const scaled: Footprint = {};
+  for (const meter of METERS) if (footprint[meter]) scaled[meter] = footprint[meter] * rate;
+  return scaled;
+}
+
+/**
+ * What an hour of the reservation is charged for (issue 43): a preemptible reservation's hour is
+ * borrowed time that any regular lease takes back, charged `preemptibleFactor` of a regular hour
+ * (LK_PREEMPTIBLE_CHARGE_FACTOR); every other hour counts in full.
+ */
+export function chargeRateOf(reservation: Pick<Reservation, 'params'>, preemptibleFactor: number): number {
+  return isPreemptibleReservation(reservation) ? preemptibleFactor : 1;
+}
+
+/** What the whole lease's hours are charged for: each reservation's footprint at its charge rate. */
+export function chargedFootprint(lease: Pick<Lease, 'reservations'>, preemptibleFactor: number): Footprint {
+  return addFootprints(...lease.reservations.map((r) => scaledFootprint(footprintOf(r), chargeRateOf(r, preemptibleFactor))));
+}
+
 /** What the whole lease holds at once (its metered span says when: see bookedInterval and usedInterval). */
 export function leaseFootprint(lease: Pick<Lease, 'reservations'>): Footprint {
   return addFootprints(...lease.reservations.map(footprintOf));
@@ -93,6 +116,12 @@ export function leaseFootprint(lease: Pick<Lease, 'reservations'>): Footprint {
 export interface MeteredLease {
   lease: Lease;
   deletedAtMs?: number;
+  /**
+   * Where a regular lease's admission cut this preemptible lease (issue 43) while its workflow has
+   * not yet moved its end there (lease_preemptions): it holds nothing past the cut, and is charged
+   * for nothing past it either.
+   */
+  cutEndMs?: number;
 }
 
 /** When the lease's resources became the lessee's, if they did. */
@@ -105,12 +134,12 @@ function usedFromMs(lease: Lease): number | undefined {
  * The span the lessee had the resources: from the start's end to the end's beginning (an early
  * end stops the meter), to the deletion, or to `nowMs` while the lease runs.
  */
-export function usedInterval({ lease, deletedAtMs }: MeteredLease, nowMs: number): Interval | undefined {
+export function usedInterval({ lease, deletedAtMs, cutEndMs }: MeteredLease, nowMs: number): Interval | undefined {
   const from = usedFromMs(lease);
   if (from === undefined) return undefined;
   const end = lease.events.find((e) => e.event_type === 'end_lease');
   const endedMs = end && end.status !== 'UNDONE' ? (end.startedAt ?? lease.endMs) : undefined;
-  const to = Math.min(endedMs ?? Infinity, deletedAtMs ?? Infinity, endedMs === undefined && deletedAtMs === undefined ? Math.min(nowMs, lease.endMs) : Infinity);
+  const to = Math.min(endedMs ?? Infinity, deletedAtMs ?? Infinity, cutEndMs ?? Infinity, endedMs === undefined && deletedAtMs === undefined ? Math.min(nowMs, lease.endMs) : Infinity);
   return to > from ? { startMs: from, endMs: to } : undefined;
 }
 
@@ -126,19 +155,33 @@ export function bookedInterval(metered: MeteredLease, nowMs: number): Interval |
   if (lease.status === 'ERROR' && start?.status === 'ERROR') return undefined;
   // A lease denied approval never held anything: its capacity went back at the denial.
   if (lease.approval?.outcome === 'denied') return undefined;
-  return lease.endMs > lease.startMs ? { startMs: lease.startMs, endMs: lease.endMs } : undefined;
+  // A preempted lease is charged up to its cut, never for the window it first asked for.
+  const endMs = Math.min(lease.endMs, metered.cutEndMs ?? Infinity);
+  return endMs > lease.startMs ? { startMs: lease.startMs, endMs } : undefined;
 }
 
 /** A footprint held over an interval: the unit of every sum below. */
 export interface Holding {
+  /** What is held at once (the rules on amounts at once count it in full). */
   footprint: Footprint;
   interval: Interval;
+  /** What an hour of it is charged for (chargedFootprint; the sums of hours count it); absent: the footprint. */
+  charged?: Footprint;
 }
 
-/** Meter-hours of these holdings within `window` (e.g. host-hours in a month). */
+/** The lease's holding as the usage policy counts it: its booked interval, what it holds, what its hours are charged for. */
+export function holdingOf(metered: MeteredLease, nowMs: number, preemptibleFactor: number): Holding | undefined {
+  const interval = bookedInterval(metered, nowMs);
+  return interval ? { footprint: leaseFootprint(metered.lease), interval, charged: chargedFootprint(metered.lease, preemptibleFactor) } : undefined;
+}
+
+/** What an hour of the holding is charged for in `meter`. */
+export const chargedAmount = (holding: Holding, meter: Meter): number => (holding.charged ?? holding.footprint)[meter] ?? 0;
+
+/** Meter-hours of these holdings within `window` (e.g. host-hours in a month), as charged. */
 export function meterHours(holdings: readonly Holding[], meter: Meter, window: Interval): number {
   let ms = 0;
-  for (const { footprint, interval } of holdings) ms += (footprint[meter] ?? 0) * overlapMs(interval, window);
+  for (const holding of holdings) ms += chargedAmount(holding, meter) * overlapMs(holding.interval, window);
   return ms / HOUR_MS;
 }
 
@@ -197,13 +240,13 @@ export function integralOfSteps(changes: ReadonlyArray<readonly [number, number]
 }
 
 /**
- * The most meter-hours within any window of `lengthMs` that overlaps `around` (a rolling budget):
+ * The most meter-hours (as charged) within any window of `lengthMs` that overlaps `around` (a rolling budget):
  * the windowed sum is piecewise linear in the window's start, so its maximum is where the window's
  * start or end meets a holding's edge. O(n log n) with cumulative sums.
  */
 export function peakRollingHours(holdings: readonly Holding[], meter: Meter, lengthMs: number, around: Interval): { hours: number; window: Interval } {
-  const rated = holdings.filter((h) => (h.footprint[meter] ?? 0) > 0 && h.interval.endMs > h.interval.startMs);
-  const meterMs = integralOfSteps(rated.flatMap(({ footprint, interval }): Array<[number, number]> => [[interval.startMs, footprint[meter]!], [interval.endMs, -footprint[meter]!]]));
+  const rated = holdings.filter((h) => chargedAmount(h, meter) > 0 && h.interval.endMs > h.interval.startMs);
+  const meterMs = integralOfSteps(rated.flatMap((h): Array<[number, number]> => [[h.interval.startMs, chargedAmount(h, meter)], [h.interval.endMs, -chargedAmount(h, meter)]]));
   const earliest = around.startMs - lengthMs;
   const latest = around.endMs;
   const candidates = new Set<number>([earliest, latest]);

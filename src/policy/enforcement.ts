@@ -49,6 +49,8 @@ export interface UsagePolicyDeps {
   fairShareLedgerCap?: number;
   /** How long an approval timeout's minute lasts: 60 s, shorter in tests only (config's approvalMinuteMs). */
   approvalMinuteMs?: number;
+  /** What a preemptible hour is charged for in the rules that count hours (LK_PREEMPTIBLE_CHARGE_FACTOR); absent: 1. */
+  preemptibleChargeFactor?: number;
 }
 
 /** What the policy is asked about: the lease as it would be, as it was, by whom, and the exception asked for. */
@@ -92,6 +94,11 @@ export class UsagePolicyEnforcer {
     const deployment = effectiveRules(this.deps.base, this.deps.file.defaults);
     const projectFile = this.deps.file.projects?.[projectId];
     return { effective: effectiveRules(deployment, projectFile, project), layers: { deployment, projectFile, project } };
+  }
+
+  /** The rules in force for a project as the check reads them, with the deployment's charge of preemptible hours. */
+  private async policyFor(db: Pool | PoolClient, projectId: string): Promise<UsagePolicy> {
+    return { ...toUsagePolicy((await this.rulesFor(db, projectId)).effective), preemptibleChargeFactor: this.deps.preemptibleChargeFactor };
   }
 
   /**
@@ -172,8 +179,8 @@ export class UsagePolicyEnforcer {
    */
   async checkOfferHold(client: PoolClient, draft: Lease, byAdmin: boolean): Promise<ApprovalNeed | undefined> {
     await lockProjectPolicy(client, draft.projectId);
-    const policy = toUsagePolicy((await this.rulesFor(client, draft.projectId)).effective);
-    const holdRefusal = offerHoldRefusal(policy, { liveHolds: await countLiveOfferHolds(client, draft.projectId, Date.now()), byAdmin });
+    const policy = await this.policyFor(client, draft.projectId);
+    const holdRefusal = offerHoldRefusal(policy, { liveHolds: await countLiveOfferHolds(client, draft.projectId, Date.now()), byAdmin, next: draft });
     if (holdRefusal) throw new UsagePolicyRefusal(holdRefusal);
     return this.checkWithin(client, { next: draft, byAdmin });
   }
@@ -206,7 +213,7 @@ export class UsagePolicyEnforcer {
   /** The rules in force for the change's project, and what of the project they read. */
   private async ledgerOf(db: Pool | PoolClient, subject: { next: Lease; previous?: Lease; byAdmin: boolean }, lock?: () => Promise<void>): Promise<{ policy: UsagePolicy; full: PolicySubject; ledger: ProjectLedger }> {
     const { next, previous } = subject;
-    const policy = toUsagePolicy((await this.rulesFor(db, next.projectId)).effective);
+    const policy = await this.policyFor(db, next.projectId);
     const full: PolicySubject = { ...subject, nowMs: Date.now() };
     const fairShare = policy.fairShare;
     // Rules an admin is exempt from read nothing (nor take the lock) for an admin's change.

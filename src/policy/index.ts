@@ -10,7 +10,7 @@ import { environmentRules, loadPolicyFile } from './rules';
 
 export type { UsagePolicyEnforcer };
 
-export function usagePolicy(pool: Pool, config: Pick<Config, 'leaseLimits' | 'policy'> & Partial<Pick<Config, 'offerHolds' | 'approvalMinuteMs'>>, onFailedOpen?: (reason: string) => void): UsagePolicyEnforcer {
+export function usagePolicy(pool: Pool, config: Pick<Config, 'leaseLimits' | 'policy'> & Partial<Pick<Config, 'offerHolds' | 'approvalMinuteMs' | 'preemption'>>, onFailedOpen?: (reason: string) => void): UsagePolicyEnforcer {
   let file;
   try {
     file = loadPolicyFile(config.policy.LK_POLICY_FILE);
@@ -18,5 +18,7 @@ export function usagePolicy(pool: Pool, config: Pick<Config, 'leaseLimits' | 'po
     throw new ConfigError(`invalid configuration: ${(err as Error).message}`);
   }
   const external = externalFilterSettingsFromEnv(config.policy);
-  return new UsagePolicyEnforcer({ pool, base: environmentRules({ ...config.leaseLimits, maxOfferHolds: config.offerHolds?.maxAtOnce }), file, external: external && new ExternalServiceFilter(external), onFailedOpen, approvalMinuteMs: config.approvalMinuteMs });
+  return new UsagePolicyEnforcer({ pool, base: environmentRules({ ...config.leaseLimits, maxOfferHolds: config.offerHolds?.maxAtOnce }), file, external: external && new ExternalServiceFilter(external), onFailedOpen, approvalMinuteMs: config.approvalMinuteMs,
+    preemptibleChargeFactor: config.preemption?.chargeFactor,
+  });
 }

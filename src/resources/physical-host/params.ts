@@ -1,6 +1,7 @@
 /** The `physical:host` reservation's parameters, as blazarclient sends them (numbers may come as strings). */
 import { z } from 'zod';
 import { beforeEndParam, propertyQueryParam } from '../shared/params';
+import { isPreemptibleReservation } from '../../domain/preemption';
 
 export const END_POLICIES = ['delete', 'recycle', 'release'] as const;
 export type EndPolicy = (typeof END_POLICIES)[number];
@@ -85,5 +86,5 @@ export function endPolicyOf(params: Partial<Pick<PhysicalHostParams, 'on_end'>>,
 
 /** Whether a reservation is preemptible: recorded before the parameter existed (2026-11-27), it is not. */
 export function isPreemptible(params: Partial<Pick<PhysicalHostParams, 'preemptible'>>): boolean {
-  return params.preemptible === true;
+  return isPreemptibleReservation({ params });
 }
