@@ -1,12 +1,16 @@
 /**
  * GET /v1/calendar: what the calendar page draws for a window, under the API's policy (another
- * project's bookings say only `reserved`; private capabilities are the admins'), bounded and validated.
+ * project's bookings say only `reserved`; private capabilities are the admins'), bounded and validated;
+ * preemptible bookings flagged there and in the allocations API, a preempted lease's with its cut.
  */
+import { randomUUID } from 'node:crypto';
 import { MAX_CALENDAR_BOOKINGS } from '../src/api/calendar';
+import type { Lease } from '../src/domain/lease';
+import { preemptionReason } from '../src/domain/preemption';
 import { physicalHostPlugin } from '../src/resources/physical-host';
-import { blazarHostReservation } from '../dev-stack/fixtures/builders';
+import { blazarHostReservation, pendingReservation } from '../dev-stack/fixtures/builders';
 import { insertHost } from '../dev-stack/fixtures/hosts';
-import { insertQuantityBookingRow } from '../dev-stack/fixtures/lease-rows';
+import { insertLeaseRows, insertQuantityBookingRow } from '../dev-stack/fixtures/lease-rows';
 import { apiClient, useTestStack } from '../dev-stack/stack';
 
 const DAY = 86_400_000;
@@ -131,5 +135,101 @@ describe('GET /v1/calendar', () => {
     }
     const missing = await alpha('GET', '/v1/calendar');
     expect(missing.status).toBe(400);
+  });
+
+  describe('preemptible bookings (issue 43)', () => {
+    const HOUR = 3_600_000;
+    const later = day + 3 * DAY; // clear of the bookings above
+    const spare = (slot: string, fields: Record<string, unknown> = {}) => blazarHostReservation({ resource_properties: JSON.stringify(['==', '$slot', slot]), ...fields });
+    const leaseIds: Record<string, string> = {};
+    const create = async (who: typeof alpha, name: string, fromH: number, toH: number, reservation: Record<string, unknown>) => {
+      const res = await who('POST', '/v1/leases', { name, start_date: at(72 + fromH), end_date: at(72 + toH), reservations: [reservation] });
+      expect({ name, status: res.status }).toEqual({ name, status: 201 });
+      leaseIds[name] = res.body.lease.id;
+    };
+    /** A lease row of alpha's written as its workflow would, with one booking of `hostId` (no workflow: what only the database says). */
+    const insertAlphaLease = async (name: string, fields: Pick<Lease, 'status' | 'reservations'> & Partial<Lease>, hostId: string, booking: { shared?: boolean; preemptible?: boolean }) => {
+      const lease: Lease = { id: randomUUID(), name, projectId: 'alpha', userId: 'alpha-user', startMs: later + 20 * HOUR, endMs: later + 21 * HOUR, events: [], createdMs: Date.now(), updatedMs: Date.now(), version: 1, ...fields };
+      await insertLeaseRows(stack().db.pool, [lease]);
+      await stack().db.pool.query(
+        `INSERT INTO host_allocations (host_id, reservation_id, lease_id, project_id, during, blocks, booking_key, shared, preemptible)
+         VALUES ($1, $2, $3, 'alpha', tstzrange(to_timestamp($4 / 1000.0), to_timestamp($5 / 1000.0)), tstzrange(to_timestamp($4 / 1000.0), to_timestamp($5 / 1000.0)), $6, $7, $8)`,
+        [hostId, lease.reservations[0].id, lease.id, lease.startMs, lease.endMs, `inserted-${name}`, booking.shared ?? false, booking.preemptible ?? false],
+      );
+      leaseIds[name] = lease.id;
+    };
+
+    beforeAll(async () => {
+      for (const slot of ['a', 'b']) hostIds[`spare-${slot}`] = await insertHost(stack().db.pool, { name: `spare-${slot}`, capabilities: { gpu: 'spare', slot, rack: 'r-spare' } });
+      await create(alpha, 'alpha-preemptible', 10, 14, spare('a', { preemptible: true }));
+      await create(beta, 'beta-preemptible', 10, 14, spare('b', { preemptible: true }));
+      // A regular lease needs spare-a from 12:00: alpha's preemptible lease is cut to end then (no cleaning gap here).
+      await create(beta, 'beta-regular', 12, 13, spare('a'));
+      // Instance slots (a shared row, never flagged itself): preemptible by their reservation's params.
+      await insertAlphaLease('alpha-slots', { status: 'PENDING', reservations: [pendingReservation('virtual:instance', { amount: 1, preemptible: true })] }, hostIds['spare-b'], { shared: true });
+      // A preempted lease that ended long ago, its owed cut's row purged: the cut is its own end.
+      await insertAlphaLease(
+        'alpha-preempted-long-ago',
+        { status: 'TERMINATED', statusReason: preemptionReason(later + 22 * HOUR), startMs: later + 21 * HOUR, endMs: later + 22 * HOUR, reservations: [pendingReservation('physical:host', { min: 1, max: 1, preemptible: true })] },
+        hostIds['spare-a'],
+        { preemptible: true },
+      );
+    });
+
+    const laterWindow = () => window({ start: iso(later), end: iso(later + DAY), resource_properties: '["==", "$gpu", "spare"]' });
+    const withLease = (bookings: Array<{ lease_id?: string }>, name: string) => bookings.filter((b) => b.lease_id === leaseIds[name]);
+
+    it("says which bookings are preemptible (anyone's), and a preempted lease's cut to whoever may know the lease", async () => {
+      const mine = await alpha('GET', laterWindow());
+      expect(mine.status).toBe(200);
+      const base = { reservation_id: expect.any(String), status: expect.any(String), mine: true };
+      expect(withLease(mine.body.bookings, 'alpha-preemptible')).toEqual([
+        { host_id: hostIds['spare-a'], preemptible: true, start_ms: later + 10 * HOUR, end_ms: later + 12 * HOUR, lease_id: leaseIds['alpha-preemptible'], lease_name: 'alpha-preemptible', ...base, preempted: true, cut_ms: later + 12 * HOUR },
+      ]);
+      expect(withLease(mine.body.bookings, 'alpha-slots')).toEqual([
+        { host_id: hostIds['spare-b'], shared: true, preemptible: true, start_ms: later + 20 * HOUR, end_ms: later + 21 * HOUR, lease_id: leaseIds['alpha-slots'], lease_name: 'alpha-slots', ...base },
+      ]);
+      expect(withLease(mine.body.bookings, 'alpha-preempted-long-ago')).toEqual([
+        { host_id: hostIds['spare-a'], preemptible: true, start_ms: later + 21 * HOUR, end_ms: later + 22 * HOUR, lease_id: leaseIds['alpha-preempted-long-ago'], lease_name: 'alpha-preempted-long-ago', ...base, status: 'TERMINATED', preempted: true, cut_ms: later + 22 * HOUR },
+      ]);
+      // Beta's: the regular booking says nothing more than before; the preemptible one says so, and nothing of whose it is.
+      const others = mine.body.bookings.filter((b: { reserved?: boolean }) => b.reserved);
+      expect(others).toEqual([
+        { host_id: hostIds['spare-a'], start_ms: later + 12 * HOUR, end_ms: later + 13 * HOUR, reserved: true },
+        { host_id: hostIds['spare-b'], preemptible: true, start_ms: later + 10 * HOUR, end_ms: later + 14 * HOUR, reserved: true },
+      ]);
+      expect(mine.body.leases.filter((l: { preemptible?: boolean }) => l.preemptible).map((l: { name: string }) => l.name).sort()).toEqual(['alpha-preempted-long-ago', 'alpha-preemptible']);
+
+      // Beta sees alpha's preempted booking as preemptible and reserved: not that it was preempted, nor its lease.
+      const theirs = await beta('GET', laterWindow());
+      const alphaOnA = theirs.body.bookings.filter((b: { host_id: string; reserved?: boolean; start_ms: number }) => b.reserved && b.host_id === hostIds['spare-a']);
+      expect(alphaOnA).toEqual([
+        { host_id: hostIds['spare-a'], preemptible: true, start_ms: later + 10 * HOUR, end_ms: later + 12 * HOUR, reserved: true },
+        { host_id: hostIds['spare-a'], preemptible: true, start_ms: later + 21 * HOUR, end_ms: later + 22 * HOUR, reserved: true },
+      ]);
+      expect(withLease(theirs.body.bookings, 'beta-regular')[0]).not.toHaveProperty('preemptible');
+      expect(withLease(theirs.body.bookings, 'beta-preemptible')[0]).toMatchObject({ preemptible: true, mine: true });
+      expect(JSON.stringify(theirs.body)).not.toMatch(/preempted|cut_ms|alpha/);
+
+      // An admin sees the cut of any project's lease.
+      const all = await admin('GET', laterWindow());
+      expect(withLease(all.body.bookings, 'alpha-preemptible')).toEqual([expect.objectContaining({ project_id: 'alpha', preempted: true, cut_ms: later + 12 * HOUR })]);
+    });
+
+    it('the allocations API marks each preemptible reservation of a host `preemptible: true`', async () => {
+      type Entry = { id: string; lease_id: string; preemptible?: boolean };
+      const flags = (reservations: Entry[]) => Object.fromEntries(reservations.map((r) => [Object.keys(leaseIds).find((name) => leaseIds[name] === r.lease_id), r.preemptible]));
+      const one = await admin('GET', `/v1/os-hosts/${hostIds['spare-a']}/allocation`);
+      expect(one.status).toBe(200);
+      expect(flags(one.body.allocation.reservations)).toEqual({ 'alpha-preemptible': true, 'beta-regular': undefined, 'alpha-preempted-long-ago': true });
+      expect(one.body.allocation.reservations.find((r: Entry) => r.lease_id === leaseIds['beta-regular'])).not.toHaveProperty('preemptible');
+      // The streamed list: a whole host's flag, and instance slots' from their reservation's params.
+      const list = await admin('GET', '/v1/os-hosts/allocations');
+      const onSpareB = list.body.allocations.find((a: { resource_id: string }) => a.resource_id === hostIds['spare-b']);
+      expect(flags(onSpareB.reservations)).toEqual({ 'beta-preemptible': true, 'alpha-slots': true });
+      // A member sees its own, flagged as well.
+      const own = await alpha('GET', `/v1/os-hosts/allocations?lease_id=${leaseIds['alpha-preemptible']}`);
+      expect(own.body.allocations).toEqual([{ resource_id: hostIds['spare-a'], hypervisor_hostname: 'spare-a', reservations: [expect.objectContaining({ lease_id: leaseIds['alpha-preemptible'], preemptible: true })] }]);
+    });
   });
 });

@@ -3,7 +3,8 @@
  * their dates say, another project's lease shows without its name, a lease lists its possible
  * extensions and a refused extension offers the ends possible, "find a slot" lists the API's offers
  * and books one that then appears, holds one (a countdown; the hold becomes the lease) or releases
- * it, and shows a refusal's fresh offers. Screenshots of each page go to
+ * it, and shows a refusal's fresh offers; preemptible bookings are hatched, a preempted lease marked at
+ * its cut. Screenshots of each page go to
  * test-artifacts/calendar-page/; axe-core finds no serious accessibility violation.
  */
 import path from 'node:path';
@@ -441,6 +442,51 @@ describe('the calendar page in Chromium', () => {
     expect(await hover(gap)).toContain('alpha-daily-2: not booked (capacity), a gap in series alpha-daily');
     await expect(page.getByRole('region', { name: 'Your leases in view' }).textContent()).resolves.toMatch(/alpha-daily-2 ?not booked/);
     await page.screenshot({ path: path.join(artefacts, 'series.png') });
+  });
+
+  it('draws preemptible bookings hatched and a preempted lease marked at its cut, and says so in the legend, on hover and among your leases', async () => {
+    const PREEMPTED = [0x7a, 0x14, 0x14]; // web/src/paint.ts PREEMPTED_COLOR
+    for (const name of ['spare-1', 'spare-2']) {
+      await insertHost(stack().db.pool, { name, capabilities: { gpu: 'spare', slot: name } });
+      hosts.push(name); // rows come in host order: the last two
+    }
+    const spare = (name: string, fields: Record<string, unknown> = {}) => blazarHostReservation({ resource_properties: JSON.stringify(['==', '$slot', name]), ...fields });
+    const book = async (who: typeof alpha, name: string, start: number, end: number, reservation: Record<string, unknown>) => {
+      const res = await who('POST', '/v1/leases', { name, start_date: at(start), end_date: at(end), reservations: [reservation] });
+      expect({ name, status: res.status }).toEqual({ name, status: 201 });
+    };
+    await book(alpha, 'alpha-preemptible', 36, 60, spare('spare-1', { preemptible: true }));
+    await book(beta, 'beta-preemptible', 36, 60, spare('spare-2', { preemptible: true }));
+    await book(beta, 'beta-needs-spare', 48, 60, spare('spare-1')); // cuts alpha's lease to end at 48:00
+    await page.reload();
+    await page.waitForFunction(() => performance.getEntriesByName('calendar-drawn').length > 0);
+
+    /** 24 pixels across from a point, as "r,g,b". */
+    const across = (p: { x: number; y: number }) =>
+      page.getByTestId('gantt').evaluate<string[], { x: number; y: number }, CanvasLike>((canvas, at) => {
+        const data = canvas.getContext('2d')!.getImageData(Math.round(at.x), Math.round(at.y), 24, 1).data;
+        return Array.from({ length: 24 }, (_, i) => [...data.slice(i * 4, i * 4 + 3)].join());
+      }, p);
+    const white = (rgb: string) => rgb.split(',').every((c) => Number(c) >= 235);
+    // Alpha's own preemptible booking: pending's blue with white stripes; beta's: reserved's grey with them; beta's regular one plain.
+    const own = await pointOf('spare-1', day + 40 * HOUR);
+    expect(await across(own)).toContain(PENDING.join());
+    expect((await across(own)).some(white)).toBe(true);
+    const theirs = await pointOf('spare-2', day + 40 * HOUR);
+    expect(await across(theirs)).toContain(RESERVED.join());
+    expect((await across(theirs)).some(white)).toBe(true);
+    expect(new Set(await across(await pointOf('spare-1', day + 52 * HOUR)))).toEqual(new Set([RESERVED.join()]));
+    // The preempted lease's mark, just before its cut.
+    const cut = await pointOf('spare-1', day + 48 * HOUR);
+    expect(await pixel({ x: cut.x - 2, y: cut.y })).toEqual(PREEMPTED);
+    expect(await hover(own)).toContain(`alpha-preemptible (PENDING), preemptible, preempted: cut to end ${at(48)} UTC`);
+    expect(await hover(theirs)).toContain('reserved by another project, preemptible');
+    await expect(page.getByRole('list', { name: 'Legend' }).textContent()).resolves.toMatch(/preemptible \(a regular lease may take it back\).*preempted: cut to end at the dark mark/);
+    const listed = page.getByRole('region', { name: 'Your leases in view' }).getByRole('listitem').filter({ hasText: 'alpha-preemptible' });
+    await expect(listed.getByTitle(/^preemptible/).textContent()).resolves.toBe('preemptible');
+    await expect(listed.textContent()).resolves.toContain(`preempted: cut to end ${at(48)} UTC`);
+    await page.screenshot({ path: path.join(artefacts, 'preemptible.png') });
+    expect(await axeViolations()).toEqual([]);
   });
 
   it('shows the usage policy\'s dry run before booking: a line per rule the lease as asked would break', async () => {

@@ -131,6 +131,14 @@ describe('the OpenAPI description', () => {
     await call('GET', `/v1/os-hosts/${hostId}`);
     await call('GET', '/v1/os-hosts/properties?detail=1');
     await call('PATCH', '/v1/os-hosts/properties/gpu', { private: false });
+    // A preemptible lease cut by a regular one (3 days ahead, on a host of its own): the allocations' and the calendar's flags.
+    const spareId = await insertHost(stack().db.pool, { name: 'openapi-spare', capabilities: { pool: 'spare' } });
+    const spare = (fields: Record<string, unknown> = {}) => blazarHostReservation({ resource_properties: '["==", "$pool", "spare"]', ...fields });
+    const later = { start_date: inSeconds(3 * 86_400), end_date: inSeconds(3 * 86_400 + 7200) };
+    await call('POST', '/v1/leases', { name: 'openapi-preemptible', ...later, reservations: [spare({ preemptible: true })] });
+    await call('POST', '/v1/leases', { name: 'openapi-preempting', start_date: inSeconds(3 * 86_400 + 3600), end_date: later.end_date, reservations: [spare()] });
+    await call('GET', `/v1/os-hosts/${spareId}/allocation`);
+    await call('GET', `/v1/calendar?start=${encodeURIComponent(later.start_date)}&end=${encodeURIComponent(later.end_date)}`);
     await call('GET', '/v1/os-hosts/allocations');
     await call('GET', `/v1/os-hosts/${hostId}/allocation`);
     await call('GET', '/v1/floatingips');

@@ -7,12 +7,14 @@
  *
  * Same policy as the rest of the API: a caller's own project's bookings (every booking for an admin)
  * carry their lease's id, name and status; another project's say only `reserved`. Private host
- * capabilities are the admins'.
+ * capabilities are the admins'. A preemptible booking says so (anyone's); a preempted lease's bookings
+ * say `preempted` and the end it was cut to (`cut_ms`) to whoever may know the lease.
  */
 import { Router } from 'express';
 import { z } from 'zod';
 import { hostBookingsInWindow, type HostBookingInWindow } from '../db/host-allocations';
 import { listLeases } from '../db/leases';
+import { isPreemptibleLease } from '../domain/preemption';
 import { seriesGapsInWindow } from '../db/series';
 import { quantityBookingsInWindow, type QuantityBookingInWindow } from '../db/quantity-allocations';
 import type { Pool } from '../db/pool';
@@ -41,10 +43,13 @@ export const MAX_CALENDAR_SERIES = 100;
 
 type LeaseColumns = Pick<HostBookingInWindow, 'lease_id' | 'reservation_id' | 'project_id' | 'lease_name' | 'status' | 'start_ms' | 'end_ms' | 'hold_expires_ms'>;
 
+/** Whether the caller may know whose booking it is: its own project's, or any for an admin. */
+const mayKnowLease = (identity: Identity, row: Pick<LeaseColumns, 'project_id'>) => identity.isAdmin || row.project_id === identity.projectId;
+
 /** Whose booking it is, as far as the caller may know. */
 function visibleLease(identity: Identity, row: LeaseColumns) {
   const span = { start_ms: row.start_ms, end_ms: row.end_ms };
-  if (!identity.isAdmin && row.project_id !== identity.projectId) return { ...span, reserved: true };
+  if (!mayKnowLease(identity, row)) return { ...span, reserved: true };
   return {
     ...span,
     lease_id: row.lease_id,
@@ -55,6 +60,17 @@ function visibleLease(identity: Identity, row: LeaseColumns) {
     ...(row.hold_expires_ms !== null ? { held: true, hold_id: row.lease_id, expires_at_ms: row.hold_expires_ms } : {}),
     ...(identity.isAdmin ? { project_id: row.project_id, mine: row.project_id === identity.projectId } : { mine: true }),
   };
+}
+
+/**
+ * Preemptible is said of every booking (capacity a regular lease may take back, as offers count it);
+ * that a lease was preempted, and its cut, only to whoever may know the lease. Set in place: spreads
+ * cost, one per booking of the answer.
+ */
+function withPreemption(identity: Identity, row: HostBookingInWindow, booking: Record<string, unknown>): Record<string, unknown> {
+  if (row.preemptible) booking.preemptible = true;
+  if (row.cut_ms !== null && mayKnowLease(identity, row)) Object.assign(booking, { preempted: true, cut_ms: row.cut_ms });
+  return booking;
 }
 
 export function calendarRouter(deps: { pool: Pool; calendar: HostCalendar }): Router {
@@ -90,11 +106,11 @@ export function calendarRouter(deps: { pool: Pool; calendar: HostCalendar }): Ro
         local_gb: h.local_gb,
         properties: identity.isAdmin ? h.capabilities : Object.fromEntries(Object.entries(h.capabilities).filter(([name]) => !h.private_capabilities.includes(name))),
       })),
-      bookings: hostBookings.slice(0, MAX_CALENDAR_BOOKINGS).map((b) => ({ host_id: b.host_id, ...(b.shared ? { shared: true } : {}), ...visibleLease(identity, b), ...inSeries(b.lease_id) })),
+      bookings: hostBookings.slice(0, MAX_CALENDAR_BOOKINGS).map((b) => withPreemption(identity, b, { host_id: b.host_id, ...(b.shared ? { shared: true } : {}), ...visibleLease(identity, b), ...inSeries(b.lease_id) })),
       providers: quantities.providers.map((p) => ({ uuid: p.uuid, name: p.name, host: p.host, kind: p.kind, capacity: p.capacity, usable: p.usable })),
       usage: quantities.bookings.slice(0, MAX_CALENDAR_BOOKINGS).map((b: QuantityBookingInWindow) => ({ provider_uuid: b.provider_uuid, amounts: b.amounts, ...visibleLease(identity, b) })),
       // The caller's project's leases overlapping the window, booked or not.
-      leases: ownLeases.slice(0, MAX_CALENDAR_LEASES).map((l) => ({ id: l.id, name: l.name, status: l.status, start_ms: l.startMs, end_ms: l.endMs, ...(l.seriesId ? { series_id: l.seriesId } : {}) })),
+      leases: ownLeases.slice(0, MAX_CALENDAR_LEASES).map((l) => ({ id: l.id, name: l.name, status: l.status, start_ms: l.startMs, end_ms: l.endMs, ...(l.seriesId ? { series_id: l.seriesId } : {}), ...(isPreemptibleLease(l) ? { preemptible: true } : {}) })),
       // The caller's project's series with occurrences refused in the window (partial creates): their gaps.
       series: gaps.map((g) => ({ id: g.id, name: g.name, gaps: g.gaps.map((o) => ({ name: o.name, start_ms: o.startMs, end_ms: o.endMs, reason: o.reason })) })),
       ...(truncated ? { truncated: true, note: `more than ${MAX_CALENDAR_BOOKINGS} bookings or ${MAX_CALENDAR_LEASES} of your leases in the window: showing the first; narrow the window or the hosts` } : {}),

@@ -25,7 +25,12 @@ export const hostAllocationQuery = z.object({
 /** Bookings per query of the allocations list (~200 bytes of JSON each). */
 const LIST_BATCH_SIZE = 1_000;
 
-const reservationOf = (e: AllocationEntry) => ({ id: e.reservation_id, lease_id: e.lease_id, project_id: e.project_id, start_date: formatBlazarDate(e.start_ms), end_date: formatBlazarDate(e.end_ms) });
+/** Blazar's reservation entry; a preemptible booking (issue 43) adds `preemptible: true` (Blazar's clients pass unknown keys through). */
+function reservationOf(e: AllocationEntry) {
+  const entry = { id: e.reservation_id, lease_id: e.lease_id, project_id: e.project_id, start_date: formatBlazarDate(e.start_ms), end_date: formatBlazarDate(e.end_ms) };
+  // No spread for the regular ones: the list writes one entry per booking of the cloud.
+  return e.preemptible ? { ...entry, preemptible: true } : entry;
+}
 
 /** Blazar's shape: one entry per host, with the reservations booked on it. */
 function byHost(entries: AllocationEntry[]) {

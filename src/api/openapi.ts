@@ -173,7 +173,8 @@ const bookedMaintenance = maintenanceWindow.extend({
   leases_not_ended: z.array(z.strictObject({ lease_id: z.string(), error: z.string() })),
 });
 const windowParams = z.object({ id: z.string().max(255).describe('the host id'), windowId: z.string().max(255).describe('the window id') });
-const hostAllocation = z.strictObject({ resource_id: z.string(), hypervisor_hostname: z.string().optional(), reservations: z.array(allocatedReservation) }).openapi('HostAllocation');
+const hostAllocatedReservation = allocatedReservation.extend({ preemptible: z.literal(true).optional().describe('a preemptible booking (extension): a regular lease may cut it') });
+const hostAllocation = z.strictObject({ resource_id: z.string(), hypervisor_hostname: z.string().optional(), reservations: z.array(hostAllocatedReservation) }).openapi('HostAllocation');
 const floatingIpAllocation = z.strictObject({ resource_id: z.string(), floating_ip_address: z.string(), reservations: z.array(allocatedReservation) }).openapi('FloatingIpAllocation');
 
 const versions = z.strictObject({
@@ -237,10 +238,18 @@ const calendar = z.strictObject({
   end_ms: z.number(),
   now_ms: z.number(),
   hosts: z.array(z.strictObject({ id: z.string(), hypervisor_hostname: z.string(), vcpus: z.number(), memory_mb: z.number(), local_gb: z.number(), properties: z.record(z.string(), z.unknown()) })),
-  bookings: z.array(bookingLease.extend({ host_id: z.string(), shared: z.boolean().optional() })),
+  bookings: z.array(
+    bookingLease.extend({
+      host_id: z.string(),
+      shared: z.boolean().optional(),
+      preemptible: z.literal(true).optional().describe('a preemptible booking (anyone\'s): a regular lease may take it back'),
+      preempted: z.literal(true).optional().describe('its lease was preempted (only to whoever may know the lease)'),
+      cut_ms: z.number().optional().describe('with preempted: the end the lease was cut to'),
+    }),
+  ),
   providers: z.array(z.looseObject({ uuid: z.string(), name: z.string(), kind: z.string() })),
   usage: z.array(bookingLease.extend({ provider_uuid: z.string(), amounts: z.record(z.string(), z.number()) })),
-  leases: z.array(z.strictObject({ id: z.string(), name: z.string(), status: z.enum(LEASE_STATUSES), start_ms: z.number(), end_ms: z.number(), series_id: z.string().optional() })),
+  leases: z.array(z.strictObject({ id: z.string(), name: z.string(), status: z.enum(LEASE_STATUSES), start_ms: z.number(), end_ms: z.number(), series_id: z.string().optional(), preemptible: z.literal(true).optional() })),
   series: z
     .array(z.strictObject({ id: z.string(), name: z.string(), gaps: z.array(z.strictObject({ name: z.string(), start_ms: z.number(), end_ms: z.number(), reason: z.string() })) }))
     .describe("the caller's series with occurrences refused in the window (gaps)"),
@@ -519,7 +528,7 @@ export function apiOperations(types: ResourceTypes): Operation[] {
     },
     {
       method: 'get', path: '/v1/os-hosts/allocations', tags: ['hosts'], summary: "List hosts' bookings",
-      description: "Every enrolled host with the reservations booked on it (filtered by `lease_id`, `reservation_id`, or a `from`/`to` window), streamed. A non-admin sees only the hosts and bookings of their own project's leases.",
+      description: "Every enrolled host with the reservations booked on it (filtered by `lease_id`, `reservation_id`, or a `from`/`to` window), streamed; a preemptible booking's entry says `preemptible: true`. A non-admin sees only the hosts and bookings of their own project's leases.",
       security: AUTHENTICATED,
       request: { query: hostAllocationQuery },
       responses: { 200: json(z.strictObject({ allocations: z.array(hostAllocation) }), 'the allocations'), ...COMMON_REFUSALS },
@@ -748,7 +757,7 @@ export function apiOperations(types: ResourceTypes): Operation[] {
     {
       method: 'get', path: '/v1/calendar', tags: ['availability'], summary: 'Bookings in a window (extension)',
       description:
-        "What the calendar page draws: the hosts matching the property queries, their bookings in the window (another project's shown only as `reserved`), quantity providers (bandwidth, instance slots) with their bookings, and the caller's own leases. At most 93 days; past 30 000 bookings the answer says `truncated`.",
+        "What the calendar page draws: the hosts matching the property queries, their bookings in the window (another project's shown only as `reserved`; `preemptible` ones flagged, and to whoever may know the lease, a preempted lease's `cut_ms`), quantity providers (bandwidth, instance slots) with their bookings, and the caller's own leases. At most 93 days; past 30 000 bookings the answer says `truncated`.",
       security: AUTHENTICATED,
       request: { query: calendarQuery },
       responses: { 200: json(calendar, 'the window'), ...COMMON_REFUSALS },

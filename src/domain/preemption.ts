@@ -18,9 +18,12 @@ export function isPreemptibleLease(lease: Pick<Lease, 'reservations'>): boolean 
   return lease.reservations.length > 0 && lease.reservations.every(isPreemptibleReservation);
 }
 
+/** How a preempted lease's status_reason begins (the calendar tells an ended one by it once its cut's row is purged). */
+export const PREEMPTION_REASON_PREFIX = 'preempted:';
+
 /** The status_reason of a preempted lease. */
 export function preemptionReason(neededFromMs: number): string {
-  return `preempted: host needed by another lease from ${formatMessageDate(neededFromMs)}`;
+  return `${PREEMPTION_REASON_PREFIX} host needed by another lease from ${formatMessageDate(neededFromMs)}`;
 }
 
 /** The `lease.preempting` notice's details, told at `nowMs` of an end at `endMs`. */

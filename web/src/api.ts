@@ -25,6 +25,11 @@ export interface CalendarBooking {
   expires_at_ms?: number;
   /** One of the caller's recurring leases: its series. */
   series_id?: string;
+  /** Preemptible time (anyone's): a regular lease may take it back. */
+  preemptible?: boolean;
+  /** A lease the caller may know was preempted: `cut_ms` is the end it was cut to. */
+  preempted?: boolean;
+  cut_ms?: number;
 }
 
 export interface CalendarHost {
@@ -59,7 +64,7 @@ export interface CalendarWindow {
   providers: CalendarProvider[];
   usage: CalendarUsage[];
   /** The caller's project's own leases overlapping the window (booked or not). */
-  leases: Array<{ id: string; name: string; status: string; start_ms: number; end_ms: number; series_id?: string }>;
+  leases: Array<{ id: string; name: string; status: string; start_ms: number; end_ms: number; series_id?: string; preemptible?: boolean }>;
   /** The caller's series with occurrences refused in the window: their gaps. */
   series?: Array<{ id: string; name: string; gaps: Array<{ name: string; start_ms: number; end_ms: number; reason: string }> }>;
   truncated?: boolean;

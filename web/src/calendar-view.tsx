@@ -138,6 +138,8 @@ export function CalendarView(props: { credentials: Credentials }) {
 
   const myGaps = useMemo(() => (data?.series ?? []).flatMap((one) => one.gaps.map((gap) => ({ ...gap, series: one.name }))).filter((gap) => gap.end_ms > viewStart && gap.start_ms < viewEnd), [data, viewStart, viewEnd]);
   const myLeases = useMemo(() => (data?.leases ?? []).filter((l) => l.end_ms > viewStart && l.start_ms < viewEnd).sort((a, b) => a.start_ms - b.start_ms), [data, viewStart, viewEnd]);
+  // The end each preempted lease of the caller's was cut to, from its bookings.
+  const cuts = useMemo(() => new Map((data?.bookings ?? []).filter((b) => b.preempted && b.lease_id && b.cut_ms !== undefined).map((b) => [b.lease_id!, b.cut_ms!])), [data]);
 
   const go = (to: number) => setViewStart(to);
   return (
@@ -228,6 +230,15 @@ export function CalendarView(props: { credentials: Credentials }) {
               <li key={l.id}>
                 <a href={`#/leases/${l.id}`}>{l.name}</a> <span class={`badge status-${l.status}`}>{l.status}</span> {formatRange(l.start_ms, l.end_ms)}
                 {l.series_id ? ' (recurring)' : ''}
+                {l.preemptible && (
+                  <>
+                    {' '}
+                    <span class="badge preemptible" title="preemptible: a regular lease may take its hosts back">
+                      preemptible
+                    </span>
+                  </>
+                )}
+                {cuts.has(l.id) && ` preempted: cut to end ${formatWhen(cuts.get(l.id)!)}`}
               </li>
             ))}
             {myGaps.map((gap) => (
@@ -302,6 +313,12 @@ function Legend() {
       </li>
       <li>
         <span class="swatch held" /> held by you (no lease yet)
+      </li>
+      <li>
+        <span class="swatch preemptible" /> preemptible (a regular lease may take it back)
+      </li>
+      <li>
+        <span class="swatch preempted" /> preempted: cut to end at the dark mark
       </li>
       <li>
         <span class="swatch ghost" /> an offer that fits

@@ -1,7 +1,7 @@
 /** What the two timelines show: host rows with lease bars, and provider rows with their booked share over time. */
 import type { CalendarBooking, CalendarHost, CalendarProvider, CalendarUsage, CalendarWindow } from './api';
 import { fit, type Row, type RowGeometry } from './timeline';
-import { formatRange } from './time';
+import { formatRange, formatWhen } from './time';
 import type { SeriesGap } from './series';
 
 /** Colours by lease status; text on them is dark or white by contrast. */
@@ -23,6 +23,18 @@ export const SERIES_COLOR = '#d9730d';
 const SERIES_STRIP = 3;
 /** The caller's offer holds: pending's blue, hatched (booked, but no lease yet). */
 export const HELD_COLOR = { fill: '#dbe5f6', stripe: STATUS_COLORS.PENDING.fill, text: '#0b1f3a' };
+/** Preemptible time: its status's (or reserved's) fill hatched with white the other way from a hold. */
+export const PREEMPTIBLE_STRIPE = '#ffffff';
+/** A preempted lease: a dark mark at the end it was cut to. */
+export const PREEMPTED_COLOR = '#7a1414';
+const PREEMPTED_MARK = 4;
+
+/**
+ * How a booking holds its time, each kind drawn its own way over its bar (paintKind). Lent time
+ * (issue 43's lending, not built yet) is to be a kind here, drawn in paintKind and named in the legend.
+ */
+export type BookingKind = 'regular' | 'preemptible';
+export const bookingKind = (b: Pick<CalendarBooking, 'preemptible'>): BookingKind => (b.preemptible ? 'preemptible' : 'regular');
 
 export interface HostRow extends Row {
   host?: CalendarHost;
@@ -48,7 +60,8 @@ export function describeBooking(b: CalendarBooking): string {
     : b.held
       ? `held by you until ${b.expires_at_ms ? new Date(b.expires_at_ms).toISOString().slice(11, 19) : '?'} UTC (no lease yet: Book it under Find a slot)`
       : `${b.lease_name ?? 'lease'} (${b.status ?? 'unknown'})`;
-  return `${who}${b.shared ? ', instance slots' : ''}${b.series_id ? ', recurring (one of a series)' : ''}: ${formatRange(b.start_ms, b.end_ms)}`;
+  const preempted = b.preempted && b.cut_ms !== undefined ? `, preempted: cut to end ${formatWhen(b.cut_ms)}` : '';
+  return `${who}${b.shared ? ', instance slots' : ''}${b.preemptible ? ', preemptible' : ''}${preempted}${b.series_id ? ', recurring (one of a series)' : ''}: ${formatRange(b.start_ms, b.end_ms)}`;
 }
 
 /** The window's bookings per host, by start. */
@@ -91,6 +104,11 @@ export function paintHostRow(ctx: CanvasRenderingContext2D, bookings: CalendarBo
     ctx.fillStyle = colors.fill;
     ctx.fillRect(x0, top, width, height);
     if (b.held && !b.reserved) hatch(ctx, x0, top, width, height, HELD_COLOR.stripe);
+    paintKind(ctx, bookingKind(b), x0, top, width, height);
+    if (b.preempted && b.cut_ms !== undefined && b.cut_ms > viewStart && b.cut_ms <= viewEnd) {
+      ctx.fillStyle = PREEMPTED_COLOR;
+      ctx.fillRect(g.x(b.cut_ms) - PREEMPTED_MARK, top, PREEMPTED_MARK, height);
+    }
     if (b.mine) {
       ctx.strokeStyle = '#0b1f3a';
       ctx.strokeRect(x0 + 0.5, top + 0.5, width - 1, height - 1);
@@ -129,8 +147,19 @@ export function paintHostRow(ctx: CanvasRenderingContext2D, bookings: CalendarBo
   }
 }
 
-/** Diagonal stripes over a bar, 8 px apart (a bounded number: one per 8 px of its width and height). */
-function hatch(ctx: CanvasRenderingContext2D, x: number, y: number, width: number, height: number, color: string): void {
+/** What a booking's kind adds to its bar (a regular booking: nothing). */
+function paintKind(ctx: CanvasRenderingContext2D, kind: BookingKind, x: number, y: number, width: number, height: number): void {
+  switch (kind) {
+    case 'preemptible':
+      hatch(ctx, x, y, width, height, PREEMPTIBLE_STRIPE, 'down');
+      return;
+    case 'regular':
+      return;
+  }
+}
+
+/** Diagonal stripes over a bar, 8 px apart (a bounded number: one per 8 px of its width and height), rising to the right or falling. */
+function hatch(ctx: CanvasRenderingContext2D, x: number, y: number, width: number, height: number, color: string, slope: 'up' | 'down' = 'up'): void {
   ctx.save();
   ctx.beginPath();
   ctx.rect(x, y, width, height);
@@ -139,8 +168,8 @@ function hatch(ctx: CanvasRenderingContext2D, x: number, y: number, width: numbe
   ctx.lineWidth = 2;
   ctx.beginPath();
   for (let d = -height; d < width; d += 8) {
-    ctx.moveTo(x + d, y + height);
-    ctx.lineTo(x + d + height, y);
+    ctx.moveTo(x + d, slope === 'up' ? y + height : y);
+    ctx.lineTo(x + d + height, slope === 'up' ? y : y + height);
   }
   ctx.stroke();
   ctx.restore();
