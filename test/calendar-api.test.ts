@@ -198,7 +198,7 @@ describe('GET /v1/calendar', () => {
         { host_id: hostIds['spare-a'], start_ms: later + 12 * HOUR, end_ms: later + 13 * HOUR, reserved: true },
         { host_id: hostIds['spare-b'], preemptible: true, start_ms: later + 10 * HOUR, end_ms: later + 14 * HOUR, reserved: true },
       ]);
-      expect(mine.body.leases.filter((l: { preemptible?: boolean }) => l.preemptible).map((l: { name: string }) => l.name).sort()).toEqual(['alpha-preempted-long-ago', 'alpha-preemptible']);
+      expect(mine.body.leases.filter((l: { preemptible?: boolean }) => l.preemptible).map((l: { name: string }) => l.name).sort()).toEqual(['alpha-preempted-long-ago', 'alpha-preemptible', 'alpha-slots']);
 
       // Beta sees alpha's preempted booking as preemptible and reserved: not that it was preempted, nor its lease.
       const theirs = await beta('GET', laterWindow());
