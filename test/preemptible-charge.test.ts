@@ -113,6 +113,17 @@ describe('GET /v1/usage figures: preemptible time', () => {
     expect(policyRefusal(policy, subject(next), { others: [{ lease: asked, cutEndMs }], liveLeases: 1 })).toBeUndefined();
     expect(policyRefusal(policy, subject(next), { others: [{ lease: asked }], liveLeases: 1 })).toMatchObject({ rule: 'budget' });
   });
+
+  it('meters an ended preempted lease to its end, not to a cut the end came after (the eviction took its time)', () => {
+    const start = NOW - 10 * HOUR_MS;
+    const cutEndMs = NOW - 4 * HOUR_MS;
+    const endedLate = cutEndMs + 20 * 60_000; // its end actions began 20 min after the cut
+    const ended = active(start, cutEndMs, [reservation(true, { hosts: 1 })], { status: 'TERMINATED', events: [event('start_lease', 'DONE', { finishedAt: start }), event('end_lease', 'DONE', { startedAt: endedLate })] });
+    const report = usageReport([{ lease: ended, cutEndMs }], { window: WINDOW, nowMs: NOW, groupBy: ['project'], preemptibleChargeFactor: FACTOR }).total;
+    // Held (used) until its end began, whatever the owed cut's row says; booked (charged) to its end.
+    expect(report.used.host_hours).toBeCloseTo((endedLate - start) / HOUR_MS, 3);
+    expect(report.booked.host_hours).toBe(6);
+  });
 });
 
 const policyOf = (partial: Partial<UsagePolicy>): UsagePolicy => ({ atOnce: {}, enforceOnAdmins: [], preemptibleChargeFactor: FACTOR, ...partial });

@@ -139,7 +139,9 @@ export function usedInterval({ lease, deletedAtMs, cutEndMs }: MeteredLease, now
   if (from === undefined) return undefined;
   const end = lease.events.find((e) => e.event_type === 'end_lease');
   const endedMs = end && end.status !== 'UNDONE' ? (end.startedAt ?? lease.endMs) : undefined;
-  const to = Math.min(endedMs ?? Infinity, deletedAtMs ?? Infinity, cutEndMs ?? Infinity, endedMs === undefined && deletedAtMs === undefined ? Math.min(nowMs, lease.endMs) : Infinity);
+  // An owed cut stops the meter only while the lease runs: once it ended (late, after its eviction) or was deleted, that is when.
+  const running = endedMs === undefined && deletedAtMs === undefined;
+  const to = running ? Math.min(nowMs, lease.endMs, cutEndMs ?? Infinity) : Math.min(endedMs ?? Infinity, deletedAtMs ?? Infinity);
   return to > from ? { startMs: from, endMs: to } : undefined;
 }
 
