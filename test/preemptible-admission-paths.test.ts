@@ -109,6 +109,20 @@ describe('which bookings may preempt', () => {
     }
   });
 
+  it('an active preempted lease whose booking the workflow moves past its cut (the host free again) drops the owed cut: the meter and the workflow forget it', async () => {
+    const pool = database().pool;
+    const cutting = context(false, T0 + H, T0 + 2 * H);
+    await bookInTransaction(pool, (client) => calendar.bookWithin(client, cutting, { preempt: true }), { retryExclusion: true });
+    expect(await owed()).toEqual([lent.leaseId]);
+    await calendar.release(cutting.reservation.id, false);
+    // The lease, ACTIVE, asks for its whole window again (an extension from its cut end).
+    const settled: { preemptionSequence?: number } = {};
+    await calendar.book({ ...lent, leaseStatus: 'ACTIVE', endMs: T0 + 4 * H }, settled);
+    expect(await endsOf(lent.leaseId)).toEqual([T0 + 4 * H]);
+    expect(await owed()).toEqual([]);
+    expect(settled.preemptionSequence).toEqual(expect.any(Number));
+  });
+
   it('a refusal with no preemptible booking in its window reads the calendar once more for the choice, regular bookings only (and once to explain)', async () => {
     const pool = database().pool;
     await pool.query('TRUNCATE host_allocations, lease_preemptions');

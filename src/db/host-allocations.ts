@@ -11,6 +11,7 @@
 import type { PoolClient } from 'pg';
 import type { Lease } from '../domain/lease';
 import { PREEMPTION_REASON_PREFIX } from '../domain/preemption';
+import { CUT_END_JOIN } from './lease-preemptions';
 import { maintenanceBlocks, UNUSABLE_BOOKING_SQL } from './maintenance';
 import { reservationPreemptibleSql } from './leases';
 import type { Pool } from './pool';
@@ -164,13 +165,16 @@ export async function preemptibleBookingsOverlapping(
 
 /**
  * A preemptible lease cut to end at `endMs` (issue 43): every booking of the lease on a host (one
- * lease, one end) ends there, blocked `cleaningMs` more; those beginning at or after it go.
+ * lease, one end) ends there, blocked `cleaningMs` more; those beginning at or after it go. Their
+ * key's window half changes (what they were made for stays: bookedFor), so that a booking of the
+ * window first asked for is made again, never taken as done (alreadyBooked).
  * Answers whether any booking of the lease is left.
  */
 export async function cutPreemptibleLease(client: PoolClient, leaseId: string, endMs: number, cleaningMs: number): Promise<boolean> {
   await client.query(
     `UPDATE host_allocations
-     SET during = tstzrange(lower(during), to_timestamp($2 / 1000.0)), blocks = tstzrange(lower(blocks), to_timestamp($2 / 1000.0) + $3 * interval '1 millisecond')
+     SET during = tstzrange(lower(during), to_timestamp($2 / 1000.0)), blocks = tstzrange(lower(blocks), to_timestamp($2 / 1000.0) + $3 * interval '1 millisecond'),
+         booking_key = left(booking_key, 16) || left(md5(booking_key || ':cut:' || $2::text), 16)
      WHERE lease_id = $1 AND preemptible AND upper(during) > to_timestamp($2 / 1000.0) AND lower(during) < to_timestamp($2 / 1000.0)`,
     [leaseId, endMs, cleaningMs],
   );
@@ -425,10 +429,10 @@ export async function hostBookingsInWindow(pool: Pool, window: { fromMs: number;
   // `blocks` covers `during` and carries the GiST index of the exclusion constraint: it narrows, `during` decides.
   const { rows } = await pool.query<HostBookingInWindow>(
     `SELECT a.host_id::text, a.shared, ${PREEMPTIBLE_BOOKING} AS preemptible, ${BOOKING_LEASE_COLUMNS},
-            (extract(epoch FROM CASE WHEN p.lease_id IS NOT NULL THEN p.end_at
+            (extract(epoch FROM CASE WHEN cut.lease_id IS NOT NULL THEN cut.end_at
                                      WHEN l.status = 'TERMINATED' AND starts_with(l.document->>'statusReason', $5) THEN l.end_at END) * 1000)::float8 AS cut_ms
      FROM host_allocations a LEFT JOIN leases l ON l.id = a.lease_id AND l.deleted_at IS NULL ${HELD_BOOKING_JOIN}
-          LEFT JOIN lease_preemptions p ON p.lease_id = l.id
+          ${CUT_END_JOIN}
      WHERE a.blocks && ${WINDOW_PARAMS_RANGE} AND a.during && ${WINDOW_PARAMS_RANGE} AND a.host_id = ANY($3::bigint[])
      ORDER BY a.host_id, lower(a.during), a.id LIMIT $4`,
     [window.fromMs, window.toMs, window.hostIds, window.limit, PREEMPTION_REASON_PREFIX],
