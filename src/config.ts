@@ -9,6 +9,9 @@ import path from 'node:path';
 import { z } from 'zod';
 import { REPO_ROOT } from './paths';
 
+/** What a preemptible hour is charged for unless LK_PREEMPTIBLE_CHARGE_FACTOR says (a caller given no settings charges as the report does). */
+export const DEFAULT_PREEMPTIBLE_CHARGE_FACTOR = 0.25;
+
 const port = z.coerce.number().int().min(1).max(65535);
 const positiveInt = z.coerce.number().int().positive();
 const millis = z.coerce.number().int().min(0);
@@ -249,7 +252,7 @@ const envSchema = z.object({
     .string()
     .regex(/^(0(\.\d{1,6})?|1(\.0{1,6})?|\.\d{1,6})$/, 'expected a number from 0 to 1 with at most 6 decimals, such as 0.25')
     .transform(Number)
-    .default(0.25),
+    .default(DEFAULT_PREEMPTIBLE_CHARGE_FACTOR),
   // Exposure of the API: the base URL of the links it hands out (never the caller's Host header);
   // noauth trusts identity headers, so it listens on loopback only unless explicitly allowed.
   LK_PUBLIC_URL: z.url({ protocol: /^https?$/ }).optional(),

@@ -6,7 +6,7 @@
  * figures, the fit and offers without booking anything; the protective defaults hold.
  */
 import { randomUUID } from 'node:crypto';
-import { loadConfig } from '../src/config';
+import { DEFAULT_PREEMPTIBLE_CHARGE_FACTOR, loadConfig } from '../src/config';
 import { EVENT_TYPES, type Lease } from '../src/domain/lease';
 import { UsagePolicyEnforcer } from '../src/policy/enforcement';
 import { policyFileSchema } from '../src/policy/rules';
@@ -212,7 +212,7 @@ describe('fair share over time through the API', () => {
     const file = policyFileSchema.parse({
       projects: { [project]: { budget: { period: 'month', host_hours: 4 }, lead_time: [{ beyond_days: 7, max_hosts: 10 }], stacking: [{ resource_properties: GPU, window_days: 1, max_percent: 100 }] } },
     });
-    const enforcer = new UsagePolicyEnforcer({ pool, base: {}, file, fairShareLedgerCap: 3 });
+    const enforcer = new UsagePolicyEnforcer({ pool, base: {}, file, fairShareLedgerCap: 3, preemptibleChargeFactor: DEFAULT_PREEMPTIBLE_CHARGE_FACTOR });
     const now = Date.now();
     const monthStart = (ahead: number) => Date.UTC(new Date(now).getUTCFullYear(), new Date(now).getUTCMonth() + ahead, 1);
     const row = (startMs: number, hours = 1): Lease => {

@@ -11,6 +11,7 @@ import type { ResourceTypes } from '../domain/resource-plugin';
 import { admitInApi, admitsInApi, type ApiAdmissionDeps } from './admission';
 import { identityOf, type Identity } from './auth';
 import { toBlazarLease } from '../domain/blazar-format';
+import { isPreemptibleReservation } from '../domain/preemption';
 import { ApiError, parseRequest } from './errors';
 import { jsonArrayParts, sendJsonParts } from './json-stream';
 import { answerApproval, changeLease, claimKeyFor, createLease, idempotentLeaseId, noAnswerInTime, removeLease, requestHash, type LeaseCommandOptions } from './lease-commands';
@@ -263,8 +264,7 @@ export function changedReservation(lease: Lease, change: { id: string } & Record
   const params = parseRequest(type.paramsSchema, { ...reservation.params, ...fields }, `reservations[${index}]`);
   // A lease's bookings take `preemptible` when booked anew, which only a lease not started is (issue 43):
   // a started regular lease turned preemptible would keep its hosts and shed the rules preemptible_exempt lifts.
-  const preemptibleOf = (p: unknown) => (p as { preemptible?: unknown }).preemptible === true;
-  if (preemptibleOf(params) !== preemptibleOf(reservation.params) && lease.status !== 'PENDING') {
+  if (isPreemptibleReservation({ params }) !== isPreemptibleReservation(reservation) && lease.status !== 'PENDING') {
     throw new ApiError(400, `reservations[${index}].preemptible: can change only while the lease is PENDING (lease ${lease.name} is ${lease.status})`);
   }
   return { id, resource_type: reservation.resource_type, params };

@@ -49,8 +49,8 @@ export interface UsagePolicyDeps {
   fairShareLedgerCap?: number;
   /** How long an approval timeout's minute lasts: 60 s, shorter in tests only (config's approvalMinuteMs). */
   approvalMinuteMs?: number;
-  /** What a preemptible hour is charged for in the rules that count hours (LK_PREEMPTIBLE_CHARGE_FACTOR); absent: 1. */
-  preemptibleChargeFactor?: number;
+  /** What a preemptible hour is charged for in the rules that count hours (LK_PREEMPTIBLE_CHARGE_FACTOR): required, so that no caller charges otherwise than the usage report. */
+  preemptibleChargeFactor: number;
 }
 
 /** What the policy is asked about: the lease as it would be, as it was, by whom, and the exception asked for. */

@@ -2,7 +2,7 @@
  * The usage policy as the worker and the API build it from the settings, at start: a bad policy
  * file or external-filter setting stops the process with one line naming it (ConfigError).
  */
-import { ConfigError, externalFilterSettingsFromEnv, type Config } from '../config';
+import { ConfigError, DEFAULT_PREEMPTIBLE_CHARGE_FACTOR, externalFilterSettingsFromEnv, type Config } from '../config';
 import type { Pool } from '../db/pool';
 import { UsagePolicyEnforcer } from './enforcement';
 import { ExternalServiceFilter } from './external-filter';
@@ -19,6 +19,6 @@ export function usagePolicy(pool: Pool, config: Pick<Config, 'leaseLimits' | 'po
   }
   const external = externalFilterSettingsFromEnv(config.policy);
   return new UsagePolicyEnforcer({ pool, base: environmentRules({ ...config.leaseLimits, maxOfferHolds: config.offerHolds?.maxAtOnce }), file, external: external && new ExternalServiceFilter(external), onFailedOpen, approvalMinuteMs: config.approvalMinuteMs,
-    preemptibleChargeFactor: config.preemption?.chargeFactor,
+    preemptibleChargeFactor: config.preemption?.chargeFactor ?? DEFAULT_PREEMPTIBLE_CHARGE_FACTOR,
   });
 }
