@@ -237,7 +237,11 @@ describe('preemptible host leases', () => {
     const needing = await asB('POST', '/v1/leases', { name: 'regular-moved', start_date: inSeconds(18, base), end_date: inSeconds(3600, base), reservations: [held()] });
     expect(needing.status).toBe(201);
     const [{ end_ms: cutMs }] = await hostsOf(lentId);
-    await eventually(async () => (Date.parse(`${String((await leaseOf(lentId)).end_date).slice(0, 19)}Z`) === cutMs ? true : undefined));
+    const cut = await eventually(async () => {
+      const now = await leaseOf(lentId);
+      return Date.parse(`${String(now.end_date).slice(0, 19)}Z`) === cutMs ? now : undefined;
+    });
+    expect(cut.status_reason).toMatch(/^preempted: /);
     const moved = await asA('PUT', `/v1/leases/${lentId}`, {
       start_date: inSeconds(22, base),
       end_date: inSeconds(3600, base),
@@ -250,6 +254,8 @@ describe('preemptible host leases', () => {
       return now.status === 'PENDING' || now.status === 'STARTING' ? undefined : now;
     }, 60_000);
     expect(started.status).toBe('ACTIVE');
+    // Booked anew, it is no longer a preempted lease: its reason went with the cut.
+    expect(String(started.status_reason ?? '')).not.toMatch(/preempted/);
   });
 
   it('a cut whose tell comes only after an update booked the lease anew does not cut it', async () => {

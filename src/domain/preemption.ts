@@ -21,6 +21,9 @@ export function isPreemptibleLease(lease: Pick<Lease, 'reservations'>): boolean 
 /** How a preempted lease's status_reason begins (the calendar tells an ended one by it once its cut's row is purged). */
 export const PREEMPTION_REASON_PREFIX = 'preempted:';
 
+/** Whether a status_reason is a preemption's (preemptionReason). */
+export const isPreemptionReason = (reason: string | undefined): boolean => reason?.startsWith(PREEMPTION_REASON_PREFIX) ?? false;
+
 /** The status_reason of a preempted lease. */
 export function preemptionReason(neededFromMs: number): string {
   return `${PREEMPTION_REASON_PREFIX} host needed by another lease from ${formatMessageDate(neededFromMs)}`;

@@ -2,6 +2,7 @@
 import { patched } from '@temporalio/workflow';
 import { isExtensionOnly, ONLY_EXTENSIONS_WAIT } from '../../src/domain/approval';
 import { applyLeaseUpdate, assertSettled, bookingChanged, hasEnded, leaseConflict, type Lease, type LeaseUpdateRequest, type Reservation } from '../../src/domain/lease';
+import { isPreemptionReason } from '../../src/domain/preemption';
 import { ONE_ROLLBACK_FOR_UPDATES, ROLLBACK_ONLY_MOVED } from '../patches';
 import { mustFinish, quick } from './activity-options';
 import { justification } from './admission';
@@ -53,6 +54,8 @@ export async function applyUpdate(s: LeaseState, update: LeaseUpdateRequest): Pr
   const cutBefore = s.preemption;
   try {
     if (rebook) next = { ...next, reservations: await book(s, next, before, quick, moved) };
+    // Booked anew, a preempted lease's cut no longer applies, nor its reason (an ended lease would say it was preempted).
+    if (rebook && isPreemptionReason(next.statusReason)) next = { ...next, statusReason: undefined };
     // The usage policy is checked with the record, in its transaction: refused, it rolls back below.
     await record(s, next, 'life', { previous: before, byAdmin: update.byAdmin ?? false, ...justification(update.justification) });
   } catch (err) {
