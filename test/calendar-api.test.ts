@@ -167,7 +167,7 @@ describe('GET /v1/calendar', () => {
       await create(beta, 'beta-regular', 12, 13, spare('a'));
       // Instance slots (a shared row, never flagged itself): preemptible by their reservation's params.
       await insertAlphaLease('alpha-slots', { status: 'PENDING', reservations: [pendingReservation('virtual:instance', { amount: 1, preemptible: true })] }, hostIds['spare-b'], { shared: true });
-      // A preempted lease that ended long ago, its owed cut's row purged: the cut is its own end.
+      // A preempted lease that ended long ago, its owed cut's row purged: no longer marked (its status_reason alone may be stale: the lease may have been booked anew since).
       await insertAlphaLease(
         'alpha-preempted-long-ago',
         { status: 'TERMINATED', statusReason: preemptionReason(later + 22 * HOUR), startMs: later + 21 * HOUR, endMs: later + 22 * HOUR, reservations: [pendingReservation('physical:host', { min: 1, max: 1, preemptible: true })] },
@@ -190,7 +190,7 @@ describe('GET /v1/calendar', () => {
         { host_id: hostIds['spare-b'], shared: true, preemptible: true, start_ms: later + 20 * HOUR, end_ms: later + 21 * HOUR, lease_id: leaseIds['alpha-slots'], lease_name: 'alpha-slots', ...base },
       ]);
       expect(withLease(mine.body.bookings, 'alpha-preempted-long-ago')).toEqual([
-        { host_id: hostIds['spare-a'], preemptible: true, start_ms: later + 21 * HOUR, end_ms: later + 22 * HOUR, lease_id: leaseIds['alpha-preempted-long-ago'], lease_name: 'alpha-preempted-long-ago', ...base, status: 'TERMINATED', preempted: true, cut_ms: later + 22 * HOUR },
+        { host_id: hostIds['spare-a'], preemptible: true, start_ms: later + 21 * HOUR, end_ms: later + 22 * HOUR, lease_id: leaseIds['alpha-preempted-long-ago'], lease_name: 'alpha-preempted-long-ago', ...base, status: 'TERMINATED' },
       ]);
       // Beta's: the regular booking says nothing more than before; the preemptible one says so, and nothing of whose it is.
       const others = mine.body.bookings.filter((b: { reserved?: boolean }) => b.reserved);

@@ -138,7 +138,10 @@ describe('the OpenAPI description', () => {
     await call('POST', '/v1/leases', { name: 'openapi-preemptible', ...later, reservations: [spare({ preemptible: true })] });
     await call('POST', '/v1/leases', { name: 'openapi-preempting', start_date: inSeconds(3 * 86_400 + 3600), end_date: later.end_date, reservations: [spare()] });
     await call('GET', `/v1/os-hosts/${spareId}/allocation`);
-    await call('GET', `/v1/calendar?start=${encodeURIComponent(later.start_date)}&end=${encodeURIComponent(later.end_date)}`);
+    const cutView = await call('GET', `/v1/calendar?start=${encodeURIComponent(later.start_date)}&end=${encodeURIComponent(later.end_date)}`);
+    // The schema lets these fields be absent: the answer must have them for the check above to mean anything.
+    const cutBookings = (cutView!.bookings as Array<Record<string, unknown>>).filter((b) => b.lease_name === 'openapi-preemptible');
+    expect(cutBookings).toEqual([expect.objectContaining({ preemptible: true, preempted: true, cut_ms: expect.any(Number) })]);
     await call('GET', '/v1/os-hosts/allocations');
     await call('GET', `/v1/os-hosts/${hostId}/allocation`);
     await call('GET', '/v1/floatingips');

@@ -10,7 +10,6 @@
  */
 import type { PoolClient } from 'pg';
 import type { Lease } from '../domain/lease';
-import { PREEMPTION_REASON_PREFIX } from '../domain/preemption';
 import { CUT_END_JOIN } from './lease-preemptions';
 import { maintenanceBlocks, UNUSABLE_BOOKING_SQL } from './maintenance';
 import { reservationPreemptibleSql } from './leases';
@@ -420,7 +419,7 @@ export interface HostBookingInWindow extends BookingLeaseColumns {
   /** An instance reservation's slots on the host (shared with other instance reservations). */
   shared: boolean;
   preemptible: boolean;
-  /** The lease was preempted: the end it was cut to (its owed cut's, or once that is purged, an ended lease's own end); null otherwise. */
+  /** The lease was preempted: the end its owed cut put it at, while that row lasts (a week past the lease's end); null otherwise. */
   cut_ms: number | null;
 }
 
@@ -429,13 +428,12 @@ export async function hostBookingsInWindow(pool: Pool, window: { fromMs: number;
   // `blocks` covers `during` and carries the GiST index of the exclusion constraint: it narrows, `during` decides.
   const { rows } = await pool.query<HostBookingInWindow>(
     `SELECT a.host_id::text, a.shared, ${PREEMPTIBLE_BOOKING} AS preemptible, ${BOOKING_LEASE_COLUMNS},
-            (extract(epoch FROM CASE WHEN cut.lease_id IS NOT NULL THEN cut.end_at
-                                     WHEN l.status = 'TERMINATED' AND starts_with(l.document->>'statusReason', $5) THEN l.end_at END) * 1000)::float8 AS cut_ms
+            (extract(epoch FROM cut.end_at) * 1000)::float8 AS cut_ms
      FROM host_allocations a LEFT JOIN leases l ON l.id = a.lease_id AND l.deleted_at IS NULL ${HELD_BOOKING_JOIN}
           ${CUT_END_JOIN}
      WHERE a.blocks && ${WINDOW_PARAMS_RANGE} AND a.during && ${WINDOW_PARAMS_RANGE} AND a.host_id = ANY($3::bigint[])
      ORDER BY a.host_id, lower(a.during), a.id LIMIT $4`,
-    [window.fromMs, window.toMs, window.hostIds, window.limit, PREEMPTION_REASON_PREFIX],
+    [window.fromMs, window.toMs, window.hostIds, window.limit],
   );
   return rows;
 }

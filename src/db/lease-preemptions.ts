@@ -20,8 +20,9 @@ export interface ClaimedPreemption extends OwedPreemption {
 }
 
 /**
- * What the meter reads of this table beside a lease (db/leases.ts, the usage report's and policy's
- * reads): the end its latest cut put its bookings at, while the row lasts. The lease's own end
+ * What the meter (db/leases.ts, the usage report's and policy's reads) and the calendar page
+ * (host-allocations.ts) read of this table beside a lease: the end its latest cut put its
+ * bookings at, while the row lasts. The lease's own end
  * moves there once its workflow is told; a booking anew by the workflow deletes the row.
  * `leases` is aliased `l`.
  */

@@ -105,7 +105,8 @@ export function paintHostRow(ctx: CanvasRenderingContext2D, bookings: CalendarBo
     ctx.fillRect(x0, top, width, height);
     if (b.held && !b.reserved) hatch(ctx, x0, top, width, height, HELD_COLOR.stripe);
     paintKind(ctx, bookingKind(b), x0, top, width, height);
-    if (b.preempted && b.cut_ms !== undefined && b.cut_ms > viewStart && b.cut_ms <= viewEnd) {
+    // Only on its bar: a lease whose end came after its cut (a late eviction) ends past the mark.
+    if (b.preempted && b.cut_ms !== undefined && b.cut_ms > Math.max(viewStart, b.start_ms) && b.cut_ms <= Math.min(viewEnd, b.end_ms)) {
       ctx.fillStyle = PREEMPTED_COLOR;
       ctx.fillRect(g.x(b.cut_ms) - PREEMPTED_MARK, top, PREEMPTED_MARK, height);
     }
