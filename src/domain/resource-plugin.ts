@@ -262,6 +262,8 @@ export interface ResourceType<P = Record<string, unknown>> {
    * to `cut`, for the caller to tell once committed.
    */
   bookAtAdmission?(client: PoolClient, ctx: ReservationContext<P>, options?: { preempt?: boolean; cut?: string[] }): Promise<ReserveResult>;
+  /** What a type with bookAtAdmission must do before the transaction opens (no lock held), e.g. read capacities from the cloud when its copy is stale. */
+  beforeAdmission?(): Promise<void>;
   /**
    * The latest end the lease's bookings of this type can move to keeping their resources (extension
    * offers): Infinity when nothing follows; undefined when the lease holds none of this type. Types
@@ -290,8 +292,9 @@ export interface ResourcePlugin<P = Record<string, unknown>> extends ResourceTyp
    */
   moveWindow?(ctx: HookContext<P>): Promise<boolean>;
   /**
-   * Right after admission, when reserve asked for it: sets the resources aside until the start, so
-   * that others can use the capacity meanwhile (a server is shelved and offloaded).
+   * Right after admission, when reserve (or bookAtAdmission) asked for it: sets the resources aside
+   * until the start, so that others can use the capacity meanwhile (a server is shelved and
+   * offloaded), or makes in the cloud what the API's booking could not (an instance reservation's flavor).
    */
   hold?(ctx: HookContext<P>): Promise<void>;
   /** Makes the reserved resources usable by the lessee (unless reserve listed `startSteps`). */
