@@ -15,7 +15,10 @@ import { bookInTransaction } from '../src/resources/shared/booking';
 import { COMPUTE_KIND } from '../src/resources/shared/compute-providers';
 import { InstanceSlotCalendar, VIRTUAL_INSTANCE } from '../src/resources/virtual-instance/calendar';
 import { virtualInstanceParams } from '../src/resources/virtual-instance/params';
-import { virtualInstance } from '../src/resources/virtual-instance';
+import { virtualInstance, virtualInstancePlugin } from '../src/resources/virtual-instance';
+import { physicalHostPlugin } from '../src/resources/physical-host';
+import { formatRequestDate } from '../src/domain/dates';
+import { apiClient, eventually, inSeconds, useTestStack } from '../dev-stack/stack';
 import { pendingReservation, reservationContext } from '../dev-stack/fixtures/builders';
 import { useMigratedTestDatabase } from '../dev-stack/db';
 import { doubleBookings, insertHost } from '../dev-stack/fixtures/hosts';
@@ -159,5 +162,82 @@ describe('preemptible instance slots', () => {
     expect(await admit(needing, true, cut)).toEqual([expect.objectContaining({ hostId: '1', slots: 4 })]);
     expect(cut).toEqual([]);
     expect(await owed()).toEqual([{ lease_id: lent.leaseId, end_ms: T0 + H }]);
+  });
+});
+
+describe('preemptible instance leases through the API and the worker', () => {
+  const stack = useTestStack({
+    env: { LK_NOTIFY_BEFORE_END: 'none', LK_PREEMPT_EVICTION_SECONDS: '3' },
+    withPool: (pool) => [
+      virtualInstancePlugin({ pool, settings: { cleaningMs: 0 }, cloud: 'calendar-only' }),
+      physicalHostPlugin({ pool, settings: { cleaningMs: 0, randomChoice: false }, cloud: 'calendar-only' }),
+    ],
+  });
+  const asA = apiClient(() => stack().url, { 'x-project-id': 'project-a', 'x-user-id': 'alice', 'x-roles': 'member' });
+  const asB = apiClient(() => stack().url, { 'x-project-id': 'project-b', 'x-user-id': 'bob', 'x-roles': 'member' });
+  const TODAY = Math.ceil(Date.now() / H) * H;
+  const at = (days: number, hours: number) => formatRequestDate(TODAY + days * 86_400_000 + hours * H);
+  /** 4 slots of 2 vCPU per host of the pool. */
+  const slotsIn = (pool: string, fields: Record<string, unknown>) => ({ resource_type: 'virtual:instance', vcpus: 2, memory_mb: 1024, disk_gb: 10, affinity: 'None', resource_properties: JSON.stringify(['==', '$pool', pool]), ...fields });
+  const leaseOf = async (id: string) => (await asA('GET', `/v1/leases/${id}`)).body.lease;
+  const endOf = (lease: { end_date: string }) => Date.parse(`${String(lease.end_date).slice(0, 19)}Z`);
+
+  beforeAll(async () => {
+    const { pool } = stack().db;
+    const names = ['api-run', 'api-gone', 'api-host', 'api-none'];
+    for (const name of names) await insertHost(pool, { name, capabilities: { pool: name } });
+    await syncCapacityProviders(pool, COMPUTE_KIND, names.map((name) => ({ uuid: `uuid-${name}`, name, host: name, capacity: CAPACITY, traits: [] })));
+  });
+  afterEach(async () => {
+    expect(await doubleBookings(stack().db.pool)).toEqual([]);
+  });
+
+  it('takes "preemptible" as a boolean or text, and the resource_type virtual:instance:preemptible; refuses other values with Blazar\'s 400', async () => {
+    const lease = (name: string, fields: Record<string, unknown>) => asA('POST', '/v1/leases', { name, start_date: at(10, 0), end_date: at(10, 1), reservations: [slotsIn('api-none', { amount: 1, ...fields })] });
+    expect((await lease('text', { preemptible: 'True' })).body.lease.reservations[0]).toMatchObject({ resource_type: 'virtual:instance', preemptible: true });
+    expect((await lease('alias', { resource_type: 'virtual:instance:preemptible' })).body.lease.reservations[0]).toMatchObject({ resource_type: 'virtual:instance', preemptible: true });
+    expect((await lease('regular', {})).body.lease.reservations[0]).toMatchObject({ preemptible: false });
+    expect(await lease('contradicted', { resource_type: 'preemptible:instance', preemptible: false })).toEqual({
+      status: 400,
+      body: { error_code: 400, error_name: 400, error_message: 'reservations[0].preemptible: must be true (or left out) with resource_type preemptible:instance' },
+    });
+    expect(await lease('bad', { preemptible: 'maybe' })).toEqual({ status: 400, body: { error_code: 400, error_name: 400, error_message: 'reservations[0].preemptible: expected true or false' } });
+  });
+
+  it('a regular instance lease cuts a running preemptible one: its slots end where the other begins, and its workflow moves its end and says why', async () => {
+    const lent = await asA('POST', '/v1/leases', { name: 'lent-run', start_date: 'now', end_date: inSeconds(4 * 3600), reservations: [slotsIn('api-run', { amount: 3, preemptible: true })] });
+    expect(lent.status).toBe(201);
+    const lentId = lent.body.lease.id as string;
+    await eventually(async () => ((await leaseOf(lentId)).status === 'ACTIVE' ? true : undefined));
+    const start = Math.ceil((Date.now() + H) / 60_000) * 60_000;
+    const needing = await asB('POST', '/v1/leases', { name: 'regular-run', start_date: inSeconds(0, start), end_date: inSeconds(3600, start), reservations: [slotsIn('api-run', { amount: 2 })] });
+    expect([needing.status, needing.body.error_message]).toEqual([201, undefined]);
+    const ends = await stack().db.pool.query<{ end_ms: number }>('SELECT (extract(epoch FROM upper(during)) * 1000)::float8 AS end_ms FROM quantity_allocations WHERE lease_id = $1', [lentId]);
+    expect(ends.rows.map((r) => r.end_ms)).toEqual([start, start, start]);
+    const preempted = await eventually(async () => {
+      const now = await leaseOf(lentId);
+      return endOf(now) === start ? now : undefined;
+    });
+    expect(preempted).toMatchObject({ status: 'ACTIVE', status_reason: expect.stringMatching(/^preempted: host needed by another lease from /) });
+    expect(JSON.stringify(preempted)).not.toContain('project-b');
+  });
+
+  it('ends at once a preemptible instance lease not started whose whole window a regular lease takes, a host lease too', async () => {
+    const lend = (name: string, pool: string, day: number) => asA('POST', '/v1/leases', { name, start_date: at(day, 1), end_date: at(day, 2), reservations: [slotsIn(pool, { amount: 4, preemptible: true })] });
+    const bySlots = await lend('lent-gone', 'api-gone', 30);
+    const byHost = await lend('lent-host', 'api-host', 31);
+    expect([bySlots.status, byHost.status]).toEqual([201, 201]);
+    expect((await asB('POST', '/v1/leases', { name: 'regular-gone', start_date: at(30, 0), end_date: at(30, 3), reservations: [slotsIn('api-gone', { amount: 1 })] })).status).toBe(201);
+    const hostLease = { resource_type: 'physical:host', min: 1, max: 1, hypervisor_properties: '', resource_properties: JSON.stringify(['==', '$pool', 'api-host']) };
+    expect((await asB('POST', '/v1/leases', { name: 'regular-host', start_date: at(31, 0), end_date: at(31, 3), reservations: [hostLease] })).status).toBe(201);
+    for (const [lent, day] of [[bySlots, 30], [byHost, 31]] as const) {
+      const ended = await eventually(async () => {
+        const now = await leaseOf(lent.body.lease.id);
+        return now.status === 'TERMINATED' ? now : undefined;
+      });
+      expect(ended.status_reason).toBe(`preempted: host needed by another lease from ${at(day, 0)}`);
+      const left = await stack().db.pool.query('SELECT 1 FROM quantity_allocations WHERE lease_id = $1 UNION ALL SELECT 1 FROM host_allocations WHERE lease_id = $1', [lent.body.lease.id]);
+      expect(left.rows).toEqual([]);
+    }
   });
 });
