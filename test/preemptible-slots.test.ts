@@ -6,6 +6,7 @@
  * holds refuse); a regular host lease cuts the preemptible slots on its host; a cut committed
  * since the admission's first read is capacity, not a refusal.
  */
+import { placePreempting, type PreemptibleSlotLease, type SlotCalendar } from '../src/domain/instance-slots';
 import type { Reservation } from '../src/domain/lease';
 import type { ReservationContext } from '../src/domain/resource-plugin';
 import { syncCapacityProviders } from '../src/db/quantity-allocations';
@@ -239,5 +240,40 @@ describe('preemptible instance leases through the API and the worker', () => {
       const left = await stack().db.pool.query('SELECT 1 FROM quantity_allocations WHERE lease_id = $1 UNION ALL SELECT 1 FROM host_allocations WHERE lease_id = $1', [lent.body.lease.id]);
       expect(left.rows).toEqual([]);
     }
+  });
+});
+
+describe('placePreempting (the choice, pure)', () => {
+  const SLOT = { VCPU: 2, MEMORY_MB: 1024, DISK_GB: 10 };
+  const calendar = (hostIds: string[]): SlotCalendar => ({ hosts: hostIds.map((id) => ({ id, capacity: CAPACITY })), slots: [], wholeHost: [], cleaningMs: 0 });
+  const lease = (leaseId: string, hostId: string, slots: number, fields: Partial<PreemptibleSlotLease> = {}): PreemptibleSlotLease => ({
+    leaseId,
+    started: false,
+    cuttable: true,
+    slots: Array.from({ length: slots }, () => ({ providerId: hostId, start: T0, end: T0 + 4 * H, amounts: SLOT })),
+    wholeHost: [],
+    ...fields,
+  });
+  const request = (amount: number) => ({ slot: SLOT, amount, affinity: null });
+
+  it('takes room free of preemptible bookings first, then cuts a lease not started before a running one, and only as many as it needs', () => {
+    const leases = [lease('a-running', '1', 1, { started: true }), lease('b-waiting', '1', 1), lease('c-waiting', '1', 1), lease('d-whole', '2', 0, { wholeHost: [{ hostId: '2', start: T0, end: T0 + 4 * H }] })];
+    const place = (amount: number) => placePreempting(request(amount), calendar(['1', '2']), leases, T0 + H, T0 + 2 * H);
+    // Host 1 has a slot free of everything: no cut.
+    expect(place(1)).toEqual({ placed: new Map([['1', 1]]), cut: [] });
+    // One more on host 1 by cutting one lease not started (by id), not the running one.
+    expect(place(2)).toEqual({ placed: new Map([['1', 2]]), cut: ['b-waiting'] });
+    // 4: the leases not started go first, the host lease on host 2 among them; the running one stays.
+    expect(place(4)).toEqual({ placed: new Map([['1', 3], ['2', 1]]), cut: ['b-waiting', 'c-waiting', 'd-whole'] });
+    // 8: everything.
+    expect(place(8)?.cut).toEqual(['a-running', 'b-waiting', 'c-waiting', 'd-whole']);
+  });
+
+  it('never cuts a lease that would lose a slot already begun, and answers undefined when nothing else fits', () => {
+    const kept = lease('kept', '1', 4, { started: true, cuttable: false });
+    expect(placePreempting(request(1), calendar(['1']), [kept], T0 + H, T0 + 2 * H)).toBeUndefined();
+    expect(placePreempting(request(1), calendar(['1']), [kept, lease('x', '1', 0)], T0 + H, T0 + 2 * H)).toBeUndefined();
+    const cuttable = lease('running', '1', 4, { started: true });
+    expect(placePreempting(request(1), calendar(['1']), [cuttable], T0 + H, T0 + 2 * H)).toEqual({ placed: new Map([['1', 1]]), cut: ['running'] });
   });
 });

@@ -63,8 +63,8 @@ export const leaseName = z.string({ error: unlessMissing('expected a string') })
 /**
  * `resource_type`s a request may name for a preemptible reservation, each with the type it makes
  * (shown as that type, preemptible). blazarclient 3.5.0's --reservation keeps only the keys it
- * knows when the text contains "physical:host" (`preemptible` dropped), fails on an unknown key when
- * it contains "virtual:instance", and fails on any non-number value otherwise: the
+ * knows when the text contains "physical:host" or "virtual:instance" (an unknown `preemptible=…`
+ * is glued to the value before it), and fails on any non-number value otherwise: the
  * `…:preemptible` names are the ones it can send.
  */
 export const PREEMPTIBLE_ALIASES: ReadonlyMap<string, string> = new Map([

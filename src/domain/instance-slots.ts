@@ -113,6 +113,8 @@ export interface PreemptibleSlotLease {
   leaseId: string;
   /** Its window has begun: its servers may run (cut last). */
   started: boolean;
+  /** False: a cut would drop a slot it already runs on (its servers must stay where its end cleans them): it counts as regular. */
+  cuttable: boolean;
   slots: QuantityBooking[];
   wholeHost: Blocked[];
 }
@@ -121,7 +123,7 @@ export interface PreemptibleSlotLease {
  * Where a regular reservation's slots go when they do not fit as the calendar stands (issue 43):
  * `regular` is the calendar without preemptible bookings, `leases` the preemptible leases in the
  * window. Preemptible leases not started count as free first (running ones still taken), then every
- * one; hosts with room free of any preemptible booking are taken first. On each host taken, the
+ * one that may be cut; hosts with room free of any preemptible booking are taken first. On each host taken, the
  * fewest leases are cut (not started first, then by id) until its slots fit there: a lease cut ends
  * before the window, all of it. Undefined: it does not fit even with every preemptible booking free.
  */
@@ -134,7 +136,7 @@ export function placePreempting(request: SlotRequest, regular: SlotCalendar, lea
   const everything = withLeases(leases);
   const roomWithoutCuts = new Set(regular.hosts.filter((h) => freeSlots(h, everything, request.slot, from, to) > 0).map((h) => h.id));
   const order = [...leases].sort((a, b) => Number(a.started) - Number(b.started) || a.leaseId.localeCompare(b.leaseId));
-  for (const kept of [leases.filter((l) => l.started), []]) {
+  for (const kept of [leases.filter((l) => l.started || !l.cuttable), leases.filter((l) => !l.cuttable)]) {
     const placed = placeSlots(request, withLeases(kept), from, to, { held: roomWithoutCuts });
     if (!placed) continue;
     const cut = new Set<string>();

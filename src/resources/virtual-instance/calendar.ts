@@ -290,8 +290,7 @@ export class InstanceSlotCalendar implements Calendar<InstanceCalendarTypes> {
    * cut to end a cleaning gap before its window (slots, shared host rows and whole hosts: one lease,
    * one end), each owed the news, in this transaction; their ids added to `cut`. Read afresh here
    * under the providers' locks, never from the first snapshot (a cut since is capacity, not a
-   * refusal); the preemptible rows read stay locked. A lease that would lose a slot already begun
-   * keeps it (its servers must stay where its end cleans them): it counts as regular.
+   * refusal); the preemptible rows read stay locked.
    */
   private async placePreempting(client: PoolClient, ctx: ReservationContext, request: SlotRequest, candidates: Candidate[], cut: string[]): Promise<Map<string, number> | undefined> {
     const from = ctx.startMs - ctx.provisioningLeadMs;
@@ -302,26 +301,24 @@ export class InstanceSlotCalendar implements Calendar<InstanceCalendarTypes> {
     const slotRows = await preemptibleSlotsOnProviders(client, { providerUuids: [...hostOf.keys()], fromMs: from, toMs: ctx.endMs, cutAtMs, lock: true });
     const hostRows = await preemptibleBookingsOverlapping(client, { hostIds: candidates.map((c) => c.host.id), fromMs: from, toMs: ctx.endMs + this.settings.cleaningMs, cutAtMs, lock: true });
     const now = Date.now();
-    const leases = new Map<string, PreemptibleSlotLease & { dropsBegun: boolean }>();
+    const leases = new Map<string, PreemptibleSlotLease>();
     const leaseOf = (leaseId: string, startMs: number) => {
       let lease = leases.get(leaseId);
-      if (!lease) leases.set(leaseId, (lease = { leaseId, started: startMs <= now, slots: [], wholeHost: [], dropsBegun: false }));
+      if (!lease) leases.set(leaseId, (lease = { leaseId, started: startMs <= now, cuttable: true, slots: [], wholeHost: [] }));
       return lease;
     };
     for (const row of slotRows) {
       const lease = leaseOf(row.lease_id, row.lease_start_ms);
       lease.slots.push({ providerId: hostOf.get(row.provider_uuid)!, start: row.start_ms, end: row.end_ms, amounts: row.amounts });
-      lease.dropsBegun ||= row.drops_begun;
+      lease.cuttable &&= !row.drops_begun;
     }
     // A whole host's preemptible row blocks slots wherever it overlaps the window (freeSlots asks no more).
     for (const row of hostRows.filter((r) => !r.shared)) {
       const lease = leaseOf(row.lease_id, row.start_ms);
       lease.wholeHost.push({ hostId: row.host_id, start: from, end: ctx.endMs });
-      lease.dropsBegun ||= row.drops_begun;
+      lease.cuttable &&= !row.drops_begun;
     }
-    const kept = [...leases.values()].filter((l) => l.dropsBegun);
-    const asRegular: SlotCalendar = { ...regular, slots: [...regular.slots, ...kept.flatMap((l) => l.slots)], wholeHost: [...regular.wholeHost, ...kept.flatMap((l) => l.wholeHost)] };
-    const choice = placePreempting(request, asRegular, [...leases.values()].filter((l) => !l.dropsBegun), from, ctx.endMs);
+    const choice = placePreempting(request, regular, [...leases.values()], from, ctx.endMs);
     if (!choice) return undefined;
     for (const leaseId of choice.cut) await preemptLease(client, { leaseId, endMs: cutAtMs, neededFromMs: from, cleaningMs: this.settings.cleaningMs });
     cut.push(...choice.cut);
