@@ -16,7 +16,8 @@ import { bookInTransaction } from '../src/resources/shared/booking';
 import { COMPUTE_KIND } from '../src/resources/shared/compute-providers';
 import { InstanceSlotCalendar, VIRTUAL_INSTANCE } from '../src/resources/virtual-instance/calendar';
 import { virtualInstanceParams } from '../src/resources/virtual-instance/params';
-import { virtualInstance, virtualInstancePlugin } from '../src/resources/virtual-instance';
+import { virtualInstance, virtualInstancePlugin, virtualInstanceType } from '../src/resources/virtual-instance';
+import { OpenStackConfigError } from '../src/openstack';
 import { physicalHostPlugin } from '../src/resources/physical-host';
 import { formatRequestDate } from '../src/domain/dates';
 import { apiClient, eventually, inSeconds, useTestStack } from '../dev-stack/stack';
@@ -143,6 +144,20 @@ describe('preemptible instance slots', () => {
     expect((await slotEnds(lent.leaseId)).map((r) => r.end_ms)).toEqual([T0 + H, T0 + H, T0 + H, T0 + H]);
     expect(await hostRowEnds(lent.leaseId)).toEqual([{ end_ms: T0 + H, preemptible: true }]);
     expect(await owed()).toEqual([{ lease_id: lent.leaseId, end_ms: T0 + H }]);
+  });
+
+  it('reads Placement before an API admission, keeping its copy when Placement does not answer; without a cloud configured, refuses', async () => {
+    const withCloud = (cloud: () => never) => virtualInstanceType({ pool: database().pool, settings: { cleaningMs: 0, capacityRefreshMs: 0 }, cloud });
+    const down = withCloud(() => {
+      throw new Error('503 Service Unavailable (placement)');
+    });
+    await expect(down.beforeAdmission!()).resolves.toBeUndefined();
+    const unconfigured = withCloud(() => {
+      throw new OpenStackConfigError('no OS_CLOUD');
+    });
+    await expect(unconfigured.beforeAdmission!()).rejects.toBeInstanceOf(OpenStackConfigError);
+    await database().pool.query('TRUNCATE quantity_allocations, capacity_providers CASCADE');
+    await expect(down.beforeAdmission!()).rejects.toThrow(/Service Unavailable/);
   });
 
   it('a preemptible slot lease cut by a concurrent admission after the first read is capacity, not a refusal', async () => {

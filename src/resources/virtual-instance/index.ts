@@ -23,7 +23,7 @@ import { unusableHostsOf } from '../../db/host-allocations';
 import { activeReservationsOfType } from '../../db/leases';
 import { providersRefreshedAt, slotHostsEver } from '../../db/quantity-allocations';
 import type { Pool } from '../../db/pool';
-import { serverHost, type GlanceClient, type NovaClient } from '../../openstack';
+import { OpenStackConfigError, serverHost, type GlanceClient, type NovaClient } from '../../openstack';
 import { beforeEndAction, refuseNotifyWithoutEndpoint, type BeforeEndAction, type beforeEndParam } from '../shared/params';
 import { DEFAULT_SERVER_DELETE_TIMEOUT_MS, failIfDeletionOverdue } from '../shared/server-deletion';
 import { snapshotServers } from '../shared/server-snapshots';
@@ -132,6 +132,8 @@ function admittedInApi<P extends SlotParams>(type: SlotType<P>, deps: VirtualIns
       try {
         await made.refresh();
       } catch (err) {
+        // Without a cloud the lease could never start: refused (503 naming the setting), as a host lease is.
+        if (err instanceof OpenStackConfigError) throw err;
         // Placement unreachable: the copy read before is still the calendar's (the worker refreshes it); with none, nothing can be booked.
         if ((await providersRefreshedAt(deps.pool, COMPUTE_KIND)) === undefined) throw err;
       }
