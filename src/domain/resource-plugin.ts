@@ -280,6 +280,11 @@ export interface ResourceType<P = Record<string, unknown>> {
   wouldBook?(reservations: Array<Reservation<P>>, startMs: number, endMs: number, provisioningLeadMs: number): Promise<Map<string, Record<string, unknown>>>;
 }
 
+/** What a hold may report: merged into the reservation's allocation (an instance reservation's flavor, aggregate and server group). */
+export interface HoldOutcome {
+  allocation?: Record<string, unknown>;
+}
+
 /** What the worker runs for a resource type: the hooks of a reservation's life, each given the parameters typed (`P`). */
 export interface ResourcePlugin<P = Record<string, unknown>> extends ResourceType<P> {
   /** Books capacity for [start, end] (again, for a new window, when the lease is updated); 409 when it is not free. */
@@ -296,7 +301,7 @@ export interface ResourcePlugin<P = Record<string, unknown>> extends ResourceTyp
    * until the start, so that others can use the capacity meanwhile (a server is shelved and
    * offloaded), or makes in the cloud what the API's booking could not (an instance reservation's flavor).
    */
-  hold?(ctx: HookContext<P>): Promise<void>;
+  hold?(ctx: HookContext<P>): Promise<HoldOutcome | void>;
   /** Makes the reserved resources usable by the lessee (unless reserve listed `startSteps`). */
   start?(ctx: HookContext<P>): Promise<StartOutcome | void>;
   /** One of the steps reserve listed in `startSteps`, given what the earlier steps handed on. */

@@ -224,10 +224,11 @@ export function slotReservationPlugin<P extends SlotParams>(type: SlotType<P>, d
       return settled.preemptionSequence === undefined ? reserved : { ...reserved, preemptionSequence: settled.preemptionSequence };
     },
 
-    /** A reservation the API admitted (bookAtAdmission): its flavor, aggregate, server group and resource class, made right after. */
+    /** A reservation the API admitted (bookAtAdmission): its flavor, aggregate, server group and resource class, made right after (their ids join the lease's reservation). */
     async hold(ctx) {
       const clients = cloud();
-      if (clients) await ensureReservationResources(clients, lesseeNova(ctx), (await specOf(ctx)).instance);
+      if (!clients) return {};
+      return { allocation: { ...(await ensureReservationResources(clients, lesseeNova(ctx), (await specOf(ctx)).instance)) } };
     },
 
     moveWindow: (ctx) => calendar.moveWindow(ctx),
