@@ -146,6 +146,21 @@ describe('preemptible instance slots', () => {
     expect(await owed()).toEqual([{ lease_id: lent.leaseId, end_ms: T0 + H }]);
   });
 
+  it('a cut slot lease booked again for the window it first asked for is booked, not taken as done, and its owed cut is settled', async () => {
+    const lent = ctxFor(instances({ amount: 8, preemptible: true }), T0, T0 + 4 * H);
+    await book(lent);
+    const needing = ctxFor(instances({ amount: 1 }), T0 + H, T0 + 2 * H);
+    await admit(needing);
+    expect((await slotEnds(lent.leaseId)).map((r) => r.end_ms)).toEqual(Array(8).fill(T0 + H));
+    // The regular lease goes; the lent one is booked again as it first asked (an update by its workflow).
+    await slots.release(needing.reservation.id, false);
+    const settled: { preemptionSequence?: number } = {};
+    await slots.book(lent, await specOf(lent), { settled });
+    expect((await slotEnds(lent.leaseId)).map((r) => r.end_ms)).toEqual(Array(8).fill(T0 + 4 * H));
+    expect(settled.preemptionSequence).toEqual(expect.any(Number));
+    expect(await owed()).toEqual([]);
+  });
+
   it('reads Placement before an API admission, keeping its copy when Placement does not answer; without a cloud configured, refuses', async () => {
     const withCloud = (cloud: () => never) => virtualInstanceType({ pool: database().pool, settings: { cleaningMs: 0, capacityRefreshMs: 0 }, cloud });
     const down = withCloud(() => {

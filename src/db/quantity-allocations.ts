@@ -231,10 +231,15 @@ export async function preemptibleSlotsOnProviders(db: Queryable, window: { provi
   return rows;
 }
 
-/** A preemptible lease cut to end at `endMs` (issue 43): its slots end there; those beginning at or after it go. */
+/**
+ * A preemptible lease cut to end at `endMs` (issue 43): its slots end there; those beginning at or
+ * after it go. Their key's window half changes, as the host rows' do (cutPreemptibleHostBookings),
+ * so that a booking of the window first asked for is made again, never taken as done.
+ */
 export async function cutPreemptibleQuantityBookings(client: PoolClient, leaseId: string, endMs: number): Promise<void> {
   await client.query(
-    `UPDATE quantity_allocations SET during = tstzrange(lower(during), to_timestamp($2 / 1000.0)), blocks = tstzrange(lower(blocks), to_timestamp($2 / 1000.0))
+    `UPDATE quantity_allocations SET during = tstzrange(lower(during), to_timestamp($2 / 1000.0)), blocks = tstzrange(lower(blocks), to_timestamp($2 / 1000.0)),
+            booking_key = left(booking_key, 16) || left(md5(booking_key || ':cut:' || $2::text), 16)
      WHERE lease_id = $1 AND preemptible AND upper(during) > to_timestamp($2 / 1000.0) AND lower(during) < to_timestamp($2 / 1000.0)`,
     [leaseId, endMs],
   );

@@ -154,10 +154,10 @@ export class InstanceSlotCalendar implements Calendar<InstanceCalendarTypes> {
     if (!canEverPlace(request, candidates.map(slotHost))) {
       throw leaseConflict(`${NOT_ENOUGH} ${spec.amount} instance(s) of ${describeSlot(request)} can never fit on the ${candidates.length} matching host(s)${spec.affinity === false ? ' (each on a different host)' : spec.affinity ? ' (all on one host)' : ''}.`);
     }
+    // Booked anew by the workflow, or an active booking moved to end where the lease does: a cut of the old booking is moot (the workflow drops its tell by the sequence).
+    if (options.settled) options.settled.preemptionSequence = await settlePreemptionOnRebooking(client, ctx.leaseId);
     const active = ctx.leaseStatus !== 'PENDING' && live.length > 0;
     if (active) return this.rebookActive(client, ctx, request, candidates, live, key, now, options.keepOn);
-    // Booked anew by the workflow: a cut of the old booking is moot (the workflow drops its tell by the sequence).
-    if (options.settled) options.settled.preemptionSequence = await settlePreemptionOnRebooking(client, ctx.leaseId);
     // A preemptible reservation never displaces anything (issue 43).
     return this.bookPending(client, ctx, request, candidates, live, key, preemption.preempt && !isPreemptibleReservation(ctx.reservation) ? (preemption.cut ?? []) : undefined);
   }
