@@ -161,6 +161,22 @@ describe('preemptible instance slots', () => {
     expect(await owed()).toEqual([]);
   });
 
+  it('a running slot lease cut and moved back past its cut once free (an extension) keeps its slots there, its owed cut settled', async () => {
+    const now = Date.now();
+    const lent = ctxFor(instances({ amount: 4, preemptible: true }), now - H, T0 + 4 * H);
+    await book(lent);
+    await book(ctxFor(instances({ amount: 4 }), now - H, T0 + 4 * H));
+    const needing = ctxFor(instances({ amount: 1 }), T0 + H, T0 + 2 * H);
+    await admit(needing);
+    expect((await slotEnds(lent.leaseId)).map((r) => r.end_ms)).toEqual(Array(4).fill(T0 + H));
+    await slots.release(needing.reservation.id, false);
+    const settled: { preemptionSequence?: number } = {};
+    expect(await slots.moveWindow({ ...lent, leaseStatus: 'ACTIVE' }, settled)).toBe(true);
+    expect((await slotEnds(lent.leaseId)).filter((r) => r.end_ms === T0 + 4 * H)).toHaveLength(4);
+    expect(settled.preemptionSequence).toEqual(expect.any(Number));
+    expect(await owed()).toEqual([]);
+  });
+
   it('reads Placement before an API admission, keeping its copy when Placement does not answer; without a cloud configured, refuses', async () => {
     const withCloud = (cloud: () => never) => virtualInstanceType({ pool: database().pool, settings: { cleaningMs: 0, capacityRefreshMs: 0 }, cloud });
     const down = withCloud(() => {

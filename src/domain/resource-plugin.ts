@@ -295,7 +295,7 @@ export interface ResourcePlugin<P = Record<string, unknown>> extends ResourceTyp
    * calendar alone, keeping what it holds, with no cloud call. False when that is not the case:
    * `reserve` books it. Types whose reserve reads the cloud have it (see `reserveFor`).
    */
-  moveWindow?(ctx: HookContext<P>): Promise<boolean>;
+  moveWindow?(ctx: HookContext<P>, settled?: { preemptionSequence?: number }): Promise<boolean>;
   /**
    * Right after admission, when reserve (or bookAtAdmission) asked for it: sets the resources aside
    * until the start, so that others can use the capacity meanwhile (a server is shelved and
@@ -392,9 +392,12 @@ export function reservationContext(lease: Lease, reservation: Reservation): Rese
  * needs no cloud, so none failing can hold the lease's update. Any other goes through `reserve`.
  */
 export async function reserveFor(plugin: ResourcePlugin, ctx: HookContext): Promise<ReserveResult> {
-  if (ctx.leaseStatus !== 'PENDING' && plugin.moveWindow && (await plugin.moveWindow(ctx))) {
+  // A preemptible lease's move settles its owed cut (its bookings now end where the lease does), as a booking anew does.
+  const settled: { preemptionSequence?: number } = {};
+  if (ctx.leaseStatus !== 'PENDING' && plugin.moveWindow && (await plugin.moveWindow(ctx, settled))) {
     const { resourceKeys, footprint, startSteps } = ctx.reservation;
-    return { allocation: {}, resourceKeys: resourceKeys ?? [], ...(footprint ? { footprint } : {}), ...(startSteps ? { startSteps } : {}) };
+    const { preemptionSequence } = settled;
+    return { allocation: {}, resourceKeys: resourceKeys ?? [], ...(footprint ? { footprint } : {}), ...(startSteps ? { startSteps } : {}), ...(preemptionSequence !== undefined ? { preemptionSequence } : {}) };
   }
   return plugin.reserve(ctx);
 }

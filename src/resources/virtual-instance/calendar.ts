@@ -166,9 +166,9 @@ export class InstanceSlotCalendar implements Calendar<InstanceCalendarTypes> {
    * A started reservation whose slots were booked for its parameters: its new window (an early end,
    * an extension) decided here alone, its slots kept where they are (no cloud read: the slot's size
    * is the booked one). False when it is not that case (no live slots, other parameters, a host of
-   * its slots no longer takes slots): the type's reserve books it then.
+   * its slots no longer takes slots): the type's reserve books it then. `settled`: as for book.
    */
-  async moveWindow(ctx: ReservationContext): Promise<boolean> {
+  async moveWindow(ctx: ReservationContext, settled?: { preemptionSequence?: number }): Promise<boolean> {
     if (ctx.leaseStatus === 'PENDING') return false;
     return bookInTransaction(
       this.pool,
@@ -186,6 +186,8 @@ export class InstanceSlotCalendar implements Calendar<InstanceCalendarTypes> {
         );
         const key = movedBookingKey(live[0].bookingKey, ctx);
         if (!live.every((l) => l.bookingKey === key)) await this.rebookActive(client, ctx, request, candidates, live, key, now);
+        // Its slots now end where the lease does (a cut slot still taken would have refused the move): an earlier cut is moot.
+        if (settled) settled.preemptionSequence = await settlePreemptionOnRebooking(client, ctx.leaseId);
         return true;
       },
       { retryExclusion: true },

@@ -231,7 +231,7 @@ export function slotReservationPlugin<P extends SlotParams>(type: SlotType<P>, d
       return { allocation: { ...(await ensureReservationResources(clients, lesseeNova(ctx), (await specOf(ctx)).instance)) } };
     },
 
-    moveWindow: (ctx) => calendar.moveWindow(ctx),
+    moveWindow: (ctx, settled) => calendar.moveWindow(ctx, settled),
 
     /** In use while a server of the reservation's flavor exists (only the lessee's project may use it); without a cloud it cannot tell. */
     async inUse(ctx) {
