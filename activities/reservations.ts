@@ -12,7 +12,7 @@ import type { ReservationNotice } from '../src/domain/notices';
 import { findLease } from '../src/db/leases';
 import type { Pool } from '../src/db/pool';
 import type { NoticeService } from '../src/notifications/service';
-import { reserveFor, typedContext, type EndOutcome, type EndRequest, type HealOutcome, type HookContext, type ReservationContext, type ReserveResult, type ResourcePlugin, type ResourcePlugins, type StartOutcome, type StepOutcome } from '../src/domain/resource-plugin';
+import { reserveFor, typedContext, type EndOutcome, type EndRequest, type HealOutcome, type HoldOutcome, type HookContext, type ReservationContext, type ReserveResult, type ResourcePlugin, type ResourcePlugins, type StartOutcome, type StepOutcome } from '../src/domain/resource-plugin';
 
 /** How often a running hook tells the server its worker is alive (the workflow sets a heartbeat timeout a few times longer). */
 export const LIVENESS_HEARTBEAT_MS = 2_000;
@@ -98,7 +98,7 @@ export function reservationActivities({ plugins, notices, pool }: { plugins: Res
 
   return {
     reserveReservation: (ctx: ReservationContext): Promise<ReserveResult> => run(ctx, reserveFor),
-    holdReservation: (ctx: ReservationContext): Promise<void> => run(ctx, async (plugin, hookCtx) => void (await plugin.hold?.(hookCtx))),
+    holdReservation: (ctx: ReservationContext): Promise<HoldOutcome> => run(ctx, async (plugin, hookCtx) => (await plugin.hold?.(hookCtx)) ?? {}),
     startReservation: (ctx: ReservationContext): Promise<StartOutcome> =>
       run(ctx, async (plugin, hookCtx) => {
         if (!plugin.start) throw ApplicationFailure.nonRetryable(`${ctx.reservation.resource_type} starts in steps, not in one`, 'NoStartHook');

@@ -6,6 +6,9 @@ import fs from 'node:fs';
 import { promisify } from 'node:util';
 import { apiClient, eventually, useTestStack } from '../dev-stack/stack';
 import { physicalHostPlugin } from '../src/resources/physical-host';
+import { virtualInstancePlugin } from '../src/resources/virtual-instance';
+import { COMPUTE_KIND } from '../src/resources/shared/compute-providers';
+import { syncCapacityProviders } from '../src/db/quantity-allocations';
 import { insertHost } from '../dev-stack/fixtures/hosts';
 
 const run = promisify(execFile);
@@ -74,14 +77,18 @@ describe('python3-blazarclient drives the API unchanged', () => {
   }, 60_000);
 });
 
-describe('python3-blazarclient makes a preemptible host lease', () => {
-  const stack = useTestStack(() => ({ withPool: (pool) => [physicalHostPlugin({ pool, settings: { cleaningMs: 0, randomChoice: false }, cloud: 'calendar-only' })] }));
+describe('python3-blazarclient makes preemptible host and instance leases', () => {
+  const stack = useTestStack(() => ({
+    withPool: (pool) => [physicalHostPlugin({ pool, settings: { cleaningMs: 0, randomChoice: false }, cloud: 'calendar-only' }), virtualInstancePlugin({ pool, settings: { cleaningMs: 0 }, cloud: 'calendar-only' })],
+  }));
   const blazar = async (...args: string[]): Promise<string> => {
     const { stdout } = await run(BLAZAR, ['--os-auth-type', 'none', '--os-endpoint', `${stack().url}/v1`, ...args], { timeout: 60_000 });
     return stdout;
   };
   beforeAll(async () => {
     await insertHost(stack().db.pool, { name: 'cli-host' });
+    await insertHost(stack().db.pool, { name: 'cli-slots', capabilities: { slots: 'yes' } });
+    await syncCapacityProviders(stack().db.pool, COMPUTE_KIND, [{ uuid: 'uuid-cli-slots', name: 'cli-slots', host: 'cli-slots', capacity: { VCPU: 8, MEMORY_MB: 16_384, DISK_GB: 100 }, traits: [] }]);
   });
 
   it('lease-create --reservation resource_type=physical:host:preemptible makes a preemptible host reservation (the client drops a preemptible key)', async () => {
@@ -91,5 +98,14 @@ describe('python3-blazarclient makes a preemptible host lease', () => {
     const lease = (await apiClient(() => stack().url, { 'x-auth-token': 'admin' })('GET', `/v1/leases/${id}`)).body.lease;
     expect(lease.reservations).toEqual([expect.objectContaining({ resource_type: 'physical:host', preemptible: true, min: 1, max: 1 })]);
     expect(await blazar('lease-delete', 'P1')).toMatch(/Deleted lease: P1/);
+  }, 90_000);
+
+  it('lease-create --reservation resource_type=virtual:instance:preemptible makes a preemptible instance reservation (the client cannot send a preemptible key)', async () => {
+    const created = await blazar('lease-create', '--reservation', 'resource_type=virtual:instance:preemptible,vcpus=1,memory_mb=512,disk_gb=1,amount=2', '--start-date', minutesFromNow(600), '--end-date', minutesFromNow(660), 'P2');
+    expect(created).toMatch(/Created a new lease:/);
+    const id = /\|\s+id\s+\|\s+([0-9a-f-]{36})\s+\|/.exec(created)?.[1];
+    const lease = (await apiClient(() => stack().url, { 'x-auth-token': 'admin' })('GET', `/v1/leases/${id}`)).body.lease;
+    expect(lease.reservations).toEqual([expect.objectContaining({ resource_type: 'virtual:instance', preemptible: true, amount: 2, hosts: ['cli-slots'] })]);
+    expect(await blazar('lease-delete', 'P2')).toMatch(/Deleted lease: P2/);
   }, 90_000);
 });

@@ -38,7 +38,13 @@ describe('hold until start, and hooks that report', () => {
     // Only the reservation that asked for it is held, once, well before the start.
     expect(holds.map((c) => c.reservationId)).toEqual([held.id]);
     expect(holds[0].startedAt).toBeLessThan(scheduledStart - 1_000);
-    expect((await leaseOf(lease.id)).status).toBe('PENDING');
+    // What the hold reported joins the reservation (an instance reservation's flavor, aggregate and server group).
+    const afterHold = await eventually(async () => {
+      const now = await leaseOf(lease.id);
+      return now.reservations.find((r: { id: string }) => r.id === held.id).held_as ? now : undefined;
+    }, 10_000);
+    expect(afterHold.status).toBe('PENDING');
+    expect(afterHold.reservations.find((r: { id: string }) => r.id === held.id).held_as).toBe(`shelf-${held.id.slice(0, 8)}`);
 
     await waitForStatus(lease.id, 'ACTIVE');
     const active = await leaseOf(lease.id);
@@ -50,6 +56,7 @@ describe('hold until start, and hooks that report', () => {
     const heldAfter = ended.reservations.find((r: { id: string }) => r.id === held.id);
     expect(heldAfter.left_behind).toBe(`image-of-${held.id.slice(0, 8)}`);
     expect(heldAfter.started_on).toBe('node-1'); // earlier reports stay
+    expect(heldAfter.held_as).toBe(`shelf-${held.id.slice(0, 8)}`);
     expect(plugin.callsFor(lease.id, 'hold')).toHaveLength(1);
     await api('DELETE', `/v1/leases/${lease.id}`);
     await waitForStatus(lease.id, 'GONE');

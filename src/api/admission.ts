@@ -78,6 +78,11 @@ export function admitsInApi(deps: Pick<ApiAdmissionDeps, 'types' | 'usagePolicy'
   return !deps.usagePolicy?.asksExternalFilter() && request.reservations.every((r) => deps.types.get(r.resource_type)?.bookAtAdmission !== undefined);
 }
 
+/** Each type's work before an admission's transaction opens (ResourceType.beforeAdmission), once per type, outside any lock. */
+export async function beforeAdmission(types: ResourceTypes, reservations: ReadonlyArray<{ resource_type: string }>): Promise<void> {
+  for (const resourceType of new Set(reservations.map((r) => r.resource_type))) await types.get(resourceType)?.beforeAdmission?.();
+}
+
 /** A concurrent request with the same Idempotency-Key recorded the lease first: answer as a retry of it. */
 class AdmittedMeanwhile extends Error {}
 
@@ -98,6 +103,7 @@ async function admit(deps: ApiAdmissionDeps, request: NewLeaseRequest, requestHa
   }
   const draft = newLease(request);
   await deps.temporalReady();
+  await beforeAdmission(deps.types, request.reservations);
   try {
     // A concurrent booking took a chosen host first: choose again, seeing the winner's booking.
     const admitted = await bookInTransaction(
@@ -202,6 +208,7 @@ export function admitSeriesInApi(
 ): Promise<SeriesAdmission> {
   return deps.outbox.whileAdmitting(async () => {
     await deps.temporalReady();
+    await beforeAdmission(deps.types, occurrences.flatMap((o) => o.request.reservations));
     try {
       const outcome = await bookInTransaction(
         deps.pool,

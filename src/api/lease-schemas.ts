@@ -61,22 +61,28 @@ export const notifyBeforeEnd = z
 export const leaseName = z.string({ error: unlessMissing('expected a string') }).trim().min(1, 'must not be empty').max(80, 'must be at most 80 characters');
 
 /**
- * `resource_type`s a request may name for a preemptible `physical:host` reservation (shown as
- * physical:host, preemptible). blazarclient 3.5.0's --reservation keeps only the keys it knows when
- * the text contains "physical:host" (`preemptible` dropped), and fails on any non-number value
- * otherwise: `physical:host:preemptible` is the one it can send.
+ * `resource_type`s a request may name for a preemptible reservation, each with the type it makes
+ * (shown as that type, preemptible). blazarclient 3.5.0's --reservation keeps only the keys it
+ * knows when the text contains "physical:host" or "virtual:instance" (an unknown `preemptible=…`
+ * is glued to the value before it), and fails on any non-number value otherwise: the
+ * `…:preemptible` names are the ones it can send.
  */
-export const PREEMPTIBLE_HOST_ALIASES: ReadonlySet<string> = new Set(['physical:host:preemptible', 'preemptible:host']);
-const PHYSICAL_HOST = 'physical:host';
+export const PREEMPTIBLE_ALIASES: ReadonlyMap<string, string> = new Map([
+  ['physical:host:preemptible', 'physical:host'],
+  ['preemptible:host', 'physical:host'],
+  ['virtual:instance:preemptible', 'virtual:instance'],
+  ['preemptible:instance', 'virtual:instance'],
+]);
 
 /** A reservation's parameters are checked by its resource type's own schema. */
 function reservationSchema(types: ResourceTypes) {
   const supported = [...types.keys()].sort();
   return z.looseObject({ resource_type: z.string({ error: unlessMissing('expected a resource type') }) }, { error: unlessMissing('expected an object') }).transform((raw, ctx) => {
     const { resource_type: asked, ...sent } = raw;
-    // blazarclient 3.5.0 drops unknown keys (preemptible) from a --reservation naming physical:host: the alias carries it (issue 43).
-    const aliased = PREEMPTIBLE_HOST_ALIASES.has(asked) && types.has(PHYSICAL_HOST);
-    const resourceType = aliased ? PHYSICAL_HOST : asked;
+    // blazarclient 3.5.0 cannot send a preemptible key in a --reservation: the alias carries it (issue 43).
+    const aliasOf = PREEMPTIBLE_ALIASES.get(asked);
+    const aliased = aliasOf !== undefined && types.has(aliasOf);
+    const resourceType = aliased ? aliasOf : asked;
     const params = aliased ? { ...sent, preemptible: sent.preemptible ?? true } : sent;
     const type = types.get(resourceType);
     if (!type) {

@@ -36,7 +36,7 @@ import type { LeaseOutbox } from '../outbox';
 import type { LeaseWorkflowInput } from '../../workflows/lease/messages';
 import { offerHoldEnded, offerHoldWorkflowId, offerHoldWorkflowType, placeOfferHold, type OfferHoldInput, type OfferHoldWorkflow } from '../../workflows/offer-hold/messages';
 import { identityOf, type Identity } from './auth';
-import { admissionError } from './admission';
+import { admissionError, beforeAdmission } from './admission';
 import { ApiError, parseRequest } from './errors';
 import { idempotentLeaseId, requestHash, toApiError } from './lease-commands';
 import { admitNewLease, type NewLeaseDeps } from './leases';
@@ -107,6 +107,7 @@ class HeldMeanwhile extends Error {}
 async function bookHold(deps: OfferHoldDeps, identity: Identity, offer: OfferRow, expiresAtMs: number): Promise<OfferHold> {
   const holdId = randomUUID();
   const draft = newLease(requestOfOffer(deps, identity, offer, holdId, { name: `offer-hold-${holdId.slice(0, 8)}` }));
+  await beforeAdmission(deps.types, draft.reservations);
   try {
     return await bookInTransaction(
       deps.pool,

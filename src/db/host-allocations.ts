@@ -57,7 +57,7 @@ export interface NewHostBooking extends NewRangeBooking {
   unbounded: boolean;
   /** Instance slots: the host is shared with other instance reservations, never with a whole-host lease. */
   shared?: boolean;
-  /** A preemptible booking (issue 43): a regular lease's admission may cut it (cutPreemptibleLease). */
+  /** A preemptible booking (issue 43): a regular lease's admission may cut it (cutPreemptibleHostBookings). */
   preemptible?: boolean;
 }
 
@@ -141,7 +141,7 @@ export async function insertHostBooking(client: PoolClient, booking: NewHostBook
 
 /**
  * The preemptible bookings of these hosts whose blocked interval overlaps [fromMs, toMs) (a regular
- * booking's, its lead and cleaning gap included), each with its lease, when its window begins, and
+ * booking's, its lead and cleaning gap included; `shared`: a preemptible instance reservation's row), each with its lease, when its window begins, and
  * whether a cut of its lease at `cutAtMs` would drop a booking already begun (its servers would
  * then be on no booking the end could clean). `lock` (in a transaction about to cut): the rows stay
  * locked until it ends, so that a concurrent cut waits; a view (an admin's would_book) reads only.
@@ -149,9 +149,9 @@ export async function insertHostBooking(client: PoolClient, booking: NewHostBook
 export async function preemptibleBookingsOverlapping(
   db: Queryable,
   window: { hostIds: string[]; fromMs: number; toMs: number; cutAtMs: number; lock: boolean },
-): Promise<Array<{ lease_id: string; host_id: string; start_ms: number; drops_begun: boolean }>> {
-  const { rows } = await db.query<{ lease_id: string; host_id: string; start_ms: number; drops_begun: boolean }>(
-    `SELECT a.lease_id::text, a.host_id::text, (extract(epoch FROM lower(a.during)) * 1000)::float8 AS start_ms,
+): Promise<Array<{ lease_id: string; host_id: string; start_ms: number; drops_begun: boolean; shared: boolean }>> {
+  const { rows } = await db.query<{ lease_id: string; host_id: string; start_ms: number; drops_begun: boolean; shared: boolean }>(
+    `SELECT a.lease_id::text, a.host_id::text, (extract(epoch FROM lower(a.during)) * 1000)::float8 AS start_ms, a.shared,
             EXISTS (SELECT 1 FROM host_allocations o WHERE o.lease_id = a.lease_id AND o.preemptible
                       AND lower(o.during) <= now() AND lower(o.during) >= to_timestamp($4 / 1000.0)) AS drops_begun
      FROM host_allocations a
@@ -164,12 +164,13 @@ export async function preemptibleBookingsOverlapping(
 
 /**
  * A preemptible lease cut to end at `endMs` (issue 43): every booking of the lease on a host (one
- * lease, one end) ends there, blocked `cleaningMs` more; those beginning at or after it go. Their
- * key's window half changes (what they were made for stays: bookedFor), so that a booking of the
- * window first asked for is made again, never taken as done (alreadyBooked).
+ * lease, one end; an instance reservation's shared rows too) ends there, blocked `cleaningMs` more;
+ * those beginning at or after it go. Their key's window half changes (what they were made for
+ * stays: bookedFor), so that a booking of the window first asked for is made again, never taken as
+ * done (alreadyBooked).
  * Answers whether any booking of the lease is left.
  */
-export async function cutPreemptibleLease(client: PoolClient, leaseId: string, endMs: number, cleaningMs: number): Promise<boolean> {
+export async function cutPreemptibleHostBookings(client: PoolClient, leaseId: string, endMs: number, cleaningMs: number): Promise<boolean> {
   await client.query(
     `UPDATE host_allocations
      SET during = tstzrange(lower(during), to_timestamp($2 / 1000.0)), blocks = tstzrange(lower(blocks), to_timestamp($2 / 1000.0) + $3 * interval '1 millisecond'),

@@ -57,6 +57,8 @@ export interface NewQuantityBooking {
   endMs: number;
   blocksFromMs: number;
   bookingKey: string;
+  /** A preemptible slot (issue 43): a regular admission may cut it (cutPreemptibleQuantityBookings). */
+  preemptible?: boolean;
 }
 
 /** Records the providers of `kind` as they are now; the others of the kind stay (old bookings refer to them) but are no longer usable. */
@@ -179,25 +181,69 @@ export async function bookingOfReservation(db: Queryable, reservationId: string)
 }
 
 /** The bookings on the providers blocking within [fromMs, toMs) (toMs Infinity: from `fromMs` on). */
-export async function bookingsOnProviders(db: Queryable, providerUuids: string[], fromMs: number, toMs: number): Promise<ProviderBookingRow[]> {
+export async function bookingsOnProviders(db: Queryable, providerUuids: string[], fromMs: number, toMs: number, withoutPreemptible = false): Promise<ProviderBookingRow[]> {
+  // `withoutPreemptible`: a regular admission's view (issue 43), where preemptible slots are free.
   const { rows } = await db.query<ProviderBookingRow>(
     `SELECT provider_uuid, reservation_id::text, amounts, (extract(epoch FROM lower(blocks)) * 1000)::float8 AS start_ms,
             COALESCE((extract(epoch FROM upper(blocks)) * 1000)::float8, 'Infinity') AS end_ms
      FROM quantity_allocations
-     WHERE provider_uuid = ANY($1) AND blocks && tstzrange(to_timestamp($2 / 1000.0), to_timestamp($3::numeric / 1000.0))`,
-    [providerUuids, fromMs, toMs === Infinity ? null : toMs],
+     WHERE provider_uuid = ANY($1) AND blocks && tstzrange(to_timestamp($2 / 1000.0), to_timestamp($3::numeric / 1000.0)) AND NOT ($4 AND preemptible)`,
+    [providerUuids, fromMs, toMs === Infinity ? null : toMs, withoutPreemptible],
   );
   return rows;
 }
 
-/** Books the amounts; the exclusion constraint refuses a subject already booked over an overlapping window. */
 export async function insertQuantityBooking(client: PoolClient, booking: NewQuantityBooking): Promise<void> {
   await client.query(
-    `INSERT INTO quantity_allocations (provider_uuid, reservation_id, lease_id, project_id, subject, amounts, during, blocks, booking_key)
+    `INSERT INTO quantity_allocations (provider_uuid, reservation_id, lease_id, project_id, subject, amounts, during, blocks, booking_key, preemptible)
      VALUES ($1, $2, $3, $4, $5, $6, tstzrange(to_timestamp($7 / 1000.0), to_timestamp($8 / 1000.0)),
-             tstzrange(to_timestamp($9 / 1000.0), to_timestamp($8 / 1000.0)), $10)`,
-    [booking.providerUuid, booking.reservationId, booking.leaseId, booking.projectId, booking.subject, JSON.stringify(booking.amounts), booking.startMs, booking.endMs, booking.blocksFromMs, booking.bookingKey],
+             tstzrange(to_timestamp($9 / 1000.0), to_timestamp($8 / 1000.0)), $10, $11)`,
+    [booking.providerUuid, booking.reservationId, booking.leaseId, booking.projectId, booking.subject, JSON.stringify(booking.amounts), booking.startMs, booking.endMs, booking.blocksFromMs, booking.bookingKey, booking.preemptible ?? false],
   );
+}
+
+/** A preemptible slot on a provider over [start_ms, end_ms) (its blocked interval), with its lease. */
+export interface PreemptibleSlotRow extends ProviderBookingRow {
+  lease_id: string;
+  /** When the lease's window begins (the earliest of its slots). */
+  lease_start_ms: number;
+  /** A cut of its lease at the asked instant would drop a slot already begun (servers may run there). */
+  drops_begun: boolean;
+}
+
+/**
+ * The preemptible slots on these providers whose blocked interval overlaps [fromMs, toMs) (issue
+ * 43). `lock` (a transaction about to cut): the rows stay locked until it ends; the caller holds
+ * the providers' locks too, so no slot on them comes or goes meanwhile but by a cut.
+ */
+export async function preemptibleSlotsOnProviders(db: Queryable, window: { providerUuids: string[]; fromMs: number; toMs: number; cutAtMs: number; lock: boolean }): Promise<PreemptibleSlotRow[]> {
+  const { rows } = await db.query<PreemptibleSlotRow>(
+    `SELECT a.provider_uuid, a.reservation_id::text, a.lease_id::text, a.amounts,
+            (extract(epoch FROM lower(a.blocks)) * 1000)::float8 AS start_ms, (extract(epoch FROM upper(a.blocks)) * 1000)::float8 AS end_ms,
+            (SELECT (extract(epoch FROM min(lower(o.during))) * 1000)::float8 FROM quantity_allocations o WHERE o.lease_id = a.lease_id) AS lease_start_ms,
+            EXISTS (SELECT 1 FROM quantity_allocations o WHERE o.lease_id = a.lease_id AND o.preemptible
+                      AND lower(o.during) <= now() AND lower(o.during) >= to_timestamp($4 / 1000.0)) AS drops_begun
+     FROM quantity_allocations a
+     WHERE a.preemptible AND a.provider_uuid = ANY($1) AND a.blocks && tstzrange(to_timestamp($2 / 1000.0), to_timestamp($3 / 1000.0))
+     ORDER BY a.provider_uuid, a.id${window.lock ? ' FOR UPDATE OF a' : ''}`,
+    [window.providerUuids, window.fromMs, window.toMs, window.cutAtMs],
+  );
+  return rows;
+}
+
+/**
+ * A preemptible lease cut to end at `endMs` (issue 43): its slots end there; those beginning at or
+ * after it go. Their key's window half changes, as the host rows' do (cutPreemptibleHostBookings),
+ * so that a booking of the window first asked for is made again, never taken as done.
+ */
+export async function cutPreemptibleQuantityBookings(client: PoolClient, leaseId: string, endMs: number): Promise<void> {
+  await client.query(
+    `UPDATE quantity_allocations SET during = tstzrange(lower(during), to_timestamp($2 / 1000.0)), blocks = tstzrange(lower(blocks), to_timestamp($2 / 1000.0)),
+            booking_key = left(booking_key, 16) || left(md5(booking_key || ':cut:' || $2::text), 16)
+     WHERE lease_id = $1 AND preemptible AND upper(during) > to_timestamp($2 / 1000.0) AND lower(during) < to_timestamp($2 / 1000.0)`,
+    [leaseId, endMs],
+  );
+  await client.query('DELETE FROM quantity_allocations WHERE lease_id = $1 AND preemptible AND lower(during) >= to_timestamp($2 / 1000.0)', [leaseId, endMs]);
 }
 
 export async function moveBookingToProvider(client: PoolClient, reservationId: string, providerUuid: string): Promise<void> {

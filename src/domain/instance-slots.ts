@@ -108,6 +108,51 @@ export function placeSlots(request: SlotRequest, calendar: SlotCalendar, from: n
   return left === 0 ? placed : undefined;
 }
 
+/** A preemptible lease's bookings in a slot calendar's window (issue 43): slots, and whole hosts (a preemptible host lease). */
+export interface PreemptibleSlotLease {
+  leaseId: string;
+  /** Its window has begun: its servers may run (cut last). */
+  started: boolean;
+  /** False: a cut would drop a slot it already runs on (its servers must stay where its end cleans them): it counts as regular. */
+  cuttable: boolean;
+  slots: QuantityBooking[];
+  wholeHost: Blocked[];
+}
+
+/**
+ * Where a regular reservation's slots go when they do not fit as the calendar stands (issue 43):
+ * `regular` is the calendar without preemptible bookings, `leases` the preemptible leases in the
+ * window. Preemptible leases not started count as free first (running ones still taken), then every
+ * one that may be cut; hosts with room free of any preemptible booking are taken first. On each host taken, the
+ * fewest leases are cut (not started first, then by id) until its slots fit there: a lease cut ends
+ * before the window, all of it. Undefined: it does not fit even with every preemptible booking free.
+ */
+export function placePreempting(request: SlotRequest, regular: SlotCalendar, leases: readonly PreemptibleSlotLease[], from: number, to: number): { placed: Map<string, number>; cut: string[] } | undefined {
+  const withLeases = (kept: readonly PreemptibleSlotLease[]): SlotCalendar => ({
+    ...regular,
+    slots: [...regular.slots, ...kept.flatMap((l) => l.slots)],
+    wholeHost: [...regular.wholeHost, ...kept.flatMap((l) => l.wholeHost)],
+  });
+  const everything = withLeases(leases);
+  const roomWithoutCuts = new Set(regular.hosts.filter((h) => freeSlots(h, everything, request.slot, from, to) > 0).map((h) => h.id));
+  const order = [...leases].sort((a, b) => Number(a.started) - Number(b.started) || a.leaseId.localeCompare(b.leaseId));
+  for (const kept of [leases.filter((l) => l.started || !l.cuttable), leases.filter((l) => !l.cuttable)]) {
+    const placed = placeSlots(request, withLeases(kept), from, to, { held: roomWithoutCuts });
+    if (!placed) continue;
+    const cut = new Set<string>();
+    for (const [hostId, slots] of placed) {
+      const host = regular.hosts.find((h) => h.id === hostId)!;
+      const onHost = order.filter((l) => !kept.includes(l) && (l.slots.some((b) => b.providerId === hostId) || l.wholeHost.some((b) => b.hostId === hostId)));
+      for (const lease of onHost) {
+        if (freeSlots(host, withLeases(leases.filter((l) => !cut.has(l.leaseId))), request.slot, from, to) >= slots) break;
+        cut.add(lease.leaseId);
+      }
+    }
+    return { placed, cut: [...cut].sort() };
+  }
+  return undefined;
+}
+
 function groupBy<T>(items: readonly T[], key: (item: T) => string): Map<string, T[]> {
   const groups = new Map<string, T[]>();
   for (const item of items) {

@@ -262,6 +262,8 @@ export interface ResourceType<P = Record<string, unknown>> {
    * to `cut`, for the caller to tell once committed.
    */
   bookAtAdmission?(client: PoolClient, ctx: ReservationContext<P>, options?: { preempt?: boolean; cut?: string[] }): Promise<ReserveResult>;
+  /** What a type with bookAtAdmission must do before the transaction opens (no lock held), e.g. read capacities from the cloud when its copy is stale. */
+  beforeAdmission?(): Promise<void>;
   /**
    * The latest end the lease's bookings of this type can move to keeping their resources (extension
    * offers): Infinity when nothing follows; undefined when the lease holds none of this type. Types
@@ -278,6 +280,11 @@ export interface ResourceType<P = Record<string, unknown>> {
   wouldBook?(reservations: Array<Reservation<P>>, startMs: number, endMs: number, provisioningLeadMs: number): Promise<Map<string, Record<string, unknown>>>;
 }
 
+/** What a hold may report: merged into the reservation's allocation (an instance reservation's flavor, aggregate and server group). */
+export interface HoldOutcome {
+  allocation?: Record<string, unknown>;
+}
+
 /** What the worker runs for a resource type: the hooks of a reservation's life, each given the parameters typed (`P`). */
 export interface ResourcePlugin<P = Record<string, unknown>> extends ResourceType<P> {
   /** Books capacity for [start, end] (again, for a new window, when the lease is updated); 409 when it is not free. */
@@ -288,12 +295,13 @@ export interface ResourcePlugin<P = Record<string, unknown>> extends ResourceTyp
    * calendar alone, keeping what it holds, with no cloud call. False when that is not the case:
    * `reserve` books it. Types whose reserve reads the cloud have it (see `reserveFor`).
    */
-  moveWindow?(ctx: HookContext<P>): Promise<boolean>;
+  moveWindow?(ctx: HookContext<P>, settled?: { preemptionSequence?: number }): Promise<boolean>;
   /**
-   * Right after admission, when reserve asked for it: sets the resources aside until the start, so
-   * that others can use the capacity meanwhile (a server is shelved and offloaded).
+   * Right after admission, when reserve (or bookAtAdmission) asked for it: sets the resources aside
+   * until the start, so that others can use the capacity meanwhile (a server is shelved and
+   * offloaded), or makes in the cloud what the API's booking could not (an instance reservation's flavor).
    */
-  hold?(ctx: HookContext<P>): Promise<void>;
+  hold?(ctx: HookContext<P>): Promise<HoldOutcome | void>;
   /** Makes the reserved resources usable by the lessee (unless reserve listed `startSteps`). */
   start?(ctx: HookContext<P>): Promise<StartOutcome | void>;
   /** One of the steps reserve listed in `startSteps`, given what the earlier steps handed on. */
@@ -384,9 +392,12 @@ export function reservationContext(lease: Lease, reservation: Reservation): Rese
  * needs no cloud, so none failing can hold the lease's update. Any other goes through `reserve`.
  */
 export async function reserveFor(plugin: ResourcePlugin, ctx: HookContext): Promise<ReserveResult> {
-  if (ctx.leaseStatus !== 'PENDING' && plugin.moveWindow && (await plugin.moveWindow(ctx))) {
+  // A preemptible lease's move settles its owed cut (its bookings now end where the lease does), as a booking anew does.
+  const settled: { preemptionSequence?: number } = {};
+  if (ctx.leaseStatus !== 'PENDING' && plugin.moveWindow && (await plugin.moveWindow(ctx, settled))) {
     const { resourceKeys, footprint, startSteps } = ctx.reservation;
-    return { allocation: {}, resourceKeys: resourceKeys ?? [], ...(footprint ? { footprint } : {}), ...(startSteps ? { startSteps } : {}) };
+    const { preemptionSequence } = settled;
+    return { allocation: {}, resourceKeys: resourceKeys ?? [], ...(footprint ? { footprint } : {}), ...(startSteps ? { startSteps } : {}), ...(preemptionSequence !== undefined ? { preemptionSequence } : {}) };
   }
   return plugin.reserve(ctx);
 }

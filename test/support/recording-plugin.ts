@@ -40,7 +40,7 @@ const params = z.strictObject({
   /** Ask for the hold hook after admission (like a server shelved until start), and fail it. */
   hold: z.boolean().default(false),
   fail_hold: z.boolean().default(false),
-  /** Start and end report allocation details (like the host a server landed on, its snapshot). */
+  /** Hold, start and end report allocation details (like what a hold made, the host a server landed on, its snapshot). */
   report: z.boolean().default(false),
   /** Start in these steps (each its own activity), and fail the one named. */
   steps: z.array(z.string()).default([]),
@@ -99,6 +99,7 @@ export class RecordingPlugin implements ResourcePlugin<RecordingParams> {
   hold(ctx: HookContext<RecordingParams>) {
     return this.run('hold', ctx, {}, () => {
       if (this.params(ctx).fail_hold) throw ApplicationFailure.nonRetryable('the test resource cannot be set aside', 'TestHoldRefused');
+      return this.params(ctx).report ? { allocation: { held_as: `shelf-${ctx.reservation.id.slice(0, 8)}` } } : undefined;
     });
   }
 

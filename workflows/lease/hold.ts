@@ -14,9 +14,13 @@ import type { LeaseState } from './state';
 export async function holdUntilStart(s: LeaseState): Promise<void> {
   await s.lock.run(async () => {
     if (s.deletion !== 'none') return; // the delete takes everything back as it is
+    // What a hold reports joins its reservation's allocation (an older worker's hold reports nothing: the same commands).
+    const reported = new Map<string, Record<string, unknown>>();
     try {
       for (const reservation of s.lease.reservations) {
-        if (reservation.hold === 'due') await patient.holdReservation(context(s.lease, reservation));
+        if (reservation.hold !== 'due') continue;
+        const outcome = await patient.holdReservation(context(s.lease, reservation));
+        if (outcome?.allocation) reported.set(reservation.id, outcome.allocation);
       }
     } catch (err) {
       const reason = `hold until start failed: ${failureMessage(err)}`;
@@ -27,6 +31,7 @@ export async function holdUntilStart(s: LeaseState): Promise<void> {
       await announce(s, 'lease.error', { reason });
       return;
     }
-    await transition(s, { reservations: s.lease.reservations.map((r) => (r.hold === 'due' ? { ...r, hold: 'done' as const } : r)) });
+    const held = (r: (typeof s.lease.reservations)[number]) => ({ ...r, hold: 'done' as const, ...(reported.has(r.id) ? { allocation: { ...r.allocation, ...reported.get(r.id) } } : {}) });
+    await transition(s, { reservations: s.lease.reservations.map((r) => (r.hold === 'due' ? held(r) : r)) });
   });
 }

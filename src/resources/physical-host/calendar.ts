@@ -14,12 +14,13 @@ import { assignHosts, freeHosts, preferenceOrder, type Blocked, type CalendarSna
 import { matchesQuery, parsePropertyQuery } from '../../domain/property-query';
 import { sameTypeReservations, type FitLimits, type FitSearch, type ReservationContext } from '../../domain/resource-plugin';
 import { maintenanceBlocks } from '../../db/maintenance';
-import { blockedIntervals, cutPreemptibleLease, deleteHostBookingOfReservation, hostBookings, hostsOfReservation, insertHostBooking, nextBookingsOfOthers, preemptibleBookingsOverlapping, unusableHostsOf } from '../../db/host-allocations';
-import { addOwedPreemption, settlePreemptionOnRebooking } from '../../db/lease-preemptions';
+import { blockedIntervals, deleteHostBookingOfReservation, hostBookings, hostsOfReservation, insertHostBooking, nextBookingsOfOthers, preemptibleBookingsOverlapping, unusableHostsOf } from '../../db/host-allocations';
+import { settlePreemptionOnRebooking } from '../../db/lease-preemptions';
 import { failedReservableHosts, hypervisorProperties, inventoryVersion, listHosts, HYPERVISOR_FIELDS, type HostRecord } from '../../db/hosts';
 import type { Pool } from '../../db/pool';
 import type { WholeResourceBookingRow } from '../../db/range-bookings';
 import { bookInTransaction, bookingKey, checkKeys, SEARCH_WORK_BUDGET } from '../shared/booking';
+import { preemptLease } from '../shared/preemption';
 import { alreadyBooked, NEVER_FITS, WholeResourceCalendar, type BlockedInterval, type NewWholeResourceBooking } from '../shared/whole-resource-calendar';
 import { endPolicyOf, isPreemptible, type EndPolicy, type PhysicalHostParams } from './params';
 
@@ -247,17 +248,14 @@ export class HostCalendar extends WholeResourceCalendar<HostRecord, BookedHost[]
    * A regular lease that does not fit in free hosts (issue 43): preemptible bookings count as free,
    * free hosts still first, then hosts whose preemptible lease has not begun (nobody to evict), those
    * it runs on last; each reservation then gets its min only (it preempts no more than it needs).
-   * Every preemptible lease on a host taken is cut to end, all of it (one lease, one end), a cleaning
+   * Every preemptible lease on a host taken (whole host, or instance slots on it) is cut to end, all of it (one lease, one end), a cleaning
    * gap before the lease's block begins, and its workflow is owed the news (lease_preemptions), in
    * this transaction (their ids added to `cut`). Undefined, nothing changed: it does not fit even so.
    */
   private async bookPreempting(client: PoolClient, ctx: ReservationContext<PhysicalHostParams>, hosts: HostRecord[], requests: HostRequest[], key: string, order: (calendar: CalendarSnapshot) => string[], cut: string[]): Promise<Map<string, string[]> | undefined> {
     const choice = await this.preemptingChoice(client, { startMs: ctx.startMs, endMs: ctx.endMs, leadMs: ctx.provisioningLeadMs, lock: true }, hosts, requests, order);
     if (!choice) return undefined;
-    for (const leaseId of choice.preemptedLeases) {
-      await cutPreemptibleLease(client, leaseId, choice.cutAtMs, this.cleaningMs);
-      await addOwedPreemption(client, { leaseId, endMs: choice.cutAtMs, neededFromMs: choice.neededFromMs });
-    }
+    for (const leaseId of choice.preemptedLeases) await preemptLease(client, { leaseId, endMs: choice.cutAtMs, neededFromMs: choice.neededFromMs, cleaningMs: this.cleaningMs });
     cut.push(...choice.preemptedLeases);
     await this.insert(client, ctx, choice.assignment, ctx.startMs, key, ctx.provisioningLeadMs);
     return choice.assignment;

@@ -1,6 +1,6 @@
 /** The `physical:host` reservation's parameters, as blazarclient sends them (numbers may come as strings). */
 import { z } from 'zod';
-import { beforeEndParam, propertyQueryParam } from '../shared/params';
+import { beforeEndParam, preemptibleParam, propertyQueryParam } from '../shared/params';
 import { isPreemptibleReservation } from '../../domain/preemption';
 
 export const END_POLICIES = ['delete', 'recycle', 'release'] as const;
@@ -54,10 +54,7 @@ export const physicalHostParams = z
      * them. Also as text, as key=value clients send it (blazarclient 3.5.0's `--reservation` cannot
      * send it for hosts: docs/api.md, "Preemptible leases").
      */
-    preemptible: z
-      .union([z.boolean(), z.enum(['true', 'false', 'True', 'False'])], { error: 'expected true or false' })
-      .nullish()
-      .transform((v) => v === true || v === 'true' || v === 'True'),
+    preemptible: preemptibleParam,
   })
   .refine((p) => p.min <= p.max, {
     message: 'must not be greater than max',

@@ -27,6 +27,15 @@ export const whole = (what: string, min: number, max: number) =>
     .transform(Number)
     .pipe(z.number().int(`expected a whole number of ${what}`).min(min, `must be at least ${min}`).max(max, `must be at most ${max}`));
 
+/**
+ * `preemptible` (issue 43): booked only into capacity no regular booking holds, and cut short by a
+ * regular lease that needs it. Also as text, as key=value clients send it.
+ */
+export const preemptibleParam = z
+  .union([z.boolean(), z.enum(['true', 'false', 'True', 'False'])], { error: 'expected true or false' })
+  .nullish()
+  .transform((v) => v === true || v === 'true' || v === 'True');
+
 /** What a reservation does before its end: nothing (''), an image of each of its servers, or a notice. */
 export type BeforeEndAction = '' | 'snapshot' | 'notify';
 

@@ -10,12 +10,14 @@
 import type { PoolClient } from 'pg';
 import { formatMessageDate as when, wholeMinuteUp } from '../../domain/dates';
 import { invalidLease, leaseConflict } from '../../domain/lease';
-import { canEverPlace, freeSlots, longestSlots, placeSlots, searchEarliestSlots, type SlotCalendar, type SlotHost, type SlotRequest } from '../../domain/instance-slots';
+import { isPreemptibleReservation } from '../../domain/preemption';
+import { canEverPlace, freeSlots, longestSlots, placePreempting, placeSlots, searchEarliestSlots, type PreemptibleSlotLease, type SlotCalendar, type SlotHost, type SlotRequest } from '../../domain/instance-slots';
 import { matchesQuery, parsePropertyQuery } from '../../domain/property-query';
 import type { Calendar } from '../../domain/calendar';
 import type { FitLimits, FitSearch, ReservationContext } from '../../domain/resource-plugin';
 import type { Reservation } from '../../domain/lease';
-import { blockedIntervals, deleteReservationHostBookings, endReservationHostBookingsAt, endSharedHostRowsAt, insertHostBooking, liveSharedHosts, moveSharedHostRowsEnd } from '../../db/host-allocations';
+import { blockedIntervals, deleteReservationHostBookings, endReservationHostBookingsAt, endSharedHostRowsAt, insertHostBooking, liveSharedHosts, moveSharedHostRowsEnd, preemptibleBookingsOverlapping } from '../../db/host-allocations';
+import { settlePreemptionOnRebooking } from '../../db/lease-preemptions';
 import { computeHostName, listHosts, type HostRecord } from '../../db/hosts';
 import type { Pool } from '../../db/pool';
 import {
@@ -25,12 +27,14 @@ import {
   insertQuantityBooking,
   liveSlots,
   lockProviders,
+  preemptibleSlotsOnProviders,
   usableProviders,
   type CapacityProvider,
   type LiveSlots,
 } from '../../db/quantity-allocations';
 import { bookedFor, bookInTransaction, bookingKey, checkKeys, extensionRefused, fitNearFirst, movedBookingKey, NEAR_SEARCH_DURATIONS, NEAR_SEARCH_MS, releaseBooking, shortage, type NearFirstSearch } from '../shared/booking';
 import { COMPUTE_KIND } from '../shared/compute-providers';
+import { preemptLease } from '../shared/preemption';
 import { QuantityCalendar } from '../shared/quantity-bookings';
 import { EXTENSION_HORIZON_MS } from '../../domain/offers';
 import type { Amounts } from '../../domain/quantity-calendar';
@@ -85,6 +89,14 @@ export interface Candidate {
 export interface SlotBookingOptions {
   keepOn?: ReadonlyMap<string, number>;
   rebook?: boolean;
+  /** The workflow's booking: booked anew, the lease's owed cut is dropped and its sequence set here (as for hosts). */
+  settled?: { preemptionSequence?: number };
+}
+
+/** Whether a booking may cut preemptible leases (issue 43), and where the ids of those it cut go: see HostCalendar.bookWithin. */
+export interface PreemptOptions {
+  preempt: boolean;
+  cut?: string[];
 }
 
 interface InstanceCalendarTypes {
@@ -112,39 +124,51 @@ export class InstanceSlotCalendar implements Calendar<InstanceCalendarTypes> {
    * `rebook`: book again even if the request is unchanged (healing, when hosts failed).
    */
   async book(ctx: ReservationContext, spec: SlotSpec, options: SlotBookingOptions = {}): Promise<SlotPlacement[]> {
-    return bookInTransaction(
-      this.pool,
-      async (client) => {
-        const now = Date.now();
-        const key = bookingKey(ctx.reservation.params, [ctx.startMs, ctx.endMs, ctx.provisioningLeadMs, spec]);
-        const live = await liveSlots(client, ctx.reservation.id, now);
-        // `rebook` (healing): the same request, but some of its hosts can no longer be counted on.
-        if (!options.rebook && live.length > 0 && live.every((l) => l.bookingKey === key)) return this.placementsOf(live);
+    return bookInTransaction(this.pool, (client) => this.bookIn(client, ctx, spec, options, { preempt: false }), { retryExclusion: true });
+  }
 
-        const candidates = await this.candidates(client, spec);
-        if (candidates.length === 0) throw invalidLease(`no enrolled host can take instance slots: none matches the reservation's resource_properties, or none has a compute node in Placement`);
-        await lockProviders(
-          client,
-          candidates.map((c) => c.provider.uuid),
-        );
-        const request: SlotRequest = { slot: spec.slot, amount: spec.amount, affinity: spec.affinity };
-        if (!canEverPlace(request, candidates.map(slotHost))) {
-          throw leaseConflict(`${NOT_ENOUGH} ${spec.amount} instance(s) of ${describeSlot(request)} can never fit on the ${candidates.length} matching host(s)${spec.affinity === false ? ' (each on a different host)' : spec.affinity ? ' (all on one host)' : ''}.`);
-        }
-        const active = ctx.leaseStatus !== 'PENDING' && live.length > 0;
-        return active ? this.rebookActive(client, ctx, request, candidates, live, key, now, options.keepOn) : this.bookPending(client, ctx, request, candidates, live, key);
-      },
-      { retryExclusion: true },
+  /**
+   * The same inside the caller's transaction (the API's admission, an offer hold): a lost race
+   * surfaces as its error, and the caller runs its whole transaction again. `preempt` (issue 43):
+   * a regular reservation that does not fit may cut preemptible leases; only a caller whose policy
+   * check and record commit in this same transaction may ask it. `cut` gets the ids of the leases cut.
+   */
+  bookWithin(client: PoolClient, ctx: ReservationContext, spec: SlotSpec, preemption: PreemptOptions): Promise<SlotPlacement[]> {
+    return this.bookIn(client, ctx, spec, {}, preemption);
+  }
+
+  private async bookIn(client: PoolClient, ctx: ReservationContext, spec: SlotSpec, options: SlotBookingOptions, preemption: PreemptOptions): Promise<SlotPlacement[]> {
+    const now = Date.now();
+    const key = bookingKey(ctx.reservation.params, [ctx.startMs, ctx.endMs, ctx.provisioningLeadMs, spec]);
+    const live = await liveSlots(client, ctx.reservation.id, now);
+    // `rebook` (healing): the same request, but some of its hosts can no longer be counted on.
+    if (!options.rebook && live.length > 0 && live.every((l) => l.bookingKey === key)) return this.placementsOf(live);
+
+    const candidates = await this.candidates(client, spec);
+    if (candidates.length === 0) throw invalidLease(`no enrolled host can take instance slots: none matches the reservation's resource_properties, or none has a compute node in Placement`);
+    await lockProviders(
+      client,
+      candidates.map((c) => c.provider.uuid),
     );
+    const request: SlotRequest = { slot: spec.slot, amount: spec.amount, affinity: spec.affinity };
+    if (!canEverPlace(request, candidates.map(slotHost))) {
+      throw leaseConflict(`${NOT_ENOUGH} ${spec.amount} instance(s) of ${describeSlot(request)} can never fit on the ${candidates.length} matching host(s)${spec.affinity === false ? ' (each on a different host)' : spec.affinity ? ' (all on one host)' : ''}.`);
+    }
+    // Booked anew by the workflow, or an active booking moved to end where the lease does: a cut of the old booking is moot (the workflow drops its tell by the sequence).
+    if (options.settled) options.settled.preemptionSequence = await settlePreemptionOnRebooking(client, ctx.leaseId);
+    const active = ctx.leaseStatus !== 'PENDING' && live.length > 0;
+    if (active) return this.rebookActive(client, ctx, request, candidates, live, key, now, options.keepOn);
+    // A preemptible reservation never displaces anything (issue 43).
+    return this.bookPending(client, ctx, request, candidates, live, key, preemption.preempt && !isPreemptibleReservation(ctx.reservation) ? (preemption.cut ?? []) : undefined);
   }
 
   /**
    * A started reservation whose slots were booked for its parameters: its new window (an early end,
    * an extension) decided here alone, its slots kept where they are (no cloud read: the slot's size
    * is the booked one). False when it is not that case (no live slots, other parameters, a host of
-   * its slots no longer takes slots): the type's reserve books it then.
+   * its slots no longer takes slots): the type's reserve books it then. `settled`: as for book.
    */
-  async moveWindow(ctx: ReservationContext): Promise<boolean> {
+  async moveWindow(ctx: ReservationContext, settled?: { preemptionSequence?: number }): Promise<boolean> {
     if (ctx.leaseStatus === 'PENDING') return false;
     return bookInTransaction(
       this.pool,
@@ -162,6 +186,8 @@ export class InstanceSlotCalendar implements Calendar<InstanceCalendarTypes> {
         );
         const key = movedBookingKey(live[0].bookingKey, ctx);
         if (!live.every((l) => l.bookingKey === key)) await this.rebookActive(client, ctx, request, candidates, live, key, now);
+        // Its slots now end where the lease does (a cut slot still taken would have refused the move): an earlier cut is moot.
+        if (settled) settled.preemptionSequence = await settlePreemptionOnRebooking(client, ctx.leaseId);
         return true;
       },
       { retryExclusion: true },
@@ -248,15 +274,57 @@ export class InstanceSlotCalendar implements Calendar<InstanceCalendarTypes> {
 
   // ─── Inside a transaction ───────────────────────────────────────────────────────────────────
 
-  private async bookPending(client: PoolClient, ctx: ReservationContext, request: SlotRequest, candidates: Candidate[], live: LiveSlots[], key: string): Promise<SlotPlacement[]> {
+  /** `cut`: given, the reservation may cut preemptible leases when it does not fit otherwise (their ids go there). */
+  private async bookPending(client: PoolClient, ctx: ReservationContext, request: SlotRequest, candidates: Candidate[], live: LiveSlots[], key: string, cut?: string[]): Promise<SlotPlacement[]> {
     await deleteReservationQuantityBookings(client, ctx.reservation.id);
     await deleteReservationHostBookings(client, ctx.reservation.id);
     const from = ctx.startMs - ctx.provisioningLeadMs;
     const calendar = await this.snapshot(client, candidates, from, ctx.endMs, ctx.reservation.id);
     const held = new Set(candidates.filter((c) => live.some((l) => l.providerUuid === c.provider.uuid)).map((c) => c.host.id));
-    const placed = placeSlots(request, calendar, from, ctx.endMs, { held });
+    const placed = placeSlots(request, calendar, from, ctx.endMs, { held }) ?? (cut ? await this.placePreempting(client, ctx, request, candidates, cut) : undefined);
     if (!placed) throw await this.explainShortage(client, ctx, candidates, request);
     return this.insert(client, ctx, candidates, placed, request.slot, from, new Set(), key);
+  }
+
+  /**
+   * A regular reservation that does not fit as the calendar stands (issue 43): placed as if
+   * preemptible bookings were free (placePreempting's rules), and the preemptible leases it needs
+   * cut to end a cleaning gap before its window (slots, shared host rows and whole hosts: one lease,
+   * one end), each owed the news, in this transaction; their ids added to `cut`. Read afresh here
+   * under the providers' locks, never from the first snapshot (a cut since is capacity, not a
+   * refusal); the preemptible rows read stay locked.
+   */
+  private async placePreempting(client: PoolClient, ctx: ReservationContext, request: SlotRequest, candidates: Candidate[], cut: string[]): Promise<Map<string, number> | undefined> {
+    const from = ctx.startMs - ctx.provisioningLeadMs;
+    const cutAtMs = from - this.settings.cleaningMs;
+    const regular = await this.snapshot(client, candidates, from, ctx.endMs, ctx.reservation.id, true);
+    if (!placeSlots(request, regular, from, ctx.endMs)) return undefined;
+    const hostOf = new Map(candidates.map((c) => [c.provider.uuid, c.host.id]));
+    const slotRows = await preemptibleSlotsOnProviders(client, { providerUuids: [...hostOf.keys()], fromMs: from, toMs: ctx.endMs, cutAtMs, lock: true });
+    const hostRows = await preemptibleBookingsOverlapping(client, { hostIds: candidates.map((c) => c.host.id), fromMs: from, toMs: ctx.endMs + this.settings.cleaningMs, cutAtMs, lock: true });
+    const now = Date.now();
+    const leases = new Map<string, PreemptibleSlotLease>();
+    const leaseOf = (leaseId: string, startMs: number) => {
+      let lease = leases.get(leaseId);
+      if (!lease) leases.set(leaseId, (lease = { leaseId, started: startMs <= now, cuttable: true, slots: [], wholeHost: [] }));
+      return lease;
+    };
+    for (const row of slotRows) {
+      const lease = leaseOf(row.lease_id, row.lease_start_ms);
+      lease.slots.push({ providerId: hostOf.get(row.provider_uuid)!, start: row.start_ms, end: row.end_ms, amounts: row.amounts });
+      lease.cuttable &&= !row.drops_begun;
+    }
+    // A whole host's preemptible row blocks slots wherever it overlaps the window (freeSlots asks no more).
+    for (const row of hostRows.filter((r) => !r.shared)) {
+      const lease = leaseOf(row.lease_id, row.start_ms);
+      lease.wholeHost.push({ hostId: row.host_id, start: from, end: ctx.endMs });
+      lease.cuttable &&= !row.drops_begun;
+    }
+    const choice = placePreempting(request, regular, [...leases.values()], from, ctx.endMs);
+    if (!choice) return undefined;
+    for (const leaseId of choice.cut) await preemptLease(client, { leaseId, endMs: cutAtMs, neededFromMs: from, cleaningMs: this.settings.cleaningMs });
+    cut.push(...choice.cut);
+    return choice.placed;
   }
 
   /**
@@ -311,6 +379,7 @@ export class InstanceSlotCalendar implements Calendar<InstanceCalendarTypes> {
   /** Books the placement from `from` to the lease's end: a row per slot, a shared host row per host not already booked. */
   private async insert(client: PoolClient, ctx: ReservationContext, candidates: Candidate[], placed: Map<string, number>, slot: Amounts, from: number, hostsBooked: Set<string>, key: string): Promise<SlotPlacement[]> {
     const byHost = new Map(candidates.map((c) => [c.host.id, c]));
+    const preemptible = isPreemptibleReservation(ctx.reservation);
     const result: SlotPlacement[] = [];
     for (const [hostId, slots] of [...placed].sort(([a], [b]) => a.localeCompare(b, 'en', { numeric: true }))) {
       const { host, provider } = byHost.get(hostId)!;
@@ -326,6 +395,7 @@ export class InstanceSlotCalendar implements Calendar<InstanceCalendarTypes> {
           endMs: ctx.endMs,
           blocksFromMs: from,
           bookingKey: key,
+          preemptible,
         });
       }
       if (!hostsBooked.has(hostId)) {
@@ -341,6 +411,7 @@ export class InstanceSlotCalendar implements Calendar<InstanceCalendarTypes> {
           unbounded: false,
           bookingKey: key,
           shared: true,
+          preemptible,
         });
       }
       result.push({ hostId, hypervisorHostname: host.hypervisor_hostname, computeHost: computeHostName(host), providerUuid: provider.uuid, slots });
@@ -364,11 +435,14 @@ export class InstanceSlotCalendar implements Calendar<InstanceCalendarTypes> {
     return candidates;
   }
 
-  /** The hosts' slot bookings (but `ownReservationId`'s) and whole-host blocks over [from, to) (to null: from `from` on). */
-  async snapshot(db: Pool | PoolClient, candidates: Candidate[], from: number, to: number | null, ownReservationId?: string): Promise<SlotCalendar> {
+  /**
+   * The hosts' slot bookings (but `ownReservationId`'s) and whole-host blocks over [from, to) (to
+   * null: from `from` on); `withoutPreemptible`: a regular admission's view, preemptible ones free (issue 43).
+   */
+  async snapshot(db: Pool | PoolClient, candidates: Candidate[], from: number, to: number | null, ownReservationId?: string, withoutPreemptible = false): Promise<SlotCalendar> {
     const hostOf = new Map(candidates.map((c) => [c.provider.uuid, c.host.id]));
-    const slotRows = await bookingsOnProviders(db, [...hostOf.keys()], from, to ?? Infinity);
-    const blocked = await blockedIntervals(db, { fromMs: from, toMs: to, cleaningMs: this.settings.cleaningMs, hostIds: candidates.map((c) => c.host.id), wholeHostOnly: true });
+    const slotRows = await bookingsOnProviders(db, [...hostOf.keys()], from, to ?? Infinity, withoutPreemptible);
+    const blocked = await blockedIntervals(db, { fromMs: from, toMs: to, cleaningMs: this.settings.cleaningMs, hostIds: candidates.map((c) => c.host.id), wholeHostOnly: true, withoutPreemptible });
     return {
       hosts: candidates.map(slotHost),
       slots: slotRows.filter((r) => r.reservation_id !== ownReservationId).map((r) => ({ providerId: hostOf.get(r.provider_uuid)!, start: r.start_ms, end: r.end_ms, amounts: r.amounts })),

@@ -21,9 +21,9 @@ import { isLeaseConflict, leaseConflict, type Reservation } from '../../domain/l
 import type { DriftCheck, HookContext, ReservationContext, ResourcePlugin, ResourceType } from '../../domain/resource-plugin';
 import { unusableHostsOf } from '../../db/host-allocations';
 import { activeReservationsOfType } from '../../db/leases';
-import { slotHostsEver } from '../../db/quantity-allocations';
+import { providersRefreshedAt, slotHostsEver } from '../../db/quantity-allocations';
 import type { Pool } from '../../db/pool';
-import { serverHost, type GlanceClient, type NovaClient } from '../../openstack';
+import { OpenStackConfigError, serverHost, type GlanceClient, type NovaClient } from '../../openstack';
 import { beforeEndAction, refuseNotifyWithoutEndpoint, type BeforeEndAction, type beforeEndParam } from '../shared/params';
 import { DEFAULT_SERVER_DELETE_TIMEOUT_MS, failIfDeletionOverdue } from '../shared/server-deletion';
 import { snapshotServers } from '../shared/server-snapshots';
@@ -79,6 +79,8 @@ type SlotParams = { before_end: z.output<typeof beforeEndParam>; resource_proper
  */
 export interface SlotType<P extends SlotParams> {
   resourceType: string;
+  /** Its `describe` needs no cloud: the API books it in its own transaction (bookAtAdmission), and a regular one may preempt there (issue 43). */
+  describesWithoutCloud?: boolean;
   paramsSchema: z.ZodType<P>;
   describe(reservation: Reservation<P>, projectId: string, nova?: { admin: NovaClient; lessee: NovaClient }): Promise<SlotReservation>;
 }
@@ -114,6 +116,47 @@ export function slotReservationType<P extends SlotParams>(type: SlotType<P>, dep
     },
     offers: amountOffers<P>({ describe: (params) => ({ instances: params.amount }) }),
     latestEnd: (leaseId) => made.calendar.latestEnd(leaseId),
+    ...(type.describesWithoutCloud ? admittedInApi(type, deps, made) : {}),
+  };
+}
+
+/**
+ * A slot type the API books in its own transaction: the hosts' capacities are read from Placement
+ * before it opens (never under its locks), the slots are booked with the calendar's rows alone,
+ * and the flavor and the rest are made right after admission by the workflow's hold step
+ * (`holdUntilStart`), the flavor id being the reservation's.
+ */
+function admittedInApi<P extends SlotParams>(type: SlotType<P>, deps: VirtualInstanceDeps, made: ReturnType<typeof slotCalendar>): Pick<ResourceType<P>, 'beforeAdmission' | 'bookAtAdmission'> {
+  return {
+    async beforeAdmission() {
+      try {
+        await made.refresh();
+      } catch (err) {
+        // Without a cloud the lease could never start: refused (503 naming the setting), as a host lease is.
+        if (err instanceof OpenStackConfigError) throw err;
+        // Placement unreachable: the copy read before is still the calendar's (the worker refreshes it); with none, nothing can be booked.
+        if ((await providersRefreshedAt(deps.pool, COMPUTE_KIND)) === undefined) throw err;
+      }
+    },
+    async bookAtAdmission(client, ctx, options) {
+      const { spec } = await type.describe(ctx.reservation, ctx.projectId);
+      const placement = await made.calendar.bookWithin(client, ctx, spec, { preempt: options?.preempt ?? false, cut: options?.cut });
+      const withCloud = deps.cloud !== 'calendar-only';
+      return {
+        allocation: { ...(withCloud ? { flavor_id: ctx.reservation.id } : {}), ...shownPlacement(placement) },
+        resourceKeys: [],
+        footprint: footprintOfAmounts(spec.slot, spec.amount),
+        ...(withCloud ? { holdUntilStart: true } : {}),
+      };
+    },
+  };
+}
+
+/** Where the slots are, as the lease shows them. */
+function shownPlacement(placement: SlotPlacement[]): Record<string, unknown> {
+  return {
+    hosts: placement.map((p) => p.hypervisorHostname),
+    slots_per_host: Object.fromEntries(placement.map((p) => [p.hypervisorHostname, p.slots])),
   };
 }
 
@@ -134,10 +177,7 @@ export function slotReservationPlugin<P extends SlotParams>(type: SlotType<P>, d
   /** Every host the reservation ever had slots on (with no slots: where an end or a heal closes them). */
   const slotHostsOf = async (reservationId: string): Promise<HostSlots[]> =>
     (await slotHostsEver(deps.pool, reservationId)).map((h) => ({ computeHost: h.host, hypervisorHostname: h.name, computeNodeUuid: h.providerUuid, slots: 0 }));
-  const shown = (placement: SlotPlacement[]) => ({
-    hosts: placement.map((p) => p.hypervisorHostname),
-    slots_per_host: Object.fromEntries(placement.map((p) => [p.hypervisorHostname, p.slots])),
-  });
+  const shown = shownPlacement;
 
   /**
    * An active reservation shrinking: never below the servers its flavor runs (409), and the slots
@@ -172,17 +212,26 @@ export function slotReservationPlugin<P extends SlotParams>(type: SlotType<P>, d
       const { slots, instance, shown: described } = await specOf(ctx);
       const before = active ? await calendar.placement(ctx.reservation.id) : [];
       const keepOn = active && clients ? await serversInUse(ctx, clients.nova, before, slots.amount) : undefined;
-      const placement = await calendar.book(ctx, slots, { keepOn });
+      const settled: { preemptionSequence?: number } = {};
+      const placement = await calendar.book(ctx, slots, { keepOn, settled });
       let resources = {};
       if (clients) {
         resources = await ensureReservationResources(clients, lesseeNova(ctx), instance);
         // An active reservation's new slots are the lessee's at once (and those it gave up are gone).
         if (active) await openSlots(clients, instance, hostSlots(placement), hostSlots(before), ctx.reportProgress);
       }
-      return { allocation: { ...described, ...resources, ...shown(placement) }, resourceKeys: [], footprint: footprintOfAmounts(slots.slot, slots.amount) };
+      const reserved = { allocation: { ...described, ...resources, ...shown(placement) }, resourceKeys: [], footprint: footprintOfAmounts(slots.slot, slots.amount) };
+      return settled.preemptionSequence === undefined ? reserved : { ...reserved, preemptionSequence: settled.preemptionSequence };
     },
 
-    moveWindow: (ctx) => calendar.moveWindow(ctx),
+    /** A reservation the API admitted (bookAtAdmission): its flavor, aggregate, server group and resource class, made right after (their ids join the lease's reservation). */
+    async hold(ctx) {
+      const clients = cloud();
+      if (!clients) return {};
+      return { allocation: { ...(await ensureReservationResources(clients, lesseeNova(ctx), (await specOf(ctx)).instance)) } };
+    },
+
+    moveWindow: (ctx, settled) => calendar.moveWindow(ctx, settled),
 
     /** In use while a server of the reservation's flavor exists (only the lessee's project may use it); without a cloud it cannot tell. */
     async inUse(ctx) {
@@ -316,6 +365,7 @@ export function slotReservationPlugin<P extends SlotParams>(type: SlotType<P>, d
 /** `virtual:instance`: the slot's size is in its parameters. */
 export const virtualInstance: SlotType<VirtualInstanceParams> = {
   resourceType: VIRTUAL_INSTANCE,
+  describesWithoutCloud: true,
   paramsSchema: virtualInstanceParams,
   describe(reservation) {
     const { params } = reservation;

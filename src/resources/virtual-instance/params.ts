@@ -1,6 +1,6 @@
 /** The `virtual:instance` reservation's parameters, as blazarclient sends them (numbers may come as strings, `affinity` as "None"). */
 import { z } from 'zod';
-import { beforeEndParam, propertyQueryParam, whole } from '../shared/params';
+import { beforeEndParam, preemptibleParam, propertyQueryParam, whole } from '../shared/params';
 
 /** The most slots one reservation may ask for: each is a row in the calendar and, at the end, a server to delete. */
 export const MAX_SLOTS = 1_000;
@@ -36,6 +36,8 @@ export const virtualInstanceParams = z.strictObject({
   resource_properties: propertyQueryParam('["==", "$gpu", "true"]'),
   /** Before the end: nothing (''), an image of every server of the flavor, a notice, or the deployment's default. */
   before_end: beforeEndParam,
+  /** Preemptible (issue 43): slots booked only where no regular booking holds them, cut short by a regular lease that needs them (docs/api.md, "Preemptible leases"). */
+  preemptible: preemptibleParam,
 });
 
 export type VirtualInstanceParams = z.output<typeof virtualInstanceParams>;
