@@ -165,8 +165,8 @@ describe('GET /v1/calendar', () => {
       await create(beta, 'beta-preemptible', 10, 14, spare('b', { preemptible: true }));
       // A regular lease needs spare-a from 12:00: alpha's preemptible lease is cut to end then (no cleaning gap here).
       await create(beta, 'beta-regular', 12, 13, spare('a'));
-      // Instance slots (a shared row, never flagged itself): preemptible by their reservation's params.
-      await insertAlphaLease('alpha-slots', { status: 'PENDING', reservations: [pendingReservation('virtual:instance', { amount: 1, preemptible: true })] }, hostIds['spare-b'], { shared: true });
+      // Instance slots: their shared host row is flagged as the slot calendar writes it (migration 034).
+      await insertAlphaLease('alpha-slots', { status: 'PENDING', reservations: [pendingReservation('virtual:instance', { amount: 1, preemptible: true })] }, hostIds['spare-b'], { shared: true, preemptible: true });
       // A preempted lease that ended long ago, its owed cut's row purged: no longer marked (its status_reason alone may be stale: the lease may have been booked anew since).
       await insertAlphaLease(
         'alpha-preempted-long-ago',

@@ -12,18 +12,10 @@ import type { PoolClient } from 'pg';
 import type { Lease } from '../domain/lease';
 import { CUT_END_JOIN } from './lease-preemptions';
 import { maintenanceBlocks, UNUSABLE_BOOKING_SQL } from './maintenance';
-import { reservationPreemptibleSql } from './leases';
 import type { Pool } from './pool';
 import { BOOKING_LEASE_COLUMNS, HELD_BOOKING_JOIN, WINDOW_PARAMS_RANGE, wholeResourceBookings, type BookingLeaseColumns, type NewRangeBooking } from './range-bookings';
 
 type Queryable = Pool | PoolClient;
-
-/**
- * Whether a booking (aliased `a`) is preemptible (issue 43): the row's own flag (whole hosts), or its
- * reservation's `params.preemptible` (instance slots' shared rows, which migration 027 never flags),
- * so that the views need no change when slots become preemptible. Only shared rows look at the lease.
- */
-const PREEMPTIBLE_BOOKING = `(a.preemptible OR (a.shared AND ${reservationPreemptibleSql('a.lease_id', 'a.reservation_id')}))`;
 
 /** The statements the host calendar shares with the floating IP calendar (./range-bookings.ts), on this table: whole-host rows are the calendar's, `shared` ones instance slots'. */
 export const hostBookings = wholeResourceBookings({
@@ -269,7 +261,7 @@ async function queryAllocations(pool: Pool, filter: AllocationFilter & { after?:
     `SELECT a.host_id::text, h.hypervisor_hostname, a.reservation_id::text, a.lease_id::text, a.project_id,
             (extract(epoch FROM lower(a.during)) * 1000)::float8 AS start_ms, (extract(epoch FROM upper(a.during)) * 1000)::float8 AS end_ms,
             (extract(epoch FROM upper(a.blocks)) * 1000)::float8 AS blocked_until_ms,
-            ${PREEMPTIBLE_BOOKING} AS preemptible,
+            a.preemptible,
             lower(a.during)::text AS position_start, a.id::text AS position_id
      FROM host_allocations a JOIN hosts h ON h.id = a.host_id
      WHERE ($1::bigint IS NULL OR a.host_id = $1::bigint)
@@ -428,7 +420,7 @@ export interface HostBookingInWindow extends BookingLeaseColumns {
 export async function hostBookingsInWindow(pool: Pool, window: { fromMs: number; toMs: number; hostIds: string[]; limit: number }): Promise<HostBookingInWindow[]> {
   // `blocks` covers `during` and carries the GiST index of the exclusion constraint: it narrows, `during` decides.
   const { rows } = await pool.query<HostBookingInWindow>(
-    `SELECT a.host_id::text, a.shared, ${PREEMPTIBLE_BOOKING} AS preemptible, ${BOOKING_LEASE_COLUMNS},
+    `SELECT a.host_id::text, a.shared, a.preemptible, ${BOOKING_LEASE_COLUMNS},
             (extract(epoch FROM cut.end_at) * 1000)::float8 AS cut_ms
      FROM host_allocations a LEFT JOIN leases l ON l.id = a.lease_id AND l.deleted_at IS NULL ${HELD_BOOKING_JOIN}
           ${CUT_END_JOIN}

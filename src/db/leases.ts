@@ -319,14 +319,6 @@ export async function liveLeaseCount(db: Queryable, projectId: string, exceptLea
   return Number(rows[0].n);
 }
 
-/**
- * SQL for another store's query about its bookings: whether reservation `reservationIdSql` of lease
- * `leaseIdSql` asked `"preemptible": true` (issue 43). A lookup of the lease's document per row:
- * guard it so that only the rows that need it ask.
- */
-export const reservationPreemptibleSql = (leaseIdSql: string, reservationIdSql: string) =>
-  `EXISTS (SELECT 1 FROM leases pl WHERE pl.id = ${leaseIdSql} AND pl.document->'reservations' @> jsonb_build_array(jsonb_build_object('id', ${reservationIdSql}::text, 'params', '{"preemptible": true}'::jsonb)))`;
-
 /** The reservations of `resourceType` whose leases are ACTIVE (not starting, changing or ending): those whose slots must be in Nova and Placement now. */
 export async function activeReservationsOfType(db: Queryable, resourceType: string): Promise<Array<{ reservationId: string; leaseId: string; projectId: string }>> {
   const { rows } = await db.query<{ reservationId: string; leaseId: string; projectId: string }>(
