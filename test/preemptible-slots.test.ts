@@ -6,6 +6,7 @@
  * holds refuse); a regular host lease cuts the preemptible slots on its host; a cut committed
  * since the admission's first read is capacity, not a refusal.
  */
+import { randomUUID } from 'node:crypto';
 import { placePreempting, type PreemptibleSlotLease, type SlotCalendar } from '../src/domain/instance-slots';
 import type { Reservation } from '../src/domain/lease';
 import type { ReservationContext } from '../src/domain/resource-plugin';
@@ -67,6 +68,36 @@ describe('preemptible instance slots', () => {
   });
   afterEach(async () => {
     expect(await doubleBookings(database().pool)).toEqual([]);
+  });
+
+  it('a lease never cuts itself: its preemptible reservation, booked first in the same transaction, stays taken for its regular one', async () => {
+    const leaseId = randomUUID();
+    const lent = instances({ amount: 2, preemptible: true });
+    // Slots: 8 in all, 2 of them the lease's own preemptible ones; its regular reservation asks 7.
+    const regularSlots = instances({ amount: 7 });
+    const both = [lent, regularSlots];
+    const ofLease = (reservation: Reservation) => reservationContext({ reservation, leaseReservations: both, leaseId, startMs: T0, endMs: T0 + H });
+    const cut: string[] = [];
+    const [lentSpec, regularSpec] = [await specOf(ofLease(lent)), await specOf(ofLease(regularSlots))];
+    await expect(
+      bookInTransaction(database().pool, async (client) => {
+        await slots.bookWithin(client, ofLease(lent), lentSpec, { preempt: false });
+        return slots.bookWithin(client, ofLease(regularSlots), regularSpec, { preempt: true, cut });
+      }, { retryExclusion: true }),
+    ).rejects.toMatchObject({ type: 'LeaseConflict' });
+    // A regular host reservation of a lease whose preemptible slots sit on both hosts: refused, not cut either.
+    const wholeHosts = pendingReservation('physical:host', physicalHostParams.parse({ min: 2, max: 2, hypervisor_properties: '', resource_properties: '' }));
+    const mixed = [instances({ amount: 5, preemptible: true }), wholeHosts];
+    const mixedCtx = (reservation: Reservation) => reservationContext({ reservation, leaseReservations: mixed, leaseId, startMs: T0, endMs: T0 + H });
+    const mixedSpec = await specOf(mixedCtx(mixed[0]));
+    await expect(
+      bookInTransaction(database().pool, async (client) => {
+        await slots.bookWithin(client, mixedCtx(mixed[0]), mixedSpec, { preempt: false });
+        return hosts.bookWithin(client, mixedCtx(wholeHosts), { preempt: true, cut });
+      }, { retryExclusion: true }),
+    ).rejects.toMatchObject({ type: 'LeaseConflict' });
+    expect(cut).toEqual([]);
+    expect(await owed()).toEqual([]);
   });
 
   it('a preemptible booking takes only capacity no booking holds, and its rows are flagged', async () => {

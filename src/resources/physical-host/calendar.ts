@@ -253,7 +253,7 @@ export class HostCalendar extends WholeResourceCalendar<HostRecord, BookedHost[]
    * this transaction (their ids added to `cut`). Undefined, nothing changed: it does not fit even so.
    */
   private async bookPreempting(client: PoolClient, ctx: ReservationContext<PhysicalHostParams>, hosts: HostRecord[], requests: HostRequest[], key: string, order: (calendar: CalendarSnapshot) => string[], cut: string[]): Promise<Map<string, string[]> | undefined> {
-    const choice = await this.preemptingChoice(client, { startMs: ctx.startMs, endMs: ctx.endMs, leadMs: ctx.provisioningLeadMs, lock: true }, hosts, requests, order);
+    const choice = await this.preemptingChoice(client, { startMs: ctx.startMs, endMs: ctx.endMs, leadMs: ctx.provisioningLeadMs, lock: true, leaseId: ctx.leaseId }, hosts, requests, order);
     if (!choice) return undefined;
     for (const leaseId of choice.preemptedLeases) await preemptLease(client, { leaseId, endMs: choice.cutAtMs, neededFromMs: choice.neededFromMs, cleaningMs: this.cleaningMs });
     cut.push(...choice.preemptedLeases);
@@ -276,7 +276,7 @@ export class HostCalendar extends WholeResourceCalendar<HostRecord, BookedHost[]
    */
   private async preemptingChoice(
     db: Pool | PoolClient,
-    window: { startMs: number; endMs: number; leadMs: number; lock: boolean },
+    window: { startMs: number; endMs: number; leadMs: number; lock: boolean; leaseId?: string },
     hosts: HostRecord[],
     requests: HostRequest[],
     order: (calendar: CalendarSnapshot) => Promise<string[]> | string[] = (calendar) => preferenceOrder(calendar, Date.now()),
@@ -299,7 +299,8 @@ export class HostCalendar extends WholeResourceCalendar<HostRecord, BookedHost[]
     const held = candidates.filter((id) => !free.has(id));
     const preempted = preempting.filter((row) => held.includes(row.host_id));
     // A lease that would lose a booking it already runs on keeps it: its servers must stay where its end cleans them.
-    const kept = new Set(preempted.filter((row) => row.drops_begun).map((row) => row.host_id));
+    // A lease never cuts itself (a preemptible reservation of it booked earlier in this transaction).
+    const kept = new Set(preempted.filter((row) => row.drops_begun || row.lease_id === window.leaseId).map((row) => row.host_id));
     const usable = new Set([...free, ...held.filter((id) => !kept.has(id))]);
     const now = Date.now();
     const running = new Set(preempted.filter((row) => row.start_ms <= now).map((row) => row.host_id));

@@ -309,16 +309,17 @@ export class InstanceSlotCalendar implements Calendar<InstanceCalendarTypes> {
       if (!lease) leases.set(leaseId, (lease = { leaseId, started: startMs <= now, cuttable: true, slots: [], wholeHost: [] }));
       return lease;
     };
+    // A lease never cuts itself: its own preemptible bookings (another reservation of it, booked earlier in this transaction) stay taken.
     for (const row of slotRows) {
       const lease = leaseOf(row.lease_id, row.lease_start_ms);
       lease.slots.push({ providerId: hostOf.get(row.provider_uuid)!, start: row.start_ms, end: row.end_ms, amounts: row.amounts });
-      lease.cuttable &&= !row.drops_begun;
+      lease.cuttable &&= !row.drops_begun && row.lease_id !== ctx.leaseId;
     }
     // A whole host's preemptible row blocks slots wherever it overlaps the window (freeSlots asks no more).
     for (const row of hostRows.filter((r) => !r.shared)) {
       const lease = leaseOf(row.lease_id, row.start_ms);
       lease.wholeHost.push({ hostId: row.host_id, start: from, end: ctx.endMs });
-      lease.cuttable &&= !row.drops_begun;
+      lease.cuttable &&= !row.drops_begun && row.lease_id !== ctx.leaseId;
     }
     const choice = placePreempting(request, regular, [...leases.values()], from, ctx.endMs);
     if (!choice) return undefined;
