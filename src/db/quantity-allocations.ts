@@ -217,15 +217,23 @@ export interface PreemptibleSlotRow extends ProviderBookingRow {
  * the providers' locks too, so no slot on them comes or goes meanwhile but by a cut.
  */
 export async function preemptibleSlotsOnProviders(db: Queryable, window: { providerUuids: string[]; fromMs: number; toMs: number; cutAtMs: number; lock: boolean }): Promise<PreemptibleSlotRow[]> {
+  // What each lease's rows say (its start, whether a cut would drop a slot begun) once per lease, not per slot:
+  // a preemptible lease may hold a thousand slots, read while other projects' admissions wait on the providers' locks.
   const { rows } = await db.query<PreemptibleSlotRow>(
-    `SELECT a.provider_uuid, a.reservation_id::text, a.lease_id::text, a.amounts,
-            (extract(epoch FROM lower(a.blocks)) * 1000)::float8 AS start_ms, (extract(epoch FROM upper(a.blocks)) * 1000)::float8 AS end_ms,
-            (SELECT (extract(epoch FROM min(lower(o.during))) * 1000)::float8 FROM quantity_allocations o WHERE o.lease_id = a.lease_id) AS lease_start_ms,
-            EXISTS (SELECT 1 FROM quantity_allocations o WHERE o.lease_id = a.lease_id AND o.preemptible
-                      AND lower(o.during) <= now() AND lower(o.during) >= to_timestamp($4 / 1000.0)) AS drops_begun
-     FROM quantity_allocations a
-     WHERE a.preemptible AND a.provider_uuid = ANY($1) AND a.blocks && tstzrange(to_timestamp($2 / 1000.0), to_timestamp($3 / 1000.0))
-     ORDER BY a.provider_uuid, a.id${window.lock ? ' FOR UPDATE OF a' : ''}`,
+    `WITH found AS (
+       SELECT a.id, a.provider_uuid, a.reservation_id, a.lease_id, a.amounts, a.blocks FROM quantity_allocations a
+       WHERE a.preemptible AND a.provider_uuid = ANY($1) AND a.blocks && tstzrange(to_timestamp($2 / 1000.0), to_timestamp($3 / 1000.0))
+       ORDER BY a.provider_uuid, a.id${window.lock ? ' FOR UPDATE OF a' : ''}
+     ), per_lease AS (
+       SELECT o.lease_id, (extract(epoch FROM min(lower(o.during))) * 1000)::float8 AS lease_start_ms,
+              bool_or(o.preemptible AND lower(o.during) <= now() AND lower(o.during) >= to_timestamp($4 / 1000.0)) AS drops_begun
+       FROM quantity_allocations o WHERE o.lease_id IN (SELECT lease_id FROM found) GROUP BY o.lease_id
+     )
+     SELECT f.provider_uuid, f.reservation_id::text, f.lease_id::text, f.amounts,
+            (extract(epoch FROM lower(f.blocks)) * 1000)::float8 AS start_ms, (extract(epoch FROM upper(f.blocks)) * 1000)::float8 AS end_ms,
+            p.lease_start_ms, p.drops_begun
+     FROM found f JOIN per_lease p ON p.lease_id = f.lease_id
+     ORDER BY f.provider_uuid, f.id`,
     [window.providerUuids, window.fromMs, window.toMs, window.cutAtMs],
   );
   return rows;

@@ -124,7 +124,7 @@ export interface PreemptibleSlotLease {
  * `regular` is the calendar without preemptible bookings, `leases` the preemptible leases in the
  * window. Preemptible leases not started count as free first (running ones still taken), then every
  * one that may be cut; hosts with room free of any preemptible booking are taken first. On each host taken, the
- * fewest leases are cut (not started first, then by id) until its slots fit there: a lease cut ends
+ * leases are cut one by one (not started first, then by id; not always the fewest) until its slots fit there: a lease cut ends
  * before the window, all of it. Undefined: it does not fit even with every preemptible booking free.
  */
 export function placePreempting(request: SlotRequest, regular: SlotCalendar, leases: readonly PreemptibleSlotLease[], from: number, to: number): { placed: Map<string, number>; cut: string[] } | undefined {
