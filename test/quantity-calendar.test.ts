@@ -44,6 +44,34 @@ describe('quantity calendar', () => {
     await calendar.syncProviders('compute', providers);
   });
 
+  it('copies the providers once for callers at the same moment, and a failed copy answers the next callers at once instead of each waiting on the cloud', async () => {
+    const fresh = new QuantityCalendar(database().pool);
+    let reads = 0;
+    let answer!: () => void;
+    let readStarted!: () => void;
+    const started = new Promise<void>((resolve) => (readStarted = resolve));
+    const slowRead = () => {
+      reads++;
+      readStarted();
+      return new Promise<CapacityProvider[]>((resolve) => (answer = () => resolve([{ uuid: 'bbbbbbbb-0000-0000-0000-000000000001', name: 'other-1', host: 'node-1', capacity: { VCPU: 1 }, traits: [] }])));
+    };
+    const callers = Array.from({ length: 5 }, () => fresh.refreshProviders('other-kind', 60_000, slowRead));
+    await started;
+    answer();
+    await Promise.all(callers);
+    expect(reads).toBe(1);
+    // Placement down: the first caller waits for its answer, the next ones get that error at once.
+    const down = new Error('placement unreachable');
+    let failingReads = 0;
+    const failingRead = async () => {
+      failingReads++;
+      throw down;
+    };
+    await expect(fresh.refreshProviders('down-kind', 0, failingRead)).rejects.toBe(down);
+    await expect(fresh.refreshProviders('down-kind', 60_000, failingRead)).rejects.toBe(down);
+    expect(failingReads).toBe(1);
+  });
+
   it('spreads bookings, refuses what fits nowhere with the earliest start and the longest end, and books it then', async () => {
     expect((await calendar.book(ctxFor(0, 4), vcpus(6))).name).toBe('node-1');
     expect((await calendar.book(ctxFor(0, 2), vcpus(3))).name).toBe('node-2'); // node-1 would be fuller

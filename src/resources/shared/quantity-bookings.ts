@@ -95,7 +95,15 @@ interface QuantityCalendarTypes {
   shortageArgs: [request: QuantityRequest, windowBookings: QuantityBooking[]];
 }
 
+/** How long a failed copy of the providers answers for the cloud (refreshProviders). */
+const FAILED_COPY_ANSWERS_MS = 15_000;
+
 export class QuantityCalendar implements Calendar<QuantityCalendarTypes> {
+  /** Per kind, the copy being made now: callers at the same moment wait for that one. */
+  private readonly refreshing = new Map<string, Promise<void>>();
+  /** Per kind, the last failed copy: not tried again by every caller for a while (FAILED_COPY_ANSWERS_MS, at most the copy's age limit). */
+  private readonly lastFailure = new Map<string, { atMs: number; error: unknown }>();
+
   constructor(private readonly pool: Pool) {}
 
   /**
@@ -106,11 +114,34 @@ export class QuantityCalendar implements Calendar<QuantityCalendarTypes> {
     await syncCapacityProviders(this.pool, kind, providers);
   }
 
-  /** Copies the providers of `kind` again (`read`: as the cloud has them now) when the copy is older than `maxAgeMs`. */
+  /**
+   * Copies the providers of `kind` again (`read`: as the cloud has them now) when the copy is older
+   * than `maxAgeMs`. One copy at a time per kind (callers meanwhile share it); after a failure, its
+   * error answers at once for a while instead of every caller (every project's create) waiting out
+   * the cloud's timeout again: callers that can, book on the copy they have. A while, not the whole
+   * age limit: the cloud back, a worker's retry copies again soon.
+   */
   async refreshProviders(kind: string, maxAgeMs: number, read: () => Promise<CapacityProvider[]>): Promise<void> {
+    let run = this.refreshing.get(kind);
+    if (!run) {
+      run = this.refreshOnce(kind, maxAgeMs, read).finally(() => this.refreshing.delete(kind));
+      this.refreshing.set(kind, run);
+    }
+    return run;
+  }
+
+  private async refreshOnce(kind: string, maxAgeMs: number, read: () => Promise<CapacityProvider[]>): Promise<void> {
     const last = await providersRefreshedAt(this.pool, kind);
     if (last !== undefined && Date.now() - last < maxAgeMs) return;
-    await this.syncProviders(kind, await read());
+    const failure = this.lastFailure.get(kind);
+    if (failure && Date.now() - failure.atMs < Math.min(maxAgeMs, FAILED_COPY_ANSWERS_MS)) throw failure.error;
+    try {
+      await this.syncProviders(kind, await read());
+      this.lastFailure.delete(kind);
+    } catch (error) {
+      this.lastFailure.set(kind, { atMs: Date.now(), error });
+      throw error;
+    }
   }
 
   /** The usable providers of `kind`, by name. */
