@@ -63,9 +63,9 @@ describe('quantity calendar', () => {
     // Placement down: the first caller waits for its answer, the next ones get that error at once.
     const down = new Error('placement unreachable');
     let failingReads = 0;
-    const failingRead = async () => {
+    const failingRead = () => {
       failingReads++;
-      throw down;
+      return Promise.reject(down);
     };
     await expect(fresh.refreshProviders('down-kind', 0, failingRead)).rejects.toBe(down);
     await expect(fresh.refreshProviders('down-kind', 60_000, failingRead)).rejects.toBe(down);
