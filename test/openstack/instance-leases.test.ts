@@ -147,7 +147,11 @@ describe('instance leases in Nova and Placement', () => {
       uniqueName('instances'),
     );
     const leaseId = field(created, 'id')!;
-    const reservation = (await lease(leaseId)).reservations[0];
+    // Admitted by the API at once; the flavor, server group and aggregate are made by the workflow's hold step right after.
+    const reservation = await eventually(async () => {
+      const made = (await lease(leaseId)).reservations[0];
+      return made.aggregate_id != null && made.server_group_id != null ? made : undefined;
+    }, 60_000, 100, () => `lease ${leaseId}: its hold step made no aggregate and server group`);
     const flavorId: string = reservation.flavor_id;
     expect(reservation).toMatchObject({ resource_type: 'virtual:instance', vcpus: 1, memory_mb: 512, disk_gb: 1, amount: 3, affinity: false, flavor_id: reservation.id });
     expect(reservation.aggregate_id).toEqual(expect.any(Number));
