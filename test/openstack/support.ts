@@ -125,9 +125,15 @@ export async function startWorkerProcess(stack: WorkerProcessTarget, options: { 
 /**
  * A test stack whose host leases act in the rig's Nova, with aggregates of the test's own (pool and
  * released) and a fast recycle poll; `cleanUp` runs before it stops (leases, servers, hosts), then
- * the aggregates go.
+ * the aggregates go. The host type's calls go through `cloud` (e.g. clients behind a fault proxy).
  */
-export function hostLeaseStack(admin: OpenStackClients, aggregates: { freepool: string; released: string }, cleanUp: () => Promise<void>, env: Record<string, string> = {}): () => TestStack {
+export function hostLeaseStack(
+  admin: OpenStackClients,
+  aggregates: { freepool: string; released: string },
+  cleanUp: () => Promise<void>,
+  env: Record<string, string> = {},
+  cloud: () => OpenStackClients = () => admin,
+): () => TestStack {
   return useTestStack(
     {
       env: { LK_FREEPOOL_AGGREGATE: aggregates.freepool, LK_RELEASED_AGGREGATE: aggregates.released, ...env },
@@ -135,7 +141,7 @@ export function hostLeaseStack(admin: OpenStackClients, aggregates: { freepool: 
         physicalHostPlugin({
           pool,
           settings: { cleaningMs: 0, randomChoice: false },
-          cloud: () => admin,
+          cloud,
           freepool: aggregates.freepool,
           endAggregates: { released: aggregates.released, closedProjectId: 'leasekeeper-freepool' },
           recyclePollMs: 1_000,

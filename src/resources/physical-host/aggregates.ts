@@ -50,7 +50,12 @@ export interface HostMove {
   progress: ReportProgress;
 }
 
-/** At start: the lease aggregate (created if missing), hosts in, then out of the pool. */
+/**
+ * At start: the lease aggregate (created if missing), hosts in, then out of the pool. A host still in
+ * another lease's zone is taken from it through the pool first (Nova keeps a host in one zone): a
+ * start goes ahead so only past a preempted lease whose end outlasted the eviction bound
+ * (docs/api.md, "Preemptible leases"); that end then leaves the host alone but for its own servers.
+ */
 export async function moveHostsIntoLease(nova: NovaClient, move: HostMove): Promise<LeaseAggregate> {
   // A start begun under the legacy names carries on in the aggregate it made.
   const existing = await findLeaseAggregate(nova, move.reservationId);
@@ -61,13 +66,30 @@ export async function moveHostsIntoLease(nova: NovaClient, move: HostMove): Prom
     { filter_tenant_id: move.projectId, 'blazar:owner': move.projectId, 'leasekeeper:reservation': move.reservationId, 'leasekeeper:lease': move.leaseId },
     names.availabilityZone,
   );
-  const pool = await findAggregate(nova, move.freepool);
+  let pool = await findAggregate(nova, move.freepool);
+  const otherZones = (await nova.listAggregates()).filter((a) => a.id !== aggregate.id && a.availability_zone?.startsWith(BLAZAR_ZONE_PREFIX));
   for (const host of move.hosts) {
+    for (const other of otherZones.filter((a) => a.hosts.includes(host))) {
+      if (!pool) throw new Error(`the reservable pool aggregate ${move.freepool} is missing`);
+      await addHost(nova, pool, host);
+      await removeHost(nova, other, host);
+      pool = await nova.getAggregate(pool.id);
+      move.progress({ taken: host, from: other.name });
+    }
     await addHost(nova, aggregate, host);
     await removeHost(nova, pool, host);
     move.progress({ moved: host });
   }
   return names;
+}
+
+/**
+ * The hosts of `move` no longer in the lease's aggregate (all of them when it is gone): another
+ * lease's start took them (moveHostsIntoLease), or a retried end already returned them.
+ */
+export async function hostsOutOfLease(nova: NovaClient, move: HostMove): Promise<Set<string>> {
+  const aggregate = await findLeaseAggregate(nova, move.reservationId);
+  return new Set(move.hosts.filter((host) => !aggregate?.hosts.includes(host)));
 }
 
 /** At the end (or after a start that failed half way): hosts back into the pool, then the lease aggregate removed. */
@@ -78,7 +100,8 @@ export async function returnHostsToPool(nova: NovaClient, move: HostMove): Promi
   if (!aggregate) return;
   const pool = await findAggregate(nova, move.freepool);
   if (!pool) throw new Error(`the reservable pool aggregate ${move.freepool} is missing`);
-  for (const host of move.hosts) {
+  // A host no longer in it is another lease's now (or back already): left where it is.
+  for (const host of move.hosts.filter((h) => aggregate.hosts.includes(h))) {
     await addHost(nova, pool, host);
     await removeHost(nova, aggregate, host);
     move.progress({ returned: host });
@@ -87,12 +110,14 @@ export async function returnHostsToPool(nova: NovaClient, move: HostMove): Promi
 }
 
 /**
- * The `delete` end policy, one pass: every server on the hosts (of any project) is asked to go, then
- * up to `waitMs` passes for them to be gone. Returns how many are still there (the caller polls
- * again later, showing the progress, instead of holding one activity for minutes).
+ * The `delete` end policy, one pass: every server on the hosts (of any project; on a host in
+ * `onlyProject.hosts`, only that project's) is asked to go, then up to `waitMs` passes for them to be
+ * gone. Returns how many are still there (the caller polls again later, showing the progress,
+ * instead of holding one activity for minutes).
  */
-export async function deleteServersOnHosts(nova: NovaClient, hosts: string[], waitMs: number, progress: ReportProgress): Promise<number> {
-  const list = async () => (await Promise.all(hosts.map((host) => nova.listServers({ all_tenants: true, host })))).flat();
+export async function deleteServersOnHosts(nova: NovaClient, hosts: string[], waitMs: number, progress: ReportProgress, onlyProject?: { projectId: string; hosts: Set<string> }): Promise<number> {
+  const filterOf = (host: string) => (onlyProject?.hosts.has(host) ? { all_tenants: true, host, project_id: onlyProject.projectId } : { all_tenants: true, host });
+  const list = async () => (await Promise.all(hosts.map((host) => nova.listServers(filterOf(host))))).flat();
   let servers = await list();
   for (const server of servers) {
     if (server['OS-EXT-STS:task_state'] !== 'deleting') await ignoreNotFound(nova.deleteServer(server.id));

@@ -8,6 +8,7 @@
  */
 import {
   deleteServersOnHosts,
+  hostsOutOfLease,
   leaseAggregateFor,
   moveHostsIntoLease,
   recycleHosts,
@@ -180,7 +181,9 @@ export function physicalHostPlugin(deps: PhysicalHostDeps): ResourcePlugin<Physi
     if (!ctx.started) return returnHostsToPool(nova, hosts).then(() => ({}));
     switch (endPolicy(ctx)) {
       case 'delete': {
-        const left = await deleteServersOnHosts(nova, hosts.hosts, SERVER_DELETE_PASS_MS, ctx.reportProgress);
+        // On a host another lease's start took (past the eviction bound), only this lessee's servers are its to delete.
+        const taken = await hostsOutOfLease(nova, hosts);
+        const left = await deleteServersOnHosts(nova, hosts.hosts, SERVER_DELETE_PASS_MS, ctx.reportProgress, { projectId: hosts.projectId, hosts: taken });
         if (left > 0) return stillDeleting(left, hosts.hosts, ctx.endMs);
         await returnHostsToPool(nova, hosts);
         return {};
