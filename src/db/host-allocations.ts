@@ -162,6 +162,7 @@ export interface BorrowerRow {
   lease_id: string;
   host_id: string;
   start_ms: number;
+  end_ms: number;
   blocked_until_ms: number;
   begun: boolean;
 }
@@ -170,7 +171,7 @@ export interface BorrowerRow {
 export async function borrowersOfLendings(db: Queryable, lendingRowIds: string[], lock: boolean): Promise<BorrowerRow[]> {
   const { rows } = await db.query<BorrowerRow>(
     `SELECT lent_by::text AS lending_row_id, lease_id::text, host_id::text, (extract(epoch FROM lower(during)) * 1000)::float8 AS start_ms,
-            (extract(epoch FROM upper(blocks)) * 1000)::float8 AS blocked_until_ms, lower(during) <= now() AS begun
+            (extract(epoch FROM upper(during)) * 1000)::float8 AS end_ms, (extract(epoch FROM upper(blocks)) * 1000)::float8 AS blocked_until_ms, lower(during) <= now() AS begun
      FROM host_allocations WHERE lent_by = ANY($1::bigint[]) ORDER BY host_id, lower(during), id${lock ? ' FOR UPDATE' : ''}`,
     [lendingRowIds],
   );

@@ -26,12 +26,15 @@ export interface HostLending {
   end_ms: number;
   /** The exact range, as PostgreSQL's text (what a borrower row copies into `lent_during`). */
   during: string;
+  /** A reclaim took it back (it ends when its borrowers are out): when; null otherwise. */
+  reclaimed_ms: number | null;
   returned_ms: number | null;
 }
 
 const LENDING_COLUMNS = `g.id::text, g.lending_id::text, g.host_id::text, g.allocation_id::text, g.reservation_id::text, g.lease_id::text,
   (extract(epoch FROM lower(g.during)) * 1000)::float8 AS start_ms, (extract(epoch FROM upper(g.during)) * 1000)::float8 AS end_ms,
-  g.during::text AS during, (extract(epoch FROM g.returned_at) * 1000)::float8 AS returned_ms`;
+  g.during::text AS during,
+  (extract(epoch FROM g.reclaimed_at) * 1000)::float8 AS reclaimed_ms, (extract(epoch FROM g.returned_at) * 1000)::float8 AS returned_ms`;
 
 /** A lender's booking of one host, as host-allocations.ts `lenderRowsOf` reads it. */
 export interface LenderRow {
@@ -94,13 +97,15 @@ export async function lockLendingsForReclaim(client: PoolClient, reservationId: 
 }
 
 /**
- * Ends a lending at `endMs` (never before it began: a lending reclaimed the instant it began keeps
- * one microsecond, as a range cannot be empty). Its borrowers must end inside by then (23514 otherwise).
+ * A reclaim takes the lending back: it ends at `endMs` when that is sooner (never before it began: a
+ * lending reclaimed before or as it began keeps one microsecond, as a range cannot be empty), marked
+ * reclaimed. Its borrowers must end inside by then (23514 otherwise: cut them first).
  */
-export async function shortenLending(client: PoolClient, id: string, endMs: number): Promise<void> {
+export async function reclaimLending(client: PoolClient, id: string, endMs: number): Promise<void> {
   await client.query(
-    `UPDATE host_lendings SET during = tstzrange(lower(during), GREATEST(to_timestamp($2 / 1000.0), lower(during) + interval '1 microsecond'))
-     WHERE id = $1 AND upper(during) > to_timestamp($2 / 1000.0)`,
+    `UPDATE host_lendings SET reclaimed_at = COALESCE(reclaimed_at, now()),
+       during = tstzrange(lower(during), LEAST(upper(during), GREATEST(to_timestamp($2 / 1000.0), lower(during) + interval '1 microsecond')))
+     WHERE id = $1`,
     [id, endMs],
   );
 }

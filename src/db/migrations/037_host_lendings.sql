@@ -17,6 +17,7 @@ CREATE TABLE host_lendings (
   reservation_id  uuid NOT NULL,
   project_id      text NOT NULL CHECK (char_length(project_id) <= 255),
   during          tstzrange NOT NULL,     -- [lent at, until), shortened by a reclaim to when the host returns
+  reclaimed_at    timestamptz,            -- a reclaim took it back (`during` then ends when its borrowers are out)
   returned_at     timestamptz,            -- the host is back in the lender's hands (or the lender ended)
   borrowed_ms     bigint CHECK (borrowed_ms >= 0), -- host-ms borrowers booked in it, set when returned (accounting)
   UNIQUE (lending_id, host_id),
