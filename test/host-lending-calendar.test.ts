@@ -11,7 +11,7 @@ import { ApplicationFailure } from '@temporalio/common';
 import { HostCalendar } from '../src/resources/physical-host/calendar';
 import { bookInTransaction } from '../src/resources/shared/booking';
 import { findPredecessors } from '../src/db/leases';
-import { lenderRowsOf } from '../src/db/host-allocations';
+import { computeHostsOfReservation, lenderRowsOf, unusableHostsOf } from '../src/db/host-allocations';
 import { insertLendings, lendersOfBorrower, lendingsInWindow, openLendingsOf } from '../src/db/host-lendings';
 import { leaseActivities } from '../activities/leases';
 import type { ActivityDeps } from '../activities/deps';
@@ -146,6 +146,19 @@ describe('host calendar with lent hosts', () => {
     expect((await rowsOf(lender.leaseId)).map((r) => r.end)).toEqual([T0 + 4 * H, T0 + 4 * H]);
     expect(await openLendingsOf(database().pool, lender.reservation.id)).toEqual([]);
     expect((await database().pool.query('SELECT kind FROM lease_preemptions WHERE lease_id = $1', [borrower.leaseId])).rows).toEqual([{ kind: 'reclaimed' }]);
+  });
+
+  it("answers a borrower's deadline by its lending, and leaves lent hosts out of the lender's aggregate and heal", async () => {
+    const borrower = context(2, 5, { preemptible: true });
+    await calendar.book(borrower);
+    // Nothing booked after it but the lender's taking the host back at the lending's end.
+    expect(await calendar.nextBookings(borrower.reservation.id)).toEqual(new Map([[hosts[0], T0 + 8 * H]]));
+    const pool = database().pool;
+    expect((await computeHostsOfReservation(pool, lender.reservation.id)).map((h) => h.id)).toEqual(hosts);
+    expect((await computeHostsOfReservation(pool, lender.reservation.id, { inLeaseAggregate: true })).map((h) => h.id)).toEqual([hosts[1]]);
+    await pool.query("UPDATE hosts SET state = 'failed'");
+    expect([...(await unusableHostsOf(pool, { leaseId: lender.leaseId }))]).toEqual([hosts[1]]);
+    expect([...(await unusableHostsOf(pool, { leaseId: borrower.leaseId }))]).toEqual([hosts[0]]);
   });
 
   it('a borrower does not wait for its lender to end before it starts', async () => {

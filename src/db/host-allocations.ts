@@ -65,23 +65,31 @@ export async function hostsOfReservation(db: Queryable, reservationId: string): 
   return rows;
 }
 
-/** The hosts a reservation's booking holds: id and compute host name (Nova's service host), by that name. */
-export async function computeHostsOfReservation(db: Queryable, reservationId: string): Promise<Array<{ id: string; host: string }>> {
+/**
+ * The hosts a reservation's booking holds: id and compute host name (Nova's service host), by that
+ * name. `inLeaseAggregate` (issue 43): without the hosts it lends (open lendings: not back yet),
+ * which are in the free pool or a borrower's aggregate, not the lease's.
+ */
+export async function computeHostsOfReservation(db: Queryable, reservationId: string, options: { inLeaseAggregate?: boolean } = {}): Promise<Array<{ id: string; host: string }>> {
   const { rows } = await db.query<{ id: string; host: string }>(
     `SELECT DISTINCT h.id::text, COALESCE(h.service_name, h.hypervisor_hostname) AS host
-     FROM host_allocations a JOIN hosts h ON h.id = a.host_id WHERE a.reservation_id = $1 ORDER BY 2`,
-    [reservationId],
+     FROM host_allocations a JOIN hosts h ON h.id = a.host_id LEFT JOIN host_lendings g ON $2 AND g.allocation_id = a.id AND g.returned_at IS NULL
+     WHERE a.reservation_id = $1 AND g.id IS NULL ORDER BY 2`,
+    [reservationId, options.inLeaseAggregate ?? false],
   );
   return rows;
 }
 
-/** Per host of the reservation, when another lease's booking of it next begins (its lead time included). */
+/** Per host of the reservation, when another lease's booking of it next begins (its lead time included); a borrowed host's (issue 43): its lending's end at the latest, when the lender has it back. */
 export async function nextBookingsOfOthers(db: Queryable, reservationId: string): Promise<Array<{ host_id: string; next_ms: number }>> {
   const { rows } = await db.query<{ host_id: string; next_ms: number }>(
-    `SELECT mine.host_id::text, (extract(epoch FROM min(lower(other.blocks))) * 1000)::float8 AS next_ms
-     FROM host_allocations mine JOIN host_allocations other ON other.host_id = mine.host_id AND other.lease_id <> mine.lease_id
-     WHERE mine.reservation_id = $1 AND lower(other.blocks) >= lower(mine.during)
-     GROUP BY mine.host_id`,
+    `SELECT host_id::text, (extract(epoch FROM min(next)) * 1000)::float8 AS next_ms FROM (
+       SELECT mine.host_id, lower(other.blocks) AS next
+       FROM host_allocations mine JOIN host_allocations other ON other.host_id = mine.host_id AND other.lease_id <> mine.lease_id
+       WHERE mine.reservation_id = $1 AND lower(other.blocks) >= lower(mine.during)
+       UNION ALL
+       SELECT mine.host_id, upper(mine.lent_during) FROM host_allocations mine WHERE mine.reservation_id = $1 AND mine.lent_by IS NOT NULL) n
+     GROUP BY host_id`,
     [reservationId],
   );
   return rows;
@@ -405,9 +413,10 @@ export async function leasesOnUnusableHosts(db: Queryable, untilMs?: number): Pr
  * lease's whole-host bookings, or of all a reservation's (an instance reservation's shared rows too).
  */
 export async function unusableHostsOf(db: Queryable, owner: { leaseId: string } | { reservationId: string }): Promise<Set<string>> {
-  const [filter, id] = 'leaseId' in owner ? ['a.lease_id = $1 AND NOT a.shared', owner.leaseId] : ['a.reservation_id = $1', owner.reservationId];
+  // A lease's hosts it lends (issue 43) are left to their borrowers until back: its heal skips them.
+  const [filter, id] = 'leaseId' in owner ? ['a.lease_id = $1 AND NOT a.shared AND g.id IS NULL', owner.leaseId] : ['a.reservation_id = $1', owner.reservationId];
   const { rows } = await db.query<{ host_id: string }>(
-    `SELECT DISTINCT a.host_id::text FROM host_allocations a JOIN hosts h ON h.id = a.host_id
+    `SELECT DISTINCT a.host_id::text FROM host_allocations a JOIN hosts h ON h.id = a.host_id LEFT JOIN host_lendings g ON g.allocation_id = a.id AND g.returned_at IS NULL
      WHERE ${filter} AND upper(a.during) > now() AND ${UNUSABLE_BOOKING_SQL}`,
     [id],
   );
