@@ -8,7 +8,7 @@ import { randomUUID } from 'node:crypto';
 import { DatabaseError } from 'pg';
 import { useMigratedTestDatabase } from '../dev-stack/db';
 import { borrowersOutsideLendings, doubleBookings, insertHost } from '../dev-stack/fixtures/hosts';
-import { insertHostBooking, lenderRowsOf, type NewHostBooking } from '../src/db/host-allocations';
+import { deleteHostBookings, insertHostBooking, lenderRowsOf, type NewHostBooking } from '../src/db/host-allocations';
 import { insertLendings, type HostLending } from '../src/db/host-lendings';
 import { inTransaction } from '../src/db/transaction';
 
@@ -109,5 +109,12 @@ describe('host lendings in PostgreSQL', () => {
     expect((await database().pool.query('SELECT count(*)::int AS n FROM host_lendings')).rows[0].n).toBe(0);
     const { rows } = await database().pool.query('SELECT lease_id::text, lent_by, lent_during FROM host_allocations');
     expect(rows).toEqual([{ lease_id: borrowed.leaseId, lent_by: null, lent_during: null }]);
+  });
+
+  it('lets a host leaving the pool take its lender, lendings and borrowers with it in one statement', async () => {
+    await insert(borrower(3, 6));
+    await deleteHostBookings(database().pool, hostId);
+    const { rows } = await database().pool.query('SELECT (SELECT count(*)::int FROM host_allocations) AS bookings, (SELECT count(*)::int FROM host_lendings) AS lendings');
+    expect(rows).toEqual([{ bookings: 0, lendings: 0 }]);
   });
 });
