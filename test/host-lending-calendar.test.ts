@@ -75,6 +75,9 @@ describe('host calendar with lent hosts', () => {
     // What a search answers: the lent time for a preemptible ask, not for a regular one.
     expect((await calendar.search([context(0, 1, { preemptible: true }).reservation], T0 + 2 * H, H / 2, 0)).earliest).toBe(T0 + 2 * H);
     expect((await calendar.search([context(0, 1).reservation], T0 + 2 * H, H / 2, 0)).earliest).toBe(T0 + 10 * H + CLEANING);
+    // And what an admin's preview would book.
+    expect([...((await calendar.wouldBook([context(0, 1, { preemptible: true }).reservation], T0 + 2 * H, T0 + 3 * H, 0)) ?? new Map()).values()].flat().map((h) => h.id)).toEqual([hosts[0]]);
+    expect(await calendar.wouldBook([context(0, 1).reservation], T0 + 2 * H, T0 + 3 * H, 0)).toBeUndefined();
     const borrower = context(2, 5, { preemptible: true });
     expect((await calendar.book(borrower)).map((h) => h.id)).toEqual([hosts[0]]);
     expect(await rowsOf(borrower.leaseId)).toEqual([{ host: hosts[0], end: T0 + 5 * H, lent: true }]);

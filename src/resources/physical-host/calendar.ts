@@ -135,8 +135,9 @@ export class HostCalendar extends WholeResourceCalendar<HostRecord, BookedHost[]
    */
   async wouldBook(reservations: Array<Reservation<PhysicalHostParams>>, start: number, end: number, leadMs: number): Promise<Map<string, HostRecord[]> | undefined> {
     const { resources, requests } = await this.searchRequests(reservations);
-    const calendar = await this.snapshot(this.pool, resources, start, end, leadMs);
-    // As admission: free hosts first; a regular lease that does not fit in them takes preemptible ones.
+    // As admission: a preemptible lease may borrow lent hosts (issue 43)...
+    const calendar = await this.snapshot(this.pool, resources, start, end, leadMs, false, undefined, false, this.lentAsFree(reservations));
+    // ...free hosts first; a regular lease that does not fit in them takes preemptible ones.
     const assignment =
       assignHosts(requests, freeHosts(calendar, start, end), preferenceOrder(calendar, Date.now())) ??
       (this.preemptibleAsFree(reservations) ? (await this.preemptingChoice(this.pool, { startMs: start, endMs: end, leadMs, lock: false }, resources, requests))?.assignment : undefined);
