@@ -6,6 +6,7 @@ import { ApplicationFailure } from '@temporalio/common';
 import { awaitingApproval, awaitingChangeApproval, type LeaseApproval, type PendingLeaseChange } from '../src/domain/approval';
 import { leaseConflict, LeaseErrorType, type Lease, type RecordPolicy } from '../src/domain/lease';
 import * as leaseRows from '../src/db/leases';
+import { lendersOfBorrower } from '../src/db/host-lendings';
 import { preemptedAmong } from '../src/db/lease-preemptions';
 import { policyFailure } from '../src/policy/enforcement';
 import type { ActivityDeps } from './deps';
@@ -57,9 +58,9 @@ export function leaseActivities({ pool, eventStarted, usagePolicy, preemptionEvi
       await leaseRows.markLeaseDeleted(pool, lease);
     },
 
-    /** Live leases that hold one of `keys` and started before `startMs`: they must end before this lease starts. */
+    /** Live leases that hold one of `keys` and started before `startMs`: they must end before this lease starts; a borrower's lenders hold its hosts around it (issue 43), never before it. */
     async findPredecessors(input: { leaseId: string; keys: string[]; startMs: number }): Promise<string[]> {
-      return leaseRows.findPredecessors(pool, input);
+      return leaseRows.findPredecessors(pool, { ...input, exceptIds: await lendersOfBorrower(pool, input.leaseId) });
     },
 
     /**

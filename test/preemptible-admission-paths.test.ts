@@ -125,7 +125,7 @@ describe('which bookings may preempt', () => {
 
   it('a refusal with no preemptible booking in its window reads the calendar once more for the choice, regular bookings only (and once to explain)', async () => {
     const pool = database().pool;
-    await pool.query('TRUNCATE host_allocations, lease_preemptions');
+    await pool.query('TRUNCATE host_allocations, host_lendings, lease_preemptions');
     await calendar.book(context(false, T0, T0 + 4 * H));
     const reads = jest.spyOn(calendar, 'snapshot');
     const needing = context(false, T0 + H, T0 + 2 * H);

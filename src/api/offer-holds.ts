@@ -116,7 +116,7 @@ async function bookHold(deps: OfferHoldDeps, identity: Identity, offer: OfferRow
         const reservations = [];
         for (const reservation of draft.reservations) {
           const type = deps.types.get(reservation.resource_type)!;
-          const booked: ReserveResult = await type.bookAtAdmission!(client, typedContext(type, reservationContext(draft, reservation)));
+          const booked: ReserveResult = await type.bookAtAdmission!(client, typedContext(type, reservationContext(draft, reservation)), { borrow: false });
           reservations.push(bookedReservation(reservation, booked));
         }
         const lease: Lease = { ...draft, reservations };

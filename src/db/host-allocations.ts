@@ -12,6 +12,7 @@ import type { PoolClient } from 'pg';
 import type { Lease } from '../domain/lease';
 import { CUT_END_JOIN } from './lease-preemptions';
 import { maintenanceBlocks, UNUSABLE_BOOKING_SQL } from './maintenance';
+import type { LenderRow } from './host-lendings';
 import type { Pool } from './pool';
 import { BOOKING_LEASE_COLUMNS, HELD_BOOKING_JOIN, WINDOW_PARAMS_RANGE, wholeResourceBookings, type BookingLeaseColumns, type NewRangeBooking } from './range-bookings';
 
@@ -51,6 +52,8 @@ export interface NewHostBooking extends NewRangeBooking {
   shared?: boolean;
   /** A preemptible booking (issue 43): a regular lease's admission may cut it (cutPreemptibleHostBookings). */
   preemptible?: boolean;
+  /** A preemptible booking inside a lending (host_lendings row `id`, its exact range `during`): exempt from the no-double-booking constraint, held inside the lending. */
+  lentBy?: { id: string; during: string };
 }
 
 /** The hosts a reservation's booking holds, by host id. */
@@ -62,23 +65,31 @@ export async function hostsOfReservation(db: Queryable, reservationId: string): 
   return rows;
 }
 
-/** The hosts a reservation's booking holds: id and compute host name (Nova's service host), by that name. */
-export async function computeHostsOfReservation(db: Queryable, reservationId: string): Promise<Array<{ id: string; host: string }>> {
+/**
+ * The hosts a reservation's booking holds: id and compute host name (Nova's service host), by that
+ * name. `inLeaseAggregate` (issue 43): without the hosts it lends (open lendings: not back yet),
+ * which are in the free pool or a borrower's aggregate, not the lease's.
+ */
+export async function computeHostsOfReservation(db: Queryable, reservationId: string, options: { inLeaseAggregate?: boolean } = {}): Promise<Array<{ id: string; host: string }>> {
   const { rows } = await db.query<{ id: string; host: string }>(
     `SELECT DISTINCT h.id::text, COALESCE(h.service_name, h.hypervisor_hostname) AS host
-     FROM host_allocations a JOIN hosts h ON h.id = a.host_id WHERE a.reservation_id = $1 ORDER BY 2`,
-    [reservationId],
+     FROM host_allocations a JOIN hosts h ON h.id = a.host_id LEFT JOIN host_lendings g ON $2 AND g.allocation_id = a.id AND g.returned_at IS NULL
+     WHERE a.reservation_id = $1 AND g.id IS NULL ORDER BY 2`,
+    [reservationId, options.inLeaseAggregate ?? false],
   );
   return rows;
 }
 
-/** Per host of the reservation, when another lease's booking of it next begins (its lead time included). */
+/** Per host of the reservation, when another lease's booking of it next begins (its lead time included); a borrowed host's (issue 43): its lending's end at the latest, when the lender has it back. */
 export async function nextBookingsOfOthers(db: Queryable, reservationId: string): Promise<Array<{ host_id: string; next_ms: number }>> {
   const { rows } = await db.query<{ host_id: string; next_ms: number }>(
-    `SELECT mine.host_id::text, (extract(epoch FROM min(lower(other.blocks))) * 1000)::float8 AS next_ms
-     FROM host_allocations mine JOIN host_allocations other ON other.host_id = mine.host_id AND other.lease_id <> mine.lease_id
-     WHERE mine.reservation_id = $1 AND lower(other.blocks) >= lower(mine.during)
-     GROUP BY mine.host_id`,
+    `SELECT host_id::text, (extract(epoch FROM min(next)) * 1000)::float8 AS next_ms FROM (
+       SELECT mine.host_id, lower(other.blocks) AS next
+       FROM host_allocations mine JOIN host_allocations other ON other.host_id = mine.host_id AND other.lease_id <> mine.lease_id
+       WHERE mine.reservation_id = $1 AND lower(other.blocks) >= lower(mine.during)
+       UNION ALL
+       SELECT mine.host_id, upper(mine.lent_during) FROM host_allocations mine WHERE mine.reservation_id = $1 AND mine.lent_by IS NOT NULL) n
+     GROUP BY host_id`,
     [reservationId],
   );
   return rows;
@@ -97,13 +108,23 @@ export async function nextBookingsOfOthers(db: Queryable, reservationId: string)
  */
 export async function blockedIntervals(
   db: Queryable,
-  window: { fromMs: number; toMs: number | null; cleaningMs: number; hostIds?: string[]; wholeHostOnly?: boolean; withMaintenance?: boolean; mergeGapsBelowMs?: number; withoutPreemptible?: boolean },
+  window: { fromMs: number; toMs: number | null; cleaningMs: number; hostIds?: string[]; wholeHostOnly?: boolean; withMaintenance?: boolean; mergeGapsBelowMs?: number; withoutPreemptible?: boolean; lentAsFree?: boolean },
 ): Promise<BlockedRow[]> {
   // `withoutPreemptible`: a regular lease's view (issue 43), where preemptible bookings are free.
-  const overlapping = `SELECT host_id, lower(blocks) AS starts, COALESCE(upper(blocks), 'infinity') AS ends
-     FROM host_allocations
-     WHERE blocks && tstzrange(to_timestamp($1 / 1000.0), to_timestamp($2::numeric / 1000.0) + $3 * interval '1 millisecond')
-       AND ($4::bigint[] IS NULL OR host_id = ANY($4::bigint[])) AND NOT ($5 AND shared) AND NOT ($6 AND preemptible)`;
+  const inWindow = `a.blocks && tstzrange(to_timestamp($1 / 1000.0), to_timestamp($2::numeric / 1000.0) + $3 * interval '1 millisecond')
+       AND ($4::bigint[] IS NULL OR a.host_id = ANY($4::bigint[])) AND NOT ($5 AND a.shared) AND NOT ($6 AND a.preemptible)`;
+  const overlapping = window.lentAsFree
+    ? // A preemptible ask's view (issue 43): a lender's row blocks only outside its open lendings, and
+      // each lending's bounds block as instants, so that a fit lies inside one lending or outside all
+      // (never from lent time on into the lender's: its blocked range must lie in the lending).
+      `SELECT r.host_id, x.starts, x.ends FROM (
+         SELECT a.host_id, a.blocks, range_agg(g.during) AS lent, array_agg(lower(g.during)) || array_agg(upper(g.during)) AS edges
+         FROM host_allocations a LEFT JOIN host_lendings g ON g.allocation_id = a.id AND g.returned_at IS NULL
+         WHERE ${inWindow} GROUP BY a.id) r
+       CROSS JOIN LATERAL (
+         SELECT lower(piece) AS starts, COALESCE(upper(piece), 'infinity') AS ends FROM unnest(COALESCE(tstzmultirange(r.blocks) - r.lent, tstzmultirange(r.blocks))) piece
+         UNION ALL SELECT edge, edge FROM unnest(r.edges) edge WHERE r.lent IS NOT NULL) x`
+    : `SELECT a.host_id, lower(a.blocks) AS starts, COALESCE(upper(a.blocks), 'infinity') AS ends FROM host_allocations a WHERE ${inWindow}`;
   const params = [window.fromMs, window.toMs, window.cleaningMs, window.hostIds ?? null, window.wholeHostOnly ?? false, window.withoutPreemptible ?? false];
   const asMs = (column: string) => `CASE WHEN isfinite(${column}) THEN (extract(epoch FROM ${column}) * 1000)::float8 ELSE 'Infinity' END`;
   const { rows } =
@@ -123,12 +144,87 @@ export async function blockedIntervals(
 /** Books one host; the exclusion constraint refuses it (23P01) when another booking took the host meanwhile. */
 export async function insertHostBooking(client: PoolClient, booking: NewHostBooking): Promise<void> {
   await client.query(
-    `INSERT INTO host_allocations (host_id, reservation_id, lease_id, project_id, during, blocks, booking_key, shared, preemptible)
+    `INSERT INTO host_allocations (host_id, reservation_id, lease_id, project_id, during, blocks, booking_key, shared, preemptible, lent_by, lent_during)
      VALUES ($1, $2, $3, $4, tstzrange(to_timestamp($5 / 1000.0), to_timestamp($6 / 1000.0)),
              tstzrange(to_timestamp($5 / 1000.0) - $9 * interval '1 millisecond',
-                       CASE WHEN $10 THEN NULL ELSE to_timestamp($6 / 1000.0) + $7 * interval '1 millisecond' END), $8, $11, $12)`,
-    [booking.hostId, booking.reservationId, booking.leaseId, booking.projectId, booking.fromMs, booking.endMs, booking.cleaningMs, booking.bookingKey, booking.leadMs, booking.unbounded, booking.shared ?? false, booking.preemptible ?? false],
+                       CASE WHEN $10 THEN NULL ELSE to_timestamp($6 / 1000.0) + $7 * interval '1 millisecond' END), $8, $11, $12, $13, $14::tstzrange)`,
+    [booking.hostId, booking.reservationId, booking.leaseId, booking.projectId, booking.fromMs, booking.endMs, booking.cleaningMs, booking.bookingKey, booking.leadMs, booking.unbounded, booking.shared ?? false, booking.preemptible ?? false, booking.lentBy?.id ?? null, booking.lentBy?.during ?? null],
   );
+}
+
+// ─── Lending (issue 43; the lendings themselves: ./host-lendings.ts) ──────────────────────────
+
+/** The reservation's whole-host bookings of these hosts, locked, as a lending copies them (its key into the row). */
+export async function lenderRowsOf(client: PoolClient, reservationId: string, hostIds: string[]): Promise<LenderRow[]> {
+  const { rows } = await client.query<LenderRow>(
+    `SELECT id::text AS "allocationId", host_id::text AS "hostId", during::text AS during FROM host_allocations
+     WHERE reservation_id = $1 AND host_id = ANY($2::bigint[]) AND NOT shared AND NOT preemptible ORDER BY host_id FOR UPDATE`,
+    [reservationId, hostIds],
+  );
+  return rows;
+}
+
+/** A borrower's booking inside a lending: its lease, when its window begins and its blocked range ends, and whether it began. */
+export interface BorrowerRow {
+  lending_row_id: string;
+  lease_id: string;
+  host_id: string;
+  start_ms: number;
+  end_ms: number;
+  blocked_until_ms: number;
+  begun: boolean;
+}
+
+/** The borrower rows inside these lendings (host_lendings row ids), by host then start; `lock`: until the transaction ends (a reclaim about to cut them). */
+export async function borrowersOfLendings(db: Queryable, lendingRowIds: string[], lock: boolean): Promise<BorrowerRow[]> {
+  const { rows } = await db.query<BorrowerRow>(
+    `SELECT lent_by::text AS lending_row_id, lease_id::text, host_id::text, (extract(epoch FROM lower(during)) * 1000)::float8 AS start_ms,
+            (extract(epoch FROM upper(during)) * 1000)::float8 AS end_ms, (extract(epoch FROM upper(blocks)) * 1000)::float8 AS blocked_until_ms, lower(during) <= now() AS begun
+     FROM host_allocations WHERE lent_by = ANY($1::bigint[]) ORDER BY host_id, lower(during), id${lock ? ' FOR UPDATE' : ''}`,
+    [lendingRowIds],
+  );
+  return rows;
+}
+
+/**
+ * A lender's booking ended at `atMs` (its end, early end or deletion): as endReservationBookingsAt,
+ * except that a row whose host is lent keeps it until its lendings end (a borrower cannot be set free
+ * in place: its past overlaps the lender's row). Reclaim first (the lendings shortened to when the
+ * borrowers are out).
+ */
+export async function endLenderBookingsAt(client: PoolClient, reservationId: string, atMs: number, cleaningMs: number): Promise<void> {
+  await client.query(
+    `UPDATE host_allocations a
+     SET during = tstzrange(lower(a.during), x.ends), blocks = tstzrange(lower(a.blocks), CASE WHEN upper_inf(a.blocks) THEN NULL ELSE x.ends + $3 * interval '1 millisecond' END)
+     FROM (SELECT o.id, GREATEST(to_timestamp($2 / 1000.0), max(upper(g.during))) AS ends
+           FROM host_allocations o LEFT JOIN host_lendings g ON g.allocation_id = o.id WHERE o.reservation_id = $1 GROUP BY o.id) x
+     WHERE a.id = x.id AND upper(a.during) > x.ends AND lower(a.during) < x.ends`,
+    [reservationId, atMs, cleaningMs],
+  );
+  await client.query(
+    `DELETE FROM host_allocations a USING host_allocations o LEFT JOIN host_lendings g ON g.allocation_id = o.id
+     WHERE a.id = o.id AND o.reservation_id = $1 AND lower(o.during) >= to_timestamp($2 / 1000.0) AND g.id IS NULL`,
+    [reservationId, atMs],
+  );
+}
+
+/** Per lease, the latest end of its lendings (returned ones too: their range still lies in the lender's window), by reservation. */
+export async function lentUntilOfLease(db: Queryable, leaseId: string): Promise<Array<{ reservation_id: string; lent_until_ms: number }>> {
+  const { rows } = await db.query<{ reservation_id: string; lent_until_ms: number }>(
+    `SELECT a.reservation_id::text, (extract(epoch FROM max(upper(g.during))) * 1000)::float8 AS lent_until_ms
+     FROM host_allocations a JOIN host_lendings g ON g.allocation_id = a.id WHERE a.lease_id = $1 GROUP BY a.reservation_id ORDER BY 1`,
+    [leaseId],
+  );
+  return rows;
+}
+
+/** A borrower lease's bookings: the earliest end of the lendings that hold them (Infinity: it borrows nothing). */
+export async function borrowedUntil(db: Queryable, leaseId: string): Promise<number> {
+  const { rows } = await db.query<{ until_ms: number | null }>(
+    'SELECT (extract(epoch FROM min(upper(lent_during))) * 1000)::float8 AS until_ms FROM host_allocations WHERE lease_id = $1 AND lent_by IS NOT NULL',
+    [leaseId],
+  );
+  return rows[0]?.until_ms ?? Infinity;
 }
 
 /**
@@ -317,9 +413,10 @@ export async function leasesOnUnusableHosts(db: Queryable, untilMs?: number): Pr
  * lease's whole-host bookings, or of all a reservation's (an instance reservation's shared rows too).
  */
 export async function unusableHostsOf(db: Queryable, owner: { leaseId: string } | { reservationId: string }): Promise<Set<string>> {
-  const [filter, id] = 'leaseId' in owner ? ['a.lease_id = $1 AND NOT a.shared', owner.leaseId] : ['a.reservation_id = $1', owner.reservationId];
+  // A lease's hosts it lends (issue 43) are left to their borrowers until back: its heal skips them.
+  const [filter, id] = 'leaseId' in owner ? ['a.lease_id = $1 AND NOT a.shared AND g.id IS NULL', owner.leaseId] : ['a.reservation_id = $1', owner.reservationId];
   const { rows } = await db.query<{ host_id: string }>(
-    `SELECT DISTINCT a.host_id::text FROM host_allocations a JOIN hosts h ON h.id = a.host_id
+    `SELECT DISTINCT a.host_id::text FROM host_allocations a JOIN hosts h ON h.id = a.host_id LEFT JOIN host_lendings g ON g.allocation_id = a.id AND g.returned_at IS NULL
      WHERE ${filter} AND upper(a.during) > now() AND ${UNUSABLE_BOOKING_SQL}`,
     [id],
   );

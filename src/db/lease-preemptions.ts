@@ -12,6 +12,8 @@ export interface OwedPreemption {
   /** The lease's new end (its bookings end there), and when the host is needed by the other lease. */
   endMs: number;
   neededFromMs: number;
+  /** Why: a regular lease's admission (the default), or the lender taking its host back (a lending's reclaim). */
+  kind?: 'preempted' | 'reclaimed';
 }
 
 /** An owed preemption as claimed: `sequence` orders its cut among the lease's (the row's time, ms). */
@@ -36,12 +38,12 @@ export const CUT_END_COLUMN = '(extract(epoch FROM cut.end_at) * 1000)::float8 A
  */
 export async function addOwedPreemption(client: PoolClient, preemption: OwedPreemption): Promise<void> {
   await client.query(
-    `INSERT INTO lease_preemptions (lease_id, end_at, needed_from, created_at) VALUES ($1, to_timestamp($2 / 1000.0), to_timestamp($3 / 1000.0), clock_timestamp())
+    `INSERT INTO lease_preemptions (lease_id, end_at, needed_from, created_at, kind) VALUES ($1, to_timestamp($2 / 1000.0), to_timestamp($3 / 1000.0), clock_timestamp(), $4)
      ON CONFLICT (lease_id) DO UPDATE
-       SET end_at = excluded.end_at, needed_from = excluded.needed_from,
+       SET end_at = excluded.end_at, needed_from = excluded.needed_from, kind = excluded.kind,
            told_at = NULL, created_at = greatest(clock_timestamp(), lease_preemptions.created_at + interval '1 microsecond'), next_attempt_at = now(),
            attempts = 0`,
-    [preemption.leaseId, preemption.endMs, preemption.neededFromMs],
+    [preemption.leaseId, preemption.endMs, preemption.neededFromMs, preemption.kind ?? 'preempted'],
   );
 }
 

@@ -74,6 +74,8 @@ const EXPECTED_CONFLICTS = new Set(['23505', '23P01']);
 
 /** The calendar's exclusion constraint refused a booking: another one holds the resource for an overlapping time. */
 export const isExclusionViolation = (err: unknown): boolean => err instanceof DatabaseError && err.code === '23P01';
+/** A CHECK constraint refused a write (the lending containment, issue 43: a range shrunk under what it holds). */
+export const isCheckViolation = (err: unknown): boolean => err instanceof DatabaseError && err.code === '23514';
 /** A transaction that lost a race to a concurrent one (deadlock, serialization failure): run again, it sees the winner. */
 export const isDeadlockOrSerialization = (err: unknown): boolean => err instanceof DatabaseError && ['40P01', '40001'].includes(err.code ?? '');
 /** A booking that lost its race to a concurrent one: either of the above. */

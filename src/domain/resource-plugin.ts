@@ -259,9 +259,10 @@ export interface ResourceType<P = Record<string, unknown>> {
    * the rows with that lease_id (src/db/offer-holds.ts). `preempt` (issue 43): a regular lease
    * may cut preemptible bookings; only the lease create path asks it, whose policy check and record
    * commit in the same transaction (an offer hold does not); the ids of the leases it cut are added
-   * to `cut`, for the caller to tell once committed.
+   * to `cut`, for the caller to tell once committed. `borrow: false` (an offer hold): a preemptible
+   * lease never books lent time (a reclaim would have to cut a hold, which has no workflow to tell).
    */
-  bookAtAdmission?(client: PoolClient, ctx: ReservationContext<P>, options?: { preempt?: boolean; cut?: string[] }): Promise<ReserveResult>;
+  bookAtAdmission?(client: PoolClient, ctx: ReservationContext<P>, options?: { preempt?: boolean; cut?: string[]; borrow?: boolean }): Promise<ReserveResult>;
   /** What a type with bookAtAdmission must do before the transaction opens (no lock held), e.g. read capacities from the cloud when its copy is stale. */
   beforeAdmission?(): Promise<void>;
   /**

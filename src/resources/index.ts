@@ -18,18 +18,20 @@ import { virtualServerPlugin, virtualServerType } from './virtual-server';
 
 export interface ResourceDeps {
   pool: Pool;
-  config: Pick<Config, 'hosts' | 'inventory' | 'notifyUrl' | 'provisioningLeadMs' | 'servers' | 'bandwidth'>;
+  config: Pick<Config, 'hosts' | 'inventory' | 'notifyUrl' | 'provisioningLeadMs' | 'servers' | 'bandwidth'> & Partial<Pick<Config, 'outbox'>>;
   openstack: () => OpenStackClients;
   /** The same credentials in a lessee's project (server leases that create their server). */
   openstackForProject?: (projectId: string) => OpenStackClients;
 }
 
-function hostSettings(config: Pick<Config, 'hosts' | 'provisioningLeadMs'>): PhysicalHostDeps['settings'] {
-  return { ...config.hosts, provisioningLeadMs: config.provisioningLeadMs };
+function hostSettings(config: Pick<Config, 'hosts' | 'provisioningLeadMs'> & Partial<Pick<Config, 'outbox'>>): PhysicalHostDeps['settings'] {
+  // A lender's end (issue 43) gives its borrowers the preemption warning, and the outbox's sweep the time to tell them.
+  const lenderEndNoticeMs = config.outbox ? config.outbox.preemptionWarningMs + config.outbox.sweepMs : undefined;
+  return { ...config.hosts, provisioningLeadMs: config.provisioningLeadMs, ...(lenderEndNoticeMs !== undefined ? { lenderEndNoticeMs } : {}) };
 }
 
 /** The host calendar from the settings: the API makes one and hands it to both `resourceTypes` and its availability route. */
-export function hostCalendar(pool: Pool, config: Pick<Config, 'hosts' | 'provisioningLeadMs'>): HostCalendar {
+export function hostCalendar(pool: Pool, config: Pick<Config, 'hosts' | 'provisioningLeadMs'> & Partial<Pick<Config, 'outbox'>>): HostCalendar {
   return new HostCalendar(pool, hostSettings(config));
 }
 

@@ -14,12 +14,20 @@ import { assignHosts, freeHosts, preferenceOrder, type Blocked, type CalendarSna
 import { matchesQuery, parsePropertyQuery } from '../../domain/property-query';
 import { sameTypeReservations, type FitLimits, type FitSearch, type ReservationContext } from '../../domain/resource-plugin';
 import { maintenanceBlocks } from '../../db/maintenance';
-import { blockedIntervals, deleteHostBookingOfReservation, hostBookings, hostsOfReservation, insertHostBooking, nextBookingsOfOthers, preemptibleBookingsOverlapping, unusableHostsOf } from '../../db/host-allocations';
+import {
+  blockedIntervals, borrowedUntil, borrowersOfLendings, deleteHostBookingOfReservation, endLenderBookingsAt, hostBookings, hostsOfReservation, insertHostBooking, lentUntilOfLease,
+  nextBookingsOfOthers, preemptibleBookingsOverlapping, unusableHostsOf,
+} from '../../db/host-allocations';
+import { lendingsCovering, lockLendingsForReclaim, markReturned, reclaimLending } from '../../db/host-lendings';
 import { settlePreemptionOnRebooking } from '../../db/lease-preemptions';
 import { failedReservableHosts, hypervisorProperties, inventoryVersion, listHosts, HYPERVISOR_FIELDS, type HostRecord } from '../../db/hosts';
+import { isCheckViolation, isDeadlockOrSerialization } from '../../db/pool';
 import type { Pool } from '../../db/pool';
 import type { WholeResourceBookingRow } from '../../db/range-bookings';
-import { bookInTransaction, bookingKey, checkKeys, SEARCH_WORK_BUDGET } from '../shared/booking';
+import { inTransaction } from '../../db/transaction';
+import { formatMessageDate as when } from '../../domain/dates';
+import { chooseReclaimedHosts } from '../../domain/lending';
+import { bookInTransaction, bookingKey, checkKeys, extensionRefused, SEARCH_WORK_BUDGET } from '../shared/booking';
 import { preemptLease } from '../shared/preemption';
 import { alreadyBooked, NEVER_FITS, WholeResourceCalendar, type BlockedInterval, type NewWholeResourceBooking } from '../shared/whole-resource-calendar';
 import { endPolicyOf, isPreemptible, type EndPolicy, type PhysicalHostParams } from './params';
@@ -47,6 +55,21 @@ export interface CalendarSettings {
   provisioningLeadMs?: number;
   /** What `on_end: default` means: a `release` booking blocks its hosts for good. */
   onEndDefault?: EndPolicy;
+  /**
+   * A lender's end (issue 43): how long after it its borrowers must be out (they are cut a cleaning
+   * gap before): the preemption warning and the outbox's sweep, that tells them. 0 when unset.
+   */
+  lenderEndNoticeMs?: number;
+}
+
+/** A lent host a reclaim takes back: its lending (row and request ids), and when the host returns (its borrowers' blocked ranges end). */
+export interface ReclaimedHost {
+  lendingRowId: string;
+  lendingId: string;
+  hostId: string;
+  returnsAtMs: number;
+  /** Host-ms the borrowers' windows hold inside the lending (accounting, once returned). */
+  borrowedMs: number;
 }
 
 export { SEARCH_WORK_BUDGET };
@@ -112,8 +135,9 @@ export class HostCalendar extends WholeResourceCalendar<HostRecord, BookedHost[]
    */
   async wouldBook(reservations: Array<Reservation<PhysicalHostParams>>, start: number, end: number, leadMs: number): Promise<Map<string, HostRecord[]> | undefined> {
     const { resources, requests } = await this.searchRequests(reservations);
-    const calendar = await this.snapshot(this.pool, resources, start, end, leadMs);
-    // As admission: free hosts first; a regular lease that does not fit in them takes preemptible ones.
+    // As admission: a preemptible lease may borrow lent hosts (issue 43)...
+    const calendar = await this.snapshot(this.pool, resources, start, end, leadMs, false, undefined, false, this.lentAsFree(reservations));
+    // ...free hosts first; a regular lease that does not fit in them takes preemptible ones.
     const assignment =
       assignHosts(requests, freeHosts(calendar, start, end), preferenceOrder(calendar, Date.now())) ??
       (this.preemptibleAsFree(reservations) ? (await this.preemptingChoice(this.pool, { startMs: start, endMs: end, leadMs, lock: false }, resources, requests))?.assignment : undefined);
@@ -130,7 +154,7 @@ export class HostCalendar extends WholeResourceCalendar<HostRecord, BookedHost[]
    * so that a refusal or a rollback undoes the cut with everything else. `cut` gets the ids of the
    * leases cut (for the caller to tell once it committed).
    */
-  bookWithin(client: PoolClient, ctx: ReservationContext<PhysicalHostParams>, options: { preempt: boolean; cut?: string[] }): Promise<BookedHost[]> {
+  bookWithin(client: PoolClient, ctx: ReservationContext<PhysicalHostParams>, options: { preempt: boolean; cut?: string[]; borrow?: boolean }): Promise<BookedHost[]> {
     return this.bookIn(client, ctx, options);
   }
 
@@ -140,9 +164,90 @@ export class HostCalendar extends WholeResourceCalendar<HostRecord, BookedHost[]
     return new Map(rows.map((r) => [r.host_id, r.next_ms]));
   }
 
-  /** Frees the reservation's booking (by its id or its context): all of it if it never started, the rest of the window if it ends early. */
-  override release(reservation: string | ReservationContext<PhysicalHostParams>, started: boolean, nowMs = Date.now()): Promise<void> {
-    return super.release(typeof reservation === 'string' ? reservation : reservation.reservation.id, started, nowMs);
+  /**
+   * Frees the reservation's booking (by its id or its context): all of it if it never started, the
+   * rest of the window if it ends early. A lender (issue 43) takes its lent hosts back first: its
+   * borrowers are cut to be out `lenderEndNoticeMs` from now (owed the news: the outbox's sweep tells
+   * them), and its rows of those hosts end when they are out, not before; its lendings are returned.
+   */
+  override async release(reservation: string | ReservationContext<PhysicalHostParams>, started: boolean, nowMs = Date.now()): Promise<void> {
+    const reservationId = typeof reservation === 'string' ? reservation : reservation.reservation.id;
+    // Never begun, never lent: deleting its rows deletes nothing lent (a lending's delete would free its borrowers anyway).
+    if (!started) return super.release(reservationId, started, nowMs);
+    await inTransaction(
+      this.pool,
+      async (client) => {
+        const reclaimed = await this.reclaimIn(client, { reservationId, neededFromMs: nowMs + (this.settings.lenderEndNoticeMs ?? 0) }, []);
+        await endLenderBookingsAt(client, reservationId, nowMs, this.cleaningMs);
+        await markReturned(client, reclaimed.map((host) => ({ id: host.lendingRowId, borrowedMs: host.borrowedMs })), nowMs);
+      },
+      { retryOn: isDeadlockOrSerialization },
+    );
+  }
+
+  /**
+   * Takes lent hosts of a lender's reservation back (issue 43), in the caller's transaction (which
+   * must retry deadlocks): `count` of them (all when undefined; chooseReclaimedHosts
+   * says which), needed from `neededFromMs` (never before now). Their borrower leases whose blocked
+   * range runs past it are cut, all their bookings, to end a cleaning gap before it (a lease already
+   * begun never before now), and owed the news (lease_preemptions, kind 'reclaimed'; their ids added
+   * to `cut`, for the caller to tell once committed); each lending is shortened to when its host
+   * returns: now (or its start, not begun) if nobody holds it, else when its borrowers' blocked ranges end. Answers the hosts
+   * taken back; none when nothing (more) is lent. `count` counts hosts not reclaimed yet; all (no
+   * count) takes those a reclaim took again too, cutting further for a sooner need.
+   */
+  async reclaimIn(client: PoolClient, request: { reservationId: string; count?: number; neededFromMs: number }, cut: string[]): Promise<ReclaimedHost[]> {
+    const now = Date.now();
+    const neededFromMs = Math.max(request.neededFromMs, now);
+    const lendings = await lockLendingsForReclaim(client, request.reservationId);
+    if (lendings.length === 0) return [];
+    const borrowers = await borrowersOfLendings(client, lendings.map((g) => g.id), true);
+    // A count takes hosts still lent; all of them (a lender's end) takes back again those a reclaim took, should the need come sooner.
+    const lent = lendings
+      .filter((g) => request.count === undefined || g.reclaimed_ms === null)
+      .map((g) => ({ lendingRowId: g.id, hostId: g.host_id, borrowers: borrowers.filter((b) => b.lending_row_id === g.id).map((b) => ({ leaseId: b.lease_id, begun: b.begun })) }));
+    const chosen = new Set(chooseReclaimedHosts(lent, request.count).map((host) => host.lendingRowId));
+    const cutAtMs = neededFromMs - this.cleaningMs;
+    const late = borrowers.filter((b) => chosen.has(b.lending_row_id) && b.blocked_until_ms > neededFromMs);
+    for (const leaseId of [...new Set(late.map((b) => b.lease_id))].sort()) {
+      const endMs = late.some((b) => b.lease_id === leaseId && b.begun) ? Math.max(cutAtMs, now) : cutAtMs;
+      await preemptLease(client, { leaseId, endMs, neededFromMs, cleaningMs: this.cleaningMs, kind: 'reclaimed' });
+      cut.push(leaseId);
+    }
+    const left = await borrowersOfLendings(client, [...chosen], false);
+    const reclaimed: ReclaimedHost[] = [];
+    for (const lending of lendings.filter((g) => chosen.has(g.id))) {
+      const inside = left.filter((b) => b.lending_row_id === lending.id);
+      const returnsAtMs = Math.min(lending.end_ms, Math.max(now, lending.start_ms, ...inside.map((b) => b.blocked_until_ms)));
+      await reclaimLending(client, lending.id, returnsAtMs);
+      const borrowedMs = inside.reduce((sum, b) => sum + Math.max(0, b.end_ms - b.start_ms), 0);
+      reclaimed.push({ lendingRowId: lending.id, lendingId: lending.lending_id, hostId: lending.host_id, returnsAtMs, borrowedMs });
+    }
+    return reclaimed;
+  }
+
+  /** The latest end the lease's bookings can move to (see the base); a borrower's (issue 43) is held inside its lendings too. */
+  override async latestEnd(leaseId: string): Promise<number | undefined> {
+    const latest = await super.latestEnd(leaseId);
+    return latest === undefined ? undefined : Math.min(latest, (await borrowedUntil(this.pool, leaseId)) - this.cleaningMs);
+  }
+
+  /**
+   * An active lease's end moves (see the base), except (issue 43) a lender's below what it lends (a
+   * 409: reclaim first), and a borrower's past its lending (an extension refused with the latest
+   * end the lending allows). The database's CHECKs are the backstop: a 409 too, never a 500.
+   */
+  protected override async moveEndOrRefuse(client: PoolClient, ctx: ReservationContext<PhysicalHostParams>, existing: WholeResourceBookingRow[]): Promise<void> {
+    const lending = (await lentUntilOfLease(client, ctx.leaseId)).find((row) => row.lent_until_ms > ctx.endMs);
+    if (lending) throw leaseConflict(`Reservation ${lending.reservation_id} lends hosts until ${when(lending.lent_until_ms)}: reclaim them first.`, { lent_until: when(lending.lent_until_ms) });
+    const borrowed = await borrowedUntil(client, ctx.leaseId);
+    if (ctx.endMs + this.cleaningMs > borrowed) throw extensionRefused(ctx, this.notEnough, `its hosts are lent to it until ${when(borrowed)}`, borrowed - this.cleaningMs);
+    try {
+      await super.moveEndOrRefuse(client, ctx, existing);
+    } catch (err) {
+      if (!isCheckViolation(err)) throw err;
+      throw leaseConflict(`Cannot move the end of lease ${ctx.leaseName} to ${when(ctx.endMs)}: a lending of its hosts changed meanwhile; try again.`);
+    }
   }
 
   /**
@@ -200,7 +305,7 @@ export class HostCalendar extends WholeResourceCalendar<HostRecord, BookedHost[]
   private async bookIn(
     client: PoolClient,
     ctx: ReservationContext<PhysicalHostParams>,
-    { rebook = false, preempt = false, cut = [] as string[], settled = undefined as { preemptionSequence?: number } | undefined } = {},
+    { rebook = false, preempt = false, cut = [] as string[], settled = undefined as { preemptionSequence?: number } | undefined, borrow = true } = {},
   ): Promise<BookedHost[]> {
     const reservations = sameTypeReservations(ctx);
     const existing = await hostBookings.lockLease(client, ctx.leaseId);
@@ -237,6 +342,8 @@ export class HostCalendar extends WholeResourceCalendar<HostRecord, BookedHost[]
     const assignment = await this.bookAnew(client, ctx, hosts, requests, key, existing, {
       preferred,
       neverFits: releasing.length > 0 ? 'it never fits: on_end "release" needs hosts with nothing booked after its start' : undefined,
+      // A preemptible lease may book inside lendings (issue 43), but not for an offer hold (`borrow: false`).
+      lentAsFree: borrow && this.lentAsFree(reservations),
       // A regular lease that does not fit in free hosts takes preemptible ones (issue 43) when its caller allows; a preemptible lease never does.
       ...(preempt && this.preemptibleAsFree(reservations) ? { otherwise: () => this.bookPreempting(client, ctx, hosts, requests, key, preferred, cut), preemptibleFree: true } : {}),
     });
@@ -419,6 +526,11 @@ export class HostCalendar extends WholeResourceCalendar<HostRecord, BookedHost[]
     return !reservations.some((r) => r.resource_type === PHYSICAL_HOST && isPreemptible(r.params));
   }
 
+  /** A preemptible ask may book inside lendings (issue 43); a regular one sees the lender's booking. */
+  protected override lentAsFree(reservations: HostReservation[]): boolean {
+    return !this.preemptibleAsFree(reservations);
+  }
+
   protected override unbounded(ctx: ReservationContext<PhysicalHostParams>): ReadonlySet<string> {
     return new Set(sameTypeReservations(ctx).filter((r) => this.endPolicy(r) === 'release').map((r) => r.id));
   }
@@ -436,7 +548,7 @@ export class HostCalendar extends WholeResourceCalendar<HostRecord, BookedHost[]
     return assignHosts(requests, freeHosts(calendar, ctx.startMs, ctx.endMs), window.hostIds) ? 'maintenance' : undefined;
   }
 
-  protected async blocked(db: Pool | PoolClient, window: { fromMs: number; toMs: number | null; ids: string[]; onlyTheseIds: boolean; mergeGapsBelowMs?: number; withoutPreemptible?: boolean }): Promise<BlockedInterval[]> {
+  protected async blocked(db: Pool | PoolClient, window: { fromMs: number; toMs: number | null; ids: string[]; onlyTheseIds: boolean; mergeGapsBelowMs?: number; withoutPreemptible?: boolean; lentAsFree?: boolean }): Promise<BlockedInterval[]> {
     const rows = await blockedIntervals(db, {
       fromMs: window.fromMs,
       toMs: window.toMs,
@@ -444,12 +556,20 @@ export class HostCalendar extends WholeResourceCalendar<HostRecord, BookedHost[]
       hostIds: window.onlyTheseIds ? window.ids : undefined,
       mergeGapsBelowMs: window.mergeGapsBelowMs,
       withoutPreemptible: window.withoutPreemptible,
+      lentAsFree: window.lentAsFree,
     });
     return rows.map((r) => ({ resourceId: r.host_id, start_ms: r.start_ms, end_ms: r.end_ms }));
   }
 
-  protected insertOne(client: PoolClient, booking: NewWholeResourceBooking): Promise<void> {
-    return insertHostBooking(client, { ...booking, hostId: booking.resourceId, cleaningMs: this.cleaningMs });
+  /**
+   * A preemptible booking whose blocked range an open lending holds whole borrows it (issue 43): a
+   * snapshot lets one onto a lent host only there. The lending stays locked (FOR SHARE) until the
+   * transaction ends: a reclaim shortening it meanwhile waits, then sees this borrower; one that
+   * committed first leaves nothing covering, and the lender's row refuses the booking (23P01: retried).
+   */
+  protected async insertOne(client: PoolClient, booking: NewWholeResourceBooking): Promise<void> {
+    const [lending] = booking.preemptible && !booking.unbounded ? await lendingsCovering(client, [booking.resourceId], booking.fromMs - booking.leadMs, booking.endMs + this.cleaningMs) : [];
+    await insertHostBooking(client, { ...booking, hostId: booking.resourceId, cleaningMs: this.cleaningMs, ...(lending ? { lentBy: { id: lending.id, during: lending.during } } : {}) });
   }
 
   protected compareIds(a: string, b: string): number {

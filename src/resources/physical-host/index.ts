@@ -85,7 +85,7 @@ export function physicalHostType(deps: Pick<PhysicalHostDeps, 'pool' | 'settings
     // Booking hosts is the calendar's alone: the API admits host leases in its own transaction.
     async bookAtAdmission(client, ctx, options) {
       refuseWithoutCloud(deps);
-      return hostReservation(ctx, await calendar.bookWithin(client, ctx, { preempt: options?.preempt ?? false, cut: options?.cut }), deps.settings.onEndDefault);
+      return hostReservation(ctx, await calendar.bookWithin(client, ctx, { preempt: options?.preempt ?? false, cut: options?.cut, borrow: options?.borrow ?? true }), deps.settings.onEndDefault);
     },
   };
 }

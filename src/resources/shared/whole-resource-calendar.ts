@@ -76,7 +76,7 @@ export abstract class WholeResourceCalendar<Resource extends { id: string }, Boo
    * `onlyTheseIds` is false and the store allows; a store may answer a resource's intervals
    * separated by less than `mergeGapsBelowMs` as one (only an earliest-fit search asks).
    */
-  protected abstract blocked(db: Pool | PoolClient, window: { fromMs: number; toMs: number | null; ids: string[]; onlyTheseIds: boolean; mergeGapsBelowMs?: number; withoutPreemptible?: boolean }): Promise<BlockedInterval[]>;
+  protected abstract blocked(db: Pool | PoolClient, window: { fromMs: number; toMs: number | null; ids: string[]; onlyTheseIds: boolean; mergeGapsBelowMs?: number; withoutPreemptible?: boolean; lentAsFree?: boolean }): Promise<BlockedInterval[]>;
   protected abstract insertOne(client: PoolClient, booking: NewWholeResourceBooking): Promise<void>;
   /** The one order every transaction takes resources in: two that want the same ones queue instead of deadlocking. */
   protected abstract compareIds(a: string, b: string): number;
@@ -90,6 +90,11 @@ export abstract class WholeResourceCalendar<Resource extends { id: string }, Boo
 
   /** Whether these reservations (a lease's, of this type) see preemptible bookings as free: a regular ask does (issue 43). */
   protected preemptibleAsFree(_reservations: Reservation[]): boolean {
+    return false;
+  }
+
+  /** Whether these reservations (a lease's, of this type) may book inside lendings, where lent time counts as free: a preemptible ask may (issue 43). */
+  protected lentAsFree(_reservations: Reservation[]): boolean {
     return false;
   }
 
@@ -119,7 +124,8 @@ export abstract class WholeResourceCalendar<Resource extends { id: string }, Boo
     const gapsBelow = durationMs + this.cleaningMs + leadMs;
     // A regular ask counts preemptible bookings as free (issue 43); a preemptible one does not.
     const withoutPreemptible = this.preemptibleAsFree(reservations);
-    const read = (until: number | null, merged: boolean) => this.snapshot(this.pool, candidates, start, until, leadMs, true, merged ? gapsBelow : undefined, withoutPreemptible);
+    const lentAsFree = this.lentAsFree(reservations);
+    const read = (until: number | null, merged: boolean) => this.snapshot(this.pool, candidates, start, until, leadMs, true, merged ? gapsBelow : undefined, withoutPreemptible, lentAsFree);
     const reads = limits?.reads;
     const key = (merged: boolean) => `${this.nouns}:${leadMs}:${merged ? gapsBelow : 'all'}:${withoutPreemptible ? 'regular' : 'preemptible'}:${candidates.map((c) => c.id).join(',')}`;
     // Within one request (offers), a read of a wider window answers for this one (SearchReads).
@@ -134,9 +140,9 @@ export abstract class WholeResourceCalendar<Resource extends { id: string }, Boo
    * it grows by the lead, so the pure calendar functions (which know only a gap after bookings)
    * answer for the lead too: a new lease must begin its lead time after a booking's blocked end.
    */
-  async snapshot(db: Pool | PoolClient, resources: Resource[], start: number, end: number | null, leadMs: number, onlyTheseResources = false, mergeGapsBelowMs?: number, withoutPreemptible = false): Promise<CalendarSnapshot> {
+  async snapshot(db: Pool | PoolClient, resources: Resource[], start: number, end: number | null, leadMs: number, onlyTheseResources = false, mergeGapsBelowMs?: number, withoutPreemptible = false, lentAsFree = false): Promise<CalendarSnapshot> {
     const ids = resources.map((r) => r.id);
-    const rows = await this.blocked(db, { fromMs: start - leadMs, toMs: end, ids, onlyTheseIds: onlyTheseResources, withoutPreemptible, ...(mergeGapsBelowMs !== undefined ? { mergeGapsBelowMs } : {}) });
+    const rows = await this.blocked(db, { fromMs: start - leadMs, toMs: end, ids, onlyTheseIds: onlyTheseResources, withoutPreemptible, lentAsFree, ...(mergeGapsBelowMs !== undefined ? { mergeGapsBelowMs } : {}) });
     return this.shiftedByLead(ids, rows, leadMs);
   }
 
@@ -148,7 +154,7 @@ export abstract class WholeResourceCalendar<Resource extends { id: string }, Boo
   /** 409 that says what was short, when the same request would fit, and how long it can be from the asked start. */
   async explainShortage(db: Pool | PoolClient, ctx: ReservationContext, resources: Resource[], requests: HostRequest[], neverFits = this.neverFits, preemptibleFree = this.preemptibleAsFree(sameTypeReservations(ctx))): Promise<Error> {
     // The later fit it suggests counts preemptible bookings as free only where this request could take them.
-    const future = await this.snapshot(db, resources, ctx.startMs, null, ctx.provisioningLeadMs, false, undefined, preemptibleFree);
+    const future = await this.snapshot(db, resources, ctx.startMs, null, ctx.provisioningLeadMs, false, undefined, preemptibleFree, this.lentAsFree(sameTypeReservations(ctx)));
     const free = freeHosts(future, ctx.startMs, ctx.endMs);
     const needs = requests.map((r) => this.describeShort(r, resources, free)).join('; ');
     return shortage(
@@ -184,9 +190,11 @@ export abstract class WholeResourceCalendar<Resource extends { id: string }, Boo
       otherwise?: () => Promise<Map<string, string[]> | undefined>;
       /** Whether the refusal's later fit may count preemptible bookings as free (a request that may preempt). */
       preemptibleFree?: boolean;
+      /** Whether lent time counts as free (a preemptible ask that may borrow: issue 43). */
+      lentAsFree?: boolean;
     },
   ): Promise<Map<string, string[]>> {
-    const calendar = await this.snapshot(client, resources, ctx.startMs, ctx.endMs, ctx.provisioningLeadMs);
+    const calendar = await this.snapshot(client, resources, ctx.startMs, ctx.endMs, ctx.provisioningLeadMs, false, undefined, false, options.lentAsFree ?? false);
     const preference = [...new Set([...existing.map((row) => row.resource_id), ...(await options.preferred(calendar))])];
     const assignment = assignHosts(requests, freeHosts(calendar, ctx.startMs, ctx.endMs), preference);
     if (!assignment) {
