@@ -121,8 +121,9 @@ describe('host calendar with lent hosts', () => {
     expect(owed.rows).toContainEqual({ lease_id: borrower.leaseId, kind: 'reclaimed', end_ms: T0 + 5 * H - CLEANING, needed_ms: T0 + 5 * H });
     const lendings = await lendingsInWindow(database().pool, { fromMs: T0, toMs: T0 + 10 * H, hostIds: hosts, limit: 10 });
     expect(lendings.map((g) => ({ host: g.host_id, end: g.end_ms }))).toEqual([{ host: hosts[0], end: T0 + 5 * H }, { host: hosts[1], end: T0 + 2 * H + 0.001 }]);
-    // Nothing is lent after the need: a new borrower finds no room.
+    // Nothing is lent after the need: a new borrower finds no room; nor before it, in a lending being reclaimed.
     await conflict(calendar.book(context(5.5, 7, { preemptible: true })));
+    await conflict(calendar.book(context(2, 2.5, { preemptible: true })));
   });
 
   it("refuses the lender's shortening under a lending (409), allows its extension, and refuses a borrower's extension past its lending with the latest end", async () => {
@@ -156,6 +157,8 @@ describe('host calendar with lent hosts', () => {
     await calendar.book(borrower);
     // Nothing booked after it but the lender's taking the host back at the lending's end.
     expect(await calendar.nextBookings(borrower.reservation.id)).toEqual(new Map([[hosts[0], T0 + 8 * H]]));
+    // The lender's own borrower is not the next booking of its host (a recycle end would not wait its grace for it).
+    expect(await calendar.nextBookings(lender.reservation.id)).toEqual(new Map());
     const pool = database().pool;
     expect((await computeHostsOfReservation(pool, lender.reservation.id)).map((h) => h.id)).toEqual(hosts);
     expect((await computeHostsOfReservation(pool, lender.reservation.id, { inLeaseAggregate: true })).map((h) => h.id)).toEqual([hosts[1]]);

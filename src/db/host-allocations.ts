@@ -12,7 +12,7 @@ import type { PoolClient } from 'pg';
 import type { Lease } from '../domain/lease';
 import { CUT_END_JOIN } from './lease-preemptions';
 import { maintenanceBlocks, UNUSABLE_BOOKING_SQL } from './maintenance';
-import type { LenderRow } from './host-lendings';
+import { anyOpenLending, type LenderRow } from './host-lendings';
 import type { Pool } from './pool';
 import { BOOKING_LEASE_COLUMNS, HELD_BOOKING_JOIN, WINDOW_PARAMS_RANGE, wholeResourceBookings, type BookingLeaseColumns, type NewRangeBooking } from './range-bookings';
 
@@ -86,7 +86,9 @@ export async function nextBookingsOfOthers(db: Queryable, reservationId: string)
     `SELECT host_id::text, (extract(epoch FROM min(next)) * 1000)::float8 AS next_ms FROM (
        SELECT mine.host_id, lower(other.blocks) AS next
        FROM host_allocations mine JOIN host_allocations other ON other.host_id = mine.host_id AND other.lease_id <> mine.lease_id
-       WHERE mine.reservation_id = $1 AND lower(other.blocks) >= lower(mine.during)
+            -- A borrower inside one of mine's lendings is not next: it runs within mine's window, and ends before the host comes back.
+            LEFT JOIN host_lendings mine_lent ON mine_lent.id = other.lent_by AND mine_lent.allocation_id = mine.id
+       WHERE mine.reservation_id = $1 AND lower(other.blocks) >= lower(mine.during) AND mine_lent.id IS NULL
        UNION ALL
        SELECT mine.host_id, upper(mine.lent_during) FROM host_allocations mine WHERE mine.reservation_id = $1 AND mine.lent_by IS NOT NULL) n
      GROUP BY host_id`,
@@ -113,13 +115,15 @@ export async function blockedIntervals(
   // `withoutPreemptible`: a regular lease's view (issue 43), where preemptible bookings are free.
   const inWindow = `a.blocks && tstzrange(to_timestamp($1 / 1000.0), to_timestamp($2::numeric / 1000.0) + $3 * interval '1 millisecond')
        AND ($4::bigint[] IS NULL OR a.host_id = ANY($4::bigint[])) AND NOT ($5 AND a.shared) AND NOT ($6 AND a.preemptible)`;
-  const overlapping = window.lentAsFree
+  // The lent-time view only when a lending is open at all: it costs every row a multirange (about 10× the plain read).
+  const lentAsFree = window.lentAsFree === true && (await anyOpenLending(db));
+  const overlapping = lentAsFree
     ? // A preemptible ask's view (issue 43): a lender's row blocks only outside its open lendings, and
       // each lending's bounds block as instants, so that a fit lies inside one lending or outside all
       // (never from lent time on into the lender's: its blocked range must lie in the lending).
       `SELECT r.host_id, x.starts, x.ends FROM (
          SELECT a.host_id, a.blocks, range_agg(g.during) AS lent, array_agg(lower(g.during)) || array_agg(upper(g.during)) AS edges
-         FROM host_allocations a LEFT JOIN host_lendings g ON g.allocation_id = a.id AND g.returned_at IS NULL
+         FROM host_allocations a LEFT JOIN host_lendings g ON g.allocation_id = a.id AND g.returned_at IS NULL AND g.reclaimed_at IS NULL
          WHERE ${inWindow} GROUP BY a.id) r
        CROSS JOIN LATERAL (
          SELECT lower(piece) AS starts, COALESCE(upper(piece), 'infinity') AS ends FROM unnest(COALESCE(tstzmultirange(r.blocks) - r.lent, tstzmultirange(r.blocks))) piece

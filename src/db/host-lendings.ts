@@ -80,11 +80,17 @@ export async function openLendingsOf(db: Queryable, reservationId: string): Prom
 export async function lendingsCovering(client: PoolClient, hostIds: string[], fromMs: number, toMs: number): Promise<HostLending[]> {
   const { rows } = await client.query<HostLending>(
     `SELECT ${LENDING_COLUMNS} FROM host_lendings g
-     WHERE g.host_id = ANY($1::bigint[]) AND g.returned_at IS NULL AND g.during @> tstzrange(to_timestamp($2 / 1000.0), to_timestamp($3 / 1000.0))
+     WHERE g.host_id = ANY($1::bigint[]) AND g.returned_at IS NULL AND g.reclaimed_at IS NULL AND g.during @> tstzrange(to_timestamp($2 / 1000.0), to_timestamp($3 / 1000.0))
      ORDER BY g.host_id FOR SHARE`,
     [hostIds, fromMs, toMs],
   );
   return rows;
+}
+
+/** Whether any host is lent now and not being reclaimed (a deployment that never lends reads the calendar as before). */
+export async function anyOpenLending(db: Queryable): Promise<boolean> {
+  const { rows } = await db.query<{ open: boolean }>('SELECT EXISTS (SELECT 1 FROM host_lendings WHERE returned_at IS NULL AND reclaimed_at IS NULL) AS open');
+  return rows[0].open;
 }
 
 /** The reservation's open lendings, locked for a reclaim (or the lender's end) until the transaction ends, by host. */
