@@ -193,6 +193,12 @@ export function physicalHostPlugin(deps: PhysicalHostDeps): ResourcePlugin<Physi
         await markReleased(deps.pool, (await bookedHosts(ctx)).map((h) => h.id), ctx.leaseId);
         return {};
       case 'recycle': {
+        // A host another lease's start took (past the eviction bound) is that lease's: this lessee's servers there go now, not at its recycle deadline.
+        const taken = await hostsOutOfLease(nova, hosts);
+        if (taken.size > 0) {
+          const left = await deleteServersOnHosts(nova, [...taken], SERVER_DELETE_PASS_MS, ctx.reportProgress, { projectId: hosts.projectId, hosts: taken });
+          if (left > 0) return stillDeleting(left, [...taken], ctx.endMs);
+        }
         const { waiting } = await recycleHosts(nova, { ...hosts, aggregates: endAggregates, deleteServersAt: await recycleDeadlines(ctx), force: ctx.force ?? false });
         if (waiting.length === 0) return {};
         const deleting = waiting.filter((w) => w.deleting);
