@@ -24,6 +24,7 @@ import { hostReservation } from '../dev-stack/fixtures/builders';
 import { insertHost } from '../dev-stack/fixtures/hosts';
 import { apiClient, startTestStack } from '../dev-stack/stack';
 import { runBenchmark, summary } from './common';
+import { pick, randomFrom } from './random';
 
 const HOSTS = Number(process.env.LK_BENCH_HOSTS ?? 1_000);
 const HOST_BOOKINGS = 100_000;
@@ -39,19 +40,6 @@ const DAY = 24 * H;
 const NETWORK = '44444444-4444-4444-8444-444444444444';
 const PROJECTS = 8;
 const member = (i: number) => ({ 'X-Project-Id': `proj-${i % PROJECTS}`, 'X-Roles': 'member' });
-
-/** A seeded random: the same asks on every run (and before and after a change). */
-function randomFrom(seed: number): () => number {
-  let state = seed >>> 0;
-  return () => {
-    state = (state + 0x6d2b79f5) >>> 0;
-    let t = state;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 2 ** 32;
-  };
-}
-const pick = <T>(random: () => number, items: readonly T[]): T => items[Math.floor(random() * items.length)];
 
 type Ask = Record<string, unknown>;
 type Call = ReturnType<typeof apiClient>;

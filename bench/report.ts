@@ -133,6 +133,20 @@ function rows(): Row[] {
       for (const [how, latency] of Object.entries(run?.latencyMs ?? {})) add(b, `POST /v1/offers, ${how}: p50 / p99 / max`, 'p99 ≤ 200 ms', `${latency.p50} / ${latency.p99} / ${latency.max} ms`, atMost(latency.p99, 200));
     }
   }
+  const preemptible = load('preemptible');
+  if (preemptible?.week) {
+    // Issue 43: the same regular admissions with the backlog, every warning met or its shortfall explained.
+    const { week } = preemptible;
+    const b = `preemptible (simulated ${week.days} days, ${week.hosts} hosts, seed ${week.seed})`;
+    add(b, 'pool utilisation without / with', 'reported', `${week.utilisationPercent.without} / ${week.utilisationPercent.with} %`, '—');
+    add(b, 'regular leases refused only with the backlog', '0', `${week.regularRefused.onlyWith} (refused without / with: ${week.regularRefused.without} / ${week.regularRefused.with})`, week.regularRefused.onlyWith === 0 ? 'yes' : 'NO');
+    add(b, 'cuts: warned in full / short, of which unexplained', '0 unexplained', `${week.warnings.met} / ${week.warnings.short}, ${week.warnings.shortUnexplained}`, week.warnings.shortUnexplained === 0 ? 'yes' : 'NO');
+  }
+  if (preemptible?.startLag) {
+    const lag = preemptible.startLag;
+    const b = `preemptible (${lag.leases} leases starting within ${lag.startsWithinSeconds} s)`;
+    add(b, 'start lag p99 without / with preemption', 'p99 ≤ 1000 ms', `${lag.startLagMs.without.p99} / ${lag.startLagMs.with.p99} ms`, atMost(Math.max(lag.startLagMs.without.p99, lag.startLagMs.with.p99), 1000));
+  }
   const deletion = load('delete');
   if (deletion) {
     const b = `delete (${deletion.leases} pending leases on ${deletion.hosts} hosts)`;
