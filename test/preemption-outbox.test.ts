@@ -102,6 +102,31 @@ describe('telling preempted leases', () => {
     expect((await rowOf(other)).told).toBe(false);
   });
 
+  it('leases cut while the admission path is telling others are told right after, not left to the sweeps', async () => {
+    const [first, meanwhile] = [randomUUID(), randomUUID()];
+    await owe(first, T0 + H);
+    await owe(meanwhile, T0 + 2 * H);
+    let release!: () => void;
+    const held = new Promise<void>((resolve) => (release = resolve));
+    let firstTelling!: () => void;
+    const telling = new Promise<void>((resolve) => (firstTelling = resolve));
+    const { client, signalled } = fakeTemporal(database().pool, {
+      during: async (leaseId) => {
+        if (leaseId !== first) return;
+        firstTelling();
+        await held;
+      },
+    });
+    const outbox = outboxWith(client);
+    outbox.tellPreemptedSoon([first]);
+    await telling;
+    outbox.tellPreemptedSoon([meanwhile]);
+    release();
+    await outbox.stop();
+    expect(signalled.map((s) => s.leaseId)).toEqual([first, meanwhile]);
+    expect((await rowOf(meanwhile)).told).toBe(true);
+  });
+
   it('a sweep holds no row lock while telling, and marks the row told', async () => {
     const leaseId = randomUUID();
     await owe(leaseId, T0 + H);

@@ -171,14 +171,19 @@ export class LeaseOutbox {
   tellPreemptedSoon(leaseIds: readonly string[]): void {
     if (leaseIds.length === 0) return;
     for (const id of leaseIds) this.toTell.add(id);
-    if (this.telling) return;
+    this.tellQueued();
+  }
+
+  /** Tells the next batch of leases cut, unless a telling runs (it goes on with them when done). */
+  private tellQueued(): void {
+    if (this.telling || this.toTell.size === 0) return;
     const batch = [...this.toTell].slice(0, SWEEP_BATCH);
     for (const id of batch) this.toTell.delete(id);
     this.telling = this.tellClaimed({ limit: batch.length, olderThanMs: 0, leaseIds: batch })
       .catch((err: unknown) => this.deps.log.warn({ err }, 'telling preempted leases failed: the sweeps will try again'))
       .finally(() => {
         this.telling = undefined;
-        if (this.toTell.size > 0) this.tellPreemptedSoon([]);
+        this.tellQueued();
       });
   }
 
@@ -291,7 +296,8 @@ export class LeaseOutbox {
     this.queue.length = 0;
     const until = Date.now() + waitMs;
     await this.sweeping;
-    await this.telling;
+    // A telling goes on with the leases cut meanwhile: wait for the last of them.
+    while (this.telling) await this.telling;
     while (this.inFlight > 0 && Date.now() < until) await new Promise((resolve) => setTimeout(resolve, 10));
     await this.flushing;
   }
