@@ -114,6 +114,11 @@ describe('which bookings may preempt', () => {
     const cutting = context(false, T0 + H, T0 + 2 * H);
     await bookInTransaction(pool, (client) => calendar.bookWithin(client, cutting, { preempt: true }), { retryExclusion: true });
     expect(await owed()).toEqual([lent.leaseId]);
+    // Booked as the cut left it (a denied change put back, an update that leaves its end at the cut): the cut stands, owed.
+    const kept: { preemptionSequence?: number } = {};
+    await calendar.book({ ...lent, leaseStatus: 'ACTIVE', endMs: T0 + H }, kept);
+    expect(kept.preemptionSequence).toBeUndefined();
+    expect(await owed()).toEqual([lent.leaseId]);
     await calendar.release(cutting.reservation.id, false);
     // The lease, ACTIVE, asks for its whole window again (an extension from its cut end).
     const settled: { preemptionSequence?: number } = {};

@@ -51,14 +51,16 @@ export async function addOwedPreemption(client: PoolClient, preemption: OwedPree
  * The lease's hosts are booked anew (the workflow's booking, e.g. an update that moved it): a cut
  * owed or told before is moot. Its row is locked (an admission's addOwedPreemption waits for this
  * transaction) and deleted; answers its sequence, so the workflow ignores that cut should its tell
- * still come, or undefined when the lease had none.
+ * still come, or undefined when the lease had none. `liftedTo` (an active lease's bookings moved,
+ * not made anew): only a cut that ends before it is moot; one its bookings still end at stands (a
+ * booking of the cut lease itself, or a move that left the end alone), told and applied as owed.
  */
-export async function settlePreemptionOnRebooking(client: PoolClient, leaseId: string): Promise<number | undefined> {
-  const { rows } = await client.query<{ sequence: number }>(
-    'SELECT (extract(epoch FROM created_at) * 1000)::float8 AS sequence FROM lease_preemptions WHERE lease_id = $1 FOR UPDATE',
+export async function settlePreemptionOnRebooking(client: PoolClient, leaseId: string, liftedTo?: number): Promise<number | undefined> {
+  const { rows } = await client.query<{ sequence: number; end_ms: number }>(
+    'SELECT (extract(epoch FROM created_at) * 1000)::float8 AS sequence, (extract(epoch FROM end_at) * 1000)::float8 AS end_ms FROM lease_preemptions WHERE lease_id = $1 FOR UPDATE',
     [leaseId],
   );
-  if (rows.length === 0) return undefined;
+  if (rows.length === 0 || (liftedTo !== undefined && rows[0].end_ms >= liftedTo)) return undefined;
   await client.query('DELETE FROM lease_preemptions WHERE lease_id = $1', [leaseId]);
   return rows[0].sequence;
 }

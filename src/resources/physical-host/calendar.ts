@@ -322,7 +322,7 @@ export class HostCalendar extends WholeResourceCalendar<HostRecord, BookedHost[]
       await hostBookings.setLeaseKey(client, ctx.leaseId, key);
       // Its bookings now end where the lease does (a cut host still taken would have refused the move):
       // an earlier cut is moot, for the meter as for the workflow.
-      if (settled) settled.preemptionSequence = await settlePreemptionOnRebooking(client, ctx.leaseId);
+      if (settled) settled.preemptionSequence = await settlePreemptionOnRebooking(client, ctx.leaseId, ctx.endMs);
       return hostsOfReservation(client, ctx.reservation.id);
     }
 

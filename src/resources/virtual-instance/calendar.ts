@@ -155,8 +155,8 @@ export class InstanceSlotCalendar implements Calendar<InstanceCalendarTypes> {
       throw leaseConflict(`${NOT_ENOUGH} ${spec.amount} instance(s) of ${describeSlot(request)} can never fit on the ${candidates.length} matching host(s)${spec.affinity === false ? ' (each on a different host)' : spec.affinity ? ' (all on one host)' : ''}.`);
     }
     // Booked anew by the workflow, or an active booking moved to end where the lease does: a cut of the old booking is moot (the workflow drops its tell by the sequence).
-    if (options.settled) options.settled.preemptionSequence = await settlePreemptionOnRebooking(client, ctx.leaseId);
     const active = ctx.leaseStatus !== 'PENDING' && live.length > 0;
+    if (options.settled) options.settled.preemptionSequence = await settlePreemptionOnRebooking(client, ctx.leaseId, active ? ctx.endMs : undefined);
     if (active) return this.rebookActive(client, ctx, request, candidates, live, key, now, options.keepOn);
     // A preemptible reservation never displaces anything (issue 43).
     return this.bookPending(client, ctx, request, candidates, live, key, preemption.preempt && !isPreemptibleReservation(ctx.reservation) ? (preemption.cut ?? []) : undefined);
@@ -187,7 +187,7 @@ export class InstanceSlotCalendar implements Calendar<InstanceCalendarTypes> {
         const key = movedBookingKey(live[0].bookingKey, ctx);
         if (!live.every((l) => l.bookingKey === key)) await this.rebookActive(client, ctx, request, candidates, live, key, now);
         // Its slots now end where the lease does (a cut slot still taken would have refused the move): an earlier cut is moot.
-        if (settled) settled.preemptionSequence = await settlePreemptionOnRebooking(client, ctx.leaseId);
+        if (settled) settled.preemptionSequence = await settlePreemptionOnRebooking(client, ctx.leaseId, ctx.endMs);
         return true;
       },
       { retryExclusion: true },
