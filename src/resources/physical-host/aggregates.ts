@@ -48,13 +48,18 @@ export interface HostMove {
   freepool: string;
   /** Called after each host: a move of many hosts is long. */
   progress: ReportProgress;
+  /**
+   * At start only: of the leases whose `blazar_` zones still hold some of the hosts, those the start
+   * may take them from (preempted leases past the eviction bound); none unless given.
+   */
+  takeFromLeases?: (leaseIds: string[]) => Promise<string[]>;
 }
 
 /**
  * At start: the lease aggregate (created if missing), hosts in, then out of the pool. A host still in
- * another lease's zone is taken from it through the pool first (Nova keeps a host in one zone): a
- * start goes ahead so only past a preempted lease whose end outlasted the eviction bound
- * (docs/api.md, "Preemptible leases"); that end then leaves the host alone but for its own servers.
+ * a preempted lease's zone (`takeFromLeases`) is taken from it through the pool first (Nova keeps a
+ * host in one zone): a start goes ahead so only past a preempted lease whose end outlasted the
+ * eviction bound (docs/api.md, "Preemptible leases"); that end then leaves the host alone but for its own servers.
  */
 export async function moveHostsIntoLease(nova: NovaClient, move: HostMove): Promise<LeaseAggregate> {
   // A start begun under the legacy names carries on in the aggregate it made.
@@ -67,7 +72,11 @@ export async function moveHostsIntoLease(nova: NovaClient, move: HostMove): Prom
     names.availabilityZone,
   );
   let pool = await findAggregate(nova, move.freepool);
-  const otherZones = (await nova.listAggregates()).filter((a) => a.id !== aggregate.id && a.availability_zone?.startsWith(BLAZAR_ZONE_PREFIX));
+  // Only a preempted lease's zone gives a host up: any other (a lease whose end failed, an operator's) keeps it, and Nova refuses the move as before.
+  const zoned = (await nova.listAggregates()).filter((a) => a.id !== aggregate.id && a.availability_zone?.startsWith(BLAZAR_ZONE_PREFIX) && a.hosts.some((h) => move.hosts.includes(h)));
+  const leaseOf = (a: (typeof zoned)[number]) => a.metadata?.['leasekeeper:lease'];
+  const takeable = new Set(zoned.length > 0 && move.takeFromLeases ? await move.takeFromLeases([...new Set(zoned.map(leaseOf).filter((id): id is string => typeof id === 'string'))]) : []);
+  const otherZones = zoned.filter((a) => takeable.has(leaseOf(a) ?? ''));
   for (const host of move.hosts) {
     for (const other of otherZones.filter((a) => a.hosts.includes(host))) {
       if (!pool) throw new Error(`the reservable pool aggregate ${move.freepool} is missing`);
@@ -84,11 +93,13 @@ export async function moveHostsIntoLease(nova: NovaClient, move: HostMove): Prom
 }
 
 /**
- * The hosts of `move` no longer in the lease's aggregate (all of them when it is gone): another
- * lease's start took them (moveHostsIntoLease), or a retried end already returned them.
+ * The hosts of `move` no longer in the lease's aggregate: another lease's start took them
+ * (moveHostsIntoLease), or a retried end already returned them. When the aggregate is gone: all of
+ * them (`ifGone: 'all'`), or none (`'none'`: hosts recycling in a shared aggregate of old are still the lease's).
  */
-export async function hostsOutOfLease(nova: NovaClient, move: HostMove): Promise<Set<string>> {
+export async function hostsOutOfLease(nova: NovaClient, move: HostMove, ifGone: 'all' | 'none' = 'all'): Promise<Set<string>> {
   const aggregate = await findLeaseAggregate(nova, move.reservationId);
+  if (!aggregate && ifGone === 'none') return new Set();
   return new Set(move.hosts.filter((host) => !aggregate?.hosts.includes(host)));
 }
 

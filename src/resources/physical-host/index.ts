@@ -25,6 +25,7 @@ import { computeHostName, HYPERVISOR_FIELDS, listHosts, markReleased } from '../
 import { parsePropertyQuery } from '../../domain/property-query';
 import { checkCapabilityKeys, checkKeys } from '../shared/booking';
 import { windowsOverReservation } from '../../db/maintenance';
+import { preemptedAmong } from '../../db/lease-preemptions';
 import type { Pool } from '../../db/pool';
 import type { GlanceClient, NovaClient } from '../../openstack';
 import type { EndContext, EndOutcome, HookContext, OfferShape, ReservationContext, ReserveResult, ResourcePlugin, ResourceType } from '../../domain/resource-plugin';
@@ -194,7 +195,7 @@ export function physicalHostPlugin(deps: PhysicalHostDeps): ResourcePlugin<Physi
         return {};
       case 'recycle': {
         // A host another lease's start took (past the eviction bound) is that lease's: this lessee's servers there go now, not at its recycle deadline.
-        const taken = await hostsOutOfLease(nova, hosts);
+        const taken = await hostsOutOfLease(nova, hosts, 'none');
         if (taken.size > 0) {
           const left = await deleteServersOnHosts(nova, [...taken], SERVER_DELETE_PASS_MS, ctx.reportProgress, { projectId: hosts.projectId, hosts: taken });
           if (left > 0) return stillDeleting(left, [...taken], ctx.endMs);
@@ -251,7 +252,7 @@ export function physicalHostPlugin(deps: PhysicalHostDeps): ResourcePlugin<Physi
     },
     async start(ctx) {
       if (deps.cloud === 'calendar-only') return;
-      await moveHostsIntoLease(deps.cloud().nova, await move(ctx));
+      await moveHostsIntoLease(deps.cloud().nova, { ...(await move(ctx)), takeFromLeases: (leaseIds) => preemptedAmong(deps.pool, leaseIds) });
     },
     async beforeEnd(ctx) {
       const action = beforeEndOf(ctx);
