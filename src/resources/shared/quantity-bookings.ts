@@ -135,13 +135,16 @@ export class QuantityCalendar implements Calendar<QuantityCalendarTypes> {
     if (last !== undefined && Date.now() - last < maxAgeMs) return;
     const failure = this.lastFailure.get(kind);
     if (failure && Date.now() - failure.atMs < Math.min(maxAgeMs, FAILED_COPY_ANSWERS_MS)) throw failure.error;
+    let providers: CapacityProvider[];
     try {
-      await this.syncProviders(kind, await read());
-      this.lastFailure.delete(kind);
+      providers = await read();
     } catch (error) {
+      // The cloud's failure only: a database error is not the cloud's, and is tried again at once.
       this.lastFailure.set(kind, { atMs: Date.now(), error });
       throw error;
     }
+    this.lastFailure.delete(kind);
+    await this.syncProviders(kind, providers);
   }
 
   /** The usable providers of `kind`, by name. */
