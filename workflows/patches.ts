@@ -178,7 +178,7 @@ export const LEASE_PREEMPTION = {
   introduced: '2026-11-27',
   oldBranch: 'no lease was ever preempted (none got the signal); a start waited for every earlier lease on its resources without bound',
   oldHistories: 'every history recorded before 2026-11-27 (those waiting for earlier leases replay the unbounded wait)',
-  note: 'retired by the common path (RETIREMENT): the old branch ignores the signal and waits without bound, so it goes once no lease started before 2026-11-27 still waits for its start. The new branch itself changed after its first histories were recorded (the latest cut kept, a cut after an update skipped, an end instead of a start when the cut leaves nothing, the early wake of a start): all on 2026-11-27, before any release, so it is not patched again; dev and test stacks holding leases opened under its first version must be reset',
+  note: 'retired by the common path (RETIREMENT): the old branch ignores the signal and waits without bound, so it goes once no lease started before 2026-11-27 still waits for its start. The new branch itself changed after its first histories were recorded (the latest cut kept, a cut after an update skipped, an end instead of a start when the cut leaves nothing, the early wake of a start; a waiting change denied through the common settle, its bookings put back by a quick, bounded activity for the moved reservations only, none once the cut has passed): all on 2026-11-27, before any release, so it is not patched again; dev and test stacks holding leases opened under its first version must be reset',
 } as const satisfies WorkflowPatch;
 
 /** All of them, oldest first. */
