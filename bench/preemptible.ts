@@ -105,7 +105,7 @@ async function simulatedWeek() {
     const calendar = new HostCalendar(pool, settings);
     const runs: Record<string, WeekRun & { utilisation: Awaited<ReturnType<typeof heldHostHours>>; seconds: number; doubleBookings: number }> = {};
     for (const withBacklog of [false, true]) {
-      await pool.query('TRUNCATE host_allocations, lease_preemptions');
+      await pool.query('TRUNCATE host_allocations, host_lendings, lease_preemptions');
       const started = performance.now();
       const run = await simulate(pool, calendar, arrivals, withBacklog, weekEnd);
       runs[withBacklog ? 'with' : 'without'] = { ...run, utilisation: await heldHostHours(pool, weekEnd), seconds: Math.round((performance.now() - started) / 100) / 10, doubleBookings: (await doubleBookings(pool)).length };
