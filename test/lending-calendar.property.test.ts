@@ -8,15 +8,13 @@
  */
 import { randomUUID } from 'node:crypto';
 import fc from 'fast-check';
-import { ApplicationFailure } from '@temporalio/common';
 import { HostCalendar, type ReclaimedHost } from '../src/resources/physical-host/calendar';
 import { bookInTransaction } from '../src/resources/shared/booking';
 import { lenderRowsOf } from '../src/db/host-allocations';
 import { insertLendings } from '../src/db/host-lendings';
 import { inTransaction } from '../src/db/transaction';
-import type { Pool } from '../src/db/pool';
 import type { ReservationContext } from '../src/domain/resource-plugin';
-import { pendingReservation, reservationContext } from '../dev-stack/fixtures/builders';
+import { bookAsCreatePath, hostLeaseContext } from '../dev-stack/fixtures/host-bookings';
 import { useMigratedTestDatabase } from '../dev-stack/db';
 import { borrowersOutsideLendings, doubleBookings, insertHost } from '../dev-stack/fixtures/hosts';
 
@@ -43,22 +41,8 @@ const scenario = fc.record({
   reclaims: fc.array(reclaim, { maxLength: 2 }),
 });
 
-function context(spec: LeaseSpec): ReservationContext<never> {
-  const reservation = pendingReservation('physical:host', { min: spec.min, max: spec.min, hypervisor_properties: '', resource_properties: '', before_end: 'default', preemptible: spec.preemptible });
-  const startMs = T0 + spec.start * H;
-  return reservationContext({ leaseId: randomUUID(), reservation, leaseReservations: [reservation], startMs, endMs: startMs + spec.hours * H });
-}
-
-/** As the API's create path books (a regular lease may preempt). */
-async function book(pool: Pool, calendar: HostCalendar, ctx: ReservationContext<never>): Promise<'admitted' | 'refused'> {
-  try {
-    await bookInTransaction(pool, (client) => calendar.bookWithin(client, ctx, { preempt: true }), { retryExclusion: true });
-    return 'admitted';
-  } catch (err) {
-    if (err instanceof ApplicationFailure && err.type === 'LeaseConflict') return 'refused';
-    throw err;
-  }
-}
+const context = (spec: LeaseSpec) => hostLeaseContext(spec, T0);
+const book = bookAsCreatePath;
 
 describe('host calendar with lendings and reclaims under concurrency (property-based, real PostgreSQL)', () => {
   const database = useMigratedTestDatabase();

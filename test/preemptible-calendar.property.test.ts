@@ -6,14 +6,9 @@
  * nowhere even with every preemptible booking free; every admitted regular reservation got between
  * min and max hosts; a preempted lease ends at one end on every host, and its workflow is owed it.
  */
-import { randomUUID } from 'node:crypto';
 import fc from 'fast-check';
-import { ApplicationFailure } from '@temporalio/common';
 import { HostCalendar } from '../src/resources/physical-host/calendar';
-import { bookInTransaction } from '../src/resources/shared/booking';
-import type { Pool } from '../src/db/pool';
-import type { ReservationContext } from '../src/domain/resource-plugin';
-import { pendingReservation, reservationContext } from '../dev-stack/fixtures/builders';
+import { bookAsCreatePath, hostLeaseContext } from '../dev-stack/fixtures/host-bookings';
 import { useMigratedTestDatabase } from '../dev-stack/db';
 import { insertHost } from '../dev-stack/fixtures/hosts';
 
@@ -39,22 +34,8 @@ const scenario = fc.record({
   mixed: fc.array(leaseSpec, { minLength: 3, maxLength: 10 }),
 });
 
-function context(spec: LeaseSpec): ReservationContext<never> {
-  const reservation = pendingReservation('physical:host', { min: spec.min, max: spec.max, hypervisor_properties: '', resource_properties: '', before_end: 'default', preemptible: spec.preemptible });
-  const startMs = T0 + spec.start * H;
-  return reservationContext({ leaseId: randomUUID(), reservation, leaseReservations: [reservation], startMs, endMs: startMs + spec.hours * H });
-}
-
-/** As the API's create path books (the only one that may preempt): in its own transaction, preempting allowed. */
-async function book(pool: Pool, calendar: HostCalendar, ctx: ReservationContext<never>): Promise<'admitted' | 'refused'> {
-  try {
-    await bookInTransaction(pool, (client) => calendar.bookWithin(client, ctx, { preempt: true }), { retryExclusion: true });
-    return 'admitted';
-  } catch (err) {
-    if (err instanceof ApplicationFailure && err.type === 'LeaseConflict') return 'refused';
-    throw err;
-  }
-}
+const context = (spec: LeaseSpec) => hostLeaseContext(spec, T0);
+const book = bookAsCreatePath;
 
 /** Whether `min` hosts are free of every regular booking over the lease's window (its cleaning gap kept). */
 function fitsIgnoringPreemptible(spec: LeaseSpec, hosts: string[], regular: Array<{ host: string; start: number; end: number }>, cleaningMs: number): boolean {
