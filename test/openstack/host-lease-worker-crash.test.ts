@@ -157,6 +157,9 @@ describe('worker killed with -9 at each step of a host lease', () => {
     // 4. Active: killed and started again; the new worker replays the lease (a query makes it load
     //    the whole history) and runs nothing twice: the lease stays active, no activity is added.
     const activitiesOf = async () => (await leaseHistoryEvents(stack(), id)).filter((e) => e.activityTaskScheduledEventAttributes).length;
+    // Killed once the task that made it ACTIVE is complete (its end timer set): killed between the
+    // record and that task's completion, the replay would answer STARTING until the new worker ran it again.
+    await untilWaitingOnTimer(stack(), id);
     await killWorker();
     const activitiesBefore = await activitiesOf();
     expect(await statusOf(id)).toBe('ACTIVE');
