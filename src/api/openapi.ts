@@ -245,8 +245,20 @@ const calendar = z.strictObject({
       preemptible: z.literal(true).optional().describe('a preemptible booking (anyone\'s): a regular lease may take it back'),
       preempted: z.literal(true).optional().describe('its lease was preempted (only to whoever may know the lease)'),
       cut_ms: z.number().optional().describe('with preempted: the end the lease was cut to'),
+      borrowed: z.literal(true).optional().describe('a preemptible booking inside another lease\'s lending (issue 43)'),
     }),
   ),
+  lent: z
+    .array(
+      z.strictObject({
+        host_id: z.string(),
+        start_ms: z.number(),
+        end_ms: z.number(),
+        state: z.enum(['lent', 'reclaiming', 'returned']),
+        lease_id: z.string().optional().describe('the lending lease (only to its project and admins)'),
+      }),
+    )
+    .describe('hosts lent by the lease holding them (anyone\'s): time only preemptible leases may book'),
   providers: z.array(z.looseObject({ uuid: z.string(), name: z.string(), kind: z.string() })),
   usage: z.array(bookingLease.extend({ provider_uuid: z.string(), amounts: z.record(z.string(), z.number()) })),
   leases: z.array(z.strictObject({ id: z.string(), name: z.string(), status: z.enum(LEASE_STATUSES), start_ms: z.number(), end_ms: z.number(), series_id: z.string().optional(), preemptible: z.literal(true).optional() })),
@@ -757,7 +769,7 @@ export function apiOperations(types: ResourceTypes): Operation[] {
     {
       method: 'get', path: '/v1/calendar', tags: ['availability'], summary: 'Bookings in a window (extension)',
       description:
-        "What the calendar page draws: the hosts matching the property queries, their bookings in the window (another project's shown only as `reserved`; `preemptible` ones flagged, and to whoever may know the lease, a preempted lease's `cut_ms`), quantity providers (bandwidth, instance slots) with their bookings, and the caller's own leases. At most 93 days; past 30 000 bookings the answer says `truncated`.",
+        "What the calendar page draws: the hosts matching the property queries, their bookings in the window (another project's shown only as `reserved`; `preemptible` ones flagged, and to whoever may know the lease, a preempted lease's `cut_ms`; `borrowed` ones booked inside a lending), the hosts' lent spans (`lent`, the lending lease only to its project and admins), quantity providers (bandwidth, instance slots) with their bookings, and the caller's own leases. At most 93 days; past 30 000 bookings the answer says `truncated`.",
       security: AUTHENTICATED,
       request: { query: calendarQuery },
       responses: { 200: json(calendar, 'the window'), ...COMMON_REFUSALS },

@@ -522,6 +522,8 @@ export interface HostBookingInWindow extends BookingLeaseColumns {
   /** An instance reservation's slots on the host (shared with other instance reservations). */
   shared: boolean;
   preemptible: boolean;
+  /** Booked inside another lease's lending (issue 43). */
+  borrowed: boolean;
   /** The lease was preempted: the end its owed cut put it at, while that row lasts (a week past the lease's end); null otherwise. */
   cut_ms: number | null;
 }
@@ -530,7 +532,7 @@ export interface HostBookingInWindow extends BookingLeaseColumns {
 export async function hostBookingsInWindow(pool: Pool, window: { fromMs: number; toMs: number; hostIds: string[]; limit: number }): Promise<HostBookingInWindow[]> {
   // `blocks` covers `during` and carries the GiST index of the exclusion constraint: it narrows, `during` decides.
   const { rows } = await pool.query<HostBookingInWindow>(
-    `SELECT a.host_id::text, a.shared, a.preemptible, ${BOOKING_LEASE_COLUMNS},
+    `SELECT a.host_id::text, a.shared, a.preemptible, a.lent_by IS NOT NULL AS borrowed, ${BOOKING_LEASE_COLUMNS},
             (extract(epoch FROM cut.end_at) * 1000)::float8 AS cut_ms
      FROM host_allocations a LEFT JOIN leases l ON l.id = a.lease_id AND l.deleted_at IS NULL ${HELD_BOOKING_JOIN}
           ${CUT_END_JOIN}

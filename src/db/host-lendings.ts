@@ -22,6 +22,8 @@ export interface HostLending {
   allocation_id: string;
   reservation_id: string;
   lease_id: string;
+  /** The lender's project. */
+  project_id: string;
   start_ms: number;
   end_ms: number;
   /** The exact range, as PostgreSQL's text (what a borrower row copies into `lent_during`). */
@@ -31,7 +33,7 @@ export interface HostLending {
   returned_ms: number | null;
 }
 
-const LENDING_COLUMNS = `g.id::text, g.lending_id::text, g.host_id::text, g.allocation_id::text, g.reservation_id::text, g.lease_id::text,
+const LENDING_COLUMNS = `g.id::text, g.lending_id::text, g.host_id::text, g.allocation_id::text, g.reservation_id::text, g.lease_id::text, g.project_id,
   (extract(epoch FROM lower(g.during)) * 1000)::float8 AS start_ms, (extract(epoch FROM upper(g.during)) * 1000)::float8 AS end_ms,
   g.during::text AS during,
   (extract(epoch FROM g.reclaimed_at) * 1000)::float8 AS reclaimed_ms, (extract(epoch FROM g.returned_at) * 1000)::float8 AS returned_ms`;
