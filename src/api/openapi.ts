@@ -290,6 +290,8 @@ const chargedUsage = z.strictObject({ booked: usageFigures, used: usageFigures }
 const preemptibleUsage = z
   .strictObject({ booked: usageFigures, used: usageFigures, leases: z.number().int().min(0).describe('distinct leases with preemptible time in the group') })
   .describe('the preemptible part of booked and used (borrowed time), in full');
+const lentUsage = z.strictObject({ host_hours: z.number().min(0) }).describe("host-hours the group's leases lent (issue 43), from lent until back; only in groups that lent");
+const borrowedCredit = z.number().min(0).describe("borrowed host-hours of the group's lendings back in the window, times preemptible_charge_factor: taken off charged host_hours (never below 0); only in groups that lent");
 const usageReport = z.strictObject({
   usage: z.strictObject({
     from: leaseDate,
@@ -306,9 +308,11 @@ const usageReport = z.strictObject({
         charged: chargedUsage,
         preemptible: preemptibleUsage.optional().describe('only in groups with preemptible time'),
         leases: z.number().int().min(0).describe('distinct leases booked or used within the group'),
+        lent: lentUsage.optional(),
+        borrowed_credit_hours: borrowedCredit.optional(),
       }),
     ),
-    total: z.strictObject({ booked: usageFigures, used: usageFigures, charged: chargedUsage, preemptible: preemptibleUsage, leases: z.number().int().min(0) }),
+    total: z.strictObject({ booked: usageFigures, used: usageFigures, charged: chargedUsage, preemptible: preemptibleUsage, leases: z.number().int().min(0), lent: lentUsage.optional(), borrowed_credit_hours: borrowedCredit.optional() }),
   }),
 }).openapi('Usage');
 
@@ -867,7 +871,7 @@ export function apiOperations(types: ResourceTypes): Operation[] {
       security: AUTHENTICATED,
       request: { query: usageQuery },
       responses: {
-        200: { description: 'the report', content: { 'application/json': { schema: usageReport }, 'text/csv': { schema: z.string().describe('the groups: their keys, booked_* and used_* figures, leases, then charged_booked_*, charged_used_*, preemptible_booked_*, preemptible_used_*, preemptible_leases') } } },
+        200: { description: 'the report', content: { 'application/json': { schema: usageReport }, 'text/csv': { schema: z.string().describe('the groups: their keys, booked_* and used_* figures, leases, then charged_booked_*, charged_used_*, preemptible_booked_*, preemptible_used_*, preemptible_leases, lent_host_hours, borrowed_credit_hours') } } },
         ...COMMON_REFUSALS,
         403: refusal("a member asked for another project's usage"),
       },
