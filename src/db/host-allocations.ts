@@ -452,11 +452,12 @@ export async function currentBookings(db: Queryable): Promise<CurrentBooking[]> 
   const { rows } = await db.query<CurrentBooking>(
     `SELECT a.host_id::text, a.reservation_id::text, a.lease_id::text, a.shared, l.status AS lease_status, l.project_id,
             r.allocation->>'aggregate' AS aggregate, r.allocation->>'availability_zone' AS availability_zone,
-            (SELECT CASE WHEN bool_or(upper(g.during) <= now()) THEN 'returning' ELSE 'now' END
-             FROM host_lendings g WHERE g.allocation_id = a.id AND g.returned_at IS NULL HAVING count(*) > 0) AS lent
+            CASE WHEN count(g.id) = 0 THEN NULL WHEN bool_or(upper(g.during) <= now()) THEN 'returning' ELSE 'now' END AS lent
      FROM host_allocations a JOIN leases l ON l.id = a.lease_id
      LEFT JOIN LATERAL (SELECT x->'allocation' AS allocation FROM jsonb_array_elements(l.document->'reservations') x WHERE x->>'id' = a.reservation_id::text LIMIT 1) r ON true
-     WHERE a.during @> now() AND l.deleted_at IS NULL`,
+     LEFT JOIN host_lendings g ON g.allocation_id = a.id AND g.returned_at IS NULL
+     WHERE a.during @> now() AND l.deleted_at IS NULL
+     GROUP BY a.id, l.id, r.allocation`,
   );
   return rows;
 }

@@ -157,11 +157,11 @@ export async function* meteredLendingBatches(db: Queryable, filter: { projectId?
       `SELECT g.id::text, g.project_id, (extract(epoch FROM lower(g.during)) * 1000)::float8 AS start_ms, (extract(epoch FROM upper(g.during)) * 1000)::float8 AS until_ms,
               (extract(epoch FROM g.returned_at) * 1000)::float8 AS returned_ms,
               CASE WHEN g.returned_at IS NOT NULL THEN COALESCE(g.borrowed_ms,
-                (SELECT COALESCE(sum(round(extract(epoch FROM upper(a.during) - lower(a.during)) * 1000)), 0) FROM host_allocations a WHERE a.lent_by = g.id))::bigint::text END AS borrowed_ms
-       FROM host_lendings g
+                COALESCE(sum(round(extract(epoch FROM upper(a.during) - lower(a.during)) * 1000)), 0))::bigint::text END AS borrowed_ms
+       FROM host_lendings g LEFT JOIN host_allocations a ON a.lent_by = g.id
        WHERE ($1::text IS NULL OR g.project_id = $1) AND g.id > $4::bigint
          AND lower(g.during) < to_timestamp($3 / 1000.0) AND GREATEST(upper(g.during), COALESCE(g.returned_at, upper(g.during))) > to_timestamp($2 / 1000.0)
-       ORDER BY g.id LIMIT $5`,
+       GROUP BY g.id ORDER BY g.id LIMIT $5`,
       [filter.projectId ?? null, filter.span.startMs, filter.span.endMs, after, batchSize],
     );
     if (rows.length === 0) return;
