@@ -2,7 +2,8 @@
  * Lent hosts at the ends of their lender and borrower (issue 43), against the real PostgreSQL and a
  * Nova in memory: the lender's snapshot and end act on the hosts in its aggregate and never touch a
  * borrower's servers; a borrower's `delete` end deletes only its own project's servers on the host it
- * borrows (a server its lender had scheduled before lending it comes back with the host).
+ * borrows (a server its lender had scheduled before lending it comes back with the host), and its
+ * `recycle` end waits for and deletes only its own.
  */
 import { randomUUID } from 'node:crypto';
 import { HostCalendar } from '../src/resources/physical-host/calendar';
@@ -146,6 +147,15 @@ describe('the ends of a lender and a borrower on lent hosts', () => {
 
   it("deletes only the borrower's own servers on the host it borrows, and gives the host back to the pool", async () => {
     expect(await plugin().end(hookContext(borrower, { on_end: 'delete' }))).toEqual({});
+    expect(nova.servers.map((s) => s.id).sort()).toEqual(['lender-own', 'lender-stray']);
+    expect(nova.aggregates.find((a) => a.name === 'pool')?.hosts).toEqual([hostNames[1]]);
+  });
+
+  it("recycles a borrowed host once the borrower's own servers are gone, its lender's stray server left to come back with it", async () => {
+    const recycle = () => plugin().end(hookContext(borrower, { on_end: 'recycle' }));
+    expect((await recycle()).waitingFor).toMatch(/waiting for the last servers on end-b-\w+ \(1 server\(s\), deleted at /);
+    await nova.deleteServer('borrower-own'); // the borrower deletes its own
+    expect(await recycle()).toEqual({});
     expect(nova.servers.map((s) => s.id).sort()).toEqual(['lender-own', 'lender-stray']);
     expect(nova.aggregates.find((a) => a.name === 'pool')?.hosts).toEqual([hostNames[1]]);
   });

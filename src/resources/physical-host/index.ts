@@ -208,7 +208,9 @@ export function physicalHostPlugin(deps: PhysicalHostDeps): ResourcePlugin<Physi
           const left = await deleteServersOnHosts(nova, [...taken], SERVER_DELETE_PASS_MS, ctx.reportProgress, { projectId: hosts.projectId, hosts: taken });
           if (left > 0) return stillDeleting(left, [...taken], ctx.endMs);
         }
-        const { waiting } = await recycleHosts(nova, { ...hosts, aggregates: endAggregates, deleteServersAt: await recycleDeadlines(ctx), force: ctx.force ?? false });
+        // A borrowed host waits for this lessee's servers only, and only those go at its deadline.
+        const borrowed = new Set((await bookedHosts(ctx)).filter((h) => h.borrowed).map((h) => h.host));
+        const { waiting } = await recycleHosts(nova, { ...hosts, aggregates: endAggregates, deleteServersAt: await recycleDeadlines(ctx), force: ctx.force ?? false, onlyProject: { projectId: hosts.projectId, hosts: borrowed } });
         if (waiting.length === 0) return {};
         const deleting = waiting.filter((w) => w.deleting);
         if (deleting.length > 0) return stillDeleting(deleting.reduce((n, w) => n + w.servers, 0), deleting.map((w) => w.host));
