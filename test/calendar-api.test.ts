@@ -1,13 +1,17 @@
 /**
  * GET /v1/calendar: what the calendar page draws for a window, under the API's policy (another
  * project's bookings say only `reserved`; private capabilities are the admins'), bounded and validated;
- * preemptible bookings flagged there and in the allocations API, a preempted lease's with its cut.
+ * preemptible bookings flagged there and in the allocations API, a preempted lease's with its cut;
+ * lent time and the bookings inside it (issue 43).
  */
 import { randomUUID } from 'node:crypto';
 import { MAX_CALENDAR_BOOKINGS } from '../src/api/calendar';
 import type { Lease } from '../src/domain/lease';
 import { preemptionReason } from '../src/domain/preemption';
 import { physicalHostPlugin } from '../src/resources/physical-host';
+import { lenderRowsOf } from '../src/db/host-allocations';
+import { insertLendings } from '../src/db/host-lendings';
+import { inTransaction } from '../src/db/transaction';
 import { blazarHostReservation, pendingReservation } from '../dev-stack/fixtures/builders';
 import { insertHost } from '../dev-stack/fixtures/hosts';
 import { insertLeaseRows, insertQuantityBookingRow } from '../dev-stack/fixtures/lease-rows';
@@ -214,6 +218,39 @@ describe('GET /v1/calendar', () => {
       // An admin sees the cut of any project's lease.
       const all = await admin('GET', laterWindow());
       expect(withLease(all.body.bookings, 'alpha-preemptible')).toEqual([expect.objectContaining({ project_id: 'alpha', preempted: true, cut_ms: later + 12 * HOUR })]);
+    });
+
+    it("draws lent time to anyone, its lending lease to whoever may know it, and marks the bookings inside it borrowed", async () => {
+      const lentDay = day + 6 * DAY; // clear of the bookings above
+      const lentAt = (hour: number) => new Date(lentDay + hour * HOUR).toISOString().slice(0, 16).replace('T', ' ');
+      const lentHost = await insertHost(stack().db.pool, { name: 'lent-1', capabilities: { gpu: 'lent', rack: 'r-lent' } });
+      const onLentHost = blazarHostReservation({ resource_properties: '["==", "$gpu", "lent"]' });
+      const lender = await alpha('POST', '/v1/leases', { name: 'alpha-lender', start_date: lentAt(10), end_date: lentAt(20), reservations: [onLentHost] });
+      expect(lender.status).toBe(201);
+      const reservationId: string = lender.body.lease.reservations[0].id;
+      await inTransaction(stack().db.pool, async (client) =>
+        insertLendings(client, { lendingId: randomUUID(), reservationId, leaseId: lender.body.lease.id, projectId: 'alpha', hosts: await lenderRowsOf(client, reservationId, [lentHost]), fromMs: lentDay + 12 * HOUR, untilMs: lentDay + 18 * HOUR }),
+      );
+      const borrower = await beta('POST', '/v1/leases', { name: 'beta-borrower', start_date: lentAt(13), end_date: lentAt(15), reservations: [{ ...onLentHost, preemptible: true }] });
+      expect(borrower.status).toBe(201);
+      const lentWindow = () => window({ start: iso(lentDay), end: iso(lentDay + DAY), resource_properties: '["==", "$gpu", "lent"]' });
+      const span = { host_id: lentHost, start_ms: lentDay + 12 * HOUR, end_ms: lentDay + 18 * HOUR, state: 'lent' };
+      const borrowed = { host_id: lentHost, preemptible: true, borrowed: true, start_ms: lentDay + 13 * HOUR, end_ms: lentDay + 15 * HOUR };
+
+      const lenders = await alpha('GET', lentWindow());
+      expect(lenders.status).toBe(200);
+      expect(lenders.body.lent).toEqual([{ ...span, lease_id: lender.body.lease.id }]);
+      expect(lenders.body.bookings.filter((b: { borrowed?: boolean }) => b.borrowed)).toEqual([{ ...borrowed, reserved: true }]);
+      expect(JSON.stringify(lenders.body)).not.toContain(borrower.body.lease.id);
+
+      const borrowers = await beta('GET', lentWindow());
+      expect(borrowers.body.lent).toEqual([span]);
+      expect(borrowers.body.bookings.filter((b: { borrowed?: boolean }) => b.borrowed)).toEqual([{ ...borrowed, lease_id: borrower.body.lease.id, lease_name: 'beta-borrower', reservation_id: expect.any(String), status: 'PENDING', mine: true }]);
+      expect(JSON.stringify(borrowers.body)).not.toContain(lender.body.lease.id);
+      // The lender's own booking is not borrowed.
+      expect(borrowers.body.bookings.filter((b: { reserved?: boolean }) => b.reserved)).toEqual([{ host_id: lentHost, start_ms: lentDay + 10 * HOUR, end_ms: lentDay + 20 * HOUR, reserved: true }]);
+
+      expect((await admin('GET', lentWindow())).body.lent).toEqual([{ ...span, lease_id: lender.body.lease.id }]);
     });
 
     it('the allocations API marks each preemptible reservation of a host `preemptible: true`', async () => {

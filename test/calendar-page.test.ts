@@ -4,15 +4,19 @@
  * extensions and a refused extension offers the ends possible, "find a slot" lists the API's offers
  * and books one that then appears, holds one (a countdown; the hold becomes the lease) or releases
  * it, and shows a refusal's fresh offers; preemptible bookings are hatched, a preempted lease marked at
- * its cut. Screenshots of each page go to
+ * its cut, lent time hatched over its lender's bar under its borrowers. Screenshots of each page go to
  * test-artifacts/calendar-page/; axe-core finds no serious accessibility violation.
  */
+import { randomUUID } from 'node:crypto';
 import path from 'node:path';
 import type { Browser, Page } from 'playwright-core';
 import { physicalHostPlugin } from '../src/resources/physical-host';
 import { AXE_SOURCE, artefactDir, launchChromium } from '../dev-stack/fixtures/browser';
 import { blazarHostReservation } from '../dev-stack/fixtures/builders';
 import { insertHost } from '../dev-stack/fixtures/hosts';
+import { lenderRowsOf } from '../src/db/host-allocations';
+import { insertLendings } from '../src/db/host-lendings';
+import { inTransaction } from '../src/db/transaction';
 import { insertQuantityBookingRow } from '../dev-stack/fixtures/lease-rows';
 import { apiClient, eventually, useTestStack } from '../dev-stack/stack';
 
@@ -487,6 +491,42 @@ describe('the calendar page in Chromium', () => {
     await expect(listed.textContent()).resolves.toContain(`preempted: cut to end ${at(48)} UTC`);
     await page.screenshot({ path: path.join(artefacts, 'preemptible.png') });
     expect(await axeViolations()).toEqual([]);
+  });
+
+  it("hatches lent time over its lender's bar, draws the borrower's booking on top, and says so in the legend and on hover", async () => {
+    const LENT = [0xf0, 0xb4, 0x29]; // web/src/paint.ts LENT_STRIPE
+    const pool = stack().db.pool;
+    const hostId = await insertHost(pool, { name: 'lend-1', capabilities: { gpu: 'lend', slot: 'lend-1' } });
+    hosts.push('lend-1'); // the last row
+    const onIt = blazarHostReservation({ resource_properties: '["==", "$slot", "lend-1"]' });
+    const lender = await alpha('POST', '/v1/leases', { name: 'alpha-lender', start_date: at(62), end_date: at(86), reservations: [onIt] });
+    expect(lender.status).toBe(201);
+    const reservationId: string = lender.body.lease.reservations[0].id;
+    await inTransaction(pool, async (client) =>
+      insertLendings(client, { lendingId: randomUUID(), reservationId, leaseId: lender.body.lease.id, projectId: 'alpha', hosts: await lenderRowsOf(client, reservationId, [hostId]), fromMs: day + 66 * HOUR, untilMs: day + 82 * HOUR }),
+    );
+    expect((await beta('POST', '/v1/leases', { name: 'beta-borrower', start_date: at(72), end_date: at(76), reservations: [{ ...onIt, preemptible: true }] })).status).toBe(201);
+    await page.reload();
+    await page.waitForFunction(() => performance.getEntriesByName('calendar-drawn').length > 0);
+
+    /** 24 pixels across from a point, as "r,g,b". */
+    const across = (p: { x: number; y: number }) =>
+      page.getByTestId('gantt').evaluate<string[], { x: number; y: number }, CanvasLike>((canvas, point) => {
+        const data = canvas.getContext('2d')!.getImageData(Math.round(point.x), Math.round(point.y), 24, 1).data;
+        return Array.from({ length: 24 }, (_, i) => [...data.slice(i * 4, i * 4 + 3)].join());
+      }, p);
+    // Lent and nobody in it: the lender's blue with amber stripes; before the lending, plain blue.
+    const lent = await pointOf('lend-1', day + 67 * HOUR);
+    expect(await across(lent)).toEqual(expect.arrayContaining([PENDING.join(), LENT.join()]));
+    expect(await across(await pointOf('lend-1', day + 63 * HOUR))).not.toContain(LENT.join());
+    // The borrower's booking on top: reserved's grey, no amber.
+    const borrowed = await pointOf('lend-1', day + 73 * HOUR);
+    expect(await across(borrowed)).toContain(RESERVED.join());
+    expect(await across(borrowed)).not.toContain(LENT.join());
+    expect(await hover(lent)).toMatch(/alpha-lender \(PENDING\).* · lent to preemptible leases: /);
+    expect(await hover(borrowed)).toContain('reserved by another project, preemptible, borrowed (inside a lending)');
+    await expect(page.getByRole('list', { name: 'Legend' }).textContent()).resolves.toContain("lent: a lease's idle hosts, open to preemptible leases");
+    await page.screenshot({ path: path.join(artefacts, 'lent.png') });
   });
 
   it('shows the usage policy\'s dry run before booking: a line per rule the lease as asked would break', async () => {

@@ -11,7 +11,7 @@ import { ApplicationFailure } from '@temporalio/common';
 import { HostCalendar } from '../src/resources/physical-host/calendar';
 import { bookInTransaction } from '../src/resources/shared/booking';
 import { findPredecessors } from '../src/db/leases';
-import { computeHostsOfReservation, lenderRowsOf, unusableHostsOf } from '../src/db/host-allocations';
+import { computeHostsOfReservation, currentBookings, lenderRowsOf, unusableHostsOf } from '../src/db/host-allocations';
 import { insertLendings, lendersOfBorrower, lendingsInWindow, openLendingsOf } from '../src/db/host-lendings';
 import { leaseActivities } from '../activities/leases';
 import type { ActivityDeps } from '../activities/deps';
@@ -183,5 +183,25 @@ describe('host calendar with lent hosts', () => {
     await insertLeaseRows(database().pool, [lease(other)]);
     await database().pool.query(`UPDATE leases SET resource_keys = ARRAY['host:${hosts[0]}'] WHERE id = $1`, [other.leaseId]);
     expect(await activities.findPredecessors(asked)).toEqual([other.leaseId]);
+  });
+
+  it('tells drift repair which bookings in force lend their host now, and which wait for it back', async () => {
+    const now = (Date.now() - T0) / H; // hours after T0 (negative): the bookings below hold now
+    const active = context(now - 1, now + 9, { min: 2, leaseStatus: 'ACTIVE' });
+    await calendar.book(active);
+    await lend(active, [hosts[0]], now - 1, now + 4);
+    await lend(active, [hosts[1]], now - 1, now - 0.5); // ended, the host not back yet
+    const borrower = context(now - 0.5, now + 3, { preemptible: true, leaseStatus: 'ACTIVE' });
+    expect((await calendar.book(borrower)).map((h) => h.id)).toEqual([hosts[0]]);
+    const lease = (ctx: ReservationContext<never>): Lease => ({ id: ctx.leaseId, name: ctx.leaseId, projectId: 'p', userId: 'u', status: 'ACTIVE', startMs: ctx.startMs, endMs: ctx.endMs, createdMs: T0 }) as unknown as Lease;
+    await insertLeaseRows(database().pool, [lease(active), lease(borrower)]);
+    const inForce = (await currentBookings(database().pool)).map((b) => ({ lease: b.lease_id, host: b.host_id, lent: b.lent }));
+    expect(inForce.sort((a, b) => `${a.lease}${a.host}`.localeCompare(`${b.lease}${b.host}`))).toEqual(
+      [
+        { lease: active.leaseId, host: hosts[0], lent: 'now' },
+        { lease: active.leaseId, host: hosts[1], lent: 'returning' },
+        { lease: borrower.leaseId, host: hosts[0], lent: null },
+      ].sort((a, b) => `${a.lease}${a.host}`.localeCompare(`${b.lease}${b.host}`)),
+    );
   });
 });

@@ -3,18 +3,22 @@
  * computed from today, never from the clock's seconds) and past leases written straight into the
  * leases table (ended, late-ended, failed, deleted), reported per project, month and resource
  * type, as JSON (valid against the OpenAPI description) and as CSV; members see only their own
- * project; malformed queries get Blazar's error body.
+ * project; malformed queries get Blazar's error body. A lender's hosts lent (issue 43) and its credit.
  */
 import { randomUUID } from 'node:crypto';
 import Ajv2020 from 'ajv/dist/2020';
 import addFormats from 'ajv-formats';
 import { saveLease } from '../src/db/leases';
 import { meteredLeaseBatches } from '../src/db/leases';
+import { insertHostBooking, lenderRowsOf } from '../src/db/host-allocations';
+import { insertLendings, markReturned } from '../src/db/host-lendings';
+import { inTransaction } from '../src/db/transaction';
 import type { Lease, LeaseEvent, Reservation } from '../src/domain/lease';
 import type { UsageFigures } from '../src/domain/usage-report';
 import { physicalHostPlugin } from '../src/resources/physical-host';
 import { hostReservation } from '../dev-stack/fixtures/builders';
 import { insertHost } from '../dev-stack/fixtures/hosts';
+import { insertHostBookingRows } from '../dev-stack/fixtures/lease-rows';
 import { apiClient, eventually, useTestStack, type ApiCall } from '../dev-stack/stack';
 
 const ALICE = { 'x-project-id': 'project-a', 'x-user-id': 'alice', 'x-roles': 'member' };
@@ -223,7 +227,7 @@ describe('GET /v1/usage', () => {
     const [header, ...lines] = parseCsv(await res.text());
     const names = Object.keys(figures());
     const columns = (prefix: string) => [...names.map((f) => `${prefix}booked_${f}`), ...names.map((f) => `${prefix}used_${f}`)];
-    expect(header).toEqual(['project_id', 'month', ...columns(''), 'leases', ...columns('charged_'), ...columns('preemptible_'), 'preemptible_leases']);
+    expect(header).toEqual(['project_id', 'month', ...columns(''), 'leases', ...columns('charged_'), ...columns('preemptible_'), 'preemptible_leases', 'lent_host_hours', 'borrowed_credit_hours']);
     const figuresAt = (fields: string[], from: number) => Object.fromEntries(names.map((f, i) => [f, Number(fields[from + i])]));
     const parsed = lines.map((fields) => ({
       project_id: fields[0],
@@ -232,16 +236,54 @@ describe('GET /v1/usage', () => {
       used: figuresAt(fields, 2 + names.length),
       leases: Number(fields[2 + 2 * names.length]),
       charged: { booked: figuresAt(fields, 3 + 2 * names.length), used: figuresAt(fields, 3 + 3 * names.length) },
-      // No preemptible lease here: that part is zeros, and the JSON leaves it out.
+      // No preemptible lease nor lending here: those parts are zeros, and the JSON leaves them out.
       preemptible: fields.slice(3 + 4 * names.length).map(Number),
     }));
-    expect(parsed).toEqual(json.groups.map((g: object) => ({ ...g, preemptible: new Array(2 * names.length + 1).fill(0) })));
+    expect(parsed).toEqual(json.groups.map((g: object) => ({ ...g, preemptible: new Array(2 * names.length + 3).fill(0) })));
 
     const odd = await fetch(`${stack().url}${query({ from: '2024-03-01 00:00', to: '2024-04-01 00:00' })}`, { headers: { ...ODD, accept: 'text/csv' } });
     const text = await odd.text();
-    expect(text.split('\r\n')[1]).toBe(`"'=SUM(1,2)""x""",24,0,0,0,0,0,24,0,0,0,0,0,1,24,0,0,0,0,0,24,0,0,0,0,0,${'0,'.repeat(12)}0`);
+    expect(text.split('\r\n')[1]).toBe(`"'=SUM(1,2)""x""",24,0,0,0,0,0,24,0,0,0,0,0,1,24,0,0,0,0,0,24,0,0,0,0,0,${'0,'.repeat(14)}0`);
     expect(parseCsv(text)[1][0]).toBe(`'${ODD_PROJECT}`);
     expect((await usage(asOdd, { from: '2024-03-01 00:00', to: '2024-04-01 00:00' })).body.usage.groups[0].project_id).toBe(ODD_PROJECT); // JSON says it as it is
+  });
+
+  it("shows a lender's hosts lent and, once back, its credit for the borrowed hours, taken off its charged host-hours", async () => {
+    const pool = stack().db.pool;
+    const hostId = await insertHost(pool, { name: 'usage-lent-host' });
+    const at = (day: number, hour: number) => Date.UTC(2024, 5, day, hour);
+    const done = (type: LeaseEvent['event_type'], time: string) => ({ event_type: type, time, status: 'DONE' as const });
+    // June 2024: project-l's lease holds one host for 48 h; lends it twice, both back.
+    const leaseId = await pastLease('project-l', { start: '2024-06-10T00:00', end: '2024-06-12T00:00', status: 'TERMINATED', footprint: { hosts: 1 }, events: [done('start_lease', '2024-06-10T00:00'), done('end_lease', '2024-06-12T00:00')] });
+    await insertHostBookingRows(pool, [{ hostId, lease: { id: leaseId, projectId: 'project-l', startMs: at(10, 0), endMs: at(12, 0) } as Lease }]);
+    const reservationId = (await pool.query<{ id: string }>('SELECT reservation_id::text AS id FROM host_allocations WHERE lease_id = $1', [leaseId])).rows[0].id;
+    const lend = (fromMs: number, untilMs: number) =>
+      inTransaction(pool, async (client) => (await insertLendings(client, { lendingId: randomUUID(), reservationId, leaseId, projectId: 'project-l', hosts: await lenderRowsOf(client, reservationId, [hostId]), fromMs, untilMs }))[0]);
+    // 12 h lent, 8 h of it borrowed as recorded at its return.
+    const first = await lend(at(10, 6), at(10, 18));
+    await inTransaction(pool, (client) => markReturned(client, [{ id: first.id, borrowedMs: 8 * HOUR }], at(10, 18)));
+    // 6 h lent, a borrower's 2 h in it, back with nothing recorded: summed from the borrower's row.
+    const second = await lend(at(11, 0), at(11, 6));
+    await inTransaction(pool, (client) =>
+      insertHostBooking(client, { hostId, reservationId: randomUUID(), leaseId: randomUUID(), projectId: 'project-x', fromMs: at(11, 1), endMs: at(11, 3), leadMs: 0, cleaningMs: 0, unbounded: false, bookingKey: 'borrower', preemptible: true, lentBy: { id: second.id, during: second.during } }),
+    );
+    await pool.query("UPDATE host_lendings SET returned_at = $2::timestamptz WHERE id = $1", [second.id, new Date(at(11, 6)).toISOString()]);
+
+    const june = { from: '2024-06-01 00:00', to: '2024-07-01 00:00', project_id: 'project-l' };
+    const credited = 48 - 10 * 0.25;
+    const lender = {
+      project_id: 'project-l', booked: figures({ host_hours: 48 }), used: figures({ host_hours: 48 }), leases: 1,
+      charged: { booked: figures({ host_hours: credited }), used: figures({ host_hours: credited }) }, lent: { host_hours: 18 }, borrowed_credit_hours: 2.5,
+    };
+    const report = (await usage(asAdmin, june)).body.usage;
+    expect(report.groups).toEqual([lender]);
+    expect(report.total).toMatchObject({ lent: { host_hours: 18 }, borrowed_credit_hours: 2.5, charged: lender.charged });
+    // Before the second came back, within its window: lent as far as it went, credited for the first only.
+    const firstDay = (await usage(asAdmin, { ...june, to: '2024-06-11 03:00' })).body.usage.groups[0];
+    expect(firstDay).toMatchObject({ lent: { host_hours: 15 }, borrowed_credit_hours: 2, charged: { booked: figures({ host_hours: 27 - 2 }) } });
+
+    const csv = await fetch(`${stack().url}${query(june)}`, { headers: { ...ADMIN, accept: 'text/csv' } });
+    expect(parseCsv(await csv.text())[1].slice(-2)).toEqual(['18', '2.5']);
   });
 
   it('defaults to this month so far, per project', async () => {

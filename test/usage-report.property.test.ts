@@ -6,10 +6,12 @@
  * holding then (from the story, not from the meter's functions), and adds up per project,
  * resource type and month; every grouping of the report must equal it to the last decimal shown.
  * Some reservations are preemptible: their part is summed apart, and charged at a random factor.
+ * Random lendings (issue 43) add their lent host-hours to their project's hosts, and once back, a
+ * credit of their borrowed hours at the factor, taken off the charged host-hours (never below 0).
  */
 import fc from 'fast-check';
 import type { Lease, LeaseEvent, Reservation } from '../src/domain/lease';
-import type { Footprint, MeteredLease } from '../src/domain/usage';
+import type { Footprint, MeteredLease, MeteredLending } from '../src/domain/usage';
 import { FIGURE_NAMES, TooManyGroups, usageReport, type Figure, type GroupKey, type UsageFigures, type UsageGroup, type UsageSummary } from '../src/domain/usage-report';
 
 const HOUR = 3_600_000;
@@ -85,6 +87,47 @@ const leaseModel: fc.Arbitrary<LeaseModel> = fc.record({
 });
 
 type Span = [number, number] | undefined;
+
+/** A host lent (in units): from `start` for `length`, back `returned` after its start (if by now), `borrowed` of it booked by borrowers. */
+interface LendingModel {
+  project: string;
+  start: number;
+  length: number;
+  returned?: number;
+  borrowed: number;
+}
+
+const lendingModel: fc.Arbitrary<LendingModel> = fc.record({
+  project: fc.constantFrom('p1', 'p2', 'p3'),
+  start: fc.integer({ min: 0, max: SPAN_UNITS }),
+  length: fc.integer({ min: 1, max: 10 * 96 }),
+  returned: fc.option(fc.integer({ min: 0, max: 12 * 96 }), { nil: undefined }),
+  borrowed: fc.nat({ max: 10 * 96 }),
+});
+
+/** A lending as the store reads it, and in units: lent over `lent`, its credit's quarter-hours at `returned`. */
+interface LendingStory {
+  metered: MeteredLending;
+  project: string;
+  lent: Span;
+  returned?: number;
+  borrowed: number;
+}
+
+function lendingStory(model: LendingModel, index: number, now: number): LendingStory {
+  const returned = model.returned !== undefined && model.start + model.returned <= now ? model.start + model.returned : undefined;
+  const until = model.start + model.length;
+  // Borrowers book inside the lending, which ends when it is back at the latest.
+  const borrowed = Math.min(model.borrowed, Math.min(until, returned ?? until) - model.start);
+  const lentUntil = returned ?? Math.min(until, now);
+  return {
+    metered: { id: String(index), projectId: model.project, startMs: at(model.start), untilMs: at(until), returnedMs: returned === undefined ? null : at(returned), borrowedMs: returned === undefined ? null : borrowed * UNIT },
+    project: model.project,
+    lent: lentUntil > model.start ? [model.start, lentUntil] : undefined,
+    returned,
+    borrowed,
+  };
+}
 
 /** A lease as the meter reads it, and what happened to it (in units): booked and held when. */
 interface Story {
@@ -165,6 +208,10 @@ interface Cell {
   preemptibleBooked: Record<Figure, number>;
   preemptibleUsed: Record<Figure, number>;
   preemptibleLeases: Set<string>;
+  /** Quarter-hours of hosts lent, and borrowed in lendings back then (the credit); whether any lending counts here. */
+  lent: number;
+  borrowed: number;
+  lends: boolean;
 }
 
 const zeros = () => Object.fromEntries(FIGURE_NAMES.map((f) => [f, 0])) as Record<Figure, number>;
@@ -172,21 +219,34 @@ const amountOf = (r: Reservation, figure: Figure): number => (r.footprint ? (r.f
 const inSpan = (span: Span, unit: number) => span !== undefined && span[0] <= unit && unit < span[1];
 
 /** Quarter-hour by quarter-hour over the window: what each lease was booked and held, where. */
-function bruteForce(stories: Story[], from: number, to: number): Cell[] {
+function bruteForce(stories: Story[], from: number, to: number, lendings: LendingStory[] = []): Cell[] {
   const cells = new Map<string, Cell>();
+  const cellOf = (project: string, resourceType: string, month: string) => {
+    const key = `${project}|${resourceType}|${month}`;
+    let cell = cells.get(key);
+    if (!cell) {
+      cell = { project, resourceType, month, booked: zeros(), used: zeros(), leases: new Set(), preemptibleBooked: zeros(), preemptibleUsed: zeros(), preemptibleLeases: new Set(), lent: 0, borrowed: 0, lends: false };
+      cells.set(key, cell);
+    }
+    return cell;
+  };
   for (let unit = from; unit < to; unit++) {
     const month = new Date(at(unit)).toISOString().slice(0, 7);
+    for (const lending of lendings) {
+      const lent = inSpan(lending.lent, unit);
+      const credited = lending.returned === unit && lending.borrowed > 0;
+      if (!lent && !credited) continue;
+      const cell = cellOf(lending.project, 'physical:host', month);
+      if (lent) cell.lent += 1;
+      if (credited) cell.borrowed += lending.borrowed;
+      cell.lends = true;
+    }
     for (const { metered, booked, used } of stories) {
       const isBooked = inSpan(booked, unit);
       const isUsed = inSpan(used, unit);
       if (!isBooked && !isUsed) continue;
       for (const r of metered.lease.reservations) {
-        const key = `${metered.lease.projectId}|${r.resource_type}|${month}`;
-        let cell = cells.get(key);
-        if (!cell) {
-          cell = { project: metered.lease.projectId, resourceType: r.resource_type, month, booked: zeros(), used: zeros(), leases: new Set(), preemptibleBooked: zeros(), preemptibleUsed: zeros(), preemptibleLeases: new Set() };
-          cells.set(key, cell);
-        }
+        const cell = cellOf(metered.lease.projectId, r.resource_type, month);
         cell.leases.add(metered.lease.id);
         const preemptible = r.params.preemptible === true;
         if (preemptible) cell.preemptibleLeases.add(metered.lease.id);
@@ -205,11 +265,13 @@ function bruteForce(stories: Story[], from: number, to: number): Cell[] {
 /** Quarter-hours of amounts as hours of the figure's unit, to 4 decimals rounded half up, in integers. */
 const shown = (sums: Record<Figure, number>): UsageFigures => shownCharged(sums, zeros(), 1_000_000);
 
-/** As charged: the preemptible part (within `sums`) at `millionths` / 10^6 of its hours, exactly, rounded half up. */
-const shownCharged = (sums: Record<Figure, number>, preemptible: Record<Figure, number>, millionths: number): UsageFigures =>
+/** As charged: the preemptible part (within `sums`) at `millionths` / 10^6 of its hours, less the credit (borrowed quarter-hours at the same), never below 0, exactly, rounded half up. */
+const shownCharged = (sums: Record<Figure, number>, preemptible: Record<Figure, number>, millionths: number, borrowed = 0): UsageFigures =>
   Object.fromEntries(
     FIGURE_NAMES.map((f) => {
-      const millionthQuarters = BigInt(sums[f] - preemptible[f]) * 1_000_000n + BigInt(preemptible[f]) * BigInt(millionths);
+      const credit = f === 'host_hours' ? BigInt(borrowed) * BigInt(millionths) : 0n;
+      const charged = BigInt(sums[f] - preemptible[f]) * 1_000_000n + BigInt(preemptible[f]) * BigInt(millionths) - credit;
+      const millionthQuarters = charged > 0n ? charged : 0n;
       const tenThousandths = millionthQuarters * BigInt((UNIT / HOUR) * 10_000); // 2500 per quarter-hour
       const per = BigInt(METER_OF[f].per) * 1_000_000n;
       return [f, Number((tenThousandths * 2n + per) / (2n * per)) / 10_000];
@@ -225,7 +287,10 @@ function expectedGroups(cells: Cell[], groupBy: GroupKey[], millionths = 1_000_0
     const values = groupBy.map((key) => valueOf(cell, key));
     const key = values.join('|');
     let group = merged.get(key);
-    if (!group) merged.set(key, (group = { values, booked: zeros(), used: zeros(), leases: new Set(), preemptibleBooked: zeros(), preemptibleUsed: zeros(), preemptibleLeases: new Set() }));
+    if (!group) merged.set(key, (group = { values, booked: zeros(), used: zeros(), leases: new Set(), preemptibleBooked: zeros(), preemptibleUsed: zeros(), preemptibleLeases: new Set(), lent: 0, borrowed: 0, lends: false }));
+    group.lent += cell.lent;
+    group.borrowed += cell.borrowed;
+    group.lends = group.lends || cell.lends;
     for (const figure of FIGURE_NAMES) {
       group.booked[figure] += cell.booked[figure];
       group.used[figure] += cell.used[figure];
@@ -241,9 +306,10 @@ function expectedGroups(cells: Cell[], groupBy: GroupKey[], millionths = 1_000_0
       ...Object.fromEntries(groupBy.map((key, i) => [field[key], g.values[i]])),
       booked: shown(g.booked),
       used: shown(g.used),
-      charged: { booked: shownCharged(g.booked, g.preemptibleBooked, millionths), used: shownCharged(g.used, g.preemptibleUsed, millionths) },
+      charged: { booked: shownCharged(g.booked, g.preemptibleBooked, millionths, g.borrowed), used: shownCharged(g.used, g.preemptibleUsed, millionths, g.borrowed) },
       ...(g.preemptibleLeases.size > 0 ? { preemptible: { booked: shown(g.preemptibleBooked), used: shown(g.preemptibleUsed), leases: g.preemptibleLeases.size } } : {}),
       leases: g.leases.size,
+      ...(g.lends ? { lent: { host_hours: shown({ ...zeros(), host_hours: g.lent }).host_hours }, borrowed_credit_hours: shownCharged({ ...zeros(), host_hours: g.borrowed }, { ...zeros(), host_hours: g.borrowed }, millionths).host_hours } : {}),
     }));
 }
 
@@ -264,12 +330,15 @@ describe('usage report, pure', () => {
         fc.integer({ min: 1, max: 90 * 96 }),
         fc.shuffledSubarray([...(['resource_type', 'project', 'month'] as const)], { minLength: 1 }),
         fc.integer({ min: 0, max: 1_000_000 }),
-        (models, now, from, length, groupBy, millionths) => {
+        fc.array(lendingModel, { maxLength: 4 }),
+        (models, now, from, length, groupBy, millionths, lendingModels) => {
           const stories = models.map((model, i) => story(model, i, now));
-          const cells = bruteForce(stories, from, from + length);
+          const lendings = lendingModels.map((model, i) => lendingStory(model, i, now));
+          const cells = bruteForce(stories, from, from + length, lendings);
           const report = usageReport(
             stories.map((s) => s.metered),
             { window: { startMs: at(from), endMs: at(from + length) }, nowMs: at(now), groupBy, preemptibleChargeFactor: millionths / 1_000_000 },
+            lendings.map((l) => l.metered),
           );
           expect(report.groups).toEqual(expectedGroups(cells, groupBy, millionths));
           expect(report.total).toEqual(expectedTotal(cells, millionths));

@@ -8,11 +8,14 @@
  * Same policy as the rest of the API: a caller's own project's bookings (every booking for an admin)
  * carry their lease's id, name and status; another project's say only `reserved`. Private host
  * capabilities are the admins'. A preemptible booking says so (anyone's); a preempted lease's bookings
- * say `preempted` and the end it was cut to (`cut_ms`) to whoever may know the lease.
+ * say `preempted` and the end it was cut to (`cut_ms`) to whoever may know the lease. Lent time (issue
+ * 43) is drawn apart (`lent`: capacity a preemptible lease may use, shown to anyone; the lending lease
+ * only to whoever may know it), and a booking inside it says `borrowed`.
  */
 import { Router } from 'express';
 import { z } from 'zod';
 import { hostBookingsInWindow, type HostBookingInWindow } from '../db/host-allocations';
+import { lendingsInWindow, type HostLending } from '../db/host-lendings';
 import { listLeases } from '../db/leases';
 import { isPreemptibleLease } from '../domain/preemption';
 import { seriesGapsInWindow } from '../db/series';
@@ -69,8 +72,15 @@ function visibleLease(identity: Identity, row: LeaseColumns) {
  */
 function withPreemption(identity: Identity, row: HostBookingInWindow, booking: Record<string, unknown>): Record<string, unknown> {
   if (row.preemptible) booking.preemptible = true;
+  if (row.borrowed) booking.borrowed = true;
   if (row.cut_ms !== null && mayKnowLease(identity, row)) Object.assign(booking, { preempted: true, cut_ms: row.cut_ms });
   return booking;
+}
+
+/** A host's lent span: back in its lender's hands (`returned`), being taken back (`reclaiming`), or `lent`. */
+function visibleLending(identity: Identity, lending: HostLending) {
+  const state = lending.returned_ms !== null ? 'returned' : lending.reclaimed_ms !== null ? 'reclaiming' : 'lent';
+  return { host_id: lending.host_id, start_ms: lending.start_ms, end_ms: lending.end_ms, state, ...(mayKnowLease(identity, lending) ? { lease_id: lending.lease_id } : {}) };
 }
 
 export function calendarRouter(deps: { pool: Pool; calendar: HostCalendar }): Router {
@@ -84,8 +94,9 @@ export function calendarRouter(deps: { pool: Pool; calendar: HostCalendar }): Ro
     await checkHostQueryKeys(deps.pool, queries, identity);
     const hosts = await deps.calendar.matchingHosts(queries);
     const window = { fromMs: start, toMs: end, limit: MAX_CALENDAR_BOOKINGS + 1 };
-    const [hostBookings, quantities, ownLeases, gaps] = await Promise.all([
+    const [hostBookings, lendings, quantities, ownLeases, gaps] = await Promise.all([
       hostBookingsInWindow(deps.pool, { ...window, hostIds: hosts.map((h) => h.id) }),
+      lendingsInWindow(deps.pool, { ...window, hostIds: hosts.map((h) => h.id) }),
       quantityBookingsInWindow(deps.pool, window),
       listLeases(deps.pool, { projectId: identity.projectId, from: start, to: end, limit: MAX_CALENDAR_LEASES }),
       seriesGapsInWindow(deps.pool, identity.projectId, start, end, MAX_CALENDAR_SERIES),
@@ -93,7 +104,7 @@ export function calendarRouter(deps: { pool: Pool; calendar: HostCalendar }): Ro
     // The series of the caller's own leases, for the page to link their bars (a series's gaps are drawn on its hosts' rows).
     const seriesOf = new Map(ownLeases.filter((l) => l.seriesId).map((l) => [l.id, l.seriesId!]));
     const inSeries = (leaseId: string | null | undefined) => (leaseId && seriesOf.has(leaseId) ? { series_id: seriesOf.get(leaseId) } : {});
-    const truncated = hostBookings.length > MAX_CALENDAR_BOOKINGS || quantities.bookings.length > MAX_CALENDAR_BOOKINGS || ownLeases.length > MAX_CALENDAR_LEASES;
+    const truncated = hostBookings.length > MAX_CALENDAR_BOOKINGS || lendings.length > MAX_CALENDAR_BOOKINGS || quantities.bookings.length > MAX_CALENDAR_BOOKINGS || ownLeases.length > MAX_CALENDAR_LEASES;
     res.json({
       start_ms: start,
       end_ms: end,
@@ -107,6 +118,7 @@ export function calendarRouter(deps: { pool: Pool; calendar: HostCalendar }): Ro
         properties: identity.isAdmin ? h.capabilities : Object.fromEntries(Object.entries(h.capabilities).filter(([name]) => !h.private_capabilities.includes(name))),
       })),
       bookings: hostBookings.slice(0, MAX_CALENDAR_BOOKINGS).map((b) => withPreemption(identity, b, { host_id: b.host_id, ...(b.shared ? { shared: true } : {}), ...visibleLease(identity, b), ...inSeries(b.lease_id) })),
+      lent: lendings.slice(0, MAX_CALENDAR_BOOKINGS).map((l) => visibleLending(identity, l)),
       providers: quantities.providers.map((p) => ({ uuid: p.uuid, name: p.name, host: p.host, kind: p.kind, capacity: p.capacity, usable: p.usable })),
       usage: quantities.bookings.slice(0, MAX_CALENDAR_BOOKINGS).map((b: QuantityBookingInWindow) => ({ provider_uuid: b.provider_uuid, amounts: b.amounts, ...visibleLease(identity, b) })),
       // The caller's project's leases overlapping the window, booked or not.

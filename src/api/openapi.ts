@@ -245,8 +245,20 @@ const calendar = z.strictObject({
       preemptible: z.literal(true).optional().describe('a preemptible booking (anyone\'s): a regular lease may take it back'),
       preempted: z.literal(true).optional().describe('its lease was preempted (only to whoever may know the lease)'),
       cut_ms: z.number().optional().describe('with preempted: the end the lease was cut to'),
+      borrowed: z.literal(true).optional().describe('a preemptible booking inside another lease\'s lending (issue 43)'),
     }),
   ),
+  lent: z
+    .array(
+      z.strictObject({
+        host_id: z.string(),
+        start_ms: z.number(),
+        end_ms: z.number(),
+        state: z.enum(['lent', 'reclaiming', 'returned']),
+        lease_id: z.string().optional().describe('the lending lease (only to its project and admins)'),
+      }),
+    )
+    .describe('hosts lent by the lease holding them (anyone\'s): time only preemptible leases may book'),
   providers: z.array(z.looseObject({ uuid: z.string(), name: z.string(), kind: z.string() })),
   usage: z.array(bookingLease.extend({ provider_uuid: z.string(), amounts: z.record(z.string(), z.number()) })),
   leases: z.array(z.strictObject({ id: z.string(), name: z.string(), status: z.enum(LEASE_STATUSES), start_ms: z.number(), end_ms: z.number(), series_id: z.string().optional(), preemptible: z.literal(true).optional() })),
@@ -278,6 +290,8 @@ const chargedUsage = z.strictObject({ booked: usageFigures, used: usageFigures }
 const preemptibleUsage = z
   .strictObject({ booked: usageFigures, used: usageFigures, leases: z.number().int().min(0).describe('distinct leases with preemptible time in the group') })
   .describe('the preemptible part of booked and used (borrowed time), in full');
+const lentUsage = z.strictObject({ host_hours: z.number().min(0) }).describe("host-hours the group's leases lent (issue 43), from lent until back; only in groups that lent");
+const borrowedCredit = z.number().min(0).describe("borrowed host-hours of the group's lendings back in the window, times preemptible_charge_factor: taken off charged host_hours (never below 0); only in groups that lent");
 const usageReport = z.strictObject({
   usage: z.strictObject({
     from: leaseDate,
@@ -294,9 +308,11 @@ const usageReport = z.strictObject({
         charged: chargedUsage,
         preemptible: preemptibleUsage.optional().describe('only in groups with preemptible time'),
         leases: z.number().int().min(0).describe('distinct leases booked or used within the group'),
+        lent: lentUsage.optional(),
+        borrowed_credit_hours: borrowedCredit.optional(),
       }),
     ),
-    total: z.strictObject({ booked: usageFigures, used: usageFigures, charged: chargedUsage, preemptible: preemptibleUsage, leases: z.number().int().min(0) }),
+    total: z.strictObject({ booked: usageFigures, used: usageFigures, charged: chargedUsage, preemptible: preemptibleUsage, leases: z.number().int().min(0), lent: lentUsage.optional(), borrowed_credit_hours: borrowedCredit.optional() }),
   }),
 }).openapi('Usage');
 
@@ -757,7 +773,7 @@ export function apiOperations(types: ResourceTypes): Operation[] {
     {
       method: 'get', path: '/v1/calendar', tags: ['availability'], summary: 'Bookings in a window (extension)',
       description:
-        "What the calendar page draws: the hosts matching the property queries, their bookings in the window (another project's shown only as `reserved`; `preemptible` ones flagged, and to whoever may know the lease, a preempted lease's `cut_ms`), quantity providers (bandwidth, instance slots) with their bookings, and the caller's own leases. At most 93 days; past 30 000 bookings the answer says `truncated`.",
+        "What the calendar page draws: the hosts matching the property queries, their bookings in the window (another project's shown only as `reserved`; `preemptible` ones flagged, and to whoever may know the lease, a preempted lease's `cut_ms`; `borrowed` ones booked inside a lending), the hosts' lent spans (`lent`, the lending lease only to its project and admins), quantity providers (bandwidth, instance slots) with their bookings, and the caller's own leases. At most 93 days; past 30 000 bookings the answer says `truncated`.",
       security: AUTHENTICATED,
       request: { query: calendarQuery },
       responses: { 200: json(calendar, 'the window'), ...COMMON_REFUSALS },
@@ -855,7 +871,7 @@ export function apiOperations(types: ResourceTypes): Operation[] {
       security: AUTHENTICATED,
       request: { query: usageQuery },
       responses: {
-        200: { description: 'the report', content: { 'application/json': { schema: usageReport }, 'text/csv': { schema: z.string().describe('the groups: their keys, booked_* and used_* figures, leases, then charged_booked_*, charged_used_*, preemptible_booked_*, preemptible_used_*, preemptible_leases') } } },
+        200: { description: 'the report', content: { 'application/json': { schema: usageReport }, 'text/csv': { schema: z.string().describe('the groups: their keys, booked_* and used_* figures, leases, then charged_booked_*, charged_used_*, preemptible_booked_*, preemptible_used_*, preemptible_leases, lent_host_hours, borrowed_credit_hours') } } },
         ...COMMON_REFUSALS,
         403: refusal("a member asked for another project's usage"),
       },

@@ -4,12 +4,14 @@
  * month (`group_by`), as JSON or, with `Accept: text/csv`, as CSV. Members see their own project;
  * admins every project, or `project_id`'s. The figures come from src/domain/usage.ts, the meter the
  * usage policy counts with, so that a report and a refusal never disagree: raw, as charged
- * (preemptible hours at LK_PREEMPTIBLE_CHARGE_FACTOR), and the preemptible part.
+ * (preemptible hours at LK_PREEMPTIBLE_CHARGE_FACTOR), and the preemptible part; lenders' groups
+ * add what they lent and their credit (host_lendings, issue 43).
  */
 import { Router } from 'express';
 import { z } from 'zod';
 import type { Pool } from '../db/pool';
 import { meteredLeaseBatches } from '../db/leases';
+import { meteredLendingBatches } from '../db/host-lendings';
 import { formatBlazarDate } from '../domain/dates';
 import { monthOf } from '../domain/usage';
 import { FIGURE_NAMES, GROUP_FIELDS, GROUP_KEYS, TooManyGroups, UsageReport, type GroupKey, type UsageGroup } from '../domain/usage-report';
@@ -79,7 +81,8 @@ export function usageRouter(deps: { pool: Pool; preemptibleChargeFactor: number 
     });
     try {
       let turnStarted = performance.now();
-      for await (const batch of meteredLeaseBatches(deps.pool, { projectId: identity.isAdmin ? query.project_id : identity.projectId, span: window }, BATCH_SIZE)) {
+      const filter = { projectId: identity.isAdmin ? query.project_id : identity.projectId, span: window };
+      for await (const batch of meteredLeaseBatches(deps.pool, filter, BATCH_SIZE)) {
         for (const metered of batch) {
           report.add(metered);
           if (performance.now() - turnStarted > TURN_MS) {
@@ -88,6 +91,12 @@ export function usageRouter(deps: { pool: Pool; preemptibleChargeFactor: number 
             turnStarted = performance.now();
           }
         }
+      }
+      // Lent hosts are few next to leases (one row per host and lending): a batch is metered in one turn.
+      for await (const batch of meteredLendingBatches(deps.pool, filter, BATCH_SIZE)) {
+        for (const lending of batch) report.addLending(lending);
+        await nextTurn();
+        if (gone) return;
       }
     } catch (err) {
       if (err instanceof TooManyGroups) {
@@ -130,16 +139,17 @@ function csvField(value: string | number): string {
 
 /**
  * CSV (RFC 4180): a header line, then one line per group: its keys, the booked and used figures and
- * the lease count, then the same as charged, and the preemptible part (zeros when none).
+ * the lease count, then the same as charged, the preemptible part, and the host-hours lent and the
+ * lender's credit (zeros when none).
  */
 function csvHeader(groupBy: readonly GroupKey[]): string {
   const figureColumns = (prefix: string) => [...FIGURE_NAMES.map((f) => `${prefix}booked_${f}`), ...FIGURE_NAMES.map((f) => `${prefix}used_${f}`)];
-  return csvRecord([...groupBy.map((key) => GROUP_FIELDS[key]), ...figureColumns(''), 'leases', ...figureColumns('charged_'), ...figureColumns('preemptible_'), 'preemptible_leases']);
+  return csvRecord([...groupBy.map((key) => GROUP_FIELDS[key]), ...figureColumns(''), 'leases', ...figureColumns('charged_'), ...figureColumns('preemptible_'), 'preemptible_leases', 'lent_host_hours', 'borrowed_credit_hours']);
 }
 
 function csvLine(group: UsageGroup, groupBy: readonly GroupKey[]): string {
   const figureFields = (part: { booked: UsageGroup['booked']; used: UsageGroup['used'] } | undefined) => [...FIGURE_NAMES.map((f) => part?.booked[f] ?? 0), ...FIGURE_NAMES.map((f) => part?.used[f] ?? 0)];
-  return csvRecord([...groupBy.map((key) => group[GROUP_FIELDS[key]] ?? ''), ...figureFields(group), group.leases, ...figureFields(group.charged), ...figureFields(group.preemptible), group.preemptible?.leases ?? 0]);
+  return csvRecord([...groupBy.map((key) => group[GROUP_FIELDS[key]] ?? ''), ...figureFields(group), group.leases, ...figureFields(group.charged), ...figureFields(group.preemptible), group.preemptible?.leases ?? 0, group.lent?.host_hours ?? 0, group.borrowed_credit_hours ?? 0]);
 }
 
 const csvRecord = (fields: Array<string | number>): string => `${fields.map(csvField).join(',')}\r\n`;

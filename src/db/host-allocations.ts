@@ -68,13 +68,14 @@ export async function hostsOfReservation(db: Queryable, reservationId: string): 
 /**
  * The hosts a reservation's booking holds: id and compute host name (Nova's service host), by that
  * name. `inLeaseAggregate` (issue 43): without the hosts it lends (open lendings: not back yet),
- * which are in the free pool or a borrower's aggregate, not the lease's.
+ * which are in the free pool or a borrower's aggregate, not the lease's. `borrowed`: a preemptible
+ * lease holds the host inside another lease's lending (other projects' servers there are not its own).
  */
-export async function computeHostsOfReservation(db: Queryable, reservationId: string, options: { inLeaseAggregate?: boolean } = {}): Promise<Array<{ id: string; host: string }>> {
-  const { rows } = await db.query<{ id: string; host: string }>(
-    `SELECT DISTINCT h.id::text, COALESCE(h.service_name, h.hypervisor_hostname) AS host
+export async function computeHostsOfReservation(db: Queryable, reservationId: string, options: { inLeaseAggregate?: boolean } = {}): Promise<Array<{ id: string; host: string; borrowed: boolean }>> {
+  const { rows } = await db.query<{ id: string; host: string; borrowed: boolean }>(
+    `SELECT h.id::text, COALESCE(h.service_name, h.hypervisor_hostname) AS host, bool_or(a.lent_by IS NOT NULL) AS borrowed
      FROM host_allocations a JOIN hosts h ON h.id = a.host_id LEFT JOIN host_lendings g ON $2 AND g.allocation_id = a.id AND g.returned_at IS NULL
-     WHERE a.reservation_id = $1 AND g.id IS NULL ORDER BY 2`,
+     WHERE a.reservation_id = $1 AND g.id IS NULL GROUP BY h.id ORDER BY 2`,
     [reservationId, options.inLeaseAggregate ?? false],
   );
   return rows;
@@ -438,16 +439,25 @@ export interface CurrentBooking {
   /** The reservation's aggregate and zone as the lease records them (host reservations). */
   aggregate: string | null;
   availability_zone: string | null;
+  /**
+   * A lender's booking of a host it lends (issue 43): 'now' while a lending not returned still runs
+   * (the host is its borrower's or the pool's), 'returning' once every such lending ended but the host
+   * is not back yet (a take-back in flight); null for any other booking.
+   */
+  lent: 'now' | 'returning' | null;
 }
 
-/** Every booking whose window contains now, with its lease's status and the reservation's aggregate. */
+/** Every booking whose window contains now, with its lease's status, the reservation's aggregate and whether it lends the host. */
 export async function currentBookings(db: Queryable): Promise<CurrentBooking[]> {
   const { rows } = await db.query<CurrentBooking>(
     `SELECT a.host_id::text, a.reservation_id::text, a.lease_id::text, a.shared, l.status AS lease_status, l.project_id,
-            r.allocation->>'aggregate' AS aggregate, r.allocation->>'availability_zone' AS availability_zone
+            r.allocation->>'aggregate' AS aggregate, r.allocation->>'availability_zone' AS availability_zone,
+            CASE WHEN count(g.id) = 0 THEN NULL WHEN bool_or(upper(g.during) <= now()) THEN 'returning' ELSE 'now' END AS lent
      FROM host_allocations a JOIN leases l ON l.id = a.lease_id
      LEFT JOIN LATERAL (SELECT x->'allocation' AS allocation FROM jsonb_array_elements(l.document->'reservations') x WHERE x->>'id' = a.reservation_id::text LIMIT 1) r ON true
-     WHERE a.during @> now() AND l.deleted_at IS NULL`,
+     LEFT JOIN host_lendings g ON g.allocation_id = a.id AND g.returned_at IS NULL
+     WHERE a.during @> now() AND l.deleted_at IS NULL
+     GROUP BY a.id, l.id, r.allocation`,
   );
   return rows;
 }
@@ -513,6 +523,8 @@ export interface HostBookingInWindow extends BookingLeaseColumns {
   /** An instance reservation's slots on the host (shared with other instance reservations). */
   shared: boolean;
   preemptible: boolean;
+  /** Booked inside another lease's lending (issue 43). */
+  borrowed: boolean;
   /** The lease was preempted: the end its owed cut put it at, while that row lasts (a week past the lease's end); null otherwise. */
   cut_ms: number | null;
 }
@@ -521,7 +533,7 @@ export interface HostBookingInWindow extends BookingLeaseColumns {
 export async function hostBookingsInWindow(pool: Pool, window: { fromMs: number; toMs: number; hostIds: string[]; limit: number }): Promise<HostBookingInWindow[]> {
   // `blocks` covers `during` and carries the GiST index of the exclusion constraint: it narrows, `during` decides.
   const { rows } = await pool.query<HostBookingInWindow>(
-    `SELECT a.host_id::text, a.shared, a.preemptible, ${BOOKING_LEASE_COLUMNS},
+    `SELECT a.host_id::text, a.shared, a.preemptible, a.lent_by IS NOT NULL AS borrowed, ${BOOKING_LEASE_COLUMNS},
             (extract(epoch FROM cut.end_at) * 1000)::float8 AS cut_ms
      FROM host_allocations a LEFT JOIN leases l ON l.id = a.lease_id AND l.deleted_at IS NULL ${HELD_BOOKING_JOIN}
           ${CUT_END_JOIN}

@@ -8,6 +8,7 @@
  * Instants cross this boundary as epoch milliseconds.
  */
 import type { PoolClient } from 'pg';
+import type { MeteredLending } from '../domain/usage';
 import type { Pool } from './pool';
 
 type Queryable = Pool | PoolClient;
@@ -22,6 +23,8 @@ export interface HostLending {
   allocation_id: string;
   reservation_id: string;
   lease_id: string;
+  /** The lender's project. */
+  project_id: string;
   start_ms: number;
   end_ms: number;
   /** The exact range, as PostgreSQL's text (what a borrower row copies into `lent_during`). */
@@ -31,7 +34,7 @@ export interface HostLending {
   returned_ms: number | null;
 }
 
-const LENDING_COLUMNS = `g.id::text, g.lending_id::text, g.host_id::text, g.allocation_id::text, g.reservation_id::text, g.lease_id::text,
+const LENDING_COLUMNS = `g.id::text, g.lending_id::text, g.host_id::text, g.allocation_id::text, g.reservation_id::text, g.lease_id::text, g.project_id,
   (extract(epoch FROM lower(g.during)) * 1000)::float8 AS start_ms, (extract(epoch FROM upper(g.during)) * 1000)::float8 AS end_ms,
   g.during::text AS during,
   (extract(epoch FROM g.reclaimed_at) * 1000)::float8 AS reclaimed_ms, (extract(epoch FROM g.returned_at) * 1000)::float8 AS returned_ms`;
@@ -141,4 +144,29 @@ export async function lendingsInWindow(db: Queryable, window: { fromMs: number; 
     [window.fromMs, window.toMs, window.hostIds, window.limit],
   );
   return rows;
+}
+
+/**
+ * The lendings (of `projectId`'s leases, or all) that were lent during `span` or returned within it,
+ * `batchSize` at a time by id (a report over every lending never holds them all at once).
+ */
+export async function* meteredLendingBatches(db: Queryable, filter: { projectId?: string; span: { startMs: number; endMs: number } }, batchSize = 500): AsyncGenerator<MeteredLending[]> {
+  let after = '0';
+  for (;;) {
+    const { rows } = await db.query<{ id: string; project_id: string; start_ms: number; until_ms: number; returned_ms: number | null; borrowed_ms: string | null }>(
+      `SELECT g.id::text, g.project_id, (extract(epoch FROM lower(g.during)) * 1000)::float8 AS start_ms, (extract(epoch FROM upper(g.during)) * 1000)::float8 AS until_ms,
+              (extract(epoch FROM g.returned_at) * 1000)::float8 AS returned_ms,
+              CASE WHEN g.returned_at IS NOT NULL THEN COALESCE(g.borrowed_ms,
+                COALESCE(sum(round(extract(epoch FROM upper(a.during) - lower(a.during)) * 1000)), 0))::bigint::text END AS borrowed_ms
+       FROM host_lendings g LEFT JOIN host_allocations a ON a.lent_by = g.id
+       WHERE ($1::text IS NULL OR g.project_id = $1) AND g.id > $4::bigint
+         AND lower(g.during) < to_timestamp($3 / 1000.0) AND GREATEST(upper(g.during), COALESCE(g.returned_at, upper(g.during))) > to_timestamp($2 / 1000.0)
+       GROUP BY g.id ORDER BY g.id LIMIT $5`,
+      [filter.projectId ?? null, filter.span.startMs, filter.span.endMs, after, batchSize],
+    );
+    if (rows.length === 0) return;
+    yield rows.map((r) => ({ id: r.id, projectId: r.project_id, startMs: r.start_ms, untilMs: r.until_ms, returnedMs: r.returned_ms, borrowedMs: r.borrowed_ms === null ? null : Number(r.borrowed_ms) }));
+    if (rows.length < batchSize) return;
+    after = rows[rows.length - 1].id;
+  }
 }

@@ -8,9 +8,15 @@
  * Preemptible reservations (issue 43) are summed apart as well: each group shows its raw figures
  * (every hour in full), what they are charged for (a preemptible hour at the deployment's factor,
  * LK_PREEMPTIBLE_CHARGE_FACTOR), and how much of them was preemptible (borrowed time).
+ *
+ * Lenders (issue 43) see what they lent: the host-hours their leases lent (`lent`, from lent until
+ * back, or until the lending's end or now while not back), and a credit for what borrowers booked in
+ * it (`borrowed_credit_hours`: the borrowed host-hours times the charge factor, what the borrowers
+ * paid for that time), counted when the host is back and taken off the lender's charged host-hours.
+ * Lent time nobody borrowed earns nothing: booking hosts to lend them never pays.
  */
 import { isPreemptibleReservation } from './preemption';
-import { bookedInterval, footprintOf, HOUR_MS, monthName, monthsOf, overlapMs, usedInterval, type Interval, type Meter, type MeteredLease } from './usage';
+import { bookedInterval, footprintOf, HOUR_MS, monthName, monthOf, monthsOf, overlapMs, usedInterval, type Interval, type Meter, type MeteredLease, type MeteredLending } from './usage';
 
 export const GROUP_KEYS = ['resource_type', 'project', 'month'] as const;
 export type GroupKey = (typeof GROUP_KEYS)[number];
@@ -49,6 +55,10 @@ export interface UsageGroup {
   charged: BookedAndUsed;
   /** The preemptible part of `booked` and `used` (in full), and its leases; only in groups that hold some. */
   preemptible?: BookedAndUsed & { leases: number };
+  /** Host-hours the group's leases lent (issue 43); only in groups that lent. */
+  lent?: { host_hours: number };
+  /** Borrowed host-hours of lendings returned in the group, times the charge factor: taken off `charged`'s host-hours; only in groups that lent. */
+  borrowed_credit_hours?: number;
   /** Distinct leases booked or used within the group. */
   leases: number;
 }
@@ -56,8 +66,11 @@ export interface UsageGroup {
 export interface UsageSummary {
   groups: UsageGroup[];
   /** The total always shows its preemptible part (zero when none). */
-  total: Pick<UsageGroup, 'booked' | 'used' | 'charged' | 'leases'> & { preemptible: BookedAndUsed & { leases: number } };
+  total: Pick<UsageGroup, 'booked' | 'used' | 'charged' | 'leases' | 'lent' | 'borrowed_credit_hours'> & { preemptible: BookedAndUsed & { leases: number } };
 }
+
+/** Lent time is whole hosts' (instance slots do not lend yet). */
+const LENT_RESOURCE_TYPE = 'physical:host';
 
 export interface UsageReportOptions {
   window: Interval;
@@ -75,12 +88,15 @@ export class TooManyGroups extends Error {
   }
 }
 
-/** One sum per figure booked, then per figure used; then the same of preemptible reservations only. */
+/** One sum per figure booked, then per figure used; then the same of preemptible reservations only; then host-ms lent and borrowed in returned lendings. */
 const FIGURE_COUNT = FIGURE_NAMES.length;
-const SLOTS = FIGURE_COUNT * 4;
 const BOOKED = 0;
 const USED = FIGURE_COUNT;
 const PREEMPTIBLE = 2 * FIGURE_COUNT;
+const LENT = 4 * FIGURE_COUNT;
+const BORROWED = LENT + 1;
+const SLOTS = BORROWED + 1;
+const HOST_HOURS = FIGURE_NAMES.indexOf('host_hours');
 const METER_OF_SLOT = [...FIGURE_NAMES, ...FIGURE_NAMES].map((f) => FIGURES[f].meter);
 
 /**
@@ -96,9 +112,11 @@ interface Accumulator {
   fraction?: Float64Array;
   leases: number;
   preemptibleLeases: number;
+  /** A lending of the group's project counted here. */
+  lent: boolean;
 }
 
-const accumulator = (values: string[]): Accumulator => ({ values, pending: new Float64Array(SLOTS), leases: 0, preemptibleLeases: 0 });
+const accumulator = (values: string[]): Accumulator => ({ values, pending: new Float64Array(SLOTS), leases: 0, preemptibleLeases: 0, lent: false });
 
 function add(sums: Accumulator, slot: number, amount: number, ms: number): void {
   const product = amount * ms;
@@ -143,38 +161,46 @@ function sumOf(sums: Accumulator, slot: number): { whole: number | bigint; fract
 /** The figures shown (booked from slot BOOKED, used from USED, their preemptible parts PREEMPTIBLE on): rounded here and only here. */
 function figures(sums: Accumulator, offset: number): UsageFigures {
   const shown = {} as UsageFigures;
-  FIGURE_NAMES.forEach((figure, i) => {
-    const { whole, fraction } = sumOf(sums, offset + i);
-    const unit = unitOf(figure);
-    // A fractional amount makes the sum inexact anyway: plain float rounding then.
-    shown[figure] = (fraction === 0 ? tenThousandths(whole, unit) : Math.round((Number(whole) + fraction) / unit)) / 10_000;
-  });
+  FIGURE_NAMES.forEach((figure, i) => (shown[figure] = shownFigure(sums, offset + i, figure)));
   return shown;
+}
+
+/** One slot's sum as the figure shows it. */
+function shownFigure(sums: Accumulator, slot: number, figure: Figure): number {
+  const { whole, fraction } = sumOf(sums, slot);
+  const unit = unitOf(figure);
+  // A fractional amount makes the sum inexact anyway: plain float rounding then.
+  return (fraction === 0 ? tenThousandths(whole, unit) : Math.round((Number(whole) + fraction) / unit)) / 10_000;
 }
 
 /** The charge factor's denominator: LK_PREEMPTIBLE_CHARGE_FACTOR has at most 6 decimals, so factor × this is whole. */
 const FACTOR_SCALE = 1_000_000;
 
+const NONE = { whole: 0, fraction: 0 };
+const isZero = (sum: { whole: number | bigint; fraction: number }) => sum.whole === 0 && sum.fraction === 0;
+
 /**
  * The figures as charged (`offset`: BOOKED or USED): the regular part in full and the preemptible
- * part times the factor, summed exactly (in millionths) and rounded as the raw ones. Without
- * preemptible time (or at a factor of 1), exactly the raw figures.
+ * part times the factor, less a lender's credit (host-ms borrowed in its returned lendings times
+ * the factor) from the host-hours, never below zero (a lending back in a window, or month, where
+ * its lender booked less than its credit: the lease ended as it came back), summed exactly (in
+ * millionths) and rounded as the raw ones. Without preemptible time or credit, exactly the raw figures.
  */
 function chargedFigures(sums: Accumulator, offset: number, factor: number): UsageFigures {
   const shown = figures(sums, offset);
-  if (factor === 1) return shown;
   const millionths = Math.round(factor * FACTOR_SCALE);
   FIGURE_NAMES.forEach((figure, i) => {
     const preemptible = sumOf(sums, PREEMPTIBLE + offset + i);
-    if (preemptible.whole === 0 && preemptible.fraction === 0) return;
+    const credited = i === HOST_HOURS ? sumOf(sums, BORROWED) : NONE;
+    if ((isZero(preemptible) || factor === 1) && isZero(credited)) return;
     const all = sumOf(sums, offset + i);
     const unit = unitOf(figure);
     if (all.fraction === 0 && preemptible.fraction === 0) {
-      const scaled = (BigInt(all.whole) - BigInt(preemptible.whole)) * BigInt(FACTOR_SCALE) + BigInt(preemptible.whole) * BigInt(millionths);
-      shown[figure] = tenThousandths(scaled, unit * FACTOR_SCALE) / 10_000;
+      const scaled = (BigInt(all.whole) - BigInt(preemptible.whole)) * BigInt(FACTOR_SCALE) + (BigInt(preemptible.whole) - BigInt(credited.whole)) * BigInt(millionths);
+      shown[figure] = tenThousandths(scaled > 0n ? scaled : 0n, unit * FACTOR_SCALE) / 10_000;
     } else {
-      const charged = Number(all.whole) + all.fraction - (1 - factor) * (Number(preemptible.whole) + preemptible.fraction);
-      shown[figure] = Math.round(charged / unit) / 10_000;
+      const charged = Number(all.whole) + all.fraction - (1 - factor) * (Number(preemptible.whole) + preemptible.fraction) - factor * Number(credited.whole);
+      shown[figure] = Math.round(Math.max(0, charged) / unit) / 10_000;
     }
   });
   return shown;
@@ -248,6 +274,30 @@ export class UsageReport {
     for (const group of touchedPreemptible) group.preemptibleLeases += 1;
   }
 
+  /**
+   * A host a lease of the project lent (issue 43): its lent time within the window, from lent until
+   * back (or until the lending's end, or now, while not back); and, when it came back within the
+   * window, the host-ms borrowed in it (the credit), in the month it came back.
+   */
+  addLending(lending: MeteredLending): void {
+    const { window, nowMs, groupBy } = this.options;
+    const valuesOf = (month: string | undefined) => groupBy.map((key) => (key === 'project' ? lending.projectId : key === 'resource_type' ? LENT_RESOURCE_TYPE : month!));
+    const lentUntil = lending.returnedMs ?? Math.min(lending.untilMs, nowMs);
+    const lent = lentUntil > lending.startMs ? partsOf({ startMs: lending.startMs, endMs: lentUntil }, undefined, window, this.byMonth) : [];
+    for (const part of lent) {
+      for (const sums of [this.groupOf(valuesOf(part.month)), this.totals]) {
+        add(sums, LENT, 1, part.bookedMs);
+        sums.lent = true;
+      }
+    }
+    const { returnedMs, borrowedMs } = lending;
+    if (returnedMs === null || borrowedMs === null || borrowedMs <= 0 || returnedMs < window.startMs || returnedMs >= window.endMs) return;
+    for (const sums of [this.groupOf(valuesOf(this.byMonth ? monthName(monthOf(returnedMs)) : undefined)), this.totals]) {
+      add(sums, BORROWED, 1, borrowedMs);
+      sums.lent = true;
+    }
+  }
+
   private groupOf(values: string[]): Accumulator {
     const key = JSON.stringify(values);
     let group = this.groups.get(key);
@@ -272,6 +322,7 @@ export class UsageReport {
       groupBy.forEach((key, i) => (keys[GROUP_FIELDS[key]] = group.values[i]));
       const shown: UsageGroup = { ...keys, ...this.shown(group), leases: group.leases };
       if (group.preemptibleLeases > 0) shown.preemptible = this.preemptiblePart(group);
+      if (group.lent) Object.assign(shown, this.lentPart(group));
       yield shown;
     }
   }
@@ -286,8 +337,17 @@ export class UsageReport {
     return { booked: figures(sums, PREEMPTIBLE + BOOKED), used: figures(sums, PREEMPTIBLE + USED), leases: sums.preemptibleLeases };
   }
 
+  /** What a lender's group lent, and its credit (the borrowed host-hours at the factor), exact to the last decimal shown. */
+  private lentPart(sums: Accumulator): Pick<UsageGroup, 'lent' | 'borrowed_credit_hours'> {
+    const borrowed = sumOf(sums, BORROWED);
+    const unit = unitOf('host_hours');
+    const millionths = BigInt(Math.round(this.options.preemptibleChargeFactor * FACTOR_SCALE));
+    return { lent: { host_hours: shownFigure(sums, LENT, 'host_hours') }, borrowed_credit_hours: tenThousandths(BigInt(borrowed.whole) * millionths, unit * FACTOR_SCALE) / 10_000 };
+  }
+
+  /** Like a group's, the lent part only when something was lent. */
   total(): UsageSummary['total'] {
-    return { ...this.shown(this.totals), preemptible: this.preemptiblePart(this.totals), leases: this.totals.leases };
+    return { ...this.shown(this.totals), preemptible: this.preemptiblePart(this.totals), leases: this.totals.leases, ...(this.totals.lent ? this.lentPart(this.totals) : {}) };
   }
 
   summary(): UsageSummary {
@@ -296,8 +356,9 @@ export class UsageReport {
 }
 
 /** The whole report at once (tests; the API feeds a UsageReport batch by batch). */
-export function usageReport(leases: Iterable<MeteredLease>, options: UsageReportOptions): UsageSummary {
+export function usageReport(leases: Iterable<MeteredLease>, options: UsageReportOptions, lendings: Iterable<MeteredLending> = []): UsageSummary {
   const report = new UsageReport(options);
   for (const metered of leases) report.add(metered);
+  for (const lending of lendings) report.addLending(lending);
   return report.summary();
 }

@@ -124,6 +124,22 @@ export interface MeteredLease {
   cutEndMs?: number;
 }
 
+/**
+ * A host lent by a lease (issue 43; a host_lendings row) as the meter reads it: the lender's project,
+ * when it was lent and back, and what its borrowers booked in it (the lender's credit).
+ */
+export interface MeteredLending {
+  id: string;
+  projectId: string;
+  startMs: number;
+  /** Its end as lent (or as a reclaim shortened it). */
+  untilMs: number;
+  /** When the host was back in its lender's hands; null while it is not. */
+  returnedMs: number | null;
+  /** Once returned: the host-ms its borrowers booked in it; null before. */
+  borrowedMs: number | null;
+}
+
 /** When the lease's resources became the lessee's, if they did. */
 function usedFromMs(lease: Lease): number | undefined {
   const start = lease.events.find((e) => e.event_type === 'start_lease');

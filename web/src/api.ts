@@ -30,6 +30,17 @@ export interface CalendarBooking {
   /** A lease the caller may know was preempted: `cut_ms` is the end it was cut to. */
   preempted?: boolean;
   cut_ms?: number;
+  /** Booked inside another lease's lending (issue 43). */
+  borrowed?: boolean;
+}
+
+/** A host's lent span (anyone's): time its lease lends to preemptible leases; the lending lease only to whoever may know it. */
+export interface CalendarLending {
+  host_id: string;
+  start_ms: number;
+  end_ms: number;
+  state: 'lent' | 'reclaiming' | 'returned';
+  lease_id?: string;
 }
 
 export interface CalendarHost {
@@ -61,6 +72,8 @@ export interface CalendarWindow {
   now_ms: number;
   hosts: CalendarHost[];
   bookings: CalendarBooking[];
+  /** Lent spans of the hosts (issue 43). */
+  lent?: CalendarLending[];
   providers: CalendarProvider[];
   usage: CalendarUsage[];
   /** The caller's project's own leases overlapping the window (booked or not). */

@@ -1,8 +1,8 @@
 /** The calendar: hosts × time, servers' and bandwidth's booked share, and "find a slot". */
 import type { RefObject } from 'preact';
 import { useEffect, useMemo, useRef, useState } from 'preact/hooks';
-import { ApiFailure, fetchCalendar, type CalendarBooking, type CalendarWindow, type Credentials } from './api';
-import { bookingsByHost, describeBooking, describeUsage, hostRows, paintHostRow, paintProviderRow, providerRows, STATUS_COLORS, RESERVED_COLOR, usageStepsByProvider, type Ghost, type HostRow, type ProviderRow, type UsageSteps } from './paint';
+import { ApiFailure, fetchCalendar, type CalendarBooking, type CalendarLending, type CalendarWindow, type Credentials } from './api';
+import { bookingsByHost, describeBooking, describeLending, describeUsage, hostRows, lentByHost, paintHostRow, paintProviderRow, providerRows, STATUS_COLORS, RESERVED_COLOR, usageStepsByProvider, type Ghost, type HostRow, type ProviderRow, type UsageSteps } from './paint';
 import { FindSlot } from './find-slot';
 import { describeGap, seriesGapsByHost, type SeriesGap } from './series';
 import { AXIS_HEIGHT, LABEL_WIDTH, ROW_HEIGHT, Timeline } from './timeline';
@@ -13,8 +13,10 @@ const LOAD_MARGIN = 0.5;
 const MAX_LOAD_MS = 93 * 86_400_000;
 const REFRESH_MS = 15_000;
 
+/** The booking drawn on top at that time: a borrower's over its lender's. */
 function bookingAt(list: CalendarBooking[] | undefined, atMs: number): CalendarBooking | undefined {
-  return list?.find((b) => b.start_ms <= atMs && atMs < b.end_ms);
+  const holding = list?.filter((b) => b.start_ms <= atMs && atMs < b.end_ms);
+  return holding?.find((b) => b.borrowed) ?? holding?.[0];
 }
 
 export function CalendarView(props: { credentials: Credentials }) {
@@ -39,6 +41,7 @@ export function CalendarView(props: { credentials: Credentials }) {
 
   const byHost = useMemo(() => (data ? bookingsByHost(data) : new Map<string, CalendarBooking[]>()), [data]);
   const gapsByHost = useMemo(() => (data ? seriesGapsByHost(data) : new Map<string, SeriesGap[]>()), [data]);
+  const lentOfHost = useMemo(() => (data ? lentByHost(data) : new Map<string, CalendarLending[]>()), [data]);
   const byProvider = useMemo(() => (data ? usageStepsByProvider(data) : new Map<string, UsageSteps>()), [data]);
   const rows = useMemo(() => hostRows(data?.hosts ?? [], groupBy), [data, groupBy]);
   const providers = useMemo(() => providerRows(data?.providers ?? []), [data]);
@@ -77,19 +80,20 @@ export function CalendarView(props: { credentials: Credentials }) {
   }, []);
 
   // The timelines are made once; their handlers read the latest state through this ref.
-  const latest = useRef({ byHost, byProvider, ghosts, span, gapsByHost });
-  latest.current = { byHost, byProvider, ghosts, span, gapsByHost };
+  const latest = useRef({ byHost, byProvider, ghosts, span, gapsByHost, lentOfHost });
+  latest.current = { byHost, byProvider, ghosts, span, gapsByHost, lentOfHost };
   useEffect(() => {
     const pan = (delta: number) => setViewStart((s) => s + delta);
     const zoomBy = (direction: 1 | -1) => setZoom((z) => (['day', 'week', 'month'] as Zoom[])[Math.max(0, Math.min(2, ['day', 'week', 'month'].indexOf(z) + direction))]);
     gantt.current = new Timeline<HostRow>(ganttCanvas.current!, {
-      paintRow: (ctx, row, g, from, to) => paintHostRow(ctx, latest.current.byHost.get(row.key), latest.current.ghosts, row, g, from, to, latest.current.gapsByHost.get(row.key)),
+      paintRow: (ctx, row, g, from, to) => paintHostRow(ctx, latest.current.byHost.get(row.key), latest.current.ghosts, row, g, from, to, latest.current.gapsByHost.get(row.key), latest.current.lentOfHost.get(row.key)),
       onPan: pan,
       onZoom: zoomBy,
       describe: (row, at) => {
         const b = bookingAt(latest.current.byHost.get(row.key), at);
         const gap = latest.current.gapsByHost.get(row.key)?.find((one) => one.startMs <= at && at < one.endMs);
-        return `${row.label} · ${formatWhen(at)}${gap ? ` · ${describeGap(gap)}` : ''}${b ? ` · ${describeBooking(b)}` : ' · free'}`;
+        const lent = latest.current.lentOfHost.get(row.key)?.find((one) => one.start_ms <= at && at < one.end_ms);
+        return `${row.label} · ${formatWhen(at)}${gap ? ` · ${describeGap(gap)}` : ''}${b ? ` · ${describeBooking(b)}` : ' · free'}${lent ? ` · ${describeLending(lent)}` : ''}`;
       },
       onDescribe: setStatus,
       onPick: (row, at) => {
@@ -319,6 +323,9 @@ function Legend() {
       </li>
       <li>
         <span class="swatch preempted" /> preempted: cut to end at the dark mark
+      </li>
+      <li>
+        <span class="swatch lent" /> lent: a lease's idle hosts, open to preemptible leases
       </li>
       <li>
         <span class="swatch ghost" /> an offer that fits

@@ -1,5 +1,5 @@
 /** What the two timelines show: host rows with lease bars, and provider rows with their booked share over time. */
-import type { CalendarBooking, CalendarHost, CalendarProvider, CalendarUsage, CalendarWindow } from './api';
+import type { CalendarBooking, CalendarHost, CalendarLending, CalendarProvider, CalendarUsage, CalendarWindow } from './api';
 import { fit, type Row, type RowGeometry } from './timeline';
 import { formatRange, formatWhen } from './time';
 import type { SeriesGap } from './series';
@@ -28,10 +28,12 @@ export const PREEMPTIBLE_STRIPE = '#ffffff';
 /** A preempted lease: a dark mark at the end it was cut to. */
 export const PREEMPTED_COLOR = '#7a1414';
 const PREEMPTED_MARK = 4;
+/** Lent time (issue 43): amber stripes rising to the right over its lender's bar, under the bookings of those who borrow it. */
+export const LENT_STRIPE = '#f0b429';
 
 /**
- * How a booking holds its time, each kind drawn its own way over its bar (paintKind). Lent time
- * (issue 43's lending, not built yet) is to be a kind here, drawn in paintKind and named in the legend.
+ * How a booking holds its time, each kind drawn its own way over its bar (paintKind). Lent time is
+ * not a booking but a span of its lender's: drawn over the lender's bar (paintHostRow).
  */
 export type BookingKind = 'regular' | 'preemptible';
 export const bookingKind = (b: Pick<CalendarBooking, 'preemptible'>): BookingKind => (b.preemptible ? 'preemptible' : 'regular');
@@ -61,7 +63,7 @@ export function describeBooking(b: CalendarBooking): string {
       ? `held by you until ${b.expires_at_ms ? new Date(b.expires_at_ms).toISOString().slice(11, 19) : '?'} UTC (no lease yet: Book it under Find a slot)`
       : `${b.lease_name ?? 'lease'} (${b.status ?? 'unknown'})`;
   const preempted = b.preempted && b.cut_ms !== undefined ? `, preempted: cut to end ${formatWhen(b.cut_ms)}` : '';
-  return `${who}${b.shared ? ', instance slots' : ''}${b.preemptible ? ', preemptible' : ''}${preempted}${b.series_id ? ', recurring (one of a series)' : ''}: ${formatRange(b.start_ms, b.end_ms)}`;
+  return `${who}${b.shared ? ', instance slots' : ''}${b.preemptible ? ', preemptible' : ''}${b.borrowed ? ', borrowed (inside a lending)' : ''}${preempted}${b.series_id ? ', recurring (one of a series)' : ''}: ${formatRange(b.start_ms, b.end_ms)}`;
 }
 
 /** The window's bookings per host, by start. */
@@ -74,6 +76,16 @@ export function bookingsByHost(window: CalendarWindow): Map<string, CalendarBook
   }
   return byHost;
 }
+
+/** The window's lent spans per host. */
+export function lentByHost(window: CalendarWindow): Map<string, CalendarLending[]> {
+  const byHost = new Map<string, CalendarLending[]>();
+  for (const l of window.lent ?? []) byHost.set(l.host_id, [...(byHost.get(l.host_id) ?? []), l]);
+  return byHost;
+}
+
+/** What a lent span says on hover. */
+export const describeLending = (l: CalendarLending): string => `lent to preemptible leases${l.state === 'lent' ? '' : ` (${l.state})`}: ${formatRange(l.start_ms, l.end_ms)}`;
 
 /** Host rows, optionally grouped under a header per value of one property. */
 export function hostRows(hosts: CalendarHost[], groupBy: string): HostRow[] {
@@ -91,9 +103,19 @@ export function hostRows(hosts: CalendarHost[], groupBy: string): HostRow[] {
     .flatMap(([value, members]) => [{ key: `group:${value}`, label: `${groupBy} = ${value} (${members.length})`, header: true }, ...members.map(row)]);
 }
 
-export function paintHostRow(ctx: CanvasRenderingContext2D, bookings: CalendarBooking[] | undefined, ghosts: Ghost[], row: HostRow, g: RowGeometry, viewStart: number, viewEnd: number, gaps: SeriesGap[] = []): void {
+export function paintHostRow(ctx: CanvasRenderingContext2D, bookings: CalendarBooking[] | undefined, ghosts: Ghost[], row: HostRow, g: RowGeometry, viewStart: number, viewEnd: number, gaps: SeriesGap[] = [], lent: CalendarLending[] = []): void {
   const pad = 3;
-  for (const b of bookings ?? []) {
+  // The lenders' bars, then their lent spans hatched over them, then the borrowers' bookings on top.
+  const ordered = [...(bookings ?? []).filter((b) => !b.borrowed), undefined, ...(bookings ?? []).filter((b) => b.borrowed)];
+  for (const b of ordered) {
+    if (!b) {
+      for (const l of lent) {
+        if (l.end_ms <= viewStart || l.start_ms >= viewEnd) continue;
+        const x0 = Math.max(g.left - 2, g.x(l.start_ms));
+        hatch(ctx, x0, g.top + pad, Math.max(2, Math.min(g.right + 2, g.x(l.end_ms)) - x0), g.height - 2 * pad, LENT_STRIPE);
+      }
+      continue;
+    }
     if (b.end_ms <= viewStart || b.start_ms >= viewEnd) continue;
     const x0 = Math.max(g.left - 2, g.x(b.start_ms));
     const x1 = Math.min(g.right + 2, g.x(b.end_ms));

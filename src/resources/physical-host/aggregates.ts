@@ -171,6 +171,8 @@ export interface RecycleRequest extends HostMove {
   deleteServersAt: Map<string, number>;
   /** Delete what runs now, whatever the deadlines (the lease is being deleted). */
   force: boolean;
+  /** On these hosts only this project's servers are waited for and deleted (a borrowed host's, issue 43: its lender's stray server comes back with it). */
+  onlyProject?: { projectId: string; hosts: Set<string> };
 }
 
 export interface RecycleProgress {
@@ -211,13 +213,13 @@ export async function recycleHosts(nova: NovaClient, request: RecycleRequest): P
   const waiting: RecycleProgress['waiting'] = [];
   for (const recycling of recyclingAggregatesOf(await nova.listAggregates(), own)) {
     for (const host of request.hosts.filter((h) => recycling.hosts.includes(h))) {
-      const servers = await nova.listServers({ all_tenants: true, host });
+      const servers = await nova.listServers(request.onlyProject?.hosts.has(host) ? { all_tenants: true, host, project_id: request.onlyProject.projectId } : { all_tenants: true, host });
       const deleteAt = request.deleteServersAt.get(host);
       if (servers.length > 0 && !request.force && (deleteAt === undefined || Date.now() < deleteAt)) {
         waiting.push({ host, servers: servers.length, deleteAt });
         continue;
       }
-      const left = servers.length > 0 ? await deleteServersOnHosts(nova, [host], SERVER_DELETE_PASS_MS, request.progress) : 0;
+      const left = servers.length > 0 ? await deleteServersOnHosts(nova, [host], SERVER_DELETE_PASS_MS, request.progress, request.onlyProject) : 0;
       if (left > 0) {
         waiting.push({ host, servers: left, deleting: true });
         continue;

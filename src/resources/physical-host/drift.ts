@@ -4,8 +4,11 @@
  * host may also wait in the failed aggregate) — and a host-lease aggregate whose lease has ended
  * should be gone. People and scripts move hosts by hand; this finds it and puts them back.
  *
+ * A host its lease lends (issue 43) belongs to its borrower's booking, or to the pool while none
+ * holds it now, never to the lender's aggregate.
+ *
  * Only what is settled is touched: a host with a booking of a lease in flight (starting, ending,
- * recycling, in ERROR) or with instance slots is left alone, aggregates of leases this deployment
+ * recycling, in ERROR), a lent host on its way back to its lender, or with instance slots is left alone, aggregates of leases this deployment
  * does not know are not ours, and a drift is repaired only when the previous check saw the same
  * one (a move in progress is over by then). With LK_DRIFT_REPAIR=report it is only reported.
  */
@@ -53,9 +56,12 @@ export function planDrift(input: DriftInput): DriftPlan {
   const drifts: HostDrift[] = [];
   for (const host of input.hosts) {
     const name = computeHostName(host);
-    const bookings = input.bookings.filter((b) => b.host_id === host.id);
+    const held = input.bookings.filter((b) => b.host_id === host.id);
     const found = ours.filter((a) => a.hosts.includes(name)).map((a) => a.name).sort();
-    if (bookings.some((b) => b.shared || b.lease_status !== 'ACTIVE') || found.some((a) => unsettledAggregates.has(a))) continue;
+    // A lent host whose lending ended is on its way back to its lender: a take-back in flight, left alone like a lease's.
+    if (held.some((b) => b.shared || b.lease_status !== 'ACTIVE' || b.lent === 'returning') || found.some((a) => unsettledAggregates.has(a))) continue;
+    // A lender's booking of a host it lends now does not place it: its borrower's booking does, or the pool.
+    const bookings = held.filter((b) => b.lent !== 'now');
     const active = bookings[0];
     let target: HostDrift['target'];
     if (active) {

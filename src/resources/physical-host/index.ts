@@ -136,16 +136,20 @@ export function physicalHostPlugin(deps: PhysicalHostDeps): ResourcePlugin<Physi
   const serverDeleteTimeoutMs = deps.serverDeleteTimeoutMs ?? DEFAULT_SERVER_DELETE_TIMEOUT_MS;
   const beforeEndOf = (ctx: ReservationContext<PhysicalHostParams>) => beforeEndAction(ctx.reservation.params.before_end, deps.settings.beforeEndDefault);
 
-  /** The reservation's hosts (id and compute host name) in its current booking. */
-  function bookedHosts(ctx: ReservationContext<PhysicalHostParams>): Promise<Array<{ id: string; host: string }>> {
-    return computeHostsOfReservation(deps.pool, ctx.reservation.id);
+  /**
+   * The reservation's hosts (id and compute host name) in its current booking, without those it
+   * lends (issue 43): those are in the pool or a borrower's aggregate until back, their servers the
+   * borrowers'. `lent: true` counts them too (for deleting this lessee's own servers there).
+   */
+  function bookedHosts(ctx: ReservationContext<PhysicalHostParams>, options: { lent?: boolean } = {}): Promise<Array<{ id: string; host: string; borrowed: boolean }>> {
+    return computeHostsOfReservation(deps.pool, ctx.reservation.id, { inLeaseAggregate: options.lent !== true });
   }
 
-  const move = async (ctx: HookContext<PhysicalHostParams>) => ({
+  const move = async (ctx: HookContext<PhysicalHostParams>, options: { lent?: boolean } = {}) => ({
     reservationId: ctx.reservation.id,
     leaseId: ctx.leaseId,
     projectId: ctx.projectId,
-    hosts: (await bookedHosts(ctx)).map((h) => h.host),
+    hosts: (await bookedHosts(ctx, options)).map((h) => h.host),
     freepool,
     progress: ctx.reportProgress,
   });
@@ -177,19 +181,23 @@ export function physicalHostPlugin(deps: PhysicalHostDeps): ResourcePlugin<Physi
   }
 
   async function endInCloud(ctx: EndContext<PhysicalHostParams>, nova: NovaClient): Promise<EndOutcome> {
-    const hosts = await move(ctx);
+    // Hosts it lends are out of its aggregate: the passes that delete servers reach them for this lessee's own only (`taken`).
+    const hosts = await move(ctx, { lent: true });
     // Not started (deleted while pending, or a start that failed half way): put back whatever moved.
     if (!ctx.started) return returnHostsToPool(nova, hosts).then(() => ({}));
     switch (endPolicy(ctx)) {
       case 'delete': {
-        // On a host another lease's start took (past the eviction bound), only this lessee's servers are its to delete.
-        const taken = await hostsOutOfLease(nova, hosts);
+        // On a host another lease's start took (past the eviction bound), or one borrowed inside a lending (a server its lender
+        // had scheduled before lending it), only this lessee's servers are its to delete.
+        const borrowed = (await bookedHosts(ctx)).filter((h) => h.borrowed).map((h) => h.host);
+        const taken = new Set([...(await hostsOutOfLease(nova, hosts)), ...borrowed]);
         const left = await deleteServersOnHosts(nova, hosts.hosts, SERVER_DELETE_PASS_MS, ctx.reportProgress, { projectId: hosts.projectId, hosts: taken });
         if (left > 0) return stillDeleting(left, hosts.hosts, ctx.endMs);
         await returnHostsToPool(nova, hosts);
         return {};
       }
       case 'release':
+        // (A reservation that releases its hosts cannot lend them: all are in its aggregate.)
         await releaseHosts(nova, hosts, endAggregates);
         await markReleased(deps.pool, (await bookedHosts(ctx)).map((h) => h.id), ctx.leaseId);
         return {};
@@ -200,7 +208,9 @@ export function physicalHostPlugin(deps: PhysicalHostDeps): ResourcePlugin<Physi
           const left = await deleteServersOnHosts(nova, [...taken], SERVER_DELETE_PASS_MS, ctx.reportProgress, { projectId: hosts.projectId, hosts: taken });
           if (left > 0) return stillDeleting(left, [...taken], ctx.endMs);
         }
-        const { waiting } = await recycleHosts(nova, { ...hosts, aggregates: endAggregates, deleteServersAt: await recycleDeadlines(ctx), force: ctx.force ?? false });
+        // A borrowed host waits for this lessee's servers only, and only those go at its deadline.
+        const borrowed = new Set((await bookedHosts(ctx)).filter((h) => h.borrowed).map((h) => h.host));
+        const { waiting } = await recycleHosts(nova, { ...hosts, aggregates: endAggregates, deleteServersAt: await recycleDeadlines(ctx), force: ctx.force ?? false, onlyProject: { projectId: hosts.projectId, hosts: borrowed } });
         if (waiting.length === 0) return {};
         const deleting = waiting.filter((w) => w.deleting);
         if (deleting.length > 0) return stillDeleting(deleting.reduce((n, w) => n + w.servers, 0), deleting.map((w) => w.host));

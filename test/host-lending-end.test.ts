@@ -1,0 +1,162 @@
+/**
+ * Lent hosts at the ends of their lender and borrower (issue 43), against the real PostgreSQL and a
+ * Nova in memory: the lender's snapshot and end act on the hosts in its aggregate and never touch a
+ * borrower's servers; a borrower's `delete` end deletes only its own project's servers on the host it
+ * borrows (a server its lender had scheduled before lending it comes back with the host), and its
+ * `recycle` end waits for and deletes only its own.
+ */
+import { randomUUID } from 'node:crypto';
+import { HostCalendar } from '../src/resources/physical-host/calendar';
+import { physicalHostPlugin } from '../src/resources/physical-host';
+import { leaseAggregateFor } from '../src/resources/physical-host/aggregates';
+import { lenderRowsOf } from '../src/db/host-allocations';
+import { insertLendings } from '../src/db/host-lendings';
+import { inTransaction } from '../src/db/transaction';
+import type { GlanceClient, NovaClient } from '../src/openstack';
+import type { EndContext, ReservationContext } from '../src/domain/resource-plugin';
+import type { PhysicalHostParams } from '../src/resources/physical-host/params';
+import { pendingReservation, reservationContext } from '../dev-stack/fixtures/builders';
+import { useMigratedTestDatabase } from '../dev-stack/db';
+import { insertHost } from '../dev-stack/fixtures/hosts';
+
+const H = 3_600_000;
+
+interface FakeServer {
+  id: string;
+  name: string;
+  host: string;
+  project: string;
+}
+
+/** Nova's aggregates and servers in memory: what an end lists, deletes, images and moves. */
+class FakeNova {
+  readonly aggregates: Array<{ id: number; name: string; hosts: string[]; metadata: Record<string, string> }> = [];
+  servers: FakeServer[] = [];
+  readonly imaged: string[] = [];
+
+  aggregate(name: string, hosts: string[], metadata: Record<string, string> = {}) {
+    this.aggregates.push({ id: this.aggregates.length + 1, name, hosts, metadata });
+  }
+  private find(id: number | string) {
+    const found = this.aggregates.find((a) => a.id === Number(id));
+    if (!found) throw new Error(`no aggregate ${id}`);
+    return found;
+  }
+  listAggregates() {
+    return Promise.resolve(this.aggregates.map((a) => ({ ...a, hosts: [...a.hosts] })));
+  }
+  getAggregate(id: number | string) {
+    return Promise.resolve({ ...this.find(id), hosts: [...this.find(id).hosts] });
+  }
+  setAggregateMetadata(id: number | string, metadata: Record<string, string>) {
+    Object.assign(this.find(id).metadata, metadata);
+    return this.getAggregate(id);
+  }
+  addHostToAggregate(id: number | string, host: string) {
+    if (!this.find(id).hosts.includes(host)) this.find(id).hosts.push(host);
+    return this.getAggregate(id);
+  }
+  removeHostFromAggregate(id: number | string, host: string) {
+    this.find(id).hosts = this.find(id).hosts.filter((h) => h !== host);
+    return this.getAggregate(id);
+  }
+  deleteAggregate(id: number | string) {
+    this.aggregates.splice(this.aggregates.indexOf(this.find(id)), 1);
+    return Promise.resolve();
+  }
+  listServers(filter: { host?: string; project_id?: string }) {
+    const servers = this.servers.filter((s) => s.host === filter.host && (filter.project_id === undefined || s.project === filter.project_id));
+    return Promise.resolve(servers.map((s) => ({ id: s.id, name: s.name, status: 'ACTIVE', 'OS-EXT-STS:task_state': null })));
+  }
+  deleteServer(id: string) {
+    this.servers = this.servers.filter((s) => s.id !== id);
+    return Promise.resolve();
+  }
+  createImage(serverId: string) {
+    this.imaged.push(serverId);
+    return Promise.resolve({ imageId: `image-${serverId}` });
+  }
+  waitForServer() {
+    return Promise.resolve();
+  }
+}
+
+const glance = { listImages: () => Promise.resolve([]), waitForImage: () => Promise.resolve() } as unknown as GlanceClient;
+
+describe('the ends of a lender and a borrower on lent hosts', () => {
+  const database = useMigratedTestDatabase();
+  let nova: FakeNova;
+  let lender: ReservationContext<never>;
+  let borrower: ReservationContext<never>;
+  let hostNames: string[];
+
+  const hookContext = (ctx: ReservationContext<never>, params: Partial<PhysicalHostParams>): EndContext<PhysicalHostParams> => ({
+    ...(ctx as ReservationContext<PhysicalHostParams>),
+    reservation: { ...ctx.reservation, params: { ...(ctx.reservation.params as PhysicalHostParams), ...params } },
+    leaseStatus: 'ACTIVE',
+    reportProgress: () => undefined,
+    placementOf: () => Promise.resolve({ hosts: [] }),
+    announce: () => Promise.resolve(),
+    started: true,
+  });
+  const plugin = () =>
+    physicalHostPlugin({ pool: database().pool, settings: { cleaningMs: 0, randomChoice: false }, cloud: () => ({ nova: nova as unknown as NovaClient, glance }), freepool: 'pool' });
+  const context = (project: string, preemptible: boolean, fromMs: number, toMs: number, min: number) => {
+    const reservation = pendingReservation('physical:host', { min, max: min, hypervisor_properties: '', resource_properties: '', before_end: 'default', on_end: 'delete', preemptible });
+    return reservationContext({ reservation, startMs: fromMs, endMs: toMs, projectId: project, leaseStatus: 'ACTIVE' });
+  };
+
+  beforeEach(async () => {
+    const pool = database().pool;
+    await pool.query('TRUNCATE host_allocations, host_lendings, host_capabilities, hosts RESTART IDENTITY CASCADE');
+    hostNames = [`end-a-${randomUUID().slice(0, 6)}`, `end-b-${randomUUID().slice(0, 6)}`];
+    const hostIds = [await insertHost(pool, { name: hostNames[0] }), await insertHost(pool, { name: hostNames[1] })];
+    const calendar = new HostCalendar(pool, { cleaningMs: 0, randomChoice: false });
+    const now = Date.now();
+    // The lender (project p) holds both hosts and lends the second; a preemptible lease of project q borrows it.
+    lender = context('p', false, now - H, now + 9 * H, 2);
+    await calendar.book(lender);
+    await inTransaction(pool, async (client) =>
+      insertLendings(client, { lendingId: randomUUID(), reservationId: lender.reservation.id, leaseId: lender.leaseId, projectId: 'p', hosts: await lenderRowsOf(client, lender.reservation.id, [hostIds[1]]), fromMs: now - H, untilMs: now + 4 * H }),
+    );
+    borrower = context('q', true, now - H / 2, now + 3 * H, 1);
+    expect((await calendar.book(borrower)).map((h) => h.id)).toEqual([hostIds[1]]);
+    nova = new FakeNova();
+    nova.aggregate('pool', []);
+    nova.aggregate(leaseAggregateFor(lender.reservation.id).name, [hostNames[0]], { 'leasekeeper:reservation': lender.reservation.id, 'leasekeeper:lease': lender.leaseId });
+    nova.aggregate(leaseAggregateFor(borrower.reservation.id).name, [hostNames[1]], { 'leasekeeper:reservation': borrower.reservation.id, 'leasekeeper:lease': borrower.leaseId });
+    nova.servers = [
+      { id: 'lender-own', name: 'own', host: hostNames[0], project: 'p' },
+      { id: 'borrower-own', name: 'borrowed', host: hostNames[1], project: 'q' },
+      // Scheduled by the lender before it lent the host: it landed there after the fence.
+      { id: 'lender-stray', name: 'stray', host: hostNames[1], project: 'p' },
+    ];
+  });
+
+  it("images only the servers on the lender's own hosts before its end, never a borrower's", async () => {
+    await plugin().beforeEnd!(hookContext(lender, { before_end: 'snapshot' }));
+    expect(nova.imaged).toEqual(['lender-own']);
+  });
+
+  it("ends the lender on the hosts of its aggregate, the borrower's servers and aggregate untouched", async () => {
+    expect(await plugin().end(hookContext(lender, { on_end: 'delete' }))).toEqual({});
+    expect(nova.servers.map((s) => s.id).sort()).toEqual(['borrower-own']);
+    const where = Object.fromEntries(nova.aggregates.map((a) => [a.name, a.hosts]));
+    expect(where).toEqual({ pool: [hostNames[0]], [leaseAggregateFor(borrower.reservation.id).name]: [hostNames[1]] });
+  });
+
+  it("deletes only the borrower's own servers on the host it borrows, and gives the host back to the pool", async () => {
+    expect(await plugin().end(hookContext(borrower, { on_end: 'delete' }))).toEqual({});
+    expect(nova.servers.map((s) => s.id).sort()).toEqual(['lender-own', 'lender-stray']);
+    expect(nova.aggregates.find((a) => a.name === 'pool')?.hosts).toEqual([hostNames[1]]);
+  });
+
+  it("recycles a borrowed host once the borrower's own servers are gone, its lender's stray server left to come back with it", async () => {
+    const recycle = () => plugin().end(hookContext(borrower, { on_end: 'recycle' }));
+    expect((await recycle()).waitingFor).toMatch(/waiting for the last servers on end-b-\w+ \(1 server\(s\), deleted at /);
+    await nova.deleteServer('borrower-own'); // the borrower deletes its own
+    expect(await recycle()).toEqual({});
+    expect(nova.servers.map((s) => s.id).sort()).toEqual(['lender-own', 'lender-stray']);
+    expect(nova.aggregates.find((a) => a.name === 'pool')?.hosts).toEqual([hostNames[1]]);
+  });
+});
