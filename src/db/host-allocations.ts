@@ -190,6 +190,9 @@ export async function borrowersOfLendings(db: Queryable, lendingRowIds: string[]
   return rows;
 }
 
+/** When a lender's row (as `a`) must keep its host: until its lendings end (null: never lent). */
+const LENT_UNTIL = '(SELECT max(upper(g.during)) FROM host_lendings g WHERE g.allocation_id = a.id)';
+
 /**
  * A lender's booking ended at `atMs` (its end, early end or deletion): as endReservationBookingsAt,
  * except that a row whose host is lent keeps it until its lendings end (a borrower cannot be set free
@@ -197,19 +200,7 @@ export async function borrowersOfLendings(db: Queryable, lendingRowIds: string[]
  * borrowers are out).
  */
 export async function endLenderBookingsAt(client: PoolClient, reservationId: string, atMs: number, cleaningMs: number): Promise<void> {
-  await client.query(
-    `UPDATE host_allocations a
-     SET during = tstzrange(lower(a.during), x.ends), blocks = tstzrange(lower(a.blocks), CASE WHEN upper_inf(a.blocks) THEN NULL ELSE x.ends + $3 * interval '1 millisecond' END)
-     FROM (SELECT o.id, GREATEST(to_timestamp($2 / 1000.0), max(upper(g.during))) AS ends
-           FROM host_allocations o LEFT JOIN host_lendings g ON g.allocation_id = o.id WHERE o.reservation_id = $1 GROUP BY o.id) x
-     WHERE a.id = x.id AND upper(a.during) > x.ends AND lower(a.during) < x.ends`,
-    [reservationId, atMs, cleaningMs],
-  );
-  await client.query(
-    `DELETE FROM host_allocations a USING host_allocations o LEFT JOIN host_lendings g ON g.allocation_id = o.id
-     WHERE a.id = o.id AND o.reservation_id = $1 AND lower(o.during) >= to_timestamp($2 / 1000.0) AND g.id IS NULL`,
-    [reservationId, atMs],
-  );
+  await hostBookings.endReservationAt(client, reservationId, atMs, cleaningMs, LENT_UNTIL);
 }
 
 /** Per lease, the latest end of its lendings (returned ones too: their range still lies in the lender's window), by reservation. */
