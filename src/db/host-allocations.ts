@@ -14,7 +14,7 @@ import { CUT_END_JOIN } from './lease-preemptions';
 import { maintenanceBlocks, UNUSABLE_BOOKING_SQL } from './maintenance';
 import { anyOpenLending, type LenderRow } from './host-lendings';
 import type { Pool } from './pool';
-import { BOOKING_LEASE_COLUMNS, HELD_BOOKING_JOIN, WINDOW_PARAMS_RANGE, wholeResourceBookings, type BookingLeaseColumns, type NewRangeBooking } from './range-bookings';
+import { BOOKING_LEASE_COLUMNS, cutPreemptibleBookings, HELD_BOOKING_JOIN, WINDOW_PARAMS_RANGE, wholeResourceBookings, type BookingLeaseColumns, type CutBookingKey, type NewRangeBooking } from './range-bookings';
 
 type Queryable = Pool | PoolClient;
 
@@ -247,21 +247,12 @@ export async function preemptibleBookingsOverlapping(
 
 /**
  * A preemptible lease cut to end at `endMs` (issue 43): every booking of the lease on a host (one
- * lease, one end; an instance reservation's shared rows too) ends there, blocked `cleaningMs` more;
- * those beginning at or after it go. Their key's window half changes (what they were made for
- * stays: bookedFor), so that a booking of the window first asked for is made again, never taken as
- * done (alreadyBooked).
+ * lease, one end; an instance reservation's shared rows too) ends there, blocked `cleaningMs` more,
+ * with the key `cutKey` gives it; those beginning at or after it go (cutPreemptibleBookings).
  * Answers whether any booking of the lease is left.
  */
-export async function cutPreemptibleHostBookings(client: PoolClient, leaseId: string, endMs: number, cleaningMs: number): Promise<boolean> {
-  await client.query(
-    `UPDATE host_allocations
-     SET during = tstzrange(lower(during), to_timestamp($2 / 1000.0)), blocks = tstzrange(lower(blocks), to_timestamp($2 / 1000.0) + $3 * interval '1 millisecond'),
-         booking_key = left(booking_key, 16) || left(md5(booking_key || ':cut:' || $2::text), 16)
-     WHERE lease_id = $1 AND preemptible AND upper(during) > to_timestamp($2 / 1000.0) AND lower(during) < to_timestamp($2 / 1000.0)`,
-    [leaseId, endMs, cleaningMs],
-  );
-  await client.query('DELETE FROM host_allocations WHERE lease_id = $1 AND preemptible AND lower(during) >= to_timestamp($2 / 1000.0)', [leaseId, endMs]);
+export async function cutPreemptibleHostBookings(client: PoolClient, leaseId: string, endMs: number, cleaningMs: number, cutKey: CutBookingKey): Promise<boolean> {
+  await cutPreemptibleBookings(client, 'host_allocations', leaseId, endMs, cleaningMs, cutKey);
   const { rows } = await client.query('SELECT 1 FROM host_allocations WHERE lease_id = $1 LIMIT 1', [leaseId]);
   return rows.length > 0;
 }
