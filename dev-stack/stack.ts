@@ -293,6 +293,13 @@ export function untilTimersFired(stack: TestStack, leaseId: string, timeoutMs = 
   return untilTimersFiredOf(stack, leaseWorkflowId(leaseId), timeoutMs);
 }
 
+/** When the lease's workflow scheduled one of the activities `names` (ms since the epoch), in order: e.g. its start's hand-over. */
+export async function activityScheduledTimes(stack: TestStack, leaseId: string, names: string[]): Promise<number[]> {
+  return (await leaseHistoryEvents(stack, leaseId))
+    .filter((e) => names.includes(e.activityTaskScheduledEventAttributes?.activityType?.name ?? ''))
+    .map((e) => Number(e.eventTime?.seconds ?? 0) * 1000 + Math.floor(Number(e.eventTime?.nanos ?? 0) / 1e6));
+}
+
 /** How many times the lease's workflow has scheduled the activity `name`. */
 export async function activityRuns(stack: TestStack, leaseId: string, name: string): Promise<number> {
   return (await leaseHistoryEvents(stack, leaseId)).filter((e) => e.activityTaskScheduledEventAttributes?.activityType?.name === name).length;

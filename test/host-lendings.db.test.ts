@@ -8,7 +8,7 @@ import { randomUUID } from 'node:crypto';
 import { DatabaseError } from 'pg';
 import { useMigratedTestDatabase } from '../dev-stack/db';
 import { borrowersOutsideLendings, doubleBookings, insertHost } from '../dev-stack/fixtures/hosts';
-import { deleteHostBookings, insertHostBooking, lenderRowsOf, type NewHostBooking } from '../src/db/host-allocations';
+import { deleteHostBookings, endLenderBookingsAt, insertHostBooking, lenderRowsOf, type NewHostBooking } from '../src/db/host-allocations';
 import { insertLendings, type HostLending } from '../src/db/host-lendings';
 import { inTransaction } from '../src/db/transaction';
 
@@ -19,6 +19,7 @@ describe('host lendings in PostgreSQL', () => {
   const database = useMigratedTestDatabase();
   let hostId: string;
   let lenderLease: string;
+  let lenderReservation: string;
   let lending: HostLending;
 
   /** A booking of the host from `from` to `to` hours after T0 (no lead, no cleaning unless said). */
@@ -39,6 +40,7 @@ describe('host lendings in PostgreSQL', () => {
     hostId = await insertHost(pool, { name: `lent-${randomUUID().slice(0, 8)}` });
     const lender = booking(0, 10);
     lenderLease = lender.leaseId;
+    lenderReservation = lender.reservationId;
     await insert(lender);
     // Lent from hour 2 to hour 8 of the lender's 0–10 window.
     [lending] = await inTransaction(pool, async (client) =>
@@ -100,6 +102,30 @@ describe('host lendings in PostgreSQL', () => {
     expect(await failure(lend(8, 11))).toEqual({ code: '23514', constraint: 'host_lendings_check' });
     expect(await failure(lend(7, 9))).toEqual({ code: '23P01', constraint: 'host_lendings_apart' });
     expect(await lend(8, 10)).toHaveLength(1);
+  });
+
+  it("ends a lender's rows at its end, but a lent one (begun or not) when its lendings end; drops an unlent one not begun", async () => {
+    const pool = database().pool;
+    const [unlent, notBegun] = [await insertHost(pool, { name: 'unlent' }), await insertHost(pool, { name: 'not-begun' })];
+    const ofLender = { reservationId: lenderReservation, leaseId: lenderLease };
+    await insert(booking(0, 10, { ...ofLender, hostId: unlent, cleaningMs: H / 2 }));
+    await insert(booking(5, 10, { ...ofLender, hostId: notBegun }));
+    const lateRow = booking(5, 10, { ...ofLender, hostId: await insertHost(pool, { name: 'lent-not-begun' }) });
+    await insert(lateRow);
+    await inTransaction(pool, async (client) =>
+      insertLendings(client, { lendingId: randomUUID(), reservationId: lenderReservation, leaseId: lenderLease, projectId: 'p', hosts: await lenderRowsOf(client, lenderReservation, [lateRow.hostId]), fromMs: T0 + 6 * H, untilMs: T0 + 9 * H }),
+    );
+    await inTransaction(pool, (client) => endLenderBookingsAt(client, lenderReservation, T0 + 4 * H, H / 2));
+    const { rows } = await pool.query<{ host_id: string; end_h: number; blocked_h: number }>(
+      `SELECT host_id::text, ((extract(epoch FROM upper(during)) * 1000 - $1) / $2)::float8 AS end_h, ((extract(epoch FROM upper(blocks)) * 1000 - $1) / $2)::float8 AS blocked_h
+       FROM host_allocations WHERE reservation_id = $3 ORDER BY host_id`,
+      [T0, H, lenderReservation],
+    );
+    expect(rows).toEqual([
+      { host_id: hostId, end_h: 8, blocked_h: 8.5 },
+      { host_id: unlent, end_h: 4, blocked_h: 4.5 },
+      { host_id: lateRow.hostId, end_h: 9, blocked_h: 9.5 },
+    ]);
   });
 
   it("drops the lendings with the lender's row and frees the borrowers' rows", async () => {

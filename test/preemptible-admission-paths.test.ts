@@ -139,6 +139,44 @@ describe('which bookings may preempt', () => {
     expect(reads.mock.calls[1][7]).toBe(true); // without preemptible bookings
   });
 
+  it('a host a regular booking took between the reads is not one to cut: the admission cuts where a preemptible row is locked, in one transaction', async () => {
+    const pool = database().pool;
+    await pool.query('TRUNCATE host_allocations, host_lendings, lease_preemptions');
+    await insertHost(pool, { name: 'second' });
+    const hostOf = async (leaseId: string) => (await pool.query<{ host_id: string }>('SELECT host_id::text FROM host_allocations WHERE lease_id = $1', [leaseId])).rows.map((r) => r.host_id);
+    // 'only' held by a regular lease, so the preemptible one goes to 'second'.
+    const leaving = context(false, T0, T0 + 4 * H);
+    await calendar.book(leaving);
+    const onSecond = context(true, T0, T0 + 4 * H);
+    await calendar.book(onSecond);
+    expect([await hostOf(leaving.leaseId), await hostOf(onSecond.leaseId)]).toEqual([['1'], ['2']]);
+    // Between the admission's reads: 'only' is freed before the read without preemptible bookings, and taken
+    // by another regular lease before the last read (after the preemptible rows were locked).
+    const arriving = context(false, T0 + H, T0 + 2 * H);
+    const read = calendar.snapshot.bind(calendar);
+    let step: 'first' | 'freed' | 'taken' = 'first';
+    jest.spyOn(calendar, 'snapshot').mockImplementation(async (...args) => {
+      if (step === 'first' && args[7] === true) {
+        step = 'freed';
+        await calendar.release(leaving.reservation.id, false);
+      } else if (step === 'freed') {
+        step = 'taken';
+        await calendar.book(arriving);
+      }
+      return read(...args);
+    });
+    const needing = context(false, T0 + H, T0 + 2 * H);
+    let attempts = 0;
+    await bookInTransaction(pool, (client) => {
+      attempts += 1;
+      return calendar.bookWithin(client, needing, { preempt: true });
+    }, { retryExclusion: true });
+    expect(step).toBe('taken');
+    expect([await hostOf(arriving.leaseId), await hostOf(needing.leaseId)]).toEqual([['1'], ['2']]);
+    expect(await endsOf(onSecond.leaseId)).toEqual([T0 + H]);
+    expect(attempts).toBe(1);
+  });
+
   it('a preemptible booking cut by a concurrent admission after the first snapshot saw it is free, not a refusal', async () => {
     const pool = database().pool;
     const firstSnapshot = calendar.snapshot.bind(calendar);

@@ -11,6 +11,7 @@ import { placePreempting, type PreemptibleSlotLease, type SlotCalendar } from '.
 import type { Reservation } from '../src/domain/lease';
 import type { ReservationContext } from '../src/domain/resource-plugin';
 import { syncCapacityProviders } from '../src/db/quantity-allocations';
+import { findLease, findPredecessors } from '../src/db/leases';
 import { HostCalendar } from '../src/resources/physical-host/calendar';
 import { physicalHostParams } from '../src/resources/physical-host/params';
 import { bookInTransaction } from '../src/resources/shared/booking';
@@ -21,7 +22,7 @@ import { virtualInstance, virtualInstancePlugin, virtualInstanceType } from '../
 import { OpenStackConfigError } from '../src/openstack';
 import { physicalHostPlugin } from '../src/resources/physical-host';
 import { formatRequestDate } from '../src/domain/dates';
-import { apiClient, eventually, inSeconds, useTestStack } from '../dev-stack/stack';
+import { activityScheduledTimes, apiClient, eventually, inSeconds, useTestStack } from '../dev-stack/stack';
 import { pendingReservation, reservationContext } from '../dev-stack/fixtures/builders';
 import { useMigratedTestDatabase } from '../dev-stack/db';
 import { doubleBookings, insertHost } from '../dev-stack/fixtures/hosts';
@@ -262,7 +263,7 @@ describe('preemptible instance leases through the API and the worker', () => {
 
   beforeAll(async () => {
     const { pool } = stack().db;
-    const names = ['api-run', 'api-gone', 'api-host', 'api-none'];
+    const names = ['api-run', 'api-gone', 'api-host', 'api-none', 'api-wait'];
     for (const name of names) await insertHost(pool, { name, capabilities: { pool: name } });
     await syncCapacityProviders(pool, COMPUTE_KIND, names.map((name) => ({ uuid: `uuid-${name}`, name, host: name, capacity: CAPACITY, traits: [] })));
   });
@@ -298,6 +299,31 @@ describe('preemptible instance leases through the API and the worker', () => {
     });
     expect(preempted).toMatchObject({ status: 'ACTIVE', status_reason: expect.stringMatching(/^preempted: host needed by another lease from /) });
     expect(JSON.stringify(preempted)).not.toContain('project-b');
+  });
+
+  it('a regular instance lease that cut a running preemptible one starts only once that lease has ended, and waits for no other slot lease on the host', async () => {
+    const lent = await asA('POST', '/v1/leases', { name: 'lent-wait', start_date: 'now', end_date: inSeconds(4 * 3600), reservations: [slotsIn('api-wait', { amount: 3, preemptible: true })] });
+    const beside = await asB('POST', '/v1/leases', { name: 'beside-wait', start_date: 'now', end_date: inSeconds(4 * 3600), reservations: [slotsIn('api-wait', { amount: 1 })] });
+    expect([lent.status, beside.status]).toEqual([201, 201]);
+    const leaseOfB = async (id: string) => (await asB('GET', `/v1/leases/${id}`)).body.lease;
+    const [lentId, besideId] = [lent.body.lease.id as string, beside.body.lease.id as string];
+    await eventually(async () => ((await leaseOf(lentId)).status === 'ACTIVE' && (await leaseOfB(besideId)).status === 'ACTIVE' ? true : undefined));
+    // Sooner than the warning: the cut and the start come together, and only the wait orders them.
+    const needing = await asB('POST', '/v1/leases', { name: 'regular-wait', start_date: inSeconds(3), end_date: inSeconds(3600), reservations: [slotsIn('api-wait', { amount: 2 })] });
+    expect([needing.status, needing.body.error_message]).toEqual([201, undefined]);
+    const needingId = needing.body.lease.id as string;
+    const keysOf = async (id: string) => (await stack().db.pool.query<{ resource_keys: string[] }>('SELECT resource_keys FROM leases WHERE id = $1', [id])).rows[0].resource_keys;
+    expect(await keysOf(needingId)).toEqual([`preemptible-lease:${lentId}`]);
+    expect(await keysOf(besideId)).toEqual([]);
+    expect(await findPredecessors(stack().db.pool, { leaseId: needingId, keys: await keysOf(needingId), startMs: Date.now() + H })).toEqual([lentId]);
+    await eventually(async () => ((await leaseOfB(needingId)).status === 'ACTIVE' ? true : undefined), 30_000);
+    const event = async (id: string, type: string) => (await findLease(stack().db.pool, id))!.events.find((e) => e.event_type === type)!;
+    const lentEnd = await event(lentId, 'end_lease');
+    expect(lentEnd.status).toBe('DONE');
+    const handedOverMs = await activityScheduledTimes(stack(), needingId, ['startReservation', 'startReservationStep']);
+    expect(handedOverMs.length).toBeGreaterThan(0);
+    expect(handedOverMs[0]).toBeGreaterThanOrEqual(lentEnd.finishedAt!);
+    expect((await leaseOfB(besideId)).status).toBe('ACTIVE');
   });
 
   it('ends at once a preemptible instance lease not started whose whole window a regular lease takes, a host lease too', async () => {

@@ -14,7 +14,7 @@ import { CUT_END_JOIN } from './lease-preemptions';
 import { maintenanceBlocks, UNUSABLE_BOOKING_SQL } from './maintenance';
 import { anyOpenLending, type LenderRow } from './host-lendings';
 import type { Pool } from './pool';
-import { BOOKING_LEASE_COLUMNS, HELD_BOOKING_JOIN, WINDOW_PARAMS_RANGE, wholeResourceBookings, type BookingLeaseColumns, type NewRangeBooking } from './range-bookings';
+import { BOOKING_LEASE_COLUMNS, cutPreemptibleBookings, HELD_BOOKING_JOIN, WINDOW_PARAMS_RANGE, wholeResourceBookings, type BookingLeaseColumns, type CutBookingKey, type NewRangeBooking } from './range-bookings';
 
 type Queryable = Pool | PoolClient;
 
@@ -191,6 +191,9 @@ export async function borrowersOfLendings(db: Queryable, lendingRowIds: string[]
   return rows;
 }
 
+/** When a lender's row (as `a`) must keep its host: until its lendings end (null: never lent). */
+const LENT_UNTIL = '(SELECT max(upper(g.during)) FROM host_lendings g WHERE g.allocation_id = a.id)';
+
 /**
  * A lender's booking ended at `atMs` (its end, early end or deletion): as endReservationBookingsAt,
  * except that a row whose host is lent keeps it until its lendings end (a borrower cannot be set free
@@ -198,19 +201,7 @@ export async function borrowersOfLendings(db: Queryable, lendingRowIds: string[]
  * borrowers are out).
  */
 export async function endLenderBookingsAt(client: PoolClient, reservationId: string, atMs: number, cleaningMs: number): Promise<void> {
-  await client.query(
-    `UPDATE host_allocations a
-     SET during = tstzrange(lower(a.during), x.ends), blocks = tstzrange(lower(a.blocks), CASE WHEN upper_inf(a.blocks) THEN NULL ELSE x.ends + $3 * interval '1 millisecond' END)
-     FROM (SELECT o.id, GREATEST(to_timestamp($2 / 1000.0), max(upper(g.during))) AS ends
-           FROM host_allocations o LEFT JOIN host_lendings g ON g.allocation_id = o.id WHERE o.reservation_id = $1 GROUP BY o.id) x
-     WHERE a.id = x.id AND upper(a.during) > x.ends AND lower(a.during) < x.ends`,
-    [reservationId, atMs, cleaningMs],
-  );
-  await client.query(
-    `DELETE FROM host_allocations a USING host_allocations o LEFT JOIN host_lendings g ON g.allocation_id = o.id
-     WHERE a.id = o.id AND o.reservation_id = $1 AND lower(o.during) >= to_timestamp($2 / 1000.0) AND g.id IS NULL`,
-    [reservationId, atMs],
-  );
+  await hostBookings.endReservationAt(client, reservationId, atMs, cleaningMs, LENT_UNTIL);
 }
 
 /** Per lease, the latest end of its lendings (returned ones too: their range still lies in the lender's window), by reservation. */
@@ -257,21 +248,12 @@ export async function preemptibleBookingsOverlapping(
 
 /**
  * A preemptible lease cut to end at `endMs` (issue 43): every booking of the lease on a host (one
- * lease, one end; an instance reservation's shared rows too) ends there, blocked `cleaningMs` more;
- * those beginning at or after it go. Their key's window half changes (what they were made for
- * stays: bookedFor), so that a booking of the window first asked for is made again, never taken as
- * done (alreadyBooked).
+ * lease, one end; an instance reservation's shared rows too) ends there, blocked `cleaningMs` more,
+ * with the key `cutKey` gives it; those beginning at or after it go (cutPreemptibleBookings).
  * Answers whether any booking of the lease is left.
  */
-export async function cutPreemptibleHostBookings(client: PoolClient, leaseId: string, endMs: number, cleaningMs: number): Promise<boolean> {
-  await client.query(
-    `UPDATE host_allocations
-     SET during = tstzrange(lower(during), to_timestamp($2 / 1000.0)), blocks = tstzrange(lower(blocks), to_timestamp($2 / 1000.0) + $3 * interval '1 millisecond'),
-         booking_key = left(booking_key, 16) || left(md5(booking_key || ':cut:' || $2::text), 16)
-     WHERE lease_id = $1 AND preemptible AND upper(during) > to_timestamp($2 / 1000.0) AND lower(during) < to_timestamp($2 / 1000.0)`,
-    [leaseId, endMs, cleaningMs],
-  );
-  await client.query('DELETE FROM host_allocations WHERE lease_id = $1 AND preemptible AND lower(during) >= to_timestamp($2 / 1000.0)', [leaseId, endMs]);
+export async function cutPreemptibleHostBookings(client: PoolClient, leaseId: string, endMs: number, cleaningMs: number, cutKey: CutBookingKey): Promise<boolean> {
+  await cutPreemptibleBookings(client, 'host_allocations', leaseId, endMs, cleaningMs, cutKey);
   const { rows } = await client.query('SELECT 1 FROM host_allocations WHERE lease_id = $1 LIMIT 1', [leaseId]);
   return rows.length > 0;
 }

@@ -9,7 +9,7 @@ import type { PoolClient } from 'pg';
 import type { Amounts } from '../domain/quantity-calendar';
 import { PROVIDER_ON_ENROLLED_HOST_SQL, PROVIDER_ON_FAILED_ENROLLED_HOST_SQL } from './hosts';
 import type { Pool } from './pool';
-import { BOOKING_LEASE_COLUMNS, HELD_BOOKING_JOIN, endReservationBookingsAt, WINDOW_PARAMS_RANGE, type BookingLeaseColumns } from './range-bookings';
+import { BOOKING_LEASE_COLUMNS, cutPreemptibleBookings, HELD_BOOKING_JOIN, endReservationBookingsAt, WINDOW_PARAMS_RANGE, type BookingLeaseColumns, type CutBookingKey } from './range-bookings';
 import { inTransaction } from './transaction';
 
 type Queryable = Pool | PoolClient;
@@ -240,18 +240,12 @@ export async function preemptibleSlotsOnProviders(db: Queryable, window: { provi
 }
 
 /**
- * A preemptible lease cut to end at `endMs` (issue 43): its slots end there; those beginning at or
- * after it go. Their key's window half changes, as the host rows' do (cutPreemptibleHostBookings),
- * so that a booking of the window first asked for is made again, never taken as done.
+ * A preemptible lease cut to end at `endMs` (issue 43): its slots end there (no cleaning gap), with
+ * the key `cutKey` gives them, as the host rows' (cutPreemptibleHostBookings); those beginning at or
+ * after it go.
  */
-export async function cutPreemptibleQuantityBookings(client: PoolClient, leaseId: string, endMs: number): Promise<void> {
-  await client.query(
-    `UPDATE quantity_allocations SET during = tstzrange(lower(during), to_timestamp($2 / 1000.0)), blocks = tstzrange(lower(blocks), to_timestamp($2 / 1000.0)),
-            booking_key = left(booking_key, 16) || left(md5(booking_key || ':cut:' || $2::text), 16)
-     WHERE lease_id = $1 AND preemptible AND upper(during) > to_timestamp($2 / 1000.0) AND lower(during) < to_timestamp($2 / 1000.0)`,
-    [leaseId, endMs],
-  );
-  await client.query('DELETE FROM quantity_allocations WHERE lease_id = $1 AND preemptible AND lower(during) >= to_timestamp($2 / 1000.0)', [leaseId, endMs]);
+export async function cutPreemptibleQuantityBookings(client: PoolClient, leaseId: string, endMs: number, cutKey: CutBookingKey): Promise<void> {
+  await cutPreemptibleBookings(client, 'quantity_allocations', leaseId, endMs, 0, cutKey);
 }
 
 export async function moveBookingToProvider(client: PoolClient, reservationId: string, providerUuid: string): Promise<void> {

@@ -38,17 +38,59 @@ export const WINDOW_PARAMS_RANGE = `tstzrange(to_timestamp($1 / 1000.0), to_time
 
 /**
  * Ends the reservation's booking at `atMs` (blocked `cleaningMs` more; a booking blocked for good
- * stays so); a booking that had not begun by then is dropped whole.
+ * stays so); a booking that had not begun by then is dropped whole. `keptUntil` (SQL over the row
+ * as `a`, from the store's constants; null for a row with nothing to keep): a row ends no sooner,
+ * and one not begun is dropped only when it is null (a lender's row keeps its lent host until its
+ * lendings end, issue 43).
  */
-export async function endReservationBookingsAt(db: Queryable, table: string, reservationId: string, atMs: number, cleaningMs = 0): Promise<void> {
+export async function endReservationBookingsAt(db: Queryable, table: string, reservationId: string, atMs: number, cleaningMs = 0, keptUntil?: string): Promise<void> {
+  const at = 'to_timestamp($2 / 1000.0)';
+  // GREATEST skips a null: a row with nothing to keep ends at `atMs`.
+  const ends = keptUntil === undefined ? at : `GREATEST(${at}, ${keptUntil})`;
   await db.query(
-    `UPDATE ${table}
-     SET during = tstzrange(lower(during), to_timestamp($2 / 1000.0)),
-         blocks = tstzrange(lower(blocks), CASE WHEN upper_inf(blocks) THEN NULL ELSE to_timestamp($2 / 1000.0) + $3 * interval '1 millisecond' END)
-     WHERE reservation_id = $1 AND upper(during) > to_timestamp($2 / 1000.0) AND lower(during) < to_timestamp($2 / 1000.0)`,
+    `UPDATE ${table} a
+     SET during = tstzrange(lower(a.during), ${ends}),
+         blocks = tstzrange(lower(a.blocks), CASE WHEN upper_inf(a.blocks) THEN NULL ELSE ${ends} + $3 * interval '1 millisecond' END)
+     WHERE a.reservation_id = $1 AND upper(a.during) > ${ends} AND lower(a.during) < ${ends}`,
     [reservationId, atMs, cleaningMs],
   );
-  await db.query(`DELETE FROM ${table} WHERE reservation_id = $1 AND lower(during) >= to_timestamp($2 / 1000.0)`, [reservationId, atMs]);
+  await db.query(`DELETE FROM ${table} a WHERE a.reservation_id = $1 AND lower(a.during) >= ${at}${keptUntil === undefined ? '' : ` AND ${keptUntil} IS NULL`}`, [reservationId, atMs]);
+}
+
+/** A booking a preemption cuts short, as the key it gets is made from: its row, its key, and its window's start and lead. */
+export interface CutBooking {
+  id: string;
+  bookingKey: string;
+  startMs: number;
+  leadMs: number;
+}
+
+/** The key of a booking cut to end at `endMs` (the calendars' one form of a moved key: src/resources/shared/booking.ts, movedBookingKey). */
+export type CutBookingKey = (booking: CutBooking, endMs: number) => string;
+
+/**
+ * A preemptible lease's rows in `table` cut to end at `endMs` (issue 43): those running across it end
+ * there, blocked `cleaningMs` more, each with the key `cutKey` gives it (what it was made for stays:
+ * a booking of the window first asked for is made again, never taken as done); those beginning at
+ * or after it go.
+ */
+export async function cutPreemptibleBookings(client: PoolClient, table: string, leaseId: string, endMs: number, cleaningMs: number, cutKey: CutBookingKey): Promise<void> {
+  const { rows } = await client.query<CutBooking>(
+    `SELECT id::text, booking_key AS "bookingKey", (extract(epoch FROM lower(during)) * 1000)::float8 AS "startMs",
+            (extract(epoch FROM lower(during) - lower(blocks)) * 1000)::float8 AS "leadMs"
+     FROM ${table} WHERE lease_id = $1 AND preemptible AND upper(during) > to_timestamp($2 / 1000.0) AND lower(during) < to_timestamp($2 / 1000.0)
+     ORDER BY id FOR UPDATE`,
+    [leaseId, endMs],
+  );
+  if (rows.length > 0) {
+    await client.query(
+      `UPDATE ${table} a
+       SET during = tstzrange(lower(a.during), to_timestamp($2 / 1000.0)), blocks = tstzrange(lower(a.blocks), to_timestamp($2 / 1000.0) + $3 * interval '1 millisecond'), booking_key = k.key
+       FROM unnest($1::bigint[], $4::text[]) AS k(id, key) WHERE a.id = k.id`,
+      [rows.map((r) => r.id), endMs, cleaningMs, rows.map((r) => cutKey(r, endMs))],
+    );
+  }
+  await client.query(`DELETE FROM ${table} WHERE lease_id = $1 AND preemptible AND lower(during) >= to_timestamp($2 / 1000.0)`, [leaseId, endMs]);
 }
 
 /** A booking table of whole resources (one row per resource of a reservation), as its store describes it. */
@@ -153,8 +195,8 @@ export function wholeResourceBookings(t: WholeResourceTable) {
       await db.query(`DELETE FROM ${t.table} WHERE reservation_id = $1`, [reservationId]);
     },
 
-    /** Ends every row of the reservation at `atMs` (endReservationBookingsAt). */
-    endReservationAt: (db: Queryable, reservationId: string, atMs: number, cleaningMs = 0) => endReservationBookingsAt(db, t.table, reservationId, atMs, cleaningMs),
+    /** Ends every row of the reservation at `atMs`, or kept until `keptUntil` (endReservationBookingsAt). */
+    endReservationAt: (db: Queryable, reservationId: string, atMs: number, cleaningMs = 0, keptUntil?: string) => endReservationBookingsAt(db, t.table, reservationId, atMs, cleaningMs, keptUntil),
   };
 }
 

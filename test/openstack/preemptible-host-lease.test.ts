@@ -12,7 +12,7 @@ import { parseRequestDate } from '../../src/domain/dates';
 import { snapshotName } from '../../src/resources/shared/server-snapshots';
 import { blazarHostReservation } from '../../dev-stack/fixtures/builders';
 import { enrolHost } from '../../dev-stack/fixtures/hosts';
-import { apiClient, deleteAllLeases, eventually, inSeconds, leaseHistoryEvents } from '../../dev-stack/stack';
+import { activityScheduledTimes, apiClient, deleteAllLeases, eventually, inSeconds } from '../../dev-stack/stack';
 import { FaultProxy } from '../support/fault-proxy';
 import { startWebhookReceiver, type WebhookReceiver } from '../support/notice-receiver';
 import { bootServer, deleteServers, hostLeaseStack, rigClients, rigCredentials, rigEnv, uniqueName, type RigCloud } from './support';
@@ -140,9 +140,7 @@ describe('a preemptible host lease preempted in Nova', () => {
     expect((await admin.nova.listAggregates()).find((a) => a.name === aggregate)?.hosts).toEqual([HOST]);
     const lentEnd = (await findLease(stack().db.pool, lentId))!.events.find((e) => e.event_type === 'end_lease')!;
     const needingStart = (await findLease(stack().db.pool, needingId))!.events.find((e) => e.event_type === 'start_lease')!;
-    const handedOverMs = (await leaseHistoryEvents(stack(), needingId))
-      .filter((e) => e.activityTaskScheduledEventAttributes?.activityType?.name === 'startReservation')
-      .map((e) => Number(e.eventTime?.seconds ?? 0) * 1000 + Math.floor(Number(e.eventTime?.nanos ?? 0) / 1e6));
+    const handedOverMs = await activityScheduledTimes(stack(), needingId, ['startReservation']);
     expect(handedOverMs).toHaveLength(1);
     expect(handedOverMs[0]).toBeGreaterThanOrEqual(lentEnd.finishedAt!);
     const startLagMs = needingStart.startedAt! - neededFromMs;

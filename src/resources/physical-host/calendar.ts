@@ -403,7 +403,10 @@ export class HostCalendar extends WholeResourceCalendar<HostRecord, BookedHost[]
     // What blocked the first snapshot was cut or freed meanwhile: booked as if nothing were preemptible.
     const plain = assignHosts(requests, free, await order(calendar));
     if (plain) return { assignment: plain, preemptedLeases: [], cutAtMs, neededFromMs };
-    const held = candidates.filter((id) => !free.has(id));
+    // Taken by cutting: a host blocked only by a preemptible row locked above. One a regular booking
+    // committed on between the reads stays taken (choosing it would fail the insert and run the transaction again).
+    const lockedOn = new Set(preempting.map((row) => row.host_id));
+    const held = candidates.filter((id) => !free.has(id) && lockedOn.has(id));
     const preempted = preempting.filter((row) => held.includes(row.host_id));
     // A lease that would lose a booking it already runs on keeps it: its servers must stay where its end cleans them.
     // A lease never cuts itself (a preemptible reservation of it booked earlier in this transaction).
