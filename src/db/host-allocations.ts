@@ -12,7 +12,7 @@ import type { PoolClient } from 'pg';
 import type { Lease } from '../domain/lease';
 import { CUT_END_JOIN } from './lease-preemptions';
 import { maintenanceBlocks, UNUSABLE_BOOKING_SQL } from './maintenance';
-import { anyOpenLending, type LenderRow } from './host-lendings';
+import { anyOpenLending, LENDER_ROW_LENT_UNTIL, type LenderRow } from './host-lendings';
 import type { Pool } from './pool';
 import { BOOKING_LEASE_COLUMNS, cutPreemptibleBookings, HELD_BOOKING_JOIN, WINDOW_PARAMS_RANGE, wholeResourceBookings, type BookingLeaseColumns, type CutBookingKey, type NewRangeBooking } from './range-bookings';
 
@@ -191,9 +191,6 @@ export async function borrowersOfLendings(db: Queryable, lendingRowIds: string[]
   return rows;
 }
 
-/** When a lender's row (as `a`) must keep its host: until its lendings end (null: never lent). */
-const LENT_UNTIL = '(SELECT max(upper(g.during)) FROM host_lendings g WHERE g.allocation_id = a.id)';
-
 /**
  * A lender's booking ended at `atMs` (its end, early end or deletion): as endReservationBookingsAt,
  * except that a row whose host is lent keeps it until its lendings end (a borrower cannot be set free
@@ -201,7 +198,7 @@ const LENT_UNTIL = '(SELECT max(upper(g.during)) FROM host_lendings g WHERE g.al
  * borrowers are out).
  */
 export async function endLenderBookingsAt(client: PoolClient, reservationId: string, atMs: number, cleaningMs: number): Promise<void> {
-  await hostBookings.endReservationAt(client, reservationId, atMs, cleaningMs, LENT_UNTIL);
+  await hostBookings.endReservationAt(client, reservationId, atMs, cleaningMs, LENDER_ROW_LENT_UNTIL);
 }
 
 /** Per lease, the latest end of its lendings (returned ones too: their range still lies in the lender's window), by reservation. */

@@ -34,6 +34,9 @@ export interface HostLending {
   returned_ms: number | null;
 }
 
+/** SQL over a lender's host_allocations row (as `a`): until when it must keep its host, its lendings' latest end (null: never lent). */
+export const LENDER_ROW_LENT_UNTIL = '(SELECT max(upper(g.during)) FROM host_lendings g WHERE g.allocation_id = a.id)';
+
 const LENDING_COLUMNS = `g.id::text, g.lending_id::text, g.host_id::text, g.allocation_id::text, g.reservation_id::text, g.lease_id::text, g.project_id,
   (extract(epoch FROM lower(g.during)) * 1000)::float8 AS start_ms, (extract(epoch FROM upper(g.during)) * 1000)::float8 AS end_ms,
   g.during::text AS during,
