@@ -501,9 +501,10 @@ function toConfig(env: z.infer<typeof envSchema>) {
     outbox: { sweepMs: env.LK_OUTBOX_SWEEP_MS, graceMs: env.LK_OUTBOX_GRACE_MS, preemptionWarningMs: env.LK_PREEMPT_WARNING_MINUTES * 60_000 },
     /**
      * Preemptible leases: a regular lease's start waits at most this long for a preempted lease's end
-     * on its hosts; a preemptible hour is charged this much of a regular one.
+     * on its hosts; a preemptible hour is charged this much of a regular one; a lending's reclaim
+     * (issue 43) gives its borrowers the warning, as a preemption does.
      */
-    preemption: { evictionMs: env.LK_PREEMPT_EVICTION_SECONDS * 1_000, chargeFactor: env.LK_PREEMPTIBLE_CHARGE_FACTOR },
+    preemption: { evictionMs: env.LK_PREEMPT_EVICTION_SECONDS * 1_000, chargeFactor: env.LK_PREEMPTIBLE_CHARGE_FACTOR, warningMs: env.LK_PREEMPT_WARNING_MINUTES * 60_000 },
     database: {
       url: env.DATABASE_URL ?? `postgres://leasekeeper@127.0.0.1:${env.LK_PG_PORT}/leasekeeper`,
       external: env.DATABASE_URL !== undefined,

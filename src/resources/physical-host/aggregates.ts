@@ -93,6 +93,25 @@ export async function moveHostsIntoLease(nova: NovaClient, move: HostMove): Prom
 }
 
 /**
+ * Lending (issue 43), one host: the fence first — into the free pool, then out of the lease's
+ * aggregate (never in no aggregate; the pool has no `blazar_` zone, so Nova takes both), so that no
+ * new server of the lessee lands there — then the check: any server Nova lists on it (BUILD
+ * included: one scheduled before the fence) puts it back into the lease's aggregate, not idle.
+ */
+export async function lendHostOut(nova: NovaClient, move: HostMove, host: string): Promise<'idle' | 'busy'> {
+  const aggregate = await findLeaseAggregate(nova, move.reservationId);
+  const pool = await findAggregate(nova, move.freepool);
+  if (!pool) throw new Error(`the reservable pool aggregate ${move.freepool} is missing`);
+  await addHost(nova, pool, host);
+  await removeHost(nova, aggregate, host);
+  move.progress({ fenced: host });
+  const servers = (await nova.listServers({ all_tenants: true, host })).filter((s) => s.status !== 'DELETED' && s.status !== 'SOFT_DELETED');
+  if (servers.length === 0) return 'idle';
+  await moveHostsIntoLease(nova, { ...move, hosts: [host] });
+  return 'busy';
+}
+
+/**
  * The hosts of `move` no longer in the lease's aggregate: another lease's start took them
  * (moveHostsIntoLease), or a retried end already returned them. When the aggregate is gone: all of
  * them (`ifGone: 'all'`), or none (`'none'`: hosts recycling in a shared aggregate of old are still the lease's).
