@@ -56,6 +56,10 @@ export const isOpenLending = (lending: ReservationLending): boolean => lending.s
 /** When an open lending's hosts are due back: its reclaim's return, else its end. */
 export const lendingDueMs = (lending: ReservationLending): number => (lending.state === 'reclaiming' && lending.returnsAtMs !== undefined ? lending.returnsAtMs : lending.untilMs);
 
+/** At the lease's end: its lendings closed (the end's release took every lent host back). */
+export const withLendingsReturned = <R extends Pick<Reservation, 'lendings'>>(reservation: R): R =>
+  reservation.lendings?.some(isOpenLending) ? { ...reservation, lendings: reservation.lendings.map((g) => (isOpenLending(g) ? { ...g, state: 'returned' as const } : g)) } : reservation;
+
 /** The hosts a reservation lends now and a reclaim may take (not being reclaimed already). */
 export const lentHostIds = (reservation: Pick<Reservation, 'lendings'>): string[] => (reservation.lendings ?? []).filter((g) => g.state === 'lent').flatMap((g) => g.hostIds);
 

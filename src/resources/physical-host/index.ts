@@ -10,7 +10,7 @@ import {
   deleteServersOnHosts,
   hostsOutOfLease,
   leaseAggregateFor,
-  lendHostOut,
+  lendHostsOut,
   moveHostsIntoLease,
   recycleHosts,
   releaseHosts,
@@ -230,7 +230,7 @@ export function physicalHostPlugin(deps: PhysicalHostDeps): ResourcePlugin<Physi
 
   /**
    * Lending (issue 43): the reservation's usable hosts in its aggregate (not lent, not failed), by
-   * id, until `count` are idle. In the cloud each is fenced and checked (lendHostOut): one running a
+   * id, until `count` are idle. In the cloud each is fenced and checked (lendHostsOut): one running a
    * server goes back; fewer idle than asked puts back all fenced (409 with `idle`). Calendar-only:
    * no servers to run, every such host is idle. Then the lendings, in the calendar.
    */
@@ -245,12 +245,9 @@ export function physicalHostPlugin(deps: PhysicalHostDeps): ResourcePlugin<Physi
     const unusable = await unusableHostsOf(deps.pool, { reservationId: ctx.reservation.id });
     const candidates = (await computeHostsOfReservation(deps.pool, ctx.reservation.id, { inLeaseAggregate: true })).filter((h) => !unusable.has(h.id)).sort((a, b) => Number(a.id) - Number(b.id));
     const nova = deps.cloud === 'calendar-only' ? undefined : deps.cloud().nova;
-    const fenced: Array<{ id: string; host: string }> = [];
     const hostMove = await move(ctx);
-    for (const candidate of candidates) {
-      if (fenced.length === request.count) break;
-      if (!nova || (await lendHostOut(nova, hostMove, candidate.host)) === 'idle') fenced.push(candidate);
-    }
+    const idle = nova ? new Set(await lendHostsOut(nova, hostMove, candidates.map((h) => h.host), request.count)) : undefined;
+    const fenced = candidates.filter((h) => !idle || idle.has(h.host)).slice(0, request.count);
     const putBack = async () => {
       if (nova && fenced.length > 0) await moveHostsIntoLease(nova, { ...hostMove, hosts: fenced.map((h) => h.host) });
     };
