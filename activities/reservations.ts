@@ -147,6 +147,14 @@ export function reservationActivities({ plugins, notices, pool, preemptionWarnin
       const free = await run(ctx, async (plugin, hookCtx) => (plugin.lentHostsFree ? plugin.lentHostsFree(hookCtx, hostIds) : true));
       if (!free) throw ApplicationFailure.retryable(`borrowers still run on lent hosts ${hostIds.join(', ')}`, 'LentHostsInUse');
     },
+    /**
+     * How many of the reservation's hosts could be lent now (the idle check's suggestion); 0 when less
+     * than twice the preemption warning is left (a lending must outlast it), or its type cannot lend.
+     */
+    idleHostsOf: async (ctx: ReservationContext): Promise<number> => {
+      if (ctx.endMs - Date.now() < 2 * (preemptionWarningMs ?? DEFAULT_WARNING_MS)) return 0;
+      return run(ctx, async (plugin, hookCtx) => (plugin.idleHosts ? plugin.idleHosts(hookCtx) : 0));
+    },
     /** The lent hosts back into the reservation, their lendings returned. */
     returnLentHosts: ({ hostIds, ...ctx }: ReservationContext & { hostIds: string[] }): Promise<void> =>
       run(ctx, async (plugin, hookCtx) => void (await plugin.returnLentHosts?.(hookCtx, hostIds))),

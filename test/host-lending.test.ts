@@ -10,7 +10,7 @@ import { physicalHostPlugin } from '../src/resources/physical-host';
 import { blazarHostReservation } from '../dev-stack/fixtures/builders';
 import { borrowersOutsideLendings, doubleBookings, insertHost } from '../dev-stack/fixtures/hosts';
 import { startWebhookReceiver, type Delivery, type WebhookReceiver } from './support/notice-receiver';
-import { apiClient, eventually, inSeconds, useTestStack, type ApiCall } from '../dev-stack/stack';
+import { activityRuns, apiClient, eventually, inSeconds, useTestStack, type ApiCall } from '../dev-stack/stack';
 
 /** A lease as the API shows it. */
 type LeaseJson = ApiCall['body'];
@@ -193,5 +193,38 @@ describe('lending a lease\'s idle hosts', () => {
     expect(await asA('POST', `/v1/leases/${regular.id}/reclaim`, {})).toEqual(bad(409, `Reservation ${regular.reservations[0].id} lends no host now: nothing to reclaim.`));
     expect(await asA('POST', `/v1/leases/${regular.id}/reclaim`, { needed_at: inSeconds(-3600) })).toEqual(bad(400, 'needed_at: must not be in the past'));
     expect(await asA('POST', `/v1/leases/${regular.id}/lend`, { count: 2, until: inSeconds(1500) })).toMatchObject({ status: 409, body: { idle: 1 } });
+  });
+});
+
+describe('suggesting a lease lend its idle hosts', () => {
+  let receiver: WebhookReceiver;
+  beforeAll(async () => {
+    receiver = await startWebhookReceiver({ path: '/hook' });
+  });
+  afterAll(async () => {
+    await receiver.close();
+  });
+  const stack = useTestStack(() => ({
+    // Idle checks every second (a quarter of the 3.6 s warning, at least 1 s); a lending must outlast twice the 1 min warning.
+    env: { LK_IDLE_LEASE_WARN_HOURS: '0.001', LK_NOTIFY_URL: receiver.url, LK_WEBHOOK_ALLOW_PRIVATE: 'true', LK_NOTIFY_BEFORE_END: 'none', LK_PREEMPT_WARNING_MINUTES: '1' },
+    withPool: (pool) => [physicalHostPlugin({ pool, settings: { cleaningMs: 0, randomChoice: false }, cloud: 'calendar-only' })],
+  }));
+  const api = apiClient(() => stack().url, { 'x-project-id': 'project-idle', 'x-user-id': 'ida', 'x-roles': 'member' });
+
+  it('tells an active lease whose hosts sit idle that it could lend them, once, and lends nothing', async () => {
+    await insertHost(stack().db.pool, { name: 'idle-1', capabilities: { pool: 'idle' } });
+    const made = await api('POST', '/v1/leases', { name: 'idle-lender', start_date: 'now', end_date: inSeconds(3600), reservations: [blazarHostReservation({ resource_properties: JSON.stringify(['==', '$pool', 'idle']) })] });
+    expect(made.status).toBe(201);
+    const id = made.body.lease.id as string;
+    const suggestions = () => receiver.received.filter((d: Delivery) => d.body.event_type === 'lease.lend_suggested' && d.body.payload.lease_id === id);
+    const suggested = await eventually(() => Promise.resolve(suggestions()[0]));
+    expect(suggested.body.payload).toMatchObject({ reservation_id: made.body.lease.reservations[0].id, idle_hosts: 1, idle_since: expect.any(String), lend: `POST /v1/leases/${id}/lend` });
+    // Three more looks at the idle hosts after it: no second suggestion, nothing lent.
+    const looks = () => activityRuns(stack(), id, 'idleHostsOf');
+    const seen = await looks();
+    await eventually(async () => ((await looks()) >= seen + 3 ? true : undefined));
+    expect(suggestions()).toHaveLength(1);
+    expect((await api('GET', `/v1/leases/${id}`)).body.lease.reservations[0].lendings).toBeUndefined();
+    expect((await stack().db.pool.query('SELECT 1 FROM host_lendings WHERE lease_id = $1', [id])).rows).toEqual([]);
   });
 });

@@ -184,16 +184,17 @@ export const LEASE_PREEMPTION = {
 /**
  * Lending (issue 43): the owner of an active host lease lends idle hosts to preemptible leases and
  * reclaims them (the lend and reclaim updates, workflows/lease/lend.ts); the active loop takes lent
- * hosts back when their lending ends or their reclaim's return comes (a `lendingReturn` event).
- * Marked at the top of both handlers and where the active loop adds the event, which only a lease
- * that lent reaches.
+ * hosts back when their lending ends or their reclaim's return comes (a `lendingReturn` event); the
+ * idle check of a lease that could lend looks at its idle hosts (`lease.lend_suggested`). Marked at
+ * the top of both handlers, where the active loop adds the event (only a lease that lent reaches
+ * it), and in the idle check before the new look (only a host lease with an idle warning set).
  */
 export const LEASE_LENDING = {
   id: 'lease-lending',
   workflowType: leaseWorkflowType,
   introduced: '2026-11-27',
-  oldBranch: 'no lending event in the active loop (no lease lent: none got the lend update)',
-  oldHistories: 'every history recorded before 2026-11-27 (none has a lending: they replay without the event)',
+  oldBranch: 'no lending event in the active loop (no lease lent: none got the lend update); idle checks asked only whether the lease was in use',
+  oldHistories: 'every history recorded before 2026-11-27 (none has a lending; those with idle checks replay without the idle-hosts look)',
   note: 'retired by the common path (RETIREMENT) once no lease active before the release still runs',
 } as const satisfies WorkflowPatch;
 

@@ -104,6 +104,9 @@ export interface Lease {
   idleSince?: number;
   idleCheckedMs?: number;
   idleWarned?: boolean;
+  /** Lending (issue 43): since when some host of it has been idle and lendable, and when lending was last suggested. */
+  lendableSince?: number;
+  lendSuggestedMs?: number;
   /** The series this lease is an occurrence of (a recurring lease: POST /v1/leases with `recurrence`). */
   seriesId?: string;
   /** Approval asked (PENDING_APPROVAL) and, once given, the answer. */

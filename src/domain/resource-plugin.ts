@@ -360,6 +360,8 @@ export interface ResourcePlugin<P = Record<string, unknown>> extends ResourceTyp
   lend?(ctx: HookContext<P>, request: LendHostsRequest): Promise<LentHosts>;
   /** Takes lent hosts back (see ReclaimHostsRequest); the leases cut are owed the news, and named for the caller to tell. */
   reclaim?(ctx: HookContext<P>, request: ReclaimHostsRequest): Promise<ReclaimedHosts>;
+  /** How many hosts could be lent now (usable, not lent, running no server): the idle check's suggestion. */
+  idleHosts?(ctx: HookContext<P>): Promise<number>;
   /** Whether no borrower lease runs on these lent hosts any more (its end done): they can come back. */
   lentHostsFree?(ctx: HookContext<P>, hostIds: string[]): Promise<boolean>;
   /** The lent hosts come back into the reservation (in the cloud: its aggregate), their lendings returned. */

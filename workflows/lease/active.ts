@@ -11,7 +11,7 @@ import { announce } from './announce';
 import { changeAnswer, changeDeadline, settleChange, waitingChange } from './change-approval';
 import { endLease } from './end';
 import { failureMessage } from './failures';
-import { nextLendingReturn, returnLent } from './lend';
+import { nextLendingReturn, returnLent, suggestLending } from './lend';
 import { transition } from './record';
 import type { LeaseState } from './state';
 import { sleepUntil } from './waiting';
@@ -118,6 +118,7 @@ async function checkIdle(s: LeaseState): Promise<void> {
       log.warn('could not tell whether the lease is in use', { leaseId: s.lease.id, error: failureMessage(err) });
       seen = [true];
     }
+    await suggestLending(s);
     const now = Date.now();
     const idle = seen.some((v) => v === false) && !seen.some((v) => v === true);
     s.lease = idle ? { ...s.lease, idleSince: s.lease.idleSince ?? now, idleCheckedMs: now } : { ...s.lease, idleSince: undefined, idleWarned: undefined, idleCheckedMs: now };

@@ -6,10 +6,11 @@
  */
 import { patched, uuid4 } from '@temporalio/workflow';
 import { leaseConflict, invalidLease, type Lease, type Reservation, type ReservationLending } from '../../src/domain/lease';
-import { afterReclaim, isOpenLending, lendingDueMs, lendRefusal, lentHostIds, MAX_OPEN_LENDINGS } from '../../src/domain/lending';
+import { afterReclaim, isOpenLending, lendingDueMs, lendingReservations, lendRefusal, lentHostIds, MAX_OPEN_LENDINGS } from '../../src/domain/lending';
 import { reservationContext as context } from '../../src/domain/resource-plugin';
 import { LEASE_LENDING } from '../patches';
-import { mustFinish, polling, quick } from './activity-options';
+import { looking, mustFinish, polling, quick } from './activity-options';
+import { announce } from './announce';
 import type { LendRequest, ReclaimRequest } from './messages';
 import { asFailure } from './failures';
 import { transition } from './record';
@@ -113,6 +114,40 @@ export async function returnLent(s: LeaseState): Promise<void> {
     const returned = new Set(dueOf(s.lease).map((g) => g));
     await transition(s, { reservations: withLendings(s.lease, current.id, (lendings) => lendings.map((g) => (returned.has(g) ? { ...g, state: 'returned' as const } : g))) });
   });
+}
+
+/** Lending is suggested at most this often per lease. */
+const SUGGESTION_INTERVAL_MS = 86_400_000;
+
+/**
+ * The idle check's suggestion (`lease.lend_suggested`; it never lends): some host of a reservation
+ * that may lend has been idle for the deployment's idle warning (LK_IDLE_LEASE_WARN_HOURS; none set,
+ * no suggestion); once per idle spell, at most once a day. A look that fails counts as nothing idle.
+ */
+export async function suggestLending(s: LeaseState): Promise<void> {
+  const warnAfterMs = s.lease.idle?.warnAfterMs;
+  const lendable = lendingReservations(s.lease);
+  if (warnAfterMs === undefined || lendable.length === 0 || !patched(LEASE_LENDING.id)) return;
+  let idle: { reservationId: string; hosts: number } | undefined;
+  for (const reservation of lendable) {
+    const hosts = await looking.idleHostsOf(context(s.lease, reservation)).catch(() => 0);
+    if (hosts > 0) {
+      idle = { reservationId: reservation.id, hosts };
+      break;
+    }
+  }
+  const now = Date.now();
+  if (!idle) {
+    s.lease = { ...s.lease, lendableSince: undefined };
+    return;
+  }
+  const since = s.lease.lendableSince ?? now;
+  s.lease = { ...s.lease, lendableSince: since };
+  const last = s.lease.lendSuggestedMs;
+  if (now - since < warnAfterMs || (last !== undefined && (last >= since || now - last < SUGGESTION_INTERVAL_MS))) return;
+  s.lease = { ...s.lease, lendSuggestedMs: now };
+  const details = { reservation_id: idle.reservationId, idle_hosts: idle.hosts, idle_since: new Date(since).toISOString(), until_latest: new Date(s.lease.endMs).toISOString(), lend: `POST /v1/leases/${s.lease.id}/lend` };
+  await announce(s, 'lease.lend_suggested', details, `lend-suggested-${since}`);
 }
 
 /** The lease's reservations with one reservation's lendings changed. */

@@ -234,6 +234,12 @@ export function physicalHostPlugin(deps: PhysicalHostDeps): ResourcePlugin<Physi
    * server goes back; fewer idle than asked puts back all fenced (409 with `idle`). Calendar-only:
    * no servers to run, every such host is idle. Then the lendings, in the calendar.
    */
+  /** The hosts a lend may take: usable, in the lease's aggregate (not lent), by id. */
+  async function lendCandidates(ctx: HookContext<PhysicalHostParams>): Promise<Array<{ id: string; host: string }>> {
+    const unusable = await unusableHostsOf(deps.pool, { reservationId: ctx.reservation.id });
+    return (await computeHostsOfReservation(deps.pool, ctx.reservation.id, { inLeaseAggregate: true })).filter((h) => !unusable.has(h.id)).sort((a, b) => Number(a.id) - Number(b.id));
+  }
+
   async function lend(ctx: HookContext<PhysicalHostParams>, request: LendHostsRequest): Promise<LentHosts> {
     const named = async (rows: Array<{ host_id: string; start_ms: number }>) => {
       const names = new Map((await computeHostsOfReservation(deps.pool, ctx.reservation.id)).map((h) => [h.id, h.host]));
@@ -242,8 +248,7 @@ export function physicalHostPlugin(deps: PhysicalHostDeps): ResourcePlugin<Physi
     const earlier = await lendingsOfRequest(deps.pool, request.lendingId);
     if (earlier.length > 0) return named(earlier); // a retry: what it lent
     const all = await computeHostsOfReservation(deps.pool, ctx.reservation.id);
-    const unusable = await unusableHostsOf(deps.pool, { reservationId: ctx.reservation.id });
-    const candidates = (await computeHostsOfReservation(deps.pool, ctx.reservation.id, { inLeaseAggregate: true })).filter((h) => !unusable.has(h.id)).sort((a, b) => Number(a.id) - Number(b.id));
+    const candidates = await lendCandidates(ctx);
     const nova = deps.cloud === 'calendar-only' ? undefined : deps.cloud().nova;
     const hostMove = await move(ctx);
     const idle = nova ? new Set(await lendHostsOut(nova, hostMove, candidates.map((h) => h.host), request.count)) : undefined;
@@ -378,6 +383,18 @@ export function physicalHostPlugin(deps: PhysicalHostDeps): ResourcePlugin<Physi
       };
     },
     lend,
+    /** Lendable hosts with no server of any project (calendar-only: every one). */
+    async idleHosts(ctx) {
+      const candidates = await lendCandidates(ctx);
+      if (deps.cloud === 'calendar-only') return candidates.length;
+      const { nova } = deps.cloud();
+      let idle = 0;
+      for (const { host } of candidates) {
+        const servers = await nova.listServers({ all_tenants: true, host });
+        if (!servers.some((s) => s.status !== 'DELETED' && s.status !== 'SOFT_DELETED')) idle++;
+      }
+      return idle;
+    },
     async reclaim(ctx, request) {
       return calendar.reclaim({ reservationId: ctx.reservation.id, ...request });
     },
