@@ -132,5 +132,5 @@ describe('lending a host lease\'s idle host in Nova', () => {
     process.stdout.write(
       `lent host: borrower start lag ${startEvent.startedAt! - startEvent.time} ms; reclaim heard ${Math.round((returnsAtMs - heardMs) / 1000)} s before the return (configured ${WARNING_MINUTES * 60} s); host back ${Date.now() - returnsAtMs} ms after the return (upper bound: includes polling)\n`,
     );
-  }, 120_000);
+  }, 180_000);
 });
