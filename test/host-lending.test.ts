@@ -7,8 +7,11 @@
  * its hosts back; Blazar's error bodies for what cannot be lent.
  */
 import { physicalHostPlugin } from '../src/resources/physical-host';
+import type { ResourcePlugin } from '../src/domain/resource-plugin';
+import type { PhysicalHostParams } from '../src/resources/physical-host/params';
 import { blazarHostReservation } from '../dev-stack/fixtures/builders';
 import { borrowersOutsideLendings, doubleBookings, insertHost } from '../dev-stack/fixtures/hosts';
+import { findLease } from '../src/db/leases';
 import { startWebhookReceiver, type Delivery, type WebhookReceiver } from './support/notice-receiver';
 import { activityRuns, apiClient, eventually, inSeconds, useTestStack, type ApiCall } from '../dev-stack/stack';
 
@@ -16,6 +19,7 @@ import { activityRuns, apiClient, eventually, inSeconds, useTestStack, type ApiC
 type LeaseJson = ApiCall['body'];
 
 const WARNING_SECONDS = 60;
+const EVICTION_SECONDS = 5;
 
 describe('lending a lease\'s idle hosts', () => {
   let receiver: WebhookReceiver;
@@ -30,16 +34,37 @@ describe('lending a lease\'s idle hosts', () => {
       LK_WEBHOOK_ALLOW_PRIVATE: 'true', // the projects' receiver is on loopback here
       LK_NOTIFY_BEFORE_END: 'none',
       LK_PREEMPT_WARNING_MINUTES: String(WARNING_SECONDS / 60),
-      LK_PREEMPT_EVICTION_SECONDS: '5',
+      LK_PREEMPT_EVICTION_SECONDS: String(EVICTION_SECONDS),
     },
-    withPool: (pool) => [physicalHostPlugin({ pool, settings: { cleaningMs: 0, randomChoice: false }, cloud: 'calendar-only' })],
+    withPool: (pool) => {
+      const hosts = physicalHostPlugin({ pool, settings: { cleaningMs: 0, randomChoice: false }, cloud: 'calendar-only' });
+      // A borrower's end waits for this while it is set (an eviction that outlasts the bound).
+      const held: ResourcePlugin<PhysicalHostParams> = {
+        ...hosts,
+        async end(ctx) {
+          if (ctx.reservation.params.preemptible && holdBorrowerEnds) await holdBorrowerEnds;
+          return hosts.end(ctx);
+        },
+      };
+      return [held];
+    },
   }));
+  let holdBorrowerEnds: Promise<void> | undefined;
   const asA = apiClient(() => stack().url, { 'x-project-id': 'project-lender', 'x-user-id': 'alice', 'x-roles': 'member' });
   const asB = apiClient(() => stack().url, { 'x-project-id': 'project-borrower', 'x-user-id': 'bob', 'x-roles': 'member' });
   const inPool = (pool: string, fields: Record<string, unknown> = {}) => blazarHostReservation({ resource_properties: JSON.stringify(['==', '$pool', pool]), ...fields });
   const leaseOf = async (id: string, as = asA) => (await as('GET', `/v1/leases/${id}`)).body.lease;
   const noticesOf = (id: string, type: string) => receiver.received.filter((d: Delivery) => d.body.payload.lease_id === id && d.body.event_type === type);
   const endOf = (lease: LeaseJson) => Date.parse(`${String(lease.end_date).slice(0, 19)}Z`);
+  /** The lender's lendings in the database: when each was returned, its end (a reclaim's return), and the host-ms borrowed. */
+  const returnedLendingsOf = async (leaseId: string) =>
+    (
+      await stack().db.pool.query<{ returned_ms: number; end_ms: number; borrowed_ms: number }>(
+        `SELECT (extract(epoch FROM returned_at) * 1000)::float8 AS returned_ms, (extract(epoch FROM upper(during)) * 1000)::float8 AS end_ms, borrowed_ms::float8 AS borrowed_ms
+         FROM host_lendings WHERE lease_id = $1 ORDER BY id`,
+        [leaseId],
+      )
+    ).rows;
   const lendingsOf = async (id: string) => (await leaseOf(id)).reservations[0].lendings as Array<Record<string, unknown>>;
 
   /** A lease of `as`'s project starting now, ACTIVE once its workflow started it. */
@@ -53,7 +78,7 @@ describe('lending a lease\'s idle hosts', () => {
   }
 
   beforeAll(async () => {
-    for (const [name, pool] of [['lend-1', 'lend'], ['lend-2', 'lend'], ['back-1', 'back'], ['part-1', 'part'], ['part-2', 'part'], ['del-1', 'del'], ['bad-1', 'bad']] as const) {
+    for (const [name, pool] of [['lend-1', 'lend'], ['lend-2', 'lend'], ['back-1', 'back'], ['part-1', 'part'], ['part-2', 'part'], ['del-1', 'del'], ['bad-1', 'bad'], ['evict-1', 'evict']] as const) {
       await insertHost(stack().db.pool, { name, capabilities: { pool } });
     }
     for (const project of ['project-lender', 'project-borrower']) {
@@ -118,19 +143,37 @@ describe('lending a lease\'s idle hosts', () => {
     const reclaimed = await asA('POST', `/v1/leases/${lender.id}/reclaim`, { needed_at: inSeconds(0) });
     expect(reclaimed.status).toBe(200);
     expect(reclaimed.body.lease.reservations[0].lendings[0]).toMatchObject({ state: 'reclaiming', borrowed: true });
-    const ended = await eventually(async () => {
-      const now = await leaseOf(borrower.id, asB);
-      return now.status === 'TERMINATED' ? now : undefined;
-    });
-    expect(ended.status_reason).toMatch(/^reclaimed: /);
-    const returned = await eventually(async () => ((await lendingsOf(lender.id))[0].state === 'returned' ? true : undefined));
-    expect(returned).toBe(true);
-    const rows = await stack().db.pool.query<{ returned: boolean; borrowed_ms: string }>('SELECT returned_at IS NOT NULL AS returned, borrowed_ms::text FROM host_lendings WHERE lease_id = $1', [lender.id]);
-    expect(rows.rows).toHaveLength(1);
-    expect(rows.rows[0].returned).toBe(true);
-    expect(Number(rows.rows[0].borrowed_ms)).toBeGreaterThan(0);
+    await eventually(async () => ((await lendingsOf(lender.id))[0].state === 'returned' ? true : undefined));
+    const ended = (await findLease(stack().db.pool, borrower.id))!;
+    expect(ended.status).toBe('TERMINATED');
+    expect(ended.statusReason).toMatch(/^reclaimed: /);
+    // Back only once the borrower was out (its end done), with the time it borrowed.
+    const [row] = (await returnedLendingsOf(lender.id));
+    expect(row.returned_ms).toBeGreaterThanOrEqual(ended.events.find((e) => e.event_type === 'end_lease')!.finishedAt!);
+    expect(row.borrowed_ms).toBeGreaterThan(0);
     // Back in the lease: idle again, so lent again.
     expect((await asA('POST', `/v1/leases/${lender.id}/lend`, { count: 1, until: inSeconds(3600) })).status).toBe(200);
+  });
+
+  it('takes a reclaimed host back once the eviction bound has passed, even while its borrower\'s end still runs', async () => {
+    const lender = await activeLease(asA, 'lender-evict', 2 * 3600, inPool('evict'));
+    expect((await asA('POST', `/v1/leases/${lender.id}/lend`, { count: 1, until: inSeconds(3600) })).status).toBe(200);
+    const borrower = await activeLease(asB, 'borrower-evict', 1800, inPool('evict', { preemptible: true }));
+    let letGo!: () => void;
+    holdBorrowerEnds = new Promise((resolve) => (letGo = resolve));
+    try {
+      expect((await asA('POST', `/v1/leases/${lender.id}/reclaim`, { needed_at: inSeconds(0) })).status).toBe(200);
+      await eventually(async () => ((await leaseOf(borrower.id, asB)).status === 'TERMINATING' ? true : undefined));
+      // Past the 5 s bound the host is the lender's again, the borrower's end still held; not before.
+      await eventually(async () => ((await lendingsOf(lender.id))[0].state === 'returned' ? true : undefined), 20_000);
+      expect((await leaseOf(borrower.id, asB)).status).toBe('TERMINATING');
+      const [row] = await returnedLendingsOf(lender.id);
+      expect(row.returned_ms - row.end_ms).toBeGreaterThanOrEqual(EVICTION_SECONDS * 1000);
+    } finally {
+      letGo();
+      holdBorrowerEnds = undefined;
+    }
+    await eventually(async () => ((await leaseOf(borrower.id, asB)).status === 'TERMINATED' ? true : undefined));
   });
 
   it('a partial reclaim takes the unborrowed host first; the lender extends while lent but cannot shorten under a lending', async () => {
