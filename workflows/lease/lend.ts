@@ -111,7 +111,9 @@ export async function returnLent(s: LeaseState): Promise<void> {
     if (s.lease.status !== 'ACTIVE' || s.deletion !== 'none') return;
     const current = s.lease.reservations.find((r) => r.id === next.reservationId)!;
     await mustFinish.returnLentHosts({ ...context(s.lease, current), hostIds });
-    const returned = new Set(dueOf(s.lease).map((g) => g));
+    // Those whose hosts were waited for and moved (a lending due meanwhile comes back at its own event).
+    const moved = new Set(hostIds);
+    const returned = new Set(dueOf(s.lease).filter((g) => g.hostIds.every((id) => moved.has(id))));
     await transition(s, { reservations: withLendings(s.lease, current.id, (lendings) => lendings.map((g) => (returned.has(g) ? { ...g, state: 'returned' as const } : g))) });
   });
 }
