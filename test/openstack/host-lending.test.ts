@@ -94,10 +94,12 @@ describe('lending a host lease\'s idle host in Nova', () => {
     expect(await aggregateHosts(aggregates.freepool)).toContain(idleHost);
 
     // B's preemptible lease borrows it: in B's own aggregate, B's server there.
+    const askedMs = Date.now();
     const borrower = await asB('POST', '/v1/leases', { name: uniqueName('borrower'), start_date: 'now', end_date: inSeconds(1800), reservations: [blazarHostReservation({ preemptible: true })] });
     expect(borrower.status).toBe(201);
     const borrowerId: string = borrower.body.lease.id;
     const started = await untilStatus(asB, borrowerId, 'ACTIVE', 60_000);
+    const activeMs = Date.now();
     expect(started.reservations[0].hosts).toEqual([idleHost]);
     expect(await aggregateHosts(started.reservations[0].aggregate)).toEqual([idleHost]);
     const startEvent = (await findLease(stack().db.pool, borrowerId))!.events.find((e) => e.event_type === 'start_lease')!;
@@ -130,7 +132,7 @@ describe('lending a host lease\'s idle host in Nova', () => {
     const untouched = await admin.nova.getServer(mine.id);
     expect([untouched.status, serverHost(untouched)]).toEqual(['ACTIVE', busyHost]);
     process.stdout.write(
-      `lent host: borrower start lag ${startEvent.startedAt! - startEvent.time} ms; reclaim heard ${Math.round((returnsAtMs - heardMs) / 1000)} s before the return (configured ${WARNING_MINUTES * 60} s); host back ${Date.now() - returnsAtMs} ms after the return (upper bound: includes polling)\n`,
+      `lent host: borrower (start now) began its start ${startEvent.startedAt! - askedMs} ms after its request, ACTIVE in the lent host's aggregate ${activeMs - askedMs} ms after; reclaim heard ${Math.round((returnsAtMs - heardMs) / 1000)} s before the return (configured ${WARNING_MINUTES * 60} s); host back ${Date.now() - returnsAtMs} ms after the return (upper bound: includes polling)\n`,
     );
   }, 180_000);
 });
