@@ -13,6 +13,24 @@ export function isPreemptibleReservation(reservation: Pick<Reservation, 'params'
   return (reservation.params as { preemptible?: unknown } | undefined)?.preemptible === true;
 }
 
+const PREEMPTIBLE_LEASE_KEY_PREFIX = 'preemptible-lease:';
+
+/** The resource key a preemptible lease's reservations hold, and a regular lease that cut it waits on. */
+export const preemptibleLeaseKey = (leaseId: string) => `${PREEMPTIBLE_LEASE_KEY_PREFIX}${leaseId}`;
+
+/**
+ * The keys a reservation holds for preemption's sake (issue 43), besides those of what it books: a
+ * preemptible one its own lease's; a regular one those of the leases its admission cut (`cut`), so
+ * that its start waits for their ends (their servers gone from the capacity it takes), at most the
+ * eviction bound, whatever the types (a host lease cutting a slot lease, or the reverse). A booking
+ * made again (an update or a heal, which never cut) keeps the waits of the admission.
+ */
+export function preemptionWaitKeys(reservation: Pick<Reservation, 'params' | 'resourceKeys'>, leaseId: string, cut: readonly string[]): string[] {
+  if (isPreemptibleReservation(reservation)) return [preemptibleLeaseKey(leaseId)];
+  const kept = (reservation.resourceKeys ?? []).filter((key) => key.startsWith(PREEMPTIBLE_LEASE_KEY_PREFIX));
+  return [...new Set([...kept, ...cut.map(preemptibleLeaseKey)])];
+}
+
 /** A preemptible lease: it has reservations, and every one is preemptible (a mixed lease is regular). */
 export function isPreemptibleLease(lease: Pick<Lease, 'reservations'>): boolean {
   return lease.reservations.length > 0 && lease.reservations.every(isPreemptibleReservation);

@@ -23,6 +23,7 @@ import { snapshotServersOnHosts } from '../shared/server-snapshots';
 import { computeHostsOfReservation } from '../../db/host-allocations';
 import { computeHostName, HYPERVISOR_FIELDS, listHosts, markReleased } from '../../db/hosts';
 import { parsePropertyQuery } from '../../domain/property-query';
+import { preemptionWaitKeys } from '../../domain/preemption';
 import { checkCapabilityKeys, checkKeys } from '../shared/booking';
 import { windowsOverReservation } from '../../db/maintenance';
 import { preemptedAmong } from '../../db/lease-preemptions';
@@ -86,7 +87,9 @@ export function physicalHostType(deps: Pick<PhysicalHostDeps, 'pool' | 'settings
     // Booking hosts is the calendar's alone: the API admits host leases in its own transaction.
     async bookAtAdmission(client, ctx, options) {
       refuseWithoutCloud(deps);
-      return hostReservation(ctx, await calendar.bookWithin(client, ctx, { preempt: options?.preempt ?? false, cut: options?.cut, borrow: options?.borrow ?? true }), deps.settings.onEndDefault);
+      const cutBefore = options?.cut?.length ?? 0;
+      const hosts = await calendar.bookWithin(client, ctx, { preempt: options?.preempt ?? false, cut: options?.cut, borrow: options?.borrow ?? true });
+      return hostReservation(ctx, hosts, deps.settings.onEndDefault, options?.cut?.slice(cutBefore) ?? []);
     },
   };
 }
@@ -107,7 +110,7 @@ function refuseWithoutCloud(deps: Pick<PhysicalHostDeps, 'cloud'>): void {
 }
 
 /** What a host reservation reports once its hosts are booked. */
-function hostReservation(ctx: ReservationContext<PhysicalHostParams>, hosts: BookedHost[], onEndDefault: PhysicalHostDeps['settings']['onEndDefault']): ReserveResult {
+function hostReservation(ctx: ReservationContext<PhysicalHostParams>, hosts: BookedHost[], onEndDefault: PhysicalHostDeps['settings']['onEndDefault'], cut: readonly string[] = []): ReserveResult {
   // A booking moved keeps the names it was given (a lease started under legacy names is in that aggregate).
   const { allocation: booked } = ctx.reservation;
   const aggregate = typeof booked?.aggregate === 'string' && typeof booked.availability_zone === 'string' ? { name: booked.aggregate, availabilityZone: booked.availability_zone } : leaseAggregateFor(ctx.reservation.id);
@@ -119,7 +122,8 @@ function hostReservation(ctx: ReservationContext<PhysicalHostParams>, hosts: Boo
       availability_zone: aggregate.availabilityZone,
       on_end: endPolicyOf(ctx.reservation.params, onEndDefault),
     },
-    resourceKeys: hosts.map((h) => `host:${h.id}`),
+    // Its hosts' keys order it after their earlier leases; the preemption keys after the slot leases it cut.
+    resourceKeys: [...hosts.map((h) => `host:${h.id}`), ...preemptionWaitKeys(ctx.reservation, ctx.leaseId, cut)],
     footprint: { hosts: hosts.length },
   };
 }
