@@ -143,17 +143,21 @@ export function physicalHostPlugin(deps: PhysicalHostDeps): ResourcePlugin<Physi
   /**
    * The reservation's hosts (id and compute host name) in its current booking, without those it
    * lends (issue 43): those are in the pool or a borrower's aggregate until back, their servers the
-   * borrowers'. `lent: true` counts them too (for deleting this lessee's own servers there).
+   * borrowers' (a borrower of the lender's own project too). `borrowed`: a host this reservation
+   * borrows, where only its own project's servers are its own.
    */
-  function bookedHosts(ctx: ReservationContext<PhysicalHostParams>, options: { lent?: boolean } = {}): Promise<Array<{ id: string; host: string; borrowed: boolean }>> {
-    return computeHostsOfReservation(deps.pool, ctx.reservation.id, { inLeaseAggregate: options.lent !== true });
+  function bookedHosts(ctx: ReservationContext<PhysicalHostParams>): Promise<Array<{ id: string; host: string; borrowed: boolean }>> {
+    return computeHostsOfReservation(deps.pool, ctx.reservation.id, { inLeaseAggregate: true });
   }
 
-  const move = async (ctx: HookContext<PhysicalHostParams>, options: { lent?: boolean } = {}) => ({
+  /** The hosts a borrowing reservation may touch only its own project's servers on. */
+  const ownServersOnlyOn = async (ctx: ReservationContext<PhysicalHostParams>) => ({ projectId: ctx.projectId, hosts: new Set((await bookedHosts(ctx)).filter((h) => h.borrowed).map((h) => h.host)) });
+
+  const move = async (ctx: HookContext<PhysicalHostParams>) => ({
     reservationId: ctx.reservation.id,
     leaseId: ctx.leaseId,
     projectId: ctx.projectId,
-    hosts: (await bookedHosts(ctx, options)).map((h) => h.host),
+    hosts: (await bookedHosts(ctx)).map((h) => h.host),
     freepool,
     progress: ctx.reportProgress,
   });
@@ -185,16 +189,16 @@ export function physicalHostPlugin(deps: PhysicalHostDeps): ResourcePlugin<Physi
   }
 
   async function endInCloud(ctx: EndContext<PhysicalHostParams>, nova: NovaClient): Promise<EndOutcome> {
-    // Hosts it lends are out of its aggregate: the passes that delete servers reach them for this lessee's own only (`taken`).
-    const hosts = await move(ctx, { lent: true });
+    // Hosts it lends are not its to touch until back: their servers are the borrowers' (of any project, its own too).
+    const hosts = await move(ctx);
     // Not started (deleted while pending, or a start that failed half way): put back whatever moved.
     if (!ctx.started) return returnHostsToPool(nova, hosts).then(() => ({}));
     switch (endPolicy(ctx)) {
       case 'delete': {
         // On a host another lease's start took (past the eviction bound), or one borrowed inside a lending (a server its lender
         // had scheduled before lending it), only this lessee's servers are its to delete.
-        const borrowed = (await bookedHosts(ctx)).filter((h) => h.borrowed).map((h) => h.host);
-        const taken = new Set([...(await hostsOutOfLease(nova, hosts)), ...borrowed]);
+        const borrowed = await ownServersOnlyOn(ctx);
+        const taken = new Set([...(await hostsOutOfLease(nova, hosts)), ...borrowed.hosts]);
         const left = await deleteServersOnHosts(nova, hosts.hosts, SERVER_DELETE_PASS_MS, ctx.reportProgress, { projectId: hosts.projectId, hosts: taken });
         if (left > 0) return stillDeleting(left, hosts.hosts, ctx.endMs);
         await returnHostsToPool(nova, hosts);
@@ -213,8 +217,7 @@ export function physicalHostPlugin(deps: PhysicalHostDeps): ResourcePlugin<Physi
           if (left > 0) return stillDeleting(left, [...taken], ctx.endMs);
         }
         // A borrowed host waits for this lessee's servers only, and only those go at its deadline.
-        const borrowed = new Set((await bookedHosts(ctx)).filter((h) => h.borrowed).map((h) => h.host));
-        const { waiting } = await recycleHosts(nova, { ...hosts, aggregates: endAggregates, deleteServersAt: await recycleDeadlines(ctx), force: ctx.force ?? false, onlyProject: { projectId: hosts.projectId, hosts: borrowed } });
+        const { waiting } = await recycleHosts(nova, { ...hosts, aggregates: endAggregates, deleteServersAt: await recycleDeadlines(ctx), force: ctx.force ?? false, onlyProject: await ownServersOnlyOn(ctx) });
         if (waiting.length === 0) return {};
         const deleting = waiting.filter((w) => w.deleting);
         if (deleting.length > 0) return stillDeleting(deleting.reduce((n, w) => n + w.servers, 0), deleting.map((w) => w.host));
@@ -276,7 +279,7 @@ export function physicalHostPlugin(deps: PhysicalHostDeps): ResourcePlugin<Physi
       }
       if (action !== 'snapshot' || deps.cloud === 'calendar-only') return;
       const { nova, glance } = deps.cloud();
-      await snapshotServersOnHosts(nova, glance, { hosts: (await move(ctx)).hosts, leaseId: ctx.leaseId, leaseName: ctx.leaseName, reservationId: ctx.reservation.id, progress: ctx.reportProgress });
+      await snapshotServersOnHosts(nova, glance, { hosts: (await move(ctx)).hosts, onlyProject: await ownServersOnlyOn(ctx), leaseId: ctx.leaseId, leaseName: ctx.leaseName, reservationId: ctx.reservation.id, progress: ctx.reportProgress });
     },
     async end(ctx) {
       if (deps.cloud !== 'calendar-only') {
