@@ -8,7 +8,7 @@ import { leaseConflict, LeaseErrorType, type Lease, type RecordPolicy } from '..
 import * as leaseRows from '../src/db/leases';
 import { lendersOfBorrower } from '../src/db/host-lendings';
 import { preemptedAmong } from '../src/db/lease-preemptions';
-import { preemptibleLeaseKey } from '../src/domain/preemption';
+import { waitingKeysOf } from '../src/domain/preemption';
 import { policyFailure } from '../src/policy/enforcement';
 import type { ActivityDeps } from './deps';
 
@@ -61,13 +61,12 @@ export function leaseActivities({ pool, eventStarted, usagePolicy, preemptionEvi
 
     /**
      * Live leases that hold one of `keys` and started before `startMs`: they must end before this
-     * lease starts; a borrower's lenders hold its hosts around it (issue 43), never before it. A
-     * preemptible lease's own key is for the leases that cut it to wait on, never for it to wait on
-     * them (one moved to start after the lease that cut it would wait for that lease's end).
+     * lease starts; a borrower's lenders hold its hosts around it (issue 43), never before it. Of
+     * the preemption keys, only the leases this one cut (waitingKeysOf).
      */
     async findPredecessors(input: { leaseId: string; keys: string[]; startMs: number }): Promise<string[]> {
-      const keys = input.keys.filter((key) => key !== preemptibleLeaseKey(input.leaseId));
-      return leaseRows.findPredecessors(pool, { ...input, keys, exceptIds: await lendersOfBorrower(pool, input.leaseId) });
+      const { shared, cutLeaseIds } = waitingKeysOf(input.leaseId, input.keys);
+      return leaseRows.findPredecessors(pool, { ...input, keys: shared, alsoIds: cutLeaseIds, exceptIds: await lendersOfBorrower(pool, input.leaseId) });
     },
 
     /**

@@ -27,8 +27,21 @@ export const preemptibleLeaseKey = (leaseId: string) => `${PREEMPTIBLE_LEASE_KEY
  */
 export function preemptionWaitKeys(reservation: Pick<Reservation, 'params' | 'resourceKeys'>, leaseId: string, cut: readonly string[]): string[] {
   if (isPreemptibleReservation(reservation)) return [preemptibleLeaseKey(leaseId)];
-  const kept = (reservation.resourceKeys ?? []).filter((key) => key.startsWith(PREEMPTIBLE_LEASE_KEY_PREFIX));
+  const own = preemptibleLeaseKey(leaseId);
+  const kept = (reservation.resourceKeys ?? []).filter((key) => key.startsWith(PREEMPTIBLE_LEASE_KEY_PREFIX) && key !== own);
   return [...new Set([...kept, ...cut.map(preemptibleLeaseKey)])];
+}
+
+/**
+ * What a lease's keys make it wait for: `shared` keys, held by whichever lease used the same
+ * resource earlier; and the preemptible leases it cut (`cutLeaseIds`), those leases alone: two
+ * leases that cut the same preemptible lease share its key but not a resource, and must not wait
+ * for each other. A preemptible lease's own key is for the leases that cut it, never its own wait.
+ */
+export function waitingKeysOf(leaseId: string, keys: readonly string[]): { shared: string[]; cutLeaseIds: string[] } {
+  const shared = keys.filter((key) => !key.startsWith(PREEMPTIBLE_LEASE_KEY_PREFIX));
+  const cutLeaseIds = keys.filter((key) => key.startsWith(PREEMPTIBLE_LEASE_KEY_PREFIX) && key !== preemptibleLeaseKey(leaseId)).map((key) => key.slice(PREEMPTIBLE_LEASE_KEY_PREFIX.length));
+  return { shared, cutLeaseIds };
 }
 
 /** A preemptible lease: it has reservations, and every one is preemptible (a mixed lease is regular). */

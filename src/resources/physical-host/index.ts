@@ -318,7 +318,7 @@ export function physicalHostPlugin(deps: PhysicalHostDeps): ResourcePlugin<Physi
       }
       return {
         allocation: { hosts: hosts.map((h) => h.hypervisor_hostname), host_ids: ids },
-        resourceKeys: ids.map((id) => `host:${id}`),
+        resourceKeys: [...ids.map((id) => `host:${id}`), ...preemptionWaitKeys(ctx.reservation, ctx.leaseId, [])],
         missingResources: stillFailed.length > 0,
         // Shown on a pending reservation until its start (the workflow clears it then).
         resourcesChanged: ctx.leaseStatus === 'PENDING' && (ctx.reservation.resources_changed === true || changed),
