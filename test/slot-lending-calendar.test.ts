@@ -94,9 +94,23 @@ describe('instance-slot calendar with lent slots', () => {
     const spec = await specOf(hold);
     await conflict(bookInTransaction(database().pool, (client) => slots.bookWithin(client, hold, spec, { preempt: false, borrow: false }), { retryExclusion: true }));
     await book(context(5, 8, { amount: 2, preemptible: true }));
+    // A preemptible reservation lends nothing.
+    expect((await conflict(slots.lend({ lendingId: randomUUID(), reservationId: borrower.reservation.id, leaseId: borrower.leaseId, projectId: 'p', count: 1, fromMs: T0 + 2 * H, untilMs: T0 + 3 * H }))).details?.[0]).toEqual({ lendable: 0 });
     // Lent slots beyond what the lender holds there, or past its window, are refused.
     expect((await conflict(lend(3, 2, 8, new Map([['uuid-node-1', 4]])))).details?.[0]).toEqual({ lendable: 2 });
     await conflict(lend(1, 2, 11));
+  });
+
+  it('keeps "each on a different host" on the real hosts: two lendings of one host are one host', async () => {
+    await lend(1, 2, 8, new Map([['uuid-node-1', 1]]));
+    await conflict(book(context(2, 3, { amount: 2, preemptible: true, affinity: 'False' })));
+    await lend(1, 2, 8, new Map([['uuid-node-2', 1]]));
+    const apart = context(2, 3, { amount: 2, preemptible: true, affinity: 'False' });
+    expect((await book(apart)).map((p) => ({ host: p.hypervisorHostname, slots: p.slots }))).toEqual([
+      { host: 'node-1', slots: 1 },
+      { host: 'node-2', slots: 1 },
+    ]);
+    expect((await rowsOf(apart.leaseId)).map((r) => r.lent)).toEqual([true, true]);
   });
 
   it('reclaims: borrowers cut a cleaning gap before the need and owed it, the unborrowed lending first, each saying when it returns', async () => {

@@ -400,12 +400,13 @@ export async function quantityBookingsInWindow(pool: Pool, window: { fromMs: num
 
 /**
  * A lender's slots live at `atMs` per provider, each provider's rows locked FOR UPDATE: how many,
- * of which size, and one row (the lowest id) a lending there names (they share one window).
+ * of which size, and one row (the lowest id) a lending there names (they share one window). A
+ * preemptible reservation's slots are never lent (none answered).
  */
 export async function lenderSlotRowsOf(client: PoolClient, reservationId: string, atMs: number): Promise<Array<Omit<LentSlotsOnProvider, 'slots'> & { held: number }>> {
   const { rows } = await client.query<{ id: string; provider_uuid: string; during: string; amounts: Amounts }>(
     `SELECT a.id::text, a.provider_uuid, a.during::text AS during, a.amounts FROM quantity_allocations a
-     WHERE a.reservation_id = $1 AND a.lent_by IS NULL AND a.during @> to_timestamp($2 / 1000.0) ORDER BY a.provider_uuid, a.id FOR UPDATE`,
+     WHERE a.reservation_id = $1 AND NOT a.preemptible AND a.during @> to_timestamp($2 / 1000.0) ORDER BY a.provider_uuid, a.id FOR UPDATE`,
     [reservationId, atMs],
   );
   const byProvider = new Map<string, Omit<LentSlotsOnProvider, 'slots'> & { held: number }>();

@@ -448,9 +448,7 @@ export class InstanceSlotCalendar implements Calendar<InstanceCalendarTypes> {
     const held = new Set(candidates.filter((c) => live.some((l) => l.providerUuid === c.provider.uuid)).map((c) => c.host.id));
     // A preemptible ask (issue 43) may use lent slots too: each open lending a host of its own (its amounts, its borrowers), locked until this transaction ends.
     const lent = borrow ? await this.lentView(client, candidates, from, ctx.endMs, ctx.reservation.id, true) : undefined;
-    let placed = lent && lent.hosts.length > 0 ? placeSlots(request, withLent(calendar, lent), from, ctx.endMs, { held }) : undefined;
-    // Two pseudo-hosts (or one and its real host) are one machine: "each on a different host" must hold on the real hosts.
-    if (placed && lent && request.affinity === false && new Set([...placed.keys()].map((id) => lent.lendings.get(id)?.hostId ?? id)).size < placed.size) placed = undefined;
+    let placed = lent && lent.hosts.length > 0 ? placeSlots(request, onePerRealHost(request, withLent(calendar, lent), lent, from, ctx.endMs), from, ctx.endMs, { held }) : undefined;
     placed ??= placeSlots(request, calendar, from, ctx.endMs, { held }) ?? (cut ? await this.placePreempting(client, ctx, request, candidates, cut) : undefined);
     if (!placed) throw await this.explainShortage(client, ctx, candidates, request);
     const booked = await this.insert(client, ctx, candidates, placed, request.slot, from, new Set(), key, lent?.lendings);
@@ -740,6 +738,24 @@ export class InstanceSlotCalendar implements Calendar<InstanceCalendarTypes> {
 /** A calendar with the lent view's pseudo-hosts beside the real ones (a preemptible ask's, issue 43). */
 function withLent(calendar: SlotCalendar, lent: LentView): SlotCalendar {
   return { ...calendar, hosts: [...calendar.hosts, ...lent.hosts], slots: [...calendar.slots, ...lent.slots], wholeHost: [...calendar.wholeHost, ...lent.wholeHost] };
+}
+
+/**
+ * A real host and its lendings' pseudo-hosts are one machine: for "each on a different host"
+ * (affinity false), only one of them per real host is offered, the first with a free slot over
+ * [from, to) (the real host, then its lendings); any other request sees them all.
+ */
+function onePerRealHost(request: SlotRequest, calendar: SlotCalendar, lent: LentView, from: number, to: number): SlotCalendar {
+  if (request.affinity !== false) return calendar;
+  const realOf = (id: string) => lent.lendings.get(id)?.hostId ?? id;
+  const served = new Set<string>();
+  const offered = new Set<string>();
+  for (const host of calendar.hosts) {
+    if (served.has(realOf(host.id)) || freeSlots(host, calendar, request.slot, from, to) === 0) continue;
+    served.add(realOf(host.id));
+    offered.add(host.id);
+  }
+  return { ...calendar, hosts: calendar.hosts.filter((h) => offered.has(h.id)) };
 }
 
 function slotHost(c: Candidate): SlotHost {
