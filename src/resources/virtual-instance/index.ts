@@ -47,6 +47,8 @@ export interface VirtualInstanceDeps {
     capacityRefreshMs?: number;
     /** What `before_end: default` means (the deployment's choice, the same as for hosts). */
     beforeEndDefault?: BeforeEndAction;
+    /** How long from a lender's end its borrowers get (issue 43), as for hosts. */
+    lenderEndNoticeMs?: number;
   };
   /** Nova, Placement and Glance (snapshots), for carrying leases out; 'calendar-only' for tests of booking alone. */
   cloud: (() => InstanceCloud & { glance: GlanceClient }) | 'calendar-only';
@@ -87,7 +89,7 @@ export interface SlotType<P extends SlotParams> {
 }
 
 function slotCalendar(deps: VirtualInstanceDeps): { calendar: InstanceSlotCalendar; refresh: () => Promise<void> } {
-  const calendar = new InstanceSlotCalendar(deps.pool, { cleaningMs: deps.settings.cleaningMs });
+  const calendar = new InstanceSlotCalendar(deps.pool, { cleaningMs: deps.settings.cleaningMs, ...(deps.settings.lenderEndNoticeMs !== undefined ? { lenderEndNoticeMs: deps.settings.lenderEndNoticeMs } : {}) });
   const capacities = new QuantityCalendar(deps.pool);
   const { cloud } = deps;
   const refresh = async () => {
@@ -142,7 +144,7 @@ function admittedInApi<P extends SlotParams>(type: SlotType<P>, deps: VirtualIns
     async bookAtAdmission(client, ctx, options) {
       const { spec } = await type.describe(ctx.reservation, ctx.projectId);
       const cutBefore = options?.cut?.length ?? 0;
-      const placement = await made.calendar.bookWithin(client, ctx, spec, { preempt: options?.preempt ?? false, cut: options?.cut });
+      const placement = await made.calendar.bookWithin(client, ctx, spec, { preempt: options?.preempt ?? false, cut: options?.cut, borrow: options?.borrow ?? true });
       const withCloud = deps.cloud !== 'calendar-only';
       return {
         allocation: { ...(withCloud ? { flavor_id: ctx.reservation.id } : {}), ...shownPlacement(placement) },
