@@ -304,6 +304,11 @@ export class InstanceSlotCalendar implements Calendar<InstanceCalendarTypes> {
       async (client) => {
         const done = await slotLendingsOfRequest(client, request.lendingId);
         if (done.length > 0) return done;
+        // Providers, then the lender's rows, then lendings (a rebook's order): a rebook of the lender deciding on its lendings waits for this one.
+        await lockProviders(
+          client,
+          (await liveSlots(client, request.reservationId, request.fromMs)).map((l) => l.providerUuid),
+        );
         const rows = await lenderSlotRowsOf(client, request.reservationId, request.fromMs);
         const lent = await slotsLentOverlapping(client, request.reservationId, request.fromMs, request.untilMs);
         const lendable = rows
@@ -554,8 +559,12 @@ export class InstanceSlotCalendar implements Calendar<InstanceCalendarTypes> {
     if (lending && lending.lent_until_ms > ctx.endMs) {
       throw leaseConflict(`Reservation ${ctx.reservation.id} lends instance slots until ${when(lending.lent_until_ms)}: reclaim them first.`, { lent_until: when(lending.lent_until_ms) });
     }
+    // Its rows move in place while it lends or borrows (the amounts stay): they must already be of the slot asked.
+    if (lending && !live.every((l) => sameSlot(l.slot, request.slot))) {
+      throw leaseConflict(`Reservation ${ctx.reservation.id} lends instance slots until ${when(lending.lent_until_ms)}: reclaim them before changing the size of its slots.`, { lent_until: when(lending.lent_until_ms) });
+    }
     const borrowed = await borrowedSlotsOf(client, ctx.reservation.id, from);
-    if (borrowed) return this.moveBorrower(client, ctx, request, live, borrowed, key, from);
+    if (borrowed) return this.moveBorrower(client, ctx, request, live, candidates, borrowed, key, from);
     if (ctx.endMs <= from) {
       // Ends now (`end_date: now`, already past when it gets here): nothing is booked anew, the slots end with the lease.
       await this.endBookingsAt(client, ctx.reservation.id, ctx.endMs);
@@ -576,7 +585,7 @@ export class InstanceSlotCalendar implements Calendar<InstanceCalendarTypes> {
       // Its lendings name its rows: they move in place (the window cascades), and only while it keeps the same slots.
       const same = placed.size === current.size && [...placed].every(([id, n]) => current.get(id) === n);
       if (!same) throw leaseConflict(`Reservation ${ctx.reservation.id} lends instance slots until ${when(lending.lent_until_ms)}: reclaim them before changing its slots.`, { lent_until: when(lending.lent_until_ms) });
-      await moveLiveSlotsEnd(client, ctx.reservation.id, from, ctx.endMs, key);
+      await moveLiveSlotsEnd(client, ctx.reservation.id, from, ctx.endMs, key).catch(lentMeanwhile(ctx));
       await moveSharedHostRowsEnd(client, ctx.reservation.id, from, ctx.endMs, this.settings.cleaningMs);
       return this.placementsOf(await liveSlots(client, ctx.reservation.id, from));
     }
@@ -584,7 +593,7 @@ export class InstanceSlotCalendar implements Calendar<InstanceCalendarTypes> {
     const keptHosts = new Set([...placed.keys()].filter((id) => current.has(id)));
     // Every host whose shared row is live and that the new placement leaves (a failed host's too: it is in no candidate).
     const dropped = (await liveSharedHosts(client, ctx.reservation.id, from)).filter((id) => !placed.has(id));
-    await endReservationQuantityBookingsAt(client, ctx.reservation.id, from);
+    await endReservationQuantityBookingsAt(client, ctx.reservation.id, from).catch(lentMeanwhile(ctx));
     if (dropped.length > 0) await endSharedHostRowsAt(client, ctx.reservation.id, dropped, from, this.settings.cleaningMs);
     await moveSharedHostRowsEnd(client, ctx.reservation.id, from, ctx.endMs, this.settings.cleaningMs);
     const stillShared = new Set(await liveSharedHosts(client, ctx.reservation.id, from));
@@ -601,6 +610,7 @@ export class InstanceSlotCalendar implements Calendar<InstanceCalendarTypes> {
     ctx: ReservationContext,
     request: SlotRequest,
     live: LiveSlots[],
+    candidates: Candidate[],
     borrowed: { lendingRowIds: string[]; untilMs: number; endMs: number; alsoFree: boolean },
     key: string,
     from: number,
@@ -611,6 +621,11 @@ export class InstanceSlotCalendar implements Calendar<InstanceCalendarTypes> {
     if (ctx.endMs > borrowed.untilMs) throw extensionRefused(ctx, NOT_ENOUGH, `its slots are lent to it until ${when(borrowed.untilMs)}`, Math.max(borrowed.endMs, borrowed.untilMs));
     if (borrowed.alsoFree && ctx.endMs > borrowed.endMs) throw extensionRefused(ctx, NOT_ENOUGH, 'part of its slots are lent to it', borrowed.endMs);
     if (request.amount !== live.reduce((n, l) => n + l.slots, 0)) throw leaseConflict(`${NOT_ENOUGH} Reservation ${ctx.reservation.id} runs on lent instance slots: it cannot change how many it holds.`);
+    // Its rows stay where they are, amounts and all: they must still be what the reservation asks.
+    const matching = new Set(candidates.map((c) => c.provider.uuid));
+    const kept =
+      live.every((l) => sameSlot(l.slot, request.slot) && matching.has(l.providerUuid)) && (request.affinity !== false || live.every((l) => l.slots === 1)) && (request.affinity !== true || live.length === 1);
+    if (!kept) throw leaseConflict(`Reservation ${ctx.reservation.id} runs on lent instance slots: it cannot change the size of its slots, its resource_properties or its affinity.`);
     if (ctx.endMs <= from) await this.endBookingsAt(client, ctx.reservation.id, ctx.endMs);
     else {
       await moveLiveSlotsEnd(client, ctx.reservation.id, from, ctx.endMs, key).catch((err: unknown) => {
@@ -733,6 +748,23 @@ export class InstanceSlotCalendar implements Calendar<InstanceCalendarTypes> {
     ];
     return shortage(ctx, what, slotFit(request, future, ctx.startMs, ctx.endMs - ctx.startMs, lead), 'it never fits');
   }
+}
+
+/** Whether two slots are of one size (every resource class the same amount). */
+function sameSlot(a: Amounts, b: Amounts): boolean {
+  const keys = new Set([...Object.keys(a), ...Object.keys(b)]);
+  return [...keys].every((k) => (a[k] ?? 0) === (b[k] ?? 0));
+}
+
+/**
+ * A lender's rows that could not move (23514: the CHECK holding its lendings inside them) were lent
+ * by a lend that committed meanwhile (issue 43): a 409 asking to try again, never a 500.
+ */
+function lentMeanwhile(ctx: ReservationContext): (err: unknown) => never {
+  return (err) => {
+    if (!isCheckViolation(err)) throw err;
+    throw leaseConflict(`Reservation ${ctx.reservation.id} lent instance slots meanwhile: reclaim them first, or try again.`);
+  };
 }
 
 /** A calendar with the lent view's pseudo-hosts beside the real ones (a preemptible ask's, issue 43). */
