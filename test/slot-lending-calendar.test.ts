@@ -206,4 +206,14 @@ describe('instance-slot calendar with lent slots', () => {
     }
   });
 
+  it('a lender whose lending has run its course changes its count', async () => {
+    // Around now (the rules ask "still lending?" of the clock): lent an hour, ended an hour ago.
+    const now = Date.now();
+    const current = context(-3, 10, { amount: 2, leaseStatus: 'ACTIVE' }, now);
+    await book(current);
+    await lendOf(current, 1, now - 2 * H, now - H);
+    const fewer = updated(current, { amount: 1 });
+    expect((await slots.book(fewer, await specOf(fewer))).reduce((n, p) => n + p.slots, 0)).toBe(1);
+  });
+
 });

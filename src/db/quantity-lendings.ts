@@ -137,11 +137,14 @@ export async function slotsLentOverlapping(db: Queryable, reservationId: string,
   return new Map(rows.map((r) => [r.provider_uuid, r.slots]));
 }
 
-/** Until when the lease's reservations lend slots (the latest end of their open lendings), per reservation. */
+/**
+ * Until when the lease's reservations lend slots (the latest end of their open lendings still
+ * running: one reclaimed, or never returned, whose window has passed lends nothing), per reservation.
+ */
 export async function slotsLentUntilOfLease(db: Queryable, leaseId: string): Promise<Array<{ reservation_id: string; lent_until_ms: number }>> {
   const { rows } = await db.query<{ reservation_id: string; lent_until_ms: number }>(
     `SELECT g.reservation_id::text, (extract(epoch FROM max(upper(g.during))) * 1000)::float8 AS lent_until_ms
-     FROM quantity_lendings g WHERE g.lease_id = $1 AND g.returned_at IS NULL GROUP BY g.reservation_id ORDER BY 1`,
+     FROM quantity_lendings g WHERE g.lease_id = $1 AND g.returned_at IS NULL AND upper(g.during) > now() GROUP BY g.reservation_id ORDER BY 1`,
     [leaseId],
   );
   return rows;
