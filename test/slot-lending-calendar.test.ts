@@ -216,4 +216,16 @@ describe('instance-slot calendar with lent slots', () => {
     expect((await slots.book(fewer, await specOf(fewer))).reduce((n, p) => n + p.slots, 0)).toBe(1);
   });
 
+  it('offers a borrower no end past its lending', async () => {
+    // A second lender after the first, with room beside it on its host: only the lending bounds the borrower.
+    const second = context(10, 30, { amount: 2, leaseStatus: 'ACTIVE' });
+    await book(second);
+    await lendOf(second, 2, T0 + 11 * H, T0 + 15 * H);
+    await book(context(11, 13, { amount: 6 }));
+    const borrower = context(11, 13, { preemptible: true, leaseStatus: 'ACTIVE' });
+    await book(borrower);
+    expect((await rowsOf(borrower.leaseId)).map((r) => r.lent)).toEqual([true]);
+    expect(await slots.latestEnd(borrower.leaseId)).toBe(T0 + 15 * H);
+    expect(await slots.moveWindow({ ...borrower, endMs: T0 + 15 * H })).toBe(true);
+  });
 });

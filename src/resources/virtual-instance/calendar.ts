@@ -33,6 +33,7 @@ import {
   lockProviders,
   moveLiveSlotsEnd,
   preemptibleSlotsOnProviders,
+  slotsBorrowedUntil,
   usableProviders,
   type CapacityProvider,
   type LiveSlots,
@@ -424,7 +425,7 @@ export class InstanceSlotCalendar implements Calendar<InstanceCalendarTypes> {
    * The latest end the lease's slots can move to on the hosts they are on (extension offers): each
    * host's capacity less others' slots (QuantityCalendar.latestEndsByProvider, the lease's compute
    * bookings together), and before the next whole-host lease or maintenance of the host, less the
-   * cleaning time. Undefined when the lease holds no slots.
+   * cleaning time; a borrower's (issue 43) no later than its lendings end. Undefined when the lease holds no slots.
    */
   async latestEnd(leaseId: string): Promise<number | undefined> {
     const ends = await new QuantityCalendar(this.pool).latestEndsByProvider(leaseId, COMPUTE_KIND);
@@ -433,8 +434,9 @@ export class InstanceSlotCalendar implements Calendar<InstanceCalendarTypes> {
     const names = new Set(ends.map((e) => e.provider.name));
     const hostIdOf = new Map((await listHosts(this.pool)).filter((h) => names.has(h.hypervisor_hostname)).map((h) => [h.hypervisor_hostname, h.id]));
     const blocks = await blockedIntervals(this.pool, { fromMs, toMs: fromMs + EXTENSION_HORIZON_MS, cleaningMs: this.settings.cleaningMs, hostIds: [...hostIdOf.values()], wholeHostOnly: true });
+    // A borrower's slots (issue 43) move no further than the soonest of its lendings (moveBorrower's bound).
     return Math.min(
-      Infinity,
+      await slotsBorrowedUntil(this.pool, leaseId),
       ...ends.map((e) => {
         const taken = blocks.filter((b) => b.host_id === hostIdOf.get(e.provider.name)).map((b) => Math.max(fromMs, b.start_ms - this.settings.cleaningMs));
         return Math.min(e.latestMs, ...taken);
