@@ -216,6 +216,21 @@ describe('instance-slot calendar with lent slots', () => {
     expect((await slots.book(fewer, await specOf(fewer))).reduce((n, p) => n + p.slots, 0)).toBe(1);
   });
 
+  it('books a preemptible ask in free capacity before lent slots, even beside a lending already borrowed', async () => {
+    // A second lender holding a whole host after the first, lending 2 of its 4 slots, the other host taken until hour 13.
+    const second = context(10, 30, { amount: 4, affinity: 'True', leaseStatus: 'ACTIVE' });
+    await book(second);
+    await lendOf(second, 2, T0 + 11 * H, T0 + 15 * H);
+    await book(context(11, 13, { amount: 4 }));
+    const borrower = context(11, 14, { preemptible: true });
+    await book(borrower);
+    expect((await rowsOf(borrower.leaseId)).map((r) => r.lent)).toEqual([true]);
+    // From hour 13 the other host is free again.
+    const free = context(13, 14, { preemptible: true });
+    await book(free);
+    expect((await rowsOf(free.leaseId)).map((r) => r.lent)).toEqual([false]);
+  });
+
   it('offers a borrower no end past its lending', async () => {
     // A second lender after the first, with room beside it on its host: only the lending bounds the borrower.
     const second = context(10, 30, { amount: 2, leaseStatus: 'ACTIVE' });

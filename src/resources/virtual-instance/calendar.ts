@@ -453,10 +453,11 @@ export class InstanceSlotCalendar implements Calendar<InstanceCalendarTypes> {
     const from = ctx.startMs - ctx.provisioningLeadMs;
     const calendar = await this.snapshot(client, candidates, from, ctx.endMs, ctx.reservation.id);
     const held = new Set(candidates.filter((c) => live.some((l) => l.providerUuid === c.provider.uuid)).map((c) => c.host.id));
-    // A preemptible ask (issue 43) may use lent slots too: each open lending a host of its own (its amounts, its borrowers), locked until this transaction ends.
-    const lent = borrow ? await this.lentView(client, candidates, from, ctx.endMs, ctx.reservation.id, true) : undefined;
-    let placed = lent && lent.hosts.length > 0 ? placeSlots(request, onePerRealHost(request, withLent(calendar, lent), lent, from, ctx.endMs), from, ctx.endMs, { held }) : undefined;
-    placed ??= placeSlots(request, calendar, from, ctx.endMs, { held }) ?? (cut ? await this.placePreempting(client, ctx, request, candidates, cut) : undefined);
+    // Free capacity first, as for hosts; a preemptible ask (issue 43) that does not fit there may use lent slots too: each open lending a host of its own (its amounts, its borrowers), locked until this transaction ends.
+    let placed = placeSlots(request, calendar, from, ctx.endMs, { held });
+    const lent = !placed && borrow ? await this.lentView(client, candidates, from, ctx.endMs, ctx.reservation.id, true) : undefined;
+    if (lent && lent.hosts.length > 0) placed = placeSlots(request, onePerRealHost(request, withLent(calendar, lent), lent, from, ctx.endMs), from, ctx.endMs, { held });
+    placed ??= cut ? await this.placePreempting(client, ctx, request, candidates, cut) : undefined;
     if (!placed) throw await this.explainShortage(client, ctx, candidates, request);
     const booked = await this.insert(client, ctx, candidates, placed, request.slot, from, new Set(), key, lent?.lendings);
     // The backstop of the lendings' sums (no constraint can hold them): never more borrowed at once than lent.
