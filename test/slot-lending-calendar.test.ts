@@ -21,6 +21,7 @@ import { useMigratedTestDatabase } from '../dev-stack/db';
 import { doubleBookings, insertHost } from '../dev-stack/fixtures/hosts';
 import { slotBorrowersOutsideLendings, slotLendingsOverAmounts } from '../dev-stack/fixtures/slot-lendings';
 import { eventually } from '../dev-stack/stack';
+import { SearchReads } from '../src/domain/search-reads';
 
 const H = 3_600_000;
 const T0 = Date.UTC(2099, 2, 1);
@@ -242,5 +243,18 @@ describe('instance-slot calendar with lent slots', () => {
     expect((await rowsOf(borrower.leaseId)).map((r) => r.lent)).toEqual([true]);
     expect(await slots.latestEnd(borrower.leaseId)).toBe(T0 + 15 * H);
     expect(await slots.moveWindow({ ...borrower, endMs: T0 + 15 * H })).toBe(true);
+  });
+
+  it('shares the reads of a search for a preemptible ask where nothing is lent, never where something is', async () => {
+    const ask = context(0, 1, { preemptible: true });
+    const asks = [{ reservation: ask.reservation, spec: await specOf(ask) }];
+    const reads = new SearchReads();
+    const shared = jest.spyOn(reads, 'read');
+    // After the lending's end (hour 8) nothing is lent: the calendar is read as for a regular ask.
+    expect((await slots.search(asks, T0 + 20 * H, H, 0, { reads })).earliest).toBe(T0 + 20 * H);
+    const sharedReads = shared.mock.calls.length;
+    expect(sharedReads).toBeGreaterThan(0);
+    expect((await slots.search(asks, T0 + 2 * H, H, 0, { reads })).earliest).toBe(T0 + 2 * H);
+    expect(shared.mock.calls.length).toBe(sharedReads);
   });
 });

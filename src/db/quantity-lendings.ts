@@ -108,6 +108,18 @@ export async function borrowableSlotLendings(db: Queryable, window: { providerUu
   return rows;
 }
 
+/**
+ * Whether some lending on these providers is borrowable after `fromMs` (open, not being reclaimed):
+ * a preemptible ask of a deployment that lends nothing there reads the calendar as a regular one.
+ */
+export async function anyBorrowableSlotLending(db: Queryable, providerUuids: string[], fromMs: number): Promise<boolean> {
+  const { rows } = await db.query<{ open: boolean }>(
+    `SELECT EXISTS (SELECT 1 FROM quantity_lendings g WHERE g.provider_uuid = ANY($1) AND g.returned_at IS NULL AND g.reclaimed_at IS NULL AND upper(g.during) > to_timestamp($2 / 1000.0)) AS open`,
+    [providerUuids, fromMs],
+  );
+  return rows[0].open;
+}
+
 /** These lendings, locked FOR UPDATE (a borrower's move checks their peak again). */
 export async function lockSlotLendings(client: PoolClient, ids: string[]): Promise<SlotLending[]> {
   const { rows } = await client.query<SlotLending>(`SELECT ${LENDING_COLUMNS} FROM quantity_lendings g WHERE g.id = ANY($1::bigint[]) ORDER BY g.id FOR UPDATE`, [ids]);

@@ -39,6 +39,7 @@ import {
   type LiveSlots,
 } from '../../db/quantity-allocations';
 import {
+  anyBorrowableSlotLending,
   borrowableSlotLendings,
   insertSlotLendings,
   lendingsOverAmounts,
@@ -398,7 +399,8 @@ export class InstanceSlotCalendar implements Calendar<InstanceCalendarTypes> {
     for (const { reservation, spec } of reservations) {
       const candidates = await this.candidates(this.pool, spec);
       const request: SlotRequest = { slot: spec.slot, amount: spec.amount, affinity: spec.affinity };
-      const borrows = isPreemptibleReservation(reservation);
+      // Only a preemptible ask where something is lent sees lendings (and bypasses the shared reads below).
+      const borrows = isPreemptibleReservation(reservation) && (await anyBorrowableSlotLending(this.pool, candidates.map((c) => c.provider.uuid), start - leadMs));
       const read = async (until: number | null) => {
         const calendar = await this.snapshot(this.pool, candidates, start - leadMs, until, reservation.id);
         return borrows ? withLent(calendar, await this.lentView(this.pool, candidates, start - leadMs, until, reservation.id, false)) : calendar;
