@@ -20,6 +20,8 @@ import { pendingReservation, refusal, reservationContext } from '../dev-stack/fi
 import { useMigratedTestDatabase } from '../dev-stack/db';
 import { doubleBookings, insertHost } from '../dev-stack/fixtures/hosts';
 import { slotBorrowersOutsideLendings, slotLendingsOverAmounts } from '../dev-stack/fixtures/slot-lendings';
+import { eventually } from '../dev-stack/stack';
+import { SearchReads } from '../src/domain/search-reads';
 
 const H = 3_600_000;
 const T0 = Date.UTC(2099, 2, 1);
@@ -32,13 +34,20 @@ describe('instance-slot calendar with lent slots', () => {
   let slots: InstanceSlotCalendar;
   let lender: ReservationContext<never>;
 
-  const context = (from: number, to: number, fields: { amount?: number; preemptible?: boolean; leaseStatus?: ReservationContext['leaseStatus']; affinity?: string } = {}) => {
-    const reservation: Reservation = pendingReservation(
-      VIRTUAL_INSTANCE,
-      virtualInstanceParams.parse({ vcpus: 2, memory_mb: 1024, disk_gb: 10, amount: fields.amount ?? 1, affinity: fields.affinity ?? 'None', resource_properties: '', preemptible: fields.preemptible ?? false }),
-    );
-    return reservationContext({ reservation, startMs: T0 + from * H, endMs: T0 + to * H, leaseStatus: fields.leaseStatus ?? 'PENDING' });
+  type Fields = { amount?: number; vcpus?: number; preemptible?: boolean; leaseStatus?: ReservationContext['leaseStatus']; affinity?: string };
+  const paramsOf = (fields: Fields) =>
+    virtualInstanceParams.parse({ vcpus: fields.vcpus ?? 2, memory_mb: 1024, disk_gb: 10, amount: fields.amount ?? 1, affinity: fields.affinity ?? 'None', resource_properties: '', preemptible: fields.preemptible ?? false });
+  /** A window in hours from `at` (T0 unless given). */
+  const context = (from: number, to: number, fields: Fields = {}, at = T0) => {
+    const reservation: Reservation = pendingReservation(VIRTUAL_INSTANCE, paramsOf(fields));
+    return reservationContext({ reservation, startMs: at + from * H, endMs: at + to * H, leaseStatus: fields.leaseStatus ?? 'PENDING' });
   };
+  /** The same reservation asked anew with other parameters (an update). */
+  const updated = (ctx: ReservationContext<never>, fields: Fields): ReservationContext<never> => ({ ...ctx, reservation: { ...ctx.reservation, params: paramsOf(fields) as never } });
+  const lendOf = (ctx: ReservationContext<never>, count: number, fromMs: number, untilMs: number) =>
+    slots.lend({ lendingId: randomUUID(), reservationId: ctx.reservation.id, leaseId: ctx.leaseId, projectId: 'p', count, fromMs, untilMs });
+  const amountsOf = async (leaseId: string) =>
+    (await database().pool.query<{ vcpu: number; key: string }>("SELECT (amounts ->> 'VCPU')::int AS vcpu, booking_key AS key FROM quantity_allocations WHERE lease_id = $1 ORDER BY id", [leaseId])).rows;
   const specOf = async (ctx: ReservationContext<never>) => (await virtualInstance.describe(ctx.reservation, ctx.projectId)).spec;
   const book = async (ctx: ReservationContext<never>) => slots.book(ctx, await specOf(ctx));
   const lend = (count: number, from: number, until: number, perProvider?: Map<string, number>) =>
@@ -159,5 +168,93 @@ describe('instance-slot calendar with lent slots', () => {
     const ends = new Set((await rowsOf(lender.leaseId)).map((r) => r.end));
     expect(ends).toEqual(new Set([T0 + 3 * H, T0 + 4 * H - CLEANING]));
     expect(await openSlotLendingsOf(database().pool, lender.reservation.id)).toEqual([]);
+  });
+
+  it('refuses to resize a lender or a borrower moved in place: their rows keep their amounts', async () => {
+    // A second lender after the first, on free hosts: the same count fits on the same hosts at 4 vCPU.
+    const second = context(10, 20, { amount: 2, leaseStatus: 'ACTIVE' });
+    await book(second);
+    await lendOf(second, 1, T0 + 11 * H, T0 + 15 * H);
+    const before = await amountsOf(second.leaseId);
+    const bigger = updated(second, { amount: 2, vcpus: 4 });
+    expect((await conflict(slots.book(bigger, await specOf(bigger)))).message).toContain('size of its slots');
+    expect(await amountsOf(second.leaseId)).toEqual(before);
+
+    const borrower = context(3, 5, { preemptible: true, leaseStatus: 'ACTIVE' });
+    await book(borrower);
+    const biggerBorrower = updated(borrower, { preemptible: true, vcpus: 4 });
+    expect((await conflict(slots.book(biggerBorrower, await specOf(biggerBorrower)))).message).toContain('size of its slots');
+    expect((await amountsOf(borrower.leaseId)).map((r) => r.vcpu)).toEqual([2]);
+  });
+
+  it('a lend waits for a booking holding the providers of its lender (a rebook deciding on its lendings)', async () => {
+    const holder = await database().pool.connect();
+    try {
+      await holder.query('BEGIN');
+      await holder.query("SELECT uuid FROM capacity_providers WHERE uuid = 'uuid-node-2' FOR UPDATE");
+      const lending = lend(1, 2, 8, new Map([['uuid-node-2', 1]]));
+      await eventually(
+        async () => ((await database().pool.query("SELECT 1 FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'")).rowCount ? true : undefined),
+        3_000,
+        20,
+        () => 'the lend never waited for the providers',
+      );
+      expect(await openSlotLendingsOf(database().pool, lender.reservation.id)).toHaveLength(1);
+      await holder.query('COMMIT');
+      expect((await lending).map((g) => g.provider_uuid)).toEqual(['uuid-node-2']);
+    } finally {
+      holder.release();
+    }
+  });
+
+  it('a lender whose lending has run its course changes its count', async () => {
+    // Around now (the rules ask "still lending?" of the clock): lent an hour, ended an hour ago.
+    const now = Date.now();
+    const current = context(-3, 10, { amount: 2, leaseStatus: 'ACTIVE' }, now);
+    await book(current);
+    await lendOf(current, 1, now - 2 * H, now - H);
+    const fewer = updated(current, { amount: 1 });
+    expect((await slots.book(fewer, await specOf(fewer))).reduce((n, p) => n + p.slots, 0)).toBe(1);
+  });
+
+  it('books a preemptible ask in free capacity before lent slots, even beside a lending already borrowed', async () => {
+    // A second lender holding a whole host after the first, lending 2 of its 4 slots, the other host taken until hour 13.
+    const second = context(10, 30, { amount: 4, affinity: 'True', leaseStatus: 'ACTIVE' });
+    await book(second);
+    await lendOf(second, 2, T0 + 11 * H, T0 + 15 * H);
+    await book(context(11, 13, { amount: 4 }));
+    const borrower = context(11, 14, { preemptible: true });
+    await book(borrower);
+    expect((await rowsOf(borrower.leaseId)).map((r) => r.lent)).toEqual([true]);
+    // From hour 13 the other host is free again.
+    const free = context(13, 14, { preemptible: true });
+    await book(free);
+    expect((await rowsOf(free.leaseId)).map((r) => r.lent)).toEqual([false]);
+  });
+
+  it('offers a borrower no end past its lending', async () => {
+    // A second lender after the first, with room beside it on its host: only the lending bounds the borrower.
+    const second = context(10, 30, { amount: 2, leaseStatus: 'ACTIVE' });
+    await book(second);
+    await lendOf(second, 2, T0 + 11 * H, T0 + 15 * H);
+    await book(context(11, 13, { amount: 6 }));
+    const borrower = context(11, 13, { preemptible: true, leaseStatus: 'ACTIVE' });
+    await book(borrower);
+    expect((await rowsOf(borrower.leaseId)).map((r) => r.lent)).toEqual([true]);
+    expect(await slots.latestEnd(borrower.leaseId)).toBe(T0 + 15 * H);
+    expect(await slots.moveWindow({ ...borrower, endMs: T0 + 15 * H })).toBe(true);
+  });
+
+  it('shares the reads of a search for a preemptible ask where nothing is lent, never where something is', async () => {
+    const ask = context(0, 1, { preemptible: true });
+    const asks = [{ reservation: ask.reservation, spec: await specOf(ask) }];
+    const reads = new SearchReads();
+    const shared = jest.spyOn(reads, 'read');
+    // After the lending's end (hour 8) nothing is lent: the calendar is read as for a regular ask.
+    expect((await slots.search(asks, T0 + 20 * H, H, 0, { reads })).earliest).toBe(T0 + 20 * H);
+    const sharedReads = shared.mock.calls.length;
+    expect(sharedReads).toBeGreaterThan(0);
+    expect((await slots.search(asks, T0 + 2 * H, H, 0, { reads })).earliest).toBe(T0 + 2 * H);
+    expect(shared.mock.calls.length).toBe(sharedReads);
   });
 });

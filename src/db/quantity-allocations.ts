@@ -460,6 +460,15 @@ export async function borrowedSlotsOf(db: Queryable, reservationId: string, atMs
   return r?.ids && r.until_ms !== null ? { lendingRowIds: r.ids, untilMs: r.until_ms, endMs: r.end_ms, alsoFree: r.also_free } : undefined;
 }
 
+/** A borrower lease's live slots: the soonest end of the lendings that hold them (Infinity: it borrows none). */
+export async function slotsBorrowedUntil(db: Queryable, leaseId: string): Promise<number> {
+  const { rows } = await db.query<{ until_ms: number | null }>(
+    'SELECT (extract(epoch FROM min(upper(lent_during))) * 1000)::float8 AS until_ms FROM quantity_allocations WHERE lease_id = $1 AND lent_by IS NOT NULL AND upper(during) > now()',
+    [leaseId],
+  );
+  return rows[0]?.until_ms ?? Infinity;
+}
+
 /** The borrowers' slot rows of these lendings, as a slot calendar reads them (blocked interval), but `ownReservationId`'s. */
 export async function bookingsInLendings(db: Queryable, lendingRowIds: string[], ownReservationId?: string): Promise<Array<ProviderBookingRow & { lending_row_id: string }>> {
   if (lendingRowIds.length === 0) return [];

@@ -108,6 +108,18 @@ export async function borrowableSlotLendings(db: Queryable, window: { providerUu
   return rows;
 }
 
+/**
+ * Whether some lending on these providers is borrowable after `fromMs` (open, not being reclaimed):
+ * a preemptible ask of a deployment that lends nothing there reads the calendar as a regular one.
+ */
+export async function anyBorrowableSlotLending(db: Queryable, providerUuids: string[], fromMs: number): Promise<boolean> {
+  const { rows } = await db.query<{ open: boolean }>(
+    `SELECT EXISTS (SELECT 1 FROM quantity_lendings g WHERE g.provider_uuid = ANY($1) AND g.returned_at IS NULL AND g.reclaimed_at IS NULL AND upper(g.during) > to_timestamp($2 / 1000.0)) AS open`,
+    [providerUuids, fromMs],
+  );
+  return rows[0].open;
+}
+
 /** These lendings, locked FOR UPDATE (a borrower's move checks their peak again). */
 export async function lockSlotLendings(client: PoolClient, ids: string[]): Promise<SlotLending[]> {
   const { rows } = await client.query<SlotLending>(`SELECT ${LENDING_COLUMNS} FROM quantity_lendings g WHERE g.id = ANY($1::bigint[]) ORDER BY g.id FOR UPDATE`, [ids]);
@@ -137,11 +149,14 @@ export async function slotsLentOverlapping(db: Queryable, reservationId: string,
   return new Map(rows.map((r) => [r.provider_uuid, r.slots]));
 }
 
-/** Until when the lease's reservations lend slots (the latest end of their open lendings), per reservation. */
+/**
+ * Until when the lease's reservations lend slots (the latest end of their open lendings still
+ * running: one reclaimed, or never returned, whose window has passed lends nothing), per reservation.
+ */
 export async function slotsLentUntilOfLease(db: Queryable, leaseId: string): Promise<Array<{ reservation_id: string; lent_until_ms: number }>> {
   const { rows } = await db.query<{ reservation_id: string; lent_until_ms: number }>(
     `SELECT g.reservation_id::text, (extract(epoch FROM max(upper(g.during))) * 1000)::float8 AS lent_until_ms
-     FROM quantity_lendings g WHERE g.lease_id = $1 AND g.returned_at IS NULL GROUP BY g.reservation_id ORDER BY 1`,
+     FROM quantity_lendings g WHERE g.lease_id = $1 AND g.returned_at IS NULL AND upper(g.during) > now() GROUP BY g.reservation_id ORDER BY 1`,
     [leaseId],
   );
   return rows;

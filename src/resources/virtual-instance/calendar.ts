@@ -33,11 +33,13 @@ import {
   lockProviders,
   moveLiveSlotsEnd,
   preemptibleSlotsOnProviders,
+  slotsBorrowedUntil,
   usableProviders,
   type CapacityProvider,
   type LiveSlots,
 } from '../../db/quantity-allocations';
 import {
+  anyBorrowableSlotLending,
   borrowableSlotLendings,
   insertSlotLendings,
   lendingsOverAmounts,
@@ -304,6 +306,11 @@ export class InstanceSlotCalendar implements Calendar<InstanceCalendarTypes> {
       async (client) => {
         const done = await slotLendingsOfRequest(client, request.lendingId);
         if (done.length > 0) return done;
+        // Providers, then the lender's rows, then lendings (a rebook's order): a rebook of the lender deciding on its lendings waits for this one.
+        await lockProviders(
+          client,
+          (await liveSlots(client, request.reservationId, request.fromMs)).map((l) => l.providerUuid),
+        );
         const rows = await lenderSlotRowsOf(client, request.reservationId, request.fromMs);
         const lent = await slotsLentOverlapping(client, request.reservationId, request.fromMs, request.untilMs);
         const lendable = rows
@@ -392,7 +399,8 @@ export class InstanceSlotCalendar implements Calendar<InstanceCalendarTypes> {
     for (const { reservation, spec } of reservations) {
       const candidates = await this.candidates(this.pool, spec);
       const request: SlotRequest = { slot: spec.slot, amount: spec.amount, affinity: spec.affinity };
-      const borrows = isPreemptibleReservation(reservation);
+      // Only a preemptible ask where something is lent sees lendings (and bypasses the shared reads below).
+      const borrows = isPreemptibleReservation(reservation) && (await anyBorrowableSlotLending(this.pool, candidates.map((c) => c.provider.uuid), start - leadMs));
       const read = async (until: number | null) => {
         const calendar = await this.snapshot(this.pool, candidates, start - leadMs, until, reservation.id);
         return borrows ? withLent(calendar, await this.lentView(this.pool, candidates, start - leadMs, until, reservation.id, false)) : calendar;
@@ -419,7 +427,7 @@ export class InstanceSlotCalendar implements Calendar<InstanceCalendarTypes> {
    * The latest end the lease's slots can move to on the hosts they are on (extension offers): each
    * host's capacity less others' slots (QuantityCalendar.latestEndsByProvider, the lease's compute
    * bookings together), and before the next whole-host lease or maintenance of the host, less the
-   * cleaning time. Undefined when the lease holds no slots.
+   * cleaning time; a borrower's (issue 43) no later than its lendings end. Undefined when the lease holds no slots.
    */
   async latestEnd(leaseId: string): Promise<number | undefined> {
     const ends = await new QuantityCalendar(this.pool).latestEndsByProvider(leaseId, COMPUTE_KIND);
@@ -428,8 +436,9 @@ export class InstanceSlotCalendar implements Calendar<InstanceCalendarTypes> {
     const names = new Set(ends.map((e) => e.provider.name));
     const hostIdOf = new Map((await listHosts(this.pool)).filter((h) => names.has(h.hypervisor_hostname)).map((h) => [h.hypervisor_hostname, h.id]));
     const blocks = await blockedIntervals(this.pool, { fromMs, toMs: fromMs + EXTENSION_HORIZON_MS, cleaningMs: this.settings.cleaningMs, hostIds: [...hostIdOf.values()], wholeHostOnly: true });
+    // A borrower's slots (issue 43) move no further than the soonest of its lendings (moveBorrower's bound).
     return Math.min(
-      Infinity,
+      await slotsBorrowedUntil(this.pool, leaseId),
       ...ends.map((e) => {
         const taken = blocks.filter((b) => b.host_id === hostIdOf.get(e.provider.name)).map((b) => Math.max(fromMs, b.start_ms - this.settings.cleaningMs));
         return Math.min(e.latestMs, ...taken);
@@ -446,10 +455,11 @@ export class InstanceSlotCalendar implements Calendar<InstanceCalendarTypes> {
     const from = ctx.startMs - ctx.provisioningLeadMs;
     const calendar = await this.snapshot(client, candidates, from, ctx.endMs, ctx.reservation.id);
     const held = new Set(candidates.filter((c) => live.some((l) => l.providerUuid === c.provider.uuid)).map((c) => c.host.id));
-    // A preemptible ask (issue 43) may use lent slots too: each open lending a host of its own (its amounts, its borrowers), locked until this transaction ends.
-    const lent = borrow ? await this.lentView(client, candidates, from, ctx.endMs, ctx.reservation.id, true) : undefined;
-    let placed = lent && lent.hosts.length > 0 ? placeSlots(request, onePerRealHost(request, withLent(calendar, lent), lent, from, ctx.endMs), from, ctx.endMs, { held }) : undefined;
-    placed ??= placeSlots(request, calendar, from, ctx.endMs, { held }) ?? (cut ? await this.placePreempting(client, ctx, request, candidates, cut) : undefined);
+    // Free capacity first, as for hosts; a preemptible ask (issue 43) that does not fit there may use lent slots too: each open lending a host of its own (its amounts, its borrowers), locked until this transaction ends.
+    let placed = placeSlots(request, calendar, from, ctx.endMs, { held });
+    const lent = !placed && borrow ? await this.lentView(client, candidates, from, ctx.endMs, ctx.reservation.id, true) : undefined;
+    if (lent && lent.hosts.length > 0) placed = placeSlots(request, onePerRealHost(request, withLent(calendar, lent), lent, from, ctx.endMs), from, ctx.endMs, { held });
+    placed ??= cut ? await this.placePreempting(client, ctx, request, candidates, cut) : undefined;
     if (!placed) throw await this.explainShortage(client, ctx, candidates, request);
     const booked = await this.insert(client, ctx, candidates, placed, request.slot, from, new Set(), key, lent?.lendings);
     // The backstop of the lendings' sums (no constraint can hold them): never more borrowed at once than lent.
@@ -554,8 +564,12 @@ export class InstanceSlotCalendar implements Calendar<InstanceCalendarTypes> {
     if (lending && lending.lent_until_ms > ctx.endMs) {
       throw leaseConflict(`Reservation ${ctx.reservation.id} lends instance slots until ${when(lending.lent_until_ms)}: reclaim them first.`, { lent_until: when(lending.lent_until_ms) });
     }
+    // Its rows move in place while it lends or borrows (the amounts stay): they must already be of the slot asked.
+    if (lending && !live.every((l) => sameSlot(l.slot, request.slot))) {
+      throw leaseConflict(`Reservation ${ctx.reservation.id} lends instance slots until ${when(lending.lent_until_ms)}: reclaim them before changing the size of its slots.`, { lent_until: when(lending.lent_until_ms) });
+    }
     const borrowed = await borrowedSlotsOf(client, ctx.reservation.id, from);
-    if (borrowed) return this.moveBorrower(client, ctx, request, live, borrowed, key, from);
+    if (borrowed) return this.moveBorrower(client, ctx, request, live, candidates, borrowed, key, from);
     if (ctx.endMs <= from) {
       // Ends now (`end_date: now`, already past when it gets here): nothing is booked anew, the slots end with the lease.
       await this.endBookingsAt(client, ctx.reservation.id, ctx.endMs);
@@ -576,7 +590,7 @@ export class InstanceSlotCalendar implements Calendar<InstanceCalendarTypes> {
       // Its lendings name its rows: they move in place (the window cascades), and only while it keeps the same slots.
       const same = placed.size === current.size && [...placed].every(([id, n]) => current.get(id) === n);
       if (!same) throw leaseConflict(`Reservation ${ctx.reservation.id} lends instance slots until ${when(lending.lent_until_ms)}: reclaim them before changing its slots.`, { lent_until: when(lending.lent_until_ms) });
-      await moveLiveSlotsEnd(client, ctx.reservation.id, from, ctx.endMs, key);
+      await moveLiveSlotsEnd(client, ctx.reservation.id, from, ctx.endMs, key).catch(lentMeanwhile(ctx));
       await moveSharedHostRowsEnd(client, ctx.reservation.id, from, ctx.endMs, this.settings.cleaningMs);
       return this.placementsOf(await liveSlots(client, ctx.reservation.id, from));
     }
@@ -584,7 +598,7 @@ export class InstanceSlotCalendar implements Calendar<InstanceCalendarTypes> {
     const keptHosts = new Set([...placed.keys()].filter((id) => current.has(id)));
     // Every host whose shared row is live and that the new placement leaves (a failed host's too: it is in no candidate).
     const dropped = (await liveSharedHosts(client, ctx.reservation.id, from)).filter((id) => !placed.has(id));
-    await endReservationQuantityBookingsAt(client, ctx.reservation.id, from);
+    await endReservationQuantityBookingsAt(client, ctx.reservation.id, from).catch(lentMeanwhile(ctx));
     if (dropped.length > 0) await endSharedHostRowsAt(client, ctx.reservation.id, dropped, from, this.settings.cleaningMs);
     await moveSharedHostRowsEnd(client, ctx.reservation.id, from, ctx.endMs, this.settings.cleaningMs);
     const stillShared = new Set(await liveSharedHosts(client, ctx.reservation.id, from));
@@ -601,6 +615,7 @@ export class InstanceSlotCalendar implements Calendar<InstanceCalendarTypes> {
     ctx: ReservationContext,
     request: SlotRequest,
     live: LiveSlots[],
+    candidates: Candidate[],
     borrowed: { lendingRowIds: string[]; untilMs: number; endMs: number; alsoFree: boolean },
     key: string,
     from: number,
@@ -611,6 +626,11 @@ export class InstanceSlotCalendar implements Calendar<InstanceCalendarTypes> {
     if (ctx.endMs > borrowed.untilMs) throw extensionRefused(ctx, NOT_ENOUGH, `its slots are lent to it until ${when(borrowed.untilMs)}`, Math.max(borrowed.endMs, borrowed.untilMs));
     if (borrowed.alsoFree && ctx.endMs > borrowed.endMs) throw extensionRefused(ctx, NOT_ENOUGH, 'part of its slots are lent to it', borrowed.endMs);
     if (request.amount !== live.reduce((n, l) => n + l.slots, 0)) throw leaseConflict(`${NOT_ENOUGH} Reservation ${ctx.reservation.id} runs on lent instance slots: it cannot change how many it holds.`);
+    // Its rows stay where they are, amounts and all: they must still be what the reservation asks.
+    const matching = new Set(candidates.map((c) => c.provider.uuid));
+    const kept =
+      live.every((l) => sameSlot(l.slot, request.slot) && matching.has(l.providerUuid)) && (request.affinity !== false || live.every((l) => l.slots === 1)) && (request.affinity !== true || live.length === 1);
+    if (!kept) throw leaseConflict(`Reservation ${ctx.reservation.id} runs on lent instance slots: it cannot change the size of its slots, its resource_properties or its affinity.`);
     if (ctx.endMs <= from) await this.endBookingsAt(client, ctx.reservation.id, ctx.endMs);
     else {
       await moveLiveSlotsEnd(client, ctx.reservation.id, from, ctx.endMs, key).catch((err: unknown) => {
@@ -733,6 +753,23 @@ export class InstanceSlotCalendar implements Calendar<InstanceCalendarTypes> {
     ];
     return shortage(ctx, what, slotFit(request, future, ctx.startMs, ctx.endMs - ctx.startMs, lead), 'it never fits');
   }
+}
+
+/** Whether two slots are of one size (every resource class the same amount). */
+function sameSlot(a: Amounts, b: Amounts): boolean {
+  const keys = new Set([...Object.keys(a), ...Object.keys(b)]);
+  return [...keys].every((k) => (a[k] ?? 0) === (b[k] ?? 0));
+}
+
+/**
+ * A lender's rows that could not move (23514: the CHECK holding its lendings inside them) were lent
+ * by a lend that committed meanwhile (issue 43): a 409 asking to try again, never a 500.
+ */
+function lentMeanwhile(ctx: ReservationContext): (err: unknown) => never {
+  return (err) => {
+    if (!isCheckViolation(err)) throw err;
+    throw leaseConflict(`Reservation ${ctx.reservation.id} lent instance slots meanwhile: reclaim them first, or try again.`);
+  };
 }
 
 /** A calendar with the lent view's pseudo-hosts beside the real ones (a preemptible ask's, issue 43). */
