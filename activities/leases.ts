@@ -8,6 +8,7 @@ import { leaseConflict, LeaseErrorType, type Lease, type RecordPolicy } from '..
 import * as leaseRows from '../src/db/leases';
 import { lendersOfBorrower } from '../src/db/host-lendings';
 import { preemptedAmong } from '../src/db/lease-preemptions';
+import { waitingKeysOf } from '../src/domain/preemption';
 import { policyFailure } from '../src/policy/enforcement';
 import type { ActivityDeps } from './deps';
 
@@ -58,9 +59,14 @@ export function leaseActivities({ pool, eventStarted, usagePolicy, preemptionEvi
       await leaseRows.markLeaseDeleted(pool, lease);
     },
 
-    /** Live leases that hold one of `keys` and started before `startMs`: they must end before this lease starts; a borrower's lenders hold its hosts around it (issue 43), never before it. */
+    /**
+     * Live leases that hold one of `keys` and started before `startMs`: they must end before this
+     * lease starts; a borrower's lenders hold its hosts around it (issue 43), never before it. Of
+     * the preemption keys, only the leases this one cut (waitingKeysOf).
+     */
     async findPredecessors(input: { leaseId: string; keys: string[]; startMs: number }): Promise<string[]> {
-      return leaseRows.findPredecessors(pool, { ...input, exceptIds: await lendersOfBorrower(pool, input.leaseId) });
+      const { shared, cutLeaseIds } = waitingKeysOf(input.leaseId, input.keys);
+      return leaseRows.findPredecessors(pool, { ...input, keys: shared, alsoIds: cutLeaseIds, exceptIds: await lendersOfBorrower(pool, input.leaseId) });
     },
 
     /**

@@ -244,7 +244,13 @@ const envSchema = z.object({
   // Preemptible leases (issue 43): the warning a preempted lease gets before its new end whenever
   // the regular lease's start allows, and how long a regular lease's start waits at most for a
   // preempted lease's end on its hosts.
-  LK_PREEMPT_WARNING_MINUTES: z.coerce.number().int().min(0).max(1_440).default(10),
+  // Minutes, to the second (0.25 is 15 s): a short warning is for tests and trials of the rules.
+  LK_PREEMPT_WARNING_MINUTES: z.coerce
+    .number()
+    .min(0)
+    .max(1_440)
+    .refine((minutes) => Number.isInteger(Math.round(minutes * 60 * 1e6) / 1e6), 'a whole number of seconds, in minutes (0.25 is 15 s)')
+    .default(10),
   LK_PREEMPT_EVICTION_SECONDS: z.coerce.number().int().min(0).max(3_600).default(120),
   // What a preemptible hour is charged for, against a regular hour's 1 (GET /v1/usage, budgets and
   // every rule that counts hours): written as a plain decimal, so that "", "0x1" or "1e0" are no factor.
@@ -435,7 +441,7 @@ export class ConfigError extends Error {
 
 function toConfig(env: z.infer<typeof envSchema>) {
   // The outbox tells preempted leases of it; a lending's reclaim gives its borrowers the same.
-  const preemptionWarningMs = env.LK_PREEMPT_WARNING_MINUTES * 60_000;
+  const preemptionWarningMs = Math.round(env.LK_PREEMPT_WARNING_MINUTES * 60) * 1000;
   return {
     logLevel: env.LK_LOG_LEVEL,
     api: {

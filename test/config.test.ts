@@ -43,6 +43,15 @@ describe('configuration', () => {
     }
   });
 
+  it('takes the preemption warning in minutes to the second, and names a value finer than that', () => {
+    for (const [text, ms] of [['10', 600_000], ['0.25', 15_000], ['0.3', 18_000], ['0', 0], ['1440', 86_400_000]] as const) {
+      expect(loadConfig({ LK_PREEMPT_WARNING_MINUTES: text }).outbox.preemptionWarningMs).toBe(ms);
+    }
+    for (const text of ['0.001', '-1', '1441', 'abc']) {
+      expect(() => loadConfig({ LK_PREEMPT_WARNING_MINUTES: text })).toThrow(/LK_PREEMPT_WARNING_MINUTES/);
+    }
+  });
+
   it('derives the local database and Temporal addresses from their ports', () => {
     const config = loadConfig({ LK_PG_PORT: '25432', LK_TEMPORAL_PORT: '17233' });
     expect(config.database.url).toBe('postgres://leasekeeper@127.0.0.1:25432/leasekeeper');

@@ -1,7 +1,8 @@
 /**
  * Lent hosts at the ends of their lender and borrower (issue 43), against the real PostgreSQL and a
  * Nova in memory: the lender's snapshot and end act on the hosts in its aggregate and never touch a
- * borrower's servers; a borrower's `delete` end deletes only its own project's servers on the host it
+ * lent host's servers (a borrower of its own project has servers there too); a borrower's snapshot
+ * images only its own project's servers on the host it borrows, its `delete` end deletes only its own project's servers on the host it
  * borrows (a server its lender had scheduled before lending it comes back with the host), and its
  * `recycle` end waits for and deletes only its own.
  */
@@ -138,9 +139,15 @@ describe('the ends of a lender and a borrower on lent hosts', () => {
     expect(nova.imaged).toEqual(['lender-own']);
   });
 
-  it("ends the lender on the hosts of its aggregate, the borrower's servers and aggregate untouched", async () => {
+  it("images only the borrower's own servers on the host it borrows", async () => {
+    await plugin().beforeEnd!(hookContext(borrower, { before_end: 'snapshot' }));
+    expect(nova.imaged).toEqual(['borrower-own']);
+  });
+
+  it("ends the lender on the hosts of its aggregate, every server on the host it lends and the borrower's aggregate untouched", async () => {
     expect(await plugin().end(hookContext(lender, { on_end: 'delete' }))).toEqual({});
-    expect(nova.servers.map((s) => s.id).sort()).toEqual(['borrower-own']);
+    // lender-stray is of the lender's project, as a borrower of its own project's servers would be: not the lender's to delete.
+    expect(nova.servers.map((s) => s.id).sort()).toEqual(['borrower-own', 'lender-stray']);
     const where = Object.fromEntries(nova.aggregates.map((a) => [a.name, a.hosts]));
     expect(where).toEqual({ pool: [hostNames[0]], [leaseAggregateFor(borrower.reservation.id).name]: [hostNames[1]] });
   });

@@ -177,6 +177,44 @@ describe('which bookings may preempt', () => {
     expect(attempts).toBe(1);
   });
 
+  it('a preemptible booking committed between the reads on the only host left is cut after the transaction runs again, never a refusal', async () => {
+    const pool = database().pool;
+    await pool.query('TRUNCATE host_allocations, host_lendings, lease_preemptions');
+    await insertHost(pool, { name: 'spare' });
+    const hostOf = async (leaseId: string) => (await pool.query<{ host_id: string }>('SELECT host_id::text FROM host_allocations WHERE lease_id = $1', [leaseId])).rows.map((r) => r.host_id);
+    // Both hosts are regular leases' when the admission begins: it fits only by preemption, and there is none.
+    const holding = context(false, T0, T0 + 4 * H);
+    await calendar.book(holding);
+    const leaving = context(false, T0, T0 + 4 * H);
+    await calendar.book(leaving);
+    expect([await hostOf(holding.leaseId), await hostOf(leaving.leaseId)]).toEqual([['1'], ['2']]);
+    const landing = context(true, T0, T0 + 4 * H);
+    const read = calendar.snapshot.bind(calendar);
+    let step: 'first' | 'freed' | 'landed' = 'first';
+    jest.spyOn(calendar, 'snapshot').mockImplementation(async (...args) => {
+      if (step === 'first' && args[7] === true) {
+        // 'spare' is freed before the read without preemptible bookings ...
+        step = 'freed';
+        await calendar.release(leaving.reservation.id, false);
+      } else if (step === 'freed') {
+        // ... and a preemptible lease lands there after the preemptible rows were read (none), before the last read.
+        step = 'landed';
+        await calendar.book(landing);
+      }
+      return read(...args);
+    });
+    const needing = context(false, T0 + H, T0 + 2 * H);
+    let attempts = 0;
+    await bookInTransaction(pool, (client) => {
+      attempts += 1;
+      return calendar.bookWithin(client, needing, { preempt: true });
+    }, { retryExclusion: true });
+    expect(step).toBe('landed');
+    expect([await hostOf(landing.leaseId), await hostOf(needing.leaseId)]).toEqual([['2'], ['2']]);
+    expect(await endsOf(landing.leaseId)).toEqual([T0 + H]);
+    expect(attempts).toBe(2);
+  });
+
   it('a preemptible booking cut by a concurrent admission after the first snapshot saw it is free, not a refusal', async () => {
     const pool = database().pool;
     const firstSnapshot = calendar.snapshot.bind(calendar);

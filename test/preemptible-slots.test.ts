@@ -263,7 +263,7 @@ describe('preemptible instance leases through the API and the worker', () => {
 
   beforeAll(async () => {
     const { pool } = stack().db;
-    const names = ['api-run', 'api-gone', 'api-host', 'api-none', 'api-wait'];
+    const names = ['api-run', 'api-gone', 'api-host', 'api-none', 'api-wait', 'api-cross'];
     for (const name of names) await insertHost(pool, { name, capabilities: { pool: name } });
     await syncCapacityProviders(pool, COMPUTE_KIND, names.map((name) => ({ uuid: `uuid-${name}`, name, host: name, capacity: CAPACITY, traits: [] })));
   });
@@ -324,6 +324,23 @@ describe('preemptible instance leases through the API and the worker', () => {
     expect(handedOverMs.length).toBeGreaterThan(0);
     expect(handedOverMs[0]).toBeGreaterThanOrEqual(lentEnd.finishedAt!);
     expect((await leaseOfB(besideId)).status).toBe('ACTIVE');
+  });
+
+  it('a regular host lease that cuts a running preemptible slot lease waits for its end (the key of the lease it cut), and a preemptible host lease holds its own', async () => {
+    const lent = await asA('POST', '/v1/leases', { name: 'lent-cross', start_date: 'now', end_date: inSeconds(4 * 3600), reservations: [slotsIn('api-cross', { amount: 1, preemptible: true })] });
+    expect(lent.status).toBe(201);
+    const lentId = lent.body.lease.id as string;
+    const hostIn = (pool: string, fields: Record<string, unknown> = {}) => ({ resource_type: 'physical:host', min: 1, max: 1, hypervisor_properties: '', resource_properties: JSON.stringify(['==', '$pool', pool]), ...fields });
+    const needing = await asB('POST', '/v1/leases', { name: 'host-cross', start_date: inSeconds(H / 1000), end_date: inSeconds(2 * 3600), reservations: [hostIn('api-cross')] });
+    expect([needing.status, needing.body.error_message]).toEqual([201, undefined]);
+    const needingId = needing.body.lease.id as string;
+    const keysOf = async (id: string) => (await stack().db.pool.query<{ resource_keys: string[] }>('SELECT resource_keys FROM leases WHERE id = $1', [id])).rows[0].resource_keys;
+    const needingKeys = await keysOf(needingId);
+    expect(needingKeys).toEqual([expect.stringMatching(/^host:/), `preemptible-lease:${lentId}`]);
+    expect(await findPredecessors(stack().db.pool, { leaseId: needingId, keys: needingKeys, startMs: Date.now() + H })).toEqual([lentId]);
+    const preemptibleHost = await asA('POST', '/v1/leases', { name: 'lent-host-cross', start_date: at(40, 0), end_date: at(40, 1), reservations: [hostIn('api-cross', { preemptible: true })] });
+    expect(preemptibleHost.status).toBe(201);
+    expect(await keysOf(preemptibleHost.body.lease.id)).toEqual([expect.stringMatching(/^host:/), `preemptible-lease:${preemptibleHost.body.lease.id}`]);
   });
 
   it('ends at once a preemptible instance lease not started whose whole window a regular lease takes, a host lease too', async () => {

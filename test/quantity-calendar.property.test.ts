@@ -147,7 +147,7 @@ describe('quantity calendar in PostgreSQL, concurrent bookings', () => {
     let refusalsChecked = 0;
     await fc.assert(
       fc.asyncProperty(scenario, async ({ capacities, requests, deleteEvery }) => {
-        await database().pool.query('TRUNCATE quantity_allocations, capacity_providers');
+        await database().pool.query('TRUNCATE quantity_lendings, quantity_allocations, capacity_providers');
         const providers: CapacityProvider[] = capacities.map((c, i) => ({ uuid: randomUUID(), name: `node-${i}`, host: `node-${i}`, capacity: { [EGR]: c.egress, [IGR]: c.ingress }, traits: [] }));
         await calendar.syncProviders('bandwidth', providers);
         const servers = Array.from({ length: 6 }, () => randomUUID());

@@ -40,7 +40,7 @@ describe('quantity calendar', () => {
     calendar = new QuantityCalendar(database().pool);
   });
   beforeEach(async () => {
-    await database().pool.query('TRUNCATE quantity_allocations, capacity_providers');
+    await database().pool.query('TRUNCATE quantity_lendings, quantity_allocations, capacity_providers');
     await calendar.syncProviders('compute', providers);
   });
 

@@ -16,6 +16,7 @@ const OWNERS: Record<string, string> = {
   lease_outbox: 'src/db/lease-outbox.ts',
   lease_preemptions: 'src/db/lease-preemptions.ts',
   host_lendings: 'src/db/host-lendings.ts',
+  quantity_lendings: 'src/db/quantity-lendings.ts',
   hosts: 'src/db/hosts.ts',
   host_capabilities: 'src/db/hosts.ts',
   capability_settings: 'src/db/hosts.ts',

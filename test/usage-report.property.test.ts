@@ -105,12 +105,12 @@ const lendingModel: fc.Arbitrary<LendingModel> = fc.record({
   borrowed: fc.nat({ max: 10 * 96 }),
 });
 
-/** A lending as the store reads it, and in units: lent over `lent`, its credit's quarter-hours at `returned`. */
+/** A lending as the store reads it, and in units: lent over `lent`, its credit's quarter-hours at `credited` (once back: then, or its last unit if back after its end). */
 interface LendingStory {
   metered: MeteredLending;
   project: string;
   lent: Span;
-  returned?: number;
+  credited?: number;
   borrowed: number;
 }
 
@@ -119,12 +119,12 @@ function lendingStory(model: LendingModel, index: number, now: number): LendingS
   const until = model.start + model.length;
   // Borrowers book inside the lending, which ends when it is back at the latest.
   const borrowed = Math.min(model.borrowed, Math.min(until, returned ?? until) - model.start);
-  const lentUntil = returned ?? Math.min(until, now);
+  const lentUntil = Math.min(returned ?? now, until);
   return {
     metered: { id: String(index), projectId: model.project, startMs: at(model.start), untilMs: at(until), returnedMs: returned === undefined ? null : at(returned), borrowedMs: returned === undefined ? null : borrowed * UNIT },
     project: model.project,
     lent: lentUntil > model.start ? [model.start, lentUntil] : undefined,
-    returned,
+    credited: returned === undefined ? undefined : Math.min(returned, until - 1),
     borrowed,
   };
 }
@@ -234,7 +234,7 @@ function bruteForce(stories: Story[], from: number, to: number, lendings: Lendin
     const month = new Date(at(unit)).toISOString().slice(0, 7);
     for (const lending of lendings) {
       const lent = inSpan(lending.lent, unit);
-      const credited = lending.returned === unit && lending.borrowed > 0;
+      const credited = lending.credited === unit && lending.borrowed > 0;
       if (!lent && !credited) continue;
       const cell = cellOf(lending.project, 'physical:host', month);
       if (lent) cell.lent += 1;

@@ -167,15 +167,16 @@ export async function markLeaseDeleted(pool: Pool, lease: Pick<Lease, 'id' | 've
 const ENDED: LeaseStatus[] = ['TERMINATED', 'ERROR'];
 
 /**
- * Live leases other than `leaseId` that hold one of `keys` and started before `startMs` (not ended):
- * they must end before it starts; but `exceptIds` (a borrower's lenders, issue 43: they hold the host around it).
+ * Live leases other than `leaseId` that hold one of `keys`, or are among `alsoIds` (the preemptible
+ * leases it cut, issue 43), and started before `startMs` (not ended): they must end before it starts;
+ * but `exceptIds` (a borrower's lenders, issue 43: they hold the host around it).
  */
-export async function findPredecessors(pool: Pool, input: { leaseId: string; keys: string[]; startMs: number; exceptIds?: string[] }): Promise<string[]> {
+export async function findPredecessors(pool: Pool, input: { leaseId: string; keys: string[]; startMs: number; alsoIds?: string[]; exceptIds?: string[] }): Promise<string[]> {
   const { rows } = await pool.query<{ id: string }>(
     `SELECT id FROM leases
-     WHERE deleted_at IS NULL AND id <> $1 AND resource_keys && $2 AND start_at < to_timestamp($3 / 1000.0)
+     WHERE deleted_at IS NULL AND id <> $1 AND (resource_keys && $2 OR id = ANY ($6::uuid[])) AND start_at < to_timestamp($3 / 1000.0)
        AND status <> ALL ($4) AND id <> ALL ($5::uuid[])`,
-    [input.leaseId, input.keys, input.startMs, ENDED, input.exceptIds ?? []],
+    [input.leaseId, input.keys, input.startMs, ENDED, input.exceptIds ?? [], input.alsoIds ?? []],
   );
   return rows.map((row) => row.id);
 }

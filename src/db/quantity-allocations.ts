@@ -10,6 +10,7 @@ import type { Amounts } from '../domain/quantity-calendar';
 import { PROVIDER_ON_ENROLLED_HOST_SQL, PROVIDER_ON_FAILED_ENROLLED_HOST_SQL } from './hosts';
 import type { Pool } from './pool';
 import { BOOKING_LEASE_COLUMNS, cutPreemptibleBookings, HELD_BOOKING_JOIN, endReservationBookingsAt, WINDOW_PARAMS_RANGE, type BookingLeaseColumns, type CutBookingKey } from './range-bookings';
+import { SLOT_LENDER_ROW_LENT_UNTIL, type LentSlotsOnProvider } from './quantity-lendings';
 import { inTransaction } from './transaction';
 
 type Queryable = Pool | PoolClient;
@@ -59,6 +60,8 @@ export interface NewQuantityBooking {
   bookingKey: string;
   /** A preemptible slot (issue 43): a regular admission may cut it (cutPreemptibleQuantityBookings). */
   preemptible?: boolean;
+  /** A borrower's slot (issue 43): inside this lending (its row id and exact `during`, quantity-lendings.ts). */
+  lentBy?: { id: string; during: string };
 }
 
 /** Records the providers of `kind` as they are now; the others of the kind stay (old bookings refer to them) but are no longer usable. */
@@ -180,14 +183,17 @@ export async function bookingOfReservation(db: Queryable, reservationId: string)
   return rows[0];
 }
 
-/** The bookings on the providers blocking within [fromMs, toMs) (toMs Infinity: from `fromMs` on). */
+/**
+ * The bookings on the providers blocking within [fromMs, toMs) (toMs Infinity: from `fromMs` on),
+ * but borrowers' slots (issue 43): they lie inside their lender's rows, which count whole.
+ */
 export async function bookingsOnProviders(db: Queryable, providerUuids: string[], fromMs: number, toMs: number, withoutPreemptible = false): Promise<ProviderBookingRow[]> {
   // `withoutPreemptible`: a regular admission's view (issue 43), where preemptible slots are free.
   const { rows } = await db.query<ProviderBookingRow>(
     `SELECT provider_uuid, reservation_id::text, amounts, (extract(epoch FROM lower(blocks)) * 1000)::float8 AS start_ms,
             COALESCE((extract(epoch FROM upper(blocks)) * 1000)::float8, 'Infinity') AS end_ms
      FROM quantity_allocations
-     WHERE provider_uuid = ANY($1) AND blocks && tstzrange(to_timestamp($2 / 1000.0), to_timestamp($3::numeric / 1000.0)) AND NOT ($4 AND preemptible)`,
+     WHERE provider_uuid = ANY($1) AND blocks && tstzrange(to_timestamp($2 / 1000.0), to_timestamp($3::numeric / 1000.0)) AND NOT ($4 AND preemptible) AND lent_by IS NULL`,
     [providerUuids, fromMs, toMs === Infinity ? null : toMs, withoutPreemptible],
   );
   return rows;
@@ -195,10 +201,24 @@ export async function bookingsOnProviders(db: Queryable, providerUuids: string[]
 
 export async function insertQuantityBooking(client: PoolClient, booking: NewQuantityBooking): Promise<void> {
   await client.query(
-    `INSERT INTO quantity_allocations (provider_uuid, reservation_id, lease_id, project_id, subject, amounts, during, blocks, booking_key, preemptible)
+    `INSERT INTO quantity_allocations (provider_uuid, reservation_id, lease_id, project_id, subject, amounts, during, blocks, booking_key, preemptible, lent_by, lent_during)
      VALUES ($1, $2, $3, $4, $5, $6, tstzrange(to_timestamp($7 / 1000.0), to_timestamp($8 / 1000.0)),
-             tstzrange(to_timestamp($9 / 1000.0), to_timestamp($8 / 1000.0)), $10, $11)`,
-    [booking.providerUuid, booking.reservationId, booking.leaseId, booking.projectId, booking.subject, JSON.stringify(booking.amounts), booking.startMs, booking.endMs, booking.blocksFromMs, booking.bookingKey, booking.preemptible ?? false],
+             tstzrange(to_timestamp($9 / 1000.0), to_timestamp($8 / 1000.0)), $10, $11, $12, $13::tstzrange)`,
+    [
+      booking.providerUuid,
+      booking.reservationId,
+      booking.leaseId,
+      booking.projectId,
+      booking.subject,
+      JSON.stringify(booking.amounts),
+      booking.startMs,
+      booking.endMs,
+      booking.blocksFromMs,
+      booking.bookingKey,
+      booking.preemptible ?? false,
+      booking.lentBy?.id ?? null,
+      booking.lentBy?.during ?? null,
+    ],
   );
 }
 
@@ -217,12 +237,13 @@ export interface PreemptibleSlotRow extends ProviderBookingRow {
  * the providers' locks too, so no slot on them comes or goes meanwhile but by a cut.
  */
 export async function preemptibleSlotsOnProviders(db: Queryable, window: { providerUuids: string[]; fromMs: number; toMs: number; cutAtMs: number; lock: boolean }): Promise<PreemptibleSlotRow[]> {
+  // Borrowers' slots are left out: they lie inside their lender's rows, so cutting them frees nothing a regular ask sees.
   // What each lease's rows say (its start, whether a cut would drop a slot begun) once per lease, not per slot:
   // a preemptible lease may hold a thousand slots, read while other projects' admissions wait on the providers' locks.
   const { rows } = await db.query<PreemptibleSlotRow>(
     `WITH found AS (
        SELECT a.id, a.provider_uuid, a.reservation_id, a.lease_id, a.amounts, a.blocks FROM quantity_allocations a
-       WHERE a.preemptible AND a.provider_uuid = ANY($1) AND a.blocks && tstzrange(to_timestamp($2 / 1000.0), to_timestamp($3 / 1000.0))
+       WHERE a.preemptible AND a.lent_by IS NULL AND a.provider_uuid = ANY($1) AND a.blocks && tstzrange(to_timestamp($2 / 1000.0), to_timestamp($3 / 1000.0))
        ORDER BY a.provider_uuid, a.id${window.lock ? ' FOR UPDATE OF a' : ''}
      ), per_lease AS (
        SELECT o.lease_id, (extract(epoch FROM min(lower(o.during))) * 1000)::float8 AS lease_start_ms,
@@ -270,8 +291,12 @@ export async function deleteLeaseQuantityBookings(db: Queryable, leaseId: string
   await db.query('DELETE FROM quantity_allocations WHERE lease_id = $1', [leaseId]);
 }
 
-/** Ends the reservation's booking at `atMs`; a booking that had not begun by then is dropped whole. */
-export const endReservationQuantityBookingsAt = (db: Queryable, reservationId: string, atMs: number) => endReservationBookingsAt(db, 'quantity_allocations', reservationId, atMs);
+/**
+ * Ends the reservation's booking at `atMs`; a booking that had not begun by then is dropped whole. A
+ * lender's rows on a provider where it lends (issue 43) end no sooner than its lendings there.
+ */
+export const endReservationQuantityBookingsAt = (db: Queryable, reservationId: string, atMs: number) =>
+  endReservationBookingsAt(db, 'quantity_allocations', reservationId, atMs, 0, SLOT_LENDER_ROW_LENT_UNTIL);
 
 /** How many reservations book room on the host (by hypervisor or compute host name) and have not ended. */
 export async function liveReservationsOnHost(db: Queryable, hypervisorHostname: string, computeHost: string): Promise<number> {
@@ -369,4 +394,101 @@ export async function quantityBookingsInWindow(pool: Pool, window: { fromMs: num
     ),
   ]);
   return { providers: providers.rows, bookings: bookings.rows };
+}
+
+// ─── Lending (issue 43) ─────────────────────────────────────────────────────────────────────
+
+/**
+ * A lender's slots live at `atMs` per provider, each provider's rows locked FOR UPDATE: how many,
+ * of which size, and one row (the lowest id) a lending there names (they share one window). A
+ * preemptible reservation's slots are never lent (none answered).
+ */
+export async function lenderSlotRowsOf(client: PoolClient, reservationId: string, atMs: number): Promise<Array<Omit<LentSlotsOnProvider, 'slots'> & { held: number }>> {
+  const { rows } = await client.query<{ id: string; provider_uuid: string; during: string; amounts: Amounts }>(
+    `SELECT a.id::text, a.provider_uuid, a.during::text AS during, a.amounts FROM quantity_allocations a
+     WHERE a.reservation_id = $1 AND NOT a.preemptible AND a.during @> to_timestamp($2 / 1000.0) ORDER BY a.provider_uuid, a.id FOR UPDATE`,
+    [reservationId, atMs],
+  );
+  const byProvider = new Map<string, Omit<LentSlotsOnProvider, 'slots'> & { held: number }>();
+  for (const r of rows) {
+    const found = byProvider.get(r.provider_uuid);
+    if (found) found.held++;
+    else byProvider.set(r.provider_uuid, { allocationId: r.id, providerUuid: r.provider_uuid, during: r.during, slot: r.amounts, held: 1 });
+  }
+  return [...byProvider.values()];
+}
+
+/** A borrower's slot row inside a lending. */
+export interface BorrowedSlotRow {
+  lending_row_id: string;
+  lease_id: string;
+  reservation_id: string;
+  amounts: Amounts;
+  start_ms: number;
+  end_ms: number;
+  /** Where its blocked range ends (what a lending must still hold). */
+  blocked_until_ms: number;
+  begun: boolean;
+}
+
+/** The borrowers' slot rows in these lendings (`lock`: FOR UPDATE, a reclaim about to cut them), by lending then lease. */
+export async function borrowedSlotsOfLendings(client: Queryable, lendingRowIds: string[], lock: boolean): Promise<BorrowedSlotRow[]> {
+  if (lendingRowIds.length === 0) return [];
+  const { rows } = await client.query<BorrowedSlotRow>(
+    `SELECT a.lent_by::text AS lending_row_id, a.lease_id::text, a.reservation_id::text, a.amounts,
+            (extract(epoch FROM lower(a.during)) * 1000)::float8 AS start_ms, (extract(epoch FROM upper(a.during)) * 1000)::float8 AS end_ms,
+            (extract(epoch FROM upper(a.blocks)) * 1000)::float8 AS blocked_until_ms, lower(a.during) <= now() AS begun
+     FROM quantity_allocations a WHERE a.lent_by = ANY($1::bigint[]) ORDER BY a.lent_by, a.lease_id, a.id${lock ? ' FOR UPDATE' : ''}`,
+    [lendingRowIds],
+  );
+  return rows;
+}
+
+/**
+ * A borrower reservation's slots live at `atMs` inside lendings: which lendings, the soonest end
+ * among them, where its live slots end now, and whether it holds free slots too (undefined: it borrows none).
+ */
+export async function borrowedSlotsOf(db: Queryable, reservationId: string, atMs: number): Promise<{ lendingRowIds: string[]; untilMs: number; endMs: number; alsoFree: boolean } | undefined> {
+  const { rows } = await db.query<{ ids: string[] | null; until_ms: number | null; end_ms: number; also_free: boolean }>(
+    `SELECT array_agg(DISTINCT a.lent_by::text) FILTER (WHERE a.lent_by IS NOT NULL) AS ids,
+            (extract(epoch FROM min(upper(a.lent_during))) * 1000)::float8 AS until_ms,
+            (extract(epoch FROM max(upper(a.during))) * 1000)::float8 AS end_ms, bool_or(a.lent_by IS NULL) AS also_free
+     FROM quantity_allocations a WHERE a.reservation_id = $1 AND upper(a.during) > to_timestamp($2 / 1000.0)`,
+    [reservationId, atMs],
+  );
+  const r = rows[0];
+  return r?.ids && r.until_ms !== null ? { lendingRowIds: r.ids, untilMs: r.until_ms, endMs: r.end_ms, alsoFree: r.also_free } : undefined;
+}
+
+/** A borrower lease's live slots: the soonest end of the lendings that hold them (Infinity: it borrows none). */
+export async function slotsBorrowedUntil(db: Queryable, leaseId: string): Promise<number> {
+  const { rows } = await db.query<{ until_ms: number | null }>(
+    'SELECT (extract(epoch FROM min(upper(lent_during))) * 1000)::float8 AS until_ms FROM quantity_allocations WHERE lease_id = $1 AND lent_by IS NOT NULL AND upper(during) > now()',
+    [leaseId],
+  );
+  return rows[0]?.until_ms ?? Infinity;
+}
+
+/** The borrowers' slot rows of these lendings, as a slot calendar reads them (blocked interval), but `ownReservationId`'s. */
+export async function bookingsInLendings(db: Queryable, lendingRowIds: string[], ownReservationId?: string): Promise<Array<ProviderBookingRow & { lending_row_id: string }>> {
+  if (lendingRowIds.length === 0) return [];
+  const { rows } = await db.query<ProviderBookingRow & { lending_row_id: string }>(
+    `SELECT a.provider_uuid, a.reservation_id::text, a.amounts, a.lent_by::text AS lending_row_id,
+            (extract(epoch FROM lower(a.blocks)) * 1000)::float8 AS start_ms, (extract(epoch FROM upper(a.blocks)) * 1000)::float8 AS end_ms
+     FROM quantity_allocations a WHERE a.lent_by = ANY($1::bigint[]) AND a.reservation_id IS DISTINCT FROM $2::uuid`,
+    [lendingRowIds, ownReservationId ?? null],
+  );
+  return rows;
+}
+
+/**
+ * The reservation's slots live at `atMs` end at `endMs` instead, in place (a lender's or a borrower's
+ * move, issue 43: its rows are what lendings name, or lie inside one), with the key `bookingKey`.
+ */
+export async function moveLiveSlotsEnd(client: PoolClient, reservationId: string, atMs: number, endMs: number, bookingKey: string): Promise<void> {
+  await client.query(
+    `UPDATE quantity_allocations SET during = tstzrange(lower(during), to_timestamp($3 / 1000.0)), blocks = tstzrange(lower(blocks), to_timestamp($3 / 1000.0)), booking_key = $4
+     WHERE reservation_id = $1 AND upper(during) > to_timestamp($2 / 1000.0)`,
+    [reservationId, atMs, endMs, bookingKey],
+  );
 }

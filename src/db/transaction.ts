@@ -42,3 +42,13 @@ export async function inTransaction<T>(pool: Pool, work: (client: PoolClient) =>
     await new Promise((resolve) => setTimeout(resolve, Math.random() * 20 * attempt));
   }
 }
+
+/**
+ * Ends the transaction as a lost race (SQLSTATE 40001, serialization_failure): a booking whose
+ * reads disagree (the calendar changed between them) runs again on what committed meanwhile, as
+ * after a deadlock, instead of answering from a view no single moment had.
+ */
+export async function runTransactionAgain(client: PoolClient): Promise<never> {
+  await client.query("DO $$ BEGIN RAISE EXCEPTION USING ERRCODE = 'serialization_failure', MESSAGE = 'the calendar changed between the reads of one booking: it runs again'; END $$");
+  throw new Error('unreachable: the statement above always fails');
+}

@@ -13,6 +13,37 @@ export function isPreemptibleReservation(reservation: Pick<Reservation, 'params'
   return (reservation.params as { preemptible?: unknown } | undefined)?.preemptible === true;
 }
 
+const PREEMPTIBLE_LEASE_KEY_PREFIX = 'preemptible-lease:';
+
+/** The resource key a preemptible lease's reservations hold, and a regular lease that cut it waits on. */
+export const preemptibleLeaseKey = (leaseId: string) => `${PREEMPTIBLE_LEASE_KEY_PREFIX}${leaseId}`;
+
+/**
+ * The keys a reservation holds for preemption's sake (issue 43), besides those of what it books: a
+ * preemptible one its own lease's; a regular one those of the leases its admission cut (`cut`), so
+ * that its start waits for their ends (their servers gone from the capacity it takes), at most the
+ * eviction bound, whatever the types (a host lease cutting a slot lease, or the reverse). A booking
+ * made again (an update or a heal, which never cut) keeps the waits of the admission.
+ */
+export function preemptionWaitKeys(reservation: Pick<Reservation, 'params' | 'resourceKeys'>, leaseId: string, cut: readonly string[]): string[] {
+  if (isPreemptibleReservation(reservation)) return [preemptibleLeaseKey(leaseId)];
+  const own = preemptibleLeaseKey(leaseId);
+  const kept = (reservation.resourceKeys ?? []).filter((key) => key.startsWith(PREEMPTIBLE_LEASE_KEY_PREFIX) && key !== own);
+  return [...new Set([...kept, ...cut.map(preemptibleLeaseKey)])];
+}
+
+/**
+ * What a lease's keys make it wait for: `shared` keys, held by whichever lease used the same
+ * resource earlier; and the preemptible leases it cut (`cutLeaseIds`), those leases alone: two
+ * leases that cut the same preemptible lease share its key but not a resource, and must not wait
+ * for each other. A preemptible lease's own key is for the leases that cut it, never its own wait.
+ */
+export function waitingKeysOf(leaseId: string, keys: readonly string[]): { shared: string[]; cutLeaseIds: string[] } {
+  const shared = keys.filter((key) => !key.startsWith(PREEMPTIBLE_LEASE_KEY_PREFIX));
+  const cutLeaseIds = keys.filter((key) => key.startsWith(PREEMPTIBLE_LEASE_KEY_PREFIX) && key !== preemptibleLeaseKey(leaseId)).map((key) => key.slice(PREEMPTIBLE_LEASE_KEY_PREFIX.length));
+  return { shared, cutLeaseIds };
+}
+
 /** A preemptible lease: it has reservations, and every one is preemptible (a mixed lease is regular). */
 export function isPreemptibleLease(lease: Pick<Lease, 'reservations'>): boolean {
   return lease.reservations.length > 0 && lease.reservations.every(isPreemptibleReservation);

@@ -276,13 +276,15 @@ export class UsageReport {
 
   /**
    * A host a lease of the project lent (issue 43): its lent time within the window, from lent until
-   * back (or until the lending's end, or now, while not back); and, when it came back within the
-   * window, the host-ms borrowed in it (the credit), in the month it came back.
+   * back (or now, while not back), never past the lending's end (which lies in the lender's
+   * booking); and, once it came back, the host-ms borrowed in it (the credit), counted at the
+   * lending's last moment: a host given back after the lender's end (its end takes it back) is
+   * credited in the lender's own time, not in a window or month where it booked nothing.
    */
   addLending(lending: MeteredLending): void {
     const { window, nowMs, groupBy } = this.options;
     const valuesOf = (month: string | undefined) => groupBy.map((key) => (key === 'project' ? lending.projectId : key === 'resource_type' ? LENT_RESOURCE_TYPE : month!));
-    const lentUntil = lending.returnedMs ?? Math.min(lending.untilMs, nowMs);
+    const lentUntil = Math.min(lending.returnedMs ?? nowMs, lending.untilMs);
     const lent = lentUntil > lending.startMs ? partsOf({ startMs: lending.startMs, endMs: lentUntil }, undefined, window, this.byMonth) : [];
     for (const part of lent) {
       for (const sums of [this.groupOf(valuesOf(part.month)), this.totals]) {
@@ -291,8 +293,10 @@ export class UsageReport {
       }
     }
     const { returnedMs, borrowedMs } = lending;
-    if (returnedMs === null || borrowedMs === null || borrowedMs <= 0 || returnedMs < window.startMs || returnedMs >= window.endMs) return;
-    for (const sums of [this.groupOf(valuesOf(this.byMonth ? monthName(monthOf(returnedMs)) : undefined)), this.totals]) {
+    if (returnedMs === null || borrowedMs === null || borrowedMs <= 0) return;
+    const creditedAt = Math.min(returnedMs, lending.untilMs - 1);
+    if (creditedAt < window.startMs || creditedAt >= window.endMs) return;
+    for (const sums of [this.groupOf(valuesOf(this.byMonth ? monthName(monthOf(creditedAt)) : undefined)), this.totals]) {
       add(sums, BORROWED, 1, borrowedMs);
       sums.lent = true;
     }

@@ -52,7 +52,12 @@ function instanceDeps({ pool, config, openstack, openstackForProject }: Resource
   const { hosts, servers, notifyUrl } = config;
   return {
     pool,
-    settings: { cleaningMs: hosts.cleaningMs, capacityRefreshMs: servers.capacityRefreshMs, beforeEndDefault: hosts.beforeEndDefault },
+    settings: {
+      cleaningMs: hosts.cleaningMs,
+      capacityRefreshMs: servers.capacityRefreshMs,
+      beforeEndDefault: hosts.beforeEndDefault,
+      ...(hostSettings(config).lenderEndNoticeMs !== undefined ? { lenderEndNoticeMs: hostSettings(config).lenderEndNoticeMs } : {}),
+    },
     cloud: openstack,
     projectCloud: openstackForProject,
     noticesConfigured: notifyUrl !== undefined,

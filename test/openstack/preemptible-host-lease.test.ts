@@ -18,7 +18,7 @@ import { startWebhookReceiver, type WebhookReceiver } from '../support/notice-re
 import { bootServer, deleteServers, hostLeaseStack, rigClients, rigCredentials, rigEnv, uniqueName, type RigCloud } from './support';
 
 const HOST = 'fake-3';
-const WARNING_MINUTES = 1;
+const WARNING_MINUTES = 0.25;
 /** B's lease starts this much later than the warning: room for its admission, A's workflow's signal and the webhook's delivery. */
 const MARGIN_MS = 15_000;
 

@@ -17,7 +17,7 @@ import { startWebhookReceiver, type WebhookReceiver } from '../support/notice-re
 import { bootServer, deleteAggregateNamed, deleteServers, rigClients, rigCredentials, uniqueName, type RigCloud } from './support';
 
 const HOST = 'fake-1';
-const WARNING_MINUTES = 1;
+const WARNING_MINUTES = 0.25;
 /** B's lease starts this much later than the warning: room for its admission, A's workflow's signal and the webhook's delivery. */
 const MARGIN_MS = 12_000;
 /** How late B may be ACTIVE, and its flavor usable, after its start (instance-leases.test.ts's bound on a slot lease's start). */

@@ -24,7 +24,7 @@ import { failedReservableHosts, hypervisorProperties, inventoryVersion, listHost
 import { isCheckViolation, isDeadlockOrSerialization, isExclusionViolation } from '../../db/pool';
 import type { Pool } from '../../db/pool';
 import type { WholeResourceBookingRow } from '../../db/range-bookings';
-import { inTransaction } from '../../db/transaction';
+import { inTransaction, runTransactionAgain } from '../../db/transaction';
 import { formatMessageDate as when } from '../../domain/dates';
 import { chooseReclaimedHosts } from '../../domain/lending';
 import { bookInTransaction, bookingKey, checkKeys, extensionRefused, SEARCH_WORK_BUDGET } from '../shared/booking';
@@ -483,7 +483,14 @@ export class HostCalendar extends WholeResourceCalendar<HostRecord, BookedHost[]
     const takeable = held.filter((id) => usable.has(id));
     const preference = [...preferenceOrder(calendar, now).filter((id) => free.has(id)), ...takeable.filter((id) => !running.has(id)).sort(byId), ...takeable.filter((id) => running.has(id)).sort(byId)];
     const assignment = assignHosts(minimums, usable, preference);
-    if (!assignment) return undefined;
+    if (!assignment) {
+      // A booking committed between the reads on a host free of regular bookings at the first (no row of it
+      // locked: a regular one, or a preemptible one this could have cut) is no reason to refuse: when the
+      // lease would fit with those hosts, a booking runs again on what committed (a search answers no).
+      const unsettled = candidates.filter((id) => !free.has(id) && !lockedOn.has(id));
+      if (window.lock && unsettled.length > 0 && assignHosts(minimums, new Set([...usable, ...unsettled]), [...preference, ...unsettled])) await runTransactionAgain(db as PoolClient); // locking reads run in the booking's transaction
+      return undefined;
+    }
     const taken = new Set([...assignment.values()].flat());
     const preemptedLeases = [...new Set(preempted.filter((row) => taken.has(row.host_id)).map((row) => row.lease_id))].sort();
     return { assignment, preemptedLeases, cutAtMs, neededFromMs };

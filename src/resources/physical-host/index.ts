@@ -27,6 +27,7 @@ import { leaseConflict } from '../../domain/lease';
 import { ConflictError } from '../../openstack';
 import { computeHostName, HYPERVISOR_FIELDS, listHosts, markReleased } from '../../db/hosts';
 import { parsePropertyQuery } from '../../domain/property-query';
+import { preemptionWaitKeys } from '../../domain/preemption';
 import { checkCapabilityKeys, checkKeys } from '../shared/booking';
 import { windowsOverReservation } from '../../db/maintenance';
 import { preemptedAmong } from '../../db/lease-preemptions';
@@ -90,7 +91,9 @@ export function physicalHostType(deps: Pick<PhysicalHostDeps, 'pool' | 'settings
     // Booking hosts is the calendar's alone: the API admits host leases in its own transaction.
     async bookAtAdmission(client, ctx, options) {
       refuseWithoutCloud(deps);
-      return hostReservation(ctx, await calendar.bookWithin(client, ctx, { preempt: options?.preempt ?? false, cut: options?.cut, borrow: options?.borrow ?? true }), deps.settings.onEndDefault);
+      const cutBefore = options?.cut?.length ?? 0;
+      const hosts = await calendar.bookWithin(client, ctx, { preempt: options?.preempt ?? false, cut: options?.cut, borrow: options?.borrow ?? true });
+      return hostReservation(ctx, hosts, deps.settings.onEndDefault, options?.cut?.slice(cutBefore) ?? []);
     },
   };
 }
@@ -111,7 +114,7 @@ function refuseWithoutCloud(deps: Pick<PhysicalHostDeps, 'cloud'>): void {
 }
 
 /** What a host reservation reports once its hosts are booked. */
-function hostReservation(ctx: ReservationContext<PhysicalHostParams>, hosts: BookedHost[], onEndDefault: PhysicalHostDeps['settings']['onEndDefault']): ReserveResult {
+function hostReservation(ctx: ReservationContext<PhysicalHostParams>, hosts: BookedHost[], onEndDefault: PhysicalHostDeps['settings']['onEndDefault'], cut: readonly string[] = []): ReserveResult {
   // A booking moved keeps the names it was given (a lease started under legacy names is in that aggregate).
   const { allocation: booked } = ctx.reservation;
   const aggregate = typeof booked?.aggregate === 'string' && typeof booked.availability_zone === 'string' ? { name: booked.aggregate, availabilityZone: booked.availability_zone } : leaseAggregateFor(ctx.reservation.id);
@@ -123,7 +126,8 @@ function hostReservation(ctx: ReservationContext<PhysicalHostParams>, hosts: Boo
       availability_zone: aggregate.availabilityZone,
       on_end: endPolicyOf(ctx.reservation.params, onEndDefault),
     },
-    resourceKeys: hosts.map((h) => `host:${h.id}`),
+    // Its hosts' keys order it after their earlier leases; the preemption keys after the slot leases it cut.
+    resourceKeys: [...hosts.map((h) => `host:${h.id}`), ...preemptionWaitKeys(ctx.reservation, ctx.leaseId, cut)],
     footprint: { hosts: hosts.length },
   };
 }
@@ -143,17 +147,21 @@ export function physicalHostPlugin(deps: PhysicalHostDeps): ResourcePlugin<Physi
   /**
    * The reservation's hosts (id and compute host name) in its current booking, without those it
    * lends (issue 43): those are in the pool or a borrower's aggregate until back, their servers the
-   * borrowers'. `lent: true` counts them too (for deleting this lessee's own servers there).
+   * borrowers' (a borrower of the lender's own project too). `borrowed`: a host this reservation
+   * borrows, where only its own project's servers are its own.
    */
-  function bookedHosts(ctx: ReservationContext<PhysicalHostParams>, options: { lent?: boolean } = {}): Promise<Array<{ id: string; host: string; borrowed: boolean }>> {
-    return computeHostsOfReservation(deps.pool, ctx.reservation.id, { inLeaseAggregate: options.lent !== true });
+  function bookedHosts(ctx: ReservationContext<PhysicalHostParams>): Promise<Array<{ id: string; host: string; borrowed: boolean }>> {
+    return computeHostsOfReservation(deps.pool, ctx.reservation.id, { inLeaseAggregate: true });
   }
 
-  const move = async (ctx: HookContext<PhysicalHostParams>, options: { lent?: boolean } = {}) => ({
+  /** The hosts a borrowing reservation may touch only its own project's servers on. */
+  const ownServersOnlyOn = async (ctx: ReservationContext<PhysicalHostParams>) => ({ projectId: ctx.projectId, hosts: new Set((await bookedHosts(ctx)).filter((h) => h.borrowed).map((h) => h.host)) });
+
+  const move = async (ctx: HookContext<PhysicalHostParams>) => ({
     reservationId: ctx.reservation.id,
     leaseId: ctx.leaseId,
     projectId: ctx.projectId,
-    hosts: (await bookedHosts(ctx, options)).map((h) => h.host),
+    hosts: (await bookedHosts(ctx)).map((h) => h.host),
     freepool,
     progress: ctx.reportProgress,
   });
@@ -185,16 +193,16 @@ export function physicalHostPlugin(deps: PhysicalHostDeps): ResourcePlugin<Physi
   }
 
   async function endInCloud(ctx: EndContext<PhysicalHostParams>, nova: NovaClient): Promise<EndOutcome> {
-    // Hosts it lends are out of its aggregate: the passes that delete servers reach them for this lessee's own only (`taken`).
-    const hosts = await move(ctx, { lent: true });
+    // Hosts it lends are not its to touch until back: their servers are the borrowers' (of any project, its own too).
+    const hosts = await move(ctx);
     // Not started (deleted while pending, or a start that failed half way): put back whatever moved.
     if (!ctx.started) return returnHostsToPool(nova, hosts).then(() => ({}));
     switch (endPolicy(ctx)) {
       case 'delete': {
         // On a host another lease's start took (past the eviction bound), or one borrowed inside a lending (a server its lender
         // had scheduled before lending it), only this lessee's servers are its to delete.
-        const borrowed = (await bookedHosts(ctx)).filter((h) => h.borrowed).map((h) => h.host);
-        const taken = new Set([...(await hostsOutOfLease(nova, hosts)), ...borrowed]);
+        const borrowed = await ownServersOnlyOn(ctx);
+        const taken = new Set([...(await hostsOutOfLease(nova, hosts)), ...borrowed.hosts]);
         const left = await deleteServersOnHosts(nova, hosts.hosts, SERVER_DELETE_PASS_MS, ctx.reportProgress, { projectId: hosts.projectId, hosts: taken });
         if (left > 0) return stillDeleting(left, hosts.hosts, ctx.endMs);
         await returnHostsToPool(nova, hosts);
@@ -213,8 +221,7 @@ export function physicalHostPlugin(deps: PhysicalHostDeps): ResourcePlugin<Physi
           if (left > 0) return stillDeleting(left, [...taken], ctx.endMs);
         }
         // A borrowed host waits for this lessee's servers only, and only those go at its deadline.
-        const borrowed = new Set((await bookedHosts(ctx)).filter((h) => h.borrowed).map((h) => h.host));
-        const { waiting } = await recycleHosts(nova, { ...hosts, aggregates: endAggregates, deleteServersAt: await recycleDeadlines(ctx), force: ctx.force ?? false, onlyProject: { projectId: hosts.projectId, hosts: borrowed } });
+        const { waiting } = await recycleHosts(nova, { ...hosts, aggregates: endAggregates, deleteServersAt: await recycleDeadlines(ctx), force: ctx.force ?? false, onlyProject: await ownServersOnlyOn(ctx) });
         if (waiting.length === 0) return {};
         const deleting = waiting.filter((w) => w.deleting);
         if (deleting.length > 0) return stillDeleting(deleting.reduce((n, w) => n + w.servers, 0), deleting.map((w) => w.host));
@@ -337,7 +344,7 @@ export function physicalHostPlugin(deps: PhysicalHostDeps): ResourcePlugin<Physi
       }
       if (action !== 'snapshot' || deps.cloud === 'calendar-only') return;
       const { nova, glance } = deps.cloud();
-      await snapshotServersOnHosts(nova, glance, { hosts: (await move(ctx)).hosts, leaseId: ctx.leaseId, leaseName: ctx.leaseName, reservationId: ctx.reservation.id, progress: ctx.reportProgress });
+      await snapshotServersOnHosts(nova, glance, { hosts: (await move(ctx)).hosts, onlyProject: await ownServersOnlyOn(ctx), leaseId: ctx.leaseId, leaseName: ctx.leaseName, reservationId: ctx.reservation.id, progress: ctx.reportProgress });
     },
     async end(ctx) {
       if (deps.cloud !== 'calendar-only') {
@@ -376,7 +383,7 @@ export function physicalHostPlugin(deps: PhysicalHostDeps): ResourcePlugin<Physi
       }
       return {
         allocation: { hosts: hosts.map((h) => h.hypervisor_hostname), host_ids: ids },
-        resourceKeys: ids.map((id) => `host:${id}`),
+        resourceKeys: [...ids.map((id) => `host:${id}`), ...preemptionWaitKeys(ctx.reservation, ctx.leaseId, [])],
         missingResources: stillFailed.length > 0,
         // Shown on a pending reservation until its start (the workflow clears it then).
         resourcesChanged: ctx.leaseStatus === 'PENDING' && (ctx.reservation.resources_changed === true || changed),

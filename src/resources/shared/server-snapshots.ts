@@ -9,6 +9,8 @@ import type { GlanceClient, NovaClient, Server } from '../../openstack';
 
 export interface SnapshotRequest extends SnapshotOwner {
   hosts: string[];
+  /** On these hosts only this project's servers are the lease's (a borrowed host: its lender's stray server is not, issue 43). */
+  onlyProject?: { projectId: string; hosts: Set<string> };
   /** Called after each image: snapshotting many servers is long. */
   progress: ReportProgress;
 }
@@ -45,7 +47,8 @@ export async function findSnapshot(glance: GlanceClient, serverName: string, lea
 }
 
 export async function snapshotServersOnHosts(nova: NovaClient, glance: GlanceClient, request: SnapshotRequest): Promise<string[]> {
-  const servers = (await Promise.all(request.hosts.map((host) => nova.listServers({ all_tenants: true, host })))).flat();
+  const filterOf = (host: string) => (request.onlyProject?.hosts.has(host) ? { all_tenants: true, host, project_id: request.onlyProject.projectId } : { all_tenants: true, host });
+  const servers = (await Promise.all(request.hosts.map((host) => nova.listServers(filterOf(host))))).flat();
   return snapshotServers(nova, glance, servers, request, request.progress);
 }
 

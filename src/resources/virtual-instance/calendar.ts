@@ -21,17 +21,41 @@ import { settlePreemptionOnRebooking } from '../../db/lease-preemptions';
 import { computeHostName, listHosts, type HostRecord } from '../../db/hosts';
 import type { Pool } from '../../db/pool';
 import {
+  bookingsInLendings,
   bookingsOnProviders,
+  borrowedSlotsOf,
+  borrowedSlotsOfLendings,
   deleteReservationQuantityBookings,
   endReservationQuantityBookingsAt,
   insertQuantityBooking,
+  lenderSlotRowsOf,
   liveSlots,
   lockProviders,
+  moveLiveSlotsEnd,
   preemptibleSlotsOnProviders,
+  slotsBorrowedUntil,
   usableProviders,
   type CapacityProvider,
   type LiveSlots,
 } from '../../db/quantity-allocations';
+import {
+  anyBorrowableSlotLending,
+  borrowableSlotLendings,
+  insertSlotLendings,
+  lendingsOverAmounts,
+  lockSlotLendings,
+  lockSlotLendingsForReclaim,
+  markSlotLendingsReturned,
+  reclaimSlotLending,
+  slotLendingsOfRequest,
+  slotsLentOverlapping,
+  slotsLentUntilOfLease,
+  type LentSlotsOnProvider,
+  type SlotLending,
+} from '../../db/quantity-lendings';
+import { isCheckViolation, isDeadlockOrSerialization } from '../../db/pool';
+import { inTransaction } from '../../db/transaction';
+import { chooseReclaimedSlots } from '../../domain/lending';
 import { bookedFor, bookInTransaction, bookingKey, checkKeys, extensionRefused, fitNearFirst, movedBookingKey, NEAR_SEARCH_DURATIONS, NEAR_SEARCH_MS, releaseBooking, shortage, type NearFirstSearch } from '../shared/booking';
 import { COMPUTE_KIND } from '../shared/compute-providers';
 import { preemptLease } from '../shared/preemption';
@@ -54,7 +78,42 @@ const NOT_ENOUGH = 'Not enough hosts available.';
 export interface InstanceCalendarSettings {
   /** The gap a host keeps between a whole-host lease and slots (Blazar's cleaning_time). */
   cleaningMs: number;
+  /** How long from a lender's end its borrowers get before its lent slots are needed (issue 43: warning plus the outbox's sweep); none: at once. */
+  lenderEndNoticeMs?: number;
 }
+
+/** One provider's lending a reclaim takes back (issue 43): how many slots, when they are back, and the slot-ms borrowers booked in it. */
+export interface ReclaimedSlots {
+  lendingRowId: string;
+  lendingId: string;
+  providerUuid: string;
+  slots: number;
+  returnsAtMs: number;
+  borrowedMs: number;
+}
+
+/** A lend request (issue 43): `count` slots of a started reservation over [fromMs, untilMs), optionally how many on which provider (the plugin's idle check). */
+export interface SlotLendRequest {
+  lendingId: string;
+  reservationId: string;
+  leaseId: string;
+  projectId: string;
+  count: number;
+  fromMs: number;
+  untilMs: number;
+  perProvider?: ReadonlyMap<string, number>;
+}
+
+/** A preemptible ask's view of open lendings: one pseudo-host per lending (its amounts, its borrowers), and which real host each stands for. */
+interface LentView {
+  hosts: SlotHost[];
+  slots: SlotCalendar['slots'];
+  wholeHost: SlotCalendar['wholeHost'];
+  lendings: Map<string, { lending: SlotLending; hostId: string }>;
+}
+
+/** Far enough before and after any booking to close a pseudo-host outside its lending. */
+const FAR_MS = 8.64e15;
 
 /** Where a reservation's slots are: per host, how many. */
 export interface SlotPlacement {
@@ -97,6 +156,8 @@ export interface SlotBookingOptions {
 export interface PreemptOptions {
   preempt: boolean;
   cut?: string[];
+  /** A preemptible reservation may book inside open lendings (issue 43); false for an offer hold (a reclaim would have to cut a hold, which has no workflow to tell). */
+  borrow?: boolean;
 }
 
 interface InstanceCalendarTypes {
@@ -159,7 +220,8 @@ export class InstanceSlotCalendar implements Calendar<InstanceCalendarTypes> {
     if (options.settled) options.settled.preemptionSequence = await settlePreemptionOnRebooking(client, ctx.leaseId, active ? ctx.endMs : undefined);
     if (active) return this.rebookActive(client, ctx, request, candidates, live, key, now, options.keepOn);
     // A preemptible reservation never displaces anything (issue 43).
-    return this.bookPending(client, ctx, request, candidates, live, key, preemption.preempt && !isPreemptibleReservation(ctx.reservation) ? (preemption.cut ?? []) : undefined);
+    const preemptible = isPreemptibleReservation(ctx.reservation);
+    return this.bookPending(client, ctx, request, candidates, live, key, preemption.preempt && !preemptible ? (preemption.cut ?? []) : undefined, preemptible && preemption.borrow !== false);
   }
 
   /**
@@ -208,6 +270,20 @@ export class InstanceSlotCalendar implements Calendar<InstanceCalendarTypes> {
 
   /** Frees the booking: all of it if the lease never started, the rest of the window if it ends early. */
   async release(reservationId: string, started: boolean, nowMs = Date.now()): Promise<void> {
+    // A lender (issue 43) takes its lent slots back first: its borrowers are cut to be out `lenderEndNoticeMs`
+    // from now (owed the news: the outbox's sweep tells them), and its rows there end when they are out, not before.
+    if (started) {
+      await inTransaction(
+        this.pool,
+        async (client) => {
+          const reclaimed = await this.reclaimIn(client, { reservationId, neededFromMs: nowMs + (this.settings.lenderEndNoticeMs ?? 0) }, []);
+          await this.endBookingsAt(client, reservationId, nowMs);
+          await markSlotLendingsReturned(client, reclaimed.map((r) => ({ id: r.lendingRowId, borrowedMs: r.borrowedMs })), nowMs);
+        },
+        { retryOn: isDeadlockOrSerialization },
+      );
+      return;
+    }
     await releaseBooking(started, nowMs, {
       deleteAll: async () => {
         await deleteReservationQuantityBookings(this.pool, reservationId);
@@ -215,6 +291,97 @@ export class InstanceSlotCalendar implements Calendar<InstanceCalendarTypes> {
       },
       endAt: (at) => this.endBookingsAt(this.pool, reservationId, at),
     });
+  }
+
+  /**
+   * Lends `count` slots of a started regular reservation over [fromMs, untilMs) (issue 43), one
+   * lending row per provider, under `lendingId`: where `perProvider` says (at most that many per
+   * provider), else from the providers with the most slots not lent then. Idempotent by `lendingId`
+   * (a retry answers the rows it made). 409 when fewer than `count` slots can be lent (details
+   * `lendable`), or when `untilMs` is past the reservation's window.
+   */
+  async lend(request: SlotLendRequest): Promise<SlotLending[]> {
+    return inTransaction(
+      this.pool,
+      async (client) => {
+        const done = await slotLendingsOfRequest(client, request.lendingId);
+        if (done.length > 0) return done;
+        // Providers, then the lender's rows, then lendings (a rebook's order): a rebook of the lender deciding on its lendings waits for this one.
+        await lockProviders(
+          client,
+          (await liveSlots(client, request.reservationId, request.fromMs)).map((l) => l.providerUuid),
+        );
+        const rows = await lenderSlotRowsOf(client, request.reservationId, request.fromMs);
+        const lent = await slotsLentOverlapping(client, request.reservationId, request.fromMs, request.untilMs);
+        const lendable = rows
+          .map((r) => ({ ...r, free: Math.min(r.held - (lent.get(r.providerUuid) ?? 0), request.perProvider ? (request.perProvider.get(r.providerUuid) ?? 0) : Infinity) }))
+          .filter((r) => r.free > 0)
+          .sort((a, b) => b.free - a.free || a.providerUuid.localeCompare(b.providerUuid));
+        const total = lendable.reduce((n, r) => n + r.free, 0);
+        if (total < request.count) {
+          throw leaseConflict(`Only ${total} of the ${request.count} instance slots asked of reservation ${request.reservationId} can be lent now: the others run servers or are lent already.`, { lendable: total });
+        }
+        const providers: LentSlotsOnProvider[] = [];
+        let left = request.count;
+        for (const r of lendable) {
+          if (left === 0) break;
+          const slots = Math.min(left, r.free);
+          providers.push({ allocationId: r.allocationId, providerUuid: r.providerUuid, during: r.during, slot: r.slot, slots });
+          left -= slots;
+        }
+        try {
+          return await insertSlotLendings(client, { ...request, providers });
+        } catch (err) {
+          if (!isCheckViolation(err)) throw err;
+          throw leaseConflict(`Reservation ${request.reservationId} cannot lend slots until ${when(request.untilMs)}: its slots end sooner.`);
+        }
+      },
+      { retryOn: isDeadlockOrSerialization },
+    );
+  }
+
+  /**
+   * Takes lent slots of a lender's reservation back (issue 43), in the caller's transaction (which
+   * must retry deadlocks): lendings covering `count` slots (all when undefined; chooseReclaimedSlots
+   * says which, whole lendings), needed from `neededFromMs` (never before now). Their borrower leases
+   * whose blocked range runs past it are cut, all their bookings, to end a cleaning gap before it (a
+   * lease already begun never before now), and owed the news (lease_preemptions, kind 'reclaimed';
+   * their ids added to `cut`, for the caller to tell once committed); each lending is shortened to
+   * when its slots return: now (or its start, not begun) if nobody holds them, else when its
+   * borrowers' blocked ranges end. `count` counts lendings not reclaimed yet; all (no count) takes
+   * those a reclaim took again too, cutting further for a sooner need. Answers the lendings taken back.
+   */
+  async reclaimIn(client: PoolClient, request: { reservationId: string; count?: number; neededFromMs: number }, cut: string[]): Promise<ReclaimedSlots[]> {
+    const now = Date.now();
+    const neededFromMs = Math.max(request.neededFromMs, now);
+    const lendings = await lockSlotLendingsForReclaim(client, request.reservationId);
+    if (lendings.length === 0) return [];
+    const borrowers = await borrowedSlotsOfLendings(
+      client,
+      lendings.map((g) => g.id),
+      true,
+    );
+    const lent = lendings
+      .filter((g) => request.count === undefined || g.reclaimed_ms === null)
+      .map((g) => ({ lendingRowId: g.id, slots: g.slots, borrowers: borrowers.filter((b) => b.lending_row_id === g.id).map((b) => ({ leaseId: b.lease_id, begun: b.begun })) }));
+    const chosen = new Set(chooseReclaimedSlots(lent, request.count).map((g) => g.lendingRowId));
+    const cutAtMs = neededFromMs - this.settings.cleaningMs;
+    const late = borrowers.filter((b) => chosen.has(b.lending_row_id) && b.blocked_until_ms > neededFromMs);
+    for (const leaseId of [...new Set(late.map((b) => b.lease_id))].sort()) {
+      const endMs = late.some((b) => b.lease_id === leaseId && b.begun) ? Math.max(cutAtMs, now) : cutAtMs;
+      await preemptLease(client, { leaseId, endMs, neededFromMs, cleaningMs: this.settings.cleaningMs, kind: 'reclaimed' });
+      cut.push(leaseId);
+    }
+    const left = await borrowedSlotsOfLendings(client, [...chosen], false);
+    const reclaimed: ReclaimedSlots[] = [];
+    for (const lending of lendings.filter((g) => chosen.has(g.id))) {
+      const inside = left.filter((b) => b.lending_row_id === lending.id);
+      const returnsAtMs = Math.min(lending.end_ms, Math.max(now, lending.start_ms, ...inside.map((b) => b.blocked_until_ms)));
+      await reclaimSlotLending(client, lending.id, returnsAtMs);
+      const borrowedMs = inside.reduce((sum, b) => sum + Math.max(0, b.end_ms - b.start_ms), 0);
+      reclaimed.push({ lendingRowId: lending.id, lendingId: lending.lending_id, providerUuid: lending.provider_uuid, slots: lending.slots, returnsAtMs, borrowedMs });
+    }
+    return reclaimed;
   }
 
   /** The reservation's slots and its shared host rows end at `at` (a host row blocked `cleaningMs` more). */
@@ -232,8 +399,14 @@ export class InstanceSlotCalendar implements Calendar<InstanceCalendarTypes> {
     for (const { reservation, spec } of reservations) {
       const candidates = await this.candidates(this.pool, spec);
       const request: SlotRequest = { slot: spec.slot, amount: spec.amount, affinity: spec.affinity };
-      const read = (until: number | null) => this.snapshot(this.pool, candidates, start - leadMs, until, reservation.id);
-      const reads = limits.reads;
+      // Only a preemptible ask where something is lent sees lendings (and bypasses the shared reads below).
+      const borrows = isPreemptibleReservation(reservation) && (await anyBorrowableSlotLending(this.pool, candidates.map((c) => c.provider.uuid), start - leadMs));
+      const read = async (until: number | null) => {
+        const calendar = await this.snapshot(this.pool, candidates, start - leadMs, until, reservation.id);
+        return borrows ? withLent(calendar, await this.lentView(this.pool, candidates, start - leadMs, until, reservation.id, false)) : calendar;
+      };
+      // A preemptible ask's pseudo-hosts end at their lendings' ends: never narrowed from a wider read.
+      const reads = borrows ? undefined : limits.reads;
       // Within one request (offers), a read of a wider window answers for this one (SearchReads).
       const snapshot = !reads
         ? read
@@ -254,7 +427,7 @@ export class InstanceSlotCalendar implements Calendar<InstanceCalendarTypes> {
    * The latest end the lease's slots can move to on the hosts they are on (extension offers): each
    * host's capacity less others' slots (QuantityCalendar.latestEndsByProvider, the lease's compute
    * bookings together), and before the next whole-host lease or maintenance of the host, less the
-   * cleaning time. Undefined when the lease holds no slots.
+   * cleaning time; a borrower's (issue 43) no later than its lendings end. Undefined when the lease holds no slots.
    */
   async latestEnd(leaseId: string): Promise<number | undefined> {
     const ends = await new QuantityCalendar(this.pool).latestEndsByProvider(leaseId, COMPUTE_KIND);
@@ -263,8 +436,9 @@ export class InstanceSlotCalendar implements Calendar<InstanceCalendarTypes> {
     const names = new Set(ends.map((e) => e.provider.name));
     const hostIdOf = new Map((await listHosts(this.pool)).filter((h) => names.has(h.hypervisor_hostname)).map((h) => [h.hypervisor_hostname, h.id]));
     const blocks = await blockedIntervals(this.pool, { fromMs, toMs: fromMs + EXTENSION_HORIZON_MS, cleaningMs: this.settings.cleaningMs, hostIds: [...hostIdOf.values()], wholeHostOnly: true });
+    // A borrower's slots (issue 43) move no further than the soonest of its lendings (moveBorrower's bound).
     return Math.min(
-      Infinity,
+      await slotsBorrowedUntil(this.pool, leaseId),
       ...ends.map((e) => {
         const taken = blocks.filter((b) => b.host_id === hostIdOf.get(e.provider.name)).map((b) => Math.max(fromMs, b.start_ms - this.settings.cleaningMs));
         return Math.min(e.latestMs, ...taken);
@@ -275,15 +449,50 @@ export class InstanceSlotCalendar implements Calendar<InstanceCalendarTypes> {
   // ─── Inside a transaction ───────────────────────────────────────────────────────────────────
 
   /** `cut`: given, the reservation may cut preemptible leases when it does not fit otherwise (their ids go there). */
-  private async bookPending(client: PoolClient, ctx: ReservationContext, request: SlotRequest, candidates: Candidate[], live: LiveSlots[], key: string, cut?: string[]): Promise<SlotPlacement[]> {
+  private async bookPending(client: PoolClient, ctx: ReservationContext, request: SlotRequest, candidates: Candidate[], live: LiveSlots[], key: string, cut?: string[], borrow = false): Promise<SlotPlacement[]> {
     await deleteReservationQuantityBookings(client, ctx.reservation.id);
     await deleteReservationHostBookings(client, ctx.reservation.id);
     const from = ctx.startMs - ctx.provisioningLeadMs;
     const calendar = await this.snapshot(client, candidates, from, ctx.endMs, ctx.reservation.id);
     const held = new Set(candidates.filter((c) => live.some((l) => l.providerUuid === c.provider.uuid)).map((c) => c.host.id));
-    const placed = placeSlots(request, calendar, from, ctx.endMs, { held }) ?? (cut ? await this.placePreempting(client, ctx, request, candidates, cut) : undefined);
+    // Free capacity first, as for hosts; a preemptible ask (issue 43) that does not fit there may use lent slots too: each open lending a host of its own (its amounts, its borrowers), locked until this transaction ends.
+    let placed = placeSlots(request, calendar, from, ctx.endMs, { held });
+    const lent = !placed && borrow ? await this.lentView(client, candidates, from, ctx.endMs, ctx.reservation.id, true) : undefined;
+    if (lent && lent.hosts.length > 0) placed = placeSlots(request, onePerRealHost(request, withLent(calendar, lent), lent, from, ctx.endMs), from, ctx.endMs, { held });
+    placed ??= cut ? await this.placePreempting(client, ctx, request, candidates, cut) : undefined;
     if (!placed) throw await this.explainShortage(client, ctx, candidates, request);
-    return this.insert(client, ctx, candidates, placed, request.slot, from, new Set(), key);
+    const booked = await this.insert(client, ctx, candidates, placed, request.slot, from, new Set(), key, lent?.lendings);
+    // The backstop of the lendings' sums (no constraint can hold them): never more borrowed at once than lent.
+    const over = await lendingsOverAmounts(client, [...placed.keys()].filter((id) => lent?.lendings.has(id)).map((id) => lent!.lendings.get(id)!.lending.id));
+    if (over.length > 0) throw leaseConflict(`${NOT_ENOUGH} The lent slots asked are borrowed by others meanwhile; try again.`);
+    return booked;
+  }
+
+  /**
+   * Open lendings on the candidates' providers over [from, to) as pseudo-hosts (issue 43): each
+   * its lending's amounts as capacity, its borrowers' slots (but `ownReservationId`'s) as bookings,
+   * and closed outside its `during`, so that a slot placed there lies inside the lending.
+   */
+  private async lentView(db: Pool | PoolClient, candidates: Candidate[], from: number, to: number | null, ownReservationId: string | undefined, lock: boolean): Promise<LentView> {
+    const hostOf = new Map(candidates.map((c) => [c.provider.uuid, c.host.id]));
+    const lendings = await borrowableSlotLendings(db, { providerUuids: [...hostOf.keys()], fromMs: from, toMs: to ?? Infinity, lock });
+    const view: LentView = { hosts: [], slots: [], wholeHost: [], lendings: new Map() };
+    if (lendings.length === 0) return view;
+    const idOf = (lendingRowId: string) => `lent:${lendingRowId}`;
+    for (const lending of lendings) {
+      const id = idOf(lending.id);
+      view.lendings.set(id, { lending, hostId: hostOf.get(lending.provider_uuid)! });
+      view.hosts.push({ id, capacity: lending.amounts });
+      // freeSlots refuses a window [a, b) when a block starts before b + cleaning: the one after the lending starts a cleaning gap past its end.
+      view.wholeHost.push({ hostId: id, start: -FAR_MS, end: lending.start_ms }, { hostId: id, start: lending.end_ms + this.settings.cleaningMs, end: FAR_MS });
+    }
+    const rows = await bookingsInLendings(
+      db,
+      lendings.map((g) => g.id),
+      ownReservationId,
+    );
+    for (const r of rows) view.slots.push({ providerId: idOf(r.lending_row_id), start: r.start_ms, end: r.end_ms, amounts: r.amounts });
+    return view;
   }
 
   /**
@@ -350,6 +559,17 @@ export class InstanceSlotCalendar implements Calendar<InstanceCalendarTypes> {
       if (hostId !== undefined) current.set(hostId, l.slots);
     }
     const from = Math.max(now, ctx.startMs - ctx.provisioningLeadMs);
+    // A lender (issue 43) is never moved below what it lends: reclaim first.
+    const lending = (await slotsLentUntilOfLease(client, ctx.leaseId)).find((r) => r.reservation_id === ctx.reservation.id);
+    if (lending && lending.lent_until_ms > ctx.endMs) {
+      throw leaseConflict(`Reservation ${ctx.reservation.id} lends instance slots until ${when(lending.lent_until_ms)}: reclaim them first.`, { lent_until: when(lending.lent_until_ms) });
+    }
+    // Its rows move in place while it lends or borrows (the amounts stay): they must already be of the slot asked.
+    if (lending && !live.every((l) => sameSlot(l.slot, request.slot))) {
+      throw leaseConflict(`Reservation ${ctx.reservation.id} lends instance slots until ${when(lending.lent_until_ms)}: reclaim them before changing the size of its slots.`, { lent_until: when(lending.lent_until_ms) });
+    }
+    const borrowed = await borrowedSlotsOf(client, ctx.reservation.id, from);
+    if (borrowed) return this.moveBorrower(client, ctx, request, live, candidates, borrowed, key, from);
     if (ctx.endMs <= from) {
       // Ends now (`end_date: now`, already past when it gets here): nothing is booked anew, the slots end with the lease.
       await this.endBookingsAt(client, ctx.reservation.id, ctx.endMs);
@@ -366,25 +586,89 @@ export class InstanceSlotCalendar implements Calendar<InstanceCalendarTypes> {
       }
       throw leaseConflict(`${NOT_ENOUGH} No room now for ${request.amount - [...fixed.values()].reduce((a, b) => a + b, 0)} more instance(s) of the size of reservation ${ctx.reservation.id} until ${when(ctx.endMs)}.`);
     }
+    if (lending) {
+      // Its lendings name its rows: they move in place (the window cascades), and only while it keeps the same slots.
+      const same = placed.size === current.size && [...placed].every(([id, n]) => current.get(id) === n);
+      if (!same) throw leaseConflict(`Reservation ${ctx.reservation.id} lends instance slots until ${when(lending.lent_until_ms)}: reclaim them before changing its slots.`, { lent_until: when(lending.lent_until_ms) });
+      await moveLiveSlotsEnd(client, ctx.reservation.id, from, ctx.endMs, key).catch(lentMeanwhile(ctx));
+      await moveSharedHostRowsEnd(client, ctx.reservation.id, from, ctx.endMs, this.settings.cleaningMs);
+      return this.placementsOf(await liveSlots(client, ctx.reservation.id, from));
+    }
     // The slots live now end now; the new placement is booked from now (the kept ones included).
     const keptHosts = new Set([...placed.keys()].filter((id) => current.has(id)));
     // Every host whose shared row is live and that the new placement leaves (a failed host's too: it is in no candidate).
     const dropped = (await liveSharedHosts(client, ctx.reservation.id, from)).filter((id) => !placed.has(id));
-    await endReservationQuantityBookingsAt(client, ctx.reservation.id, from);
+    await endReservationQuantityBookingsAt(client, ctx.reservation.id, from).catch(lentMeanwhile(ctx));
     if (dropped.length > 0) await endSharedHostRowsAt(client, ctx.reservation.id, dropped, from, this.settings.cleaningMs);
     await moveSharedHostRowsEnd(client, ctx.reservation.id, from, ctx.endMs, this.settings.cleaningMs);
     const stillShared = new Set(await liveSharedHosts(client, ctx.reservation.id, from));
     return this.insert(client, ctx, candidates, placed, request.slot, from, new Set([...keptHosts].filter((id) => stillShared.has(id))), key);
   }
 
+  /**
+   * A borrower's move (issue 43): its slots stay in their lendings, moved in place; never past the
+   * soonest lending's end (an extension refused with that latest end), a lease with free slots
+   * besides never extended, the count never changed, and the lendings' sums checked again under their locks.
+   */
+  private async moveBorrower(
+    client: PoolClient,
+    ctx: ReservationContext,
+    request: SlotRequest,
+    live: LiveSlots[],
+    candidates: Candidate[],
+    borrowed: { lendingRowIds: string[]; untilMs: number; endMs: number; alsoFree: boolean },
+    key: string,
+    from: number,
+  ): Promise<SlotPlacement[]> {
+    // Under the lendings' locks, read again: a reclaim that committed meanwhile has shortened them.
+    await lockSlotLendings(client, borrowed.lendingRowIds);
+    borrowed = (await borrowedSlotsOf(client, ctx.reservation.id, from)) ?? borrowed;
+    if (ctx.endMs > borrowed.untilMs) throw extensionRefused(ctx, NOT_ENOUGH, `its slots are lent to it until ${when(borrowed.untilMs)}`, Math.max(borrowed.endMs, borrowed.untilMs));
+    if (borrowed.alsoFree && ctx.endMs > borrowed.endMs) throw extensionRefused(ctx, NOT_ENOUGH, 'part of its slots are lent to it', borrowed.endMs);
+    if (request.amount !== live.reduce((n, l) => n + l.slots, 0)) throw leaseConflict(`${NOT_ENOUGH} Reservation ${ctx.reservation.id} runs on lent instance slots: it cannot change how many it holds.`);
+    // Its rows stay where they are, amounts and all: they must still be what the reservation asks.
+    const matching = new Set(candidates.map((c) => c.provider.uuid));
+    const kept =
+      live.every((l) => sameSlot(l.slot, request.slot) && matching.has(l.providerUuid)) && (request.affinity !== false || live.every((l) => l.slots === 1)) && (request.affinity !== true || live.length === 1);
+    if (!kept) throw leaseConflict(`Reservation ${ctx.reservation.id} runs on lent instance slots: it cannot change the size of its slots, its resource_properties or its affinity.`);
+    if (ctx.endMs <= from) await this.endBookingsAt(client, ctx.reservation.id, ctx.endMs);
+    else {
+      await moveLiveSlotsEnd(client, ctx.reservation.id, from, ctx.endMs, key).catch((err: unknown) => {
+        // The CHECK holding a borrower inside its lending is the backstop: a 409, never a 500.
+        throw isCheckViolation(err) ? extensionRefused(ctx, NOT_ENOUGH, `its slots are lent to it until ${when(borrowed.untilMs)}`, borrowed.endMs) : err;
+      });
+      await moveSharedHostRowsEnd(client, ctx.reservation.id, from, ctx.endMs, this.settings.cleaningMs);
+    }
+    if ((await lendingsOverAmounts(client, borrowed.lendingRowIds)).length > 0) throw extensionRefused(ctx, NOT_ENOUGH, 'the slots lent to it are borrowed by others after that', borrowed.endMs);
+    return this.placementsOf(live);
+  }
+
   /** Books the placement from `from` to the lease's end: a row per slot, a shared host row per host not already booked. */
-  private async insert(client: PoolClient, ctx: ReservationContext, candidates: Candidate[], placed: Map<string, number>, slot: Amounts, from: number, hostsBooked: Set<string>, key: string): Promise<SlotPlacement[]> {
+  private async insert(
+    client: PoolClient,
+    ctx: ReservationContext,
+    candidates: Candidate[],
+    placed: Map<string, number>,
+    slot: Amounts,
+    from: number,
+    hostsBooked: Set<string>,
+    key: string,
+    lent: LentView['lendings'] = new Map(),
+  ): Promise<SlotPlacement[]> {
     const byHost = new Map(candidates.map((c) => [c.host.id, c]));
     const preemptible = isPreemptibleReservation(ctx.reservation);
     const result: SlotPlacement[] = [];
-    for (const [hostId, slots] of [...placed].sort(([a], [b]) => a.localeCompare(b, 'en', { numeric: true }))) {
+    // Per real host: its slots in free capacity and in each lending placed on it (issue 43).
+    const perHost = new Map<string, Array<{ slots: number; lending?: SlotLending }>>();
+    for (const [placedOn, slots] of placed) {
+      const inLending = lent.get(placedOn);
+      const hostId = inLending?.hostId ?? placedOn;
+      perHost.set(hostId, [...(perHost.get(hostId) ?? []), { slots, ...(inLending ? { lending: inLending.lending } : {}) }]);
+    }
+    for (const [hostId, parts] of [...perHost].sort(([a], [b]) => a.localeCompare(b, 'en', { numeric: true }))) {
       const { host, provider } = byHost.get(hostId)!;
-      for (let i = 0; i < slots; i++) {
+      const slots = parts.reduce((n, p) => n + p.slots, 0);
+      for (const part of parts) for (let i = 0; i < part.slots; i++) {
         await insertQuantityBooking(client, {
           providerUuid: provider.uuid,
           reservationId: ctx.reservation.id,
@@ -397,6 +681,7 @@ export class InstanceSlotCalendar implements Calendar<InstanceCalendarTypes> {
           blocksFromMs: from,
           bookingKey: key,
           preemptible,
+          ...(part.lending ? { lentBy: { id: part.lending.id, during: part.lending.during } } : {}),
         });
       }
       if (!hostsBooked.has(hostId)) {
@@ -468,6 +753,46 @@ export class InstanceSlotCalendar implements Calendar<InstanceCalendarTypes> {
     ];
     return shortage(ctx, what, slotFit(request, future, ctx.startMs, ctx.endMs - ctx.startMs, lead), 'it never fits');
   }
+}
+
+/** Whether two slots are of one size (every resource class the same amount). */
+function sameSlot(a: Amounts, b: Amounts): boolean {
+  const keys = new Set([...Object.keys(a), ...Object.keys(b)]);
+  return [...keys].every((k) => (a[k] ?? 0) === (b[k] ?? 0));
+}
+
+/**
+ * A lender's rows that could not move (23514: the CHECK holding its lendings inside them) were lent
+ * by a lend that committed meanwhile (issue 43): a 409 asking to try again, never a 500.
+ */
+function lentMeanwhile(ctx: ReservationContext): (err: unknown) => never {
+  return (err) => {
+    if (!isCheckViolation(err)) throw err;
+    throw leaseConflict(`Reservation ${ctx.reservation.id} lent instance slots meanwhile: reclaim them first, or try again.`);
+  };
+}
+
+/** A calendar with the lent view's pseudo-hosts beside the real ones (a preemptible ask's, issue 43). */
+function withLent(calendar: SlotCalendar, lent: LentView): SlotCalendar {
+  return { ...calendar, hosts: [...calendar.hosts, ...lent.hosts], slots: [...calendar.slots, ...lent.slots], wholeHost: [...calendar.wholeHost, ...lent.wholeHost] };
+}
+
+/**
+ * A real host and its lendings' pseudo-hosts are one machine: for "each on a different host"
+ * (affinity false), only one of them per real host is offered, the first with a free slot over
+ * [from, to) (the real host, then its lendings); any other request sees them all.
+ */
+function onePerRealHost(request: SlotRequest, calendar: SlotCalendar, lent: LentView, from: number, to: number): SlotCalendar {
+  if (request.affinity !== false) return calendar;
+  const realOf = (id: string) => lent.lendings.get(id)?.hostId ?? id;
+  const served = new Set<string>();
+  const offered = new Set<string>();
+  for (const host of calendar.hosts) {
+    if (served.has(realOf(host.id)) || freeSlots(host, calendar, request.slot, from, to) === 0) continue;
+    served.add(realOf(host.id));
+    offered.add(host.id);
+  }
+  return { ...calendar, hosts: calendar.hosts.filter((h) => offered.has(h.id)) };
 }
 
 function slotHost(c: Candidate): SlotHost {

@@ -34,7 +34,7 @@ import { InstanceSlotCalendar, VIRTUAL_INSTANCE, type SlotPlacement, type SlotSp
 import { closeSlots, ensureReservationResources, openSlots, removeReservationResources, serversOfFlavor, slotDrift, type FlavorShape, type HostSlots, type InstanceCloud, type InstanceSpec } from './nova-resources';
 import { slotAmounts, virtualInstanceParams, type VirtualInstanceParams } from './params';
 import { footprintOfAmounts } from '../../domain/usage';
-import { isPreemptibleReservation } from '../../domain/preemption';
+import { preemptionWaitKeys } from '../../domain/preemption';
 
 export { VIRTUAL_INSTANCE };
 
@@ -47,6 +47,8 @@ export interface VirtualInstanceDeps {
     capacityRefreshMs?: number;
     /** What `before_end: default` means (the deployment's choice, the same as for hosts). */
     beforeEndDefault?: BeforeEndAction;
+    /** How long from a lender's end its borrowers get (issue 43), as for hosts. */
+    lenderEndNoticeMs?: number;
   };
   /** Nova, Placement and Glance (snapshots), for carrying leases out; 'calendar-only' for tests of booking alone. */
   cloud: (() => InstanceCloud & { glance: GlanceClient }) | 'calendar-only';
@@ -87,7 +89,7 @@ export interface SlotType<P extends SlotParams> {
 }
 
 function slotCalendar(deps: VirtualInstanceDeps): { calendar: InstanceSlotCalendar; refresh: () => Promise<void> } {
-  const calendar = new InstanceSlotCalendar(deps.pool, { cleaningMs: deps.settings.cleaningMs });
+  const calendar = new InstanceSlotCalendar(deps.pool, { cleaningMs: deps.settings.cleaningMs, ...(deps.settings.lenderEndNoticeMs !== undefined ? { lenderEndNoticeMs: deps.settings.lenderEndNoticeMs } : {}) });
   const capacities = new QuantityCalendar(deps.pool);
   const { cloud } = deps;
   const refresh = async () => {
@@ -142,32 +144,17 @@ function admittedInApi<P extends SlotParams>(type: SlotType<P>, deps: VirtualIns
     async bookAtAdmission(client, ctx, options) {
       const { spec } = await type.describe(ctx.reservation, ctx.projectId);
       const cutBefore = options?.cut?.length ?? 0;
-      const placement = await made.calendar.bookWithin(client, ctx, spec, { preempt: options?.preempt ?? false, cut: options?.cut });
+      const placement = await made.calendar.bookWithin(client, ctx, spec, { preempt: options?.preempt ?? false, cut: options?.cut, borrow: options?.borrow ?? true });
       const withCloud = deps.cloud !== 'calendar-only';
       return {
         allocation: { ...(withCloud ? { flavor_id: ctx.reservation.id } : {}), ...shownPlacement(placement) },
-        resourceKeys: slotResourceKeys(ctx, options?.cut?.slice(cutBefore) ?? []),
+        resourceKeys: preemptionWaitKeys(ctx.reservation, ctx.leaseId, options?.cut?.slice(cutBefore) ?? []),
         footprint: footprintOfAmounts(spec.slot, spec.amount),
         ...(withCloud ? { holdUntilStart: true } : {}),
       };
     },
   };
 }
-
-/**
- * What a slot lease's start waits for (issue 43). Slots share hosts, so slot leases hold no key of
- * a host; but a preemptible one holds its own lease's, and a regular one that cut preemptible
- * leases holds theirs: its start waits for their ends (their servers gone from the capacity it
- * takes), at most the eviction bound, as a host lease waits on its hosts. A booking made again (an
- * update, which never cuts) keeps the waits of the admission.
- */
-function slotResourceKeys(ctx: ReservationContext<SlotParams>, cut: readonly string[]): string[] {
-  if (isPreemptibleReservation(ctx.reservation)) return [preemptibleLeaseKey(ctx.leaseId)];
-  return [...new Set([...(ctx.reservation.resourceKeys ?? []), ...cut.map(preemptibleLeaseKey)])];
-}
-
-/** The resource key a preemptible slot lease holds, and a regular lease that cut it waits on. */
-export const preemptibleLeaseKey = (leaseId: string) => `preemptible-lease:${leaseId}`;
 
 /** Where the slots are, as the lease shows them. */
 function shownPlacement(placement: SlotPlacement[]): Record<string, unknown> {
@@ -237,7 +224,7 @@ export function slotReservationPlugin<P extends SlotParams>(type: SlotType<P>, d
         // An active reservation's new slots are the lessee's at once (and those it gave up are gone).
         if (active) await openSlots(clients, instance, hostSlots(placement), hostSlots(before), ctx.reportProgress);
       }
-      const reserved = { allocation: { ...described, ...resources, ...shown(placement) }, resourceKeys: slotResourceKeys(ctx, []), footprint: footprintOfAmounts(slots.slot, slots.amount) };
+      const reserved = { allocation: { ...described, ...resources, ...shown(placement) }, resourceKeys: preemptionWaitKeys(ctx.reservation, ctx.leaseId, []), footprint: footprintOfAmounts(slots.slot, slots.amount) };
       return settled.preemptionSequence === undefined ? reserved : { ...reserved, preemptionSequence: settled.preemptionSequence };
     },
 
