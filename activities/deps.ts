@@ -19,4 +19,8 @@ export interface ActivityDeps {
   eventStarted?: (eventType: EventType, lagMs: number) => void;
   /** How long a regular lease's start waits at most for a preempted lease's end on its hosts (LK_PREEMPT_EVICTION_SECONDS; 120 s unset). */
   preemptionEvictionMs?: number;
+  /** The warning a lending's reclaim gives its borrowers when its need is not given (LK_PREEMPT_WARNING_MINUTES; 10 min unset). */
+  preemptionWarningMs?: number;
+  /** Tells the workflows of leases a reclaim cut, right after its commit (the worker's outbox; its sweeps cover a crash). */
+  tellPreempted?: (leaseIds: readonly string[]) => void;
 }

@@ -10,9 +10,8 @@ import { OpenStackConfigError, OpenStackError, publicMessage, ResourceFailedErro
 import { invalidLease } from '../src/domain/lease';
 import type { ReservationNotice } from '../src/domain/notices';
 import { findLease } from '../src/db/leases';
-import type { Pool } from '../src/db/pool';
-import type { NoticeService } from '../src/notifications/service';
-import { reserveFor, typedContext, type EndOutcome, type EndRequest, type HealOutcome, type HoldOutcome, type HookContext, type ReservationContext, type ReserveResult, type ResourcePlugin, type ResourcePlugins, type StartOutcome, type StepOutcome } from '../src/domain/resource-plugin';
+import type { ActivityDeps } from './deps';
+import { reserveFor, typedContext, type LendHostsRequest, type LentHosts, type EndOutcome, type EndRequest, type HealOutcome, type HoldOutcome, type HookContext, type ReservationContext, type ReserveResult, type ResourcePlugin, type StartOutcome, type StepOutcome } from '../src/domain/resource-plugin';
 
 /** How often a running hook tells the server its worker is alive (the workflow sets a heartbeat timeout a few times longer). */
 export const LIVENESS_HEARTBEAT_MS = 2_000;
@@ -41,7 +40,11 @@ async function classified<T>(hook: () => Promise<T>): Promise<T> {
   }
 }
 
-export function reservationActivities({ plugins, notices, pool }: { plugins: ResourcePlugins; notices?: NoticeService; pool: Pool }) {
+/** LK_PREEMPT_WARNING_MINUTES's and LK_PREEMPT_EVICTION_SECONDS's defaults, for a worker built without the settings (tests). */
+const DEFAULT_WARNING_MS = 10 * 60_000;
+const DEFAULT_EVICTION_MS = 120_000;
+
+export function reservationActivities({ plugins, notices, pool, preemptionWarningMs, preemptionEvictionMs, tellPreempted }: Pick<ActivityDeps, 'plugins' | 'notices' | 'pool' | 'preemptionWarningMs' | 'preemptionEvictionMs' | 'tellPreempted'>) {
   /** A hook's notice as one of its lease: the lease as last recorded in the payload, the reservation named. */
   async function announce(ctx: ReservationContext, { eventType, details, key }: ReservationNotice): Promise<void> {
     if (!notices) return;
@@ -115,6 +118,46 @@ export function reservationActivities({ plugins, notices, pool }: { plugins: Res
     reservationInUse: (ctx: ReservationContext): Promise<boolean | undefined> => run(ctx, async (plugin, hookCtx) => (plugin.inUse ? plugin.inUse(hookCtx) : undefined)),
     /** After hosts failed or recovered; a type without a heal hook has nothing to heal (undefined). */
     healReservation: (ctx: ReservationContext): Promise<HealOutcome | undefined> => run(ctx, async (plugin, hookCtx) => (plugin.heal ? plugin.heal(hookCtx) : undefined)),
+    /** Lending (issue 43): lends idle hosts of the reservation (its type's `lend`; a type without it cannot lend: 400). */
+    lendReservation: ({ lendingId, count, untilMs, ...ctx }: ReservationContext & LendHostsRequest): Promise<LentHosts> =>
+      run(ctx, (plugin, hookCtx) => {
+        if (!plugin.lend) throw invalidLease(`reservation ${ctx.reservation.id} is ${ctx.reservation.resource_type}, which cannot lend`);
+        return plugin.lend(hookCtx, { lendingId, count, untilMs });
+      }),
+    /**
+     * Takes lent hosts back, needed from `neededFromMs` (now + the preemption warning when absent;
+     * never before now); the borrowers cut are told right after the commit (the sweeps cover a crash).
+     */
+    reclaimReservation: async ({ count, neededFromMs, lentHostIds, ...ctx }: ReservationContext & { count?: number; neededFromMs?: number; lentHostIds: string[] }) => {
+      const now = Date.now();
+      const need = Math.max(neededFromMs ?? now + (preemptionWarningMs ?? DEFAULT_WARNING_MS), now);
+      const reclaimed = await run(ctx, (plugin, hookCtx) => {
+        if (!plugin.reclaim) throw invalidLease(`reservation ${ctx.reservation.id} is ${ctx.reservation.resource_type}, which cannot lend`);
+        return plugin.reclaim(hookCtx, { count, neededFromMs: need, lentHostIds });
+      });
+      tellPreempted?.(reclaimed.cut);
+      return { hosts: reclaimed.hosts, neededFromMs: need };
+    },
+    /**
+     * A poll (retried by the workflow's policy) until no borrower runs on these lent hosts, due back
+     * at `dueMs`; never past the eviction bound after it (LK_PREEMPT_EVICTION_SECONDS): then the hosts come back anyway.
+     */
+    awaitLentHostsFree: async ({ hostIds, dueMs, ...ctx }: ReservationContext & { hostIds: string[]; dueMs: number }): Promise<void> => {
+      if (Date.now() >= dueMs + (preemptionEvictionMs ?? DEFAULT_EVICTION_MS)) return;
+      const free = await run(ctx, async (plugin, hookCtx) => (plugin.lentHostsFree ? plugin.lentHostsFree(hookCtx, hostIds) : true));
+      if (!free) throw ApplicationFailure.retryable(`borrowers still run on lent hosts ${hostIds.join(', ')}`, 'LentHostsInUse');
+    },
+    /**
+     * How many of the reservation's hosts could be lent now (the idle check's suggestion); 0 when less
+     * than twice the preemption warning is left (a lending must outlast it), or its type cannot lend.
+     */
+    idleHostsOf: async (ctx: ReservationContext): Promise<number> => {
+      if (ctx.endMs - Date.now() < 2 * (preemptionWarningMs ?? DEFAULT_WARNING_MS)) return 0;
+      return run(ctx, async (plugin, hookCtx) => (plugin.idleHosts ? plugin.idleHosts(hookCtx) : 0));
+    },
+    /** The lent hosts back into the reservation, their lendings returned. */
+    returnLentHosts: ({ hostIds, ...ctx }: ReservationContext & { hostIds: string[] }): Promise<void> =>
+      run(ctx, async (plugin, hookCtx) => void (await plugin.returnLentHosts?.(hookCtx, hostIds))),
     /** The end hook again, as a poll: fails (to be retried by the workflow's policy) until nothing is left to wait for. */
     awaitReservationEnd: async (ctx: EndRequest): Promise<void> => {
       const { waitingFor } = await run(ctx, (plugin, hookCtx) => plugin.end(hookCtx));

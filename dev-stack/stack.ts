@@ -82,7 +82,7 @@ export async function startTestStack(options: TestStackOptions = {}): Promise<Te
     db,
     temporal,
     async startWorker() {
-      const workerOptions = { connection: temporal.nativeConnection, config, deps: { pool: db.pool, plugins: registry, hostWatch: watch }, workflows: testWorkflows() };
+      const workerOptions = { connection: temporal.nativeConnection, config, deps: { pool: db.pool, plugins: registry, hostWatch: watch, tellPreempted: (ids: readonly string[]) => outbox?.tellPreemptedSoon(ids) }, workflows: testWorkflows() };
       workers = [await createWorker(workerOptions), await createNoticeWorker(workerOptions)];
       running = Promise.all(workers.map((one) => one.run()));
       // As the worker process does: owed starts of leases the API admitted (src/outbox).

@@ -440,6 +440,8 @@ export class ConfigError extends Error {
 }
 
 function toConfig(env: z.infer<typeof envSchema>) {
+  // The outbox tells preempted leases of it; a lending's reclaim gives its borrowers the same.
+  const preemptionWarningMs = Math.round(env.LK_PREEMPT_WARNING_MINUTES * 60) * 1000;
   return {
     logLevel: env.LK_LOG_LEVEL,
     api: {
@@ -504,12 +506,13 @@ function toConfig(env: z.infer<typeof envSchema>) {
       uiPort: env.LK_TEMPORAL_UI_PORT,
     },
     /** Owed lease workflow starts (the API's admissions): the sweeps of every API and worker. */
-    outbox: { sweepMs: env.LK_OUTBOX_SWEEP_MS, graceMs: env.LK_OUTBOX_GRACE_MS, preemptionWarningMs: Math.round(env.LK_PREEMPT_WARNING_MINUTES * 60) * 1000 },
+    outbox: { sweepMs: env.LK_OUTBOX_SWEEP_MS, graceMs: env.LK_OUTBOX_GRACE_MS, preemptionWarningMs },
     /**
      * Preemptible leases: a regular lease's start waits at most this long for a preempted lease's end
-     * on its hosts; a preemptible hour is charged this much of a regular one.
+     * on its hosts; a preemptible hour is charged this much of a regular one; a lending's reclaim
+     * (issue 43) gives its borrowers the warning, as a preemption does.
      */
-    preemption: { evictionMs: env.LK_PREEMPT_EVICTION_SECONDS * 1_000, chargeFactor: env.LK_PREEMPTIBLE_CHARGE_FACTOR },
+    preemption: { evictionMs: env.LK_PREEMPT_EVICTION_SECONDS * 1_000, chargeFactor: env.LK_PREEMPTIBLE_CHARGE_FACTOR, warningMs: preemptionWarningMs },
     database: {
       url: env.DATABASE_URL ?? `postgres://leasekeeper@127.0.0.1:${env.LK_PG_PORT}/leasekeeper`,
       external: env.DATABASE_URL !== undefined,

@@ -90,6 +90,11 @@ describe('authorization on every route', () => {
       expect(await call(caller, 'PUT', `/v1/leases/${theirs().id}`, { name: 'hijacked' })).toEqual(notFound(theirs().id));
       expect(await call(caller, 'PUT', `/v1/leases/${theirs().id}`, { end_date: '2099-03-05 12:00' })).toEqual(notFound(theirs().id));
       expect(await call(caller, 'DELETE', `/v1/leases/${theirs().id}`)).toEqual(notFound(theirs().id));
+      // Nor lend or reclaim its hosts (issue 43).
+      exercise('POST /leases/:id/lend');
+      exercise('POST /leases/:id/reclaim');
+      expect(await call(caller, 'POST', `/v1/leases/${theirs().id}/lend`, { count: 1, until: '2099-03-01 13:00' })).toEqual(notFound(theirs().id));
+      expect(await call(caller, 'POST', `/v1/leases/${theirs().id}/reclaim`, {})).toEqual(notFound(theirs().id));
       const after = (await call('admin', 'GET', `/v1/leases/${theirs().id}`)).body.lease;
       expect({ name: after.name, status: after.status, end_date: after.end_date }).toEqual({ name: theirs().name, status: 'PENDING', end_date: expect.stringMatching(/^2099-03-0[12]T12:00/) });
     });

@@ -29,7 +29,7 @@ describe('configuration', () => {
     expect(config.cacheDir).toBe('/home/someone/.cache/leasekeeper');
     expect(config.worker.maxCachedWorkflows).toBe(2_000);
     expect(config.outbox).toEqual({ sweepMs: 1_000, graceMs: 2_000, preemptionWarningMs: 600_000 });
-    expect(config.preemption).toEqual({ evictionMs: 120_000, chargeFactor: 0.25 });
+    expect(config.preemption).toEqual({ evictionMs: 120_000, chargeFactor: 0.25, warningMs: 600_000 });
   });
 
   it('charges preemptible hours by a factor from 0 to 1 written as a plain decimal, and names any other value', () => {

@@ -32,7 +32,7 @@ function commonWorkerOptions(options: WorkerOptions, identitySuffix: string) {
     namespace: config.temporal.namespace,
     ...(options.identity ? { identity: `${options.identity}${identitySuffix}` } : {}),
     // The usage policy and the notices from the settings unless the caller brings its own.
-    activities: createActivities({ ...deps, preemptionEvictionMs: deps.preemptionEvictionMs ?? config.preemption?.evictionMs, usagePolicy: deps.usagePolicy ?? usagePolicy(deps.pool, config), notices: deps.notices ?? workerNotices(connection, config, deps) }),
+    activities: createActivities({ ...deps, preemptionEvictionMs: deps.preemptionEvictionMs ?? config.preemption?.evictionMs, preemptionWarningMs: deps.preemptionWarningMs ?? config.preemption?.warningMs, usagePolicy: deps.usagePolicy ?? usagePolicy(deps.pool, config), notices: deps.notices ?? workerNotices(connection, config, deps) }),
     ...(options.activityInterceptors ? { interceptors: { activity: options.activityInterceptors } } : {}),
     ...('bundlePath' in workflows ? { workflowBundle: { codePath: workflows.bundlePath } } : { workflowsPath: workflows.workflowsPath }),
     // On SIGTERM, running activities get this long to finish before the worker stops.

@@ -55,14 +55,15 @@ async function main(): Promise<void> {
   await registerSearchAttributes(config, log);
   const notices = workerNotices(connection, config, { pool }, metrics?.noticeDropped);
   const hostWatch = config.hostMonitor.enabled && hasOpenStack(openstack, log) ? productionHostWatch({ pool, config, openstack }) : undefined;
-  const deps = { pool, plugins: productionPlugins({ pool, config, openstack, openstackForProject: projectScopedClients() }), hostWatch, eventStarted: metrics?.eventStarted, usagePolicy: policy, notices };
+  // Leases the API admitted whose workflow it could not start (it died, or Temporal refused): started here; and leases a lending's reclaim cut, told here.
+  const outbox = new LeaseOutbox({ pool, client: new Client({ connection, namespace: config.temporal.namespace }), taskQueue: config.temporal.taskQueue, log, ...config.outbox });
+  const tellPreempted = (leaseIds: readonly string[]) => outbox.tellPreemptedSoon(leaseIds);
+  const deps = { pool, plugins: productionPlugins({ pool, config, openstack, openstackForProject: projectScopedClients() }), hostWatch, eventStarted: metrics?.eventStarted, usagePolicy: policy, notices, tellPreempted };
   const workerOptions = { connection, config, deps, workflows: { bundlePath: config.worker.workflowBundle }, activityInterceptors: metrics ? [metrics.activityInterceptor] : undefined };
   const worker = await createWorker(workerOptions);
   const noticeWorker = await createNoticeWorker(workerOptions);
   const metricsUrls = metricsServer && metricsAt ? { metrics: `http://${metricsAt.host}:${metricsServer.port}/metrics`, sdkMetrics: `http://${metricsAt.host}:${metricsAt.port + 1}/metrics` } : {};
   log.info({ address: config.temporal.address, taskQueue: config.temporal.taskQueue, noticeTaskQueue: config.temporal.noticeTaskQueue, schemaVersion: version, ...metricsUrls }, 'worker ready');
-  // Leases the API admitted whose workflow it could not start (it died, or Temporal refused): started here.
-  const outbox = new LeaseOutbox({ pool, client: new Client({ connection, namespace: config.temporal.namespace }), taskQueue: config.temporal.taskQueue, log, ...config.outbox });
   outbox.runSweeps();
   const monitor = hostWatch ? startHostMonitor(config, log) : undefined;
   const notifications = hostWatch ? listenToNova(config, log) : undefined;

@@ -181,6 +181,23 @@ export const LEASE_PREEMPTION = {
   note: 'retired by the common path (RETIREMENT): the old branch ignores the signal and waits without bound, so it goes once no lease started before 2026-11-27 still waits for its start. The new branch itself changed after its first histories were recorded (the latest cut kept, a cut after an update skipped, an end instead of a start when the cut leaves nothing, the early wake of a start; a waiting change denied through the common settle, its bookings put back by a quick, bounded activity for the moved reservations only, none once the cut has passed): all on 2026-11-27, before any release, so it is not patched again; dev and test stacks holding leases opened under its first version must be reset',
 } as const satisfies WorkflowPatch;
 
+/**
+ * Lending (issue 43): the owner of an active host lease lends idle hosts to preemptible leases and
+ * reclaims them (the lend and reclaim updates, workflows/lease/lend.ts); the active loop takes lent
+ * hosts back when their lending ends or their reclaim's return comes (a `lendingReturn` event); the
+ * idle check of a lease that could lend looks at its idle hosts (`lease.lend_suggested`). Marked at
+ * the top of both handlers, where the active loop adds the event (only a lease that lent reaches
+ * it), and in the idle check before the new look (only a host lease with an idle warning set).
+ */
+export const LEASE_LENDING = {
+  id: 'lease-lending',
+  workflowType: leaseWorkflowType,
+  introduced: '2026-11-27',
+  oldBranch: 'no lending event in the active loop (no lease lent: none got the lend update); idle checks asked only whether the lease was in use',
+  oldHistories: 'every history recorded before 2026-11-27 (none has a lending; those with idle checks replay without the idle-hosts look)',
+  note: 'retired by the common path (RETIREMENT) once no lease active before the release still runs',
+} as const satisfies WorkflowPatch;
+
 /** All of them, oldest first. */
 export const PATCHES: readonly WorkflowPatch[] = [
   RECORD_LOCALLY,
@@ -198,4 +215,5 @@ export const PATCHES: readonly WorkflowPatch[] = [
   LEASE_APPROVAL,
   LEASE_CHANGE_APPROVAL,
   LEASE_PREEMPTION,
+  LEASE_LENDING,
 ];

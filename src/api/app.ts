@@ -164,6 +164,7 @@ export function createApp(deps: AppDeps): express.Express {
     maxReservationsPerLease: config.maxReservationsPerLease,
     maxOccurrences: config.maxOccurrences,
     offers,
+    preemptionWarningMs: config.preemption.warningMs,
   };
   app.use(
     '/v1',

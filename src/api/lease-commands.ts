@@ -17,7 +17,10 @@ import {
 import { ApplicationFailure, NamespaceNotFoundError, WorkflowIdConflictPolicy } from '@temporalio/common';
 import { newLease, type Lease, type LeaseUpdateRequest, type NewLeaseRequest } from '../domain/lease';
 import { createdOrigin, leaseWorkflowLabels, type LeaseOutbox } from '../outbox';
-import { admitLease, approveLease, deleteLease, denyLease, hostsChanged, leaseWorkflowId, leaseWorkflowType, updateLease, type ApprovalAnswer, type LeaseWorkflow, type LeaseWorkflowInput } from '../../workflows/lease/messages';
+import {
+  admitLease, approveLease, deleteLease, denyLease, hostsChanged, leaseWorkflowId, leaseWorkflowType, lendCapacity, reclaimCapacity, updateLease,
+  type ApprovalAnswer, type LeaseWorkflow, type LeaseWorkflowInput, type LendRequest, type ReclaimRequest,
+} from '../../workflows/lease/messages';
 import { maintenanceWindowWorkflowId, maintenanceWindowWorkflowType, windowWithdrawn, type MaintenanceWindowInput } from '../../workflows/maintenance/messages';
 import { uuidShaped } from '../domain/blazar-format';
 import { markdownText } from '../domain/markdown';
@@ -198,6 +201,14 @@ export async function createLease(options: LeaseCommandOptions, request: NewLeas
 
 export async function changeLease(options: LeaseCommandOptions, leaseId: string, update: LeaseUpdateRequest): Promise<Lease> {
   return withDeadline(options, () => onLeaseWorkflow(options, leaseId, () => options.client.workflow.getHandle(leaseWorkflowId(leaseId)).executeUpdate(updateLease, { args: [update] })));
+}
+
+/** Lending (issue 43): a lend or a reclaim of the lease's hosts; answers the lease once its workflow recorded it. */
+export async function lendOrReclaim(options: LeaseCommandOptions, leaseId: string, request: { lend: LendRequest } | { reclaim: ReclaimRequest }): Promise<Lease> {
+  const handle = () => options.client.workflow.getHandle(leaseWorkflowId(leaseId));
+  return withDeadline(options, () =>
+    onLeaseWorkflow(options, leaseId, () => ('lend' in request ? handle().executeUpdate(lendCapacity, { args: [request.lend] }) : handle().executeUpdate(reclaimCapacity, { args: [request.reclaim] }))),
+  );
 }
 
 /** An admin's approve or deny of a lease waiting for approval; answers the lease once its workflow acted on it. */

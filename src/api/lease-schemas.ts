@@ -185,6 +185,25 @@ export const approvalAnswerSchema = z.strictObject({
   reason: z.string({ error: 'expected a string' }).trim().max(MAX_ANSWER_REASON_CHARS, `must be at most ${MAX_ANSWER_REASON_CHARS} characters`).optional(),
 });
 
+/** Hosts one lend or reclaim names at most. */
+const MAX_LENT_HOSTS = 1000;
+const lentHostCount = z.number({ error: 'expected a whole number' }).int('expected a whole number').min(1).max(MAX_LENT_HOSTS);
+const lendingReservationId = z.uuid({ error: 'expected the id of a reservation of the lease' }).transform((id) => id.toLowerCase());
+
+/** POST /v1/leases/{id}/lend (issue 43): how many idle hosts, until when; the reservation when the lease has more than one that lends. */
+export const lendSchema = z.strictObject({
+  reservation_id: lendingReservationId.optional(),
+  count: lentHostCount,
+  until: requestDateSchema,
+});
+
+/** POST /v1/leases/{id}/reclaim (issue 43): how many lent hosts (all when absent), needed from when (now + the warning when absent). */
+export const reclaimSchema = z.strictObject({
+  reservation_id: lendingReservationId.optional(),
+  count: lentHostCount.optional(),
+  needed_at: requestDateSchema.optional(),
+});
+
 /** Unknown parameters (`?detail=true`) are dropped, as Blazar does; their values were still checked by the input check. */
 export const listLeasesQuery = z.object({
   limit: z.coerce.number({ error: 'expected a number' }).int('expected a whole number').min(1).max(1000).optional(),

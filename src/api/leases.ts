@@ -14,8 +14,10 @@ import { toBlazarLease } from '../domain/blazar-format';
 import { isPreemptibleReservation } from '../domain/preemption';
 import { ApiError, parseRequest } from './errors';
 import { jsonArrayParts, sendJsonParts } from './json-stream';
-import { answerApproval, changeLease, claimKeyFor, createLease, idempotentLeaseId, noAnswerInTime, removeLease, requestHash, type LeaseCommandOptions } from './lease-commands';
-import { approvalAnswerSchema, createLeaseSchema, listLeasesQuery, newLeaseRequest, requestDateSchema, updateLeaseSchema } from './lease-schemas';
+import { answerApproval, changeLease, claimKeyFor, createLease, idempotentLeaseId, lendOrReclaim, noAnswerInTime, removeLease, requestHash, type LeaseCommandOptions } from './lease-commands';
+import { approvalAnswerSchema, createLeaseSchema, lendSchema, listLeasesQuery, newLeaseRequest, reclaimSchema, requestDateSchema, updateLeaseSchema } from './lease-schemas';
+import { lendingReservations, lendRefusal } from '../domain/lending';
+import { formatRequestDate } from '../domain/dates';
 import { refuseUnknownPropertyKeys } from './property-keys';
 import { DEFAULT_OFFER_LIMIT, extensionOffers, leaseExtensionOffers, makeOffers, refusedWithOffers, type OfferDeps, type OfferJson } from './offers';
 import { wholeMinuteDown } from '../domain/dates';
@@ -65,6 +67,8 @@ export interface NewLeaseDeps {
   /** Occurrences in one series at most (LK_MAX_OCCURRENCES). */
   maxOccurrences?: number;
   offers?: OfferDeps;
+  /** The warning a lending's reclaim gives its borrowers (LK_PREEMPT_WARNING_MINUTES): a lending must outlast it (issue 43). */
+  preemptionWarningMs?: number;
 }
 
 /**
@@ -206,6 +210,29 @@ export function leasesRouter(deps: NewLeaseDeps): Router {
     });
   }
 
+  // Lending (issue 43): the lease's project (or an admin) lends idle hosts to preemptible leases, and takes them back.
+  router.post('/leases/:id/lend', async (req, res) => {
+    const body = parseRequest(lendSchema, bodyOf(req));
+    const current = await visibleLease(pool, identityOf(res), req.params.id);
+    const reservationId = lendingReservationOf(current, body.reservation_id);
+    const warningMs = deps.preemptionWarningMs ?? DEFAULT_PREEMPTION_WARNING_MS;
+    if (body.until <= Date.now() + warningMs) throw new ApiError(400, `until: must be later than now plus the preemption warning (${formatRequestDate(Date.now() + warningMs)}): a borrower must be told that long before it ends`);
+    if (body.until > current.endMs) throw new ApiError(400, `until: must be no later than the lease's end (${formatRequestDate(current.endMs)})`);
+    refuseUnlessActive(current);
+    res.json({ lease: toBlazarLease(await lendOrReclaim(commands, current.id, { lend: { reservationId, count: body.count, untilMs: body.until } })) });
+  });
+
+  router.post('/leases/:id/reclaim', async (req, res) => {
+    const body = parseRequest(reclaimSchema, req.body ?? {});
+    const current = await visibleLease(pool, identityOf(res), req.params.id);
+    const reservationId = lendingReservationOf(current, body.reservation_id);
+    // A minute's precision: a need "now" written as this minute is now.
+    if (body.needed_at !== undefined && body.needed_at < Date.now() - 60_000) throw new ApiError(400, 'needed_at: must not be in the past');
+    if (body.needed_at !== undefined && body.needed_at > current.endMs) throw new ApiError(400, `needed_at: must be no later than the lease's end (${formatRequestDate(current.endMs)})`);
+    refuseUnlessActive(current);
+    res.json({ lease: toBlazarLease(await lendOrReclaim(commands, current.id, { reclaim: { reservationId, count: body.count, neededFromMs: body.needed_at } })) });
+  });
+
   router.delete('/leases/:id', async (req, res) => {
     const current = await visibleLease(pool, identityOf(res), req.params.id);
     if ((await removeLease(commands, current.id, () => findLease(pool, current.id))) === 'past-deadline') {
@@ -268,6 +295,26 @@ export function changedReservation(lease: Lease, change: { id: string } & Record
     throw new ApiError(400, `reservations[${index}].preemptible: can change only while the lease is PENDING (lease ${lease.name} is ${lease.status})`);
   }
   return { id, resource_type: reservation.resource_type, params };
+}
+
+/** LK_PREEMPT_WARNING_MINUTES's default, for an API built without the setting. */
+const DEFAULT_PREEMPTION_WARNING_MS = 10 * 60_000;
+
+/** The reservation a lend or reclaim names, or the lease's one that may lend when it names none (400 when that is not one). */
+function lendingReservationOf(lease: Lease, reservationId: string | undefined): string {
+  if (reservationId !== undefined) {
+    const refusal = lendRefusal(lease, reservationId);
+    if (refusal) throw new ApiError(400, refusal);
+    return reservationId;
+  }
+  const lendable = lendingReservations(lease);
+  if (lendable.length === 1) return lendable[0].id;
+  throw new ApiError(400, lendable.length === 0 ? `lease ${lease.name} has no reservation that can lend: only regular physical:host reservations without on_end: release lend` : `reservation_id: lease ${lease.name} has ${lendable.length} reservations that can lend: name one`);
+}
+
+/** Only an active lease lends or reclaims (409 at once, rather than queued behind its other changes). */
+function refuseUnlessActive(lease: Lease): void {
+  if (lease.status !== 'ACTIVE') throw new ApiError(409, `Lease ${lease.name} is ${lease.status}: only an active lease lends or reclaims its hosts.`);
 }
 
 function nextPageHref(req: Request, marker: string): string {

@@ -22,7 +22,7 @@ import { maintenanceBody, maintenanceListQuery } from './maintenance';
 import { projectPolicyBody } from './project-policy';
 import { approversWebhookBody, webhooksBody } from './webhooks';
 import { LEASE_NOTICE_TYPES } from '../domain/notices';
-import { approvalAnswerSchema, createLeaseSchema, listLeasesQuery, updateLeaseSchema } from './lease-schemas';
+import { approvalAnswerSchema, createLeaseSchema, lendSchema, listLeasesQuery, reclaimSchema, updateLeaseSchema } from './lease-schemas';
 import { usageQuery } from './usage';
 import { FIGURE_NAMES, GROUP_KEYS, type Figure } from '../domain/usage-report';
 
@@ -53,6 +53,20 @@ const reservation = z
     status: z.enum(['pending', 'active', 'deleted', 'error']),
     missing_resources: z.boolean(),
     resources_changed: z.boolean(),
+    lendings: z
+      .array(
+        z.strictObject({
+          id: z.string().describe('the lend request'),
+          hosts: z.array(z.string()),
+          lent_at: leaseDate,
+          until: leaseDate,
+          state: z.enum(['lent', 'reclaiming', 'returned']),
+          returns_at: leaseDate.nullable().describe('reclaiming: when the hosts come back (their borrowers out)'),
+          borrowed: z.boolean().describe('a preemptible lease booked some of it (known once reclaimed or returned)'),
+        }),
+      )
+      .optional()
+      .describe('An extension (issue 43): the latest 20 lendings of its hosts to preemptible leases (POST /v1/leases/{id}/lend); never who borrowed'),
     created_at: timestamp,
     updated_at: timestamp,
   })
@@ -512,6 +526,27 @@ export function apiOperations(types: ResourceTypes): Operation[] {
       request: { params: idParam('the lease id'), body: { content: { 'application/json': { schema: approvalAnswerSchema } }, required: false } },
       responses: { 200: leaseBody, ...COMMON_REFUSALS, 403: adminOnly, 404: notFound, 409: refusal('the lease is not waiting for approval') },
     })),
+    {
+      method: 'post', path: '/v1/leases/{id}/lend', tags: ['leases'], summary: "Lend an active lease's idle hosts to preemptible leases (extension)",
+      description:
+        "`count` idle hosts of the lease's host reservation (`reservation_id` when it has more than one that can lend) are lent until `until` (later than now plus the preemption warning, no later than the lease's end): preemptible leases may book them inside that time, regular leases never. Idle: no server of any project on it (a calendar-only deployment: every host not lent). The lease's project or an admin; docs/api.md, \"Lending\".",
+      security: AUTHENTICATED,
+      request: { params: idParam('the lease id'), body: { content: { 'application/json': { schema: lendSchema } }, required: true } },
+      responses: {
+        200: leaseBody,
+        ...COMMON_REFUSALS,
+        404: notFound,
+        409: refusal('the lease is not active, its reservation has 20 lendings out, or fewer hosts than asked are idle (`idle`: how many are)'),
+      },
+    },
+    {
+      method: 'post', path: '/v1/leases/{id}/reclaim', tags: ['leases'], summary: 'Take lent hosts back (extension)',
+      description:
+        "`count` lent hosts (all when left out; unborrowed ones first) are taken back, needed from `needed_at` (now plus the preemption warning when left out): their borrowers are cut to end by then and told (`lease.preempting`, reason `reclaimed: …`); each host comes back into the lease once its borrowers are out (`returns_at`), waited for at most LK_PREEMPT_EVICTION_SECONDS.",
+      security: AUTHENTICATED,
+      request: { params: idParam('the lease id'), body: { content: { 'application/json': { schema: reclaimSchema } }, required: false } },
+      responses: { 200: leaseBody, ...COMMON_REFUSALS, 404: notFound, 409: refusal('the lease is not active, lends nothing, or lends fewer hosts than `count`') },
+    },
     {
       method: 'get', path: '/v1/os-hosts', tags: ['hosts'], summary: 'List enrolled hosts',
       description: 'Every compute host enrolled for reservations, with its extra capabilities. Admins only.',

@@ -192,6 +192,19 @@ export async function borrowersOfLendings(db: Queryable, lendingRowIds: string[]
 }
 
 /**
+ * Of the borrower leases inside these lendings, those that began there and have not ended (their
+ * end still to run: their servers may still be on the host). A join describing the row's lease.
+ */
+export async function borrowersStillRunning(db: Queryable, lendingRowIds: string[]): Promise<string[]> {
+  const { rows } = await db.query<{ lease_id: string }>(
+    `SELECT DISTINCT a.lease_id::text FROM host_allocations a JOIN leases l ON l.id = a.lease_id
+     WHERE a.lent_by = ANY($1::bigint[]) AND lower(a.during) <= now() AND l.deleted_at IS NULL AND l.status NOT IN ('TERMINATED', 'ERROR') ORDER BY 1`,
+    [lendingRowIds],
+  );
+  return rows.map((r) => r.lease_id);
+}
+
+/**
  * A lender's booking ended at `atMs` (its end, early end or deletion): as endReservationBookingsAt,
  * except that a row whose host is lent keeps it until its lendings end (a borrower cannot be set free
  * in place: its past overlaps the lender's row). Reclaim first (the lendings shortened to when the

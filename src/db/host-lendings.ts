@@ -72,6 +72,12 @@ export async function insertLendings(
   return rows;
 }
 
+/** The rows of one lend request (a retried lend finds what it lent), by host. */
+export async function lendingsOfRequest(db: Queryable, lendingId: string): Promise<HostLending[]> {
+  const { rows } = await db.query<HostLending>(`SELECT ${LENDING_COLUMNS} FROM host_lendings g WHERE g.lending_id = $1 ORDER BY g.host_id`, [lendingId]);
+  return rows;
+}
+
 /** The reservation's lendings not returned yet, by host. */
 export async function openLendingsOf(db: Queryable, reservationId: string): Promise<HostLending[]> {
   const { rows } = await db.query<HostLending>(`SELECT ${LENDING_COLUMNS} FROM host_lendings g WHERE g.reservation_id = $1 AND g.returned_at IS NULL ORDER BY g.host_id, lower(g.during)`, [reservationId]);

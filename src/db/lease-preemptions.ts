@@ -83,7 +83,7 @@ const TOLD_KEPT_MS = 7 * 86_400_000;
  * the row meanwhile and a teller that dies leaves it to a later sweep. No lock is held while telling.
  */
 export async function claimOwedPreemptions(pool: Pool, options: { limit: number; olderThanMs: number; leaseIds?: string[] }): Promise<ClaimedPreemption[]> {
-  const { rows } = await pool.query<{ lease_id: string; end_ms: number; needed_ms: number; sequence: number }>(
+  const { rows } = await pool.query<{ lease_id: string; end_ms: number; needed_ms: number; sequence: number; kind: 'preempted' | 'reclaimed' }>(
     `UPDATE lease_preemptions p
         SET attempts = p.attempts + 1,
             next_attempt_at = now() + make_interval(secs => least($5::float8, $4::float8 * power(2, least(p.attempts, 20))) / 1000.0)
@@ -93,10 +93,10 @@ export async function claimOwedPreemptions(pool: Pool, options: { limit: number;
            AND ($3::uuid[] IS NULL AND next_attempt_at <= now() AND created_at <= now() - make_interval(secs => $1 / 1000.0) OR lease_id = ANY($3::uuid[]))
          ORDER BY next_attempt_at LIMIT $2 FOR UPDATE SKIP LOCKED)
       RETURNING p.lease_id::text, (extract(epoch FROM p.end_at) * 1000)::float8 AS end_ms, (extract(epoch FROM p.needed_from) * 1000)::float8 AS needed_ms,
-                (extract(epoch FROM p.created_at) * 1000)::float8 AS sequence`,
+                (extract(epoch FROM p.created_at) * 1000)::float8 AS sequence, p.kind`,
     [options.olderThanMs, options.limit, options.leaseIds ?? null, FIRST_RETRY_MS, LONGEST_RETRY_MS],
   );
-  return rows.map((row) => ({ leaseId: row.lease_id, endMs: row.end_ms, neededFromMs: row.needed_ms, sequence: row.sequence }));
+  return rows.map((row) => ({ leaseId: row.lease_id, endMs: row.end_ms, neededFromMs: row.needed_ms, sequence: row.sequence, kind: row.kind }));
 }
 
 /** The claimed row was told: marked so unless a later cut replaced it meanwhile (that one is owed anew). */

@@ -6,12 +6,17 @@
 import { createHash } from 'node:crypto';
 import { formatBlazarDate, formatBlazarTimestamp } from './dates';
 import type { LeaseApproval, PendingLeaseChange } from './approval';
-import { spanText, type Lease, type Reservation } from './lease';
+import { spanText, type Lease, type Reservation, type ReservationLending } from './lease';
+
+/** A reservation's lendings shown (issue 43): the latest ones, never their borrowers. */
+const LENDINGS_SHOWN = 20;
 
 function toBlazarReservation(lease: Lease, reservation: Reservation) {
   return {
     ...reservation.params,
     ...(reservation.allocation ?? {}),
+    // An extension (issue 43): the lendings of its hosts, the 20 latest.
+    ...(reservation.lendings?.length ? { lendings: reservation.lendings.slice(-LENDINGS_SHOWN).map(lendingJson) } : {}),
     id: reservation.id,
     lease_id: lease.id,
     resource_type: reservation.resource_type,
@@ -63,6 +68,18 @@ export function toBlazarLease(lease: Lease) {
     })),
     created_at: formatBlazarTimestamp(lease.createdMs),
     updated_at: updatedAt(lease),
+  };
+}
+
+function lendingJson(lending: ReservationLending) {
+  return {
+    id: lending.id,
+    hosts: lending.hosts,
+    lent_at: formatBlazarDate(lending.lentAtMs),
+    until: formatBlazarDate(lending.untilMs),
+    state: lending.state,
+    returns_at: lending.returnsAtMs !== undefined ? formatBlazarDate(lending.returnsAtMs) : null,
+    borrowed: lending.borrowed,
   };
 }
 

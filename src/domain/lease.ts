@@ -52,6 +52,25 @@ export interface Reservation<P = Record<string, unknown>> {
   missing_resources?: boolean;
   /** Likewise: some resources failed and were replaced by others. */
   resources_changed?: boolean;
+  /** Lendings of its idle hosts to preemptible leases (issue 43; src/domain/lending.ts), the latest last. */
+  lendings?: ReservationLending[];
+}
+
+/**
+ * One lend request of a reservation's hosts (issue 43), as the lease records it: `lent` until
+ * `untilMs`; `reclaiming` once reclaimed, its hosts back at `returnsAtMs`; `returned` once back in
+ * the lease. `borrowed`: a preemptible lease booked some of it (known from the reclaim or the return on).
+ * Never who borrowed: a borrower's lease and project are not the lender's to see.
+ */
+export interface ReservationLending {
+  id: string;
+  hosts: string[];
+  hostIds: string[];
+  lentAtMs: number;
+  untilMs: number;
+  state: 'lent' | 'reclaiming' | 'returned';
+  returnsAtMs?: number;
+  borrowed: boolean;
 }
 
 export interface Lease {
@@ -85,6 +104,9 @@ export interface Lease {
   idleSince?: number;
   idleCheckedMs?: number;
   idleWarned?: boolean;
+  /** Lending (issue 43): since when some host of it has been idle and lendable, and when lending was last suggested. */
+  lendableSince?: number;
+  lendSuggestedMs?: number;
   /** The series this lease is an occurrence of (a recurring lease: POST /v1/leases with `recurrence`). */
   seriesId?: string;
   /** Approval asked (PENDING_APPROVAL) and, once given, the answer. */

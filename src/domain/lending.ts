@@ -1,7 +1,10 @@
 /**
  * Lending a running lease's idle hosts to preemptible leases (issue 43): which lent hosts a reclaim
- * takes back first. Pure: the calendar reads the lendings and their borrowers, and cuts.
+ * takes back first, which reservations may lend, and how the lease records its lendings. Pure: the
+ * calendar reads the lendings and their borrowers, and cuts; the workflow and the API use the rest.
  */
+import type { Lease, Reservation, ReservationLending } from './lease';
+import { isPreemptibleReservation } from './preemption';
 
 /** A host's open lending, and the borrowers' bookings inside it (their lease, and whether it began). */
 export interface LentHost {
@@ -50,4 +53,62 @@ export function chooseReclaimedSlots(lent: LentSlots[], count?: number): LentSlo
     covered += lending.slots;
   }
   return chosen;
+}
+
+/** Most open lend requests a reservation may have at once (each a workflow event and a JSON entry). */
+export const MAX_OPEN_LENDINGS = 20;
+
+/** The resource types whose reservations may lend (the calendars that keep borrowers inside a lending). */
+const LENDING_TYPES: ReadonlySet<string> = new Set(['physical:host']);
+
+/**
+ * Why a lease's reservation cannot lend (a 400's message), or undefined when it may: it must be the
+ * lease's, of a type that lends, regular (a preemptible booking is not the owner's to lend), and not
+ * `on_end: release` (its hosts must be in its aggregate at its end, handed to the shared cloud).
+ */
+export function lendRefusal(lease: Pick<Lease, 'id' | 'name' | 'reservations'>, reservationId: string): string | undefined {
+  const reservation = lease.reservations.find((r) => r.id === reservationId);
+  if (!reservation) return `reservation_id: lease ${lease.name} has no reservation ${reservationId}`;
+  if (!LENDING_TYPES.has(reservation.resource_type)) return `reservation ${reservationId} is ${reservation.resource_type}: only physical:host reservations lend`;
+  if (isPreemptibleReservation(reservation)) return `reservation ${reservationId} is preemptible: only a regular reservation lends its hosts`;
+  if (reservation.allocation?.on_end === 'release' || (reservation.params as { on_end?: unknown }).on_end === 'release') {
+    return `reservation ${reservationId} has on_end: release: its hosts must be in its aggregate at its end, so it cannot lend them`;
+  }
+  return undefined;
+}
+
+/** The reservations of the lease that may lend (lendRefusal). */
+export const lendingReservations = (lease: Pick<Lease, 'id' | 'name' | 'reservations'>): Reservation[] => lease.reservations.filter((r) => lendRefusal(lease, r.id) === undefined);
+
+/** A lending still out (lent, or reclaimed and not back yet). */
+export const isOpenLending = (lending: ReservationLending): boolean => lending.state !== 'returned';
+
+/** When an open lending's hosts are due back: its reclaim's return, else its end. */
+export const lendingDueMs = (lending: ReservationLending): number => (lending.state === 'reclaiming' && lending.returnsAtMs !== undefined ? lending.returnsAtMs : lending.untilMs);
+
+/** At the lease's end: its lendings closed (the end's release took every lent host back). */
+export const withLendingsReturned = <R extends Pick<Reservation, 'lendings'>>(reservation: R): R =>
+  reservation.lendings?.some(isOpenLending) ? { ...reservation, lendings: reservation.lendings.map((g) => (isOpenLending(g) ? { ...g, state: 'returned' as const } : g)) } : reservation;
+
+/** The hosts a reservation lends now and a reclaim may take (not being reclaimed already). */
+export const lentHostIds = (reservation: Pick<Reservation, 'lendings'>): string[] => (reservation.lendings ?? []).filter((g) => g.state === 'lent').flatMap((g) => g.hostIds);
+
+/**
+ * The reservation's lendings after a reclaim took `returned` hosts back (each due at its time; borrowed
+ * or not): a lending whose hosts were all taken is `reclaiming`; one partly taken is split in two, the
+ * taken hosts' part `reclaiming` (one entry per return time), the rest still `lent`.
+ */
+export function afterReclaim(lendings: ReservationLending[], returned: Array<{ hostId: string; returnsAtMs: number; borrowed: boolean }>): ReservationLending[] {
+  const byHost = new Map(returned.map((h) => [h.hostId, h]));
+  return lendings.flatMap((lending) => {
+    if (lending.state !== 'lent' || !lending.hostIds.some((id) => byHost.has(id))) return [lending];
+    const kept = lending.hostIds.map((id, i) => ({ id, host: lending.hosts[i] })).filter((h) => !byHost.has(h.id));
+    const taken = lending.hostIds.map((id, i) => ({ id, host: lending.hosts[i], back: byHost.get(id) })).filter((h) => h.back !== undefined);
+    const times = [...new Set(taken.map((h) => h.back!.returnsAtMs))].sort((a, b) => a - b);
+    const reclaiming = times.map((returnsAtMs): ReservationLending => {
+      const part = taken.filter((h) => h.back!.returnsAtMs === returnsAtMs);
+      return { ...lending, hosts: part.map((h) => h.host), hostIds: part.map((h) => h.id), state: 'reclaiming', returnsAtMs, borrowed: part.some((h) => h.back!.borrowed) };
+    });
+    return [...(kept.length ? [{ ...lending, hosts: kept.map((h) => h.host), hostIds: kept.map((h) => h.id) }] : []), ...reclaiming];
+  });
 }

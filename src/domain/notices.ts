@@ -21,8 +21,10 @@ export const LEASE_NOTICE_TYPES = [
   'lease.approval_requested',
   'lease.approved',
   'lease.denied',
-  // Preemptible leases (issue 43): cut short by a regular lease that needs the hosts.
+  // Preemptible leases (issue 43): cut short by a regular lease that needs the hosts (or whose lender takes them back).
   'lease.preempting',
+  // Lending (issue 43): an active lease's hosts sit idle; they could be lent (never lent by itself).
+  'lease.lend_suggested',
 ] as const;
 /** The approval notices: what the approvers' webhooks (the deployment's and projects') hear. */
 export const APPROVAL_NOTICE_TYPES = ['lease.approval_requested', 'lease.approved', 'lease.denied'] as const satisfies ReadonlyArray<(typeof LEASE_NOTICE_TYPES)[number]>;

@@ -52,12 +52,25 @@ export function isPreemptibleLease(lease: Pick<Lease, 'reservations'>): boolean 
 /** How a preempted lease's status_reason begins (the calendar tells an ended one by it once its cut's row is purged). */
 export const PREEMPTION_REASON_PREFIX = 'preempted:';
 
-/** Whether a status_reason is a preemption's (preemptionReason). */
-export const isPreemptionReason = (reason: string | undefined): boolean => reason?.startsWith(PREEMPTION_REASON_PREFIX) ?? false;
+/** How a borrower's status_reason begins when its lender took the host back (reclaimReason). */
+const RECLAIM_REASON_PREFIX = 'reclaimed:';
+
+/** Whether a status_reason is a preemption's (preemptionReason) or a reclaim's (reclaimReason). */
+export const isPreemptionReason = (reason: string | undefined): boolean => (reason?.startsWith(PREEMPTION_REASON_PREFIX) || reason?.startsWith(RECLAIM_REASON_PREFIX)) ?? false;
 
 /** The status_reason of a preempted lease. */
 export function preemptionReason(neededFromMs: number): string {
   return `${PREEMPTION_REASON_PREFIX} host needed by another lease from ${formatMessageDate(neededFromMs)}`;
+}
+
+/** The status_reason of a borrower whose lender takes its host back (a lending's reclaim, issue 43), never naming the lender. */
+export function reclaimReason(neededFromMs: number): string {
+  return `${RECLAIM_REASON_PREFIX} the lending lease takes its host back from ${formatMessageDate(neededFromMs)}`;
+}
+
+/** The reason a cut of this kind gives (lease_preemptions.kind). */
+export function cutReason(cut: { neededFromMs: number; kind?: 'preempted' | 'reclaimed' }): string {
+  return cut.kind === 'reclaimed' ? reclaimReason(cut.neededFromMs) : preemptionReason(cut.neededFromMs);
 }
 
 /** The `lease.preempting` notice's details, told at `nowMs` of an end at `endMs`. */

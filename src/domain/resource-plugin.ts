@@ -286,6 +286,36 @@ export interface HoldOutcome {
   allocation?: Record<string, unknown>;
 }
 
+/** A lend request (issue 43): how many hosts, until when; its id makes a retry find what it lent. */
+export interface LendHostsRequest {
+  lendingId: string;
+  count: number;
+  untilMs: number;
+}
+
+/** What a lend lent: the hosts (id, name) from `lentAtMs`. */
+export interface LentHosts {
+  hosts: Array<{ id: string; name: string }>;
+  lentAtMs: number;
+}
+
+/**
+ * A reclaim (issue 43): `count` lent hosts (all when absent), needed from `neededFromMs`. `lentHostIds`:
+ * the hosts the lease records as lent and not reclaimed; one of them found reclaimed already means a
+ * retry of this same reclaim (the lease's lock lets one reclaim through at a time): answered as it was.
+ */
+export interface ReclaimHostsRequest {
+  count?: number;
+  neededFromMs: number;
+  lentHostIds: string[];
+}
+
+/** The hosts a reclaim took: when each comes back, whether anyone borrowed it; `cut`: the borrower leases cut. */
+export interface ReclaimedHosts {
+  hosts: Array<{ hostId: string; returnsAtMs: number; borrowed: boolean }>;
+  cut: string[];
+}
+
 /** What the worker runs for a resource type: the hooks of a reservation's life, each given the parameters typed (`P`). */
 export interface ResourcePlugin<P = Record<string, unknown>> extends ResourceType<P> {
   /** Books capacity for [start, end] (again, for a new window, when the lease is updated); 409 when it is not free. */
@@ -323,6 +353,19 @@ export interface ResourcePlugin<P = Record<string, unknown>> extends ResourceTyp
    * reaping idle leases; `undefined` when it cannot tell. Types without it are never idle.
    */
   inUse?(ctx: HookContext<P>): Promise<boolean | undefined>;
+  /**
+   * Lending (issue 43): lends `count` idle hosts of an active reservation to preemptible leases until
+   * `untilMs` (409 with `idle` when fewer are idle), idempotent by `lendingId`. Types without it cannot lend.
+   */
+  lend?(ctx: HookContext<P>, request: LendHostsRequest): Promise<LentHosts>;
+  /** Takes lent hosts back (see ReclaimHostsRequest); the leases cut are owed the news, and named for the caller to tell. */
+  reclaim?(ctx: HookContext<P>, request: ReclaimHostsRequest): Promise<ReclaimedHosts>;
+  /** How many hosts could be lent now (usable, not lent, running no server): the idle check's suggestion. */
+  idleHosts?(ctx: HookContext<P>): Promise<number>;
+  /** Whether no borrower lease runs on these lent hosts any more (its end done): they can come back. */
+  lentHostsFree?(ctx: HookContext<P>, hostIds: string[]): Promise<boolean>;
+  /** The lent hosts come back into the reservation (in the cloud: its aggregate), their lendings returned. */
+  returnLentHosts?(ctx: HookContext<P>, hostIds: string[]): Promise<void>;
   /**
    * For the host monitor's drift check: what the cloud holds for this type's active reservations
    * against what the calendar says, repaired (`report`: only reported) when the previous check saw

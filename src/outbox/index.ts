@@ -218,7 +218,14 @@ export class LeaseOutbox {
   private async tellOne(owed: ClaimedPreemption): Promise<{ told: true } | { told: false; error: string }> {
     try {
       const warningMs = this.deps.preemptionWarningMs ?? DEFAULT_PREEMPTION_WARNING_MS;
-      await this.deps.client.workflow.getHandle<LeaseWorkflow>(leaseWorkflowId(owed.leaseId)).signal(leasePreempted, { endMs: owed.endMs, neededFromMs: owed.neededFromMs, warningMs, sequence: owed.sequence });
+      await this.deps.client.workflow.getHandle<LeaseWorkflow>(leaseWorkflowId(owed.leaseId)).signal(leasePreempted, {
+        endMs: owed.endMs,
+        neededFromMs: owed.neededFromMs,
+        warningMs,
+        sequence: owed.sequence,
+        // A lending's reclaim (issue 43): the lessee is told its lender takes the host back.
+        ...(owed.kind === 'reclaimed' ? { kind: owed.kind } : {}),
+      });
       return { told: true };
     } catch (err) {
       // Gone, ended, or past its (uncut) end: nothing left to tell. Else (for one not started yet: its own owed start) tried again.

@@ -5,12 +5,13 @@
 import { log, patched } from '@temporalio/workflow';
 import { spanText, withEventTimes, type EventType } from '../../src/domain/lease';
 import { reservationContext as context } from '../../src/domain/resource-plugin';
-import { BEFORE_END_WARNINGS, IDLE_LEASES } from '../patches';
+import { BEFORE_END_WARNINGS, IDLE_LEASES, LEASE_LENDING } from '../patches';
 import { looking, patient } from './activity-options';
 import { announce } from './announce';
 import { changeAnswer, changeDeadline, settleChange, waitingChange } from './change-approval';
 import { endLease } from './end';
 import { failureMessage } from './failures';
+import { nextLendingReturn, returnLent, suggestLending } from './lend';
 import { transition } from './record';
 import type { LeaseState } from './state';
 import { sleepUntil } from './waiting';
@@ -23,6 +24,8 @@ interface ActiveEvent {
   idleCheck?: true;
   /** The deadline of a change waiting for approval (its timeout, or the end if that comes first). */
   changeDue?: true;
+  /** Lent hosts are due back (their lending's end, or their reclaim's return: lend.ts). */
+  lendingReturn?: true;
 }
 
 /**
@@ -39,6 +42,7 @@ export async function nextActiveStep(s: LeaseState): Promise<'done' | 'delete'> 
   }
   if (next.warning !== undefined) await warnBeforeEnd(s, next.warning);
   else if (next.idleCheck) await checkIdle(s);
+  else if (next.lendingReturn) await returnLent(s);
   else if (next.type === 'before_end_lease') await runBeforeEnd(s);
   else await endLease(s);
   return 'done';
@@ -63,7 +67,8 @@ function nextLeaseEvent(s: LeaseState): ActiveEvent {
   const actionDue = beforeEnd.status === 'UNDONE' && beforeEnd.time <= lease.endMs;
   const due = actionDue ? { type: 'before_end_lease' as const, time: beforeEnd.time } : { type: 'end_lease' as const, time: lease.endMs };
   const idleCheckAt = nextIdleCheck(s);
-  const event = idleCheckAt !== undefined && idleCheckAt < due.time ? { type: due.type, time: idleCheckAt, idleCheck: true as const } : due;
+  const idleOrDue = idleCheckAt !== undefined && idleCheckAt < due.time ? { type: due.type, time: idleCheckAt, idleCheck: true as const } : due;
+  const event = lendingReturnBefore(s, idleOrDue);
   if (!lease.notifyBeforeEndMs?.length || !patched(BEFORE_END_WARNINGS.id)) return event;
   // Not warned yet of this end; not before the start; not when the before-end event's own notice says it at that moment.
   const warnings = lease.notifyBeforeEndMs
@@ -73,6 +78,13 @@ function nextLeaseEvent(s: LeaseState): ActiveEvent {
     .sort((a, b) => a.time - b.time);
   const first = warnings[0];
   return first && first.time < event.time ? { type: 'before_end_lease', time: first.time, warning: first.offset } : event;
+}
+
+/** A lending's return when it comes before `event` (only a lease that lent asks the patch: old histories replay as they were). */
+function lendingReturnBefore(s: LeaseState, event: ActiveEvent): ActiveEvent {
+  const back = nextLendingReturn(s.lease);
+  if (!back || back.time >= event.time || !patched(LEASE_LENDING.id)) return event;
+  return { type: event.type, time: back.time, lendingReturn: true };
 }
 
 /** When to look next whether anyone uses the lease: a quarter of its shortest idle limit, between 1 s and 15 min. */
@@ -106,6 +118,7 @@ async function checkIdle(s: LeaseState): Promise<void> {
       log.warn('could not tell whether the lease is in use', { leaseId: s.lease.id, error: failureMessage(err) });
       seen = [true];
     }
+    await suggestLending(s);
     const now = Date.now();
     const idle = seen.some((v) => v === false) && !seen.some((v) => v === true);
     s.lease = idle ? { ...s.lease, idleSince: s.lease.idleSince ?? now, idleCheckedMs: now } : { ...s.lease, idleSince: undefined, idleWarned: undefined, idleCheckedMs: now };

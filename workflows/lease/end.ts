@@ -5,6 +5,7 @@ import { announce, tellPolicyEnded } from './announce';
 import { releaseAll } from './bookings';
 import { failureMessage } from './failures';
 import { notifySuccessors } from './neighbours';
+import { withLendingsReturned } from '../../src/domain/lending';
 import { transition } from './record';
 import { withAllocations } from './reservations';
 import type { LeaseState } from './state';
@@ -21,7 +22,8 @@ export async function endLease(s: LeaseState): Promise<void> {
     }
     const toldFirst = !patched(TELL_WAITING_SUCCESSORS.id);
     if (toldFirst) await notifySuccessors(s);
-    const reservations = withAllocations(s.lease.reservations, allocations).map((r) => ({ ...r, status: 'deleted' as const }));
+    // Lent hosts came back with the end (issue 43): its lendings are closed.
+    const reservations = withAllocations(s.lease.reservations, allocations).map((r) => ({ ...withLendingsReturned(r), status: 'deleted' as const }));
     await transition(s, { status: 'TERMINATED', reservations }, 'end_lease', 'DONE');
     if (!toldFirst) await notifySuccessors(s);
     await announce(s, 'lease.event.end_lease');

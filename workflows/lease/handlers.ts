@@ -9,7 +9,8 @@ import { admit } from './admission';
 import { answerDelete } from './delete';
 import { healWhenFree } from './heal';
 import { answerApproval, validateApprovalAnswer } from './approval';
-import { admitLease, approveLease, deleteLease, denyLease, type ApprovalAnswer, getLease, hostsChanged, leasePreempted, predecessorEnded, updateLease } from './messages';
+import { lend, reclaim, validateLending, validateReclaim } from './lend';
+import { admitLease, approveLease, deleteLease, denyLease, type ApprovalAnswer, getLease, hostsChanged, leasePreempted, lendCapacity, predecessorEnded, reclaimCapacity, updateLease, type LendRequest, type ReclaimRequest } from './messages';
 import { preemptWhenFree } from './preempt';
 import { assertAdmitted, type LeaseState } from './state';
 import { applyUpdate, validateUpdate } from './update';
@@ -23,6 +24,8 @@ export function answerMessages(s: LeaseState): void {
   setHandler(updateLease, (update) => s.lock.run(() => applyUpdate(s, update)), {
     validator: (update: LeaseUpdateRequest) => validateUpdate(s, update),
   });
+  setHandler(lendCapacity, (request) => s.lock.run(() => lend(s, request)), { validator: (request: LendRequest) => validateLending(s, request) });
+  setHandler(reclaimCapacity, (request) => s.lock.run(() => reclaim(s, request)), { validator: (request: ReclaimRequest) => validateReclaim(s, request) });
   setHandler(deleteLease, () => answerDelete(s), { validator: () => assertAdmitted(s) });
   setHandler(approveLease, (answer) => answerApproval(s, 'approved', answer), { validator: (_answer: ApprovalAnswer) => validateApprovalAnswer(s) });
   setHandler(denyLease, (answer) => answerApproval(s, 'denied', answer), { validator: (_answer: ApprovalAnswer) => validateApprovalAnswer(s) });

@@ -44,8 +44,29 @@ export interface LeasePreemption {
   neededFromMs: number;
   warningMs: number;
   sequence?: number;
+  /** A lending's reclaim (issue 43): the lender takes its host back (the reason says so); absent: a regular lease's need. */
+  kind?: 'reclaimed';
 }
 export const leasePreempted = defineSignal<[LeasePreemption]>('leasePreempted');
+
+/**
+ * Lending (issue 43): the owner of an active lease lends `count` idle hosts of a host reservation to
+ * preemptible leases until `untilMs`; answered with the lease, the lending in the reservation's `lendings`.
+ */
+export interface LendRequest {
+  reservationId: string;
+  count: number;
+  untilMs: number;
+}
+export const lendCapacity = defineUpdate<Lease, [LendRequest]>('lend');
+
+/** Takes `count` lent hosts back (all when absent), needed from `neededFromMs` (now + the preemption warning when absent). */
+export interface ReclaimRequest {
+  reservationId: string;
+  count?: number;
+  neededFromMs?: number;
+}
+export const reclaimCapacity = defineUpdate<Lease, [ReclaimRequest]>('reclaim');
 
 export interface LeaseWorkflowInput {
   request: NewLeaseRequest;

@@ -7,7 +7,7 @@
  */
 import { patched } from '@temporalio/workflow';
 import { hasEnded, withEventTimes } from '../../src/domain/lease';
-import { preemptionDetails, preemptionReason } from '../../src/domain/preemption';
+import { cutReason, preemptionDetails } from '../../src/domain/preemption';
 import { LEASE_PREEMPTION } from '../patches';
 import { announce, tellPolicyEnded } from './announce';
 import type { LeaseApproval } from '../../src/domain/approval';
@@ -58,7 +58,7 @@ export function preemptedBeforeStart(s: LeaseState): LeasePreemption | undefined
  * nothing and counts against no policy; `fromStart`: its start_lease event was begun, and is undone.
  */
 export async function endPreemptedUnstarted(s: LeaseState, preemption: LeasePreemption, fromStart = false): Promise<void> {
-  const reason = preemptionReason(preemption.neededFromMs);
+  const reason = cutReason(preemption);
   s.preemption = undefined;
   await releaseAll(s, s.lease, false);
   const reservations = s.lease.reservations.map((r) => ({ ...r, status: 'deleted' as const }));
@@ -89,7 +89,7 @@ async function preempt(s: LeaseState, preemption: LeasePreemption): Promise<void
   const lease = s.lease;
   // Told again (a sweep's retry), or ended meanwhile: nothing more to do.
   if (s.deletion !== 'none' || hasEnded(lease.status) || preemption.endMs >= lease.endMs) return;
-  const reason = preemptionReason(preemption.neededFromMs);
+  const reason = cutReason(preemption);
   if ((lease.status === 'PENDING' || lease.status === 'PENDING_APPROVAL') && preemption.endMs <= lease.startMs) {
     // Nothing of its window is left, and nothing of it ran: it ends now (a wait for approval with it).
     await endPreemptedUnstarted(s, preemption);

@@ -93,6 +93,35 @@ export async function moveHostsIntoLease(nova: NovaClient, move: HostMove): Prom
 }
 
 /**
+ * Lending (issue 43): of `candidates` (compute hosts of the lease, in order), up to `count` fenced
+ * and found idle. Each is fenced first — into the free pool, then out of the lease's aggregate (never
+ * in no aggregate; the pool has no `blazar_` zone, so Nova takes both) — so that no new server of
+ * the lessee lands there, then checked: any server Nova lists on it (BUILD included: one scheduled
+ * before the fence) puts it back into the lease's aggregate. Three calls per idle host. The caller
+ * puts the answered hosts back (moveHostsIntoLease) if it does not lend them after all.
+ */
+export async function lendHostsOut(nova: NovaClient, move: HostMove, candidates: string[], count: number): Promise<string[]> {
+  const aggregate = await findLeaseAggregate(nova, move.reservationId);
+  const pool = await findAggregate(nova, move.freepool);
+  if (!pool) throw new Error(`the reservable pool aggregate ${move.freepool} is missing`);
+  const idle: string[] = [];
+  for (const host of candidates) {
+    if (idle.length === count) break;
+    await addHost(nova, pool, host);
+    await removeHost(nova, aggregate, host);
+    const servers = (await nova.listServers({ all_tenants: true, host })).filter((s) => s.status !== 'DELETED' && s.status !== 'SOFT_DELETED');
+    if (servers.length === 0) {
+      idle.push(host);
+      move.progress({ fenced: host });
+    } else {
+      await moveHostsIntoLease(nova, { ...move, hosts: [host] });
+      move.progress({ busy: host, servers: servers.length });
+    }
+  }
+  return idle;
+}
+
+/**
  * The hosts of `move` no longer in the lease's aggregate: another lease's start took them
  * (moveHostsIntoLease), or a retried end already returned them. When the aggregate is gone: all of
  * them (`ifGone: 'all'`), or none (`'none'`: hosts recycling in a shared aggregate of old are still the lease's).

@@ -15,13 +15,13 @@ import { matchesQuery, parsePropertyQuery } from '../../domain/property-query';
 import { sameTypeReservations, type FitLimits, type FitSearch, type ReservationContext } from '../../domain/resource-plugin';
 import { maintenanceBlocks } from '../../db/maintenance';
 import {
-  blockedIntervals, borrowedUntil, borrowersOfLendings, deleteHostBookingOfReservation, endLenderBookingsAt, hostBookings, hostsOfReservation, insertHostBooking, lentUntilOfLease,
+  blockedIntervals, borrowedUntil, borrowersOfLendings, borrowersStillRunning, lenderRowsOf, deleteHostBookingOfReservation, endLenderBookingsAt, hostBookings, hostsOfReservation, insertHostBooking, lentUntilOfLease,
   nextBookingsOfOthers, preemptibleBookingsOverlapping, unusableHostsOf,
 } from '../../db/host-allocations';
-import { lendingsCovering, lockLendingsForReclaim, markReturned, reclaimLending } from '../../db/host-lendings';
+import { insertLendings, lendingsCovering, lockLendingsForReclaim, markReturned, openLendingsOf, reclaimLending, type HostLending } from '../../db/host-lendings';
 import { settlePreemptionOnRebooking } from '../../db/lease-preemptions';
 import { failedReservableHosts, hypervisorProperties, inventoryVersion, listHosts, HYPERVISOR_FIELDS, type HostRecord } from '../../db/hosts';
-import { isCheckViolation, isDeadlockOrSerialization } from '../../db/pool';
+import { isCheckViolation, isDeadlockOrSerialization, isExclusionViolation } from '../../db/pool';
 import type { Pool } from '../../db/pool';
 import type { WholeResourceBookingRow } from '../../db/range-bookings';
 import { inTransaction, runTransactionAgain } from '../../db/transaction';
@@ -224,6 +224,71 @@ export class HostCalendar extends WholeResourceCalendar<HostRecord, BookedHost[]
       reclaimed.push({ lendingRowId: lending.id, lendingId: lending.lending_id, hostId: lending.host_id, returnsAtMs, borrowedMs });
     }
     return reclaimed;
+  }
+
+  /**
+   * Lends these hosts of an active reservation over [fromMs, untilMs) (issue 43), in one transaction
+   * holding the lease's bookings locked (no move of its window meanwhile); idempotent by `lendingId`.
+   * A lending the lender's window no longer holds, or one over a lending of the same host, is a 409.
+   */
+  async lend(lending: { lendingId: string; reservationId: string; leaseId: string; projectId: string; hostIds: string[]; fromMs: number; untilMs: number }): Promise<HostLending[]> {
+    try {
+      return await inTransaction(
+        this.pool,
+        async (client) => {
+          await hostBookings.lockLease(client, lending.leaseId);
+          return insertLendings(client, { ...lending, hosts: await lenderRowsOf(client, lending.reservationId, lending.hostIds) });
+        },
+        { retryOn: isDeadlockOrSerialization },
+      );
+    } catch (err) {
+      if (!isCheckViolation(err) && !isExclusionViolation(err)) throw err;
+      throw leaseConflict(`Reservation ${lending.reservationId} cannot lend its hosts until ${when(lending.untilMs)}: its booking changed meanwhile (or they are lent already); try again.`);
+    }
+  }
+
+  /**
+   * A lender's reclaim (issue 43): reclaimIn in a transaction of its own, answering each host taken,
+   * when it returns and whether anyone borrowed it, and the borrower leases cut (to tell once committed).
+   * Hosts of `lentHostIds` found reclaimed already are this same reclaim retried after its commit: answered as they stand.
+   */
+  async reclaim(request: { reservationId: string; count?: number; neededFromMs: number; lentHostIds: string[] }): Promise<{ hosts: Array<{ hostId: string; returnsAtMs: number; borrowed: boolean }>; cut: string[] }> {
+    const cut: string[] = [];
+    const hosts = await inTransaction(
+      this.pool,
+      async (client) => {
+        cut.length = 0;
+        const open = await lockLendingsForReclaim(client, request.reservationId);
+        const done = open.filter((g) => request.lentHostIds.includes(g.host_id) && g.reclaimed_ms !== null);
+        if (done.length > 0) {
+          const inside = await borrowersOfLendings(client, done.map((g) => g.id), false);
+          return done.map((g) => ({ hostId: g.host_id, returnsAtMs: g.end_ms, borrowed: inside.some((b) => b.lending_row_id === g.id) }));
+        }
+        return (await this.reclaimIn(client, request, cut)).map((h) => ({ hostId: h.hostId, returnsAtMs: h.returnsAtMs, borrowed: h.borrowedMs > 0 }));
+      },
+      { retryOn: isDeadlockOrSerialization },
+    );
+    return { hosts, cut: [...cut] };
+  }
+
+  /** Whether no borrower lease that began on these lent hosts of the reservation is still to end. */
+  async lentHostsFree(reservationId: string, hostIds: string[]): Promise<boolean> {
+    const open = (await openLendingsOf(this.pool, reservationId)).filter((g) => hostIds.includes(g.host_id));
+    return open.length === 0 || (await borrowersStillRunning(this.pool, open.map((g) => g.id))).length === 0;
+  }
+
+  /** These lent hosts are back with the reservation: their open lendings returned, with the host-ms borrowed inside each (accounting). */
+  async returnLent(reservationId: string, hostIds: string[], nowMs = Date.now()): Promise<void> {
+    await inTransaction(
+      this.pool,
+      async (client) => {
+        const open = (await lockLendingsForReclaim(client, reservationId)).filter((g) => hostIds.includes(g.host_id));
+        const inside = await borrowersOfLendings(client, open.map((g) => g.id), false);
+        const borrowedMs = (g: HostLending) => inside.filter((b) => b.lending_row_id === g.id).reduce((sum, b) => sum + Math.max(0, Math.min(b.end_ms, g.end_ms) - Math.max(b.start_ms, g.start_ms)), 0);
+        await markReturned(client, open.map((g) => ({ id: g.id, borrowedMs: borrowedMs(g) })), nowMs);
+      },
+      { retryOn: isDeadlockOrSerialization },
+    );
   }
 
   /** The latest end the lease's bookings can move to (see the base); a borrower's (issue 43) is held inside its lendings too. */

@@ -10,6 +10,7 @@ import {
   deleteServersOnHosts,
   hostsOutOfLease,
   leaseAggregateFor,
+  lendHostsOut,
   moveHostsIntoLease,
   recycleHosts,
   releaseHosts,
@@ -20,7 +21,10 @@ import {
 import { beforeEndAction, refuseNotifyWithoutEndpoint, type BeforeEndAction } from '../shared/params';
 import { DEFAULT_SERVER_DELETE_TIMEOUT_MS, failIfDeletionOverdue } from '../shared/server-deletion';
 import { snapshotServersOnHosts } from '../shared/server-snapshots';
-import { computeHostsOfReservation } from '../../db/host-allocations';
+import { computeHostsOfReservation, unusableHostsOf } from '../../db/host-allocations';
+import { lendingsOfRequest } from '../../db/host-lendings';
+import { leaseConflict } from '../../domain/lease';
+import { ConflictError } from '../../openstack';
 import { computeHostName, HYPERVISOR_FIELDS, listHosts, markReleased } from '../../db/hosts';
 import { parsePropertyQuery } from '../../domain/property-query';
 import { preemptionWaitKeys } from '../../domain/preemption';
@@ -29,7 +33,7 @@ import { windowsOverReservation } from '../../db/maintenance';
 import { preemptedAmong } from '../../db/lease-preemptions';
 import type { Pool } from '../../db/pool';
 import type { GlanceClient, NovaClient } from '../../openstack';
-import type { EndContext, EndOutcome, HookContext, OfferShape, ReservationContext, ReserveResult, ResourcePlugin, ResourceType } from '../../domain/resource-plugin';
+import type { EndContext, EndOutcome, HookContext, LendHostsRequest, LentHosts, OfferShape, ReservationContext, ReserveResult, ResourcePlugin, ResourceType } from '../../domain/resource-plugin';
 import { HostCalendar, PHYSICAL_HOST, type BookedHost, type CalendarSettings, type HostQuery } from './calendar';
 import { setFailedHostAside } from './health';
 import { endPolicyOf, physicalHostParams, type EndPolicy, type PhysicalHostParams } from './params';
@@ -232,6 +236,67 @@ export function physicalHostPlugin(deps: PhysicalHostDeps): ResourcePlugin<Physi
   }
 
   /**
+   * Lending (issue 43): the reservation's usable hosts in its aggregate (not lent, not failed), by
+   * id, until `count` are idle. In the cloud each is fenced and checked (lendHostsOut): one running a
+   * server goes back; fewer idle than asked puts back all fenced (409 with `idle`). Calendar-only:
+   * no servers to run, every such host is idle. Then the lendings, in the calendar.
+   */
+  /** The hosts a lend may take: usable, in the lease's aggregate (not lent), by id. */
+  async function lendCandidates(ctx: HookContext<PhysicalHostParams>): Promise<Array<{ id: string; host: string }>> {
+    const unusable = await unusableHostsOf(deps.pool, { reservationId: ctx.reservation.id });
+    return (await computeHostsOfReservation(deps.pool, ctx.reservation.id, { inLeaseAggregate: true })).filter((h) => !unusable.has(h.id)).sort((a, b) => Number(a.id) - Number(b.id));
+  }
+
+  async function lend(ctx: HookContext<PhysicalHostParams>, request: LendHostsRequest): Promise<LentHosts> {
+    const named = async (rows: Array<{ host_id: string; start_ms: number }>) => {
+      const names = new Map((await computeHostsOfReservation(deps.pool, ctx.reservation.id)).map((h) => [h.id, h.host]));
+      return { hosts: rows.map((g) => ({ id: g.host_id, name: names.get(g.host_id) ?? g.host_id })), lentAtMs: Math.min(...rows.map((g) => g.start_ms)) };
+    };
+    const earlier = await lendingsOfRequest(deps.pool, request.lendingId);
+    if (earlier.length > 0) return named(earlier); // a retry: what it lent
+    const all = await computeHostsOfReservation(deps.pool, ctx.reservation.id);
+    const candidates = await lendCandidates(ctx);
+    const nova = deps.cloud === 'calendar-only' ? undefined : deps.cloud().nova;
+    const hostMove = await move(ctx);
+    const idle = nova ? new Set(await lendHostsOut(nova, hostMove, candidates.map((h) => h.host), request.count)) : undefined;
+    const fenced = candidates.filter((h) => !idle || idle.has(h.host)).slice(0, request.count);
+    const putBack = async () => {
+      if (nova && fenced.length > 0) await moveHostsIntoLease(nova, { ...hostMove, hosts: fenced.map((h) => h.host) });
+    };
+    if (fenced.length < request.count) {
+      await putBack();
+      throw leaseConflict(`Only ${fenced.length} of the ${all.length} hosts of reservation ${ctx.reservation.id} can be lent now: the others run servers or are lent already.`, { idle: fenced.length });
+    }
+    try {
+      const lent = await calendar.lend({ lendingId: request.lendingId, reservationId: ctx.reservation.id, leaseId: ctx.leaseId, projectId: ctx.projectId, hostIds: fenced.map((h) => h.id), fromMs: Date.now(), untilMs: request.untilMs });
+      return await named(lent);
+    } catch (err) {
+      // The hosts go back into the lease; should that fail too, the lend's own error is what the caller gets.
+      await putBack().catch((undo: unknown) => ctx.reportProgress({ putBackFailed: (undo as Error).message }));
+      throw err;
+    }
+  }
+
+  /**
+   * The take-back (issue 43): returned hosts join the lease's aggregate again (out of the pool, or
+   * taken from a reclaimed borrower's zone past the eviction bound, as a start takes them), then their
+   * lendings are returned. A host still in another zone (a borrower's end not done): Nova's 409 is tried again.
+   */
+  async function returnLentHosts(ctx: HookContext<PhysicalHostParams>, hostIds: string[]): Promise<void> {
+    if (deps.cloud !== 'calendar-only') {
+      const hosts = (await computeHostsOfReservation(deps.pool, ctx.reservation.id)).filter((h) => hostIds.includes(h.id)).map((h) => h.host);
+      try {
+        await moveHostsIntoLease(deps.cloud().nova, { ...(await move(ctx)), hosts, takeFromLeases: (leaseIds) => preemptedAmong(deps.pool, leaseIds) });
+      } catch (err) {
+        // Retryable (a plain error): the workflow's policy tries again until the borrower's end moved the host out.
+        if (err instanceof ConflictError) throw new Error(`lent hosts ${hosts.join(', ')} are still in a borrower's aggregate: trying again`);
+        throw err;
+      }
+    }
+    await calendar.returnLent(ctx.reservation.id, hostIds);
+  }
+
+  /**
    * Tells the lessee, once per degradation, which booked hosts it cannot count on, why (failed, out
    * of admission, or the maintenance windows), and where the same lease would fit instead.
    */
@@ -324,6 +389,24 @@ export function physicalHostPlugin(deps: PhysicalHostDeps): ResourcePlugin<Physi
         resourcesChanged: ctx.leaseStatus === 'PENDING' && (ctx.reservation.resources_changed === true || changed),
       };
     },
+    lend,
+    /** Lendable hosts with no server of any project (calendar-only: every one). */
+    async idleHosts(ctx) {
+      const candidates = await lendCandidates(ctx);
+      if (deps.cloud === 'calendar-only') return candidates.length;
+      const { nova } = deps.cloud();
+      let idle = 0;
+      for (const { host } of candidates) {
+        const servers = await nova.listServers({ all_tenants: true, host });
+        if (!servers.some((s) => s.status !== 'DELETED' && s.status !== 'SOFT_DELETED')) idle++;
+      }
+      return idle;
+    },
+    async reclaim(ctx, request) {
+      return calendar.reclaim({ reservationId: ctx.reservation.id, ...request });
+    },
+    lentHostsFree: (ctx, hostIds) => calendar.lentHostsFree(ctx.reservation.id, hostIds),
+    returnLentHosts,
     async placementOf(ctx) {
       return { hosts: (await bookedHosts(ctx)).map((h) => h.host) };
     },

@@ -1,0 +1,273 @@
+/**
+ * Lending a running host lease's idle hosts (issue 43), through the API and the real worker
+ * (calendar-only: every unlent usable host is idle): POST /v1/leases/{id}/lend and /reclaim; a
+ * preemptible lease borrows only inside a lending, a regular one never; a reclaim cuts the
+ * borrowers with the preemption warning (told as reclaimed, never naming the lender), takes the
+ * unborrowed hosts first, and the hosts come back once the borrowers are out; a lender's end takes
+ * its hosts back; Blazar's error bodies for what cannot be lent.
+ */
+import { physicalHostPlugin } from '../src/resources/physical-host';
+import type { ResourcePlugin } from '../src/domain/resource-plugin';
+import type { PhysicalHostParams } from '../src/resources/physical-host/params';
+import { blazarHostReservation } from '../dev-stack/fixtures/builders';
+import { borrowersOutsideLendings, doubleBookings, insertHost } from '../dev-stack/fixtures/hosts';
+import { findLease } from '../src/db/leases';
+import { startWebhookReceiver, type Delivery, type WebhookReceiver } from './support/notice-receiver';
+import { activityRuns, apiClient, eventually, inSeconds, useTestStack, type ApiCall } from '../dev-stack/stack';
+
+/** A lease as the API shows it. */
+type LeaseJson = ApiCall['body'];
+
+const WARNING_SECONDS = 60;
+const EVICTION_SECONDS = 5;
+
+describe('lending a lease\'s idle hosts', () => {
+  let receiver: WebhookReceiver;
+  beforeAll(async () => {
+    receiver = await startWebhookReceiver({ path: '/hook' });
+  });
+  afterAll(async () => {
+    await receiver.close();
+  });
+  const stack = useTestStack(() => ({
+    env: {
+      LK_WEBHOOK_ALLOW_PRIVATE: 'true', // the projects' receiver is on loopback here
+      LK_NOTIFY_BEFORE_END: 'none',
+      LK_PREEMPT_WARNING_MINUTES: String(WARNING_SECONDS / 60),
+      LK_PREEMPT_EVICTION_SECONDS: String(EVICTION_SECONDS),
+    },
+    withPool: (pool) => {
+      const hosts = physicalHostPlugin({ pool, settings: { cleaningMs: 0, randomChoice: false }, cloud: 'calendar-only' });
+      // A borrower's end waits for this while it is set (an eviction that outlasts the bound).
+      const held: ResourcePlugin<PhysicalHostParams> = {
+        ...hosts,
+        async end(ctx) {
+          if (ctx.reservation.params.preemptible && holdBorrowerEnds) await holdBorrowerEnds;
+          return hosts.end(ctx);
+        },
+      };
+      return [held];
+    },
+  }));
+  let holdBorrowerEnds: Promise<void> | undefined;
+  const asA = apiClient(() => stack().url, { 'x-project-id': 'project-lender', 'x-user-id': 'alice', 'x-roles': 'member' });
+  const asB = apiClient(() => stack().url, { 'x-project-id': 'project-borrower', 'x-user-id': 'bob', 'x-roles': 'member' });
+  const inPool = (pool: string, fields: Record<string, unknown> = {}) => blazarHostReservation({ resource_properties: JSON.stringify(['==', '$pool', pool]), ...fields });
+  const leaseOf = async (id: string, as = asA) => (await as('GET', `/v1/leases/${id}`)).body.lease;
+  const noticesOf = (id: string, type: string) => receiver.received.filter((d: Delivery) => d.body.payload.lease_id === id && d.body.event_type === type);
+  const endOf = (lease: LeaseJson) => Date.parse(`${String(lease.end_date).slice(0, 19)}Z`);
+  /** The lender's lendings in the database: when each was returned, its end (a reclaim's return), and the host-ms borrowed. */
+  const returnedLendingsOf = async (leaseId: string) =>
+    (
+      await stack().db.pool.query<{ returned_ms: number; end_ms: number; borrowed_ms: number }>(
+        `SELECT (extract(epoch FROM returned_at) * 1000)::float8 AS returned_ms, (extract(epoch FROM upper(during)) * 1000)::float8 AS end_ms, borrowed_ms::float8 AS borrowed_ms
+         FROM host_lendings WHERE lease_id = $1 ORDER BY id`,
+        [leaseId],
+      )
+    ).rows;
+  const lendingsOf = async (id: string) => (await leaseOf(id)).reservations[0].lendings as Array<Record<string, unknown>>;
+
+  /** A lease of `as`'s project starting now, ACTIVE once its workflow started it. */
+  async function activeLease(as: typeof asA, name: string, seconds: number, reservation: Record<string, unknown>): Promise<LeaseJson> {
+    const made = await as('POST', '/v1/leases', { name, start_date: 'now', end_date: inSeconds(seconds), reservations: [reservation] });
+    expect(made.status).toBe(201);
+    return eventually(async () => {
+      const lease = await leaseOf(made.body.lease.id, as);
+      return lease.status === 'ACTIVE' ? lease : undefined;
+    });
+  }
+
+  beforeAll(async () => {
+    for (const [name, pool] of [['lend-1', 'lend'], ['lend-2', 'lend'], ['back-1', 'back'], ['part-1', 'part'], ['part-2', 'part'], ['del-1', 'del'], ['bad-1', 'bad'], ['evict-1', 'evict']] as const) {
+      await insertHost(stack().db.pool, { name, capabilities: { pool } });
+    }
+    for (const project of ['project-lender', 'project-borrower']) {
+      const as = apiClient(() => stack().url, { 'x-project-id': project, 'x-user-id': 'someone', 'x-roles': 'member' });
+      expect((await as('PUT', `/v1/projects/${project}/webhooks`, { webhooks: [{ url: receiver.url }] })).status).toBe(200);
+    }
+  });
+
+  afterEach(async () => {
+    expect(await doubleBookings(stack().db.pool)).toEqual([]);
+    expect(await borrowersOutsideLendings(stack().db.pool)).toEqual([]);
+  });
+
+  it('lends idle hosts until a time: a preemptible lease borrows inside the lending only, a regular one never; a reclaim warns the borrower as reclaimed', async () => {
+    const lender = await activeLease(asA, 'lender', 2 * 3600, inPool('lend', { min: 2, max: 2 }));
+    const until = inSeconds(3600);
+    const lent = await asA('POST', `/v1/leases/${lender.id}/lend`, { count: 1, until });
+    expect(lent.status).toBe(200);
+    expect(lent.body.lease.reservations[0].lendings).toEqual([{ id: expect.any(String), hosts: ['lend-1'], lent_at: expect.any(String), until: `${until.replace(' ', 'T')}.000000`, state: 'lent', returns_at: null, borrowed: false }]);
+
+    // A regular lease sees the lender's booking; a preemptible one past the lending's end does not fit; one inside it does.
+    expect((await asB('POST', '/v1/leases', { name: 'regular', start_date: 'now', end_date: inSeconds(1800), reservations: [inPool('lend')] })).status).toBe(409);
+    expect((await asB('POST', '/v1/leases', { name: 'too-long', start_date: 'now', end_date: inSeconds(5400), reservations: [inPool('lend', { preemptible: true })] })).status).toBe(409);
+    const borrower = await activeLease(asB, 'borrower', 1800, inPool('lend', { preemptible: true }));
+    expect(borrower.reservations[0].hosts).toEqual(['lend-1']);
+
+    // Only the host not lent yet is idle: 2 cannot be lent.
+    const more = await asA('POST', `/v1/leases/${lender.id}/lend`, { count: 2, until });
+    expect(more).toMatchObject({ status: 409, body: { error_code: 409, error_message: `Only 1 of the 2 hosts of reservation ${lender.reservations[0].id} can be lent now: the others run servers or are lent already.`, idle: 1 } });
+
+    const askedMs = Date.now();
+    const reclaimed = await asA('POST', `/v1/leases/${lender.id}/reclaim`, {});
+    expect(reclaimed.status).toBe(200);
+    const [lending] = reclaimed.body.lease.reservations[0].lendings;
+    expect(lending).toMatchObject({ hosts: ['lend-1'], state: 'reclaiming', borrowed: true });
+    const returnsAt = Date.parse(`${lending.returns_at.slice(0, 19)}Z`);
+    expect(returnsAt).toBeGreaterThanOrEqual(Math.floor(askedMs / 1000) * 1000 + WARNING_SECONDS * 1000);
+
+    // The borrower is told with the warning, as reclaimed; its end moves to the return; nothing names the lender.
+    const notice = await eventually(() => Promise.resolve(noticesOf(borrower.id, 'lease.preempting')[0]));
+    expect(notice.body.payload).toMatchObject({ reason: expect.stringMatching(/^reclaimed: the lending lease takes its host back from /), warning_configured_seconds: WARNING_SECONDS, warning_short: false });
+    expect(notice.body.payload.warning_seconds).toBeGreaterThanOrEqual(WARNING_SECONDS);
+    const cut = await eventually(async () => {
+      const now = await leaseOf(borrower.id, asB);
+      return endOf(now) === returnsAt ? now : undefined;
+    });
+    expect(cut.status_reason).toMatch(/^reclaimed: the lending lease takes its host back from /);
+    for (const seen of [JSON.stringify(notice.body), JSON.stringify(cut)]) {
+      expect(seen).not.toContain('project-lender');
+      expect(seen).not.toContain(lender.id);
+    }
+    // Nor does the lender see who borrowed.
+    const seenByLender = JSON.stringify(await leaseOf(lender.id));
+    expect(seenByLender).not.toContain('project-borrower');
+    expect(seenByLender).not.toContain(borrower.id);
+  });
+
+  it('a reclaim needed now ends the borrower at once; the host is reclaiming until the borrower is out, then returned, and can be lent again', async () => {
+    const lender = await activeLease(asA, 'lender-back', 2 * 3600, inPool('back'));
+    expect((await asA('POST', `/v1/leases/${lender.id}/lend`, { count: 1, until: inSeconds(3600) })).status).toBe(200);
+    const borrower = await activeLease(asB, 'borrower-back', 1800, inPool('back', { preemptible: true }));
+    const reclaimed = await asA('POST', `/v1/leases/${lender.id}/reclaim`, { needed_at: inSeconds(0) });
+    expect(reclaimed.status).toBe(200);
+    expect(reclaimed.body.lease.reservations[0].lendings[0]).toMatchObject({ state: 'reclaiming', borrowed: true });
+    await eventually(async () => ((await lendingsOf(lender.id))[0].state === 'returned' ? true : undefined));
+    const ended = (await findLease(stack().db.pool, borrower.id))!;
+    expect(ended.status).toBe('TERMINATED');
+    expect(ended.statusReason).toMatch(/^reclaimed: /);
+    // Back only once the borrower was out (its end done), with the time it borrowed.
+    const [row] = (await returnedLendingsOf(lender.id));
+    expect(row.returned_ms).toBeGreaterThanOrEqual(ended.events.find((e) => e.event_type === 'end_lease')!.finishedAt!);
+    expect(row.borrowed_ms).toBeGreaterThan(0);
+    // Back in the lease: idle again, so lent again.
+    expect((await asA('POST', `/v1/leases/${lender.id}/lend`, { count: 1, until: inSeconds(3600) })).status).toBe(200);
+  });
+
+  it('takes a reclaimed host back once the eviction bound has passed, even while its borrower\'s end still runs', async () => {
+    const lender = await activeLease(asA, 'lender-evict', 2 * 3600, inPool('evict'));
+    expect((await asA('POST', `/v1/leases/${lender.id}/lend`, { count: 1, until: inSeconds(3600) })).status).toBe(200);
+    const borrower = await activeLease(asB, 'borrower-evict', 1800, inPool('evict', { preemptible: true }));
+    let letGo!: () => void;
+    holdBorrowerEnds = new Promise((resolve) => (letGo = resolve));
+    try {
+      expect((await asA('POST', `/v1/leases/${lender.id}/reclaim`, { needed_at: inSeconds(0) })).status).toBe(200);
+      await eventually(async () => ((await leaseOf(borrower.id, asB)).status === 'TERMINATING' ? true : undefined));
+      // Past the 5 s bound the host is the lender's again, the borrower's end still held; not before.
+      await eventually(async () => ((await lendingsOf(lender.id))[0].state === 'returned' ? true : undefined), 20_000);
+      expect((await leaseOf(borrower.id, asB)).status).toBe('TERMINATING');
+      const [row] = await returnedLendingsOf(lender.id);
+      expect(row.returned_ms - row.end_ms).toBeGreaterThanOrEqual(EVICTION_SECONDS * 1000);
+    } finally {
+      letGo();
+      holdBorrowerEnds = undefined;
+    }
+    await eventually(async () => ((await leaseOf(borrower.id, asB)).status === 'TERMINATED' ? true : undefined));
+  });
+
+  it('a partial reclaim takes the unborrowed host first; the lender extends while lent but cannot shorten under a lending', async () => {
+    const lender = await activeLease(asA, 'lender-part', 2 * 3600, inPool('part', { min: 2, max: 2 }));
+    expect((await asA('POST', `/v1/leases/${lender.id}/lend`, { count: 2, until: inSeconds(3600) })).status).toBe(200);
+    const borrower = await activeLease(asB, 'borrower-part', 1800, inPool('part', { preemptible: true }));
+    const borrowed = borrower.reservations[0].hosts[0] as string;
+    const unborrowed = ['part-1', 'part-2'].find((h) => h !== borrowed)!;
+    const reclaimed = await asA('POST', `/v1/leases/${lender.id}/reclaim`, { count: 1 });
+    expect(reclaimed.status).toBe(200);
+    expect(reclaimed.body.lease.reservations[0].lendings).toEqual([
+      expect.objectContaining({ hosts: [borrowed], state: 'lent' }),
+      expect.objectContaining({ hosts: [unborrowed], state: 'reclaiming', borrowed: false }),
+    ]);
+    // Nobody was cut: the borrower owes no news and keeps its end.
+    expect((await stack().db.pool.query('SELECT 1 FROM lease_preemptions WHERE lease_id = $1', [borrower.id])).rows).toEqual([]);
+    expect(endOf(await leaseOf(borrower.id, asB))).toBe(endOf(borrower));
+    await eventually(async () => ((await lendingsOf(lender.id)).some((g) => g.state === 'returned') ? true : undefined));
+
+    expect((await asA('PUT', `/v1/leases/${lender.id}`, { end_date: inSeconds(3 * 3600) })).status).toBe(200);
+    const shortened = await asA('PUT', `/v1/leases/${lender.id}`, { end_date: inSeconds(1800) });
+    expect(shortened.status).toBe(409);
+    expect(shortened.body.error_message).toMatch(new RegExp(`^Reservation ${lender.reservations[0].id} lends hosts until .*: reclaim them first\\.$`));
+  });
+
+  it('a lender deleted while lending warns its borrower as reclaimed, and the host is free once the borrower is out', async () => {
+    const lender = await activeLease(asA, 'lender-del', 2 * 3600, inPool('del'));
+    expect((await asA('POST', `/v1/leases/${lender.id}/lend`, { count: 1, until: inSeconds(3600) })).status).toBe(200);
+    const borrower = await activeLease(asB, 'borrower-del', 1800, inPool('del', { preemptible: true }));
+    expect((await asA('DELETE', `/v1/leases/${lender.id}`)).status).toBe(204);
+    const notice = await eventually(() => Promise.resolve(noticesOf(borrower.id, 'lease.preempting')[0]));
+    expect(notice.body.payload.reason).toMatch(/^reclaimed: /);
+    await eventually(async () => ((await leaseOf(borrower.id, asB)).status === 'TERMINATED' ? true : undefined));
+    expect((await asB('POST', '/v1/leases', { name: 'after-del', start_date: 'now', end_date: inSeconds(1800), reservations: [inPool('del')] })).status).toBe(201);
+  });
+
+  it('answers what cannot be lent with Blazar\'s error bodies: 404 to other projects, 400 for bad fields and reservations, 409 for a lease not active or nothing lent', async () => {
+    const pending = await asA('POST', '/v1/leases', { name: 'pending-bad', start_date: inSeconds(86_400), end_date: inSeconds(90_000), reservations: [inPool('bad')] });
+    expect(pending.status).toBe(201);
+    const pendingId = pending.body.lease.id as string;
+    const bad = (status: number, message: string | RegExp) => ({ status, body: { error_code: status, error_name: status, error_message: message } });
+    expect(await asB('POST', `/v1/leases/${pendingId}/lend`, { count: 1, until: inSeconds(88_000) })).toEqual(bad(404, `Object with {'lease_id': '${pendingId}'} not found`));
+    expect(await asA('POST', `/v1/leases/${pendingId}/lend`, { count: 0, until: inSeconds(88_000) })).toMatchObject({ status: 400, body: { error_code: 400, error_message: expect.stringMatching(/^count: /) } });
+    expect(await asA('POST', `/v1/leases/${pendingId}/lend`, { count: 1, until: inSeconds(88_000), hosts: 3 })).toMatchObject({ status: 400 });
+    expect(await asA('POST', `/v1/leases/${pendingId}/lend`, { count: 1, until: inSeconds(30) })).toMatchObject({ status: 400, body: { error_message: expect.stringMatching(/^until: must be later than now plus the preemption warning/) } });
+    expect(await asA('POST', `/v1/leases/${pendingId}/lend`, { count: 1, until: inSeconds(95_000) })).toMatchObject({ status: 400, body: { error_message: expect.stringMatching(/^until: must be no later than the lease's end/) } });
+    expect(await asA('POST', `/v1/leases/${pendingId}/lend`, { count: 1, until: inSeconds(88_000), reservation_id: '00000000-0000-4000-8000-000000000000' })).toEqual(
+      bad(400, 'reservation_id: lease pending-bad has no reservation 00000000-0000-4000-8000-000000000000'),
+    );
+    expect(await asA('POST', `/v1/leases/${pendingId}/lend`, { count: 1, until: inSeconds(88_000) })).toEqual(bad(409, 'Lease pending-bad is PENDING: only an active lease lends or reclaims its hosts.'));
+    const preemptible = await activeLease(asA, 'preemptible-bad', 1800, inPool('bad', { preemptible: true }));
+    expect(await asA('POST', `/v1/leases/${preemptible.id}/lend`, { count: 1, until: inSeconds(1500) })).toEqual(
+      bad(400, 'lease preemptible-bad has no reservation that can lend: only regular physical:host reservations without on_end: release lend'),
+    );
+    expect(await asA('POST', `/v1/leases/${preemptible.id}/reclaim`, { reservation_id: preemptible.reservations[0].id })).toEqual(
+      bad(400, `reservation ${preemptible.reservations[0].id} is preemptible: only a regular reservation lends its hosts`),
+    );
+    expect((await asA('DELETE', `/v1/leases/${preemptible.id}`)).status).toBe(204);
+    const regular = await activeLease(asA, 'regular-bad', 1800, inPool('bad'));
+    expect(await asA('POST', `/v1/leases/${regular.id}/reclaim`, {})).toEqual(bad(409, `Reservation ${regular.reservations[0].id} lends no host now: nothing to reclaim.`));
+    expect(await asA('POST', `/v1/leases/${regular.id}/reclaim`, { needed_at: inSeconds(-3600) })).toEqual(bad(400, 'needed_at: must not be in the past'));
+    expect(await asA('POST', `/v1/leases/${regular.id}/lend`, { count: 2, until: inSeconds(1500) })).toMatchObject({ status: 409, body: { idle: 1 } });
+  });
+});
+
+describe('suggesting a lease lend its idle hosts', () => {
+  let receiver: WebhookReceiver;
+  beforeAll(async () => {
+    receiver = await startWebhookReceiver({ path: '/hook' });
+  });
+  afterAll(async () => {
+    await receiver.close();
+  });
+  const stack = useTestStack(() => ({
+    // Idle checks every second (a quarter of the 3.6 s warning, at least 1 s); a lending must outlast twice the 1 min warning.
+    env: { LK_IDLE_LEASE_WARN_HOURS: '0.001', LK_NOTIFY_URL: receiver.url, LK_WEBHOOK_ALLOW_PRIVATE: 'true', LK_NOTIFY_BEFORE_END: 'none', LK_PREEMPT_WARNING_MINUTES: '1' },
+    withPool: (pool) => [physicalHostPlugin({ pool, settings: { cleaningMs: 0, randomChoice: false }, cloud: 'calendar-only' })],
+  }));
+  const api = apiClient(() => stack().url, { 'x-project-id': 'project-idle', 'x-user-id': 'ida', 'x-roles': 'member' });
+
+  it('tells an active lease whose hosts sit idle that it could lend them, once, and lends nothing', async () => {
+    await insertHost(stack().db.pool, { name: 'idle-1', capabilities: { pool: 'idle' } });
+    const made = await api('POST', '/v1/leases', { name: 'idle-lender', start_date: 'now', end_date: inSeconds(3600), reservations: [blazarHostReservation({ resource_properties: JSON.stringify(['==', '$pool', 'idle']) })] });
+    expect(made.status).toBe(201);
+    const id = made.body.lease.id as string;
+    const suggestions = () => receiver.received.filter((d: Delivery) => d.body.event_type === 'lease.lend_suggested' && d.body.payload.lease_id === id);
+    const suggested = await eventually(() => Promise.resolve(suggestions()[0]));
+    expect(suggested.body.payload).toMatchObject({ reservation_id: made.body.lease.reservations[0].id, idle_hosts: 1, idle_since: expect.any(String), lend: `POST /v1/leases/${id}/lend` });
+    // Three more looks at the idle hosts after it: no second suggestion, nothing lent.
+    const looks = () => activityRuns(stack(), id, 'idleHostsOf');
+    const seen = await looks();
+    await eventually(async () => ((await looks()) >= seen + 3 ? true : undefined));
+    expect(suggestions()).toHaveLength(1);
+    expect((await api('GET', `/v1/leases/${id}`)).body.lease.reservations[0].lendings).toBeUndefined();
+    expect((await stack().db.pool.query('SELECT 1 FROM host_lendings WHERE lease_id = $1', [id])).rows).toEqual([]);
+  });
+});

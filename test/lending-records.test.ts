@@ -1,0 +1,48 @@
+/**
+ * How a lease records its lendings (issue 43, src/domain/lending.ts), pure: which reservations may
+ * lend, a partial reclaim splitting a lending, when lent hosts are due back, and the end closing them.
+ */
+import type { Lease, ReservationLending } from '../src/domain/lease';
+import { afterReclaim, lendingDueMs, lendRefusal, lentHostIds, withLendingsReturned } from '../src/domain/lending';
+import { pendingReservation } from '../dev-stack/fixtures/builders';
+
+const lending = (fields: Partial<ReservationLending> = {}): ReservationLending => ({
+  id: 'lend-1', hosts: ['h-1', 'h-2', 'h-3'], hostIds: ['1', '2', '3'], lentAtMs: 1_000, untilMs: 9_000, state: 'lent', borrowed: false, ...fields,
+});
+
+describe('a lease\'s lendings', () => {
+  it('lets only a regular physical:host reservation of the lease lend, and not one that releases its hosts', () => {
+    const regular = pendingReservation('physical:host', { min: 1, max: 1 });
+    const preemptible = pendingReservation('physical:host', { min: 1, max: 1, preemptible: true });
+    const released = { ...pendingReservation('physical:host', { min: 1, max: 1 }), allocation: { on_end: 'release' } };
+    const instance = pendingReservation('virtual:instance', { amount: 1 });
+    const lease = { id: 'l', name: 'lender', reservations: [regular, preemptible, released, instance] } as Pick<Lease, 'id' | 'name' | 'reservations'>;
+    expect(lendRefusal(lease, regular.id)).toBeUndefined();
+    expect(lendRefusal(lease, preemptible.id)).toMatch(/is preemptible/);
+    expect(lendRefusal(lease, released.id)).toMatch(/on_end: release/);
+    expect(lendRefusal(lease, instance.id)).toMatch(/only physical:host reservations lend/);
+    expect(lendRefusal(lease, 'other')).toMatch(/has no reservation other/);
+  });
+
+  it('splits a partly reclaimed lending: the taken hosts reclaiming, one entry per return, the rest still lent', () => {
+    const after = afterReclaim([lending(), lending({ id: 'lend-0', state: 'returned', hosts: ['h-9'], hostIds: ['9'] })], [
+      { hostId: '3', returnsAtMs: 5_000, borrowed: true },
+      { hostId: '1', returnsAtMs: 2_000, borrowed: false },
+    ]);
+    expect(after).toEqual([
+      lending({ hosts: ['h-2'], hostIds: ['2'] }),
+      lending({ hosts: ['h-1'], hostIds: ['1'], state: 'reclaiming', returnsAtMs: 2_000 }),
+      lending({ hosts: ['h-3'], hostIds: ['3'], state: 'reclaiming', returnsAtMs: 5_000, borrowed: true }),
+      lending({ id: 'lend-0', state: 'returned', hosts: ['h-9'], hostIds: ['9'] }),
+    ]);
+    expect(lentHostIds({ lendings: after })).toEqual(['2']);
+    expect(after.map(lendingDueMs)).toEqual([9_000, 2_000, 5_000, 9_000]);
+  });
+
+  it('closes every open lending at the lease\'s end, and leaves a reservation that lent nothing as it is', () => {
+    const reservation = { ...pendingReservation('physical:host', {}), lendings: [lending(), lending({ id: 'lend-2', state: 'reclaiming', returnsAtMs: 3_000 })] };
+    expect(withLendingsReturned(reservation).lendings.map((g) => g.state)).toEqual(['returned', 'returned']);
+    const none = pendingReservation('physical:host', {});
+    expect(withLendingsReturned(none)).toBe(none);
+  });
+});
