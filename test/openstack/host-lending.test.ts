@@ -15,7 +15,7 @@ import { startWebhookReceiver, type WebhookReceiver } from '../support/notice-re
 import { bootServer, deleteServers, hostLeaseStack, rigClients, rigCredentials, uniqueName, type RigCloud } from './support';
 
 const HOSTS = ['fake-1', 'fake-2'];
-const WARNING_MINUTES = 1;
+const WARNING_MINUTES = 0.25;
 
 type Api = ReturnType<typeof apiClient>;
 const projectIdOf = async (cloud: RigCloud) => (await new KeystoneSession({ credentials: rigCredentials(cloud) }).authenticate()).projectId;
