@@ -9,7 +9,7 @@
 import { randomUUID } from 'node:crypto';
 import { HostCalendar } from '../src/resources/physical-host/calendar';
 import { physicalHostPlugin } from '../src/resources/physical-host';
-import { leaseAggregateFor } from '../src/resources/physical-host/aggregates';
+import { leaseAggregateFor, lendHostsOut } from '../src/resources/physical-host/aggregates';
 import { lenderRowsOf } from '../src/db/host-allocations';
 import { insertLendings } from '../src/db/host-lendings';
 import { inTransaction } from '../src/db/transaction';
@@ -31,12 +31,14 @@ interface FakeServer {
 
 /** Nova's aggregates and servers in memory: what an end lists, deletes, images and moves. */
 class FakeNova {
-  readonly aggregates: Array<{ id: number; name: string; hosts: string[]; metadata: Record<string, string> }> = [];
+  readonly aggregates: Array<{ id: number; name: string; hosts: string[]; metadata: Record<string, string>; availability_zone?: string }> = [];
+  /** A host whose server listing fails (a Nova error in the middle of a lend). */
+  failListingOn?: string;
   servers: FakeServer[] = [];
   readonly imaged: string[] = [];
 
-  aggregate(name: string, hosts: string[], metadata: Record<string, string> = {}) {
-    this.aggregates.push({ id: this.aggregates.length + 1, name, hosts, metadata });
+  aggregate(name: string, hosts: string[], metadata: Record<string, string> = {}, zone?: string) {
+    this.aggregates.push({ id: this.aggregates.length + 1, name, hosts, metadata, ...(zone ? { availability_zone: zone } : {}) });
   }
   private find(id: number | string) {
     const found = this.aggregates.find((a) => a.id === Number(id));
@@ -66,6 +68,7 @@ class FakeNova {
     return Promise.resolve();
   }
   listServers(filter: { host?: string; project_id?: string }) {
+    if (filter.host === this.failListingOn) return Promise.reject(new Error('Nova is down'));
     const servers = this.servers.filter((s) => s.host === filter.host && (filter.project_id === undefined || s.project === filter.project_id));
     return Promise.resolve(servers.map((s) => ({ id: s.id, name: s.name, status: 'ACTIVE', 'OS-EXT-STS:task_state': null })));
   }
@@ -90,6 +93,7 @@ describe('the ends of a lender and a borrower on lent hosts', () => {
   let lender: ReservationContext<never>;
   let borrower: ReservationContext<never>;
   let hostNames: string[];
+  let hostIds: string[];
 
   const hookContext = (ctx: ReservationContext<never>, params: Partial<PhysicalHostParams>): EndContext<PhysicalHostParams> => ({
     ...(ctx as ReservationContext<PhysicalHostParams>),
@@ -111,7 +115,7 @@ describe('the ends of a lender and a borrower on lent hosts', () => {
     const pool = database().pool;
     await pool.query('TRUNCATE host_allocations, host_lendings, host_capabilities, hosts RESTART IDENTITY CASCADE');
     hostNames = [`end-a-${randomUUID().slice(0, 6)}`, `end-b-${randomUUID().slice(0, 6)}`];
-    const hostIds = [await insertHost(pool, { name: hostNames[0] }), await insertHost(pool, { name: hostNames[1] })];
+    hostIds = [await insertHost(pool, { name: hostNames[0] }), await insertHost(pool, { name: hostNames[1] })];
     const calendar = new HostCalendar(pool, { cleaningMs: 0, randomChoice: false });
     const now = Date.now();
     // The lender (project p) holds both hosts and lends the second; a preemptible lease of project q borrows it.
@@ -124,8 +128,9 @@ describe('the ends of a lender and a borrower on lent hosts', () => {
     expect((await calendar.book(borrower)).map((h) => h.id)).toEqual([hostIds[1]]);
     nova = new FakeNova();
     nova.aggregate('pool', []);
-    nova.aggregate(leaseAggregateFor(lender.reservation.id).name, [hostNames[0]], { 'leasekeeper:reservation': lender.reservation.id, 'leasekeeper:lease': lender.leaseId });
-    nova.aggregate(leaseAggregateFor(borrower.reservation.id).name, [hostNames[1]], { 'leasekeeper:reservation': borrower.reservation.id, 'leasekeeper:lease': borrower.leaseId });
+    const zoneOf = (ctx: ReservationContext<never>) => leaseAggregateFor(ctx.reservation.id).availabilityZone;
+    nova.aggregate(leaseAggregateFor(lender.reservation.id).name, [hostNames[0]], { 'leasekeeper:reservation': lender.reservation.id, 'leasekeeper:lease': lender.leaseId }, zoneOf(lender));
+    nova.aggregate(leaseAggregateFor(borrower.reservation.id).name, [hostNames[1]], { 'leasekeeper:reservation': borrower.reservation.id, 'leasekeeper:lease': borrower.leaseId }, zoneOf(borrower));
     nova.servers = [
       { id: 'lender-own', name: 'own', host: hostNames[0], project: 'p' },
       { id: 'borrower-own', name: 'borrowed', host: hostNames[1], project: 'q' },
@@ -165,5 +170,21 @@ describe('the ends of a lender and a borrower on lent hosts', () => {
     expect(await recycle()).toEqual({});
     expect(nova.servers.map((s) => s.id).sort()).toEqual(['lender-own', 'lender-stray']);
     expect(nova.aggregates.find((a) => a.name === 'pool')?.hosts).toEqual([hostNames[1]]);
+  });
+
+  it('puts every host it fenced back into the lease when Nova fails in the middle of a lend', async () => {
+    nova.failListingOn = hostNames[0];
+    const move = { reservationId: lender.reservation.id, leaseId: lender.leaseId, projectId: 'p', hosts: [hostNames[0]], freepool: 'pool', progress: () => undefined };
+    await expect(lendHostsOut(nova as unknown as NovaClient, move, [hostNames[0]], 1)).rejects.toThrow('Nova is down');
+    const where = Object.fromEntries(nova.aggregates.map((a) => [a.name, a.hosts]));
+    expect(where[leaseAggregateFor(lender.reservation.id).name]).toEqual([hostNames[0]]);
+    expect(where.pool).toEqual([]);
+  });
+
+  it("takes a returned host back from its borrower's zone past the bound, cut or not, so that the lender never waits on the borrower", async () => {
+    await plugin().returnLentHosts!(hookContext(lender, {}), [hostIds[1]]);
+    const where = Object.fromEntries(nova.aggregates.map((a) => [a.name, a.hosts]));
+    expect(where[leaseAggregateFor(lender.reservation.id).name].sort()).toEqual([...hostNames].sort());
+    expect(where[leaseAggregateFor(borrower.reservation.id).name]).toEqual([]);
   });
 });

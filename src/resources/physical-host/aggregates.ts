@@ -105,18 +105,29 @@ export async function lendHostsOut(nova: NovaClient, move: HostMove, candidates:
   const pool = await findAggregate(nova, move.freepool);
   if (!pool) throw new Error(`the reservable pool aggregate ${move.freepool} is missing`);
   const idle: string[] = [];
-  for (const host of candidates) {
-    if (idle.length === count) break;
-    await addHost(nova, pool, host);
-    await removeHost(nova, aggregate, host);
-    const servers = (await nova.listServers({ all_tenants: true, host })).filter((s) => s.status !== 'DELETED' && s.status !== 'SOFT_DELETED');
-    if (servers.length === 0) {
-      idle.push(host);
-      move.progress({ fenced: host });
-    } else {
-      await moveHostsIntoLease(nova, { ...move, hosts: [host] });
-      move.progress({ busy: host, servers: servers.length });
+  let fencing: string | undefined;
+  try {
+    for (const host of candidates) {
+      if (idle.length === count) break;
+      fencing = host;
+      await addHost(nova, pool, host);
+      await removeHost(nova, aggregate, host);
+      const servers = (await nova.listServers({ all_tenants: true, host })).filter((s) => s.status !== 'DELETED' && s.status !== 'SOFT_DELETED');
+      if (servers.length === 0) {
+        idle.push(host);
+        move.progress({ fenced: host });
+      } else {
+        await moveHostsIntoLease(nova, { ...move, hosts: [host] });
+        move.progress({ busy: host, servers: servers.length });
+      }
+      fencing = undefined;
     }
+  } catch (err) {
+    // Nothing is lent yet: every host fenced so far (and the one being fenced) goes back into the lease before the error
+    // is answered, so that a failed lend leaves no host in the pool unrecorded; should that fail too, the lend's error stands.
+    const fenced = [...idle, ...(fencing !== undefined ? [fencing] : [])];
+    if (fenced.length > 0) await moveHostsIntoLease(nova, { ...move, hosts: fenced }).catch((undo: unknown) => move.progress({ putBackFailed: (undo as Error).message }));
+    throw err;
   }
   return idle;
 }

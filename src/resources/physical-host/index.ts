@@ -21,8 +21,8 @@ import {
 import { beforeEndAction, refuseNotifyWithoutEndpoint, type BeforeEndAction } from '../shared/params';
 import { DEFAULT_SERVER_DELETE_TIMEOUT_MS, failIfDeletionOverdue } from '../shared/server-deletion';
 import { snapshotServersOnHosts } from '../shared/server-snapshots';
-import { computeHostsOfReservation, unusableHostsOf } from '../../db/host-allocations';
-import { lendingsOfRequest } from '../../db/host-lendings';
+import { borrowersOfLendings, computeHostsOfReservation, unusableHostsOf } from '../../db/host-allocations';
+import { lendingsOfRequest, openLendingsOf } from '../../db/host-lendings';
 import { leaseConflict } from '../../domain/lease';
 import { ConflictError } from '../../openstack';
 import { computeHostName, HYPERVISOR_FIELDS, listHosts, markReleased } from '../../db/hosts';
@@ -281,12 +281,18 @@ export function physicalHostPlugin(deps: PhysicalHostDeps): ResourcePlugin<Physi
    * The take-back (issue 43): returned hosts join the lease's aggregate again (out of the pool, or
    * taken from a reclaimed borrower's zone past the eviction bound, as a start takes them), then their
    * lendings are returned. A host still in another zone (a borrower's end not done): Nova's 409 is tried again.
+   * The take-back runs past the borrowers' ends and the eviction bound: a borrower of these lendings
+   * whose zone still holds the host (its end slow or failed, cut or not) gives it up, as a preempted
+   * lease does to a start, so that the lender's lock is never held waiting on a borrower.
    */
   async function returnLentHosts(ctx: HookContext<PhysicalHostParams>, hostIds: string[]): Promise<void> {
     if (deps.cloud !== 'calendar-only') {
       const hosts = (await computeHostsOfReservation(deps.pool, ctx.reservation.id)).filter((h) => hostIds.includes(h.id)).map((h) => h.host);
+      const returning = (await openLendingsOf(deps.pool, ctx.reservation.id)).filter((g) => hostIds.includes(g.host_id)).map((g) => g.id);
+      const borrowers = new Set((await borrowersOfLendings(deps.pool, returning, false)).map((b) => b.lease_id));
+      const takeFromLeases = async (leaseIds: string[]) => [...new Set([...(await preemptedAmong(deps.pool, leaseIds)), ...leaseIds.filter((id) => borrowers.has(id))])];
       try {
-        await moveHostsIntoLease(deps.cloud().nova, { ...(await move(ctx)), hosts, takeFromLeases: (leaseIds) => preemptedAmong(deps.pool, leaseIds) });
+        await moveHostsIntoLease(deps.cloud().nova, { ...(await move(ctx)), hosts, takeFromLeases });
       } catch (err) {
         // Retryable (a plain error): the workflow's policy tries again until the borrower's end moved the host out.
         if (err instanceof ConflictError) throw new Error(`lent hosts ${hosts.join(', ')} are still in a borrower's aggregate: trying again`);
