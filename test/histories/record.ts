@@ -451,6 +451,26 @@ export const SCENARIOS: Record<string, (api: Api, stack: TestStack) => Promise<s
     await api('DELETE', `/v1/leases/${needing.body.lease.id}`);
     return lent.body.lease.id;
   },
+  // A host lease lends one of its two hosts, a preemptible lease borrows it, the lender reclaims it: the borrower is cut
+  // and ends, the lender takes the host back at the need (after the borrower's end), then is deleted.
+  'lent-and-reclaimed': async (api, stack) => {
+    await scenarioHosts(stack, 'lent-and-reclaimed');
+    const lender = await api('POST', '/v1/leases', { name: 'lender', start_date: 'now', end_date: inSeconds(3600), reservations: [{ ...hostReservationOf('lent-and-reclaimed'), min: 2, max: 2 }] });
+    const lenderId = lender.body.lease.id as string;
+    await waitFor(api, lenderId, 'ACTIVE');
+    const lent = await api('POST', `/v1/leases/${lenderId}/lend`, { count: 1, until: inSeconds(1800) });
+    if (lent.status !== 200) throw new Error(`lend: ${lent.status} ${JSON.stringify(lent.body)}`);
+    const borrower = await api('POST', '/v1/leases', { name: 'borrower', start_date: inSeconds(2), end_date: inSeconds(1200), reservations: [{ ...hostReservationOf('lent-and-reclaimed'), preemptible: true }] });
+    if (borrower.status !== 201) throw new Error(`borrower: ${borrower.status} ${JSON.stringify(borrower.body)}`);
+    await waitFor(api, borrower.body.lease.id, 'ACTIVE');
+    const reclaimed = await api('POST', `/v1/leases/${lenderId}/reclaim`, {});
+    if (reclaimed.status !== 200) throw new Error(`reclaim: ${reclaimed.status} ${JSON.stringify(reclaimed.body)}`);
+    await waitFor(api, borrower.body.lease.id, 'TERMINATED');
+    await eventually(async () => ((await api('GET', `/v1/leases/${lenderId}`)).body.lease.reservations[0].lendings?.[0]?.state === 'returned' ? true : undefined), 60_000);
+    await api('DELETE', `/v1/leases/${borrower.body.lease.id}`);
+    await api('DELETE', `/v1/leases/${lenderId}`);
+    return lenderId;
+  },
   'host-monitor': async (_api, stack) => {
     const name = `monitored-${randomUUID().slice(0, 8)}`;
     const hostId = await insertHost(stack.db.pool, { name });
@@ -502,7 +522,7 @@ async function main(): Promise<void> {
     // Offer holds of seconds: the expiry scenario's timer fires within the recording.
     config: (config) => ({ ...config, offerHolds: { ...config.offerHolds, holdMs: 3_000 }, approvalMinuteMs: RECORDED_APPROVAL_MINUTE_MS }),
     // Idle limits of seconds: every active lease is looked at; only idle-end's reservation tells it is idle.
-    env: { LK_WEBHOOK_ALLOW_PRIVATE: 'true', LK_IDLE_LEASE_WARN_HOURS: '0.0005', LK_IDLE_LEASE_END_HOURS: '0.001', LK_PROVISIONING_LEAD_TIME_SECONDS: String(RECORDED_LEAD_SECONDS), LK_HOST_MONITOR_INTERVAL_SECONDS: '0.2', LK_HOST_FAIL_GRACE_SECONDS: '0', LK_HEALING_RETRY_MINUTES: '60' },
+    env: { LK_PREEMPT_WARNING_MINUTES: '0.05', LK_WEBHOOK_ALLOW_PRIVATE: 'true', LK_IDLE_LEASE_WARN_HOURS: '0.0005', LK_IDLE_LEASE_END_HOURS: '0.001', LK_PROVISIONING_LEAD_TIME_SECONDS: String(RECORDED_LEAD_SECONDS), LK_HOST_MONITOR_INTERVAL_SECONDS: '0.2', LK_HOST_FAIL_GRACE_SECONDS: '0', LK_HEALING_RETRY_MINUTES: '60' },
   });
   try {
     await record(stack);
