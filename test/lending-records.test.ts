@@ -37,6 +37,17 @@ describe('a lease\'s lendings', () => {
     ]);
     expect(lentHostIds({ lendings: after })).toEqual(['2']);
     expect(after.map(lendingDueMs)).toEqual([9_000, 2_000, 5_000, 9_000]);
+    // A reclaim of everything, with a sooner need, takes the one still lent and the one coming back at 5 000 sooner.
+    const sooner = afterReclaim(after, [
+      { hostId: '2', returnsAtMs: 3_000, borrowed: false },
+      { hostId: '3', returnsAtMs: 3_000, borrowed: false },
+    ]);
+    expect(sooner.map((l) => [l.hostIds, l.state, lendingDueMs(l), l.borrowed])).toEqual([
+      [['2'], 'reclaiming', 3_000, false],
+      [['1'], 'reclaiming', 2_000, false],
+      [['3'], 'reclaiming', 3_000, true],
+      [['9'], 'returned', 9_000, false],
+    ]);
   });
 
   it('closes every open lending at the lease\'s end, and leaves a reservation that lent nothing as it is', () => {

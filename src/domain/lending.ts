@@ -101,13 +101,15 @@ export const lentHostIds = (reservation: Pick<Reservation, 'lendings'>): string[
 export function afterReclaim(lendings: ReservationLending[], returned: Array<{ hostId: string; returnsAtMs: number; borrowed: boolean }>): ReservationLending[] {
   const byHost = new Map(returned.map((h) => [h.hostId, h]));
   return lendings.flatMap((lending) => {
-    if (lending.state !== 'lent' || !lending.hostIds.some((id) => byHost.has(id))) return [lending];
+    // A lending already being reclaimed is taken again by a reclaim of everything (a sooner need): its hosts come back at the sooner time.
+    if (lending.state === 'returned' || !lending.hostIds.some((id) => byHost.has(id))) return [lending];
     const kept = lending.hostIds.map((id, i) => ({ id, host: lending.hosts[i] })).filter((h) => !byHost.has(h.id));
     const taken = lending.hostIds.map((id, i) => ({ id, host: lending.hosts[i], back: byHost.get(id) })).filter((h) => h.back !== undefined);
     const times = [...new Set(taken.map((h) => h.back!.returnsAtMs))].sort((a, b) => a - b);
     const reclaiming = times.map((returnsAtMs): ReservationLending => {
       const part = taken.filter((h) => h.back!.returnsAtMs === returnsAtMs);
-      return { ...lending, hosts: part.map((h) => h.host), hostIds: part.map((h) => h.id), state: 'reclaiming', returnsAtMs, borrowed: part.some((h) => h.back!.borrowed) };
+      const sooner = lending.state === 'reclaiming' && lending.returnsAtMs !== undefined ? Math.min(lending.returnsAtMs, returnsAtMs) : returnsAtMs;
+      return { ...lending, hosts: part.map((h) => h.host), hostIds: part.map((h) => h.id), state: 'reclaiming', returnsAtMs: sooner, borrowed: lending.borrowed || part.some((h) => h.back!.borrowed) };
     });
     return [...(kept.length ? [{ ...lending, hosts: kept.map((h) => h.host), hostIds: kept.map((h) => h.id) }] : []), ...reclaiming];
   });
