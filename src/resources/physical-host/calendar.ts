@@ -28,7 +28,7 @@ import { inTransaction, runTransactionAgain } from '../../db/transaction';
 import { formatMessageDate as when } from '../../domain/dates';
 import { chooseReclaimedHosts } from '../../domain/lending';
 import { bookInTransaction, bookingKey, checkKeys, extensionRefused, SEARCH_WORK_BUDGET } from '../shared/booking';
-import { preemptLease } from '../shared/preemption';
+import { preemptLease, reclaimLendings } from '../shared/preemption';
 import { alreadyBooked, NEVER_FITS, WholeResourceCalendar, type BlockedInterval, type NewWholeResourceBooking } from '../shared/whole-resource-calendar';
 import { endPolicyOf, isPreemptible, type EndPolicy, type PhysicalHostParams } from './params';
 
@@ -187,43 +187,20 @@ export class HostCalendar extends WholeResourceCalendar<HostRecord, BookedHost[]
 
   /**
    * Takes lent hosts of a lender's reservation back (issue 43), in the caller's transaction (which
-   * must retry deadlocks): `count` of them (all when undefined; chooseReclaimedHosts
-   * says which), needed from `neededFromMs` (never before now). Their borrower leases whose blocked
-   * range runs past it are cut, all their bookings, to end a cleaning gap before it (a lease already
-   * begun never before now), and owed the news (lease_preemptions, kind 'reclaimed'; their ids added
-   * to `cut`, for the caller to tell once committed); each lending is shortened to when its host
-   * returns: now (or its start, not begun) if nobody holds it, else when its borrowers' blocked ranges end. Answers the hosts
-   * taken back; none when nothing (more) is lent. `count` counts hosts not reclaimed yet; all (no
-   * count) takes those a reclaim took again too, cutting further for a sooner need.
+   * must retry deadlocks): `count` of them (all when undefined; chooseReclaimedHosts says which),
+   * needed from `neededFromMs`, as reclaimLendings does for hosts and slots alike. Answers the hosts
+   * taken back; none when nothing (more) is lent.
    */
   async reclaimIn(client: PoolClient, request: { reservationId: string; count?: number; neededFromMs: number }, cut: string[]): Promise<ReclaimedHost[]> {
-    const now = Date.now();
-    const neededFromMs = Math.max(request.neededFromMs, now);
     const lendings = await lockLendingsForReclaim(client, request.reservationId);
-    if (lendings.length === 0) return [];
-    const borrowers = await borrowersOfLendings(client, lendings.map((g) => g.id), true);
-    // A count takes hosts still lent; all of them (a lender's end) takes back again those a reclaim took, should the need come sooner.
-    const lent = lendings
-      .filter((g) => request.count === undefined || g.reclaimed_ms === null)
-      .map((g) => ({ lendingRowId: g.id, hostId: g.host_id, borrowers: borrowers.filter((b) => b.lending_row_id === g.id).map((b) => ({ leaseId: b.lease_id, begun: b.begun })) }));
-    const chosen = new Set(chooseReclaimedHosts(lent, request.count).map((host) => host.lendingRowId));
-    const cutAtMs = neededFromMs - this.cleaningMs;
-    const late = borrowers.filter((b) => chosen.has(b.lending_row_id) && b.blocked_until_ms > neededFromMs);
-    for (const leaseId of [...new Set(late.map((b) => b.lease_id))].sort()) {
-      const endMs = late.some((b) => b.lease_id === leaseId && b.begun) ? Math.max(cutAtMs, now) : cutAtMs;
-      await preemptLease(client, { leaseId, endMs, neededFromMs, cleaningMs: this.cleaningMs, kind: 'reclaimed' });
-      cut.push(leaseId);
-    }
-    const left = await borrowersOfLendings(client, [...chosen], false);
-    const reclaimed: ReclaimedHost[] = [];
-    for (const lending of lendings.filter((g) => chosen.has(g.id))) {
-      const inside = left.filter((b) => b.lending_row_id === lending.id);
-      const returnsAtMs = Math.min(lending.end_ms, Math.max(now, lending.start_ms, ...inside.map((b) => b.blocked_until_ms)));
-      await reclaimLending(client, lending.id, returnsAtMs);
-      const borrowedMs = inside.reduce((sum, b) => sum + Math.max(0, b.end_ms - b.start_ms), 0);
-      reclaimed.push({ lendingRowId: lending.id, lendingId: lending.lending_id, hostId: lending.host_id, returnsAtMs, borrowedMs });
-    }
-    return reclaimed;
+    const taken = await reclaimLendings(
+      client,
+      { lendings, count: request.count, neededFromMs: request.neededFromMs, cleaningMs: this.cleaningMs },
+      { borrowersOf: (ids, lock) => borrowersOfLendings(client, ids, lock), reclaim: (id, returnsAtMs) => reclaimLending(client, id, returnsAtMs) },
+      (lent, borrowersOf) => chooseReclaimedHosts(lent.map((g) => ({ lendingRowId: g.id, hostId: g.host_id, borrowers: borrowersOf(g.id) })), request.count).map((h) => h.lendingRowId),
+      cut,
+    );
+    return taken.map(({ lending, returnsAtMs, borrowedMs }) => ({ lendingRowId: lending.id, lendingId: lending.lending_id, hostId: lending.host_id, returnsAtMs, borrowedMs }));
   }
 
   /**

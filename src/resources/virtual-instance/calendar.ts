@@ -58,7 +58,7 @@ import { inTransaction } from '../../db/transaction';
 import { chooseReclaimedSlots } from '../../domain/lending';
 import { bookedFor, bookInTransaction, bookingKey, checkKeys, extensionRefused, fitNearFirst, movedBookingKey, NEAR_SEARCH_DURATIONS, NEAR_SEARCH_MS, releaseBooking, shortage, type NearFirstSearch } from '../shared/booking';
 import { COMPUTE_KIND } from '../shared/compute-providers';
-import { preemptLease } from '../shared/preemption';
+import { preemptLease, reclaimLendings } from '../shared/preemption';
 import { QuantityCalendar } from '../shared/quantity-bookings';
 import { EXTENSION_HORIZON_MS } from '../../domain/offers';
 import type { Amounts } from '../../domain/quantity-calendar';
@@ -343,45 +343,19 @@ export class InstanceSlotCalendar implements Calendar<InstanceCalendarTypes> {
   /**
    * Takes lent slots of a lender's reservation back (issue 43), in the caller's transaction (which
    * must retry deadlocks): lendings covering `count` slots (all when undefined; chooseReclaimedSlots
-   * says which, whole lendings), needed from `neededFromMs` (never before now). Their borrower leases
-   * whose blocked range runs past it are cut, all their bookings, to end a cleaning gap before it (a
-   * lease already begun never before now), and owed the news (lease_preemptions, kind 'reclaimed';
-   * their ids added to `cut`, for the caller to tell once committed); each lending is shortened to
-   * when its slots return: now (or its start, not begun) if nobody holds them, else when its
-   * borrowers' blocked ranges end. `count` counts lendings not reclaimed yet; all (no count) takes
-   * those a reclaim took again too, cutting further for a sooner need. Answers the lendings taken back.
+   * says which, whole lendings), needed from `neededFromMs`, as reclaimLendings does for hosts and
+   * slots alike. Answers the lendings taken back.
    */
   async reclaimIn(client: PoolClient, request: { reservationId: string; count?: number; neededFromMs: number }, cut: string[]): Promise<ReclaimedSlots[]> {
-    const now = Date.now();
-    const neededFromMs = Math.max(request.neededFromMs, now);
     const lendings = await lockSlotLendingsForReclaim(client, request.reservationId);
-    if (lendings.length === 0) return [];
-    const borrowers = await borrowedSlotsOfLendings(
+    const taken = await reclaimLendings(
       client,
-      lendings.map((g) => g.id),
-      true,
+      { lendings, count: request.count, neededFromMs: request.neededFromMs, cleaningMs: this.settings.cleaningMs },
+      { borrowersOf: (ids, lock) => borrowedSlotsOfLendings(client, ids, lock), reclaim: (id, returnsAtMs) => reclaimSlotLending(client, id, returnsAtMs) },
+      (lent, borrowersOf) => chooseReclaimedSlots(lent.map((g) => ({ lendingRowId: g.id, slots: g.slots, borrowers: borrowersOf(g.id) })), request.count).map((g) => g.lendingRowId),
+      cut,
     );
-    const lent = lendings
-      .filter((g) => request.count === undefined || g.reclaimed_ms === null)
-      .map((g) => ({ lendingRowId: g.id, slots: g.slots, borrowers: borrowers.filter((b) => b.lending_row_id === g.id).map((b) => ({ leaseId: b.lease_id, begun: b.begun })) }));
-    const chosen = new Set(chooseReclaimedSlots(lent, request.count).map((g) => g.lendingRowId));
-    const cutAtMs = neededFromMs - this.settings.cleaningMs;
-    const late = borrowers.filter((b) => chosen.has(b.lending_row_id) && b.blocked_until_ms > neededFromMs);
-    for (const leaseId of [...new Set(late.map((b) => b.lease_id))].sort()) {
-      const endMs = late.some((b) => b.lease_id === leaseId && b.begun) ? Math.max(cutAtMs, now) : cutAtMs;
-      await preemptLease(client, { leaseId, endMs, neededFromMs, cleaningMs: this.settings.cleaningMs, kind: 'reclaimed' });
-      cut.push(leaseId);
-    }
-    const left = await borrowedSlotsOfLendings(client, [...chosen], false);
-    const reclaimed: ReclaimedSlots[] = [];
-    for (const lending of lendings.filter((g) => chosen.has(g.id))) {
-      const inside = left.filter((b) => b.lending_row_id === lending.id);
-      const returnsAtMs = Math.min(lending.end_ms, Math.max(now, lending.start_ms, ...inside.map((b) => b.blocked_until_ms)));
-      await reclaimSlotLending(client, lending.id, returnsAtMs);
-      const borrowedMs = inside.reduce((sum, b) => sum + Math.max(0, b.end_ms - b.start_ms), 0);
-      reclaimed.push({ lendingRowId: lending.id, lendingId: lending.lending_id, providerUuid: lending.provider_uuid, slots: lending.slots, returnsAtMs, borrowedMs });
-    }
-    return reclaimed;
+    return taken.map(({ lending, returnsAtMs, borrowedMs }) => ({ lendingRowId: lending.id, lendingId: lending.lending_id, providerUuid: lending.provider_uuid, slots: lending.slots, returnsAtMs, borrowedMs }));
   }
 
   /** The reservation's slots and its shared host rows end at `at` (a host row blocked `cleaningMs` more). */
