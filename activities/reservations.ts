@@ -8,6 +8,7 @@ import { Context } from '@temporalio/activity';
 import { ApplicationFailure } from '@temporalio/common';
 import { OpenStackConfigError, OpenStackError, publicMessage, ResourceFailedError, WaitTimeoutError, withoutInternals } from '../src/openstack/errors';
 import { invalidLease } from '../src/domain/lease';
+import { defaultReclaimNeed } from '../src/domain/preemption';
 import type { ReservationNotice } from '../src/domain/notices';
 import { findLease } from '../src/db/leases';
 import type { ActivityDeps } from './deps';
@@ -125,12 +126,12 @@ export function reservationActivities({ plugins, notices, pool, preemptionWarnin
         return plugin.lend(hookCtx, { lendingId, count, untilMs });
       }),
     /**
-     * Takes lent hosts back, needed from `neededFromMs` (now + the preemption warning when absent;
+     * Takes lent hosts back, needed from `neededFromMs` (now + the preemption warning and the telling when absent;
      * never before now); the borrowers cut are told right after the commit (the sweeps cover a crash).
      */
     reclaimReservation: async ({ count, neededFromMs, lentHostIds, ...ctx }: ReservationContext & { count?: number; neededFromMs?: number; lentHostIds: string[] }) => {
       const now = Date.now();
-      const need = Math.max(neededFromMs ?? now + (preemptionWarningMs ?? DEFAULT_WARNING_MS), now);
+      const need = Math.max(neededFromMs ?? defaultReclaimNeed(now, preemptionWarningMs ?? DEFAULT_WARNING_MS), now);
       const reclaimed = await run(ctx, (plugin, hookCtx) => {
         if (!plugin.reclaim) throw invalidLease(`reservation ${ctx.reservation.id} is ${ctx.reservation.resource_type}, which cannot lend`);
         return plugin.reclaim(hookCtx, { count, neededFromMs: need, lentHostIds });

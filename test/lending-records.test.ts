@@ -4,6 +4,7 @@
  */
 import type { Lease, ReservationLending } from '../src/domain/lease';
 import { afterReclaim, lendingDueMs, lendRefusal, lentHostIds, withLendingsReturned } from '../src/domain/lending';
+import { defaultReclaimNeed } from '../src/domain/preemption';
 import { pendingReservation } from '../dev-stack/fixtures/builders';
 
 const lending = (fields: Partial<ReservationLending> = {}): ReservationLending => ({
@@ -55,5 +56,13 @@ describe('a lease\'s lendings', () => {
     expect(withLendingsReturned(reservation).lendings.map((g) => g.state)).toEqual(['returned', 'returned']);
     const none = pendingReservation('physical:host', {});
     expect(withLendingsReturned(none)).toBe(none);
+  });
+
+  it('needs reclaimed hosts, when no need is given, the whole warning after the borrower is told: a tenth of it (at most 5 s) for the telling, to the next second', () => {
+    const now = Date.UTC(2026, 10, 28, 12, 0, 0, 700);
+    expect(defaultReclaimNeed(now, 60_000)).toBe(Date.UTC(2026, 10, 28, 12, 1, 6));
+    expect(defaultReclaimNeed(now, 15_000)).toBe(Date.UTC(2026, 10, 28, 12, 0, 18));
+    expect(defaultReclaimNeed(now, 10 * 60_000)).toBe(Date.UTC(2026, 10, 28, 12, 10, 6));
+    expect(defaultReclaimNeed(Date.UTC(2026, 10, 28, 12), 60_000)).toBe(Date.UTC(2026, 10, 28, 12, 1, 5));
   });
 });

@@ -542,7 +542,7 @@ export function apiOperations(types: ResourceTypes): Operation[] {
     {
       method: 'post', path: '/v1/leases/{id}/reclaim', tags: ['leases'], summary: 'Take lent hosts back (extension)',
       description:
-        "`count` lent hosts (all when left out; unborrowed ones first) are taken back, needed from `needed_at` (now plus the preemption warning when left out): their borrowers are cut to end by then and told (`lease.preempting`, reason `reclaimed: …`); each host comes back into the lease once its borrowers are out (`returns_at`), waited for at most LK_PREEMPT_EVICTION_SECONDS.",
+        "`count` lent hosts (all when left out; unborrowed ones first) are taken back, needed from `needed_at` (when left out: now plus the preemption warning and the telling's time, a tenth of the warning, at most 5 s): their borrowers are cut to end by then and told (`lease.preempting`, reason `reclaimed: …`); each host comes back into the lease once its borrowers are out (`returns_at`), waited for at most LK_PREEMPT_EVICTION_SECONDS.",
       security: AUTHENTICATED,
       request: { params: idParam('the lease id'), body: { content: { 'application/json': { schema: reclaimSchema } }, required: false } },
       responses: { 200: leaseBody, ...COMMON_REFUSALS, 404: notFound, 409: refusal('the lease is not active, lends nothing, or lends fewer hosts than `count`') },

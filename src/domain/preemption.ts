@@ -73,6 +73,17 @@ export function cutReason(cut: { neededFromMs: number; kind?: 'preempted' | 'rec
   return cut.kind === 'reclaimed' ? reclaimReason(cut.neededFromMs) : preemptionReason(cut.neededFromMs);
 }
 
+/**
+ * When a reclaim with no need given needs its hosts: the warning from now, plus the time the
+ * borrower's telling takes (a signal, the borrower's lock, its record; a tenth of the warning, at
+ * most 5 s), to the next whole second, so that the borrower hears the full warning, not a few
+ * hundred ms less of it.
+ */
+export function defaultReclaimNeed(nowMs: number, warningMs: number): number {
+  const tellingMs = Math.min(5_000, warningMs / 10);
+  return Math.ceil((nowMs + warningMs + tellingMs) / 1000) * 1000;
+}
+
 /** The `lease.preempting` notice's details, told at `nowMs` of an end at `endMs`. */
 export function preemptionDetails(preemption: { endMs: number; neededFromMs: number; warningMs: number }, reason: string, nowMs: number): Record<string, unknown> {
   const warningSeconds = Math.max(0, Math.round((preemption.endMs - nowMs) / 1000));
