@@ -78,7 +78,7 @@ describe('lending a lease\'s idle hosts', () => {
   }
 
   beforeAll(async () => {
-    for (const [name, pool] of [['lend-1', 'lend'], ['lend-2', 'lend'], ['back-1', 'back'], ['part-1', 'part'], ['part-2', 'part'], ['del-1', 'del'], ['bad-1', 'bad'], ['evict-1', 'evict']] as const) {
+    for (const [name, pool] of [['lend-1', 'lend'], ['lend-2', 'lend'], ['back-1', 'back'], ['part-1', 'part'], ['part-2', 'part'], ['del-1', 'del'], ['bad-1', 'bad'], ['evict-1', 'evict'], ['soon-1', 'soon']] as const) {
       await insertHost(stack().db.pool, { name, capabilities: { pool } });
     }
     for (const project of ['project-lender', 'project-borrower']) {
@@ -174,6 +174,32 @@ describe('lending a lease\'s idle hosts', () => {
       holdBorrowerEnds = undefined;
     }
     await eventually(async () => ((await leaseOf(borrower.id, asB)).status === 'TERMINATED' ? true : undefined));
+  });
+
+  it('a reclaim of all with a sooner need brings a host already being reclaimed back sooner; without a sooner need it is a 409', async () => {
+    const lender = await activeLease(asA, 'lender-soon', 2 * 3600, inPool('soon'));
+    expect((await asA('POST', `/v1/leases/${lender.id}/lend`, { count: 1, until: inSeconds(3600) })).status).toBe(200);
+    const borrower = await activeLease(asB, 'borrower-soon', 1800, inPool('soon', { preemptible: true }));
+    const returnOf = (lease: LeaseJson) => Date.parse(`${String(lease.reservations[0].lendings[0].returns_at).slice(0, 19)}Z`);
+    const asInstant = (blazarTime: string) => Date.parse(`${blazarTime.replace(' ', 'T')}Z`);
+    const firstNeed = inSeconds(1200);
+    const first = await asA('POST', `/v1/leases/${lender.id}/reclaim`, { needed_at: firstNeed });
+    expect(first.status).toBe(200);
+    expect(returnOf(first.body.lease)).toBe(asInstant(firstNeed));
+
+    const nothingLent = { status: 409, body: { error_code: 409, error_message: `Reservation ${lender.reservations[0].id} lends no host now: nothing to reclaim.` } };
+    expect(await asA('POST', `/v1/leases/${lender.id}/reclaim`, {})).toMatchObject(nothingLent);
+    expect(await asA('POST', `/v1/leases/${lender.id}/reclaim`, { needed_at: inSeconds(1500) })).toMatchObject(nothingLent);
+    expect(await asA('POST', `/v1/leases/${lender.id}/reclaim`, { count: 1, needed_at: inSeconds(120) })).toMatchObject(nothingLent);
+
+    const soonerNeed = inSeconds(120);
+    const sooner = await asA('POST', `/v1/leases/${lender.id}/reclaim`, { needed_at: soonerNeed });
+    expect(sooner.status).toBe(200);
+    expect(sooner.body.lease.reservations[0].lendings).toHaveLength(1);
+    expect(sooner.body.lease.reservations[0].lendings[0]).toMatchObject({ hosts: ['soon-1'], state: 'reclaiming', borrowed: true });
+    expect(returnOf(sooner.body.lease)).toBe(asInstant(soonerNeed));
+    // The borrower is cut to the sooner need too.
+    await eventually(async () => (endOf(await leaseOf(borrower.id, asB)) === asInstant(soonerNeed) ? true : undefined));
   });
 
   it('a partial reclaim takes the unborrowed host first; the lender extends while lent but cannot shorten under a lending', async () => {

@@ -198,6 +198,20 @@ export const LEASE_LENDING = {
   note: 'retired by the common path (RETIREMENT) once no lease active before the release still runs',
 } as const satisfies WorkflowPatch;
 
+/**
+ * A reclaim of all with a need sooner than the return of hosts already being reclaimed brings them
+ * back sooner (issue 43), also when nothing is left lent: the reclaim handler's check lets it through
+ * where it answered 409 "lends no host now" before. Marked in the reclaim handler.
+ */
+export const RECLAIM_SOONER = {
+  id: 'reclaim-sooner',
+  workflowType: leaseWorkflowType,
+  introduced: '2026-11-28',
+  oldBranch: 'a reclaim with nothing left lent failed with 409, whatever its need',
+  oldHistories: 'lent-and-reclaimed.json (its one reclaim had a host lent: both branches take it)',
+  note: 'retired by the common path (RETIREMENT) once no lease that reclaimed before the deploy still runs',
+} as const satisfies WorkflowPatch;
+
 /** All of them, oldest first. */
 export const PATCHES: readonly WorkflowPatch[] = [
   RECORD_LOCALLY,
@@ -216,4 +230,5 @@ export const PATCHES: readonly WorkflowPatch[] = [
   LEASE_CHANGE_APPROVAL,
   LEASE_PREEMPTION,
   LEASE_LENDING,
+  RECLAIM_SOONER,
 ];

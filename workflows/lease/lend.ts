@@ -8,7 +8,7 @@ import { patched, uuid4 } from '@temporalio/workflow';
 import { leaseConflict, invalidLease, type Lease, type Reservation, type ReservationLending } from '../../src/domain/lease';
 import { afterReclaim, isOpenLending, lendingDueMs, lendingReservations, lendRefusal, lentHostIds, MAX_OPEN_LENDINGS } from '../../src/domain/lending';
 import { reservationContext as context } from '../../src/domain/resource-plugin';
-import { LEASE_LENDING } from '../patches';
+import { LEASE_LENDING, RECLAIM_SOONER } from '../patches';
 import { looking, mustFinish, polling, quick } from './activity-options';
 import { announce } from './announce';
 import type { LendRequest, ReclaimRequest } from './messages';
@@ -29,13 +29,24 @@ export function validateLending(s: LeaseState, request: LendRequest): void {
   }
 }
 
-/** The reclaim update's validator: something lent and not being reclaimed, at least `count` hosts of it. */
-export function validateReclaim(s: LeaseState, request: ReclaimRequest): void {
+/**
+ * The reclaim update's validator: something lent and not being reclaimed, at least `count` hosts of
+ * it; or, with nothing left lent, a reclaim of all with a need sooner than some reclaiming lending's
+ * return (the calendar cuts its borrowers further and brings it back then).
+ */
+export function validateReclaim(s: LeaseState, request: ReclaimRequest, soonerAllowed = true): void {
   const reservation = lendingReservation(s, request.reservationId);
   const lent = lentHostIds(reservation).length;
-  if (lent === 0) throw leaseConflict(`Reservation ${reservation.id} lends no host now: nothing to reclaim.`);
+  if (lent === 0 && !(soonerAllowed && bringsReclaimingSooner(reservation, request))) throw leaseConflict(`Reservation ${reservation.id} lends no host now: nothing to reclaim.`);
   if (request.count !== undefined && request.count > lent) throw leaseConflict(`Reservation ${reservation.id} lends ${lent} host(s) now: cannot reclaim ${request.count}.`);
   if (request.neededFromMs !== undefined && request.neededFromMs > s.lease.endMs) throw invalidLease('needed_at: expected no later than the lease\'s end');
+}
+
+/** Whether a reclaim of all (no count) needs some host being reclaimed back sooner than its return. */
+function bringsReclaimingSooner(reservation: Reservation, request: ReclaimRequest): boolean {
+  const need = request.neededFromMs;
+  if (request.count !== undefined || need === undefined) return false;
+  return (reservation.lendings ?? []).some((g) => g.state === 'reclaiming' && g.returnsAtMs !== undefined && need < g.returnsAtMs);
 }
 
 /** The lease's reservation that may lend, of an active lease not being deleted (404, 409 or 400 otherwise). */
@@ -74,7 +85,8 @@ export async function lend(s: LeaseState, request: LendRequest): Promise<Lease> 
 /** The reclaim update's handler (under the lease's lock): borrowers cut and told; each host due back when they are out. */
 export async function reclaim(s: LeaseState, request: ReclaimRequest): Promise<Lease> {
   patched(LEASE_LENDING.id);
-  validateReclaim(s, request);
+  // Replays of handlers run before the sooner reclaim check it as they did (validators do not run on replay).
+  validateReclaim(s, request, patched(RECLAIM_SOONER.id));
   const reservation = s.lease.reservations.find((r) => r.id === request.reservationId)!;
   const taken = await quick.reclaimReservation({ ...context(s.lease, reservation), count: request.count, neededFromMs: request.neededFromMs, lentHostIds: lentHostIds(reservation) }).catch((err: unknown) => {
     throw asFailure(err);
