@@ -297,3 +297,44 @@ describe('suggesting a lease lend its idle hosts', () => {
     expect((await stack().db.pool.query('SELECT 1 FROM host_lendings WHERE lease_id = $1', [id])).rows).toEqual([]);
   });
 });
+
+describe('borrowing right after a lend with a provisioning lead time', () => {
+  const LEAD_SECONDS = 600;
+  const stack = useTestStack(() => ({
+    env: { LK_PROVISIONING_LEAD_TIME_SECONDS: String(LEAD_SECONDS), LK_NOTIFY_BEFORE_END: 'none', LK_PREEMPT_WARNING_MINUTES: '1' },
+    withPool: (pool) => [physicalHostPlugin({ pool, settings: { cleaningMs: 0, randomChoice: false }, cloud: 'calendar-only' })],
+  }));
+  const asA = apiClient(() => stack().url, { 'x-project-id': 'project-lead-lender', 'x-user-id': 'alice', 'x-roles': 'member' });
+  const asB = apiClient(() => stack().url, { 'x-project-id': 'project-lead-borrower', 'x-user-id': 'bob', 'x-roles': 'member' });
+  const inPool = (fields: Record<string, unknown> = {}) => blazarHostReservation({ resource_properties: JSON.stringify(['==', '$pool', 'lead']), ...fields });
+
+  afterEach(async () => {
+    expect(await doubleBookings(stack().db.pool)).toEqual([]);
+    expect(await borrowersOutsideLendings(stack().db.pool)).toEqual([]);
+  });
+
+  it('admits a preemptible lease starting now, and one starting before its lead is over, inside a lending that began a moment ago', async () => {
+    for (const name of ['lead-1', 'lead-2']) await insertHost(stack().db.pool, { name, capabilities: { pool: 'lead' } });
+    const made = await asA('POST', '/v1/leases', { name: 'lead-lender', start_date: 'now', end_date: inSeconds(2 * 3600), reservations: [inPool({ min: 2, max: 2 })] });
+    expect(made.status).toBe(201);
+    const lenderId = made.body.lease.id as string;
+    await eventually(async () => ((await asA('GET', `/v1/leases/${lenderId}`)).body.lease.status === 'ACTIVE' ? true : undefined));
+    expect((await asA('POST', `/v1/leases/${lenderId}/lend`, { count: 2, until: inSeconds(3600) })).status).toBe(200);
+
+    const now = await asB('POST', '/v1/leases', { name: 'borrow-now', start_date: 'now', end_date: inSeconds(1800), reservations: [inPool({ preemptible: true })] });
+    expect(now.status).toBe(201);
+    // Its lead would reach 5 minutes before the lending began: only the part still ahead is blocked.
+    const askedMs = Date.now();
+    const soon = await asB('POST', '/v1/leases', { name: 'borrow-soon', start_date: inSeconds(LEAD_SECONDS / 2), end_date: inSeconds(1800), reservations: [inPool({ preemptible: true })] });
+    expect(soon.status).toBe(201);
+    const { rows } = await stack().db.pool.query<{ blocks_from_ms: number; start_ms: number }>(
+      'SELECT (extract(epoch FROM lower(blocks)) * 1000)::float8 AS blocks_from_ms, (extract(epoch FROM lower(during)) * 1000)::float8 AS start_ms FROM host_allocations WHERE lease_id = $1',
+      [soon.body.lease.id],
+    );
+    expect(rows).toHaveLength(1);
+    expect(rows[0].blocks_from_ms).toBeGreaterThanOrEqual(askedMs - 1000);
+    expect(rows[0].blocks_from_ms).toBeLessThan(rows[0].start_ms);
+    // Both borrow the lent hosts, one each: a regular lease still sees them taken.
+    expect((await asB('POST', '/v1/leases', { name: 'regular-lead', start_date: 'now', end_date: inSeconds(1800), reservations: [inPool()] })).status).toBe(409);
+  });
+});

@@ -381,11 +381,16 @@ export class HostCalendar extends WholeResourceCalendar<HostRecord, BookedHost[]
     await this.refuseMoreThanEnrolled(client, reservations, hosts);
     const requests = reservations.map((r) => this.request(r, hosts, releasing.includes(r) ? bookedLater : undefined));
     const preferred = (calendar: CalendarSnapshot) => preferenceOrder(calendar, Date.now(), this.settings.randomChoice ? shuffle : undefined);
-    const assignment = await this.bookAnew(client, ctx, hosts, requests, key, existing, {
+    // A preemptible ask's lead before now is moot (nothing is provisioned in the past): its booking blocks from
+    // now at the earliest, so that one starting now fits in a lending that began a moment ago (issue 43); the
+    // lead still ahead must lie inside the lending, as its window does.
+    const lentAsFree = borrow && this.lentAsFree(reservations);
+    const asked = lentAsFree ? { ...ctx, provisioningLeadMs: Math.min(ctx.provisioningLeadMs, Math.max(0, ctx.startMs - Date.now())) } : ctx;
+    const assignment = await this.bookAnew(client, asked, hosts, requests, key, existing, {
       preferred,
       neverFits: releasing.length > 0 ? 'it never fits: on_end "release" needs hosts with nothing booked after its start' : undefined,
       // A preemptible lease may book inside lendings (issue 43), but not for an offer hold (`borrow: false`).
-      lentAsFree: borrow && this.lentAsFree(reservations),
+      lentAsFree,
       // A regular lease that does not fit in free hosts takes preemptible ones (issue 43) when its caller allows; a preemptible lease never does.
       ...(preempt && this.preemptibleAsFree(reservations) ? { otherwise: () => this.bookPreempting(client, ctx, hosts, requests, key, preferred, cut), preemptibleFree: true } : {}),
     });
