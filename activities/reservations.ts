@@ -82,6 +82,8 @@ export function reservationActivities({ plugins, notices, pool, preemptionWarnin
         const activity = Context.current();
         if (!activity.info.isLocal) activity.heartbeat(details);
       },
+      // A local attempt is never told it was given up on (its retry may run beside it): no signal.
+      ...(Context.current().info.isLocal ? {} : { signal: Context.current().cancellationSignal }),
       placementOf: async (reservationId) => {
         const other = ctx.leaseReservations.find((r) => r.id === reservationId);
         if (!other) throw invalidLease(`the lease has no reservation ${reservationId}`);

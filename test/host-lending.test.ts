@@ -262,6 +262,8 @@ describe('lending a lease\'s idle hosts', () => {
     expect(await asA('POST', `/v1/leases/${regular.id}/reclaim`, {})).toEqual(bad(409, `Reservation ${regular.reservations[0].id} lends no host now: nothing to reclaim.`));
     expect(await asA('POST', `/v1/leases/${regular.id}/reclaim`, { needed_at: inSeconds(-3600) })).toEqual(bad(400, 'needed_at: must not be in the past'));
     expect(await asA('POST', `/v1/leases/${regular.id}/lend`, { count: 2, until: inSeconds(1500) })).toMatchObject({ status: 409, body: { idle: 1 } });
+    // The lend ran as a (regular) activity: its 409's `idle` came through the activity's failure and the update's.
+    expect(await activityRuns(stack(), regular.id, 'lendReservation')).toBe(1);
   });
 });
 

@@ -212,6 +212,20 @@ export const RECLAIM_SOONER = {
   note: 'retired by the common path (RETIREMENT) once no lease that reclaimed before the deploy still runs',
 } as const satisfies WorkflowPatch;
 
+/**
+ * A lend runs as a regular activity (issue 43): its time fits the hosts asked, it heartbeats per host
+ * fenced, and an attempt given up on stops fencing (workflows/lease/activity-options.ts `forLend`).
+ * Marked in the lend handler before its activity.
+ */
+export const LEND_AS_ACTIVITY = {
+  id: 'lend-as-activity',
+  workflowType: leaseWorkflowType,
+  introduced: '2026-11-28',
+  oldBranch: 'the lend ran as a local activity (20 s, 3 tries), whatever the count',
+  oldHistories: 'lent-and-reclaimed.json',
+  note: 'retired by the common path (RETIREMENT) once no lend begun before the deploy can replay (a lend is answered within the REST call: hours after the deploy)',
+} as const satisfies WorkflowPatch;
+
 /** All of them, oldest first. */
 export const PATCHES: readonly WorkflowPatch[] = [
   RECORD_LOCALLY,
@@ -231,4 +245,5 @@ export const PATCHES: readonly WorkflowPatch[] = [
   LEASE_PREEMPTION,
   LEASE_LENDING,
   RECLAIM_SOONER,
+  LEND_AS_ACTIVITY,
 ];

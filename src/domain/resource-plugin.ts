@@ -78,6 +78,11 @@ export type ReportProgress = (details?: Record<string, unknown>) => void;
  */
 export interface HookContext<P = Record<string, unknown>> extends ReservationContext<P> {
   reportProgress: ReportProgress;
+  /**
+   * Aborted once the attempt running the hook was given up on (timed out, cancelled): a hook that
+   * loops over hosts stops between them, so that it does not go on beside its retry. None: never.
+   */
+  signal?: AbortSignal;
   /** Where another reservation of the lease is, asked of its own resource type (no hosts: a type without placement). */
   placementOf(reservationId: string): Promise<ReservationPlacement>;
   /** Tells the lease's listeners (webhooks, oslo.messaging) something about this reservation; best effort, never fails the hook. */

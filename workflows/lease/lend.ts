@@ -8,8 +8,8 @@ import { patched, uuid4 } from '@temporalio/workflow';
 import { leaseConflict, invalidLease, type Lease, type Reservation, type ReservationLending } from '../../src/domain/lease';
 import { afterReclaim, isOpenLending, lendingDueMs, lendingReservations, lendRefusal, lentHostIds, MAX_OPEN_LENDINGS } from '../../src/domain/lending';
 import { reservationContext as context } from '../../src/domain/resource-plugin';
-import { LEASE_LENDING, RECLAIM_SOONER } from '../patches';
-import { looking, mustFinish, polling, quick } from './activity-options';
+import { LEASE_LENDING, LEND_AS_ACTIVITY, RECLAIM_SOONER } from '../patches';
+import { forLend, looking, mustFinish, polling, quick } from './activity-options';
 import { announce } from './announce';
 import type { LendRequest, ReclaimRequest } from './messages';
 import { asFailure } from './failures';
@@ -65,7 +65,9 @@ export async function lend(s: LeaseState, request: LendRequest): Promise<Lease> 
   validateLending(s, request); // again: the lease may have moved on while queued
   const reservation = s.lease.reservations.find((r) => r.id === request.reservationId)!;
   const lendingId = uuid4();
-  const lent = await quick.lendReservation({ ...context(s.lease, reservation), lendingId, count: request.count, untilMs: request.untilMs }).catch((err: unknown) => {
+  // A local activity's 20 s fit only small lends, and its timed-out attempt went on fencing beside its retry.
+  const lender = patched(LEND_AS_ACTIVITY.id) ? forLend(request.count) : quick;
+  const lent = await lender.lendReservation({ ...context(s.lease, reservation), lendingId, count: request.count, untilMs: request.untilMs }).catch((err: unknown) => {
     throw asFailure(err);
   });
   const lending: ReservationLending = {

@@ -164,6 +164,7 @@ export function physicalHostPlugin(deps: PhysicalHostDeps): ResourcePlugin<Physi
     hosts: (await bookedHosts(ctx)).map((h) => h.host),
     freepool,
     progress: ctx.reportProgress,
+    ...(ctx.signal ? { signal: ctx.signal } : {}),
   });
 
   /** The policy decided at booking (shown in the lease JSON), so a changed default does not change a booked lease. */
