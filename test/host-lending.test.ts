@@ -6,6 +6,7 @@
  * unborrowed hosts first, and the hosts come back once the borrowers are out; a lender's end takes
  * its hosts back; Blazar's error bodies for what cannot be lent.
  */
+import { ApplicationFailure } from '@temporalio/common';
 import { physicalHostPlugin } from '../src/resources/physical-host';
 import type { ResourcePlugin } from '../src/domain/resource-plugin';
 import type { PhysicalHostParams } from '../src/resources/physical-host/params';
@@ -45,11 +46,23 @@ describe('lending a lease\'s idle hosts', () => {
           if (ctx.reservation.params.preemptible && holdBorrowerEnds) await holdBorrowerEnds;
           return hosts.end(ctx);
         },
+        // While set, a lend's and a reclaim's answer is lost after they acted (their activity fails).
+        async lend(ctx, request) {
+          const lent = await hosts.lend!(ctx, request);
+          if (loseAnswers) throw ApplicationFailure.nonRetryable('the lend\'s answer was lost', 'LostAnswer');
+          return lent;
+        },
+        async reclaim(ctx, request) {
+          const taken = await hosts.reclaim!(ctx, request);
+          if (loseAnswers) throw ApplicationFailure.nonRetryable('the reclaim\'s answer was lost', 'LostAnswer');
+          return taken;
+        },
       };
       return [held];
     },
   }));
   let holdBorrowerEnds: Promise<void> | undefined;
+  let loseAnswers = false;
   const asA = apiClient(() => stack().url, { 'x-project-id': 'project-lender', 'x-user-id': 'alice', 'x-roles': 'member' });
   const asB = apiClient(() => stack().url, { 'x-project-id': 'project-borrower', 'x-user-id': 'bob', 'x-roles': 'member' });
   const inPool = (pool: string, fields: Record<string, unknown> = {}) => blazarHostReservation({ resource_properties: JSON.stringify(['==', '$pool', pool]), ...fields });
@@ -78,7 +91,7 @@ describe('lending a lease\'s idle hosts', () => {
   }
 
   beforeAll(async () => {
-    for (const [name, pool] of [['lend-1', 'lend'], ['lend-2', 'lend'], ['back-1', 'back'], ['part-1', 'part'], ['part-2', 'part'], ['del-1', 'del'], ['bad-1', 'bad'], ['evict-1', 'evict'], ['soon-1', 'soon']] as const) {
+    for (const [name, pool] of [['lend-1', 'lend'], ['lend-2', 'lend'], ['back-1', 'back'], ['part-1', 'part'], ['part-2', 'part'], ['del-1', 'del'], ['bad-1', 'bad'], ['evict-1', 'evict'], ['soon-1', 'soon'], ['lost-1', 'lost'], ['lost-2', 'lost']] as const) {
       await insertHost(stack().db.pool, { name, capabilities: { pool } });
     }
     for (const project of ['project-lender', 'project-borrower']) {
@@ -200,6 +213,31 @@ describe('lending a lease\'s idle hosts', () => {
     expect(returnOf(sooner.body.lease)).toBe(asInstant(soonerNeed));
     // The borrower is cut to the sooner need too.
     await eventually(async () => (endOf(await leaseOf(borrower.id, asB)) === asInstant(soonerNeed) ? true : undefined));
+  });
+
+  it('records a lend and a reclaim whose answers were lost after they acted: the lending as lent, its host as reclaiming', async () => {
+    const lender = await activeLease(asA, 'lender-lost', 2 * 3600, inPool('lost', { min: 2, max: 2 }));
+    const pool = stack().db.pool;
+    loseAnswers = true;
+    try {
+      const lent = await asA('POST', `/v1/leases/${lender.id}/lend`, { count: 1, until: inSeconds(3600) });
+      expect(lent.status).toBe(200);
+      const [lending] = lent.body.lease.reservations[0].lendings;
+      expect(lending).toMatchObject({ hosts: ['lost-1'], state: 'lent' });
+      // What the calendar lent under that lending id, no more.
+      expect((await pool.query('SELECT lending_id::text FROM host_lendings WHERE lease_id = $1', [lender.id])).rows).toEqual([{ lending_id: lending.id }]);
+
+      const borrower = await activeLease(asB, 'borrower-lost', 1800, inPool('lost', { preemptible: true }));
+      const reclaimed = await asA('POST', `/v1/leases/${lender.id}/reclaim`, {});
+      expect(reclaimed.status).toBe(200);
+      const [taken] = reclaimed.body.lease.reservations[0].lendings;
+      expect(taken).toMatchObject({ id: lending.id, hosts: ['lost-1'], state: 'reclaiming', borrowed: true });
+      // The cut stands, and the record says when the host is back: when the borrower's cut booking ends.
+      const { rows } = await pool.query<{ end_ms: number }>('SELECT (extract(epoch FROM upper(during)) * 1000)::float8 AS end_ms FROM host_allocations WHERE lease_id = $1', [borrower.id]);
+      expect(rows).toEqual([{ end_ms: Date.parse(`${String(taken.returns_at).slice(0, 19)}Z`) }]);
+    } finally {
+      loseAnswers = false;
+    }
   });
 
   it('a partial reclaim takes the unborrowed host first; the lender extends while lent but cannot shorten under a lending', async () => {

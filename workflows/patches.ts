@@ -226,6 +226,21 @@ export const LEND_AS_ACTIVITY = {
   note: 'retired by the common path (RETIREMENT) once no lend begun before the deploy can replay (a lend is answered within the REST call: hours after the deploy)',
 } as const satisfies WorkflowPatch;
 
+/**
+ * A lend or reclaim whose activity failed after it acted (its answer lost) is reconciled with the
+ * calendar (issue 43): what the lend request lent, by its lending id, is recorded as lent; hosts a
+ * reclaim took back are recorded as reclaiming; the update then answers the lease. Marked in the
+ * lend's and the reclaim's failure handlers (a refusal answers as before, unmarked).
+ */
+export const LENDING_RECONCILED = {
+  id: 'lending-reconciled',
+  workflowType: leaseWorkflowType,
+  introduced: '2026-11-28',
+  oldBranch: 'the failure was answered, whatever the calendar held: the record stayed behind it',
+  oldHistories: 'none: only a lend or reclaim whose activity failed reaches it, and no kept history has one',
+  note: 'retired by the common path (RETIREMENT) once no lease that lent before the deploy still runs',
+} as const satisfies WorkflowPatch;
+
 /** All of them, oldest first. */
 export const PATCHES: readonly WorkflowPatch[] = [
   RECORD_LOCALLY,
@@ -246,4 +261,5 @@ export const PATCHES: readonly WorkflowPatch[] = [
   LEASE_LENDING,
   RECLAIM_SOONER,
   LEND_AS_ACTIVITY,
+  LENDING_RECONCILED,
 ];

@@ -365,6 +365,10 @@ export interface ResourcePlugin<P = Record<string, unknown>> extends ResourceTyp
   lend?(ctx: HookContext<P>, request: LendHostsRequest): Promise<LentHosts>;
   /** Takes lent hosts back (see ReclaimHostsRequest); the leases cut are owed the news, and named for the caller to tell. */
   reclaim?(ctx: HookContext<P>, request: ReclaimHostsRequest): Promise<ReclaimedHosts>;
+  /** What the lend request `lendingId` lent, as `lend` answers it; undefined when it lent nothing (a lend whose answer was lost). */
+  lentBy?(ctx: HookContext<P>, lendingId: string): Promise<LentHosts | undefined>;
+  /** The reservation's hosts being reclaimed and not back yet, each with its return and whether borrowed (a reclaim whose answer was lost). */
+  reclaimingHosts?(ctx: HookContext<P>): Promise<ReclaimedHosts['hosts']>;
   /** How many hosts could be lent now (usable, not lent, running no server): the idle check's suggestion. */
   idleHosts?(ctx: HookContext<P>): Promise<number>;
   /** Whether no borrower lease runs on these lent hosts any more (its end done): they can come back. */

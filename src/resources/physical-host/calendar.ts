@@ -237,15 +237,17 @@ export class HostCalendar extends WholeResourceCalendar<HostRecord, BookedHost[]
         cut.length = 0;
         const open = await lockLendingsForReclaim(client, request.reservationId);
         const done = open.filter((g) => request.lentHostIds.includes(g.host_id) && g.reclaimed_ms !== null);
-        if (done.length > 0) {
-          const inside = await borrowersOfLendings(client, done.map((g) => g.id), false);
-          return done.map((g) => ({ hostId: g.host_id, returnsAtMs: g.end_ms, borrowed: inside.some((b) => b.lending_row_id === g.id) }));
-        }
+        if (done.length > 0) return asReclaimed(client, done);
         return (await this.reclaimIn(client, request, cut)).map((h) => ({ hostId: h.hostId, returnsAtMs: h.returnsAtMs, borrowed: h.borrowedMs > 0 }));
       },
       { retryOn: isDeadlockOrSerialization },
     );
     return { hosts, cut: [...cut] };
+  }
+
+  /** The reservation's lent hosts being reclaimed and not back yet, as a reclaim answers them (a reclaim whose answer was lost). */
+  async reclaimingHosts(reservationId: string): Promise<Array<{ hostId: string; returnsAtMs: number; borrowed: boolean }>> {
+    return asReclaimed(this.pool, (await openLendingsOf(this.pool, reservationId)).filter((g) => g.reclaimed_ms !== null));
   }
 
   /** Whether no borrower lease that began on these lent hosts of the reservation is still to end. */
@@ -671,6 +673,12 @@ export class HostCalendar extends WholeResourceCalendar<HostRecord, BookedHost[]
     seen.set(queries, matching);
   }
 
+}
+
+/** Reclaimed lendings as a reclaim answers them: each host, its return, and whether a borrower is inside. */
+async function asReclaimed(db: Pool | PoolClient, lendings: HostLending[]): Promise<Array<{ hostId: string; returnsAtMs: number; borrowed: boolean }>> {
+  const inside = await borrowersOfLendings(db, lendings.map((g) => g.id), false);
+  return lendings.map((g) => ({ hostId: g.host_id, returnsAtMs: g.end_ms, borrowed: inside.some((b) => b.lending_row_id === g.id) }));
 }
 
 /** Identifies one booking request of a lease: its window and its host reservations' parameters. */
