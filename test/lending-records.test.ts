@@ -6,6 +6,7 @@ import type { Lease, ReservationLending } from '../src/domain/lease';
 import { afterReclaim, lendingDueMs, lendRefusal, lentHostIds, withLendingsReturned } from '../src/domain/lending';
 import { defaultReclaimNeed } from '../src/domain/preemption';
 import { pendingReservation } from '../dev-stack/fixtures/builders';
+import { lendTimeoutMs } from '../workflows/lease/activity-options';
 
 const lending = (fields: Partial<ReservationLending> = {}): ReservationLending => ({
   id: 'lend-1', hosts: ['h-1', 'h-2', 'h-3'], hostIds: ['1', '2', '3'], lentAtMs: 1_000, untilMs: 9_000, state: 'lent', borrowed: false, ...fields,
@@ -64,5 +65,16 @@ describe('a lease\'s lendings', () => {
     expect(defaultReclaimNeed(now, 15_000)).toBe(Date.UTC(2026, 10, 28, 12, 0, 18));
     expect(defaultReclaimNeed(now, 10 * 60_000)).toBe(Date.UTC(2026, 10, 28, 12, 10, 6));
     expect(defaultReclaimNeed(Date.UTC(2026, 10, 28, 12), 60_000)).toBe(Date.UTC(2026, 10, 28, 12, 1, 5));
+  });
+});
+
+describe('a lend\'s time (workflows/lease/activity-options.ts)', () => {
+  it('grows by the same step for each host asked, and is bounded however many are asked', () => {
+    const step = lendTimeoutMs(2) - lendTimeoutMs(1);
+    expect(step).toBeGreaterThan(0);
+    expect(lendTimeoutMs(50) - lendTimeoutMs(49)).toBe(step);
+    expect(lendTimeoutMs(1)).toBeGreaterThan(step); // room for the lend's own reads and writes besides its hosts
+    expect(lendTimeoutMs(1_000)).toBe(lendTimeoutMs(1_000_000));
+    expect(lendTimeoutMs(1_000)).toBeLessThanOrEqual(3_600_000);
   });
 });

@@ -78,6 +78,11 @@ export type ReportProgress = (details?: Record<string, unknown>) => void;
  */
 export interface HookContext<P = Record<string, unknown>> extends ReservationContext<P> {
   reportProgress: ReportProgress;
+  /**
+   * Aborted once the attempt running the hook was given up on (timed out, cancelled): a hook that
+   * loops over hosts stops between them, so that it does not go on beside its retry. None: never.
+   */
+  signal?: AbortSignal;
   /** Where another reservation of the lease is, asked of its own resource type (no hosts: a type without placement). */
   placementOf(reservationId: string): Promise<ReservationPlacement>;
   /** Tells the lease's listeners (webhooks, oslo.messaging) something about this reservation; best effort, never fails the hook. */
@@ -360,6 +365,10 @@ export interface ResourcePlugin<P = Record<string, unknown>> extends ResourceTyp
   lend?(ctx: HookContext<P>, request: LendHostsRequest): Promise<LentHosts>;
   /** Takes lent hosts back (see ReclaimHostsRequest); the leases cut are owed the news, and named for the caller to tell. */
   reclaim?(ctx: HookContext<P>, request: ReclaimHostsRequest): Promise<ReclaimedHosts>;
+  /** What the lend request `lendingId` lent, as `lend` answers it; undefined when it lent nothing (a lend whose answer was lost). */
+  lentBy?(ctx: HookContext<P>, lendingId: string): Promise<LentHosts | undefined>;
+  /** The reservation's hosts being reclaimed and not back yet, each with its return and whether borrowed (a reclaim whose answer was lost). */
+  reclaimingHosts?(ctx: HookContext<P>): Promise<ReclaimedHosts['hosts']>;
   /** How many hosts could be lent now (usable, not lent, running no server): the idle check's suggestion. */
   idleHosts?(ctx: HookContext<P>): Promise<number>;
   /** Whether no borrower lease runs on these lent hosts any more (its end done): they can come back. */
