@@ -293,9 +293,10 @@ export interface LendHostsRequest {
   untilMs: number;
 }
 
-/** What a lend lent: the hosts (id, name) from `lentAtMs`. */
+/** What a lend lent: the hosts (id, name) from `lentAtMs`; a slot lend, its lending rows (one per host: id, the host's name) and the slots lent on each. */
 export interface LentHosts {
   hosts: Array<{ id: string; name: string }>;
+  slots?: number[];
   lentAtMs: number;
 }
 

@@ -1,12 +1,12 @@
 /**
- * Lending (issue 43): the owner of an active host lease lends idle hosts to preemptible leases until
- * a time (lend), takes them back with the preemption warning (reclaim), and the active loop brings
+ * Lending (issue 43): the owner of an active host or instance lease lends idle hosts or slots to
+ * preemptible leases until a time (lend), takes them back with the preemption warning (reclaim), and the active loop brings
  * them back into the lease when their lending ends or their reclaim's return comes (returnLent).
  * The reservation's `lendings` record each request; the calendar keeps the borrowers inside.
  */
 import { patched, uuid4 } from '@temporalio/workflow';
 import { leaseConflict, invalidLease, type Lease, type Reservation, type ReservationLending } from '../../src/domain/lease';
-import { afterReclaim, isOpenLending, lendingDueMs, lendingReservations, lendRefusal, lentHostIds, MAX_OPEN_LENDINGS } from '../../src/domain/lending';
+import { afterReclaim, isOpenLending, lendingDueMs, lendingReservations, lendRefusal, lentCount, lentHostIds, MAX_OPEN_LENDINGS } from '../../src/domain/lending';
 import { reservationContext as context } from '../../src/domain/resource-plugin';
 import { LEASE_LENDING } from '../patches';
 import { looking, mustFinish, polling, quick } from './activity-options';
@@ -32,9 +32,9 @@ export function validateLending(s: LeaseState, request: LendRequest): void {
 /** The reclaim update's validator: something lent and not being reclaimed, at least `count` hosts of it. */
 export function validateReclaim(s: LeaseState, request: ReclaimRequest): void {
   const reservation = lendingReservation(s, request.reservationId);
-  const lent = lentHostIds(reservation).length;
-  if (lent === 0) throw leaseConflict(`Reservation ${reservation.id} lends no host now: nothing to reclaim.`);
-  if (request.count !== undefined && request.count > lent) throw leaseConflict(`Reservation ${reservation.id} lends ${lent} host(s) now: cannot reclaim ${request.count}.`);
+  const { count: lent, unit } = lentCount(reservation);
+  if (lent === 0) throw leaseConflict(`Reservation ${reservation.id} lends no ${unit} now: nothing to reclaim.`);
+  if (request.count !== undefined && request.count > lent) throw leaseConflict(`Reservation ${reservation.id} lends ${lent} ${unit}(s) now: cannot reclaim ${request.count}.`);
   if (request.neededFromMs !== undefined && request.neededFromMs > s.lease.endMs) throw invalidLease('needed_at: expected no later than the lease\'s end');
 }
 
@@ -61,6 +61,7 @@ export async function lend(s: LeaseState, request: LendRequest): Promise<Lease> 
     id: lendingId,
     hosts: lent.hosts.map((h) => h.name),
     hostIds: lent.hosts.map((h) => h.id),
+    ...(lent.slots ? { slots: lent.slots } : {}),
     lentAtMs: lent.lentAtMs,
     untilMs: request.untilMs,
     state: 'lent',
