@@ -24,7 +24,7 @@ const WARNING_SECONDS = 60;
 const EVICTION_SECONDS = 5;
 // Each host takes 2 slots of 4 vCPUs.
 const CAPACITY = { VCPU: 8, MEMORY_MB: 16_384, DISK_GB: 100 };
-const POOLS = ['lend', 'back', 'bad'] as const;
+const POOLS = ['lend', 'back', 'del', 'bad'] as const;
 
 describe('lending an instance lease\'s idle slots', () => {
   let receiver: WebhookReceiver;
@@ -153,6 +153,18 @@ describe('lending an instance lease\'s idle slots', () => {
     expect(row.borrowed_ms).toBeGreaterThan(0);
     // Back with the lessee: idle again, so lent again.
     expect((await asA('POST', `/v1/leases/${lender.id}/lend`, { count: 2, until: inSeconds(3600) })).status).toBe(200);
+  });
+
+  it('a lender deleted while lending warns its borrower as reclaimed, and the slot is free once the borrower is out', async () => {
+    const lender = await activeLease(asA, 'slot-lender-del', 2 * 3600, slotsIn('del', { amount: 2 }));
+    expect((await asA('POST', `/v1/leases/${lender.id}/lend`, { count: 1, until: inSeconds(3600) })).status).toBe(200);
+    const borrower = await activeLease(asB, 'slot-borrower-del', 1800, slotsIn('del', { preemptible: true }));
+    expect((await asA('DELETE', `/v1/leases/${lender.id}`)).status).toBe(204);
+    const notice = await eventually(() => Promise.resolve(noticesOf(borrower.id, 'lease.preempting')[0]));
+    expect(notice.body.payload.reason).toMatch(/^reclaimed: /);
+    await eventually(async () => ((await leaseOf(borrower.id, asB)).status === 'TERMINATED' ? true : undefined));
+    expect((await lendingRowsOf(lender.id)).map((g) => g.returned_ms !== null)).toEqual([true]);
+    expect((await asB('POST', '/v1/leases', { name: 'after-del', start_date: 'now', end_date: inSeconds(1800), reservations: [slotsIn('del', { amount: 2 })] })).status).toBe(201);
   });
 
   it('answers what cannot be lent or reclaimed with Blazar\'s error bodies', async () => {
