@@ -151,6 +151,12 @@ describe('lending an instance lease\'s idle slots', () => {
     expect(row.slots).toBe(2);
     expect(row.returned_ms).toBeGreaterThanOrEqual(ended.events.find((e) => e.event_type === 'end_lease')!.finishedAt!);
     expect(row.borrowed_ms).toBeGreaterThan(0);
+    // The lender's usage: the lent slots' vCPU and memory hours, and a credit for the borrowed slot-time at the factor (4 vCPUs a slot).
+    const report = (await asA('GET', `/v1/usage?group_by=resource_type&from=${encodeURIComponent(inSeconds(-3600))}&to=${encodeURIComponent(inSeconds(3600))}`)).body.usage;
+    const instances = report.groups.find((g: { resource_type: string }) => g.resource_type === 'virtual:instance');
+    expect(instances.lent).toEqual({ host_hours: 0, vcpu_hours: expect.any(Number), memory_gb_hours: expect.any(Number), disk_gb_hours: expect.any(Number) });
+    expect(instances.lent.vcpu_hours).toBeGreaterThan(0);
+    expect(instances.borrowed_credit?.vcpu_hours ?? 0).toBeCloseTo((row.borrowed_ms! * 4 * report.preemptible_charge_factor) / 3_600_000, 3);
     // Back with the lessee: idle again, so lent again.
     expect((await asA('POST', `/v1/leases/${lender.id}/lend`, { count: 2, until: inSeconds(3600) })).status).toBe(200);
   });

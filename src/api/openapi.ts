@@ -305,7 +305,12 @@ const chargedUsage = z.strictObject({ booked: usageFigures, used: usageFigures }
 const preemptibleUsage = z
   .strictObject({ booked: usageFigures, used: usageFigures, leases: z.number().int().min(0).describe('distinct leases with preemptible time in the group') })
   .describe('the preemptible part of booked and used (borrowed time), in full');
-const lentUsage = z.strictObject({ host_hours: z.number().min(0) }).describe("host-hours the group's leases lent (issue 43), from lent until back; only in groups that lent");
+const lentUsage = z
+  .strictObject({ host_hours: z.number().min(0), ...Object.fromEntries(FIGURE_NAMES.filter((f) => f !== 'host_hours').map((f) => [f, z.number().min(0).optional()])) })
+  .describe("host-hours the group's leases lent (issue 43), from lent until back, and the vCPU, memory and disk hours of the instance slots they lent (when not zero); only in groups that lent");
+const slotCredit = z
+  .strictObject(Object.fromEntries(FIGURE_NAMES.map((f) => [f, z.number().min(0).optional()])))
+  .describe("borrowed hours of the group's lent instance slots back in the window, per figure, times preemptible_charge_factor: taken off those charged figures (never below 0); only in groups whose lent slots were borrowed");
 const borrowedCredit = z.number().min(0).describe("borrowed host-hours of the group's lendings back in the window, times preemptible_charge_factor: taken off charged host_hours (never below 0); only in groups that lent");
 const usageReport = z.strictObject({
   usage: z.strictObject({
@@ -325,9 +330,10 @@ const usageReport = z.strictObject({
         leases: z.number().int().min(0).describe('distinct leases booked or used within the group'),
         lent: lentUsage.optional(),
         borrowed_credit_hours: borrowedCredit.optional(),
+        borrowed_credit: slotCredit.optional(),
       }),
     ),
-    total: z.strictObject({ booked: usageFigures, used: usageFigures, charged: chargedUsage, preemptible: preemptibleUsage, leases: z.number().int().min(0), lent: lentUsage.optional(), borrowed_credit_hours: borrowedCredit.optional() }),
+    total: z.strictObject({ booked: usageFigures, used: usageFigures, charged: chargedUsage, preemptible: preemptibleUsage, leases: z.number().int().min(0), lent: lentUsage.optional(), borrowed_credit_hours: borrowedCredit.optional(), borrowed_credit: slotCredit.optional() }),
   }),
 }).openapi('Usage');
 
