@@ -1,13 +1,15 @@
 /**
  * Lending a running instance lease's idle slot in Nova and Placement (issue 43): project A's
  * `virtual:instance` lease holds the host's 2 slots and runs a server on one; a lend of both is
- * refused (1 idle) and A's inventory stays 2; a lend of one lowers it to 1 (the drift check expects
- * that); project B's preemptible lease borrows the lent slot and boots a server of its flavor; A
- * reclaims: B hears `lease.preempting` at least the warning ahead, as reclaimed, its server is gone
+ * refused (1 idle) and A's inventory stays 2; a lend of one lowers it to 1 (the drift check
+ * expects that, and a heal keeps it); project B's preemptible lease borrows the lent slot and boots
+ * a server of its flavor; A reclaims: B hears `lease.preempting` at least the warning ahead, as reclaimed, its server is gone
  * by the return, A's inventory is back to 2, and A boots a second server.
  */
 import { KeystoneSession, NotFoundError, serverHost, type OpenStackClients, type Server } from '../../src/openstack';
 import { parseRequestDate } from '../../src/domain/dates';
+import { findLease } from '../../src/db/leases';
+import { reservationContext, typedContext } from '../../src/domain/resource-plugin';
 import { virtualInstancePlugin } from '../../src/resources/virtual-instance';
 import { reservationProviderName, reservationResourceClass } from '../../src/resources/virtual-instance/nova-resources';
 import { enrolHost } from '../../dev-stack/fixtures/hosts';
@@ -119,6 +121,11 @@ describe('lending an instance lease\'s idle slot in Nova and Placement', () => {
     const first = await drift.checkDrift!({}, 'repair');
     const second = await drift.checkDrift!(first.seen, 'repair');
     expect([first.seen[`slots:${lenderReservation}`], second.repaired, second.reported]).toEqual([undefined, [], []]);
+    expect(await inventoryOf(lenderReservation)).toBe(1);
+    // Nor does a heal (it writes the inventory to match the booking) put the lent slot back.
+    const stored = (await findLease(stack().db.pool, lenderId))!;
+    const healing = { ...reservationContext(stored, stored.reservations[0]), reportProgress: () => undefined, placementOf: () => Promise.resolve({ hosts: [] }), announce: () => Promise.resolve() };
+    await drift.heal!(typedContext(drift, healing));
     expect(await inventoryOf(lenderReservation)).toBe(1);
 
     // B's preemptible lease borrows the lent slot (the host has no other room) and runs a server of its flavor there.
