@@ -291,22 +291,23 @@ export interface HoldOutcome {
   allocation?: Record<string, unknown>;
 }
 
-/** A lend request (issue 43): how many hosts, until when; its id makes a retry find what it lent. */
+/** A lend request (issue 43): how many hosts (or slots), until when; its id makes a retry find what it lent. */
 export interface LendHostsRequest {
   lendingId: string;
   count: number;
   untilMs: number;
 }
 
-/** What a lend lent: the hosts (id, name) from `lentAtMs`. */
+/** What a lend lent: the hosts (id, name) from `lentAtMs`; a slot lend, its lending rows (one per host: id, the host's name) and the slots lent on each. */
 export interface LentHosts {
   hosts: Array<{ id: string; name: string }>;
+  slots?: number[];
   lentAtMs: number;
 }
 
 /**
- * A reclaim (issue 43): `count` lent hosts (all when absent), needed from `neededFromMs`. `lentHostIds`:
- * the hosts the lease records as lent and not reclaimed; one of them found reclaimed already means a
+ * A reclaim (issue 43): `count` lent hosts or slots (all when absent), needed from `neededFromMs`. `lentHostIds`:
+ * the hosts (a slot lending's rows) the lease records as lent and not reclaimed; one of them found reclaimed already means a
  * retry of this same reclaim (the lease's lock lets one reclaim through at a time): answered as it was.
  */
 export interface ReclaimHostsRequest {
@@ -359,7 +360,7 @@ export interface ResourcePlugin<P = Record<string, unknown>> extends ResourceTyp
    */
   inUse?(ctx: HookContext<P>): Promise<boolean | undefined>;
   /**
-   * Lending (issue 43): lends `count` idle hosts of an active reservation to preemptible leases until
+   * Lending (issue 43): lends `count` idle hosts (or slots) of an active reservation to preemptible leases until
    * `untilMs` (409 with `idle` when fewer are idle), idempotent by `lendingId`. Types without it cannot lend.
    */
   lend?(ctx: HookContext<P>, request: LendHostsRequest): Promise<LentHosts>;

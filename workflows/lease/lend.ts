@@ -1,12 +1,12 @@
 /**
- * Lending (issue 43): the owner of an active host lease lends idle hosts to preemptible leases until
- * a time (lend), takes them back with the preemption warning (reclaim), and the active loop brings
+ * Lending (issue 43): the owner of an active host or instance lease lends idle hosts or slots to
+ * preemptible leases until a time (lend), takes them back with the preemption warning (reclaim), and the active loop brings
  * them back into the lease when their lending ends or their reclaim's return comes (returnLent).
  * The reservation's `lendings` record each request; the calendar keeps the borrowers inside.
  */
 import { isCancellation, log, patched, uuid4 } from '@temporalio/workflow';
 import { leaseConflict, invalidLease, LeaseErrorType, type Lease, type Reservation, type ReservationLending } from '../../src/domain/lease';
-import { afterReclaim, isOpenLending, lendingDueMs, lendingReservations, lendRefusal, lentHostIds, MAX_OPEN_LENDINGS } from '../../src/domain/lending';
+import { afterReclaim, isOpenLending, lendingDueMs, lendingReservations, lendRefusal, lentCount, lentHostIds, MAX_OPEN_LENDINGS } from '../../src/domain/lending';
 import { reservationContext as context } from '../../src/domain/resource-plugin';
 import { LEASE_LENDING, LEND_AS_ACTIVITY, LENDING_RECONCILED, RECLAIM_SOONER } from '../patches';
 import { forLend, looking, mustFinish, polling, quick, recording } from './activity-options';
@@ -36,9 +36,9 @@ export function validateLending(s: LeaseState, request: LendRequest): void {
  */
 export function validateReclaim(s: LeaseState, request: ReclaimRequest, soonerAllowed = true): void {
   const reservation = lendingReservation(s, request.reservationId);
-  const lent = lentHostIds(reservation).length;
-  if (lent === 0 && !(soonerAllowed && bringsReclaimingSooner(reservation, request))) throw leaseConflict(`Reservation ${reservation.id} lends no host now: nothing to reclaim.`);
-  if (request.count !== undefined && request.count > lent) throw leaseConflict(`Reservation ${reservation.id} lends ${lent} host(s) now: cannot reclaim ${request.count}.`);
+  const { count: lent, unit } = lentCount(reservation);
+  if (lent === 0 && !(soonerAllowed && bringsReclaimingSooner(reservation, request))) throw leaseConflict(`Reservation ${reservation.id} lends no ${unit} now: nothing to reclaim.`);
+  if (request.count !== undefined && request.count > lent) throw leaseConflict(`Reservation ${reservation.id} lends ${lent} ${unit}(s) now: cannot reclaim ${request.count}.`);
   if (request.neededFromMs !== undefined && request.neededFromMs > s.lease.endMs) throw invalidLease('needed_at: expected no later than the lease\'s end');
 }
 
@@ -81,6 +81,7 @@ export async function lend(s: LeaseState, request: LendRequest): Promise<Lease> 
     id: lendingId,
     hosts: lent.hosts.map((h) => h.name),
     hostIds: lent.hosts.map((h) => h.id),
+    ...(lent.slots ? { slots: lent.slots } : {}),
     lentAtMs: lent.lentAtMs,
     untilMs: request.untilMs,
     state: 'lent',
