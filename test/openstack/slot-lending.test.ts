@@ -6,8 +6,7 @@
  * a server of its flavor; A reclaims: B hears `lease.preempting` at least the warning ahead, as reclaimed, its server is gone
  * by the return, A's inventory is back to 2, and A boots a second server.
  */
-import { KeystoneSession, NotFoundError, serverHost, type OpenStackClients, type Server } from '../../src/openstack';
-import { parseRequestDate } from '../../src/domain/dates';
+import { NotFoundError, serverHost, type OpenStackClients, type Server } from '../../src/openstack';
 import { findLease } from '../../src/db/leases';
 import { reservationContext, typedContext } from '../../src/domain/resource-plugin';
 import { virtualInstancePlugin } from '../../src/resources/virtual-instance';
@@ -15,29 +14,13 @@ import { reservationProviderName, reservationResourceClass } from '../../src/res
 import { enrolHost } from '../../dev-stack/fixtures/hosts';
 import { apiClient, deleteAllLeases, eventually, inSeconds, useTestStack } from '../../dev-stack/stack';
 import { startWebhookReceiver, type WebhookReceiver } from '../support/notice-receiver';
-import { bootServer, deleteAggregateNamed, deleteServers, rigClients, rigCredentials, uniqueName, type RigCloud } from './support';
+import { type Api, bootServer, deleteAggregateNamed, deleteServers, instant, leaseAs, projectIdOf, rigClients, uniqueName, untilStatus } from './support';
 
 const HOST = 'fake-1';
 const WARNING_MINUTES = 0.25;
 /** A slot of 5000 MB: the fake host's memory (8192 MB, 512 reserved, at Placement's ratio of 1.5) holds two, so B's fits only in A's lent one. */
 const SLOT = { resource_type: 'virtual:instance', vcpus: 1, memory_mb: 5000, disk_gb: 1, affinity: null };
 
-type Api = ReturnType<typeof apiClient>;
-const projectIdOf = async (cloud: RigCloud) => (await new KeystoneSession({ credentials: rigCredentials(cloud) }).authenticate()).projectId;
-const leaseAs = async (as: Api, id: string) => (await as('GET', `/v1/leases/${id}`)).body.lease;
-const untilStatus = (as: Api, id: string, status: string, timeoutMs: number) => {
-  let last: Awaited<ReturnType<typeof leaseAs>>;
-  return eventually(
-    async () => {
-      last = await leaseAs(as, id);
-      return last?.status === status ? last : undefined;
-    },
-    timeoutMs,
-    250,
-    () => `lease ${id} not ${status} but ${last?.status} (${last?.status_reason})`,
-  );
-};
-const instant = (date: string) => parseRequestDate(date)!;
 
 describe('lending an instance lease\'s idle slot in Nova and Placement', () => {
   const admin = rigClients('leasekeeper-admin');
