@@ -223,6 +223,31 @@ describe('preemptible instance slots', () => {
     await expect(down.beforeAdmission!()).rejects.toThrow(/Service Unavailable/);
   });
 
+  it('a regular ask\'s search (offers, the 409\'s later fit) counts preemptible slots as free, as its admission does; a preemptible ask\'s does not', async () => {
+    // Every slot of both hosts is a preemptible lease's until T0 + 4 h.
+    await book(ctxFor(instances({ amount: 8, preemptible: true }), T0, T0 + 4 * H));
+    const searchFor = async (reservation: Reservation) => {
+      const ctx = ctxFor(reservation, T0 + H, T0 + 2 * H);
+      return slots.search([{ reservation, spec: await specOf(ctx) }], T0 + H, H, 0);
+    };
+    expect(await searchFor(instances({ amount: 2 }))).toMatchObject({ earliest: T0 + H });
+    expect(await searchFor(instances({ amount: 2, preemptible: true }))).toMatchObject({ earliest: T0 + 4 * H });
+    // The admission agrees: the regular ask fits there by a cut.
+    const cut: string[] = [];
+    expect(await admit(ctxFor(instances({ amount: 2 }), T0 + H, T0 + 2 * H), true, cut)).toEqual([expect.objectContaining({ slots: 2 })]);
+    expect(cut).toHaveLength(1);
+  });
+
+  it('a regular ask refused though it may cut is told a later fit that counts preemptible slots as free, only then', async () => {
+    // Every slot is a regular lease's until T0 + 4 h, then a preemptible lease's until T0 + 6 h.
+    await book(ctxFor(instances({ amount: 8 }), T0, T0 + 4 * H));
+    await book(ctxFor(instances({ amount: 8, preemptible: true }), T0 + 4 * H, T0 + 6 * H));
+    const fitsFrom = (ms: number) => ({ type: 'LeaseConflict', message: expect.stringContaining(`fits from ${formatRequestDate(ms)}`) });
+    await expect(admit(ctxFor(instances({ amount: 2 }), T0 + H, T0 + 2 * H))).rejects.toMatchObject(fitsFrom(T0 + 4 * H));
+    // The workflow's booking never cuts: its later fit is after the preemptible lease.
+    await expect(book(ctxFor(instances({ amount: 2 }), T0 + H, T0 + 2 * H))).rejects.toMatchObject(fitsFrom(T0 + 6 * H));
+  });
+
   it('a preemptible slot lease cut by a concurrent admission after the first read is capacity, not a refusal', async () => {
     const lent = ctxFor(instances({ amount: 4, preemptible: true }), T0, T0 + 4 * H);
     await book(lent);

@@ -374,9 +374,11 @@ export class InstanceSlotCalendar implements Calendar<InstanceCalendarTypes> {
       const candidates = await this.candidates(this.pool, spec);
       const request: SlotRequest = { slot: spec.slot, amount: spec.amount, affinity: spec.affinity };
       // Only a preemptible ask where something is lent sees lendings (and bypasses the shared reads below).
-      const borrows = isPreemptibleReservation(reservation) && (await anyBorrowableSlotLending(this.pool, candidates.map((c) => c.provider.uuid), start - leadMs));
+      const preemptible = isPreemptibleReservation(reservation);
+      const borrows = preemptible && (await anyBorrowableSlotLending(this.pool, candidates.map((c) => c.provider.uuid), start - leadMs));
+      // A regular ask counts preemptible slots as free (issue 43), as admission may cut them and the host calendar's search does.
       const read = async (until: number | null) => {
-        const calendar = await this.snapshot(this.pool, candidates, start - leadMs, until, reservation.id);
+        const calendar = await this.snapshot(this.pool, candidates, start - leadMs, until, reservation.id, !preemptible);
         return borrows ? withLent(calendar, await this.lentView(this.pool, candidates, start - leadMs, until, reservation.id, false)) : calendar;
       };
       // A preemptible ask's pseudo-hosts end at their lendings' ends: never narrowed from a wider read.
@@ -384,7 +386,7 @@ export class InstanceSlotCalendar implements Calendar<InstanceCalendarTypes> {
       // Within one request (offers), a read of a wider window answers for this one (SearchReads).
       const snapshot = !reads
         ? read
-        : (until: number | null) => reads.read(`slots:${reservation.id}:${candidates.map((c) => c.provider.uuid).join(',')}`, start - leadMs, until, () => read(until), (wider) => narrowSlotCalendar(wider, start - leadMs, until));
+        : (until: number | null) => reads.read(`slots:${reservation.id}:${preemptible ? 'preemptible' : 'regular'}:${candidates.map((c) => c.provider.uuid).join(',')}`, start - leadMs, until, () => read(until), (wider) => narrowSlotCalendar(wider, start - leadMs, until));
       const fit = await slotFitNearFirst(snapshot, request, start, durationMs, leadMs, limits);
       result = {
         earliest: result.earliest === undefined || fit.earliest === undefined ? undefined : Math.max(result.earliest, fit.earliest),
@@ -434,7 +436,7 @@ export class InstanceSlotCalendar implements Calendar<InstanceCalendarTypes> {
     const lent = !placed && borrow ? await this.lentView(client, candidates, from, ctx.endMs, ctx.reservation.id, true) : undefined;
     if (lent && lent.hosts.length > 0) placed = placeSlots(request, onePerRealHost(request, withLent(calendar, lent), lent, from, ctx.endMs), from, ctx.endMs, { held });
     placed ??= cut ? await this.placePreempting(client, ctx, request, candidates, cut) : undefined;
-    if (!placed) throw await this.explainShortage(client, ctx, candidates, request);
+    if (!placed) throw await this.explainShortage(client, ctx, candidates, request, cut !== undefined);
     const booked = await this.insert(client, ctx, candidates, placed, request.slot, from, new Set(), key, lent?.lendings);
     // The backstop of the lendings' sums (no constraint can hold them): never more borrowed at once than lent.
     const over = await lendingsOverAmounts(client, [...placed.keys()].filter((id) => lent?.lendings.has(id)).map((id) => lent!.lendings.get(id)!.lending.id));
@@ -715,10 +717,13 @@ export class InstanceSlotCalendar implements Calendar<InstanceCalendarTypes> {
     return live.map((l) => ({ hostId: l.hostId, hypervisorHostname: l.name, computeHost: l.computeHost, providerUuid: l.providerUuid, slots: l.slots }));
   }
 
-  /** 409 that says what is short, when the same request would fit, and how long from the asked start. */
-  async explainShortage(client: Pool | PoolClient, ctx: ReservationContext, candidates: Candidate[], request: SlotRequest): Promise<Error> {
+  /**
+   * 409 that says what is short, when the same request would fit, and how long from the asked start;
+   * `preemptibleFree`: counting preemptible slots as free, where this booking could cut them (issue 43).
+   */
+  async explainShortage(client: Pool | PoolClient, ctx: ReservationContext, candidates: Candidate[], request: SlotRequest, preemptibleFree = false): Promise<Error> {
     const lead = ctx.provisioningLeadMs;
-    const future = await this.snapshot(client, candidates, ctx.startMs - lead, null, ctx.reservation.id);
+    const future = await this.snapshot(client, candidates, ctx.startMs - lead, null, ctx.reservation.id, preemptibleFree);
     const from = ctx.startMs - lead;
     const free = candidates.map((c) => freeSlots(slotHost(c), future, request.slot, from, ctx.endMs));
     const what = [
