@@ -11,6 +11,7 @@ import { placePreempting, type PreemptibleSlotLease, type SlotCalendar } from '.
 import type { Reservation } from '../src/domain/lease';
 import type { ReservationContext } from '../src/domain/resource-plugin';
 import { syncCapacityProviders } from '../src/db/quantity-allocations';
+import * as hostAllocations from '../src/db/host-allocations';
 import { findLease, findPredecessors } from '../src/db/leases';
 import { HostCalendar } from '../src/resources/physical-host/calendar';
 import { physicalHostParams } from '../src/resources/physical-host/params';
@@ -246,6 +247,73 @@ describe('preemptible instance slots', () => {
     await expect(admit(ctxFor(instances({ amount: 2 }), T0 + H, T0 + 2 * H))).rejects.toMatchObject(fitsFrom(T0 + 4 * H));
     // The workflow's booking never cuts: its later fit is after the preemptible lease.
     await expect(book(ctxFor(instances({ amount: 2 }), T0 + H, T0 + 2 * H))).rejects.toMatchObject(fitsFrom(T0 + 6 * H));
+  });
+
+  describe('a whole host booked while a regular slot admission reads (the reads that disagree, as mended for hosts)', () => {
+    const hostOf = async (leaseId: string) => (await database().pool.query<{ host_id: string }>('SELECT DISTINCT host_id::text FROM host_allocations WHERE lease_id = $1', [leaseId])).rows.map((r) => r.host_id);
+    const wholeHost = (preemptible: boolean, startMs: number, endMs: number) => {
+      const reservation = pendingReservation('physical:host', physicalHostParams.parse({ min: 1, max: 1, hypervisor_properties: '', resource_properties: '', preemptible }));
+      return reservationContext({ reservation, leaseReservations: [reservation], startMs, endMs });
+    };
+    /**
+     * node-1 full of regular slots; node-2 of a regular lease that leaves just before the choice's
+     * read without preemptible bookings (the admission needs a cut at its first read, and fits in
+     * free room at that one); `meanwhile` books a whole host at the step named.
+     */
+    const racing = async (at: 'before the locked reads' | 'after the locked reads', meanwhile: () => Promise<unknown>) => {
+      await book(ctxFor(instances({ amount: 4 }), T0, T0 + 4 * H));
+      const leaving = ctxFor(instances({ amount: 4 }), T0, T0 + 4 * H);
+      await book(leaving);
+      const read = slots.snapshot.bind(slots);
+      const snapshots = jest.spyOn(slots, 'snapshot').mockImplementation(async (...args) => {
+        if (args[5] !== true) return read(...args);
+        await slots.release(leaving.reservation.id, false);
+        const seen = await read(...args);
+        if (at === 'before the locked reads') await meanwhile();
+        return seen;
+      });
+      const lockedRead = hostAllocations.preemptibleBookingsOverlapping;
+      const lockedReads = jest.spyOn(hostAllocations, 'preemptibleBookingsOverlapping').mockImplementation(async (...args) => {
+        const rows = await lockedRead(...args);
+        if (at === 'after the locked reads') await meanwhile();
+        return rows;
+      });
+      let attempts = 0;
+      const cut: string[] = [];
+      const needing = ctxFor(instances({ amount: 2 }), T0 + H, T0 + 2 * H);
+      try {
+        const spec = await specOf(needing);
+        const placed = await bookInTransaction(database().pool, (client) => {
+          attempts += 1;
+          // Once: the race is the first attempt's.
+          if (attempts > 1) [snapshots, lockedReads].forEach((spy) => spy.mockRestore());
+          return slots.bookWithin(client, needing, spec, { preempt: true, cut });
+        }, { retryExclusion: true });
+        return { placed, attempts, cut, needing };
+      } finally {
+        snapshots.mockRestore();
+        lockedReads.mockRestore();
+      }
+    };
+
+    it('a preemptible one committed between the reads is cut, after the transaction runs again if it came after the locked reads, never a refusal', async () => {
+      for (const at of ['before the locked reads', 'after the locked reads'] as const) {
+        await database().pool.query('TRUNCATE host_allocations, quantity_allocations, lease_preemptions RESTART IDENTITY CASCADE');
+        const landing = wholeHost(true, T0, T0 + 4 * H);
+        const { placed, attempts, cut, needing } = await racing(at, () => hosts.book(landing));
+        expect([at, placed, attempts, cut]).toEqual([at, [expect.objectContaining({ hostId: '2', slots: 2 })], at === 'before the locked reads' ? 1 : 2, [landing.leaseId]]);
+        expect([await hostOf(landing.leaseId), await hostOf(needing.leaseId)]).toEqual([['2'], ['2']]);
+        expect(await hostRowEnds(landing.leaseId)).toEqual([{ end_ms: T0 + H, preemptible: true }]);
+        expect(await owed()).toEqual([{ lease_id: landing.leaseId, end_ms: T0 + H }]);
+      }
+    });
+
+    it('a regular one committed between the reads on the only room left is a refusal on what committed, nothing cut', async () => {
+      const arriving = wholeHost(false, T0, T0 + 4 * H);
+      await expect(racing('after the locked reads', () => hosts.book(arriving))).rejects.toMatchObject({ type: 'LeaseConflict' });
+      expect(await hostOf(arriving.leaseId)).toEqual(['2']);
+      expect(await owed()).toEqual([]);
+    });
   });
 
   it('a preemptible slot lease cut by a concurrent admission after the first read is capacity, not a refusal', async () => {

@@ -477,7 +477,11 @@ export class InstanceSlotCalendar implements Calendar<InstanceCalendarTypes> {
    * cut to end a cleaning gap before its window (slots, shared host rows and whole hosts: one lease,
    * one end), each owed the news, in this transaction; their ids added to `cut`. Read afresh here
    * under the providers' locks, never from the first snapshot (a cut since is capacity, not a
-   * refusal); the preemptible rows read stay locked.
+   * refusal); the preemptible rows read stay locked. Unlike the host calendar's choice, the regular
+   * calendar is read once, before the locked reads, and never again: no later read can disagree
+   * with it. A booking committed after it (slots cannot be: the providers are locked; a whole host
+   * can) is unseen, and collides with this one's shared host row at insert (the transaction runs
+   * again on what committed), never a refusal.
    */
   private async placePreempting(client: PoolClient, ctx: ReservationContext, request: SlotRequest, candidates: Candidate[], cut: string[]): Promise<Map<string, number> | undefined> {
     const from = ctx.startMs - ctx.provisioningLeadMs;
