@@ -224,6 +224,13 @@ describe('preemptible instance slots', () => {
     await expect(down.beforeAdmission!()).rejects.toThrow(/Service Unavailable/);
   });
 
+  it('an API admission with a cloud asks for the hold, and says its start makes the same resources (a failed hold leaves the lease PENDING)', async () => {
+    const type = virtualInstanceType({ pool: database().pool, settings: { cleaningMs: 0 }, cloud: () => { throw new Error('no cloud call at admission'); } });
+    const ctx = ctxFor(instances({ amount: 1 }), T0, T0 + H);
+    const booked = await bookInTransaction(database().pool, (client) => type.bookAtAdmission!(client, ctx as never), { retryExclusion: true });
+    expect(booked).toMatchObject({ holdUntilStart: true, holdRedoneAtStart: true });
+  });
+
   it('a regular ask\'s search (offers, the 409\'s later fit) counts preemptible slots as free, as its admission does; a preemptible ask\'s does not', async () => {
     // Every slot of both hosts is a preemptible lease's until T0 + 4 h.
     await book(ctxFor(instances({ amount: 8, preemptible: true }), T0, T0 + 4 * H));

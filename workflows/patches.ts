@@ -198,6 +198,21 @@ export const LEASE_LENDING = {
   note: 'retired by the common path (RETIREMENT) once no lease active before the release still runs',
 } as const satisfies WorkflowPatch;
 
+/**
+ * A failed hold of a reservation whose start makes the same resources again (`holdRedoneAtStart`:
+ * an instance reservation's flavor, server group and aggregate) leaves the lease PENDING with a
+ * status_reason, for its start to try again, instead of ERROR with every booking freed. Marked in
+ * the hold's failure, only for such a reservation.
+ */
+export const HOLD_FAILURE_LEFT_TO_START = {
+  id: 'hold-failure-left-to-start',
+  workflowType: leaseWorkflowType,
+  introduced: '2026-11-28',
+  oldBranch: 'a failed hold freed every booking and ended the lease in ERROR, whatever its type',
+  oldHistories: 'none kept: no history in test/histories has a failed hold (the old branch is only what a worker of before 2026-11-28 recorded)',
+  note: 'retired by the common path (RETIREMENT) once no lease admitted before 2026-11-28 is still PENDING with its hold due',
+} as const satisfies WorkflowPatch;
+
 /** All of them, oldest first. */
 export const PATCHES: readonly WorkflowPatch[] = [
   RECORD_LOCALLY,
@@ -216,4 +231,5 @@ export const PATCHES: readonly WorkflowPatch[] = [
   LEASE_CHANGE_APPROVAL,
   LEASE_PREEMPTION,
   LEASE_LENDING,
+  HOLD_FAILURE_LEFT_TO_START,
 ];
