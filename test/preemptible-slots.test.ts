@@ -323,6 +323,40 @@ describe('preemptible instance slots', () => {
     });
   });
 
+  it('a lease cut in all its bookings and booked again before the tell keeps the cut while one of its reservations cannot move back (one lease, one end)', async () => {
+    const pool = database().pool;
+    await pool.query('TRUNCATE host_allocations, quantity_allocations, capacity_providers, host_capabilities, hosts, lease_preemptions RESTART IDENTITY CASCADE');
+    await insertHost(pool, { name: 'node-1', capabilities: { pool: 'whole' } });
+    await insertHost(pool, { name: 'node-2', capabilities: { pool: 'slots' } });
+    await syncCapacityProviders(pool, COMPUTE_KIND, ['node-1', 'node-2'].map((name) => ({ uuid: `uuid-${name}`, name, host: name, capacity: CAPACITY, traits: [] })));
+    const inPool = (name: string) => JSON.stringify(['==', '$pool', name]);
+    const leaseId = randomUUID();
+    const wholeHost = pendingReservation('physical:host', physicalHostParams.parse({ min: 1, max: 1, hypervisor_properties: '', resource_properties: inPool('whole'), preemptible: true }));
+    const lentSlots = instances({ amount: 4, preemptible: true, resource_properties: inPool('slots') });
+    const ofLease = (reservation: Reservation) => reservationContext({ reservation, leaseReservations: [wholeHost, lentSlots], leaseId, startMs: T0, endMs: T0 + 4 * H });
+    const slotSpec = await specOf(ofLease(lentSlots));
+    await hosts.book(ofLease(wholeHost));
+    await slots.book(ofLease(lentSlots), slotSpec);
+    // A regular lease takes slots on node-2 from T0 + 1 h: every booking of the lease is cut there, its whole host too.
+    const cut: string[] = [];
+    await admit(ctxFor(instances({ amount: 2, resource_properties: inPool('slots') }), T0 + H, T0 + 2 * H), true, cut);
+    expect(cut).toEqual([leaseId]);
+    expect((await hostRowEnds(leaseId)).map((r) => r.end_ms)).toEqual([T0 + H, T0 + H]);
+    // Its workflow books it again for the window it still records (an update before the tell): the host is free until T0 + 4 h, the slots are not.
+    const hostSettled: { preemptionSequence?: number } = {};
+    await hosts.book(ofLease(wholeHost), hostSettled);
+    await expect(slots.book(ofLease(lentSlots), slotSpec, { settled: {} })).rejects.toMatchObject({ type: 'LeaseConflict' });
+    // The cut stands for the whole lease: still owed (the workflow applies it, and its update's rollback books the host back to it), never settled by the host's move alone.
+    expect(hostSettled.preemptionSequence).toBeUndefined();
+    expect(await owed()).toEqual([{ lease_id: leaseId, end_ms: T0 + H }]);
+    // Once every reservation is booked past the cut (the slots freed), the last one's booking settles it.
+    await pool.query('DELETE FROM quantity_allocations WHERE lease_id <> $1', [leaseId]);
+    await pool.query('DELETE FROM host_allocations WHERE lease_id <> $1', [leaseId]);
+    const slotsSettled: { preemptionSequence?: number } = {};
+    await slots.book(ofLease(lentSlots), slotSpec, { settled: slotsSettled });
+    expect([slotsSettled.preemptionSequence, await owed()]).toEqual([expect.any(Number), []]);
+  });
+
   it('a preemptible slot lease cut by a concurrent admission after the first read is capacity, not a refusal', async () => {
     const lent = ctxFor(instances({ amount: 4, preemptible: true }), T0, T0 + 4 * H);
     await book(lent);

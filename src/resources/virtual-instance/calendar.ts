@@ -17,7 +17,6 @@ import type { Calendar } from '../../domain/calendar';
 import type { FitLimits, FitSearch, ReservationContext } from '../../domain/resource-plugin';
 import type { Reservation } from '../../domain/lease';
 import { blockedIntervals, deleteReservationHostBookings, endReservationHostBookingsAt, endSharedHostRowsAt, insertHostBooking, liveSharedHosts, moveSharedHostRowsEnd, preemptibleBookingsOverlapping } from '../../db/host-allocations';
-import { settlePreemptionOnRebooking } from '../../db/lease-preemptions';
 import { computeHostName, listHosts, type HostRecord } from '../../db/hosts';
 import type { Pool } from '../../db/pool';
 import {
@@ -58,7 +57,7 @@ import { inTransaction } from '../../db/transaction';
 import { chooseReclaimedSlots } from '../../domain/lending';
 import { bookedFor, bookInTransaction, bookingKey, checkKeys, extensionRefused, fitNearFirst, movedBookingKey, NEAR_SEARCH_DURATIONS, NEAR_SEARCH_MS, releaseBooking, shortage, type NearFirstSearch } from '../shared/booking';
 import { COMPUTE_KIND } from '../shared/compute-providers';
-import { preemptLease, reclaimLendings } from '../shared/preemption';
+import { preemptLease, reclaimLendings, settleLeaseCut } from '../shared/preemption';
 import { QuantityCalendar } from '../shared/quantity-bookings';
 import { EXTENSION_HORIZON_MS } from '../../domain/offers';
 import type { Amounts } from '../../domain/quantity-calendar';
@@ -217,7 +216,7 @@ export class InstanceSlotCalendar implements Calendar<InstanceCalendarTypes> {
     }
     // Booked anew by the workflow, or an active booking moved to end where the lease does: a cut of the old booking is moot (the workflow drops its tell by the sequence).
     const active = ctx.leaseStatus !== 'PENDING' && live.length > 0;
-    if (options.settled) options.settled.preemptionSequence = await settlePreemptionOnRebooking(client, ctx.leaseId, active ? ctx.endMs : undefined);
+    if (options.settled) options.settled.preemptionSequence = await settleLeaseCut(client, ctx, [ctx.reservation.id], active ? ctx.endMs : undefined);
     if (active) return this.rebookActive(client, ctx, request, candidates, live, key, now, options.keepOn);
     // A preemptible reservation never displaces anything (issue 43).
     const preemptible = isPreemptibleReservation(ctx.reservation);
@@ -249,7 +248,7 @@ export class InstanceSlotCalendar implements Calendar<InstanceCalendarTypes> {
         const key = movedBookingKey(live[0].bookingKey, ctx);
         if (!live.every((l) => l.bookingKey === key)) await this.rebookActive(client, ctx, request, candidates, live, key, now);
         // Its slots now end where the lease does (a cut slot still taken would have refused the move): an earlier cut is moot.
-        if (settled) settled.preemptionSequence = await settlePreemptionOnRebooking(client, ctx.leaseId, ctx.endMs);
+        if (settled) settled.preemptionSequence = await settleLeaseCut(client, ctx, [ctx.reservation.id], ctx.endMs);
         return true;
       },
       { retryExclusion: true },
