@@ -397,7 +397,7 @@ describe('preemptible instance leases through the API and the worker', () => {
 
   beforeAll(async () => {
     const { pool } = stack().db;
-    const names = ['api-run', 'api-gone', 'api-host', 'api-none', 'api-wait', 'api-cross'];
+    const names = ['api-run', 'api-gone', 'api-host', 'api-none', 'api-wait', 'api-cross', 'api-both-host', 'api-both-slots'];
     for (const name of names) await insertHost(pool, { name, capabilities: { pool: name } });
     await syncCapacityProviders(pool, COMPUTE_KIND, names.map((name) => ({ uuid: `uuid-${name}`, name, host: name, capacity: CAPACITY, traits: [] })));
   });
@@ -475,6 +475,47 @@ describe('preemptible instance leases through the API and the worker', () => {
     const preemptibleHost = await asA('POST', '/v1/leases', { name: 'lent-host-cross', start_date: at(40, 0), end_date: at(40, 1), reservations: [hostIn('api-cross', { preemptible: true })] });
     expect(preemptibleHost.status).toBe(201);
     expect(await keysOf(preemptibleHost.body.lease.id)).toEqual([expect.stringMatching(/^host:/), `preemptible-lease:${preemptibleHost.body.lease.id}`]);
+  });
+
+  it('a lease with preemptible hosts and slots, cut in its slots and updated before the tell, keeps one end: every booking at the cut', async () => {
+    const pool = stack().db.pool;
+    const hostIn = (name: string, fields: Record<string, unknown> = {}) => ({ resource_type: 'physical:host', min: 1, max: 1, hypervisor_properties: '', resource_properties: JSON.stringify(['==', '$pool', name]), ...fields });
+    /** A lease of a whole host and 4 slots on `day`, cut in its third hour by a regular slot booking (every booking of it, its host too), the tell held. */
+    const cutWithTellHeld = async (day: number) => {
+      const lent = await asA('POST', '/v1/leases', { name: `lent-both-${day}`, start_date: at(day, 0), end_date: at(day, 4), reservations: [hostIn('api-both-host', { preemptible: true }), slotsIn('api-both-slots', { amount: 4, preemptible: true })] });
+      expect(lent.status).toBe(201);
+      const lentId = lent.body.lease.id as string;
+      const cutMs = Date.parse(`${at(day, 2).replace(' ', 'T')}Z`);
+      const regular = instances({ amount: 2, resource_properties: JSON.stringify(['==', '$pool', 'api-both-slots']) });
+      const needing = reservationContext({ reservation: regular, leaseReservations: [regular], startMs: cutMs, endMs: cutMs + H, projectId: 'project-b' });
+      const calendar = new InstanceSlotCalendar(pool, { cleaningMs: 0 });
+      const spec = (await virtualInstance.describe(regular as never, 'project-b')).spec;
+      await bookInTransaction(pool, async (client) => {
+        await calendar.bookWithin(client, needing, spec, { preempt: true });
+        await client.query("UPDATE lease_preemptions SET next_attempt_at = now() + interval '1 hour' WHERE lease_id = $1", [lentId]);
+      }, { retryExclusion: true });
+      return { lentId, cutMs, hostReservationId: lent.body.lease.reservations[0].id as string };
+    };
+    const endsOf = async (lentId: string) => ({
+      hosts: (await pool.query<{ end_ms: number }>('SELECT DISTINCT (extract(epoch FROM upper(during)) * 1000)::float8 AS end_ms FROM host_allocations WHERE lease_id = $1', [lentId])).rows.map((r) => r.end_ms),
+      slots: (await pool.query<{ end_ms: number }>('SELECT DISTINCT (extract(epoch FROM upper(during)) * 1000)::float8 AS end_ms FROM quantity_allocations WHERE lease_id = $1', [lentId])).rows.map((r) => r.end_ms),
+    });
+    // The same host asked another way: its host alone could move back to the end the lease records, its slots cannot.
+    const samePlace = JSON.stringify(['and', ['==', '$pool', 'api-both-host'], ['!=', '$pool', 'api-none']]);
+
+    const moved = await cutWithTellHeld(20);
+    expect(await endsOf(moved.lentId)).toEqual({ hosts: [moved.cutMs], slots: [moved.cutMs] });
+    const updated = await asA('PUT', `/v1/leases/${moved.lentId}`, { reservations: [{ id: moved.hostReservationId, resource_properties: samePlace }] });
+    expect([updated.status, updated.body.error_message]).toEqual([200, undefined]);
+    expect(endOf(updated.body.lease)).toBe(moved.cutMs);
+    expect(await endsOf(moved.lentId)).toEqual({ hosts: [moved.cutMs], slots: [moved.cutMs] });
+
+    // Asked past the cut: refused, and the rollback books nothing past it either (the lease as cut).
+    const refused = await cutWithTellHeld(21);
+    const past = await asA('PUT', `/v1/leases/${refused.lentId}`, { end_date: at(21, 5), reservations: [{ id: refused.hostReservationId, resource_properties: samePlace }] });
+    expect(past.status).toBe(409);
+    expect(endOf(await leaseOf(refused.lentId))).toBe(refused.cutMs);
+    expect(await endsOf(refused.lentId)).toEqual({ hosts: [refused.cutMs], slots: [refused.cutMs] });
   });
 
   it('ends at once a preemptible instance lease not started whose whole window a regular lease takes, a host lease too', async () => {

@@ -213,6 +213,22 @@ export const HOLD_FAILURE_LEFT_TO_START = {
   note: 'retired by the common path (RETIREMENT) once no lease admitted before 2026-11-28 is still PENDING with its hold due',
 } as const satisfies WorkflowPatch;
 
+/**
+ * An update of a preemptible lease refused for capacity (409) while a cut of it was owed and not
+ * applied (issue 43: the cut committed, its tell not yet handled) reads the lease's latest cut,
+ * applies it as its tell would, and tries again once on the lease as cut: an update that moves
+ * nothing no longer answers 409 for the moments before the tell, and the rollback of the first try
+ * books nothing past the cut. Marked there, only for such a refusal.
+ */
+export const UPDATE_AFTER_OWED_CUT = {
+  id: 'update-after-owed-cut',
+  workflowType: leaseWorkflowType,
+  introduced: '2026-11-28',
+  oldBranch: 'the refused update answered its 409 at once, the cut applied only when its tell came',
+  oldHistories: 'none kept: no history in test/histories has a preemptible lease refused an update',
+  note: 'retired by the common path (RETIREMENT) once no preemptible lease admitted before 2026-11-28 still runs',
+} as const satisfies WorkflowPatch;
+
 /** All of them, oldest first. */
 export const PATCHES: readonly WorkflowPatch[] = [
   RECORD_LOCALLY,
@@ -232,4 +248,5 @@ export const PATCHES: readonly WorkflowPatch[] = [
   LEASE_PREEMPTION,
   LEASE_LENDING,
   HOLD_FAILURE_LEFT_TO_START,
+  UPDATE_AFTER_OWED_CUT,
 ];

@@ -126,6 +126,17 @@ export async function purgeToldPreemptions(pool: Pool, limit: number): Promise<n
   return rowCount ?? 0;
 }
 
+/** The lease's latest cut, told or not (undefined: none, or settled by a booking anew), as a teller would send it. */
+export async function latestCutOf(db: Pool | PoolClient, leaseId: string): Promise<ClaimedPreemption | undefined> {
+  const { rows } = await db.query<{ end_ms: number; needed_ms: number; sequence: number; kind: 'preempted' | 'reclaimed' }>(
+    `SELECT (extract(epoch FROM end_at) * 1000)::float8 AS end_ms, (extract(epoch FROM needed_from) * 1000)::float8 AS needed_ms,
+            (extract(epoch FROM created_at) * 1000)::float8 AS sequence, kind
+     FROM lease_preemptions WHERE lease_id = $1`,
+    [leaseId],
+  );
+  return rows.map((row) => ({ leaseId, endMs: row.end_ms, neededFromMs: row.needed_ms, sequence: row.sequence, kind: row.kind }))[0];
+}
+
 /** Of these leases, those a regular lease's admission preempted (whatever became of the news). */
 export async function preemptedAmong(pool: Pool, leaseIds: string[]): Promise<string[]> {
   if (leaseIds.length === 0) return [];
