@@ -82,6 +82,8 @@ export function reservationActivities({ plugins, notices, pool, preemptionWarnin
         const activity = Context.current();
         if (!activity.info.isLocal) activity.heartbeat(details);
       },
+      // A local attempt is never told it was given up on (its retry may run beside it): no signal.
+      ...(Context.current().info.isLocal ? {} : { signal: Context.current().cancellationSignal }),
       placementOf: async (reservationId) => {
         const other = ctx.leaseReservations.find((r) => r.id === reservationId);
         if (!other) throw invalidLease(`the lease has no reservation ${reservationId}`);
@@ -139,6 +141,12 @@ export function reservationActivities({ plugins, notices, pool, preemptionWarnin
       tellPreempted?.(reclaimed.cut);
       return { hosts: reclaimed.hosts, neededFromMs: need };
     },
+    /** What a lend request lent, none when nothing (a lend whose answer was lost: the workflow records what it finds). */
+    lentByRequest: ({ lendingId, ...ctx }: ReservationContext & { lendingId: string }): Promise<LentHosts | undefined> =>
+      run(ctx, async (plugin, hookCtx) => (plugin.lentBy ? plugin.lentBy(hookCtx, lendingId) : undefined)),
+    /** The reservation's hosts being reclaimed and not back yet (a reclaim whose answer was lost: the workflow records what it finds). */
+    reclaimingHostsOf: (ctx: ReservationContext): Promise<Array<{ hostId: string; returnsAtMs: number; borrowed: boolean }>> =>
+      run(ctx, async (plugin, hookCtx) => (plugin.reclaimingHosts ? plugin.reclaimingHosts(hookCtx) : [])),
     /**
      * A poll (retried by the workflow's policy) until no borrower runs on these lent hosts, due back
      * at `dueMs`; never past the eviction bound after it (LK_PREEMPT_EVICTION_SECONDS): then the hosts come back anyway.

@@ -14,7 +14,7 @@ import { lenderRowsOf } from '../src/db/host-allocations';
 import { insertLendings } from '../src/db/host-lendings';
 import { inTransaction } from '../src/db/transaction';
 import type { GlanceClient, NovaClient } from '../src/openstack';
-import type { EndContext, ReservationContext } from '../src/domain/resource-plugin';
+import type { EndContext, HookContext, ReservationContext } from '../src/domain/resource-plugin';
 import type { PhysicalHostParams } from '../src/resources/physical-host/params';
 import { pendingReservation, reservationContext } from '../dev-stack/fixtures/builders';
 import { useMigratedTestDatabase } from '../dev-stack/db';
@@ -34,6 +34,10 @@ class FakeNova {
   readonly aggregates: Array<{ id: number; name: string; hosts: string[]; metadata: Record<string, string>; availability_zone?: string }> = [];
   /** A host whose server listing fails (a Nova error in the middle of a lend). */
   failListingOn?: string;
+  /** Called after each server listing of a host (a lend's look at a fenced host). */
+  afterListing?: (host: string) => void;
+  /** Each aggregate membership change, as `add host` or `remove host`. */
+  readonly moves: string[] = [];
   servers: FakeServer[] = [];
   readonly imaged: string[] = [];
 
@@ -56,10 +60,12 @@ class FakeNova {
     return this.getAggregate(id);
   }
   addHostToAggregate(id: number | string, host: string) {
+    this.moves.push(`add ${host}`);
     if (!this.find(id).hosts.includes(host)) this.find(id).hosts.push(host);
     return this.getAggregate(id);
   }
   removeHostFromAggregate(id: number | string, host: string) {
+    this.moves.push(`remove ${host}`);
     this.find(id).hosts = this.find(id).hosts.filter((h) => h !== host);
     return this.getAggregate(id);
   }
@@ -70,6 +76,7 @@ class FakeNova {
   listServers(filter: { host?: string; project_id?: string }) {
     if (filter.host === this.failListingOn) return Promise.reject(new Error('Nova is down'));
     const servers = this.servers.filter((s) => s.host === filter.host && (filter.project_id === undefined || s.project === filter.project_id));
+    if (filter.host !== undefined) this.afterListing?.(filter.host);
     return Promise.resolve(servers.map((s) => ({ id: s.id, name: s.name, status: 'ACTIVE', 'OS-EXT-STS:task_state': null })));
   }
   deleteServer(id: string) {
@@ -186,5 +193,55 @@ describe('the ends of a lender and a borrower on lent hosts', () => {
     const where = Object.fromEntries(nova.aggregates.map((a) => [a.name, a.hosts]));
     expect(where[leaseAggregateFor(lender.reservation.id).name].sort()).toEqual([...hostNames].sort());
     expect(where[leaseAggregateFor(borrower.reservation.id).name]).toEqual([]);
+  });
+});
+
+describe('a lend given up on half way (its attempt timed out)', () => {
+  const database = useMigratedTestDatabase();
+
+  it('stops fencing, leaves what it fenced fenced, and its retry carries on from there under the same lending id', async () => {
+    const pool = database().pool;
+    await pool.query('TRUNCATE host_allocations, host_lendings, host_capabilities, hosts RESTART IDENTITY CASCADE');
+    const names = [0, 1, 2].map((i) => `half-${i}-${randomUUID().slice(0, 6)}`);
+    for (const name of names) await insertHost(pool, { name });
+    const now = Date.now();
+    const reservation = pendingReservation('physical:host', { min: 3, max: 3, hypervisor_properties: '', resource_properties: '', before_end: 'default', on_end: 'delete', preemptible: false });
+    const lender = reservationContext({ reservation, startMs: now - H, endMs: now + 9 * H, projectId: 'p', leaseStatus: 'ACTIVE' }) as ReservationContext<PhysicalHostParams>;
+    await new HostCalendar(pool, { cleaningMs: 0, randomChoice: false }).book(lender);
+    const nova = new FakeNova();
+    nova.aggregate('pool', []);
+    const aggregate = leaseAggregateFor(lender.reservation.id);
+    nova.aggregate(aggregate.name, [...names], { 'leasekeeper:reservation': lender.reservation.id }, aggregate.availabilityZone);
+    const plugin = physicalHostPlugin({ pool, settings: { cleaningMs: 0, randomChoice: false }, cloud: () => ({ nova: nova as unknown as NovaClient, glance }), freepool: 'pool' });
+    const hookContext = (signal?: AbortSignal): HookContext<PhysicalHostParams> => ({
+      ...lender,
+      reportProgress: () => undefined,
+      placementOf: () => Promise.resolve({ hosts: [] }),
+      announce: () => Promise.resolve(),
+      ...(signal ? { signal } : {}),
+    });
+    const request = { lendingId: randomUUID(), count: 3, untilMs: now + 4 * H };
+    const where = () => Object.fromEntries(nova.aggregates.map((a) => [a.name, [...a.hosts].sort()]));
+
+    // The server gives the attempt up while it looks at its second host.
+    const givenUp = new AbortController();
+    nova.afterListing = (host) => {
+      if (host === names[1]) givenUp.abort(new Error('the attempt timed out'));
+    };
+    await expect(plugin.lend!(hookContext(givenUp.signal), request)).rejects.toThrow('the attempt timed out');
+    expect(where()).toEqual({ pool: [names[0], names[1]], [aggregate.name]: [names[2]] });
+    expect((await pool.query('SELECT 1 FROM host_lendings')).rows).toEqual([]);
+
+    // The retry: no move back and forth for the two fenced, one look at each; the third fenced now.
+    nova.afterListing = undefined;
+    nova.moves.length = 0;
+    const lent = await plugin.lend!(hookContext(), request);
+    expect(lent.hosts.map((h) => h.name).sort()).toEqual([...names].sort());
+    expect(nova.moves).toEqual([`add ${names[2]}`, `remove ${names[2]}`]);
+    expect(where()).toEqual({ pool: [...names].sort(), [aggregate.name]: [] });
+    // Once lent, the same lending id answers what it lent, with no Nova call.
+    nova.moves.length = 0;
+    expect((await plugin.lend!(hookContext(), request)).hosts).toEqual(lent.hosts);
+    expect(nova.moves).toEqual([]);
   });
 });

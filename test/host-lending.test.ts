@@ -6,6 +6,7 @@
  * unborrowed hosts first, and the hosts come back once the borrowers are out; a lender's end takes
  * its hosts back; Blazar's error bodies for what cannot be lent.
  */
+import { ApplicationFailure } from '@temporalio/common';
 import { physicalHostPlugin } from '../src/resources/physical-host';
 import type { ResourcePlugin } from '../src/domain/resource-plugin';
 import type { PhysicalHostParams } from '../src/resources/physical-host/params';
@@ -45,11 +46,23 @@ describe('lending a lease\'s idle hosts', () => {
           if (ctx.reservation.params.preemptible && holdBorrowerEnds) await holdBorrowerEnds;
           return hosts.end(ctx);
         },
+        // While set, a lend's and a reclaim's answer is lost after they acted (their activity fails).
+        async lend(ctx, request) {
+          const lent = await hosts.lend!(ctx, request);
+          if (loseAnswers) throw ApplicationFailure.nonRetryable('the lend\'s answer was lost', 'LostAnswer');
+          return lent;
+        },
+        async reclaim(ctx, request) {
+          const taken = await hosts.reclaim!(ctx, request);
+          if (loseAnswers) throw ApplicationFailure.nonRetryable('the reclaim\'s answer was lost', 'LostAnswer');
+          return taken;
+        },
       };
       return [held];
     },
   }));
   let holdBorrowerEnds: Promise<void> | undefined;
+  let loseAnswers = false;
   const asA = apiClient(() => stack().url, { 'x-project-id': 'project-lender', 'x-user-id': 'alice', 'x-roles': 'member' });
   const asB = apiClient(() => stack().url, { 'x-project-id': 'project-borrower', 'x-user-id': 'bob', 'x-roles': 'member' });
   const inPool = (pool: string, fields: Record<string, unknown> = {}) => blazarHostReservation({ resource_properties: JSON.stringify(['==', '$pool', pool]), ...fields });
@@ -78,7 +91,7 @@ describe('lending a lease\'s idle hosts', () => {
   }
 
   beforeAll(async () => {
-    for (const [name, pool] of [['lend-1', 'lend'], ['lend-2', 'lend'], ['back-1', 'back'], ['part-1', 'part'], ['part-2', 'part'], ['del-1', 'del'], ['bad-1', 'bad'], ['evict-1', 'evict']] as const) {
+    for (const [name, pool] of [['lend-1', 'lend'], ['lend-2', 'lend'], ['back-1', 'back'], ['part-1', 'part'], ['part-2', 'part'], ['del-1', 'del'], ['bad-1', 'bad'], ['evict-1', 'evict'], ['soon-1', 'soon'], ['lost-1', 'lost'], ['lost-2', 'lost']] as const) {
       await insertHost(stack().db.pool, { name, capabilities: { pool } });
     }
     for (const project of ['project-lender', 'project-borrower']) {
@@ -176,6 +189,57 @@ describe('lending a lease\'s idle hosts', () => {
     await eventually(async () => ((await leaseOf(borrower.id, asB)).status === 'TERMINATED' ? true : undefined));
   });
 
+  it('a reclaim of all with a sooner need brings a host already being reclaimed back sooner; without a sooner need it is a 409', async () => {
+    const lender = await activeLease(asA, 'lender-soon', 2 * 3600, inPool('soon'));
+    expect((await asA('POST', `/v1/leases/${lender.id}/lend`, { count: 1, until: inSeconds(3600) })).status).toBe(200);
+    const borrower = await activeLease(asB, 'borrower-soon', 1800, inPool('soon', { preemptible: true }));
+    const returnOf = (lease: LeaseJson) => Date.parse(`${String(lease.reservations[0].lendings[0].returns_at).slice(0, 19)}Z`);
+    const asInstant = (blazarTime: string) => Date.parse(`${blazarTime.replace(' ', 'T')}Z`);
+    const firstNeed = inSeconds(1200);
+    const first = await asA('POST', `/v1/leases/${lender.id}/reclaim`, { needed_at: firstNeed });
+    expect(first.status).toBe(200);
+    expect(returnOf(first.body.lease)).toBe(asInstant(firstNeed));
+
+    const nothingLent = { status: 409, body: { error_code: 409, error_message: `Reservation ${lender.reservations[0].id} lends no host now: nothing to reclaim.` } };
+    expect(await asA('POST', `/v1/leases/${lender.id}/reclaim`, {})).toMatchObject(nothingLent);
+    expect(await asA('POST', `/v1/leases/${lender.id}/reclaim`, { needed_at: inSeconds(1500) })).toMatchObject(nothingLent);
+    expect(await asA('POST', `/v1/leases/${lender.id}/reclaim`, { count: 1, needed_at: inSeconds(120) })).toMatchObject(nothingLent);
+
+    const soonerNeed = inSeconds(120);
+    const sooner = await asA('POST', `/v1/leases/${lender.id}/reclaim`, { needed_at: soonerNeed });
+    expect(sooner.status).toBe(200);
+    expect(sooner.body.lease.reservations[0].lendings).toHaveLength(1);
+    expect(sooner.body.lease.reservations[0].lendings[0]).toMatchObject({ hosts: ['soon-1'], state: 'reclaiming', borrowed: true });
+    expect(returnOf(sooner.body.lease)).toBe(asInstant(soonerNeed));
+    // The borrower is cut to the sooner need too.
+    await eventually(async () => (endOf(await leaseOf(borrower.id, asB)) === asInstant(soonerNeed) ? true : undefined));
+  });
+
+  it('records a lend and a reclaim whose answers were lost after they acted: the lending as lent, its host as reclaiming', async () => {
+    const lender = await activeLease(asA, 'lender-lost', 2 * 3600, inPool('lost', { min: 2, max: 2 }));
+    const pool = stack().db.pool;
+    loseAnswers = true;
+    try {
+      const lent = await asA('POST', `/v1/leases/${lender.id}/lend`, { count: 1, until: inSeconds(3600) });
+      expect(lent.status).toBe(200);
+      const [lending] = lent.body.lease.reservations[0].lendings;
+      expect(lending).toMatchObject({ hosts: ['lost-1'], state: 'lent' });
+      // What the calendar lent under that lending id, no more.
+      expect((await pool.query('SELECT lending_id::text FROM host_lendings WHERE lease_id = $1', [lender.id])).rows).toEqual([{ lending_id: lending.id }]);
+
+      const borrower = await activeLease(asB, 'borrower-lost', 1800, inPool('lost', { preemptible: true }));
+      const reclaimed = await asA('POST', `/v1/leases/${lender.id}/reclaim`, {});
+      expect(reclaimed.status).toBe(200);
+      const [taken] = reclaimed.body.lease.reservations[0].lendings;
+      expect(taken).toMatchObject({ id: lending.id, hosts: ['lost-1'], state: 'reclaiming', borrowed: true });
+      // The cut stands, and the record says when the host is back: when the borrower's cut booking ends.
+      const { rows } = await pool.query<{ end_ms: number }>('SELECT (extract(epoch FROM upper(during)) * 1000)::float8 AS end_ms FROM host_allocations WHERE lease_id = $1', [borrower.id]);
+      expect(rows).toEqual([{ end_ms: Date.parse(`${String(taken.returns_at).slice(0, 19)}Z`) }]);
+    } finally {
+      loseAnswers = false;
+    }
+  });
+
   it('a partial reclaim takes the unborrowed host first; the lender extends while lent but cannot shorten under a lending', async () => {
     const lender = await activeLease(asA, 'lender-part', 2 * 3600, inPool('part', { min: 2, max: 2 }));
     expect((await asA('POST', `/v1/leases/${lender.id}/lend`, { count: 2, until: inSeconds(3600) })).status).toBe(200);
@@ -236,6 +300,8 @@ describe('lending a lease\'s idle hosts', () => {
     expect(await asA('POST', `/v1/leases/${regular.id}/reclaim`, {})).toEqual(bad(409, `Reservation ${regular.reservations[0].id} lends no host now: nothing to reclaim.`));
     expect(await asA('POST', `/v1/leases/${regular.id}/reclaim`, { needed_at: inSeconds(-3600) })).toEqual(bad(400, 'needed_at: must not be in the past'));
     expect(await asA('POST', `/v1/leases/${regular.id}/lend`, { count: 2, until: inSeconds(1500) })).toMatchObject({ status: 409, body: { idle: 1 } });
+    // The lend ran as a (regular) activity: its 409's `idle` came through the activity's failure and the update's.
+    expect(await activityRuns(stack(), regular.id, 'lendReservation')).toBe(1);
   });
 });
 
@@ -269,5 +335,46 @@ describe('suggesting a lease lend its idle hosts', () => {
     expect(suggestions()).toHaveLength(1);
     expect((await api('GET', `/v1/leases/${id}`)).body.lease.reservations[0].lendings).toBeUndefined();
     expect((await stack().db.pool.query('SELECT 1 FROM host_lendings WHERE lease_id = $1', [id])).rows).toEqual([]);
+  });
+});
+
+describe('borrowing right after a lend with a provisioning lead time', () => {
+  const LEAD_SECONDS = 600;
+  const stack = useTestStack(() => ({
+    env: { LK_PROVISIONING_LEAD_TIME_SECONDS: String(LEAD_SECONDS), LK_NOTIFY_BEFORE_END: 'none', LK_PREEMPT_WARNING_MINUTES: '1' },
+    withPool: (pool) => [physicalHostPlugin({ pool, settings: { cleaningMs: 0, randomChoice: false }, cloud: 'calendar-only' })],
+  }));
+  const asA = apiClient(() => stack().url, { 'x-project-id': 'project-lead-lender', 'x-user-id': 'alice', 'x-roles': 'member' });
+  const asB = apiClient(() => stack().url, { 'x-project-id': 'project-lead-borrower', 'x-user-id': 'bob', 'x-roles': 'member' });
+  const inPool = (fields: Record<string, unknown> = {}) => blazarHostReservation({ resource_properties: JSON.stringify(['==', '$pool', 'lead']), ...fields });
+
+  afterEach(async () => {
+    expect(await doubleBookings(stack().db.pool)).toEqual([]);
+    expect(await borrowersOutsideLendings(stack().db.pool)).toEqual([]);
+  });
+
+  it('admits a preemptible lease starting now, and one starting before its lead is over, inside a lending that began a moment ago', async () => {
+    for (const name of ['lead-1', 'lead-2']) await insertHost(stack().db.pool, { name, capabilities: { pool: 'lead' } });
+    const made = await asA('POST', '/v1/leases', { name: 'lead-lender', start_date: 'now', end_date: inSeconds(2 * 3600), reservations: [inPool({ min: 2, max: 2 })] });
+    expect(made.status).toBe(201);
+    const lenderId = made.body.lease.id as string;
+    await eventually(async () => ((await asA('GET', `/v1/leases/${lenderId}`)).body.lease.status === 'ACTIVE' ? true : undefined));
+    expect((await asA('POST', `/v1/leases/${lenderId}/lend`, { count: 2, until: inSeconds(3600) })).status).toBe(200);
+
+    const now = await asB('POST', '/v1/leases', { name: 'borrow-now', start_date: 'now', end_date: inSeconds(1800), reservations: [inPool({ preemptible: true })] });
+    expect(now.status).toBe(201);
+    // Its lead would reach 5 minutes before the lending began: only the part still ahead is blocked.
+    const askedMs = Date.now();
+    const soon = await asB('POST', '/v1/leases', { name: 'borrow-soon', start_date: inSeconds(LEAD_SECONDS / 2), end_date: inSeconds(1800), reservations: [inPool({ preemptible: true })] });
+    expect(soon.status).toBe(201);
+    const { rows } = await stack().db.pool.query<{ blocks_from_ms: number; start_ms: number }>(
+      'SELECT (extract(epoch FROM lower(blocks)) * 1000)::float8 AS blocks_from_ms, (extract(epoch FROM lower(during)) * 1000)::float8 AS start_ms FROM host_allocations WHERE lease_id = $1',
+      [soon.body.lease.id],
+    );
+    expect(rows).toHaveLength(1);
+    expect(rows[0].blocks_from_ms).toBeGreaterThanOrEqual(askedMs - 1000);
+    expect(rows[0].blocks_from_ms).toBeLessThan(rows[0].start_ms);
+    // Both borrow the lent hosts, one each: a regular lease still sees them taken.
+    expect((await asB('POST', '/v1/leases', { name: 'regular-lead', start_date: 'now', end_date: inSeconds(1800), reservations: [inPool()] })).status).toBe(409);
   });
 });

@@ -3,25 +3,30 @@
  * lend, a partial reclaim splitting a lending, when lent hosts are due back, and the end closing them.
  */
 import type { Lease, ReservationLending } from '../src/domain/lease';
-import { afterReclaim, lendingDueMs, lendRefusal, lentHostIds, withLendingsReturned } from '../src/domain/lending';
+import { afterReclaim, lendingDueMs, lendRefusal, lentCount, lentHostIds, withLendingsReturned } from '../src/domain/lending';
 import { defaultReclaimNeed } from '../src/domain/preemption';
 import { pendingReservation } from '../dev-stack/fixtures/builders';
+import { lendTimeoutMs } from '../workflows/lease/activity-options';
 
 const lending = (fields: Partial<ReservationLending> = {}): ReservationLending => ({
   id: 'lend-1', hosts: ['h-1', 'h-2', 'h-3'], hostIds: ['1', '2', '3'], lentAtMs: 1_000, untilMs: 9_000, state: 'lent', borrowed: false, ...fields,
 });
 
 describe('a lease\'s lendings', () => {
-  it('lets only a regular physical:host reservation of the lease lend, and not one that releases its hosts', () => {
+  it('lets only a regular physical:host or virtual:instance reservation of the lease lend, and not one that releases its hosts', () => {
     const regular = pendingReservation('physical:host', { min: 1, max: 1 });
     const preemptible = pendingReservation('physical:host', { min: 1, max: 1, preemptible: true });
     const released = { ...pendingReservation('physical:host', { min: 1, max: 1 }), allocation: { on_end: 'release' } };
     const instance = pendingReservation('virtual:instance', { amount: 1 });
-    const lease = { id: 'l', name: 'lender', reservations: [regular, preemptible, released, instance] } as Pick<Lease, 'id' | 'name' | 'reservations'>;
+    const preemptibleInstance = pendingReservation('virtual:instance', { amount: 1, preemptible: true });
+    const flavor = pendingReservation('flavor:instance', { amount: 1 });
+    const lease = { id: 'l', name: 'lender', reservations: [regular, preemptible, released, instance, preemptibleInstance, flavor] } as Pick<Lease, 'id' | 'name' | 'reservations'>;
     expect(lendRefusal(lease, regular.id)).toBeUndefined();
+    expect(lendRefusal(lease, instance.id)).toBeUndefined();
     expect(lendRefusal(lease, preemptible.id)).toMatch(/is preemptible/);
+    expect(lendRefusal(lease, preemptibleInstance.id)).toMatch(/is preemptible/);
     expect(lendRefusal(lease, released.id)).toMatch(/on_end: release/);
-    expect(lendRefusal(lease, instance.id)).toMatch(/only physical:host reservations lend/);
+    expect(lendRefusal(lease, flavor.id)).toMatch(/only physical:host and virtual:instance reservations lend/);
     expect(lendRefusal(lease, 'other')).toMatch(/has no reservation other/);
   });
 
@@ -51,6 +56,19 @@ describe('a lease\'s lendings', () => {
     ]);
   });
 
+  it('splits a slot lending with its slots, and counts what a reservation lends as its count counts: slots, or hosts', () => {
+    const slots = lending({ hosts: ['h-1', 'h-2'], hostIds: ['11', '12'], slots: [2, 1] });
+    const after = afterReclaim([slots], [{ hostId: '12', returnsAtMs: 4_000, borrowed: true }]);
+    expect(after).toEqual([
+      lending({ hosts: ['h-1'], hostIds: ['11'], slots: [2] }),
+      lending({ hosts: ['h-2'], hostIds: ['12'], slots: [1], state: 'reclaiming', returnsAtMs: 4_000, borrowed: true }),
+    ]);
+    expect(lentCount({ resource_type: 'virtual:instance', lendings: [slots] })).toEqual({ count: 3, unit: 'slot' });
+    expect(lentCount({ resource_type: 'virtual:instance', lendings: after })).toEqual({ count: 2, unit: 'slot' });
+    expect(lentCount({ resource_type: 'virtual:instance' })).toEqual({ count: 0, unit: 'slot' });
+    expect(lentCount({ resource_type: 'physical:host', lendings: [lending()] })).toEqual({ count: 3, unit: 'host' });
+  });
+
   it('closes every open lending at the lease\'s end, and leaves a reservation that lent nothing as it is', () => {
     const reservation = { ...pendingReservation('physical:host', {}), lendings: [lending(), lending({ id: 'lend-2', state: 'reclaiming', returnsAtMs: 3_000 })] };
     expect(withLendingsReturned(reservation).lendings.map((g) => g.state)).toEqual(['returned', 'returned']);
@@ -64,5 +82,16 @@ describe('a lease\'s lendings', () => {
     expect(defaultReclaimNeed(now, 15_000)).toBe(Date.UTC(2026, 10, 28, 12, 0, 18));
     expect(defaultReclaimNeed(now, 10 * 60_000)).toBe(Date.UTC(2026, 10, 28, 12, 10, 6));
     expect(defaultReclaimNeed(Date.UTC(2026, 10, 28, 12), 60_000)).toBe(Date.UTC(2026, 10, 28, 12, 1, 5));
+  });
+});
+
+describe('a lend\'s time (workflows/lease/activity-options.ts)', () => {
+  it('grows by the same step for each host asked, and is bounded however many are asked', () => {
+    const step = lendTimeoutMs(2) - lendTimeoutMs(1);
+    expect(step).toBeGreaterThan(0);
+    expect(lendTimeoutMs(50) - lendTimeoutMs(49)).toBe(step);
+    expect(lendTimeoutMs(1)).toBeGreaterThan(step); // room for the lend's own reads and writes besides its hosts
+    expect(lendTimeoutMs(1_000)).toBe(lendTimeoutMs(1_000_000));
+    expect(lendTimeoutMs(1_000)).toBeLessThanOrEqual(3_600_000);
   });
 });

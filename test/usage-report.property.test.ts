@@ -396,6 +396,27 @@ describe('usage report, pure', () => {
     expect(total.booked).toEqual({ ...shown(zeros()), vcpu_hours: shownExactly(vcpuMs, 1n), bandwidth_mbps_hours: shownExactly(kbpsMs, 1000n) });
   });
 
+  it('counts lent instance slots in their vCPU, memory and disk hours, and credits their borrowed slot-hours off those charged figures', () => {
+    const start = Date.UTC(2031, 0, 1);
+    // A lease of 4 slots (2 vCPUs, 3 GB each) for 10 h; 2 of them lent for 4 h, a borrower's slot in them for 3 h.
+    const lease: Lease = {
+      id: 'lender', name: 'lender', projectId: 'p', userId: 'u', status: 'ACTIVE', startMs: start, endMs: start + 10 * HOUR,
+      reservations: [{ id: 'r', resource_type: 'virtual:instance', status: 'active', params: {}, footprint: { vcpus: 8, memory_mb: 12_288 } }],
+      events: [], createdMs: 0, updatedMs: 0, version: 1,
+    };
+    const lending: MeteredLending = {
+      id: 'slots:1', resourceType: 'virtual:instance', projectId: 'p', startMs: start + HOUR, untilMs: start + 5 * HOUR, returnedMs: start + 5 * HOUR, borrowedMs: 3 * HOUR,
+      footprint: { vcpus: 4, memory_mb: 6_144 }, borrowedUnit: { vcpus: 2, memory_mb: 3_072 },
+    };
+    const report = usageReport([{ lease }], { window: { startMs: start, endMs: start + 10 * HOUR }, nowMs: start + 10 * HOUR, groupBy: ['resource_type'], preemptibleChargeFactor: 0.25 }, [lending]);
+    const figures = (fields: Partial<UsageFigures>): UsageFigures => ({ ...shown(zeros()), ...fields });
+    const booked = figures({ vcpu_hours: 80, memory_gb_hours: 120 });
+    // Credit: 3 slot-hours of 2 vCPUs and 3 GB at 0.25 = 1.5 vCPU-hours and 2.25 GB-hours.
+    expect(report.groups).toEqual([
+      { resource_type: 'virtual:instance', booked, used: figures({}), charged: { booked: figures({ vcpu_hours: 78.5, memory_gb_hours: 117.75 }), used: figures({}) }, leases: 1, lent: { host_hours: 0, vcpu_hours: 16, memory_gb_hours: 24 }, borrowed_credit_hours: 0, borrowed_credit: { vcpu_hours: 1.5, memory_gb_hours: 2.25 } },
+    ]);
+  });
+
   it('refuses to hold more groups than its bound', () => {
     const leases: MeteredLease[] = ['a', 'b', 'c'].map((project) => ({
       lease: { id: project, name: project, projectId: project, userId: 'u', status: 'PENDING', startMs: at(0), endMs: at(4), reservations: [{ id: `r-${project}`, resource_type: 'physical:host', status: 'pending', params: {}, footprint: { hosts: 1 } }], events: [], createdMs: 0, updatedMs: 0, version: 1 },

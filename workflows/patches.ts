@@ -199,6 +199,49 @@ export const LEASE_LENDING = {
 } as const satisfies WorkflowPatch;
 
 /**
+ * A reclaim of all with a need sooner than the return of hosts already being reclaimed brings them
+ * back sooner (issue 43), also when nothing is left lent: the reclaim handler's check lets it through
+ * where it answered 409 "lends no host now" before. Marked in the reclaim handler.
+ */
+export const RECLAIM_SOONER = {
+  id: 'reclaim-sooner',
+  workflowType: leaseWorkflowType,
+  introduced: '2026-11-28',
+  oldBranch: 'a reclaim with nothing left lent failed with 409, whatever its need',
+  oldHistories: 'lent-and-reclaimed.json (its one reclaim had a host lent: both branches take it)',
+  note: 'retired by the common path (RETIREMENT) once no lease that reclaimed before the deploy still runs',
+} as const satisfies WorkflowPatch;
+
+/**
+ * A lend runs as a regular activity (issue 43): its time fits the hosts asked, it heartbeats per host
+ * fenced, and an attempt given up on stops fencing (workflows/lease/activity-options.ts `forLend`).
+ * Marked in the lend handler before its activity.
+ */
+export const LEND_AS_ACTIVITY = {
+  id: 'lend-as-activity',
+  workflowType: leaseWorkflowType,
+  introduced: '2026-11-28',
+  oldBranch: 'the lend ran as a local activity (20 s, 3 tries), whatever the count',
+  oldHistories: 'lent-and-reclaimed.json',
+  note: 'retired by the common path (RETIREMENT) once no lend begun before the deploy can replay (a lend is answered within the REST call: hours after the deploy)',
+} as const satisfies WorkflowPatch;
+
+/**
+ * A lend or reclaim whose activity failed after it acted (its answer lost) is reconciled with the
+ * calendar (issue 43): what the lend request lent, by its lending id, is recorded as lent; hosts a
+ * reclaim took back are recorded as reclaiming; the update then answers the lease. Marked in the
+ * lend's and the reclaim's failure handlers (a refusal answers as before, unmarked).
+ */
+export const LENDING_RECONCILED = {
+  id: 'lending-reconciled',
+  workflowType: leaseWorkflowType,
+  introduced: '2026-11-28',
+  oldBranch: 'the failure was answered, whatever the calendar held: the record stayed behind it',
+  oldHistories: 'none: only a lend or reclaim whose activity failed reaches it, and no kept history has one',
+  note: 'retired by the common path (RETIREMENT) once no lease that lent before the deploy still runs',
+} as const satisfies WorkflowPatch;
+
+/**
  * A failed hold of a reservation whose start makes the same resources again (`holdRedoneAtStart`:
  * an instance reservation's flavor, server group and aggregate) leaves the lease PENDING with a
  * status_reason, for its start to try again, instead of ERROR with every booking freed. Marked in
@@ -247,6 +290,9 @@ export const PATCHES: readonly WorkflowPatch[] = [
   LEASE_CHANGE_APPROVAL,
   LEASE_PREEMPTION,
   LEASE_LENDING,
+  RECLAIM_SOONER,
+  LEND_AS_ACTIVITY,
+  LENDING_RECONCILED,
   HOLD_FAILURE_LEFT_TO_START,
   UPDATE_AFTER_OWED_CUT,
 ];

@@ -185,7 +185,7 @@ export const approvalAnswerSchema = z.strictObject({
   reason: z.string({ error: 'expected a string' }).trim().max(MAX_ANSWER_REASON_CHARS, `must be at most ${MAX_ANSWER_REASON_CHARS} characters`).optional(),
 });
 
-/** Hosts one lend or reclaim names at most. */
+/** Hosts or slots one lend or reclaim names at most. */
 const MAX_LENT_HOSTS = 1000;
 const lentHostCount = z.number({ error: 'expected a whole number' }).int('expected a whole number').min(1).max(MAX_LENT_HOSTS);
 const lendingReservationId = z.uuid({ error: 'expected the id of a reservation of the lease' }).transform((id) => id.toLowerCase());

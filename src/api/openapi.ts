@@ -58,6 +58,7 @@ const reservation = z
         z.strictObject({
           id: z.string().describe('the lend request'),
           hosts: z.array(z.string()),
+          slots: z.number().int().optional().describe('a virtual:instance reservation\'s lending: how many of its slots, on those hosts'),
           lent_at: leaseDate,
           until: leaseDate,
           state: z.enum(['lent', 'reclaiming', 'returned']),
@@ -304,7 +305,12 @@ const chargedUsage = z.strictObject({ booked: usageFigures, used: usageFigures }
 const preemptibleUsage = z
   .strictObject({ booked: usageFigures, used: usageFigures, leases: z.number().int().min(0).describe('distinct leases with preemptible time in the group') })
   .describe('the preemptible part of booked and used (borrowed time), in full');
-const lentUsage = z.strictObject({ host_hours: z.number().min(0) }).describe("host-hours the group's leases lent (issue 43), from lent until back; only in groups that lent");
+const lentUsage = z
+  .strictObject({ host_hours: z.number().min(0), ...Object.fromEntries(FIGURE_NAMES.filter((f) => f !== 'host_hours').map((f) => [f, z.number().min(0).optional()])) })
+  .describe("host-hours the group's leases lent (issue 43), from lent until back, and the vCPU, memory and disk hours of the instance slots they lent (when not zero); only in groups that lent");
+const slotCredit = z
+  .strictObject(Object.fromEntries(FIGURE_NAMES.map((f) => [f, z.number().min(0).optional()])))
+  .describe("borrowed hours of the group's lent instance slots back in the window, per figure, times preemptible_charge_factor: taken off those charged figures (never below 0); only in groups whose lent slots were borrowed");
 const borrowedCredit = z.number().min(0).describe("borrowed host-hours of the group's lendings back in the window, times preemptible_charge_factor: taken off charged host_hours (never below 0); only in groups that lent");
 const usageReport = z.strictObject({
   usage: z.strictObject({
@@ -324,9 +330,10 @@ const usageReport = z.strictObject({
         leases: z.number().int().min(0).describe('distinct leases booked or used within the group'),
         lent: lentUsage.optional(),
         borrowed_credit_hours: borrowedCredit.optional(),
+        borrowed_credit: slotCredit.optional(),
       }),
     ),
-    total: z.strictObject({ booked: usageFigures, used: usageFigures, charged: chargedUsage, preemptible: preemptibleUsage, leases: z.number().int().min(0), lent: lentUsage.optional(), borrowed_credit_hours: borrowedCredit.optional() }),
+    total: z.strictObject({ booked: usageFigures, used: usageFigures, charged: chargedUsage, preemptible: preemptibleUsage, leases: z.number().int().min(0), lent: lentUsage.optional(), borrowed_credit_hours: borrowedCredit.optional(), borrowed_credit: slotCredit.optional() }),
   }),
 }).openapi('Usage');
 
@@ -527,25 +534,25 @@ export function apiOperations(types: ResourceTypes): Operation[] {
       responses: { 200: leaseBody, ...COMMON_REFUSALS, 403: adminOnly, 404: notFound, 409: refusal('the lease is not waiting for approval') },
     })),
     {
-      method: 'post', path: '/v1/leases/{id}/lend', tags: ['leases'], summary: "Lend an active lease's idle hosts to preemptible leases (extension)",
+      method: 'post', path: '/v1/leases/{id}/lend', tags: ['leases'], summary: "Lend an active lease's idle hosts or instance slots to preemptible leases (extension)",
       description:
-        "`count` idle hosts of the lease's host reservation (`reservation_id` when it has more than one that can lend) are lent until `until` (later than now plus the preemption warning, no later than the lease's end): preemptible leases may book them inside that time, regular leases never. Idle: no server of any project on it (a calendar-only deployment: every host not lent). The lease's project or an admin; docs/api.md, \"Lending\".",
+        "`count` idle hosts of the lease's host reservation, or `count` idle slots of its instance reservation (`reservation_id` when it has more than one that can lend), are lent until `until` (later than now plus the preemption warning, no later than the lease's end): preemptible leases may book them inside that time, regular leases never. Idle: a host with no server of any project on it; a slot no server of the reservation's flavor uses (a calendar-only deployment: every host or slot not lent). The lease's project or an admin; docs/api.md, \"Lending\".",
       security: AUTHENTICATED,
       request: { params: idParam('the lease id'), body: { content: { 'application/json': { schema: lendSchema } }, required: true } },
       responses: {
         200: leaseBody,
         ...COMMON_REFUSALS,
         404: notFound,
-        409: refusal('the lease is not active, its reservation has 20 lendings out, or fewer hosts than asked are idle (`idle`: how many are)'),
+        409: refusal('the lease is not active, its reservation has 20 lendings out, or fewer hosts or slots than asked are idle (`idle`: how many are)'),
       },
     },
     {
-      method: 'post', path: '/v1/leases/{id}/reclaim', tags: ['leases'], summary: 'Take lent hosts back (extension)',
+      method: 'post', path: '/v1/leases/{id}/reclaim', tags: ['leases'], summary: 'Take lent hosts or slots back (extension)',
       description:
-        "`count` lent hosts (all when left out; unborrowed ones first) are taken back, needed from `needed_at` (when left out: now plus the preemption warning and the telling's time, a tenth of the warning, at most 5 s): their borrowers are cut to end by then and told (`lease.preempting`, reason `reclaimed: …`); each host comes back into the lease once its borrowers are out (`returns_at`), waited for at most LK_PREEMPT_EVICTION_SECONDS.",
+        "`count` lent hosts or slots (all when left out; unborrowed ones first; slots by whole lendings on a host, so perhaps more than `count`) are taken back, needed from `needed_at` (when left out: now plus the preemption warning and the telling's time, a tenth of the warning, at most 5 s): their borrowers are cut to end by then and told (`lease.preempting`, reason `reclaimed: …`); each host comes back into the lease once its borrowers are out (`returns_at`), waited for at most LK_PREEMPT_EVICTION_SECONDS.",
       security: AUTHENTICATED,
       request: { params: idParam('the lease id'), body: { content: { 'application/json': { schema: reclaimSchema } }, required: false } },
-      responses: { 200: leaseBody, ...COMMON_REFUSALS, 404: notFound, 409: refusal('the lease is not active, lends nothing, or lends fewer hosts than `count`') },
+      responses: { 200: leaseBody, ...COMMON_REFUSALS, 404: notFound, 409: refusal('the lease is not active, lends nothing, or lends fewer hosts or slots than `count`') },
     },
     {
       method: 'get', path: '/v1/os-hosts', tags: ['hosts'], summary: 'List enrolled hosts',

@@ -5,13 +5,14 @@
  * admins every project, or `project_id`'s. The figures come from src/domain/usage.ts, the meter the
  * usage policy counts with, so that a report and a refusal never disagree: raw, as charged
  * (preemptible hours at LK_PREEMPTIBLE_CHARGE_FACTOR), and the preemptible part; lenders' groups
- * add what they lent and their credit (host_lendings, issue 43).
+ * add what they lent and their credit (host_lendings and quantity_lendings, issue 43).
  */
 import { Router } from 'express';
 import { z } from 'zod';
 import type { Pool } from '../db/pool';
 import { meteredLeaseBatches } from '../db/leases';
 import { meteredLendingBatches } from '../db/host-lendings';
+import { meteredSlotLendingBatches } from '../db/quantity-lendings';
 import { formatBlazarDate } from '../domain/dates';
 import { monthOf } from '../domain/usage';
 import { FIGURE_NAMES, GROUP_FIELDS, GROUP_KEYS, TooManyGroups, UsageReport, type GroupKey, type UsageGroup } from '../domain/usage-report';
@@ -92,11 +93,13 @@ export function usageRouter(deps: { pool: Pool; preemptibleChargeFactor: number 
           }
         }
       }
-      // Lent hosts are few next to leases (one row per host and lending): a batch is metered in one turn.
-      for await (const batch of meteredLendingBatches(deps.pool, filter, BATCH_SIZE)) {
-        for (const lending of batch) report.addLending(lending);
-        await nextTurn();
-        if (gone) return;
+      // Lent hosts and slots are few next to leases (one row per host and lending): a batch is metered in one turn.
+      for (const batches of [meteredLendingBatches(deps.pool, filter, BATCH_SIZE), meteredSlotLendingBatches(deps.pool, filter, BATCH_SIZE)]) {
+        for await (const batch of batches) {
+          for (const lending of batch) report.addLending(lending);
+          await nextTurn();
+          if (gone) return;
+        }
       }
     } catch (err) {
       if (err instanceof TooManyGroups) {

@@ -450,6 +450,17 @@ export async function borrowedSlotsOfLendings(client: Queryable, lendingRowIds: 
   return rows;
 }
 
+/** The borrower leases, begun and not ended (nor deleted), whose slots lie in these lendings: while any is, the lent slots are not free. */
+export async function slotBorrowersStillRunning(db: Queryable, lendingRowIds: string[]): Promise<string[]> {
+  if (lendingRowIds.length === 0) return [];
+  const { rows } = await db.query<{ lease_id: string }>(
+    `SELECT DISTINCT a.lease_id::text FROM quantity_allocations a JOIN leases l ON l.id = a.lease_id
+     WHERE a.lent_by = ANY($1::bigint[]) AND lower(a.during) <= now() AND l.deleted_at IS NULL AND l.status NOT IN ('TERMINATED', 'ERROR') ORDER BY 1`,
+    [lendingRowIds],
+  );
+  return rows.map((r) => r.lease_id);
+}
+
 /**
  * A borrower reservation's slots live at `atMs` inside lendings: which lendings, the soonest end
  * among them, where its live slots end now, and whether it holds free slots too (undefined: it borrows none).

@@ -10,6 +10,7 @@
  */
 import type { PoolClient } from 'pg';
 import type { Amounts } from '../domain/quantity-calendar';
+import { footprintOfAmounts, type MeteredLending } from '../domain/usage';
 import type { Pool } from './pool';
 
 type Queryable = Pool | PoolClient;
@@ -200,5 +201,40 @@ export async function reclaimSlotLending(client: PoolClient, id: string, endMs: 
 export async function markSlotLendingsReturned(client: PoolClient, returned: Array<{ id: string; borrowedMs: number }>, atMs: number): Promise<void> {
   for (const lending of returned) {
     await client.query('UPDATE quantity_lendings SET returned_at = to_timestamp($2 / 1000.0), borrowed_ms = $3 WHERE id = $1 AND returned_at IS NULL', [lending.id, atMs, Math.max(0, Math.round(lending.borrowedMs))]);
+  }
+}
+
+/**
+ * The slot lendings (of `projectId`'s leases, or all) that were lent during `span` or returned
+ * within it, as the meter reads them (their slots' amounts lent, one slot's per borrowed slot-ms),
+ * `batchSize` at a time by id: host-lendings.ts `meteredLendingBatches` for slots.
+ */
+export async function* meteredSlotLendingBatches(db: Queryable, filter: { projectId?: string; span: { startMs: number; endMs: number } }, batchSize = 500): AsyncGenerator<MeteredLending[]> {
+  let after = '0';
+  for (;;) {
+    const { rows } = await db.query<{ id: string; project_id: string; slots: number; amounts: Amounts; start_ms: number; until_ms: number; returned_ms: number | null; borrowed_ms: string | null }>(
+      `SELECT g.id::text, g.project_id, g.slots, g.amounts, (extract(epoch FROM lower(g.during)) * 1000)::float8 AS start_ms, (extract(epoch FROM upper(g.during)) * 1000)::float8 AS until_ms,
+              (extract(epoch FROM g.returned_at) * 1000)::float8 AS returned_ms, CASE WHEN g.returned_at IS NOT NULL THEN COALESCE(g.borrowed_ms, 0)::text END AS borrowed_ms
+       FROM quantity_lendings g
+       WHERE ($1::text IS NULL OR g.project_id = $1) AND g.id > $4::bigint
+         AND lower(g.during) < to_timestamp($3 / 1000.0) AND GREATEST(upper(g.during), COALESCE(g.returned_at, upper(g.during))) > to_timestamp($2 / 1000.0)
+       ORDER BY g.id LIMIT $5`,
+      [filter.projectId ?? null, filter.span.startMs, filter.span.endMs, after, batchSize],
+    );
+    if (rows.length === 0) return;
+    yield rows.map((r) => ({
+      id: `slots:${r.id}`,
+      resourceType: 'virtual:instance',
+      projectId: r.project_id,
+      startMs: r.start_ms,
+      untilMs: r.until_ms,
+      returnedMs: r.returned_ms,
+      borrowedMs: r.borrowed_ms === null ? null : Number(r.borrowed_ms),
+      footprint: footprintOfAmounts(r.amounts),
+      // `amounts` is `slots` slots' worth: each slot's is a whole division.
+      borrowedUnit: footprintOfAmounts(Object.fromEntries(Object.entries(r.amounts).map(([key, amount]) => [key, amount / r.slots]))),
+    }));
+    if (rows.length < batchSize) return;
+    after = rows[rows.length - 1].id;
   }
 }

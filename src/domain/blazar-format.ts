@@ -75,6 +75,8 @@ function lendingJson(lending: ReservationLending) {
   return {
     id: lending.id,
     hosts: lending.hosts,
+    // A slot lending: how many slots, on those hosts together.
+    ...(lending.slots ? { slots: lending.slots.reduce((n, k) => n + k, 0) } : {}),
     lent_at: formatBlazarDate(lending.lentAtMs),
     until: formatBlazarDate(lending.untilMs),
     state: lending.state,

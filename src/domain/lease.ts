@@ -59,15 +59,18 @@ export interface Reservation<P = Record<string, unknown>> {
 }
 
 /**
- * One lend request of a reservation's hosts (issue 43), as the lease records it: `lent` until
- * `untilMs`; `reclaiming` once reclaimed, its hosts back at `returnsAtMs`; `returned` once back in
- * the lease. `borrowed`: a preemptible lease booked some of it (known from the reclaim or the return on).
- * Never who borrowed: a borrower's lease and project are not the lender's to see.
+ * One lend request of a reservation's hosts or instance slots (issue 43), as the lease records it:
+ * `lent` until `untilMs`; `reclaiming` once reclaimed, its hosts back at `returnsAtMs`; `returned`
+ * once back in the lease. `borrowed`: a preemptible lease booked some of it (known from the reclaim
+ * or the return on). Never who borrowed: a borrower's lease and project are not the lender's to see.
+ * A slot lending lends `slots[i]` slots on host `hosts[i]`; its `hostIds` name its lending rows (one
+ * per host: two lendings may share a host), which is what a reclaim and a return take.
  */
 export interface ReservationLending {
   id: string;
   hosts: string[];
   hostIds: string[];
+  slots?: number[];
   lentAtMs: number;
   untilMs: number;
   state: 'lent' | 'reclaiming' | 'returned';

@@ -1,5 +1,5 @@
 /**
- * Lending a running lease's idle hosts to preemptible leases (issue 43): which lent hosts a reclaim
+ * Lending a running lease's idle hosts or instance slots to preemptible leases (issue 43): which lent hosts a reclaim
  * takes back first, which reservations may lend, and how the lease records its lendings. Pure: the
  * calendar reads the lendings and their borrowers, and cuts; the workflow and the API use the rest.
  */
@@ -59,7 +59,7 @@ export function chooseReclaimedSlots(lent: LentSlots[], count?: number): LentSlo
 export const MAX_OPEN_LENDINGS = 20;
 
 /** The resource types whose reservations may lend (the calendars that keep borrowers inside a lending). */
-const LENDING_TYPES: ReadonlySet<string> = new Set(['physical:host']);
+const LENDING_TYPES: ReadonlySet<string> = new Set(['physical:host', 'virtual:instance']);
 
 /**
  * Why a lease's reservation cannot lend (a 400's message), or undefined when it may: it must be the
@@ -69,7 +69,7 @@ const LENDING_TYPES: ReadonlySet<string> = new Set(['physical:host']);
 export function lendRefusal(lease: Pick<Lease, 'id' | 'name' | 'reservations'>, reservationId: string): string | undefined {
   const reservation = lease.reservations.find((r) => r.id === reservationId);
   if (!reservation) return `reservation_id: lease ${lease.name} has no reservation ${reservationId}`;
-  if (!LENDING_TYPES.has(reservation.resource_type)) return `reservation ${reservationId} is ${reservation.resource_type}: only physical:host reservations lend`;
+  if (!LENDING_TYPES.has(reservation.resource_type)) return `reservation ${reservationId} is ${reservation.resource_type}: only physical:host and virtual:instance reservations lend`;
   if (isPreemptibleReservation(reservation)) return `reservation ${reservationId} is preemptible: only a regular reservation lends its hosts`;
   if (reservation.allocation?.on_end === 'release' || (reservation.params as { on_end?: unknown }).on_end === 'release') {
     return `reservation ${reservationId} has on_end: release: its hosts must be in its aggregate at its end, so it cannot lend them`;
@@ -90,8 +90,14 @@ export const lendingDueMs = (lending: ReservationLending): number => (lending.st
 export const withLendingsReturned = <R extends Pick<Reservation, 'lendings'>>(reservation: R): R =>
   reservation.lendings?.some(isOpenLending) ? { ...reservation, lendings: reservation.lendings.map((g) => (isOpenLending(g) ? { ...g, state: 'returned' as const } : g)) } : reservation;
 
-/** The hosts a reservation lends now and a reclaim may take (not being reclaimed already). */
+/** The hosts a reservation lends now and a reclaim may take (not being reclaimed already); a slot lending's rows. */
 export const lentHostIds = (reservation: Pick<Reservation, 'lendings'>): string[] => (reservation.lendings ?? []).filter((g) => g.state === 'lent').flatMap((g) => g.hostIds);
+
+/** What a reservation lends now and a reclaim may take, counted as a lend's and a reclaim's `count` counts: slots, or hosts. */
+export function lentCount(reservation: Pick<Reservation, 'lendings' | 'resource_type'>): { count: number; unit: 'host' | 'slot' } {
+  const lent = (reservation.lendings ?? []).filter((g) => g.state === 'lent');
+  return { count: lent.reduce((n, g) => n + (g.slots ? g.slots.reduce((a, b) => a + b, 0) : g.hostIds.length), 0), unit: reservation.resource_type === 'physical:host' ? 'host' : 'slot' };
+}
 
 /**
  * The reservation's lendings after a reclaim took `returned` hosts back (each due at its time; borrowed
@@ -103,14 +109,16 @@ export function afterReclaim(lendings: ReservationLending[], returned: Array<{ h
   return lendings.flatMap((lending) => {
     // A lending already being reclaimed is taken again by a reclaim of everything (a sooner need): its hosts come back at the sooner time.
     if (lending.state === 'returned' || !lending.hostIds.some((id) => byHost.has(id))) return [lending];
-    const kept = lending.hostIds.map((id, i) => ({ id, host: lending.hosts[i] })).filter((h) => !byHost.has(h.id));
-    const taken = lending.hostIds.map((id, i) => ({ id, host: lending.hosts[i], back: byHost.get(id) })).filter((h) => h.back !== undefined);
+    const kept = lending.hostIds.map((id, i) => ({ id, host: lending.hosts[i], slots: lending.slots?.[i] })).filter((h) => !byHost.has(h.id));
+    const taken = lending.hostIds.map((id, i) => ({ id, host: lending.hosts[i], slots: lending.slots?.[i], back: byHost.get(id) })).filter((h) => h.back !== undefined);
+    // A slot lending's part keeps the slots of its hosts.
+    const parted = (part: typeof kept) => ({ hosts: part.map((h) => h.host), hostIds: part.map((h) => h.id), ...(lending.slots ? { slots: part.map((h) => h.slots!) } : {}) });
     const times = [...new Set(taken.map((h) => h.back!.returnsAtMs))].sort((a, b) => a - b);
     const reclaiming = times.map((returnsAtMs): ReservationLending => {
       const part = taken.filter((h) => h.back!.returnsAtMs === returnsAtMs);
       const sooner = lending.state === 'reclaiming' && lending.returnsAtMs !== undefined ? Math.min(lending.returnsAtMs, returnsAtMs) : returnsAtMs;
-      return { ...lending, hosts: part.map((h) => h.host), hostIds: part.map((h) => h.id), state: 'reclaiming', returnsAtMs: sooner, borrowed: lending.borrowed || part.some((h) => h.back!.borrowed) };
+      return { ...lending, ...parted(part), state: 'reclaiming', returnsAtMs: sooner, borrowed: lending.borrowed || part.some((h) => h.back!.borrowed) };
     });
-    return [...(kept.length ? [{ ...lending, hosts: kept.map((h) => h.host), hostIds: kept.map((h) => h.id) }] : []), ...reclaiming];
+    return [...(kept.length ? [{ ...lending, ...parted(kept) }] : []), ...reclaiming];
   });
 }

@@ -78,6 +78,11 @@ export type ReportProgress = (details?: Record<string, unknown>) => void;
  */
 export interface HookContext<P = Record<string, unknown>> extends ReservationContext<P> {
   reportProgress: ReportProgress;
+  /**
+   * Aborted once the attempt running the hook was given up on (timed out, cancelled): a hook that
+   * loops over hosts stops between them, so that it does not go on beside its retry. None: never.
+   */
+  signal?: AbortSignal;
   /** Where another reservation of the lease is, asked of its own resource type (no hosts: a type without placement). */
   placementOf(reservationId: string): Promise<ReservationPlacement>;
   /** Tells the lease's listeners (webhooks, oslo.messaging) something about this reservation; best effort, never fails the hook. */
@@ -288,22 +293,23 @@ export interface HoldOutcome {
   allocation?: Record<string, unknown>;
 }
 
-/** A lend request (issue 43): how many hosts, until when; its id makes a retry find what it lent. */
+/** A lend request (issue 43): how many hosts (or slots), until when; its id makes a retry find what it lent. */
 export interface LendHostsRequest {
   lendingId: string;
   count: number;
   untilMs: number;
 }
 
-/** What a lend lent: the hosts (id, name) from `lentAtMs`. */
+/** What a lend lent: the hosts (id, name) from `lentAtMs`; a slot lend, its lending rows (one per host: id, the host's name) and the slots lent on each. */
 export interface LentHosts {
   hosts: Array<{ id: string; name: string }>;
+  slots?: number[];
   lentAtMs: number;
 }
 
 /**
- * A reclaim (issue 43): `count` lent hosts (all when absent), needed from `neededFromMs`. `lentHostIds`:
- * the hosts the lease records as lent and not reclaimed; one of them found reclaimed already means a
+ * A reclaim (issue 43): `count` lent hosts or slots (all when absent), needed from `neededFromMs`. `lentHostIds`:
+ * the hosts (a slot lending's rows) the lease records as lent and not reclaimed; one of them found reclaimed already means a
  * retry of this same reclaim (the lease's lock lets one reclaim through at a time): answered as it was.
  */
 export interface ReclaimHostsRequest {
@@ -356,12 +362,16 @@ export interface ResourcePlugin<P = Record<string, unknown>> extends ResourceTyp
    */
   inUse?(ctx: HookContext<P>): Promise<boolean | undefined>;
   /**
-   * Lending (issue 43): lends `count` idle hosts of an active reservation to preemptible leases until
+   * Lending (issue 43): lends `count` idle hosts (or slots) of an active reservation to preemptible leases until
    * `untilMs` (409 with `idle` when fewer are idle), idempotent by `lendingId`. Types without it cannot lend.
    */
   lend?(ctx: HookContext<P>, request: LendHostsRequest): Promise<LentHosts>;
   /** Takes lent hosts back (see ReclaimHostsRequest); the leases cut are owed the news, and named for the caller to tell. */
   reclaim?(ctx: HookContext<P>, request: ReclaimHostsRequest): Promise<ReclaimedHosts>;
+  /** What the lend request `lendingId` lent, as `lend` answers it; undefined when it lent nothing (a lend whose answer was lost). */
+  lentBy?(ctx: HookContext<P>, lendingId: string): Promise<LentHosts | undefined>;
+  /** The reservation's hosts being reclaimed and not back yet, each with its return and whether borrowed (a reclaim whose answer was lost). */
+  reclaimingHosts?(ctx: HookContext<P>): Promise<ReclaimedHosts['hosts']>;
   /** How many hosts could be lent now (usable, not lent, running no server): the idle check's suggestion. */
   idleHosts?(ctx: HookContext<P>): Promise<number>;
   /** Whether no borrower lease runs on these lent hosts any more (its end done): they can come back. */

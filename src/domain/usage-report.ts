@@ -13,10 +13,11 @@
  * back, or until the lending's end or now while not back), and a credit for what borrowers booked in
  * it (`borrowed_credit_hours`: the borrowed host-hours times the charge factor, what the borrowers
  * paid for that time), counted when the host is back and taken off the lender's charged host-hours.
+ * Lent instance slots count the same in their vCPU, memory and disk hours (`lent`, `borrowed_credit`).
  * Lent time nobody borrowed earns nothing: booking hosts to lend them never pays.
  */
 import { isPreemptibleReservation } from './preemption';
-import { bookedInterval, footprintOf, HOUR_MS, monthName, monthOf, monthsOf, overlapMs, usedInterval, type Interval, type Meter, type MeteredLease, type MeteredLending } from './usage';
+import { bookedInterval, footprintOf, HOUR_MS, monthName, monthOf, monthsOf, overlapMs, usedInterval, type Footprint, type Interval, type Meter, type MeteredLease, type MeteredLending } from './usage';
 
 export const GROUP_KEYS = ['resource_type', 'project', 'month'] as const;
 export type GroupKey = (typeof GROUP_KEYS)[number];
@@ -55,10 +56,12 @@ export interface UsageGroup {
   charged: BookedAndUsed;
   /** The preemptible part of `booked` and `used` (in full), and its leases; only in groups that hold some. */
   preemptible?: BookedAndUsed & { leases: number };
-  /** Host-hours the group's leases lent (issue 43); only in groups that lent. */
-  lent?: { host_hours: number };
+  /** Host-hours the group's leases lent (issue 43), and the other figures' hours of the instance slots they lent (only those not zero); only in groups that lent. */
+  lent?: { host_hours: number } & Partial<UsageFigures>;
   /** Borrowed host-hours of lendings returned in the group, times the charge factor: taken off `charged`'s host-hours; only in groups that lent. */
   borrowed_credit_hours?: number;
+  /** The same credit for borrowed instance slots, per figure (only those not zero), taken off `charged`'s figures; only in groups whose lent slots were borrowed. */
+  borrowed_credit?: Partial<UsageFigures>;
   /** Distinct leases booked or used within the group. */
   leases: number;
 }
@@ -66,11 +69,12 @@ export interface UsageGroup {
 export interface UsageSummary {
   groups: UsageGroup[];
   /** The total always shows its preemptible part (zero when none). */
-  total: Pick<UsageGroup, 'booked' | 'used' | 'charged' | 'leases' | 'lent' | 'borrowed_credit_hours'> & { preemptible: BookedAndUsed & { leases: number } };
+  total: Pick<UsageGroup, 'booked' | 'used' | 'charged' | 'leases' | 'lent' | 'borrowed_credit_hours' | 'borrowed_credit'> & { preemptible: BookedAndUsed & { leases: number } };
 }
 
-/** Lent time is whole hosts' (instance slots do not lend yet). */
+/** A lending's resource type, footprint and borrowed unit when the meter names none: one host. */
 const LENT_RESOURCE_TYPE = 'physical:host';
+const ONE_HOST = { hosts: 1 };
 
 export interface UsageReportOptions {
   window: Interval;
@@ -88,14 +92,14 @@ export class TooManyGroups extends Error {
   }
 }
 
-/** One sum per figure booked, then per figure used; then the same of preemptible reservations only; then host-ms lent and borrowed in returned lendings. */
+/** One sum per figure booked, then per figure used; then the same of preemptible reservations only; then per figure lent, and borrowed in returned lendings. */
 const FIGURE_COUNT = FIGURE_NAMES.length;
 const BOOKED = 0;
 const USED = FIGURE_COUNT;
 const PREEMPTIBLE = 2 * FIGURE_COUNT;
 const LENT = 4 * FIGURE_COUNT;
-const BORROWED = LENT + 1;
-const SLOTS = BORROWED + 1;
+const BORROWED = LENT + FIGURE_COUNT;
+const SLOTS = BORROWED + FIGURE_COUNT;
 const HOST_HOURS = FIGURE_NAMES.indexOf('host_hours');
 const METER_OF_SLOT = [...FIGURE_NAMES, ...FIGURE_NAMES].map((f) => FIGURES[f].meter);
 
@@ -176,13 +180,12 @@ function shownFigure(sums: Accumulator, slot: number, figure: Figure): number {
 /** The charge factor's denominator: LK_PREEMPTIBLE_CHARGE_FACTOR has at most 6 decimals, so factor × this is whole. */
 const FACTOR_SCALE = 1_000_000;
 
-const NONE = { whole: 0, fraction: 0 };
 const isZero = (sum: { whole: number | bigint; fraction: number }) => sum.whole === 0 && sum.fraction === 0;
 
 /**
  * The figures as charged (`offset`: BOOKED or USED): the regular part in full and the preemptible
- * part times the factor, less a lender's credit (host-ms borrowed in its returned lendings times
- * the factor) from the host-hours, never below zero (a lending back in a window, or month, where
+ * part times the factor, less a lender's credit (host-ms, or lent slots' vCPU, memory and disk ms,
+ * borrowed in its returned lendings, times the factor) from those figures, never below zero (a lending back in a window, or month, where
  * its lender booked less than its credit: the lease ended as it came back), summed exactly (in
  * millionths) and rounded as the raw ones. Without preemptible time or credit, exactly the raw figures.
  */
@@ -191,7 +194,7 @@ function chargedFigures(sums: Accumulator, offset: number, factor: number): Usag
   const millionths = Math.round(factor * FACTOR_SCALE);
   FIGURE_NAMES.forEach((figure, i) => {
     const preemptible = sumOf(sums, PREEMPTIBLE + offset + i);
-    const credited = i === HOST_HOURS ? sumOf(sums, BORROWED) : NONE;
+    const credited = sumOf(sums, BORROWED + i);
     if ((isZero(preemptible) || factor === 1) && isZero(credited)) return;
     const all = sumOf(sums, offset + i);
     const unit = unitOf(figure);
@@ -283,12 +286,18 @@ export class UsageReport {
    */
   addLending(lending: MeteredLending): void {
     const { window, nowMs, groupBy } = this.options;
-    const valuesOf = (month: string | undefined) => groupBy.map((key) => (key === 'project' ? lending.projectId : key === 'resource_type' ? LENT_RESOURCE_TYPE : month!));
+    const valuesOf = (month: string | undefined) => groupBy.map((key) => (key === 'project' ? lending.projectId : key === 'resource_type' ? (lending.resourceType ?? LENT_RESOURCE_TYPE) : month!));
+    // Each figure's amount (a host lending: one host; a slot lending: its slots' vCPUs, memory and disk) times the time.
+    const addPerFigure = (sums: Accumulator, offset: number, footprint: Footprint, ms: number) =>
+      FIGURE_NAMES.forEach((figure, i) => {
+        const amount = footprint[FIGURES[figure].meter] ?? 0;
+        if (amount !== 0) add(sums, offset + i, amount, ms);
+      });
     const lentUntil = Math.min(lending.returnedMs ?? nowMs, lending.untilMs);
     const lent = lentUntil > lending.startMs ? partsOf({ startMs: lending.startMs, endMs: lentUntil }, undefined, window, this.byMonth) : [];
     for (const part of lent) {
       for (const sums of [this.groupOf(valuesOf(part.month)), this.totals]) {
-        add(sums, LENT, 1, part.bookedMs);
+        addPerFigure(sums, LENT, lending.footprint ?? ONE_HOST, part.bookedMs);
         sums.lent = true;
       }
     }
@@ -297,7 +306,7 @@ export class UsageReport {
     const creditedAt = Math.min(returnedMs, lending.untilMs - 1);
     if (creditedAt < window.startMs || creditedAt >= window.endMs) return;
     for (const sums of [this.groupOf(valuesOf(this.byMonth ? monthName(monthOf(creditedAt)) : undefined)), this.totals]) {
-      add(sums, BORROWED, 1, borrowedMs);
+      addPerFigure(sums, BORROWED, lending.borrowedUnit ?? ONE_HOST, borrowedMs);
       sums.lent = true;
     }
   }
@@ -341,12 +350,23 @@ export class UsageReport {
     return { booked: figures(sums, PREEMPTIBLE + BOOKED), used: figures(sums, PREEMPTIBLE + USED), leases: sums.preemptibleLeases };
   }
 
-  /** What a lender's group lent, and its credit (the borrowed host-hours at the factor), exact to the last decimal shown. */
-  private lentPart(sums: Accumulator): Pick<UsageGroup, 'lent' | 'borrowed_credit_hours'> {
-    const borrowed = sumOf(sums, BORROWED);
-    const unit = unitOf('host_hours');
+  /**
+   * What a lender's group lent, and its credit (the borrowed hours at the factor), exact to the last
+   * decimal shown: host-hours always (as before slots lent), the slots' figures when not zero.
+   */
+  private lentPart(sums: Accumulator): Pick<UsageGroup, 'lent' | 'borrowed_credit_hours' | 'borrowed_credit'> {
     const millionths = BigInt(Math.round(this.options.preemptibleChargeFactor * FACTOR_SCALE));
-    return { lent: { host_hours: shownFigure(sums, LENT, 'host_hours') }, borrowed_credit_hours: tenThousandths(BigInt(borrowed.whole) * millionths, unit * FACTOR_SCALE) / 10_000 };
+    const credit = (i: number) => tenThousandths(BigInt(sumOf(sums, BORROWED + i).whole) * millionths, unitOf(FIGURE_NAMES[i]) * FACTOR_SCALE) / 10_000;
+    const lent: NonNullable<UsageGroup['lent']> = { host_hours: shownFigure(sums, LENT + HOST_HOURS, 'host_hours') };
+    const slotCredit: Partial<UsageFigures> = {};
+    FIGURE_NAMES.forEach((figure, i) => {
+      if (i === HOST_HOURS) return;
+      const hours = shownFigure(sums, LENT + i, figure);
+      if (hours !== 0) lent[figure] = hours;
+      const credited = credit(i);
+      if (credited !== 0) slotCredit[figure] = credited;
+    });
+    return { lent, borrowed_credit_hours: credit(HOST_HOURS), ...(Object.keys(slotCredit).length > 0 ? { borrowed_credit: slotCredit } : {}) };
   }
 
   /** Like a group's, the lent part only when something was lent. */

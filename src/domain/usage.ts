@@ -125,10 +125,17 @@ export interface MeteredLease {
 }
 
 /**
- * A host lent by a lease (issue 43; a host_lendings row) as the meter reads it: the lender's project,
- * when it was lent and back, and what its borrowers booked in it (the lender's credit).
+ * A host lent by a lease (issue 43; a host_lendings row), or slots lent on one host (a
+ * quantity_lendings row), as the meter reads it: the lender's project, when it was lent and back,
+ * and what its borrowers booked in it (the lender's credit).
  */
 export interface MeteredLending {
+  /** The lender's resource type (the group it counts under); physical:host when absent. */
+  resourceType?: string;
+  /** What it lends at once (a slot lending: its slots' amounts); one host when absent. */
+  footprint?: Footprint;
+  /** What one millisecond of `borrowedMs` holds (a slot lending: one slot's amounts, its borrowed time being slot-ms); one host when absent. */
+  borrowedUnit?: Footprint;
   id: string;
   projectId: string;
   startMs: number;
@@ -136,7 +143,7 @@ export interface MeteredLending {
   untilMs: number;
   /** When the host was back in its lender's hands; null while it is not. */
   returnedMs: number | null;
-  /** Once returned: the host-ms its borrowers booked in it; null before. */
+  /** Once returned: the host-ms (slot-ms) its borrowers booked in it; null before. */
   borrowedMs: number | null;
 }
 

@@ -5,35 +5,17 @@
  * B hears `lease.preempting` at least the configured warning ahead (as reclaimed, naming nothing of
  * A's), B's server is gone, the host is back in A's aggregate, and A's server ran untouched throughout.
  */
-import { KeystoneSession, NotFoundError, serverHost, type OpenStackClients, type Server } from '../../src/openstack';
+import { serverHost, type OpenStackClients, type Server } from '../../src/openstack';
 import { findLease } from '../../src/db/leases';
-import { parseRequestDate } from '../../src/domain/dates';
 import { blazarHostReservation } from '../../dev-stack/fixtures/builders';
 import { enrolHost } from '../../dev-stack/fixtures/hosts';
 import { apiClient, deleteAllLeases, eventually, inSeconds } from '../../dev-stack/stack';
 import { startWebhookReceiver, type WebhookReceiver } from '../support/notice-receiver';
-import { bootServer, deleteServers, hostLeaseStack, rigClients, rigCredentials, uniqueName, type RigCloud } from './support';
+import { type Api, bootServer, deleteServers, hostLeaseStack, instant, leaseAs, projectIdOf, rigClients, serverGone, uniqueName, untilStatus } from './support';
 
 const HOSTS = ['fake-1', 'fake-2'];
 const WARNING_MINUTES = 0.25;
 
-type Api = ReturnType<typeof apiClient>;
-const projectIdOf = async (cloud: RigCloud) => (await new KeystoneSession({ credentials: rigCredentials(cloud) }).authenticate()).projectId;
-const leaseAs = async (as: Api, id: string) => (await as('GET', `/v1/leases/${id}`)).body.lease;
-const untilStatus = (as: Api, id: string, status: string, timeoutMs: number) => {
-  let last: Awaited<ReturnType<typeof leaseAs>>;
-  return eventually(
-    async () => {
-      last = await leaseAs(as, id);
-      return last?.status === status ? last : undefined;
-    },
-    timeoutMs,
-    250,
-    () => `lease ${id} not ${status} but ${last?.status} (${last?.status_reason})`,
-  );
-};
-const instant = (date: string) => parseRequestDate(date)!;
-const serverGone = (clients: OpenStackClients, id: string) => clients.nova.getServer(id).then(() => false, (err: unknown) => err instanceof NotFoundError);
 
 describe('lending a host lease\'s idle host in Nova', () => {
   const admin = rigClients('leasekeeper-admin');

@@ -6,39 +6,21 @@
  * before B's start hands the host over, and B starts on time, its servers landing on the host.
  * Then a regular start that comes before the preempted lease's end has let go of the host.
  */
-import { KeystoneSession, NotFoundError, openStackClients, serverHost, type OpenStackClients, type Server } from '../../src/openstack';
+import { openStackClients, serverHost, type OpenStackClients, type Server } from '../../src/openstack';
 import { findLease } from '../../src/db/leases';
-import { parseRequestDate } from '../../src/domain/dates';
 import { snapshotName } from '../../src/resources/shared/server-snapshots';
 import { blazarHostReservation } from '../../dev-stack/fixtures/builders';
 import { enrolHost } from '../../dev-stack/fixtures/hosts';
 import { activityScheduledTimes, apiClient, deleteAllLeases, eventually, inSeconds } from '../../dev-stack/stack';
 import { FaultProxy } from '../support/fault-proxy';
 import { startWebhookReceiver, type WebhookReceiver } from '../support/notice-receiver';
-import { bootServer, deleteServers, hostLeaseStack, rigClients, rigCredentials, rigEnv, uniqueName, type RigCloud } from './support';
+import { type Api, bootServer, deleteServers, hostLeaseStack, instant, leaseAs, projectIdOf, rigClients, rigCredentials, rigEnv, serverGone, uniqueName, untilStatus } from './support';
 
 const HOST = 'fake-3';
 const WARNING_MINUTES = 0.25;
 /** B's lease starts this much later than the warning: room for its admission, A's workflow's signal and the webhook's delivery. */
 const MARGIN_MS = 15_000;
 
-type Api = ReturnType<typeof apiClient>;
-const projectIdOf = async (cloud: RigCloud) => (await new KeystoneSession({ credentials: rigCredentials(cloud) }).authenticate()).projectId;
-const leaseAs = async (as: Api, id: string) => (await as('GET', `/v1/leases/${id}`)).body.lease;
-const untilStatus = (as: Api, id: string, status: string, timeoutMs: number) => {
-  let last: Awaited<ReturnType<typeof leaseAs>>;
-  return eventually(
-    async () => {
-      last = await leaseAs(as, id);
-      return last?.status === status ? last : undefined;
-    },
-    timeoutMs,
-    250,
-    () => `lease ${id} not ${status} but ${last?.status} (${last?.status_reason})`,
-  );
-};
-const instant = (date: string) => parseRequestDate(date)!;
-const serverGone = (clients: OpenStackClients, id: string) => clients.nova.getServer(id).then(() => false, (err: unknown) => err instanceof NotFoundError);
 
 describe('a preemptible host lease preempted in Nova', () => {
   const admin = rigClients('leasekeeper-admin');

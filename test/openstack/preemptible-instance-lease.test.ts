@@ -7,14 +7,13 @@
  * nothing of B's), its server is deleted before B starts, and B starts on time, a server of its
  * flavor landing on the host.
  */
-import { KeystoneSession, NotFoundError, serverHost, type OpenStackClients, type Server } from '../../src/openstack';
+import { NotFoundError, serverHost, type OpenStackClients, type Server } from '../../src/openstack';
 import { findLease } from '../../src/db/leases';
-import { parseRequestDate } from '../../src/domain/dates';
 import { virtualInstancePlugin } from '../../src/resources/virtual-instance';
 import { enrolHost } from '../../dev-stack/fixtures/hosts';
 import { activityScheduledTimes, apiClient, deleteAllLeases, eventually, inSeconds, useTestStack } from '../../dev-stack/stack';
 import { startWebhookReceiver, type WebhookReceiver } from '../support/notice-receiver';
-import { bootServer, deleteAggregateNamed, deleteServers, rigClients, rigCredentials, uniqueName, type RigCloud } from './support';
+import { type Api, bootServer, deleteAggregateNamed, deleteServers, instant, leaseAs, projectIdOf, rigClients, uniqueName, untilStatus } from './support';
 
 const HOST = 'fake-1';
 const WARNING_MINUTES = 0.25;
@@ -31,22 +30,6 @@ const SLOT = { resource_type: 'virtual:instance', vcpus: 1, memory_mb: 7000, dis
 /** What a lease's start runs once it may take its resources (its steps, for a type that has them). */
 const START_ACTIVITIES = ['startReservation', 'startReservationStep'];
 
-type Api = ReturnType<typeof apiClient>;
-const projectIdOf = async (cloud: RigCloud) => (await new KeystoneSession({ credentials: rigCredentials(cloud) }).authenticate()).projectId;
-const leaseAs = async (as: Api, id: string) => (await as('GET', `/v1/leases/${id}`)).body.lease;
-const untilStatus = (as: Api, id: string, status: string, timeoutMs: number) => {
-  let last: Awaited<ReturnType<typeof leaseAs>>;
-  return eventually(
-    async () => {
-      last = await leaseAs(as, id);
-      return last?.status === status ? last : undefined;
-    },
-    timeoutMs,
-    250,
-    () => `lease ${id} not ${status} but ${last?.status} (${last?.status_reason})`,
-  );
-};
-const instant = (date: string) => parseRequestDate(date)!;
 
 describe('a preemptible instance-slot lease preempted in Nova', () => {
   const admin = rigClients('leasekeeper-admin');

@@ -5,10 +5,10 @@
  * (400 at create and update, never a start failing on it) and again at the start (a share withdrawn
  * meanwhile). Another project's private things are "not found or not visible", like missing ones.
  */
-import { KeystoneSession, projectScopedClients, type Flavor, type Image, type Network } from '../../src/openstack';
+import { projectScopedClients, type Flavor, type Image, type Network } from '../../src/openstack';
 import { virtualServerPlugin } from '../../src/resources/virtual-server';
 import { apiClient, deleteAllLeases, eventually, inSeconds, useTestStack } from '../../dev-stack/stack';
-import { Cleanup, FLAVOR, IMAGE, rigClients, rigCredentials, uniqueName } from './support';
+import { Cleanup, FLAVOR, IMAGE, projectIdOf, rigClients, rigCredentials, uniqueName } from './support';
 
 describe('server leases use only the images, flavors and networks the lessee may use', () => {
   const admin = rigClients('leasekeeper-admin');
@@ -21,7 +21,6 @@ describe('server leases use only the images, flavors and networks the lessee may
   let tiny: Flavor;
   let publicImage: Image;
 
-  const projectIdOf = async (cloud: 'leasekeeper-project-a' | 'leasekeeper-project-b') => (await new KeystoneSession({ credentials: rigCredentials(cloud) }).authenticate()).projectId;
   const newImage = async (owner: typeof admin, visibility: Image['visibility']) => {
     const image = await owner.glance.createImage({ name: uniqueName('img'), visibility, disk_format: 'raw', container_format: 'bare' });
     cleanup.add(`image ${image.id}`, () => admin.glance.deleteImage(image.id));

@@ -12,8 +12,12 @@ import type { ManagedProcess } from '../../dev-stack/processes';
 import { physicalHostPlugin } from '../../src/resources/physical-host';
 import { useTestStack, type TestStack } from '../../dev-stack/stack';
 import { startWorkerProcess as startPlainWorkerProcess, type WorkerProcessTarget } from '../../dev-stack/worker-process';
+import { parseRequestDate } from '../../src/domain/dates';
+import { apiClient, eventually } from '../../dev-stack/stack';
 import {
   ignoreNotFound,
+  KeystoneSession,
+  NotFoundError,
   type OpenStackClients,
   type PlacementClient,
   type ResourceProvider,
@@ -23,6 +27,35 @@ import {
 export { REPO_ROOT };
 export { CLOUDS_FILE, RIG_DIR, rigClients, rigCredentials, rigEnv, type RigCloud };
 export { deleteAggregateNamed, uniqueName };
+
+/** The API as one project's member, or as the admin (dev-stack/stack.ts apiClient). */
+export type Api = ReturnType<typeof apiClient>;
+
+/** The rig project's id, as Keystone gives it to the cloud's credentials. */
+export const projectIdOf = async (cloud: RigCloud): Promise<string> => (await new KeystoneSession({ credentials: rigCredentials(cloud) }).authenticate()).projectId;
+
+/** A lease as `as` sees it through the API. */
+export const leaseAs = async (as: Api, id: string) => (await as('GET', `/v1/leases/${id}`)).body.lease;
+
+/** The lease once it has `status`, waited for at most `timeoutMs` (the failure says where it stood). */
+export function untilStatus(as: Api, id: string, status: string, timeoutMs: number) {
+  let last: Awaited<ReturnType<typeof leaseAs>>;
+  return eventually(
+    async () => {
+      last = await leaseAs(as, id);
+      return last?.status === status ? last : undefined;
+    },
+    timeoutMs,
+    250,
+    () => `lease ${id} not ${status} but ${last?.status} (${last?.status_reason})`,
+  );
+}
+
+/** A date of the API's as ms. */
+export const instant = (date: string): number => parseRequestDate(date)!;
+
+/** Whether Nova no longer knows the server. */
+export const serverGone = (clients: OpenStackClients, id: string): Promise<boolean> => clients.nova.getServer(id).then(() => false, (err: unknown) => err instanceof NotFoundError);
 
 export const FLAVOR = 'm1.tiny';
 export const IMAGE = 'fake-image';

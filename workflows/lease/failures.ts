@@ -10,7 +10,8 @@ export function failureMessage(err: unknown): string {
 export function asFailure(err: unknown): ApplicationFailure {
   if (err instanceof ApplicationFailure) return err;
   if (err instanceof ActivityFailure && err.cause instanceof ApplicationFailure) {
-    return ApplicationFailure.create({ type: err.cause.type ?? 'LeaseError', message: err.cause.message, nonRetryable: true });
+    // Its details too (e.g. a lend's `idle`): the API answers them beside Blazar's three fields.
+    return ApplicationFailure.create({ type: err.cause.type ?? 'LeaseError', message: err.cause.message, nonRetryable: true, details: err.cause.details ?? undefined });
   }
   return ApplicationFailure.create({ type: 'LeaseError', message: failureMessage(err), nonRetryable: true });
 }

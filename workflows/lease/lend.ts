@@ -1,15 +1,15 @@
 /**
- * Lending (issue 43): the owner of an active host lease lends idle hosts to preemptible leases until
- * a time (lend), takes them back with the preemption warning (reclaim), and the active loop brings
+ * Lending (issue 43): the owner of an active host or instance lease lends idle hosts or slots to
+ * preemptible leases until a time (lend), takes them back with the preemption warning (reclaim), and the active loop brings
  * them back into the lease when their lending ends or their reclaim's return comes (returnLent).
  * The reservation's `lendings` record each request; the calendar keeps the borrowers inside.
  */
-import { patched, uuid4 } from '@temporalio/workflow';
-import { leaseConflict, invalidLease, type Lease, type Reservation, type ReservationLending } from '../../src/domain/lease';
-import { afterReclaim, isOpenLending, lendingDueMs, lendingReservations, lendRefusal, lentHostIds, MAX_OPEN_LENDINGS } from '../../src/domain/lending';
+import { isCancellation, log, patched, uuid4 } from '@temporalio/workflow';
+import { leaseConflict, invalidLease, LeaseErrorType, type Lease, type Reservation, type ReservationLending } from '../../src/domain/lease';
+import { afterReclaim, isOpenLending, lendingDueMs, lendingReservations, lendRefusal, lentCount, lentHostIds, MAX_OPEN_LENDINGS } from '../../src/domain/lending';
 import { reservationContext as context } from '../../src/domain/resource-plugin';
-import { LEASE_LENDING } from '../patches';
-import { looking, mustFinish, polling, quick } from './activity-options';
+import { LEASE_LENDING, LEND_AS_ACTIVITY, LENDING_RECONCILED, RECLAIM_SOONER } from '../patches';
+import { forLend, looking, mustFinish, polling, quick, recording } from './activity-options';
 import { announce } from './announce';
 import type { LendRequest, ReclaimRequest } from './messages';
 import { asFailure } from './failures';
@@ -29,13 +29,24 @@ export function validateLending(s: LeaseState, request: LendRequest): void {
   }
 }
 
-/** The reclaim update's validator: something lent and not being reclaimed, at least `count` hosts of it. */
-export function validateReclaim(s: LeaseState, request: ReclaimRequest): void {
+/**
+ * The reclaim update's validator: something lent and not being reclaimed, at least `count` hosts of
+ * it; or, with nothing left lent, a reclaim of all with a need sooner than some reclaiming lending's
+ * return (the calendar cuts its borrowers further and brings it back then).
+ */
+export function validateReclaim(s: LeaseState, request: ReclaimRequest, soonerAllowed = true): void {
   const reservation = lendingReservation(s, request.reservationId);
-  const lent = lentHostIds(reservation).length;
-  if (lent === 0) throw leaseConflict(`Reservation ${reservation.id} lends no host now: nothing to reclaim.`);
-  if (request.count !== undefined && request.count > lent) throw leaseConflict(`Reservation ${reservation.id} lends ${lent} host(s) now: cannot reclaim ${request.count}.`);
+  const { count: lent, unit } = lentCount(reservation);
+  if (lent === 0 && !(soonerAllowed && bringsReclaimingSooner(reservation, request))) throw leaseConflict(`Reservation ${reservation.id} lends no ${unit} now: nothing to reclaim.`);
+  if (request.count !== undefined && request.count > lent) throw leaseConflict(`Reservation ${reservation.id} lends ${lent} ${unit}(s) now: cannot reclaim ${request.count}.`);
   if (request.neededFromMs !== undefined && request.neededFromMs > s.lease.endMs) throw invalidLease('needed_at: expected no later than the lease\'s end');
+}
+
+/** Whether a reclaim of all (no count) needs some host being reclaimed back sooner than its return. */
+function bringsReclaimingSooner(reservation: Reservation, request: ReclaimRequest): boolean {
+  const need = request.neededFromMs;
+  if (request.count !== undefined || need === undefined) return false;
+  return (reservation.lendings ?? []).some((g) => g.state === 'reclaiming' && g.returnsAtMs !== undefined && need < g.returnsAtMs);
 }
 
 /** The lease's reservation that may lend, of an active lease not being deleted (404, 409 or 400 otherwise). */
@@ -54,13 +65,23 @@ export async function lend(s: LeaseState, request: LendRequest): Promise<Lease> 
   validateLending(s, request); // again: the lease may have moved on while queued
   const reservation = s.lease.reservations.find((r) => r.id === request.reservationId)!;
   const lendingId = uuid4();
-  const lent = await quick.lendReservation({ ...context(s.lease, reservation), lendingId, count: request.count, untilMs: request.untilMs }).catch((err: unknown) => {
-    throw asFailure(err);
+  // A local activity's 20 s fit only small lends, and its timed-out attempt went on fencing beside its retry.
+  const lender = patched(LEND_AS_ACTIVITY.id) ? forLend(request.count) : quick;
+  const lent = await lender.lendReservation({ ...context(s.lease, reservation), lendingId, count: request.count, untilMs: request.untilMs }).catch(async (err: unknown) => {
+    // Failed after it lent (its answer lost): what the calendar holds under this lending id is recorded, not left
+    // behind it. Recorded rather than put back: the hosts are fenced and may be borrowed already, and the lending is
+    // then the lender's to see and reclaim; the answer says what is true (a retried lend would lend more hosts).
+    if (!mayHaveActed(err) || !patched(LENDING_RECONCILED.id)) throw asFailure(err);
+    const found = await recording.lentByRequest({ ...context(s.lease, reservation), lendingId });
+    if (!found) throw asFailure(err);
+    log.warn('a lend failed after it lent: recorded as lent', { leaseId: s.lease.id, lendingId, error: asFailure(err).message });
+    return found;
   });
   const lending: ReservationLending = {
     id: lendingId,
     hosts: lent.hosts.map((h) => h.name),
     hostIds: lent.hosts.map((h) => h.id),
+    ...(lent.slots ? { slots: lent.slots } : {}),
     lentAtMs: lent.lentAtMs,
     untilMs: request.untilMs,
     state: 'lent',
@@ -74,15 +95,36 @@ export async function lend(s: LeaseState, request: LendRequest): Promise<Lease> 
 /** The reclaim update's handler (under the lease's lock): borrowers cut and told; each host due back when they are out. */
 export async function reclaim(s: LeaseState, request: ReclaimRequest): Promise<Lease> {
   patched(LEASE_LENDING.id);
-  validateReclaim(s, request);
+  // Replays of handlers run before the sooner reclaim check it as they did (validators do not run on replay).
+  validateReclaim(s, request, patched(RECLAIM_SOONER.id));
   const reservation = s.lease.reservations.find((r) => r.id === request.reservationId)!;
-  const taken = await quick.reclaimReservation({ ...context(s.lease, reservation), count: request.count, neededFromMs: request.neededFromMs, lentHostIds: lentHostIds(reservation) }).catch((err: unknown) => {
-    throw asFailure(err);
-  });
+  const taken = await quick
+    .reclaimReservation({ ...context(s.lease, reservation), count: request.count, neededFromMs: request.neededFromMs, lentHostIds: lentHostIds(reservation) })
+    .catch((err: unknown) => reclaimedAfterAll(s, reservation, err));
   if (taken.hosts.length === 0) throw leaseConflict(`Reservation ${reservation.id} lends no host now: nothing to reclaim.`);
   await transition(s, { reservations: withLendings(s.lease, reservation.id, (lendings) => afterReclaim(lendings, taken.hosts)) });
   s.revision++;
   return s.lease;
+}
+
+/**
+ * A reclaim whose activity failed: a cut it committed stands (its borrowers are cut, and told), so
+ * the calendar's reclaiming hosts are recorded where the record is behind them; otherwise (nothing
+ * taken) the failure is the answer.
+ */
+async function reclaimedAfterAll(s: LeaseState, reservation: Reservation, err: unknown): Promise<{ hosts: Array<{ hostId: string; returnsAtMs: number; borrowed: boolean }> }> {
+  if (!mayHaveActed(err) || !patched(LENDING_RECONCILED.id)) throw asFailure(err);
+  const reclaiming = await recording.reclaimingHostsOf(context(s.lease, reservation));
+  const recorded = reservation.lendings ?? [];
+  if (JSON.stringify(afterReclaim(recorded, reclaiming)) === JSON.stringify(recorded)) throw asFailure(err);
+  log.warn('a reclaim failed after it took hosts back: recorded as reclaiming', { leaseId: s.lease.id, error: asFailure(err).message });
+  return { hosts: reclaiming };
+}
+
+/** Whether a lend's or reclaim's failure may come after it acted: not a refusal (those change nothing), nor a cancellation. */
+function mayHaveActed(err: unknown): boolean {
+  const type = asFailure(err).type;
+  return !isCancellation(err) && type !== LeaseErrorType.conflict && type !== LeaseErrorType.invalid;
 }
 
 /** The earliest return of lent hosts due before the lease's end (a lending to the end closes with the end), if any. */

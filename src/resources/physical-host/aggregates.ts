@@ -48,6 +48,8 @@ export interface HostMove {
   freepool: string;
   /** Called after each host: a move of many hosts is long. */
   progress: ReportProgress;
+  /** Aborted when the attempt was given up on: a lend stops fencing (lendHostsOut). */
+  signal?: AbortSignal;
   /**
    * At start only: of the leases whose `blazar_` zones still hold some of the hosts, those the start
    * may take them from (preempted leases past the eviction bound); none unless given.
@@ -99,6 +101,11 @@ export async function moveHostsIntoLease(nova: NovaClient, move: HostMove): Prom
  * the lessee lands there, then checked: any server Nova lists on it (BUILD included: one scheduled
  * before the fence) puts it back into the lease's aggregate. Three calls per idle host. The caller
  * puts the answered hosts back (moveHostsIntoLease) if it does not lend them after all.
+ *
+ * An attempt given up on (`move.signal`: its heartbeats stopped, or it outlasted its time) stops
+ * before its next host and leaves what it fenced fenced: its retry, reading the aggregates anew,
+ * finds those hosts in the pool already and only looks at their servers (one call each), so it
+ * carries on from there instead of moving them back and forth beside a put-back.
  */
 export async function lendHostsOut(nova: NovaClient, move: HostMove, candidates: string[], count: number): Promise<string[]> {
   const aggregate = await findLeaseAggregate(nova, move.reservationId);
@@ -109,13 +116,14 @@ export async function lendHostsOut(nova: NovaClient, move: HostMove, candidates:
   try {
     for (const host of candidates) {
       if (idle.length === count) break;
+      move.signal?.throwIfAborted();
       fencing = host;
       await addHost(nova, pool, host);
       await removeHost(nova, aggregate, host);
       const servers = (await nova.listServers({ all_tenants: true, host })).filter((s) => s.status !== 'DELETED' && s.status !== 'SOFT_DELETED');
       if (servers.length === 0) {
         idle.push(host);
-        move.progress({ fenced: host });
+        move.progress({ fenced: host, idle: idle.length });
       } else {
         await moveHostsIntoLease(nova, { ...move, hosts: [host] });
         move.progress({ busy: host, servers: servers.length });
@@ -123,6 +131,8 @@ export async function lendHostsOut(nova: NovaClient, move: HostMove, candidates:
       fencing = undefined;
     }
   } catch (err) {
+    // Given up on: the retry carries on from the hosts fenced (above); a put-back now would race it.
+    if (move.signal?.aborted) throw err;
     // Nothing is lent yet: every host fenced so far (and the one being fenced) goes back into the lease before the error
     // is answered, so that a failed lend leaves no host in the pool unrecorded; should that fail too, the lend's error stands.
     const fenced = [...idle, ...(fencing !== undefined ? [fencing] : [])];

@@ -236,15 +236,17 @@ export class HostCalendar extends WholeResourceCalendar<HostRecord, BookedHost[]
         cut.length = 0;
         const open = await lockLendingsForReclaim(client, request.reservationId);
         const done = open.filter((g) => request.lentHostIds.includes(g.host_id) && g.reclaimed_ms !== null);
-        if (done.length > 0) {
-          const inside = await borrowersOfLendings(client, done.map((g) => g.id), false);
-          return done.map((g) => ({ hostId: g.host_id, returnsAtMs: g.end_ms, borrowed: inside.some((b) => b.lending_row_id === g.id) }));
-        }
+        if (done.length > 0) return asReclaimed(client, done);
         return (await this.reclaimIn(client, request, cut)).map((h) => ({ hostId: h.hostId, returnsAtMs: h.returnsAtMs, borrowed: h.borrowedMs > 0 }));
       },
       { retryOn: isDeadlockOrSerialization },
     );
     return { hosts, cut: [...cut] };
+  }
+
+  /** The reservation's lent hosts being reclaimed and not back yet, as a reclaim answers them (a reclaim whose answer was lost). */
+  async reclaimingHosts(reservationId: string): Promise<Array<{ hostId: string; returnsAtMs: number; borrowed: boolean }>> {
+    return asReclaimed(this.pool, (await openLendingsOf(this.pool, reservationId)).filter((g) => g.reclaimed_ms !== null));
   }
 
   /** Whether no borrower lease that began on these lent hosts of the reservation is still to end. */
@@ -380,11 +382,16 @@ export class HostCalendar extends WholeResourceCalendar<HostRecord, BookedHost[]
     await this.refuseMoreThanEnrolled(client, reservations, hosts);
     const requests = reservations.map((r) => this.request(r, hosts, releasing.includes(r) ? bookedLater : undefined));
     const preferred = (calendar: CalendarSnapshot) => preferenceOrder(calendar, Date.now(), this.settings.randomChoice ? shuffle : undefined);
-    const assignment = await this.bookAnew(client, ctx, hosts, requests, key, existing, {
+    // A preemptible ask's lead before now is moot (nothing is provisioned in the past): its booking blocks from
+    // now at the earliest, so that one starting now fits in a lending that began a moment ago (issue 43); the
+    // lead still ahead must lie inside the lending, as its window does.
+    const lentAsFree = borrow && this.lentAsFree(reservations);
+    const asked = lentAsFree ? { ...ctx, provisioningLeadMs: Math.min(ctx.provisioningLeadMs, Math.max(0, ctx.startMs - Date.now())) } : ctx;
+    const assignment = await this.bookAnew(client, asked, hosts, requests, key, existing, {
       preferred,
       neverFits: releasing.length > 0 ? 'it never fits: on_end "release" needs hosts with nothing booked after its start' : undefined,
       // A preemptible lease may book inside lendings (issue 43), but not for an offer hold (`borrow: false`).
-      lentAsFree: borrow && this.lentAsFree(reservations),
+      lentAsFree,
       // A regular lease that does not fit in free hosts takes preemptible ones (issue 43) when its caller allows; a preemptible lease never does.
       ...(preempt && this.preemptibleAsFree(reservations) ? { otherwise: () => this.bookPreempting(client, ctx, hosts, requests, key, preferred, cut), preemptibleFree: true } : {}),
     });
@@ -665,6 +672,12 @@ export class HostCalendar extends WholeResourceCalendar<HostRecord, BookedHost[]
     seen.set(queries, matching);
   }
 
+}
+
+/** Reclaimed lendings as a reclaim answers them: each host, its return, and whether a borrower is inside. */
+async function asReclaimed(db: Pool | PoolClient, lendings: HostLending[]): Promise<Array<{ hostId: string; returnsAtMs: number; borrowed: boolean }>> {
+  const inside = await borrowersOfLendings(db, lendings.map((g) => g.id), false);
+  return lendings.map((g) => ({ hostId: g.host_id, returnsAtMs: g.end_ms, borrowed: inside.some((b) => b.lending_row_id === g.id) }));
 }
 
 /** Identifies one booking request of a lease: its window and its host reservations' parameters. */

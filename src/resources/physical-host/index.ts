@@ -164,6 +164,7 @@ export function physicalHostPlugin(deps: PhysicalHostDeps): ResourcePlugin<Physi
     hosts: (await bookedHosts(ctx)).map((h) => h.host),
     freepool,
     progress: ctx.reportProgress,
+    ...(ctx.signal ? { signal: ctx.signal } : {}),
   });
 
   /** The policy decided at booking (shown in the lease JSON), so a changed default does not change a booked lease. */
@@ -247,11 +248,14 @@ export function physicalHostPlugin(deps: PhysicalHostDeps): ResourcePlugin<Physi
     return (await computeHostsOfReservation(deps.pool, ctx.reservation.id, { inLeaseAggregate: true })).filter((h) => !unusable.has(h.id)).sort((a, b) => Number(a.id) - Number(b.id));
   }
 
+  /** A lend request's lending rows as the lend answers them: its hosts, by name, and when it began. */
+  async function lentHostsOf(ctx: HookContext<PhysicalHostParams>, rows: Array<{ host_id: string; start_ms: number }>): Promise<LentHosts> {
+    const names = new Map((await computeHostsOfReservation(deps.pool, ctx.reservation.id)).map((h) => [h.id, h.host]));
+    return { hosts: rows.map((g) => ({ id: g.host_id, name: names.get(g.host_id) ?? g.host_id })), lentAtMs: Math.min(...rows.map((g) => g.start_ms)) };
+  }
+
   async function lend(ctx: HookContext<PhysicalHostParams>, request: LendHostsRequest): Promise<LentHosts> {
-    const named = async (rows: Array<{ host_id: string; start_ms: number }>) => {
-      const names = new Map((await computeHostsOfReservation(deps.pool, ctx.reservation.id)).map((h) => [h.id, h.host]));
-      return { hosts: rows.map((g) => ({ id: g.host_id, name: names.get(g.host_id) ?? g.host_id })), lentAtMs: Math.min(...rows.map((g) => g.start_ms)) };
-    };
+    const named = (rows: Array<{ host_id: string; start_ms: number }>) => lentHostsOf(ctx, rows);
     const earlier = await lendingsOfRequest(deps.pool, request.lendingId);
     if (earlier.length > 0) return named(earlier); // a retry: what it lent
     const all = await computeHostsOfReservation(deps.pool, ctx.reservation.id);
@@ -411,6 +415,11 @@ export function physicalHostPlugin(deps: PhysicalHostDeps): ResourcePlugin<Physi
     async reclaim(ctx, request) {
       return calendar.reclaim({ reservationId: ctx.reservation.id, ...request });
     },
+    async lentBy(ctx, lendingId) {
+      const rows = await lendingsOfRequest(deps.pool, lendingId);
+      return rows.length > 0 ? lentHostsOf(ctx, rows) : undefined;
+    },
+    reclaimingHosts: (ctx) => calendar.reclaimingHosts(ctx.reservation.id),
     lentHostsFree: (ctx, hostIds) => calendar.lentHostsFree(ctx.reservation.id, hostIds),
     returnLentHosts,
     async placementOf(ctx) {

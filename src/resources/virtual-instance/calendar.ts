@@ -32,6 +32,7 @@ import {
   lockProviders,
   moveLiveSlotsEnd,
   preemptibleSlotsOnProviders,
+  slotBorrowersStillRunning,
   slotsBorrowedUntil,
   usableProviders,
   type CapacityProvider,
@@ -45,6 +46,7 @@ import {
   lockSlotLendings,
   lockSlotLendingsForReclaim,
   markSlotLendingsReturned,
+  openSlotLendingsOf,
   reclaimSlotLending,
   slotLendingsOfRequest,
   slotsLentOverlapping,
@@ -355,6 +357,56 @@ export class InstanceSlotCalendar implements Calendar<InstanceCalendarTypes> {
       cut,
     );
     return taken.map(({ lending, returnsAtMs, borrowedMs }) => ({ lendingRowId: lending.id, lendingId: lending.lending_id, providerUuid: lending.provider_uuid, slots: lending.slots, returnsAtMs, borrowedMs }));
+  }
+
+  /**
+   * A reclaim of lent slots in its own transaction (see reclaimIn): the lendings taken, each when it
+   * returns and whether anyone borrowed it; `cut` the borrower leases cut. Lending rows of
+   * `lentRowIds` (those the lease records as lent) found reclaimed already are this same reclaim
+   * retried after its commit: answered as they stand.
+   */
+  async reclaim(request: { reservationId: string; count?: number; neededFromMs: number; lentRowIds: string[] }): Promise<{ taken: Array<{ lendingRowId: string; returnsAtMs: number; borrowed: boolean }>; cut: string[] }> {
+    const cut: string[] = [];
+    const taken = await inTransaction(
+      this.pool,
+      async (client) => {
+        cut.length = 0;
+        const open = await lockSlotLendingsForReclaim(client, request.reservationId);
+        const done = open.filter((g) => request.lentRowIds.includes(g.id) && g.reclaimed_ms !== null);
+        if (done.length > 0) {
+          const inside = await borrowedSlotsOfLendings(client, done.map((g) => g.id), false);
+          return done.map((g) => ({ lendingRowId: g.id, returnsAtMs: g.end_ms, borrowed: inside.some((b) => b.lending_row_id === g.id) }));
+        }
+        return (await this.reclaimIn(client, request, cut)).map((g) => ({ lendingRowId: g.lendingRowId, returnsAtMs: g.returnsAtMs, borrowed: g.borrowedMs > 0 }));
+      },
+      { retryOn: isDeadlockOrSerialization },
+    );
+    return { taken, cut: [...cut] };
+  }
+
+  /** Whether no borrower lease that began in these lendings of the reservation is still to end. */
+  async lentSlotsFree(reservationId: string, lendingRowIds: string[]): Promise<boolean> {
+    const open = (await openSlotLendingsOf(this.pool, reservationId)).filter((g) => lendingRowIds.includes(g.id));
+    return open.length === 0 || (await slotBorrowersStillRunning(this.pool, open.map((g) => g.id))).length === 0;
+  }
+
+  /** The reservation's open lendings (lent, or reclaimed and not back yet): the slots its inventory lacks meanwhile. */
+  openLendings(reservationId: string): Promise<SlotLending[]> {
+    return openSlotLendingsOf(this.pool, reservationId);
+  }
+
+  /** These lendings' slots are back with the reservation: returned, with the slot-ms borrowed inside each (accounting). */
+  async returnLent(reservationId: string, lendingRowIds: string[], nowMs = Date.now()): Promise<void> {
+    await inTransaction(
+      this.pool,
+      async (client) => {
+        const open = (await lockSlotLendingsForReclaim(client, reservationId)).filter((g) => lendingRowIds.includes(g.id));
+        const inside = await borrowedSlotsOfLendings(client, open.map((g) => g.id), false);
+        const borrowedMs = (g: SlotLending) => inside.filter((b) => b.lending_row_id === g.id).reduce((sum, b) => sum + Math.max(0, Math.min(b.end_ms, g.end_ms) - Math.max(b.start_ms, g.start_ms)), 0);
+        await markSlotLendingsReturned(client, open.map((g) => ({ id: g.id, borrowedMs: borrowedMs(g) })), nowMs);
+      },
+      { retryOn: isDeadlockOrSerialization },
+    );
   }
 
   /** The reservation's slots and its shared host rows end at `at` (a host row blocked `cleaningMs` more). */

@@ -18,10 +18,11 @@
 import { amountOffers } from '../shared/offers';
 import type { z } from 'zod';
 import { isLeaseConflict, leaseConflict, type Reservation } from '../../domain/lease';
-import type { DriftCheck, HookContext, ReservationContext, ResourcePlugin, ResourceType } from '../../domain/resource-plugin';
+import type { DriftCheck, HookContext, LendHostsRequest, LentHosts, ReservationContext, ResourcePlugin, ResourceType } from '../../domain/resource-plugin';
 import { unusableHostsOf } from '../../db/host-allocations';
 import { activeReservationsOfType } from '../../db/leases';
 import { providersRefreshedAt, slotHostsEver } from '../../db/quantity-allocations';
+import { slotLendingsOfRequest, type SlotLending } from '../../db/quantity-lendings';
 import type { Pool } from '../../db/pool';
 import { OpenStackConfigError, serverHost, type GlanceClient, type NovaClient } from '../../openstack';
 import { beforeEndAction, refuseNotifyWithoutEndpoint, type BeforeEndAction, type beforeEndParam } from '../shared/params';
@@ -31,7 +32,20 @@ import { COMPUTE_KIND, readComputeProviders } from '../shared/compute-providers'
 import { QuantityCalendar } from '../shared/quantity-bookings';
 import { checkCapabilityKeys } from '../shared/booking';
 import { InstanceSlotCalendar, VIRTUAL_INSTANCE, type SlotPlacement, type SlotSpec } from './calendar';
-import { closeSlots, ensureReservationResources, openSlots, removeReservationResources, serversOfFlavor, slotDrift, type FlavorShape, type HostSlots, type InstanceCloud, type InstanceSpec } from './nova-resources';
+import {
+  closeSlots,
+  ensureReservationResources,
+  lendSlotsOnHost,
+  openSlots,
+  removeReservationResources,
+  serversOfFlavor,
+  setReservationSlots,
+  slotDrift,
+  type FlavorShape,
+  type HostSlots,
+  type InstanceCloud,
+  type InstanceSpec,
+} from './nova-resources';
 import { slotAmounts, virtualInstanceParams, type VirtualInstanceParams } from './params';
 import { footprintOfAmounts } from '../../domain/usage';
 import { preemptionWaitKeys } from '../../domain/preemption';
@@ -183,6 +197,17 @@ export function slotReservationPlugin<P extends SlotParams>(type: SlotType<P>, d
   const slotHostsOf = async (reservationId: string): Promise<HostSlots[]> =>
     (await slotHostsEver(deps.pool, reservationId)).map((h) => ({ computeHost: h.host, hypervisorHostname: h.name, computeNodeUuid: h.providerUuid, slots: 0 }));
   const shown = shownPlacement;
+  /**
+   * Lending (issue 43): the reservation's slots per host as its inventory should be: booked, less
+   * those its open lendings lend there (lent, or reclaimed and not back yet), but for the lendings
+   * `returning`. Every write of its inventory (start, growth, heal, drift repair) goes through it,
+   * so none puts lent slots back.
+   */
+  const inventoryOf = async (reservationId: string, placement: SlotPlacement[], returning: string[] = []): Promise<HostSlots[]> => {
+    const lent = new Map<string, number>();
+    for (const g of await calendar.openLendings(reservationId)) if (!returning.includes(g.id)) lent.set(g.provider_uuid, (lent.get(g.provider_uuid) ?? 0) + g.slots);
+    return hostSlots(placement).map((h) => ({ ...h, slots: Math.max(0, h.slots - (lent.get(h.computeNodeUuid) ?? 0)) }));
+  };
 
   /**
    * An active reservation shrinking: never below the servers its flavor runs (409), and the slots
@@ -207,6 +232,92 @@ export function slotReservationPlugin<P extends SlotParams>(type: SlotType<P>, d
     return perHost;
   }
 
+  /**
+   * Lending (issue 43): `count` slots no server of the reservation's flavor uses, from the hosts
+   * with the most lendable first. In the cloud each host's inventory is lowered first
+   * (lendSlotsOnHost: the idle check and the lowering in one guarded write), so Nova schedules no
+   * server of the lender on them; fewer idle than asked puts every host's inventory back (409
+   * with `idle`). Calendar-only: every slot not lent is idle. Then the lendings, in the calendar,
+   * with what each host lowered. A retry (same `lendingId`) answers the rows it made. The lease
+   * records each row (one per host) as a host of the lending: what a reclaim and a return name.
+   */
+  async function lend(ctx: HookContext<P>, request: LendHostsRequest): Promise<LentHosts> {
+    const names = new Map((await slotHostsEver(deps.pool, ctx.reservation.id)).map((h) => [h.providerUuid, h.name]));
+    const named = (rows: SlotLending[]): LentHosts => ({
+      hosts: rows.map((g) => ({ id: g.id, name: names.get(g.provider_uuid) ?? g.provider_uuid })),
+      slots: rows.map((g) => g.slots),
+      lentAtMs: Math.min(...rows.map((g) => g.start_ms)),
+    });
+    const earlier = await slotLendingsOfRequest(deps.pool, request.lendingId);
+    if (earlier.length > 0) return named(earlier);
+    const placement = await calendar.placement(ctx.reservation.id);
+    const expected = (await inventoryOf(ctx.reservation.id, placement)).sort((a, b) => b.slots - a.slots || a.computeNodeUuid.localeCompare(b.computeNodeUuid));
+    const total = placement.reduce((n, p) => n + p.slots, 0);
+    const refuse = (idle: number) =>
+      leaseConflict(`Only ${idle} of the ${total} instance slots of reservation ${ctx.reservation.id} can be lent now: the others run servers or are lent already.`, { idle });
+    const clients = cloud();
+    const lowered = new Map<string, number>();
+    const putBack = async () => {
+      for (const host of expected.filter((h) => lowered.has(h.computeNodeUuid))) await setReservationSlots(clients!.placement, host, ctx.reservation.id);
+    };
+    if (!clients) {
+      const idle = expected.reduce((n, h) => n + h.slots, 0);
+      if (idle < request.count) throw refuse(idle);
+    } else {
+      let idle = 0;
+      let left = request.count;
+      try {
+        for (const host of expected) {
+          const outcome = await lendSlotsOnHost(clients.placement, { ...host, expected: host.slots }, ctx.reservation.id, left);
+          idle += outcome.idle;
+          if (outcome.lent > 0) lowered.set(host.computeNodeUuid, outcome.lent);
+          left -= outcome.lent;
+          if (left === 0) break;
+        }
+      } catch (err) {
+        await putBack().catch((undo: unknown) => ctx.reportProgress({ putBackFailed: (undo as Error).message }));
+        throw err;
+      }
+      if (left > 0) {
+        await putBack();
+        throw refuse(idle);
+      }
+    }
+    try {
+      const lent = await calendar.lend({
+        lendingId: request.lendingId,
+        reservationId: ctx.reservation.id,
+        leaseId: ctx.leaseId,
+        projectId: ctx.projectId,
+        count: request.count,
+        fromMs: Date.now(),
+        untilMs: request.untilMs,
+        ...(clients ? { perProvider: lowered } : {}),
+      });
+      return named(lent);
+    } catch (err) {
+      // The slots go back to the lessee; should that fail too, the lend's own error is what the caller gets.
+      if (clients) await putBack().catch((undo: unknown) => ctx.reportProgress({ putBackFailed: (undo as Error).message }));
+      throw err;
+    }
+  }
+
+  /**
+   * The take-back (issue 43), once the borrowers in these lendings are out (or the eviction bound
+   * passed): the reservation's inventory on their hosts is raised to its booked slots less what it
+   * still lends there, then the lendings are returned. Absolute writes: a retry writes the same.
+   */
+  async function returnLentSlots(ctx: HookContext<P>, lendingRowIds: string[]): Promise<void> {
+    const clients = cloud();
+    if (clients) {
+      const returning = (await calendar.openLendings(ctx.reservation.id)).filter((g) => lendingRowIds.includes(g.id));
+      const providers = new Set(returning.map((g) => g.provider_uuid));
+      const hosts = (await inventoryOf(ctx.reservation.id, await calendar.placement(ctx.reservation.id), lendingRowIds)).filter((h) => providers.has(h.computeNodeUuid));
+      for (const host of hosts) await setReservationSlots(clients.placement, host, ctx.reservation.id);
+    }
+    await calendar.returnLent(ctx.reservation.id, lendingRowIds);
+  }
+
   return {
     ...slotReservationType(type, deps, made),
 
@@ -223,7 +334,7 @@ export function slotReservationPlugin<P extends SlotParams>(type: SlotType<P>, d
       if (clients) {
         resources = await ensureReservationResources(clients, lesseeNova(ctx), instance);
         // An active reservation's new slots are the lessee's at once (and those it gave up are gone).
-        if (active) await openSlots(clients, instance, hostSlots(placement), hostSlots(before), ctx.reportProgress);
+        if (active) await openSlots(clients, instance, await inventoryOf(ctx.reservation.id, placement), hostSlots(before), ctx.reportProgress);
       }
       const reserved = { allocation: { ...described, ...resources, ...shown(placement) }, resourceKeys: preemptionWaitKeys(ctx.reservation, ctx.leaseId, []), footprint: footprintOfAmounts(slots.slot, slots.amount) };
       return settled.preemptionSequence === undefined ? reserved : { ...reserved, preemptionSequence: settled.preemptionSequence };
@@ -323,7 +434,7 @@ export function slotReservationPlugin<P extends SlotParams>(type: SlotType<P>, d
       }
       if (!pending && clients) {
         const { instance } = await described();
-        await openSlots(clients, instance, hostSlots(placement), await slotHostsOf(ctx.reservation.id), ctx.reportProgress);
+        await openSlots(clients, instance, await inventoryOf(ctx.reservation.id, placement), await slotHostsOf(ctx.reservation.id), ctx.reportProgress);
       }
       const moved = placement.some((p) => !before.some((b) => b.hostId === p.hostId && b.slots === p.slots)) || placement.length !== before.length;
       return { allocation: shown(placement), missingResources: placement.some((p) => unusable.has(p.hostId)), resourcesChanged: wasChanged || (pending && moved) };
@@ -332,6 +443,14 @@ export function slotReservationPlugin<P extends SlotParams>(type: SlotType<P>, d
     async placementOf(ctx) {
       return { hosts: (await calendar.placement(ctx.reservation.id)).map((p) => p.computeHost) };
     },
+
+    lend,
+    async reclaim(ctx, request) {
+      const { taken, cut } = await calendar.reclaim({ reservationId: ctx.reservation.id, count: request.count, neededFromMs: request.neededFromMs, lentRowIds: request.lentHostIds });
+      return { hosts: taken.map((g) => ({ hostId: g.lendingRowId, returnsAtMs: g.returnsAtMs, borrowed: g.borrowed })), cut };
+    },
+    lentHostsFree: (ctx, lendingRowIds) => calendar.lentSlotsFree(ctx.reservation.id, lendingRowIds),
+    returnLentHosts: returnLentSlots,
 
     /**
      * Active reservations' slots in Nova and Placement against the booking (hosts in the
@@ -344,7 +463,7 @@ export function slotReservationPlugin<P extends SlotParams>(type: SlotType<P>, d
       const clients = cloud();
       if (!clients) return check;
       for (const { reservationId, projectId } of await activeReservationsOfType(deps.pool, type.resourceType)) {
-        const booked = hostSlots(await calendar.placement(reservationId));
+        const booked = await inventoryOf(reservationId, await calendar.placement(reservationId));
         const drift = await slotDrift(clients, reservationId, booked, await slotHostsOf(reservationId));
         if (!drift) continue;
         const key = `slots:${reservationId}`;

@@ -248,6 +248,48 @@ export async function slotDrift(cloud: InstanceCloud, reservationId: string, hos
   return found.length > 0 ? found.join('; ') : undefined;
 }
 
+/** Tries of a lend's guarded inventory write when a server is scheduled on the host meanwhile (Placement's generation moved). */
+const LEND_WRITE_TRIES = 3;
+
+/**
+ * Lending slots (issue 43): the reservation's inventory on the host, which should be `expected`
+ * (its booked slots less those it lends already), is written as `expected` less up to `wanted`
+ * slots its servers do not use. Placement itself only warns when a total goes below its usage, so
+ * the usage is read after the inventory and the write names the generation read with the
+ * inventory, which every allocation on the provider moves: a server scheduled meanwhile fails the
+ * write (409) and it is all read again. Absolute, so a retried lend writes the same total.
+ * Answers the idle slots (`expected` less the servers' use) and how many were taken out.
+ */
+export async function lendSlotsOnHost(placement: PlacementClient, host: HostSlots & { expected: number }, reservationId: string, wanted: number): Promise<{ idle: number; lent: number }> {
+  const resourceClass = reservationResourceClass(reservationId);
+  const provider = (await placement.listResourceProviders({ name: reservationProviderName(host.hypervisorHostname) }))[0];
+  if (!provider) return { idle: 0, lent: 0 }; // no slots were ever written there: none to lend
+  for (let attempt = 1; ; attempt++) {
+    const current = await placement.getInventories(provider.uuid);
+    const inUse = (await placement.getProviderUsages(provider.uuid)).usages[resourceClass] ?? 0;
+    const idle = Math.max(0, host.expected - inUse);
+    const lent = Math.min(wanted, idle);
+    const mine = current.inventories[resourceClass];
+    if (lent === 0) return { idle, lent: 0 };
+    if ((mine?.total ?? 0) === host.expected - lent) return { idle, lent }; // a retry: written already
+    if (!mine) return { idle, lent: 0 };
+    try {
+      // Every slot lent: the class goes (Placement takes no total of 0), as openSlots writes none; the provider and its trait stay.
+      const total = host.expected - lent;
+      const others = Object.fromEntries(Object.entries(current.inventories).filter(([rc]) => rc !== resourceClass));
+      await placement.putInventories(provider.uuid, current.resource_provider_generation, total > 0 ? { ...others, [resourceClass]: { ...mine, total } } : others);
+      return { idle, lent };
+    } catch (err) {
+      if (!(err instanceof ConflictError) || attempt >= LEND_WRITE_TRIES) throw err;
+    }
+  }
+}
+
+/** The reservation's inventory on the host set to `host.slots` (a lend put back, lent slots returned): the write openSlots makes. */
+export async function setReservationSlots(placement: PlacementClient, host: HostSlots, reservationId: string): Promise<void> {
+  await setSlotInventory(placement, host, reservationResourceClass(reservationId), host.slots);
+}
+
 async function aggregateOf(nova: NovaClient, reservationId: string): Promise<Aggregate> {
   const aggregate = await findAggregate(nova, reservationId);
   if (!aggregate) throw new Error(`the aggregate of reservation ${reservationId} is gone (made at admission)`);
