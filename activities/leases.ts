@@ -7,15 +7,16 @@ import { awaitingApproval, awaitingChangeApproval, type LeaseApproval, type Pend
 import { leaseConflict, LeaseErrorType, type Lease, type RecordPolicy } from '../src/domain/lease';
 import * as leaseRows from '../src/db/leases';
 import { lendersOfBorrower } from '../src/db/host-lendings';
-import { preemptedAmong } from '../src/db/lease-preemptions';
+import { latestCutOf, preemptedAmong } from '../src/db/lease-preemptions';
 import { waitingKeysOf } from '../src/domain/preemption';
 import { policyFailure } from '../src/policy/enforcement';
 import type { ActivityDeps } from './deps';
+import { DEFAULT_WARNING_MS } from './reservations';
 
 /** LK_PREEMPT_EVICTION_SECONDS's default, for a worker built without the setting (tests). */
 const DEFAULT_EVICTION_MS = 120_000;
 
-export function leaseActivities({ pool, eventStarted, usagePolicy, preemptionEvictionMs }: ActivityDeps) {
+export function leaseActivities({ pool, eventStarted, usagePolicy, preemptionEvictionMs, preemptionWarningMs }: ActivityDeps) {
   /** Saves the row; with `policy`, only if the usage policy allows the change (in the same transaction), stamped waiting for approval if it needs one. */
   async function save(lease: Lease, policy?: RecordPolicy): Promise<{ outcome: leaseRows.SaveLeaseOutcome; saved: Lease }> {
     if (!policy || !usagePolicy) return { outcome: await leaseRows.saveLease(pool, lease), saved: lease };
@@ -75,6 +76,17 @@ export function leaseActivities({ pool, eventStarted, usagePolicy, preemptionEvi
      */
     async preemptedPredecessors(input: { ids: string[] }): Promise<{ preempted: string[]; evictionMs: number }> {
       return { preempted: await preemptedAmong(pool, input.ids), evictionMs: preemptionEvictionMs ?? DEFAULT_EVICTION_MS };
+    },
+
+    /**
+     * The lease's latest cut (issue 43), told or not, as its tell says it (the deployment's warning
+     * with it), or undefined: an update refused while one was owed applies it and tries again (the
+     * workflow knows one it applied already by its sequence).
+     */
+    async latestPreemption(input: { leaseId: string }): Promise<{ endMs: number; neededFromMs: number; warningMs: number; sequence: number; kind?: 'reclaimed' } | undefined> {
+      const cut = await latestCutOf(pool, input.leaseId);
+      if (!cut) return undefined;
+      return { endMs: cut.endMs, neededFromMs: cut.neededFromMs, warningMs: preemptionWarningMs ?? DEFAULT_WARNING_MS, sequence: cut.sequence, ...(cut.kind === 'reclaimed' ? { kind: 'reclaimed' as const } : {}) };
     },
 
     /**

@@ -42,7 +42,7 @@ async function classified<T>(hook: () => Promise<T>): Promise<T> {
 }
 
 /** LK_PREEMPT_WARNING_MINUTES's and LK_PREEMPT_EVICTION_SECONDS's defaults, for a worker built without the settings (tests). */
-const DEFAULT_WARNING_MS = 10 * 60_000;
+export const DEFAULT_WARNING_MS = 10 * 60_000;
 const DEFAULT_EVICTION_MS = 120_000;
 
 export function reservationActivities({ plugins, notices, pool, preemptionWarningMs, preemptionEvictionMs, tellPreempted }: Pick<ActivityDeps, 'plugins' | 'notices' | 'pool' | 'preemptionWarningMs' | 'preemptionEvictionMs' | 'tellPreempted'>) {

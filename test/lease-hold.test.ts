@@ -121,6 +121,35 @@ describe('hold until start, and hooks that report', () => {
     await waitForStatus(id, 'GONE');
   }, 60_000);
 
+  it('a failed hold whose start makes the same resources (an instance reservation) leaves the lease PENDING, saying why, and the start tries again', async () => {
+    const created = await api('POST', '/v1/leases', {
+      name: 'hold-left-to-start',
+      start_date: inSeconds(4),
+      end_date: inSeconds(3600),
+      reservations: [
+        { resource_type: 'test:recording' },
+        { resource_type: 'test:recording', hold: true, fail_hold: true, hold_redone_at_start: true },
+      ],
+    });
+    expect(created.status).toBe(201);
+    const id = created.body.lease.id;
+    const afterHold = await eventually(async () => {
+      const lease = await leaseOf(id);
+      return lease.status_reason ? lease : undefined;
+    }, 10_000);
+    expect([afterHold.status, afterHold.status_reason]).toEqual(['PENDING', 'hold until start failed, the start tries again: the test resource cannot be set aside']);
+    expect(afterHold.reservations.map((r: { status: string }) => r.status)).toEqual(['pending', 'pending']);
+    // Nothing freed: the bookings wait for the start, which runs every reservation's hook (the held one's makes its resources).
+    expect(plugin.callsFor(id, 'end')).toEqual([]);
+    await waitForStatus(id, 'ACTIVE');
+    const started = await leaseOf(id);
+    expect(started.status_reason).toBeUndefined();
+    expect(plugin.callsFor(id, 'start').map((c) => c.reservationId)).toEqual(started.reservations.map((r: { id: string }) => r.id));
+    expect(plugin.callsFor(id, 'hold')).toHaveLength(1);
+    await api('DELETE', `/v1/leases/${id}`);
+    await waitForStatus(id, 'GONE');
+  }, 60_000);
+
   it('a delete right after admission gives the resource back as never started, and nothing starts', async () => {
     const created = await api('POST', '/v1/leases', {
       name: 'hold-then-delete',

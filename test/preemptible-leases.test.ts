@@ -9,7 +9,10 @@
 import { physicalHostPlugin } from '../src/resources/physical-host';
 import type { ResourcePlugin } from '../src/domain/resource-plugin';
 import type { PhysicalHostParams } from '../src/resources/physical-host/params';
-import { blazarHostReservation } from '../dev-stack/fixtures/builders';
+import { blazarHostReservation, pendingReservation, reservationContext } from '../dev-stack/fixtures/builders';
+import { HostCalendar } from '../src/resources/physical-host/calendar';
+import { physicalHostParams } from '../src/resources/physical-host/params';
+import { bookInTransaction } from '../src/resources/shared/booking';
 import { doubleBookings, insertHost } from '../dev-stack/fixtures/hosts';
 import { startWebhookReceiver, type Delivery, type WebhookReceiver } from './support/notice-receiver';
 import { apiClient, eventually, inSeconds, leaseHistoryEvents, useTestStack } from '../dev-stack/stack';
@@ -275,6 +278,32 @@ describe('preemptible host leases', () => {
     const lease = await leaseOf(lentId);
     expect({ name: lease.name, status: lease.status, end: String(lease.end_date).slice(0, 16) }).toEqual({ name: 'lent-stale-renamed', status: 'PENDING', end: at(3, 4).replace(' ', 'T').slice(0, 16) });
     expect(await hostsOf(lentId)).toHaveLength(1);
+  });
+
+  it('an update that moves nothing, sent after a cut committed and before its tell, applies the cut and succeeds (no 409 for those moments)', async () => {
+    const hostId = await insertHost(stack().db.pool, { name: 'owed-1', capabilities: { pool: 'owed', rack: 'r1' } });
+    const lent = await asA('POST', '/v1/leases', { name: 'lent-owed', start_date: at(5, 0), end_date: at(5, 4), reservations: [inPool('owed', { preemptible: true })] });
+    expect(lent.status).toBe(201);
+    const lentId = lent.body.lease.id as string;
+    const cutMs = Date.parse(`${at(5, 2).replace(' ', 'T')}Z`);
+    // A regular booking cuts it from its third hour, committed with its tell held (its next try an hour away: no sweep sends it).
+    const regular = pendingReservation('physical:host', physicalHostParams.parse({ min: 1, max: 1, hypervisor_properties: '', resource_properties: JSON.stringify(['==', '$pool', 'owed']) }));
+    const needing = reservationContext({ reservation: regular, leaseReservations: [regular], startMs: cutMs, endMs: cutMs + 3_600_000 });
+    const calendar = new HostCalendar(stack().db.pool, { cleaningMs: 0, randomChoice: false });
+    await bookInTransaction(stack().db.pool, async (client) => {
+      await calendar.bookWithin(client, needing, { preempt: true });
+      await client.query("UPDATE lease_preemptions SET next_attempt_at = now() + interval '1 hour' WHERE lease_id = $1", [lentId]);
+    }, { retryExclusion: true });
+    expect(await hostsOf(lentId)).toEqual([{ host_id: hostId, end_ms: cutMs }]);
+    // The same host asked another way: nothing moves, but the booking is made again for the window the lease records.
+    const samePlace = JSON.stringify(['and', ['==', '$pool', 'owed'], ['==', '$rack', 'r1']]);
+    const updated = await asA('PUT', `/v1/leases/${lentId}`, { reservations: [{ id: lent.body.lease.reservations[0].id, resource_properties: samePlace }] });
+    expect([updated.status, updated.body.error_message]).toEqual([200, undefined]);
+    expect(updated.body.lease).toMatchObject({ status: 'PENDING', end_date: expect.stringMatching(new RegExp(`^${at(5, 2).replace(' ', 'T')}`)), status_reason: expect.stringMatching(/^preempted: /) });
+    expect(await hostsOf(lentId)).toEqual([{ host_id: hostId, end_ms: cutMs }]);
+    // Its lessee heard of the cut, once, as from the tell.
+    await eventually(() => Promise.resolve(noticesOf(lentId, 'lease.preempting').length > 0 ? true : undefined));
+    expect(noticesOf(lentId, 'lease.preempting')).toHaveLength(1);
   });
 
   it('charges nothing for a preemptible lease whose whole window was taken before it started', async () => {

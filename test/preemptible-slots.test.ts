@@ -11,6 +11,7 @@ import { placePreempting, type PreemptibleSlotLease, type SlotCalendar } from '.
 import type { Reservation } from '../src/domain/lease';
 import type { ReservationContext } from '../src/domain/resource-plugin';
 import { syncCapacityProviders } from '../src/db/quantity-allocations';
+import * as hostAllocations from '../src/db/host-allocations';
 import { findLease, findPredecessors } from '../src/db/leases';
 import { HostCalendar } from '../src/resources/physical-host/calendar';
 import { physicalHostParams } from '../src/resources/physical-host/params';
@@ -223,6 +224,139 @@ describe('preemptible instance slots', () => {
     await expect(down.beforeAdmission!()).rejects.toThrow(/Service Unavailable/);
   });
 
+  it('an API admission with a cloud asks for the hold, and says its start makes the same resources (a failed hold leaves the lease PENDING)', async () => {
+    const type = virtualInstanceType({ pool: database().pool, settings: { cleaningMs: 0 }, cloud: () => { throw new Error('no cloud call at admission'); } });
+    const ctx = ctxFor(instances({ amount: 1 }), T0, T0 + H);
+    const booked = await bookInTransaction(database().pool, (client) => type.bookAtAdmission!(client, ctx as never), { retryExclusion: true });
+    expect(booked).toMatchObject({ holdUntilStart: true, holdRedoneAtStart: true });
+  });
+
+  it('a regular ask\'s search (offers, the 409\'s later fit) counts preemptible slots as free, as its admission does; a preemptible ask\'s does not', async () => {
+    // Every slot of both hosts is a preemptible lease's until T0 + 4 h.
+    await book(ctxFor(instances({ amount: 8, preemptible: true }), T0, T0 + 4 * H));
+    const searchFor = async (reservation: Reservation) => {
+      const ctx = ctxFor(reservation, T0 + H, T0 + 2 * H);
+      return slots.search([{ reservation, spec: await specOf(ctx) }], T0 + H, H, 0);
+    };
+    expect(await searchFor(instances({ amount: 2 }))).toMatchObject({ earliest: T0 + H });
+    expect(await searchFor(instances({ amount: 2, preemptible: true }))).toMatchObject({ earliest: T0 + 4 * H });
+    // The admission agrees: the regular ask fits there by a cut.
+    const cut: string[] = [];
+    expect(await admit(ctxFor(instances({ amount: 2 }), T0 + H, T0 + 2 * H), true, cut)).toEqual([expect.objectContaining({ slots: 2 })]);
+    expect(cut).toHaveLength(1);
+  });
+
+  it('a regular ask refused though it may cut is told a later fit that counts preemptible slots as free, only then', async () => {
+    // Every slot is a regular lease's until T0 + 4 h, then a preemptible lease's until T0 + 6 h.
+    await book(ctxFor(instances({ amount: 8 }), T0, T0 + 4 * H));
+    await book(ctxFor(instances({ amount: 8, preemptible: true }), T0 + 4 * H, T0 + 6 * H));
+    const fitsFrom = (ms: number) => ({ type: 'LeaseConflict', message: expect.stringContaining(`fits from ${formatRequestDate(ms)}`) });
+    await expect(admit(ctxFor(instances({ amount: 2 }), T0 + H, T0 + 2 * H))).rejects.toMatchObject(fitsFrom(T0 + 4 * H));
+    // The workflow's booking never cuts: its later fit is after the preemptible lease.
+    await expect(book(ctxFor(instances({ amount: 2 }), T0 + H, T0 + 2 * H))).rejects.toMatchObject(fitsFrom(T0 + 6 * H));
+  });
+
+  describe('a whole host booked while a regular slot admission reads (the reads that disagree, as mended for hosts)', () => {
+    const hostOf = async (leaseId: string) => (await database().pool.query<{ host_id: string }>('SELECT DISTINCT host_id::text FROM host_allocations WHERE lease_id = $1', [leaseId])).rows.map((r) => r.host_id);
+    const wholeHost = (preemptible: boolean, startMs: number, endMs: number) => {
+      const reservation = pendingReservation('physical:host', physicalHostParams.parse({ min: 1, max: 1, hypervisor_properties: '', resource_properties: '', preemptible }));
+      return reservationContext({ reservation, leaseReservations: [reservation], startMs, endMs });
+    };
+    /**
+     * node-1 full of regular slots; node-2 of a regular lease that leaves just before the choice's
+     * read without preemptible bookings (the admission needs a cut at its first read, and fits in
+     * free room at that one); `meanwhile` books a whole host at the step named.
+     */
+    const racing = async (at: 'before the locked reads' | 'after the locked reads', meanwhile: () => Promise<unknown>) => {
+      await book(ctxFor(instances({ amount: 4 }), T0, T0 + 4 * H));
+      const leaving = ctxFor(instances({ amount: 4 }), T0, T0 + 4 * H);
+      await book(leaving);
+      const read = slots.snapshot.bind(slots);
+      const snapshots = jest.spyOn(slots, 'snapshot').mockImplementation(async (...args) => {
+        if (args[5] !== true) return read(...args);
+        await slots.release(leaving.reservation.id, false);
+        const seen = await read(...args);
+        if (at === 'before the locked reads') await meanwhile();
+        return seen;
+      });
+      const lockedRead = hostAllocations.preemptibleBookingsOverlapping;
+      const lockedReads = jest.spyOn(hostAllocations, 'preemptibleBookingsOverlapping').mockImplementation(async (...args) => {
+        const rows = await lockedRead(...args);
+        if (at === 'after the locked reads') await meanwhile();
+        return rows;
+      });
+      let attempts = 0;
+      const cut: string[] = [];
+      const needing = ctxFor(instances({ amount: 2 }), T0 + H, T0 + 2 * H);
+      try {
+        const spec = await specOf(needing);
+        const placed = await bookInTransaction(database().pool, (client) => {
+          attempts += 1;
+          // Once: the race is the first attempt's.
+          if (attempts > 1) [snapshots, lockedReads].forEach((spy) => spy.mockRestore());
+          return slots.bookWithin(client, needing, spec, { preempt: true, cut });
+        }, { retryExclusion: true });
+        return { placed, attempts, cut, needing };
+      } finally {
+        snapshots.mockRestore();
+        lockedReads.mockRestore();
+      }
+    };
+
+    it('a preemptible one committed between the reads is cut, after the transaction runs again if it came after the locked reads, never a refusal', async () => {
+      for (const at of ['before the locked reads', 'after the locked reads'] as const) {
+        await database().pool.query('TRUNCATE host_allocations, quantity_allocations, lease_preemptions RESTART IDENTITY CASCADE');
+        const landing = wholeHost(true, T0, T0 + 4 * H);
+        const { placed, attempts, cut, needing } = await racing(at, () => hosts.book(landing));
+        expect([at, placed, attempts, cut]).toEqual([at, [expect.objectContaining({ hostId: '2', slots: 2 })], at === 'before the locked reads' ? 1 : 2, [landing.leaseId]]);
+        expect([await hostOf(landing.leaseId), await hostOf(needing.leaseId)]).toEqual([['2'], ['2']]);
+        expect(await hostRowEnds(landing.leaseId)).toEqual([{ end_ms: T0 + H, preemptible: true }]);
+        expect(await owed()).toEqual([{ lease_id: landing.leaseId, end_ms: T0 + H }]);
+      }
+    });
+
+    it('a regular one committed between the reads on the only room left is a refusal on what committed, nothing cut', async () => {
+      const arriving = wholeHost(false, T0, T0 + 4 * H);
+      await expect(racing('after the locked reads', () => hosts.book(arriving))).rejects.toMatchObject({ type: 'LeaseConflict' });
+      expect(await hostOf(arriving.leaseId)).toEqual(['2']);
+      expect(await owed()).toEqual([]);
+    });
+  });
+
+  it('a lease cut in all its bookings and booked again before the tell keeps the cut while one of its reservations cannot move back (one lease, one end)', async () => {
+    const pool = database().pool;
+    await pool.query('TRUNCATE host_allocations, quantity_allocations, capacity_providers, host_capabilities, hosts, lease_preemptions RESTART IDENTITY CASCADE');
+    await insertHost(pool, { name: 'node-1', capabilities: { pool: 'whole' } });
+    await insertHost(pool, { name: 'node-2', capabilities: { pool: 'slots' } });
+    await syncCapacityProviders(pool, COMPUTE_KIND, ['node-1', 'node-2'].map((name) => ({ uuid: `uuid-${name}`, name, host: name, capacity: CAPACITY, traits: [] })));
+    const inPool = (name: string) => JSON.stringify(['==', '$pool', name]);
+    const leaseId = randomUUID();
+    const wholeHost = pendingReservation('physical:host', physicalHostParams.parse({ min: 1, max: 1, hypervisor_properties: '', resource_properties: inPool('whole'), preemptible: true }));
+    const lentSlots = instances({ amount: 4, preemptible: true, resource_properties: inPool('slots') });
+    const ofLease = (reservation: Reservation) => reservationContext({ reservation, leaseReservations: [wholeHost, lentSlots], leaseId, startMs: T0, endMs: T0 + 4 * H });
+    const slotSpec = await specOf(ofLease(lentSlots));
+    await hosts.book(ofLease(wholeHost));
+    await slots.book(ofLease(lentSlots), slotSpec);
+    // A regular lease takes slots on node-2 from T0 + 1 h: every booking of the lease is cut there, its whole host too.
+    const cut: string[] = [];
+    await admit(ctxFor(instances({ amount: 2, resource_properties: inPool('slots') }), T0 + H, T0 + 2 * H), true, cut);
+    expect(cut).toEqual([leaseId]);
+    expect((await hostRowEnds(leaseId)).map((r) => r.end_ms)).toEqual([T0 + H, T0 + H]);
+    // Its workflow books it again for the window it still records (an update before the tell): the host is free until T0 + 4 h, the slots are not.
+    const hostSettled: { preemptionSequence?: number } = {};
+    await hosts.book(ofLease(wholeHost), hostSettled);
+    await expect(slots.book(ofLease(lentSlots), slotSpec, { settled: {} })).rejects.toMatchObject({ type: 'LeaseConflict' });
+    // The cut stands for the whole lease: still owed (the workflow applies it, and its update's rollback books the host back to it), never settled by the host's move alone.
+    expect(hostSettled.preemptionSequence).toBeUndefined();
+    expect(await owed()).toEqual([{ lease_id: leaseId, end_ms: T0 + H }]);
+    // Once every reservation is booked past the cut (the slots freed), the last one's booking settles it.
+    await pool.query('DELETE FROM quantity_allocations WHERE lease_id <> $1', [leaseId]);
+    await pool.query('DELETE FROM host_allocations WHERE lease_id <> $1', [leaseId]);
+    const slotsSettled: { preemptionSequence?: number } = {};
+    await slots.book(ofLease(lentSlots), slotSpec, { settled: slotsSettled });
+    expect([slotsSettled.preemptionSequence, await owed()]).toEqual([expect.any(Number), []]);
+  });
+
   it('a preemptible slot lease cut by a concurrent admission after the first read is capacity, not a refusal', async () => {
     const lent = ctxFor(instances({ amount: 4, preemptible: true }), T0, T0 + 4 * H);
     await book(lent);
@@ -263,7 +397,7 @@ describe('preemptible instance leases through the API and the worker', () => {
 
   beforeAll(async () => {
     const { pool } = stack().db;
-    const names = ['api-run', 'api-gone', 'api-host', 'api-none', 'api-wait', 'api-cross'];
+    const names = ['api-run', 'api-gone', 'api-host', 'api-none', 'api-wait', 'api-cross', 'api-both-host', 'api-both-slots'];
     for (const name of names) await insertHost(pool, { name, capabilities: { pool: name } });
     await syncCapacityProviders(pool, COMPUTE_KIND, names.map((name) => ({ uuid: `uuid-${name}`, name, host: name, capacity: CAPACITY, traits: [] })));
   });
@@ -341,6 +475,47 @@ describe('preemptible instance leases through the API and the worker', () => {
     const preemptibleHost = await asA('POST', '/v1/leases', { name: 'lent-host-cross', start_date: at(40, 0), end_date: at(40, 1), reservations: [hostIn('api-cross', { preemptible: true })] });
     expect(preemptibleHost.status).toBe(201);
     expect(await keysOf(preemptibleHost.body.lease.id)).toEqual([expect.stringMatching(/^host:/), `preemptible-lease:${preemptibleHost.body.lease.id}`]);
+  });
+
+  it('a lease with preemptible hosts and slots, cut in its slots and updated before the tell, keeps one end: every booking at the cut', async () => {
+    const pool = stack().db.pool;
+    const hostIn = (name: string, fields: Record<string, unknown> = {}) => ({ resource_type: 'physical:host', min: 1, max: 1, hypervisor_properties: '', resource_properties: JSON.stringify(['==', '$pool', name]), ...fields });
+    /** A lease of a whole host and 4 slots on `day`, cut in its third hour by a regular slot booking (every booking of it, its host too), the tell held. */
+    const cutWithTellHeld = async (day: number) => {
+      const lent = await asA('POST', '/v1/leases', { name: `lent-both-${day}`, start_date: at(day, 0), end_date: at(day, 4), reservations: [hostIn('api-both-host', { preemptible: true }), slotsIn('api-both-slots', { amount: 4, preemptible: true })] });
+      expect(lent.status).toBe(201);
+      const lentId = lent.body.lease.id as string;
+      const cutMs = Date.parse(`${at(day, 2).replace(' ', 'T')}Z`);
+      const regular = instances({ amount: 2, resource_properties: JSON.stringify(['==', '$pool', 'api-both-slots']) });
+      const needing = reservationContext({ reservation: regular, leaseReservations: [regular], startMs: cutMs, endMs: cutMs + H, projectId: 'project-b' });
+      const calendar = new InstanceSlotCalendar(pool, { cleaningMs: 0 });
+      const spec = (await virtualInstance.describe(regular as never, 'project-b')).spec;
+      await bookInTransaction(pool, async (client) => {
+        await calendar.bookWithin(client, needing, spec, { preempt: true });
+        await client.query("UPDATE lease_preemptions SET next_attempt_at = now() + interval '1 hour' WHERE lease_id = $1", [lentId]);
+      }, { retryExclusion: true });
+      return { lentId, cutMs, hostReservationId: lent.body.lease.reservations[0].id as string };
+    };
+    const endsOf = async (lentId: string) => ({
+      hosts: (await pool.query<{ end_ms: number }>('SELECT DISTINCT (extract(epoch FROM upper(during)) * 1000)::float8 AS end_ms FROM host_allocations WHERE lease_id = $1', [lentId])).rows.map((r) => r.end_ms),
+      slots: (await pool.query<{ end_ms: number }>('SELECT DISTINCT (extract(epoch FROM upper(during)) * 1000)::float8 AS end_ms FROM quantity_allocations WHERE lease_id = $1', [lentId])).rows.map((r) => r.end_ms),
+    });
+    // The same host asked another way: its host alone could move back to the end the lease records, its slots cannot.
+    const samePlace = JSON.stringify(['and', ['==', '$pool', 'api-both-host'], ['!=', '$pool', 'api-none']]);
+
+    const moved = await cutWithTellHeld(20);
+    expect(await endsOf(moved.lentId)).toEqual({ hosts: [moved.cutMs], slots: [moved.cutMs] });
+    const updated = await asA('PUT', `/v1/leases/${moved.lentId}`, { reservations: [{ id: moved.hostReservationId, resource_properties: samePlace }] });
+    expect([updated.status, updated.body.error_message]).toEqual([200, undefined]);
+    expect(endOf(updated.body.lease)).toBe(moved.cutMs);
+    expect(await endsOf(moved.lentId)).toEqual({ hosts: [moved.cutMs], slots: [moved.cutMs] });
+
+    // Asked past the cut: refused, and the rollback books nothing past it either (the lease as cut).
+    const refused = await cutWithTellHeld(21);
+    const past = await asA('PUT', `/v1/leases/${refused.lentId}`, { end_date: at(21, 5), reservations: [{ id: refused.hostReservationId, resource_properties: samePlace }] });
+    expect(past.status).toBe(409);
+    expect(endOf(await leaseOf(refused.lentId))).toBe(refused.cutMs);
+    expect(await endsOf(refused.lentId)).toEqual({ hosts: [refused.cutMs], slots: [refused.cutMs] });
   });
 
   it('ends at once a preemptible instance lease not started whose whole window a regular lease takes, a host lease too', async () => {

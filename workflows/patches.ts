@@ -241,6 +241,37 @@ export const LENDING_RECONCILED = {
   note: 'retired by the common path (RETIREMENT) once no lease that lent before the deploy still runs',
 } as const satisfies WorkflowPatch;
 
+/**
+ * A failed hold of a reservation whose start makes the same resources again (`holdRedoneAtStart`:
+ * an instance reservation's flavor, server group and aggregate) leaves the lease PENDING with a
+ * status_reason, for its start to try again, instead of ERROR with every booking freed. Marked in
+ * the hold's failure, only for such a reservation.
+ */
+export const HOLD_FAILURE_LEFT_TO_START = {
+  id: 'hold-failure-left-to-start',
+  workflowType: leaseWorkflowType,
+  introduced: '2026-11-28',
+  oldBranch: 'a failed hold freed every booking and ended the lease in ERROR, whatever its type',
+  oldHistories: 'none kept: no history in test/histories has a failed hold (the old branch is only what a worker of before 2026-11-28 recorded)',
+  note: 'retired by the common path (RETIREMENT) once no lease admitted before 2026-11-28 is still PENDING with its hold due',
+} as const satisfies WorkflowPatch;
+
+/**
+ * An update of a preemptible lease refused for capacity (409) while a cut of it was owed and not
+ * applied (issue 43: the cut committed, its tell not yet handled) reads the lease's latest cut,
+ * applies it as its tell would, and tries again once on the lease as cut: an update that moves
+ * nothing no longer answers 409 for the moments before the tell, and the rollback of the first try
+ * books nothing past the cut. Marked there, only for such a refusal.
+ */
+export const UPDATE_AFTER_OWED_CUT = {
+  id: 'update-after-owed-cut',
+  workflowType: leaseWorkflowType,
+  introduced: '2026-11-28',
+  oldBranch: 'the refused update answered its 409 at once, the cut applied only when its tell came',
+  oldHistories: 'none kept: no history in test/histories has a preemptible lease refused an update',
+  note: 'retired by the common path (RETIREMENT) once no preemptible lease admitted before 2026-11-28 still runs',
+} as const satisfies WorkflowPatch;
+
 /** All of them, oldest first. */
 export const PATCHES: readonly WorkflowPatch[] = [
   RECORD_LOCALLY,
@@ -262,4 +293,6 @@ export const PATCHES: readonly WorkflowPatch[] = [
   RECLAIM_SOONER,
   LEND_AS_ACTIVITY,
   LENDING_RECONCILED,
+  HOLD_FAILURE_LEFT_TO_START,
+  UPDATE_AFTER_OWED_CUT,
 ];

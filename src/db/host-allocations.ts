@@ -268,6 +268,12 @@ export async function cutPreemptibleHostBookings(client: PoolClient, leaseId: st
   return rows.length > 0;
 }
 
+/** Of these reservations, those with a host row (whole or shared) that ends after `afterMs`. */
+export async function reservationsHostBookedAfter(db: Queryable, reservationIds: string[], afterMs: number): Promise<Set<string>> {
+  const { rows } = await db.query<{ reservation_id: string }>('SELECT DISTINCT reservation_id::text FROM host_allocations WHERE reservation_id = ANY($1::uuid[]) AND upper(during) > to_timestamp($2 / 1000.0)', [reservationIds, afterMs]);
+  return new Set(rows.map((r) => r.reservation_id));
+}
+
 /** One host taken out of a reservation's booking (a failed host replaced by another). */
 export async function deleteHostBookingOfReservation(client: PoolClient, reservationId: string, hostId: string): Promise<void> {
   await client.query('DELETE FROM host_allocations WHERE reservation_id = $1 AND host_id = $2', [reservationId, hostId]);

@@ -54,13 +54,17 @@ export async function addOwedPreemption(client: PoolClient, preemption: OwedPree
  * still come, or undefined when the lease had none. `liftedTo` (an active lease's bookings moved,
  * not made anew): only a cut that ends before it is moot; one its bookings still end at stands (a
  * booking of the cut lease itself, or a move that left the end alone), told and applied as owed.
+ * `othersStillCut` (given the cut's end): whether another booking of the lease still ends by it
+ * (one its update has not moved yet, or could not): the cut then stands for the whole lease (one
+ * lease, one end), for its workflow to apply.
  */
-export async function settlePreemptionOnRebooking(client: PoolClient, leaseId: string, liftedTo?: number): Promise<number | undefined> {
+export async function settlePreemptionOnRebooking(client: PoolClient, leaseId: string, liftedTo?: number, othersStillCut?: (cutEndMs: number) => Promise<boolean>): Promise<number | undefined> {
   const { rows } = await client.query<{ sequence: number; end_ms: number }>(
     'SELECT (extract(epoch FROM created_at) * 1000)::float8 AS sequence, (extract(epoch FROM end_at) * 1000)::float8 AS end_ms FROM lease_preemptions WHERE lease_id = $1 FOR UPDATE',
     [leaseId],
   );
   if (rows.length === 0 || (liftedTo !== undefined && rows[0].end_ms >= liftedTo)) return undefined;
+  if (othersStillCut && (await othersStillCut(rows[0].end_ms))) return undefined;
   await client.query('DELETE FROM lease_preemptions WHERE lease_id = $1', [leaseId]);
   return rows[0].sequence;
 }
@@ -120,6 +124,17 @@ export async function purgeToldPreemptions(pool: Pool, limit: number): Promise<n
     [TOLD_KEPT_MS, limit],
   );
   return rowCount ?? 0;
+}
+
+/** The lease's latest cut, told or not (undefined: none, or settled by a booking anew), as a teller would send it. */
+export async function latestCutOf(db: Pool | PoolClient, leaseId: string): Promise<ClaimedPreemption | undefined> {
+  const { rows } = await db.query<{ end_ms: number; needed_ms: number; sequence: number; kind: 'preempted' | 'reclaimed' }>(
+    `SELECT (extract(epoch FROM end_at) * 1000)::float8 AS end_ms, (extract(epoch FROM needed_from) * 1000)::float8 AS needed_ms,
+            (extract(epoch FROM created_at) * 1000)::float8 AS sequence, kind
+     FROM lease_preemptions WHERE lease_id = $1`,
+    [leaseId],
+  );
+  return rows.map((row) => ({ leaseId, endMs: row.end_ms, neededFromMs: row.needed_ms, sequence: row.sequence, kind: row.kind }))[0];
 }
 
 /** Of these leases, those a regular lease's admission preempted (whatever became of the news). */

@@ -282,6 +282,12 @@ export async function moveBookingEnd(client: PoolClient, reservationId: string, 
   );
 }
 
+/** Of these reservations, those with a quantity row that ends after `afterMs`. */
+export async function reservationsQuantityBookedAfter(db: Queryable, reservationIds: string[], afterMs: number): Promise<Set<string>> {
+  const { rows } = await db.query<{ reservation_id: string }>('SELECT DISTINCT reservation_id::text FROM quantity_allocations WHERE reservation_id = ANY($1::uuid[]) AND upper(during) > to_timestamp($2 / 1000.0)', [reservationIds, afterMs]);
+  return new Set(rows.map((r) => r.reservation_id));
+}
+
 export async function deleteReservationQuantityBookings(db: Queryable, reservationId: string): Promise<void> {
   await db.query('DELETE FROM quantity_allocations WHERE reservation_id = $1', [reservationId]);
 }

@@ -46,8 +46,10 @@ export interface Reservation<P = Record<string, unknown>> {
   startSteps?: Array<{ name: string; timeoutSeconds: number; maximumAttempts: number; retryIntervalSeconds: number }>;
   /** What it holds at once, as its resource type reported when it booked (metering and the usage policy). */
   footprint?: Footprint;
-  /** Set aside between admission and start (its plugin's `hold`): due, or done. */
-  hold?: 'due' | 'done';
+  /** Set aside between admission and start (its plugin's `hold`): due, done, or failed and left to the start (`holdRedoneAtStart`). */
+  hold?: 'due' | 'done' | 'at-start';
+  /** Its start makes what its hold makes: a failed hold leaves the lease PENDING (workflows/lease/hold.ts). */
+  holdRedoneAtStart?: true;
   /** Set only from what the reservation's plugin reports (healing, in a later issue): some resources failed and were not replaced. */
   missing_resources?: boolean;
   /** Likewise: some resources failed and were replaced by others. */

@@ -98,6 +98,8 @@ export interface ReserveResult {
   resourceKeys: string[];
   /** The plugin's `hold` hook is to run right after admission (e.g. to shelve a server until start). */
   holdUntilStart?: boolean;
+  /** Its start makes again (idempotently) what its hold makes: a hold that fails leaves the lease PENDING, its start tries again. */
+  holdRedoneAtStart?: boolean;
   /** What the reservation holds at once, for metering and the usage policy. */
   footprint?: Footprint;
   /** Start in these steps (`startStep`), each its own activity with its own retries, instead of one `start`. */
@@ -458,7 +460,7 @@ export async function reserveFor(plugin: ResourcePlugin, ctx: HookContext): Prom
 
 /** The reservation as booked: what `reserve` (or `bookAtAdmission`) reported merged in. */
 export function bookedReservation(reservation: Reservation, booked: ReserveResult): Reservation {
-  const { allocation, resourceKeys, holdUntilStart, startSteps, footprint } = booked;
+  const { allocation, resourceKeys, holdUntilStart, holdRedoneAtStart, startSteps, footprint } = booked;
   return {
     ...reservation,
     allocation: { ...reservation.allocation, ...allocation },
@@ -466,5 +468,6 @@ export function bookedReservation(reservation: Reservation, booked: ReserveResul
     ...(footprint ? { footprint } : {}),
     ...(startSteps ? { startSteps } : {}),
     ...(holdUntilStart && !reservation.hold ? { hold: 'due' as const } : {}),
+    ...(holdUntilStart && holdRedoneAtStart ? { holdRedoneAtStart: true as const } : {}),
   };
 }

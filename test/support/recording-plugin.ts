@@ -40,6 +40,8 @@ const params = z.strictObject({
   /** Ask for the hold hook after admission (like a server shelved until start), and fail it. */
   hold: z.boolean().default(false),
   fail_hold: z.boolean().default(false),
+  /** Its start makes what its hold makes (an instance reservation's flavor): a failed hold leaves the lease PENDING. */
+  hold_redone_at_start: z.boolean().default(false),
   /** Hold, start and end report allocation details (like what a hold made, the host a server landed on, its snapshot). */
   report: z.boolean().default(false),
   /** Start in these steps (each its own activity), and fail the one named. */
@@ -90,7 +92,7 @@ export class RecordingPlugin implements ResourcePlugin<RecordingParams> {
       return {
         allocation: { held_keys: p.keys },
         resourceKeys: p.keys,
-        ...(p.hold ? { holdUntilStart: true } : {}),
+        ...(p.hold ? { holdUntilStart: true, ...(p.hold_redone_at_start ? { holdRedoneAtStart: true } : {}) } : {}),
         ...(p.steps.length ? { startSteps: p.steps.map((name) => ({ name, timeoutSeconds: 10, maximumAttempts: 3, retryIntervalSeconds: 1 })) } : {}),
       };
     });

@@ -42,6 +42,23 @@ export function forgetPreemptions(s: LeaseState, pending: LeasePreemption | unde
 }
 
 /**
+ * An update refused while a cut of the lease was owed and not applied (issue 43): its tell on the
+ * way (`s.preemption`, waiting for the lock the update holds), or not sent yet (`latest`, the
+ * lease's row in lease_preemptions, newer than any cut applied). Applied now, under the update's
+ * lock, as the tell would be (new end, reason, `lease.preempting`); the tell, when it comes, is
+ * ignored by its sequence. False when no cut was owed, or it ended nothing.
+ */
+export async function preemptOwed(s: LeaseState, latest: LeasePreemption | undefined): Promise<boolean> {
+  const newer = latest && (latest.sequence === undefined || s.preemptionSequence === undefined || latest.sequence > s.preemptionSequence) ? latest : undefined;
+  const owed = newer ?? s.preemption;
+  if (!owed || owed.endMs >= s.lease.endMs || hasEnded(s.lease.status)) return false;
+  if (owed.sequence !== undefined) s.preemptionSequence = Math.max(s.preemptionSequence ?? owed.sequence, owed.sequence);
+  s.preemption = owed;
+  await preempt(s, owed);
+  return true;
+}
+
+/**
  * After its earlier leases ended, a preempted lease must not start when its (cut) end has come, or
  * when a cut not applied yet leaves nothing of its window: its hosts are another lease's now.
  */

@@ -10,6 +10,7 @@ import { forStep, mustFinish, patient } from './activity-options';
 import { announce } from './announce';
 import { untilApproved } from './approval';
 import { failureMessage } from './failures';
+import { clearedHoldReason } from './hold';
 import { notifySuccessors, waitForPredecessors } from './neighbours';
 import { endPreemptedUnstarted, preemptedBeforeStart } from './preempt';
 import { transition } from './record';
@@ -63,7 +64,7 @@ export async function startLease(s: LeaseState): Promise<void> {
     }
     // A pending reservation moved by healing shows it until its start.
     const reservations = withAllocations(s.lease.reservations, allocations).map((r) => ({ ...withoutFlag(r, 'resources_changed'), status: 'active' as const }));
-    await transition(s, { status: 'ACTIVE', reservations }, 'start_lease', 'DONE');
+    await transition(s, { status: 'ACTIVE', reservations, ...clearedHoldReason(s.lease) }, 'start_lease', 'DONE');
     await announce(s, 'lease.event.start_lease');
   });
 }

@@ -1,16 +1,16 @@
 /** Blazar's lease update (rename, move dates, end now), at any point of the lease's life: validated, re-booked, recorded, or rolled back. */
 import { patched } from '@temporalio/workflow';
 import { isExtensionOnly, ONLY_EXTENSIONS_WAIT } from '../../src/domain/approval';
-import { applyLeaseUpdate, assertSettled, bookingChanged, hasEnded, leaseConflict, type Lease, type LeaseUpdateRequest, type Reservation } from '../../src/domain/lease';
-import { isPreemptionReason } from '../../src/domain/preemption';
-import { ONE_ROLLBACK_FOR_UPDATES, ROLLBACK_ONLY_MOVED } from '../patches';
-import { mustFinish, quick } from './activity-options';
+import { applyLeaseUpdate, assertSettled, bookingChanged, hasEnded, leaseConflict, LeaseErrorType, type Lease, type LeaseUpdateRequest, type Reservation } from '../../src/domain/lease';
+import { isPreemptibleReservation, isPreemptionReason } from '../../src/domain/preemption';
+import { ONE_ROLLBACK_FOR_UPDATES, ROLLBACK_ONLY_MOVED, UPDATE_AFTER_OWED_CUT } from '../patches';
+import { mustFinish, quick, recording } from './activity-options';
 import { justification } from './admission';
 import { announce } from './announce';
 import { announceChangeAsked, refuseWhileChangeWaits, settle, waitingChange } from './change-approval';
 import { book } from './bookings';
 import { asFailure } from './failures';
-import { forgetPreemptions } from './preempt';
+import { forgetPreemptions, preemptOwed } from './preempt';
 import { compensate, record } from './record';
 import { assertAdmitted, type LeaseState } from './state';
 
@@ -38,8 +38,8 @@ function refuseJustifiedNonExtension(before: Lease, next: Lease, update: LeaseUp
   throw leaseConflict(`Lease ${before.name} is active: ${ONLY_EXTENSIONS_WAIT}. Send the change without a justification, or extend the lease alone.`);
 }
 
-/** The update's handler (it runs under the lease's lock). */
-export async function applyUpdate(s: LeaseState, update: LeaseUpdateRequest): Promise<Lease> {
+/** The update's handler (it runs under the lease's lock); `afterCut`: its second try, on the lease as an owed cut left it. */
+export async function applyUpdate(s: LeaseState, update: LeaseUpdateRequest, afterCut = false): Promise<Lease> {
   const waiting = waitingChange(s);
   if (waiting && adminEndsSooner(s.lease, update)) {
     // An admin ending the lease sooner goes first: the waiting change is denied, then the update applies to the lease as it is.
@@ -54,15 +54,22 @@ export async function applyUpdate(s: LeaseState, update: LeaseUpdateRequest): Pr
   const cutBefore = s.preemption;
   try {
     if (rebook) next = { ...next, reservations: await book(s, next, before, quick, moved) };
-    // Booked anew, a preempted lease's cut no longer applies, nor its reason (an ended lease would say it was preempted).
-    if (rebook && isPreemptionReason(next.statusReason)) next = { ...next, statusReason: undefined };
+    // Booked anew, a preempted lease's cut no longer applies, nor its reason (an ended lease would say it was preempted);
+    // but a second try after the cut was applied books the lease as cut, and it keeps saying why it ends there.
+    if (rebook && !afterCut && isPreemptionReason(next.statusReason)) next = { ...next, statusReason: undefined };
     // The usage policy is checked with the record, in its transaction: refused, it rolls back below.
     await record(s, next, 'life', { previous: before, byAdmin: update.byAdmin ?? false, ...justification(update.justification) });
   } catch (err) {
     // The one rollback, whether booking or recording failed: the bookings that moved as they were. It
     // must finish (the lease's record says the old window), so since the patch it retries as cleanups do.
     if (rebook) await putBack(s, before, next, moved);
-    throw asFailure(err);
+    const failure = asFailure(err);
+    // Refused for capacity while a cut of the lease was owed and not applied (issue 43): its booking saw the
+    // cut rows under the window as recorded. The cut applied first, the update tries again once on the lease as cut.
+    if (!afterCut && rebook && failure.type === LeaseErrorType.conflict && before.reservations.some(isPreemptibleReservation) && patched(UPDATE_AFTER_OWED_CUT.id)) {
+      if ((await preemptOwed(s, await recording.latestPreemption({ leaseId: s.lease.id }))) && !hasEnded(s.lease.status)) return applyUpdate(s, update, true);
+    }
+    throw failure;
   }
   // Booked anew: the cuts told before no longer apply (one made after this booking is told anew).
   if (rebook) forgetPreemptions(s, cutBefore);

@@ -19,7 +19,6 @@ import {
   nextBookingsOfOthers, preemptibleBookingsOverlapping, unusableHostsOf,
 } from '../../db/host-allocations';
 import { insertLendings, lendingsCovering, lockLendingsForReclaim, markReturned, openLendingsOf, reclaimLending, type HostLending } from '../../db/host-lendings';
-import { settlePreemptionOnRebooking } from '../../db/lease-preemptions';
 import { failedReservableHosts, hypervisorProperties, inventoryVersion, listHosts, HYPERVISOR_FIELDS, type HostRecord } from '../../db/hosts';
 import { isCheckViolation, isDeadlockOrSerialization, isExclusionViolation } from '../../db/pool';
 import type { Pool } from '../../db/pool';
@@ -28,7 +27,7 @@ import { inTransaction, runTransactionAgain } from '../../db/transaction';
 import { formatMessageDate as when } from '../../domain/dates';
 import { chooseReclaimedHosts } from '../../domain/lending';
 import { bookInTransaction, bookingKey, checkKeys, extensionRefused, SEARCH_WORK_BUDGET } from '../shared/booking';
-import { preemptLease, reclaimLendings } from '../shared/preemption';
+import { preemptLease, reclaimLendings, settleLeaseCut } from '../shared/preemption';
 import { alreadyBooked, NEVER_FITS, WholeResourceCalendar, type BlockedInterval, type NewWholeResourceBooking } from '../shared/whole-resource-calendar';
 import { endPolicyOf, isPreemptible, type EndPolicy, type PhysicalHostParams } from './params';
 
@@ -366,13 +365,13 @@ export class HostCalendar extends WholeResourceCalendar<HostRecord, BookedHost[]
       await hostBookings.setLeaseKey(client, ctx.leaseId, key);
       // Its bookings now end where the lease does (a cut host still taken would have refused the move):
       // an earlier cut is moot, for the meter as for the workflow.
-      if (settled) settled.preemptionSequence = await settlePreemptionOnRebooking(client, ctx.leaseId, ctx.endMs);
+      if (settled) settled.preemptionSequence = await settleLeaseCut(client, ctx, reservations.map((r) => r.id), ctx.endMs);
       return hostsOfReservation(client, ctx.reservation.id);
     }
 
     await hostBookings.deleteLease(client, ctx.leaseId);
     // Booked anew in this transaction: a cut of the old bookings is moot (the workflow drops its tell by the sequence).
-    if (settled) settled.preemptionSequence = await settlePreemptionOnRebooking(client, ctx.leaseId);
+    if (settled) settled.preemptionSequence = await settleLeaseCut(client, ctx, reservations.map((r) => r.id));
     const hosts = await listHosts(client, { reservableOnly: true });
     // A `release` reservation keeps its hosts for good: only hosts with nothing booked later will do.
     const releasing = reservations.filter((r) => this.endPolicy(r) === 'release');

@@ -5,10 +5,12 @@
  * the admission's transaction. A lending's reclaim (`kind: 'reclaimed'`) cuts its borrowers alike.
  */
 import type { PoolClient } from 'pg';
-import { cutPreemptibleHostBookings } from '../../db/host-allocations';
-import { addOwedPreemption, type OwedPreemption } from '../../db/lease-preemptions';
-import { cutPreemptibleQuantityBookings } from '../../db/quantity-allocations';
+import { cutPreemptibleHostBookings, reservationsHostBookedAfter } from '../../db/host-allocations';
+import { addOwedPreemption, settlePreemptionOnRebooking, type OwedPreemption } from '../../db/lease-preemptions';
+import { cutPreemptibleQuantityBookings, reservationsQuantityBookedAfter } from '../../db/quantity-allocations';
 import type { CutBookingKey } from '../../db/range-bookings';
+import { isPreemptibleReservation } from '../../domain/preemption';
+import type { ReservationContext } from '../../domain/resource-plugin';
 import { movedBookingKey } from './booking';
 
 /** A cut booking's key: moved to its new window, as any booking the calendar moves alone. */
@@ -18,6 +20,22 @@ export async function preemptLease(client: PoolClient, cut: OwedPreemption & { c
   await cutPreemptibleHostBookings(client, cut.leaseId, cut.endMs, cut.cleaningMs, cutKey);
   await cutPreemptibleQuantityBookings(client, cut.leaseId, cut.endMs, cutKey);
   await addOwedPreemption(client, { leaseId: cut.leaseId, endMs: cut.endMs, neededFromMs: cut.neededFromMs, kind: cut.kind });
+}
+
+/**
+ * The workflow's booking of a reservation (`bookedTogether`: the reservations its call books, the
+ * host calendar's siblings) settles the lease's owed cut (settlePreemptionOnRebooking: moot once
+ * booked anew, or lifted to `liftedTo`) only when every other preemptible reservation of the lease
+ * is booked past it too: one still booked only up to the cut (not moved yet by the same update, or
+ * refused) keeps the cut for the whole lease, for its workflow to apply (one lease, one end).
+ */
+export function settleLeaseCut(client: PoolClient, ctx: ReservationContext, bookedTogether: readonly string[], liftedTo?: number): Promise<number | undefined> {
+  const others = ctx.leaseReservations.filter((r) => isPreemptibleReservation(r) && !bookedTogether.includes(r.id)).map((r) => r.id);
+  const othersStillCut = async (cutEndMs: number) => {
+    const past = new Set([...(await reservationsHostBookedAfter(client, others, cutEndMs)), ...(await reservationsQuantityBookedAfter(client, others, cutEndMs))]);
+    return others.some((id) => !past.has(id));
+  };
+  return settlePreemptionOnRebooking(client, ctx.leaseId, liftedTo, others.length > 0 ? othersStillCut : undefined);
 }
 
 /** A lending row as a reclaim reads it (of hosts or of instance slots, issue 43). */

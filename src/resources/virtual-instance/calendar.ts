@@ -17,7 +17,6 @@ import type { Calendar } from '../../domain/calendar';
 import type { FitLimits, FitSearch, ReservationContext } from '../../domain/resource-plugin';
 import type { Reservation } from '../../domain/lease';
 import { blockedIntervals, deleteReservationHostBookings, endReservationHostBookingsAt, endSharedHostRowsAt, insertHostBooking, liveSharedHosts, moveSharedHostRowsEnd, preemptibleBookingsOverlapping } from '../../db/host-allocations';
-import { settlePreemptionOnRebooking } from '../../db/lease-preemptions';
 import { computeHostName, listHosts, type HostRecord } from '../../db/hosts';
 import type { Pool } from '../../db/pool';
 import {
@@ -60,7 +59,7 @@ import { inTransaction } from '../../db/transaction';
 import { chooseReclaimedSlots } from '../../domain/lending';
 import { bookedFor, bookInTransaction, bookingKey, checkKeys, extensionRefused, fitNearFirst, movedBookingKey, NEAR_SEARCH_DURATIONS, NEAR_SEARCH_MS, releaseBooking, shortage, type NearFirstSearch } from '../shared/booking';
 import { COMPUTE_KIND } from '../shared/compute-providers';
-import { preemptLease, reclaimLendings } from '../shared/preemption';
+import { preemptLease, reclaimLendings, settleLeaseCut } from '../shared/preemption';
 import { QuantityCalendar } from '../shared/quantity-bookings';
 import { EXTENSION_HORIZON_MS } from '../../domain/offers';
 import type { Amounts } from '../../domain/quantity-calendar';
@@ -219,7 +218,7 @@ export class InstanceSlotCalendar implements Calendar<InstanceCalendarTypes> {
     }
     // Booked anew by the workflow, or an active booking moved to end where the lease does: a cut of the old booking is moot (the workflow drops its tell by the sequence).
     const active = ctx.leaseStatus !== 'PENDING' && live.length > 0;
-    if (options.settled) options.settled.preemptionSequence = await settlePreemptionOnRebooking(client, ctx.leaseId, active ? ctx.endMs : undefined);
+    if (options.settled) options.settled.preemptionSequence = await settleLeaseCut(client, ctx, [ctx.reservation.id], active ? ctx.endMs : undefined);
     if (active) return this.rebookActive(client, ctx, request, candidates, live, key, now, options.keepOn);
     // A preemptible reservation never displaces anything (issue 43).
     const preemptible = isPreemptibleReservation(ctx.reservation);
@@ -251,7 +250,7 @@ export class InstanceSlotCalendar implements Calendar<InstanceCalendarTypes> {
         const key = movedBookingKey(live[0].bookingKey, ctx);
         if (!live.every((l) => l.bookingKey === key)) await this.rebookActive(client, ctx, request, candidates, live, key, now);
         // Its slots now end where the lease does (a cut slot still taken would have refused the move): an earlier cut is moot.
-        if (settled) settled.preemptionSequence = await settlePreemptionOnRebooking(client, ctx.leaseId, ctx.endMs);
+        if (settled) settled.preemptionSequence = await settleLeaseCut(client, ctx, [ctx.reservation.id], ctx.endMs);
         return true;
       },
       { retryExclusion: true },
@@ -426,9 +425,11 @@ export class InstanceSlotCalendar implements Calendar<InstanceCalendarTypes> {
       const candidates = await this.candidates(this.pool, spec);
       const request: SlotRequest = { slot: spec.slot, amount: spec.amount, affinity: spec.affinity };
       // Only a preemptible ask where something is lent sees lendings (and bypasses the shared reads below).
-      const borrows = isPreemptibleReservation(reservation) && (await anyBorrowableSlotLending(this.pool, candidates.map((c) => c.provider.uuid), start - leadMs));
+      const preemptible = isPreemptibleReservation(reservation);
+      const borrows = preemptible && (await anyBorrowableSlotLending(this.pool, candidates.map((c) => c.provider.uuid), start - leadMs));
+      // A regular ask counts preemptible slots as free (issue 43), as admission may cut them and the host calendar's search does.
       const read = async (until: number | null) => {
-        const calendar = await this.snapshot(this.pool, candidates, start - leadMs, until, reservation.id);
+        const calendar = await this.snapshot(this.pool, candidates, start - leadMs, until, reservation.id, !preemptible);
         return borrows ? withLent(calendar, await this.lentView(this.pool, candidates, start - leadMs, until, reservation.id, false)) : calendar;
       };
       // A preemptible ask's pseudo-hosts end at their lendings' ends: never narrowed from a wider read.
@@ -436,7 +437,7 @@ export class InstanceSlotCalendar implements Calendar<InstanceCalendarTypes> {
       // Within one request (offers), a read of a wider window answers for this one (SearchReads).
       const snapshot = !reads
         ? read
-        : (until: number | null) => reads.read(`slots:${reservation.id}:${candidates.map((c) => c.provider.uuid).join(',')}`, start - leadMs, until, () => read(until), (wider) => narrowSlotCalendar(wider, start - leadMs, until));
+        : (until: number | null) => reads.read(`slots:${reservation.id}:${preemptible ? 'preemptible' : 'regular'}:${candidates.map((c) => c.provider.uuid).join(',')}`, start - leadMs, until, () => read(until), (wider) => narrowSlotCalendar(wider, start - leadMs, until));
       const fit = await slotFitNearFirst(snapshot, request, start, durationMs, leadMs, limits);
       result = {
         earliest: result.earliest === undefined || fit.earliest === undefined ? undefined : Math.max(result.earliest, fit.earliest),
@@ -486,7 +487,7 @@ export class InstanceSlotCalendar implements Calendar<InstanceCalendarTypes> {
     const lent = !placed && borrow ? await this.lentView(client, candidates, from, ctx.endMs, ctx.reservation.id, true) : undefined;
     if (lent && lent.hosts.length > 0) placed = placeSlots(request, onePerRealHost(request, withLent(calendar, lent), lent, from, ctx.endMs), from, ctx.endMs, { held });
     placed ??= cut ? await this.placePreempting(client, ctx, request, candidates, cut) : undefined;
-    if (!placed) throw await this.explainShortage(client, ctx, candidates, request);
+    if (!placed) throw await this.explainShortage(client, ctx, candidates, request, cut !== undefined);
     const booked = await this.insert(client, ctx, candidates, placed, request.slot, from, new Set(), key, lent?.lendings);
     // The backstop of the lendings' sums (no constraint can hold them): never more borrowed at once than lent.
     const over = await lendingsOverAmounts(client, [...placed.keys()].filter((id) => lent?.lendings.has(id)).map((id) => lent!.lendings.get(id)!.lending.id));
@@ -527,7 +528,11 @@ export class InstanceSlotCalendar implements Calendar<InstanceCalendarTypes> {
    * cut to end a cleaning gap before its window (slots, shared host rows and whole hosts: one lease,
    * one end), each owed the news, in this transaction; their ids added to `cut`. Read afresh here
    * under the providers' locks, never from the first snapshot (a cut since is capacity, not a
-   * refusal); the preemptible rows read stay locked.
+   * refusal); the preemptible rows read stay locked. Unlike the host calendar's choice, the regular
+   * calendar is read once, before the locked reads, and never again: no later read can disagree
+   * with it. A booking committed after it (slots cannot be: the providers are locked; a whole host
+   * can) is unseen, and collides with this one's shared host row at insert (the transaction runs
+   * again on what committed), never a refusal.
    */
   private async placePreempting(client: PoolClient, ctx: ReservationContext, request: SlotRequest, candidates: Candidate[], cut: string[]): Promise<Map<string, number> | undefined> {
     const from = ctx.startMs - ctx.provisioningLeadMs;
@@ -767,10 +772,13 @@ export class InstanceSlotCalendar implements Calendar<InstanceCalendarTypes> {
     return live.map((l) => ({ hostId: l.hostId, hypervisorHostname: l.name, computeHost: l.computeHost, providerUuid: l.providerUuid, slots: l.slots }));
   }
 
-  /** 409 that says what is short, when the same request would fit, and how long from the asked start. */
-  async explainShortage(client: Pool | PoolClient, ctx: ReservationContext, candidates: Candidate[], request: SlotRequest): Promise<Error> {
+  /**
+   * 409 that says what is short, when the same request would fit, and how long from the asked start;
+   * `preemptibleFree`: counting preemptible slots as free, where this booking could cut them (issue 43).
+   */
+  async explainShortage(client: Pool | PoolClient, ctx: ReservationContext, candidates: Candidate[], request: SlotRequest, preemptibleFree = false): Promise<Error> {
     const lead = ctx.provisioningLeadMs;
-    const future = await this.snapshot(client, candidates, ctx.startMs - lead, null, ctx.reservation.id);
+    const future = await this.snapshot(client, candidates, ctx.startMs - lead, null, ctx.reservation.id, preemptibleFree);
     const from = ctx.startMs - lead;
     const free = candidates.map((c) => freeSlots(slotHost(c), future, request.slot, from, ctx.endMs));
     const what = [

@@ -164,7 +164,8 @@ function admittedInApi<P extends SlotParams>(type: SlotType<P>, deps: VirtualIns
         allocation: { ...(withCloud ? { flavor_id: ctx.reservation.id } : {}), ...shownPlacement(placement) },
         resourceKeys: preemptionWaitKeys(ctx.reservation, ctx.leaseId, options?.cut?.slice(cutBefore) ?? []),
         footprint: footprintOfAmounts(spec.slot, spec.amount),
-        ...(withCloud ? { holdUntilStart: true } : {}),
+        // The start makes them again (ensureReservationResources): a failed hold leaves the lease PENDING for it.
+        ...(withCloud ? { holdUntilStart: true, holdRedoneAtStart: true } : {}),
       };
     },
   };
