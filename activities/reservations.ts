@@ -144,6 +144,8 @@ export function reservationActivities({ plugins, notices, pool, preemptionWarnin
     /** What a lend request lent, none when nothing (a lend whose answer was lost: the workflow records what it finds). */
     lentByRequest: ({ lendingId, ...ctx }: ReservationContext & { lendingId: string }): Promise<LentHosts | undefined> =>
       run(ctx, async (plugin, hookCtx) => (plugin.lentBy ? plugin.lentBy(hookCtx, lendingId) : undefined)),
+    /** After a lend that lent nothing, its every try given up on: the hosts its tries left fenced go back into the lease. */
+    putBackFencedHosts: (ctx: ReservationContext): Promise<string[]> => run(ctx, async (plugin, hookCtx) => (plugin.putBackFenced ? plugin.putBackFenced(hookCtx) : [])),
     /** The reservation's hosts being reclaimed and not back yet (a reclaim whose answer was lost: the workflow records what it finds). */
     reclaimingHostsOf: (ctx: ReservationContext): Promise<Array<{ hostId: string; returnsAtMs: number; borrowed: boolean }>> =>
       run(ctx, async (plugin, hookCtx) => (plugin.reclaimingHosts ? plugin.reclaimingHosts(hookCtx) : [])),

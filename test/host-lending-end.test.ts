@@ -13,86 +13,15 @@ import { leaseAggregateFor, lendHostsOut } from '../src/resources/physical-host/
 import { lenderRowsOf } from '../src/db/host-allocations';
 import { insertLendings } from '../src/db/host-lendings';
 import { inTransaction } from '../src/db/transaction';
-import type { GlanceClient, NovaClient } from '../src/openstack';
+import type { NovaClient } from '../src/openstack';
 import type { EndContext, HookContext, ReservationContext } from '../src/domain/resource-plugin';
 import type { PhysicalHostParams } from '../src/resources/physical-host/params';
 import { pendingReservation, reservationContext } from '../dev-stack/fixtures/builders';
 import { useMigratedTestDatabase } from '../dev-stack/db';
 import { insertHost } from '../dev-stack/fixtures/hosts';
+import { FakeNova, glance } from './support/fake-nova';
 
 const H = 3_600_000;
-
-interface FakeServer {
-  id: string;
-  name: string;
-  host: string;
-  project: string;
-}
-
-/** Nova's aggregates and servers in memory: what an end lists, deletes, images and moves. */
-class FakeNova {
-  readonly aggregates: Array<{ id: number; name: string; hosts: string[]; metadata: Record<string, string>; availability_zone?: string }> = [];
-  /** A host whose server listing fails (a Nova error in the middle of a lend). */
-  failListingOn?: string;
-  /** Called after each server listing of a host (a lend's look at a fenced host). */
-  afterListing?: (host: string) => void;
-  /** Each aggregate membership change, as `add host` or `remove host`. */
-  readonly moves: string[] = [];
-  servers: FakeServer[] = [];
-  readonly imaged: string[] = [];
-
-  aggregate(name: string, hosts: string[], metadata: Record<string, string> = {}, zone?: string) {
-    this.aggregates.push({ id: this.aggregates.length + 1, name, hosts, metadata, ...(zone ? { availability_zone: zone } : {}) });
-  }
-  private find(id: number | string) {
-    const found = this.aggregates.find((a) => a.id === Number(id));
-    if (!found) throw new Error(`no aggregate ${id}`);
-    return found;
-  }
-  listAggregates() {
-    return Promise.resolve(this.aggregates.map((a) => ({ ...a, hosts: [...a.hosts] })));
-  }
-  getAggregate(id: number | string) {
-    return Promise.resolve({ ...this.find(id), hosts: [...this.find(id).hosts] });
-  }
-  setAggregateMetadata(id: number | string, metadata: Record<string, string>) {
-    Object.assign(this.find(id).metadata, metadata);
-    return this.getAggregate(id);
-  }
-  addHostToAggregate(id: number | string, host: string) {
-    this.moves.push(`add ${host}`);
-    if (!this.find(id).hosts.includes(host)) this.find(id).hosts.push(host);
-    return this.getAggregate(id);
-  }
-  removeHostFromAggregate(id: number | string, host: string) {
-    this.moves.push(`remove ${host}`);
-    this.find(id).hosts = this.find(id).hosts.filter((h) => h !== host);
-    return this.getAggregate(id);
-  }
-  deleteAggregate(id: number | string) {
-    this.aggregates.splice(this.aggregates.indexOf(this.find(id)), 1);
-    return Promise.resolve();
-  }
-  listServers(filter: { host?: string; project_id?: string }) {
-    if (filter.host === this.failListingOn) return Promise.reject(new Error('Nova is down'));
-    const servers = this.servers.filter((s) => s.host === filter.host && (filter.project_id === undefined || s.project === filter.project_id));
-    if (filter.host !== undefined) this.afterListing?.(filter.host);
-    return Promise.resolve(servers.map((s) => ({ id: s.id, name: s.name, status: 'ACTIVE', 'OS-EXT-STS:task_state': null })));
-  }
-  deleteServer(id: string) {
-    this.servers = this.servers.filter((s) => s.id !== id);
-    return Promise.resolve();
-  }
-  createImage(serverId: string) {
-    this.imaged.push(serverId);
-    return Promise.resolve({ imageId: `image-${serverId}` });
-  }
-  waitForServer() {
-    return Promise.resolve();
-  }
-}
-
-const glance = { listImages: () => Promise.resolve([]), waitForImage: () => Promise.resolve() } as unknown as GlanceClient;
 
 describe('the ends of a lender and a borrower on lent hosts', () => {
   const database = useMigratedTestDatabase();

@@ -14,6 +14,10 @@ import { blazarHostReservation } from '../dev-stack/fixtures/builders';
 import { borrowersOutsideLendings, doubleBookings, insertHost } from '../dev-stack/fixtures/hosts';
 import { findLease } from '../src/db/leases';
 import { startWebhookReceiver, type Delivery, type WebhookReceiver } from './support/notice-receiver';
+import { FakeNova, glance } from './support/fake-nova';
+import { leaseAggregateFor } from '../src/resources/physical-host/aggregates';
+import type { NovaClient } from '../src/openstack';
+import type { Pool } from '../src/db/pool';
 import { activityRuns, apiClient, eventually, inSeconds, useTestStack, type ApiCall } from '../dev-stack/stack';
 
 /** A lease as the API shows it. */
@@ -48,6 +52,7 @@ describe('lending a lease\'s idle hosts', () => {
         },
         // While set, a lend's and a reclaim's answer is lost after they acted (their activity fails).
         async lend(ctx, request) {
+          if (lendInNova) return lendInNova(ctx, request);
           const lent = await hosts.lend!(ctx, request);
           if (loseAnswers) throw ApplicationFailure.nonRetryable('the lend\'s answer was lost', 'LostAnswer');
           return lent;
@@ -57,12 +62,18 @@ describe('lending a lease\'s idle hosts', () => {
           if (loseAnswers) throw ApplicationFailure.nonRetryable('the reclaim\'s answer was lost', 'LostAnswer');
           return taken;
         },
+        putBackFenced: (ctx) => (lendInNova ? withNova(pool).putBackFenced!(ctx) : hosts.putBackFenced!(ctx)),
       };
       return [held];
     },
   }));
   let holdBorrowerEnds: Promise<void> | undefined;
   let loseAnswers = false;
+  /** Nova in memory, for the lends that fence hosts in it (`lendInNova`); the rest of the stack is calendar-only. */
+  const nova = new FakeNova();
+  const withNova = (pool: Pool) => physicalHostPlugin({ pool, settings: { cleaningMs: 0, randomChoice: false }, cloud: () => ({ nova: nova as unknown as NovaClient, glance }), freepool: 'pool' });
+  /** While set, a lend runs this instead (e.g. fencing in `nova`). */
+  let lendInNova: NonNullable<ResourcePlugin<PhysicalHostParams>['lend']> | undefined;
   const asA = apiClient(() => stack().url, { 'x-project-id': 'project-lender', 'x-user-id': 'alice', 'x-roles': 'member' });
   const asB = apiClient(() => stack().url, { 'x-project-id': 'project-borrower', 'x-user-id': 'bob', 'x-roles': 'member' });
   const inPool = (pool: string, fields: Record<string, unknown> = {}) => blazarHostReservation({ resource_properties: JSON.stringify(['==', '$pool', pool]), ...fields });
@@ -91,7 +102,7 @@ describe('lending a lease\'s idle hosts', () => {
   }
 
   beforeAll(async () => {
-    for (const [name, pool] of [['lend-1', 'lend'], ['lend-2', 'lend'], ['back-1', 'back'], ['part-1', 'part'], ['part-2', 'part'], ['del-1', 'del'], ['bad-1', 'bad'], ['evict-1', 'evict'], ['soon-1', 'soon'], ['lost-1', 'lost'], ['lost-2', 'lost']] as const) {
+    for (const [name, pool] of [['lend-1', 'lend'], ['lend-2', 'lend'], ['back-1', 'back'], ['part-1', 'part'], ['part-2', 'part'], ['del-1', 'del'], ['bad-1', 'bad'], ['evict-1', 'evict'], ['soon-1', 'soon'], ['lost-1', 'lost'], ['lost-2', 'lost'], ['fence-1', 'fence'], ['fence-2', 'fence']] as const) {
       await insertHost(stack().db.pool, { name, capabilities: { pool } });
     }
     for (const project of ['project-lender', 'project-borrower']) {
@@ -238,6 +249,34 @@ describe('lending a lease\'s idle hosts', () => {
     } finally {
       loseAnswers = false;
     }
+  });
+
+  it('puts the hosts a lend fenced back into the lease when its every try is given up on half way, and answers the lend\'s error', async () => {
+    const lender = await activeLease(asA, 'lender-fenced', 3600, inPool('fence', { min: 2, max: 2 }));
+    const aggregate = leaseAggregateFor(lender.reservations[0].id);
+    nova.aggregate('pool', []);
+    nova.aggregate(aggregate.name, ['fence-1', 'fence-2'], { 'leasekeeper:reservation': lender.reservations[0].id }, aggregate.availabilityZone);
+    let tries = 0;
+    // Each try is given up on (its time out, its heartbeats lost) once it has fenced its first host: it stops and leaves it fenced.
+    lendInNova = (ctx, request) => {
+      tries++;
+      const givenUp = new AbortController();
+      nova.afterListing = () => givenUp.abort(new Error('the lend\'s try was given up on'));
+      return withNova(stack().db.pool).lend!({ ...ctx, signal: givenUp.signal }, request);
+    };
+    try {
+      const lent = await asA('POST', `/v1/leases/${lender.id}/lend`, { count: 2, until: inSeconds(1800) });
+      expect(lent.status).toBe(503);
+      expect(lent.body.error_message).toMatch(/the lend's try was given up on/);
+    } finally {
+      lendInNova = undefined;
+      nova.afterListing = undefined;
+    }
+    expect(tries).toBe(3);
+    const where = Object.fromEntries(nova.aggregates.map((a) => [a.name, [...a.hosts].sort()]));
+    expect(where).toEqual({ pool: [], [aggregate.name]: ['fence-1', 'fence-2'] });
+    expect(await lendingsOf(lender.id)).toBeUndefined(); // none recorded
+    expect((await stack().db.pool.query('SELECT 1 FROM host_lendings WHERE lease_id = $1', [lender.id])).rows).toEqual([]);
   });
 
   it('a partial reclaim takes the unborrowed host first; the lender extends while lent but cannot shorten under a lending', async () => {

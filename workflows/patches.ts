@@ -229,8 +229,9 @@ export const LEND_AS_ACTIVITY = {
 /**
  * A lend or reclaim whose activity failed after it acted (its answer lost) is reconciled with the
  * calendar (issue 43): what the lend request lent, by its lending id, is recorded as lent; hosts a
- * reclaim took back are recorded as reclaiming; the update then answers the lease. Marked in the
- * lend's and the reclaim's failure handlers (a refusal answers as before, unmarked).
+ * reclaim took back are recorded as reclaiming; the update then answers the lease. A lend that lent
+ * nothing runs a put-back of the hosts its tries left fenced (putBackFencedHosts) before its error is
+ * answered. Marked in the lend's and the reclaim's failure handlers (a refusal answers as before, unmarked).
  */
 export const LENDING_RECONCILED = {
   id: 'lending-reconciled',

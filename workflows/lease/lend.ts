@@ -12,7 +12,7 @@ import { LEASE_LENDING, LEND_AS_ACTIVITY, LENDING_RECONCILED, RECLAIM_SOONER } f
 import { forLend, looking, mustFinish, polling, quick, recording } from './activity-options';
 import { announce } from './announce';
 import type { LendRequest, ReclaimRequest } from './messages';
-import { asFailure } from './failures';
+import { asFailure, failureMessage } from './failures';
 import { transition } from './record';
 import { assertAdmitted, type LeaseState } from './state';
 
@@ -73,7 +73,16 @@ export async function lend(s: LeaseState, request: LendRequest): Promise<Lease> 
     // then the lender's to see and reclaim; the answer says what is true (a retried lend would lend more hosts).
     if (!mayHaveActed(err) || !patched(LENDING_RECONCILED.id)) throw asFailure(err);
     const found = await recording.lentByRequest({ ...context(s.lease, reservation), lendingId });
-    if (!found) throw asFailure(err);
+    if (!found) {
+      // Lent nothing: a try given up on left what it fenced fenced for its retry, and no retry is left. A failed
+      // put-back is logged, never the answer: the lend's own error is.
+      const putBack = await looking.putBackFencedHosts(context(s.lease, reservation)).catch((undo: unknown) => {
+        log.error('a failed lend\'s fenced hosts could not be put back into the lease', { leaseId: s.lease.id, lendingId, error: failureMessage(undo) });
+        return [];
+      });
+      if (putBack.length > 0) log.warn('a failed lend\'s fenced hosts are back in the lease', { leaseId: s.lease.id, lendingId, hosts: putBack });
+      throw asFailure(err);
+    }
     log.warn('a lend failed after it lent: recorded as lent', { leaseId: s.lease.id, lendingId, error: asFailure(err).message });
     return found;
   });

@@ -12,6 +12,7 @@ import {
   leaseAggregateFor,
   lendHostsOut,
   moveHostsIntoLease,
+  putFencedHostsBack,
   recycleHosts,
   releaseHosts,
   returnHostsToPool,
@@ -420,6 +421,7 @@ export function physicalHostPlugin(deps: PhysicalHostDeps): ResourcePlugin<Physi
       return rows.length > 0 ? lentHostsOf(ctx, rows) : undefined;
     },
     reclaimingHosts: (ctx) => calendar.reclaimingHosts(ctx.reservation.id),
+    putBackFenced: async (ctx) => (deps.cloud === 'calendar-only' ? [] : putFencedHostsBack(deps.cloud().nova, await move(ctx))),
     lentHostsFree: (ctx, hostIds) => calendar.lentHostsFree(ctx.reservation.id, hostIds),
     returnLentHosts,
     async placementOf(ctx) {
