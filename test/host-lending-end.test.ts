@@ -20,6 +20,7 @@ import { pendingReservation, reservationContext } from '../dev-stack/fixtures/bu
 import { useMigratedTestDatabase } from '../dev-stack/db';
 import { insertHost } from '../dev-stack/fixtures/hosts';
 import { FakeNova, glance } from './support/fake-nova';
+import type { Pool } from '../src/db/pool';
 
 const H = 3_600_000;
 
@@ -128,15 +129,16 @@ describe('the ends of a lender and a borrower on lent hosts', () => {
 describe('a lend given up on half way (its attempt timed out)', () => {
   const database = useMigratedTestDatabase();
 
-  it('stops fencing, leaves what it fenced fenced, and its retry carries on from there under the same lending id', async () => {
-    const pool = database().pool;
-    await pool.query('TRUNCATE host_allocations, host_lendings, host_capabilities, hosts RESTART IDENTITY CASCADE');
-    const names = [0, 1, 2].map((i) => `half-${i}-${randomUUID().slice(0, 6)}`);
-    for (const name of names) await insertHost(pool, { name });
+  /** A lender of `count` hosts, all in its aggregate in `nova`; its plugin works on `pool` (the test database's unless given). */
+  async function lenderOf(count: number, pool: Pool = database().pool) {
+    await database().pool.query('TRUNCATE host_allocations, host_lendings, host_capabilities, hosts RESTART IDENTITY CASCADE');
+    const names = Array.from({ length: count }, (_, i) => `half-${i}-${randomUUID().slice(0, 6)}`);
+    const ids: string[] = [];
+    for (const name of names) ids.push(await insertHost(database().pool, { name }));
     const now = Date.now();
-    const reservation = pendingReservation('physical:host', { min: 3, max: 3, hypervisor_properties: '', resource_properties: '', before_end: 'default', on_end: 'delete', preemptible: false });
+    const reservation = pendingReservation('physical:host', { min: count, max: count, hypervisor_properties: '', resource_properties: '', before_end: 'default', on_end: 'delete', preemptible: false });
     const lender = reservationContext({ reservation, startMs: now - H, endMs: now + 9 * H, projectId: 'p', leaseStatus: 'ACTIVE' }) as ReservationContext<PhysicalHostParams>;
-    await new HostCalendar(pool, { cleaningMs: 0, randomChoice: false }).book(lender);
+    await new HostCalendar(database().pool, { cleaningMs: 0, randomChoice: false }).book(lender);
     const nova = new FakeNova();
     nova.aggregate('pool', []);
     const aggregate = leaseAggregateFor(lender.reservation.id);
@@ -149,8 +151,62 @@ describe('a lend given up on half way (its attempt timed out)', () => {
       announce: () => Promise.resolve(),
       ...(signal ? { signal } : {}),
     });
-    const request = { lendingId: randomUUID(), count: 3, untilMs: now + 4 * H };
+    const request = { lendingId: randomUUID(), count, untilMs: now + 4 * H };
     const where = () => Object.fromEntries(nova.aggregates.map((a) => [a.name, [...a.hosts].sort()]));
+    const lendingRows = async () => (await database().pool.query<{ lending_id: string; host_id: string }>('SELECT lending_id::text, host_id::text FROM host_lendings ORDER BY host_id')).rows;
+    return { names, ids, lender, nova, aggregate, plugin, hookContext, request, where, lendingRows };
+  }
+
+  /**
+   * The test database's pool, but `onQuery` sees each statement of a transaction's client once it ran
+   * (and may throw, as a reply lost after the statement took effect).
+   */
+  function poolWatching(onQuery: (sql: string) => void): Pool {
+    const pool = database().pool;
+    const bind = <T extends object>(target: T, key: string | symbol) => {
+      const value: unknown = Reflect.get(target, key);
+      return typeof value === 'function' ? value.bind(target) : value;
+    };
+    return new Proxy(pool, {
+      get: (target, key) =>
+        key !== 'connect'
+          ? bind(target, key)
+          : async () => {
+              const client = await target.connect();
+              return new Proxy(client, {
+                get: (c, k) =>
+                  k !== 'query'
+                    ? bind(c, k)
+                    : async (...args: unknown[]) => {
+                        const result: unknown = await (c.query as (...a: unknown[]) => Promise<unknown>)(...args);
+                        if (typeof args[0] === 'string') onQuery(args[0]);
+                        return result;
+                      },
+              });
+            },
+    });
+  }
+
+  it('keeps the hosts fenced when the calendar committed the lend but the reply was lost: the lending id holds them lent', async () => {
+    let lending = false;
+    const lossy = poolWatching((sql) => {
+      if (sql.includes('INSERT INTO host_lendings')) lending = true;
+      if (sql === 'COMMIT' && lending) {
+        lending = false;
+        throw new Error('the connection was lost after COMMIT');
+      }
+    });
+    const { names, ids, aggregate, plugin, hookContext, request, where, lendingRows } = await lenderOf(2, lossy);
+    await expect(plugin.lend!(hookContext(), request)).rejects.toThrow('the connection was lost after COMMIT');
+    expect((await lendingRows()).map((g) => g.host_id)).toEqual(ids);
+    expect(where()).toEqual({ pool: [...names].sort(), [aggregate.name]: [] });
+    // The retry (or the workflow's reconcile) answers them as lent.
+    expect((await plugin.lend!(hookContext(), request)).hosts.map((h) => h.name)).toEqual(names);
+  });
+
+  it('stops fencing, leaves what it fenced fenced, and its retry carries on from there under the same lending id', async () => {
+    const pool = database().pool;
+    const { names, nova, aggregate, plugin, hookContext, request, where } = await lenderOf(3);
 
     // The server gives the attempt up while it looks at its second host.
     const givenUp = new AbortController();

@@ -23,7 +23,7 @@ import { beforeEndAction, refuseNotifyWithoutEndpoint, type BeforeEndAction } fr
 import { DEFAULT_SERVER_DELETE_TIMEOUT_MS, failIfDeletionOverdue } from '../shared/server-deletion';
 import { snapshotServersOnHosts } from '../shared/server-snapshots';
 import { borrowersOfLendings, computeHostsOfReservation, unusableHostsOf } from '../../db/host-allocations';
-import { lendingsOfRequest, openLendingsOf } from '../../db/host-lendings';
+import { lendingsOfRequest, openLendingsOf, type HostLending } from '../../db/host-lendings';
 import { leaseConflict } from '../../domain/lease';
 import { ConflictError } from '../../openstack';
 import { computeHostName, HYPERVISOR_FIELDS, listHosts, markReleased } from '../../db/hosts';
@@ -265,21 +265,28 @@ export function physicalHostPlugin(deps: PhysicalHostDeps): ResourcePlugin<Physi
     const hostMove = await move(ctx);
     const idle = nova ? new Set(await lendHostsOut(nova, hostMove, candidates.map((h) => h.host), request.count)) : undefined;
     const fenced = candidates.filter((h) => !idle || idle.has(h.host)).slice(0, request.count);
-    const putBack = async () => {
-      if (nova && fenced.length > 0) await moveHostsIntoLease(nova, { ...hostMove, hosts: fenced.map((h) => h.host) });
+    /** The fenced hosts back into the lease, but none that the lending id lent: a commit whose reply was lost lent them after all. */
+    const putBackUnlent = async (lentRows: HostLending[]) => {
+      const lentIds = new Set(lentRows.map((g) => g.host_id));
+      const back = fenced.filter((h) => !lentIds.has(h.id));
+      if (nova && back.length > 0) await moveHostsIntoLease(nova, { ...hostMove, hosts: back.map((h) => h.host) });
     };
     if (fenced.length < request.count) {
-      await putBack();
+      await putBackUnlent([]);
       throw leaseConflict(`Only ${fenced.length} of the ${all.length} hosts of reservation ${ctx.reservation.id} can be lent now: the others run servers or are lent already.`, { idle: fenced.length });
     }
+    let lent: HostLending[];
     try {
-      const lent = await calendar.lend({ lendingId: request.lendingId, reservationId: ctx.reservation.id, leaseId: ctx.leaseId, projectId: ctx.projectId, hostIds: fenced.map((h) => h.id), fromMs: Date.now(), untilMs: request.untilMs });
-      return await named(lent);
+      lent = await calendar.lend({ lendingId: request.lendingId, reservationId: ctx.reservation.id, leaseId: ctx.leaseId, projectId: ctx.projectId, hostIds: fenced.map((h) => h.id), fromMs: Date.now(), untilMs: request.untilMs });
     } catch (err) {
-      // The hosts go back into the lease; should that fail too, the lend's own error is what the caller gets.
-      await putBack().catch((undo: unknown) => ctx.reportProgress({ putBackFailed: (undo as Error).message }));
+      // The hosts go back into the lease unless the calendar holds them lent (then the retry or the workflow's reconcile
+      // records them); should the check or the put-back fail too, the lend's own error is what the caller gets.
+      await lendingsOfRequest(deps.pool, request.lendingId)
+        .then(putBackUnlent)
+        .catch((undo: unknown) => ctx.reportProgress({ putBackFailed: (undo as Error).message }));
       throw err;
     }
+    return named(lent); // outside the try: once the calendar committed, a failure here must not put lent hosts back
   }
 
   /**
