@@ -158,31 +158,30 @@ describe('a lend given up on half way (its attempt timed out)', () => {
   }
 
   /**
-   * The test database's pool, but `onQuery` sees each statement of a transaction's client once it ran
-   * (and may throw, as a reply lost after the statement took effect).
+   * The test database's pool, but `onQuery` sees each statement once it ran, the pool's own and its
+   * clients' (`inTransaction`), and may throw (a reply lost after the statement took effect) or act
+   * before the caller goes on (another try committing meanwhile).
    */
-  function poolWatching(onQuery: (sql: string) => void): Pool {
+  function poolWatching(onQuery: (sql: string, inTransaction: boolean) => void | Promise<void>): Pool {
     const pool = database().pool;
     const bind = <T extends object>(target: T, key: string | symbol) => {
       const value: unknown = Reflect.get(target, key);
       return typeof value === 'function' ? value.bind(target) : value;
     };
+    const watched = (target: object, query: unknown, inTransaction: boolean) => async (...args: unknown[]) => {
+      const result: unknown = await (query as (...a: unknown[]) => Promise<unknown>).apply(target, args);
+      if (typeof args[0] === 'string') await onQuery(args[0], inTransaction);
+      return result;
+    };
     return new Proxy(pool, {
       get: (target, key) =>
-        key !== 'connect'
+        key === 'query'
+          ? watched(target, Reflect.get(target, 'query'), false)
+          : key !== 'connect'
           ? bind(target, key)
           : async () => {
               const client = await target.connect();
-              return new Proxy(client, {
-                get: (c, k) =>
-                  k !== 'query'
-                    ? bind(c, k)
-                    : async (...args: unknown[]) => {
-                        const result: unknown = await (c.query as (...a: unknown[]) => Promise<unknown>)(...args);
-                        if (typeof args[0] === 'string') onQuery(args[0]);
-                        return result;
-                      },
-              });
+              return new Proxy(client, { get: (c, k) => (k === 'query' ? watched(c, Reflect.get(c, 'query'), true) : bind(c, k)) });
             },
     });
   }
@@ -202,6 +201,44 @@ describe('a lend given up on half way (its attempt timed out)', () => {
     expect(where()).toEqual({ pool: [...names].sort(), [aggregate.name]: [] });
     // The retry (or the workflow's reconcile) answers them as lent.
     expect((await plugin.lend!(hookContext(), request)).hosts.map((h) => h.name)).toEqual(names);
+  });
+
+  it('lends no more than an overlapping try of the same request lent first, and puts back the hosts it fenced beside it', async () => {
+    let overlap: (() => Promise<void>) | undefined;
+    const racing = poolWatching(async (sql, inTransaction) => {
+      // This try has found nothing lent under its id; the other try commits right after, before this one reads its candidates.
+      if (!inTransaction && sql.includes('g.lending_id = $1') && overlap) {
+        const other = overlap;
+        overlap = undefined;
+        await other();
+      }
+    });
+    const { names, ids, lender, nova, aggregate, plugin, hookContext, request, where, lendingRows } = await lenderOf(4, racing);
+    const lend = { ...request, count: 2 };
+    overlap = async () => {
+      for (const host of names.slice(0, 2)) {
+        await nova.addHostToAggregate(nova.aggregates.find((a) => a.name === 'pool')!.id, host);
+        await nova.removeHostFromAggregate(nova.aggregates.find((a) => a.name === aggregate.name)!.id, host);
+      }
+      const calendar = new HostCalendar(database().pool, { cleaningMs: 0, randomChoice: false });
+      await calendar.lend({ lendingId: lend.lendingId, reservationId: lender.reservation.id, leaseId: lender.leaseId, projectId: 'p', hostIds: ids.slice(0, 2), fromMs: Date.now(), untilMs: lend.untilMs });
+    };
+    const lent = await plugin.lend!(hookContext(), lend);
+    expect(overlap).toBeUndefined(); // the other try did commit in between
+    expect(lent.hosts.map((h) => h.name)).toEqual(names.slice(0, 2));
+    expect(await lendingRows()).toEqual(ids.slice(0, 2).map((id) => ({ lending_id: lend.lendingId, host_id: id })));
+    expect(where()).toEqual({ pool: names.slice(0, 2).sort(), [aggregate.name]: names.slice(2).sort() });
+  });
+
+  it('a try given up on after fencing its last host neither lends nor puts back: the try carrying on does', async () => {
+    const { names, nova, aggregate, plugin, hookContext, request, where, lendingRows } = await lenderOf(2);
+    const givenUp = new AbortController();
+    nova.afterListing = (host) => {
+      if (host === names[1]) givenUp.abort(new Error('the attempt timed out'));
+    };
+    await expect(plugin.lend!(hookContext(givenUp.signal), request)).rejects.toThrow('the attempt timed out');
+    expect(await lendingRows()).toEqual([]);
+    expect(where()).toEqual({ pool: [...names].sort(), [aggregate.name]: [] });
   });
 
   it('stops fencing, leaves what it fenced fenced, and its retry carries on from there under the same lending id', async () => {

@@ -18,7 +18,7 @@ import {
   blockedIntervals, borrowedUntil, borrowersOfLendings, borrowersStillRunning, lenderRowsOf, deleteHostBookingOfReservation, endLenderBookingsAt, hostBookings, hostsOfReservation, insertHostBooking, lentUntilOfLease,
   nextBookingsOfOthers, preemptibleBookingsOverlapping, unusableHostsOf,
 } from '../../db/host-allocations';
-import { insertLendings, lendingsCovering, lockLendingsForReclaim, markReturned, openLendingsOf, reclaimLending, type HostLending } from '../../db/host-lendings';
+import { insertLendings, lendingsCovering, lendingsOfRequest, lockLendingsForReclaim, markReturned, openLendingsOf, reclaimLending, type HostLending } from '../../db/host-lendings';
 import { settlePreemptionOnRebooking } from '../../db/lease-preemptions';
 import { failedReservableHosts, hypervisorProperties, inventoryVersion, listHosts, HYPERVISOR_FIELDS, type HostRecord } from '../../db/hosts';
 import { isCheckViolation, isDeadlockOrSerialization, isExclusionViolation } from '../../db/pool';
@@ -214,6 +214,9 @@ export class HostCalendar extends WholeResourceCalendar<HostRecord, BookedHost[]
         this.pool,
         async (client) => {
           await hostBookings.lockLease(client, lending.leaseId);
+          // Another try of the same lend request committed first (tries may overlap): what it lent is the lend, not more.
+          const earlier = await lendingsOfRequest(client, lending.lendingId);
+          if (earlier.length > 0) return earlier;
           return insertLendings(client, { ...lending, hosts: await lenderRowsOf(client, lending.reservationId, lending.hostIds) });
         },
         { retryOn: isDeadlockOrSerialization },

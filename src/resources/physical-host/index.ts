@@ -267,14 +267,20 @@ export function physicalHostPlugin(deps: PhysicalHostDeps): ResourcePlugin<Physi
     const fenced = candidates.filter((h) => !idle || idle.has(h.host)).slice(0, request.count);
     /** The fenced hosts back into the lease, but none that the lending id lent: a commit whose reply was lost lent them after all. */
     const putBackUnlent = async (lentRows: HostLending[]) => {
+      if (ctx.signal?.aborted) return; // given up on: another try works on these hosts now
       const lentIds = new Set(lentRows.map((g) => g.host_id));
       const back = fenced.filter((h) => !lentIds.has(h.id));
       if (nova && back.length > 0) await moveHostsIntoLease(nova, { ...hostMove, hosts: back.map((h) => h.host) });
     };
     if (fenced.length < request.count) {
-      await putBackUnlent([]);
+      // Given up on: another try works on these hosts now. Another try may have lent under this id meanwhile: that is the lend.
+      ctx.signal?.throwIfAborted();
+      const lentMeanwhile = await lendingsOfRequest(deps.pool, request.lendingId);
+      await putBackUnlent(lentMeanwhile);
+      if (lentMeanwhile.length > 0) return named(lentMeanwhile);
       throw leaseConflict(`Only ${fenced.length} of the ${all.length} hosts of reservation ${ctx.reservation.id} can be lent now: the others run servers or are lent already.`, { idle: fenced.length });
     }
+    ctx.signal?.throwIfAborted(); // given up on: its hosts stay fenced for the try that carries on
     let lent: HostLending[];
     try {
       lent = await calendar.lend({ lendingId: request.lendingId, reservationId: ctx.reservation.id, leaseId: ctx.leaseId, projectId: ctx.projectId, hostIds: fenced.map((h) => h.id), fromMs: Date.now(), untilMs: request.untilMs });
@@ -286,6 +292,8 @@ export function physicalHostPlugin(deps: PhysicalHostDeps): ResourcePlugin<Physi
         .catch((undo: unknown) => ctx.reportProgress({ putBackFailed: (undo as Error).message }));
       throw err;
     }
+    // An overlapping try lent under this id first: the calendar answers its rows, and the hosts this try fenced beside them go back.
+    await putBackUnlent(lent).catch((undo: unknown) => ctx.reportProgress({ putBackFailed: (undo as Error).message }));
     return named(lent); // outside the try: once the calendar committed, a failure here must not put lent hosts back
   }
 
