@@ -62,6 +62,15 @@ describe('lending a lease\'s idle hosts', () => {
           if (loseAnswers) throw ApplicationFailure.nonRetryable('the reclaim\'s answer was lost', 'LostAnswer');
           return taken;
         },
+        // While set, the calendar reads that reconcile a failed lend or reclaim fail, for good.
+        async lentBy(ctx, lendingId) {
+          if (failReconcileReads) throw ApplicationFailure.nonRetryable('the calendar could not be read', 'ReadFailed');
+          return hosts.lentBy!(ctx, lendingId);
+        },
+        async reclaimingHosts(ctx) {
+          if (failReconcileReads) throw ApplicationFailure.nonRetryable('the calendar could not be read', 'ReadFailed');
+          return hosts.reclaimingHosts!(ctx);
+        },
         putBackFenced: (ctx) => (lendInNova ? withNova(pool).putBackFenced!(ctx) : hosts.putBackFenced!(ctx)),
       };
       return [held];
@@ -69,6 +78,7 @@ describe('lending a lease\'s idle hosts', () => {
   }));
   let holdBorrowerEnds: Promise<void> | undefined;
   let loseAnswers = false;
+  let failReconcileReads = false;
   /** Nova in memory, for the lends that fence hosts in it (`lendInNova`); the rest of the stack is calendar-only. */
   const nova = new FakeNova();
   const withNova = (pool: Pool) => physicalHostPlugin({ pool, settings: { cleaningMs: 0, randomChoice: false }, cloud: () => ({ nova: nova as unknown as NovaClient, glance }), freepool: 'pool' });
@@ -102,7 +112,7 @@ describe('lending a lease\'s idle hosts', () => {
   }
 
   beforeAll(async () => {
-    for (const [name, pool] of [['lend-1', 'lend'], ['lend-2', 'lend'], ['back-1', 'back'], ['part-1', 'part'], ['part-2', 'part'], ['del-1', 'del'], ['bad-1', 'bad'], ['evict-1', 'evict'], ['soon-1', 'soon'], ['lost-1', 'lost'], ['lost-2', 'lost'], ['fence-1', 'fence'], ['fence-2', 'fence']] as const) {
+    for (const [name, pool] of [['lend-1', 'lend'], ['lend-2', 'lend'], ['back-1', 'back'], ['part-1', 'part'], ['part-2', 'part'], ['del-1', 'del'], ['bad-1', 'bad'], ['evict-1', 'evict'], ['soon-1', 'soon'], ['lost-1', 'lost'], ['lost-2', 'lost'], ['fence-1', 'fence'], ['fence-2', 'fence'], ['read-1', 'read'], ['read-2', 'read']] as const) {
       await insertHost(stack().db.pool, { name, capabilities: { pool } });
     }
     for (const project of ['project-lender', 'project-borrower']) {
@@ -248,6 +258,24 @@ describe('lending a lease\'s idle hosts', () => {
       expect(rows).toEqual([{ end_ms: Date.parse(`${String(taken.returns_at).slice(0, 19)}Z`) }]);
     } finally {
       loseAnswers = false;
+    }
+  });
+
+  it('answers a lost lend\'s or reclaim\'s own error when the calendar cannot be read to reconcile it', async () => {
+    const lender = await activeLease(asA, 'lender-unread', 2 * 3600, inPool('read', { min: 2, max: 2 }));
+    expect((await asA('POST', `/v1/leases/${lender.id}/lend`, { count: 1, until: inSeconds(3600) })).status).toBe(200);
+    loseAnswers = true;
+    failReconcileReads = true;
+    try {
+      const reclaimed = await asA('POST', `/v1/leases/${lender.id}/reclaim`, {});
+      expect(reclaimed.status).toBe(503);
+      expect(reclaimed.body.error_message).toMatch(/the reclaim's answer was lost/);
+      const lent = await asA('POST', `/v1/leases/${lender.id}/lend`, { count: 1, until: inSeconds(3600) });
+      expect(lent.status).toBe(503);
+      expect(lent.body.error_message).toMatch(/the lend's answer was lost/);
+    } finally {
+      loseAnswers = false;
+      failReconcileReads = false;
     }
   });
 

@@ -111,7 +111,11 @@ export const announcing = proxyLocalActivities<Activities>({
   retry: { initialInterval: '500 milliseconds', maximumAttempts: 3 },
 });
 
-/** Looking whether the lessee uses a lease's resources (idle-lease reaping): a read, given up within minutes (then taken as in use). */
+/**
+ * A read given up within minutes: whether the lessee uses a lease's resources (idle-lease reaping:
+ * then taken as in use); what a failed lend or reclaim left in the calendar, and a failed lend's
+ * put-back (under the lease's lock: then the lend's or reclaim's own error is the answer).
+ */
 export const looking = proxyActivities<Activities>({
   startToCloseTimeout: '1 minute',
   scheduleToCloseTimeout: '3 minutes',

@@ -9,7 +9,7 @@ import { leaseConflict, invalidLease, LeaseErrorType, type Lease, type Reservati
 import { afterReclaim, isOpenLending, lendingDueMs, lendingReservations, lendRefusal, lentHostIds, MAX_OPEN_LENDINGS } from '../../src/domain/lending';
 import { reservationContext as context } from '../../src/domain/resource-plugin';
 import { LEASE_LENDING, LEND_AS_ACTIVITY, LENDING_RECONCILED, RECLAIM_SOONER } from '../patches';
-import { forLend, looking, mustFinish, polling, quick, recording } from './activity-options';
+import { forLend, looking, mustFinish, polling, quick } from './activity-options';
 import { announce } from './announce';
 import type { LendRequest, ReclaimRequest } from './messages';
 import { asFailure, failureMessage } from './failures';
@@ -72,7 +72,7 @@ export async function lend(s: LeaseState, request: LendRequest): Promise<Lease> 
     // behind it. Recorded rather than put back: the hosts are fenced and may be borrowed already, and the lending is
     // then the lender's to see and reclaim; the answer says what is true (a retried lend would lend more hosts).
     if (!mayHaveActed(err) || !patched(LENDING_RECONCILED.id)) throw asFailure(err);
-    const found = await recording.lentByRequest({ ...context(s.lease, reservation), lendingId });
+    const found = await looking.lentByRequest({ ...context(s.lease, reservation), lendingId }).catch((readErr: unknown) => unread(s, err, readErr));
     if (!found) {
       // Lent nothing: a try given up on left what it fenced fenced for its retry, and no retry is left. A failed
       // put-back is logged, never the answer: the lend's own error is.
@@ -122,11 +122,20 @@ export async function reclaim(s: LeaseState, request: ReclaimRequest): Promise<L
  */
 async function reclaimedAfterAll(s: LeaseState, reservation: Reservation, err: unknown): Promise<{ hosts: Array<{ hostId: string; returnsAtMs: number; borrowed: boolean }> }> {
   if (!mayHaveActed(err) || !patched(LENDING_RECONCILED.id)) throw asFailure(err);
-  const reclaiming = await recording.reclaimingHostsOf(context(s.lease, reservation));
+  const reclaiming = await looking.reclaimingHostsOf(context(s.lease, reservation)).catch((readErr: unknown) => unread(s, err, readErr));
   const recorded = reservation.lendings ?? [];
   if (JSON.stringify(afterReclaim(recorded, reclaiming)) === JSON.stringify(recorded)) throw asFailure(err);
   log.warn('a reclaim failed after it took hosts back: recorded as reclaiming', { leaseId: s.lease.id, error: asFailure(err).message });
   return { hosts: reclaiming };
+}
+
+/**
+ * A failed lend's or reclaim's read of the calendar failed too (its bounded tries, under the lease's
+ * lock, spent): logged, and the lend's or reclaim's own error is the answer.
+ */
+function unread(s: LeaseState, err: unknown, readErr: unknown): never {
+  log.error('a failed lend or reclaim could not be reconciled with the calendar', { leaseId: s.lease.id, error: failureMessage(err), readError: failureMessage(readErr) });
+  throw asFailure(err);
 }
 
 /** Whether a lend's or reclaim's failure may come after it acted: not a refusal (those change nothing), nor a cancellation. */
