@@ -445,3 +445,41 @@ describe('borrowing right after a lend with a provisioning lead time', () => {
     expect((await asB('POST', '/v1/leases', { name: 'regular-lead', start_date: 'now', end_date: inSeconds(1800), reservations: [inPool()] })).status).toBe(409);
   });
 });
+
+describe('a lend that outlasts the REST call', () => {
+  let release: (() => void) | undefined;
+  const stack = useTestStack(() => ({
+    env: { LK_API_WORKFLOW_TIMEOUT_MS: '2000', LK_NOTIFY_BEFORE_END: 'none', LK_PREEMPT_WARNING_MINUTES: '1' },
+    withPool: (pool) => {
+      const hosts = physicalHostPlugin({ pool, settings: { cleaningMs: 0, randomChoice: false }, cloud: 'calendar-only' });
+      // Each lend waits for the test's release (a lend of many hosts on a slow Nova).
+      const slow: ResourcePlugin<PhysicalHostParams> = {
+        ...hosts,
+        async lend(ctx, request) {
+          await new Promise<void>((resolve) => {
+            release = resolve;
+          });
+          return hosts.lend!(ctx, request);
+        },
+      };
+      return [slow];
+    },
+  }));
+  const asA = apiClient(() => stack().url, { 'x-project-id': 'project-slow-lender', 'x-user-id': 'alice', 'x-roles': 'member' });
+
+  it('answers a 503 saying the lend is still running and where its lending will show, and the lending shows there once made', async () => {
+    await insertHost(stack().db.pool, { name: 'slow-1', capabilities: { pool: 'slow' } });
+    const made = await asA('POST', '/v1/leases', { name: 'slow-lender', start_date: 'now', end_date: inSeconds(2 * 3600), reservations: [blazarHostReservation({ resource_properties: JSON.stringify(['==', '$pool', 'slow']) })] });
+    expect(made.status).toBe(201);
+    const leaseId = made.body.lease.id as string;
+    await eventually(async () => ((await asA('GET', `/v1/leases/${leaseId}`)).body.lease.status === 'ACTIVE' ? true : undefined));
+    const lent = await asA('POST', `/v1/leases/${leaseId}/lend`, { count: 1, until: inSeconds(3600) });
+    expect(lent.status).toBe(503);
+    expect(lent.body.error_message).toBe(
+      `the lend did not answer within 2 s and is still running: its lending shows in the lease (GET /v1/leases/${leaseId}, the reservation's lendings) once made. Look there before lending again: another lend lends more hosts.`,
+    );
+    (await eventually(() => Promise.resolve(release)))();
+    const lendings = await eventually(async () => (await asA('GET', `/v1/leases/${leaseId}`)).body.lease.reservations[0].lendings as unknown[] | undefined);
+    expect(lendings).toEqual([expect.objectContaining({ hosts: ['slow-1'], state: 'lent' })]);
+  });
+});

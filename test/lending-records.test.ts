@@ -6,7 +6,7 @@ import type { Lease, ReservationLending } from '../src/domain/lease';
 import { afterReclaim, lendingDueMs, lendRefusal, lentHostIds, withLendingsReturned } from '../src/domain/lending';
 import { defaultReclaimNeed } from '../src/domain/preemption';
 import { pendingReservation } from '../dev-stack/fixtures/builders';
-import { lendTimeoutMs } from '../workflows/lease/activity-options';
+import { lendTimeoutMs, lendTotalMs } from '../workflows/lease/activity-options';
 
 const lending = (fields: Partial<ReservationLending> = {}): ReservationLending => ({
   id: 'lend-1', hosts: ['h-1', 'h-2', 'h-3'], hostIds: ['1', '2', '3'], lentAtMs: 1_000, untilMs: 9_000, state: 'lent', borrowed: false, ...fields,
@@ -76,5 +76,18 @@ describe('a lend\'s time (workflows/lease/activity-options.ts)', () => {
     expect(lendTimeoutMs(1)).toBeGreaterThan(step); // room for the lend's own reads and writes besides its hosts
     expect(lendTimeoutMs(1_000)).toBe(lendTimeoutMs(1_000_000));
     expect(lendTimeoutMs(1_000)).toBeLessThanOrEqual(3_600_000);
+  });
+
+  it('ends, its tries included, well before its lease\'s end, so that the end (and the next lease on its hosts) does not wait on it', () => {
+    const M = 60_000;
+    expect(lendTotalMs(1, 24 * 60 * M)).toBe(3 * lendTimeoutMs(1)); // far from its end: three tries' worth
+    expect(lendTotalMs(1_000, 24 * 60 * M)).toBe(3 * lendTimeoutMs(1_000));
+    for (const minutesToEnd of [5, 15, 30, 60, 120]) {
+      const total = lendTotalMs(1_000, minutesToEnd * M);
+      expect(total).toBeGreaterThan(0);
+      // At least ten minutes left after it (half the time left, for a lend asked a few minutes before the end).
+      expect(minutesToEnd * M - total).toBeGreaterThanOrEqual(Math.min(10 * M, (minutesToEnd * M) / 2));
+    }
+    expect(lendTotalMs(1_000, 30 * M)).toBeGreaterThanOrEqual(lendTimeoutMs(1)); // still one try's room for a small lend
   });
 });
