@@ -3,7 +3,7 @@
  * lend, a partial reclaim splitting a lending, when lent hosts are due back, and the end closing them.
  */
 import type { Lease, ReservationLending } from '../src/domain/lease';
-import { afterReclaim, lendingDueMs, lendRefusal, lentHostIds, withLendingsReturned } from '../src/domain/lending';
+import { afterReclaim, lendingDueMs, lendRefusal, lentHostIds, reclaimedBy, withLendingsReturned } from '../src/domain/lending';
 import { defaultReclaimNeed } from '../src/domain/preemption';
 import { pendingReservation } from '../dev-stack/fixtures/builders';
 import { lendTimeoutMs, lendTotalMs } from '../workflows/lease/activity-options';
@@ -65,6 +65,28 @@ describe('a lease\'s lendings', () => {
     expect(defaultReclaimNeed(now, 15_000)).toBe(Date.UTC(2026, 10, 28, 12, 0, 18));
     expect(defaultReclaimNeed(now, 10 * 60_000)).toBe(Date.UTC(2026, 10, 28, 12, 10, 6));
     expect(defaultReclaimNeed(Date.UTC(2026, 10, 28, 12), 60_000)).toBe(Date.UTC(2026, 10, 28, 12, 1, 5));
+  });
+});
+
+describe('what a reclaim whose answer was lost took (reclaimedBy)', () => {
+  // Host 1 is being reclaimed (back at 5 000), hosts 2 and 3 are lent.
+  const recorded = [lending({ id: 'early', hosts: ['h-1'], hostIds: ['1'], state: 'reclaiming', returnsAtMs: 5_000 }), lending({ id: 'later', hosts: ['h-2', 'h-3'], hostIds: ['2', '3'] })];
+  const earlier = { hostId: '1', returnsAtMs: 5_000, borrowed: true }; // the record says unborrowed: not this reclaim's difference
+
+  it('is the hosts it found lent and now being reclaimed', () => {
+    expect(reclaimedBy(recorded, [earlier, { hostId: '2', returnsAtMs: 6_000, borrowed: false }], ['2', '3'])).toEqual([{ hostId: '2', returnsAtMs: 6_000, borrowed: false }]);
+  });
+
+  it('is nothing when it took nothing, whatever else the calendar and the record disagree on', () => {
+    expect(reclaimedBy(recorded, [earlier], ['2', '3'])).toEqual([]);
+    expect(reclaimedBy(recorded, [earlier], ['2', '3'], 4_000)).toEqual([]);
+  });
+
+  it('is a host being reclaimed already whose return it brought sooner, to its need at most', () => {
+    const sooner = { ...earlier, returnsAtMs: 4_000 };
+    expect(reclaimedBy(recorded, [sooner], [], 4_000)).toEqual([sooner]);
+    expect(reclaimedBy(recorded, [sooner], [])).toEqual([]); // no need given: no sooner reclaim
+    expect(reclaimedBy(recorded, [sooner], [], 3_000)).toEqual([]); // not this reclaim's need
   });
 });
 

@@ -5,6 +5,7 @@
  */
 import type { Lease, Reservation, ReservationLending } from './lease';
 import { isPreemptibleReservation } from './preemption';
+import type { ReclaimedHosts } from './resource-plugin';
 
 /** A host's open lending, and the borrowers' bookings inside it (their lease, and whether it began). */
 export interface LentHost {
@@ -92,6 +93,21 @@ export const withLendingsReturned = <R extends Pick<Reservation, 'lendings'>>(re
 
 /** The hosts a reservation lends now and a reclaim may take (not being reclaimed already). */
 export const lentHostIds = (reservation: Pick<Reservation, 'lendings'>): string[] => (reservation.lendings ?? []).filter((g) => g.state === 'lent').flatMap((g) => g.hostIds);
+
+/**
+ * Of the reservation's hosts being reclaimed as the calendar holds them (`reclaiming`: read after a
+ * reclaim whose answer was lost), those this reclaim took: hosts it found lent (`lentHostIds`), and
+ * hosts being reclaimed already whose return it brought sooner, to its need at most. None: it took
+ * nothing, and its failure is the answer. Other lendings' differences are not this reclaim's.
+ */
+export function reclaimedBy(recorded: ReservationLending[], reclaiming: ReclaimedHosts['hosts'], lentHostIds: string[], neededFromMs?: number): ReclaimedHosts['hosts'] {
+  const recordedReturn = (hostId: string) => recorded.find((g) => g.state === 'reclaiming' && g.hostIds.includes(hostId))?.returnsAtMs;
+  return reclaiming.filter((h) => {
+    if (lentHostIds.includes(h.hostId)) return true;
+    const was = recordedReturn(h.hostId);
+    return neededFromMs !== undefined && was !== undefined && h.returnsAtMs < was && h.returnsAtMs <= neededFromMs;
+  });
+}
 
 /**
  * The reservation's lendings after a reclaim took `returned` hosts back (each due at its time; borrowed

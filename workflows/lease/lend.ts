@@ -6,7 +6,7 @@
  */
 import { isCancellation, log, patched, uuid4 } from '@temporalio/workflow';
 import { leaseConflict, invalidLease, LeaseErrorType, type Lease, type Reservation, type ReservationLending } from '../../src/domain/lease';
-import { afterReclaim, isOpenLending, lendingDueMs, lendingReservations, lendRefusal, lentHostIds, MAX_OPEN_LENDINGS } from '../../src/domain/lending';
+import { afterReclaim, isOpenLending, lendingDueMs, lendingReservations, lendRefusal, lentHostIds, MAX_OPEN_LENDINGS, reclaimedBy } from '../../src/domain/lending';
 import { reservationContext as context } from '../../src/domain/resource-plugin';
 import { LEASE_LENDING, LEND_AS_ACTIVITY, LENDING_RECONCILED, RECLAIM_SOONER } from '../patches';
 import { forLend, looking, mustFinish, polling, quick } from './activity-options';
@@ -108,7 +108,7 @@ export async function reclaim(s: LeaseState, request: ReclaimRequest): Promise<L
   const reservation = s.lease.reservations.find((r) => r.id === request.reservationId)!;
   const taken = await quick
     .reclaimReservation({ ...context(s.lease, reservation), count: request.count, neededFromMs: request.neededFromMs, lentHostIds: lentHostIds(reservation) })
-    .catch((err: unknown) => reclaimedAfterAll(s, reservation, err));
+    .catch((err: unknown) => reclaimedAfterAll(s, reservation, request, err));
   if (taken.hosts.length === 0) throw leaseConflict(`Reservation ${reservation.id} lends no host now: nothing to reclaim.`);
   await transition(s, { reservations: withLendings(s.lease, reservation.id, (lendings) => afterReclaim(lendings, taken.hosts)) });
   s.revision++;
@@ -120,13 +120,13 @@ export async function reclaim(s: LeaseState, request: ReclaimRequest): Promise<L
  * the calendar's reclaiming hosts are recorded where the record is behind them; otherwise (nothing
  * taken) the failure is the answer.
  */
-async function reclaimedAfterAll(s: LeaseState, reservation: Reservation, err: unknown): Promise<{ hosts: Array<{ hostId: string; returnsAtMs: number; borrowed: boolean }> }> {
+async function reclaimedAfterAll(s: LeaseState, reservation: Reservation, request: ReclaimRequest, err: unknown): Promise<{ hosts: Array<{ hostId: string; returnsAtMs: number; borrowed: boolean }> }> {
   if (!mayHaveActed(err) || !patched(LENDING_RECONCILED.id)) throw asFailure(err);
   const reclaiming = await looking.reclaimingHostsOf(context(s.lease, reservation)).catch((readErr: unknown) => unread(s, err, readErr));
-  const recorded = reservation.lendings ?? [];
-  if (JSON.stringify(afterReclaim(recorded, reclaiming)) === JSON.stringify(recorded)) throw asFailure(err);
+  const taken = reclaimedBy(reservation.lendings ?? [], reclaiming, lentHostIds(reservation), request.neededFromMs);
+  if (taken.length === 0) throw asFailure(err);
   log.warn('a reclaim failed after it took hosts back: recorded as reclaiming', { leaseId: s.lease.id, error: asFailure(err).message });
-  return { hosts: reclaiming };
+  return { hosts: taken };
 }
 
 /**
