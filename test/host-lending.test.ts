@@ -409,7 +409,7 @@ describe('borrowing right after a lend with a provisioning lead time', () => {
   const LEAD_SECONDS = 600;
   const stack = useTestStack(() => ({
     env: { LK_PROVISIONING_LEAD_TIME_SECONDS: String(LEAD_SECONDS), LK_NOTIFY_BEFORE_END: 'none', LK_PREEMPT_WARNING_MINUTES: '1' },
-    withPool: (pool) => [physicalHostPlugin({ pool, settings: { cleaningMs: 0, randomChoice: false }, cloud: 'calendar-only' })],
+    withPool: (pool) => [physicalHostPlugin({ pool, settings: { cleaningMs: 0, randomChoice: false, provisioningLeadMs: LEAD_SECONDS * 1000 }, cloud: 'calendar-only' })],
   }));
   const asA = apiClient(() => stack().url, { 'x-project-id': 'project-lead-lender', 'x-user-id': 'alice', 'x-roles': 'member' });
   const asB = apiClient(() => stack().url, { 'x-project-id': 'project-lead-borrower', 'x-user-id': 'bob', 'x-roles': 'member' });
@@ -427,6 +427,10 @@ describe('borrowing right after a lend with a provisioning lead time', () => {
     const lenderId = made.body.lease.id as string;
     await eventually(async () => ((await asA('GET', `/v1/leases/${lenderId}`)).body.lease.status === 'ACTIVE' ? true : undefined));
     expect((await asA('POST', `/v1/leases/${lenderId}/lend`, { count: 2, until: inSeconds(3600) })).status).toBe(200);
+    // The offers agree with admission: a preemptible lease fits now, in the lending (not after the lender's end).
+    const offered = await asB('POST', '/v1/offers', { start_after: 'now', duration: 30, reservations: [inPool({ preemptible: true })], limit: 1 });
+    expect(offered.status).toBe(200);
+    expect(Date.parse(`${String(offered.body.offers[0].start_date).slice(0, 19)}Z`)).toBeLessThan(Date.now() + 120_000);
 
     const now = await asB('POST', '/v1/leases', { name: 'borrow-now', start_date: 'now', end_date: inSeconds(1800), reservations: [inPool({ preemptible: true })] });
     expect(now.status).toBe(201);
@@ -443,6 +447,22 @@ describe('borrowing right after a lend with a provisioning lead time', () => {
     expect(rows[0].blocks_from_ms).toBeLessThan(rows[0].start_ms);
     // Both borrow the lent hosts, one each: a regular lease still sees them taken.
     expect((await asB('POST', '/v1/leases', { name: 'regular-lead', start_date: 'now', end_date: inSeconds(1800), reservations: [inPool()] })).status).toBe(409);
+  });
+
+  it('keeps a regular lease\'s whole lead: one whose lead reaches into a booking that ended a moment ago is refused, a preemptible one is not', async () => {
+    await insertHost(stack().db.pool, { name: 'whole-1', capabilities: { pool: 'whole' } });
+    const inWhole = (fields: Record<string, unknown> = {}) => blazarHostReservation({ resource_properties: JSON.stringify(['==', '$pool', 'whole']), ...fields });
+    const made = await asA('POST', '/v1/leases', { name: 'ended-now', start_date: 'now', end_date: inSeconds(3600), reservations: [inWhole()] });
+    expect(made.status).toBe(201);
+    const endedId = made.body.lease.id as string;
+    await eventually(async () => ((await asA('GET', `/v1/leases/${endedId}`)).body.lease.status === 'ACTIVE' ? true : undefined));
+    expect((await asA('PUT', `/v1/leases/${endedId}`, { end_date: 'now' })).status).toBe(200);
+    await eventually(async () => ((await asA('GET', `/v1/leases/${endedId}`)).body.lease.status === 'TERMINATED' ? true : undefined));
+    // Starting in 5 minutes, its 10-minute lead reaches back before the end: nothing lent here, the lead alone refuses it.
+    const regular = await asB('POST', '/v1/leases', { name: 'regular-lead', start_date: inSeconds(LEAD_SECONDS / 2), end_date: inSeconds(1800), reservations: [inWhole()] });
+    expect(regular.status).toBe(409);
+    const preemptible = await asB('POST', '/v1/leases', { name: 'preemptible-lead', start_date: inSeconds(LEAD_SECONDS / 2), end_date: inSeconds(1800), reservations: [inWhole({ preemptible: true })] });
+    expect(preemptible.status).toBe(201);
   });
 });
 

@@ -130,3 +130,14 @@ export function afterReclaim(lendings: ReservationLending[], returned: Array<{ h
     return [...(kept.length ? [{ ...lending, hosts: kept.map((h) => h.host), hostIds: kept.map((h) => h.id) }] : []), ...reclaiming];
   });
 }
+
+/**
+ * The provisioning lead of an ask that may book inside lendings (a preemptible one, issue 43): its
+ * lead before now is moot (nothing is provisioned in the past), so it blocks from now at the
+ * earliest and one starting now fits a lending that began a moment ago; the lead still ahead must
+ * lie inside the lending, as its window does. A regular ask keeps its whole lead. Admission, the
+ * offers' search and an offer's hosts all use it, so that they agree.
+ */
+export function askedLeadMs(lentAsFree: boolean, leadMs: number, startMs: number, nowMs: number): number {
+  return lentAsFree ? Math.min(leadMs, Math.max(0, startMs - nowMs)) : leadMs;
+}

@@ -26,7 +26,7 @@ import type { Pool } from '../../db/pool';
 import type { WholeResourceBookingRow } from '../../db/range-bookings';
 import { inTransaction, runTransactionAgain } from '../../db/transaction';
 import { formatMessageDate as when } from '../../domain/dates';
-import { chooseReclaimedHosts } from '../../domain/lending';
+import { askedLeadMs, chooseReclaimedHosts } from '../../domain/lending';
 import { bookInTransaction, bookingKey, checkKeys, extensionRefused, SEARCH_WORK_BUDGET } from '../shared/booking';
 import { preemptLease, reclaimLendings } from '../shared/preemption';
 import { alreadyBooked, NEVER_FITS, WholeResourceCalendar, type BlockedInterval, type NewWholeResourceBooking } from '../shared/whole-resource-calendar';
@@ -135,8 +135,10 @@ export class HostCalendar extends WholeResourceCalendar<HostRecord, BookedHost[]
    */
   async wouldBook(reservations: Array<Reservation<PhysicalHostParams>>, start: number, end: number, leadMs: number): Promise<Map<string, HostRecord[]> | undefined> {
     const { resources, requests } = await this.searchRequests(reservations);
-    // As admission: a preemptible lease may borrow lent hosts (issue 43)...
-    const calendar = await this.snapshot(this.pool, resources, start, end, leadMs, false, undefined, false, this.lentAsFree(reservations));
+    // As admission: a preemptible lease may borrow lent hosts (issue 43), its lead from now at the earliest...
+    const lentAsFree = this.lentAsFree(reservations);
+    leadMs = askedLeadMs(lentAsFree, leadMs, start, Date.now());
+    const calendar = await this.snapshot(this.pool, resources, start, end, leadMs, false, undefined, false, lentAsFree);
     // ...free hosts first; a regular lease that does not fit in them takes preemptible ones.
     const assignment =
       assignHosts(requests, freeHosts(calendar, start, end), preferenceOrder(calendar, Date.now())) ??
@@ -386,11 +388,8 @@ export class HostCalendar extends WholeResourceCalendar<HostRecord, BookedHost[]
     await this.refuseMoreThanEnrolled(client, reservations, hosts);
     const requests = reservations.map((r) => this.request(r, hosts, releasing.includes(r) ? bookedLater : undefined));
     const preferred = (calendar: CalendarSnapshot) => preferenceOrder(calendar, Date.now(), this.settings.randomChoice ? shuffle : undefined);
-    // A preemptible ask's lead before now is moot (nothing is provisioned in the past): its booking blocks from
-    // now at the earliest, so that one starting now fits in a lending that began a moment ago (issue 43); the
-    // lead still ahead must lie inside the lending, as its window does.
     const lentAsFree = borrow && this.lentAsFree(reservations);
-    const asked = lentAsFree ? { ...ctx, provisioningLeadMs: Math.min(ctx.provisioningLeadMs, Math.max(0, ctx.startMs - Date.now())) } : ctx;
+    const asked = { ...ctx, provisioningLeadMs: askedLeadMs(lentAsFree, ctx.provisioningLeadMs, ctx.startMs, Date.now()) };
     const assignment = await this.bookAnew(client, asked, hosts, requests, key, existing, {
       preferred,
       neverFits: releasing.length > 0 ? 'it never fits: on_end "release" needs hosts with nothing booked after its start' : undefined,
