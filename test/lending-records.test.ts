@@ -3,7 +3,7 @@
  * lend, a partial reclaim splitting a lending, when lent hosts are due back, and the end closing them.
  */
 import type { Lease, ReservationLending } from '../src/domain/lease';
-import { afterReclaim, lendingDueMs, lendRefusal, lentHostIds, reclaimedBy, withLendingsReturned } from '../src/domain/lending';
+import { afterReclaim, lendCandidateCount, lendingDueMs, lendRefusal, lentHostIds, reclaimedBy, withLendingsReturned } from '../src/domain/lending';
 import { defaultReclaimNeed } from '../src/domain/preemption';
 import { pendingReservation } from '../dev-stack/fixtures/builders';
 import { lendTimeoutMs, lendTotalMs } from '../workflows/lease/activity-options';
@@ -111,5 +111,13 @@ describe('a lend\'s time (workflows/lease/activity-options.ts)', () => {
       expect(minutesToEnd * M - total).toBeGreaterThanOrEqual(Math.min(10 * M, (minutesToEnd * M) / 2));
     }
     expect(lendTotalMs(1_000, 30 * M)).toBeGreaterThanOrEqual(lendTimeoutMs(1)); // still one try's room for a small lend
+  });
+
+  it('is sized to the hosts the lend may look at, not to the hosts asked: busy ones before the idle cost time too', () => {
+    const keys = [...Array.from({ length: 40 }, (_, i) => `host:${i + 1}`), 'preemption-wait:x']; // a wait key is no host
+    const lendings = [lending({ hostIds: ['1', '2', '3'] }), lending({ id: 'back', hostIds: ['4'], state: 'returned' })];
+    expect(lendCandidateCount({ resourceKeys: keys, lendings }, 1)).toBe(37); // its 40 booked, 3 lent
+    expect(lendCandidateCount({ resourceKeys: keys.slice(0, 2) }, 5)).toBe(5); // never fewer than asked
+    expect(lendTimeoutMs(lendCandidateCount({ resourceKeys: keys, lendings }, 1))).toBeGreaterThan(lendTimeoutMs(1) + 30 * (lendTimeoutMs(2) - lendTimeoutMs(1)));
   });
 });

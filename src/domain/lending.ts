@@ -141,3 +141,13 @@ export function afterReclaim(lendings: ReservationLending[], returned: Array<{ h
 export function askedLeadMs(lentAsFree: boolean, leadMs: number, startMs: number, nowMs: number): number {
   return lentAsFree ? Math.min(leadMs, Math.max(0, startMs - nowMs)) : leadMs;
 }
+
+/**
+ * How many hosts a lend of `count` may look at: the reservation's booked hosts (its `host:` resource
+ * keys) not lent, at least `count`. Its time is sized to them, not to the hosts asked: a busy host costs a
+ * fence, a look and a move back, and many busy ones may come before the idle ones.
+ */
+export function lendCandidateCount(reservation: Pick<Reservation, 'resourceKeys' | 'lendings'>, count: number): number {
+  const booked = (reservation.resourceKeys ?? []).filter((key) => key.startsWith('host:')).length;
+  return Math.max(count, booked - lentHostIds(reservation).length);
+}

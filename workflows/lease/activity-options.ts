@@ -32,12 +32,12 @@ export const recordingLocally = proxyLocalActivities<Activities>(RECORDING);
  */
 const HOOK_HEARTBEAT_TIMEOUT = '10 seconds';
 
-/** A lend's time per host asked: it fences and looks at each (three Nova calls), and a busy host costs a move back. */
+/** A lend's time per host it may look at: it fences and looks at each (three Nova calls), and a busy host costs a move back. */
 const LEND_MS_PER_HOST = 20_000;
 /** Any lend's longest attempt (a lend of 1 000 hosts on a slow Nova is given up after this, and tried again). */
 const LEND_MAX_MS = 3_600_000;
 
-/** The start-to-close time of a lend of `count` hosts: a minute, then LEND_MS_PER_HOST per host, at most LEND_MAX_MS. */
+/** The start-to-close time of a lend that may look at `count` hosts (lendCandidateCount): a minute, then LEND_MS_PER_HOST per host, at most LEND_MAX_MS. */
 export const lendTimeoutMs = (count: number): number => Math.min(LEND_MAX_MS, 60_000 + Math.max(1, Math.floor(count)) * LEND_MS_PER_HOST);
 
 /** A lend's three tries. */
@@ -51,8 +51,8 @@ const LEND_MIN_TOTAL_MS = 60_000;
 export const lendTotalMs = (count: number, msToEnd: number): number => Math.min(LEND_TRIES * lendTimeoutMs(count), Math.max(LEND_MIN_TOTAL_MS, msToEnd - LEND_END_MARGIN_MS));
 
 /**
- * A lend of `count` hosts for its waiting REST call (patch LEND_AS_ACTIVITY): a regular activity with a time that fits
- * the hosts asked and a heartbeat per host fenced, so that an attempt a dead worker held is tried
+ * A lend that may look at `count` hosts for its waiting REST call (patch LEND_AS_ACTIVITY): a regular activity with a time that fits
+ * them and a heartbeat per host fenced, so that an attempt a dead worker held is tried
  * again within the heartbeat timeout, and one given up on stops fencing (its retry carries on from
  * the hosts it fenced: the hook is idempotent by lending id). A few tries, all over well before the
  * lease's end, `msToEnd` from now; a refusal is final.

@@ -6,7 +6,7 @@
  */
 import { isCancellation, log, patched, uuid4 } from '@temporalio/workflow';
 import { leaseConflict, invalidLease, LeaseErrorType, type Lease, type Reservation, type ReservationLending } from '../../src/domain/lease';
-import { afterReclaim, isOpenLending, lendingDueMs, lendingReservations, lendRefusal, lentHostIds, MAX_OPEN_LENDINGS, reclaimedBy } from '../../src/domain/lending';
+import { afterReclaim, isOpenLending, lendingDueMs, lendCandidateCount, lendingReservations, lendRefusal, lentHostIds, MAX_OPEN_LENDINGS, reclaimedBy } from '../../src/domain/lending';
 import { reservationContext as context } from '../../src/domain/resource-plugin';
 import { LEASE_LENDING, LEND_AS_ACTIVITY, LENDING_RECONCILED, RECLAIM_SOONER } from '../patches';
 import { forLend, looking, mustFinish, polling, quick } from './activity-options';
@@ -66,7 +66,7 @@ export async function lend(s: LeaseState, request: LendRequest): Promise<Lease> 
   const reservation = s.lease.reservations.find((r) => r.id === request.reservationId)!;
   const lendingId = uuid4();
   // A local activity's 20 s fit only small lends, and its timed-out attempt went on fencing beside its retry.
-  const lender = patched(LEND_AS_ACTIVITY.id) ? forLend(request.count, s.lease.endMs - Date.now()) : quick;
+  const lender = patched(LEND_AS_ACTIVITY.id) ? forLend(lendCandidateCount(reservation, request.count), s.lease.endMs - Date.now()) : quick;
   const lent = await lender.lendReservation({ ...context(s.lease, reservation), lendingId, count: request.count, untilMs: request.untilMs }).catch(async (err: unknown) => {
     // Failed after it lent (its answer lost): what the calendar holds under this lending id is recorded, not left
     // behind it. Recorded rather than put back: the hosts are fenced and may be borrowed already, and the lending is
