@@ -52,6 +52,7 @@ describe('lending a lease\'s idle hosts', () => {
         },
         // While set, a lend's and a reclaim's answer is lost after they acted (their activity fails).
         async lend(ctx, request) {
+          lendSignal = ctx.signal;
           if (lendInNova) return lendInNova(ctx, request);
           const lent = await hosts.lend!(ctx, request);
           if (loseAnswers) throw ApplicationFailure.nonRetryable('the lend\'s answer was lost', 'LostAnswer');
@@ -79,6 +80,8 @@ describe('lending a lease\'s idle hosts', () => {
   let holdBorrowerEnds: Promise<void> | undefined;
   let loseAnswers = false;
   let failReconcileReads = false;
+  /** The cancellation signal the last lend's hook was given (its activity's: a try given up on stops fencing). */
+  let lendSignal: AbortSignal | undefined;
   /** Nova in memory, for the lends that fence hosts in it (`lendInNova`); the rest of the stack is calendar-only. */
   const nova = new FakeNova();
   const withNova = (pool: Pool) => physicalHostPlugin({ pool, settings: { cleaningMs: 0, randomChoice: false }, cloud: () => ({ nova: nova as unknown as NovaClient, glance }), freepool: 'pool' });
@@ -131,6 +134,8 @@ describe('lending a lease\'s idle hosts', () => {
     const until = inSeconds(3600);
     const lent = await asA('POST', `/v1/leases/${lender.id}/lend`, { count: 1, until });
     expect(lent.status).toBe(200);
+    expect(lendSignal).toBeInstanceOf(AbortSignal);
+    expect(lendSignal?.aborted).toBe(false);
     expect(lent.body.lease.reservations[0].lendings).toEqual([{ id: expect.any(String), hosts: ['lend-1'], lent_at: expect.any(String), until: `${until.replace(' ', 'T')}.000000`, state: 'lent', returns_at: null, borrowed: false }]);
 
     // A regular lease sees the lender's booking; a preemptible one past the lending's end does not fit; one inside it does.
