@@ -114,7 +114,7 @@ export function reclaimedBy(recorded: ReservationLending[], reclaiming: Reclaime
  * or not): a lending whose hosts were all taken is `reclaiming`; one partly taken is split in two, the
  * taken hosts' part `reclaiming` (one entry per return time), the rest still `lent`.
  */
-export function afterReclaim(lendings: ReservationLending[], returned: Array<{ hostId: string; returnsAtMs: number; borrowed: boolean }>): ReservationLending[] {
+export function afterReclaim(lendings: ReservationLending[], returned: ReclaimedHosts['hosts']): ReservationLending[] {
   const byHost = new Map(returned.map((h) => [h.hostId, h]));
   return lendings.flatMap((lending) => {
     // A lending already being reclaimed is taken again by a reclaim of everything (a sooner need): its hosts come back at the sooner time.

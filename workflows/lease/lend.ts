@@ -7,7 +7,7 @@
 import { isCancellation, log, patched, uuid4 } from '@temporalio/workflow';
 import { leaseConflict, invalidLease, LeaseErrorType, type Lease, type Reservation, type ReservationLending } from '../../src/domain/lease';
 import { afterReclaim, isOpenLending, lendingDueMs, lendCandidateCount, lendingReservations, lendRefusal, lentHostIds, MAX_OPEN_LENDINGS, reclaimedBy } from '../../src/domain/lending';
-import { reservationContext as context } from '../../src/domain/resource-plugin';
+import { reservationContext as context, type ReclaimedHosts } from '../../src/domain/resource-plugin';
 import { LEASE_LENDING, LEND_AS_ACTIVITY, LENDING_RECONCILED, RECLAIM_SOONER } from '../patches';
 import { forLend, looking, mustFinish, polling, quick } from './activity-options';
 import { announce } from './announce';
@@ -120,7 +120,7 @@ export async function reclaim(s: LeaseState, request: ReclaimRequest): Promise<L
  * the calendar's reclaiming hosts are recorded where the record is behind them; otherwise (nothing
  * taken) the failure is the answer.
  */
-async function reclaimedAfterAll(s: LeaseState, reservation: Reservation, request: ReclaimRequest, err: unknown): Promise<{ hosts: Array<{ hostId: string; returnsAtMs: number; borrowed: boolean }> }> {
+async function reclaimedAfterAll(s: LeaseState, reservation: Reservation, request: ReclaimRequest, err: unknown): Promise<{ hosts: ReclaimedHosts['hosts'] }> {
   if (!mayHaveActed(err) || !patched(LENDING_RECONCILED.id)) throw asFailure(err);
   const reclaiming = await looking.reclaimingHostsOf(context(s.lease, reservation)).catch((readErr: unknown) => unread(s, err, readErr));
   const taken = reclaimedBy(reservation.lendings ?? [], reclaiming, lentHostIds(reservation), request.neededFromMs);

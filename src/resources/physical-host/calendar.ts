@@ -12,7 +12,7 @@ import type { PoolClient } from 'pg';
 import { isLeaseConflict, leaseConflict, invalidLease, type Reservation } from '../../domain/lease';
 import { assignHosts, freeHosts, preferenceOrder, type Blocked, type CalendarSnapshot, type HostRequest } from '../../domain/host-calendar';
 import { matchesQuery, parsePropertyQuery } from '../../domain/property-query';
-import { sameTypeReservations, type FitLimits, type FitSearch, type ReservationContext } from '../../domain/resource-plugin';
+import { sameTypeReservations, type FitLimits, type FitSearch, type ReclaimedHosts, type ReservationContext } from '../../domain/resource-plugin';
 import { maintenanceBlocks } from '../../db/maintenance';
 import {
   blockedIntervals, borrowedUntil, borrowersOfLendings, borrowersStillRunning, lenderRowsOf, deleteHostBookingOfReservation, endLenderBookingsAt, hostBookings, hostsOfReservation, insertHostBooking, lentUntilOfLease,
@@ -234,7 +234,7 @@ export class HostCalendar extends WholeResourceCalendar<HostRecord, BookedHost[]
    * when it returns and whether anyone borrowed it, and the borrower leases cut (to tell once committed).
    * Hosts of `lentHostIds` found reclaimed already are this same reclaim retried after its commit: answered as they stand.
    */
-  async reclaim(request: { reservationId: string; count?: number; neededFromMs: number; lentHostIds: string[] }): Promise<{ hosts: Array<{ hostId: string; returnsAtMs: number; borrowed: boolean }>; cut: string[] }> {
+  async reclaim(request: { reservationId: string; count?: number; neededFromMs: number; lentHostIds: string[] }): Promise<{ hosts: ReclaimedHosts['hosts']; cut: string[] }> {
     const cut: string[] = [];
     const hosts = await inTransaction(
       this.pool,
@@ -251,7 +251,7 @@ export class HostCalendar extends WholeResourceCalendar<HostRecord, BookedHost[]
   }
 
   /** The reservation's lent hosts being reclaimed and not back yet, as a reclaim answers them (a reclaim whose answer was lost). */
-  async reclaimingHosts(reservationId: string): Promise<Array<{ hostId: string; returnsAtMs: number; borrowed: boolean }>> {
+  async reclaimingHosts(reservationId: string): Promise<ReclaimedHosts['hosts']> {
     return asReclaimed(this.pool, (await openLendingsOf(this.pool, reservationId)).filter((g) => g.reclaimed_ms !== null));
   }
 
@@ -678,7 +678,7 @@ export class HostCalendar extends WholeResourceCalendar<HostRecord, BookedHost[]
 }
 
 /** Reclaimed lendings as a reclaim answers them: each host, its return, and whether a borrower is inside. */
-async function asReclaimed(db: Pool | PoolClient, lendings: HostLending[]): Promise<Array<{ hostId: string; returnsAtMs: number; borrowed: boolean }>> {
+async function asReclaimed(db: Pool | PoolClient, lendings: HostLending[]): Promise<ReclaimedHosts['hosts']> {
   const inside = await borrowersOfLendings(db, lendings.map((g) => g.id), false);
   return lendings.map((g) => ({ hostId: g.host_id, returnsAtMs: g.end_ms, borrowed: inside.some((b) => b.lending_row_id === g.id) }));
 }
