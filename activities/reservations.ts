@@ -12,7 +12,7 @@ import { defaultReclaimNeed } from '../src/domain/preemption';
 import type { ReservationNotice } from '../src/domain/notices';
 import { findLease } from '../src/db/leases';
 import type { ActivityDeps } from './deps';
-import { reserveFor, typedContext, type LendHostsRequest, type LentHosts, type EndOutcome, type EndRequest, type HealOutcome, type HoldOutcome, type HookContext, type ReservationContext, type ReserveResult, type ResourcePlugin, type StartOutcome, type StepOutcome } from '../src/domain/resource-plugin';
+import { reserveFor, typedContext, type LendHostsRequest, type LentHosts, type EndOutcome, type ReclaimedHosts, type EndRequest, type HealOutcome, type HoldOutcome, type HookContext, type ReservationContext, type ReserveResult, type ResourcePlugin, type StartOutcome, type StepOutcome } from '../src/domain/resource-plugin';
 
 /** How often a running hook tells the server its worker is alive (the workflow sets a heartbeat timeout a few times longer). */
 export const LIVENESS_HEARTBEAT_MS = 2_000;
@@ -144,8 +144,10 @@ export function reservationActivities({ plugins, notices, pool, preemptionWarnin
     /** What a lend request lent, none when nothing (a lend whose answer was lost: the workflow records what it finds). */
     lentByRequest: ({ lendingId, ...ctx }: ReservationContext & { lendingId: string }): Promise<LentHosts | undefined> =>
       run(ctx, async (plugin, hookCtx) => (plugin.lentBy ? plugin.lentBy(hookCtx, lendingId) : undefined)),
+    /** After a lend that lent nothing, its every try given up on: the hosts its tries left fenced go back into the lease. */
+    putBackFencedHosts: (ctx: ReservationContext): Promise<string[]> => run(ctx, async (plugin, hookCtx) => (plugin.putBackFenced ? plugin.putBackFenced(hookCtx) : [])),
     /** The reservation's hosts being reclaimed and not back yet (a reclaim whose answer was lost: the workflow records what it finds). */
-    reclaimingHostsOf: (ctx: ReservationContext): Promise<Array<{ hostId: string; returnsAtMs: number; borrowed: boolean }>> =>
+    reclaimingHostsOf: (ctx: ReservationContext): Promise<ReclaimedHosts['hosts']> =>
       run(ctx, async (plugin, hookCtx) => (plugin.reclaimingHosts ? plugin.reclaimingHosts(hookCtx) : [])),
     /**
      * A poll (retried by the workflow's policy) until no borrower runs on these lent hosts, due back

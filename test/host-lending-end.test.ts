@@ -13,86 +13,16 @@ import { leaseAggregateFor, lendHostsOut } from '../src/resources/physical-host/
 import { lenderRowsOf } from '../src/db/host-allocations';
 import { insertLendings } from '../src/db/host-lendings';
 import { inTransaction } from '../src/db/transaction';
-import type { GlanceClient, NovaClient } from '../src/openstack';
+import type { NovaClient } from '../src/openstack';
 import type { EndContext, HookContext, ReservationContext } from '../src/domain/resource-plugin';
 import type { PhysicalHostParams } from '../src/resources/physical-host/params';
 import { pendingReservation, reservationContext } from '../dev-stack/fixtures/builders';
 import { useMigratedTestDatabase } from '../dev-stack/db';
 import { insertHost } from '../dev-stack/fixtures/hosts';
+import { FakeNova, glance } from './support/fake-nova';
+import type { Pool } from '../src/db/pool';
 
 const H = 3_600_000;
-
-interface FakeServer {
-  id: string;
-  name: string;
-  host: string;
-  project: string;
-}
-
-/** Nova's aggregates and servers in memory: what an end lists, deletes, images and moves. */
-class FakeNova {
-  readonly aggregates: Array<{ id: number; name: string; hosts: string[]; metadata: Record<string, string>; availability_zone?: string }> = [];
-  /** A host whose server listing fails (a Nova error in the middle of a lend). */
-  failListingOn?: string;
-  /** Called after each server listing of a host (a lend's look at a fenced host). */
-  afterListing?: (host: string) => void;
-  /** Each aggregate membership change, as `add host` or `remove host`. */
-  readonly moves: string[] = [];
-  servers: FakeServer[] = [];
-  readonly imaged: string[] = [];
-
-  aggregate(name: string, hosts: string[], metadata: Record<string, string> = {}, zone?: string) {
-    this.aggregates.push({ id: this.aggregates.length + 1, name, hosts, metadata, ...(zone ? { availability_zone: zone } : {}) });
-  }
-  private find(id: number | string) {
-    const found = this.aggregates.find((a) => a.id === Number(id));
-    if (!found) throw new Error(`no aggregate ${id}`);
-    return found;
-  }
-  listAggregates() {
-    return Promise.resolve(this.aggregates.map((a) => ({ ...a, hosts: [...a.hosts] })));
-  }
-  getAggregate(id: number | string) {
-    return Promise.resolve({ ...this.find(id), hosts: [...this.find(id).hosts] });
-  }
-  setAggregateMetadata(id: number | string, metadata: Record<string, string>) {
-    Object.assign(this.find(id).metadata, metadata);
-    return this.getAggregate(id);
-  }
-  addHostToAggregate(id: number | string, host: string) {
-    this.moves.push(`add ${host}`);
-    if (!this.find(id).hosts.includes(host)) this.find(id).hosts.push(host);
-    return this.getAggregate(id);
-  }
-  removeHostFromAggregate(id: number | string, host: string) {
-    this.moves.push(`remove ${host}`);
-    this.find(id).hosts = this.find(id).hosts.filter((h) => h !== host);
-    return this.getAggregate(id);
-  }
-  deleteAggregate(id: number | string) {
-    this.aggregates.splice(this.aggregates.indexOf(this.find(id)), 1);
-    return Promise.resolve();
-  }
-  listServers(filter: { host?: string; project_id?: string }) {
-    if (filter.host === this.failListingOn) return Promise.reject(new Error('Nova is down'));
-    const servers = this.servers.filter((s) => s.host === filter.host && (filter.project_id === undefined || s.project === filter.project_id));
-    if (filter.host !== undefined) this.afterListing?.(filter.host);
-    return Promise.resolve(servers.map((s) => ({ id: s.id, name: s.name, status: 'ACTIVE', 'OS-EXT-STS:task_state': null })));
-  }
-  deleteServer(id: string) {
-    this.servers = this.servers.filter((s) => s.id !== id);
-    return Promise.resolve();
-  }
-  createImage(serverId: string) {
-    this.imaged.push(serverId);
-    return Promise.resolve({ imageId: `image-${serverId}` });
-  }
-  waitForServer() {
-    return Promise.resolve();
-  }
-}
-
-const glance = { listImages: () => Promise.resolve([]), waitForImage: () => Promise.resolve() } as unknown as GlanceClient;
 
 describe('the ends of a lender and a borrower on lent hosts', () => {
   const database = useMigratedTestDatabase();
@@ -199,15 +129,16 @@ describe('the ends of a lender and a borrower on lent hosts', () => {
 describe('a lend given up on half way (its attempt timed out)', () => {
   const database = useMigratedTestDatabase();
 
-  it('stops fencing, leaves what it fenced fenced, and its retry carries on from there under the same lending id', async () => {
-    const pool = database().pool;
-    await pool.query('TRUNCATE host_allocations, host_lendings, host_capabilities, hosts RESTART IDENTITY CASCADE');
-    const names = [0, 1, 2].map((i) => `half-${i}-${randomUUID().slice(0, 6)}`);
-    for (const name of names) await insertHost(pool, { name });
+  /** A lender of `count` hosts, all in its aggregate in `nova`; its plugin works on `pool` (the test database's unless given). */
+  async function lenderOf(count: number, pool: Pool = database().pool) {
+    await database().pool.query('TRUNCATE host_allocations, host_lendings, host_capabilities, hosts RESTART IDENTITY CASCADE');
+    const names = Array.from({ length: count }, (_, i) => `half-${i}-${randomUUID().slice(0, 6)}`);
+    const ids: string[] = [];
+    for (const name of names) ids.push(await insertHost(database().pool, { name }));
     const now = Date.now();
-    const reservation = pendingReservation('physical:host', { min: 3, max: 3, hypervisor_properties: '', resource_properties: '', before_end: 'default', on_end: 'delete', preemptible: false });
+    const reservation = pendingReservation('physical:host', { min: count, max: count, hypervisor_properties: '', resource_properties: '', before_end: 'default', on_end: 'delete', preemptible: false });
     const lender = reservationContext({ reservation, startMs: now - H, endMs: now + 9 * H, projectId: 'p', leaseStatus: 'ACTIVE' }) as ReservationContext<PhysicalHostParams>;
-    await new HostCalendar(pool, { cleaningMs: 0, randomChoice: false }).book(lender);
+    await new HostCalendar(database().pool, { cleaningMs: 0, randomChoice: false }).book(lender);
     const nova = new FakeNova();
     nova.aggregate('pool', []);
     const aggregate = leaseAggregateFor(lender.reservation.id);
@@ -220,8 +151,99 @@ describe('a lend given up on half way (its attempt timed out)', () => {
       announce: () => Promise.resolve(),
       ...(signal ? { signal } : {}),
     });
-    const request = { lendingId: randomUUID(), count: 3, untilMs: now + 4 * H };
+    const request = { lendingId: randomUUID(), count, untilMs: now + 4 * H };
     const where = () => Object.fromEntries(nova.aggregates.map((a) => [a.name, [...a.hosts].sort()]));
+    const lendingRows = async () => (await database().pool.query<{ lending_id: string; host_id: string }>('SELECT lending_id::text, host_id::text FROM host_lendings ORDER BY host_id')).rows;
+    return { names, ids, lender, nova, aggregate, plugin, hookContext, request, where, lendingRows };
+  }
+
+  /**
+   * The test database's pool, but `onQuery` sees each statement once it ran, the pool's own and its
+   * clients' (`inTransaction`), and may throw (a reply lost after the statement took effect) or act
+   * before the caller goes on (another try committing meanwhile).
+   */
+  function poolWatching(onQuery: (sql: string, inTransaction: boolean) => void | Promise<void>): Pool {
+    const pool = database().pool;
+    const bind = <T extends object>(target: T, key: string | symbol) => {
+      const value: unknown = Reflect.get(target, key);
+      return typeof value === 'function' ? value.bind(target) : value;
+    };
+    const watched = (target: object, query: unknown, inTransaction: boolean) => async (...args: unknown[]) => {
+      const result: unknown = await (query as (...a: unknown[]) => Promise<unknown>).apply(target, args);
+      if (typeof args[0] === 'string') await onQuery(args[0], inTransaction);
+      return result;
+    };
+    return new Proxy(pool, {
+      get: (target, key) =>
+        key === 'query'
+          ? watched(target, Reflect.get(target, 'query'), false)
+          : key !== 'connect'
+          ? bind(target, key)
+          : async () => {
+              const client = await target.connect();
+              return new Proxy(client, { get: (c, k) => (k === 'query' ? watched(c, Reflect.get(c, 'query'), true) : bind(c, k)) });
+            },
+    });
+  }
+
+  it('keeps the hosts fenced when the calendar committed the lend but the reply was lost: the lending id holds them lent', async () => {
+    let lending = false;
+    const lossy = poolWatching((sql) => {
+      if (sql.includes('INSERT INTO host_lendings')) lending = true;
+      if (sql === 'COMMIT' && lending) {
+        lending = false;
+        throw new Error('the connection was lost after COMMIT');
+      }
+    });
+    const { names, ids, aggregate, plugin, hookContext, request, where, lendingRows } = await lenderOf(2, lossy);
+    await expect(plugin.lend!(hookContext(), request)).rejects.toThrow('the connection was lost after COMMIT');
+    expect((await lendingRows()).map((g) => g.host_id)).toEqual(ids);
+    expect(where()).toEqual({ pool: [...names].sort(), [aggregate.name]: [] });
+    // The retry (or the workflow's reconcile) answers them as lent.
+    expect((await plugin.lend!(hookContext(), request)).hosts.map((h) => h.name)).toEqual(names);
+  });
+
+  it('lends no more than an overlapping try of the same request lent first, and puts back the hosts it fenced beside it', async () => {
+    let overlap: (() => Promise<void>) | undefined;
+    const racing = poolWatching(async (sql, inTransaction) => {
+      // This try has found nothing lent under its id; the other try commits right after, before this one reads its candidates.
+      if (!inTransaction && sql.includes('g.lending_id = $1') && overlap) {
+        const other = overlap;
+        overlap = undefined;
+        await other();
+      }
+    });
+    const { names, ids, lender, nova, aggregate, plugin, hookContext, request, where, lendingRows } = await lenderOf(4, racing);
+    const lend = { ...request, count: 2 };
+    overlap = async () => {
+      for (const host of names.slice(0, 2)) {
+        await nova.addHostToAggregate(nova.aggregates.find((a) => a.name === 'pool')!.id, host);
+        await nova.removeHostFromAggregate(nova.aggregates.find((a) => a.name === aggregate.name)!.id, host);
+      }
+      const calendar = new HostCalendar(database().pool, { cleaningMs: 0, randomChoice: false });
+      await calendar.lend({ lendingId: lend.lendingId, reservationId: lender.reservation.id, leaseId: lender.leaseId, projectId: 'p', hostIds: ids.slice(0, 2), fromMs: Date.now(), untilMs: lend.untilMs });
+    };
+    const lent = await plugin.lend!(hookContext(), lend);
+    expect(overlap).toBeUndefined(); // the other try did commit in between
+    expect(lent.hosts.map((h) => h.name)).toEqual(names.slice(0, 2));
+    expect(await lendingRows()).toEqual(ids.slice(0, 2).map((id) => ({ lending_id: lend.lendingId, host_id: id })));
+    expect(where()).toEqual({ pool: names.slice(0, 2).sort(), [aggregate.name]: names.slice(2).sort() });
+  });
+
+  it('a try given up on after fencing its last host neither lends nor puts back: the try carrying on does', async () => {
+    const { names, nova, aggregate, plugin, hookContext, request, where, lendingRows } = await lenderOf(2);
+    const givenUp = new AbortController();
+    nova.afterListing = (host) => {
+      if (host === names[1]) givenUp.abort(new Error('the attempt timed out'));
+    };
+    await expect(plugin.lend!(hookContext(givenUp.signal), request)).rejects.toThrow('the attempt timed out');
+    expect(await lendingRows()).toEqual([]);
+    expect(where()).toEqual({ pool: [...names].sort(), [aggregate.name]: [] });
+  });
+
+  it('stops fencing, leaves what it fenced fenced, and its retry carries on from there under the same lending id', async () => {
+    const pool = database().pool;
+    const { names, nova, aggregate, plugin, hookContext, request, where } = await lenderOf(3);
 
     // The server gives the attempt up while it looks at its second host.
     const givenUp = new AbortController();

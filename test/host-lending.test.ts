@@ -14,6 +14,10 @@ import { blazarHostReservation } from '../dev-stack/fixtures/builders';
 import { borrowersOutsideLendings, doubleBookings, insertHost } from '../dev-stack/fixtures/hosts';
 import { findLease } from '../src/db/leases';
 import { startWebhookReceiver, type Delivery, type WebhookReceiver } from './support/notice-receiver';
+import { FakeNova, glance } from './support/fake-nova';
+import { leaseAggregateFor } from '../src/resources/physical-host/aggregates';
+import type { NovaClient } from '../src/openstack';
+import type { Pool } from '../src/db/pool';
 import { activityRuns, apiClient, eventually, inSeconds, useTestStack, type ApiCall } from '../dev-stack/stack';
 
 /** A lease as the API shows it. */
@@ -48,6 +52,8 @@ describe('lending a lease\'s idle hosts', () => {
         },
         // While set, a lend's and a reclaim's answer is lost after they acted (their activity fails).
         async lend(ctx, request) {
+          lendSignal = ctx.signal;
+          if (lendInNova) return lendInNova(ctx, request);
           const lent = await hosts.lend!(ctx, request);
           if (loseAnswers) throw ApplicationFailure.nonRetryable('the lend\'s answer was lost', 'LostAnswer');
           return lent;
@@ -57,12 +63,30 @@ describe('lending a lease\'s idle hosts', () => {
           if (loseAnswers) throw ApplicationFailure.nonRetryable('the reclaim\'s answer was lost', 'LostAnswer');
           return taken;
         },
+        // While set, the calendar reads that reconcile a failed lend or reclaim fail, for good.
+        async lentBy(ctx, lendingId) {
+          if (failReconcileReads) throw ApplicationFailure.nonRetryable('the calendar could not be read', 'ReadFailed');
+          return hosts.lentBy!(ctx, lendingId);
+        },
+        async reclaimingHosts(ctx) {
+          if (failReconcileReads) throw ApplicationFailure.nonRetryable('the calendar could not be read', 'ReadFailed');
+          return hosts.reclaimingHosts!(ctx);
+        },
+        putBackFenced: (ctx) => (lendInNova ? withNova(pool).putBackFenced!(ctx) : hosts.putBackFenced!(ctx)),
       };
       return [held];
     },
   }));
   let holdBorrowerEnds: Promise<void> | undefined;
   let loseAnswers = false;
+  let failReconcileReads = false;
+  /** The cancellation signal the last lend's hook was given (its activity's: a try given up on stops fencing). */
+  let lendSignal: AbortSignal | undefined;
+  /** Nova in memory, for the lends that fence hosts in it (`lendInNova`); the rest of the stack is calendar-only. */
+  const nova = new FakeNova();
+  const withNova = (pool: Pool) => physicalHostPlugin({ pool, settings: { cleaningMs: 0, randomChoice: false }, cloud: () => ({ nova: nova as unknown as NovaClient, glance }), freepool: 'pool' });
+  /** While set, a lend runs this instead (e.g. fencing in `nova`). */
+  let lendInNova: NonNullable<ResourcePlugin<PhysicalHostParams>['lend']> | undefined;
   const asA = apiClient(() => stack().url, { 'x-project-id': 'project-lender', 'x-user-id': 'alice', 'x-roles': 'member' });
   const asB = apiClient(() => stack().url, { 'x-project-id': 'project-borrower', 'x-user-id': 'bob', 'x-roles': 'member' });
   const inPool = (pool: string, fields: Record<string, unknown> = {}) => blazarHostReservation({ resource_properties: JSON.stringify(['==', '$pool', pool]), ...fields });
@@ -91,7 +115,7 @@ describe('lending a lease\'s idle hosts', () => {
   }
 
   beforeAll(async () => {
-    for (const [name, pool] of [['lend-1', 'lend'], ['lend-2', 'lend'], ['back-1', 'back'], ['part-1', 'part'], ['part-2', 'part'], ['del-1', 'del'], ['bad-1', 'bad'], ['evict-1', 'evict'], ['soon-1', 'soon'], ['lost-1', 'lost'], ['lost-2', 'lost']] as const) {
+    for (const [name, pool] of [['lend-1', 'lend'], ['lend-2', 'lend'], ['back-1', 'back'], ['part-1', 'part'], ['part-2', 'part'], ['del-1', 'del'], ['bad-1', 'bad'], ['evict-1', 'evict'], ['soon-1', 'soon'], ['lost-1', 'lost'], ['lost-2', 'lost'], ['fence-1', 'fence'], ['fence-2', 'fence'], ['read-1', 'read'], ['read-2', 'read']] as const) {
       await insertHost(stack().db.pool, { name, capabilities: { pool } });
     }
     for (const project of ['project-lender', 'project-borrower']) {
@@ -110,6 +134,8 @@ describe('lending a lease\'s idle hosts', () => {
     const until = inSeconds(3600);
     const lent = await asA('POST', `/v1/leases/${lender.id}/lend`, { count: 1, until });
     expect(lent.status).toBe(200);
+    expect(lendSignal).toBeInstanceOf(AbortSignal);
+    expect(lendSignal?.aborted).toBe(false);
     expect(lent.body.lease.reservations[0].lendings).toEqual([{ id: expect.any(String), hosts: ['lend-1'], lent_at: expect.any(String), until: `${until.replace(' ', 'T')}.000000`, state: 'lent', returns_at: null, borrowed: false }]);
 
     // A regular lease sees the lender's booking; a preemptible one past the lending's end does not fit; one inside it does.
@@ -240,6 +266,52 @@ describe('lending a lease\'s idle hosts', () => {
     }
   });
 
+  it('answers a lost lend\'s or reclaim\'s own error when the calendar cannot be read to reconcile it', async () => {
+    const lender = await activeLease(asA, 'lender-unread', 2 * 3600, inPool('read', { min: 2, max: 2 }));
+    expect((await asA('POST', `/v1/leases/${lender.id}/lend`, { count: 1, until: inSeconds(3600) })).status).toBe(200);
+    loseAnswers = true;
+    failReconcileReads = true;
+    try {
+      const reclaimed = await asA('POST', `/v1/leases/${lender.id}/reclaim`, {});
+      expect(reclaimed.status).toBe(503);
+      expect(reclaimed.body.error_message).toMatch(/the reclaim's answer was lost/);
+      const lent = await asA('POST', `/v1/leases/${lender.id}/lend`, { count: 1, until: inSeconds(3600) });
+      expect(lent.status).toBe(503);
+      expect(lent.body.error_message).toMatch(/the lend's answer was lost/);
+    } finally {
+      loseAnswers = false;
+      failReconcileReads = false;
+    }
+  });
+
+  it('puts the hosts a lend fenced back into the lease when its every try is given up on half way, and answers the lend\'s error', async () => {
+    const lender = await activeLease(asA, 'lender-fenced', 3600, inPool('fence', { min: 2, max: 2 }));
+    const aggregate = leaseAggregateFor(lender.reservations[0].id);
+    nova.aggregate('pool', []);
+    nova.aggregate(aggregate.name, ['fence-1', 'fence-2'], { 'leasekeeper:reservation': lender.reservations[0].id }, aggregate.availabilityZone);
+    let tries = 0;
+    // Each try is given up on (its time out, its heartbeats lost) once it has fenced its first host: it stops and leaves it fenced.
+    lendInNova = (ctx, request) => {
+      tries++;
+      const givenUp = new AbortController();
+      nova.afterListing = () => givenUp.abort(new Error('the lend\'s try was given up on'));
+      return withNova(stack().db.pool).lend!({ ...ctx, signal: givenUp.signal }, request);
+    };
+    try {
+      const lent = await asA('POST', `/v1/leases/${lender.id}/lend`, { count: 2, until: inSeconds(1800) });
+      expect(lent.status).toBe(503);
+      expect(lent.body.error_message).toMatch(/the lend's try was given up on/);
+    } finally {
+      lendInNova = undefined;
+      nova.afterListing = undefined;
+    }
+    expect(tries).toBe(3);
+    const where = Object.fromEntries(nova.aggregates.map((a) => [a.name, [...a.hosts].sort()]));
+    expect(where).toEqual({ pool: [], [aggregate.name]: ['fence-1', 'fence-2'] });
+    expect(await lendingsOf(lender.id)).toBeUndefined(); // none recorded
+    expect((await stack().db.pool.query('SELECT 1 FROM host_lendings WHERE lease_id = $1', [lender.id])).rows).toEqual([]);
+  });
+
   it('a partial reclaim takes the unborrowed host first; the lender extends while lent but cannot shorten under a lending', async () => {
     const lender = await activeLease(asA, 'lender-part', 2 * 3600, inPool('part', { min: 2, max: 2 }));
     expect((await asA('POST', `/v1/leases/${lender.id}/lend`, { count: 2, until: inSeconds(3600) })).status).toBe(200);
@@ -342,7 +414,7 @@ describe('borrowing right after a lend with a provisioning lead time', () => {
   const LEAD_SECONDS = 600;
   const stack = useTestStack(() => ({
     env: { LK_PROVISIONING_LEAD_TIME_SECONDS: String(LEAD_SECONDS), LK_NOTIFY_BEFORE_END: 'none', LK_PREEMPT_WARNING_MINUTES: '1' },
-    withPool: (pool) => [physicalHostPlugin({ pool, settings: { cleaningMs: 0, randomChoice: false }, cloud: 'calendar-only' })],
+    withPool: (pool) => [physicalHostPlugin({ pool, settings: { cleaningMs: 0, randomChoice: false, provisioningLeadMs: LEAD_SECONDS * 1000 }, cloud: 'calendar-only' })],
   }));
   const asA = apiClient(() => stack().url, { 'x-project-id': 'project-lead-lender', 'x-user-id': 'alice', 'x-roles': 'member' });
   const asB = apiClient(() => stack().url, { 'x-project-id': 'project-lead-borrower', 'x-user-id': 'bob', 'x-roles': 'member' });
@@ -360,6 +432,10 @@ describe('borrowing right after a lend with a provisioning lead time', () => {
     const lenderId = made.body.lease.id as string;
     await eventually(async () => ((await asA('GET', `/v1/leases/${lenderId}`)).body.lease.status === 'ACTIVE' ? true : undefined));
     expect((await asA('POST', `/v1/leases/${lenderId}/lend`, { count: 2, until: inSeconds(3600) })).status).toBe(200);
+    // The offers agree with admission: a preemptible lease fits now, in the lending (not after the lender's end).
+    const offered = await asB('POST', '/v1/offers', { start_after: 'now', duration: 30, reservations: [inPool({ preemptible: true })], limit: 1 });
+    expect(offered.status).toBe(200);
+    expect(Date.parse(`${String(offered.body.offers[0].start_date).slice(0, 19)}Z`)).toBeLessThan(Date.now() + 120_000);
 
     const now = await asB('POST', '/v1/leases', { name: 'borrow-now', start_date: 'now', end_date: inSeconds(1800), reservations: [inPool({ preemptible: true })] });
     expect(now.status).toBe(201);
@@ -376,5 +452,59 @@ describe('borrowing right after a lend with a provisioning lead time', () => {
     expect(rows[0].blocks_from_ms).toBeLessThan(rows[0].start_ms);
     // Both borrow the lent hosts, one each: a regular lease still sees them taken.
     expect((await asB('POST', '/v1/leases', { name: 'regular-lead', start_date: 'now', end_date: inSeconds(1800), reservations: [inPool()] })).status).toBe(409);
+  });
+
+  it('keeps a regular lease\'s whole lead: one whose lead reaches into a booking that ended a moment ago is refused, a preemptible one is not', async () => {
+    await insertHost(stack().db.pool, { name: 'whole-1', capabilities: { pool: 'whole' } });
+    const inWhole = (fields: Record<string, unknown> = {}) => blazarHostReservation({ resource_properties: JSON.stringify(['==', '$pool', 'whole']), ...fields });
+    const made = await asA('POST', '/v1/leases', { name: 'ended-now', start_date: 'now', end_date: inSeconds(3600), reservations: [inWhole()] });
+    expect(made.status).toBe(201);
+    const endedId = made.body.lease.id as string;
+    await eventually(async () => ((await asA('GET', `/v1/leases/${endedId}`)).body.lease.status === 'ACTIVE' ? true : undefined));
+    expect((await asA('PUT', `/v1/leases/${endedId}`, { end_date: 'now' })).status).toBe(200);
+    await eventually(async () => ((await asA('GET', `/v1/leases/${endedId}`)).body.lease.status === 'TERMINATED' ? true : undefined));
+    // Starting in 5 minutes, its 10-minute lead reaches back before the end: nothing lent here, the lead alone refuses it.
+    const regular = await asB('POST', '/v1/leases', { name: 'regular-lead', start_date: inSeconds(LEAD_SECONDS / 2), end_date: inSeconds(1800), reservations: [inWhole()] });
+    expect(regular.status).toBe(409);
+    const preemptible = await asB('POST', '/v1/leases', { name: 'preemptible-lead', start_date: inSeconds(LEAD_SECONDS / 2), end_date: inSeconds(1800), reservations: [inWhole({ preemptible: true })] });
+    expect(preemptible.status).toBe(201);
+  });
+});
+
+describe('a lend that outlasts the REST call', () => {
+  let release: (() => void) | undefined;
+  const stack = useTestStack(() => ({
+    env: { LK_API_WORKFLOW_TIMEOUT_MS: '2000', LK_NOTIFY_BEFORE_END: 'none', LK_PREEMPT_WARNING_MINUTES: '1' },
+    withPool: (pool) => {
+      const hosts = physicalHostPlugin({ pool, settings: { cleaningMs: 0, randomChoice: false }, cloud: 'calendar-only' });
+      // Each lend waits for the test's release (a lend of many hosts on a slow Nova).
+      const slow: ResourcePlugin<PhysicalHostParams> = {
+        ...hosts,
+        async lend(ctx, request) {
+          await new Promise<void>((resolve) => {
+            release = resolve;
+          });
+          return hosts.lend!(ctx, request);
+        },
+      };
+      return [slow];
+    },
+  }));
+  const asA = apiClient(() => stack().url, { 'x-project-id': 'project-slow-lender', 'x-user-id': 'alice', 'x-roles': 'member' });
+
+  it('answers a 503 saying the lend is still running and where its lending will show, and the lending shows there once made', async () => {
+    await insertHost(stack().db.pool, { name: 'slow-1', capabilities: { pool: 'slow' } });
+    const made = await asA('POST', '/v1/leases', { name: 'slow-lender', start_date: 'now', end_date: inSeconds(2 * 3600), reservations: [blazarHostReservation({ resource_properties: JSON.stringify(['==', '$pool', 'slow']) })] });
+    expect(made.status).toBe(201);
+    const leaseId = made.body.lease.id as string;
+    await eventually(async () => ((await asA('GET', `/v1/leases/${leaseId}`)).body.lease.status === 'ACTIVE' ? true : undefined));
+    const lent = await asA('POST', `/v1/leases/${leaseId}/lend`, { count: 1, until: inSeconds(3600) });
+    expect(lent.status).toBe(503);
+    expect(lent.body.error_message).toBe(
+      `the lend did not answer within 2 s and is still running: its lending shows in the lease (GET /v1/leases/${leaseId}, the reservation's lendings) once made. Look there before lending again: another lend lends more hosts.`,
+    );
+    (await eventually(() => Promise.resolve(release)))();
+    const lendings = await eventually(async () => (await asA('GET', `/v1/leases/${leaseId}`)).body.lease.reservations[0].lendings as unknown[] | undefined);
+    expect(lendings).toEqual([expect.objectContaining({ hosts: ['slow-1'], state: 'lent' })]);
   });
 });

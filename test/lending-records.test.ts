@@ -3,10 +3,10 @@
  * lend, a partial reclaim splitting a lending, when lent hosts are due back, and the end closing them.
  */
 import type { Lease, ReservationLending } from '../src/domain/lease';
-import { afterReclaim, lendingDueMs, lendRefusal, lentCount, lentHostIds, withLendingsReturned } from '../src/domain/lending';
+import { afterReclaim, lendCandidateCount, lendingDueMs, lendRefusal, lentCount, lentHostIds, reclaimedBy, withLendingsReturned } from '../src/domain/lending';
 import { defaultReclaimNeed } from '../src/domain/preemption';
 import { pendingReservation } from '../dev-stack/fixtures/builders';
-import { lendTimeoutMs } from '../workflows/lease/activity-options';
+import { lendTimeoutMs, lendTotalMs } from '../workflows/lease/activity-options';
 
 const lending = (fields: Partial<ReservationLending> = {}): ReservationLending => ({
   id: 'lend-1', hosts: ['h-1', 'h-2', 'h-3'], hostIds: ['1', '2', '3'], lentAtMs: 1_000, untilMs: 9_000, state: 'lent', borrowed: false, ...fields,
@@ -85,6 +85,28 @@ describe('a lease\'s lendings', () => {
   });
 });
 
+describe('what a reclaim whose answer was lost took (reclaimedBy)', () => {
+  // Host 1 is being reclaimed (back at 5 000), hosts 2 and 3 are lent.
+  const recorded = [lending({ id: 'early', hosts: ['h-1'], hostIds: ['1'], state: 'reclaiming', returnsAtMs: 5_000 }), lending({ id: 'later', hosts: ['h-2', 'h-3'], hostIds: ['2', '3'] })];
+  const earlier = { hostId: '1', returnsAtMs: 5_000, borrowed: true }; // the record says unborrowed: not this reclaim's difference
+
+  it('is the hosts it found lent and now being reclaimed', () => {
+    expect(reclaimedBy(recorded, [earlier, { hostId: '2', returnsAtMs: 6_000, borrowed: false }], ['2', '3'])).toEqual([{ hostId: '2', returnsAtMs: 6_000, borrowed: false }]);
+  });
+
+  it('is nothing when it took nothing, whatever else the calendar and the record disagree on', () => {
+    expect(reclaimedBy(recorded, [earlier], ['2', '3'])).toEqual([]);
+    expect(reclaimedBy(recorded, [earlier], ['2', '3'], 4_000)).toEqual([]);
+  });
+
+  it('is a host being reclaimed already whose return it brought sooner, to its need at most', () => {
+    const sooner = { ...earlier, returnsAtMs: 4_000 };
+    expect(reclaimedBy(recorded, [sooner], [], 4_000)).toEqual([sooner]);
+    expect(reclaimedBy(recorded, [sooner], [])).toEqual([]); // no need given: no sooner reclaim
+    expect(reclaimedBy(recorded, [sooner], [], 3_000)).toEqual([]); // not this reclaim's need
+  });
+});
+
 describe('a lend\'s time (workflows/lease/activity-options.ts)', () => {
   it('grows by the same step for each host asked, and is bounded however many are asked', () => {
     const step = lendTimeoutMs(2) - lendTimeoutMs(1);
@@ -93,5 +115,26 @@ describe('a lend\'s time (workflows/lease/activity-options.ts)', () => {
     expect(lendTimeoutMs(1)).toBeGreaterThan(step); // room for the lend's own reads and writes besides its hosts
     expect(lendTimeoutMs(1_000)).toBe(lendTimeoutMs(1_000_000));
     expect(lendTimeoutMs(1_000)).toBeLessThanOrEqual(3_600_000);
+  });
+
+  it('ends, its tries included, well before its lease\'s end, so that the end (and the next lease on its hosts) does not wait on it', () => {
+    const M = 60_000;
+    expect(lendTotalMs(1, 24 * 60 * M)).toBe(3 * lendTimeoutMs(1)); // far from its end: three tries' worth
+    expect(lendTotalMs(1_000, 24 * 60 * M)).toBe(3 * lendTimeoutMs(1_000));
+    for (const minutesToEnd of [5, 15, 30, 60, 120]) {
+      const total = lendTotalMs(1_000, minutesToEnd * M);
+      expect(total).toBeGreaterThan(0);
+      // At least ten minutes left after it (half the time left, for a lend asked a few minutes before the end).
+      expect(minutesToEnd * M - total).toBeGreaterThanOrEqual(Math.min(10 * M, (minutesToEnd * M) / 2));
+    }
+    expect(lendTotalMs(1_000, 30 * M)).toBeGreaterThanOrEqual(lendTimeoutMs(1)); // still one try's room for a small lend
+  });
+
+  it('is sized to the hosts the lend may look at, not to the hosts asked: busy ones before the idle cost time too', () => {
+    const keys = [...Array.from({ length: 40 }, (_, i) => `host:${i + 1}`), 'preemption-wait:x']; // a wait key is no host
+    const lendings = [lending({ hostIds: ['1', '2', '3'] }), lending({ id: 'back', hostIds: ['4'], state: 'returned' })];
+    expect(lendCandidateCount({ resourceKeys: keys, lendings }, 1)).toBe(37); // its 40 booked, 3 lent
+    expect(lendCandidateCount({ resourceKeys: keys.slice(0, 2) }, 5)).toBe(5); // never fewer than asked
+    expect(lendTimeoutMs(lendCandidateCount({ resourceKeys: keys, lendings }, 1))).toBeGreaterThan(lendTimeoutMs(1) + 30 * (lendTimeoutMs(2) - lendTimeoutMs(1)));
   });
 });

@@ -208,7 +208,7 @@ export const RECLAIM_SOONER = {
   workflowType: leaseWorkflowType,
   introduced: '2026-11-28',
   oldBranch: 'a reclaim with nothing left lent failed with 409, whatever its need',
-  oldHistories: 'lent-and-reclaimed.json (its one reclaim had a host lent: both branches take it)',
+  oldHistories: 'lent-and-reclaimed@2026-11-27-local-lend.json (its one reclaim had a host lent: both branches take it)',
   note: 'retired by the common path (RETIREMENT) once no lease that reclaimed before the deploy still runs',
 } as const satisfies WorkflowPatch;
 
@@ -222,15 +222,16 @@ export const LEND_AS_ACTIVITY = {
   workflowType: leaseWorkflowType,
   introduced: '2026-11-28',
   oldBranch: 'the lend ran as a local activity (20 s, 3 tries), whatever the count',
-  oldHistories: 'lent-and-reclaimed.json',
+  oldHistories: 'lent-and-reclaimed@2026-11-27-local-lend.json (lent-and-reclaimed.json takes the new branch)',
   note: 'retired by the common path (RETIREMENT) once no lend begun before the deploy can replay (a lend is answered within the REST call: hours after the deploy)',
 } as const satisfies WorkflowPatch;
 
 /**
  * A lend or reclaim whose activity failed after it acted (its answer lost) is reconciled with the
  * calendar (issue 43): what the lend request lent, by its lending id, is recorded as lent; hosts a
- * reclaim took back are recorded as reclaiming; the update then answers the lease. Marked in the
- * lend's and the reclaim's failure handlers (a refusal answers as before, unmarked).
+ * reclaim took back are recorded as reclaiming; the update then answers the lease. A lend that lent
+ * nothing runs a put-back of the hosts its tries left fenced (putBackFencedHosts) before its error is
+ * answered. Marked in the lend's and the reclaim's failure handlers (a refusal answers as before, unmarked).
  */
 export const LENDING_RECONCILED = {
   id: 'lending-reconciled',

@@ -163,12 +163,26 @@ export const noAnswerInTime = (timeoutMs: number) =>
 
 const isPastDeadline = (err: unknown) => err instanceof WorkflowUpdateRPCTimeoutOrCancelledError || isGrpcDeadlineError(err);
 
-/** `workflowId`: the workflow `fn` talks to, whose history says why Temporal failed its task, if that was the refusal. */
-async function withDeadline<T>(options: LeaseCommandOptions, fn: () => Promise<T>, workflowId?: string): Promise<T> {
+/**
+ * A lend that outlasted the REST call's wait goes on under the lease's lock (a lend of many hosts on a
+ * slow Nova takes minutes): the 503 says so and where its lending will show, since a lend asked again would lend more hosts.
+ */
+export const lendStillRunning = (timeoutMs: number, leaseId: string) =>
+  new ApiError(
+    503,
+    `the lend did not answer within ${timeoutMs / 1000} s and is still running: its lending shows in the lease (GET /v1/leases/${leaseId}, the reservation's lendings) once made. Look there before lending again: another lend lends more hosts.`,
+  );
+
+/**
+ * `workflowId`: the workflow `fn` talks to, whose history says why Temporal failed its task, if that was the refusal.
+ * `pastDeadline`: the answer when the workflow did not answer in time (noAnswerInTime unless given).
+ */
+async function withDeadline<T>(options: LeaseCommandOptions, fn: () => Promise<T>, workflowId?: string, pastDeadline?: () => ApiError): Promise<T> {
   const { client } = options;
   try {
     return await client.connection.withDeadline(Date.now() + options.timeoutMs, fn);
   } catch (err) {
+    if (pastDeadline && isPastDeadline(err)) throw pastDeadline();
     const taskFailure = workflowId !== undefined && isWorkflowTaskFailure(err)
       ? await client.connection.withDeadline(Date.now() + 2_000, () => lastWorkflowTaskFailure(client.workflowService, client.options.namespace, workflowId)).catch(() => undefined)
       : undefined;
@@ -206,8 +220,11 @@ export async function changeLease(options: LeaseCommandOptions, leaseId: string,
 /** Lending (issue 43): a lend or a reclaim of the lease's hosts; answers the lease once its workflow recorded it. */
 export async function lendOrReclaim(options: LeaseCommandOptions, leaseId: string, request: { lend: LendRequest } | { reclaim: ReclaimRequest }): Promise<Lease> {
   const handle = () => options.client.workflow.getHandle(leaseWorkflowId(leaseId));
-  return withDeadline(options, () =>
-    onLeaseWorkflow(options, leaseId, () => ('lend' in request ? handle().executeUpdate(lendCapacity, { args: [request.lend] }) : handle().executeUpdate(reclaimCapacity, { args: [request.reclaim] }))),
+  return withDeadline(
+    options,
+    () => onLeaseWorkflow(options, leaseId, () => ('lend' in request ? handle().executeUpdate(lendCapacity, { args: [request.lend] }) : handle().executeUpdate(reclaimCapacity, { args: [request.reclaim] }))),
+    undefined,
+    'lend' in request ? () => lendStillRunning(options.timeoutMs, leaseId) : undefined,
   );
 }
 

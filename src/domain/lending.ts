@@ -5,6 +5,7 @@
  */
 import type { Lease, Reservation, ReservationLending } from './lease';
 import { isPreemptibleReservation } from './preemption';
+import type { ReclaimedHosts } from './resource-plugin';
 
 /** A host's open lending, and the borrowers' bookings inside it (their lease, and whether it began). */
 export interface LentHost {
@@ -100,11 +101,26 @@ export function lentCount(reservation: Pick<Reservation, 'lendings' | 'resource_
 }
 
 /**
+ * Of the reservation's hosts being reclaimed as the calendar holds them (`reclaiming`: read after a
+ * reclaim whose answer was lost), those this reclaim took: hosts it found lent (`lentHostIds`), and
+ * hosts being reclaimed already whose return it brought sooner, to its need at most. None: it took
+ * nothing, and its failure is the answer. Other lendings' differences are not this reclaim's.
+ */
+export function reclaimedBy(recorded: ReservationLending[], reclaiming: ReclaimedHosts['hosts'], lentHostIds: string[], neededFromMs?: number): ReclaimedHosts['hosts'] {
+  const recordedReturn = (hostId: string) => recorded.find((g) => g.state === 'reclaiming' && g.hostIds.includes(hostId))?.returnsAtMs;
+  return reclaiming.filter((h) => {
+    if (lentHostIds.includes(h.hostId)) return true;
+    const was = recordedReturn(h.hostId);
+    return neededFromMs !== undefined && was !== undefined && h.returnsAtMs < was && h.returnsAtMs <= neededFromMs;
+  });
+}
+
+/**
  * The reservation's lendings after a reclaim took `returned` hosts back (each due at its time; borrowed
  * or not): a lending whose hosts were all taken is `reclaiming`; one partly taken is split in two, the
  * taken hosts' part `reclaiming` (one entry per return time), the rest still `lent`.
  */
-export function afterReclaim(lendings: ReservationLending[], returned: Array<{ hostId: string; returnsAtMs: number; borrowed: boolean }>): ReservationLending[] {
+export function afterReclaim(lendings: ReservationLending[], returned: ReclaimedHosts['hosts']): ReservationLending[] {
   const byHost = new Map(returned.map((h) => [h.hostId, h]));
   return lendings.flatMap((lending) => {
     // A lending already being reclaimed is taken again by a reclaim of everything (a sooner need): its hosts come back at the sooner time.
@@ -121,4 +137,25 @@ export function afterReclaim(lendings: ReservationLending[], returned: Array<{ h
     });
     return [...(kept.length ? [{ ...lending, ...parted(kept) }] : []), ...reclaiming];
   });
+}
+
+/**
+ * The provisioning lead of an ask that may book inside lendings (a preemptible one, issue 43): its
+ * lead before now is moot (nothing is provisioned in the past), so it blocks from now at the
+ * earliest and one starting now fits a lending that began a moment ago; the lead still ahead must
+ * lie inside the lending, as its window does. A regular ask keeps its whole lead. Admission, the
+ * offers' search and an offer's hosts all use it, so that they agree.
+ */
+export function askedLeadMs(lentAsFree: boolean, leadMs: number, startMs: number, nowMs: number): number {
+  return lentAsFree ? Math.min(leadMs, Math.max(0, startMs - nowMs)) : leadMs;
+}
+
+/**
+ * How many hosts a lend of `count` may look at: the reservation's booked hosts (its `host:` resource
+ * keys) not lent, at least `count`. Its time is sized to them, not to the hosts asked: a busy host costs a
+ * fence, a look and a move back, and many busy ones may come before the idle ones.
+ */
+export function lendCandidateCount(reservation: Pick<Reservation, 'resourceKeys' | 'lendings'>, count: number): number {
+  const booked = (reservation.resourceKeys ?? []).filter((key) => key.startsWith('host:')).length;
+  return Math.max(count, booked - lentHostIds(reservation).length);
 }

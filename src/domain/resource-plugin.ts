@@ -370,6 +370,8 @@ export interface ResourcePlugin<P = Record<string, unknown>> extends ResourceTyp
   reclaim?(ctx: HookContext<P>, request: ReclaimHostsRequest): Promise<ReclaimedHosts>;
   /** What the lend request `lendingId` lent, as `lend` answers it; undefined when it lent nothing (a lend whose answer was lost). */
   lentBy?(ctx: HookContext<P>, lendingId: string): Promise<LentHosts | undefined>;
+  /** After a lend that lent nothing and whose tries were all given up on: hosts it left fenced go back into the lease; answers them. */
+  putBackFenced?(ctx: HookContext<P>): Promise<string[]>;
   /** The reservation's hosts being reclaimed and not back yet, each with its return and whether borrowed (a reclaim whose answer was lost). */
   reclaimingHosts?(ctx: HookContext<P>): Promise<ReclaimedHosts['hosts']>;
   /** How many hosts could be lent now (usable, not lent, running no server): the idle check's suggestion. */

@@ -32,25 +32,37 @@ export const recordingLocally = proxyLocalActivities<Activities>(RECORDING);
  */
 const HOOK_HEARTBEAT_TIMEOUT = '10 seconds';
 
-/** A lend's time per host asked: it fences and looks at each (three Nova calls), and a busy host costs a move back. */
+/** A lend's time per host it may look at: it fences and looks at each (three Nova calls), and a busy host costs a move back. */
 const LEND_MS_PER_HOST = 20_000;
 /** Any lend's longest attempt (a lend of 1 000 hosts on a slow Nova is given up after this, and tried again). */
 const LEND_MAX_MS = 3_600_000;
 
-/** The start-to-close time of a lend of `count` hosts: a minute, then LEND_MS_PER_HOST per host, at most LEND_MAX_MS. */
+/** The start-to-close time of a lend that may look at `count` hosts (lendCandidateCount): a minute, then LEND_MS_PER_HOST per host, at most LEND_MAX_MS. */
 export const lendTimeoutMs = (count: number): number => Math.min(LEND_MAX_MS, 60_000 + Math.max(1, Math.floor(count)) * LEND_MS_PER_HOST);
 
+/** A lend's three tries. */
+const LEND_TRIES = 3;
+/** What a lend leaves before its lease's end: it holds the lease's lock, and the end (then the next lease on those hosts, maybe another project's) waits for it. */
+const LEND_END_MARGIN_MS = 10 * 60_000;
+/** A lend's shortest total time, however near its lease's end. */
+const LEND_MIN_TOTAL_MS = 60_000;
+
+/** A lend's total time, its tries included: their worth, but ending LEND_END_MARGIN_MS before its lease's end, `msToEnd` from now. */
+export const lendTotalMs = (count: number, msToEnd: number): number => Math.min(LEND_TRIES * lendTimeoutMs(count), Math.max(LEND_MIN_TOTAL_MS, msToEnd - LEND_END_MARGIN_MS));
+
 /**
- * A lend of `count` hosts for its waiting REST call (patch LEND_AS_ACTIVITY): a regular activity with a time that fits
- * the hosts asked and a heartbeat per host fenced, so that an attempt a dead worker held is tried
+ * A lend that may look at `count` hosts for its waiting REST call (patch LEND_AS_ACTIVITY): a regular activity with a time that fits
+ * them and a heartbeat per host fenced, so that an attempt a dead worker held is tried
  * again within the heartbeat timeout, and one given up on stops fencing (its retry carries on from
- * the hosts it fenced: the hook is idempotent by lending id). A few tries; a refusal is final.
+ * the hosts it fenced: the hook is idempotent by lending id). A few tries, all over well before the
+ * lease's end, `msToEnd` from now; a refusal is final.
  */
-export function forLend(count: number) {
+export function forLend(count: number, msToEnd: number) {
   return proxyActivities<Activities>({
     startToCloseTimeout: lendTimeoutMs(count),
+    scheduleToCloseTimeout: lendTotalMs(count, msToEnd),
     heartbeatTimeout: HOOK_HEARTBEAT_TIMEOUT,
-    retry: { initialInterval: '1 second', maximumAttempts: 3, nonRetryableErrorTypes: ['LeaseConflict', 'InvalidLease'] },
+    retry: { initialInterval: '1 second', maximumAttempts: LEND_TRIES, nonRetryableErrorTypes: ['LeaseConflict', 'InvalidLease'] },
   });
 }
 
@@ -111,7 +123,11 @@ export const announcing = proxyLocalActivities<Activities>({
   retry: { initialInterval: '500 milliseconds', maximumAttempts: 3 },
 });
 
-/** Looking whether the lessee uses a lease's resources (idle-lease reaping): a read, given up within minutes (then taken as in use). */
+/**
+ * A read given up within minutes: whether the lessee uses a lease's resources (idle-lease reaping:
+ * then taken as in use); what a failed lend or reclaim left in the calendar, and a failed lend's
+ * put-back (under the lease's lock: then the lend's or reclaim's own error is the answer).
+ */
 export const looking = proxyActivities<Activities>({
   startToCloseTimeout: '1 minute',
   scheduleToCloseTimeout: '3 minutes',

@@ -6,13 +6,13 @@
  */
 import { isCancellation, log, patched, uuid4 } from '@temporalio/workflow';
 import { leaseConflict, invalidLease, LeaseErrorType, type Lease, type Reservation, type ReservationLending } from '../../src/domain/lease';
-import { afterReclaim, isOpenLending, lendingDueMs, lendingReservations, lendRefusal, lentCount, lentHostIds, MAX_OPEN_LENDINGS } from '../../src/domain/lending';
-import { reservationContext as context } from '../../src/domain/resource-plugin';
+import { afterReclaim, isOpenLending, lendingDueMs, lendCandidateCount, lendingReservations, lendRefusal, lentCount, lentHostIds, MAX_OPEN_LENDINGS, reclaimedBy } from '../../src/domain/lending';
+import { reservationContext as context, type ReclaimedHosts } from '../../src/domain/resource-plugin';
 import { LEASE_LENDING, LEND_AS_ACTIVITY, LENDING_RECONCILED, RECLAIM_SOONER } from '../patches';
-import { forLend, looking, mustFinish, polling, quick, recording } from './activity-options';
+import { forLend, looking, mustFinish, polling, quick } from './activity-options';
 import { announce } from './announce';
 import type { LendRequest, ReclaimRequest } from './messages';
-import { asFailure } from './failures';
+import { asFailure, failureMessage } from './failures';
 import { transition } from './record';
 import { assertAdmitted, type LeaseState } from './state';
 
@@ -66,14 +66,23 @@ export async function lend(s: LeaseState, request: LendRequest): Promise<Lease> 
   const reservation = s.lease.reservations.find((r) => r.id === request.reservationId)!;
   const lendingId = uuid4();
   // A local activity's 20 s fit only small lends, and its timed-out attempt went on fencing beside its retry.
-  const lender = patched(LEND_AS_ACTIVITY.id) ? forLend(request.count) : quick;
+  const lender = patched(LEND_AS_ACTIVITY.id) ? forLend(lendCandidateCount(reservation, request.count), s.lease.endMs - Date.now()) : quick;
   const lent = await lender.lendReservation({ ...context(s.lease, reservation), lendingId, count: request.count, untilMs: request.untilMs }).catch(async (err: unknown) => {
     // Failed after it lent (its answer lost): what the calendar holds under this lending id is recorded, not left
     // behind it. Recorded rather than put back: the hosts are fenced and may be borrowed already, and the lending is
     // then the lender's to see and reclaim; the answer says what is true (a retried lend would lend more hosts).
     if (!mayHaveActed(err) || !patched(LENDING_RECONCILED.id)) throw asFailure(err);
-    const found = await recording.lentByRequest({ ...context(s.lease, reservation), lendingId });
-    if (!found) throw asFailure(err);
+    const found = await looking.lentByRequest({ ...context(s.lease, reservation), lendingId }).catch((readErr: unknown) => unread(s, err, readErr));
+    if (!found) {
+      // Lent nothing: a try given up on left what it fenced fenced for its retry, and no retry is left. A failed
+      // put-back is logged, never the answer: the lend's own error is.
+      const putBack = await looking.putBackFencedHosts(context(s.lease, reservation)).catch((undo: unknown) => {
+        log.error('a failed lend\'s fenced hosts could not be put back into the lease', { leaseId: s.lease.id, lendingId, error: failureMessage(undo) });
+        return [];
+      });
+      if (putBack.length > 0) log.warn('a failed lend\'s fenced hosts are back in the lease', { leaseId: s.lease.id, lendingId, hosts: putBack });
+      throw asFailure(err);
+    }
     log.warn('a lend failed after it lent: recorded as lent', { leaseId: s.lease.id, lendingId, error: asFailure(err).message });
     return found;
   });
@@ -100,7 +109,7 @@ export async function reclaim(s: LeaseState, request: ReclaimRequest): Promise<L
   const reservation = s.lease.reservations.find((r) => r.id === request.reservationId)!;
   const taken = await quick
     .reclaimReservation({ ...context(s.lease, reservation), count: request.count, neededFromMs: request.neededFromMs, lentHostIds: lentHostIds(reservation) })
-    .catch((err: unknown) => reclaimedAfterAll(s, reservation, err));
+    .catch((err: unknown) => reclaimedAfterAll(s, reservation, request, err));
   if (taken.hosts.length === 0) throw leaseConflict(`Reservation ${reservation.id} lends no host now: nothing to reclaim.`);
   await transition(s, { reservations: withLendings(s.lease, reservation.id, (lendings) => afterReclaim(lendings, taken.hosts)) });
   s.revision++;
@@ -112,13 +121,22 @@ export async function reclaim(s: LeaseState, request: ReclaimRequest): Promise<L
  * the calendar's reclaiming hosts are recorded where the record is behind them; otherwise (nothing
  * taken) the failure is the answer.
  */
-async function reclaimedAfterAll(s: LeaseState, reservation: Reservation, err: unknown): Promise<{ hosts: Array<{ hostId: string; returnsAtMs: number; borrowed: boolean }> }> {
+async function reclaimedAfterAll(s: LeaseState, reservation: Reservation, request: ReclaimRequest, err: unknown): Promise<{ hosts: ReclaimedHosts['hosts'] }> {
   if (!mayHaveActed(err) || !patched(LENDING_RECONCILED.id)) throw asFailure(err);
-  const reclaiming = await recording.reclaimingHostsOf(context(s.lease, reservation));
-  const recorded = reservation.lendings ?? [];
-  if (JSON.stringify(afterReclaim(recorded, reclaiming)) === JSON.stringify(recorded)) throw asFailure(err);
+  const reclaiming = await looking.reclaimingHostsOf(context(s.lease, reservation)).catch((readErr: unknown) => unread(s, err, readErr));
+  const taken = reclaimedBy(reservation.lendings ?? [], reclaiming, lentHostIds(reservation), request.neededFromMs);
+  if (taken.length === 0) throw asFailure(err);
   log.warn('a reclaim failed after it took hosts back: recorded as reclaiming', { leaseId: s.lease.id, error: asFailure(err).message });
-  return { hosts: reclaiming };
+  return { hosts: taken };
+}
+
+/**
+ * A failed lend's or reclaim's read of the calendar failed too (its bounded tries, under the lease's
+ * lock, spent): logged, and the lend's or reclaim's own error is the answer.
+ */
+function unread(s: LeaseState, err: unknown, readErr: unknown): never {
+  log.error('a failed lend or reclaim could not be reconciled with the calendar', { leaseId: s.lease.id, error: failureMessage(err), readError: failureMessage(readErr) });
+  throw asFailure(err);
 }
 
 /** Whether a lend's or reclaim's failure may come after it acted: not a refusal (those change nothing), nor a cancellation. */

@@ -143,6 +143,21 @@ export async function lendHostsOut(nova: NovaClient, move: HostMove, candidates:
 }
 
 /**
+ * After a lend that lent nothing, its every try given up on (issue 43): a try given up on leaves
+ * what it fenced fenced for its retry (lendHostsOut), so with no retry left those hosts would stay
+ * in the pool, recorded nowhere. Of `move.hosts` (the reservation's booked hosts not lent), those in
+ * the pool and out of the lease's aggregate go back into it; answers them.
+ */
+export async function putFencedHostsBack(nova: NovaClient, move: HostMove): Promise<string[]> {
+  const aggregate = await findLeaseAggregate(nova, move.reservationId);
+  const pool = await findAggregate(nova, move.freepool);
+  if (!aggregate || !pool) return [];
+  const fenced = move.hosts.filter((host) => pool.hosts.includes(host) && !aggregate.hosts.includes(host));
+  if (fenced.length > 0) await moveHostsIntoLease(nova, { ...move, hosts: fenced });
+  return fenced;
+}
+
+/**
  * The hosts of `move` no longer in the lease's aggregate: another lease's start took them
  * (moveHostsIntoLease), or a retried end already returned them. When the aggregate is gone: all of
  * them (`ifGone: 'all'`), or none (`'none'`: hosts recycling in a shared aggregate of old are still the lease's).

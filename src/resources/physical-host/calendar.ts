@@ -12,20 +12,20 @@ import type { PoolClient } from 'pg';
 import { isLeaseConflict, leaseConflict, invalidLease, type Reservation } from '../../domain/lease';
 import { assignHosts, freeHosts, preferenceOrder, type Blocked, type CalendarSnapshot, type HostRequest } from '../../domain/host-calendar';
 import { matchesQuery, parsePropertyQuery } from '../../domain/property-query';
-import { sameTypeReservations, type FitLimits, type FitSearch, type ReservationContext } from '../../domain/resource-plugin';
+import { sameTypeReservations, type FitLimits, type FitSearch, type ReclaimedHosts, type ReservationContext } from '../../domain/resource-plugin';
 import { maintenanceBlocks } from '../../db/maintenance';
 import {
   blockedIntervals, borrowedUntil, borrowersOfLendings, borrowersStillRunning, lenderRowsOf, deleteHostBookingOfReservation, endLenderBookingsAt, hostBookings, hostsOfReservation, insertHostBooking, lentUntilOfLease,
   nextBookingsOfOthers, preemptibleBookingsOverlapping, unusableHostsOf,
 } from '../../db/host-allocations';
-import { insertLendings, lendingsCovering, lockLendingsForReclaim, markReturned, openLendingsOf, reclaimLending, type HostLending } from '../../db/host-lendings';
+import { insertLendings, lendingsCovering, lendingsOfRequest, lockLendingsForReclaim, markReturned, openLendingsOf, reclaimLending, type HostLending } from '../../db/host-lendings';
 import { failedReservableHosts, hypervisorProperties, inventoryVersion, listHosts, HYPERVISOR_FIELDS, type HostRecord } from '../../db/hosts';
 import { isCheckViolation, isDeadlockOrSerialization, isExclusionViolation } from '../../db/pool';
 import type { Pool } from '../../db/pool';
 import type { WholeResourceBookingRow } from '../../db/range-bookings';
 import { inTransaction, runTransactionAgain } from '../../db/transaction';
 import { formatMessageDate as when } from '../../domain/dates';
-import { chooseReclaimedHosts } from '../../domain/lending';
+import { askedLeadMs, chooseReclaimedHosts } from '../../domain/lending';
 import { bookInTransaction, bookingKey, checkKeys, extensionRefused, SEARCH_WORK_BUDGET } from '../shared/booking';
 import { preemptLease, reclaimLendings, settleLeaseCut } from '../shared/preemption';
 import { alreadyBooked, NEVER_FITS, WholeResourceCalendar, type BlockedInterval, type NewWholeResourceBooking } from '../shared/whole-resource-calendar';
@@ -134,8 +134,10 @@ export class HostCalendar extends WholeResourceCalendar<HostRecord, BookedHost[]
    */
   async wouldBook(reservations: Array<Reservation<PhysicalHostParams>>, start: number, end: number, leadMs: number): Promise<Map<string, HostRecord[]> | undefined> {
     const { resources, requests } = await this.searchRequests(reservations);
-    // As admission: a preemptible lease may borrow lent hosts (issue 43)...
-    const calendar = await this.snapshot(this.pool, resources, start, end, leadMs, false, undefined, false, this.lentAsFree(reservations));
+    // As admission: a preemptible lease may borrow lent hosts (issue 43), its lead from now at the earliest...
+    const lentAsFree = this.lentAsFree(reservations);
+    leadMs = askedLeadMs(lentAsFree, leadMs, start, Date.now());
+    const calendar = await this.snapshot(this.pool, resources, start, end, leadMs, false, undefined, false, lentAsFree);
     // ...free hosts first; a regular lease that does not fit in them takes preemptible ones.
     const assignment =
       assignHosts(requests, freeHosts(calendar, start, end), preferenceOrder(calendar, Date.now())) ??
@@ -213,6 +215,9 @@ export class HostCalendar extends WholeResourceCalendar<HostRecord, BookedHost[]
         this.pool,
         async (client) => {
           await hostBookings.lockLease(client, lending.leaseId);
+          // Another try of the same lend request committed first (tries may overlap): what it lent is the lend, not more.
+          const earlier = await lendingsOfRequest(client, lending.lendingId);
+          if (earlier.length > 0) return earlier;
           return insertLendings(client, { ...lending, hosts: await lenderRowsOf(client, lending.reservationId, lending.hostIds) });
         },
         { retryOn: isDeadlockOrSerialization },
@@ -228,7 +233,7 @@ export class HostCalendar extends WholeResourceCalendar<HostRecord, BookedHost[]
    * when it returns and whether anyone borrowed it, and the borrower leases cut (to tell once committed).
    * Hosts of `lentHostIds` found reclaimed already are this same reclaim retried after its commit: answered as they stand.
    */
-  async reclaim(request: { reservationId: string; count?: number; neededFromMs: number; lentHostIds: string[] }): Promise<{ hosts: Array<{ hostId: string; returnsAtMs: number; borrowed: boolean }>; cut: string[] }> {
+  async reclaim(request: { reservationId: string; count?: number; neededFromMs: number; lentHostIds: string[] }): Promise<{ hosts: ReclaimedHosts['hosts']; cut: string[] }> {
     const cut: string[] = [];
     const hosts = await inTransaction(
       this.pool,
@@ -245,7 +250,7 @@ export class HostCalendar extends WholeResourceCalendar<HostRecord, BookedHost[]
   }
 
   /** The reservation's lent hosts being reclaimed and not back yet, as a reclaim answers them (a reclaim whose answer was lost). */
-  async reclaimingHosts(reservationId: string): Promise<Array<{ hostId: string; returnsAtMs: number; borrowed: boolean }>> {
+  async reclaimingHosts(reservationId: string): Promise<ReclaimedHosts['hosts']> {
     return asReclaimed(this.pool, (await openLendingsOf(this.pool, reservationId)).filter((g) => g.reclaimed_ms !== null));
   }
 
@@ -382,11 +387,8 @@ export class HostCalendar extends WholeResourceCalendar<HostRecord, BookedHost[]
     await this.refuseMoreThanEnrolled(client, reservations, hosts);
     const requests = reservations.map((r) => this.request(r, hosts, releasing.includes(r) ? bookedLater : undefined));
     const preferred = (calendar: CalendarSnapshot) => preferenceOrder(calendar, Date.now(), this.settings.randomChoice ? shuffle : undefined);
-    // A preemptible ask's lead before now is moot (nothing is provisioned in the past): its booking blocks from
-    // now at the earliest, so that one starting now fits in a lending that began a moment ago (issue 43); the
-    // lead still ahead must lie inside the lending, as its window does.
     const lentAsFree = borrow && this.lentAsFree(reservations);
-    const asked = lentAsFree ? { ...ctx, provisioningLeadMs: Math.min(ctx.provisioningLeadMs, Math.max(0, ctx.startMs - Date.now())) } : ctx;
+    const asked = { ...ctx, provisioningLeadMs: askedLeadMs(lentAsFree, ctx.provisioningLeadMs, ctx.startMs, Date.now()) };
     const assignment = await this.bookAnew(client, asked, hosts, requests, key, existing, {
       preferred,
       neverFits: releasing.length > 0 ? 'it never fits: on_end "release" needs hosts with nothing booked after its start' : undefined,
@@ -675,7 +677,7 @@ export class HostCalendar extends WholeResourceCalendar<HostRecord, BookedHost[]
 }
 
 /** Reclaimed lendings as a reclaim answers them: each host, its return, and whether a borrower is inside. */
-async function asReclaimed(db: Pool | PoolClient, lendings: HostLending[]): Promise<Array<{ hostId: string; returnsAtMs: number; borrowed: boolean }>> {
+async function asReclaimed(db: Pool | PoolClient, lendings: HostLending[]): Promise<ReclaimedHosts['hosts']> {
   const inside = await borrowersOfLendings(db, lendings.map((g) => g.id), false);
   return lendings.map((g) => ({ hostId: g.host_id, returnsAtMs: g.end_ms, borrowed: inside.some((b) => b.lending_row_id === g.id) }));
 }

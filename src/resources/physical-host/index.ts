@@ -12,6 +12,7 @@ import {
   leaseAggregateFor,
   lendHostsOut,
   moveHostsIntoLease,
+  putFencedHostsBack,
   recycleHosts,
   releaseHosts,
   returnHostsToPool,
@@ -22,7 +23,7 @@ import { beforeEndAction, refuseNotifyWithoutEndpoint, type BeforeEndAction } fr
 import { DEFAULT_SERVER_DELETE_TIMEOUT_MS, failIfDeletionOverdue } from '../shared/server-deletion';
 import { snapshotServersOnHosts } from '../shared/server-snapshots';
 import { borrowersOfLendings, computeHostsOfReservation, unusableHostsOf } from '../../db/host-allocations';
-import { lendingsOfRequest, openLendingsOf } from '../../db/host-lendings';
+import { lendingsOfRequest, openLendingsOf, type HostLending } from '../../db/host-lendings';
 import { leaseConflict } from '../../domain/lease';
 import { ConflictError } from '../../openstack';
 import { computeHostName, HYPERVISOR_FIELDS, listHosts, markReleased } from '../../db/hosts';
@@ -264,21 +265,36 @@ export function physicalHostPlugin(deps: PhysicalHostDeps): ResourcePlugin<Physi
     const hostMove = await move(ctx);
     const idle = nova ? new Set(await lendHostsOut(nova, hostMove, candidates.map((h) => h.host), request.count)) : undefined;
     const fenced = candidates.filter((h) => !idle || idle.has(h.host)).slice(0, request.count);
-    const putBack = async () => {
-      if (nova && fenced.length > 0) await moveHostsIntoLease(nova, { ...hostMove, hosts: fenced.map((h) => h.host) });
+    /** The fenced hosts back into the lease, but none that the lending id lent: a commit whose reply was lost lent them after all. */
+    const putBackUnlent = async (lentRows: HostLending[]) => {
+      if (ctx.signal?.aborted) return; // given up on: another try works on these hosts now
+      const lentIds = new Set(lentRows.map((g) => g.host_id));
+      const back = fenced.filter((h) => !lentIds.has(h.id));
+      if (nova && back.length > 0) await moveHostsIntoLease(nova, { ...hostMove, hosts: back.map((h) => h.host) });
     };
     if (fenced.length < request.count) {
-      await putBack();
+      // Given up on: another try works on these hosts now. Another try may have lent under this id meanwhile: that is the lend.
+      ctx.signal?.throwIfAborted();
+      const lentMeanwhile = await lendingsOfRequest(deps.pool, request.lendingId);
+      await putBackUnlent(lentMeanwhile);
+      if (lentMeanwhile.length > 0) return named(lentMeanwhile);
       throw leaseConflict(`Only ${fenced.length} of the ${all.length} hosts of reservation ${ctx.reservation.id} can be lent now: the others run servers or are lent already.`, { idle: fenced.length });
     }
+    ctx.signal?.throwIfAborted(); // given up on: its hosts stay fenced for the try that carries on
+    let lent: HostLending[];
     try {
-      const lent = await calendar.lend({ lendingId: request.lendingId, reservationId: ctx.reservation.id, leaseId: ctx.leaseId, projectId: ctx.projectId, hostIds: fenced.map((h) => h.id), fromMs: Date.now(), untilMs: request.untilMs });
-      return await named(lent);
+      lent = await calendar.lend({ lendingId: request.lendingId, reservationId: ctx.reservation.id, leaseId: ctx.leaseId, projectId: ctx.projectId, hostIds: fenced.map((h) => h.id), fromMs: Date.now(), untilMs: request.untilMs });
     } catch (err) {
-      // The hosts go back into the lease; should that fail too, the lend's own error is what the caller gets.
-      await putBack().catch((undo: unknown) => ctx.reportProgress({ putBackFailed: (undo as Error).message }));
+      // The hosts go back into the lease unless the calendar holds them lent (then the retry or the workflow's reconcile
+      // records them); should the check or the put-back fail too, the lend's own error is what the caller gets.
+      await lendingsOfRequest(deps.pool, request.lendingId)
+        .then(putBackUnlent)
+        .catch((undo: unknown) => ctx.reportProgress({ putBackFailed: (undo as Error).message }));
       throw err;
     }
+    // An overlapping try lent under this id first: the calendar answers its rows, and the hosts this try fenced beside them go back.
+    await putBackUnlent(lent).catch((undo: unknown) => ctx.reportProgress({ putBackFailed: (undo as Error).message }));
+    return named(lent); // outside the try: once the calendar committed, a failure here must not put lent hosts back
   }
 
   /**
@@ -420,6 +436,7 @@ export function physicalHostPlugin(deps: PhysicalHostDeps): ResourcePlugin<Physi
       return rows.length > 0 ? lentHostsOf(ctx, rows) : undefined;
     },
     reclaimingHosts: (ctx) => calendar.reclaimingHosts(ctx.reservation.id),
+    putBackFenced: async (ctx) => (deps.cloud === 'calendar-only' ? [] : putFencedHostsBack(deps.cloud().nova, await move(ctx))),
     lentHostsFree: (ctx, hostIds) => calendar.lentHostsFree(ctx.reservation.id, hostIds),
     returnLentHosts,
     async placementOf(ctx) {

@@ -6,6 +6,7 @@
  * keeps what differs: its resources and requests, its order of preference, how an active lease
  * changes, and its words.
  */
+import { askedLeadMs } from '../../domain/lending';
 import type { PoolClient } from 'pg';
 import type { Calendar } from '../../domain/calendar';
 import { formatMessageDate as when } from '../../domain/dates';
@@ -125,6 +126,9 @@ export abstract class WholeResourceCalendar<Resource extends { id: string }, Boo
     // A regular ask counts preemptible bookings as free (issue 43); a preemptible one does not.
     const withoutPreemptible = this.preemptibleAsFree(reservations);
     const lentAsFree = this.lentAsFree(reservations);
+    // As admission: a preemptible ask's lead from now at the earliest, reckoned at the search's start (a fit found
+    // within the lead after it has a longer lead at admission: held or not, admission has the last word).
+    leadMs = askedLeadMs(lentAsFree, leadMs, start, Date.now());
     const read = (until: number | null, merged: boolean) => this.snapshot(this.pool, candidates, start, until, leadMs, true, merged ? gapsBelow : undefined, withoutPreemptible, lentAsFree);
     const reads = limits?.reads;
     const key = (merged: boolean) => `${this.nouns}:${leadMs}:${merged ? gapsBelow : 'all'}:${withoutPreemptible ? 'regular' : 'preemptible'}:${candidates.map((c) => c.id).join(',')}`;

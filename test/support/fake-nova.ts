@@ -1,0 +1,78 @@
+/**
+ * Nova's aggregates and servers in memory, for the physical-host plugin's lend, ends and moves
+ * (test/host-lending-end.test.ts, test/host-lending.test.ts): what they list, delete, image and move.
+ */
+import type { GlanceClient } from '../../src/openstack';
+
+/** A Glance with no images, whose waits end at once. */
+export const glance = { listImages: () => Promise.resolve([]), waitForImage: () => Promise.resolve() } as unknown as GlanceClient;
+
+export interface FakeServer {
+  id: string;
+  name: string;
+  host: string;
+  project: string;
+}
+
+/** Nova's aggregates and servers in memory. */
+export class FakeNova {
+  readonly aggregates: Array<{ id: number; name: string; hosts: string[]; metadata: Record<string, string>; availability_zone?: string }> = [];
+  /** A host whose server listing fails (a Nova error in the middle of a lend). */
+  failListingOn?: string;
+  /** Called after each server listing of a host (a lend's look at a fenced host). */
+  afterListing?: (host: string) => void;
+  /** Each aggregate membership change, as `add host` or `remove host`. */
+  readonly moves: string[] = [];
+  servers: FakeServer[] = [];
+  readonly imaged: string[] = [];
+
+  aggregate(name: string, hosts: string[], metadata: Record<string, string> = {}, zone?: string) {
+    this.aggregates.push({ id: this.aggregates.length + 1, name, hosts, metadata, ...(zone ? { availability_zone: zone } : {}) });
+  }
+  private find(id: number | string) {
+    const found = this.aggregates.find((a) => a.id === Number(id));
+    if (!found) throw new Error(`no aggregate ${id}`);
+    return found;
+  }
+  listAggregates() {
+    return Promise.resolve(this.aggregates.map((a) => ({ ...a, hosts: [...a.hosts] })));
+  }
+  getAggregate(id: number | string) {
+    return Promise.resolve({ ...this.find(id), hosts: [...this.find(id).hosts] });
+  }
+  setAggregateMetadata(id: number | string, metadata: Record<string, string>) {
+    Object.assign(this.find(id).metadata, metadata);
+    return this.getAggregate(id);
+  }
+  addHostToAggregate(id: number | string, host: string) {
+    this.moves.push(`add ${host}`);
+    if (!this.find(id).hosts.includes(host)) this.find(id).hosts.push(host);
+    return this.getAggregate(id);
+  }
+  removeHostFromAggregate(id: number | string, host: string) {
+    this.moves.push(`remove ${host}`);
+    this.find(id).hosts = this.find(id).hosts.filter((h) => h !== host);
+    return this.getAggregate(id);
+  }
+  deleteAggregate(id: number | string) {
+    this.aggregates.splice(this.aggregates.indexOf(this.find(id)), 1);
+    return Promise.resolve();
+  }
+  listServers(filter: { host?: string; project_id?: string }) {
+    if (filter.host === this.failListingOn) return Promise.reject(new Error('Nova is down'));
+    const servers = this.servers.filter((s) => s.host === filter.host && (filter.project_id === undefined || s.project === filter.project_id));
+    if (filter.host !== undefined) this.afterListing?.(filter.host);
+    return Promise.resolve(servers.map((s) => ({ id: s.id, name: s.name, status: 'ACTIVE', 'OS-EXT-STS:task_state': null })));
+  }
+  deleteServer(id: string) {
+    this.servers = this.servers.filter((s) => s.id !== id);
+    return Promise.resolve();
+  }
+  createImage(serverId: string) {
+    this.imaged.push(serverId);
+    return Promise.resolve({ imageId: `image-${serverId}` });
+  }
+  waitForServer() {
+    return Promise.resolve();
+  }
+}
