@@ -374,15 +374,17 @@ export class InstanceSlotCalendar implements Calendar<InstanceCalendarTypes> {
         cut.length = 0;
         const open = await lockSlotLendingsForReclaim(client, request.reservationId);
         const done = open.filter((g) => request.lentRowIds.includes(g.id) && g.reclaimed_ms !== null);
-        if (done.length > 0) {
-          const inside = await borrowedSlotsOfLendings(client, done.map((g) => g.id), false);
-          return done.map((g) => ({ lendingRowId: g.id, returnsAtMs: g.end_ms, borrowed: inside.some((b) => b.lending_row_id === g.id) }));
-        }
+        if (done.length > 0) return (await asReclaimedSlots(client, done)).map(({ hostId, ...g }) => ({ lendingRowId: hostId, ...g }));
         return (await this.reclaimIn(client, request, cut)).map((g) => ({ lendingRowId: g.lendingRowId, returnsAtMs: g.returnsAtMs, borrowed: g.borrowedMs > 0 }));
       },
       { retryOn: isDeadlockOrSerialization },
     );
     return { taken, cut: [...cut] };
+  }
+
+  /** The reservation's lendings being reclaimed and not back yet, as a reclaim answers them (each row as a host: a reclaim whose answer was lost). */
+  async reclaimingSlots(reservationId: string): Promise<Array<{ hostId: string; returnsAtMs: number; borrowed: boolean }>> {
+    return asReclaimedSlots(this.pool, (await openSlotLendingsOf(this.pool, reservationId)).filter((g) => g.reclaimed_ms !== null));
   }
 
   /** Whether no borrower lease that began in these lendings of the reservation is still to end. */
@@ -912,4 +914,10 @@ export function giveUp(current: ReadonlyMap<string, number>, amount: number, inU
 
 function describeSlot(request: SlotRequest): string {
   return `${request.slot.VCPU} vCPU, ${request.slot.MEMORY_MB} MiB, ${request.slot.DISK_GB} GiB`;
+}
+
+/** Lendings being reclaimed as a reclaim answers them: each row (standing for its host), its return, and whether anyone borrowed in it. */
+async function asReclaimedSlots(db: Pool | PoolClient, lendings: SlotLending[]): Promise<Array<{ hostId: string; returnsAtMs: number; borrowed: boolean }>> {
+  const inside = await borrowedSlotsOfLendings(db, lendings.map((g) => g.id), false);
+  return lendings.map((g) => ({ hostId: g.id, returnsAtMs: g.end_ms, borrowed: inside.some((b) => b.lending_row_id === g.id) }));
 }

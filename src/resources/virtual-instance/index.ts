@@ -231,6 +231,16 @@ export function slotReservationPlugin<P extends SlotParams>(type: SlotType<P>, d
     return perHost;
   }
 
+  /** A lend request's lending rows as the lend answers them: one entry per row (its host, by name), its slots, and when it began. */
+  async function lentSlotsOf(ctx: HookContext<P>, rows: SlotLending[]): Promise<LentHosts> {
+    const names = new Map((await slotHostsEver(deps.pool, ctx.reservation.id)).map((h) => [h.providerUuid, h.name]));
+    return {
+      hosts: rows.map((g) => ({ id: g.id, name: names.get(g.provider_uuid) ?? g.provider_uuid })),
+      slots: rows.map((g) => g.slots),
+      lentAtMs: Math.min(...rows.map((g) => g.start_ms)),
+    };
+  }
+
   /**
    * Lending (issue 43): `count` slots no server of the reservation's flavor uses, from the hosts
    * with the most lendable first. In the cloud each host's inventory is lowered first
@@ -241,12 +251,7 @@ export function slotReservationPlugin<P extends SlotParams>(type: SlotType<P>, d
    * records each row (one per host) as a host of the lending: what a reclaim and a return name.
    */
   async function lend(ctx: HookContext<P>, request: LendHostsRequest): Promise<LentHosts> {
-    const names = new Map((await slotHostsEver(deps.pool, ctx.reservation.id)).map((h) => [h.providerUuid, h.name]));
-    const named = (rows: SlotLending[]): LentHosts => ({
-      hosts: rows.map((g) => ({ id: g.id, name: names.get(g.provider_uuid) ?? g.provider_uuid })),
-      slots: rows.map((g) => g.slots),
-      lentAtMs: Math.min(...rows.map((g) => g.start_ms)),
-    });
+    const named = (rows: SlotLending[]) => lentSlotsOf(ctx, rows);
     const earlier = await slotLendingsOfRequest(deps.pool, request.lendingId);
     if (earlier.length > 0) return named(earlier);
     const placement = await calendar.placement(ctx.reservation.id);
@@ -448,6 +453,11 @@ export function slotReservationPlugin<P extends SlotParams>(type: SlotType<P>, d
       const { taken, cut } = await calendar.reclaim({ reservationId: ctx.reservation.id, count: request.count, neededFromMs: request.neededFromMs, lentRowIds: request.lentHostIds });
       return { hosts: taken.map((g) => ({ hostId: g.lendingRowId, returnsAtMs: g.returnsAtMs, borrowed: g.borrowed })), cut };
     },
+    async lentBy(ctx, lendingId) {
+      const rows = await slotLendingsOfRequest(deps.pool, lendingId);
+      return rows.length > 0 ? lentSlotsOf(ctx, rows) : undefined;
+    },
+    reclaimingHosts: (ctx) => calendar.reclaimingSlots(ctx.reservation.id),
     lentHostsFree: (ctx, lendingRowIds) => calendar.lentSlotsFree(ctx.reservation.id, lendingRowIds),
     returnLentHosts: returnLentSlots,
 
