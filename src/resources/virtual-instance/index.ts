@@ -24,7 +24,7 @@ import { activeReservationsOfType } from '../../db/leases';
 import { providersRefreshedAt, slotHostsEver } from '../../db/quantity-allocations';
 import { slotLendingsOfRequest, type SlotLending } from '../../db/quantity-lendings';
 import type { Pool } from '../../db/pool';
-import { OpenStackConfigError, serverHost, type GlanceClient, type NovaClient } from '../../openstack';
+import { OpenStackConfigError, serverHost, type GlanceClient, type NovaClient, type PlacementClient } from '../../openstack';
 import { beforeEndAction, refuseNotifyWithoutEndpoint, type BeforeEndAction, type beforeEndParam } from '../shared/params';
 import { DEFAULT_SERVER_DELETE_TIMEOUT_MS, failIfDeletionOverdue } from '../shared/server-deletion';
 import { snapshotServers } from '../shared/server-snapshots';
@@ -249,19 +249,26 @@ export function slotReservationPlugin<P extends SlotParams>(type: SlotType<P>, d
    * with `idle`). Calendar-only: every slot not lent is idle. Then the lendings, in the calendar,
    * with what each host lowered. A retry (same `lendingId`) answers the rows it made. The lease
    * records each row (one per host) as a host of the lending: what a reclaim and a return name.
+   * Once lent (now or by an earlier attempt), every host's inventory is written as inventoryOf
+   * says: an attempt given up on may have lowered a host its retry did not lend, or put one back.
    */
   async function lend(ctx: HookContext<P>, request: LendHostsRequest): Promise<LentHosts> {
-    const named = (rows: SlotLending[]) => lentSlotsOf(ctx, rows);
+    const clients = cloud();
+    const settled = async (rows: SlotLending[]): Promise<LentHosts> => {
+      if (clients) await writeInventory(clients.placement, ctx.reservation.id);
+      return lentSlotsOf(ctx, rows);
+    };
     const earlier = await slotLendingsOfRequest(deps.pool, request.lendingId);
-    if (earlier.length > 0) return named(earlier);
+    if (earlier.length > 0) return settled(earlier);
     const placement = await calendar.placement(ctx.reservation.id);
     const expected = (await inventoryOf(ctx.reservation.id, placement)).sort((a, b) => b.slots - a.slots || a.computeNodeUuid.localeCompare(b.computeNodeUuid));
     const total = placement.reduce((n, p) => n + p.slots, 0);
     const refuse = (idle: number) =>
       leaseConflict(`Only ${idle} of the ${total} instance slots of reservation ${ctx.reservation.id} can be lent now: the others run servers or are lent already.`, { idle });
-    const clients = cloud();
     const lowered = new Map<string, number>();
     const putBack = async () => {
+      // A lend that committed (its answer lost, or by an attempt beside this one) keeps its hosts lowered.
+      if ((await slotLendingsOfRequest(deps.pool, request.lendingId)).length > 0) return;
       for (const host of expected.filter((h) => lowered.has(h.computeNodeUuid))) await setReservationSlots(clients!.placement, host, ctx.reservation.id);
     };
     if (!clients) {
@@ -272,6 +279,7 @@ export function slotReservationPlugin<P extends SlotParams>(type: SlotType<P>, d
       let left = request.count;
       try {
         for (const host of expected) {
+          ctx.signal?.throwIfAborted();
           const outcome = await lendSlotsOnHost(clients.placement, { ...host, expected: host.slots }, ctx.reservation.id, left);
           idle += outcome.idle;
           if (outcome.lent > 0) lowered.set(host.computeNodeUuid, outcome.lent);
@@ -287,8 +295,10 @@ export function slotReservationPlugin<P extends SlotParams>(type: SlotType<P>, d
         throw refuse(idle);
       }
     }
+    let lent: SlotLending[];
     try {
-      const lent = await calendar.lend({
+      ctx.signal?.throwIfAborted();
+      lent = await calendar.lend({
         lendingId: request.lendingId,
         reservationId: ctx.reservation.id,
         leaseId: ctx.leaseId,
@@ -298,12 +308,17 @@ export function slotReservationPlugin<P extends SlotParams>(type: SlotType<P>, d
         untilMs: request.untilMs,
         ...(clients ? { perProvider: lowered } : {}),
       });
-      return named(lent);
     } catch (err) {
       // The slots go back to the lessee; should that fail too, the lend's own error is what the caller gets.
       if (clients) await putBack().catch((undo: unknown) => ctx.reportProgress({ putBackFailed: (undo as Error).message }));
       throw err;
     }
+    return settled(lent);
+  }
+
+  /** The reservation's inventory on every host it holds slots on written as inventoryOf says (absolute: lent slots out, the rest in). */
+  async function writeInventory(placement: PlacementClient, reservationId: string): Promise<void> {
+    for (const host of await inventoryOf(reservationId, await calendar.placement(reservationId))) await setReservationSlots(placement, host, reservationId);
   }
 
   /**
