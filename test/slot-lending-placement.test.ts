@@ -15,7 +15,7 @@ import { InstanceSlotCalendar, VIRTUAL_INSTANCE } from '../src/resources/virtual
 import { reservationProviderName, reservationResourceClass } from '../src/resources/virtual-instance/nova-resources';
 import { virtualInstanceParams } from '../src/resources/virtual-instance/params';
 import { virtualInstance, virtualInstancePlugin } from '../src/resources/virtual-instance';
-import { pendingReservation, reservationContext } from '../dev-stack/fixtures/builders';
+import { pendingReservation, refusal, reservationContext } from '../dev-stack/fixtures/builders';
 import { useMigratedTestDatabase } from '../dev-stack/db';
 import { insertHost } from '../dev-stack/fixtures/hosts';
 
@@ -177,5 +177,14 @@ describe('the slot lend hook and the lender\'s Placement inventory', () => {
     placement.beforeWrite = () => undefined;
     expect((await database().pool.query('SELECT 1 FROM quantity_lendings')).rows).toEqual([]);
     expect(inventory()).toBe(2);
+  });
+
+  it('a refused lend whose put-back fails answers the 409 with its idle slots, and reports the put-back', async () => {
+    // One server holds a slot: of 2 asked, 1 is lowered, then put back (which fails).
+    placement.providers.values().next().value!.usages[resourceClass] = 1;
+    placement.failRaises = true;
+    const refused = await refusal(lend(2));
+    expect([refused.type, refused.details?.[0]]).toEqual(['LeaseConflict', { idle: 1 }]);
+    expect(progress).toEqual([{ putBackFailed: 'Placement is unreachable' }]);
   });
 });

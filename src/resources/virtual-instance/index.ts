@@ -266,6 +266,8 @@ export function slotReservationPlugin<P extends SlotParams>(type: SlotType<P>, d
     const refuse = (idle: number) =>
       leaseConflict(`Only ${idle} of the ${total} instance slots of reservation ${ctx.reservation.id} can be lent now: the others run servers or are lent already.`, { idle });
     const lowered = new Map<string, number>();
+    // A put-back that fails is reported; the lend's own answer (its error, or the 409) is what the caller gets.
+    const putBackFailed = (undo: unknown) => ctx.reportProgress({ putBackFailed: (undo as Error).message });
     const putBack = async () => {
       // A lend that committed (its answer lost, or by an attempt beside this one) keeps its hosts lowered.
       if ((await slotLendingsOfRequest(deps.pool, request.lendingId)).length > 0) return;
@@ -287,11 +289,11 @@ export function slotReservationPlugin<P extends SlotParams>(type: SlotType<P>, d
           if (left === 0) break;
         }
       } catch (err) {
-        await putBack().catch((undo: unknown) => ctx.reportProgress({ putBackFailed: (undo as Error).message }));
+        await putBack().catch(putBackFailed);
         throw err;
       }
       if (left > 0) {
-        await putBack();
+        await putBack().catch(putBackFailed);
         throw refuse(idle);
       }
     }
@@ -309,8 +311,8 @@ export function slotReservationPlugin<P extends SlotParams>(type: SlotType<P>, d
         ...(clients ? { perProvider: lowered } : {}),
       });
     } catch (err) {
-      // The slots go back to the lessee; should that fail too, the lend's own error is what the caller gets.
-      if (clients) await putBack().catch((undo: unknown) => ctx.reportProgress({ putBackFailed: (undo as Error).message }));
+      // The slots go back to the lessee.
+      if (clients) await putBack().catch(putBackFailed);
       throw err;
     }
     return settled(lent);
