@@ -180,11 +180,29 @@ describe('the slot lend hook and the lender\'s Placement inventory', () => {
   });
 
   it('a refused lend whose put-back fails answers the 409 with its idle slots, and reports the put-back', async () => {
-    // One server holds a slot: of 2 asked, 1 is lowered, then put back (which fails).
+    // A server Nova does not list yet holds a slot in Placement: of 2 asked, 1 is lowered, then put back (which fails).
     placement.providers.values().next().value!.usages[resourceClass] = 1;
     placement.failRaises = true;
     const refused = await refusal(lend(2));
     expect([refused.type, refused.details?.[0]]).toEqual(['LeaseConflict', { idle: 1 }]);
     expect(progress).toEqual([{ putBackFailed: 'Placement is unreachable' }]);
+  });
+
+  it('counts the servers Placement does not see as using slots: a shelved-offloaded server\'s and a building one\'s slots are not lent', async () => {
+    // Neither holds an allocation: Placement sees both slots idle.
+    servers = [
+      { id: 'shelved', status: 'SHELVED_OFFLOADED', 'OS-EXT-SRV-ATTR:host': null },
+      { id: 'failed', status: 'ERROR', 'OS-EXT-SRV-ATTR:host': null },
+    ];
+    const refused = await refusal(lend(2));
+    expect([refused.type, refused.details?.[0]]).toEqual(['LeaseConflict', { idle: 1 }]);
+    expect(inventory()).toBe(2);
+    servers.push({ id: 'building', status: 'BUILD', 'OS-EXT-SRV-ATTR:host': null });
+    expect((await refusal(lend(1))).details?.[0]).toEqual({ idle: 0 });
+    expect(inventory()).toBe(2);
+    servers = servers.filter((s) => s.id !== 'building');
+    // The failed one holds none: one slot is lent.
+    expect((await lend(1)).slots).toEqual([1]);
+    expect(inventory()).toBe(1);
   });
 });

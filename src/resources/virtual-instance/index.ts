@@ -209,12 +209,20 @@ export function slotReservationPlugin<P extends SlotParams>(type: SlotType<P>, d
   };
 
   /**
+   * The servers of the reservation's flavor that hold one of its slots, whether Placement counts
+   * them or not (a shelved-offloaded server, or one building before its claim, holds no allocation
+   * but gets its slot back): all but those that failed to schedule (ERROR, no host).
+   */
+  async function serversHoldingSlots(nova: NovaClient, reservationId: string) {
+    return (await serversOfFlavor(nova, reservationId)).filter((s) => s.status !== 'ERROR' || serverHost(s) !== null);
+  }
+
+  /**
    * An active reservation shrinking: never below the servers its flavor runs (409), and the slots
    * it keeps are where they run (host id → servers).
    */
   async function serversInUse(ctx: ReservationContext<P>, nova: NovaClient, current: SlotPlacement[], amount: number): Promise<Map<string, number>> {
-    // A server that failed to schedule (ERROR, no host) holds no slot.
-    const servers = (await serversOfFlavor(nova, ctx.reservation.id)).filter((s) => s.status !== 'ERROR' || serverHost(s) !== null);
+    const servers = await serversHoldingSlots(nova, ctx.reservation.id);
     const held = current.reduce((n, p) => n + p.slots, 0);
     // Only a shrink is checked: the same or more slots (a refused update put back) never are.
     if (amount < held && servers.length > amount) {
@@ -277,6 +285,9 @@ export function slotReservationPlugin<P extends SlotParams>(type: SlotType<P>, d
       const idle = expected.reduce((n, h) => n + h.slots, 0);
       if (idle < request.count) throw refuse(idle);
     } else {
+      // Placement's usage misses servers that hold no allocation now: none of the slots they come back to is lent.
+      const lendable = Math.max(0, expected.reduce((n, h) => n + h.slots, 0) - (await serversHoldingSlots(clients.nova, ctx.reservation.id)).length);
+      if (lendable < request.count) throw refuse(lendable);
       let idle = 0;
       let left = request.count;
       try {
@@ -294,7 +305,7 @@ export function slotReservationPlugin<P extends SlotParams>(type: SlotType<P>, d
       }
       if (left > 0) {
         await putBack().catch(putBackFailed);
-        throw refuse(idle);
+        throw refuse(Math.min(idle, lendable));
       }
     }
     let lent: SlotLending[];
