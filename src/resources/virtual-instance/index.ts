@@ -395,7 +395,7 @@ export function slotReservationPlugin<P extends SlotParams>(type: SlotType<P>, d
       const { instance } = await specOf(ctx);
       // Made at admission; made again here if an operator removed them meanwhile.
       const resources = await ensureReservationResources(clients, lesseeNova(ctx), instance);
-      await openSlots(clients, instance, hostSlots(placement), [], ctx.reportProgress);
+      await openSlots(clients, instance, await inventoryOf(ctx.reservation.id, placement), [], ctx.reportProgress);
       return { allocation: { ...resources, ...shown(placement) } };
     },
 
@@ -512,7 +512,9 @@ export function slotReservationPlugin<P extends SlotParams>(type: SlotType<P>, d
           continue;
         }
         try {
-          await openSlots(clients, { reservationId, projectId }, booked, await slotHostsOf(reservationId), () => undefined);
+          // Read again: a lend or a return may have moved it during slotDrift's Placement reads.
+          const now = await inventoryOf(reservationId, await calendar.placement(reservationId));
+          await openSlots(clients, { reservationId, projectId }, now, await slotHostsOf(reservationId), () => undefined);
           check.repaired.push(line);
         } catch (err) {
           check.reported.push(`${line} (not repaired: ${(err as Error).message})`);
