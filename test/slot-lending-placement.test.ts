@@ -205,4 +205,13 @@ describe('the slot lend hook and the lender\'s Placement inventory', () => {
     expect((await lend(1)).slots).toEqual([1]);
     expect(inventory()).toBe(1);
   });
+
+  it('counts the slots that could be lent now for the lend suggestion: not lent, no server of the flavor on them', async () => {
+    const idle = () => plugin().idleHosts!(lender);
+    expect(await idle()).toBe(2);
+    servers = [{ id: 'shelved', status: 'SHELVED_OFFLOADED', 'OS-EXT-SRV-ATTR:host': null }];
+    expect(await idle()).toBe(1);
+    await lend(1);
+    expect(await idle()).toBe(0);
+  });
 });

@@ -486,6 +486,13 @@ export function slotReservationPlugin<P extends SlotParams>(type: SlotType<P>, d
       return rows.length > 0 ? lentSlotsOf(ctx, rows) : undefined;
     },
     reclaimingHosts: (ctx) => calendar.reclaimingSlots(ctx.reservation.id),
+    /** The slots that could be lent now (the suggestion's count): as the lend counts them; without a cloud it cannot tell (none). */
+    async idleHosts(ctx) {
+      const clients = cloud();
+      if (!clients) return 0;
+      const notLent = (await inventoryOf(ctx.reservation.id, await calendar.placement(ctx.reservation.id))).reduce((n, h) => n + h.slots, 0);
+      return Math.max(0, notLent - (await serversHoldingSlots(clients.nova, ctx.reservation.id)).length);
+    },
     lentHostsFree: (ctx, lendingRowIds) => calendar.lentSlotsFree(ctx.reservation.id, lendingRowIds),
     returnLentHosts: returnLentSlots,
 
