@@ -12,7 +12,7 @@ import { slotLendingsOfRequest } from '../src/db/quantity-lendings';
 import { ConflictError, type NovaClient, type PlacementClient } from '../src/openstack';
 import { COMPUTE_KIND } from '../src/resources/shared/compute-providers';
 import { InstanceSlotCalendar, VIRTUAL_INSTANCE } from '../src/resources/virtual-instance/calendar';
-import { reservationProviderName, reservationResourceClass } from '../src/resources/virtual-instance/nova-resources';
+import { lendSlotsOnHost, reservationProviderName, reservationResourceClass } from '../src/resources/virtual-instance/nova-resources';
 import { virtualInstanceParams } from '../src/resources/virtual-instance/params';
 import { virtualInstance, virtualInstancePlugin } from '../src/resources/virtual-instance';
 import { pendingReservation, refusal, reservationContext } from '../dev-stack/fixtures/builders';
@@ -31,6 +31,8 @@ class MemoryPlacement {
   readonly providers = new Map<string, { uuid: string; name: string; generation: number; inventories: Record<string, Inventory>; usages: Record<string, number>; traits: string[] }>();
   /** When set, a write that raises some class's total fails (a Placement gone while putting slots back). */
   failRaises = false;
+  /** Runs after each usage read (a test's hook: a server scheduled meanwhile). */
+  afterUsageRead: () => void = () => undefined;
   /** Runs before each write (a test's hook: an attempt given up on meanwhile). */
   beforeWrite: () => void = () => undefined;
 
@@ -63,7 +65,9 @@ class MemoryPlacement {
     return Promise.resolve({ inventories: structuredClone(provider.inventories), resource_provider_generation: provider.generation });
   }
   getProviderUsages(uuid: string) {
-    return Promise.resolve({ usages: { ...this.byUuid(uuid).usages } });
+    const usages = { ...this.byUuid(uuid).usages };
+    this.afterUsageRead();
+    return Promise.resolve({ usages });
   }
   putInventories(uuid: string, generation: number, inventories: Record<string, Inventory>) {
     const provider = this.guard(uuid, generation);
@@ -213,5 +217,20 @@ describe('the slot lend hook and the lender\'s Placement inventory', () => {
     expect(await idle()).toBe(1);
     await lend(1);
     expect(await idle()).toBe(0);
+  });
+
+  it('a host whose inventory is already as the lend would write it is still written under its generation: a server scheduled meanwhile is seen', async () => {
+    const [provider] = placement.providers.values();
+    provider.inventories[resourceClass].total = 1; // lowered by something else than this lend
+    let scheduled = false;
+    placement.afterUsageRead = () => {
+      if (scheduled) return;
+      scheduled = true;
+      provider.usages[resourceClass] = 1;
+      provider.generation++;
+    };
+    const host = { computeHost: HOST, hypervisorHostname: HOST, computeNodeUuid: randomUUID(), slots: 2, expected: 2 };
+    // Read again after the write failed on the moved generation: one slot idle, not two.
+    expect(await lendSlotsOnHost(placement as unknown as PlacementClient, host, lender.reservation.id, 1)).toEqual({ idle: 1, lent: 1 });
   });
 });
