@@ -3,7 +3,7 @@
  * lend, a partial reclaim splitting a lending, when lent hosts are due back, and the end closing them.
  */
 import type { Lease, ReservationLending } from '../src/domain/lease';
-import { afterReclaim, lendCandidateCount, lendingDueMs, lendRefusal, lentCount, lentHostIds, reclaimedBy, withLendingsReturned } from '../src/domain/lending';
+import { afterReclaim, asReclaimedLendings, borrowedMsInside, lendCandidateCount, lendingDueMs, lendRefusal, lentCount, lentHostIds, reclaimedBy, withLendingsReturned } from '../src/domain/lending';
 import { defaultReclaimNeed } from '../src/domain/preemption';
 import { pendingReservation } from '../dev-stack/fixtures/builders';
 import { lendTimeoutMs, lendTotalMs } from '../workflows/lease/activity-options';
@@ -104,6 +104,27 @@ describe('what a reclaim whose answer was lost took (reclaimedBy)', () => {
     expect(reclaimedBy(recorded, [sooner], [], 4_000)).toEqual([sooner]);
     expect(reclaimedBy(recorded, [sooner], [])).toEqual([]); // no need given: no sooner reclaim
     expect(reclaimedBy(recorded, [sooner], [], 3_000)).toEqual([]); // not this reclaim's need
+  });
+});
+
+describe('what a lending held, for hosts and slots alike', () => {
+  it('counts a borrower\'s time inside its lending only, clipped to the lending\'s window', () => {
+    const lent = { id: '7', start_ms: 1_000, end_ms: 9_000 };
+    const inside = [
+      { lending_row_id: '7', start_ms: 500, end_ms: 3_000 }, // began before the lending (a lead): 2 000 inside
+      { lending_row_id: '7', start_ms: 4_000, end_ms: 12_000 }, // past its end: 5 000 inside
+      { lending_row_id: '8', start_ms: 1_000, end_ms: 9_000 }, // another lending's
+      { lending_row_id: '7', start_ms: 9_500, end_ms: 10_000 }, // wholly after it
+    ];
+    expect(borrowedMsInside(lent, inside)).toBe(7_000);
+  });
+
+  it('answers reclaimed lendings by their host (or row), back at their end, borrowed when someone is inside', () => {
+    const lendings = [{ id: '7', host_id: '3', end_ms: 5_000 }, { id: '8', host_id: '4', end_ms: 6_000 }];
+    expect(asReclaimedLendings(lendings, [{ lending_row_id: '8' }], (g) => g.host_id)).toEqual([
+      { hostId: '3', returnsAtMs: 5_000, borrowed: false },
+      { hostId: '4', returnsAtMs: 6_000, borrowed: true },
+    ]);
   });
 });
 

@@ -8,6 +8,7 @@
  * never names the borrower; Blazar's error bodies for what cannot be lent or reclaimed.
  */
 import { randomUUID } from 'node:crypto';
+import { ApplicationFailure } from '@temporalio/common';
 import { syncCapacityProviders } from '../src/db/quantity-allocations';
 import { COMPUTE_KIND } from '../src/resources/shared/compute-providers';
 import { virtualInstancePlugin } from '../src/resources/virtual-instance';
@@ -24,7 +25,7 @@ const WARNING_SECONDS = 60;
 const EVICTION_SECONDS = 5;
 // Each host takes 2 slots of 4 vCPUs.
 const CAPACITY = { VCPU: 8, MEMORY_MB: 16_384, DISK_GB: 100 };
-const POOLS = ['lend', 'back', 'del', 'bad'] as const;
+const POOLS = ['lend', 'back', 'del', 'bad', 'lost'] as const;
 
 describe('lending an instance lease\'s idle slots', () => {
   let receiver: WebhookReceiver;
@@ -41,8 +42,26 @@ describe('lending an instance lease\'s idle slots', () => {
       LK_PREEMPT_WARNING_MINUTES: String(WARNING_SECONDS / 60),
       LK_PREEMPT_EVICTION_SECONDS: String(EVICTION_SECONDS),
     },
-    withPool: (pool) => [virtualInstancePlugin({ pool, settings: { cleaningMs: 0 }, cloud: 'calendar-only' })],
+    withPool: (pool) => {
+      const slots = virtualInstancePlugin({ pool, settings: { cleaningMs: 0 }, cloud: 'calendar-only' });
+      // While set, a lend's and a reclaim's answer is lost after they acted (their activity fails).
+      const losing: typeof slots = {
+        ...slots,
+        async lend(ctx, request) {
+          const lent = await slots.lend!(ctx, request);
+          if (loseAnswers) throw ApplicationFailure.nonRetryable('the lend\'s answer was lost', 'LostAnswer');
+          return lent;
+        },
+        async reclaim(ctx, request) {
+          const taken = await slots.reclaim!(ctx, request);
+          if (loseAnswers) throw ApplicationFailure.nonRetryable('the reclaim\'s answer was lost', 'LostAnswer');
+          return taken;
+        },
+      };
+      return [losing];
+    },
   }));
+  let loseAnswers = false;
   const asA = apiClient(() => stack().url, { 'x-project-id': 'project-lender', 'x-user-id': 'alice', 'x-roles': 'member' });
   const asB = apiClient(() => stack().url, { 'x-project-id': 'project-borrower', 'x-user-id': 'bob', 'x-roles': 'member' });
   const slotsIn = (pool: string, fields: Record<string, unknown> = {}) => ({
@@ -159,6 +178,31 @@ describe('lending an instance lease\'s idle slots', () => {
     expect(instances.borrowed_credit?.vcpu_hours ?? 0).toBeCloseTo((row.borrowed_ms! * 4 * report.preemptible_charge_factor) / 3_600_000, 3);
     // Back with the lessee: idle again, so lent again.
     expect((await asA('POST', `/v1/leases/${lender.id}/lend`, { count: 2, until: inSeconds(3600) })).status).toBe(200);
+  });
+
+  it('records a slot lend and reclaim whose answers were lost after they acted: the lending as lent, its slots as reclaiming, and they come back', async () => {
+    const lender = await activeLease(asA, 'slot-lender-lost', 2 * 3600, slotsIn('lost', { amount: 2 }));
+    const { pool } = stack().db;
+    loseAnswers = true;
+    try {
+      const lent = await asA('POST', `/v1/leases/${lender.id}/lend`, { count: 1, until: inSeconds(3600) });
+      expect([lent.status, lent.body.error_message]).toEqual([200, undefined]);
+      const [lending] = lent.body.lease.reservations[0].lendings;
+      expect(lending).toMatchObject({ hosts: ['slots-lost'], slots: 1, state: 'lent' });
+      // What the calendar lent under that lending id, no more.
+      expect((await pool.query('SELECT lending_id::text, slots FROM quantity_lendings WHERE lease_id = $1', [lender.id])).rows).toEqual([{ lending_id: lending.id, slots: 1 }]);
+
+      const borrower = await activeLease(asB, 'slot-borrower-lost', 1800, slotsIn('lost', { preemptible: true }));
+      const reclaimed = await asA('POST', `/v1/leases/${lender.id}/reclaim`, { needed_at: inSeconds(0) });
+      expect([reclaimed.status, reclaimed.body.error_message]).toEqual([200, undefined]);
+      expect(reclaimed.body.lease.reservations[0].lendings).toEqual([expect.objectContaining({ id: lending.id, hosts: ['slots-lost'], slots: 1, state: 'reclaiming', borrowed: true })]);
+      // The cut stands: the borrower ends, and the slot comes back to the lender.
+      await eventually(async () => ((await leaseOf(borrower.id, asB)).status === 'TERMINATED' ? true : undefined));
+      await eventually(async () => ((await lendingsOf(lender.id))[0].state === 'returned' ? true : undefined));
+      expect((await lendingRowsOf(lender.id)).map((g) => g.returned_ms !== null)).toEqual([true]);
+    } finally {
+      loseAnswers = false;
+    }
   });
 
   it('a lender deleted while lending warns its borrower as reclaimed, and the slot is free once the borrower is out', async () => {

@@ -155,6 +155,27 @@ export async function lendingsInWindow(db: Queryable, window: { fromMs: number; 
   return rows;
 }
 
+/** The columns of a lending row both lending stores' meters select (quantity-lendings.ts reads its own table into it). */
+export interface MeteredLendingRow {
+  id: string;
+  project_id: string;
+  start_ms: number;
+  until_ms: number;
+  returned_ms: number | null;
+  /** Text (a bigint sum); null until returned. */
+  borrowed_ms: string | null;
+}
+
+/** The usage meter's view of a lending row: what hosts' and slots' lendings share (a slot lending adds what it lends). */
+export const meteredLendingOf = (r: MeteredLendingRow): MeteredLending => ({
+  id: r.id,
+  projectId: r.project_id,
+  startMs: r.start_ms,
+  untilMs: r.until_ms,
+  returnedMs: r.returned_ms,
+  borrowedMs: r.borrowed_ms === null ? null : Number(r.borrowed_ms),
+});
+
 /**
  * The lendings (of `projectId`'s leases, or all) that were lent during `span` or returned within it,
  * `batchSize` at a time by id (a report over every lending never holds them all at once).
@@ -162,7 +183,7 @@ export async function lendingsInWindow(db: Queryable, window: { fromMs: number; 
 export async function* meteredLendingBatches(db: Queryable, filter: { projectId?: string; span: { startMs: number; endMs: number } }, batchSize = 500): AsyncGenerator<MeteredLending[]> {
   let after = '0';
   for (;;) {
-    const { rows } = await db.query<{ id: string; project_id: string; start_ms: number; until_ms: number; returned_ms: number | null; borrowed_ms: string | null }>(
+    const { rows } = await db.query<MeteredLendingRow>(
       `SELECT g.id::text, g.project_id, (extract(epoch FROM lower(g.during)) * 1000)::float8 AS start_ms, (extract(epoch FROM upper(g.during)) * 1000)::float8 AS until_ms,
               (extract(epoch FROM g.returned_at) * 1000)::float8 AS returned_ms,
               CASE WHEN g.returned_at IS NOT NULL THEN COALESCE(g.borrowed_ms,
@@ -174,7 +195,7 @@ export async function* meteredLendingBatches(db: Queryable, filter: { projectId?
       [filter.projectId ?? null, filter.span.startMs, filter.span.endMs, after, batchSize],
     );
     if (rows.length === 0) return;
-    yield rows.map((r) => ({ id: r.id, projectId: r.project_id, startMs: r.start_ms, untilMs: r.until_ms, returnedMs: r.returned_ms, borrowedMs: r.borrowed_ms === null ? null : Number(r.borrowed_ms) }));
+    yield rows.map(meteredLendingOf);
     if (rows.length < batchSize) return;
     after = rows[rows.length - 1].id;
   }

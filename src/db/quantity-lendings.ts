@@ -12,6 +12,7 @@ import type { PoolClient } from 'pg';
 import type { Amounts } from '../domain/quantity-calendar';
 import { footprintOfAmounts, type MeteredLending } from '../domain/usage';
 import type { Pool } from './pool';
+import { meteredLendingOf, type MeteredLendingRow } from './host-lendings';
 
 type Queryable = Pool | PoolClient;
 
@@ -212,7 +213,7 @@ export async function markSlotLendingsReturned(client: PoolClient, returned: Arr
 export async function* meteredSlotLendingBatches(db: Queryable, filter: { projectId?: string; span: { startMs: number; endMs: number } }, batchSize = 500): AsyncGenerator<MeteredLending[]> {
   let after = '0';
   for (;;) {
-    const { rows } = await db.query<{ id: string; project_id: string; slots: number; amounts: Amounts; start_ms: number; until_ms: number; returned_ms: number | null; borrowed_ms: string | null }>(
+    const { rows } = await db.query<MeteredLendingRow & { slots: number; amounts: Amounts }>(
       `SELECT g.id::text, g.project_id, g.slots, g.amounts, (extract(epoch FROM lower(g.during)) * 1000)::float8 AS start_ms, (extract(epoch FROM upper(g.during)) * 1000)::float8 AS until_ms,
               (extract(epoch FROM g.returned_at) * 1000)::float8 AS returned_ms, CASE WHEN g.returned_at IS NOT NULL THEN COALESCE(g.borrowed_ms, 0)::text END AS borrowed_ms
        FROM quantity_lendings g
@@ -223,13 +224,9 @@ export async function* meteredSlotLendingBatches(db: Queryable, filter: { projec
     );
     if (rows.length === 0) return;
     yield rows.map((r) => ({
+      ...meteredLendingOf(r),
       id: `slots:${r.id}`,
       resourceType: 'virtual:instance',
-      projectId: r.project_id,
-      startMs: r.start_ms,
-      untilMs: r.until_ms,
-      returnedMs: r.returned_ms,
-      borrowedMs: r.borrowed_ms === null ? null : Number(r.borrowed_ms),
       footprint: footprintOfAmounts(r.amounts),
       // `amounts` is `slots` slots' worth: each slot's is a whole division.
       borrowedUnit: footprintOfAmounts(Object.fromEntries(Object.entries(r.amounts).map(([key, amount]) => [key, amount / r.slots]))),

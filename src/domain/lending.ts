@@ -159,3 +159,20 @@ export function lendCandidateCount(reservation: Pick<Reservation, 'resourceKeys'
   const booked = (reservation.resourceKeys ?? []).filter((key) => key.startsWith('host:')).length;
   return Math.max(count, booked - lentHostIds(reservation).length);
 }
+
+/** A lending row's window and a borrower's booking inside one (by the lending row's id). */
+type LendingWindow = { id: string; start_ms: number; end_ms: number };
+type BorrowedWindow = { lending_row_id: string; start_ms: number; end_ms: number };
+
+/** The borrowed milliseconds inside a lending (accounting): each borrower's booking clipped to the lending's window, summed. */
+export function borrowedMsInside(lending: LendingWindow, inside: BorrowedWindow[]): number {
+  return inside.filter((b) => b.lending_row_id === lending.id).reduce((sum, b) => sum + Math.max(0, Math.min(b.end_ms, lending.end_ms) - Math.max(b.start_ms, lending.start_ms)), 0);
+}
+
+/**
+ * Lendings being reclaimed as a reclaim answers them (hosts and slots alike): each by `idOf` (a host,
+ * or the lending row standing for its host), back at its end, and whether anyone borrowed inside it.
+ */
+export function asReclaimedLendings<L extends { id: string; end_ms: number }>(lendings: L[], inside: Array<{ lending_row_id: string }>, idOf: (lending: L) => string): Array<{ hostId: string; returnsAtMs: number; borrowed: boolean }> {
+  return lendings.map((g) => ({ hostId: idOf(g), returnsAtMs: g.end_ms, borrowed: inside.some((b) => b.lending_row_id === g.id) }));
+}

@@ -110,7 +110,7 @@ export async function reclaim(s: LeaseState, request: ReclaimRequest): Promise<L
   const taken = await quick
     .reclaimReservation({ ...context(s.lease, reservation), count: request.count, neededFromMs: request.neededFromMs, lentHostIds: lentHostIds(reservation) })
     .catch((err: unknown) => reclaimedAfterAll(s, reservation, request, err));
-  if (taken.hosts.length === 0) throw leaseConflict(`Reservation ${reservation.id} lends no host now: nothing to reclaim.`);
+  if (taken.hosts.length === 0) throw leaseConflict(`Reservation ${reservation.id} lends no ${lentCount(reservation).unit} now: nothing to reclaim.`);
   await transition(s, { reservations: withLendings(s.lease, reservation.id, (lendings) => afterReclaim(lendings, taken.hosts)) });
   s.revision++;
   return s.lease;

@@ -25,9 +25,9 @@ import type { Pool } from '../../db/pool';
 import type { WholeResourceBookingRow } from '../../db/range-bookings';
 import { inTransaction, runTransactionAgain } from '../../db/transaction';
 import { formatMessageDate as when } from '../../domain/dates';
-import { askedLeadMs, chooseReclaimedHosts } from '../../domain/lending';
+import { askedLeadMs, asReclaimedLendings, borrowedMsInside, chooseReclaimedHosts } from '../../domain/lending';
 import { bookInTransaction, bookingKey, checkKeys, extensionRefused, SEARCH_WORK_BUDGET } from '../shared/booking';
-import { preemptLease, reclaimLendings, settleLeaseCut } from '../shared/preemption';
+import { lendingsFree, preemptLease, reclaimLendings, settleLeaseCut } from '../shared/preemption';
 import { alreadyBooked, NEVER_FITS, WholeResourceCalendar, type BlockedInterval, type NewWholeResourceBooking } from '../shared/whole-resource-calendar';
 import { endPolicyOf, isPreemptible, type EndPolicy, type PhysicalHostParams } from './params';
 
@@ -256,8 +256,7 @@ export class HostCalendar extends WholeResourceCalendar<HostRecord, BookedHost[]
 
   /** Whether no borrower lease that began on these lent hosts of the reservation is still to end. */
   async lentHostsFree(reservationId: string, hostIds: string[]): Promise<boolean> {
-    const open = (await openLendingsOf(this.pool, reservationId)).filter((g) => hostIds.includes(g.host_id));
-    return open.length === 0 || (await borrowersStillRunning(this.pool, open.map((g) => g.id))).length === 0;
+    return lendingsFree((await openLendingsOf(this.pool, reservationId)).filter((g) => hostIds.includes(g.host_id)), (ids) => borrowersStillRunning(this.pool, ids));
   }
 
   /** These lent hosts are back with the reservation: their open lendings returned, with the host-ms borrowed inside each (accounting). */
@@ -267,8 +266,7 @@ export class HostCalendar extends WholeResourceCalendar<HostRecord, BookedHost[]
       async (client) => {
         const open = (await lockLendingsForReclaim(client, reservationId)).filter((g) => hostIds.includes(g.host_id));
         const inside = await borrowersOfLendings(client, open.map((g) => g.id), false);
-        const borrowedMs = (g: HostLending) => inside.filter((b) => b.lending_row_id === g.id).reduce((sum, b) => sum + Math.max(0, Math.min(b.end_ms, g.end_ms) - Math.max(b.start_ms, g.start_ms)), 0);
-        await markReturned(client, open.map((g) => ({ id: g.id, borrowedMs: borrowedMs(g) })), nowMs);
+        await markReturned(client, open.map((g) => ({ id: g.id, borrowedMs: borrowedMsInside(g, inside) })), nowMs);
       },
       { retryOn: isDeadlockOrSerialization },
     );
@@ -678,8 +676,7 @@ export class HostCalendar extends WholeResourceCalendar<HostRecord, BookedHost[]
 
 /** Reclaimed lendings as a reclaim answers them: each host, its return, and whether a borrower is inside. */
 async function asReclaimed(db: Pool | PoolClient, lendings: HostLending[]): Promise<ReclaimedHosts['hosts']> {
-  const inside = await borrowersOfLendings(db, lendings.map((g) => g.id), false);
-  return lendings.map((g) => ({ hostId: g.host_id, returnsAtMs: g.end_ms, borrowed: inside.some((b) => b.lending_row_id === g.id) }));
+  return asReclaimedLendings(lendings, await borrowersOfLendings(db, lendings.map((g) => g.id), false), (g) => g.host_id);
 }
 
 /** Identifies one booking request of a lease: its window and its host reservations' parameters. */

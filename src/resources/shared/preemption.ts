@@ -98,3 +98,8 @@ export async function reclaimLendings<L extends ReclaimableLending>(
   }
   return reclaimed;
 }
+
+/** Whether no borrower lease that began in these open lendings is still to end (hosts' or slots' `stillRunning`); none open: free. */
+export async function lendingsFree(open: Array<{ id: string }>, stillRunning: (lendingRowIds: string[]) => Promise<string[]>): Promise<boolean> {
+  return open.length === 0 || (await stillRunning(open.map((g) => g.id))).length === 0;
+}

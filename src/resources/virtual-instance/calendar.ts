@@ -56,10 +56,10 @@ import {
 } from '../../db/quantity-lendings';
 import { isCheckViolation, isDeadlockOrSerialization } from '../../db/pool';
 import { inTransaction } from '../../db/transaction';
-import { chooseReclaimedSlots } from '../../domain/lending';
+import { asReclaimedLendings, borrowedMsInside, chooseReclaimedSlots } from '../../domain/lending';
 import { bookedFor, bookInTransaction, bookingKey, checkKeys, extensionRefused, fitNearFirst, movedBookingKey, NEAR_SEARCH_DURATIONS, NEAR_SEARCH_MS, releaseBooking, shortage, type NearFirstSearch } from '../shared/booking';
 import { COMPUTE_KIND } from '../shared/compute-providers';
-import { preemptLease, reclaimLendings, settleLeaseCut } from '../shared/preemption';
+import { lendingsFree, preemptLease, reclaimLendings, settleLeaseCut } from '../shared/preemption';
 import { QuantityCalendar } from '../shared/quantity-bookings';
 import { EXTENSION_HORIZON_MS } from '../../domain/offers';
 import type { Amounts } from '../../domain/quantity-calendar';
@@ -373,10 +373,7 @@ export class InstanceSlotCalendar implements Calendar<InstanceCalendarTypes> {
         cut.length = 0;
         const open = await lockSlotLendingsForReclaim(client, request.reservationId);
         const done = open.filter((g) => request.lentRowIds.includes(g.id) && g.reclaimed_ms !== null);
-        if (done.length > 0) {
-          const inside = await borrowedSlotsOfLendings(client, done.map((g) => g.id), false);
-          return done.map((g) => ({ lendingRowId: g.id, returnsAtMs: g.end_ms, borrowed: inside.some((b) => b.lending_row_id === g.id) }));
-        }
+        if (done.length > 0) return (await asReclaimedSlots(client, done)).map(({ hostId, ...g }) => ({ lendingRowId: hostId, ...g }));
         return (await this.reclaimIn(client, request, cut)).map((g) => ({ lendingRowId: g.lendingRowId, returnsAtMs: g.returnsAtMs, borrowed: g.borrowedMs > 0 }));
       },
       { retryOn: isDeadlockOrSerialization },
@@ -384,10 +381,14 @@ export class InstanceSlotCalendar implements Calendar<InstanceCalendarTypes> {
     return { taken, cut: [...cut] };
   }
 
+  /** The reservation's lendings being reclaimed and not back yet, as a reclaim answers them (each row as a host: a reclaim whose answer was lost). */
+  async reclaimingSlots(reservationId: string): Promise<Array<{ hostId: string; returnsAtMs: number; borrowed: boolean }>> {
+    return asReclaimedSlots(this.pool, (await openSlotLendingsOf(this.pool, reservationId)).filter((g) => g.reclaimed_ms !== null));
+  }
+
   /** Whether no borrower lease that began in these lendings of the reservation is still to end. */
   async lentSlotsFree(reservationId: string, lendingRowIds: string[]): Promise<boolean> {
-    const open = (await openSlotLendingsOf(this.pool, reservationId)).filter((g) => lendingRowIds.includes(g.id));
-    return open.length === 0 || (await slotBorrowersStillRunning(this.pool, open.map((g) => g.id))).length === 0;
+    return lendingsFree((await openSlotLendingsOf(this.pool, reservationId)).filter((g) => lendingRowIds.includes(g.id)), (ids) => slotBorrowersStillRunning(this.pool, ids));
   }
 
   /** The reservation's open lendings (lent, or reclaimed and not back yet): the slots its inventory lacks meanwhile. */
@@ -402,8 +403,7 @@ export class InstanceSlotCalendar implements Calendar<InstanceCalendarTypes> {
       async (client) => {
         const open = (await lockSlotLendingsForReclaim(client, reservationId)).filter((g) => lendingRowIds.includes(g.id));
         const inside = await borrowedSlotsOfLendings(client, open.map((g) => g.id), false);
-        const borrowedMs = (g: SlotLending) => inside.filter((b) => b.lending_row_id === g.id).reduce((sum, b) => sum + Math.max(0, Math.min(b.end_ms, g.end_ms) - Math.max(b.start_ms, g.start_ms)), 0);
-        await markSlotLendingsReturned(client, open.map((g) => ({ id: g.id, borrowedMs: borrowedMs(g) })), nowMs);
+        await markSlotLendingsReturned(client, open.map((g) => ({ id: g.id, borrowedMs: borrowedMsInside(g, inside) })), nowMs);
       },
       { retryOn: isDeadlockOrSerialization },
     );
@@ -920,4 +920,9 @@ export function giveUp(current: ReadonlyMap<string, number>, amount: number, inU
 
 function describeSlot(request: SlotRequest): string {
   return `${request.slot.VCPU} vCPU, ${request.slot.MEMORY_MB} MiB, ${request.slot.DISK_GB} GiB`;
+}
+
+/** Lendings being reclaimed as a reclaim answers them: each row (standing for its host), its return, and whether anyone borrowed in it. */
+async function asReclaimedSlots(db: Pool | PoolClient, lendings: SlotLending[]): Promise<Array<{ hostId: string; returnsAtMs: number; borrowed: boolean }>> {
+  return asReclaimedLendings(lendings, await borrowedSlotsOfLendings(db, lendings.map((g) => g.id), false), (g) => g.id);
 }

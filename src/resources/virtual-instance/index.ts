@@ -24,7 +24,7 @@ import { activeReservationsOfType } from '../../db/leases';
 import { providersRefreshedAt, slotHostsEver } from '../../db/quantity-allocations';
 import { slotLendingsOfRequest, type SlotLending } from '../../db/quantity-lendings';
 import type { Pool } from '../../db/pool';
-import { OpenStackConfigError, serverHost, type GlanceClient, type NovaClient } from '../../openstack';
+import { OpenStackConfigError, serverHost, type GlanceClient, type NovaClient, type PlacementClient } from '../../openstack';
 import { beforeEndAction, refuseNotifyWithoutEndpoint, type BeforeEndAction, type beforeEndParam } from '../shared/params';
 import { DEFAULT_SERVER_DELETE_TIMEOUT_MS, failIfDeletionOverdue } from '../shared/server-deletion';
 import { snapshotServers } from '../shared/server-snapshots';
@@ -210,12 +210,20 @@ export function slotReservationPlugin<P extends SlotParams>(type: SlotType<P>, d
   };
 
   /**
+   * The servers of the reservation's flavor that hold one of its slots, whether Placement counts
+   * them or not (a shelved-offloaded server, or one building before its claim, holds no allocation
+   * but gets its slot back): all but those that failed to schedule (ERROR, no host).
+   */
+  async function serversHoldingSlots(nova: NovaClient, reservationId: string) {
+    return (await serversOfFlavor(nova, reservationId)).filter((s) => s.status !== 'ERROR' || serverHost(s) !== null);
+  }
+
+  /**
    * An active reservation shrinking: never below the servers its flavor runs (409), and the slots
    * it keeps are where they run (host id → servers).
    */
   async function serversInUse(ctx: ReservationContext<P>, nova: NovaClient, current: SlotPlacement[], amount: number): Promise<Map<string, number>> {
-    // A server that failed to schedule (ERROR, no host) holds no slot.
-    const servers = (await serversOfFlavor(nova, ctx.reservation.id)).filter((s) => s.status !== 'ERROR' || serverHost(s) !== null);
+    const servers = await serversHoldingSlots(nova, ctx.reservation.id);
     const held = current.reduce((n, p) => n + p.slots, 0);
     // Only a shrink is checked: the same or more slots (a refused update put back) never are.
     if (amount < held && servers.length > amount) {
@@ -232,6 +240,16 @@ export function slotReservationPlugin<P extends SlotParams>(type: SlotType<P>, d
     return perHost;
   }
 
+  /** A lend request's lending rows as the lend answers them: one entry per row (its host, by name), its slots, and when it began. */
+  async function lentSlotsOf(ctx: HookContext<P>, rows: SlotLending[]): Promise<LentHosts> {
+    const names = new Map((await slotHostsEver(deps.pool, ctx.reservation.id)).map((h) => [h.providerUuid, h.name]));
+    return {
+      hosts: rows.map((g) => ({ id: g.id, name: names.get(g.provider_uuid) ?? g.provider_uuid })),
+      slots: rows.map((g) => g.slots),
+      lentAtMs: Math.min(...rows.map((g) => g.start_ms)),
+    };
+  }
+
   /**
    * Lending (issue 43): `count` slots no server of the reservation's flavor uses, from the hosts
    * with the most lendable first. In the cloud each host's inventory is lowered first
@@ -240,34 +258,42 @@ export function slotReservationPlugin<P extends SlotParams>(type: SlotType<P>, d
    * with `idle`). Calendar-only: every slot not lent is idle. Then the lendings, in the calendar,
    * with what each host lowered. A retry (same `lendingId`) answers the rows it made. The lease
    * records each row (one per host) as a host of the lending: what a reclaim and a return name.
+   * Once lent (now or by an earlier attempt), every host's inventory is written as inventoryOf
+   * says: an attempt given up on may have lowered a host its retry did not lend, or put one back.
    */
   async function lend(ctx: HookContext<P>, request: LendHostsRequest): Promise<LentHosts> {
-    const names = new Map((await slotHostsEver(deps.pool, ctx.reservation.id)).map((h) => [h.providerUuid, h.name]));
-    const named = (rows: SlotLending[]): LentHosts => ({
-      hosts: rows.map((g) => ({ id: g.id, name: names.get(g.provider_uuid) ?? g.provider_uuid })),
-      slots: rows.map((g) => g.slots),
-      lentAtMs: Math.min(...rows.map((g) => g.start_ms)),
-    });
+    const clients = cloud();
+    const settled = async (rows: SlotLending[]): Promise<LentHosts> => {
+      if (clients) await writeInventory(clients.placement, ctx.reservation.id);
+      return lentSlotsOf(ctx, rows);
+    };
     const earlier = await slotLendingsOfRequest(deps.pool, request.lendingId);
-    if (earlier.length > 0) return named(earlier);
+    if (earlier.length > 0) return settled(earlier);
     const placement = await calendar.placement(ctx.reservation.id);
     const expected = (await inventoryOf(ctx.reservation.id, placement)).sort((a, b) => b.slots - a.slots || a.computeNodeUuid.localeCompare(b.computeNodeUuid));
     const total = placement.reduce((n, p) => n + p.slots, 0);
     const refuse = (idle: number) =>
       leaseConflict(`Only ${idle} of the ${total} instance slots of reservation ${ctx.reservation.id} can be lent now: the others run servers or are lent already.`, { idle });
-    const clients = cloud();
     const lowered = new Map<string, number>();
+    // A put-back that fails is reported; the lend's own answer (its error, or the 409) is what the caller gets.
+    const putBackFailed = (undo: unknown) => ctx.reportProgress({ putBackFailed: (undo as Error).message });
     const putBack = async () => {
+      // A lend that committed (its answer lost, or by an attempt beside this one) keeps its hosts lowered.
+      if ((await slotLendingsOfRequest(deps.pool, request.lendingId)).length > 0) return;
       for (const host of expected.filter((h) => lowered.has(h.computeNodeUuid))) await setReservationSlots(clients!.placement, host, ctx.reservation.id);
     };
     if (!clients) {
       const idle = expected.reduce((n, h) => n + h.slots, 0);
       if (idle < request.count) throw refuse(idle);
     } else {
+      // Placement's usage misses servers that hold no allocation now: none of the slots they come back to is lent.
+      const lendable = Math.max(0, expected.reduce((n, h) => n + h.slots, 0) - (await serversHoldingSlots(clients.nova, ctx.reservation.id)).length);
+      if (lendable < request.count) throw refuse(lendable);
       let idle = 0;
       let left = request.count;
       try {
         for (const host of expected) {
+          ctx.signal?.throwIfAborted();
           const outcome = await lendSlotsOnHost(clients.placement, { ...host, expected: host.slots }, ctx.reservation.id, left);
           idle += outcome.idle;
           if (outcome.lent > 0) lowered.set(host.computeNodeUuid, outcome.lent);
@@ -275,16 +301,18 @@ export function slotReservationPlugin<P extends SlotParams>(type: SlotType<P>, d
           if (left === 0) break;
         }
       } catch (err) {
-        await putBack().catch((undo: unknown) => ctx.reportProgress({ putBackFailed: (undo as Error).message }));
+        await putBack().catch(putBackFailed);
         throw err;
       }
       if (left > 0) {
-        await putBack();
-        throw refuse(idle);
+        await putBack().catch(putBackFailed);
+        throw refuse(Math.min(idle, lendable));
       }
     }
+    let lent: SlotLending[];
     try {
-      const lent = await calendar.lend({
+      ctx.signal?.throwIfAborted();
+      lent = await calendar.lend({
         lendingId: request.lendingId,
         reservationId: ctx.reservation.id,
         leaseId: ctx.leaseId,
@@ -294,12 +322,17 @@ export function slotReservationPlugin<P extends SlotParams>(type: SlotType<P>, d
         untilMs: request.untilMs,
         ...(clients ? { perProvider: lowered } : {}),
       });
-      return named(lent);
     } catch (err) {
-      // The slots go back to the lessee; should that fail too, the lend's own error is what the caller gets.
-      if (clients) await putBack().catch((undo: unknown) => ctx.reportProgress({ putBackFailed: (undo as Error).message }));
+      // The slots go back to the lessee.
+      if (clients) await putBack().catch(putBackFailed);
       throw err;
     }
+    return settled(lent);
+  }
+
+  /** The reservation's inventory on every host it holds slots on written as inventoryOf says (absolute: lent slots out, the rest in). */
+  async function writeInventory(placement: PlacementClient, reservationId: string): Promise<void> {
+    for (const host of await inventoryOf(reservationId, await calendar.placement(reservationId))) await setReservationSlots(placement, host, reservationId);
   }
 
   /**
@@ -363,7 +396,7 @@ export function slotReservationPlugin<P extends SlotParams>(type: SlotType<P>, d
       const { instance } = await specOf(ctx);
       // Made at admission; made again here if an operator removed them meanwhile.
       const resources = await ensureReservationResources(clients, lesseeNova(ctx), instance);
-      await openSlots(clients, instance, hostSlots(placement), [], ctx.reportProgress);
+      await openSlots(clients, instance, await inventoryOf(ctx.reservation.id, placement), [], ctx.reportProgress);
       return { allocation: { ...resources, ...shown(placement) } };
     },
 
@@ -449,6 +482,18 @@ export function slotReservationPlugin<P extends SlotParams>(type: SlotType<P>, d
       const { taken, cut } = await calendar.reclaim({ reservationId: ctx.reservation.id, count: request.count, neededFromMs: request.neededFromMs, lentRowIds: request.lentHostIds });
       return { hosts: taken.map((g) => ({ hostId: g.lendingRowId, returnsAtMs: g.returnsAtMs, borrowed: g.borrowed })), cut };
     },
+    async lentBy(ctx, lendingId) {
+      const rows = await slotLendingsOfRequest(deps.pool, lendingId);
+      return rows.length > 0 ? lentSlotsOf(ctx, rows) : undefined;
+    },
+    reclaimingHosts: (ctx) => calendar.reclaimingSlots(ctx.reservation.id),
+    /** The slots that could be lent now (the suggestion's count): as the lend counts them; without a cloud it cannot tell (none). */
+    async idleHosts(ctx) {
+      const clients = cloud();
+      if (!clients) return 0;
+      const notLent = (await inventoryOf(ctx.reservation.id, await calendar.placement(ctx.reservation.id))).reduce((n, h) => n + h.slots, 0);
+      return Math.max(0, notLent - (await serversHoldingSlots(clients.nova, ctx.reservation.id)).length);
+    },
     lentHostsFree: (ctx, lendingRowIds) => calendar.lentSlotsFree(ctx.reservation.id, lendingRowIds),
     returnLentHosts: returnLentSlots,
 
@@ -475,7 +520,9 @@ export function slotReservationPlugin<P extends SlotParams>(type: SlotType<P>, d
           continue;
         }
         try {
-          await openSlots(clients, { reservationId, projectId }, booked, await slotHostsOf(reservationId), () => undefined);
+          // Read again: a lend or a return may have moved it during slotDrift's Placement reads.
+          const now = await inventoryOf(reservationId, await calendar.placement(reservationId));
+          await openSlots(clients, { reservationId, projectId }, now, await slotHostsOf(reservationId), () => undefined);
           check.repaired.push(line);
         } catch (err) {
           check.reported.push(`${line} (not repaired: ${(err as Error).message})`);

@@ -271,8 +271,9 @@ export async function lendSlotsOnHost(placement: PlacementClient, host: HostSlot
     const lent = Math.min(wanted, idle);
     const mine = current.inventories[resourceClass];
     if (lent === 0) return { idle, lent: 0 };
-    if ((mine?.total ?? 0) === host.expected - lent) return { idle, lent }; // a retry: written already
-    if (!mine) return { idle, lent: 0 };
+    // The class gone and every slot lent (a retry after it wrote so): no server can land there, nothing to write.
+    // Otherwise the write is made even when the total is right already: its generation confirms the usage read.
+    if (!mine) return { idle, lent: host.expected - lent === 0 ? lent : 0 };
     try {
       // Every slot lent: the class goes (Placement takes no total of 0), as openSlots writes none; the provider and its trait stay.
       const total = host.expected - lent;
