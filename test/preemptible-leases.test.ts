@@ -17,7 +17,7 @@ import { doubleBookings, insertHost } from '../dev-stack/fixtures/hosts';
 import { startWebhookReceiver, type Delivery, type WebhookReceiver } from './support/notice-receiver';
 import { apiClient, eventually, inSeconds, leaseHistoryEvents, useTestStack } from '../dev-stack/stack';
 import { formatRequestDate } from '../src/domain/dates';
-import { addOwedPreemption } from '../src/db/lease-preemptions';
+import { addOwedPreemption, latestCutOf, preemptedAmong } from '../src/db/lease-preemptions';
 import { withConnection } from '../src/db/pool';
 import { leasePreempted } from '../workflows/lease/messages';
 
@@ -301,6 +301,9 @@ describe('preemptible host leases', () => {
     expect([updated.status, updated.body.error_message]).toEqual([200, undefined]);
     expect(updated.body.lease).toMatchObject({ status: 'PENDING', end_date: expect.stringMatching(new RegExp(`^${at(5, 2).replace(' ', 'T')}`)), status_reason: expect.stringMatching(/^preempted: /) });
     expect(await hostsOf(lentId)).toEqual([{ host_id: hostId, end_ms: cutMs }]);
+    // Booked at the cut, the lease still owes it: the regular lease waits for it at most the eviction bound, and the calendar shows it cut.
+    expect(await latestCutOf(stack().db.pool, lentId)).toMatchObject({ endMs: cutMs });
+    expect(await preemptedAmong(stack().db.pool, [lentId])).toEqual([lentId]);
     // Its lessee heard of the cut, once, as from the tell.
     await eventually(() => Promise.resolve(noticesOf(lentId, 'lease.preempting').length > 0 ? true : undefined));
     expect(noticesOf(lentId, 'lease.preempting')).toHaveLength(1);

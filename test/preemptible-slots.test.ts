@@ -194,6 +194,18 @@ describe('preemptible instance slots', () => {
     expect(await owed()).toEqual([]);
   });
 
+  it('a cut slot lease booked anew to end at its cut (an update\'s second try on the lease as cut) still owes the cut', async () => {
+    const lent = ctxFor(instances({ amount: 8, preemptible: true }), T0, T0 + 4 * H);
+    await book(lent);
+    await admit(ctxFor(instances({ amount: 1 }), T0 + H, T0 + 2 * H));
+    // Its start moved, its end the cut: booked anew, and ending where the cut put it.
+    const asCut = { ...lent, startMs: T0 + 60_000, endMs: T0 + H };
+    const settled: { preemptionSequence?: number } = {};
+    await slots.book(asCut, await specOf(asCut), { settled });
+    expect((await slotEnds(lent.leaseId)).map((r) => r.end_ms)).toEqual(Array(8).fill(T0 + H));
+    expect([settled.preemptionSequence, await owed()]).toEqual([undefined, [{ lease_id: lent.leaseId, end_ms: T0 + H }]]);
+  });
+
   it('a running slot lease cut and moved back past its cut once free (an extension) keeps its slots there, its owed cut settled', async () => {
     const now = Date.now();
     const lent = ctxFor(instances({ amount: 4, preemptible: true }), now - H, T0 + 4 * H);

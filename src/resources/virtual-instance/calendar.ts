@@ -216,9 +216,10 @@ export class InstanceSlotCalendar implements Calendar<InstanceCalendarTypes> {
     if (!canEverPlace(request, candidates.map(slotHost))) {
       throw leaseConflict(`${NOT_ENOUGH} ${spec.amount} instance(s) of ${describeSlot(request)} can never fit on the ${candidates.length} matching host(s)${spec.affinity === false ? ' (each on a different host)' : spec.affinity ? ' (all on one host)' : ''}.`);
     }
-    // Booked anew by the workflow, or an active booking moved to end where the lease does: a cut of the old booking is moot (the workflow drops its tell by the sequence).
+    // Booked anew by the workflow, or an active booking moved to end where the lease does: a cut of the old booking is moot
+    // (the workflow drops its tell by the sequence) once the booking ends after it; one booked at the cut still owes it.
     const active = ctx.leaseStatus !== 'PENDING' && live.length > 0;
-    if (options.settled) options.settled.preemptionSequence = await settleLeaseCut(client, ctx, [ctx.reservation.id], active ? ctx.endMs : undefined);
+    if (options.settled) options.settled.preemptionSequence = await settleLeaseCut(client, ctx, [ctx.reservation.id], ctx.endMs);
     if (active) return this.rebookActive(client, ctx, request, candidates, live, key, now, options.keepOn);
     // A preemptible reservation never displaces anything (issue 43).
     const preemptible = isPreemptibleReservation(ctx.reservation);
