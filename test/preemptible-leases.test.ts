@@ -309,6 +309,46 @@ describe('preemptible host leases', () => {
     expect(noticesOf(lentId, 'lease.preempting')).toHaveLength(1);
   });
 
+  it('a lease booked at its owed cut by an update keeps the cut: once its earlier lease ends past the cut, it ends unstarted', async () => {
+    await insertHost(stack().db.pool, { name: 'kept-1', capabilities: { pool: 'kept' } });
+    let releaseRegular: () => void = () => undefined;
+    holdRegularEnds = new Promise((resolve) => (releaseRegular = resolve));
+    try {
+      const base = Date.now();
+      const earlier = await asA('POST', '/v1/leases', { name: 'kept-earlier', start_date: 'now', end_date: inSeconds(6, base), reservations: [inPool('kept')] });
+      const lent = await asA('POST', '/v1/leases', { name: 'kept-lent', start_date: inSeconds(6, base), end_date: inSeconds(3600, base), reservations: [inPool('kept', { preemptible: true })] });
+      expect([earlier.status, lent.status]).toEqual([201, 201]);
+      const lentId = lent.body.lease.id as string;
+      // A regular booking cuts it 10 s after its start, committed with its tell held (its next try an hour away).
+      const cutMs = Date.parse(`${String(lent.body.lease.start_date).slice(0, 19)}Z`) + 10_000;
+      const regular = pendingReservation('physical:host', physicalHostParams.parse({ min: 1, max: 1, hypervisor_properties: '', resource_properties: JSON.stringify(['==', '$pool', 'kept']) }));
+      const needing = reservationContext({ reservation: regular, leaseReservations: [regular], startMs: cutMs, endMs: cutMs + 3_600_000 });
+      const calendar = new HostCalendar(stack().db.pool, { cleaningMs: 0, randomChoice: false });
+      await bookInTransaction(stack().db.pool, async (client) => {
+        await calendar.bookWithin(client, needing, { preempt: true });
+        await client.query("UPDATE lease_preemptions SET next_attempt_at = now() + interval '1 hour' WHERE lease_id = $1", [lentId]);
+      }, { retryExclusion: true });
+      // Refused as it was, applied the cut, booked again at it.
+      const samePlace = JSON.stringify(['and', ['==', '$pool', 'kept'], ['!=', '$pool', 'other']]);
+      const updated = await asA('PUT', `/v1/leases/${lentId}`, { reservations: [{ id: lent.body.lease.reservations[0].id, resource_properties: samePlace }] });
+      expect(updated.status).toBe(200);
+      expect(Date.parse(`${String(updated.body.lease.end_date).slice(0, 19)}Z`)).toBe(cutMs);
+      // Its earlier lease's end is held: it waits at its start, and its (cut) end passes meanwhile.
+      await eventually(async () => ((await leaseOf(lentId)).status === 'STARTING' && Date.now() > cutMs ? true : undefined), 30_000);
+      releaseRegular();
+      const ended = await eventually(async () => {
+        const now = await leaseOf(lentId);
+        return now.status === 'TERMINATED' ? now : undefined;
+      }, 30_000);
+      // Never started on the host the regular lease holds from the cut.
+      expect(Object.fromEntries(ended.events.map((e: { event_type: string; status: string }) => [e.event_type, e.status]))).toMatchObject({ start_lease: 'UNDONE', end_lease: 'DONE' });
+      expect(ended.status_reason).toMatch(/^preempted: /);
+    } finally {
+      releaseRegular();
+      holdRegularEnds = undefined;
+    }
+  });
+
   it('charges nothing for a preemptible lease whose whole window was taken before it started', async () => {
     const asC = apiClient(() => stack().url, { 'x-project-id': 'project-c', 'x-user-id': 'carol', 'x-roles': 'member' });
     const lent = await asC('POST', '/v1/leases', { name: 'lent-unused', start_date: at(32, 1), end_date: at(32, 2), reservations: [inPool('unused', { preemptible: true })] });

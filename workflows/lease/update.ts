@@ -71,8 +71,9 @@ export async function applyUpdate(s: LeaseState, update: LeaseUpdateRequest, aft
     }
     throw failure;
   }
-  // Booked anew: the cuts told before no longer apply (one made after this booking is told anew).
-  if (rebook) forgetPreemptions(s, cutBefore);
+  // Booked anew: the cuts told before no longer apply (one made after this booking is told anew); the
+  // second try booked the lease at the cut it just applied, which still stands (its start checks it).
+  if (rebook && !afterCut) forgetPreemptions(s, cutBefore);
   s.revision++;
   // An active lease's change an exception made wait: booked, the lease as it was until an admin answers (change-approval.ts).
   const change = waitingChange(s);
