@@ -1,15 +1,16 @@
 /** Blazar's lease update (rename, move dates, end now), at any point of the lease's life: validated, re-booked, recorded, or rolled back. */
-import { patched } from '@temporalio/workflow';
+import { isCancellation, log, patched } from '@temporalio/workflow';
 import { isExtensionOnly, ONLY_EXTENSIONS_WAIT } from '../../src/domain/approval';
 import { applyLeaseUpdate, assertSettled, bookingChanged, hasEnded, leaseConflict, LeaseErrorType, type Lease, type LeaseUpdateRequest, type Reservation } from '../../src/domain/lease';
 import { isPreemptibleReservation, isPreemptionReason } from '../../src/domain/preemption';
 import { ONE_ROLLBACK_FOR_UPDATES, ROLLBACK_ONLY_MOVED, UPDATE_AFTER_OWED_CUT } from '../patches';
-import { mustFinish, quick, recording } from './activity-options';
+import { mustFinish, quick } from './activity-options';
 import { justification } from './admission';
 import { announce } from './announce';
 import { announceChangeAsked, refuseWhileChangeWaits, settle, waitingChange } from './change-approval';
 import { book } from './bookings';
 import { asFailure } from './failures';
+import type { LeasePreemption } from './messages';
 import { forgetPreemptions, preemptOwed } from './preempt';
 import { compensate, record } from './record';
 import { assertAdmitted, type LeaseState } from './state';
@@ -67,7 +68,7 @@ export async function applyUpdate(s: LeaseState, update: LeaseUpdateRequest, aft
     // Refused for capacity while a cut of the lease was owed and not applied (issue 43): its booking saw the
     // cut rows under the window as recorded. The cut applied first, the update tries again once on the lease as cut.
     if (!afterCut && rebook && failure.type === LeaseErrorType.conflict && before.reservations.some(isPreemptibleReservation) && patched(UPDATE_AFTER_OWED_CUT.id)) {
-      if ((await preemptOwed(s, await recording.latestPreemption({ leaseId: s.lease.id }))) && !hasEnded(s.lease.status)) return applyUpdate(s, update, true);
+      if ((await applyOwedCut(s)) && !hasEnded(s.lease.status)) return applyUpdate(s, update, true);
     }
     throw failure;
   }
@@ -80,6 +81,23 @@ export async function applyUpdate(s: LeaseState, update: LeaseUpdateRequest, aft
   if (change) await announceChangeAsked(s, change);
   else await announce(s, 'lease.update');
   return s.lease;
+}
+
+/**
+ * The owed cut (preemptOwed) read and applied for a refused update. The read is bounded (`quick`:
+ * the lease's lock is held, and the caller waits); should it fail, the update answers its first
+ * refusal (false here), never the read's error, and the tell applies the cut when it comes.
+ */
+async function applyOwedCut(s: LeaseState): Promise<boolean> {
+  let latest: LeasePreemption | undefined;
+  try {
+    latest = await quick.latestPreemption({ leaseId: s.lease.id });
+  } catch (err) {
+    if (isCancellation(err)) throw err;
+    log.warn('reading the owed cut of a refused update failed: the refusal answers', { leaseId: s.lease.id, error: String(err) });
+    return false;
+  }
+  return preemptOwed(s, latest);
 }
 
 /**
