@@ -309,6 +309,26 @@ describe('preemptible host leases', () => {
     expect(noticesOf(lentId, 'lease.preempting')).toHaveLength(1);
   });
 
+  it('an update refused before the tell of a cut that leaves nothing of the lease answers that the lease was preempted, not the capacity it lacks', async () => {
+    await insertHost(stack().db.pool, { name: 'owed-gone-1', capabilities: { pool: 'owed-gone' } });
+    const lent = await asA('POST', '/v1/leases', { name: 'lent-owed-gone', start_date: at(6, 1), end_date: at(6, 3), reservations: [inPool('owed-gone', { preemptible: true })] });
+    expect(lent.status).toBe(201);
+    const lentId = lent.body.lease.id as string;
+    // A regular booking takes its whole window, committed with its tell held (its next try an hour away).
+    const fromMs = Date.parse(`${at(6, 0).replace(' ', 'T')}Z`);
+    const regular = pendingReservation('physical:host', physicalHostParams.parse({ min: 1, max: 1, hypervisor_properties: '', resource_properties: JSON.stringify(['==', '$pool', 'owed-gone']) }));
+    const needing = reservationContext({ reservation: regular, leaseReservations: [regular], startMs: fromMs, endMs: fromMs + 4 * 3_600_000 });
+    const calendar = new HostCalendar(stack().db.pool, { cleaningMs: 0, randomChoice: false });
+    await bookInTransaction(stack().db.pool, async (client) => {
+      await calendar.bookWithin(client, needing, { preempt: true });
+      await client.query("UPDATE lease_preemptions SET next_attempt_at = now() + interval '1 hour' WHERE lease_id = $1", [lentId]);
+    }, { retryExclusion: true });
+    const samePlace = JSON.stringify(['and', ['==', '$pool', 'owed-gone'], ['!=', '$pool', 'other']]);
+    const updated = await asA('PUT', `/v1/leases/${lentId}`, { reservations: [{ id: lent.body.lease.reservations[0].id, resource_properties: samePlace }] });
+    expect(updated).toEqual({ status: 409, body: { error_code: 409, error_name: 409, error_message: expect.stringMatching(/^Lease lent-owed-gone was preempted and has ended \(preempted: host needed by another lease from /) } });
+    expect(await leaseOf(lentId)).toMatchObject({ status: 'TERMINATED', status_reason: expect.stringMatching(/^preempted: /) });
+  });
+
   it('a lease booked at its owed cut by an update keeps the cut: once its earlier lease ends past the cut, it ends unstarted', async () => {
     await insertHost(stack().db.pool, { name: 'kept-1', capabilities: { pool: 'kept' } });
     let releaseRegular: () => void = () => undefined;

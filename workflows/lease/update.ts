@@ -11,7 +11,7 @@ import { announceChangeAsked, refuseWhileChangeWaits, settle, waitingChange } fr
 import { book } from './bookings';
 import { asFailure } from './failures';
 import type { LeasePreemption } from './messages';
-import { forgetPreemptions, preemptOwed } from './preempt';
+import { forgetPreemptions, preemptOwed, type CutApplied } from './preempt';
 import { compensate, record } from './record';
 import { assertAdmitted, type LeaseState } from './state';
 
@@ -68,7 +68,10 @@ export async function applyUpdate(s: LeaseState, update: LeaseUpdateRequest, aft
     // Refused for capacity while a cut of the lease was owed and not applied (issue 43): its booking saw the
     // cut rows under the window as recorded. The cut applied first, the update tries again once on the lease as cut.
     if (!afterCut && rebook && failure.type === LeaseErrorType.conflict && before.reservations.some(isPreemptibleReservation) && patched(UPDATE_AFTER_OWED_CUT.id)) {
-      if ((await applyOwedCut(s)) && !hasEnded(s.lease.status)) return applyUpdate(s, update, true);
+      const applied = await applyOwedCut(s);
+      if (applied === 'cut') return applyUpdate(s, update, true);
+      // Nothing of its window was left: it ended, and that is the answer.
+      if (applied === 'ended') throw leaseConflict(`Lease ${before.name} was preempted and has ended (${s.lease.statusReason ?? 'preempted'}): nothing of its window is left to change.`);
     }
     throw failure;
   }
@@ -86,16 +89,16 @@ export async function applyUpdate(s: LeaseState, update: LeaseUpdateRequest, aft
 /**
  * The owed cut (preemptOwed) read and applied for a refused update. The read is bounded (`quick`:
  * the lease's lock is held, and the caller waits); should it fail, the update answers its first
- * refusal (false here), never the read's error, and the tell applies the cut when it comes.
+ * refusal (undefined here), never the read's error, and the tell applies the cut when it comes.
  */
-async function applyOwedCut(s: LeaseState): Promise<boolean> {
+async function applyOwedCut(s: LeaseState): Promise<CutApplied> {
   let latest: LeasePreemption | undefined;
   try {
     latest = await quick.latestPreemption({ leaseId: s.lease.id });
   } catch (err) {
     if (isCancellation(err)) throw err;
     log.warn('reading the owed cut of a refused update failed: the refusal answers', { leaseId: s.lease.id, error: String(err) });
-    return false;
+    return undefined;
   }
   return preemptOwed(s, latest);
 }
