@@ -159,6 +159,29 @@ describe('preemptible host leases', () => {
     expect(viewed.body.offers[0].reservations[0].would_book).toEqual([{ id: hostIds[lentHost], hypervisor_hostname: lentHost }]);
   });
 
+  it('a 409\'s offers count a preemptible lease\'s host as free only where the booking that follows may cut it: a create\'s, not an update\'s or an offer hold\'s', async () => {
+    for (const name of ['ofr-1', 'ofr-2']) await insertHost(stack().db.pool, { name, capabilities: { pool: 'ofr' } });
+    // ofr-1 is a preemptible lease's until 7d+4h, ofr-2 a regular lease's until 7d+2h.
+    const lent = await asA('POST', '/v1/leases', { name: 'ofr-lent', start_date: at(7, 0), end_date: at(7, 4), reservations: [inPool('ofr', { preemptible: true })] });
+    const held = await asA('POST', '/v1/leases', { name: 'ofr-held', start_date: at(7, 0), end_date: at(7, 2), reservations: [inPool('ofr')] });
+    expect([lent.status, held.status]).toEqual([201, 201]);
+    const both = inPool('ofr', { min: 2, max: 2 });
+    const firstStart = (answer: { status: number; body: { offers: Array<{ start_date: string }> } }) => [answer.status, answer.body.offers[0]?.start_date];
+    // A create may cut: its offers start once the regular lease ends.
+    const created = await asB('POST', '/v1/leases', { name: 'ofr-create', start_date: at(7, 1), end_date: at(7, 3), reservations: [both] });
+    expect(firstStart(created)).toEqual([409, at(7, 2)]);
+    // An update never cuts: its offers start after the preemptible lease.
+    const own = await asB('POST', '/v1/leases', { name: 'ofr-update', start_date: at(8, 0), end_date: at(8, 2), reservations: [both] });
+    expect(own.status).toBe(201);
+    const moved = await asB('PUT', `/v1/leases/${own.body.lease.id}`, { start_date: at(7, 1), end_date: at(7, 3) });
+    expect(firstStart(moved)).toEqual([409, at(7, 4)]);
+    // Nor does an offer hold: the offers (asked before a create) name 7d+2h, the hold's refusal after the preemptible lease.
+    const offered = await asB('POST', '/v1/offers', { reservations: [both], duration: 120, start_after: at(7, 2), limit: 1 });
+    expect(offered.body.offers[0]).toMatchObject({ start_date: at(7, 2) });
+    const hold = await asB('POST', `/v1/offers/${offered.body.offers[0].id}/hold`, {});
+    expect(firstStart(hold)).toEqual([409, at(7, 4)]);
+  });
+
   it('cuts a running preemptible lease when a regular lease needs its host: the lease is told at once, with the warning, and its end moves', async () => {
     const lent = await asA('POST', '/v1/leases', { name: 'lent-cut', start_date: 'now', end_date: inSeconds(4 * 3600), reservations: [inPool('cut', { preemptible: true })] });
     expect(lent.status).toBe(201);
@@ -415,6 +438,8 @@ describe('preemptible host leases', () => {
       const asking = await asB('POST', '/v1/leases', { name: 'regular-ask', start_date: at(33, 2), end_date: at(33, 4), reservations: [inPool('ask')] });
       expect(asking.status).toBe(409);
       expect(asking.body).toMatchObject({ reason: 'capacity', offers: expect.any(Array) });
+      // Held for approval it could not cut: its offers start after the preemptible lease.
+      expect(asking.body.offers[0]).toMatchObject({ start_date: at(33, 3) });
       expect((await hostsOf(lent.body.lease.id)).map((r) => r.end_ms)).toEqual([Date.parse(`${at(33, 3).replace(' ', 'T')}:00Z`)]);
       expect((await stack().db.pool.query('SELECT 1 FROM lease_preemptions WHERE lease_id = $1', [lent.body.lease.id])).rowCount).toBe(0);
     } finally {

@@ -243,15 +243,18 @@ describe('preemptible instance slots', () => {
     expect(booked).toMatchObject({ holdUntilStart: true, holdRedoneAtStart: true });
   });
 
-  it('a regular ask\'s search (offers, the 409\'s later fit) counts preemptible slots as free, as its admission does; a preemptible ask\'s does not', async () => {
+  it('a regular ask\'s search (offers, the 409\'s later fit) counts preemptible slots as free where its booking may cut, as its admission does; a preemptible ask\'s does not', async () => {
     // Every slot of both hosts is a preemptible lease's until T0 + 4 h.
     await book(ctxFor(instances({ amount: 8, preemptible: true }), T0, T0 + 4 * H));
     const searchFor = async (reservation: Reservation) => {
       const ctx = ctxFor(reservation, T0 + H, T0 + 2 * H);
-      return slots.search([{ reservation, spec: await specOf(ctx) }], T0 + H, H, 0);
+      return slots.search([{ reservation, spec: await specOf(ctx) }], T0 + H, H, 0, { mayPreempt: true });
     };
     expect(await searchFor(instances({ amount: 2 }))).toMatchObject({ earliest: T0 + H });
     expect(await searchFor(instances({ amount: 2, preemptible: true }))).toMatchObject({ earliest: T0 + 4 * H });
+    // Searched for a booking that never cuts (an update, an offer hold), they count as taken.
+    const regular = instances({ amount: 2 });
+    expect(await slots.search([{ reservation: regular, spec: await specOf(ctxFor(regular, T0 + H, T0 + 2 * H)) }], T0 + H, H, 0)).toMatchObject({ earliest: T0 + 4 * H });
     // The admission agrees: the regular ask fits there by a cut.
     const cut: string[] = [];
     expect(await admit(ctxFor(instances({ amount: 2 }), T0 + H, T0 + 2 * H), true, cut)).toEqual([expect.objectContaining({ slots: 2 })]);

@@ -19,7 +19,7 @@ import { approvalAnswerSchema, createLeaseSchema, lendSchema, listLeasesQuery, n
 import { lendingReservations, lendRefusal } from '../domain/lending';
 import { formatRequestDate } from '../domain/dates';
 import { refuseUnknownPropertyKeys } from './property-keys';
-import { DEFAULT_OFFER_LIMIT, extensionOffers, leaseExtensionOffers, makeOffers, refusedWithOffers, type OfferDeps, type OfferJson } from './offers';
+import { DEFAULT_OFFER_LIMIT, draftLease, extensionOffers, leaseExtensionOffers, makeOffers, refusedWithOffers, type OfferDeps, type OfferJson } from './offers';
 import { wholeMinuteDown } from '../domain/dates';
 import { createSeries } from './series';
 
@@ -82,12 +82,26 @@ export function admitNewLease(deps: NewLeaseDeps, identity: Identity, request: N
       return admitted === 'admitted-by-workflow' ? await createLease(deps.commands, request, hash, idempotent) : admitted;
     },
     async () => {
+      if (!deps.offers) return { offers: [] };
       const startMs = request.start === 'now' ? wholeMinuteDown(request.requestedMs) : request.start;
       const durationMs = request.end - startMs;
       const reservations = request.reservations.map((r) => ({ resource_type: r.resource_type, params: r.params }));
-      return deps.offers ? makeOffers(deps.offers, identity, { reservations, mins: [], startMs, durationMs, minDurationMs: durationMs, limit: DEFAULT_OFFER_LIMIT }) : { offers: [] };
+      const mayPreempt = await createMayPreempt(deps, deps.offers, identity, request);
+      return makeOffers(deps.offers, identity, { reservations, mins: [], startMs, durationMs, minDurationMs: durationMs, limit: DEFAULT_OFFER_LIMIT, mayPreempt });
     },
   );
+}
+
+/**
+ * Whether a create like this one may cut preemptible leases (issue 43), so that its 409's offers count
+ * their bookings as free: only an API admission does, and only for a lease no approval rule holds.
+ */
+async function createMayPreempt(deps: NewLeaseDeps, offers: OfferDeps, identity: Identity, request: NewLeaseRequest): Promise<boolean> {
+  if (!deps.admission || !admitsInApi(deps.admission, request)) return false;
+  const policy = offers.usagePolicy;
+  if (!policy) return true;
+  const subject = { next: draftLease(deps.types, request), byAdmin: identity.isAdmin, ...(request.justification !== undefined ? { justification: request.justification } : {}) };
+  return (await policy.approvalNeedOf(offers.pool, subject, undefined)) === undefined;
 }
 
 export function leasesRouter(deps: NewLeaseDeps): Router {
