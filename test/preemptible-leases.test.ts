@@ -20,6 +20,8 @@ import { formatRequestDate } from '../src/domain/dates';
 import { addOwedPreemption, latestCutOf, preemptedAmong } from '../src/db/lease-preemptions';
 import { withConnection } from '../src/db/pool';
 import { leasePreempted } from '../workflows/lease/messages';
+import { LeaseOutbox } from '../src/outbox';
+import pino from 'pino';
 
 const EVICTION_SECONDS = 3;
 /** A whole hour `days` ahead (within a member's max_advance), plus `hours`: Blazar's request date. */
@@ -327,9 +329,25 @@ describe('preemptible host leases', () => {
     // Booked at the cut, the lease still owes it: the regular lease waits for it at most the eviction bound, and the calendar shows it cut.
     expect(await latestCutOf(stack().db.pool, lentId)).toMatchObject({ endMs: cutMs });
     expect(await preemptedAmong(stack().db.pool, [lentId])).toEqual([lentId]);
-    // Its lessee heard of the cut, once, as from the tell.
+    // Its lessee heard of the cut, as from the tell.
     await eventually(() => Promise.resolve(noticesOf(lentId, 'lease.preempting').length > 0 ? true : undefined));
+    // The tell goes now, as the outbox sends it (the row still owed): the workflow, which applied that cut, ignores it.
+    const outbox = new LeaseOutbox({ pool: stack().db.pool, client: stack().temporal.client, taskQueue: stack().config.temporal.taskQueue, log: pino({ level: 'silent' }), ...stack().config.outbox });
+    try {
+      outbox.tellPreemptedSoon([lentId]);
+      await eventually(async () => ((await stack().db.pool.query('SELECT 1 FROM lease_preemptions WHERE lease_id = $1 AND told_at IS NOT NULL', [lentId])).rowCount === 1 ? true : undefined));
+    } finally {
+      await outbox.stop();
+    }
+    // Handled: a workflow task completed after the signal (its history in order, not a wait).
+    await eventually(async () => {
+      const history = await leaseHistoryEvents(stack(), lentId);
+      const signalled = history.findIndex((e) => e.workflowExecutionSignaledEventAttributes?.signalName === leasePreempted.name);
+      return signalled >= 0 && history.slice(signalled).some((e) => e.workflowTaskCompletedEventAttributes) ? true : undefined;
+    });
     expect(noticesOf(lentId, 'lease.preempting')).toHaveLength(1);
+    expect(await leaseOf(lentId)).toMatchObject({ end_date: updated.body.lease.end_date, status_reason: updated.body.lease.status_reason });
+    expect(await hostsOf(lentId)).toEqual([{ host_id: hostId, end_ms: cutMs }]);
   });
 
   it('an update refused before the tell of a cut that leaves nothing of the lease answers that the lease was preempted, not the capacity it lacks', async () => {

@@ -286,9 +286,22 @@ describe('preemptible instance slots', () => {
       await book(ctxFor(instances({ amount: 4 }), T0, T0 + 4 * H));
       const leaving = ctxFor(instances({ amount: 4 }), T0, T0 + 4 * H);
       await book(leaving);
+      // The race is at the preempting choice's one read of the regular calendar: the first snapshot read while it runs.
+      const choosing = slots as unknown as { placePreempting: (...args: unknown[]) => Promise<unknown> };
+      const choose = choosing.placePreempting.bind(slots);
+      let choiceReads = 0;
+      let inChoice = false;
+      const choice = jest.spyOn(choosing, 'placePreempting').mockImplementation(async (...args) => {
+        inChoice = true;
+        try {
+          return await choose(...args);
+        } finally {
+          inChoice = false;
+        }
+      });
       const read = slots.snapshot.bind(slots);
       const snapshots = jest.spyOn(slots, 'snapshot').mockImplementation(async (...args) => {
-        if (args[5] !== true) return read(...args);
+        if (!inChoice || choiceReads++ > 0) return read(...args);
         await slots.release(leaving.reservation.id, false);
         const seen = await read(...args);
         if (at === 'before the locked reads') await meanwhile();
@@ -308,13 +321,14 @@ describe('preemptible instance slots', () => {
         const placed = await bookInTransaction(database().pool, (client) => {
           attempts += 1;
           // Once: the race is the first attempt's.
-          if (attempts > 1) [snapshots, lockedReads].forEach((spy) => spy.mockRestore());
+          if (attempts > 1) [snapshots, lockedReads, choice].forEach((spy) => spy.mockRestore());
           return slots.bookWithin(client, needing, spec, { preempt: true, cut });
         }, { retryExclusion: true });
         return { placed, attempts, cut, needing };
       } finally {
         snapshots.mockRestore();
         lockedReads.mockRestore();
+        choice.mockRestore();
       }
     };
 
