@@ -11,7 +11,7 @@ import type { ResourceTypes } from '../domain/resource-plugin';
 import { admitInApi, admitsInApi, type ApiAdmissionDeps } from './admission';
 import { identityOf, type Identity } from './auth';
 import { toBlazarLease } from '../domain/blazar-format';
-import { isPreemptibleReservation } from '../domain/preemption';
+import { DEFAULT_PREEMPT_WARNING_MS, isPreemptibleReservation } from '../domain/preemption';
 import { ApiError, parseRequest } from './errors';
 import { jsonArrayParts, sendJsonParts } from './json-stream';
 import { answerApproval, changeLease, claimKeyFor, createLease, idempotentLeaseId, lendOrReclaim, noAnswerInTime, removeLease, requestHash, type LeaseCommandOptions } from './lease-commands';
@@ -229,7 +229,7 @@ export function leasesRouter(deps: NewLeaseDeps): Router {
     const body = parseRequest(lendSchema, bodyOf(req));
     const current = await visibleLease(pool, identityOf(res), req.params.id);
     const reservationId = lendingReservationOf(current, body.reservation_id);
-    const warningMs = deps.preemptionWarningMs ?? DEFAULT_PREEMPTION_WARNING_MS;
+    const warningMs = deps.preemptionWarningMs ?? DEFAULT_PREEMPT_WARNING_MS;
     if (body.until <= Date.now() + warningMs) throw new ApiError(400, `until: must be later than now plus the preemption warning (${formatRequestDate(Date.now() + warningMs)}): a borrower must be told that long before it ends`);
     if (body.until > current.endMs) throw new ApiError(400, `until: must be no later than the lease's end (${formatRequestDate(current.endMs)})`);
     refuseUnlessActive(current);
@@ -311,8 +311,6 @@ export function changedReservation(lease: Lease, change: { id: string } & Record
   return { id, resource_type: reservation.resource_type, params };
 }
 
-/** LK_PREEMPT_WARNING_MINUTES's default, for an API built without the setting. */
-const DEFAULT_PREEMPTION_WARNING_MS = 10 * 60_000;
 
 /** The reservation a lend or reclaim names, or the lease's one that may lend when it names none (400 when that is not one). */
 function lendingReservationOf(lease: Lease, reservationId: string | undefined): string {
