@@ -8,10 +8,9 @@ import { leaseConflict, LeaseErrorType, type Lease, type RecordPolicy } from '..
 import * as leaseRows from '../src/db/leases';
 import { lendersOfBorrower } from '../src/db/host-lendings';
 import { latestCutOf, preemptedAmong } from '../src/db/lease-preemptions';
-import { waitingKeysOf } from '../src/domain/preemption';
+import { DEFAULT_PREEMPT_WARNING_MS, toLeasePreemption, waitingKeysOf, type ToldPreemption } from '../src/domain/preemption';
 import { policyFailure } from '../src/policy/enforcement';
 import type { ActivityDeps } from './deps';
-import { DEFAULT_WARNING_MS } from './reservations';
 
 /** LK_PREEMPT_EVICTION_SECONDS's default, for a worker built without the setting (tests). */
 const DEFAULT_EVICTION_MS = 120_000;
@@ -83,10 +82,9 @@ export function leaseActivities({ pool, eventStarted, usagePolicy, preemptionEvi
      * with it), or undefined: an update refused while one was owed applies it and tries again (the
      * workflow knows one it applied already by its sequence).
      */
-    async latestPreemption(input: { leaseId: string }): Promise<{ endMs: number; neededFromMs: number; warningMs: number; sequence: number; kind?: 'reclaimed' } | undefined> {
+    async latestPreemption(input: { leaseId: string }): Promise<ToldPreemption | undefined> {
       const cut = await latestCutOf(pool, input.leaseId);
-      if (!cut) return undefined;
-      return { endMs: cut.endMs, neededFromMs: cut.neededFromMs, warningMs: preemptionWarningMs ?? DEFAULT_WARNING_MS, sequence: cut.sequence, ...(cut.kind === 'reclaimed' ? { kind: 'reclaimed' as const } : {}) };
+      return cut && toLeasePreemption(cut, preemptionWarningMs ?? DEFAULT_PREEMPT_WARNING_MS);
     },
 
     /**

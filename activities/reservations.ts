@@ -8,7 +8,7 @@ import { Context } from '@temporalio/activity';
 import { ApplicationFailure } from '@temporalio/common';
 import { OpenStackConfigError, OpenStackError, publicMessage, ResourceFailedError, WaitTimeoutError, withoutInternals } from '../src/openstack/errors';
 import { invalidLease } from '../src/domain/lease';
-import { defaultReclaimNeed } from '../src/domain/preemption';
+import { DEFAULT_PREEMPT_WARNING_MS, defaultReclaimNeed } from '../src/domain/preemption';
 import type { ReservationNotice } from '../src/domain/notices';
 import { findLease } from '../src/db/leases';
 import type { ActivityDeps } from './deps';
@@ -41,8 +41,7 @@ async function classified<T>(hook: () => Promise<T>): Promise<T> {
   }
 }
 
-/** LK_PREEMPT_WARNING_MINUTES's and LK_PREEMPT_EVICTION_SECONDS's defaults, for a worker built without the settings (tests). */
-export const DEFAULT_WARNING_MS = 10 * 60_000;
+/** LK_PREEMPT_EVICTION_SECONDS's default, for a worker built without the setting (tests). */
 const DEFAULT_EVICTION_MS = 120_000;
 
 export function reservationActivities({ plugins, notices, pool, preemptionWarningMs, preemptionEvictionMs, tellPreempted }: Pick<ActivityDeps, 'plugins' | 'notices' | 'pool' | 'preemptionWarningMs' | 'preemptionEvictionMs' | 'tellPreempted'>) {
@@ -133,7 +132,7 @@ export function reservationActivities({ plugins, notices, pool, preemptionWarnin
      */
     reclaimReservation: async ({ count, neededFromMs, lentHostIds, ...ctx }: ReservationContext & { count?: number; neededFromMs?: number; lentHostIds: string[] }) => {
       const now = Date.now();
-      const need = Math.max(neededFromMs ?? defaultReclaimNeed(now, preemptionWarningMs ?? DEFAULT_WARNING_MS), now);
+      const need = Math.max(neededFromMs ?? defaultReclaimNeed(now, preemptionWarningMs ?? DEFAULT_PREEMPT_WARNING_MS), now);
       const reclaimed = await run(ctx, (plugin, hookCtx) => {
         if (!plugin.reclaim) throw invalidLease(`reservation ${ctx.reservation.id} is ${ctx.reservation.resource_type}, which cannot lend`);
         return plugin.reclaim(hookCtx, { count, neededFromMs: need, lentHostIds });
@@ -163,7 +162,7 @@ export function reservationActivities({ plugins, notices, pool, preemptionWarnin
      * than twice the preemption warning is left (a lending must outlast it), or its type cannot lend.
      */
     idleHostsOf: async (ctx: ReservationContext): Promise<number> => {
-      if (ctx.endMs - Date.now() < 2 * (preemptionWarningMs ?? DEFAULT_WARNING_MS)) return 0;
+      if (ctx.endMs - Date.now() < 2 * (preemptionWarningMs ?? DEFAULT_PREEMPT_WARNING_MS)) return 0;
       return run(ctx, async (plugin, hookCtx) => (plugin.idleHosts ? plugin.idleHosts(hookCtx) : 0));
     },
     /** The lent hosts back into the reservation, their lendings returned. */

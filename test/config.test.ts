@@ -2,6 +2,7 @@ import { spawnSync } from 'node:child_process';
 import path from 'node:path';
 import { webhooksBody } from '../src/api/webhooks';
 import { ConfigError, externalFilterSettingsFromEnv, loadConfig, openStackSettingsFromEnv } from '../src/config';
+import { DEFAULT_PREEMPT_WARNING_MS } from '../src/domain/preemption';
 
 describe('configuration', () => {
   it('has documented defaults for an empty environment', () => {
@@ -30,6 +31,8 @@ describe('configuration', () => {
     expect(config.worker.maxCachedWorkflows).toBe(2_000);
     expect(config.outbox).toEqual({ sweepMs: 1_000, graceMs: 2_000, preemptionWarningMs: 600_000 });
     expect(config.preemption).toEqual({ evictionMs: 120_000, chargeFactor: 0.25, warningMs: 600_000 });
+    // What the parts built without the setting (tests) fall back on is the same warning.
+    expect(config.preemption.warningMs).toBe(DEFAULT_PREEMPT_WARNING_MS);
   });
 
   it('charges preemptible hours by a factor from 0 to 1 written as a plain decimal, and names any other value', () => {

@@ -5,11 +5,20 @@
  * steps, each its own activity (ports, candidates, binding, allocations).
  */
 import { RecordingPlugin } from './support/recording-plugin';
+import { startWebhookReceiver, type WebhookReceiver } from './support/notice-receiver';
 import { apiClient, eventually, inSeconds, useTestStack } from '../dev-stack/stack';
 
 describe('hold until start, and hooks that report', () => {
   const plugin = new RecordingPlugin();
-  const stack = useTestStack({ plugins: [plugin] });
+  /** The deployment's webhook: every lease notice. */
+  let deployment: WebhookReceiver;
+  beforeAll(async () => {
+    deployment = await startWebhookReceiver();
+  });
+  afterAll(async () => {
+    await deployment.close();
+  });
+  const stack = useTestStack(() => ({ plugins: [plugin], env: { LK_WEBHOOK_URLS: deployment.url, LK_WEBHOOK_SECRET: 'lease-hold-secret', LK_WEBHOOK_ALLOW_PRIVATE: 'true' } }));
   const api = apiClient(() => stack().url);
 
   const leaseOf = async (id: string) => {
@@ -139,6 +148,9 @@ describe('hold until start, and hooks that report', () => {
     }, 10_000);
     expect([afterHold.status, afterHold.status_reason]).toEqual(['PENDING', 'hold until start failed, the start tries again: the test resource cannot be set aside']);
     expect(afterHold.reservations.map((r: { status: string }) => r.status)).toEqual(['pending', 'pending']);
+    // Its lessee is told, as of a lease part of which could not be made: degraded, the start to try again.
+    const told = await eventually(() => Promise.resolve(deployment.received.find((d) => d.body.payload.lease_id === id && d.body.event_type === 'lease.degraded')), 10_000);
+    expect(told.body.payload).toMatchObject({ reason: afterHold.status_reason, reservation_ids: [afterHold.reservations[1].id], retried_at_start: true });
     // Nothing freed: the bookings wait for the start, which runs every reservation's hook (the held one's makes its resources).
     expect(plugin.callsFor(id, 'end')).toEqual([]);
     await waitForStatus(id, 'ACTIVE');

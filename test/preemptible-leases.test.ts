@@ -17,9 +17,11 @@ import { doubleBookings, insertHost } from '../dev-stack/fixtures/hosts';
 import { startWebhookReceiver, type Delivery, type WebhookReceiver } from './support/notice-receiver';
 import { apiClient, eventually, inSeconds, leaseHistoryEvents, useTestStack } from '../dev-stack/stack';
 import { formatRequestDate } from '../src/domain/dates';
-import { addOwedPreemption } from '../src/db/lease-preemptions';
+import { addOwedPreemption, latestCutOf, preemptedAmong } from '../src/db/lease-preemptions';
 import { withConnection } from '../src/db/pool';
 import { leasePreempted } from '../workflows/lease/messages';
+import { LeaseOutbox } from '../src/outbox';
+import pino from 'pino';
 
 const EVICTION_SECONDS = 3;
 /** A whole hour `days` ahead (within a member's max_advance), plus `hours`: Blazar's request date. */
@@ -157,6 +159,29 @@ describe('preemptible host leases', () => {
     const asAdmin = apiClient(() => stack().url, { 'x-project-id': 'admin', 'x-user-id': 'root', 'x-roles': 'admin' });
     const viewed = await asAdmin('POST', '/v1/offers', { reservations: [inPool('free')], duration: 60, start_after: at(20, 0), limit: 1 });
     expect(viewed.body.offers[0].reservations[0].would_book).toEqual([{ id: hostIds[lentHost], hypervisor_hostname: lentHost }]);
+  });
+
+  it('a 409\'s offers count a preemptible lease\'s host as free only where the booking that follows may cut it: a create\'s, not an update\'s or an offer hold\'s', async () => {
+    for (const name of ['ofr-1', 'ofr-2']) await insertHost(stack().db.pool, { name, capabilities: { pool: 'ofr' } });
+    // ofr-1 is a preemptible lease's until 7d+4h, ofr-2 a regular lease's until 7d+2h.
+    const lent = await asA('POST', '/v1/leases', { name: 'ofr-lent', start_date: at(7, 0), end_date: at(7, 4), reservations: [inPool('ofr', { preemptible: true })] });
+    const held = await asA('POST', '/v1/leases', { name: 'ofr-held', start_date: at(7, 0), end_date: at(7, 2), reservations: [inPool('ofr')] });
+    expect([lent.status, held.status]).toEqual([201, 201]);
+    const both = inPool('ofr', { min: 2, max: 2 });
+    const firstStart = (answer: { status: number; body: { offers: Array<{ start_date: string }> } }) => [answer.status, answer.body.offers[0]?.start_date];
+    // A create may cut: its offers start once the regular lease ends.
+    const created = await asB('POST', '/v1/leases', { name: 'ofr-create', start_date: at(7, 1), end_date: at(7, 3), reservations: [both] });
+    expect(firstStart(created)).toEqual([409, at(7, 2)]);
+    // An update never cuts: its offers start after the preemptible lease.
+    const own = await asB('POST', '/v1/leases', { name: 'ofr-update', start_date: at(8, 0), end_date: at(8, 2), reservations: [both] });
+    expect(own.status).toBe(201);
+    const moved = await asB('PUT', `/v1/leases/${own.body.lease.id}`, { start_date: at(7, 1), end_date: at(7, 3) });
+    expect(firstStart(moved)).toEqual([409, at(7, 4)]);
+    // Nor does an offer hold: the offers (asked before a create) name 7d+2h, the hold's refusal after the preemptible lease.
+    const offered = await asB('POST', '/v1/offers', { reservations: [both], duration: 120, start_after: at(7, 2), limit: 1 });
+    expect(offered.body.offers[0]).toMatchObject({ start_date: at(7, 2) });
+    const hold = await asB('POST', `/v1/offers/${offered.body.offers[0].id}/hold`, {});
+    expect(firstStart(hold)).toEqual([409, at(7, 4)]);
   });
 
   it('cuts a running preemptible lease when a regular lease needs its host: the lease is told at once, with the warning, and its end moves', async () => {
@@ -301,9 +326,88 @@ describe('preemptible host leases', () => {
     expect([updated.status, updated.body.error_message]).toEqual([200, undefined]);
     expect(updated.body.lease).toMatchObject({ status: 'PENDING', end_date: expect.stringMatching(new RegExp(`^${at(5, 2).replace(' ', 'T')}`)), status_reason: expect.stringMatching(/^preempted: /) });
     expect(await hostsOf(lentId)).toEqual([{ host_id: hostId, end_ms: cutMs }]);
-    // Its lessee heard of the cut, once, as from the tell.
+    // Booked at the cut, the lease still owes it: the regular lease waits for it at most the eviction bound, and the calendar shows it cut.
+    expect(await latestCutOf(stack().db.pool, lentId)).toMatchObject({ endMs: cutMs });
+    expect(await preemptedAmong(stack().db.pool, [lentId])).toEqual([lentId]);
+    // Its lessee heard of the cut, as from the tell.
     await eventually(() => Promise.resolve(noticesOf(lentId, 'lease.preempting').length > 0 ? true : undefined));
+    // The tell goes now, as the outbox sends it (the row still owed): the workflow, which applied that cut, ignores it.
+    const outbox = new LeaseOutbox({ pool: stack().db.pool, client: stack().temporal.client, taskQueue: stack().config.temporal.taskQueue, log: pino({ level: 'silent' }), ...stack().config.outbox });
+    try {
+      outbox.tellPreemptedSoon([lentId]);
+      await eventually(async () => ((await stack().db.pool.query('SELECT 1 FROM lease_preemptions WHERE lease_id = $1 AND told_at IS NOT NULL', [lentId])).rowCount === 1 ? true : undefined));
+    } finally {
+      await outbox.stop();
+    }
+    // Handled: a workflow task completed after the signal (its history in order, not a wait).
+    await eventually(async () => {
+      const history = await leaseHistoryEvents(stack(), lentId);
+      const signalled = history.findIndex((e) => e.workflowExecutionSignaledEventAttributes?.signalName === leasePreempted.name);
+      return signalled >= 0 && history.slice(signalled).some((e) => e.workflowTaskCompletedEventAttributes) ? true : undefined;
+    });
     expect(noticesOf(lentId, 'lease.preempting')).toHaveLength(1);
+    expect(await leaseOf(lentId)).toMatchObject({ end_date: updated.body.lease.end_date, status_reason: updated.body.lease.status_reason });
+    expect(await hostsOf(lentId)).toEqual([{ host_id: hostId, end_ms: cutMs }]);
+  });
+
+  it('an update refused before the tell of a cut that leaves nothing of the lease answers that the lease was preempted, not the capacity it lacks', async () => {
+    await insertHost(stack().db.pool, { name: 'owed-gone-1', capabilities: { pool: 'owed-gone' } });
+    const lent = await asA('POST', '/v1/leases', { name: 'lent-owed-gone', start_date: at(6, 1), end_date: at(6, 3), reservations: [inPool('owed-gone', { preemptible: true })] });
+    expect(lent.status).toBe(201);
+    const lentId = lent.body.lease.id as string;
+    // A regular booking takes its whole window, committed with its tell held (its next try an hour away).
+    const fromMs = Date.parse(`${at(6, 0).replace(' ', 'T')}Z`);
+    const regular = pendingReservation('physical:host', physicalHostParams.parse({ min: 1, max: 1, hypervisor_properties: '', resource_properties: JSON.stringify(['==', '$pool', 'owed-gone']) }));
+    const needing = reservationContext({ reservation: regular, leaseReservations: [regular], startMs: fromMs, endMs: fromMs + 4 * 3_600_000 });
+    const calendar = new HostCalendar(stack().db.pool, { cleaningMs: 0, randomChoice: false });
+    await bookInTransaction(stack().db.pool, async (client) => {
+      await calendar.bookWithin(client, needing, { preempt: true });
+      await client.query("UPDATE lease_preemptions SET next_attempt_at = now() + interval '1 hour' WHERE lease_id = $1", [lentId]);
+    }, { retryExclusion: true });
+    const samePlace = JSON.stringify(['and', ['==', '$pool', 'owed-gone'], ['!=', '$pool', 'other']]);
+    const updated = await asA('PUT', `/v1/leases/${lentId}`, { reservations: [{ id: lent.body.lease.reservations[0].id, resource_properties: samePlace }] });
+    expect(updated).toEqual({ status: 409, body: { error_code: 409, error_name: 409, error_message: expect.stringMatching(/^Lease lent-owed-gone was preempted and has ended \(preempted: host needed by another lease from /) } });
+    expect(await leaseOf(lentId)).toMatchObject({ status: 'TERMINATED', status_reason: expect.stringMatching(/^preempted: /) });
+  });
+
+  it('a lease booked at its owed cut by an update keeps the cut: once its earlier lease ends past the cut, it ends unstarted', async () => {
+    await insertHost(stack().db.pool, { name: 'kept-1', capabilities: { pool: 'kept' } });
+    let releaseRegular: () => void = () => undefined;
+    holdRegularEnds = new Promise((resolve) => (releaseRegular = resolve));
+    try {
+      const base = Date.now();
+      const earlier = await asA('POST', '/v1/leases', { name: 'kept-earlier', start_date: 'now', end_date: inSeconds(6, base), reservations: [inPool('kept')] });
+      const lent = await asA('POST', '/v1/leases', { name: 'kept-lent', start_date: inSeconds(6, base), end_date: inSeconds(3600, base), reservations: [inPool('kept', { preemptible: true })] });
+      expect([earlier.status, lent.status]).toEqual([201, 201]);
+      const lentId = lent.body.lease.id as string;
+      // A regular booking cuts it 10 s after its start, committed with its tell held (its next try an hour away).
+      const cutMs = Date.parse(`${String(lent.body.lease.start_date).slice(0, 19)}Z`) + 10_000;
+      const regular = pendingReservation('physical:host', physicalHostParams.parse({ min: 1, max: 1, hypervisor_properties: '', resource_properties: JSON.stringify(['==', '$pool', 'kept']) }));
+      const needing = reservationContext({ reservation: regular, leaseReservations: [regular], startMs: cutMs, endMs: cutMs + 3_600_000 });
+      const calendar = new HostCalendar(stack().db.pool, { cleaningMs: 0, randomChoice: false });
+      await bookInTransaction(stack().db.pool, async (client) => {
+        await calendar.bookWithin(client, needing, { preempt: true });
+        await client.query("UPDATE lease_preemptions SET next_attempt_at = now() + interval '1 hour' WHERE lease_id = $1", [lentId]);
+      }, { retryExclusion: true });
+      // Refused as it was, applied the cut, booked again at it.
+      const samePlace = JSON.stringify(['and', ['==', '$pool', 'kept'], ['!=', '$pool', 'other']]);
+      const updated = await asA('PUT', `/v1/leases/${lentId}`, { reservations: [{ id: lent.body.lease.reservations[0].id, resource_properties: samePlace }] });
+      expect(updated.status).toBe(200);
+      expect(Date.parse(`${String(updated.body.lease.end_date).slice(0, 19)}Z`)).toBe(cutMs);
+      // Its earlier lease's end is held: it waits at its start, and its (cut) end passes meanwhile.
+      await eventually(async () => ((await leaseOf(lentId)).status === 'STARTING' && Date.now() > cutMs ? true : undefined), 30_000);
+      releaseRegular();
+      const ended = await eventually(async () => {
+        const now = await leaseOf(lentId);
+        return now.status === 'TERMINATED' ? now : undefined;
+      }, 30_000);
+      // Never started on the host the regular lease holds from the cut.
+      expect(Object.fromEntries(ended.events.map((e: { event_type: string; status: string }) => [e.event_type, e.status]))).toMatchObject({ start_lease: 'UNDONE', end_lease: 'DONE' });
+      expect(ended.status_reason).toMatch(/^preempted: /);
+    } finally {
+      releaseRegular();
+      holdRegularEnds = undefined;
+    }
   });
 
   it('charges nothing for a preemptible lease whose whole window was taken before it started', async () => {
@@ -352,6 +456,8 @@ describe('preemptible host leases', () => {
       const asking = await asB('POST', '/v1/leases', { name: 'regular-ask', start_date: at(33, 2), end_date: at(33, 4), reservations: [inPool('ask')] });
       expect(asking.status).toBe(409);
       expect(asking.body).toMatchObject({ reason: 'capacity', offers: expect.any(Array) });
+      // Held for approval it could not cut: its offers start after the preemptible lease.
+      expect(asking.body.offers[0]).toMatchObject({ start_date: at(33, 3) });
       expect((await hostsOf(lent.body.lease.id)).map((r) => r.end_ms)).toEqual([Date.parse(`${at(33, 3).replace(' ', 'T')}:00Z`)]);
       expect((await stack().db.pool.query('SELECT 1 FROM lease_preemptions WHERE lease_id = $1', [lent.body.lease.id])).rowCount).toBe(0);
     } finally {

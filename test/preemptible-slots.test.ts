@@ -194,6 +194,18 @@ describe('preemptible instance slots', () => {
     expect(await owed()).toEqual([]);
   });
 
+  it('a cut slot lease booked anew to end at its cut (an update\'s second try on the lease as cut) still owes the cut', async () => {
+    const lent = ctxFor(instances({ amount: 8, preemptible: true }), T0, T0 + 4 * H);
+    await book(lent);
+    await admit(ctxFor(instances({ amount: 1 }), T0 + H, T0 + 2 * H));
+    // Its start moved, its end the cut: booked anew, and ending where the cut put it.
+    const asCut = { ...lent, startMs: T0 + 60_000, endMs: T0 + H };
+    const settled: { preemptionSequence?: number } = {};
+    await slots.book(asCut, await specOf(asCut), { settled });
+    expect((await slotEnds(lent.leaseId)).map((r) => r.end_ms)).toEqual(Array(8).fill(T0 + H));
+    expect([settled.preemptionSequence, await owed()]).toEqual([undefined, [{ lease_id: lent.leaseId, end_ms: T0 + H }]]);
+  });
+
   it('a running slot lease cut and moved back past its cut once free (an extension) keeps its slots there, its owed cut settled', async () => {
     const now = Date.now();
     const lent = ctxFor(instances({ amount: 4, preemptible: true }), now - H, T0 + 4 * H);
@@ -231,15 +243,18 @@ describe('preemptible instance slots', () => {
     expect(booked).toMatchObject({ holdUntilStart: true, holdRedoneAtStart: true });
   });
 
-  it('a regular ask\'s search (offers, the 409\'s later fit) counts preemptible slots as free, as its admission does; a preemptible ask\'s does not', async () => {
+  it('a regular ask\'s search (offers, the 409\'s later fit) counts preemptible slots as free where its booking may cut, as its admission does; a preemptible ask\'s does not', async () => {
     // Every slot of both hosts is a preemptible lease's until T0 + 4 h.
     await book(ctxFor(instances({ amount: 8, preemptible: true }), T0, T0 + 4 * H));
     const searchFor = async (reservation: Reservation) => {
       const ctx = ctxFor(reservation, T0 + H, T0 + 2 * H);
-      return slots.search([{ reservation, spec: await specOf(ctx) }], T0 + H, H, 0);
+      return slots.search([{ reservation, spec: await specOf(ctx) }], T0 + H, H, 0, { mayPreempt: true });
     };
     expect(await searchFor(instances({ amount: 2 }))).toMatchObject({ earliest: T0 + H });
     expect(await searchFor(instances({ amount: 2, preemptible: true }))).toMatchObject({ earliest: T0 + 4 * H });
+    // Searched for a booking that never cuts (an update, an offer hold), they count as taken.
+    const regular = instances({ amount: 2 });
+    expect(await slots.search([{ reservation: regular, spec: await specOf(ctxFor(regular, T0 + H, T0 + 2 * H)) }], T0 + H, H, 0)).toMatchObject({ earliest: T0 + 4 * H });
     // The admission agrees: the regular ask fits there by a cut.
     const cut: string[] = [];
     expect(await admit(ctxFor(instances({ amount: 2 }), T0 + H, T0 + 2 * H), true, cut)).toEqual([expect.objectContaining({ slots: 2 })]);
@@ -271,9 +286,22 @@ describe('preemptible instance slots', () => {
       await book(ctxFor(instances({ amount: 4 }), T0, T0 + 4 * H));
       const leaving = ctxFor(instances({ amount: 4 }), T0, T0 + 4 * H);
       await book(leaving);
+      // The race is at the preempting choice's one read of the regular calendar: the first snapshot read while it runs.
+      const choosing = slots as unknown as { placePreempting: (...args: unknown[]) => Promise<unknown> };
+      const choose = choosing.placePreempting.bind(slots);
+      let choiceReads = 0;
+      let inChoice = false;
+      const choice = jest.spyOn(choosing, 'placePreempting').mockImplementation(async (...args) => {
+        inChoice = true;
+        try {
+          return await choose(...args);
+        } finally {
+          inChoice = false;
+        }
+      });
       const read = slots.snapshot.bind(slots);
       const snapshots = jest.spyOn(slots, 'snapshot').mockImplementation(async (...args) => {
-        if (args[5] !== true) return read(...args);
+        if (!inChoice || choiceReads++ > 0) return read(...args);
         await slots.release(leaving.reservation.id, false);
         const seen = await read(...args);
         if (at === 'before the locked reads') await meanwhile();
@@ -293,13 +321,14 @@ describe('preemptible instance slots', () => {
         const placed = await bookInTransaction(database().pool, (client) => {
           attempts += 1;
           // Once: the race is the first attempt's.
-          if (attempts > 1) [snapshots, lockedReads].forEach((spy) => spy.mockRestore());
+          if (attempts > 1) [snapshots, lockedReads, choice].forEach((spy) => spy.mockRestore());
           return slots.bookWithin(client, needing, spec, { preempt: true, cut });
         }, { retryExclusion: true });
         return { placed, attempts, cut, needing };
       } finally {
         snapshots.mockRestore();
         lockedReads.mockRestore();
+        choice.mockRestore();
       }
     };
 

@@ -259,8 +259,9 @@ export const HOLD_FAILURE_LEFT_TO_START = {
 
 /**
  * An update of a preemptible lease refused for capacity (409) while a cut of it was owed and not
- * applied (issue 43: the cut committed, its tell not yet handled) reads the lease's latest cut,
- * applies it as its tell would, and tries again once on the lease as cut: an update that moves
+ * applied (issue 43: the cut committed, its tell not yet handled) reads the lease's latest cut (a
+ * local activity with a few tries: the refusal answers if it fails), applies it as its tell would,
+ * and tries again once on the lease as cut: an update that moves
  * nothing no longer answers 409 for the moments before the tell, and the rollback of the first try
  * books nothing past the cut. Marked there, only for such a refusal.
  */

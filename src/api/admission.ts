@@ -74,7 +74,7 @@ export function temporalSetupCheck(client: Client, timeoutMs: number): { ready: 
  * hosts the lease would get, and it may take seconds: the workflow's admission asks it between
  * booking and recording, never under a transaction's locks.
  */
-export function admitsInApi(deps: Pick<ApiAdmissionDeps, 'types' | 'usagePolicy'>, request: NewLeaseRequest): boolean {
+export function admitsInApi(deps: Pick<ApiAdmissionDeps, 'types' | 'usagePolicy'>, request: { reservations: ReadonlyArray<{ resource_type: string }> }): boolean {
   return !deps.usagePolicy?.asksExternalFilter() && request.reservations.every((r) => deps.types.get(r.resource_type)?.bookAtAdmission !== undefined);
 }
 

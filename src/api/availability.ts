@@ -87,7 +87,8 @@ export function availabilityRouter(deps: {
     await refuseUnknownPropertyKeys(deps.types, identityOf(res), body.reservations ?? []);
     const reservations: Reservation[] = (body.reservations ?? []).map((r, i) => ({ id: `search-${i}`, resource_type: r.resource_type, status: 'pending', params: r.params }));
     const duration = body.end_date - start;
-    const { earliest, longestMs, cutShort, tried, searchedUntil } = await searchLease(deps.types, identityOf(res).projectId, reservations, start, duration, deps.provisioningLeadMs);
+    // As for a create, which may cut preemptible leases (issue 43).
+    const { earliest, longestMs, cutShort, tried, searchedUntil } = await searchLease(deps.types, identityOf(res).projectId, reservations, start, duration, deps.provisioningLeadMs, { mayPreempt: true });
     // Dates for reuse: request dates on whole minutes (the earliest start is one), ends rounded down so that they still fit.
     const longestEnd = longestMs === Infinity ? Infinity : wholeMinuteDown(start + longestMs);
     res.json({

@@ -11,7 +11,7 @@ import type { ResourceTypes } from '../domain/resource-plugin';
 import { admitInApi, admitsInApi, type ApiAdmissionDeps } from './admission';
 import { identityOf, type Identity } from './auth';
 import { toBlazarLease } from '../domain/blazar-format';
-import { isPreemptibleReservation } from '../domain/preemption';
+import { DEFAULT_PREEMPT_WARNING_MS, isPreemptibleReservation } from '../domain/preemption';
 import { ApiError, parseRequest } from './errors';
 import { jsonArrayParts, sendJsonParts } from './json-stream';
 import { answerApproval, changeLease, claimKeyFor, createLease, idempotentLeaseId, lendOrReclaim, noAnswerInTime, removeLease, requestHash, type LeaseCommandOptions } from './lease-commands';
@@ -19,7 +19,7 @@ import { approvalAnswerSchema, createLeaseSchema, lendSchema, listLeasesQuery, n
 import { lendingReservations, lendRefusal } from '../domain/lending';
 import { formatRequestDate } from '../domain/dates';
 import { refuseUnknownPropertyKeys } from './property-keys';
-import { DEFAULT_OFFER_LIMIT, extensionOffers, leaseExtensionOffers, makeOffers, refusedWithOffers, type OfferDeps, type OfferJson } from './offers';
+import { DEFAULT_OFFER_LIMIT, draftLease, extensionOffers, leaseExtensionOffers, makeOffers, refusedWithOffers, type OfferDeps, type OfferJson } from './offers';
 import { wholeMinuteDown } from '../domain/dates';
 import { createSeries } from './series';
 
@@ -82,12 +82,26 @@ export function admitNewLease(deps: NewLeaseDeps, identity: Identity, request: N
       return admitted === 'admitted-by-workflow' ? await createLease(deps.commands, request, hash, idempotent) : admitted;
     },
     async () => {
+      if (!deps.offers) return { offers: [] };
       const startMs = request.start === 'now' ? wholeMinuteDown(request.requestedMs) : request.start;
       const durationMs = request.end - startMs;
       const reservations = request.reservations.map((r) => ({ resource_type: r.resource_type, params: r.params }));
-      return deps.offers ? makeOffers(deps.offers, identity, { reservations, mins: [], startMs, durationMs, minDurationMs: durationMs, limit: DEFAULT_OFFER_LIMIT }) : { offers: [] };
+      const mayPreempt = await createMayPreempt(deps, deps.offers, identity, request);
+      return makeOffers(deps.offers, identity, { reservations, mins: [], startMs, durationMs, minDurationMs: durationMs, limit: DEFAULT_OFFER_LIMIT, mayPreempt });
     },
   );
+}
+
+/**
+ * Whether a create like this one may cut preemptible leases (issue 43), so that its 409's offers count
+ * their bookings as free: only an API admission does, and only for a lease no approval rule holds.
+ */
+async function createMayPreempt(deps: NewLeaseDeps, offers: OfferDeps, identity: Identity, request: NewLeaseRequest): Promise<boolean> {
+  if (!deps.admission || !admitsInApi(deps.admission, request)) return false;
+  const policy = offers.usagePolicy;
+  if (!policy) return true;
+  const subject = { next: draftLease(deps.types, request), byAdmin: identity.isAdmin, ...(request.justification !== undefined ? { justification: request.justification } : {}) };
+  return (await policy.approvalNeedOf(offers.pool, subject, undefined)) === undefined;
 }
 
 export function leasesRouter(deps: NewLeaseDeps): Router {
@@ -215,7 +229,7 @@ export function leasesRouter(deps: NewLeaseDeps): Router {
     const body = parseRequest(lendSchema, bodyOf(req));
     const current = await visibleLease(pool, identityOf(res), req.params.id);
     const reservationId = lendingReservationOf(current, body.reservation_id);
-    const warningMs = deps.preemptionWarningMs ?? DEFAULT_PREEMPTION_WARNING_MS;
+    const warningMs = deps.preemptionWarningMs ?? DEFAULT_PREEMPT_WARNING_MS;
     if (body.until <= Date.now() + warningMs) throw new ApiError(400, `until: must be later than now plus the preemption warning (${formatRequestDate(Date.now() + warningMs)}): a borrower must be told that long before it ends`);
     if (body.until > current.endMs) throw new ApiError(400, `until: must be no later than the lease's end (${formatRequestDate(current.endMs)})`);
     refuseUnlessActive(current);
@@ -297,8 +311,6 @@ export function changedReservation(lease: Lease, change: { id: string } & Record
   return { id, resource_type: reservation.resource_type, params };
 }
 
-/** LK_PREEMPT_WARNING_MINUTES's default, for an API built without the setting. */
-const DEFAULT_PREEMPTION_WARNING_MS = 10 * 60_000;
 
 /** The reservation a lend or reclaim names, or the lease's one that may lend when it names none (400 when that is not one). */
 function lendingReservationOf(lease: Lease, reservationId: string | undefined): string {

@@ -51,6 +51,8 @@ export interface OfferAsk {
   reservations: Array<{ resource_type: string; params: Record<string, unknown> }>;
   /** Per reservation: the least count accepted (undefined: its own parameters say). */
   mins: Array<number | undefined>;
+  /** The booking that follows may cut preemptible leases (FitLimits.mayPreempt): unset, their bookings count as taken. */
+  mayPreempt?: boolean;
   startMs: number;
   endBeforeMs?: number;
   durationMs: number;
@@ -152,7 +154,7 @@ export async function makeOffers(deps: OfferDeps, identity: Identity, ask: Offer
       minDurationMs: ask.minDurationMs,
       limit: ask.limit,
     },
-    (searched, startMs, durationMs, limits) => searchLease(deps.types, identity.projectId, searched, startMs, durationMs, deps.provisioningLeadMs, limits).catch(neverFits),
+    (searched, startMs, durationMs, limits) => searchLease(deps.types, identity.projectId, searched, startMs, durationMs, deps.provisioningLeadMs, ask.mayPreempt ? { ...limits, mayPreempt: true } : limits).catch(neverFits),
   );
   // One after another: a request's checks take one database connection at a time, never the pool's
   // slots other projects' admissions need.
@@ -249,7 +251,8 @@ export function offersRouter(deps: OfferDeps): Router {
     const identity = identityOf(res);
     const nowMs = Date.now();
     const ask = await parseOfferRequest(deps, identity, req.body, nowMs);
-    res.json(await makeOffers(deps, identity, ask, nowMs));
+    // Asked before a create, which may cut preemptible leases (issue 43); a hold of such an offer cannot, and is refused with offers of its own.
+    res.json(await makeOffers(deps, identity, { ...ask, mayPreempt: true }, nowMs));
   });
   return router;
 }

@@ -25,6 +25,7 @@ import type { UsagePolicyEnforcer } from '../policy/enforcement';
 import { identityOf, type Identity } from './auth';
 import { ApiError, parseRequest } from './errors';
 import { createLeaseSchema, newLeaseRequest, updateLeaseSchema } from './lease-schemas';
+import { admitsInApi } from './admission';
 import { changedReservation, refuseAdminOnlyPolicies, updateOffers, type NewLeaseDeps } from './leases';
 import { DEFAULT_OFFER_LIMIT, draftLease, makeOffers, neverFits, type OfferJson } from './offers';
 import { refuseUnknownPropertyKeys } from './property-keys';
@@ -84,7 +85,7 @@ export function policyCheckRouter(deps: NewLeaseDeps): Router {
     requests.forEach((r) => newLease(r)); // Blazar's date rules (400)
     await refuseUnknownPropertyKeys(deps.types, identity, body.reservations ?? []);
     const drafts = requests.map((r) => draftLease(deps.types, r));
-    const { draft, evaluations, refusal, fits, approvals } = await checkOccurrences(deps, identity, drafts, body.justification);
+    const { draft, evaluations, refusal, fits, approvals, mayPreempt } = await checkOccurrences(deps, identity, drafts, body.justification);
     const request = requests[drafts.indexOf(draft)];
     const admit = !refusal && fits;
     const found = admit
@@ -96,6 +97,7 @@ export function policyCheckRouter(deps: NewLeaseDeps): Router {
           durationMs: draft.endMs - draft.startMs,
           minDurationMs: draft.endMs - draft.startMs,
           limit: DEFAULT_OFFER_LIMIT,
+          mayPreempt,
         });
     const approval = admit && approvals.length > 0 ? { need: approvals[0], occurrences: body.recurrence !== undefined ? approvals.length : undefined } : undefined;
     res.json({ ...answer(identity, admit, evaluations, fits, found, policy, approval), ...(body.recurrence !== undefined ? { occurrences: drafts.length, occurrence: { name: draft.name, start_date: formatRequestDate(draft.startMs), end_date: formatRequestDate(draft.endMs) } } : {}) });
@@ -113,14 +115,16 @@ export function policyCheckRouter(deps: NewLeaseDeps): Router {
 async function checkOccurrences(deps: NewLeaseDeps, identity: Identity, drafts: Lease[], justification: string | undefined) {
   const policy = deps.offers!.usagePolicy!;
   const approvals: ApprovalNeed[] = [];
-  let checked: { draft: Lease; evaluations: RuleEvaluation[]; refusal?: PolicyRefusal; fits: boolean } | undefined;
+  let checked: { draft: Lease; evaluations: RuleEvaluation[]; refusal?: PolicyRefusal; fits: boolean; mayPreempt: boolean } | undefined;
   for (const [i, draft] of drafts.entries()) {
     const subject = { next: draft, byAdmin: identity.isAdmin, justification };
     const { evaluations, refusal } = await policy.evaluate(deps.pool, subject, drafts.slice(0, i));
     const need = await policy.approvalNeedOf(deps.pool, subject, refusal);
-    const search = await searchLease(deps.types, identity.projectId, draft.reservations, draft.startMs, draft.endMs - draft.startMs, deps.provisioningLeadMs).catch(neverFits);
+    // As its create would book: counting preemptible bookings as free where it may cut them (issue 43).
+    const mayPreempt = need === undefined && deps.admission !== undefined && admitsInApi(deps.admission, draft);
+    const search = await searchLease(deps.types, identity.projectId, draft.reservations, draft.startMs, draft.endMs - draft.startMs, deps.provisioningLeadMs, { mayPreempt }).catch(neverFits);
     // A refusal turned into an exception admits the occurrence (waiting): the series goes on.
-    checked = { draft, evaluations, refusal: need ? undefined : refusal, fits: search.longestMs >= draft.endMs - draft.startMs };
+    checked = { draft, evaluations, refusal: need ? undefined : refusal, fits: search.longestMs >= draft.endMs - draft.startMs, mayPreempt };
     if (checked.refusal || !checked.fits) break;
     if (need) approvals.push(need);
   }

@@ -84,6 +84,23 @@ export function defaultReclaimNeed(nowMs: number, warningMs: number): number {
   return Math.ceil((nowMs + warningMs + tellingMs) / 1000) * 1000;
 }
 
+/** LK_PREEMPT_WARNING_MINUTES's default: also the warning of a worker, API or outbox built without the setting (tests). */
+export const DEFAULT_PREEMPT_WARNING_MS = 10 * 60_000;
+
+/** A cut as its tell carries it to the lease's workflow (the leasePreempted signal): with the deployment's warning, a reclaim said so. */
+export interface ToldPreemption {
+  endMs: number;
+  neededFromMs: number;
+  warningMs: number;
+  sequence: number;
+  kind?: 'reclaimed';
+}
+
+/** An owed cut (its lease_preemptions row) as its tell carries it, whether the outbox sends it or an update applies it first. */
+export function toLeasePreemption(cut: { endMs: number; neededFromMs: number; sequence: number; kind?: 'preempted' | 'reclaimed' }, warningMs: number): ToldPreemption {
+  return { endMs: cut.endMs, neededFromMs: cut.neededFromMs, warningMs, sequence: cut.sequence, ...(cut.kind === 'reclaimed' ? { kind: 'reclaimed' as const } : {}) };
+}
+
 /** The `lease.preempting` notice's details, told at `nowMs` of an end at `endMs`. */
 export function preemptionDetails(preemption: { endMs: number; neededFromMs: number; warningMs: number }, reason: string, nowMs: number): Record<string, unknown> {
   const warningSeconds = Math.max(0, Math.round((preemption.endMs - nowMs) / 1000));

@@ -166,6 +166,12 @@ export interface FitLimits {
   laterWindows?: number;
   /** Reads shared by the searches of one request (offers): a calendar reads a window once. */
   reads?: SearchReads;
+  /**
+   * The booking that follows may cut preemptible leases (issue 43: an API-admitted create that needs
+   * no approval): a regular ask counts their bookings as free. Unset, they count as taken, for a
+   * booking that never cuts (an update, an offer hold, a create held for approval or admitted by its workflow).
+   */
+  mayPreempt?: boolean;
 }
 
 /**

@@ -10,6 +10,7 @@ import { TypedSearchAttributes } from '@temporalio/common';
 import type { Logger } from 'pino';
 import { leaseResourceTypes, type Lease } from '../domain/lease';
 import { markdownText } from '../domain/markdown';
+import { DEFAULT_PREEMPT_WARNING_MS, toLeasePreemption } from '../domain/preemption';
 import { LeaseEndKey, LeaseStartKey, LeaseStatusKey, ProjectIdKey, ResourceTypesKey } from '../domain/search-attributes';
 import { admittedStart, markStarted, sweepOwedStarts } from '../db/lease-outbox';
 import { claimOwedPreemptions, markPreemptionFailed, markPreemptionTold, purgeToldPreemptions, type ClaimedPreemption } from '../db/lease-preemptions';
@@ -96,8 +97,6 @@ export interface LeaseOutboxDeps {
   preemptionWarningMs?: number;
 }
 
-/** LK_PREEMPT_WARNING_MINUTES's default, for an outbox built without the setting. */
-const DEFAULT_PREEMPTION_WARNING_MS = 10 * 60_000;
 /** Owed starts a sweep takes at once; a busy backlog is worked through sweep after sweep. */
 const SWEEP_BATCH = 100;
 /** How long a start waits to be written to its row with others. */
@@ -217,15 +216,9 @@ export class LeaseOutbox {
   /** One preempted lease's workflow told (a signal, which it applies once: a second changes nothing). */
   private async tellOne(owed: ClaimedPreemption): Promise<{ told: true } | { told: false; error: string }> {
     try {
-      const warningMs = this.deps.preemptionWarningMs ?? DEFAULT_PREEMPTION_WARNING_MS;
-      await this.deps.client.workflow.getHandle<LeaseWorkflow>(leaseWorkflowId(owed.leaseId)).signal(leasePreempted, {
-        endMs: owed.endMs,
-        neededFromMs: owed.neededFromMs,
-        warningMs,
-        sequence: owed.sequence,
-        // A lending's reclaim (issue 43): the lessee is told its lender takes the host back.
-        ...(owed.kind === 'reclaimed' ? { kind: owed.kind } : {}),
-      });
+      // A lending's reclaim (issue 43) says so: the lessee is told its lender takes the host back.
+      const told = toLeasePreemption(owed, this.deps.preemptionWarningMs ?? DEFAULT_PREEMPT_WARNING_MS);
+      await this.deps.client.workflow.getHandle<LeaseWorkflow>(leaseWorkflowId(owed.leaseId)).signal(leasePreempted, told);
       return { told: true };
     } catch (err) {
       // Gone, ended, or past its (uncut) end: nothing left to tell. Else (for one not started yet: its own owed start) tried again.

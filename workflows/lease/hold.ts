@@ -4,7 +4,7 @@
  * but a reservation whose start makes the same resources again (`holdRedoneAtStart`) leaves the
  * lease PENDING, saying why, for its start to try again.
  */
-import { log, patched } from '@temporalio/workflow';
+import { isCancellation, log, patched } from '@temporalio/workflow';
 import type { Lease, Reservation } from '../../src/domain/lease';
 import { reservationContext as context } from '../../src/domain/resource-plugin';
 import { HOLD_FAILURE_LEFT_TO_START } from '../patches';
@@ -36,7 +36,7 @@ export async function holdUntilStart(s: LeaseState): Promise<void> {
           const outcome = await patient.holdReservation(context(s.lease, reservation));
           if (outcome?.allocation) reported.set(reservation.id, outcome.allocation);
         } catch (err) {
-          if (!reservation.holdRedoneAtStart || !patched(HOLD_FAILURE_LEFT_TO_START.id)) throw err;
+          if (isCancellation(err) || !reservation.holdRedoneAtStart || !patched(HOLD_FAILURE_LEFT_TO_START.id)) throw err;
           leftToStart.set(reservation.id, failureMessage(err));
         }
       }
@@ -56,5 +56,7 @@ export async function holdUntilStart(s: LeaseState): Promise<void> {
     const reason = leftToStart.size > 0 ? `${HOLD_LEFT_TO_START} ${[...leftToStart.values()].join('; ')}` : undefined;
     if (reason) log.warn('lease hold failed: left to its start', { leaseId: s.lease.id, reason });
     await transition(s, { reservations: s.lease.reservations.map((r) => (r.hold === 'due' ? held(r) : r)), ...(reason ? { statusReason: reason } : {}) });
+    // The lessee hears of it as of any part of a lease that could not be made and was not given up: degraded, the start to try again.
+    if (reason) await announce(s, 'lease.degraded', { reason, reservation_ids: [...leftToStart.keys()], retried_at_start: true }, 'hold');
   });
 }

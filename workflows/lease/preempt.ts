@@ -41,21 +41,23 @@ export function forgetPreemptions(s: LeaseState, pending: LeasePreemption | unde
   s.preempted = undefined;
 }
 
+/** What applying a cut did: moved the lease's end to it, or ended the lease (nothing of its window left); undefined: nothing. */
+export type CutApplied = 'cut' | 'ended' | undefined;
+
 /**
  * An update refused while a cut of the lease was owed and not applied (issue 43): its tell on the
  * way (`s.preemption`, waiting for the lock the update holds), or not sent yet (`latest`, the
  * lease's row in lease_preemptions, newer than any cut applied). Applied now, under the update's
  * lock, as the tell would be (new end, reason, `lease.preempting`); the tell, when it comes, is
- * ignored by its sequence. False when no cut was owed, or it ended nothing.
+ * ignored by its sequence. Answers what the cut did (undefined when none was owed, or it changed nothing).
  */
-export async function preemptOwed(s: LeaseState, latest: LeasePreemption | undefined): Promise<boolean> {
+export async function preemptOwed(s: LeaseState, latest: LeasePreemption | undefined): Promise<CutApplied> {
   const newer = latest && (latest.sequence === undefined || s.preemptionSequence === undefined || latest.sequence > s.preemptionSequence) ? latest : undefined;
   const owed = newer ?? s.preemption;
-  if (!owed || owed.endMs >= s.lease.endMs || hasEnded(s.lease.status)) return false;
+  if (!owed || owed.endMs >= s.lease.endMs || hasEnded(s.lease.status)) return undefined;
   if (owed.sequence !== undefined) s.preemptionSequence = Math.max(s.preemptionSequence ?? owed.sequence, owed.sequence);
   s.preemption = owed;
-  await preempt(s, owed);
-  return true;
+  return preempt(s, owed);
 }
 
 /**
@@ -98,19 +100,19 @@ export async function endPreemptedUnstarted(s: LeaseState, preemption: LeasePree
   await tellPolicyEnded(s);
 }
 
-async function preempt(s: LeaseState, preemption: LeasePreemption): Promise<void> {
-  if (!patched(LEASE_PREEMPTION.id)) return;
+async function preempt(s: LeaseState, preemption: LeasePreemption): Promise<CutApplied> {
+  if (!patched(LEASE_PREEMPTION.id)) return undefined;
   // A later cut came meanwhile (it is applied in its turn), or an update booked the lease anew.
-  if (s.preemption !== preemption) return;
+  if (s.preemption !== preemption) return undefined;
   s.preemption = undefined;
   const lease = s.lease;
   // Told again (a sweep's retry), or ended meanwhile: nothing more to do.
-  if (s.deletion !== 'none' || hasEnded(lease.status) || preemption.endMs >= lease.endMs) return;
+  if (s.deletion !== 'none' || hasEnded(lease.status) || preemption.endMs >= lease.endMs) return undefined;
   const reason = cutReason(preemption);
   if ((lease.status === 'PENDING' || lease.status === 'PENDING_APPROVAL') && preemption.endMs <= lease.startMs) {
     // Nothing of its window is left, and nothing of it ran: it ends now (a wait for approval with it).
     await endPreemptedUnstarted(s, preemption);
-    return;
+    return 'ended';
   }
   const cut = withEventTimes({ ...lease, endMs: preemption.endMs, statusReason: reason });
   s.preempted = preemption;
@@ -124,4 +126,5 @@ async function preempt(s: LeaseState, preemption: LeasePreemption): Promise<void
     s.revision++;
   }
   await announce(s, 'lease.preempting', preemptionDetails(preemption, reason, Date.now()), `preempt-${preemption.endMs}`);
+  return 'cut';
 }

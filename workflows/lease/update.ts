@@ -1,16 +1,17 @@
 /** Blazar's lease update (rename, move dates, end now), at any point of the lease's life: validated, re-booked, recorded, or rolled back. */
-import { patched } from '@temporalio/workflow';
+import { isCancellation, log, patched } from '@temporalio/workflow';
 import { isExtensionOnly, ONLY_EXTENSIONS_WAIT } from '../../src/domain/approval';
 import { applyLeaseUpdate, assertSettled, bookingChanged, hasEnded, leaseConflict, LeaseErrorType, type Lease, type LeaseUpdateRequest, type Reservation } from '../../src/domain/lease';
 import { isPreemptibleReservation, isPreemptionReason } from '../../src/domain/preemption';
 import { ONE_ROLLBACK_FOR_UPDATES, ROLLBACK_ONLY_MOVED, UPDATE_AFTER_OWED_CUT } from '../patches';
-import { mustFinish, quick, recording } from './activity-options';
+import { mustFinish, quick } from './activity-options';
 import { justification } from './admission';
 import { announce } from './announce';
 import { announceChangeAsked, refuseWhileChangeWaits, settle, waitingChange } from './change-approval';
 import { book } from './bookings';
 import { asFailure } from './failures';
-import { forgetPreemptions, preemptOwed } from './preempt';
+import type { LeasePreemption } from './messages';
+import { forgetPreemptions, preemptOwed, type CutApplied } from './preempt';
 import { compensate, record } from './record';
 import { assertAdmitted, type LeaseState } from './state';
 
@@ -67,18 +68,39 @@ export async function applyUpdate(s: LeaseState, update: LeaseUpdateRequest, aft
     // Refused for capacity while a cut of the lease was owed and not applied (issue 43): its booking saw the
     // cut rows under the window as recorded. The cut applied first, the update tries again once on the lease as cut.
     if (!afterCut && rebook && failure.type === LeaseErrorType.conflict && before.reservations.some(isPreemptibleReservation) && patched(UPDATE_AFTER_OWED_CUT.id)) {
-      if ((await preemptOwed(s, await recording.latestPreemption({ leaseId: s.lease.id }))) && !hasEnded(s.lease.status)) return applyUpdate(s, update, true);
+      const applied = await applyOwedCut(s);
+      if (applied === 'cut') return applyUpdate(s, update, true);
+      // Nothing of its window was left: it ended, and that is the answer.
+      if (applied === 'ended') throw leaseConflict(`Lease ${before.name} was preempted and has ended (${s.lease.statusReason ?? 'preempted'}): nothing of its window is left to change.`);
     }
     throw failure;
   }
-  // Booked anew: the cuts told before no longer apply (one made after this booking is told anew).
-  if (rebook) forgetPreemptions(s, cutBefore);
+  // Booked anew: the cuts told before no longer apply (one made after this booking is told anew); the
+  // second try booked the lease at the cut it just applied, which still stands (its start checks it).
+  if (rebook && !afterCut) forgetPreemptions(s, cutBefore);
   s.revision++;
   // An active lease's change an exception made wait: booked, the lease as it was until an admin answers (change-approval.ts).
   const change = waitingChange(s);
   if (change) await announceChangeAsked(s, change);
   else await announce(s, 'lease.update');
   return s.lease;
+}
+
+/**
+ * The owed cut (preemptOwed) read and applied for a refused update. The read is bounded (`quick`:
+ * the lease's lock is held, and the caller waits); should it fail, the update answers its first
+ * refusal (undefined here), never the read's error, and the tell applies the cut when it comes.
+ */
+async function applyOwedCut(s: LeaseState): Promise<CutApplied> {
+  let latest: LeasePreemption | undefined;
+  try {
+    latest = await quick.latestPreemption({ leaseId: s.lease.id });
+  } catch (err) {
+    if (isCancellation(err)) throw err;
+    log.warn('reading the owed cut of a refused update failed: the refusal answers', { leaseId: s.lease.id, error: String(err) });
+    return undefined;
+  }
+  return preemptOwed(s, latest);
 }
 
 /**

@@ -373,8 +373,9 @@ export class HostCalendar extends WholeResourceCalendar<HostRecord, BookedHost[]
     }
 
     await hostBookings.deleteLease(client, ctx.leaseId);
-    // Booked anew in this transaction: a cut of the old bookings is moot (the workflow drops its tell by the sequence).
-    if (settled) settled.preemptionSequence = await settleLeaseCut(client, ctx, reservations.map((r) => r.id));
+    // Booked anew in this transaction: a cut of the old bookings is moot (the workflow drops its tell by the sequence)
+    // once the new booking ends after it; one booked at the cut (an update's second try) still owes it.
+    if (settled) settled.preemptionSequence = await settleLeaseCut(client, ctx, reservations.map((r) => r.id), ctx.endMs);
     const hosts = await listHosts(client, { reservableOnly: true });
     // A `release` reservation keeps its hosts for good: only hosts with nothing booked later will do.
     const releasing = reservations.filter((r) => this.endPolicy(r) === 'release');

@@ -24,18 +24,19 @@ export async function preemptLease(client: PoolClient, cut: OwedPreemption & { c
 
 /**
  * The workflow's booking of a reservation (`bookedTogether`: the reservations its call books, the
- * host calendar's siblings) settles the lease's owed cut (settlePreemptionOnRebooking: moot once
- * booked anew, or lifted to `liftedTo`) only when every other preemptible reservation of the lease
- * is booked past it too: one still booked only up to the cut (not moved yet by the same update, or
- * refused) keeps the cut for the whole lease, for its workflow to apply (one lease, one end).
+ * host calendar's siblings), made or moved to end at `bookedToMs`, settles the lease's owed cut
+ * (settlePreemptionOnRebooking) only when it ends after the cut (a booking at the cut, an update's
+ * second try on the lease as cut, leaves it owed) and every other preemptible reservation of the
+ * lease is booked past it too: one still booked only up to the cut (not moved yet by the same
+ * update, or refused) keeps the cut for the whole lease, for its workflow to apply (one lease, one end).
  */
-export function settleLeaseCut(client: PoolClient, ctx: ReservationContext, bookedTogether: readonly string[], liftedTo?: number): Promise<number | undefined> {
+export function settleLeaseCut(client: PoolClient, ctx: ReservationContext, bookedTogether: readonly string[], bookedToMs: number): Promise<number | undefined> {
   const others = ctx.leaseReservations.filter((r) => isPreemptibleReservation(r) && !bookedTogether.includes(r.id)).map((r) => r.id);
   const othersStillCut = async (cutEndMs: number) => {
     const past = new Set([...(await reservationsHostBookedAfter(client, others, cutEndMs)), ...(await reservationsQuantityBookedAfter(client, others, cutEndMs))]);
     return others.some((id) => !past.has(id));
   };
-  return settlePreemptionOnRebooking(client, ctx.leaseId, liftedTo, others.length > 0 ? othersStillCut : undefined);
+  return settlePreemptionOnRebooking(client, ctx.leaseId, bookedToMs, others.length > 0 ? othersStillCut : undefined);
 }
 
 /** A lending row as a reclaim reads it (of hosts or of instance slots, issue 43). */

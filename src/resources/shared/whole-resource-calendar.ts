@@ -123,8 +123,8 @@ export abstract class WholeResourceCalendar<Resource extends { id: string }, Boo
     const nearUntil = start + Math.max(NEAR_SEARCH_MS, NEAR_SEARCH_DURATIONS * durationMs);
     // For the earliest fit alone, gaps too short for the lease (its cleaning and lead included) may come merged.
     const gapsBelow = durationMs + this.cleaningMs + leadMs;
-    // A regular ask counts preemptible bookings as free (issue 43); a preemptible one does not.
-    const withoutPreemptible = this.preemptibleAsFree(reservations);
+    // A regular ask counts preemptible bookings as free where the booking that follows may cut them (issue 43); a preemptible one never does.
+    const withoutPreemptible = limits?.mayPreempt === true && this.preemptibleAsFree(reservations);
     const lentAsFree = this.lentAsFree(reservations);
     // As admission: a preemptible ask's lead from now at the earliest, reckoned at the search's start (a fit found
     // within the lead after it has a longer lead at admission: held or not, admission has the last word).

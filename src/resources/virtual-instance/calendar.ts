@@ -216,9 +216,10 @@ export class InstanceSlotCalendar implements Calendar<InstanceCalendarTypes> {
     if (!canEverPlace(request, candidates.map(slotHost))) {
       throw leaseConflict(`${NOT_ENOUGH} ${spec.amount} instance(s) of ${describeSlot(request)} can never fit on the ${candidates.length} matching host(s)${spec.affinity === false ? ' (each on a different host)' : spec.affinity ? ' (all on one host)' : ''}.`);
     }
-    // Booked anew by the workflow, or an active booking moved to end where the lease does: a cut of the old booking is moot (the workflow drops its tell by the sequence).
+    // Booked anew by the workflow, or an active booking moved to end where the lease does: a cut of the old booking is moot
+    // (the workflow drops its tell by the sequence) once the booking ends after it; one booked at the cut still owes it.
     const active = ctx.leaseStatus !== 'PENDING' && live.length > 0;
-    if (options.settled) options.settled.preemptionSequence = await settleLeaseCut(client, ctx, [ctx.reservation.id], active ? ctx.endMs : undefined);
+    if (options.settled) options.settled.preemptionSequence = await settleLeaseCut(client, ctx, [ctx.reservation.id], ctx.endMs);
     if (active) return this.rebookActive(client, ctx, request, candidates, live, key, now, options.keepOn);
     // A preemptible reservation never displaces anything (issue 43).
     const preemptible = isPreemptibleReservation(ctx.reservation);
@@ -427,9 +428,10 @@ export class InstanceSlotCalendar implements Calendar<InstanceCalendarTypes> {
       // Only a preemptible ask where something is lent sees lendings (and bypasses the shared reads below).
       const preemptible = isPreemptibleReservation(reservation);
       const borrows = preemptible && (await anyBorrowableSlotLending(this.pool, candidates.map((c) => c.provider.uuid), start - leadMs));
-      // A regular ask counts preemptible slots as free (issue 43), as admission may cut them and the host calendar's search does.
+      // A regular ask counts preemptible slots as free where the booking that follows may cut them (issue 43), as the host calendar's search does.
+      const preemptibleFree = !preemptible && limits.mayPreempt === true;
       const read = async (until: number | null) => {
-        const calendar = await this.snapshot(this.pool, candidates, start - leadMs, until, reservation.id, !preemptible);
+        const calendar = await this.snapshot(this.pool, candidates, start - leadMs, until, reservation.id, preemptibleFree);
         return borrows ? withLent(calendar, await this.lentView(this.pool, candidates, start - leadMs, until, reservation.id, false)) : calendar;
       };
       // A preemptible ask's pseudo-hosts end at their lendings' ends: never narrowed from a wider read.
@@ -437,7 +439,7 @@ export class InstanceSlotCalendar implements Calendar<InstanceCalendarTypes> {
       // Within one request (offers), a read of a wider window answers for this one (SearchReads).
       const snapshot = !reads
         ? read
-        : (until: number | null) => reads.read(`slots:${reservation.id}:${preemptible ? 'preemptible' : 'regular'}:${candidates.map((c) => c.provider.uuid).join(',')}`, start - leadMs, until, () => read(until), (wider) => narrowSlotCalendar(wider, start - leadMs, until));
+        : (until: number | null) => reads.read(`slots:${reservation.id}:${preemptibleFree ? 'cutting' : 'as-booked'}:${candidates.map((c) => c.provider.uuid).join(',')}`, start - leadMs, until, () => read(until), (wider) => narrowSlotCalendar(wider, start - leadMs, until));
       const fit = await slotFitNearFirst(snapshot, request, start, durationMs, leadMs, limits);
       result = {
         earliest: result.earliest === undefined || fit.earliest === undefined ? undefined : Math.max(result.earliest, fit.earliest),
