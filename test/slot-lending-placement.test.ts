@@ -6,7 +6,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import type { Pool, PoolClient } from 'pg';
-import type { HookContext } from '../src/domain/resource-plugin';
+import type { HookContext, LentHosts } from '../src/domain/resource-plugin';
 import { syncCapacityProviders } from '../src/db/quantity-allocations';
 import { slotLendingsOfRequest } from '../src/db/quantity-lendings';
 import { ConflictError, type NovaClient, type PlacementClient } from '../src/openstack';
@@ -88,9 +88,13 @@ class MemoryPlacement {
   }
 }
 
-/** The pool, but while `losing` is set a transaction's COMMIT goes through and its answer is lost (the caller sees an error). */
-function losingCommits(pool: Pool): { pool: Pool; lose(on: boolean): void } {
+/**
+ * The pool, but while `losing` is set a transaction's COMMIT goes through and its answer is lost (the caller sees an error);
+ * `afterNextRead` runs once, right after the pool's next own query answered (another try acting meanwhile).
+ */
+function losingCommits(pool: Pool): { pool: Pool; lose(on: boolean): void; afterNextRead(then: () => Promise<void>): void } {
   let losing = false;
+  let afterRead: (() => Promise<void>) | undefined;
   const client = (real: PoolClient): PoolClient =>
     new Proxy(real, {
       get(target, key, receiver) {
@@ -108,11 +112,20 @@ function losingCommits(pool: Pool): { pool: Pool; lose(on: boolean): void } {
   const wrapped = new Proxy(pool, {
     get(target, key, receiver) {
       if (key === 'connect') return async () => client(await target.connect());
+      if (key === 'query') {
+        return async (...args: unknown[]) => {
+          const result = await (target.query as (...a: unknown[]) => Promise<unknown>).apply(target, args);
+          const then = afterRead;
+          afterRead = undefined;
+          if (then) await then();
+          return result;
+        };
+      }
       const value = Reflect.get(target, key, receiver) as unknown;
       return typeof value === 'function' ? (value as (...a: unknown[]) => unknown).bind(target) : value;
     },
   });
-  return { pool: wrapped, lose: (on) => (losing = on) };
+  return { pool: wrapped, lose: (on) => (losing = on), afterNextRead: (then) => (afterRead = then) };
 }
 
 describe('the slot lend hook and the lender\'s Placement inventory', () => {
@@ -153,13 +166,27 @@ describe('the slot lend hook and the lender\'s Placement inventory', () => {
   });
   afterEach(() => commits.lose(false));
 
-  it('a lend whose commit\'s answer was lost keeps the inventory lowered (the put-back sees its rows)', async () => {
+  it('a lend whose commit\'s answer was lost answers the rows it committed and keeps the inventory lowered', async () => {
     const lendingId = randomUUID();
     commits.lose(true);
-    await expect(lend(1, lendingId)).rejects.toThrow('the connection broke after COMMIT');
+    expect((await lend(1, lendingId)).slots).toEqual([1]);
     commits.lose(false);
     expect((await slotLendingsOfRequest(database().pool, lendingId)).map((g) => g.slots)).toEqual([1]);
     expect(inventory()).toBe(1);
+  });
+
+  it('a try that finds every slot lent by an overlapping try of the same request answers that try\'s rows, not a 409', async () => {
+    const lendingId = randomUUID();
+    let twin: LentHosts | undefined;
+    // This try has found nothing lent under its id; the other try lends both slots and commits right after.
+    commits.afterNextRead(async () => {
+      twin = await lend(2, lendingId);
+    });
+    const lent = await lend(2, lendingId);
+    expect(twin?.slots).toEqual([2]);
+    expect(lent).toEqual(twin);
+    expect((await slotLendingsOfRequest(database().pool, lendingId)).map((g) => g.slots)).toEqual([2]);
+    expect(inventory()).toBe(0);
   });
 
   it('a retried lend writes the inventory again: a host an abandoned attempt raised under the lending is lowered', async () => {

@@ -306,13 +306,14 @@ export class InstanceSlotCalendar implements Calendar<InstanceCalendarTypes> {
     return inTransaction(
       this.pool,
       async (client) => {
-        const done = await slotLendingsOfRequest(client, request.lendingId);
-        if (done.length > 0) return done;
         // Providers, then the lender's rows, then lendings (a rebook's order): a rebook of the lender deciding on its lendings waits for this one.
         await lockProviders(
           client,
           (await liveSlots(client, request.reservationId, request.fromMs)).map((l) => l.providerUuid),
         );
+        // Read under the lock: another try of the same request may have committed while this one waited (tries overlap); what it lent is the lend.
+        const done = await slotLendingsOfRequest(client, request.lendingId);
+        if (done.length > 0) return done;
         const rows = await lenderSlotRowsOf(client, request.reservationId, request.fromMs);
         const lent = await slotsLentOverlapping(client, request.reservationId, request.fromMs, request.untilMs);
         const lendable = rows

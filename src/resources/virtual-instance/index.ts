@@ -272,8 +272,16 @@ export function slotReservationPlugin<P extends SlotParams>(type: SlotType<P>, d
     const placement = await calendar.placement(ctx.reservation.id);
     const expected = (await inventoryOf(ctx.reservation.id, placement)).sort((a, b) => b.slots - a.slots || a.computeNodeUuid.localeCompare(b.computeNodeUuid));
     const total = placement.reduce((n, p) => n + p.slots, 0);
-    const refuse = (idle: number) =>
-      leaseConflict(`Only ${idle} of the ${total} instance slots of reservation ${ctx.reservation.id} can be lent now: the others run servers or are lent already.`, { idle });
+    /**
+     * The 409, unless another try of this request committed meanwhile (tries overlap): its rows then
+     * count as lent here, and they are the lend, answered rather than refused (a refusal is not reconciled).
+     * A failed read is no refusal either: its error (retried, then reconciled by the workflow) is the answer.
+     */
+    const refuse = async (idle: number): Promise<LentHosts> => {
+      const lentMeanwhile = await slotLendingsOfRequest(deps.pool, request.lendingId);
+      if (lentMeanwhile.length > 0) return settled(lentMeanwhile);
+      throw leaseConflict(`Only ${idle} of the ${total} instance slots of reservation ${ctx.reservation.id} can be lent now: the others run servers or are lent already.`, { idle });
+    };
     const lowered = new Map<string, number>();
     // A put-back that fails is reported; the lend's own answer (its error, or the 409) is what the caller gets.
     const putBackFailed = (undo: unknown) => ctx.reportProgress({ putBackFailed: (undo as Error).message });
@@ -284,11 +292,11 @@ export function slotReservationPlugin<P extends SlotParams>(type: SlotType<P>, d
     };
     if (!clients) {
       const idle = expected.reduce((n, h) => n + h.slots, 0);
-      if (idle < request.count) throw refuse(idle);
+      if (idle < request.count) return refuse(idle);
     } else {
       // Placement's usage misses servers that hold no allocation now: none of the slots they come back to is lent.
       const lendable = Math.max(0, expected.reduce((n, h) => n + h.slots, 0) - (await serversHoldingSlots(clients.nova, ctx.reservation.id)).length);
-      if (lendable < request.count) throw refuse(lendable);
+      if (lendable < request.count) return refuse(lendable);
       let idle = 0;
       let left = request.count;
       try {
@@ -306,7 +314,7 @@ export function slotReservationPlugin<P extends SlotParams>(type: SlotType<P>, d
       }
       if (left > 0) {
         await putBack().catch(putBackFailed);
-        throw refuse(Math.min(idle, lendable));
+        return refuse(Math.min(idle, lendable));
       }
     }
     let lent: SlotLending[];
@@ -323,7 +331,10 @@ export function slotReservationPlugin<P extends SlotParams>(type: SlotType<P>, d
         ...(clients ? { perProvider: lowered } : {}),
       });
     } catch (err) {
-      // The slots go back to the lessee.
+      // Rows under this id (this try's commit whose answer was lost, or another try's) are the lend; else the slots go back
+      // to the lessee. Should the read or the put-back fail, the lend's own error is what the caller gets.
+      const lentAfterAll = await slotLendingsOfRequest(deps.pool, request.lendingId).catch(() => []);
+      if (lentAfterAll.length > 0) return settled(lentAfterAll);
       if (clients) await putBack().catch(putBackFailed);
       throw err;
     }
