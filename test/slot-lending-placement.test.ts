@@ -200,14 +200,30 @@ describe('the slot lend hook and the lender\'s Placement inventory', () => {
     expect(inventory()).toBe(1);
   });
 
-  it('an attempt given up on before its commit lends nothing and puts the inventory back', async () => {
+  it('an attempt given up on while it lowers a host neither lends nor puts back: its retry carries on from the lowered host', async () => {
+    const lendingId = randomUUID();
     const given = new AbortController();
-    // Given up on while it lowers the host.
+    placement.beforeWrite = () => given.abort(new Error('the attempt was given up on'));
+    await expect(lend(1, lendingId, { ...lender, signal: given.signal })).rejects.toThrow('the attempt was given up on');
+    placement.beforeWrite = () => undefined;
+    expect((await database().pool.query('SELECT 1 FROM quantity_lendings')).rows).toEqual([]);
+    expect(inventory()).toBe(1); // left lowered for the try carrying on
+    expect((await lend(1, lendingId)).slots).toEqual([1]);
+    expect(inventory()).toBe(1);
+  });
+
+  it('puts back what attempts all given up on left lowered (the workflow\'s put-back after a lend that lent nothing), never what is lent', async () => {
+    const given = new AbortController();
     placement.beforeWrite = () => given.abort(new Error('the attempt was given up on'));
     await expect(lend(1, randomUUID(), { ...lender, signal: given.signal })).rejects.toThrow('the attempt was given up on');
     placement.beforeWrite = () => undefined;
-    expect((await database().pool.query('SELECT 1 FROM quantity_lendings')).rows).toEqual([]);
+    expect(inventory()).toBe(1);
+    expect(await plugin().putBackFenced!(lender)).toEqual([HOST]);
     expect(inventory()).toBe(2);
+    // With a slot lent, the put-back keeps it out.
+    await lend(1);
+    expect(await plugin().putBackFenced!(lender)).toEqual([HOST]);
+    expect(inventory()).toBe(1);
   });
 
   it('a refused lend whose put-back fails answers the 409 with its idle slots, and reports the put-back', async () => {

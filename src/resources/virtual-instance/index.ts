@@ -259,12 +259,15 @@ export function slotReservationPlugin<P extends SlotParams>(type: SlotType<P>, d
    * with what each host lowered. A retry (same `lendingId`) answers the rows it made. The lease
    * records each row (one per host) as a host of the lending: what a reclaim and a return name.
    * Once lent (now or by an earlier attempt), every host's inventory is written as inventoryOf
-   * says: an attempt given up on may have lowered a host its retry did not lend, or put one back.
+   * says: an attempt given up on may have lowered a host its retry did not lend. An attempt given
+   * up on neither lends nor puts back (the retry carries on from what it lowered; should no try
+   * lend, the workflow's putBackFenced writes the inventory back).
    */
   async function lend(ctx: HookContext<P>, request: LendHostsRequest): Promise<LentHosts> {
     const clients = cloud();
     const settled = async (rows: SlotLending[]): Promise<LentHosts> => {
-      if (clients) await writeInventory(clients.placement, ctx.reservation.id);
+      // Given up on: the try carrying on writes the inventory (this one's answer goes nowhere).
+      if (clients && !ctx.signal?.aborted) await writeInventory(clients.placement, ctx.reservation.id);
       return lentSlotsOf(ctx, rows);
     };
     const earlier = await slotLendingsOfRequest(deps.pool, request.lendingId);
@@ -286,6 +289,7 @@ export function slotReservationPlugin<P extends SlotParams>(type: SlotType<P>, d
     // A put-back that fails is reported; the lend's own answer (its error, or the 409) is what the caller gets.
     const putBackFailed = (undo: unknown) => ctx.reportProgress({ putBackFailed: (undo as Error).message });
     const putBack = async () => {
+      if (ctx.signal?.aborted) return; // given up on: another try lowers these hosts now (the workflow's putBackFenced, should none lend)
       // A lend that committed (its answer lost, or by an attempt beside this one) keeps its hosts lowered.
       if ((await slotLendingsOfRequest(deps.pool, request.lendingId)).length > 0) return;
       for (const host of expected.filter((h) => lowered.has(h.computeNodeUuid))) await setReservationSlots(clients!.placement, host, ctx.reservation.id);
@@ -301,7 +305,7 @@ export function slotReservationPlugin<P extends SlotParams>(type: SlotType<P>, d
       let left = request.count;
       try {
         for (const host of expected) {
-          ctx.signal?.throwIfAborted();
+          ctx.signal?.throwIfAborted(); // given up on: what it lowered stays lowered for the try that carries on
           const outcome = await lendSlotsOnHost(clients.placement, { ...host, expected: host.slots }, ctx.reservation.id, left);
           idle += outcome.idle;
           if (outcome.lent > 0) lowered.set(host.computeNodeUuid, outcome.lent);
@@ -341,9 +345,11 @@ export function slotReservationPlugin<P extends SlotParams>(type: SlotType<P>, d
     return settled(lent);
   }
 
-  /** The reservation's inventory on every host it holds slots on written as inventoryOf says (absolute: lent slots out, the rest in). */
-  async function writeInventory(placement: PlacementClient, reservationId: string): Promise<void> {
-    for (const host of await inventoryOf(reservationId, await calendar.placement(reservationId))) await setReservationSlots(placement, host, reservationId);
+  /** The reservation's inventory on every host it holds slots on written as inventoryOf says (absolute: lent slots out, the rest in); answers those hosts. */
+  async function writeInventory(placement: PlacementClient, reservationId: string): Promise<string[]> {
+    const hosts = await inventoryOf(reservationId, await calendar.placement(reservationId));
+    for (const host of hosts) await setReservationSlots(placement, host, reservationId);
+    return hosts.map((h) => h.hypervisorHostname);
   }
 
   /**
@@ -504,6 +510,11 @@ export function slotReservationPlugin<P extends SlotParams>(type: SlotType<P>, d
       if (!clients) return 0;
       const notLent = (await inventoryOf(ctx.reservation.id, await calendar.placement(ctx.reservation.id))).reduce((n, h) => n + h.slots, 0);
       return Math.max(0, notLent - (await serversHoldingSlots(clients.nova, ctx.reservation.id)).length);
+    },
+    /** After a lend whose every try was given up on: every host's inventory as inventoryOf says (what its tries lowered and nothing lent under is back); answers the hosts written. */
+    async putBackFenced(ctx) {
+      const clients = cloud();
+      return clients ? writeInventory(clients.placement, ctx.reservation.id) : [];
     },
     lentHostsFree: (ctx, lendingRowIds) => calendar.lentSlotsFree(ctx.reservation.id, lendingRowIds),
     returnLentHosts: returnLentSlots,
