@@ -251,7 +251,7 @@ describe('borrowing instance slots right after a lend with a provisioning lead t
     expect(await slotLendingsOverAmounts(pool)).toEqual([]);
   });
 
-  it('admits a preemptible instance lease starting now, and one starting before its lead is over, inside a lending that began a moment ago', async () => {
+  it('offers and admits a preemptible instance lease starting now, and one starting before its lead is over, inside a lending that began a moment ago', async () => {
     const { pool } = stack().db;
     await insertHost(pool, { name: 'slots-lead', capabilities: { pool: 'lead' } });
     await syncCapacityProviders(pool, COMPUTE_KIND, [{ uuid: randomUUID(), name: 'slots-lead', host: 'slots-lead', capacity: CAPACITY, traits: [] }]);
@@ -260,6 +260,10 @@ describe('borrowing instance slots right after a lend with a provisioning lead t
     const lenderId = made.body.lease.id as string;
     await eventually(async () => ((await asA('GET', `/v1/leases/${lenderId}`)).body.lease.status === 'ACTIVE' ? true : undefined));
     expect((await asA('POST', `/v1/leases/${lenderId}/lend`, { count: 2, until: inSeconds(3600) })).status).toBe(200);
+    // The offers agree with admission: a preemptible lease fits now, in the lending (not after the lender's end).
+    const offered = await asB('POST', '/v1/offers', { start_after: 'now', duration: 30, reservations: [inLead({ preemptible: true })], limit: 1 });
+    expect([offered.status, offered.body.error_message]).toEqual([200, undefined]);
+    expect(Date.parse(`${String(offered.body.offers[0].start_date).slice(0, 19)}Z`)).toBeLessThan(Date.now() + 120_000);
     const now = await asB('POST', '/v1/leases', { name: 'borrow-slot-now', start_date: 'now', end_date: inSeconds(1800), reservations: [inLead({ preemptible: true })] });
     expect([now.status, now.body.error_message]).toEqual([201, undefined]);
     // Its lead would reach 5 minutes before the lending began: only the part still ahead is blocked.
