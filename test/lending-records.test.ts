@@ -154,8 +154,20 @@ describe('a lend\'s time (workflows/lease/activity-options.ts)', () => {
   it('is sized to the hosts the lend may look at, not to the hosts asked: busy ones before the idle cost time too', () => {
     const keys = [...Array.from({ length: 40 }, (_, i) => `host:${i + 1}`), 'preemption-wait:x']; // a wait key is no host
     const lendings = [lending({ hostIds: ['1', '2', '3'] }), lending({ id: 'back', hostIds: ['4'], state: 'returned' })];
-    expect(lendCandidateCount({ resourceKeys: keys, lendings }, 1)).toBe(37); // its 40 booked, 3 lent
-    expect(lendCandidateCount({ resourceKeys: keys.slice(0, 2) }, 5)).toBe(5); // never fewer than asked
-    expect(lendTimeoutMs(lendCandidateCount({ resourceKeys: keys, lendings }, 1))).toBeGreaterThan(lendTimeoutMs(1) + 30 * (lendTimeoutMs(2) - lendTimeoutMs(1)));
+    const hosts = { resource_type: 'physical:host' };
+    expect(lendCandidateCount({ ...hosts, resourceKeys: keys, lendings }, 1)).toBe(37); // its 40 booked, 3 lent
+    expect(lendCandidateCount({ ...hosts, resourceKeys: keys.slice(0, 2) }, 5)).toBe(5); // never fewer than asked
+    expect(lendTimeoutMs(lendCandidateCount({ ...hosts, resourceKeys: keys, lendings }, 1))).toBeGreaterThan(lendTimeoutMs(1) + 30 * (lendTimeoutMs(2) - lendTimeoutMs(1)));
+  });
+
+  it('sizes a slot lend to the hosts its reservation holds slots on, not to the slots asked nor to its lending rows', () => {
+    const names = Array.from({ length: 30 }, (_, i) => `node-${i + 1}`);
+    // A wait key is no host; the lending rows (hostIds) are lendings, not hosts: neither counts.
+    const slots = { resource_type: 'virtual:instance', resourceKeys: ['preemption-wait:x'], allocation: { hosts: names, slots_per_host: Object.fromEntries(names.map((n) => [n, 4])) } };
+    const lendings = [lending({ hosts: ['node-1', 'node-2'], hostIds: ['7', '8'], slots: [4, 4] })];
+    expect(lendCandidateCount({ ...slots, lendings }, 1)).toBe(30); // one slot asked, 30 hosts read and written
+    expect(lendCandidateCount(slots, 100)).toBe(30); // 100 slots asked, on those 30 hosts
+    expect(lendTimeoutMs(lendCandidateCount(slots, 1))).toBeGreaterThan(lendTimeoutMs(1) + 25 * (lendTimeoutMs(2) - lendTimeoutMs(1)));
+    expect(lendCandidateCount({ resource_type: 'virtual:instance' }, 3)).toBe(3); // no placement shown: one host per slot
   });
 });

@@ -207,6 +207,40 @@ describe('instance-slot calendar with lent slots', () => {
     }
   });
 
+  it('a lend that waited for the providers while an overlapping try of the same request committed answers that try\'s rows, not a 409', async () => {
+    const lendingId = randomUUID();
+    const request = { lendingId, reservationId: lender.reservation.id, leaseId: lender.leaseId, projectId: 'p', count: 6, fromMs: T0 + 2 * H, untilMs: T0 + 8 * H };
+    let twin: (() => Promise<unknown>) | undefined = () => slots.lend(request);
+    // Its transaction's clients: the other try lends every slot left and commits just before this one locks the providers.
+    const pool = database().pool;
+    const racing = new Proxy(pool, {
+      get: (target, key) => {
+        if (key !== 'connect') return (Reflect.get(target, key) as (...a: unknown[]) => unknown).bind(target);
+        return async () => {
+          const client = await target.connect();
+          return new Proxy(client, {
+            get: (c, k) => {
+              const value = Reflect.get(c, k) as (...a: unknown[]) => unknown;
+              if (k !== 'query') return typeof value === 'function' ? value.bind(c) : value;
+              return async (...args: unknown[]) => {
+                const other = twin;
+                if (other && typeof args[0] === 'string' && args[0].includes('FROM capacity_providers') && args[0].includes('FOR UPDATE')) {
+                  twin = undefined;
+                  await other();
+                }
+                return value.apply(c, args);
+              };
+            },
+          });
+        };
+      },
+    });
+    const lent = await new InstanceSlotCalendar(racing, { cleaningMs: CLEANING, lenderEndNoticeMs: H }).lend(request);
+    expect(twin).toBeUndefined(); // the other try did commit in between
+    expect(lent.map((g) => g.slots).sort()).toEqual([2, 4]);
+    expect((await openSlotLendingsOf(pool, lender.reservation.id)).filter((g) => g.lending_id === lendingId).map((g) => g.id).sort()).toEqual(lent.map((g) => g.id).sort());
+  });
+
   it('a lender whose lending has run its course changes its count', async () => {
     // Around now (the rules ask "still lending?" of the clock): lent an hour, ended an hour ago.
     const now = Date.now();

@@ -6,7 +6,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import type { Pool, PoolClient } from 'pg';
-import type { HookContext } from '../src/domain/resource-plugin';
+import type { HookContext, LentHosts } from '../src/domain/resource-plugin';
 import { syncCapacityProviders } from '../src/db/quantity-allocations';
 import { slotLendingsOfRequest } from '../src/db/quantity-lendings';
 import { ConflictError, type NovaClient, type PlacementClient } from '../src/openstack';
@@ -88,9 +88,13 @@ class MemoryPlacement {
   }
 }
 
-/** The pool, but while `losing` is set a transaction's COMMIT goes through and its answer is lost (the caller sees an error). */
-function losingCommits(pool: Pool): { pool: Pool; lose(on: boolean): void } {
+/**
+ * The pool, but while `losing` is set a transaction's COMMIT goes through and its answer is lost (the caller sees an error);
+ * `afterNextRead` runs once, right after the pool's next own query answered (another try acting meanwhile).
+ */
+function losingCommits(pool: Pool): { pool: Pool; lose(on: boolean): void; afterNextRead(then: () => Promise<void>): void } {
   let losing = false;
+  let afterRead: (() => Promise<void>) | undefined;
   const client = (real: PoolClient): PoolClient =>
     new Proxy(real, {
       get(target, key, receiver) {
@@ -108,11 +112,20 @@ function losingCommits(pool: Pool): { pool: Pool; lose(on: boolean): void } {
   const wrapped = new Proxy(pool, {
     get(target, key, receiver) {
       if (key === 'connect') return async () => client(await target.connect());
+      if (key === 'query') {
+        return async (...args: unknown[]) => {
+          const result = await (target.query as (...a: unknown[]) => Promise<unknown>).apply(target, args);
+          const then = afterRead;
+          afterRead = undefined;
+          if (then) await then();
+          return result;
+        };
+      }
       const value = Reflect.get(target, key, receiver) as unknown;
       return typeof value === 'function' ? (value as (...a: unknown[]) => unknown).bind(target) : value;
     },
   });
-  return { pool: wrapped, lose: (on) => (losing = on) };
+  return { pool: wrapped, lose: (on) => (losing = on), afterNextRead: (then) => (afterRead = then) };
 }
 
 describe('the slot lend hook and the lender\'s Placement inventory', () => {
@@ -153,13 +166,27 @@ describe('the slot lend hook and the lender\'s Placement inventory', () => {
   });
   afterEach(() => commits.lose(false));
 
-  it('a lend whose commit\'s answer was lost keeps the inventory lowered (the put-back sees its rows)', async () => {
+  it('a lend whose commit\'s answer was lost answers the rows it committed and keeps the inventory lowered', async () => {
     const lendingId = randomUUID();
     commits.lose(true);
-    await expect(lend(1, lendingId)).rejects.toThrow('the connection broke after COMMIT');
+    expect((await lend(1, lendingId)).slots).toEqual([1]);
     commits.lose(false);
     expect((await slotLendingsOfRequest(database().pool, lendingId)).map((g) => g.slots)).toEqual([1]);
     expect(inventory()).toBe(1);
+  });
+
+  it('a try that finds every slot lent by an overlapping try of the same request answers that try\'s rows, not a 409', async () => {
+    const lendingId = randomUUID();
+    let twin: LentHosts | undefined;
+    // This try has found nothing lent under its id; the other try lends both slots and commits right after.
+    commits.afterNextRead(async () => {
+      twin = await lend(2, lendingId);
+    });
+    const lent = await lend(2, lendingId);
+    expect(twin?.slots).toEqual([2]);
+    expect(lent).toEqual(twin);
+    expect((await slotLendingsOfRequest(database().pool, lendingId)).map((g) => g.slots)).toEqual([2]);
+    expect(inventory()).toBe(0);
   });
 
   it('a retried lend writes the inventory again: a host an abandoned attempt raised under the lending is lowered', async () => {
@@ -173,14 +200,30 @@ describe('the slot lend hook and the lender\'s Placement inventory', () => {
     expect(inventory()).toBe(1);
   });
 
-  it('an attempt given up on before its commit lends nothing and puts the inventory back', async () => {
+  it('an attempt given up on while it lowers a host neither lends nor puts back: its retry carries on from the lowered host', async () => {
+    const lendingId = randomUUID();
     const given = new AbortController();
-    // Given up on while it lowers the host.
+    placement.beforeWrite = () => given.abort(new Error('the attempt was given up on'));
+    await expect(lend(1, lendingId, { ...lender, signal: given.signal })).rejects.toThrow('the attempt was given up on');
+    placement.beforeWrite = () => undefined;
+    expect((await database().pool.query('SELECT 1 FROM quantity_lendings')).rows).toEqual([]);
+    expect(inventory()).toBe(1); // left lowered for the try carrying on
+    expect((await lend(1, lendingId)).slots).toEqual([1]);
+    expect(inventory()).toBe(1);
+  });
+
+  it('puts back what attempts all given up on left lowered (the workflow\'s put-back after a lend that lent nothing), never what is lent', async () => {
+    const given = new AbortController();
     placement.beforeWrite = () => given.abort(new Error('the attempt was given up on'));
     await expect(lend(1, randomUUID(), { ...lender, signal: given.signal })).rejects.toThrow('the attempt was given up on');
     placement.beforeWrite = () => undefined;
-    expect((await database().pool.query('SELECT 1 FROM quantity_lendings')).rows).toEqual([]);
+    expect(inventory()).toBe(1);
+    expect(await plugin().putBackFenced!(lender)).toEqual([HOST]);
     expect(inventory()).toBe(2);
+    // With a slot lent, the put-back keeps it out.
+    await lend(1);
+    expect(await plugin().putBackFenced!(lender)).toEqual([HOST]);
+    expect(inventory()).toBe(1);
   });
 
   it('a refused lend whose put-back fails answers the 409 with its idle slots, and reports the put-back', async () => {

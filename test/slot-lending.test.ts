@@ -231,3 +231,53 @@ describe('lending an instance lease\'s idle slots', () => {
     );
   });
 });
+
+describe('borrowing instance slots right after a lend with a provisioning lead time', () => {
+  const LEAD_SECONDS = 600;
+  const stack = useTestStack(() => ({
+    env: { LK_PROVISIONING_LEAD_TIME_SECONDS: String(LEAD_SECONDS), LK_NOTIFY_BEFORE_END: 'none', LK_PREEMPT_WARNING_MINUTES: '1' },
+    withPool: (pool) => [virtualInstancePlugin({ pool, settings: { cleaningMs: 0 }, cloud: 'calendar-only' })],
+  }));
+  const asA = apiClient(() => stack().url, { 'x-project-id': 'project-lead-slot-lender', 'x-user-id': 'alice', 'x-roles': 'member' });
+  const asB = apiClient(() => stack().url, { 'x-project-id': 'project-lead-slot-borrower', 'x-user-id': 'bob', 'x-roles': 'member' });
+  const inLead = (fields: Record<string, unknown> = {}) => ({
+    resource_type: 'virtual:instance', vcpus: 4, memory_mb: 1024, disk_gb: 10, amount: 1, affinity: 'None', resource_properties: JSON.stringify(['==', '$pool', 'lead']), ...fields,
+  });
+
+  afterEach(async () => {
+    const { pool } = stack().db;
+    expect(await doubleBookings(pool)).toEqual([]);
+    expect(await slotBorrowersOutsideLendings(pool)).toEqual([]);
+    expect(await slotLendingsOverAmounts(pool)).toEqual([]);
+  });
+
+  it('offers and admits a preemptible instance lease starting now, and one starting before its lead is over, inside a lending that began a moment ago', async () => {
+    const { pool } = stack().db;
+    await insertHost(pool, { name: 'slots-lead', capabilities: { pool: 'lead' } });
+    await syncCapacityProviders(pool, COMPUTE_KIND, [{ uuid: randomUUID(), name: 'slots-lead', host: 'slots-lead', capacity: CAPACITY, traits: [] }]);
+    const made = await asA('POST', '/v1/leases', { name: 'lead-slot-lender', start_date: 'now', end_date: inSeconds(2 * 3600), reservations: [inLead({ amount: 2 })] });
+    expect([made.status, made.body.error_message]).toEqual([201, undefined]);
+    const lenderId = made.body.lease.id as string;
+    await eventually(async () => ((await asA('GET', `/v1/leases/${lenderId}`)).body.lease.status === 'ACTIVE' ? true : undefined));
+    expect((await asA('POST', `/v1/leases/${lenderId}/lend`, { count: 2, until: inSeconds(3600) })).status).toBe(200);
+    // The offers agree with admission: a preemptible lease fits now, in the lending (not after the lender's end).
+    const offered = await asB('POST', '/v1/offers', { start_after: 'now', duration: 30, reservations: [inLead({ preemptible: true })], limit: 1 });
+    expect([offered.status, offered.body.error_message]).toEqual([200, undefined]);
+    expect(Date.parse(`${String(offered.body.offers[0].start_date).slice(0, 19)}Z`)).toBeLessThan(Date.now() + 120_000);
+    const now = await asB('POST', '/v1/leases', { name: 'borrow-slot-now', start_date: 'now', end_date: inSeconds(1800), reservations: [inLead({ preemptible: true })] });
+    expect([now.status, now.body.error_message]).toEqual([201, undefined]);
+    // Its lead would reach 5 minutes before the lending began: only the part still ahead is blocked.
+    const askedMs = Date.now();
+    const soon = await asB('POST', '/v1/leases', { name: 'borrow-slot-soon', start_date: inSeconds(LEAD_SECONDS / 2), end_date: inSeconds(1800), reservations: [inLead({ preemptible: true })] });
+    expect([soon.status, soon.body.error_message]).toEqual([201, undefined]);
+    const { rows } = await pool.query<{ blocks_from_ms: number; start_ms: number }>(
+      'SELECT (extract(epoch FROM lower(blocks)) * 1000)::float8 AS blocks_from_ms, (extract(epoch FROM lower(during)) * 1000)::float8 AS start_ms FROM quantity_allocations WHERE lease_id = $1',
+      [soon.body.lease.id],
+    );
+    expect(rows).toHaveLength(1);
+    expect(rows[0].blocks_from_ms).toBeGreaterThanOrEqual(askedMs - 1000);
+    expect(rows[0].blocks_from_ms).toBeLessThan(rows[0].start_ms);
+    // Both borrow the lent slots, one each: a regular lease still sees them taken.
+    expect((await asB('POST', '/v1/leases', { name: 'regular-slot-lead', start_date: 'now', end_date: inSeconds(1800), reservations: [inLead()] })).status).toBe(409);
+  });
+});

@@ -486,13 +486,16 @@ export async function slotsBorrowedUntil(db: Queryable, leaseId: string): Promis
   return rows[0]?.until_ms ?? Infinity;
 }
 
-/** The borrowers' slot rows of these lendings, as a slot calendar reads them (blocked interval), but `ownReservationId`'s. */
+/**
+ * The borrowers' slot rows of these lendings, as a slot calendar reads them (blocked interval), but `ownReservationId`'s
+ * (compared as text: an offer's search names its asks `offer-0`…, no uuid).
+ */
 export async function bookingsInLendings(db: Queryable, lendingRowIds: string[], ownReservationId?: string): Promise<Array<ProviderBookingRow & { lending_row_id: string }>> {
   if (lendingRowIds.length === 0) return [];
   const { rows } = await db.query<ProviderBookingRow & { lending_row_id: string }>(
     `SELECT a.provider_uuid, a.reservation_id::text, a.amounts, a.lent_by::text AS lending_row_id,
             (extract(epoch FROM lower(a.blocks)) * 1000)::float8 AS start_ms, (extract(epoch FROM upper(a.blocks)) * 1000)::float8 AS end_ms
-     FROM quantity_allocations a WHERE a.lent_by = ANY($1::bigint[]) AND a.reservation_id IS DISTINCT FROM $2::uuid`,
+     FROM quantity_allocations a WHERE a.lent_by = ANY($1::bigint[]) AND a.reservation_id::text IS DISTINCT FROM $2::text`,
     [lendingRowIds, ownReservationId ?? null],
   );
   return rows;

@@ -153,9 +153,15 @@ export function askedLeadMs(lentAsFree: boolean, leadMs: number, startMs: number
 /**
  * How many hosts a lend of `count` may look at: the reservation's booked hosts (its `host:` resource
  * keys) not lent, at least `count`. Its time is sized to them, not to the hosts asked: a busy host costs a
- * fence, a look and a move back, and many busy ones may come before the idle ones.
+ * fence, a look and a move back, and many busy ones may come before the idle ones. A slot lend
+ * (`count` slots) reads and writes Placement on every host the reservation holds slots on (its
+ * allocation's `hosts`), whatever the slots asked or lent there; without them, one host per slot.
  */
-export function lendCandidateCount(reservation: Pick<Reservation, 'resourceKeys' | 'lendings'>, count: number): number {
+export function lendCandidateCount(reservation: Pick<Reservation, 'resource_type' | 'resourceKeys' | 'allocation' | 'lendings'>, count: number): number {
+  if (reservation.resource_type !== 'physical:host') {
+    const hosts = reservation.allocation?.hosts;
+    return Array.isArray(hosts) && hosts.length > 0 ? hosts.length : count;
+  }
   const booked = (reservation.resourceKeys ?? []).filter((key) => key.startsWith('host:')).length;
   return Math.max(count, booked - lentHostIds(reservation).length);
 }

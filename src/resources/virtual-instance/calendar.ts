@@ -56,7 +56,7 @@ import {
 } from '../../db/quantity-lendings';
 import { isCheckViolation, isDeadlockOrSerialization } from '../../db/pool';
 import { inTransaction } from '../../db/transaction';
-import { asReclaimedLendings, borrowedMsInside, chooseReclaimedSlots } from '../../domain/lending';
+import { askedLeadMs, asReclaimedLendings, borrowedMsInside, chooseReclaimedSlots } from '../../domain/lending';
 import { bookedFor, bookInTransaction, bookingKey, checkKeys, extensionRefused, fitNearFirst, movedBookingKey, NEAR_SEARCH_DURATIONS, NEAR_SEARCH_MS, releaseBooking, shortage, type NearFirstSearch } from '../shared/booking';
 import { COMPUTE_KIND } from '../shared/compute-providers';
 import { lendingsFree, preemptLease, reclaimLendings, settleLeaseCut } from '../shared/preemption';
@@ -306,13 +306,14 @@ export class InstanceSlotCalendar implements Calendar<InstanceCalendarTypes> {
     return inTransaction(
       this.pool,
       async (client) => {
-        const done = await slotLendingsOfRequest(client, request.lendingId);
-        if (done.length > 0) return done;
         // Providers, then the lender's rows, then lendings (a rebook's order): a rebook of the lender deciding on its lendings waits for this one.
         await lockProviders(
           client,
           (await liveSlots(client, request.reservationId, request.fromMs)).map((l) => l.providerUuid),
         );
+        // Read under the lock: another try of the same request may have committed while this one waited (tries overlap); what it lent is the lend.
+        const done = await slotLendingsOfRequest(client, request.lendingId);
+        if (done.length > 0) return done;
         const rows = await lenderSlotRowsOf(client, request.reservationId, request.fromMs);
         const lent = await slotsLentOverlapping(client, request.reservationId, request.fromMs, request.untilMs);
         const lendable = rows
@@ -420,13 +421,15 @@ export class InstanceSlotCalendar implements Calendar<InstanceCalendarTypes> {
    * Where the lease's instance reservations fit from `start`: the earliest whole-minute start, and
    * the longest lease from it, within what the caller needs (`limits`).
    */
-  async search(reservations: Array<{ reservation: Reservation; spec: SlotSpec }>, start: number, durationMs: number, leadMs: number, limits: FitLimits = {}): Promise<FitSearch> {
+  async search(reservations: Array<{ reservation: Reservation; spec: SlotSpec }>, start: number, durationMs: number, provisioningLeadMs: number, limits: FitLimits = {}): Promise<FitSearch> {
     let result: FitSearch = { earliest: start, longestMs: Infinity, cutShort: false, tried: 0 };
     for (const { reservation, spec } of reservations) {
       const candidates = await this.candidates(this.pool, spec);
       const request: SlotRequest = { slot: spec.slot, amount: spec.amount, affinity: spec.affinity };
       // Only a preemptible ask where something is lent sees lendings (and bypasses the shared reads below).
       const preemptible = isPreemptibleReservation(reservation);
+      // As admission books it: a preemptible ask's lead from now at the earliest (it may book inside a lending that began a moment ago).
+      const leadMs = askedLeadMs(preemptible, provisioningLeadMs, start, Date.now());
       const borrows = preemptible && (await anyBorrowableSlotLending(this.pool, candidates.map((c) => c.provider.uuid), start - leadMs));
       // A regular ask counts preemptible slots as free where the booking that follows may cut them (issue 43), as the host calendar's search does.
       const preemptibleFree = !preemptible && limits.mayPreempt === true;
@@ -481,7 +484,8 @@ export class InstanceSlotCalendar implements Calendar<InstanceCalendarTypes> {
   private async bookPending(client: PoolClient, ctx: ReservationContext, request: SlotRequest, candidates: Candidate[], live: LiveSlots[], key: string, cut?: string[], borrow = false): Promise<SlotPlacement[]> {
     await deleteReservationQuantityBookings(client, ctx.reservation.id);
     await deleteReservationHostBookings(client, ctx.reservation.id);
-    const from = ctx.startMs - ctx.provisioningLeadMs;
+    // An ask that may borrow (issue 43) blocks from now at the earliest, as the search found it: a lending's pseudo-host is closed before the lending began.
+    const from = ctx.startMs - askedLeadMs(borrow, ctx.provisioningLeadMs, ctx.startMs, Date.now());
     const calendar = await this.snapshot(client, candidates, from, ctx.endMs, ctx.reservation.id);
     const held = new Set(candidates.filter((c) => live.some((l) => l.providerUuid === c.provider.uuid)).map((c) => c.host.id));
     // Free capacity first, as for hosts; a preemptible ask (issue 43) that does not fit there may use lent slots too: each open lending a host of its own (its amounts, its borrowers), locked until this transaction ends.

@@ -259,12 +259,15 @@ export function slotReservationPlugin<P extends SlotParams>(type: SlotType<P>, d
    * with what each host lowered. A retry (same `lendingId`) answers the rows it made. The lease
    * records each row (one per host) as a host of the lending: what a reclaim and a return name.
    * Once lent (now or by an earlier attempt), every host's inventory is written as inventoryOf
-   * says: an attempt given up on may have lowered a host its retry did not lend, or put one back.
+   * says: an attempt given up on may have lowered a host its retry did not lend. An attempt given
+   * up on neither lends nor puts back (the retry carries on from what it lowered; should no try
+   * lend, the workflow's putBackFenced writes the inventory back).
    */
   async function lend(ctx: HookContext<P>, request: LendHostsRequest): Promise<LentHosts> {
     const clients = cloud();
     const settled = async (rows: SlotLending[]): Promise<LentHosts> => {
-      if (clients) await writeInventory(clients.placement, ctx.reservation.id);
+      // Given up on: the try carrying on writes the inventory (this one's answer goes nowhere).
+      if (clients && !ctx.signal?.aborted) await writeInventory(clients.placement, ctx.reservation.id);
       return lentSlotsOf(ctx, rows);
     };
     const earlier = await slotLendingsOfRequest(deps.pool, request.lendingId);
@@ -272,28 +275,37 @@ export function slotReservationPlugin<P extends SlotParams>(type: SlotType<P>, d
     const placement = await calendar.placement(ctx.reservation.id);
     const expected = (await inventoryOf(ctx.reservation.id, placement)).sort((a, b) => b.slots - a.slots || a.computeNodeUuid.localeCompare(b.computeNodeUuid));
     const total = placement.reduce((n, p) => n + p.slots, 0);
-    const refuse = (idle: number) =>
-      leaseConflict(`Only ${idle} of the ${total} instance slots of reservation ${ctx.reservation.id} can be lent now: the others run servers or are lent already.`, { idle });
+    /**
+     * The 409, unless another try of this request committed meanwhile (tries overlap): its rows then
+     * count as lent here, and they are the lend, answered rather than refused (a refusal is not reconciled).
+     * A failed read is no refusal either: its error (retried, then reconciled by the workflow) is the answer.
+     */
+    const refuse = async (idle: number): Promise<LentHosts> => {
+      const lentMeanwhile = await slotLendingsOfRequest(deps.pool, request.lendingId);
+      if (lentMeanwhile.length > 0) return settled(lentMeanwhile);
+      throw leaseConflict(`Only ${idle} of the ${total} instance slots of reservation ${ctx.reservation.id} can be lent now: the others run servers or are lent already.`, { idle });
+    };
     const lowered = new Map<string, number>();
     // A put-back that fails is reported; the lend's own answer (its error, or the 409) is what the caller gets.
     const putBackFailed = (undo: unknown) => ctx.reportProgress({ putBackFailed: (undo as Error).message });
     const putBack = async () => {
+      if (ctx.signal?.aborted) return; // given up on: another try lowers these hosts now (the workflow's putBackFenced, should none lend)
       // A lend that committed (its answer lost, or by an attempt beside this one) keeps its hosts lowered.
       if ((await slotLendingsOfRequest(deps.pool, request.lendingId)).length > 0) return;
       for (const host of expected.filter((h) => lowered.has(h.computeNodeUuid))) await setReservationSlots(clients!.placement, host, ctx.reservation.id);
     };
     if (!clients) {
       const idle = expected.reduce((n, h) => n + h.slots, 0);
-      if (idle < request.count) throw refuse(idle);
+      if (idle < request.count) return refuse(idle);
     } else {
       // Placement's usage misses servers that hold no allocation now: none of the slots they come back to is lent.
       const lendable = Math.max(0, expected.reduce((n, h) => n + h.slots, 0) - (await serversHoldingSlots(clients.nova, ctx.reservation.id)).length);
-      if (lendable < request.count) throw refuse(lendable);
+      if (lendable < request.count) return refuse(lendable);
       let idle = 0;
       let left = request.count;
       try {
         for (const host of expected) {
-          ctx.signal?.throwIfAborted();
+          ctx.signal?.throwIfAborted(); // given up on: what it lowered stays lowered for the try that carries on
           const outcome = await lendSlotsOnHost(clients.placement, { ...host, expected: host.slots }, ctx.reservation.id, left);
           idle += outcome.idle;
           if (outcome.lent > 0) lowered.set(host.computeNodeUuid, outcome.lent);
@@ -306,7 +318,7 @@ export function slotReservationPlugin<P extends SlotParams>(type: SlotType<P>, d
       }
       if (left > 0) {
         await putBack().catch(putBackFailed);
-        throw refuse(Math.min(idle, lendable));
+        return refuse(Math.min(idle, lendable));
       }
     }
     let lent: SlotLending[];
@@ -323,16 +335,21 @@ export function slotReservationPlugin<P extends SlotParams>(type: SlotType<P>, d
         ...(clients ? { perProvider: lowered } : {}),
       });
     } catch (err) {
-      // The slots go back to the lessee.
+      // Rows under this id (this try's commit whose answer was lost, or another try's) are the lend; else the slots go back
+      // to the lessee. Should the read or the put-back fail, the lend's own error is what the caller gets.
+      const lentAfterAll = await slotLendingsOfRequest(deps.pool, request.lendingId).catch(() => []);
+      if (lentAfterAll.length > 0) return settled(lentAfterAll);
       if (clients) await putBack().catch(putBackFailed);
       throw err;
     }
     return settled(lent);
   }
 
-  /** The reservation's inventory on every host it holds slots on written as inventoryOf says (absolute: lent slots out, the rest in). */
-  async function writeInventory(placement: PlacementClient, reservationId: string): Promise<void> {
-    for (const host of await inventoryOf(reservationId, await calendar.placement(reservationId))) await setReservationSlots(placement, host, reservationId);
+  /** The reservation's inventory on every host it holds slots on written as inventoryOf says (absolute: lent slots out, the rest in); answers those hosts. */
+  async function writeInventory(placement: PlacementClient, reservationId: string): Promise<string[]> {
+    const hosts = await inventoryOf(reservationId, await calendar.placement(reservationId));
+    for (const host of hosts) await setReservationSlots(placement, host, reservationId);
+    return hosts.map((h) => h.hypervisorHostname);
   }
 
   /**
@@ -493,6 +510,11 @@ export function slotReservationPlugin<P extends SlotParams>(type: SlotType<P>, d
       if (!clients) return 0;
       const notLent = (await inventoryOf(ctx.reservation.id, await calendar.placement(ctx.reservation.id))).reduce((n, h) => n + h.slots, 0);
       return Math.max(0, notLent - (await serversHoldingSlots(clients.nova, ctx.reservation.id)).length);
+    },
+    /** After a lend whose every try was given up on: every host's inventory as inventoryOf says (what its tries lowered and nothing lent under is back); answers the hosts written. */
+    async putBackFenced(ctx) {
+      const clients = cloud();
+      return clients ? writeInventory(clients.placement, ctx.reservation.id) : [];
     },
     lentHostsFree: (ctx, lendingRowIds) => calendar.lentSlotsFree(ctx.reservation.id, lendingRowIds),
     returnLentHosts: returnLentSlots,
