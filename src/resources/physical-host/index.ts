@@ -155,14 +155,20 @@ export function physicalHostPlugin(deps: PhysicalHostDeps): ResourcePlugin<Physi
     return computeHostsOfReservation(deps.pool, ctx.reservation.id, { inLeaseAggregate: true });
   }
 
-  /** The hosts a borrowing reservation may touch only its own project's servers on. */
-  const ownServersOnlyOn = async (ctx: ReservationContext<PhysicalHostParams>) => ({ projectId: ctx.projectId, hosts: new Set((await bookedHosts(ctx)).filter((h) => h.borrowed).map((h) => h.host)) });
+  type BookedHost = Awaited<ReturnType<typeof bookedHosts>>[number];
 
-  const move = async (ctx: HookContext<PhysicalHostParams>) => ({
+  /** The hosts a borrowing reservation may touch only its own project's servers on (of `booked`, when read already). */
+  const ownServersOnlyOn = async (ctx: ReservationContext<PhysicalHostParams>, booked?: BookedHost[]) => ({
+    projectId: ctx.projectId,
+    hosts: new Set((booked ?? (await bookedHosts(ctx))).filter((h) => h.borrowed).map((h) => h.host)),
+  });
+
+  /** The reservation's hosts as a move takes them (`booked`: the hosts when read already). */
+  const move = async (ctx: HookContext<PhysicalHostParams>, booked?: BookedHost[]) => ({
     reservationId: ctx.reservation.id,
     leaseId: ctx.leaseId,
     projectId: ctx.projectId,
-    hosts: (await bookedHosts(ctx)).map((h) => h.host),
+    hosts: (booked ?? (await bookedHosts(ctx))).map((h) => h.host),
     freepool,
     progress: ctx.reportProgress,
     ...(ctx.signal ? { signal: ctx.signal } : {}),
@@ -175,12 +181,12 @@ export function physicalHostPlugin(deps: PhysicalHostDeps): ResourcePlugin<Physi
   }
 
   /** `recycle`: per host, when waiting stops: the grace period's end, or the host's next booking, whichever is first. */
-  async function recycleDeadlines(ctx: ReservationContext<PhysicalHostParams>): Promise<Map<string, number>> {
+  async function recycleDeadlines(ctx: ReservationContext<PhysicalHostParams>, booked: BookedHost[]): Promise<Map<string, number>> {
     const params = ctx.reservation.params;
     const graceMs = params.recycle_grace_seconds !== null && params.recycle_grace_seconds !== undefined ? params.recycle_grace_seconds * 1000 : deps.settings.recycleGraceMs;
     const next = await calendar.nextBookings(ctx.reservation.id);
     const deadlines = new Map<string, number>();
-    for (const { id, host } of await bookedHosts(ctx)) {
+    for (const { id, host } of booked) {
       const candidates = [graceMs === undefined ? Infinity : ctx.endMs + graceMs, next.get(id) ?? Infinity];
       const deadline = Math.min(...candidates);
       if (deadline !== Infinity) deadlines.set(host, deadline);
@@ -196,14 +202,16 @@ export function physicalHostPlugin(deps: PhysicalHostDeps): ResourcePlugin<Physi
 
   async function endInCloud(ctx: EndContext<PhysicalHostParams>, nova: NovaClient): Promise<EndOutcome> {
     // Hosts it lends are not its to touch until back: their servers are the borrowers' (of any project, its own too).
-    const hosts = await move(ctx);
+    // Read once for the whole end (the move, the own-servers rule, the release's record, the recycle's deadlines).
+    const booked = await bookedHosts(ctx);
+    const hosts = await move(ctx, booked);
     // Not started (deleted while pending, or a start that failed half way): put back whatever moved.
     if (!ctx.started) return returnHostsToPool(nova, hosts).then(() => ({}));
     switch (endPolicy(ctx)) {
       case 'delete': {
         // On a host another lease's start took (past the eviction bound), or one borrowed inside a lending (a server its lender
         // had scheduled before lending it), only this lessee's servers are its to delete.
-        const borrowed = await ownServersOnlyOn(ctx);
+        const borrowed = await ownServersOnlyOn(ctx, booked);
         const taken = new Set([...(await hostsOutOfLease(nova, hosts)), ...borrowed.hosts]);
         const left = await deleteServersOnHosts(nova, hosts.hosts, SERVER_DELETE_PASS_MS, ctx.reportProgress, { projectId: hosts.projectId, hosts: taken });
         if (left > 0) return stillDeleting(left, hosts.hosts, ctx.endMs);
@@ -213,7 +221,7 @@ export function physicalHostPlugin(deps: PhysicalHostDeps): ResourcePlugin<Physi
       case 'release':
         // (A reservation that releases its hosts cannot lend them: all are in its aggregate.)
         await releaseHosts(nova, hosts, endAggregates);
-        await markReleased(deps.pool, (await bookedHosts(ctx)).map((h) => h.id), ctx.leaseId);
+        await markReleased(deps.pool, booked.map((h) => h.id), ctx.leaseId);
         return {};
       case 'recycle': {
         // A host another lease's start took (past the eviction bound) is that lease's: this lessee's servers there go now, not at its recycle deadline.
@@ -223,7 +231,7 @@ export function physicalHostPlugin(deps: PhysicalHostDeps): ResourcePlugin<Physi
           if (left > 0) return stillDeleting(left, [...taken], ctx.endMs);
         }
         // A borrowed host waits for this lessee's servers only, and only those go at its deadline.
-        const { waiting } = await recycleHosts(nova, { ...hosts, aggregates: endAggregates, deleteServersAt: await recycleDeadlines(ctx), force: ctx.force ?? false, onlyProject: await ownServersOnlyOn(ctx) });
+        const { waiting } = await recycleHosts(nova, { ...hosts, aggregates: endAggregates, deleteServersAt: await recycleDeadlines(ctx, booked), force: ctx.force ?? false, onlyProject: await ownServersOnlyOn(ctx, booked) });
         if (waiting.length === 0) return {};
         const deleting = waiting.filter((w) => w.deleting);
         if (deleting.length > 0) return stillDeleting(deleting.reduce((n, w) => n + w.servers, 0), deleting.map((w) => w.host));
@@ -370,7 +378,8 @@ export function physicalHostPlugin(deps: PhysicalHostDeps): ResourcePlugin<Physi
       }
       if (action !== 'snapshot' || deps.cloud === 'calendar-only') return;
       const { nova, glance } = deps.cloud();
-      await snapshotServersOnHosts(nova, glance, { hosts: (await move(ctx)).hosts, onlyProject: await ownServersOnlyOn(ctx), leaseId: ctx.leaseId, leaseName: ctx.leaseName, reservationId: ctx.reservation.id, progress: ctx.reportProgress });
+      const booked = await bookedHosts(ctx);
+      await snapshotServersOnHosts(nova, glance, { hosts: booked.map((h) => h.host), onlyProject: await ownServersOnlyOn(ctx, booked), leaseId: ctx.leaseId, leaseName: ctx.leaseName, reservationId: ctx.reservation.id, progress: ctx.reportProgress });
     },
     async end(ctx) {
       if (deps.cloud !== 'calendar-only') {
