@@ -32,7 +32,7 @@ const HOUR = 3_600_000;
 const dateOf = (ms: number) => new Date(ms).toISOString().slice(0, 16).replace('T', ' ');
 const leaseDate = (ms: number) => `${new Date(ms).toISOString().slice(0, 23)}000`;
 const monthOf = (ms: number) => new Date(ms).toISOString().slice(0, 7);
-const figures = (fields: Partial<UsageFigures> = {}): UsageFigures => ({ host_hours: 0, vcpu_hours: 0, memory_gb_hours: 0, disk_gb_hours: 0, bandwidth_mbps_hours: 0, floating_ip_hours: 0, ...fields });
+const figures = (fields: Partial<UsageFigures> = {}): UsageFigures => ({ host_hours: 0, vcpu_hours: 0, memory_gb_hours: 0, disk_gb_hours: 0, bandwidth_mbps_hours: 0, floating_ip_hours: 0, network_hours: 0, ...fields });
 const query = (params: Record<string, string>) => `/v1/usage?${new URLSearchParams(params).toString()}`;
 /** A group of regular leases only: charged as booked and used, no preemptible part. */
 const regular = <G extends { booked: UsageFigures; used: UsageFigures; leases: number }>(group: G) => ({ ...group, charged: { booked: group.booked, used: group.used } });
