@@ -8,7 +8,6 @@
  */
 import { ApplicationFailure } from '@temporalio/common';
 import type { OpenStackClients, NeutronClient } from '../src/openstack';
-import type { ResourcePlugin } from '../src/domain/resource-plugin';
 import { networkSegmentPlugin } from '../src/resources/network-segment';
 import { physicalHostPlugin } from '../src/resources/physical-host';
 import { hostReservation } from '../dev-stack/fixtures/builders';
@@ -36,7 +35,7 @@ describe('network segment reservations', () => {
           return hosts.start?.(ctx);
         },
       };
-      return [networkSegmentPlugin({ pool, cloud, deleteTimeoutMs: 3_000 }) as ResourcePlugin, failingHosts as ResourcePlugin];
+      return [networkSegmentPlugin({ pool, cloud, deleteTimeoutMs: 3_000 }), failingHosts];
     },
   });
   const admin = apiClient(() => stack().url);
