@@ -179,6 +179,12 @@ describe('network segment reservations', () => {
       expect(unknownKey).toMatchObject({ status: 400, body: { error_message: expect.stringContaining('unknown property $colour') } });
       const noName = await lease(member, 'noname', `${D2} 12:00`, `${D2} 13:00`, [networkReservation({ network_name: '' })]);
       expect(noName.status).toBe(400);
+      // A pending lease's update books again: its query now asks for the other tag.
+      const moving = await lease(member, 'moving', `${D3} 14:00`, `${D3} 15:00`, [networkReservation({ resource_properties: '["==", "$segment_id", "250"]' })]);
+      expect(moving.body.lease.reservations[0].segment.segment_id).toBe('250');
+      const moved = await member('PUT', `/v1/leases/${moving.body.lease.id}`, { reservations: [{ id: moving.body.lease.reservations[0].id, resource_properties: '["==", "$segment_id", "251"]' }] });
+      expect(moved.status).toBe(200);
+      expect(moved.body.lease.reservations[0].segment.segment_id).toBe('251');
       const longName = await lease(member, 'longname', `${D2} 12:00`, `${D2} 13:00`, [networkReservation({ network_name: 'n'.repeat(256) })]);
       expect(longName.status).toBe(400);
     });
@@ -239,6 +245,32 @@ describe('network segment reservations', () => {
       expect(neutron.calls).toContain('create network with-hosts');
       expect(neutron.networks.filter((n) => n.name === 'with-hosts')).toEqual([]);
       expect((await admin('GET', '/v1/networks/allocations')).body.allocations.flatMap((a: { reservations: Array<{ lease_id: string }> }) => a.reservations.map((r) => r.lease_id))).not.toContain(made.body.lease.id);
+    });
+
+    it('keeps its segment and network through an extension, and gets its network again on the same tag when Neutron lost it (drift check)', async () => {
+      const made = await lease(member, 'kept', 'now', inSeconds(3600), [networkReservation({ network_name: 'kept-net' })]);
+      const active = await statusIs(made.body.lease.id, 'ACTIVE');
+      const { network_id: networkId, segment } = active.reservations[0];
+      neutron.calls.length = 0;
+      const extended = await member('PUT', `/v1/leases/${made.body.lease.id}`, { end_date: inSeconds(7200) });
+      expect(extended.status).toBe(200);
+      expect((await leaseOf(made.body.lease.id)).reservations[0]).toMatchObject({ network_id: networkId, segment });
+      expect(neutron.calls).toEqual([]);
+
+      // Neutron lost the network: the drift check sees it, and the next one (seen again) makes it anew on the same tag.
+      neutron.networks = neutron.networks.filter((n) => n.id !== networkId);
+      const drift = networkSegmentPlugin({ pool: stack().db.pool, cloud });
+      const first = await drift.checkDrift!({}, 'repair');
+      const key = `network:${active.reservations[0].id}`;
+      expect(first).toEqual({ seen: { [key]: `its network on vlan:physnet1:${segment.segment_id} is gone from Neutron` }, repaired: [], reported: [], aggregatesRemoved: [] });
+      expect((await drift.checkDrift!(first.seen, 'report')).reported).toHaveLength(1);
+      expect(neutron.networks.filter((n) => n.name === 'kept-net')).toEqual([]);
+      const second = await drift.checkDrift!(first.seen, 'repair');
+      expect(second.repaired).toEqual([expect.stringContaining(`reservation ${active.reservations[0].id}: its network on vlan:physnet1:${segment.segment_id} is gone from Neutron (made again: `)]);
+      expect(neutron.networks.filter((n) => n.name === 'kept-net')).toEqual([
+        expect.objectContaining({ project_id: 'project-a', 'provider:segmentation_id': Number(segment.segment_id), tags: ['blazar', `reservation:${active.reservations[0].id}`] }),
+      ]);
+      expect((await drift.checkDrift!(second.seen, 'repair')).seen).toEqual({});
     });
 
     it("ends in ERROR naming the port Neutron keeps, once the end's wait for it is over", async () => {
