@@ -243,7 +243,7 @@ describe('GET /v1/usage', () => {
 
     const odd = await fetch(`${stack().url}${query({ from: '2024-03-01 00:00', to: '2024-04-01 00:00' })}`, { headers: { ...ODD, accept: 'text/csv' } });
     const text = await odd.text();
-    expect(text.split('\r\n')[1]).toBe(`"'=SUM(1,2)""x""",24,0,0,0,0,0,24,0,0,0,0,0,1,24,0,0,0,0,0,24,0,0,0,0,0,${'0,'.repeat(14)}0`);
+    expect(text.split('\r\n')[1]).toBe(`"'=SUM(1,2)""x""",24,0,0,0,0,0,0,24,0,0,0,0,0,0,1,24,0,0,0,0,0,0,24,0,0,0,0,0,0,${'0,'.repeat(16)}0`);
     expect(parseCsv(text)[1][0]).toBe(`'${ODD_PROJECT}`);
     expect((await usage(asOdd, { from: '2024-03-01 00:00', to: '2024-04-01 00:00' })).body.usage.groups[0].project_id).toBe(ODD_PROJECT); // JSON says it as it is
   });

@@ -290,6 +290,18 @@ const calendar = z.strictObject({
     .describe('hosts lent by the lease holding them (anyone\'s): time only preemptible leases may book'),
   providers: z.array(z.looseObject({ uuid: z.string(), name: z.string(), kind: z.string() })),
   usage: z.array(bookingLease.extend({ provider_uuid: z.string(), amounts: z.record(z.string(), z.number()) })),
+  networks: z
+    .array(
+      z.strictObject({
+        id: z.string(),
+        network_type: z.enum(['vlan', 'vxlan']),
+        physical_network: z.string().nullable(),
+        segment_id: z.string(),
+        properties: z.record(z.string(), z.string()).optional().describe("the segment's extra capabilities (admins only)"),
+        bookings: z.array(bookingLease),
+      }),
+    )
+    .describe('the enrolled network segments (issue 45) and their bookings in the window'),
   leases: z.array(z.strictObject({ id: z.string(), name: z.string(), status: z.enum(LEASE_STATUSES), start_ms: z.number(), end_ms: z.number(), series_id: z.string().optional(), preemptible: z.literal(true).optional() })),
   series: z
     .array(z.strictObject({ id: z.string(), name: z.string(), gaps: z.array(z.strictObject({ name: z.string(), start_ms: z.number(), end_ms: z.number(), reason: z.string() })) }))

@@ -130,11 +130,11 @@ export function networkSegmentPlugin(deps: NetworkSegmentDeps): ResourcePlugin<N
         const left = await deleteReservedNetworks(client, ctx.reservation.id, await calendar.segmentOf(ctx.reservation.id), ctx.reportProgress);
         if (left.networks.length > 0) {
           const what = `network(s) ${left.networks.join(', ')} still in use${left.ports.length ? `: ${left.ports.join(', ')}` : ''}`;
-          if (!ctx.force) {
-            failIfDeletionOverdue(what, ctx.started ? ctx.endMs : Date.now(), deleteTimeoutMs);
-            return { waitingFor: what, recheckAfterMs: 2_000 };
-          }
-          throw ApplicationFailure.nonRetryable(`${what} at a forced end`, 'NetworkNotDeleted');
+          if (ctx.force) throw ApplicationFailure.nonRetryable(`${what} at a forced end`, 'NetworkNotDeleted');
+          // A start undone (never started) is not polled: its end is retried, within the retry policy of ends that must finish.
+          if (!ctx.started) throw ApplicationFailure.retryable(what, 'ResourcesStillInUse');
+          failIfDeletionOverdue(what, ctx.endMs, deleteTimeoutMs);
+          return { waitingFor: what, recheckAfterMs: 2_000 };
         }
       }
       await calendar.release(ctx.reservation.id, ctx.started);

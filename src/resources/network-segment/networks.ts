@@ -23,7 +23,7 @@ function descriptionOf(reservationId: string, lesseeDescription: string): string
 const isOurs = (network: Network, reservationId: string) => (network.tags ?? []).includes(reservationTag(reservationId)) || (network.description ?? '').includes(reservationId);
 
 /** A router interface is a port no port delete may remove: its router lets go of it. */
-const ROUTER_INTERFACE = /^network:router_interface/;
+const ROUTER_INTERFACE = /^network:(router_interface|ha_router_replicated_interface)/;
 /** Ports Neutron deletes itself with the network (DHCP) or that are not a lessee's to take (a router's gateway is not on this network). */
 const NETWORK_OWNED = /^network:(dhcp|distributed)$/;
 
