@@ -9,6 +9,8 @@
 import { ApplicationFailure } from '@temporalio/common';
 import type { OpenStackClients, NeutronClient } from '../src/openstack';
 import { networkSegmentPlugin } from '../src/resources/network-segment';
+import { findLease } from '../src/db/leases';
+import { reservationContext, typedContext } from '../src/domain/resource-plugin';
 import { physicalHostPlugin } from '../src/resources/physical-host';
 import { hostReservation } from '../dev-stack/fixtures/builders';
 import { insertHost } from '../dev-stack/fixtures/hosts';
@@ -287,6 +289,15 @@ describe('network segment reservations', () => {
         expect.objectContaining({ project_id: 'project-a', 'provider:segmentation_id': Number(segment.segment_id), tags: ['blazar', `reservation:${active.reservations[0].id}`] }),
       ]);
       expect((await drift.checkDrift!(second.seen, 'repair')).seen).toEqual({});
+
+      // A heal (the lease told its hosts changed) makes it again too, at once.
+      neutron.networks = neutron.networks.filter((n) => n.name !== 'kept-net');
+      const stored = (await findLease(stack().db.pool, made.body.lease.id))!;
+      const hook = { ...reservationContext(stored, stored.reservations[0]), reportProgress: () => undefined, placementOf: () => Promise.resolve({ hosts: [] }), announce: () => Promise.resolve() };
+      const healed = await drift.heal!(typedContext(drift, hook));
+      const again = neutron.networks.filter((n) => n.name === 'kept-net');
+      expect(again).toEqual([expect.objectContaining({ 'provider:segmentation_id': Number(segment.segment_id), project_id: 'project-a' })]);
+      expect(healed).toEqual({ allocation: { network_id: again[0].id }, missingResources: false, resourcesChanged: false });
     });
 
     it("ends in ERROR naming the port Neutron keeps, once the end's wait for it is over", async () => {

@@ -7,7 +7,7 @@
  * - start: the network made as admin, owned by the lessee, tagged with the reservation (a retry finds it).
  * - end: its ports deleted (servers detached), routers' interfaces removed, then the network; waits
  *   (bounded) for Neutron to let go, then fails naming what is left; the booking freed.
- * - checkDrift: an active reservation whose network Neutron lost gets it again on the same tag.
+ * - heal and checkDrift: an active reservation whose network Neutron lost gets it again on the same tag.
  */
 import { ApplicationFailure } from '@temporalio/common';
 import type { NetworkSegmentRecord } from '../../db/network-segments';
@@ -139,6 +139,14 @@ export function networkSegmentPlugin(deps: NetworkSegmentDeps): ResourcePlugin<N
       }
       await calendar.release(ctx.reservation.id, ctx.started);
       return { allocation: { network_id: null } };
+    },
+
+    /** A lease told to heal (its hosts failed): an active reservation's network is made again if Neutron lost it; the segment never moves. */
+    async heal(ctx) {
+      const client = neutron();
+      if (ctx.leaseStatus !== 'ACTIVE' || !client) return { missingResources: false, resourcesChanged: false };
+      const { network } = await ensure(ctx, client);
+      return { allocation: { network_id: network.id }, missingResources: false, resourcesChanged: false };
     },
 
     /**
