@@ -130,10 +130,9 @@ export function networkSegmentPlugin(deps: NetworkSegmentDeps): ResourcePlugin<N
         const left = await deleteReservedNetworks(client, ctx.reservation.id, await calendar.segmentOf(ctx.reservation.id), ctx.reportProgress);
         if (left.networks.length > 0) {
           const what = `network(s) ${left.networks.join(', ')} still in use${left.ports.length ? `: ${left.ports.join(', ')}` : ''}`;
-          if (ctx.force) throw ApplicationFailure.nonRetryable(`${what} at a forced end`, 'NetworkNotDeleted');
-          // A start undone (never started) is not polled: its end is retried, within the retry policy of ends that must finish.
-          if (!ctx.started) throw ApplicationFailure.retryable(what, 'ResourcesStillInUse');
-          failIfDeletionOverdue(what, ctx.endMs, deleteTimeoutMs);
+          if (ctx.started) failIfDeletionOverdue(what, ctx.endMs, deleteTimeoutMs);
+          // A forced end (the lease deleted while its end waited) and a start undone are not polled: retried within the policy of ends that must finish.
+          if (ctx.force || !ctx.started) throw ApplicationFailure.retryable(what, 'ResourcesStillInUse');
           return { waitingFor: what, recheckAfterMs: 2_000 };
         }
       }
