@@ -9,6 +9,8 @@
 import { ApplicationFailure } from '@temporalio/common';
 import type { OpenStackClients, NeutronClient } from '../src/openstack';
 import { networkSegmentPlugin } from '../src/resources/network-segment';
+import { findLease } from '../src/db/leases';
+import { reservationContext, typedContext } from '../src/domain/resource-plugin';
 import { physicalHostPlugin } from '../src/resources/physical-host';
 import { hostReservation } from '../dev-stack/fixtures/builders';
 import { insertHost } from '../dev-stack/fixtures/hosts';
@@ -190,6 +192,22 @@ describe('network segment reservations', () => {
     });
   });
 
+  it("holds an offer's segment against other leases and frees it when the hold is released", async () => {
+    const day = dayAhead(33);
+    const only250 = networkReservation({ resource_properties: '["==", "$segment_id", "250"]' });
+    const offers = await member('POST', '/v1/offers', { reservations: [only250], duration: 60, start_after: `${day} 10:00`, limit: 1 });
+    expect(offers.status).toBe(200);
+    expect(offers.body.offers[0]).toMatchObject({ kind: 'exact', start_date: `${day} 10:00`, reservations: [{ resource_type: 'network', segments: 1 }] });
+    const held = await member('POST', `/v1/offers/${offers.body.offers[0].id}/hold`, { minutes: 5 });
+    expect(held.status).toBe(201);
+    const heldRows = async () => (await stack().db.pool.query<{ n: number }>('SELECT count(*)::int AS n FROM network_segment_allocations WHERE lease_id = $1', [held.body.hold.id])).rows[0].n;
+    expect(await heldRows()).toBe(1);
+    expect((await lease(other, 'blocked', `${day} 10:00`, `${day} 11:00`, [only250])).status).toBe(409);
+    expect((await member('DELETE', `/v1/offers/${offers.body.offers[0].id}/hold`)).status).toBe(204);
+    expect(await heldRows()).toBe(0);
+    expect((await lease(other, 'after-release', `${day} 10:00`, `${day} 11:00`, [only250])).status).toBe(201);
+  });
+
   describe('start and end', () => {
     it("makes the lessee's network on exactly the booked segment at the start (a lost answer retried finds it), and at the end deletes its ports, then the network", async () => {
       neutron.failTaggingTimes = 1;
@@ -271,6 +289,15 @@ describe('network segment reservations', () => {
         expect.objectContaining({ project_id: 'project-a', 'provider:segmentation_id': Number(segment.segment_id), tags: ['blazar', `reservation:${active.reservations[0].id}`] }),
       ]);
       expect((await drift.checkDrift!(second.seen, 'repair')).seen).toEqual({});
+
+      // A heal (the lease told its hosts changed) makes it again too, at once.
+      neutron.networks = neutron.networks.filter((n) => n.name !== 'kept-net');
+      const stored = (await findLease(stack().db.pool, made.body.lease.id))!;
+      const hook = { ...reservationContext(stored, stored.reservations[0]), reportProgress: () => undefined, placementOf: () => Promise.resolve({ hosts: [] }), announce: () => Promise.resolve() };
+      const healed = await drift.heal!(typedContext(drift, hook));
+      const again = neutron.networks.filter((n) => n.name === 'kept-net');
+      expect(again).toEqual([expect.objectContaining({ 'provider:segmentation_id': Number(segment.segment_id), project_id: 'project-a' })]);
+      expect(healed).toEqual({ allocation: { network_id: again[0].id }, missingResources: false, resourcesChanged: false });
     });
 
     it("ends in ERROR naming the port Neutron keeps, once the end's wait for it is over", async () => {

@@ -7,7 +7,7 @@
  * - start: the network made as admin, owned by the lessee, tagged with the reservation (a retry finds it).
  * - end: its ports deleted (servers detached), routers' interfaces removed, then the network; waits
  *   (bounded) for Neutron to let go, then fails naming what is left; the booking freed.
- * - checkDrift: an active reservation whose network Neutron lost gets it again on the same tag.
+ * - heal and checkDrift: an active reservation whose network Neutron lost gets it again on the same tag.
  */
 import { ApplicationFailure } from '@temporalio/common';
 import type { NetworkSegmentRecord } from '../../db/network-segments';
@@ -130,15 +130,22 @@ export function networkSegmentPlugin(deps: NetworkSegmentDeps): ResourcePlugin<N
         const left = await deleteReservedNetworks(client, ctx.reservation.id, await calendar.segmentOf(ctx.reservation.id), ctx.reportProgress);
         if (left.networks.length > 0) {
           const what = `network(s) ${left.networks.join(', ')} still in use${left.ports.length ? `: ${left.ports.join(', ')}` : ''}`;
-          if (ctx.force) throw ApplicationFailure.nonRetryable(`${what} at a forced end`, 'NetworkNotDeleted');
-          // A start undone (never started) is not polled: its end is retried, within the retry policy of ends that must finish.
-          if (!ctx.started) throw ApplicationFailure.retryable(what, 'ResourcesStillInUse');
-          failIfDeletionOverdue(what, ctx.endMs, deleteTimeoutMs);
+          if (ctx.started) failIfDeletionOverdue(what, ctx.endMs, deleteTimeoutMs);
+          // A forced end (the lease deleted while its end waited) and a start undone are not polled: retried within the policy of ends that must finish.
+          if (ctx.force || !ctx.started) throw ApplicationFailure.retryable(what, 'ResourcesStillInUse');
           return { waitingFor: what, recheckAfterMs: 2_000 };
         }
       }
       await calendar.release(ctx.reservation.id, ctx.started);
       return { allocation: { network_id: null } };
+    },
+
+    /** A lease told to heal (its hosts failed): an active reservation's network is made again if Neutron lost it; the segment never moves. */
+    async heal(ctx) {
+      const client = neutron();
+      if (ctx.leaseStatus !== 'ACTIVE' || !client) return { missingResources: false, resourcesChanged: false };
+      const { network } = await ensure(ctx, client);
+      return { allocation: { network_id: network.id }, missingResources: false, resourcesChanged: false };
     },
 
     /**
