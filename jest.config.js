@@ -32,10 +32,10 @@ process.env.LK_MAX_LEASES ??= '1000000';
 
 /**
  * The rig's tests that book none of its compute hosts (they read Nova at most, or use Keystone and
- * Neutron's floating IPs, which no other test reserves): `npm test` runs them beside the others
+ * Neutron's floating IPs or network segments, which no other test reserves): `npm test` runs them beside the others
  * (project openstack-shared), while the rest take the hosts one file at a time (project openstack).
  */
-const RIG_SHARED_TESTS = ['api-fuzz', 'keystone', 'keystone-auth', 'auth', 'errors', 'floating-ip-leases'];
+const RIG_SHARED_TESTS = ['api-fuzz', 'keystone', 'keystone-auth', 'auth', 'errors', 'floating-ip-leases', 'network-segment-worker-crash', 'network-segment-blazarclient', 'import-chameleon-networks'];
 const rigTestPath = (name) => `<rootDir>/test/openstack/${name}.test.ts`;
 
 /**

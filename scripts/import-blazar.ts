@@ -7,6 +7,8 @@ import { createPool } from '../src/db/pool';
 import { parseImportArguments, UsageError, USAGE } from '../src/import/arguments';
 import { describeConnection, readBlazar } from '../src/import/blazar-source';
 import { formatReport, importFromBlazar } from '../src/import/blazar-import';
+import { OpenStackConfigError, openStackClients } from '../src/openstack';
+import { adoptBlazarNetwork } from '../src/resources/network-segment/adopt';
 import { connectTemporal } from '../src/temporal';
 
 async function main(): Promise<number> {
@@ -27,12 +29,28 @@ async function main(): Promise<number> {
   const pool = createPool(config, 'leasekeeper-import-blazar');
   const { connection, client } = connectTemporal(config);
   try {
-    const report = await importFromBlazar(data, { pool, temporal: client, taskQueue: config.temporal.taskQueue, hosts: config.hosts }, { apply: args.apply, withHistory: args.withHistory });
+    const deps = { pool, temporal: client, taskQueue: config.temporal.taskQueue, hosts: config.hosts, adoptNetwork: data.networks ? networkAdopter() : undefined };
+    const report = await importFromBlazar(data, deps, { apply: args.apply, withHistory: args.withHistory });
     process.stdout.write(formatReport(report, describeConnection(args.blazar)));
-    return report.conflicts.length > 0 || report.notImportable.length > 0 || report.hostsNotImportable.length > 0 ? 3 : 0;
+    const leftOut = report.conflicts.length + report.notImportable.length + report.hostsNotImportable.length + report.segmentsNotImportable.length;
+    return leftOut > 0 ? 3 : 0;
   } finally {
     await connection.close();
     await pool.end();
+  }
+}
+
+/**
+ * Neutron with the OpenStack credentials of the environment (OS_CLOUD or OS_*), to adopt active
+ * network leases' networks (Chameleon's); none configured: undefined, and those leases are left out saying why.
+ */
+function networkAdopter(): ((reservationId: string, networkId: string) => Promise<boolean>) | undefined {
+  try {
+    const { neutron } = openStackClients({});
+    return (reservationId, networkId) => adoptBlazarNetwork(neutron, reservationId, networkId);
+  } catch (err) {
+    if (err instanceof OpenStackConfigError) return undefined;
+    throw err;
   }
 }
 

@@ -2,7 +2,7 @@
  * Who may do what, on every route of the API: project A against project B's leases (read, list,
  * page from, update, delete: all as if they did not exist), non-admins against os-hosts (403 on
  * every change and on the host list; only public resource properties), non-admins against
- * floatingips (403 on enrolment and removal), projects' webhooks (their own project's only), allocations filtered to
+ * floatingips (403 on enrolment and removal), networks (403 on every route, as os-hosts), projects' webhooks (their own project's only), allocations filtered to
  * the caller's project, and the admin who sees and changes everything. A route added to the API
  * without a case here fails the last test.
  */
@@ -10,6 +10,7 @@ import pino from 'pino';
 import { appRoutes } from './support/routes';
 import { createApp } from '../src/api/app';
 import { insertFloatingIp } from '../src/db/floating-ips';
+import { insertNetworkSegment } from '../src/db/network-segments';
 import { floatingIpPlugin } from '../src/resources/floating-ip';
 import { physicalHostPlugin } from '../src/resources/physical-host';
 import { pluginRegistry } from '../src/domain/resource-plugin';
@@ -270,6 +271,33 @@ describe('authorization on every route', () => {
       expect((await call('A', 'GET', `/v1/floatingips/${FIP_ID}/allocation`)).body.allocation.reservations).toHaveLength(1);
       expect((await call('A', 'DELETE', `/v1/leases/${held.body.lease.id}`)).status).toBe(204);
       expect((await call('admin', 'DELETE', `/v1/floatingips/${FIP_ID}`)).status).toBe(204);
+    });
+  });
+
+  describe('a non-admin and networks (issue 45)', () => {
+    const SEGMENT_ID = '66666666-6666-4666-8666-666666666666';
+    const NETWORKS_POLICY = (action: string) => ({ status: 403, body: { error_code: 403, error_name: 403, error_message: `Policy doesn't allow blazar:networks:${action} to be performed.` } });
+
+    it('may not list, show, enrol, change or remove segments, nor see their allocations: admins only, as os-hosts', async () => {
+      const routes = [
+        ['GET', '/networks', 'get'],
+        ['POST', '/networks', 'post'],
+        ['GET', '/networks/allocations', 'get_allocations'],
+        ['GET', '/networks/:id', 'get'],
+        ['PUT', '/networks/:id', 'put'],
+        ['DELETE', '/networks/:id', 'delete'],
+        ['GET', '/networks/:id/allocation', 'get_allocations'],
+      ] as const;
+      await insertNetworkSegment(stack().db.pool, { id: SEGMENT_ID, networkType: 'vlan', physicalNetwork: 'physnet1', segmentId: '3000', capabilities: {} });
+      for (const [method, route, action] of routes) {
+        exercise(`${method} ${route}`);
+        const path = `/v1${route.replace(':id', SEGMENT_ID)}`;
+        const body = method === 'POST' ? { network_type: 'vlan', physical_network: 'physnet1', segment_id: 3001 } : method === 'PUT' ? { values: { stitch_provider: 'x' } } : undefined;
+        for (const caller of ['A', 'B'] as const) expect(await call(caller, method, path, body)).toEqual(NETWORKS_POLICY(action));
+      }
+      expect((await call('admin', 'GET', `/v1/networks/${SEGMENT_ID}`)).body.network).toMatchObject({ id: SEGMENT_ID, segment_id: '3000' });
+      expect((await call('admin', 'GET', '/v1/networks/allocations')).body.allocations).toEqual([{ resource_id: SEGMENT_ID, reservations: [] }]);
+      expect((await call('admin', 'DELETE', `/v1/networks/${SEGMENT_ID}`)).status).toBe(204);
     });
   });
 

@@ -4,13 +4,16 @@
  * extensions and a refused extension offers the ends possible, "find a slot" lists the API's offers
  * and books one that then appears, holds one (a countdown; the hold becomes the lease) or releases
  * it, and shows a refusal's fresh offers; preemptible bookings are hatched, a preempted lease marked at
- * its cut, lent time hatched over its lender's bar under its borrowers. Screenshots of each page go to
+ * its cut, lent time hatched over its lender's bar under its borrowers; booked network segments drawn
+ * in the Network calendar below the hosts. Screenshots of each page go to
  * test-artifacts/calendar-page/; axe-core finds no serious accessibility violation.
  */
 import { randomUUID } from 'node:crypto';
 import path from 'node:path';
 import type { Browser, Page } from 'playwright-core';
+import { networkSegmentPlugin } from '../src/resources/network-segment';
 import { physicalHostPlugin } from '../src/resources/physical-host';
+import { insertNetworkSegment } from '../src/db/network-segments';
 import { AXE_SOURCE, artefactDir, launchChromium } from '../dev-stack/fixtures/browser';
 import { blazarHostReservation } from '../dev-stack/fixtures/builders';
 import { insertHost } from '../dev-stack/fixtures/hosts';
@@ -37,6 +40,9 @@ const RESERVED = [0xb4, 0xbc, 0xc6];
 /** A held booking's fill and stripes (web/src/paint.ts HELD_COLOR). */
 const HELD_FILL = [0xdb, 0xe5, 0xf6];
 
+/** The page's timelines, by their test ids: hosts, network segments, servers and bandwidth. */
+type Timeline = 'gantt' | 'network-gantt' | 'capacity';
+
 /** What the page shows of an offer (POST /v1/offers), and its words for the kinds (web/src/find-slot.tsx KIND_WORDS). */
 interface Offer {
   id: string;
@@ -48,7 +54,9 @@ interface Offer {
 const KIND_WORDS: Record<Offer['kind'], string> = { exact: 'as asked', later: 'later', shorter: 'shorter', fewer: 'fewer' };
 
 describe('the calendar page in Chromium', () => {
-  const stack = useTestStack({ withPool: (pool) => [physicalHostPlugin({ pool, settings: { cleaningMs: 0, randomChoice: false }, cloud: 'calendar-only' })] });
+  const stack = useTestStack({
+    withPool: (pool) => [physicalHostPlugin({ pool, settings: { cleaningMs: 0, randomChoice: false }, cloud: 'calendar-only' }), networkSegmentPlugin({ pool, cloud: 'calendar-only' })],
+  });
   const alpha = apiClient(() => stack().url, { 'X-Project-Id': 'alpha', 'X-Roles': 'member' });
   const beta = apiClient(() => stack().url, { 'X-Project-Id': 'beta', 'X-Roles': 'member' });
   const admin = apiClient(() => stack().url);
@@ -109,7 +117,7 @@ describe('the calendar page in Chromium', () => {
   const pointOf = (hostName: string, ms: number) => pointIn('gantt', hosts.indexOf(hostName), ms, -7);
 
   /** Where an instant on a row of a timeline (gantt, capacity) is, in canvas pixels: the row's middle, or `dy` from it. */
-  async function pointIn(timeline: 'gantt' | 'capacity', row: number, ms: number, dy = 0, on: Page = page): Promise<{ x: number; y: number }> {
+  async function pointIn(timeline: Timeline, row: number, ms: number, dy = 0, on: Page = page): Promise<{ x: number; y: number }> {
     const gantt = on.getByTestId(timeline);
     const attr = async (name: string) => Number(await gantt.getAttribute(`data-${name}`));
     const [start, end, labelWidth, axisHeight, rowHeight] = await Promise.all(['view-start', 'view-end', 'label-width', 'axis-height', 'row-height'].map(attr));
@@ -117,11 +125,11 @@ describe('the calendar page in Chromium', () => {
     return { x: labelWidth + ((ms - start) / (end - start)) * (width - labelWidth), y: axisHeight + row * rowHeight + rowHeight / 2 + dy };
   }
 
-  async function pixel(point: { x: number; y: number }, timeline: 'gantt' | 'capacity' = 'gantt'): Promise<number[]> {
+  async function pixel(point: { x: number; y: number }, timeline: Timeline = 'gantt'): Promise<number[]> {
     return page.getByTestId(timeline).evaluate<number[], { x: number; y: number }, CanvasLike>((canvas, p) => [...canvas.getContext('2d')!.getImageData(Math.round(p.x), Math.round(p.y), 1, 1).data.slice(0, 3)], point);
   }
 
-  async function hover(point: { x: number; y: number }, timeline: 'gantt' | 'capacity' = 'gantt'): Promise<string> {
+  async function hover(point: { x: number; y: number }, timeline: Timeline = 'gantt'): Promise<string> {
     const box = (await page.getByTestId(timeline).boundingBox())!;
     await page.mouse.move(box.x + point.x, box.y + point.y);
     return (await page.locator('.status').textContent()) ?? '';
@@ -527,6 +535,43 @@ describe('the calendar page in Chromium', () => {
     expect(await hover(borrowed)).toContain('reserved by another project, preemptible, borrowed (inside a lending)');
     await expect(page.getByRole('list', { name: 'Legend' }).textContent()).resolves.toContain("lent: a lease's idle hosts, open to preemptible leases");
     await page.screenshot({ path: path.join(artefacts, 'lent.png') });
+  });
+
+  it("draws a Network calendar below the hosts: a booked segment as the host rows draw bookings, the caller's named, another project's reserved", async () => {
+    const pool = stack().db.pool;
+    for (const tag of ['250', '251']) await insertNetworkSegment(pool, { id: randomUUID(), networkType: 'vlan', physicalNetwork: 'physnet1', segmentId: tag, capabilities: {} });
+    const network = (tag: string, name: string) => ({ resource_type: 'network', network_name: name, network_properties: JSON.stringify(['==', '$segment_id', tag]), resource_properties: '' });
+    const own = await alpha('POST', '/v1/leases', { name: 'alpha-vlan', start_date: at(40), end_date: at(44), reservations: [network('250', 'alpha-lab-net')] });
+    expect(own.status).toBe(201);
+    expect((await beta('POST', '/v1/leases', { name: 'beta-secret-vlan', start_date: at(42), end_date: at(46), reservations: [network('251', 'beta-net')] })).status).toBe(201);
+    await page.reload();
+    await page.waitForFunction(() => performance.getEntriesByName('calendar-drawn').length > 0);
+    const section = page.getByRole('region', { name: 'Network segments over time' });
+    await expect(section.getByRole('heading').textContent()).resolves.toContain('Network calendar');
+    await expect(section.textContent()).resolves.toContain('2 segments, 2 bookings loaded');
+    // Below the host calendar.
+    const [hostsBox, networksBox] = await Promise.all([page.getByTestId('gantt').boundingBox(), page.getByTestId('network-gantt').boundingBox()]);
+    expect(networksBox!.y).toBeGreaterThan(hostsBox!.y + hostsBox!.height);
+
+    const ownBar = await pointIn('network-gantt', 0, day + 41 * HOUR, -7);
+    expect(await pixel(ownBar, 'network-gantt')).toEqual(PENDING);
+    expect(await pixel(await pointIn('network-gantt', 0, day + 45 * HOUR, -7), 'network-gantt')).not.toEqual(PENDING); // after its end
+    expect(await hover(ownBar, 'network-gantt')).toMatch(/^vlan physnet1:250 · .* · alpha-vlan \(PENDING\)/);
+    const theirs = await pointIn('network-gantt', 1, day + 45 * HOUR, -7);
+    expect(await pixel(theirs, 'network-gantt')).toEqual(RESERVED);
+    expect(await hover(theirs, 'network-gantt')).toContain('vlan physnet1:251');
+    expect(await hover(theirs, 'network-gantt')).toContain('reserved by another project');
+    expect(await page.content()).not.toContain('beta-secret-vlan');
+    await page.screenshot({ path: path.join(artefacts, 'network-calendar.png') });
+    expect(await axeViolations()).toEqual([]);
+
+    // Its bar opens the lease, as a host's does.
+    const box = (await page.getByTestId('network-gantt').boundingBox())!;
+    await page.mouse.click(box.x + ownBar.x, box.y + ownBar.y);
+    await page.getByRole('heading', { name: /alpha-vlan/ }).waitFor();
+    expect(page.url()).toContain(`#/leases/${own.body.lease.id}`);
+    await page.getByRole('link', { name: '← Calendar' }).click();
+    await page.getByTestId('gantt').waitFor();
   });
 
   it('shows the usage policy\'s dry run before booking: a line per rule the lease as asked would break', async () => {

@@ -59,7 +59,7 @@ function lease(startMs: number, endMs: number, reservations: Reservation[], fiel
 const active = (startMs: number, endMs: number, reservations: Reservation[], fields: Partial<Lease> = {}): Lease =>
   lease(startMs, endMs, reservations, { status: 'ACTIVE', events: [event('start_lease', 'DONE', { finishedAt: startMs }), event('end_lease', 'UNDONE')], ...fields });
 
-const figures = (fields: Partial<UsageFigures> = {}): UsageFigures => ({ host_hours: 0, vcpu_hours: 0, memory_gb_hours: 0, disk_gb_hours: 0, bandwidth_mbps_hours: 0, floating_ip_hours: 0, ...fields });
+const figures = (fields: Partial<UsageFigures> = {}): UsageFigures => ({ host_hours: 0, vcpu_hours: 0, memory_gb_hours: 0, disk_gb_hours: 0, bandwidth_mbps_hours: 0, floating_ip_hours: 0, network_hours: 0, ...fields });
 const WINDOW = { startMs: Date.UTC(2027, 2, 1), endMs: Date.UTC(2027, 3, 1) };
 
 describe('GET /v1/usage figures: preemptible time', () => {
@@ -174,7 +174,7 @@ describe('usage policy: preemptible hours at the factor', () => {
 
 describe('preemptible_exempt, rule by rule', () => {
   /** A footprint every at-once rule counts. */
-  const everything: Footprint = { hosts: 1, vcpus: 1, memory_mb: 1, bandwidth_kbps: 1, floating_ips: 1 };
+  const everything: Footprint = { hosts: 1, vcpus: 1, memory_mb: 1, bandwidth_kbps: 1, floating_ips: 1, networks: 1 };
   const start = NOW + 2 * HOUR_MS;
   const end = start + 2 * HOUR_MS;
   const kinds = {
@@ -202,6 +202,7 @@ describe('preemptible_exempt, rule by rule', () => {
       case 'max_memory_mb':
       case 'max_bandwidth_kbps':
       case 'max_floating_ips':
+      case 'max_networks':
         return plain({ atOnce: { [rule]: 0 } });
       case 'budget':
         return plain({ budget: { period: { kind: 'month' }, hours: { host_hours: 0 } } });

@@ -28,6 +28,8 @@ const OWNERS: Record<string, string> = {
   compute_host_health: 'src/db/quantity-allocations.ts',
   floating_ips: 'src/db/floating-ips.ts',
   floating_ip_allocations: 'src/db/floating-ips.ts',
+  network_segments: 'src/db/network-segments.ts',
+  network_segment_allocations: 'src/db/network-segment-allocations.ts',
   project_policies: 'src/db/usage-policy.ts',
   project_webhooks: 'src/db/webhooks.ts',
   offers: 'src/db/offers.ts',

@@ -32,7 +32,7 @@ const HOUR = 3_600_000;
 const dateOf = (ms: number) => new Date(ms).toISOString().slice(0, 16).replace('T', ' ');
 const leaseDate = (ms: number) => `${new Date(ms).toISOString().slice(0, 23)}000`;
 const monthOf = (ms: number) => new Date(ms).toISOString().slice(0, 7);
-const figures = (fields: Partial<UsageFigures> = {}): UsageFigures => ({ host_hours: 0, vcpu_hours: 0, memory_gb_hours: 0, disk_gb_hours: 0, bandwidth_mbps_hours: 0, floating_ip_hours: 0, ...fields });
+const figures = (fields: Partial<UsageFigures> = {}): UsageFigures => ({ host_hours: 0, vcpu_hours: 0, memory_gb_hours: 0, disk_gb_hours: 0, bandwidth_mbps_hours: 0, floating_ip_hours: 0, network_hours: 0, ...fields });
 const query = (params: Record<string, string>) => `/v1/usage?${new URLSearchParams(params).toString()}`;
 /** A group of regular leases only: charged as booked and used, no preemptible part. */
 const regular = <G extends { booked: UsageFigures; used: UsageFigures; leases: number }>(group: G) => ({ ...group, charged: { booked: group.booked, used: group.used } });
@@ -243,7 +243,7 @@ describe('GET /v1/usage', () => {
 
     const odd = await fetch(`${stack().url}${query({ from: '2024-03-01 00:00', to: '2024-04-01 00:00' })}`, { headers: { ...ODD, accept: 'text/csv' } });
     const text = await odd.text();
-    expect(text.split('\r\n')[1]).toBe(`"'=SUM(1,2)""x""",24,0,0,0,0,0,24,0,0,0,0,0,1,24,0,0,0,0,0,24,0,0,0,0,0,${'0,'.repeat(14)}0`);
+    expect(text.split('\r\n')[1]).toBe(`"'=SUM(1,2)""x""",24,0,0,0,0,0,0,24,0,0,0,0,0,0,1,24,0,0,0,0,0,0,24,0,0,0,0,0,0,${'0,'.repeat(16)}0`);
     expect(parseCsv(text)[1][0]).toBe(`'${ODD_PROJECT}`);
     expect((await usage(asOdd, { from: '2024-03-01 00:00', to: '2024-04-01 00:00' })).body.usage.groups[0].project_id).toBe(ODD_PROJECT); // JSON says it as it is
   });

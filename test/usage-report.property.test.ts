@@ -30,6 +30,7 @@ const METER_OF: Record<Figure, { meter: keyof Footprint; per: number }> = {
   disk_gb_hours: { meter: 'disk_gb', per: 1 },
   bandwidth_mbps_hours: { meter: 'bandwidth_kbps', per: 1000 },
   floating_ip_hours: { meter: 'floating_ips', per: 1 },
+  network_hours: { meter: 'networks', per: 1 },
 };
 
 const RESOURCE_TYPES = ['physical:host', 'virtual:server', 'network:bandwidth', 'virtual:floatingip'];

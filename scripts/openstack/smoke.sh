@@ -2,6 +2,10 @@
 # Smoke test of a running rig (after up.sh), with the real scheduler:
 #  1. project-a boots a server with no network (2.37 `--nic none`) -> ACTIVE;
 #  2. a port bound to fake-2 by admin gets vif_type ovs;
+#  2b. network segments: Neutron's segment ranges list physnet1's tenant VLANs
+#     (100..199); an admin creates a VLAN provider network with tag 200 (outside
+#     them) owned by project-b, and a project-b server boots attached to it
+#     (its port bound with vif_type ovs through the fake agent's physnet1);
 #  3. lease isolation with Nova's built-in mechanisms: aggregate lease-test
 #     (AZ lease-test-az) holding fake-1 with filter_tenant_id=<project-a>:
 #     project-a lands on fake-1 via the AZ, project-b never lands on fake-1 and
@@ -27,6 +31,7 @@ cleanup() {
   "${PA[@]}" server list -f value -c ID | xargs -r "${PA[@]}" server delete --wait >/dev/null 2>&1
   "${PB[@]}" server list -f value -c ID | xargs -r "${PB[@]}" server delete --wait >/dev/null 2>&1
   "${AD[@]}" port delete smoke-port >/dev/null 2>&1
+  "${AD[@]}" network delete smoke-seg-net >/dev/null 2>&1
   "${PA[@]}" network delete smoke-net >/dev/null 2>&1
   if "${AD[@]}" aggregate show lease-test >/dev/null 2>&1; then
     "${AD[@]}" aggregate remove host lease-test fake-1 >/dev/null 2>&1
@@ -77,6 +82,23 @@ st=$(status_of a smoke-a0)
 "${AD[@]}" port set --host fake-2 smoke-port
 vif=$("${AD[@]}" port show smoke-port -f value -c binding_vif_type)
 [ "$vif" = ovs ] && ok "port bound to fake-2: vif_type ovs" || bad "port binding vif_type=$vif"
+
+# 2b. a reservable VLAN segment: a provider network outside the tenant range
+ranges=$("${AD[@]}" network segment range list -f value -c "Network Type" -c "Physical Network" -c "Minimum ID" -c "Maximum ID" | xargs)
+[ "$ranges" = "vlan physnet1 100 199" ] && ok "segment ranges: $ranges" || bad "segment ranges: '$ranges'"
+PB_ID=$("${AD[@]}" project show project-b -f value -c id)
+"${AD[@]}" network create --project "$PB_ID" --provider-network-type vlan \
+  --provider-physical-network physnet1 --provider-segment 200 smoke-seg-net -f value -c id >/dev/null
+"${AD[@]}" subnet create --project "$PB_ID" --network smoke-seg-net --subnet-range 10.98.0.0/24 smoke-seg-sub -f value -c id >/dev/null
+"${PB[@]}" server create --flavor m1.tiny --image fake-image --network smoke-seg-net smoke-b-seg >/dev/null
+wait_built b
+st=$(status_of b smoke-b-seg)
+seg_port=$("${AD[@]}" port list --network smoke-seg-net --device-owner compute:nova -f value -c ID)
+vif=$("${AD[@]}" port show "$seg_port" -f value -c binding_vif_type 2>/dev/null || echo none)
+[ "$st" = ACTIVE ] && [ "$vif" = ovs ] && ok "project-b server on VLAN 200 network ACTIVE, port vif_type ovs" ||
+  bad "project-b server on VLAN 200 network: status $st, vif_type $vif"
+"${PB[@]}" server delete --wait smoke-b-seg >/dev/null
+"${AD[@]}" network delete smoke-seg-net >/dev/null
 
 # 3. isolation: aggregate + AZ + filter_tenant_id
 PA_ID=$("${AD[@]}" project show project-a -f value -c id)

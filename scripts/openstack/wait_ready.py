@@ -7,7 +7,9 @@ Checks, repeatedly until all pass or the timeout expires:
   * Placement has the N compute providers and, for each host, the fake OVS
     agent's bandwidth provider `<host>:Open vSwitch agent:br-ex` with
     NET_BW_EGR_KILOBIT_PER_SEC / NET_BW_IGR_KILOBIT_PER_SEC inventory;
-  * Neutron lists N alive Open vSwitch agents.
+  * Neutron lists N alive Open vSwitch agents;
+  * Neutron lists its ML2 VLAN ranges as network segment ranges (the
+    network_segment_range service plugin, which network segment enrolment reads).
 
     /usr/bin/python3 wait_ready.py   (configuration from the environment:
         KEYSTONE_URL NOVA_URL PLACEMENT_URL GLANCE_URL NEUTRON_URL
@@ -95,6 +97,11 @@ def check():
     if missing:
         raise NotReady("OVS agents not alive: %s" % " ".join(missing))
 
+    ranges = get(NEUTRON + "/v2.0/network_segment_ranges?network_type=vlan",
+                 tok)["network_segment_ranges"]
+    if not any(r.get("physical_network") == "physnet1" for r in ranges):
+        raise NotReady("no VLAN segment range on physnet1 in Neutron")
+
 
 def main():
     deadline = time.monotonic() + TIMEOUT
@@ -103,7 +110,8 @@ def main():
         try:
             check()
             print("wait_ready: all APIs answer; %d hypervisors up; compute and "
-                  "bandwidth providers in Placement; agents alive" % len(HOSTS))
+                  "bandwidth providers in Placement; agents alive; VLAN segment "
+                  "ranges listed" % len(HOSTS))
             return 0
         except (NotReady, requests.RequestException) as exc:
             if str(exc) != last:

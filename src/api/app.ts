@@ -17,6 +17,7 @@ import type { HostCalendar } from '../resources/physical-host/calendar';
 import { FloatingIpCalendar } from '../resources/floating-ip/calendar';
 import { InstanceSlotCalendar } from '../resources/virtual-instance/calendar';
 import { FloatingIpInventory } from '../resources/floating-ip/inventory';
+import { NetworkSegmentInventory } from '../resources/network-segment/inventory';
 import { HostInventory } from '../resources/physical-host/inventory';
 import { availabilityRouter } from './availability';
 import { offersRouter, type OfferDeps } from './offers';
@@ -26,6 +27,7 @@ import { signInThrottle } from './sign-in-limits';
 import { calendarRouter } from './calendar';
 import { hostAllocationsRouter } from './host-allocations';
 import { floatingIpsRouter } from './floating-ips';
+import { networksRouter } from './networks';
 import { hostsRouter } from './hosts';
 import { maintenanceRouter } from './maintenance';
 import { leasesRouter, type NewLeaseDeps } from './leases';
@@ -181,6 +183,7 @@ export function createApp(deps: AppDeps): express.Express {
     hostsRouter({ pool: deps.pool, inventory, commands }),
     maintenanceRouter({ pool: deps.pool, inventory, commands }),
     floatingIpsRouter({ pool: deps.pool, inventory: lazyFloatingIpInventory(deps) }),
+    networksRouter({ pool: deps.pool, inventory: lazyNetworkSegmentInventory(deps, log) }),
     calendarRouter({ pool: deps.pool, calendar }),
     availabilityRouter({
       pool: deps.pool,
@@ -212,5 +215,15 @@ function lazyInventory(deps: AppDeps): () => HostInventory {
 /** The enrolled addresses are read without OpenStack; enrolling one asks Neutron. */
 function lazyFloatingIpInventory(deps: AppDeps): () => FloatingIpInventory {
   const inventory = new FloatingIpInventory(deps.pool, () => openstackOf(deps)().neutron);
+  return () => inventory;
+}
+
+/** The enrolled segments are read without OpenStack; enrolling one asks Neutron (without its segment ranges, says so in the log). */
+function lazyNetworkSegmentInventory(deps: AppDeps, log: Logger): () => NetworkSegmentInventory {
+  const inventory = new NetworkSegmentInventory(
+    deps.pool,
+    () => openstackOf(deps)().neutron,
+    (segment) => log.warn({ segment }, "Neutron has no network segment ranges (extension network-segment-range off): the segment's tag was not checked against its tenant ranges"),
+  );
   return () => inventory;
 }

@@ -1,7 +1,7 @@
 /**
  * Our extension behind the calendar page: `GET /v1/calendar?start=…&end=…[&hypervisor_properties=…][&resource_properties=…]`,
  * everything the page draws for one visible window in one answer: the matching reservable hosts and
- * their bookings, the Placement providers (servers' compute capacity, bandwidth) with the
+ * their bookings, the enrolled network segments and theirs (issue 45), the Placement providers (servers' compute capacity, bandwidth) with the
  * quantities booked on them, and the caller's project's own leases in the window. Instants are
  * epoch milliseconds (the page does arithmetic on them).
  *
@@ -20,6 +20,8 @@ import { listLeases } from '../db/leases';
 import { isPreemptibleLease } from '../domain/preemption';
 import { seriesGapsInWindow } from '../db/series';
 import { quantityBookingsInWindow, type QuantityBookingInWindow } from '../db/quantity-allocations';
+import { listNetworkSegments } from '../db/network-segments';
+import { networkSegmentBookingsInWindow } from '../db/network-segment-allocations';
 import type { Pool } from '../db/pool';
 import type { HostCalendar } from '../resources/physical-host/calendar';
 import { propertyQueryParam } from '../resources/shared/params';
@@ -94,17 +96,25 @@ export function calendarRouter(deps: { pool: Pool; calendar: HostCalendar }): Ro
     await checkHostQueryKeys(deps.pool, queries, identity);
     const hosts = await deps.calendar.matchingHosts(queries);
     const window = { fromMs: start, toMs: end, limit: MAX_CALENDAR_BOOKINGS + 1 };
-    const [hostBookings, lendings, quantities, ownLeases, gaps] = await Promise.all([
+    const [hostBookings, lendings, quantities, ownLeases, gaps, segments, segmentBookings] = await Promise.all([
       hostBookingsInWindow(deps.pool, { ...window, hostIds: hosts.map((h) => h.id) }),
       lendingsInWindow(deps.pool, { ...window, hostIds: hosts.map((h) => h.id) }),
       quantityBookingsInWindow(deps.pool, window),
       listLeases(deps.pool, { projectId: identity.projectId, from: start, to: end, limit: MAX_CALENDAR_LEASES }),
       seriesGapsInWindow(deps.pool, identity.projectId, start, end, MAX_CALENDAR_SERIES),
+      listNetworkSegments(deps.pool),
+      networkSegmentBookingsInWindow(deps.pool, window),
     ]);
     // The series of the caller's own leases, for the page to link their bars (a series's gaps are drawn on its hosts' rows).
     const seriesOf = new Map(ownLeases.filter((l) => l.seriesId).map((l) => [l.id, l.seriesId!]));
     const inSeries = (leaseId: string | null | undefined) => (leaseId && seriesOf.has(leaseId) ? { series_id: seriesOf.get(leaseId) } : {});
-    const truncated = hostBookings.length > MAX_CALENDAR_BOOKINGS || lendings.length > MAX_CALENDAR_BOOKINGS || quantities.bookings.length > MAX_CALENDAR_BOOKINGS || ownLeases.length > MAX_CALENDAR_LEASES;
+    const segmentRows = new Map<string, unknown[]>();
+    for (const b of segmentBookings.slice(0, MAX_CALENDAR_BOOKINGS)) {
+      const row = segmentRows.get(b.network_segment_id) ?? [];
+      row.push({ ...visibleLease(identity, b), ...inSeries(b.lease_id) });
+      segmentRows.set(b.network_segment_id, row);
+    }
+    const truncated = hostBookings.length > MAX_CALENDAR_BOOKINGS || segmentBookings.length > MAX_CALENDAR_BOOKINGS || lendings.length > MAX_CALENDAR_BOOKINGS || quantities.bookings.length > MAX_CALENDAR_BOOKINGS || ownLeases.length > MAX_CALENDAR_LEASES;
     res.json({
       start_ms: start,
       end_ms: end,
@@ -121,6 +131,15 @@ export function calendarRouter(deps: { pool: Pool; calendar: HostCalendar }): Ro
       lent: lendings.slice(0, MAX_CALENDAR_BOOKINGS).map((l) => visibleLending(identity, l)),
       providers: quantities.providers.map((p) => ({ uuid: p.uuid, name: p.name, host: p.host, kind: p.kind, capacity: p.capacity, usable: p.usable })),
       usage: quantities.bookings.slice(0, MAX_CALENDAR_BOOKINGS).map((b: QuantityBookingInWindow) => ({ provider_uuid: b.provider_uuid, amounts: b.amounts, ...visibleLease(identity, b) })),
+      // Network segments (issue 45) and their bookings, as hosts' (capabilities: the admins').
+      networks: segments.map((n) => ({
+        id: n.id,
+        network_type: n.network_type,
+        physical_network: n.physical_network,
+        segment_id: n.segment_id,
+        ...(identity.isAdmin ? { properties: n.capabilities } : {}),
+        bookings: segmentRows.get(n.id) ?? [],
+      })),
       // The caller's project's leases overlapping the window, booked or not.
       leases: ownLeases.slice(0, MAX_CALENDAR_LEASES).map((l) => ({ id: l.id, name: l.name, status: l.status, start_ms: l.startMs, end_ms: l.endMs, ...(l.seriesId ? { series_id: l.seriesId } : {}), ...(isPreemptibleLease(l) ? { preemptible: true } : {}) })),
       // The caller's project's series with occurrences refused in the window (partial creates): their gaps.

@@ -16,6 +16,7 @@ import { availabilityQuery } from './availability';
 import { calendarQuery } from './calendar';
 import { calendarLoginBody } from './calendar-page';
 import { floatingIpAllocationQuery, floatingIpEnrolBody } from './floating-ips';
+import { networkAllocationQuery, networkEnrolBody } from './networks';
 import { hostAllocationQuery } from './host-allocations';
 import { hostEnrolBody, propertyPrivacyBody } from './hosts';
 import { maintenanceBody, maintenanceListQuery } from './maintenance';
@@ -167,6 +168,18 @@ const floatingIp = z
   })
   .openapi('FloatingIp');
 
+const networkSegment = z
+  .looseObject({
+    id: z.string(),
+    network_type: z.enum(['vlan', 'vxlan']),
+    physical_network: z.string().nullable(),
+    segment_id: z.string().describe('the VLAN or VXLAN tag, as text'),
+    created_at: timestamp,
+    updated_at: timestamp,
+  })
+  .describe('An enrolled network segment; its extra capabilities are fields beside these')
+  .openapi('NetworkSegment');
+
 const allocatedReservation = z.strictObject({ id: z.string(), lease_id: z.string(), project_id: z.string(), start_date: leaseDate, end_date: leaseDate });
 const maintenanceWindow = z
   .strictObject({
@@ -190,6 +203,7 @@ const bookedMaintenance = maintenanceWindow.extend({
 const windowParams = z.object({ id: z.string().max(255).describe('the host id'), windowId: z.string().max(255).describe('the window id') });
 const hostAllocatedReservation = allocatedReservation.extend({ preemptible: z.literal(true).optional().describe('a preemptible booking (extension): a regular lease may cut it') });
 const hostAllocation = z.strictObject({ resource_id: z.string(), hypervisor_hostname: z.string().optional(), reservations: z.array(hostAllocatedReservation) }).openapi('HostAllocation');
+const networkAllocation = z.strictObject({ resource_id: z.string(), reservations: z.array(allocatedReservation) }).openapi('NetworkSegmentAllocation');
 const floatingIpAllocation = z.strictObject({ resource_id: z.string(), floating_ip_address: z.string(), reservations: z.array(allocatedReservation) }).openapi('FloatingIpAllocation');
 
 const versions = z.strictObject({
@@ -276,6 +290,18 @@ const calendar = z.strictObject({
     .describe('hosts lent by the lease holding them (anyone\'s): time only preemptible leases may book'),
   providers: z.array(z.looseObject({ uuid: z.string(), name: z.string(), kind: z.string() })),
   usage: z.array(bookingLease.extend({ provider_uuid: z.string(), amounts: z.record(z.string(), z.number()) })),
+  networks: z
+    .array(
+      z.strictObject({
+        id: z.string(),
+        network_type: z.enum(['vlan', 'vxlan']),
+        physical_network: z.string().nullable(),
+        segment_id: z.string(),
+        properties: z.record(z.string(), z.string()).optional().describe("the segment's extra capabilities (admins only)"),
+        bookings: z.array(bookingLease),
+      }),
+    )
+    .describe('the enrolled network segments (issue 45) and their bookings in the window'),
   leases: z.array(z.strictObject({ id: z.string(), name: z.string(), status: z.enum(LEASE_STATUSES), start_ms: z.number(), end_ms: z.number(), series_id: z.string().optional(), preemptible: z.literal(true).optional() })),
   series: z
     .array(z.strictObject({ id: z.string(), name: z.string(), gaps: z.array(z.strictObject({ name: z.string(), start_ms: z.number(), end_ms: z.number(), reason: z.string() })) }))
@@ -770,6 +796,55 @@ export function apiOperations(types: ResourceTypes): Operation[] {
       security: AUTHENTICATED,
       request: { params: projectParam },
       responses: { 204: noContent('removed'), ...COMMON_REFUSALS, 403: adminOnly, 404: refusal("the project has no approvers' webhook") },
+    },
+    {
+      method: 'get', path: '/v1/networks', tags: ['network segments'], summary: 'List reservable network segments',
+      description: 'Every network segment (VLAN or VXLAN tag) enrolled for reservations. Admins only.',
+      security: AUTHENTICATED,
+      responses: { 200: json(z.strictObject({ networks: z.array(networkSegment) }), 'the segments'), ...COMMON_REFUSALS, 403: adminOnly },
+    },
+    {
+      method: 'post', path: '/v1/networks', tags: ['network segments'], summary: 'Enrol a network segment',
+      description:
+        "Enrols a segment with extra capabilities (string fields beside `network_type`, `physical_network`, `segment_id`). Neutron is asked: the physical network in its segment ranges, the tag outside every range it hands to tenant networks, no network on it. Admins only.",
+      security: AUTHENTICATED,
+      request: { body: { content: { 'application/json': { schema: networkEnrolBody } }, required: true } },
+      responses: { 201: json(z.strictObject({ network: networkSegment }), 'the enrolled segment'), ...COMMON_REFUSALS, 403: adminOnly, 409: refusal('already enrolled, or Neutron could not give it to a lease') },
+    },
+    {
+      method: 'get', path: '/v1/networks/allocations', tags: ['network segments'], summary: "List network segments' bookings",
+      description: 'Every enrolled segment with the reservations booked on it from now on (filtered by `lease_id` or `reservation_id`). Admins only.',
+      security: AUTHENTICATED,
+      request: { query: networkAllocationQuery },
+      responses: { 200: json(z.strictObject({ allocations: z.array(networkAllocation) }), 'the allocations'), ...COMMON_REFUSALS, 403: adminOnly },
+    },
+    {
+      method: 'get', path: '/v1/networks/{id}', tags: ['network segments'], summary: 'Show a network segment',
+      description: 'One enrolled segment. Admins only.',
+      security: AUTHENTICATED,
+      request: { params: idParam('the segment id') },
+      responses: { 200: json(z.strictObject({ network: networkSegment }), 'the segment'), ...COMMON_REFUSALS, 403: adminOnly, 404: notFound },
+    },
+    {
+      method: 'put', path: '/v1/networks/{id}', tags: ['network segments'], summary: "Change a network segment's capabilities",
+      description: 'Sets extra capabilities (as they are, or under `values`); the segment\'s type, physical network and tag never change (400). Admins only.',
+      security: AUTHENTICATED,
+      request: { params: idParam('the segment id'), body: { content: { 'application/json': { schema: z.record(z.string(), z.unknown()) } }, required: true } },
+      responses: { 200: json(z.strictObject({ network: networkSegment }), 'the segment'), ...COMMON_REFUSALS, 403: adminOnly, 404: notFound },
+    },
+    {
+      method: 'delete', path: '/v1/networks/{id}', tags: ['network segments'], summary: 'Remove a network segment',
+      description: 'Takes the segment out of reservations, refused (409 naming the leases) while a booking of it ends in the future. Admins only.',
+      security: AUTHENTICATED,
+      request: { params: idParam('the segment id') },
+      responses: { 204: noContent('removed'), ...COMMON_REFUSALS, 403: adminOnly, 404: notFound, 409: refusal('a lease holds or will hold it') },
+    },
+    {
+      method: 'get', path: '/v1/networks/{id}/allocation', tags: ['network segments'], summary: "Show a network segment's bookings",
+      description: 'The reservations booked on one segment from now on. Admins only.',
+      security: AUTHENTICATED,
+      request: { params: idParam('the segment id'), query: networkAllocationQuery },
+      responses: { 200: json(z.strictObject({ allocation: networkAllocation }), 'the allocation'), ...COMMON_REFUSALS, 403: adminOnly, 404: notFound },
     },
     {
       method: 'get', path: '/v1/floatingips', tags: ['floating IPs'], summary: 'List reservable floating IPs',

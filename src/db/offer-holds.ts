@@ -11,6 +11,7 @@ import { floatingIpBookings } from './floating-ips';
 import { deleteLeaseHostRows } from './host-allocations';
 import type { Pool } from './pool';
 import { deleteLeaseQuantityBookings } from './quantity-allocations';
+import { networkSegmentBookings } from './network-segment-allocations';
 
 type Queryable = Pool | PoolClient;
 
@@ -111,12 +112,13 @@ export async function markOfferHoldAccepted(client: PoolClient, id: string): Pro
 
 /**
  * Deletes the calendars' rows booked under a hold's id (hosts, instance slots and their shared host
- * rows, addresses, quantities): no lease ever has that id unless the hold was accepted. What a type's
+ * rows, addresses, network segments, quantities): no lease ever has that id unless the hold was accepted. What a type's
  * reserve made beyond its rows (a hold placed by its workflow) the workflow's end hooks take back.
  */
 async function deleteHeldBookings(client: PoolClient, id: string): Promise<void> {
   await deleteLeaseHostRows(client, id);
   await floatingIpBookings.deleteLease(client, id);
+  await networkSegmentBookings.deleteLease(client, id);
   await deleteLeaseQuantityBookings(client, id);
 }
 

@@ -26,13 +26,13 @@ import {
 import { FAIR_SHARE_RULE_NAMES, fairShareFigures, memberBudgetOf, type FairShareLedger, type FairSharePolicy, type RuleFigures } from './fair-share';
 
 /** The rules that limit what one project holds at once. */
-export const AT_ONCE_RULES = { max_hosts: 'hosts', max_vcpus: 'vcpus', max_memory_mb: 'memory_mb', max_bandwidth_kbps: 'bandwidth_kbps', max_floating_ips: 'floating_ips' } as const;
+export const AT_ONCE_RULES = { max_hosts: 'hosts', max_vcpus: 'vcpus', max_memory_mb: 'memory_mb', max_bandwidth_kbps: 'bandwidth_kbps', max_floating_ips: 'floating_ips', max_networks: 'networks' } as const;
 export type AtOnceRule = keyof typeof AT_ONCE_RULES;
 /** The budgets: meter-hours per period. */
 export const BUDGET_METERS = { host_hours: 'hosts', vcpu_hours: 'vcpus' } as const;
 export type BudgetName = keyof typeof BUDGET_METERS;
 
-export const RULE_NAMES = ['max_lease_duration', 'max_advance', 'min_notice', 'max_leases', 'max_hosts', 'max_vcpus', 'max_memory_mb', 'max_bandwidth_kbps', 'max_floating_ips', 'budget', 'extension', 'max_offer_holds', ...FAIR_SHARE_RULE_NAMES] as const satisfies ReadonlyArray<string>;
+export const RULE_NAMES = ['max_lease_duration', 'max_advance', 'min_notice', 'max_leases', 'max_hosts', 'max_vcpus', 'max_memory_mb', 'max_bandwidth_kbps', 'max_floating_ips', 'max_networks', 'budget', 'extension', 'max_offer_holds', ...FAIR_SHARE_RULE_NAMES] as const satisfies ReadonlyArray<string>;
 export type RuleName = (typeof RULE_NAMES)[number];
 
 /** The rules in force for one project (absent: no limit). Durations in milliseconds. */
@@ -88,6 +88,7 @@ const UNIT: Record<Meter, [string, string]> = {
   disk_gb: ['GiB of disk', 'GiB of disk'],
   bandwidth_kbps: ['kbps of bandwidth', 'kbps of bandwidth'],
   floating_ips: ['floating IP', 'floating IPs'],
+  networks: ['network segment', 'network segments'],
 };
 const amountOf = (meter: Meter, n: number) => `${round(n)} ${UNIT[meter][n === 1 ? 0 : 1]}`;
 const round = (n: number) => Math.round(n * 100) / 100;

@@ -30,6 +30,7 @@ export const FIGURES = {
   disk_gb_hours: { meter: 'disk_gb', per: 1 },
   bandwidth_mbps_hours: { meter: 'bandwidth_kbps', per: 1000 },
   floating_ip_hours: { meter: 'floating_ips', per: 1 },
+  network_hours: { meter: 'networks', per: 1 },
 } as const satisfies Record<string, { meter: Meter; per: number }>;
 export type Figure = keyof typeof FIGURES;
 export const FIGURE_NAMES = Object.keys(FIGURES) as Figure[];

@@ -16,9 +16,11 @@ export interface Footprint {
   /** Guaranteed egress bandwidth. */
   bandwidth_kbps?: number;
   floating_ips?: number;
+  /** Network segments (issue 45). */
+  networks?: number;
 }
 
-export const METERS = ['hosts', 'vcpus', 'memory_mb', 'disk_gb', 'bandwidth_kbps', 'floating_ips'] as const;
+export const METERS = ['hosts', 'vcpus', 'memory_mb', 'disk_gb', 'bandwidth_kbps', 'floating_ips', 'networks'] as const;
 export type Meter = (typeof METERS)[number];
 
 export const HOUR_MS = 3_600_000;
@@ -56,6 +58,8 @@ export function footprintOf(reservation: Pick<Reservation, 'resource_type' | 'pa
       return { bandwidth_kbps: (numberParam(params, 'amount') || 1) * numberParam(params, 'egress_kbps') };
     case 'virtual:floatingip':
       return { floating_ips: Array.isArray(allocation.floatingip_ids) ? allocation.floatingip_ids.length : numberParam(params, 'amount') || 1 };
+    case 'network':
+      return { networks: 1 };
     default:
       return {}; // flavor:instance booked before footprints: its slot size was not kept
   }

@@ -7,8 +7,9 @@ export const USAGE = `usage: npm run import:blazar -- --blazar-db mysql+pymysql:
   --apply           make the changes (without it: a dry run that prints what it would do)
   --with-history    also import terminated and failed leases, as rows (no bookings, no workflow)
 
-leasekeeper's own settings (DATABASE_URL, TEMPORAL_ADDRESS, LK_TASK_QUEUE, …) come from the environment, as for npm start.
-Exit status: 0 done (or a clean dry run), 3 some leases or hosts left out (conflicts, not importable: listed), 1 failure, 2 usage.`;
+leasekeeper's own settings (DATABASE_URL, TEMPORAL_ADDRESS, LK_TASK_QUEUE, …) come from the environment, as for npm start;
+OpenStack credentials (OS_CLOUD or OS_*) only to adopt the networks of active network leases (Chameleon's schema).
+Exit status: 0 done (or a clean dry run), 3 some leases, hosts or network segments left out (conflicts, not importable: listed), 1 failure, 2 usage.`;
 
 export interface ImportArguments {
   blazar: BlazarConnection;

@@ -33,6 +33,10 @@ import { hostBookingKey, PHYSICAL_HOST } from '../resources/physical-host/calend
 import { endPolicyOf, physicalHostParams, type EndPolicy, type PhysicalHostParams } from '../resources/physical-host/params';
 import { checkLeaseRow, escapeControls, hostProblem, printable, reservationProblem } from './blazar-rules';
 import type { BlazarData, BlazarHost, BlazarLease } from './blazar-source';
+import { bookingKey } from '../resources/shared/booking';
+import { NETWORK } from '../resources/network-segment/params';
+import { insertNetworkSegmentBooking, networkSegmentAllocations, networkSegmentBookings } from '../db/network-segment-allocations';
+import { checkSegments, enrolSegment, newSegmentId, planNetworkReservation, segmentsPresent, type NetworkReservationPlan, type SegmentLeftOut, type SegmentPlan } from './blazar-networks';
 
 export interface ImportDeps {
   pool: Pool;
@@ -40,6 +44,12 @@ export interface ImportDeps {
   taskQueue: string;
   /** The host calendar's settings (config.hosts): a booking blocks its host this long after its end; what `on_end: default` means. */
   hosts: { cleaningMs: number; onEndDefault: EndPolicy };
+  /**
+   * Adopts the network Blazar made for an active network reservation (Chameleon's: tagged with the
+   * reservation in Neutron at --apply; false when Neutron has it no more). Without it (no OpenStack
+   * credentials), such leases are left out saying why.
+   */
+  adoptNetwork?: (reservationId: string, networkId: string) => Promise<boolean>;
 }
 
 export interface ImportOptions {
@@ -69,6 +79,8 @@ export interface LeaseOutcome {
   startMs: number;
   endMs: number;
   hosts: string[];
+  /** The network segments it books (Chameleon's network reservations). */
+  networks: string[];
   /** import: bookings, row and workflow; history: the row alone; resume: its workflow was missing; present: already imported. */
   action: 'import' | 'history' | 'resume' | 'present';
 }
@@ -104,6 +116,12 @@ export interface ImportReport {
   notImportable: LeftOut[];
   /** Hosts breaking the API's rules. */
   hostsNotImportable: HostLeftOut[];
+  /** Whether the schema has network segment tables (Chameleon's fork; upstream Blazar has none). */
+  networkTables: boolean;
+  /** Chameleon's network segments, found here or enrolled. */
+  segments: SegmentPlan[];
+  /** Network segments breaking the API's rules. */
+  segmentsNotImportable: SegmentLeftOut[];
   /** Ended leases left out because --with-history was not given. */
   historySkipped: number;
   /** What this run created (hosts, leases, workflows): 0 on a second --apply. */
@@ -149,6 +167,8 @@ interface LeasePlan {
   updatedMs: number;
   events: Map<string, { time: number; status: EventStatus }>;
   reservations: HostReservationPlan[];
+  /** Its network reservations (Chameleon's), each holding one segment. */
+  networkReservations: NetworkReservationPlan[];
 }
 
 class NotImportable extends Error {
@@ -213,6 +233,9 @@ function indexData(data: BlazarData) {
     instanceByReservation: new Map(data.instanceReservations.map((r) => [r.reservation_id, r])),
     floatingIpByReservation: new Map(data.floatingIpReservations.map((r) => [r.reservation_id, r])),
     floatingIpsByReservation: group(data.floatingIpAllocations, (a) => a.reservation_id),
+    networkTables: data.networks,
+    /** Chameleon's segments as the API's rules take them, and those they do not. */
+    segments: checkSegments(data.networks),
   };
 }
 
@@ -229,12 +252,20 @@ function planLease(index: Indexed, lease: BlazarLease, kind: 'live' | 'history')
   if (endMs <= startMs) throw new NotImportable(`it ends (${lease.end_date}) before it starts (${lease.start_date})`);
   const createdMs = blazarTime(lease.created_at) ?? startMs;
 
-  const reservations = index.reservationsByLease.get(lease.id) ?? [];
-  const foreign = reservations.filter((r) => r.resource_type !== PHYSICAL_HOST);
+  const all = index.reservationsByLease.get(lease.id) ?? [];
+  // A network reservation comes with Chameleon's tables (without them Blazar could not have made one).
+  const isNetwork = (r: (typeof all)[number]) => r.resource_type === NETWORK && index.networkTables !== undefined;
+  const foreign = all.filter((r) => r.resource_type !== PHYSICAL_HOST && !isNetwork(r));
   if (foreign.length > 0) {
     const what = foreign.map((r) => describeForeignReservation(index, r.id, r.resource_type ?? 'an untyped reservation')).join('; ');
     throw new NotImportable(`leasekeeper has no such reservations yet: ${what}`);
   }
+  const networkReservations = all.filter(isNetwork).map((r) => {
+    const planned = planNetworkReservation(index.networkTables!, index.segments, r.id);
+    if ('problem' in planned) throw new NotImportable(planned.rules ? brokenRules(planned.problem) : planned.problem, planned.rules);
+    return planned.plan;
+  });
+  const reservations = all.filter((r) => r.resource_type === PHYSICAL_HOST);
   const planned = reservations.map((r): HostReservationPlan => {
     const row = index.hostReservationByReservation.get(r.id);
     if (!row) throw new NotImportable(`reservation ${r.id} has no computehost_reservations row`);
@@ -298,6 +329,7 @@ function planLease(index: Indexed, lease: BlazarLease, kind: 'live' | 'history')
     updatedMs: blazarTime(lease.updated_at) ?? createdMs,
     events,
     reservations: planned,
+    networkReservations,
   };
 }
 
@@ -315,9 +347,11 @@ function leaseEvents(plan: LeasePlan): LeaseEvent[] {
 /**
  * The lease as leasekeeper would hold it had its physical-host plugin booked it (`reserve`): the
  * allocation's hosts, ids, aggregate and zone (Blazar's own, adopted as they are), end policy, and
- * the resource keys `host:<id>`. `idOf`: leasekeeper's id of a host, by name.
+ * the resource keys `host:<id>`. `idOf`: leasekeeper's id of a host, by name. Its network
+ * reservations as the network type's `reserve` shows them: the segment, and Blazar's network once
+ * started; `segmentIdOf`: leasekeeper's id of a segment, by Blazar's.
  */
-export function leaseOf(plan: LeasePlan, idOf: (hostName: string) => string, onEndDefault: EndPolicy): Lease {
+export function leaseOf(plan: LeasePlan, idOf: (hostName: string) => string, onEndDefault: EndPolicy, segmentIdOf: (blazarId: string) => string = () => ''): Lease {
   const reservations = plan.reservations.map((r): Reservation => {
     const aggregate = leaseAggregateFor(r.id);
     const ids = r.hostNames.map(idOf);
@@ -332,6 +366,18 @@ export function leaseOf(plan: LeasePlan, idOf: (hostName: string) => string, onE
       ...(r.resourcesChanged ? { resources_changed: true } : {}),
     };
   });
+  const reservationStatus: ReservationStatus = plan.status === 'PENDING' ? 'pending' : plan.status === 'ACTIVE' ? 'active' : plan.status === 'ERROR' ? 'error' : 'deleted';
+  for (const r of plan.networkReservations) {
+    reservations.push({
+      id: r.id,
+      resource_type: NETWORK,
+      status: reservationStatus,
+      params: r.params,
+      allocation: { network_id: plan.status === 'ACTIVE' ? r.networkId : null, segment: r.segment },
+      resourceKeys: [`network:${segmentIdOf(r.segmentBlazarId)}`],
+      footprint: { networks: 1 },
+    });
+  }
   return {
     id: plan.blazar.id,
     name: plan.name,
@@ -386,7 +432,10 @@ async function workflowExists(client: Client, leaseId: string): Promise<boolean>
 export async function importFromBlazar(data: BlazarData, deps: ImportDeps, options: ImportOptions): Promise<ImportReport> {
   const nowMs = options.nowMs ?? Date.now();
   const index = indexData(data);
-  const report: ImportReport = { applied: options.apply, hosts: [], leases: [], conflicts: [], notImportable: [], hostsNotImportable: [], historySkipped: 0, changes: 0 };
+  const report: ImportReport = {
+    applied: options.apply, hosts: [], leases: [], conflicts: [], notImportable: [], hostsNotImportable: [],
+    networkTables: data.networks !== undefined, segments: [], segmentsNotImportable: [...index.segments.problems.values()], historySkipped: 0, changes: 0,
+  };
 
   // Hosts: by name, ours if already enrolled; otherwise created, keeping Blazar's id where ours can (a free whole number).
   const hostIdByName = new Map<string, string>();
@@ -413,6 +462,29 @@ export async function importFromBlazar(data: BlazarData, deps: ImportDeps, optio
     if (keepId) hostIdByName.set(name, keepId);
     hostsToCreate.push({ host, name, keepId, outcome });
     report.hosts.push(outcome);
+  }
+
+  // Network segments (Chameleon's): by tag, ours if already enrolled; otherwise enrolled, keeping Blazar's id where free.
+  const segmentIdByBlazar = new Map<string, string>();
+  const present = await segmentsPresent(deps.pool, index.segments.segments.values());
+  for (const segment of index.segments.segments.values()) {
+    const known = present.get(segment.blazarId);
+    if (known) {
+      segmentIdByBlazar.set(segment.blazarId, known.id);
+      report.segments.push({ ...segment, id: known.id, action: 'present', notes: known.id === segment.blazarId ? [] : [`Blazar's id ${segment.blazarId} is ${known.id} here`] });
+      continue;
+    }
+    const keepId = await newSegmentId(deps.pool, segment.blazarId);
+    if (keepId) segmentIdByBlazar.set(segment.blazarId, keepId);
+    report.segments.push({ ...segment, id: keepId, action: 'create', notes: keepId ? [] : [`Blazar's id ${segment.blazarId} is not a free UUID here: a new id`] });
+  }
+  // Time already taken on each segment (by Blazar's id), by leasekeeper's own bookings, then by each lease planned here.
+  const segmentTaken = new Map<string, Taken[]>();
+  for (const [blazarId, segment] of present) {
+    for (const a of await networkSegmentAllocations(deps.pool, { networkSegmentId: segment.id })) {
+      const taken = { leaseId: a.lease_id, leaseName: (await findLease(deps.pool, a.lease_id))?.name ?? '?', fromMs: a.start_ms, untilMs: a.end_ms };
+      segmentTaken.set(blazarId, [...(segmentTaken.get(blazarId) ?? []), taken]);
+    }
   }
 
   // Time already taken on each host (by name), by leasekeeper's own bookings, then by each lease planned here.
@@ -460,6 +532,14 @@ export async function importFromBlazar(data: BlazarData, deps: ImportDeps, optio
       planned.push({ plan, action: resume ? 'resume' : 'present' });
       continue;
     }
+    const toAdopt = networksToAdopt(plan);
+    if (toAdopt.length > 0 && !deps.adoptNetwork) {
+      leaveOut(
+        `not importable yet: its network${toAdopt.length > 1 ? 's' : ''} ${toAdopt.map((r) => r.networkId).join(', ')} (made by Blazar at its start) can be adopted only with OpenStack credentials, ` +
+          'to tag it with its reservation: set OS_CLOUD (or OS_*) for the import',
+      );
+      continue;
+    }
 
     const nameKey = JSON.stringify([plan.projectId, plan.name]);
     const sameName = namesPlanned.has(nameKey) || (await findLeaseByName(deps.pool, plan.projectId, plan.name));
@@ -474,6 +554,18 @@ export async function importFromBlazar(data: BlazarData, deps: ImportDeps, optio
         const untilMs = endPolicyOf(r.params, deps.hosts.onEndDefault) === 'release' ? Infinity : plan.endMs + deps.hosts.cleaningMs;
         return r.hostNames.flatMap((host) => (taken.get(host) ?? []).filter((t) => t.fromMs < untilMs && fromMs < t.untilMs).map((t) => ({ host, t, untilMs })));
       });
+      const segmentClash = plan.networkReservations.flatMap((r) => (segmentTaken.get(r.segmentBlazarId) ?? []).filter((t) => t.fromMs < plan.endMs && fromMs < t.untilMs).map((t) => ({ r, t })));
+      if (segmentClash.length > 0 && clash.length === 0) {
+        const { r, t } = segmentClash[0];
+        report.conflicts.push({
+          leaseId: lease.id,
+          leaseName: plan.name,
+          message:
+            `network segment ${r.segmentName} is booked twice: this lease (${status}, ${when(fromMs)} → ${when(plan.endMs)}) overlaps lease ${t.leaseId} ${JSON.stringify(t.leaseName)} (${when(t.fromMs)} → ${when(t.untilMs)}); ` +
+            'the other one is kept (active leases first, then the earlier created): end or move one of them in Blazar and import again',
+        });
+        continue;
+      }
       if (clash.length > 0) {
         const { host, t, untilMs } = clash[0];
         report.conflicts.push({
@@ -489,6 +581,7 @@ export async function importFromBlazar(data: BlazarData, deps: ImportDeps, optio
         const untilMs = endPolicyOf(r.params, deps.hosts.onEndDefault) === 'release' ? Infinity : plan.endMs + deps.hosts.cleaningMs;
         for (const host of r.hostNames) taken.set(host, [...(taken.get(host) ?? []), { leaseId: lease.id, leaseName: plan.name, fromMs, untilMs }]);
       }
+      for (const r of plan.networkReservations) segmentTaken.set(r.segmentBlazarId, [...(segmentTaken.get(r.segmentBlazarId) ?? []), { leaseId: lease.id, leaseName: plan.name, fromMs, untilMs: plan.endMs }]);
     }
     namesPlanned.add(nameKey);
     planned.push({ plan, action: kind === 'live' ? 'import' : 'history' });
@@ -503,6 +596,7 @@ export async function importFromBlazar(data: BlazarData, deps: ImportDeps, optio
       startMs: plan.startMs,
       endMs: plan.endMs,
       hosts: plan.reservations.flatMap((r) => r.hostNames),
+      networks: plan.networkReservations.map((r) => r.segmentName),
       action,
     });
   }
@@ -539,12 +633,24 @@ export async function importFromBlazar(data: BlazarData, deps: ImportDeps, optio
     if (!id) throw new Error(`host ${name} has no leasekeeper id`); // every booked host was planned above
     return id;
   };
+  for (const segment of report.segments.filter((s) => s.action === 'create')) {
+    segment.id = await enrolSegment(deps.pool, segment);
+    segmentIdByBlazar.set(segment.blazarId, segment.id);
+    report.changes++;
+  }
+  const segmentIdOf = (blazarId: string) => {
+    const id = segmentIdByBlazar.get(blazarId);
+    if (!id) throw new Error(`network segment ${blazarId} has no leasekeeper id`); // every booked segment was planned above
+    return id;
+  };
 
   for (const { plan, action } of planned) {
     if (action === 'present') continue;
-    const lease = leaseOf(plan, idOf, deps.hosts.onEndDefault);
+    const lease = leaseOf(plan, idOf, deps.hosts.onEndDefault, segmentIdOf);
     if (plan.kind === 'live') {
-      const refused = await bookHosts(deps, lease);
+      // Blazar's networks first (idempotent): a Neutron that fails leaves nothing booked here.
+      for (const r of networksToAdopt(plan)) await deps.adoptNetwork!(r.id, r.networkId!);
+      const refused = await bookResources(deps, lease, plan.networkReservations.map((r) => ({ reservationId: r.id, segmentId: segmentIdOf(r.segmentBlazarId) })));
       if (refused) {
         report.conflicts.push({ leaseId: lease.id, leaseName: lease.name, message: refused });
         report.leases.splice(report.leases.findIndex((l) => l.id === lease.id), 1);
@@ -553,7 +659,10 @@ export async function importFromBlazar(data: BlazarData, deps: ImportDeps, optio
     }
     const saved = await saveLease(deps.pool, lease);
     if (saved === 'name-taken') {
-      for (const r of lease.reservations) await deleteReservationHostBookings(deps.pool, r.id);
+      for (const r of lease.reservations) {
+        await deleteReservationHostBookings(deps.pool, r.id);
+        await networkSegmentBookings.deleteReservation(deps.pool, r.id);
+      }
       report.conflicts.push({ leaseId: lease.id, leaseName: lease.name, message: `project ${lease.projectId} got a lease named ${JSON.stringify(lease.name)} in leasekeeper meanwhile: rename one and import again` });
       report.leases.splice(report.leases.findIndex((l) => l.id === lease.id), 1);
       continue;
@@ -569,18 +678,28 @@ async function findLeaseByName(pool: Pool, projectId: string, name: string): Pro
   return (await listLeases(pool, { projectId, name, limit: 1 })).length > 0;
 }
 
+/** An active lease's network reservations whose network Blazar made: adopted at --apply. */
+const networksToAdopt = (plan: LeasePlan) => (plan.kind === 'live' && plan.status === 'ACTIVE' ? plan.networkReservations.filter((r) => r.networkId !== null) : []);
+
 /**
- * Books the lease's hosts in the calendar, all or none, unless they are booked already (a run cut
- * short); the exclusion constraint is the last word against anything booked since the plan.
- * Answers why it was refused, or undefined.
+ * Books the lease's hosts and network segments in their calendars, all or none, unless they are
+ * booked already (a run cut short); the exclusion constraints are the last word against anything
+ * booked since the plan. Answers why it was refused, or undefined.
  */
-async function bookHosts(deps: ImportDeps, lease: Lease): Promise<string | undefined> {
+async function bookResources(deps: ImportDeps, lease: Lease, segments: Array<{ reservationId: string; segmentId: string }>): Promise<string | undefined> {
   const hostReservations = lease.reservations.filter((r) => r.resource_type === PHYSICAL_HOST);
-  if (hostReservations.length === 0) return undefined;
+  if (hostReservations.length === 0 && segments.length === 0) return undefined;
   const fromMs = bookingStartMs(lease);
   const key = hostBookingKey({ startMs: fromMs, endMs: lease.endMs }, hostReservations);
+  // As the segment calendar keys its bookings: the type's reservations and the lease's window.
+  const segmentKey = bookingKey(lease.reservations.filter((r) => r.resource_type === NETWORK).map((r) => [r.id, r.params]), [lease.startMs, lease.endMs]);
   try {
     await inTransaction(deps.pool, async (client) => {
+      if (segments.length > 0 && (await networkSegmentBookings.lockLease(client, lease.id)).length === 0) {
+        for (const { reservationId, segmentId } of segments) {
+          await insertNetworkSegmentBooking(client, { networkSegmentId: segmentId, reservationId, leaseId: lease.id, projectId: lease.projectId, fromMs, endMs: lease.endMs, leadMs: 0, bookingKey: segmentKey });
+        }
+      }
       for (const r of hostReservations) {
         if ((await hostsOfReservation(client, r.id)).length > 0) continue;
         const unbounded = r.allocation?.on_end === 'release';
@@ -595,7 +714,9 @@ async function bookHosts(deps: ImportDeps, lease: Lease): Promise<string | undef
     return undefined;
   } catch (err) {
     if (isExclusionViolation(err)) {
-      return `its hosts (${lease.reservations.flatMap((r) => r.allocation?.hosts as string[]).join(', ')}) were booked in leasekeeper since the plan was made, ${formatMessageDate(fromMs)} → ${formatMessageDate(lease.endMs)}: import again to see by whom`;
+      const held = hostReservations.flatMap((r) => r.allocation?.hosts as string[]);
+      const what = [...(held.length ? [`hosts (${held.join(', ')})`] : []), ...(segments.length ? ['network segments'] : [])].join(' or ');
+      return `its ${what} were booked in leasekeeper since the plan was made, ${formatMessageDate(fromMs)} → ${formatMessageDate(lease.endMs)}: import again to see by whom`;
     }
     throw err;
   }
@@ -625,6 +746,20 @@ export function formatReport(report: ImportReport, source: string): string {
     lines.push('', `Hosts not importable (${report.hostsNotImportable.length}):`);
     for (const h of report.hostsNotImportable) lines.push(`  ${printable(h.name)} (Blazar id ${plain(h.blazarId)}): not importable: ${brokenRules(h.reason)}`);
   }
+  if (!report.networkTables) {
+    lines.push('', "Network segments: this schema has no network tables (upstream Blazar has no network reservations; Chameleon's fork keeps them in network_segments): none to import.");
+  } else {
+    lines.push('', `Network segments (${report.segments.length}):`);
+    for (const s of report.segments) {
+      const id = s.id ? `id ${s.id}` : 'a new id';
+      const what = s.action === 'create' ? `${verb('enrolled', 'to enrol')} with ${id}` : `already in leasekeeper (${id})`;
+      lines.push(`  ${s.name} (Blazar id ${plain(s.blazarId)}): ${what}${s.notes.length ? ` — ${s.notes.join('; ')}` : ''}`);
+    }
+    if (report.segmentsNotImportable.length > 0) {
+      lines.push('', `Network segments not importable (${report.segmentsNotImportable.length}):`);
+      for (const s of report.segmentsNotImportable) lines.push(`  ${printable(s.name)} (Blazar id ${plain(s.blazarId)}): not importable: ${brokenRules(s.reason)}`);
+    }
+  }
   lines.push('', `Leases (${report.leases.length}):`);
   for (const l of report.leases) {
     const what = {
@@ -633,7 +768,8 @@ export function formatReport(report: ImportReport, source: string): string {
       resume: verb('its workflow was missing (a run cut short): started', 'its workflow is missing (a run cut short): to start'),
       present: 'already imported',
     }[l.action];
-    const hosts = l.hosts.length ? ` on ${l.hosts.join(', ')}` : '';
+    const held = [...l.hosts, ...l.networks.map((n) => `network segment ${n}`)];
+    const hosts = held.length ? ` on ${held.join(', ')}` : '';
     lines.push(`  ${l.id} ${JSON.stringify(l.name)} (project ${l.projectId}, ${l.status}, ${formatMessageDate(l.startMs)} → ${formatMessageDate(l.endMs)}${hosts}): ${what}`);
   }
   if (report.historySkipped > 0) lines.push(`  (${report.historySkipped} terminated or failed lease(s) left out: --with-history imports them as rows)`);
@@ -643,7 +779,8 @@ export function formatReport(report: ImportReport, source: string): string {
   for (const n of report.notImportable) lines.push(`  lease ${plain(n.leaseId)} ${printable(n.leaseName)} (${plain(n.status)}): ${n.reason}`);
   lines.push('');
   const count = (action: LeaseOutcome['action']) => report.leases.filter((l) => l.action === action).length;
-  const summary = `${count('import') + count('resume')} live lease(s) and ${count('history')} as history, ${report.hosts.filter((h) => h.action === 'create').length} host(s)`;
+  const segments = report.networkTables ? `, ${report.segments.filter((s) => s.action === 'create').length} network segment(s)` : '';
+  const summary = `${count('import') + count('resume')} live lease(s) and ${count('history')} as history, ${report.hosts.filter((h) => h.action === 'create').length} host(s)${segments}`;
   if (!report.applied) lines.push(`Would import ${summary}.`);
   else if (report.changes === 0) lines.push('Nothing new: every importable host and lease was already imported.');
   else lines.push(`Imported ${summary}.`);
@@ -651,6 +788,7 @@ export function formatReport(report: ImportReport, source: string): string {
     lines.push(`${report.conflicts.length + report.notImportable.length} lease(s) left out (above): they stay in Blazar only.`);
   }
   if (report.hostsNotImportable.length) lines.push(`${report.hostsNotImportable.length} host(s) left out (above): they stay in Blazar only.`);
+  if (report.segmentsNotImportable.length) lines.push(`${report.segmentsNotImportable.length} network segment(s) left out (above): they stay in Blazar only.`);
   // Blazar's own text (reasons quote its ids and types) is escaped on every line: nothing it holds can drive the terminal.
   return `${lines.map(escapeControls).join('\n')}\n`;
 }

@@ -1,12 +1,22 @@
 /**
  * Blazar's database, read once for the migration: its URL (SQLAlchemy's `mysql+pymysql://…` or
  * plain `mysql://…`), and the rows of the tables the import needs, as the schema is at Blazar's
- * latest alembic revision. Read only: nothing here writes to Blazar.
+ * latest alembic revision, or at the head of Chameleon's fork (ChameleonCloud/blazar), whose host
+ * and lease tables read the same and which adds network segments (`network_segments`,
+ * `networksegment_extra_capabilities`, `network_reservations`, `network_allocations`, soft-deleted
+ * rows left out). Read only: nothing here writes to Blazar.
  */
 import mysql, { type RowDataPacket } from 'mysql2/promise';
 
 /** The alembic head of Blazar 14.0.0 and later (computehost_resource_inventory and computehost_trait): the schema read here. */
 export const BLAZAR_SCHEMA_REVISION = '553383923ca0';
+/**
+ * The alembic head of Chameleon's fork (branch chameleoncloud/2023.1: ee3b2513b59f renames its
+ * extra_capabilities to resource_properties, as upstream's): its host and lease tables are read as
+ * upstream's, and its network segment tables too.
+ */
+export const CHAMELEON_SCHEMA_REVISION = 'ee3b2513b59f';
+const READABLE_REVISIONS: readonly string[] = [BLAZAR_SCHEMA_REVISION, CHAMELEON_SCHEMA_REVISION];
 
 export class BlazarSourceError extends Error {
   override readonly name = 'BlazarSourceError';
@@ -115,8 +125,27 @@ export interface BlazarCapability {
   capability_value: string;
 }
 
+/** Chameleon's network segment tables (soft-deleted rows left out). */
+export interface BlazarNetworkTables {
+  segments: Array<{ id: string; network_type: string; physical_network: string | null; segment_id: string }>;
+  capabilities: Array<{ network_id: string; property_name: string; capability_value: string }>;
+  reservations: Array<{
+    reservation_id: string;
+    network_name: string | null;
+    network_description: string | null;
+    network_properties: string | null;
+    resource_properties: string | null;
+    /** Neutron's network, once Blazar started the reservation. */
+    network_id: string | null;
+  }>;
+  /** Which segment (network_segments.id) each reservation holds. */
+  allocations: Array<{ network_id: string; reservation_id: string }>;
+}
+
 export interface BlazarData {
   revision: string;
+  /** Undefined: the schema has no network segment tables (upstream Blazar's has none). */
+  networks?: BlazarNetworkTables;
   leases: BlazarLease[];
   reservations: BlazarReservation[];
   events: BlazarEvent[];
@@ -177,6 +206,19 @@ export async function readBlazar(connection: BlazarConnection): Promise<BlazarDa
         'SELECT a.reservation_id, f.floating_ip_address FROM floatingip_allocations a JOIN floatingips f ON f.id = a.floatingip_id ORDER BY a.reservation_id, f.floating_ip_address',
       ),
     };
+    if (await hasTable(db, 'network_segments')) {
+      data.networks = {
+        segments: await rows('SELECT id, network_type, physical_network, CAST(segment_id AS CHAR) AS segment_id FROM network_segments WHERE deleted IS NULL ORDER BY network_type, physical_network, segment_id'),
+        capabilities: await rows(
+          `SELECT c.network_id, p.property_name, c.capability_value
+           FROM networksegment_extra_capabilities c JOIN resource_properties p ON p.id = c.property_id WHERE c.deleted IS NULL ORDER BY c.network_id, p.property_name`,
+        ),
+        reservations: await rows(
+          'SELECT reservation_id, network_name, network_description, network_properties, resource_properties, network_id FROM network_reservations WHERE deleted IS NULL ORDER BY reservation_id',
+        ),
+        allocations: await rows('SELECT network_id, reservation_id FROM network_allocations WHERE deleted IS NULL ORDER BY reservation_id, network_id'),
+      };
+    }
     await db.query('COMMIT');
     return data;
   } catch (err) {
@@ -187,7 +229,13 @@ export async function readBlazar(connection: BlazarConnection): Promise<BlazarDa
   }
 }
 
-/** The schema's alembic revision; any other than the one read here is refused with what to do. */
+/** Whether the schema has the table (Chameleon's network tables: upstream Blazar has none). */
+async function hasTable(db: mysql.Connection, table: string): Promise<boolean> {
+  const [rows] = await db.query<RowDataPacket[]>('SELECT 1 FROM information_schema.tables WHERE table_schema = DATABASE() AND table_name = ?', [table]);
+  return rows.length > 0;
+}
+
+/** The schema's alembic revision; any other than those read here is refused with what to do. */
 async function schemaRevision(db: mysql.Connection, connection: BlazarConnection): Promise<string> {
   let revision: string | undefined;
   try {
@@ -196,10 +244,10 @@ async function schemaRevision(db: mysql.Connection, connection: BlazarConnection
   } catch {
     revision = undefined;
   }
-  if (revision !== BLAZAR_SCHEMA_REVISION) {
+  if (revision === undefined || !READABLE_REVISIONS.includes(revision)) {
     throw new BlazarSourceError(
       `${describeConnection(connection)} is ${revision ? `at Blazar schema revision ${revision}` : 'not a Blazar database (no alembic_version)'}; ` +
-        `the import reads revision ${BLAZAR_SCHEMA_REVISION} (Blazar 14.0.0 and later): upgrade it first (blazar-db-manage upgrade head)`,
+        `the import reads revision ${BLAZAR_SCHEMA_REVISION} (Blazar 14.0.0 and later) or ${CHAMELEON_SCHEMA_REVISION} (Chameleon's fork): upgrade it first (blazar-db-manage upgrade head)`,
     );
   }
   return revision;

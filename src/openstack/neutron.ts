@@ -1,8 +1,10 @@
 /**
  * Neutron (networking API v2.0): networks, subnets, ports (with port binding), floating IPs, QoS
- * policies and their minimum-bandwidth rules. A port whose QoS policy has a minimum-bandwidth rule carries a
+ * policies and their minimum-bandwidth rules, network segment ranges (the `network-segment-range`
+ * extension) and routers' interfaces. A port whose QoS policy has a minimum-bandwidth rule carries a
  * `resource_request` that Nova turns into Placement allocations on the bandwidth provider.
  */
+import { ignoreNotFound } from './errors';
 import { type CallOptions, type QueryParams, ServiceHttp, type Session, seg } from './http';
 
 export interface Network {
@@ -27,6 +29,34 @@ export interface Network {
   created_at?: string;
   updated_at?: string;
   revision_number?: number;
+}
+
+/** Filters of a network listing; `tags`: networks carrying all these (comma-separated). */
+export interface ListNetworksFilters {
+  name?: string;
+  project_id?: string;
+  shared?: boolean;
+  'router:external'?: boolean;
+  'provider:network_type'?: string;
+  'provider:physical_network'?: string;
+  'provider:segmentation_id'?: number;
+  tags?: string;
+}
+
+/**
+ * A range of segmentation ids Neutron knows (the `network-segment-range` extension): a `shared`
+ * one is what it hands to any project's tenant networks; a non-shared one is `project_id`'s alone.
+ */
+export interface NetworkSegmentRange {
+  id: string;
+  name?: string;
+  network_type: string;
+  physical_network: string | null;
+  minimum: number;
+  maximum: number;
+  shared: boolean;
+  project_id?: string | null;
+  default?: boolean;
 }
 
 export interface CreateNetworkRequest {
@@ -241,8 +271,28 @@ export class NeutronClient {
     return (await this.http.get<{ network: Network }>(`/networks/${seg(id)}`, undefined, options)).network;
   }
 
-  async listNetworks(filters: { name?: string; project_id?: string; shared?: boolean; 'router:external'?: boolean } = {}, options: CallOptions = {}): Promise<Network[]> {
-    return (await this.http.get<{ networks: Network[] }>('/networks', filters, options)).networks;
+  async listNetworks(filters: ListNetworksFilters = {}, options: CallOptions = {}): Promise<Network[]> {
+    return (await this.http.get<{ networks: Network[] }>('/networks', filters as QueryParams, options)).networks;
+  }
+
+  /** The networks on one segment (an admin sees every project's). */
+  findNetworksBySegment(segment: { network_type: string; physical_network: string | null; segmentation_id: number }, options: CallOptions = {}): Promise<Network[]> {
+    return this.listNetworks(
+      {
+        'provider:network_type': segment.network_type,
+        ...(segment.physical_network !== null ? { 'provider:physical_network': segment.physical_network } : {}),
+        'provider:segmentation_id': segment.segmentation_id,
+      },
+      options,
+    );
+  }
+
+  /**
+   * Neutron's segment ranges; undefined when the `network-segment-range` extension is not enabled
+   * (the listing answers 404).
+   */
+  async listNetworkSegmentRanges(options: CallOptions = {}): Promise<NetworkSegmentRange[] | undefined> {
+    return (await ignoreNotFound(this.http.get<{ network_segment_ranges: NetworkSegmentRange[] }>('/network_segment_ranges', undefined, options)))?.network_segment_ranges;
   }
 
   async deleteNetwork(id: string, options: CallOptions = {}): Promise<void> {
@@ -301,6 +351,13 @@ export class NeutronClient {
 
   async listPorts(filters: ListPortsFilters = {}, options: CallOptions = {}): Promise<Port[]> {
     return (await this.http.get<{ ports: Port[] }>('/ports', filters as QueryParams, options)).ports;
+  }
+
+  // --- routers -------------------------------------------------------------------------------------
+
+  /** Takes one of the router's interfaces off (by its port): a router interface is a port no plain port delete may remove. */
+  async removeRouterInterface(routerId: string, interfaceOf: { port_id: string } | { subnet_id: string }, options: CallOptions = {}): Promise<void> {
+    await this.http.put(`/routers/${seg(routerId)}/remove_router_interface`, interfaceOf, options);
   }
 
   // --- QoS -----------------------------------------------------------------------------------------

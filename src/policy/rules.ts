@@ -10,7 +10,7 @@
  *     max_leases: 20                # leases not yet ended, per project
  *     max_offer_holds: 3            # offer holds at once, per project (0: none)
  *     max_hosts: 8                  # held at once per project (also max_vcpus, max_memory_mb,
- *                                   #   max_bandwidth_kbps, max_floating_ips)
+ *                                   #   max_bandwidth_kbps, max_floating_ips, max_networks)
  *     budget: { period: month, host_hours: 2000, vcpu_hours: 50000 }   # or period: 30d (rolling)
  *     extension: { within_last: 48h, max_each: 24h, max_count: 3 }
  *     enforce_on_admins: [max_hosts]  # admins are exempt from every other rule
@@ -192,6 +192,7 @@ export const rulesSchema = z.strictObject({
   max_memory_mb: limit('MiB').nullish(),
   max_bandwidth_kbps: limit('kbps').nullish(),
   max_floating_ips: limit('floating IPs').nullish(),
+  max_networks: limit('network segments').nullish(),
   budget: z
     .strictObject({
       period: z

@@ -11,6 +11,7 @@ import { HostCalendar } from './physical-host/calendar';
 import { bandwidthPlugin, bandwidthType } from './bandwidth';
 import { flavorInstancePlugin, flavorInstanceType } from './flavor-instance';
 import { floatingIpPlugin, floatingIpType } from './floating-ip';
+import { networkSegmentPlugin, networkSegmentType } from './network-segment';
 import { physicalHostPlugin, physicalHostType, type PhysicalHostDeps } from './physical-host';
 import { physicalHostWatch } from './physical-host/health';
 import { virtualInstancePlugin, virtualInstanceType, type VirtualInstanceDeps } from './virtual-instance';
@@ -74,6 +75,7 @@ export function resourceTypes(deps: ResourceDeps, calendar?: HostCalendar): Reso
     virtualServerType({ pool: deps.pool, cloud: deps.openstack, projectCloud: deps.openstackForProject, settings: deps.config.servers }),
     bandwidthType({ pool: deps.pool, cloud: deps.openstack, settings: deps.config.bandwidth }),
     floatingIpType({ pool: deps.pool }),
+    networkSegmentType({ pool: deps.pool, cloud: deps.openstack }),
     virtualInstanceType(instanceDeps(deps)),
     flavorInstanceType(instanceDeps(deps)),
   ]);
@@ -86,6 +88,7 @@ export function productionPlugins(deps: ResourceDeps): ResourcePlugins {
     virtualServerPlugin({ pool: deps.pool, cloud: deps.openstack, projectCloud: deps.openstackForProject, settings: deps.config.servers }),
     bandwidthPlugin({ pool: deps.pool, cloud: deps.openstack, settings: deps.config.bandwidth }),
     floatingIpPlugin({ pool: deps.pool, cloud: deps.openstack }),
+    networkSegmentPlugin({ pool: deps.pool, cloud: deps.openstack }),
     virtualInstancePlugin(instanceDeps(deps)),
     flavorInstancePlugin(instanceDeps(deps)),
   ]);

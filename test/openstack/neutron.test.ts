@@ -1,4 +1,4 @@
-/** Neutron against the rig: network, subnet, port binding to a fake host, QoS minimum bandwidth. */
+/** Neutron against the rig: network, subnet, port binding to a fake host, QoS minimum bandwidth; network segment ranges, provider networks by segment and by tag, router interfaces. */
 import { NotFoundError, resourceRequestGroups } from '../../src/openstack';
 import { Cleanup, rigClients, uniqueName } from './support';
 
@@ -60,4 +60,34 @@ test('a port bound to fake-2 gets vif_type ovs; a QoS minimum-bandwidth policy g
   await neutron.deleteSubnet(subnet.id);
   await neutron.deleteNetwork(network.id);
   await expect(neutron.getNetwork(network.id)).rejects.toBeInstanceOf(NotFoundError);
+});
+
+test("network segments (issue 45): the VLAN ranges Neutron hands to tenants, a provider network found by its segment and by tag, a router's interface removed by its port", async () => {
+  const ranges = await neutron.listNetworkSegmentRanges();
+  // scripts/openstack/templates/ml2_conf.ini: physnet1:100:199, listed by the network_segment_range service plugin.
+  expect(ranges).toContainEqual(expect.objectContaining({ network_type: 'vlan', physical_network: 'physnet1', minimum: 100, maximum: 199, shared: true, default: true }));
+
+  const [projectB] = await keystone.listProjects({ name: 'project-b' });
+  const tag = 209; // outside the tenant range, and no lease test's
+  for (const left of await neutron.findNetworksBySegment({ network_type: 'vlan', physical_network: 'physnet1', segmentation_id: tag })) await neutron.deleteNetwork(left.id);
+  const name = uniqueName('segment');
+  const network = await neutron.createNetwork({ name, project_id: projectB.id, 'provider:network_type': 'vlan', 'provider:physical_network': 'physnet1', 'provider:segmentation_id': tag });
+  cleanup.add(`network ${name}`, () => neutron.deleteNetwork(network.id));
+  expect(network).toMatchObject({ project_id: projectB.id, 'provider:segmentation_id': tag });
+  expect((await neutron.findNetworksBySegment({ network_type: 'vlan', physical_network: 'physnet1', segmentation_id: tag })).map((n) => n.id)).toEqual([network.id]);
+  expect(await neutron.findNetworksBySegment({ network_type: 'vlan', physical_network: 'physnet1', segmentation_id: tag + 1 })).toEqual([]);
+  await neutron.replaceTags('networks', network.id, ['blazar', `reservation:${name}`]);
+  expect((await neutron.listNetworks({ tags: `reservation:${name}` })).map((n) => n.id)).toEqual([network.id]);
+
+  const subnet = await neutron.createSubnet({ network_id: network.id, cidr: '10.96.0.0/24', ip_version: 4, project_id: projectB.id, enable_dhcp: false });
+  const router = (await neutron.http.post<{ router: { id: string } }>('/routers', { router: { name, project_id: projectB.id } })).router;
+  cleanup.add(`router ${name}`, () => neutron.http.delete(`/routers/${router.id}`));
+  await neutron.http.put(`/routers/${router.id}/add_router_interface`, { subnet_id: subnet.id });
+  const [routerPort] = await neutron.listPorts({ network_id: network.id, device_id: router.id });
+  expect(routerPort?.device_owner).toBe('network:router_interface');
+  await neutron.removeRouterInterface(router.id, { port_id: routerPort.id });
+  expect(await neutron.listPorts({ network_id: network.id })).toEqual([]);
+  await neutron.http.delete(`/routers/${router.id}`);
+  await neutron.deleteNetwork(network.id);
+  expect(await neutron.findNetworksBySegment({ network_type: 'vlan', physical_network: 'physnet1', segmentation_id: tag })).toEqual([]);
 });

@@ -142,14 +142,16 @@ export async function bootServer(
 }
 
 /**
- * The real worker process for a test stack, with Nova behind `novaUrl` (a fault proxy): it reads a
- * copy of the rig's clouds.yaml with the compute endpoint overridden.
+ * The real worker process for a test stack, with Nova behind `novaUrl` and Neutron behind
+ * `neutronUrl` (fault proxies; either may be left out): it reads a copy of the rig's clouds.yaml
+ * with those endpoints overridden.
  */
-export async function startWorkerProcess(stack: WorkerProcessTarget, options: { novaUrl: string; dir: string; env?: Record<string, string> }): Promise<ManagedProcess> {
+export async function startWorkerProcess(stack: WorkerProcessTarget, options: { novaUrl?: string; neutronUrl?: string; dir: string; env?: Record<string, string> }): Promise<ManagedProcess> {
   const cloudsFile = path.join(options.dir, 'clouds.yaml');
   if (!fs.existsSync(cloudsFile)) {
     const clouds = YAML.parse(fs.readFileSync(CLOUDS_FILE, 'utf8')) as { clouds: Record<string, Record<string, unknown>> };
-    clouds.clouds['leasekeeper-admin'].compute_endpoint_override = options.novaUrl;
+    if (options.novaUrl) clouds.clouds['leasekeeper-admin'].compute_endpoint_override = options.novaUrl;
+    if (options.neutronUrl) clouds.clouds['leasekeeper-admin'].network_endpoint_override = options.neutronUrl;
     fs.writeFileSync(cloudsFile, YAML.stringify(clouds), { mode: 0o600 });
   }
   return startPlainWorkerProcess(stack, { OS_CLIENT_CONFIG_FILE: cloudsFile, OS_CLOUD: 'leasekeeper-admin', ...options.env });

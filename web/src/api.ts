@@ -66,6 +66,18 @@ export interface CalendarUsage extends Omit<CalendarBooking, 'host_id' | 'shared
   amounts: Record<string, number>;
 }
 
+/** A booking of a network segment: what a host booking says of its lease (`reserved` only, when the caller may not know it). */
+export type CalendarNetworkBooking = Omit<CalendarBooking, 'host_id' | 'shared'>;
+
+/** An enrolled network segment (issue 45) and its bookings in the window. */
+export interface CalendarNetworkSegment {
+  id: string;
+  network_type: string;
+  physical_network: string | null;
+  segment_id: string;
+  bookings: CalendarNetworkBooking[];
+}
+
 export interface CalendarWindow {
   start_ms: number;
   end_ms: number;
@@ -74,6 +86,8 @@ export interface CalendarWindow {
   bookings: CalendarBooking[];
   /** Lent spans of the hosts (issue 43). */
   lent?: CalendarLending[];
+  /** Network segments and their bookings (issue 45); absent from an API without them. */
+  networks?: CalendarNetworkSegment[];
   providers: CalendarProvider[];
   usage: CalendarUsage[];
   /** The caller's project's own leases overlapping the window (booked or not). */

@@ -1,8 +1,8 @@
-/** The calendar: hosts × time, servers' and bandwidth's booked share, and "find a slot". */
+/** The calendar: hosts × time, network segments × time, servers' and bandwidth's booked share, and "find a slot". */
 import type { RefObject } from 'preact';
 import { useEffect, useMemo, useRef, useState } from 'preact/hooks';
 import { ApiFailure, fetchCalendar, type CalendarBooking, type CalendarLending, type CalendarWindow, type Credentials } from './api';
-import { bookingsByHost, describeBooking, describeLending, describeUsage, hostRows, lentByHost, paintHostRow, paintProviderRow, providerRows, STATUS_COLORS, RESERVED_COLOR, usageStepsByProvider, type Ghost, type HostRow, type ProviderRow, type UsageSteps } from './paint';
+import { bookingsByHost, bookingsByNetwork, describeBooking, describeLending, describeUsage, hostRows, lentByHost, networkRows, paintHostRow, paintProviderRow, providerRows, STATUS_COLORS, RESERVED_COLOR, usageStepsByProvider, type Ghost, type HostRow, type NetworkRow, type ProviderRow, type UsageSteps } from './paint';
 import { FindSlot } from './find-slot';
 import { describeGap, seriesGapsByHost, type SeriesGap } from './series';
 import { AXIS_HEIGHT, LABEL_WIDTH, ROW_HEIGHT, Timeline } from './timeline';
@@ -19,6 +19,11 @@ function bookingAt(list: CalendarBooking[] | undefined, atMs: number): CalendarB
   return holding?.find((b) => b.borrowed) ?? holding?.[0];
 }
 
+/** A click on a bar opens its lease, when the caller may know it (an offer hold has no lease page yet). */
+function openLease(b: CalendarBooking | undefined): void {
+  if (b?.lease_id && !b.held) location.hash = `#/leases/${b.lease_id}`;
+}
+
 export function CalendarView(props: { credentials: Credentials }) {
   const [zoom, setZoom] = useState<Zoom>('week');
   const [viewStart, setViewStart] = useState(() => viewStartAround(Date.now(), 'week'));
@@ -32,7 +37,9 @@ export function CalendarView(props: { credentials: Credentials }) {
   const [ghosts, setGhosts] = useState<Ghost[]>([]);
   const ganttCanvas = useRef<HTMLCanvasElement>(null);
   const capacityCanvas = useRef<HTMLCanvasElement>(null);
+  const networkCanvas = useRef<HTMLCanvasElement>(null);
   const gantt = useRef<Timeline<HostRow>>();
+  const networkGantt = useRef<Timeline<NetworkRow>>();
   const capacity = useRef<Timeline<ProviderRow>>();
   const loading = useRef<{ start: number; end: number; key: string }>();
   const drawnData = useRef<CalendarWindow>();
@@ -43,7 +50,9 @@ export function CalendarView(props: { credentials: Credentials }) {
   const gapsByHost = useMemo(() => (data ? seriesGapsByHost(data) : new Map<string, SeriesGap[]>()), [data]);
   const lentOfHost = useMemo(() => (data ? lentByHost(data) : new Map<string, CalendarLending[]>()), [data]);
   const byProvider = useMemo(() => (data ? usageStepsByProvider(data) : new Map<string, UsageSteps>()), [data]);
+  const byNetwork = useMemo(() => (data ? bookingsByNetwork(data) : new Map<string, CalendarBooking[]>()), [data]);
   const rows = useMemo(() => hostRows(data?.hosts ?? [], groupBy), [data, groupBy]);
+  const segments = useMemo(() => networkRows(data?.networks ?? []), [data]);
   const providers = useMemo(() => providerRows(data?.providers ?? []), [data]);
   const propertyNames = useMemo(() => [...new Set((data?.hosts ?? []).flatMap((h) => Object.keys(h.properties)))].sort(), [data]);
 
@@ -80,8 +89,8 @@ export function CalendarView(props: { credentials: Credentials }) {
   }, []);
 
   // The timelines are made once; their handlers read the latest state through this ref.
-  const latest = useRef({ byHost, byProvider, ghosts, span, gapsByHost, lentOfHost });
-  latest.current = { byHost, byProvider, ghosts, span, gapsByHost, lentOfHost };
+  const latest = useRef({ byHost, byProvider, byNetwork, ghosts, span, gapsByHost, lentOfHost });
+  latest.current = { byHost, byProvider, byNetwork, ghosts, span, gapsByHost, lentOfHost };
   useEffect(() => {
     const pan = (delta: number) => setViewStart((s) => s + delta);
     const zoomBy = (direction: 1 | -1) => setZoom((z) => (['day', 'week', 'month'] as Zoom[])[Math.max(0, Math.min(2, ['day', 'week', 'month'].indexOf(z) + direction))]);
@@ -96,10 +105,19 @@ export function CalendarView(props: { credentials: Credentials }) {
         return `${row.label} · ${formatWhen(at)}${gap ? ` · ${describeGap(gap)}` : ''}${b ? ` · ${describeBooking(b)}` : ' · free'}${lent ? ` · ${describeLending(lent)}` : ''}`;
       },
       onDescribe: setStatus,
-      onPick: (row, at) => {
-        const b = bookingAt(latest.current.byHost.get(row.key), at);
-        if (b?.lease_id && !b.held) location.hash = `#/leases/${b.lease_id}`;
+      onPick: (row, at) => openLease(bookingAt(latest.current.byHost.get(row.key), at)),
+    });
+    // Segments' bookings are drawn as hosts' are (no offers, lendings or series gaps on them).
+    networkGantt.current = new Timeline<NetworkRow>(networkCanvas.current!, {
+      paintRow: (ctx, row, g, from, to) => paintHostRow(ctx, latest.current.byNetwork.get(row.key), [], row, g, from, to),
+      onPan: pan,
+      onZoom: zoomBy,
+      describe: (row, at) => {
+        const b = bookingAt(latest.current.byNetwork.get(row.key), at);
+        return `${row.label} · ${formatWhen(at)}${b ? ` · ${describeBooking(b)}` : ' · free'}`;
       },
+      onDescribe: setStatus,
+      onPick: (row, at) => openLease(bookingAt(latest.current.byNetwork.get(row.key), at)),
     });
     capacity.current = new Timeline<ProviderRow>(
       capacityCanvas.current!,
@@ -115,6 +133,7 @@ export function CalendarView(props: { credentials: Credentials }) {
     );
     return () => {
       gantt.current?.destroy();
+      networkGantt.current?.destroy();
       capacity.current?.destroy();
     };
   }, []);
@@ -122,7 +141,7 @@ export function CalendarView(props: { credentials: Credentials }) {
   // Redraw on every change of what is shown; the first draw after new data is measured.
   useEffect(() => {
     const now = data ? data.now_ms + (performance.now() - (performance.getEntriesByName('calendar-data').at(-1)?.startTime ?? performance.now())) : Date.now();
-    const show = <R extends HostRow | ProviderRow>(timeline: Timeline<R> | undefined, timelineRows: R[]) => {
+    const show = <R extends HostRow | NetworkRow | ProviderRow>(timeline: Timeline<R> | undefined, timelineRows: R[]) => {
       if (!timeline) return;
       timeline.rows = timelineRows;
       timeline.viewStart = viewStart;
@@ -130,15 +149,17 @@ export function CalendarView(props: { credentials: Credentials }) {
       timeline.nowMs = now;
     };
     show(gantt.current, rows);
+    show(networkGantt.current, segments);
     show(capacity.current, providers);
     gantt.current?.draw();
+    networkGantt.current?.draw();
     capacity.current?.draw();
     // The first paint of each answer, for the browser test and bench:calendar-page.
     if (data && drawnData.current !== data) {
       drawnData.current = data;
       performance.mark('calendar-drawn');
     }
-  }, [data, rows, providers, viewStart, viewEnd, ghosts]);
+  }, [data, rows, segments, providers, viewStart, viewEnd, ghosts]);
 
   const myGaps = useMemo(() => (data?.series ?? []).flatMap((one) => one.gaps.map((gap) => ({ ...gap, series: one.name }))).filter((gap) => gap.end_ms > viewStart && gap.start_ms < viewEnd), [data, viewStart, viewEnd]);
   const myLeases = useMemo(() => (data?.leases ?? []).filter((l) => l.end_ms > viewStart && l.start_ms < viewEnd).sort((a, b) => a.start_ms - b.start_ms), [data, viewStart, viewEnd]);
@@ -223,6 +244,18 @@ export function CalendarView(props: { credentials: Credentials }) {
         <p class="status" aria-live="polite">
           {status || '\u00a0'}
         </p>
+      </section>
+      <section aria-label="Network segments over time" class="timeline" hidden={segments.length === 0}>
+        <h2>
+          Network calendar <span class="count">{`${segments.length} segments, ${(data?.networks ?? []).reduce((n, s) => n + s.bookings.length, 0)} bookings loaded`}</span>
+        </h2>
+        <TimelineCanvas
+          canvasRef={networkCanvas}
+          testId="network-gantt"
+          viewStart={viewStart}
+          viewEnd={viewEnd}
+          label={`Network segments (VLANs) over time, ${formatRange(viewStart, viewEnd)}. Arrow keys move in time and through segments; + and - zoom. Your leases in view are listed below.`}
+        />
       </section>
       <section aria-label="Your leases in view" class="my-leases">
         <h2>Your leases in view</h2>

@@ -1,5 +1,5 @@
 /** What the two timelines show: host rows with lease bars, and provider rows with their booked share over time. */
-import type { CalendarBooking, CalendarHost, CalendarLending, CalendarProvider, CalendarUsage, CalendarWindow } from './api';
+import type { CalendarBooking, CalendarHost, CalendarLending, CalendarNetworkSegment, CalendarProvider, CalendarUsage, CalendarWindow } from './api';
 import { fit, type Row, type RowGeometry } from './timeline';
 import { formatRange, formatWhen } from './time';
 import type { SeriesGap } from './series';
@@ -40,6 +40,10 @@ export const bookingKind = (b: Pick<CalendarBooking, 'preemptible'>): BookingKin
 
 export interface HostRow extends Row {
   host?: CalendarHost;
+}
+
+export interface NetworkRow extends Row {
+  segment?: CalendarNetworkSegment;
 }
 
 export interface ProviderRow extends Row {
@@ -86,6 +90,19 @@ export function lentByHost(window: CalendarWindow): Map<string, CalendarLending[
 
 /** What a lent span says on hover. */
 export const describeLending = (l: CalendarLending): string => `lent to preemptible leases${l.state === 'lent' ? '' : ` (${l.state})`}: ${formatRange(l.start_ms, l.end_ms)}`;
+
+/** One row per network segment, named by its type, physical network and tag ("vlan physnet1:250"). */
+export function networkRows(networks: CalendarNetworkSegment[]): NetworkRow[] {
+  return networks.map((n) => ({ key: n.id, label: `${n.network_type} ${n.physical_network ? `${n.physical_network}:` : ''}${n.segment_id}`, segment: n }));
+}
+
+/**
+ * The window's bookings per network segment, as host bookings of a row keyed by the segment: its
+ * bars are painted, described and opened as a host's are.
+ */
+export function bookingsByNetwork(window: CalendarWindow): Map<string, CalendarBooking[]> {
+  return new Map((window.networks ?? []).map((n) => [n.id, n.bookings.map((b) => ({ ...b, host_id: n.id }))]));
+}
 
 /** Host rows, optionally grouped under a header per value of one property. */
 export function hostRows(hosts: CalendarHost[], groupBy: string): HostRow[] {

@@ -1,0 +1,150 @@
+/**
+ * The reservable network segments (issue 45, Chameleon's `/v1/networks`). Enrolling a segment asks
+ * Neutron whether it could ever make the lessee's network on it: the physical network must be one
+ * of its segment ranges' (`network-segment-range` extension), the tag outside every range it hands
+ * to tenant networks (else an ordinary project network could take the tag before a lease starts),
+ * and no network may be on it already. Without the extension the ranges are not checked (logged by
+ * the caller through `onRangesUnknown`); the rest is.
+ */
+import { randomUUID } from 'node:crypto';
+import { ApplicationFailure } from '@temporalio/common';
+import { invalidLease, isUuid, leaseConflict } from '../../domain/lease';
+import { deleteNetworkSegment, getNetworkSegment, insertNetworkSegment, listNetworkSegments, lockNetworkSegment, setNetworkSegmentCapabilities, type NetworkSegmentRecord, type NetworkType } from '../../db/network-segments';
+import { deleteSegmentBookings, leasesBookingSegment } from '../../db/network-segment-allocations';
+import type { Pool } from '../../db/pool';
+import { inTransaction } from '../../db/transaction';
+import type { NeutronClient } from '../../openstack';
+import { checkCapabilities } from '../physical-host/inventory';
+import { segmentName } from './calendar';
+import { MAX_SEGMENT_ID, NETWORK_TYPES, SEGMENT_FIELDS } from './params';
+
+/** Names a capability may not take: the segment's own fields and those the API shows beside them. */
+const RESERVED_NAMES = new Set<string>([...SEGMENT_FIELDS, 'id', 'created_at', 'updated_at']);
+/** Neutron's limit on a physical network's name. */
+const MAX_PHYSNET = 64;
+/** Capabilities one segment may carry. */
+export const MAX_SEGMENT_CAPABILITIES = 64;
+
+function notFound(id: string): ApplicationFailure {
+  return ApplicationFailure.create({ type: 'LeaseNotFound', message: `Network segment ${id.slice(0, 80)} not found.`, nonRetryable: true });
+}
+
+/** An enrolment's fields as checked: the type, its physical network (none for VXLAN), and the tag as decimal text. */
+export interface SegmentFields {
+  networkType: NetworkType;
+  physicalNetwork: string | null;
+  segmentId: string;
+}
+
+/** Checks an enrolment's raw fields (400 naming the one that is wrong). */
+export function checkSegmentFields(raw: { network_type?: unknown; physical_network?: unknown; segment_id?: unknown }): SegmentFields {
+  const type = raw.network_type;
+  if (type === undefined) throw invalidLease('Missing parameter network_type');
+  if (typeof type !== 'string' || !(NETWORK_TYPES as readonly string[]).includes(type)) throw invalidLease(`network_type: expected one of ${NETWORK_TYPES.join(', ')}`);
+  const networkType = type as NetworkType;
+  const physnet = raw.physical_network;
+  let physicalNetwork: string | null = null;
+  if (networkType === 'vlan') {
+    if (physnet === undefined || physnet === null) throw invalidLease('Missing parameter physical_network (a vlan segment needs its physical network)');
+    if (typeof physnet !== 'string' || physnet.length === 0 || physnet.length > MAX_PHYSNET) throw invalidLease(`physical_network: expected the name of a physical network (1 to ${MAX_PHYSNET} characters)`);
+    physicalNetwork = physnet;
+  } else if (physnet !== undefined && physnet !== null) {
+    throw invalidLease('physical_network: a vxlan segment has none (leave it out or null)');
+  }
+  const tag = raw.segment_id;
+  if (tag === undefined) throw invalidLease('Missing parameter segment_id');
+  const max = MAX_SEGMENT_ID[networkType];
+  const value = typeof tag === 'number' ? tag : typeof tag === 'string' && /^\s*\d{1,9}\s*$/.test(tag) ? Number(tag) : NaN;
+  if (!Number.isInteger(value) || value < 1 || value > max) throw invalidLease(`Malformed parameter segment_id: a ${networkType} tag is a whole number from 1 to ${max}`);
+  return { networkType, physicalNetwork, segmentId: String(value) };
+}
+
+/** Extra capabilities as hosts take them, none named as a segment field, and not too many. */
+function checkSegmentCapabilities(raw: Record<string, unknown>): Record<string, string> {
+  const reserved = Object.keys(raw).filter((name) => RESERVED_NAMES.has(name));
+  if (reserved.length > 0) throw invalidLease(`${reserved.join(', ')}: not a capability (the segment's own field${reserved.length > 1 ? 's' : ''})`);
+  if (Object.keys(raw).length > MAX_SEGMENT_CAPABILITIES) throw invalidLease(`at most ${MAX_SEGMENT_CAPABILITIES} extra capabilities per segment`);
+  return checkCapabilities(raw);
+}
+
+export class NetworkSegmentInventory {
+  constructor(
+    private readonly pool: Pool,
+    /** Neutron, on first use: reading and updating segments needs no cloud; enrolling one does. */
+    private readonly neutron: () => NeutronClient,
+    /** Told when Neutron has no segment ranges to check against (the extension is off). */
+    private readonly onRangesUnknown: (segment: string) => void = () => undefined,
+  ) {}
+
+  list(): Promise<NetworkSegmentRecord[]> {
+    return listNetworkSegments(this.pool);
+  }
+
+  async get(id: string): Promise<NetworkSegmentRecord> {
+    const found = isUuid(id) ? await getNetworkSegment(this.pool, id) : undefined;
+    if (!found) throw notFound(id);
+    return found;
+  }
+
+  /** Enrols a segment with its extra capabilities (`body` less the segment's fields), once Neutron agrees it is free. */
+  async enrol(body: Record<string, unknown>): Promise<NetworkSegmentRecord> {
+    const { network_type, physical_network, segment_id, ...extra } = body;
+    const fields = checkSegmentFields({ network_type, physical_network, segment_id });
+    const capabilities = checkSegmentCapabilities(extra);
+    const name = segmentName({ network_type: fields.networkType, physical_network: fields.physicalNetwork, segment_id: fields.segmentId });
+    await this.checkNeutron(fields, name);
+    const enrolled = await insertNetworkSegment(this.pool, { id: randomUUID(), ...fields, capabilities });
+    if (!enrolled) throw leaseConflict(`network segment ${name} is already enrolled`);
+    return enrolled;
+  }
+
+  private async checkNeutron(fields: SegmentFields, name: string): Promise<void> {
+    const neutron = this.neutron();
+    const tag = Number(fields.segmentId);
+    const ranges = await neutron.listNetworkSegmentRanges();
+    if (ranges === undefined) {
+      this.onRangesUnknown(name);
+    } else {
+      const ofType = ranges.filter((r) => r.network_type === fields.networkType && (fields.networkType !== 'vlan' || r.physical_network === fields.physicalNetwork));
+      if (fields.networkType === 'vlan' && ofType.length === 0) {
+        throw leaseConflict(`physical network ${fields.physicalNetwork} is not in Neutron's network segment ranges: Neutron could not make a network on it`);
+      }
+      const inRange = ofType.find((r) => r.minimum <= tag && tag <= r.maximum);
+      if (inRange) {
+        throw leaseConflict(
+          `segment ${name} lies in Neutron's segment range ${inRange.name || inRange.id} (${inRange.minimum}-${inRange.maximum}), which it hands to tenant networks: an ordinary project network could take the tag before a lease starts; enrol tags outside the ranges`,
+        );
+      }
+    }
+    const [taken] = await neutron.findNetworksBySegment({ network_type: fields.networkType, physical_network: fields.physicalNetwork, segmentation_id: tag });
+    if (taken) throw leaseConflict(`segment ${name} is in use in Neutron (network ${taken.id} of project ${taken.project_id}): only a free segment can be made reservable`);
+  }
+
+  /** Changes extra capabilities; the segment's own fields never change (400). */
+  async update(id: string, values: Record<string, unknown>): Promise<NetworkSegmentRecord> {
+    const segment = await this.get(id);
+    const fields = SEGMENT_FIELDS.filter((field) => field in values);
+    if (fields.length > 0) throw invalidLease(`${fields.join(', ')}: a segment's fields cannot change; enrol another segment instead`);
+    const capabilities = checkSegmentCapabilities(values);
+    if (Object.keys({ ...segment.capabilities, ...capabilities }).length > MAX_SEGMENT_CAPABILITIES) throw invalidLease(`at most ${MAX_SEGMENT_CAPABILITIES} extra capabilities per segment`);
+    const updated = await setNetworkSegmentCapabilities(this.pool, segment.id, capabilities);
+    if (!updated) throw notFound(id);
+    return updated;
+  }
+
+  /** Removes a segment from the reservable ones; 409 naming the leases while a booking of it ends in the future. */
+  async remove(id: string): Promise<void> {
+    await this.get(id);
+    const heldBy = await inTransaction(this.pool, async (client) => {
+      if (!(await lockNetworkSegment(client, id))) throw notFound(id);
+      const leases = await leasesBookingSegment(client, id);
+      if (leases.length > 0) return leases;
+      await deleteSegmentBookings(client, id);
+      await deleteNetworkSegment(client, id);
+      return [];
+    });
+    if (heldBy.length > 0) {
+      throw leaseConflict(`Can't delete network segment ${id}. It is allocated by reservations of lease(s) ${heldBy.map((l) => `${l.leaseName} (${l.leaseId})`).join(', ')}.`);
+    }
+  }
+}

@@ -1,0 +1,322 @@
+/**
+ * Network segment reservations (issue 45) through the API and the real worker, against Neutron in
+ * memory (test/support/fake-neutron.ts): enrolment and its Neutron checks, admission in the segment
+ * calendar (one segment per reservation, 409 with offers, property queries), the start's network
+ * on exactly the booked segment in the lessee's project (idempotent across a lost answer), the
+ * end's ports then network, a host and network lease started all or nothing, and isolation. The
+ * rig test (test/openstack/) runs the same against a real Neutron.
+ */
+import { ApplicationFailure } from '@temporalio/common';
+import type { OpenStackClients, NeutronClient } from '../src/openstack';
+import { networkSegmentPlugin } from '../src/resources/network-segment';
+import { findLease } from '../src/db/leases';
+import { reservationContext, typedContext } from '../src/domain/resource-plugin';
+import { physicalHostPlugin } from '../src/resources/physical-host';
+import { hostReservation } from '../dev-stack/fixtures/builders';
+import { insertHost } from '../dev-stack/fixtures/hosts';
+import { apiClient, deleteAllLeases, eventually, inSeconds, useTestStack } from '../dev-stack/stack';
+import { FakeNeutron } from './support/fake-neutron';
+
+/** Days a month ahead (within the deployment's advance-booking limit), as Blazar writes dates. */
+const dayAhead = (days: number) => new Date(Date.now() + days * 86_400_000).toISOString().slice(0, 10);
+const [D1, D2, D3] = [30, 31, 32].map(dayAhead);
+
+describe('network segment reservations', () => {
+  const neutron = new FakeNeutron();
+  const cloud = () => ({ neutron: neutron as unknown as NeutronClient });
+  /** While set, the host reservation's start fails for good (the all-or-nothing case). */
+  let failHostStart = false;
+  const stack = useTestStack({
+    openstack: () => cloud() as unknown as OpenStackClients,
+    withPool: (pool) => {
+      const hosts = physicalHostPlugin({ pool, settings: { cleaningMs: 0, randomChoice: false }, cloud: 'calendar-only' });
+      const failingHosts: typeof hosts = {
+        ...hosts,
+        async start(ctx) {
+          if (failHostStart) throw ApplicationFailure.nonRetryable('the hosts could not be moved', 'TestHostStartFailed');
+          return hosts.start?.(ctx);
+        },
+      };
+      return [networkSegmentPlugin({ pool, cloud, deleteTimeoutMs: 3_000 }), failingHosts];
+    },
+  });
+  const admin = apiClient(() => stack().url);
+  const member = apiClient(() => stack().url, { 'x-project-id': 'project-a', 'x-user-id': 'alice', 'x-roles': 'member' });
+  const other = apiClient(() => stack().url, { 'x-project-id': 'project-b', 'x-user-id': 'bob', 'x-roles': 'member' });
+  const segments: Record<string, string> = {};
+
+  const networkReservation = (fields: Record<string, unknown> = {}) => ({ resource_type: 'network', network_name: 'my-net', network_description: '', network_properties: '', resource_properties: '', ...fields });
+  const lease = (api: typeof admin, name: string, start: string, end: string, reservations: unknown[]) => api('POST', '/v1/leases', { name, start_date: start, end_date: end, reservations });
+  const leaseOf = async (id: string, api = member) => (await api('GET', `/v1/leases/${id}`)).body.lease;
+  const statusIs = (id: string, status: string) => eventually(async () => ((await leaseOf(id, admin))?.status === status ? leaseOf(id, admin) : undefined), 60_000);
+
+  beforeAll(async () => {
+    neutron.range('physnet1', 100, 199);
+    neutron.range(null, 1000, 1999, 'vxlan');
+    for (const [tag, capabilities] of [
+      ['250', { stitch_provider: 'fabric' }],
+      ['251', {}],
+    ] as const) {
+      const enrolled = await admin('POST', '/v1/networks', { network_type: 'vlan', physical_network: 'physnet1', segment_id: tag, ...capabilities });
+      expect(enrolled.status).toBe(201);
+      segments[tag] = enrolled.body.network.id;
+    }
+    await insertHost(stack().db.pool, { name: 'net-host-1' });
+  });
+  afterEach(async () => {
+    failHostStart = false;
+    await deleteAllLeases(admin);
+  });
+
+  describe('enrolment', () => {
+    it('enrols a segment with its capabilities, lists, shows and updates it', async () => {
+      const shown = await admin('GET', `/v1/networks/${segments['250']}`);
+      expect(shown.body.network).toEqual({
+        id: segments['250'],
+        network_type: 'vlan',
+        physical_network: 'physnet1',
+        segment_id: '250',
+        stitch_provider: 'fabric',
+        created_at: expect.stringMatching(/^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d$/),
+        updated_at: expect.stringMatching(/^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d$/),
+      });
+      expect((await admin('GET', '/v1/networks')).body.networks.map((n: { segment_id: string }) => n.segment_id)).toEqual(['250', '251']);
+      const updated = await admin('PUT', `/v1/networks/${segments['251']}`, { values: { stitch_provider: 'exchange' } });
+      expect(updated.status).toBe(200);
+      expect(updated.body.network).toMatchObject({ segment_id: '251', stitch_provider: 'exchange' });
+      // Blazar's os-hosts form (capabilities as they are) works too; the segment's own fields never change.
+      expect((await admin('PUT', `/v1/networks/${segments['251']}`, { stitch_provider: 'fabric2' })).body.network.stitch_provider).toBe('fabric2');
+      const refused = await admin('PUT', `/v1/networks/${segments['251']}`, { values: { segment_id: '252' } });
+      expect(refused).toMatchObject({ status: 400, body: { error_code: 400, error_message: expect.stringContaining("segment_id: a segment's fields cannot change") } });
+      await admin('PUT', `/v1/networks/${segments['251']}`, { values: { stitch_provider: '' } });
+      // A VXLAN segment has no physical network; its tag may reach 2^24 - 1.
+      const vxlan = await admin('POST', '/v1/networks', { network_type: 'vxlan', segment_id: 16_777_215 });
+      expect(vxlan).toMatchObject({ status: 201, body: { network: { network_type: 'vxlan', physical_network: null, segment_id: '16777215' } } });
+      expect((await admin('DELETE', `/v1/networks/${vxlan.body.network.id}`)).status).toBe(204);
+      expect((await admin('GET', `/v1/networks/${vxlan.body.network.id}`)).status).toBe(404);
+    });
+
+    it('refuses bad input with 400, a duplicate and what Neutron could not give a lease with 409', async () => {
+      const enrol = (body: unknown) => admin('POST', '/v1/networks', body);
+      const bad: Array<[unknown, string]> = [
+        [{ physical_network: 'physnet1', segment_id: 300 }, 'Missing parameter network_type'],
+        [{ network_type: 'flat', physical_network: 'physnet1', segment_id: 300 }, 'network_type: expected one of vlan, vxlan'],
+        [{ network_type: 'vlan', segment_id: 300 }, 'Missing parameter physical_network'],
+        [{ network_type: 'vlan', physical_network: 'physnet1' }, 'Missing parameter segment_id'],
+        [{ network_type: 'vlan', physical_network: 'physnet1', segment_id: 4095 }, 'a vlan tag is a whole number from 1 to 4094'],
+        [{ network_type: 'vlan', physical_network: 'physnet1', segment_id: '0' }, 'a vlan tag is a whole number from 1 to 4094'],
+        [{ network_type: 'vlan', physical_network: 'physnet1', segment_id: 'ten' }, 'Malformed parameter segment_id'],
+        [{ network_type: 'vxlan', physical_network: 'physnet1', segment_id: 300 }, 'a vxlan segment has none'],
+        [{ network_type: 'vlan', physical_network: 'physnet1', segment_id: 300, rack: { nested: true } }, 'capability rack: expected a string value'],
+        [{ network_type: 'vlan', physical_network: 'physnet1', segment_id: 300, ['k'.repeat(65)]: 'v' }, 'Capability names must be 1 to 64 characters'],
+        [[1, 2], 'expected a JSON object'],
+      ];
+      for (const [body, message] of bad) {
+        const answer = await enrol(body);
+        expect({ body, status: answer.status, message: answer.body.error_message }).toEqual({ body, status: 400, message: expect.stringContaining(message) });
+      }
+      const duplicate = await enrol({ network_type: 'vlan', physical_network: 'physnet1', segment_id: 250 });
+      expect(duplicate).toMatchObject({ status: 409, body: { error_code: 409, error_message: 'network segment vlan:physnet1:250 is already enrolled' } });
+      const unknownPhysnet = await enrol({ network_type: 'vlan', physical_network: 'physnet9', segment_id: 300 });
+      expect(unknownPhysnet).toMatchObject({ status: 409, body: { error_message: expect.stringContaining("physical network physnet9 is not in Neutron's network segment ranges") } });
+      const tenantRange = await enrol({ network_type: 'vlan', physical_network: 'physnet1', segment_id: 150 });
+      expect(tenantRange).toMatchObject({ status: 409, body: { error_message: expect.stringContaining('which it hands to tenant networks') } });
+      const inUse = neutron.network({ 'provider:network_type': 'vlan', 'provider:physical_network': 'physnet1', 'provider:segmentation_id': 300, project_id: 'ops' });
+      const taken = await enrol({ network_type: 'vlan', physical_network: 'physnet1', segment_id: 300 });
+      expect(taken).toMatchObject({ status: 409, body: { error_message: `segment vlan:physnet1:300 is in use in Neutron (network ${inUse.id} of project ops): only a free segment can be made reservable` } });
+      neutron.networks = neutron.networks.filter((n) => n !== inUse);
+      // Without the segment range extension, the ranges are not checked (logged); the rest is.
+      const ranges = neutron.ranges;
+      neutron.ranges = undefined;
+      try {
+        const unchecked = await enrol({ network_type: 'vlan', physical_network: 'physnet1', segment_id: 150 });
+        expect(unchecked.status).toBe(201);
+        expect((await admin('DELETE', `/v1/networks/${unchecked.body.network.id}`)).status).toBe(204);
+      } finally {
+        neutron.ranges = ranges;
+      }
+      expect(await member('POST', '/v1/networks', { network_type: 'vlan', physical_network: 'physnet1', segment_id: 300 })).toMatchObject({ status: 403 });
+    });
+
+    it('refuses to remove a segment while a lease holds it, naming the lease, and removes it once the lease is gone', async () => {
+      const extra = await admin('POST', '/v1/networks', { network_type: 'vlan', physical_network: 'physnet1', segment_id: 260, pool: 'removal' });
+      expect(extra.status).toBe(201);
+      const held = await lease(member, 'holds-260', `${D3} 10:00`, `${D3} 12:00`, [networkReservation({ resource_properties: '["==", "$pool", "removal"]' })]);
+      expect(held.status).toBe(201);
+      const refused = await admin('DELETE', `/v1/networks/${extra.body.network.id}`);
+      expect(refused).toMatchObject({ status: 409, body: { error_message: `Can't delete network segment ${extra.body.network.id}. It is allocated by reservations of lease(s) holds-260 (${held.body.lease.id}).` } });
+      const allocation = await admin('GET', `/v1/networks/${extra.body.network.id}/allocation`);
+      expect(allocation.body.allocation).toEqual({ resource_id: extra.body.network.id, reservations: [expect.objectContaining({ id: held.body.lease.reservations[0].id, lease_id: held.body.lease.id, project_id: 'project-a' })] });
+      expect((await member('DELETE', `/v1/leases/${held.body.lease.id}`)).status).toBe(204);
+      expect((await admin('DELETE', `/v1/networks/${extra.body.network.id}`)).status).toBe(204);
+    });
+  });
+
+  describe('admission', () => {
+    it('books one segment per reservation, refuses a third with offers, and lets a property query pick the segment', async () => {
+      const first = await lease(member, 'net-1', `${D1} 10:00`, `${D1} 12:00`, [networkReservation()]);
+      expect(first.status).toBe(201);
+      expect(first.body.lease.reservations[0]).toMatchObject({ resource_type: 'network', network_name: 'my-net', network_id: null, segment: { network_type: 'vlan', physical_network: 'physnet1' } });
+      const second = await lease(other, 'net-2', `${D1} 11:00`, `${D1} 13:00`, [networkReservation()]);
+      expect(second.status).toBe(201);
+      const tags = [first, second].map((l) => l.body.lease.reservations[0].segment.segment_id).sort();
+      expect(tags).toEqual(['250', '251']);
+      const third = await lease(other, 'net-3', `${D1} 11:30`, `${D1} 12:30`, [networkReservation()]);
+      expect(third.status).toBe(409);
+      expect(third.body).toMatchObject({ error_code: 409, reason: 'capacity', earliest_start: `${D1} 12:00`, error_message: expect.stringContaining('Not enough network segments available.') });
+      expect(third.body.offers.length).toBeGreaterThan(0);
+      expect(third.body.offers[0]).toMatchObject({ kind: 'later', start_date: `${D1} 12:00` });
+      // The allocations name both bookings to an admin.
+      const allocations = (await admin('GET', '/v1/networks/allocations')).body.allocations;
+      expect(allocations.flatMap((a: { reservations: unknown[] }) => a.reservations)).toHaveLength(2);
+
+      // A query over a capability picks the segment that has it; over the tag, that tag.
+      const stitched = await lease(member, 'stitched', `${D2} 10:00`, `${D2} 11:00`, [networkReservation({ resource_properties: '["==", "$stitch_provider", "fabric"]' })]);
+      expect(stitched.body.lease.reservations[0].segment.segment_id).toBe('250');
+      const tagged = await lease(member, 'tagged', `${D2} 10:00`, `${D2} 11:00`, [networkReservation({ network_properties: ['==', '$segment_id', '251'] })]);
+      expect(tagged.body.lease.reservations[0].segment.segment_id).toBe('251');
+      const none = await lease(member, 'none', `${D2} 12:00`, `${D2} 13:00`, [networkReservation({ network_properties: '["==", "$physical_network", "physnet2"]' })]);
+      expect(none).toMatchObject({ status: 409, body: { error_message: expect.stringContaining('no enrolled network segment matches') } });
+      const unknownKey = await lease(member, 'unknown', `${D2} 12:00`, `${D2} 13:00`, [networkReservation({ resource_properties: '["==", "$colour", "red"]' })]);
+      expect(unknownKey).toMatchObject({ status: 400, body: { error_message: expect.stringContaining('unknown property $colour') } });
+      const noName = await lease(member, 'noname', `${D2} 12:00`, `${D2} 13:00`, [networkReservation({ network_name: '' })]);
+      expect(noName.status).toBe(400);
+      // A pending lease's update books again: its query now asks for the other tag.
+      const moving = await lease(member, 'moving', `${D3} 14:00`, `${D3} 15:00`, [networkReservation({ resource_properties: '["==", "$segment_id", "250"]' })]);
+      expect(moving.body.lease.reservations[0].segment.segment_id).toBe('250');
+      const moved = await member('PUT', `/v1/leases/${moving.body.lease.id}`, { reservations: [{ id: moving.body.lease.reservations[0].id, resource_properties: '["==", "$segment_id", "251"]' }] });
+      expect(moved.status).toBe(200);
+      expect(moved.body.lease.reservations[0].segment.segment_id).toBe('251');
+      const longName = await lease(member, 'longname', `${D2} 12:00`, `${D2} 13:00`, [networkReservation({ network_name: 'n'.repeat(256) })]);
+      expect(longName.status).toBe(400);
+    });
+  });
+
+  it("holds an offer's segment against other leases and frees it when the hold is released", async () => {
+    const day = dayAhead(33);
+    const only250 = networkReservation({ resource_properties: '["==", "$segment_id", "250"]' });
+    const offers = await member('POST', '/v1/offers', { reservations: [only250], duration: 60, start_after: `${day} 10:00`, limit: 1 });
+    expect(offers.status).toBe(200);
+    expect(offers.body.offers[0]).toMatchObject({ kind: 'exact', start_date: `${day} 10:00`, reservations: [{ resource_type: 'network', segments: 1 }] });
+    const held = await member('POST', `/v1/offers/${offers.body.offers[0].id}/hold`, { minutes: 5 });
+    expect(held.status).toBe(201);
+    const heldRows = async () => (await stack().db.pool.query<{ n: number }>('SELECT count(*)::int AS n FROM network_segment_allocations WHERE lease_id = $1', [held.body.hold.id])).rows[0].n;
+    expect(await heldRows()).toBe(1);
+    expect((await lease(other, 'blocked', `${day} 10:00`, `${day} 11:00`, [only250])).status).toBe(409);
+    expect((await member('DELETE', `/v1/offers/${offers.body.offers[0].id}/hold`)).status).toBe(204);
+    expect(await heldRows()).toBe(0);
+    expect((await lease(other, 'after-release', `${day} 10:00`, `${day} 11:00`, [only250])).status).toBe(201);
+  });
+
+  describe('start and end', () => {
+    it("makes the lessee's network on exactly the booked segment at the start (a lost answer retried finds it), and at the end deletes its ports, then the network", async () => {
+      neutron.failTaggingTimes = 1;
+      const made = await lease(member, 'live', 'now', inSeconds(3600), [networkReservation({ network_name: 'experiment', network_description: 'stitched to the exchange' })]);
+      expect(made.status).toBe(201);
+      const active = await statusIs(made.body.lease.id, 'ACTIVE');
+      const reservation = active.reservations[0];
+      const created = neutron.networks.filter((n) => n.name === 'experiment');
+      // One network, though the first try's answer was lost after Neutron made it.
+      expect(created).toHaveLength(1);
+      const network = created[0];
+      expect(network).toMatchObject({
+        project_id: 'project-a',
+        'provider:network_type': 'vlan',
+        'provider:physical_network': 'physnet1',
+        'provider:segmentation_id': Number(reservation.segment.segment_id),
+        tags: ['blazar', `reservation:${reservation.id}`],
+        description: expect.stringContaining(`stitched to the exchange (leasekeeper: reservation ${reservation.id})`),
+      });
+      expect(reservation.network_id).toBe(network.id);
+      expect((await leaseOf(made.body.lease.id)).reservations[0]).toMatchObject({ network_id: network.id, segment: reservation.segment });
+
+      // Another project sees neither the lease nor which segment it holds.
+      expect((await other('GET', `/v1/leases/${made.body.lease.id}`)).status).toBe(404);
+      const window = `start=${encodeURIComponent(inSeconds(-60))}&end=${encodeURIComponent(inSeconds(7200))}`;
+      const theirs = (await other('GET', `/v1/calendar?${window}`)).body.networks;
+      const bookedRow = theirs.find((n: { bookings: unknown[] }) => n.bookings.length > 0);
+      expect(bookedRow.bookings).toEqual([{ start_ms: expect.any(Number), end_ms: expect.any(Number), reserved: true }]);
+      expect(JSON.stringify(theirs)).not.toContain(network.id);
+      expect(JSON.stringify(theirs)).not.toContain('fabric'); // capabilities are the admins'
+      const mine = (await member('GET', `/v1/calendar?${window}`)).body.networks.find((n: { id: string }) => n.id === bookedRow.id);
+      expect(mine.bookings).toEqual([expect.objectContaining({ lease_id: made.body.lease.id, reservation_id: reservation.id, lease_name: 'live', status: 'ACTIVE' })]);
+
+      // A server's port, a router's interface and DHCP's port on it: the server's deleted, the interface removed by its router.
+      neutron.port(network.id, 'compute:nova');
+      const routerPort = neutron.port(network.id, 'network:router_interface', 'router-1');
+      neutron.port(network.id, 'network:dhcp');
+      neutron.calls.length = 0;
+      expect((await member('PUT', `/v1/leases/${made.body.lease.id}`, { end_date: 'now' })).status).toBe(200);
+      const ended = await statusIs(made.body.lease.id, 'TERMINATED');
+      expect(ended.reservations[0].network_id).toBeNull();
+      expect(neutron.calls).toEqual(['delete port compute:nova', `remove router interface ${routerPort.device_id}`, 'delete network experiment']);
+      expect(neutron.networks.filter((n) => n.name === 'experiment')).toEqual([]);
+      expect(neutron.ports.filter((p) => p.network_id === network.id)).toEqual([]);
+    });
+
+    it('starts a host and a network reservation all or nothing: a failing host start takes the network back and frees both', async () => {
+      failHostStart = true;
+      const made = await lease(member, 'both', 'now', inSeconds(3600), [networkReservation({ network_name: 'with-hosts' }), hostReservation()]);
+      expect(made.status).toBe(201);
+      const failed = await statusIs(made.body.lease.id, 'ERROR');
+      expect(failed.status_reason).toContain('the hosts could not be moved');
+      expect(neutron.calls).toContain('create network with-hosts');
+      expect(neutron.networks.filter((n) => n.name === 'with-hosts')).toEqual([]);
+      expect((await admin('GET', '/v1/networks/allocations')).body.allocations.flatMap((a: { reservations: Array<{ lease_id: string }> }) => a.reservations.map((r) => r.lease_id))).not.toContain(made.body.lease.id);
+    });
+
+    it('keeps its segment and network through an extension, and gets its network again on the same tag when Neutron lost it (drift check)', async () => {
+      const made = await lease(member, 'kept', 'now', inSeconds(3600), [networkReservation({ network_name: 'kept-net' })]);
+      const active = await statusIs(made.body.lease.id, 'ACTIVE');
+      const { network_id: networkId, segment } = active.reservations[0];
+      neutron.calls.length = 0;
+      const extended = await member('PUT', `/v1/leases/${made.body.lease.id}`, { end_date: inSeconds(7200) });
+      expect(extended.status).toBe(200);
+      expect((await leaseOf(made.body.lease.id)).reservations[0]).toMatchObject({ network_id: networkId, segment });
+      expect(neutron.calls).toEqual([]);
+
+      // Neutron lost the network: the drift check sees it, and the next one (seen again) makes it anew on the same tag.
+      neutron.networks = neutron.networks.filter((n) => n.id !== networkId);
+      const drift = networkSegmentPlugin({ pool: stack().db.pool, cloud });
+      const first = await drift.checkDrift!({}, 'repair');
+      const key = `network:${active.reservations[0].id}`;
+      expect(first).toEqual({ seen: { [key]: `its network on vlan:physnet1:${segment.segment_id} is gone from Neutron` }, repaired: [], reported: [], aggregatesRemoved: [] });
+      expect((await drift.checkDrift!(first.seen, 'report')).reported).toHaveLength(1);
+      expect(neutron.networks.filter((n) => n.name === 'kept-net')).toEqual([]);
+      const second = await drift.checkDrift!(first.seen, 'repair');
+      expect(second.repaired).toEqual([expect.stringContaining(`reservation ${active.reservations[0].id}: its network on vlan:physnet1:${segment.segment_id} is gone from Neutron (made again: `)]);
+      expect(neutron.networks.filter((n) => n.name === 'kept-net')).toEqual([
+        expect.objectContaining({ project_id: 'project-a', 'provider:segmentation_id': Number(segment.segment_id), tags: ['blazar', `reservation:${active.reservations[0].id}`] }),
+      ]);
+      expect((await drift.checkDrift!(second.seen, 'repair')).seen).toEqual({});
+
+      // A heal (the lease told its hosts changed) makes it again too, at once.
+      neutron.networks = neutron.networks.filter((n) => n.name !== 'kept-net');
+      const stored = (await findLease(stack().db.pool, made.body.lease.id))!;
+      const hook = { ...reservationContext(stored, stored.reservations[0]), reportProgress: () => undefined, placementOf: () => Promise.resolve({ hosts: [] }), announce: () => Promise.resolve() };
+      const healed = await drift.heal!(typedContext(drift, hook));
+      const again = neutron.networks.filter((n) => n.name === 'kept-net');
+      expect(again).toEqual([expect.objectContaining({ 'provider:segmentation_id': Number(segment.segment_id), project_id: 'project-a' })]);
+      expect(healed).toEqual({ allocation: { network_id: again[0].id }, missingResources: false, resourcesChanged: false });
+    });
+
+    it("ends in ERROR naming the port Neutron keeps, once the end's wait for it is over", async () => {
+      const made = await lease(member, 'stuck', 'now', inSeconds(3600), [networkReservation({ network_name: 'stuck-net' })]);
+      const active = await statusIs(made.body.lease.id, 'ACTIVE');
+      const network = neutron.networks.find((n) => n.id === active.reservations[0].network_id)!;
+      const stuck = neutron.port(network.id, 'compute:nova');
+      // Neutron answers the delete and keeps the port (an agent that never lets go).
+      const deletePort = neutron.deletePort.bind(neutron);
+      neutron.deletePort = (id: string) => (id === stuck.id ? Promise.resolve() : deletePort(id));
+      try {
+        expect((await member('PUT', `/v1/leases/${made.body.lease.id}`, { end_date: 'now' })).status).toBe(200);
+        const failed = await statusIs(made.body.lease.id, 'ERROR');
+        expect(failed.status_reason).toContain(`network(s) ${network.id} still in use: port ${stuck.id} (compute:nova)`);
+      } finally {
+        neutron.deletePort = deletePort;
+        neutron.ports = neutron.ports.filter((p) => p !== stuck);
+        neutron.networks = neutron.networks.filter((n) => n !== network);
+      }
+    });
+  });
+});
