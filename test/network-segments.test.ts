@@ -109,6 +109,8 @@ describe('network segment reservations', () => {
         [{ network_type: 'vxlan', physical_network: 'physnet1', segment_id: 300 }, 'a vxlan segment has none'],
         [{ network_type: 'vlan', physical_network: 'physnet1', segment_id: 300, rack: { nested: true } }, 'capability rack: expected a string value'],
         [{ network_type: 'vlan', physical_network: 'physnet1', segment_id: 300, ['k'.repeat(65)]: 'v' }, 'Capability names must be 1 to 64 characters'],
+        [{ network_type: 'vlan', physical_network: 'physnet1', segment_id: 300, rack: 'r'.repeat(256) }, 'capability rack: at most 255 characters'],
+        [{ network_type: 'vlan', physical_network: 'physnet1', segment_id: 300, created_at: 'yesterday' }, 'created_at: not a capability'],
         [[1, 2], 'expected a JSON object'],
       ];
       for (const [body, message] of bad) {
