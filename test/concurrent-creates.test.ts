@@ -112,6 +112,14 @@ class FakeNeutron {
     await this.gate?.arrive();
     return [];
   }
+  /** A physical network `physnet1` whose tenant range is 100-199 (network segment enrolment). */
+  listNetworkSegmentRanges() {
+    return Promise.resolve([{ id: 'range-1', network_type: 'vlan', physical_network: 'physnet1', minimum: 100, maximum: 199, shared: true }]);
+  }
+  async findNetworksBySegment() {
+    await this.gate?.arrive();
+    return [];
+  }
 }
 
 const statuses = (answers: ApiCall[]) => answers.map((a) => a.status).sort((a, b) => a - b);
@@ -157,6 +165,14 @@ describe('concurrent duplicates of every create: one made, the rest 409 (or the 
     expect(statuses(answers)).toEqual([201, ...Array<number>(COPIES - 1).fill(409)]);
     expectBlazarConflicts(answers);
     expect(await count('floating_ips WHERE floating_ip_address = $1', ['203.0.113.150'])).toBe(1);
+  });
+
+  it('POST /v1/networks: one segment enrolled; the other copies 409', async () => {
+    neutron.gate = new Gate(COPIES);
+    const answers = await copies(() => asAdmin('POST', '/v1/networks', { network_type: 'vlan', physical_network: 'physnet1', segment_id: '250' }));
+    expect(statuses(answers)).toEqual([201, ...Array<number>(COPIES - 1).fill(409)]);
+    expectBlazarConflicts(answers);
+    expect(await count('network_segments WHERE physical_network = $1 AND segment_id = $2', ['physnet1', '250'])).toBe(1);
   });
 
   it('POST /v1/os-hosts/{id}/maintenance: one window booked; the other copies 409', async () => {

@@ -109,6 +109,8 @@ describe('network segment reservations', () => {
         [{ network_type: 'vxlan', physical_network: 'physnet1', segment_id: 300 }, 'a vxlan segment has none'],
         [{ network_type: 'vlan', physical_network: 'physnet1', segment_id: 300, rack: { nested: true } }, 'capability rack: expected a string value'],
         [{ network_type: 'vlan', physical_network: 'physnet1', segment_id: 300, ['k'.repeat(65)]: 'v' }, 'Capability names must be 1 to 64 characters'],
+        [{ network_type: 'vlan', physical_network: 'physnet1', segment_id: 300, rack: 'r'.repeat(256) }, 'capability rack: at most 255 characters'],
+        [{ network_type: 'vlan', physical_network: 'physnet1', segment_id: 300, created_at: 'yesterday' }, 'created_at: not a capability'],
         [[1, 2], 'expected a JSON object'],
       ];
       for (const [body, message] of bad) {
@@ -263,6 +265,24 @@ describe('network segment reservations', () => {
       expect(neutron.calls).toContain('create network with-hosts');
       expect(neutron.networks.filter((n) => n.name === 'with-hosts')).toEqual([]);
       expect((await admin('GET', '/v1/networks/allocations')).body.allocations.flatMap((a: { reservations: Array<{ lease_id: string }> }) => a.reservations.map((r) => r.lease_id))).not.toContain(made.body.lease.id);
+    });
+
+    it("fails the start of a host and network lease whose segment someone else's network took, undoing the hosts and saying so", async () => {
+      // Made after the segment's enrolment, outside leasekeeper (an operator's network on the tag).
+      const squatter = neutron.network({ 'provider:network_type': 'vlan', 'provider:physical_network': 'physnet1', 'provider:segmentation_id': 251, project_id: 'ops' });
+      try {
+        const made = await lease(member, 'taken', 'now', inSeconds(3600), [hostReservation(), networkReservation({ network_name: 'never', resource_properties: '["==", "$segment_id", "251"]' })]);
+        expect(made.status).toBe(201);
+        const failed = await statusIs(made.body.lease.id, 'ERROR');
+        expect(failed.status_reason).toContain(`network segment vlan:physnet1:251 is taken in Neutron by network ${squatter.id} of project ops outside this lease`);
+        expect(failed.reservations.map((r: { status: string }) => r.status)).toEqual(['error', 'error']);
+        expect(neutron.networks.filter((n) => n.name === 'never')).toEqual([]);
+        // The host's booking no longer blocks anything (a started reservation's row is ended, kept as its record).
+        const blocking = await stack().db.pool.query('SELECT 1 FROM host_allocations WHERE lease_id = $1 AND upper(blocks) > now()', [made.body.lease.id]);
+        expect(blocking.rowCount).toBe(0);
+      } finally {
+        neutron.networks = neutron.networks.filter((n) => n !== squatter);
+      }
     });
 
     it('keeps its segment and network through an extension, and gets its network again on the same tag when Neutron lost it (drift check)', async () => {

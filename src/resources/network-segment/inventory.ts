@@ -22,6 +22,8 @@ import { MAX_SEGMENT_ID, NETWORK_TYPES, SEGMENT_FIELDS } from './params';
 const RESERVED_NAMES = new Set<string>([...SEGMENT_FIELDS, 'id', 'created_at', 'updated_at']);
 /** Neutron's limit on a physical network's name. */
 const MAX_PHYSNET = 64;
+/** A capability's value, as Neutron bounds a description. */
+const MAX_CAPABILITY_VALUE = 255;
 /** Capabilities one segment may carry. */
 export const MAX_SEGMENT_CAPABILITIES = 64;
 
@@ -64,7 +66,10 @@ function checkSegmentCapabilities(raw: Record<string, unknown>): Record<string, 
   const reserved = Object.keys(raw).filter((name) => RESERVED_NAMES.has(name));
   if (reserved.length > 0) throw invalidLease(`${reserved.join(', ')}: not a capability (the segment's own field${reserved.length > 1 ? 's' : ''})`);
   if (Object.keys(raw).length > MAX_SEGMENT_CAPABILITIES) throw invalidLease(`at most ${MAX_SEGMENT_CAPABILITIES} extra capabilities per segment`);
-  return checkCapabilities(raw);
+  const checked = checkCapabilities(raw);
+  const long = Object.keys(checked).find((name) => checked[name].length > MAX_CAPABILITY_VALUE);
+  if (long !== undefined) throw invalidLease(`capability ${long}: at most ${MAX_CAPABILITY_VALUE} characters`);
+  return checked;
 }
 
 export class NetworkSegmentInventory {
