@@ -19,10 +19,12 @@ const LAYERS = [
   { layer: 'src/import', may: [/^workflows\/[^/]+\/messages\.ts$/, 'src/api/lease-commands.ts', 'src/api/lease-schemas.ts', 'src/api/input-check.ts', 'src/api/auth.ts', 'src/outbox', 'src/resources', 'src/db', 'src/domain', ...PLATFORM] },
  // Owed lease workflow starts (the API's admissions): the API starts them, the API and the worker sweep.
   { layer: 'src/outbox', may: [/^workflows\/[^/]+\/messages\.ts$/, 'src/db', 'src/domain', ...PLATFORM] },
-  { layer: 'worker', may: ['activities', 'workflows', 'src/outbox', 'src/resources', 'src/policy', 'src/notifications', 'src/db', 'src/openstack', 'src/domain', ...PLATFORM] },
+  { layer: 'worker', may: ['activities', 'workflows', 'src/outbox', 'src/resources', 'src/power', 'src/policy', 'src/notifications', 'src/db', 'src/openstack', 'src/domain', ...PLATFORM] },
   { layer: 'workflows', may: ['src/domain'], typesOnly: ['activities'] },
-  { layer: 'activities', may: ['src/resources', 'src/policy', 'src/notifications', 'src/db', 'src/openstack', 'src/domain', ...PLATFORM] },
-  { layer: 'src/resources', may: ['src/db', 'src/openstack', 'src/domain', ...PLATFORM] },
+  { layer: 'activities', may: ['src/resources', 'src/power', 'src/policy', 'src/notifications', 'src/db', 'src/openstack', 'src/domain', ...PLATFORM] },
+  { layer: 'src/resources', may: ['src/power', 'src/db', 'src/openstack', 'src/domain', ...PLATFORM] },
+  // The power drivers (ipmitool, the operator's programs, Ironic through its client): a client layer over src/openstack.
+  { layer: 'src/power', may: ['src/openstack', 'src/domain', ...PLATFORM] },
   // The usage policy (rules, Blazar's external filter), beside the resource types: the activities and the API use it.
   { layer: 'src/policy', may: ['src/db', 'src/domain', ...PLATFORM] },
   // Notices' delivery (webhooks, oslo.messaging), beside the resource types: the activities deliver, the API keeps projects' webhooks.
