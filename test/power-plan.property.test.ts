@@ -6,7 +6,7 @@
  * already too late). Every look is in the future and at most the recheck period away.
  */
 import fc from 'fast-check';
-import { learnedBootMs, planPower, type PlannedHost, type PowerPlanSettings } from '../src/domain/power-plan';
+import { hostNeeds, learnedBootMs, planPower, type PlannedHost, type PowerPlanSettings } from '../src/domain/power-plan';
 
 const MIN = 60_000;
 const H = 60 * MIN;
@@ -115,6 +115,23 @@ describe('the power planner', () => {
     const asleep = planPower([host({ power: 'off', nextNeededMs: T0 + 30 * MIN })], T0, settings);
     expect(asleep).toEqual({ powerOff: [], powerOn: [], nextLookMs: T0 + 15 * MIN });
     expect(planPower([host({ power: 'unknown', manage: false, nextNeededMs: T0 + 15 * MIN })], T0, settings).powerOn).toEqual(['1']);
+  });
+});
+
+describe('a host’s next need from its bookings and maintenance windows', () => {
+  it('is the earliest start among them, busy until the latest end of those begun', () => {
+    const needs = hostNeeds([
+      { host_id: '1', start_ms: T0 + H, busy_until_ms: null },
+      { host_id: '1', start_ms: T0 + 3 * H, busy_until_ms: null },
+      { host_id: '2', start_ms: T0 - H, busy_until_ms: T0 + H },
+      { host_id: '2', start_ms: T0 - 2 * H, busy_until_ms: T0 + 2 * H },
+      { host_id: '3', start_ms: T0 - H, busy_until_ms: T0 + H },
+      { host_id: '3', start_ms: T0 + 5 * H, busy_until_ms: null },
+    ]);
+    expect(needs.get('1')).toEqual({ nextNeededMs: T0 + H, busyUntilMs: null });
+    expect(needs.get('2')).toEqual({ nextNeededMs: T0 - 2 * H, busyUntilMs: T0 + 2 * H });
+    expect(needs.get('3')).toEqual({ nextNeededMs: T0 - H, busyUntilMs: T0 + H });
+    expect(needs.has('4')).toBe(false);
   });
 });
 

@@ -83,6 +83,25 @@ export function planPower(hosts: readonly PlannedHost[], nowMs: number, settings
   return { powerOff, powerOn, nextLookMs };
 }
 
+/** One source's bookings of a host not ended at an instant (host bookings, maintenance windows): the earliest start, and the latest end of those begun. */
+export interface HostNeedRow {
+  host_id: string;
+  start_ms: number;
+  /** null: none has begun. */
+  busy_until_ms: number | null;
+}
+
+/** A host's next need from every source's rows: the earliest start; when booked now, until when. Hosts without rows are not needed. */
+export function hostNeeds(rows: readonly HostNeedRow[]): Map<string, Pick<PlannedHost, 'nextNeededMs' | 'busyUntilMs'>> {
+  const needs = new Map<string, Pick<PlannedHost, 'nextNeededMs' | 'busyUntilMs'>>();
+  for (const row of rows) {
+    const known = needs.get(row.host_id);
+    const busyUntil = known?.busyUntilMs == null ? row.busy_until_ms : row.busy_until_ms === null ? known.busyUntilMs : Math.max(known.busyUntilMs, row.busy_until_ms);
+    needs.set(row.host_id, { nextNeededMs: Math.min(known?.nextNeededMs ?? Infinity, row.start_ms), busyUntilMs: busyUntil });
+  }
+  return needs;
+}
+
 /**
  * A host's boot time: the 95th percentile (nearest rank) of its last boots once there are at least
  * `minSamples` of them, the default until then.
