@@ -10,6 +10,9 @@ import { insertHost } from '../dev-stack/fixtures/hosts';
 import { apiClient, inSeconds, useTestStack } from '../dev-stack/stack';
 import { formatBlazarTimestamp } from '../src/domain/dates';
 import { physicalHostPlugin } from '../src/resources/physical-host';
+import { HostPower } from '../src/resources/physical-host/power';
+import { IronicClient } from '../src/openstack/ironic';
+import { createSession } from '../src/openstack';
 import { startSimulatedBmc, type SimulatedBmc } from './support/ipmi-sim';
 
 describe('hosts’ power through os-hosts', () => {
@@ -120,6 +123,19 @@ describe('hosts’ power through os-hosts', () => {
     expect(needed).toBe(formatBlazarTimestamp(Date.parse(`${lease.body.lease.start_date}Z`)));
     expect((await admin('POST', `/v1/os-hosts/${hostId}/power`, { action: 'off' })).status).toBe(200);
     expect((await admin('POST', `/v1/os-hosts/${hostId}/power`, { action: 'on' })).status).toBe(200);
+  });
+
+  it("gives the planner every host with a driver: its power, its next need and its boot time", async () => {
+    const power = new HostPower(stack().db.pool, {
+      drivers: { timeoutMs: 1_000, ironic: () => new IronicClient(createSession({ type: 'static', endpoints: { baremetal: 'http://127.0.0.1:1' } })) },
+      defaultBootMs: 600_000,
+    });
+    const window = await admin('POST', `/v1/os-hosts/${hostId}/maintenance`, { start_date: inSeconds(7200), end_date: inSeconds(9000), reason: 'planned' });
+    const now = Date.now();
+    // power-2 has no settings yet (the none driver): not the planner's.
+    const planned = await power.plannedHosts(now);
+    expect(planned).toEqual([{ id: hostId, power: 'on', manage: true, nextNeededMs: Date.parse(`${window.body.maintenance.start_date}Z`), busyUntilMs: null, bootMs: 600_000 }]);
+    await admin('DELETE', `/v1/maintenance/${window.body.maintenance.id}`);
   });
 
   it('answers a host without a driver, a bad action and a BMC refusing the password with clear errors', async () => {
