@@ -436,6 +436,7 @@ const envSchema = z.object({
   LK_POWER_BOOT_SECONDS: z.coerce.number().int().min(1).max(86_400).default(600),
   LK_POWER_BOOT_SAMPLES: z.coerce.number().int().min(1).max(100).default(5),
   LK_POWER_RECHECK_SECONDS: z.coerce.number().int().min(1).max(86_400).default(300),
+  LK_POWER_RESUME_TIMEOUT_SECONDS: z.coerce.number().int().min(0).max(86_400).default(600),
   LK_POWER_TIMEOUT_SECONDS: z.coerce.number().int().min(1).max(600).default(60),
   LK_POWER_COMMAND_ON: z.string().max(8_192).superRefine(problemAsIssue(argvProblem)).optional(),
   LK_POWER_COMMAND_OFF: z.string().max(8_192).superRefine(problemAsIssue(argvProblem)).optional(),
@@ -621,6 +622,8 @@ function powerSettings(env: z.infer<typeof envSchema>) {
     /** A host's boot time until `bootSamples` of its boots are known (then their 95th percentile). */
     defaultBootMs: env.LK_POWER_BOOT_SECONDS * 1_000,
     bootSamples: env.LK_POWER_BOOT_SAMPLES,
+    /** Past its boot time, how long more a woken host may take before its compute service down is a failure. */
+    resumeTimeoutMs: env.LK_POWER_RESUME_TIMEOUT_SECONDS * 1_000,
     /** The planner looks again at least this often (bookings made meanwhile). */
     recheckMs: env.LK_POWER_RECHECK_SECONDS * 1_000,
     /** Each driver call's bound (ipmitool, a program, an Ironic request). */

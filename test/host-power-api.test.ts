@@ -11,6 +11,9 @@ import { apiClient, inSeconds, useTestStack } from '../dev-stack/stack';
 import { formatBlazarTimestamp } from '../src/domain/dates';
 import { physicalHostPlugin } from '../src/resources/physical-host';
 import { HostPower } from '../src/resources/physical-host/power';
+import { hostProblem } from '../src/resources/physical-host/health';
+import { monitoredHosts, type MonitoredHost } from '../src/db/hosts';
+import type { ComputeService, Hypervisor } from '../src/openstack';
 import { IronicClient } from '../src/openstack/ironic';
 import { createSession } from '../src/openstack';
 import { startSimulatedBmc, type SimulatedBmc } from './support/ipmi-sim';
@@ -99,6 +102,24 @@ describe('hosts’ power through os-hosts', () => {
     expect(bmc!.power()).toBe('on');
   });
 
+  it('tells the host monitor that a host put to sleep, or woken within its boot time and the resume time-out, is down on purpose', async () => {
+    const resume = { defaultBootMs: 600_000, resumeTimeoutMs: 600_000 };
+    const expected = async () => (await monitoredHosts(stack().db.pool, resume)).find((h) => h.id === hostId)!.power_down_expected;
+    // Woken by the test before (booting still), then as if long ago: settled, its service must be up.
+    const wokenLongAgo = () => stack().db.pool.query("UPDATE host_power SET woken_at = now() - interval '21 minutes' WHERE host_id = $1", [hostId]);
+    expect(await expected()).toBe(true);
+    await wokenLongAgo();
+    expect(await expected()).toBe(false);
+    expect((await admin('POST', `/v1/os-hosts/${hostId}/power`, { action: 'off' })).status).toBe(200);
+    expect(await expected()).toBe(true);
+    expect((await admin('POST', `/v1/os-hosts/${hostId}/power`, { action: 'on' })).status).toBe(200);
+    // Booting: not yet a failure.
+    expect(await expected()).toBe(true);
+    // Woken longer ago than its boot time and the resume time-out: its service must be up by now.
+    await wokenLongAgo();
+    expect(await expected()).toBe(false);
+  });
+
   it('shows the next booking of any kind as next_needed, and refuses off within the boot time (409)', async () => {
     // A maintenance window 5 minutes ahead: within the 10-minute boot time.
     const window = await admin('POST', `/v1/os-hosts/${hostId}/maintenance`, { start_date: inSeconds(300), end_date: inSeconds(3600), reason: 'firmware' });
@@ -154,5 +175,20 @@ describe('hosts’ power through os-hosts', () => {
     expect((await member('GET', `/v1/os-hosts/${hostId}`)).status).toBe(403);
     expect((await member('POST', `/v1/os-hosts/${hostId}/power`, { action: 'off' })).status).toBe(403);
     expect(bmc!.power()).toBe('on');
+  });
+});
+
+describe('the host monitor and a host powered off on purpose', () => {
+  const host = (powerDownExpected: boolean): MonitoredHost => ({
+    id: '1', hypervisor_hostname: 'node-1', service_name: 'node-1', state: 'up', in_maintenance: false, compute_disabled_for_maintenance: false, power_down_expected: powerDownExpected,
+  });
+  const down = [{ id: 's1', binary: 'nova-compute', host: 'node-1', zone: 'nova', status: 'enabled', state: 'down', updated_at: '2026-11-28T00:00:00Z', disabled_reason: null }] as ComputeService[];
+  const hypervisors = [{ hypervisor_hostname: 'node-1', service: { host: 'node-1' } }] as Hypervisor[];
+
+  it('sees no failure in its compute service down, only when the power-down is expected', () => {
+    expect(hostProblem(host(true), down, hypervisors)).toBeUndefined();
+    expect(hostProblem(host(false), down, hypervisors)).toMatch(/its compute service is down/);
+    // A hypervisor gone from Nova is a failure whatever the power.
+    expect(hostProblem(host(true), down, [])).toMatch(/hypervisor is gone/);
   });
 });

@@ -78,12 +78,14 @@ export async function saveHostPowerSettings(db: Queryable, hostId: string, setti
 
 /**
  * Records the host's power as read or brought about at `atMs`. `powered_off_since` keeps its first
- * instant while the host stays off (a repeated record is no new sleep), and clears once it is not.
+ * instant while the host stays off (a repeated record is no new sleep), and clears once it is not;
+ * `woken_at` is set when the host comes to on from another state, and cleared when it is off.
  */
 export async function recordPowerState(db: Queryable, hostId: string, state: PowerState, atMs: number): Promise<void> {
   await db.query(
     `UPDATE host_power SET power_state = $2, power_state_at = to_timestamp($3::float8 / 1000),
-       powered_off_since = CASE WHEN $2 <> 'off' THEN NULL WHEN power_state = 'off' THEN powered_off_since ELSE to_timestamp($3::float8 / 1000) END
+       powered_off_since = CASE WHEN $2 <> 'off' THEN NULL WHEN power_state = 'off' THEN powered_off_since ELSE to_timestamp($3::float8 / 1000) END,
+       woken_at = CASE WHEN $2 = 'off' THEN NULL WHEN $2 = 'on' AND power_state <> 'on' THEN to_timestamp($3::float8 / 1000) ELSE woken_at END
      WHERE host_id = $1`,
     [hostId, state, atMs],
   );

@@ -18,5 +18,8 @@ CREATE TABLE host_power (
   power_state        text NOT NULL DEFAULT 'unknown' CHECK (power_state IN ('on', 'off', 'unknown')),
   power_state_at     timestamptz,
   powered_off_since  timestamptz CHECK ((powered_off_since IS NULL) = (power_state <> 'off')),
+  -- When it was last woken (its state brought to on from another): until its boot time and
+  -- LK_POWER_RESUME_TIMEOUT_SECONDS have passed, its compute service down is no failure.
+  woken_at           timestamptz,
   updated_at         timestamptz NOT NULL DEFAULT now()
 );
