@@ -1,3 +1,4 @@
+import dgram from 'node:dgram';
 import fs from 'node:fs';
 import net from 'node:net';
 import { standardServerPorts } from './temporal-server';
@@ -28,11 +29,23 @@ function portIsFree(port: number): Promise<boolean> {
   });
 }
 
+/** Whether UDP `port` on loopback can be bound right now. */
+function udpPortIsFree(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const socket = dgram.createSocket('udp4');
+    socket.once('error', () => {
+      socket.close();
+      resolve(false);
+    });
+    socket.bind(port, '127.0.0.1', () => socket.close(() => resolve(true)));
+  });
+}
+
 /**
  * A port whose whole block (`port + offset` for each offset) is free on loopback now, with every
  * port of the block in [PICK_FROM, ephemeralPortsFrom).
  */
-async function freeBlock(offsets: readonly number[], what: string): Promise<number> {
+async function freeBlock(offsets: readonly number[], what: string, isFree: (port: number) => Promise<boolean> = portIsFree): Promise<number> {
   const lowest = PICK_FROM - Math.min(0, ...offsets);
   const highest = ephemeralPortsFrom - 1 - Math.max(0, ...offsets);
   if (highest < lowest) throw new Error(`no room for ${what} between ${PICK_FROM} and the ephemeral range (from ${ephemeralPortsFrom})`);
@@ -40,7 +53,7 @@ async function freeBlock(offsets: readonly number[], what: string): Promise<numb
     const port = lowest + Math.floor(Math.random() * (highest - lowest + 1));
     let free = true;
     for (const offset of offsets) {
-      if (!(await portIsFree(port + offset))) {
+      if (!(await isFree(port + offset))) {
         free = false;
         break;
       }
@@ -53,6 +66,11 @@ async function freeBlock(offsets: readonly number[], what: string): Promise<numb
 /** A loopback port that was free a moment ago. */
 export function freePort(): Promise<number> {
   return freeBlock([0], 'a server');
+}
+
+/** A loopback UDP port that was free a moment ago (a BMC simulator's, IPMI being UDP). */
+export function freeUdpPort(): Promise<number> {
+  return freeBlock([0], 'a UDP server', udpPortIsFree);
 }
 
 /** Two neighbouring free loopback ports (a process that serves on `port` and `port + 1`); gives the first. */

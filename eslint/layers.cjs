@@ -13,16 +13,18 @@ const PLATFORM = ['src/config.ts', 'src/log.ts', 'src/paths.ts', 'src/temporal.t
 
 /** Each layer (a folder, or a file), with what it may import (folders, files, or patterns of files); `typesOnly`: allowed as `import type` only. */
 const LAYERS = [
-  { layer: 'src/api', may: [/^workflows\/[^/]+\/messages\.ts$/, 'src/outbox', 'src/resources', 'src/policy', 'src/notifications', 'src/db', 'src/openstack', 'src/domain', ...PLATFORM] },
+  { layer: 'src/api', may: [/^workflows\/[^/]+\/messages\.ts$/, 'src/outbox', 'src/resources', 'src/power', 'src/policy', 'src/notifications', 'src/db', 'src/openstack', 'src/domain', ...PLATFORM] },
   // The migration from Blazar, beside the API: it writes through the stores and starts lease workflows as the API does.
   // It takes a lease only as the API would: by the API's own rules (lease-schemas, input-check, auth's identity rule).
   { layer: 'src/import', may: [/^workflows\/[^/]+\/messages\.ts$/, 'src/api/lease-commands.ts', 'src/api/lease-schemas.ts', 'src/api/input-check.ts', 'src/api/auth.ts', 'src/outbox', 'src/resources', 'src/db', 'src/domain', ...PLATFORM] },
  // Owed lease workflow starts (the API's admissions): the API starts them, the API and the worker sweep.
   { layer: 'src/outbox', may: [/^workflows\/[^/]+\/messages\.ts$/, 'src/db', 'src/domain', ...PLATFORM] },
-  { layer: 'worker', may: ['activities', 'workflows', 'src/outbox', 'src/resources', 'src/policy', 'src/notifications', 'src/db', 'src/openstack', 'src/domain', ...PLATFORM] },
+  { layer: 'worker', may: ['activities', 'workflows', 'src/outbox', 'src/resources', 'src/power', 'src/policy', 'src/notifications', 'src/db', 'src/openstack', 'src/domain', ...PLATFORM] },
   { layer: 'workflows', may: ['src/domain'], typesOnly: ['activities'] },
-  { layer: 'activities', may: ['src/resources', 'src/policy', 'src/notifications', 'src/db', 'src/openstack', 'src/domain', ...PLATFORM] },
-  { layer: 'src/resources', may: ['src/db', 'src/openstack', 'src/domain', ...PLATFORM] },
+  { layer: 'activities', may: ['src/resources', 'src/power', 'src/policy', 'src/notifications', 'src/db', 'src/openstack', 'src/domain', ...PLATFORM] },
+  { layer: 'src/resources', may: ['src/power', 'src/db', 'src/openstack', 'src/domain', ...PLATFORM] },
+  // The power drivers (ipmitool, the operator's programs, Ironic through its client): a client layer over src/openstack.
+  { layer: 'src/power', may: ['src/openstack', 'src/domain', ...PLATFORM] },
   // The usage policy (rules, Blazar's external filter), beside the resource types: the activities and the API use it.
   { layer: 'src/policy', may: ['src/db', 'src/domain', ...PLATFORM] },
   // Notices' delivery (webhooks, oslo.messaging), beside the resource types: the activities deliver, the API keeps projects' webhooks.

@@ -20,6 +20,9 @@ command -v setpriv >/dev/null || missing+=(util-linux)
 # The calendar page's browser tests and screenshot: Debian's Chromium (no browser download), with a font.
 command -v chromium >/dev/null || missing+=(chromium)
 compgen -G "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf" >/dev/null || missing+=(fonts-dejavu-core)
+# The power drivers' tests (issue 48): OpenIPMI's BMC simulator as the peer of the ipmi driver, and ipmitool, the driver's own program.
+command -v ipmi_sim >/dev/null || missing+=(openipmi)
+command -v ipmitool >/dev/null || missing+=(ipmitool)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "setup: installing Debian packages: ${missing[*]}"
   # Keep package scripts from starting system services (e.g. a postgresql@15-main cluster on 5432).

@@ -429,6 +429,19 @@ const envSchema = z.object({
 
   // How long a health check may wait for each dependency; a deep check (a workflow) runs at most
   // once per interval, its result shared by every caller meanwhile.
+  // Power management of idle reservable hosts (issue 48; docs/operations.md, "Power"): the planner's
+  // rules (src/domain/power-plan.ts) and the drivers' settings (src/power).
+  LK_POWER_OFF_AFTER_IDLE: z.string().regex(/^\s*\d{1,6}\s*[smhd]\s*$/, 'expected a duration such as "2h", "90m" or "1d"').default('2h'),
+  LK_POWER_WAKE_MARGIN_SECONDS: z.coerce.number().int().min(0).max(86_400).default(300),
+  LK_POWER_BOOT_SECONDS: z.coerce.number().int().min(1).max(86_400).default(600),
+  LK_POWER_BOOT_SAMPLES: z.coerce.number().int().min(1).max(100).default(5),
+  LK_POWER_RECHECK_SECONDS: z.coerce.number().int().min(1).max(86_400).default(300),
+  LK_POWER_RESUME_TIMEOUT_SECONDS: z.coerce.number().int().min(0).max(86_400).default(600),
+  LK_POWER_TIMEOUT_SECONDS: z.coerce.number().int().min(1).max(600).default(60),
+  LK_POWER_COMMAND_ON: z.string().max(8_192).superRefine(problemAsIssue(argvProblem)).optional(),
+  LK_POWER_COMMAND_OFF: z.string().max(8_192).superRefine(problemAsIssue(argvProblem)).optional(),
+  LK_POWER_COMMAND_STATUS: z.string().max(8_192).superRefine(problemAsIssue(argvProblem)).optional(),
+  LK_POWER_IPMI_CIPHER_SUITE: z.coerce.number().int().min(0).max(17).optional(),
   LK_HEALTH_TIMEOUT_MS: positiveInt.default(2_000),
   LK_HEALTH_DEEP_INTERVAL_SECONDS: z.coerce.number().int().min(0).max(3_600).default(10),
 });
@@ -553,6 +566,7 @@ function toConfig(env: z.infer<typeof envSchema>) {
       notificationsUrl: env.LK_NOVA_NOTIFICATIONS_URL,
     },
     notices: noticeSettings(env),
+    power: powerSettings(env),
     healthTimeoutMs: env.LK_HEALTH_TIMEOUT_MS,
     healthDeepIntervalMs: env.LK_HEALTH_DEEP_INTERVAL_SECONDS * 1000,
   };
@@ -576,6 +590,48 @@ export function httpUrlProblem(url: string): string | undefined {
   if (parsed.username || parsed.password) return 'expected no credentials in the URL (they would reach logs)';
   if (parsed.href.length > 2_048) return 'expected at most 2048 characters';
   return undefined;
+}
+
+/** What a power program's argv (LK_POWER_COMMAND_*: a JSON array of 1 to 32 strings, the program first, an absolute path) gets wrong, if anything. */
+function argvProblem(value: string): string | undefined {
+  let argv: unknown;
+  try {
+    argv = JSON.parse(value);
+  } catch {
+    return 'expected a JSON array of strings, e.g. ["/usr/local/sbin/pdu-power", "on"]';
+  }
+  if (!Array.isArray(argv) || argv.length === 0 || argv.length > 32 || !argv.every((arg) => typeof arg === 'string' && arg.length <= 1_024 && !arg.includes('\0'))) {
+    return 'expected a JSON array of 1 to 32 strings (each at most 1024 characters)';
+  }
+  if (!path.isAbsolute(argv[0] as string)) return 'expected the program as an absolute path (the programs run with a minimal PATH)';
+  return undefined;
+}
+
+const DURATION_UNIT_MS: Record<string, number> = { s: 1_000, m: 60_000, h: 3_600_000, d: 86_400_000 };
+
+/** Power management's settings (issue 48): the planner's rules, and what the drivers need of the deployment. */
+function powerSettings(env: z.infer<typeof envSchema>) {
+  const idle = /(\d+)\s*([smhd])/.exec(env.LK_POWER_OFF_AFTER_IDLE)!;
+  const argv = (value: string | undefined) => (value === undefined || value.trim() === '' ? undefined : (JSON.parse(value) as string[]));
+  const [on, off, status] = [argv(env.LK_POWER_COMMAND_ON), argv(env.LK_POWER_COMMAND_OFF), argv(env.LK_POWER_COMMAND_STATUS)];
+  return {
+    /** A host sleeps only when its next booking is further than this plus its boot time. */
+    offAfterIdleMs: Number(idle[1]) * DURATION_UNIT_MS[idle[2]],
+    /** A sleeping host is woken this much before its boot time ahead of its next booking. */
+    marginMs: env.LK_POWER_WAKE_MARGIN_SECONDS * 1_000,
+    /** A host's boot time until `bootSamples` of its boots are known (then their 95th percentile). */
+    defaultBootMs: env.LK_POWER_BOOT_SECONDS * 1_000,
+    bootSamples: env.LK_POWER_BOOT_SAMPLES,
+    /** Past its boot time, how long more a woken host may take before its compute service down is a failure. */
+    resumeTimeoutMs: env.LK_POWER_RESUME_TIMEOUT_SECONDS * 1_000,
+    /** The planner looks again at least this often (bookings made meanwhile). */
+    recheckMs: env.LK_POWER_RECHECK_SECONDS * 1_000,
+    /** Each driver call's bound (ipmitool, a program, an Ironic request). */
+    timeoutMs: env.LK_POWER_TIMEOUT_SECONDS * 1_000,
+    /** The `command` driver's programs; undefined: none configured. */
+    commands: on && off ? { on, off, status } : undefined,
+    ipmiCipherSuite: env.LK_POWER_IPMI_CIPHER_SUITE,
+  };
 }
 
 /** What a deployment webhook URL list (LK_WEBHOOK_URLS) gets wrong, if anything. */
@@ -680,6 +736,13 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     throw new ConfigError(
       `invalid configuration: LK_API_HOST=${JSON.stringify(LK_API_HOST)}: noauth (LK_AUTH_STRATEGY) trusts identity headers, so it listens on loopback only; set LK_AUTH_STRATEGY=keystone, or LK_ALLOW_NOAUTH_REMOTE=true if the address is reachable only by trusted callers`,
     );
+  }
+  const power = powerSettings(settings);
+  if (power.marginMs > power.offAfterIdleMs) {
+    throw new ConfigError(`invalid configuration: LK_POWER_WAKE_MARGIN_SECONDS=${settings.LK_POWER_WAKE_MARGIN_SECONDS}: must be at most LK_POWER_OFF_AFTER_IDLE (${settings.LK_POWER_OFF_AFTER_IDLE}), or a host just woken could be put back to sleep before its booking`);
+  }
+  if ((settings.LK_POWER_COMMAND_ON === undefined) !== (settings.LK_POWER_COMMAND_OFF === undefined)) {
+    throw new ConfigError('invalid configuration: LK_POWER_COMMAND_ON and LK_POWER_COMMAND_OFF go together (the command driver needs both programs)');
   }
   return toConfig(settings);
 }

@@ -213,6 +213,7 @@ describe('authorization on every route', () => {
       ['PUT', '/os-hosts/:id', 'put'],
       ['DELETE', '/os-hosts/:id', 'delete'],
       ['PATCH', '/os-hosts/properties/:name', 'update_resource_properties'],
+      ['POST', '/os-hosts/:id/power', 'power'],
       ['POST', '/os-hosts/:id/maintenance', 'maintenance:post'],
       ['GET', '/os-hosts/:id/maintenance', 'maintenance:get'],
       ['GET', '/os-hosts/:id/maintenance/:windowId', 'maintenance:get'],
@@ -224,6 +225,7 @@ describe('authorization on every route', () => {
       exercise(`${method} ${route}`);
       const path = `/v1${route.replace(':id', hostIds[0]).replace(':name', 'rack').replace(':windowId', '00000000-0000-4000-8000-00000000000a')}`;
       const body = route.endsWith('/maintenance') && method === 'POST' ? { start_date: '2099-01-01 00:00', end_date: '2099-01-02 00:00', reason: 'theirs' }
+        : route.endsWith('/power') ? { action: 'off' }
         : method === 'POST' ? { name: 'some-hypervisor' } : method === 'PUT' ? { rack: 'stolen' } : method === 'PATCH' ? { private: true } : undefined;
       const beforeWindows = (await call('admin', 'GET', '/v1/maintenance?all=true')).body;
       const before = (await call('admin', 'GET', '/v1/os-hosts')).body.hosts;

@@ -129,6 +129,17 @@ describe('configuration', () => {
     expect(() => loadConfig({ LK_API_METRICS_TOKEN: 'secret' })).toThrow(/^invalid configuration: LK_API_METRICS_TOKEN="\*\*\*": expected at least 16 characters$/);
   });
 
+  it("reads power management's settings: the idle threshold as a duration, the programs as JSON argv arrays", () => {
+    expect(loadConfig({}).power).toEqual({
+      offAfterIdleMs: 2 * 3_600_000, marginMs: 300_000, defaultBootMs: 600_000, bootSamples: 5, resumeTimeoutMs: 600_000, recheckMs: 300_000, timeoutMs: 60_000, commands: undefined, ipmiCipherSuite: undefined,
+    });
+    const power = loadConfig({ LK_POWER_OFF_AFTER_IDLE: '90m', LK_POWER_COMMAND_ON: '["/usr/local/sbin/pdu", "on"]', LK_POWER_COMMAND_OFF: '["/usr/local/sbin/pdu", "off"]', LK_POWER_IPMI_CIPHER_SUITE: '17' }).power;
+    expect(power).toMatchObject({ offAfterIdleMs: 90 * 60_000, commands: { on: ['/usr/local/sbin/pdu', 'on'], off: ['/usr/local/sbin/pdu', 'off'], status: undefined }, ipmiCipherSuite: 17 });
+    expect(() => loadConfig({ LK_POWER_COMMAND_ON: '["/usr/local/sbin/pdu"]' })).toThrow(/LK_POWER_COMMAND_ON and LK_POWER_COMMAND_OFF go together/);
+    // The margin above the threshold would let a host just woken be put back to sleep.
+    expect(() => loadConfig({ LK_POWER_OFF_AFTER_IDLE: '1m', LK_POWER_WAKE_MARGIN_SECONDS: '61' })).toThrow(/LK_POWER_WAKE_MARGIN_SECONDS=61: must be at most LK_POWER_OFF_AFTER_IDLE/);
+  });
+
   it('treats an empty variable as unset', () => {
     expect(loadConfig({ LK_API_PORT: '' }).api.port).toBe(1234);
   });
@@ -141,6 +152,10 @@ describe('configuration', () => {
     ['DATABASE_URL', 'mysql://root@db/lk'],
     ['LK_WORKER_MAX_CACHED_WORKFLOWS', '0'],
     ['LK_NOAUTH_PROJECT_ID', 'has spaces'],
+    ['LK_POWER_OFF_AFTER_IDLE', '2 hours'],
+    ['LK_POWER_COMMAND_ON', 'pdu on'],
+    ['LK_POWER_COMMAND_OFF', '["pdu", "off"]'],
+    ['LK_POWER_IPMI_CIPHER_SUITE', '18'],
   ])('rejects %s=%s with one line naming the variable', (name, value) => {
     let error: unknown;
     try {

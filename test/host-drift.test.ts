@@ -5,7 +5,7 @@ import type { Aggregate } from '../src/openstack';
 import { planDrift, type DriftInput } from '../src/resources/physical-host/drift';
 
 const host = (id: string, state: 'up' | 'failed' = 'up', inMaintenance = false): MonitoredHost => ({
-  id, hypervisor_hostname: `node-${id}`, service_name: `node-${id}`, state, in_maintenance: inMaintenance, compute_disabled_for_maintenance: false,
+  id, hypervisor_hostname: `node-${id}`, service_name: `node-${id}`, state, in_maintenance: inMaintenance, compute_disabled_for_maintenance: false, power_down_expected: false,
 });
 const aggregate = (id: number, name: string, hosts: string[], metadata: Record<string, string> = {}): Aggregate => ({ id, name, hosts, metadata }) as unknown as Aggregate;
 const leaseAggregate = (id: number, reservation: string, lease: string, hosts: string[]) => aggregate(id, reservation, hosts, { 'leasekeeper:reservation': reservation, 'leasekeeper:lease': lease });

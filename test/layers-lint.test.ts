@@ -31,6 +31,8 @@ describe('the layer rule', () => {
     ['src/api/probe.ts', "import { createActivities } from '../../activities';", 'src/api may not import activities'],
     ['workflows/lease/probe.ts', "import { createActivities } from '../../activities';", 'workflows may not import activities'],
     ['activities/probe.ts', "export { createApp } from '../src/api/app';", 'activities may not import src/api'],
+    ['src/power/probe.ts', "import { listHosts } from '../db/hosts';", 'src/power may not import src/db'],
+    ['src/openstack/probe.ts', "import { powerDriverFor } from '../power';", 'src/openstack may not import src/power'],
   ])('%s: %s fails', async (file, code, expected) => {
     const found = await problems(file, code);
     expect(found).toHaveLength(1);
@@ -42,6 +44,8 @@ describe('the layer rule', () => {
     ['src/api/probe.ts', "import { admitLease } from '../../workflows/lease/messages';\nimport { HostCalendar } from '../resources/physical-host/calendar';"],
     ['workflows/lease/probe.ts', "import type { Activities } from '../../activities';\nimport { newLease } from '../../src/domain/lease';"],
     ['activities/probe.ts', "import { productionPlugins } from '../src/resources';"],
+    ['src/resources/probe.ts', "import { powerDriverFor } from '../power';"],
+    ['src/power/probe.ts', "import { IronicClient } from '../openstack/ironic';\nimport { missingPowerSetting } from '../domain/host-power';"],
     ['test/probe.ts', "import { createActivities } from '../activities';\nimport { leaseWorkflow } from '../workflows/lease/lease';"],
   ])('%s: downward imports pass', async (file, code) => {
     expect(await problems(file, code)).toEqual([]);

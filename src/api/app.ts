@@ -19,6 +19,7 @@ import { InstanceSlotCalendar } from '../resources/virtual-instance/calendar';
 import { FloatingIpInventory } from '../resources/floating-ip/inventory';
 import { NetworkSegmentInventory } from '../resources/network-segment/inventory';
 import { HostInventory } from '../resources/physical-host/inventory';
+import { HostPower } from '../resources/physical-host/power';
 import { availabilityRouter } from './availability';
 import { offersRouter, type OfferDeps } from './offers';
 import { offerHoldsRouter } from './offer-holds';
@@ -43,7 +44,7 @@ import { durationMs } from '../policy/rules';
 import { versionsRouter } from './versions';
 
 export interface AppDeps {
-  config: Pick<Config, 'temporal' | 'outbox' | 'healthTimeoutMs' | 'healthDeepIntervalMs' | 'leaseLimits' | 'policy' | 'notifyBeforeEnd' | 'idleLeases' | 'maxReservationsPerLease' | 'maxOccurrences' | 'offerTtlMs' | 'offerHolds' | 'api' | 'hosts' | 'inventory' | 'provisioningLeadMs' | 'notices' | 'preemption'>;
+  config: Pick<Config, 'temporal' | 'outbox' | 'healthTimeoutMs' | 'healthDeepIntervalMs' | 'leaseLimits' | 'policy' | 'notifyBeforeEnd' | 'idleLeases' | 'maxReservationsPerLease' | 'maxOccurrences' | 'offerTtlMs' | 'offerHolds' | 'api' | 'hosts' | 'inventory' | 'provisioningLeadMs' | 'notices' | 'preemption' | 'power'>;
   log: Logger;
   pool: Pool;
   connection: Connection;
@@ -180,7 +181,7 @@ export function createApp(deps: AppDeps): express.Express {
     usageRouter({ pool: deps.pool, preemptibleChargeFactor: config.preemption.chargeFactor }),
     projectPolicyRouter({ pool: deps.pool, policy, commands }),
     webhooksRouter({ pool: deps.pool, settings: config.notices }),
-    hostsRouter({ pool: deps.pool, inventory, commands }),
+    hostsRouter({ pool: deps.pool, inventory, power: hostPower(deps), commands }),
     maintenanceRouter({ pool: deps.pool, inventory, commands }),
     floatingIpsRouter({ pool: deps.pool, inventory: lazyFloatingIpInventory(deps) }),
     networksRouter({ pool: deps.pool, inventory: lazyNetworkSegmentInventory(deps, log) }),
@@ -210,6 +211,15 @@ function openstackOf(deps: AppDeps): NonNullable<AppDeps['openstack']> {
 function lazyInventory(deps: AppDeps): () => HostInventory {
   const inventory = new HostInventory(deps.pool, () => openstackOf(deps)().nova, deps.config.inventory);
   return () => inventory;
+}
+
+/** Hosts' power: the drivers as the deployment sets them up; Ironic's client only for a host powered through Ironic. */
+function hostPower(deps: AppDeps): HostPower {
+  const { power } = deps.config;
+  return new HostPower(deps.pool, {
+    drivers: { timeoutMs: power.timeoutMs, commands: power.commands, ipmiCipherSuite: power.ipmiCipherSuite, ironic: () => openstackOf(deps)().ironic },
+    defaultBootMs: power.defaultBootMs,
+  });
 }
 
 /** The enrolled addresses are read without OpenStack; enrolling one asks Neutron. */

@@ -4,6 +4,7 @@ import { ZodError, type z } from 'zod';
 import { LeaseErrorType } from '../domain/lease';
 import { databaseDataError, isDatabaseUnavailable, isLostRace, violatedUniqueConstraint } from '../db/pool';
 import { OpenStackConfigError, OpenStackError, publicMessage } from '../openstack/errors';
+import { PowerError } from '../power/errors';
 import type { Logger } from '../log';
 import { describeIssues, requestWording } from './lease-schemas';
 import { requestIdOf, requestLog } from './request-id';
@@ -146,6 +147,13 @@ export function errorHandler(baseLog: Logger): ErrorRequestHandler {
     if (err instanceof OpenStackError) {
       log.error({ err, service: err.service, openstack_request_id: err.requestId }, 'OpenStack call failed');
       send(502, errorBody(502, `OpenStack failed: ${publicMessage(err)}`));
+      return;
+    }
+    if (err instanceof PowerError) {
+      // A host's BMC, program or Ironic (an admin's waking or sleeping by hand): not down → may work later; refused → the settings need changing.
+      log.warn({ err, host: err.host }, 'power driver failed');
+      if (err.retryable) res.setHeader('Retry-After', '5');
+      send(err.retryable ? 503 : 502, errorBody(err.retryable ? 503 : 502, `${err.retryable ? 'the host’s power could not be reached' : 'the host’s power driver failed'}: ${err.message}`, err.name));
       return;
     }
     // body-parser errors carry an HTTP status (malformed JSON, body too large, bad charset).

@@ -1,7 +1,8 @@
 /**
  * Blazar's os-hosts API (admin only): enrol hosts from Nova into the reservable pool, change their
  * extra capabilities, take them out of admission (`reservable`), remove them; and the capability
- * ("resource property") list.
+ * ("resource property") list. Ours besides: a host's `power` settings and state (issue 48,
+ * host-power.ts), and waking it or putting it to sleep by hand.
  */
 import { Router, type Response } from 'express';
 import { z } from 'zod';
@@ -9,9 +10,11 @@ import { leasesHoldingHosts } from '../db/host-allocations';
 import { capabilityExists, capabilityProperties, listHosts, setCapabilityPrivate, type HostRecord } from '../db/hosts';
 import type { Pool } from '../db/pool';
 import type { HostInventory } from '../resources/physical-host/inventory';
+import type { HostPower } from '../resources/physical-host/power';
 import { identityOf } from './auth';
 import { formatBlazarTimestamp } from '../domain/dates';
 import { ApiError, parseRequest } from './errors';
+import { powerActionBody, powerFields, powerPatchOf } from './host-power';
 import { tellLeasesHostsChanged, type LeaseCommandOptions } from './lease-commands';
 
 /** The os-hosts routes' admin check, with Blazar's policy wording (maintenance routes use it too). */
@@ -73,7 +76,7 @@ function reservableFlag(value: unknown): boolean | undefined {
   throw new ApiError(400, 'reservable: expected true or false (whether new leases may book the host)');
 }
 
-export function hostsRouter(deps: { pool: Pool; inventory: () => HostInventory; commands: LeaseCommandOptions }): Router {
+export function hostsRouter(deps: { pool: Pool; inventory: () => HostInventory; power: HostPower; commands: LeaseCommandOptions }): Router {
   const router = Router();
 
   router.get('/os-hosts/properties', async (req, res) => {
@@ -98,13 +101,31 @@ export function hostsRouter(deps: { pool: Pool; inventory: () => HostInventory; 
 
   router.post('/os-hosts', async (req, res) => {
     requireAdmin(res, 'post');
-    const { name, ...capabilities } = parseRequest(hostEnrolBody, req.body);
-    res.status(201).json({ host: toBlazarHost(await deps.inventory().enrol(name, capabilities)) });
+    const { name, power, ...capabilities } = parseRequest(hostEnrolBody, req.body);
+    // Checked before the host is enrolled: a bad power setting enrols nothing.
+    const patch = powerPatchOf(power);
+    const settings = patch && (await deps.power.prepare(undefined, patch));
+    const host = await deps.inventory().enrol(name, capabilities);
+    if (settings) await deps.power.save(host.id, settings);
+    res.status(201).json({ host: { ...toBlazarHost(host), ...powerFields(await deps.power.status(host, Date.now())) } });
   });
 
   router.get('/os-hosts/:id', async (req, res) => {
     requireAdmin(res, 'get');
-    res.json({ host: toBlazarHost(await deps.inventory().get(req.params.id)) });
+    const host = await deps.inventory().get(req.params.id);
+    res.json({ host: { ...toBlazarHost(host), ...powerFields(await deps.power.status(host, Date.now())) } });
+  });
+
+  // Wakes a host or puts it to sleep by hand; off is refused (409) while it is booked now or within its boot time.
+  router.post('/os-hosts/:id/power', async (req, res) => {
+    requireAdmin(res, 'power');
+    const { action } = parseRequest(powerActionBody, req.body);
+    const host = await deps.inventory().get(req.params.id);
+    // A caller that gives up ends the driver's call (its program killed) rather than leaving it to run.
+    const gone = new AbortController();
+    res.on('close', () => gone.abort());
+    const status = await deps.power.powerByHand(host, action, Date.now(), gone.signal);
+    res.json({ host: { ...toBlazarHost(host), ...powerFields(status) } });
   });
 
   router.put('/os-hosts/:id', async (req, res) => {
@@ -113,13 +134,17 @@ export function hostsRouter(deps: { pool: Pool; inventory: () => HostInventory; 
     if (!body || typeof body !== 'object' || Array.isArray(body)) throw new ApiError(400, 'expected a JSON object of capabilities, e.g. {"gpu": "a100"}');
     // blazarclient sends the capabilities themselves; Blazar's API docs wrap them in "values".
     const values = 'values' in body && typeof body.values === 'object' && body.values !== null ? (body.values as Record<string, unknown>) : (body as Record<string, unknown>);
-    const { reservable, ...capabilities } = values;
+    const { reservable, power, ...capabilities } = values;
+    // Checked before anything changes: a bad power setting changes nothing.
+    const patch = powerPatchOf(power);
+    const settings = patch && (await deps.power.prepare((await deps.inventory().get(req.params.id)).id, patch));
     const host = await deps.inventory().update(req.params.id, capabilities, reservableFlag(reservable));
+    if (settings) await deps.power.save(host.id, settings);
     if (reservable !== undefined) {
       // Pending leases on a host taken out of admission move elsewhere (or are flagged); back in, their flags clear.
       await tellLeasesHostsChanged(deps.commands, await leasesHoldingHosts(deps.pool, [host.id]), [host.id]);
     }
-    res.json({ host: toBlazarHost(host) });
+    res.json({ host: { ...toBlazarHost(host), ...powerFields(await deps.power.status(host, Date.now())) } });
   });
 
   router.delete('/os-hosts/:id', async (req, res) => {

@@ -10,6 +10,7 @@
  */
 import { extendZodWithOpenApi, OpenAPIRegistry, OpenApiGeneratorV31, type RouteConfig } from '@asteasolutions/zod-to-openapi';
 import { z } from 'zod';
+import { POWER_DRIVER_KINDS } from '../domain/host-power';
 import { EVENT_TYPES, LEASE_STATUSES } from '../domain/lease';
 import type { ResourceTypes } from '../domain/resource-plugin';
 import { availabilityQuery } from './availability';
@@ -18,6 +19,7 @@ import { calendarLoginBody } from './calendar-page';
 import { floatingIpAllocationQuery, floatingIpEnrolBody } from './floating-ips';
 import { networkAllocationQuery, networkEnrolBody } from './networks';
 import { hostAllocationQuery } from './host-allocations';
+import { powerActionBody } from './host-power';
 import { hostEnrolBody, propertyPrivacyBody } from './hosts';
 import { maintenanceBody, maintenanceListQuery } from './maintenance';
 import { projectPolicyBody } from './project-policy';
@@ -152,6 +154,23 @@ const host = z
     trust_id: z.null(),
     created_at: timestamp,
     updated_at: timestamp,
+    power: z
+      .strictObject({
+        driver: z.enum(POWER_DRIVER_KINDS),
+        address: z.string().nullable(),
+        port: z.number().int().nullable(),
+        username: z.string().nullable(),
+        password_set: z.boolean().describe('whether a password is stored (it is never shown)'),
+        node: z.string().nullable(),
+        manage: z.boolean(),
+        boot_seconds: z.number().int().nullable(),
+      })
+      .nullable()
+      .optional()
+      .describe('the power settings (one host shown, changed or enrolled; null: none, the host is never powered off)'),
+    power_state: z.enum(['on', 'off', 'unknown']).optional().describe('the last power state read or brought about (not read from the BMC for this answer)'),
+    powered_off_since: nullableTimestamp.optional().describe('since when the host has been off'),
+    next_needed: nullableTimestamp.optional().describe('the start of its earliest booking of any kind not ended yet (host, slots, preemptible, lending, maintenance; in the past: booked now); null: none'),
   })
   .describe('An enrolled compute host; its extra capabilities are fields beside these')
   .openapi('Host');
@@ -588,7 +607,7 @@ export function apiOperations(types: ResourceTypes): Operation[] {
     },
     {
       method: 'post', path: '/v1/os-hosts', tags: ['hosts'], summary: 'Enrol a host',
-      description: "Enrols a Nova compute host (by its hypervisor hostname) into the reservable pool; it must have no servers. Other fields become the host's extra capabilities. Admins only.",
+      description: "Enrols a Nova compute host (by its hypervisor hostname) into the reservable pool; it must have no servers. Other fields become the host's extra capabilities, but `power`: its power settings, as `PUT /v1/os-hosts/{id}` takes them. Admins only.",
       security: AUTHENTICATED,
       request: { body: { content: { 'application/json': { schema: hostEnrolBody } }, required: true } },
       responses: { 201: json(z.strictObject({ host }), 'the enrolled host'), ...COMMON_REFUSALS, 403: adminOnly, 404: refusal('Nova has no such hypervisor'), 409: refusal('already enrolled, or it has servers') },
@@ -627,10 +646,21 @@ export function apiOperations(types: ResourceTypes): Operation[] {
     {
       method: 'put', path: '/v1/os-hosts/{id}', tags: ['hosts'], summary: "Change a host's capabilities, or take it out of admission",
       description:
-        'Sets extra capabilities (the body itself, as blazarclient sends it, or under `values`, as Blazar\'s API reference writes it). A capability that a live lease\'s query relies on cannot change (409). `reservable` (true or false, also as text) is no capability: false keeps the host enrolled but out of new leases, and its pending leases are booked elsewhere or flagged; a released host cannot be made reservable this way (409: enrol it again). Admins only.',
+        'Sets extra capabilities (the body itself, as blazarclient sends it, or under `values`, as Blazar\'s API reference writes it). A capability that a live lease\'s query relies on cannot change (409). `reservable` (true or false, also as text) is no capability: false keeps the host enrolled but out of new leases, and its pending leases are booked elsewhere or flagged; a released host cannot be made reservable this way (409: enrol it again). `power` is no capability either: the host\'s power settings (`driver` ipmi, ironic, command or none; `address`, `port`, `username`, `password` for ipmi; `node` for ironic; `manage`; `boot_seconds`), the fields given replacing the stored ones (null clears one), checked complete for the driver (400). Admins only.',
       security: AUTHENTICATED,
       request: { params: idParam('the host id'), body: { content: { 'application/json': { schema: z.record(z.string(), z.unknown()) } }, required: true } },
       responses: { 200: json(z.strictObject({ host }), 'the host'), ...COMMON_REFUSALS, 403: adminOnly, 404: notFound, 409: refusal('a lease that holds the host now or later relies on the capability, or the host was released') },
+    },
+    {
+      method: 'post', path: '/v1/os-hosts/{id}/power', tags: ['hosts'], summary: 'Wake a host or put it to sleep',
+      description:
+        'An extension (issue 48). Powers the host on or off through its power driver (`power.driver`: ipmi, ironic or command). Off is refused (409) while the host is booked now or its next booking starts within its boot time. The answer is the host with its power fields; a BMC or program that did not answer is a 503 (try again), one that refused (credentials, a missing program, an unknown node) a 502. Admins only.',
+      security: AUTHENTICATED,
+      request: { params: idParam('the host id'), body: { content: { 'application/json': { schema: powerActionBody } }, required: true } },
+      responses: {
+        200: json(z.strictObject({ host }), 'the host'), ...COMMON_REFUSALS, 403: adminOnly, 404: notFound,
+        409: refusal('the host has no power driver, or is booked now or within its boot time'), 502: refusal('the BMC, Ironic or the program refused'), 503: refusal('the BMC, Ironic or the program did not answer'),
+      },
     },
     {
       method: 'delete', path: '/v1/os-hosts/{id}', tags: ['hosts'], summary: 'Remove a host',

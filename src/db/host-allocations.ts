@@ -10,6 +10,7 @@
  */
 import type { PoolClient } from 'pg';
 import type { Lease } from '../domain/lease';
+import type { HostNeedRow } from '../domain/power-plan';
 import { CUT_END_JOIN } from './lease-preemptions';
 import { maintenanceBlocks, UNUSABLE_BOOKING_SQL } from './maintenance';
 import { anyOpenLending, LENDER_ROW_LENT_UNTIL, type LenderRow } from './host-lendings';
@@ -144,6 +145,25 @@ export async function blockedIntervals(
           [...params, window.mergeGapsBelowMs],
         );
   return window.withMaintenance === false ? rows : [...rows, ...(await maintenanceBlocks(db, window))];
+}
+
+/**
+ * Per host (of `hostIds`, or all), its bookings of any kind not ended at `atMs` (whole hosts,
+ * instance slots' shared rows, preemptible, lenders' and borrowers' rows; lead and cleaning times
+ * included): the earliest start among them, and, when some have begun, the latest end of those (the
+ * power planner's next need: src/domain/power-plan.ts). A host with none has no row.
+ */
+export async function nextHostNeeds(db: Queryable, atMs: number, hostIds?: string[]): Promise<HostNeedRow[]> {
+  const { rows } = await db.query<HostNeedRow>(
+    `SELECT host_id::text, (extract(epoch FROM min(lower(blocks))) * 1000)::float8 AS start_ms,
+            max(CASE WHEN upper_inf(blocks) THEN 'Infinity'::float8 ELSE (extract(epoch FROM upper(blocks)) * 1000)::float8 END)
+              FILTER (WHERE lower(blocks) <= to_timestamp($1::float8 / 1000)) AS busy_until_ms
+     FROM host_allocations
+     WHERE (upper_inf(blocks) OR upper(blocks) > to_timestamp($1::float8 / 1000)) AND ($2::bigint[] IS NULL OR host_id = ANY($2::bigint[]))
+     GROUP BY host_id`,
+    [atMs, hostIds ?? null],
+  );
+  return rows;
 }
 
 /** Books one host; the exclusion constraint refuses it (23P01) when another booking took the host meanwhile. */

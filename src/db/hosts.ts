@@ -240,15 +240,30 @@ export interface MonitoredHost {
   in_maintenance: boolean;
   /** The window in force disabled the compute service: a disabled service is expected, not a failure. */
   compute_disabled_for_maintenance: boolean;
+  /**
+   * Its compute service down or disabled is expected, not a failure (issue 48): the host was powered
+   * off on purpose, or woken less than its boot time plus the resume time-out ago (host_power).
+   */
+  power_down_expected: boolean;
+}
+
+/** What the monitor allows a host woken from sleep before its compute service counts as failed. */
+export interface PowerResume {
+  /** A host's boot time when its power settings give none (LK_POWER_BOOT_SECONDS). */
+  defaultBootMs: number;
+  /** Past its boot time, how long more it may take (LK_POWER_RESUME_TIMEOUT_SECONDS). */
+  resumeTimeoutMs: number;
 }
 
 /** Every enrolled host not handed to the shared cloud: those the monitor watches. */
-export async function monitoredHosts(db: Queryable): Promise<MonitoredHost[]> {
+export async function monitoredHosts(db: Queryable, resume: PowerResume): Promise<MonitoredHost[]> {
   const { rows } = await db.query<MonitoredHost>(
     `SELECT h.id::text, h.hypervisor_hostname, h.service_name, h.state, m.id IS NOT NULL AS in_maintenance,
-            COALESCE(m.compute_disabled_at IS NOT NULL, false) AS compute_disabled_for_maintenance
-     FROM hosts h LEFT JOIN host_maintenance m ON m.host_id = h.id AND m.during @> now()
+            COALESCE(m.compute_disabled_at IS NOT NULL, false) AS compute_disabled_for_maintenance,
+            COALESCE(p.power_state = 'off' OR p.woken_at + (COALESCE(p.boot_seconds * 1000, $1) + $2) * interval '1 millisecond' > now(), false) AS power_down_expected
+     FROM hosts h LEFT JOIN host_maintenance m ON m.host_id = h.id AND m.during @> now() LEFT JOIN host_power p ON p.host_id = h.id
      WHERE h.released_at IS NULL ORDER BY h.id`,
+    [resume.defaultBootMs, resume.resumeTimeoutMs],
   );
   return rows;
 }

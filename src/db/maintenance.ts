@@ -4,6 +4,7 @@
  * as epoch milliseconds.
  */
 import type { PoolClient } from 'pg';
+import type { HostNeedRow } from '../domain/power-plan';
 import type { Pool } from './pool';
 
 type Queryable = Pool | PoolClient;
@@ -48,6 +49,19 @@ export async function maintenanceBlocks(db: Queryable, window: { fromMs: number;
      WHERE during && tstzrange(to_timestamp($1 / 1000.0), to_timestamp($2::numeric / 1000.0) + $3 * interval '1 millisecond')
        AND ($4::bigint[] IS NULL OR host_id = ANY($4::bigint[]))`,
     [window.fromMs, window.toMs, window.cleaningMs, window.hostIds ?? null],
+  );
+  return rows;
+}
+
+/** Per host (of `hostIds`, or all), its maintenance windows not ended at `atMs`: the earliest start, and the end of the one in force (nextHostNeeds' shape). */
+export async function nextMaintenanceNeeds(db: Queryable, atMs: number, hostIds?: string[]): Promise<HostNeedRow[]> {
+  const { rows } = await db.query<HostNeedRow>(
+    `SELECT host_id::text, (extract(epoch FROM min(lower(during))) * 1000)::float8 AS start_ms,
+            max((extract(epoch FROM upper(during)) * 1000)::float8) FILTER (WHERE lower(during) <= to_timestamp($1::float8 / 1000)) AS busy_until_ms
+     FROM host_maintenance
+     WHERE upper(during) > to_timestamp($1::float8 / 1000) AND ($2::bigint[] IS NULL OR host_id = ANY($2::bigint[]))
+     GROUP BY host_id`,
+    [atMs, hostIds ?? null],
   );
   return rows;
 }

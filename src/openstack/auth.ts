@@ -21,7 +21,7 @@ import { OpenStackConfigError, type ServiceType } from './errors';
 
 export type EndpointInterface = 'public' | 'internal' | 'admin';
 
-export const SERVICE_TYPES: readonly ServiceType[] = ['identity', 'compute', 'placement', 'network', 'image'];
+export const SERVICE_TYPES: readonly ServiceType[] = ['identity', 'compute', 'placement', 'network', 'image', 'baremetal'];
 
 /** Keystone v3 password authentication, scoped to a project. */
 export interface PasswordCredentials {
@@ -85,6 +85,7 @@ const serviceKeys: Record<string, ServiceType> = {
   placement: 'placement',
   network: 'network',
   image: 'image',
+  baremetal: 'baremetal',
 };
 
 /** Checks the combinations zod's object shape cannot express, naming the settings to set. */

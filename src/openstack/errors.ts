@@ -6,7 +6,7 @@
  */
 
 /** The OpenStack services the clients talk to, named by their catalog service type. */
-export type ServiceType = 'identity' | 'compute' | 'placement' | 'network' | 'image';
+export type ServiceType = 'identity' | 'compute' | 'placement' | 'network' | 'image' | 'baremetal';
 
 export interface OpenStackErrorDetails {
   service: ServiceType;

@@ -219,6 +219,14 @@ function describeCause(cause: unknown): string {
   return messageOf(cause) ?? String(cause);
 }
 
+function parsedJson(text: string): unknown {
+  try {
+    return JSON.parse(text);
+  } catch {
+    return undefined;
+  }
+}
+
 function isRecord(value: unknown): value is Record<string, unknown> {
   return value !== null && typeof value === 'object' && !Array.isArray(value);
 }
@@ -233,7 +241,7 @@ function stringField(record: Record<string, unknown>, key: string): string | und
 /**
  * The human message (and machine code) in an OpenStack error body:
  * Placement `{"errors": [{"detail", "code"}]}`, Neutron `{"NeutronError": {"message", "type"}}`,
- * Keystone `{"error": {"message"}}`, Nova `{"itemNotFound": {"message"}}` (any single key),
+ * Keystone `{"error": {"message"}}`, Ironic `{"error_message": "<JSON text>"}`, Nova `{"itemNotFound": {"message"}}` (any single key),
  * plain `{"message"}`, or Glance/webob HTML and text pages.
  */
 export function errorMessageOf(body: unknown, status: number, statusText: string): { message: string; code?: string } {
@@ -244,6 +252,12 @@ export function errorMessageOf(body: unknown, status: number, statusText: string
       const first = errors[0];
       const detail = stringField(first, 'detail') ?? stringField(first, 'title') ?? fallback;
       return { message: cleanText(detail.replace(/^The resource could not be found\.\s*/, '')), code: stringField(first, 'code') };
+    }
+    // Ironic: `{"error_message": "<JSON text of {faultstring, faultcode, debuginfo}>"}`.
+    const ironic = typeof body.error_message === 'string' ? parsedJson(body.error_message) : body.error_message;
+    if (isRecord(ironic)) {
+      const faultstring = stringField(ironic, 'faultstring');
+      if (faultstring) return { message: faultstring };
     }
     const neutron = body.NeutronError;
     if (isRecord(neutron)) {

@@ -1,6 +1,6 @@
 /**
  * Typed OpenStack clients for leasekeeper: `openStackClients()` builds one session (Keystone
- * password auth or static endpoints) and the Nova, Placement, Neutron, Glance and Keystone
+ * password auth or static endpoints) and the Nova, Placement, Neutron, Glance, Keystone and Ironic
  * clients on it. No client retries on its own; see errors.ts for `retryable`.
  *
  *   const os = openStackClients();                        // OS_CLOUD / clouds.yaml or OS_* vars
@@ -10,6 +10,7 @@
 import { loadCredentials, type LoadCredentialsOptions, type OpenStackCredentials } from './auth';
 import { OpenStackConfigError } from './errors';
 import { GlanceClient } from './glance';
+import { IronicClient } from './ironic';
 import type { HttpOptions, Session } from './http';
 import { KeystoneClient, KeystoneSession, StaticSession } from './keystone';
 import { NeutronClient } from './neutron';
@@ -20,6 +21,7 @@ export * from './auth';
 export * from './errors';
 export * from './glance';
 export * from './http';
+export * from './ironic';
 export * from './keystone';
 export * from './neutron';
 export * from './nova';
@@ -46,6 +48,8 @@ export interface OpenStackClients {
   placement: PlacementClient;
   neutron: NeutronClient;
   glance: GlanceClient;
+  /** Ironic: only where hosts are powered through it (issue 48); built like the others, used on first call. */
+  ironic: IronicClient;
 }
 
 /** Builds a session from credentials: Keystone password auth or static endpoints. */
@@ -70,6 +74,7 @@ export function openStackClients(options: OpenStackClientsOptions = {}): OpenSta
     placement: new PlacementClient(session, { microversion: options.microversions?.placement }),
     neutron: new NeutronClient(session),
     glance: new GlanceClient(session),
+    ironic: new IronicClient(session),
   };
 }
 

@@ -19,7 +19,7 @@ import { virtualServerPlugin, virtualServerType } from './virtual-server';
 
 export interface ResourceDeps {
   pool: Pool;
-  config: Pick<Config, 'hosts' | 'inventory' | 'notifyUrl' | 'provisioningLeadMs' | 'servers' | 'bandwidth'> & Partial<Pick<Config, 'outbox'>>;
+  config: Pick<Config, 'hosts' | 'inventory' | 'notifyUrl' | 'provisioningLeadMs' | 'servers' | 'bandwidth'> & Partial<Pick<Config, 'outbox' | 'power'>>;
   openstack: () => OpenStackClients;
   /** The same credentials in a lessee's project (server leases that create their server). */
   openstackForProject?: (projectId: string) => OpenStackClients;
@@ -102,5 +102,6 @@ export function productionHostWatch({ pool, config, openstack }: Pick<ResourceDe
     source: { nova: () => openstack().nova },
     freepool: inventory.freepoolAggregate,
     failed: { name: inventory.failedAggregate, closedProjectId: inventory.freepoolProjectId },
+    powerResume: config.power && { defaultBootMs: config.power.defaultBootMs, resumeTimeoutMs: config.power.resumeTimeoutMs },
   });
 }
