@@ -336,11 +336,14 @@ describe('what the answers mean', () => {
   }, 10_000);
 
   it('a 403 whose body stalls still denies, with what came of the message', async () => {
+    // The timeout must outlast the 403's head on a loaded machine (CI saw 100 ms pass before it
+    // arrived: failed open, no denial); only the stalled body may run into it.
+    const stallTimeoutMs = 2_000;
     handler = (_req, res) => {
       res.writeHead(403, { 'Content-Type': 'application/json' });
       res.write('{"message": "Quota exceeded for project');
     };
-    const err = await denial(new ExternalServiceFilter(settings({ timeoutMs: 100, failOpen: true })).checkCreate(CONTEXT, hostLease()));
+    const err = await denial(new ExternalServiceFilter(settings({ timeoutMs: stallTimeoutMs, failOpen: true })).checkCreate(CONTEXT, hostLease()));
     expect(err.kind).toBe('denied');
     expect(err.message).toBe('Quota exceeded for project');
     // Cut inside an escape: what came before it still counts.
@@ -348,8 +351,8 @@ describe('what the answers mean', () => {
       res.writeHead(403, { 'Content-Type': 'application/json' });
       res.write('{"message": "Quota d\\u00e9pass\\u00');
     };
-    expect((await denial(new ExternalServiceFilter(settings({ timeoutMs: 100 })).checkCreate(CONTEXT, hostLease()))).message).toBe('Quota dépass');
-  });
+    expect((await denial(new ExternalServiceFilter(settings({ timeoutMs: stallTimeoutMs })).checkCreate(CONTEXT, hostLease()))).message).toBe('Quota dépass');
+  }, 10_000);
 });
 
 describe('a service that cannot decide', () => {
