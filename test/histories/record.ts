@@ -11,6 +11,10 @@ import { temporalBinary } from '../../dev-stack/temporal-dev-server';
 import { startServers, stopServers } from '../../dev-stack/servers';
 import { randomUUID } from 'node:crypto';
 import { insertFloatingIp } from '../../src/db/floating-ips';
+import { insertNetworkSegment } from '../../src/db/network-segments';
+import { networkSegmentPlugin } from '../../src/resources/network-segment';
+import type { NeutronClient } from '../../src/openstack';
+import { FakeNeutron } from '../support/fake-neutron';
 import { floatingIpPlugin } from '../../src/resources/floating-ip';
 import { syncCapacityProviders } from '../../src/db/quantity-allocations';
 import { COMPUTE_KIND } from '../../src/resources/shared/compute-providers';
@@ -285,6 +289,24 @@ export const SCENARIOS: Record<string, (api: Api, stack: TestStack) => Promise<s
     await api('DELETE', `/v1/leases/${body.lease.id}`);
     return body.lease.id;
   },
+  // A real resource type with its cloud (network segments, Neutron in memory): the lessee's network
+  // made at the start, the lease extended while active, ports and network taken away at the end.
+  'network-segment-life': async (api, stack) => {
+    const tag = String(3000 + Math.floor(Math.random() * 1000));
+    await insertNetworkSegment(stack.db.pool, { id: randomUUID(), networkType: 'vlan', physicalNetwork: 'physnet-recorded', segmentId: tag, capabilities: { scenario: 'network-segment-life' } });
+    const { body } = await api('POST', '/v1/leases', {
+      name: 'network-segment-life',
+      start_date: 'now',
+      end_date: inSeconds(4),
+      reservations: [{ resource_type: 'network', network_name: 'recorded-net', network_description: '', network_properties: '', resource_properties: JSON.stringify(['==', '$scenario', 'network-segment-life']) }],
+    });
+    await waitFor(api, body.lease.id, 'ACTIVE');
+    const extended = await api('PUT', `/v1/leases/${body.lease.id}`, { end_date: inSeconds(6) });
+    if (extended.status !== 200) throw new Error(`extending the active lease: ${extended.status} ${JSON.stringify(extended.body)}`);
+    await waitFor(api, body.lease.id, 'TERMINATED');
+    await api('DELETE', `/v1/leases/${body.lease.id}`);
+    return body.lease.id;
+  },
   // A real resource type (instance slots, calendar only): booked on an enrolled host, grown while active, freed.
   'instance-life': async (api, stack) => {
     const name = `recorded-${randomUUID().slice(0, 8)}`;
@@ -508,6 +530,9 @@ async function record(stack: TestStack): Promise<void> {
   }
 }
 
+/** The network segment scenario's Neutron. */
+const recordedNeutron = new FakeNeutron();
+
 async function main(): Promise<void> {
   await startServers();
   const stack = await startTestStack({
@@ -516,6 +541,7 @@ async function main(): Promise<void> {
       floatingIpPlugin({ pool, cloud: 'calendar-only' }),
       virtualInstancePlugin({ pool, settings: { cleaningMs: 0 }, cloud: 'calendar-only' }),
       physicalHostPlugin({ pool, settings: { cleaningMs: 0, randomChoice: false }, cloud: 'calendar-only' }),
+      networkSegmentPlugin({ pool, cloud: () => ({ neutron: recordedNeutron as unknown as NeutronClient }) }),
     ],
     hostWatch: (pool) =>
       physicalHostWatch({ pool, source: { calendarOnly: (host) => (hostsDown.has(host.hypervisor_hostname) ? 'down in the recorded scenario' : undefined) }, freepool: 'freepool', failed: { name: 'failed', closedProjectId: 'nobody' } }),
