@@ -14,6 +14,8 @@ export interface HostPowerRecord {
   powerState: PowerState;
   powerStateAtMs: number | null;
   poweredOffSinceMs: number | null;
+  /** When it was last woken (brought to on from another state): its boot's start; null when off. */
+  wokenAtMs: number | null;
 }
 
 interface Row {
@@ -29,10 +31,12 @@ interface Row {
   power_state: PowerState;
   power_state_at_ms: number | null;
   powered_off_since_ms: number | null;
+  woken_at_ms: number | null;
 }
 
 const COLUMNS = `host_id::text, driver, address, port, username, password, node, manage, boot_seconds, power_state,
-  (extract(epoch FROM power_state_at) * 1000)::float8 AS power_state_at_ms, (extract(epoch FROM powered_off_since) * 1000)::float8 AS powered_off_since_ms`;
+  (extract(epoch FROM power_state_at) * 1000)::float8 AS power_state_at_ms, (extract(epoch FROM powered_off_since) * 1000)::float8 AS powered_off_since_ms,
+  (extract(epoch FROM woken_at) * 1000)::float8 AS woken_at_ms`;
 
 function fromRow(row: Row): HostPowerRecord {
   return {
@@ -50,6 +54,7 @@ function fromRow(row: Row): HostPowerRecord {
     powerState: row.power_state,
     powerStateAtMs: row.power_state_at_ms,
     poweredOffSinceMs: row.powered_off_since_ms,
+    wokenAtMs: row.woken_at_ms,
   };
 }
 
