@@ -27,6 +27,7 @@ interface PlannerState {
   totals: PowerPlannerTotals;
   /** Set by planNow. */
   wake: boolean;
+  /** When the last look ended. */
   lastLookMs?: number;
   nextLookMs?: number;
   lastError?: string;
@@ -52,7 +53,6 @@ export async function powerPlannerWorkflow(input: PowerPlannerInput): Promise<vo
 /** One look: the woken hosts, then the plan and its actions. Answers when to look again. */
 async function look(p: PlannerState): Promise<number> {
   const { input } = p;
-  p.lastLookMs = Date.now();
   const reading = proxyActivities<Activities>({ startToCloseTimeout: '1 minute', retry: { initialInterval: '1 second', maximumInterval: '10 seconds', maximumAttempts: 3, nonRetryableErrorTypes: FINAL } });
   const acting = proxyActivities<Activities>({
     startToCloseTimeout: input.actionTimeoutMs,
@@ -66,6 +66,7 @@ async function look(p: PlannerState): Promise<number> {
   } catch (err) {
     p.lastError = (err as Error).message;
     log.warn('the power planner could not read its plan', { error: p.lastError });
+    p.lastLookMs = Date.now();
     return Date.now() + Math.min(input.settings.recheckMs, RETRY_PLAN_MS);
   }
   let failures = 0;
@@ -90,6 +91,7 @@ async function look(p: PlannerState): Promise<number> {
       failed(hostId, 'power on', err);
     }
   });
+  p.lastLookMs = Date.now();
   // A host booting, or a wake that failed, is looked at again soon.
   return p.booting.length > 0 || failures > 0 ? Math.min(plan.nextLookMs, Date.now() + input.bootPollMs) : plan.nextLookMs;
 }
@@ -125,7 +127,7 @@ function show(p: PlannerState): void {
   const { poweredOff, poweredOn, failed } = p.totals;
   setCurrentDetails(
     [
-      p.lastError ? `**cannot plan** at ${utc(p.lastLookMs)}: ${p.lastError}` : `looked at ${utc(p.lastLookMs)} · next look ${utc(p.nextLookMs)}`,
+      p.lastError ? `**cannot plan** at ${utc(p.lastLookMs)}: ${p.lastError}` : `last look done at ${utc(p.lastLookMs)} · next look ${utc(p.nextLookMs)}`,
       `${poweredOff} power-off(s), ${poweredOn} wake(s), ${failed} failed action(s) · booting now: ${p.booting.length === 0 ? 'none' : p.booting.join(', ')}`,
     ].join('\n'),
   );
