@@ -9,3 +9,7 @@ CREATE TABLE host_boots (
   up_at     timestamptz NOT NULL CHECK (up_at >= woken_at),
   PRIMARY KEY (host_id, woken_at)
 );
+
+-- How long each host has been powered off in all, its periods that ended (the current one is
+-- counted from powered_off_since): /metrics' host-hours powered off.
+ALTER TABLE host_power ADD COLUMN off_ms_total bigint NOT NULL DEFAULT 0 CHECK (off_ms_total >= 0);
