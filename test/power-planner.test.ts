@@ -14,9 +14,21 @@ import { recordPowerState } from '../src/db/host-power';
 import type { NovaClient } from '../src/openstack/nova';
 import type { IronicClient } from '../src/openstack/ironic';
 import { physicalHostPlugin } from '../src/resources/physical-host';
+import { physicalHostWatch } from '../src/resources/physical-host/health';
 import { deploymentHostPower, POWERED_OFF_REASON } from '../src/resources/physical-host/power';
 import { getPowerPlannerState, planNow, powerPlannerWorkflowId } from '../workflows/power-planner/messages';
 import { FakeNova } from './support/fake-nova';
+import type { Config } from '../src/config';
+import type { Pool } from '../src/db/pool';
+
+/** The deployment's HostPower over the in-memory Nova (no Ironic). */
+const hostPowerOver = (nova: FakeNova) => (pool: Pool, config: Config) =>
+  deploymentHostPower(pool, config.power, {
+    ironic: (): IronicClient => {
+      throw new Error('no Ironic in this test');
+    },
+    nova: () => nova as unknown as NovaClient,
+  });
 import { startSimulatedBmc, type SimulatedBmc } from './support/ipmi-sim';
 
 describe('the power planner', () => {
@@ -38,13 +50,7 @@ describe('the power planner', () => {
       env: { LK_POWER_PLANNER: 'on', LK_POWER_IPMI_CIPHER_SUITE: '3', LK_POWER_BOOT_SECONDS: '2', LK_POWER_WAKE_MARGIN_SECONDS: '1795', LK_POWER_OFF_AFTER_IDLE: '30m', LK_POWER_RECHECK_SECONDS: '3600', LK_API_METRICS_CACHE_SECONDS: '0' },
       config: (config) => ({ ...config, power: { ...config.power, bootPollMs: 300 } }),
       withPool: (pool) => [physicalHostPlugin({ pool, settings: { cleaningMs: 0, randomChoice: false }, cloud: 'calendar-only' })],
-      hostPower: (pool, config) =>
-        deploymentHostPower(pool, config.power, {
-          ironic: (): IronicClient => {
-            throw new Error('no Ironic in this test');
-          },
-          nova: () => nova as unknown as NovaClient,
-        }),
+      hostPower: hostPowerOver(nova),
     },
     { beforeStop: (s) => deleteAllLeases(apiClient(s.url)) },
   );
@@ -118,5 +124,54 @@ describe('the power planner', () => {
     expect(bmcs['planned-b'].power()).toBe('on');
     expect(service('planned-b')).toMatchObject({ status: 'disabled', disabled_reason: 'operator: firmware update' });
     expect(nova.serviceChanges.filter((c) => c.startsWith('planned-b'))).toEqual([]);
+  });
+});
+
+describe('a woken host that does not come up', () => {
+  const nova = new FakeNova();
+  let bmc: SimulatedBmc | undefined;
+  beforeAll(async () => {
+    bmc = await startSimulatedBmc({ power: 'off' });
+  });
+  afterAll(() => bmc?.stop());
+  const stack = useTestStack(
+    {
+      // As above, woken 8 s ahead of a lease 30 minutes away; a resume time-out of 1 s: past boot (2 s) and that, the monitor
+      // (every 200 ms, no grace) fails the host.
+      env: {
+        LK_POWER_PLANNER: 'on', LK_POWER_IPMI_CIPHER_SUITE: '3', LK_POWER_BOOT_SECONDS: '2', LK_POWER_WAKE_MARGIN_SECONDS: '1790', LK_POWER_OFF_AFTER_IDLE: '30m', LK_POWER_RECHECK_SECONDS: '3600',
+        LK_POWER_RESUME_TIMEOUT_SECONDS: '1', LK_HOST_MONITOR_INTERVAL_SECONDS: '0.2', LK_HOST_FAIL_GRACE_SECONDS: '0',
+      },
+      config: (config) => ({ ...config, power: { ...config.power, bootPollMs: 300 } }),
+      withPool: (pool) => [physicalHostPlugin({ pool, settings: { cleaningMs: 0, randomChoice: false }, cloud: 'calendar-only' })],
+      hostPower: hostPowerOver(nova),
+      hostWatch: (pool) => physicalHostWatch({ pool, source: { nova: () => nova as unknown as NovaClient }, freepool: 'freepool', failed: { name: 'failed', closedProjectId: 'nobody' }, powerResume: { defaultBootMs: 2_000, resumeTimeoutMs: 1_000 } }),
+    },
+    { beforeStop: (s) => deleteAllLeases(apiClient(s.url)) },
+  );
+  const admin = apiClient(() => stack().url);
+
+  it('is failed by the host monitor once its boot time and the resume time-out have passed, and its lease healed onto another host', async () => {
+    // `dead` powers on (its BMC says on) but its compute service never comes up; `spare` is awake and free.
+    nova.service('dead');
+    nova.service('spare');
+    nova.serviceState = (host) => (host === 'spare' ? 'up' : 'down');
+    const dead = await insertHost(stack().db.pool, { name: 'dead', capabilities: { scenario: 'heal' } });
+    await insertHost(stack().db.pool, { name: 'spare', capabilities: { scenario: 'heal' } });
+    expect((await admin('PUT', `/v1/os-hosts/${dead}`, { power: { driver: 'ipmi', address: bmc!.address, port: bmc!.port, username: bmc!.username, password: bmc!.password } })).status).toBe(200);
+    await recordPowerState(stack().db.pool, dead, 'off', Date.now());
+    // The spare is held by a blocker over the lease's start: the lease gets the sleeping host; the blocker then goes, before the wake.
+    const blocker = await admin('POST', '/v1/leases', { name: 'blocker', start_date: 'now', end_date: inSeconds(1900), reservations: [hostReservation({ resource_properties: JSON.stringify(['==', '$scenario', 'heal']) })] });
+    expect(blocker.status).toBe(201);
+    expect(blocker.body.lease.reservations[0].hosts).toEqual(['spare']);
+    const created = await admin('POST', '/v1/leases', { name: 'heals', start_date: inSeconds(1800), end_date: inSeconds(5400), reservations: [hostReservation({ resource_properties: JSON.stringify(['==', '$scenario', 'heal']) })] });
+    expect(created.status).toBe(201);
+    expect(created.body.lease.reservations[0].hosts).toEqual(['dead']);
+    expect((await admin('DELETE', `/v1/leases/${blocker.body.lease.id}`)).status).toBe(204);
+    expect(bmc!.power()).toBe('off');
+    // Woken (the BMC says on), never up: failed, and the lease moves to the spare (free from the blocker's end).
+    await eventually(() => Promise.resolve(bmc!.power() === 'on' ? true : undefined), 30_000);
+    await eventually(async () => ((await admin('GET', `/v1/os-hosts/${dead}`)).body.host.state === 'failed' ? true : undefined), 30_000);
+    await eventually(async () => ((await admin('GET', `/v1/leases/${created.body.lease.id}`)).body.lease.reservations[0].hosts[0] === 'spare' ? true : undefined), 30_000);
   });
 });

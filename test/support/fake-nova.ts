@@ -44,6 +44,10 @@ export class FakeNova {
   listServices(filter: { binary?: string; host?: string } = {}) {
     return Promise.resolve(this.services.filter((s) => (filter.binary === undefined || s.binary === filter.binary) && (filter.host === undefined || s.host === filter.host)).map((s) => this.shownService(s)));
   }
+  /** A hypervisor for each compute service (the host monitor looks for both). */
+  listHypervisors() {
+    return Promise.resolve(this.services.map((s) => ({ id: `hypervisor-${s.host}`, hypervisor_hostname: s.host, state: this.shownService(s).state, status: s.status, host_ip: '127.0.0.1', hypervisor_type: 'fake', hypervisor_version: 1, service: { host: s.host, id: s.id, disabled_reason: s.disabled_reason } })));
+  }
   updateService(id: string, change: { status?: 'enabled' | 'disabled'; disabled_reason?: string; forced_down?: boolean }) {
     const found = this.services.find((s) => s.id === id);
     if (!found) return Promise.reject(new Error(`no service ${id}`));
