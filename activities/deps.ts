@@ -3,6 +3,7 @@ import type { EventType } from '../src/domain/lease';
 import type { HostWatch, ResourcePlugins } from '../src/domain/resource-plugin';
 import type { NoticeService } from '../src/notifications/service';
 import type { UsagePolicyEnforcer } from '../src/policy/enforcement';
+import type { HostPower } from '../src/resources/physical-host/power';
 
 /** What activities are given by the worker that hosts them. */
 export interface ActivityDeps {
@@ -11,6 +12,8 @@ export interface ActivityDeps {
   plugins: ResourcePlugins;
   /** How the host monitor sees enrolled hosts (none without OpenStack: the monitor is not started). */
   hostWatch?: HostWatch;
+  /** Hosts' power, for the power planner (none: LK_POWER_PLANNER is off, its activities refuse). */
+  hostPower?: HostPower;
   /** Lease and host notices (none: nothing is announced). */
   notices?: NoticeService;
   /** The usage policy, checked when a change a user asked for is recorded (none: no rules). */

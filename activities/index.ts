@@ -1,4 +1,4 @@
-/** The activities, thin: each runs one hook of one resource plugin (reservations.ts), records the lease (leases.ts), or serves the host monitor (hosts.ts). */
+/** The activities, thin: each runs one hook of one resource plugin (reservations.ts), records the lease (leases.ts), or serves the host monitor (hosts.ts) or the power planner (power.ts). */
 import { ApplicationFailure } from '@temporalio/common';
 import { Context } from '@temporalio/activity';
 import { databaseDataError, isDatabaseUnavailable } from '../src/db/pool';
@@ -8,6 +8,7 @@ import { hostActivities } from './hosts';
 import { leaseActivities } from './leases';
 import { noticeActivities } from './notices';
 import { offerHoldActivities } from './offer-holds';
+import { powerActivities } from './power';
 import { reservationActivities } from './reservations';
 import { selfCheckActivities } from './selfcheck';
 
@@ -22,6 +23,7 @@ export function createActivities(deps: ActivityDeps) {
     ...hostActivities(deps),
     ...noticeActivities(deps),
     ...offerHoldActivities(deps),
+    ...powerActivities(deps),
   });
 }
 

@@ -20,6 +20,9 @@ import { formatBlazarTimestamp } from '../src/domain/dates';
 import { pluginRegistry, type HostWatch, type ResourcePlugin } from '../src/domain/resource-plugin';
 import { ensureHostMonitor } from '../worker/host-monitor';
 import { hostMonitorWorkflowId } from '../workflows/host-monitor/messages';
+import { ensurePowerPlanner } from '../worker/power-planner';
+import { powerPlannerWorkflowId } from '../workflows/power-planner/messages';
+import type { HostPower } from '../src/resources/physical-host/power';
 import { createNoticeWorker, createWorker } from '../worker/create-worker';
 import { createTestDatabase, type TestDatabase } from './db';
 import { leaseWorkflowId } from '../workflows/lease/messages';
@@ -51,6 +54,8 @@ export interface TestStackOptions {
   noWorker?: boolean;
   /** Run the host monitor (its settings from `env`), watching hosts this way. */
   hostWatch?: (pool: TestDatabase['pool']) => HostWatch;
+  /** Run the power planner (its settings from `env` and `config`) over hosts' power this way. */
+  hostPower?: (pool: TestDatabase['pool'], config: Config) => HostPower;
   /** Settings no environment variable can give (e.g. an offer hold of seconds), over those from `env`. */
   config?: (config: Config) => Config;
 }
@@ -63,6 +68,7 @@ export async function startTestStack(options: TestStackOptions = {}): Promise<Te
   const temporal = await connectTestTemporal(config);
   const registry = pluginRegistry([...plugins, ...withPool(db.pool)]);
   const watch = options.hostWatch?.(db.pool);
+  const hostPower = options.hostPower?.(db.pool, config);
   // LK_TEST_API_LOG=error (or info…) shows the API's log when a test needs explaining.
   const apiLog = pino({ level: process.env.LK_TEST_API_LOG ?? 'silent' });
   // The API's own starts of the leases it admits: stopped before the Temporal connection closes.
@@ -82,13 +88,14 @@ export async function startTestStack(options: TestStackOptions = {}): Promise<Te
     db,
     temporal,
     async startWorker() {
-      const workerOptions = { connection: temporal.nativeConnection, config, deps: { pool: db.pool, plugins: registry, hostWatch: watch, tellPreempted: (ids: readonly string[]) => outbox?.tellPreemptedSoon(ids) }, workflows: testWorkflows() };
+      const workerOptions = { connection: temporal.nativeConnection, config, deps: { pool: db.pool, plugins: registry, hostWatch: watch, hostPower, tellPreempted: (ids: readonly string[]) => outbox?.tellPreemptedSoon(ids) }, workflows: testWorkflows() };
       workers = [await createWorker(workerOptions), await createNoticeWorker(workerOptions)];
       running = Promise.all(workers.map((one) => one.run()));
       // As the worker process does: owed starts of leases the API admitted (src/outbox).
       outbox = new LeaseOutbox({ pool: db.pool, client: temporal.client, taskQueue: config.temporal.taskQueue, log: pino({ level: 'silent' }), ...config.outbox });
       outbox.runSweeps();
       if (watch) await ensureHostMonitor(temporal.client, config);
+      if (hostPower) await ensurePowerPlanner(temporal.client, config);
     },
     async stopWorker() {
       await outbox?.stop();
@@ -99,6 +106,7 @@ export async function startTestStack(options: TestStackOptions = {}): Promise<Te
     },
     async stop() {
       if (watch) await temporal.client.workflow.getHandle(hostMonitorWorkflowId(config.temporal.taskQueue)).terminate('test over').catch(() => undefined);
+      if (hostPower) await temporal.client.workflow.getHandle(powerPlannerWorkflowId(config.temporal.taskQueue)).terminate('test over').catch(() => undefined);
       await stack.stopWorker();
       await new Promise((resolve) => server.close(resolve));
       await apiOutbox.stop();

@@ -431,6 +431,8 @@ const envSchema = z.object({
   // once per interval, its result shared by every caller meanwhile.
   // Power management of idle reservable hosts (issue 48; docs/operations.md, "Power"): the planner's
   // rules (src/domain/power-plan.ts) and the drivers' settings (src/power).
+  LK_POWER_PLANNER: z.enum(['on', 'off']).default('off'),
+  LK_POWER_PARALLEL: z.coerce.number().int().min(1).max(100).default(8),
   LK_POWER_OFF_AFTER_IDLE: z.string().regex(/^\s*\d{1,6}\s*[smhd]\s*$/, 'expected a duration such as "2h", "90m" or "1d"').default('2h'),
   LK_POWER_WAKE_MARGIN_SECONDS: z.coerce.number().int().min(0).max(86_400).default(300),
   LK_POWER_BOOT_SECONDS: z.coerce.number().int().min(1).max(86_400).default(600),
@@ -615,6 +617,12 @@ function powerSettings(env: z.infer<typeof envSchema>) {
   const argv = (value: string | undefined) => (value === undefined || value.trim() === '' ? undefined : (JSON.parse(value) as string[]));
   const [on, off, status] = [argv(env.LK_POWER_COMMAND_ON), argv(env.LK_POWER_COMMAND_OFF), argv(env.LK_POWER_COMMAND_STATUS)];
   return {
+    /** Whether the worker runs the power planner (LK_POWER_PLANNER=on): nothing powers a host off on its own otherwise. */
+    planner: env.LK_POWER_PLANNER === 'on',
+    /** How many hosts' power actions the planner runs at once. */
+    parallel: env.LK_POWER_PARALLEL,
+    /** While a woken host's compute service is not up yet, the planner looks at it this often. */
+    bootPollMs: 10_000,
     /** A host sleeps only when its next booking is further than this plus its boot time. */
     offAfterIdleMs: Number(idle[1]) * DURATION_UNIT_MS[idle[2]],
     /** A sleeping host is woken this much before its boot time ahead of its next booking. */

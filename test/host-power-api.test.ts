@@ -13,6 +13,7 @@ import { physicalHostPlugin } from '../src/resources/physical-host';
 import { HostPower } from '../src/resources/physical-host/power';
 import { hostProblem } from '../src/resources/physical-host/health';
 import { monitoredHosts, type MonitoredHost } from '../src/db/hosts';
+import { recordPowerState } from '../src/db/host-power';
 import type { ComputeService, Hypervisor } from '../src/openstack';
 import { IronicClient } from '../src/openstack/ironic';
 import { createSession } from '../src/openstack';
@@ -175,6 +176,22 @@ describe('hosts’ power through os-hosts', () => {
     expect((await member('GET', `/v1/os-hosts/${hostId}`)).status).toBe(403);
     expect((await member('POST', `/v1/os-hosts/${hostId}/power`, { action: 'off' })).status).toBe(403);
     expect(bmc!.power()).toBe('on');
+  });
+  it('gives a lease starting now an awake host before a sleeping one (a lower id), the sleeping one only when needed', async () => {
+    const asleep = await insertHost(stack().db.pool, { name: 'prefer-asleep', capabilities: { scenario: 'prefer-awake' } });
+    await insertHost(stack().db.pool, { name: 'prefer-awake', capabilities: { scenario: 'prefer-awake' } });
+    expect((await admin('PUT', `/v1/os-hosts/${asleep}`, { power: ipmi() })).status).toBe(200);
+    await recordPowerState(stack().db.pool, asleep, 'off', Date.now());
+    const wanted = (min: number) => ({ name: `prefer-${min}`, start_date: 'now', end_date: inSeconds(3600), reservations: [hostReservation({ min, max: min, resource_properties: JSON.stringify(['==', '$scenario', 'prefer-awake']) })] });
+    const one = await admin('POST', '/v1/leases', wanted(1));
+    expect(one.status).toBe(201);
+    expect(one.body.lease.reservations[0].hosts).toEqual(['prefer-awake']);
+    await admin('DELETE', `/v1/leases/${one.body.lease.id}`);
+    // Both needed: the sleeping one too.
+    const two = await admin('POST', '/v1/leases', wanted(2));
+    expect(two.status).toBe(201);
+    expect([...two.body.lease.reservations[0].hosts].sort()).toEqual(['prefer-asleep', 'prefer-awake']);
+    await admin('DELETE', `/v1/leases/${two.body.lease.id}`);
   });
 });
 

@@ -19,6 +19,7 @@ const OWNERS: Record<string, string> = {
   quantity_lendings: 'src/db/quantity-lendings.ts',
   hosts: 'src/db/hosts.ts',
   host_power: 'src/db/host-power.ts',
+  host_boots: 'src/db/host-boots.ts',
   host_capabilities: 'src/db/hosts.ts',
   capability_settings: 'src/db/hosts.ts',
   inventory_version: 'src/db/hosts.ts',

@@ -17,6 +17,8 @@ import { productionHostWatch, productionPlugins } from '../src/resources';
 import { awaitLeaseSearchAttributes, connectTemporal, ensureSearchAttributes } from '../src/temporal';
 import { createNoticeWorker, createWorker, workerNotices } from './create-worker';
 import { ensureHostMonitor, wakeHostMonitorOnNovaNotifications } from './host-monitor';
+import { ensurePowerPlanner } from './power-planner';
+import { deploymentHostPower } from '../src/resources/physical-host/power';
 import { serveMetrics, workerMetrics } from './metrics';
 import { PinoTemporalLogger } from './temporal-logger';
 
@@ -58,19 +60,23 @@ async function main(): Promise<void> {
   // Leases the API admitted whose workflow it could not start (it died, or Temporal refused): started here; and leases a lending's reclaim cut, told here.
   const outbox = new LeaseOutbox({ pool, client: new Client({ connection, namespace: config.temporal.namespace }), taskQueue: config.temporal.taskQueue, log, ...config.outbox });
   const tellPreempted = (leaseIds: readonly string[]) => outbox.tellPreemptedSoon(leaseIds);
-  const deps = { pool, plugins: productionPlugins({ pool, config, openstack, openstackForProject: projectScopedClients() }), hostWatch, eventStarted: metrics?.eventStarted, usagePolicy: policy, notices, tellPreempted };
+  // The power planner's steps (LK_POWER_PLANNER=on); with OpenStack, Nova's compute services are disabled before a power-off and enabled after a wake.
+  const hostPower = config.power.planner ? deploymentHostPower(pool, config.power, { ironic: () => openstack().ironic, ...(hostWatch ? { nova: () => openstack().nova } : {}) }) : undefined;
+  const deps = { pool, plugins: productionPlugins({ pool, config, openstack, openstackForProject: projectScopedClients() }), hostWatch, hostPower, eventStarted: metrics?.eventStarted, usagePolicy: policy, notices, tellPreempted };
   const workerOptions = { connection, config, deps, workflows: { bundlePath: config.worker.workflowBundle }, activityInterceptors: metrics ? [metrics.activityInterceptor] : undefined };
   const worker = await createWorker(workerOptions);
   const noticeWorker = await createNoticeWorker(workerOptions);
   const metricsUrls = metricsServer && metricsAt ? { metrics: `http://${metricsAt.host}:${metricsServer.port}/metrics`, sdkMetrics: `http://${metricsAt.host}:${metricsAt.port + 1}/metrics` } : {};
   log.info({ address: config.temporal.address, taskQueue: config.temporal.taskQueue, noticeTaskQueue: config.temporal.noticeTaskQueue, schemaVersion: version, ...metricsUrls }, 'worker ready');
   outbox.runSweeps();
-  const monitor = hostWatch ? startHostMonitor(config, log) : undefined;
+  const monitor = hostWatch ? startDeploymentWorkflow(config, log, 'host monitor', (client) => ensureHostMonitor(client, config)) : undefined;
+  const planner = hostPower ? startDeploymentWorkflow(config, log, 'power planner', (client) => ensurePowerPlanner(client, config)) : undefined;
   const notifications = hostWatch ? listenToNova(config, log) : undefined;
   try {
     await runTogether([worker, noticeWorker]); // resolves once a shutdown signal has drained both
   } finally {
     monitor?.stop();
+    planner?.stop();
     await outbox.stop();
     await notifications?.stop();
     await notices.close();
@@ -107,19 +113,19 @@ function hasOpenStack(openstack: () => OpenStackClients, log: Logger): boolean {
   }
 }
 
-/** Starts the host monitor workflow unless it runs, trying again every 30 s while Temporal refuses. */
-function startHostMonitor(config: Config, log: Logger): { stop(): void } {
+/** Starts a deployment-wide workflow (the host monitor, the power planner) unless it runs, trying again every 30 s while Temporal refuses. */
+function startDeploymentWorkflow(config: Config, log: Logger, what: string, ensure: (client: ReturnType<typeof connectTemporal>['client']) => Promise<string>): { stop(): void } {
   const { connection, client } = connectTemporal(config);
   let timer: NodeJS.Timeout | undefined;
   let stopped = false;
   const attempt = async () => {
     try {
-      const workflowId = await ensureHostMonitor(client, config);
-      log.info({ workflowId }, 'host monitor running');
+      const workflowId = await ensure(client);
+      log.info({ workflowId }, `${what} running`);
       await connection.close();
     } catch (err) {
       if (stopped) return;
-      log.warn({ err }, 'could not start the host monitor: trying again in 30 s');
+      log.warn({ err }, `could not start the ${what}: trying again in 30 s`);
       timer = setTimeout(() => void attempt(), 30_000);
     }
   };

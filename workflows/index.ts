@@ -5,3 +5,4 @@ export { hostMonitorWorkflow } from './host-monitor/monitor';
 export { maintenanceWindowWorkflow } from './maintenance/window';
 export { noticeWorkflow } from './notices/notice';
 export { offerHoldWorkflow } from './offer-hold/hold';
+export { powerPlannerWorkflow } from './power-planner/planner';

@@ -19,7 +19,8 @@ import { InstanceSlotCalendar } from '../resources/virtual-instance/calendar';
 import { FloatingIpInventory } from '../resources/floating-ip/inventory';
 import { NetworkSegmentInventory } from '../resources/network-segment/inventory';
 import { HostInventory } from '../resources/physical-host/inventory';
-import { HostPower } from '../resources/physical-host/power';
+import { PowerPlannerNudge } from './power-planner';
+import { deploymentHostPower, type HostPower } from '../resources/physical-host/power';
 import { availabilityRouter } from './availability';
 import { offersRouter, type OfferDeps } from './offers';
 import { offerHoldsRouter } from './offer-holds';
@@ -148,11 +149,16 @@ export function createApp(deps: AppDeps): express.Express {
   const setup = temporalSetupCheck(deps.client, config.api.workflowTimeoutMs);
   // Host leases admitted here (LK_ADMISSION=api), and accepted offer holds in either mode, start their
   // workflow right after the commit; the sweeps (src/outbox) catch what this misses.
-  const outbox = (deps.outbox ?? new LeaseOutbox({ pool: deps.pool, client: deps.client, taskQueue: config.temporal.taskQueue, log, ...config.outbox })).observedBy(metrics.workflowStarted, () => {
+  // With the power planner (LK_POWER_PLANNER=on), a lease admitted or changed tells it to look now: a sleeping host may be needed soon.
+  const planner = config.power.planner ? new PowerPlannerNudge({ client: deps.client, taskQueue: config.temporal.taskQueue, log }) : undefined;
+  const outbox = (deps.outbox ?? new LeaseOutbox({ pool: deps.pool, client: deps.client, taskQueue: config.temporal.taskQueue, log, ...config.outbox })).observedBy((lagMs) => {
+    metrics.workflowStarted(lagMs);
+    planner?.nudge();
+  }, () => {
     metrics.workflowStartFailed();
     setup.recheck();
   });
-  const commands = { client: deps.client, taskQueue: config.temporal.taskQueue, timeoutMs: config.api.workflowTimeoutMs, outbox };
+  const commands = { client: deps.client, taskQueue: config.temporal.taskQueue, timeoutMs: config.api.workflowTimeoutMs, outbox, ...(planner ? { changed: () => planner.nudge() } : {}) };
   const admission = config.api.admission === 'api' ? { pool: deps.pool, types: deps.types, usagePolicy: policy, outbox, temporalReady: setup.ready } : undefined;
   const inventory = lazyInventory(deps);
   const offers: OfferDeps = { pool: deps.pool, types: deps.types, usagePolicy: policy, provisioningLeadMs: config.provisioningLeadMs, offerTtlMs: config.offerTtlMs, maxReservationsPerLease: config.maxReservationsPerLease };
@@ -215,11 +221,7 @@ function lazyInventory(deps: AppDeps): () => HostInventory {
 
 /** Hosts' power: the drivers as the deployment sets them up; Ironic's client only for a host powered through Ironic. */
 function hostPower(deps: AppDeps): HostPower {
-  const { power } = deps.config;
-  return new HostPower(deps.pool, {
-    drivers: { timeoutMs: power.timeoutMs, commands: power.commands, ipmiCipherSuite: power.ipmiCipherSuite, ironic: () => openstackOf(deps)().ironic },
-    defaultBootMs: power.defaultBootMs,
-  });
+  return deploymentHostPower(deps.pool, deps.config.power, { ironic: () => openstackOf(deps)().ironic });
 }
 
 /** The enrolled addresses are read without OpenStack; enrolling one asks Neutron. */

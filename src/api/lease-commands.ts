@@ -36,6 +36,8 @@ export interface LeaseCommandOptions {
   timeoutMs: number;
   /** Owed starts of leases the API admitted: a change to one whose workflow is not started yet starts it. */
   outbox?: LeaseOutbox;
+  /** Told after a lease's workflow took a change (the power planner's look-now); none: nobody is. */
+  changed?: () => void;
 }
 
 /**
@@ -200,7 +202,7 @@ export async function createLease(options: LeaseCommandOptions, request: NewLeas
     workflowIdConflictPolicy: idempotent ? 'USE_EXISTING' : 'FAIL',
     ...leaseWorkflowLabels(draft, createdOrigin(draft)),
   });
-  return withDeadline(
+  const lease = await withDeadline(
     options,
     () =>
       options.client.workflow.executeUpdateWithStart(admitLease, {
@@ -211,10 +213,14 @@ export async function createLease(options: LeaseCommandOptions, request: NewLeas
       }),
     leaseWorkflowId(request.id),
   );
+  options.changed?.();
+  return lease;
 }
 
 export async function changeLease(options: LeaseCommandOptions, leaseId: string, update: LeaseUpdateRequest): Promise<Lease> {
-  return withDeadline(options, () => onLeaseWorkflow(options, leaseId, () => options.client.workflow.getHandle(leaseWorkflowId(leaseId)).executeUpdate(updateLease, { args: [update] })));
+  const lease = await withDeadline(options, () => onLeaseWorkflow(options, leaseId, () => options.client.workflow.getHandle(leaseWorkflowId(leaseId)).executeUpdate(updateLease, { args: [update] })));
+  options.changed?.();
+  return lease;
 }
 
 /** Lending (issue 43): a lend or a reclaim of the lease's hosts; answers the lease once its workflow recorded it. */

@@ -2,7 +2,8 @@
  * Prometheus metrics of the API at `GET /metrics` (prom-client): the process (CPU, memory, event
  * loop lag), every request's duration by route and status, lease admissions by outcome, the
  * leases by status and the owed workflow starts (read from the database at most once per
- * LK_API_METRICS_CACHE_SECONDS, whatever the number of scrapes), and how soon admitted leases'
+ * LK_API_METRICS_CACHE_SECONDS, whatever the number of scrapes), hosts powered off and host-hours
+ * off (issue 48), and how soon admitted leases'
  * workflows were started. Served on the API's address, or on their own (LK_API_METRICS_PORT), and
  * with LK_API_METRICS_TOKEN only to its bearer: the counts tell every project's activity. The
  * worker serves its own (event lags, activities, OpenStack calls): worker/metrics.ts.
@@ -12,6 +13,7 @@ import type { Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import express, { type Request, type RequestHandler, type Response } from 'express';
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+import { poweredOffTotals } from '../db/host-power';
 import { owedStartsCount } from '../db/lease-outbox';
 import { leaseCountsByStatus } from '../db/leases';
 import type { Pool } from '../db/pool';
@@ -68,8 +70,8 @@ export interface ApiMetricsDeps {
 export function apiMetrics(deps: ApiMetricsDeps): ApiMetrics {
   const readCounts = sharedCheck(
     async () => {
-      const [byStatus, owedStarts] = await Promise.all([leaseCountsByStatus(deps.pool), owedStartsCount(deps.pool)]);
-      return { byStatus, owedStarts };
+      const [byStatus, owedStarts, power] = await Promise.all([leaseCountsByStatus(deps.pool), owedStartsCount(deps.pool), poweredOffTotals(deps.pool, Date.now())]);
+      return { byStatus, owedStarts, power };
     },
     deps.cacheMs,
     deps.now,
@@ -105,6 +107,25 @@ export function apiMetrics(deps: ApiMetricsDeps): ApiMetrics {
     registers: [registry],
     async collect() {
       this.set((await readCounts()).owedStarts);
+    },
+  });
+  // Power management (issue 48): how much sleep the planner (or an admin by hand) gave the hosts.
+  new Gauge({
+    name: 'leasekeeper_hosts_powered_off',
+    help: 'Hosts with a power driver that are powered off now, read at most every LK_API_METRICS_CACHE_SECONDS',
+    registers: [registry],
+    async collect() {
+      this.set((await readCounts()).power.hostsOff);
+    },
+  });
+  new Counter({
+    name: 'leasekeeper_host_powered_off_hours_total',
+    help: 'Host-hours powered off, every enrolled host together (ended periods and the current ones), read at most every LK_API_METRICS_CACHE_SECONDS',
+    registers: [registry],
+    async collect() {
+      // Read whole from the database (any API may scrape it): set as the running total.
+      this.reset();
+      this.inc((await readCounts()).power.offHours);
     },
   });
   const workflowStarts = new Histogram({

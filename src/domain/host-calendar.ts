@@ -362,6 +362,17 @@ export function longestFit(requests: HostRequest[], calendar: CalendarSnapshot, 
 }
 
 /**
+ * Power management (issue 48): hosts awake before sleeping ones, each in the order given. A lease
+ * gets a sleeping host only when the awake ones do not do (then the planner wakes it), so that a
+ * lease starting sooner than a host's boot never waits for one when an awake host would do, and
+ * sleeping hosts sleep on.
+ */
+export function awakeFirst(order: readonly string[], asleep: ReadonlySet<string>): string[] {
+  if (asleep.size === 0) return [...order];
+  return [...order.filter((id) => !asleep.has(id)), ...order.filter((id) => asleep.has(id))];
+}
+
+/**
  * Blazar's preference: hosts with no booking from `now` on come first (keeping busy hosts for
  * leases that need them), then the rest; within each group by id, or shuffled when asked.
  */

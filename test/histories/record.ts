@@ -30,6 +30,13 @@ import { startWebhookReceiver } from '../support/notice-receiver';
 import { physicalHostPlugin } from '../../src/resources/physical-host';
 import { physicalHostWatch } from '../../src/resources/physical-host/health';
 import { insertHost } from '../../dev-stack/fixtures/hosts';
+import { recordPowerState } from '../../src/db/host-power';
+import type { IronicClient } from '../../src/openstack/ironic';
+import type { NovaClient } from '../../src/openstack/nova';
+import { deploymentHostPower } from '../../src/resources/physical-host/power';
+import { planNow, powerPlannerWorkflowId } from '../../workflows/power-planner/messages';
+import { FakeNova } from '../support/fake-nova';
+import { startSimulatedBmc } from '../support/ipmi-sim';
 
 type Api = ReturnType<typeof apiClient>;
 const HISTORY_DIR = path.join(__dirname, '..', '..', '..', 'test', 'histories');
@@ -503,7 +510,34 @@ export const SCENARIOS: Record<string, (api: Api, stack: TestStack) => Promise<s
     await eventually(async () => ((await state()) === 'up' ? true : undefined), 30_000);
     return { workflowId: hostMonitorWorkflowId(stack.config.temporal.taskQueue) };
   },
+  // The power planner over an ipmi_sim BMC: an idle host is powered off (its service disabled first), a lease 30 minutes
+  // ahead wakes it (boot 2 s, margin 1795 s: due seconds later), its service is enabled once up, the boot recorded.
+  'power-planner': async (api, stack) => {
+    const bmc = await startSimulatedBmc({ power: 'on' });
+    try {
+      const name = `powered-${randomUUID().slice(0, 8)}`;
+      plannerNova.serviceState = (host) => (host === name && bmc.power() === 'on' ? 'up' : 'down');
+      plannerNova.service(name);
+      const hostId = await insertHost(stack.db.pool, { name, capabilities: { scenario: 'power-planner' } });
+      const put = await api('PUT', `/v1/os-hosts/${hostId}`, { power: { driver: 'ipmi', address: bmc.address, port: bmc.port, username: bmc.username, password: bmc.password } });
+      if (put.status !== 200) throw new Error(`power settings: ${put.status} ${JSON.stringify(put.body)}`);
+      await recordPowerState(stack.db.pool, hostId, 'on', Date.now());
+      const planner = stack.temporal.client.workflow.getHandle(powerPlannerWorkflowId(stack.config.temporal.taskQueue));
+      await planner.signal(planNow);
+      await eventually(() => Promise.resolve(bmc.power() === 'off' ? true : undefined), 30_000);
+      const lease = await api('POST', '/v1/leases', { name: 'power-planner', start_date: inSeconds(1800), end_date: inSeconds(5400), reservations: [hostReservationOf('power-planner')] });
+      if (lease.status !== 201) throw new Error(`lease: ${lease.status} ${JSON.stringify(lease.body)}`);
+      await eventually(() => Promise.resolve(plannerNova.services.find((s) => s.host === name)?.status === 'enabled' && bmc.power() === 'on' ? true : undefined), 30_000);
+      await api('DELETE', `/v1/leases/${lease.body.lease.id}`);
+      return { workflowId: powerPlannerWorkflowId(stack.config.temporal.taskQueue) };
+    } finally {
+      await bmc.stop();
+    }
+  },
 };
+
+/** The power planner's Nova: a compute service is up while its BMC says on. */
+const plannerNova = new FakeNova();
 
 /** The recorder's deployment starts leases this long before their start (so every scenario covers it). */
 export const RECORDED_LEAD_SECONDS = 1;
@@ -545,10 +579,19 @@ async function main(): Promise<void> {
     ],
     hostWatch: (pool) =>
       physicalHostWatch({ pool, source: { calendarOnly: (host) => (hostsDown.has(host.hypervisor_hostname) ? 'down in the recorded scenario' : undefined) }, freepool: 'freepool', failed: { name: 'failed', closedProjectId: 'nobody' } }),
-    // Offer holds of seconds: the expiry scenario's timer fires within the recording.
-    config: (config) => ({ ...config, offerHolds: { ...config.offerHolds, holdMs: 3_000 }, approvalMinuteMs: RECORDED_APPROVAL_MINUTE_MS }),
+    hostPower: (pool, config) =>
+      deploymentHostPower(pool, config.power, {
+        ironic: (): IronicClient => {
+          throw new Error('no Ironic in the recording');
+        },
+        nova: () => plannerNova as unknown as NovaClient,
+      }),
+    // Offer holds of seconds: the expiry scenario's timer fires within the recording; the power planner's woken hosts looked at every 300 ms.
+    config: (config) => ({ ...config, power: { ...config.power, bootPollMs: 300 }, offerHolds: { ...config.offerHolds, holdMs: 3_000 }, approvalMinuteMs: RECORDED_APPROVAL_MINUTE_MS }),
     // Idle limits of seconds: every active lease is looked at; only idle-end's reservation tells it is idle.
-    env: { LK_PREEMPT_WARNING_MINUTES: '0.05', LK_WEBHOOK_ALLOW_PRIVATE: 'true', LK_IDLE_LEASE_WARN_HOURS: '0.0005', LK_IDLE_LEASE_END_HOURS: '0.001', LK_PROVISIONING_LEAD_TIME_SECONDS: String(RECORDED_LEAD_SECONDS), LK_HOST_MONITOR_INTERVAL_SECONDS: '0.2', LK_HOST_FAIL_GRACE_SECONDS: '0', LK_HEALING_RETRY_MINUTES: '60' },
+    env: { LK_PREEMPT_WARNING_MINUTES: '0.05', LK_WEBHOOK_ALLOW_PRIVATE: 'true', LK_IDLE_LEASE_WARN_HOURS: '0.0005', LK_IDLE_LEASE_END_HOURS: '0.001', LK_PROVISIONING_LEAD_TIME_SECONDS: String(RECORDED_LEAD_SECONDS), LK_HOST_MONITOR_INTERVAL_SECONDS: '0.2', LK_HOST_FAIL_GRACE_SECONDS: '0', LK_HEALING_RETRY_MINUTES: '60',
+      // The power planner (power-planner scenario): boots of 2 s woken 1795 s early; ipmi_sim speaks cipher suite 3.
+      LK_POWER_PLANNER: 'on', LK_POWER_IPMI_CIPHER_SUITE: '3', LK_POWER_BOOT_SECONDS: '2', LK_POWER_WAKE_MARGIN_SECONDS: '1795', LK_POWER_OFF_AFTER_IDLE: '30m', LK_POWER_RECHECK_SECONDS: '3600' },
   });
   try {
     await record(stack);

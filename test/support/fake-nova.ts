@@ -1,8 +1,10 @@
 /**
- * Nova's aggregates and servers in memory, for the physical-host plugin's lend, ends and moves
- * (test/host-lending-end.test.ts, test/host-lending.test.ts): what they list, delete, image and move.
+ * Nova's aggregates, servers and compute services in memory, for the physical-host plugin's lend,
+ * ends and moves (test/host-lending-end.test.ts, test/host-lending.test.ts): what they list,
+ * delete, image and move; and for the power planner (test/power-planner.test.ts): compute services
+ * disabled and enabled, up or down as the test says (e.g. by a simulated BMC's power).
  */
-import type { GlanceClient } from '../../src/openstack';
+import type { ComputeService, GlanceClient } from '../../src/openstack';
 
 /** A Glance with no images, whose waits end at once. */
 export const glance = { listImages: () => Promise.resolve([]), waitForImage: () => Promise.resolve() } as unknown as GlanceClient;
@@ -25,6 +27,36 @@ export class FakeNova {
   readonly moves: string[] = [];
   servers: FakeServer[] = [];
   readonly imaged: string[] = [];
+  /** Compute services by host (`service(host)` adds one, enabled); their `state` comes from `serviceState` when set. */
+  readonly services: ComputeService[] = [];
+  serviceState?: (host: string) => 'up' | 'down';
+  /** Each service change, as `<host> enabled` or `<host> disabled: <reason>`. */
+  readonly serviceChanges: string[] = [];
+
+  service(host: string, change: Partial<ComputeService> = {}): ComputeService {
+    const added: ComputeService = { id: `service-${host}`, binary: 'nova-compute', host, zone: 'nova', status: 'enabled', state: 'up', updated_at: null, disabled_reason: null, ...change };
+    this.services.push(added);
+    return added;
+  }
+  private shownService(s: ComputeService): ComputeService {
+    return { ...s, state: this.serviceState?.(s.host) ?? s.state };
+  }
+  listServices(filter: { binary?: string; host?: string } = {}) {
+    return Promise.resolve(this.services.filter((s) => (filter.binary === undefined || s.binary === filter.binary) && (filter.host === undefined || s.host === filter.host)).map((s) => this.shownService(s)));
+  }
+  /** A hypervisor for each compute service (the host monitor looks for both). */
+  listHypervisors() {
+    return Promise.resolve(this.services.map((s) => ({ id: `hypervisor-${s.host}`, hypervisor_hostname: s.host, state: this.shownService(s).state, status: s.status, host_ip: '127.0.0.1', hypervisor_type: 'fake', hypervisor_version: 1, service: { host: s.host, id: s.id, disabled_reason: s.disabled_reason } })));
+  }
+  updateService(id: string, change: { status?: 'enabled' | 'disabled'; disabled_reason?: string; forced_down?: boolean }) {
+    const found = this.services.find((s) => s.id === id);
+    if (!found) return Promise.reject(new Error(`no service ${id}`));
+    if (change.status === 'enabled') Object.assign(found, { status: 'enabled', disabled_reason: null });
+    if (change.status === 'disabled') Object.assign(found, { status: 'disabled', disabled_reason: change.disabled_reason ?? null });
+    if (change.forced_down !== undefined) found.forced_down = change.forced_down;
+    if (change.status) this.serviceChanges.push(`${found.host} ${change.status}${change.status === 'disabled' ? `: ${found.disabled_reason ?? ''}` : ''}`);
+    return Promise.resolve(this.shownService(found));
+  }
 
   aggregate(name: string, hosts: string[], metadata: Record<string, string> = {}, zone?: string) {
     this.aggregates.push({ id: this.aggregates.length + 1, name, hosts, metadata, ...(zone ? { availability_zone: zone } : {}) });

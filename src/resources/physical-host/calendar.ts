@@ -10,9 +10,10 @@
 import type { ApplicationFailure } from '@temporalio/common';
 import type { PoolClient } from 'pg';
 import { isLeaseConflict, leaseConflict, invalidLease, type Reservation } from '../../domain/lease';
-import { assignHosts, freeHosts, preferenceOrder, type Blocked, type CalendarSnapshot, type HostRequest } from '../../domain/host-calendar';
+import { assignHosts, awakeFirst, freeHosts, preferenceOrder, type Blocked, type CalendarSnapshot, type HostRequest } from '../../domain/host-calendar';
 import { matchesQuery, parsePropertyQuery } from '../../domain/property-query';
 import { sameTypeReservations, type FitLimits, type FitSearch, type ReclaimedHosts, type ReservationContext } from '../../domain/resource-plugin';
+import { sleepingHostIds } from '../../db/host-power';
 import { maintenanceBlocks } from '../../db/maintenance';
 import {
   blockedIntervals, borrowedUntil, borrowersOfLendings, borrowersStillRunning, lenderRowsOf, deleteHostBookingOfReservation, endLenderBookingsAt, hostBookings, hostsOfReservation, insertHostBooking, lentUntilOfLease,
@@ -385,7 +386,8 @@ export class HostCalendar extends WholeResourceCalendar<HostRecord, BookedHost[]
     if (releasing.some((r) => isPreemptible(r.params))) throw invalidLease('a preemptible reservation cannot keep its hosts for good: its on_end (the deployment\'s default here) is "release"');
     await this.refuseMoreThanEnrolled(client, reservations, hosts);
     const requests = reservations.map((r) => this.request(r, hosts, releasing.includes(r) ? bookedLater : undefined));
-    const preferred = (calendar: CalendarSnapshot) => preferenceOrder(calendar, Date.now(), this.settings.randomChoice ? shuffle : undefined);
+    // Awake hosts first (issue 48): a sleeping host only when the awake ones do not do; the power planner then wakes it.
+    const preferred = async (calendar: CalendarSnapshot) => awakeFirst(preferenceOrder(calendar, Date.now(), this.settings.randomChoice ? shuffle : undefined), await sleepingHostIds(client));
     const lentAsFree = borrow && this.lentAsFree(reservations);
     const asked = { ...ctx, provisioningLeadMs: askedLeadMs(lentAsFree, ctx.provisioningLeadMs, ctx.startMs, Date.now()) };
     const assignment = await this.bookAnew(client, asked, hosts, requests, key, existing, {
@@ -408,7 +410,7 @@ export class HostCalendar extends WholeResourceCalendar<HostRecord, BookedHost[]
    * gap before the lease's block begins, and its workflow is owed the news (lease_preemptions), in
    * this transaction (their ids added to `cut`). Undefined, nothing changed: it does not fit even so.
    */
-  private async bookPreempting(client: PoolClient, ctx: ReservationContext<PhysicalHostParams>, hosts: HostRecord[], requests: HostRequest[], key: string, order: (calendar: CalendarSnapshot) => string[], cut: string[]): Promise<Map<string, string[]> | undefined> {
+  private async bookPreempting(client: PoolClient, ctx: ReservationContext<PhysicalHostParams>, hosts: HostRecord[], requests: HostRequest[], key: string, order: (calendar: CalendarSnapshot) => Promise<string[]> | string[], cut: string[]): Promise<Map<string, string[]> | undefined> {
     const choice = await this.preemptingChoice(client, { startMs: ctx.startMs, endMs: ctx.endMs, leadMs: ctx.provisioningLeadMs, lock: true, leaseId: ctx.leaseId }, hosts, requests, order);
     if (!choice) return undefined;
     for (const leaseId of choice.preemptedLeases) await preemptLease(client, { leaseId, endMs: choice.cutAtMs, neededFromMs: choice.neededFromMs, cleaningMs: this.cleaningMs });

@@ -4,15 +4,29 @@
  * host, instance slots, preemptible, lendings, maintenance), and waking or putting it to sleep by
  * hand. The planner's workflow will use the same reads and the same drivers.
  */
-import { listHosts, type HostRecord } from '../../db/hosts';
+import { bootDurations, recordBoot } from '../../db/host-boots';
+import { computeHostName, listHosts, type HostRecord } from '../../db/hosts';
 import { nextHostNeeds } from '../../db/host-allocations';
 import { allHostPower, hostPowerOf, recordPowerState, saveHostPowerSettings, type HostPowerRecord } from '../../db/host-power';
 import { nextMaintenanceNeeds } from '../../db/maintenance';
 import type { Pool } from '../../db/pool';
 import { missingPowerSetting, powerView, type HostPowerSettings, type HostPowerView, type PowerState } from '../../domain/host-power';
 import { invalidLease, leaseConflict } from '../../domain/lease';
-import { hostNeeds, type PlannedHost } from '../../domain/power-plan';
-import { powerDriverFor, type PowerDriverDeps } from '../../power';
+import { hostNeeds, learnedBootMs, maySleep, planPower, type PlannedHost, type PowerPlan, type PowerPlanSettings } from '../../domain/power-plan';
+import type { Config } from '../../config';
+import type { IronicClient } from '../../openstack/ironic';
+import type { NovaClient } from '../../openstack/nova';
+import { powerDriverFor, PowerConfigError, type PowerDriver, type PowerDriverDeps } from '../../power';
+
+/**
+ * The reason the planner gives the compute service it disables before a power-off. It enables
+ * again only a service disabled with this prefix: one an operator disabled for another reason stays
+ * as they left it.
+ */
+export const POWERED_OFF_REASON = 'leasekeeper: powered off';
+
+/** What the planner's look at a woken host found: up (and enabled again if the planner disabled it), still booting, or given up on (past its boot time and the resume time-out, or no longer on). */
+export type WakeOutcome = 'up' | 'booting' | 'given-up';
 
 /** A change of a host's power settings: the fields given replace the stored ones (null clears one); the others stay. */
 export type HostPowerPatch = Partial<{ [K in keyof HostPowerSettings]: HostPowerSettings[K] }>;
@@ -34,8 +48,21 @@ const NO_SETTINGS: HostPowerSettings = { driver: 'none', address: null, port: nu
 export class HostPower {
   constructor(
     private readonly pool: Pool,
-    private readonly deps: { drivers: PowerDriverDeps; defaultBootMs: number },
+    private readonly deps: {
+      drivers: PowerDriverDeps;
+      defaultBootMs: number;
+      /** How many of a host's last boots are kept and learned from (LK_POWER_BOOT_SAMPLES); 5 unset. */
+      bootSamples?: number;
+      /** Past its boot time, how long more a woken host may take (LK_POWER_RESUME_TIMEOUT_SECONDS); 600 s unset. */
+      resumeTimeoutMs?: number;
+      /** Nova, for the planner's disable before a power-off and enable after a wake; none: no compute service is touched (tests of the calendar alone). */
+      nova?: () => NovaClient;
+    },
   ) {}
+
+  private get bootSamples(): number {
+    return this.deps.bootSamples ?? 5;
+  }
 
   /** When the host is next needed, and until when it is busy now. */
   async need(hostId: string, nowMs: number): Promise<Pick<PlannedHost, 'nextNeededMs' | 'busyUntilMs'>> {
@@ -54,11 +81,83 @@ export class HostPower {
     if (hosts.length === 0) return [];
     const ids = hosts.map((host) => host.id);
     const needs = hostNeeds([...(await nextHostNeeds(this.pool, nowMs, ids)), ...(await nextMaintenanceNeeds(this.pool, nowMs, ids))]);
+    const boots = await bootDurations(this.pool, ids, this.bootSamples);
     return hosts.map((host) => {
       const record = powered.get(host.id)!;
       const need = needs.get(host.id) ?? { nextNeededMs: null, busyUntilMs: null };
-      return { id: host.id, power: record.powerState, manage: record.settings.manage, ...need, bootMs: this.bootMs(record) };
+      return { id: host.id, power: record.powerState, manage: record.settings.manage, ...need, bootMs: this.bootMs(record, boots.get(host.id)) };
     });
+  }
+
+  /** The planner's look: planPower over every powered host. */
+  async plan(nowMs: number, settings: PowerPlanSettings): Promise<PowerPlan> {
+    return planPower(await this.plannedHosts(nowMs), nowMs, settings);
+  }
+
+  /**
+   * Puts a host to sleep for the planner: read again first (a lease admitted since the plan may
+   * need it: then it is kept on), its compute service disabled in Nova with a reason naming its next
+   * need, then powered off through its driver, and recorded off. A host whose compute service an
+   * operator disabled (another reason) is theirs: kept as it is. Again on a host off: nothing.
+   */
+  async putToSleep(hostId: string, nowMs: number, settings: Pick<PowerPlanSettings, 'offAfterIdleMs'>): Promise<'off' | 'kept'> {
+    const { host, record, driver } = await this.driverOf(hostId);
+    if (record.powerState === 'off') return 'off';
+    const need = await this.need(hostId, nowMs);
+    const planned: PlannedHost = { id: hostId, power: record.powerState, manage: record.settings.manage, ...need, bootMs: await this.learnedBootOf(record) };
+    if (record.powerState !== 'on' || !maySleep(planned, nowMs, settings)) return 'kept';
+    if (this.deps.nova) {
+      const nova = this.deps.nova();
+      const [service] = await nova.listServices({ binary: 'nova-compute', host: computeHostName(host) });
+      if (service?.status === 'disabled' && !service.disabled_reason?.startsWith(POWERED_OFF_REASON)) return 'kept';
+      const until = need.nextNeededMs === null ? 'no booking' : new Date(need.nextNeededMs).toISOString();
+      if (service) await nova.updateService(service.id, { status: 'disabled', disabled_reason: `${POWERED_OFF_REASON}, idle until ${until}` });
+    }
+    await driver.powerOff();
+    await recordPowerState(this.pool, hostId, 'off', Date.now());
+    return 'off';
+  }
+
+  /** Wakes a host for the planner through its driver, and records it on (its boot starts: woken_at). Again on a host on: nothing. */
+  async wake(hostId: string): Promise<void> {
+    const { record, driver } = await this.driverOf(hostId);
+    if (record.powerState === 'on') return;
+    await driver.powerOn();
+    await recordPowerState(this.pool, hostId, 'on', Date.now());
+  }
+
+  /**
+   * The planner's look at a host it woke: once Nova reports its compute service up, the service is
+   * enabled again if the planner disabled it (never one an operator disabled), and the boot's
+   * duration is recorded (its boot time is learned from the last ones). Without Nova: up at once,
+   * nothing learned.
+   */
+  async settleWake(hostId: string, nowMs: number): Promise<WakeOutcome> {
+    const record = await hostPowerOf(this.pool, hostId);
+    const [host] = await listHosts(this.pool, { id: hostId });
+    if (!record || !host || record.powerState !== 'on' || record.wokenAtMs === null) return 'given-up';
+    if (!this.deps.nova) return 'up';
+    const nova = this.deps.nova();
+    const [service] = await nova.listServices({ binary: 'nova-compute', host: computeHostName(host) });
+    if (!service || service.state !== 'up' || service.forced_down) {
+      const bootMs = await this.learnedBootOf(record);
+      return nowMs > record.wokenAtMs + bootMs + (this.deps.resumeTimeoutMs ?? 600_000) ? 'given-up' : 'booting';
+    }
+    if (service.status === 'disabled' && service.disabled_reason?.startsWith(POWERED_OFF_REASON)) await nova.updateService(service.id, { status: 'enabled' });
+    await recordBoot(this.pool, hostId, record.wokenAtMs, nowMs, this.bootSamples);
+    return 'up';
+  }
+
+  private async driverOf(hostId: string): Promise<{ host: HostRecord; record: HostPowerRecord; driver: PowerDriver }> {
+    const [host] = await listHosts(this.pool, { id: hostId });
+    const record = await hostPowerOf(this.pool, hostId);
+    const driver = host && record && powerDriverFor(host.hypervisor_hostname, record.settings, this.deps.drivers);
+    if (!host || !record || !driver) throw new PowerConfigError(`host ${hostId} has no power driver (anymore)`, host?.hypervisor_hostname ?? hostId);
+    return { host, record, driver };
+  }
+
+  private async learnedBootOf(record: HostPowerRecord): Promise<number> {
+    return this.bootMs(record, (await bootDurations(this.pool, [record.hostId], this.bootSamples)).get(record.hostId));
   }
 
   async status(host: HostRecord, nowMs: number): Promise<HostPowerStatus> {
@@ -86,9 +185,10 @@ export class HostPower {
     await saveHostPowerSettings(this.pool, hostId, settings);
   }
 
-  /** The host's boot time: its own setting, or the deployment's default (its learned boots come with the planner). */
-  private bootMs(record: HostPowerRecord): number {
-    return record.settings.bootSeconds === null ? this.deps.defaultBootMs : record.settings.bootSeconds * 1000;
+  /** The host's boot time: the 95th percentile of its last boots once enough are known; until then its own setting, or the deployment's default. */
+  private bootMs(record: HostPowerRecord, bootsMs: readonly number[] = []): number {
+    const defaultBootMs = record.settings.bootSeconds === null ? this.deps.defaultBootMs : record.settings.bootSeconds * 1000;
+    return learnedBootMs(bootsMs, { defaultBootMs, minSamples: this.bootSamples });
   }
 
   /**
@@ -103,7 +203,7 @@ export class HostPower {
     const need = await this.need(host.id, nowMs);
     if (action === 'off' && need.nextNeededMs !== null) {
       if (need.nextNeededMs <= nowMs) throw leaseConflict(`host ${host.hypervisor_hostname} is booked now: it cannot be powered off`);
-      const bootMs = this.bootMs(record);
+      const bootMs = await this.learnedBootOf(record);
       if (need.nextNeededMs - nowMs <= bootMs) {
         throw leaseConflict(`host ${host.hypervisor_hostname} is booked from ${new Date(need.nextNeededMs).toISOString()}, within its boot time (${Math.round(bootMs / 1000)} s): it cannot be powered off`);
       }
@@ -113,6 +213,21 @@ export class HostPower {
     await recordPowerState(this.pool, host.id, action, nowMs);
     return statusOf(await hostPowerOf(this.pool, host.id), need.nextNeededMs);
   }
+}
+
+/**
+ * Hosts' power as the deployment sets it up (the API's os-hosts, the worker's planner): the drivers
+ * with the deployment's bound, programs and cipher suite; Ironic's client only for a host powered
+ * through Ironic; Nova's for the planner's disable and enable.
+ */
+export function deploymentHostPower(pool: Pool, power: Config['power'], clients: { ironic: () => IronicClient; nova?: () => NovaClient }): HostPower {
+  return new HostPower(pool, {
+    drivers: { timeoutMs: power.timeoutMs, commands: power.commands, ipmiCipherSuite: power.ipmiCipherSuite, ironic: clients.ironic },
+    defaultBootMs: power.defaultBootMs,
+    bootSamples: power.bootSamples,
+    resumeTimeoutMs: power.resumeTimeoutMs,
+    nova: clients.nova,
+  });
 }
 
 function statusOf(record: HostPowerRecord | undefined, nextNeededMs: number | null): HostPowerStatus {

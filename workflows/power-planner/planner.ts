@@ -1,0 +1,134 @@
+/**
+ * The power planner (issue 48): one workflow per deployment (id `power-planner-<task queue>`),
+ * started by the worker when LK_POWER_PLANNER=on. Each look: the hosts woken earlier are looked at
+ * (once Nova reports a woken host's compute service up, the service is enabled again if the planner
+ * disabled it, and the boot's duration recorded), then the plan (src/domain/power-plan.ts over
+ * HostPower.plannedHosts) says which hosts to power off (compute service disabled first, with a
+ * reason naming the next need) and which to wake; each host's action is an activity of its own,
+ * a few at a time, so that one BMC that hangs holds only its own. It sleeps until the plan's next
+ * look, a woken host's next look, or the API's `planNow` (a lease admitted or changed), and
+ * continues as new when Temporal suggests it, carrying the hosts still booting.
+ */
+import { allHandlersFinished, condition, continueAsNew, log, proxyActivities, setCurrentDetails, setHandler, workflowInfo } from '@temporalio/workflow';
+import type { Activities } from '../../activities';
+import { getPowerPlannerState, planNow, type PowerPlannerInput, type PowerPlannerTotals } from './messages';
+
+/** Looks per run before continuing as new (a look with nothing to do adds about eight events). */
+const LOOKS_PER_RUN = 500;
+/** A look that could not read the plan (the database down) is tried again this soon at the latest. */
+const RETRY_PLAN_MS = 60_000;
+/** What no retry changes: credentials refused, settings that cannot work, a worker without the planner's dependencies. */
+const FINAL = ['PowerAuthError', 'PowerConfigError', 'NoPowerPlanner'];
+
+interface PlannerState {
+  readonly input: PowerPlannerInput;
+  /** Hosts woken whose compute service was not seen up yet, in the order woken. */
+  booting: string[];
+  totals: PowerPlannerTotals;
+  /** Set by planNow. */
+  wake: boolean;
+  /** When the last look ended. */
+  lastLookMs?: number;
+  nextLookMs?: number;
+  lastError?: string;
+}
+
+export async function powerPlannerWorkflow(input: PowerPlannerInput): Promise<void> {
+  const p: PlannerState = { input, booting: [...(input.carried?.booting ?? [])], totals: input.carried?.totals ?? { poweredOff: 0, poweredOn: 0, failed: 0 }, wake: false };
+  setHandler(planNow, () => void (p.wake = true));
+  setHandler(getPowerPlannerState, () => ({ totals: p.totals, booting: p.booting, lastLookMs: p.lastLookMs, nextLookMs: p.nextLookMs }));
+
+  for (let looks = 1; ; looks++) {
+    p.wake = false;
+    p.nextLookMs = await look(p);
+    show(p);
+    if (looks >= LOOKS_PER_RUN || workflowInfo().continueAsNewSuggested) {
+      await condition(allHandlersFinished);
+      return continueAsNew<typeof powerPlannerWorkflow>({ ...input, carried: { booting: p.booting, totals: p.totals } });
+    }
+    await condition(() => p.wake, Math.max(1, p.nextLookMs - Date.now()), { summary: 'until the next look' });
+  }
+}
+
+/** One look: the woken hosts, then the plan and its actions. Answers when to look again. */
+async function look(p: PlannerState): Promise<number> {
+  const { input } = p;
+  const reading = proxyActivities<Activities>({ startToCloseTimeout: '1 minute', retry: { initialInterval: '1 second', maximumInterval: '10 seconds', maximumAttempts: 3, nonRetryableErrorTypes: FINAL } });
+  const acting = proxyActivities<Activities>({
+    startToCloseTimeout: input.actionTimeoutMs,
+    retry: { initialInterval: '2 seconds', maximumInterval: '30 seconds', maximumAttempts: 2, nonRetryableErrorTypes: FINAL },
+  });
+  await settleWoken(p, acting);
+  let plan;
+  try {
+    plan = await reading.planHostPower(input.settings);
+    p.lastError = undefined;
+  } catch (err) {
+    p.lastError = (err as Error).message;
+    log.warn('the power planner could not read its plan', { error: p.lastError });
+    p.lastLookMs = Date.now();
+    return Date.now() + Math.min(input.settings.recheckMs, RETRY_PLAN_MS);
+  }
+  let failures = 0;
+  const failed = (hostId: string, action: string, err: unknown) => {
+    failures++;
+    p.totals.failed++;
+    log.warn(`the power planner could not ${action} a host (tried again at a later look)`, { hostId, error: (err as Error).message });
+  };
+  await inParallel(plan.powerOff, input.parallel, async (hostId) => {
+    try {
+      if ((await acting.powerOffHost({ hostId, offAfterIdleMs: input.settings.offAfterIdleMs })) === 'off') p.totals.poweredOff++;
+    } catch (err) {
+      failed(hostId, 'power off', err);
+    }
+  });
+  await inParallel(plan.powerOn, input.parallel, async (hostId) => {
+    try {
+      await acting.powerOnHost(hostId);
+      p.totals.poweredOn++;
+      if (!p.booting.includes(hostId)) p.booting.push(hostId);
+    } catch (err) {
+      failed(hostId, 'power on', err);
+    }
+  });
+  p.lastLookMs = Date.now();
+  // A host booting, or a wake that failed, is looked at again soon.
+  return p.booting.length > 0 || failures > 0 ? Math.min(plan.nextLookMs, Date.now() + input.bootPollMs) : plan.nextLookMs;
+}
+
+/** Looks at each woken host: up (enabled again, its boot recorded) or given up on (the host monitor fails it) leaves the list. */
+async function settleWoken(p: PlannerState, acting: Pick<Activities, 'settleWokenHost'>): Promise<void> {
+  const still: string[] = [];
+  await inParallel([...p.booting], p.input.parallel, async (hostId) => {
+    try {
+      const outcome = await acting.settleWokenHost(hostId);
+      if (outcome === 'booting') still.push(hostId);
+      else if (outcome === 'given-up') log.warn('a woken host did not come up within its boot time and the resume time-out (the host monitor fails it)', { hostId });
+    } catch (err) {
+      still.push(hostId);
+      log.warn('the power planner could not look at a woken host', { hostId, error: (err as Error).message });
+    }
+  });
+  p.booting = p.booting.filter((hostId) => still.includes(hostId));
+}
+
+/** Runs `action` over `items`, at most `lanes` at once. */
+async function inParallel<T>(items: readonly T[], lanes: number, action: (item: T) => Promise<void>): Promise<void> {
+  let next = 0;
+  const lane = async () => {
+    while (next < items.length) await action(items[next++]);
+  };
+  await Promise.all(Array.from({ length: Math.max(1, Math.min(lanes, items.length)) }, lane));
+}
+
+/** The Web UI's current details. */
+function show(p: PlannerState): void {
+  const utc = (ms: number | undefined) => (ms === undefined ? '?' : `${new Date(ms).toISOString().slice(0, 19).replace('T', ' ')} UTC`);
+  const { poweredOff, poweredOn, failed } = p.totals;
+  setCurrentDetails(
+    [
+      p.lastError ? `**cannot plan** at ${utc(p.lastLookMs)}: ${p.lastError}` : `last look done at ${utc(p.lastLookMs)} · next look ${utc(p.nextLookMs)}`,
+      `${poweredOff} power-off(s), ${poweredOn} wake(s), ${failed} failed action(s) · booting now: ${p.booting.length === 0 ? 'none' : p.booting.join(', ')}`,
+    ].join('\n'),
+  );
+}
