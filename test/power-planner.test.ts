@@ -63,7 +63,7 @@ describe('the power planner', () => {
   const aLook = async () => {
     const asked = Date.now();
     await planner().signal(planNow);
-    await eventually(async () => (((await planner().query(getPowerPlannerState)).lastLookMs ?? 0) >= asked ? true : undefined), 20_000);
+    await eventually(async () => (((await planner().query(getPowerPlannerState)).lastLookMs ?? 0) >= asked ? true : undefined), 45_000);
   };
 
   beforeAll(async () => {
@@ -81,7 +81,7 @@ describe('the power planner', () => {
 
   it('powers off a host idle past the threshold, its compute service disabled first with the reason', async () => {
     await planner().signal(planNow);
-    await eventually(async () => (bmcs['planned-a'].power() === 'off' && (await powerState('planned-a')) === 'off' ? true : undefined), 30_000);
+    await eventually(async () => (bmcs['planned-a'].power() === 'off' && (await powerState('planned-a')) === 'off' ? true : undefined), 45_000);
     expect(service('planned-a')).toMatchObject({ status: 'disabled', disabled_reason: `${POWERED_OFF_REASON}, idle until no booking` });
     // Disabled before the power-off: Nova's first change of it is the disable.
     expect(nova.serviceChanges.filter((c) => c.startsWith('planned-a'))).toEqual([`planned-a disabled: ${POWERED_OFF_REASON}, idle until no booking`]);
@@ -103,7 +103,7 @@ describe('the power planner', () => {
     const created = await admin('POST', '/v1/leases', { name: 'wakes-a', start_date: inSeconds(1800), end_date: inSeconds(5400), reservations: [hostReservation({ resource_properties: JSON.stringify(['==', '$scenario', 'planned-a']) })] });
     expect(created.status).toBe(201);
     // The API's signal, not the recheck (an hour), brings the look; the wake falls due seconds later.
-    await eventually(() => Promise.resolve(service('planned-a').status === 'enabled' ? true : undefined), 30_000);
+    await eventually(() => Promise.resolve(service('planned-a').status === 'enabled' ? true : undefined), 45_000);
     expect(bmcs['planned-a'].power()).toBe('on');
     expect(await powerState('planned-a')).toBe('on');
     expect(Date.now()).toBeLessThan(startMs);
@@ -120,7 +120,7 @@ describe('the power planner', () => {
     const created = await admin('POST', '/v1/leases', { name: 'wakes-b', start_date: inSeconds(1800), end_date: inSeconds(5400), reservations: [hostReservation({ resource_properties: JSON.stringify(['==', '$scenario', 'planned-b']) })] });
     expect(created.status).toBe(201);
     const booted = async () => (await stack().db.pool.query('SELECT 1 FROM host_boots WHERE host_id = $1', [hostIds['planned-b']])).rowCount;
-    await eventually(async () => ((await booted()) === 1 ? true : undefined), 30_000);
+    await eventually(async () => ((await booted()) === 1 ? true : undefined), 45_000);
     expect(bmcs['planned-b'].power()).toBe('on');
     expect(service('planned-b')).toMatchObject({ status: 'disabled', disabled_reason: 'operator: firmware update' });
     expect(nova.serviceChanges.filter((c) => c.startsWith('planned-b'))).toEqual([]);
@@ -170,8 +170,8 @@ describe('a woken host that does not come up', () => {
     expect((await admin('DELETE', `/v1/leases/${blocker.body.lease.id}`)).status).toBe(204);
     expect(bmc!.power()).toBe('off');
     // Woken (the BMC says on), never up: failed, and the lease moves to the spare (free from the blocker's end).
-    await eventually(() => Promise.resolve(bmc!.power() === 'on' ? true : undefined), 30_000);
-    await eventually(async () => ((await admin('GET', `/v1/os-hosts/${dead}`)).body.host.state === 'failed' ? true : undefined), 30_000);
-    await eventually(async () => ((await admin('GET', `/v1/leases/${created.body.lease.id}`)).body.lease.reservations[0].hosts[0] === 'spare' ? true : undefined), 30_000);
+    await eventually(() => Promise.resolve(bmc!.power() === 'on' ? true : undefined), 45_000);
+    await eventually(async () => ((await admin('GET', `/v1/os-hosts/${dead}`)).body.host.state === 'failed' ? true : undefined), 45_000);
+    await eventually(async () => ((await admin('GET', `/v1/leases/${created.body.lease.id}`)).body.lease.reservations[0].hosts[0] === 'spare' ? true : undefined), 45_000);
   });
 });
