@@ -124,7 +124,7 @@ describe('the command driver', () => {
   test('a program past its bound is killed, with what it started, and is a retryable PowerTimeoutError', async () => {
     // The program starts a child that would outlive it; the whole group goes.
     const hanging = program(dir, 'hang', `sleep 600 & echo $! > "${dir}/child"; wait`);
-    const failure = await new CommandDriver({ host: 'node-9', address: null }, { on: [hanging], off: ['true'] }, { timeoutMs: 500 }).powerOn().catch((error: unknown) => error);
+    const failure = await new CommandDriver({ host: 'node-9', address: null }, { on: [hanging], off: ['true'] }, { timeoutMs: 3_000 }).powerOn().catch((error: unknown) => error);
     expect(failure).toBeInstanceOf(PowerTimeoutError);
     const child = Number(fs.readFileSync(path.join(dir, 'child'), 'utf8'));
     // Gone, or a zombie waiting for its reaper: no longer running either way.

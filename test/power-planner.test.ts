@@ -136,10 +136,10 @@ describe('a woken host that does not come up', () => {
   afterAll(() => bmc?.stop());
   const stack = useTestStack(
     {
-      // As above, woken 8 s ahead of a lease 30 minutes away; a resume time-out of 1 s: past boot (2 s) and that, the monitor
+      // As above, woken 23 s after its create, for a lease 30 minutes away (room for the blocker's delete before it on a loaded machine); a resume time-out of 1 s: past boot (2 s) and that, the monitor
       // (every 200 ms, no grace) fails the host.
       env: {
-        LK_POWER_PLANNER: 'on', LK_POWER_IPMI_CIPHER_SUITE: '3', LK_POWER_BOOT_SECONDS: '2', LK_POWER_WAKE_MARGIN_SECONDS: '1790', LK_POWER_OFF_AFTER_IDLE: '30m', LK_POWER_RECHECK_SECONDS: '3600',
+        LK_POWER_PLANNER: 'on', LK_POWER_IPMI_CIPHER_SUITE: '3', LK_POWER_BOOT_SECONDS: '2', LK_POWER_WAKE_MARGIN_SECONDS: '1775', LK_POWER_OFF_AFTER_IDLE: '30m', LK_POWER_RECHECK_SECONDS: '3600',
         LK_POWER_RESUME_TIMEOUT_SECONDS: '1', LK_HOST_MONITOR_INTERVAL_SECONDS: '0.2', LK_HOST_FAIL_GRACE_SECONDS: '0',
       },
       config: (config) => ({ ...config, power: { ...config.power, bootPollMs: 300 } }),

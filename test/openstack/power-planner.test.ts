@@ -64,7 +64,7 @@ describe('the power planner with the rig', () => {
     expect((await api('PUT', `/v1/os-hosts/${hostId}`, { power: { driver: 'command' } })).status).toBe(200);
     await recordPowerState(stack().db.pool, hostId, 'on', Date.now());
     await stack().temporal.client.workflow.getHandle(powerPlannerWorkflowId(stack().config.temporal.taskQueue)).signal(planNow);
-    await eventually(() => Promise.resolve(powerOf() === 'off' ? true : undefined), 30_000, 200, () => 'not yet: powered off');
+    await eventually(() => Promise.resolve(powerOf() === 'off' ? true : undefined), 45_000, 200, () => 'not yet: powered off');
     const disabled = await serviceOf();
     expect(disabled).toMatchObject({ status: 'disabled', disabled_reason: `${POWERED_OFF_REASON}, idle until no booking` });
 
