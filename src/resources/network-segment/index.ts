@@ -132,7 +132,7 @@ export function networkSegmentPlugin(deps: NetworkSegmentDeps): ResourcePlugin<N
       const client = neutron();
       // Whether or not the lease started (a start that failed half way may have made the network): take back all there may be.
       if (client) {
-        const left = await deleteReservedNetworks(client, networkKey(ctx, await calendar.segmentOf(ctx.reservation.id)), ctx.reportProgress);
+        const left = await deleteReservedNetworks(client, networkKey(ctx, await calendar.segmentOf(ctx.reservation.id)), { started: ctx.started, progress: ctx.reportProgress });
         if (left.networks.length > 0) {
           const what = `network(s) ${left.networks.join(', ')} still in use${left.ports.length ? `: ${left.ports.join(', ')}` : ''}`;
           if (ctx.started) failIfDeletionOverdue(what, ctx.endMs, deleteTimeoutMs, 'NetworkNotDeleted');

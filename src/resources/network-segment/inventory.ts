@@ -108,7 +108,7 @@ export class NetworkSegmentInventory {
 
   private async checkNeutron(fields: SegmentFields, name: string): Promise<void> {
     const neutron = this.neutron();
-    await this.checkRanges(fields, name, await neutron.listNetworkSegmentRanges());
+    this.checkRanges(fields, name, await neutron.listNetworkSegmentRanges());
     const [taken] = await neutron.findNetworksBySegment({ network_type: fields.networkType, physical_network: fields.physicalNetwork, segmentation_id: Number(fields.segmentId) });
     if (taken) throw leaseConflict(`segment ${name} is in use in Neutron (network ${taken.id} of project ${taken.project_id}): only a free segment can be made reservable`);
   }

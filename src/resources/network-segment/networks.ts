@@ -71,11 +71,13 @@ function operatorWarning(message: string, fields: Record<string, unknown>): void
 
 /**
  * The reservation's networks in Neutron: the recorded one, every network of the lessee's project on
- * the booked segment (however its tags or description were edited), and any of that project's tagged with it.
+ * the booked segment (however its tags or description were edited), and any of that project's
+ * tagged with it. `madeByUsOnly` (a start undone: the segment may have been taken in the lessee's
+ * project by an operator, which is why the start failed): only those we made.
  */
-export async function reservedNetworks(neutron: NeutronClient, key: ReservationNetworkKey): Promise<Network[]> {
+export async function reservedNetworks(neutron: NeutronClient, key: ReservationNetworkKey, madeByUsOnly = false): Promise<Network[]> {
   const found = new Map<string, Network>();
-  const ofLessee = (n: Network) => n.project_id === key.projectId;
+  const ofLessee = (n: Network) => (madeByUsOnly ? madeByUs(n, key) : n.project_id === key.projectId);
   if (key.networkId) {
     const recorded = await ignoreNotFound(neutron.getNetwork(key.networkId));
     if (recorded && ofLessee(recorded)) found.set(recorded.id, recorded);
@@ -148,7 +150,8 @@ const portName = (port: { id: string; device_owner: string }) => `port ${port.id
  * Neutron refuses (409: a trunk's parent, an interface still in use) is left for the next try, as
  * is a network Neutron still calls in use: all answered, for the caller's bounded wait.
  */
-export async function deleteReservedNetworks(neutron: NeutronClient, key: ReservationNetworkKey, progress?: ReportProgress): Promise<NetworkLeftovers> {
+export async function deleteReservedNetworks(neutron: NeutronClient, key: ReservationNetworkKey, options: { started: boolean; progress?: ReportProgress }): Promise<NetworkLeftovers> {
+  const { progress } = options;
   const left: NetworkLeftovers = { networks: [], ports: [] };
   const refusing = async (action: () => Promise<unknown>): Promise<boolean> => {
     try {
@@ -159,7 +162,7 @@ export async function deleteReservedNetworks(neutron: NeutronClient, key: Reserv
       throw err;
     }
   };
-  for (const network of await reservedNetworks(neutron, key)) {
+  for (const network of await reservedNetworks(neutron, key, !options.started)) {
     const ports = await neutron.listPorts({ network_id: network.id });
     const interfaces = ports.filter((p) => ROUTER_INTERFACE.test(p.device_owner) && p.device_id);
     const ordinary = ports.filter((p) => !NETWORK_OWNED.test(p.device_owner) && !ROUTER_OWNED.test(p.device_owner) && !interfaces.includes(p));
