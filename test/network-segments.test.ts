@@ -342,7 +342,7 @@ describe('network segment reservations', () => {
       const drift = networkSegmentPlugin({ pool: stack().db.pool, cloud });
       const first = await drift.checkDrift!({}, 'repair');
       const key = `network:${active.reservations[0].id}`;
-      expect(first).toEqual({ seen: { [key]: `its network on vlan:physnet1:${segment.segment_id} is gone from Neutron` }, repaired: [], reported: [], aggregatesRemoved: [] });
+      expect(first).toEqual({ seen: { [key]: `its network on vlan:physnet1:${segment.segment_id} is gone from Neutron` }, repaired: [], reported: [], aggregatesRemoved: [], leasesToHeal: [] });
       expect((await drift.checkDrift!(first.seen, 'report')).reported).toHaveLength(1);
       expect(neutron.networks.filter((n) => n.name === 'kept-net')).toEqual([]);
       const second = await drift.checkDrift!(first.seen, 'repair');
