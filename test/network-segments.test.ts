@@ -417,7 +417,7 @@ describe('network segment reservations', () => {
         neutron.network({ ...request, project_id: request.project_id!, 'provider:physical_network': request['provider:physical_network'] ?? null, name: request.name!, description: request.description! });
       };
       try {
-        const made = await lease(member, 'overlap', 'now', inSeconds(3600), [networkReservation({ network_name: 'overlap-net' })]);
+        const made = await lease(member, 'overlap', 'now', inSeconds(3600), [networkReservation({ network_name: 'overlap-net', resource_properties: '["==", "$segment_id", "250"]' })]);
         const active = await statusIs(made.body.lease.id, 'ACTIVE');
         const onIt = neutron.networks.filter((n) => n.name === 'overlap-net');
         expect(onIt).toHaveLength(1);
