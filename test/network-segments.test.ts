@@ -181,6 +181,24 @@ describe('network segment reservations', () => {
       }
       expect((await admin('DELETE', `/v1/networks/${extra.body.network.id}`)).status).toBe(204);
     });
+    it('answers an admission that chose a segment removed meanwhile by choosing again (409 never fits), not 400', async () => {
+      const racing = await admin('POST', '/v1/networks', { network_type: 'vlan', physical_network: 'physnet1', segment_id: 270, pool: 'racing' });
+      expect(racing.status).toBe(201);
+      const remover = await stack().db.pool.connect();
+      try {
+        // The removal's transaction, not committed yet: the admission still sees the segment and books it, then waits on its row.
+        await remover.query('BEGIN');
+        await remover.query('SELECT 1 FROM network_segments WHERE id = $1 FOR UPDATE', [racing.body.network.id]);
+        await remover.query('DELETE FROM network_segments WHERE id = $1', [racing.body.network.id]);
+        const admission = lease(member, 'racing', `${D3} 16:00`, `${D3} 17:00`, [networkReservation({ resource_properties: '["==", "$pool", "racing"]' })]);
+        await eventually(async () => ((await stack().db.pool.query("SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE 'INSERT INTO network_segment_allocations%'")).rowCount ? true : undefined), 10_000);
+        await remover.query('COMMIT');
+        expect(await admission).toMatchObject({ status: 409, body: { error_message: expect.stringContaining('no enrolled network segment matches') } });
+      } finally {
+        await remover.query('ROLLBACK').catch(() => undefined);
+        remover.release();
+      }
+    });
   });
 
   describe('admission', () => {
