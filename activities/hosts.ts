@@ -42,6 +42,7 @@ export function hostActivities({ hostWatch, plugins, notices }: { hostWatch?: Ho
         repaired: checks.flatMap((c) => c.repaired),
         reported: checks.flatMap((c) => c.reported),
         aggregatesRemoved: checks.flatMap((c) => c.aggregatesRemoved),
+        leasesToHeal: [...new Set(checks.flatMap((c) => c.leasesToHeal ?? []))],
       };
     },
   };

@@ -25,6 +25,28 @@ function problemAsIssue(problem: (value: string) => string | undefined) {
   };
 }
 
+/**
+ * ML2's `network_vlan_ranges` (LK_NEUTRON_TENANT_VLAN_RANGES, e.g. `physnet1:100:199,physnet2`): per
+ * physical network Neutron knows, the VLAN ranges it hands to tenant networks (none for a physnet
+ * listed alone: provider networks only). Physical networks in the order given.
+ */
+export type TenantVlanRanges = Map<string, Array<{ minimum: number; maximum: number }>>;
+
+/** network_vlan_ranges as ML2 reads it; a string naming the first entry that is wrong when it is not. */
+export function parseTenantVlanRanges(text: string): TenantVlanRanges | string {
+  const ranges: TenantVlanRanges = new Map();
+  for (const entry of text.split(',').map((e) => e.trim())) {
+    const match = /^([^:\s]{1,64})(?::(\d{1,4}):(\d{1,4}))?$/.exec(entry);
+    const [minimum, maximum] = match?.[2] === undefined ? [] : [Number(match[2]), Number(match[3])];
+    if (!match || (minimum !== undefined && (minimum < 1 || maximum! > 4094 || minimum > maximum!))) {
+      return `expected ML2's network_vlan_ranges, e.g. physnet1:100:199,physnet2 (tags 1 to 4094, the least first): ${JSON.stringify(entry.slice(0, 80))}`;
+    }
+    const known = ranges.get(match[1]) ?? [];
+    ranges.set(match[1], minimum === undefined ? known : [...known, { minimum, maximum: maximum! }]);
+  }
+  return ranges;
+}
+
 /** A URL leasekeeper calls (a webhook, the external filter): httpUrlProblem's rule. */
 export const httpUrl = z
   .string()
@@ -385,6 +407,16 @@ const envSchema = z.object({
   LK_CAPACITY_REFRESH_SECONDS: z.coerce.number().int().min(0).max(86_400).default(60),
   // Bandwidth reservations (`network:bandwidth`): how many candidate hosts the start tries to bind the ports on.
   LK_BANDWIDTH_BIND_ATTEMPTS: z.coerce.number().int().min(1).max(20).default(3),
+  // Network segment reservations (`network`): ML2's network_vlan_ranges, for enrolment's checks when
+  // Neutron has no segment range extension, and for physical networks it lists without a range.
+  LK_NEUTRON_TENANT_VLAN_RANGES: z
+    .string()
+    .max(4_096)
+    .superRefine(problemAsIssue((value) => {
+      const parsed = parseTenantVlanRanges(value);
+      return typeof parsed === 'string' ? parsed : undefined;
+    }))
+    .optional(),
 
   // Notices (src/notifications): every lease event and the host monitor's, delivered to webhooks and
   // to oslo.messaging, retried for LK_NOTICE_RETRY_HOURS. The deployment's webhooks (≤ 10, and
@@ -549,6 +581,8 @@ function toConfig(env: z.infer<typeof envSchema>) {
     },
     servers: { hostFullPolicy: env.LK_SERVER_HOST_FULL_POLICY, capacityRefreshMs: env.LK_CAPACITY_REFRESH_SECONDS * 1000 },
     bandwidth: { bindAttempts: env.LK_BANDWIDTH_BIND_ATTEMPTS, capacityRefreshMs: env.LK_CAPACITY_REFRESH_SECONDS * 1000 },
+    /** Enrolment's view of ML2's VLAN ranges when configured (it wins over Neutron's segment ranges for the physical networks it names). */
+    networkSegments: { tenantVlanRanges: env.LK_NEUTRON_TENANT_VLAN_RANGES === undefined ? undefined : (parseTenantVlanRanges(env.LK_NEUTRON_TENANT_VLAN_RANGES) as TenantVlanRanges) },
     provisioningLeadMs: env.LK_PROVISIONING_LEAD_TIME_SECONDS * 1000,
     notifyUrl: env.LK_NOTIFY_URL,
     inventory: {

@@ -4,7 +4,7 @@
  * the addresses' life in Neutron have their rig test, test/openstack/floating-ip-leases.test.ts).
  */
 import { randomUUID } from 'node:crypto';
-import { insertFloatingIp } from '../src/db/floating-ips';
+import { floatingIpBookings, insertFloatingIp, insertFloatingIpBooking } from '../src/db/floating-ips';
 import { floatingIpPlugin } from '../src/resources/floating-ip';
 import { apiClient, deleteAllLeases, useTestStack } from '../dev-stack/stack';
 
@@ -107,5 +107,23 @@ describe('floating IP leases and the floatingips API', () => {
     expect((await admin('GET', `/v1/floatingips/${ids['203.0.113.100']}`)).status).toBe(404);
     const bad = await fipLease(admin, 'bad', `${D3} 10:00`, `${D3} 12:00`, { amount: 1, required_floatingips: ['999.1.1.1'] });
     expect(bad).toMatchObject({ status: 400, body: { error_message: expect.stringContaining('IP address 999.1.1.1 is invalid form.') } });
+  });
+
+  it('refuses to remove an address booked by a reservation whose lease is not recorded yet (LK_ADMISSION=workflow, the external filter)', async () => {
+    const id = randomUUID();
+    await insertFloatingIp(stack().db.pool, { id, networkId: NETWORK, subnetId: 'subnet-1', address: '203.0.113.109' });
+    const leaseId = randomUUID();
+    const client = await stack().db.pool.connect();
+    try {
+      // What `reserve` commits before the workflow records the lease's row.
+      const fromMs = Date.now() + 86_400_000;
+      await insertFloatingIpBooking(client, { floatingIpId: id, reservationId: randomUUID(), leaseId, projectId: 'project-a', fromMs, endMs: fromMs + 3_600_000, leadMs: 0, bookingKey: 'k' });
+      const refused = await admin('DELETE', `/v1/floatingips/${id}`);
+      expect(refused).toMatchObject({ status: 409, body: { error_message: expect.stringContaining(`booking of ${leaseId} (no live lease)`) } });
+      await floatingIpBookings.deleteLease(client, leaseId);
+    } finally {
+      client.release();
+    }
+    expect((await admin('DELETE', `/v1/floatingips/${id}`)).status).toBe(204);
   });
 });

@@ -16,6 +16,9 @@ import { hostReservation } from '../dev-stack/fixtures/builders';
 import { insertHost } from '../dev-stack/fixtures/hosts';
 import { apiClient, deleteAllLeases, eventually, inSeconds, useTestStack } from '../dev-stack/stack';
 import { FakeNeutron } from './support/fake-neutron';
+import { insertNetworkSegmentBooking, networkSegmentBookings } from '../src/db/network-segment-allocations';
+import { hostsChanged, leaseWorkflowId } from '../workflows/lease/messages';
+import { randomUUID } from 'node:crypto';
 
 /** Days a month ahead (within the deployment's advance-booking limit), as Blazar writes dates. */
 const dayAhead = (days: number) => new Date(Date.now() + days * 86_400_000).toISOString().slice(0, 10);
@@ -27,6 +30,8 @@ describe('network segment reservations', () => {
   /** While set, the host reservation's start fails for good (the all-or-nothing case). */
   let failHostStart = false;
   const stack = useTestStack({
+    // physnet2 with its own tenant range, physnet3 listed without one (ML2 knows it, Neutron's segment ranges do not).
+    env: { LK_NEUTRON_TENANT_VLAN_RANGES: 'physnet2:400:499,physnet3' },
     openstack: () => cloud() as unknown as OpenStackClients,
     withPool: (pool) => {
       const hosts = physicalHostPlugin({ pool, settings: { cleaningMs: 0, randomChoice: false }, cloud: 'calendar-only' });
@@ -122,18 +127,30 @@ describe('network segment reservations', () => {
       const unknownPhysnet = await enrol({ network_type: 'vlan', physical_network: 'physnet9', segment_id: 300 });
       expect(unknownPhysnet).toMatchObject({ status: 409, body: { error_message: expect.stringContaining("physical network physnet9 is not in Neutron's network segment ranges") } });
       const tenantRange = await enrol({ network_type: 'vlan', physical_network: 'physnet1', segment_id: 150 });
-      expect(tenantRange).toMatchObject({ status: 409, body: { error_message: expect.stringContaining('which it hands to tenant networks') } });
+      expect(tenantRange).toMatchObject({ status: 409, body: { error_message: expect.stringContaining('which Neutron hands to tenant networks') } });
+      // LK_NEUTRON_TENANT_VLAN_RANGES names physnet3 without a range: known though in no Neutron segment range.
+      const listedAlone = await enrol({ network_type: 'vlan', physical_network: 'physnet3', segment_id: 300 });
+      expect(listedAlone.status).toBe(201);
+      expect((await admin('DELETE', `/v1/networks/${listedAlone.body.network.id}`)).status).toBe(204);
       const inUse = neutron.network({ 'provider:network_type': 'vlan', 'provider:physical_network': 'physnet1', 'provider:segmentation_id': 300, project_id: 'ops' });
       const taken = await enrol({ network_type: 'vlan', physical_network: 'physnet1', segment_id: 300 });
       expect(taken).toMatchObject({ status: 409, body: { error_message: `segment vlan:physnet1:300 is in use in Neutron (network ${inUse.id} of project ops): only a free segment can be made reservable` } });
       neutron.networks = neutron.networks.filter((n) => n !== inUse);
-      // Without the segment range extension, the ranges are not checked (logged); the rest is.
+      // Without the segment range extension: refused unless LK_NEUTRON_TENANT_VLAN_RANGES names the physical network.
       const ranges = neutron.ranges;
       neutron.ranges = undefined;
       try {
-        const unchecked = await enrol({ network_type: 'vlan', physical_network: 'physnet1', segment_id: 150 });
-        expect(unchecked.status).toBe(201);
-        expect((await admin('DELETE', `/v1/networks/${unchecked.body.network.id}`)).status).toBe(204);
+        const unchecked = await enrol({ network_type: 'vlan', physical_network: 'physnet1', segment_id: 250 + 50 });
+        expect(unchecked).toMatchObject({ status: 409, body: { error_message: expect.stringContaining("Neutron's network segment ranges cannot be read") } });
+        expect(unchecked.body.error_message).toContain('service_plugins = network_segment_range');
+        expect(unchecked.body.error_message).toContain('LK_NEUTRON_TENANT_VLAN_RANGES');
+        const inConfiguredRange = await enrol({ network_type: 'vlan', physical_network: 'physnet2', segment_id: 450 });
+        expect(inConfiguredRange).toMatchObject({ status: 409, body: { error_message: expect.stringContaining('lies in LK_NEUTRON_TENANT_VLAN_RANGES physnet2:400:499') } });
+        for (const [physnet, tag] of [['physnet2', 300], ['physnet3', 301]] as const) {
+          const configured = await enrol({ network_type: 'vlan', physical_network: physnet, segment_id: tag });
+          expect(configured.status).toBe(201);
+          expect((await admin('DELETE', `/v1/networks/${configured.body.network.id}`)).status).toBe(204);
+        }
       } finally {
         neutron.ranges = ranges;
       }
@@ -150,7 +167,37 @@ describe('network segment reservations', () => {
       const allocation = await admin('GET', `/v1/networks/${extra.body.network.id}/allocation`);
       expect(allocation.body.allocation).toEqual({ resource_id: extra.body.network.id, reservations: [expect.objectContaining({ id: held.body.lease.reservations[0].id, lease_id: held.body.lease.id, project_id: 'project-a' })] });
       expect((await member('DELETE', `/v1/leases/${held.body.lease.id}`)).status).toBe(204);
+      // A booking committed before its lease's row (admitted by the workflow, or the external filter) holds it too.
+      const unrecorded = randomUUID();
+      const client = await stack().db.pool.connect();
+      try {
+        const fromMs = Date.now() + 86_400_000;
+        await insertNetworkSegmentBooking(client, { networkSegmentId: extra.body.network.id, reservationId: randomUUID(), leaseId: unrecorded, projectId: 'project-a', fromMs, endMs: fromMs + 3_600_000, leadMs: 0, bookingKey: 'k' });
+        const stillHeld = await admin('DELETE', `/v1/networks/${extra.body.network.id}`);
+        expect(stillHeld).toMatchObject({ status: 409, body: { error_message: expect.stringContaining(`booking of ${unrecorded} (no live lease)`) } });
+        await networkSegmentBookings.deleteLease(client, unrecorded);
+      } finally {
+        client.release();
+      }
       expect((await admin('DELETE', `/v1/networks/${extra.body.network.id}`)).status).toBe(204);
+    });
+    it('answers an admission that chose a segment removed meanwhile by choosing again (409 never fits), not 400', async () => {
+      const racing = await admin('POST', '/v1/networks', { network_type: 'vlan', physical_network: 'physnet1', segment_id: 270, pool: 'racing' });
+      expect(racing.status).toBe(201);
+      const remover = await stack().db.pool.connect();
+      try {
+        // The removal's transaction, not committed yet: the admission still sees the segment and books it, then waits on its row.
+        await remover.query('BEGIN');
+        await remover.query('SELECT 1 FROM network_segments WHERE id = $1 FOR UPDATE', [racing.body.network.id]);
+        await remover.query('DELETE FROM network_segments WHERE id = $1', [racing.body.network.id]);
+        const admission = lease(member, 'racing', `${D3} 16:00`, `${D3} 17:00`, [networkReservation({ resource_properties: '["==", "$pool", "racing"]' })]);
+        await eventually(async () => ((await stack().db.pool.query("SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE 'INSERT INTO network_segment_allocations%'")).rowCount ? true : undefined), 10_000);
+        await remover.query('COMMIT');
+        expect(await admission).toMatchObject({ status: 409, body: { error_message: expect.stringContaining('no enrolled network segment matches') } });
+      } finally {
+        await remover.query('ROLLBACK').catch(() => undefined);
+        remover.release();
+      }
     });
   });
 
@@ -204,6 +251,8 @@ describe('network segment reservations', () => {
     expect(held.status).toBe(201);
     const heldRows = async () => (await stack().db.pool.query<{ n: number }>('SELECT count(*)::int AS n FROM network_segment_allocations WHERE lease_id = $1', [held.body.hold.id])).rows[0].n;
     expect(await heldRows()).toBe(1);
+    // The hold's booking has no lease row: the segment still cannot be removed from under it.
+    expect(await admin('DELETE', `/v1/networks/${segments['250']}`)).toMatchObject({ status: 409, body: { error_message: expect.stringContaining(`offer hold ${held.body.hold.id}`) } });
     expect((await lease(other, 'blocked', `${day} 10:00`, `${day} 11:00`, [only250])).status).toBe(409);
     expect((await member('DELETE', `/v1/offers/${offers.body.offers[0].id}/hold`)).status).toBe(204);
     expect(await heldRows()).toBe(0);
@@ -274,7 +323,10 @@ describe('network segment reservations', () => {
         const made = await lease(member, 'taken', 'now', inSeconds(3600), [hostReservation(), networkReservation({ network_name: 'never', resource_properties: '["==", "$segment_id", "251"]' })]);
         expect(made.status).toBe(201);
         const failed = await statusIs(made.body.lease.id, 'ERROR');
-        expect(failed.status_reason).toContain(`network segment vlan:physnet1:251 is taken in Neutron by network ${squatter.id} of project ops outside this lease`);
+        expect(failed.status_reason).toContain('network segment vlan:physnet1:251 is taken in Neutron by a network outside this lease: an operator must act');
+        // Whose network it is goes to the worker's log, never to the lessee.
+        expect(failed.status_reason).not.toContain(squatter.id);
+        expect(failed.status_reason).not.toContain('ops');
         expect(failed.reservations.map((r: { status: string }) => r.status)).toEqual(['error', 'error']);
         expect(neutron.networks.filter((n) => n.name === 'never')).toEqual([]);
         // The host's booking no longer blocks anything (a started reservation's row is ended, kept as its record).
@@ -294,20 +346,33 @@ describe('network segment reservations', () => {
       expect(extended.status).toBe(200);
       expect((await leaseOf(made.body.lease.id)).reservations[0]).toMatchObject({ network_id: networkId, segment });
       expect(neutron.calls).toEqual([]);
+      // A started reservation keeps its segment and its network as made: queries its segment does not answer, and a new name, are refused.
+      const reservationId = active.reservations[0].id;
+      const otherTag = segment.segment_id === '250' ? '251' : '250';
+      const requery = await member('PUT', `/v1/leases/${made.body.lease.id}`, { reservations: [{ id: reservationId, network_properties: `["==", "$segment_id", "${otherTag}"]` }] });
+      expect(requery).toMatchObject({ status: 400, body: { error_message: expect.stringContaining('Network reservation cannot be updated with requested parameters.') } });
+      const renamed = await member('PUT', `/v1/leases/${made.body.lease.id}`, { reservations: [{ id: reservationId, network_name: 'renamed' }] });
+      expect(renamed).toMatchObject({ status: 400, body: { error_message: expect.stringContaining('Updating network_name or network_description of a started reservation is not supported') } });
+      expect((await leaseOf(made.body.lease.id)).reservations[0]).toMatchObject({ network_name: 'kept-net', network_properties: '', network_id: networkId, segment });
 
       // Neutron lost the network: the drift check sees it, and the next one (seen again) makes it anew on the same tag.
       neutron.networks = neutron.networks.filter((n) => n.id !== networkId);
       const drift = networkSegmentPlugin({ pool: stack().db.pool, cloud });
       const first = await drift.checkDrift!({}, 'repair');
       const key = `network:${active.reservations[0].id}`;
-      expect(first).toEqual({ seen: { [key]: `its network on vlan:physnet1:${segment.segment_id} is gone from Neutron` }, repaired: [], reported: [], aggregatesRemoved: [] });
+      expect(first).toEqual({ seen: { [key]: `its network on vlan:physnet1:${segment.segment_id} is gone from Neutron` }, repaired: [], reported: [], aggregatesRemoved: [], leasesToHeal: [] });
       expect((await drift.checkDrift!(first.seen, 'report')).reported).toHaveLength(1);
       expect(neutron.networks.filter((n) => n.name === 'kept-net')).toEqual([]);
       const second = await drift.checkDrift!(first.seen, 'repair');
-      expect(second.repaired).toEqual([expect.stringContaining(`reservation ${active.reservations[0].id}: its network on vlan:physnet1:${segment.segment_id} is gone from Neutron (made again: `)]);
-      expect(neutron.networks.filter((n) => n.name === 'kept-net')).toEqual([
-        expect.objectContaining({ project_id: 'project-a', 'provider:segmentation_id': Number(segment.segment_id), tags: ['blazar', `reservation:${active.reservations[0].id}`] }),
-      ]);
+      // The repair is the lease's own heal, under its lock (never racing its end): the check only has it told.
+      expect(second.repaired).toEqual([`reservation ${reservationId}: its network on vlan:physnet1:${segment.segment_id} is gone from Neutron (lease ${made.body.lease.id} told to heal: it makes the network again)`]);
+      expect(second.leasesToHeal).toEqual([made.body.lease.id]);
+      expect(neutron.networks.filter((n) => n.name === 'kept-net')).toEqual([]);
+      await stack().temporal.client.workflow.getHandle(leaseWorkflowId(made.body.lease.id)).signal(hostsChanged, { hostIds: [] });
+      const remade = await eventually(() => Promise.resolve(neutron.networks.find((n) => n.name === 'kept-net')), 30_000);
+      expect(remade).toMatchObject({ project_id: 'project-a', 'provider:segmentation_id': Number(segment.segment_id), tags: ['blazar', `reservation:${reservationId}`] });
+      // The lease JSON shows the network made again, not the lost one.
+      expect(await eventually(async () => ((await leaseOf(made.body.lease.id)).reservations[0].network_id === remade.id ? true : undefined), 30_000)).toBe(true);
       expect((await drift.checkDrift!(second.seen, 'repair')).seen).toEqual({});
 
       // A heal (the lease told its hosts changed) makes it again too, at once.
@@ -318,6 +383,77 @@ describe('network segment reservations', () => {
       const again = neutron.networks.filter((n) => n.name === 'kept-net');
       expect(again).toEqual([expect.objectContaining({ 'provider:segmentation_id': Number(segment.segment_id), project_id: 'project-a' })]);
       expect(healed).toEqual({ allocation: { network_id: again[0].id }, missingResources: false, resourcesChanged: false });
+    });
+
+    it("deletes ordinary ports before router interfaces, leaves a router's own ports to go with them, and takes the network though the lessee untagged it", async () => {
+      const made = await lease(member, 'routed', 'now', inSeconds(3600), [networkReservation({ network_name: 'routed-net' })]);
+      const active = await statusIs(made.body.lease.id, 'ACTIVE');
+      const network = neutron.networks.find((n) => n.id === active.reservations[0].network_id)!;
+      // Listed first: the router's interface; then DVR's SNAT port of that router, and a server's port whose floating IP goes out through it.
+      neutron.port(network.id, 'network:router_interface_distributed', 'router-2');
+      neutron.port(network.id, 'network:router_centralized_snat', 'router-2');
+      const server = neutron.port(network.id, 'compute:nova');
+      neutron.floatingIpVia.set(server.id, 'router-2');
+      neutron.port(network.id, 'network:dhcp');
+      // The lessee owns the network: Neutron's default policy lets them drop its tags and description.
+      network.tags = [];
+      network.description = 'mine now';
+      neutron.calls.length = 0;
+      expect((await member('PUT', `/v1/leases/${made.body.lease.id}`, { end_date: 'now' })).status).toBe(200);
+      const ended = await statusIs(made.body.lease.id, 'TERMINATED');
+      expect(ended.reservations[0].network_id).toBeNull();
+      expect(neutron.calls).toEqual(['delete port compute:nova', 'remove router interface router-2', 'delete network routed-net']);
+      expect(neutron.networks.filter((n) => n.id === network.id)).toEqual([]);
+    });
+
+    it('ends in ERROR naming a port Neutron refuses to delete (a trunk parent) after the bounded wait, as NetworkNotDeleted', async () => {
+      const made = await lease(member, 'trunked', 'now', inSeconds(3600), [networkReservation({ network_name: 'trunk-net' })]);
+      const active = await statusIs(made.body.lease.id, 'ACTIVE');
+      const network = neutron.networks.find((n) => n.id === active.reservations[0].network_id)!;
+      const parent = neutron.port(network.id, 'compute:nova');
+      neutron.trunkParents.add(parent.id);
+      try {
+        expect((await member('PUT', `/v1/leases/${made.body.lease.id}`, { end_date: 'now' })).status).toBe(200);
+        const failed = await statusIs(made.body.lease.id, 'ERROR');
+        expect(failed.status_reason).toContain(`network(s) ${network.id} still in use: port ${parent.id} (compute:nova)`);
+        // The end's own failure type, not the hosts' ServersNotDeleted.
+        const stored = (await findLease(stack().db.pool, made.body.lease.id))!;
+        const plugin = networkSegmentPlugin({ pool: stack().db.pool, cloud, deleteTimeoutMs: 0 });
+        const hook = { ...reservationContext(stored, stored.reservations[0]), reportProgress: () => undefined, placementOf: () => Promise.resolve({ hosts: [] }), announce: () => Promise.resolve(), started: true };
+        await expect(plugin.end(typedContext(plugin, hook))).rejects.toMatchObject({ type: 'NetworkNotDeleted' });
+      } finally {
+        neutron.trunkParents.delete(parent.id);
+        neutron.ports = neutron.ports.filter((p) => p !== parent);
+        neutron.networks = neutron.networks.filter((n) => n !== network);
+      }
+    });
+
+    it("adopts the network an overlapping try of its start made first (the create answered 409), and refuses one on its segment it did not make", async () => {
+      // The first try's create was slow: the retry lists nothing, and the first try's network commits before the retry's create.
+      neutron.beforeCreateNetwork = (request) => {
+        neutron.beforeCreateNetwork = undefined;
+        neutron.network({ ...request, project_id: request.project_id!, 'provider:physical_network': request['provider:physical_network'] ?? null, name: request.name!, description: request.description! });
+      };
+      try {
+        const made = await lease(member, 'overlap', 'now', inSeconds(3600), [networkReservation({ network_name: 'overlap-net', resource_properties: '["==", "$segment_id", "250"]' })]);
+        const active = await statusIs(made.body.lease.id, 'ACTIVE');
+        const onIt = neutron.networks.filter((n) => n.name === 'overlap-net');
+        expect(onIt).toHaveLength(1);
+        expect(active.reservations[0].network_id).toBe(onIt[0].id);
+        expect(onIt[0].tags).toEqual(['blazar', `reservation:${active.reservations[0].id}`]);
+      } finally {
+        neutron.beforeCreateNetwork = undefined;
+      }
+      // A network of the lessee's own project on the segment that no try of ours made (an operator's): the segment is taken.
+      const notOurs = neutron.network({ 'provider:network_type': 'vlan', 'provider:physical_network': 'physnet1', 'provider:segmentation_id': 251, project_id: 'project-a', name: 'operator-made' });
+      try {
+        const refused = await lease(member, 'not-ours', 'now', inSeconds(3600), [networkReservation({ network_name: 'never-2', resource_properties: '["==", "$segment_id", "251"]' })]);
+        const failed = await statusIs(refused.body.lease.id, 'ERROR');
+        expect(failed.status_reason).toContain('network segment vlan:physnet1:251 is taken in Neutron by a network outside this lease');
+        expect(neutron.networks.filter((n) => n.id === notOurs.id)).toHaveLength(1);
+      } finally {
+        neutron.networks = neutron.networks.filter((n) => n !== notOurs);
+      }
     });
 
     it("ends in ERROR naming the port Neutron keeps, once the end's wait for it is over", async () => {

@@ -45,7 +45,8 @@ import { durationMs } from '../policy/rules';
 import { versionsRouter } from './versions';
 
 export interface AppDeps {
-  config: Pick<Config, 'temporal' | 'outbox' | 'healthTimeoutMs' | 'healthDeepIntervalMs' | 'leaseLimits' | 'policy' | 'notifyBeforeEnd' | 'idleLeases' | 'maxReservationsPerLease' | 'maxOccurrences' | 'offerTtlMs' | 'offerHolds' | 'api' | 'hosts' | 'inventory' | 'provisioningLeadMs' | 'notices' | 'preemption' | 'power'>;
+  config: Pick<Config, 'temporal' | 'outbox' | 'healthTimeoutMs' | 'healthDeepIntervalMs' | 'leaseLimits' | 'policy' | 'notifyBeforeEnd' | 'idleLeases' | 'maxReservationsPerLease' | 'maxOccurrences' | 'offerTtlMs' | 'offerHolds' | 'api' | 'hosts' | 'inventory' | 'provisioningLeadMs' | 'notices' | 'preemption' | 'power'> &
+    Partial<Pick<Config, 'networkSegments'>>;
   log: Logger;
   pool: Pool;
   connection: Connection;
@@ -190,7 +191,7 @@ export function createApp(deps: AppDeps): express.Express {
     hostsRouter({ pool: deps.pool, inventory, power: hostPower(deps), commands }),
     maintenanceRouter({ pool: deps.pool, inventory, commands }),
     floatingIpsRouter({ pool: deps.pool, inventory: lazyFloatingIpInventory(deps) }),
-    networksRouter({ pool: deps.pool, inventory: lazyNetworkSegmentInventory(deps, log) }),
+    networksRouter({ pool: deps.pool, inventory: lazyNetworkSegmentInventory(deps) }),
     calendarRouter({ pool: deps.pool, calendar }),
     availabilityRouter({
       pool: deps.pool,
@@ -230,12 +231,8 @@ function lazyFloatingIpInventory(deps: AppDeps): () => FloatingIpInventory {
   return () => inventory;
 }
 
-/** The enrolled segments are read without OpenStack; enrolling one asks Neutron (without its segment ranges, says so in the log). */
-function lazyNetworkSegmentInventory(deps: AppDeps, log: Logger): () => NetworkSegmentInventory {
-  const inventory = new NetworkSegmentInventory(
-    deps.pool,
-    () => openstackOf(deps)().neutron,
-    (segment) => log.warn({ segment }, "Neutron has no network segment ranges (extension network-segment-range off): the segment's tag was not checked against its tenant ranges"),
-  );
+/** The enrolled segments are read without OpenStack; enrolling one asks Neutron (and LK_NEUTRON_TENANT_VLAN_RANGES, when set). */
+function lazyNetworkSegmentInventory(deps: AppDeps): () => NetworkSegmentInventory {
+  const inventory = new NetworkSegmentInventory(deps.pool, () => openstackOf(deps)().neutron, deps.config.networkSegments?.tenantVlanRanges);
   return () => inventory;
 }

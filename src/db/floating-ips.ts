@@ -6,9 +6,8 @@
  * Instants cross this boundary as epoch milliseconds.
  */
 import type { PoolClient } from 'pg';
-import type { Lease } from '../domain/lease';
 import type { Pool } from './pool';
-import { wholeResourceBookings, type NewRangeBooking } from './range-bookings';
+import { wholeResourceBookings, type BookingHolder, type NewRangeBooking } from './range-bookings';
 
 type Queryable = Pool | PoolClient;
 
@@ -61,17 +60,14 @@ export async function getFloatingIp(db: Queryable, id: string): Promise<Floating
 
 /**
  * Removes an enrolled address and its past bookings, in one transaction, unless a booking holds it
- * now or later: then nothing is removed and the leases holding it are returned.
+ * now or later (a lease's, an offer hold's, or one whose lease is not recorded yet): then nothing
+ * is removed and the holders are returned.
  */
-export async function deleteFloatingIpUnlessBooked(client: PoolClient, id: string): Promise<{ deleted: boolean; heldBy: Array<{ leaseId: string; leaseName: string }> }> {
+export async function deleteFloatingIpUnlessBooked(client: PoolClient, id: string): Promise<{ deleted: boolean; heldBy: BookingHolder[] }> {
   await client.query('SELECT 1 FROM floating_ips WHERE id = $1 FOR UPDATE', [id]);
-  const { rows } = await client.query<{ document: Lease }>(
-    `SELECT DISTINCT l.document FROM floating_ip_allocations a JOIN leases l ON l.id = a.lease_id
-     WHERE a.floating_ip_id = $1 AND upper(a.blocks) > now() AND l.deleted_at IS NULL`,
-    [id],
-  );
-  if (rows.length > 0) return { deleted: false, heldBy: rows.map((r) => ({ leaseId: r.document.id, leaseName: r.document.name })) };
-  await client.query('DELETE FROM floating_ip_allocations WHERE floating_ip_id = $1', [id]);
+  const heldBy = await floatingIpBookings.holdersOf(client, id);
+  if (heldBy.length > 0) return { deleted: false, heldBy };
+  await floatingIpBookings.deleteResource(client, id);
   const { rowCount } = await client.query('DELETE FROM floating_ips WHERE id = $1', [id]);
   return { deleted: (rowCount ?? 0) > 0, heldBy: [] };
 }

@@ -5,7 +5,6 @@
  * keeps two bookings of one segment from overlapping. Instants cross this boundary as epoch milliseconds.
  */
 import type { PoolClient } from 'pg';
-import type { Lease } from '../domain/lease';
 import type { Pool } from './pool';
 import { BOOKING_LEASE_COLUMNS, HELD_BOOKING_JOIN, WINDOW_PARAMS_RANGE, wholeResourceBookings, type BookingLeaseColumns, type NewRangeBooking } from './range-bookings';
 import type { NetworkSegmentRecord } from './network-segments';
@@ -62,21 +61,6 @@ export async function segmentOfReservation(db: Queryable, reservationId: string)
     [reservationId],
   );
   return rows[0];
-}
-
-/** The live leases booking the segment now or later (a removal is refused while there are any). */
-export async function leasesBookingSegment(client: PoolClient, networkSegmentId: string): Promise<Array<{ leaseId: string; leaseName: string }>> {
-  const { rows } = await client.query<{ document: Lease }>(
-    `SELECT DISTINCT l.document FROM network_segment_allocations a JOIN leases l ON l.id = a.lease_id
-     WHERE a.network_segment_id = $1 AND upper(a.blocks) > now() AND l.deleted_at IS NULL`,
-    [networkSegmentId],
-  );
-  return rows.map((r) => ({ leaseId: r.document.id, leaseName: r.document.name }));
-}
-
-/** Forgets the segment's bookings (past ones, before its removal). */
-export async function deleteSegmentBookings(client: PoolClient, networkSegmentId: string): Promise<void> {
-  await client.query('DELETE FROM network_segment_allocations WHERE network_segment_id = $1', [networkSegmentId]);
 }
 
 /** Blazar's allocations: per segment, the reservations holding it from now on (optionally of one lease, reservation, segment or project). */

@@ -78,6 +78,8 @@ export const isExclusionViolation = (err: unknown): boolean => err instanceof Da
 export const isCheckViolation = (err: unknown): boolean => err instanceof DatabaseError && err.code === '23514';
 /** A transaction that lost a race to a concurrent one (deadlock, serialization failure): run again, it sees the winner. */
 export const isDeadlockOrSerialization = (err: unknown): boolean => err instanceof DatabaseError && ['40P01', '40001'].includes(err.code ?? '');
+/** A write referring to a row a concurrent transaction deleted (SQLSTATE 23503): a booking of a resource removed meanwhile. */
+export const isForeignKeyViolation = (err: unknown): boolean => err instanceof DatabaseError && err.code === '23503';
 /** A booking that lost its race to a concurrent one: either of the above. */
 export const isLostRace = (err: unknown): boolean => isDeadlockOrSerialization(err) || isExclusionViolation(err);
 

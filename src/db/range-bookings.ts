@@ -128,6 +128,23 @@ export interface WholeResourceBookingRow {
   end_ms: number;
 }
 
+/**
+ * Who holds a resource now or later, for a removal that must not pull it from under them: a live
+ * lease (named), an offer hold, or a booking with neither (its lease not recorded yet: admitted
+ * by its workflow or the external filter; or being deleted).
+ */
+export interface BookingHolder {
+  id: string;
+  kind: 'lease' | 'offer hold' | 'booking';
+  leaseName: string | null;
+}
+
+/** How a removal's refusal names a holder: `<lease name> (<id>)`, `offer hold <id>`, `booking of <id> (no live lease)`. */
+export function describeHolder(holder: BookingHolder): string {
+  if (holder.kind === 'lease') return `${holder.leaseName ?? ''} (${holder.id})`;
+  return holder.kind === 'offer hold' ? `offer hold ${holder.id}` : `booking of ${holder.id} (no live lease)`;
+}
+
 /** The statements of a whole-resource calendar over its table. */
 export function wholeResourceBookings(t: WholeResourceTable) {
   const leaseRows = async (db: Queryable, leaseId: string, lock: '' | 'FOR UPDATE OF a'): Promise<WholeResourceBookingRow[]> => {
@@ -180,6 +197,26 @@ export function wholeResourceBookings(t: WholeResourceTable) {
         [ids, leaseId, fromMs],
       );
       return rows[0];
+    },
+
+    /**
+     * Every holder of a booking of the resource still blocking (now or later, or for good), whether
+     * or not a lease row exists: a removal is refused while there is any (call under the resource's row lock).
+     */
+    holdersOf: async (client: PoolClient, resourceId: string): Promise<BookingHolder[]> => {
+      const { rows } = await client.query<{ id: string; lease_name: string | null; is_lease: boolean; is_hold: boolean }>(
+        `SELECT DISTINCT a.lease_id::text AS id, l.name AS lease_name, l.id IS NOT NULL AS is_lease, h.id IS NOT NULL AS is_hold
+         FROM ${t.table} a LEFT JOIN leases l ON l.id = a.lease_id AND l.deleted_at IS NULL LEFT JOIN offer_holds h ON h.id = a.lease_id
+         WHERE a.${t.resourceColumn} = $1 AND (upper_inf(a.blocks) OR upper(a.blocks) > now())
+         ORDER BY 1`,
+        [resourceId],
+      );
+      return rows.map((r) => ({ id: r.id, kind: r.is_lease ? 'lease' : r.is_hold ? 'offer hold' : 'booking', leaseName: r.lease_name }));
+    },
+
+    /** Forgets every booking of the resource (past ones, before its removal). */
+    deleteResource: async (client: PoolClient, resourceId: string): Promise<void> => {
+      await client.query(`DELETE FROM ${t.table} a WHERE a.${t.resourceColumn} = $1`, [resourceId]);
     },
 
     setLeaseKey: async (client: PoolClient, leaseId: string, bookingKey: string): Promise<void> => {

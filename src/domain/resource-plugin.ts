@@ -230,6 +230,8 @@ export interface DriftCheck {
   repaired: string[];
   reported: string[];
   aggregatesRemoved: string[];
+  /** Leases whose workflows are to heal (the repair done under the lease's lock, its allocation recorded): the monitor tells them. */
+  leasesToHeal?: string[];
 }
 
 /**

@@ -2,11 +2,14 @@
  * Neutron's networks, ports, routers' interfaces and segment ranges in memory, for the network
  * segment type's core tests (test/network-segments.test.ts): what enrolment checks, what a start
  * makes and what an end takes away, with Neutron's rules where they matter (a network with ports
- * other than its DHCP port is in use; a router interface goes only through its router).
+ * other than its DHCP port is in use; a router interface goes only through its router, and not while
+ * a floating IP on the network reaches out through it; DVR's SNAT port goes with the interface, never
+ * by a port delete; a trunk's parent port is not deleted while its trunk is there).
  */
 import { randomUUID } from 'node:crypto';
 import { ConflictError, NotFoundError, type CreateNetworkRequest, type ListNetworksFilters, type ListPortsFilters, type Network, type NetworkSegmentRange, type Port } from '../../src/openstack';
 
+const conflict = (message: string, method: string, url: string) => new ConflictError(message, { service: 'network', method, url: `/v2.0/${url}`, status: 409 });
 const notFound = (what: string) => new NotFoundError(`${what} could not be found`, { service: 'network', method: 'GET', url: `/v2.0/${what}`, status: 404 });
 
 export class FakeNeutron {
@@ -18,6 +21,12 @@ export class FakeNeutron {
   readonly calls: string[] = [];
   /** Tries of replaceTags to fail after the network was made (a start whose answer was lost): counted down. */
   failTaggingTimes = 0;
+  /** Ports with a floating IP, each through its router (the router's interface on their network cannot go while it is there). */
+  readonly floatingIpVia = new Map<string, string>();
+  /** Ports that are a trunk's parent (never deleted while the trunk is there). */
+  readonly trunkParents = new Set<string>();
+  /** Runs before a network is made (e.g. an overlapping try of the same start making it first). */
+  beforeCreateNetwork: ((request: CreateNetworkRequest) => void) | undefined;
 
   range(physicalNetwork: string | null, minimum: number, maximum: number, networkType = 'vlan', shared = true) {
     (this.ranges ??= []).push({ id: randomUUID(), name: `${physicalNetwork ?? networkType}-${minimum}`, network_type: networkType, physical_network: physicalNetwork, minimum, maximum, shared });
@@ -61,7 +70,13 @@ export class FakeNeutron {
     });
   }
 
+  getNetwork(id: string): Promise<Network> {
+    const network = this.networks.find((n) => n.id === id);
+    return network ? Promise.resolve({ ...network, tags: [...(network.tags ?? [])] }) : Promise.reject(notFound(`networks/${id}`));
+  }
+
   createNetwork(request: CreateNetworkRequest): Promise<Network> {
+    this.beforeCreateNetwork?.(request);
     const taken = this.networks.find(
       (n) => n['provider:network_type'] === request['provider:network_type'] && n['provider:physical_network'] === request['provider:physical_network'] && n['provider:segmentation_id'] === request['provider:segmentation_id'],
     );
@@ -96,19 +111,26 @@ export class FakeNeutron {
   deletePort(id: string): Promise<void> {
     const port = this.ports.find((p) => p.id === id);
     if (!port) return Promise.reject(notFound(`ports/${id}`));
-    if (port.device_owner.startsWith('network:router_interface')) {
-      return Promise.reject(new ConflictError(`Port ${id} cannot be deleted directly via the port API: has device owner network:router_interface.`, { service: 'network', method: 'DELETE', url: `/v2.0/ports/${id}`, status: 409 }));
+    if (port.device_owner.startsWith('network:router_interface') || port.device_owner === 'network:router_centralized_snat') {
+      return Promise.reject(conflict(`Port ${id} cannot be deleted directly via the port API: has device owner ${port.device_owner}.`, 'DELETE', `ports/${id}`));
     }
+    if (this.trunkParents.has(id)) return Promise.reject(conflict(`Port ${id} is currently a parent port for trunk.`, 'DELETE', `ports/${id}`));
     this.calls.push(`delete port ${port.device_owner}`);
     this.ports = this.ports.filter((p) => p !== port);
+    this.floatingIpVia.delete(id);
     return Promise.resolve();
   }
 
   removeRouterInterface(routerId: string, interfaceOf: { port_id: string }): Promise<void> {
     const port = this.ports.find((p) => p.id === interfaceOf.port_id && p.device_id === routerId);
     if (!port) return Promise.reject(notFound(`routers/${routerId}`));
+    const floating = this.ports.find((p) => p.network_id === port.network_id && this.floatingIpVia.get(p.id) === routerId);
+    if (floating) {
+      return Promise.reject(conflict(`Router interface for subnet on router ${routerId} cannot be deleted, as it is required by one or more floating IPs.`, 'PUT', `routers/${routerId}/remove_router_interface`));
+    }
     this.calls.push(`remove router interface ${routerId}`);
-    this.ports = this.ports.filter((p) => p !== port);
+    // DVR's centralized SNAT port for that network goes with the interface.
+    this.ports = this.ports.filter((p) => p !== port && !(p.network_id === port.network_id && p.device_id === routerId && p.device_owner === 'network:router_centralized_snat'));
     return Promise.resolve();
   }
 

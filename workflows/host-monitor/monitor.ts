@@ -137,6 +137,9 @@ async function checkDrift(m: MonitorState, nowMs: number): Promise<void> {
     for (const line of check.repaired) log.warn('drift repaired', { drift: line });
     for (const line of check.reported) log.warn('drift found (LK_DRIFT_REPAIR=report: left as it is)', { drift: line });
     for (const name of check.aggregatesRemoved) log.info('removed the aggregate of an ended lease', { aggregate: name });
+    // A repair a lease makes itself, under its lock (a network reservation's lost network): told as a sweep tells.
+    const toHeal = check.leasesToHeal ?? [];
+    if (toHeal.length > 0) await tell([], () => Promise.resolve(toHeal), new Set());
     m.drift = {
       lastCheckMs: nowMs,
       seen: check.seen,

@@ -9,6 +9,7 @@ import { ApplicationFailure } from '@temporalio/common';
 import { invalidLease, isUuid, leaseConflict } from '../../domain/lease';
 import { deleteFloatingIpUnlessBooked, getFloatingIp, insertFloatingIp, listFloatingIps, type FloatingIpRecord } from '../../db/floating-ips';
 import type { Pool } from '../../db/pool';
+import { describeHolder } from '../../db/range-bookings';
 import { inTransaction } from '../../db/transaction';
 import { ignoreNotFound, type NeutronClient } from '../../openstack';
 import { canonicalAddress, inCidr, inRange } from './params';
@@ -66,7 +67,7 @@ export class FloatingIpInventory {
     await this.get(id);
     const outcome = await inTransaction(this.pool, (client) => deleteFloatingIpUnlessBooked(client, id));
     if (outcome.heldBy.length > 0) {
-      throw leaseConflict(`Can't delete floating IP ${id}. Floating IP id ${id} is allocated by reservations of lease(s) ${outcome.heldBy.map((l) => `${l.leaseName} (${l.leaseId})`).join(', ')}.`);
+      throw leaseConflict(`Can't delete floating IP ${id}. Floating IP id ${id} is allocated by reservations of lease(s) ${outcome.heldBy.map(describeHolder).join(', ')}.`);
     }
     if (!outcome.deleted) throw notFound(id);
   }

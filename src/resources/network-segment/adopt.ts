@@ -1,12 +1,13 @@
 /**
  * Adopting a network Blazar made (Chameleon's network reservations, brought over by the Blazar
  * import): tagged as the start tags the networks it makes (`blazar`, `reservation:<id>`), so that
- * the end deletes it and the drift check knows it as the reservation's.
+ * the drift check and the end know it as the reservation's (the end also finds it on the booked
+ * segment in the lessee's project, tags or not).
  */
 import { ignoreNotFound, type NeutronClient } from '../../openstack';
-import { reservationTag } from './networks';
+import { reservationTags } from './networks';
 
 /** Tags the network with the reservation; false when Neutron has it no more (the drift check makes it again). */
 export async function adoptBlazarNetwork(neutron: NeutronClient, reservationId: string, networkId: string): Promise<boolean> {
-  return (await ignoreNotFound(neutron.replaceTags('networks', networkId, ['blazar', reservationTag(reservationId)]).then(() => true))) ?? false;
+  return (await ignoreNotFound(neutron.replaceTags('networks', networkId, reservationTags(reservationId)).then(() => true))) ?? false;
 }

@@ -10,10 +10,11 @@
  * is freed, so the tag is free in Neutron when the next lease's start needs it.
  */
 import type { PoolClient } from 'pg';
-import { leaseConflict, type Reservation } from '../../domain/lease';
+import { invalidLease, leaseConflict, type Reservation } from '../../domain/lease';
 import { preferenceOrder, type HostRequest } from '../../domain/host-calendar';
 import { matchesQuery, parsePropertyQuery } from '../../domain/property-query';
 import { sameTypeReservations, type ReservationContext } from '../../domain/resource-plugin';
+import { findLease } from '../../db/leases';
 import { listNetworkSegments, type NetworkSegmentRecord } from '../../db/network-segments';
 import { blockedNetworkSegmentIntervals, insertNetworkSegmentBooking, networkSegmentBookings, segmentOfReservation } from '../../db/network-segment-allocations';
 import type { Pool } from '../../db/pool';
@@ -111,6 +112,7 @@ export class NetworkSegmentCalendar extends WholeResourceCalendar<NetworkSegment
 
     if (ctx.leaseStatus !== 'PENDING' && existing.length > 0) {
       // A started lease keeps its segments (its network is on them): only its end moves; a reservation added since gets one from now.
+      await this.refuseChangesOfStarted(ctx, reservations, existing, enrolled);
       await this.moveEndOrRefuse(client, ctx, existing);
       const missing = requests.filter((r) => !existing.some((row) => row.reservation_id === r.reservationId));
       const from = Math.max(Date.now(), ctx.startMs);
@@ -126,6 +128,26 @@ export class NetworkSegmentCalendar extends WholeResourceCalendar<NetworkSegment
     await networkSegmentBookings.deleteLease(client, ctx.leaseId);
     const now = Date.now();
     await this.bookAnew(client, ctx, enrolled, requests, key, existing, { preferred: async () => preferenceOrder(await this.snapshot(client, enrolled, now, null, 0), now) });
+  }
+
+  /**
+   * A started reservation's segment and network stay as they are: new queries its segment does not
+   * answer, or a new network name or description (the network in Neutron keeps its own), are
+   * refused as Blazar refuses what an update cannot do (400), before anything moves.
+   */
+  private async refuseChangesOfStarted(ctx: ReservationContext<NetworkSegmentParams>, reservations: Reservation<NetworkSegmentParams>[], existing: { reservation_id: string; resource_id: string }[], enrolled: NetworkSegmentRecord[]): Promise<void> {
+    const recorded = (await findLease(this.pool, ctx.leaseId))?.reservations ?? [];
+    for (const reservation of reservations) {
+      const held = existing.find((row) => row.reservation_id === reservation.id);
+      const segment = held && enrolled.find((s) => s.id === held.resource_id);
+      if (!segment) continue;
+      const refused = (why: string) => invalidLease(`Network reservation cannot be updated with requested parameters. ${why} (reservation ${reservation.id}).`);
+      if (!segmentMatches(reservation.params, segment)) throw refused(`Its segment ${segmentName(segment)} does not match the new network_properties or resource_properties, and a started reservation keeps its segment`);
+      const before = recorded.find((r) => r.id === reservation.id)?.params as Partial<NetworkSegmentParams> | undefined;
+      if (before && (before.network_name !== reservation.params.network_name || (before.network_description ?? '') !== reservation.params.network_description)) {
+        throw refused('Updating network_name or network_description of a started reservation is not supported');
+      }
+    }
   }
 
   protected async blocked(db: Pool | PoolClient, window: { fromMs: number; toMs: number | null; ids: string[] }): Promise<BlockedInterval[]> {

@@ -7,21 +7,21 @@
  * - start: the network made as admin, owned by the lessee, tagged with the reservation (a retry finds it).
  * - end: its ports deleted (servers detached), routers' interfaces removed, then the network; waits
  *   (bounded) for Neutron to let go, then fails naming what is left; the booking freed.
- * - heal and checkDrift: an active reservation whose network Neutron lost gets it again on the same tag.
+ * - heal: an active reservation whose network Neutron lost gets it again on the same tag, under the
+ *   lease's lock (its new network_id recorded); checkDrift finds such reservations and has their leases told to heal.
  */
 import { ApplicationFailure } from '@temporalio/common';
 import type { NetworkSegmentRecord } from '../../db/network-segments';
 import { listNetworkSegments } from '../../db/network-segments';
 import type { Pool } from '../../db/pool';
-import { activeReservationsOfType, findLease } from '../../db/leases';
-import type { Reservation } from '../../domain/lease';
+import { activeReservationsOfType } from '../../db/leases';
 import { parsePropertyQuery } from '../../domain/property-query';
 import type { DriftCheck, EndContext, EndOutcome, HookContext, OfferShape, ReservationContext, ReserveResult, ResourcePlugin, ResourceType } from '../../domain/resource-plugin';
 import type { NeutronClient } from '../../openstack';
 import { checkKeys } from '../shared/booking';
 import { DEFAULT_SERVER_DELETE_TIMEOUT_MS, failIfDeletionOverdue } from '../shared/server-deletion';
 import { NetworkSegmentCalendar, segmentName } from './calendar';
-import { deleteReservedNetworks, ensureNetwork, reservedNetworks } from './networks';
+import { deleteReservedNetworks, ensureNetwork, reservedNetworks, type ReservationNetworkKey } from './networks';
 import { NETWORK, networkSegmentParams, SEGMENT_FIELDS, type NetworkSegmentParams } from './params';
 
 export { NETWORK };
@@ -52,6 +52,12 @@ async function checkSegmentQueryKeys(pool: Pool, params: NetworkSegmentParams): 
 /** Without OpenStack credentials the lease could never start: refused now (OpenStackConfigError, 503 naming the setting). */
 function refuseWithoutCloud(deps: Pick<NetworkSegmentDeps, 'cloud'>): void {
   if (deps.cloud !== 'calendar-only') deps.cloud();
+}
+
+/** What pins a reservation's networks (networks.ts): its project, its booked segment, the network its allocation records. */
+function networkKey(ctx: ReservationContext<NetworkSegmentParams>, segment: NetworkSegmentRecord | undefined): ReservationNetworkKey {
+  const recorded = ctx.reservation.allocation?.network_id;
+  return { reservationId: ctx.reservation.id, projectId: ctx.projectId, segment, networkId: typeof recorded === 'string' ? recorded : null };
 }
 
 /** The lease JSON's view of the booked segment; `network_id` comes with the start. */
@@ -90,15 +96,14 @@ export function networkSegmentPlugin(deps: NetworkSegmentDeps): ResourcePlugin<N
     return segment;
   }
 
-  /** The network on the booked segment, made if missing (a start, its retry, a drift repair). */
+  /** The network on the booked segment, made if missing (a start, its retry, a heal). */
   async function ensure(ctx: HookContext<NetworkSegmentParams>, client: NeutronClient) {
     const segment = await bookedSegment(ctx);
     const network = await ensureNetwork(client, {
-      reservationId: ctx.reservation.id,
-      projectId: ctx.projectId,
+      ...networkKey(ctx, segment),
+      segment,
       name: ctx.reservation.params.network_name,
       description: ctx.reservation.params.network_description,
-      segment,
       progress: ctx.reportProgress,
     });
     return { segment, network };
@@ -127,10 +132,10 @@ export function networkSegmentPlugin(deps: NetworkSegmentDeps): ResourcePlugin<N
       const client = neutron();
       // Whether or not the lease started (a start that failed half way may have made the network): take back all there may be.
       if (client) {
-        const left = await deleteReservedNetworks(client, ctx.reservation.id, await calendar.segmentOf(ctx.reservation.id), ctx.reportProgress);
+        const left = await deleteReservedNetworks(client, networkKey(ctx, await calendar.segmentOf(ctx.reservation.id)), { started: ctx.started, progress: ctx.reportProgress });
         if (left.networks.length > 0) {
           const what = `network(s) ${left.networks.join(', ')} still in use${left.ports.length ? `: ${left.ports.join(', ')}` : ''}`;
-          if (ctx.started) failIfDeletionOverdue(what, ctx.endMs, deleteTimeoutMs);
+          if (ctx.started) failIfDeletionOverdue(what, ctx.endMs, deleteTimeoutMs, 'NetworkNotDeleted');
           // A forced end (the lease deleted while its end waited) and a start undone are not polled: retried within the policy of ends that must finish.
           if (ctx.force || !ctx.started) throw ApplicationFailure.retryable(what, 'ResourcesStillInUse');
           return { waitingFor: what, recheckAfterMs: 2_000 };
@@ -150,33 +155,29 @@ export function networkSegmentPlugin(deps: NetworkSegmentDeps): ResourcePlugin<N
 
     /**
      * Active reservations whose network Neutron lost (deleted by hand, a Neutron restored from an
-     * old backup): one seen missing at two checks in a row (never a start or end under way) gets
-     * its network again on the same tag, in the lessee's project; `report` only says so.
+     * old backup): one seen missing at two checks in a row (never a start or end under way) has its
+     * lease told to heal, which makes it again on the same tag under the lease's lock (never racing
+     * the end) and records its new network_id; `report` only says so.
      */
     async checkDrift(previous, mode) {
-      const check: DriftCheck = { seen: {}, repaired: [], reported: [], aggregatesRemoved: [] };
+      const leasesToHeal: string[] = [];
+      const check: DriftCheck = { seen: {}, repaired: [], reported: [], aggregatesRemoved: [], leasesToHeal };
       const client = neutron();
       if (!client) return check;
       for (const { reservationId, leaseId, projectId } of await activeReservationsOfType(deps.pool, NETWORK)) {
         const segment = await calendar.segmentOf(reservationId);
-        if (!segment || (await reservedNetworks(client, reservationId, segment)).length > 0) continue;
+        if (!segment || (await reservedNetworks(client, { reservationId, projectId, segment })).length > 0) continue;
         const key = `network:${reservationId}`;
         const drift = `its network on ${segmentName(segment)} is gone from Neutron`;
         check.seen[key] = drift;
         if (previous[key] !== drift) continue;
         const line = `reservation ${reservationId}: ${drift}`;
-        const reservation = (await findLease(deps.pool, leaseId))?.reservations.find((r) => r.id === reservationId) as Reservation<NetworkSegmentParams> | undefined;
-        if (mode === 'report' || !reservation) {
+        if (mode === 'report') {
           check.reported.push(line);
           continue;
         }
-        try {
-          const { network_name: name, network_description: description } = reservation.params;
-          const network = await ensureNetwork(client, { reservationId, projectId, name, description, segment });
-          check.repaired.push(`${line} (made again: ${network.id})`);
-        } catch (err) {
-          check.reported.push(`${line} (not repaired: ${(err as Error).message})`);
-        }
+        leasesToHeal.push(leaseId);
+        check.repaired.push(`${line} (lease ${leaseId} told to heal: it makes the network again)`);
       }
       return check;
     },

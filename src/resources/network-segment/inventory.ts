@@ -3,17 +3,20 @@
  * Neutron whether it could ever make the lessee's network on it: the physical network must be one
  * of its segment ranges' (`network-segment-range` extension), the tag outside every range it hands
  * to tenant networks (else an ordinary project network could take the tag before a lease starts),
- * and no network may be on it already. Without the extension the ranges are not checked (logged by
- * the caller through `onRangesUnknown`); the rest is.
+ * and no network may be on it already. LK_NEUTRON_TENANT_VLAN_RANGES (ML2's network_vlan_ranges),
+ * when set, says it for the physical networks it names; without it and without the extension,
+ * enrolment is refused (nothing could tell whether Neutron would ever make the network).
  */
 import { randomUUID } from 'node:crypto';
 import { ApplicationFailure } from '@temporalio/common';
 import { invalidLease, isUuid, leaseConflict } from '../../domain/lease';
 import { deleteNetworkSegment, getNetworkSegment, insertNetworkSegment, listNetworkSegments, lockNetworkSegment, setNetworkSegmentCapabilities, type NetworkSegmentRecord, type NetworkType } from '../../db/network-segments';
-import { deleteSegmentBookings, leasesBookingSegment } from '../../db/network-segment-allocations';
+import { networkSegmentBookings } from '../../db/network-segment-allocations';
+import { describeHolder } from '../../db/range-bookings';
 import type { Pool } from '../../db/pool';
 import { inTransaction } from '../../db/transaction';
-import type { NeutronClient } from '../../openstack';
+import type { TenantVlanRanges } from '../../config';
+import type { NetworkSegmentRange, NeutronClient } from '../../openstack';
 import { checkCapabilities } from '../physical-host/inventory';
 import { segmentName } from './calendar';
 import { MAX_SEGMENT_ID, NETWORK_TYPES, SEGMENT_FIELDS } from './params';
@@ -77,8 +80,8 @@ export class NetworkSegmentInventory {
     private readonly pool: Pool,
     /** Neutron, on first use: reading and updating segments needs no cloud; enrolling one does. */
     private readonly neutron: () => NeutronClient,
-    /** Told when Neutron has no segment ranges to check against (the extension is off). */
-    private readonly onRangesUnknown: (segment: string) => void = () => undefined,
+    /** ML2's network_vlan_ranges as the deployment configures them (LK_NEUTRON_TENANT_VLAN_RANGES), when it does. */
+    private readonly tenantVlanRanges?: TenantVlanRanges,
   ) {}
 
   list(): Promise<NetworkSegmentRecord[]> {
@@ -105,24 +108,44 @@ export class NetworkSegmentInventory {
 
   private async checkNeutron(fields: SegmentFields, name: string): Promise<void> {
     const neutron = this.neutron();
+    this.checkRanges(fields, name, await neutron.listNetworkSegmentRanges());
+    const [taken] = await neutron.findNetworksBySegment({ network_type: fields.networkType, physical_network: fields.physicalNetwork, segmentation_id: Number(fields.segmentId) });
+    if (taken) throw leaseConflict(`segment ${name} is in use in Neutron (network ${taken.id} of project ${taken.project_id}): only a free segment can be made reservable`);
+  }
+
+  /**
+   * The physical network must be one Neutron knows and the tag outside the ranges it hands to
+   * tenant networks: as LK_NEUTRON_TENANT_VLAN_RANGES says for the physical networks it names (a
+   * physnet listed without a range is known, with no tenant range), else as Neutron's segment
+   * ranges say; neither known (the extension off, the setting silent): refused, saying how to fix it.
+   */
+  private checkRanges(fields: SegmentFields, name: string, neutronRanges: NetworkSegmentRange[] | undefined): void {
     const tag = Number(fields.segmentId);
-    const ranges = await neutron.listNetworkSegmentRanges();
-    if (ranges === undefined) {
-      this.onRangesUnknown(name);
-    } else {
-      const ofType = ranges.filter((r) => r.network_type === fields.networkType && (fields.networkType !== 'vlan' || r.physical_network === fields.physicalNetwork));
+    const configured = fields.networkType === 'vlan' && fields.physicalNetwork !== null ? this.tenantVlanRanges?.get(fields.physicalNetwork) : undefined;
+    let tenantRanges: Array<{ minimum: number; maximum: number; name: string }>;
+    if (configured) {
+      tenantRanges = configured.map((r) => ({ ...r, name: `LK_NEUTRON_TENANT_VLAN_RANGES ${fields.physicalNetwork}:${r.minimum}:${r.maximum}` }));
+    } else if (neutronRanges !== undefined) {
+      const ofType = neutronRanges.filter((r) => r.network_type === fields.networkType && (fields.networkType !== 'vlan' || r.physical_network === fields.physicalNetwork));
       if (fields.networkType === 'vlan' && ofType.length === 0) {
-        throw leaseConflict(`physical network ${fields.physicalNetwork} is not in Neutron's network segment ranges: Neutron could not make a network on it`);
-      }
-      const inRange = ofType.find((r) => r.minimum <= tag && tag <= r.maximum);
-      if (inRange) {
         throw leaseConflict(
-          `segment ${name} lies in Neutron's segment range ${inRange.name || inRange.id} (${inRange.minimum}-${inRange.maximum}), which it hands to tenant networks: an ordinary project network could take the tag before a lease starts; enrol tags outside the ranges`,
+          `physical network ${fields.physicalNetwork} is not in Neutron's network segment ranges: Neutron could not make a network on it (a physical network ML2 lists without a range: name it in LK_NEUTRON_TENANT_VLAN_RANGES)`,
         );
       }
+      tenantRanges = ofType.map((r) => ({ minimum: r.minimum, maximum: r.maximum, name: `Neutron's segment range ${r.name || r.id}` }));
+    } else {
+      const known = fields.networkType === 'vlan' && this.tenantVlanRanges ? ` (LK_NEUTRON_TENANT_VLAN_RANGES does not name physical network ${fields.physicalNetwork})` : '';
+      throw leaseConflict(
+        `segment ${name} cannot be checked: Neutron's network segment ranges cannot be read (its network-segment-range extension is off)${known}. Enable the extension (service_plugins = network_segment_range in neutron.conf)` +
+          (fields.networkType === 'vlan' ? ", or set LK_NEUTRON_TENANT_VLAN_RANGES to ML2's network_vlan_ranges" : ''),
+      );
     }
-    const [taken] = await neutron.findNetworksBySegment({ network_type: fields.networkType, physical_network: fields.physicalNetwork, segmentation_id: tag });
-    if (taken) throw leaseConflict(`segment ${name} is in use in Neutron (network ${taken.id} of project ${taken.project_id}): only a free segment can be made reservable`);
+    const inRange = tenantRanges.find((r) => r.minimum <= tag && tag <= r.maximum);
+    if (inRange) {
+      throw leaseConflict(
+        `segment ${name} lies in ${inRange.name} (${inRange.minimum}-${inRange.maximum}), which Neutron hands to tenant networks: an ordinary project network could take the tag before a lease starts; enrol tags outside the ranges`,
+      );
+    }
   }
 
   /** Changes extra capabilities; the segment's own fields never change (400). */
@@ -137,19 +160,19 @@ export class NetworkSegmentInventory {
     return updated;
   }
 
-  /** Removes a segment from the reservable ones; 409 naming the leases while a booking of it ends in the future. */
+  /** Removes a segment from the reservable ones; 409 naming the holders while any booking of it ends in the future (a lease's, an offer hold's, or one whose lease is not recorded yet). */
   async remove(id: string): Promise<void> {
     await this.get(id);
     const heldBy = await inTransaction(this.pool, async (client) => {
       if (!(await lockNetworkSegment(client, id))) throw notFound(id);
-      const leases = await leasesBookingSegment(client, id);
-      if (leases.length > 0) return leases;
-      await deleteSegmentBookings(client, id);
+      const holders = await networkSegmentBookings.holdersOf(client, id);
+      if (holders.length > 0) return holders;
+      await networkSegmentBookings.deleteResource(client, id);
       await deleteNetworkSegment(client, id);
       return [];
     });
     if (heldBy.length > 0) {
-      throw leaseConflict(`Can't delete network segment ${id}. It is allocated by reservations of lease(s) ${heldBy.map((l) => `${l.leaseName} (${l.leaseId})`).join(', ')}.`);
+      throw leaseConflict(`Can't delete network segment ${id}. It is allocated by reservations of lease(s) ${heldBy.map(describeHolder).join(', ')}.`);
     }
   }
 }

@@ -10,7 +10,7 @@ import { invalidLease, leaseConflict } from '../../domain/lease';
 import { longestFit, searchEarliestFit, searchSuccessiveFits, type CalendarSnapshot, type EarliestSearch, type HostRequest } from '../../domain/host-calendar';
 import { parsePropertyQuery, queryKeys, type PropertyQuery } from '../../domain/property-query';
 import { reservableCapabilityNames } from '../../db/hosts';
-import { isDeadlockOrSerialization, isLostRace, type Pool } from '../../db/pool';
+import { isDeadlockOrSerialization, isForeignKeyViolation, isLostRace, type Pool } from '../../db/pool';
 import type { FitLimits, FitSearch } from '../../domain/resource-plugin';
 import { inTransaction } from '../../db/transaction';
 import { endExpiredOfferHolds } from '../../db/offer-holds';
@@ -46,12 +46,13 @@ const digest = (value: unknown) => createHash('sha256').update(JSON.stringify(va
 /**
  * Runs a booking in one transaction, again from the start when it lost a race with a concurrent
  * booking (a deadlock between them, or, with `retryExclusion`, the other took a chosen resource
- * first): the next run sees the winner's booking. Bookings run again one at a time, whatever
+ * first, or an enrolled resource it chose was removed meanwhile: a foreign-key violation): the next
+ * run sees the winner's booking, or the resource gone. Bookings run again one at a time, whatever
  * their resource type. Offer holds past their expiry are ended first (src/db/offer-holds.ts): what
  * they held is free at their expiry even when no worker ran their timer.
  */
 export function bookInTransaction<T>(pool: Pool, work: (client: PoolClient) => Promise<T>, options: { retryExclusion: boolean }): Promise<T> {
-  const lostRace = options.retryExclusion ? isLostRace : isDeadlockOrSerialization;
+  const lostRace = options.retryExclusion ? (err: unknown) => isLostRace(err) || isForeignKeyViolation(err) : isDeadlockOrSerialization;
   return inTransaction(
     pool,
     async (client) => {

@@ -8,7 +8,10 @@ import { ApplicationFailure } from '@temporalio/common';
 /** Blazar's own bound on waiting for deleted servers. */
 export const DEFAULT_SERVER_DELETE_TIMEOUT_MS = 10 * 60_000;
 
-/** Throws the end's final failure when it is still `waitingFor` something `timeoutMs` after `sinceMs`. */
-export function failIfDeletionOverdue(waitingFor: string, sinceMs: number, timeoutMs: number): void {
-  if (Date.now() > sinceMs + timeoutMs) throw ApplicationFailure.nonRetryable(`${waitingFor} ${timeoutMs / 1000} s after the end`, 'ServersNotDeleted');
+/**
+ * Throws the end's final failure when it is still `waitingFor` something `timeoutMs` after `sinceMs`;
+ * `type` names what is left (servers by default; a network reservation's ports and network: `NetworkNotDeleted`).
+ */
+export function failIfDeletionOverdue(waitingFor: string, sinceMs: number, timeoutMs: number, type = 'ServersNotDeleted'): void {
+  if (Date.now() > sinceMs + timeoutMs) throw ApplicationFailure.nonRetryable(`${waitingFor} ${timeoutMs / 1000} s after the end`, type);
 }
