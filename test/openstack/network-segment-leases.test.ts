@@ -86,7 +86,7 @@ describe('network segment leases in Neutron', () => {
   it('enrols two VLAN segments outside the tenant range, refusing tags Neutron could hand out and unknown physical networks', async () => {
     const inRange = await api('POST', '/v1/networks', { network_type: 'vlan', physical_network: 'physnet1', segment_id: '150' });
     expect(inRange.status).toBe(409);
-    expect(inRange.body.error_message).toMatch(/lies in Neutron's segment range .*\(100-199\), which it hands to tenant networks/);
+    expect(inRange.body.error_message).toMatch(/lies in Neutron's segment range .*\(100-199\), which Neutron hands to tenant networks/);
     const unknown = await api('POST', '/v1/networks', { network_type: 'vlan', physical_network: 'physnet9', segment_id: '200' });
     expect(unknown.status).toBe(409);
     expect(unknown.body.error_message).toContain("physical network physnet9 is not in Neutron's network segment ranges");
