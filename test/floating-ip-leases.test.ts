@@ -4,7 +4,7 @@
  * the addresses' life in Neutron have their rig test, test/openstack/floating-ip-leases.test.ts).
  */
 import { randomUUID } from 'node:crypto';
-import { floatingIpBookings, insertFloatingIp, insertFloatingIpBooking } from '../src/db/floating-ips';
+import { floatingIpBookings, insertFloatingIp } from '../src/db/floating-ips';
 import { floatingIpPlugin } from '../src/resources/floating-ip';
 import { apiClient, deleteAllLeases, useTestStack } from '../dev-stack/stack';
 
@@ -117,7 +117,7 @@ describe('floating IP leases and the floatingips API', () => {
     try {
       // What `reserve` commits before the workflow records the lease's row.
       const fromMs = Date.now() + 86_400_000;
-      await insertFloatingIpBooking(client, { floatingIpId: id, reservationId: randomUUID(), leaseId, projectId: 'project-a', fromMs, endMs: fromMs + 3_600_000, leadMs: 0, bookingKey: 'k' });
+      await floatingIpBookings.insert(client, { resourceId: id, reservationId: randomUUID(), leaseId, projectId: 'project-a', fromMs, endMs: fromMs + 3_600_000, leadMs: 0, bookingKey: 'k' });
       const refused = await admin('DELETE', `/v1/floatingips/${id}`);
       expect(refused).toMatchObject({ status: 409, body: { error_message: expect.stringContaining(`booking of ${leaseId} (no live lease)`) } });
       await floatingIpBookings.deleteLease(client, leaseId);

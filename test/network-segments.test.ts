@@ -16,7 +16,7 @@ import { hostReservation } from '../dev-stack/fixtures/builders';
 import { insertHost } from '../dev-stack/fixtures/hosts';
 import { apiClient, deleteAllLeases, eventually, inSeconds, useTestStack } from '../dev-stack/stack';
 import { FakeNeutron } from './support/fake-neutron';
-import { insertNetworkSegmentBooking, networkSegmentBookings } from '../src/db/network-segment-allocations';
+import { networkSegmentBookings } from '../src/db/network-segment-allocations';
 import { hostsChanged, leaseWorkflowId } from '../workflows/lease/messages';
 import { randomUUID } from 'node:crypto';
 
@@ -172,7 +172,7 @@ describe('network segment reservations', () => {
       const client = await stack().db.pool.connect();
       try {
         const fromMs = Date.now() + 86_400_000;
-        await insertNetworkSegmentBooking(client, { networkSegmentId: extra.body.network.id, reservationId: randomUUID(), leaseId: unrecorded, projectId: 'project-a', fromMs, endMs: fromMs + 3_600_000, leadMs: 0, bookingKey: 'k' });
+        await networkSegmentBookings.insert(client, { resourceId: extra.body.network.id, reservationId: randomUUID(), leaseId: unrecorded, projectId: 'project-a', fromMs, endMs: fromMs + 3_600_000, leadMs: 0, bookingKey: 'k' });
         const stillHeld = await admin('DELETE', `/v1/networks/${extra.body.network.id}`);
         expect(stillHeld).toMatchObject({ status: 409, body: { error_message: expect.stringContaining(`booking of ${unrecorded} (no live lease)`) } });
         await networkSegmentBookings.deleteLease(client, unrecorded);

@@ -7,7 +7,7 @@
  */
 import type { PoolClient } from 'pg';
 import type { Pool } from './pool';
-import { wholeResourceBookings, type BookingHolder, type NewRangeBooking } from './range-bookings';
+import { wholeResourceBookings, type BookingHolder } from './range-bookings';
 
 type Queryable = Pool | PoolClient;
 
@@ -80,38 +80,6 @@ export async function floatingIpsOfReservation(db: Queryable, reservationId: str
     [reservationId],
   );
   return rows;
-}
-
-/** An address's blocked interval [start_ms, end_ms). */
-export interface FloatingIpBlockedRow {
-  floating_ip_id: string;
-  start_ms: number;
-  end_ms: number;
-}
-
-/** The blocked intervals overlapping [fromMs, toMs) (toMs null: from `fromMs` on) of the given addresses. */
-export async function blockedFloatingIpIntervals(db: Queryable, window: { fromMs: number; toMs: number | null; ids: string[] }): Promise<FloatingIpBlockedRow[]> {
-  const { rows } = await db.query<FloatingIpBlockedRow>(
-    `SELECT floating_ip_id::text, (extract(epoch FROM lower(blocks)) * 1000)::float8 AS start_ms, (extract(epoch FROM upper(blocks)) * 1000)::float8 AS end_ms
-     FROM floating_ip_allocations
-     WHERE blocks && tstzrange(to_timestamp($1 / 1000.0), to_timestamp($2::numeric / 1000.0)) AND floating_ip_id = ANY($3::uuid[])`,
-    [window.fromMs, window.toMs, window.ids],
-  );
-  return rows;
-}
-
-export interface NewFloatingIpBooking extends NewRangeBooking {
-  floatingIpId: string;
-}
-
-/** Books one address; the exclusion constraint refuses it (23P01) when another booking took it meanwhile. */
-export async function insertFloatingIpBooking(client: PoolClient, booking: NewFloatingIpBooking): Promise<void> {
-  await client.query(
-    `INSERT INTO floating_ip_allocations (floating_ip_id, reservation_id, lease_id, project_id, during, blocks, booking_key)
-     VALUES ($1, $2, $3, $4, tstzrange(to_timestamp($5 / 1000.0), to_timestamp($6 / 1000.0)),
-             tstzrange(to_timestamp($5 / 1000.0) - $7 * interval '1 millisecond', to_timestamp($6 / 1000.0)), $8)`,
-    [booking.floatingIpId, booking.reservationId, booking.leaseId, booking.projectId, booking.fromMs, booking.endMs, booking.leadMs, booking.bookingKey],
-  );
 }
 
 /** Frees some addresses of a reservation (an active lease shrinking). */

@@ -6,7 +6,7 @@
  */
 import type { PoolClient } from 'pg';
 import type { Pool } from './pool';
-import { BOOKING_LEASE_COLUMNS, HELD_BOOKING_JOIN, WINDOW_PARAMS_RANGE, wholeResourceBookings, type BookingLeaseColumns, type NewRangeBooking } from './range-bookings';
+import { BOOKING_LEASE_COLUMNS, HELD_BOOKING_JOIN, WINDOW_PARAMS_RANGE, wholeResourceBookings, type BookingLeaseColumns } from './range-bookings';
 import type { NetworkSegmentRecord } from './network-segments';
 
 type Queryable = Pool | PoolClient;
@@ -20,38 +20,6 @@ export const networkSegmentBookings = wholeResourceBookings({
   name: "r.network_type || ':' || COALESCE(r.physical_network || ':', '') || r.segment_id",
   ownRows: 'true',
 });
-
-/** A segment's blocked interval [start_ms, end_ms). */
-export interface NetworkSegmentBlockedRow {
-  network_segment_id: string;
-  start_ms: number;
-  end_ms: number;
-}
-
-/** The blocked intervals overlapping [fromMs, toMs) (toMs null: from `fromMs` on) of the given segments. */
-export async function blockedNetworkSegmentIntervals(db: Queryable, window: { fromMs: number; toMs: number | null; ids: string[] }): Promise<NetworkSegmentBlockedRow[]> {
-  const { rows } = await db.query<NetworkSegmentBlockedRow>(
-    `SELECT network_segment_id::text, (extract(epoch FROM lower(blocks)) * 1000)::float8 AS start_ms, (extract(epoch FROM upper(blocks)) * 1000)::float8 AS end_ms
-     FROM network_segment_allocations
-     WHERE blocks && tstzrange(to_timestamp($1 / 1000.0), to_timestamp($2::numeric / 1000.0)) AND network_segment_id = ANY($3::uuid[])`,
-    [window.fromMs, window.toMs, window.ids],
-  );
-  return rows;
-}
-
-export interface NewNetworkSegmentBooking extends NewRangeBooking {
-  networkSegmentId: string;
-}
-
-/** Books one segment; the exclusion constraint refuses it (23P01) when another booking took it meanwhile. */
-export async function insertNetworkSegmentBooking(client: PoolClient, booking: NewNetworkSegmentBooking): Promise<void> {
-  await client.query(
-    `INSERT INTO network_segment_allocations (network_segment_id, reservation_id, lease_id, project_id, during, blocks, booking_key)
-     VALUES ($1, $2, $3, $4, tstzrange(to_timestamp($5 / 1000.0), to_timestamp($6 / 1000.0)),
-             tstzrange(to_timestamp($5 / 1000.0) - $7 * interval '1 millisecond', to_timestamp($6 / 1000.0)), $8)`,
-    [booking.networkSegmentId, booking.reservationId, booking.leaseId, booking.projectId, booking.fromMs, booking.endMs, booking.leadMs, booking.bookingKey],
-  );
-}
 
 /** The segment a reservation's booking holds (the segment's row), undefined when it holds none. */
 export async function segmentOfReservation(db: Queryable, reservationId: string): Promise<NetworkSegmentRecord | undefined> {

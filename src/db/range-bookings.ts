@@ -158,6 +158,27 @@ export function wholeResourceBookings(t: WholeResourceTable) {
     return rows;
   };
   return {
+    /** The blocked intervals [start_ms, end_ms) overlapping [fromMs, toMs) (toMs null: from `fromMs` on) of the given resources. */
+    blocked: async (db: Queryable, window: { fromMs: number; toMs: number | null; ids: string[] }): Promise<{ resource_id: string; start_ms: number; end_ms: number }[]> => {
+      const { rows } = await db.query<{ resource_id: string; start_ms: number; end_ms: number }>(
+        `SELECT ${t.resourceColumn}::text AS resource_id, (extract(epoch FROM lower(blocks)) * 1000)::float8 AS start_ms, (extract(epoch FROM upper(blocks)) * 1000)::float8 AS end_ms
+         FROM ${t.table}
+         WHERE blocks && tstzrange(to_timestamp($1 / 1000.0), to_timestamp($2::numeric / 1000.0)) AND ${t.resourceColumn} = ANY($3::${t.idType}[])`,
+        [window.fromMs, window.toMs, window.ids],
+      );
+      return rows;
+    },
+
+    /** Books one resource; the exclusion constraint refuses it (23P01) when another booking took it meanwhile. */
+    insert: async (client: PoolClient, booking: NewRangeBooking & { resourceId: string }): Promise<void> => {
+      await client.query(
+        `INSERT INTO ${t.table} (${t.resourceColumn}, reservation_id, lease_id, project_id, during, blocks, booking_key)
+         VALUES ($1, $2, $3, $4, tstzrange(to_timestamp($5 / 1000.0), to_timestamp($6 / 1000.0)),
+                 tstzrange(to_timestamp($5 / 1000.0) - $7 * interval '1 millisecond', to_timestamp($6 / 1000.0)), $8)`,
+        [booking.resourceId, booking.reservationId, booking.leaseId, booking.projectId, booking.fromMs, booking.endMs, booking.leadMs, booking.bookingKey],
+      );
+    },
+
     /** The lease's bookings, locked for the rest of the transaction, in the order they were made. */
     lockLease: (client: PoolClient, leaseId: string): Promise<WholeResourceBookingRow[]> => leaseRows(client, leaseId, 'FOR UPDATE OF a'),
 

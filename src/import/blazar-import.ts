@@ -35,7 +35,7 @@ import { checkLeaseRow, escapeControls, hostProblem, printable, reservationProbl
 import type { BlazarData, BlazarHost, BlazarLease } from './blazar-source';
 import { bookingKey } from '../resources/shared/booking';
 import { NETWORK } from '../resources/network-segment/params';
-import { insertNetworkSegmentBooking, networkSegmentAllocations, networkSegmentBookings } from '../db/network-segment-allocations';
+import { networkSegmentAllocations, networkSegmentBookings } from '../db/network-segment-allocations';
 import { checkSegments, enrolSegment, newSegmentId, planNetworkReservation, segmentsPresent, type NetworkReservationPlan, type SegmentLeftOut, type SegmentPlan } from './blazar-networks';
 
 export interface ImportDeps {
@@ -697,7 +697,7 @@ async function bookResources(deps: ImportDeps, lease: Lease, segments: Array<{ r
     await inTransaction(deps.pool, async (client) => {
       if (segments.length > 0 && (await networkSegmentBookings.lockLease(client, lease.id)).length === 0) {
         for (const { reservationId, segmentId } of segments) {
-          await insertNetworkSegmentBooking(client, { networkSegmentId: segmentId, reservationId, leaseId: lease.id, projectId: lease.projectId, fromMs, endMs: lease.endMs, leadMs: 0, bookingKey: segmentKey });
+          await networkSegmentBookings.insert(client, { resourceId: segmentId, reservationId, leaseId: lease.id, projectId: lease.projectId, fromMs, endMs: lease.endMs, leadMs: 0, bookingKey: segmentKey });
         }
       }
       for (const r of hostReservations) {

@@ -14,7 +14,7 @@ import type { PoolClient } from 'pg';
 import { invalidLease, leaseConflict, type Reservation } from '../../domain/lease';
 import { freeHosts, preferenceOrder, type HostRequest } from '../../domain/host-calendar';
 import { sameTypeReservations, type ReservationContext } from '../../domain/resource-plugin';
-import { blockedFloatingIpIntervals, deleteFloatingIpBookings, floatingIpBookings, floatingIpsOfReservation, insertFloatingIpBooking, listFloatingIps, type FloatingIpRecord } from '../../db/floating-ips';
+import { deleteFloatingIpBookings, floatingIpBookings, floatingIpsOfReservation, listFloatingIps, type FloatingIpRecord } from '../../db/floating-ips';
 import type { Pool } from '../../db/pool';
 import type { WholeResourceBookingRow } from '../../db/range-bookings';
 import { bookedFor, bookInTransaction, bookingKey } from '../shared/booking';
@@ -210,12 +210,12 @@ export class FloatingIpCalendar extends WholeResourceCalendar<FloatingIpRecord, 
   }
 
   protected async blocked(db: Pool | PoolClient, window: { fromMs: number; toMs: number | null; ids: string[] }): Promise<BlockedInterval[]> {
-    const rows = await blockedFloatingIpIntervals(db, { fromMs: window.fromMs, toMs: window.toMs, ids: window.ids });
-    return rows.map((r) => ({ resourceId: r.floating_ip_id, start_ms: r.start_ms, end_ms: r.end_ms }));
+    const rows = await floatingIpBookings.blocked(db, window);
+    return rows.map((r) => ({ resourceId: r.resource_id, start_ms: r.start_ms, end_ms: r.end_ms }));
   }
 
   protected insertOne(client: PoolClient, booking: NewWholeResourceBooking): Promise<void> {
-    return insertFloatingIpBooking(client, { ...booking, floatingIpId: booking.resourceId });
+    return floatingIpBookings.insert(client, booking);
   }
 
   protected compareIds(a: string, b: string): number {

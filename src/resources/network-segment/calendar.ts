@@ -16,7 +16,7 @@ import { matchesQuery, parsePropertyQuery } from '../../domain/property-query';
 import { sameTypeReservations, type ReservationContext } from '../../domain/resource-plugin';
 import { findLease } from '../../db/leases';
 import { listNetworkSegments, type NetworkSegmentRecord } from '../../db/network-segments';
-import { blockedNetworkSegmentIntervals, insertNetworkSegmentBooking, networkSegmentBookings, segmentOfReservation } from '../../db/network-segment-allocations';
+import { networkSegmentBookings, segmentOfReservation } from '../../db/network-segment-allocations';
 import type { Pool } from '../../db/pool';
 import { bookedFor, bookInTransaction, bookingKey } from '../shared/booking';
 import { alreadyBooked, NEVER_FITS, WholeResourceCalendar, type BlockedInterval, type NewWholeResourceBooking } from '../shared/whole-resource-calendar';
@@ -151,12 +151,12 @@ export class NetworkSegmentCalendar extends WholeResourceCalendar<NetworkSegment
   }
 
   protected async blocked(db: Pool | PoolClient, window: { fromMs: number; toMs: number | null; ids: string[] }): Promise<BlockedInterval[]> {
-    const rows = await blockedNetworkSegmentIntervals(db, window);
-    return rows.map((r) => ({ resourceId: r.network_segment_id, start_ms: r.start_ms, end_ms: r.end_ms }));
+    const rows = await networkSegmentBookings.blocked(db, window);
+    return rows.map((r) => ({ resourceId: r.resource_id, start_ms: r.start_ms, end_ms: r.end_ms }));
   }
 
   protected insertOne(client: PoolClient, booking: NewWholeResourceBooking): Promise<void> {
-    return insertNetworkSegmentBooking(client, { ...booking, networkSegmentId: booking.resourceId });
+    return networkSegmentBookings.insert(client, booking);
   }
 
   protected compareIds(a: string, b: string): number {
