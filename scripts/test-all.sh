@@ -5,7 +5,8 @@
 #   rig     the tests against the loopback OpenStack (one file at a time: they share its hosts),
 #           which comes up while the build runs;
 #   rig-shared  the rig's tests that book none of its hosts (RIG_SHARED_TESTS in jest.config.js);
-#   core    the core tests on the Temporal dev server;
+#   core    the core tests on the Temporal dev server, as two runs (core-slow: the seven that
+#           start, kill and restart whole processes);
 #   server  the production-topology pass: the lifecycle, admission, crash and replay tests once
 #           more, against temporal-server on PostgreSQL (as `npm run test:temporal-server`).
 # The rig's tests mostly wait on Nova, so the others fill the idle CPU. Each line is prefixed with
@@ -60,7 +61,10 @@ run() {
 # bring-up and tests go first and the others take the CPU they leave idle.
 # The build already type-checked src and test; lint adds eslint and the web page's own types.
 run lint nice -n 10 bash -c 'npx eslint . && npx tsc -p web/tsconfig.json'
-run core nice -n 10 npx jest --forceExit --selectProjects core "$@"
+# The core files as two runs: the seven that start, kill and restart whole processes (SLOW_CORE_TESTS
+# in jest.config.js) beside the rest, which alone would outlast the rig's run.
+run core nice -n 10 env LK_TEST_CORE_PART=rest npx jest --forceExit --selectProjects core "$@"
+run core-slow nice -n 10 env LK_TEST_CORE_PART=slow npx jest --forceExit --selectProjects core "$@"
 run server nice -n 10 env LK_TEMPORAL=server npx jest --forceExit --selectProjects core --testPathPattern "$(node -p "require('./package.json').config.temporalServerTests")" "$@"
 
 settle_rig
@@ -76,7 +80,7 @@ else
 fi
 
 failed=0
-for name in lint rig rig-shared core server; do
+for name in lint rig rig-shared core core-slow server; do
   [ -n "${pids[$name]:-}" ] && wait "${pids[$name]}"
   read -r status seconds < "$logs/$name.status" || { status=1; seconds='?'; }
   echo "test: $name took $seconds s, exit $status"
