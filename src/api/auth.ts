@@ -72,6 +72,11 @@ export function identityOf(res: { locals: Record<string, unknown> }): Identity {
   return res.locals.identity as Identity;
 }
 
+/** Admins only, refused as Blazar's policy refuses: `blazar:<target>:<action>` (oshosts, floatingips, networks…). */
+export function requireAdmin(res: { locals: Record<string, unknown> }, target: string, action: string): void {
+  if (!identityOf(res).isAdmin) throw new ApiError(403, `Policy doesn't allow blazar:${target}:${action} to be performed.`);
+}
+
 /**
  * The project a per-project route names (`/projects/{projectId}/…`), if the caller may act on it:
  * admins on any; members on their own only, and not at all for `adminOnly` actions. `rule` is the

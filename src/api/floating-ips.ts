@@ -10,13 +10,9 @@ import { z } from 'zod';
 import { floatingIpAllocations, type FloatingIpRecord } from '../db/floating-ips';
 import type { Pool } from '../db/pool';
 import type { FloatingIpInventory } from '../resources/floating-ip/inventory';
-import { identityOf } from './auth';
+import { identityOf, requireAdmin } from './auth';
 import { formatBlazarDate, formatBlazarTimestamp } from '../domain/dates';
-import { ApiError, parseRequest } from './errors';
-
-function requireAdmin(res: Response, action: string): void {
-  if (!identityOf(res).isAdmin) throw new ApiError(403, `Policy doesn't allow blazar:floatingips:${action} to be performed.`);
-}
+import { parseRequest } from './errors';
 
 export function toBlazarFloatingIp(ip: FloatingIpRecord) {
   return {
@@ -70,7 +66,7 @@ export function floatingIpsRouter(deps: { pool: Pool; inventory: () => FloatingI
   });
 
   router.post('/floatingips', async (req, res) => {
-    requireAdmin(res, 'post');
+    requireAdmin(res, 'floatingips', 'post');
     const body = parseRequest(floatingIpEnrolBody, req.body);
     res.status(201).json({ floatingip: toBlazarFloatingIp(await deps.inventory().enrol(body.floating_network_id, body.floating_ip_address)) });
   });
@@ -93,7 +89,7 @@ export function floatingIpsRouter(deps: { pool: Pool; inventory: () => FloatingI
   });
 
   router.delete('/floatingips/:id', async (req, res) => {
-    requireAdmin(res, 'delete');
+    requireAdmin(res, 'floatingips', 'delete');
     await deps.inventory().remove(req.params.id);
     res.status(204).end();
   });

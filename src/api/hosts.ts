@@ -4,24 +4,20 @@
  * ("resource property") list. Ours besides: a host's `power` settings and state (issue 48,
  * host-power.ts), and waking it or putting it to sleep by hand.
  */
-import { Router, type Response } from 'express';
+import { Router } from 'express';
 import { z } from 'zod';
 import { leasesHoldingHosts } from '../db/host-allocations';
 import { capabilityExists, capabilityProperties, listHosts, setCapabilityPrivate, type HostRecord } from '../db/hosts';
 import type { Pool } from '../db/pool';
 import type { HostInventory } from '../resources/physical-host/inventory';
 import type { HostPower } from '../resources/physical-host/power';
-import { identityOf } from './auth';
+import { identityOf, requireAdmin } from './auth';
 import { formatBlazarTimestamp } from '../domain/dates';
 import { ApiError, parseRequest } from './errors';
 import { powerActionBody, powerFields, powerPatchOf } from './host-power';
 import { tellLeasesHostsChanged, type LeaseCommandOptions } from './lease-commands';
 
 /** The os-hosts routes' admin check, with Blazar's policy wording (maintenance routes use it too). */
-export function requireAdmin(res: Response, action: string): void {
-  if (!identityOf(res).isAdmin) throw new ApiError(403, `Policy doesn't allow blazar:oshosts:${action} to be performed.`);
-}
-
 /**
  * Nova's and Blazar's `hypervisor_version` is an integer; our hosts table keeps it as text. Text
  * that is no safe integer (never written from Nova; an imported or hand-made row) is shown as it
@@ -87,7 +83,7 @@ export function hostsRouter(deps: { pool: Pool; inventory: () => HostInventory; 
   });
 
   router.patch('/os-hosts/properties/:name', async (req, res) => {
-    requireAdmin(res, 'update_resource_properties');
+    requireAdmin(res, 'oshosts', 'update_resource_properties');
     const body = parseRequest(propertyPrivacyBody, req.body);
     if (!(await capabilityExists(deps.pool, req.params.name))) throw new ApiError(404, `Resource property ${req.params.name} not found`);
     await setCapabilityPrivate(deps.pool, req.params.name, body.private);
@@ -95,12 +91,12 @@ export function hostsRouter(deps: { pool: Pool; inventory: () => HostInventory; 
   });
 
   router.get('/os-hosts', async (_req, res) => {
-    requireAdmin(res, 'get');
+    requireAdmin(res, 'oshosts', 'get');
     res.json({ hosts: (await listHosts(deps.pool)).map(toBlazarHost) });
   });
 
   router.post('/os-hosts', async (req, res) => {
-    requireAdmin(res, 'post');
+    requireAdmin(res, 'oshosts', 'post');
     const { name, power, ...capabilities } = parseRequest(hostEnrolBody, req.body);
     // Checked before the host is enrolled: a bad power setting enrols nothing.
     const patch = powerPatchOf(power);
@@ -111,14 +107,14 @@ export function hostsRouter(deps: { pool: Pool; inventory: () => HostInventory; 
   });
 
   router.get('/os-hosts/:id', async (req, res) => {
-    requireAdmin(res, 'get');
+    requireAdmin(res, 'oshosts', 'get');
     const host = await deps.inventory().get(req.params.id);
     res.json({ host: { ...toBlazarHost(host), ...powerFields(await deps.power.status(host, Date.now())) } });
   });
 
   // Wakes a host or puts it to sleep by hand; off is refused (409) while it is booked now or within its boot time.
   router.post('/os-hosts/:id/power', async (req, res) => {
-    requireAdmin(res, 'power');
+    requireAdmin(res, 'oshosts', 'power');
     const { action } = parseRequest(powerActionBody, req.body);
     const host = await deps.inventory().get(req.params.id);
     // A caller that gives up ends the driver's call (its program killed) rather than leaving it to run.
@@ -129,7 +125,7 @@ export function hostsRouter(deps: { pool: Pool; inventory: () => HostInventory; 
   });
 
   router.put('/os-hosts/:id', async (req, res) => {
-    requireAdmin(res, 'put');
+    requireAdmin(res, 'oshosts', 'put');
     const body: unknown = req.body;
     if (!body || typeof body !== 'object' || Array.isArray(body)) throw new ApiError(400, 'expected a JSON object of capabilities, e.g. {"gpu": "a100"}');
     // blazarclient sends the capabilities themselves; Blazar's API docs wrap them in "values".
@@ -148,7 +144,7 @@ export function hostsRouter(deps: { pool: Pool; inventory: () => HostInventory; 
   });
 
   router.delete('/os-hosts/:id', async (req, res) => {
-    requireAdmin(res, 'delete');
+    requireAdmin(res, 'oshosts', 'delete');
     await deps.inventory().remove(req.params.id);
     res.status(204).end();
   });

@@ -17,7 +17,7 @@ import { isExclusionViolation, type Pool } from '../db/pool';
 import type { HostInventory } from '../resources/physical-host/inventory';
 import { formatBlazarDate, formatBlazarTimestamp } from '../domain/dates';
 import { ApiError, parseRequest } from './errors';
-import { requireAdmin } from './hosts';
+import { requireAdmin } from './auth';
 import { changeLease, startMaintenanceWindow, tellLeasesHostsChanged, tellWindowWithdrawn, type LeaseCommandOptions } from './lease-commands';
 import { requestDateSchema, requestDateOrNowSchema } from './lease-schemas';
 import { notStarted, type LeaseStatus } from '../domain/lease';
@@ -89,29 +89,29 @@ export function maintenanceRouter(deps: { pool: Pool; inventory: () => HostInven
   }
 
   router.get('/maintenance', async (req, res) => {
-    requireAdmin(res, 'maintenance:get');
+    requireAdmin(res, 'oshosts', 'maintenance:get');
     await list(res, req.query);
   });
 
   router.get('/os-hosts/:id/maintenance', async (req, res) => {
-    requireAdmin(res, 'maintenance:get');
+    requireAdmin(res, 'oshosts', 'maintenance:get');
     const host = await deps.inventory().get(req.params.id);
     await list(res, req.query, host.id);
   });
 
   router.get('/maintenance/:windowId', async (req, res) => {
-    requireAdmin(res, 'maintenance:get');
+    requireAdmin(res, 'oshosts', 'maintenance:get');
     res.json({ maintenance: toMaintenanceJson(await windowOfHost(undefined, req.params.windowId)) });
   });
 
   router.get('/os-hosts/:id/maintenance/:windowId', async (req, res) => {
-    requireAdmin(res, 'maintenance:get');
+    requireAdmin(res, 'oshosts', 'maintenance:get');
     if (!isHostId(req.params.id)) throw new ApiError(404, `Maintenance window ${req.params.windowId} not found`);
     res.json({ maintenance: toMaintenanceJson(await windowOfHost(req.params.id, req.params.windowId)) });
   });
 
   router.post('/os-hosts/:id/maintenance', async (req, res) => {
-    requireAdmin(res, 'maintenance:post');
+    requireAdmin(res, 'oshosts', 'maintenance:post');
     const body = parseRequest(maintenanceBody, req.body);
     const host = await deps.inventory().get(req.params.id);
     if (host.released_at) throw new ApiError(409, `Host ${host.hypervisor_hostname} was released to the shared cloud: enrol it again before booking its maintenance`);
@@ -178,12 +178,12 @@ export function maintenanceRouter(deps: { pool: Pool; inventory: () => HostInven
   }
 
   router.delete('/maintenance/:windowId', async (req, res) => {
-    requireAdmin(res, 'maintenance:delete');
+    requireAdmin(res, 'oshosts', 'maintenance:delete');
     await withdraw(res, await windowOfHost(undefined, req.params.windowId));
   });
 
   router.delete('/os-hosts/:id/maintenance/:windowId', async (req, res) => {
-    requireAdmin(res, 'maintenance:delete');
+    requireAdmin(res, 'oshosts', 'maintenance:delete');
     if (!isHostId(req.params.id)) throw new ApiError(404, `Maintenance window ${req.params.windowId} not found`);
     await withdraw(res, await windowOfHost(req.params.id, req.params.windowId));
   });

@@ -4,19 +4,15 @@
  * a booking of it ends in the future); `GET /v1/networks/allocations` and `/{id}/allocation` show
  * which reservations hold each segment, in the shape of os-hosts' allocations.
  */
-import { Router, type Response } from 'express';
+import { Router } from 'express';
 import { z } from 'zod';
 import { networkSegmentAllocations } from '../db/network-segment-allocations';
 import type { NetworkSegmentRecord } from '../db/network-segments';
 import type { Pool } from '../db/pool';
 import type { NetworkSegmentInventory } from '../resources/network-segment/inventory';
-import { identityOf } from './auth';
+import { requireAdmin } from './auth';
 import { formatBlazarDate, formatBlazarTimestamp } from '../domain/dates';
 import { ApiError, parseRequest } from './errors';
-
-function requireAdmin(res: Response, action: string): void {
-  if (!identityOf(res).isAdmin) throw new ApiError(403, `Policy doesn't allow blazar:networks:${action} to be performed.`);
-}
 
 export function toBlazarNetwork(segment: NetworkSegmentRecord) {
   return {
@@ -67,37 +63,37 @@ export function networksRouter(deps: { pool: Pool; inventory: () => NetworkSegme
   }
 
   router.get('/networks', async (_req, res) => {
-    requireAdmin(res, 'get');
+    requireAdmin(res, 'networks', 'get');
     res.json({ networks: (await deps.inventory().list()).map(toBlazarNetwork) });
   });
 
   router.post('/networks', async (req, res) => {
-    requireAdmin(res, 'post');
+    requireAdmin(res, 'networks', 'post');
     const body = objectBody(req.body, '{"network_type": "vlan", "physical_network": "physnet1", "segment_id": "250"}');
     parseRequest(networkEnrolBody, body);
     res.status(201).json({ network: toBlazarNetwork(await deps.inventory().enrol(body)) });
   });
 
   router.get('/networks/allocations', async (req, res) => {
-    requireAdmin(res, 'get_allocations');
+    requireAdmin(res, 'networks', 'get_allocations');
     const bySegment = await allocations(req.query);
     res.json({ allocations: (await deps.inventory().list()).map((s) => ({ resource_id: s.id, reservations: bySegment.get(s.id) ?? [] })) });
   });
 
   router.get('/networks/:id/allocation', async (req, res) => {
-    requireAdmin(res, 'get_allocations');
+    requireAdmin(res, 'networks', 'get_allocations');
     const segment = await deps.inventory().get(req.params.id);
     const bySegment = await allocations(req.query, segment.id);
     res.json({ allocation: { resource_id: segment.id, reservations: bySegment.get(segment.id) ?? [] } });
   });
 
   router.get('/networks/:id', async (req, res) => {
-    requireAdmin(res, 'get');
+    requireAdmin(res, 'networks', 'get');
     res.json({ network: toBlazarNetwork(await deps.inventory().get(req.params.id)) });
   });
 
   router.put('/networks/:id', async (req, res) => {
-    requireAdmin(res, 'put');
+    requireAdmin(res, 'networks', 'put');
     const body = objectBody(req.body, '{"values": {"stitch_provider": "fabric"}}');
     // Blazar's API docs wrap the capabilities in "values"; blazarclient sends them as they are.
     const values = 'values' in body && typeof body.values === 'object' && body.values !== null && !Array.isArray(body.values) ? (body.values as Record<string, unknown>) : body;
@@ -105,7 +101,7 @@ export function networksRouter(deps: { pool: Pool; inventory: () => NetworkSegme
   });
 
   router.delete('/networks/:id', async (req, res) => {
-    requireAdmin(res, 'delete');
+    requireAdmin(res, 'networks', 'delete');
     await deps.inventory().remove(req.params.id);
     res.status(204).end();
   });
