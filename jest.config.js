@@ -3,7 +3,8 @@
  * - core: against a throw-away PostgreSQL and Temporal dev server (test/global-setup.ts);
  * - openstack: additionally against the loopback OpenStack rig (test/support/openstack-setup.ts),
  *   which it brings up if it is not already running, and stops again if it started it.
- * Test files run one at a time (two for test:quick): one Temporal Runtime per process, and 2 cores.
+ * Test files run one at a time, but the core files two at a time in test:quick and in npm test's
+ * `core` run: one Temporal Runtime per process, and 2 cores.
  */
 /**
  * `npm run test:quick` (LK_TEST_QUICK=1): the core tests but these, which start, kill and restart
@@ -56,7 +57,10 @@ const common = {
 };
 
 module.exports = {
-  maxWorkers: quick ? 2 : 1,
+  // The core files have a database and task queue each: two at once (test:quick, and npm test's
+  // core run, which would otherwise outlast the rig's). The rig's files share its hosts: one at a time.
+  maxWorkers: quick || corePart === 'rest' ? 2 : 1,
+  testSequencer: '<rootDir>/test/support/rig-late-sequencer.js',
   testTimeout: 60_000,
   reporters: ['default', '<rootDir>/test/support/summary-reporter.js'],
   projects: [
