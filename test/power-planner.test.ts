@@ -228,3 +228,53 @@ describe('a power-off that hangs', () => {
 function service(nova: FakeNova, host: string) {
   return nova.services.find((s) => s.host === host)!;
 }
+
+describe('a lease starting on a host still booting', () => {
+  const nova = new FakeNova();
+  const chassis = testChassis();
+  /** Whether the host's compute service has come up (the test says when). */
+  let booted = false;
+  afterAll(() => chassis.remove());
+  const stack = useTestStack(
+    {
+      // A boot of 60 s, no margin: a lease starting in 15 s is woken at once, and its start comes while the host boots.
+      env: {
+        LK_POWER_PLANNER: 'on', LK_POWER_BOOT_SECONDS: '60', LK_POWER_WAKE_MARGIN_SECONDS: '0', LK_POWER_OFF_AFTER_IDLE: '30m', LK_POWER_RECHECK_SECONDS: '3600',
+        LK_POWER_COMMAND_ON: JSON.stringify(chassis.commands.on), LK_POWER_COMMAND_OFF: JSON.stringify(chassis.commands.off), LK_POWER_COMMAND_STATUS: JSON.stringify(chassis.commands.status),
+      },
+      config: (config) => ({ ...config, power: { ...config.power, bootPollMs: 300 } }),
+      withPool: (pool) => [physicalHostPlugin({ pool, settings: { cleaningMs: 0, randomChoice: false }, cloud: 'calendar-only' })],
+      hostPower: hostPowerOver(nova),
+    },
+    { beforeStop: (s) => deleteAllLeases(apiClient(s.url)) },
+  );
+  const admin = apiClient(() => stack().url);
+
+  it('waits for the boot, saying so in status_reason, and starts once the host is up', async () => {
+    nova.serviceState = () => (booted ? 'up' : 'down');
+    chassis.set('late-boot', 'off');
+    nova.service('late-boot', { status: 'disabled', disabled_reason: `${POWERED_OFF_REASON}, idle until no booking` });
+    const hostId = await insertHost(stack().db.pool, { name: 'late-boot', capabilities: { scenario: 'late-boot' } });
+    expect((await admin('PUT', `/v1/os-hosts/${hostId}`, { power: { driver: 'command' } })).status).toBe(200);
+    await recordPowerState(stack().db.pool, hostId, 'off', Date.now());
+    const created = await admin('POST', '/v1/leases', { name: 'waits-for-boot', start_date: inSeconds(15), end_date: inSeconds(3600), reservations: [hostReservation({ resource_properties: JSON.stringify(['==', '$scenario', 'late-boot']) })] });
+    expect(created.status).toBe(201);
+    const lease = async () => (await admin('GET', `/v1/leases/${created.body.lease.id}`)).body.lease as { status: string; status_reason: string | null };
+    // Woken at once (its boot is longer than the wait for the start); the start comes while it boots.
+    await eventually(() => Promise.resolve(chassis.power('late-boot') === 'on' ? true : undefined), 45_000);
+    const waiting = await eventually(async () => {
+      const now = await lease();
+      return now.status_reason?.startsWith('waiting for') ? now : undefined;
+    }, 60_000);
+    expect(waiting.status).toBe('STARTING');
+    expect(waiting.status_reason).toMatch(/^waiting for host late-boot to boot \(expected up by \d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z\)$/);
+    // Still waiting a few looks of the planner later: the start waits on the boot, not on a clock.
+    const { lastLookMs } = await stack().temporal.client.workflow.getHandle(powerPlannerWorkflowId(stack().config.temporal.taskQueue)).query(getPowerPlannerState);
+    await eventually(async () => (((await stack().temporal.client.workflow.getHandle(powerPlannerWorkflowId(stack().config.temporal.taskQueue)).query(getPowerPlannerState)).lastLookMs ?? 0) > (lastLookMs ?? 0) ? true : undefined), 45_000);
+    expect((await lease()).status).toBe('STARTING');
+    booted = true;
+    const started = await eventually(async () => ((await lease()).status === 'ACTIVE' ? lease() : undefined), 45_000);
+    expect(started.status_reason ?? null).toBeNull();
+    expect(service(nova, 'late-boot').status).toBe('enabled');
+  });
+});

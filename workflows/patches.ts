@@ -291,6 +291,20 @@ export const POWER_PLANNER_LANES = {
   note: 'retired by the common path (RETIREMENT) once the planner has continued as new after the deploy (at most LOOKS_PER_RUN looks, or when Temporal suggests it; terminating it makes the next worker start it afresh)',
 } as const satisfies WorkflowPatch;
 
+/**
+ * A lease's start asks each reservation why it will wait, if it will (issue 48: a host woken for it
+ * still booting; the physical-host start waits for it until its boot deadline), and shows the answer
+ * as its status_reason while it starts. Marked at every start (a local activity per reservation).
+ */
+export const START_SHOWS_BOOT_WAIT = {
+  id: 'start-shows-boot-wait',
+  workflowType: leaseWorkflowType,
+  introduced: '2026-11-28',
+  oldBranch: 'the start asked nothing before starting its reservations: no status_reason while its hosts booted (the start hook waits all the same, being activity code)',
+  oldHistories: 'every history recorded before 2026-11-28 (their starts replay without the question)',
+  note: 'retired by the common path (RETIREMENT) once no lease admitted before the deploy is still waiting for its start',
+} as const satisfies WorkflowPatch;
+
 /** All of them, oldest first. */
 export const PATCHES: readonly WorkflowPatch[] = [
   RECORD_LOCALLY,
@@ -315,4 +329,5 @@ export const PATCHES: readonly WorkflowPatch[] = [
   HOLD_FAILURE_LEFT_TO_START,
   UPDATE_AFTER_OWED_CUT,
   POWER_PLANNER_LANES,
+  START_SHOWS_BOOT_WAIT,
 ];

@@ -173,11 +173,12 @@ export async function recordPowerError(db: Queryable, hostId: string, message: s
   );
 }
 
-/** The hosts with a wake awaited (their compute service not yet seen up), by host id. */
-export async function awaitedWakes(db: Queryable): Promise<Array<{ hostId: string; requestedAtMs: number; bootDeadlineMs: number }>> {
+/** The hosts (of `hostIds`, all when undefined) with a wake awaited (their compute service not yet seen up), by host id. */
+export async function awaitedWakes(db: Queryable, hostIds?: readonly string[]): Promise<Array<{ hostId: string; requestedAtMs: number; bootDeadlineMs: number }>> {
   const { rows } = await db.query<{ host_id: string; requested_ms: number; deadline_ms: number }>(
     `SELECT host_id::text, (extract(epoch FROM wake_requested_at) * 1000)::float8 AS requested_ms, (extract(epoch FROM boot_deadline_at) * 1000)::float8 AS deadline_ms
-     FROM host_power WHERE wake_requested_at IS NOT NULL ORDER BY host_id`,
+     FROM host_power WHERE wake_requested_at IS NOT NULL AND ($1::bigint[] IS NULL OR host_id = ANY($1::bigint[])) ORDER BY host_id`,
+    [hostIds ?? null],
   );
   return rows.map((row) => ({ hostId: row.host_id, requestedAtMs: row.requested_ms, bootDeadlineMs: row.deadline_ms }));
 }

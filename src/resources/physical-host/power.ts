@@ -398,6 +398,44 @@ export class HostPower {
   }
 }
 
+/** How often a start that waits for its hosts' boots looks again. */
+const BOOT_WAIT_POLL_MS = 1_000;
+
+/** Of these hosts, those woken whose compute service was not seen up yet, within their boot deadline (the planner's settle, or Nova here, sees them up). */
+export async function hostsBooting(pool: Pool, hosts: ReadonlyArray<{ id: string; host: string }>, nowMs: number, nova?: NovaClient): Promise<Array<{ host: string; bootDeadlineMs: number }>> {
+  const wakes = (await awaitedWakes(pool, hosts.map((h) => h.id))).filter((wake) => wake.bootDeadlineMs > nowMs);
+  if (wakes.length === 0) return [];
+  const up = nova ? new Set((await nova.listServices({ binary: 'nova-compute' })).filter((s) => s.state === 'up' && !s.forced_down).map((s) => s.host)) : new Set<string>();
+  return wakes.flatMap((wake) => {
+    const host = hosts.find((h) => h.id === wake.hostId)!.host;
+    return up.has(host) ? [] : [{ host, bootDeadlineMs: wake.bootDeadlineMs }];
+  });
+}
+
+/** What a lease's start shows while it waits for its hosts' boots (its status_reason); undefined: none is booting. */
+export function bootWaitReason(booting: ReadonlyArray<{ host: string; bootDeadlineMs: number }>): string | undefined {
+  if (booting.length === 0) return undefined;
+  const names = booting.map((b) => b.host).join(', ');
+  return `waiting for ${booting.length === 1 ? 'host' : 'hosts'} ${names} to boot (expected up by ${new Date(Math.max(...booting.map((b) => b.bootDeadlineMs))).toISOString()})`;
+}
+
+/**
+ * Waits while any of the hosts is booting (hostsBooting), each look `BOOT_WAIT_POLL_MS` apart: at
+ * most until the latest boot deadline (past it, the host monitor fails a host not up, and healing
+ * replaces it). Stops with the attempt (`signal`); `progress` keeps the activity alive.
+ */
+export async function untilBooted(pool: Pool, hosts: ReadonlyArray<{ id: string; host: string }>, options: { nova?: NovaClient; signal?: AbortSignal; progress?: (details: Record<string, unknown>) => void } = {}): Promise<void> {
+  for (let booting = await hostsBooting(pool, hosts, Date.now(), options.nova); booting.length > 0; booting = await hostsBooting(pool, hosts, Date.now(), options.nova)) {
+    options.signal?.throwIfAborted();
+    options.progress?.({ waitingForBoot: booting.map((b) => b.host) });
+    const untilMs = Math.min(Date.now() + BOOT_WAIT_POLL_MS, Math.max(...booting.map((b) => b.bootDeadlineMs)));
+    await new Promise<void>((resolve) => {
+      const timer = setTimeout(resolve, Math.max(0, untilMs - Date.now()));
+      options.signal?.addEventListener('abort', () => (clearTimeout(timer), resolve()), { once: true });
+    });
+  }
+}
+
 /** Enables the compute service again if the planner's reason disabled it (never one an operator disabled). */
 async function enableIfPoweredOff(nova: NovaClient, serviceHost: string): Promise<void> {
   const [service] = await nova.listServices({ binary: 'nova-compute', host: serviceHost });
