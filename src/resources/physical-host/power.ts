@@ -25,6 +25,7 @@ import { hostNeeds, learnedBootMs, maySleep, planPower, type PlannedHost, type P
 import type { Config } from '../../config';
 import type { IronicClient } from '../../openstack/ironic';
 import type { ComputeService, NovaClient } from '../../openstack/nova';
+import { sleep } from '../../openstack/wait';
 import { powerDriverFor, PowerConfigError, PowerError, type PowerDriver, type PowerDriverDeps } from '../../power';
 import type { PoolClient } from 'pg';
 
@@ -151,7 +152,7 @@ export class HostPower {
   async plan(nowMs: number, settings: PowerPlanSettings): Promise<HostPowerPlan> {
     const hosts = await this.view(nowMs);
     const plan = planPower(hosts.map((host) => host.planned), nowMs, settings);
-    const retryAt = new Map(hosts.flatMap(({ record }) => (record.error?.retryAtMs != null && record.error.retryAtMs > nowMs ? [[record.hostId, record.error.retryAtMs] as const] : [])));
+    const retryAt = new Map(hosts.flatMap(({ record }) => (record.error && record.error.retryAtMs !== null && record.error.retryAtMs > nowMs ? [[record.hostId, record.error.retryAtMs] as const] : [])));
     const acting = new Set([...plan.powerOff, ...plan.powerOn]);
     let { nextLookMs } = plan;
     for (const [hostId, atMs] of retryAt) if (acting.has(hostId)) nextLookMs = Math.min(nextLookMs, atMs);
@@ -426,13 +427,8 @@ export function bootWaitReason(booting: ReadonlyArray<{ host: string; bootDeadli
  */
 export async function untilBooted(pool: Pool, hosts: ReadonlyArray<{ id: string; host: string }>, options: { nova?: NovaClient; signal?: AbortSignal; progress?: (details: Record<string, unknown>) => void } = {}): Promise<void> {
   for (let booting = await hostsBooting(pool, hosts, Date.now(), options.nova); booting.length > 0; booting = await hostsBooting(pool, hosts, Date.now(), options.nova)) {
-    options.signal?.throwIfAborted();
     options.progress?.({ waitingForBoot: booting.map((b) => b.host) });
-    const untilMs = Math.min(Date.now() + BOOT_WAIT_POLL_MS, Math.max(...booting.map((b) => b.bootDeadlineMs)));
-    await new Promise<void>((resolve) => {
-      const timer = setTimeout(resolve, Math.max(0, untilMs - Date.now()));
-      options.signal?.addEventListener('abort', () => (clearTimeout(timer), resolve()), { once: true });
-    });
+    await sleep(Math.max(0, Math.min(BOOT_WAIT_POLL_MS, Math.max(...booting.map((b) => b.bootDeadlineMs)) - Date.now())), options.signal);
   }
 }
 
