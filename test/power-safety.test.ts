@@ -18,10 +18,12 @@ import { insertHost } from '../dev-stack/fixtures/hosts';
 import { eventually } from '../dev-stack/stack';
 import { hostPowerOf, recordPowerState, recordReadPowerState, saveHostPowerSettings, sleepingHostIds } from '../src/db/host-power';
 import { listHosts, monitoredHosts } from '../src/db/hosts';
+import { insertWindow } from '../src/db/maintenance';
 import type { HostPowerSettings } from '../src/domain/host-power';
 import type { NovaClient } from '../src/openstack/nova';
 import type { IronicClient } from '../src/openstack/ironic';
 import { PowerAuthError, PowerFailedError } from '../src/power';
+import { physicalHostWatch } from '../src/resources/physical-host/health';
 import { HostPower, POWERED_OFF_REASON } from '../src/resources/physical-host/power';
 import { FakeNova } from './support/fake-nova';
 import { startSimulatedBmc, type SimulatedBmc } from './support/ipmi-sim';
@@ -234,5 +236,17 @@ describe('the power steps’ safety', () => {
     await db().pool.query('UPDATE host_power SET password = $2 WHERE host_id = $1', [hostId, bmc!.password]);
     expect(await power().readState(hostId)).toBe('on');
     expect((await hostPowerOf(db().pool, hostId))?.error).toBeNull();
+  });
+
+  it('lets a maintenance window take over a compute service the planner disabled, and enable it at its end', async () => {
+    const hostId = await poweredHost('maintained');
+    await nova.updateService(service('maintained').id, { status: 'disabled', disabled_reason: `${POWERED_OFF_REASON}, idle until no booking` });
+    const windowId = randomUUID();
+    await insertWindow(db().pool, { id: windowId, hostId, startMs: Date.now() - 1000, endMs: Date.now() + HOUR_MS, reason: 'firmware', disableCompute: true });
+    const watch = physicalHostWatch({ pool: db().pool, source: { nova: () => nova as unknown as NovaClient }, freepool: 'freepool', failed: { name: 'failed', closedProjectId: 'nobody' } });
+    expect(await watch.beginMaintenance(windowId)).toMatchObject({ begun: true, computeHost: 'maintained' });
+    expect(service('maintained')).toMatchObject({ status: 'disabled', disabled_reason: `leasekeeper maintenance ${windowId}: firmware` });
+    await watch.endMaintenance({ windowId, hostId, computeHost: 'maintained' });
+    expect(service('maintained').status).toBe('enabled');
   });
 });

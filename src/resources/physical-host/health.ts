@@ -17,6 +17,7 @@ import type { ComputeService, Hypervisor, NovaClient } from '../../openstack';
 import { addHost, ensureAggregate, findAggregate, removeHost } from '../shared/aggregates';
 import { hostNotice } from '../../domain/notices';
 import { describeDrift, planDrift, type HostDrift } from './drift';
+import { POWERED_OFF_REASON } from './power';
 
 /** Where replaced failed hosts wait, and the project its filter_tenant_id names (nobody's). */
 export interface FailedAggregate {
@@ -121,11 +122,13 @@ export function physicalHostWatch(deps: { pool: Pool; source: HostProblemSource;
         const nova = source.nova();
         const marker = maintenanceMarker(windowId);
         const [service] = await nova.listServices({ binary: 'nova-compute', host: window.compute_host });
-        // A service an operator disabled before the window is theirs: left as it is, and left disabled at the end.
-        if (service && (service.status === 'enabled' || service.disabled_reason?.startsWith(marker))) {
+        // A service an operator disabled before the window is theirs: left as it is, and left disabled at the end. One the
+        // power planner disabled (issue 48) is taken over: the window's, enabled at its end (the planner's sweep would enable it meanwhile).
+        const ours = (reason: string | null | undefined) => reason?.startsWith(marker) || reason?.startsWith(POWERED_OFF_REASON);
+        if (service && (service.status === 'enabled' || ours(service.disabled_reason))) {
           // Recorded first, so that the monitor never sees the service disabled without knowing why.
           if (!window.compute_disabled_at) await recordComputeDisabled(deps.pool, windowId, Date.now());
-          if (service.status === 'enabled') await nova.updateService(service.id, { status: 'disabled', disabled_reason: `${marker}: ${window.reason}`.slice(0, 255) });
+          if (!service.disabled_reason?.startsWith(marker)) await nova.updateService(service.id, { status: 'disabled', disabled_reason: `${marker}: ${window.reason}`.slice(0, 255) });
           computeHost = window.compute_host;
         }
       }
