@@ -109,6 +109,8 @@ export function reservationActivities({ plugins, notices, pool, preemptionWarnin
         if (!plugin.start) throw ApplicationFailure.nonRetryable(`${ctx.reservation.resource_type} starts in steps, not in one`, 'NoStartHook');
         return (await plugin.start(hookCtx)) ?? {};
       }),
+    /** Why the reservation's start will wait, if it will (its type's `startWaitReason`): shown as the lease's status_reason meanwhile. */
+    startWaitReason: (ctx: ReservationContext): Promise<string | undefined> => run(ctx, async (plugin, hookCtx) => (plugin.startWaitReason ? plugin.startWaitReason(hookCtx) : undefined)),
     startReservationStep: ({ step, state, ...ctx }: ReservationContext & { step: string; state: Record<string, unknown> }): Promise<StepOutcome> =>
       run(ctx, (plugin, hookCtx) => {
         if (!plugin.startStep) throw ApplicationFailure.nonRetryable(`${ctx.reservation.resource_type} has no start steps`, 'UnknownStartStep');

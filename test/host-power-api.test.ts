@@ -104,10 +104,9 @@ describe('hosts’ power through os-hosts', () => {
   });
 
   it('tells the host monitor that a host put to sleep, or woken within its boot time and the resume time-out, is down on purpose', async () => {
-    const resume = { defaultBootMs: 600_000, resumeTimeoutMs: 600_000 };
-    const expected = async () => (await monitoredHosts(stack().db.pool, resume)).find((h) => h.id === hostId)!.power_down_expected;
-    // Woken by the test before (booting still), then as if long ago: settled, its service must be up.
-    const wokenLongAgo = () => stack().db.pool.query("UPDATE host_power SET woken_at = now() - interval '21 minutes' WHERE host_id = $1", [hostId]);
+    const expected = async () => (await monitoredHosts(stack().db.pool)).find((h) => h.id === hostId)!.power_down_expected;
+    // Woken by the test before (booting still), then as if long ago: its boot deadline passed, its service must be up.
+    const wokenLongAgo = () => stack().db.pool.query("UPDATE host_power SET wake_requested_at = now() - interval '21 minutes', boot_deadline_at = now() - interval '1 minute' WHERE host_id = $1", [hostId]);
     expect(await expected()).toBe(true);
     await wokenLongAgo();
     expect(await expected()).toBe(false);

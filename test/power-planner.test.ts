@@ -10,7 +10,7 @@
 import { hostReservation } from '../dev-stack/fixtures/builders';
 import { insertHost } from '../dev-stack/fixtures/hosts';
 import { apiClient, deleteAllLeases, eventually, inSeconds, useTestStack } from '../dev-stack/stack';
-import { recordPowerState } from '../src/db/host-power';
+import { recordPowerState, sleepingHostIds } from '../src/db/host-power';
 import type { NovaClient } from '../src/openstack/nova';
 import type { IronicClient } from '../src/openstack/ironic';
 import { physicalHostPlugin } from '../src/resources/physical-host';
@@ -30,6 +30,7 @@ const hostPowerOver = (nova: FakeNova) => (pool: Pool, config: Config) =>
     nova: () => nova as unknown as NovaClient,
   });
 import { startSimulatedBmc, type SimulatedBmc } from './support/ipmi-sim';
+import { testChassis } from './support/power-programs';
 
 describe('the power planner', () => {
   const nova = new FakeNova();
@@ -145,7 +146,7 @@ describe('a woken host that does not come up', () => {
       config: (config) => ({ ...config, power: { ...config.power, bootPollMs: 300 } }),
       withPool: (pool) => [physicalHostPlugin({ pool, settings: { cleaningMs: 0, randomChoice: false }, cloud: 'calendar-only' })],
       hostPower: hostPowerOver(nova),
-      hostWatch: (pool) => physicalHostWatch({ pool, source: { nova: () => nova as unknown as NovaClient }, freepool: 'freepool', failed: { name: 'failed', closedProjectId: 'nobody' }, powerResume: { defaultBootMs: 2_000, resumeTimeoutMs: 1_000 } }),
+      hostWatch: (pool) => physicalHostWatch({ pool, source: { nova: () => nova as unknown as NovaClient }, freepool: 'freepool', failed: { name: 'failed', closedProjectId: 'nobody' } }),
     },
     { beforeStop: (s) => deleteAllLeases(apiClient(s.url)) },
   );
@@ -173,5 +174,107 @@ describe('a woken host that does not come up', () => {
     await eventually(() => Promise.resolve(bmc!.power() === 'on' ? true : undefined), 45_000);
     await eventually(async () => ((await admin('GET', `/v1/os-hosts/${dead}`)).body.host.state === 'failed' ? true : undefined), 45_000);
     await eventually(async () => ((await admin('GET', `/v1/leases/${created.body.lease.id}`)).body.lease.reservations[0].hosts[0] === 'spare' ? true : undefined), 45_000);
+  });
+});
+
+describe('a power-off that hangs', () => {
+  const nova = new FakeNova();
+  const chassis = testChassis();
+  afterAll(() => {
+    chassis.flag('hangs', 'release');
+    chassis.remove();
+  });
+  const stack = useTestStack(
+    {
+      // One lane of each kind; the hanging power-off program is killed only after 2 minutes. A boot of 2 s woken 1795 s
+      // early: a booking 30 minutes ahead is woken for a few seconds after its admission.
+      env: {
+        LK_POWER_PLANNER: 'on', LK_POWER_PARALLEL: '1', LK_POWER_TIMEOUT_SECONDS: '120', LK_POWER_BOOT_SECONDS: '2', LK_POWER_WAKE_MARGIN_SECONDS: '1795', LK_POWER_OFF_AFTER_IDLE: '30m', LK_POWER_RECHECK_SECONDS: '3600',
+        LK_POWER_COMMAND_ON: JSON.stringify(chassis.commands.on), LK_POWER_COMMAND_OFF: JSON.stringify(chassis.commands.off), LK_POWER_COMMAND_STATUS: JSON.stringify(chassis.commands.status),
+      },
+      config: (config) => ({ ...config, power: { ...config.power, bootPollMs: 300 } }),
+      withPool: (pool) => [physicalHostPlugin({ pool, settings: { cleaningMs: 0, randomChoice: false }, cloud: 'calendar-only' })],
+      hostPower: hostPowerOver(nova),
+    },
+    { beforeStop: (s) => deleteAllLeases(apiClient(s.url)) },
+  );
+  const admin = apiClient(() => stack().url);
+
+  it('delays no wake: a host is woken for its lease while another host’s power-off still hangs', async () => {
+    nova.serviceState = (host) => (chassis.power(host) === 'on' ? 'up' : 'down');
+    const ids: Record<string, string> = {};
+    for (const [name, state] of [['hangs', 'on'], ['sleeps', 'off']] as const) {
+      chassis.set(name, state);
+      // As the planner leaves a host it put to sleep: its compute service disabled with its reason.
+      nova.service(name, state === 'off' ? { status: 'disabled', disabled_reason: `${POWERED_OFF_REASON}, idle until no booking` } : {});
+      ids[name] = await insertHost(stack().db.pool, { name, capabilities: { scenario: `lanes-${name}` } });
+      expect((await admin('PUT', `/v1/os-hosts/${ids[name]}`, { power: { driver: 'command' } })).status).toBe(200);
+      await recordPowerState(stack().db.pool, ids[name], state, Date.now());
+    }
+    chassis.flag('hangs', 'hang-off');
+    await stack().temporal.client.workflow.getHandle(powerPlannerWorkflowId(stack().config.temporal.taskQueue)).signal(planNow);
+    // The idle host's power-off is under way (claimed), its program hanging.
+    await eventually(async () => ((await sleepingHostIds(stack().db.pool)).has(ids.hangs) ? true : undefined), 45_000);
+    const created = await admin('POST', '/v1/leases', { name: 'woken-beside-a-hang', start_date: inSeconds(1800), end_date: inSeconds(5400), reservations: [hostReservation({ resource_properties: JSON.stringify(['==', '$scenario', 'lanes-sleeps']) })] });
+    expect(created.status).toBe(201);
+    await eventually(() => Promise.resolve(chassis.power('sleeps') === 'on' && service(nova, 'sleeps').status === 'enabled' ? true : undefined), 45_000);
+    // Still hanging: the wake did not wait for it.
+    expect(chassis.power('hangs')).toBe('on');
+    chassis.flag('hangs', 'release');
+    await eventually(async () => (chassis.power('hangs') === 'off' && (await admin('GET', `/v1/os-hosts/${ids.hangs}`)).body.host.power_state === 'off' ? true : undefined), 45_000);
+  });
+});
+
+function service(nova: FakeNova, host: string) {
+  return nova.services.find((s) => s.host === host)!;
+}
+
+describe('a lease starting on a host still booting', () => {
+  const nova = new FakeNova();
+  const chassis = testChassis();
+  /** Whether the host's compute service has come up (the test says when). */
+  let booted = false;
+  afterAll(() => chassis.remove());
+  const stack = useTestStack(
+    {
+      // A boot of 60 s, no margin: a lease starting in 15 s is woken at once, and its start comes while the host boots.
+      env: {
+        LK_POWER_PLANNER: 'on', LK_POWER_BOOT_SECONDS: '60', LK_POWER_WAKE_MARGIN_SECONDS: '0', LK_POWER_OFF_AFTER_IDLE: '30m', LK_POWER_RECHECK_SECONDS: '3600',
+        LK_POWER_COMMAND_ON: JSON.stringify(chassis.commands.on), LK_POWER_COMMAND_OFF: JSON.stringify(chassis.commands.off), LK_POWER_COMMAND_STATUS: JSON.stringify(chassis.commands.status),
+      },
+      config: (config) => ({ ...config, power: { ...config.power, bootPollMs: 300 } }),
+      withPool: (pool) => [physicalHostPlugin({ pool, settings: { cleaningMs: 0, randomChoice: false }, cloud: 'calendar-only' })],
+      hostPower: hostPowerOver(nova),
+    },
+    { beforeStop: (s) => deleteAllLeases(apiClient(s.url)) },
+  );
+  const admin = apiClient(() => stack().url);
+
+  it('waits for the boot, saying so in status_reason, and starts once the host is up', async () => {
+    nova.serviceState = () => (booted ? 'up' : 'down');
+    chassis.set('late-boot', 'off');
+    nova.service('late-boot', { status: 'disabled', disabled_reason: `${POWERED_OFF_REASON}, idle until no booking` });
+    const hostId = await insertHost(stack().db.pool, { name: 'late-boot', capabilities: { scenario: 'late-boot' } });
+    expect((await admin('PUT', `/v1/os-hosts/${hostId}`, { power: { driver: 'command' } })).status).toBe(200);
+    await recordPowerState(stack().db.pool, hostId, 'off', Date.now());
+    const created = await admin('POST', '/v1/leases', { name: 'waits-for-boot', start_date: inSeconds(15), end_date: inSeconds(3600), reservations: [hostReservation({ resource_properties: JSON.stringify(['==', '$scenario', 'late-boot']) })] });
+    expect(created.status).toBe(201);
+    const lease = async () => (await admin('GET', `/v1/leases/${created.body.lease.id}`)).body.lease as { status: string; status_reason: string | null };
+    // Woken at once (its boot is longer than the wait for the start); the start comes while it boots.
+    await eventually(() => Promise.resolve(chassis.power('late-boot') === 'on' ? true : undefined), 45_000);
+    const waiting = await eventually(async () => {
+      const now = await lease();
+      return now.status_reason?.startsWith('waiting for') ? now : undefined;
+    }, 60_000);
+    expect(waiting.status).toBe('STARTING');
+    expect(waiting.status_reason).toMatch(/^waiting for host late-boot to boot \(expected up by \d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z\)$/);
+    // Still waiting a few looks of the planner later: the start waits on the boot, not on a clock.
+    const { lastLookMs } = await stack().temporal.client.workflow.getHandle(powerPlannerWorkflowId(stack().config.temporal.taskQueue)).query(getPowerPlannerState);
+    await eventually(async () => (((await stack().temporal.client.workflow.getHandle(powerPlannerWorkflowId(stack().config.temporal.taskQueue)).query(getPowerPlannerState)).lastLookMs ?? 0) > (lastLookMs ?? 0) ? true : undefined), 45_000);
+    expect((await lease()).status).toBe('STARTING');
+    booted = true;
+    const started = await eventually(async () => ((await lease()).status === 'ACTIVE' ? lease() : undefined), 45_000);
+    expect(started.status_reason ?? null).toBeNull();
+    expect(service(nova, 'late-boot').status).toBe('enabled');
   });
 });

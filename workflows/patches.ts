@@ -6,12 +6,13 @@
  */
 import { leaseWorkflowType } from './lease/messages';
 import { noticeWorkflowType } from './notices/messages';
+import { powerPlannerWorkflowType } from './power-planner/messages';
 
 export interface WorkflowPatch {
   /** The id given to patched() (recorded as a marker in every history that took the new branch). */
   readonly id: string;
   /** The workflow type whose histories carry it. */
-  readonly workflowType: typeof leaseWorkflowType | typeof noticeWorkflowType;
+  readonly workflowType: typeof leaseWorkflowType | typeof noticeWorkflowType | typeof powerPlannerWorkflowType;
   /** When it came into the code (YYYY-MM-DD, UTC): workflows started before then may take the old branch. */
   readonly introduced: string;
   /** What the old branch does (still run when a history recorded before the patch replays). */
@@ -274,6 +275,36 @@ export const UPDATE_AFTER_OWED_CUT = {
   note: 'retired by the common path (RETIREMENT) once no preemptible lease admitted before 2026-11-28 still runs',
 } as const satisfies WorkflowPatch;
 
+/**
+ * The power planner's looks start each host's action without awaiting it (issue 48, the review):
+ * wakes first, each kind in lanes of its own, so that a hanging BMC never delays the next look's
+ * wakes; the wakes awaited are kept in the database (settleHostPower, one activity per look, which
+ * also enables again every host on and up that the planner had disabled), and hosts of unknown
+ * power are read (readHostPower). Marked at each look.
+ */
+export const POWER_PLANNER_LANES = {
+  id: 'power-planner-lanes',
+  workflowType: powerPlannerWorkflowType,
+  introduced: '2026-11-28',
+  oldBranch: 'each look settled the woken hosts of its own list one activity each, then ran the power-offs, then the wakes, awaiting each batch',
+  oldHistories: 'power-planner.json',
+  note: 'retired by the common path (RETIREMENT) once the planner has continued as new after the deploy (at most LOOKS_PER_RUN looks, or when Temporal suggests it; terminating it makes the next worker start it afresh)',
+} as const satisfies WorkflowPatch;
+
+/**
+ * A lease's start asks each reservation why it will wait, if it will (issue 48: a host woken for it
+ * still booting; the physical-host start waits for it until its boot deadline), and shows the answer
+ * as its status_reason while it starts. Marked at every start (a local activity per reservation).
+ */
+export const START_SHOWS_BOOT_WAIT = {
+  id: 'start-shows-boot-wait',
+  workflowType: leaseWorkflowType,
+  introduced: '2026-11-28',
+  oldBranch: 'the start asked nothing before starting its reservations: no status_reason while its hosts booted (the start hook waits all the same, being activity code)',
+  oldHistories: 'every history recorded before 2026-11-28 (their starts replay without the question)',
+  note: 'retired by the common path (RETIREMENT) once no lease admitted before the deploy is still waiting for its start',
+} as const satisfies WorkflowPatch;
+
 /** All of them, oldest first. */
 export const PATCHES: readonly WorkflowPatch[] = [
   RECORD_LOCALLY,
@@ -297,4 +328,6 @@ export const PATCHES: readonly WorkflowPatch[] = [
   LENDING_RECONCILED,
   HOLD_FAILURE_LEFT_TO_START,
   UPDATE_AFTER_OWED_CUT,
+  POWER_PLANNER_LANES,
+  START_SHOWS_BOOT_WAIT,
 ];

@@ -46,7 +46,8 @@ export function powerPatchOf(value: unknown): HostPowerPatch | undefined {
 /** What os-hosts shows of a host's power, its instants in Blazar's timestamp form. */
 export function powerFields(status: HostPowerStatus) {
   const timestamp = (ms: number | null) => (ms === null ? null : formatBlazarTimestamp(ms));
-  return { power: status.power, power_state: status.power_state, powered_off_since: timestamp(status.powered_off_since), next_needed: timestamp(status.next_needed) };
+  const error = status.power_error && { message: status.power_error.message, at: timestamp(status.power_error.at), failures: status.power_error.failures, next_try: timestamp(status.power_error.next_try) };
+  return { power: status.power, power_state: status.power_state, powered_off_since: timestamp(status.powered_off_since), next_needed: timestamp(status.next_needed), power_error: error };
 }
 
 /** `POST /v1/os-hosts/{id}/power`. */

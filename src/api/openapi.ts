@@ -171,6 +171,11 @@ const host = z
     power_state: z.enum(['on', 'off', 'unknown']).optional().describe('the last power state read or brought about (not read from the BMC for this answer)'),
     powered_off_since: nullableTimestamp.optional().describe('since when the host has been off'),
     next_needed: nullableTimestamp.optional().describe('the start of its earliest booking of any kind not ended yet (host, slots, preemptible, lending, maintenance; in the past: booked now); null: none'),
+    power_error: z
+      .strictObject({ message: z.string(), at: timestamp, failures: z.number().int(), next_try: nullableTimestamp })
+      .nullable()
+      .optional()
+      .describe("its power driver's last failure unless a call succeeded since: when, how many in a row, and when the planner tries again (null: at its next look); null: none"),
   })
   .describe('An enrolled compute host; its extra capabilities are fields beside these')
   .openapi('Host');

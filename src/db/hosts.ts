@@ -242,30 +242,34 @@ export interface MonitoredHost {
   compute_disabled_for_maintenance: boolean;
   /**
    * Its compute service down or disabled is expected, not a failure (issue 48): the host was powered
-   * off on purpose, or woken less than its boot time plus the resume time-out ago (host_power).
+   * off on purpose (or is being), or a wake of it is awaited and its boot deadline not passed
+   * (host_power). Past the deadline, a host not up is failed, whatever its BMC says.
    */
   power_down_expected: boolean;
 }
 
-/** What the monitor allows a host woken from sleep before its compute service counts as failed. */
-export interface PowerResume {
-  /** A host's boot time when its power settings give none (LK_POWER_BOOT_SECONDS). */
-  defaultBootMs: number;
-  /** Past its boot time, how long more it may take (LK_POWER_RESUME_TIMEOUT_SECONDS). */
-  resumeTimeoutMs: number;
-}
-
 /** Every enrolled host not handed to the shared cloud: those the monitor watches. */
-export async function monitoredHosts(db: Queryable, resume: PowerResume): Promise<MonitoredHost[]> {
+export async function monitoredHosts(db: Queryable): Promise<MonitoredHost[]> {
   const { rows } = await db.query<MonitoredHost>(
     `SELECT h.id::text, h.hypervisor_hostname, h.service_name, h.state, m.id IS NOT NULL AS in_maintenance,
             COALESCE(m.compute_disabled_at IS NOT NULL, false) AS compute_disabled_for_maintenance,
-            COALESCE(p.power_state = 'off' OR p.woken_at + (COALESCE(p.boot_seconds * 1000, $1) + $2) * interval '1 millisecond' > now(), false) AS power_down_expected
+            COALESCE(CASE WHEN p.wake_requested_at IS NOT NULL THEN p.boot_deadline_at > now() ELSE p.power_state = 'off' OR p.powering_off_at IS NOT NULL END, false) AS power_down_expected
      FROM hosts h LEFT JOIN host_maintenance m ON m.host_id = h.id AND m.during @> now() LEFT JOIN host_power p ON p.host_id = h.id
      WHERE h.released_at IS NULL ORDER BY h.id`,
-    [resume.defaultBootMs, resume.resumeTimeoutMs],
   );
   return rows;
+}
+
+/**
+ * Locks the host's row until the caller's transaction ends, against every new booking of it: a
+ * booking's row (host_allocations, host_maintenance) references the host, and its insert waits for
+ * this lock (FOR UPDATE conflicts with the FOR KEY SHARE of the reference's check). A booking
+ * inserted before, not yet committed, makes this wait for its commit, so that the caller's next read
+ * sees it. The power-off's claim (issue 48) takes it.
+ */
+export async function lockHostAgainstBookings(client: PoolClient, hostId: string): Promise<boolean> {
+  const { rowCount } = await client.query('SELECT 1 FROM hosts WHERE id = $1 FOR UPDATE', [hostId]);
+  return (rowCount ?? 0) > 0;
 }
 
 /**

@@ -351,6 +351,12 @@ export interface ResourcePlugin<P = Record<string, unknown>> extends ResourceTyp
   hold?(ctx: HookContext<P>): Promise<HoldOutcome | void>;
   /** Makes the reserved resources usable by the lessee (unless reserve listed `startSteps`). */
   start?(ctx: HookContext<P>): Promise<StartOutcome | void>;
+  /**
+   * Why the start will wait before its resources are usable, if it will (hosts still booting after a
+   * wake, issue 48): the lease's status_reason while its start runs; undefined: it will not. Asked
+   * right before the start; types without it never say.
+   */
+  startWaitReason?(ctx: HookContext<P>): Promise<string | undefined>;
   /** One of the steps reserve listed in `startSteps`, given what the earlier steps handed on. */
   startStep?(step: string, ctx: HookContext<P>, state: Record<string, unknown>): Promise<StepOutcome>;
   /** The before-end action (snapshot, notify…). */

@@ -102,6 +102,5 @@ export function productionHostWatch({ pool, config, openstack }: Pick<ResourceDe
     source: { nova: () => openstack().nova },
     freepool: inventory.freepoolAggregate,
     failed: { name: inventory.failedAggregate, closedProjectId: inventory.freepoolProjectId },
-    powerResume: config.power && { defaultBootMs: config.power.defaultBootMs, resumeTimeoutMs: config.power.resumeTimeoutMs },
   });
 }

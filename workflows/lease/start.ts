@@ -5,8 +5,8 @@
 import { CancellationScope, log, patched, setCurrentDetails } from '@temporalio/workflow';
 import type { Reservation } from '../../src/domain/lease';
 import { reservationContext as context, type ReservationContext } from '../../src/domain/resource-plugin';
-import { TELL_WAITING_SUCCESSORS } from '../patches';
-import { forStep, mustFinish, patient } from './activity-options';
+import { START_SHOWS_BOOT_WAIT, TELL_WAITING_SUCCESSORS } from '../patches';
+import { forStep, mustFinish, patient, quick } from './activity-options';
 import { announce } from './announce';
 import { untilApproved } from './approval';
 import { failureMessage } from './failures';
@@ -48,6 +48,7 @@ export async function startLease(s: LeaseState): Promise<void> {
       await endPreemptedUnstarted(s, preempted, true);
       return;
     }
+    const waitReason = patched(START_SHOWS_BOOT_WAIT.id) ? await showStartWait(s) : undefined;
     const started: Reservation[] = [];
     const allocations = new Map<string, Record<string, unknown>>();
     try {
@@ -64,9 +65,31 @@ export async function startLease(s: LeaseState): Promise<void> {
     }
     // A pending reservation moved by healing shows it until its start.
     const reservations = withAllocations(s.lease.reservations, allocations).map((r) => ({ ...withoutFlag(r, 'resources_changed'), status: 'active' as const }));
-    await transition(s, { status: 'ACTIVE', reservations, ...clearedHoldReason(s.lease) }, 'start_lease', 'DONE');
+    const waitOver = waitReason !== undefined && s.lease.statusReason === waitReason ? { statusReason: undefined } : {};
+    await transition(s, { status: 'ACTIVE', reservations, ...clearedHoldReason(s.lease), ...waitOver }, 'start_lease', 'DONE');
     await announce(s, 'lease.event.start_lease');
   });
+}
+
+/**
+ * Asks each reservation why its start will wait, if it will (hosts still booting after a wake, issue
+ * 48), and shows it as the lease's status_reason while the start runs (the start clears it). Only
+ * shown: a question that fails costs nothing but the reason. Answers the reason shown.
+ */
+async function showStartWait(s: LeaseState): Promise<string | undefined> {
+  const reasons: string[] = [];
+  for (const reservation of s.lease.reservations) {
+    try {
+      const reason = await quick.startWaitReason(context(s.lease, reservation));
+      if (reason) reasons.push(reason);
+    } catch (err) {
+      log.warn('could not ask why a start would wait', { leaseId: s.lease.id, reservationId: reservation.id, error: failureMessage(err) });
+    }
+  }
+  if (reasons.length === 0) return undefined;
+  const statusReason = reasons.join('; ');
+  await transition(s, { statusReason });
+  return statusReason;
 }
 
 /** Never half-started: take back what started, free every booking, and say why. */

@@ -1,16 +1,20 @@
 /**
  * The power planner (issue 48): one workflow per deployment (id `power-planner-<task queue>`),
- * started by the worker when LK_POWER_PLANNER=on. Each look: the hosts woken earlier are looked at
- * (once Nova reports a woken host's compute service up, the service is enabled again if the planner
- * disabled it, and the boot's duration recorded), then the plan (src/domain/power-plan.ts over
- * HostPower.plannedHosts) says which hosts to power off (compute service disabled first, with a
- * reason naming the next need) and which to wake; each host's action is an activity of its own,
- * a few at a time, so that one BMC that hangs holds only its own. It sleeps until the plan's next
- * look, a woken host's next look, or the API's `planNow` (a lease admitted or changed), and
- * continues as new when Temporal suggests it, carrying the hosts still booting.
+ * started by the worker when LK_POWER_PLANNER=on. Each look: the wakes awaited are settled (the
+ * database keeps them: once Nova reports a woken host's compute service up, its boot's duration is
+ * recorded) and every host on and up whose service the planner disabled is enabled again; then the
+ * plan (src/domain/power-plan.ts over HostPower.plan) says which hosts to wake, which to power off
+ * (compute service disabled first, with a reason naming the next need) and whose power to read.
+ * Each host's action is an activity of its own, started and not awaited by the look: wakes first,
+ * in lanes of their own, then power-offs and reads in others, LK_POWER_PARALLEL at most in each, so
+ * that a BMC that hangs holds only its own lane and never the next look's wakes; a host with an
+ * action in flight, or for which no lane was free, is left to the next look, which then comes
+ * within the boot poll. It sleeps until the plan's next look, or the API's `planNow` (a lease
+ * admitted or changed), and continues as new when Temporal suggests it, once its actions are done.
  */
-import { allHandlersFinished, condition, continueAsNew, log, proxyActivities, setCurrentDetails, setHandler, workflowInfo } from '@temporalio/workflow';
+import { allHandlersFinished, condition, continueAsNew, log, patched, proxyActivities, setCurrentDetails, setHandler, workflowInfo } from '@temporalio/workflow';
 import type { Activities } from '../../activities';
+import { POWER_PLANNER_LANES } from '../patches';
 import { getPowerPlannerState, planNow, type PowerPlannerInput, type PowerPlannerTotals } from './messages';
 
 /** Looks per run before continuing as new (a look with nothing to do adds about eight events). */
@@ -31,18 +35,30 @@ interface PlannerState {
   lastLookMs?: number;
   nextLookMs?: number;
   lastError?: string;
+  /** Hosts with an action in flight (POWER_PLANNER_LANES), and how many run in each kind of lane. */
+  busy: Set<string>;
+  running: { wake: number; other: number };
 }
 
 export async function powerPlannerWorkflow(input: PowerPlannerInput): Promise<void> {
-  const p: PlannerState = { input, booting: [...(input.carried?.booting ?? [])], totals: input.carried?.totals ?? { poweredOff: 0, poweredOn: 0, failed: 0 }, wake: false };
+  const p: PlannerState = {
+    input,
+    booting: [...(input.carried?.booting ?? [])],
+    totals: input.carried?.totals ?? { poweredOff: 0, poweredOn: 0, failed: 0 },
+    wake: false,
+    busy: new Set(),
+    running: { wake: 0, other: 0 },
+  };
   setHandler(planNow, () => void (p.wake = true));
   setHandler(getPowerPlannerState, () => ({ totals: p.totals, booting: p.booting, lastLookMs: p.lastLookMs, nextLookMs: p.nextLookMs }));
 
   for (let looks = 1; ; looks++) {
     p.wake = false;
-    p.nextLookMs = await look(p);
+    p.nextLookMs = patched(POWER_PLANNER_LANES.id) ? await lookInLanes(p) : await look(p);
     show(p);
     if (looks >= LOOKS_PER_RUN || workflowInfo().continueAsNewSuggested) {
+      // Each action is bounded by its activity's time-out and tries.
+      await condition(() => p.busy.size === 0);
       await condition(allHandlersFinished);
       return continueAsNew<typeof powerPlannerWorkflow>({ ...input, carried: { booting: p.booting, totals: p.totals } });
     }
@@ -50,14 +66,83 @@ export async function powerPlannerWorkflow(input: PowerPlannerInput): Promise<vo
   }
 }
 
-/** One look: the woken hosts, then the plan and its actions. Answers when to look again. */
+function activitiesOf(input: PowerPlannerInput) {
+  return {
+    reading: proxyActivities<Activities>({ startToCloseTimeout: '1 minute', retry: { initialInterval: '1 second', maximumInterval: '10 seconds', maximumAttempts: 3, nonRetryableErrorTypes: FINAL } }),
+    acting: proxyActivities<Activities>({
+      startToCloseTimeout: input.actionTimeoutMs,
+      retry: { initialInterval: '2 seconds', maximumInterval: '30 seconds', maximumAttempts: 2, nonRetryableErrorTypes: FINAL },
+    }),
+  };
+}
+
+/** A host's action in a look: woken, powered off, or its power read. */
+type HostAction = 'wake' | 'power off' | 'read the power of';
+
+/**
+ * One look (POWER_PLANNER_LANES): the wakes settled and the awake hosts' services enabled, then the
+ * plan, whose actions are started (wakes first, each kind in its own lanes) and not awaited.
+ * Answers when to look again: within the boot poll while a wake is awaited, an action is in
+ * flight or one was left for want of a lane.
+ */
+async function lookInLanes(p: PlannerState): Promise<number> {
+  const { input } = p;
+  const { reading, acting } = activitiesOf(input);
+  try {
+    const settled = await reading.settleHostPower({ busy: [...p.busy] });
+    p.booting = settled.booting;
+    for (const hostId of settled.givenUp) log.warn('a woken host is not up past its boot deadline (the host monitor fails it)', { hostId });
+  } catch (err) {
+    log.warn('the power planner could not look at the woken hosts', { error: (err as Error).message });
+  }
+  let plan;
+  try {
+    plan = await reading.planHostPower(input.settings);
+    p.lastError = undefined;
+  } catch (err) {
+    p.lastError = (err as Error).message;
+    log.warn('the power planner could not read its plan', { error: p.lastError });
+    p.lastLookMs = Date.now();
+    return Date.now() + Math.min(input.settings.recheckMs, RETRY_PLAN_MS);
+  }
+  const run = async (hostId: string, action: HostAction): Promise<void> => {
+    try {
+      if (action === 'wake') {
+        if ((await acting.powerOnHost(hostId)) === 'woken') p.totals.poweredOn++;
+      } else if (action === 'power off') {
+        if ((await acting.powerOffHost({ hostId, offAfterIdleMs: input.settings.offAfterIdleMs })) === 'off') p.totals.poweredOff++;
+      } else await acting.readHostPower(hostId);
+    } catch (err) {
+      p.totals.failed++;
+      log.warn(`the power planner could not ${action} a host (tried again at a later look)`, { hostId, error: (err as Error).message });
+    }
+  };
+  let left = 0;
+  const start = (hostIds: readonly string[], action: HostAction, lane: keyof PlannerState['running']) => {
+    for (const hostId of hostIds) {
+      if (p.busy.has(hostId) || p.running[lane] >= input.parallel) {
+        left++;
+        continue;
+      }
+      p.busy.add(hostId);
+      p.running[lane]++;
+      void run(hostId, action).finally(() => {
+        p.busy.delete(hostId);
+        p.running[lane]--;
+      });
+    }
+  };
+  start(plan.powerOn, 'wake', 'wake');
+  start(plan.powerOff, 'power off', 'other');
+  start(plan.readState, 'read the power of', 'other');
+  p.lastLookMs = Date.now();
+  return p.booting.length > 0 || p.busy.size > 0 || left > 0 ? Math.min(plan.nextLookMs, Date.now() + input.bootPollMs) : plan.nextLookMs;
+}
+
+/** One look of before POWER_PLANNER_LANES (kept for the histories it replays): the woken hosts, then the plan and its actions, awaited. Answers when to look again. */
 async function look(p: PlannerState): Promise<number> {
   const { input } = p;
-  const reading = proxyActivities<Activities>({ startToCloseTimeout: '1 minute', retry: { initialInterval: '1 second', maximumInterval: '10 seconds', maximumAttempts: 3, nonRetryableErrorTypes: FINAL } });
-  const acting = proxyActivities<Activities>({
-    startToCloseTimeout: input.actionTimeoutMs,
-    retry: { initialInterval: '2 seconds', maximumInterval: '30 seconds', maximumAttempts: 2, nonRetryableErrorTypes: FINAL },
-  });
+  const { reading, acting } = activitiesOf(input);
   await settleWoken(p, acting);
   let plan;
   try {

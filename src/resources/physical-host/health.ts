@@ -8,7 +8,7 @@
 import type { HostObservation, HostStateChange } from '../../domain/host-health';
 import type { DriftCheck, HostWatch } from '../../domain/resource-plugin';
 import { currentBookings, leasesHoldingHosts, leasesOnUnusableHosts } from '../../db/host-allocations';
-import { computeHostName, listHosts, monitoredHosts, recordHostRepair, recordHostState, type MonitoredHost, type PowerResume } from '../../db/hosts';
+import { computeHostName, listHosts, monitoredHosts, recordHostRepair, recordHostState, type MonitoredHost } from '../../db/hosts';
 import { leaseStates } from '../../db/leases';
 import { getWindow, recordComputeDisabled } from '../../db/maintenance';
 import { leasesBookedOnComputeHosts, leasesBookedOnFailedProviders, recordComputeHostState, sharedComputeHosts } from '../../db/quantity-allocations';
@@ -17,6 +17,7 @@ import type { ComputeService, Hypervisor, NovaClient } from '../../openstack';
 import { addHost, ensureAggregate, findAggregate, removeHost } from '../shared/aggregates';
 import { hostNotice } from '../../domain/notices';
 import { describeDrift, planDrift, type HostDrift } from './drift';
+import { POWERED_OFF_REASON } from './power';
 
 /** Where replaced failed hosts wait, and the project its filter_tenant_id names (nobody's). */
 export interface FailedAggregate {
@@ -67,10 +68,7 @@ const sharedHostName = (hostId: string) => (hostId.startsWith(SHARED_HOST_PREFIX
  */
 export type HostProblemSource = { nova: () => NovaClient } | { calendarOnly: (host: { hypervisor_hostname: string }) => string | undefined };
 
-/** Unless the deployment says (LK_POWER_BOOT_SECONDS, LK_POWER_RESUME_TIMEOUT_SECONDS): the configuration's defaults. */
-const DEFAULT_POWER_RESUME: PowerResume = { defaultBootMs: 600_000, resumeTimeoutMs: 600_000 };
-
-export function physicalHostWatch(deps: { pool: Pool; source: HostProblemSource; freepool: string; failed: FailedAggregate; powerResume?: PowerResume }): HostWatch {
+export function physicalHostWatch(deps: { pool: Pool; source: HostProblemSource; freepool: string; failed: FailedAggregate }): HostWatch {
   const { source } = deps;
   /** A host up again: out of the failed aggregate into the pool, if a heal set it aside. */
   async function recovered(hostId: string): Promise<void> {
@@ -89,7 +87,7 @@ export function physicalHostWatch(deps: { pool: Pool; source: HostProblemSource;
   return {
     /** Enrolled hosts (by id), and the compute hosts that carry quantity bookings (by `compute:<name>`). */
     async observe(): Promise<HostObservation[]> {
-      const [hosts, shared] = await Promise.all([monitoredHosts(deps.pool, deps.powerResume ?? DEFAULT_POWER_RESUME), sharedComputeHosts(deps.pool)]);
+      const [hosts, shared] = await Promise.all([monitoredHosts(deps.pool), sharedComputeHosts(deps.pool)]);
       if (hosts.length === 0 && shared.length === 0) return [];
       let problemOf: (host: MonitoredHost) => string | undefined = 'calendarOnly' in source ? source.calendarOnly : () => undefined;
       let sharedProblemOf: (name: string) => string | undefined = 'calendarOnly' in source ? (name) => source.calendarOnly({ hypervisor_hostname: name }) : () => undefined;
@@ -124,11 +122,13 @@ export function physicalHostWatch(deps: { pool: Pool; source: HostProblemSource;
         const nova = source.nova();
         const marker = maintenanceMarker(windowId);
         const [service] = await nova.listServices({ binary: 'nova-compute', host: window.compute_host });
-        // A service an operator disabled before the window is theirs: left as it is, and left disabled at the end.
-        if (service && (service.status === 'enabled' || service.disabled_reason?.startsWith(marker))) {
+        // A service an operator disabled before the window is theirs: left as it is, and left disabled at the end. One the
+        // power planner disabled (issue 48) is taken over: the window's, enabled at its end (the planner's sweep would enable it meanwhile).
+        const ours = (reason: string | null | undefined) => reason?.startsWith(marker) || reason?.startsWith(POWERED_OFF_REASON);
+        if (service && (service.status === 'enabled' || ours(service.disabled_reason))) {
           // Recorded first, so that the monitor never sees the service disabled without knowing why.
           if (!window.compute_disabled_at) await recordComputeDisabled(deps.pool, windowId, Date.now());
-          if (service.status === 'enabled') await nova.updateService(service.id, { status: 'disabled', disabled_reason: `${marker}: ${window.reason}`.slice(0, 255) });
+          if (!service.disabled_reason?.startsWith(marker)) await nova.updateService(service.id, { status: 'disabled', disabled_reason: `${marker}: ${window.reason}`.slice(0, 255) });
           computeHost = window.compute_host;
         }
       }
@@ -159,7 +159,7 @@ export function physicalHostWatch(deps: { pool: Pool; source: HostProblemSource;
     },
 
     async checkDrift(previous, mode): Promise<DriftCheck> {
-      const hosts = await monitoredHosts(deps.pool, deps.powerResume ?? DEFAULT_POWER_RESUME);
+      const hosts = await monitoredHosts(deps.pool);
       if (!('nova' in source) || hosts.length === 0) return { seen: {}, repaired: [], reported: [], aggregatesRemoved: [] };
       const nova = source.nova();
       const aggregates = await nova.listAggregates();

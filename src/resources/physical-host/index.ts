@@ -38,6 +38,7 @@ import type { EndContext, EndOutcome, HookContext, LendHostsRequest, LentHosts, 
 import { HostCalendar, PHYSICAL_HOST, type BookedHost, type CalendarSettings, type HostQuery } from './calendar';
 import { setFailedHostAside } from './health';
 import { endPolicyOf, physicalHostParams, type EndPolicy, type PhysicalHostParams } from './params';
+import { bootWaitReason, hostsBooting, untilBooted } from './power';
 
 export { PHYSICAL_HOST };
 
@@ -366,7 +367,12 @@ export function physicalHostPlugin(deps: PhysicalHostDeps): ResourcePlugin<Physi
       }
       return false;
     },
+    async startWaitReason(ctx) {
+      return bootWaitReason(await hostsBooting(deps.pool, await bookedHosts(ctx), Date.now(), deps.cloud === 'calendar-only' ? undefined : deps.cloud().nova));
+    },
     async start(ctx) {
+      // A host woken for this lease may still be booting (issue 48): its start waits for it, at most until its boot deadline.
+      await untilBooted(deps.pool, await bookedHosts(ctx), { nova: deps.cloud === 'calendar-only' ? undefined : deps.cloud().nova, signal: ctx.signal, progress: ctx.reportProgress });
       if (deps.cloud === 'calendar-only') return;
       await moveHostsIntoLease(deps.cloud().nova, { ...(await move(ctx)), takeFromLeases: (leaseIds) => preemptedAmong(deps.pool, leaseIds) });
     },
