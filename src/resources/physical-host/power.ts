@@ -5,7 +5,7 @@
  * hand. The planner's workflow will use the same reads and the same drivers.
  */
 import { bootDurations, recordBoot } from '../../db/host-boots';
-import { computeHostName, listHosts, type HostRecord } from '../../db/hosts';
+import { computeHostName, hypervisorProperties, listHosts, type HostRecord } from '../../db/hosts';
 import { nextHostNeeds } from '../../db/host-allocations';
 import { allHostPower, hostPowerOf, recordPowerState, saveHostPowerSettings, type HostPowerRecord } from '../../db/host-power';
 import { nextMaintenanceNeeds } from '../../db/maintenance';
@@ -66,32 +66,41 @@ export class HostPower {
 
   /** When the host is next needed, and until when it is busy now. */
   async need(hostId: string, nowMs: number): Promise<Pick<PlannedHost, 'nextNeededMs' | 'busyUntilMs'>> {
-    const rows = [...(await nextHostNeeds(this.pool, nowMs, [hostId])), ...(await nextMaintenanceNeeds(this.pool, nowMs, [hostId]))];
-    return hostNeeds(rows).get(hostId) ?? { nextNeededMs: null, busyUntilMs: null };
+    return (await this.needsOf([hostId], nowMs)).get(hostId) ?? { nextNeededMs: null, busyUntilMs: null };
+  }
+
+  /** The hosts' next needs from every source (bookings of any kind, maintenance windows): two reads. */
+  private async needsOf(hostIds: string[], nowMs: number): Promise<ReturnType<typeof hostNeeds>> {
+    return hostNeeds([...(await nextHostNeeds(this.pool, nowMs, hostIds)), ...(await nextMaintenanceNeeds(this.pool, nowMs, hostIds))]);
   }
 
   /**
    * The planner's view of every enrolled host (not released) with a power driver: its last known
-   * power, whether it is managed, its next need and its boot time (planPower's input). Three reads
+   * power, whether it is managed, its next need, its boot time and its capability set (planPower's
+   * input). `withUnpowered` (an awake reserve is kept): the hosts without a driver too, on and not
+   * managed, so that they count in their set's reserve; the planner never acts on them. Three reads
    * whatever the number of hosts.
    */
-  async plannedHosts(nowMs: number): Promise<PlannedHost[]> {
+  async plannedHosts(nowMs: number, { withUnpowered = false }: { withUnpowered?: boolean } = {}): Promise<PlannedHost[]> {
     const powered = await allHostPower(this.pool);
-    const hosts = (await listHosts(this.pool)).filter((host) => host.released_at === null && (powered.get(host.id)?.settings.driver ?? 'none') !== 'none');
+    const drivenBy = (host: HostRecord) => powered.get(host.id)?.settings.driver ?? 'none';
+    const hosts = (await listHosts(this.pool)).filter((host) => host.released_at === null && (withUnpowered || drivenBy(host) !== 'none'));
     if (hosts.length === 0) return [];
     const ids = hosts.map((host) => host.id);
-    const needs = hostNeeds([...(await nextHostNeeds(this.pool, nowMs, ids)), ...(await nextMaintenanceNeeds(this.pool, nowMs, ids))]);
+    const needs = await this.needsOf(ids, nowMs);
     const boots = await bootDurations(this.pool, ids, this.bootSamples);
-    return hosts.map((host) => {
-      const record = powered.get(host.id)!;
+    return hosts.map((host): PlannedHost => {
+      const record = powered.get(host.id);
       const need = needs.get(host.id) ?? { nextNeededMs: null, busyUntilMs: null };
-      return { id: host.id, power: record.powerState, manage: record.settings.manage, ...need, bootMs: this.bootMs(record, boots.get(host.id)) };
+      const reserveClass = host.reservable && host.state === 'up' ? capabilitySet(host) : null;
+      if (!record || drivenBy(host) === 'none') return { id: host.id, power: 'on', manage: false, ...need, bootMs: this.deps.defaultBootMs, reserveClass };
+      return { id: host.id, power: record.powerState, manage: record.settings.manage, ...need, bootMs: this.bootMs(record, boots.get(host.id)), reserveClass };
     });
   }
 
-  /** The planner's look: planPower over every powered host. */
+  /** The planner's look: planPower over every powered host (and, for the awake reserve, the others). */
   async plan(nowMs: number, settings: PowerPlanSettings): Promise<PowerPlan> {
-    return planPower(await this.plannedHosts(nowMs), nowMs, settings);
+    return planPower(await this.plannedHosts(nowMs, { withUnpowered: (settings.awakeReserve ?? 0) > 0 }), nowMs, settings);
   }
 
   /**
@@ -228,6 +237,20 @@ export function deploymentHostPower(pool: Pool, power: Config['power'], clients:
     resumeTimeoutMs: power.resumeTimeoutMs,
     nova: clients.nova,
   });
+}
+
+/** The hypervisor fields that name one host alone: no part of what a lease can ask of it. */
+const HOST_IDENTITY_FIELDS = new Set<string>(['hypervisor_hostname', 'service_name']);
+
+/**
+ * A host's capability set for the awake reserve: everything a lease's property queries can compare
+ * (the hypervisor's fields but its names, and its extra capabilities, private ones too). Hosts with
+ * the same one serve the same leases.
+ */
+export function capabilitySet(host: HostRecord): string {
+  const sorted = (entries: Array<[string, string]>) => entries.sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
+  const hypervisor = sorted(Object.entries(hypervisorProperties(host)).filter(([field]) => !HOST_IDENTITY_FIELDS.has(field)));
+  return JSON.stringify([hypervisor, sorted(Object.entries(host.capabilities))]);
 }
 
 function statusOf(record: HostPowerRecord | undefined, nextNeededMs: number | null): HostPowerStatus {
