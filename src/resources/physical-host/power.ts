@@ -12,7 +12,7 @@ import { nextMaintenanceNeeds } from '../../db/maintenance';
 import type { Pool } from '../../db/pool';
 import { missingPowerSetting, powerView, type HostPowerSettings, type HostPowerView, type PowerState } from '../../domain/host-power';
 import { invalidLease, leaseConflict } from '../../domain/lease';
-import { hostNeeds, learnedBootMs, maySleep, planPower, type PlannedHost, type PowerPlan, type PowerPlanSettings } from '../../domain/power-plan';
+import { hostNeeds, learnedBootMs, maySleep, planPower, wakeAtMs, type PlannedHost, type PowerPlan, type PowerPlanSettings } from '../../domain/power-plan';
 import type { Config } from '../../config';
 import type { IronicClient } from '../../openstack/ironic';
 import type { NovaClient } from '../../openstack/nova';
@@ -41,6 +41,13 @@ export interface HostPowerStatus {
   powered_off_since: number | null;
   /** The start of its earliest booking of any kind not ended yet (in the past: booked now); null: none. */
   next_needed: number | null;
+}
+
+/** A host powered off now (the admins' calendar shades it): since when, and when the planner will wake it (null: not planned). */
+export interface PoweredOffSpan {
+  hostId: string;
+  sinceMs: number;
+  wakeAtMs: number | null;
 }
 
 const NO_SETTINGS: HostPowerSettings = { driver: 'none', address: null, port: null, username: null, password: null, node: null, manage: true, bootSeconds: null };
@@ -167,6 +174,23 @@ export class HostPower {
 
   private async learnedBootOf(record: HostPowerRecord): Promise<number> {
     return this.bootMs(record, (await bootDurations(this.pool, [record.hostId], this.bootSamples)).get(record.hostId));
+  }
+
+  /**
+   * The hosts among `hostIds` powered off now, for the admins' calendar: since when, and when the
+   * planner will wake them (their next booking less their boot time and `wakeMarginMs`, at the
+   * earliest now; null: no booking ahead, or no planner to wake them, `wakeMarginMs` null).
+   */
+  async poweredOff(hostIds: readonly string[], nowMs: number, wakeMarginMs: number | null): Promise<PoweredOffSpan[]> {
+    const wanted = new Set(hostIds);
+    const off = [...(await allHostPower(this.pool)).values()].filter((r) => wanted.has(r.hostId) && r.powerState === 'off' && r.poweredOffSinceMs !== null);
+    if (off.length === 0 || wakeMarginMs === null) return off.map((record) => ({ hostId: record.hostId, sinceMs: record.poweredOffSinceMs!, wakeAtMs: null }));
+    const ids = off.map((r) => r.hostId);
+    const [needs, boots] = [await this.needsOf(ids, nowMs), await bootDurations(this.pool, ids, this.bootSamples)];
+    return off.map((record) => {
+      const wakeAt = wakeAtMs({ nextNeededMs: needs.get(record.hostId)?.nextNeededMs ?? null, bootMs: this.bootMs(record, boots.get(record.hostId)) }, { marginMs: wakeMarginMs });
+      return { hostId: record.hostId, sinceMs: record.poweredOffSinceMs!, wakeAtMs: wakeAt === null ? null : Math.max(nowMs, wakeAt) };
+    });
   }
 
   async status(host: HostRecord, nowMs: number): Promise<HostPowerStatus> {
