@@ -646,7 +646,7 @@ describe('the calendar page in Chromium', () => {
       const planned = await across(await pointIn('gantt', row, Date.now() + 3 * HOUR, 0, adminPage), adminPage);
       expect(planned).toContain(SLEEP.join());
       expect(planned.filter((rgb) => rgb !== SLEEP.join()).length).toBeGreaterThan(4); // stripes, not a fill
-      expect(await across(await pointIn('gantt', row, offSince - 3 * HOUR, 0, adminPage), adminPage)).not.toContain(SLEEP.join());
+      expect(await across(await pointIn('gantt', row, offSince - 6 * HOUR, 0, adminPage), adminPage)).not.toContain(SLEEP.join()); // 24 px: about 3.5 h of a week's view
       expect(await hover(slept, 'gantt', adminPage)).toMatch(/^asleep-1 · .* · free · powered off since .*, no wake planned$/);
       await expect(adminPage.getByRole('list', { name: 'Legend' }).textContent()).resolves.toContain('powered off');
       await adminPage.screenshot({ path: path.join(artefacts, 'powered-off.png') });
