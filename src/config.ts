@@ -470,6 +470,7 @@ const envSchema = z.object({
   LK_POWER_BOOT_SECONDS: z.coerce.number().int().min(1).max(86_400).default(600),
   LK_POWER_BOOT_SAMPLES: z.coerce.number().int().min(1).max(100).default(5),
   LK_POWER_RECHECK_SECONDS: z.coerce.number().int().min(1).max(86_400).default(300),
+  LK_POWER_AWAKE_RESERVE: z.coerce.number().int().min(0).max(1_000).default(0),
   LK_POWER_RESUME_TIMEOUT_SECONDS: z.coerce.number().int().min(0).max(86_400).default(600),
   LK_POWER_TIMEOUT_SECONDS: z.coerce.number().int().min(1).max(600).default(60),
   LK_POWER_COMMAND_ON: z.string().max(8_192).superRefine(problemAsIssue(argvProblem)).optional(),
@@ -668,6 +669,8 @@ function powerSettings(env: z.infer<typeof envSchema>) {
     resumeTimeoutMs: env.LK_POWER_RESUME_TIMEOUT_SECONDS * 1_000,
     /** The planner looks again at least this often (bookings made meanwhile). */
     recheckMs: env.LK_POWER_RECHECK_SECONDS * 1_000,
+    /** Hosts free for long the planner keeps awake per capability set, for leases starting now (the awake reserve). */
+    awakeReserve: env.LK_POWER_AWAKE_RESERVE,
     /** Each driver call's bound (ipmitool, a program, an Ironic request). */
     timeoutMs: env.LK_POWER_TIMEOUT_SECONDS * 1_000,
     /** The `command` driver's programs; undefined: none configured. */

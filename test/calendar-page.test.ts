@@ -20,6 +20,7 @@ import { insertHost } from '../dev-stack/fixtures/hosts';
 import { lenderRowsOf } from '../src/db/host-allocations';
 import { insertLendings } from '../src/db/host-lendings';
 import { inTransaction } from '../src/db/transaction';
+import { recordPowerState, saveHostPowerSettings } from '../src/db/host-power';
 import { insertQuantityBookingRow } from '../dev-stack/fixtures/lease-rows';
 import { apiClient, eventually, useTestStack } from '../dev-stack/stack';
 
@@ -125,14 +126,31 @@ describe('the calendar page in Chromium', () => {
     return { x: labelWidth + ((ms - start) / (end - start)) * (width - labelWidth), y: axisHeight + row * rowHeight + rowHeight / 2 + dy };
   }
 
-  async function pixel(point: { x: number; y: number }, timeline: Timeline = 'gantt'): Promise<number[]> {
-    return page.getByTestId(timeline).evaluate<number[], { x: number; y: number }, CanvasLike>((canvas, p) => [...canvas.getContext('2d')!.getImageData(Math.round(p.x), Math.round(p.y), 1, 1).data.slice(0, 3)], point);
+  async function pixel(point: { x: number; y: number }, timeline: Timeline = 'gantt', on: Page = page): Promise<number[]> {
+    return on.getByTestId(timeline).evaluate<number[], { x: number; y: number }, CanvasLike>((canvas, p) => [...canvas.getContext('2d')!.getImageData(Math.round(p.x), Math.round(p.y), 1, 1).data.slice(0, 3)], point);
   }
 
-  async function hover(point: { x: number; y: number }, timeline: Timeline = 'gantt'): Promise<string> {
-    const box = (await page.getByTestId(timeline).boundingBox())!;
-    await page.mouse.move(box.x + point.x, box.y + point.y);
-    return (await page.locator('.status').textContent()) ?? '';
+  async function hover(point: { x: number; y: number }, timeline: Timeline = 'gantt', on: Page = page): Promise<string> {
+    const box = (await on.getByTestId(timeline).boundingBox())!;
+    await on.mouse.move(box.x + point.x, box.y + point.y);
+    return (await on.locator('.status').textContent()) ?? '';
+  }
+
+  /** 24 pixels of the Gantt across from a point, as "r,g,b" (a stripe or a grid line may sit on the point itself). */
+  const across = (p: { x: number; y: number }, on: Page = page) =>
+    on.getByTestId('gantt').evaluate<string[], { x: number; y: number }, CanvasLike>((canvas, point) => {
+      const data = canvas.getContext('2d')!.getImageData(Math.round(point.x), Math.round(point.y), 24, 1).data;
+      return Array.from({ length: 24 }, (_, i) => [...data.slice(i * 4, i * 4 + 3)].join());
+    }, p);
+
+  /** A browser context of its own, signed in (noauth) as the project, an admin or not, before its first page loads. */
+  async function signedInContext(projectId: string, isAdmin: boolean) {
+    const context = await browser.newContext({ viewport: { width: 1400, height: 1000 }, deviceScaleFactor: 1 });
+    await context.addInitScript(
+      (credentials) => (globalThis as unknown as { sessionStorage: { setItem(k: string, v: string): void } }).sessionStorage.setItem('leasekeeper.credentials', JSON.stringify(credentials)),
+      { kind: 'noauth', projectId, admin: isAdmin },
+    );
+    return context;
   }
 
   async function axeViolations(): Promise<Array<{ id: string; impact: string; help: string }>> {
@@ -395,9 +413,8 @@ describe('the calendar page in Chromium', () => {
 
   it("counts a hold down with the page's clock, says when it expired, and Book still works then (the API checks again)", async () => {
     // A page of its own with a controlled clock: time moves only when the test says (no waiting).
-    const context = await browser.newContext({ viewport: { width: 1400, height: 1000 }, deviceScaleFactor: 1 });
+    const context = await signedInContext('alpha', false);
     try {
-      await context.addInitScript(() => (globalThis as unknown as { sessionStorage: { setItem(k: string, v: string): void } }).sessionStorage.setItem('leasekeeper.credentials', JSON.stringify({ kind: 'noauth', projectId: 'alpha', admin: false })));
       const clocked = await context.newPage();
       clocked.on('pageerror', (err) => pageErrors.push(String(err)));
       await clocked.clock.install();
@@ -516,13 +533,6 @@ describe('the calendar page in Chromium', () => {
     expect((await beta('POST', '/v1/leases', { name: 'beta-borrower', start_date: at(72), end_date: at(76), reservations: [{ ...onIt, preemptible: true }] })).status).toBe(201);
     await page.reload();
     await page.waitForFunction(() => performance.getEntriesByName('calendar-drawn').length > 0);
-
-    /** 24 pixels across from a point, as "r,g,b". */
-    const across = (p: { x: number; y: number }) =>
-      page.getByTestId('gantt').evaluate<string[], { x: number; y: number }, CanvasLike>((canvas, point) => {
-        const data = canvas.getContext('2d')!.getImageData(Math.round(point.x), Math.round(point.y), 24, 1).data;
-        return Array.from({ length: 24 }, (_, i) => [...data.slice(i * 4, i * 4 + 3)].join());
-      }, p);
     // Lent and nobody in it: the lender's blue with amber stripes; before the lending, plain blue.
     const lent = await pointOf('lend-1', day + 67 * HOUR);
     expect(await across(lent)).toEqual(expect.arrayContaining([PENDING.join(), LENT.join()]));
@@ -591,9 +601,8 @@ describe('the calendar page in Chromium', () => {
     const waiting = apiClient(() => stack().url, { 'X-Project-Id': 'waiting', 'X-Roles': 'member' });
     const { body } = await waiting('POST', '/v1/leases', { name: 'waiting-for-approval', start_date: at(100), end_date: at(101), reservations: [blazarHostReservation()] });
     expect(body.lease.status).toBe('PENDING_APPROVAL');
-    const context = await browser.newContext({ viewport: { width: 1400, height: 1000 }, deviceScaleFactor: 1 });
+    const context = await signedInContext('admin', true);
     try {
-      await context.addInitScript(() => (globalThis as unknown as { sessionStorage: { setItem(k: string, v: string): void } }).sessionStorage.setItem('leasekeeper.credentials', JSON.stringify({ kind: 'noauth', projectId: 'admin', admin: true })));
       const approver = await context.newPage();
       approver.on('pageerror', (err) => pageErrors.push(String(err)));
       await approver.goto(`${stack().url}/calendar/`);
@@ -609,5 +618,49 @@ describe('the calendar page in Chromium', () => {
     } finally {
       await context.close();
     }
+  });
+
+  it("shades a powered-off host's row for an admin, from its power-off on, and shows a member nothing of hosts' power", async () => {
+    const SLEEP = [0xd3, 0xcf, 0xe6]; // web/src/paint.ts SLEEP_SHADE
+    const pool = stack().db.pool;
+    const hostId = await insertHost(pool, { name: 'asleep-1', capabilities: { gpu: 'asleep' } });
+    hosts.push('asleep-1'); // the last row
+    await saveHostPowerSettings(pool, hostId, { driver: 'ipmi', address: '127.0.0.1', port: 623, username: 'lk', password: 'unused', node: null, manage: true, bootSeconds: null });
+    const offSince = Date.now() - 6 * HOUR;
+    await recordPowerState(pool, hostId, 'off', offSince);
+    // The API: the admin's answer says since when (no planner runs here: no wake planned); a member's says nothing of power.
+    const window = `start=${encodeURIComponent(at(-72))}&end=${encodeURIComponent(at(72))}`;
+    expect((await admin('GET', `/v1/calendar?${window}`)).body.powered_off).toEqual([{ host_id: hostId, since_ms: expect.closeTo(offSince, -1), wake_ms: null }]);
+    expect((await alpha('GET', `/v1/calendar?${window}`)).body).not.toHaveProperty('powered_off');
+
+    const context = await signedInContext('admin', true);
+    try {
+      const adminPage = await context.newPage();
+      adminPage.on('pageerror', (err) => pageErrors.push(String(err)));
+      await adminPage.goto(`${stack().url}/calendar/`);
+      await adminPage.waitForFunction(() => performance.getEntriesByName('calendar-drawn').length > 0);
+      const row = hosts.indexOf('asleep-1');
+      // Shaded behind where its bookings would be, since its power-off; hatched on after now; plain before it.
+      const slept = await pointIn('gantt', row, offSince + 3 * HOUR, 0, adminPage);
+      expect(await across(slept, adminPage)).toContain(SLEEP.join());
+      const planned = await across(await pointIn('gantt', row, Date.now() + 3 * HOUR, 0, adminPage), adminPage);
+      expect(planned).toContain(SLEEP.join());
+      expect(planned.filter((rgb) => rgb !== SLEEP.join()).length).toBeGreaterThan(4); // stripes, not a fill
+      expect(await across(await pointIn('gantt', row, offSince - 6 * HOUR, 0, adminPage), adminPage)).not.toContain(SLEEP.join()); // 24 px: about 3.5 h of a week's view
+      expect(await hover(slept, 'gantt', adminPage)).toMatch(/^asleep-1 · .* · free · powered off since .*, no wake planned$/);
+      await expect(adminPage.getByRole('list', { name: 'Legend' }).textContent()).resolves.toContain('powered off');
+      await adminPage.screenshot({ path: path.join(artefacts, 'powered-off.png') });
+    } finally {
+      await context.close();
+    }
+
+    // The member's page: the same row, the same instant, unshaded; no word of power in what it was sent or shows.
+    const answersBefore = calendarAnswers.length;
+    await page.goto(`${stack().url}/calendar/`);
+    await page.waitForFunction(() => performance.getEntriesByName('calendar-drawn').length > 0);
+    await eventually(() => Promise.resolve(calendarAnswers.length > answersBefore ? true : undefined), 15_000);
+    expect(await across(await pointIn('gantt', hosts.indexOf('asleep-1'), offSince + 3 * HOUR))).not.toContain(SLEEP.join());
+    expect(calendarAnswers.slice(answersBefore).join('')).not.toContain('powered_off');
+    await expect(page.getByRole('list', { name: 'Legend' }).textContent()).resolves.not.toContain('powered off');
   });
 });

@@ -131,8 +131,9 @@ describe('configuration', () => {
 
   it("reads power management's settings: the idle threshold as a duration, the programs as JSON argv arrays", () => {
     expect(loadConfig({}).power).toEqual({
-      planner: false, parallel: 8, bootPollMs: 10_000, offAfterIdleMs: 2 * 3_600_000, marginMs: 300_000, defaultBootMs: 600_000, bootSamples: 5, resumeTimeoutMs: 600_000, recheckMs: 300_000, timeoutMs: 60_000, commands: undefined, ipmiCipherSuite: undefined,
+      planner: false, parallel: 8, bootPollMs: 10_000, offAfterIdleMs: 2 * 3_600_000, marginMs: 300_000, defaultBootMs: 600_000, bootSamples: 5, resumeTimeoutMs: 600_000, recheckMs: 300_000, awakeReserve: 0, timeoutMs: 60_000, commands: undefined, ipmiCipherSuite: undefined,
     });
+    expect(loadConfig({ LK_POWER_AWAKE_RESERVE: '3' }).power.awakeReserve).toBe(3);
     const power = loadConfig({ LK_POWER_OFF_AFTER_IDLE: '90m', LK_POWER_COMMAND_ON: '["/usr/local/sbin/pdu", "on"]', LK_POWER_COMMAND_OFF: '["/usr/local/sbin/pdu", "off"]', LK_POWER_IPMI_CIPHER_SUITE: '17' }).power;
     expect(power).toMatchObject({ offAfterIdleMs: 90 * 60_000, commands: { on: ['/usr/local/sbin/pdu', 'on'], off: ['/usr/local/sbin/pdu', 'off'], status: undefined }, ipmiCipherSuite: 17 });
     expect(() => loadConfig({ LK_POWER_COMMAND_ON: '["/usr/local/sbin/pdu"]' })).toThrow(/LK_POWER_COMMAND_ON and LK_POWER_COMMAND_OFF go together/);
@@ -156,6 +157,9 @@ describe('configuration', () => {
     ['LK_POWER_COMMAND_ON', 'pdu on'],
     ['LK_POWER_COMMAND_OFF', '["pdu", "off"]'],
     ['LK_POWER_IPMI_CIPHER_SUITE', '18'],
+    ['LK_POWER_AWAKE_RESERVE', '-1'],
+    ['LK_POWER_AWAKE_RESERVE', '1.5'],
+    ['LK_POWER_AWAKE_RESERVE', '1001'],
   ])('rejects %s=%s with one line naming the variable', (name, value) => {
     let error: unknown;
     try {

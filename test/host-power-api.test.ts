@@ -146,7 +146,7 @@ describe('hosts’ power through os-hosts', () => {
     expect((await admin('POST', `/v1/os-hosts/${hostId}/power`, { action: 'on' })).status).toBe(200);
   });
 
-  it("gives the planner every host with a driver: its power, its next need and its boot time", async () => {
+  it("gives the planner every host with a driver: its power, its next need, its boot time and its capability set", async () => {
     const power = new HostPower(stack().db.pool, {
       drivers: { timeoutMs: 1_000, ironic: () => new IronicClient(createSession({ type: 'static', endpoints: { baremetal: 'http://127.0.0.1:1' } })) },
       defaultBootMs: 600_000,
@@ -155,7 +155,10 @@ describe('hosts’ power through os-hosts', () => {
     const now = Date.now();
     // power-2 has no settings yet (the none driver): not the planner's.
     const planned = await power.plannedHosts(now);
-    expect(planned).toEqual([{ id: hostId, power: 'on', manage: true, nextNeededMs: Date.parse(`${window.body.maintenance.start_date}Z`), busyUntilMs: null, bootMs: 600_000 }]);
+    expect(planned).toEqual([{ id: hostId, power: 'on', manage: true, nextNeededMs: Date.parse(`${window.body.maintenance.start_date}Z`), busyUntilMs: null, bootMs: 600_000, reserveClass: expect.any(String) }]);
+    // For the awake reserve, power-2 counts too (on, never the planner's to power off): the same capability set as power-1 (they differ only in name).
+    const withUnpowered = (await power.plannedHosts(now, { withUnpowered: true })).filter((host) => [hostId, otherId].includes(host.id));
+    expect(withUnpowered).toEqual([planned[0], { id: otherId, power: 'on', manage: false, nextNeededMs: null, busyUntilMs: null, bootMs: 600_000, reserveClass: planned[0].reserveClass }]);
     await admin('DELETE', `/v1/maintenance/${window.body.maintenance.id}`);
   });
 

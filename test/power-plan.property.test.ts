@@ -3,22 +3,30 @@
  * settings: no host is powered off when its next booking starts within the idle threshold plus its
  * boot time (nor while booked), and a sleeping host, followed look after look as the planner asks,
  * is woken at least its boot time plus the margin before its next booking (at once when that is
- * already too late). Every look is in the future and at most the recheck period away.
+ * already too late). Every look is in the future and at most the recheck period away. The awake
+ * reserve: per capability set, the reserve's awake hosts free for long are never powered off, a
+ * shortfall is refilled from sleeping hosts free for long, and nothing else changes.
  */
 import fc from 'fast-check';
-import { hostNeeds, learnedBootMs, planPower, type PlannedHost, type PowerPlanSettings } from '../src/domain/power-plan';
+import { freeForLong, hostNeeds, learnedBootMs, planPower, type PlannedHost, type PowerPlan, type PowerPlanSettings } from '../src/domain/power-plan';
 
 const MIN = 60_000;
 const H = 60 * MIN;
 const T0 = Date.UTC(2099, 0, 1);
 
 const settingsArb = fc
-  .record({ offAfterIdleMin: fc.integer({ min: 1, max: 600 }), marginFraction: fc.double({ min: 0, max: 1, noNaN: true }), recheckMin: fc.integer({ min: 1, max: 120 }) })
-  .map(({ offAfterIdleMin, marginFraction, recheckMin }): PowerPlanSettings => ({
+  .record({
+    offAfterIdleMin: fc.integer({ min: 1, max: 600 }),
+    marginFraction: fc.double({ min: 0, max: 1, noNaN: true }),
+    recheckMin: fc.integer({ min: 1, max: 120 }),
+    awakeReserve: fc.integer({ min: 0, max: 4 }),
+  })
+  .map(({ offAfterIdleMin, marginFraction, recheckMin, awakeReserve }): PowerPlanSettings => ({
     offAfterIdleMs: offAfterIdleMin * MIN,
     // The margin is at most the threshold, as the configuration requires.
     marginMs: Math.floor(marginFraction * offAfterIdleMin) * MIN,
     recheckMs: recheckMin * MIN,
+    awakeReserve,
   }));
 
 const hostArb = (index: number) =>
@@ -29,6 +37,8 @@ const hostArb = (index: number) =>
     nextNeededMin: fc.option(fc.integer({ min: -600, max: 3 * 24 * 60 }), { nil: null }),
     busyForMin: fc.integer({ min: 1, max: 600 }),
     bootMin: fc.integer({ min: 0, max: 60 }),
+    // Two capability sets, or none (a failed host: no part of the reserve).
+    reserveClass: fc.constantFrom('gpu', 'cpu', null),
   }).map((h): PlannedHost => ({
     id: String(index + 1),
     power: h.power,
@@ -36,6 +46,7 @@ const hostArb = (index: number) =>
     nextNeededMs: h.nextNeededMin === null ? null : T0 + h.nextNeededMin * MIN,
     busyUntilMs: h.nextNeededMin !== null && h.nextNeededMin <= 0 ? T0 + (h.nextNeededMin + h.busyForMin) * MIN : null,
     bootMs: h.bootMin * MIN,
+    reserveClass: h.reserveClass,
   }));
 
 const hostsArb = fc.integer({ min: 1, max: 8 }).chain((n) => fc.tuple(...Array.from({ length: n }, (_, i) => hostArb(i))));
@@ -61,7 +72,9 @@ describe('the power planner', () => {
 
   it('wakes every sleeping host its boot time plus the margin before its next booking, following the looks it asks for', () => {
     fc.assert(
-      fc.property(hostsArb, settingsArb, (hosts, settings) => {
+      fc.property(hostsArb, settingsArb, (hosts, withReserve) => {
+        // Booking wakes alone (the hosts woken leave the plan's view: a reserve would refill them).
+        const settings = { ...withReserve, awakeReserve: 0 };
         const sleeping = hosts.map((h) => ({ ...h, power: 'off' as const }));
         const wokenAt = new Map<string, number>();
         let now = T0;
@@ -115,6 +128,59 @@ describe('the power planner', () => {
     const asleep = planPower([host({ power: 'off', nextNeededMs: T0 + 30 * MIN })], T0, settings);
     expect(asleep).toEqual({ powerOff: [], powerOn: [], nextLookMs: T0 + 15 * MIN });
     expect(planPower([host({ power: 'unknown', manage: false, nextNeededMs: T0 + 15 * MIN })], T0, settings).powerOn).toEqual(['1']);
+  });
+});
+
+describe('the awake reserve', () => {
+  const byClass = (hosts: readonly PlannedHost[], now: number, settings: PowerPlanSettings) => {
+    const classes = new Map<string, PlannedHost[]>();
+    for (const host of hosts) if (host.reserveClass != null && freeForLong(host, now, settings)) classes.set(host.reserveClass, [...(classes.get(host.reserveClass) ?? []), host]);
+    return classes;
+  };
+  const awakeAfter = (free: readonly PlannedHost[], plan: PowerPlan) =>
+    free.filter((h) => (h.power === 'on' && !plan.powerOff.includes(h.id)) || plan.powerOn.includes(h.id)).length;
+
+  it('never powers off the reserve, and refills it from sleeping hosts free for long when there are enough', () => {
+    fc.assert(
+      fc.property(hostsArb, settingsArb, (hosts, settings) => {
+        const plan = planPower(hosts, T0, settings);
+        const reserve = settings.awakeReserve ?? 0;
+        for (const free of byClass(hosts, T0, settings).values()) {
+          const awakeBefore = free.filter((h) => h.power === 'on').length;
+          // The awake ones stay up to the reserve; with the sleeping ones, the reserve is reached when the set has enough hosts.
+          expect(free.filter((h) => h.power === 'on' && !plan.powerOff.includes(h.id)).length).toBeGreaterThanOrEqual(Math.min(reserve, awakeBefore));
+          expect(awakeAfter(free, plan)).toBeGreaterThanOrEqual(Math.min(reserve, free.length));
+          // And no more than needed: every host beyond the reserve that may sleep does, no wake beyond the shortfall.
+          expect(awakeAfter(free, plan)).toBeLessThanOrEqual(Math.max(reserve, free.filter((h) => h.power === 'on' && !h.manage).length));
+        }
+        // No host is both powered off and woken, none woken twice, none without a set woken for the reserve.
+        expect(plan.powerOn.filter((id) => plan.powerOff.includes(id))).toEqual([]);
+        expect(new Set(plan.powerOn).size).toBe(plan.powerOn.length);
+        const alone = planPower(hosts, T0, { ...settings, awakeReserve: 0 });
+        for (const id of plan.powerOn.filter((id) => !alone.powerOn.includes(id))) expect(hosts.find((h) => h.id === id)!.reserveClass).not.toBeNull();
+        expect(plan.powerOff.every((id) => alone.powerOff.includes(id))).toBe(true);
+      }),
+      { numRuns: 500 },
+    );
+  });
+
+  it('keeps the hosts free the longest, wakes the longest free to refill, and looks again when a kept host’s booking comes near', () => {
+    const settings: PowerPlanSettings = { offAfterIdleMs: 2 * H, marginMs: 5 * MIN, recheckMs: 6 * H, awakeReserve: 1 };
+    const host = (id: string, patch: Partial<PlannedHost>): PlannedHost => ({ id, power: 'on', manage: true, nextNeededMs: null, busyUntilMs: null, bootMs: 10 * MIN, reserveClass: 'cpu', ...patch });
+    const soon = host('1', { nextNeededMs: T0 + 5 * H });
+    const never = host('2', {});
+    expect(planPower([soon, never], T0, settings)).toEqual({ powerOff: ['1'], powerOn: [], nextLookMs: T0 + 6 * H });
+    const kept = planPower([soon, host('2', { nextNeededMs: T0 + 3 * H })], T0, settings);
+    expect(kept).toEqual({ powerOff: ['2'], powerOn: [], nextLookMs: T0 + 2 * H + 50 * MIN });
+    // A host the planner may not power off counts first.
+    expect(planPower([never, host('3', { manage: false, nextNeededMs: T0 + 4 * H })], T0, settings).powerOff).toEqual(['2']);
+    // Another capability set keeps its own; a host booked now is no part of it.
+    expect(planPower([never, host('4', { reserveClass: 'gpu' })], T0, settings).powerOff).toEqual([]);
+    expect(planPower([never, host('5', { nextNeededMs: T0 - H, busyUntilMs: T0 + H })], T0, settings).powerOff).toEqual([]);
+    const asleep = [host('6', { power: 'off', nextNeededMs: T0 + 3 * H }), host('7', { power: 'off' }), host('8', { power: 'unknown', reserveClass: null })];
+    expect(planPower(asleep, T0, settings).powerOn).toEqual(['7']);
+    expect(planPower(asleep, T0, { ...settings, awakeReserve: 3 }).powerOn).toEqual(['7', '6']);
+    expect(planPower(asleep, T0, { ...settings, awakeReserve: 0 }).powerOn).toEqual([]);
   });
 });
 

@@ -12,7 +12,7 @@ import { powerPlannerWorkflowId, powerPlannerWorkflowType, type PowerPlannerInpu
 /** The planner's input from the deployment's settings. */
 export function powerPlannerInput(power: Config['power']): PowerPlannerInput {
   return {
-    settings: { offAfterIdleMs: power.offAfterIdleMs, marginMs: power.marginMs, recheckMs: power.recheckMs },
+    settings: { offAfterIdleMs: power.offAfterIdleMs, marginMs: power.marginMs, recheckMs: power.recheckMs, awakeReserve: power.awakeReserve },
     // A power change is the driver's call and Nova's two: the driver's bound, and Nova's.
     actionTimeoutMs: power.timeoutMs + 60_000,
     parallel: power.parallel,

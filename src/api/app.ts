@@ -162,6 +162,7 @@ export function createApp(deps: AppDeps): express.Express {
   const commands = { client: deps.client, taskQueue: config.temporal.taskQueue, timeoutMs: config.api.workflowTimeoutMs, outbox, ...(planner ? { changed: () => planner.nudge() } : {}) };
   const admission = config.api.admission === 'api' ? { pool: deps.pool, types: deps.types, usagePolicy: policy, outbox, temporalReady: setup.ready } : undefined;
   const inventory = lazyInventory(deps);
+  const power = hostPower(deps);
   const offers: OfferDeps = { pool: deps.pool, types: deps.types, usagePolicy: policy, provisioningLeadMs: config.provisioningLeadMs, offerTtlMs: config.offerTtlMs, maxReservationsPerLease: config.maxReservationsPerLease };
   const newLeases: NewLeaseDeps = {
     pool: deps.pool,
@@ -188,11 +189,11 @@ export function createApp(deps: AppDeps): express.Express {
     usageRouter({ pool: deps.pool, preemptibleChargeFactor: config.preemption.chargeFactor }),
     projectPolicyRouter({ pool: deps.pool, policy, commands }),
     webhooksRouter({ pool: deps.pool, settings: config.notices }),
-    hostsRouter({ pool: deps.pool, inventory, power: hostPower(deps), commands }),
+    hostsRouter({ pool: deps.pool, inventory, power, commands }),
     maintenanceRouter({ pool: deps.pool, inventory, commands }),
     floatingIpsRouter({ pool: deps.pool, inventory: lazyFloatingIpInventory(deps) }),
     networksRouter({ pool: deps.pool, inventory: lazyNetworkSegmentInventory(deps) }),
-    calendarRouter({ pool: deps.pool, calendar }),
+    calendarRouter({ pool: deps.pool, calendar, power: { hostPower: power, wakeMarginMs: config.power.planner ? config.power.marginMs : null } }),
     availabilityRouter({
       pool: deps.pool,
       calendar,

@@ -10,7 +10,9 @@
  * capabilities are the admins'. A preemptible booking says so (anyone's); a preempted lease's bookings
  * say `preempted` and the end it was cut to (`cut_ms`) to whoever may know the lease. Lent time (issue
  * 43) is drawn apart (`lent`: capacity a preemptible lease may use, shown to anyone; the lending lease
- * only to whoever may know it), and a booking inside it says `borrowed`.
+ * only to whoever may know it), and a booking inside it says `borrowed`. Hosts powered off (issue 48:
+ * `powered_off`, since when and the planned wake) are the admins' only: a member learns nothing of
+ * hosts' power, other projects' or not.
  */
 import { Router } from 'express';
 import { z } from 'zod';
@@ -24,6 +26,7 @@ import { listNetworkSegments } from '../db/network-segments';
 import { networkSegmentBookingsInWindow } from '../db/network-segment-allocations';
 import type { Pool } from '../db/pool';
 import type { HostCalendar } from '../resources/physical-host/calendar';
+import type { HostPower } from '../resources/physical-host/power';
 import { propertyQueryParam } from '../resources/shared/params';
 import { identityOf, type Identity } from './auth';
 import { ApiError, parseRequest } from './errors';
@@ -85,7 +88,11 @@ function visibleLending(identity: Identity, lending: HostLending) {
   return { host_id: lending.host_id, start_ms: lending.start_ms, end_ms: lending.end_ms, state, ...(mayKnowLease(identity, lending) ? { lease_id: lending.lease_id } : {}) };
 }
 
-export function calendarRouter(deps: { pool: Pool; calendar: HostCalendar }): Router {
+/**
+ * `power`: hosts' power for the admins' shading; `wakeMarginMs`: the planner's margin (null: no
+ * planner runs, so no wake is planned).
+ */
+export function calendarRouter(deps: { pool: Pool; calendar: HostCalendar; power?: { hostPower: HostPower; wakeMarginMs: number | null } }): Router {
   const router = Router();
 
   router.get('/calendar', async (req, res) => {
@@ -96,7 +103,8 @@ export function calendarRouter(deps: { pool: Pool; calendar: HostCalendar }): Ro
     await checkHostQueryKeys(deps.pool, queries, identity);
     const hosts = await deps.calendar.matchingHosts(queries);
     const window = { fromMs: start, toMs: end, limit: MAX_CALENDAR_BOOKINGS + 1 };
-    const [hostBookings, lendings, quantities, ownLeases, gaps, segments, segmentBookings] = await Promise.all([
+    const now = Date.now();
+    const [hostBookings, lendings, quantities, ownLeases, gaps, segments, segmentBookings, poweredOff] = await Promise.all([
       hostBookingsInWindow(deps.pool, { ...window, hostIds: hosts.map((h) => h.id) }),
       lendingsInWindow(deps.pool, { ...window, hostIds: hosts.map((h) => h.id) }),
       quantityBookingsInWindow(deps.pool, window),
@@ -104,6 +112,7 @@ export function calendarRouter(deps: { pool: Pool; calendar: HostCalendar }): Ro
       seriesGapsInWindow(deps.pool, identity.projectId, start, end, MAX_CALENDAR_SERIES),
       listNetworkSegments(deps.pool),
       networkSegmentBookingsInWindow(deps.pool, window),
+      identity.isAdmin && deps.power ? deps.power.hostPower.poweredOff(hosts.map((h) => h.id), now, deps.power.wakeMarginMs) : undefined,
     ]);
     // The series of the caller's own leases, for the page to link their bars (a series's gaps are drawn on its hosts' rows).
     const seriesOf = new Map(ownLeases.filter((l) => l.seriesId).map((l) => [l.id, l.seriesId!]));
@@ -118,7 +127,7 @@ export function calendarRouter(deps: { pool: Pool; calendar: HostCalendar }): Ro
     res.json({
       start_ms: start,
       end_ms: end,
-      now_ms: Date.now(),
+      now_ms: now,
       hosts: hosts.map((h) => ({
         id: h.id,
         hypervisor_hostname: h.hypervisor_hostname,
@@ -129,6 +138,8 @@ export function calendarRouter(deps: { pool: Pool; calendar: HostCalendar }): Ro
       })),
       bookings: hostBookings.slice(0, MAX_CALENDAR_BOOKINGS).map((b) => withPreemption(identity, b, { host_id: b.host_id, ...(b.shared ? { shared: true } : {}), ...visibleLease(identity, b), ...inSeries(b.lease_id) })),
       lent: lendings.slice(0, MAX_CALENDAR_BOOKINGS).map((l) => visibleLending(identity, l)),
+      // Admins only: the hosts powered off now, since when, and when the planner will wake them (null: not planned).
+      ...(poweredOff ? { powered_off: poweredOff.filter((p) => p.sinceMs < end).map((p) => ({ host_id: p.hostId, since_ms: p.sinceMs, wake_ms: p.wakeAtMs })) } : {}),
       providers: quantities.providers.map((p) => ({ uuid: p.uuid, name: p.name, host: p.host, kind: p.kind, capacity: p.capacity, usable: p.usable })),
       usage: quantities.bookings.slice(0, MAX_CALENDAR_BOOKINGS).map((b: QuantityBookingInWindow) => ({ provider_uuid: b.provider_uuid, amounts: b.amounts, ...visibleLease(identity, b) })),
       // Network segments (issue 45) and their bookings, as hosts' (capabilities: the admins').

@@ -11,8 +11,16 @@
  *   planner from powering it off).
  * - The margin is at most the idle threshold (config checks it), so a host just woken is never
  *   put back to sleep before its booking: its gap (≤ boot + margin) is below threshold + boot.
+ * - The awake reserve (LK_POWER_AWAKE_RESERVE): per capability set (`reserveClass`: hosts with the
+ *   same one serve the same leases), at least `awakeReserve` hosts free for long (not booked now,
+ *   next booking beyond the idle threshold plus boot time, or none) stay on, so that a lease for
+ *   "now" finds one awake instead of waiting for a boot. Hosts the planner may not power off count
+ *   first; of the others it keeps those free the longest (they serve the longest "now" lease), and
+ *   powers off the rest. When leases took the reserve's hosts, it wakes sleeping hosts free for long
+ *   (again the longest free first) to refill it. It never powers a host off to swap it for another.
  * - Next look: the earliest instant a rule's answer changes for some host (a wake falling due, a
- *   booking ending), and at most `recheckMs` from now (bookings made meanwhile).
+ *   booking ending, a reserve host's booking coming near), and at most `recheckMs` from now
+ *   (bookings made meanwhile).
  */
 import type { PowerState } from './host-power';
 
@@ -27,6 +35,11 @@ export interface PlannedHost {
   busyUntilMs: number | null;
   /** Its boot time (learnedBootMs). */
   bootMs: number;
+  /**
+   * Its capability set for the awake reserve (hosts with the same one serve the same leases); null
+   * or absent: it takes no new bookings (failed, not reservable) and is no part of the reserve.
+   */
+  reserveClass?: string | null;
 }
 
 export interface PowerPlanSettings {
@@ -36,6 +49,8 @@ export interface PowerPlanSettings {
   marginMs: number;
   /** The longest the planner waits before looking again. */
   recheckMs: number;
+  /** LK_POWER_AWAKE_RESERVE: hosts free for long kept awake per capability set; absent (a planner started before it existed): 0. */
+  awakeReserve?: number;
 }
 
 export interface PowerPlan {
@@ -55,10 +70,25 @@ export function wakeAtMs(host: Pick<PlannedHost, 'nextNeededMs' | 'bootMs'>, set
   return host.nextNeededMs === null ? null : host.nextNeededMs - host.bootMs - settings.marginMs;
 }
 
-/** Whether a host on may be powered off now: managed, not booked, its next booking far enough away. */
-export function maySleep(host: PlannedHost, nowMs: number, settings: Pick<PowerPlanSettings, 'offAfterIdleMs'>): boolean {
-  if (!host.manage || bookedNow(host, nowMs)) return false;
+/** Whether the host is free for long: not booked now, its next booking beyond the idle threshold plus its boot time (or none). */
+export function freeForLong(host: PlannedHost, nowMs: number, settings: Pick<PowerPlanSettings, 'offAfterIdleMs'>): boolean {
+  if (bookedNow(host, nowMs)) return false;
   return host.nextNeededMs === null || host.nextNeededMs - nowMs > settings.offAfterIdleMs + host.bootMs;
+}
+
+/** Whether a host on may be powered off now: managed, free for long. */
+export function maySleep(host: PlannedHost, nowMs: number, settings: Pick<PowerPlanSettings, 'offAfterIdleMs'>): boolean {
+  return host.manage && freeForLong(host, nowMs, settings);
+}
+
+/** Hosts the planner may not power off first, then those free the longest (none ahead: null), then by id. */
+function reserveOrder(a: PlannedHost, b: PlannedHost): number {
+  return (
+    Number(a.manage) - Number(b.manage) ||
+    (b.nextNeededMs ?? Infinity) - (a.nextNeededMs ?? Infinity) ||
+    Number(a.id) - Number(b.id) ||
+    a.id.localeCompare(b.id)
+  );
 }
 
 export function planPower(hosts: readonly PlannedHost[], nowMs: number, settings: PowerPlanSettings): PowerPlan {
@@ -80,7 +110,43 @@ export function planPower(hosts: readonly PlannedHost[], nowMs: number, settings
       lookAt(wakeAt);
     }
   }
+  const reserve = settings.awakeReserve ?? 0;
+  if (reserve > 0) keepReserve(hosts, nowMs, settings, reserve, { powerOff, powerOn, lookAt });
   return { powerOff, powerOn, nextLookMs };
+}
+
+/**
+ * The awake reserve over the plan's actions: per capability set, the reserve's hosts are taken off
+ * `powerOff`, and sleeping hosts free for long are added to `powerOn` for any shortfall. A kept
+ * host stops counting when its next booking comes within the threshold plus its boot: looked at then.
+ */
+function keepReserve(
+  hosts: readonly PlannedHost[],
+  nowMs: number,
+  settings: PowerPlanSettings,
+  reserve: number,
+  plan: { powerOff: string[]; powerOn: string[]; lookAt: (atMs: number | null) => void },
+): void {
+  const classes = new Map<string, PlannedHost[]>();
+  for (const host of hosts) {
+    if (host.reserveClass == null || !freeForLong(host, nowMs, settings)) continue;
+    const members = classes.get(host.reserveClass);
+    if (members) members.push(host);
+    else classes.set(host.reserveClass, [host]);
+  }
+  const kept = new Set<string>();
+  for (const free of classes.values()) {
+    const awake = free.filter((host) => host.power === 'on').sort(reserveOrder).slice(0, reserve);
+    for (const host of awake) {
+      kept.add(host.id);
+      if (host.nextNeededMs !== null) plan.lookAt(host.nextNeededMs - settings.offAfterIdleMs - host.bootMs);
+    }
+    // A host free for long is never due a booking's wake (the margin is at most the threshold): no host is woken twice.
+    const refill = free.filter((host) => host.power !== 'on').sort(reserveOrder).slice(0, reserve - awake.length);
+    for (const host of refill) plan.powerOn.push(host.id);
+  }
+  const stay = plan.powerOff.filter((id) => !kept.has(id));
+  plan.powerOff.splice(0, plan.powerOff.length, ...stay);
 }
 
 /** One source's bookings of a host not ended at an instant (host bookings, maintenance windows): the earliest start, and the latest end of those begun. */

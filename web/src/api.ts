@@ -43,6 +43,13 @@ export interface CalendarLending {
   lease_id?: string;
 }
 
+/** A host powered off now (admins only, issue 48): since when, and when the planner will wake it (null: not planned). */
+export interface CalendarPoweredOff {
+  host_id: string;
+  since_ms: number;
+  wake_ms: number | null;
+}
+
 export interface CalendarHost {
   id: string;
   hypervisor_hostname: string;
@@ -86,6 +93,8 @@ export interface CalendarWindow {
   bookings: CalendarBooking[];
   /** Lent spans of the hosts (issue 43). */
   lent?: CalendarLending[];
+  /** Hosts powered off now (issue 48): in admins' answers only. */
+  powered_off?: CalendarPoweredOff[];
   /** Network segments and their bookings (issue 45); absent from an API without them. */
   networks?: CalendarNetworkSegment[];
   providers: CalendarProvider[];

@@ -1,8 +1,8 @@
 /** The calendar: hosts × time, network segments × time, servers' and bandwidth's booked share, and "find a slot". */
 import type { RefObject } from 'preact';
 import { useEffect, useMemo, useRef, useState } from 'preact/hooks';
-import { ApiFailure, fetchCalendar, type CalendarBooking, type CalendarLending, type CalendarWindow, type Credentials } from './api';
-import { bookingsByHost, bookingsByNetwork, describeBooking, describeLending, describeUsage, hostRows, lentByHost, networkRows, paintHostRow, paintProviderRow, providerRows, STATUS_COLORS, RESERVED_COLOR, usageStepsByProvider, type Ghost, type HostRow, type NetworkRow, type ProviderRow, type UsageSteps } from './paint';
+import { ApiFailure, fetchCalendar, type CalendarBooking, type CalendarLending, type CalendarPoweredOff, type CalendarWindow, type Credentials } from './api';
+import { asleepAt, bookingsByHost, bookingsByNetwork, describeBooking, describeLending, describeSleep, describeUsage, hostRows, lentByHost, poweredOffByHost, networkRows, paintHostRow, paintProviderRow, providerRows, STATUS_COLORS, RESERVED_COLOR, usageStepsByProvider, type Ghost, type HostRow, type NetworkRow, type ProviderRow, type UsageSteps } from './paint';
 import { FindSlot } from './find-slot';
 import { describeGap, seriesGapsByHost, type SeriesGap } from './series';
 import { AXIS_HEIGHT, LABEL_WIDTH, ROW_HEIGHT, Timeline } from './timeline';
@@ -49,6 +49,8 @@ export function CalendarView(props: { credentials: Credentials }) {
   const byHost = useMemo(() => (data ? bookingsByHost(data) : new Map<string, CalendarBooking[]>()), [data]);
   const gapsByHost = useMemo(() => (data ? seriesGapsByHost(data) : new Map<string, SeriesGap[]>()), [data]);
   const lentOfHost = useMemo(() => (data ? lentByHost(data) : new Map<string, CalendarLending[]>()), [data]);
+  const poweredOff = useMemo(() => (data ? poweredOffByHost(data) : new Map<string, CalendarPoweredOff>()), [data]);
+  const answeredAt = data?.now_ms ?? 0;
   const byProvider = useMemo(() => (data ? usageStepsByProvider(data) : new Map<string, UsageSteps>()), [data]);
   const byNetwork = useMemo(() => (data ? bookingsByNetwork(data) : new Map<string, CalendarBooking[]>()), [data]);
   const rows = useMemo(() => hostRows(data?.hosts ?? [], groupBy), [data, groupBy]);
@@ -89,20 +91,25 @@ export function CalendarView(props: { credentials: Credentials }) {
   }, []);
 
   // The timelines are made once; their handlers read the latest state through this ref.
-  const latest = useRef({ byHost, byProvider, byNetwork, ghosts, span, gapsByHost, lentOfHost });
-  latest.current = { byHost, byProvider, byNetwork, ghosts, span, gapsByHost, lentOfHost };
+  const latest = useRef({ byHost, byProvider, byNetwork, ghosts, span, gapsByHost, lentOfHost, poweredOff, answeredAt });
+  latest.current = { byHost, byProvider, byNetwork, ghosts, span, gapsByHost, lentOfHost, poweredOff, answeredAt };
   useEffect(() => {
     const pan = (delta: number) => setViewStart((s) => s + delta);
     const zoomBy = (direction: 1 | -1) => setZoom((z) => (['day', 'week', 'month'] as Zoom[])[Math.max(0, Math.min(2, ['day', 'week', 'month'].indexOf(z) + direction))]);
     gantt.current = new Timeline<HostRow>(ganttCanvas.current!, {
-      paintRow: (ctx, row, g, from, to) => paintHostRow(ctx, latest.current.byHost.get(row.key), latest.current.ghosts, row, g, from, to, latest.current.gapsByHost.get(row.key), latest.current.lentOfHost.get(row.key)),
+      paintRow: (ctx, row, g, from, to) => {
+        const off = latest.current.poweredOff.get(row.key);
+        paintHostRow(ctx, latest.current.byHost.get(row.key), latest.current.ghosts, row, g, from, to, latest.current.gapsByHost.get(row.key), latest.current.lentOfHost.get(row.key), off && { poweredOff: off, now: latest.current.answeredAt });
+      },
       onPan: pan,
       onZoom: zoomBy,
       describe: (row, at) => {
         const b = bookingAt(latest.current.byHost.get(row.key), at);
         const gap = latest.current.gapsByHost.get(row.key)?.find((one) => one.startMs <= at && at < one.endMs);
         const lent = latest.current.lentOfHost.get(row.key)?.find((one) => one.start_ms <= at && at < one.end_ms);
-        return `${row.label} · ${formatWhen(at)}${gap ? ` · ${describeGap(gap)}` : ''}${b ? ` · ${describeBooking(b)}` : ' · free'}${lent ? ` · ${describeLending(lent)}` : ''}`;
+        const off = latest.current.poweredOff.get(row.key);
+        const sleep = asleepAt(off, at) ? ` · ${describeSleep(off!, at, latest.current.answeredAt)}` : '';
+        return `${row.label} · ${formatWhen(at)}${gap ? ` · ${describeGap(gap)}` : ''}${b ? ` · ${describeBooking(b)}` : ' · free'}${lent ? ` · ${describeLending(lent)}` : ''}${sleep}`;
       },
       onDescribe: setStatus,
       onPick: (row, at) => openLease(bookingAt(latest.current.byHost.get(row.key), at)),
@@ -232,7 +239,7 @@ export function CalendarView(props: { credentials: Credentials }) {
         <h2>
           Hosts <span class="count">{data ? `${data.hosts.length} hosts, ${data.bookings.length} bookings loaded` : 'loading…'}</span>
         </h2>
-        <Legend />
+        <Legend sleeping={poweredOff.size > 0} />
         {data && data.hosts.length === 0 && <p class="note">{query ? 'No reservable host matches the filter.' : 'No reservable host yet: an admin enrols hosts with `blazar host-create`.'}</p>}
         <TimelineCanvas
           canvasRef={ganttCanvas}
@@ -337,7 +344,8 @@ function TimelineCanvas(props: { canvasRef: RefObject<HTMLCanvasElement>; testId
   );
 }
 
-function Legend() {
+/** `sleeping`: some host is powered off (admins' answers only): its shading is explained. */
+function Legend(props: { sleeping: boolean }) {
   return (
     <ul class="legend" aria-label="Legend">
       {['PENDING', 'PENDING_APPROVAL', 'ACTIVE', 'STARTING', 'ERROR', 'TERMINATED'].map((s) => (
@@ -360,6 +368,11 @@ function Legend() {
       <li>
         <span class="swatch lent" /> lent: a lease's idle hosts, open to preemptible leases
       </li>
+      {props.sleeping ? (
+        <li>
+          <span class="swatch sleep" /> powered off (hatched: asleep until its planned wake)
+        </li>
+      ) : null}
       <li>
         <span class="swatch ghost" /> an offer that fits
       </li>

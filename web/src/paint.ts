@@ -1,5 +1,5 @@
 /** What the two timelines show: host rows with lease bars, and provider rows with their booked share over time. */
-import type { CalendarBooking, CalendarHost, CalendarLending, CalendarNetworkSegment, CalendarProvider, CalendarUsage, CalendarWindow } from './api';
+import type { CalendarBooking, CalendarHost, CalendarLending, CalendarNetworkSegment, CalendarPoweredOff, CalendarProvider, CalendarUsage, CalendarWindow } from './api';
 import { fit, type Row, type RowGeometry } from './timeline';
 import { formatRange, formatWhen } from './time';
 import type { SeriesGap } from './series';
@@ -30,6 +30,8 @@ export const PREEMPTED_COLOR = '#7a1414';
 const PREEMPTED_MARK = 4;
 /** Lent time (issue 43): amber stripes rising to the right over its lender's bar, under the bookings of those who borrow it. */
 export const LENT_STRIPE = '#f0b429';
+/** A host powered off (issue 48, admins only): the row shaded behind its bookings until now, then hatched until its planned wake. */
+export const SLEEP_SHADE = '#d3cfe6';
 
 /**
  * How a booking holds its time, each kind drawn its own way over its bar (paintKind). Lent time is
@@ -91,6 +93,33 @@ export function lentByHost(window: CalendarWindow): Map<string, CalendarLending[
 /** What a lent span says on hover. */
 export const describeLending = (l: CalendarLending): string => `lent to preemptible leases${l.state === 'lent' ? '' : ` (${l.state})`}: ${formatRange(l.start_ms, l.end_ms)}`;
 
+/** The hosts powered off now, by host. */
+export function poweredOffByHost(window: CalendarWindow): Map<string, CalendarPoweredOff> {
+  return new Map((window.powered_off ?? []).map((p) => [p.host_id, p]));
+}
+
+/** Whether the host sleeps at `at` (since it was powered off, until its planned wake or, none planned, for as long as shown). */
+export const asleepAt = (p: CalendarPoweredOff | undefined, at: number): boolean => p !== undefined && p.since_ms <= at && (p.wake_ms === null || at < p.wake_ms);
+
+/** What a powered-off host's shading says on hover. */
+export const describeSleep = (p: CalendarPoweredOff, at: number, now: number): string =>
+  `${at < now ? 'powered off' : 'asleep (planned)'} since ${formatWhen(p.since_ms)}${p.wake_ms === null ? ', no wake planned' : `, woken at ${formatWhen(p.wake_ms)} for its next booking`}`;
+
+/**
+ * A powered-off host's row: shaded from its power-off to now, hatched from now to its planned wake
+ * (the view's end when none is planned), behind its bookings.
+ */
+function paintSleep(ctx: CanvasRenderingContext2D, p: CalendarPoweredOff, g: RowGeometry, viewStart: number, viewEnd: number, now: number): void {
+  const until = p.wake_ms ?? viewEnd;
+  if (until <= viewStart || p.since_ms >= viewEnd) return;
+  const x0 = Math.max(g.left, g.x(p.since_ms));
+  const xNow = Math.min(g.right, Math.max(x0, g.x(now)));
+  const x1 = Math.min(g.right, g.x(until));
+  ctx.fillStyle = SLEEP_SHADE;
+  ctx.fillRect(x0, g.top, xNow - x0, g.height);
+  if (x1 > xNow) hatch(ctx, xNow, g.top, x1 - xNow, g.height, SLEEP_SHADE);
+}
+
 /** One row per network segment, named by its type, physical network and tag ("vlan physnet1:250"). */
 export function networkRows(networks: CalendarNetworkSegment[]): NetworkRow[] {
   return networks.map((n) => ({ key: n.id, label: `${n.network_type} ${n.physical_network ? `${n.physical_network}:` : ''}${n.segment_id}`, segment: n }));
@@ -120,8 +149,12 @@ export function hostRows(hosts: CalendarHost[], groupBy: string): HostRow[] {
     .flatMap(([value, members]) => [{ key: `group:${value}`, label: `${groupBy} = ${value} (${members.length})`, header: true }, ...members.map(row)]);
 }
 
-export function paintHostRow(ctx: CanvasRenderingContext2D, bookings: CalendarBooking[] | undefined, ghosts: Ghost[], row: HostRow, g: RowGeometry, viewStart: number, viewEnd: number, gaps: SeriesGap[] = [], lent: CalendarLending[] = []): void {
+export function paintHostRow(
+  ctx: CanvasRenderingContext2D, bookings: CalendarBooking[] | undefined, ghosts: Ghost[], row: HostRow, g: RowGeometry, viewStart: number, viewEnd: number,
+  gaps: SeriesGap[] = [], lent: CalendarLending[] = [], sleep?: { poweredOff: CalendarPoweredOff; now: number },
+): void {
   const pad = 3;
+  if (sleep) paintSleep(ctx, sleep.poweredOff, g, viewStart, viewEnd, sleep.now);
   // The lenders' bars, then their lent spans hatched over them, then the borrowers' bookings on top.
   const ordered = [...(bookings ?? []).filter((b) => !b.borrowed), undefined, ...(bookings ?? []).filter((b) => b.borrowed)];
   for (const b of ordered) {

@@ -10,7 +10,7 @@
  * planner wakes the host for it once the power-off is done (the host is then not on).
  */
 import { bootDurations, recordBoot } from '../../db/host-boots';
-import { computeHostName, listHosts, lockHostAgainstBookings, type HostRecord } from '../../db/hosts';
+import { computeHostName, hypervisorProperties, listHosts, lockHostAgainstBookings, type HostRecord } from '../../db/hosts';
 import { nextHostNeeds } from '../../db/host-allocations';
 import {
   allHostPower, awaitedWakes, awakeHostIds, claimPowerOff, hostPowerOf, recordPowerError, recordPowerState, recordReadPowerState, recordWake, recordWakeSettled, releasePowerOff, saveHostPowerSettings,
@@ -21,7 +21,7 @@ import type { Pool } from '../../db/pool';
 import { inTransaction } from '../../db/transaction';
 import { missingPowerSetting, powerView, type HostPowerSettings, type HostPowerView, type PowerState } from '../../domain/host-power';
 import { invalidLease, leaseConflict } from '../../domain/lease';
-import { hostNeeds, learnedBootMs, maySleep, planPower, type PlannedHost, type PowerPlan, type PowerPlanSettings } from '../../domain/power-plan';
+import { hostNeeds, learnedBootMs, maySleep, planPower, wakeAtMs, type PlannedHost, type PowerPlan, type PowerPlanSettings } from '../../domain/power-plan';
 import type { Config } from '../../config';
 import type { IronicClient } from '../../openstack/ironic';
 import type { ComputeService, NovaClient } from '../../openstack/nova';
@@ -80,6 +80,13 @@ export interface HostPowerStatus {
   power_error: { message: string; at: number; failures: number; next_try: number | null } | null;
 }
 
+/** A host powered off now (the admins' calendar shades it): since when, and when the planner will wake it (null: not planned). */
+export interface PoweredOffSpan {
+  hostId: string;
+  sinceMs: number;
+  wakeAtMs: number | null;
+}
+
 const NO_SETTINGS: HostPowerSettings = { driver: 'none', address: null, port: null, username: null, password: null, node: null, manage: true, bootSeconds: null };
 const NOT_NEEDED: Pick<PlannedHost, 'nextNeededMs' | 'busyUntilMs'> = { nextNeededMs: null, busyUntilMs: null };
 type Queryable = Pool | PoolClient;
@@ -109,7 +116,7 @@ export class HostPower {
     return 2 * (this.deps.drivers.timeoutMs + 60_000) + 60_000;
   }
 
-  /** The hosts' next needs and until when they are busy now (hosts without bookings are absent). */
+  /** The hosts' next needs from every source (bookings of any kind, maintenance windows) and until when they are busy now (hosts without bookings are absent): two reads. */
   private async needsOf(db: Queryable, nowMs: number, hostIds: string[]): Promise<Map<string, HostNeed>> {
     return hostNeeds([...(await nextHostNeeds(db, nowMs, hostIds)), ...(await nextMaintenanceNeeds(db, nowMs, hostIds))]);
   }
@@ -119,29 +126,39 @@ export class HostPower {
     return (await this.needsOf(this.pool, nowMs, [hostId])).get(hostId) ?? NOT_NEEDED;
   }
 
-  /** Every enrolled host (not released) with a power driver, as the planner sees it, and its record. */
-  private async view(nowMs: number): Promise<Array<{ planned: PlannedHost; record: HostPowerRecord }>> {
+  /**
+   * Every enrolled host (not released) with a power driver, as the planner sees it, and its record.
+   * `withUnpowered` (an awake reserve is kept): the hosts without a driver too, on and not managed
+   * and without a record, so that they count in their capability set's reserve; the planner never
+   * acts on them.
+   */
+  private async view(nowMs: number, { withUnpowered = false }: { withUnpowered?: boolean } = {}): Promise<Array<{ planned: PlannedHost; record?: HostPowerRecord }>> {
     const powered = await allHostPower(this.pool);
-    const hosts = (await listHosts(this.pool)).filter((host) => host.released_at === null && (powered.get(host.id)?.settings.driver ?? 'none') !== 'none');
+    const drivenBy = (host: HostRecord) => powered.get(host.id)?.settings.driver ?? 'none';
+    const hosts = (await listHosts(this.pool)).filter((host) => host.released_at === null && (withUnpowered || drivenBy(host) !== 'none'));
     if (hosts.length === 0) return [];
     const ids = hosts.map((host) => host.id);
     const needs = await this.needsOf(this.pool, nowMs, ids);
     const boots = await bootDurations(this.pool, ids, this.bootSamples);
     return hosts.map((host) => {
-      const record = powered.get(host.id)!;
+      const record = powered.get(host.id);
+      const need = needs.get(host.id) ?? NOT_NEEDED;
+      const reserveClass = host.reservable && host.state === 'up' ? capabilitySet(host) : null;
+      if (!record || drivenBy(host) === 'none') return { planned: { id: host.id, power: 'on', manage: false, ...need, bootMs: this.deps.defaultBootMs, reserveClass } };
       // A power-off under way: neither on (no second power-off) nor known off (woken if needed, once it is done).
       const power = record.poweringOffAtMs === null ? record.powerState : 'unknown';
-      return { record, planned: { id: host.id, power, manage: record.settings.manage, ...(needs.get(host.id) ?? NOT_NEEDED), bootMs: this.bootMs(record, boots.get(host.id)) } };
+      return { record, planned: { id: host.id, power, manage: record.settings.manage, ...need, bootMs: this.bootMs(record, boots.get(host.id)), reserveClass } };
     });
   }
 
   /**
    * The planner's view of every enrolled host (not released) with a power driver: its last known
-   * power, whether it is managed, its next need and its boot time (planPower's input). Four reads
-   * whatever the number of hosts.
+   * power, whether it is managed, its next need, its boot time and its capability set (planPower's
+   * input); with `withUnpowered`, the hosts without a driver too (see view). Four reads whatever
+   * the number of hosts.
    */
-  async plannedHosts(nowMs: number): Promise<PlannedHost[]> {
-    return (await this.view(nowMs)).map((host) => host.planned);
+  async plannedHosts(nowMs: number, options: { withUnpowered?: boolean } = {}): Promise<PlannedHost[]> {
+    return (await this.view(nowMs, options)).map((host) => host.planned);
   }
 
   /**
@@ -150,8 +167,10 @@ export class HostPower {
    * (not read within `recheckMs`), or a power-off left unfinished.
    */
   async plan(nowMs: number, settings: PowerPlanSettings): Promise<HostPowerPlan> {
-    const hosts = await this.view(nowMs);
-    const plan = planPower(hosts.map((host) => host.planned), nowMs, settings);
+    const viewed = await this.view(nowMs, { withUnpowered: (settings.awakeReserve ?? 0) > 0 });
+    const plan = planPower(viewed.map((host) => host.planned), nowMs, settings);
+    // The planner acts on, reads and backs off only hosts with a driver (a record).
+    const hosts = viewed.flatMap(({ planned, record }) => (record ? [{ planned, record }] : []));
     const retryAt = new Map(hosts.flatMap(({ record }) => (record.error && record.error.retryAtMs !== null && record.error.retryAtMs > nowMs ? [[record.hostId, record.error.retryAtMs] as const] : [])));
     const acting = new Set([...plan.powerOff, ...plan.powerOn]);
     let { nextLookMs } = plan;
@@ -339,6 +358,23 @@ export class HostPower {
     return this.bootMs(record, (await bootDurations(this.pool, [record.hostId], this.bootSamples)).get(record.hostId));
   }
 
+  /**
+   * The hosts among `hostIds` powered off now, for the admins' calendar: since when, and when the
+   * planner will wake them (their next booking less their boot time and `wakeMarginMs`, at the
+   * earliest now; null: no booking ahead, or no planner to wake them, `wakeMarginMs` null).
+   */
+  async poweredOff(hostIds: readonly string[], nowMs: number, wakeMarginMs: number | null): Promise<PoweredOffSpan[]> {
+    const wanted = new Set(hostIds);
+    const off = [...(await allHostPower(this.pool)).values()].filter((r) => wanted.has(r.hostId) && r.powerState === 'off' && r.poweredOffSinceMs !== null);
+    if (off.length === 0 || wakeMarginMs === null) return off.map((record) => ({ hostId: record.hostId, sinceMs: record.poweredOffSinceMs!, wakeAtMs: null }));
+    const ids = off.map((r) => r.hostId);
+    const [needs, boots] = [await this.needsOf(this.pool, nowMs, ids), await bootDurations(this.pool, ids, this.bootSamples)];
+    return off.map((record) => {
+      const wakeAt = wakeAtMs({ nextNeededMs: needs.get(record.hostId)?.nextNeededMs ?? null, bootMs: this.bootMs(record, boots.get(record.hostId)) }, { marginMs: wakeMarginMs });
+      return { hostId: record.hostId, sinceMs: record.poweredOffSinceMs!, wakeAtMs: wakeAt === null ? null : Math.max(nowMs, wakeAt) };
+    });
+  }
+
   async status(host: HostRecord, nowMs: number): Promise<HostPowerStatus> {
     const [record, need] = [await hostPowerOf(this.pool, host.id), await this.need(host.id, nowMs)];
     return statusOf(record, need.nextNeededMs);
@@ -453,6 +489,20 @@ export function deploymentHostPower(pool: Pool, power: Config['power'], clients:
     resumeTimeoutMs: power.resumeTimeoutMs,
     nova: clients.nova,
   });
+}
+
+/** The hypervisor fields that name one host alone: no part of what a lease can ask of it. */
+const HOST_IDENTITY_FIELDS = new Set<string>(['hypervisor_hostname', 'service_name']);
+
+/**
+ * A host's capability set for the awake reserve: everything a lease's property queries can compare
+ * (the hypervisor's fields but its names, and its extra capabilities, private ones too). Hosts with
+ * the same one serve the same leases.
+ */
+export function capabilitySet(host: HostRecord): string {
+  const sorted = (entries: Array<[string, string]>) => entries.sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
+  const hypervisor = sorted(Object.entries(hypervisorProperties(host)).filter(([field]) => !HOST_IDENTITY_FIELDS.has(field)));
+  return JSON.stringify([hypervisor, sorted(Object.entries(host.capabilities))]);
 }
 
 function statusOf(record: HostPowerRecord | undefined, nextNeededMs: number | null): HostPowerStatus {
