@@ -312,6 +312,16 @@ const calendar = z.strictObject({
       }),
     )
     .describe('hosts lent by the lease holding them (anyone\'s): time only preemptible leases may book'),
+  powered_off: z
+    .array(
+      z.strictObject({
+        host_id: z.string(),
+        since_ms: z.number().describe('when the host was powered off'),
+        wake_ms: z.number().nullable().describe('when the power planner will wake it for its next booking; null: no booking ahead, or no planner'),
+      }),
+    )
+    .optional()
+    .describe('hosts powered off now (admins only: members are sent nothing of hosts\' power)'),
   providers: z.array(z.looseObject({ uuid: z.string(), name: z.string(), kind: z.string() })),
   usage: z.array(bookingLease.extend({ provider_uuid: z.string(), amounts: z.record(z.string(), z.number()) })),
   networks: z
