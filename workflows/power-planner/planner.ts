@@ -95,16 +95,8 @@ async function lookInLanes(p: PlannerState): Promise<number> {
   } catch (err) {
     log.warn('the power planner could not look at the woken hosts', { error: (err as Error).message });
   }
-  let plan;
-  try {
-    plan = await reading.planHostPower(input.settings);
-    p.lastError = undefined;
-  } catch (err) {
-    p.lastError = (err as Error).message;
-    log.warn('the power planner could not read its plan', { error: p.lastError });
-    p.lastLookMs = Date.now();
-    return Date.now() + Math.min(input.settings.recheckMs, RETRY_PLAN_MS);
-  }
+  const plan = await readPlan(p, reading);
+  if (typeof plan === 'number') return plan;
   const run = async (hostId: string, action: HostAction): Promise<void> => {
     try {
       if (action === 'wake') {
@@ -139,21 +131,27 @@ async function lookInLanes(p: PlannerState): Promise<number> {
   return p.booting.length > 0 || p.busy.size > 0 || left > 0 ? Math.min(plan.nextLookMs, Date.now() + input.bootPollMs) : plan.nextLookMs;
 }
 
+/** The look's plan; when it cannot be read (the database down), when to look again instead. */
+async function readPlan(p: PlannerState, reading: Pick<Activities, 'planHostPower'>): Promise<Awaited<ReturnType<Activities['planHostPower']>> | number> {
+  try {
+    const plan = await reading.planHostPower(p.input.settings);
+    p.lastError = undefined;
+    return plan;
+  } catch (err) {
+    p.lastError = (err as Error).message;
+    log.warn('the power planner could not read its plan', { error: p.lastError });
+    p.lastLookMs = Date.now();
+    return Date.now() + Math.min(p.input.settings.recheckMs, RETRY_PLAN_MS);
+  }
+}
+
 /** One look of before POWER_PLANNER_LANES (kept for the histories it replays): the woken hosts, then the plan and its actions, awaited. Answers when to look again. */
 async function look(p: PlannerState): Promise<number> {
   const { input } = p;
   const { reading, acting } = activitiesOf(input);
   await settleWoken(p, acting);
-  let plan;
-  try {
-    plan = await reading.planHostPower(input.settings);
-    p.lastError = undefined;
-  } catch (err) {
-    p.lastError = (err as Error).message;
-    log.warn('the power planner could not read its plan', { error: p.lastError });
-    p.lastLookMs = Date.now();
-    return Date.now() + Math.min(input.settings.recheckMs, RETRY_PLAN_MS);
-  }
+  const plan = await readPlan(p, reading);
+  if (typeof plan === 'number') return plan;
   let failures = 0;
   const failed = (hostId: string, action: string, err: unknown) => {
     failures++;
