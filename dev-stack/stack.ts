@@ -43,8 +43,8 @@ export interface TestStack {
 export interface TestStackOptions {
   plugins?: ResourcePlugin[];
   env?: Record<string, string>;
-  /** Plugins that need the stack's database. */
-  withPool?: (pool: TestDatabase['pool']) => ResourcePlugin[];
+  /** Plugins that need the stack's database (and its settings). */
+  withPool?: (pool: TestDatabase['pool'], config: Config) => ResourcePlugin[];
   /** OpenStack clients for the API (os-hosts), when a test has a cloud. */
   openstack?: () => OpenStackClients;
   authenticator?: Authenticator;
@@ -66,7 +66,7 @@ export async function startTestStack(options: TestStackOptions = {}): Promise<Te
   const db = await createTestDatabase(databaseServer);
   await migrate(db.pool);
   const temporal = await connectTestTemporal(config);
-  const registry = pluginRegistry([...plugins, ...withPool(db.pool)]);
+  const registry = pluginRegistry([...plugins, ...withPool(db.pool, config)]);
   const watch = options.hostWatch?.(db.pool);
   const hostPower = options.hostPower?.(db.pool, config);
   // LK_TEST_API_LOG=error (or info…) shows the API's log when a test needs explaining.

@@ -646,6 +646,15 @@ function argvProblem(value: string): string | undefined {
 
 const DURATION_UNIT_MS: Record<string, number> = { s: 1_000, m: 60_000, h: 3_600_000, d: 86_400_000 };
 
+/**
+ * How long a lease's start waits at most for its hosts' boots (issue 48), from the wake it waits
+ * for: the start runs in an activity of 30 minutes in all (workflows/lease/activity-options.ts,
+ * `patient`), which holds the lease's lock; past this the start goes on, and the host monitor fails
+ * a host not up by its boot deadline (healing replaces it). LK_POWER_BOOT_SECONDS +
+ * LK_POWER_RESUME_TIMEOUT_SECONDS must stay below it (loadConfig refuses more).
+ */
+export const START_BOOT_WAIT_MS = 25 * 60_000;
+
 /** Power management's settings (issue 48): the planner's rules, and what the drivers need of the deployment. */
 function powerSettings(env: z.infer<typeof envSchema>) {
   const idle = /(\d+)\s*([smhd])/.exec(env.LK_POWER_OFF_AFTER_IDLE)!;
@@ -785,6 +794,11 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   const power = powerSettings(settings);
   if (power.marginMs > power.offAfterIdleMs) {
     throw new ConfigError(`invalid configuration: LK_POWER_WAKE_MARGIN_SECONDS=${settings.LK_POWER_WAKE_MARGIN_SECONDS}: must be at most LK_POWER_OFF_AFTER_IDLE (${settings.LK_POWER_OFF_AFTER_IDLE}), or a host just woken could be put back to sleep before its booking`);
+  }
+  if (power.defaultBootMs + power.resumeTimeoutMs >= START_BOOT_WAIT_MS) {
+    throw new ConfigError(
+      `invalid configuration: LK_POWER_BOOT_SECONDS=${settings.LK_POWER_BOOT_SECONDS} + LK_POWER_RESUME_TIMEOUT_SECONDS=${settings.LK_POWER_RESUME_TIMEOUT_SECONDS}: must be less than ${START_BOOT_WAIT_MS / 1_000} s in all (a lease's start waits at most ${START_BOOT_WAIT_MS / 60_000} minutes for a host's boot, within its activity's 30 minutes)`,
+    );
   }
   if ((settings.LK_POWER_COMMAND_ON === undefined) !== (settings.LK_POWER_COMMAND_OFF === undefined)) {
     throw new ConfigError('invalid configuration: LK_POWER_COMMAND_ON and LK_POWER_COMMAND_OFF go together (the command driver needs both programs)');

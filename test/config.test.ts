@@ -139,6 +139,12 @@ describe('configuration', () => {
     expect(() => loadConfig({ LK_POWER_COMMAND_ON: '["/usr/local/sbin/pdu"]' })).toThrow(/LK_POWER_COMMAND_ON and LK_POWER_COMMAND_OFF go together/);
     // The margin above the threshold would let a host just woken be put back to sleep.
     expect(() => loadConfig({ LK_POWER_OFF_AFTER_IDLE: '1m', LK_POWER_WAKE_MARGIN_SECONDS: '61' })).toThrow(/LK_POWER_WAKE_MARGIN_SECONDS=61: must be at most LK_POWER_OFF_AFTER_IDLE/);
+    // A boot and its resume time-out of 25 minutes or more outlast the start's wait for a boot (the start's activity has 30 minutes in all).
+    expect(loadConfig({ LK_POWER_BOOT_SECONDS: '900', LK_POWER_RESUME_TIMEOUT_SECONDS: '599' }).power).toMatchObject({ defaultBootMs: 900_000, resumeTimeoutMs: 599_000 });
+    expect(() => loadConfig({ LK_POWER_BOOT_SECONDS: '900', LK_POWER_RESUME_TIMEOUT_SECONDS: '600' })).toThrow(
+      /^invalid configuration: LK_POWER_BOOT_SECONDS=900 \+ LK_POWER_RESUME_TIMEOUT_SECONDS=600: must be less than 1500 s in all \(a lease's start waits at most 25 minutes for a host's boot/,
+    );
+    expect(() => loadConfig({ LK_POWER_BOOT_SECONDS: '1800' })).toThrow(/LK_POWER_BOOT_SECONDS=1800 \+ LK_POWER_RESUME_TIMEOUT_SECONDS=600: must be less than 1500 s/);
   });
 
   it('treats an empty variable as unset', () => {

@@ -5,7 +5,7 @@
  * is woken at least its boot time plus the margin before its next booking (at once when that is
  * already too late). Every look is in the future and at most the recheck period away. The awake
  * reserve: per capability set, the reserve's awake hosts free for long are never powered off, a
- * shortfall is refilled from sleeping hosts free for long, and nothing else changes.
+ * shortfall is refilled from sleeping managed hosts free for long, and nothing else changes.
  */
 import fc from 'fast-check';
 import { freeForLong, hostNeeds, learnedBootMs, planPower, type PlannedHost, type PowerPlan, type PowerPlanSettings } from '../src/domain/power-plan';
@@ -149,7 +149,7 @@ describe('the awake reserve', () => {
           const awakeBefore = free.filter((h) => h.power === 'on').length;
           // The awake ones stay up to the reserve; with the sleeping ones, the reserve is reached when the set has enough hosts.
           expect(free.filter((h) => h.power === 'on' && !plan.powerOff.includes(h.id)).length).toBeGreaterThanOrEqual(Math.min(reserve, awakeBefore));
-          expect(awakeAfter(free, plan)).toBeGreaterThanOrEqual(Math.min(reserve, free.length));
+          expect(awakeAfter(free, plan)).toBeGreaterThanOrEqual(Math.min(reserve, free.filter((h) => h.power === 'on' || h.manage).length));
           // And no more than needed: every host beyond the reserve that may sleep does, no wake beyond the shortfall.
           expect(awakeAfter(free, plan)).toBeLessThanOrEqual(Math.max(reserve, free.filter((h) => h.power === 'on' && !h.manage).length));
         }
@@ -157,7 +157,8 @@ describe('the awake reserve', () => {
         expect(plan.powerOn.filter((id) => plan.powerOff.includes(id))).toEqual([]);
         expect(new Set(plan.powerOn).size).toBe(plan.powerOn.length);
         const alone = planPower(hosts, T0, { ...settings, awakeReserve: 0 });
-        for (const id of plan.powerOn.filter((id) => !alone.powerOn.includes(id))) expect(hosts.find((h) => h.id === id)!.reserveClass).not.toBeNull();
+        // …and none with manage: false (woken for its bookings alone: the planner would never put it back to sleep).
+        for (const id of plan.powerOn.filter((id) => !alone.powerOn.includes(id))) expect(hosts.find((h) => h.id === id)).toMatchObject({ reserveClass: expect.any(String), manage: true });
         expect(plan.powerOff.every((id) => alone.powerOff.includes(id))).toBe(true);
       }),
       { numRuns: 500 },
@@ -181,6 +182,8 @@ describe('the awake reserve', () => {
     expect(planPower(asleep, T0, settings).powerOn).toEqual(['7']);
     expect(planPower(asleep, T0, { ...settings, awakeReserve: 3 }).powerOn).toEqual(['7', '6']);
     expect(planPower(asleep, T0, { ...settings, awakeReserve: 0 }).powerOn).toEqual([]);
+    // A sleeping host with manage: false never refills it; a managed one does.
+    expect(planPower([host('9', { power: 'off', manage: false }), host('10', { power: 'off', nextNeededMs: T0 + 3 * H })], T0, settings).powerOn).toEqual(['10']);
   });
 });
 

@@ -4,8 +4,9 @@
  * with the planner's reason; a lease admitted for a start 30 minutes ahead wakes it in time (boot
  * time and margin set so that its wake is due seconds from now): on, its service enabled again,
  * the boot recorded, all before the start; a host whose service an operator disabled is neither
- * powered off nor ever enabled by the planner. No fixed sleeps: each step waits on the BMC, Nova or
- * the database.
+ * powered off nor ever enabled by the planner; a lease starting now on a sleeping host is woken by
+ * its start itself (the planner not running) and waits for the boot. No fixed sleeps: each step
+ * waits on the BMC, Nova or the database.
  */
 import { hostReservation } from '../dev-stack/fixtures/builders';
 import { insertHost } from '../dev-stack/fixtures/hosts';
@@ -17,7 +18,7 @@ import { physicalHostPlugin } from '../src/resources/physical-host';
 import { physicalHostWatch } from '../src/resources/physical-host/health';
 import { deploymentHostPower, POWERED_OFF_REASON } from '../src/resources/physical-host/power';
 import { getPowerPlannerState, planNow, powerPlannerWorkflowId } from '../workflows/power-planner/messages';
-import { FakeNova } from './support/fake-nova';
+import { FakeNova, glance } from './support/fake-nova';
 import type { Config } from '../src/config';
 import type { Pool } from '../src/db/pool';
 
@@ -237,13 +238,13 @@ describe('a lease starting on a host still booting', () => {
   afterAll(() => chassis.remove());
   const stack = useTestStack(
     {
-      // A boot of 60 s, no margin: a lease starting in 15 s is woken at once, and its start comes while the host boots.
+      // A boot of 60 s, no margin: a lease starting now is woken at once (by its start or the planner, whichever comes first), and its start waits while the host boots.
       env: {
         LK_POWER_PLANNER: 'on', LK_POWER_BOOT_SECONDS: '60', LK_POWER_WAKE_MARGIN_SECONDS: '0', LK_POWER_OFF_AFTER_IDLE: '30m', LK_POWER_RECHECK_SECONDS: '3600',
         LK_POWER_COMMAND_ON: JSON.stringify(chassis.commands.on), LK_POWER_COMMAND_OFF: JSON.stringify(chassis.commands.off), LK_POWER_COMMAND_STATUS: JSON.stringify(chassis.commands.status),
       },
       config: (config) => ({ ...config, power: { ...config.power, bootPollMs: 300 } }),
-      withPool: (pool) => [physicalHostPlugin({ pool, settings: { cleaningMs: 0, randomChoice: false }, cloud: 'calendar-only' })],
+      withPool: (pool, config) => [physicalHostPlugin({ pool, settings: { cleaningMs: 0, randomChoice: false }, cloud: 'calendar-only', power: hostPowerOver(nova)(pool, config) })],
       hostPower: hostPowerOver(nova),
     },
     { beforeStop: (s) => deleteAllLeases(apiClient(s.url)) },
@@ -257,10 +258,10 @@ describe('a lease starting on a host still booting', () => {
     const hostId = await insertHost(stack().db.pool, { name: 'late-boot', capabilities: { scenario: 'late-boot' } });
     expect((await admin('PUT', `/v1/os-hosts/${hostId}`, { power: { driver: 'command' } })).status).toBe(200);
     await recordPowerState(stack().db.pool, hostId, 'off', Date.now());
-    const created = await admin('POST', '/v1/leases', { name: 'waits-for-boot', start_date: inSeconds(15), end_date: inSeconds(3600), reservations: [hostReservation({ resource_properties: JSON.stringify(['==', '$scenario', 'late-boot']) })] });
+    const created = await admin('POST', '/v1/leases', { name: 'waits-for-boot', start_date: 'now', end_date: inSeconds(3600), reservations: [hostReservation({ resource_properties: JSON.stringify(['==', '$scenario', 'late-boot']) })] });
     expect(created.status).toBe(201);
     const lease = async () => (await admin('GET', `/v1/leases/${created.body.lease.id}`)).body.lease as { status: string; status_reason: string | null };
-    // Woken at once (its boot is longer than the wait for the start); the start comes while it boots.
+    // Woken at once; the start waits while it boots.
     await eventually(() => Promise.resolve(chassis.power('late-boot') === 'on' ? true : undefined), 45_000);
     const waiting = await eventually(async () => {
       const now = await lease();
@@ -276,5 +277,56 @@ describe('a lease starting on a host still booting', () => {
     const started = await eventually(async () => ((await lease()).status === 'ACTIVE' ? lease() : undefined), 45_000);
     expect(started.status_reason ?? null).toBeNull();
     expect(service(nova, 'late-boot').status).toBe('enabled');
+  });
+});
+
+describe('a lease starting now on a sleeping host, the power planner not running', () => {
+  const nova = new FakeNova();
+  let bmc: SimulatedBmc | undefined;
+  /** Whether the host's compute service has come up (the test says when, once its BMC is on). */
+  let booted = false;
+  beforeAll(async () => {
+    bmc = await startSimulatedBmc({ power: 'off' });
+  });
+  afterAll(() => bmc?.stop());
+  const stack = useTestStack(
+    {
+      // No planner (no hostPower for the stack): only the lease's start can wake the host. Its start moves it in the in-memory Nova.
+      env: { LK_POWER_IPMI_CIPHER_SUITE: '3', LK_POWER_BOOT_SECONDS: '60' },
+      withPool: (pool, config) => [
+        physicalHostPlugin({ pool, settings: { cleaningMs: 0, randomChoice: false }, cloud: () => ({ nova: nova as unknown as NovaClient, glance }), freepool: 'freepool', power: hostPowerOver(nova)(pool, config) }),
+      ],
+    },
+    { beforeStop: (s) => deleteAllLeases(apiClient(s.url)) },
+  );
+  const admin = apiClient(() => stack().url);
+
+  it('is woken by the start itself, which says it waits for the boot, and goes active once Nova reports the host up', async () => {
+    nova.serviceState = () => (booted && bmc!.power() === 'on' ? 'up' : 'down');
+    nova.service('wakes-now');
+    nova.aggregate('freepool', ['wakes-now']);
+    const hostId = await insertHost(stack().db.pool, { name: 'wakes-now', capabilities: { scenario: 'wakes-now' } });
+    expect((await admin('PUT', `/v1/os-hosts/${hostId}`, { power: { driver: 'ipmi', address: bmc!.address, port: bmc!.port, username: bmc!.username, password: bmc!.password } })).status).toBe(200);
+    await recordPowerState(stack().db.pool, hostId, 'off', Date.now());
+    const created = await admin('POST', '/v1/leases', { name: 'wakes-now', start_date: 'now', end_date: inSeconds(3600), reservations: [hostReservation({ resource_properties: JSON.stringify(['==', '$scenario', 'wakes-now']) })] });
+    expect(created.status).toBe(201);
+    expect(created.body.lease.reservations[0].hosts).toEqual(['wakes-now']);
+    const lease = async () => (await admin('GET', `/v1/leases/${created.body.lease.id}`)).body.lease as { status: string; status_reason: string | null };
+    // Woken by the start (nothing else runs that could), its wake recorded with its boot deadline.
+    await eventually(() => Promise.resolve(bmc!.power() === 'on' ? true : undefined), 45_000);
+    const waiting = await eventually(async () => {
+      const now = await lease();
+      return now.status_reason?.startsWith('waiting for') ? now : undefined;
+    }, 45_000);
+    expect(waiting.status).toBe('STARTING');
+    expect(waiting.status_reason).toMatch(/^waiting for host wakes-now to boot \(expected up by \d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z\)$/);
+    const wake = await stack().db.pool.query('SELECT power_state FROM host_power WHERE host_id = $1 AND wake_requested_at IS NOT NULL AND boot_deadline_at > now()', [hostId]);
+    expect(wake.rows).toEqual([{ power_state: 'on' }]);
+    // Its boot deadline is minutes away: the start waits on Nova, not on a clock.
+    expect((await lease()).status).toBe('STARTING');
+    booted = true;
+    const started = await eventually(async () => ((await lease()).status === 'ACTIVE' ? lease() : undefined), 45_000);
+    expect(started.status_reason ?? null).toBeNull();
+    expect(nova.aggregates.find((a) => a.name === 'freepool')!.hosts).toEqual([]);
   });
 });

@@ -9,14 +9,17 @@
  * - one boot deadline per wake, stored, read by the settle and the monitor (whatever the BMC says);
  * - servers still on a host keep it on;
  * - refused credentials back off (power_error), cleared by a success or new settings;
- * - hosts of unknown power are read; a wake of a host already on records no boot.
+ * - hosts of unknown power are read; a wake of a host already on records no boot;
+ * - a lease's start wakes its hosts not on (after a power-off under way), and waits for a boot at
+ *   most START_BOOT_WAIT_MS from its wake.
  * No fixed sleeps: each step waits on the database or the programs' files.
  */
 import { randomUUID } from 'node:crypto';
 import { useMigratedTestDatabase } from '../dev-stack/db';
 import { insertHost } from '../dev-stack/fixtures/hosts';
 import { eventually } from '../dev-stack/stack';
-import { hostPowerOf, recordPowerState, recordReadPowerState, saveHostPowerSettings, sleepingHostIds } from '../src/db/host-power';
+import { hostPowerOf, recordPowerState, recordReadPowerState, recordWake, saveHostPowerSettings, sleepingHostIds } from '../src/db/host-power';
+import { START_BOOT_WAIT_MS } from '../src/config';
 import { listHosts, monitoredHosts } from '../src/db/hosts';
 import { insertWindow } from '../src/db/maintenance';
 import type { HostPowerSettings } from '../src/domain/host-power';
@@ -24,7 +27,7 @@ import type { NovaClient } from '../src/openstack/nova';
 import type { IronicClient } from '../src/openstack/ironic';
 import { PowerAuthError, PowerFailedError } from '../src/power';
 import { physicalHostWatch } from '../src/resources/physical-host/health';
-import { HostPower, POWERED_OFF_REASON } from '../src/resources/physical-host/power';
+import { HostPower, hostsBooting, POWERED_OFF_REASON, untilBooted } from '../src/resources/physical-host/power';
 import { FakeNova } from './support/fake-nova';
 import { startSimulatedBmc, type SimulatedBmc } from './support/ipmi-sim';
 import { testChassis } from './support/power-programs';
@@ -119,6 +122,55 @@ describe('the power steps’ safety', () => {
       expect(await sleeping).toEqual({ state: 'off' });
       expect(chassis.power('race-claimed')).toBe('off');
       expect(await hostPowerOf(db().pool, hostId)).toMatchObject({ powerState: 'off', poweringOffAtMs: null });
+    });
+  });
+
+  describe('a lease’s start', () => {
+    it('wakes its hosts not on, itself, after a power-off under way is done; hosts on or without a driver are left alone', async () => {
+      const sleeping = await poweredHost('start-sleeping', 'off');
+      const awake = await poweredHost('start-awake');
+      const unpowered = await insertHost(db().pool, { name: 'start-unpowered' });
+      const claimed = await poweredHost('start-claimed');
+      chassis.flag('start-claimed', 'hang-off');
+      const poweringOff = power().putToSleep(claimed, Date.now(), SETTINGS);
+      await eventually(async () => ((await sleepingHostIds(db().pool)).has(claimed) ? true : undefined), 20_000);
+      const waking = power().wakeForStart([sleeping, awake, unpowered, claimed], { pollMs: 50 });
+      // The sleeping host is woken at once; the start then waits for the power-off under way (its program hangs) before waking that host.
+      await eventually(() => Promise.resolve(chassis.power('start-sleeping') === 'on' ? true : undefined), 20_000);
+      expect(chassis.power('start-claimed')).toBe('on');
+      chassis.flag('start-claimed', 'release');
+      expect(await poweringOff).toEqual({ state: 'off' });
+      expect(await waking).toEqual([sleeping, claimed]);
+      expect(chassis.power('start-claimed')).toBe('on');
+      for (const hostId of [sleeping, claimed]) {
+        const record = (await hostPowerOf(db().pool, hostId))!;
+        expect(record).toMatchObject({ powerState: 'on', poweringOffAtMs: null });
+        expect(record.wake!.bootDeadlineMs - record.wake!.requestedAtMs).toBeCloseTo(BOOT_MS + RESUME_MS, 0);
+      }
+      expect((await hostPowerOf(db().pool, awake))!.wake).toBeNull();
+      expect(await hostPowerOf(db().pool, unpowered)).toBeUndefined();
+      // Again (a start tried again): nothing more.
+      expect(await power().wakeForStart([sleeping, awake, unpowered, claimed])).toEqual([]);
+    });
+
+    it('says which hosts it will wake before it does, and by when they should be up', async () => {
+      const sleeping = await poweredHost('ahead-sleeping', 'off');
+      const awake = await poweredHost('ahead-awake');
+      const nowMs = Date.now();
+      expect(await power().wakesAhead([sleeping, awake], nowMs)).toEqual([{ hostId: sleeping, bootDeadlineMs: nowMs + BOOT_MS + RESUME_MS }]);
+    });
+
+    it('waits for a boot at most START_BOOT_WAIT_MS from its wake, even with the boot deadline further', async () => {
+      const hostId = await poweredHost('slow-boot', 'off');
+      const hosts = [{ id: hostId, host: 'slow-boot' }];
+      // Woken 26 minutes ago by a start tried since; its deadline (a long boot) 10 minutes ahead; never up (no Nova here).
+      await recordWake(db().pool, hostId, Date.now() - 26 * 60_000, Date.now() + 10 * 60_000);
+      expect(await hostsBooting(db().pool, hosts, Date.now())).toEqual([expect.objectContaining({ host: 'slow-boot' })]);
+      expect(await hostsBooting(db().pool, hosts, Date.now(), undefined, START_BOOT_WAIT_MS)).toEqual([]);
+      await untilBooted(db().pool, hosts, { waitAtMostMs: START_BOOT_WAIT_MS });
+      // Woken a minute ago: waited for, until it is seen up.
+      await recordWake(db().pool, hostId, Date.now() - 60_000, Date.now() + 10 * 60_000);
+      expect(await hostsBooting(db().pool, hosts, Date.now(), undefined, START_BOOT_WAIT_MS)).toEqual([expect.objectContaining({ host: 'slow-boot' })]);
     });
   });
 

@@ -60,9 +60,11 @@ async function main(): Promise<void> {
   // Leases the API admitted whose workflow it could not start (it died, or Temporal refused): started here; and leases a lending's reclaim cut, told here.
   const outbox = new LeaseOutbox({ pool, client: new Client({ connection, namespace: config.temporal.namespace }), taskQueue: config.temporal.taskQueue, log, ...config.outbox });
   const tellPreempted = (leaseIds: readonly string[]) => outbox.tellPreemptedSoon(leaseIds);
-  // The power planner's steps (LK_POWER_PLANNER=on); with OpenStack, Nova's compute services are disabled before a power-off and enabled after a wake.
-  const hostPower = config.power.planner ? deploymentHostPower(pool, config.power, { ironic: () => openstack().ironic, ...(hostWatch ? { nova: () => openstack().nova } : {}) }) : undefined;
-  const deps = { pool, plugins: productionPlugins({ pool, config, openstack, openstackForProject: projectScopedClients() }), hostWatch, hostPower, eventStarted: metrics?.eventStarted, usagePolicy: policy, notices, tellPreempted };
+  // Hosts' power: a lease's start wakes its hosts still asleep (an admin may power one off by hand, planner or not); the power planner's
+  // steps (LK_POWER_PLANNER=on). With OpenStack, Nova's compute services are disabled before a power-off and enabled after a wake.
+  const power = deploymentHostPower(pool, config.power, { ironic: () => openstack().ironic, ...(hostWatch ? { nova: () => openstack().nova } : {}) });
+  const hostPower = config.power.planner ? power : undefined;
+  const deps = { pool, plugins: productionPlugins({ pool, config, openstack, openstackForProject: projectScopedClients(), hostPower: power }), hostWatch, hostPower, eventStarted: metrics?.eventStarted, usagePolicy: policy, notices, tellPreempted };
   const workerOptions = { connection, config, deps, workflows: { bundlePath: config.worker.workflowBundle }, activityInterceptors: metrics ? [metrics.activityInterceptor] : undefined };
   const worker = await createWorker(workerOptions);
   const noticeWorker = await createNoticeWorker(workerOptions);

@@ -142,7 +142,8 @@ function keepReserve(
       if (host.nextNeededMs !== null) plan.lookAt(host.nextNeededMs - settings.offAfterIdleMs - host.bootMs);
     }
     // A host free for long is never due a booking's wake (the margin is at most the threshold): no host is woken twice.
-    const refill = free.filter((host) => host.power !== 'on').sort(reserveOrder).slice(0, reserve - awake.length);
+    // Only managed hosts refill it: one with manage: false is woken for its bookings alone (the planner would never put it back to sleep).
+    const refill = free.filter((host) => host.power !== 'on' && host.manage).sort(reserveOrder).slice(0, reserve - awake.length);
     for (const host of refill) plan.powerOn.push(host.id);
   }
   const stay = plan.powerOff.filter((id) => !kept.has(id));

@@ -14,6 +14,7 @@ import { floatingIpPlugin, floatingIpType } from './floating-ip';
 import { networkSegmentPlugin, networkSegmentType } from './network-segment';
 import { physicalHostPlugin, physicalHostType, type PhysicalHostDeps } from './physical-host';
 import { physicalHostWatch } from './physical-host/health';
+import type { HostPower } from './physical-host/power';
 import { virtualInstancePlugin, virtualInstanceType, type VirtualInstanceDeps } from './virtual-instance';
 import { virtualServerPlugin, virtualServerType } from './virtual-server';
 
@@ -23,6 +24,8 @@ export interface ResourceDeps {
   openstack: () => OpenStackClients;
   /** The same credentials in a lessee's project (server leases that create their server). */
   openstackForProject?: (projectId: string) => OpenStackClients;
+  /** The hosts' power (issue 48), for the worker: a physical:host start wakes its hosts still asleep. */
+  hostPower?: HostPower;
 }
 
 function hostSettings(config: Pick<Config, 'hosts' | 'provisioningLeadMs'> & Partial<Pick<Config, 'outbox'>>): PhysicalHostDeps['settings'] {
@@ -36,7 +39,7 @@ export function hostCalendar(pool: Pool, config: Pick<Config, 'hosts' | 'provisi
   return new HostCalendar(pool, hostSettings(config));
 }
 
-function hostDeps({ pool, config, openstack }: ResourceDeps): PhysicalHostDeps {
+function hostDeps({ pool, config, openstack, hostPower }: ResourceDeps): PhysicalHostDeps {
   const { inventory, notifyUrl } = config;
   return {
     pool,
@@ -46,6 +49,7 @@ function hostDeps({ pool, config, openstack }: ResourceDeps): PhysicalHostDeps {
     endAggregates: { released: inventory.releasedAggregate, closedProjectId: inventory.freepoolProjectId },
     failedAggregate: inventory.failedAggregate,
     noticesConfigured: notifyUrl !== undefined,
+    ...(hostPower ? { power: hostPower } : {}),
   };
 }
 

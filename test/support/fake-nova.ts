@@ -1,6 +1,6 @@
 /**
  * Nova's aggregates, servers and compute services in memory, for the physical-host plugin's lend,
- * ends and moves (test/host-lending-end.test.ts, test/host-lending.test.ts): what they list,
+ * starts, ends and moves (test/host-lending-end.test.ts, test/host-lending.test.ts): what they list,
  * delete, image and move; and for the power planner (test/power-planner.test.ts): compute services
  * disabled and enabled, up or down as the test says (e.g. by a simulated BMC's power).
  */
@@ -58,8 +58,15 @@ export class FakeNova {
     return Promise.resolve(this.shownService(found));
   }
 
-  aggregate(name: string, hosts: string[], metadata: Record<string, string> = {}, zone?: string) {
-    this.aggregates.push({ id: this.aggregates.length + 1, name, hosts, metadata, ...(zone ? { availability_zone: zone } : {}) });
+  /** Adds an aggregate (a test's setup, or Nova's create); answers its id, never one an aggregate had before. */
+  aggregate(name: string, hosts: string[], metadata: Record<string, string> = {}, zone?: string): number {
+    const id = Math.max(0, ...this.aggregates.map((a) => a.id)) + 1;
+    this.aggregates.push({ id, name, hosts, metadata, ...(zone ? { availability_zone: zone } : {}) });
+    return id;
+  }
+  /** Nova's create: an empty aggregate (a lease's start makes its own). */
+  createAggregate(request: { name: string; availability_zone?: string }) {
+    return this.getAggregate(this.aggregate(request.name, [], {}, request.availability_zone));
   }
   private find(id: number | string) {
     const found = this.aggregates.find((a) => a.id === Number(id));

@@ -21,3 +21,13 @@ ALTER TABLE host_power
   ADD COLUMN power_error_count integer NOT NULL DEFAULT 0 CHECK (power_error_count >= 0),
   ADD COLUMN power_retry_at timestamptz,
   ADD CONSTRAINT host_power_wake_has_deadline CHECK ((wake_requested_at IS NULL) = (boot_deadline_at IS NULL));
+
+-- A host woken by the code before this migration (it kept only woken_at) may still be booting: its
+-- wake is kept as one awaited, with the deadline that code gave it (its boot_seconds, else the
+-- default 600 s, plus the resume time-out's default 600 s), so that neither the host monitor nor
+-- the planner takes its compute service still down for a failure. Older wakes are over.
+UPDATE host_power
+   SET wake_requested_at = woken_at,
+       boot_deadline_at = woken_at + make_interval(secs => COALESCE(boot_seconds, 600) + 600)
+ WHERE power_state = 'on' AND woken_at IS NOT NULL
+   AND woken_at + make_interval(secs => COALESCE(boot_seconds, 600) + 600) > now();

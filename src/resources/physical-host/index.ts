@@ -38,7 +38,8 @@ import type { EndContext, EndOutcome, HookContext, LendHostsRequest, LentHosts, 
 import { HostCalendar, PHYSICAL_HOST, type BookedHost, type CalendarSettings, type HostQuery } from './calendar';
 import { setFailedHostAside } from './health';
 import { endPolicyOf, physicalHostParams, type EndPolicy, type PhysicalHostParams } from './params';
-import { bootWaitReason, hostsBooting, untilBooted } from './power';
+import { bootWaitReason, hostsBooting, untilBooted, type HostPower } from './power';
+import { START_BOOT_WAIT_MS } from '../../config';
 
 export { PHYSICAL_HOST };
 
@@ -67,6 +68,12 @@ export interface PhysicalHostDeps {
   serverDeleteTimeoutMs?: number;
   /** How often a recycling end looks at its hosts again. */
   recyclePollMs?: number;
+  /**
+   * The deployment's hosts' power (issue 48): a start wakes those of its hosts with a power driver
+   * that are not on (a lease starting now beats the power planner's look), then waits for their
+   * boots. Unset: a start wakes nothing (it still waits for the wakes the planner recorded).
+   */
+  power?: Pick<HostPower, 'wakeForStart' | 'wakesAhead'>;
 }
 
 /** Blazar's own min/max: `max` hosts asked, `min` accepted; an offer books exactly its count (min = max). Counts only: which hosts is the booking's choice. */
@@ -368,11 +375,19 @@ export function physicalHostPlugin(deps: PhysicalHostDeps): ResourcePlugin<Physi
       return false;
     },
     async startWaitReason(ctx) {
-      return bootWaitReason(await hostsBooting(deps.pool, await bookedHosts(ctx), Date.now(), deps.cloud === 'calendar-only' ? undefined : deps.cloud().nova));
+      const booked = await bookedHosts(ctx);
+      const nowMs = Date.now();
+      // Hosts woken and still booting, and hosts the start will wake (asleep still: a lease starting now).
+      const booting = await hostsBooting(deps.pool, booked, nowMs, deps.cloud === 'calendar-only' ? undefined : deps.cloud().nova, START_BOOT_WAIT_MS);
+      const ahead = deps.power ? await deps.power.wakesAhead(booked.map((h) => h.id), nowMs) : [];
+      return bootWaitReason([...booting, ...ahead.map((wake) => ({ host: booked.find((h) => h.id === wake.hostId)!.host, bootDeadlineMs: wake.bootDeadlineMs }))]);
     },
     async start(ctx) {
-      // A host woken for this lease may still be booting (issue 48): its start waits for it, at most until its boot deadline.
-      await untilBooted(deps.pool, await bookedHosts(ctx), { nova: deps.cloud === 'calendar-only' ? undefined : deps.cloud().nova, signal: ctx.signal, progress: ctx.reportProgress });
+      const booked = await bookedHosts(ctx);
+      // A host of this lease still asleep (issue 48; a lease starting now comes before the planner's wake) is woken by the start itself.
+      await deps.power?.wakeForStart(booked.map((h) => h.id), { signal: ctx.signal });
+      // A host woken for this lease may still be booting: its start waits for it, until its boot deadline and at most START_BOOT_WAIT_MS from its wake (the activity's time).
+      await untilBooted(deps.pool, booked, { nova: deps.cloud === 'calendar-only' ? undefined : deps.cloud().nova, signal: ctx.signal, progress: ctx.reportProgress, waitAtMostMs: START_BOOT_WAIT_MS });
       if (deps.cloud === 'calendar-only') return;
       await moveHostsIntoLease(deps.cloud().nova, { ...(await move(ctx)), takeFromLeases: (leaseIds) => preemptedAmong(deps.pool, leaseIds) });
     },

@@ -265,6 +265,47 @@ export class HostPower {
   }
 
   /**
+   * Wakes the hosts of a lease that starts (issue 48), before its start waits for their boots: each
+   * with a power driver that is not recorded on (off, unknown), or whose power-off is under way
+   * (waited for first, `pollMs` apart, at most until the planner would count its claim unfinished),
+   * is woken through its driver, its wake and boot deadline recorded (untilBooted then waits for
+   * it). A lease starting now comes before the planner's look: without this it would go active on a
+   * host powered off. Hosts without a driver, and hosts on (a wake already awaited included), are
+   * left alone: again, nothing. A driver that fails throws (recorded as the host's power error): the
+   * start is tried again. Answers the hosts woken.
+   */
+  async wakeForStart(hostIds: readonly string[], options: { signal?: AbortSignal; pollMs?: number } = {}): Promise<string[]> {
+    const woken: string[] = [];
+    for (const hostId of hostIds) {
+      let record = await hostPowerOf(this.pool, hostId);
+      while (record && record.poweringOffAtMs !== null && Date.now() - record.poweringOffAtMs < this.unfinishedPowerOffMs) {
+        await sleep(options.pollMs ?? BOOT_WAIT_POLL_MS, options.signal);
+        record = await hostPowerOf(this.pool, hostId);
+      }
+      if (!record || !asleepForStart(record)) continue;
+      const [host] = await listHosts(this.pool, { id: hostId });
+      const driver = host && powerDriverFor(host.hypervisor_hostname, record.settings, this.deps.drivers);
+      if (!host || !driver) continue;
+      if ((await this.wakeWith(host, record, driver, options.signal)) === 'woken') woken.push(hostId);
+    }
+    return woken;
+  }
+
+  /**
+   * Of these hosts, those a start would wake (wakeForStart), and by when each would be up if woken
+   * now (`nowMs` + its boot time + the resume time-out): what a lease about to start shows while
+   * the start wakes them. Only reads.
+   */
+  async wakesAhead(hostIds: readonly string[], nowMs: number): Promise<Array<{ hostId: string; bootDeadlineMs: number }>> {
+    const ahead: Array<{ hostId: string; bootDeadlineMs: number }> = [];
+    for (const hostId of hostIds) {
+      const record = await hostPowerOf(this.pool, hostId);
+      if (record && asleepForStart(record)) ahead.push({ hostId, bootDeadlineMs: nowMs + (await this.learnedBootOf(record)) + (this.deps.resumeTimeoutMs ?? 600_000) });
+    }
+    return ahead;
+  }
+
+  /**
    * Asks the driver for on, unless it says the host is on already (recorded on: no boot to await).
    * A wake asked is recorded with its boot deadline (the wake's time + the host's boot time + the
    * resume time-out), which the planner's settle and the host monitor both read.
@@ -435,17 +476,26 @@ export class HostPower {
   }
 }
 
+/** Whether a lease's start wakes the host: it has a power driver and is not recorded on, or its power-off is under way. */
+function asleepForStart(record: HostPowerRecord): boolean {
+  return record.settings.driver !== 'none' && (record.powerState !== 'on' || record.poweringOffAtMs !== null);
+}
+
 /** How often a start that waits for its hosts' boots looks again. */
 const BOOT_WAIT_POLL_MS = 1_000;
 
-/** Of these hosts, those woken whose compute service was not seen up yet, within their boot deadline (the planner's settle, or Nova here, sees them up). */
-export async function hostsBooting(pool: Pool, hosts: ReadonlyArray<{ id: string; host: string }>, nowMs: number, nova?: NovaClient): Promise<Array<{ host: string; bootDeadlineMs: number }>> {
-  const wakes = (await awaitedWakes(pool, hosts.map((h) => h.id))).filter((wake) => wake.bootDeadlineMs > nowMs);
+/**
+ * Of these hosts, those woken whose compute service was not seen up yet, within their boot deadline
+ * (the planner's settle, or Nova here, sees them up) and within `waitAtMostMs` of their wake (a
+ * start waits no longer: START_BOOT_WAIT_MS).
+ */
+export async function hostsBooting(pool: Pool, hosts: ReadonlyArray<{ id: string; host: string }>, nowMs: number, nova?: NovaClient, waitAtMostMs = Infinity): Promise<Array<{ host: string; bootDeadlineMs: number; waitUntilMs: number }>> {
+  const wakes = (await awaitedWakes(pool, hosts.map((h) => h.id))).filter((wake) => Math.min(wake.bootDeadlineMs, wake.requestedAtMs + waitAtMostMs) > nowMs);
   if (wakes.length === 0) return [];
   const up = nova ? new Set((await nova.listServices({ binary: 'nova-compute' })).filter((s) => s.state === 'up' && !s.forced_down).map((s) => s.host)) : new Set<string>();
   return wakes.flatMap((wake) => {
     const host = hosts.find((h) => h.id === wake.hostId)!.host;
-    return up.has(host) ? [] : [{ host, bootDeadlineMs: wake.bootDeadlineMs }];
+    return up.has(host) ? [] : [{ host, bootDeadlineMs: wake.bootDeadlineMs, waitUntilMs: Math.min(wake.bootDeadlineMs, wake.requestedAtMs + waitAtMostMs) }];
   });
 }
 
@@ -459,12 +509,19 @@ export function bootWaitReason(booting: ReadonlyArray<{ host: string; bootDeadli
 /**
  * Waits while any of the hosts is booting (hostsBooting), each look `BOOT_WAIT_POLL_MS` apart: at
  * most until the latest boot deadline (past it, the host monitor fails a host not up, and healing
- * replaces it). Stops with the attempt (`signal`); `progress` keeps the activity alive.
+ * replaces it), and at most `waitAtMostMs` from each wake (measured from the wake recorded in the
+ * database, so that an attempt tried again does not wait afresh). Stops with the attempt
+ * (`signal`); `progress` keeps the activity alive.
  */
-export async function untilBooted(pool: Pool, hosts: ReadonlyArray<{ id: string; host: string }>, options: { nova?: NovaClient; signal?: AbortSignal; progress?: (details: Record<string, unknown>) => void } = {}): Promise<void> {
-  for (let booting = await hostsBooting(pool, hosts, Date.now(), options.nova); booting.length > 0; booting = await hostsBooting(pool, hosts, Date.now(), options.nova)) {
-    options.progress?.({ waitingForBoot: booting.map((b) => b.host) });
-    await sleep(Math.max(0, Math.min(BOOT_WAIT_POLL_MS, Math.max(...booting.map((b) => b.bootDeadlineMs)) - Date.now())), options.signal);
+export async function untilBooted(
+  pool: Pool,
+  hosts: ReadonlyArray<{ id: string; host: string }>,
+  options: { nova?: NovaClient; signal?: AbortSignal; progress?: (details: Record<string, unknown>) => void; waitAtMostMs?: number } = {},
+): Promise<void> {
+  const booting = () => hostsBooting(pool, hosts, Date.now(), options.nova, options.waitAtMostMs);
+  for (let now = await booting(); now.length > 0; now = await booting()) {
+    options.progress?.({ waitingForBoot: now.map((b) => b.host) });
+    await sleep(Math.max(0, Math.min(BOOT_WAIT_POLL_MS, Math.max(...now.map((b) => b.waitUntilMs)) - Date.now())), options.signal);
   }
 }
 
