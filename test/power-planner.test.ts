@@ -239,8 +239,9 @@ describe('a lease starting on a host still booting', () => {
   const stack = useTestStack(
     {
       // A boot of 60 s, no margin: a lease starting now is woken at once (by its start or the planner, whichever comes first), and its start waits while the host boots.
+      // The planner looks at least every 2 s: a wake made by the start between two looks is not signalled to it (left open in issue 48), and the start here (no cloud) learns of the boot from the planner's look.
       env: {
-        LK_POWER_PLANNER: 'on', LK_POWER_BOOT_SECONDS: '60', LK_POWER_WAKE_MARGIN_SECONDS: '0', LK_POWER_OFF_AFTER_IDLE: '30m', LK_POWER_RECHECK_SECONDS: '3600',
+        LK_POWER_PLANNER: 'on', LK_POWER_BOOT_SECONDS: '60', LK_POWER_WAKE_MARGIN_SECONDS: '0', LK_POWER_OFF_AFTER_IDLE: '30m', LK_POWER_RECHECK_SECONDS: '2',
         LK_POWER_COMMAND_ON: JSON.stringify(chassis.commands.on), LK_POWER_COMMAND_OFF: JSON.stringify(chassis.commands.off), LK_POWER_COMMAND_STATUS: JSON.stringify(chassis.commands.status),
       },
       config: (config) => ({ ...config, power: { ...config.power, bootPollMs: 300 } }),
