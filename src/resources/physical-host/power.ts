@@ -363,7 +363,6 @@ export class HostPower {
       const host = hosts.get(hostId);
       return host && services.find((s) => s.host === computeHostName(host));
     };
-    const isUp = (service: ComputeService | undefined): service is ComputeService => service !== undefined && service.state === 'up' && !service.forced_down;
     for (const wake of wakes) {
       if (isUp(serviceOf(wake.hostId))) {
         await recordBoot(this.pool, wake.hostId, wake.requestedAtMs, nowMs, this.bootSamples);
@@ -374,7 +373,7 @@ export class HostPower {
     }
     for (const hostId of await awakeHostIds(this.pool)) {
       const service = serviceOf(hostId);
-      if (busy.includes(hostId) || !isUp(service) || service.status !== 'disabled' || !service.disabled_reason?.startsWith(POWERED_OFF_REASON)) continue;
+      if (busy.includes(hostId) || !isUp(service) || !disabledByPlanner(service)) continue;
       await nova.updateService(service.id, { status: 'enabled' });
       settled.enabled.push(hostId);
     }
@@ -492,7 +491,7 @@ const BOOT_WAIT_POLL_MS = 1_000;
 export async function hostsBooting(pool: Pool, hosts: ReadonlyArray<{ id: string; host: string }>, nowMs: number, nova?: NovaClient, waitAtMostMs = Infinity): Promise<Array<{ host: string; bootDeadlineMs: number; waitUntilMs: number }>> {
   const wakes = (await awaitedWakes(pool, hosts.map((h) => h.id))).filter((wake) => Math.min(wake.bootDeadlineMs, wake.requestedAtMs + waitAtMostMs) > nowMs);
   if (wakes.length === 0) return [];
-  const up = nova ? new Set((await nova.listServices({ binary: 'nova-compute' })).filter((s) => s.state === 'up' && !s.forced_down).map((s) => s.host)) : new Set<string>();
+  const up = nova ? new Set((await nova.listServices({ binary: 'nova-compute' })).filter(isUp).map((s) => s.host)) : new Set<string>();
   return wakes.flatMap((wake) => {
     const host = hosts.find((h) => h.id === wake.hostId)!.host;
     return up.has(host) ? [] : [{ host, bootDeadlineMs: wake.bootDeadlineMs, waitUntilMs: Math.min(wake.bootDeadlineMs, wake.requestedAtMs + waitAtMostMs) }];
@@ -528,7 +527,17 @@ export async function untilBooted(
 /** Enables the compute service again if the planner's reason disabled it (never one an operator disabled). */
 async function enableIfPoweredOff(nova: NovaClient, serviceHost: string): Promise<void> {
   const [service] = await nova.listServices({ binary: 'nova-compute', host: serviceHost });
-  if (service?.status === 'disabled' && service.disabled_reason?.startsWith(POWERED_OFF_REASON)) await nova.updateService(service.id, { status: 'enabled' });
+  if (service && disabledByPlanner(service)) await nova.updateService(service.id, { status: 'enabled' });
+}
+
+/** Whether Nova reports the compute service up (and not forced down). */
+function isUp(service: ComputeService | undefined): service is ComputeService {
+  return service !== undefined && service.state === 'up' && !service.forced_down;
+}
+
+/** Whether the planner disabled the compute service (its reason), which it may enable again; never one an operator disabled. */
+function disabledByPlanner(service: ComputeService): boolean {
+  return service.status === 'disabled' && (service.disabled_reason?.startsWith(POWERED_OFF_REASON) ?? false);
 }
 
 const when = (ms: number | null) => (ms === null ? 'no booking' : new Date(ms).toISOString());
